@@ -1,0 +1,366 @@
+//! The folio state word: a reference count with a dedicated DEAD bit, and the flags.
+//!
+//! This is the only module that touches the state word's atomic. Everything else calls
+//! the named operations below, whose protocol is written here once.
+//!
+//! # Layout (one `u64` per folio, in the frame's metadata)
+//!
+//! ```text
+//!  63            39 38  37  36  35  34  33  32 31                         0
+//! +----------------+---+---+---+---+---+---+---+----------------------------+
+//! |     unused     |WS |REF|RA |ERR|UTD|LCK|DEAD|  reference count (u32)     |
+//! +----------------+---+---+---+---+---+---+---+----------------------------+
+//! ```
+//!
+//! - count: one reference for the index while the folio is in it, one per pin
+//!   (`PageRef`, a waiter, the reclaimer's verification). Never above `COUNT_MAX`.
+//! - DEAD: the folio is frozen (being evicted) or its frame is free. A getter that sees it
+//!   fails. Set with the count at 0, so counts are never lost under it.
+//! - LOCKED: I/O in flight. The folio is in the index, its bytes are not valid yet.
+//! - UPTODATE, ERROR: outcome of the read. READAHEAD: the async-readahead marker.
+//!   REFERENCED: the CLOCK bit. WORKINGSET: the folio refaulted within the workingset.
+//!
+//! # Protocol
+//!
+//! Getter, `try_get` (a lookup found the folio in the index, under an epoch guard):
+//!   1. `fetch_add(1)` on the state word. One atomic, no CAS loop (seed 004).
+//!   2. If the old value has DEAD, `fetch_sub(1)` to back out and fail: the folio is
+//!      frozen or free. The caller retries its lookup. (If the frame was revived and
+//!      released again meanwhile, the back-out can be its last reference: then it runs
+//!      the releaser's CAS below, and frees the frame if it wins.)
+//!   3. Otherwise the caller holds a reference to whatever incarnation of the frame is
+//!      there now, and must re-check that the index slot still holds this frame
+//!      (`Mapping::find_get`); if not, it `put`s the reference and retries.
+//!
+//! Freezer, `try_freeze` (reclaim, invalidation; holds the mapping's write lock and has
+//! checked that the slot holds this frame):
+//!   A. One CAS from "count == 1 (the index's reference), not LOCKED, not DEAD" to
+//!      "count 0, DEAD, same flags". It fails if anyone holds a pin or I/O is in flight.
+//!   B. Remove the entry from the index (a shadow takes its place), drop the lock.
+//!   C. Retire the version (`version::Version::retire`), then give the frame to the
+//!      allocator (`mark_free`, flags cleared, DEAD and any transient count kept).
+//!
+//! Releaser, `put`: `fetch_sub(1)`. If that took the count to 0 (only possible after the
+//! index dropped its reference, on the I/O error path), the releaser tries one CAS from
+//! that exact value to the same value with DEAD; the winner frees the frame. If the CAS
+//! fails, a getter's transient increment (step 1) got in between, and that getter's own
+//! `put` will see the count reach 0 again and try the CAS itself.
+//!
+//! Allocator, `revive_locked`: a frame leaves the free list with DEAD set and a count of
+//! `n` transient getters that are between steps 1 and 2. An atomic read-modify-write
+//! (never a plain store) turns it into "count n + 1, LOCKED": the transient getters' own
+//! back-outs then leave exactly the new owner's reference.
+//!
+//! # The interleavings that matter
+//!
+//! Getter against freezer: if the getter's step 1 comes first, the count is 2 and the
+//! freezer's CAS (A) fails: the folio stays. If A comes first, the getter sees DEAD and
+//! backs out: it never holds a reference to a folio being evicted. There is no window in
+//! which the count reads 0 without DEAD, which is why a plain `fetch_add` is enough.
+//!
+//! The freed-and-reused frame (the ABA case of the kernel's review of seed 004): a getter
+//! loads the slot (frame F), stalls; F is frozen, freed and reallocated to another file's
+//! page; the getter's step 1 now succeeds on the new incarnation. Two things keep this
+//! safe. First, the allocator revives with a read-modify-write (never a plain store), so the
+//! getter's increment is neither lost nor doubled: had it used `store(ONE | LOCKED)`, the
+//! getter's later back-out would have taken the new owner's count to 0 and freed a frame
+//! in use. Second, the getter's step 3 re-checks the index slot, sees that it no longer
+//! holds F (or that F now holds another page), puts its reference and retries: it never
+//! reads the other page's bytes. Both are model-checked in `tests/loom_models.rs`.
+//!
+//! # Limits
+//!
+//! The count is 32 bits; each thread holds at most a handful of references, so it cannot
+//! reach `COUNT_MAX` (asserted in debug builds when pinning).
+
+use crate::primitive::{AtomicU64, Ordering};
+
+/// One reference.
+pub const ONE: u64 = 1;
+pub const COUNT_MASK: u64 = (1 << 32) - 1;
+pub const COUNT_MAX: u64 = 1 << 30;
+
+pub const DEAD: u64 = 1 << 32;
+pub const LOCKED: u64 = 1 << 33;
+pub const UPTODATE: u64 = 1 << 34;
+pub const ERROR: u64 = 1 << 35;
+/// Bit 36 is READAHEAD (the async-readahead marker), bit 38 WORKINGSET: reserved in the
+/// layout, defined by the readahead and workingset code that sets them.
+pub const REFERENCED: u64 = 1 << 37;
+
+const _: () = assert!(COUNT_MAX < COUNT_MASK && DEAD == COUNT_MASK + 1);
+
+/// What `try_get` got.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum GetOutcome {
+    /// A reference (the caller re-checks the index slot).
+    Got,
+    /// The folio is frozen or free; retry the lookup.
+    Dead,
+    /// As `Dead`, and the caller must free the frame (see `try_get`).
+    DeadFree,
+}
+
+/// What a `put` left behind.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum PutOutcome {
+    /// Others still hold references.
+    Alive,
+    /// This was the last reference and the caller won the right to free the frame.
+    Free,
+}
+
+/// The state word of one folio. See the module docs for the protocol.
+#[derive(Debug)]
+#[repr(transparent)]
+pub struct FolioState(AtomicU64);
+
+impl Default for FolioState {
+    fn default() -> Self {
+        Self::new_free()
+    }
+}
+
+/// The reference count of a state value.
+pub fn count(state: u64) -> u64 {
+    state & COUNT_MASK
+}
+
+impl FolioState {
+    /// A free frame: DEAD, no references.
+    pub fn new_free() -> Self {
+        FolioState(AtomicU64::new(DEAD))
+    }
+
+    /// The current value, for flag tests. Acquire: a reader that sees UPTODATE sees the
+    /// bytes the read wrote.
+    pub fn load(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Protocol steps 1-2: take a reference unless the folio is DEAD. One `fetch_add`.
+    /// On `Got`, the caller must re-check the index slot (step 3). On `DeadFree`, the
+    /// back-out was the last reference of an incarnation that was revived and released
+    /// while this getter was between steps 1 and 2: the caller frees the frame.
+    pub fn try_get(&self) -> GetOutcome {
+        let old = self.0.fetch_add(ONE, Ordering::Acquire);
+        debug_assert!(count(old) < COUNT_MAX, "folio reference count overflow");
+        if old & DEAD == 0 {
+            return GetOutcome::Got;
+        }
+        let new = self.0.fetch_sub(ONE, Ordering::AcqRel).wrapping_sub(ONE);
+        if new & DEAD == 0 && count(new) == 0 && self.win_release(new) {
+            return GetOutcome::DeadFree;
+        }
+        GetOutcome::Dead
+    }
+
+    /// The one CAS that turns an incarnation whose count reached 0 DEAD; true if this
+    /// caller won it and must free the frame.
+    fn win_release(&self, zero: u64) -> bool {
+        self.0
+            .compare_exchange(zero, zero | DEAD, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Drops one reference. `PutOutcome::Free` hands the frame to the caller, who must
+    /// retire its version and return it to the allocator.
+    pub fn put(&self) -> PutOutcome {
+        self.put_many(ONE)
+    }
+
+    /// Drops `refs` references and clears `flags` (known set) in one atomic step. The I/O
+    /// error path uses it to drop the index's reference and LOCKED together, so no
+    /// freezer can ever see the index's reference without LOCKED after the folio left the
+    /// index.
+    fn put_many(&self, delta: u64) -> PutOutcome {
+        let old = self.0.fetch_sub(delta, Ordering::AcqRel);
+        let new = old.wrapping_sub(delta);
+        debug_assert!(old & DEAD == 0, "put on a dead folio");
+        if count(new) != 0 {
+            return PutOutcome::Alive;
+        }
+        // The count reached 0 without DEAD: only the one CAS of `win_release` may turn
+        // this incarnation DEAD. If a getter incremented in between, its own put or
+        // back-out will reach 0 again and try the same CAS.
+        if self.win_release(new) {
+            PutOutcome::Free
+        } else {
+            PutOutcome::Alive
+        }
+    }
+
+    /// Protocol step A: freeze a folio that only the index references and that has no
+    /// I/O in flight. One CAS. (A failed folio has left the index already: refused too.) The caller holds the mapping's write lock and has checked
+    /// that the index slot holds this frame.
+    pub fn try_freeze(&self) -> bool {
+        let cur = self.0.load(Ordering::Relaxed);
+        if count(cur) != 1 || cur & (DEAD | LOCKED | ERROR) != 0 {
+            return false;
+        }
+        self.0
+            .compare_exchange(
+                cur,
+                (cur - ONE) | DEAD,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Allocator: turn a free frame into a LOCKED folio owned by the caller (one
+    /// reference, which becomes the index's on insertion). The count of transient
+    /// getters is kept (module docs, the ABA case), and stray hint bits that a late
+    /// optimistic reader set on the free frame (REFERENCED) are dropped. A CAS loop, not
+    /// a `fetch_add`, for that reason; it is off the hit path.
+    pub fn revive_locked(&self) {
+        let mut cur = self.0.load(Ordering::Relaxed);
+        loop {
+            assert!(
+                cur & DEAD != 0,
+                "revived a frame that was not free: {cur:#x}"
+            );
+            let new = (count(cur) + ONE) | LOCKED;
+            match self
+                .0
+                .compare_exchange_weak(cur, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Protocol step C: the frame goes back to the allocator. Clears every flag but DEAD;
+    /// transient counts stay (they back themselves out).
+    pub fn mark_free(&self) {
+        let old = self.0.fetch_and(DEAD | COUNT_MASK, Ordering::Release);
+        assert!(old & DEAD != 0, "freed a folio that was not dead: {old:#x}");
+    }
+
+    /// Completion of a successful read: UPTODATE, then unlock. The caller wakes waiters.
+    pub fn finish_read_ok(&self) {
+        self.0.fetch_or(UPTODATE, Ordering::Release);
+        let old = self.0.fetch_and(!LOCKED, Ordering::Release);
+        debug_assert!(old & LOCKED != 0);
+    }
+
+    /// Completion of a failed read, after the folio left the index: ERROR, then drop the
+    /// index's reference and LOCKED in one step. The caller wakes waiters; if this
+    /// returns `Free` (no waiters), the caller frees the frame.
+    pub fn finish_read_err(&self) -> PutOutcome {
+        self.0.fetch_or(ERROR, Ordering::Release);
+        self.put_many(ONE + LOCKED)
+    }
+
+    /// A LOCKED folio that never made it into the index (its slot was taken by a racing
+    /// insertion) is given up by its allocator: drop its reference and LOCKED together.
+    pub fn abandon_locked(&self) -> PutOutcome {
+        self.put_many(ONE + LOCKED)
+    }
+
+    /// Sets flags that may already be set; stores only when something changes, so a hot
+    /// folio's cache line is not written on every hit.
+    pub fn set_flags(&self, flags: u64) {
+        if self.0.load(Ordering::Relaxed) & flags != flags {
+            self.0.fetch_or(flags, Ordering::Relaxed);
+        }
+    }
+
+    /// Clears flags; returns whether any of them was set. Stores only when one is set.
+    pub fn test_and_clear(&self, flags: u64) -> bool {
+        if self.0.load(Ordering::Relaxed) & flags == 0 {
+            return false;
+        }
+        self.0.fetch_and(!flags, Ordering::Relaxed) & flags != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifecycle_of_a_folio() {
+        crate::primitive::model(|| {
+            let s = FolioState::new_free();
+            assert_eq!(s.try_get(), GetOutcome::Dead, "a free frame cannot be got");
+            s.revive_locked();
+            assert_eq!(s.load(), ONE | LOCKED);
+            assert!(!s.try_freeze(), "locked folios are never frozen");
+            s.finish_read_ok();
+            assert_eq!(s.load(), ONE | UPTODATE);
+            assert_eq!(s.try_get(), GetOutcome::Got);
+            assert!(!s.try_freeze(), "pinned folios are never frozen");
+            assert_eq!(s.put(), PutOutcome::Alive);
+            assert!(s.try_freeze());
+            assert_eq!(s.try_get(), GetOutcome::Dead);
+            s.mark_free();
+            assert_eq!(s.load(), DEAD);
+        });
+    }
+
+    #[test]
+    fn revive_keeps_transient_getters() {
+        crate::primitive::model(|| {
+            let s = FolioState::new_free();
+            // A getter's step 1 lands on the free frame...
+            s.0.fetch_add(ONE, Ordering::Relaxed);
+            // ...the allocator revives it...
+            s.revive_locked();
+            // ...and the getter backs out (step 2): the new owner's reference is intact.
+            s.0.fetch_sub(ONE, Ordering::Relaxed);
+            assert_eq!(s.load(), ONE | LOCKED);
+        });
+    }
+
+    #[test]
+    fn a_late_back_out_frees_a_released_incarnation() {
+        crate::primitive::model(|| {
+            let s = FolioState::new_free();
+            s.0.fetch_add(ONE, Ordering::Relaxed); // getter step 1 on the free frame
+            s.revive_locked();
+            assert_eq!(
+                s.abandon_locked(),
+                PutOutcome::Alive,
+                "the getter still counts"
+            );
+            // The getter's back-out is the last reference: it must free the frame.
+            let new = s.0.fetch_sub(ONE, Ordering::AcqRel) - ONE;
+            assert!(s.win_release(new));
+            assert_ne!(s.load() & DEAD, 0);
+        });
+    }
+
+    #[test]
+    fn error_path_frees_with_last_waiter() {
+        crate::primitive::model(|| {
+            let s = FolioState::new_free();
+            s.revive_locked();
+            assert_eq!(
+                s.try_get(),
+                GetOutcome::Got,
+                "a waiter pins the locked folio"
+            );
+            assert_eq!(s.finish_read_err(), PutOutcome::Alive);
+            assert_ne!(s.load() & ERROR, 0);
+            assert!(!s.try_freeze());
+            assert_eq!(s.put(), PutOutcome::Free);
+            assert_ne!(s.load() & DEAD, 0);
+        });
+    }
+
+    #[test]
+    fn flags_store_only_on_change() {
+        crate::primitive::model(|| {
+            let s = FolioState::new_free();
+            s.revive_locked();
+            s.set_flags(REFERENCED);
+            s.set_flags(REFERENCED);
+            assert!(s.test_and_clear(REFERENCED));
+            assert!(!s.test_and_clear(REFERENCED));
+        });
+    }
+}

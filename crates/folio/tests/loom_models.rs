@@ -1,0 +1,308 @@
+//! Loom models of folio's lock-free protocols, compiled from the very source files the
+//! library uses (`src/refcount.rs`, `src/version.rs`) against loom's atomics: this file
+//! supplies the `primitive` module those files name their atomics through.
+//!
+//! What each model proves, over every interleaving loom explores:
+//! - `getter_vs_freezer`: a getter never keeps a reference to a folio that a freezer
+//!   evicted, and a freezer never evicts a folio someone holds.
+//! - `lookup_racing_eviction`: the full lookup protocol (`Mapping::find_get`: load slot,
+//!   try_get, wait on the index lock when DEAD, re-check the slot) against eviction under
+//!   the index lock: the reader ends with either a pinned folio that is still in the index
+//!   or a miss, and the frame is freed exactly once.
+//! - `freed_and_reused_frame` (the ABA case of the kernel's review of seed 004): a getter
+//!   that stalls between its slot load and its `fetch_add` while the frame is evicted and
+//!   reallocated to another page never keeps a reference to the new page through the old
+//!   slot, never loses or doubles the new owner's count, and when the new incarnation is
+//!   released meanwhile, the frame is freed exactly once.
+//! - `optimistic_read`: a reader that copies without a reference validates only copies
+//!   that belong entirely to one identity, never a mix of an evicted page and its
+//!   replacement.
+//!
+//! Run with `cargo test --release -p folio --test loom_models` (part of the workspace's
+//! tests; each model is small enough to explore exhaustively in seconds).
+
+mod primitive {
+    pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+    #[cfg(test)]
+    pub(crate) fn model(body: impl Fn() + Sync + Send + 'static) {
+        loom::model(body)
+    }
+}
+
+#[allow(dead_code)]
+#[path = "../src/refcount.rs"]
+mod refcount;
+
+#[allow(dead_code)]
+#[path = "../src/version.rs"]
+mod version;
+
+use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+
+use refcount::{count, FolioState, GetOutcome, PutOutcome, DEAD, LOCKED, ONE, UPTODATE};
+use version::Version;
+
+const FRAME: usize = 7;
+const SHADOW: usize = 1000;
+
+/// A frame holding an uptodate folio in the index: count 1 (the index's), UPTODATE.
+fn cached_folio() -> FolioState {
+    let s = FolioState::new_free();
+    s.revive_locked();
+    s.finish_read_ok();
+    s
+}
+
+struct World {
+    state: FolioState,
+    slot: AtomicUsize,
+    index_lock: Mutex<()>,
+    frees: AtomicU64,
+}
+
+impl World {
+    fn new() -> Arc<World> {
+        Arc::new(World {
+            state: cached_folio(),
+            slot: AtomicUsize::new(FRAME),
+            index_lock: Mutex::new(()),
+            frees: AtomicU64::new(0),
+        })
+    }
+
+    /// Reclaim's eviction of the folio (`reclaim::Clock::sweep`).
+    fn evict(&self) -> bool {
+        let guard = self.index_lock.lock().unwrap();
+        if self.slot.load(Ordering::Acquire) != FRAME || !self.state.try_freeze() {
+            return false;
+        }
+        self.slot.store(SHADOW, Ordering::Release);
+        drop(guard);
+        self.state.mark_free();
+        self.frees.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// `Mapping::find_get`: Some(()) with a reference held, or None on a miss.
+    fn find_get(&self) -> Option<()> {
+        loop {
+            if self.slot.load(Ordering::Acquire) != FRAME {
+                return None;
+            }
+            match self.state.try_get() {
+                GetOutcome::Got => {}
+                GetOutcome::Dead => {
+                    drop(self.index_lock.lock().unwrap());
+                    continue;
+                }
+                GetOutcome::DeadFree => {
+                    self.frees.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+            }
+            if self.slot.load(Ordering::Acquire) == FRAME {
+                return Some(());
+            }
+            if self.state.put() == PutOutcome::Free {
+                self.frees.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[test]
+fn getter_vs_freezer() {
+    loom::model(|| {
+        let w = World::new();
+        let getter = {
+            let w = w.clone();
+            thread::spawn(move || w.state.try_get() == GetOutcome::Got)
+        };
+        let evicted = w.evict();
+        let got = getter.join().unwrap();
+        assert!(!(got && evicted), "a held folio was evicted");
+        let state = w.state.load();
+        if evicted {
+            assert_eq!(state, DEAD, "an evicted frame is free with no references");
+        } else {
+            assert_eq!(count(state), 1 + u64::from(got));
+        }
+    });
+}
+
+#[test]
+fn lookup_racing_eviction() {
+    loom::model(|| {
+        let w = World::new();
+        let reader = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let held = w.find_get().is_some();
+                if held {
+                    // While held, the folio is in the index and not DEAD.
+                    assert_eq!(w.slot.load(Ordering::Acquire), FRAME);
+                    assert_eq!(w.state.load() & DEAD, 0);
+                    assert_eq!(w.state.put(), PutOutcome::Alive);
+                }
+                held
+            })
+        };
+        let evicted = w.evict();
+        let held = reader.join().unwrap();
+        assert!(!(held && evicted) || w.frees.load(Ordering::Relaxed) == 1);
+        assert_eq!(w.frees.load(Ordering::Relaxed), u64::from(evicted));
+        if !evicted {
+            assert_eq!(
+                w.state.load(),
+                ONE | UPTODATE,
+                "only the index's reference is left"
+            );
+        }
+    });
+}
+
+#[test]
+fn freed_and_reused_frame() {
+    loom::model(|| {
+        // The slot of page A holds the frame; page B's slot is empty.
+        let w = World::new();
+        let slot_b = Arc::new(AtomicUsize::new(0));
+        let getter = {
+            let w = w.clone();
+            thread::spawn(move || {
+                // The getter loaded A's slot before the eviction (the stall), then:
+                let result = match w.state.try_get() {
+                    GetOutcome::Got => {
+                        if w.slot.load(Ordering::Acquire) == FRAME {
+                            // A genuine reference to page A: the frame was not reused.
+                            let state = w.state.load();
+                            assert_eq!(state & DEAD, 0);
+                            assert_ne!(state & UPTODATE, 0, "the getter sees page A's folio");
+                            if w.state.put() == PutOutcome::Free {
+                                w.frees.fetch_add(1, Ordering::Relaxed);
+                            }
+                            true
+                        } else {
+                            if w.state.put() == PutOutcome::Free {
+                                w.frees.fetch_add(1, Ordering::Relaxed);
+                            }
+                            false
+                        }
+                    }
+                    GetOutcome::Dead => false,
+                    GetOutcome::DeadFree => {
+                        w.frees.fetch_add(1, Ordering::Relaxed);
+                        false
+                    }
+                };
+                result
+            })
+        };
+        // Reclaim evicts page A, and an allocation reuses the frame for page B, which is
+        // then given up (as a read whose slot was taken by a racing insertion is).
+        let evicted = w.evict();
+        if evicted {
+            w.state.revive_locked();
+            slot_b.store(FRAME, Ordering::Release);
+            let _ = slot_b.load(Ordering::Acquire);
+            if w.state.abandon_locked() == PutOutcome::Free {
+                w.frees.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        getter.join().unwrap();
+        let frees = w.frees.load(Ordering::Relaxed);
+        let state = w.state.load();
+        if evicted {
+            // Two incarnations ended (page A evicted, page B given up): two frees, and the
+            // frame is DEAD with no stray count.
+            assert_eq!(frees, 2, "each incarnation is freed exactly once");
+            assert_eq!(state & !(DEAD | LOCKED | UPTODATE), 0);
+            assert_eq!(count(state), 0);
+            assert_ne!(state & DEAD, 0);
+        } else {
+            assert_eq!(frees, 0);
+            assert_eq!(state, ONE | UPTODATE);
+        }
+    });
+}
+
+#[test]
+fn reused_frame_keeps_its_new_owner() {
+    loom::model(|| {
+        let w = World::new();
+        let getter = {
+            let w = w.clone();
+            thread::spawn(move || match w.state.try_get() {
+                GetOutcome::Got => {
+                    let mine = w.slot.load(Ordering::Acquire) == FRAME;
+                    if !mine {
+                        assert_eq!(
+                            w.state.put(),
+                            PutOutcome::Alive,
+                            "the new owner still holds it"
+                        );
+                    }
+                    mine
+                }
+                _ => false,
+            })
+        };
+        let evicted = w.evict();
+        if evicted {
+            // Reallocated for another page and kept (LOCKED, one reference).
+            w.state.revive_locked();
+        }
+        let held_a = getter.join().unwrap();
+        let state = w.state.load();
+        if evicted {
+            assert!(!held_a);
+            assert_eq!(
+                state,
+                ONE | LOCKED,
+                "the new owner's count is neither lost nor doubled"
+            );
+        } else if held_a {
+            assert_eq!(state, (2 * ONE) | UPTODATE);
+        }
+    });
+}
+
+#[test]
+fn optimistic_read() {
+    loom::model(|| {
+        // A frame with two data words and an identity, holding page 1 = (11, 11).
+        let version = Arc::new(Version::default());
+        let identity = Arc::new(AtomicU64::new(1));
+        let data = Arc::new([AtomicU64::new(11), AtomicU64::new(11)]);
+        version.publish();
+        let reader = {
+            let (version, identity, data) = (version.clone(), identity.clone(), data.clone());
+            thread::spawn(move || {
+                let v = version.begin_read()?;
+                let id = identity.load(Ordering::Relaxed);
+                let copy = [
+                    data[0].load(Ordering::Relaxed),
+                    data[1].load(Ordering::Relaxed),
+                ];
+                version.validate(v).then_some((id, copy))
+            })
+        };
+        // Evict page 1, refill the frame with page 2 = (22, 22), publish.
+        version.retire();
+        identity.store(2, Ordering::Relaxed);
+        data[0].store(22, Ordering::Relaxed);
+        data[1].store(22, Ordering::Relaxed);
+        version.publish();
+        if let Some((id, copy)) = reader.join().unwrap() {
+            let want = id * 11;
+            assert_eq!(
+                copy,
+                [want, want],
+                "a validated copy belongs to one identity"
+            );
+        }
+    });
+}
