@@ -1,0 +1,341 @@
+//! The arena: all folio memory, reserved once at build, and its buddy allocator.
+//!
+//! Design: one anonymous mapping (`MAP_NORESERVE`, transparent huge pages advised, aligned
+//! to 2 MiB so an order-9 folio is one huge page) sized by the cache's capacity, cut into
+//! 4 KiB frames. Beside it, the side table of `FolioMeta` (one per frame) and per-order
+//! free lists of a buddy allocator (orders 0..=9). Frames are never unmapped while the
+//! arena lives, which is what makes the optimistic read of `version` safe: a reader that
+//! loses a race copies stale bytes and discards them, it never faults.
+//!
+//! Invariants:
+//! - A free block of order k starts at a frame that is a multiple of 2^k, its head's
+//!   `free_order` is k and every frame in it is DEAD in the side table.
+//! - `free_frames` equals the frames in the free lists (both change under the lock);
+//!   allocated frames never exceed the capacity (there is nothing else to allocate from).
+//!
+//! Protection: the free lists, `free_order` and `free_frames` change under one mutex
+//! (`lists`); `free_frames` is an atomic so that stats read it without the lock. The memory
+//! of an allocated folio belongs to its owner under the `refcount` protocol: written only
+//! by the read that fills it while LOCKED; read by pinned readers and by optimistic readers
+//! through `copy_out`, which loads atomically per word.
+//!
+//! Limits: one mutex for the free lists (no per-thread caches yet: allocation is on the
+//! miss path only, next to an I/O that costs 100x more); at most 2^32 frames (16 TiB).
+
+use std::collections::BTreeSet;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Mutex;
+
+use crate::folio::FolioMeta;
+use crate::io::FrameBuf;
+use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
+
+/// Bytes of the largest folio; the mapping is aligned to it.
+const HUGE_BYTES: usize = PAGE_BYTES << ORDER_MAX;
+/// `free_order` of a frame that is not the head of a free block.
+const NOT_FREE_HEAD: u8 = u8::MAX;
+
+struct FreeLists {
+    by_order: [BTreeSet<u32>; ORDER_MAX as usize + 1],
+    /// Per frame: the order of the free block it heads, or NOT_FREE_HEAD.
+    free_order: Box<[u8]>,
+}
+
+pub struct Arena {
+    /// Start of the 2 MiB-aligned frames.
+    base: NonNull<u8>,
+    /// What mmap returned, for munmap.
+    map_ptr: *mut libc::c_void,
+    map_bytes: usize,
+    frame_count: u32,
+    meta: Box<[FolioMeta]>,
+    lists: Mutex<FreeLists>,
+    free_frames: AtomicU64,
+}
+
+// SAFETY: the raw pointers refer to a private anonymous mapping owned by the arena and
+// valid until Drop; all shared mutable state is behind the mutex or atomics, and frame
+// memory follows the access rules in the module docs.
+unsafe impl Send for Arena {}
+// SAFETY: as above.
+unsafe impl Sync for Arena {}
+
+impl Arena {
+    /// Reserves `frame_count` frames. Fails with the OS error if the reservation is
+    /// refused.
+    pub fn new(frame_count: u32) -> io::Result<Arena> {
+        assert!(frame_count > 0);
+        let data_bytes = frame_count as usize * PAGE_BYTES;
+        let map_bytes = data_bytes + HUGE_BYTES;
+        // SAFETY: an anonymous private mapping with no address hint; the result is checked.
+        let map_ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if map_ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let aligned = (map_ptr as usize).next_multiple_of(HUGE_BYTES);
+        // SAFETY: [aligned, aligned + data_bytes) lies inside the mapping because we
+        // reserved HUGE_BYTES of slack. MADV_HUGEPAGE is only advice; its failure (THP
+        // disabled) is harmless, so the result is ignored on purpose.
+        unsafe {
+            libc::madvise(
+                aligned as *mut libc::c_void,
+                data_bytes,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+        let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
+        let meta: Box<[FolioMeta]> = (0..frame_count).map(|_| FolioMeta::default()).collect();
+        let mut lists = FreeLists {
+            by_order: Default::default(),
+            free_order: vec![NOT_FREE_HEAD; frame_count as usize].into_boxed_slice(),
+        };
+        // Carve the frames into the largest aligned blocks.
+        let mut frame = 0u32;
+        while frame < frame_count {
+            let mut order = ORDER_MAX;
+            while frame % (1 << order) != 0 || frame + (1 << order) > frame_count {
+                order -= 1;
+            }
+            lists.by_order[order as usize].insert(frame);
+            lists.free_order[frame as usize] = order;
+            frame += 1 << order;
+        }
+        Ok(Arena {
+            base,
+            map_ptr,
+            map_bytes,
+            frame_count,
+            meta,
+            lists: Mutex::new(lists),
+            free_frames: AtomicU64::new(u64::from(frame_count)),
+        })
+    }
+
+    pub fn frame_count(&self) -> u32 {
+        self.frame_count
+    }
+
+    pub fn free_frames(&self) -> u64 {
+        self.free_frames.load(Ordering::Relaxed)
+    }
+
+    pub fn meta(&self, frame: FrameId) -> &FolioMeta {
+        &self.meta[frame.as_usize()]
+    }
+
+    /// Bytes of metadata this arena keeps per its capacity: side table and free-list
+    /// bookkeeping (the free-list tree nodes are counted at their worst, one per frame).
+    pub fn metadata_bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.meta) + self.frame_count as usize
+    }
+
+    /// Takes a free block of exactly `order`, splitting a larger one if needed. The
+    /// block's head frame is revived LOCKED with one reference (`refcount`), and its
+    /// version is still odd. `None` when no block of that order or larger is free.
+    pub fn alloc(&self, order: Order) -> Option<FrameId> {
+        let want = order.get() as usize;
+        let head = {
+            let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+            let have = (want..=ORDER_MAX as usize).find(|&k| !lists.by_order[k].is_empty())?;
+            let head = lists.by_order[have].pop_first().expect("list is not empty");
+            lists.free_order[head as usize] = NOT_FREE_HEAD;
+            // Split: keep the low half, free the high halves down to the wanted order.
+            for k in (want..have).rev() {
+                let buddy = head + (1 << k);
+                lists.by_order[k].insert(buddy);
+                lists.free_order[buddy as usize] = k as u8;
+            }
+            // Under the lock, so that `free_frames` always equals the free lists.
+            self.free_frames.fetch_sub(order.pages(), Ordering::Relaxed);
+            head
+        };
+        let frame = FrameId(head);
+        self.meta(frame).state.revive_locked();
+        // The new owner's writes to this frame (the read that fills it) come after this
+        // fence, which pairs with the Acquire fence of an optimistic reader's `validate`.
+        std::sync::atomic::fence(Ordering::Release);
+        Some(frame)
+    }
+
+    /// Returns a folio's frames. Context: the caller won the frame (`try_freeze` or a
+    /// `put` that returned `Free`), so its state is DEAD; this retires its version if it
+    /// held valid bytes. Never called under a mapping's lock (side effects outside locks).
+    pub fn free(&self, frame: FrameId, order: Order) {
+        let meta = self.meta(frame);
+        if meta.version.is_valid() {
+            meta.version.retire();
+        }
+        meta.state.mark_free();
+        let mut head = frame.0;
+        let mut k = order.get();
+        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        while k < ORDER_MAX {
+            let buddy = head ^ (1 << k);
+            if buddy >= self.frame_count || lists.free_order[buddy as usize] != k {
+                break;
+            }
+            lists.by_order[k as usize].remove(&buddy);
+            lists.free_order[buddy as usize] = NOT_FREE_HEAD;
+            head = head.min(buddy);
+            k += 1;
+        }
+        lists.by_order[k as usize].insert(head);
+        lists.free_order[head as usize] = k;
+        self.free_frames.fetch_add(order.pages(), Ordering::Relaxed);
+    }
+
+    fn frame_ptr(&self, frame: FrameId) -> *mut u8 {
+        assert!(
+            frame.0 < self.frame_count,
+            "frame {frame:?} out of the arena"
+        );
+        // SAFETY: frame < frame_count, so the offset stays inside the mapping.
+        unsafe { self.base.as_ptr().add(frame.as_usize() * PAGE_BYTES) }
+    }
+
+    /// The buffer a read into folio `frame` of `order` fills.
+    ///
+    /// Context: the caller owns the LOCKED folio (it allocated it), so nobody else writes
+    /// these frames until the read completes.
+    pub fn io_buf(&self, frame: FrameId, order: Order) -> FrameBuf {
+        assert!(frame.0 + order.pages() as u32 <= self.frame_count);
+        let ptr = NonNull::new(self.frame_ptr(frame)).expect("arena pointers are non-null");
+        // SAFETY: the region lies inside the arena (asserted), is page aligned, and the
+        // arena outlives every backend (the cache drops its backend first).
+        unsafe { FrameBuf::new(ptr, order.bytes()) }
+    }
+
+    /// Zeroes the part of a LOCKED folio past a short read (end of file).
+    ///
+    /// Context: the caller owns the LOCKED folio; no pinned reader exists yet.
+    pub fn zero_tail(&self, frame: FrameId, order: Order, from_bytes: usize) {
+        assert!(from_bytes <= order.bytes());
+        let ptr = self.frame_ptr(frame);
+        // SAFETY: inside the folio's frames; optimistic readers may load these bytes
+        // concurrently, but the version is odd so they discard what they load, and
+        // nobody else writes them.
+        unsafe { std::ptr::write_bytes(ptr.add(from_bytes), 0, order.bytes() - from_bytes) };
+    }
+
+    /// The bytes of a pinned, uptodate folio.
+    ///
+    /// Context: the caller holds a reference on the folio and saw UPTODATE, so the frames
+    /// are not written until the reference is dropped (a frozen folio needs count 1).
+    pub fn pinned_bytes(&self, frame: FrameId, order: Order) -> &[u8] {
+        assert!(frame.0 + order.pages() as u32 <= self.frame_count);
+        // SAFETY: inside the arena; no writer exists while the folio is pinned and
+        // uptodate (refcount protocol), and the arena outlives the borrow.
+        unsafe { std::slice::from_raw_parts(self.frame_ptr(frame), order.bytes()) }
+    }
+
+    /// Copies `dst.len()` bytes from byte `from_bytes` of the folio at `frame` with
+    /// atomic per-word loads: the optimistic read's copy. The result is only meaningful
+    /// if the frame's version validates afterwards.
+    pub fn copy_out(&self, frame: FrameId, order: Order, from_bytes: usize, dst: &mut [u8]) {
+        assert!(
+            from_bytes + dst.len() <= order.bytes()
+                && frame.0 + order.pages() as u32 <= self.frame_count
+        );
+        // SAFETY: the source range lies inside the arena (asserted) and stays mapped.
+        unsafe { atomic_copy(self.frame_ptr(frame).add(from_bytes), dst) }
+    }
+}
+
+/// Copies from `src` into `dst` with relaxed atomic loads: 8-byte words where `src` is
+/// aligned, single bytes at the edges. A concurrent writer makes the copy stale, not UB.
+///
+/// Hand-written rather than `atomic-memcpy`'s `atomic_load::<T>`, which copies a value of
+/// a fixed type, not a run of bytes of any length.
+///
+/// # Safety
+/// `src..src + dst.len()` must be valid for reads, and every write to it by others must
+/// be atomic or done by the kernel (I/O).
+unsafe fn atomic_copy(src: *const u8, dst: &mut [u8]) {
+    let len = dst.len();
+    let head = src.align_offset(8).min(len);
+    let words = (len - head) / 8;
+    for (i, out) in dst[..head].iter_mut().enumerate() {
+        // SAFETY: i < len, inside the source range; AtomicU8 has the layout of u8.
+        *out = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+    }
+    for w in 0..words {
+        let at = head + w * 8;
+        // SAFETY: src + at is 8-aligned (head aligned it) and at + 8 <= len.
+        let word = unsafe { (*(src.add(at) as *const AtomicU64)).load(Ordering::Relaxed) };
+        dst[at..at + 8].copy_from_slice(&word.to_ne_bytes());
+    }
+    for (i, out) in dst.iter_mut().enumerate().skip(head + words * 8) {
+        // SAFETY: i < len, inside the source range.
+        *out = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: map_ptr/map_bytes are exactly what mmap returned; no borrow of the
+        // arena's memory outlives the arena.
+        unsafe {
+            libc::munmap(self.map_ptr, self.map_bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buddy_splits_and_merges() {
+        let arena = Arena::new(1024).unwrap();
+        assert_eq!(arena.free_frames(), 1024);
+        let a = arena.alloc(Order::new(0)).unwrap();
+        let b = arena.alloc(Order::new(3)).unwrap();
+        assert_eq!(b.0 % 8, 0, "order-3 blocks are aligned");
+        assert_eq!(arena.free_frames(), 1024 - 9);
+        for (frame, order) in [(a, 0), (b, 3)] {
+            arena.meta(frame).state.finish_read_ok();
+            assert!(arena.meta(frame).state.try_freeze());
+            arena.free(frame, Order::new(order));
+        }
+        assert_eq!(arena.free_frames(), 1024);
+        // Everything merged back: two order-9 blocks are available again.
+        assert!(arena.alloc(Order::MAX).is_some());
+        assert!(arena.alloc(Order::MAX).is_some());
+        assert!(arena.alloc(Order::ZERO).is_none());
+    }
+
+    #[test]
+    fn odd_sizes_are_carved_and_exhausted() {
+        let arena = Arena::new(13).unwrap();
+        let mut got = 0;
+        while arena.alloc(Order::ZERO).is_some() {
+            got += 1;
+        }
+        assert_eq!(got, 13);
+        assert_eq!(arena.free_frames(), 0);
+    }
+
+    #[test]
+    fn atomic_copy_handles_every_alignment() {
+        let src: Vec<u8> = (0..200u8).collect();
+        for start in 0..9 {
+            for len in [0, 1, 7, 8, 9, 63, 100] {
+                let mut dst = vec![0u8; len];
+                // SAFETY: the range is inside `src`, which nobody writes.
+                unsafe { atomic_copy(src.as_ptr().add(start), &mut dst) };
+                assert_eq!(dst, &src[start..start + len]);
+            }
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! A folio's metadata: the side-table entry of its head frame, like the kernel's
+//! `struct page`.
+//!
+//! One `FolioMeta` exists per 4 KiB frame of the arena, indexed by frame number; only the
+//! head frame's entry of a large folio is used. 24 bytes per 4 KiB frame is 0.59% of the
+//! cache (the kernel's `struct page` is 64 B, 1.6%).
+//!
+//! Who writes what:
+//! - `state`: the protocol of `refcount` (any thread, atomically).
+//! - `version`: the frame's owner, per `version` (publish after a read, retire before reuse).
+//! - `owner`, `place`: the allocating thread, while the folio is LOCKED and before it is
+//!   inserted into the index; the errno bits by the failed read's completion, before it
+//!   unlocks. Readers that did not pin the folio may read them stale: they validate
+//!   through the version or re-check the index slot under the mapping's lock.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::refcount::FolioState;
+use crate::types::{Order, PageIndex};
+use crate::version::Version;
+
+/// Identifies a mapping (one cached inode) inside one cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MappingId(pub u32);
+
+/// `place` packs the head's page index (bits 0..52: files up to 2^64 bytes), the order
+/// (52..56) and the errno of a failed read (56..64).
+const INDEX_BITS: u32 = 52;
+const INDEX_MASK: u64 = (1 << INDEX_BITS) - 1;
+const ORDER_SHIFT: u32 = 52;
+const ERRNO_SHIFT: u32 = 56;
+
+#[derive(Debug, Default)]
+#[repr(C)]
+pub struct FolioMeta {
+    pub state: FolioState,
+    pub version: Version,
+    owner: AtomicU32,
+    place: AtomicU64,
+}
+
+const _: () = assert!(std::mem::size_of::<FolioMeta>() == 24);
+
+impl FolioMeta {
+    /// Records whose page this frame will hold. Context: the caller owns the LOCKED,
+    /// not yet inserted folio.
+    pub fn set_identity(&self, mapping: MappingId, index: PageIndex, order: Order) {
+        assert!(index.0 <= INDEX_MASK, "page index beyond 2^52");
+        self.owner.store(mapping.0, Ordering::Relaxed);
+        self.place.store(
+            index.0 | (u64::from(order.get()) << ORDER_SHIFT),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The identity last recorded; stale unless the caller pinned the folio, holds the
+    /// mapping's lock with the slot checked, or validates through the version.
+    pub fn identity(&self) -> (MappingId, PageIndex, Order) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        let place = self.place.load(Ordering::Relaxed);
+        let order = ((place >> ORDER_SHIFT) & 0xf).min(u64::from(crate::types::ORDER_MAX));
+        (
+            MappingId(owner),
+            PageIndex(place & INDEX_MASK),
+            Order::new(order as u8),
+        )
+    }
+
+    /// Records the errno of a failed read. Context: the completion, before it unlocks.
+    pub fn set_errno(&self, errno: i32) {
+        let errno = u64::try_from(errno).unwrap_or(0).clamp(1, 255);
+        let place = self.place.load(Ordering::Relaxed) & !(0xff << ERRNO_SHIFT);
+        self.place
+            .store(place | (errno << ERRNO_SHIFT), Ordering::Relaxed);
+    }
+
+    /// The errno of the failed read, for its waiters (who saw ERROR with Acquire).
+    pub fn errno(&self) -> i32 {
+        let errno = (self.place.load(Ordering::Relaxed) >> ERRNO_SHIFT) as i32;
+        if errno == 0 {
+            libc::EIO
+        } else {
+            errno
+        }
+    }
+}
