@@ -1,0 +1,881 @@
+//! The fault backend: wraps a real backend and injects the faults a disk and a kernel can
+//! produce, so that tests can drive the cache's error, retry and timing paths on purpose.
+//!
+//! Fault model (what a test can make happen, and when it fires):
+//!
+//! - **Media error**, `fail_range(r)`: every request overlapping a failed range of file
+//!   bytes completes with `EIO`. It never reaches the inner backend; its buffers are left
+//!   untouched.
+//! - **Short read**, `short_reads(n)`: the next `n` requests longer than 4096 bytes reach
+//!   the inner backend cut to their first 4096 bytes (the same memory), so they complete
+//!   with `Ok(len <= 4096)` and the cache must read the rest itself.
+//! - **Latency**, `delay(d)`: every request's completion, a media error's included, runs
+//!   `d` after the inner backend finished the read (after `submit`, for a media error).
+//!
+//! - Every control takes effect for requests submitted after the call; a request's fate is
+//!   decided once, in `submit`, from the plan at that moment. `clear` empties the plan.
+//! - Faults are decided in this order: a media error excludes the other two (the request is
+//!   not read at all); a short read and a delay may combine. A request that fails with a
+//!   media error does not use up a short read.
+//! - Failed ranges accumulate until `clear`; `short_reads(n)` replaces the count left;
+//!   `delay(d)` replaces the delay (`Duration::ZERO` turns it off).
+//! - Counters count requests, at decision time: `eio_injected`, `short_injected`, `delayed`.
+//!
+//! Not modelled: corrupted or misdirected reads (the bytes a read returns are always the
+//! file's), torn reads, errors other than `EIO`, and per-request random latency. Faults are
+//! deterministic: the same plan and the same submission order give the same faults.
+//!
+//! Design: `submit` decides each request's fate under `Faults::plan`, passes the survivors
+//! to the inner backend in one batch, and hands failed requests and delayed completions to
+//! a delivery thread ("folio-fault"), which runs each one when it is due (a min-heap on
+//! due time). A completion injected here therefore never runs inside `submit`, and `submit`
+//! never sleeps. Requests without a delay complete from the inner backend's threads as usual.
+//!
+//! Invariants:
+//! - `Faults::plan` (a mutex) protects the plan; the counters are atomics. `Delivery::state`
+//!   protects the due heap and its phase. Neither lock is held while a completion runs or
+//!   while the inner backend is called, so a completion may call `submit` again.
+//! - `Drop` drops the inner backend first (which finishes its requests, scheduling their
+//!   delayed completions), then lets the delivery thread run every scheduled completion.
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::io;
+use std::ops::Range;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::{Backend, Completion, FrameBuf, ReadRequest};
+
+/// The length a short read is cut to.
+pub const SHORT_READ_BYTES: usize = 4096;
+
+/// A backend that injects faults into another one. See the module docs for the fault model.
+pub struct FaultBackend {
+    /// `None` only during `drop`.
+    inner: Option<Box<dyn Backend>>,
+    /// "fault(<inner name>)".
+    name: String,
+    faults: Arc<Faults>,
+    delivery: Arc<Delivery>,
+    /// `None` only during `drop`.
+    delivery_thread: Option<JoinHandle<()>>,
+}
+
+/// The test's handle on a [`FaultBackend`]: sets faults and reads counters. Clones share
+/// the same plan.
+#[derive(Clone)]
+pub struct FaultControl {
+    faults: Arc<Faults>,
+}
+
+struct Faults {
+    plan: Mutex<Plan>,
+    eio_injected: AtomicU64,
+    short_injected: AtomicU64,
+    delayed: AtomicU64,
+}
+
+#[derive(Default)]
+struct Plan {
+    /// File byte ranges whose reads fail with EIO.
+    fail_ranges: Vec<Range<u64>>,
+    /// How many more long requests get cut to `SHORT_READ_BYTES`.
+    short_reads_left: u32,
+    /// Added to every completion; zero for none.
+    delay: Duration,
+}
+
+/// What `submit` does with one request.
+struct Fate {
+    outcome: Outcome,
+    delay: Duration,
+}
+
+enum Outcome {
+    /// Complete with EIO without reading.
+    FailEio,
+    /// Pass to the inner backend with the buffer cut to `SHORT_READ_BYTES`.
+    ReadShort,
+    /// Pass to the inner backend unchanged.
+    Read,
+}
+
+impl FaultBackend {
+    /// Wraps `inner`; no fault is planned until the returned control sets one.
+    ///
+    /// Panics if the delivery thread cannot be started (this backend is for tests).
+    pub fn new(inner: Box<dyn Backend>) -> (FaultBackend, FaultControl) {
+        let faults = Arc::new(Faults {
+            plan: Mutex::new(Plan::default()),
+            eio_injected: AtomicU64::new(0),
+            short_injected: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+        });
+        let delivery = Arc::new(Delivery {
+            state: Mutex::new(DeliveryState {
+                due: BinaryHeap::new(),
+                next_sequence: 0,
+                phase: Phase::Running,
+            }),
+            changed: Condvar::new(),
+        });
+        let thread_delivery = Arc::clone(&delivery);
+        let delivery_thread = thread::Builder::new()
+            .name("folio-fault".to_owned())
+            .spawn(move || thread_delivery.run())
+            .expect("starting the fault backend's delivery thread");
+        let backend = FaultBackend {
+            name: format!("fault({})", inner.name()),
+            inner: Some(inner),
+            faults: Arc::clone(&faults),
+            delivery,
+            delivery_thread: Some(delivery_thread),
+        };
+        (backend, FaultControl { faults })
+    }
+
+    fn inner(&self) -> &dyn Backend {
+        self.inner
+            .as_deref()
+            .expect("the inner backend lives until drop")
+    }
+}
+
+impl std::fmt::Debug for FaultBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultBackend")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend for FaultBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn submit(&self, batch: Vec<ReadRequest>) {
+        let fates: Vec<Fate> = {
+            let mut plan = self.faults.lock_plan();
+            batch
+                .iter()
+                .map(|request| self.faults.decide(&mut plan, request))
+                .collect()
+        };
+        let mut survivors = Vec::with_capacity(batch.len());
+        for (mut request, fate) in batch.into_iter().zip(fates) {
+            match fate.outcome {
+                Outcome::FailEio => {
+                    let eio = Err(io::Error::from_raw_os_error(libc::EIO));
+                    self.delivery
+                        .schedule(Instant::now() + fate.delay, request.done, eio);
+                    continue;
+                }
+                Outcome::ReadShort => request.bufs = cut_to(request.bufs, SHORT_READ_BYTES),
+                Outcome::Read => {}
+            }
+            if !fate.delay.is_zero() {
+                let delivery = Arc::clone(&self.delivery);
+                let done = request.done;
+                let delay = fate.delay;
+                request.done = Box::new(move |result| {
+                    delivery.schedule(Instant::now() + delay, done, result);
+                });
+            }
+            survivors.push(request);
+        }
+        if !survivors.is_empty() {
+            self.inner().submit(survivors);
+        }
+    }
+}
+
+impl Drop for FaultBackend {
+    /// Finishes every accepted request (waiting out their delays), then stops the delivery
+    /// thread.
+    ///
+    /// Context: may run on the delivery thread or on a thread of the inner backend, when a
+    /// completion held the last handle to this backend. On the delivery thread, it runs the
+    /// remaining due completions itself and detaches the thread, which exits once the
+    /// completion that dropped us returns.
+    fn drop(&mut self) {
+        // Finishes the inner backend's requests; their delayed completions are scheduled.
+        drop(self.inner.take());
+        let delivery_thread = self
+            .delivery_thread
+            .take()
+            .expect("the delivery thread handle");
+        self.delivery.lock_state().phase = Phase::Draining;
+        self.delivery.changed.notify_all();
+        if delivery_thread.thread().id() == thread::current().id() {
+            while let Some(due) = self.delivery.next_due() {
+                due.run();
+            }
+        } else {
+            // The delivery thread catches completion panics, so this fails only on a bug
+            // in this file; there is nothing better to do with it in a destructor.
+            let _ = delivery_thread.join();
+        }
+    }
+}
+
+/// The first `len_bytes` of `bufs`, as buffers over the same memory. `len_bytes` must be
+/// aligned (so every cut falls on a buffer's aligned boundary).
+fn cut_to(bufs: Vec<FrameBuf>, len_bytes: usize) -> Vec<FrameBuf> {
+    let mut left_bytes = len_bytes;
+    let mut cut = Vec::with_capacity(bufs.len());
+    for buf in bufs {
+        if left_bytes == 0 {
+            break;
+        }
+        let take_bytes = buf.len_bytes().min(left_bytes);
+        cut.push(buf.head(take_bytes));
+        left_bytes -= take_bytes;
+    }
+    cut
+}
+
+impl std::fmt::Debug for FaultControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultControl")
+            .field("eio_injected", &self.eio_injected())
+            .field("short_injected", &self.short_injected())
+            .field("delayed", &self.delayed())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultControl {
+    /// Fails with EIO every later request that overlaps `range` (file byte offsets).
+    /// Ranges accumulate until [`clear`](Self::clear).
+    pub fn fail_range(&self, range: Range<u64>) {
+        self.faults.lock_plan().fail_ranges.push(range);
+    }
+
+    /// Cuts the next `count` requests longer than 4096 bytes to their first 4096 bytes, so
+    /// that they complete with a short count. Replaces any count left.
+    pub fn short_reads(&self, count: u32) {
+        self.faults.lock_plan().short_reads_left = count;
+    }
+
+    /// Delays the completion of every later request by `delay` (zero turns it off).
+    pub fn delay(&self, delay: Duration) {
+        self.faults.lock_plan().delay = delay;
+    }
+
+    /// Removes every planned fault; the counters keep their values.
+    pub fn clear(&self) {
+        *self.faults.lock_plan() = Plan::default();
+    }
+
+    /// Requests failed with EIO so far.
+    pub fn eio_injected(&self) -> u64 {
+        self.faults.eio_injected.load(Ordering::Relaxed)
+    }
+
+    /// Requests cut short so far.
+    pub fn short_injected(&self) -> u64 {
+        self.faults.short_injected.load(Ordering::Relaxed)
+    }
+
+    /// Requests whose completion was delayed so far.
+    pub fn delayed(&self) -> u64 {
+        self.faults.delayed.load(Ordering::Relaxed)
+    }
+}
+
+impl Faults {
+    fn lock_plan(&self) -> MutexGuard<'_, Plan> {
+        // The plan is plain data, valid after any panic.
+        self.plan.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Decides `request`'s fate from `plan` (using up a short read if it gets one) and
+    /// counts the faults.
+    fn decide(&self, plan: &mut Plan, request: &ReadRequest) -> Fate {
+        let start = request.offset_bytes;
+        let end = start.saturating_add(request.len_bytes() as u64);
+        let overlaps = |range: &Range<u64>| range.start < end && start < range.end;
+        let outcome = if plan.fail_ranges.iter().any(overlaps) {
+            self.eio_injected.fetch_add(1, Ordering::Relaxed);
+            Outcome::FailEio
+        } else if plan.short_reads_left > 0 && request.len_bytes() > SHORT_READ_BYTES {
+            plan.short_reads_left -= 1;
+            self.short_injected.fetch_add(1, Ordering::Relaxed);
+            Outcome::ReadShort
+        } else {
+            Outcome::Read
+        };
+        if !plan.delay.is_zero() {
+            self.delayed.fetch_add(1, Ordering::Relaxed);
+        }
+        Fate {
+            outcome,
+            delay: plan.delay,
+        }
+    }
+}
+
+/// The delivery thread's queue of completions that are not due yet.
+struct Delivery {
+    state: Mutex<DeliveryState>,
+    /// Signalled when a completion is scheduled or the phase changes.
+    changed: Condvar,
+}
+
+struct DeliveryState {
+    due: BinaryHeap<Due>,
+    /// Breaks ties between equal due times: first scheduled, first run.
+    next_sequence: u64,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Phase {
+    Running,
+    /// The backend is being dropped: run what is scheduled, then exit.
+    Draining,
+}
+
+/// A completion with its result, to run at `at`.
+struct Due {
+    at: Instant,
+    sequence: u64,
+    done: Completion,
+    result: io::Result<usize>,
+}
+
+impl Due {
+    fn run(self) {
+        let Due { done, result, .. } = self;
+        // A panicking completion must not stop the delivery of the others; the panic hook
+        // has already reported it.
+        let _ = panic::catch_unwind(AssertUnwindSafe(move || done(result)));
+    }
+}
+
+// `BinaryHeap` is a max-heap: order `Due`s so that the earliest (then first scheduled) is
+// the greatest.
+impl Ord for Due {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (other.at, other.sequence).cmp(&(self.at, self.sequence))
+    }
+}
+
+impl PartialOrd for Due {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Due {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+
+impl Eq for Due {}
+
+impl Delivery {
+    fn lock_state(&self) -> MutexGuard<'_, DeliveryState> {
+        // The only panic under this lock is `schedule`'s phase assertion, which fires before
+        // anything changes, so a poisoned state is still consistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `done(result)` on the delivery thread at `at` (at once if `at` has passed).
+    ///
+    /// Context: any thread; never blocks on a completion.
+    fn schedule(&self, at: Instant, done: Completion, result: io::Result<usize>) {
+        let mut state = self.lock_state();
+        // Everything that schedules (`submit`, the inner backend's completions) has
+        // finished before `drop` sets `Draining`.
+        assert_eq!(
+            state.phase,
+            Phase::Running,
+            "completion scheduled after drop"
+        );
+        let sequence = state.next_sequence;
+        state.next_sequence += 1;
+        state.due.push(Due {
+            at,
+            sequence,
+            done,
+            result,
+        });
+        drop(state);
+        self.changed.notify_all();
+    }
+
+    fn run(&self) {
+        while let Some(due) = self.next_due() {
+            due.run();
+        }
+    }
+
+    /// The earliest scheduled completion, once it is due; blocks until then. `None` when
+    /// the backend is draining and nothing is scheduled.
+    fn next_due(&self) -> Option<Due> {
+        let mut state = self.lock_state();
+        loop {
+            let now = Instant::now();
+            state = match state.due.peek() {
+                Some(first) if first.at <= now => return state.due.pop(),
+                Some(first) => {
+                    let wait = first.at - now;
+                    self.changed
+                        .wait_timeout(state, wait)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+                None if state.phase == Phase::Draining => return None,
+                None => self
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::super::pread::testing::*;
+    use super::super::pread::PreadBackend;
+    use super::super::uring::{UringBackend, QUEUE_DEPTH};
+    use super::*;
+
+    const REQUEST_BYTES: usize = 4 * PAGE_BYTES;
+
+    fn fault_over_pread() -> (FaultBackend, FaultControl) {
+        FaultBackend::new(Box::new(PreadBackend::new(2).unwrap()))
+    }
+
+    /// Submits one `REQUEST_BYTES` read per offset, in one batch, and returns each result
+    /// with its buffer.
+    fn read_pages(
+        backend: &dyn Backend,
+        test_file: &TestFile,
+        offsets: &[u64],
+    ) -> Vec<(io::Result<usize>, AlignedBuf)> {
+        let bufs: Vec<AlignedBuf> = offsets
+            .iter()
+            .map(|_| AlignedBuf::new(REQUEST_BYTES))
+            .collect();
+        let (sender, reports) = channel();
+        let batch = offsets
+            .iter()
+            .zip(&bufs)
+            .enumerate()
+            .map(|(index, (&offset, buf))| {
+                read_request(
+                    &test_file.file,
+                    offset,
+                    buf.frame_buf(),
+                    report_to(&sender, index),
+                )
+            })
+            .collect();
+        backend.submit(batch);
+        wait_reports(&reports, offsets.len())
+            .into_iter()
+            .zip(bufs)
+            .map(|((_, result), buf)| (result, buf))
+            .collect()
+    }
+
+    fn assert_eio(result: &io::Result<usize>) {
+        let error = result.as_ref().expect_err("expected an injected EIO");
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+    }
+
+    /// Without faults the wrapper is transparent: every scenario of a plain backend passes.
+    #[test]
+    fn without_faults_it_is_the_inner_backend() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        assert_eq!(backend.name(), "fault(pread)");
+        run_full_read(&backend, &test_file);
+        run_end_of_file_reads(&backend, &test_file);
+        run_kernel_error(&backend, &test_file);
+        run_concurrent_reads(&backend, &test_file);
+        let backend: Arc<dyn Backend> = Arc::new(backend);
+        run_resubmitting_chains(&backend, &test_file, 16, 32);
+        assert_eq!(
+            (
+                control.eio_injected(),
+                control.short_injected(),
+                control.delayed()
+            ),
+            (0, 0, 0)
+        );
+    }
+
+    /// Exactly the requests overlapping a failed range complete with EIO, from another
+    /// thread than the submitter's, and leave their buffers untouched.
+    #[test]
+    fn fail_range_fails_overlapping_requests() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        let bad_byte = 5 * PAGE_BYTES as u64 + 17;
+        control.fail_range(bad_byte..bad_byte + 1);
+        // [0,4p) clean, [2p,6p) and [4p,8p) overlap, [8p,12p) clean, [6p,10p) clean: the
+        // range end is exclusive and 6p > bad_byte.
+        let offsets = [0, 2, 4, 8, 6].map(|page| page * PAGE_BYTES as u64);
+        let submitter = std::thread::current().id();
+        let (sender, reports) = mpsc::channel();
+        let buf = AlignedBuf::new(REQUEST_BYTES);
+        backend.submit(vec![read_request(
+            &test_file.file,
+            4 * PAGE_BYTES as u64,
+            buf.frame_buf(),
+            Box::new(move |result| {
+                let _ = sender.send((std::thread::current().id(), result));
+            }),
+        )]);
+        let (completer, result) = reports.recv_timeout(COMPLETION_WAIT).unwrap();
+        assert_eio(&result);
+        assert_ne!(
+            completer, submitter,
+            "an injected error must not complete inside submit"
+        );
+        assert!(buf.bytes().iter().all(|&byte| byte == 0));
+
+        let results = read_pages(&backend, &test_file, &offsets);
+        for (index, (result, buf)) in results.iter().enumerate() {
+            if index == 1 || index == 2 {
+                assert_eio(result);
+            } else {
+                assert_eq!(*result.as_ref().unwrap(), REQUEST_BYTES);
+                assert_file_bytes(buf.bytes(), offsets[index]);
+            }
+        }
+        assert_eq!(control.eio_injected(), 3);
+
+        // Ranges accumulate.
+        control.fail_range(0..1);
+        let results = read_pages(&backend, &test_file, &offsets);
+        assert_eio(&results[0].0);
+        assert_eq!(control.eio_injected(), 6);
+    }
+
+    /// The next `count` long requests come back cut to 4096 bytes; short requests do not use
+    /// up the count; afterwards reads are whole again.
+    #[test]
+    fn short_reads_cut_the_next_long_requests() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        control.short_reads(2);
+        let short_buf = AlignedBuf::new(PAGE_BYTES);
+        let (sender, reports) = channel();
+        backend.submit(vec![read_request(
+            &test_file.file,
+            0,
+            short_buf.frame_buf(),
+            report_to(&sender, 0),
+        )]);
+        assert_eq!(
+            wait_reports(&reports, 1)[0].1.as_ref().unwrap(),
+            &PAGE_BYTES
+        );
+        assert_eq!(control.short_injected(), 0);
+
+        let offsets = [0, 16, 32].map(|page| page * PAGE_BYTES as u64);
+        let results = read_pages(&backend, &test_file, &offsets);
+        for (index, (result, buf)) in results.iter().enumerate() {
+            let len = *result.as_ref().unwrap();
+            let expected = if index < 2 {
+                SHORT_READ_BYTES
+            } else {
+                REQUEST_BYTES
+            };
+            assert_eq!(len, expected, "request {index}");
+            assert_file_bytes(&buf.bytes()[..len], offsets[index]);
+            assert!(buf.bytes()[len..].iter().all(|&byte| byte == 0));
+        }
+        assert_eq!(control.short_injected(), 2);
+    }
+
+    /// A cut vectored request keeps the buffers (or the part of one) that hold its first
+    /// 4096 bytes; the later buffers are left untouched.
+    #[test]
+    fn short_reads_cut_vectored_requests() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        control.short_reads(2);
+        let one_then_three = [AlignedBuf::new(PAGE_BYTES), AlignedBuf::new(3 * PAGE_BYTES)];
+        let two_then_two = [
+            AlignedBuf::new(2 * PAGE_BYTES),
+            AlignedBuf::new(2 * PAGE_BYTES),
+        ];
+        let (sender, reports) = channel();
+        backend.submit(
+            [&one_then_three, &two_then_two]
+                .iter()
+                .enumerate()
+                .map(|(index, bufs)| {
+                    vectored_request(
+                        &test_file.file,
+                        0,
+                        bufs.iter().map(AlignedBuf::frame_buf).collect(),
+                        report_to(&sender, index),
+                    )
+                })
+                .collect(),
+        );
+        for (index, result) in wait_reports(&reports, 2) {
+            assert_eq!(result.unwrap(), SHORT_READ_BYTES, "request {index}");
+        }
+        for bufs in [&one_then_three, &two_then_two] {
+            let bytes: Vec<u8> = bufs.iter().flat_map(|buf| buf.bytes().to_vec()).collect();
+            assert_file_bytes(&bytes[..SHORT_READ_BYTES], 0);
+            assert!(bytes[SHORT_READ_BYTES..].iter().all(|&byte| byte == 0));
+        }
+        assert_eq!(control.short_injected(), 2);
+    }
+
+    /// The cache's retry path: completions that resubmit the rest of a short read still read
+    /// every byte while every long request is cut short.
+    #[test]
+    fn resubmitting_after_short_reads_reads_everything() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        control.short_reads(u32::MAX);
+        let backend: Arc<dyn Backend> = Arc::new(backend);
+        const CHUNKS: usize = 8;
+        let bufs: Vec<AlignedBuf> = (0..CHUNKS)
+            .map(|_| AlignedBuf::new(REQUEST_BYTES))
+            .collect();
+        let (sender, reports) = channel();
+        for (chunk, buf) in bufs.iter().enumerate() {
+            let offset = (chunk * REQUEST_BYTES) as u64;
+            read_until_full(
+                &backend,
+                &test_file.file,
+                offset,
+                buf.frame_buf(),
+                0,
+                &sender,
+                chunk,
+            );
+        }
+        for (chunk, result) in wait_reports(&reports, CHUNKS) {
+            assert_eq!(result.unwrap(), REQUEST_BYTES);
+            assert_file_bytes(bufs[chunk].bytes(), (chunk * REQUEST_BYTES) as u64);
+        }
+        // Each chunk of 4 pages is cut with 4, 3 and 2 pages left, and whole with 1 left.
+        assert_eq!(control.short_injected(), 3 * CHUNKS as u64);
+    }
+
+    /// Reads `whole` from `offset`, resubmitting the rest after each short count from inside
+    /// the completion (as the cache does), and reports the total under `tag`.
+    fn read_until_full(
+        backend: &Arc<dyn Backend>,
+        file: &Arc<std::fs::File>,
+        offset: u64,
+        whole: FrameBuf,
+        read_bytes: usize,
+        reports: &mpsc::Sender<Report>,
+        tag: usize,
+    ) {
+        let again = (Arc::clone(backend), Arc::clone(file), reports.clone());
+        let done: Completion = Box::new(move |result: io::Result<usize>| {
+            let (backend, file, reports) = again;
+            match result {
+                Ok(len) if len > 0 && read_bytes + len < whole.len_bytes() => {
+                    let read_bytes = read_bytes + len;
+                    read_until_full(&backend, &file, offset, whole, read_bytes, &reports, tag);
+                }
+                other => {
+                    let _ = reports.send((tag, other.map(|len| read_bytes + len)));
+                }
+            }
+        });
+        let rest = whole.tail(read_bytes);
+        backend.submit(vec![read_request(
+            file,
+            offset + read_bytes as u64,
+            rest,
+            done,
+        )]);
+    }
+
+    /// Every completion arrives at least `delay` late, `submit` does not wait for it, and
+    /// delays of one batch overlap instead of adding up.
+    #[test]
+    fn delay_postpones_every_completion() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        let delay = Duration::from_millis(200);
+        control.delay(delay);
+        control.fail_range(0..1);
+        const REQUESTS: usize = 8;
+        let bufs: Vec<AlignedBuf> = (0..REQUESTS).map(|_| AlignedBuf::new(PAGE_BYTES)).collect();
+        let (sender, reports) = mpsc::channel();
+        let started = Instant::now();
+        let batch = bufs
+            .iter()
+            .enumerate()
+            .map(|(index, buf)| {
+                let sender = sender.clone();
+                let done: Completion = Box::new(move |result| {
+                    let _ = sender.send((index, result, started.elapsed()));
+                });
+                read_request(
+                    &test_file.file,
+                    (index * PAGE_BYTES) as u64,
+                    buf.frame_buf(),
+                    done,
+                )
+            })
+            .collect();
+        backend.submit(batch);
+        assert!(started.elapsed() < delay, "submit waited for the delay");
+        for _ in 0..REQUESTS {
+            let (index, result, elapsed) = reports.recv_timeout(COMPLETION_WAIT).unwrap();
+            assert!(
+                elapsed >= delay,
+                "request {index} completed after {elapsed:?}"
+            );
+            if index == 0 {
+                assert_eio(&result);
+            } else {
+                assert_eq!(result.unwrap(), PAGE_BYTES);
+                assert_file_bytes(bufs[index].bytes(), (index * PAGE_BYTES) as u64);
+            }
+        }
+        assert!(
+            started.elapsed() < delay * REQUESTS as u32 / 2,
+            "delays ran one after another: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(control.delayed(), REQUESTS as u64);
+        assert_eq!(control.eio_injected(), 1);
+    }
+
+    /// `clear` removes every fault at once and keeps the counters.
+    #[test]
+    fn clear_removes_every_fault() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        control.fail_range(0..u64::MAX);
+        control.short_reads(10);
+        control.delay(Duration::from_millis(50));
+        let results = read_pages(&backend, &test_file, &[0]);
+        assert_eio(&results[0].0);
+
+        control.clear();
+        let started = Instant::now();
+        let offsets = [0, 8, 16].map(|page| page * PAGE_BYTES as u64);
+        let results = read_pages(&backend, &test_file, &offsets);
+        assert!(
+            started.elapsed() < Duration::from_millis(50),
+            "the delay is still on"
+        );
+        for (index, (result, buf)) in results.iter().enumerate() {
+            assert_eq!(*result.as_ref().unwrap(), REQUEST_BYTES);
+            assert_file_bytes(buf.bytes(), offsets[index]);
+        }
+        assert_eq!(
+            (
+                control.eio_injected(),
+                control.short_injected(),
+                control.delayed()
+            ),
+            (1, 0, 1)
+        );
+    }
+
+    /// `drop` waits out the delays: every accepted completion has run when it returns.
+    #[test]
+    fn drop_completes_delayed_requests() {
+        let test_file = test_file();
+        let (backend, control) = fault_over_pread();
+        control.delay(Duration::from_millis(20));
+        control.fail_range(0..PAGE_BYTES as u64);
+        run_drop_completes_everything_but_page_zero(Box::new(backend), &test_file);
+
+        let (backend, _control) = fault_over_pread();
+        run_drop_completes_everything(Box::new(backend), &test_file);
+    }
+
+    /// `run_drop_completes_everything`, with page 0 failing.
+    fn run_drop_completes_everything_but_page_zero(
+        backend: Box<dyn Backend>,
+        test_file: &TestFile,
+    ) {
+        const REQUESTS: usize = 64;
+        let bufs: Vec<AlignedBuf> = (0..REQUESTS).map(|_| AlignedBuf::new(PAGE_BYTES)).collect();
+        let (sender, reports) = channel();
+        let batch = bufs
+            .iter()
+            .enumerate()
+            .map(|(index, buf)| {
+                read_request(
+                    &test_file.file,
+                    (index * PAGE_BYTES) as u64,
+                    buf.frame_buf(),
+                    report_to(&sender, index),
+                )
+            })
+            .collect();
+        backend.submit(batch);
+        drop(backend);
+        let mut received: Vec<Report> = reports.try_iter().collect();
+        received.sort_by_key(|(index, _)| *index);
+        assert_eq!(
+            received.len(),
+            REQUESTS,
+            "drop returned before every completion ran"
+        );
+        assert_eio(&received[0].1);
+        for (index, result) in received.into_iter().skip(1) {
+            assert_eq!(result.unwrap(), PAGE_BYTES);
+            assert_file_bytes(bufs[index].bytes(), (index * PAGE_BYTES) as u64);
+        }
+    }
+
+    /// The last handle dropped inside a completion: on the delivery thread (with a delay),
+    /// or on the inner backend's worker (without).
+    #[test]
+    fn dropped_from_inside_a_completion() {
+        let test_file = test_file();
+        for delay_ms in [0, 5] {
+            let (backend, control) = fault_over_pread();
+            control.delay(Duration::from_millis(delay_ms));
+            run_dropped_from_inside_a_completion(Arc::new(backend), &test_file);
+        }
+    }
+
+    /// The faults over io_uring, where the kernel allows it.
+    #[test]
+    fn faults_over_io_uring() {
+        let Ok(inner) = UringBackend::new(QUEUE_DEPTH) else {
+            eprintln!("io_uring unavailable here; skipping");
+            return;
+        };
+        let test_file = test_file();
+        let (backend, control) = FaultBackend::new(Box::new(inner));
+        assert_eq!(backend.name(), "fault(io_uring)");
+        control.fail_range(0..1);
+        control.short_reads(1);
+        control.delay(Duration::from_millis(10));
+        let offsets = [0, 4, 8].map(|page| page * PAGE_BYTES as u64);
+        let results = read_pages(&backend, &test_file, &offsets);
+        assert_eio(&results[0].0);
+        assert_eq!(*results[1].0.as_ref().unwrap(), SHORT_READ_BYTES);
+        assert_file_bytes(&results[1].1.bytes()[..SHORT_READ_BYTES], offsets[1]);
+        assert_eq!(*results[2].0.as_ref().unwrap(), REQUEST_BYTES);
+        assert_file_bytes(results[2].1.bytes(), offsets[2]);
+        control.clear();
+        run_concurrent_reads(&backend, &test_file);
+    }
+}
