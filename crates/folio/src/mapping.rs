@@ -1,0 +1,212 @@
+//! A mapping: the cached pages of one file (device and inode), shared by every handle.
+//!
+//! Two `Cache::open`s of the same file share one mapping, as two `struct file`s share an
+//! `address_space` in the kernel: one index, one set of folios; each handle keeps its own
+//! readahead state. A mapping lives as long as the cache (its pages stay cached when the
+//! last handle closes); a reopen checks the file's size and modification time and drops
+//! the pages of a file that changed.
+//!
+//! Protection: `index` has its own writer lock; `size_bytes` is an atomic that only grows
+//! by `refresh` and shrinks by `shrink_to` (truncation detected), both of which then
+//! invalidate what lies past the new end; `stamp` is under its mutex.
+//!
+//! The lookup protocol (`find_get`), the reader's side of `refcount`'s protocol:
+//!   1. Under an epoch guard, load the slot of the page.
+//!   2. `try_get` on the folio found; DEAD: a freezer holds the index lock and is removing
+//!      it, so take and drop the lock (sleeping, not spinning, until it is done) and retry.
+//!   3. Re-load the slot: if it no longer holds this frame, the frame was freed and reused
+//!      (the ABA case); `put` and retry.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crossbeam_epoch::Guard;
+
+use crate::cache::Core;
+use crate::folio::MappingId;
+use crate::index::{Entry, Index, Leave};
+use crate::refcount::{GetOutcome, PutOutcome, LOCKED};
+use crate::stats;
+use crate::types::{FrameId, Order, PageIndex};
+
+/// What identifies a file's version: size and modification time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileStamp {
+    pub size_bytes: u64,
+    pub mtime_ns: i128,
+}
+
+pub struct Mapping {
+    pub id: MappingId,
+    pub index: Index,
+    size_bytes: AtomicU64,
+    stamp: Mutex<FileStamp>,
+}
+
+/// A folio the caller holds a reference on; the reference is dropped with it.
+pub struct Pinned<'c> {
+    core: &'c Core,
+    pub frame: FrameId,
+    pub order: Order,
+    pub head: PageIndex,
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        self.core.put_folio(self.frame, self.order);
+    }
+}
+
+impl<'c> Pinned<'c> {
+    /// Keeps the reference past this value's life; the caller must `put_folio` it.
+    pub fn into_raw(self) -> (FrameId, Order, PageIndex) {
+        let raw = (self.frame, self.order, self.head);
+        std::mem::forget(self);
+        raw
+    }
+}
+
+impl Mapping {
+    pub fn new(id: MappingId, stamp: FileStamp) -> Mapping {
+        Mapping {
+            id,
+            index: Index::default(),
+            size_bytes: AtomicU64::new(stamp.size_bytes),
+            stamp: Mutex::new(stamp),
+        }
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes.load(Ordering::Acquire)
+    }
+
+    /// Lookup protocol steps 1-3 (module docs): a pinned folio covering `page`, or the
+    /// entry found there if it is not a folio.
+    ///
+    /// Context: any thread, no lock held (step 2 may take the index lock). Does not wait
+    /// for I/O: the folio may be LOCKED.
+    pub fn find_get<'c>(
+        &self,
+        core: &'c Core,
+        page: PageIndex,
+        guard: &Guard,
+    ) -> Result<Pinned<'c>, Entry> {
+        loop {
+            let entry = self.index.lookup(page, guard);
+            let Entry::Folio { frame, order, head } = entry else {
+                return Err(entry);
+            };
+            let meta = core.arena.meta(frame);
+            match meta.state.try_get() {
+                GetOutcome::Got => {}
+                GetOutcome::Dead => {
+                    drop(self.index.lock());
+                    continue;
+                }
+                GetOutcome::DeadFree => {
+                    core.free_frame(frame);
+                    continue;
+                }
+            }
+            let pinned = Pinned {
+                core,
+                frame,
+                order,
+                head,
+            };
+            match self.index.lookup(page, guard) {
+                Entry::Folio { frame: again, .. } if again == frame => return Ok(pinned),
+                _ => drop(pinned),
+            }
+        }
+    }
+
+    /// Whether `(size, mtime)` still describes the file; if not, drops every cached page
+    /// (the file was replaced or rewritten) and adopts the new stamp.
+    ///
+    /// Context: `Cache::open`; takes the stamp mutex and the index lock.
+    pub fn revalidate(&self, core: &Core, now: FileStamp) {
+        let mut stamp = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
+        if *stamp == now {
+            return;
+        }
+        *stamp = now;
+        self.size_bytes.store(now.size_bytes, Ordering::Release);
+        drop(stamp);
+        self.invalidate(core, PageIndex(0), PageIndex(u64::MAX >> 12));
+    }
+
+    /// Adopts a size learned from `fstat`: pages past a smaller size are dropped; a larger
+    /// size makes the new bytes readable. Bytes rewritten in place are not detected here
+    /// (a reopen compares the modification time).
+    pub fn resize(&self, core: &Core, size_bytes: u64) {
+        if size_bytes < self.size_bytes() {
+            self.shrink_to(core, size_bytes);
+        } else {
+            let old = self.size_bytes.fetch_max(size_bytes, Ordering::AcqRel);
+            if size_bytes > old {
+                // The folio that held the old end has zeros where the new bytes are.
+                let end = PageIndex::containing(old);
+                self.invalidate(core, end, end.add(1));
+            }
+        }
+        self.stamp
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .size_bytes = size_bytes;
+    }
+
+    /// The file turned out shorter than the mapping believed (a read came back short):
+    /// adopt the new size and drop the pages past it, so no byte past the new end is
+    /// ever returned.
+    pub fn shrink_to(&self, core: &Core, size_bytes: u64) {
+        let old = self.size_bytes.fetch_min(size_bytes, Ordering::AcqRel);
+        if size_bytes < old {
+            // From the page holding the new end: a folio straddling it holds bytes of the
+            // old content past the end, which a later growth of the file must not expose.
+            self.invalidate(
+                core,
+                PageIndex::containing(size_bytes),
+                PageIndex::ceil(old),
+            );
+        }
+    }
+
+    /// Drops the folios that cover any page of `[start, end)` from the index. A pinned folio
+    /// stays valid for its holders and is freed by the last `put`; a folio with I/O in
+    /// flight is left (its reader re-checks the size). Returns the pages dropped.
+    ///
+    /// Context: no lock held; takes the index lock once per folio. May not sleep.
+    pub fn invalidate(&self, core: &Core, start: PageIndex, end: PageIndex) -> u64 {
+        let mut found = Vec::new();
+        let guard = crossbeam_epoch::pin();
+        // A large folio that starts before `start` but covers it goes too.
+        if let Entry::Folio { frame, order, head } = self.index.lookup(start, &guard) {
+            if head < start {
+                found.push((head, frame, order));
+            }
+        }
+        self.index.visit(start, end, &guard, &mut |head, entry| {
+            if let Entry::Folio { frame, order, .. } = entry {
+                found.push((head, frame, order));
+            }
+        });
+        drop(guard);
+        let mut dropped = 0;
+        for (head, frame, order) in found {
+            let meta = core.arena.meta(frame);
+            let mut w = self.index.lock();
+            if meta.state.load() & LOCKED != 0 || !w.remove_folio(head, frame, Leave::Empty) {
+                continue;
+            }
+            drop(w);
+            dropped += order.pages();
+            // The index's reference goes; the last holder frees the frame.
+            if meta.state.put() == PutOutcome::Free {
+                core.arena.free(frame, order);
+            }
+        }
+        stats::add(&core.counters.invalidated_pages, dropped);
+        dropped
+    }
+}

@@ -1,0 +1,157 @@
+//! Counters of what the cache did, and the snapshot `Cache::stats` returns.
+//!
+//! Miss-path counters are shared atomics: they move next to an I/O. The hit path must not
+//! do an atomic read-modify-write (DESIGN.md §2), so hits are counted per thread: each
+//! thread owns a `ThreadCounters` block per cache, registered once, that only it writes
+//! (load then store, no RMW, no shared cache line); `Cache::stats` sums the blocks.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A snapshot of a cache's counters. All counts since the cache was built.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Reads served from a cached folio without I/O (optimistic or pinned).
+    pub hits: u64,
+    /// Pages a read found missing and had to read.
+    pub misses: u64,
+    /// Reads that found their folio with I/O in flight and waited for it.
+    pub waits_on_io: u64,
+    /// Optimistic copies discarded because the folio changed underneath.
+    pub optimistic_retries: u64,
+    /// Pages inserted into the index (each read from the file once).
+    pub pages_inserted: u64,
+    /// Folios a racing insertion had already placed (allocated, then given back).
+    pub insert_conflicts: u64,
+    /// Read requests submitted to the backend, and the bytes they asked for.
+    pub io_requests: u64,
+    pub io_bytes: u64,
+    /// Reads that failed, and short reads completed by a retry.
+    pub io_errors: u64,
+    pub short_read_retries: u64,
+    /// Folios and pages evicted by reclaim.
+    pub evicted_folios: u64,
+    pub evicted_pages: u64,
+    /// Insertions that replaced a shadow entry (the page had been cached before).
+    pub refaults: u64,
+    /// Pages dropped by invalidation (truncation, a changed file).
+    pub invalidated_pages: u64,
+    /// Allocations that found every folio pinned or locked and gave up.
+    pub alloc_failures: u64,
+    /// The cache's capacity, what it holds now, and its metadata.
+    pub capacity_bytes: u64,
+    pub cached_bytes: u64,
+    pub metadata_bytes: u64,
+    /// Which backend reads the files.
+    pub backend: String,
+}
+
+/// The shared, miss-path counters.
+#[derive(Default, Debug)]
+pub(crate) struct Counters {
+    pub misses: AtomicU64,
+    pub waits_on_io: AtomicU64,
+    pub optimistic_retries: AtomicU64,
+    pub pages_inserted: AtomicU64,
+    pub insert_conflicts: AtomicU64,
+    pub io_requests: AtomicU64,
+    pub io_bytes: AtomicU64,
+    pub io_errors: AtomicU64,
+    pub short_read_retries: AtomicU64,
+    pub evicted_folios: AtomicU64,
+    pub evicted_pages: AtomicU64,
+    pub refaults: AtomicU64,
+    pub invalidated_pages: AtomicU64,
+    pub alloc_failures: AtomicU64,
+    pub pinned_hits: AtomicU64,
+    threads: Mutex<Vec<Arc<ThreadCounters>>>,
+}
+
+/// Counters one thread writes and anyone reads.
+#[derive(Default, Debug)]
+struct ThreadCounters {
+    hits: AtomicU64,
+}
+
+thread_local! {
+    /// This thread's counter blocks, keyed by the address of the cache's `Counters`.
+    static LOCAL: RefCell<Vec<(usize, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
+}
+
+pub(crate) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub(crate) fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
+}
+
+impl Counters {
+    /// Counts one hit on this thread's own block: a load and a store, no RMW.
+    #[inline]
+    pub fn hit(&self) {
+        let key = self as *const Counters as usize;
+        LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            if let Some((_, block)) = local
+                .iter()
+                .find(|(k, b)| *k == key && Arc::strong_count(b) > 1)
+            {
+                let hits = &block.hits;
+                hits.store(hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+                return;
+            }
+            let block = Arc::new(ThreadCounters {
+                hits: AtomicU64::new(1),
+            });
+            self.threads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(block.clone());
+            // Blocks of dropped caches (their addresses may be reused) are pruned here:
+            // a block whose only owner is this thread's list belongs to no cache.
+            local.retain(|(_, b)| Arc::strong_count(b) > 1);
+            local.push((key, block));
+        });
+    }
+
+    /// Forgets this cache's blocks; called when the cache is dropped, so that a new
+    /// cache at the same address starts from zero.
+    pub fn detach_threads(&self) {
+        self.threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    pub fn snapshot(&self) -> Stats {
+        let hits: u64 = self
+            .threads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|b| b.hits.load(Ordering::Relaxed))
+            .sum();
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        Stats {
+            hits: hits + get(&self.pinned_hits),
+            misses: get(&self.misses),
+            waits_on_io: get(&self.waits_on_io),
+            optimistic_retries: get(&self.optimistic_retries),
+            pages_inserted: get(&self.pages_inserted),
+            insert_conflicts: get(&self.insert_conflicts),
+            io_requests: get(&self.io_requests),
+            io_bytes: get(&self.io_bytes),
+            io_errors: get(&self.io_errors),
+            short_read_retries: get(&self.short_read_retries),
+            evicted_folios: get(&self.evicted_folios),
+            evicted_pages: get(&self.evicted_pages),
+            refaults: get(&self.refaults),
+            invalidated_pages: get(&self.invalidated_pages),
+            alloc_failures: get(&self.alloc_failures),
+            ..Stats::default()
+        }
+    }
+}
