@@ -1,50 +1,76 @@
-//! A file handle: reads through the cache, and the path of a read.
+//! A file handle: the API of a read, and its hit path.
 //!
 //! `read_at` first tries the optimistic hit path (`version`): look the page up without a
 //! lock, copy its bytes with atomic per-word loads, validate the version. No atomic
-//! read-modify-write happens on that path: the hit is counted in a per-thread counter and
-//! the CLOCK bit is stored only if it is not already set.
+//! read-modify-write happens on that path: the hit is counted in a per-thread counter, and
+//! the CLOCK bit, the readahead marker and the prefetched bit are read with one load and
+//! changed only when set (once per folio).
 //!
 //! Otherwise it takes the pinned path: `Mapping::find_get` (refcount protocol), waits for
-//! in-flight I/O on the parked wait table, and copies from the pinned folio. A page that
-//! is not in the index is read: the missing run up to the next cached page (or the end of
-//! the request) is allocated as the largest aligned folios that fit, inserted in one walk
-//! under one hold of the index lock, and submitted as one read per contiguous run.
+//! in-flight I/O on the parked wait table, and copies from the pinned folio. A miss asks
+//! the readahead policy (`readahead`) whether to open a window, then reads through the
+//! miss path (`filemap`).
 //!
-//! The completion (`complete_read`, on a backend thread) publishes each folio's bytes
-//! (version, UPTODATE, unlock, wake), or on failure removes the folios from the index,
-//! records the errno for their waiters and wakes them: an error is never cached, and the
-//! next read of the page retries. A read that comes back short before the known end of the
-//! file is completed with a synchronous `pread`; if the file really shrank, the mapping
-//! adopts the new size and drops the pages past it.
+//! Each handle has its own readahead state (`RaCell`), shared by every thread that reads
+//! through the handle and updated only by CAS.
 
 use std::fs::File as StdFile;
 use std::io;
 use std::ops::Deref;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
 
-use crate::cache::{AllocMode, CacheInner, Core};
-use crate::index::{Entry, Leave, NewFolio};
-use crate::io::{FrameBuf, ReadRequest, READ_BYTES_MAX};
-use crate::mapping::{Mapping, Pinned};
-use crate::refcount::{PutOutcome, ERROR, LOCKED, REFERENCED, UPTODATE};
+use crate::cache::{CacheInner, Core};
+use crate::filemap::Window;
+use crate::folio::FolioMeta;
+use crate::index::Entry;
+use crate::mapping::{Invalidate, Mapping, Pinned};
+use crate::readahead::{self, Decision, MissRequest, RaCell};
+use crate::refcount::{ERROR, LOCKED, PREFETCHED, READAHEAD, REFERENCED, UPTODATE};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
 
-/// Short reads completed by a synchronous retry before the read is declared failed.
-const SHORT_READ_RETRIES_MAX: u32 = 3;
+/// Forced readahead (`File::readahead`, `Advice::WillNeed`) goes in chunks of this many
+/// pages (2 MiB).
+const FORCED_CHUNK_PAGES: u64 = 512;
+
+/// A handle's readahead window (`File::readahead_window`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadaheadWindow {
+    pub start_bytes: u64,
+    pub size_bytes: u64,
+    pub async_bytes: u64,
+    /// The handle's maximum window now.
+    pub max_bytes: u64,
+}
+
+/// What a handle's reader expects of its access pattern (`posix_fadvise`'s advice).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// The default: on-demand readahead with the cache's maximum window.
+    Normal,
+    /// Long sequential scans: twice the maximum window.
+    Sequential,
+    /// Random access: no readahead at all, reads read what they ask.
+    Random,
+    /// The range will be read soon: read it ahead now (chunks of at most 2 MiB).
+    WillNeed,
+    /// The range will not be read again: drop its cached folios that nobody holds.
+    DontNeed,
+}
 
 /// An open file, read through its cache. Safe to share between threads (`&File` is all a
 /// read needs); RocksDB-style engines share one handle among all their reader threads.
 pub struct File {
-    cache: Arc<CacheInner>,
-    mapping: Arc<Mapping>,
-    fd: Arc<StdFile>,
+    pub(crate) cache: Arc<CacheInner>,
+    pub(crate) mapping: Arc<Mapping>,
+    pub(crate) fd: Arc<StdFile>,
     direct: bool,
+    ra: RaCell,
+    /// The maximum window of `Advice::Normal`, in pages.
+    ra_pages_normal: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for File {
@@ -63,12 +89,15 @@ impl File {
         mapping: Arc<Mapping>,
         fd: Arc<StdFile>,
         direct: bool,
+        ra_pages: u32,
     ) -> File {
         File {
             cache,
             mapping,
             fd,
             direct,
+            ra: RaCell::new(ra_pages),
+            ra_pages_normal: std::sync::atomic::AtomicU32::new(ra_pages),
         }
     }
 
@@ -99,7 +128,7 @@ impl File {
         self.direct
     }
 
-    fn core(&self) -> &Core {
+    pub(crate) fn core(&self) -> &Core {
         &self.cache.core
     }
 
@@ -121,31 +150,216 @@ impl File {
         let core = self.core();
         let last_page = PageIndex::ceil(request_end);
         let mut done = 0usize;
-        loop {
+        let result = loop {
             let end = request_end.min(self.mapping.size_bytes());
             let pos = offset + done as u64;
             if pos >= end {
-                return Ok(done);
+                break Ok(done);
             }
             let page = PageIndex::containing(pos);
-            if let Some(n) = self.read_optimistic(page, pos, end, &mut buf[done..]) {
+            if let Some((n, frame, head)) = self.read_optimistic(page, pos, end, &mut buf[done..]) {
                 core.counters.hit();
+                self.note_access(core.arena.meta(frame), page, head);
                 done += n;
                 continue;
             }
-            let Some(folio) = self.get_uptodate(page, last_page)? else {
-                continue; // the file shrank: `end` drops on the next turn
+            let folio = match self.get_uptodate(page, last_page) {
+                Ok(Some(folio)) => folio,
+                Ok(None) => continue, // the file shrank: `end` drops on the next turn
+                Err(e) => break Err(e),
             };
             let end = request_end.min(self.mapping.size_bytes());
             if pos >= end {
-                return Ok(done);
+                break Ok(done);
             }
+            self.note_access(core.arena.meta(folio.frame), page, folio.head);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
             let bytes = core.arena.pinned_bytes(folio.frame, folio.order);
             buf[done..done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             done += n;
+        };
+        if done > 0 {
+            self.ra
+                .set_prev_index(PageIndex::containing(offset + done as u64 - 1));
         }
+        result
+    }
+
+    /// A read touched a folio: clears its prefetched bit, and if it carries the readahead
+    /// marker, starts the next window. One load when neither is set (the common hit).
+    #[inline]
+    fn note_access(&self, meta: &FolioMeta, page: PageIndex, head: PageIndex) {
+        let state = meta.state.load();
+        if state & (PREFETCHED | READAHEAD) == 0 {
+            return;
+        }
+        meta.state.test_and_clear(PREFETCHED);
+        if state & READAHEAD != 0 && meta.state.test_and_clear(READAHEAD) {
+            self.async_readahead(page, head);
+        }
+    }
+
+    /// The marker was hit: ramp the window (or restart it after the next hole) and read it
+    /// ahead, without waiting for anything.
+    fn async_readahead(&self, page: PageIndex, head: PageIndex) {
+        let core = self.core();
+        let mut next_miss = None;
+        let installed = self.ra.update(|state, max_pages| {
+            // The marker may sit inside a large folio: the window's own marker page, if it
+            // is in this folio, is the page the policy expects.
+            let marker = state.marker();
+            let at = if marker >= head.0 && marker <= page.0 {
+                PageIndex(marker)
+            } else {
+                page
+            };
+            if next_miss.is_none() {
+                next_miss = Some(self.next_miss(at, u64::from(max_pages)));
+            }
+            self.within_file(readahead::decide_on_marker(
+                state,
+                at,
+                next_miss.flatten(),
+                max_pages,
+            ))
+        });
+        if let Some(window) = installed {
+            stats::bump(&core.counters.readahead_async);
+            self.read_window(window_of(window));
+        }
+    }
+
+    /// A window that starts at or past the end of the file reads nothing: not installed.
+    fn within_file(&self, decision: Decision) -> Decision {
+        match decision {
+            Decision::Window(w)
+                if PageIndex(w.start) >= PageIndex::ceil(self.mapping.size_bytes()) =>
+            {
+                Decision::None
+            }
+            other => other,
+        }
+    }
+
+    /// The first page at or after `page`, at most `distance` pages on, that the index
+    /// does not hold.
+    fn next_miss(&self, page: PageIndex, distance: u64) -> Option<PageIndex> {
+        let guard = epoch::pin();
+        let mut at = page;
+        while at.0 < page.0 + distance.max(1) {
+            match self.mapping.index.lookup(at, &guard) {
+                Entry::Folio { head, order, .. } => at = head.add(order.pages()),
+                _ => return Some(at),
+            }
+        }
+        None
+    }
+
+    /// A miss: open a readahead window if the policy says so (and read it, including the
+    /// page), else read the missing run up to `read_end`.
+    ///
+    /// Context: no lock held, no folio pinned by the caller. May sleep in allocation.
+    fn on_miss(&self, page: PageIndex, read_end: PageIndex) -> io::Result<()> {
+        let req = MissRequest {
+            index: page,
+            pages: read_end.0.saturating_sub(page.0).max(1),
+            prev_index: self.ra.prev_index(),
+        };
+        let installed = self.ra.update(|state, max_pages| {
+            self.within_file(readahead::decide_on_miss(state, req, max_pages))
+        });
+        if let Some(window) = installed {
+            stats::bump(&self.core().counters.readahead_sync);
+            if self.read_window(window_of(window)) > 0 {
+                return Ok(());
+            }
+        }
+        self.read_missing(page, read_end)
+    }
+
+    /// Reads `[offset, offset + len)` ahead, asynchronously: returns at once, and never
+    /// reads a page that is cached or in flight. Goes in chunks of at most 2 MiB; stops
+    /// early (it is a hint) when memory is short. Past the end of the file, nothing.
+    ///
+    /// Errors: `InvalidInput` if `offset + len` overflows.
+    ///
+    /// Context: any thread; does not wait for I/O or memory.
+    pub fn readahead(&self, offset: u64, len: u64) -> io::Result<()> {
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| overflow(offset, len))?;
+        let end = PageIndex::ceil(end.min(self.mapping.size_bytes()));
+        let mut at = PageIndex::containing(offset);
+        stats::bump(&self.core().counters.readahead_forced);
+        while at < end {
+            let chunk_end = end.min(at.add(FORCED_CHUNK_PAGES));
+            self.read_window(Window {
+                start: at,
+                end: chunk_end,
+                marker: None,
+                order_cap: Order::MAX,
+            });
+            at = chunk_end;
+        }
+        Ok(())
+    }
+
+    /// Tells the cache how this handle will read (`posix_fadvise`): `Normal`,
+    /// `Sequential` and `Random` set the handle's readahead (the range is ignored, as the
+    /// kernel does); `WillNeed` reads the range ahead; `DontNeed` drops the range's cached
+    /// folios that nobody holds (pinned or in-flight ones stay).
+    ///
+    /// Errors: `InvalidInput` if `offset + len` overflows.
+    ///
+    /// Context: any thread; does not wait for I/O; `DontNeed` takes the index lock.
+    pub fn advise(&self, offset: u64, len: u64, advice: Advice) -> io::Result<()> {
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| overflow(offset, len))?;
+        let normal = self
+            .ra_pages_normal
+            .load(std::sync::atomic::Ordering::Relaxed);
+        match advice {
+            Advice::Normal => self.ra.set_max_pages(normal),
+            Advice::Sequential => self.ra.set_max_pages(normal.saturating_mul(2)),
+            Advice::Random => {
+                self.ra.set_max_pages(0);
+                self.ra.reset();
+            }
+            Advice::WillNeed => self.readahead(offset, len)?,
+            Advice::DontNeed => {
+                let (start, end) = (PageIndex::ceil(offset), PageIndex::containing(end));
+                // Whole pages only, as the kernel: a partial page at either end stays.
+                if start < end {
+                    self.mapping
+                        .invalidate(self.core(), start, end, Invalidate::Unpinned);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// This handle's current readahead window, for diagnostics: (start, size, async
+    /// size) in bytes; the marker is at `start + size - async size`.
+    pub fn readahead_window(&self) -> ReadaheadWindow {
+        let state = self.ra.load();
+        ReadaheadWindow {
+            start_bytes: state.start * PAGE_BYTES as u64,
+            size_bytes: u64::from(state.size) * PAGE_BYTES as u64,
+            async_bytes: u64::from(state.async_size) * PAGE_BYTES as u64,
+            max_bytes: u64::from(self.ra.max_pages()) * PAGE_BYTES as u64,
+        }
+    }
+
+    /// Sets this handle's maximum readahead window (rounded down to pages; 0 turns
+    /// readahead off; at most 16 MiB). `Advice::Sequential` doubles it.
+    pub fn set_readahead_max_bytes(&self, bytes: u64) {
+        let pages =
+            (bytes / PAGE_BYTES as u64).min(u64::from(readahead::WINDOW_PAGES_LIMIT)) as u32;
+        self.ra_pages_normal
+            .store(pages, std::sync::atomic::Ordering::Relaxed);
+        self.ra.set_max_pages(pages);
     }
 
     /// The hit path: copies the bytes of `[pos, end)` that lie in the folio of `page`
@@ -158,7 +372,7 @@ impl File {
         pos: u64,
         end: u64,
         dst: &mut [u8],
-    ) -> Option<usize> {
+    ) -> Option<(usize, FrameId, PageIndex)> {
         let core = self.core();
         let guard = epoch::pin();
         let Entry::Folio { frame, order, head } = self.mapping.index.lookup(page, &guard) else {
@@ -178,7 +392,7 @@ impl File {
             return None;
         }
         meta.state.set_flags(REFERENCED);
-        Some(n)
+        Some((n, frame, head))
     }
 
     /// A pinned, zero-copy view of the folio that holds byte `offset`. The folio stays in
@@ -231,7 +445,7 @@ impl File {
                 Ok(folio) => folio,
                 Err(_) => {
                     stats::bump(&core.counters.misses);
-                    self.read_missing(page, read_end)?;
+                    self.on_miss(page, read_end)?;
                     continue;
                 }
             };
@@ -257,125 +471,23 @@ impl File {
             }
         }
     }
+}
 
-    /// Reads the missing pages from `page` up to the next cached page or `read_end`:
-    /// allocate, insert as one run, submit one read per contiguous run. Returns once
-    /// submitted; the caller waits on the folio.
-    ///
-    /// Context: no lock held, no folio pinned by the caller. May sleep in allocation.
-    fn read_missing(&self, page: PageIndex, read_end: PageIndex) -> io::Result<()> {
-        let core = self.core();
-        let size_pages = PageIndex::ceil(self.mapping.size_bytes());
-        // One run never takes more than an eighth of the cache, so that concurrent
-        // readers always find memory.
-        let run_pages_max = (u64::from(core.arena.frame_count()) / 8).clamp(1, 512);
-        let mut end = read_end
-            .min(size_pages)
-            .min(page.add(run_pages_max))
-            .max(page.add(1));
-        let guard = epoch::pin();
-        for p in page.0 + 1..end.0 {
-            if matches!(
-                self.mapping.index.lookup(PageIndex(p), &guard),
-                Entry::Folio { .. }
-            ) {
-                end = PageIndex(p);
-                break;
-            }
-        }
-        drop(guard);
-        let mut run: Vec<NewFolio> = Vec::new();
-        let mut at = page;
-        while at < end {
-            let want = Order::largest_fitting(at, end.0 - at.0, core.folio_order_max);
-            let mode = if run.is_empty() {
-                AllocMode::Wait
-            } else {
-                AllocMode::NoWait
-            };
-            let (frame, order) = match core.alloc_folio(want, mode) {
-                Ok(got) => got,
-                Err(e) if run.is_empty() => return Err(e),
-                Err(_) => break,
-            };
-            core.arena
-                .meta(frame)
-                .set_identity(self.mapping.id, at, order);
-            run.push(NewFolio {
-                frame,
-                order,
-                head: at,
-            });
-            at = at.add(order.pages());
-        }
-        self.insert_and_submit(run);
-        Ok(())
+/// The window the policy installed, as pages to read.
+fn window_of(state: readahead::RaState) -> Window {
+    Window {
+        start: PageIndex(state.start),
+        end: PageIndex(state.end()),
+        marker: Some(PageIndex(state.marker())),
+        order_cap: Order::new(readahead::folio_order_cap(state.size)),
     }
+}
 
-    /// Inserts a run of LOCKED folios in one walk under one hold of the index lock, gives
-    /// back those a racing reader placed first, and submits the rest.
-    fn insert_and_submit(&self, run: Vec<NewFolio>) {
-        let core = self.core();
-        let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
-        let outcome = self.mapping.index.lock_for_insert(pages).insert_run(&run);
-        stats::add(&core.counters.refaults, outcome.shadows.len() as u64);
-        let mut runs: Vec<Vec<NewFolio>> = Vec::new();
-        let mut next_head = None;
-        for (folio, inserted) in run.into_iter().zip(outcome.inserted) {
-            if !inserted {
-                stats::bump(&core.counters.insert_conflicts);
-                if core.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
-                    core.arena.free(folio.frame, folio.order);
-                }
-                next_head = None;
-                continue;
-            }
-            stats::add(&core.counters.pages_inserted, folio.order.pages());
-            let run_bytes: usize = runs
-                .last()
-                .map_or(0, |r| r.iter().map(|f| f.order.bytes()).sum());
-            if next_head == Some(folio.head) && run_bytes + folio.order.bytes() <= READ_BYTES_MAX {
-                runs.last_mut().expect("a run is open").push(folio);
-            } else {
-                runs.push(vec![folio]);
-            }
-            next_head = Some(folio.head.add(folio.order.pages()));
-        }
-        let requests = runs.into_iter().map(|run| self.request_for(run)).collect();
-        self.cache.backend.submit(requests);
-    }
-
-    fn request_for(&self, run: Vec<NewFolio>) -> ReadRequest {
-        let core = self.cache.core.clone();
-        let mapping = self.mapping.clone();
-        let file = self.fd.clone();
-        let offset_bytes = run[0].head.offset_bytes();
-        let bufs: Vec<FrameBuf> = run
-            .iter()
-            .map(|f| core.arena.io_buf(f.frame, f.order))
-            .collect();
-        let len_bytes: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-        stats::bump(&core.counters.io_requests);
-        stats::add(&core.counters.io_bytes, len_bytes as u64);
-        let done_file = file.clone();
-        let done_bufs = bufs.clone();
-        ReadRequest {
-            file,
-            offset_bytes,
-            bufs,
-            done: Box::new(move |result| {
-                complete_read(
-                    &core,
-                    &mapping,
-                    &done_file,
-                    offset_bytes,
-                    &run,
-                    &done_bufs,
-                    result,
-                )
-            }),
-        }
-    }
+fn overflow(offset: u64, len: u64) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("folio: offset {offset} + length {len} overflows a 64-bit file offset"),
+    )
 }
 
 fn checked_end(offset: u64, len: usize) -> io::Result<u64> {
@@ -385,130 +497,6 @@ fn checked_end(offset: u64, len: usize) -> io::Result<u64> {
             format!("folio: offset {offset} + length {len} overflows a 64-bit file offset"),
         )
     })
-}
-
-/// The completion of one read of a run of folios (module docs).
-///
-/// Context: a backend thread; no lock held. Takes the index lock on failure.
-fn complete_read(
-    core: &Core,
-    mapping: &Mapping,
-    file: &StdFile,
-    offset_bytes: u64,
-    run: &[NewFolio],
-    bufs: &[FrameBuf],
-    result: io::Result<usize>,
-) {
-    let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-    let result =
-        result.and_then(|n| finish_short_read(core, file, offset_bytes, bufs, n.min(total)));
-    let n = match result {
-        Ok(n) => n,
-        Err(e) => {
-            stats::bump(&core.counters.io_errors);
-            fail_folios(core, mapping, run, e.raw_os_error().unwrap_or(libc::EIO));
-            return;
-        }
-    };
-    let mut failed = Vec::new();
-    let mut at = 0usize;
-    for folio in run {
-        let bytes = folio.order.bytes();
-        let valid = n.saturating_sub(at).min(bytes);
-        if valid == 0 {
-            // Past the end of the file, which shrank since the mapping's size was read.
-            failed.push(*folio);
-        } else {
-            if valid < bytes {
-                core.arena.zero_tail(folio.frame, folio.order, valid);
-            }
-            let meta = core.arena.meta(folio.frame);
-            meta.version.publish();
-            meta.state.finish_read_ok();
-            wait::wake_all(meta);
-        }
-        at += bytes;
-    }
-    if n < total && offset_bytes + (n as u64) < mapping.size_bytes() {
-        // The file is shorter than the mapping believed: it shrank. Learn its real size
-        // (it may have shrunk below this read's offset, past pages already cached) and
-        // drop everything past it.
-        let real = file.metadata().map_or(u64::MAX, |m| m.len());
-        mapping.shrink_to(core, real.min(offset_bytes + n as u64));
-    }
-    if !failed.is_empty() {
-        fail_folios(core, mapping, &failed, libc::ESTALE);
-    }
-}
-
-/// Completes a read that came back short before the end of its buffers with synchronous
-/// `pread`s; returns the bytes finally read (short only at the real end of the file).
-fn finish_short_read(
-    core: &Core,
-    file: &StdFile,
-    offset_bytes: u64,
-    bufs: &[FrameBuf],
-    mut n: usize,
-) -> io::Result<usize> {
-    let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-    let mut tries = 0;
-    // An unaligned count is the end of the file (O_DIRECT reads whole blocks otherwise).
-    while n < total && n % PAGE_BYTES == 0 && tries < SHORT_READ_RETRIES_MAX {
-        tries += 1;
-        stats::bump(&core.counters.short_read_retries);
-        let (buf, skip) = locate(bufs, n);
-        let part = buf.tail(skip);
-        // SAFETY: the buffer is arena memory of LOCKED folios that this read owns (the
-        // backend has completed, so nothing else writes it); their version is odd, so no
-        // optimistic reader copies from it.
-        let dst = unsafe { std::slice::from_raw_parts_mut(part.as_ptr(), part.len_bytes()) };
-        let got = file.read_at(dst, offset_bytes + n as u64)?;
-        if got == 0 {
-            break;
-        }
-        n += got;
-    }
-    if n < total && n % PAGE_BYTES == 0 && tries == SHORT_READ_RETRIES_MAX {
-        let size = file.metadata()?.len();
-        if offset_bytes + (n as u64) < size {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("folio: read at {offset_bytes} stayed short at {n} of {total} bytes"),
-            ));
-        }
-    }
-    Ok(n)
-}
-
-/// The buffer that holds byte `at` of a request, and the offset in it.
-fn locate(bufs: &[FrameBuf], mut at: usize) -> (FrameBuf, usize) {
-    for buf in bufs {
-        if at < buf.len_bytes() {
-            return (*buf, at);
-        }
-        at -= buf.len_bytes();
-    }
-    unreachable!("offset past the request's buffers")
-}
-
-/// A read failed: remove its folios from the index (one lock hold), record the errno,
-/// unlock and wake every waiter. The folios' frames go back when the last waiter lets go.
-fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
-    let mut w = mapping.index.lock();
-    for folio in run {
-        let removed = w.remove_folio(folio.head, folio.frame, Leave::Empty);
-        debug_assert!(removed, "a LOCKED folio left the index");
-    }
-    drop(w);
-    for folio in run {
-        let meta = core.arena.meta(folio.frame);
-        meta.set_errno(errno);
-        let outcome = meta.state.finish_read_err();
-        wait::wake_all(meta);
-        if outcome == PutOutcome::Free {
-            core.arena.free(folio.frame, folio.order);
-        }
-    }
 }
 
 /// A pinned, zero-copy view of one folio of a file: its bytes up to the end of the file.

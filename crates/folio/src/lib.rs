@@ -18,8 +18,9 @@
 //!
 //! # Parts (DESIGN.md §2) and their modules
 //!
-//! `cache` (builder, allocation) -> `file` (the read path) -> `mapping` (one file's pages,
-//! the lookup protocol) -> `index` (radix tree) and `folio` (metadata: `refcount`,
+//! `cache` (builder, allocation) -> `file` (the read API and its hit path) -> `readahead`
+//! (the window policy, pure) and `filemap` (the miss path, completions) -> `mapping` (one
+//! file's pages, the lookup protocol) -> `index` (radix tree) and `folio` (metadata: `refcount`,
 //! `version`) -> `arena` (memory, buddy allocator); `reclaim` (CLOCK); `wait` (parked
 //! waiters); `io` (backends: `uring`, `pread`, `fault`); `stats`.
 //!
@@ -42,11 +43,13 @@
 mod arena;
 mod cache;
 mod file;
+mod filemap;
 mod folio;
 mod index;
 pub mod io;
 mod mapping;
 mod primitive;
+mod readahead;
 mod reclaim;
 mod refcount;
 mod stats;
@@ -54,8 +57,8 @@ mod types;
 mod version;
 mod wait;
 
-pub use cache::{Cache, CacheBuilder, CAPACITY_BYTES_MIN};
-pub use file::{File, PageRef};
+pub use cache::{Cache, CacheBuilder, CAPACITY_BYTES_MIN, READAHEAD_MAX_BYTES_DEFAULT};
+pub use file::{Advice, File, PageRef, ReadaheadWindow};
 pub use io::BackendKind;
 pub use stats::Stats;
 pub use types::PAGE_BYTES;

@@ -133,7 +133,12 @@ impl Mapping {
         *stamp = now;
         self.size_bytes.store(now.size_bytes, Ordering::Release);
         drop(stamp);
-        self.invalidate(core, PageIndex(0), PageIndex(u64::MAX >> 12));
+        self.invalidate(
+            core,
+            PageIndex(0),
+            PageIndex(u64::MAX >> 12),
+            Invalidate::Truncate,
+        );
     }
 
     /// Adopts a size learned from `fstat`: pages past a smaller size are dropped; a larger
@@ -147,7 +152,7 @@ impl Mapping {
             if size_bytes > old {
                 // The folio that held the old end has zeros where the new bytes are.
                 let end = PageIndex::containing(old);
-                self.invalidate(core, end, end.add(1));
+                self.invalidate(core, end, end.add(1), Invalidate::Truncate);
             }
         }
         self.stamp
@@ -168,16 +173,23 @@ impl Mapping {
                 core,
                 PageIndex::containing(size_bytes),
                 PageIndex::ceil(old),
+                Invalidate::Truncate,
             );
         }
     }
 
-    /// Drops the folios that cover any page of `[start, end)` from the index. A pinned folio
-    /// stays valid for its holders and is freed by the last `put`; a folio with I/O in
-    /// flight is left (its reader re-checks the size). Returns the pages dropped.
+    /// Drops the folios that cover any page of `[start, end)` from the index, as `how`
+    /// says. A folio with I/O in flight is always left (its reader re-checks the size).
+    /// Returns the pages dropped.
     ///
     /// Context: no lock held; takes the index lock once per folio. May not sleep.
-    pub fn invalidate(&self, core: &Core, start: PageIndex, end: PageIndex) -> u64 {
+    pub fn invalidate(
+        &self,
+        core: &Core,
+        start: PageIndex,
+        end: PageIndex,
+        how: Invalidate,
+    ) -> u64 {
         let mut found = Vec::new();
         let guard = crossbeam_epoch::pin();
         // A large folio that starts before `start` but covers it goes too.
@@ -196,17 +208,41 @@ impl Mapping {
         for (head, frame, order) in found {
             let meta = core.arena.meta(frame);
             let mut w = self.index.lock();
-            if meta.state.load() & LOCKED != 0 || !w.remove_folio(head, frame, Leave::Empty) {
+            let holds = matches!(w.get(head), Entry::Folio { frame: f, .. } if f == frame);
+            if !holds || meta.state.load() & LOCKED != 0 {
                 continue;
             }
-            drop(w);
+            let free = match how {
+                Invalidate::Unpinned => {
+                    if !meta.state.try_freeze() {
+                        continue;
+                    }
+                    w.remove_folio(head, frame, Leave::Empty);
+                    true
+                }
+                Invalidate::Truncate => {
+                    w.remove_folio(head, frame, Leave::Empty);
+                    drop(w);
+                    // The index's reference goes; the last holder frees the frame.
+                    meta.state.put() == PutOutcome::Free
+                }
+            };
             dropped += order.pages();
-            // The index's reference goes; the last holder frees the frame.
-            if meta.state.put() == PutOutcome::Free {
+            if free {
                 core.arena.free(frame, order);
             }
         }
         stats::add(&core.counters.invalidated_pages, dropped);
         dropped
     }
+}
+
+/// How `Mapping::invalidate` treats folios that someone holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Invalidate {
+    /// The bytes are wrong now (truncation, a changed file): drop every folio from the
+    /// index; holders keep a valid view until they let go.
+    Truncate,
+    /// A hint (`Advice::DontNeed`): drop only folios nobody holds.
+    Unpinned,
 }

@@ -19,7 +19,7 @@ use std::sync::Mutex;
 
 use crate::cache::Core;
 use crate::index::{Entry, Leave};
-use crate::refcount::{count, DEAD, LOCKED, REFERENCED};
+use crate::refcount::{count, DEAD, LOCKED, PREFETCHED, REFERENCED};
 use crate::stats;
 use crate::types::{FrameId, Order};
 
@@ -92,6 +92,9 @@ impl Clock {
                 drop(w);
                 victims.push((frame, order));
                 report.freed_pages += order.pages();
+                if state & PREFETCHED != 0 {
+                    stats::add(&core.counters.readahead_wasted_pages, order.pages());
+                }
             }
         }
         for &(frame, order) in &victims {

@@ -6,10 +6,10 @@
 //! # Layout (one `u64` per folio, in the frame's metadata)
 //!
 //! ```text
-//!  63            39 38  37  36  35  34  33  32 31                         0
-//! +----------------+---+---+---+---+---+---+---+----------------------------+
-//! |     unused     |WS |REF|RA |ERR|UTD|LCK|DEAD|  reference count (u32)     |
-//! +----------------+---+---+---+---+---+---+---+----------------------------+
+//!  63        40 39  38  37  36  35  34  33  32 31                         0
+//! +------------+---+---+---+---+---+---+---+---+----------------------------+
+//! |   unused   |PF |WS |REF|RA |ERR|UTD|LCK|DEAD|  reference count (u32)     |
+//! +------------+---+---+---+---+---+---+---+---+----------------------------+
 //! ```
 //!
 //! - count: one reference for the index while the folio is in it, one per pin
@@ -19,6 +19,7 @@
 //! - LOCKED: I/O in flight. The folio is in the index, its bytes are not valid yet.
 //! - UPTODATE, ERROR: outcome of the read. READAHEAD: the async-readahead marker.
 //!   REFERENCED: the CLOCK bit. WORKINGSET: the folio refaulted within the workingset.
+//!   PREFETCHED: read ahead and not read yet (wasted readahead if evicted so).
 //!
 //! # Protocol
 //!
@@ -84,8 +85,11 @@ pub const DEAD: u64 = 1 << 32;
 pub const LOCKED: u64 = 1 << 33;
 pub const UPTODATE: u64 = 1 << 34;
 pub const ERROR: u64 = 1 << 35;
-/// Bit 36 is READAHEAD (the async-readahead marker), bit 38 WORKINGSET: reserved in the
-/// layout, defined by the readahead and workingset code that sets them.
+/// The async-readahead marker: a read that touches this folio starts the next window.
+pub const READAHEAD: u64 = 1 << 36;
+/// Brought in by readahead and not read yet (counted as wasted if evicted so).
+pub const PREFETCHED: u64 = 1 << 39;
+// Bit 38 is WORKINGSET, defined by the workingset code that sets it.
 pub const REFERENCED: u64 = 1 << 37;
 
 const _: () = assert!(COUNT_MAX < COUNT_MASK && DEAD == COUNT_MASK + 1);

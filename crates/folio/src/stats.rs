@@ -17,7 +17,8 @@ pub struct Stats {
     pub hits: u64,
     /// Pages a read found missing and had to read.
     pub misses: u64,
-    /// Reads that found their folio with I/O in flight and waited for it.
+    /// Reads that found their folio with I/O in flight and waited for it (hits on
+    /// in-flight folios).
     pub waits_on_io: u64,
     /// Optimistic copies discarded because the folio changed underneath.
     pub optimistic_retries: u64,
@@ -36,8 +37,16 @@ pub struct Stats {
     pub evicted_pages: u64,
     /// Insertions that replaced a shadow entry (the page had been cached before).
     pub refaults: u64,
-    /// Pages dropped by invalidation (truncation, a changed file).
+    /// Pages dropped by invalidation (truncation, a changed file, `DontNeed`).
     pub invalidated_pages: u64,
+    /// Readahead windows opened on a miss (sync), on a marker hit (async), and forced
+    /// (`File::readahead`, `WillNeed`).
+    pub readahead_sync: u64,
+    pub readahead_async: u64,
+    pub readahead_forced: u64,
+    /// Pages readahead inserted, and those evicted before anyone read them (wasted).
+    pub readahead_pages: u64,
+    pub readahead_wasted_pages: u64,
     /// Allocations that found every folio pinned or locked and gave up.
     pub alloc_failures: u64,
     /// The cache's capacity, what it holds now, and its metadata.
@@ -64,6 +73,11 @@ pub(crate) struct Counters {
     pub evicted_pages: AtomicU64,
     pub refaults: AtomicU64,
     pub invalidated_pages: AtomicU64,
+    pub readahead_sync: AtomicU64,
+    pub readahead_async: AtomicU64,
+    pub readahead_forced: AtomicU64,
+    pub readahead_pages: AtomicU64,
+    pub readahead_wasted_pages: AtomicU64,
     pub alloc_failures: AtomicU64,
     pub pinned_hits: AtomicU64,
     threads: Mutex<Vec<Arc<ThreadCounters>>>,
@@ -150,6 +164,11 @@ impl Counters {
             evicted_pages: get(&self.evicted_pages),
             refaults: get(&self.refaults),
             invalidated_pages: get(&self.invalidated_pages),
+            readahead_sync: get(&self.readahead_sync),
+            readahead_async: get(&self.readahead_async),
+            readahead_forced: get(&self.readahead_forced),
+            readahead_pages: get(&self.readahead_pages),
+            readahead_wasted_pages: get(&self.readahead_wasted_pages),
             alloc_failures: get(&self.alloc_failures),
             ..Stats::default()
         }

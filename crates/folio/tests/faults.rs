@@ -95,7 +95,9 @@ fn short_reads_are_completed() {
     let file = cache.open(&path).unwrap();
     control.short_reads(1000);
     let mut buf = vec![0u8; len as usize + 10];
-    let n = file.read_at(&mut buf, 0).unwrap();
+    let n = file
+        .read_at(&mut buf, 0)
+        .unwrap_or_else(|e| panic!("{e}: {:?}", cache.stats()));
     assert_eq!(n as u64, len);
     common::check_pattern(SALT, 0, &buf[..n]).unwrap();
     assert!(control.short_injected() > 0);

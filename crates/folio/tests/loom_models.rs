@@ -14,6 +14,10 @@
 //!   reallocated to another page never keeps a reference to the new page through the old
 //!   slot, never loses or doubles the new owner's count, and when the new incarnation is
 //!   released meanwhile, the frame is freed exactly once.
+//! - `readahead_marker_race` and `readahead_miss_race`: threads sharing one handle's
+//!   readahead state never tear it and never write a stale window back: when two threads
+//!   hit the same marker (or miss the same page), exactly one window is installed, the
+//!   loser re-reads the state and decides again from it.
 //! - `optimistic_read`: a reader that copies without a reference validates only copies
 //!   that belong entirely to one identity, never a mix of an evicted page and its
 //!   replacement.
@@ -37,6 +41,14 @@ mod refcount;
 #[allow(dead_code)]
 #[path = "../src/version.rs"]
 mod version;
+
+#[allow(dead_code)]
+#[path = "../src/types.rs"]
+mod types;
+
+#[allow(dead_code)]
+#[path = "../src/readahead.rs"]
+mod readahead;
 
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -304,5 +316,99 @@ fn optimistic_read() {
                 "a validated copy belongs to one identity"
             );
         }
+    });
+}
+
+fn ramp_race(threads: usize) {
+    use readahead::{decide_on_marker, RaCell, RaState};
+    use types::PageIndex;
+    loom::model(move || {
+        let cell = Arc::new(RaCell::new(32));
+        // A first window [0, 4), marker at page 1.
+        cell.update(|_, _| {
+            readahead::Decision::Window(RaState {
+                start: 0,
+                size: 4,
+                async_size: 3,
+            })
+        })
+        .unwrap();
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let cell = cell.clone();
+                thread::spawn(move || {
+                    cell.update(|state, max| {
+                        // Everything after the reader is present: a stray marker decides
+                        // nothing, so only the thread that still sees the old window ramps.
+                        decide_on_marker(state, PageIndex(1), None, max)
+                    })
+                })
+            })
+            .collect();
+        let installed: Vec<RaState> = handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap())
+            .collect();
+        assert_eq!(
+            installed.len(),
+            1,
+            "exactly one thread ramps the window: {installed:?}"
+        );
+        assert_eq!(
+            installed[0],
+            RaState {
+                start: 4,
+                size: 8,
+                async_size: 8
+            }
+        );
+        assert_eq!(
+            cell.load(),
+            installed[0],
+            "the state is the winner's, never a stale one"
+        );
+    });
+}
+
+#[test]
+fn readahead_marker_race() {
+    ramp_race(2);
+}
+
+#[test]
+fn readahead_miss_race() {
+    use readahead::{decide_on_miss, MissRequest, RaCell, RaState};
+    use types::PageIndex;
+    loom::model(|| {
+        let cell = Arc::new(RaCell::new(32));
+        let handles: Vec<_> = (0..2)
+            .map(|_| {
+                let cell = cell.clone();
+                thread::spawn(move || {
+                    // Both threads of the handle miss page 0 at once.
+                    let req = MissRequest {
+                        index: PageIndex(0),
+                        pages: 1,
+                        prev_index: None,
+                    };
+                    cell.update(|state, max| decide_on_miss(state, req, max))
+                })
+            })
+            .collect();
+        let installed: Vec<RaState> = handles
+            .into_iter()
+            .filter_map(|h| h.join().unwrap())
+            .collect();
+        // The loser re-read the state, found page 0 inside the winner's window, and
+        // opened none: one window, read once.
+        assert_eq!(
+            installed,
+            vec![RaState {
+                start: 0,
+                size: 4,
+                async_size: 3
+            }]
+        );
+        assert_eq!(cell.load(), installed[0]);
     });
 }

@@ -20,6 +20,7 @@
 //! - Failed ranges accumulate until `clear`; `short_reads(n)` replaces the count left;
 //!   `delay(d)` replaces the delay (`Duration::ZERO` turns it off).
 //! - Counters count requests, at decision time: `eio_injected`, `short_injected`, `delayed`.
+//! - Every submitted request is also logged (`take_requests`): (offset, length).
 //!
 //! Not modelled: corrupted or misdirected reads (the bytes a read returns are always the
 //! file's), torn reads, errors other than `EIO`, and per-request random latency. Faults are
@@ -87,7 +88,13 @@ struct Plan {
     short_reads_left: u32,
     /// Added to every completion; zero for none.
     delay: Duration,
+    /// Every request submitted, as (file offset, length), in submission order: what a
+    /// test observes (readahead windows, one read per run). Bounded by `LOG_REQUESTS_MAX`.
+    log: Vec<(u64, usize)>,
 }
+
+/// Requests the log keeps; later ones are not recorded.
+const LOG_REQUESTS_MAX: usize = 1 << 20;
 
 /// What `submit` does with one request.
 struct Fate {
@@ -269,7 +276,12 @@ impl FaultControl {
 
     /// Removes every planned fault; the counters keep their values.
     pub fn clear(&self) {
-        *self.faults.lock_plan() = Plan::default();
+        let mut plan = self.faults.lock_plan();
+        let log = std::mem::take(&mut plan.log);
+        *plan = Plan {
+            log,
+            ..Plan::default()
+        };
     }
 
     /// Requests failed with EIO so far.
@@ -286,6 +298,12 @@ impl FaultControl {
     pub fn delayed(&self) -> u64 {
         self.faults.delayed.load(Ordering::Relaxed)
     }
+
+    /// The requests submitted since the cache was built or the log was last taken, as
+    /// (file offset, length), in submission order; empties the log.
+    pub fn take_requests(&self) -> Vec<(u64, usize)> {
+        std::mem::take(&mut self.faults.lock_plan().log)
+    }
 }
 
 impl Faults {
@@ -297,6 +315,9 @@ impl Faults {
     /// Decides `request`'s fate from `plan` (using up a short read if it gets one) and
     /// counts the faults.
     fn decide(&self, plan: &mut Plan, request: &ReadRequest) -> Fate {
+        if plan.log.len() < LOG_REQUESTS_MAX {
+            plan.log.push((request.offset_bytes, request.len_bytes()));
+        }
         let start = request.offset_bytes;
         let end = start.saturating_add(request.len_bytes() as u64);
         let overlaps = |range: &Range<u64>| range.start < end && start < range.end;

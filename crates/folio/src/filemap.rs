@@ -1,0 +1,363 @@
+//! The miss path: reading pages into the cache, and the completion of those reads.
+//!
+//! A page that is not in the index is read with the run of missing pages after it (up to
+//! the next cached page, the end of the request, or the readahead window): the run is
+//! allocated as the largest aligned folios that fit, inserted in ONE walk under ONE hold
+//! of the index lock (`IndexWriteGuard::insert_run`), and submitted as one vectored read
+//! per contiguous run of inserted folios. Folios that a racing reader placed first are
+//! given back; each page is inserted once.
+//!
+//! A readahead window (`read_window`) first walks the index lock-free over its range: if
+//! every page is present (uptodate or in flight) it costs nothing: no lock, no
+//! allocation. Only the gaps are allocated, without waiting for memory (readahead is a
+//! hint), and inserted as runs.
+//!
+//! The completion (`complete_read`, on a backend thread) publishes each folio's bytes
+//! (version, UPTODATE, unlock, wake), or on failure removes the folios from the index,
+//! records the errno for their waiters and wakes them: an error is never cached, and the
+//! next read of the page retries. A read that comes back short before the known end of the
+//! file is completed with a synchronous `pread`; if the file really shrank, the mapping
+//! adopts the new size and drops the pages past it.
+
+use std::fs::File as StdFile;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use crossbeam_epoch as epoch;
+
+use crate::cache::{AllocMode, Core};
+use crate::file::File;
+use crate::index::{Entry, Leave, NewFolio};
+use crate::io::{FrameBuf, ReadRequest, READ_BYTES_MAX};
+use crate::mapping::Mapping;
+use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
+use crate::stats;
+use crate::types::{Order, PageIndex, PAGE_BYTES};
+use crate::wait;
+
+/// Pages `[start, end)` to read ahead, the page whose folio gets the READAHEAD marker, and
+/// the largest folio order to use.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Window {
+    pub start: PageIndex,
+    pub end: PageIndex,
+    pub marker: Option<PageIndex>,
+    pub order_cap: Order,
+}
+
+impl File {
+    /// Reads the missing pages from `page` up to the next cached page or `read_end`:
+    /// allocate, insert as one run, submit one read per contiguous run. Returns once
+    /// submitted; the caller waits on the folio.
+    ///
+    /// Context: no lock held, no folio pinned by the caller. May sleep in allocation.
+    pub(crate) fn read_missing(&self, page: PageIndex, read_end: PageIndex) -> io::Result<()> {
+        let core = self.core();
+        let size_pages = PageIndex::ceil(self.mapping.size_bytes());
+        // One run never takes more than an eighth of the cache, so that concurrent
+        // readers always find memory.
+        let run_pages_max = (u64::from(core.arena.frame_count()) / 8).clamp(1, 512);
+        let mut end = read_end
+            .min(size_pages)
+            .min(page.add(run_pages_max))
+            .max(page.add(1));
+        let guard = epoch::pin();
+        for p in page.0 + 1..end.0 {
+            if matches!(
+                self.mapping.index.lookup(PageIndex(p), &guard),
+                Entry::Folio { .. }
+            ) {
+                end = PageIndex(p);
+                break;
+            }
+        }
+        drop(guard);
+        let mut run: Vec<NewFolio> = Vec::new();
+        let mut at = page;
+        while at < end {
+            let want = Order::largest_fitting(at, end.0 - at.0, core.folio_order_max);
+            let mode = if run.is_empty() {
+                AllocMode::Wait
+            } else {
+                AllocMode::NoWait
+            };
+            let (frame, order) = match core.alloc_folio(want, mode) {
+                Ok(got) => got,
+                Err(e) if run.is_empty() => return Err(e),
+                Err(_) => break,
+            };
+            core.arena
+                .meta(frame)
+                .set_identity(self.mapping.id, at, order);
+            run.push(NewFolio {
+                frame,
+                order,
+                head: at,
+            });
+            at = at.add(order.pages());
+        }
+        let mut requests = Vec::new();
+        self.insert_run(run, &mut requests);
+        self.cache.backend.submit(requests);
+        Ok(())
+    }
+
+    /// Inserts a run of LOCKED folios in one walk under one hold of the index lock, gives
+    /// back those a racing reader placed first, and returns the reads for the rest: one
+    /// per contiguous run, at most `READ_BYTES_MAX` each. Returns the pages inserted too.
+    ///
+    /// Context: no lock held; takes the index lock once.
+    fn insert_run(&self, run: Vec<NewFolio>, requests: &mut Vec<ReadRequest>) -> u64 {
+        let core = self.core();
+        let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
+        let outcome = self.mapping.index.lock_for_insert(pages).insert_run(&run);
+        stats::add(&core.counters.refaults, outcome.shadows.len() as u64);
+        let mut runs: Vec<Vec<NewFolio>> = Vec::new();
+        let mut next_head = None;
+        let mut inserted_pages = 0;
+        for (folio, inserted) in run.into_iter().zip(outcome.inserted) {
+            if !inserted {
+                stats::bump(&core.counters.insert_conflicts);
+                if core.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
+                    core.arena.free(folio.frame, folio.order);
+                }
+                next_head = None;
+                continue;
+            }
+            inserted_pages += folio.order.pages();
+            let run_bytes: usize = runs
+                .last()
+                .map_or(0, |r| r.iter().map(|f| f.order.bytes()).sum());
+            if next_head == Some(folio.head) && run_bytes + folio.order.bytes() <= READ_BYTES_MAX {
+                runs.last_mut().expect("a run is open").push(folio);
+            } else {
+                runs.push(vec![folio]);
+            }
+            next_head = Some(folio.head.add(folio.order.pages()));
+        }
+        stats::add(&core.counters.pages_inserted, inserted_pages);
+        requests.extend(runs.into_iter().map(|run| self.request_for(run)));
+        inserted_pages
+    }
+
+    /// Reads the gaps of a readahead window. Returns the pages it inserted.
+    ///
+    /// Context: no lock held, no folio pinned by the caller; never waits for memory.
+    pub(crate) fn read_window(&self, window: Window) -> u64 {
+        let core = self.core();
+        let end = window.end.min(PageIndex::ceil(self.mapping.size_bytes()));
+        let gaps = self.gaps(window.start, end);
+        if gaps.is_empty() {
+            return 0;
+        }
+        let order_cap = window.order_cap.min(core.folio_order_max);
+        let mut requests = Vec::new();
+        let mut inserted = 0;
+        'gaps: for (gap_start, gap_end) in gaps {
+            let mut run = Vec::new();
+            let mut at = gap_start;
+            while at < gap_end {
+                let want = Order::largest_fitting(at, gap_end.0 - at.0, order_cap);
+                let Ok((frame, order)) = core.alloc_folio(want, AllocMode::NoWait) else {
+                    inserted += self.insert_run(run, &mut requests);
+                    break 'gaps;
+                };
+                let meta = core.arena.meta(frame);
+                meta.set_identity(self.mapping.id, at, order);
+                let covers_marker = window
+                    .marker
+                    .is_some_and(|m| m >= at && m < at.add(order.pages()));
+                meta.state.set_flags(if covers_marker {
+                    PREFETCHED | READAHEAD
+                } else {
+                    PREFETCHED
+                });
+                run.push(NewFolio {
+                    frame,
+                    order,
+                    head: at,
+                });
+                at = at.add(order.pages());
+            }
+            inserted += self.insert_run(run, &mut requests);
+        }
+        stats::add(&core.counters.readahead_pages, inserted);
+        self.cache.backend.submit(requests);
+        inserted
+    }
+
+    /// The runs of pages in `[start, end)` that the index does not hold, found by one
+    /// lock-free walk.
+    fn gaps(&self, start: PageIndex, end: PageIndex) -> Vec<(PageIndex, PageIndex)> {
+        let mut gaps = Vec::new();
+        let mut covered_until = start;
+        let guard = epoch::pin();
+        if let Entry::Folio { head, order, .. } = self.mapping.index.lookup(start, &guard) {
+            covered_until = head.add(order.pages());
+        }
+        self.mapping
+            .index
+            .visit(start, end, &guard, &mut |head, entry| {
+                if let Entry::Folio { order, .. } = entry {
+                    if head > covered_until {
+                        gaps.push((covered_until, head));
+                    }
+                    covered_until = covered_until.max(head.add(order.pages()));
+                }
+            });
+        if covered_until < end {
+            gaps.push((covered_until, end));
+        }
+        gaps
+    }
+
+    fn request_for(&self, run: Vec<NewFolio>) -> ReadRequest {
+        let core = self.cache.core.clone();
+        let mapping = self.mapping.clone();
+        let file = self.fd.clone();
+        let offset_bytes = run[0].head.offset_bytes();
+        let bufs: Vec<FrameBuf> = run
+            .iter()
+            .map(|f| core.arena.io_buf(f.frame, f.order))
+            .collect();
+        let len_bytes: usize = bufs.iter().map(|b| b.len_bytes()).sum();
+        stats::bump(&core.counters.io_requests);
+        stats::add(&core.counters.io_bytes, len_bytes as u64);
+        let done_file = file.clone();
+        let done_bufs = bufs.clone();
+        ReadRequest {
+            file,
+            offset_bytes,
+            bufs,
+            done: Box::new(move |result| {
+                complete_read(
+                    &core,
+                    &mapping,
+                    &done_file,
+                    offset_bytes,
+                    &run,
+                    &done_bufs,
+                    result,
+                )
+            }),
+        }
+    }
+}
+
+/// The completion of one read of a run of folios (module docs).
+///
+/// Context: a backend thread; no lock held. Takes the index lock on failure.
+pub(crate) fn complete_read(
+    core: &Core,
+    mapping: &Mapping,
+    file: &StdFile,
+    offset_bytes: u64,
+    run: &[NewFolio],
+    bufs: &[FrameBuf],
+    result: io::Result<usize>,
+) {
+    let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
+    let result =
+        result.and_then(|n| finish_short_read(core, file, offset_bytes, bufs, n.min(total)));
+    let n = match result {
+        Ok(n) => n,
+        Err(e) => {
+            stats::bump(&core.counters.io_errors);
+            fail_folios(core, mapping, run, e.raw_os_error().unwrap_or(libc::EIO));
+            return;
+        }
+    };
+    let mut failed = Vec::new();
+    let mut at = 0usize;
+    for folio in run {
+        let bytes = folio.order.bytes();
+        let valid = n.saturating_sub(at).min(bytes);
+        if valid == 0 {
+            // Past the end of the file, which shrank since the mapping's size was read.
+            failed.push(*folio);
+        } else {
+            if valid < bytes {
+                core.arena.zero_tail(folio.frame, folio.order, valid);
+            }
+            let meta = core.arena.meta(folio.frame);
+            meta.version.publish();
+            meta.state.finish_read_ok();
+            wait::wake_all(meta);
+        }
+        at += bytes;
+    }
+    if n < total && offset_bytes + (n as u64) < mapping.size_bytes() {
+        // The file is shorter than the mapping believed: it shrank. Learn its real size
+        // (it may have shrunk below this read's offset, past pages already cached) and
+        // drop everything past it.
+        let real = file.metadata().map_or(u64::MAX, |m| m.len());
+        mapping.shrink_to(core, real.min(offset_bytes + n as u64));
+    }
+    if !failed.is_empty() {
+        fail_folios(core, mapping, &failed, libc::ESTALE);
+    }
+}
+
+/// Completes a read that came back short before the end of its buffers with synchronous
+/// `pread`s into the rest of them; returns the bytes finally read (short only at the real
+/// end of the file). Each `pread` either makes progress or finds the end, so the loop
+/// ends within the request's length.
+fn finish_short_read(
+    core: &Core,
+    file: &StdFile,
+    offset_bytes: u64,
+    bufs: &[FrameBuf],
+    mut n: usize,
+) -> io::Result<usize> {
+    let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
+    // An unaligned count is the end of the file: O_DIRECT reads whole blocks otherwise.
+    if n >= total || n % PAGE_BYTES != 0 {
+        return Ok(n);
+    }
+    stats::bump(&core.counters.short_read_retries);
+    while n < total {
+        let (buf, skip) = locate(bufs, n);
+        let part = buf.tail(skip);
+        // SAFETY: the buffer is arena memory of LOCKED folios that this read owns (the
+        // backend has completed, so nothing else writes it); their version is odd, so no
+        // optimistic reader copies from it.
+        let dst = unsafe { std::slice::from_raw_parts_mut(part.as_ptr(), part.len_bytes()) };
+        let got = file.read_at(dst, offset_bytes + n as u64)?;
+        n += got;
+        if got == 0 || got % PAGE_BYTES != 0 {
+            break;
+        }
+    }
+    Ok(n)
+}
+
+/// The buffer that holds byte `at` of a request, and the offset in it.
+fn locate(bufs: &[FrameBuf], mut at: usize) -> (FrameBuf, usize) {
+    for buf in bufs {
+        if at < buf.len_bytes() {
+            return (*buf, at);
+        }
+        at -= buf.len_bytes();
+    }
+    unreachable!("offset past the request's buffers")
+}
+
+/// A read failed: remove its folios from the index (one lock hold), record the errno,
+/// unlock and wake every waiter. The folios' frames go back when the last waiter lets go.
+fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
+    let mut w = mapping.index.lock();
+    for folio in run {
+        let removed = w.remove_folio(folio.head, folio.frame, Leave::Empty);
+        debug_assert!(removed, "a LOCKED folio left the index");
+    }
+    drop(w);
+    for folio in run {
+        let meta = core.arena.meta(folio.frame);
+        meta.set_errno(errno);
+        let outcome = meta.state.finish_read_err();
+        wait::wake_all(meta);
+        if outcome == PutOutcome::Free {
+            core.arena.free(folio.frame, folio.order);
+        }
+    }
+}
