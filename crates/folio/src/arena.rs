@@ -2,19 +2,22 @@
 //!
 //! Design: one anonymous mapping (`MAP_NORESERVE`, transparent huge pages advised, aligned
 //! to 2 MiB so an order-9 folio is one huge page) sized by the cache's capacity, cut into
-//! 4 KiB frames. Beside it, the side table of `FolioMeta` (one per frame) and per-order
-//! free lists of a buddy allocator (orders 0..=9). Frames are never unmapped while the
+//! 4 KiB frames. Beside it, the side table of `FolioMeta` (24 B per frame) and the link
+//! words (8 B per frame) that thread the per-order free lists of a buddy allocator
+//! (orders 0..=9) and, while a frame is cached, its eviction queue. 32 B per 4 KiB frame
+//! is 0.78% of the capacity, all of the arena's metadata. Frames are never unmapped while the
 //! arena lives, which is what makes the optimistic read of `version` safe: a reader that
 //! loses a race copies stale bytes and discards them, it never faults.
 //!
 //! Invariants:
-//! - A free block of order k starts at a frame that is a multiple of 2^k, its head's
-//!   `free_order` is k and every frame in it is DEAD in the side table.
+//! - A free block of order k starts at a frame that is a multiple of 2^k, its head is on
+//!   free list k (its link word says so) and every frame in it is DEAD in the side table.
 //! - `free_frames` equals the frames in the free lists (both change under the lock);
 //!   allocated frames never exceed the capacity (there is nothing else to allocate from).
 //!
-//! Protection: the free lists, `free_order` and `free_frames` change under one mutex
-//! (`lists`); `free_frames` is an atomic so that stats read it without the lock. The memory
+//! Protection: the free lists, the link words of free frames, and `free_frames` change
+//! under one mutex (`lists`); `free_frames` is an atomic so that stats read it without
+//! the lock. The memory
 //! of an allocated folio belongs to its owner under the `refcount` protocol: written only
 //! by the read that fills it while LOCKED; read by pinned readers and by optimistic readers
 //! through `copy_out`, which loads atomically per word.
@@ -22,25 +25,28 @@
 //! Limits: one mutex for the free lists (no per-thread caches yet: allocation is on the
 //! miss path only, next to an I/O that costs 100x more); at most 2^32 frames (16 TiB).
 
-use std::collections::BTreeSet;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
+use crate::eviction::list::{Links, List, QueueId};
 use crate::folio::FolioMeta;
 use crate::io::FrameBuf;
 use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
 
 /// Bytes of the largest folio; the mapping is aligned to it.
 const HUGE_BYTES: usize = PAGE_BYTES << ORDER_MAX;
-/// `free_order` of a frame that is not the head of a free block.
-const NOT_FREE_HEAD: u8 = u8::MAX;
+/// The list id of the free list of order k is `FREE_LIST_BASE + k` (ids below it are the
+/// eviction policies' queues).
+const FREE_LIST_BASE: QueueId = 0x40;
 
-struct FreeLists {
-    by_order: [BTreeSet<u32>; ORDER_MAX as usize + 1],
-    /// Per frame: the order of the free block it heads, or NOT_FREE_HEAD.
-    free_order: Box<[u8]>,
+/// The order of the free block `frame` heads, read from its link word.
+fn free_order(links: &Links, frame: u32) -> Option<u8> {
+    let id = links.queue(FrameId(frame));
+    (FREE_LIST_BASE..=FREE_LIST_BASE + ORDER_MAX)
+        .contains(&id)
+        .then(|| id - FREE_LIST_BASE)
 }
 
 pub struct Arena {
@@ -51,7 +57,10 @@ pub struct Arena {
     map_bytes: usize,
     frame_count: u32,
     meta: Box<[FolioMeta]>,
-    lists: Mutex<FreeLists>,
+    /// One link word per frame: the free lists here, the eviction queues in `eviction`.
+    pub links: Links,
+    /// The free lists, by order.
+    lists: Mutex<Vec<List>>,
     free_frames: AtomicU64,
 }
 
@@ -96,10 +105,10 @@ impl Arena {
         }
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
         let meta: Box<[FolioMeta]> = (0..frame_count).map(|_| FolioMeta::default()).collect();
-        let mut lists = FreeLists {
-            by_order: Default::default(),
-            free_order: vec![NOT_FREE_HEAD; frame_count as usize].into_boxed_slice(),
-        };
+        let links = Links::new(frame_count);
+        let mut lists: Vec<List> = (0..=ORDER_MAX)
+            .map(|k| List::new(FREE_LIST_BASE + k))
+            .collect();
         // Carve the frames into the largest aligned blocks.
         let mut frame = 0u32;
         while frame < frame_count {
@@ -107,8 +116,7 @@ impl Arena {
             while frame % (1 << order) != 0 || frame + (1 << order) > frame_count {
                 order -= 1;
             }
-            lists.by_order[order as usize].insert(frame);
-            lists.free_order[frame as usize] = order;
+            lists[order as usize].push_back(&links, FrameId(frame), 1 << order);
             frame += 1 << order;
         }
         Ok(Arena {
@@ -117,6 +125,7 @@ impl Arena {
             map_bytes,
             frame_count,
             meta,
+            links,
             lists: Mutex::new(lists),
             free_frames: AtomicU64::new(u64::from(frame_count)),
         })
@@ -134,10 +143,9 @@ impl Arena {
         &self.meta[frame.as_usize()]
     }
 
-    /// Bytes of metadata this arena keeps per its capacity: side table and free-list
-    /// bookkeeping (the free-list tree nodes are counted at their worst, one per frame).
+    /// Bytes of metadata this arena keeps: the side table and the link words.
     pub fn metadata_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.meta) + self.frame_count as usize
+        std::mem::size_of_val(&*self.meta) + self.frame_count as usize * 8
     }
 
     /// Takes a free block of exactly `order`, splitting a larger one if needed. The
@@ -147,18 +155,18 @@ impl Arena {
         let want = order.get() as usize;
         let head = {
             let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-            let have = (want..=ORDER_MAX as usize).find(|&k| !lists.by_order[k].is_empty())?;
-            let head = lists.by_order[have].pop_first().expect("list is not empty");
-            lists.free_order[head as usize] = NOT_FREE_HEAD;
+            let have = (want..=ORDER_MAX as usize).find(|&k| !lists[k].is_empty())?;
+            let head = lists[have]
+                .pop_front(&self.links, |_| 1 << have)
+                .expect("list is not empty");
             // Split: keep the low half, free the high halves down to the wanted order.
             for k in (want..have).rev() {
-                let buddy = head + (1 << k);
-                lists.by_order[k].insert(buddy);
-                lists.free_order[buddy as usize] = k as u8;
+                lists[k].push_back(&self.links, FrameId(head.0 + (1 << k)), 1 << k);
             }
             // Under the lock, so that `free_frames` always equals the free lists.
-            self.free_frames.fetch_sub(order.pages(), Ordering::Relaxed);
-            head
+            let free = self.free_frames.fetch_sub(order.pages(), Ordering::Relaxed);
+            assert!(free >= order.pages(), "free memory below zero");
+            head.0
         };
         let frame = FrameId(head);
         self.meta(frame).state.revive_locked();
@@ -173,6 +181,11 @@ impl Arena {
     /// held valid bytes. Never called under a mapping's lock (side effects outside locks).
     pub fn free(&self, frame: FrameId, order: Order) {
         let meta = self.meta(frame);
+        let state = meta.state.load();
+        assert!(
+            state & crate::refcount::DEAD != 0 && state & crate::refcount::LOCKED == 0,
+            "freed a folio that is not dead, or has I/O in flight: {state:#x}"
+        );
         if meta.version.is_valid() {
             meta.version.retire();
         }
@@ -182,16 +195,15 @@ impl Arena {
         let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
         while k < ORDER_MAX {
             let buddy = head ^ (1 << k);
-            if buddy >= self.frame_count || lists.free_order[buddy as usize] != k {
+            if buddy >= self.frame_count || free_order(&self.links, buddy) != Some(k) {
                 break;
             }
-            lists.by_order[k as usize].remove(&buddy);
-            lists.free_order[buddy as usize] = NOT_FREE_HEAD;
+            let removed = lists[k as usize].remove(&self.links, FrameId(buddy), 1 << k);
+            debug_assert!(removed);
             head = head.min(buddy);
             k += 1;
         }
-        lists.by_order[k as usize].insert(head);
-        lists.free_order[head as usize] = k;
+        lists[k as usize].push_back(&self.links, FrameId(head), 1 << k);
         self.free_frames.fetch_add(order.pages(), Ordering::Relaxed);
     }
 

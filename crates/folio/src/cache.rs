@@ -20,12 +20,14 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::arena::Arena;
+use crate::eviction::new_policy;
+use crate::eviction::EvictionKind;
 use crate::file::File;
 use crate::folio::MappingId;
 use crate::index::NODE_BYTES;
 use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::{FileStamp, Mapping};
-use crate::reclaim::Clock;
+use crate::reclaim::{self, Reclaimer};
 use crate::refcount::PutOutcome;
 use crate::stats::{self, Counters, Stats};
 use crate::types::{FrameId, Order, PAGE_BYTES};
@@ -42,6 +44,7 @@ pub struct CacheBuilder {
     alloc_wait: Duration,
     folio_order_max: Order,
     readahead_max_bytes: u64,
+    eviction: EvictionKind,
 }
 
 /// The default maximum readahead window: 2 MiB. Measured on this kind of machine
@@ -57,6 +60,7 @@ impl Default for CacheBuilder {
             alloc_wait: Duration::from_secs(2),
             folio_order_max: Order::MAX,
             readahead_max_bytes: READAHEAD_MAX_BYTES_DEFAULT,
+            eviction: EvictionKind::default(),
         }
     }
 }
@@ -102,6 +106,12 @@ impl CacheBuilder {
         self
     }
 
+    /// Which eviction policy chooses what to drop (default S3-FIFO).
+    pub fn eviction(mut self, kind: EvictionKind) -> Self {
+        self.eviction = kind;
+        self
+    }
+
     /// Builds the cache: reserves the arena and starts the backend.
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
@@ -120,9 +130,12 @@ impl CacheBuilder {
                 ),
             ));
         }
-        let frames = u32::try_from(self.capacity_bytes / PAGE_BYTES as u64).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidInput, "folio: capacity above 16 TiB")
-        })?;
+        let frames = u32::try_from(self.capacity_bytes / PAGE_BYTES as u64)
+            .ok()
+            .filter(|&f| f <= crate::eviction::list::FRAMES_MAX)
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "folio: capacity above 1 TiB")
+            })?;
         // Keep at least 16 folios of the largest order, so one read cannot pin the cache.
         let mut order_max = self.folio_order_max;
         while order_max > Order::ZERO && order_max.pages() * 16 > u64::from(frames) {
@@ -132,17 +145,19 @@ impl CacheBuilder {
             arena: Arena::new(frames)?,
             mappings: RwLock::new(Mappings::default()),
             counters: Counters::default(),
-            clock: Clock::default(),
+            reclaimer: Reclaimer::new(new_policy(self.eviction, frames), frames),
             alloc_wait: self.alloc_wait,
             folio_order_max: order_max,
             readahead_pages: (self.readahead_max_bytes / PAGE_BYTES as u64)
                 .min(u64::from(crate::readahead::WINDOW_PAGES_LIMIT))
                 as u32,
         };
+        let core = Arc::new(core);
         Ok(Cache {
             inner: Arc::new(CacheInner {
                 backend,
-                core: Arc::new(core),
+                reclaim_thread: Reclaimer::spawn(core.clone()),
+                core,
             }),
         })
     }
@@ -167,7 +182,7 @@ pub(crate) struct Core {
     pub arena: Arena,
     mappings: RwLock<Mappings>,
     pub counters: Counters,
-    pub clock: Clock,
+    pub reclaimer: Reclaimer,
     alloc_wait: Duration,
     pub folio_order_max: Order,
     /// The maximum readahead window of new handles, in pages.
@@ -196,17 +211,19 @@ impl Core {
         let started = Instant::now();
         let mut pause = Duration::from_micros(50);
         loop {
-            if let Some(frame) = self.arena.alloc(order) {
-                return Ok((frame, order));
+            if let Some(got) = self.try_alloc(order) {
+                return Ok(got);
             }
-            let report = self.clock.sweep(self, order.pages().max(32));
-            if let Some(frame) = self.arena.alloc(order) {
-                return Ok((frame, order));
+            let report = self
+                .reclaimer
+                .reclaim(self, order.pages().max(reclaim::BATCH_PAGES));
+            if let Some(got) = self.try_alloc(order) {
+                return Ok(got);
             }
             // Fragmented: take the largest smaller block there is.
             for smaller in (0..order.get()).rev() {
-                if let Some(frame) = self.arena.alloc(Order::new(smaller)) {
-                    return Ok((frame, Order::new(smaller)));
+                if let Some(got) = self.try_alloc(Order::new(smaller)) {
+                    return Ok(got);
                 }
             }
             if report.freed_pages > 0 {
@@ -219,15 +236,21 @@ impl Core {
                 return Err(io::Error::new(
                     io::ErrorKind::OutOfMemory,
                     format!(
-                        "folio: no free memory: every folio is pinned ({}) or has I/O in flight ({}); \
+                        "folio: no free memory: every folio is pinned or has I/O in flight ({} seen busy); \
                          drop page references or raise the capacity",
-                        report.pinned, report.locked
+                        report.busy
                     ),
                 ));
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(5));
         }
+    }
+
+    fn try_alloc(&self, order: Order) -> Option<(FrameId, Order)> {
+        let frame = self.arena.alloc(order)?;
+        self.reclaimer.note_alloc(self.arena.free_frames());
+        Some((frame, order))
     }
 
     /// Drops a reference; frees the folio if it was the last one.
@@ -257,6 +280,8 @@ impl Core {
             .map(|m| m.index.node_count())
             .sum();
         s.metadata_bytes = (self.arena.metadata_bytes() + nodes * NODE_BYTES) as u64;
+        s.eviction = self.reclaimer.policy.name().to_string();
+        s.shadows = self.reclaimer.shadows_logged();
         s
     }
 }
@@ -265,10 +290,15 @@ pub(crate) struct CacheInner {
     // Field order is drop order: the backend (and its in-flight reads) goes first.
     pub backend: Box<dyn Backend>,
     pub core: Arc<Core>,
+    reclaim_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Drop for CacheInner {
     fn drop(&mut self) {
+        self.core.reclaimer.stop();
+        if let Some(thread) = self.reclaim_thread.take() {
+            let _ = thread.join();
+        }
         self.core.counters.detach_threads();
     }
 }

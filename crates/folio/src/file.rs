@@ -27,7 +27,7 @@ use crate::folio::FolioMeta;
 use crate::index::Entry;
 use crate::mapping::{Invalidate, Mapping, Pinned};
 use crate::readahead::{self, Decision, MissRequest, RaCell};
-use crate::refcount::{ERROR, LOCKED, PREFETCHED, READAHEAD, REFERENCED, UPTODATE};
+use crate::refcount::{ERROR, LOCKED, PREFETCHED, READAHEAD, UPTODATE};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
@@ -391,7 +391,7 @@ impl File {
             stats::bump(&core.counters.optimistic_retries);
             return None;
         }
-        meta.state.set_flags(REFERENCED);
+        meta.state.touch();
         Some((n, frame, head))
     }
 
@@ -458,7 +458,7 @@ impl File {
             }
             let state = meta.state.load();
             if state & UPTODATE != 0 {
-                meta.state.set_flags(REFERENCED);
+                meta.state.touch();
                 return Ok(Some(folio));
             }
             if state & ERROR != 0 {

@@ -26,6 +26,7 @@ use std::os::unix::fs::FileExt;
 use crossbeam_epoch as epoch;
 
 use crate::cache::{AllocMode, Core};
+use crate::eviction::Admission;
 use crate::file::File;
 use crate::index::{Entry, Leave, NewFolio};
 use crate::io::{FrameBuf, ReadRequest, READ_BYTES_MAX};
@@ -110,8 +111,30 @@ impl File {
     fn insert_run(&self, run: Vec<NewFolio>, requests: &mut Vec<ReadRequest>) -> u64 {
         let core = self.core();
         let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
-        let outcome = self.mapping.index.lock_for_insert(pages).insert_run(&run);
-        stats::add(&core.counters.refaults, outcome.shadows.len() as u64);
+        let mut w = self.mapping.index.lock_for_insert(pages);
+        let outcome = w.insert_run(&run);
+        // Still under the index lock: a folio is on an eviction queue exactly while it is
+        // in the index (eviction's lock order: index -> policy).
+        let policy = &core.reclaimer.policy;
+        let mut shadows = outcome.shadows.iter().peekable();
+        for (folio, _) in run.iter().zip(&outcome.inserted).filter(|(_, &ok)| ok) {
+            let end = folio.head.add(folio.order.pages());
+            // The shadows this folio replaced (collected in index order); the policy
+            // judges the first.
+            while shadows.next_if(|(page, _)| *page < folio.head).is_some() {}
+            let mut shadow = None;
+            while let Some((_, value)) = shadows.next_if(|(page, _)| *page < end) {
+                shadow.get_or_insert(*value);
+            }
+            if shadow.is_some() {
+                stats::bump(&core.counters.refaults);
+            }
+            let admission = policy.insert(&core.arena, folio.frame, folio.order.pages(), shadow);
+            if admission == Admission::Refault {
+                stats::bump(&core.counters.workingset_refaults);
+            }
+        }
+        drop(w);
         let mut runs: Vec<Vec<NewFolio>> = Vec::new();
         let mut next_head = None;
         let mut inserted_pages = 0;
@@ -347,8 +370,13 @@ fn locate(bufs: &[FrameBuf], mut at: usize) -> (FrameBuf, usize) {
 fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
     let mut w = mapping.index.lock();
     for folio in run {
-        let removed = w.remove_folio(folio.head, folio.frame, Leave::Empty);
-        debug_assert!(removed, "a LOCKED folio left the index");
+        if w.remove_folio(folio.head, folio.frame, Leave::Empty) {
+            core.reclaimer
+                .policy
+                .remove(&core.arena, folio.frame, folio.order.pages());
+        } else {
+            debug_assert!(false, "a LOCKED folio left the index");
+        }
     }
     drop(w);
     for folio in run {

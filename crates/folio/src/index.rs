@@ -651,6 +651,27 @@ impl<'a> IndexWriteGuard<'a> {
         true
     }
 
+    /// Removes the shadow entries with `value` that a folio of `order` at `head` left,
+    /// if they are still there. Returns the slots emptied.
+    pub fn remove_shadows(&mut self, head: PageIndex, order: Order, value: u64) -> u64 {
+        let mut removed = 0;
+        let mut at = head.0;
+        while at < head.0 + order.pages() {
+            let path = self.path_to(at);
+            let Some(&(node, slot)) = path.last() else {
+                return removed;
+            };
+            let slot_pages = 1u64 << node.shift;
+            if node.load(slot) == Raw::shadow(value) {
+                node.store(slot, Raw::EMPTY);
+                self.prune(&path);
+                removed += 1;
+            }
+            at = (at / slot_pages + 1) * slot_pages;
+        }
+        removed
+    }
+
     /// Unlinks nodes left empty at the end of `path`, bottom up (never the root).
     fn prune(&mut self, path: &[(&'a Node, usize)]) {
         for depth in (1..path.len()).rev() {

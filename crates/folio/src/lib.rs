@@ -42,6 +42,7 @@
 
 mod arena;
 mod cache;
+mod eviction;
 mod file;
 mod filemap;
 mod folio;
@@ -58,6 +59,7 @@ mod version;
 mod wait;
 
 pub use cache::{Cache, CacheBuilder, CAPACITY_BYTES_MIN, READAHEAD_MAX_BYTES_DEFAULT};
+pub use eviction::EvictionKind;
 pub use file::{Advice, File, PageRef, ReadaheadWindow};
 pub use io::BackendKind;
 pub use stats::Stats;

@@ -212,20 +212,18 @@ impl Mapping {
             if !holds || meta.state.load() & LOCKED != 0 {
                 continue;
             }
+            if how == Invalidate::Unpinned && !meta.state.try_freeze() {
+                continue;
+            }
+            w.remove_folio(head, frame, Leave::Empty);
+            core.reclaimer
+                .policy
+                .remove(&core.arena, frame, order.pages());
+            drop(w);
             let free = match how {
-                Invalidate::Unpinned => {
-                    if !meta.state.try_freeze() {
-                        continue;
-                    }
-                    w.remove_folio(head, frame, Leave::Empty);
-                    true
-                }
-                Invalidate::Truncate => {
-                    w.remove_folio(head, frame, Leave::Empty);
-                    drop(w);
-                    // The index's reference goes; the last holder frees the frame.
-                    meta.state.put() == PutOutcome::Free
-                }
+                Invalidate::Unpinned => true,
+                // The index's reference goes; the last holder frees the frame.
+                Invalidate::Truncate => meta.state.put() == PutOutcome::Free,
             };
             dropped += order.pages();
             if free {

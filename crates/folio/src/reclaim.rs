@@ -1,107 +1,239 @@
-//! Reclaim: frees folios when an allocation finds the arena full. A plain CLOCK for now.
+//! Reclaim: keeps memory free by evicting the folios the eviction policy picks.
 //!
-//! Design: a hand sweeps the arena's frames in order. A frame that is free, LOCKED (I/O
-//! in flight) or pinned (count above the index's one) is skipped, never freed. A folio
-//! with REFERENCED set gets a second chance (the bit is cleared). Otherwise it is a
-//! victim: under its mapping's index lock, the slot is checked to still hold this frame,
-//! the folio is frozen (`refcount` step A, one CAS) and replaced by a shadow entry carrying
-//! the eviction clock. Victims are freed to the arena after every index lock is dropped
-//! (side effects outside locks).
+//! Design:
+//! - Watermarks: a background thread ("folio-reclaim") sleeps while at least `low_pages`
+//!   frames are free; an allocation that leaves fewer wakes it, and it evicts until
+//!   `high_pages` are free. An allocation that finds nothing free reclaims directly, in
+//!   batches (`Reclaimer::reclaim`). Small caches (below 1,600 frames) have no watermarks:
+//!   only direct reclaim, so no memory idles.
+//! - Eviction of one batch: the policy isolates victims under its own lock, each with a
+//!   reference (`EvictionPolicy::isolate`). Then, per victim, under its mapping's index
+//!   lock: check the slot still holds it, freeze it (`try_freeze_isolated`, one CAS: only
+//!   the index and the isolation hold it, no I/O in flight) and leave its shadow entry.
+//!   A victim that cannot be frozen (someone pinned it meanwhile) goes back to the policy,
+//!   if it is still in the index. Frames are freed after every lock is dropped (side
+//!   effects outside locks).
+//! - Never freed: a pinned folio (count above the index's and the isolation's), a LOCKED
+//!   one (I/O in flight), a DIRTY one (when writes come). `FolioState` enforces it: the
+//!   freeze CAS fails.
+//! - Shadow entries are bounded: each eviction that leaves one is logged; past
+//!   `shadows_max` (the capacity in pages) the oldest still in place is removed. Cost per
+//!   shadow: 8 B in its index slot (plus its share of the node) and 24 B in the log.
 //!
-//! Protection: the hand is under its own mutex; one sweep at a time. Lock order: hand ->
-//! a mapping's index lock -> the arena's free lists (never the other way round).
-//!
-//! Limits: a sweep looks at most twice at every frame. If it frees nothing, it reports
-//! why (everything pinned, or I/O in flight) and the allocator decides whether to wait.
+//! Protection: the shadow log under its mutex; the wake flag under its mutex with a
+//! condvar. Lock order: (policy's mutex, alone) ; then a mapping's index lock -> the
+//! policy's mutex (putback) ; the shadow log's mutex alone, then an index lock after it
+//! is dropped.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
 use crate::cache::Core;
+use crate::eviction::EvictionPolicy;
+use crate::folio::MappingId;
 use crate::index::{Entry, Leave};
-use crate::refcount::{count, DEAD, LOCKED, PREFETCHED, REFERENCED};
+use crate::refcount::PREFETCHED;
 use crate::stats;
-use crate::types::{FrameId, Order};
+use crate::types::{FrameId, Order, PageIndex};
 
-/// What a sweep found when it freed less than asked.
+/// Pages evicted per batch of direct reclaim (at least what the allocation needs).
+pub const BATCH_PAGES: u64 = 32;
+/// Caches below this many frames keep no free reserve (no background reclaim).
+const WATERMARK_FRAMES_MIN: u32 = 1600;
+
+/// What a reclaim pass found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SweepReport {
+pub struct ReclaimReport {
     pub freed_pages: u64,
-    /// Folios skipped because I/O was in flight: waiting helps.
-    pub locked: u64,
-    /// Folios skipped because someone pinned them.
-    pub pinned: u64,
+    /// Folios skipped because they were pinned or had I/O in flight: waiting helps.
+    pub busy: u64,
 }
 
-#[derive(Debug, Default)]
-pub struct Clock {
-    hand: Mutex<u32>,
-    /// Evictions so far: the value stored in shadow entries.
-    eviction_clock: AtomicU64,
+/// One evicted folio's shadow, as logged.
+#[derive(Clone, Copy, Debug)]
+struct ShadowRecord {
+    mapping: MappingId,
+    head: PageIndex,
+    order: Order,
+    value: u64,
 }
 
-impl Clock {
-    /// Frees at least `want_pages` pages if it can, looking at each frame at most twice.
-    ///
-    /// Context: no index lock held by the caller (this takes them). May block on the hand
-    /// mutex and on index locks; does no I/O.
-    pub fn sweep(&self, core: &Core, want_pages: u64) -> SweepReport {
-        let mut report = SweepReport::default();
-        let mut victims: Vec<(FrameId, Order)> = Vec::new();
-        {
-            let mut hand = self.hand.lock().unwrap_or_else(|e| e.into_inner());
-            let frames = core.arena.frame_count();
-            let mut scanned = 0u64;
-            while report.freed_pages < want_pages && scanned < 2 * u64::from(frames) {
-                let frame = FrameId(*hand);
-                let meta = core.arena.meta(frame);
-                let state = meta.state.load();
-                let (mapping_id, head, order) = meta.identity();
-                let step = if state & DEAD == 0 {
-                    order.pages() as u32
-                } else {
-                    1
-                };
-                *hand = (*hand + step.max(1)) % frames;
-                scanned += u64::from(step.max(1));
-                if state & DEAD != 0 {
-                    continue;
-                }
-                if state & LOCKED != 0 {
-                    report.locked += 1;
-                    continue;
-                }
-                if count(state) > 1 {
-                    report.pinned += 1;
-                    continue;
-                }
-                if meta.state.test_and_clear(REFERENCED) {
-                    continue;
-                }
-                let Some(mapping) = core.mapping(mapping_id) else {
-                    continue;
-                };
-                let mut w = mapping.index.lock();
-                let holds = matches!(w.get(head), Entry::Folio { frame: f, .. } if f == frame);
-                if !holds || !meta.state.try_freeze() {
-                    continue;
-                }
-                let shadow = self.eviction_clock.fetch_add(1, Ordering::Relaxed);
-                let removed = w.remove_folio(head, frame, Leave::Shadow(shadow));
-                assert!(removed, "a frozen folio was not in its slot");
-                drop(w);
-                victims.push((frame, order));
-                report.freed_pages += order.pages();
-                if state & PREFETCHED != 0 {
-                    stats::add(&core.counters.readahead_wasted_pages, order.pages());
-                }
+pub struct Reclaimer {
+    pub policy: Box<dyn EvictionPolicy>,
+    pub low_pages: u64,
+    pub high_pages: u64,
+    shadows: Mutex<VecDeque<ShadowRecord>>,
+    shadows_max: usize,
+    wake: Mutex<bool>,
+    wake_cv: Condvar,
+    stop: AtomicBool,
+}
+
+impl std::fmt::Debug for Reclaimer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reclaimer")
+            .field("policy", &self.policy.name())
+            .field("low_pages", &self.low_pages)
+            .field("high_pages", &self.high_pages)
+            .finish()
+    }
+}
+
+impl Reclaimer {
+    pub fn new(policy: Box<dyn EvictionPolicy>, frames: u32) -> Reclaimer {
+        let low_pages = if frames < WATERMARK_FRAMES_MIN {
+            0
+        } else {
+            (u64::from(frames) / 200).clamp(8, 4096)
+        };
+        Reclaimer {
+            policy,
+            low_pages,
+            high_pages: low_pages * 2,
+            shadows: Mutex::new(VecDeque::new()),
+            shadows_max: frames as usize,
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// Called after an allocation: wakes the background thread below the low watermark.
+    pub fn note_alloc(&self, free_pages: u64) {
+        if free_pages < self.low_pages {
+            let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+            if !*wake {
+                *wake = true;
+                self.wake_cv.notify_one();
             }
         }
-        for &(frame, order) in &victims {
+    }
+
+    /// Evicts folios worth at least `want_pages` if it can (one isolation pass).
+    ///
+    /// Context: no lock held (this takes the policy's and index locks). Does no I/O.
+    pub fn reclaim(&self, core: &Core, want_pages: u64) -> ReclaimReport {
+        let mut isolated = Vec::new();
+        let busy = self.policy.isolate(&core.arena, want_pages, &mut isolated);
+        let mut report = ReclaimReport {
+            freed_pages: 0,
+            busy,
+        };
+        let mut to_free: Vec<(FrameId, Order)> = Vec::with_capacity(isolated.len());
+        let mut to_release: Vec<(FrameId, Order)> = Vec::new();
+        let mut logged: Vec<ShadowRecord> = Vec::with_capacity(isolated.len());
+        for victim in isolated {
+            let meta = core.arena.meta(victim.frame);
+            let (mapping_id, head, order) = meta.identity();
+            let Some(mapping) = core.mapping(mapping_id) else {
+                to_release.push((victim.frame, order));
+                continue;
+            };
+            let mut w = mapping.index.lock();
+            let holds = matches!(w.get(head), Entry::Folio { frame, .. } if frame == victim.frame);
+            if holds && meta.state.try_freeze_isolated() {
+                let removed = w.remove_folio(head, victim.frame, Leave::Shadow(victim.shadow));
+                assert!(removed, "a frozen folio was not in its slot");
+                drop(w);
+                if meta.state.load() & PREFETCHED != 0 {
+                    stats::add(&core.counters.readahead_wasted_pages, victim.pages);
+                }
+                logged.push(ShadowRecord {
+                    mapping: mapping_id,
+                    head,
+                    order,
+                    value: victim.shadow,
+                });
+                to_free.push((victim.frame, order));
+                report.freed_pages += victim.pages;
+                continue;
+            }
+            if holds {
+                report.busy += 1;
+                self.policy.putback(&core.arena, victim);
+            }
+            drop(w);
+            to_release.push((victim.frame, order));
+        }
+        for &(frame, order) in &to_free {
             core.arena.free(frame, order);
         }
-        stats::add(&core.counters.evicted_folios, victims.len() as u64);
+        for (frame, order) in to_release {
+            core.put_folio(frame, order);
+        }
+        stats::add(&core.counters.evicted_folios, to_free.len() as u64);
         stats::add(&core.counters.evicted_pages, report.freed_pages);
+        self.log_shadows(core, logged);
         report
+    }
+
+    /// Records new shadows and removes the oldest past the cap.
+    fn log_shadows(&self, core: &Core, new: Vec<ShadowRecord>) {
+        if new.is_empty() {
+            return;
+        }
+        let expired: Vec<ShadowRecord> = {
+            let mut log = self.shadows.lock().unwrap_or_else(|e| e.into_inner());
+            log.extend(new);
+            let excess = log.len().saturating_sub(self.shadows_max);
+            log.drain(..excess).collect()
+        };
+        let mut dropped = 0;
+        for record in expired {
+            if let Some(mapping) = core.mapping(record.mapping) {
+                let mut w = mapping.index.lock();
+                dropped += w.remove_shadows(record.head, record.order, record.value);
+            }
+        }
+        stats::add(&core.counters.shadows_dropped, dropped);
+    }
+
+    /// Shadow entries logged (an upper bound of those in the indexes).
+    pub fn shadows_logged(&self) -> u64 {
+        self.shadows.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
+    }
+
+    /// Starts the background thread. It holds the core until `stop`.
+    pub fn spawn(core: Arc<Core>) -> Option<JoinHandle<()>> {
+        if core.reclaimer.low_pages == 0 {
+            return None;
+        }
+        std::thread::Builder::new()
+            .name("folio-reclaim".into())
+            .spawn(move || core.reclaimer.background(&core))
+            .ok()
+    }
+
+    fn background(&self, core: &Core) {
+        loop {
+            {
+                let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+                while !*wake && !self.stop.load(Ordering::Acquire) {
+                    wake = self.wake_cv.wait(wake).unwrap_or_else(|e| e.into_inner());
+                }
+                *wake = false;
+            }
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            // Evict up to the high watermark; give up on a pass that frees nothing (all
+            // busy): the next allocation below the low mark wakes us again.
+            while core.arena.free_frames() < self.high_pages && !self.stop.load(Ordering::Acquire) {
+                let want = (self.high_pages - core.arena.free_frames()).min(4 * BATCH_PAGES);
+                if self.reclaim(core, want).freed_pages == 0 {
+                    break;
+                }
+                stats::bump(&core.counters.background_reclaims);
+            }
+        }
+    }
+
+    /// Asks the background thread to end; the caller joins it.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+        self.wake_cv.notify_all();
     }
 }

@@ -6,10 +6,10 @@
 //! # Layout (one `u64` per folio, in the frame's metadata)
 //!
 //! ```text
-//!  63        40 39  38  37  36  35  34  33  32 31                         0
-//! +------------+---+---+---+---+---+---+---+---+----------------------------+
-//! |   unused   |PF |WS |REF|RA |ERR|UTD|LCK|DEAD|  reference count (u32)     |
-//! +------------+---+---+---+---+---+---+---+---+----------------------------+
+//!  63     42 41 40 39  38  37  36  35  34  33  32 31                         0
+//! +---------+-----+---+---+---+---+---+---+---+---+----------------------------+
+//! | unused  |FREQ |PF |WS | - |RA |ERR|UTD|LCK|DEAD|  reference count (u32)     |
+//! +---------+-----+---+---+---+---+---+---+---+---+----------------------------+
 //! ```
 //!
 //! - count: one reference for the index while the folio is in it, one per pin
@@ -18,8 +18,11 @@
 //!   fails. Set with the count at 0, so counts are never lost under it.
 //! - LOCKED: I/O in flight. The folio is in the index, its bytes are not valid yet.
 //! - UPTODATE, ERROR: outcome of the read. READAHEAD: the async-readahead marker.
-//!   REFERENCED: the CLOCK bit. WORKINGSET: the folio refaulted within the workingset.
-//!   PREFETCHED: read ahead and not read yet (wasted readahead if evicted so).
+//!   FREQ: the access count eviction reads (0..=3). WORKINGSET: the folio refaulted
+//!   within the workingset. PREFETCHED: read ahead and not read yet (wasted readahead
+//!   if evicted so).
+//! - The reclaimer's isolation of a victim is a reference too (`try_get`), so an isolated
+//!   folio cannot be freed under it; it freezes with `try_freeze_isolated` (count 2).
 //!
 //! # Protocol
 //!
@@ -89,8 +92,12 @@ pub const ERROR: u64 = 1 << 35;
 pub const READAHEAD: u64 = 1 << 36;
 /// Brought in by readahead and not read yet (counted as wasted if evicted so).
 pub const PREFETCHED: u64 = 1 << 39;
-// Bit 38 is WORKINGSET, defined by the workingset code that sets it.
-pub const REFERENCED: u64 = 1 << 37;
+/// The access frequency that eviction reads: a 2-bit counter (0..=3) that hits raise.
+pub const FREQ_SHIFT: u32 = 40;
+pub const FREQ_MASK: u64 = 3 << FREQ_SHIFT;
+pub const FREQ_ONE: u64 = 1 << FREQ_SHIFT;
+/// The folio refaulted within the workingset (a recent eviction came back).
+pub const WORKINGSET: u64 = 1 << 38;
 
 const _: () = assert!(COUNT_MAX < COUNT_MASK && DEAD == COUNT_MASK + 1);
 
@@ -217,7 +224,7 @@ impl FolioState {
     /// Allocator: turn a free frame into a LOCKED folio owned by the caller (one
     /// reference, which becomes the index's on insertion). The count of transient
     /// getters is kept (module docs, the ABA case), and stray hint bits that a late
-    /// optimistic reader set on the free frame (REFERENCED) are dropped. A CAS loop, not
+    /// optimistic reader set on the free frame (FREQ) are dropped. A CAS loop, not
     /// a `fetch_add`, for that reason; it is off the hit path.
     pub fn revive_locked(&self) {
         let mut cur = self.0.load(Ordering::Relaxed);
@@ -271,6 +278,61 @@ impl FolioState {
         if self.0.load(Ordering::Relaxed) & flags != flags {
             self.0.fetch_or(flags, Ordering::Relaxed);
         }
+    }
+
+    /// A hit: raises the access frequency by one, up to 3. Stores only below 3, so a hot
+    /// folio's cache line is not written on every hit; one CAS attempt, so a race loses a
+    /// count, never corrupts the word.
+    #[inline]
+    pub fn touch(&self) {
+        let cur = self.0.load(Ordering::Relaxed);
+        if cur & FREQ_MASK != FREQ_MASK {
+            let _ =
+                self.0
+                    .compare_exchange(cur, cur + FREQ_ONE, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// The access frequency (0..=3).
+    pub fn freq(&self) -> u64 {
+        (self.0.load(Ordering::Relaxed) & FREQ_MASK) >> FREQ_SHIFT
+    }
+
+    /// Lowers the frequency by one if above 0 (S3-FIFO's main queue); returns what it was.
+    pub fn decay_freq(&self) -> u64 {
+        let old = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |cur| {
+                (cur & FREQ_MASK != 0).then(|| cur - FREQ_ONE)
+            });
+        match old {
+            Ok(cur) | Err(cur) => (cur & FREQ_MASK) >> FREQ_SHIFT,
+        }
+    }
+
+    /// Forgets the access frequency (a folio changes queue). Stores only if it is set.
+    pub fn clear_freq(&self) {
+        if self.0.load(Ordering::Relaxed) & FREQ_MASK != 0 {
+            self.0.fetch_and(!FREQ_MASK, Ordering::Relaxed);
+        }
+    }
+
+    /// The reclaimer froze a folio it isolated: CAS from "count 2 (the index's and the
+    /// isolation's), not LOCKED, not DEAD, not ERROR" to DEAD, dropping both. Context: as
+    /// `try_freeze`, plus the caller holds the isolation reference.
+    pub fn try_freeze_isolated(&self) -> bool {
+        let cur = self.0.load(Ordering::Relaxed);
+        if count(cur) != 2 || cur & (DEAD | LOCKED | ERROR) != 0 {
+            return false;
+        }
+        self.0
+            .compare_exchange(
+                cur,
+                (cur - 2 * ONE) | DEAD,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
     }
 
     /// Clears flags; returns whether any of them was set. Stores only when one is set.
@@ -361,10 +423,17 @@ mod tests {
         crate::primitive::model(|| {
             let s = FolioState::new_free();
             s.revive_locked();
-            s.set_flags(REFERENCED);
-            s.set_flags(REFERENCED);
-            assert!(s.test_and_clear(REFERENCED));
-            assert!(!s.test_and_clear(REFERENCED));
+            s.set_flags(PREFETCHED);
+            s.set_flags(PREFETCHED);
+            assert!(s.test_and_clear(PREFETCHED));
+            assert!(!s.test_and_clear(PREFETCHED));
+            for _ in 0..5 {
+                s.touch();
+            }
+            assert_eq!(s.freq(), 3, "the frequency saturates at 3");
+            assert_eq!(s.decay_freq(), 3);
+            assert_eq!(s.freq(), 2);
+            assert_eq!(count(s.load()), 1, "frequency bits never touch the count");
         });
     }
 }

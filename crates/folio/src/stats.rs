@@ -35,8 +35,16 @@ pub struct Stats {
     /// Folios and pages evicted by reclaim.
     pub evicted_folios: u64,
     pub evicted_pages: u64,
-    /// Insertions that replaced a shadow entry (the page had been cached before).
+    /// Insertions that replaced a shadow entry (the page had been cached before), and
+    /// those the eviction policy recognised as refaults within the workingset (S3-FIFO:
+    /// still in the ghost; LRU: refault distance within the active list).
     pub refaults: u64,
+    pub workingset_refaults: u64,
+    /// Shadow entries dropped to keep them under the cap, and logged now.
+    pub shadows_dropped: u64,
+    pub shadows: u64,
+    /// Batches the background reclaimer evicted.
+    pub background_reclaims: u64,
     /// Pages dropped by invalidation (truncation, a changed file, `DontNeed`).
     pub invalidated_pages: u64,
     /// Readahead windows opened on a miss (sync), on a marker hit (async), and forced
@@ -53,8 +61,9 @@ pub struct Stats {
     pub capacity_bytes: u64,
     pub cached_bytes: u64,
     pub metadata_bytes: u64,
-    /// Which backend reads the files.
+    /// Which backend reads the files, and which policy evicts.
     pub backend: String,
+    pub eviction: String,
 }
 
 /// The shared, miss-path counters.
@@ -72,6 +81,9 @@ pub(crate) struct Counters {
     pub evicted_folios: AtomicU64,
     pub evicted_pages: AtomicU64,
     pub refaults: AtomicU64,
+    pub workingset_refaults: AtomicU64,
+    pub shadows_dropped: AtomicU64,
+    pub background_reclaims: AtomicU64,
     pub invalidated_pages: AtomicU64,
     pub readahead_sync: AtomicU64,
     pub readahead_async: AtomicU64,
@@ -163,6 +175,9 @@ impl Counters {
             evicted_folios: get(&self.evicted_folios),
             evicted_pages: get(&self.evicted_pages),
             refaults: get(&self.refaults),
+            workingset_refaults: get(&self.workingset_refaults),
+            shadows_dropped: get(&self.shadows_dropped),
+            background_reclaims: get(&self.background_reclaims),
             invalidated_pages: get(&self.invalidated_pages),
             readahead_sync: get(&self.readahead_sync),
             readahead_async: get(&self.readahead_async),

@@ -14,6 +14,11 @@
 //!   reallocated to another page never keeps a reference to the new page through the old
 //!   slot, never loses or doubles the new owner's count, and when the new incarnation is
 //!   released meanwhile, the frame is freed exactly once.
+//! - `isolated_eviction_vs_truncation_vs_lookup`: reclaim's isolation (a reference),
+//!   its freeze of an isolated folio (count 2), a truncation that drops the index's
+//!   reference of the same folio, and a reader's lookup, all at once: the frame is freed
+//!   exactly once, by whoever drops the last reference, and never while the reader holds
+//!   it.
 //! - `readahead_marker_race` and `readahead_miss_race`: threads sharing one handle's
 //!   readahead state never tear it and never write a stale window back: when two threads
 //!   hit the same marker (or miss the same page), exactly one window is installed, the
@@ -410,5 +415,64 @@ fn readahead_miss_race() {
             }]
         );
         assert_eq!(cell.load(), installed[0]);
+    });
+}
+
+#[test]
+fn isolated_eviction_vs_truncation_vs_lookup() {
+    loom::model(|| {
+        let w = World::new();
+        let free = |w: &World| {
+            w.state.mark_free();
+            w.frees.fetch_add(1, Ordering::Relaxed);
+        };
+        let reclaimer = {
+            let w = w.clone();
+            thread::spawn(move || {
+                // Isolation: the policy takes a reference.
+                if w.state.try_get() != GetOutcome::Got {
+                    return false;
+                }
+                let guard = w.index_lock.lock().unwrap();
+                if w.slot.load(Ordering::Acquire) == FRAME && w.state.try_freeze_isolated() {
+                    w.slot.store(SHADOW, Ordering::Release);
+                    drop(guard);
+                    free(&w);
+                    return true;
+                }
+                drop(guard);
+                if w.state.put() == PutOutcome::Free {
+                    free(&w);
+                }
+                false
+            })
+        };
+        let truncator = {
+            let w = w.clone();
+            thread::spawn(move || {
+                let guard = w.index_lock.lock().unwrap();
+                if w.slot.load(Ordering::Acquire) != FRAME {
+                    return;
+                }
+                w.slot.store(0, Ordering::Release);
+                drop(guard);
+                if w.state.put() == PutOutcome::Free {
+                    free(&w);
+                }
+            })
+        };
+        if w.find_get().is_some() {
+            let state = w.state.load();
+            assert_eq!(state & DEAD, 0, "a held folio is never frozen");
+            if w.state.put() == PutOutcome::Free {
+                free(&w);
+            }
+        }
+        reclaimer.join().unwrap();
+        truncator.join().unwrap();
+        assert_eq!(w.frees.load(Ordering::Relaxed), 1, "freed exactly once");
+        let state = w.state.load();
+        assert_ne!(state & DEAD, 0);
+        assert_eq!(count(state), 0);
     });
 }

@@ -1,7 +1,10 @@
 //! Stress: 32 threads (16x the cores here) read a 256 MiB file through a cache of 64
 //! folios, at random and sequentially, through shared and private handles, for at least
-//! 10 s per backend. Every byte read is checked against the file's pattern, and a monitor
-//! asserts that the cache never holds more folio memory than its capacity.
+//! 10 s per backend (io_uring with S3-FIFO, pread with the two-list LRU). Every byte read
+//! is checked against the file's pattern, a monitor asserts that the cache never holds
+//! more folio memory than its capacity, and the arena asserts on every free that the
+//! folio is frozen (no pins) with no I/O in flight, and that free memory never goes
+//! below zero.
 //!
 //! `FOLIO_STRESS_SECS` changes the duration (default 10).
 
@@ -11,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use folio::{BackendKind, Cache};
+use folio::{BackendKind, Cache, EvictionKind};
 
 const FILE_BYTES: u64 = 256 << 20;
 const CAPACITY_BYTES: u64 = 64 * 4096;
@@ -41,13 +44,14 @@ impl Rng {
     }
 }
 
-fn stress(backend: BackendKind) {
+fn stress(backend: BackendKind, eviction: EvictionKind) {
     let dir = common::test_dir();
     let path = dir.path().join("stress");
     common::write_pattern_file(&path, SALT, FILE_BYTES);
     let cache = Cache::builder()
         .capacity_bytes(CAPACITY_BYTES)
         .backend(backend)
+        .eviction(eviction)
         .alloc_wait(Duration::from_secs(30))
         .build()
         .unwrap();
@@ -156,11 +160,11 @@ fn stress(backend: BackendKind) {
 }
 
 #[test]
-fn stress_io_uring() {
-    stress(BackendKind::IoUring);
+fn stress_io_uring_s3fifo() {
+    stress(BackendKind::IoUring, EvictionKind::S3Fifo);
 }
 
 #[test]
-fn stress_pread() {
-    stress(BackendKind::Pread);
+fn stress_pread_two_list_lru() {
+    stress(BackendKind::Pread, EvictionKind::TwoListLru);
 }

@@ -10,6 +10,7 @@
 //! - [`uring`]: io_uring, O_DIRECT, batched submission, one completion thread.
 //! - [`pread`]: a pool of threads calling `pread(2)`, for kernels or sandboxes that refuse
 //!   io_uring.
+//! - [`null`]: reads nothing and returns zeros, for trace replay of eviction policies.
 //! - [`fault`]: wraps another backend and injects faults (EIO at chosen offsets, short
 //!   reads, delays) for tests; it is a real backend of the library, not a mock.
 //!
@@ -32,6 +33,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 pub mod fault;
+pub mod null;
 pub mod pread;
 pub mod uring;
 

@@ -1,0 +1,127 @@
+//! Eviction policies: which folios reclaim drops, behind one trait.
+//!
+//! Two policies, on the same mechanism so they can be compared on the same trace
+//! (`folio-trace`):
+//! - [`s3fifo`]: S3-FIFO (Yang et al., SOSP 2023), the default: a small FIFO that new
+//!   folios enter, a main FIFO for those that proved themselves, and a ghost queue that is
+//!   the index's shadow entries.
+//! - [`lru`]: the kernel's two lists (inactive, active) with refault distance
+//!   (mm/workingset.c's idea).
+//!
+//! Mechanism shared by both: the queues are intrusive lists over the arena's link words
+//! (`list`), under the policy's one mutex. A hit never takes that mutex: it raises the
+//! folio's 2-bit frequency in its state word (`FolioState::touch`), and only when the
+//! count changes. The policy reads the frequency when a folio reaches the end of a queue.
+//! Evicted folios leave a shadow entry in the index whose value the policy chose; when the
+//! page comes back, the insertion hands that value back to the policy, which decides if it
+//! is a refault within the workingset.
+//!
+//! Lock order: a mapping's index lock -> the policy's mutex. Insertion and removal happen
+//! with the index lock held, so a folio is on a queue exactly while it is in the index;
+//! isolation takes only the policy's mutex.
+
+pub mod list;
+pub mod lru;
+pub mod s3fifo;
+
+use crate::arena::Arena;
+use crate::types::FrameId;
+
+/// Which eviction policy a cache uses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum EvictionKind {
+    /// S3-FIFO (SOSP 2023): a small FIFO for new folios, a main FIFO, and a ghost queue
+    /// made of the index's shadow entries.
+    #[default]
+    S3Fifo,
+    /// The kernel's two lists (inactive, active) with refault distance.
+    TwoListLru,
+}
+
+/// A folio taken off its queue for eviction, with a reference held by the isolation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Isolated {
+    pub frame: FrameId,
+    pub pages: u64,
+    /// The shadow entry to leave in the index if it is evicted.
+    pub shadow: u64,
+}
+
+/// What `insert` learned from the shadow entry a folio replaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// A page not seen recently (no shadow, or one too old).
+    Cold,
+    /// A refault within the workingset: the page was evicted recently and came back.
+    Refault,
+}
+
+/// An eviction policy. Both sides' duties:
+///
+/// The caller (the cache) guarantees:
+/// - `insert` is called once for each folio it puts in an index, while it holds that
+///   index's lock, with the shadow value the insertion replaced (if any); `remove` is
+///   called while it holds the lock, when a folio leaves the index by any way other than
+///   the eviction of an isolated folio.
+/// - For each folio returned by `isolate`, it either evicts it (freezes it, leaves the
+///   folio's `shadow` in the index, frees it) or, under the index lock and only if the
+///   folio is still in the index, hands it back with `putback`; then drops the isolation
+///   reference.
+///
+/// The implementation must:
+/// - Keep each folio it was given on exactly one of its queues, or isolated, until it is
+///   removed; never touch the link words of frames it was not given.
+/// - In `isolate`, take a reference (`FolioState::try_get`) on every folio it returns,
+///   skip (and keep) folios that are LOCKED or pinned, and do bounded work (each queue
+///   entry looked at a bounded number of times per call).
+/// - Never free or write back anything itself, and never take an index lock.
+pub trait EvictionPolicy: Send + Sync + std::fmt::Debug {
+    fn name(&self) -> &'static str;
+
+    /// A folio of `pages` entered an index, replacing `shadow`.
+    fn insert(&self, arena: &Arena, frame: FrameId, pages: u64, shadow: Option<u64>) -> Admission;
+
+    /// A folio left its index other than by eviction.
+    fn remove(&self, arena: &Arena, frame: FrameId, pages: u64);
+
+    /// Isolates victims worth about `want_pages` pages, appending them to `out`. Returns
+    /// how many folios it skipped because they were pinned or locked.
+    fn isolate(&self, arena: &Arena, want_pages: u64, out: &mut Vec<Isolated>) -> u64;
+
+    /// An isolated folio could not be evicted and is still in its index: back on a queue.
+    fn putback(&self, arena: &Arena, victim: Isolated);
+}
+
+/// Builds the policy for a cache of `frames` frames.
+pub fn new_policy(kind: EvictionKind, frames: u32) -> Box<dyn EvictionPolicy> {
+    match kind {
+        EvictionKind::S3Fifo => Box::new(s3fifo::S3Fifo::new(u64::from(frames))),
+        EvictionKind::TwoListLru => Box::new(lru::TwoListLru::new()),
+    }
+}
+
+/// Whether a queued folio cannot be evicted now (I/O in flight, or someone holds it).
+fn busy(arena: &Arena, frame: FrameId) -> bool {
+    let state = arena.meta(frame).state.load();
+    state & crate::refcount::LOCKED != 0 || crate::refcount::count(state) > 1
+}
+
+/// Takes the isolation reference; false if the folio is dying (it will be removed).
+fn isolate_ref(arena: &Arena, frame: FrameId) -> bool {
+    match arena.meta(frame).state.try_get() {
+        crate::refcount::GetOutcome::Got => true,
+        crate::refcount::GetOutcome::Dead => false,
+        crate::refcount::GetOutcome::DeadFree => {
+            // Cannot happen for a folio on a queue (it holds the index's reference), but
+            // if it did, the frame is ours to free.
+            let (_, _, order) = arena.meta(frame).identity();
+            arena.free(frame, order);
+            false
+        }
+    }
+}
+
+/// The pages of the folio at `frame` (its order is stable while it is cached).
+fn pages_of(arena: &Arena, frame: FrameId) -> u64 {
+    arena.meta(frame).identity().2.pages()
+}

@@ -1,0 +1,176 @@
+//! Eviction through the real cache: both policies recognise a refault within the
+//! workingset, S3-FIFO keeps a hot set through a scan that LRU lets go, shadow entries
+//! stay under their cap, and the background reclaimer keeps memory free.
+
+mod common;
+
+use folio::io::null::NullBackend;
+use folio::{Advice, Cache, EvictionKind, File};
+
+const PAGE: u64 = 4096;
+
+/// A cache of `pages` 4 KiB folios over the null backend, without readahead: what it
+/// keeps is the policy's choice alone.
+fn cache(kind: EvictionKind, pages: u64) -> Cache {
+    Cache::builder()
+        .capacity_bytes(pages * PAGE)
+        .eviction(kind)
+        .folio_order_max(0)
+        .readahead_max_bytes(0)
+        .build_with_backend(Box::new(NullBackend::new()))
+        .unwrap()
+}
+
+fn sparse_file(dir: &tempfile::TempDir, pages: u64) -> std::path::PathBuf {
+    let path = dir.path().join("sparse");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(pages * PAGE)
+        .unwrap();
+    path
+}
+
+fn touch(file: &File, page: u64) {
+    let mut buf = [0u8; 8];
+    assert_eq!(file.read_at(&mut buf, page * PAGE).unwrap(), 8);
+}
+
+#[test]
+fn s3fifo_recognises_a_refault_from_its_ghost() {
+    let dir = common::test_dir();
+    let path = sparse_file(&dir, 10_000);
+    let cache = cache(EvictionKind::S3Fifo, 256);
+    let file = cache.open(&path).unwrap();
+    file.advise(0, 0, Advice::Random).unwrap();
+    for page in 0..300 {
+        touch(&file, page);
+    }
+    let before = cache.stats();
+    assert!(before.evicted_pages >= 44, "{before:?}");
+    assert_eq!(before.eviction, "s3fifo");
+    // Page 5 was evicted from the small queue moments ago: it is in the ghost.
+    touch(&file, 5);
+    let after = cache.stats();
+    assert_eq!(after.refaults, before.refaults + 1);
+    assert_eq!(
+        after.workingset_refaults,
+        before.workingset_refaults + 1,
+        "{after:?}"
+    );
+}
+
+#[test]
+fn lru_recognises_a_refault_within_the_refault_distance() {
+    let dir = common::test_dir();
+    let path = sparse_file(&dir, 10_000);
+    let cache = cache(EvictionKind::TwoListLru, 256);
+    let file = cache.open(&path).unwrap();
+    file.advise(0, 0, Advice::Random).unwrap();
+    for page in 0..256 {
+        touch(&file, page);
+    }
+    // Half the pages are hit twice more: the next scans activate them.
+    for _ in 0..2 {
+        for page in 128..256 {
+            touch(&file, page);
+        }
+    }
+    for page in 256..300 {
+        touch(&file, page);
+    }
+    let before = cache.stats();
+    assert_eq!(before.eviction, "lru");
+    assert!(before.evicted_pages > 0);
+    // Page 5 was evicted recently: its refault distance is below the active list's size.
+    touch(&file, 5);
+    let after = cache.stats();
+    assert_eq!(after.refaults, before.refaults + 1);
+    assert_eq!(
+        after.workingset_refaults,
+        before.workingset_refaults + 1,
+        "{after:?}"
+    );
+    // A page evicted long ago (more evictions since than the active list holds, fewer
+    // than the shadow cap) is a refault, but not within the workingset.
+    for page in 300..480 {
+        touch(&file, page);
+    }
+    let before = cache.stats();
+    touch(&file, 6);
+    let after = cache.stats();
+    assert_eq!(after.refaults, before.refaults + 1);
+    assert_eq!(after.workingset_refaults, before.workingset_refaults);
+}
+
+/// A hot set hit over and over, then a long scan of pages read once: both policies keep
+/// the hot set (S3-FIFO: the scan passes through its small queue; the two-list LRU: the
+/// hot set is on the active list). A plain LRU would lose all of it.
+#[test]
+fn both_policies_keep_a_hot_set_through_a_scan() {
+    let dir = common::test_dir();
+    let path = sparse_file(&dir, 100_000);
+    let mut kept = Vec::new();
+    for kind in [EvictionKind::S3Fifo, EvictionKind::TwoListLru] {
+        let cache = cache(kind, 1000);
+        let file = cache.open(&path).unwrap();
+        file.advise(0, 0, Advice::Random).unwrap();
+        for _ in 0..3 {
+            for page in 0..500 {
+                touch(&file, page);
+            }
+        }
+        for page in 10_000..20_000 {
+            touch(&file, page);
+        }
+        let before = cache.stats();
+        for page in 0..500 {
+            touch(&file, page);
+        }
+        let hits = cache.stats().hits - before.hits;
+        kept.push(hits);
+    }
+    assert!(kept[0] >= 450, "S3-FIFO kept {} of 500 hot pages", kept[0]);
+    assert!(
+        kept[1] >= 450,
+        "the two-list LRU kept {} of 500 hot pages",
+        kept[1]
+    );
+}
+
+#[test]
+fn shadow_entries_stay_under_their_cap() {
+    let dir = common::test_dir();
+    let path = sparse_file(&dir, 50_000);
+    for kind in [EvictionKind::S3Fifo, EvictionKind::TwoListLru] {
+        let cache = cache(kind, 64);
+        let file = cache.open(&path).unwrap();
+        file.advise(0, 0, Advice::Random).unwrap();
+        for page in 0..20_000 {
+            touch(&file, page);
+        }
+        let s = cache.stats();
+        assert!(s.shadows <= 64, "{s:?}");
+        assert!(s.shadows_dropped >= 20_000 - 64 - 64, "{s:?}");
+        // The index holds few nodes: memory for shadows is bounded too.
+        assert!(s.metadata_bytes < 64 * 40 + 20 * 600, "{s:?}");
+    }
+}
+
+#[test]
+fn the_background_reclaimer_keeps_memory_free() {
+    let dir = common::test_dir();
+    let path = sparse_file(&dir, 50_000);
+    let cache = cache(EvictionKind::S3Fifo, 8192);
+    let file = cache.open(&path).unwrap();
+    file.advise(0, 0, Advice::Random).unwrap();
+    for page in 0..30_000 {
+        touch(&file, page);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let s = cache.stats();
+    assert!(s.background_reclaims > 0, "{s:?}");
+    assert!(
+        s.capacity_bytes - s.cached_bytes >= 40 * PAGE,
+        "the low watermark holds: {s:?}"
+    );
+}
