@@ -30,9 +30,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
-use crate::eviction::list::{Links, List, QueueId};
 use crate::folio::FolioMeta;
 use crate::io::FrameBuf;
+use crate::list::{Links, List, QueueId};
 use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
 
 /// Bytes of the largest folio; the mapping is aligned to it.
@@ -62,6 +62,15 @@ pub struct Arena {
     /// The free lists, by order.
     lists: Mutex<Vec<List>>,
     free_frames: AtomicU64,
+}
+
+impl std::fmt::Debug for Arena {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arena")
+            .field("frames", &self.frame_count)
+            .field("free_frames", &self.free_frames())
+            .finish()
+    }
 }
 
 // SAFETY: the raw pointers refer to a private anonymous mapping owned by the arena and

@@ -1,36 +1,24 @@
-//! The cache: its builder, its memory, its mappings, and how folios are allocated and
-//! freed.
+//! The cache as its users see it: the builder, and the handle that opens files.
 //!
-//! Ownership: a `Cache` and every `File` hold an `Arc<CacheInner>`, which owns the I/O
-//! backend and an `Arc<Core>`. In-flight reads hold an `Arc<Core>` (never the backend), so
-//! the last handle's drop shuts the backend down, which waits for the in-flight reads,
-//! whose completions release their `Core`; the arena is unmapped after the last of them.
-//! Dropping a `Cache` while `File`s live is therefore defined: the files keep working and
-//! the memory goes with the last of them.
-//!
-//! Protection: `mappings` under a reader-writer lock (open, close, reclaim's look-up);
-//! the rest per module (arena, index, refcount).
+//! Everything shared lives in `pagecache::Core`; a `Cache` is a cheap handle to it.
 
-use std::collections::HashMap;
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::arena::Arena;
-use crate::eviction::new_policy;
-use crate::eviction::EvictionKind;
+use crate::eviction::{new_policy, EvictionKind};
 use crate::file::File;
-use crate::folio::MappingId;
-use crate::index::NODE_BYTES;
 use crate::io::{open_backend, Backend, BackendKind};
-use crate::mapping::{FileStamp, Mapping};
-use crate::reclaim::{self, Reclaimer};
-use crate::refcount::PutOutcome;
-use crate::stats::{self, Counters, Stats};
-use crate::types::{FrameId, Order, PAGE_BYTES};
+use crate::mapping::{FileStamp, MappingTable};
+use crate::memory::Memory;
+use crate::pagecache::{CacheInner, Core};
+use crate::reclaim::Reclaimer;
+use crate::stats::{Counters, Stats};
+use crate::types::{Order, PAGE_BYTES};
 
 /// The smallest capacity a cache accepts: 16 frames.
 pub const CAPACITY_BYTES_MIN: u64 = 16 * PAGE_BYTES as u64;
@@ -132,7 +120,7 @@ impl CacheBuilder {
         }
         let frames = u32::try_from(self.capacity_bytes / PAGE_BYTES as u64)
             .ok()
-            .filter(|&f| f <= crate::eviction::list::FRAMES_MAX)
+            .filter(|&f| f <= crate::list::FRAMES_MAX)
             .ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidInput, "folio: capacity above 1 TiB")
             })?;
@@ -142,164 +130,22 @@ impl CacheBuilder {
             order_max = Order::new(order_max.get() - 1);
         }
         let core = Core {
-            arena: Arena::new(frames)?,
-            mappings: RwLock::new(Mappings::default()),
-            counters: Counters::default(),
-            reclaimer: Reclaimer::new(new_policy(self.eviction, frames), frames),
+            mem: Memory {
+                arena: Arena::new(frames)?,
+                policy: new_policy(self.eviction, frames),
+                counters: Counters::default(),
+            },
+            mappings: MappingTable::default(),
+            reclaimer: Reclaimer::new(frames),
             alloc_wait: self.alloc_wait,
             folio_order_max: order_max,
             readahead_pages: (self.readahead_max_bytes / PAGE_BYTES as u64)
                 .min(u64::from(crate::readahead::WINDOW_PAGES_LIMIT))
                 as u32,
         };
-        let core = Arc::new(core);
         Ok(Cache {
-            inner: Arc::new(CacheInner {
-                backend,
-                reclaim_thread: Reclaimer::spawn(core.clone()),
-                core,
-            }),
+            inner: Arc::new(CacheInner::new(core, backend)),
         })
-    }
-}
-
-#[derive(Default)]
-struct Mappings {
-    by_id: HashMap<MappingId, Arc<Mapping>>,
-    by_inode: HashMap<(u64, u64), MappingId>,
-    next_id: u32,
-}
-
-/// Whether an allocation may wait for memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum AllocMode {
-    Wait,
-    NoWait,
-}
-
-/// What reads share with their completions: memory, mappings, counters.
-pub(crate) struct Core {
-    pub arena: Arena,
-    mappings: RwLock<Mappings>,
-    pub counters: Counters,
-    pub reclaimer: Reclaimer,
-    alloc_wait: Duration,
-    pub folio_order_max: Order,
-    /// The maximum readahead window of new handles, in pages.
-    readahead_pages: u32,
-}
-
-impl Core {
-    pub fn mapping(&self, id: MappingId) -> Option<Arc<Mapping>> {
-        self.mappings
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_id
-            .get(&id)
-            .cloned()
-    }
-
-    /// Allocates a LOCKED folio of `order`, or a smaller one if memory is fragmented.
-    /// When nothing is free, reclaims; when reclaim finds everything pinned or locked,
-    /// `AllocMode::Wait` waits up to the configured `alloc_wait` for holders to finish,
-    /// then fails with `OutOfMemory` (never a deadlock); `AllocMode::NoWait` fails at once.
-    ///
-    /// Context: no index lock held (reclaim takes them). A caller that already holds
-    /// LOCKED folios it allocated must use `NoWait`: waiting while holding them is how
-    /// every reader ends up waiting for every other. May sleep (`Wait`).
-    pub fn alloc_folio(&self, order: Order, mode: AllocMode) -> io::Result<(FrameId, Order)> {
-        let started = Instant::now();
-        let mut pause = Duration::from_micros(50);
-        loop {
-            if let Some(got) = self.try_alloc(order) {
-                return Ok(got);
-            }
-            let report = self
-                .reclaimer
-                .reclaim(self, order.pages().max(reclaim::BATCH_PAGES));
-            if let Some(got) = self.try_alloc(order) {
-                return Ok(got);
-            }
-            // Fragmented: take the largest smaller block there is.
-            for smaller in (0..order.get()).rev() {
-                if let Some(got) = self.try_alloc(Order::new(smaller)) {
-                    return Ok(got);
-                }
-            }
-            if report.freed_pages > 0 {
-                continue;
-            }
-            if mode == AllocMode::NoWait || started.elapsed() >= self.alloc_wait {
-                if mode == AllocMode::Wait {
-                    stats::bump(&self.counters.alloc_failures);
-                }
-                return Err(io::Error::new(
-                    io::ErrorKind::OutOfMemory,
-                    format!(
-                        "folio: no free memory: every folio is pinned or has I/O in flight ({} seen busy); \
-                         drop page references or raise the capacity",
-                        report.busy
-                    ),
-                ));
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(5));
-        }
-    }
-
-    fn try_alloc(&self, order: Order) -> Option<(FrameId, Order)> {
-        let frame = self.arena.alloc(order)?;
-        self.reclaimer.note_alloc(self.arena.free_frames());
-        Some((frame, order))
-    }
-
-    /// Drops a reference; frees the folio if it was the last one.
-    pub fn put_folio(&self, frame: FrameId, order: Order) {
-        if self.arena.meta(frame).state.put() == PutOutcome::Free {
-            self.arena.free(frame, order);
-        }
-    }
-
-    /// Frees a frame whose release the caller won (`GetOutcome::DeadFree`).
-    pub fn free_frame(&self, frame: FrameId) {
-        let (_, _, order) = self.arena.meta(frame).identity();
-        self.arena.free(frame, order);
-    }
-
-    fn stats(&self) -> Stats {
-        let mut s = self.counters.snapshot();
-        let frames = u64::from(self.arena.frame_count());
-        s.capacity_bytes = frames * PAGE_BYTES as u64;
-        s.cached_bytes = (frames - self.arena.free_frames()) * PAGE_BYTES as u64;
-        let nodes: usize = self
-            .mappings
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .by_id
-            .values()
-            .map(|m| m.index.node_count())
-            .sum();
-        s.metadata_bytes = (self.arena.metadata_bytes() + nodes * NODE_BYTES) as u64;
-        s.eviction = self.reclaimer.policy.name().to_string();
-        s.shadows = self.reclaimer.shadows_logged();
-        s
-    }
-}
-
-pub(crate) struct CacheInner {
-    // Field order is drop order: the backend (and its in-flight reads) goes first.
-    pub backend: Box<dyn Backend>,
-    pub core: Arc<Core>,
-    reclaim_thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Drop for CacheInner {
-    fn drop(&mut self) {
-        self.core.reclaimer.stop();
-        if let Some(thread) = self.reclaim_thread.take() {
-            let _ = thread.join();
-        }
-        self.core.counters.detach_threads();
     }
 }
 
@@ -314,7 +160,7 @@ impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
             .field("backend", &self.inner.backend.name())
-            .field("capacity_frames", &self.inner.core.arena.frame_count())
+            .field("capacity_frames", &self.inner.core.mem.arena.frame_count())
             .finish()
     }
 }
@@ -353,7 +199,10 @@ impl Cache {
             size_bytes: meta.len(),
             mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
         };
-        let mapping = self.mapping_for(meta.dev(), meta.ino(), stamp)?;
+        let core = &self.inner.core;
+        let mapping = core
+            .mappings
+            .get_or_insert(&core.mem, meta.dev(), meta.ino(), stamp)?;
         Ok(File::new(
             self.inner.clone(),
             mapping,
@@ -361,41 +210,6 @@ impl Cache {
             direct,
             self.inner.core.readahead_pages,
         ))
-    }
-
-    fn mapping_for(&self, dev: u64, ino: u64, stamp: FileStamp) -> io::Result<Arc<Mapping>> {
-        let core = &self.inner.core;
-        let existing = {
-            let maps = core.mappings.read().unwrap_or_else(|e| e.into_inner());
-            maps.by_inode
-                .get(&(dev, ino))
-                .and_then(|id| maps.by_id.get(id).cloned())
-        };
-        if let Some(mapping) = existing {
-            mapping.revalidate(core, stamp);
-            return Ok(mapping);
-        }
-        let mut maps = core.mappings.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(mapping) = maps
-            .by_inode
-            .get(&(dev, ino))
-            .and_then(|id| maps.by_id.get(id).cloned())
-        {
-            drop(maps);
-            mapping.revalidate(core, stamp);
-            return Ok(mapping);
-        }
-        let id = MappingId(maps.next_id);
-        maps.next_id = maps.next_id.checked_add(1).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "folio: more than 2^32 files opened",
-            )
-        })?;
-        let mapping = Arc::new(Mapping::new(id, stamp));
-        maps.by_id.insert(id, mapping.clone());
-        maps.by_inode.insert((dev, ino), id);
-        Ok(mapping)
     }
 
     /// A snapshot of the counters.
@@ -407,7 +221,7 @@ impl Cache {
 
     /// Bytes of memory the cache holds folios in.
     pub fn capacity_bytes(&self) -> u64 {
-        u64::from(self.inner.core.arena.frame_count()) * PAGE_BYTES as u64
+        u64::from(self.inner.core.mem.arena.frame_count()) * PAGE_BYTES as u64
     }
 }
 

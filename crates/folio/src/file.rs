@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
 
-use crate::cache::{CacheInner, Core};
-use crate::filemap::Window;
+use crate::filemap::{Fill, Window};
 use crate::folio::FolioMeta;
 use crate::index::Entry;
 use crate::mapping::{Invalidate, Mapping, Pinned};
+use crate::pagecache::{CacheInner, Core};
 use crate::readahead::{self, Decision, MissRequest, RaCell};
 use crate::refcount::{ERROR, LOCKED, PREFETCHED, READAHEAD, UPTODATE};
 use crate::stats;
@@ -64,9 +64,9 @@ pub enum Advice {
 /// An open file, read through its cache. Safe to share between threads (`&File` is all a
 /// read needs); RocksDB-style engines share one handle among all their reader threads.
 pub struct File {
-    pub(crate) cache: Arc<CacheInner>,
-    pub(crate) mapping: Arc<Mapping>,
-    pub(crate) fd: Arc<StdFile>,
+    cache: Arc<CacheInner>,
+    mapping: Arc<Mapping>,
+    fd: Arc<StdFile>,
     direct: bool,
     ra: RaCell,
     /// The maximum window of `Advice::Normal`, in pages.
@@ -114,7 +114,7 @@ impl File {
     /// Context: any thread; one system call; takes the index lock if pages are dropped.
     pub fn refresh_len(&self) -> io::Result<u64> {
         let size = self.fd.metadata()?.len();
-        self.mapping.resize(self.core(), size);
+        self.mapping.resize(&self.core().mem, size);
         Ok(size)
     }
 
@@ -128,8 +128,17 @@ impl File {
         self.direct
     }
 
-    pub(crate) fn core(&self) -> &Core {
+    fn core(&self) -> &Core {
         &self.cache.core
+    }
+
+    /// The miss path's view of this handle.
+    fn fill(&self) -> Fill<'_> {
+        Fill {
+            cache: &self.cache,
+            mapping: &self.mapping,
+            fd: &self.fd,
+        }
     }
 
     /// Reads up to `buf.len()` bytes at `offset` into `buf`. Any offset and length: the
@@ -158,8 +167,8 @@ impl File {
             }
             let page = PageIndex::containing(pos);
             if let Some((n, frame, head)) = self.read_optimistic(page, pos, end, &mut buf[done..]) {
-                core.counters.hit();
-                self.note_access(core.arena.meta(frame), page, head);
+                core.mem.counters.hit();
+                self.note_access(core.mem.arena.meta(frame), page, head);
                 done += n;
                 continue;
             }
@@ -172,10 +181,10 @@ impl File {
             if pos >= end {
                 break Ok(done);
             }
-            self.note_access(core.arena.meta(folio.frame), page, folio.head);
+            self.note_access(core.mem.arena.meta(folio.frame), page, folio.head);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
-            let bytes = core.arena.pinned_bytes(folio.frame, folio.order);
+            let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
             buf[done..done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             done += n;
         };
@@ -225,8 +234,8 @@ impl File {
             ))
         });
         if let Some(window) = installed {
-            stats::bump(&core.counters.readahead_async);
-            self.read_window(window_of(window));
+            stats::bump(&core.mem.counters.readahead_async);
+            self.fill().read_window(window_of(window));
         }
     }
 
@@ -270,12 +279,12 @@ impl File {
             self.within_file(readahead::decide_on_miss(state, req, max_pages))
         });
         if let Some(window) = installed {
-            stats::bump(&self.core().counters.readahead_sync);
-            if self.read_window(window_of(window)) > 0 {
+            stats::bump(&self.core().mem.counters.readahead_sync);
+            if self.fill().read_window(window_of(window)) > 0 {
                 return Ok(());
             }
         }
-        self.read_missing(page, read_end)
+        self.fill().read_missing(page, read_end)
     }
 
     /// Reads `[offset, offset + len)` ahead, asynchronously: returns at once, and never
@@ -291,10 +300,10 @@ impl File {
             .ok_or_else(|| overflow(offset, len))?;
         let end = PageIndex::ceil(end.min(self.mapping.size_bytes()));
         let mut at = PageIndex::containing(offset);
-        stats::bump(&self.core().counters.readahead_forced);
+        stats::bump(&self.core().mem.counters.readahead_forced);
         while at < end {
             let chunk_end = end.min(at.add(FORCED_CHUNK_PAGES));
-            self.read_window(Window {
+            self.fill().read_window(Window {
                 start: at,
                 end: chunk_end,
                 marker: None,
@@ -333,7 +342,7 @@ impl File {
                 // Whole pages only, as the kernel: a partial page at either end stays.
                 if start < end {
                     self.mapping
-                        .invalidate(self.core(), start, end, Invalidate::Unpinned);
+                        .invalidate(&self.core().mem, start, end, Invalidate::Unpinned);
                 }
             }
         }
@@ -379,16 +388,18 @@ impl File {
             return None;
         };
         drop(guard);
-        let meta = core.arena.meta(frame);
+        let meta = core.mem.arena.meta(frame);
         let version = meta.version.begin_read()?;
         if meta.identity() != (self.mapping.id, head, order) {
             return None;
         }
         let in_folio = (pos - head.offset_bytes()) as usize;
         let n = (order.bytes() - in_folio).min((end - pos) as usize);
-        core.arena.copy_out(frame, order, in_folio, &mut dst[..n]);
+        core.mem
+            .arena
+            .copy_out(frame, order, in_folio, &mut dst[..n]);
         if !meta.version.validate(version) {
-            stats::bump(&core.counters.optimistic_retries);
+            stats::bump(&core.mem.counters.optimistic_retries);
             return None;
         }
         meta.state.touch();
@@ -440,21 +451,21 @@ impl File {
             if page.offset_bytes() >= self.mapping.size_bytes() {
                 return Ok(None);
             }
-            let found = self.mapping.find_get(core, page, &epoch::pin());
+            let found = self.mapping.find_get(&core.mem, page, &epoch::pin());
             let folio = match found {
                 Ok(folio) => folio,
                 Err(_) => {
-                    stats::bump(&core.counters.misses);
+                    stats::bump(&core.mem.counters.misses);
                     self.on_miss(page, read_end)?;
                     continue;
                 }
             };
-            let meta = core.arena.meta(folio.frame);
+            let meta = core.mem.arena.meta(folio.frame);
             if meta.state.load() & LOCKED != 0 {
-                stats::bump(&core.counters.waits_on_io);
+                stats::bump(&core.mem.counters.waits_on_io);
                 wait::wait_unlocked(meta);
             } else {
-                stats::bump(&core.counters.pinned_hits);
+                stats::bump(&core.mem.counters.pinned_hits);
             }
             let state = meta.state.load();
             if state & UPTODATE != 0 {
@@ -525,13 +536,13 @@ impl Deref for PageRef {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.core.arena.pinned_bytes(self.frame, self.order)[..self.len_bytes]
+        &self.core.mem.arena.pinned_bytes(self.frame, self.order)[..self.len_bytes]
     }
 }
 
 impl Drop for PageRef {
     fn drop(&mut self) {
-        self.core.put_folio(self.frame, self.order);
+        self.core.mem.put_folio(self.frame, self.order);
     }
 }
 

@@ -22,15 +22,15 @@
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use crossbeam_epoch as epoch;
 
-use crate::cache::{AllocMode, Core};
 use crate::eviction::Admission;
-use crate::file::File;
 use crate::index::{Entry, Leave, NewFolio};
 use crate::io::{FrameBuf, ReadRequest, READ_BYTES_MAX};
 use crate::mapping::Mapping;
+use crate::pagecache::{AllocMode, CacheInner, Core};
 use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
 use crate::stats;
 use crate::types::{Order, PageIndex, PAGE_BYTES};
@@ -46,7 +46,19 @@ pub(crate) struct Window {
     pub order_cap: Order,
 }
 
-impl File {
+/// What the miss path of one handle works with: the cache (its core and backend), the
+/// file's mapping, and the handle's open file.
+pub(crate) struct Fill<'a> {
+    pub cache: &'a CacheInner,
+    pub mapping: &'a Arc<Mapping>,
+    pub fd: &'a Arc<StdFile>,
+}
+
+impl Fill<'_> {
+    fn core(&self) -> &Core {
+        &self.cache.core
+    }
+
     /// Reads the missing pages from `page` up to the next cached page or `read_end`:
     /// allocate, insert as one run, submit one read per contiguous run. Returns once
     /// submitted; the caller waits on the folio.
@@ -57,7 +69,7 @@ impl File {
         let size_pages = PageIndex::ceil(self.mapping.size_bytes());
         // One run never takes more than an eighth of the cache, so that concurrent
         // readers always find memory.
-        let run_pages_max = (u64::from(core.arena.frame_count()) / 8).clamp(1, 512);
+        let run_pages_max = (u64::from(core.mem.arena.frame_count()) / 8).clamp(1, 512);
         let mut end = read_end
             .min(size_pages)
             .min(page.add(run_pages_max))
@@ -87,7 +99,8 @@ impl File {
                 Err(e) if run.is_empty() => return Err(e),
                 Err(_) => break,
             };
-            core.arena
+            core.mem
+                .arena
                 .meta(frame)
                 .set_identity(self.mapping.id, at, order);
             run.push(NewFolio {
@@ -115,7 +128,7 @@ impl File {
         let outcome = w.insert_run(&run);
         // Still under the index lock: a folio is on an eviction queue exactly while it is
         // in the index (eviction's lock order: index -> policy).
-        let policy = &core.reclaimer.policy;
+        let policy = &core.mem.policy;
         let mut shadows = outcome.shadows.iter().peekable();
         for (folio, _) in run.iter().zip(&outcome.inserted).filter(|(_, &ok)| ok) {
             let end = folio.head.add(folio.order.pages());
@@ -127,11 +140,12 @@ impl File {
                 shadow.get_or_insert(*value);
             }
             if shadow.is_some() {
-                stats::bump(&core.counters.refaults);
+                stats::bump(&core.mem.counters.refaults);
             }
-            let admission = policy.insert(&core.arena, folio.frame, folio.order.pages(), shadow);
+            let admission =
+                policy.insert(&core.mem.arena, folio.frame, folio.order.pages(), shadow);
             if admission == Admission::Refault {
-                stats::bump(&core.counters.workingset_refaults);
+                stats::bump(&core.mem.counters.workingset_refaults);
             }
         }
         drop(w);
@@ -140,9 +154,9 @@ impl File {
         let mut inserted_pages = 0;
         for (folio, inserted) in run.into_iter().zip(outcome.inserted) {
             if !inserted {
-                stats::bump(&core.counters.insert_conflicts);
-                if core.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
-                    core.arena.free(folio.frame, folio.order);
+                stats::bump(&core.mem.counters.insert_conflicts);
+                if core.mem.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
+                    core.mem.arena.free(folio.frame, folio.order);
                 }
                 next_head = None;
                 continue;
@@ -158,7 +172,7 @@ impl File {
             }
             next_head = Some(folio.head.add(folio.order.pages()));
         }
-        stats::add(&core.counters.pages_inserted, inserted_pages);
+        stats::add(&core.mem.counters.pages_inserted, inserted_pages);
         requests.extend(runs.into_iter().map(|run| self.request_for(run)));
         inserted_pages
     }
@@ -185,7 +199,7 @@ impl File {
                     inserted += self.insert_run(run, &mut requests);
                     break 'gaps;
                 };
-                let meta = core.arena.meta(frame);
+                let meta = core.mem.arena.meta(frame);
                 meta.set_identity(self.mapping.id, at, order);
                 let covers_marker = window
                     .marker
@@ -204,7 +218,7 @@ impl File {
             }
             inserted += self.insert_run(run, &mut requests);
         }
-        stats::add(&core.counters.readahead_pages, inserted);
+        stats::add(&core.mem.counters.readahead_pages, inserted);
         self.cache.backend.submit(requests);
         inserted
     }
@@ -241,11 +255,11 @@ impl File {
         let offset_bytes = run[0].head.offset_bytes();
         let bufs: Vec<FrameBuf> = run
             .iter()
-            .map(|f| core.arena.io_buf(f.frame, f.order))
+            .map(|f| core.mem.arena.io_buf(f.frame, f.order))
             .collect();
         let len_bytes: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-        stats::bump(&core.counters.io_requests);
-        stats::add(&core.counters.io_bytes, len_bytes as u64);
+        stats::bump(&core.mem.counters.io_requests);
+        stats::add(&core.mem.counters.io_bytes, len_bytes as u64);
         let done_file = file.clone();
         let done_bufs = bufs.clone();
         ReadRequest {
@@ -285,7 +299,7 @@ pub(crate) fn complete_read(
     let n = match result {
         Ok(n) => n,
         Err(e) => {
-            stats::bump(&core.counters.io_errors);
+            stats::bump(&core.mem.counters.io_errors);
             fail_folios(core, mapping, run, e.raw_os_error().unwrap_or(libc::EIO));
             return;
         }
@@ -300,9 +314,9 @@ pub(crate) fn complete_read(
             failed.push(*folio);
         } else {
             if valid < bytes {
-                core.arena.zero_tail(folio.frame, folio.order, valid);
+                core.mem.arena.zero_tail(folio.frame, folio.order, valid);
             }
-            let meta = core.arena.meta(folio.frame);
+            let meta = core.mem.arena.meta(folio.frame);
             meta.version.publish();
             meta.state.finish_read_ok();
             wait::wake_all(meta);
@@ -314,7 +328,7 @@ pub(crate) fn complete_read(
         // (it may have shrunk below this read's offset, past pages already cached) and
         // drop everything past it.
         let real = file.metadata().map_or(u64::MAX, |m| m.len());
-        mapping.shrink_to(core, real.min(offset_bytes + n as u64));
+        mapping.shrink_to(&core.mem, real.min(offset_bytes + n as u64));
     }
     if !failed.is_empty() {
         fail_folios(core, mapping, &failed, libc::ESTALE);
@@ -337,7 +351,7 @@ fn finish_short_read(
     if n >= total || n % PAGE_BYTES != 0 {
         return Ok(n);
     }
-    stats::bump(&core.counters.short_read_retries);
+    stats::bump(&core.mem.counters.short_read_retries);
     while n < total {
         let (buf, skip) = locate(bufs, n);
         let part = buf.tail(skip);
@@ -371,21 +385,21 @@ fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
     let mut w = mapping.index.lock();
     for folio in run {
         if w.remove_folio(folio.head, folio.frame, Leave::Empty) {
-            core.reclaimer
+            core.mem
                 .policy
-                .remove(&core.arena, folio.frame, folio.order.pages());
+                .remove(&core.mem.arena, folio.frame, folio.order.pages());
         } else {
             debug_assert!(false, "a LOCKED folio left the index");
         }
     }
     drop(w);
     for folio in run {
-        let meta = core.arena.meta(folio.frame);
+        let meta = core.mem.arena.meta(folio.frame);
         meta.set_errno(errno);
         let outcome = meta.state.finish_read_err();
         wait::wake_all(meta);
         if outcome == PutOutcome::Free {
-            core.arena.free(folio.frame, folio.order);
+            core.mem.arena.free(folio.frame, folio.order);
         }
     }
 }

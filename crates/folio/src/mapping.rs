@@ -17,14 +17,16 @@
 //!   3. Re-load the slot: if it no longer holds this frame, the frame was freed and reused
 //!      (the ABA case); `put` and retry.
 
+use std::collections::HashMap;
+use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 
 use crossbeam_epoch::Guard;
 
-use crate::cache::Core;
 use crate::folio::MappingId;
 use crate::index::{Entry, Index, Leave};
+use crate::memory::Memory;
 use crate::refcount::{GetOutcome, PutOutcome, LOCKED};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
@@ -36,6 +38,7 @@ pub struct FileStamp {
     pub mtime_ns: i128,
 }
 
+#[derive(Debug)]
 pub struct Mapping {
     pub id: MappingId,
     pub index: Index,
@@ -45,7 +48,7 @@ pub struct Mapping {
 
 /// A folio the caller holds a reference on; the reference is dropped with it.
 pub struct Pinned<'c> {
-    core: &'c Core,
+    mem: &'c Memory,
     pub frame: FrameId,
     pub order: Order,
     pub head: PageIndex,
@@ -53,7 +56,7 @@ pub struct Pinned<'c> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.core.put_folio(self.frame, self.order);
+        self.mem.put_folio(self.frame, self.order);
     }
 }
 
@@ -87,7 +90,7 @@ impl Mapping {
     /// for I/O: the folio may be LOCKED.
     pub fn find_get<'c>(
         &self,
-        core: &'c Core,
+        mem: &'c Memory,
         page: PageIndex,
         guard: &Guard,
     ) -> Result<Pinned<'c>, Entry> {
@@ -96,7 +99,7 @@ impl Mapping {
             let Entry::Folio { frame, order, head } = entry else {
                 return Err(entry);
             };
-            let meta = core.arena.meta(frame);
+            let meta = mem.arena.meta(frame);
             match meta.state.try_get() {
                 GetOutcome::Got => {}
                 GetOutcome::Dead => {
@@ -104,12 +107,12 @@ impl Mapping {
                     continue;
                 }
                 GetOutcome::DeadFree => {
-                    core.free_frame(frame);
+                    mem.free_frame(frame);
                     continue;
                 }
             }
             let pinned = Pinned {
-                core,
+                mem,
                 frame,
                 order,
                 head,
@@ -125,7 +128,7 @@ impl Mapping {
     /// (the file was replaced or rewritten) and adopts the new stamp.
     ///
     /// Context: `Cache::open`; takes the stamp mutex and the index lock.
-    pub fn revalidate(&self, core: &Core, now: FileStamp) {
+    pub fn revalidate(&self, mem: &Memory, now: FileStamp) {
         let mut stamp = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
         if *stamp == now {
             return;
@@ -134,7 +137,7 @@ impl Mapping {
         self.size_bytes.store(now.size_bytes, Ordering::Release);
         drop(stamp);
         self.invalidate(
-            core,
+            mem,
             PageIndex(0),
             PageIndex(u64::MAX >> 12),
             Invalidate::Truncate,
@@ -144,15 +147,15 @@ impl Mapping {
     /// Adopts a size learned from `fstat`: pages past a smaller size are dropped; a larger
     /// size makes the new bytes readable. Bytes rewritten in place are not detected here
     /// (a reopen compares the modification time).
-    pub fn resize(&self, core: &Core, size_bytes: u64) {
+    pub fn resize(&self, mem: &Memory, size_bytes: u64) {
         if size_bytes < self.size_bytes() {
-            self.shrink_to(core, size_bytes);
+            self.shrink_to(mem, size_bytes);
         } else {
             let old = self.size_bytes.fetch_max(size_bytes, Ordering::AcqRel);
             if size_bytes > old {
                 // The folio that held the old end has zeros where the new bytes are.
                 let end = PageIndex::containing(old);
-                self.invalidate(core, end, end.add(1), Invalidate::Truncate);
+                self.invalidate(mem, end, end.add(1), Invalidate::Truncate);
             }
         }
         self.stamp
@@ -164,13 +167,13 @@ impl Mapping {
     /// The file turned out shorter than the mapping believed (a read came back short):
     /// adopt the new size and drop the pages past it, so no byte past the new end is
     /// ever returned.
-    pub fn shrink_to(&self, core: &Core, size_bytes: u64) {
+    pub fn shrink_to(&self, mem: &Memory, size_bytes: u64) {
         let old = self.size_bytes.fetch_min(size_bytes, Ordering::AcqRel);
         if size_bytes < old {
             // From the page holding the new end: a folio straddling it holds bytes of the
             // old content past the end, which a later growth of the file must not expose.
             self.invalidate(
-                core,
+                mem,
                 PageIndex::containing(size_bytes),
                 PageIndex::ceil(old),
                 Invalidate::Truncate,
@@ -185,7 +188,7 @@ impl Mapping {
     /// Context: no lock held; takes the index lock once per folio. May not sleep.
     pub fn invalidate(
         &self,
-        core: &Core,
+        mem: &Memory,
         start: PageIndex,
         end: PageIndex,
         how: Invalidate,
@@ -206,7 +209,7 @@ impl Mapping {
         drop(guard);
         let mut dropped = 0;
         for (head, frame, order) in found {
-            let meta = core.arena.meta(frame);
+            let meta = mem.arena.meta(frame);
             let mut w = self.index.lock();
             let holds = matches!(w.get(head), Entry::Folio { frame: f, .. } if f == frame);
             if !holds || meta.state.load() & LOCKED != 0 {
@@ -216,9 +219,7 @@ impl Mapping {
                 continue;
             }
             w.remove_folio(head, frame, Leave::Empty);
-            core.reclaimer
-                .policy
-                .remove(&core.arena, frame, order.pages());
+            mem.policy.remove(&mem.arena, frame, order.pages());
             drop(w);
             let free = match how {
                 Invalidate::Unpinned => true,
@@ -227,10 +228,10 @@ impl Mapping {
             };
             dropped += order.pages();
             if free {
-                core.arena.free(frame, order);
+                mem.arena.free(frame, order);
             }
         }
-        stats::add(&core.counters.invalidated_pages, dropped);
+        stats::add(&mem.counters.invalidated_pages, dropped);
         dropped
     }
 }
@@ -243,4 +244,82 @@ pub enum Invalidate {
     Truncate,
     /// A hint (`Advice::DontNeed`): drop only folios nobody holds.
     Unpinned,
+}
+
+/// Every mapping of a cache, by id (for reclaim, which finds a folio's mapping from its
+/// metadata) and by inode (for open).
+///
+/// Protection: one reader-writer lock; open takes it for writing only to add a mapping.
+#[derive(Debug, Default)]
+pub struct MappingTable {
+    maps: RwLock<Maps>,
+}
+
+#[derive(Debug, Default)]
+struct Maps {
+    by_id: HashMap<MappingId, Arc<Mapping>>,
+    by_inode: HashMap<(u64, u64), MappingId>,
+    next_id: u32,
+}
+
+impl MappingTable {
+    pub fn get(&self, id: MappingId) -> Option<Arc<Mapping>> {
+        self.read().by_id.get(&id).cloned()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Maps> {
+        self.maps.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The mapping of inode `(dev, ino)`, made if new; an existing one is revalidated
+    /// against `stamp` (its pages dropped if the file changed).
+    ///
+    /// Context: takes the table's lock, then (after dropping it) the mapping's.
+    pub fn get_or_insert(
+        &self,
+        mem: &Memory,
+        dev: u64,
+        ino: u64,
+        stamp: FileStamp,
+    ) -> io::Result<Arc<Mapping>> {
+        let found = |maps: &Maps| {
+            maps.by_inode
+                .get(&(dev, ino))
+                .and_then(|id| maps.by_id.get(id).cloned())
+        };
+        let existing = found(&self.read());
+        let mapping = match existing {
+            Some(mapping) => mapping,
+            None => {
+                let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+                match found(&maps) {
+                    Some(mapping) => mapping,
+                    None => {
+                        let id = MappingId(maps.next_id);
+                        maps.next_id = maps.next_id.checked_add(1).ok_or_else(|| {
+                            io::Error::new(
+                                io::ErrorKind::OutOfMemory,
+                                "folio: more than 2^32 files opened",
+                            )
+                        })?;
+                        let mapping = Arc::new(Mapping::new(id, stamp));
+                        maps.by_id.insert(id, mapping.clone());
+                        maps.by_inode.insert((dev, ino), id);
+                        return Ok(mapping);
+                    }
+                }
+            }
+        };
+        mapping.revalidate(mem, stamp);
+        Ok(mapping)
+    }
+
+    /// Index nodes of every mapping, for the memory figure in stats.
+    pub fn index_nodes(&self) -> usize {
+        self.read()
+            .by_id
+            .values()
+            .map(|m| m.index.node_count())
+            .sum()
+    }
 }

@@ -27,13 +27,12 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Condvar, Mutex};
 
-use crate::cache::Core;
-use crate::eviction::EvictionPolicy;
 use crate::folio::MappingId;
 use crate::index::{Entry, Leave};
+use crate::mapping::MappingTable;
+use crate::memory::Memory;
 use crate::refcount::PREFETCHED;
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
@@ -61,7 +60,6 @@ struct ShadowRecord {
 }
 
 pub struct Reclaimer {
-    pub policy: Box<dyn EvictionPolicy>,
     pub low_pages: u64,
     pub high_pages: u64,
     shadows: Mutex<VecDeque<ShadowRecord>>,
@@ -74,7 +72,6 @@ pub struct Reclaimer {
 impl std::fmt::Debug for Reclaimer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reclaimer")
-            .field("policy", &self.policy.name())
             .field("low_pages", &self.low_pages)
             .field("high_pages", &self.high_pages)
             .finish()
@@ -82,14 +79,13 @@ impl std::fmt::Debug for Reclaimer {
 }
 
 impl Reclaimer {
-    pub fn new(policy: Box<dyn EvictionPolicy>, frames: u32) -> Reclaimer {
+    pub fn new(frames: u32) -> Reclaimer {
         let low_pages = if frames < WATERMARK_FRAMES_MIN {
             0
         } else {
             (u64::from(frames) / 200).clamp(8, 4096)
         };
         Reclaimer {
-            policy,
             low_pages,
             high_pages: low_pages * 2,
             shadows: Mutex::new(VecDeque::new()),
@@ -114,9 +110,9 @@ impl Reclaimer {
     /// Evicts folios worth at least `want_pages` if it can (one isolation pass).
     ///
     /// Context: no lock held (this takes the policy's and index locks). Does no I/O.
-    pub fn reclaim(&self, core: &Core, want_pages: u64) -> ReclaimReport {
+    pub fn reclaim(&self, mem: &Memory, mappings: &MappingTable, want_pages: u64) -> ReclaimReport {
         let mut isolated = Vec::new();
-        let busy = self.policy.isolate(&core.arena, want_pages, &mut isolated);
+        let busy = mem.policy.isolate(&mem.arena, want_pages, &mut isolated);
         let mut report = ReclaimReport {
             freed_pages: 0,
             busy,
@@ -125,9 +121,9 @@ impl Reclaimer {
         let mut to_release: Vec<(FrameId, Order)> = Vec::new();
         let mut logged: Vec<ShadowRecord> = Vec::with_capacity(isolated.len());
         for victim in isolated {
-            let meta = core.arena.meta(victim.frame);
+            let meta = mem.arena.meta(victim.frame);
             let (mapping_id, head, order) = meta.identity();
-            let Some(mapping) = core.mapping(mapping_id) else {
+            let Some(mapping) = mappings.get(mapping_id) else {
                 to_release.push((victim.frame, order));
                 continue;
             };
@@ -138,7 +134,7 @@ impl Reclaimer {
                 assert!(removed, "a frozen folio was not in its slot");
                 drop(w);
                 if meta.state.load() & PREFETCHED != 0 {
-                    stats::add(&core.counters.readahead_wasted_pages, victim.pages);
+                    stats::add(&mem.counters.readahead_wasted_pages, victim.pages);
                 }
                 logged.push(ShadowRecord {
                     mapping: mapping_id,
@@ -152,25 +148,25 @@ impl Reclaimer {
             }
             if holds {
                 report.busy += 1;
-                self.policy.putback(&core.arena, victim);
+                mem.policy.putback(&mem.arena, victim);
             }
             drop(w);
             to_release.push((victim.frame, order));
         }
         for &(frame, order) in &to_free {
-            core.arena.free(frame, order);
+            mem.arena.free(frame, order);
         }
         for (frame, order) in to_release {
-            core.put_folio(frame, order);
+            mem.put_folio(frame, order);
         }
-        stats::add(&core.counters.evicted_folios, to_free.len() as u64);
-        stats::add(&core.counters.evicted_pages, report.freed_pages);
-        self.log_shadows(core, logged);
+        stats::add(&mem.counters.evicted_folios, to_free.len() as u64);
+        stats::add(&mem.counters.evicted_pages, report.freed_pages);
+        self.log_shadows(mem, mappings, logged);
         report
     }
 
     /// Records new shadows and removes the oldest past the cap.
-    fn log_shadows(&self, core: &Core, new: Vec<ShadowRecord>) {
+    fn log_shadows(&self, mem: &Memory, mappings: &MappingTable, new: Vec<ShadowRecord>) {
         if new.is_empty() {
             return;
         }
@@ -182,12 +178,12 @@ impl Reclaimer {
         };
         let mut dropped = 0;
         for record in expired {
-            if let Some(mapping) = core.mapping(record.mapping) {
+            if let Some(mapping) = mappings.get(record.mapping) {
                 let mut w = mapping.index.lock();
                 dropped += w.remove_shadows(record.head, record.order, record.value);
             }
         }
-        stats::add(&core.counters.shadows_dropped, dropped);
+        stats::add(&mem.counters.shadows_dropped, dropped);
     }
 
     /// Shadow entries logged (an upper bound of those in the indexes).
@@ -195,18 +191,16 @@ impl Reclaimer {
         self.shadows.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
     }
 
-    /// Starts the background thread. It holds the core until `stop`.
-    pub fn spawn(core: Arc<Core>) -> Option<JoinHandle<()>> {
-        if core.reclaimer.low_pages == 0 {
-            return None;
-        }
-        std::thread::Builder::new()
-            .name("folio-reclaim".into())
-            .spawn(move || core.reclaimer.background(&core))
-            .ok()
+    /// Whether this reclaimer wants a background thread (it has watermarks).
+    pub fn wants_background(&self) -> bool {
+        self.low_pages > 0
     }
 
-    fn background(&self, core: &Core) {
+    /// The background thread's body: sleeps until an allocation goes below the low
+    /// watermark, then evicts up to the high one. Returns after `stop`.
+    ///
+    /// Context: its own thread; takes the policy's and index locks while evicting.
+    pub fn background(&self, mem: &Memory, mappings: &MappingTable) {
         loop {
             {
                 let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
@@ -220,12 +214,12 @@ impl Reclaimer {
             }
             // Evict up to the high watermark; give up on a pass that frees nothing (all
             // busy): the next allocation below the low mark wakes us again.
-            while core.arena.free_frames() < self.high_pages && !self.stop.load(Ordering::Acquire) {
-                let want = (self.high_pages - core.arena.free_frames()).min(4 * BATCH_PAGES);
-                if self.reclaim(core, want).freed_pages == 0 {
+            while mem.arena.free_frames() < self.high_pages && !self.stop.load(Ordering::Acquire) {
+                let want = (self.high_pages - mem.arena.free_frames()).min(4 * BATCH_PAGES);
+                if self.reclaim(mem, mappings, want).freed_pages == 0 {
                     break;
                 }
-                stats::bump(&core.counters.background_reclaims);
+                stats::bump(&mem.counters.background_reclaims);
             }
         }
     }

@@ -23,9 +23,9 @@
 
 use std::sync::Mutex;
 
-use super::list::{List, QueueId};
 use super::{busy, isolate_ref, pages_of, Admission, EvictionPolicy, Isolated};
 use crate::arena::Arena;
+use crate::list::{List, QueueId};
 use crate::refcount::WORKINGSET;
 use crate::types::FrameId;
 

@@ -9,7 +9,7 @@
 //!   (mm/workingset.c's idea).
 //!
 //! Mechanism shared by both: the queues are intrusive lists over the arena's link words
-//! (`list`), under the policy's one mutex. A hit never takes that mutex: it raises the
+//! (`crate::list`), under the policy's one mutex. A hit never takes that mutex: it raises the
 //! folio's 2-bit frequency in its state word (`FolioState::touch`), and only when the
 //! count changes. The policy reads the frequency when a folio reaches the end of a queue.
 //! Evicted folios leave a shadow entry in the index whose value the policy chose; when the
@@ -20,7 +20,6 @@
 //! with the index lock held, so a folio is on a queue exactly while it is in the index;
 //! isolation takes only the policy's mutex.
 
-pub mod list;
 pub mod lru;
 pub mod s3fifo;
 

@@ -31,9 +31,9 @@
 
 use std::sync::Mutex;
 
-use super::list::{List, QueueId};
 use super::{busy, isolate_ref, pages_of, Admission, EvictionPolicy, Isolated};
 use crate::arena::Arena;
+use crate::list::{List, QueueId};
 use crate::types::FrameId;
 
 const QUEUE_SMALL: QueueId = 1;

@@ -1,0 +1,34 @@
+//! The cache's memory and who decides what leaves it: the arena of frames, the eviction
+//! policy, and the counters, shared by every part below the page cache (mapping,
+//! reclaim) without them knowing the page cache itself.
+//!
+//! Protection: each part has its own (arena: free-list mutex; policy: its mutex;
+//! counters: atomics).
+
+use crate::arena::Arena;
+use crate::eviction::EvictionPolicy;
+use crate::refcount::PutOutcome;
+use crate::stats::Counters;
+use crate::types::{FrameId, Order};
+
+#[derive(Debug)]
+pub(crate) struct Memory {
+    pub arena: Arena,
+    pub policy: Box<dyn EvictionPolicy>,
+    pub counters: Counters,
+}
+
+impl Memory {
+    /// Drops a reference; frees the folio if it was the last one.
+    pub fn put_folio(&self, frame: FrameId, order: Order) {
+        if self.arena.meta(frame).state.put() == PutOutcome::Free {
+            self.arena.free(frame, order);
+        }
+    }
+
+    /// Frees a frame whose release the caller won (`GetOutcome::DeadFree`).
+    pub fn free_frame(&self, frame: FrameId) {
+        let (_, _, order) = self.arena.meta(frame).identity();
+        self.arena.free(frame, order);
+    }
+}

@@ -1,0 +1,148 @@
+//! The page cache's shared core: memory, mappings, reclaim and the I/O backend, and how
+//! folios are allocated.
+//!
+//! Ownership: a `Cache` and every `File` hold an `Arc<CacheInner>`, which owns the I/O
+//! backend, the background reclaimer's thread and an `Arc<Core>`. In-flight reads hold an
+//! `Arc<Core>` (never the backend), so the last handle's drop stops the reclaimer, then
+//! shuts the backend down, which waits for the in-flight reads, whose completions release
+//! their `Core`; the arena is unmapped after the last of them. Dropping a `Cache` while
+//! `File`s live is therefore defined: the files keep working and the memory goes with
+//! the last of them.
+//!
+//! Protection: per part (`memory`, `mapping::MappingTable`, `reclaim::Reclaimer`).
+
+use std::io;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::index::NODE_BYTES;
+use crate::io::Backend;
+use crate::mapping::MappingTable;
+use crate::memory::Memory;
+use crate::reclaim::{self, Reclaimer};
+use crate::stats::{self, Stats};
+use crate::types::{FrameId, Order, PAGE_BYTES};
+
+/// Whether an allocation may wait for memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AllocMode {
+    Wait,
+    NoWait,
+}
+
+/// What reads share with their completions: memory, mappings, reclaim, settings.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub mem: Memory,
+    pub mappings: MappingTable,
+    pub reclaimer: Reclaimer,
+    pub alloc_wait: Duration,
+    pub folio_order_max: Order,
+    /// The maximum readahead window of new handles, in pages.
+    pub readahead_pages: u32,
+}
+
+impl Core {
+    /// Allocates a LOCKED folio of `order`, or a smaller one if memory is fragmented.
+    /// When nothing is free, reclaims; when reclaim finds everything pinned or locked,
+    /// `AllocMode::Wait` waits up to the configured `alloc_wait` for holders to finish,
+    /// then fails with `OutOfMemory` (never a deadlock); `AllocMode::NoWait` fails at once.
+    ///
+    /// Context: no index lock held (reclaim takes them). A caller that already holds
+    /// LOCKED folios it allocated must use `NoWait`: waiting while holding them is how
+    /// every reader ends up waiting for every other. May sleep (`Wait`).
+    pub fn alloc_folio(&self, order: Order, mode: AllocMode) -> io::Result<(FrameId, Order)> {
+        let started = Instant::now();
+        let mut pause = Duration::from_micros(50);
+        loop {
+            if let Some(got) = self.try_alloc(order) {
+                return Ok(got);
+            }
+            let want = order.pages().max(reclaim::BATCH_PAGES);
+            let report = self.reclaimer.reclaim(&self.mem, &self.mappings, want);
+            if let Some(got) = self.try_alloc(order) {
+                return Ok(got);
+            }
+            // Fragmented: take the largest smaller block there is.
+            for smaller in (0..order.get()).rev() {
+                if let Some(got) = self.try_alloc(Order::new(smaller)) {
+                    return Ok(got);
+                }
+            }
+            if report.freed_pages > 0 {
+                continue;
+            }
+            if mode == AllocMode::NoWait || started.elapsed() >= self.alloc_wait {
+                if mode == AllocMode::Wait {
+                    stats::bump(&self.mem.counters.alloc_failures);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!(
+                        "folio: no free memory: every folio is pinned or has I/O in flight ({} seen busy); \
+                         drop page references or raise the capacity",
+                        report.busy
+                    ),
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(5));
+        }
+    }
+
+    fn try_alloc(&self, order: Order) -> Option<(FrameId, Order)> {
+        let frame = self.mem.arena.alloc(order)?;
+        self.reclaimer.note_alloc(self.mem.arena.free_frames());
+        Some((frame, order))
+    }
+
+    pub fn stats(&self) -> Stats {
+        let arena = &self.mem.arena;
+        let mut s = self.mem.counters.snapshot();
+        let frames = u64::from(arena.frame_count());
+        s.capacity_bytes = frames * PAGE_BYTES as u64;
+        s.cached_bytes = (frames - arena.free_frames()) * PAGE_BYTES as u64;
+        s.metadata_bytes =
+            (arena.metadata_bytes() + self.mappings.index_nodes() * NODE_BYTES) as u64;
+        s.eviction = self.mem.policy.name().to_string();
+        s.shadows = self.reclaimer.shadows_logged();
+        s
+    }
+}
+
+pub(crate) struct CacheInner {
+    // Field order is drop order: the backend (and its in-flight reads) goes first.
+    pub backend: Box<dyn Backend>,
+    pub core: Arc<Core>,
+    reclaim_thread: Option<JoinHandle<()>>,
+}
+
+impl CacheInner {
+    /// Starts the background reclaimer (if the cache has watermarks) beside `backend`.
+    pub fn new(core: Core, backend: Box<dyn Backend>) -> CacheInner {
+        let core = Arc::new(core);
+        let reclaim_thread = core.reclaimer.wants_background().then(|| {
+            let core = core.clone();
+            std::thread::Builder::new()
+                .name("folio-reclaim".into())
+                .spawn(move || core.reclaimer.background(&core.mem, &core.mappings))
+                .expect("spawn the reclaim thread")
+        });
+        CacheInner {
+            backend,
+            core,
+            reclaim_thread,
+        }
+    }
+}
+
+impl Drop for CacheInner {
+    fn drop(&mut self) {
+        self.core.reclaimer.stop();
+        if let Some(thread) = self.reclaim_thread.take() {
+            let _ = thread.join();
+        }
+        self.core.mem.counters.detach_threads();
+    }
+}
