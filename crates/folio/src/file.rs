@@ -447,6 +447,11 @@ impl File {
     /// it up to `read_end`) if needed. `None` if `page` is past the end of the file.
     fn get_uptodate(&self, page: PageIndex, read_end: PageIndex) -> io::Result<Option<Pinned<'_>>> {
         let core = self.core();
+        let counters = &core.mem.counters;
+        // Whether this access missed: then the folio found next is the one it read (or a
+        // racing reader's), which is neither a hit nor a use that raises its frequency
+        // (a new folio starts at 0, as eviction policies count).
+        let mut missed = false;
         loop {
             if page.offset_bytes() >= self.mapping.size_bytes() {
                 return Ok(None);
@@ -455,21 +460,30 @@ impl File {
             let folio = match found {
                 Ok(folio) => folio,
                 Err(_) => {
-                    stats::bump(&core.mem.counters.misses);
+                    if !missed {
+                        stats::bump(&counters.misses);
+                        missed = true;
+                    }
                     self.on_miss(page, read_end)?;
                     continue;
                 }
             };
             let meta = core.mem.arena.meta(folio.frame);
-            if meta.state.load() & LOCKED != 0 {
-                stats::bump(&core.mem.counters.waits_on_io);
+            let in_flight = meta.state.load() & LOCKED != 0;
+            if in_flight {
+                if !missed {
+                    stats::bump(&counters.waits_on_io);
+                }
                 wait::wait_unlocked(meta);
-            } else {
-                stats::bump(&core.mem.counters.pinned_hits);
             }
             let state = meta.state.load();
             if state & UPTODATE != 0 {
-                meta.state.touch();
+                if !missed {
+                    if !in_flight {
+                        stats::bump(&counters.pinned_hits);
+                    }
+                    meta.state.touch();
+                }
                 return Ok(Some(folio));
             }
             if state & ERROR != 0 {

@@ -13,12 +13,12 @@ use std::sync::{Arc, Mutex};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
-    /// Reads served from a cached folio without I/O (optimistic or pinned).
+    /// Page accesses served from a cached folio without waiting (optimistic or pinned).
     pub hits: u64,
     /// Pages a read found missing and had to read.
     pub misses: u64,
-    /// Reads that found their folio with I/O in flight and waited for it (hits on
-    /// in-flight folios).
+    /// Page accesses that found their folio with another reader's I/O in flight and
+    /// waited for it (hits on in-flight folios; not counted in `hits` or `misses`).
     pub waits_on_io: u64,
     /// Optimistic copies discarded because the folio changed underneath.
     pub optimistic_retries: u64,

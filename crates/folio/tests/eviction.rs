@@ -69,9 +69,10 @@ fn lru_recognises_a_refault_within_the_refault_distance() {
     for page in 0..256 {
         touch(&file, page);
     }
-    // Half the pages are hit twice more: the next scans activate them.
+    // The older half is hit twice more: the next scan activates it, then evicts from
+    // the younger half.
     for _ in 0..2 {
-        for page in 128..256 {
+        for page in 0..128 {
             touch(&file, page);
         }
     }
@@ -81,8 +82,8 @@ fn lru_recognises_a_refault_within_the_refault_distance() {
     let before = cache.stats();
     assert_eq!(before.eviction, "lru");
     assert!(before.evicted_pages > 0);
-    // Page 5 was evicted recently: its refault distance is below the active list's size.
-    touch(&file, 5);
+    // Page 130 was evicted recently: its refault distance is below the active list's size.
+    touch(&file, 130);
     let after = cache.stats();
     assert_eq!(after.refaults, before.refaults + 1);
     assert_eq!(
@@ -96,7 +97,7 @@ fn lru_recognises_a_refault_within_the_refault_distance() {
         touch(&file, page);
     }
     let before = cache.stats();
-    touch(&file, 6);
+    touch(&file, 131);
     let after = cache.stats();
     assert_eq!(after.refaults, before.refaults + 1);
     assert_eq!(after.workingset_refaults, before.workingset_refaults);
