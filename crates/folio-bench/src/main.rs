@@ -1,0 +1,299 @@
+//! folio-bench: the seed workloads of DESIGN.md §7, each measured side by side with the
+//! kernel's page cache in the same run, beside the machine's limits.
+//!
+//! ```text
+//! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
+//!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
+//! workloads: pread-scale, readseq [--shared], randread, readahead-storm, limits, compare
+//! ```
+//!
+//! Modules: `data` (self-checking data files), `kernel` (the kernel side: cold/warm,
+//! mincore, cgroup, raw calls), `measure` (threads, clock, histograms, medians),
+//! `workloads/*` (one module per workload), `report` (table, JSON, chart). Run
+//! `folio-bench <workload> --help` for each workload's options and defaults.
+
+mod data;
+mod kernel;
+mod measure;
+mod report;
+mod workloads;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use kernel::WarmMethod;
+use workloads::{
+    compare, limits, pread_scale, randread, readahead_storm, readseq, Env, Report, Workload,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "folio-bench",
+    version,
+    about = "folio's seed workloads, side by side with the kernel page cache"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every workload takes.
+#[derive(clap::Args, Debug, Clone)]
+struct Common {
+    /// Directory for the data files (kept and reused); default: a fresh temporary
+    /// directory on a disk file system (not tmpfs), removed at exit
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Repetitions of each measurement; the median is reported
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Smaller sizes and durations (`compare --quick` < 90 s on the reference machine)
+    #[arg(long)]
+    quick: bool,
+    /// Write the results as JSON to PATH
+    #[arg(long, value_name = "PATH")]
+    json: Option<PathBuf>,
+    /// Draw throughput per system and thread count as an SVG chart at PATH
+    #[arg(long, value_name = "PATH.svg")]
+    plot: Option<PathBuf>,
+    /// How a warm kernel file is kept warm for its measurement
+    #[arg(long, value_enum, default_value_t = WarmMethod::Read)]
+    warm: WarmMethod,
+    /// folio's I/O backend
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    backend: Backend,
+    /// folio's maximum readahead window in KiB [default: the library's, 2048]
+    #[arg(long, value_name = "KIB")]
+    readahead_kib: Option<u64>,
+    /// MiB of the file and of the buffer on which the limits that every report carries
+    /// are measured [default: 512 and 1024; --quick 128 and 256]
+    #[arg(long, value_name = "MIB")]
+    limits_mib: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Backend {
+    Auto,
+    IoUring,
+    Pread,
+}
+
+impl From<Backend> for folio::BackendKind {
+    fn from(b: Backend) -> folio::BackendKind {
+        match b {
+            Backend::Auto => folio::BackendKind::Auto,
+            Backend::IoUring => folio::BackendKind::IoUring,
+            Backend::Pread => folio::BackendKind::Pread,
+        }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// N threads read 64 B at offset 0 of one cached file (seed 004)
+    PreadScale {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: pread_scale::Args,
+    },
+    /// N threads scan files in 8 KiB records from a cold cache (seeds 000, 002)
+    Readseq {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: readseq::Args,
+    },
+    /// J jobs of random 4 KiB reads over a file twice the cache size (seed 003)
+    Randread {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: randread::Args,
+    },
+    /// N threads call readahead on the same ranges of one file (seed 002)
+    ReadaheadStorm {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: readahead_storm::Args,
+    },
+    /// Memory-copy and O_DIRECT (queue depth 32) bandwidth: the ceilings of a hit and a miss
+    Limits {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: limits::Args,
+    },
+    /// All of the above, one after another (< 5 min; --quick < 90 s)
+    Compare {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The kernel side of randread, run by randread itself inside a memory cgroup
+    #[command(hide = true)]
+    KernelRandread(randread::ChildArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("folio-bench: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> io::Result<()> {
+    let (common, workload): (Common, Option<Box<dyn Workload>>) = match cli.command {
+        Command::KernelRandread(args) => return randread::child_main(&args),
+        Command::PreadScale { common, args } => (common, Some(Box::new(args))),
+        Command::Readseq { common, args } => (common, Some(Box::new(args))),
+        Command::Randread { common, args } => (common, Some(Box::new(args))),
+        Command::ReadaheadStorm { common, args } => (common, Some(Box::new(args))),
+        Command::Limits { common, args } => (common, Some(Box::new(args))),
+        Command::Compare { common } => (common, None),
+    };
+    let started = Instant::now();
+    let date = date_utc();
+    let (dir, _temp) = data_dir(common.dir.as_deref())?;
+    let mut env = Env::new(
+        dir.clone(),
+        common.runs,
+        common.quick,
+        common.warm,
+        common.backend.into(),
+    );
+    if let Some(kib) = common.readahead_kib {
+        env.readahead_max_bytes = kib << 10;
+    }
+    if let Some(n) = common.limits_mib {
+        env.limits_args.file_mib = Some(n);
+        env.limits_args.memcpy_mib = Some(n);
+    }
+    let machine = machine(&env)?;
+    let load = load_average();
+    println!("folio-bench: {machine}; load average at start {load}");
+    println!(
+        "data in {} ({}); kernel cold: {}; kernel warm: {}",
+        dir.display(),
+        if kernel::is_tmpfs(&dir) {
+            "tmpfs: O_DIRECT and the page cache comparison mean little here"
+        } else {
+            "disk file system"
+        },
+        env.cold.describe(),
+        env.warm.describe()
+    );
+    let reports: Vec<Report> = match &workload {
+        Some(w) => vec![w.run(&env)?],
+        None => compare::run(&env)?,
+    };
+    for r in &reports {
+        print!("{}", report::table(r));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!("\nfolio-bench: done in {elapsed:.1} s");
+    let run_facts = json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "date_utc_at_start": date,
+        "machine": machine,
+        "load_average_at_start": load,
+        "load_average_at_end": load_average(),
+        "elapsed_secs": elapsed,
+        "cold_method": env.cold.describe(),
+        "warm_method": env.warm.describe(),
+        "folio_readahead_max_bytes": env.readahead_max_bytes,
+    });
+    if let Some(path) = &common.json {
+        report::write_json(path, &reports, workload.is_none(), run_facts)?;
+        println!("JSON written to {}", path.display());
+    }
+    if let Some(path) = &common.plot {
+        report::plot(path, &reports)?;
+        println!("chart written to {}", path.display());
+    }
+    Ok(())
+}
+
+/// The data directory: the user's (created if needed, kept), or a fresh temporary one on
+/// a disk file system (the system's temp dir unless it is tmpfs, then /var/tmp), removed
+/// when the returned guard drops.
+fn data_dir(user: Option<&Path>) -> io::Result<(PathBuf, Option<tempfile::TempDir>)> {
+    if let Some(dir) = user {
+        std::fs::create_dir_all(dir)?;
+        return Ok((dir.to_path_buf(), None));
+    }
+    let mut base = std::env::temp_dir();
+    if kernel::is_tmpfs(&base) {
+        base = PathBuf::from("/var/tmp");
+    }
+    let temp = tempfile::Builder::new()
+        .prefix("folio-bench-")
+        .tempdir_in(&base)?;
+    Ok((temp.path().to_path_buf(), Some(temp)))
+}
+
+/// One line about the machine: kernel, CPUs, memory, folio's backend, the disk's readahead.
+fn machine(env: &Env) -> io::Result<String> {
+    let uname = std::process::Command::new("uname")
+        .arg("-r")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_gib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0.0, |kb| kb as f64 / (1 << 20) as f64);
+    let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_default();
+    let backend = env.folio_cache(folio::CAPACITY_BYTES_MIN)?.stats().backend;
+    Ok(format!(
+        "Linux {uname}, {cpus} CPUs ({cpu_model}), {mem_gib:.1} GiB; folio backend {backend}"
+    ))
+}
+
+/// The 1, 5 and 15 minute load averages: other work on the machine skews every figure.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The current UTC date and time, ISO 8601 (no time-zone database needed).
+fn date_utc() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}

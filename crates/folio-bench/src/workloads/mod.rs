@@ -1,0 +1,340 @@
+//! The workloads, and what they share: the run environment (`Env`), the result of one
+//! workload (`Report`, the JSON shape of issue 7), and the trait each workload implements.
+//!
+//! Design: a workload is one module with an `Args` struct (its clap options, every size
+//! optional so that `--quick` and the full run pick their own defaults) that implements
+//! [`Workload`]. It measures every system at every thread count `env.runs` times,
+//! interleaving systems within a run so that drift on a noisy machine hits all of them
+//! alike, and keeps the median run of each (`measure::median`). Adding a workload is one
+//! module, one variant of the command enum in `main.rs`, and (if `compare` should run it)
+//! one line in `compare.rs`.
+//!
+//! A `Report` carries the issue's fields (`workload`, `params`, `rows`, `limits`) and
+//! extras: per row the bytes read and verified over all runs, each run's ops/s, and the
+//! ratio to the kernel at the same thread count; per report the notes (how the kernel was
+//! made cold or warm, what could not be done) and the targets of issue 7 with their
+//! verdicts.
+
+pub mod compare;
+pub mod limits;
+pub mod pread_scale;
+pub mod randread;
+pub mod readahead_storm;
+pub mod readseq;
+
+use std::cell::RefCell;
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::data;
+use crate::kernel::{ColdMethod, WarmMethod};
+use crate::measure::{self, RunResult};
+
+/// A workload: options in, one report out.
+pub trait Workload {
+    /// The name on the command line and in the JSON (`"readseq"`).
+    fn name(&self) -> &'static str;
+    fn run(&self, env: &Env) -> io::Result<Report>;
+}
+
+/// Everything a workload runs in: where its data lives, how often to repeat, how the
+/// kernel is made cold and warm, which folio backend, and the machine's limits (measured
+/// once, on first use).
+pub struct Env {
+    pub dir: PathBuf,
+    pub runs: usize,
+    pub quick: bool,
+    pub cold: ColdMethod,
+    pub warm: WarmMethod,
+    pub backend: folio::BackendKind,
+    /// folio's maximum readahead window for every cache the workloads build.
+    pub readahead_max_bytes: u64,
+    pub progress: MultiProgress,
+    pub limits_args: limits::Args,
+    limits: RefCell<Option<Limits>>,
+}
+
+impl Env {
+    pub fn new(
+        dir: PathBuf,
+        runs: usize,
+        quick: bool,
+        warm: WarmMethod,
+        backend: folio::BackendKind,
+    ) -> Env {
+        Env {
+            dir,
+            runs: runs.max(1),
+            quick,
+            cold: ColdMethod::detect(),
+            warm,
+            backend,
+            readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
+            progress: MultiProgress::new(),
+            limits_args: limits::Args::default(),
+            limits: RefCell::new(None),
+        }
+    }
+
+    /// A fresh (cold) folio cache of `capacity_bytes` on the chosen backend.
+    pub fn folio_cache(&self, capacity_bytes: u64) -> io::Result<folio::Cache> {
+        folio::Cache::builder()
+            .capacity_bytes(capacity_bytes.max(folio::CAPACITY_BYTES_MIN))
+            .backend(self.backend)
+            .readahead_max_bytes(self.readahead_max_bytes)
+            .build()
+    }
+
+    /// The machine's ceilings (memcpy, O_DIRECT at queue depth 32), measured on first use.
+    pub fn limits(&self) -> io::Result<Limits> {
+        if let Some(l) = *self.limits.borrow() {
+            return Ok(l);
+        }
+        let l = limits::measure_ceilings(self, &self.limits_args)?;
+        *self.limits.borrow_mut() = Some(l);
+        Ok(l)
+    }
+
+    /// Records limits measured by the `limits` workload itself.
+    pub fn set_limits(&self, l: Limits) {
+        *self.limits.borrow_mut() = Some(l);
+    }
+
+    /// A data file `name` of `len_bytes` in the data directory (written or reused).
+    pub fn data_file(&self, name: &str, len_bytes: u64) -> io::Result<PathBuf> {
+        let bar = self.progress.add(ProgressBar::new_spinner());
+        bar.set_message(format!("data: {name} ({} MiB)", len_bytes >> 20));
+        bar.enable_steady_tick(Duration::from_millis(100));
+        let result = data::ensure_file(&self.dir, name, len_bytes);
+        bar.finish_and_clear();
+        // A freshly written file sits in the page cache: every cold run drops it first.
+        Ok(result?.0)
+    }
+
+    /// A progress bar over `measurements` measurements of `workload`.
+    pub fn bar(&self, workload: &str, measurements: u64) -> ProgressBar {
+        let bar = self.progress.add(ProgressBar::new(measurements));
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{prefix:>16} [{bar:30}] {pos}/{len} {elapsed:>4} {wide_msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_prefix(workload.to_string());
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    }
+}
+
+/// The machine's ceilings: of a hit (memory copy) and of a miss (O_DIRECT, queue depth 32).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Limits {
+    pub memcpy_gb_per_sec: f64,
+    pub odirect_seq_mb_per_sec: f64,
+}
+
+/// Which throughput the ratio column compares.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    OpsPerSec,
+    MbPerSec,
+}
+
+impl Metric {
+    pub fn of(self, row: &Row) -> f64 {
+        match self {
+            Metric::OpsPerSec => row.ops_per_sec,
+            Metric::MbPerSec => row.mb_per_sec,
+        }
+    }
+}
+
+/// One system at one thread count: the median of its runs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    pub system: String,
+    pub threads: u32,
+    pub ops_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub pages_inserted: Option<u64>,
+    /// This row's throughput (`Report::ratio_of`) over the kernel's at the same threads:
+    /// the median of the per-run ratios (run i of this system over run i of the kernel,
+    /// measured next to each other), which drift on a busy machine disturbs least.
+    pub vs_kernel: Option<f64>,
+    /// Every run's ops/s and MB/s, in run order (the row is the median one).
+    pub runs_ops_per_sec: Vec<f64>,
+    pub runs_mb_per_sec: Vec<f64>,
+    /// Bytes read over all runs, and bytes checked against the data rule: equal, or the
+    /// benchmark would have stopped with a mismatch.
+    pub bytes_read: u64,
+    pub bytes_verified: u64,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl Row {
+    /// The run of `runs` with the median `metric`, as a row.
+    pub fn from_runs(system: &str, threads: usize, runs: &[RunResult], metric: Metric) -> Row {
+        let (m, all) = measure::median(runs, |r| match metric {
+            Metric::OpsPerSec => r.ops_per_sec(),
+            Metric::MbPerSec => r.mb_per_sec(),
+        });
+        Row {
+            system: system.to_string(),
+            threads: threads as u32,
+            ops_per_sec: m.ops_per_sec(),
+            mb_per_sec: m.mb_per_sec(),
+            p50_us: m.p50_us,
+            p99_us: m.p99_us,
+            pages_inserted: m.pages_inserted,
+            vs_kernel: None,
+            runs_ops_per_sec: all,
+            runs_mb_per_sec: runs.iter().map(RunResult::mb_per_sec).collect(),
+            bytes_read: runs.iter().map(|r| r.bytes_read).sum(),
+            bytes_verified: runs.iter().map(|r| r.bytes_verified).sum(),
+            extra: m.extra,
+        }
+    }
+}
+
+/// A target of issue 7 and whether this run met it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Target {
+    pub what: String,
+    pub measured: Option<f64>,
+    pub required: f64,
+    pub met: bool,
+}
+
+impl Target {
+    /// `measured >= required` (a missing measurement is a miss).
+    pub fn at_least(what: impl Into<String>, measured: Option<f64>, required: f64) -> Target {
+        Target {
+            what: what.into(),
+            measured,
+            required,
+            met: measured.is_some_and(|m| m >= required),
+        }
+    }
+
+    /// `measured == required`, for page counts.
+    pub fn equal(what: impl Into<String>, measured: Option<u64>, required: u64) -> Target {
+        Target {
+            what: what.into(),
+            measured: measured.map(|m| m as f64),
+            required: required as f64,
+            met: measured == Some(required),
+        }
+    }
+}
+
+/// The result of one workload: the JSON object of issue 7, plus extras.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub workload: String,
+    pub params: Map<String, Value>,
+    pub rows: Vec<Row>,
+    pub limits: Limits,
+    pub ratio_of: Metric,
+    pub notes: Vec<String>,
+    pub targets: Vec<Target>,
+}
+
+impl Report {
+    pub fn new(workload: &str, ratio_of: Metric) -> Report {
+        Report {
+            workload: workload.to_string(),
+            params: Map::new(),
+            rows: Vec::new(),
+            limits: Limits::default(),
+            ratio_of,
+            notes: Vec::new(),
+            targets: Vec::new(),
+        }
+    }
+
+    pub fn param(&mut self, key: &str, value: impl Into<Value>) {
+        self.params.insert(key.to_string(), value.into());
+    }
+
+    pub fn note(&mut self, note: impl Into<String>) {
+        self.notes.push(note.into());
+    }
+
+    /// The row of `system` at `threads`.
+    pub fn row(&self, system: &str, threads: u32) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.system == system && r.threads == threads)
+    }
+
+    /// `system`'s throughput over the kernel's at `threads`.
+    pub fn ratio(&self, system: &str, threads: u32) -> Option<f64> {
+        self.row(system, threads)?.vs_kernel
+    }
+
+    /// Fills every row's ratio to the kernel row of the same thread count: the median of
+    /// the ratios of runs taken side by side.
+    pub fn fill_ratios(&mut self) {
+        let runs_of = |r: &Row| match self.ratio_of {
+            Metric::OpsPerSec => r.runs_ops_per_sec.clone(),
+            Metric::MbPerSec => r.runs_mb_per_sec.clone(),
+        };
+        let kernel: Vec<(u32, Vec<f64>)> = self
+            .rows
+            .iter()
+            .filter(|r| r.system == "kernel")
+            .map(|r| (r.threads, runs_of(r)))
+            .collect();
+        let ratios: Vec<Option<f64>> = self
+            .rows
+            .iter()
+            .map(|row| {
+                let (_, k) = kernel.iter().find(|(t, _)| *t == row.threads)?;
+                let mut paired: Vec<f64> = runs_of(row)
+                    .iter()
+                    .zip(k)
+                    .filter(|(_, k)| **k > 0.0)
+                    .map(|(x, k)| x / k)
+                    .collect();
+                paired.sort_by(f64::total_cmp);
+                paired.get(paired.len().checked_sub(1)? / 2).copied()
+            })
+            .collect();
+        for (row, ratio) in self.rows.iter_mut().zip(ratios) {
+            row.vs_kernel = ratio;
+        }
+    }
+}
+
+/// The thread counts of `--threads`, or `default`.
+pub fn threads_or(list: &Option<Vec<usize>>, default: &[usize]) -> Vec<usize> {
+    match list {
+        Some(l) if !l.is_empty() => l.iter().map(|&t| t.max(1)).collect(),
+        _ => default.to_vec(),
+    }
+}
+
+/// Pages of 4 KiB in `bytes`.
+pub fn pages_of(bytes: u64) -> u64 {
+    bytes.div_ceil(folio::PAGE_BYTES as u64)
+}
+
+/// MiB to bytes.
+pub fn mib(n: u64) -> u64 {
+    n << 20
+}
+
+/// Seconds as a `Duration` (negative or NaN as zero).
+pub fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(if s.is_finite() { s.max(0.0) } else { 0.0 })
+}

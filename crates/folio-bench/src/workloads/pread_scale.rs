@@ -1,0 +1,181 @@
+//! `pread-scale` (seed 004): N threads read 64 bytes at offset 0 of one cached file, as
+//! fast as they can. It measures the cost of a cache hit and how it scales with threads:
+//! the kernel's `pread` takes a reference on the folio with an atomic on a shared cache
+//! line; folio's `read_at` copies under an optimistic version check with no atomic
+//! read-modify-write; `folio-pinned` (`get_page` + copy) takes the reference path.
+//!
+//! Systems: `folio` (`File::read_at`), `folio-pinned` (`File::get_page`, copy 64 B, drop),
+//! `kernel` (`pread(2)` on a buffered descriptor of the warm file).
+//!
+//! Design: one 64 KiB data file; folio reads it once before measuring (a cached file);
+//! the kernel's copy is warmed right before each run (`Env::warm`, checked 100% resident
+//! by mincore) because this machine pages out idle page cache. Every read's 64 bytes are
+//! verified. One operation in `SAMPLE_EVERY` is timed (a clock read costs about as much
+//! as the hit itself); the first 10% of each run is an unrecorded warm-up.
+//!
+//! Limits: with 2 cores, more than 2 threads measures time-slicing, not scaling.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{secs, threads_or, Env, Metric, Report, Row, Target, Workload};
+use crate::data;
+use crate::kernel;
+use crate::measure::{self, Bound, Control, Recorder, RunResult, SAMPLE_EVERY};
+
+/// Bytes each read asks for.
+pub const READ_BYTES: usize = 64;
+const FILE_BYTES: u64 = 64 << 10;
+const SYSTEMS: [&str; 3] = ["folio", "folio-pinned", "kernel"];
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Args {
+    /// Thread counts, comma-separated [default: 1,2]
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Option<Vec<usize>>,
+    /// Seconds measured per run [default: 2; --quick 0.5]
+    #[arg(long)]
+    pub duration_secs: Option<f64>,
+}
+
+impl Workload for Args {
+    fn name(&self) -> &'static str {
+        "pread-scale"
+    }
+
+    fn run(&self, env: &Env) -> io::Result<Report> {
+        let threads = threads_or(&self.threads, &[1, 2]);
+        let duration = self
+            .duration_secs
+            .unwrap_or(if env.quick { 0.5 } else { 2.0 });
+        let bound = Bound::Duration {
+            warmup: secs(duration / 10.0),
+            measure: secs(duration),
+        };
+        let path = env.data_file("pread-scale.dat", FILE_BYTES)?;
+        let mut report = Report::new(self.name(), Metric::OpsPerSec);
+        report.param("threads", threads.clone());
+        report.param("read_bytes", READ_BYTES);
+        report.param("offset_bytes", 0);
+        report.param("file_bytes", FILE_BYTES);
+        report.param("duration_secs", duration);
+        report.param("runs", env.runs);
+        report.param("latency_sampled_one_in", SAMPLE_EVERY);
+
+        let cache = env.folio_cache(16 << 20)?;
+        let file = Arc::new(cache.open(&path)?);
+        let mut first = [0u8; READ_BYTES];
+        file.read_at(&mut first, 0)?;
+        data::verify(&first, 0)?;
+        let kernel_file = File::open(&path)?;
+
+        let bar = env.bar(
+            self.name(),
+            (env.runs * threads.len() * SYSTEMS.len()) as u64,
+        );
+        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * SYSTEMS.len()];
+        for run in 0..env.runs {
+            for (ti, &t) in threads.iter().enumerate() {
+                for (si, system) in SYSTEMS.iter().enumerate() {
+                    bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
+                    let result = match *system {
+                        "folio" => measure::run_threads(t, bound, |_, c, rec| {
+                            hammer(c, rec, |buf| file.read_at(buf, 0))
+                        })?,
+                        "folio-pinned" => measure::run_threads(t, bound, |_, c, rec| {
+                            hammer(c, rec, |buf| {
+                                let page = file.get_page(0)?;
+                                buf.copy_from_slice(&page[..READ_BYTES]);
+                                Ok(READ_BYTES)
+                            })
+                        })?,
+                        _ => {
+                            let _warm = kernel::warm(std::slice::from_ref(&path), env.warm)?;
+                            measure::run_threads(t, bound, |_, c, rec| {
+                                hammer(c, rec, |buf| kernel_file.read_at(buf, 0))
+                            })?
+                        }
+                    };
+                    runs[ti * SYSTEMS.len() + si].push(result);
+                    bar.inc(1);
+                }
+            }
+        }
+        bar.finish_and_clear();
+        for (ti, &t) in threads.iter().enumerate() {
+            for (si, system) in SYSTEMS.iter().enumerate() {
+                let row =
+                    Row::from_runs(system, t, &runs[ti * SYSTEMS.len() + si], report.ratio_of);
+                report.rows.push(row);
+            }
+        }
+        report.fill_ratios();
+        report.note(format!("kernel: {}", env.warm.describe()));
+        report.note("folio: one 16 MiB cache; the file is read once before measuring");
+        report.targets.push(Target::at_least(
+            "pread-scale 1 thread: folio / kernel ops/s",
+            report.ratio("folio", 1),
+            10.0,
+        ));
+        let own = match (report.row("folio", 2), report.row("folio", 1)) {
+            (Some(two), Some(one)) if one.ops_per_sec > 0.0 => {
+                Some(two.ops_per_sec / one.ops_per_sec)
+            }
+            _ => None,
+        };
+        if own.is_some() {
+            report.targets.push(Target::at_least(
+                "pread-scale 2 threads: folio / folio at 1 thread",
+                own,
+                1.8,
+            ));
+        }
+        report.limits = env.limits()?;
+        Ok(report)
+    }
+}
+
+/// Reads 64 B at offset 0 through `read` until stopped, verifying every read; times the
+/// first of every `SAMPLE_EVERY` reads.
+fn hammer(
+    control: &Control,
+    rec: &mut Recorder,
+    mut read: impl FnMut(&mut [u8]) -> io::Result<usize>,
+) -> io::Result<()> {
+    let mut buf = [0u8; READ_BYTES];
+    while !control.stopped() {
+        let measuring = control.measuring();
+        let started = Instant::now();
+        one(&mut read, &mut buf, rec, measuring)?;
+        if measuring {
+            rec.latency(started.elapsed());
+        }
+        for _ in 1..SAMPLE_EVERY {
+            one(&mut read, &mut buf, rec, measuring)?;
+        }
+    }
+    Ok(())
+}
+
+#[inline(always)]
+fn one(
+    read: &mut impl FnMut(&mut [u8]) -> io::Result<usize>,
+    buf: &mut [u8; READ_BYTES],
+    rec: &mut Recorder,
+    measuring: bool,
+) -> io::Result<()> {
+    let n = read(buf)?;
+    if n != READ_BYTES {
+        return Err(io::Error::other(format!(
+            "short read of {n} bytes at offset 0"
+        )));
+    }
+    let verified = data::verify(buf, 0)?;
+    if measuring {
+        rec.op(n as u64, verified);
+    }
+    Ok(())
+}
