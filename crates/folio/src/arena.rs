@@ -284,21 +284,32 @@ impl Arena {
 /// be atomic or done by the kernel (I/O).
 unsafe fn atomic_copy(src: *const u8, dst: &mut [u8]) {
     let len = dst.len();
+    let out = dst.as_mut_ptr();
     let head = src.align_offset(8).min(len);
     let words = (len - head) / 8;
-    for (i, out) in dst[..head].iter_mut().enumerate() {
-        // SAFETY: i < len, inside the source range; AtomicU8 has the layout of u8.
-        *out = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+    let load_byte = |i: usize| {
+        // SAFETY: callers pass i < len, inside the source range; AtomicU8 has the layout
+        // of u8.
+        unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) }
+    };
+    for i in 0..head {
+        // SAFETY: i < len: inside `dst`.
+        unsafe { out.add(i).write(load_byte(i)) };
     }
     for w in 0..words {
         let at = head + w * 8;
-        // SAFETY: src + at is 8-aligned (head aligned it) and at + 8 <= len.
-        let word = unsafe { (*(src.add(at) as *const AtomicU64)).load(Ordering::Relaxed) };
-        dst[at..at + 8].copy_from_slice(&word.to_ne_bytes());
+        // SAFETY: src + at is 8-aligned (head aligned it) and at + 8 <= len, inside both
+        // ranges; the destination write is unaligned-safe.
+        unsafe {
+            let word = (*(src.add(at) as *const AtomicU64)).load(Ordering::Relaxed);
+            out.add(at)
+                .cast::<[u8; 8]>()
+                .write_unaligned(word.to_ne_bytes());
+        }
     }
-    for (i, out) in dst.iter_mut().enumerate().skip(head + words * 8) {
-        // SAFETY: i < len, inside the source range.
-        *out = unsafe { (*(src.add(i) as *const AtomicU8)).load(Ordering::Relaxed) };
+    for i in head + words * 8..len {
+        // SAFETY: i < len: inside `dst`.
+        unsafe { out.add(i).write(load_byte(i)) };
     }
 }
 

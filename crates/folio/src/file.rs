@@ -19,8 +19,6 @@ use std::io;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crossbeam_epoch as epoch;
-
 use crate::filemap::{Fill, Window};
 use crate::folio::FolioMeta;
 use crate::index::Entry;
@@ -254,10 +252,9 @@ impl File {
     /// The first page at or after `page`, at most `distance` pages on, that the index
     /// does not hold.
     fn next_miss(&self, page: PageIndex, distance: u64) -> Option<PageIndex> {
-        let guard = epoch::pin();
         let mut at = page;
         while at.0 < page.0 + distance.max(1) {
-            match self.mapping.index.lookup(at, &guard) {
+            match self.mapping.index.lookup(at) {
                 Entry::Folio { head, order, .. } => at = head.add(order.pages()),
                 _ => return Some(at),
             }
@@ -383,11 +380,9 @@ impl File {
         dst: &mut [u8],
     ) -> Option<(usize, FrameId, PageIndex)> {
         let core = self.core();
-        let guard = epoch::pin();
-        let Entry::Folio { frame, order, head } = self.mapping.index.lookup(page, &guard) else {
+        let Entry::Folio { frame, order, head } = self.mapping.index.lookup(page) else {
             return None;
         };
-        drop(guard);
         let meta = core.mem.arena.meta(frame);
         let version = meta.version.begin_read()?;
         if meta.identity() != (self.mapping.id, head, order) {
@@ -456,7 +451,7 @@ impl File {
             if page.offset_bytes() >= self.mapping.size_bytes() {
                 return Ok(None);
             }
-            let found = self.mapping.find_get(&core.mem, page, &epoch::pin());
+            let found = self.mapping.find_get(&core.mem, page);
             let folio = match found {
                 Ok(folio) => folio,
                 Err(_) => {

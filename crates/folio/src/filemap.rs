@@ -24,8 +24,6 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use crossbeam_epoch as epoch;
-
 use crate::eviction::Admission;
 use crate::index::{Entry, Leave, NewFolio};
 use crate::io::{FrameBuf, ReadRequest, READ_BYTES_MAX};
@@ -74,17 +72,12 @@ impl Fill<'_> {
             .min(size_pages)
             .min(page.add(run_pages_max))
             .max(page.add(1));
-        let guard = epoch::pin();
         for p in page.0 + 1..end.0 {
-            if matches!(
-                self.mapping.index.lookup(PageIndex(p), &guard),
-                Entry::Folio { .. }
-            ) {
+            if matches!(self.mapping.index.lookup(PageIndex(p)), Entry::Folio { .. }) {
                 end = PageIndex(p);
                 break;
             }
         }
-        drop(guard);
         let mut run: Vec<NewFolio> = Vec::new();
         let mut at = page;
         while at < end {
@@ -228,20 +221,17 @@ impl Fill<'_> {
     fn gaps(&self, start: PageIndex, end: PageIndex) -> Vec<(PageIndex, PageIndex)> {
         let mut gaps = Vec::new();
         let mut covered_until = start;
-        let guard = epoch::pin();
-        if let Entry::Folio { head, order, .. } = self.mapping.index.lookup(start, &guard) {
+        if let Entry::Folio { head, order, .. } = self.mapping.index.lookup(start) {
             covered_until = head.add(order.pages());
         }
-        self.mapping
-            .index
-            .visit(start, end, &guard, &mut |head, entry| {
-                if let Entry::Folio { order, .. } = entry {
-                    if head > covered_until {
-                        gaps.push((covered_until, head));
-                    }
-                    covered_until = covered_until.max(head.add(order.pages()));
+        self.mapping.index.visit(start, end, &mut |head, entry| {
+            if let Entry::Folio { order, .. } = entry {
+                if head > covered_until {
+                    gaps.push((covered_until, head));
                 }
-            });
+                covered_until = covered_until.max(head.add(order.pages()));
+            }
+        });
         if covered_until < end {
             gaps.push((covered_until, end));
         }

@@ -11,18 +11,17 @@
 //! invalidate what lies past the new end; `stamp` is under its mutex.
 //!
 //! The lookup protocol (`find_get`), the reader's side of `refcount`'s protocol:
-//!   1. Under an epoch guard, load the slot of the page.
+//!   1. Load the slot of the page (a lock-free walk of type-stable nodes, `index`).
 //!   2. `try_get` on the folio found; DEAD: a freezer holds the index lock and is removing
 //!      it, so take and drop the lock (sleeping, not spinning, until it is done) and retry.
-//!   3. Re-load the slot: if it no longer holds this frame, the frame was freed and reused
-//!      (the ABA case); `put` and retry.
+//!   3. Re-load the slot and check the folio's identity (stable under the reference):
+//!      if the slot no longer holds this frame, or the frame holds another page, it was
+//!      freed and reused (the ABA case) or the walk raced with a writer; `put` and retry.
 
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-
-use crossbeam_epoch::Guard;
 
 use crate::folio::MappingId;
 use crate::index::{Entry, Index, Leave};
@@ -87,15 +86,11 @@ impl Mapping {
     /// entry found there if it is not a folio.
     ///
     /// Context: any thread, no lock held (step 2 may take the index lock). Does not wait
-    /// for I/O: the folio may be LOCKED.
-    pub fn find_get<'c>(
-        &self,
-        mem: &'c Memory,
-        page: PageIndex,
-        guard: &Guard,
-    ) -> Result<Pinned<'c>, Entry> {
+    /// for I/O: the folio may be LOCKED. A miss (`Err`) may be stale; the miss path
+    /// re-checks under the lock.
+    pub fn find_get<'c>(&self, mem: &'c Memory, page: PageIndex) -> Result<Pinned<'c>, Entry> {
         loop {
-            let entry = self.index.lookup(page, guard);
+            let entry = self.index.lookup(page);
             let Entry::Folio { frame, order, head } = entry else {
                 return Err(entry);
             };
@@ -117,10 +112,13 @@ impl Mapping {
                 order,
                 head,
             };
-            match self.index.lookup(page, guard) {
-                Entry::Folio { frame: again, .. } if again == frame => return Ok(pinned),
-                _ => drop(pinned),
+            // Under our reference the folio's identity is stable: it must be this page's
+            // (a walk that raced with a writer may have come back with another folio).
+            let still_there = matches!(self.index.lookup(page), Entry::Folio { frame: again, .. } if again == frame);
+            if still_there && meta.identity() == (self.id, head, order) {
+                return Ok(pinned);
             }
+            drop(pinned);
         }
     }
 
@@ -194,19 +192,17 @@ impl Mapping {
         how: Invalidate,
     ) -> u64 {
         let mut found = Vec::new();
-        let guard = crossbeam_epoch::pin();
         // A large folio that starts before `start` but covers it goes too.
-        if let Entry::Folio { frame, order, head } = self.index.lookup(start, &guard) {
+        if let Entry::Folio { frame, order, head } = self.index.lookup(start) {
             if head < start {
                 found.push((head, frame, order));
             }
         }
-        self.index.visit(start, end, &guard, &mut |head, entry| {
+        self.index.visit(start, end, &mut |head, entry| {
             if let Entry::Folio { frame, order, .. } = entry {
                 found.push((head, frame, order));
             }
         });
-        drop(guard);
         let mut dropped = 0;
         for (head, frame, order) in found {
             let meta = mem.arena.meta(frame);
@@ -314,12 +310,12 @@ impl MappingTable {
         Ok(mapping)
     }
 
-    /// Index nodes of every mapping, for the memory figure in stats.
+    /// Index nodes of every mapping (in trees and pools), for the memory figure in stats.
     pub fn index_nodes(&self) -> usize {
         self.read()
             .by_id
             .values()
-            .map(|m| m.index.node_count())
+            .map(|m| m.index.nodes_allocated())
             .sum()
     }
 }

@@ -26,7 +26,7 @@
 //!
 //! # Protocol
 //!
-//! Getter, `try_get` (a lookup found the folio in the index, under an epoch guard):
+//! Getter, `try_get` (a lock-free lookup found the folio in the index):
 //!   1. `fetch_add(1)` on the state word. One atomic, no CAS loop (seed 004).
 //!   2. If the old value has DEAD, `fetch_sub(1)` to back out and fail: the folio is
 //!      frozen or free. The caller retries its lookup. (If the frame was revived and

@@ -67,8 +67,10 @@ pub struct Stats {
 }
 
 /// The shared, miss-path counters.
-#[derive(Default, Debug)]
+#[derive(Debug)]
 pub(crate) struct Counters {
+    /// Unique in the process: keys this cache's per-thread hit blocks.
+    id: u64,
     pub misses: AtomicU64,
     pub waits_on_io: AtomicU64,
     pub optimistic_retries: AtomicU64,
@@ -95,6 +97,38 @@ pub(crate) struct Counters {
     threads: Mutex<Vec<Arc<ThreadCounters>>>,
 }
 
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            misses: AtomicU64::new(0),
+            waits_on_io: AtomicU64::new(0),
+            optimistic_retries: AtomicU64::new(0),
+            pages_inserted: AtomicU64::new(0),
+            insert_conflicts: AtomicU64::new(0),
+            io_requests: AtomicU64::new(0),
+            io_bytes: AtomicU64::new(0),
+            io_errors: AtomicU64::new(0),
+            short_read_retries: AtomicU64::new(0),
+            evicted_folios: AtomicU64::new(0),
+            evicted_pages: AtomicU64::new(0),
+            refaults: AtomicU64::new(0),
+            workingset_refaults: AtomicU64::new(0),
+            shadows_dropped: AtomicU64::new(0),
+            background_reclaims: AtomicU64::new(0),
+            invalidated_pages: AtomicU64::new(0),
+            readahead_sync: AtomicU64::new(0),
+            readahead_async: AtomicU64::new(0),
+            readahead_forced: AtomicU64::new(0),
+            readahead_pages: AtomicU64::new(0),
+            readahead_wasted_pages: AtomicU64::new(0),
+            alloc_failures: AtomicU64::new(0),
+            pinned_hits: AtomicU64::new(0),
+            threads: Mutex::new(Vec::new()),
+        }
+    }
+}
+
 /// Counters one thread writes and anyone reads.
 #[derive(Default, Debug)]
 struct ThreadCounters {
@@ -102,9 +136,13 @@ struct ThreadCounters {
 }
 
 thread_local! {
-    /// This thread's counter blocks, keyed by the address of the cache's `Counters`.
-    static LOCAL: RefCell<Vec<(usize, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's counter blocks, one per cache it counted hits for, keyed by the
+    /// cache's id; the most recently used first.
+    static LOCAL: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Ids of caches' counters, unique for the process (an address could be reused).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
@@ -115,36 +153,47 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Counters {
-    /// Counts one hit on this thread's own block: a load and a store, no RMW.
+    /// Counts one hit on this thread's own block: a load and a store, no RMW. The usual
+    /// case (the thread's last cache) is one comparison.
     #[inline]
     pub fn hit(&self) {
-        let key = self as *const Counters as usize;
-        LOCAL.with(|local| {
-            let mut local = local.borrow_mut();
-            if let Some((_, block)) = local
-                .iter()
-                .find(|(k, b)| *k == key && Arc::strong_count(b) > 1)
-            {
+        let counted = LOCAL.with(|local| match local.borrow().first() {
+            Some((id, block)) if *id == self.id => {
                 let hits = &block.hits;
                 hits.store(hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                return;
+                true
             }
-            let block = Arc::new(ThreadCounters {
-                hits: AtomicU64::new(1),
-            });
-            self.threads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(block.clone());
-            // Blocks of dropped caches (their addresses may be reused) are pruned here:
-            // a block whose only owner is this thread's list belongs to no cache.
+            _ => false,
+        });
+        if !counted {
+            self.hit_slow();
+        }
+    }
+
+    #[cold]
+    fn hit_slow(&self) {
+        LOCAL.with(|local| {
+            let mut local = local.borrow_mut();
+            // Blocks of dropped caches: only this thread's list still holds them.
             local.retain(|(_, b)| Arc::strong_count(b) > 1);
-            local.push((key, block));
+            let block = match local.iter().position(|(id, _)| *id == self.id) {
+                Some(at) => local.remove(at).1,
+                None => {
+                    let block = Arc::new(ThreadCounters::default());
+                    self.threads
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(block.clone());
+                    block
+                }
+            };
+            block.hits.fetch_add(1, Ordering::Relaxed);
+            local.insert(0, (self.id, block));
         });
     }
 
-    /// Forgets this cache's blocks; called when the cache is dropped, so that a new
-    /// cache at the same address starts from zero.
+    /// Forgets this cache's blocks; called when the cache is dropped, so that threads
+    /// prune their blocks of it.
     pub fn detach_threads(&self) {
         self.threads
             .lock()

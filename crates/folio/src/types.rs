@@ -61,6 +61,13 @@ impl Order {
         Order(order)
     }
 
+    /// An order from bits that may be stale (a racing read): at most `MAX`, never a
+    /// panic; callers validate what it describes.
+    #[inline]
+    pub fn clamped(order: u8) -> Self {
+        Order(order.min(ORDER_MAX))
+    }
+
     pub fn get(self) -> u8 {
         self.0
     }
