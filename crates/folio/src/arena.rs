@@ -179,6 +179,12 @@ impl Arena {
         };
         let frame = FrameId(head);
         self.meta(frame).state.revive_locked();
+        // Its size, for `free`, until the owner records the page it will hold.
+        self.meta(frame).set_identity(
+            crate::folio::MappingId(u32::MAX),
+            crate::types::PageIndex(0),
+            order,
+        );
         // The new owner's writes to this frame (the read that fills it) come after this
         // fence, which pairs with the Acquire fence of an optimistic reader's `validate`.
         std::sync::atomic::fence(Ordering::Release);
@@ -188,8 +194,13 @@ impl Arena {
     /// Returns a folio's frames. Context: the caller won the frame (`try_freeze` or a
     /// `put` that returned `Free`), so its state is DEAD; this retires its version if it
     /// held valid bytes. Never called under a mapping's lock (side effects outside locks).
-    pub fn free(&self, frame: FrameId, order: Order) {
+    ///
+    /// The folio's size comes from its own metadata (recorded at allocation), never from
+    /// the caller: a caller's order may come from a lock-free walk that raced with the
+    /// frame's reuse at another order, and freeing by it would corrupt the free lists.
+    pub fn free(&self, frame: FrameId) {
         let meta = self.meta(frame);
+        let order = meta.identity().2;
         let state = meta.state.load();
         assert!(
             state & crate::refcount::DEAD != 0 && state & crate::refcount::LOCKED == 0,
@@ -239,14 +250,18 @@ impl Arena {
 
     /// Zeroes the part of a LOCKED folio past a short read (end of file).
     ///
-    /// Context: the caller owns the LOCKED folio; no pinned reader exists yet.
+    /// Context: the caller owns the LOCKED folio; no pinned reader exists yet. An
+    /// optimistic reader that began on the frame's previous contents may still be loading
+    /// from it, so the zeroes are written with atomic stores (its copy fails validation).
     pub fn zero_tail(&self, frame: FrameId, order: Order, from_bytes: usize) {
-        assert!(from_bytes <= order.bytes());
-        let ptr = self.frame_ptr(frame);
-        // SAFETY: inside the folio's frames; optimistic readers may load these bytes
-        // concurrently, but the version is odd so they discard what they load, and
-        // nobody else writes them.
-        unsafe { std::ptr::write_bytes(ptr.add(from_bytes), 0, order.bytes() - from_bytes) };
+        assert!(from_bytes <= order.bytes() && frame.0 + order.pages() as u32 <= self.frame_count);
+        // SAFETY: inside the folio's frames (asserted), which stay mapped.
+        unsafe {
+            atomic_zero(
+                self.frame_ptr(frame).add(from_bytes),
+                order.bytes() - from_bytes,
+            )
+        };
     }
 
     /// The bytes of a pinned, uptodate folio.
@@ -270,6 +285,24 @@ impl Arena {
         );
         // SAFETY: the source range lies inside the arena (asserted) and stays mapped.
         unsafe { atomic_copy(self.frame_ptr(frame).add(from_bytes), dst) }
+    }
+}
+
+/// Writes `len` zero bytes at `dst` with relaxed atomic stores (bytes at the edges, words
+/// where aligned), so that concurrent atomic loads of the same memory are no data race.
+///
+/// # Safety
+/// `dst..dst + len` must be valid for writes and written by nobody else meanwhile.
+pub(crate) unsafe fn atomic_zero(dst: *mut u8, len: usize) {
+    let head = dst.align_offset(8).min(len);
+    let words = (len - head) / 8;
+    for i in (0..head).chain(head + words * 8..len) {
+        // SAFETY: i < len, inside the range; AtomicU8 has the layout of u8.
+        unsafe { (*(dst.add(i) as *const AtomicU8)).store(0, Ordering::Relaxed) };
+    }
+    for w in 0..words {
+        // SAFETY: dst + head + 8w is 8-aligned and inside the range.
+        unsafe { (*(dst.add(head + w * 8) as *const AtomicU64)).store(0, Ordering::Relaxed) };
     }
 }
 
@@ -335,10 +368,10 @@ mod tests {
         let b = arena.alloc(Order::new(3)).unwrap();
         assert_eq!(b.0 % 8, 0, "order-3 blocks are aligned");
         assert_eq!(arena.free_frames(), 1024 - 9);
-        for (frame, order) in [(a, 0), (b, 3)] {
+        for frame in [a, b] {
             arena.meta(frame).state.finish_read_ok();
             assert!(arena.meta(frame).state.try_freeze());
-            arena.free(frame, Order::new(order));
+            arena.free(frame);
         }
         assert_eq!(arena.free_frames(), 1024);
         // Everything merged back: two order-9 blocks are available again.

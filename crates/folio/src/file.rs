@@ -487,6 +487,9 @@ impl File {
                 if page.offset_bytes() >= self.mapping.size_bytes() {
                     return Ok(None);
                 }
+                if errno == libc::ESTALE {
+                    continue; // the file changed during the read: read it again
+                }
                 return Err(io::Error::from_raw_os_error(errno));
             }
         }
@@ -551,7 +554,7 @@ impl Deref for PageRef {
 
 impl Drop for PageRef {
     fn drop(&mut self) {
-        self.core.mem.put_folio(self.frame, self.order);
+        self.core.mem.put_folio(self.frame);
     }
 }
 

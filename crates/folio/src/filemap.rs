@@ -21,7 +21,6 @@
 
 use std::fs::File as StdFile;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use crate::eviction::Admission;
@@ -105,7 +104,8 @@ impl Fill<'_> {
         }
         let mut requests = Vec::new();
         self.insert_run(run, &mut requests);
-        self.cache.backend.submit(requests);
+        // The caller waits for these pages: the backend may read them on this thread.
+        self.cache.backend.submit_waited(requests);
         Ok(())
     }
 
@@ -119,6 +119,8 @@ impl Fill<'_> {
         let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
         let mut w = self.mapping.index.lock_for_insert(pages);
         let outcome = w.insert_run(&run);
+        // Under the lock: an invalidation that has not bumped it yet will see these folios.
+        let generation = self.mapping.generation();
         // Still under the index lock: a folio is on an eviction queue exactly while it is
         // in the index (eviction's lock order: index -> policy).
         let policy = &core.mem.policy;
@@ -149,7 +151,7 @@ impl Fill<'_> {
             if !inserted {
                 stats::bump(&core.mem.counters.insert_conflicts);
                 if core.mem.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
-                    core.mem.arena.free(folio.frame, folio.order);
+                    core.mem.arena.free(folio.frame);
                 }
                 next_head = None;
                 continue;
@@ -166,7 +168,10 @@ impl Fill<'_> {
             next_head = Some(folio.head.add(folio.order.pages()));
         }
         stats::add(&core.mem.counters.pages_inserted, inserted_pages);
-        requests.extend(runs.into_iter().map(|run| self.request_for(run)));
+        requests.extend(
+            runs.into_iter()
+                .map(|run| self.request_for(run, generation)),
+        );
         inserted_pages
     }
 
@@ -238,7 +243,7 @@ impl Fill<'_> {
         gaps
     }
 
-    fn request_for(&self, run: Vec<NewFolio>) -> ReadRequest {
+    fn request_for(&self, run: Vec<NewFolio>, generation: u64) -> ReadRequest {
         let core = self.cache.core.clone();
         let mapping = self.mapping.clone();
         let file = self.fd.clone();
@@ -262,6 +267,7 @@ impl Fill<'_> {
                     &mapping,
                     &done_file,
                     offset_bytes,
+                    generation,
                     &run,
                     &done_bufs,
                     result,
@@ -273,12 +279,16 @@ impl Fill<'_> {
 
 /// The completion of one read of a run of folios (module docs).
 ///
-/// Context: a backend thread; no lock held. Takes the index lock on failure.
+/// Context: a backend thread (or the reader's, for a waited read); no lock held. Takes
+/// the index lock to publish (so a truncating invalidation cannot slip between the
+/// generation check and the publication), and to fail folios.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn complete_read(
     core: &Core,
     mapping: &Mapping,
     file: &StdFile,
     offset_bytes: u64,
+    generation: u64,
     run: &[NewFolio],
     bufs: &[FrameBuf],
     result: io::Result<usize>,
@@ -294,33 +304,57 @@ pub(crate) fn complete_read(
             return;
         }
     };
+    // A short read ends at the file's end, as the kernel sees it now. If the file is
+    // longer than what was read (it grew during the read), the partial folio's zeros are
+    // not the file's bytes: it is failed and read again. If it is shorter than the
+    // mapping believed, the mapping shrinks to it.
+    let mut grew = false;
+    let mut shrink = None;
+    if n < total {
+        let real = file.metadata().map_or(u64::MAX, |m| m.len());
+        if real > offset_bytes + n as u64 {
+            grew = true;
+        } else if real < mapping.size_bytes() {
+            shrink = Some(real);
+        }
+    }
+    let mut publish = Vec::with_capacity(run.len());
     let mut failed = Vec::new();
     let mut at = 0usize;
     for folio in run {
         let bytes = folio.order.bytes();
         let valid = n.saturating_sub(at).min(bytes);
-        if valid == 0 {
-            // Past the end of the file, which shrank since the mapping's size was read.
+        if valid == 0 || (grew && valid < bytes) {
             failed.push(*folio);
         } else {
             if valid < bytes {
                 core.mem.arena.zero_tail(folio.frame, folio.order, valid);
             }
-            let meta = core.mem.arena.meta(folio.frame);
-            meta.version.publish();
-            meta.state.finish_read_ok();
-            wait::wake_all(meta);
+            publish.push(*folio);
         }
         at += bytes;
     }
-    if n < total && offset_bytes + (n as u64) < mapping.size_bytes() {
-        // The file is shorter than the mapping believed: it shrank. Learn its real size
-        // (it may have shrunk below this read's offset, past pages already cached) and
-        // drop everything past it.
-        let real = file.metadata().map_or(u64::MAX, |m| m.len());
-        mapping.shrink_to(&core.mem, real.min(offset_bytes + n as u64));
+    let w = mapping.index.lock();
+    if mapping.generation() == generation {
+        for folio in &publish {
+            let meta = core.mem.arena.meta(folio.frame);
+            meta.version.publish();
+            meta.state.finish_read_ok();
+        }
+    } else {
+        // A truncating invalidation ran while this read was in flight: what it read may
+        // be the file's old bytes.
+        failed.append(&mut publish);
+    }
+    drop(w);
+    for folio in &publish {
+        wait::wake_all(core.mem.arena.meta(folio.frame));
+    }
+    if let Some(size) = shrink {
+        mapping.shrink_to(&core.mem, size);
     }
     if !failed.is_empty() {
+        // Readers of these pages retry (ESTALE), or find them past the end of the file.
         fail_folios(core, mapping, &failed, libc::ESTALE);
     }
 }
@@ -345,17 +379,39 @@ fn finish_short_read(
     while n < total {
         let (buf, skip) = locate(bufs, n);
         let part = buf.tail(skip);
-        // SAFETY: the buffer is arena memory of LOCKED folios that this read owns (the
-        // backend has completed, so nothing else writes it); their version is odd, so no
-        // optimistic reader copies from it.
-        let dst = unsafe { std::slice::from_raw_parts_mut(part.as_ptr(), part.len_bytes()) };
-        let got = file.read_at(dst, offset_bytes + n as u64)?;
+        let got = pread_into(file, part, offset_bytes + n as u64)?;
         n += got;
         if got == 0 || got % PAGE_BYTES != 0 {
             break;
         }
     }
     Ok(n)
+}
+
+/// One `pread(2)` into arena memory, retrying EINTR. A raw pointer, not a `&mut [u8]`:
+/// a stale optimistic reader may be loading from these frames (it fails validation), so
+/// no exclusive reference to them may exist; the kernel's write is outside Rust's model.
+fn pread_into(file: &StdFile, buf: FrameBuf, offset_bytes: u64) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: `buf` is arena memory of LOCKED folios that this read owns (the backend
+        // has completed, nobody else writes it), valid for `len_bytes` bytes.
+        let got = unsafe {
+            libc::pread(
+                file.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len_bytes(),
+                offset_bytes as libc::off_t,
+            )
+        };
+        if got >= 0 {
+            return Ok(got as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }
 
 /// The buffer that holds byte `at` of a request, and the offset in it.
@@ -389,7 +445,7 @@ fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
         let outcome = meta.state.finish_read_err();
         wait::wake_all(meta);
         if outcome == PutOutcome::Free {
-            core.mem.arena.free(folio.frame, folio.order);
+            core.mem.arena.free(folio.frame);
         }
     }
 }

@@ -754,7 +754,7 @@ impl<'a> IndexWriteGuard<'a> {
 
     /// Checks the structural invariants of the module docs; panics on a violation.
     /// Returns (folios, shadows). For tests.
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     pub fn check_invariants(&self) -> (usize, usize) {
         fn walk(node: &Node, is_root: bool, counts: &mut (usize, usize), nodes: &mut usize) {
             *nodes += 1;

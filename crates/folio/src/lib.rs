@@ -27,11 +27,12 @@
 //! # Lock ordering
 //!
 //! ```text
-//! Mappings table (RwLock, open / reclaim look-up; never held across the others)
-//! reclaim::Clock::hand
-//!   └── Mapping index lock (Index::lock, one mapping at a time)
-//!         └── Arena free lists (Arena::alloc / free)
-//! Mapping::stamp (revalidate) is taken alone, then the index lock after it is dropped.
+//! MappingTable (RwLock: open, reclaim's look-up; never held across the others)
+//! Mapping::stamp (revalidate): taken alone, dropped before the index lock
+//! Reclaimer's shadow log: taken alone, dropped before any index lock
+//! a Mapping's index lock (Index::lock, one mapping at a time)
+//!   └── the eviction policy's mutex (insert, remove, putback; isolate takes it alone)
+//!         └── the arena's free lists (Arena::alloc / free)
 //! parking_lot_core bucket locks: inside park/unpark only, nothing held across them.
 //! ```
 //!

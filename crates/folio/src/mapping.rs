@@ -41,6 +41,11 @@ pub struct FileStamp {
 pub struct Mapping {
     pub id: MappingId,
     pub index: Index,
+    /// Moves on every truncating invalidation. A read records it when its folios are
+    /// inserted; its completion, under the index lock, publishes only if it has not moved
+    /// (else the bytes may predate the file's change: the folios are failed, and their
+    /// readers retry).
+    generation: AtomicU64,
     size_bytes: AtomicU64,
     stamp: Mutex<FileStamp>,
 }
@@ -55,7 +60,7 @@ pub struct Pinned<'c> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.mem.put_folio(self.frame, self.order);
+        self.mem.put_folio(self.frame);
     }
 }
 
@@ -73,9 +78,15 @@ impl Mapping {
         Mapping {
             id,
             index: Index::default(),
+            generation: AtomicU64::new(0),
             size_bytes: AtomicU64::new(stamp.size_bytes),
             stamp: Mutex::new(stamp),
         }
+    }
+
+    /// See the field's docs.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -102,7 +113,7 @@ impl Mapping {
                     continue;
                 }
                 GetOutcome::DeadFree => {
-                    mem.free_frame(frame);
+                    mem.arena.free(frame);
                     continue;
                 }
             }
@@ -180,7 +191,8 @@ impl Mapping {
     }
 
     /// Drops the folios that cover any page of `[start, end)` from the index, as `how`
-    /// says. A folio with I/O in flight is always left (its reader re-checks the size).
+    /// says. A folio with I/O in flight is left in place; for `Truncate`, the generation
+    /// moves first, so its completion fails it instead of publishing bytes read before.
     /// Returns the pages dropped.
     ///
     /// Context: no lock held; takes the index lock once per folio. May not sleep.
@@ -204,12 +216,25 @@ impl Mapping {
             }
         });
         let mut dropped = 0;
-        for (head, frame, order) in found {
+        if how == Invalidate::Truncate {
+            // Reads in flight now must not publish what they read (`generation`).
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
+        for (head, frame, _) in found {
             let meta = mem.arena.meta(frame);
             let mut w = self.index.lock();
-            let holds = matches!(w.get(head), Entry::Folio { frame: f, .. } if f == frame);
-            if !holds || meta.state.load() & LOCKED != 0 {
-                continue;
+            // The walk may be stale: the folio and its size are taken from the slot, read
+            // under the lock, not from the walk.
+            let order = match w.get(head) {
+                Entry::Folio {
+                    frame: f,
+                    order,
+                    head: h,
+                } if f == frame && h == head => order,
+                _ => continue,
+            };
+            if meta.state.load() & LOCKED != 0 {
+                continue; // its completion sees the generation move and drops it
             }
             if how == Invalidate::Unpinned && !meta.state.try_freeze() {
                 continue;
@@ -224,7 +249,7 @@ impl Mapping {
             };
             dropped += order.pages();
             if free {
-                mem.arena.free(frame, order);
+                mem.arena.free(frame);
             }
         }
         stats::add(&mem.counters.invalidated_pages, dropped);

@@ -9,7 +9,7 @@ use crate::arena::Arena;
 use crate::eviction::EvictionPolicy;
 use crate::refcount::PutOutcome;
 use crate::stats::Counters;
-use crate::types::{FrameId, Order};
+use crate::types::FrameId;
 
 #[derive(Debug)]
 pub(crate) struct Memory {
@@ -20,15 +20,9 @@ pub(crate) struct Memory {
 
 impl Memory {
     /// Drops a reference; frees the folio if it was the last one.
-    pub fn put_folio(&self, frame: FrameId, order: Order) {
+    pub fn put_folio(&self, frame: FrameId) {
         if self.arena.meta(frame).state.put() == PutOutcome::Free {
-            self.arena.free(frame, order);
+            self.arena.free(frame);
         }
-    }
-
-    /// Frees a frame whose release the caller won (`GetOutcome::DeadFree`).
-    pub fn free_frame(&self, frame: FrameId) {
-        let (_, _, order) = self.arena.meta(frame).identity();
-        self.arena.free(frame, order);
     }
 }

@@ -70,10 +70,11 @@ impl Core {
                     return Ok(got);
                 }
             }
-            if report.freed_pages > 0 {
-                continue;
+            let out_of_time = mode == AllocMode::NoWait || started.elapsed() >= self.alloc_wait;
+            if report.freed_pages > 0 && !out_of_time {
+                continue; // others took what was freed; reclaim again
             }
-            if mode == AllocMode::NoWait || started.elapsed() >= self.alloc_wait {
+            if out_of_time {
                 if mode == AllocMode::Wait {
                     stats::bump(&self.mem.counters.alloc_failures);
                 }

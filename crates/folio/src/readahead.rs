@@ -191,6 +191,9 @@ pub fn decide_on_marker(
     }
     let index = index.0;
     if state.size != 0 && (index == state.marker() || index == state.end()) {
+        if state.end() >= 1 << START_BITS {
+            return Decision::None; // past the pages readahead can describe
+        }
         let size = ramp(state.size, max_pages);
         return Decision::Window(RaState {
             start: state.end(),

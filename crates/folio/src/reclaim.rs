@@ -153,11 +153,11 @@ impl Reclaimer {
             drop(w);
             to_release.push((victim.frame, order));
         }
-        for &(frame, order) in &to_free {
-            mem.arena.free(frame, order);
+        for &(frame, _) in &to_free {
+            mem.arena.free(frame);
         }
-        for (frame, order) in to_release {
-            mem.put_folio(frame, order);
+        for (frame, _) in to_release {
+            mem.put_folio(frame);
         }
         stats::add(&mem.counters.evicted_folios, to_free.len() as u64);
         stats::add(&mem.counters.evicted_pages, report.freed_pages);

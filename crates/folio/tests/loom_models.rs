@@ -90,7 +90,7 @@ impl World {
         })
     }
 
-    /// Reclaim's eviction of the folio (`reclaim::Clock::sweep`).
+    /// Reclaim's eviction of an unpinned folio (as `Mapping::invalidate` with `Invalidate::Unpinned`).
     fn evict(&self) -> bool {
         let guard = self.index_lock.lock().unwrap();
         if self.slot.load(Ordering::Acquire) != FRAME || !self.state.try_freeze() {

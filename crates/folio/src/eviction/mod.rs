@@ -113,8 +113,7 @@ fn isolate_ref(arena: &Arena, frame: FrameId) -> bool {
         crate::refcount::GetOutcome::DeadFree => {
             // Cannot happen for a folio on a queue (it holds the index's reference), but
             // if it did, the frame is ours to free.
-            let (_, _, order) = arena.meta(frame).identity();
-            arena.free(frame, order);
+            arena.free(frame);
             false
         }
     }

@@ -139,6 +139,15 @@ pub trait Backend: Send + Sync {
     /// Starts every request of the batch. Returns at once; completions run later, possibly
     /// before `submit` returns, possibly on another thread.
     fn submit(&self, batch: Vec<ReadRequest>);
+
+    /// Performs requests that the caller is about to wait for (a reader's own miss). The
+    /// default submits them. A backend may instead read them on the caller's thread and
+    /// run their completions before returning, which saves the two thread hand-offs of
+    /// an asynchronous read (to the engine, and back to wake the reader): the kernel
+    /// reads a synchronous miss in the reading task too. Same contract as `submit`.
+    fn submit_waited(&self, batch: Vec<ReadRequest>) {
+        self.submit(batch)
+    }
 }
 
 /// Which engine a cache uses.

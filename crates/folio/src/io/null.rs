@@ -28,7 +28,8 @@ impl Backend for NullBackend {
             for buf in &request.bufs {
                 // SAFETY: the request owns its buffers until `done` runs (module contract
                 // of `io`): valid for writes of their length, and nobody else writes them.
-                unsafe { std::ptr::write_bytes(buf.as_ptr(), 0, buf.len_bytes()) };
+                // Atomic stores: a stale optimistic reader may be loading from them.
+                unsafe { crate::arena::atomic_zero(buf.as_ptr(), buf.len_bytes()) };
             }
             (request.done)(Ok(len));
         }

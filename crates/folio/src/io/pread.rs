@@ -134,6 +134,17 @@ impl Backend for PreadBackend {
             _ => self.shared.work_ready.notify_all(),
         }
     }
+
+    /// Reads on the caller's thread: the caller waits anyway, and a worker would only add
+    /// two hand-offs (trait docs).
+    fn submit_waited(&self, batch: Vec<ReadRequest>) {
+        for request in &batch {
+            assert_request_contract(request);
+        }
+        for request in batch {
+            perform(request);
+        }
+    }
 }
 
 impl Drop for PreadBackend {
@@ -198,7 +209,7 @@ impl Shared {
 /// Reads `request` and calls its completion on this thread.
 ///
 /// Context: holds no lock; may block in `preadv`.
-fn perform(request: ReadRequest) {
+pub(crate) fn perform(request: ReadRequest) {
     let ReadRequest {
         file,
         offset_bytes,
