@@ -1,0 +1,659 @@
+//! The C ABI of folio: `include/folio.h`, built as `libfolio.so` and `libfolio.a`.
+//!
+//! A C program creates a cache, opens files through it, and reads them like `pread(2)`:
+//!
+//! ```c
+//! folio_cache_options opts;
+//! folio_cache_options_init(&opts);
+//! opts.capacity_bytes = 1ull << 30;
+//! folio_cache cache;
+//! if (folio_cache_create(&opts, &cache) < 0) { /* -errno */ }
+//! folio_file file;
+//! folio_open(cache, "/data/000123.sst", &file);
+//! int64_t n = folio_read(file, buf, 8192, 4096 * 10 + 100);   /* short only at EOF */
+//! folio_close(file);
+//! folio_cache_destroy(cache);
+//! ```
+//!
+//! # Conventions
+//!
+//! - Every function returns `0` (or a count) on success and a negative errno on failure
+//!   (`-EBADF`, `-EINVAL`, the `-errno` of a failed system call, ...). The message of the
+//!   calling thread's last failure is kept for `folio_last_error_message`.
+//! - No panic crosses the boundary: every entry point runs under `catch_unwind`, and an
+//!   internal panic comes back as `-ENOTRECOVERABLE` with its message.
+//! - Every function says its `Context:`: whether it may block, what must outlive the call,
+//!   who frees what. All of them are thread-safe.
+//!
+//! # Handles
+//!
+//! `folio_cache` and `folio_file` are small structs holding a 64-bit handle, passed by
+//! value; they are not pointers. A handle is a slot index, a generation and a kind tag,
+//! looked up in a registry (module `handle`, which states the protocol): a zeroed (null),
+//! closed, reissued, forged or wrong-kind handle gets `-EBADF`, never undefined behaviour.
+//! A file may be closed while other threads read through it: those reads finish normally
+//! (or, if they start after the close, fail with `-EBADF`); the file's descriptor and
+//! memory are released after the last of them has returned (at a later folio call; with
+//! none in flight, before the close returns).
+//!
+//! A cache and its files are independent handles: destroying a cache while files opened
+//! through it are open is defined, the files keep working, and the cache's memory goes
+//! with the last of them.
+
+mod error;
+mod handle;
+
+use std::ffi::{c_char, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+
+use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File};
+
+use crate::error::{boundary, copy_last_message, Failure};
+use crate::handle::{Kind, Registry};
+
+static CACHES: Registry<Cache> = Registry::new(Kind::CACHE);
+static FILES: Registry<File> = Registry::new(Kind::FILE);
+
+/// A cache: memory for cached pages, shared by the files opened through it. A zeroed
+/// value is the null handle.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct folio_cache {
+    pub id: u64,
+}
+
+/// An open file: one readahead state, shared by the threads that read through it. A
+/// zeroed value is the null handle.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct folio_file {
+    pub id: u64,
+}
+
+/// `backend`: io_uring where the kernel allows it, else a pool of threads calling pread.
+pub const FOLIO_BACKEND_AUTO: u32 = 0;
+/// `backend`: io_uring (O_DIRECT, batched submission); creation fails where refused.
+pub const FOLIO_BACKEND_IO_URING: u32 = 1;
+/// `backend`: a pool of threads calling pread(2).
+pub const FOLIO_BACKEND_PREAD: u32 = 2;
+/// `folio_stats.backend`: some other engine (the library's fault-injecting one).
+pub const FOLIO_BACKEND_OTHER: u32 = 3;
+
+/// `eviction`: S3-FIFO (a small and a main FIFO, and a ghost queue of shadow entries).
+pub const FOLIO_EVICTION_S3FIFO: u32 = 0;
+/// `eviction`: the kernel's two lists (inactive, active) with refault distance.
+pub const FOLIO_EVICTION_TWO_LIST_LRU: u32 = 1;
+
+/// `folio_advise`: the default, on-demand readahead (values as POSIX_FADV_*).
+pub const FOLIO_ADVICE_NORMAL: u32 = 0;
+/// `folio_advise`: random access: no readahead, reads read what they ask.
+pub const FOLIO_ADVICE_RANDOM: u32 = 1;
+/// `folio_advise`: long sequential scans: twice the maximum readahead window.
+pub const FOLIO_ADVICE_SEQUENTIAL: u32 = 2;
+/// `folio_advise`: the range will be read soon: read it ahead now.
+pub const FOLIO_ADVICE_WILLNEED: u32 = 3;
+/// `folio_advise`: the range will not be read again: drop its unpinned cached pages.
+pub const FOLIO_ADVICE_DONTNEED: u32 = 4;
+
+// Literals, so that cbindgen can write them; the asserts keep them equal to the library's.
+/// The smallest capacity a cache accepts, in bytes (16 pages of 4 KiB).
+pub const FOLIO_CAPACITY_BYTES_MIN: u64 = 65536;
+/// The capacity `folio_cache_options_init` sets: 256 MiB.
+pub const FOLIO_CAPACITY_BYTES_DEFAULT: u64 = 268435456;
+/// The maximum readahead window `folio_cache_options_init` sets: 2 MiB.
+pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 2097152;
+
+const _: () = assert!(FOLIO_CAPACITY_BYTES_MIN == folio_rs::CAPACITY_BYTES_MIN);
+const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
+
+/// How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct folio_cache_options {
+    /// `sizeof(folio_cache_options)` as the caller was compiled with; set by
+    /// `folio_cache_options_init`. Lets later versions add fields.
+    pub size: u32,
+    /// FOLIO_BACKEND_AUTO, FOLIO_BACKEND_IO_URING or FOLIO_BACKEND_PREAD.
+    pub backend: u32,
+    /// Bytes of memory for cached pages (rounded down to 4 KiB), at least
+    /// FOLIO_CAPACITY_BYTES_MIN. Reserved at creation, touched as pages are cached.
+    pub capacity_bytes: u64,
+    /// The largest readahead window of a file, in bytes (at most 16 MiB; 0: no readahead).
+    pub readahead_max_bytes: u64,
+    /// Threads of the pread backend; 0: the library's default (16).
+    pub pread_threads: u32,
+    /// FOLIO_EVICTION_S3FIFO or FOLIO_EVICTION_TWO_LIST_LRU.
+    pub eviction: u32,
+}
+
+/// A snapshot of a cache's counters (all since the cache was created) and sizes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct folio_stats {
+    /// Reads served from cached pages without I/O (counted per page touched).
+    pub hits: u64,
+    /// Pages a read found missing and had to read.
+    pub misses: u64,
+    /// Reads that found their page with I/O in flight and waited for it.
+    pub waits_on_io: u64,
+    /// Lock-free copies discarded because the page changed underneath.
+    pub optimistic_retries: u64,
+    /// Pages inserted into the cache (each read from its file once).
+    pub pages_inserted: u64,
+    /// Pages a racing insertion had already placed.
+    pub insert_conflicts: u64,
+    /// Reads submitted to the backend, and the bytes they asked for.
+    pub io_requests: u64,
+    pub io_bytes: u64,
+    /// Reads that failed, and short reads completed by a retry.
+    pub io_errors: u64,
+    pub short_read_retries: u64,
+    /// Folios and pages evicted.
+    pub evicted_folios: u64,
+    pub evicted_pages: u64,
+    /// Pages read again after having been evicted, and those the eviction policy
+    /// recognised as refaults within the workingset.
+    pub refaults: u64,
+    pub workingset_refaults: u64,
+    /// Shadow entries (memory of evicted pages) dropped to stay under their cap, and held
+    /// now.
+    pub shadows_dropped: u64,
+    pub shadows: u64,
+    /// Batches the background reclaimer evicted.
+    pub background_reclaims: u64,
+    /// Pages dropped by invalidation (a changed file, FOLIO_ADVICE_DONTNEED).
+    pub invalidated_pages: u64,
+    /// Readahead windows opened on a miss, on a marker hit, and forced (folio_readahead,
+    /// FOLIO_ADVICE_WILLNEED; one per call).
+    pub readahead_sync: u64,
+    pub readahead_async: u64,
+    pub readahead_forced: u64,
+    /// Pages read ahead, and those evicted before anyone read them.
+    pub readahead_pages: u64,
+    pub readahead_wasted_pages: u64,
+    /// Reads that found every page pinned or in flight and gave up (-ENOMEM).
+    pub alloc_failures: u64,
+    /// The cache's capacity, the bytes it holds now, and its metadata, in bytes.
+    pub capacity_bytes: u64,
+    pub cached_bytes: u64,
+    pub metadata_bytes: u64,
+    /// The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
+    /// FOLIO_BACKEND_OTHER.
+    pub backend: u32,
+    /// Always 0.
+    pub reserved: u32,
+}
+
+fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
+    Failure::new(
+        libc::EBADF,
+        format!("{call}: {id:#x} is not an open {what} handle (null, closed or never issued)"),
+    )
+}
+
+fn cache_options_default() -> folio_cache_options {
+    folio_cache_options {
+        size: std::mem::size_of::<folio_cache_options>() as u32,
+        backend: FOLIO_BACKEND_AUTO,
+        capacity_bytes: FOLIO_CAPACITY_BYTES_DEFAULT,
+        readahead_max_bytes: FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
+        pread_threads: 0,
+        eviction: FOLIO_EVICTION_S3FIFO,
+    }
+}
+
+/// Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
+/// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, and
+/// `size` set.
+///
+/// Returns 0, or -EFAULT if `opts` is NULL.
+///
+/// Context: any thread; does not block; writes only `*opts`.
+///
+/// # Safety
+/// `opts` is NULL or points to writable memory for one `folio_cache_options`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_options_init(opts: *mut folio_cache_options) -> i32 {
+    boundary("folio_cache_options_init", || {
+        if opts.is_null() {
+            return Err(Failure::new(
+                libc::EFAULT,
+                "folio_cache_options_init: opts is NULL",
+            ));
+        }
+        // SAFETY: non-null, and the caller guarantees it points to a writable
+        // `folio_cache_options` (which has no invalid bit patterns to drop).
+        unsafe { opts.write(cache_options_default()) };
+        Ok(0)
+    })
+}
+
+fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
+    const CALL: &str = "folio_cache_create";
+    let expected = std::mem::size_of::<folio_cache_options>();
+    if opts.size as usize != expected {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{CALL}: options.size is {} but this library's folio_cache_options has {expected} bytes \
+                 (call folio_cache_options_init first)",
+                opts.size
+            ),
+        ));
+    }
+    let eviction = match opts.eviction {
+        FOLIO_EVICTION_S3FIFO => EvictionKind::S3Fifo,
+        FOLIO_EVICTION_TWO_LIST_LRU => EvictionKind::TwoListLru,
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: unknown eviction {other} (FOLIO_EVICTION_S3FIFO or _TWO_LIST_LRU)"
+                ),
+            ))
+        }
+    };
+    let backend = match opts.backend {
+        FOLIO_BACKEND_AUTO => BackendKind::Auto,
+        FOLIO_BACKEND_IO_URING => BackendKind::IoUring,
+        FOLIO_BACKEND_PREAD => BackendKind::Pread,
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: unknown backend {other} (FOLIO_BACKEND_AUTO, _IO_URING or _PREAD)"
+                ),
+            ))
+        }
+    };
+    let mut builder = Cache::builder()
+        .capacity_bytes(opts.capacity_bytes)
+        .backend(backend)
+        .readahead_max_bytes(opts.readahead_max_bytes)
+        .eviction(eviction);
+    if opts.pread_threads != 0 {
+        builder = builder.pread_threads(opts.pread_threads as usize);
+    }
+    builder.build().map_err(|e| Failure::io(CALL, &e))
+}
+
+/// Creates a cache with the options `*opts` (all defaults if `opts` is NULL) and stores
+/// its handle in `*out`.
+///
+/// Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
+/// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a wrong `size`); -ENOMEM if the memory
+/// cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
+/// -EMFILE past 2^20 live caches. `*out` is written only on success.
+///
+/// Context: any thread; reserves the cache's memory (not touched yet) and starts its I/O
+/// threads, so it may take milliseconds. The caller owns the handle and releases it with
+/// `folio_cache_destroy`. `opts` is read during the call only.
+///
+/// # Safety
+/// `opts` is NULL or points to a readable `folio_cache_options`; `out` is NULL or points
+/// to writable memory for one `folio_cache`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_create(
+    opts: *const folio_cache_options,
+    out: *mut folio_cache,
+) -> i32 {
+    boundary("folio_cache_create", || {
+        if out.is_null() {
+            return Err(Failure::new(
+                libc::EFAULT,
+                "folio_cache_create: out is NULL",
+            ));
+        }
+        let opts = if opts.is_null() {
+            cache_options_default()
+        } else {
+            // SAFETY: non-null, and the caller guarantees it points to a readable
+            // `folio_cache_options`; every bit pattern of its integer fields is valid.
+            unsafe { opts.read() }
+        };
+        let cache = build_cache(&opts)?;
+        let id = CACHES
+            .insert(cache)
+            .map_err(|_| Failure::new(libc::EMFILE, "folio_cache_create: 2^20 caches are live"))?;
+        // SAFETY: non-null, and the caller guarantees it points to a writable `folio_cache`.
+        unsafe { out.write(folio_cache { id }) };
+        Ok(0)
+    })
+}
+
+/// Releases the caller's handle to `cache`. Files opened through it stay open and keep
+/// working; the cache's memory is released with the last of them.
+///
+/// Returns 0, or -EBADF if `cache` is not a live cache handle (null, already destroyed).
+///
+/// Context: any thread. Calls on the same handle that are in flight in other threads
+/// finish normally; later ones get -EBADF. When no file holds the cache, this waits for
+/// its in-flight reads and stops its I/O threads: here, or, if calls on the handle are in
+/// flight, at a later folio call after they have returned.
+#[no_mangle]
+pub extern "C" fn folio_cache_destroy(cache: folio_cache) -> i32 {
+    boundary("folio_cache_destroy", || {
+        CACHES
+            .remove(cache.id)
+            .map_err(|_| bad_handle("folio_cache_destroy", "cache", cache.id))?;
+        Ok(0)
+    })
+}
+
+fn backend_code(name: &str) -> u32 {
+    match name {
+        "io_uring" => FOLIO_BACKEND_IO_URING,
+        "pread" => FOLIO_BACKEND_PREAD,
+        _ => FOLIO_BACKEND_OTHER,
+    }
+}
+
+/// Stores a snapshot of `cache`'s counters in `*out`.
+///
+/// Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+///
+/// Context: any thread; does not wait for I/O; takes short internal locks (it sums the
+/// per-thread hit counters), so call it for reports, not on every read.
+///
+/// # Safety
+/// `out` is NULL or points to writable memory for one `folio_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_stats(cache: folio_cache, out: *mut folio_stats) -> i32 {
+    boundary("folio_cache_stats", || {
+        let guard = handle::pin();
+        let cache = CACHES
+            .get(cache.id, &guard)
+            .map_err(|_| bad_handle("folio_cache_stats", "cache", cache.id))?;
+        if out.is_null() {
+            return Err(Failure::new(libc::EFAULT, "folio_cache_stats: out is NULL"));
+        }
+        let s = cache.stats();
+        let stats = folio_stats {
+            hits: s.hits,
+            misses: s.misses,
+            waits_on_io: s.waits_on_io,
+            optimistic_retries: s.optimistic_retries,
+            pages_inserted: s.pages_inserted,
+            insert_conflicts: s.insert_conflicts,
+            io_requests: s.io_requests,
+            io_bytes: s.io_bytes,
+            io_errors: s.io_errors,
+            short_read_retries: s.short_read_retries,
+            evicted_folios: s.evicted_folios,
+            evicted_pages: s.evicted_pages,
+            refaults: s.refaults,
+            workingset_refaults: s.workingset_refaults,
+            shadows_dropped: s.shadows_dropped,
+            shadows: s.shadows,
+            background_reclaims: s.background_reclaims,
+            invalidated_pages: s.invalidated_pages,
+            readahead_sync: s.readahead_sync,
+            readahead_async: s.readahead_async,
+            readahead_forced: s.readahead_forced,
+            readahead_pages: s.readahead_pages,
+            readahead_wasted_pages: s.readahead_wasted_pages,
+            alloc_failures: s.alloc_failures,
+            capacity_bytes: s.capacity_bytes,
+            cached_bytes: s.cached_bytes,
+            metadata_bytes: s.metadata_bytes,
+            backend: backend_code(&s.backend),
+            reserved: 0,
+        };
+        // SAFETY: non-null, and the caller guarantees it points to a writable `folio_stats`.
+        unsafe { out.write(stats) };
+        Ok(0)
+    })
+}
+
+/// Opens the regular file at `path` (a NUL-terminated byte string) for cached reads
+/// through `cache`, O_DIRECT underneath (buffered where the file system refuses O_DIRECT,
+/// e.g. tmpfs), and stores its handle in `*out`. Two opens of one file share its cached
+/// pages; each handle has its own readahead state.
+///
+/// Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `path` or `out` is
+/// NULL; the open's errno (-ENOENT, -EACCES, ...); -EISDIR for a directory; -EINVAL for
+/// anything else that is not a regular file; -EMFILE past 2^20 open files. `*out` is
+/// written only on success.
+///
+/// Context: any thread; blocks in open(2) and fstat(2). The caller owns the handle and
+/// releases it with `folio_close`. The file does not need `cache` to stay live after this
+/// returns. `path` is read during the call only.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or points to writable memory
+/// for one `folio_file`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_open(
+    cache: folio_cache,
+    path: *const c_char,
+    out: *mut folio_file,
+) -> i32 {
+    const CALL: &str = "folio_open";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let cache = CACHES
+            .get(cache.id, &guard)
+            .map_err(|_| bad_handle(CALL, "cache", cache.id))?;
+        if path.is_null() || out.is_null() {
+            return Err(Failure::new(
+                libc::EFAULT,
+                "folio_open: path or out is NULL",
+            ));
+        }
+        // SAFETY: non-null, and the caller guarantees a NUL-terminated string that stays
+        // valid for the call.
+        let path = OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes());
+        let file = cache.open(path).map_err(|e| {
+            Failure::new(
+                error::errno_of(&e),
+                format!("{CALL}: {}: {e}", path.to_string_lossy()),
+            )
+        })?;
+        drop(guard);
+        let id = FILES
+            .insert(file)
+            .map_err(|_| Failure::new(libc::EMFILE, "folio_open: 2^20 files are open"))?;
+        // SAFETY: non-null, and the caller guarantees it points to a writable `folio_file`.
+        unsafe { out.write(folio_file { id }) };
+        Ok(0)
+    })
+}
+
+/// Closes `file`. Its cached pages stay in the cache for later opens of the same file.
+///
+/// Returns 0, or -EBADF if `file` is not an open file handle (null, already closed).
+///
+/// Context: any thread, even while other threads read through `file`: their reads finish
+/// normally and later ones get -EBADF. The descriptor is closed before this returns when
+/// no call on `file` is in flight, else after those calls have returned, at a later folio
+/// call of any thread. Does not wait for I/O.
+#[no_mangle]
+pub extern "C" fn folio_close(file: folio_file) -> i32 {
+    boundary("folio_close", || {
+        FILES
+            .remove(file.id)
+            .map_err(|_| bad_handle("folio_close", "file", file.id))?;
+        Ok(0)
+    })
+}
+
+/// Reads up to `len` bytes of `file` at `offset` into `buf`, like pread(2): any offset and
+/// length, no alignment needed.
+///
+/// Returns the number of bytes read, short only at the end of the file (0 at or past it,
+/// and for `len` 0); -EBADF if `file` is not an open file handle; -EFAULT if `buf` is NULL
+/// and `len` is not 0; -EINVAL if `len` exceeds INT64_MAX or `offset + len` overflows;
+/// the errno of a failed read of a missing page (-EIO, ...; every reader waiting for that
+/// page gets it, and a later read retries); -ENOMEM if every page of the cache stays
+/// pinned. On an error, bytes already copied into `buf` are not reported.
+///
+/// Context: any thread; one handle may be read by many threads at once. Blocks while
+/// missing pages are read, and waits for memory (bounded). `buf` is written during the
+/// call only; folio keeps no pointer to it. Closing `file` from another thread meanwhile
+/// is defined (see `folio_close`).
+///
+/// # Safety
+/// `buf` is NULL or writable for `len` bytes (the bytes past the end of the file are not
+/// written).
+#[no_mangle]
+pub unsafe extern "C" fn folio_read(
+    file: folio_file,
+    buf: *mut std::ffi::c_void,
+    len: usize,
+    offset: u64,
+) -> i64 {
+    const CALL: &str = "folio_read";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let f = FILES
+            .get(file.id, &guard)
+            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+        if len == 0 {
+            return Ok(0);
+        }
+        if buf.is_null() {
+            return Err(Failure::new(
+                libc::EFAULT,
+                format!("{CALL}: buf is NULL for a read of {len} bytes"),
+            ));
+        }
+        if len > i64::MAX as usize {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: length {len} exceeds INT64_MAX"),
+            ));
+        }
+        if offset.checked_add(len as u64).is_none() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: offset {offset} + length {len} overflows"),
+            ));
+        }
+        // Only the bytes up to the end of the file can be written: the slice covers no
+        // more (pread(2) touches no more either).
+        let len = (len as u64).min(f.len().saturating_sub(offset)) as usize;
+        if len == 0 {
+            return Ok(0);
+        }
+        // SAFETY: `buf` is non-null and the caller guarantees it is writable for the
+        // original `len` bytes, of which this is a prefix; `len <= i64::MAX` keeps the
+        // slice within `isize::MAX`; the memory belongs to the caller, and nothing else in
+        // this process aliases it during the call (the caller's duty, as with pread).
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
+        let n = f.read_at(dst, offset).map_err(|e| Failure::io(CALL, &e))?;
+        Ok(n as i64)
+    })
+}
+
+/// Starts reading `[offset, offset + len)` of `file` into the cache and returns at once.
+/// Pages cached or in flight are skipped at no cost (no I/O, no lock), so overlapping
+/// calls from many threads are cheap; the range past the end of the file is ignored.
+///
+/// Returns 0; -EBADF if `file` is not an open file handle; -EINVAL if `offset + len`
+/// overflows. A shortage of memory is not an error: readahead is a hint and stops early.
+///
+/// Context: any thread; does not wait for I/O or memory (it may reclaim cached pages).
+#[no_mangle]
+pub extern "C" fn folio_readahead(file: folio_file, offset: u64, len: u64) -> i32 {
+    const CALL: &str = "folio_readahead";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let f = FILES
+            .get(file.id, &guard)
+            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+        f.readahead(offset, len)
+            .map_err(|e| Failure::io(CALL, &e))?;
+        Ok(0)
+    })
+}
+
+/// Tells folio how `file` will be read, like posix_fadvise(2): FOLIO_ADVICE_NORMAL,
+/// _SEQUENTIAL and _RANDOM set this handle's readahead (the range is ignored, as the
+/// kernel does); _WILLNEED reads the range ahead (as `folio_readahead`); _DONTNEED drops
+/// the range's whole cached pages that no reader holds, for every handle of the file.
+///
+/// Returns 0; -EBADF if `file` is not an open file handle; -EINVAL for an unknown advice
+/// or if `offset + len` overflows.
+///
+/// Context: any thread; does not wait for I/O; _DONTNEED takes the file's index lock.
+#[no_mangle]
+pub extern "C" fn folio_advise(file: folio_file, offset: u64, len: u64, advice: u32) -> i32 {
+    const CALL: &str = "folio_advise";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let f = FILES
+            .get(file.id, &guard)
+            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+        let advice = match advice {
+            FOLIO_ADVICE_NORMAL => Advice::Normal,
+            FOLIO_ADVICE_RANDOM => Advice::Random,
+            FOLIO_ADVICE_SEQUENTIAL => Advice::Sequential,
+            FOLIO_ADVICE_WILLNEED => Advice::WillNeed,
+            FOLIO_ADVICE_DONTNEED => Advice::DontNeed,
+            other => {
+                return Err(Failure::new(
+                    libc::EINVAL,
+                    format!("{CALL}: unknown advice {other}"),
+                ))
+            }
+        };
+        f.advise(offset, len, advice)
+            .map_err(|e| Failure::io(CALL, &e))?;
+        Ok(0)
+    })
+}
+
+/// Stores the length of `file` in bytes in `*out`, as folio knows it (from the open,
+/// lowered if a read found the file shorter).
+///
+/// Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL.
+///
+/// Context: any thread; does not block.
+///
+/// # Safety
+/// `out` is NULL or points to a writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_file_len(file: folio_file, out: *mut u64) -> i32 {
+    const CALL: &str = "folio_file_len";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let f = FILES
+            .get(file.id, &guard)
+            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+        if out.is_null() {
+            return Err(Failure::new(libc::EFAULT, "folio_file_len: out is NULL"));
+        }
+        // SAFETY: non-null, and the caller guarantees it points to a writable u64.
+        unsafe { out.write(f.len()) };
+        Ok(0)
+    })
+}
+
+/// Copies the message of the calling thread's last failed folio call into `buf` (at most
+/// `buf_len - 1` bytes and a NUL; nothing if `buf_len` is 0) and returns the message's
+/// full length, so a caller can size `buf` (0: no call of this thread has failed). The
+/// message names the function and says why, e.g. "folio_open: /x: No such file or
+/// directory (os error 2)".
+///
+/// Context: any thread; does not block. Successful calls leave the message as it was
+/// (like errno).
+///
+/// # Safety
+/// `buf` is NULL (then `buf_len` must be 0) or writable for `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn folio_last_error_message(buf: *mut c_char, buf_len: usize) -> usize {
+    let result = std::panic::catch_unwind(|| {
+        if buf.is_null() || buf_len == 0 {
+            return copy_last_message(&mut []);
+        }
+        // SAFETY: non-null, and the caller guarantees it is writable for `buf_len` bytes
+        // (which, being one object, cannot exceed isize::MAX).
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
+        copy_last_message(dst)
+    });
+    result.unwrap_or(0)
+}

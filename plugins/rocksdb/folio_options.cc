@@ -1,0 +1,261 @@
+// folio_options.cc - parsing of the plugin's options; see folio_options.h.
+#include "folio_options.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <string>
+
+#include "folio.h"
+
+namespace folio_rocksdb {
+
+namespace {
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool ParseFlag(const std::string& text, bool* out) {
+  const std::string t = Lower(text);
+  if (t == "1" || t == "true" || t == "yes" || t == "on") {
+    *out = true;
+    return true;
+  }
+  if (t == "0" || t == "false" || t == "no" || t == "off" || t.empty()) {
+    *out = false;
+    return true;
+  }
+  return false;
+}
+
+const char* BackendName(uint32_t backend) {
+  switch (backend) {
+    case FOLIO_BACKEND_IO_URING:
+      return "io_uring";
+    case FOLIO_BACKEND_PREAD:
+      return "pread";
+    default:
+      return "auto";
+  }
+}
+
+struct EnvKey {
+  const char* variable;
+  const char* key;
+};
+
+// Every option, under its environment variable.
+constexpr EnvKey kEnvKeys[] = {
+    {"FOLIO_CAPACITY", "capacity"},   {"FOLIO_READAHEAD_MAX", "readahead_max"},
+    {"FOLIO_BACKEND", "backend"},     {"FOLIO_PREAD_THREADS", "pread_threads"},
+    {"FOLIO_HINTS", "hints"},         {"FOLIO_STATS", "stats"},
+    {"FOLIO_VERBOSE", "verbose"},     {"FOLIO_PREFETCH_AHEAD", "prefetch_ahead"},
+    {"FOLIO_EVICTION", "eviction"},
+};
+
+}  // namespace
+
+bool Options::operator==(const Options& o) const {
+  return capacity_bytes == o.capacity_bytes && readahead_max_bytes == o.readahead_max_bytes &&
+         backend == o.backend && pread_threads == o.pread_threads && eviction == o.eviction &&
+         prefetch_ahead_bytes == o.prefetch_ahead_bytes && hints == o.hints &&
+         stats == o.stats && stats_path == o.stats_path && verbosity == o.verbosity;
+}
+
+std::string Options::Describe() const {
+  std::string s = "capacity=" + std::to_string(capacity_bytes) +
+                  " readahead_max=" + std::to_string(readahead_max_bytes) +
+                  " backend=" + BackendName(backend) +
+                  " eviction=" + (eviction == FOLIO_EVICTION_TWO_LIST_LRU ? "lru" : "s3fifo") +
+                  " pread_threads=" + std::to_string(pread_threads) +
+                  " prefetch_ahead=" + std::to_string(prefetch_ahead_bytes) +
+                  " hints=" + (hints == Hints::kFollow ? "1" : "0") + " stats=";
+  switch (stats) {
+    case StatsSink::kNone:
+      s += "0";
+      break;
+    case StatsSink::kStderr:
+      s += "1";
+      break;
+    case StatsSink::kFile:
+      s += stats_path;
+      break;
+  }
+  return s;
+}
+
+bool ParseBytes(const std::string& text, uint64_t* out) {
+  size_t i = 0;
+  uint64_t value = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    const uint64_t digit = static_cast<uint64_t>(text[i] - '0');
+    if (value > (UINT64_MAX - digit) / 10) return false;
+    value = value * 10 + digit;
+    i++;
+  }
+  if (i == 0) return false;
+  std::string suffix = Lower(text.substr(i));
+  unsigned shift = 0;
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'k': shift = 10; break;
+      case 'm': shift = 20; break;
+      case 'g': shift = 30; break;
+      case 't': shift = 40; break;
+      case 'b': shift = 0; break;
+      default: return false;
+    }
+    const std::string rest = suffix.substr(1);
+    if (suffix[0] == 'b' ? !rest.empty() : !(rest.empty() || rest == "b" || rest == "ib")) {
+      return false;
+    }
+  }
+  if (shift != 0 && value > (UINT64_MAX >> shift)) return false;
+  *out = value << shift;
+  return true;
+}
+
+bool ApplyOption(const std::string& key, const std::string& value, Options* opts,
+                 std::string* error) {
+  const std::string k = Lower(key);
+  if (k == "capacity") {
+    if (!ParseBytes(value, &opts->capacity_bytes)) {
+      *error = "capacity: '" + value + "' is not a size (e.g. 4G, 512M, 1048576)";
+      return false;
+    }
+    return true;
+  }
+  if (k == "readahead_max") {
+    if (!ParseBytes(value, &opts->readahead_max_bytes)) {
+      *error = "readahead_max: '" + value + "' is not a size (e.g. 2M, 0)";
+      return false;
+    }
+    return true;
+  }
+  if (k == "prefetch_ahead") {
+    if (!ParseBytes(value, &opts->prefetch_ahead_bytes)) {
+      *error = "prefetch_ahead: '" + value + "' is not a size (e.g. 1M, 0)";
+      return false;
+    }
+    return true;
+  }
+  if (k == "backend") {
+    const std::string v = Lower(value);
+    if (v == "auto") {
+      opts->backend = FOLIO_BACKEND_AUTO;
+    } else if (v == "io_uring" || v == "uring") {
+      opts->backend = FOLIO_BACKEND_IO_URING;
+    } else if (v == "pread") {
+      opts->backend = FOLIO_BACKEND_PREAD;
+    } else {
+      *error = "backend: '" + value + "' is not auto, io_uring or pread";
+      return false;
+    }
+    return true;
+  }
+  if (k == "eviction") {
+    const std::string v = Lower(value);
+    if (v == "s3fifo" || v == "s3-fifo") {
+      opts->eviction = FOLIO_EVICTION_S3FIFO;
+    } else if (v == "lru" || v == "two_list_lru") {
+      opts->eviction = FOLIO_EVICTION_TWO_LIST_LRU;
+    } else {
+      *error = "eviction: '" + value + "' is not s3fifo or lru";
+      return false;
+    }
+    return true;
+  }
+  if (k == "pread_threads") {
+    uint64_t n = 0;
+    if (!ParseBytes(value, &n) || n > 4096) {
+      *error = "pread_threads: '" + value + "' is not a number from 0 to 4096";
+      return false;
+    }
+    opts->pread_threads = static_cast<uint32_t>(n);
+    return true;
+  }
+  if (k == "hints") {
+    bool follow = true;
+    if (!ParseFlag(value, &follow)) {
+      *error = "hints: '" + value + "' is not 0 or 1";
+      return false;
+    }
+    opts->hints = follow ? Options::Hints::kFollow : Options::Hints::kIgnore;
+    return true;
+  }
+  if (k == "stats") {
+    bool on = false;
+    if (ParseFlag(value, &on)) {
+      opts->stats = on ? StatsSink::kStderr : StatsSink::kNone;
+      opts->stats_path.clear();
+    } else if (Lower(value) == "stderr") {
+      opts->stats = StatsSink::kStderr;
+      opts->stats_path.clear();
+    } else {
+      opts->stats = StatsSink::kFile;
+      opts->stats_path = value;
+    }
+    return true;
+  }
+  if (k == "verbose") {
+    bool on = false;
+    if (!ParseFlag(value, &on)) {
+      *error = "verbose: '" + value + "' is not 0 or 1";
+      return false;
+    }
+    opts->verbosity = on ? Options::Verbosity::kVerbose : Options::Verbosity::kQuiet;
+    return true;
+  }
+  *error = "unknown option '" + key +
+           "' (known: capacity, readahead_max, prefetch_ahead, backend, eviction, pread_threads, "
+           "hints, stats, verbose)";
+  return false;
+}
+
+bool ApplyEnvironment(Options* opts, std::string* error) {
+  for (const auto& e : kEnvKeys) {
+    const char* value = std::getenv(e.variable);
+    if (value == nullptr) continue;
+    std::string why;
+    if (!ApplyOption(e.key, value, opts, &why)) {
+      *error = std::string(e.variable) + ": " + why;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ApplyUri(const std::string& uri, Options* opts, std::string* error) {
+  static const std::string kName = "folio";
+  if (uri.compare(0, kName.size(), kName) != 0) {
+    *error = "'" + uri + "' is not a folio URI (folio or folio://?key=value&...)";
+    return false;
+  }
+  std::string rest = uri.substr(kName.size());
+  if (rest.empty()) return true;
+  if (rest.compare(0, 3, "://") != 0) {
+    *error = "'" + uri + "' is not a folio URI (folio or folio://?key=value&...)";
+    return false;
+  }
+  rest = rest.substr(3);
+  if (!rest.empty() && rest[0] == '?') rest = rest.substr(1);
+  size_t start = 0;
+  while (start <= rest.size()) {
+    size_t end = rest.find_first_of("&;,", start);
+    if (end == std::string::npos) end = rest.size();
+    const std::string item = rest.substr(start, end - start);
+    if (!item.empty()) {
+      const size_t eq = item.find('=');
+      if (eq == std::string::npos) {
+        *error = "'" + item + "' in '" + uri + "' is not key=value";
+        return false;
+      }
+      if (!ApplyOption(item.substr(0, eq), item.substr(eq + 1), opts, error)) return false;
+    }
+    start = end + 1;
+  }
+  return true;
+}
+
+}  // namespace folio_rocksdb

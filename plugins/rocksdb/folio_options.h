@@ -1,0 +1,74 @@
+// folio_options.h - the plugin's options: parsed from the --fs_uri string and from
+// FOLIO_* environment variables. Pure functions, no RocksDB and no folio calls, so that
+// options_test.cc can test them alone.
+//
+// Precedence: built-in defaults < environment variables < URI parameters.
+//
+//   key            env variable          default   meaning
+//   capacity       FOLIO_CAPACITY        1G        bytes of cache memory (K/M/G/T suffixes, binary)
+//   readahead_max  FOLIO_READAHEAD_MAX   2M        folio's largest readahead window (0: off)
+//   backend        FOLIO_BACKEND         auto      auto | io_uring | pread
+//   eviction       FOLIO_EVICTION        s3fifo    s3fifo | lru (the kernel's two lists)
+//   pread_threads  FOLIO_PREAD_THREADS   0         threads of the pread backend (0: folio's default)
+//   prefetch_ahead FOLIO_PREFETCH_AHEAD  1M        bytes read ahead past each RocksDB Prefetch range
+//   hints          FOLIO_HINTS           1         1: RocksDB's Hint() becomes folio_advise; 0: ignored
+//   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
+//   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created
+//
+// URI forms (all name the same registered file system):
+//   folio
+//   folio://
+//   folio://?capacity=4G&readahead_max=2M      (quote it in a shell: & is special)
+//   folio://capacity=4G,stats=1                (',' and ';' separate too)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace folio_rocksdb {
+
+enum class StatsSink { kNone, kStderr, kFile };
+
+struct Options {
+  uint64_t capacity_bytes = uint64_t{1} << 30;
+  uint64_t readahead_max_bytes = uint64_t{2} << 20;
+  // FOLIO_BACKEND_* of folio.h.
+  uint32_t backend = 0;
+  uint32_t pread_threads = 0;
+  // FOLIO_EVICTION_* of folio.h.
+  uint32_t eviction = 0;
+  // Each Prefetch(offset, n) of RocksDB reads [offset, offset + n + prefetch_ahead_bytes)
+  // ahead: RocksDB asks for the next window only when its reader reaches it, so without
+  // this every window is a synchronous wait; folio skips what is already cached or in
+  // flight, so asking further ahead costs one lock-free walk.
+  uint64_t prefetch_ahead_bytes = uint64_t{1} << 20;
+  // Whether FSRandomAccessFile::Hint() is passed on to folio_advise.
+  enum class Hints { kFollow, kIgnore } hints = Hints::kFollow;
+  StatsSink stats = StatsSink::kNone;
+  std::string stats_path;
+  enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;
+
+  bool operator==(const Options& o) const;
+  bool operator!=(const Options& o) const { return !(*this == o); }
+  // "capacity=1073741824 readahead_max=2097152 backend=auto ..." for messages.
+  std::string Describe() const;
+};
+
+// Parses "123", "4K", "512M", "4G", "1T", "4GiB", "64KB" (binary multiples). Returns false
+// on anything else, or on overflow.
+bool ParseBytes(const std::string& text, uint64_t* out);
+
+// Applies one key=value to *opts. Returns false with *error set for an unknown key or a
+// bad value.
+bool ApplyOption(const std::string& key, const std::string& value, Options* opts,
+                 std::string* error);
+
+// Applies the FOLIO_* environment variables that are set. Returns false with *error set
+// (naming the variable) on a bad value.
+bool ApplyEnvironment(Options* opts, std::string* error);
+
+// Applies the parameters of a URI of one of the forms above. Returns false with *error set
+// if it is not a folio URI or has a bad parameter.
+bool ApplyUri(const std::string& uri, Options* opts, std::string* error);
+
+}  // namespace folio_rocksdb

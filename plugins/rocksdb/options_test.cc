@@ -1,0 +1,135 @@
+// options_test.cc - the plugin's option parsing (folio_options.h): sizes, URIs, the
+// environment, precedence and errors. Run by ctest; ends with "N passed, M failed".
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "folio.h"
+#include "folio_options.h"
+
+using folio_rocksdb::ApplyEnvironment;
+using folio_rocksdb::ApplyUri;
+using folio_rocksdb::Options;
+using folio_rocksdb::ParseBytes;
+using folio_rocksdb::StatsSink;
+
+static int passed, failed;
+
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (cond) {                                                              \
+      passed++;                                                              \
+    } else {                                                                 \
+      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
+      failed++;                                                              \
+    }                                                                        \
+  } while (0)
+
+static uint64_t Bytes(const char* s) {
+  uint64_t v = 12345;
+  return ParseBytes(s, &v) ? v : 12345;
+}
+
+static bool Uri(const std::string& uri, Options* o, std::string* error = nullptr) {
+  std::string e;
+  const bool ok = ApplyUri(uri, o, &e);
+  if (error) *error = e;
+  return ok;
+}
+
+int main() {
+  CHECK(Bytes("0") == 0);
+  CHECK(Bytes("1048576") == 1048576);
+  CHECK(Bytes("4K") == 4096);
+  CHECK(Bytes("4k") == 4096);
+  CHECK(Bytes("2M") == (2u << 20));
+  CHECK(Bytes("4G") == (uint64_t{4} << 30));
+  CHECK(Bytes("4GiB") == (uint64_t{4} << 30));
+  CHECK(Bytes("64KB") == 65536);
+  CHECK(Bytes("1T") == (uint64_t{1} << 40));
+  CHECK(Bytes("100b") == 100);
+  uint64_t v;
+  CHECK(!ParseBytes("", &v));
+  CHECK(!ParseBytes("G", &v));
+  CHECK(!ParseBytes("4X", &v));
+  CHECK(!ParseBytes("4GG", &v));
+  CHECK(!ParseBytes("-1", &v));
+  CHECK(!ParseBytes("99999999999999999999", &v));
+  CHECK(!ParseBytes("17179869184T", &v));  // overflows 64 bits
+
+  {
+    Options o, defaults;
+    CHECK(Uri("folio", &o) && o == defaults);
+    CHECK(Uri("folio://", &o) && o == defaults);
+    CHECK(Uri("folio://?", &o) && o == defaults);
+  }
+  {
+    Options o;
+    CHECK(Uri("folio://?capacity=4G&readahead_max=512K&backend=pread&pread_threads=8", &o));
+    CHECK(o.capacity_bytes == (uint64_t{4} << 30));
+    CHECK(o.readahead_max_bytes == 512 * 1024);
+    CHECK(o.backend == FOLIO_BACKEND_PREAD);
+    CHECK(o.pread_threads == 8);
+    CHECK(o.eviction == FOLIO_EVICTION_S3FIFO);
+    CHECK(Uri("folio://?eviction=lru&prefetch_ahead=0", &o));
+    CHECK(o.eviction == FOLIO_EVICTION_TWO_LIST_LRU);
+    CHECK(o.prefetch_ahead_bytes == 0);
+    CHECK(o.capacity_bytes == (uint64_t{4} << 30));
+  }
+  {
+    Options o;
+    CHECK(Uri("folio://capacity=64M,stats=1;hints=0", &o));
+    CHECK(o.capacity_bytes == (64u << 20));
+    CHECK(o.stats == StatsSink::kStderr);
+    CHECK(o.hints == Options::Hints::kIgnore);
+    CHECK(Uri("folio://?stats=/tmp/x.txt&backend=io_uring&verbose=1", &o));
+    CHECK(o.stats == StatsSink::kFile && o.stats_path == "/tmp/x.txt");
+    CHECK(o.backend == FOLIO_BACKEND_IO_URING);
+    CHECK(o.verbosity == Options::Verbosity::kVerbose);
+    CHECK(o.capacity_bytes == (64u << 20));  // earlier settings stay
+  }
+  {
+    Options o;
+    std::string e;
+    CHECK(!Uri("folio://?capacity=lots", &o, &e) && e.find("capacity") != std::string::npos);
+    CHECK(!Uri("folio://?capcity=4G", &o, &e) && e.find("unknown option") != std::string::npos);
+    CHECK(!Uri("folio://?capacity", &o, &e) && e.find("key=value") != std::string::npos);
+    CHECK(!Uri("folio://?backend=spdk", &o, &e));
+    CHECK(!Uri("folio://?pread_threads=100000", &o, &e));
+    CHECK(!Uri("folio://?eviction=clock", &o, &e));
+    CHECK(!Uri("folio:capacity=4G", &o, &e));
+    CHECK(!Uri("posix", &o, &e));
+  }
+  {
+    // Environment, then the URI on top of it.
+    setenv("FOLIO_CAPACITY", "128M", 1);
+    setenv("FOLIO_STATS", "1", 1);
+    setenv("FOLIO_READAHEAD_MAX", "0", 1);
+    Options o;
+    std::string e;
+    CHECK(ApplyEnvironment(&o, &e));
+    CHECK(o.capacity_bytes == (128u << 20));
+    CHECK(o.stats == StatsSink::kStderr);
+    CHECK(o.readahead_max_bytes == 0);
+    CHECK(Uri("folio://?capacity=256M", &o));
+    CHECK(o.capacity_bytes == (256u << 20));
+    CHECK(o.stats == StatsSink::kStderr);
+    setenv("FOLIO_BACKEND", "nonsense", 1);
+    Options p;
+    CHECK(!ApplyEnvironment(&p, &e) && e.find("FOLIO_BACKEND") != std::string::npos);
+    unsetenv("FOLIO_BACKEND");
+    unsetenv("FOLIO_CAPACITY");
+    unsetenv("FOLIO_STATS");
+    unsetenv("FOLIO_READAHEAD_MAX");
+  }
+  {
+    Options a, b;
+    CHECK(a == b);
+    b.capacity_bytes = 1;
+    CHECK(a != b);
+    CHECK(a.Describe().find("capacity=1073741824") != std::string::npos);
+  }
+
+  std::printf("options_test: %d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
