@@ -81,9 +81,9 @@
 #define FOLIO_CAPACITY_BYTES_DEFAULT 268435456
 
 /**
- * The maximum readahead window `folio_cache_options_init` sets: 2 MiB.
+ * The maximum readahead window `folio_cache_options_init` sets: 8 MiB.
  */
-#define FOLIO_READAHEAD_MAX_BYTES_DEFAULT 2097152
+#define FOLIO_READAHEAD_MAX_BYTES_DEFAULT 8388608
 
 /**
  * How to build a cache. Fill it with `folio_cache_options_init`, then change fields.

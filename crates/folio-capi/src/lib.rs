@@ -102,8 +102,8 @@ pub const FOLIO_ADVICE_DONTNEED: u32 = 4;
 pub const FOLIO_CAPACITY_BYTES_MIN: u64 = 65536;
 /// The capacity `folio_cache_options_init` sets: 256 MiB.
 pub const FOLIO_CAPACITY_BYTES_DEFAULT: u64 = 268435456;
-/// The maximum readahead window `folio_cache_options_init` sets: 2 MiB.
-pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 2097152;
+/// The maximum readahead window `folio_cache_options_init` sets: 8 MiB.
+pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 8388608;
 
 const _: () = assert!(FOLIO_CAPACITY_BYTES_MIN == folio_rs::CAPACITY_BYTES_MIN);
 const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
