@@ -4,7 +4,8 @@
 //! ```text
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
-//! workloads: pread-scale, readseq [--shared], randread, readahead-storm, limits, compare
+//! workloads: pread-scale, readseq [--shared], randread, readahead-storm, limits, db-bench,
+//!     compare
 //! ```
 //!
 //! Modules: `data` (self-checking data files), `kernel` (the kernel side: cold/warm,
@@ -27,7 +28,8 @@ use serde_json::json;
 
 use kernel::WarmMethod;
 use workloads::{
-    compare, limits, pread_scale, randread, readahead_storm, readseq, Env, Report, Workload,
+    compare, db_bench, limits, pread_scale, randread, readahead_storm, readseq, Env, Report,
+    Workload,
 };
 
 #[derive(Parser, Debug)]
@@ -129,7 +131,14 @@ enum Command {
         #[command(flatten)]
         args: limits::Args,
     },
-    /// All of the above, one after another (< 5 min; --quick < 90 s)
+    /// The unmodified RocksDB db_bench readseq, cold, as kernel, direct and folio (plugin)
+    DbBench {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: db_bench::Args,
+    },
+    /// All of the above but db-bench, one after another (< 5 min; --quick < 90 s)
     Compare {
         #[command(flatten)]
         common: Common,
@@ -155,6 +164,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::Randread { common, args } => (common, Some(Box::new(args))),
         Command::ReadaheadStorm { common, args } => (common, Some(Box::new(args))),
         Command::Limits { common, args } => (common, Some(Box::new(args))),
+        Command::DbBench { common, args } => (common, Some(Box::new(args))),
         Command::Compare { common } => (common, None),
     };
     let started = Instant::now();

@@ -16,6 +16,7 @@
 //! verdicts.
 
 pub mod compare;
+pub mod db_bench;
 pub mod limits;
 pub mod pread_scale;
 pub mod randread;

@@ -1,0 +1,444 @@
+//! `db-bench` (issue 5): the unmodified RocksDB `db_bench readseq` from a cold cache, as
+//! three systems with the same block cache and threads: `kernel` (buffered reads through
+//! the page cache), `direct` (`--use_direct_reads=1`: RocksDB's block cache only) and
+//! `folio` (buffered, through the folio RocksDB plugin, `plugins/rocksdb/db_bench_folio.sh`).
+//!
+//! Design: the databases are made once per data directory (`fillseq,flush` with
+//! `--num_multi_db=N --num=K --value_size=8192`, default file system) and reused while a
+//! marker file says they are complete. The plugin is built with cmake into
+//! `target/rocksdb-plugin` (incremental: cheap when up to date) before the first run; if
+//! that build fails but a plugin is there, that plugin is measured and the report says so.
+//! Before every measurement the page cache is dropped and every table file checked 0%
+//! resident (`kernel::make_cold`). Figures are what db_bench prints: the `readseq` line's
+//! ops/sec and operations, and its histogram's P50/P75/P99 (microseconds).
+//!
+//! Limits: db_bench is an external program: `mb_per_sec` is ops/s x 8 KiB (the value
+//! size; keys and block overhead are not counted), `pages_inserted` is not known (null),
+//! and `bytes_verified` counts the bytes whose blocks RocksDB checked against their
+//! checksums (`--verify_checksum=1`), not the data rule of the other workloads. Needs
+//! `rocksdb-tools librocksdb-dev cmake g++`.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+
+use super::{mib, threads_or, Env, Metric, Report, Row, Workload};
+use crate::kernel;
+use crate::measure::RunResult;
+
+/// db_bench's value size (RocksDB's 8 KiB values, as in `readseq`).
+pub const VALUE_BYTES: u64 = 8192;
+const SYSTEMS: [&str; 3] = ["kernel", "direct", "folio"];
+const DB_BENCH: &str = "/usr/bin/db_bench";
+const PACKAGES: &str = "apt-get install -y rocksdb-tools librocksdb-dev cmake g++";
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct Args {
+    /// Thread counts, comma-separated [default: 32; --quick 4]
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Option<Vec<usize>>,
+    /// Databases (`--num_multi_db`) [default: 32; --quick 4]
+    #[arg(long)]
+    pub dbs: Option<u64>,
+    /// Keys per database (`--num`) [default: 5000; --quick 2000]
+    #[arg(long)]
+    pub keys: Option<u64>,
+    /// MiB of RocksDB's block cache (`--cache_size`), the same for every system
+    /// [default: 400; --quick 16]
+    #[arg(long)]
+    pub cache_mib: Option<u64>,
+    /// MiB of folio's cache (the plugin's `capacity`) [default: the data's size + 64]
+    #[arg(long)]
+    pub folio_capacity_mib: Option<u64>,
+}
+
+impl Workload for Args {
+    fn name(&self) -> &'static str {
+        "db-bench"
+    }
+
+    fn run(&self, env: &Env) -> io::Result<Report> {
+        let threads = threads_or(&self.threads, if env.quick { &[4] } else { &[32] });
+        let dbs = self.dbs.unwrap_or(if env.quick { 4 } else { 32 }).max(1);
+        let keys = self
+            .keys
+            .unwrap_or(if env.quick { 2000 } else { 5000 })
+            .max(1);
+        let cache_bytes = mib(self.cache_mib.unwrap_or(if env.quick { 16 } else { 400 }));
+        let data_bytes = dbs * keys * VALUE_BYTES;
+        let folio_capacity_mib = self
+            .folio_capacity_mib
+            .unwrap_or((data_bytes >> 20) + 64)
+            .max(folio::CAPACITY_BYTES_MIN.div_ceil(1 << 20));
+
+        let root = workspace_root();
+        let (plugin, plugin_note) = build_plugin(env, &root)?;
+        let db = ensure_dbs(env, dbs, keys)?;
+
+        let mut report = Report::new(self.name(), Metric::OpsPerSec);
+        report.param("threads", threads.clone());
+        report.param("num_multi_db", dbs);
+        report.param("num", keys);
+        report.param("value_size", VALUE_BYTES);
+        report.param("data_bytes", data_bytes);
+        report.param("cache_size", cache_bytes);
+        report.param("folio_capacity_bytes", mib(folio_capacity_mib));
+        report.param("runs", env.runs);
+        report.param("db_bench", DB_BENCH);
+
+        let bar = env.bar(
+            "db-bench",
+            (env.runs * threads.len() * SYSTEMS.len()) as u64,
+        );
+        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * SYSTEMS.len()];
+        for run in 0..env.runs {
+            for (ti, &t) in threads.iter().enumerate() {
+                for (si, system) in SYSTEMS.iter().enumerate() {
+                    bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
+                    // Re-listed each time: db_bench renames and removes files (LOG, WAL).
+                    kernel::make_cold(&table_files(&db)?, env.cold)?;
+                    let mut cmd = match *system {
+                        "folio" => {
+                            let mut c =
+                                Command::new(root.join("plugins/rocksdb/db_bench_folio.sh"));
+                            c.env("FOLIO_PLUGIN", &plugin).env("DB_BENCH", DB_BENCH);
+                            c
+                        }
+                        _ => Command::new(DB_BENCH),
+                    };
+                    cmd.arg("--benchmarks=readseq,stats")
+                        .arg("--use_existing_db=1")
+                        .arg(format!("--db={}", db.display()))
+                        .arg(format!("--num_multi_db={dbs}"))
+                        .arg(format!("--num={keys}"))
+                        .arg(format!("--value_size={VALUE_BYTES}"))
+                        .arg(format!("--threads={t}"))
+                        .arg(format!("--cache_size={cache_bytes}"))
+                        .arg("--histogram=1")
+                        .arg("--verify_checksum=1");
+                    match *system {
+                        "direct" => {
+                            cmd.arg("--use_direct_reads=1");
+                        }
+                        "folio" => {
+                            cmd.arg(format!("--fs_uri=folio://?capacity={folio_capacity_mib}M"));
+                        }
+                        _ => {}
+                    }
+                    let result = run_db_bench(&mut cmd, system)?;
+                    runs[ti * SYSTEMS.len() + si].push(result);
+                    bar.inc(1);
+                }
+            }
+        }
+        bar.finish_and_clear();
+        for (ti, &t) in threads.iter().enumerate() {
+            for (si, system) in SYSTEMS.iter().enumerate() {
+                let row =
+                    Row::from_runs(system, t, &runs[ti * SYSTEMS.len() + si], report.ratio_of);
+                report.rows.push(row);
+            }
+        }
+        report.fill_ratios();
+        report.note(format!(
+            "db_bench readseq,stats --use_existing_db=1 --histogram=1 --verify_checksum=1 over \
+             {dbs} databases of {keys} 8 KiB values (made once with fillseq,flush); kernel: \
+             buffered; direct: --use_direct_reads=1; folio: plugins/rocksdb/db_bench_folio.sh \
+             --fs_uri='folio://?capacity={folio_capacity_mib}M'; block cache {} MiB for all",
+            cache_bytes >> 20
+        ));
+        report.note(format!(
+            "cold: before every measurement, {}; then mincore: 0% resident",
+            env.cold.describe()
+        ));
+        report.note(
+            "ops/s and P50/P99 (us) are db_bench's own (readseq line, histogram); P75 is the \
+             row's extra field p75_us; MB/s = ops/s x 8 KiB (values only); pages_inserted \
+             unknown (db_bench is an external program)",
+        );
+        if let Some(note) = plugin_note {
+            report.note(note);
+        }
+        report.limits = env.limits()?;
+        Ok(report)
+    }
+}
+
+/// The workspace's root (this crate is `crates/folio-bench`).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
+}
+
+/// An error naming the packages that provide what is missing.
+fn missing(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("db-bench needs {what}: {PACKAGES}"),
+    )
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// Builds the RocksDB plugin with cmake (as `plugins/rocksdb/ci.sh` does) and returns it,
+/// with a note when the build failed and an existing plugin is used instead.
+fn build_plugin(env: &Env, root: &Path) -> io::Result<(PathBuf, Option<String>)> {
+    if !Path::new(DB_BENCH).is_file() {
+        return Err(missing(&format!("{DB_BENCH} (package rocksdb-tools)")));
+    }
+    if !Path::new("/usr/include/rocksdb/file_system.h").is_file() {
+        return Err(missing("the RocksDB headers (package librocksdb-dev)"));
+    }
+    for program in ["cmake", "g++"] {
+        if !on_path(program) {
+            return Err(missing(&format!("{program} (package {program})")));
+        }
+    }
+    let build = root.join("target/rocksdb-plugin");
+    let bar = env.progress.add(indicatif::ProgressBar::new_spinner());
+    bar.set_message("db-bench: building the RocksDB plugin (cmake)");
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    let configure = Command::new("cmake")
+        .arg("-S")
+        .arg(root.join("plugins/rocksdb"))
+        .arg("-B")
+        .arg(&build)
+        .arg("-DCMAKE_BUILD_TYPE=Release")
+        .output();
+    let result = configure.and_then(|out| {
+        check_status("cmake (configure the plugin)", &out)?;
+        let out = Command::new("cmake")
+            .arg("--build")
+            .arg(&build)
+            .arg("-j2")
+            .output()?;
+        check_status("cmake --build (the plugin)", &out)
+    });
+    bar.finish_and_clear();
+    let plugin = build.join("libfolio_rocksdb.so");
+    match result {
+        Ok(()) if plugin.is_file() => Ok((plugin, None)),
+        Ok(()) => Err(io::Error::other(format!(
+            "the plugin build left no {}",
+            plugin.display()
+        ))),
+        // A failed rebuild (say, of the workspace's folio-capi) leaves the last good
+        // plugin: measure it, and say so in the report.
+        Err(e) if plugin.is_file() => {
+            let first = e
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim_end_matches(':')
+                .to_string();
+            eprintln!(
+                "folio-bench: db-bench: warning: the plugin did not rebuild; using the existing \
+                 {}:\n{e}",
+                plugin.display()
+            );
+            let note = format!(
+                "folio: the plugin did not rebuild ({first}; see stderr); measured the existing \
+                 {}, which may be older than the workspace",
+                plugin.display()
+            );
+            Ok((plugin, Some(note)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn check_status(what: &str, out: &std::process::Output) -> io::Result<()> {
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        tail(&String::from_utf8_lossy(&out.stdout), 20),
+        tail(&String::from_utf8_lossy(&out.stderr), 20)
+    )))
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    let mut out = all[all.len().saturating_sub(lines)..].join("\n");
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out
+}
+
+/// The databases for `dbs` x `keys`, made with fillseq (and flushed to table files) unless
+/// a previous run left them complete. Returns the `--db` path.
+fn ensure_dbs(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
+    let parent = env.dir.join(format!("db-bench-{dbs}x{keys}"));
+    let db = parent.join("db");
+    let marker = parent.join("complete");
+    if marker.is_file() && db.is_dir() {
+        return Ok(db);
+    }
+    if parent.exists() {
+        std::fs::remove_dir_all(&parent)?;
+    }
+    std::fs::create_dir_all(&parent)?; // db_bench wants the parent of --db to exist
+    let bar = env.progress.add(indicatif::ProgressBar::new_spinner());
+    bar.set_message(format!(
+        "db-bench: fillseq {dbs} databases x {keys} keys ({} MiB)",
+        (dbs * keys * VALUE_BYTES) >> 20
+    ));
+    bar.enable_steady_tick(std::time::Duration::from_millis(100));
+    let out = Command::new(DB_BENCH)
+        .arg("--benchmarks=fillseq,flush")
+        .arg(format!("--db={}", db.display()))
+        .arg(format!("--num_multi_db={dbs}"))
+        .arg(format!("--num={keys}"))
+        .arg(format!("--value_size={VALUE_BYTES}"))
+        .arg("--threads=1")
+        .output();
+    bar.finish_and_clear();
+    let out = out.map_err(|e| {
+        if e.kind() == io::ErrorKind::NotFound {
+            missing(&format!("{DB_BENCH} (package rocksdb-tools)"))
+        } else {
+            e
+        }
+    })?;
+    check_status("db_bench fillseq", &out)?;
+    std::fs::write(&marker, format!("{dbs} {keys}\n"))?;
+    Ok(db)
+}
+
+/// The table files (`*.sst`, what readseq reads) under `dir`.
+fn table_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            if kind.is_dir() {
+                todo.push(entry.path());
+            } else if kind.is_file() && entry.path().extension().is_some_and(|e| e == "sst") {
+                files.push(entry.path());
+            }
+        }
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(io::Error::other(format!(
+            "db-bench: no table files (*.sst) under {}",
+            dir.display()
+        )));
+    }
+    Ok(files)
+}
+
+/// Runs one db_bench and turns its output into a run.
+fn run_db_bench(cmd: &mut Command, system: &str) -> io::Result<RunResult> {
+    let out = cmd
+        .output()
+        .map_err(|e| io::Error::new(e.kind(), format!("{:?}: {e}", cmd.get_program())))?;
+    check_status(&format!("db_bench readseq ({system})"), &out)?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    parse(&stdout).ok_or_else(|| {
+        io::Error::other(format!(
+            "db_bench readseq ({system}): no `readseq :` line or no percentiles in its \
+             output:\n{}",
+            tail(&stdout, 30)
+        ))
+    })
+}
+
+/// db_bench's figures: what it is, parsed from its stdout.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Parsed {
+    pub ops_per_sec: f64,
+    pub operations: u64,
+    pub p50_us: f64,
+    pub p75_us: f64,
+    pub p99_us: f64,
+}
+
+/// Parses `readseq : X micros/op Y ops/sec Z seconds N operations; ...` and the first
+/// `Percentiles: P50: a P75: b P99: c ...` after it.
+pub fn parse_output(stdout: &str) -> Option<Parsed> {
+    let mut lines = stdout
+        .lines()
+        .skip_while(|l| l.split_whitespace().next().is_none_or(|w| w != "readseq"));
+    let line = lines.next()?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let before = |unit: &str| -> Option<f64> {
+        let i = words.iter().position(|w| w.trim_end_matches(';') == unit)?;
+        words.get(i.checked_sub(1)?)?.parse().ok()
+    };
+    let ops_per_sec = before("ops/sec")?;
+    let operations = before("operations")? as u64;
+    let pct = lines.find_map(|l| l.trim_start().strip_prefix("Percentiles:"))?;
+    let words: Vec<&str> = pct.split_whitespace().collect();
+    let at = |key: &str| -> Option<f64> {
+        let i = words.iter().position(|w| *w == key)?;
+        words.get(i + 1)?.parse().ok()
+    };
+    Some(Parsed {
+        ops_per_sec,
+        operations,
+        p50_us: at("P50:")?,
+        p75_us: at("P75:")?,
+        p99_us: at("P99:")?,
+    })
+}
+
+fn parse(stdout: &str) -> Option<RunResult> {
+    let p = parse_output(stdout)?;
+    let bytes = p.operations * VALUE_BYTES;
+    let mut extra = serde_json::Map::new();
+    extra.insert("p75_us".into(), json!(p.p75_us));
+    extra.insert("db_bench_ops_per_sec".into(), json!(p.ops_per_sec));
+    extra.insert("operations".into(), json!(p.operations));
+    Some(RunResult {
+        ops: p.operations,
+        bytes_read: bytes,
+        bytes_verified: bytes,
+        // db_bench's ops/sec is operations over its elapsed time: keep it exactly.
+        elapsed_secs: p.operations as f64 / p.ops_per_sec.max(1e-9),
+        bytes_secs: None,
+        bytes_moved: None,
+        p50_us: p.p50_us,
+        p99_us: p.p99_us,
+        pages_inserted: None,
+        extra,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_db_bench_output() {
+        let out = "\
+DB path: [/x/db]
+readseq      :       1.662 micros/op 2405977 ops/sec 0.017 seconds 40000 operations; 18852.6 MB/s
+Microseconds per read:
+Count: 40000 Average: 1.6620  StdDev: 12.31
+Min: 0  Median: 0.5341  Max: 2271
+Percentiles: P50: 0.53 P75: 0.80 P99: 17.42 P99.9: 98.41 P99.99: 311.65
+------------------------------------------------------
+";
+        let p = parse_output(out).expect("parsed");
+        assert_eq!(p.operations, 40000);
+        assert_eq!(p.ops_per_sec, 2405977.0);
+        assert_eq!((p.p50_us, p.p75_us, p.p99_us), (0.53, 0.80, 17.42));
+        let r = parse(out).expect("a run");
+        assert!((r.ops_per_sec() - 2405977.0).abs() < 1.0);
+        assert!(parse_output("readseq : nothing").is_none());
+    }
+}
