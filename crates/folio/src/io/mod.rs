@@ -118,6 +118,36 @@ impl ReadRequest {
     pub fn len_bytes(&self) -> usize {
         self.bufs.iter().map(|b| b.len_bytes()).sum()
     }
+
+    /// The caller's half of the module contract, checked by the backends on every request
+    /// they accept (it is cheap): aligned offset and buffers, 1..=UIO_MAXIOV buffers, at
+    /// most `READ_BYTES_MAX` bytes.
+    pub fn assert_contract(&self) {
+        let align = DIRECT_IO_ALIGN_BYTES;
+        assert!(
+            self.offset_bytes % align as u64 == 0,
+            "read offset {} is not {align}-aligned",
+            self.offset_bytes
+        );
+        assert!(
+            !self.bufs.is_empty() && self.bufs.len() <= libc::UIO_MAXIOV as usize,
+            "a read needs 1..=UIO_MAXIOV buffers, not {}",
+            self.bufs.len()
+        );
+        assert!(
+            self.len_bytes() <= READ_BYTES_MAX,
+            "read length {} exceeds READ_BYTES_MAX",
+            self.len_bytes()
+        );
+        for buf in &self.bufs {
+            assert!(
+                buf.as_ptr() as usize % align == 0 && buf.len_bytes() % align == 0,
+                "read buffer {:p}+{} is not {align}-aligned",
+                buf.as_ptr(),
+                buf.len_bytes()
+            );
+        }
+    }
 }
 
 impl std::fmt::Debug for ReadRequest {

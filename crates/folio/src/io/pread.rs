@@ -39,7 +39,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 
-use super::{Backend, FrameBuf, ReadRequest, DIRECT_IO_ALIGN_BYTES, READ_BYTES_MAX};
+use super::{Backend, FrameBuf, ReadRequest};
 
 /// A pool of threads calling `preadv(2)`.
 pub struct PreadBackend {
@@ -116,7 +116,7 @@ impl Backend for PreadBackend {
         // Check the whole batch before accepting any of it, so that a broken request does
         // not leave half a batch accepted.
         for request in &batch {
-            assert_request_contract(request);
+            request.assert_contract();
         }
         let count = batch.len();
         {
@@ -139,7 +139,7 @@ impl Backend for PreadBackend {
     /// two hand-offs (trait docs).
     fn submit_waited(&self, batch: Vec<ReadRequest>) {
         for request in &batch {
-            assert_request_contract(request);
+            request.assert_contract();
         }
         for request in batch {
             perform(request);
@@ -281,34 +281,6 @@ fn iovecs_after(bufs: &[FrameBuf], skip_bytes: usize) -> Vec<libc::iovec> {
         skip_left = 0;
     }
     iovecs
-}
-
-/// The caller's half of the contract in io/mod.rs, checked on every request (it is cheap).
-fn assert_request_contract(request: &ReadRequest) {
-    let align = DIRECT_IO_ALIGN_BYTES;
-    assert!(
-        request.offset_bytes % align as u64 == 0,
-        "read offset {} is not {align}-aligned",
-        request.offset_bytes
-    );
-    assert!(
-        !request.bufs.is_empty() && request.bufs.len() <= libc::UIO_MAXIOV as usize,
-        "a read needs 1..=UIO_MAXIOV buffers, not {}",
-        request.bufs.len()
-    );
-    assert!(
-        request.len_bytes() <= READ_BYTES_MAX,
-        "read length {} exceeds READ_BYTES_MAX",
-        request.len_bytes()
-    );
-    for buf in &request.bufs {
-        assert!(
-            buf.as_ptr() as usize % align == 0 && buf.len_bytes() % align == 0,
-            "read buffer {:p}+{} is not {align}-aligned",
-            buf.as_ptr(),
-            buf.len_bytes()
-        );
-    }
 }
 
 /// Fixtures shared by the tests of every backend (pread, io_uring, fault): a file with known

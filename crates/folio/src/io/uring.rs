@@ -54,7 +54,7 @@ use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
-use super::{Backend, ReadRequest, DIRECT_IO_ALIGN_BYTES, READ_BYTES_MAX};
+use super::{Backend, ReadRequest};
 
 /// The ring size `open_backend` asks for: submission entries (the kernel rounds up to a
 /// power of two), so also the number of reads in flight at once.
@@ -216,7 +216,7 @@ impl Backend for UringBackend {
         // Check the whole batch before accepting any of it, so that a broken request does
         // not leave half a batch accepted.
         for request in &batch {
-            assert_request_contract(request);
+            request.assert_contract();
         }
         let mut sqes = Vec::with_capacity(batch.len());
         {
@@ -494,34 +494,6 @@ fn probe_round_trip(ring: &mut IoUring) -> io::Result<()> {
             cqe.result()
         ))),
         None => Err(io::Error::other("io_uring probe Nop never completed")),
-    }
-}
-
-/// The caller's half of the contract in io/mod.rs, checked on every request (it is cheap).
-fn assert_request_contract(request: &ReadRequest) {
-    let align = DIRECT_IO_ALIGN_BYTES;
-    assert!(
-        request.offset_bytes % align as u64 == 0,
-        "read offset {} is not {align}-aligned",
-        request.offset_bytes
-    );
-    assert!(
-        !request.bufs.is_empty() && request.bufs.len() <= libc::UIO_MAXIOV as usize,
-        "a read needs 1..=UIO_MAXIOV buffers, not {}",
-        request.bufs.len()
-    );
-    assert!(
-        request.len_bytes() <= READ_BYTES_MAX,
-        "read length {} exceeds READ_BYTES_MAX",
-        request.len_bytes()
-    );
-    for buf in &request.bufs {
-        assert!(
-            buf.as_ptr() as usize % align == 0 && buf.len_bytes() % align == 0,
-            "read buffer {:p}+{} is not {align}-aligned",
-            buf.as_ptr(),
-            buf.len_bytes()
-        );
     }
 }
 
