@@ -47,6 +47,10 @@ mod eviction;
 mod file;
 mod filemap;
 mod folio;
+// Fuzz bodies for private parts (docs/reliability.md): built for cargo-fuzz and tests only.
+#[cfg(any(fuzzing, test))]
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 pub mod io;
 mod list;
