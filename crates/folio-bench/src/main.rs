@@ -68,9 +68,13 @@ struct Common {
     /// folio's I/O backend
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
-    /// folio's maximum readahead window in KiB [default: the library's, 2048]
+    /// folio's maximum readahead window in KiB [default: the library's, 8192]
     #[arg(long, value_name = "KIB")]
     readahead_kib: Option<u64>,
+    /// Build folio's caches without prefaulting their arena, so that each run's first
+    /// reads also pay the page faults of fresh memory (a process start)
+    #[arg(long)]
+    lazy_arena: bool,
     /// MiB of the file and of the buffer on which the limits that every report carries
     /// are measured [default: 512 and 1024; --quick 128 and 256]
     #[arg(long, value_name = "MIB")]
@@ -180,6 +184,7 @@ fn run(cli: Cli) -> io::Result<()> {
     if let Some(kib) = common.readahead_kib {
         env.readahead_max_bytes = kib << 10;
     }
+    env.prefault = !common.lazy_arena;
     if let Some(n) = common.limits_mib {
         env.limits_args.file_mib = Some(n);
         env.limits_args.memcpy_mib = Some(n);
@@ -197,6 +202,14 @@ fn run(cli: Cli) -> io::Result<()> {
         },
         env.cold.describe(),
         env.warm.describe()
+    );
+    println!(
+        "folio arena: {}",
+        if env.prefault {
+            "prefaulted at build, outside the timing (--lazy-arena: faulted by the first reads)"
+        } else {
+            "lazy: each run's first reads pay the page faults of fresh memory"
+        }
     );
     let reports: Vec<Report> = match &workload {
         Some(w) => vec![w.run(&env)?],
@@ -217,6 +230,7 @@ fn run(cli: Cli) -> io::Result<()> {
         "cold_method": env.cold.describe(),
         "warm_method": env.warm.describe(),
         "folio_readahead_max_bytes": env.readahead_max_bytes,
+        "folio_arena": if env.prefault { "prefaulted at build" } else { "lazy (faulted by the first reads)" },
     });
     if let Some(path) = &common.json {
         report::write_json(path, &reports, workload.is_none(), run_facts)?;

@@ -33,6 +33,7 @@ pub struct CacheBuilder {
     folio_order_max: Order,
     readahead_max_bytes: u64,
     eviction: EvictionKind,
+    prefault: bool,
 }
 
 /// The default maximum readahead window: 8 MiB. Measured on this kind of machine (a
@@ -49,6 +50,7 @@ impl Default for CacheBuilder {
             folio_order_max: Order::MAX,
             readahead_max_bytes: READAHEAD_MAX_BYTES_DEFAULT,
             eviction: EvictionKind::default(),
+            prefault: false,
         }
     }
 }
@@ -100,6 +102,17 @@ impl CacheBuilder {
         self
     }
 
+    /// Whether `build` faults the whole arena in (default: no). A fresh arena's pages are
+    /// faulted in and zeroed by the kernel on first use, and with O_DIRECT that first use
+    /// is the read that fills them: a cold scan into an untouched cache runs about a fifth
+    /// slower than the same scan once the cache has been filled once (docs/readahead.md).
+    /// Prefaulting moves that cost to `build` (about 0.1-0.2 s per GiB here) and makes
+    /// the whole capacity resident from the start, as a database's buffer pool would be.
+    pub fn prefault(mut self, prefault: bool) -> Self {
+        self.prefault = prefault;
+        self
+    }
+
     /// Builds the cache: reserves the arena and starts the backend.
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
@@ -131,7 +144,7 @@ impl CacheBuilder {
         }
         let core = Core {
             mem: Memory {
-                arena: Arena::new(frames)?,
+                arena: Arena::new(frames, self.prefault)?,
                 policy: new_policy(self.eviction, frames),
                 counters: Counters::default(),
             },

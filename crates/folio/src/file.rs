@@ -469,6 +469,11 @@ impl File {
                 if !missed {
                     stats::bump(&counters.waits_on_io);
                 }
+                // A reader that catches up with an async window reaches its marker while
+                // the window is still in flight: start the next window now, before
+                // waiting, so the disk has two windows queued and never idles between
+                // them (the kernel's filemap_get_pages does the same).
+                self.note_access(meta, page, folio.head);
                 wait::wait_unlocked(meta);
             }
             let state = meta.state.load();

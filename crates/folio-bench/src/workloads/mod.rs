@@ -55,6 +55,8 @@ pub struct Env {
     pub backend: folio::BackendKind,
     /// folio's maximum readahead window for every cache the workloads build.
     pub readahead_max_bytes: u64,
+    /// Whether folio's caches fault their arena in at build (`CacheBuilder::prefault`).
+    pub prefault: bool,
     pub progress: MultiProgress,
     pub limits_args: limits::Args,
     limits: RefCell<Option<Limits>>,
@@ -76,18 +78,24 @@ impl Env {
             warm,
             backend,
             readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
+            prefault: true,
             progress: MultiProgress::new(),
             limits_args: limits::Args::default(),
             limits: RefCell::new(None),
         }
     }
 
-    /// A fresh (cold) folio cache of `capacity_bytes` on the chosen backend.
+    /// A fresh (cold) folio cache of `capacity_bytes` on the chosen backend. Its arena is
+    /// prefaulted unless `--lazy-arena`: a storage engine's cache lives as long as the
+    /// process and has been faulted in long before the scan being measured, and a fresh
+    /// cache per run would otherwise charge each cold run the page faults (and the kernel's
+    /// zeroing) of a process start.
     pub fn folio_cache(&self, capacity_bytes: u64) -> io::Result<folio::Cache> {
         folio::Cache::builder()
             .capacity_bytes(capacity_bytes.max(folio::CAPACITY_BYTES_MIN))
             .backend(self.backend)
             .readahead_max_bytes(self.readahead_max_bytes)
+            .prefault(self.prefault)
             .build()
     }
 

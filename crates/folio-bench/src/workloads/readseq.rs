@@ -103,7 +103,14 @@ impl Workload for Args {
                     files[..t].to_vec()
                 };
                 let data_pages = pages_of(file_bytes) * mine.len() as u64;
-                for (si, system) in SYSTEMS.iter().enumerate() {
+                // Odd runs go in reverse order, so that neither system always runs
+                // right after the other (the disk's state carries over between runs).
+                let mut order: Vec<usize> = (0..SYSTEMS.len()).collect();
+                if run % 2 == 1 {
+                    order.reverse();
+                }
+                for si in order {
+                    let system = &SYSTEMS[si];
                     bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
                     kernel::make_cold(&mine, env.cold)?;
                     let mut result = match *system {
