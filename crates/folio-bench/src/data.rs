@@ -2,7 +2,9 @@
 //!
 //! Design: every 8-byte little-endian word of a data file holds its own byte offset, so
 //! the expected value of any byte at any offset is known without a reference copy: byte
-//! `o` is byte `o % 8` of the little-endian encoding of `o - o % 8`. A read of any length
+//! `o` is byte `o % 8` of the little-endian encoding of `o - o % 8`. A file may also be
+//! keyed: its words hold `offset ^ key`, so that files with different keys differ at
+//! every offset and a byte served from the wrong file is caught too (the soak). A read of any length
 //! at any offset is checked against that rule by [`verify`]; a mismatch is a hard error
 //! (it names the offset and both values) because a benchmark that returns wrong bytes
 //! fast has measured nothing.
@@ -24,29 +26,34 @@ use std::path::{Path, PathBuf};
 /// The size of one generation chunk.
 const CHUNK_BYTES: usize = 1 << 20;
 
-/// The value of the byte at `offset` of every data file.
+/// The value of the byte at `offset` of a data file keyed with `key`.
 #[inline]
-pub fn expected_byte(offset: u64) -> u8 {
-    let word = offset & !7;
+pub fn expected_keyed_byte(offset: u64, key: u64) -> u8 {
+    let word = (offset & !7) ^ key;
     word.to_le_bytes()[(offset & 7) as usize]
 }
 
 /// Fills `buf` with the bytes a data file holds at `offset`.
 pub fn fill(buf: &mut [u8], offset: u64) {
+    fill_keyed(buf, offset, 0);
+}
+
+/// Fills `buf` with the bytes a data file keyed with `key` holds at `offset`.
+pub fn fill_keyed(buf: &mut [u8], offset: u64, key: u64) {
     let mut at = 0usize;
     // Unaligned head, byte by byte.
     while at < buf.len() && (offset + at as u64) % 8 != 0 {
-        buf[at] = expected_byte(offset + at as u64);
+        buf[at] = expected_keyed_byte(offset + at as u64, key);
         at += 1;
     }
     let body_end = at + (buf.len() - at) / 8 * 8;
     let mut word = offset + at as u64;
     for chunk in buf[at..body_end].chunks_exact_mut(8) {
-        chunk.copy_from_slice(&word.to_le_bytes());
+        chunk.copy_from_slice(&(word ^ key).to_le_bytes());
         word += 8;
     }
     for (i, b) in buf[body_end..].iter_mut().enumerate() {
-        *b = expected_byte(offset + (body_end + i) as u64);
+        *b = expected_keyed_byte(offset + (body_end + i) as u64, key);
     }
 }
 
@@ -82,9 +89,15 @@ impl From<Mismatch> for io::Error {
 /// Context: the hot loop of every workload; the aligned body is compared a word at a time.
 #[inline]
 pub fn verify(buf: &[u8], offset: u64) -> Result<u64, Mismatch> {
+    verify_keyed(buf, offset, 0)
+}
+
+/// `verify` for a data file keyed with `key`.
+#[inline]
+pub fn verify_keyed(buf: &[u8], offset: u64, key: u64) -> Result<u64, Mismatch> {
     let mut at = 0usize;
     while at < buf.len() && (offset + at as u64) % 8 != 0 {
-        check_byte(buf[at], offset + at as u64)?;
+        check_byte(buf[at], offset + at as u64, key)?;
         at += 1;
     }
     let body_end = at + (buf.len() - at) / 8 * 8;
@@ -95,22 +108,22 @@ pub fn verify(buf: &[u8], offset: u64) -> Result<u64, Mismatch> {
         .enumerate()
         .fold(0u64, |acc, (i, w)| {
             let word = u64::from_le_bytes(w.try_into().expect("chunks of 8"));
-            acc | (word ^ (base + 8 * i as u64))
+            acc | (word ^ (base + 8 * i as u64) ^ key)
         });
     if bad != 0 {
         for (i, b) in buf[at..body_end].iter().enumerate() {
-            check_byte(*b, base + i as u64)?;
+            check_byte(*b, base + i as u64, key)?;
         }
     }
     for (i, b) in buf[body_end..].iter().enumerate() {
-        check_byte(*b, offset + (body_end + i) as u64)?;
+        check_byte(*b, offset + (body_end + i) as u64, key)?;
     }
     Ok(buf.len() as u64)
 }
 
 #[inline]
-fn check_byte(found: u8, offset: u64) -> Result<(), Mismatch> {
-    let expected = expected_byte(offset);
+fn check_byte(found: u8, offset: u64, key: u64) -> Result<(), Mismatch> {
+    let expected = expected_keyed_byte(offset, key);
     if found == expected {
         Ok(())
     } else {
@@ -134,9 +147,19 @@ pub enum Origin {
 /// Context: writes and `fsync`s up to `len_bytes`; leaves the file's pages in the kernel's
 /// page cache (the caller makes it cold before a cold run).
 pub fn ensure_file(dir: &Path, name: &str, len_bytes: u64) -> io::Result<(PathBuf, Origin)> {
+    ensure_keyed_file(dir, name, len_bytes, 0)
+}
+
+/// `ensure_file` for a data file keyed with `key`.
+pub fn ensure_keyed_file(
+    dir: &Path,
+    name: &str,
+    len_bytes: u64,
+    key: u64,
+) -> io::Result<(PathBuf, Origin)> {
     let path = dir.join(name);
     if let Ok(file) = File::open(&path) {
-        if file.metadata()?.len() == len_bytes && sample_ok(&file, len_bytes)? {
+        if file.metadata()?.len() == len_bytes && sample_ok(&file, len_bytes, key)? {
             return Ok((path, Origin::Reused));
         }
     }
@@ -149,7 +172,7 @@ pub fn ensure_file(dir: &Path, name: &str, len_bytes: u64) -> io::Result<(PathBu
     let mut at = 0u64;
     while at < len_bytes {
         let n = (len_bytes - at).min(CHUNK_BYTES as u64) as usize;
-        fill(&mut buf[..n], at);
+        fill_keyed(&mut buf[..n], at, key);
         file.write_all(&buf[..n])?;
         at += n as u64;
     }
@@ -158,7 +181,7 @@ pub fn ensure_file(dir: &Path, name: &str, len_bytes: u64) -> io::Result<(PathBu
 }
 
 /// Reads 64 words spread over the file and checks them.
-fn sample_ok(file: &File, len_bytes: u64) -> io::Result<bool> {
+fn sample_ok(file: &File, len_bytes: u64, key: u64) -> io::Result<bool> {
     let words = len_bytes / 8;
     if words == 0 {
         return Ok(len_bytes == 0);
@@ -167,7 +190,7 @@ fn sample_ok(file: &File, len_bytes: u64) -> io::Result<bool> {
     for i in 0..64u64 {
         let offset = (words - 1) * i / 63 * 8;
         file.read_exact_at(&mut word, offset)?;
-        if u64::from_le_bytes(word) != offset {
+        if u64::from_le_bytes(word) != offset ^ key {
             return Ok(false);
         }
     }
@@ -187,6 +210,16 @@ mod tests {
                 assert_eq!(verify(&buf, offset).unwrap(), len as u64);
             }
         }
+    }
+
+    #[test]
+    fn keyed_files_differ_from_each_other_at_every_word() {
+        let (mut a, mut b) = (vec![0u8; 4099], vec![0u8; 4099]);
+        fill_keyed(&mut a, 5, 1 << 56);
+        fill_keyed(&mut b, 5, 2 << 56);
+        assert_eq!(verify_keyed(&a, 5, 1 << 56).unwrap(), 4099);
+        assert!(verify_keyed(&b, 5, 1 << 56).is_err());
+        assert!(verify(&a, 5).is_err());
     }
 
     #[test]

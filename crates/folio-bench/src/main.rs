@@ -5,18 +5,20 @@
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, limits, db-bench,
-//!     compare
+//!     compare; and soak [--seconds N] (faults injected, every byte and fault accounted)
 //! ```
 //!
 //! Modules: `data` (self-checking data files), `kernel` (the kernel side: cold/warm,
 //! mincore, cgroup, raw calls), `measure` (threads, clock, histograms, medians),
-//! `workloads/*` (one module per workload), `report` (table, JSON, chart). Run
+//! `workloads/*` (one module per workload), `report` (table, JSON, chart), `soak` (the
+//! reliability soak, which compares nothing and so is not a workload). Run
 //! `folio-bench <workload> --help` for each workload's options and defaults.
 
 mod data;
 mod kernel;
 mod measure;
 mod report;
+mod soak;
 mod workloads;
 
 use std::io;
@@ -147,6 +149,9 @@ enum Command {
         #[command(flatten)]
         common: Common,
     },
+    /// Readers, readahead, advice, eviction and injected faults at once on a small cache,
+    /// every byte checked; ends with the account of bytes and faults (exit 1 on a failure)
+    Soak(soak::Args),
     /// The kernel side of randread, run by randread itself inside a memory cgroup
     #[command(hide = true)]
     KernelRandread(randread::ChildArgs),
@@ -163,6 +168,12 @@ fn main() {
 fn run(cli: Cli) -> io::Result<()> {
     let (common, workload): (Common, Option<Box<dyn Workload>>) = match cli.command {
         Command::KernelRandread(args) => return randread::child_main(&args),
+        Command::Soak(args) => {
+            if !soak::run(&args)? {
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
         Command::PreadScale { common, args } => (common, Some(Box::new(args))),
         Command::Readseq { common, args } => (common, Some(Box::new(args))),
         Command::Randread { common, args } => (common, Some(Box::new(args))),
