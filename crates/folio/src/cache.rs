@@ -185,8 +185,15 @@ impl Cache {
 
     /// Opens `path` for cached reads, O_DIRECT underneath (buffered where the file system
     /// refuses O_DIRECT, e.g. tmpfs). Two opens of the same file share its cached pages;
-    /// each handle has its own readahead state. A file whose size or modification time
-    /// changed since it was last opened through this cache has its pages dropped.
+    /// each handle has its own readahead state. A file whose size, modification time or
+    /// change time changed since it was last opened through this cache has its pages
+    /// dropped: a file rewritten or replaced (even by one with the old inode number, length
+    /// and modification time), but also one that was only `chmod`ed, `chown`ed, linked or
+    /// renamed, which move the change time too.
+    ///
+    /// A closed file's pages stay cached while memory allows, and the next open finds
+    /// them; a file with no handle open and no page cached is forgotten (its per-file
+    /// metadata freed).
     ///
     /// Errors: the file's own open error (not found, permission), `IsADirectory` for a
     /// directory, `InvalidInput` for anything that is not a regular file.
@@ -208,9 +215,11 @@ impl Cache {
         let (std_file, direct) = open_direct(path)?;
         // Stat the open file, not the path: the path may have been replaced meanwhile.
         let meta = std_file.metadata()?;
+        let ns = |sec: i64, nsec: i64| i128::from(sec) * 1_000_000_000 + i128::from(nsec);
         let stamp = FileStamp {
             size_bytes: meta.len(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
         };
         let core = &self.inner.core;
         let mapping = core

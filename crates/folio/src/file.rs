@@ -501,6 +501,15 @@ impl File {
     }
 }
 
+impl Drop for File {
+    /// Gives the handle back to the mapping: the last one may forget it
+    /// (`MappingTable::close`). Reads this handle submitted keep their own references.
+    fn drop(&mut self) {
+        let core = self.core();
+        core.mappings.close(&core.mem, &self.mapping);
+    }
+}
+
 /// The window the policy installed, as pages to read.
 fn window_of(state: readahead::RaState) -> Window {
     Window {

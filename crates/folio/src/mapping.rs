@@ -2,13 +2,23 @@
 //!
 //! Two `Cache::open`s of the same file share one mapping, as two `struct file`s share an
 //! `address_space` in the kernel: one index, one set of folios; each handle keeps its own
-//! readahead state. A mapping lives as long as the cache (its pages stay cached when the
-//! last handle closes); a reopen checks the file's size and modification time and drops
-//! the pages of a file that changed.
+//! readahead state. A reopen compares the file's stamp (size, modification time and
+//! change time, `FileStamp`) and drops the pages of a file that changed.
+//!
+//! Lifetime: a mapping lives while a handle has it open or its index holds a folio. When
+//! the last handle closes, its folios stay cached and a reopen finds them; once no handle
+//! is open and the last folio leaves (evicted, invalidated, or there was none), the
+//! mapping leaves the table (`MappingTable::remove_if_unused`), its shadow entries with it,
+//! and its index memory goes with the last `Arc` (the index's nodes are freed only when the
+//! index is dropped: `index` module docs). The next open of the file makes a new mapping.
+//! The kernel keeps an inode's pages until the inode is evicted; a user-space cache cannot
+//! see the inode's life, so it keeps a closed file's pages while memory allows, which is
+//! what the kernel's inode cache amounts to for a file whose pages are cached.
 //!
 //! Protection: `index` has its own writer lock; `size_bytes` is an atomic that only grows
 //! by `refresh` and shrinks by `shrink_to` (truncation detected), both of which then
-//! invalidate what lies past the new end; `stamp` is under its mutex.
+//! invalidate what lies past the new end; `stamp` is under its mutex; `handles` and
+//! `folios_closed`: see `MappingTable`.
 //!
 //! The lookup protocol (`find_get`), the reader's side of `refcount`'s protocol:
 //!   1. Load the slot of the page (a lock-free walk of type-stable nodes, `index`).
@@ -19,27 +29,39 @@
 //!      freed and reused (the ABA case) or the walk raced with a writer; `put` and retry.
 
 use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::folio::MappingId;
-use crate::index::{Entry, Index, Leave};
+use crate::index::{Entry, Index, IndexWriteGuard, Leave};
 use crate::memory::Memory;
 use crate::refcount::{GetOutcome, PutOutcome, LOCKED};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
 
-/// What identifies a file's version: size and modification time.
+/// What identifies a file's version: size, modification time and change time.
+///
+/// The change time (ctime) is the part users cannot set: `utimes` (`touch -d`, `cp -p`,
+/// `rsync -t`) sets the modification time but moves the change time to now, so a file
+/// deleted and replaced by another of the same length and modification time, which ext4
+/// often gives the old inode number, still has another stamp. The change time also moves
+/// on `chmod`, `chown`, a link or a rename: the next open then drops the file's cached
+/// pages although its bytes did not change. That is the price of never serving a stale
+/// byte; folio itself only opens files read-only, which moves no change time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileStamp {
     pub size_bytes: u64,
     pub mtime_ns: i128,
+    pub ctime_ns: i128,
 }
 
 #[derive(Debug)]
 pub struct Mapping {
     pub id: MappingId,
+    /// The file's (device, inode): its key in the table.
+    inode: (u64, u64),
     pub index: Index,
     /// Moves on every truncating invalidation. A read records it when its folios are
     /// inserted; its completion, under the index lock, publishes only if it has not moved
@@ -48,6 +70,20 @@ pub struct Mapping {
     generation: AtomicU64,
     size_bytes: AtomicU64,
     stamp: Mutex<FileStamp>,
+    /// Open `File`s of this mapping, and how many opens there were: raised only under the
+    /// table's lock (read), and read under its write lock by a removal (`MappingTable`).
+    handles: Handles,
+    /// While `handles` is 0: the folios in the index, counted under the index lock when a
+    /// removal found some, and lowered under the index lock by every removal of a folio
+    /// that `mapping` and `reclaim` make. When it reaches 0 the mapping may be unused and
+    /// a removal is tried, which recounts. A hint, never trusted for the removal itself:
+    /// too high when a failed read's completion removed folios uncounted (`suspects`
+    /// covers that), too low when left from an earlier closed spell (a wasted walk).
+    folios_closed: AtomicU64,
+    /// The table's queue of mappings to look at again (`MappingTable` docs), and whether
+    /// this mapping is in it.
+    suspects: Arc<Suspects>,
+    suspected: AtomicBool,
 }
 
 /// A folio the caller holds a reference on; the reference is dropped with it.
@@ -74,14 +110,70 @@ impl<'c> Pinned<'c> {
 }
 
 impl Mapping {
-    pub fn new(id: MappingId, stamp: FileStamp) -> Mapping {
+    fn new(id: MappingId, inode: (u64, u64), stamp: FileStamp, suspects: Arc<Suspects>) -> Mapping {
         Mapping {
             id,
+            inode,
             index: Index::default(),
             generation: AtomicU64::new(0),
             size_bytes: AtomicU64::new(stamp.size_bytes),
             stamp: Mutex::new(stamp),
+            handles: Handles::opened_once(),
+            folios_closed: AtomicU64::new(0),
+            suspects,
+            suspected: AtomicBool::new(false),
         }
+    }
+
+    /// Queues this mapping for a later `MappingTable::remove_if_unused`, once.
+    fn suspect(&self) {
+        if !self.suspected.swap(true, Ordering::AcqRel) {
+            self.suspects.push(self.id);
+        }
+    }
+
+    /// Open handles now (a snapshot).
+    pub fn handles(&self) -> u32 {
+        self.handles.load().open()
+    }
+
+    /// A folio of this mapping left its index under `_w`, this index's lock: counts it
+    /// down while no handle is open. Returns `MaybeUnused::Yes` when that was the last
+    /// folio counted, and the caller should try `MappingTable::remove_if_unused` (after
+    /// dropping the lock).
+    ///
+    /// Context: the index lock held (the guard proves it).
+    pub fn folio_removed(&self, _w: &IndexWriteGuard<'_>) -> MaybeUnused {
+        if self.handles() != 0 {
+            return MaybeUnused::No;
+        }
+        let before = self
+            .folios_closed
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .unwrap_or(0);
+        if before <= 1 {
+            MaybeUnused::Yes
+        } else {
+            MaybeUnused::No
+        }
+    }
+
+    /// Counts the folios in the index, and those with I/O in flight, by one walk.
+    ///
+    /// Context: the index lock held (the walk is then exact). Takes time in proportion to
+    /// the entries of the index.
+    fn count_folios(&self, mem: &Memory, _w: &IndexWriteGuard<'_>) -> FolioCount {
+        let mut count = FolioCount::default();
+        self.index
+            .visit(PageIndex(0), PageIndex(u64::MAX >> 12), &mut |_, entry| {
+                if let Entry::Folio { frame, .. } = entry {
+                    count.folios += 1;
+                    if mem.arena.meta(frame).state.load() & LOCKED != 0 {
+                        count.in_flight += 1;
+                    }
+                }
+            });
+        count
     }
 
     /// See the field's docs.
@@ -216,6 +308,7 @@ impl Mapping {
             }
         });
         let mut dropped = 0;
+        let mut maybe_unused = MaybeUnused::No;
         if how == Invalidate::Truncate {
             // Reads in flight now must not publish what they read (`generation`).
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -241,6 +334,9 @@ impl Mapping {
             }
             w.remove_folio(head, frame, Leave::Empty);
             mem.policy.remove(&mem.arena, frame, order.pages());
+            if self.folio_removed(&w) == MaybeUnused::Yes {
+                maybe_unused = MaybeUnused::Yes;
+            }
             drop(w);
             let free = match how {
                 Invalidate::Unpinned => true,
@@ -253,6 +349,11 @@ impl Mapping {
             }
         }
         stats::add(&mem.counters.invalidated_pages, dropped);
+        if maybe_unused == MaybeUnused::Yes {
+            // No handle is open (a completion found the file shorter): the table is not
+            // reachable from here, so the next open or close looks at this mapping.
+            self.suspect();
+        }
         dropped
     }
 }
@@ -267,13 +368,159 @@ pub enum Invalidate {
     Unpinned,
 }
 
+/// A mapping's handle word: open handles in the low 32 bits, opens ever (modulo 2^32) in
+/// the high 32. One atomic, so that a removal can tell "no handle now, and none opened
+/// since I looked" from "no handle now": a handle opened and closed in between (which may
+/// have inserted folios) leaves the count where it was but moves the opens.
+#[derive(Debug)]
+struct Handles(AtomicU64);
+
+/// A snapshot of `Handles`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HandleWord(u64);
+
+/// What `Handles::open` adds: one handle, one open.
+const OPEN: u64 = (1 << 32) | 1;
+
+impl HandleWord {
+    fn open(self) -> u32 {
+        self.0 as u32
+    }
+}
+
+impl Handles {
+    /// The word of a mapping made by an open.
+    fn opened_once() -> Handles {
+        Handles(AtomicU64::new(OPEN))
+    }
+
+    fn load(&self) -> HandleWord {
+        HandleWord(self.0.load(Ordering::Acquire))
+    }
+
+    /// Context: the table's lock held (read or write), so no removal runs meanwhile.
+    fn open(&self) {
+        let before = self.0.fetch_add(OPEN, Ordering::AcqRel);
+        assert!(
+            HandleWord(before).open() < u32::MAX,
+            "folio: 2^32 handles open on one file"
+        );
+    }
+
+    /// Drops a handle; returns the word it left.
+    fn close(&self) -> HandleWord {
+        let before = self.0.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(HandleWord(before).open() > 0, "a handle closed twice");
+        HandleWord(before - 1)
+    }
+}
+
+/// Whether a mapping may have become unused (`Mapping::folio_removed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaybeUnused {
+    Yes,
+    No,
+}
+
+/// What `MappingTable::remove_if_unused` found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unused {
+    /// It left the table (or had left already).
+    Removed,
+    /// A handle has it open, or was opened meanwhile.
+    Open,
+    /// Its index holds folios; their removal tries again.
+    Cached,
+    /// Its index holds folios with reads in flight, whose completion may remove them
+    /// uncounted: it is a suspect (`MappingTable` docs).
+    InFlight,
+}
+
+#[derive(Debug, Default)]
+struct FolioCount {
+    folios: u64,
+    in_flight: u64,
+}
+
+/// Mappings to look at again: closed with reads in flight, or whose last folio left where
+/// the table is not reachable. Each open and each close looks at one. A mapping is queued
+/// at most once (`Mapping::suspected`).
+#[derive(Debug, Default)]
+pub struct Suspects {
+    queue: Mutex<VecDeque<MappingId>>,
+}
+
+impl Suspects {
+    fn push(&self, id: MappingId) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(id);
+    }
+
+    fn pop(&self) -> Option<MappingId> {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
+    }
+}
+
 /// Every mapping of a cache, by id (for reclaim, which finds a folio's mapping from its
-/// metadata) and by inode (for open).
+/// metadata) and by inode (for open), and the protocol that removes unused ones.
 ///
-/// Protection: one reader-writer lock; open takes it for writing only to add a mapping.
+/// Protection: one reader-writer lock over the maps; open takes it for reading (for
+/// writing only to add a mapping), a removal for writing, briefly. It is never held while
+/// another lock is taken, nor taken under one.
+///
+/// The lifetime protocol, the only code that touches `Mapping::handles`:
+///   O. Open (`get_or_insert`): under the table's lock, find the mapping by inode and
+///      raise its handles and opens (`Handles::open`), or add a new one with one handle.
+///   C. Close (`close`, `File`'s drop): lower the handles; the close that leaves none
+///      tries R.
+///   R. Removal (`remove_if_unused`), tried on C and when the last counted folio leaves
+///      (`Mapping::folio_removed`: reclaim, invalidation):
+///      1. Load the handle word; if a handle is open, stop.
+///      2. Under the index lock, count the folios (one walk). If there are some, store
+///         the count in `folios_closed` (the removal of the last one tries R again), and
+///         stop; with reads in flight, also queue the mapping as a suspect (below).
+///      3. Drop the index lock; take the table's lock for writing.
+///      4. If the handle word is still the one loaded in 1 and the mapping is still in
+///         the table, remove it; its `Arc` goes after the lock is dropped.
+///
+/// The interleavings that matter (model: `loom_models::mapping_lifetime_*`):
+/// - O against R4: O raises the word under the read lock, R4 compares it under the write
+///   lock. Either O came first (R4 sees the change and stops) or R4 did (O no longer
+///   finds the mapping and makes a new one): an open never gets a mapping that left the
+///   table, and two mappings of one inode never coexist in it.
+/// - O, insertion and C between R1 and R4: folios enter the index only through a `File`,
+///   so only after an O. R4 compares the whole word, opens included, so a handle opened,
+///   used and closed in that window (which leaves the handle count at 0 again) still
+///   stops R4. Without a handle since R1, nothing entered the index since R2's walk, and
+///   removals only take folios out: the index still holds none at R4.
+/// - Two removals of one mapping: R4 checks the slot still holds this very mapping.
+///
+/// After R4 nothing can reach the mapping's index but the `Arc`s still held: reclaim's
+/// and the shadow log's look-ups (which find nothing to do: no folio, and shadows that
+/// go with the index), and a completion that removed the last folios. The index's nodes
+/// are freed when the last of them drops (`Index`'s drop: type-stable nodes until then).
+/// Shadow records of a removed mapping name an id the table no longer has; ids are never
+/// reused, so the shadow log skips them until they expire.
+///
+/// Suspects: a read's completion that fails removes its folios from the index without
+/// counting them in `folios_closed` (it can only be too high then), and one that finds
+/// the file shorter invalidates where the table is not reachable. A mapping closed with
+/// reads in flight, or whose last folio left without the table at hand, is queued; each
+/// open and each close tries R on one queued mapping, and requeues it if its reads are
+/// still in flight. So no unused mapping stays for good while files are opened or
+/// closed.
+///
+/// Limits: 2^32 mappings made in a cache's life (ids are not reused); each reopen of a
+/// file whose mapping was removed makes a new one.
 #[derive(Debug, Default)]
 pub struct MappingTable {
     maps: RwLock<Maps>,
+    suspects: Arc<Suspects>,
 }
 
 #[derive(Debug, Default)]
@@ -292,10 +539,16 @@ impl MappingTable {
         self.maps.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The mapping of inode `(dev, ino)`, made if new; an existing one is revalidated
-    /// against `stamp` (its pages dropped if the file changed).
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Maps> {
+        self.maps.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Step O: the mapping of inode `(dev, ino)` with one more handle, made if new; an
+    /// existing one is revalidated against `stamp` (its pages dropped if the file
+    /// changed). The caller owns the handle and gives it back with `close`.
     ///
-    /// Context: takes the table's lock, then (after dropping it) the mapping's.
+    /// Context: takes the table's lock, then (after dropping it) the mapping's; may look
+    /// at one suspect (`remove_if_unused`).
     pub fn get_or_insert(
         &self,
         mem: &Memory,
@@ -304,15 +557,18 @@ impl MappingTable {
         stamp: FileStamp,
     ) -> io::Result<Arc<Mapping>> {
         let found = |maps: &Maps| {
-            maps.by_inode
+            let mapping = maps
+                .by_inode
                 .get(&(dev, ino))
-                .and_then(|id| maps.by_id.get(id).cloned())
+                .and_then(|id| maps.by_id.get(id))?;
+            mapping.handles.open();
+            Some(mapping.clone())
         };
         let existing = found(&self.read());
         let mapping = match existing {
             Some(mapping) => mapping,
             None => {
-                let mut maps = self.maps.write().unwrap_or_else(|e| e.into_inner());
+                let mut maps = self.write();
                 match found(&maps) {
                     Some(mapping) => mapping,
                     None => {
@@ -320,22 +576,95 @@ impl MappingTable {
                         maps.next_id = maps.next_id.checked_add(1).ok_or_else(|| {
                             io::Error::new(
                                 io::ErrorKind::OutOfMemory,
-                                "folio: more than 2^32 files opened",
+                                "folio: more than 2^32 mappings made in this cache",
                             )
                         })?;
-                        let mapping = Arc::new(Mapping::new(id, stamp));
+                        let mapping =
+                            Arc::new(Mapping::new(id, (dev, ino), stamp, self.suspects.clone()));
                         maps.by_id.insert(id, mapping.clone());
                         maps.by_inode.insert((dev, ino), id);
+                        drop(maps);
+                        self.look_at_a_suspect(mem);
                         return Ok(mapping);
                     }
                 }
             }
         };
         mapping.revalidate(mem, stamp);
+        self.look_at_a_suspect(mem);
         Ok(mapping)
     }
 
-    /// Index nodes of every mapping (in trees and pools), for the memory figure in stats.
+    /// Step C: gives back a handle `get_or_insert` gave; the last one tries removal.
+    ///
+    /// Context: `File`'s drop; no lock held. Walks the mapping's index when it was the
+    /// last handle (time in proportion to its entries).
+    pub fn close(&self, mem: &Memory, mapping: &Arc<Mapping>) {
+        if mapping.handles.close().open() == 0 {
+            self.remove_if_unused(mem, mapping);
+        }
+        self.look_at_a_suspect(mem);
+    }
+
+    /// Step R (type docs): removes `mapping` from the table if no handle has it open and
+    /// its index holds no folio.
+    ///
+    /// Context: no lock held; takes the index lock, then (after dropping it) the table's
+    /// for writing. Walks the index.
+    pub fn remove_if_unused(&self, mem: &Memory, mapping: &Arc<Mapping>) -> Unused {
+        let word = mapping.handles.load();
+        if word.open() != 0 {
+            return Unused::Open;
+        }
+        let w = mapping.index.lock();
+        let count = mapping.count_folios(mem, &w);
+        mapping.folios_closed.store(count.folios, Ordering::Release);
+        drop(w);
+        if count.in_flight > 0 {
+            mapping.suspect();
+            return Unused::InFlight;
+        }
+        if count.folios > 0 {
+            return Unused::Cached;
+        }
+        let mut maps = self.write();
+        if mapping.handles.load() != word {
+            return Unused::Open;
+        }
+        let removed = match maps.by_id.get(&mapping.id) {
+            Some(held) if Arc::ptr_eq(held, mapping) => maps.by_id.remove(&mapping.id),
+            _ => None,
+        };
+        if removed.is_some() && maps.by_inode.get(&mapping.inode) == Some(&mapping.id) {
+            maps.by_inode.remove(&mapping.inode);
+        }
+        drop(maps);
+        if removed.is_some() {
+            stats::bump(&mem.counters.mappings_removed);
+        }
+        // `removed` drops here, outside the lock; the index goes with the last `Arc`.
+        Unused::Removed
+    }
+
+    /// Tries removal on the oldest suspect (type docs), if any; requeues it if its reads
+    /// are still in flight.
+    fn look_at_a_suspect(&self, mem: &Memory) {
+        let Some(id) = self.suspects.pop() else {
+            return;
+        };
+        if let Some(mapping) = self.get(id) {
+            mapping.suspected.store(false, Ordering::Release);
+            self.remove_if_unused(mem, &mapping);
+        }
+    }
+
+    /// Mappings in the table.
+    pub fn len(&self) -> usize {
+        self.read().by_id.len()
+    }
+
+    /// Index nodes of every mapping in the table (in trees and pools), for the memory
+    /// figure in stats.
     pub fn index_nodes(&self) -> usize {
         self.read()
             .by_id

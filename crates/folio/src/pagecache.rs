@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::index::NODE_BYTES;
 use crate::io::Backend;
-use crate::mapping::MappingTable;
+use crate::mapping::{Mapping, MappingTable};
 use crate::memory::Memory;
 use crate::reclaim::{self, Reclaimer};
 use crate::stats::{self, Stats};
@@ -104,8 +104,12 @@ impl Core {
         let frames = u64::from(arena.frame_count());
         s.capacity_bytes = frames * PAGE_BYTES as u64;
         s.cached_bytes = (frames - arena.free_frames()) * PAGE_BYTES as u64;
-        s.metadata_bytes =
-            (arena.metadata_bytes() + self.mappings.index_nodes() * NODE_BYTES) as u64;
+        let (mappings, index_nodes) = (self.mappings.len(), self.mappings.index_nodes());
+        s.mappings = mappings as u64;
+        s.index_nodes = index_nodes as u64;
+        s.metadata_bytes = (arena.metadata_bytes()
+            + mappings * std::mem::size_of::<Mapping>()
+            + index_nodes * NODE_BYTES) as u64;
         s.eviction = self.mem.policy.name().to_string();
         s.shadows = self.reclaimer.shadows_logged();
         s

@@ -19,6 +19,10 @@
 //! - Shadow entries are bounded: each eviction that leaves one is logged; past
 //!   `shadows_max` (the capacity in pages) the oldest still in place is removed. Cost per
 //!   shadow: 8 B in its index slot (plus its share of the node) and 24 B in the log.
+//! - Evicting the last folio of a file that no handle has open forgets the file: after
+//!   the batch, with every lock dropped, `MappingTable::remove_if_unused` removes its
+//!   mapping, whose shadows go with its index. Their records stay in the log until they
+//!   expire, naming an id the table no longer has (ids are never reused): skipped.
 //!
 //! Protection: the shadow log under its mutex; the wake flag under its mutex with a
 //! condvar. Lock order: (policy's mutex, alone) ; then a mapping's index lock -> the
@@ -31,7 +35,7 @@ use std::sync::{Condvar, Mutex};
 
 use crate::folio::MappingId;
 use crate::index::{Entry, Leave};
-use crate::mapping::MappingTable;
+use crate::mapping::{MappingTable, MaybeUnused};
 use crate::memory::Memory;
 use crate::refcount::PREFETCHED;
 use crate::stats;
@@ -120,6 +124,8 @@ impl Reclaimer {
         let mut to_free: Vec<(FrameId, Order)> = Vec::with_capacity(isolated.len());
         let mut to_release: Vec<(FrameId, Order)> = Vec::new();
         let mut logged: Vec<ShadowRecord> = Vec::with_capacity(isolated.len());
+        // Mappings with no handle whose last counted folio this pass evicted.
+        let mut maybe_unused = Vec::new();
         for victim in isolated {
             let meta = mem.arena.meta(victim.frame);
             let (mapping_id, head, order) = meta.identity();
@@ -132,6 +138,9 @@ impl Reclaimer {
             if holds && meta.state.try_freeze_isolated() {
                 let removed = w.remove_folio(head, victim.frame, Leave::Shadow(victim.shadow));
                 assert!(removed, "a frozen folio was not in its slot");
+                if mapping.folio_removed(&w) == MaybeUnused::Yes {
+                    maybe_unused.push(mapping.clone());
+                }
                 drop(w);
                 if meta.state.load() & PREFETCHED != 0 {
                     stats::add(&mem.counters.readahead_wasted_pages, victim.pages);
@@ -162,6 +171,11 @@ impl Reclaimer {
         stats::add(&mem.counters.evicted_folios, to_free.len() as u64);
         stats::add(&mem.counters.evicted_pages, report.freed_pages);
         self.log_shadows(mem, mappings, logged);
+        // Every lock dropped: a closed file whose last folio went is forgotten, and its
+        // shadows with it (`MappingTable` docs).
+        for mapping in maybe_unused {
+            mappings.remove_if_unused(mem, &mapping);
+        }
         report
     }
 

@@ -57,10 +57,17 @@ pub struct Stats {
     pub readahead_wasted_pages: u64,
     /// Allocations that found every folio pinned or locked and gave up.
     pub alloc_failures: u64,
-    /// The cache's capacity, what it holds now, and its metadata.
+    /// The cache's capacity, what it holds now, and its metadata: the folios' side table,
+    /// the mappings and their index nodes (in trees and node pools).
     pub capacity_bytes: u64,
     pub cached_bytes: u64,
     pub metadata_bytes: u64,
+    /// Files the cache knows now (mappings: a handle open or a page cached), the index
+    /// nodes they hold (counted in `metadata_bytes`), and the mappings forgotten so far
+    /// (no handle open and no page cached left).
+    pub mappings: u64,
+    pub index_nodes: u64,
+    pub mappings_removed: u64,
     /// Which backend reads the files, and which policy evicts.
     pub backend: String,
     pub eviction: String,
@@ -94,6 +101,7 @@ pub(crate) struct Counters {
     pub readahead_wasted_pages: AtomicU64,
     pub alloc_failures: AtomicU64,
     pub pinned_hits: AtomicU64,
+    pub mappings_removed: AtomicU64,
     threads: Mutex<Vec<Arc<ThreadCounters>>>,
 }
 
@@ -124,6 +132,7 @@ impl Default for Counters {
             readahead_wasted_pages: AtomicU64::new(0),
             alloc_failures: AtomicU64::new(0),
             pinned_hits: AtomicU64::new(0),
+            mappings_removed: AtomicU64::new(0),
             threads: Mutex::new(Vec::new()),
         }
     }
@@ -234,6 +243,7 @@ impl Counters {
             readahead_pages: get(&self.readahead_pages),
             readahead_wasted_pages: get(&self.readahead_wasted_pages),
             alloc_failures: get(&self.alloc_failures),
+            mappings_removed: get(&self.mappings_removed),
             ..Stats::default()
         }
     }

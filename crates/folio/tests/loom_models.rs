@@ -26,6 +26,16 @@
 //! - `optimistic_read`: a reader that copies without a reference validates only copies
 //!   that belong entirely to one identity, never a mix of an evicted page and its
 //!   replacement.
+//! - `mapping_lifetime_open_vs_eviction` and
+//!   `mapping_lifetime_reopen_between_walk_and_removal`: `MappingTable`'s lifetime
+//!   protocol (open, close, removal of an unused mapping; transcribed from
+//!   `src/mapping.rs`, whose steps O, C and R it names) against reclaim evicting a closed
+//!   file's last folio, and against a handle opened, used and closed between a removal's
+//!   walk and its removal: an open never gets a mapping that left the table, no folio is
+//!   ever left in a mapping that left it, and no unused mapping stays in it. Each is also
+//!   run on a deliberately broken protocol (`mapping_lifetime_broken_*`, which must
+//!   fail): the handles raised after the look-up's lock is dropped, and a removal that
+//!   compares the handle count instead of the whole word.
 //!
 //! Run with `cargo test --release -p folio --test loom_models` (part of the workspace's
 //! tests; each model is small enough to explore exhaustively in seconds).
@@ -475,4 +485,253 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
         assert_ne!(state & DEAD, 0);
         assert_eq!(count(state), 0);
     });
+}
+
+/// `MappingTable`'s lifetime protocol (`src/mapping.rs`), transcribed for one inode: the
+/// table is an `Option` under a reader-writer lock, a mapping's index is the count of its
+/// folios under a mutex (the index lock; the walk of step R2 is reading it).
+mod lifetime {
+    use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use loom::sync::{Arc, Mutex, RwLock};
+
+    /// `Handles::open` adds one handle and one open.
+    const OPEN: u64 = (1 << 32) | 1;
+
+    fn handles(word: u64) -> u64 {
+        word & 0xffff_ffff
+    }
+
+    /// The protocol as written, or one of two broken ones the models must catch.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Protocol {
+        Sound,
+        /// Step O raises the handles after dropping the table's lock.
+        RaiseAfterLookup,
+        /// Step R4 compares the handle count, not the whole word (opens included).
+        CompareHandlesOnly,
+    }
+
+    pub struct Mapping {
+        handles: AtomicU64,
+        /// The index, and its lock: the folios in it.
+        index: Mutex<u64>,
+        folios_closed: AtomicU64,
+        /// Set under the table's write lock when the mapping leaves it.
+        removed: AtomicBool,
+    }
+
+    pub struct Table {
+        protocol: Protocol,
+        maps: RwLock<Option<Arc<Mapping>>>,
+        /// Every mapping made, for the final checks.
+        made: Mutex<Vec<Arc<Mapping>>>,
+    }
+
+    impl Table {
+        /// A table holding one mapping with no handle and `folios` folios, counted.
+        pub fn with_closed(protocol: Protocol, folios: u64) -> Table {
+            let mapping = Arc::new(Mapping {
+                handles: AtomicU64::new(OPEN - 1),
+                index: Mutex::new(folios),
+                folios_closed: AtomicU64::new(folios),
+                removed: AtomicBool::new(false),
+            });
+            Table {
+                protocol,
+                maps: RwLock::new(Some(mapping.clone())),
+                made: Mutex::new(vec![mapping]),
+            }
+        }
+
+        /// The mapping in the table.
+        pub fn current(&self) -> Arc<Mapping> {
+            self.maps.read().unwrap().clone().expect("a mapping")
+        }
+
+        /// Step O.
+        pub fn open(&self) -> Arc<Mapping> {
+            {
+                let maps = self.maps.read().unwrap();
+                if let Some(mapping) = maps.as_ref() {
+                    let mapping = mapping.clone();
+                    if self.protocol == Protocol::RaiseAfterLookup {
+                        drop(maps);
+                    }
+                    mapping.handles.fetch_add(OPEN, Ordering::AcqRel);
+                    return mapping;
+                }
+            }
+            let mut maps = self.maps.write().unwrap();
+            if let Some(mapping) = maps.as_ref() {
+                mapping.handles.fetch_add(OPEN, Ordering::AcqRel);
+                return mapping.clone();
+            }
+            let mapping = Arc::new(Mapping {
+                handles: AtomicU64::new(OPEN),
+                index: Mutex::new(0),
+                folios_closed: AtomicU64::new(0),
+                removed: AtomicBool::new(false),
+            });
+            *maps = Some(mapping.clone());
+            self.made.lock().unwrap().push(mapping.clone());
+            mapping
+        }
+
+        /// A read through a handle inserts a folio (under the index lock).
+        pub fn insert(&self, mapping: &Mapping) {
+            assert!(
+                !mapping.removed.load(Ordering::Acquire),
+                "an open handle's mapping left the table"
+            );
+            *mapping.index.lock().unwrap() += 1;
+        }
+
+        /// Step C.
+        pub fn close(&self, mapping: &Arc<Mapping>) {
+            let before = mapping.handles.fetch_sub(1, Ordering::AcqRel);
+            if handles(before - 1) == 0 {
+                self.remove_if_unused(mapping);
+            }
+        }
+
+        /// Reclaim evicts one folio, counts it down (`Mapping::folio_removed`), and tries
+        /// R if that was the last one counted.
+        pub fn evict_one(&self, mapping: &Arc<Mapping>) {
+            let mut index = mapping.index.lock().unwrap();
+            if *index == 0 {
+                return;
+            }
+            *index -= 1;
+            let mut maybe_unused = false;
+            if handles(mapping.handles.load(Ordering::Acquire)) == 0 {
+                let before = mapping
+                    .folios_closed
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                    .unwrap_or(0);
+                maybe_unused = before <= 1;
+            }
+            drop(index);
+            if maybe_unused {
+                self.remove_if_unused(mapping);
+            }
+        }
+
+        /// Step R.
+        pub fn remove_if_unused(&self, mapping: &Arc<Mapping>) {
+            let word = mapping.handles.load(Ordering::Acquire);
+            if handles(word) != 0 {
+                return;
+            }
+            let index = mapping.index.lock().unwrap();
+            mapping.folios_closed.store(*index, Ordering::Release);
+            let folios = *index;
+            drop(index);
+            if folios > 0 {
+                return;
+            }
+            let mut maps = self.maps.write().unwrap();
+            let now = mapping.handles.load(Ordering::Acquire);
+            let changed = match self.protocol {
+                Protocol::CompareHandlesOnly => handles(now) != handles(word),
+                _ => now != word,
+            };
+            if changed {
+                return;
+            }
+            if maps.as_ref().is_some_and(|held| Arc::ptr_eq(held, mapping)) {
+                mapping.removed.store(true, Ordering::Release);
+                *maps = None;
+            }
+        }
+
+        /// Once every thread is done: no folio in a mapping that left the table, and the
+        /// table's mapping, if any, has a handle or a folio.
+        pub fn check(&self) {
+            for mapping in self.made.lock().unwrap().iter() {
+                if mapping.removed.load(Ordering::Acquire) {
+                    assert_eq!(
+                        *mapping.index.lock().unwrap(),
+                        0,
+                        "a folio left in a mapping that left the table (it can never be evicted)"
+                    );
+                }
+            }
+            if let Some(mapping) = self.maps.read().unwrap().as_ref() {
+                let used = handles(mapping.handles.load(Ordering::Acquire)) > 0
+                    || *mapping.index.lock().unwrap() > 0;
+                assert!(used, "an unused mapping stayed in the table");
+            }
+        }
+    }
+}
+
+/// A closed file's last folio is evicted while another thread opens the file and closes
+/// it again.
+fn mapping_lifetime_open_vs_eviction_under(protocol: lifetime::Protocol) {
+    loom::model(move || {
+        let table = Arc::new(lifetime::Table::with_closed(protocol, 1));
+        let closed = table.current();
+        let reclaimer = {
+            let (table, closed) = (table.clone(), closed.clone());
+            thread::spawn(move || table.evict_one(&closed))
+        };
+        let opener = {
+            let table = table.clone();
+            thread::spawn(move || {
+                let mapping = table.open();
+                table.insert(&mapping);
+                table.close(&mapping);
+            })
+        };
+        reclaimer.join().unwrap();
+        opener.join().unwrap();
+        table.check();
+    });
+}
+
+/// A removal has walked a closed mapping and found no folio; before it takes the table's
+/// lock, another thread opens the file, reads a folio into it and closes it.
+fn mapping_lifetime_reopen_between_walk_and_removal_under(protocol: lifetime::Protocol) {
+    loom::model(move || {
+        let table = Arc::new(lifetime::Table::with_closed(protocol, 0));
+        let closed = table.open();
+        // A handle closes; its R runs on the thread below, racing the reopen.
+        let remover = {
+            let (table, closed) = (table.clone(), closed.clone());
+            thread::spawn(move || table.close(&closed))
+        };
+        let opener = {
+            let table = table.clone();
+            thread::spawn(move || {
+                let mapping = table.open();
+                table.insert(&mapping);
+                table.close(&mapping);
+            })
+        };
+        remover.join().unwrap();
+        opener.join().unwrap();
+        table.check();
+    });
+}
+
+#[test]
+fn mapping_lifetime_open_vs_eviction() {
+    mapping_lifetime_open_vs_eviction_under(lifetime::Protocol::Sound);
+}
+
+#[test]
+fn mapping_lifetime_reopen_between_walk_and_removal() {
+    mapping_lifetime_reopen_between_walk_and_removal_under(lifetime::Protocol::Sound);
+}
+
+#[test]
+#[should_panic(expected = "left the table")]
+fn mapping_lifetime_broken_raise_after_lookup() {
+    mapping_lifetime_open_vs_eviction_under(lifetime::Protocol::RaiseAfterLookup);
+}
+
+#[test]
+#[should_panic(expected = "a mapping that left the table")]
+fn mapping_lifetime_broken_compare_handles_only() {
+    mapping_lifetime_reopen_between_walk_and_removal_under(lifetime::Protocol::CompareHandlesOnly);
 }
