@@ -87,11 +87,11 @@ fn fuzz_readahead_inputs_replay() {
 
 /// Found by the simulation (seed 96: 24-page cache, S3-FIFO, threads holding pages
 /// across reads): when every folio of S3-FIFO's small queue is pinned and the small queue
-/// holds at least its target (10% of the cache), reclaim only ever looks at the small
-/// queue, so a read fails with `OutOfMemory` while the main queue is full of folios
-/// nobody holds.
+/// holds at least its target (10% of the cache), reclaim only ever looked at the small
+/// queue, so a read failed with `OutOfMemory` while the main queue was full of folios
+/// nobody held. Fixed: `isolate` sets busy folios aside for the rest of its pass, and an
+/// exhausted small queue sends it to main (`eviction::s3fifo`).
 #[test]
-#[ignore = "S3-FIFO bug, not fixed yet: isolate() never reaches main while small is all busy"]
 fn s3fifo_reclaims_from_main_when_every_small_folio_is_pinned() {
     let dir = common::test_dir();
     let path = dir.path().join("f");
@@ -129,10 +129,11 @@ fn s3fifo_reclaims_from_main_when_every_small_folio_is_pinned() {
 
 /// Found by the simulation (seed 2062: 16-page cache, two-list LRU, four threads pinning
 /// up to half of it): when every folio of the inactive list is pinned and the active list
-/// is no larger than the inactive one, reclaim only ever looks at the inactive list, so a
-/// read fails with `OutOfMemory` while the active list holds folios nobody holds.
+/// is no larger than the inactive one, reclaim only ever looked at the inactive list, so a
+/// read failed with `OutOfMemory` while the active list held folios nobody held. Fixed:
+/// `isolate` sets busy folios aside for the rest of its pass, and deactivates when the
+/// inactive list has nothing left to scan (`eviction::lru`).
 #[test]
-#[ignore = "two-list LRU bug, not fixed yet: isolate() never deactivates while inactive is all busy"]
 fn lru_deactivates_when_every_inactive_folio_is_pinned() {
     let dir = common::test_dir();
     let path = dir.path().join("f");

@@ -4,7 +4,8 @@
 //! simulation"). The seed also draws the cache (capacity 64-256 KiB, folio sizes,
 //! eviction policy, readahead window, backend) and every thread's operations: `read_at`
 //! anywhere (past the end too), sequential scans, `get_page` (some held across later
-//! operations), `readahead`, `advise`, handles opened and dropped.
+//! operations: together, up to all of the cache but one frame per reader,
+//! `pinned_bytes_max`), `readahead`, `advise`, handles opened and dropped.
 //!
 //! What each seed proves:
 //! - every successful read returns exactly the file's bytes, and exactly as many as
@@ -49,18 +50,23 @@ const SEED_TIME_MAX: Duration = Duration::from_secs(30);
 /// Seeds run side by side: each spends most of its time waiting for I/O and delays.
 const WORKERS: usize = 4;
 const PAGE: u64 = 4096;
-/// The share of the cache (1/n) that the threads together keep pinned across operations,
-/// per eviction policy. A read may fail with `OutOfMemory` only when every folio is pinned
-/// or in flight; but two policies fail it sooner (found by this simulation, replayed by
-/// the ignored tests of `tests/regressions.rs`): S3-FIFO as soon as its small queue (10%)
-/// is all pinned (seed 96), the two-list LRU when its inactive list is all pinned and no
-/// smaller than the active one, half the cache (seed 2062). Until they are fixed, the
-/// simulation pins nothing under S3-FIFO and at most a quarter of the cache under LRU.
-fn pinned_share_divisor(eviction: EvictionKind) -> Option<u64> {
-    match eviction {
-        EvictionKind::S3Fifo => None,
-        EvictionKind::TwoListLru => Some(4),
-    }
+/// The most bytes one of `threads` readers keeps pinned across operations: together they
+/// leave one frame per reader that nobody pins. That is what their reads need to make
+/// progress: a read needs one free frame (its first folio falls back to order 0 when the
+/// free memory is fragmented; the rest of its run and any readahead take only what is
+/// free), and every other folio is evictable or has I/O in flight that completes. So an
+/// `OutOfMemory` here is a bug: a policy hiding evictable folios from reclaim, as
+/// S3-FIFO's small queue (seed 96) and the LRU's inactive list (seed 2062) did when all
+/// pinned (`tests/regressions.rs`). Pinning more makes `OutOfMemory` a correct answer
+/// (the whole cache pinned: `tests/faults.rs`). The same rule for both policies.
+fn pinned_bytes_max(capacity_bytes: u64, threads: u64) -> u64 {
+    (capacity_bytes / PAGE).saturating_sub(threads) / threads * PAGE
+}
+
+/// The memory a pinned view holds: its folio, which ends with the file's last page when
+/// the view is cut short by the end of the file (no folio reaches past that page).
+fn pinned_bytes(page: &PageRef) -> u64 {
+    (page.len() as u64).next_multiple_of(PAGE)
 }
 
 /// The files every seed chooses from: (length, salt). Empty, under a page, a partial last
@@ -167,6 +173,8 @@ struct Outcome {
     eio_injected: u64,
     short_injected: u64,
     reordered: u64,
+    /// Folios held across operations (`get_page` results kept).
+    pins_kept: u64,
 }
 
 fn draw_setup(rng: &mut Rng) -> Setup {
@@ -240,8 +248,7 @@ fn run_seed(seed: u64, verbose: bool) -> Result<Outcome, String> {
             .map(|(t, &thread_seed)| {
                 let (cache, chosen, shared) = (&cache, &chosen, &shared);
                 let ops = setup.ops_per_thread;
-                let pinned_bytes_max = pinned_share_divisor(setup.eviction)
-                    .map_or(0, |n| setup.capacity_bytes / n / setup.threads as u64);
+                let pinned_bytes_max = pinned_bytes_max(setup.capacity_bytes, setup.threads as u64);
                 std::thread::Builder::new()
                     .name(format!("sim-{seed}-{t}"))
                     .spawn_scoped(s, move || {
@@ -273,6 +280,7 @@ fn run_seed(seed: u64, verbose: bool) -> Result<Outcome, String> {
         outcome.ops += reader.ops;
         outcome.bytes_checked += reader.bytes_checked;
         outcome.errors_surfaced += reader.errors_surfaced;
+        outcome.pins_kept += reader.pins_kept;
     }
     check_accounting(&cache, &control, &chosen, &setup, &mut outcome)?;
     if verbose {
@@ -365,7 +373,7 @@ struct Reader<'a> {
     cursors: Vec<u64>,
     /// Pages held across operations, re-checked before they are dropped.
     pins: Vec<(usize, PageRef)>,
-    /// The most bytes this thread keeps pinned (`pinned_share_divisor`): the others must
+    /// The most bytes this thread keeps pinned (`pinned_bytes_max`): every reader must
     /// always find memory (a cache whose every folio is pinned fails reads with
     /// `OutOfMemory`, by design).
     pinned_bytes_max: u64,
@@ -535,9 +543,10 @@ impl<'a> Reader<'a> {
                     ));
                 }
                 self.check_pin(file, &page)?;
-                let pinned: u64 = self.pins.iter().map(|(_, pin)| pin.len() as u64).sum();
-                if keep && pinned + page.len() as u64 <= self.pinned_bytes_max {
+                let pinned: u64 = self.pins.iter().map(|(_, pin)| pinned_bytes(pin)).sum();
+                if keep && pinned + pinned_bytes(&page) <= self.pinned_bytes_max {
                     self.pins.push((file, page));
+                    self.outcome.pins_kept += 1;
                 }
                 Ok(())
             }
@@ -664,6 +673,7 @@ fn seeds() {
                         sum.eio_injected += outcome.eio_injected;
                         sum.short_injected += outcome.short_injected;
                         sum.reordered += outcome.reordered;
+                        sum.pins_kept += outcome.pins_kept;
                     }
                     Err(error) => {
                         eprintln!(
@@ -680,7 +690,7 @@ fn seeds() {
     });
     let (sum, failures) = total.into_inner().unwrap();
     eprintln!(
-        "simulation: {} of {} seed runs passed in {:.1?}: {} operations, {} bytes checked, {} EIOs injected, {} errors surfaced, {} short reads, {} completions reordered",
+        "simulation: {} of {} seed runs passed in {:.1?}: {} operations, {} bytes checked, {} EIOs injected, {} errors surfaced, {} short reads, {} completions reordered, {} folios held across operations",
         sum.seeds,
         seeds.len(),
         started.elapsed(),
@@ -689,7 +699,8 @@ fn seeds() {
         sum.eio_injected,
         sum.errors_surfaced,
         sum.short_injected,
-        sum.reordered
+        sum.reordered,
+        sum.pins_kept
     );
     if let Some((seed, error)) = failures.first() {
         panic!(
@@ -703,4 +714,5 @@ fn seeds() {
     // The seeds must exercise what they claim to.
     assert!(sum.eio_injected > 0 && sum.errors_surfaced > 0, "{sum:?}");
     assert!(sum.short_injected > 0 && sum.reordered > 0, "{sum:?}");
+    assert!(sum.pins_kept > 0, "{sum:?}");
 }

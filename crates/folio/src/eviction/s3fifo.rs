@@ -18,6 +18,11 @@
 //!   evicted and its shadow gets a ghost ticket.
 //! - The main queue's oldest folio is reinserted at the tail with its frequency lowered
 //!   if it was hit since, else evicted (its shadow holds no ticket).
+//! - Busy folios are skipped (set aside for the rest of the call, `super` module docs):
+//!   when every folio of the small queue is busy, victims come from main although small
+//!   holds its target, and when every folio of main is busy, from small although it is
+//!   below it. A call looks at each small folio once (it leaves small, or is set aside),
+//!   and at most twice as many folios in all as are queued.
 //! - The ghost has no list of its own: a ticket is the number of pages that had entered
 //!   the ghost before it, and a shadow is in the ghost while fewer than `ghost_pages`
 //!   pages entered after it (a FIFO of that size, counted instead of stored).
@@ -31,13 +36,16 @@
 
 use std::sync::Mutex;
 
-use super::{busy, isolate_ref, pages_of, Admission, EvictionPolicy, Isolated};
+use super::{busy, isolate_ref, pages_of, put_back_busy, Admission, EvictionPolicy, Isolated};
 use crate::arena::Arena;
 use crate::list::{List, QueueId};
 use crate::types::FrameId;
 
 const QUEUE_SMALL: QueueId = 1;
 const QUEUE_MAIN: QueueId = 2;
+/// Where `isolate` sets aside the busy folios of each queue until it returns.
+const QUEUE_SMALL_BUSY: QueueId = 5;
+const QUEUE_MAIN_BUSY: QueueId = 6;
 
 /// A folio leaves the small queue for main when hit at least this often.
 pub const MOVE_TO_MAIN_FREQ: u64 = 2;
@@ -111,18 +119,27 @@ impl EvictionPolicy for S3Fifo {
     fn isolate(&self, arena: &Arena, want_pages: u64, out: &mut Vec<Isolated>) -> u64 {
         let mut q = self.lock();
         let q = &mut *q;
+        let mut small_busy = List::new(QUEUE_SMALL_BUSY);
+        let mut main_busy = List::new(QUEUE_MAIN_BUSY);
         let mut got = 0;
         let mut skipped = 0;
-        // Every queued folio is looked at most twice per call (a main folio can come
-        // round again after its frequency dropped).
+        // Two looks per queued folio (a main folio can come round again after its
+        // frequency dropped; a busy one is set aside at its first look).
         let mut budget = 2 * (q.small.len() + q.main.len()) + 2;
-        while got < want_pages && budget > 0 && !(q.small.is_empty() && q.main.is_empty()) {
+        while got < want_pages && budget > 0 {
             budget -= 1;
-            let from_small = q.small.pages() >= self.small_target_pages || q.main.is_empty();
-            let list = if from_small {
-                &mut q.small
+            // The small queue's size counts its busy folios: they are still cached.
+            let small_pages = q.small.pages() + small_busy.pages();
+            let from_small = match (q.small.is_empty(), q.main.is_empty()) {
+                (true, true) => break,
+                (false, true) => true,
+                (true, false) => false,
+                (false, false) => small_pages >= self.small_target_pages,
+            };
+            let (list, busy_list) = if from_small {
+                (&mut q.small, &mut small_busy)
             } else {
-                &mut q.main
+                (&mut q.main, &mut main_busy)
             };
             let frame = list
                 .pop_front(&arena.links, |f| pages_of(arena, f))
@@ -130,7 +147,7 @@ impl EvictionPolicy for S3Fifo {
             let pages = pages_of(arena, frame);
             if busy(arena, frame) {
                 skipped += 1;
-                list.push_back(&arena.links, frame, pages);
+                busy_list.push_back(&arena.links, frame, pages);
                 continue;
             }
             let state = &arena.meta(frame).state;
@@ -145,8 +162,9 @@ impl EvictionPolicy for S3Fifo {
                 continue;
             }
             if !isolate_ref(arena, frame) {
-                // Being removed right now: its remover will find it gone from the queue.
-                list.push_back(&arena.links, frame, pages);
+                // Being removed right now: set aside like a busy folio, it is back on its
+                // queue when its remover (waiting for this mutex) looks for it.
+                busy_list.push_back(&arena.links, frame, pages);
                 continue;
             }
             let shadow = if from_small {
@@ -163,6 +181,8 @@ impl EvictionPolicy for S3Fifo {
             });
             got += pages;
         }
+        put_back_busy(arena, &mut small_busy, &mut q.small);
+        put_back_busy(arena, &mut main_busy, &mut q.main);
         skipped
     }
 
@@ -170,5 +190,113 @@ impl EvictionPolicy for S3Fifo {
         let mut q = self.lock();
         // Busy after all: it goes to main's tail, a second chance like a hit's.
         q.main.push_back(&arena.links, victim.frame, victim.pages);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::eviction::testing::{cached, pin};
+
+    /// 32 frames: the small queue's target is 3 pages.
+    const FRAMES: u64 = 32;
+
+    /// A cache whose main queue holds `main` folios (refaults: their shadow is in the
+    /// ghost) and whose small queue holds the `small` next ones.
+    fn filled(main: u64, small: u64) -> (Arena, S3Fifo, Vec<FrameId>, Vec<FrameId>) {
+        let arena = Arena::new(FRAMES as u32, false).unwrap();
+        let policy = S3Fifo::new(FRAMES);
+        assert_eq!(policy.small_target_pages, 3);
+        let in_main = (0..main)
+            .map(|page| {
+                let (frame, admission) = cached(&arena, &policy, page, Some(GHOST_TAG));
+                assert_eq!(admission, Admission::Refault);
+                frame
+            })
+            .collect();
+        let in_small = (main..main + small)
+            .map(|page| cached(&arena, &policy, page, None).0)
+            .collect();
+        (arena, policy, in_main, in_small)
+    }
+
+    fn frames(victims: &[Isolated]) -> Vec<FrameId> {
+        victims.iter().map(|v| v.frame).collect()
+    }
+
+    /// Seed 96 of the simulation: a small queue at its target, all pinned, used to stop
+    /// isolation (it rotated them until its budget ran out) while main was evictable.
+    #[test]
+    fn a_small_queue_all_busy_is_passed_over_for_main() {
+        let (arena, policy, main, small) = filled(29, 3);
+        for &frame in &small {
+            pin(&arena, frame);
+        }
+        let mut out = Vec::new();
+        let skipped = policy.isolate(&arena, 4, &mut out);
+        assert_eq!(skipped, 3, "each busy folio is looked at once");
+        assert_eq!(frames(&out), main[..4]);
+        assert!(
+            out.iter().all(|v| v.shadow & GHOST_TAG == 0),
+            "main's victims get no ticket"
+        );
+        let q = policy.lock();
+        assert_eq!((q.small.len(), q.main.len()), (3, 25));
+        assert_eq!(
+            q.small.front(),
+            Some(small[0]),
+            "the busy folios keep their order"
+        );
+    }
+
+    /// The other way round: main all pinned, small below its target.
+    #[test]
+    fn a_main_queue_all_busy_is_passed_over_for_small() {
+        let (arena, policy, main, small) = filled(29, 2);
+        for &frame in &main {
+            pin(&arena, frame);
+        }
+        let mut out = Vec::new();
+        let skipped = policy.isolate(&arena, 2, &mut out);
+        assert_eq!(skipped, 29);
+        assert_eq!(frames(&out), small);
+        assert!(
+            out.iter().all(|v| v.shadow & GHOST_TAG != 0),
+            "small's victims get a ticket"
+        );
+        let q = policy.lock();
+        assert_eq!((q.small.len(), q.main.len()), (0, 29));
+        assert_eq!(q.main.front(), Some(main[0]));
+    }
+
+    /// Busy folios still count in their queue's size: a small queue above its target
+    /// with a pinned head gives its next folio, not main's.
+    #[test]
+    fn busy_folios_still_count_toward_the_small_target() {
+        let (arena, policy, _main, small) = filled(28, 4);
+        pin(&arena, small[0]);
+        pin(&arena, small[1]);
+        let mut out = Vec::new();
+        assert_eq!(policy.isolate(&arena, 1, &mut out), 2);
+        assert_eq!(frames(&out), [small[2]]);
+    }
+
+    /// The whole cache pinned: nothing, after looking at each folio once, and every folio
+    /// still queued where it was.
+    #[test]
+    fn a_cache_all_busy_gives_nothing_and_keeps_every_folio() {
+        let (arena, policy, main, small) = filled(29, 3);
+        for &frame in main.iter().chain(&small) {
+            pin(&arena, frame);
+        }
+        let mut out = Vec::new();
+        assert_eq!(policy.isolate(&arena, FRAMES, &mut out), FRAMES);
+        assert!(out.is_empty());
+        let q = policy.lock();
+        assert_eq!((q.small.len(), q.main.len()), (3, 29));
+        assert_eq!(
+            (q.small.front(), q.main.front()),
+            (Some(small[0]), Some(main[0]))
+        );
     }
 }
