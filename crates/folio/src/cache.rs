@@ -219,7 +219,16 @@ impl Cache {
         let stamp = FileStamp {
             size_bytes: meta.len(),
             mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+            // The birth time (`statx`) where the file system keeps one, else the change
+            // time (`FileStamp` says why either, and what each costs).
+            born_ns: meta
+                .created()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or_else(
+                    || ns(meta.ctime(), meta.ctime_nsec()),
+                    |d| d.as_nanos() as i128,
+                ),
         };
         let core = &self.inner.core;
         let mapping = core

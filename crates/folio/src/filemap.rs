@@ -285,7 +285,7 @@ impl Fill<'_> {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn complete_read(
     core: &Core,
-    mapping: &Mapping,
+    mapping: &Arc<Mapping>,
     file: &StdFile,
     offset_bytes: u64,
     generation: u64,
@@ -301,6 +301,7 @@ pub(crate) fn complete_read(
         Err(e) => {
             stats::bump(&core.mem.counters.io_errors);
             fail_folios(core, mapping, run, e.raw_os_error().unwrap_or(libc::EIO));
+            forget_if_unused(core, mapping);
             return;
         }
     };
@@ -356,6 +357,17 @@ pub(crate) fn complete_read(
     if !failed.is_empty() {
         // Readers of these pages retry (ESTALE), or find them past the end of the file.
         fail_folios(core, mapping, &failed, libc::ESTALE);
+    }
+    if shrink.is_some() || !failed.is_empty() {
+        forget_if_unused(core, mapping);
+    }
+}
+
+/// A completion took folios out of `mapping`'s index: if no handle has the file open,
+/// that may have been its last, and the mapping leaves the table (`MappingTable` docs).
+fn forget_if_unused(core: &Core, mapping: &Arc<Mapping>) {
+    if mapping.handles() == 0 {
+        core.mappings.remove_if_unused(&core.mem, mapping);
     }
 }
 
@@ -434,6 +446,7 @@ fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
             core.mem
                 .policy
                 .remove(&core.mem.arena, folio.frame, folio.order.pages());
+            mapping.folio_removed(&w);
         } else {
             debug_assert!(false, "a LOCKED folio left the index");
         }

@@ -27,7 +27,8 @@
 //! # Lock ordering
 //!
 //! ```text
-//! MappingTable (RwLock: open, reclaim's look-up; never held across the others)
+//! MappingTable (RwLock: read by open and reclaim's look-up, written by open of a new file
+//!   and by a removal from close, reclaim or a completion; never held across the others)
 //! Mapping::stamp (revalidate): taken alone, dropped before the index lock
 //! Reclaimer's shadow log: taken alone, dropped before any index lock
 //! a Mapping's index lock (Index::lock, one mapping at a time)

@@ -2,8 +2,8 @@
 //!
 //! Two `Cache::open`s of the same file share one mapping, as two `struct file`s share an
 //! `address_space` in the kernel: one index, one set of folios; each handle keeps its own
-//! readahead state. A reopen compares the file's stamp (size, modification time and
-//! change time, `FileStamp`) and drops the pages of a file that changed.
+//! readahead state. A reopen compares the file's stamp (size, modification time and birth
+//! time, `FileStamp`) and drops the pages of a file that changed.
 //!
 //! Lifetime: a mapping lives while a handle has it open or its index holds a folio. When
 //! the last handle closes, its folios stay cached and a reopen finds them; once no handle
@@ -29,9 +29,8 @@
 //!      freed and reused (the ABA case) or the walk raced with a writer; `put` and retry.
 
 use std::collections::HashMap;
-use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::folio::MappingId;
@@ -41,20 +40,24 @@ use crate::refcount::{GetOutcome, PutOutcome, LOCKED};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
 
-/// What identifies a file's version: size, modification time and change time.
+/// What identifies a file's version: size, modification time, and when the inode was
+/// made.
 ///
-/// The change time (ctime) is the part users cannot set: `utimes` (`touch -d`, `cp -p`,
-/// `rsync -t`) sets the modification time but moves the change time to now, so a file
-/// deleted and replaced by another of the same length and modification time, which ext4
-/// often gives the old inode number, still has another stamp. The change time also moves
-/// on `chmod`, `chown`, a link or a rename: the next open then drops the file's cached
-/// pages although its bytes did not change. That is the price of never serving a stale
-/// byte; folio itself only opens files read-only, which moves no change time.
+/// `born_ns` is the part users cannot set, so that a file deleted and replaced by another
+/// of the same length and modification time (`cp -p`, `rsync -t`, `tar x`), which ext4
+/// often gives the old inode number, still has another stamp: the birth time (`statx`
+/// `STATX_BTIME`, ext4, xfs, btrfs) where the file system has one, which no link, rename,
+/// `chmod` or `chown` moves (a RocksDB checkpoint hard-links every SST). Where it has none,
+/// the change time (ctime), which `utimes` moves to now, but so do a link, a rename,
+/// `chmod` and `chown`: the next open then drops the file's cached pages although its
+/// bytes did not change, the price of never serving a stale byte. folio itself only opens
+/// files read-only, which moves neither.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileStamp {
     pub size_bytes: u64,
     pub mtime_ns: i128,
-    pub ctime_ns: i128,
+    /// The birth time, or the change time where the file system keeps no birth time.
+    pub born_ns: i128,
 }
 
 #[derive(Debug)]
@@ -75,15 +78,11 @@ pub struct Mapping {
     handles: Handles,
     /// While `handles` is 0: the folios in the index, counted under the index lock when a
     /// removal found some, and lowered under the index lock by every removal of a folio
-    /// that `mapping` and `reclaim` make. When it reaches 0 the mapping may be unused and
-    /// a removal is tried, which recounts. A hint, never trusted for the removal itself:
-    /// too high when a failed read's completion removed folios uncounted (`suspects`
-    /// covers that), too low when left from an earlier closed spell (a wasted walk).
+    /// (`folio_removed`: reclaim, invalidation, a failed read's completion). When it
+    /// reaches 0 the mapping may be unused and a removal is tried, which recounts. A hint,
+    /// never trusted for the removal itself: too low when left from an earlier closed
+    /// spell (a wasted walk).
     folios_closed: AtomicU64,
-    /// The table's queue of mappings to look at again (`MappingTable` docs), and whether
-    /// this mapping is in it.
-    suspects: Arc<Suspects>,
-    suspected: AtomicBool,
 }
 
 /// A folio the caller holds a reference on; the reference is dropped with it.
@@ -110,7 +109,7 @@ impl<'c> Pinned<'c> {
 }
 
 impl Mapping {
-    fn new(id: MappingId, inode: (u64, u64), stamp: FileStamp, suspects: Arc<Suspects>) -> Mapping {
+    fn new(id: MappingId, inode: (u64, u64), stamp: FileStamp) -> Mapping {
         Mapping {
             id,
             inode,
@@ -120,15 +119,6 @@ impl Mapping {
             stamp: Mutex::new(stamp),
             handles: Handles::opened_once(),
             folios_closed: AtomicU64::new(0),
-            suspects,
-            suspected: AtomicBool::new(false),
-        }
-    }
-
-    /// Queues this mapping for a later `MappingTable::remove_if_unused`, once.
-    fn suspect(&self) {
-        if !self.suspected.swap(true, Ordering::AcqRel) {
-            self.suspects.push(self.id);
         }
     }
 
@@ -158,22 +148,19 @@ impl Mapping {
         }
     }
 
-    /// Counts the folios in the index, and those with I/O in flight, by one walk.
+    /// Counts the folios in the index (those in flight included) by one walk.
     ///
     /// Context: the index lock held (the walk is then exact). Takes time in proportion to
     /// the entries of the index.
-    fn count_folios(&self, mem: &Memory, _w: &IndexWriteGuard<'_>) -> FolioCount {
-        let mut count = FolioCount::default();
+    fn count_folios(&self, _w: &IndexWriteGuard<'_>) -> u64 {
+        let mut folios = 0;
         self.index
             .visit(PageIndex(0), PageIndex(u64::MAX >> 12), &mut |_, entry| {
-                if let Entry::Folio { frame, .. } = entry {
-                    count.folios += 1;
-                    if mem.arena.meta(frame).state.load() & LOCKED != 0 {
-                        count.in_flight += 1;
-                    }
+                if let Entry::Folio { .. } = entry {
+                    folios += 1;
                 }
             });
-        count
+        folios
     }
 
     /// See the field's docs.
@@ -308,7 +295,6 @@ impl Mapping {
             }
         });
         let mut dropped = 0;
-        let mut maybe_unused = MaybeUnused::No;
         if how == Invalidate::Truncate {
             // Reads in flight now must not publish what they read (`generation`).
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -334,9 +320,9 @@ impl Mapping {
             }
             w.remove_folio(head, frame, Leave::Empty);
             mem.policy.remove(&mem.arena, frame, order.pages());
-            if self.folio_removed(&w) == MaybeUnused::Yes {
-                maybe_unused = MaybeUnused::Yes;
-            }
+            // With no handle open (a completion found the file shorter), the completion
+            // tries the removal once it is done (`filemap::complete_read`).
+            self.folio_removed(&w);
             drop(w);
             let free = match how {
                 Invalidate::Unpinned => true,
@@ -349,11 +335,6 @@ impl Mapping {
             }
         }
         stats::add(&mem.counters.invalidated_pages, dropped);
-        if maybe_unused == MaybeUnused::Yes {
-            // No handle is open (a completion found the file shorter): the table is not
-            // reachable from here, so the next open or close looks at this mapping.
-            self.suspect();
-        }
         dropped
     }
 }
@@ -429,41 +410,8 @@ pub enum Unused {
     Removed,
     /// A handle has it open, or was opened meanwhile.
     Open,
-    /// Its index holds folios; their removal tries again.
+    /// Its index holds folios; the removal of the last one tries again.
     Cached,
-    /// Its index holds folios with reads in flight, whose completion may remove them
-    /// uncounted: it is a suspect (`MappingTable` docs).
-    InFlight,
-}
-
-#[derive(Debug, Default)]
-struct FolioCount {
-    folios: u64,
-    in_flight: u64,
-}
-
-/// Mappings to look at again: closed with reads in flight, or whose last folio left where
-/// the table is not reachable. Each open and each close looks at one. A mapping is queued
-/// at most once (`Mapping::suspected`).
-#[derive(Debug, Default)]
-pub struct Suspects {
-    queue: Mutex<VecDeque<MappingId>>,
-}
-
-impl Suspects {
-    fn push(&self, id: MappingId) {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push_back(id);
-    }
-
-    fn pop(&self) -> Option<MappingId> {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front()
-    }
 }
 
 /// Every mapping of a cache, by id (for reclaim, which finds a folio's mapping from its
@@ -479,14 +427,16 @@ impl Suspects {
 ///   C. Close (`close`, `File`'s drop): lower the handles; the close that leaves none
 ///      tries R.
 ///   R. Removal (`remove_if_unused`), tried on C and when the last counted folio leaves
-///      (`Mapping::folio_removed`: reclaim, invalidation):
+///      (`Mapping::folio_removed`: reclaim; and a completion that failed or invalidated
+///      folios of a mapping with no handle, `filemap::complete_read`):
 ///      1. Load the handle word; if a handle is open, stop.
-///      2. Under the index lock, count the folios (one walk). If there are some, store
-///         the count in `folios_closed` (the removal of the last one tries R again), and
-///         stop; with reads in flight, also queue the mapping as a suspect (below).
+///      2. Under the index lock, count the folios (one walk), those in flight included.
+///         If there are some, store the count in `folios_closed` (the removal of the last
+///         one, by reclaim or by its own failed read, tries R again), and stop.
 ///      3. Drop the index lock; take the table's lock for writing.
 ///      4. If the handle word is still the one loaded in 1 and the mapping is still in
-///         the table, remove it; its `Arc` goes after the lock is dropped.
+///         the table, remove it and give its id back; its `Arc` goes after the lock is
+///         dropped.
 ///
 /// The interleavings that matter (model: `loom_models::mapping_lifetime_*`):
 /// - O against R4: O raises the word under the read lock, R4 compares it under the write
@@ -504,30 +454,46 @@ impl Suspects {
 /// and the shadow log's look-ups (which find nothing to do: no folio, and shadows that
 /// go with the index), and a completion that removed the last folios. The index's nodes
 /// are freed when the last of them drops (`Index`'s drop: type-stable nodes until then).
-/// Shadow records of a removed mapping name an id the table no longer has; ids are never
-/// reused, so the shadow log skips them until they expire.
 ///
-/// Suspects: a read's completion that fails removes its folios from the index without
-/// counting them in `folios_closed` (it can only be too high then), and one that finds
-/// the file shorter invalidates where the table is not reachable. A mapping closed with
-/// reads in flight, or whose last folio left without the table at hand, is queued; each
-/// open and each close tries R on one queued mapping, and requeues it if its reads are
-/// still in flight. So no unused mapping stays for good while files are opened or
-/// closed.
+/// Ids are reused: a removed mapping's id goes to the next new mapping (else a cache
+/// that opens and closes files for days would run out of 2^32 ids). That is safe
+/// because nothing reaches a frame by its id: lookups go through the new mapping's own
+/// index, which holds only its own folios, and every holder of a frame still naming the
+/// old mapping (a pinned page of a truncated file, a victim in the policy's queue)
+/// checks that the slot of its page holds that very frame before it acts. A shadow
+/// record of the old mapping that expires later removes a shadow of the new one only if
+/// the value matches too (values carry the eviction clock): at worst one refault is not
+/// recognised.
 ///
-/// Limits: 2^32 mappings made in a cache's life (ids are not reused); each reopen of a
-/// file whose mapping was removed makes a new one.
+/// Limits: at most 2^32 mappings at once.
 #[derive(Debug, Default)]
 pub struct MappingTable {
     maps: RwLock<Maps>,
-    suspects: Arc<Suspects>,
 }
 
 #[derive(Debug, Default)]
 struct Maps {
     by_id: HashMap<MappingId, Arc<Mapping>>,
     by_inode: HashMap<(u64, u64), MappingId>,
+    /// Ids of removed mappings, handed out again before `next_id`.
+    free_ids: Vec<MappingId>,
     next_id: u32,
+}
+
+impl Maps {
+    fn new_id(&mut self) -> io::Result<MappingId> {
+        if let Some(id) = self.free_ids.pop() {
+            return Ok(id);
+        }
+        let id = MappingId(self.next_id);
+        self.next_id = self.next_id.checked_add(1).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "folio: more than 2^32 files cached at once",
+            )
+        })?;
+        Ok(id)
+    }
 }
 
 impl MappingTable {
@@ -547,8 +513,7 @@ impl MappingTable {
     /// existing one is revalidated against `stamp` (its pages dropped if the file
     /// changed). The caller owns the handle and gives it back with `close`.
     ///
-    /// Context: takes the table's lock, then (after dropping it) the mapping's; may look
-    /// at one suspect (`remove_if_unused`).
+    /// Context: takes the table's lock, then (after dropping it) the mapping's.
     pub fn get_or_insert(
         &self,
         mem: &Memory,
@@ -572,26 +537,16 @@ impl MappingTable {
                 match found(&maps) {
                     Some(mapping) => mapping,
                     None => {
-                        let id = MappingId(maps.next_id);
-                        maps.next_id = maps.next_id.checked_add(1).ok_or_else(|| {
-                            io::Error::new(
-                                io::ErrorKind::OutOfMemory,
-                                "folio: more than 2^32 mappings made in this cache",
-                            )
-                        })?;
-                        let mapping =
-                            Arc::new(Mapping::new(id, (dev, ino), stamp, self.suspects.clone()));
+                        let id = maps.new_id()?;
+                        let mapping = Arc::new(Mapping::new(id, (dev, ino), stamp));
                         maps.by_id.insert(id, mapping.clone());
                         maps.by_inode.insert((dev, ino), id);
-                        drop(maps);
-                        self.look_at_a_suspect(mem);
                         return Ok(mapping);
                     }
                 }
             }
         };
         mapping.revalidate(mem, stamp);
-        self.look_at_a_suspect(mem);
         Ok(mapping)
     }
 
@@ -603,7 +558,6 @@ impl MappingTable {
         if mapping.handles.close().open() == 0 {
             self.remove_if_unused(mem, mapping);
         }
-        self.look_at_a_suspect(mem);
     }
 
     /// Step R (type docs): removes `mapping` from the table if no handle has it open and
@@ -617,14 +571,10 @@ impl MappingTable {
             return Unused::Open;
         }
         let w = mapping.index.lock();
-        let count = mapping.count_folios(mem, &w);
-        mapping.folios_closed.store(count.folios, Ordering::Release);
+        let folios = mapping.count_folios(&w);
+        mapping.folios_closed.store(folios, Ordering::Release);
         drop(w);
-        if count.in_flight > 0 {
-            mapping.suspect();
-            return Unused::InFlight;
-        }
-        if count.folios > 0 {
+        if folios > 0 {
             return Unused::Cached;
         }
         let mut maps = self.write();
@@ -635,8 +585,11 @@ impl MappingTable {
             Some(held) if Arc::ptr_eq(held, mapping) => maps.by_id.remove(&mapping.id),
             _ => None,
         };
-        if removed.is_some() && maps.by_inode.get(&mapping.inode) == Some(&mapping.id) {
-            maps.by_inode.remove(&mapping.inode);
+        if removed.is_some() {
+            if maps.by_inode.get(&mapping.inode) == Some(&mapping.id) {
+                maps.by_inode.remove(&mapping.inode);
+            }
+            maps.free_ids.push(mapping.id);
         }
         drop(maps);
         if removed.is_some() {
@@ -644,18 +597,6 @@ impl MappingTable {
         }
         // `removed` drops here, outside the lock; the index goes with the last `Arc`.
         Unused::Removed
-    }
-
-    /// Tries removal on the oldest suspect (type docs), if any; requeues it if its reads
-    /// are still in flight.
-    fn look_at_a_suspect(&self, mem: &Memory) {
-        let Some(id) = self.suspects.pop() else {
-            return;
-        };
-        if let Some(mapping) = self.get(id) {
-            mapping.suspected.store(false, Ordering::Release);
-            self.remove_if_unused(mem, &mapping);
-        }
     }
 
     /// Mappings in the table.
@@ -671,5 +612,31 @@ impl MappingTable {
             .values()
             .map(|m| m.index.nodes_allocated())
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_of_removed_mappings_are_handed_out_again_first() {
+        let mut maps = Maps::default();
+        assert_eq!(maps.new_id().unwrap(), MappingId(0));
+        assert_eq!(maps.new_id().unwrap(), MappingId(1));
+        maps.free_ids.push(MappingId(0));
+        assert_eq!(maps.new_id().unwrap(), MappingId(0));
+        assert_eq!(maps.new_id().unwrap(), MappingId(2));
+        maps.next_id = u32::MAX;
+        assert_eq!(
+            maps.new_id().unwrap_err().kind(),
+            io::ErrorKind::OutOfMemory
+        );
+        maps.free_ids.push(MappingId(1));
+        assert_eq!(
+            maps.new_id().unwrap(),
+            MappingId(1),
+            "a freed id still serves"
+        );
     }
 }
