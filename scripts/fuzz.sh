@@ -46,6 +46,7 @@ for target in "${targets[@]}"; do
     status=$?
     set -e
     runs=$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log" | tail -1 || true)
+    rate=$(grep -Eo 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1 || true)
     corpus=$(grep -Eo 'corp: [0-9]+/[0-9a-zA-Z]+' "$log" | tail -1 || true)
     if [ "$status" -ne 0 ]; then
         failed=1
@@ -57,7 +58,7 @@ for target in "${targets[@]}"; do
             echo "minimise: cargo +nightly fuzz tmin $target $crash"
         fi
     else
-        summary+=("$target: ok, ${runs:-? runs}s, ${corpus:-corpus ?}")
+        summary+=("$target: ok, ${runs:-? runs}s, ${rate:-?} exec/s, ${corpus:-corpus ?}")
     fi
 done
 

@@ -1,7 +1,7 @@
 //! Fuzz bodies for the parts that are private to the crate: the index against a
 //! `BTreeMap` model (`index`), and the readahead policy against its invariants
 //! (`readahead_policy`). The targets in `fuzz/fuzz_targets/` call them; the unit tests
-//! below replay every input saved under `fuzz/regressions/<target>/`.
+//! below replay every input saved under `fuzz/{regressions,seeds,known}/<target>/`.
 //!
 //! Compiled only with `--cfg fuzzing` (cargo-fuzz sets it) and for the crate's unit tests:
 //! not part of the API. An input is a stream of choices (`Input`): every byte string is a
@@ -63,29 +63,6 @@ const INDEX_OPS_MAX: usize = 64;
 /// Pages the index model may hold (so that one input stays fast).
 const MODEL_PAGES_MAX: usize = 1 << 15;
 
-/// Known findings of the index target, worked around so that fuzzing goes on past them.
-/// Each is replayed without its workaround by the ignored
-/// `tests::known_index_inputs_replay` (`fuzz/known/index/`); turn a workaround off once
-/// its finding is fixed.
-#[derive(Clone, Copy, Debug)]
-struct Workarounds {
-    /// When every entry has been removed, the root is an empty node, and an insertion
-    /// beyond its span pushes it down under a new root, where it stays: an empty non-root
-    /// node (`check_invariants`: "empty non-root node"; lookups stay right, the node is
-    /// wasted). Workaround: a fresh index whenever the model is empty.
-    fresh_when_empty: bool,
-    /// A small folio inserted under the shadow of an evicted large one (a 64-page slot)
-    /// splits the slot into an EMPTY node: the 63 other pages lose their shadow, so their
-    /// refaults are not recognised (the kernel's `xas_split` copies the entry into every
-    /// new slot). Workaround: the model drops the whole slot's shadow too.
-    split_drops_shadows: bool,
-}
-
-const KNOWN: Workarounds = Workarounds {
-    fresh_when_empty: true,
-    split_drops_shadows: true,
-};
-
 /// What the model holds for one page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Slot {
@@ -102,37 +79,21 @@ enum Slot {
 /// neighbours is compared, everything is removed and the tree must prune to its root.
 ///
 /// Checked against the model: which folios of a run go in (exactly those whose pages
-/// hold no folio), the shadow values the run reports (exactly those the model holds
-/// under the inserted folios), `remove_folio` (true exactly for the frame covering the
+/// hold no folio), the shadows the run reports (exactly the values the model holds under
+/// the inserted folios, each at a page where the model held it, at least one within
+/// every folio that replaced one), `remove_folio` (true exactly for the frame covering the
 /// page), `lookup` and `get` (the entry, and a folio's head aligned to its order),
 /// `visit` (every folio whose head is in the range, in order, and shadows the model
 /// holds), and the folio count of `check_invariants`.
 pub fn index(data: &[u8]) {
-    index_body(data, KNOWN);
-}
-
-/// `index` with every known finding's workaround off: what the ignored replays run.
-#[cfg(test)]
-fn index_without_workarounds(data: &[u8]) {
-    let none = Workarounds {
-        fresh_when_empty: false,
-        split_drops_shadows: false,
-    };
-    index_body(data, none);
-}
-
-fn index_body(data: &[u8], known: Workarounds) {
     let trace = tracing();
     let mut input = Input::new(data);
-    let mut index = Index::default();
+    let index = Index::default();
     let mut model: BTreeMap<u64, Slot> = BTreeMap::new();
     let mut next_frame = 1u32;
     let mut next_shadow = 1u64;
     // Removed folios that left a shadow: (head, order, value), for `remove_shadows`.
     let mut shadowed: Vec<(u64, u8, u64)> = Vec::new();
-    // Shadow value -> the pages of the slots it was left in (64 for folios of order 6 and
-    // up, which live in level-1 nodes; else 1).
-    let mut shadow_slot_pages: BTreeMap<u64, u64> = BTreeMap::new();
     const REGIONS: [u64; 4] = [0, 1 << 18, 1 << 36, (1 << 60) - (1 << 14)];
     for op in 0..INDEX_OPS_MAX {
         if input.is_empty() {
@@ -186,7 +147,8 @@ fn index_body(data: &[u8], known: Workarounds) {
                     run.len(),
                     "op {op}: one answer per folio"
                 );
-                let mut expected_shadows = BTreeSet::new();
+                // Page -> the shadow value an inserted folio replaced there.
+                let mut replaced: BTreeMap<u64, u64> = BTreeMap::new();
                 for (folio, &inserted) in run.iter().zip(&outcome.inserted) {
                     let span = folio.head.0..folio.head.0 + folio.order.pages();
                     let free = span
@@ -202,25 +164,9 @@ fn index_body(data: &[u8], known: Workarounds) {
                     if !inserted {
                         continue;
                     }
-                    if known.split_drops_shadows && folio.order.get() < 6 {
-                        for p in span.clone() {
-                            let Some(&Slot::Shadow(value)) = model.get(&p) else {
-                                continue;
-                            };
-                            if shadow_slot_pages.get(&value) != Some(&64) {
-                                continue;
-                            }
-                            let base = p & !63;
-                            for q in base..base + 64 {
-                                if model.get(&q) == Some(&Slot::Shadow(value)) {
-                                    model.remove(&q);
-                                }
-                            }
-                            expected_shadows.insert(value);
-                            touched.extend([base, base + 63]);
-                        }
-                    }
-                    for p in span {
+                    // A folio inserted under a larger shadow takes only its own pages'
+                    // shadow: the others keep it (the split copies it, finding 5).
+                    for p in span.clone() {
                         if let Some(Slot::Shadow(value)) = model.insert(
                             p,
                             Slot::Folio {
@@ -229,15 +175,29 @@ fn index_body(data: &[u8], known: Workarounds) {
                                 order: folio.order.get(),
                             },
                         ) {
-                            expected_shadows.insert(value);
+                            replaced.insert(p, value);
                         }
                     }
+                    // `filemap` gives a folio the first shadow reported within its pages.
+                    let reported_within = outcome.shadows.iter().any(|(p, _)| span.contains(&p.0));
+                    assert_eq!(
+                        reported_within,
+                        replaced.range(span.clone()).next().is_some(),
+                        "op {op}: a shadow reported within the folio at {}",
+                        folio.head.0
+                    );
+                }
+                for &(page, value) in &outcome.shadows {
+                    assert_eq!(
+                        replaced.get(&page.0),
+                        Some(&value),
+                        "op {op}: shadow {value} reported at {}",
+                        page.0
+                    );
                 }
                 let reported: BTreeSet<u64> = outcome.shadows.iter().map(|&(_, v)| v).collect();
-                assert_eq!(
-                    reported, expected_shadows,
-                    "op {op}: shadows the run replaced"
-                );
+                let expected: BTreeSet<u64> = replaced.values().copied().collect();
+                assert_eq!(reported, expected, "op {op}: shadows the run replaced");
                 for window in outcome.shadows.windows(2) {
                     assert!(
                         window[0].0 < window[1].0,
@@ -284,7 +244,6 @@ fn index_body(data: &[u8], known: Workarounds) {
                     }
                     if let Leave::Shadow(value) = leave {
                         shadowed.push((head, order, value));
-                        shadow_slot_pages.insert(value, if order >= 6 { 64 } else { 1 });
                     }
                     touched.extend([head, head + (1 << order) - 1, head + (1 << order)]);
                 }
@@ -325,9 +284,6 @@ fn index_body(data: &[u8], known: Workarounds) {
             eprintln!("op {op}: checking the tree");
         }
         let (folios, _) = index.lock().check_invariants();
-        if known.fresh_when_empty && model.is_empty() {
-            index = Index::default();
-        }
         let model_folios = model
             .iter()
             .filter(|(&p, slot)| matches!(slot, Slot::Folio { head, .. } if *head == p))
@@ -662,16 +618,12 @@ mod tests {
 
     /// The saved inputs of a fuzz target: `fuzz/regressions/<target>/*` (crashes found and
     /// fixed), the seed corpus `fuzz/seeds/<target>/*` and `fuzz/known/<target>/*` (crashes
-    /// found and not fixed yet, which pass with their workaround); or only those of
-    /// `fuzz/<only>/<target>/`.
-    fn inputs(only: &str, target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    /// found and not fixed yet, which pass only through a workaround in the body, named
+    /// after its finding and removed by the fix that moves the input to `regressions`).
+    fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
         let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
         let mut found = Vec::new();
-        let kinds: &[&str] = if only.is_empty() {
-            &["regressions", "seeds", "known"]
-        } else {
-            &[only]
-        };
+        let kinds = ["regressions", "seeds", "known"];
         for kind in kinds {
             let Ok(entries) = std::fs::read_dir(root.join(kind).join(target)) else {
                 continue;
@@ -689,7 +641,7 @@ mod tests {
     }
 
     fn replay(target: &str, body: fn(&[u8])) {
-        for (path, bytes) in inputs("", target) {
+        for (path, bytes) in inputs(target) {
             eprintln!("replaying {}", path.display());
             body(&bytes);
         }
@@ -711,22 +663,6 @@ mod tests {
         if let Decision::Window(w) = decision {
             assert!(w.is_possible(4095), "{w:?}");
         }
-    }
-
-    /// Crashes of the index target not fixed yet (`KNOWN`): each must fail without its
-    /// workaround until it is fixed (then move it to `fuzz/regressions/index/`).
-    #[test]
-    #[ignore = "index findings not fixed yet: see Workarounds"]
-    fn known_index_inputs_replay() {
-        let mut failed = Vec::new();
-        for (path, bytes) in inputs("known", "index") {
-            eprintln!("replaying {}", path.display());
-            let body = || super::index_without_workarounds(&bytes);
-            if std::panic::catch_unwind(body).is_err() {
-                failed.push(path);
-            }
-        }
-        assert!(failed.is_empty(), "still failing: {failed:?}");
     }
 
     #[test]

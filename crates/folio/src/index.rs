@@ -42,19 +42,49 @@
 //! current node while consecutive folios fall in it, each folio's slots are checked for
 //! conflicts (a folio or sibling already there), shadow entries in the way are collected
 //! with the page they covered, and the folio is stored. A conflicting folio is skipped and
-//! reported; the others go in. A large shadow in the way of a smaller folio is split by
-//! replacing it with a node (its value is collected once); a subtree holding only shadows
-//! in the way of a larger folio is collapsed. Nodes are allocated before the lock is taken
-//! (`Index::lock_for_insert`), from an estimate; a walk that needs more allocates under the
-//! lock, which only happens when the tree grows new levels for a large run.
+//! reported; the others go in. A subtree holding only shadows in the way of a larger folio
+//! is collapsed (its shadows are collected).
+//!
+//! Shadows of large folios: eviction leaves the shadow value in every slot the folio held
+//! (no siblings: a shadow has no head to point at), so an evicted order-9 folio is the
+//! same shadow in 8 slots of a level-1 node, each covering 64 pages. A smaller folio
+//! inserted under such a slot splits it as the kernel's `xas_split` does: the new node
+//! gets the shadow in all 64 of its slots before it is linked, and the folio then
+//! collects the shadow from its own slots (reported at its own pages, where `filemap`
+//! looks for it). The pages it does not cover keep their shadow, so their refaults are
+//! still recognised, and the shadow log still expires every copy: `remove_shadows` walks
+//! the evicted folio's pages and empties whichever slot holds each one, at any level.
+//!
+//! Growing the tree (`extend`): a root that holds entries goes down into slot 0 of a new
+//! root one level up, as often as needed. An empty root (every entry was removed) is not
+//! pushed down, where it would stay as an empty non-root node: it is replaced by a new
+//! root of the shift needed and retired to the pool like a pruned node.
+//!
+//! Nodes are allocated before the lock is taken (`Index::lock_for_insert`), from an
+//! estimate; a walk that needs more allocates under the lock, which only happens when the
+//! tree grows new levels for a large run.
+//!
+//! What a reader may see while a writer changes the tree, transition by transition (each
+//! store is a Release that the reader's Acquire load pairs with):
+//! - A node is filled (shadows copied in, or a pooled node reset) before its pointer is
+//!   stored in its parent or the root: a reader that loads the pointer sees it filled.
+//! - A folio's head slot is stored before its siblings: a reader that finds a sibling
+//!   finds the head. One that loads a tail slot before its sibling is stored sees what
+//!   the slot held (empty, or the shadow the folio is replacing) and takes the miss path,
+//!   which finds the folio under the lock. A shadow from `lookup` is only ever a miss:
+//!   shadow values are consumed from `insert_run`'s outcome, under the lock.
+//! - A node unlinked (pruned, collapsed, or an empty root replaced) goes to the pool and
+//!   may be reused anywhere in this index while a reader still walks it: the reader gets
+//!   a stale entry, or an empty one, and validates it (above); the shift checks bound the
+//!   walk.
 //!
 //! Invariants (checked by `check_invariants` in tests):
-//! - A node's `used` counts its non-empty slots; a non-root node is never empty after a
-//!   removal (it is pruned).
+//! - A node's `used` counts its non-empty slots; a non-root node is never empty after an
+//!   operation (removals prune, growth replaces an empty root).
 //! - Sibling slots point at a head slot of the same node that holds a folio, and follow it
 //!   contiguously; a folio's slots are aligned to its size.
-//! - Slots change only under the lock; the root only grows (never shrinks while the index
-//!   lives).
+//! - Slots change only under the lock; the root's shift only grows while the index lives
+//!   (an empty root is replaced by a higher one, never by a lower one).
 //!
 //! Limits: page indexes below 2^60 (files below 4 EiB); shadow values below 2^62.
 
@@ -207,6 +237,19 @@ impl Node {
 /// The shift of the node level that holds folios of `order`.
 fn level_shift(order: Order) -> u32 {
     SLOT_SHIFT * (u32::from(order.get()) / SLOT_SHIFT)
+}
+
+/// The shift of a root that covers page `last` and is at least `shift_min`: the lowest.
+fn root_shift_for(last: u64, shift_min: u32) -> u32 {
+    let mut shift = shift_min;
+    while (last >> shift) >> SLOT_SHIFT != 0 {
+        assert!(
+            shift < SHIFT_MAX,
+            "page index {last} beyond the index's range"
+        );
+        shift += SLOT_SHIFT;
+    }
+    shift
 }
 
 /// Bytes of one index node, for memory accounting.
@@ -473,16 +516,13 @@ impl<'a> IndexWriteGuard<'a> {
     }
 
     /// Grows the tree until the root covers page `last` and its shift is at least
-    /// `shift_min` (the level a large folio lives at).
+    /// `shift_min` (the level a large folio lives at). A root with entries is pushed down
+    /// under a new root, one level at a time; an empty root is replaced (module docs).
     fn extend(&mut self, last: u64, shift_min: u32) {
         loop {
             match self.root() {
                 None => {
-                    let mut shift = shift_min;
-                    while shift < SHIFT_MAX && (last >> shift) >> SLOT_SHIFT != 0 {
-                        shift += SLOT_SHIFT;
-                    }
-                    let node = self.new_node(shift);
+                    let node = self.new_node(root_shift_for(last, shift_min));
                     self.index.root.store(Raw::node(node).0, Ordering::Release);
                     return;
                 }
@@ -490,6 +530,17 @@ impl<'a> IndexWriteGuard<'a> {
                     if (last >> root.shift()) >> SLOT_SHIFT == 0 && root.shift() >= shift_min =>
                 {
                     return
+                }
+                Some(root) if root.used() == 0 => {
+                    // Pushed down, this root would stay as an empty non-root node (nothing
+                    // would ever prune it). A reader still walking it sees empty slots,
+                    // then whatever the pool reuses it for: a retired node (module docs).
+                    let shift = root_shift_for(last, shift_min);
+                    debug_assert!(shift > root.shift(), "the root's shift only grows");
+                    let node = self.new_node(shift);
+                    self.index.root.store(Raw::node(node).0, Ordering::Release);
+                    self.retire_node(root);
+                    return;
                 }
                 Some(root) => {
                     assert!(
@@ -533,7 +584,7 @@ impl<'a> IndexWriteGuard<'a> {
             });
             if !reuse {
                 out.walks += 1;
-                cursor = self.descend_creating(folio.head.0, target_shift, &mut out.shadows);
+                cursor = self.descend_creating(folio.head.0, target_shift);
             }
             let ok = match &cursor {
                 Some(c) => self.place(c, folio, &mut out.shadows),
@@ -545,13 +596,10 @@ impl<'a> IndexWriteGuard<'a> {
     }
 
     /// Walks from the root to the node of `target_shift` that covers `index`, creating
-    /// nodes and splitting shadows on the way. `None` if a larger folio covers `index`.
-    fn descend_creating(
-        &mut self,
-        index: u64,
-        target_shift: u32,
-        shadows: &mut Vec<(PageIndex, u64)>,
-    ) -> Option<Cursor> {
+    /// nodes on the way. A shadow in the way is split: its node gets the shadow in every
+    /// slot (module docs), and `place` collects it from the slots the folio takes. `None`
+    /// if a larger folio covers `index`.
+    fn descend_creating(&mut self, index: u64, target_shift: u32) -> Option<Cursor> {
         let mut node = self.root().expect("extend made a root");
         let mut base = 0u64;
         while node.shift() > target_shift {
@@ -561,24 +609,31 @@ impl<'a> IndexWriteGuard<'a> {
                 // SAFETY: under the lock, nodes in the tree stay valid.
                 Decoded::Node(child) => unsafe { &*child },
                 Decoded::Folio(..) | Decoded::Sibling(_) => return None,
-                Decoded::Shadow(v) => {
-                    shadows.push((PageIndex(slot_base), v));
-                    let child = self.new_node(node.shift() - SLOT_SHIFT);
-                    node.store(slot, Raw::node(child));
-                    // SAFETY: just linked under the lock.
-                    unsafe { &*child }
-                }
-                Decoded::Empty => {
-                    let child = self.new_node(node.shift() - SLOT_SHIFT);
-                    node.store(slot, Raw::node(child));
-                    // SAFETY: just linked under the lock.
-                    unsafe { &*child }
-                }
+                Decoded::Shadow(value) => self.link_child(node, slot, Raw::shadow(value)),
+                Decoded::Empty => self.link_child(node, slot, Raw::EMPTY),
             };
             node = child;
             base = slot_base;
         }
         Some(Cursor { node, base })
+    }
+
+    /// Links a new node one level below `parent` in `slot`, every slot of it holding
+    /// `fill` (what `slot` held: empty, or a shadow that now covers each of its pages).
+    /// The node is filled before it is linked, so a reader that finds it sees the shadow
+    /// on every page, as it did through `slot`.
+    fn link_child(&mut self, parent: &Node, slot: usize, fill: Raw) -> &'a Node {
+        let child = self.new_node(parent.shift() - SLOT_SHIFT);
+        // SAFETY: a new node is valid while the index lives (type-stable nodes); the
+        // lock is held.
+        let child = unsafe { &*child };
+        if fill != Raw::EMPTY {
+            for at in 0..SLOTS {
+                child.store(at, fill);
+            }
+        }
+        parent.store(slot, Raw::node(child));
+        child
     }
 
     /// Stores one folio in the cursor's node if its slots are free of folios.
@@ -615,8 +670,9 @@ impl<'a> IndexWriteGuard<'a> {
                 _ => {}
             }
         }
-        // Head first: a reader that finds a sibling before the head is stored sees an
-        // empty head and takes the miss path, which then finds the folio under the lock.
+        // Head first (module docs): a reader that finds a sibling finds the head; one that
+        // loads a tail slot before its sibling is stored sees the old entry (empty, or a
+        // shadow) and takes the miss path, which then finds the folio under the lock.
         node.store(first, Raw::folio(folio.frame, folio.order));
         for slot in first + 1..first + count {
             node.store(slot, Raw::sibling(first));
@@ -923,20 +979,26 @@ mod tests {
         );
         drop(w);
         assert_eq!(lookup(&index, 0), Entry::Shadow(7));
-        // A small folio inside the large shadow splits it; the value is collected once.
+        // Small folios inside the large shadow split it: each collects the shadow at its
+        // own page, and the other pages of the split slot keep it.
         let out = index
             .lock_for_insert(1)
             .insert_run(&[folio(3, 0, 70), folio(4, 0, 71)]);
         assert_eq!(out.inserted, vec![true, true]);
-        assert_eq!(out.shadows, vec![(PageIndex(64), 7)]);
-        // A large folio over a leaf of shadows collapses it.
+        assert_eq!(out.shadows, vec![(PageIndex(70), 7), (PageIndex(71), 7)]);
+        assert_eq!(lookup(&index, 64), Entry::Shadow(7));
+        assert_eq!(lookup(&index, 127), Entry::Shadow(7));
+        // A large folio over a leaf of shadows collapses it, collecting each.
         let mut w = index.lock();
         assert!(w.remove_folio(PageIndex(70), FrameId(3), Leave::Shadow(9)));
         assert!(w.remove_folio(PageIndex(71), FrameId(4), Leave::Shadow(10)));
         drop(w);
         let out = index.lock_for_insert(512).insert_run(&[folio(5, 9, 0)]);
         assert_eq!(out.inserted, vec![true]);
-        let mut want = vec![(PageIndex(0), 7), (PageIndex(70), 9), (PageIndex(71), 10)];
+        let mut want = vec![(PageIndex(0), 7)];
+        want.extend((64..70).map(|page| (PageIndex(page), 7)));
+        want.extend([(PageIndex(70), 9), (PageIndex(71), 10)]);
+        want.extend((72..128).map(|page| (PageIndex(page), 7)));
         want.extend((2..8).map(|slot| (PageIndex(slot * 64), 7)));
         assert_eq!(out.shadows, want);
         assert_eq!(lookup(&index, 512), Entry::Shadow(8));
@@ -953,6 +1015,106 @@ mod tests {
         w.check_invariants();
         drop(w);
         assert_eq!(index.node_count(), 1, "only the root remains");
+    }
+
+    /// Finding 4 of docs/reliability.md (`fuzz/regressions/index/empty-non-root-node`): an
+    /// emptied root is replaced when the tree grows, not pushed down as an empty node.
+    #[test]
+    fn an_empty_root_is_replaced_when_the_tree_grows() {
+        let index = Index::default();
+        index.lock_for_insert(256).insert_run(&[folio(1, 8, 0)]);
+        assert!(index
+            .lock()
+            .remove_folio(PageIndex(0), FrameId(1), Leave::Empty));
+        assert_eq!(index.node_count(), 1, "an empty root");
+        let allocated = index.nodes_allocated();
+        // Beyond the root's span: the tree grows to its greatest height.
+        let far = (1u64 << 60) - (1 << 14);
+        let out = index.lock_for_insert(0).insert_run(&[folio(2, 0, far)]);
+        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(index.lock().check_invariants(), (1, 0));
+        assert_eq!(index.node_count(), 10, "one node per level, none empty");
+        assert_eq!(
+            index.nodes_allocated(),
+            allocated.max(10),
+            "the old root went back to the pool"
+        );
+        assert_eq!(lookup(&index, 0), Entry::Empty);
+        assert!(matches!(
+            lookup(&index, far),
+            Entry::Folio {
+                frame: FrameId(2),
+                ..
+            }
+        ));
+        // The same when it grows for a large folio's level (shift 6) beside slot 0.
+        let index = Index::default();
+        index.lock_for_insert(1).insert_run(&[folio(1, 0, 0)]);
+        assert!(index
+            .lock()
+            .remove_folio(PageIndex(0), FrameId(1), Leave::Empty));
+        index.lock_for_insert(512).insert_run(&[folio(2, 9, 512)]);
+        assert_eq!(index.lock().check_invariants(), (1, 0));
+        assert_eq!(index.node_count(), 1);
+        // And a root with entries is still pushed down under the new one.
+        index.lock_for_insert(0).insert_run(&[folio(3, 0, 1 << 20)]);
+        assert_eq!(index.lock().check_invariants(), (2, 0));
+        assert!(matches!(
+            lookup(&index, 600),
+            Entry::Folio {
+                frame: FrameId(2),
+                ..
+            }
+        ));
+    }
+
+    /// Finding 5 of docs/reliability.md (`fuzz/regressions/index/split-shadow-slot`): a
+    /// small folio inserted under the shadow of an evicted order-9 folio splits one 64-page
+    /// slot, and the other 63 pages keep the shadow (as the kernel's `xas_split` copies
+    /// the entry); the shadow log's `remove_shadows` still expires every copy.
+    #[test]
+    fn a_split_shadow_keeps_the_workingset_of_every_page() {
+        let index = Index::default();
+        index
+            .lock_for_insert(544)
+            .insert_run(&[folio(1, 9, 0), folio(2, 5, 512)]);
+        assert!(index
+            .lock()
+            .remove_folio(PageIndex(0), FrameId(1), Leave::Shadow(7)));
+        let out = index.lock_for_insert(1).insert_run(&[folio(3, 0, 0)]);
+        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(
+            out.shadows,
+            vec![(PageIndex(0), 7)],
+            "reported once, at page 0"
+        );
+        for page in 1..512 {
+            assert_eq!(lookup(&index, page), Entry::Shadow(7), "page {page}");
+        }
+        // 63 in the new leaf, 7 in the level-1 node.
+        assert_eq!(index.lock().check_invariants(), (2, 70));
+        // A folio at the end of the split slot collects the copy at its own page.
+        let out = index.lock_for_insert(1).insert_run(&[folio(4, 2, 60)]);
+        assert_eq!(
+            out.shadows,
+            (60..64).map(|p| (PageIndex(p), 7)).collect::<Vec<_>>()
+        );
+        assert_eq!(index.lock().check_invariants(), (3, 66));
+        // The shadow log's expiry of the order-9 folio finds every copy, and the leaf,
+        // which keeps its folios, stays.
+        let removed = index.lock().remove_shadows(PageIndex(0), Order::new(9), 7);
+        assert_eq!(removed, 66);
+        for page in (1..60).chain(64..512) {
+            assert_eq!(lookup(&index, page), Entry::Empty, "page {page}");
+        }
+        assert_eq!(index.lock().check_invariants(), (3, 0));
+        let mut w = index.lock();
+        assert!(w.remove_folio(PageIndex(0), FrameId(3), Leave::Empty));
+        assert!(w.remove_folio(PageIndex(60), FrameId(4), Leave::Empty));
+        assert!(w.remove_folio(PageIndex(512), FrameId(2), Leave::Empty));
+        assert_eq!(w.check_invariants(), (0, 0));
+        drop(w);
+        assert_eq!(index.node_count(), 1, "pruned to the root");
     }
 
     #[test]
