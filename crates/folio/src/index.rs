@@ -61,8 +61,11 @@
 //! root of the shift needed and retired to the pool like a pruned node.
 //!
 //! Nodes are allocated before the lock is taken (`Index::lock_for_insert`), from an
-//! estimate; a walk that needs more allocates under the lock, which only happens when the
-//! tree grows new levels for a large run.
+//! estimate (the tree's height now, and the run's length); a walk that needs more
+//! allocates under the lock, which only happens when the tree grows new levels. Those
+//! fresh nodes that the insertion did not link are freed when the guard drops: no reader
+//! can have seen them, and a reserve kept per index would cost every small cached file
+//! several nodes (about 6 KiB each, docs/reliability.md finding 7).
 //!
 //! What a reader may see while a writer changes the tree, transition by transition (each
 //! store is a Release that the reader's Acquire load pairs with):
@@ -276,8 +279,9 @@ pub struct InsertOutcome {
 
 pub struct Index {
     root: AtomicUsize,
-    /// The writer lock, and the pool of nodes not in the tree (retired ones, and new ones
-    /// allocated before the lock was taken).
+    /// The writer lock, and the pool of nodes not in the tree: retired ones (kept while
+    /// the index lives), and fresh ones allocated before the lock was taken (freed with
+    /// the guard if unused).
     lock: Mutex<NodePool>,
     /// Nodes in the tree.
     nodes: AtomicUsize,
@@ -287,7 +291,18 @@ pub struct Index {
 
 /// Nodes owned by an index but not linked in its tree. Raw pointers, not boxes: stale
 /// readers may still be loading from a retired node, so nothing may claim it uniquely.
-struct NodePool(Vec<NonNull<Node>>);
+/// A fresh node was never linked, so no reader has seen it.
+#[derive(Default)]
+struct NodePool {
+    retired: Vec<NonNull<Node>>,
+    fresh: Vec<NonNull<Node>>,
+}
+
+impl NodePool {
+    fn len(&self) -> usize {
+        self.retired.len() + self.fresh.len()
+    }
+}
 
 // SAFETY: the pointers are to heap nodes owned by the index; they are only dereferenced
 // as shared references to atomics, valid from any thread while the index lives.
@@ -305,7 +320,7 @@ impl Default for Index {
     fn default() -> Self {
         Index {
             root: AtomicUsize::new(0),
-            lock: Mutex::new(NodePool(Vec::new())),
+            lock: Mutex::new(NodePool::default()),
             nodes: AtomicUsize::new(0),
             pooled: AtomicUsize::new(0),
         }
@@ -332,14 +347,21 @@ impl Index {
     }
 
     /// Takes the writer lock with enough nodes allocated beforehand (outside the lock)
-    /// for inserting `pages` pages in a mostly empty tree.
+    /// for inserting `pages` pages below the tree's current root: a path from the root
+    /// down, plus a leaf node per 64 pages and one more for a run that straddles two.
     pub fn lock_for_insert(&self, pages: u64) -> IndexWriteGuard<'_> {
-        let want = (pages / SLOTS as u64 + 2 + (SHIFT_MAX / SLOT_SHIFT) as u64) as usize;
+        let levels = match Raw(self.root.load(Ordering::Acquire)).decode() {
+            // SAFETY: a node pointer loaded from the root is a node of this index, which
+            // lives as long as `self` (type-stable nodes); only its shift is read.
+            Decoded::Node(root) => (unsafe { &*root }.shift() / SLOT_SHIFT + 1) as usize,
+            _ => 1,
+        };
+        let want = pages as usize / SLOTS + 1 + levels;
         let have = self.pooled.load(Ordering::Relaxed);
         let extra: Vec<NonNull<Node>> = (have..want).map(|_| Node::alloc(0)).collect();
         let mut guard = self.lock();
-        guard.pool.0.extend(extra);
-        self.pooled.store(guard.pool.0.len(), Ordering::Relaxed);
+        guard.pool.fresh.extend(extra);
+        self.pooled.store(guard.pool.len(), Ordering::Relaxed);
         guard
     }
 
@@ -457,7 +479,7 @@ impl Drop for Index {
         }
         free(Raw(*self.root.get_mut()));
         let pool = self.lock.get_mut().unwrap_or_else(|e| e.into_inner());
-        for node in pool.0.drain(..) {
+        for node in pool.retired.drain(..).chain(pool.fresh.drain(..)) {
             // SAFETY: pooled nodes are not linked in the tree (retired nodes are unlinked
             // first), came from `Node::alloc`, and are in the pool once.
             drop(unsafe { Box::from_raw(node.as_ptr()) });
@@ -472,6 +494,24 @@ pub struct IndexWriteGuard<'a> {
     pool: MutexGuard<'a, NodePool>,
 }
 
+impl Drop for IndexWriteGuard<'_> {
+    /// Frees the fresh nodes this hold of the lock did not link (module docs).
+    fn drop(&mut self) {
+        if self.pool.fresh.is_empty() {
+            return;
+        }
+        for node in self.pool.fresh.drain(..) {
+            // SAFETY: a fresh node came from `Node::alloc` in `lock_for_insert` and was
+            // never linked in the tree (`new_node` takes it out of `fresh` before linking),
+            // so no reader can hold it; it is in the pool once.
+            drop(unsafe { Box::from_raw(node.as_ptr()) });
+        }
+        self.index
+            .pooled
+            .store(self.pool.retired.len(), Ordering::Relaxed);
+    }
+}
+
 /// Where a walk stopped: a node, the slot in it, and the page of that node's slot 0.
 struct Cursor {
     node: *const Node,
@@ -480,7 +520,7 @@ struct Cursor {
 
 impl<'a> IndexWriteGuard<'a> {
     fn new_node(&mut self, shift: u32) -> *const Node {
-        let node = match self.pool.0.pop() {
+        let node = match self.pool.retired.pop().or_else(|| self.pool.fresh.pop()) {
             Some(node) => {
                 // SAFETY: pooled nodes live until the index drops (type-stable nodes).
                 unsafe { node.as_ref() }.reset(shift);
@@ -488,9 +528,7 @@ impl<'a> IndexWriteGuard<'a> {
             }
             None => Node::alloc(shift),
         };
-        self.index
-            .pooled
-            .store(self.pool.0.len(), Ordering::Relaxed);
+        self.index.pooled.store(self.pool.len(), Ordering::Relaxed);
         self.index.nodes.fetch_add(1, Ordering::Relaxed);
         node.as_ptr()
     }
@@ -500,11 +538,9 @@ impl<'a> IndexWriteGuard<'a> {
     fn retire_node(&mut self, node: *const Node) {
         self.index.nodes.fetch_sub(1, Ordering::Relaxed);
         self.pool
-            .0
+            .retired
             .push(NonNull::new(node as *mut Node).expect("nodes are non-null"));
-        self.index
-            .pooled
-            .store(self.pool.0.len(), Ordering::Relaxed);
+        self.index.pooled.store(self.pool.len(), Ordering::Relaxed);
     }
 
     fn root(&self) -> Option<&'a Node> {
