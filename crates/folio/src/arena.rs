@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 
 use crate::folio::FolioMeta;
-use crate::io::FrameBuf;
+use crate::io::{atomic_zero, FrameBuf};
 use crate::list::{Links, List, QueueId};
 use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
 
@@ -289,24 +289,6 @@ impl Arena {
         );
         // SAFETY: the source range lies inside the arena (asserted) and stays mapped.
         unsafe { atomic_copy(self.frame_ptr(frame).add(from_bytes), dst) }
-    }
-}
-
-/// Writes `len` zero bytes at `dst` with relaxed atomic stores (bytes at the edges, words
-/// where aligned), so that concurrent atomic loads of the same memory are no data race.
-///
-/// # Safety
-/// `dst..dst + len` must be valid for writes and written by nobody else meanwhile.
-pub(crate) unsafe fn atomic_zero(dst: *mut u8, len: usize) {
-    let head = dst.align_offset(8).min(len);
-    let words = (len - head) / 8;
-    for i in (0..head).chain(head + words * 8..len) {
-        // SAFETY: i < len, inside the range; AtomicU8 has the layout of u8.
-        unsafe { (*(dst.add(i) as *const AtomicU8)).store(0, Ordering::Relaxed) };
-    }
-    for w in 0..words {
-        // SAFETY: dst + head + 8w is 8-aligned and inside the range.
-        unsafe { (*(dst.add(head + w * 8) as *const AtomicU64)).store(0, Ordering::Relaxed) };
     }
 }
 

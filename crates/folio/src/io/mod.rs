@@ -30,6 +30,7 @@
 use std::fs::File as StdFile;
 use std::io;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 pub mod fault;
@@ -43,6 +44,25 @@ pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
 
 /// The largest single read the cache submits: one order-9 folio (2 MiB).
 pub const READ_BYTES_MAX: usize = 2 << 20;
+
+/// Writes `len` zero bytes at `dst` (arena memory: a frame past a short read, or a whole
+/// buffer of the null backend) with relaxed atomic stores (bytes at the edges, words
+/// where aligned), so that concurrent atomic loads of the same memory are no data race.
+///
+/// # Safety
+/// `dst..dst + len` must be valid for writes and written by nobody else meanwhile.
+pub(crate) unsafe fn atomic_zero(dst: *mut u8, len: usize) {
+    let head = dst.align_offset(8).min(len);
+    let words = (len - head) / 8;
+    for i in (0..head).chain(head + words * 8..len) {
+        // SAFETY: i < len, inside the range; AtomicU8 has the layout of u8.
+        unsafe { (*(dst.add(i) as *const AtomicU8)).store(0, Ordering::Relaxed) };
+    }
+    for w in 0..words {
+        // SAFETY: dst + head + 8w is 8-aligned and inside the range.
+        unsafe { (*(dst.add(head + w * 8) as *const AtomicU64)).store(0, Ordering::Relaxed) };
+    }
+}
 
 /// A region of arena memory that a read fills.
 ///

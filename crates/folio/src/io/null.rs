@@ -29,7 +29,7 @@ impl Backend for NullBackend {
                 // SAFETY: the request owns its buffers until `done` runs (module contract
                 // of `io`): valid for writes of their length, and nobody else writes them.
                 // Atomic stores: a stale optimistic reader may be loading from them.
-                unsafe { crate::arena::atomic_zero(buf.as_ptr(), buf.len_bytes()) };
+                unsafe { super::atomic_zero(buf.as_ptr(), buf.len_bytes()) };
             }
             (request.done)(Ok(len));
         }
