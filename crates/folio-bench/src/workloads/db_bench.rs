@@ -24,7 +24,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::{mib, threads_or, Env, Metric, Report, Row, Workload};
+use super::{measure_systems, mib, threads_or, Env, Metric, Report, Workload};
 use crate::kernel;
 use crate::measure::RunResult;
 
@@ -88,60 +88,38 @@ impl Workload for Args {
         report.param("runs", env.runs);
         report.param("db_bench", DB_BENCH);
 
-        let bar = env.bar(
-            "db-bench",
-            (env.runs * threads.len() * SYSTEMS.len()) as u64,
-        );
-        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * SYSTEMS.len()];
-        for run in 0..env.runs {
-            for (ti, &t) in threads.iter().enumerate() {
-                for (si, system) in SYSTEMS.iter().enumerate() {
-                    bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
-                    // Re-listed each time: db_bench renames and removes files (LOG, WAL).
-                    kernel::make_cold(&table_files(&db)?, env.cold)?;
-                    let mut cmd = match *system {
-                        "folio" => {
-                            let mut c =
-                                Command::new(root.join("plugins/rocksdb/db_bench_folio.sh"));
-                            c.env("FOLIO_PLUGIN", &plugin).env("DB_BENCH", DB_BENCH);
-                            c
-                        }
-                        _ => Command::new(DB_BENCH),
-                    };
-                    cmd.arg("--benchmarks=readseq,stats")
-                        .arg("--use_existing_db=1")
-                        .arg(format!("--db={}", db.display()))
-                        .arg(format!("--num_multi_db={dbs}"))
-                        .arg(format!("--num={keys}"))
-                        .arg(format!("--value_size={VALUE_BYTES}"))
-                        .arg(format!("--threads={t}"))
-                        .arg(format!("--cache_size={cache_bytes}"))
-                        .arg("--histogram=1")
-                        .arg("--verify_checksum=1");
-                    match *system {
-                        "direct" => {
-                            cmd.arg("--use_direct_reads=1");
-                        }
-                        "folio" => {
-                            cmd.arg(format!("--fs_uri=folio://?capacity={folio_capacity_mib}M"));
-                        }
-                        _ => {}
-                    }
-                    let result = run_db_bench(&mut cmd, system)?;
-                    runs[ti * SYSTEMS.len() + si].push(result);
-                    bar.inc(1);
+        measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
+            // Re-listed each time: db_bench renames and removes files (LOG, WAL).
+            kernel::make_cold(&table_files(&db)?, env.cold)?;
+            let mut cmd = match turn.system {
+                "folio" => {
+                    let mut c = Command::new(root.join("plugins/rocksdb/db_bench_folio.sh"));
+                    c.env("FOLIO_PLUGIN", &plugin).env("DB_BENCH", DB_BENCH);
+                    c
                 }
+                _ => Command::new(DB_BENCH),
+            };
+            cmd.arg("--benchmarks=readseq,stats")
+                .arg("--use_existing_db=1")
+                .arg(format!("--db={}", db.display()))
+                .arg(format!("--num_multi_db={dbs}"))
+                .arg(format!("--num={keys}"))
+                .arg(format!("--value_size={VALUE_BYTES}"))
+                .arg(format!("--threads={}", turn.threads))
+                .arg(format!("--cache_size={cache_bytes}"))
+                .arg("--histogram=1")
+                .arg("--verify_checksum=1");
+            match turn.system {
+                "direct" => {
+                    cmd.arg("--use_direct_reads=1");
+                }
+                "folio" => {
+                    cmd.arg(format!("--fs_uri=folio://?capacity={folio_capacity_mib}M"));
+                }
+                _ => {}
             }
-        }
-        bar.finish_and_clear();
-        for (ti, &t) in threads.iter().enumerate() {
-            for (si, system) in SYSTEMS.iter().enumerate() {
-                let row =
-                    Row::from_runs(system, t, &runs[ti * SYSTEMS.len() + si], report.ratio_of);
-                report.rows.push(row);
-            }
-        }
-        report.fill_ratios();
+            run_db_bench(&mut cmd, turn.system)
+        })?;
         report.note(format!(
             "db_bench readseq,stats --use_existing_db=1 --histogram=1 --verify_checksum=1 over \
              {dbs} databases of {keys} 8 KiB values (made once with fillseq,flush); kernel: \

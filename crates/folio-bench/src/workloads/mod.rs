@@ -3,9 +3,10 @@
 //!
 //! Design: a workload is one module with an `Args` struct (its clap options, every size
 //! optional so that `--quick` and the full run pick their own defaults) that implements
-//! [`Workload`]. It measures every system at every thread count `env.runs` times,
-//! interleaving systems within a run so that drift on a noisy machine hits all of them
-//! alike, and keeps the median run of each (`measure::median`). Adding a workload is one
+//! [`Workload`]. It measures every system at every thread count `env.runs` times through
+//! [`measure_systems`], which interleaves the systems within a run (and swaps folio and
+//! the kernel every other run) so that drift on a noisy machine hits all of them alike,
+//! and keeps the median run of each (`measure::median`). Adding a workload is one
 //! module, one variant of the command enum in `main.rs`, and (if `compare` should run it)
 //! one line in `compare.rs`.
 //!
@@ -323,6 +324,67 @@ impl Report {
             row.vs_kernel = ratio;
         }
     }
+}
+
+/// One measurement `measure_systems` asks for.
+#[derive(Clone, Copy, Debug)]
+pub struct Turn {
+    pub system: &'static str,
+    pub threads: usize,
+    /// From 0 to `env.runs - 1`.
+    pub run: usize,
+}
+
+/// Measures each of `systems` at each of `threads`, `env.runs` times, with `measure`, and
+/// adds one row per (system, threads) to `report`, ratios filled.
+///
+/// Order: run by run, and within a run thread count by thread count, every system once.
+/// On odd runs folio and the kernel swap places: the disk's state carries over from one
+/// measurement to the next (a cold scan right after readseq's O_DIRECT run reads
+/// measurably slower, docs/readahead.md), so neither of the two compared systems may
+/// always follow the same one.
+pub fn measure_systems(
+    env: &Env,
+    report: &mut Report,
+    systems: &[&'static str],
+    threads: &[usize],
+    mut measure: impl FnMut(Turn) -> io::Result<RunResult>,
+) -> io::Result<()> {
+    let bar = env.bar(
+        &report.workload,
+        (env.runs * threads.len() * systems.len()) as u64,
+    );
+    let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * systems.len()];
+    let folio = systems.iter().position(|&s| s == "folio");
+    let kernel = systems.iter().position(|&s| s == "kernel");
+    for run in 0..env.runs {
+        let mut order: Vec<usize> = (0..systems.len()).collect();
+        if let (1, Some(f), Some(k)) = (run % 2, folio, kernel) {
+            order.swap(f, k);
+        }
+        for (ti, &t) in threads.iter().enumerate() {
+            for &si in &order {
+                let system = systems[si];
+                bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
+                let result = measure(Turn {
+                    system,
+                    threads: t,
+                    run,
+                })?;
+                runs[ti * systems.len() + si].push(result);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    for (ti, &t) in threads.iter().enumerate() {
+        for (si, system) in systems.iter().enumerate() {
+            let row = Row::from_runs(system, t, &runs[ti * systems.len() + si], report.ratio_of);
+            report.rows.push(row);
+        }
+    }
+    report.fill_ratios();
+    Ok(())
 }
 
 /// The thread counts of `--threads`, or `default`.

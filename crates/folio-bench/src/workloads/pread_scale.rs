@@ -21,10 +21,10 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{secs, threads_or, Env, Metric, Report, Row, Target, Workload};
+use super::{measure_systems, secs, threads_or, Env, Metric, Report, Target, Workload};
 use crate::data;
 use crate::kernel;
-use crate::measure::{self, Bound, Control, Recorder, RunResult, SAMPLE_EVERY};
+use crate::measure::{self, Bound, Control, Recorder, SAMPLE_EVERY};
 
 /// Bytes each read asks for.
 pub const READ_BYTES: usize = 64;
@@ -72,47 +72,27 @@ impl Workload for Args {
         data::verify(&first, 0)?;
         let kernel_file = File::open(&path)?;
 
-        let bar = env.bar(
-            self.name(),
-            (env.runs * threads.len() * SYSTEMS.len()) as u64,
-        );
-        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * SYSTEMS.len()];
-        for run in 0..env.runs {
-            for (ti, &t) in threads.iter().enumerate() {
-                for (si, system) in SYSTEMS.iter().enumerate() {
-                    bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
-                    let result = match *system {
-                        "folio" => measure::run_threads(t, bound, |_, c, rec| {
-                            hammer(c, rec, |buf| file.read_at(buf, 0))
-                        })?,
-                        "folio-pinned" => measure::run_threads(t, bound, |_, c, rec| {
-                            hammer(c, rec, |buf| {
-                                let page = file.get_page(0)?;
-                                buf.copy_from_slice(&page[..READ_BYTES]);
-                                Ok(READ_BYTES)
-                            })
-                        })?,
-                        _ => {
-                            let _warm = kernel::warm(std::slice::from_ref(&path), env.warm)?;
-                            measure::run_threads(t, bound, |_, c, rec| {
-                                hammer(c, rec, |buf| kernel_file.read_at(buf, 0))
-                            })?
-                        }
-                    };
-                    runs[ti * SYSTEMS.len() + si].push(result);
-                    bar.inc(1);
+        measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
+            let t = turn.threads;
+            Ok(match turn.system {
+                "folio" => measure::run_threads(t, bound, |_, c, rec| {
+                    hammer(c, rec, |buf| file.read_at(buf, 0))
+                })?,
+                "folio-pinned" => measure::run_threads(t, bound, |_, c, rec| {
+                    hammer(c, rec, |buf| {
+                        let page = file.get_page(0)?;
+                        buf.copy_from_slice(&page[..READ_BYTES]);
+                        Ok(READ_BYTES)
+                    })
+                })?,
+                _ => {
+                    let _warm = kernel::warm(std::slice::from_ref(&path), env.warm)?;
+                    measure::run_threads(t, bound, |_, c, rec| {
+                        hammer(c, rec, |buf| kernel_file.read_at(buf, 0))
+                    })?
                 }
-            }
-        }
-        bar.finish_and_clear();
-        for (ti, &t) in threads.iter().enumerate() {
-            for (si, system) in SYSTEMS.iter().enumerate() {
-                let row =
-                    Row::from_runs(system, t, &runs[ti * SYSTEMS.len() + si], report.ratio_of);
-                report.rows.push(row);
-            }
-        }
-        report.fill_ratios();
+            })
+        })?;
         report.note(format!("kernel: {}", env.warm.describe()));
         report.note("folio: one 16 MiB cache; the file is read once before measuring");
         report.targets.push(Target::at_least(

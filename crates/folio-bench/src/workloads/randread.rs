@@ -29,7 +29,9 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{mib, pages_of, secs, threads_or, Env, Metric, Report, Row, Target, Workload};
+use super::{
+    measure_systems, mib, pages_of, secs, threads_or, Env, Metric, Report, Target, Workload,
+};
 use crate::data;
 use crate::kernel::{self, Cgroup};
 use crate::measure::{self, Bound, Rng, RunResult};
@@ -81,44 +83,21 @@ impl Workload for Args {
         report.param("warmup_secs", warmup);
         report.param("runs", env.runs);
 
-        let bar = env.bar(
-            self.name(),
-            (env.runs * threads.len() * SYSTEMS.len()) as u64,
-        );
-        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * SYSTEMS.len()];
         let mut cgroup_problem: Option<String> = None;
         let mut cgroup_used: Option<String> = None;
-        for run in 0..env.runs {
-            for (ti, &t) in threads.iter().enumerate() {
-                let seed = 0x5eed_0000 + run as u64;
-                for (si, system) in SYSTEMS.iter().enumerate() {
-                    bar.set_message(format!("{system} jobs={t} run {}/{}", run + 1, env.runs));
-                    kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
-                    let result = if *system == "folio" {
-                        run_folio(env, &path, t, cache_bytes, warmup, duration, seed)?
-                    } else {
-                        let (r, cgroup) =
-                            run_kernel_child(&path, t, cache_bytes, warmup, duration, seed)?;
-                        match cgroup {
-                            Ok(name) => cgroup_used = Some(name),
-                            Err(why) => cgroup_problem = Some(why),
-                        }
-                        r
-                    };
-                    runs[ti * SYSTEMS.len() + si].push(result);
-                    bar.inc(1);
-                }
+        measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
+            let (t, seed) = (turn.threads, 0x5eed_0000 + turn.run as u64);
+            kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
+            if turn.system == "folio" {
+                return run_folio(env, &path, t, cache_bytes, warmup, duration, seed);
             }
-        }
-        bar.finish_and_clear();
-        for (ti, &t) in threads.iter().enumerate() {
-            for (si, system) in SYSTEMS.iter().enumerate() {
-                let row =
-                    Row::from_runs(system, t, &runs[ti * SYSTEMS.len() + si], report.ratio_of);
-                report.rows.push(row);
+            let (r, cgroup) = run_kernel_child(&path, t, cache_bytes, warmup, duration, seed)?;
+            match cgroup {
+                Ok(name) => cgroup_used = Some(name),
+                Err(why) => cgroup_problem = Some(why),
             }
-        }
-        report.fill_ratios();
+            Ok(r)
+        })?;
         match (&cgroup_problem, &cgroup_used) {
             (None, Some(name)) => {
                 report.param("kernel_memory_limit_bytes", cache_bytes);

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{mib, pages_of, threads_or, Env, Metric, Report, Row, Target, Workload};
+use super::{measure_systems, mib, pages_of, threads_or, Env, Metric, Report, Target, Workload};
 use crate::data;
 use crate::kernel;
 use crate::measure::{self, Bound, RunResult};
@@ -72,38 +72,17 @@ impl Workload for Args {
         report.param("calls_per_thread", file_bytes.div_ceil(range_bytes));
         report.param("runs", env.runs);
 
-        let bar = env.bar(
-            self.name(),
-            (env.runs * threads.len() * SYSTEMS.len()) as u64,
-        );
-        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * SYSTEMS.len()];
         let mut kernel_count = "";
-        for run in 0..env.runs {
-            for (ti, &t) in threads.iter().enumerate() {
-                for (si, system) in SYSTEMS.iter().enumerate() {
-                    bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
-                    kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
-                    let result = if *system == "folio" {
-                        storm_folio(env, &path, t, range_bytes)?
-                    } else {
-                        let (r, how) = storm_kernel(&path, t, range_bytes)?;
-                        kernel_count = how;
-                        r
-                    };
-                    runs[ti * SYSTEMS.len() + si].push(result);
-                    bar.inc(1);
-                }
+        measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
+            let t = turn.threads;
+            kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
+            if turn.system == "folio" {
+                return storm_folio(env, &path, t, range_bytes);
             }
-        }
-        bar.finish_and_clear();
-        for (ti, &t) in threads.iter().enumerate() {
-            for (si, system) in SYSTEMS.iter().enumerate() {
-                let row =
-                    Row::from_runs(system, t, &runs[ti * SYSTEMS.len() + si], report.ratio_of);
-                report.rows.push(row);
-            }
-        }
-        report.fill_ratios();
+            let (r, how) = storm_kernel(&path, t, range_bytes)?;
+            kernel_count = how;
+            Ok(r)
+        })?;
         report.note(format!(
             "cold: before every measurement, {}; then mincore: 0% resident",
             env.cold.describe()

@@ -31,7 +31,9 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{mib, pages_of, secs, threads_or, Env, Metric, Report, Row, Target, Workload};
+use super::{
+    measure_systems, mib, pages_of, secs, threads_or, Env, Metric, Report, Target, Workload,
+};
 use crate::data;
 use crate::kernel::{self, AlignedBuf};
 use crate::measure::{self, Bound, Control, Recorder, RunResult};
@@ -85,62 +87,33 @@ impl Workload for Args {
         report.param("direct_cap_secs", direct_cap);
         report.param("runs", env.runs);
 
-        let bar = env.bar(
-            if self.shared {
-                "readseq --shared"
-            } else {
-                "readseq"
-            },
-            (env.runs * threads.len() * SYSTEMS.len()) as u64,
-        );
-        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * SYSTEMS.len()];
         let mut folio_direct = true;
-        for run in 0..env.runs {
-            for (ti, &t) in threads.iter().enumerate() {
-                let mine: Vec<PathBuf> = if self.shared {
-                    files.clone()
-                } else {
-                    files[..t].to_vec()
-                };
-                let data_pages = pages_of(file_bytes) * mine.len() as u64;
-                // folio and the kernel swap places every run, and `direct` always goes
-                // last: the disk's state carries over between runs (a scan right after
-                // the `direct` run reads measurably slower here), so each of the two
-                // compared systems follows `direct` in every other run.
-                let order: [usize; 3] = if run % 2 == 0 { [0, 1, 2] } else { [1, 0, 2] };
-                for si in order {
-                    let system = &SYSTEMS[si];
-                    bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
-                    kernel::make_cold(&mine, env.cold)?;
-                    let mut result = match *system {
-                        "folio" => {
-                            let (r, direct) =
-                                self.run_folio(env, t, &mine, file_bytes * mine.len() as u64)?;
-                            folio_direct &= direct;
-                            r
-                        }
-                        "kernel" => {
-                            let mut r = self.run_kernel(t, &mine)?;
-                            r.pages_inserted = Some(kernel::resident_pages_all(&mine)?.resident);
-                            r
-                        }
-                        _ => self.run_direct(t, &mine, direct_cap)?,
-                    };
-                    result.extra.insert("data_pages".into(), json!(data_pages));
-                    runs[ti * SYSTEMS.len() + si].push(result);
-                    bar.inc(1);
+        measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
+            let t = turn.threads;
+            let mine: Vec<PathBuf> = if self.shared {
+                files.clone()
+            } else {
+                files[..t].to_vec()
+            };
+            kernel::make_cold(&mine, env.cold)?;
+            let mut result = match turn.system {
+                "folio" => {
+                    let (r, direct) =
+                        self.run_folio(env, t, &mine, file_bytes * mine.len() as u64)?;
+                    folio_direct &= direct;
+                    r
                 }
-            }
-        }
-        bar.finish_and_clear();
-        for (ti, &t) in threads.iter().enumerate() {
-            for (si, system) in SYSTEMS.iter().enumerate() {
-                let row =
-                    Row::from_runs(system, t, &runs[ti * SYSTEMS.len() + si], report.ratio_of);
-                report.rows.push(row);
-            }
-        }
-        report.fill_ratios();
+                "kernel" => {
+                    let mut r = self.run_kernel(t, &mine)?;
+                    r.pages_inserted = Some(kernel::resident_pages_all(&mine)?.resident);
+                    r
+                }
+                _ => self.run_direct(t, &mine, direct_cap)?,
+            };
+            let data_pages = pages_of(file_bytes) * mine.len() as u64;
+            result.extra.insert("data_pages".into(), json!(data_pages));
+            Ok(result)
+        })?;
         report.note(format!(
             "cold: before every measurement, {}; then mincore: 0% resident",
             env.cold.describe()
