@@ -82,9 +82,9 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     /// Reserves `frame_count` frames. Fails with the OS error if the reservation is
-    /// refused. With `prefault`, every frame is faulted in (and zeroed by the kernel) now
-    /// rather than by the first read into it (see `prefault`).
-    pub fn new(frame_count: u32, prefault: bool) -> io::Result<Arena> {
+    /// refused. Frames are faulted in by the first read into them, or all at once by
+    /// `prefault`.
+    pub fn new(frame_count: u32) -> io::Result<Arena> {
         assert!(frame_count > 0);
         let data_bytes = frame_count as usize * PAGE_BYTES;
         let map_bytes = data_bytes + HUGE_BYTES;
@@ -114,9 +114,6 @@ impl Arena {
             );
         }
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
-        if prefault {
-            populate(base, data_bytes);
-        }
         let meta: Box<[FolioMeta]> = (0..frame_count).map(|_| FolioMeta::default()).collect();
         let links = Links::new(frame_count);
         let mut lists: Vec<List> = (0..=ORDER_MAX)
@@ -342,14 +339,23 @@ impl Drop for Arena {
     }
 }
 
-/// Faults in `[base, base + bytes)` of a fresh anonymous mapping, so that no read pays
-/// the page fault and the kernel's zeroing of the page it lands in (a cold scan into an
-/// untouched arena spends about a fifth of its time there: docs/readahead.md).
-/// `MADV_POPULATE_WRITE` (Linux 5.14) does it in one call, with huge pages where the
-/// advice allows; older kernels get one write per page.
+impl Arena {
+    /// Faults every frame in now (the kernel zeroes each page), so that no read pays the
+    /// page fault and the zeroing of the page it lands in (a cold scan into an untouched
+    /// arena spends about a fifth of its time there: docs/readahead.md).
+    /// `MADV_POPULATE_WRITE` (Linux 5.14) does it in one call, with huge pages where the
+    /// advice allows; older kernels get one write per page.
+    ///
+    /// Context: right after `new`; `&mut self` proves that no frame is referenced yet.
+    pub fn prefault(&mut self) {
+        populate(self.base, self.frame_count as usize * PAGE_BYTES);
+    }
+}
+
+/// `Arena::prefault` of `[base, base + bytes)`.
 fn populate(base: NonNull<u8>, bytes: usize) {
-    // SAFETY: the range is inside the mapping `Arena::new` just made, which nothing else
-    // references yet; populating only faults pages in.
+    // SAFETY: the range is inside the arena's mapping, which nothing else references yet
+    // (`Arena::prefault`); populating only faults pages in.
     let done = unsafe {
         libc::madvise(
             base.as_ptr().cast::<libc::c_void>(),
@@ -373,7 +379,7 @@ mod tests {
 
     #[test]
     fn buddy_splits_and_merges() {
-        let arena = Arena::new(1024, false).unwrap();
+        let arena = Arena::new(1024).unwrap();
         assert_eq!(arena.free_frames(), 1024);
         let a = arena.alloc(Order::new(0)).unwrap();
         let b = arena.alloc(Order::new(3)).unwrap();
@@ -393,7 +399,8 @@ mod tests {
 
     #[test]
     fn odd_sizes_are_carved_and_exhausted() {
-        let arena = Arena::new(13, true).unwrap();
+        let mut arena = Arena::new(13).unwrap();
+        arena.prefault();
         let mut got = 0;
         while arena.alloc(Order::ZERO).is_some() {
             got += 1;

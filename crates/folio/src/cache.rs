@@ -142,9 +142,13 @@ impl CacheBuilder {
         while order_max > Order::ZERO && order_max.pages() * 16 > u64::from(frames) {
             order_max = Order::new(order_max.get() - 1);
         }
+        let mut arena = Arena::new(frames)?;
+        if self.prefault {
+            arena.prefault();
+        }
         let core = Core {
             mem: Memory {
-                arena: Arena::new(frames, self.prefault)?,
+                arena,
                 policy: new_policy(self.eviction, frames),
                 counters: Counters::default(),
             },
