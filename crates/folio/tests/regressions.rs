@@ -93,38 +93,9 @@ fn fuzz_readahead_inputs_replay() {
 /// exhausted small queue sends it to main (`eviction::s3fifo`).
 #[test]
 fn s3fifo_reclaims_from_main_when_every_small_folio_is_pinned() {
-    let dir = common::test_dir();
-    let path = dir.path().join("f");
-    common::write_pattern_file(&path, 7, 64 * PAGE);
-    let cache = Cache::builder()
-        .capacity_bytes(32 * PAGE)
-        .folio_order_max(0)
-        .readahead_max_bytes(0)
-        .eviction(EvictionKind::S3Fifo)
-        .alloc_wait(Duration::from_millis(200))
-        .build()
-        .unwrap();
-    let file = cache.open(&path).unwrap();
-    let mut buf = vec![0u8; PAGE as usize];
-    // 29 folios hit twice after their read: they go to main when small is evicted from.
-    for _ in 0..3 {
-        for page in 0..29 {
-            file.read_at(&mut buf, page * PAGE).unwrap();
-        }
-    }
-    // The last three frames, pinned: small holds only them (3 pages, its target).
-    let pins: Vec<_> = (29..32)
-        .map(|page| file.get_page(page * PAGE).unwrap())
-        .collect();
-    assert_eq!(cache.stats().cached_bytes, 32 * PAGE);
-    for page in 40..48 {
-        let n = file
-            .read_at(&mut buf, page * PAGE)
-            .unwrap_or_else(|e| panic!("read of page {page}: {e}; {:?}", cache.stats()));
-        assert_eq!(n, PAGE as usize);
-        common::check_pattern(7, page * PAGE, &buf).unwrap();
-    }
-    drop(pins);
+    // 29 folios hit twice go to main when small is evicted from; the last three frames,
+    // pinned, are all small holds (3 pages, its target).
+    read_with_the_cold_queue_pinned(EvictionKind::S3Fifo, 32, 29);
 }
 
 /// Found by the simulation (seed 2062: 16-page cache, two-list LRU, four threads pinning
@@ -135,30 +106,37 @@ fn s3fifo_reclaims_from_main_when_every_small_folio_is_pinned() {
 /// inactive list has nothing left to scan (`eviction::lru`).
 #[test]
 fn lru_deactivates_when_every_inactive_folio_is_pinned() {
+    // 8 folios hit twice are activated; the other 8 frames, pinned, are all inactive holds.
+    read_with_the_cold_queue_pinned(EvictionKind::TwoListLru, 16, 8);
+}
+
+/// A cache of `frames` one-page folios: pages `0..hot` read three times (so the policy
+/// promotes them), the remaining frames filled by pinned pages (so the queue new folios
+/// enter holds only busy ones), then eight reads of new pages, each of which must evict a
+/// promoted folio instead of failing with `OutOfMemory`.
+fn read_with_the_cold_queue_pinned(eviction: EvictionKind, frames: u64, hot: u64) {
     let dir = common::test_dir();
     let path = dir.path().join("f");
     common::write_pattern_file(&path, 7, 64 * PAGE);
     let cache = Cache::builder()
-        .capacity_bytes(16 * PAGE)
+        .capacity_bytes(frames * PAGE)
         .folio_order_max(0)
         .readahead_max_bytes(0)
-        .eviction(EvictionKind::TwoListLru)
+        .eviction(eviction)
         .alloc_wait(Duration::from_millis(200))
         .build()
         .unwrap();
     let file = cache.open(&path).unwrap();
     let mut buf = vec![0u8; PAGE as usize];
-    // 8 folios hit twice after their read: reclaim activates them.
     for _ in 0..3 {
-        for page in 0..8 {
+        for page in 0..hot {
             file.read_at(&mut buf, page * PAGE).unwrap();
         }
     }
-    // The other 8 frames, pinned: once the first 8 are active, inactive holds only them.
-    let pins: Vec<_> = (8..16)
+    let pins: Vec<_> = (hot..frames)
         .map(|page| file.get_page(page * PAGE).unwrap())
         .collect();
-    assert_eq!(cache.stats().cached_bytes, 16 * PAGE);
+    assert_eq!(cache.stats().cached_bytes, frames * PAGE);
     for page in 40..48 {
         let n = file
             .read_at(&mut buf, page * PAGE)
