@@ -665,6 +665,16 @@ mod lifetime {
     }
 }
 
+/// A thread that opens the file, reads a folio into it and closes it.
+fn spawn_open_read_close(table: &Arc<lifetime::Table>) -> thread::JoinHandle<()> {
+    let table = table.clone();
+    thread::spawn(move || {
+        let mapping = table.open();
+        table.insert(&mapping);
+        table.close(&mapping);
+    })
+}
+
 /// A closed file's last folio is evicted while another thread opens the file and closes
 /// it again.
 fn mapping_lifetime_open_vs_eviction_under(protocol: lifetime::Protocol) {
@@ -675,14 +685,7 @@ fn mapping_lifetime_open_vs_eviction_under(protocol: lifetime::Protocol) {
             let (table, closed) = (table.clone(), closed.clone());
             thread::spawn(move || table.evict_one(&closed))
         };
-        let opener = {
-            let table = table.clone();
-            thread::spawn(move || {
-                let mapping = table.open();
-                table.insert(&mapping);
-                table.close(&mapping);
-            })
-        };
+        let opener = spawn_open_read_close(&table);
         reclaimer.join().unwrap();
         opener.join().unwrap();
         table.check();
@@ -700,14 +703,7 @@ fn mapping_lifetime_reopen_between_walk_and_removal_under(protocol: lifetime::Pr
             let (table, closed) = (table.clone(), closed.clone());
             thread::spawn(move || table.close(&closed))
         };
-        let opener = {
-            let table = table.clone();
-            thread::spawn(move || {
-                let mapping = table.open();
-                table.insert(&mapping);
-                table.close(&mapping);
-            })
-        };
+        let opener = spawn_open_read_close(&table);
         remover.join().unwrap();
         opener.join().unwrap();
         table.check();
