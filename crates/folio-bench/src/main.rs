@@ -244,7 +244,10 @@ fn run(cli: Cli) -> io::Result<()> {
         "folio_arena": if env.prefault { "prefaulted at build" } else { "lazy (faulted by the first reads)" },
     });
     if let Some(path) = &common.json {
-        report::write_json(path, &reports, workload.is_none(), run_facts)?;
+        match workload {
+            Some(_) => report::write_report_json(path, &reports[0], run_facts)?,
+            None => report::write_comparison_json(path, &reports, run_facts)?,
+        }
         println!("JSON written to {}", path.display());
     }
     if let Some(path) = &common.plot {

@@ -94,16 +94,20 @@ fn micros(us: f64) -> String {
     }
 }
 
-/// Writes one report, or `{"workloads": [...]}` for a comparison, plus `run` facts.
-pub fn write_json(path: &Path, reports: &[Report], wrap: bool, run: Value) -> io::Result<()> {
-    let value = if wrap {
-        json!({ "workloads": reports, "run": run })
-    } else {
-        let mut v = serde_json::to_value(&reports[0]).map_err(io::Error::other)?;
-        v["run"] = run;
-        v
-    };
-    let text = serde_json::to_string_pretty(&value).map_err(io::Error::other)?;
+/// Writes one workload's report, with the `run` facts in it.
+pub fn write_report_json(path: &Path, report: &Report, run: Value) -> io::Result<()> {
+    let mut value = serde_json::to_value(report).map_err(io::Error::other)?;
+    value["run"] = run;
+    write_pretty(path, &value)
+}
+
+/// Writes the reports of a comparison as `{"workloads": [...], "run": ...}`.
+pub fn write_comparison_json(path: &Path, reports: &[Report], run: Value) -> io::Result<()> {
+    write_pretty(path, &json!({ "workloads": reports, "run": run }))
+}
+
+fn write_pretty(path: &Path, value: &Value) -> io::Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(io::Error::other)?;
     std::fs::write(path, text + "\n")
 }
 
