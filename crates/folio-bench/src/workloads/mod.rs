@@ -4,9 +4,9 @@
 //! Design: a workload is one module with an `Args` struct (its clap options, every size
 //! optional so that `--quick` and the full run pick their own defaults) that implements
 //! [`Workload`]. It measures every system at every thread count `env.runs` times through
-//! [`measure_systems`], which interleaves the systems within a run (and swaps folio and
-//! the kernel every other run) so that drift on a noisy machine hits all of them alike,
-//! and keeps the median run of each (`measure::median`). Adding a workload is one
+//! [`measure_systems`], which interleaves folio and the kernel within a run (swapping
+//! them every other run, and measuring reference systems after them) so that drift on a
+//! noisy machine hits both alike, and keeps the median run of each (`measure::median`). Adding a workload is one
 //! module, one variant of the command enum in `main.rs`, and (if `compare` should run it)
 //! one line in `compare.rs`.
 //!
@@ -338,11 +338,12 @@ pub struct Turn {
 /// Measures each of `systems` at each of `threads`, `env.runs` times, with `measure`, and
 /// adds one row per (system, threads) to `report`, ratios filled.
 ///
-/// Order: run by run, and within a run thread count by thread count, every system once.
-/// On odd runs folio and the kernel swap places: the disk's state carries over from one
-/// measurement to the next (a cold scan right after readseq's O_DIRECT run reads
-/// measurably slower, docs/readahead.md), so neither of the two compared systems may
-/// always follow the same one.
+/// Order: first folio and the kernel, run by run (and within a run thread count by
+/// thread count), swapping places every other run; then the other systems (references
+/// such as O_DIRECT without a cache) the same way. The disk's state carries over from one
+/// measurement to the next: a cold scan right after readseq's O_DIRECT run reads
+/// 30-50% slower here (docs/readahead.md), which would hit whichever system followed it.
+/// So the two compared systems only ever follow each other.
 pub fn measure_systems(
     env: &Env,
     report: &mut Report,
@@ -355,24 +356,31 @@ pub fn measure_systems(
         (env.runs * threads.len() * systems.len()) as u64,
     );
     let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * systems.len()];
-    let folio = systems.iter().position(|&s| s == "folio");
-    let kernel = systems.iter().position(|&s| s == "kernel");
-    for run in 0..env.runs {
-        let mut order: Vec<usize> = (0..systems.len()).collect();
-        if let (1, Some(f), Some(k)) = (run % 2, folio, kernel) {
-            order.swap(f, k);
-        }
-        for (ti, &t) in threads.iter().enumerate() {
-            for &si in &order {
-                let system = systems[si];
-                bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
-                let result = measure(Turn {
-                    system,
-                    threads: t,
-                    run,
-                })?;
-                runs[ti * systems.len() + si].push(result);
-                bar.inc(1);
+    let compared: Vec<usize> = ["folio", "kernel"]
+        .iter()
+        .filter_map(|name| systems.iter().position(|s| s == name))
+        .collect();
+    let others: Vec<usize> = (0..systems.len())
+        .filter(|si| !compared.contains(si))
+        .collect();
+    for group in [compared, others] {
+        for run in 0..env.runs {
+            let mut order = group.clone();
+            if run % 2 == 1 {
+                order.reverse();
+            }
+            for (ti, &t) in threads.iter().enumerate() {
+                for &si in &order {
+                    let system = systems[si];
+                    bar.set_message(format!("{system} threads={t} run {}/{}", run + 1, env.runs));
+                    let result = measure(Turn {
+                        system,
+                        threads: t,
+                        run,
+                    })?;
+                    runs[ti * systems.len() + si].push(result);
+                    bar.inc(1);
+                }
             }
         }
     }
