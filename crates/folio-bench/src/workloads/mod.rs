@@ -343,7 +343,10 @@ pub struct Turn {
 /// such as O_DIRECT without a cache) the same way. The disk's state carries over from one
 /// measurement to the next: a cold scan right after readseq's O_DIRECT run reads
 /// 30-50% slower here (docs/readahead.md), which would hit whichever system followed it.
-/// So the two compared systems only ever follow each other.
+/// So the two compared systems only ever follow each other, and one unmeasured turn of
+/// the first of them comes before run 0: the first scan after the limits measurement (an
+/// O_DIRECT scan too) is as slow, and would otherwise land on run 0's first system in
+/// every set.
 pub fn measure_systems(
     env: &Env,
     report: &mut Report,
@@ -363,6 +366,14 @@ pub fn measure_systems(
     let others: Vec<usize> = (0..systems.len())
         .filter(|si| !compared.contains(si))
         .collect();
+    if let (Some(&si), Some(&t)) = (compared.first(), threads.first()) {
+        bar.set_message(format!("{} threads={t} warm-up turn", systems[si]));
+        measure(Turn {
+            system: systems[si],
+            threads: t,
+            run: 0,
+        })?;
+    }
     for group in [compared, others] {
         for run in 0..env.runs {
             let mut order = group.clone();
