@@ -81,9 +81,9 @@
 #define FOLIO_CAPACITY_BYTES_DEFAULT 268435456
 
 /**
- * The maximum readahead window `folio_cache_options_init` sets: 8 MiB.
+ * The maximum readahead window `folio_cache_options_init` sets: 16 MiB.
  */
-#define FOLIO_READAHEAD_MAX_BYTES_DEFAULT 8388608
+#define FOLIO_READAHEAD_MAX_BYTES_DEFAULT 16777216
 
 /**
  * How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
@@ -104,7 +104,8 @@ typedef struct folio_cache_options {
      */
     uint64_t capacity_bytes;
     /**
-     * The largest readahead window of a file, in bytes (at most 16 MiB; 0: no readahead).
+     * The largest readahead window of a file, in bytes (at most 32 MiB and an eighth of
+     * the capacity; 0: no readahead).
      */
     uint64_t readahead_max_bytes;
     /**

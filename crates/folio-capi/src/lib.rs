@@ -102,8 +102,8 @@ pub const FOLIO_ADVICE_DONTNEED: u32 = 4;
 pub const FOLIO_CAPACITY_BYTES_MIN: u64 = 65536;
 /// The capacity `folio_cache_options_init` sets: 256 MiB.
 pub const FOLIO_CAPACITY_BYTES_DEFAULT: u64 = 268435456;
-/// The maximum readahead window `folio_cache_options_init` sets: 8 MiB.
-pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 8388608;
+/// The maximum readahead window `folio_cache_options_init` sets: 16 MiB.
+pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 16777216;
 
 const _: () = assert!(FOLIO_CAPACITY_BYTES_MIN == folio_rs::CAPACITY_BYTES_MIN);
 const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
@@ -121,7 +121,8 @@ pub struct folio_cache_options {
     /// Bytes of memory for cached pages (rounded down to 4 KiB), at least
     /// FOLIO_CAPACITY_BYTES_MIN. Reserved at creation, touched as pages are cached.
     pub capacity_bytes: u64,
-    /// The largest readahead window of a file, in bytes (at most 16 MiB; 0: no readahead).
+    /// The largest readahead window of a file, in bytes (at most 32 MiB and an eighth of
+    /// the capacity; 0: no readahead).
     pub readahead_max_bytes: u64,
     /// Threads of the pread backend; 0: the library's default (16).
     pub pread_threads: u32,

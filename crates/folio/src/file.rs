@@ -328,7 +328,11 @@ impl File {
             .load(std::sync::atomic::Ordering::Relaxed);
         match advice {
             Advice::Normal => self.ra.set_max_pages(normal),
-            Advice::Sequential => self.ra.set_max_pages(normal.saturating_mul(2)),
+            Advice::Sequential => self.ra.set_max_pages(
+                normal
+                    .saturating_mul(2)
+                    .min(self.core().readahead_pages_limit()),
+            ),
             Advice::Random => {
                 self.ra.set_max_pages(0);
                 self.ra.reset();
@@ -359,10 +363,10 @@ impl File {
     }
 
     /// Sets this handle's maximum readahead window (rounded down to pages; 0 turns
-    /// readahead off; at most 16 MiB). `Advice::Sequential` doubles it.
+    /// readahead off; at most 32 MiB and an eighth of the cache). `Advice::Sequential`
+    /// doubles it, within the same limits.
     pub fn set_readahead_max_bytes(&self, bytes: u64) {
-        let pages =
-            (bytes / PAGE_BYTES as u64).min(u64::from(readahead::WINDOW_PAGES_LIMIT)) as u32;
+        let pages = self.core().readahead_pages_for(bytes);
         self.ra_pages_normal
             .store(pages, std::sync::atomic::Ordering::Relaxed);
         self.ra.set_max_pages(pages);

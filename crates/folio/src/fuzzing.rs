@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::index::{Entry, Index, Leave, NewFolio};
-use crate::readahead::{self, Decision, MissRequest, RaCell, RaState, WINDOW_PAGES_LIMIT};
+use crate::readahead::{
+    self, Decision, MissRequest, RaCell, RaState, START_PAGES_LIMIT, WINDOW_PAGES_LIMIT,
+};
 use crate::types::{FrameId, Order, PageIndex, ORDER_MAX};
 
 /// The fuzzer's bytes read as choices; zeros once they run out.
@@ -403,17 +405,15 @@ fn check_visit(index: &Index, model: &BTreeMap<u64, Slot>, start: u64, end: u64,
 
 /// Operations per input of the readahead target.
 const READAHEAD_OPS_MAX: usize = 256;
-/// The policy works on page indexes below this (`readahead` module limits).
-const START_LIMIT: u64 = 1 << 40;
 
 /// The readahead target: the pure policy (`decide_on_miss`, `decide_on_marker`,
 /// `initial_size`, `ramp`, `folio_order_cap`) on states, requests and maxima the input
-/// picks (page indexes near 0 and near the 2^40 limit included), and the state word
+/// picks (page indexes near 0 and near the `START_PAGES_LIMIT` included), and the state word
 /// (`RaCell`) that installs its decisions.
 ///
 /// Invariants: with a maximum of 0, no window; every window is possible for the maximum
-/// it was decided under (`RaState::is_possible`: size within the maximum and the 12-bit
-/// limit, async part within the window, start below 2^40) and is what the cell then
+/// it was decided under (`RaState::is_possible`: size within the maximum and the window
+/// limit, async part within the window, start below `START_PAGES_LIMIT`) and is what the cell then
 /// holds; a miss opens a window only for a sequential read (page 0, or the page at or
 /// after the previous one) outside the current window, starting at the missed page, with
 /// its marker on the first page not asked for (or on the start when the window is no
@@ -509,7 +509,10 @@ pub fn readahead_policy(data: &[u8]) {
 fn page_near(input: &mut Input, state: RaState) -> u64 {
     match input.below(4) {
         0 => input.below(1 << 12),
-        1 => START_LIMIT - (1 << 12) + input.below(1 << 13),
+        1 => {
+            let window = u64::from(WINDOW_PAGES_LIMIT);
+            START_PAGES_LIMIT - window + input.below(2 * window)
+        }
         // Anywhere a file's page can be: below 2^52.
         2 => input.u64() >> (12 + input.below(52)),
         _ => {
@@ -648,20 +651,22 @@ mod tests {
     }
 
     /// Found by the readahead target at once (and fixed in `decide_on_marker`): the next
-    /// window after one that ends at page 2^40 started at 2^40, past what the state word
+    /// window after one that ends at the page limit (2^40 then) started at the limit, past what the state word
     /// holds, and `RaCell::update` panicked on it.
     #[test]
     fn a_marker_window_past_the_page_limit_is_refused() {
-        use crate::readahead::{decide_on_marker, Decision, RaState};
+        use crate::readahead::{
+            decide_on_marker, Decision, RaState, START_PAGES_LIMIT, WINDOW_PAGES_LIMIT,
+        };
         use crate::types::PageIndex;
         let state = RaState {
-            start: (1 << 40) - 4095,
-            size: 4095,
-            async_size: 4095,
+            start: START_PAGES_LIMIT - u64::from(WINDOW_PAGES_LIMIT),
+            size: WINDOW_PAGES_LIMIT,
+            async_size: WINDOW_PAGES_LIMIT,
         };
-        let decision = decide_on_marker(state, PageIndex(state.marker()), None, 4095);
+        let decision = decide_on_marker(state, PageIndex(state.marker()), None, WINDOW_PAGES_LIMIT);
         if let Decision::Window(w) = decision {
-            assert!(w.is_possible(4095), "{w:?}");
+            assert!(w.is_possible(WINDOW_PAGES_LIMIT), "{w:?}");
         }
     }
 

@@ -44,6 +44,18 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// The largest readahead window a handle of this cache may use, in pages: the state
+    /// word's limit, and an eighth of the cache, so that a window and the next one in
+    /// flight never take more than a quarter of it (as one run of `read_missing`).
+    pub fn readahead_pages_limit(&self) -> u32 {
+        (self.mem.arena.frame_count() / 8).min(crate::readahead::WINDOW_PAGES_LIMIT)
+    }
+
+    /// A maximum window of `bytes`, in pages, within `readahead_pages_limit`.
+    pub fn readahead_pages_for(&self, bytes: u64) -> u32 {
+        (bytes / PAGE_BYTES as u64).min(u64::from(self.readahead_pages_limit())) as u32
+    }
+
     /// Allocates a LOCKED folio of `order`, or a smaller one if memory is fragmented.
     /// When nothing is free, reclaims; when reclaim finds everything pinned or locked,
     /// `AllocMode::Wait` waits up to the configured `alloc_wait` for holders to finish,

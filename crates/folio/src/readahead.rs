@@ -46,20 +46,25 @@
 //! The policy (`decide_on_miss`, `decide_on_marker`, `initial_size`, `ramp`) is a pure
 //! function of (state, request, what the index holds): no I/O, no lock, no clock.
 //!
-//! Limits: windows of at most `WINDOW_PAGES_LIMIT` pages (16 MiB); files of at most 2^40
-//! pages (4 PiB) for readahead (pages beyond are read without it).
+//! Limits: windows of at most `WINDOW_PAGES_LIMIT` pages (32 MiB); files of at most
+//! `START_PAGES_LIMIT` pages (2^36 pages, 256 TiB) for readahead (pages beyond are read
+//! without it).
 
 use crate::primitive::{AtomicU64, Ordering};
 
 use crate::types::PageIndex;
 
-/// The largest window the packed state can hold (12 bits of pages).
-pub const WINDOW_PAGES_LIMIT: u32 = (1 << 12) - 1;
+/// The largest window a handle uses: 32 MiB, a power of two (so ramped-up windows stay
+/// aligned to the largest folio), below the 14 bits the packed state has for a size.
+pub const WINDOW_PAGES_LIMIT: u32 = 1 << 13;
+/// Readahead describes pages below this index only (the 36 bits of the packed start).
+pub const START_PAGES_LIMIT: u64 = 1 << START_BITS;
 /// Losses of the state CAS after which a thread gives up readahead for this read.
 pub const CAS_TRIES_MAX: u32 = 4;
 
-const START_BITS: u32 = 40;
-const SIZE_BITS: u32 = 12;
+const START_BITS: u32 = 36;
+const SIZE_BITS: u32 = 14;
+const _: () = assert!(WINDOW_PAGES_LIMIT < 1 << SIZE_BITS && START_BITS + 2 * SIZE_BITS == 64);
 
 /// One readahead window: pages `[start, start + size)`, the last `async_size` of them read
 /// ahead of need; the marker at `start + size - async_size`.
@@ -75,7 +80,7 @@ impl RaState {
     pub fn is_possible(&self, max_pages: u32) -> bool {
         self.size <= max_pages.min(WINDOW_PAGES_LIMIT)
             && self.async_size <= self.size
-            && self.start < 1 << START_BITS
+            && self.start < START_PAGES_LIMIT
             && (self.size > 0 || (self.start == 0 && self.async_size == 0))
     }
 
@@ -96,7 +101,7 @@ impl RaState {
     fn unpack(word: u64) -> RaState {
         let mask = (1u64 << SIZE_BITS) - 1;
         RaState {
-            start: word & ((1 << START_BITS) - 1),
+            start: word & (START_PAGES_LIMIT - 1),
             size: ((word >> START_BITS) & mask) as u32,
             async_size: ((word >> (START_BITS + SIZE_BITS)) & mask) as u32,
         }
@@ -151,7 +156,7 @@ pub fn ramp(cur: u32, max_pages: u32) -> u32 {
 
 /// A miss: open an initial window if the read is sequential, else read just the request.
 pub fn decide_on_miss(state: RaState, req: MissRequest, max_pages: u32) -> Decision {
-    if max_pages == 0 || req.index.0 >= 1 << START_BITS {
+    if max_pages == 0 || req.index.0 >= START_PAGES_LIMIT {
         return Decision::None;
     }
     let index = req.index.0;
@@ -191,7 +196,7 @@ pub fn decide_on_marker(
     }
     let index = index.0;
     if state.size != 0 && (index == state.marker() || index == state.end()) {
-        if state.end() >= 1 << START_BITS {
+        if state.end() >= START_PAGES_LIMIT {
             return Decision::None; // past the pages readahead can describe
         }
         let size = ramp(state.size, max_pages);
@@ -206,7 +211,7 @@ pub fn decide_on_marker(
     let Some(start) = next_miss else {
         return Decision::None;
     };
-    if start.0 >= 1 << START_BITS {
+    if start.0 >= START_PAGES_LIMIT {
         return Decision::None;
     }
     let present = (start.0 - index) as u32;
@@ -499,8 +504,8 @@ mod tests {
     #[test]
     fn the_packed_word_round_trips() {
         let s = RaState {
-            start: (1 << 40) - 1,
-            size: 4095,
+            start: START_PAGES_LIMIT - 1,
+            size: WINDOW_PAGES_LIMIT,
             async_size: 17,
         };
         assert_eq!(RaState::unpack(s.pack()), s);

@@ -89,6 +89,36 @@ fn with_an_8_mib_maximum_windows_ramp_to_2_mib_folios() {
 }
 
 #[test]
+fn the_window_stays_within_an_eighth_of_the_cache_and_the_state_word_limit() {
+    let dir = common::test_dir();
+    let path = dir.path().join("f");
+    common::write_pattern_file(&path, SALT, 1 << 20);
+    let max_of = |cache: &Cache| cache.open(&path).unwrap().readahead_window().max_bytes;
+
+    // The default (16 MiB) on a cache that holds it 8 times over; Sequential doubles it.
+    let (big, _) = recorded_cache(256 << 20, folio::READAHEAD_MAX_BYTES_DEFAULT);
+    assert_eq!(max_of(&big), 16 << 20);
+    let file = big.open(&path).unwrap();
+    file.advise(0, 0, Advice::Sequential).unwrap();
+    assert_eq!(file.readahead_window().max_bytes, 32 << 20);
+    file.set_readahead_max_bytes(1 << 30);
+    assert_eq!(
+        file.readahead_window().max_bytes,
+        32 << 20,
+        "the word's limit"
+    );
+
+    // A 16 MiB cache: windows of at most 2 MiB, whatever is asked.
+    let (small, _) = recorded_cache(16 << 20, 64 << 20);
+    assert_eq!(max_of(&small), 2 << 20);
+    let file = small.open(&path).unwrap();
+    file.advise(0, 0, Advice::Sequential).unwrap();
+    assert_eq!(file.readahead_window().max_bytes, 2 << 20);
+    file.set_readahead_max_bytes(1 << 20);
+    assert_eq!(file.readahead_window().max_bytes, 1 << 20);
+}
+
+#[test]
 fn advice_random_turns_readahead_off() {
     let dir = common::test_dir();
     let path = dir.path().join("f");
