@@ -90,7 +90,7 @@ impl CacheBuilder {
 
     /// The largest readahead window of a new handle (default
     /// [`READAHEAD_MAX_BYTES_DEFAULT`]; 0 turns readahead off). At most 32 MiB and an
-    /// eighth of the capacity: a window and the next one in flight never take more than
+    /// eighth of the capacity (a power of two): a window and the next one in flight never take more than
     /// a quarter of the cache. Each handle can change its own with
     /// `File::set_readahead_max_bytes`.
     pub fn readahead_max_bytes(mut self, bytes: u64) -> Self {

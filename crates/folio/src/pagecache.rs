@@ -45,10 +45,13 @@ pub(crate) struct Core {
 
 impl Core {
     /// The largest readahead window a handle of this cache may use, in pages: the state
-    /// word's limit, and an eighth of the cache, so that a window and the next one in
-    /// flight never take more than a quarter of it (as one run of `read_missing`).
+    /// word's limit, and an eighth of the cache rounded down to a power of two, so that a
+    /// window and the next one in flight never take more than a quarter of it (as one
+    /// run of `read_missing`) and ramped windows stay aligned to the largest folio.
     pub fn readahead_pages_limit(&self) -> u32 {
-        (self.mem.arena.frame_count() / 8).min(crate::readahead::WINDOW_PAGES_LIMIT)
+        let eighth = self.mem.arena.frame_count() / 8;
+        let eighth = eighth.checked_ilog2().map_or(0, |log| 1 << log);
+        eighth.min(crate::readahead::WINDOW_PAGES_LIMIT)
     }
 
     /// A maximum window of `bytes`, in pages, within `readahead_pages_limit`.

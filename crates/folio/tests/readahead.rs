@@ -116,6 +116,10 @@ fn the_window_stays_within_an_eighth_of_the_cache_and_the_state_word_limit() {
     assert_eq!(file.readahead_window().max_bytes, 2 << 20);
     file.set_readahead_max_bytes(1 << 20);
     assert_eq!(file.readahead_window().max_bytes, 1 << 20);
+
+    // A 24 MiB cache: an eighth is 3 MiB, rounded down to a power of two.
+    let (odd, _) = recorded_cache(24 << 20, 64 << 20);
+    assert_eq!(max_of(&odd), 2 << 20);
 }
 
 #[test]
