@@ -157,6 +157,10 @@ impl File {
         let core = self.core();
         let last_page = PageIndex::ceil(request_end);
         let mut done = 0usize;
+        // Whether a page of this read missed or waited: only such reads record where they
+        // ended for the sequential test (`MissRequest::prev_index`), so that hits write
+        // nothing shared.
+        let mut slow = false;
         let result = loop {
             let end = request_end.min(self.mapping.size_bytes());
             let pos = offset + done as u64;
@@ -170,6 +174,7 @@ impl File {
                 done += n;
                 continue;
             }
+            slow = true;
             let folio = match self.get_uptodate(page, last_page) {
                 Ok(Some(folio)) => folio,
                 Ok(None) => continue, // the file shrank: `end` drops on the next turn
@@ -186,7 +191,7 @@ impl File {
             buf[done..done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             done += n;
         };
-        if done > 0 {
+        if slow && done > 0 {
             self.ra
                 .set_prev_index(PageIndex::containing(offset + done as u64 - 1));
         }
@@ -262,16 +267,34 @@ impl File {
         None
     }
 
+    /// How many pages right before `page` the index holds without a gap, counted by a
+    /// lock-free walk back over whole folios, stopping once at least `enough` are found.
+    fn cached_before(&self, page: PageIndex, enough: u64) -> u64 {
+        let mut at = page.0;
+        while at > 0 && page.0 - at < enough {
+            match self.mapping.index.lookup(PageIndex(at - 1)) {
+                Entry::Folio { head, .. } => at = head.0,
+                _ => break,
+            }
+        }
+        page.0 - at
+    }
+
     /// A miss: open a readahead window if the policy says so (and read it, including the
     /// page), else read the missing run up to `read_end`.
     ///
     /// Context: no lock held, no folio pinned by the caller. May sleep in allocation.
     fn on_miss(&self, page: PageIndex, read_end: PageIndex) -> io::Result<()> {
-        let req = MissRequest {
+        let pages = read_end.0.saturating_sub(page.0).max(1);
+        let mut req = MissRequest {
             index: page,
-            pages: read_end.0.saturating_sub(page.0).max(1),
+            pages,
             prev_index: self.ra.prev_index(),
+            cached_before: 0,
         };
+        if !req.is_sequential() {
+            req.cached_before = self.cached_before(page, pages + 1);
+        }
         let installed = self.ra.update(|state, max_pages| {
             self.within_file(readahead::decide_on_miss(state, req, max_pages))
         });

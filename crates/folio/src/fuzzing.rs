@@ -414,8 +414,9 @@ const READAHEAD_OPS_MAX: usize = 256;
 /// Invariants: with a maximum of 0, no window; every window is possible for the maximum
 /// it was decided under (`RaState::is_possible`: size within the maximum and the window
 /// limit, async part within the window, start below `START_PAGES_LIMIT`) and is what the cell then
-/// holds; a miss opens a window only for a sequential read (page 0, or the page at or
-/// after the previous one) outside the current window, starting at the missed page, with
+/// holds; a miss opens a window only for a sequential read (page 0, the page at or after
+/// the previous one, or a page after a cached run longer than the request) outside the
+/// current window, starting at the missed page, with
 /// its marker on the first page not asked for (or on the start when the window is no
 /// larger than the request); a marker hit at the window's marker or end starts the next
 /// window at its end, all async, otherwise at the first missing page; the next window
@@ -444,11 +445,16 @@ pub fn readahead_policy(data: &[u8]) {
                     2 => Some(PageIndex(index)),
                     _ => Some(PageIndex(page_near(&mut input, state))),
                 };
+                let pages = 1 + input.below(u64::from(WINDOW_PAGES_LIMIT) * 2);
+                // `File` counts cached pages before the miss until there are more than
+                // the pages it asks for; none before page 0.
+                let cached_before = input.below(pages + 2).min(index);
                 let req = MissRequest {
                     index: PageIndex(index),
                     // `File` asks for at least the missed page.
-                    pages: 1 + input.below(u64::from(WINDOW_PAGES_LIMIT) * 2),
+                    pages,
                     prev_index,
+                    cached_before,
                 };
                 let decision = readahead::decide_on_miss(state, req, max);
                 check_miss(state, req, max, decision, op);
@@ -539,7 +545,8 @@ fn check_miss(state: RaState, req: MissRequest, max: u32, decision: Decision, op
     let sequential = index == 0
         || req
             .prev_index
-            .is_some_and(|p| index == p.0 || index == p.0 + 1);
+            .is_some_and(|p| index == p.0 || index == p.0 + 1)
+        || req.cached_before > req.pages;
     assert!(sequential, "op {op}: a window for a random miss {req:?}");
     let inside = state.size != 0 && index >= state.start && index < state.end();
     assert!(!inside, "op {op}: a new window for a miss inside {state:?}");

@@ -405,6 +405,7 @@ fn readahead_miss_race() {
                         index: PageIndex(0),
                         pages: 1,
                         prev_index: None,
+                        cached_before: 0,
                     };
                     cell.update(|state, max| decide_on_miss(state, req, max))
                 })

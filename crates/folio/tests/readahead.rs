@@ -145,6 +145,45 @@ fn advice_random_turns_readahead_off() {
     assert!(cache.stats().readahead_pages > 0);
 }
 
+/// Hits record nothing in the handle (no shared store per hit), so a reader that scans
+/// cached pages and then misses is recognised as sequential by the cached run before the
+/// miss: it gets a window, where a miss after no cached pages reads just its page.
+#[test]
+fn a_miss_after_a_cached_run_opens_a_window() {
+    let dir = common::test_dir();
+    let path = dir.path().join("f");
+    common::write_pattern_file(&path, SALT, 4 << 20);
+    let (cache, control) = recorded_cache(64 << 20, 128 * KIB);
+    // Another handle caches the first 64 KiB (pages 0..16) and nothing else.
+    let warm = cache.open(&path).unwrap();
+    warm.readahead(0, 64 * KIB).unwrap();
+    let mut buf = [0u8; 4096];
+    warm.read_at(&mut buf, 60 * KIB).unwrap();
+    drop(warm);
+    control.take_requests();
+
+    // A random miss far from any cached page reads just its page.
+    let file = cache.open(&path).unwrap();
+    file.read_at(&mut buf, 2 << 20).unwrap();
+    common::check_pattern(SALT, 2 << 20, &buf).unwrap();
+    assert_eq!(control.take_requests(), vec![(2 << 20, 4096)]);
+
+    // Scanning the cached pages is all hits and no I/O; the first miss after them opens
+    // a window at page 16 that reaches past the page asked for.
+    for offset in (0..64 * KIB).step_by(4096) {
+        file.read_at(&mut buf, offset).unwrap();
+        common::check_pattern(SALT, offset, &buf).unwrap();
+    }
+    assert!(control.take_requests().is_empty());
+    let sync_before = cache.stats().readahead_sync;
+    file.read_at(&mut buf, 64 * KIB).unwrap();
+    common::check_pattern(SALT, 64 * KIB, &buf).unwrap();
+    let requests = control.take_requests();
+    assert_eq!(requests[0].0, 64 * KIB, "{requests:?}");
+    assert!(requests[0].1 > 4096, "a window, not one page: {requests:?}");
+    assert_eq!(cache.stats().readahead_sync, sync_before + 1);
+}
+
 #[test]
 fn advice_dontneed_empties_the_range_and_willneed_fills_it() {
     let dir = common::test_dir();
