@@ -116,6 +116,13 @@ typedef struct folio_cache_options {
      * FOLIO_EVICTION_S3FIFO or FOLIO_EVICTION_TWO_LIST_LRU.
      */
     uint32_t eviction;
+    /**
+     * 1: fault the whole capacity in at creation (creation takes longer and the memory
+     * is resident at once; the first reads then skip the page faults of fresh memory,
+     * about a fifth of a cold scan's time into a fresh cache); 0 (the default): memory
+     * is touched as pages are first cached.
+     */
+    uint32_t prefault;
 } folio_cache_options;
 
 /**
@@ -236,8 +243,8 @@ extern "C" {
 
 /**
  * Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
- * FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, and
- * `size` set.
+ * FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
+ * prefault, and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -253,7 +260,8 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * its handle in `*out`.
  *
  * Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
- * FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a wrong `size`); -ENOMEM if the memory
+ * FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a prefault other than 0 or 1,
+ * a wrong `size`); -ENOMEM if the memory
  * cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
  * -EMFILE past 2^20 live caches. `*out` is written only on success.
  *

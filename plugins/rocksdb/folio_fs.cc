@@ -216,6 +216,7 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   o.backend = opts.backend;
   o.pread_threads = opts.pread_threads;
   o.eviction = opts.eviction;
+  o.prefault = opts.prefault == Options::Prefault::kAtStart ? 1 : 0;
   folio_cache cache{};
   const int rc = folio_cache_create(&o, &cache);
   if (rc < 0) {

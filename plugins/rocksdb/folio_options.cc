@@ -51,7 +51,7 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_BACKEND", "backend"},     {"FOLIO_PREAD_THREADS", "pread_threads"},
     {"FOLIO_HINTS", "hints"},         {"FOLIO_STATS", "stats"},
     {"FOLIO_VERBOSE", "verbose"},     {"FOLIO_PREFETCH_AHEAD", "prefetch_ahead"},
-    {"FOLIO_EVICTION", "eviction"},
+    {"FOLIO_EVICTION", "eviction"},   {"FOLIO_PREFAULT", "prefault"},
 };
 
 }  // namespace
@@ -59,7 +59,8 @@ constexpr EnvKey kEnvKeys[] = {
 bool Options::operator==(const Options& o) const {
   return capacity_bytes == o.capacity_bytes && readahead_max_bytes == o.readahead_max_bytes &&
          backend == o.backend && pread_threads == o.pread_threads && eviction == o.eviction &&
-         prefetch_ahead_bytes == o.prefetch_ahead_bytes && hints == o.hints &&
+         prefetch_ahead_bytes == o.prefetch_ahead_bytes && prefault == o.prefault &&
+         hints == o.hints &&
          stats == o.stats && stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
@@ -70,6 +71,7 @@ std::string Options::Describe() const {
                   " eviction=" + (eviction == FOLIO_EVICTION_TWO_LIST_LRU ? "lru" : "s3fifo") +
                   " pread_threads=" + std::to_string(pread_threads) +
                   " prefetch_ahead=" + std::to_string(prefetch_ahead_bytes) +
+                  " prefault=" + (prefault == Prefault::kAtStart ? "1" : "0") +
                   " hints=" + (hints == Hints::kFollow ? "1" : "0") + " stats=";
   switch (stats) {
     case StatsSink::kNone:
@@ -175,6 +177,15 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     opts->pread_threads = static_cast<uint32_t>(n);
     return true;
   }
+  if (k == "prefault") {
+    bool at_start = false;
+    if (!ParseFlag(value, &at_start)) {
+      *error = "prefault: '" + value + "' is not 0 or 1";
+      return false;
+    }
+    opts->prefault = at_start ? Options::Prefault::kAtStart : Options::Prefault::kLazy;
+    return true;
+  }
   if (k == "hints") {
     bool follow = true;
     if (!ParseFlag(value, &follow)) {
@@ -208,8 +219,8 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return true;
   }
   *error = "unknown option '" + key +
-           "' (known: capacity, readahead_max, prefetch_ahead, backend, eviction, pread_threads, "
-           "hints, stats, verbose)";
+           "' (known: capacity, readahead_max, prefetch_ahead, prefault, backend, eviction, "
+           "pread_threads, hints, stats, verbose)";
   return false;
 }
 

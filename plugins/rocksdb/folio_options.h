@@ -11,6 +11,8 @@
 //   eviction       FOLIO_EVICTION        s3fifo    s3fifo | lru (the kernel's two lists)
 //   pread_threads  FOLIO_PREAD_THREADS   0         threads of the pread backend (0: folio's default)
 //   prefetch_ahead FOLIO_PREFETCH_AHEAD  1M        bytes read ahead past each RocksDB Prefetch range
+//   prefault       FOLIO_PREFAULT        0         1: fault the cache's memory in at start (no page
+//                                                  faults in the first reads; resident at once)
 //   hints          FOLIO_HINTS           1         1: RocksDB's Hint() becomes folio_advise; 0: ignored
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created
@@ -42,6 +44,8 @@ struct Options {
   // this every window is a synchronous wait; folio skips what is already cached or in
   // flight, so asking further ahead costs one lock-free walk.
   uint64_t prefetch_ahead_bytes = uint64_t{1} << 20;
+  // Whether the cache's memory is faulted in when the cache is created.
+  enum class Prefault { kLazy, kAtStart } prefault = Prefault::kLazy;
   // Whether FSRandomAccessFile::Hint() is passed on to folio_advise.
   enum class Hints { kFollow, kIgnore } hints = Hints::kFollow;
   StatsSink stats = StatsSink::kNone;

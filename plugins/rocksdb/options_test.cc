@@ -82,6 +82,9 @@ int main() {
     CHECK(o.capacity_bytes == (64u << 20));
     CHECK(o.stats == StatsSink::kStderr);
     CHECK(o.hints == Options::Hints::kIgnore);
+    CHECK(o.prefault == Options::Prefault::kLazy);
+    CHECK(Uri("folio://?prefault=1", &o));
+    CHECK(o.prefault == Options::Prefault::kAtStart);
     CHECK(Uri("folio://?stats=/tmp/x.txt&backend=io_uring&verbose=1", &o));
     CHECK(o.stats == StatsSink::kFile && o.stats_path == "/tmp/x.txt");
     CHECK(o.backend == FOLIO_BACKEND_IO_URING);
@@ -97,6 +100,7 @@ int main() {
     CHECK(!Uri("folio://?backend=spdk", &o, &e));
     CHECK(!Uri("folio://?pread_threads=100000", &o, &e));
     CHECK(!Uri("folio://?eviction=clock", &o, &e));
+    CHECK(!Uri("folio://?prefault=maybe", &o, &e) && e.find("prefault") != std::string::npos);
     CHECK(!Uri("folio:capacity=4G", &o, &e));
     CHECK(!Uri("posix", &o, &e));
   }

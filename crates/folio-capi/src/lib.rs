@@ -128,6 +128,11 @@ pub struct folio_cache_options {
     pub pread_threads: u32,
     /// FOLIO_EVICTION_S3FIFO or FOLIO_EVICTION_TWO_LIST_LRU.
     pub eviction: u32,
+    /// 1: fault the whole capacity in at creation (creation takes longer and the memory
+    /// is resident at once; the first reads then skip the page faults of fresh memory,
+    /// about a fifth of a cold scan's time into a fresh cache); 0 (the default): memory
+    /// is touched as pages are first cached.
+    pub prefault: u32,
 }
 
 /// A snapshot of a cache's counters (all since the cache was created) and sizes.
@@ -204,12 +209,13 @@ fn cache_options_default() -> folio_cache_options {
         readahead_max_bytes: FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
         pread_threads: 0,
         eviction: FOLIO_EVICTION_S3FIFO,
+        prefault: 0,
     }
 }
 
 /// Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
-/// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, and
-/// `size` set.
+/// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
+/// prefault, and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -271,11 +277,22 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
             ))
         }
     };
+    let prefault = match opts.prefault {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: prefault is {other}, not 0 or 1"),
+            ))
+        }
+    };
     let mut builder = Cache::builder()
         .capacity_bytes(opts.capacity_bytes)
         .backend(backend)
         .readahead_max_bytes(opts.readahead_max_bytes)
-        .eviction(eviction);
+        .eviction(eviction)
+        .prefault(prefault);
     if opts.pread_threads != 0 {
         builder = builder.pread_threads(opts.pread_threads as usize);
     }
@@ -286,7 +303,8 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
 /// its handle in `*out`.
 ///
 /// Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
-/// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a wrong `size`); -ENOMEM if the memory
+/// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a prefault other than 0 or 1,
+/// a wrong `size`); -ENOMEM if the memory
 /// cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
 /// -EMFILE past 2^20 live caches. `*out` is written only on success.
 ///

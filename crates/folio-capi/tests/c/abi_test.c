@@ -86,6 +86,7 @@ static void test_options_and_create(void) {
     CHECK(o.capacity_bytes == FOLIO_CAPACITY_BYTES_DEFAULT);
     CHECK(o.readahead_max_bytes == FOLIO_READAHEAD_MAX_BYTES_DEFAULT);
     CHECK(o.eviction == FOLIO_EVICTION_S3FIFO);
+    CHECK(o.prefault == 0);
 
     CHECK(folio_cache_create(&o, NULL) == -EFAULT);
     o.capacity_bytes = FOLIO_CAPACITY_BYTES_MIN - 1;
@@ -106,8 +107,18 @@ static void test_options_and_create(void) {
     o.eviction = 7;
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
     folio_cache_options_init(&o);
+    o.prefault = 2;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    folio_cache_options_init(&o);
     o.eviction = FOLIO_EVICTION_TWO_LIST_LRU;
     o.capacity_bytes = FOLIO_CAPACITY_BYTES_MIN;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    c.id = 0;
+    /* A prefaulted cache works as any other. */
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 4u << 20;
+    o.prefault = 1;
     CHECK(folio_cache_create(&o, &c) == 0);
     CHECK(folio_cache_destroy(c) == 0);
     c.id = 0;
