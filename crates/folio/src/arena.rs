@@ -20,7 +20,7 @@
 //! the lock. The memory
 //! of an allocated folio belongs to its owner under the `refcount` protocol: written only
 //! by the read that fills it while LOCKED; read by pinned readers and by optimistic readers
-//! through `copy_out`, which loads atomically per word.
+//! through `copy_out`, a byte-wise atomic memcpy (`atomic_copy`).
 //!
 //! Limits: one mutex for the free lists (no per-thread caches yet: allocation is on the
 //! miss path only, next to an I/O that costs 100x more); at most 2^32 frames (16 TiB).
@@ -277,7 +277,7 @@ impl Arena {
     }
 
     /// Copies `dst.len()` bytes from byte `from_bytes` of the folio at `frame` with
-    /// atomic per-word loads: the optimistic read's copy. The result is only meaningful
+    /// a byte-wise atomic memcpy: the optimistic read's copy. The result is only meaningful
     /// if the frame's version validates afterwards.
     pub fn copy_out(&self, frame: FrameId, order: Order, from_bytes: usize, dst: &mut [u8]) {
         assert!(

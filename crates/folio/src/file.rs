@@ -1,7 +1,7 @@
 //! A file handle: the API of a read, and its hit path.
 //!
 //! `read_at` first tries the optimistic hit path (`version`): look the page up without a
-//! lock, copy its bytes with atomic per-word loads, validate the version. No atomic
+//! lock, copy its bytes with a byte-wise atomic memcpy, validate the version. No atomic
 //! read-modify-write happens on that path: the hit is counted in a per-thread counter, and
 //! the CLOCK bit, the readahead marker and the prefetched bit are read with one load and
 //! changed only when set (once per folio).

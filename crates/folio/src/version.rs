@@ -21,8 +21,10 @@
 //! Reader (`begin_read` / `validate`):
 //!   R1. `v = begin_read()`: load Acquire; an odd value sends the reader to the pinned
 //!       path.
-//!   R2. Check the identity against the page it looked up; copy the bytes with atomic
-//!       per-word loads (`copy_out`), so a racing writer is a stale value, not a data race.
+//!   R2. Check the identity against the page it looked up; copy the bytes with a
+//!       byte-wise atomic memcpy (`copy_out`: relaxed loads, or `rep movsb` on x86-64,
+//!       which the hardware performs as such loads), so a racing writer is a stale value,
+//!       not a data race.
 //!   R3. `validate(v)`: an Acquire fence, then load the version again. Equal: the copy is
 //!       the bytes of that identity. Different: discard and take the pinned path.
 //!
