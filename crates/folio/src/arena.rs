@@ -298,9 +298,12 @@ use atomic_copy_words as atomic_copy;
 /// check discards), never undefined behaviour.
 ///
 /// On x86-64 this is one `rep movsb`: Rust has no byte-wise atomic memcpy, and an asm
-/// block's reads are the hardware's, which on x86 are exactly such per-byte atomic loads
-/// (the Rust reference: an asm block may race with other threads as its hardware
-/// semantics allow). With ERMS/FSRM it runs at memcpy speed: 8 KiB in 158 ns from cache
+/// block must only behave like code the abstract machine could run (the reference's
+/// asm rules mem-same-as-ffi and black-box); per-byte relaxed loads are such code, and
+/// x86's fast-string loads are at least as strong as them (each byte single-copy atomic).
+/// Known gap: `io::atomic_zero` writes 8-byte words where a stale reader's bytes overlap
+/// them, a mixed-size race the abstract machine forbids (harmless here: the copy is
+/// discarded); the fix is one access size on both sides. With ERMS/FSRM it runs at memcpy speed: 8 KiB in 158 ns from cache
 /// where the per-word loop below takes 850 ns (this machine, 2026-11-22). Elsewhere, and
 /// under Miri (which cannot run asm), the loop of relaxed per-word loads.
 ///
