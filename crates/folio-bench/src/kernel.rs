@@ -343,10 +343,6 @@ impl AlignedBuf {
             std::ptr::NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         AlignedBuf { ptr, len }
     }
-
-    pub fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
 }
 
 impl std::ops::Deref for AlignedBuf {

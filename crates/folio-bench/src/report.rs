@@ -22,7 +22,7 @@ pub fn table(report: &Report) -> String {
     let mut out = String::new();
     let shared = report.params.get("shared") == Some(&Value::Bool(true));
     out += &format!(
-        "\n== {}{} ==  (limits: memcpy {:.1} GB/s, O_DIRECT QD32 {:.0} MB/s)\n",
+        "\n== {}{} ==  (limits: memcpy {:.1} GB/s, O_DIRECT ceiling {:.0} MB/s)\n",
         report.workload,
         if shared { " --shared" } else { "" },
         report.limits.memcpy_gb_per_sec,

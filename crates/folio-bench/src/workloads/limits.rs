@@ -1,52 +1,108 @@
 //! `limits`: the machine's ceilings, measured in the same run as the workloads they bound.
 //! A cache hit cannot be faster than copying the bytes (`memcpy`); a miss cannot be
-//! faster than the disk read with O_DIRECT at a deep queue (`odirect-qd32`). This is a
-//! measurement tool, not the cache: it talks to the kernel directly.
+//! faster than the disk read with O_DIRECT at a deep queue. This is a measurement tool,
+//! not the cache: it talks to the kernel directly.
 //!
 //! Systems: `memcpy` (one thread copies 8 KiB blocks out of a large buffer into a small
-//! one: the per-thread ceiling of a hit), `odirect-qd32` (one thread keeps `--queue-depth`
-//! O_DIRECT reads of `--block-kib` in flight through io_uring, or through a pool of
-//! `--queue-depth` threads calling `pread` where io_uring is refused), and, for the same
-//! cold sequential read with the same 1 MiB requests, `kernel` (buffered `pread`) and
-//! `folio` (`File::read_at`): how close each cache gets to the device with large reads.
+//! one: the per-thread ceiling of a hit); the O_DIRECT ceiling measured the way fio
+//! measures it: one thread keeps `depth` O_DIRECT reads of `block` bytes in flight through
+//! io_uring, sequentially over the whole cold file, for every shape of a grid of block
+//! sizes and depths (`--grid-block-kib`, `--grid-depths`); `odirect-qd32` is the 1 MiB x 32
+//! point of that grid (fio's usual shape) and `odirect-best` the best point, whose rate is
+//! the ceiling (`Limits::odirect_seq_mb_per_sec`); and, for the same cold sequential read
+//! with 1 MiB requests, `kernel` (buffered `pread`) and `folio` (`File::read_at`), each
+//! also reported as a fraction of the ceiling (`of_odirect_ceiling`). Where `fio` is on
+//! PATH (and `--fio auto`), fio itself reads the same file in the same run
+//! (`--ioengine=io_uring --direct=1 --rw=read`, 1 MiB x 32 and 4 MiB x 4) and the report
+//! carries fio's best and the ratio of ours to it (the target: >= 0.95).
 //!
-//! Design: every byte read from the file is verified (on the submitting thread, while
-//! the other reads are in flight); the copies of `memcpy` are not reads of the file and
-//! are not verified (checking them would halve the ceiling being measured). One copy in
-//! `SAMPLE_EVERY` is timed. `Limits` (memcpy GB/s, O_DIRECT MB/s, medians of the runs)
-//! are what every other workload's JSON carries.
+//! Design: the O_DIRECT timed loop does no verification (as fio): each read lands in its
+//! own slot of a landing area as large as the file (up to `LANDING_BYTES_MAX`), which is
+//! faulted in and poisoned (one word per 4 KiB page) before the clock starts; after the
+//! clock stops every slot is verified against the offset it was read from, so every byte
+//! read is still checked when the file fits the landing area. Each grid point starts from
+//! a cold file (`posix_fadvise(DONTNEED)` on it, checked 0% resident by mincore: O_DIRECT
+//! bypasses the page cache, so the machine-wide drop is not needed). The reads of
+//! `folio`, `kernel` and `memcpy` are as before: every byte read verified on the reading
+//! thread; the copies of `memcpy` are not reads of the file and are not verified
+//! (checking them would halve the ceiling being measured); one copy in `SAMPLE_EVERY` is
+//! timed. `Limits` (memcpy GB/s, the O_DIRECT ceiling in MB/s, medians of the runs) are
+//! what every other workload's JSON carries.
 //!
 //! Limits: a virtio disk's host may cache what it served (repeated runs can get faster);
-//! `memcpy` is one thread, not the memory bus.
+//! `memcpy` is one thread, not the memory bus. Where io_uring is refused, the O_DIRECT
+//! reads fall back to a pool of `depth` threads calling `pread` (verified inline), and the
+//! notes say so. A file larger than the landing area has only its last
+//! `LANDING_BYTES_MAX` bytes of reads verified (the rows' `bytes_verified` say so).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use serde_json::json;
+use serde::Serialize;
+use serde_json::{json, Value};
 
-use super::{mib, secs, Env, Limits, Metric, Report, Row, Workload};
+use super::{mib, secs, Env, Limits, Metric, Report, Row, Target, Workload};
 use crate::data;
-use crate::kernel::{self, AlignedBuf};
+use crate::kernel::{self, AlignedBuf, ColdMethod};
 use crate::measure::{self, Bound, RunResult, SAMPLE_EVERY};
 
 const COPY_BYTES: usize = 8192;
+/// The largest landing area of the O_DIRECT reads (each read gets its own slot up to this).
+pub const LANDING_BYTES_MAX: u64 = 1 << 30;
+/// fio's shapes for the cross-check: fio's usual one, and the best on this kind of
+/// machine (BASELINES.md: 4 MiB x QD4 2,299 MB/s).
+const FIO_SHAPES: [Shape; 2] = [
+    Shape {
+        block_bytes: 1 << 20,
+        depth: 32,
+        pages: Pages::Base,
+    },
+    Shape {
+        block_bytes: 4 << 20,
+        depth: 4,
+        pages: Pages::Base,
+    },
+];
+/// Ours over fio's best that the ceiling must reach (issue 13).
+pub const FIO_RATIO_MIN: f64 = 0.95;
+
+/// Whether the limits run fio beside their own O_DIRECT reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum FioCheck {
+    /// Run fio if it is on PATH.
+    #[default]
+    Auto,
+    /// Never run fio.
+    Off,
+}
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Args {
     /// MiB of the file read with O_DIRECT [default: 512; --quick 128]
     #[arg(long)]
     pub file_mib: Option<u64>,
-    /// KiB per O_DIRECT read [default: 1024]
+    /// KiB per read of the folio and kernel cold scans [default: 1024]
     #[arg(long)]
     pub block_kib: Option<u64>,
-    /// O_DIRECT reads in flight [default: 32]
+    /// Depth of the `odirect-qd32` row, which must be one of --grid-depths [default: 32]
     #[arg(long)]
     pub queue_depth: Option<usize>,
+    /// KiB per O_DIRECT read, the block sizes of the grid
+    /// [default: 128,1024,2048,4096; --quick 1024,4096]
+    #[arg(long, value_delimiter = ',')]
+    pub grid_block_kib: Option<Vec<u64>>,
+    /// O_DIRECT reads in flight, the depths of the grid [default: 4,8,32,64; --quick 4,32]
+    #[arg(long, value_delimiter = ',')]
+    pub grid_depths: Option<Vec<usize>>,
+    /// Run fio on the same file as a cross-check where it is on PATH
+    #[arg(long, value_enum, default_value_t = FioCheck::Auto)]
+    pub fio: FioCheck,
     /// MiB of the buffer memcpy copies out of [default: 1024; --quick 256]
     #[arg(long)]
     pub memcpy_mib: Option<u64>,
@@ -55,23 +111,117 @@ pub struct Args {
     pub memcpy_secs: Option<f64>,
 }
 
+/// The pages of the memory O_DIRECT reads land in. A 1 MiB read into 4 KiB pages is 256
+/// segments, more than a virtio disk takes in one request (`max_segments` 254 here), so
+/// it is split; into a 2 MiB huge page it is one segment. fio's buffers are `malloc`ed
+/// (4 KiB pages); folio's arena and the kernel's large folios are huge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pages {
+    /// 4 KiB pages (`MADV_NOHUGEPAGE`): what fio reads into.
+    Base,
+    /// Transparent huge pages (`MADV_HUGEPAGE`, 2 MiB aligned), where the kernel gives them.
+    Huge,
+}
+
+impl Pages {
+    fn describe(self) -> &'static str {
+        match self {
+            Pages::Base => "4 KiB pages",
+            Pages::Huge => "huge pages",
+        }
+    }
+}
+
+/// One O_DIRECT shape: bytes per read, reads in flight, and the pages they land in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub block_bytes: usize,
+    pub depth: usize,
+    pub pages: Pages,
+}
+
+impl Shape {
+    fn describe(self) -> String {
+        format!(
+            "{} KiB x QD{} ({})",
+            self.block_bytes >> 10,
+            self.depth,
+            self.pages.describe()
+        )
+    }
+
+    fn to_json(self) -> Value {
+        json!({"block_bytes": self.block_bytes, "queue_depth": self.depth, "pages": self.pages})
+    }
+}
+
 struct Resolved {
     file_bytes: u64,
     block_bytes: usize,
     queue_depth: usize,
+    grid: Vec<Shape>,
+    fio: FioCheck,
     memcpy_bytes: u64,
     memcpy_secs: f64,
 }
 
 impl Args {
     fn resolve(&self, quick: bool) -> Resolved {
+        let blocks: Vec<u64> = match &self.grid_block_kib {
+            Some(b) if !b.is_empty() => b.clone(),
+            _ if quick => vec![1024, 4096],
+            _ => vec![128, 1024, 2048, 4096],
+        };
+        let depths: Vec<usize> = match &self.grid_depths {
+            Some(d) if !d.is_empty() => d.clone(),
+            _ if quick => vec![4, 32],
+            _ => vec![4, 8, 32, 64],
+        };
+        let queue_depth = self.queue_depth.unwrap_or(32).max(1);
+        let mut grid: Vec<Shape> = Vec::new();
+        for pages in [Pages::Base, Pages::Huge] {
+            for &kib in &blocks {
+                for &depth in &depths {
+                    let shape = Shape {
+                        block_bytes: (kib.max(4).next_multiple_of(4) << 10) as usize,
+                        depth: depth.max(1),
+                        pages,
+                    };
+                    if !grid.contains(&shape) {
+                        grid.push(shape);
+                    }
+                }
+            }
+        }
+        // The `odirect-qd32` row is a point of the grid: 1 MiB at --queue-depth.
+        let qd32 = Shape {
+            block_bytes: 1 << 20,
+            depth: queue_depth,
+            pages: Pages::Base,
+        };
+        if !grid.contains(&qd32) {
+            grid.push(qd32);
+        }
         Resolved {
             file_bytes: mib(self.file_mib.unwrap_or(if quick { 128 } else { 512 })),
             block_bytes: (self.block_kib.unwrap_or(1024).max(4) << 10) as usize,
-            queue_depth: self.queue_depth.unwrap_or(32).max(1),
+            queue_depth,
+            grid,
+            fio: self.fio,
             memcpy_bytes: mib(self.memcpy_mib.unwrap_or(if quick { 256 } else { 1024 }))
                 .max(1 << 20),
             memcpy_secs: self.memcpy_secs.unwrap_or(if quick { 0.3 } else { 1.0 }),
+        }
+    }
+}
+
+impl Resolved {
+    fn qd32(&self) -> Shape {
+        Shape {
+            block_bytes: 1 << 20,
+            depth: self.queue_depth,
+            pages: Pages::Base,
         }
     }
 }
@@ -86,19 +236,31 @@ impl Workload for Args {
         let path = env.data_file("limits.dat", p.file_bytes)?;
         let mut report = Report::new(self.name(), Metric::MbPerSec);
         params(&mut report, &p);
-        let systems = ["memcpy", "odirect-qd32", "folio", "kernel"];
-        let bar = env.bar(self.name(), (env.runs * systems.len()) as u64);
+        let fio = match p.fio {
+            FioCheck::Auto if on_path("fio") => Some("fio"),
+            _ => None,
+        };
+        let systems = ["memcpy", "odirect-grid", "folio", "kernel"];
+        let steps = env.runs * (3 + p.grid.len() + fio.map_or(0, |_| FIO_SHAPES.len()));
+        let bar = env.bar(self.name(), steps as u64);
         let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); systems.len()];
-        let mut odirect_engine = "";
+        let mut grid = Grid::new(&p)?;
+        let mut fio_runs: Vec<Vec<f64>> = vec![Vec::new(); FIO_SHAPES.len()];
         for run in 0..env.runs {
             for (si, system) in systems.iter().enumerate() {
                 bar.set_message(format!("{system} run {}/{}", run + 1, env.runs));
                 let r = match *system {
                     "memcpy" => memcpy(&p)?,
-                    "odirect-qd32" => {
-                        let (r, engine) = odirect(&path, &p)?;
-                        odirect_engine = engine;
-                        r
+                    "odirect-grid" => {
+                        grid.measure(&path, &p, &bar)?;
+                        if let Some(program) = fio {
+                            for (fi, shape) in FIO_SHAPES.iter().enumerate() {
+                                bar.set_message(format!("fio {}", shape.describe()));
+                                fio_runs[fi].push(run_fio(program, &path, *shape)?);
+                                bar.inc(1);
+                            }
+                        }
+                        continue;
                     }
                     "folio" => {
                         kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
@@ -123,28 +285,81 @@ impl Workload for Args {
             }
         }
         bar.finish_and_clear();
-        for (si, system) in systems.iter().enumerate() {
-            let row = Row::from_runs(system, 1, &runs[si], report.ratio_of);
+        let (best, best_runs) = grid.best();
+        let ceiling = measure::median(best_runs, RunResult::mb_per_sec)
+            .0
+            .mb_per_sec();
+        report
+            .rows
+            .push(Row::from_runs("memcpy", 1, &runs[0], report.ratio_of));
+        report.rows.push(Row::from_runs(
+            "odirect-qd32",
+            1,
+            grid.runs_of(p.qd32()),
+            report.ratio_of,
+        ));
+        let mut best_row = Row::from_runs("odirect-best", 1, best_runs, report.ratio_of);
+        best_row
+            .extra
+            .insert("block_bytes".into(), json!(best.block_bytes));
+        best_row
+            .extra
+            .insert("queue_depth".into(), json!(best.depth));
+        report.rows.push(best_row);
+        for (si, system) in systems.iter().enumerate().skip(2) {
+            let mut row = Row::from_runs(system, 1, &runs[si], report.ratio_of);
+            row.extra.insert(
+                "of_odirect_ceiling".into(),
+                json!(row.mb_per_sec / ceiling.max(1e-9)),
+            );
             report.rows.push(row);
         }
         report.fill_ratios();
         let limits = Limits {
             memcpy_gb_per_sec: report.rows[0].mb_per_sec / 1000.0,
-            odirect_seq_mb_per_sec: report.rows[1].mb_per_sec,
+            odirect_seq_mb_per_sec: ceiling,
         };
         env.set_limits(limits);
         report.limits = limits;
+        report.param("odirect_grid", grid.to_json());
+        report.param("odirect_landing", grid.landing_json());
+        report.param("odirect_ceiling_mb_per_sec", ceiling);
+        report.param("odirect_ceiling_shape", best.to_json());
         report.note(format!(
-            "odirect-qd32: {odirect_engine}, {} KiB reads, {} in flight, every byte verified",
-            p.block_bytes >> 10,
-            p.queue_depth
+            "O_DIRECT ceiling: {ceiling:.0} MB/s, the best median of the grid ({}), at {}; \
+             {}; each grid point reads the whole cold file sequentially, one thread, no \
+             verification in the timed loop, every slot verified after the clock stops",
+            p.grid
+                .iter()
+                .map(|s| s.describe())
+                .collect::<Vec<_>>()
+                .join(", "),
+            best.describe(),
+            grid.engine
         ));
+        let base_best = grid.best_of(Pages::Base);
+        let fio_best = fio_summary(&mut report, &fio_runs, ceiling, base_best, p.fio);
         report.note("memcpy: one thread, 8 KiB copies out of the buffer in order; copies are not verified (not file reads)");
+        let of_ceiling = |system: &str| {
+            report
+                .row(system, 1)
+                .map_or(0.0, |r| 100.0 * r.mb_per_sec / ceiling.max(1e-9))
+        };
         report.note(format!(
-            "folio and kernel: one thread, cold sequential {} KiB reads; cold: {}",
+            "folio and kernel: one thread, cold sequential {} KiB reads, every byte verified \
+             inline; cold: {}; folio reached {:.0}% of the O_DIRECT ceiling, the kernel {:.0}%",
             p.block_bytes >> 10,
-            env.cold.describe()
+            env.cold.describe(),
+            of_ceiling("folio"),
+            of_ceiling("kernel")
         ));
+        if let Some(fio_best) = fio_best {
+            report.targets.push(Target::at_least(
+                "limits: O_DIRECT ceiling / fio's best on the same file, same run",
+                Some(ceiling / fio_best.max(1e-9)),
+                FIO_RATIO_MIN,
+            ));
+        }
         Ok(report)
     }
 }
@@ -158,28 +373,229 @@ fn params(report: &mut Report, p: &Resolved) {
     report.param("memcpy_secs", p.memcpy_secs);
 }
 
-/// The ceilings alone (memcpy and O_DIRECT, medians of `env.runs`), for the other
-/// workloads' reports.
+/// Adds fio's results to the report; returns fio's best median MB/s, if fio ran.
+fn fio_summary(
+    report: &mut Report,
+    fio_runs: &[Vec<f64>],
+    ceiling: f64,
+    base_best: f64,
+    check: FioCheck,
+) -> Option<f64> {
+    if fio_runs.iter().all(Vec::is_empty) {
+        report.param("fio", Value::Null);
+        report.note(match check {
+            FioCheck::Off => "fio cross-check: off (--fio off)",
+            FioCheck::Auto => "fio cross-check: skipped, no fio on PATH (Debian package `fio`)",
+        });
+        return None;
+    }
+    let mut shapes = Vec::new();
+    let mut best: Option<(Shape, f64)> = None;
+    for (shape, runs) in FIO_SHAPES.iter().zip(fio_runs) {
+        let mb = median_of(runs);
+        if best.is_none_or(|(_, b)| mb > b) {
+            best = Some((*shape, mb));
+        }
+        let mut v = shape.to_json();
+        v["mb_per_sec"] = json!(mb);
+        v["runs_mb_per_sec"] = json!(runs);
+        shapes.push(v);
+    }
+    let (shape, mb) = best?;
+    report.param(
+        "fio",
+        json!({"shapes": shapes, "best_mb_per_sec": mb, "best_shape": shape.to_json(),
+               "ceiling_over_fio_best": ceiling / mb.max(1e-9),
+               "base_pages_best_mb_per_sec": base_best,
+               "base_pages_best_over_fio_best": base_best / mb.max(1e-9)}),
+    );
+    report.note(format!(
+        "fio on the same file in the same run (--ioengine=io_uring --direct=1 --rw=read \
+         --readonly, one job, fio's own 4 KiB-page buffers; {}): best {mb:.0} MB/s at {}; \
+         our ceiling / fio's best = {:.2}; our best into 4 KiB pages as fio's ({base_best:.0} \
+         MB/s) / fio's best = {:.2}",
+        FIO_SHAPES
+            .iter()
+            .zip(fio_runs)
+            .map(|(s, r)| format!("{} {:.0} MB/s", s.describe(), median_of(r)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        shape.describe(),
+        ceiling / mb.max(1e-9),
+        base_best / mb.max(1e-9)
+    ));
+    Some(mb)
+}
+
+/// The median (lower middle) of `xs`; 0 for none.
+fn median_of(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+/// Runs fio once over `path` at `shape`; returns its read MB/s (10^6 bytes per second).
+fn run_fio(program: &str, path: &Path, shape: Shape) -> io::Result<f64> {
+    let out = Command::new(program)
+        .arg("--name=ceiling")
+        .arg(format!("--filename={}", path.display()))
+        .arg("--readonly")
+        .arg("--ioengine=io_uring")
+        .arg("--direct=1")
+        .arg("--rw=read")
+        .arg(format!("--bs={}k", shape.block_bytes >> 10))
+        .arg(format!("--iodepth={}", shape.depth))
+        .arg("--numjobs=1")
+        .arg("--output-format=json")
+        .output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "fio {} failed ({}): {}",
+            shape.describe(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    parse_fio(&String::from_utf8_lossy(&out.stdout)).ok_or_else(|| {
+        io::Error::other(format!(
+            "fio {}: no jobs[0].read.bw_bytes in its JSON output",
+            shape.describe()
+        ))
+    })
+}
+
+/// fio's `--output-format=json`: the first job's read bandwidth, in MB/s.
+pub fn parse_fio(stdout: &str) -> Option<f64> {
+    // fio may print notes before the JSON object.
+    let json: Value = serde_json::from_str(&stdout[stdout.find('{')?..]).ok()?;
+    let bw = json["jobs"][0]["read"]["bw_bytes"].as_f64()?;
+    Some(bw / 1e6)
+}
+
+/// The O_DIRECT grid: one landing area, and every point's runs.
+struct Grid {
+    shapes: Vec<Shape>,
+    runs: Vec<Vec<RunResult>>,
+    /// The landing areas of 4 KiB pages and of huge pages.
+    base: Landing,
+    huge: Landing,
+    engine: &'static str,
+}
+
+impl Grid {
+    fn new(p: &Resolved) -> io::Result<Grid> {
+        Ok(Grid {
+            shapes: p.grid.clone(),
+            runs: vec![Vec::new(); p.grid.len()],
+            base: Landing::new(p, Pages::Base)?,
+            huge: Landing::new(p, Pages::Huge)?,
+            engine: "io_uring",
+        })
+    }
+
+    /// Bytes of each landing area, and of its huge pages (`AnonHugePages` in smaps).
+    fn landing_json(&self) -> Value {
+        json!({
+            "bytes": self.base.bytes,
+            "base_area_huge_bytes": self.base.huge_bytes(),
+            "huge_area_huge_bytes": self.huge.huge_bytes(),
+        })
+    }
+
+    /// One run of every point, each from a cold file.
+    fn measure(
+        &mut self,
+        path: &Path,
+        p: &Resolved,
+        bar: &indicatif::ProgressBar,
+    ) -> io::Result<()> {
+        for (i, &shape) in self.shapes.iter().enumerate() {
+            bar.set_message(format!("O_DIRECT {}", shape.describe()));
+            let landing = match shape.pages {
+                Pages::Base => &mut self.base,
+                Pages::Huge => &mut self.huge,
+            };
+            let (r, engine) = odirect(path, p.file_bytes, shape, landing)?;
+            self.engine = engine;
+            self.runs[i].push(r);
+            bar.inc(1);
+        }
+        Ok(())
+    }
+
+    fn runs_of(&self, shape: Shape) -> &[RunResult] {
+        let i = self
+            .shapes
+            .iter()
+            .position(|s| *s == shape)
+            .expect("the qd32 shape is in the grid");
+        &self.runs[i]
+    }
+
+    /// The point with the best median MB/s, and its runs.
+    fn best(&self) -> (Shape, &[RunResult]) {
+        let median =
+            |runs: &[RunResult]| measure::median(runs, RunResult::mb_per_sec).0.mb_per_sec();
+        let i = (0..self.shapes.len())
+            .max_by(|&a, &b| median(&self.runs[a]).total_cmp(&median(&self.runs[b])))
+            .expect("a grid of at least one point");
+        (self.shapes[i], &self.runs[i])
+    }
+
+    /// The best median MB/s of the points whose reads land in `pages`.
+    fn best_of(&self, pages: Pages) -> f64 {
+        self.shapes
+            .iter()
+            .zip(&self.runs)
+            .filter(|(s, _)| s.pages == pages)
+            .map(|(_, runs)| measure::median(runs, RunResult::mb_per_sec).0.mb_per_sec())
+            .fold(0.0, f64::max)
+    }
+
+    fn to_json(&self) -> Value {
+        json!(self
+            .shapes
+            .iter()
+            .zip(&self.runs)
+            .map(|(s, runs)| {
+                let mut v = s.to_json();
+                v["mb_per_sec"] =
+                    json!(measure::median(runs, RunResult::mb_per_sec).0.mb_per_sec());
+                v["runs_mb_per_sec"] =
+                    json!(runs.iter().map(RunResult::mb_per_sec).collect::<Vec<_>>());
+                v
+            })
+            .collect::<Vec<_>>())
+    }
+}
+
+/// The ceilings alone (memcpy and the best O_DIRECT grid point, medians of `env.runs`),
+/// for the other workloads' reports.
 pub fn measure_ceilings(env: &Env, args: &Args) -> io::Result<Limits> {
     let p = args.resolve(env.quick);
     let path = env.data_file("limits.dat", p.file_bytes)?;
-    let bar = env.bar("limits", (env.runs * 2) as u64);
-    let (mut copies, mut reads) = (Vec::new(), Vec::new());
+    let bar = env.bar("limits", (env.runs * (1 + p.grid.len())) as u64);
+    let mut copies = Vec::new();
+    let mut grid = Grid::new(&p)?;
     for run in 0..env.runs {
         bar.set_message(format!("memcpy run {}/{}", run + 1, env.runs));
         copies.push(memcpy(&p)?);
         bar.inc(1);
-        bar.set_message(format!("odirect-qd32 run {}/{}", run + 1, env.runs));
-        reads.push(odirect(&path, &p)?.0);
-        bar.inc(1);
+        grid.measure(&path, &p, &bar)?;
     }
     bar.finish_and_clear();
+    let (_, best_runs) = grid.best();
     Ok(Limits {
         memcpy_gb_per_sec: measure::median(&copies, RunResult::mb_per_sec)
             .0
             .mb_per_sec()
             / 1000.0,
-        odirect_seq_mb_per_sec: measure::median(&reads, RunResult::mb_per_sec)
+        odirect_seq_mb_per_sec: measure::median(best_runs, RunResult::mb_per_sec)
             .0
             .mb_per_sec(),
     })
@@ -242,68 +658,219 @@ fn sequential(
     })
 }
 
-/// O_DIRECT sequential reads at queue depth: io_uring, else a pool of pread threads.
-/// Returns the run and the engine used.
-fn odirect(path: &Path, p: &Resolved) -> io::Result<(RunResult, &'static str)> {
+/// O_DIRECT sequential reads of the cold file at `shape`: io_uring, else a pool of pread
+/// threads. Returns the run and the engine used.
+fn odirect(
+    path: &Path,
+    file_bytes: u64,
+    shape: Shape,
+    landing: &mut Landing,
+) -> io::Result<(RunResult, &'static str)> {
+    kernel::make_cold(&[path.to_path_buf()], ColdMethod::FadviseDontNeed)?;
     let file = kernel::open_direct(path)?;
-    match io_uring::IoUring::new(p.queue_depth.next_power_of_two() as u32) {
-        Ok(ring) => Ok((odirect_uring(ring, &file, p)?, "io_uring")),
-        Err(_) => Ok((
-            odirect_pool(&file, p)?,
-            "pread thread pool (io_uring refused)",
-        )),
+    let mut r = match io_uring::IoUring::new(shape.depth.next_power_of_two() as u32) {
+        Ok(ring) => (odirect_uring(ring, &file, shape, landing)?, "io_uring"),
+        Err(_) => (
+            odirect_pool(&file, shape)?,
+            "a pread thread pool, verified inline (io_uring refused)",
+        ),
+    };
+    if r.0.bytes_read != file_bytes {
+        return Err(io::Error::other(format!(
+            "O_DIRECT {} read {} of {file_bytes} bytes",
+            shape.describe(),
+            r.0.bytes_read
+        )));
+    }
+    r.0.extra
+        .insert("block_bytes".into(), json!(shape.block_bytes));
+    r.0.extra.insert("queue_depth".into(), json!(shape.depth));
+    Ok(r)
+}
+
+/// Where the O_DIRECT reads land: one anonymous mapping (2 MiB aligned) of 4 KiB pages or
+/// advised for huge pages, cut into slots of the read size, each read in its own slot
+/// until the area is used up (then round again, skipping slots still in flight). Faulted
+/// in at creation, so no read pays a page fault.
+struct Landing {
+    map_ptr: *mut libc::c_void,
+    map_bytes: usize,
+    base: *mut u8,
+    bytes: usize,
+}
+
+/// The poison written at the start of every 4 KiB page of the landing area before a run:
+/// a read that did not happen leaves it, and no data word equals it.
+const POISON: u64 = 0xdead_beef_dead_beef;
+const HUGE_BYTES: usize = 2 << 20;
+
+impl Landing {
+    fn new(p: &Resolved, pages: Pages) -> io::Result<Landing> {
+        let largest = p
+            .grid
+            .iter()
+            .map(|s| {
+                let blocks = p.file_bytes.div_ceil(s.block_bytes as u64);
+                s.block_bytes as u64 * (s.depth as u64).min(blocks)
+            })
+            .max()
+            .unwrap_or(0);
+        let biggest_block = p
+            .grid
+            .iter()
+            .map(|s| s.block_bytes as u64)
+            .max()
+            .unwrap_or(0);
+        let bytes = p
+            .file_bytes
+            .min(LANDING_BYTES_MAX)
+            .max(largest)
+            .next_multiple_of(biggest_block.max(HUGE_BYTES as u64)) as usize;
+        let map_bytes = bytes + HUGE_BYTES;
+        // SAFETY: an anonymous private mapping with no address hint; checked below.
+        let map_ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map_ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let base = (map_ptr as usize).next_multiple_of(HUGE_BYTES) as *mut u8;
+        let advice = match pages {
+            Pages::Base => libc::MADV_NOHUGEPAGE,
+            Pages::Huge => libc::MADV_HUGEPAGE,
+        };
+        // SAFETY: [base, base + bytes) lies inside the mapping (HUGE_BYTES of slack).
+        // The advice only changes how the kernel backs it; a refusal (THP disabled) leaves
+        // 4 KiB pages, which `huge_bytes` reports.
+        unsafe { libc::madvise(base.cast(), bytes, advice) };
+        let mut landing = Landing {
+            map_ptr,
+            map_bytes,
+            base,
+            bytes,
+        };
+        // Fault every page in now, outside any timing.
+        landing.poison();
+        Ok(landing)
+    }
+
+    fn slots(&self, block_bytes: usize) -> usize {
+        self.bytes / block_bytes
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        // SAFETY: `base..base + bytes` is inside the live mapping owned by self, faulted in
+        // and written (poisoned) at creation; no read is in flight while it is borrowed
+        // (`odirect_uring` reaps every read before it looks).
+        unsafe { std::slice::from_raw_parts(self.base, self.bytes) }
+    }
+
+    fn poison(&mut self) {
+        for at in (0..self.bytes).step_by(4096) {
+            // SAFETY: `at + 8 <= bytes` (bytes is a multiple of 2 MiB), inside the mapping;
+            // `&mut self` means no read is in flight into it.
+            unsafe { self.base.add(at).cast::<u64>().write_volatile(POISON) };
+        }
+    }
+
+    /// Bytes of the area backed by huge pages, from `/proc/self/smaps` (0 if unknown).
+    fn huge_bytes(&self) -> u64 {
+        let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+            return 0;
+        };
+        let start = format!("{:x}-", self.base as usize);
+        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start)).skip(1);
+        lines
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb << 10)
     }
 }
 
-/// The reads in flight: one aligned buffer per slot, its file offset and start time.
+impl Drop for Landing {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`; no read is in flight into it
+        // (every read is reaped before `odirect_uring` returns) and no slice of it lives.
+        unsafe { libc::munmap(self.map_ptr, self.map_bytes) };
+    }
+}
+
+/// The reads in flight and landed: per slot, the file offset and length of the last read
+/// into it, whether it is in flight, and when it was submitted.
 struct Slots {
-    bufs: Vec<AlignedBuf>,
-    offsets: Vec<u64>,
+    landed: Vec<Option<(u64, usize)>>,
+    in_flight: Vec<bool>,
     started: Vec<Instant>,
 }
 
-fn odirect_uring(mut ring: io_uring::IoUring, file: &File, p: &Resolved) -> io::Result<RunResult> {
+/// `shape.depth` reads in flight through io_uring over the whole file, each into its own
+/// slot of `landing`; no verification until the clock has stopped.
+fn odirect_uring(
+    mut ring: io_uring::IoUring,
+    file: &File,
+    shape: Shape,
+    landing: &mut Landing,
+) -> io::Result<RunResult> {
     use io_uring::{opcode, types};
     let len = file.metadata()?.len();
-    let depth = p.queue_depth;
-    let block = p.block_bytes;
+    let block = shape.block_bytes;
+    let depth = shape.depth;
+    let slot_count = landing.slots(block);
+    assert!(slot_count >= 1, "a landing area of at least one block");
+    landing.poison();
     let fd = types::Fd(file.as_raw_fd());
+    let base = landing.base;
     let mut slots = Slots {
-        bufs: (0..depth).map(|_| AlignedBuf::new(block)).collect(),
-        offsets: vec![0; depth],
-        started: vec![Instant::now(); depth],
-    };
-    // Queues the read of the next block into `slot`; false at the end of the file.
-    let submit = |ring: &mut io_uring::IoUring,
-                  slots: &mut Slots,
-                  slot: usize,
-                  next: &mut u64|
-     -> io::Result<bool> {
-        if *next >= len {
-            return Ok(false);
-        }
-        slots.offsets[slot] = *next;
-        slots.started[slot] = Instant::now();
-        let sqe = opcode::Read::new(fd, slots.bufs[slot].as_mut_ptr(), block as u32)
-            .offset(*next)
-            .build()
-            .user_data(slot as u64);
-        // SAFETY: the buffer of `slot` lives in `slots`, which outlives the ring's use
-        // (the loop below reaps every completion before returning), and nothing touches
-        // it until the completion for `slot` is reaped: a slot is only resubmitted after.
-        unsafe { ring.submission().push(&sqe) }
-            .map_err(|_| io::Error::other("io_uring submission queue full"))?;
-        *next += block as u64;
-        Ok(true)
+        landed: vec![None; slot_count],
+        in_flight: vec![false; slot_count],
+        started: vec![Instant::now(); slot_count],
     };
     let mut r = measure::run_here(|rec| {
         let mut next = 0u64;
+        let mut next_slot = 0usize;
         let mut in_flight = 0usize;
         let mut pump = || -> io::Result<()> {
-            for slot in 0..depth {
-                in_flight += usize::from(submit(&mut ring, &mut slots, slot, &mut next)?);
-            }
-            while in_flight > 0 {
+            loop {
+                while in_flight < depth && next < len && !slots.in_flight[next_slot] {
+                    let want = (len - next).min(block as u64) as u32;
+                    // The last block of a file whose length is not a multiple of the
+                    // logical block would fail with O_DIRECT: read the block whole.
+                    let ask = want.next_multiple_of(kernel::DIRECT_ALIGN_BYTES as u32);
+                    let ask = ask.min(block as u32);
+                    // SAFETY: `next_slot < slot_count`, so the slot lies inside the
+                    // landing area (slot_count * block <= its length).
+                    let dst = unsafe { base.add(next_slot * block) };
+                    let sqe = opcode::Read::new(fd, dst, ask)
+                        .offset(next)
+                        .build()
+                        .user_data(next_slot as u64);
+                    // SAFETY: the slot's memory lives in `landing`, which outlives this
+                    // function (borrowed mutably for all of it); nothing reads or writes
+                    // the slot until its completion is reaped (it is marked in flight
+                    // and skipped until then), and every read is reaped before return.
+                    unsafe { ring.submission().push(&sqe) }
+                        .map_err(|_| io::Error::other("io_uring submission queue full"))?;
+                    slots.in_flight[next_slot] = true;
+                    slots.landed[next_slot] = Some((next, want as usize));
+                    slots.started[next_slot] = Instant::now();
+                    in_flight += 1;
+                    next += u64::from(want);
+                    next_slot = if next_slot + 1 == slot_count {
+                        0
+                    } else {
+                        next_slot + 1
+                    };
+                }
+                if in_flight == 0 {
+                    return Ok(());
+                }
                 wait_one(&ring)?;
                 let done: Vec<(u64, i32)> = ring
                     .completion()
@@ -312,30 +879,37 @@ fn odirect_uring(mut ring: io_uring::IoUring, file: &File, p: &Resolved) -> io::
                 for (slot, res) in done {
                     let slot = slot as usize;
                     in_flight -= 1;
+                    slots.in_flight[slot] = false;
                     if res < 0 {
                         return Err(io::Error::from_raw_os_error(-res));
                     }
-                    let n = res as usize;
-                    let at = slots.offsets[slot];
-                    rec.latency(slots.started[slot].elapsed());
-                    rec.op(n as u64, data::verify(&slots.bufs[slot][..n], at)?);
-                    if n < block && at + (n as u64) < len {
-                        return Err(io::Error::other(format!("short O_DIRECT read at {at}")));
+                    let (at, want) = slots.landed[slot].expect("a slot in flight has landed");
+                    if (res as usize) < want {
+                        return Err(io::Error::other(format!(
+                            "short O_DIRECT read at {at}: {res} of {want} bytes"
+                        )));
                     }
-                    in_flight += usize::from(submit(&mut ring, &mut slots, slot, &mut next)?);
+                    rec.latency(slots.started[slot].elapsed());
+                    rec.op(want as u64, 0);
                 }
             }
-            Ok(())
         };
         let outcome = pump();
-        // On an error, reap every read still in flight before the buffers can go.
+        // On an error, reap every read still in flight before the landing area can go.
         while in_flight > 0 {
             wait_one(&ring)?;
             in_flight -= ring.completion().count();
         }
         outcome
     })?;
-    r.extra.insert("queue_depth".into(), json!(depth));
+    // The clock has stopped: check every slot against the offset last read into it.
+    let mut verified = 0u64;
+    for (slot, landed) in slots.landed.iter().enumerate() {
+        if let Some((at, n)) = *landed {
+            verified += data::verify(&landing.as_slice()[slot * block..slot * block + n], at)?;
+        }
+    }
+    r.bytes_verified = verified;
     Ok(r)
 }
 
@@ -349,22 +923,65 @@ fn wait_one(ring: &io_uring::IoUring) -> io::Result<()> {
     }
 }
 
-fn odirect_pool(file: &File, p: &Resolved) -> io::Result<RunResult> {
+fn odirect_pool(file: &File, shape: Shape) -> io::Result<RunResult> {
     let len = file.metadata()?.len();
     let next = AtomicU64::new(0);
-    let mut r = measure::run_threads(p.queue_depth, Bound::Work { cap: None }, |_, _, rec| {
-        let mut buf = AlignedBuf::new(p.block_bytes);
+    measure::run_threads(shape.depth, Bound::Work { cap: None }, |_, _, rec| {
+        let mut buf = AlignedBuf::new(shape.block_bytes);
         loop {
-            let at = next.fetch_add(p.block_bytes as u64, Ordering::Relaxed);
+            let at = next.fetch_add(shape.block_bytes as u64, Ordering::Relaxed);
             if at >= len {
                 return Ok(());
             }
             let started = Instant::now();
-            let n = file.read_at(&mut buf[..p.block_bytes], at)?;
+            let n = file.read_at(&mut buf[..shape.block_bytes], at)?;
             rec.latency(started.elapsed());
             rec.op(n as u64, data::verify(&buf[..n], at)?);
         }
-    })?;
-    r.extra.insert("queue_depth".into(), json!(p.queue_depth));
-    Ok(r)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_fio_json() {
+        let out = "note: both iodepth >= 1 and synchronous I/O engine are selected\n{\n \
+                   \"fio version\" : \"fio-3.33\",\n \"jobs\" : [ { \"jobname\" : \"ceiling\",\n \
+                   \"read\" : { \"io_bytes\" : 1073741824, \"bw_bytes\" : 2182000000 } } ] }\n";
+        assert_eq!(parse_fio(out), Some(2182.0));
+        assert_eq!(parse_fio("no json"), None);
+        assert_eq!(parse_fio("{\"jobs\": []}"), None);
+    }
+
+    #[test]
+    fn the_grid_holds_the_qd32_point_once() {
+        let p = Args {
+            grid_block_kib: Some(vec![1024, 128]),
+            grid_depths: Some(vec![32, 8]),
+            ..Args::default()
+        }
+        .resolve(false);
+        assert_eq!(p.grid.len(), 8, "2 blocks x 2 depths x 2 kinds of pages");
+        assert!(p.grid.contains(&p.qd32()));
+        let p = Args {
+            grid_block_kib: Some(vec![128]),
+            grid_depths: Some(vec![8]),
+            ..Args::default()
+        }
+        .resolve(true);
+        assert_eq!(
+            p.grid.len(),
+            3,
+            "1 MiB x 32 is added for the odirect-qd32 row"
+        );
+    }
+
+    #[test]
+    fn median_of_is_the_lower_middle() {
+        assert_eq!(median_of(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median_of(&[4.0, 2.0]), 2.0);
+        assert_eq!(median_of(&[]), 0.0);
+    }
 }

@@ -152,7 +152,7 @@ impl Workload for Args {
                 1.0,
             ));
             report.targets.push(Target::at_least(
-                "readseq cold 1 thread: folio MB/s / O_DIRECT QD32 MB/s (limits)",
+                "readseq cold 1 thread: folio MB/s / O_DIRECT ceiling MB/s (limits)",
                 report
                     .row("folio", 1)
                     .map(|r| r.mb_per_sec / limits.odirect_seq_mb_per_sec.max(1e-9)),
