@@ -486,6 +486,11 @@ impl Drop for Cgroup {
 /// Pages of `path` in the kernel's page cache, counting pages still under I/O, by
 /// `cachestat(2)` (Linux 6.5+); `None` where the kernel lacks it.
 pub fn cached_pages(path: &Path) -> io::Result<Option<u64>> {
+    cached_pages_of(&File::open(path)?)
+}
+
+/// [`cached_pages`] of an open file.
+pub fn cached_pages_of(file: &File) -> io::Result<Option<u64>> {
     #[repr(C)]
     struct Range {
         off: u64,
@@ -501,7 +506,6 @@ pub fn cached_pages(path: &Path) -> io::Result<Option<u64>> {
         nr_recently_evicted: u64,
     }
     const SYS_CACHESTAT: libc::c_long = 451;
-    let file = File::open(path)?;
     let range = Range { off: 0, len: 0 };
     let mut stat = Stat::default();
     // SAFETY: cachestat(fd, *const range, *mut stat, flags = 0) reads `range` and writes

@@ -5,7 +5,7 @@
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, limits, db-bench,
-//!     compare; and soak [--seconds N] (faults injected, every byte and fault accounted)
+//!     scale, compare; and soak [--seconds N] (faults injected, every byte and fault accounted)
 //! ```
 //!
 //! Modules: `data` (self-checking data files), `kernel` (the kernel side: cold/warm,
@@ -30,7 +30,7 @@ use serde_json::json;
 
 use kernel::WarmMethod;
 use workloads::{
-    compare, db_bench, limits, pread_scale, randread, readahead_storm, readseq, Env, Report,
+    compare, db_bench, limits, pread_scale, randread, readahead_storm, readseq, scale, Env, Report,
     Workload,
 };
 
@@ -144,7 +144,15 @@ enum Command {
         #[command(flatten)]
         args: db_bench::Args,
     },
-    /// All of the above but db-bench, one after another (< 5 min; --quick < 90 s)
+    /// Per-read cost of 4 KiB hits against open files, cache size and threads, beside the
+    /// kernel and memcpy at the same spots (issue 13; not in compare)
+    Scale {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: scale::Args,
+    },
+    /// All of the above but db-bench and scale, one after another (< 5 min; --quick < 90 s)
     Compare {
         #[command(flatten)]
         common: Common,
@@ -180,6 +188,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::ReadaheadStorm { common, args } => (common, Some(Box::new(args))),
         Command::Limits { common, args } => (common, Some(Box::new(args))),
         Command::DbBench { common, args } => (common, Some(Box::new(args))),
+        Command::Scale { common, args } => (common, Some(Box::new(args))),
         Command::Compare { common } => (common, None),
     };
     let started = Instant::now();

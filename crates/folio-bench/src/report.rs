@@ -17,8 +17,13 @@ use serde_json::{json, Value};
 
 use crate::workloads::{Metric, Report};
 
+mod scale;
+
 /// The table, notes and targets of one report, as text.
 pub fn table(report: &Report) -> String {
+    if report.workload == "scale" {
+        return scale::table(report);
+    }
     let mut out = String::new();
     let shared = report.params.get("shared") == Some(&Value::Bool(true));
     out += &format!(
@@ -127,6 +132,11 @@ fn color_of(system: &str, index: usize) -> RGBColor {
 /// Draws throughput per system and thread count: one panel per report, bars grouped by
 /// thread count.
 pub fn plot(path: &Path, reports: &[Report]) -> io::Result<()> {
+    if let [report] = reports {
+        if report.workload == "scale" {
+            return scale::plot(path, report).map_err(|e| io::Error::other(format!("plot: {e}")));
+        }
+    }
     let cols = if reports.len() > 1 { 2 } else { 1 };
     let rows = reports.len().div_ceil(cols);
     let size = (560 * cols as u32, 360 * rows as u32);

@@ -23,6 +23,7 @@ pub mod pread_scale;
 pub mod randread;
 pub mod readahead_storm;
 pub mod readseq;
+pub mod scale;
 
 use std::cell::RefCell;
 use std::io;
