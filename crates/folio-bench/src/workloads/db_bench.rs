@@ -12,6 +12,10 @@
 //! resident (`kernel::make_cold`). Figures are what db_bench prints: the `readseq` line's
 //! ops/sec and operations, and its histogram's P50/P75/P99 (microseconds).
 //!
+//! `db-bench readrandom` (issue 13, module `readrandom`) runs db_bench's `readrandom` the
+//! same way, with the plugin at its default options, and adds each process's system time
+//! per read.
+//!
 //! Limits: db_bench is an external program: `mb_per_sec` is ops/s x 8 KiB (the value
 //! size; keys and block overhead are not counted), `pages_inserted` is not known (null),
 //! and `bytes_verified` counts the bytes whose blocks RocksDB checked against their
@@ -24,6 +28,8 @@ use std::process::Command;
 
 use serde_json::json;
 
+mod readrandom;
+
 use super::{measure_systems, mib, threads_or, Env, Metric, Report, Workload};
 use crate::kernel;
 use crate::measure::RunResult;
@@ -34,8 +40,25 @@ const SYSTEMS: [&str; 3] = ["kernel", "direct", "folio"];
 const DB_BENCH: &str = "/usr/bin/db_bench";
 const PACKAGES: &str = "apt-get install -y rocksdb-tools librocksdb-dev cmake g++";
 
+/// Which of db_bench's benchmarks is measured.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Benchmark {
+    /// `readseq`: every thread scans every database (issue 5).
+    #[default]
+    Readseq,
+    /// `readrandom`: random keys of random databases, the plugin at its default options,
+    /// with system time per read (issue 13).
+    Readrandom,
+}
+
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Args {
+    /// db_bench's benchmark
+    #[arg(value_enum, default_value_t = Benchmark::Readseq)]
+    pub benchmark: Benchmark,
+    /// Reads per thread of `readrandom` (db_bench's `--reads`) [default: --keys]
+    #[arg(long)]
+    pub reads: Option<u64>,
     /// Thread counts, comma-separated [default: 32; --quick 4]
     #[arg(long, value_delimiter = ',')]
     pub threads: Option<Vec<usize>>,
@@ -60,6 +83,9 @@ impl Workload for Args {
     }
 
     fn run(&self, env: &Env) -> io::Result<Report> {
+        if self.benchmark == Benchmark::Readrandom {
+            return readrandom::run(self, env);
+        }
         let threads = threads_or(&self.threads, if env.quick { &[4] } else { &[32] });
         let dbs = self.dbs.unwrap_or(if env.quick { 4 } else { 32 }).max(1);
         let keys = self
@@ -354,9 +380,14 @@ pub struct Parsed {
 /// Parses `readseq : X micros/op Y ops/sec Z seconds N operations; ...` and the first
 /// `Percentiles: P50: a P75: b P99: c ...` after it.
 pub fn parse_output(stdout: &str) -> Option<Parsed> {
+    parse_benchmark_output(stdout, "readseq")
+}
+
+/// [`parse_output`] of the line of `benchmark` (`readseq`, `readrandom`).
+pub fn parse_benchmark_output(stdout: &str, benchmark: &str) -> Option<Parsed> {
     let mut lines = stdout
         .lines()
-        .skip_while(|l| l.split_whitespace().next().is_none_or(|w| w != "readseq"));
+        .skip_while(|l| l.split_whitespace().next().is_none_or(|w| w != benchmark));
     let line = lines.next()?;
     let words: Vec<&str> = line.split_whitespace().collect();
     let before = |unit: &str| -> Option<f64> {
