@@ -1,6 +1,7 @@
-//! Runs `folio-bench db-bench` at a tiny size through the real binary (2 databases of 500
-//! keys, one run) and checks its JSON: a `kernel`, a `direct` and a `folio` row with
-//! db_bench's ops/s and percentiles (P75 as the extra `p75_us`). Skipped, saying why,
+//! Runs `folio-bench db-bench` (readseq, then readrandom) at a tiny size through the real
+//! binary (2 databases of 500 keys, one run) and checks its JSON: a `kernel`, a `direct`
+//! and a `folio` row with db_bench's ops/s and percentiles (P75 as the extra `p75_us`),
+//! and for readrandom the system and user time per read and the ratio to direct reads. Skipped, saying why,
 //! where `/usr/bin/db_bench`, cmake or the RocksDB headers are missing (packages
 //! `rocksdb-tools librocksdb-dev cmake g++`).
 
@@ -86,4 +87,71 @@ fn db_bench_runs_tiny_with_three_systems() {
         assert!(row["operations"].as_u64().is_some_and(|n| n > 0), "{row}");
         assert_eq!(row["operations"], rows[0]["operations"], "{row}");
     }
+
+    // readrandom, on the same databases: the plugin at its defaults, rusage per read.
+    let json = dir.path().join("readrandom.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
+        .args([
+            "db-bench",
+            "readrandom",
+            "--quick",
+            "--runs",
+            "1",
+            "--limits-mib",
+            "8",
+            "--dbs",
+            "2",
+            "--keys",
+            "500",
+            "--threads",
+            "2",
+            "--cache-mib",
+            "1",
+            "--dir",
+        ])
+        .arg(dir.path().join("data"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("the folio-bench binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("--- folio-bench db-bench readrandom\n{stdout}");
+    assert!(
+        out.status.success(),
+        "folio-bench db-bench readrandom failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("the JSON file")).expect("valid JSON");
+    assert_eq!(v["workload"], "db-bench-readrandom");
+    assert_eq!(v["params"]["benchmark"], "readrandom");
+    let uri = v["params"]["fs_uri"].as_str().expect("fs_uri");
+    assert!(
+        uri.starts_with("folio://?capacity=") && !uri.contains('&'),
+        "only the capacity is passed: {uri}"
+    );
+    let rows = v["rows"].as_array().expect("rows");
+    for system in ["kernel", "direct", "folio"] {
+        let row = rows
+            .iter()
+            .find(|r| r["system"] == system && r["threads"] == 2)
+            .unwrap_or_else(|| panic!("no {system} row: {v}"));
+        assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
+        // 2 threads x 500 reads each.
+        assert_eq!(row["operations"], 1000, "{row}");
+        for key in [
+            "sys_us_per_read_median",
+            "user_us_per_read_median",
+            "sys_secs",
+        ] {
+            assert!(row[key].as_f64().is_some_and(|x| x >= 0.0), "{key}: {row}");
+        }
+        assert!(row["vs_direct"].as_f64().is_some_and(|x| x > 0.0), "{row}");
+    }
+    let targets = v["targets"].as_array().expect("targets");
+    assert_eq!(
+        targets.len(),
+        3,
+        "vs kernel, vs direct, system time: {targets:?}"
+    );
 }

@@ -105,6 +105,54 @@ fn check_shape(v: &Value, workload: &str) -> Vec<Value> {
     rows
 }
 
+/// Checks the `scale` report: for every point of every axis, one row of each system with
+/// its per-read figures, every read's first word checked and a sampled buffer verified.
+fn check_scale(v: &Value) {
+    assert_eq!(v["workload"], "scale");
+    let rows = v["rows"].as_array().expect("rows");
+    let points = [
+        ("files", vec![1u64, 40]),
+        ("cache", vec![1 << 20, 2 << 20]),
+        ("threads", vec![1, 3]),
+    ];
+    for (axis, xs) in points {
+        for x in xs {
+            for system in ["folio", "kernel", "memcpy"] {
+                let r = rows
+                    .iter()
+                    .find(|r| r["axis"] == axis && r["x"] == x && r["system"] == system)
+                    .unwrap_or_else(|| panic!("no {system} row at {axis} {x}: {v}"));
+                assert!(r["ops_per_sec"].as_f64() > Some(0.0), "{r}");
+                for key in [
+                    "ns_per_read_median",
+                    "wall_ns_per_read_median",
+                    "cost_over_memcpy",
+                ] {
+                    assert!(r[key].as_f64().is_some_and(|n| n > 0.0), "{key}: {r}");
+                }
+                let read = r["bytes_read"].as_u64().unwrap();
+                let verified = r["bytes_verified"].as_u64().unwrap();
+                // 64 reads: one whole 4 KiB buffer plus 8 bytes of each other read.
+                assert_eq!(verified * 64 * 4096, read * (4096 + 63 * 8), "{r}");
+                if system == "folio" {
+                    assert_eq!(r["misses"], 0, "every folio read a hit: {r}");
+                }
+                if system == "kernel" {
+                    assert!(r["resident_after"].as_f64().is_some(), "{r}");
+                }
+            }
+        }
+    }
+    let cache_rows = rows.iter().filter(|r| r["axis"] == "cache");
+    for r in cache_rows {
+        assert_eq!(
+            r["data_bytes"], r["x"],
+            "the cache axis reads its whole size: {r}"
+        );
+    }
+    assert!(v["params"]["rlimit_nofile"]["soft_after"].as_u64() >= Some(40));
+}
+
 fn row<'a>(rows: &'a [Value], system: &str, threads: u64) -> &'a Value {
     rows.iter()
         .find(|r| r["system"] == system && r["threads"] == threads)
@@ -236,6 +284,64 @@ fn every_workload_runs_tiny_with_the_promised_json() {
     let rows = check_shape(&v, "limits");
     assert!(rows.iter().any(|r| r["system"] == "memcpy"));
     assert!(rows.iter().any(|r| r["system"] == "odirect-qd32"));
+    // The ceiling is the best point of the grid, and folio's scan is a fraction of it.
+    let grid = v["params"]["odirect_grid"]
+        .as_array()
+        .expect("the O_DIRECT grid");
+    assert!(grid.len() >= 4, "several shapes: {grid:?}");
+    let best = grid
+        .iter()
+        .filter_map(|p| p["mb_per_sec"].as_f64())
+        .fold(0.0, f64::max);
+    let ceiling = v["limits"]["odirect_seq_mb_per_sec"].as_f64().unwrap();
+    assert!((ceiling - best).abs() < 1e-6 * best, "{ceiling} vs {best}");
+    assert_eq!(
+        row(&rows, "odirect-best", 1)["mb_per_sec"].as_f64(),
+        Some(ceiling)
+    );
+    for system in ["folio", "kernel"] {
+        let of = row(&rows, system, 1)["of_odirect_ceiling"]
+            .as_f64()
+            .unwrap();
+        let mb = row(&rows, system, 1)["mb_per_sec"].as_f64().unwrap();
+        assert!((of - mb / ceiling).abs() < 1e-9, "{system}: {of}");
+    }
+    if v["params"]["fio"].is_null() {
+        eprintln!("skipping the fio cross-check: no fio on PATH (Debian package fio)");
+    } else {
+        let fio = &v["params"]["fio"];
+        assert!(fio["best_mb_per_sec"].as_f64() > Some(0.0), "{fio}");
+        let ratio = fio["ceiling_over_fio_best"].as_f64().unwrap();
+        assert!(
+            v["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["what"].as_str().is_some_and(|w| w.contains("fio"))
+                    && t["measured"].as_f64() == Some(ratio)),
+            "a fio target: {}",
+            v["targets"]
+        );
+    }
+
+    let v = run(
+        d,
+        "scale",
+        &[
+            "scale",
+            "--files",
+            "1,40",
+            "--cache-mib",
+            "1,2",
+            "--threads",
+            "1,3",
+            "--threads-files",
+            "20",
+            "--duration-secs",
+            "0.05",
+        ],
+    );
+    check_scale(&v);
 
     let took = started.elapsed().as_secs_f64();
     eprintln!("every workload, tiny: {took:.1} s");
