@@ -414,7 +414,7 @@ fn raise_nofile() -> NoFile {
             after_soft: 1024,
         };
     }
-    let before_soft = lim.rlim_cur as u64;
+    let before_soft = lim.rlim_cur;
     let raised = libc::rlimit {
         rlim_cur: lim.rlim_max,
         rlim_max: lim.rlim_max,
@@ -424,12 +424,8 @@ fn raise_nofile() -> NoFile {
     let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0;
     NoFile {
         before_soft,
-        hard: lim.rlim_max as u64,
-        after_soft: if set {
-            lim.rlim_max as u64
-        } else {
-            before_soft
-        },
+        hard: lim.rlim_max,
+        after_soft: if set { lim.rlim_max } else { before_soft },
     }
 }
 
