@@ -116,6 +116,11 @@ impl CacheBuilder {
     }
 
     /// Builds the cache: reserves the arena and starts the backend.
+    ///
+    /// Context: may block: it maps the arena (no page is touched unless `prefault`, which
+    /// populates the whole capacity first), starts the backend's threads (an io_uring
+    /// instance and its completion thread, or the pread pool), the background reclaimer
+    /// and the arena's populator. Takes no lock another cache shares.
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
         self.build_with_backend(backend)
@@ -123,6 +128,8 @@ impl CacheBuilder {
 
     /// Builds the cache over a backend made by the caller (the fault-injecting one in
     /// tests, a wrapper of one's own).
+    ///
+    /// Context: as `build`, less starting a backend.
     pub fn build_with_backend(self, backend: Box<dyn Backend>) -> io::Result<Cache> {
         if self.capacity_bytes < CAPACITY_BYTES_MIN {
             return Err(io::Error::new(
@@ -202,6 +209,11 @@ impl Cache {
     ///
     /// Errors: the file's own open error (not found, permission), `IsADirectory` for a
     /// directory, `InvalidInput` for anything that is not a regular file.
+    ///
+    /// Context: may block: `open(2)` and `fstat(2)`, then the mapping table's write lock
+    /// (a new file) or read lock, and a file that changed underneath is invalidated under
+    /// its index lock (which waits for nothing: LOCKED folios are skipped and dropped by
+    /// their completion). Thread-safe; never waits for I/O.
     pub fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
         let path = path.as_ref();
         let meta = std::fs::metadata(path)?;
@@ -249,6 +261,10 @@ impl Cache {
     }
 
     /// A snapshot of the counters.
+    ///
+    /// Context: takes the per-thread counters' registry lock and the mapping table's read
+    /// lock briefly; never waits for I/O. The counters are read one by one (relaxed), so
+    /// a snapshot taken while others read may be a few events off between fields.
     pub fn stats(&self) -> Stats {
         let mut s = self.inner.core.stats();
         s.backend = self.inner.backend.name().to_string();
@@ -256,6 +272,8 @@ impl Cache {
     }
 
     /// Bytes of memory the cache holds folios in.
+    ///
+    /// Context: any; takes no lock.
     pub fn capacity_bytes(&self) -> u64 {
         u64::from(self.inner.core.mem.arena.frame_count()) * PAGE_BYTES as u64
     }
