@@ -10,33 +10,35 @@
 //! loses a race copies stale bytes and discards them, it never faults.
 //!
 //! Memory is made ready off the reader's path (issue 13): a fresh anonymous page is faulted
-//! in and zeroed by the kernel on first touch, and with transparent huge pages advised a
-//! first touch may compact memory for a 2 MiB page. When that first touch is an O_DIRECT
-//! read into the frame, the miss pays it (measured: 35 us of system time per 4 KiB read
-//! of db_bench `readrandom`, twice what the read itself costs). So frames reach the free
-//! lists only after they are populated (`MADV_POPULATE_WRITE`), in 2 MiB chunks, in
-//! address order: the arena grows. A background thread (`Arena::populate_ahead`, started
-//! by the page cache for caches above `POPULATE_AHEAD_CACHE_BYTES_MIN`) keeps
-//! `populate_lead_frames` populated frames on the free lists ahead of the allocator; an
-//! allocation that finds the lists empty while virgin memory remains grows the arena by
-//! one chunk itself (the rare case of a reader outrunning the thread). The memory
-//! resident before it is needed is bounded by the lead. `prefault` grows it all at once.
+//! in and zeroed by the kernel on first touch (on this VM also faulted in by the host:
+//! 0.3-0.6 GB/s), and with transparent huge pages advised a first touch may compact
+//! memory for a 2 MiB page. When that first touch is an O_DIRECT read into the frame,
+//! the miss pays it. So the arena grows: its frames reach the free lists one 2 MiB chunk
+//! at a time, in address order, and a background thread (`populate_ahead`, started by
+//! the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`) claims the
+//! next chunks, populates them (`MADV_POPULATE_WRITE`, outside every lock) and lists them,
+//! keeping `populate_lead_frames` populated frames listed ahead of the allocator. An
+//! allocation that finds the lists empty claims the next chunk itself and lists it at
+//! once, unpopulated: its read then faults the pages in, exactly as before the arena
+//! grew; it never waits for a population (waiting made every reader of a shared window
+//! pile up behind one chunk, and then all insert the same gap: measured, 100-200
+//! conflicting insertions per 256 MiB scan instead of 0-1). Memory resident before it is
+//! needed is bounded by the lead. `prefault` grows and populates it all at build.
 //!
 //! Invariants:
 //! - A free block of order k starts at a frame that is a multiple of 2^k, its head is on
 //!   free list k (its link word says so) and every frame in it is DEAD in the side table.
-//! - Frames at or above `grown_frames` are virgin: never populated, on no list, never
-//!   allocated. Frames below it were populated before they were listed, so no I/O ever
-//!   targets a frame that is not faulted in (anonymous memory is never reclaimed here:
-//!   no swap; with swap, a swapped-out frame is the kernel's business, as for any buffer).
-//! - `free_frames` equals the frames in the free lists plus the virgin frames (both change
-//!   under the lists' lock), so watermarks see virgin memory as free; allocated frames
-//!   never exceed the capacity (there is nothing else to allocate from).
+//! - Frames at or above `claimed_frames` are virgin: on no list, never allocated, their
+//!   side-table entry and link word unwritten (zeroed memory, not yet faulted in) and
+//!   read by nobody. A claimed chunk is owned by its claimer until it lists it; then its
+//!   frames are the allocator's. `listed_frames` counts the frames of listed chunks.
+//! - `free_frames` equals the frames in the free lists plus the frames of chunks not
+//!   listed yet (virgin or being populated), so watermarks see them as free; allocated
+//!   frames never exceed the capacity (there is nothing else to allocate from).
 //!
 //! Protection: the free lists, the link words of free frames, and `free_frames` change
 //! under one mutex (`lists`); `free_frames` is an atomic so that stats read it without
-//! the lock. Growth is serialised by `grow_lock` (held while a chunk is populated, never
-//! with `lists` held across the population), and `grown_frames` is published under both.
+//! the lock. `claimed_frames` moves by a CAS (a claim), `listed_frames` under `lists`.
 //! The memory
 //! of an allocated folio belongs to its owner under the `refcount` protocol: written only
 //! by the read that fills it while LOCKED; read by pinned readers and by optimistic readers
@@ -94,10 +96,12 @@ pub struct Arena {
     /// The free lists, by order.
     lists: Mutex<Vec<List>>,
     free_frames: AtomicU64,
-    /// Frames below it are populated and were handed to the free lists (see module docs).
-    grown_frames: AtomicU32,
-    /// Serialises growth; holds nothing else.
-    grow_lock: Mutex<()>,
+    /// Frames below it belong to claimed chunks; the rest is virgin (module docs).
+    claimed_frames: AtomicU32,
+    /// Frames of the chunks on the free lists (listed), populated or not.
+    listed_frames: AtomicU32,
+    /// Chunks listed unpopulated, because an allocation outran the populator.
+    chunks_unpopulated: AtomicU64,
     /// The background populator's lead, and its wake-up: `true` in the mutex means stop.
     populate_lead_frames: u32,
     populate_stop: Mutex<bool>,
@@ -154,8 +158,13 @@ impl Arena {
             );
         }
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
-        let meta: Box<[FolioMeta]> = (0..frame_count).map(|_| FolioMeta::default()).collect();
-        let links = Links::new(frame_count);
+        // Neither the side table nor the link words are written here: a frame's are
+        // initialised when the arena grows over it (`list_chunk`), so building a 4 GiB cache
+        // touches none of its 32 MiB of metadata.
+        // SAFETY: every field of FolioMeta is an atomic integer, for which all-zero is
+        // a valid value.
+        let meta: Box<[FolioMeta]> = unsafe { crate::list::zeroed_slice(frame_count as usize) };
+        let links = Links::reserve(frame_count);
         let lists: Vec<List> = (0..=ORDER_MAX)
             .map(|k| List::new(FREE_LIST_BASE + k))
             .collect();
@@ -169,8 +178,9 @@ impl Arena {
             links,
             lists: Mutex::new(lists),
             free_frames: AtomicU64::new(u64::from(frame_count)),
-            grown_frames: AtomicU32::new(0),
-            grow_lock: Mutex::new(()),
+            claimed_frames: AtomicU32::new(0),
+            listed_frames: AtomicU32::new(0),
+            chunks_unpopulated: AtomicU64::new(0),
             populate_lead_frames: lead_frames as u32,
             populate_stop: Mutex::new(false),
             populate_wake: Condvar::new(),
@@ -200,20 +210,32 @@ impl Arena {
     /// (`refcount`), and its version is still odd. `None` when no block of that order or
     /// larger is free.
     ///
-    /// Context: may populate one 2 MiB chunk (a fraction of a millisecond) when the
-    /// background populator fell behind; takes the lists' lock and the grow lock, never
-    /// together across the population.
+    /// Context: takes the lists' lock; never waits for a population (a chunk it grows
+    /// itself is listed unpopulated), but yields while another thread lists the arena's
+    /// last chunks, which takes microseconds after their population.
     pub fn alloc(&self, order: Order) -> Option<FrameId> {
         loop {
+            let listed_before = self.listed_frames.load(Ordering::Acquire);
             if let Some(frame) = self.alloc_listed(order) {
                 if self.listed_free_frames() < u64::from(self.populate_lead_frames) {
                     self.populate_wake.notify_one();
                 }
                 return Some(frame);
             }
-            if !self.grow() {
-                return None;
+            if self.listed_frames.load(Ordering::Acquire) != listed_before {
+                continue; // a chunk was listed since our look at the lists
             }
+            if let Some(chunk) = self.claim_chunk() {
+                self.chunks_unpopulated.fetch_add(1, Ordering::Relaxed);
+                self.list_chunk(chunk);
+                continue;
+            }
+            if self.listed_frames.load(Ordering::Acquire) == self.frame_count {
+                return None; // fully grown, and nothing of this order is free
+            }
+            // The populator holds the last chunks: they are listed right after their
+            // population, a fraction of a millisecond.
+            std::thread::yield_now();
         }
     }
 
@@ -442,48 +464,75 @@ impl Arena {
     ///
     /// Context: right after `new`; `&mut self` proves that no frame is referenced yet.
     pub fn prefault(&mut self) {
-        while self.grow() {}
+        while let Some(chunk) = self.claim_chunk() {
+            self.populate_chunk(&chunk);
+            self.list_chunk(chunk);
+        }
     }
 
-    /// Free frames on the lists now (free frames less the virgin ones): what an
+    /// Free frames on the lists now (free frames less those of unlisted chunks): what an
     /// allocation finds without growing. A racy snapshot, for the populator's decisions.
     fn listed_free_frames(&self) -> u64 {
-        let virgin = self.frame_count - self.grown_frames.load(Ordering::Acquire);
-        self.free_frames().saturating_sub(u64::from(virgin))
+        let unlisted = self.frame_count - self.listed_frames.load(Ordering::Acquire);
+        self.free_frames().saturating_sub(u64::from(unlisted))
     }
 
-    /// Populates the next virgin chunk and hands its frames to the free lists. `false`
-    /// when the arena is fully grown.
-    ///
-    /// Context: takes the grow lock for the population (others that need to grow wait
-    /// for it, then find the lists stocked), then the lists' lock to list the chunk.
-    fn grow(&self) -> bool {
-        let _grow = self.grow_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let start = self.grown_frames.load(Ordering::Acquire);
-        if start >= self.frame_count {
-            return false;
+    /// Claims the next virgin chunk: its frames are the caller's to initialise and list.
+    /// `None` when the arena is fully claimed.
+    fn claim_chunk(&self) -> Option<std::ops::Range<u32>> {
+        let mut start = self.claimed_frames.load(Ordering::Relaxed);
+        loop {
+            if start >= self.frame_count {
+                return None;
+            }
+            let end = (start + CHUNK_FRAMES).min(self.frame_count);
+            match self.claimed_frames.compare_exchange_weak(
+                start,
+                end,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(start..end),
+                Err(now) => start = now,
+            }
         }
-        let end = (start + CHUNK_FRAMES).min(self.frame_count);
-        // SAFETY: [start, end) lies inside the arena; its frames are virgin (at or above
-        // `grown_frames`), so nobody references them: never allocated, never listed.
-        unsafe { populate(self.frame_ptr(FrameId(start)), (end - start) as usize * PAGE_BYTES) };
+    }
+
+    /// Faults a claimed chunk in, before it is listed.
+    fn populate_chunk(&self, chunk: &std::ops::Range<u32>) {
+        // SAFETY: the chunk lies inside the arena and is claimed by the caller, so nobody
+        // references its memory: never allocated, never listed (module invariants).
+        unsafe {
+            populate(
+                self.frame_ptr(FrameId(chunk.start)),
+                (chunk.end - chunk.start) as usize * PAGE_BYTES,
+            )
+        };
+    }
+
+    /// Initialises a claimed chunk's metadata and hands its frames to the free lists.
+    fn list_chunk(&self, chunk: std::ops::Range<u32>) {
+        for frame in chunk.clone() {
+            self.meta(FrameId(frame)).reset();
+            self.links.reset(frame);
+        }
         let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
         // Carve the chunk into the largest aligned blocks (one order-9 block but at the
         // arena's odd-sized end). Chunks are aligned to the largest order, so no block
         // has a listed buddy outside its chunk.
-        let mut frame = start;
-        while frame < end {
+        let mut frame = chunk.start;
+        while frame < chunk.end {
             let mut order = ORDER_MAX;
-            while frame % (1 << order) != 0 || frame + (1 << order) > end {
+            while frame % (1 << order) != 0 || frame + (1 << order) > chunk.end {
                 order -= 1;
             }
             lists[order as usize].push_back(&self.links, FrameId(frame), 1 << order);
             frame += 1 << order;
         }
-        // Under the lists' lock, so an allocator that found the lists empty and then the
-        // arena grown finds the chunk's blocks.
-        self.grown_frames.store(end, Ordering::Release);
-        true
+        // Under the lists' lock: an allocator that saw the lists without this chunk sees
+        // the count move, and looks again.
+        self.listed_frames
+            .fetch_add(chunk.end - chunk.start, Ordering::Release);
     }
 
     /// The background populator's body: keeps `populate_lead_frames` populated frames
@@ -498,15 +547,15 @@ impl Arena {
             if *stop {
                 return;
             }
-            let behind = self.listed_free_frames() < u64::from(self.populate_lead_frames);
-            if behind && self.grown_frames.load(Ordering::Acquire) < self.frame_count {
+            if self.listed_free_frames() < u64::from(self.populate_lead_frames) {
                 drop(stop);
-                self.grow();
+                let Some(chunk) = self.claim_chunk() else {
+                    return; // fully claimed: nothing left to do, ever
+                };
+                self.populate_chunk(&chunk);
+                self.list_chunk(chunk);
                 stop = self.populate_stop.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
-            }
-            if self.grown_frames.load(Ordering::Acquire) >= self.frame_count {
-                return; // fully grown: nothing left to do, ever
             }
             // Bounded: a wake-up sent between the check above and this wait is not lost
             // for long (an allocator that outruns us meanwhile grows the arena itself).
@@ -524,9 +573,15 @@ impl Arena {
         self.populate_wake.notify_all();
     }
 
-    /// Frames populated and listed so far (the rest is virgin).
-    pub fn grown_frames(&self) -> u32 {
-        self.grown_frames.load(Ordering::Acquire)
+    /// Frames of the chunks listed so far (the rest is virgin or being populated).
+    pub fn listed_frames(&self) -> u32 {
+        self.listed_frames.load(Ordering::Acquire)
+    }
+
+    /// Chunks an allocation listed unpopulated because the populator was behind: each
+    /// is up to 2 MiB of reads that faulted their pages in.
+    pub fn chunks_unpopulated(&self) -> u64 {
+        self.chunks_unpopulated.load(Ordering::Relaxed)
     }
 }
 
@@ -597,20 +652,21 @@ mod tests {
         // 2.5 chunks: two whole order-9 chunks and a tail of 256 frames.
         let frames = CHUNK_FRAMES * 2 + CHUNK_FRAMES / 2;
         let arena = Arena::new(frames).unwrap();
-        assert_eq!(arena.grown_frames(), 0, "nothing is populated at build");
+        assert_eq!(arena.listed_frames(), 0, "nothing is listed at build");
         assert_eq!(arena.free_frames(), u64::from(frames), "virgin frames count as free");
         let mut got = Vec::new();
         while let Some(frame) = arena.alloc(Order::new(4)) {
             assert!(
-                frame.0 + 16 <= arena.grown_frames(),
+                frame.0 + 16 <= arena.listed_frames(),
                 "a frame past the grown part was handed out: {frame:?}"
             );
             // Growth is one chunk at a time, never ahead of need without the populator.
-            assert!(arena.grown_frames() <= (frame.0 / CHUNK_FRAMES + 1) * CHUNK_FRAMES);
+            assert!(arena.listed_frames() <= (frame.0 / CHUNK_FRAMES + 1) * CHUNK_FRAMES);
             got.push(frame);
         }
         assert_eq!(got.len() as u32, frames / 16);
-        assert_eq!(arena.grown_frames(), frames);
+        assert_eq!(arena.listed_frames(), frames);
+        assert_eq!(arena.chunks_unpopulated(), 3, "no populator: every chunk by an allocation");
         assert_eq!(arena.free_frames(), 0);
         for frame in got {
             arena.meta(frame).state.finish_read_ok();
@@ -641,14 +697,15 @@ mod tests {
             panic!("the populator did not reach its lead");
         };
         settled(&arena);
-        assert_eq!(u64::from(arena.grown_frames()), lead, "populated beyond its lead");
+        assert_eq!(u64::from(arena.listed_frames()), lead, "populated beyond its lead");
+        assert_eq!(arena.chunks_unpopulated(), 0);
         // Allocate a lead's worth: the populator catches up, again to one lead ahead.
         let mut held = Vec::new();
         for _ in 0..lead / 512 {
             held.push(arena.alloc(Order::MAX).unwrap());
         }
         settled(&arena);
-        let grown = u64::from(arena.grown_frames());
+        let grown = u64::from(arena.listed_frames());
         assert!(grown >= 2 * lead && grown <= 2 * lead + u64::from(CHUNK_FRAMES));
         arena.stop_populating();
         thread.join().unwrap();

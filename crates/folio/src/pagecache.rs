@@ -153,7 +153,7 @@ impl CacheInner {
                 .expect("spawn the reclaim thread")
         });
         let arena = &core.mem.arena;
-        let wants_populator = arena.grown_frames() < arena.frame_count()
+        let wants_populator = arena.listed_frames() < arena.frame_count()
             && arena.frame_count() as usize * PAGE_BYTES >= POPULATE_AHEAD_CACHE_BYTES_MIN;
         let populate_thread = wants_populator.then(|| {
             let core = core.clone();
