@@ -107,7 +107,7 @@ mod tests {
             &test_file.file,
             0,
             buf.frame_buf(),
-            crate::io::Completion::new(|_| {
+            crate::io::backend::Completion::new(|_| {
                 panic!("a completion that panics (expected in this test)")
             }),
         )]);

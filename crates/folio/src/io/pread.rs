@@ -212,8 +212,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::io::backend::Completion;
     use crate::io::testing::*;
-    use crate::io::Completion;
 
     #[test]
     fn full_read_returns_the_file_bytes() {

@@ -518,8 +518,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::io::backend::Completion;
     use crate::io::testing::*;
-    use crate::io::Completion;
 
     /// The backend, or `None` (with a note) where this kernel or sandbox refuses io_uring:
     /// there `open_backend(Auto, ..)` uses the pread pool and these tests have nothing to
