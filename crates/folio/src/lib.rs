@@ -71,5 +71,5 @@ pub use cache::{Cache, CacheBuilder, CAPACITY_BYTES_MIN, READAHEAD_MAX_BYTES_DEF
 pub use eviction::EvictionKind;
 pub use file::{Advice, File, PageRef, ReadaheadWindow};
 pub use io::BackendKind;
-pub use stats::Stats;
+pub use stats::{StatField, Stats};
 pub use types::PAGE_BYTES;
