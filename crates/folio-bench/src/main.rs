@@ -195,7 +195,9 @@ fn run(cli: Cli) -> io::Result<()> {
     if let Some(kib) = common.readahead_kib {
         env.readahead_max_bytes = kib << 10;
     }
-    env.prefault = !common.lazy_arena;
+    if common.lazy_arena {
+        env.prefault = folio::Prefault::Lazy;
+    }
     if let Some(n) = common.limits_mib {
         env.limits_args.file_mib = Some(n);
         env.limits_args.memcpy_mib = Some(n);
@@ -216,7 +218,7 @@ fn run(cli: Cli) -> io::Result<()> {
     );
     println!(
         "folio arena: {}",
-        if env.prefault {
+        if env.prefault == folio::Prefault::AtBuild {
             "prefaulted at build, outside the timing (--lazy-arena: faulted by the first reads)"
         } else {
             "lazy: each run's first reads pay the page faults of fresh memory"
@@ -241,7 +243,7 @@ fn run(cli: Cli) -> io::Result<()> {
         "cold_method": env.cold.describe(),
         "warm_method": env.warm.describe(),
         "folio_readahead_max_bytes": env.readahead_max_bytes,
-        "folio_arena": if env.prefault { "prefaulted at build" } else { "lazy (faulted by the first reads)" },
+        "folio_arena": if env.prefault == folio::Prefault::AtBuild { "prefaulted at build" } else { "lazy (faulted by the first reads)" },
     });
     if let Some(path) = &common.json {
         match workload {

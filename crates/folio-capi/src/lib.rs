@@ -47,7 +47,7 @@ mod stats;
 use std::ffi::{c_char, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File};
+use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File, Prefault};
 
 use crate::error::{boundary, copy_last_message, Failure};
 use crate::handle::{Kind, Registry};
@@ -110,6 +110,7 @@ pub const FOLIO_CAPACITY_BYTES_DEFAULT: u64 = 268435456;
 pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 16777216;
 
 const _: () = assert!(FOLIO_CAPACITY_BYTES_MIN == folio_rs::CAPACITY_BYTES_MIN);
+const _: () = assert!(FOLIO_CAPACITY_BYTES_DEFAULT == folio_rs::CAPACITY_BYTES_DEFAULT);
 const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
 
 /// How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
@@ -223,8 +224,8 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
         }
     };
     let prefault = match opts.prefault {
-        0 => false,
-        1 => true,
+        0 => Prefault::Lazy,
+        1 => Prefault::AtBuild,
         other => {
             return Err(Failure::new(
                 libc::EINVAL,

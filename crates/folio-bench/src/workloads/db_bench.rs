@@ -80,7 +80,7 @@ impl Workload for Args {
         // (`--lazy-arena` turns both off): at db_bench's start, before its timing.
         let fs_uri = format!(
             "folio://?capacity={folio_capacity_mib}M&prefault={}",
-            u8::from(env.prefault)
+            u8::from(env.prefault == folio::Prefault::AtBuild)
         );
 
         let mut report = Report::new(self.name(), Metric::OpsPerSec);

@@ -56,8 +56,8 @@ pub struct Env {
     pub backend: folio::BackendKind,
     /// folio's maximum readahead window for every cache the workloads build.
     pub readahead_max_bytes: u64,
-    /// Whether folio's caches fault their arena in at build (`CacheBuilder::prefault`).
-    pub prefault: bool,
+    /// When folio's caches fault their arena in (`CacheBuilder::prefault`).
+    pub prefault: folio::Prefault,
     pub progress: MultiProgress,
     pub limits_args: limits::Args,
     limits: RefCell<Option<Limits>>,
@@ -79,7 +79,7 @@ impl Env {
             warm,
             backend,
             readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
-            prefault: true,
+            prefault: folio::Prefault::AtBuild,
             progress: MultiProgress::new(),
             limits_args: limits::Args::default(),
             limits: RefCell::new(None),
