@@ -753,8 +753,14 @@ mod tests {
         assert_eq!(small[7], 0);
         // SAFETY: NULL pointers are the misuse under test.
         unsafe {
-            assert_eq!(folio_stats_format(std::ptr::null(), small.as_ptr() as *mut c_char, 8), -i64::from(libc::EFAULT));
-            assert_eq!(folio_stats_format(&c, std::ptr::null_mut(), 8), -i64::from(libc::EFAULT));
+            assert_eq!(
+                folio_stats_format(std::ptr::null(), small.as_ptr() as *mut c_char, 8),
+                -i64::from(libc::EFAULT)
+            );
+            assert_eq!(
+                folio_stats_format(&c, std::ptr::null_mut(), 8),
+                -i64::from(libc::EFAULT)
+            );
         }
     }
 

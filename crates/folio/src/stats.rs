@@ -293,14 +293,16 @@ mod tests {
             *value = i as u64 + 1;
         }
         let values: Vec<(&str, u64)> = stats.values().map(|(f, v)| (f.name, v)).collect();
-        let expected: Vec<(&str, u64)> = (0..names.len())
-            .map(|i| (names[i], i as u64 + 1))
-            .collect();
+        let expected: Vec<(&str, u64)> =
+            (0..names.len()).map(|i| (names[i], i as u64 + 1)).collect();
         assert_eq!(values, expected);
         // Each value landed in its own field: `Debug` names them `name: value`.
         let debug = format!("{stats:?}");
         for (name, value) in &expected {
-            assert!(debug.contains(&format!("{name}: {value},")), "{name} in {debug}");
+            assert!(
+                debug.contains(&format!("{name}: {value},")),
+                "{name} in {debug}"
+            );
         }
         names.sort_unstable();
         names.dedup();
