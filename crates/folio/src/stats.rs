@@ -4,14 +4,15 @@
 //! else comes from that list: the snapshot [`Stats`] and its [`Stats::FIELDS`], the
 //! shared atomics, their initialisation and their snapshot, and (through `FIELDS`) the C
 //! ABI's `folio_stats` and its printer, which folio-capi generates from it. A new counter
-//! is one line in one of the three groups (and a regenerated `folio.h`).
+//! is its name and doc in one of the three groups (then `FOLIO_BLESS_HEADER=1 cargo test
+//! -p folio-capi --test header` regenerates the C side).
 //!
 //! Miss-path counters are shared atomics: they move next to an I/O. The hit path must not
 //! do an atomic read-modify-write (DESIGN.md §2), so hits are counted per thread: each
 //! thread owns a `ThreadCounters` block per cache, registered once, that only it writes
 //! (load then store, no RMW, no shared cache line); `Cache::stats` sums the blocks.
-//! Gauges are not counted here: `PageCache::stats` fills them in from the arena, the
-//! mappings and the reclaimer when it takes the snapshot.
+//! Gauges are not counted here: `Core::stats` (pagecache.rs) fills them in from the
+//! arena, the mappings and the reclaimer when it takes the snapshot.
 //!
 //! Protection: every counter is a relaxed atomic (statistics: no ordering with the data);
 //! the list of per-thread blocks is under `Counters::threads`' mutex, taken when a thread
@@ -38,7 +39,8 @@ pub struct StatField {
 /// - `per_thread`: counted on the hit path in per-thread blocks, summed by the snapshot
 ///   (plus `Counters::pinned_hits` for `hits`);
 /// - `shared`: a shared atomic each, bumped next to an I/O or under a lock;
-/// - `gauges`: not counted; `PageCache::stats` measures them when it takes the snapshot.
+/// - `gauges`: not counted; `Core::stats` (pagecache.rs) measures them when it takes the
+///   snapshot.
 macro_rules! counters {
     (
         per_thread { $( $(#[doc = $tdoc:literal])+ $thread:ident, )+ }
