@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{mib, secs, Env, Limits, Metric, Report, Row, Workload};
+use super::{mib, secs, Env, Limits, Metric, Report, Row, Scale, System, Workload};
 use crate::data;
 use crate::kernel::{self, AlignedBuf};
 use crate::measure::{self, Bound, RunResult, SAMPLE_EVERY};
@@ -64,14 +64,13 @@ struct Resolved {
 }
 
 impl Args {
-    fn resolve(&self, quick: bool) -> Resolved {
+    fn resolve(&self, scale: Scale) -> Resolved {
         Resolved {
-            file_bytes: mib(self.file_mib.unwrap_or(if quick { 128 } else { 512 })),
+            file_bytes: mib(self.file_mib.unwrap_or(scale.pick(128, 512))),
             block_bytes: (self.block_kib.unwrap_or(1024).max(4) << 10) as usize,
             queue_depth: self.queue_depth.unwrap_or(32).max(1),
-            memcpy_bytes: mib(self.memcpy_mib.unwrap_or(if quick { 256 } else { 1024 }))
-                .max(1 << 20),
-            memcpy_secs: self.memcpy_secs.unwrap_or(if quick { 0.3 } else { 1.0 }),
+            memcpy_bytes: mib(self.memcpy_mib.unwrap_or(scale.pick(256, 1024))).max(1 << 20),
+            memcpy_secs: self.memcpy_secs.unwrap_or(scale.pick(0.3, 1.0)),
         }
     }
 }
@@ -82,11 +81,16 @@ impl Workload for Args {
     }
 
     fn run(&self, env: &Env) -> io::Result<Report> {
-        let p = self.resolve(env.quick);
+        let p = self.resolve(env.scale);
         let path = env.data_file("limits.dat", p.file_bytes)?;
         let mut report = Report::new(self.name(), Metric::MbPerSec);
         params(&mut report, &p);
-        let systems = ["memcpy", "odirect-qd32", "folio", "kernel"];
+        let systems = [
+            System::Memcpy,
+            System::ODirectQd32,
+            System::Folio,
+            System::Kernel,
+        ];
         let bar = env.bar(self.name(), (env.runs * systems.len()) as u64);
         let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); systems.len()];
         let mut odirect_engine = "";
@@ -94,13 +98,13 @@ impl Workload for Args {
             for (si, system) in systems.iter().enumerate() {
                 bar.set_message(format!("{system} run {}/{}", run + 1, env.runs));
                 let r = match *system {
-                    "memcpy" => memcpy(&p)?,
-                    "odirect-qd32" => {
+                    System::Memcpy => memcpy(&p)?,
+                    System::ODirectQd32 => {
                         let (r, engine) = odirect(&path, &p)?;
                         odirect_engine = engine;
                         r
                     }
-                    "folio" => {
+                    System::Folio => {
                         kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
                         let cache = env.folio_cache(p.file_bytes + (32 << 20))?;
                         let file = cache.open(&path)?;
@@ -109,7 +113,7 @@ impl Workload for Args {
                         r.pages_inserted = Some(cache.stats().pages_inserted);
                         r
                     }
-                    _ => {
+                    System::Kernel => {
                         kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
                         let file = File::open(&path)?;
                         let mut r =
@@ -117,13 +121,14 @@ impl Workload for Args {
                         r.pages_inserted = Some(kernel::resident_pages(&path)?.resident);
                         r
                     }
+                    other => unreachable!("limits measures no {other}"),
                 };
                 runs[si].push(r);
                 bar.inc(1);
             }
         }
         bar.finish_and_clear();
-        for (si, system) in systems.iter().enumerate() {
+        for (si, &system) in systems.iter().enumerate() {
             let row = Row::from_runs(system, 1, &runs[si], report.ratio_of);
             report.rows.push(row);
         }
@@ -161,7 +166,7 @@ fn params(report: &mut Report, p: &Resolved) {
 /// The ceilings alone (memcpy and O_DIRECT, medians of `env.runs`), for the other
 /// workloads' reports.
 pub fn measure_ceilings(env: &Env, args: &Args) -> io::Result<Limits> {
-    let p = args.resolve(env.quick);
+    let p = args.resolve(env.scale);
     let path = env.data_file("limits.dat", p.file_bytes)?;
     let bar = env.bar("limits", (env.runs * 2) as u64);
     let (mut copies, mut reads) = (Vec::new(), Vec::new());
