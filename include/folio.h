@@ -46,6 +46,11 @@
 #define FOLIO_EVICTION_TWO_LIST_LRU 1
 
 /**
+ * `folio_stats.eviction`: a policy this header does not name.
+ */
+#define FOLIO_EVICTION_OTHER 2
+
+/**
  * `folio_advise`: the default, on-demand readahead (values as POSIX_FADV_*).
  */
 #define FOLIO_ADVICE_NORMAL 0
@@ -134,11 +139,13 @@ typedef struct folio_cache {
 } folio_cache;
 
 /**
- * A snapshot of a cache's counters (all since the cache was created) and sizes.
+ * A snapshot of a cache's counters (all since the cache was created) and gauges (as of
+ * the call), then the engine and the eviction policy in use. `folio_stats_format`
+ * prints every field as `name=value`.
  */
 typedef struct folio_stats {
     /**
-     * Reads served from cached pages without I/O (counted per page touched).
+     * Page accesses served from a cached page without waiting (optimistic or pinned).
      */
     uint64_t hits;
     /**
@@ -146,11 +153,12 @@ typedef struct folio_stats {
      */
     uint64_t misses;
     /**
-     * Reads that found their page with I/O in flight and waited for it.
+     * Page accesses that found their page with another reader's I/O in flight and
+     * waited for it (not counted in `hits` or `misses`).
      */
     uint64_t waits_on_io;
     /**
-     * Lock-free copies discarded because the page changed underneath.
+     * Optimistic (lock-free) copies discarded because the page changed underneath.
      */
     uint64_t optimistic_retries;
     /**
@@ -158,75 +166,117 @@ typedef struct folio_stats {
      */
     uint64_t pages_inserted;
     /**
-     * Pages a racing insertion had already placed.
+     * Folios a racing insertion had already placed (allocated, then given back).
      */
     uint64_t insert_conflicts;
     /**
-     * Reads submitted to the backend, and the bytes they asked for.
+     * Read requests submitted to the backend.
      */
     uint64_t io_requests;
+    /**
+     * Bytes the read requests asked for.
+     */
     uint64_t io_bytes;
     /**
-     * Reads that failed, and short reads completed by a retry.
+     * Reads that failed.
      */
     uint64_t io_errors;
+    /**
+     * Short reads completed by a retry.
+     */
     uint64_t short_read_retries;
     /**
-     * Folios and pages evicted.
+     * Folios evicted by reclaim.
      */
     uint64_t evicted_folios;
+    /**
+     * Pages evicted by reclaim.
+     */
     uint64_t evicted_pages;
     /**
-     * Pages read again after having been evicted, and those the eviction policy
-     * recognised as refaults within the workingset.
+     * Insertions of pages cached before (a shadow entry remembered them).
      */
     uint64_t refaults;
+    /**
+     * Refaults the eviction policy recognised as within the workingset (S3-FIFO: still
+     * in the ghost queue; LRU: refault distance within the active list).
+     */
     uint64_t workingset_refaults;
     /**
-     * Shadow entries (memory of evicted pages) dropped to stay under their cap, and held
-     * now.
+     * Shadow entries dropped to keep them under their cap.
      */
     uint64_t shadows_dropped;
-    uint64_t shadows;
     /**
      * Batches the background reclaimer evicted.
      */
     uint64_t background_reclaims;
     /**
-     * Pages dropped by invalidation (a changed file, FOLIO_ADVICE_DONTNEED).
+     * Pages dropped by invalidation (truncation, a changed file, DontNeed advice).
      */
     uint64_t invalidated_pages;
     /**
-     * Readahead windows opened on a miss, on a marker hit, and forced (folio_readahead,
-     * FOLIO_ADVICE_WILLNEED; one per call).
+     * Readahead windows opened on a miss (synchronous readahead).
      */
     uint64_t readahead_sync;
+    /**
+     * Readahead windows opened on a hit of a window's marker (asynchronous readahead).
+     */
     uint64_t readahead_async;
+    /**
+     * Forced readahead calls (File::readahead or folio_readahead, and WillNeed advice;
+     * one per call).
+     */
     uint64_t readahead_forced;
     /**
-     * Pages read ahead, and those evicted before anyone read them.
+     * Pages readahead inserted.
      */
     uint64_t readahead_pages;
+    /**
+     * Pages readahead inserted that were evicted before anyone read them (wasted).
+     */
     uint64_t readahead_wasted_pages;
     /**
-     * Reads that found every page pinned or in flight and gave up (-ENOMEM).
+     * Allocations that found every page pinned or locked and gave up (ENOMEM).
      */
     uint64_t alloc_failures;
     /**
-     * The cache's capacity, the bytes it holds now, and its metadata, in bytes.
+     * Files forgotten so far (no handle open and no page cached left).
+     */
+    uint64_t mappings_removed;
+    /**
+     * Shadow entries (memory of evicted pages) held now.
+     */
+    uint64_t shadows;
+    /**
+     * The cache's capacity, in bytes.
      */
     uint64_t capacity_bytes;
+    /**
+     * Bytes of cached pages held now.
+     */
     uint64_t cached_bytes;
+    /**
+     * Bytes of metadata: the pages' side table, the mappings and their index nodes.
+     */
     uint64_t metadata_bytes;
+    /**
+     * Files the cache knows now (a handle open or a page cached).
+     */
+    uint64_t mappings;
+    /**
+     * Index nodes the mappings hold (counted in `metadata_bytes`).
+     */
+    uint64_t index_nodes;
     /**
      * The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
      * FOLIO_BACKEND_OTHER.
      */
     uint32_t backend;
     /**
-     * Always 0.
+     * The eviction policy: FOLIO_EVICTION_S3FIFO, FOLIO_EVICTION_TWO_LIST_LRU or
+     * FOLIO_EVICTION_OTHER.
      */
-    uint32_t reserved;
+    uint32_t eviction;
 } folio_stats;
 
 /**
@@ -300,6 +350,25 @@ int32_t folio_cache_destroy(struct folio_cache cache);
  * `out` is NULL or points to writable memory for one `folio_stats`.
  */
 int32_t folio_cache_stats(struct folio_cache cache, struct folio_stats *out);
+
+/**
+ * Writes `*stats` as one line of `name=value` pairs, every field of `folio_stats` in its
+ * order, the codes as names ("hits=120 misses=8 ... backend=io_uring eviction=s3fifo"),
+ * into `buf`: at most `buf_len - 1` bytes and a NUL (nothing if `buf_len` is 0), like
+ * snprintf. A program that prints its stats this way prints every counter, including
+ * those a later folio adds, without naming any.
+ *
+ * Returns the line's full length (without the NUL), so a caller can size `buf`;
+ * -EFAULT if `stats` is NULL, or `buf` is NULL and `buf_len` is not 0.
+ *
+ * Context: any thread; does not block; reads `*stats` and writes `buf` during the call
+ * only.
+ *
+ * # Safety
+ * `stats` is NULL or points to a readable `folio_stats`; `buf` is NULL or writable for
+ * `buf_len` bytes.
+ */
+int64_t folio_stats_format(const struct folio_stats *stats, char *buf, size_t buf_len);
 
 /**
  * Opens the regular file at `path` (a NUL-terminated byte string) for cached reads
@@ -393,6 +462,24 @@ int32_t folio_advise(struct folio_file file, uint64_t offset, uint64_t len, uint
  * `out` is NULL or points to a writable `uint64_t`.
  */
 int32_t folio_file_len(struct folio_file file, uint64_t *out);
+
+/**
+ * Re-reads the length of `file` from the kernel (fstat(2)), adopts it for every handle
+ * of the file, and stores it in `*out`. Cached pages past a smaller length are dropped,
+ * so no byte past the new end is ever returned; a larger length makes the appended bytes
+ * readable. Call it after the file was appended to or truncated behind folio's back
+ * (folio notices a shrink on its own only when a read finds the file shorter).
+ *
+ * Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL; the
+ * errno of a failed fstat(2). `*out` is written only on success.
+ *
+ * Context: any thread; blocks in one fstat(2); takes the file's index lock if pages are
+ * dropped. Does not wait for I/O.
+ *
+ * # Safety
+ * `out` is NULL or points to a writable `uint64_t`.
+ */
+int32_t folio_file_refresh_len(struct folio_file file, uint64_t *out);
 
 /**
  * Copies the message of the calling thread's last failed folio call into `buf` (at most

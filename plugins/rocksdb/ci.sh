@@ -6,7 +6,8 @@
 #      --verify_checksum=1, readrandom with --verify_checksum=1, and readseq with
 #      --use_direct_reads=1;
 #   3. checks that each completed, that every key was found, and that folio served the
-#      reads: its printed stats show reads, hits and pages inserted, and no errors;
+#      reads: its printed stats show reads, hits and pages inserted, and no errors, and
+#      name every field of folio_stats in include/folio.h;
 #   4. checks that a bad option fails with a message instead of a crash.
 # Ends with "ci.sh: N passed, M failed". Needs rocksdb-tools librocksdb-dev cmake g++
 # (installed here when missing and running as root with apt-get) and cargo.
@@ -87,6 +88,23 @@ stat_of() {  # stat_of NAME KEY -> the value of KEY= in NAME's stats (empty if a
     grep -o " $2=[0-9]*" "$work/$1.stats" 2>/dev/null | head -1 | cut -d= -f2
 }
 
+stats_fields() {  # the fields of folio_stats, as include/folio.h declares them
+    sed -n '/^typedef struct folio_stats {/,/^} folio_stats;/p' "$root/include/folio.h" |
+        sed -nE 's/^ +uint(64|32)_t ([a-z_0-9]+);$/\2/p'
+}
+
+prints_every_stat() {  # prints_every_stat NAME: NAME's stats name every field of folio_stats
+    local fields missing=() field
+    fields="$(stats_fields)"
+    [ "$(wc -w <<<"$fields")" -gt 30 ] || { echo "folio_stats not found in folio.h"; return 1; }
+    for field in $fields; do
+        grep -q "^folio: stats:.* $field=" "$work/$1.stats" 2>/dev/null ||
+            grep -q "^folio: stats: $field=" "$work/$1.stats" 2>/dev/null ||
+            missing+=("$field")
+    done
+    [ "${#missing[@]}" = 0 ] || { echo "not in $1's stats: ${missing[*]}"; return 1; }
+}
+
 positive() { [ -n "$1" ] && [ "$1" -gt 0 ]; }
 zero() { [ "$1" = 0 ]; }
 
@@ -98,6 +116,7 @@ served_by_folio() {
     check "$name: folio read pages from the files" positive "$(stat_of "$name" pages_inserted)"
     check "$name: no read errors" zero "$(stat_of "$name" read_errors)"
     check "$name: no I/O errors" zero "$(stat_of "$name" io_errors)"
+    check "$name: the stats name every field of folio_stats" prints_every_stat "$name"
 }
 
 run readseq --benchmarks=readseq

@@ -56,6 +56,15 @@ constexpr EnvKey kEnvKeys[] = {
 
 }  // namespace
 
+const folio_cache_options& FolioDefaults() {
+  static const folio_cache_options defaults = [] {
+    folio_cache_options o;
+    folio_cache_options_init(&o);
+    return o;
+  }();
+  return defaults;
+}
+
 bool Options::operator==(const Options& o) const {
   return capacity_bytes == o.capacity_bytes && readahead_max_bytes == o.readahead_max_bytes &&
          backend == o.backend && pread_threads == o.pread_threads && eviction == o.eviction &&

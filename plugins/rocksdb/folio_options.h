@@ -1,12 +1,20 @@
 // folio_options.h - the plugin's options: parsed from the --fs_uri string and from
-// FOLIO_* environment variables. Pure functions, no RocksDB and no folio calls, so that
-// options_test.cc can test them alone.
+// FOLIO_* environment variables. No RocksDB calls, and of folio only its defaults
+// (folio_cache_options_init), so that options_test.cc can test them alone.
 //
-// Precedence: built-in defaults < environment variables < URI parameters.
+// Precedence: folio's defaults < environment variables < URI parameters.
+//
+// The cache's options start from folio_cache_options_init, the library's own defaults, so
+// each has one source (FOLIO_CAPACITY_BYTES_DEFAULT, FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
+// the auto backend, S3-FIFO, no prefault), and the plugin differs from none. It
+// adds only options of its own (prefetch_ahead, hints, stats, verbose). Table files are
+// advised random (RocksDB's advise_random_on_open, passed on by hints=1), so folio's own
+// readahead window serves only other hints and hints=0; RocksDB's Prefetch calls are
+// forced readahead, which readahead_max does not bound.
 //
 //   key            env variable          default   meaning
-//   capacity       FOLIO_CAPACITY        1G        bytes of cache memory (K/M/G/T suffixes, binary)
-//   readahead_max  FOLIO_READAHEAD_MAX   2M        folio's largest readahead window (0: off)
+//   capacity       FOLIO_CAPACITY        folio's   bytes of cache memory (K/M/G/T suffixes, binary)
+//   readahead_max  FOLIO_READAHEAD_MAX   folio's   folio's largest readahead window (0: off)
 //   backend        FOLIO_BACKEND         auto      auto | io_uring | pread
 //   eviction       FOLIO_EVICTION        s3fifo    s3fifo | lru (the kernel's two lists)
 //   pread_threads  FOLIO_PREAD_THREADS   0         threads of the pread backend (0: folio's default)
@@ -27,25 +35,31 @@
 #include <cstdint>
 #include <string>
 
+#include "folio.h"
+
 namespace folio_rocksdb {
 
 enum class StatsSink { kNone, kStderr, kFile };
 
+// What folio_cache_options_init sets: the defaults of the cache's options.
+const folio_cache_options& FolioDefaults();
+
 struct Options {
-  uint64_t capacity_bytes = uint64_t{1} << 30;
-  uint64_t readahead_max_bytes = uint64_t{2} << 20;
+  uint64_t capacity_bytes = FolioDefaults().capacity_bytes;
+  uint64_t readahead_max_bytes = FolioDefaults().readahead_max_bytes;
   // FOLIO_BACKEND_* of folio.h.
-  uint32_t backend = 0;
-  uint32_t pread_threads = 0;
+  uint32_t backend = FolioDefaults().backend;
+  uint32_t pread_threads = FolioDefaults().pread_threads;
   // FOLIO_EVICTION_* of folio.h.
-  uint32_t eviction = 0;
+  uint32_t eviction = FolioDefaults().eviction;
   // Each Prefetch(offset, n) of RocksDB reads [offset, offset + n + prefetch_ahead_bytes)
   // ahead: RocksDB asks for the next window only when its reader reaches it, so without
   // this every window is a synchronous wait; folio skips what is already cached or in
   // flight, so asking further ahead costs one lock-free walk.
   uint64_t prefetch_ahead_bytes = uint64_t{1} << 20;
   // Whether the cache's memory is faulted in when the cache is created.
-  enum class Prefault { kLazy, kAtStart } prefault = Prefault::kLazy;
+  enum class Prefault { kLazy, kAtStart } prefault =
+      FolioDefaults().prefault != 0 ? Prefault::kAtStart : Prefault::kLazy;
   // Whether FSRandomAccessFile::Hint() is passed on to folio_advise.
   enum class Hints { kFollow, kIgnore } hints = Hints::kFollow;
   StatsSink stats = StatsSink::kNone;
@@ -54,7 +68,7 @@ struct Options {
 
   bool operator==(const Options& o) const;
   bool operator!=(const Options& o) const { return !(*this == o); }
-  // "capacity=1073741824 readahead_max=2097152 backend=auto ..." for messages.
+  // "capacity=268435456 readahead_max=16777216 backend=auto ..." for messages.
   std::string Describe() const;
 };
 

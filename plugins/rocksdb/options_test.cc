@@ -1,5 +1,5 @@
-// options_test.cc - the plugin's option parsing (folio_options.h): sizes, URIs, the
-// environment, precedence and errors. Run by ctest; ends with "N passed, M failed".
+// options_test.cc - the plugin's option parsing (folio_options.h): folio's defaults, sizes,
+// URIs, the environment, precedence and errors. Run by ctest; ends with "N passed, M failed".
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -57,6 +57,20 @@ int main() {
   CHECK(!ParseBytes("99999999999999999999", &v));
   CHECK(!ParseBytes("17179869184T", &v));  // overflows 64 bits
 
+  {
+    // The cache's options start from folio's own defaults.
+    folio_cache_options lib;
+    CHECK(folio_cache_options_init(&lib) == 0);
+    const Options o;
+    CHECK(o.capacity_bytes == lib.capacity_bytes);
+    CHECK(o.capacity_bytes == FOLIO_CAPACITY_BYTES_DEFAULT);
+    CHECK(o.readahead_max_bytes == lib.readahead_max_bytes);
+    CHECK(o.readahead_max_bytes == FOLIO_READAHEAD_MAX_BYTES_DEFAULT);
+    CHECK(o.backend == lib.backend);
+    CHECK(o.pread_threads == lib.pread_threads);
+    CHECK(o.eviction == lib.eviction);
+    CHECK(o.prefault == Options::Prefault::kLazy && lib.prefault == 0);
+  }
   {
     Options o, defaults;
     CHECK(Uri("folio", &o) && o == defaults);
@@ -131,7 +145,8 @@ int main() {
     CHECK(a == b);
     b.capacity_bytes = 1;
     CHECK(a != b);
-    CHECK(a.Describe().find("capacity=1073741824") != std::string::npos);
+    CHECK(a.Describe().find("capacity=" + std::to_string(FOLIO_CAPACITY_BYTES_DEFAULT) + " ") !=
+          std::string::npos);
   }
 
   std::printf("options_test: %d passed, %d failed\n", passed, failed);

@@ -31,7 +31,7 @@ use serde_json::json;
 use kernel::WarmMethod;
 use workloads::{
     compare, db_bench, limits, pread_scale, randread, readahead_storm, readseq, scale, Env, Report,
-    Workload,
+    Scale, Workload,
 };
 
 #[derive(Parser, Debug)]
@@ -70,9 +70,10 @@ struct Common {
     /// folio's I/O backend
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
-    /// folio's maximum readahead window in KiB [default: the library's, 8192]
-    #[arg(long, value_name = "KIB")]
-    readahead_kib: Option<u64>,
+    /// folio's maximum readahead window in KiB; the default is the library's
+    /// (folio::READAHEAD_MAX_BYTES_DEFAULT)
+    #[arg(long, value_name = "KIB", default_value_t = folio::READAHEAD_MAX_BYTES_DEFAULT >> 10)]
+    readahead_kib: u64,
     /// Build folio's caches without prefaulting their arena, so that each run's first
     /// reads also pay the page faults of fresh memory (a process start)
     #[arg(long)]
@@ -197,14 +198,18 @@ fn run(cli: Cli) -> io::Result<()> {
     let mut env = Env::new(
         dir.clone(),
         common.runs,
-        common.quick,
+        if common.quick {
+            Scale::Quick
+        } else {
+            Scale::Full
+        },
         common.warm,
         common.backend.into(),
     );
-    if let Some(kib) = common.readahead_kib {
-        env.readahead_max_bytes = kib << 10;
+    env.readahead_max_bytes = common.readahead_kib << 10;
+    if common.lazy_arena {
+        env.prefault = folio::Prefault::Lazy;
     }
-    env.prefault = !common.lazy_arena;
     if let Some(n) = common.limits_mib {
         env.limits_args.file_mib = Some(n);
         env.limits_args.memcpy_mib = Some(n);
@@ -225,7 +230,7 @@ fn run(cli: Cli) -> io::Result<()> {
     );
     println!(
         "folio arena: {}",
-        if env.prefault {
+        if env.prefault == folio::Prefault::AtBuild {
             "prefaulted at build, outside the timing (--lazy-arena: faulted by the first reads)"
         } else {
             "lazy: each run's first reads pay the page faults of fresh memory"
@@ -250,7 +255,7 @@ fn run(cli: Cli) -> io::Result<()> {
         "cold_method": env.cold.describe(),
         "warm_method": env.warm.describe(),
         "folio_readahead_max_bytes": env.readahead_max_bytes,
-        "folio_arena": if env.prefault { "prefaulted at build" } else { "lazy (faulted by the first reads)" },
+        "folio_arena": if env.prefault == folio::Prefault::AtBuild { "prefaulted at build" } else { "lazy (faulted by the first reads)" },
     });
     if let Some(path) = &common.json {
         match workload {

@@ -31,6 +31,14 @@ const PHASE_WARMUP: u8 = 0;
 const PHASE_MEASURE: u8 = 1;
 const PHASE_STOP: u8 = 2;
 
+/// Where a run is: a worker records only in `Measure`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Warmup,
+    Measure,
+    Stop,
+}
+
 /// What a worker consults: whether to record, whether to stop.
 #[derive(Debug)]
 pub struct Control {
@@ -38,6 +46,16 @@ pub struct Control {
 }
 
 impl Control {
+    /// The run's phase now.
+    #[inline]
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::Relaxed) {
+            PHASE_WARMUP => Phase::Warmup,
+            PHASE_MEASURE => Phase::Measure,
+            _ => Phase::Stop,
+        }
+    }
+
     #[inline]
     pub fn measuring(&self) -> bool {
         self.phase.load(Ordering::Relaxed) == PHASE_MEASURE

@@ -15,7 +15,7 @@ use std::path::Path;
 use plotters::prelude::*;
 use serde_json::{json, Value};
 
-use crate::workloads::{Metric, Report};
+use crate::workloads::{Metric, Report, System};
 
 mod scale;
 
@@ -43,7 +43,14 @@ pub fn table(report: &Report) -> String {
     );
     for row in &report.rows {
         let ratio = match row.vs_kernel {
-            Some(r) if row.system.starts_with("folio") => format!("{r:.2}x"),
+            Some(r)
+                if matches!(
+                    System::named(&row.system),
+                    Some(System::Folio | System::FolioPinned)
+                ) =>
+            {
+                format!("{r:.2}x")
+            }
             _ => String::new(),
         };
         out += &format!(
@@ -118,14 +125,16 @@ fn write_pretty(path: &Path, value: &Value) -> io::Result<()> {
 
 /// One colour per system, the same in every panel.
 fn color_of(system: &str, index: usize) -> RGBColor {
-    match system {
-        "folio" => RGBColor(0x1f, 0x77, 0xb4),
-        "folio-pinned" => RGBColor(0x6b, 0xae, 0xd6),
-        "kernel" => RGBColor(0xd6, 0x27, 0x28),
-        "direct" => RGBColor(0x2c, 0xa0, 0x2c),
-        "memcpy" => RGBColor(0xff, 0x7f, 0x0e),
-        "odirect-qd32" => RGBColor(0x94, 0x67, 0xbd),
-        _ => [RGBColor(0x8c, 0x56, 0x4b), RGBColor(0x7f, 0x7f, 0x7f)][index % 2],
+    match System::named(system) {
+        Some(System::Folio) => RGBColor(0x1f, 0x77, 0xb4),
+        Some(System::FolioPinned) => RGBColor(0x6b, 0xae, 0xd6),
+        Some(System::Kernel) => RGBColor(0xd6, 0x27, 0x28),
+        Some(System::Direct) => RGBColor(0x2c, 0xa0, 0x2c),
+        Some(System::Memcpy) => RGBColor(0xff, 0x7f, 0x0e),
+        Some(System::ODirectQd32) => RGBColor(0x94, 0x67, 0xbd),
+        Some(System::ODirectBest | System::ODirectGrid) => RGBColor(0xe3, 0x77, 0xc2),
+        // A row of a JSON file written by another version.
+        None => [RGBColor(0x8c, 0x56, 0x4b), RGBColor(0x7f, 0x7f, 0x7f)][index % 2],
     }
 }
 

@@ -49,9 +49,10 @@
 //!   equal a live handle of the same kind, names that live object: never memory that is
 //!   not a live entry.
 //!
-//! The collector is this module's own, not crossbeam's global one that the folio library
-//! uses for its index: a guard held across a read's I/O wait here delays only the freeing
-//! of closed handles, never the library's own reclamation.
+//! The collector is this module's own (`collector()`), not crossbeam's global one: a
+//! guard held across a read's I/O wait here delays only the freeing of closed handles,
+//! and nothing else in the process that uses crossbeam-epoch waits for it. (The folio
+//! library itself uses no epoch collector: its index nodes are type-stable.)
 //!
 //! # Limits
 //!

@@ -42,14 +42,16 @@
 
 mod error;
 mod handle;
+mod stats;
 
 use std::ffi::{c_char, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File};
+use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File, Prefault};
 
 use crate::error::{boundary, copy_last_message, Failure};
 use crate::handle::{Kind, Registry};
+pub use crate::stats::folio_stats;
 
 static CACHES: Registry<Cache> = Registry::new(Kind::CACHE);
 static FILES: Registry<File> = Registry::new(Kind::FILE);
@@ -85,6 +87,8 @@ pub const FOLIO_BACKEND_OTHER: u32 = 3;
 pub const FOLIO_EVICTION_S3FIFO: u32 = 0;
 /// `eviction`: the kernel's two lists (inactive, active) with refault distance.
 pub const FOLIO_EVICTION_TWO_LIST_LRU: u32 = 1;
+/// `folio_stats.eviction`: a policy this header does not name.
+pub const FOLIO_EVICTION_OTHER: u32 = 2;
 
 /// `folio_advise`: the default, on-demand readahead (values as POSIX_FADV_*).
 pub const FOLIO_ADVICE_NORMAL: u32 = 0;
@@ -106,6 +110,7 @@ pub const FOLIO_CAPACITY_BYTES_DEFAULT: u64 = 268435456;
 pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 16777216;
 
 const _: () = assert!(FOLIO_CAPACITY_BYTES_MIN == folio_rs::CAPACITY_BYTES_MIN);
+const _: () = assert!(FOLIO_CAPACITY_BYTES_DEFAULT == folio_rs::CAPACITY_BYTES_DEFAULT);
 const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
 
 /// How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
@@ -133,65 +138,6 @@ pub struct folio_cache_options {
     /// about a fifth of a cold scan's time into a fresh cache); 0 (the default): memory
     /// is touched as pages are first cached.
     pub prefault: u32,
-}
-
-/// A snapshot of a cache's counters (all since the cache was created) and sizes.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub struct folio_stats {
-    /// Reads served from cached pages without I/O (counted per page touched).
-    pub hits: u64,
-    /// Pages a read found missing and had to read.
-    pub misses: u64,
-    /// Reads that found their page with I/O in flight and waited for it.
-    pub waits_on_io: u64,
-    /// Lock-free copies discarded because the page changed underneath.
-    pub optimistic_retries: u64,
-    /// Pages inserted into the cache (each read from its file once).
-    pub pages_inserted: u64,
-    /// Pages a racing insertion had already placed.
-    pub insert_conflicts: u64,
-    /// Reads submitted to the backend, and the bytes they asked for.
-    pub io_requests: u64,
-    pub io_bytes: u64,
-    /// Reads that failed, and short reads completed by a retry.
-    pub io_errors: u64,
-    pub short_read_retries: u64,
-    /// Folios and pages evicted.
-    pub evicted_folios: u64,
-    pub evicted_pages: u64,
-    /// Pages read again after having been evicted, and those the eviction policy
-    /// recognised as refaults within the workingset.
-    pub refaults: u64,
-    pub workingset_refaults: u64,
-    /// Shadow entries (memory of evicted pages) dropped to stay under their cap, and held
-    /// now.
-    pub shadows_dropped: u64,
-    pub shadows: u64,
-    /// Batches the background reclaimer evicted.
-    pub background_reclaims: u64,
-    /// Pages dropped by invalidation (a changed file, FOLIO_ADVICE_DONTNEED).
-    pub invalidated_pages: u64,
-    /// Readahead windows opened on a miss, on a marker hit, and forced (folio_readahead,
-    /// FOLIO_ADVICE_WILLNEED; one per call).
-    pub readahead_sync: u64,
-    pub readahead_async: u64,
-    pub readahead_forced: u64,
-    /// Pages read ahead, and those evicted before anyone read them.
-    pub readahead_pages: u64,
-    pub readahead_wasted_pages: u64,
-    /// Reads that found every page pinned or in flight and gave up (-ENOMEM).
-    pub alloc_failures: u64,
-    /// The cache's capacity, the bytes it holds now, and its metadata, in bytes.
-    pub capacity_bytes: u64,
-    pub cached_bytes: u64,
-    pub metadata_bytes: u64,
-    /// The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
-    /// FOLIO_BACKEND_OTHER.
-    pub backend: u32,
-    /// Always 0.
-    pub reserved: u32,
 }
 
 fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
@@ -278,8 +224,8 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
         }
     };
     let prefault = match opts.prefault {
-        0 => false,
-        1 => true,
+        0 => Prefault::Lazy,
+        1 => Prefault::AtBuild,
         other => {
             return Err(Failure::new(
                 libc::EINVAL,
@@ -363,12 +309,51 @@ pub extern "C" fn folio_cache_destroy(cache: folio_cache) -> i32 {
     })
 }
 
-fn backend_code(name: &str) -> u32 {
-    match name {
-        "io_uring" => FOLIO_BACKEND_IO_URING,
-        "pread" => FOLIO_BACKEND_PREAD,
-        _ => FOLIO_BACKEND_OTHER,
+// The names of the library's engines and policies (`Stats::backend`, `Stats::eviction`)
+// and their codes in `folio_stats`, both ways.
+const BACKEND_NAMES: [(&str, u32); 2] = [
+    ("io_uring", FOLIO_BACKEND_IO_URING),
+    ("pread", FOLIO_BACKEND_PREAD),
+];
+const EVICTION_NAMES: [(&str, u32); 2] = [
+    ("s3fifo", FOLIO_EVICTION_S3FIFO),
+    ("lru", FOLIO_EVICTION_TWO_LIST_LRU),
+];
+
+fn code_of(names: &[(&str, u32)], name: &str, other: u32) -> u32 {
+    names
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(other, |&(_, code)| code)
+}
+
+fn name_of(names: &[(&'static str, u32)], code: u32) -> &'static str {
+    names
+        .iter()
+        .find(|&&(_, c)| c == code)
+        .map_or("other", |&(name, _)| name)
+}
+
+pub(crate) fn backend_code(name: &str) -> u32 {
+    code_of(&BACKEND_NAMES, name, FOLIO_BACKEND_OTHER)
+}
+
+pub(crate) fn eviction_code(name: &str) -> u32 {
+    code_of(&EVICTION_NAMES, name, FOLIO_EVICTION_OTHER)
+}
+
+/// `stats` as one line of `name=value`, every field in the order of `folio_stats`.
+fn format_stats(stats: &folio_stats) -> String {
+    let mut line = String::new();
+    for (field, value) in folio_rs::Stats::FIELDS.iter().zip(stats.values()) {
+        line.push_str(&format!("{}={value} ", field.name));
     }
+    line.push_str(&format!(
+        "backend={} eviction={}",
+        name_of(&BACKEND_NAMES, stats.backend),
+        name_of(&EVICTION_NAMES, stats.eviction)
+    ));
+    line
 }
 
 /// Stores a snapshot of `cache`'s counters in `*out`.
@@ -390,41 +375,55 @@ pub unsafe extern "C" fn folio_cache_stats(cache: folio_cache, out: *mut folio_s
         if out.is_null() {
             return Err(Failure::new(libc::EFAULT, "folio_cache_stats: out is NULL"));
         }
-        let s = cache.stats();
-        let stats = folio_stats {
-            hits: s.hits,
-            misses: s.misses,
-            waits_on_io: s.waits_on_io,
-            optimistic_retries: s.optimistic_retries,
-            pages_inserted: s.pages_inserted,
-            insert_conflicts: s.insert_conflicts,
-            io_requests: s.io_requests,
-            io_bytes: s.io_bytes,
-            io_errors: s.io_errors,
-            short_read_retries: s.short_read_retries,
-            evicted_folios: s.evicted_folios,
-            evicted_pages: s.evicted_pages,
-            refaults: s.refaults,
-            workingset_refaults: s.workingset_refaults,
-            shadows_dropped: s.shadows_dropped,
-            shadows: s.shadows,
-            background_reclaims: s.background_reclaims,
-            invalidated_pages: s.invalidated_pages,
-            readahead_sync: s.readahead_sync,
-            readahead_async: s.readahead_async,
-            readahead_forced: s.readahead_forced,
-            readahead_pages: s.readahead_pages,
-            readahead_wasted_pages: s.readahead_wasted_pages,
-            alloc_failures: s.alloc_failures,
-            capacity_bytes: s.capacity_bytes,
-            cached_bytes: s.cached_bytes,
-            metadata_bytes: s.metadata_bytes,
-            backend: backend_code(&s.backend),
-            reserved: 0,
-        };
+        let stats = folio_stats::of(&cache.stats());
         // SAFETY: non-null, and the caller guarantees it points to a writable `folio_stats`.
         unsafe { out.write(stats) };
         Ok(0)
+    })
+}
+
+/// Writes `*stats` as one line of `name=value` pairs, every field of `folio_stats` in its
+/// order, the codes as names ("hits=120 misses=8 ... backend=io_uring eviction=s3fifo"),
+/// into `buf`: at most `buf_len - 1` bytes and a NUL (nothing if `buf_len` is 0), like
+/// snprintf. A program that prints its stats this way prints every counter, including
+/// those a later folio adds, without naming any.
+///
+/// Returns the line's full length (without the NUL), so a caller can size `buf`;
+/// -EFAULT if `stats` is NULL, or `buf` is NULL and `buf_len` is not 0.
+///
+/// Context: any thread; does not block; reads `*stats` and writes `buf` during the call
+/// only.
+///
+/// # Safety
+/// `stats` is NULL or points to a readable `folio_stats`; `buf` is NULL or writable for
+/// `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn folio_stats_format(
+    stats: *const folio_stats,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> i64 {
+    const CALL: &str = "folio_stats_format";
+    boundary(CALL, || {
+        if stats.is_null() || (buf.is_null() && buf_len != 0) {
+            return Err(Failure::new(
+                libc::EFAULT,
+                format!("{CALL}: stats is NULL, or buf is NULL with buf_len {buf_len}"),
+            ));
+        }
+        // SAFETY: non-null, and the caller guarantees it points to a readable
+        // `folio_stats`; every bit pattern of its integer fields is valid.
+        let line = format_stats(unsafe { &stats.read() });
+        if let Some(room) = buf_len.checked_sub(1) {
+            // SAFETY: non-null (checked above, as `buf_len` is not 0), and the caller
+            // guarantees it is writable for `buf_len` bytes (one object, so at most
+            // isize::MAX).
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
+            let n = line.len().min(room);
+            dst[..n].copy_from_slice(&line.as_bytes()[..n]);
+            dst[n] = 0;
+        }
+        Ok(line.len() as i64)
     })
 }
 
@@ -652,6 +651,38 @@ pub unsafe extern "C" fn folio_file_len(file: folio_file, out: *mut u64) -> i32 
     })
 }
 
+/// Re-reads the length of `file` from the kernel (fstat(2)), adopts it for every handle
+/// of the file, and stores it in `*out`. Cached pages past a smaller length are dropped,
+/// so no byte past the new end is ever returned; a larger length makes the appended bytes
+/// readable. Call it after the file was appended to or truncated behind folio's back
+/// (folio notices a shrink on its own only when a read finds the file shorter).
+///
+/// Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL; the
+/// errno of a failed fstat(2). `*out` is written only on success.
+///
+/// Context: any thread; blocks in one fstat(2); takes the file's index lock if pages are
+/// dropped. Does not wait for I/O.
+///
+/// # Safety
+/// `out` is NULL or points to a writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_file_refresh_len(file: folio_file, out: *mut u64) -> i32 {
+    const CALL: &str = "folio_file_refresh_len";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let f = FILES
+            .get(file.id, &guard)
+            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+        if out.is_null() {
+            return Err(Failure::new(libc::EFAULT, format!("{CALL}: out is NULL")));
+        }
+        let len = f.refresh_len().map_err(|e| Failure::io(CALL, &e))?;
+        // SAFETY: non-null, and the caller guarantees it points to a writable u64.
+        unsafe { out.write(len) };
+        Ok(0)
+    })
+}
+
 /// Copies the message of the calling thread's last failed folio call into `buf` (at most
 /// `buf_len - 1` bytes and a NUL; nothing if `buf_len` is 0) and returns the message's
 /// full length, so a caller can size `buf` (0: no call of this thread has failed). The
@@ -675,4 +706,75 @@ pub unsafe extern "C" fn folio_last_error_message(buf: *mut c_char, buf_len: usi
         copy_last_message(dst)
     });
     result.unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The printer names every field of `folio_stats`, with its own value: each number of
+    /// the counter list gets a distinct value here, and each must come out under its name.
+    #[test]
+    fn stats_format_prints_every_field() {
+        let mut stats = folio_rs::Stats::default();
+        for (i, (_, value)) in stats.values_mut().enumerate() {
+            *value = 1000 + i as u64;
+        }
+        stats.backend = "io_uring".into();
+        stats.eviction = "lru".into();
+        let mut c = folio_stats::of(&stats);
+        let line = format_stats(&c);
+        let words: Vec<&str> = line.split(' ').collect();
+        let fields = folio_rs::Stats::FIELDS;
+        assert_eq!(words.len(), fields.len() + 2, "{line}");
+        for (i, field) in fields.iter().enumerate() {
+            assert_eq!(words[i], format!("{}={}", field.name, 1000 + i), "{line}");
+        }
+        assert_eq!(words[fields.len()], "backend=io_uring");
+        assert_eq!(words[fields.len() + 1], "eviction=lru");
+        c.backend = 77;
+        c.eviction = FOLIO_EVICTION_S3FIFO;
+        assert!(format_stats(&c).ends_with(" backend=other eviction=s3fifo"));
+    }
+
+    #[test]
+    fn stats_format_truncates_like_snprintf() {
+        let c = folio_stats::of(&folio_rs::Stats::default());
+        let full = format_stats(&c);
+        // SAFETY: a readable folio_stats; NULL with length 0.
+        let n = unsafe { folio_stats_format(&c, std::ptr::null_mut(), 0) };
+        assert_eq!(n, full.len() as i64);
+        let mut small = [0x55 as c_char; 8];
+        // SAFETY: `small` is writable for its length.
+        let n = unsafe { folio_stats_format(&c, small.as_mut_ptr(), small.len()) };
+        assert_eq!(n, full.len() as i64);
+        let small: Vec<u8> = small.iter().map(|&b| b as u8).collect();
+        assert_eq!(&small[..7], &full.as_bytes()[..7]);
+        assert_eq!(small[7], 0);
+        // SAFETY: NULL pointers are the misuse under test.
+        unsafe {
+            assert_eq!(
+                folio_stats_format(std::ptr::null(), small.as_ptr() as *mut c_char, 8),
+                -i64::from(libc::EFAULT)
+            );
+            assert_eq!(
+                folio_stats_format(&c, std::ptr::null_mut(), 8),
+                -i64::from(libc::EFAULT)
+            );
+        }
+    }
+
+    #[test]
+    fn engine_and_policy_names_round_trip() {
+        for (name, code) in BACKEND_NAMES {
+            assert_eq!(name_of(&BACKEND_NAMES, backend_code(name)), name);
+            assert_eq!(backend_code(name), code);
+        }
+        for (name, code) in EVICTION_NAMES {
+            assert_eq!(name_of(&EVICTION_NAMES, eviction_code(name)), name);
+            assert_eq!(eviction_code(name), code);
+        }
+        assert_eq!(backend_code("null"), FOLIO_BACKEND_OTHER);
+        assert_eq!(eviction_code("clock"), FOLIO_EVICTION_OTHER);
+    }
 }

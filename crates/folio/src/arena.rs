@@ -9,15 +9,37 @@
 //! arena lives, which is what makes the optimistic read of `version` safe: a reader that
 //! loses a race copies stale bytes and discards them, it never faults.
 //!
+//! Memory is made ready off the reader's path (issue 13): a fresh anonymous page is faulted
+//! in and zeroed by the kernel on first touch (on this VM also faulted in by the host:
+//! 0.3-0.6 GB/s), and with transparent huge pages advised a first touch may compact
+//! memory for a 2 MiB page. When that first touch is an O_DIRECT read into the frame,
+//! the miss pays it. So the arena grows: its frames reach the free lists one 2 MiB chunk
+//! at a time, in address order, and a background thread (`populate_ahead`, started by
+//! the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`) claims the
+//! next chunks, populates them (`MADV_POPULATE_WRITE`, outside every lock) and lists them,
+//! keeping `populate_lead_frames` populated frames listed ahead of the allocator. An
+//! allocation that finds the lists empty claims the next chunk itself and lists it at
+//! once, unpopulated: its read then faults the pages in, exactly as before the arena
+//! grew; it never waits for a population (waiting made every reader of a shared window
+//! pile up behind one chunk, and then all insert the same gap: measured, 100-200
+//! conflicting insertions per 256 MiB scan instead of 0-1). Memory resident before it is
+//! needed is bounded by the lead. `prefault` grows and populates it all at build.
+//!
 //! Invariants:
 //! - A free block of order k starts at a frame that is a multiple of 2^k, its head is on
 //!   free list k (its link word says so) and every frame in it is DEAD in the side table.
-//! - `free_frames` equals the frames in the free lists (both change under the lock);
-//!   allocated frames never exceed the capacity (there is nothing else to allocate from).
+//! - Frames at or above `claimed_frames` are virgin: on no list, never allocated, their
+//!   side-table entry and link word unwritten (zeroed memory, not yet faulted in) and
+//!   read by nobody. A claimed chunk is owned by its claimer until it lists it; then its
+//!   frames are the allocator's. `listed_frames` counts the frames of listed chunks.
+//! - `free_frames` equals the frames in the free lists plus the frames of chunks not
+//!   listed yet (virgin or being populated), so watermarks see them as free; allocated
+//!   frames never exceed the capacity (there is nothing else to allocate from).
 //!
 //! Protection: the free lists, the link words of free frames, and `free_frames` change
 //! under one mutex (`lists`); `free_frames` is an atomic so that stats read it without
-//! the lock. The memory
+//! the lock. `claimed_frames` moves by a CAS (a claim), `listed_frames` under `lists`.
+//! The memory
 //! of an allocated folio belongs to its owner under the `refcount` protocol: written only
 //! by the read that fills it while LOCKED; read by pinned readers and by optimistic readers
 //! through `copy_out`, a byte-wise atomic memcpy (`atomic_copy`).
@@ -27,8 +49,8 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use crate::folio::FolioMeta;
 use crate::io::{atomic_zero, FrameBuf};
@@ -37,6 +59,18 @@ use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
 
 /// Bytes of the largest folio; the mapping is aligned to it.
 const HUGE_BYTES: usize = PAGE_BYTES << ORDER_MAX;
+/// The arena grows by one chunk at a time: one huge page, so a chunk is one THP fault.
+const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
+/// Populated free memory the background thread keeps ahead of the allocator, at most: a
+/// cold scan at 3 GB/s takes about 20 ms to eat it, and populating 2 MiB takes 0.1-0.3 ms,
+/// so the thread stays ahead on a loaded 2-core machine. Capped at an eighth of the cache.
+const POPULATE_LEAD_BYTES_MAX: usize = 64 << 20;
+/// Caches below this size get no background thread: growing them on demand costs at most
+/// 32 chunk populations in all, and small caches (tests, tools) are built often.
+pub const POPULATE_AHEAD_CACHE_BYTES_MIN: usize = 128 << 20;
+/// The populator's longest sleep without a wake-up.
+const POPULATE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The list id of the free list of order k is `FREE_LIST_BASE + k` (ids below it are the
 /// eviction policies' queues).
 const FREE_LIST_BASE: QueueId = 0x40;
@@ -62,6 +96,16 @@ pub struct Arena {
     /// The free lists, by order.
     lists: Mutex<Vec<List>>,
     free_frames: AtomicU64,
+    /// Frames below it belong to claimed chunks; the rest is virgin (module docs).
+    claimed_frames: AtomicU32,
+    /// Frames of the chunks on the free lists (listed), populated or not.
+    listed_frames: AtomicU32,
+    /// Chunks listed unpopulated, because an allocation outran the populator.
+    chunks_unpopulated: AtomicU64,
+    /// The background populator's lead, and its wake-up: `true` in the mutex means stop.
+    populate_lead_frames: u32,
+    populate_stop: Mutex<bool>,
+    populate_wake: Condvar,
 }
 
 impl std::fmt::Debug for Arena {
@@ -82,8 +126,8 @@ unsafe impl Sync for Arena {}
 
 impl Arena {
     /// Reserves `frame_count` frames. Fails with the OS error if the reservation is
-    /// refused. Frames are faulted in by the first read into them, or all at once by
-    /// `prefault`.
+    /// refused. No frame is populated yet: the arena grows as it is allocated from (or
+    /// ahead of it, `populate_ahead`), or all at once by `prefault`.
     pub fn new(frame_count: u32) -> io::Result<Arena> {
         assert!(frame_count > 0);
         let data_bytes = frame_count as usize * PAGE_BYTES;
@@ -114,21 +158,17 @@ impl Arena {
             );
         }
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
-        let meta: Box<[FolioMeta]> = (0..frame_count).map(|_| FolioMeta::default()).collect();
-        let links = Links::new(frame_count);
-        let mut lists: Vec<List> = (0..=ORDER_MAX)
+        // Neither the side table nor the link words are written here: a frame's are
+        // initialised when the arena grows over it (`list_chunk`), so building a 4 GiB cache
+        // touches none of its 32 MiB of metadata.
+        // SAFETY: every field of FolioMeta is an atomic integer, for which all-zero is
+        // a valid value.
+        let meta: Box<[FolioMeta]> = unsafe { crate::list::zeroed_slice(frame_count as usize) };
+        let links = Links::reserve(frame_count);
+        let lists: Vec<List> = (0..=ORDER_MAX)
             .map(|k| List::new(FREE_LIST_BASE + k))
             .collect();
-        // Carve the frames into the largest aligned blocks.
-        let mut frame = 0u32;
-        while frame < frame_count {
-            let mut order = ORDER_MAX;
-            while frame % (1 << order) != 0 || frame + (1 << order) > frame_count {
-                order -= 1;
-            }
-            lists[order as usize].push_back(&links, FrameId(frame), 1 << order);
-            frame += 1 << order;
-        }
+        let lead_frames = (POPULATE_LEAD_BYTES_MAX / PAGE_BYTES).min(frame_count as usize / 8);
         Ok(Arena {
             base,
             map_ptr,
@@ -138,6 +178,12 @@ impl Arena {
             links,
             lists: Mutex::new(lists),
             free_frames: AtomicU64::new(u64::from(frame_count)),
+            claimed_frames: AtomicU32::new(0),
+            listed_frames: AtomicU32::new(0),
+            chunks_unpopulated: AtomicU64::new(0),
+            populate_lead_frames: lead_frames as u32,
+            populate_stop: Mutex::new(false),
+            populate_wake: Condvar::new(),
         })
     }
 
@@ -158,10 +204,43 @@ impl Arena {
         std::mem::size_of_val(&*self.meta) + self.frame_count as usize * 8
     }
 
-    /// Takes a free block of exactly `order`, splitting a larger one if needed. The
-    /// block's head frame is revived LOCKED with one reference (`refcount`), and its
-    /// version is still odd. `None` when no block of that order or larger is free.
+    /// Takes a free block of exactly `order`, splitting a larger one if needed, growing
+    /// the arena by a chunk when no listed block is large enough and virgin memory
+    /// remains. The block's head frame is revived LOCKED with one reference
+    /// (`refcount`), and its version is still odd. `None` when no block of that order or
+    /// larger is free.
+    ///
+    /// Context: takes the lists' lock; never waits for a population (a chunk it grows
+    /// itself is listed unpopulated), but yields while another thread lists the arena's
+    /// last chunks, which takes microseconds after their population.
     pub fn alloc(&self, order: Order) -> Option<FrameId> {
+        loop {
+            let listed_before = self.listed_frames.load(Ordering::Acquire);
+            if let Some(frame) = self.alloc_listed(order) {
+                if self.listed_free_frames() < u64::from(self.populate_lead_frames) {
+                    self.populate_wake.notify_one();
+                }
+                return Some(frame);
+            }
+            if self.listed_frames.load(Ordering::Acquire) != listed_before {
+                continue; // a chunk was listed since our look at the lists
+            }
+            if let Some(chunk) = self.claim_chunk() {
+                self.chunks_unpopulated.fetch_add(1, Ordering::Relaxed);
+                self.list_chunk(chunk);
+                continue;
+            }
+            if self.listed_frames.load(Ordering::Acquire) == self.frame_count {
+                return None; // fully grown, and nothing of this order is free
+            }
+            // The populator holds the last chunks: they are listed right after their
+            // population, a fraction of a millisecond.
+            std::thread::yield_now();
+        }
+    }
+
+    /// `alloc` from the free lists only.
+    fn alloc_listed(&self, order: Order) -> Option<FrameId> {
         let want = order.get() as usize;
         let head = {
             let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
@@ -379,25 +458,145 @@ impl Drop for Arena {
 }
 
 impl Arena {
-    /// Faults every frame in now (the kernel zeroes each page), so that no read pays the
-    /// page fault and the zeroing of the page it lands in (a cold scan into an untouched
-    /// arena spends about a fifth of its time there: docs/readahead.md).
-    /// `MADV_POPULATE_WRITE` (Linux 5.14) does it in one call, with huge pages where the
-    /// advice allows; older kernels get one write per page.
+    /// Grows the whole arena now: every frame populated and listed, the capacity resident
+    /// from the start, as a database's buffer pool would be. Without it the arena grows
+    /// in chunks ahead of the allocator (module docs), which costs reads nothing either.
     ///
     /// Context: right after `new`; `&mut self` proves that no frame is referenced yet.
     pub fn prefault(&mut self) {
-        populate(self.base, self.frame_count as usize * PAGE_BYTES);
+        while let Some(chunk) = self.claim_chunk() {
+            self.populate_chunk(&chunk);
+            self.list_chunk(chunk);
+        }
+    }
+
+    /// Free frames on the lists now (free frames less those of unlisted chunks): what an
+    /// allocation finds without growing. A racy snapshot, for the populator's decisions.
+    fn listed_free_frames(&self) -> u64 {
+        let unlisted = self.frame_count - self.listed_frames.load(Ordering::Acquire);
+        self.free_frames().saturating_sub(u64::from(unlisted))
+    }
+
+    /// Claims the next virgin chunk: its frames are the caller's to initialise and list.
+    /// `None` when the arena is fully claimed.
+    fn claim_chunk(&self) -> Option<std::ops::Range<u32>> {
+        let mut start = self.claimed_frames.load(Ordering::Relaxed);
+        loop {
+            if start >= self.frame_count {
+                return None;
+            }
+            let end = (start + CHUNK_FRAMES).min(self.frame_count);
+            match self.claimed_frames.compare_exchange_weak(
+                start,
+                end,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(start..end),
+                Err(now) => start = now,
+            }
+        }
+    }
+
+    /// Faults a claimed chunk in, before it is listed.
+    fn populate_chunk(&self, chunk: &std::ops::Range<u32>) {
+        // SAFETY: the chunk lies inside the arena and is claimed by the caller, so nobody
+        // references its memory: never allocated, never listed (module invariants).
+        unsafe {
+            populate(
+                self.frame_ptr(FrameId(chunk.start)),
+                (chunk.end - chunk.start) as usize * PAGE_BYTES,
+            )
+        };
+    }
+
+    /// Initialises a claimed chunk's metadata and hands its frames to the free lists.
+    fn list_chunk(&self, chunk: std::ops::Range<u32>) {
+        for frame in chunk.clone() {
+            self.meta(FrameId(frame)).reset();
+            self.links.reset(frame);
+        }
+        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
+        // Carve the chunk into the largest aligned blocks (one order-9 block but at the
+        // arena's odd-sized end). Chunks are aligned to the largest order, so no block
+        // has a listed buddy outside its chunk.
+        let mut frame = chunk.start;
+        while frame < chunk.end {
+            let mut order = ORDER_MAX;
+            while frame % (1 << order) != 0 || frame + (1 << order) > chunk.end {
+                order -= 1;
+            }
+            lists[order as usize].push_back(&self.links, FrameId(frame), 1 << order);
+            frame += 1 << order;
+        }
+        // Under the lists' lock: an allocator that saw the lists without this chunk sees
+        // the count move, and looks again.
+        self.listed_frames
+            .fetch_add(chunk.end - chunk.start, Ordering::Release);
+    }
+
+    /// The background populator's body: keeps `populate_lead_frames` populated frames
+    /// listed ahead of the allocator until `stop_populating`. Run on its own thread by
+    /// the page cache (`POPULATE_AHEAD_CACHE_BYTES_MIN`).
+    ///
+    /// Context: sleeps between chunks' worth of demand; populates outside every lock but
+    /// the grow lock.
+    pub fn populate_ahead(&self) {
+        let mut stop = self.populate_stop.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if *stop {
+                return;
+            }
+            if self.listed_free_frames() < u64::from(self.populate_lead_frames) {
+                drop(stop);
+                let Some(chunk) = self.claim_chunk() else {
+                    return; // fully claimed: nothing left to do, ever
+                };
+                self.populate_chunk(&chunk);
+                self.list_chunk(chunk);
+                stop = self.populate_stop.lock().unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Bounded: a wake-up sent between the check above and this wait is not lost
+            // for long (an allocator that outruns us meanwhile grows the arena itself).
+            stop = self
+                .populate_wake
+                .wait_timeout(stop, POPULATE_POLL)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Ends `populate_ahead` (it returns after the chunk it is populating, if any).
+    pub fn stop_populating(&self) {
+        *self.populate_stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.populate_wake.notify_all();
+    }
+
+    /// Frames of the chunks listed so far (the rest is virgin or being populated).
+    pub fn listed_frames(&self) -> u32 {
+        self.listed_frames.load(Ordering::Acquire)
+    }
+
+    /// Chunks an allocation listed unpopulated because the populator was behind: each
+    /// is up to 2 MiB of reads that faulted their pages in.
+    pub fn chunks_unpopulated(&self) -> u64 {
+        self.chunks_unpopulated.load(Ordering::Relaxed)
     }
 }
 
-/// `Arena::prefault` of `[base, base + bytes)`.
-fn populate(base: NonNull<u8>, bytes: usize) {
-    // SAFETY: the range is inside the arena's mapping, which nothing else references yet
-    // (`Arena::prefault`); populating only faults pages in.
+/// Faults `[base, base + bytes)` in (the kernel zeroes each page): `MADV_POPULATE_WRITE`
+/// (Linux 5.14) in one call, with huge pages where the advice allows; older kernels get
+/// one write per page.
+///
+/// # Safety
+/// The range must lie inside the arena's mapping and nobody may reference its memory.
+unsafe fn populate(base: *mut u8, bytes: usize) {
+    // SAFETY: the caller guarantees the range is inside the arena's mapping and
+    // unreferenced; populating only faults pages in.
     let done = unsafe {
         libc::madvise(
-            base.as_ptr().cast::<libc::c_void>(),
+            base.cast::<libc::c_void>(),
             bytes,
             libc::MADV_POPULATE_WRITE,
         )
@@ -406,9 +605,9 @@ fn populate(base: NonNull<u8>, bytes: usize) {
         return;
     }
     for at in (0..bytes).step_by(PAGE_BYTES) {
-        // SAFETY: in bounds (above); no reference to the arena's memory exists yet, and a
-        // zero is what the fresh anonymous page already holds.
-        unsafe { base.as_ptr().add(at).write_volatile(0) };
+        // SAFETY: in bounds and unreferenced (the caller's guarantee), and a zero is what
+        // the fresh anonymous page already holds.
+        unsafe { base.add(at).write_volatile(0) };
     }
 }
 
@@ -446,6 +645,75 @@ mod tests {
         }
         assert_eq!(got, 13);
         assert_eq!(arena.free_frames(), 0);
+    }
+
+    #[test]
+    fn the_arena_grows_in_chunks_as_it_is_allocated_from() {
+        // 2.5 chunks: two whole order-9 chunks and a tail of 256 frames.
+        let frames = CHUNK_FRAMES * 2 + CHUNK_FRAMES / 2;
+        let arena = Arena::new(frames).unwrap();
+        assert_eq!(arena.listed_frames(), 0, "nothing is listed at build");
+        assert_eq!(arena.free_frames(), u64::from(frames), "virgin frames count as free");
+        let mut got = Vec::new();
+        while let Some(frame) = arena.alloc(Order::new(4)) {
+            assert!(
+                frame.0 + 16 <= arena.listed_frames(),
+                "a frame past the grown part was handed out: {frame:?}"
+            );
+            // Growth is one chunk at a time, never ahead of need without the populator.
+            assert!(arena.listed_frames() <= (frame.0 / CHUNK_FRAMES + 1) * CHUNK_FRAMES);
+            got.push(frame);
+        }
+        assert_eq!(got.len() as u32, frames / 16);
+        assert_eq!(arena.listed_frames(), frames);
+        assert_eq!(arena.chunks_unpopulated(), 3, "no populator: every chunk by an allocation");
+        assert_eq!(arena.free_frames(), 0);
+        for frame in got {
+            arena.meta(frame).state.finish_read_ok();
+            assert!(arena.meta(frame).state.try_freeze());
+            arena.free(frame);
+        }
+        assert_eq!(arena.free_frames(), u64::from(frames));
+        assert!(arena.alloc(Order::MAX).is_some() && arena.alloc(Order::MAX).is_some());
+    }
+
+    #[test]
+    fn the_populator_keeps_its_lead_and_no_more() {
+        // 64 chunks (128 MiB); the lead is an eighth: 16 MiB, 8 chunks.
+        let arena = std::sync::Arc::new(Arena::new(CHUNK_FRAMES * 64).unwrap());
+        let lead = u64::from(arena.populate_lead_frames);
+        assert_eq!(lead, u64::from(CHUNK_FRAMES) * 8);
+        let thread = {
+            let arena = arena.clone();
+            std::thread::spawn(move || arena.populate_ahead())
+        };
+        let settled = |arena: &Arena| {
+            for _ in 0..2000 {
+                if arena.listed_free_frames() >= lead {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            panic!("the populator did not reach its lead");
+        };
+        settled(&arena);
+        assert_eq!(u64::from(arena.listed_frames()), lead, "populated beyond its lead");
+        assert_eq!(arena.chunks_unpopulated(), 0);
+        // Allocate a lead's worth: the populator catches up, again to one lead ahead.
+        let mut held = Vec::new();
+        for _ in 0..lead / 512 {
+            held.push(arena.alloc(Order::MAX).unwrap());
+        }
+        settled(&arena);
+        let grown = u64::from(arena.listed_frames());
+        assert!(grown >= 2 * lead && grown <= 2 * lead + u64::from(CHUNK_FRAMES));
+        arena.stop_populating();
+        thread.join().unwrap();
+        for frame in held {
+            arena.meta(frame).state.finish_read_ok();
+            assert!(arena.meta(frame).state.try_freeze());
+            arena.free(frame);
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::arena::Arena;
 use crate::eviction::{new_policy, EvictionKind};
-use crate::file::File;
+use crate::file::{File, OpenMode};
 use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::{FileStamp, MappingTable};
 use crate::memory::Memory;
@@ -33,8 +33,22 @@ pub struct CacheBuilder {
     folio_order_max: Order,
     readahead_max_bytes: u64,
     eviction: EvictionKind,
-    prefault: bool,
+    prefault: Prefault,
 }
+
+/// When `CacheBuilder::build` faults the cache's memory in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Prefault {
+    /// As pages are first cached (the default): building is quick, and the first reads
+    /// into fresh memory pay its page faults.
+    #[default]
+    Lazy,
+    /// All of it at build: the whole capacity is resident from the start.
+    AtBuild,
+}
+
+/// The default capacity: 256 MiB.
+pub const CAPACITY_BYTES_DEFAULT: u64 = 256 << 20;
 
 /// The default maximum readahead window: 16 MiB. Measured on this kind of machine (a
 /// cold one-thread scan through folio against the kernel's): see docs/readahead.md.
@@ -43,14 +57,14 @@ pub const READAHEAD_MAX_BYTES_DEFAULT: u64 = 16 << 20;
 impl Default for CacheBuilder {
     fn default() -> Self {
         CacheBuilder {
-            capacity_bytes: 256 << 20,
+            capacity_bytes: CAPACITY_BYTES_DEFAULT,
             backend: BackendKind::Auto,
             pread_threads: 16,
             alloc_wait: Duration::from_secs(2),
             folio_order_max: Order::MAX,
             readahead_max_bytes: READAHEAD_MAX_BYTES_DEFAULT,
             eviction: EvictionKind::default(),
-            prefault: false,
+            prefault: Prefault::Lazy,
         }
     }
 }
@@ -104,18 +118,23 @@ impl CacheBuilder {
         self
     }
 
-    /// Whether `build` faults the whole arena in (default: no). A fresh arena's pages are
+    /// When the arena is faulted in (default: [`Prefault::Lazy`]). A fresh arena's pages are
     /// faulted in and zeroed by the kernel on first use, and with O_DIRECT that first use
     /// is the read that fills them: a cold scan into an untouched cache runs about a fifth
     /// slower than the same scan once the cache has been filled once (docs/readahead.md).
     /// Prefaulting moves that cost to `build` (about 0.1-0.2 s per GiB here) and makes
     /// the whole capacity resident from the start, as a database's buffer pool would be.
-    pub fn prefault(mut self, prefault: bool) -> Self {
+    pub fn prefault(mut self, prefault: Prefault) -> Self {
         self.prefault = prefault;
         self
     }
 
     /// Builds the cache: reserves the arena and starts the backend.
+    ///
+    /// Context: may block: it maps the arena (no page is touched unless `prefault`, which
+    /// populates the whole capacity first), starts the backend's threads (an io_uring
+    /// instance and its completion thread, or the pread pool), the background reclaimer
+    /// and the arena's populator. Takes no lock another cache shares.
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
         self.build_with_backend(backend)
@@ -123,6 +142,8 @@ impl CacheBuilder {
 
     /// Builds the cache over a backend made by the caller (the fault-injecting one in
     /// tests, a wrapper of one's own).
+    ///
+    /// Context: as `build`, less starting a backend.
     pub fn build_with_backend(self, backend: Box<dyn Backend>) -> io::Result<Cache> {
         if self.capacity_bytes < CAPACITY_BYTES_MIN {
             return Err(io::Error::new(
@@ -145,7 +166,7 @@ impl CacheBuilder {
             order_max = Order::new(order_max.get() - 1);
         }
         let mut arena = Arena::new(frames)?;
-        if self.prefault {
+        if self.prefault == Prefault::AtBuild {
             arena.prefault();
         }
         let mut core = Core {
@@ -202,6 +223,11 @@ impl Cache {
     ///
     /// Errors: the file's own open error (not found, permission), `IsADirectory` for a
     /// directory, `InvalidInput` for anything that is not a regular file.
+    ///
+    /// Context: may block: `open(2)` and `fstat(2)`, then the mapping table's write lock
+    /// (a new file) or read lock, and a file that changed underneath is invalidated under
+    /// its index lock (which waits for nothing: LOCKED folios are skipped and dropped by
+    /// their completion). Thread-safe; never waits for I/O.
     pub fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
         let path = path.as_ref();
         let meta = std::fs::metadata(path)?;
@@ -217,7 +243,7 @@ impl Cache {
                 format!("folio: {} is not a regular file", path.display()),
             ));
         }
-        let (std_file, direct) = open_direct(path)?;
+        let (std_file, mode) = open_direct(path)?;
         // Stat the open file, not the path: the path may have been replaced meanwhile.
         let meta = std_file.metadata()?;
         let ns = |sec: i64, nsec: i64| i128::from(sec) * 1_000_000_000 + i128::from(nsec);
@@ -243,12 +269,16 @@ impl Cache {
             self.inner.clone(),
             mapping,
             Arc::new(std_file),
-            direct,
+            mode,
             self.inner.core.readahead_pages,
         ))
     }
 
     /// A snapshot of the counters.
+    ///
+    /// Context: takes the per-thread counters' registry lock and the mapping table's read
+    /// lock briefly; never waits for I/O. The counters are read one by one (relaxed), so
+    /// a snapshot taken while others read may be a few events off between fields.
     pub fn stats(&self) -> Stats {
         let mut s = self.inner.core.stats();
         s.backend = self.inner.backend.name().to_string();
@@ -256,23 +286,28 @@ impl Cache {
     }
 
     /// Bytes of memory the cache holds folios in.
+    ///
+    /// Context: any; takes no lock.
     pub fn capacity_bytes(&self) -> u64 {
         u64::from(self.inner.core.mem.arena.frame_count()) * PAGE_BYTES as u64
     }
 }
 
 /// Opens read-only with O_DIRECT; falls back to a buffered open where the file system
-/// refuses O_DIRECT (EINVAL). Returns whether O_DIRECT is in use.
-fn open_direct(path: &Path) -> io::Result<(StdFile, bool)> {
+/// refuses O_DIRECT (EINVAL). Returns the mode in use.
+///
+/// Context: any thread; blocks in open(2).
+fn open_direct(path: &Path) -> io::Result<(StdFile, OpenMode)> {
     match std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)
         .open(path)
     {
-        Ok(f) => Ok((f, true)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            Ok((std::fs::OpenOptions::new().read(true).open(path)?, false))
-        }
+        Ok(f) => Ok((f, OpenMode::Direct)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((
+            std::fs::OpenOptions::new().read(true).open(path)?,
+            OpenMode::Buffered,
+        )),
         Err(e) => Err(e),
     }
 }

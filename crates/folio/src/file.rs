@@ -59,13 +59,22 @@ pub enum Advice {
     DontNeed,
 }
 
+/// How a file's descriptor reads: around the kernel's page cache or through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpenMode {
+    /// O_DIRECT: the kernel's page cache is bypassed.
+    Direct,
+    /// Buffered, where the file system refuses O_DIRECT (tmpfs).
+    Buffered,
+}
+
 /// An open file, read through its cache. Safe to share between threads (`&File` is all a
 /// read needs); RocksDB-style engines share one handle among all their reader threads.
 pub struct File {
     cache: Arc<CacheInner>,
     mapping: Arc<Mapping>,
     fd: Arc<StdFile>,
-    direct: bool,
+    mode: OpenMode,
     ra: RaCell,
     /// The maximum window of `Advice::Normal`, in pages.
     ra_pages_normal: std::sync::atomic::AtomicU32,
@@ -76,7 +85,7 @@ impl std::fmt::Debug for File {
         f.debug_struct("File")
             .field("mapping", &self.mapping.id)
             .field("len", &self.len())
-            .field("direct", &self.direct)
+            .field("mode", &self.mode)
             .finish()
     }
 }
@@ -86,14 +95,14 @@ impl File {
         cache: Arc<CacheInner>,
         mapping: Arc<Mapping>,
         fd: Arc<StdFile>,
-        direct: bool,
+        mode: OpenMode,
         ra_pages: u32,
     ) -> File {
         File {
             cache,
             mapping,
             fd,
-            direct,
+            mode,
             ra: RaCell::new(ra_pages),
             ra_pages_normal: std::sync::atomic::AtomicU32::new(ra_pages),
         }
@@ -123,7 +132,7 @@ impl File {
     /// Whether reads bypass the kernel's page cache (false where the file system refused
     /// O_DIRECT and the file was opened buffered).
     pub fn is_direct(&self) -> bool {
-        self.direct
+        self.mode == OpenMode::Direct
     }
 
     fn core(&self) -> &Core {

@@ -12,12 +12,14 @@
 //! allocation. Only the gaps are allocated, without waiting for memory (readahead is a
 //! hint), and inserted as runs.
 //!
-//! The completion (`complete_read`, on a backend thread) publishes each folio's bytes
-//! (version, UPTODATE, unlock, wake), or on failure removes the folios from the index,
-//! records the errno for their waiters and wakes them: an error is never cached, and the
-//! next read of the page retries. A read that comes back short before the known end of the
-//! file is completed with a synchronous `pread`; if the file really shrank, the mapping
-//! adopts the new size and drops the pages past it.
+//! The completion is a value, [`ReadCompletion`], built with the request and run once by
+//! the backend (`ReadCompletion::complete`, on a backend thread or the reader's). It
+//! publishes each folio's bytes (version, UPTODATE, unlock, wake), or on failure removes
+//! the folios from the index, records the errno for their waiters and wakes them: an error
+//! is never cached, and the next read of the page retries. A read that comes back short
+//! before the known end of the file is completed synchronously (`io::sync::finish_read`:
+//! the byte moving is io's, the decision to retry is this module's); if the file really
+//! shrank, the mapping adopts the new size and drops the pages past it.
 
 use std::fs::File as StdFile;
 use std::io;
@@ -25,7 +27,8 @@ use std::sync::Arc;
 
 use crate::eviction::Admission;
 use crate::index::{Entry, Leave, NewFolio};
-use crate::io::{FrameBuf, ReadRequest, READ_BYTES_MAX};
+use crate::io::sync::finish_read;
+use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
 use crate::mapping::Mapping;
 use crate::pagecache::{AllocMode, CacheInner, Core};
 use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
@@ -111,10 +114,10 @@ impl Fill<'_> {
 
     /// Inserts a run of LOCKED folios in one walk under one hold of the index lock, gives
     /// back those a racing reader placed first, and returns the reads for the rest: one
-    /// per contiguous run, at most `READ_BYTES_MAX` each. Returns the pages inserted too.
+    /// per contiguous run, at most `IO_BYTES_MAX` each. Returns the pages inserted too.
     ///
     /// Context: no lock held; takes the index lock once.
-    fn insert_run(&self, run: Vec<NewFolio>, requests: &mut Vec<ReadRequest>) -> u64 {
+    fn insert_run(&self, run: Vec<NewFolio>, requests: &mut Vec<IoRequest>) -> u64 {
         let core = self.core();
         let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
         let mut w = self.mapping.index.lock_for_insert(pages);
@@ -160,7 +163,7 @@ impl Fill<'_> {
             let run_bytes: usize = runs
                 .last()
                 .map_or(0, |r| r.iter().map(|f| f.order.bytes()).sum());
-            if next_head == Some(folio.head) && run_bytes + folio.order.bytes() <= READ_BYTES_MAX {
+            if next_head == Some(folio.head) && run_bytes + folio.order.bytes() <= IO_BYTES_MAX {
                 runs.last_mut().expect("a run is open").push(folio);
             } else {
                 runs.push(vec![folio]);
@@ -243,10 +246,9 @@ impl Fill<'_> {
         gaps
     }
 
-    fn request_for(&self, run: Vec<NewFolio>, generation: u64) -> ReadRequest {
+    /// The read of one run of inserted LOCKED folios, with its completion.
+    fn request_for(&self, run: Vec<NewFolio>, generation: u64) -> IoRequest {
         let core = self.cache.core.clone();
-        let mapping = self.mapping.clone();
-        let file = self.fd.clone();
         let offset_bytes = run[0].head.offset_bytes();
         let bufs: Vec<FrameBuf> = run
             .iter()
@@ -255,111 +257,149 @@ impl Fill<'_> {
         let len_bytes: usize = bufs.iter().map(|b| b.len_bytes()).sum();
         stats::bump(&core.mem.counters.io_requests);
         stats::add(&core.mem.counters.io_bytes, len_bytes as u64);
-        let done_file = file.clone();
-        let done_bufs = bufs.clone();
-        ReadRequest {
-            file,
+        let completion = ReadCompletion {
+            core,
+            mapping: self.mapping.clone(),
+            file: self.fd.clone(),
+            offset_bytes,
+            generation,
+            run,
+            bufs: bufs.clone(),
+        };
+        IoRequest::read(
+            self.fd.clone(),
             offset_bytes,
             bufs,
-            done: Box::new(move |result| {
-                complete_read(
-                    &core,
-                    &mapping,
-                    &done_file,
-                    offset_bytes,
-                    generation,
-                    &run,
-                    &done_bufs,
-                    result,
-                )
-            }),
-        }
+            Completion::new(move |result| completion.complete(result)),
+        )
     }
 }
 
-/// The completion of one read of a run of folios (module docs).
-///
-/// Context: a backend thread (or the reader's, for a waited read); no lock held. Takes
-/// the index lock to publish (so a truncating invalidation cannot slip between the
-/// generation check and the publication), and to fail folios.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn complete_read(
-    core: &Core,
-    mapping: &Arc<Mapping>,
-    file: &StdFile,
+/// What the completion of one read of a run of folios needs, built at submission (module
+/// docs): the read's folios and buffers, where it read from, and the mapping generation
+/// it was submitted under.
+pub(crate) struct ReadCompletion {
+    core: Arc<Core>,
+    mapping: Arc<Mapping>,
+    file: Arc<StdFile>,
     offset_bytes: u64,
+    /// The mapping's generation when the folios were inserted: a truncating invalidation
+    /// bumps it, and a read that straddled one must not publish what it read.
     generation: u64,
-    run: &[NewFolio],
-    bufs: &[FrameBuf],
-    result: io::Result<usize>,
-) {
-    let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-    let result =
-        result.and_then(|n| finish_short_read(core, file, offset_bytes, bufs, n.min(total)));
-    let n = match result {
-        Ok(n) => n,
-        Err(e) => {
-            stats::bump(&core.mem.counters.io_errors);
-            fail_folios(core, mapping, run, e.raw_os_error().unwrap_or(libc::EIO));
-            forget_if_unused(core, mapping);
-            return;
+    /// The LOCKED folios this read fills, in file order, contiguous from `offset_bytes`.
+    run: Vec<NewFolio>,
+    /// Their frames, as the backend was given them.
+    bufs: Vec<FrameBuf>,
+}
+
+impl ReadCompletion {
+    /// Ends the read with the backend's `result` (module docs): completes a short read,
+    /// then publishes the folios, or fails them.
+    ///
+    /// Context: a backend thread (or the reader's, for a waited read); no lock held; may
+    /// block in a synchronous read (a short read's rest). Takes the index lock to publish
+    /// (so a truncating invalidation cannot slip between the generation check and the
+    /// publication), and to fail folios.
+    pub(crate) fn complete(self, result: io::Result<usize>) {
+        let ReadCompletion {
+            core,
+            mapping,
+            file,
+            offset_bytes,
+            generation,
+            run,
+            bufs,
+        } = &self;
+        // What the submission promised: these folios are still this read's.
+        for folio in run {
+            assert_eq!(
+                core.mem.arena.meta(folio.frame).identity(),
+                (mapping.id, folio.head, folio.order),
+                "a read's folio changed identity before its completion"
+            );
         }
-    };
-    // A short read ends at the file's end, as the kernel sees it now. If the file is
-    // longer than what was read (it grew during the read), the partial folio's zeros are
-    // not the file's bytes: it is failed and read again. If it is shorter than the
-    // mapping believed, the mapping shrinks to it.
-    let mut grew = false;
-    let mut shrink = None;
-    if n < total {
-        let real = file.metadata().map_or(u64::MAX, |m| m.len());
-        if real > offset_bytes + n as u64 {
-            grew = true;
-        } else if real < mapping.size_bytes() {
-            shrink = Some(real);
-        }
-    }
-    let mut publish = Vec::with_capacity(run.len());
-    let mut failed = Vec::new();
-    let mut at = 0usize;
-    for folio in run {
-        let bytes = folio.order.bytes();
-        let valid = n.saturating_sub(at).min(bytes);
-        if valid == 0 || (grew && valid < bytes) {
-            failed.push(*folio);
-        } else {
-            if valid < bytes {
-                core.mem.arena.zero_tail(folio.frame, folio.order, valid);
+        let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
+        let result = result.and_then(|n| self.finish_short_read(n.min(total)));
+        let n = match result {
+            Ok(n) => n,
+            Err(e) => {
+                stats::bump(&core.mem.counters.io_errors);
+                fail_folios(core, mapping, run, e.raw_os_error().unwrap_or(libc::EIO));
+                forget_if_unused(core, mapping);
+                return;
             }
-            publish.push(*folio);
+        };
+        // A short read ends at the file's end, as the kernel sees it now. If the file is
+        // longer than what was read (it grew during the read), the partial folio's zeros
+        // are not the file's bytes: it is failed and read again. If it is shorter than the
+        // mapping believed, the mapping shrinks to it.
+        let mut grew = false;
+        let mut shrink = None;
+        if n < total {
+            let real = file.metadata().map_or(u64::MAX, |m| m.len());
+            if real > offset_bytes + n as u64 {
+                grew = true;
+            } else if real < mapping.size_bytes() {
+                shrink = Some(real);
+            }
         }
-        at += bytes;
-    }
-    let w = mapping.index.lock();
-    if mapping.generation() == generation {
+        let mut publish = Vec::with_capacity(run.len());
+        let mut failed = Vec::new();
+        let mut at = 0usize;
+        for folio in run {
+            let bytes = folio.order.bytes();
+            let valid = n.saturating_sub(at).min(bytes);
+            if valid == 0 || (grew && valid < bytes) {
+                failed.push(*folio);
+            } else {
+                if valid < bytes {
+                    core.mem.arena.zero_tail(folio.frame, folio.order, valid);
+                }
+                publish.push(*folio);
+            }
+            at += bytes;
+        }
+        let w = mapping.index.lock();
+        if mapping.generation() == *generation {
+            for folio in &publish {
+                let meta = core.mem.arena.meta(folio.frame);
+                meta.version.publish();
+                meta.state.finish_read_ok();
+            }
+        } else {
+            // A truncating invalidation ran while this read was in flight: what it read
+            // may be the file's old bytes.
+            failed.append(&mut publish);
+        }
+        drop(w);
         for folio in &publish {
-            let meta = core.mem.arena.meta(folio.frame);
-            meta.version.publish();
-            meta.state.finish_read_ok();
+            wait::wake_all(core.mem.arena.meta(folio.frame));
         }
-    } else {
-        // A truncating invalidation ran while this read was in flight: what it read may
-        // be the file's old bytes.
-        failed.append(&mut publish);
+        if let Some(size) = shrink {
+            mapping.shrink_to(&core.mem, size);
+        }
+        if !failed.is_empty() {
+            // Readers of these pages retry (ESTALE), or find them past the end of the file.
+            fail_folios(core, mapping, &failed, libc::ESTALE);
+        }
+        if shrink.is_some() || !failed.is_empty() {
+            forget_if_unused(core, mapping);
+        }
     }
-    drop(w);
-    for folio in &publish {
-        wait::wake_all(core.mem.arena.meta(folio.frame));
-    }
-    if let Some(size) = shrink {
-        mapping.shrink_to(&core.mem, size);
-    }
-    if !failed.is_empty() {
-        // Readers of these pages retry (ESTALE), or find them past the end of the file.
-        fail_folios(core, mapping, &failed, libc::ESTALE);
-    }
-    if shrink.is_some() || !failed.is_empty() {
-        forget_if_unused(core, mapping);
+
+    /// Completes a read that came back with `n` bytes, short before the end of its
+    /// buffers, by reading the rest synchronously (`io::sync::finish_read`); returns the
+    /// bytes finally read (short only at the real end of the file). An unaligned count is
+    /// the end of the file already: O_DIRECT reads whole blocks otherwise.
+    ///
+    /// Context: as `complete`; may block in `preadv`.
+    fn finish_short_read(&self, n: usize) -> io::Result<usize> {
+        let total: usize = self.bufs.iter().map(|b| b.len_bytes()).sum();
+        if n >= total || n % PAGE_BYTES != 0 {
+            return Ok(n);
+        }
+        stats::bump(&self.core.mem.counters.short_read_retries);
+        finish_read(&self.file, self.offset_bytes, &self.bufs, n)
     }
 }
 
@@ -369,72 +409,6 @@ fn forget_if_unused(core: &Core, mapping: &Arc<Mapping>) {
     if mapping.handles() == 0 {
         core.mappings.remove_if_unused(&core.mem, mapping);
     }
-}
-
-/// Completes a read that came back short before the end of its buffers with synchronous
-/// `pread`s into the rest of them; returns the bytes finally read (short only at the real
-/// end of the file). Each `pread` either makes progress or finds the end, so the loop
-/// ends within the request's length.
-fn finish_short_read(
-    core: &Core,
-    file: &StdFile,
-    offset_bytes: u64,
-    bufs: &[FrameBuf],
-    mut n: usize,
-) -> io::Result<usize> {
-    let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-    // An unaligned count is the end of the file: O_DIRECT reads whole blocks otherwise.
-    if n >= total || n % PAGE_BYTES != 0 {
-        return Ok(n);
-    }
-    stats::bump(&core.mem.counters.short_read_retries);
-    while n < total {
-        let (buf, skip) = locate(bufs, n);
-        let part = buf.tail(skip);
-        let got = pread_into(file, part, offset_bytes + n as u64)?;
-        n += got;
-        if got == 0 || got % PAGE_BYTES != 0 {
-            break;
-        }
-    }
-    Ok(n)
-}
-
-/// One `pread(2)` into arena memory, retrying EINTR. A raw pointer, not a `&mut [u8]`:
-/// a stale optimistic reader may be loading from these frames (it fails validation), so
-/// no exclusive reference to them may exist; the kernel's write is outside Rust's model.
-fn pread_into(file: &StdFile, buf: FrameBuf, offset_bytes: u64) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    loop {
-        // SAFETY: `buf` is arena memory of LOCKED folios that this read owns (the backend
-        // has completed, nobody else writes it), valid for `len_bytes` bytes.
-        let got = unsafe {
-            libc::pread(
-                file.as_raw_fd(),
-                buf.as_ptr().cast(),
-                buf.len_bytes(),
-                offset_bytes as libc::off_t,
-            )
-        };
-        if got >= 0 {
-            return Ok(got as usize);
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-}
-
-/// The buffer that holds byte `at` of a request, and the offset in it.
-fn locate(bufs: &[FrameBuf], mut at: usize) -> (FrameBuf, usize) {
-    for buf in bufs {
-        if at < buf.len_bytes() {
-            return (*buf, at);
-        }
-        at -= buf.len_bytes();
-    }
-    unreachable!("offset past the request's buffers")
 }
 
 /// A read failed: remove its folios from the index (one lock hold), record the errno,
@@ -460,5 +434,52 @@ fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
         if outcome == PutOutcome::Free {
             core.mem.arena.free(folio.frame);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use crate::io::fault::FaultBackend;
+    use crate::io::pread::PreadBackend;
+    use crate::Cache;
+
+    /// A read cut short by the backend is finished inside its completion
+    /// (`ReadCompletion::finish_short_read`): every page is inserted once, and none is
+    /// failed for its readers to read again (which would insert it twice).
+    #[test]
+    fn short_reads_are_finished_by_the_completion() {
+        let dir = tempfile::Builder::new()
+            .prefix("folio-filemap-test-")
+            .tempdir_in("/var/tmp")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let path = dir.path().join("f");
+        let len_bytes = (1 << 20) + 123;
+        let content: Vec<u8> = (0..len_bytes).map(|i| (i % 251) as u8).collect();
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(&content)
+            .unwrap();
+        let (backend, control) = FaultBackend::new(Box::new(PreadBackend::new(2).unwrap()));
+        let cache = Cache::builder()
+            .capacity_bytes(16 << 20)
+            .build_with_backend(Box::new(backend))
+            .unwrap();
+        let file = cache.open(&path).unwrap();
+        control.short_reads(8);
+        let mut buf = vec![0u8; len_bytes + 10];
+        assert_eq!(file.read_at(&mut buf, 0).unwrap(), len_bytes);
+        assert!(buf[..len_bytes] == content[..]);
+        let stats = cache.stats();
+        assert!(control.short_injected() > 0);
+        assert!(stats.short_read_retries > 0, "{stats:?}");
+        assert_eq!(stats.io_errors, 0);
+        assert_eq!(
+            stats.pages_inserted,
+            len_bytes.div_ceil(crate::PAGE_BYTES) as u64,
+            "a page was inserted twice: {stats:?}"
+        );
     }
 }

@@ -55,6 +55,16 @@ impl FolioMeta {
 
     /// The identity last recorded; stale unless the caller pinned the folio, holds the
     /// mapping's lock with the slot checked, or validates through the version.
+    /// Makes a zeroed entry what `default` makes: a free (DEAD) frame with an odd version.
+    ///
+    /// Context: nobody else uses the frame (virgin arena memory, `Arena::grow`).
+    pub fn reset(&self) {
+        self.state.reset_free();
+        self.version.reset();
+        self.owner.store(0, Ordering::Relaxed);
+        self.place.store(0, Ordering::Relaxed);
+    }
+
     pub fn identity(&self) -> (MappingId, PageIndex, Order) {
         let owner = self.owner.load(Ordering::Relaxed);
         let place = self.place.load(Ordering::Relaxed);

@@ -67,9 +67,12 @@ mod types;
 mod version;
 mod wait;
 
-pub use cache::{Cache, CacheBuilder, CAPACITY_BYTES_MIN, READAHEAD_MAX_BYTES_DEFAULT};
+pub use cache::{
+    Cache, CacheBuilder, Prefault, CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN,
+    READAHEAD_MAX_BYTES_DEFAULT,
+};
 pub use eviction::EvictionKind;
 pub use file::{Advice, File, PageRef, ReadaheadWindow};
 pub use io::BackendKind;
-pub use stats::Stats;
+pub use stats::{StatField, Stats};
 pub use types::PAGE_BYTES;

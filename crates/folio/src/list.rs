@@ -47,21 +47,62 @@ impl std::fmt::Debug for Links {
     }
 }
 
+/// A boxed slice of `len` zeroed values, allocated with `alloc_zeroed`: for large sizes
+/// the allocator maps fresh pages, which the kernel faults in only when first touched.
+///
+/// # Safety
+/// The all-zero bit pattern must be a valid `T`.
+pub(crate) unsafe fn zeroed_slice<T>(len: usize) -> Box<[T]> {
+    if len == 0 || std::mem::size_of::<T>() == 0 {
+        return Vec::new().into_boxed_slice();
+    }
+    let layout = std::alloc::Layout::array::<T>(len).expect("slice layout overflows");
+    // SAFETY: the layout has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `ptr` is a live allocation of `len` values of `T` made with the global
+    // allocator and the layout `Box<[T]>` frees with; every value is all-zero, which the
+    // caller guarantees is a valid `T`.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
+}
+
 fn pack(prev: u64, next: u64, queue: QueueId) -> u64 {
     prev | (next << NEXT_SHIFT) | (u64::from(queue) << QUEUE_SHIFT)
 }
 
 impl Links {
+    /// Link words for `frames` frames, every one on no list (the tests' lists).
+    #[cfg(test)]
     pub fn new(frames: u32) -> Links {
+        let links = Links::reserve(frames);
+        for frame in 0..frames {
+            links.reset(frame);
+        }
+        links
+    }
+
+    /// Link words for `frames` frames that are not written yet: zeroed memory the kernel
+    /// has not faulted in (a 4 GiB arena's 8 MiB of links cost nothing until used). A
+    /// zero word says "on no list" (`QUEUE_NONE`), but its neighbours are not `NIL`:
+    /// `reset` each frame before it is put on a list (the arena does, as it grows).
+    pub fn reserve(frames: u32) -> Links {
         assert!(
             frames <= FRAMES_MAX,
             "more frames than the link words can address"
         );
         Links {
-            words: (0..frames)
-                .map(|_| AtomicU64::new(pack(NIL, NIL, QUEUE_NONE)))
-                .collect(),
+            // SAFETY: an all-zero AtomicU64 is a valid AtomicU64 (zero).
+            words: unsafe { zeroed_slice(frames as usize) },
         }
+    }
+
+    /// Makes `frame`'s word what a frame on no list has.
+    ///
+    /// Context: nobody else uses the frame (it is virgin arena memory, or the caller owns it).
+    pub fn reset(&self, frame: u32) {
+        self.store(u64::from(frame), NIL, NIL, QUEUE_NONE);
     }
 
     fn load(&self, frame: u64) -> (u64, u64, QueueId) {

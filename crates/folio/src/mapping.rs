@@ -321,7 +321,7 @@ impl Mapping {
             w.remove_folio(head, frame, Leave::Empty);
             mem.policy.remove(&mem.arena, frame, order.pages());
             // With no handle open (a completion found the file shorter), the completion
-            // tries the removal once it is done (`filemap::complete_read`).
+            // tries the removal once it is done (`filemap::ReadCompletion::complete`).
             self.folio_removed(&w);
             drop(w);
             let free = match how {
@@ -428,7 +428,7 @@ pub enum Unused {
 ///      tries R.
 ///   R. Removal (`remove_if_unused`), tried on C and when the last counted folio leaves
 ///      (`Mapping::folio_removed`: reclaim; and a completion that failed or invalidated
-///      folios of a mapping with no handle, `filemap::complete_read`):
+///      folios of a mapping with no handle, `filemap::ReadCompletion::complete`):
 ///      1. Load the handle word; if a handle is open, stop.
 ///      2. Under the index lock, count the folios (one walk), those in flight included.
 ///         If there are some, store the count in `folios_closed` (the removal of the last

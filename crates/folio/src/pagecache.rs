@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::arena::POPULATE_AHEAD_CACHE_BYTES_MIN;
 use crate::index::NODE_BYTES;
 use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
@@ -136,10 +137,12 @@ pub(crate) struct CacheInner {
     pub backend: Box<dyn Backend>,
     pub core: Arc<Core>,
     reclaim_thread: Option<JoinHandle<()>>,
+    populate_thread: Option<JoinHandle<()>>,
 }
 
 impl CacheInner {
-    /// Starts the background reclaimer (if the cache has watermarks) beside `backend`.
+    /// Starts the background reclaimer (if the cache has watermarks) and the arena's
+    /// populator (if the cache is large enough to want one) beside `backend`.
     pub fn new(core: Core, backend: Box<dyn Backend>) -> CacheInner {
         let core = Arc::new(core);
         let reclaim_thread = core.reclaimer.wants_background().then(|| {
@@ -149,10 +152,21 @@ impl CacheInner {
                 .spawn(move || core.reclaimer.background(&core.mem, &core.mappings))
                 .expect("spawn the reclaim thread")
         });
+        let arena = &core.mem.arena;
+        let wants_populator = arena.listed_frames() < arena.frame_count()
+            && arena.frame_count() as usize * PAGE_BYTES >= POPULATE_AHEAD_CACHE_BYTES_MIN;
+        let populate_thread = wants_populator.then(|| {
+            let core = core.clone();
+            std::thread::Builder::new()
+                .name("folio-populate".into())
+                .spawn(move || core.mem.arena.populate_ahead())
+                .expect("spawn the populate thread")
+        });
         CacheInner {
             backend,
             core,
             reclaim_thread,
+            populate_thread,
         }
     }
 }
@@ -161,6 +175,10 @@ impl Drop for CacheInner {
     fn drop(&mut self) {
         self.core.reclaimer.stop();
         if let Some(thread) = self.reclaim_thread.take() {
+            let _ = thread.join();
+        }
+        self.core.mem.arena.stop_populating();
+        if let Some(thread) = self.populate_thread.take() {
             let _ = thread.join();
         }
         self.core.mem.counters.detach_threads();

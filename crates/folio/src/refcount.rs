@@ -145,6 +145,11 @@ impl FolioState {
         FolioState(AtomicU64::new(DEAD))
     }
 
+    /// Stores what `new_free` makes, into a state word nobody else uses (a virgin frame's).
+    pub fn reset_free(&self) {
+        self.0.store(DEAD, Ordering::Relaxed);
+    }
+
     /// The current value, for flag tests. Acquire: a reader that sees UPTODATE sees the
     /// bytes the read wrote.
     pub fn load(&self) -> u64 {

@@ -1,147 +1,217 @@
 //! Counters of what the cache did, and the snapshot `Cache::stats` returns.
 //!
+//! The counters are listed once, in the `counters!` invocation below, and everything
+//! else comes from that list: the snapshot [`Stats`] and its [`Stats::FIELDS`], the
+//! shared atomics, their initialisation and their snapshot, and (through `FIELDS`) the C
+//! ABI's `folio_stats` and its printer, which folio-capi generates from it. A new counter
+//! is its name and doc in one of the three groups (then `FOLIO_BLESS_HEADER=1 cargo test
+//! -p folio-capi --test header` regenerates the C side).
+//!
 //! Miss-path counters are shared atomics: they move next to an I/O. The hit path must not
 //! do an atomic read-modify-write (DESIGN.md §2), so hits are counted per thread: each
 //! thread owns a `ThreadCounters` block per cache, registered once, that only it writes
 //! (load then store, no RMW, no shared cache line); `Cache::stats` sums the blocks.
+//! Gauges are not counted here: `Core::stats` (pagecache.rs) fills them in from the
+//! arena, the mappings and the reclaimer when it takes the snapshot.
+//!
+//! Protection: every counter is a relaxed atomic (statistics: no ordering with the data);
+//! the list of per-thread blocks is under `Counters::threads`' mutex, taken when a thread
+//! registers its block and by the snapshot.
+//!
+//! Limits: a snapshot is not atomic across counters (each is read once, in turn).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// A snapshot of a cache's counters. All counts since the cache was built.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Page accesses served from a cached folio without waiting (optimistic or pinned).
-    pub hits: u64,
-    /// Pages a read found missing and had to read.
-    pub misses: u64,
-    /// Page accesses that found their folio with another reader's I/O in flight and
-    /// waited for it (hits on in-flight folios; not counted in `hits` or `misses`).
-    pub waits_on_io: u64,
-    /// Optimistic copies discarded because the folio changed underneath.
-    pub optimistic_retries: u64,
-    /// Pages inserted into the index (each read from the file once).
-    pub pages_inserted: u64,
-    /// Folios a racing insertion had already placed (allocated, then given back).
-    pub insert_conflicts: u64,
-    /// Read requests submitted to the backend, and the bytes they asked for.
-    pub io_requests: u64,
-    pub io_bytes: u64,
-    /// Reads that failed, and short reads completed by a retry.
-    pub io_errors: u64,
-    pub short_read_retries: u64,
-    /// Folios and pages evicted by reclaim.
-    pub evicted_folios: u64,
-    pub evicted_pages: u64,
-    /// Insertions that replaced a shadow entry (the page had been cached before), and
-    /// those the eviction policy recognised as refaults within the workingset (S3-FIFO:
-    /// still in the ghost; LRU: refault distance within the active list).
-    pub refaults: u64,
-    pub workingset_refaults: u64,
-    /// Shadow entries dropped to keep them under the cap, and logged now.
-    pub shadows_dropped: u64,
-    pub shadows: u64,
-    /// Batches the background reclaimer evicted.
-    pub background_reclaims: u64,
-    /// Pages dropped by invalidation (truncation, a changed file, `DontNeed`).
-    pub invalidated_pages: u64,
-    /// Readahead windows opened on a miss (sync), on a marker hit (async), and forced
-    /// (`File::readahead`, `WillNeed`).
-    pub readahead_sync: u64,
-    pub readahead_async: u64,
-    pub readahead_forced: u64,
-    /// Pages readahead inserted, and those evicted before anyone read them (wasted).
-    pub readahead_pages: u64,
-    pub readahead_wasted_pages: u64,
-    /// Allocations that found every folio pinned or locked and gave up.
-    pub alloc_failures: u64,
-    /// The cache's capacity, what it holds now, and its metadata: the folios' side table,
-    /// the mappings and their index nodes (in trees and node pools).
-    pub capacity_bytes: u64,
-    pub cached_bytes: u64,
-    pub metadata_bytes: u64,
-    /// Files the cache knows now (mappings: a handle open or a page cached), the index
-    /// nodes they hold (counted in `metadata_bytes`), and the mappings forgotten so far
-    /// (no handle open and no page cached left).
-    pub mappings: u64,
-    pub index_nodes: u64,
-    pub mappings_removed: u64,
-    /// Which backend reads the files, and which policy evicts.
-    pub backend: String,
-    pub eviction: String,
+/// One field of [`Stats`]: its name and what it counts. [`Stats::FIELDS`] lists them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatField {
+    /// The field's name in [`Stats`] (and in the C ABI's `folio_stats`).
+    pub name: &'static str,
+    /// Its documentation, one line per line, as written in the counter list.
+    pub doc: &'static str,
 }
 
-/// The shared, miss-path counters.
-#[derive(Debug)]
-pub(crate) struct Counters {
-    /// Unique in the process: keys this cache's per-thread hit blocks.
-    id: u64,
-    pub misses: AtomicU64,
-    pub waits_on_io: AtomicU64,
-    pub optimistic_retries: AtomicU64,
-    pub pages_inserted: AtomicU64,
-    pub insert_conflicts: AtomicU64,
-    pub io_requests: AtomicU64,
-    pub io_bytes: AtomicU64,
-    pub io_errors: AtomicU64,
-    pub short_read_retries: AtomicU64,
-    pub evicted_folios: AtomicU64,
-    pub evicted_pages: AtomicU64,
-    pub refaults: AtomicU64,
-    pub workingset_refaults: AtomicU64,
-    pub shadows_dropped: AtomicU64,
-    pub background_reclaims: AtomicU64,
-    pub invalidated_pages: AtomicU64,
-    pub readahead_sync: AtomicU64,
-    pub readahead_async: AtomicU64,
-    pub readahead_forced: AtomicU64,
-    pub readahead_pages: AtomicU64,
-    pub readahead_wasted_pages: AtomicU64,
-    pub alloc_failures: AtomicU64,
-    pub pinned_hits: AtomicU64,
-    pub mappings_removed: AtomicU64,
-    threads: Mutex<Vec<Arc<ThreadCounters>>>,
-}
-
-impl Default for Counters {
-    fn default() -> Self {
-        Counters {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            misses: AtomicU64::new(0),
-            waits_on_io: AtomicU64::new(0),
-            optimistic_retries: AtomicU64::new(0),
-            pages_inserted: AtomicU64::new(0),
-            insert_conflicts: AtomicU64::new(0),
-            io_requests: AtomicU64::new(0),
-            io_bytes: AtomicU64::new(0),
-            io_errors: AtomicU64::new(0),
-            short_read_retries: AtomicU64::new(0),
-            evicted_folios: AtomicU64::new(0),
-            evicted_pages: AtomicU64::new(0),
-            refaults: AtomicU64::new(0),
-            workingset_refaults: AtomicU64::new(0),
-            shadows_dropped: AtomicU64::new(0),
-            background_reclaims: AtomicU64::new(0),
-            invalidated_pages: AtomicU64::new(0),
-            readahead_sync: AtomicU64::new(0),
-            readahead_async: AtomicU64::new(0),
-            readahead_forced: AtomicU64::new(0),
-            readahead_pages: AtomicU64::new(0),
-            readahead_wasted_pages: AtomicU64::new(0),
-            alloc_failures: AtomicU64::new(0),
-            pinned_hits: AtomicU64::new(0),
-            mappings_removed: AtomicU64::new(0),
-            threads: Mutex::new(Vec::new()),
+/// Generates, from the one list of counters, [`Stats`], its [`Stats::FIELDS`] and
+/// [`Stats::values`], the shared atomics of [`Counters`], their `Default` and their
+/// snapshot. Groups:
+/// - `per_thread`: counted on the hit path in per-thread blocks, summed by the snapshot
+///   (plus `Counters::pinned_hits` for `hits`);
+/// - `shared`: a shared atomic each, bumped next to an I/O or under a lock;
+/// - `gauges`: not counted; `Core::stats` (pagecache.rs) measures them when it takes the
+///   snapshot.
+macro_rules! counters {
+    (
+        per_thread { $( $(#[doc = $tdoc:literal])+ $thread:ident, )+ }
+        shared { $( $(#[doc = $sdoc:literal])+ $shared:ident, )+ }
+        gauges { $( $(#[doc = $gdoc:literal])+ $gauge:ident, )+ }
+    ) => {
+        /// A snapshot of a cache's counters and gauges. All counts since the cache was
+        /// built; gauges as of the snapshot. [`Stats::FIELDS`] names every number.
+        #[derive(Clone, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct Stats {
+            $( $(#[doc = $tdoc])+ pub $thread: u64, )+
+            $( $(#[doc = $sdoc])+ pub $shared: u64, )+
+            $( $(#[doc = $gdoc])+ pub $gauge: u64, )+
+            /// Which backend reads the files: "io_uring", "pread" (or a test's engine).
+            pub backend: String,
+            /// Which policy evicts: "s3fifo" or "lru" (the kernel's two lists).
+            pub eviction: String,
         }
-    }
+
+        impl Stats {
+            /// Every number of [`Stats`], in declaration order: the counters, then the
+            /// gauges. (`backend` and `eviction` are names, not listed.)
+            pub const FIELDS: &'static [StatField] = &[
+                $( StatField { name: stringify!($thread), doc: concat!($($tdoc, "\n"),+) }, )+
+                $( StatField { name: stringify!($shared), doc: concat!($($sdoc, "\n"),+) }, )+
+                $( StatField { name: stringify!($gauge), doc: concat!($($gdoc, "\n"),+) }, )+
+            ];
+
+            /// Every number of this snapshot with its field, in the order of
+            /// [`Stats::FIELDS`].
+            pub fn values(&self) -> impl Iterator<Item = (&'static StatField, u64)> {
+                Self::FIELDS.iter().zip([
+                    $( self.$thread, )+
+                    $( self.$shared, )+
+                    $( self.$gauge, )+
+                ])
+            }
+
+            /// Every number of this snapshot, writable, with its field, in the order of
+            /// [`Stats::FIELDS`] (for tests and for differences of two snapshots).
+            pub fn values_mut(&mut self) -> impl Iterator<Item = (&'static StatField, &mut u64)> {
+                Self::FIELDS.iter().zip([
+                    $( &mut self.$thread, )+
+                    $( &mut self.$shared, )+
+                    $( &mut self.$gauge, )+
+                ])
+            }
+        }
+
+        /// The shared counters, and the per-thread blocks of the hit path.
+        #[derive(Debug)]
+        pub(crate) struct Counters {
+            /// Unique in the process: keys this cache's per-thread hit blocks.
+            id: u64,
+            /// Hits of the pinned path, which does atomic read-modify-writes anyway (the
+            /// page's reference): added to the per-thread blocks' `hits`.
+            pub pinned_hits: AtomicU64,
+            $( $(#[doc = $sdoc])+ pub $shared: AtomicU64, )+
+            threads: Mutex<Vec<Arc<ThreadCounters>>>,
+        }
+
+        impl Default for Counters {
+            fn default() -> Self {
+                Counters {
+                    id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                    pinned_hits: AtomicU64::new(0),
+                    $( $shared: AtomicU64::new(0), )+
+                    threads: Mutex::new(Vec::new()),
+                }
+            }
+        }
+
+        /// Counters one thread writes and anyone reads.
+        #[derive(Default, Debug)]
+        struct ThreadCounters {
+            $( $thread: AtomicU64, )+
+        }
+
+        impl Counters {
+            /// The counters now; the gauges, `backend` and `eviction` are left for the
+            /// caller to fill in.
+            ///
+            /// Context: any thread; takes the mutex of the per-thread blocks.
+            pub fn snapshot(&self) -> Stats {
+                let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+                let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                let mut stats = Stats {
+                    $( $thread: threads.iter().map(|b| get(&b.$thread)).sum(), )+
+                    $( $shared: get(&self.$shared), )+
+                    ..Stats::default()
+                };
+                stats.hits += get(&self.pinned_hits);
+                stats
+            }
+        }
+    };
 }
 
-/// Counters one thread writes and anyone reads.
-#[derive(Default, Debug)]
-struct ThreadCounters {
-    hits: AtomicU64,
+// The counter list. Its docs serve Rust and C alike (folio.h carries them): plain text,
+// no intra-doc links.
+counters! {
+    per_thread {
+        /// Page accesses served from a cached page without waiting (optimistic or pinned).
+        hits,
+    }
+    shared {
+        /// Pages a read found missing and had to read.
+        misses,
+        /// Page accesses that found their page with another reader's I/O in flight and
+        /// waited for it (not counted in `hits` or `misses`).
+        waits_on_io,
+        /// Optimistic (lock-free) copies discarded because the page changed underneath.
+        optimistic_retries,
+        /// Pages inserted into the cache (each read from its file once).
+        pages_inserted,
+        /// Folios a racing insertion had already placed (allocated, then given back).
+        insert_conflicts,
+        /// Read requests submitted to the backend.
+        io_requests,
+        /// Bytes the read requests asked for.
+        io_bytes,
+        /// Reads that failed.
+        io_errors,
+        /// Short reads completed by a retry.
+        short_read_retries,
+        /// Folios evicted by reclaim.
+        evicted_folios,
+        /// Pages evicted by reclaim.
+        evicted_pages,
+        /// Insertions of pages cached before (a shadow entry remembered them).
+        refaults,
+        /// Refaults the eviction policy recognised as within the workingset (S3-FIFO: still
+        /// in the ghost queue; LRU: refault distance within the active list).
+        workingset_refaults,
+        /// Shadow entries dropped to keep them under their cap.
+        shadows_dropped,
+        /// Batches the background reclaimer evicted.
+        background_reclaims,
+        /// Pages dropped by invalidation (truncation, a changed file, DontNeed advice).
+        invalidated_pages,
+        /// Readahead windows opened on a miss (synchronous readahead).
+        readahead_sync,
+        /// Readahead windows opened on a hit of a window's marker (asynchronous readahead).
+        readahead_async,
+        /// Forced readahead calls (File::readahead or folio_readahead, and WillNeed advice;
+        /// one per call).
+        readahead_forced,
+        /// Pages readahead inserted.
+        readahead_pages,
+        /// Pages readahead inserted that were evicted before anyone read them (wasted).
+        readahead_wasted_pages,
+        /// Allocations that found every page pinned or locked and gave up (ENOMEM).
+        alloc_failures,
+        /// Files forgotten so far (no handle open and no page cached left).
+        mappings_removed,
+    }
+    gauges {
+        /// Shadow entries (memory of evicted pages) held now.
+        shadows,
+        /// The cache's capacity, in bytes.
+        capacity_bytes,
+        /// Bytes of cached pages held now.
+        cached_bytes,
+        /// Bytes of metadata: the pages' side table, the mappings and their index nodes.
+        metadata_bytes,
+        /// Files the cache knows now (a handle open or a page cached).
+        mappings,
+        /// Index nodes the mappings hold (counted in `metadata_bytes`).
+        index_nodes,
+    }
 }
 
 thread_local! {
@@ -209,42 +279,54 @@ impl Counters {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
     }
+}
 
-    pub fn snapshot(&self) -> Stats {
-        let hits: u64 = self
-            .threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|b| b.hits.load(Ordering::Relaxed))
-            .sum();
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            hits: hits + get(&self.pinned_hits),
-            misses: get(&self.misses),
-            waits_on_io: get(&self.waits_on_io),
-            optimistic_retries: get(&self.optimistic_retries),
-            pages_inserted: get(&self.pages_inserted),
-            insert_conflicts: get(&self.insert_conflicts),
-            io_requests: get(&self.io_requests),
-            io_bytes: get(&self.io_bytes),
-            io_errors: get(&self.io_errors),
-            short_read_retries: get(&self.short_read_retries),
-            evicted_folios: get(&self.evicted_folios),
-            evicted_pages: get(&self.evicted_pages),
-            refaults: get(&self.refaults),
-            workingset_refaults: get(&self.workingset_refaults),
-            shadows_dropped: get(&self.shadows_dropped),
-            background_reclaims: get(&self.background_reclaims),
-            invalidated_pages: get(&self.invalidated_pages),
-            readahead_sync: get(&self.readahead_sync),
-            readahead_async: get(&self.readahead_async),
-            readahead_forced: get(&self.readahead_forced),
-            readahead_pages: get(&self.readahead_pages),
-            readahead_wasted_pages: get(&self.readahead_wasted_pages),
-            alloc_failures: get(&self.alloc_failures),
-            mappings_removed: get(&self.mappings_removed),
-            ..Stats::default()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_unique_documented_and_in_the_order_of_values() {
+        let mut names: Vec<&str> = Stats::FIELDS.iter().map(|f| f.name).collect();
+        assert!(Stats::FIELDS.iter().all(|f| !f.doc.trim().is_empty()));
+        let mut stats = Stats::default();
+        for (i, (field, value)) in stats.values_mut().enumerate() {
+            assert_eq!(field, &Stats::FIELDS[i]);
+            *value = i as u64 + 1;
         }
+        let values: Vec<(&str, u64)> = stats.values().map(|(f, v)| (f.name, v)).collect();
+        let expected: Vec<(&str, u64)> =
+            (0..names.len()).map(|i| (names[i], i as u64 + 1)).collect();
+        assert_eq!(values, expected);
+        // Each value landed in its own field: `Debug` names them `name: value`.
+        let debug = format!("{stats:?}");
+        for (name, value) in &expected {
+            assert!(
+                debug.contains(&format!("{name}: {value},")),
+                "{name} in {debug}"
+            );
+        }
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Stats::FIELDS.len(), "a name is listed twice");
+    }
+
+    #[test]
+    fn snapshot_sums_every_threads_hits_and_the_pinned_ones() {
+        let counters = Counters::default();
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| (0..10).for_each(|_| counters.hit()));
+            }
+        });
+        counters.hit();
+        bump(&counters.pinned_hits);
+        bump(&counters.misses);
+        add(&counters.io_bytes, 4096);
+        let stats = counters.snapshot();
+        assert_eq!(stats.hits, 3 * 10 + 1 + 1);
+        assert_eq!(stats.misses, 1);
+        assert_eq!(stats.io_bytes, 4096);
+        assert_eq!(stats.pages_inserted, 0);
     }
 }

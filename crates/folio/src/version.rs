@@ -74,6 +74,12 @@ impl Version {
         fence(Ordering::Release);
     }
 
+    /// Stores what `default` makes (odd: no valid bytes), into a version nobody else uses
+    /// (a virgin frame's, `Arena::grow`: its publication happens under the lists' lock).
+    pub fn reset(&self) {
+        self.0.store(1, Ordering::Relaxed);
+    }
+
     /// Whether the frame currently holds valid bytes (even version).
     pub fn is_valid(&self) -> bool {
         self.0.load(Ordering::Acquire) & 1 == 0

@@ -59,11 +59,11 @@ fn in_flight_read_survives_revalidate_and_caches_stale_bytes() {
     );
 }
 
-/// Finding: `complete_read`'s shrink detection compares a short read with the mapping's
-/// CURRENT size. `refresh_len` grows the mapping while a read of the old last (partial)
-/// page is in flight; the completion sees `offset + n < size`, concludes the file shrank,
-/// and `shrink_to(min(fstat, offset + n))` rolls the size back to the OLD length. The
-/// stamp keeps the new size, so a reopen does not repair it either.
+/// Finding: `ReadCompletion::complete`'s shrink detection compares a short read with the
+/// mapping's CURRENT size. `refresh_len` grows the mapping while a read of the old last
+/// (partial) page is in flight; the completion sees `offset + n < size`, concludes the
+/// file shrank, and `shrink_to(min(fstat, offset + n))` rolls the size back to the OLD
+/// length. The stamp keeps the new size, so a reopen does not repair it either.
 #[test]
 fn refresh_len_growth_is_rolled_back_by_an_in_flight_short_read() {
     let dir = common::test_dir();

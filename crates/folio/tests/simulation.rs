@@ -216,13 +216,20 @@ fn inner_backend(name: &str) -> Box<dyn Backend> {
     Box::new(PreadBackend::new(2).expect("a pread pool"))
 }
 
+/// How much a seed's run says on stderr: a replay of one seed says everything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verbosity {
+    Quiet,
+    Verbose,
+}
+
 /// One seed, start to end. `Err` describes the first thing that went wrong.
-fn run_seed(seed: u64, verbose: bool) -> Result<Outcome, String> {
+fn run_seed(seed: u64, verbosity: Verbosity) -> Result<Outcome, String> {
     let files = files();
     let mut rng = Rng::new(seed);
     let setup = draw_setup(&mut rng);
     let started = Instant::now();
-    if verbose {
+    if verbosity == Verbosity::Verbose {
         eprintln!("seed {seed}: {setup:#?}");
     }
     let (backend, control) = FaultBackend::seeded(inner_backend(setup.backend), seed, setup.sim);
@@ -258,7 +265,7 @@ fn run_seed(seed: u64, verbose: bool) -> Result<Outcome, String> {
                             shared,
                             thread_seed,
                             pinned_bytes_max,
-                            verbose,
+                            verbosity,
                         )
                         .run(t, ops)
                     })
@@ -283,7 +290,7 @@ fn run_seed(seed: u64, verbose: bool) -> Result<Outcome, String> {
         outcome.pins_kept += reader.pins_kept;
     }
     check_accounting(&cache, &control, &chosen, &setup, &mut outcome)?;
-    if verbose {
+    if verbosity == Verbosity::Verbose {
         eprintln!(
             "seed {seed}: {outcome:?} in {:?}\n{:?}",
             started.elapsed(),
@@ -378,7 +385,7 @@ struct Reader<'a> {
     /// `OutOfMemory`, by design).
     pinned_bytes_max: u64,
     rng: Rng,
-    verbose: bool,
+    verbosity: Verbosity,
     outcome: Outcome,
 }
 
@@ -389,7 +396,7 @@ impl<'a> Reader<'a> {
         shared: &'a [Arc<File>],
         seed: u64,
         pinned_bytes_max: u64,
-        verbose: bool,
+        verbosity: Verbosity,
     ) -> Reader<'a> {
         Reader {
             cache,
@@ -400,7 +407,7 @@ impl<'a> Reader<'a> {
             pins: Vec::new(),
             pinned_bytes_max,
             rng: Rng::new(seed),
-            verbose,
+            verbosity,
             outcome: Outcome::default(),
         }
     }
@@ -573,7 +580,7 @@ impl<'a> Reader<'a> {
         if error.raw_os_error() != Some(libc::EIO) {
             return Err(format!("{}: {error} is not an injected EIO", what()));
         }
-        if self.verbose {
+        if self.verbosity == Verbosity::Verbose {
             eprintln!("{}: {error}", what());
         }
         self.outcome.errors_surfaced += 1;
@@ -621,12 +628,12 @@ fn replay_command(seed: u64) -> String {
 
 /// Runs `seed` on its own thread, so that a hang is reported (with its replay command)
 /// instead of hanging the test run.
-fn run_bounded(seed: u64, verbose: bool) -> Result<Outcome, String> {
+fn run_bounded(seed: u64, verbosity: Verbosity) -> Result<Outcome, String> {
     let (sender, result) = mpsc::channel();
     std::thread::Builder::new()
         .name(format!("sim-{seed}"))
         .spawn(move || {
-            let outcome = std::panic::catch_unwind(|| run_seed(seed, verbose))
+            let outcome = std::panic::catch_unwind(|| run_seed(seed, verbosity))
                 .unwrap_or_else(|panic| Err(format!("panicked: {}", panic_text(&panic))));
             let _ = sender.send(outcome);
         })
@@ -639,15 +646,15 @@ fn run_bounded(seed: u64, verbose: bool) -> Result<Outcome, String> {
 #[test]
 fn seeds() {
     let repeat = env_u64("FOLIO_SIM_REPEAT").unwrap_or(1).max(1);
-    let (seeds, verbose): (Vec<u64>, bool) = match env_u64("FOLIO_SIM_SEED") {
-        Some(seed) => (vec![seed; repeat as usize], true),
+    let (seeds, verbosity): (Vec<u64>, Verbosity) = match env_u64("FOLIO_SIM_SEED") {
+        Some(seed) => (vec![seed; repeat as usize], Verbosity::Verbose),
         None => {
             let first = env_u64("FOLIO_SIM_FIRST").unwrap_or(0);
             let count = env_u64("FOLIO_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT);
             let seeds = (first..first + count)
                 .flat_map(|seed| std::iter::repeat_n(seed, repeat as usize))
                 .collect();
-            (seeds, false)
+            (seeds, Verbosity::Quiet)
         }
     };
     files();
@@ -661,7 +668,7 @@ fn seeds() {
                 let Some(&seed) = seeds.get(i) else {
                     return;
                 };
-                let result = run_bounded(seed, verbose);
+                let result = run_bounded(seed, verbosity);
                 let mut total = total.lock().unwrap();
                 match result {
                     Ok(outcome) => {
@@ -708,7 +715,7 @@ fn seeds() {
             replay_command(*seed)
         );
     }
-    if verbose {
+    if verbosity == Verbosity::Verbose {
         return;
     }
     // The seeds must exercise what they claim to.

@@ -13,9 +13,9 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 use crate::workloads::scale::{describe_x, Axis};
-use crate::workloads::{Report, Row};
+use crate::workloads::{Report, Row, System};
 
-const SYSTEMS: [&str; 3] = ["folio", "kernel", "memcpy"];
+const SYSTEMS: [System; 3] = [System::Folio, System::Kernel, System::Memcpy];
 const AXES: [(Axis, &str); 3] = [
     (Axis::Files, "files"),
     (Axis::Cache, "cache"),
@@ -64,20 +64,20 @@ pub fn table(report: &Report) -> String {
     );
     for (axis, name) in AXES {
         for (x, rows) in rows_of(report, name) {
-            let of = |system: &str| rows.iter().find(|r| r.system == system).copied();
+            let of = |system: System| rows.iter().find(|r| r.system == system.as_str()).copied();
             let col = |key: &str| {
                 SYSTEMS
                     .iter()
-                    .map(|s| format!("{:>8}", cell(of(s).and_then(|r| extra_f64(r, key)), 0)))
+                    .map(|s| format!("{:>8}", cell(of(*s).and_then(|r| extra_f64(r, key)), 0)))
                     .collect::<Vec<_>>()
                     .join(" ")
             };
             let mops = SYSTEMS
                 .iter()
-                .map(|s| format!("{:>8}", cell(of(s).map(|r| r.ops_per_sec / 1e6), 2)))
+                .map(|s| format!("{:>8}", cell(of(*s).map(|r| r.ops_per_sec / 1e6), 2)))
                 .collect::<Vec<_>>()
                 .join(" ");
-            let ratio = of("folio").and_then(|r| extra_f64(r, "cost_over_memcpy"));
+            let ratio = of(System::Folio).and_then(|r| extra_f64(r, "cost_over_memcpy"));
             out += &format!(
                 "{:<8} {:>12} | {} | {:>11}x | {} | {}\n",
                 name,
@@ -105,14 +105,6 @@ pub fn table(report: &Report) -> String {
         );
     }
     out
-}
-
-fn color_of(system: &str) -> RGBColor {
-    match system {
-        "folio" => RGBColor(0x1f, 0x77, 0xb4),
-        "kernel" => RGBColor(0xd6, 0x27, 0x28),
-        _ => RGBColor(0xff, 0x7f, 0x0e),
-    }
 }
 
 /// The four panels of a `scale` report, as an SVG at `path`.
@@ -196,11 +188,11 @@ pub fn plot(path: &std::path::Path, report: &Report) -> Result<(), Box<dyn std::
             .x_label_formatter(&|x| format!("{x:.0}"))
             .draw()?;
         for system in SYSTEMS {
-            let color = color_of(system);
+            let color = super::color_of(system.as_str(), 0);
             let line: Vec<(f64, f64)> = points
                 .iter()
                 .filter_map(|(x, rows)| {
-                    let row = rows.iter().find(|r| r.system == system)?;
+                    let row = rows.iter().find(|r| r.system == system.as_str())?;
                     Some((x_of(*x), value(row)?))
                 })
                 .collect();
@@ -209,7 +201,7 @@ pub fn plot(path: &std::path::Path, report: &Report) -> Result<(), Box<dyn std::
             }
             chart
                 .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
-                .label(system)
+                .label(system.as_str())
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
                 });

@@ -30,13 +30,13 @@ use serde_json::json;
 
 mod readrandom;
 
-use super::{measure_systems, mib, threads_or, Env, Metric, Report, Workload};
+use super::{measure_systems, mib, threads_or, Env, Metric, Report, System, Workload};
 use crate::kernel;
 use crate::measure::RunResult;
 
 /// db_bench's value size (RocksDB's 8 KiB values, as in `readseq`).
 pub const VALUE_BYTES: u64 = 8192;
-const SYSTEMS: [&str; 3] = ["kernel", "direct", "folio"];
+const SYSTEMS: [System; 3] = [System::Kernel, System::Direct, System::Folio];
 const DB_BENCH: &str = "/usr/bin/db_bench";
 const PACKAGES: &str = "apt-get install -y rocksdb-tools librocksdb-dev cmake g++";
 
@@ -86,13 +86,10 @@ impl Workload for Args {
         if self.benchmark == Benchmark::Readrandom {
             return readrandom::run(self, env);
         }
-        let threads = threads_or(&self.threads, if env.quick { &[4] } else { &[32] });
-        let dbs = self.dbs.unwrap_or(if env.quick { 4 } else { 32 }).max(1);
-        let keys = self
-            .keys
-            .unwrap_or(if env.quick { 2000 } else { 5000 })
-            .max(1);
-        let cache_bytes = mib(self.cache_mib.unwrap_or(if env.quick { 16 } else { 400 }));
+        let threads = threads_or(&self.threads, env.scale.pick(&[4], &[32]));
+        let dbs = self.dbs.unwrap_or(env.scale.pick(4, 32)).max(1);
+        let keys = self.keys.unwrap_or(env.scale.pick(2000, 5000)).max(1);
+        let cache_bytes = mib(self.cache_mib.unwrap_or(env.scale.pick(16, 400)));
         let data_bytes = dbs * keys * VALUE_BYTES;
         let folio_capacity_mib = self
             .folio_capacity_mib
@@ -106,7 +103,7 @@ impl Workload for Args {
         // (`--lazy-arena` turns both off): at db_bench's start, before its timing.
         let fs_uri = format!(
             "folio://?capacity={folio_capacity_mib}M&prefault={}",
-            u8::from(env.prefault)
+            u8::from(env.prefault == folio::Prefault::AtBuild)
         );
 
         let mut report = Report::new(self.name(), Metric::OpsPerSec);
@@ -124,7 +121,7 @@ impl Workload for Args {
             // Re-listed each time: db_bench renames and removes files (LOG, WAL).
             kernel::make_cold(&table_files(&db)?, env.cold)?;
             let mut cmd = match turn.system {
-                "folio" => {
+                System::Folio => {
                     let mut c = Command::new(root.join("plugins/rocksdb/db_bench_folio.sh"));
                     c.env("FOLIO_PLUGIN", &plugin).env("DB_BENCH", DB_BENCH);
                     c
@@ -142,10 +139,10 @@ impl Workload for Args {
                 .arg("--histogram=1")
                 .arg("--verify_checksum=1");
             match turn.system {
-                "direct" => {
+                System::Direct => {
                     cmd.arg("--use_direct_reads=1");
                 }
-                "folio" => {
+                System::Folio => {
                     cmd.arg(format!("--fs_uri={fs_uri}"));
                 }
                 _ => {}
@@ -352,7 +349,7 @@ fn table_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
 }
 
 /// Runs one db_bench and turns its output into a run.
-fn run_db_bench(cmd: &mut Command, system: &str) -> io::Result<RunResult> {
+fn run_db_bench(cmd: &mut Command, system: System) -> io::Result<RunResult> {
     let out = cmd
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("{:?}: {e}", cmd.get_program())))?;

@@ -47,7 +47,7 @@ use std::time::Instant;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::{mib, secs, Env, Limits, Metric, Report, Row, Target, Workload};
+use super::{mib, secs, Env, Limits, Metric, Report, Row, Scale, System, Target, Workload};
 use crate::data;
 use crate::kernel::{self, AlignedBuf, ColdMethod};
 use crate::measure::{self, Bound, RunResult, SAMPLE_EVERY};
@@ -167,16 +167,14 @@ struct Resolved {
 }
 
 impl Args {
-    fn resolve(&self, quick: bool) -> Resolved {
+    fn resolve(&self, scale: Scale) -> Resolved {
         let blocks: Vec<u64> = match &self.grid_block_kib {
             Some(b) if !b.is_empty() => b.clone(),
-            _ if quick => vec![1024, 4096],
-            _ => vec![128, 1024, 2048, 4096],
+            _ => scale.pick(vec![1024, 4096], vec![128, 1024, 2048, 4096]),
         };
         let depths: Vec<usize> = match &self.grid_depths {
             Some(d) if !d.is_empty() => d.clone(),
-            _ if quick => vec![4, 32],
-            _ => vec![4, 8, 32, 64],
+            _ => scale.pick(vec![4, 32], vec![4, 8, 32, 64]),
         };
         let queue_depth = self.queue_depth.unwrap_or(32).max(1);
         let mut grid: Vec<Shape> = Vec::new();
@@ -204,14 +202,13 @@ impl Args {
             grid.push(qd32);
         }
         Resolved {
-            file_bytes: mib(self.file_mib.unwrap_or(if quick { 128 } else { 512 })),
+            file_bytes: mib(self.file_mib.unwrap_or(scale.pick(128, 512))),
             block_bytes: (self.block_kib.unwrap_or(1024).max(4) << 10) as usize,
             queue_depth,
             grid,
             fio: self.fio,
-            memcpy_bytes: mib(self.memcpy_mib.unwrap_or(if quick { 256 } else { 1024 }))
-                .max(1 << 20),
-            memcpy_secs: self.memcpy_secs.unwrap_or(if quick { 0.3 } else { 1.0 }),
+            memcpy_bytes: mib(self.memcpy_mib.unwrap_or(scale.pick(256, 1024))).max(1 << 20),
+            memcpy_secs: self.memcpy_secs.unwrap_or(scale.pick(0.3, 1.0)),
         }
     }
 }
@@ -232,7 +229,7 @@ impl Workload for Args {
     }
 
     fn run(&self, env: &Env) -> io::Result<Report> {
-        let p = self.resolve(env.quick);
+        let p = self.resolve(env.scale);
         let path = env.data_file("limits.dat", p.file_bytes)?;
         let mut report = Report::new(self.name(), Metric::MbPerSec);
         params(&mut report, &p);
@@ -240,7 +237,12 @@ impl Workload for Args {
             FioCheck::Auto if on_path("fio") => Some("fio"),
             _ => None,
         };
-        let systems = ["memcpy", "odirect-grid", "folio", "kernel"];
+        let systems = [
+            System::Memcpy,
+            System::ODirectGrid,
+            System::Folio,
+            System::Kernel,
+        ];
         let steps = env.runs * (3 + p.grid.len() + fio.map_or(0, |_| FIO_SHAPES.len()));
         let bar = env.bar(self.name(), steps as u64);
         let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); systems.len()];
@@ -250,8 +252,8 @@ impl Workload for Args {
             for (si, system) in systems.iter().enumerate() {
                 bar.set_message(format!("{system} run {}/{}", run + 1, env.runs));
                 let r = match *system {
-                    "memcpy" => memcpy(&p)?,
-                    "odirect-grid" => {
+                    System::Memcpy => memcpy(&p)?,
+                    System::ODirectGrid => {
                         grid.measure(&path, &p, &bar)?;
                         if let Some(program) = fio {
                             for (fi, shape) in FIO_SHAPES.iter().enumerate() {
@@ -262,7 +264,7 @@ impl Workload for Args {
                         }
                         continue;
                     }
-                    "folio" => {
+                    System::Folio => {
                         kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
                         let cache = env.folio_cache(p.file_bytes + (32 << 20))?;
                         let file = cache.open(&path)?;
@@ -271,7 +273,7 @@ impl Workload for Args {
                         r.pages_inserted = Some(cache.stats().pages_inserted);
                         r
                     }
-                    _ => {
+                    System::Kernel => {
                         kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
                         let file = File::open(&path)?;
                         let mut r =
@@ -279,6 +281,7 @@ impl Workload for Args {
                         r.pages_inserted = Some(kernel::resident_pages(&path)?.resident);
                         r
                     }
+                    other => unreachable!("limits measures no {other}"),
                 };
                 runs[si].push(r);
                 bar.inc(1);
@@ -291,14 +294,14 @@ impl Workload for Args {
             .mb_per_sec();
         report
             .rows
-            .push(Row::from_runs("memcpy", 1, &runs[0], report.ratio_of));
+            .push(Row::from_runs(System::Memcpy, 1, &runs[0], report.ratio_of));
         report.rows.push(Row::from_runs(
-            "odirect-qd32",
+            System::ODirectQd32,
             1,
             grid.runs_of(p.qd32()),
             report.ratio_of,
         ));
-        let mut best_row = Row::from_runs("odirect-best", 1, best_runs, report.ratio_of);
+        let mut best_row = Row::from_runs(System::ODirectBest, 1, best_runs, report.ratio_of);
         best_row
             .extra
             .insert("block_bytes".into(), json!(best.block_bytes));
@@ -306,7 +309,7 @@ impl Workload for Args {
             .extra
             .insert("queue_depth".into(), json!(best.depth));
         report.rows.push(best_row);
-        for (si, system) in systems.iter().enumerate().skip(2) {
+        for (si, &system) in systems.iter().enumerate().skip(2) {
             let mut row = Row::from_runs(system, 1, &runs[si], report.ratio_of);
             row.extra.insert(
                 "of_odirect_ceiling".into(),
@@ -340,7 +343,7 @@ impl Workload for Args {
         let base_best = grid.best_of(Pages::Base);
         let fio_best = fio_summary(&mut report, &fio_runs, ceiling, base_best, p.fio);
         report.note("memcpy: one thread, 8 KiB copies out of the buffer in order; copies are not verified (not file reads)");
-        let of_ceiling = |system: &str| {
+        let of_ceiling = |system: System| {
             report
                 .row(system, 1)
                 .map_or(0.0, |r| 100.0 * r.mb_per_sec / ceiling.max(1e-9))
@@ -350,8 +353,8 @@ impl Workload for Args {
              inline; cold: {}; folio reached {:.0}% of the O_DIRECT ceiling, the kernel {:.0}%",
             p.block_bytes >> 10,
             env.cold.describe(),
-            of_ceiling("folio"),
-            of_ceiling("kernel")
+            of_ceiling(System::Folio),
+            of_ceiling(System::Kernel)
         ));
         if let Some(fio_best) = fio_best {
             report.targets.push(Target::at_least(
@@ -577,7 +580,7 @@ impl Grid {
 /// The ceilings alone (memcpy and the best O_DIRECT grid point, medians of `env.runs`),
 /// for the other workloads' reports.
 pub fn measure_ceilings(env: &Env, args: &Args) -> io::Result<Limits> {
-    let p = args.resolve(env.quick);
+    let p = args.resolve(env.scale);
     let path = env.data_file("limits.dat", p.file_bytes)?;
     let bar = env.bar("limits", (env.runs * (1 + p.grid.len())) as u64);
     let mut copies = Vec::new();
@@ -962,7 +965,7 @@ mod tests {
             grid_depths: Some(vec![32, 8]),
             ..Args::default()
         }
-        .resolve(false);
+        .resolve(Scale::Full);
         assert_eq!(p.grid.len(), 8, "2 blocks x 2 depths x 2 kinds of pages");
         assert!(p.grid.contains(&p.qd32()));
         let p = Args {
@@ -970,7 +973,7 @@ mod tests {
             grid_depths: Some(vec![8]),
             ..Args::default()
         }
-        .resolve(true);
+        .resolve(Scale::Quick);
         assert_eq!(
             p.grid.len(),
             3,

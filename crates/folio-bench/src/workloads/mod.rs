@@ -51,14 +51,14 @@ pub trait Workload {
 pub struct Env {
     pub dir: PathBuf,
     pub runs: usize,
-    pub quick: bool,
+    pub scale: Scale,
     pub cold: ColdMethod,
     pub warm: WarmMethod,
     pub backend: folio::BackendKind,
     /// folio's maximum readahead window for every cache the workloads build.
     pub readahead_max_bytes: u64,
-    /// Whether folio's caches fault their arena in at build (`CacheBuilder::prefault`).
-    pub prefault: bool,
+    /// When folio's caches fault their arena in (`CacheBuilder::prefault`).
+    pub prefault: folio::Prefault,
     pub progress: MultiProgress,
     pub limits_args: limits::Args,
     limits: RefCell<Option<Limits>>,
@@ -68,19 +68,19 @@ impl Env {
     pub fn new(
         dir: PathBuf,
         runs: usize,
-        quick: bool,
+        scale: Scale,
         warm: WarmMethod,
         backend: folio::BackendKind,
     ) -> Env {
         Env {
             dir,
             runs: runs.max(1),
-            quick,
+            scale,
             cold: ColdMethod::detect(),
             warm,
             backend,
             readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
-            prefault: true,
+            prefault: folio::Prefault::AtBuild,
             progress: MultiProgress::new(),
             limits_args: limits::Args::default(),
             limits: RefCell::new(None),
@@ -167,6 +167,88 @@ impl Metric {
     }
 }
 
+/// How big a run is: `--quick` shrinks sizes and durations (not the number of runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scale {
+    /// `--quick`: a smoke run, `compare --quick` in about a minute and a half.
+    Quick,
+    /// The sizes and durations the README's results are measured with.
+    Full,
+}
+
+impl Scale {
+    /// `quick` at [`Scale::Quick`], `full` at [`Scale::Full`]: a default of each.
+    pub fn pick<T>(self, quick: T, full: T) -> T {
+        match self {
+            Scale::Quick => quick,
+            Scale::Full => full,
+        }
+    }
+}
+
+/// What a workload measures: folio, or a reference to hold it against. [`System::as_str`]
+/// is its name in the tables and the JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum System {
+    /// folio, copying into the caller's buffer (`File::read_at`).
+    Folio,
+    /// folio, reading through a pinned page (`File::get_page`).
+    FolioPinned,
+    /// The kernel's page cache: buffered reads.
+    Kernel,
+    /// O_DIRECT reads, no cache.
+    Direct,
+    /// memcpy from memory: the copy's limit.
+    Memcpy,
+    /// O_DIRECT reads of 1 MiB, 32 deep: the grid point earlier reports called the
+    /// disk's limit.
+    ODirectQd32,
+    /// The best point of the `limits` O_DIRECT grid (block size x depth x page size): the
+    /// disk's limit.
+    ODirectBest,
+    /// The whole `limits` O_DIRECT grid, one turn of it (not a row: its points are
+    /// `odirect-qd32` and `odirect-best`).
+    ODirectGrid,
+}
+
+impl System {
+    pub const ALL: [System; 8] = [
+        System::Folio,
+        System::FolioPinned,
+        System::Kernel,
+        System::Direct,
+        System::Memcpy,
+        System::ODirectQd32,
+        System::ODirectBest,
+        System::ODirectGrid,
+    ];
+
+    /// The system's name in the tables and the JSON.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            System::Folio => "folio",
+            System::FolioPinned => "folio-pinned",
+            System::Kernel => "kernel",
+            System::Direct => "direct",
+            System::Memcpy => "memcpy",
+            System::ODirectQd32 => "odirect-qd32",
+            System::ODirectBest => "odirect-best",
+            System::ODirectGrid => "odirect-grid",
+        }
+    }
+
+    /// The system named `name` (a row's `system`), if it is one of these.
+    pub fn named(name: &str) -> Option<System> {
+        System::ALL.into_iter().find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for System {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One system at one thread count: the median of its runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Row {
@@ -194,13 +276,13 @@ pub struct Row {
 
 impl Row {
     /// The run of `runs` with the median `metric`, as a row.
-    pub fn from_runs(system: &str, threads: usize, runs: &[RunResult], metric: Metric) -> Row {
+    pub fn from_runs(system: System, threads: usize, runs: &[RunResult], metric: Metric) -> Row {
         let (m, all) = measure::median(runs, |r| match metric {
             Metric::OpsPerSec => r.ops_per_sec(),
             Metric::MbPerSec => r.mb_per_sec(),
         });
         Row {
-            system: system.to_string(),
+            system: system.as_str().to_string(),
             threads: threads as u32,
             ops_per_sec: m.ops_per_sec(),
             mb_per_sec: m.mb_per_sec(),
@@ -282,14 +364,14 @@ impl Report {
     }
 
     /// The row of `system` at `threads`.
-    pub fn row(&self, system: &str, threads: u32) -> Option<&Row> {
+    pub fn row(&self, system: System, threads: u32) -> Option<&Row> {
         self.rows
             .iter()
-            .find(|r| r.system == system && r.threads == threads)
+            .find(|r| r.system == system.as_str() && r.threads == threads)
     }
 
     /// `system`'s throughput over the kernel's at `threads`.
-    pub fn ratio(&self, system: &str, threads: u32) -> Option<f64> {
+    pub fn ratio(&self, system: System, threads: u32) -> Option<f64> {
         self.row(system, threads)?.vs_kernel
     }
 
@@ -303,7 +385,7 @@ impl Report {
         let kernel: Vec<(u32, Vec<f64>)> = self
             .rows
             .iter()
-            .filter(|r| r.system == "kernel")
+            .filter(|r| r.system == System::Kernel.as_str())
             .map(|r| (r.threads, runs_of(r)))
             .collect();
         let ratios: Vec<Option<f64>> = self
@@ -330,7 +412,7 @@ impl Report {
 /// One measurement `measure_systems` asks for.
 #[derive(Clone, Copy, Debug)]
 pub struct Turn {
-    pub system: &'static str,
+    pub system: System,
     pub threads: usize,
     /// From 0 to `env.runs - 1`.
     pub run: usize,
@@ -351,7 +433,7 @@ pub struct Turn {
 pub fn measure_systems(
     env: &Env,
     report: &mut Report,
-    systems: &[&'static str],
+    systems: &[System],
     threads: &[usize],
     mut measure: impl FnMut(Turn) -> io::Result<RunResult>,
 ) -> io::Result<()> {
@@ -360,9 +442,9 @@ pub fn measure_systems(
         (env.runs * threads.len() * systems.len()) as u64,
     );
     let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * systems.len()];
-    let compared: Vec<usize> = ["folio", "kernel"]
+    let compared: Vec<usize> = [System::Folio, System::Kernel]
         .iter()
-        .filter_map(|name| systems.iter().position(|s| s == name))
+        .filter_map(|compared| systems.iter().position(|s| s == compared))
         .collect();
     let others: Vec<usize> = (0..systems.len())
         .filter(|si| !compared.contains(si))
@@ -398,7 +480,7 @@ pub fn measure_systems(
     }
     bar.finish_and_clear();
     for (ti, &t) in threads.iter().enumerate() {
-        for (si, system) in systems.iter().enumerate() {
+        for (si, &system) in systems.iter().enumerate() {
             let row = Row::from_runs(system, t, &runs[ti * systems.len() + si], report.ratio_of);
             report.rows.push(row);
         }
@@ -428,4 +510,40 @@ pub fn mib(n: u64) -> u64 {
 /// Seconds as a `Duration` (negative or NaN as zero).
 pub fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(if s.is_finite() { s.max(0.0) } else { 0.0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names are the JSON's and the tables' `system` values, which earlier results
+    /// files hold: they must not change.
+    #[test]
+    fn system_names_are_the_json_names() {
+        let names: Vec<&str> = System::ALL.iter().map(|s| s.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "folio",
+                "folio-pinned",
+                "kernel",
+                "direct",
+                "memcpy",
+                "odirect-qd32",
+                "odirect-best",
+                "odirect-grid"
+            ]
+        );
+        for system in System::ALL {
+            assert_eq!(System::named(system.as_str()), Some(system));
+            assert_eq!(system.to_string(), system.as_str());
+        }
+        assert_eq!(System::named("spdk"), None);
+    }
+
+    #[test]
+    fn scale_picks_its_own_default() {
+        assert_eq!(Scale::Quick.pick(64, 256), 64);
+        assert_eq!(Scale::Full.pick(64, 256), 256);
+    }
 }

@@ -21,15 +21,15 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{measure_systems, secs, threads_or, Env, Metric, Report, Target, Workload};
+use super::{measure_systems, secs, threads_or, Env, Metric, Report, System, Target, Workload};
 use crate::data;
 use crate::kernel;
-use crate::measure::{self, Bound, Control, Recorder, SAMPLE_EVERY};
+use crate::measure::{self, Bound, Control, Phase, Recorder, SAMPLE_EVERY};
 
 /// Bytes each read asks for.
 pub const READ_BYTES: usize = 64;
 const FILE_BYTES: u64 = 64 << 10;
-const SYSTEMS: [&str; 3] = ["folio", "folio-pinned", "kernel"];
+const SYSTEMS: [System; 3] = [System::Folio, System::FolioPinned, System::Kernel];
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Args {
@@ -48,9 +48,7 @@ impl Workload for Args {
 
     fn run(&self, env: &Env) -> io::Result<Report> {
         let threads = threads_or(&self.threads, &[1, 2]);
-        let duration = self
-            .duration_secs
-            .unwrap_or(if env.quick { 0.5 } else { 2.0 });
+        let duration = self.duration_secs.unwrap_or(env.scale.pick(0.5, 2.0));
         let bound = Bound::Duration {
             warmup: secs(duration / 10.0),
             measure: secs(duration),
@@ -75,32 +73,33 @@ impl Workload for Args {
         measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
             let t = turn.threads;
             Ok(match turn.system {
-                "folio" => measure::run_threads(t, bound, |_, c, rec| {
+                System::Folio => measure::run_threads(t, bound, |_, c, rec| {
                     hammer(c, rec, |buf| file.read_at(buf, 0))
                 })?,
-                "folio-pinned" => measure::run_threads(t, bound, |_, c, rec| {
+                System::FolioPinned => measure::run_threads(t, bound, |_, c, rec| {
                     hammer(c, rec, |buf| {
                         let page = file.get_page(0)?;
                         buf.copy_from_slice(&page[..READ_BYTES]);
                         Ok(READ_BYTES)
                     })
                 })?,
-                _ => {
+                System::Kernel => {
                     let _warm = kernel::warm(std::slice::from_ref(&path), env.warm)?;
                     measure::run_threads(t, bound, |_, c, rec| {
                         hammer(c, rec, |buf| kernel_file.read_at(buf, 0))
                     })?
                 }
+                other => unreachable!("pread-scale measures no {other}"),
             })
         })?;
         report.note(format!("kernel: {}", env.warm.describe()));
         report.note("folio: one 16 MiB cache; the file is read once before measuring");
         report.targets.push(Target::at_least(
             "pread-scale 1 thread: folio / kernel ops/s",
-            report.ratio("folio", 1),
+            report.ratio(System::Folio, 1),
             10.0,
         ));
-        let own = match (report.row("folio", 2), report.row("folio", 1)) {
+        let own = match (report.row(System::Folio, 2), report.row(System::Folio, 1)) {
             (Some(two), Some(one)) if one.ops_per_sec > 0.0 => {
                 Some(two.ops_per_sec / one.ops_per_sec)
             }
@@ -127,14 +126,14 @@ fn hammer(
 ) -> io::Result<()> {
     let mut buf = [0u8; READ_BYTES];
     while !control.stopped() {
-        let measuring = control.measuring();
+        let phase = control.phase();
         let started = Instant::now();
-        one(&mut read, &mut buf, rec, measuring)?;
-        if measuring {
+        one(&mut read, &mut buf, rec, phase)?;
+        if phase == Phase::Measure {
             rec.latency(started.elapsed());
         }
         for _ in 1..SAMPLE_EVERY {
-            one(&mut read, &mut buf, rec, measuring)?;
+            one(&mut read, &mut buf, rec, phase)?;
         }
     }
     Ok(())
@@ -145,7 +144,7 @@ fn one(
     read: &mut impl FnMut(&mut [u8]) -> io::Result<usize>,
     buf: &mut [u8; READ_BYTES],
     rec: &mut Recorder,
-    measuring: bool,
+    phase: Phase,
 ) -> io::Result<()> {
     let n = read(buf)?;
     if n != READ_BYTES {
@@ -154,7 +153,7 @@ fn one(
         )));
     }
     let verified = data::verify(buf, 0)?;
-    if measuring {
+    if phase == Phase::Measure {
         rec.op(n as u64, verified);
     }
     Ok(())

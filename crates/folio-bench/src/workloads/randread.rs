@@ -30,7 +30,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::{
-    measure_systems, mib, pages_of, secs, threads_or, Env, Metric, Report, Target, Workload,
+    measure_systems, mib, pages_of, secs, threads_or, Env, Metric, Report, System, Target, Workload,
 };
 use crate::data;
 use crate::kernel::{self, Cgroup};
@@ -38,7 +38,7 @@ use crate::measure::{self, Bound, Rng, RunResult};
 
 /// Bytes of one random read.
 pub const READ_BYTES: usize = 4096;
-const SYSTEMS: [&str; 2] = ["folio", "kernel"];
+const SYSTEMS: [System; 2] = [System::Folio, System::Kernel];
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Args {
@@ -63,14 +63,10 @@ impl Workload for Args {
 
     fn run(&self, env: &Env) -> io::Result<Report> {
         let threads = threads_or(&self.threads, &[16]);
-        let cache_bytes = mib(self.cache_mib.unwrap_or(if env.quick { 64 } else { 256 }));
+        let cache_bytes = mib(self.cache_mib.unwrap_or(env.scale.pick(64, 256)));
         let file_bytes = 2 * cache_bytes;
-        let duration = self
-            .duration_secs
-            .unwrap_or(if env.quick { 1.5 } else { 5.0 });
-        let warmup = self
-            .warmup_secs
-            .unwrap_or(if env.quick { 1.0 } else { 2.0 });
+        let duration = self.duration_secs.unwrap_or(env.scale.pick(1.5, 5.0));
+        let warmup = self.warmup_secs.unwrap_or(env.scale.pick(1.0, 2.0));
         let path = env.data_file("randread.dat", file_bytes)?;
 
         let mut report = Report::new(self.name(), Metric::OpsPerSec);
@@ -88,7 +84,7 @@ impl Workload for Args {
         measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
             let (t, seed) = (turn.threads, 0x5eed_0000 + turn.run as u64);
             kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
-            if turn.system == "folio" {
+            if turn.system == System::Folio {
                 return run_folio(env, &path, t, cache_bytes, warmup, duration, seed);
             }
             let (r, cgroup) = run_kernel_child(&path, t, cache_bytes, warmup, duration, seed)?;
@@ -125,7 +121,7 @@ impl Workload for Args {
             report.targets.push(Target::at_least(
                 format!("randread {t} jobs: folio / kernel ops/s at equal memory"),
                 report
-                    .ratio("folio", t as u32)
+                    .ratio(System::Folio, t as u32)
                     .filter(|_| cgroup_problem.is_none()),
                 1.0,
             ));

@@ -30,12 +30,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{measure_systems, mib, pages_of, threads_or, Env, Metric, Report, Target, Workload};
+use super::{
+    measure_systems, mib, pages_of, threads_or, Env, Metric, Report, System, Target, Workload,
+};
 use crate::data;
 use crate::kernel;
 use crate::measure::{self, Bound, RunResult};
 
-const SYSTEMS: [&str; 2] = ["folio", "kernel"];
+const SYSTEMS: [System; 2] = [System::Folio, System::Kernel];
 const READ_BACK_BYTES: usize = 1 << 20;
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -58,7 +60,7 @@ impl Workload for Args {
 
     fn run(&self, env: &Env) -> io::Result<Report> {
         let threads = threads_or(&self.threads, &[2, 32]);
-        let file_bytes = mib(self.file_mib.unwrap_or(if env.quick { 64 } else { 256 }));
+        let file_bytes = mib(self.file_mib.unwrap_or(env.scale.pick(64, 256)));
         let range_bytes = self.range_kib.unwrap_or(512).max(4) << 10;
         let path = env.data_file("readahead-storm.dat", file_bytes)?;
         let file_pages = pages_of(file_bytes);
@@ -76,7 +78,7 @@ impl Workload for Args {
         measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
             let t = turn.threads;
             kernel::make_cold(std::slice::from_ref(&path), env.cold)?;
-            if turn.system == "folio" {
+            if turn.system == System::Folio {
                 return storm_folio(env, &path, t, range_bytes);
             }
             let (r, how) = storm_kernel(&path, t, range_bytes)?;
@@ -94,7 +96,9 @@ impl Workload for Args {
         for &t in &threads {
             report.targets.push(Target::equal(
                 format!("readahead-storm {t} threads: folio pages inserted == unique pages"),
-                report.row("folio", t as u32).and_then(|r| r.pages_inserted),
+                report
+                    .row(System::Folio, t as u32)
+                    .and_then(|r| r.pages_inserted),
                 file_pages,
             ));
         }

@@ -32,7 +32,7 @@ use std::time::Instant;
 use serde_json::json;
 
 use super::{
-    measure_systems, mib, pages_of, secs, threads_or, Env, Metric, Report, Target, Workload,
+    measure_systems, mib, pages_of, secs, threads_or, Env, Metric, Report, System, Target, Workload,
 };
 use crate::data;
 use crate::kernel::{self, AlignedBuf};
@@ -40,7 +40,7 @@ use crate::measure::{self, Bound, Control, Recorder, RunResult};
 
 /// Bytes of one record (RocksDB's 8 KiB values).
 pub const RECORD_BYTES: usize = 8192;
-const SYSTEMS: [&str; 3] = ["folio", "kernel", "direct"];
+const SYSTEMS: [System; 3] = [System::Folio, System::Kernel, System::Direct];
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Args {
@@ -65,10 +65,8 @@ impl Workload for Args {
 
     fn run(&self, env: &Env) -> io::Result<Report> {
         let threads = threads_or(&self.threads, if self.shared { &[32] } else { &[1, 2] });
-        let file_bytes = mib(self.file_mib.unwrap_or(if env.quick { 64 } else { 256 }));
-        let direct_cap = self
-            .direct_cap_secs
-            .unwrap_or(if env.quick { 0.5 } else { 2.0 });
+        let file_bytes = mib(self.file_mib.unwrap_or(env.scale.pick(64, 256)));
+        let direct_cap = self.direct_cap_secs.unwrap_or(env.scale.pick(0.5, 2.0));
         let file_count = if self.shared {
             1
         } else {
@@ -97,18 +95,19 @@ impl Workload for Args {
             };
             kernel::make_cold(&mine, env.cold)?;
             let mut result = match turn.system {
-                "folio" => {
+                System::Folio => {
                     let (r, direct) =
                         self.run_folio(env, t, &mine, file_bytes * mine.len() as u64)?;
                     folio_direct &= direct;
                     r
                 }
-                "kernel" => {
+                System::Kernel => {
                     let mut r = self.run_kernel(t, &mine)?;
                     r.pages_inserted = Some(kernel::resident_pages_all(&mine)?.resident);
                     r
                 }
-                _ => self.run_direct(t, &mine, direct_cap)?,
+                System::Direct => self.run_direct(t, &mine, direct_cap)?,
+                other => unreachable!("readseq measures no {other}"),
             };
             let data_pages = pages_of(file_bytes) * mine.len() as u64;
             result.extra.insert("data_pages".into(), json!(data_pages));
@@ -137,24 +136,24 @@ impl Workload for Args {
             let t = *threads.iter().max().unwrap_or(&1) as u32;
             report.targets.push(Target::at_least(
                 format!("readseq --shared {t} threads: folio / kernel ops/s"),
-                report.ratio("folio", t),
+                report.ratio(System::Folio, t),
                 1.5,
             ));
             report.targets.push(Target::equal(
                 format!("readseq --shared {t} threads: folio pages inserted == file pages"),
-                report.row("folio", t).and_then(|r| r.pages_inserted),
+                report.row(System::Folio, t).and_then(|r| r.pages_inserted),
                 pages_of(file_bytes),
             ));
-        } else if report.row("folio", 1).is_some() {
+        } else if report.row(System::Folio, 1).is_some() {
             report.targets.push(Target::at_least(
                 "readseq cold 1 thread: folio / kernel ops/s",
-                report.ratio("folio", 1),
+                report.ratio(System::Folio, 1),
                 1.0,
             ));
             report.targets.push(Target::at_least(
                 "readseq cold 1 thread: folio MB/s / O_DIRECT ceiling MB/s (limits)",
                 report
-                    .row("folio", 1)
+                    .row(System::Folio, 1)
                     .map(|r| r.mb_per_sec / limits.odirect_seq_mb_per_sec.max(1e-9)),
                 0.8,
             ));

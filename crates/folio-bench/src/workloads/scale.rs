@@ -52,7 +52,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use super::{mib, secs, Env, Metric, Report, Row, Target, Workload};
+use super::{mib, secs, Env, Metric, Report, Row, System, Target, Workload};
 use crate::data;
 use crate::kernel::{self, WarmMethod};
 use crate::measure::{self, Bound, Control, Recorder, Rng, RunResult};
@@ -68,7 +68,7 @@ const SPARE_FDS: u64 = 64;
 /// The target: at 8,000 open files a hit costs at most this many memcpys.
 pub const HIT_OVER_MEMCPY_MAX: f64 = 1.5;
 const TARGET_FILES: usize = 8000;
-const SYSTEMS: [&str; 3] = ["folio", "kernel", "memcpy"];
+const SYSTEMS: [System; 3] = [System::Folio, System::Kernel, System::Memcpy];
 
 /// One axis of the workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -142,9 +142,7 @@ impl Workload for Args {
             Some(a) if !a.is_empty() => a.clone(),
             _ => vec![Axis::Files, Axis::Cache, Axis::Threads],
         };
-        let duration = self
-            .duration_secs
-            .unwrap_or(if env.quick { 0.1 } else { 1.0 });
+        let duration = self.duration_secs.unwrap_or(env.scale.pick(0.1, 1.0));
         let bound = Bound::Duration {
             warmup: secs(duration / 10.0),
             measure: secs(duration),
@@ -155,8 +153,10 @@ impl Workload for Args {
 
         let wanted_files = match &self.files {
             Some(f) if !f.is_empty() => f.clone(),
-            _ if env.quick => vec![1, 100, TARGET_FILES],
-            _ => vec![1, 10, 100, 1000, TARGET_FILES, 16_000],
+            _ => env.scale.pick(
+                vec![1, 100, TARGET_FILES],
+                vec![1, 10, 100, 1000, TARGET_FILES, 16_000],
+            ),
         };
         let files_axis: Vec<usize> = wanted_files
             .iter()
@@ -176,13 +176,14 @@ impl Workload for Args {
         }
         let cache_axis: Vec<u64> = match &self.cache_mib {
             Some(c) if !c.is_empty() => c.iter().map(|&m| mib(m.max(1))).collect(),
-            _ if env.quick => vec![mib(64), mib(256)],
-            _ => vec![mib(64), mib(256), mib(1024), mib(4096), mib(8192)],
+            _ => env.scale.pick(
+                vec![mib(64), mib(256)],
+                vec![mib(64), mib(256), mib(1024), mib(4096), mib(8192)],
+            ),
         };
         let threads_axis: Vec<usize> = match &self.threads {
             Some(t) if !t.is_empty() => t.iter().map(|&t| t.max(1)).collect(),
-            _ if env.quick => vec![1, 2, 64],
-            _ => vec![1, 2, 4, 8, 16, 32, 64],
+            _ => env.scale.pick(vec![1, 2, 64], vec![1, 2, 4, 8, 16, 32, 64]),
         };
         let threads_files = self.threads_files.unwrap_or(1000).clamp(1, fds_max.max(1));
 
@@ -277,9 +278,10 @@ impl Workload for Args {
                     describe_x(point.axis, point.x)
                 ));
                 let runs = match system {
-                    "folio" => measure_folio(env, point, bound, &bar)?,
-                    "kernel" => measure_kernel(env, point, bound, &bar)?,
-                    _ => measure_memcpy(env, point, bound, &bar)?,
+                    System::Folio => measure_folio(env, point, bound, &bar)?,
+                    System::Kernel => measure_kernel(env, point, bound, &bar)?,
+                    System::Memcpy => measure_memcpy(env, point, bound, &bar)?,
+                    other => unreachable!("scale measures no {other}"),
                 };
                 let mut row = Row::from_runs(system, point.threads, &runs, report.ratio_of);
                 row.extra.insert("axis".into(), json!(point.axis.name()));
@@ -297,18 +299,18 @@ impl Workload for Args {
                 );
                 rows.push(row);
             }
-            rows.sort_by_key(|r| SYSTEMS.iter().position(|s| *s == r.system));
-            let ns = |rows: &[Row], system: &str| {
+            rows.sort_by_key(|r| SYSTEMS.iter().position(|s| s.as_str() == r.system));
+            let ns = |rows: &[Row], system: System| {
                 rows.iter()
-                    .find(|r| r.system == system)
+                    .find(|r| r.system == system.as_str())
                     .and_then(|r| r.extra.get("ns_per_read_median")?.as_f64())
             };
-            let ops = |rows: &[Row], system: &str| {
+            let ops = |rows: &[Row], system: System| {
                 rows.iter()
-                    .find(|r| r.system == system)
+                    .find(|r| r.system == system.as_str())
                     .map(|r| r.ops_per_sec)
             };
-            let (memcpy_ns, kernel_ops) = (ns(&rows, "memcpy"), ops(&rows, "kernel"));
+            let (memcpy_ns, kernel_ops) = (ns(&rows, System::Memcpy), ops(&rows, System::Kernel));
             for row in &mut rows {
                 if let (Some(own), Some(m)) = (
                     row.extra.get("ns_per_read_median").and_then(Value::as_f64),
@@ -317,7 +319,7 @@ impl Workload for Args {
                     row.extra
                         .insert("cost_over_memcpy".into(), json!(own / m.max(1e-9)));
                 }
-                if row.system != "memcpy" {
+                if row.system != System::Memcpy.as_str() {
                     row.vs_kernel = kernel_ops.map(|k| row.ops_per_sec / k.max(1e-9));
                 }
             }
@@ -350,7 +352,7 @@ impl Workload for Args {
             .rows
             .iter()
             .find(|r| {
-                r.system == "folio"
+                r.system == System::Folio.as_str()
                     && r.extra.get("axis") == Some(&json!("files"))
                     && r.extra.get("x") == Some(&json!(TARGET_FILES))
             })
@@ -895,7 +897,7 @@ mod tests {
         let env = Env::new(
             dir.path().to_path_buf(),
             1,
-            true,
+            crate::workloads::Scale::Quick,
             kernel::WarmMethod::Read,
             folio::BackendKind::Pread,
         );

@@ -216,9 +216,44 @@ static void test_reads(folio_cache cache, folio_file f) {
         CHECK(s.io_requests > 0 && s.io_bytes >= FILE_BYTES);
         CHECK(s.cached_bytes > 0 && s.cached_bytes <= s.capacity_bytes);
         CHECK(s.io_errors == 0);
-        CHECK(s.reserved == 0);
+        CHECK(s.eviction == FOLIO_EVICTION_S3FIFO);
     }
     free(buf);
+}
+
+/* folio_stats_format prints every field as name=value, like snprintf. */
+static void test_stats_format(folio_cache cache) {
+    folio_stats s;
+    char line[4096], small[16];
+    int64_t n;
+
+    CHECK(folio_cache_stats(cache, &s) == 0);
+    n = folio_stats_format(&s, line, sizeof line);
+    CHECK(n > 0 && (size_t)n == strlen(line));
+    {
+        char want[64];
+        snprintf(want, sizeof want, "hits=%llu ", (unsigned long long)s.hits);
+        CHECK(strncmp(line, want, strlen(want)) == 0);
+        snprintf(want, sizeof want, " pages_inserted=%llu ",
+                 (unsigned long long)s.pages_inserted);
+        CHECK(strstr(line, want) != NULL);
+        snprintf(want, sizeof want, " capacity_bytes=%llu ",
+                 (unsigned long long)s.capacity_bytes);
+        CHECK(strstr(line, want) != NULL);
+    }
+    CHECK(strstr(line, " eviction=s3fifo") != NULL);
+    CHECK(strstr(line, " backend=io_uring ") != NULL || strstr(line, " backend=pread ") != NULL);
+    /* One word per uint64_t field, then backend and eviction. */
+    {
+        int words = 1;
+        for (const char *p = line; *p; p++) words += *p == ' ';
+        CHECK(words == (int)((sizeof s - 2 * sizeof(uint32_t)) / sizeof(uint64_t)) + 2);
+    }
+    CHECK(folio_stats_format(&s, NULL, 0) == n);
+    CHECK(folio_stats_format(&s, small, sizeof small) == n);
+    CHECK(strlen(small) == sizeof small - 1 && strncmp(small, line, sizeof small - 1) == 0);
+    CHECK(folio_stats_format(NULL, line, sizeof line) == -EFAULT);
+    CHECK(folio_stats_format(&s, NULL, 10) == -EFAULT);
 }
 
 static void test_readahead_and_advise(folio_file f) {
@@ -303,6 +338,41 @@ static void test_open_errors(folio_cache c) {
     CHECK(folio_close(f) == 0);
 }
 
+/* A file grown and shrunk behind folio's back: folio_file_len keeps the old length until
+   folio_file_refresh_len adopts the new one, for every handle of the file. */
+static void test_refresh_len(folio_cache c) {
+    char path[4200];
+    folio_file f, g;
+    uint64_t len = 0;
+    uint8_t buf[8192];
+
+    snprintf(path, sizeof path, "%s.grow", path_pattern);
+    write_pattern_file(path, 10000);
+    CHECK(folio_open(c, path, &f) == 0);
+    CHECK(folio_open(c, path, &g) == 0);
+    CHECK(folio_read(f, buf, sizeof buf, 4096) == 10000 - 4096); /* caches the end page */
+    CHECK(matches_pattern(buf, 4096, 10000 - 4096));
+    write_pattern_file(path, 30000);
+    CHECK(folio_file_len(f, &len) == 0 && len == 10000);
+    CHECK(folio_read(f, buf, sizeof buf, 10000) == 0);
+    CHECK(folio_file_refresh_len(f, NULL) == -EFAULT);
+    CHECK(folio_file_refresh_len(f, &len) == 0 && len == 30000);
+    CHECK(folio_file_len(g, &len) == 0 && len == 30000);
+    /* The page that held the old end is read again: its new bytes, not zeros. */
+    CHECK(folio_read(g, buf, sizeof buf, 8000) == (int64_t)sizeof buf);
+    CHECK(matches_pattern(buf, 8000, sizeof buf));
+    CHECK(truncate(path, 5000) == 0);
+    len = 0;
+    CHECK(folio_file_refresh_len(g, &len) == 0 && len == 5000);
+    CHECK(folio_read(f, buf, sizeof buf, 4096) == 5000 - 4096);
+    CHECK(matches_pattern(buf, 4096, 5000 - 4096));
+    CHECK(folio_read(f, buf, sizeof buf, 5000) == 0);
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_file_refresh_len(f, &len) == -EBADF);
+    CHECK(folio_close(g) == 0);
+    unlink(path);
+}
+
 static void test_bad_file_handles(folio_cache c, folio_file live) {
     folio_file null_file = {0}, forged = {0xF100000000000001ull}, ones = {UINT64_MAX};
     folio_file as_file = {c.id};           /* a cache handle passed as a file */
@@ -318,6 +388,7 @@ static void test_bad_file_handles(folio_cache c, folio_file live) {
         CHECK(folio_readahead(all[i], 0, 10) == -EBADF);
         CHECK(folio_advise(all[i], 0, 10, FOLIO_ADVICE_RANDOM) == -EBADF);
         CHECK(folio_file_len(all[i], &len) == -EBADF);
+        CHECK(folio_file_refresh_len(all[i], &len) == -EBADF);
         CHECK(folio_close(all[i]) == -EBADF);
     }
     CHECK(folio_cache_stats(as_cache, &s) == -EBADF);
@@ -406,6 +477,7 @@ static void test_eviction(uint32_t eviction) {
     CHECK(folio_cache_stats(c, &s) == 0);
     CHECK(s.evicted_pages > 0);
     CHECK(s.refaults > 0);
+    CHECK(s.eviction == eviction);
     CHECK(s.cached_bytes <= s.capacity_bytes);
     CHECK(folio_close(f) == 0);
     CHECK(folio_cache_destroy(c) == 0);
@@ -526,8 +598,10 @@ int main(int argc, char **argv) {
     test_open_errors(c);
     CHECK(folio_open(c, path_pattern, &f) == 0);
     test_reads(c, f);
+    test_stats_format(c);
     test_readahead_and_advise(f);
     test_bad_file_handles(c, f);
+    test_refresh_len(c);
     test_close_and_reuse(c);
     test_close_while_reading(c);
     CHECK(folio_close(f) == 0);

@@ -1,13 +1,17 @@
-//! The null backend: completes every read at once with zeros, touching no file.
+//! The null backend: completes every request at once, touching no file: a read returns
+//! zeros, a write is discarded and reports its full length.
 //!
 //! For trace replay (`folio-trace`), where what matters is which pages the cache keeps,
 //! not their bytes: the cache runs its real miss path (allocation, insertion, reclaim,
-//! completion) with the I/O taken out. A read completes inside `submit`, on the
+//! completion) with the I/O taken out. A request completes inside `submit`, on the
 //! submitting thread, which the backend contract allows.
+//!
+//! Protection: no state. Limits: none beyond the contract's.
 
-use super::{Backend, ReadRequest};
+use super::backend::{atomic_zero, Backend, IoRequest, Op};
 
-/// Reads nothing, returns zeros. See the module docs.
+/// Reads nothing and returns zeros; writes nothing and reports success. See the module
+/// docs.
 #[derive(Debug, Default)]
 pub struct NullBackend;
 
@@ -22,16 +26,101 @@ impl Backend for NullBackend {
         "null"
     }
 
-    fn submit(&self, batch: Vec<ReadRequest>) {
+    fn submit(&self, batch: Vec<IoRequest>) {
+        for request in &batch {
+            request.assert_contract();
+        }
         for request in batch {
             let len = request.len_bytes();
-            for buf in &request.bufs {
-                // SAFETY: the request owns its buffers until `done` runs (module contract
-                // of `io`): valid for writes of their length, and nobody else writes them.
-                // Atomic stores: a stale optimistic reader may be loading from them.
-                unsafe { super::atomic_zero(buf.as_ptr(), buf.len_bytes()) };
+            if request.op == Op::Read {
+                for buf in &request.bufs {
+                    // SAFETY: the request owns its buffers until `done` runs (backend
+                    // contract): valid for writes of their length, and nobody else writes
+                    // them. Atomic stores: a stale optimistic reader may be loading them.
+                    unsafe { atomic_zero(buf.as_ptr(), buf.len_bytes()) };
+                }
             }
-            (request.done)(Ok(len));
+            request.done.run(Ok(len));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::testing::*;
+
+    /// A read fills every buffer with zeros and returns its full length, even past the
+    /// end of the file.
+    #[test]
+    fn reads_return_zeros() {
+        let test_file = test_file();
+        let bufs = [written_buf(0, PAGE_BYTES), written_buf(0, 2 * PAGE_BYTES)];
+        let (sender, reports) = channel();
+        NullBackend::new().submit(vec![vectored_request(
+            &test_file.file,
+            LAST_PAGE_OFFSET,
+            bufs.iter().map(AlignedBuf::frame_buf).collect(),
+            report_to(&sender, 0),
+        )]);
+        assert_eq!(
+            wait_reports(&reports, 1)[0].1.as_ref().unwrap(),
+            &(3 * PAGE_BYTES)
+        );
+        assert!(bufs.iter().all(|buf| buf.bytes().iter().all(|&b| b == 0)));
+    }
+
+    /// A write reports its full length, leaves its buffer alone and the file untouched,
+    /// even on a descriptor that could not write.
+    #[test]
+    fn writes_are_discarded() {
+        let scratch = scratch_file();
+        let test_file = test_file();
+        let buf = written_buf(0, 2 * PAGE_BYTES);
+        let (sender, reports) = channel();
+        NullBackend::new().submit(vec![
+            write_request(&scratch.file, 0, buf.frame_buf(), report_to(&sender, 0)),
+            write_request(&test_file.file, 0, buf.frame_buf(), report_to(&sender, 1)),
+        ]);
+        for (_, result) in wait_reports(&reports, 2) {
+            assert_eq!(result.unwrap(), 2 * PAGE_BYTES);
+        }
+        assert_file_bytes_written(buf.bytes(), 0);
+        let on_disk = std::fs::read(&scratch.path).unwrap();
+        assert!(on_disk.iter().all(|&b| b == 0));
+        assert_file_bytes(&std::fs::read(&test_file.path).unwrap(), 0);
+    }
+
+    fn assert_file_bytes_written(bytes: &[u8], offset: u64) {
+        for (at, &byte) in bytes.iter().enumerate() {
+            assert_eq!(byte, written_byte(offset + at as u64));
+        }
+    }
+
+    /// A completion that panics does not take the submitter down.
+    #[test]
+    fn panicking_completion_is_caught() {
+        let test_file = test_file();
+        let buf = AlignedBuf::new(PAGE_BYTES);
+        let backend = NullBackend::new();
+        backend.submit(vec![read_request(
+            &test_file.file,
+            0,
+            buf.frame_buf(),
+            crate::io::backend::Completion::new(|_| {
+                panic!("a completion that panics (expected in this test)")
+            }),
+        )]);
+        let (sender, reports) = channel();
+        backend.submit(vec![read_request(
+            &test_file.file,
+            0,
+            buf.frame_buf(),
+            report_to(&sender, 0),
+        )]);
+        assert_eq!(
+            wait_reports(&reports, 1)[0].1.as_ref().unwrap(),
+            &PAGE_BYTES
+        );
     }
 }

@@ -1,4 +1,5 @@
-//! The io_uring backend: reads go to the kernel as SQEs, and one thread reaps the CQEs.
+//! The io_uring backend: reads and writes go to the kernel as SQEs, and one thread reaps
+//! the CQEs.
 //!
 //! Design:
 //!
@@ -8,8 +9,8 @@
 //!      slot (its SQE's user_data), or joins the       b. pop one CQE; user_data = slot
 //!      backlog when every slot is taken               c. lock pending: take the request out
 //!   2. unlock pending; lock sq: push one                 of its slot; a backlog request, if
-//!      IORING_OP_READV per slotted request,              any, takes the slot over (its SQE is
-//!      io_uring_enter until the SQ is empty              pushed as in 2); running += 1
+//!      IORING_OP_READV or _WRITEV per slotted            any, takes the slot over (its SQE is
+//!      request, io_uring_enter until the SQ is empty     pushed as in 2); running += 1
 //!                                                     d. unlock; run `done`; lock: running -= 1
 //! ```
 //!
@@ -36,28 +37,31 @@
 //! Limits:
 //! - The backlog is unbounded: its length is bounded by the requests the caller has in
 //!   flight, which the arena bounds (every request owns distinct frames). `submit` never
-//!   blocks on reads, as the `Backend` contract asks; it waits only while the kernel itself
+//!   blocks on transfers, as the `Backend` contract asks; it waits only while the kernel itself
 //!   refuses new work (`EAGAIN`/`EBUSY` from `io_uring_enter`), with a bounded backoff.
 //! - No registered files or buffers, no SQPOLL: one `io_uring_enter` per `submit` call.
-//! - Needs `IORING_REGISTER_PROBE` (Linux 5.6) to check for `IORING_OP_READV`; `new` probes
-//!   for both and for a working ring. Every read is a `READV`, single buffer or not.
-//! - A completion that panics is caught and the thread keeps reaping (the panic hook has
-//!   already printed the message); every later read would hang otherwise.
+//! - Needs `IORING_REGISTER_PROBE` (Linux 5.6) to check for `IORING_OP_READV` and
+//!   `IORING_OP_WRITEV`; `new` probes for them and for a working ring. Every read is a
+//!   `READV` and every write a `WRITEV`, single buffer or not.
+//! - A request the caller waits for (`submit_waited`) does not use the ring: it is
+//!   transferred on the caller's thread by `io::sync` (see `submit_waited`).
+//! - A completion that panics is caught (`Completion::run`) and the thread keeps reaping;
+//!   every later request would hang otherwise.
 
 use std::collections::VecDeque;
 use std::io;
 use std::os::unix::io::AsRawFd;
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
-use super::{Backend, ReadRequest};
+use super::backend::{Backend, IoRequest, Op};
+use super::sync;
 
 /// The ring size `open_backend` asks for: submission entries (the kernel rounds up to a
-/// power of two), so also the number of reads in flight at once.
+/// power of two), so also the number of requests in flight at once.
 pub const QUEUE_DEPTH: u32 = 128;
 
 /// `user_data` of the `Nop` that wakes the completion thread for shutdown (and of the
@@ -70,7 +74,7 @@ const BACKOFF_US_MIN: u64 = 10;
 const BACKOFF_US_MAX: u64 = 10_000;
 const BACKOFF_ATTEMPTS_MAX: u32 = 1_000;
 
-/// Reads through one io_uring instance, with one completion thread.
+/// Reads and writes through one io_uring instance, with one completion thread.
 pub struct UringBackend {
     shared: Arc<Shared>,
     /// `None` only during `drop`.
@@ -87,12 +91,12 @@ struct Shared {
 }
 
 struct Pending {
-    /// `slots[i]` is the read whose SQE carries `user_data == i`.
+    /// `slots[i]` is the request whose SQE carries `user_data == i`.
     slots: Vec<Option<InFlight>>,
     /// Indices of the `None` slots.
     free_slots: Vec<u64>,
     /// Accepted requests waiting for a slot, oldest first.
-    backlog: VecDeque<ReadRequest>,
+    backlog: VecDeque<IoRequest>,
     /// Requests taken out of their slot whose `done` has not returned yet.
     completions_running: usize,
     phase: Phase,
@@ -107,21 +111,21 @@ enum Phase {
 
 /// A request whose SQE may be in the kernel's hands, with the iovecs that SQE points at.
 struct InFlight {
-    request: ReadRequest,
+    request: IoRequest,
     /// One iovec per buffer of `request`. A boxed slice: its address, which the SQE holds,
     /// does not change when the `InFlight` moves.
     iovecs: IoVecs,
 }
 
-/// The iovec array of one read.
+/// The iovec array of one request.
 struct IoVecs(Box<[libc::iovec]>);
 
-// SAFETY: the iovecs describe the request's FrameBufs, which are Send (io/mod.rs); the
+// SAFETY: the iovecs describe the request's FrameBufs, which are Send (backend.rs); the
 // pointers are only handed to the kernel, never dereferenced here.
 unsafe impl Send for IoVecs {}
 
 impl InFlight {
-    fn new(request: ReadRequest) -> Self {
+    fn new(request: IoRequest) -> Self {
         let iovecs = request
             .bufs
             .iter()
@@ -136,17 +140,22 @@ impl InFlight {
         }
     }
 
-    /// The SQE reading this request into its buffers, tagged with `slot`.
-    fn read_sqe(&self, slot: u64) -> squeue::Entry {
+    /// The SQE moving this request's bytes (a `READV` into its buffers, or a `WRITEV` of
+    /// them), tagged with `slot`.
+    fn sqe(&self, slot: u64) -> squeue::Entry {
         let iovec_count = u32::try_from(self.iovecs.0.len()).expect("at most UIO_MAXIOV iovecs");
-        opcode::Readv::new(
-            types::Fd(self.request.file.as_raw_fd()),
-            self.iovecs.0.as_ptr(),
-            iovec_count,
-        )
-        .offset(self.request.offset_bytes)
-        .build()
-        .user_data(slot)
+        let fd = types::Fd(self.request.file.as_raw_fd());
+        let iovecs = self.iovecs.0.as_ptr();
+        let offset = self.request.offset_bytes;
+        let sqe = match self.request.op {
+            Op::Read => opcode::Readv::new(fd, iovecs, iovec_count)
+                .offset(offset)
+                .build(),
+            Op::Write => opcode::Writev::new(fd, iovecs, iovec_count)
+                .offset(offset)
+                .build(),
+        };
+        sqe.user_data(slot)
     }
 }
 
@@ -167,11 +176,12 @@ impl UringBackend {
     ///
     /// Fails, so that `open_backend(Auto, ..)` falls back to the pread pool, when the
     /// kernel or a sandbox refuses io_uring (`EPERM`, `ENOSYS` from `io_uring_setup`), when
-    /// the kernel cannot say it has `IORING_OP_READV` (`EINVAL` before 5.6, `Unsupported`),
+    /// the kernel cannot say it has `IORING_OP_READV` and `IORING_OP_WRITEV` (`EINVAL`
+    /// before 5.6, `Unsupported`),
     /// or when a `Nop` does not make the round trip through the ring.
     pub fn new(entries: u32) -> io::Result<Self> {
         let mut ring = IoUring::new(entries)?;
-        probe_read_opcode(&ring)?;
+        probe_opcodes(&ring)?;
         probe_round_trip(&mut ring)?;
         let slot_count = ring.params().sq_entries().min(ring.params().cq_entries()) as usize;
         let shared = Arc::new(Shared {
@@ -212,7 +222,7 @@ impl Backend for UringBackend {
         "io_uring"
     }
 
-    fn submit(&self, batch: Vec<ReadRequest>) {
+    fn submit(&self, batch: Vec<IoRequest>) {
         // Check the whole batch before accepting any of it, so that a broken request does
         // not leave half a batch accepted.
         for request in &batch {
@@ -230,7 +240,7 @@ impl Backend for UringBackend {
                 match pending.free_slots.pop() {
                     Some(slot) => {
                         let in_flight = InFlight::new(request);
-                        sqes.push(in_flight.read_sqe(slot));
+                        sqes.push(in_flight.sqe(slot));
                         pending.slots[slot as usize] = Some(in_flight);
                     }
                     None => pending.backlog.push_back(request),
@@ -240,14 +250,18 @@ impl Backend for UringBackend {
         self.shared.push_and_submit(&sqes);
     }
 
-    /// Reads a request the caller waits for on the caller's thread with `preadv` (the
-    /// same O_DIRECT read), not through the ring: the round trip through the completion
-    /// thread costs two thread wake-ups, which on this 2-core machine with 16 readers
-    /// doubled a cold random 4 KiB read (folio-bench randread). The ring keeps the
-    /// asynchronous reads: readahead, where batching and queue depth pay.
-    fn submit_waited(&self, batch: Vec<ReadRequest>) {
+    /// Transfers a request the caller waits for on the caller's thread with `preadv` /
+    /// `pwritev` (`io::sync`: the same O_DIRECT transfer), not through the ring: the round
+    /// trip through the completion thread costs two thread wake-ups, which on this 2-core
+    /// machine with 16 readers doubled a cold random 4 KiB read (folio-bench randread).
+    /// The ring keeps the asynchronous requests: readahead, where batching and queue depth
+    /// pay.
+    fn submit_waited(&self, batch: Vec<IoRequest>) {
+        for request in &batch {
+            request.assert_contract();
+        }
         for request in batch {
-            super::pread::perform(request);
+            sync::perform(request);
         }
     }
 }
@@ -307,11 +321,11 @@ impl Shared {
             // ring is made (here and in `sq_is_empty`), so no other one exists.
             let mut sq = unsafe { self.ring.submission_shared() };
             for sqe in sqes {
-                // SAFETY: a read SQE points at the fd, iovecs and buffers of the request in
-                // its slot: the slot keeps the Arc<File> (so the fd) and the boxed iovecs
-                // alive until the CQE is reaped, and the buffers' owner keeps them valid and
-                // untouched until `done` runs (module contract in io/mod.rs). A Nop points
-                // at nothing.
+                // SAFETY: a READV or WRITEV SQE points at the fd, iovecs and buffers of the
+                // request in its slot: the slot keeps the Arc<File> (so the fd) and the boxed
+                // iovecs alive until the CQE is reaped, and the buffers' owner keeps them
+                // valid, untouched (and, for a write, stable) until `done` runs (the backend
+                // contract in backend.rs). A Nop points at nothing.
                 unsafe { sq.push(sqe) }.expect(
                     "the submission ring has room: its SQEs never outnumber the occupied slots",
                 );
@@ -412,7 +426,8 @@ impl Shared {
         cq.next()
     }
 
-    /// Ends the request in `slot` with the kernel's result `res` (bytes read, or `-errno`).
+    /// Ends the request in `slot` with the kernel's result `res` (bytes transferred, or
+    /// `-errno`).
     ///
     /// Context: completion thread only; takes `pending`, then `sq_lock` if a backlog
     /// request takes the slot over; runs `done` with no lock held.
@@ -425,7 +440,7 @@ impl Shared {
             let refill = match pending.backlog.pop_front() {
                 Some(next) => {
                     let in_flight = InFlight::new(next);
-                    let sqe = in_flight.read_sqe(slot);
+                    let sqe = in_flight.sqe(slot);
                     pending.slots[slot as usize] = Some(in_flight);
                     Some(sqe)
                 }
@@ -446,10 +461,10 @@ impl Shared {
             Err(io::Error::from_raw_os_error(-res))
         };
         let InFlight { request, iovecs } = finished;
-        let ReadRequest { file, done, .. } = request;
+        let IoRequest { file, done, .. } = request;
         // The kernel is done with the fd, the iovecs and the buffers: the CQE is posted.
         drop((file, iovecs));
-        let _ = panic::catch_unwind(AssertUnwindSafe(move || done(result)));
+        done.run(result);
         let mut pending = self.lock_pending();
         pending.completions_running -= 1;
         if pending.is_idle() {
@@ -458,17 +473,18 @@ impl Shared {
     }
 }
 
-/// Fails with `Unsupported` when the kernel lacks `IORING_OP_READV`, or with `EINVAL`
-/// before 5.6, where `IORING_REGISTER_PROBE` itself is missing.
-fn probe_read_opcode(ring: &IoUring) -> io::Result<()> {
+/// Fails with `Unsupported` when the kernel lacks `IORING_OP_READV` or
+/// `IORING_OP_WRITEV`, or with `EINVAL` before 5.6, where `IORING_REGISTER_PROBE` itself is
+/// missing.
+fn probe_opcodes(ring: &IoUring) -> io::Result<()> {
     let mut probe = Probe::new();
     ring.submitter().register_probe(&mut probe)?;
-    if probe.is_supported(opcode::Readv::CODE) {
+    if probe.is_supported(opcode::Readv::CODE) && probe.is_supported(opcode::Writev::CODE) {
         Ok(())
     } else {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "the kernel's io_uring lacks IORING_OP_READV",
+            "the kernel's io_uring lacks IORING_OP_READV or IORING_OP_WRITEV",
         ))
     }
 }
@@ -501,8 +517,9 @@ fn probe_round_trip(ring: &mut IoUring) -> io::Result<()> {
 mod tests {
     use std::sync::Arc;
 
-    use super::super::pread::testing::*;
     use super::*;
+    use crate::io::backend::Completion;
+    use crate::io::testing::*;
 
     /// The backend, or `None` (with a note) where this kernel or sandbox refuses io_uring:
     /// there `open_backend(Auto, ..)` uses the pread pool and these tests have nothing to
@@ -546,6 +563,46 @@ mod tests {
             return;
         };
         run_kernel_error(&backend, &test_file());
+    }
+
+    #[test]
+    fn writes_store_their_bytes() {
+        let Some(backend) = uring_or_skip(QUEUE_DEPTH) else {
+            return;
+        };
+        assert_eq!(
+            scratch_file().mode,
+            OpenMode::Direct,
+            "the scratch file should be O_DIRECT"
+        );
+        run_writes_read_back(&backend);
+    }
+
+    #[test]
+    fn write_error_reaches_the_completion() {
+        let Some(backend) = uring_or_skip(QUEUE_DEPTH) else {
+            return;
+        };
+        run_write_error(&backend, &test_file());
+    }
+
+    /// Writes and reads through a tiny ring (8 slots): they share slots and backlog.
+    #[test]
+    fn concurrent_writes_and_reads_share_the_ring() {
+        let Some(backend) = uring_or_skip(8) else {
+            return;
+        };
+        run_concurrent_writes(&backend, &test_file());
+    }
+
+    /// A waited request (on the caller's thread, not the ring) moves writes too.
+    #[test]
+    fn waited_writes_and_reads() {
+        let Some(backend) = uring_or_skip(QUEUE_DEPTH) else {
+            return;
+        };
+        run_writes_read_back(&Waited(&backend));
+        run_full_read(&Waited(&backend), &test_file());
     }
 
     /// 1600 requests through 128 slots: most wait in the backlog.
@@ -609,7 +666,7 @@ mod tests {
             &test_file.file,
             0,
             buf.frame_buf(),
-            Box::new(|_| panic!("a completion that panics (expected in this test)")),
+            Completion::new(|_| panic!("a completion that panics (expected in this test)")),
         )]);
         run_full_read(&backend, &test_file);
     }

@@ -34,30 +34,23 @@ use super::{
 };
 use crate::kernel;
 use crate::measure::RunResult;
-use crate::workloads::{mib, threads_or, Env, Metric, Report, Row, Target};
+use crate::workloads::{mib, threads_or, Env, Metric, Report, Row, System, Target};
 
 /// Rounds outside `--quick`: the issue asks for medians of at least five.
 pub const ROUNDS_MIN: usize = 5;
 
 pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
-    let threads = threads_or(&args.threads, if env.quick { &[4] } else { &[32] });
-    let dbs = args.dbs.unwrap_or(if env.quick { 4 } else { 32 }).max(1);
-    let keys = args
-        .keys
-        .unwrap_or(if env.quick { 2000 } else { 5000 })
-        .max(1);
+    let threads = threads_or(&args.threads, env.scale.pick(&[4], &[32]));
+    let dbs = args.dbs.unwrap_or(env.scale.pick(4, 32)).max(1);
+    let keys = args.keys.unwrap_or(env.scale.pick(2000, 5000)).max(1);
     let reads = args.reads.unwrap_or(keys).max(1);
-    let cache_bytes = mib(args.cache_mib.unwrap_or(if env.quick { 16 } else { 400 }));
+    let cache_bytes = mib(args.cache_mib.unwrap_or(env.scale.pick(16, 400)));
     let data_bytes = dbs * keys * VALUE_BYTES;
     let folio_capacity_mib = args
         .folio_capacity_mib
         .unwrap_or((data_bytes >> 20) + 64)
         .max(folio::CAPACITY_BYTES_MIN.div_ceil(1 << 20));
-    let rounds = if env.quick {
-        env.runs
-    } else {
-        env.runs.max(ROUNDS_MIN)
-    };
+    let rounds = env.scale.pick(env.runs, env.runs.max(ROUNDS_MIN));
 
     let root = workspace_root();
     let (plugin, plugin_note) = build_plugin(env, &root)?;
@@ -100,15 +93,15 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     };
     let scratch = env.dir.join("db-bench-output");
     std::fs::create_dir_all(&scratch)?;
-    let measure = |system: &str, t: usize| -> io::Result<RunResult> {
+    let measure = |system: System, t: usize| -> io::Result<RunResult> {
         kernel::make_cold(&table_files(&db)?, env.cold)?;
         let mut cmd = Command::new(DB_BENCH);
         cmd.args(base_args(t));
         match system {
-            "direct" => {
+            System::Direct => {
                 cmd.arg("--use_direct_reads=1");
             }
-            "folio" => {
+            System::Folio => {
                 cmd.env("LD_PRELOAD", &plugin)
                     .arg(format!("--fs_uri={fs_uri}"));
             }
@@ -136,9 +129,10 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 bar.inc(1);
             }
         }
-        let direct_runs = runs[1].clone();
+        let direct = SYSTEMS.iter().position(|&s| s == System::Direct);
+        let direct_runs = runs[direct.expect("db-bench measures direct reads")].clone();
         for (si, system) in SYSTEMS.iter().enumerate() {
-            let mut row = Row::from_runs(system, t, &runs[si], Metric::OpsPerSec);
+            let mut row = Row::from_runs(*system, t, &runs[si], Metric::OpsPerSec);
             let per_read =
                 |key: &str| median(runs[si].iter().filter_map(|r| r.extra.get(key)?.as_f64()));
             row.extra.insert(
@@ -167,31 +161,32 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     for &t in &threads {
         let t = t as u32;
         let rows = report.clone();
-        let figure =
-            |system: &str, key: &str| rows.row(system, t).and_then(|r| r.extra.get(key)?.as_f64());
+        let figure = |system: System, key: &str| {
+            rows.row(system, t).and_then(|r| r.extra.get(key)?.as_f64())
+        };
         report.note(format!(
             "{t} threads, system time per read (median of rounds, us): kernel {:.1}, direct \
              {:.1}, folio {:.1}; user time per read: kernel {:.1}, direct {:.1}, folio {:.1}",
-            figure("kernel", "sys_us_per_read_median").unwrap_or(f64::NAN),
-            figure("direct", "sys_us_per_read_median").unwrap_or(f64::NAN),
-            figure("folio", "sys_us_per_read_median").unwrap_or(f64::NAN),
-            figure("kernel", "user_us_per_read_median").unwrap_or(f64::NAN),
-            figure("direct", "user_us_per_read_median").unwrap_or(f64::NAN),
-            figure("folio", "user_us_per_read_median").unwrap_or(f64::NAN),
+            figure(System::Kernel, "sys_us_per_read_median").unwrap_or(f64::NAN),
+            figure(System::Direct, "sys_us_per_read_median").unwrap_or(f64::NAN),
+            figure(System::Folio, "sys_us_per_read_median").unwrap_or(f64::NAN),
+            figure(System::Kernel, "user_us_per_read_median").unwrap_or(f64::NAN),
+            figure(System::Direct, "user_us_per_read_median").unwrap_or(f64::NAN),
+            figure(System::Folio, "user_us_per_read_median").unwrap_or(f64::NAN),
         ));
         report.targets.push(Target::at_least(
             format!("db-bench readrandom {t} threads: folio / kernel ops/s"),
-            rows.ratio("folio", t),
+            rows.ratio(System::Folio, t),
             1.0,
         ));
         report.targets.push(Target::at_least(
             format!("db-bench readrandom {t} threads: folio / direct ops/s"),
-            figure("folio", "vs_direct"),
+            figure(System::Folio, "vs_direct"),
             1.0,
         ));
         let sys = match (
-            figure("folio", "sys_us_per_read_median"),
-            figure("direct", "sys_us_per_read_median"),
+            figure(System::Folio, "sys_us_per_read_median"),
+            figure(System::Direct, "sys_us_per_read_median"),
         ) {
             (Some(f), Some(d)) => Some(f / d.max(1e-9)),
             _ => None,
@@ -314,7 +309,7 @@ pub fn run_with_usage(
 }
 
 /// Runs one db_bench readrandom and turns its output and rusage into a run.
-fn run_measured(cmd: &mut Command, system: &str, scratch: &Path) -> io::Result<RunResult> {
+fn run_measured(cmd: &mut Command, system: System, scratch: &Path) -> io::Result<RunResult> {
     let (code, stdout, stderr, usage) = run_with_usage(cmd, scratch)?;
     if code != 0 {
         return Err(io::Error::other(format!(

@@ -1,0 +1,162 @@
+//! `folio_stats`: generated from folio's counter list (`folio::Stats::FIELDS`, written
+//! once in `crates/folio/src/stats.rs`) by `tests/header.rs`. Do not edit by hand; after
+//! changing the list, regenerate this file and `include/folio.h` with
+//!     FOLIO_BLESS_HEADER=1 cargo test -p folio-capi --test header
+
+use folio_rs::Stats;
+
+/// A snapshot of a cache's counters (all since the cache was created) and gauges (as of
+/// the call), then the engine and the eviction policy in use. `folio_stats_format`
+/// prints every field as `name=value`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct folio_stats {
+    /// Page accesses served from a cached page without waiting (optimistic or pinned).
+    pub hits: u64,
+    /// Pages a read found missing and had to read.
+    pub misses: u64,
+    /// Page accesses that found their page with another reader's I/O in flight and
+    /// waited for it (not counted in `hits` or `misses`).
+    pub waits_on_io: u64,
+    /// Optimistic (lock-free) copies discarded because the page changed underneath.
+    pub optimistic_retries: u64,
+    /// Pages inserted into the cache (each read from its file once).
+    pub pages_inserted: u64,
+    /// Folios a racing insertion had already placed (allocated, then given back).
+    pub insert_conflicts: u64,
+    /// Read requests submitted to the backend.
+    pub io_requests: u64,
+    /// Bytes the read requests asked for.
+    pub io_bytes: u64,
+    /// Reads that failed.
+    pub io_errors: u64,
+    /// Short reads completed by a retry.
+    pub short_read_retries: u64,
+    /// Folios evicted by reclaim.
+    pub evicted_folios: u64,
+    /// Pages evicted by reclaim.
+    pub evicted_pages: u64,
+    /// Insertions of pages cached before (a shadow entry remembered them).
+    pub refaults: u64,
+    /// Refaults the eviction policy recognised as within the workingset (S3-FIFO: still
+    /// in the ghost queue; LRU: refault distance within the active list).
+    pub workingset_refaults: u64,
+    /// Shadow entries dropped to keep them under their cap.
+    pub shadows_dropped: u64,
+    /// Batches the background reclaimer evicted.
+    pub background_reclaims: u64,
+    /// Pages dropped by invalidation (truncation, a changed file, DontNeed advice).
+    pub invalidated_pages: u64,
+    /// Readahead windows opened on a miss (synchronous readahead).
+    pub readahead_sync: u64,
+    /// Readahead windows opened on a hit of a window's marker (asynchronous readahead).
+    pub readahead_async: u64,
+    /// Forced readahead calls (File::readahead or folio_readahead, and WillNeed advice;
+    /// one per call).
+    pub readahead_forced: u64,
+    /// Pages readahead inserted.
+    pub readahead_pages: u64,
+    /// Pages readahead inserted that were evicted before anyone read them (wasted).
+    pub readahead_wasted_pages: u64,
+    /// Allocations that found every page pinned or locked and gave up (ENOMEM).
+    pub alloc_failures: u64,
+    /// Files forgotten so far (no handle open and no page cached left).
+    pub mappings_removed: u64,
+    /// Shadow entries (memory of evicted pages) held now.
+    pub shadows: u64,
+    /// The cache's capacity, in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes of cached pages held now.
+    pub cached_bytes: u64,
+    /// Bytes of metadata: the pages' side table, the mappings and their index nodes.
+    pub metadata_bytes: u64,
+    /// Files the cache knows now (a handle open or a page cached).
+    pub mappings: u64,
+    /// Index nodes the mappings hold (counted in `metadata_bytes`).
+    pub index_nodes: u64,
+    /// The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
+    /// FOLIO_BACKEND_OTHER.
+    pub backend: u32,
+    /// The eviction policy: FOLIO_EVICTION_S3FIFO, FOLIO_EVICTION_TWO_LIST_LRU or
+    /// FOLIO_EVICTION_OTHER.
+    pub eviction: u32,
+}
+
+const _: () = assert!(Stats::FIELDS.len() == 30);
+
+impl folio_stats {
+    /// The C struct of a snapshot.
+    pub(crate) fn of(stats: &Stats) -> folio_stats {
+        folio_stats {
+            hits: stats.hits,
+            misses: stats.misses,
+            waits_on_io: stats.waits_on_io,
+            optimistic_retries: stats.optimistic_retries,
+            pages_inserted: stats.pages_inserted,
+            insert_conflicts: stats.insert_conflicts,
+            io_requests: stats.io_requests,
+            io_bytes: stats.io_bytes,
+            io_errors: stats.io_errors,
+            short_read_retries: stats.short_read_retries,
+            evicted_folios: stats.evicted_folios,
+            evicted_pages: stats.evicted_pages,
+            refaults: stats.refaults,
+            workingset_refaults: stats.workingset_refaults,
+            shadows_dropped: stats.shadows_dropped,
+            background_reclaims: stats.background_reclaims,
+            invalidated_pages: stats.invalidated_pages,
+            readahead_sync: stats.readahead_sync,
+            readahead_async: stats.readahead_async,
+            readahead_forced: stats.readahead_forced,
+            readahead_pages: stats.readahead_pages,
+            readahead_wasted_pages: stats.readahead_wasted_pages,
+            alloc_failures: stats.alloc_failures,
+            mappings_removed: stats.mappings_removed,
+            shadows: stats.shadows,
+            capacity_bytes: stats.capacity_bytes,
+            cached_bytes: stats.cached_bytes,
+            metadata_bytes: stats.metadata_bytes,
+            mappings: stats.mappings,
+            index_nodes: stats.index_nodes,
+            backend: crate::backend_code(&stats.backend),
+            eviction: crate::eviction_code(&stats.eviction),
+        }
+    }
+
+    /// The numbers, in the order of `Stats::FIELDS`.
+    pub(crate) fn values(&self) -> [u64; 30] {
+        [
+            self.hits,
+            self.misses,
+            self.waits_on_io,
+            self.optimistic_retries,
+            self.pages_inserted,
+            self.insert_conflicts,
+            self.io_requests,
+            self.io_bytes,
+            self.io_errors,
+            self.short_read_retries,
+            self.evicted_folios,
+            self.evicted_pages,
+            self.refaults,
+            self.workingset_refaults,
+            self.shadows_dropped,
+            self.background_reclaims,
+            self.invalidated_pages,
+            self.readahead_sync,
+            self.readahead_async,
+            self.readahead_forced,
+            self.readahead_pages,
+            self.readahead_wasted_pages,
+            self.alloc_failures,
+            self.mappings_removed,
+            self.shadows,
+            self.capacity_bytes,
+            self.cached_bytes,
+            self.metadata_bytes,
+            self.mappings,
+            self.index_nodes,
+        ]
+    }
+}

@@ -1,0 +1,498 @@
+//! The fault backend: wraps a real backend and injects the faults a disk and a kernel can
+//! produce, so that tests can drive the cache's error, retry and timing paths on purpose.
+//!
+//! Fault model (what a test can make happen, and when it fires). Every fault applies to
+//! reads and writes alike unless it says otherwise; "transfer" is either:
+//!
+//! - **Media error**, `fail_range(r)`: every request overlapping a failed range of file
+//!   bytes completes with `EIO`. It never reaches the inner backend: a read's buffers are
+//!   left untouched, a write's bytes never reach the file.
+//! - **Short transfer**, `short_reads(n)` / `short_writes(n)`: the next `n` reads (writes)
+//!   longer than 4096 bytes reach the inner backend cut to their first 4096 bytes (the
+//!   same memory), so they complete with `Ok(len <= 4096)` and the caller must transfer
+//!   the rest itself (a short write stores only its first 4096 bytes).
+//! - **Latency**, `delay(d)`: every request's completion, a media error's included, runs
+//!   `d` after the inner backend finished the transfer (after `submit`, for a media error).
+//! - **Seeded simulation**, `FaultBackend::seeded(inner, seed, config)` or
+//!   `simulate(seed, config)`: each request draws its faults from a hash of (seed, op,
+//!   file offset, length, ordinal), where the ordinal counts the earlier requests for the
+//!   same range (same file, by device and inode, same op, same offset, same length). See
+//!   [`SimConfig`] and `simulation.rs`:
+//!   - a media error (`EIO`, as above) with probability `eio_per_mille / 1000`;
+//!   - otherwise, for a request longer than a page, a short transfer with probability
+//!     `short_per_mille / 1000`, cut to a drawn whole number of pages: at least one, and
+//!     at least one page fewer than asked;
+//!   - a completion delay drawn from `[0, delay_max]`;
+//!   - with `reorder > 0`, a rank: once due, the completion waits in a pen of at most
+//!     `reorder` completions, which releases its lowest rank first when a new arrival
+//!     overflows it, or when its oldest member has waited `hold_max` (`delivery.rs`).
+//!
+//!   A failing seed therefore replays: the n-th request for a range meets the same faults
+//!   whatever the threads' timing. Which requests the cache makes, and which completions
+//!   meet in the pen, still depend on timing; the faults of each request do not. Writes
+//!   draw from streams of their own: they change no read's draws.
+//!
+//! - Every control takes effect for requests submitted after the call; a request's fate is
+//!   decided once, in `submit`, from the plan at that moment. `clear` empties the plan, the
+//!   simulation and its ordinals included.
+//! - Faults are decided in this order: a media error (planned or drawn) excludes the
+//!   others (the request is not transferred at all); a planned short transfer (4096 bytes)
+//!   comes before a drawn one; a short transfer and a delay may combine; a planned and a
+//!   drawn delay add up. A request that fails with a media error does not use up a short
+//!   transfer.
+//! - Failed ranges accumulate until `clear`; `short_reads(n)` and `short_writes(n)` replace
+//!   the count left; `delay(d)` replaces the delay (`Duration::ZERO` turns it off);
+//!   `simulate` replaces the simulation.
+//! - Counters count requests of both ops, at decision time: `eio_injected`,
+//!   `short_injected`, `delayed` (a nonzero delay); and completions, at release:
+//!   `reordered` (released from the pen ahead of one that entered it earlier).
+//! - Every submitted request is also logged as (offset, length): reads for
+//!   `take_requests`, writes for `take_writes`.
+//!
+//! Not modelled: corrupted or misdirected transfers (the bytes a read returns are always
+//! the file's, a write stores exactly its bytes), torn transfers, errors other than `EIO`,
+//! a request that never completes, a lost write (one that reports success and stores
+//! nothing). Faults are deterministic: the same plan and the same submission order give the
+//! same planned faults, and the same seed gives the same drawn faults to the same request.
+//!
+//! Design: `submit` and `submit_waited` decide each request's fate under `Faults::plan`,
+//! pass the survivors to the inner backend's same entry in one batch, and hand failed
+//! requests, delayed completions and completions to reorder to the delivery thread
+//! (`delivery.rs`), which runs each one when it is due, through the reorder pen if it has
+//! a rank. A completion injected here therefore never runs inside `submit`, and `submit`
+//! never sleeps. Requests without a delay or a rank complete as the inner backend
+//! completes them: from its threads, or (`submit_waited`) possibly on the submitting
+//! thread.
+//!
+//! Protection: `Faults::plan` (a mutex) protects the plan and the simulation's ordinals;
+//! the counters are atomics; the delivery has its own lock (`delivery.rs`). Neither lock
+//! is held while a completion runs or while the inner backend is called, so a completion
+//! may call `submit` again.
+//!
+//! Invariants:
+//! - `Drop` drops the inner backend first (which finishes its requests, scheduling their
+//!   delayed completions), then lets the delivery thread run every scheduled completion
+//!   (the pen is released at once, lowest rank first).
+//!
+//! Limits: the logs keep at most `LOG_REQUESTS_MAX` requests each; the simulation's limit
+//! is in `simulation.rs`.
+
+mod delivery;
+mod simulation;
+#[cfg(test)]
+mod tests;
+
+use std::fs::File as StdFile;
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use self::delivery::{Delivery, Hold};
+pub use self::simulation::SimConfig;
+use self::simulation::{RangeKey, Sim};
+use super::backend::{Backend, Completion, FrameBuf, IoRequest, Op};
+
+/// The length a planned short transfer is cut to.
+pub const SHORT_READ_BYTES: usize = 4096;
+
+/// A backend that injects faults into another one. See the module docs for the fault model.
+pub struct FaultBackend {
+    /// `None` only during `drop`.
+    inner: Option<Box<dyn Backend>>,
+    /// "fault(<inner name>)".
+    name: String,
+    faults: Arc<Faults>,
+    delivery: Arc<Delivery>,
+    /// `None` only during `drop`.
+    delivery_thread: Option<JoinHandle<()>>,
+}
+
+/// The test's handle on a [`FaultBackend`]: sets faults and reads counters. Clones share
+/// the same plan.
+#[derive(Clone)]
+pub struct FaultControl {
+    faults: Arc<Faults>,
+    delivery: Arc<Delivery>,
+}
+
+struct Faults {
+    plan: Mutex<Plan>,
+    /// Whether `plan.sim` is set: `submit` then learns each request's file identity
+    /// (an `fstat`) before it takes the plan's lock.
+    simulating: AtomicBool,
+    eio_injected: AtomicU64,
+    short_injected: AtomicU64,
+    delayed: AtomicU64,
+}
+
+#[derive(Default)]
+struct Plan {
+    /// File byte ranges whose reads and writes fail with EIO.
+    fail_ranges: Vec<Range<u64>>,
+    /// How many more long reads get cut to `SHORT_READ_BYTES`.
+    short_reads_left: u32,
+    /// How many more long writes get cut to `SHORT_READ_BYTES`.
+    short_writes_left: u32,
+    /// Added to every completion; zero for none.
+    delay: Duration,
+    /// The seeded simulation, if one runs.
+    sim: Option<Sim>,
+    /// Every read submitted, as (file offset, length), in submission order: what a test
+    /// observes (readahead windows, one read per run). Bounded by `LOG_REQUESTS_MAX`.
+    reads: Vec<(u64, usize)>,
+    /// Every write submitted, as the reads are.
+    writes: Vec<(u64, usize)>,
+}
+
+/// Requests each log keeps; later ones are not recorded.
+const LOG_REQUESTS_MAX: usize = 1 << 20;
+
+/// What `submit` does with one request.
+struct Fate {
+    outcome: Outcome,
+    delay: Duration,
+    /// Where the completion waits in the reorder pen, if it does.
+    hold: Option<Hold>,
+}
+
+enum Outcome {
+    /// Complete with EIO without transferring.
+    FailEio,
+    /// Pass to the inner backend with the buffers cut to this many bytes.
+    TransferShort(usize),
+    /// Pass to the inner backend unchanged.
+    Transfer,
+}
+
+impl FaultBackend {
+    /// Wraps `inner`; no fault is planned until the returned control sets one.
+    ///
+    /// Panics if the delivery thread cannot be started (this backend is for tests).
+    pub fn new(inner: Box<dyn Backend>) -> (FaultBackend, FaultControl) {
+        let faults = Arc::new(Faults {
+            plan: Mutex::new(Plan::default()),
+            simulating: AtomicBool::new(false),
+            eio_injected: AtomicU64::new(0),
+            short_injected: AtomicU64::new(0),
+            delayed: AtomicU64::new(0),
+        });
+        let (delivery, delivery_thread) = Delivery::start();
+        let backend = FaultBackend {
+            name: format!("fault({})", inner.name()),
+            inner: Some(inner),
+            faults: Arc::clone(&faults),
+            delivery: Arc::clone(&delivery),
+            delivery_thread: Some(delivery_thread),
+        };
+        (backend, FaultControl { faults, delivery })
+    }
+
+    /// Wraps `inner` with a seeded simulation running from the start: `new`, then
+    /// [`FaultControl::simulate`].
+    pub fn seeded(
+        inner: Box<dyn Backend>,
+        seed: u64,
+        config: SimConfig,
+    ) -> (FaultBackend, FaultControl) {
+        let (backend, control) = FaultBackend::new(inner);
+        control.simulate(seed, config);
+        (backend, control)
+    }
+
+    fn inner(&self) -> &dyn Backend {
+        self.inner
+            .as_deref()
+            .expect("the inner backend lives until drop")
+    }
+
+    /// Decides the fate of every request of `batch`: schedules the failed ones' EIO on
+    /// the delivery thread, cuts the short ones, routes the delayed or ranked ones'
+    /// completions through the delivery thread, and returns the requests to transfer.
+    fn inject(&self, batch: Vec<IoRequest>) -> Vec<IoRequest> {
+        // The simulation counts requests per file: learn the files outside the lock.
+        let files: Vec<(u64, u64)> = if self.faults.simulating.load(Ordering::Acquire) {
+            batch.iter().map(|r| file_identity(&r.file)).collect()
+        } else {
+            vec![(0, 0); batch.len()]
+        };
+        let fates: Vec<Fate> = {
+            let mut plan = self.faults.lock_plan();
+            batch
+                .iter()
+                .zip(&files)
+                .map(|(request, &file)| self.faults.decide(&mut plan, request, file))
+                .collect()
+        };
+        let mut survivors = Vec::with_capacity(batch.len());
+        for (mut request, fate) in batch.into_iter().zip(fates) {
+            match fate.outcome {
+                Outcome::FailEio => {
+                    let eio = Err(io::Error::from_raw_os_error(libc::EIO));
+                    self.delivery.schedule(
+                        Instant::now() + fate.delay,
+                        request.done,
+                        eio,
+                        fate.hold,
+                    );
+                    continue;
+                }
+                Outcome::TransferShort(len_bytes) => request.bufs = cut_to(request.bufs, len_bytes),
+                Outcome::Transfer => {}
+            }
+            if !fate.delay.is_zero() || fate.hold.is_some() {
+                let delivery = Arc::clone(&self.delivery);
+                let done = request.done;
+                let (delay, hold) = (fate.delay, fate.hold);
+                request.done = Completion::new(move |result| {
+                    delivery.schedule(Instant::now() + delay, done, result, hold);
+                });
+            }
+            survivors.push(request);
+        }
+        survivors
+    }
+}
+
+impl std::fmt::Debug for FaultBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultBackend")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backend for FaultBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn submit(&self, batch: Vec<IoRequest>) {
+        let survivors = self.inject(batch);
+        if !survivors.is_empty() {
+            self.inner().submit(survivors);
+        }
+    }
+
+    /// As `submit`, with the survivors going to the inner backend's `submit_waited`: a
+    /// miss its reader waits for may be read on the reader's thread, faults and all.
+    fn submit_waited(&self, batch: Vec<IoRequest>) {
+        let survivors = self.inject(batch);
+        if !survivors.is_empty() {
+            self.inner().submit_waited(survivors);
+        }
+    }
+}
+
+/// The (device, inode) of an open file; (0, 0) if `fstat` fails (it does not on a file
+/// the cache just opened and used).
+fn file_identity(file: &StdFile) -> (u64, u64) {
+    file.metadata().map_or((0, 0), |m| (m.dev(), m.ino()))
+}
+
+impl Drop for FaultBackend {
+    /// Finishes every accepted request (waiting out their delays), then stops the delivery
+    /// thread.
+    ///
+    /// Context: may run on the delivery thread or on a thread of the inner backend, when a
+    /// completion held the last handle to this backend. On the delivery thread, it runs the
+    /// remaining due completions itself and detaches the thread, which exits once the
+    /// completion that dropped us returns.
+    fn drop(&mut self) {
+        // Finishes the inner backend's requests; their delayed completions are scheduled.
+        drop(self.inner.take());
+        let delivery_thread = self
+            .delivery_thread
+            .take()
+            .expect("the delivery thread handle");
+        self.delivery.begin_draining();
+        if delivery_thread.thread().id() == thread::current().id() {
+            self.delivery.run();
+        } else {
+            // The delivery thread catches completion panics, so this fails only on a bug
+            // in this file; there is nothing better to do with it in a destructor.
+            let _ = delivery_thread.join();
+        }
+    }
+}
+
+/// The first `len_bytes` of `bufs`, as buffers over the same memory. `len_bytes` must be
+/// aligned (so every cut falls on a buffer's aligned boundary).
+fn cut_to(bufs: Vec<FrameBuf>, len_bytes: usize) -> Vec<FrameBuf> {
+    let mut left_bytes = len_bytes;
+    let mut cut = Vec::with_capacity(bufs.len());
+    for buf in bufs {
+        if left_bytes == 0 {
+            break;
+        }
+        let take_bytes = buf.len_bytes().min(left_bytes);
+        cut.push(buf.head(take_bytes));
+        left_bytes -= take_bytes;
+    }
+    cut
+}
+
+impl std::fmt::Debug for FaultControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultControl")
+            .field("eio_injected", &self.eio_injected())
+            .field("short_injected", &self.short_injected())
+            .field("delayed", &self.delayed())
+            .field("reordered", &self.reordered())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FaultControl {
+    /// Fails with EIO every later request that overlaps `range` (file byte offsets).
+    /// Ranges accumulate until [`clear`](Self::clear).
+    pub fn fail_range(&self, range: Range<u64>) {
+        self.faults.lock_plan().fail_ranges.push(range);
+    }
+
+    /// Cuts the next `count` reads longer than 4096 bytes to their first 4096 bytes, so
+    /// that they complete with a short count. Replaces any count left.
+    pub fn short_reads(&self, count: u32) {
+        self.faults.lock_plan().short_reads_left = count;
+    }
+
+    /// Cuts the next `count` writes longer than 4096 bytes to their first 4096 bytes: they
+    /// store those bytes only, and complete with a short count. Replaces any count left.
+    pub fn short_writes(&self, count: u32) {
+        self.faults.lock_plan().short_writes_left = count;
+    }
+
+    /// Delays the completion of every later request by `delay` (zero turns it off).
+    pub fn delay(&self, delay: Duration) {
+        self.faults.lock_plan().delay = delay;
+    }
+
+    /// Starts a seeded simulation (module docs) for later requests, replacing any running
+    /// one: its ordinals start again from zero.
+    ///
+    /// Panics if a rate is above 1000 per mille.
+    pub fn simulate(&self, seed: u64, config: SimConfig) {
+        assert!(
+            config.eio_per_mille <= 1000 && config.short_per_mille <= 1000,
+            "rates are per mille: {config:?}"
+        );
+        self.faults.lock_plan().sim = Some(Sim::new(seed, config));
+        self.faults.simulating.store(true, Ordering::Release);
+    }
+
+    /// Removes every planned fault and the simulation; the counters keep their values.
+    pub fn clear(&self) {
+        let mut plan = self.faults.lock_plan();
+        let reads = std::mem::take(&mut plan.reads);
+        let writes = std::mem::take(&mut plan.writes);
+        *plan = Plan {
+            reads,
+            writes,
+            ..Plan::default()
+        };
+        self.faults.simulating.store(false, Ordering::Release);
+    }
+
+    /// Requests failed with EIO so far.
+    pub fn eio_injected(&self) -> u64 {
+        self.faults.eio_injected.load(Ordering::Relaxed)
+    }
+
+    /// Requests cut short so far.
+    pub fn short_injected(&self) -> u64 {
+        self.faults.short_injected.load(Ordering::Relaxed)
+    }
+
+    /// Requests whose completion was delayed so far.
+    pub fn delayed(&self) -> u64 {
+        self.faults.delayed.load(Ordering::Relaxed)
+    }
+
+    /// Completions the reorder pen released ahead of one that entered it earlier.
+    pub fn reordered(&self) -> u64 {
+        self.delivery.reordered()
+    }
+
+    /// The reads submitted since the cache was built or the log was last taken, as
+    /// (file offset, length), in submission order; empties the log.
+    pub fn take_requests(&self) -> Vec<(u64, usize)> {
+        std::mem::take(&mut self.faults.lock_plan().reads)
+    }
+
+    /// The writes submitted since the backend was built or this log was last taken, as
+    /// `take_requests` gives the reads.
+    pub fn take_writes(&self) -> Vec<(u64, usize)> {
+        std::mem::take(&mut self.faults.lock_plan().writes)
+    }
+}
+
+impl Faults {
+    fn lock_plan(&self) -> MutexGuard<'_, Plan> {
+        // The plan is plain data, valid after any panic.
+        self.plan.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Decides `request`'s fate from `plan` (using up a short transfer if it gets one,
+    /// and counting the request's range if a simulation runs) and counts the faults. `file`
+    /// is the request's (device, inode), known when a simulation runs.
+    fn decide(&self, plan: &mut Plan, request: &IoRequest, file: (u64, u64)) -> Fate {
+        let op = request.op;
+        let len_bytes = request.len_bytes();
+        let log = match op {
+            Op::Read => &mut plan.reads,
+            Op::Write => &mut plan.writes,
+        };
+        if log.len() < LOG_REQUESTS_MAX {
+            log.push((request.offset_bytes, len_bytes));
+        }
+        let draw = plan.sim.as_mut().map(|sim| {
+            let draw = sim.draw_next(RangeKey {
+                file,
+                op,
+                offset_bytes: request.offset_bytes,
+                len_bytes,
+            });
+            let config = sim.config();
+            let hold = (config.reorder > 0).then_some(Hold {
+                rank: draw.rank,
+                pen_max: config.reorder,
+                wait_max: config.hold_max,
+            });
+            (draw, hold)
+        });
+        let start = request.offset_bytes;
+        let end = start.saturating_add(len_bytes as u64);
+        let overlaps = |range: &Range<u64>| range.start < end && start < range.end;
+        let drawn_eio = draw.is_some_and(|(draw, _)| draw.eio);
+        let drawn_short = draw.and_then(|(draw, _)| draw.short_bytes);
+        let planned_shorts_left = match op {
+            Op::Read => &mut plan.short_reads_left,
+            Op::Write => &mut plan.short_writes_left,
+        };
+        let outcome = if drawn_eio || plan.fail_ranges.iter().any(overlaps) {
+            self.eio_injected.fetch_add(1, Ordering::Relaxed);
+            Outcome::FailEio
+        } else if *planned_shorts_left > 0 && len_bytes > SHORT_READ_BYTES {
+            *planned_shorts_left -= 1;
+            self.short_injected.fetch_add(1, Ordering::Relaxed);
+            Outcome::TransferShort(SHORT_READ_BYTES)
+        } else if let Some(short_bytes) = drawn_short {
+            self.short_injected.fetch_add(1, Ordering::Relaxed);
+            Outcome::TransferShort(short_bytes)
+        } else {
+            Outcome::Transfer
+        };
+        let delay = plan.delay + draw.map_or(Duration::ZERO, |(draw, _)| draw.delay);
+        if !delay.is_zero() {
+            self.delayed.fetch_add(1, Ordering::Relaxed);
+        }
+        Fate {
+            outcome,
+            delay,
+            hold: draw.and_then(|(_, hold)| hold),
+        }
+    }
+}

@@ -1,0 +1,859 @@
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::io::pread::PreadBackend;
+use crate::io::testing::*;
+use crate::io::uring::{UringBackend, QUEUE_DEPTH};
+
+const REQUEST_BYTES: usize = 4 * PAGE_BYTES;
+
+fn fault_over_pread() -> (FaultBackend, FaultControl) {
+    FaultBackend::new(Box::new(PreadBackend::new(2).unwrap()))
+}
+
+/// Submits one `REQUEST_BYTES` read per offset, in one batch, and returns each result
+/// with its buffer.
+fn read_pages(
+    backend: &dyn Backend,
+    test_file: &TestFile,
+    offsets: &[u64],
+) -> Vec<(io::Result<usize>, AlignedBuf)> {
+    let bufs: Vec<AlignedBuf> = offsets
+        .iter()
+        .map(|_| AlignedBuf::new(REQUEST_BYTES))
+        .collect();
+    let (sender, reports) = channel();
+    let batch = offsets
+        .iter()
+        .zip(&bufs)
+        .enumerate()
+        .map(|(index, (&offset, buf))| {
+            read_request(
+                &test_file.file,
+                offset,
+                buf.frame_buf(),
+                report_to(&sender, index),
+            )
+        })
+        .collect();
+    backend.submit(batch);
+    wait_reports(&reports, offsets.len())
+        .into_iter()
+        .zip(bufs)
+        .map(|((_, result), buf)| (result, buf))
+        .collect()
+}
+
+fn assert_eio(result: &io::Result<usize>) {
+    let error = result.as_ref().expect_err("expected an injected EIO");
+    assert_eq!(error.raw_os_error(), Some(libc::EIO));
+}
+
+/// Without faults the wrapper is transparent: every scenario of a plain backend passes.
+#[test]
+fn without_faults_it_is_the_inner_backend() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    assert_eq!(backend.name(), "fault(pread)");
+    run_full_read(&backend, &test_file);
+    run_end_of_file_reads(&backend, &test_file);
+    run_kernel_error(&backend, &test_file);
+    run_vectored_reads(&backend, &test_file);
+    run_concurrent_reads(&backend, &test_file);
+    let backend: Arc<dyn Backend> = Arc::new(backend);
+    run_resubmitting_chains(&backend, &test_file, 16, 32);
+    assert_eq!(
+        (
+            control.eio_injected(),
+            control.short_injected(),
+            control.delayed()
+        ),
+        (0, 0, 0)
+    );
+}
+
+/// Exactly the requests overlapping a failed range complete with EIO, from another
+/// thread than the submitter's, and leave their buffers untouched.
+#[test]
+fn fail_range_fails_overlapping_requests() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    let bad_byte = 5 * PAGE_BYTES as u64 + 17;
+    control.fail_range(bad_byte..bad_byte + 1);
+    // [0,4p) clean, [2p,6p) and [4p,8p) overlap, [8p,12p) clean, [6p,10p) clean: the
+    // range end is exclusive and 6p > bad_byte.
+    let offsets = [0, 2, 4, 8, 6].map(|page| page * PAGE_BYTES as u64);
+    let submitter = std::thread::current().id();
+    let (sender, reports) = mpsc::channel();
+    let buf = AlignedBuf::new(REQUEST_BYTES);
+    backend.submit(vec![read_request(
+        &test_file.file,
+        4 * PAGE_BYTES as u64,
+        buf.frame_buf(),
+        Completion::new(move |result| {
+            let _ = sender.send((std::thread::current().id(), result));
+        }),
+    )]);
+    let (completer, result) = reports.recv_timeout(COMPLETION_WAIT).unwrap();
+    assert_eio(&result);
+    assert_ne!(
+        completer, submitter,
+        "an injected error must not complete inside submit"
+    );
+    assert!(buf.bytes().iter().all(|&byte| byte == 0));
+
+    let results = read_pages(&backend, &test_file, &offsets);
+    for (index, (result, buf)) in results.iter().enumerate() {
+        if index == 1 || index == 2 {
+            assert_eio(result);
+        } else {
+            assert_eq!(*result.as_ref().unwrap(), REQUEST_BYTES);
+            assert_file_bytes(buf.bytes(), offsets[index]);
+        }
+    }
+    assert_eq!(control.eio_injected(), 3);
+
+    // Ranges accumulate.
+    control.fail_range(0..1);
+    let results = read_pages(&backend, &test_file, &offsets);
+    assert_eio(&results[0].0);
+    assert_eq!(control.eio_injected(), 6);
+}
+
+/// The next `count` long requests come back cut to 4096 bytes; short requests do not use
+/// up the count; afterwards reads are whole again.
+#[test]
+fn short_reads_cut_the_next_long_requests() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    control.short_reads(2);
+    let short_buf = AlignedBuf::new(PAGE_BYTES);
+    let (sender, reports) = channel();
+    backend.submit(vec![read_request(
+        &test_file.file,
+        0,
+        short_buf.frame_buf(),
+        report_to(&sender, 0),
+    )]);
+    assert_eq!(
+        wait_reports(&reports, 1)[0].1.as_ref().unwrap(),
+        &PAGE_BYTES
+    );
+    assert_eq!(control.short_injected(), 0);
+
+    let offsets = [0, 16, 32].map(|page| page * PAGE_BYTES as u64);
+    let results = read_pages(&backend, &test_file, &offsets);
+    for (index, (result, buf)) in results.iter().enumerate() {
+        let len = *result.as_ref().unwrap();
+        let expected = if index < 2 {
+            SHORT_READ_BYTES
+        } else {
+            REQUEST_BYTES
+        };
+        assert_eq!(len, expected, "request {index}");
+        assert_file_bytes(&buf.bytes()[..len], offsets[index]);
+        assert!(buf.bytes()[len..].iter().all(|&byte| byte == 0));
+    }
+    assert_eq!(control.short_injected(), 2);
+}
+
+/// A cut vectored request keeps the buffers (or the part of one) that hold its first
+/// 4096 bytes; the later buffers are left untouched.
+#[test]
+fn short_reads_cut_vectored_requests() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    control.short_reads(2);
+    let one_then_three = [AlignedBuf::new(PAGE_BYTES), AlignedBuf::new(3 * PAGE_BYTES)];
+    let two_then_two = [
+        AlignedBuf::new(2 * PAGE_BYTES),
+        AlignedBuf::new(2 * PAGE_BYTES),
+    ];
+    let (sender, reports) = channel();
+    backend.submit(
+        [&one_then_three, &two_then_two]
+            .iter()
+            .enumerate()
+            .map(|(index, bufs)| {
+                vectored_request(
+                    &test_file.file,
+                    0,
+                    bufs.iter().map(AlignedBuf::frame_buf).collect(),
+                    report_to(&sender, index),
+                )
+            })
+            .collect(),
+    );
+    for (index, result) in wait_reports(&reports, 2) {
+        assert_eq!(result.unwrap(), SHORT_READ_BYTES, "request {index}");
+    }
+    for bufs in [&one_then_three, &two_then_two] {
+        let bytes: Vec<u8> = bufs.iter().flat_map(|buf| buf.bytes().to_vec()).collect();
+        assert_file_bytes(&bytes[..SHORT_READ_BYTES], 0);
+        assert!(bytes[SHORT_READ_BYTES..].iter().all(|&byte| byte == 0));
+    }
+    assert_eq!(control.short_injected(), 2);
+}
+
+/// The cache's retry path: completions that resubmit the rest of a short read still read
+/// every byte while every long request is cut short.
+#[test]
+fn resubmitting_after_short_reads_reads_everything() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    control.short_reads(u32::MAX);
+    let backend: Arc<dyn Backend> = Arc::new(backend);
+    const CHUNKS: usize = 8;
+    let bufs: Vec<AlignedBuf> = (0..CHUNKS)
+        .map(|_| AlignedBuf::new(REQUEST_BYTES))
+        .collect();
+    let (sender, reports) = channel();
+    for (chunk, buf) in bufs.iter().enumerate() {
+        let offset = (chunk * REQUEST_BYTES) as u64;
+        read_until_full(
+            &backend,
+            &test_file.file,
+            offset,
+            buf.frame_buf(),
+            0,
+            &sender,
+            chunk,
+        );
+    }
+    for (chunk, result) in wait_reports(&reports, CHUNKS) {
+        assert_eq!(result.unwrap(), REQUEST_BYTES);
+        assert_file_bytes(bufs[chunk].bytes(), (chunk * REQUEST_BYTES) as u64);
+    }
+    // Each chunk of 4 pages is cut with 4, 3 and 2 pages left, and whole with 1 left.
+    assert_eq!(control.short_injected(), 3 * CHUNKS as u64);
+}
+
+/// Reads `whole` from `offset`, resubmitting the rest after each short count from inside
+/// the completion (as the cache does), and reports the total under `tag`.
+fn read_until_full(
+    backend: &Arc<dyn Backend>,
+    file: &Arc<std::fs::File>,
+    offset: u64,
+    whole: FrameBuf,
+    read_bytes: usize,
+    reports: &mpsc::Sender<Report>,
+    tag: usize,
+) {
+    let again = (Arc::clone(backend), Arc::clone(file), reports.clone());
+    let done = Completion::new(move |result: io::Result<usize>| {
+        let (backend, file, reports) = again;
+        match result {
+            Ok(len) if len > 0 && read_bytes + len < whole.len_bytes() => {
+                let read_bytes = read_bytes + len;
+                read_until_full(&backend, &file, offset, whole, read_bytes, &reports, tag);
+            }
+            other => {
+                let _ = reports.send((tag, other.map(|len| read_bytes + len)));
+            }
+        }
+    });
+    let rest = whole.tail(read_bytes);
+    backend.submit(vec![read_request(
+        file,
+        offset + read_bytes as u64,
+        rest,
+        done,
+    )]);
+}
+
+/// Every completion arrives at least `delay` late, `submit` does not wait for it, and
+/// delays of one batch overlap instead of adding up.
+#[test]
+fn delay_postpones_every_completion() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    let delay = Duration::from_millis(200);
+    control.delay(delay);
+    control.fail_range(0..1);
+    const REQUESTS: usize = 8;
+    let bufs: Vec<AlignedBuf> = (0..REQUESTS).map(|_| AlignedBuf::new(PAGE_BYTES)).collect();
+    let (sender, reports) = mpsc::channel();
+    let started = Instant::now();
+    let batch = bufs
+        .iter()
+        .enumerate()
+        .map(|(index, buf)| {
+            let sender = sender.clone();
+            let done = Completion::new(move |result| {
+                let _ = sender.send((index, result, started.elapsed()));
+            });
+            read_request(
+                &test_file.file,
+                (index * PAGE_BYTES) as u64,
+                buf.frame_buf(),
+                done,
+            )
+        })
+        .collect();
+    backend.submit(batch);
+    assert!(started.elapsed() < delay, "submit waited for the delay");
+    for _ in 0..REQUESTS {
+        let (index, result, elapsed) = reports.recv_timeout(COMPLETION_WAIT).unwrap();
+        assert!(
+            elapsed >= delay,
+            "request {index} completed after {elapsed:?}"
+        );
+        if index == 0 {
+            assert_eio(&result);
+        } else {
+            assert_eq!(result.unwrap(), PAGE_BYTES);
+            assert_file_bytes(bufs[index].bytes(), (index * PAGE_BYTES) as u64);
+        }
+    }
+    assert!(
+        started.elapsed() < delay * REQUESTS as u32 / 2,
+        "delays ran one after another: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(control.delayed(), REQUESTS as u64);
+    assert_eq!(control.eio_injected(), 1);
+}
+
+/// `clear` removes every fault at once and keeps the counters.
+#[test]
+fn clear_removes_every_fault() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    control.fail_range(0..u64::MAX);
+    control.short_reads(10);
+    control.delay(Duration::from_millis(50));
+    let results = read_pages(&backend, &test_file, &[0]);
+    assert_eio(&results[0].0);
+
+    control.clear();
+    let started = Instant::now();
+    let offsets = [0, 8, 16].map(|page| page * PAGE_BYTES as u64);
+    let results = read_pages(&backend, &test_file, &offsets);
+    assert!(
+        started.elapsed() < Duration::from_millis(50),
+        "the delay is still on"
+    );
+    for (index, (result, buf)) in results.iter().enumerate() {
+        assert_eq!(*result.as_ref().unwrap(), REQUEST_BYTES);
+        assert_file_bytes(buf.bytes(), offsets[index]);
+    }
+    assert_eq!(
+        (
+            control.eio_injected(),
+            control.short_injected(),
+            control.delayed()
+        ),
+        (1, 0, 1)
+    );
+}
+
+/// `drop` waits out the delays: every accepted completion has run when it returns.
+#[test]
+fn drop_completes_delayed_requests() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    control.delay(Duration::from_millis(20));
+    control.fail_range(0..PAGE_BYTES as u64);
+    run_drop_completes_everything_but_page_zero(Box::new(backend), &test_file);
+
+    let (backend, _control) = fault_over_pread();
+    run_drop_completes_everything(Box::new(backend), &test_file);
+}
+
+/// `run_drop_completes_everything`, with page 0 failing.
+fn run_drop_completes_everything_but_page_zero(backend: Box<dyn Backend>, test_file: &TestFile) {
+    const REQUESTS: usize = 64;
+    let bufs: Vec<AlignedBuf> = (0..REQUESTS).map(|_| AlignedBuf::new(PAGE_BYTES)).collect();
+    let (sender, reports) = channel();
+    let batch = bufs
+        .iter()
+        .enumerate()
+        .map(|(index, buf)| {
+            read_request(
+                &test_file.file,
+                (index * PAGE_BYTES) as u64,
+                buf.frame_buf(),
+                report_to(&sender, index),
+            )
+        })
+        .collect();
+    backend.submit(batch);
+    drop(backend);
+    let mut received: Vec<Report> = reports.try_iter().collect();
+    received.sort_by_key(|(index, _)| *index);
+    assert_eq!(
+        received.len(),
+        REQUESTS,
+        "drop returned before every completion ran"
+    );
+    assert_eio(&received[0].1);
+    for (index, result) in received.into_iter().skip(1) {
+        assert_eq!(result.unwrap(), PAGE_BYTES);
+        assert_file_bytes(bufs[index].bytes(), (index * PAGE_BYTES) as u64);
+    }
+}
+
+/// The last handle dropped inside a completion: on the delivery thread (with a delay),
+/// or on the inner backend's worker (without).
+#[test]
+fn dropped_from_inside_a_completion() {
+    let test_file = test_file();
+    for delay_ms in [0, 5] {
+        let (backend, control) = fault_over_pread();
+        control.delay(Duration::from_millis(delay_ms));
+        run_dropped_from_inside_a_completion(Arc::new(backend), &test_file);
+    }
+}
+
+/// The faults over io_uring, where the kernel allows it.
+#[test]
+fn faults_over_io_uring() {
+    let Ok(inner) = UringBackend::new(QUEUE_DEPTH) else {
+        eprintln!("io_uring unavailable here; skipping");
+        return;
+    };
+    let test_file = test_file();
+    let (backend, control) = FaultBackend::new(Box::new(inner));
+    assert_eq!(backend.name(), "fault(io_uring)");
+    control.fail_range(0..1);
+    control.short_reads(1);
+    control.delay(Duration::from_millis(10));
+    let offsets = [0, 4, 8].map(|page| page * PAGE_BYTES as u64);
+    let results = read_pages(&backend, &test_file, &offsets);
+    assert_eio(&results[0].0);
+    assert_eq!(*results[1].0.as_ref().unwrap(), SHORT_READ_BYTES);
+    assert_file_bytes(&results[1].1.bytes()[..SHORT_READ_BYTES], offsets[1]);
+    assert_eq!(*results[2].0.as_ref().unwrap(), REQUEST_BYTES);
+    assert_file_bytes(results[2].1.bytes(), offsets[2]);
+    control.clear();
+    run_concurrent_reads(&backend, &test_file);
+}
+
+/// The seed's draw is a pure function of (seed, offset, length, ordinal), its rates
+/// are close to the configured ones, and its short reads and delays stay in bounds.
+#[test]
+fn draws_are_pure_and_within_bounds() {
+    let config = SimConfig {
+        eio_per_mille: 100,
+        short_per_mille: 300,
+        delay_max: Duration::from_micros(500),
+        reorder: 4,
+        hold_max: Duration::from_millis(1),
+    };
+    const DRAWS: u32 = 20_000;
+    let (mut eio, mut short, mut long) = (0u32, 0u32, 0u32);
+    for n in 0..DRAWS {
+        let offset = u64::from(n % 97) * PAGE_BYTES as u64;
+        let len_bytes = (1 + (n as usize % 9)) * PAGE_BYTES;
+        let ordinal = n / 97;
+        let draw = config.draw(7, Op::Read, offset, len_bytes, ordinal);
+        assert_eq!(
+            draw,
+            config.draw(7, Op::Read, offset, len_bytes, ordinal),
+            "pure"
+        );
+        assert!(draw.delay <= config.delay_max);
+        eio += u32::from(draw.eio);
+        if len_bytes > PAGE_BYTES && !draw.eio {
+            long += 1;
+        }
+        if let Some(cut) = draw.short_bytes {
+            assert!(!draw.eio, "a media error excludes a short read");
+            assert!(cut >= PAGE_BYTES && cut < len_bytes && cut % PAGE_BYTES == 0);
+            short += 1;
+        }
+    }
+    let eio_per_mille = eio * 1000 / DRAWS;
+    let short_per_mille = short * 1000 / long;
+    assert!((80..120).contains(&eio_per_mille), "{eio_per_mille}");
+    assert!((270..330).contains(&short_per_mille), "{short_per_mille}");
+    // Another seed, another ordinal: other faults.
+    let differs = (0..64u64).any(|page| {
+        let offset = page * PAGE_BYTES as u64;
+        config.draw(7, Op::Read, offset, 4 * PAGE_BYTES, 0)
+            != config.draw(8, Op::Read, offset, 4 * PAGE_BYTES, 0)
+    });
+    assert!(differs);
+    // A write draws from streams of its own, within the same bounds.
+    let (mut write_eio, mut write_differs) = (0u32, false);
+    for n in 0..DRAWS {
+        let offset = u64::from(n % 97) * PAGE_BYTES as u64;
+        let len_bytes = (1 + (n as usize % 9)) * PAGE_BYTES;
+        let write = config.draw(7, Op::Write, offset, len_bytes, n / 97);
+        let read = config.draw(7, Op::Read, offset, len_bytes, n / 97);
+        write_differs |= write != read;
+        write_eio += u32::from(write.eio);
+        assert!(write.delay <= config.delay_max);
+        if let Some(cut) = write.short_bytes {
+            assert!(!write.eio && cut >= PAGE_BYTES && cut < len_bytes && cut % PAGE_BYTES == 0);
+        }
+    }
+    assert!(write_differs);
+    assert!(
+        (80..120).contains(&(write_eio * 1000 / DRAWS)),
+        "{write_eio}"
+    );
+}
+
+/// A read's draw is what it was before writes joined the simulation, so a seed recorded
+/// then (docs/reliability.md) still replays the same faults.
+#[test]
+fn read_draws_are_unchanged_by_writes_joining() {
+    let config = SimConfig {
+        eio_per_mille: 500,
+        short_per_mille: 500,
+        delay_max: Duration::from_micros(1000),
+        reorder: 4,
+        hold_max: Duration::from_millis(1),
+    };
+    for (ordinal, expected) in READ_DRAWS_1234.iter().enumerate() {
+        let draw = config.draw(
+            1234,
+            Op::Read,
+            8 * PAGE_BYTES as u64,
+            4 * PAGE_BYTES,
+            ordinal as u32,
+        );
+        let delay_ns = u64::try_from(draw.delay.as_nanos()).unwrap();
+        assert_eq!(
+            (draw.eio, draw.short_bytes, delay_ns, draw.rank),
+            *expected,
+            "ordinal {ordinal}"
+        );
+    }
+}
+
+/// The outcome of each request of a seeded backend depends on its range and ordinal,
+/// not on the order of submission: two runs submitting the same requests in opposite
+/// orders (keeping the order of each range's own requests) meet the same faults.
+#[test]
+fn a_seed_replays_the_same_faults_in_any_submission_order() {
+    let test_file = test_file();
+    let config = SimConfig {
+        eio_per_mille: 250,
+        short_per_mille: 400,
+        delay_max: Duration::from_micros(300),
+        reorder: 3,
+        hold_max: Duration::from_micros(500),
+    };
+    // 24 ranges, each requested twice: (range, ordinal) -> result.
+    let ranges: Vec<(u64, usize)> = (0..24)
+        .map(|i| {
+            (
+                (i * 9 % 64) as u64 * PAGE_BYTES as u64,
+                (1 + i % 4) * PAGE_BYTES,
+            )
+        })
+        .collect();
+    let run = |order: &[usize]| {
+        let (backend, control) =
+            FaultBackend::seeded(Box::new(PreadBackend::new(2).unwrap()), 99, config);
+        // outcomes[ordinal][range]
+        let mut outcomes = vec![vec![None; ranges.len()]; 2];
+        for round in outcomes.iter_mut() {
+            let bufs: Vec<AlignedBuf> = order
+                .iter()
+                .map(|&i| AlignedBuf::new(ranges[i].1))
+                .collect();
+            let (sender, reports) = channel();
+            let batch = order
+                .iter()
+                .zip(&bufs)
+                .map(|(&i, buf)| {
+                    read_request(
+                        &test_file.file,
+                        ranges[i].0,
+                        buf.frame_buf(),
+                        report_to(&sender, i),
+                    )
+                })
+                .collect();
+            backend.submit(batch);
+            for (i, result) in wait_reports(&reports, order.len()) {
+                let outcome = match result {
+                    Ok(len) => Ok(len),
+                    Err(error) => Err(error.raw_os_error()),
+                };
+                round[i] = Some(outcome);
+            }
+            for (&i, buf) in order.iter().zip(&bufs) {
+                if let Some(Ok(len)) = round[i] {
+                    assert_file_bytes(&buf.bytes()[..len], ranges[i].0);
+                }
+            }
+        }
+        (outcomes, control.eio_injected(), control.short_injected())
+    };
+    let forward: Vec<usize> = (0..ranges.len()).collect();
+    let backward: Vec<usize> = forward.iter().rev().copied().collect();
+    let (first, eio, short) = run(&forward);
+    let (second, eio_again, short_again) = run(&backward);
+    assert_eq!(first, second);
+    assert_eq!((eio, short), (eio_again, short_again));
+    assert!(
+        eio > 0 && short > 0,
+        "the rates make both faults: {eio} {short}"
+    );
+    let failed = first
+        .iter()
+        .flatten()
+        .filter(|outcome| **outcome == Some(Err(Some(libc::EIO))))
+        .count();
+    assert_eq!(failed as u64, eio);
+}
+
+/// Held completions come out in rank order, not arrival order, and none waits longer
+/// than the hold: every completion of a batch arrives.
+#[test]
+fn the_pen_reorders_completions_and_releases_them_all() {
+    let test_file = test_file();
+    let config = SimConfig {
+        reorder: 4,
+        hold_max: Duration::from_millis(20),
+        ..SimConfig::default()
+    };
+    let mut reordered = 0;
+    for seed in 0..4 {
+        let (backend, control) =
+            FaultBackend::seeded(Box::new(PreadBackend::new(1).unwrap()), seed, config);
+        const REQUESTS: usize = 12;
+        let bufs: Vec<AlignedBuf> = (0..REQUESTS).map(|_| AlignedBuf::new(PAGE_BYTES)).collect();
+        let (sender, reports) = channel();
+        let started = Instant::now();
+        backend.submit(
+            bufs.iter()
+                .enumerate()
+                .map(|(i, buf)| {
+                    read_request(
+                        &test_file.file,
+                        (i * PAGE_BYTES) as u64,
+                        buf.frame_buf(),
+                        report_to(&sender, i),
+                    )
+                })
+                .collect(),
+        );
+        for (i, result) in wait_reports(&reports, REQUESTS) {
+            assert_eq!(result.unwrap(), PAGE_BYTES);
+            assert_file_bytes(bufs[i].bytes(), (i * PAGE_BYTES) as u64);
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        reordered += control.reordered();
+        drop(backend);
+    }
+    assert!(reordered > 0, "ranks never overtook arrival order");
+}
+
+/// At a rate of 1000 per mille every request fails; `clear` ends the simulation.
+#[test]
+fn clear_ends_the_simulation() {
+    let test_file = test_file();
+    let config = SimConfig {
+        eio_per_mille: 1000,
+        ..SimConfig::default()
+    };
+    let (backend, control) =
+        FaultBackend::seeded(Box::new(PreadBackend::new(2).unwrap()), 1, config);
+    let offsets = [0, 8, 16].map(|page| page * PAGE_BYTES as u64);
+    for (result, _) in read_pages(&backend, &test_file, &offsets) {
+        assert_eio(&result);
+    }
+    control.clear();
+    for (index, (result, buf)) in read_pages(&backend, &test_file, &offsets)
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(*result.as_ref().unwrap(), REQUEST_BYTES);
+        assert_file_bytes(buf.bytes(), offsets[index]);
+    }
+    assert_eq!(control.eio_injected(), 3);
+}
+
+/// Draining a backend whose pen holds completions (a long hold) releases them at once.
+#[test]
+fn drop_releases_the_pen() {
+    let test_file = test_file();
+    let config = SimConfig {
+        reorder: 64,
+        hold_max: Duration::from_secs(60),
+        delay_max: Duration::from_micros(200),
+        ..SimConfig::default()
+    };
+    let (backend, _control) =
+        FaultBackend::seeded(Box::new(PreadBackend::new(2).unwrap()), 5, config);
+    let started = Instant::now();
+    run_drop_completes_everything(Box::new(backend), &test_file);
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+/// `read_draws_are_unchanged_by_writes_joining`'s draws, ordinals 0 to 5: (EIO, short
+/// length, delay in ns, rank), computed by the simulation as it was when it drew reads
+/// only (commit a81f574).
+const READ_DRAWS_1234: [(bool, Option<usize>, u64, u64); 6] = [
+    (false, Some(4096), 550_188, 16_767_991_628_859_886_739),
+    (true, None, 880_027, 3_516_229_363_879_996_551),
+    (false, None, 241_207, 882_783_006_828_346_028),
+    (false, Some(4096), 550_702, 18_157_854_630_727_128_515),
+    (false, Some(12288), 386_061, 1_130_152_315_912_081_670),
+    (true, None, 491_986, 9_944_362_887_252_073_824),
+];
+
+/// Without faults, writes pass through to the inner backend: every write scenario passes,
+/// over the pread pool and over io_uring where the kernel allows it.
+#[test]
+fn without_faults_writes_pass_through() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    run_writes_read_back(&backend);
+    run_write_error(&backend, &test_file);
+    run_concurrent_writes(&backend, &test_file);
+    assert_eq!(
+        (
+            control.eio_injected(),
+            control.short_injected(),
+            control.delayed()
+        ),
+        (0, 0, 0)
+    );
+    assert!(!control.take_writes().is_empty());
+    if let Ok(inner) = UringBackend::new(QUEUE_DEPTH) {
+        let (backend, _control) = FaultBackend::new(Box::new(inner));
+        run_writes_read_back(&backend);
+        run_concurrent_writes(&backend, &test_file);
+    }
+}
+
+/// Submits one write of `pages` pages at each of `first_pages` of `scratch`, in one batch,
+/// and returns the results in that order.
+fn write_pages(
+    backend: &dyn Backend,
+    scratch: &ScratchFile,
+    first_pages: &[u64],
+    pages: usize,
+) -> Vec<io::Result<usize>> {
+    let bufs: Vec<AlignedBuf> = first_pages
+        .iter()
+        .map(|&page| written_buf(page * PAGE_BYTES as u64, pages * PAGE_BYTES))
+        .collect();
+    let (sender, reports) = channel();
+    let batch = first_pages
+        .iter()
+        .zip(&bufs)
+        .enumerate()
+        .map(|(index, (&page, buf))| {
+            write_request(
+                &scratch.file,
+                page * PAGE_BYTES as u64,
+                buf.frame_buf(),
+                report_to(&sender, index),
+            )
+        })
+        .collect();
+    backend.submit(batch);
+    wait_reports(&reports, first_pages.len())
+        .into_iter()
+        .map(|(_, result)| result)
+        .collect()
+}
+
+/// The planned faults apply to writes: a failed range fails an overlapping write with EIO
+/// and leaves the file's bytes there untouched; `short_writes` cuts the next long write to
+/// its first 4096 bytes, which alone reach the file, and uses up no short read (nor
+/// `short_reads` a write); a delay postpones a write's completion. The logs keep reads and
+/// writes apart.
+#[test]
+fn writes_meet_the_planned_faults() {
+    let test_file = test_file();
+    let scratch = scratch_file();
+    let (backend, control) = fault_over_pread();
+    control.fail_range(9 * PAGE_BYTES as u64..9 * PAGE_BYTES as u64 + 1);
+    control.short_writes(1);
+    control.short_reads(1);
+    let results = write_pages(&backend, &scratch, &[8, 0, 16], 4);
+    assert_eio(&results[0]);
+    assert_eq!(*results[1].as_ref().unwrap(), SHORT_READ_BYTES);
+    assert_eq!(*results[2].as_ref().unwrap(), REQUEST_BYTES);
+    let on_disk = std::fs::read(&scratch.path).unwrap();
+    let page = |p: usize| &on_disk[p * PAGE_BYTES..(p + 1) * PAGE_BYTES];
+    assert!(
+        (8..12).all(|p| page(p).iter().all(|&b| b == 0)),
+        "failed write"
+    );
+    assert!(page(0)
+        .iter()
+        .enumerate()
+        .all(|(at, &b)| b == written_byte(at as u64)));
+    assert!(
+        (1..4).all(|p| page(p).iter().all(|&b| b == 0)),
+        "short write"
+    );
+    assert!((16..20).all(|p| page(p)
+        .iter()
+        .enumerate()
+        .all(|(at, &b)| b == written_byte((p * PAGE_BYTES + at) as u64))));
+    // The short read is still there for the next long read.
+    let read = read_pages(&backend, &test_file, &[0]);
+    assert_eq!(*read[0].0.as_ref().unwrap(), SHORT_READ_BYTES);
+    assert_eq!((control.eio_injected(), control.short_injected()), (1, 2));
+    assert_eq!(
+        control.take_writes(),
+        [8u64, 0, 16].map(|p| (p * PAGE_BYTES as u64, REQUEST_BYTES))
+    );
+    assert_eq!(control.take_requests(), [(0, REQUEST_BYTES)]);
+
+    control.clear();
+    let delay = Duration::from_millis(100);
+    control.delay(delay);
+    let started = Instant::now();
+    let results = write_pages(&backend, &scratch, &[24], 4);
+    assert_eq!(*results[0].as_ref().unwrap(), REQUEST_BYTES);
+    assert!(started.elapsed() >= delay, "the write completed early");
+    assert_eq!(control.delayed(), 1);
+}
+
+/// A seeded simulation fails, cuts and delays writes at its rates, and a cut write stored
+/// exactly its drawn prefix.
+#[test]
+fn a_seed_draws_faults_for_writes() {
+    let config = SimConfig {
+        eio_per_mille: 200,
+        short_per_mille: 400,
+        delay_max: Duration::from_micros(200),
+        ..SimConfig::default()
+    };
+    let scratch = scratch_file();
+    let (backend, control) =
+        FaultBackend::seeded(Box::new(PreadBackend::new(2).unwrap()), 17, config);
+    let first_pages: Vec<u64> = (0..16).map(|i| i * 4).collect();
+    let results = write_pages(&backend, &scratch, &first_pages, 4);
+    let on_disk = std::fs::read(&scratch.path).unwrap();
+    let (mut failed, mut short) = (0, 0);
+    for (&first, result) in first_pages.iter().zip(&results) {
+        let offset = first as usize * PAGE_BYTES;
+        let stored = match result {
+            Err(error) => {
+                assert_eq!(error.raw_os_error(), Some(libc::EIO));
+                failed += 1;
+                0
+            }
+            Ok(len) => {
+                short += usize::from(*len < REQUEST_BYTES);
+                *len
+            }
+        };
+        for at in 0..REQUEST_BYTES {
+            let byte = on_disk.get(offset + at).copied().unwrap_or(0);
+            let expected = if at < stored {
+                written_byte((offset + at) as u64)
+            } else {
+                0
+            };
+            assert_eq!(byte, expected, "write at page {first}, byte {at}");
+        }
+    }
+    assert_eq!(failed as u64, control.eio_injected());
+    assert_eq!(short as u64, control.short_injected());
+    assert!(failed > 0 && short > 0, "the rates make both faults");
+}

@@ -1,0 +1,245 @@
+//! Synchronous I/O: the one place that calls `preadv(2)` and `pwritev(2)` on arena memory.
+//!
+//! Design: [`transfer`] moves the bytes of a vector of [`FrameBuf`]s from a byte of their
+//! concatenation on, looping until they are full, the file ends (a read returns 0, or a
+//! count that is not a whole number of blocks: O_DIRECT moves whole blocks otherwise), or
+//! the kernel reports an error; `EINTR` is retried. Everything synchronous calls it:
+//! - [`perform`]: a whole request, then its completion, on the calling thread. The pread
+//!   pool's workers, and io_uring's and the pool's `submit_waited`, run requests this way.
+//! - [`finish_read`]: the cache's completion of a read that came back short before the end
+//!   of its buffers (`filemap::ReadCompletion`), where any error fails the read.
+//!
+//! Raw pointers, never `&mut [u8]` / `&[u8]`: forming a reference over arena memory that
+//! may never have been initialised, or that a stale optimistic reader may be loading from
+//! (it fails validation), would be undefined behaviour; an iovec carries no such claim,
+//! and the kernel's access is outside Rust's memory model.
+//!
+//! Protection: none of its own. The caller owns the buffers for the call (the backend
+//! contract in `backend.rs`: valid, written by nobody else, stable for a write) and keeps
+//! the file open (it lends `&File`).
+//!
+//! Limits: one system call per step, at most `UIO_MAXIOV` buffers per request (the
+//! contract); each step makes progress or ends the loop, so a transfer takes at most
+//! `len / DIRECT_IO_ALIGN_BYTES + 1` steps besides `EINTR` retries.
+
+use std::fs::File as StdFile;
+use std::io;
+use std::os::unix::io::AsRawFd;
+
+use super::backend::{FrameBuf, IoRequest, Op, DIRECT_IO_ALIGN_BYTES};
+
+/// Transfers `request` on this thread and runs its completion here.
+///
+/// Context: holds no lock; may block in `preadv` / `pwritev`; runs the completion.
+pub(crate) fn perform(request: IoRequest) {
+    let IoRequest {
+        op,
+        file,
+        offset_bytes,
+        bufs,
+        done,
+    } = request;
+    let result = transfer(&file, op, offset_bytes, &bufs, 0);
+    // `file` is dropped only here, after the last system call on it has returned.
+    drop(file);
+    done.run(result);
+}
+
+/// Moves `bufs`, in order, from byte `from_bytes` of their concatenation on, between them
+/// and `file` at `offset_bytes` (the offset of byte 0 of `bufs`): `op` says which way.
+/// Loops until the buffers are done, or a step returns 0 or an unaligned count (the end of
+/// the file for a read), or the kernel reports an error; retries `EINTR`.
+///
+/// Returns the bytes of `bufs` done in all, `from_bytes` included. An error is returned
+/// only if no byte moved in this call; after some progress, the loop stops and reports the
+/// count, as `read(2)` and `write(2)` do (the caller retries the rest and meets the error
+/// itself).
+///
+/// Context: holds no lock; may block in the system call. The caller owns `bufs` for the
+/// call (module docs).
+pub(crate) fn transfer(
+    file: &StdFile,
+    op: Op,
+    offset_bytes: u64,
+    bufs: &[FrameBuf],
+    from_bytes: usize,
+) -> io::Result<usize> {
+    let fd = file.as_raw_fd();
+    let len_bytes: usize = bufs.iter().map(FrameBuf::len_bytes).sum();
+    let mut done_bytes = from_bytes;
+    while done_bytes < len_bytes {
+        let position = offset_bytes
+            .checked_add(done_bytes as u64)
+            .and_then(|position| libc::off_t::try_from(position).ok())
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let iovecs = iovecs_after(bufs, done_bytes);
+        let count = iovecs.len() as libc::c_int;
+        let result = match op {
+            // SAFETY: every iovec lies inside one of `bufs` (`iovecs_after`), which the
+            // caller owns for this call (backend contract: valid for writes, written by
+            // nobody else until the completion runs). `iovecs` outlives the call and holds
+            // at most `bufs.len() <= UIO_MAXIOV` entries (`IoRequest::assert_contract`).
+            // `fd` is open: `file` is borrowed for the whole call.
+            Op::Read => unsafe { libc::preadv(fd, iovecs.as_ptr(), count, position) },
+            // SAFETY: as for the read; the kernel only reads the buffers, whose bytes the
+            // caller keeps stable until the completion runs (backend contract).
+            Op::Write => unsafe { libc::pwritev(fd, iovecs.as_ptr(), count, position) },
+        };
+        match result {
+            0 => break,
+            n if n > 0 => {
+                let n = n as usize;
+                done_bytes += n;
+                if n % DIRECT_IO_ALIGN_BYTES != 0 {
+                    // An unaligned count is the end of the file (O_DIRECT moves whole
+                    // blocks otherwise); a further step would start unaligned.
+                    break;
+                }
+            }
+            _ => {
+                let error = io::Error::last_os_error();
+                if error.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                if done_bytes > from_bytes {
+                    break;
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(done_bytes)
+}
+
+/// Completes a read of `bufs` at `offset_bytes` that came back with `read_bytes`, short
+/// of the buffers' end: reads the rest, from where it stopped, until the buffers are full
+/// or the file ends. Returns the bytes of `bufs` read in all (short only at the real end
+/// of the file, as the kernel sees it now).
+///
+/// Unlike [`transfer`] alone, an error is returned even after some of the rest arrived:
+/// the cache fails the read's folios rather than guess which of them the error spared.
+/// Each step makes progress or ends the loop, so it ends within the request's length.
+///
+/// Context: holds no lock; may block in `preadv`. The caller owns `bufs` (the read's
+/// LOCKED folios, whose backend has completed).
+pub(crate) fn finish_read(
+    file: &StdFile,
+    offset_bytes: u64,
+    bufs: &[FrameBuf],
+    read_bytes: usize,
+) -> io::Result<usize> {
+    let len_bytes: usize = bufs.iter().map(FrameBuf::len_bytes).sum();
+    let mut done_bytes = read_bytes;
+    while done_bytes < len_bytes {
+        let now = transfer(file, Op::Read, offset_bytes, bufs, done_bytes)?;
+        let step_bytes = now - done_bytes;
+        done_bytes = now;
+        if step_bytes == 0 || done_bytes % DIRECT_IO_ALIGN_BYTES != 0 {
+            break;
+        }
+    }
+    Ok(done_bytes)
+}
+
+/// The iovecs covering `bufs` from byte `skip_bytes` of their concatenation on.
+fn iovecs_after(bufs: &[FrameBuf], skip_bytes: usize) -> Vec<libc::iovec> {
+    let mut skip_left = skip_bytes;
+    let mut iovecs = Vec::with_capacity(bufs.len());
+    for buf in bufs {
+        if skip_left >= buf.len_bytes() {
+            skip_left -= buf.len_bytes();
+            continue;
+        }
+        iovecs.push(libc::iovec {
+            iov_base: buf.as_ptr().wrapping_add(skip_left).cast::<libc::c_void>(),
+            iov_len: buf.len_bytes() - skip_left,
+        });
+        skip_left = 0;
+    }
+    iovecs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::testing::*;
+
+    /// `transfer` from a byte of the buffers on fills only the rest, and stops at the end
+    /// of the file with an unaligned count.
+    #[test]
+    fn transfer_continues_from_a_byte_and_stops_at_the_end() {
+        let test_file = test_file();
+        let bufs = [AlignedBuf::new(PAGE_BYTES), AlignedBuf::new(2 * PAGE_BYTES)];
+        let frame_bufs: Vec<FrameBuf> = bufs.iter().map(AlignedBuf::frame_buf).collect();
+        let offset = 8 * PAGE_BYTES as u64;
+        let got = transfer(&test_file.file, Op::Read, offset, &frame_bufs, PAGE_BYTES).unwrap();
+        assert_eq!(got, 3 * PAGE_BYTES);
+        assert!(
+            bufs[0].bytes().iter().all(|&b| b == 0),
+            "byte 0 on was skipped"
+        );
+        assert_file_bytes(bufs[1].bytes(), offset + PAGE_BYTES as u64);
+
+        let tail = [AlignedBuf::new(3 * PAGE_BYTES)];
+        let frame_bufs: Vec<FrameBuf> = tail.iter().map(AlignedBuf::frame_buf).collect();
+        let offset = LAST_PAGE_OFFSET - PAGE_BYTES as u64;
+        let got = transfer(&test_file.file, Op::Read, offset, &frame_bufs, 0).unwrap();
+        assert_eq!(got as u64, FILE_LEN_BYTES - offset);
+        assert_file_bytes(&tail[0].bytes()[..got], offset);
+    }
+
+    /// `finish_read` reads the rest of a read that stopped after its first page, across
+    /// buffers, up to the end of the file; a read already at the end stays as it is.
+    #[test]
+    fn finish_read_completes_a_short_read() {
+        let test_file = test_file();
+        let bufs = [AlignedBuf::new(PAGE_BYTES), AlignedBuf::new(3 * PAGE_BYTES)];
+        let frame_bufs: Vec<FrameBuf> = bufs.iter().map(AlignedBuf::frame_buf).collect();
+        let offset = 4 * PAGE_BYTES as u64;
+        let got = finish_read(&test_file.file, offset, &frame_bufs, PAGE_BYTES).unwrap();
+        assert_eq!(got, 4 * PAGE_BYTES);
+        assert!(
+            bufs[0].bytes().iter().all(|&b| b == 0),
+            "the first page was read again"
+        );
+        assert_file_bytes(bufs[1].bytes(), offset + PAGE_BYTES as u64);
+
+        let end = [AlignedBuf::new(4 * PAGE_BYTES)];
+        let frame_bufs: Vec<FrameBuf> = end.iter().map(AlignedBuf::frame_buf).collect();
+        let offset = LAST_PAGE_OFFSET - 2 * PAGE_BYTES as u64;
+        let got = finish_read(&test_file.file, offset, &frame_bufs, PAGE_BYTES).unwrap();
+        assert_eq!(got as u64, FILE_LEN_BYTES - offset);
+        assert_file_bytes(&end[0].bytes()[PAGE_BYTES..got], offset + PAGE_BYTES as u64);
+    }
+
+    /// An error while finishing a read is the result, not a short count.
+    #[test]
+    fn finish_read_returns_the_error() {
+        let test_file = test_file();
+        let buf = AlignedBuf::new(2 * PAGE_BYTES);
+        let error = finish_read(&test_file.write_only, 0, &[buf.frame_buf()], PAGE_BYTES)
+            .expect_err("a write-only descriptor cannot read");
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF));
+    }
+
+    /// `transfer` writes from a byte of the buffers on, and reports the kernel's error when
+    /// nothing moved.
+    #[test]
+    fn transfer_writes_the_rest() {
+        let scratch = scratch_file();
+        let buf = written_buf(0, 3 * PAGE_BYTES);
+        let got = transfer(&scratch.file, Op::Write, 0, &[buf.frame_buf()], PAGE_BYTES).unwrap();
+        assert_eq!(got, 3 * PAGE_BYTES);
+        let on_disk = std::fs::read(&scratch.path).unwrap();
+        assert!(on_disk[..PAGE_BYTES].iter().all(|&b| b == 0));
+        assert_eq!(
+            &on_disk[PAGE_BYTES..3 * PAGE_BYTES],
+            &buf.bytes()[PAGE_BYTES..]
+        );
+
+        let test_file = test_file();
+        let error = transfer(&test_file.file, Op::Write, 0, &[buf.frame_buf()], 0)
+            .expect_err("a read-only descriptor cannot write");
+        assert_eq!(error.raw_os_error(), Some(libc::EBADF));
+    }
+}
