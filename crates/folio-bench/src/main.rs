@@ -34,6 +34,11 @@ use workloads::{
     Scale, Workload,
 };
 
+/// How folio's caches get their memory in every workload: the library's default
+/// (`Prefault::Lazy`), which `Env::folio_cache` leaves alone.
+const FOLIO_ARENA: &str =
+    "the library's default: lazy, populated ahead of the allocator in the background";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "folio-bench",
@@ -74,10 +79,6 @@ struct Common {
     /// (folio::READAHEAD_MAX_BYTES_DEFAULT)
     #[arg(long, value_name = "KIB", default_value_t = folio::READAHEAD_MAX_BYTES_DEFAULT >> 10)]
     readahead_kib: u64,
-    /// Build folio's caches without prefaulting their arena, so that each run's first
-    /// reads also pay the page faults of fresh memory (a process start)
-    #[arg(long)]
-    lazy_arena: bool,
     /// MiB of the file and of the buffer on which the limits that every report carries
     /// are measured [default: 512 and 1024; --quick 128 and 256]
     #[arg(long, value_name = "MIB")]
@@ -207,9 +208,6 @@ fn run(cli: Cli) -> io::Result<()> {
         common.backend.into(),
     );
     env.readahead_max_bytes = common.readahead_kib << 10;
-    if common.lazy_arena {
-        env.prefault = folio::Prefault::Lazy;
-    }
     if let Some(n) = common.limits_mib {
         env.limits_args.file_mib = Some(n);
         env.limits_args.memcpy_mib = Some(n);
@@ -228,14 +226,7 @@ fn run(cli: Cli) -> io::Result<()> {
         env.cold.describe(),
         env.warm.describe()
     );
-    println!(
-        "folio arena: {}",
-        if env.prefault == folio::Prefault::AtBuild {
-            "prefaulted at build, outside the timing (--lazy-arena: faulted by the first reads)"
-        } else {
-            "lazy: each run's first reads pay the page faults of fresh memory"
-        }
-    );
+    println!("folio arena: {FOLIO_ARENA} (readseq's folio-prefault row: prefaulted at build)");
     let reports: Vec<Report> = match &workload {
         Some(w) => vec![w.run(&env)?],
         None => compare::run(&env)?,
@@ -255,7 +246,7 @@ fn run(cli: Cli) -> io::Result<()> {
         "cold_method": env.cold.describe(),
         "warm_method": env.warm.describe(),
         "folio_readahead_max_bytes": env.readahead_max_bytes,
-        "folio_arena": if env.prefault == folio::Prefault::AtBuild { "prefaulted at build" } else { "lazy (faulted by the first reads)" },
+        "folio_arena": FOLIO_ARENA,
     });
     if let Some(path) = &common.json {
         match workload {

@@ -46,7 +46,7 @@ pub fn table(report: &Report) -> String {
             Some(r)
                 if matches!(
                     System::named(&row.system),
-                    Some(System::Folio | System::FolioPinned)
+                    Some(System::Folio | System::FolioPinned | System::FolioPrefault)
                 ) =>
             {
                 format!("{r:.2}x")
@@ -131,6 +131,7 @@ fn color_of(system: &str, index: usize) -> RGBColor {
         Some(System::Kernel) => RGBColor(0xd6, 0x27, 0x28),
         Some(System::Direct) => RGBColor(0x2c, 0xa0, 0x2c),
         Some(System::Memcpy) => RGBColor(0xff, 0x7f, 0x0e),
+        Some(System::FolioPrefault) => RGBColor(0x17, 0xbe, 0xcf),
         Some(System::ODirectQd32) => RGBColor(0x94, 0x67, 0xbd),
         Some(System::ODirectBest | System::ODirectGrid) => RGBColor(0xe3, 0x77, 0xc2),
         // A row of a JSON file written by another version.

@@ -193,6 +193,29 @@ fn every_workload_runs_tiny_with_the_promised_json() {
     let pages = v["params"]["file_pages"].as_u64().unwrap();
     assert_eq!(row(&rows, "folio", 1)["pages_inserted"], pages);
     assert_eq!(row(&rows, "folio", 2)["pages_inserted"], 2 * pages);
+    // The same scans into a prefaulted cache, beside the library's default, same run.
+    assert_eq!(row(&rows, "folio-prefault", 1)["pages_inserted"], pages);
+    assert_eq!(row(&rows, "folio-prefault", 2)["pages_inserted"], 2 * pages);
+    for system in ["folio", "folio-prefault"] {
+        assert!(
+            row(&rows, system, 1)["cache_build_ms"].as_f64().is_some(),
+            "{system}: cache_build_ms"
+        );
+    }
+    let fresh_over_prefault = v["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .find(|t| {
+            t["what"]
+                .as_str()
+                .is_some_and(|w| w.contains("folio-prefault"))
+        })
+        .unwrap_or_else(|| panic!("no fresh cache / prefault target: {}", v["targets"]));
+    assert!(
+        fresh_over_prefault["measured"].as_f64() > Some(0.0),
+        "{fresh_over_prefault}"
+    );
 
     let v = run(
         d,
@@ -213,6 +236,10 @@ fn every_workload_runs_tiny_with_the_promised_json() {
     assert_eq!(v["params"]["shared"], true);
     assert_eq!(
         row(&rows, "folio", 4)["pages_inserted"],
+        v["params"]["file_pages"]
+    );
+    assert_eq!(
+        row(&rows, "folio-prefault", 4)["pages_inserted"],
         v["params"]["file_pages"]
     );
 

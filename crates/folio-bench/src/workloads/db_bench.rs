@@ -1,7 +1,8 @@
 //! `db-bench` (issue 5): the unmodified RocksDB `db_bench readseq` from a cold cache, as
 //! three systems with the same block cache and threads: `kernel` (buffered reads through
 //! the page cache), `direct` (`--use_direct_reads=1`: RocksDB's block cache only) and
-//! `folio` (buffered, through the folio RocksDB plugin, `plugins/rocksdb/db_bench_folio.sh`).
+//! `folio` (buffered, through the folio RocksDB plugin, `plugins/rocksdb/db_bench_folio.sh`,
+//! with only its capacity set: every other option at the plugin's default).
 //!
 //! Design: the databases are made once per data directory (`fillseq,flush` with
 //! `--num_multi_db=N --num=K --value_size=8192`, default file system) and reused while a
@@ -13,7 +14,7 @@
 //! ops/sec and operations, and its histogram's P50/P75/P99 (microseconds).
 //!
 //! `db-bench readrandom` (issue 13, module `readrandom`) runs db_bench's `readrandom` the
-//! same way, with the plugin at its default options, and adds each process's system time
+//! same way, and adds each process's system time
 //! per read.
 //!
 //! Limits: db_bench is an external program: `mb_per_sec` is ops/s x 8 KiB (the value
@@ -99,12 +100,9 @@ impl Workload for Args {
         let root = workspace_root();
         let (plugin, plugin_note) = build_plugin(env, &root)?;
         let db = ensure_dbs(env, dbs, keys)?;
-        // The plugin's cache is prefaulted as folio's own caches are in every workload
-        // (`--lazy-arena` turns both off): at db_bench's start, before its timing.
-        let fs_uri = format!(
-            "folio://?capacity={folio_capacity_mib}M&prefault={}",
-            u8::from(env.prefault == folio::Prefault::AtBuild)
-        );
+        // The capacity and nothing else: `prefault` and every other option at the
+        // plugin's default, as folio's own caches are at the library's in every workload.
+        let fs_uri = format!("folio://?capacity={folio_capacity_mib}M");
 
         let mut report = Report::new(self.name(), Metric::OpsPerSec);
         report.param("threads", threads.clone());

@@ -57,8 +57,6 @@ pub struct Env {
     pub backend: folio::BackendKind,
     /// folio's maximum readahead window for every cache the workloads build.
     pub readahead_max_bytes: u64,
-    /// When folio's caches fault their arena in (`CacheBuilder::prefault`).
-    pub prefault: folio::Prefault,
     pub progress: MultiProgress,
     pub limits_args: limits::Args,
     limits: RefCell<Option<Limits>>,
@@ -80,24 +78,32 @@ impl Env {
             warm,
             backend,
             readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
-            prefault: folio::Prefault::AtBuild,
             progress: MultiProgress::new(),
             limits_args: limits::Args::default(),
             limits: RefCell::new(None),
         }
     }
 
-    /// A fresh (cold) folio cache of `capacity_bytes` on the chosen backend. Its arena is
-    /// prefaulted unless `--lazy-arena`: a storage engine's cache lives as long as the
-    /// process and has been faulted in long before the scan being measured, and a fresh
-    /// cache per run would otherwise charge each cold run the page faults (and the kernel's
-    /// zeroing) of a process start.
+    /// A fresh (cold) folio cache of `capacity_bytes` on the chosen backend, with the
+    /// readahead window of `--readahead-kib` (the library's by default) and every other
+    /// option at the library's default: its arena grows lazily, populated ahead of the
+    /// allocator in the background (issue 13: a default that only the benchmark overrides
+    /// is a bug). readseq measures the same scan with `Prefault::AtBuild` beside it.
     pub fn folio_cache(&self, capacity_bytes: u64) -> io::Result<folio::Cache> {
+        self.folio_cache_prefault(capacity_bytes, folio::Prefault::default())
+    }
+
+    /// [`Env::folio_cache`] with its arena faulted in as `prefault` says.
+    pub fn folio_cache_prefault(
+        &self,
+        capacity_bytes: u64,
+        prefault: folio::Prefault,
+    ) -> io::Result<folio::Cache> {
         folio::Cache::builder()
             .capacity_bytes(capacity_bytes.max(folio::CAPACITY_BYTES_MIN))
             .backend(self.backend)
             .readahead_max_bytes(self.readahead_max_bytes)
-            .prefault(self.prefault)
+            .prefault(prefault)
             .build()
     }
 
@@ -194,6 +200,9 @@ pub enum System {
     Folio,
     /// folio, reading through a pinned page (`File::get_page`).
     FolioPinned,
+    /// folio with its arena faulted in at build (`Prefault::AtBuild`), beside the
+    /// library's default (`Prefault::Lazy`) in the same run.
+    FolioPrefault,
     /// The kernel's page cache: buffered reads.
     Kernel,
     /// O_DIRECT reads, no cache.
@@ -212,9 +221,10 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 8] = [
+    pub const ALL: [System; 9] = [
         System::Folio,
         System::FolioPinned,
+        System::FolioPrefault,
         System::Kernel,
         System::Direct,
         System::Memcpy,
@@ -228,6 +238,7 @@ impl System {
         match self {
             System::Folio => "folio",
             System::FolioPinned => "folio-pinned",
+            System::FolioPrefault => "folio-prefault",
             System::Kernel => "kernel",
             System::Direct => "direct",
             System::Memcpy => "memcpy",
@@ -375,38 +386,56 @@ impl Report {
         self.row(system, threads)?.vs_kernel
     }
 
+    /// `system`'s throughput (`ratio_of`) over `other`'s at `threads`: the median of the
+    /// per-run ratios (run i over run i), as `fill_ratios` does against the kernel.
+    pub fn ratio_between(&self, system: System, other: System, threads: u32) -> Option<f64> {
+        let of = self.row(system, threads)?;
+        let to = self.row(other, threads)?;
+        paired_median(&self.runs_of(of), &self.runs_of(to))
+    }
+
+    /// Every run's `ratio_of` figure of `row`, in run order.
+    fn runs_of(&self, row: &Row) -> Vec<f64> {
+        match self.ratio_of {
+            Metric::OpsPerSec => row.runs_ops_per_sec.clone(),
+            Metric::MbPerSec => row.runs_mb_per_sec.clone(),
+        }
+    }
+
     /// Fills every row's ratio to the kernel row of the same thread count: the median of
     /// the ratios of runs taken side by side.
     pub fn fill_ratios(&mut self) {
-        let runs_of = |r: &Row| match self.ratio_of {
-            Metric::OpsPerSec => r.runs_ops_per_sec.clone(),
-            Metric::MbPerSec => r.runs_mb_per_sec.clone(),
-        };
         let kernel: Vec<(u32, Vec<f64>)> = self
             .rows
             .iter()
             .filter(|r| r.system == System::Kernel.as_str())
-            .map(|r| (r.threads, runs_of(r)))
+            .map(|r| (r.threads, self.runs_of(r)))
             .collect();
         let ratios: Vec<Option<f64>> = self
             .rows
             .iter()
             .map(|row| {
                 let (_, k) = kernel.iter().find(|(t, _)| *t == row.threads)?;
-                let mut paired: Vec<f64> = runs_of(row)
-                    .iter()
-                    .zip(k)
-                    .filter(|(_, k)| **k > 0.0)
-                    .map(|(x, k)| x / k)
-                    .collect();
-                paired.sort_by(f64::total_cmp);
-                paired.get(paired.len().checked_sub(1)? / 2).copied()
+                paired_median(&self.runs_of(row), k)
             })
             .collect();
         for (row, ratio) in self.rows.iter_mut().zip(ratios) {
             row.vs_kernel = ratio;
         }
     }
+}
+
+/// The median (lower middle) of `xs[i] / of[i]` over the runs where `of[i] > 0`; `None`
+/// for none.
+fn paired_median(xs: &[f64], of: &[f64]) -> Option<f64> {
+    let mut paired: Vec<f64> = xs
+        .iter()
+        .zip(of)
+        .filter(|(_, o)| **o > 0.0)
+        .map(|(x, o)| x / o)
+        .collect();
+    paired.sort_by(f64::total_cmp);
+    paired.get(paired.len().checked_sub(1)? / 2).copied()
 }
 
 /// One measurement `measure_systems` asks for.
@@ -421,15 +450,15 @@ pub struct Turn {
 /// Measures each of `systems` at each of `threads`, `env.runs` times, with `measure`, and
 /// adds one row per (system, threads) to `report`, ratios filled.
 ///
-/// Order: first folio and the kernel, run by run (and within a run thread count by
-/// thread count), swapping places every other run; then the other systems (references
-/// such as O_DIRECT without a cache) the same way. The disk's state carries over from one
-/// measurement to the next: a cold scan right after readseq's O_DIRECT run reads
-/// 30-50% slower here (docs/readahead.md), which would hit whichever system followed it.
-/// So the two compared systems only ever follow each other, and one unmeasured turn of
-/// the first of them comes before run 0: the first scan after the limits measurement (an
-/// O_DIRECT scan too) is as slow, and would otherwise land on run 0's first system in
-/// every set.
+/// Order: first the compared systems (folio, folio-prefault and the kernel, those of
+/// them in `systems`), run by run (and within a run thread count by thread count), their
+/// order reversed every other run; then the other systems (references such as O_DIRECT
+/// without a cache) the same way. The disk's state carries over from one measurement to
+/// the next: a cold scan right after readseq's O_DIRECT run reads 30-50% slower here
+/// (docs/readahead.md), which would hit whichever system followed it. So the compared
+/// systems only ever follow each other, and one unmeasured turn of the first of them
+/// comes before run 0: the first scan after the limits measurement (an O_DIRECT scan
+/// too) is as slow, and would otherwise land on run 0's first system in every set.
 pub fn measure_systems(
     env: &Env,
     report: &mut Report,
@@ -442,7 +471,7 @@ pub fn measure_systems(
         (env.runs * threads.len() * systems.len()) as u64,
     );
     let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); threads.len() * systems.len()];
-    let compared: Vec<usize> = [System::Folio, System::Kernel]
+    let compared: Vec<usize> = [System::Folio, System::FolioPrefault, System::Kernel]
         .iter()
         .filter_map(|compared| systems.iter().position(|s| s == compared))
         .collect();
@@ -526,6 +555,7 @@ mod tests {
             [
                 "folio",
                 "folio-pinned",
+                "folio-prefault",
                 "kernel",
                 "direct",
                 "memcpy",
@@ -539,6 +569,45 @@ mod tests {
             assert_eq!(system.to_string(), system.as_str());
         }
         assert_eq!(System::named("spdk"), None);
+    }
+
+    fn row_of(system: System, runs_ops_per_sec: &[f64]) -> Row {
+        Row {
+            system: system.as_str().to_string(),
+            threads: 1,
+            ops_per_sec: 0.0,
+            mb_per_sec: 0.0,
+            p50_us: 0.0,
+            p99_us: 0.0,
+            pages_inserted: None,
+            vs_kernel: None,
+            runs_ops_per_sec: runs_ops_per_sec.to_vec(),
+            runs_mb_per_sec: Vec::new(),
+            bytes_read: 0,
+            bytes_verified: 0,
+            extra: Map::new(),
+        }
+    }
+
+    /// Ratios pair run i with run i (not medians with medians) and skip empty runs.
+    #[test]
+    fn ratios_pair_runs_taken_side_by_side() {
+        let mut report = Report::new("t", Metric::OpsPerSec);
+        report.rows.push(row_of(System::Folio, &[10.0, 30.0, 20.0]));
+        report
+            .rows
+            .push(row_of(System::FolioPrefault, &[20.0, 10.0, 0.0]));
+        report.rows.push(row_of(System::Kernel, &[5.0, 10.0, 40.0]));
+        report.fill_ratios();
+        // folio / kernel per run: 2, 3, 0.5 -> median 2.
+        assert_eq!(report.ratio(System::Folio, 1), Some(2.0));
+        // folio / folio-prefault per run: 0.5, 3 (run 2 has no prefault figure) -> 0.5.
+        assert_eq!(
+            report.ratio_between(System::Folio, System::FolioPrefault, 1),
+            Some(0.5)
+        );
+        assert_eq!(report.ratio_between(System::Folio, System::Direct, 1), None);
+        assert_eq!(report.ratio_between(System::Folio, System::Kernel, 2), None);
     }
 
     #[test]

@@ -4,9 +4,13 @@
 //! what happens when N threads scan ONE file through ONE handle, where the kernel's
 //! unsynchronised per-file readahead state and per-insertion lock are the walls.
 //!
-//! Systems: `folio` (`File::read_at`, a fresh cache per run), `kernel` (buffered `pread`
-//! after the page cache was dropped), `direct` (O_DIRECT `pread` of 8 KiB, no cache: what
-//! an engine gets with `use_direct_reads` and no cache of its own).
+//! Systems: `folio` (`File::read_at`, a fresh cache per run at the library's defaults:
+//! its arena grows lazily, populated in the background), `folio-prefault` (the same with
+//! `Prefault::AtBuild`: the whole arena faulted in at build, outside the clock), `kernel`
+//! (buffered `pread` after the page cache was dropped), `direct` (O_DIRECT `pread` of
+//! 8 KiB, no cache: what an engine gets with `use_direct_reads` and no cache of its own).
+//! folio / folio-prefault, run by run, says whether a cold scan into a fresh cache is
+//! slower than into a prefaulted one (issue 13).
 //!
 //! Design: without `--shared`, thread i scans its own file `readseq-i.dat` through its own
 //! handle (its own fd for the kernel); with `--shared`, all N threads scan the whole of
@@ -40,7 +44,12 @@ use crate::measure::{self, Bound, Control, Recorder, RunResult};
 
 /// Bytes of one record (RocksDB's 8 KiB values).
 pub const RECORD_BYTES: usize = 8192;
-const SYSTEMS: [System; 3] = [System::Folio, System::Kernel, System::Direct];
+const SYSTEMS: [System; 4] = [
+    System::Folio,
+    System::FolioPrefault,
+    System::Kernel,
+    System::Direct,
+];
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Args {
@@ -94,10 +103,14 @@ impl Workload for Args {
                 files[..t].to_vec()
             };
             kernel::make_cold(&mine, env.cold)?;
+            let data_bytes = file_bytes * mine.len() as u64;
             let mut result = match turn.system {
-                System::Folio => {
-                    let (r, direct) =
-                        self.run_folio(env, t, &mine, file_bytes * mine.len() as u64)?;
+                System::Folio | System::FolioPrefault => {
+                    let prefault = match turn.system {
+                        System::FolioPrefault => folio::Prefault::AtBuild,
+                        _ => folio::Prefault::default(),
+                    };
+                    let (r, direct) = self.run_folio(env, t, &mine, data_bytes, prefault)?;
                     folio_direct &= direct;
                     r
                 }
@@ -125,6 +138,11 @@ impl Workload for Args {
             "direct: 8 KiB O_DIRECT preads, stopped after {direct_cap} s (no cache: a partial \
              scan measures the same rate)"
         ));
+        report.note(
+            "folio: a fresh cache per run at the library's defaults (lazy arena, populated \
+             in the background); folio-prefault: the same with Prefault::AtBuild, the arena \
+             faulted in at build, before the clock starts (cache_build_ms: the build)",
+        );
         if !folio_direct {
             report.note(
                 "folio: the file system refused O_DIRECT; folio read through the kernel's cache",
@@ -139,6 +157,14 @@ impl Workload for Args {
                 report.ratio(System::Folio, t),
                 1.5,
             ));
+            report.targets.push(Target::at_least(
+                format!(
+                    "readseq --shared {t} threads: folio (fresh cache) / folio-prefault \
+                     ops/s, same run"
+                ),
+                report.ratio_between(System::Folio, System::FolioPrefault, t),
+                1.0,
+            ));
             report.targets.push(Target::equal(
                 format!("readseq --shared {t} threads: folio pages inserted == file pages"),
                 report.row(System::Folio, t).and_then(|r| r.pages_inserted),
@@ -148,6 +174,11 @@ impl Workload for Args {
             report.targets.push(Target::at_least(
                 "readseq cold 1 thread: folio / kernel ops/s",
                 report.ratio(System::Folio, 1),
+                1.0,
+            ));
+            report.targets.push(Target::at_least(
+                "readseq cold 1 thread: folio (fresh cache) / folio-prefault ops/s, same run",
+                report.ratio_between(System::Folio, System::FolioPrefault, 1),
                 1.0,
             ));
             report.targets.push(Target::at_least(
@@ -163,15 +194,19 @@ impl Workload for Args {
 }
 
 impl Args {
-    /// One folio measurement; also returns whether folio used O_DIRECT.
+    /// One folio measurement into a fresh cache whose arena is faulted in as `prefault`
+    /// says (at build: before the clock starts); also returns whether folio used O_DIRECT.
     fn run_folio(
         &self,
         env: &Env,
         threads: usize,
         files: &[PathBuf],
         data_bytes: u64,
+        prefault: folio::Prefault,
     ) -> io::Result<(RunResult, bool)> {
-        let cache = env.folio_cache(data_bytes + (32 << 20))?;
+        let building = Instant::now();
+        let cache = env.folio_cache_prefault(data_bytes + (32 << 20), prefault)?;
+        let build_ms = building.elapsed().as_secs_f64() * 1e3;
         let handles: Vec<Arc<folio::File>> = if self.shared {
             let one = Arc::new(cache.open(&files[0])?);
             (0..threads).map(|_| one.clone()).collect()
@@ -189,6 +224,7 @@ impl Args {
         })?;
         let s = cache.stats();
         r.pages_inserted = Some(s.pages_inserted);
+        r.extra.insert("cache_build_ms".into(), json!(build_ms));
         r.extra.insert(
             "folio".into(),
             json!({

@@ -204,8 +204,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         "db_bench {} over {dbs} databases of {keys} 8 KiB values ({} MiB, {:.1}x the block \
          cache; made once with fillseq,flush); kernel: buffered; direct: --use_direct_reads=1; \
          folio: LD_PRELOAD={} db_bench ... --fs_uri='{fs_uri}' (only the capacity is set: \
-         prefault, readahead_max, backend and every other option at the plugin's default; \
-         --lazy-arena does not apply)",
+         prefault, readahead_max, backend and every other option at the plugin's default)",
         base_args(threads[0])
             .iter()
             .filter(|a| !a.starts_with("--db=") && !a.starts_with("--threads="))
