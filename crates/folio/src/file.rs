@@ -257,27 +257,19 @@ impl File {
     /// The first page at or after `page`, at most `distance` pages on, that the index
     /// does not hold.
     fn next_miss(&self, page: PageIndex, distance: u64) -> Option<PageIndex> {
-        let mut at = page;
-        while at.0 < page.0 + distance.max(1) {
-            match self.mapping.index.lookup(at) {
-                Entry::Folio { head, order, .. } => at = head.add(order.pages()),
-                _ => return Some(at),
-            }
-        }
-        None
+        self.mapping
+            .index
+            .next_miss(page, page.add(distance.max(1)))
     }
 
-    /// How many pages right before `page` the index holds without a gap, counted by a
-    /// lock-free walk back over whole folios, stopping once at least `enough` are found.
+    /// How many pages right before `page` the index holds without a gap, counted until
+    /// at least `enough` are found (then `enough`: `MissRequest::cached_before`).
     fn cached_before(&self, page: PageIndex, enough: u64) -> u64 {
-        let mut at = page.0;
-        while at > 0 && page.0 - at < enough {
-            match self.mapping.index.lookup(PageIndex(at - 1)) {
-                Entry::Folio { head, .. } => at = head.0,
-                _ => break,
-            }
+        let floor = PageIndex(page.0.saturating_sub(enough));
+        match self.mapping.index.prev_miss(page, floor) {
+            Some(miss) => page.0 - miss.0 - 1,
+            None => page.0 - floor.0,
         }
-        page.0 - at
     }
 
     /// A miss: open a readahead window if the policy says so (and read it, including the
