@@ -204,8 +204,8 @@ impl Arena {
         let order = meta.identity().2;
         let state = meta.state.load();
         assert!(
-            state & crate::refcount::DEAD != 0 && state & crate::refcount::LOCKED == 0,
-            "freed a folio that is not dead, or has I/O in flight: {state:#x}"
+            state.is_dead() && !state.is_locked(),
+            "freed a folio that is not dead, or has I/O in flight: {state:?}"
         );
         if meta.version.is_valid() {
             meta.version.retire();
