@@ -31,9 +31,9 @@
 //! shadow values below 2^62.
 
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use super::{Index, IndexWriteGuard};
+use super::{Index, IndexWriteGuard, Mark, MARKS};
 use crate::types::{FrameId, Order};
 
 pub(super) const SLOT_SHIFT: u32 = 6;
@@ -119,11 +119,17 @@ pub(super) struct Node {
     shift: AtomicU32,
     /// Non-empty slots; written under the lock only.
     used: AtomicU32,
+    /// Per mark, a bit per slot (`mark`): written under the lock only.
+    marks: [AtomicU64; MARKS],
     slots: [AtomicUsize; SLOTS],
 }
 
 /// Bytes of one index node, for memory accounting.
 pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
+
+// The layout the `index` docs count on: the two counters, the mark bitmaps, the slots.
+#[cfg(target_pointer_width = "64")]
+const _: () = assert!(NODE_BYTES == 8 + 8 * MARKS + 8 * SLOTS);
 
 impl Node {
     /// A new node on the heap, owned by the index that links or pools it (freed in
@@ -132,6 +138,7 @@ impl Node {
         let node = Box::new(Node {
             shift: AtomicU32::new(shift),
             used: AtomicU32::new(0),
+            marks: std::array::from_fn(|_| AtomicU64::new(0)),
             slots: std::array::from_fn(|_| AtomicUsize::new(0)),
         });
         NonNull::from(Box::leak(node))
@@ -142,6 +149,9 @@ impl Node {
     fn reset(&self, shift: u32) {
         for slot in &self.slots {
             slot.store(0, Ordering::Release);
+        }
+        for bits in &self.marks {
+            bits.store(0, Ordering::Release);
         }
         self.used.store(0, Ordering::Relaxed);
         self.shift.store(shift, Ordering::Release);
@@ -178,6 +188,29 @@ impl Node {
 
     pub(super) fn used(&self) -> u32 {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// The slots whose `mark` bit is set, one bit per slot.
+    #[inline]
+    pub(super) fn marks(&self, mark: Mark) -> u64 {
+        self.marks[mark as usize].load(Ordering::Acquire)
+    }
+
+    /// Whether any slot has the `mark` bit.
+    pub(super) fn is_marked(&self, mark: Mark) -> bool {
+        self.marks(mark) != 0
+    }
+
+    /// Sets `slot`'s `mark` bit; returns whether it was set already.
+    /// Context: the index's lock is held.
+    pub(super) fn set_mark(&self, slot: usize, mark: Mark) -> bool {
+        let bit = 1u64 << slot;
+        self.marks[mark as usize].fetch_or(bit, Ordering::Release) & bit != 0
+    }
+
+    /// Clears `slot`'s `mark` bit. Context: the index's lock is held.
+    pub(super) fn clear_mark(&self, slot: usize, mark: Mark) {
+        self.marks[mark as usize].fetch_and(!(1u64 << slot), Ordering::Release);
     }
 
     /// The pages this node covers.

@@ -13,7 +13,7 @@
 //! so its length bounds the hold.
 
 use super::node::{Decoded, Node, Raw, SHIFT_MAX, SLOTS, SLOT_MASK, SLOT_SHIFT};
-use super::{Entry, IndexWriteGuard, InsertOutcome, Leave, NewFolio};
+use super::{Entry, IndexWriteGuard, InsertOutcome, Leave, Mark, NewFolio};
 use crate::types::{FrameId, Order, PageIndex};
 
 /// The shift of the node level that holds folios of `order`.
@@ -73,8 +73,14 @@ impl<'a> IndexWriteGuard<'a> {
                         root.shift() < SHIFT_MAX,
                         "page index {last} beyond the index's range"
                     );
-                    // Filled (the old root in slot 0) before it is visible to anyone.
+                    // Filled (the old root in slot 0, with its marks) before it is
+                    // visible to anyone.
                     let node = self.new_node(root.shift() + SLOT_SHIFT);
+                    for mark in Mark::ALL {
+                        if root.is_marked(mark) {
+                            node.set_mark(0, mark);
+                        }
+                    }
                     node.store(0, Raw::node(root));
                     self.index.root.set(node);
                 }
@@ -224,7 +230,7 @@ impl<'a> IndexWriteGuard<'a> {
 
     /// The path from the root to the node whose slot holds page `index`'s entry (after
     /// following a sibling to its head): (node, slot) pairs, deepest last.
-    fn path_to(&self, index: u64) -> Vec<(&'a Node, usize)> {
+    pub(super) fn path_to(&self, index: u64) -> Vec<(&'a Node, usize)> {
         let mut path = Vec::with_capacity(10);
         let Some(mut node) = self.root() else {
             return path;
@@ -276,6 +282,12 @@ impl<'a> IndexWriteGuard<'a> {
             return false;
         }
         let count = (order.pages() >> node.shift()).max(1) as usize;
+        // Its marks go first: a shadow or an empty slot never carries one.
+        for mark in Mark::ALL {
+            if node.marks(mark) & (1 << head) != 0 {
+                Self::clear_mark_on_path(&path, mark);
+            }
+        }
         // Every slot the folio covered gets the shadow, so a refault of any of its pages
         // is recognised and a smaller folio placed later collects only its own part.
         let value = match leave {
@@ -320,6 +332,10 @@ impl<'a> IndexWriteGuard<'a> {
                 return;
             }
             let (parent, slot) = path[depth - 1];
+            debug_assert!(
+                Mark::ALL.iter().all(|&mark| !node.is_marked(mark)),
+                "an empty node with marks"
+            );
             parent.store(slot, Raw::EMPTY);
             self.retire_node(node);
         }
@@ -370,6 +386,22 @@ impl<'a> IndexWriteGuard<'a> {
                 slot += 1;
             }
             assert_eq!(used, node.used(), "node used count");
+            // Marks (`mark` module docs): on a folio's head slot, or on a node slot exactly
+            // when the child has the mark.
+            for mark in Mark::ALL {
+                for slot in 0..SLOTS {
+                    let bit = node.marks(mark) & (1 << slot) != 0;
+                    match node.get(slot) {
+                        Decoded::Folio(..) => {}
+                        Decoded::Node(child) => assert_eq!(
+                            bit,
+                            child.is_marked(mark),
+                            "{mark:?} of slot {slot} and its child disagree"
+                        ),
+                        _ => assert!(!bit, "{mark:?} on slot {slot} without a folio"),
+                    }
+                }
+            }
             assert!(is_root || used > 0, "empty non-root node");
         }
         let mut counts = (0, 0);
