@@ -314,7 +314,12 @@ impl<'a> IndexWriteGuard<'a> {
     /// since readers that reached it before the unlink may still be loading from it.
     pub(super) fn retire_node(&mut self, node: &'a Node) {
         self.index.nodes.fetch_sub(1, Ordering::Relaxed);
-        self.pool.retired.push(NonNull::from(node));
+        // Kept as the pointer its slot held (exposed when it was linked), as `Index::drop`
+        // frees the nodes of the tree, rather than one derived from a reference.
+        let ptr: *mut Node = std::ptr::with_exposed_provenance_mut(Raw::node(node).0);
+        self.pool
+            .retired
+            .push(NonNull::new(ptr).expect("nodes are non-null"));
         self.index.pooled.store(self.pool.len(), Ordering::Relaxed);
     }
 }
@@ -334,20 +339,22 @@ impl Drop for IndexWriteGuard<'_> {
 
 impl Drop for Index {
     fn drop(&mut self) {
-        fn free(node: NonNull<Node>) {
+        /// Frees the subtree under a slot value. Through the slot's own pointer (its
+        /// exposed provenance, as `decode` takes it back), not a reference to the node.
+        fn free(raw: Raw) {
+            if raw == Raw::EMPTY || raw.0 & TAG_MASK != TAG_NODE {
+                return;
+            }
+            let ptr: *mut Node = std::ptr::with_exposed_provenance_mut(raw.0);
             // SAFETY: `&mut Index` proves no reader or writer exists; every node in the
             // tree came from `Node::alloc` (a leaked Box) and is linked once, so it is
             // freed once, here.
-            let node = unsafe { Box::from_raw(node.as_ptr()) };
+            let node = unsafe { Box::from_raw(ptr) };
             for slot in 0..SLOTS {
-                if let Decoded::Node(child) = node.get(slot) {
-                    free(NonNull::from(child));
-                }
+                free(node.load(slot));
             }
         }
-        if let Some(root) = self.root.get() {
-            free(NonNull::from(root));
-        }
+        free(Raw(*self.root.0.get_mut()));
         let pool = self.lock.get_mut().unwrap_or_else(|e| e.into_inner());
         for node in pool.retired.drain(..).chain(pool.fresh.drain(..)) {
             // SAFETY: pooled nodes are not linked in the tree (retired nodes are unlinked
