@@ -69,7 +69,7 @@ use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use refcount::{count, FolioState, GetOutcome, PutOutcome, DEAD, LOCKED, ONE, UPTODATE};
+use refcount::{FolioState, GetOutcome, PutOutcome, DEAD, LOCKED, ONE, UPTODATE};
 use version::Version;
 
 const FRAME: usize = 7;
@@ -153,9 +153,13 @@ fn getter_vs_freezer() {
         assert!(!(got && evicted), "a held folio was evicted");
         let state = w.state.load();
         if evicted {
-            assert_eq!(state, DEAD, "an evicted frame is free with no references");
+            assert_eq!(
+                state.bits(),
+                DEAD,
+                "an evicted frame is free with no references"
+            );
         } else {
-            assert_eq!(count(state), 1 + u64::from(got));
+            assert_eq!(state.count(), 1 + u64::from(got));
         }
     });
 }
@@ -171,7 +175,7 @@ fn lookup_racing_eviction() {
                 if held {
                     // While held, the folio is in the index and not DEAD.
                     assert_eq!(w.slot.load(Ordering::Acquire), FRAME);
-                    assert_eq!(w.state.load() & DEAD, 0);
+                    assert!(!w.state.load().is_dead());
                     assert_eq!(w.state.put(), PutOutcome::Alive);
                 }
                 held
@@ -183,7 +187,7 @@ fn lookup_racing_eviction() {
         assert_eq!(w.frees.load(Ordering::Relaxed), u64::from(evicted));
         if !evicted {
             assert_eq!(
-                w.state.load(),
+                w.state.load().bits(),
                 ONE | UPTODATE,
                 "only the index's reference is left"
             );
@@ -206,8 +210,8 @@ fn freed_and_reused_frame() {
                         if w.slot.load(Ordering::Acquire) == FRAME {
                             // A genuine reference to page A: the frame was not reused.
                             let state = w.state.load();
-                            assert_eq!(state & DEAD, 0);
-                            assert_ne!(state & UPTODATE, 0, "the getter sees page A's folio");
+                            assert!(!state.is_dead());
+                            assert!(state.is_uptodate(), "the getter sees page A's folio");
                             if w.state.put() == PutOutcome::Free {
                                 w.frees.fetch_add(1, Ordering::Relaxed);
                             }
@@ -246,12 +250,21 @@ fn freed_and_reused_frame() {
             // Two incarnations ended (page A evicted, page B given up): two frees, and the
             // frame is DEAD with no stray count.
             assert_eq!(frees, 2, "each incarnation is freed exactly once");
-            assert_eq!(state & !(DEAD | LOCKED | UPTODATE), 0);
-            assert_eq!(count(state), 0);
-            assert_ne!(state & DEAD, 0);
+            assert!(
+                [
+                    DEAD,
+                    DEAD | LOCKED,
+                    DEAD | UPTODATE,
+                    DEAD | LOCKED | UPTODATE
+                ]
+                .contains(&state.bits()),
+                "no flag but DEAD, LOCKED and UPTODATE: {state:?}"
+            );
+            assert_eq!(state.count(), 0);
+            assert!(state.is_dead());
         } else {
             assert_eq!(frees, 0);
-            assert_eq!(state, ONE | UPTODATE);
+            assert_eq!(state.bits(), ONE | UPTODATE);
         }
     });
 }
@@ -287,12 +300,12 @@ fn reused_frame_keeps_its_new_owner() {
         if evicted {
             assert!(!held_a);
             assert_eq!(
-                state,
+                state.bits(),
                 ONE | LOCKED,
                 "the new owner's count is neither lost nor doubled"
             );
         } else if held_a {
-            assert_eq!(state, (2 * ONE) | UPTODATE);
+            assert_eq!(state.bits(), (2 * ONE) | UPTODATE);
         }
     });
 }
@@ -474,7 +487,7 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
         };
         if w.find_get().is_some() {
             let state = w.state.load();
-            assert_eq!(state & DEAD, 0, "a held folio is never frozen");
+            assert!(!state.is_dead(), "a held folio is never frozen");
             if w.state.put() == PutOutcome::Free {
                 free(&w);
             }
@@ -483,8 +496,8 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
         truncator.join().unwrap();
         assert_eq!(w.frees.load(Ordering::Relaxed), 1, "freed exactly once");
         let state = w.state.load();
-        assert_ne!(state & DEAD, 0);
-        assert_eq!(count(state), 0);
+        assert!(state.is_dead());
+        assert_eq!(state.count(), 0);
     });
 }
 
