@@ -543,7 +543,7 @@ fn window_of(state: readahead::RaState) -> Window {
         start: PageIndex(state.start),
         end: PageIndex(state.end()),
         marker: Some(PageIndex(state.marker())),
-        order_cap: Order::new(readahead::folio_order_cap(state.size)),
+        order_cap: Order::new(state.folio_order()),
     }
 }
 

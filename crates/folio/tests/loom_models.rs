@@ -345,6 +345,7 @@ fn ramp_race(threads: usize) {
                 start: 0,
                 size: 4,
                 async_size: 3,
+                order: 0,
             })
         })
         .unwrap();
@@ -374,7 +375,8 @@ fn ramp_race(threads: usize) {
             RaState {
                 start: 4,
                 size: 8,
-                async_size: 8
+                async_size: 8,
+                order: 2,
             }
         );
         assert_eq!(
@@ -422,7 +424,8 @@ fn readahead_miss_race() {
             vec![RaState {
                 start: 0,
                 size: 4,
-                async_size: 3
+                async_size: 3,
+                order: 0,
             }]
         );
         assert_eq!(cell.load(), installed[0]);
