@@ -562,6 +562,12 @@ mod tests {
             &sizes[..12],
             &[4, 16, 60, 240, 448, 256, 512, 512, 1024, 1024, 2048, 2048]
         );
+        // 16 MiB (folio's default): 4, 20, 80, 320, 1280, 3072, 6144, then 4,096 at a time.
+        let windows = scan(12000, 1, 4096);
+        assert_eq!(
+            &ends(&windows)[..8],
+            &[4, 20, 80, 320, 1280, 3072, 6144, 10240]
+        );
         // 2,560 KiB (640 pages, a loop device's default here; tz(640) = 7, so ends fall on
         // multiples of 128 at most): 4, 20, 80, 192, 384, 768, then 640 at a time.
         let windows = scan(3000, 1, 640);
