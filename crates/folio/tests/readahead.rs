@@ -100,6 +100,34 @@ fn with_an_8_mib_maximum_windows_ramp_to_2_mib_folios() {
     assert_eq!(file.readahead_window().size_bytes, 8 << 20);
 }
 
+/// A read that touches the marked folio before its marker page ramps the window as the
+/// kernel does, from the window's size: 400 KiB reads at an 8 MiB maximum open a window of
+/// 256 pages read as 64-page folios, its marker on page 100, inside the folio at 64, which
+/// the first read touches at page 64. (Taken for another stream's marker, the next window
+/// ramped from the 192 pages after that folio's head: 384 pages where the kernel reads 512.)
+#[test]
+fn a_read_that_reaches_the_marked_folio_before_its_marker_ramps_the_window() {
+    let dir = common::test_dir();
+    let path = dir.path().join("f");
+    common::write_pattern_file(&path, SALT, 8 << 20);
+    let (cache, _control) = recorded_cache(128 << 20, 8 << 20);
+    let file = cache.open(&path).unwrap();
+    let mut buf = vec![0u8; 100 * 4096];
+    assert_eq!(file.read_at(&mut buf, 0).unwrap(), buf.len());
+    common::check_pattern(SALT, 0, &buf).unwrap();
+    let w = file.readahead_window();
+    assert_eq!(
+        (
+            w.start_bytes / 4096,
+            w.size_bytes / 4096,
+            w.async_bytes / 4096
+        ),
+        (256, 512, 512),
+        "the second window: the kernel's ramp of 256 pages"
+    );
+    assert_eq!(cache.stats().readahead_async, 1);
+}
+
 #[test]
 fn the_window_stays_within_an_eighth_of_the_cache_and_the_state_word_limit() {
     let dir = common::test_dir();
