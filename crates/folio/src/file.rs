@@ -219,20 +219,23 @@ impl File {
         }
         meta.state.test_and_clear(PREFETCHED);
         if state.is_readahead() && meta.state.test_and_clear(READAHEAD) {
-            self.async_readahead(page, head);
+            let (_, _, order) = meta.identity();
+            self.async_readahead(page, head, head.add(order.pages()));
         }
     }
 
     /// The marker was hit: ramp the window (or restart it after the next hole) and read it
     /// ahead, without waiting for anything.
-    fn async_readahead(&self, page: PageIndex, head: PageIndex) {
+    fn async_readahead(&self, page: PageIndex, head: PageIndex, folio_end: PageIndex) {
         let core = self.core();
         let mut next_miss = None;
         let installed = self.ra.update(|state, max_pages| {
-            // The marker may sit inside a large folio: the window's own marker page, if it
-            // is in this folio, is the page the policy expects.
+            // The marker may sit anywhere in a large folio, and the read may touch the
+            // folio before reaching the marker page: the window's own marker, if it is in
+            // this folio, is the page the policy expects (the kernel compares the folio's
+            // index with the marker rounded down to the folio).
             let marker = state.marker();
-            let at = if marker >= head.0 && marker <= page.0 {
+            let at = if marker >= head.0 && marker < folio_end.0 {
                 PageIndex(marker)
             } else {
                 page
@@ -537,7 +540,7 @@ fn window_of(state: readahead::RaState) -> Window {
         start: PageIndex(state.start),
         end: PageIndex(state.end()),
         marker: Some(PageIndex(state.marker())),
-        order_cap: Order::new(readahead::folio_order_cap(state.size)),
+        order_cap: Order::new(state.folio_order()),
     }
 }
 

@@ -456,7 +456,8 @@ const READAHEAD_OPS_MAX: usize = 256;
 /// larger than the request); a marker hit at the window's marker or end starts the next
 /// window at its end, all async, otherwise at the first missing page; the next window
 /// never starts before the page that triggered it; `ramp` and `initial_size` stay within
-/// the maximum; a window of `n` pages reads folios of at most `n / 4` pages.
+/// the maximum; a window of `n` pages opened on a miss reads folios of at most `n / 4`
+/// pages (one started at a marker, folios of its order, which `is_possible` bounds by `n`).
 pub fn readahead_policy(data: &[u8]) {
     let mut input = Input::new(data);
     let cell = RaCell::new(u32::from(input.u16()));
@@ -705,6 +706,7 @@ mod tests {
             start: START_PAGES_LIMIT - u64::from(WINDOW_PAGES_LIMIT),
             size: WINDOW_PAGES_LIMIT,
             async_size: WINDOW_PAGES_LIMIT,
+            order: 0,
         };
         let decision = decide_on_marker(state, PageIndex(state.marker()), None, WINDOW_PAGES_LIMIT);
         if let Decision::Window(w) = decision {

@@ -358,6 +358,7 @@ fn ramp_race(threads: usize) {
                 start: 0,
                 size: 4,
                 async_size: 3,
+                order: 0,
             })
         })
         .unwrap();
@@ -387,7 +388,8 @@ fn ramp_race(threads: usize) {
             RaState {
                 start: 4,
                 size: 8,
-                async_size: 8
+                async_size: 8,
+                order: 2,
             }
         );
         assert_eq!(
@@ -435,7 +437,8 @@ fn readahead_miss_race() {
             vec![RaState {
                 start: 0,
                 size: 4,
-                async_size: 3
+                async_size: 3,
+                order: 0,
             }]
         );
         assert_eq!(cell.load(), installed[0]);
