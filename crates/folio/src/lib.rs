@@ -38,15 +38,19 @@
 //!   `write`).
 //! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read
 //!   latch (`version`); `wait`: parking on a folio's I/O.
-//! - `arena`: all folio memory and its buddy allocator; `list`: the intrusive lists of
-//!   frames (free lists, eviction queues).
-//! - `io`: the backend trait and its engines (`uring`, `pread`, `fault`, `null`).
+//! - `arena`: all folio memory, its buddy allocator, and its growth ahead of the
+//!   allocator (populated chunks); `list`: the intrusive lists of frames (free lists,
+//!   eviction queues).
+//! - `io`: the backend contract (`backend`: reads and writes as one request type), the one
+//!   synchronous `preadv`/`pwritev` loop (`sync`), the factory, and the engines (`uring`,
+//!   `pread`, `fault`, `null`).
+//! - The write side (DESIGN.md §8) is not built yet; the index already carries its marks
+//!   (`index::mark`) and `io` its write requests.
 //! - `stats` (counters), `types` (newtypes), `primitive` (the atomics loom swaps in),
 //!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
 //!
 //! `unsafe` is denied in the crate and allowed only in the modules that need it (named,
-//! with why, in ARCHITECTURE.md): `arena`, `index`'s `node`, `io`, `wait`, and for now
-//! `filemap` (its synchronous short-read loop, which is to move into `io`).
+//! with why, in ARCHITECTURE.md): `arena`, `index`'s `node`, `io` and `wait`.
 //!
 //! # Lock ordering
 //!

@@ -72,7 +72,7 @@
 //! and if the CAS fails another thread moved the window first, so it reloads and decides
 //! again (bounded; after `CAS_TRIES_MAX` losses it gives up readahead, never writes stale
 //! values). The word is checked on every update: it never holds an impossible window.
-//! Model-checked in `tests/loom_models.rs` (`readahead_state_update`).
+//! Model-checked in `tests/loom_models.rs` (`readahead_marker_race`, `readahead_miss_race`).
 //! `prev_index` is a separate hint word: a torn interleaving of it only makes a read look
 //! random or sequential, never corrupts the window. Hits do not write it (a store per hit
 //! would bounce its cache line between every thread of the handle and stop two threads'
