@@ -76,6 +76,7 @@
 #[allow(unsafe_code)]
 mod arena;
 mod cache;
+mod errseq;
 mod eviction;
 mod file;
 mod filemap;
