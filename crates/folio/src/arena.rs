@@ -675,7 +675,11 @@ mod tests {
         let frames = CHUNK_FRAMES * 2 + CHUNK_FRAMES / 2;
         let arena = Arena::new(frames).unwrap();
         assert_eq!(arena.listed_frames(), 0, "nothing is listed at build");
-        assert_eq!(arena.free_frames(), u64::from(frames), "virgin frames count as free");
+        assert_eq!(
+            arena.free_frames(),
+            u64::from(frames),
+            "virgin frames count as free"
+        );
         let mut got = Vec::new();
         while let Some(frame) = arena.alloc(Order::new(4)) {
             assert!(
@@ -688,7 +692,11 @@ mod tests {
         }
         assert_eq!(got.len() as u32, frames / 16);
         assert_eq!(arena.listed_frames(), frames);
-        assert_eq!(arena.chunks_unpopulated(), 3, "no populator: every chunk by an allocation");
+        assert_eq!(
+            arena.chunks_unpopulated(),
+            3,
+            "no populator: every chunk by an allocation"
+        );
         assert_eq!(arena.free_frames(), 0);
         for frame in got {
             arena.meta(frame).state.finish_read_ok();
@@ -719,7 +727,11 @@ mod tests {
             panic!("the populator did not reach its lead");
         };
         settled(&arena);
-        assert_eq!(u64::from(arena.listed_frames()), lead, "populated beyond its lead");
+        assert_eq!(
+            u64::from(arena.listed_frames()),
+            lead,
+            "populated beyond its lead"
+        );
         assert_eq!(arena.chunks_unpopulated(), 0);
         // Allocate a lead's worth: the populator catches up, again to one lead ahead.
         let mut held = Vec::new();

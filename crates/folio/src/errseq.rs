@@ -59,7 +59,9 @@
 //! - Two handles' H2 at once: each loads the same word, one CAS sets SEEN (the other
 //!   fails or is skipped), each reports once.
 //!
-//! Model-checked in `tests/loom_models.rs` (`errseq_every_handle_once`).
+//! Model-checked in `tests/loom_models.rs` (`errseq_every_handle_once`, and
+//! `errseq_a_handle_opened_after_a_check_sees_the_unreported_error`, which fails with a
+//! `fetch_or` in H2).
 //!
 //! Protection: the mapping's word is one atomic; a handle's `Since` is the handle's own
 //! (its sync takes `&mut` or a per-handle mutex).

@@ -65,6 +65,10 @@ mod types;
 #[path = "../src/readahead.rs"]
 mod readahead;
 
+#[allow(dead_code)]
+#[path = "../src/errseq.rs"]
+mod errseq;
+
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
@@ -397,6 +401,76 @@ fn ramp_race(threads: usize) {
             installed[0],
             "the state is the winner's, never a stale one"
         );
+    });
+}
+
+/// `errseq`: two handles check while a writeback error is recorded: each reports it exactly
+/// once (during or after the race), never twice.
+#[test]
+fn errseq_every_handle_once() {
+    use errseq::ErrSeq;
+    loom::model(|| {
+        let seq = Arc::new(ErrSeq::default());
+        let recorder = {
+            let seq = seq.clone();
+            thread::spawn(move || seq.record(5))
+        };
+        let checkers: Vec<_> = (0..2)
+            .map(|_| {
+                let seq = seq.clone();
+                let mut since = seq.sample();
+                thread::spawn(move || {
+                    let first = seq.check_and_advance(&mut since);
+                    (first, since)
+                })
+            })
+            .collect();
+        recorder.join().unwrap();
+        for checker in checkers {
+            let (first, mut since) = checker.join().unwrap();
+            let after = seq.check_and_advance(&mut since);
+            let reports = [first, after].iter().flatten().count();
+            assert_eq!(
+                reports, 1,
+                "a handle reported {reports} times: {first:?} {after:?}"
+            );
+            assert_eq!(seq.check_and_advance(&mut since), None);
+        }
+    });
+}
+
+/// `errseq`: an error recorded while a handle is checking, and a handle opened right after
+/// that check: the new handle reports the newest error unless the checker already
+/// reported it (the 4.17 rule), which a `fetch_or` of SEEN instead of the CAS breaks.
+#[test]
+fn errseq_a_handle_opened_after_a_check_sees_the_unreported_error() {
+    use errseq::ErrSeq;
+    const EIO: i32 = 5;
+    const ENOSPC: i32 = 28;
+    loom::model(|| {
+        let seq = Arc::new(ErrSeq::default());
+        seq.record(EIO);
+        let recorder = {
+            let seq = seq.clone();
+            thread::spawn(move || seq.record(ENOSPC))
+        };
+        let checker = {
+            let seq = seq.clone();
+            thread::spawn(move || {
+                let mut since = seq.sample();
+                let first = seq.check_and_advance(&mut since);
+                let opened_after = seq.sample();
+                (first, opened_after)
+            })
+        };
+        recorder.join().unwrap();
+        let (first, mut opened_after) = checker.join().unwrap();
+        let late = seq.check_and_advance(&mut opened_after);
+        match first {
+            Some(ENOSPC) => assert_eq!(late, None, "reported to a handle opened after it was seen"),
+            Some(EIO) => assert_eq!(late, Some(ENOSPC), "an unreported error was lost"),
+            other => panic!("the checker reported {other:?}"),
+        }
     });
 }
 
