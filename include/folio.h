@@ -268,6 +268,16 @@ typedef struct folio_stats {
      */
     uint64_t index_nodes;
     /**
+     * Bytes of the arena populated and handed to the allocator so far (it grows in
+     * 2 MiB chunks ahead of the allocator; the rest is not resident yet).
+     */
+    uint64_t arena_grown_bytes;
+    /**
+     * Chunks an allocation had to grow unpopulated because the background populator
+     * was behind (their first reads faulted their pages in).
+     */
+    uint64_t arena_chunks_unpopulated;
+    /**
      * The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
      * FOLIO_BACKEND_OTHER.
      */

@@ -75,6 +75,12 @@ pub struct folio_stats {
     pub mappings: u64,
     /// Index nodes the mappings hold (counted in `metadata_bytes`).
     pub index_nodes: u64,
+    /// Bytes of the arena populated and handed to the allocator so far (it grows in
+    /// 2 MiB chunks ahead of the allocator; the rest is not resident yet).
+    pub arena_grown_bytes: u64,
+    /// Chunks an allocation had to grow unpopulated because the background populator
+    /// was behind (their first reads faulted their pages in).
+    pub arena_chunks_unpopulated: u64,
     /// The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
     /// FOLIO_BACKEND_OTHER.
     pub backend: u32,
@@ -83,7 +89,7 @@ pub struct folio_stats {
     pub eviction: u32,
 }
 
-const _: () = assert!(Stats::FIELDS.len() == 30);
+const _: () = assert!(Stats::FIELDS.len() == 32);
 
 impl folio_stats {
     /// The C struct of a snapshot.
@@ -119,13 +125,15 @@ impl folio_stats {
             metadata_bytes: stats.metadata_bytes,
             mappings: stats.mappings,
             index_nodes: stats.index_nodes,
+            arena_grown_bytes: stats.arena_grown_bytes,
+            arena_chunks_unpopulated: stats.arena_chunks_unpopulated,
             backend: crate::backend_code(&stats.backend),
             eviction: crate::eviction_code(&stats.eviction),
         }
     }
 
     /// The numbers, in the order of `Stats::FIELDS`.
-    pub(crate) fn values(&self) -> [u64; 30] {
+    pub(crate) fn values(&self) -> [u64; 32] {
         [
             self.hits,
             self.misses,
@@ -157,6 +165,8 @@ impl folio_stats {
             self.metadata_bytes,
             self.mappings,
             self.index_nodes,
+            self.arena_grown_bytes,
+            self.arena_chunks_unpopulated,
         ]
     }
 }

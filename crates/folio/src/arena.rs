@@ -163,8 +163,9 @@ impl Arena {
         // touches none of its 32 MiB of metadata.
         // SAFETY: every field of FolioMeta is an atomic integer, for which all-zero is
         // a valid value.
-        let meta: Box<[FolioMeta]> = unsafe { crate::list::zeroed_slice(frame_count as usize) };
-        let links = Links::reserve(frame_count);
+        let meta: Box<[FolioMeta]> = unsafe { zeroed_slice(frame_count as usize) };
+        // SAFETY: an all-zero AtomicU64 is a valid AtomicU64 (zero).
+        let links = Links::over_zeroed(unsafe { zeroed_slice(frame_count as usize) });
         let lists: Vec<List> = (0..=ORDER_MAX)
             .map(|k| List::new(FREE_LIST_BASE + k))
             .collect();
@@ -283,8 +284,8 @@ impl Arena {
         let order = meta.identity().2;
         let state = meta.state.load();
         assert!(
-            state & crate::refcount::DEAD != 0 && state & crate::refcount::LOCKED == 0,
-            "freed a folio that is not dead, or has I/O in flight: {state:#x}"
+            state.is_dead() && !state.is_locked(),
+            "freed a folio that is not dead, or has I/O in flight: {state:?}"
         );
         if meta.version.is_valid() {
             meta.version.retire();
@@ -366,6 +367,27 @@ impl Arena {
         // SAFETY: the source range lies inside the arena (asserted) and stays mapped.
         unsafe { atomic_copy(self.frame_ptr(frame).add(from_bytes), dst) }
     }
+}
+
+/// A boxed slice of `len` zeroed values, allocated with `alloc_zeroed`: for large sizes
+/// the allocator maps fresh pages, which the kernel faults in only when first touched.
+///
+/// # Safety
+/// The all-zero bit pattern must be a valid `T`.
+unsafe fn zeroed_slice<T>(len: usize) -> Box<[T]> {
+    if len == 0 || std::mem::size_of::<T>() == 0 {
+        return Vec::new().into_boxed_slice();
+    }
+    let layout = std::alloc::Layout::array::<T>(len).expect("slice layout overflows");
+    // SAFETY: the layout has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `ptr` is a live allocation of `len` values of `T` made with the global
+    // allocator and the layout `Box<[T]>` frees with; every value is all-zero, which the
+    // caller guarantees is a valid `T`.
+    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
 }
 
 #[cfg(any(not(target_arch = "x86_64"), miri))]
@@ -653,7 +675,11 @@ mod tests {
         let frames = CHUNK_FRAMES * 2 + CHUNK_FRAMES / 2;
         let arena = Arena::new(frames).unwrap();
         assert_eq!(arena.listed_frames(), 0, "nothing is listed at build");
-        assert_eq!(arena.free_frames(), u64::from(frames), "virgin frames count as free");
+        assert_eq!(
+            arena.free_frames(),
+            u64::from(frames),
+            "virgin frames count as free"
+        );
         let mut got = Vec::new();
         while let Some(frame) = arena.alloc(Order::new(4)) {
             assert!(
@@ -666,7 +692,11 @@ mod tests {
         }
         assert_eq!(got.len() as u32, frames / 16);
         assert_eq!(arena.listed_frames(), frames);
-        assert_eq!(arena.chunks_unpopulated(), 3, "no populator: every chunk by an allocation");
+        assert_eq!(
+            arena.chunks_unpopulated(),
+            3,
+            "no populator: every chunk by an allocation"
+        );
         assert_eq!(arena.free_frames(), 0);
         for frame in got {
             arena.meta(frame).state.finish_read_ok();
@@ -697,7 +727,11 @@ mod tests {
             panic!("the populator did not reach its lead");
         };
         settled(&arena);
-        assert_eq!(u64::from(arena.listed_frames()), lead, "populated beyond its lead");
+        assert_eq!(
+            u64::from(arena.listed_frames()),
+            lead,
+            "populated beyond its lead"
+        );
         assert_eq!(arena.chunks_unpopulated(), 0);
         // Allocate a lead's worth: the populator catches up, again to one lead ahead.
         let mut held = Vec::new();

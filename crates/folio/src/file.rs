@@ -2,9 +2,11 @@
 //!
 //! `read_at` first tries the optimistic hit path (`version`): look the page up without a
 //! lock, copy its bytes with a byte-wise atomic memcpy, validate the version. No atomic
-//! read-modify-write happens on that path: the hit is counted in a per-thread counter, and
-//! the CLOCK bit, the readahead marker and the prefetched bit are read with one load and
-//! changed only when set (once per folio).
+//! read-modify-write happens on that path once a folio is hot: the hit is counted in a
+//! per-thread counter; the access frequency that eviction reads (S3-FIFO, LRU) is raised
+//! by one CAS only while below its maximum (so at most three times per folio); the
+//! readahead marker and the prefetched bit are read with one load (`StateWord`) and
+//! cleared only when set (once per folio).
 //!
 //! Otherwise it takes the pinned path: `Mapping::find_get` (refcount protocol), waits for
 //! in-flight I/O on the parked wait table, and copies from the pinned folio. A miss asks
@@ -25,7 +27,7 @@ use crate::index::Entry;
 use crate::mapping::{Invalidate, Mapping, Pinned};
 use crate::pagecache::{CacheInner, Core};
 use crate::readahead::{self, Decision, MissRequest, RaCell};
-use crate::refcount::{ERROR, LOCKED, PREFETCHED, READAHEAD, UPTODATE};
+use crate::refcount::{PREFETCHED, READAHEAD};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
@@ -212,31 +214,36 @@ impl File {
     #[inline]
     fn note_access(&self, meta: &FolioMeta, page: PageIndex, head: PageIndex) {
         let state = meta.state.load();
-        if state & (PREFETCHED | READAHEAD) == 0 {
+        if !state.is_prefetched() && !state.is_readahead() {
             return;
         }
         meta.state.test_and_clear(PREFETCHED);
-        if state & READAHEAD != 0 && meta.state.test_and_clear(READAHEAD) {
-            self.async_readahead(page, head);
+        if state.is_readahead() && meta.state.test_and_clear(READAHEAD) {
+            let (_, _, order) = meta.identity();
+            self.async_readahead(page, head, head.add(order.pages()));
         }
     }
 
     /// The marker was hit: ramp the window (or restart it after the next hole) and read it
     /// ahead, without waiting for anything.
-    fn async_readahead(&self, page: PageIndex, head: PageIndex) {
+    fn async_readahead(&self, page: PageIndex, head: PageIndex, folio_end: PageIndex) {
         let core = self.core();
         let mut next_miss = None;
         let installed = self.ra.update(|state, max_pages| {
-            // The marker may sit inside a large folio: the window's own marker page, if it
-            // is in this folio, is the page the policy expects.
+            // The marker may sit anywhere in a large folio, and the read may touch the
+            // folio before reaching the marker page: the window's own marker, if it is in
+            // this folio, is the page the policy expects (the kernel compares the folio's
+            // index with the marker rounded down to the folio).
             let marker = state.marker();
-            let at = if marker >= head.0 && marker <= page.0 {
+            let at = if marker >= head.0 && marker < folio_end.0 {
                 PageIndex(marker)
             } else {
                 page
             };
             if next_miss.is_none() {
-                next_miss = Some(self.next_miss(at, u64::from(max_pages)));
+                // The first page the index does not hold, at most a maximum window on.
+                let end = at.add(u64::from(max_pages).max(1));
+                next_miss = Some(self.mapping.index.next_miss(at, end));
             }
             self.within_file(readahead::decide_on_marker(
                 state,
@@ -263,32 +270,6 @@ impl File {
         }
     }
 
-    /// The first page at or after `page`, at most `distance` pages on, that the index
-    /// does not hold.
-    fn next_miss(&self, page: PageIndex, distance: u64) -> Option<PageIndex> {
-        let mut at = page;
-        while at.0 < page.0 + distance.max(1) {
-            match self.mapping.index.lookup(at) {
-                Entry::Folio { head, order, .. } => at = head.add(order.pages()),
-                _ => return Some(at),
-            }
-        }
-        None
-    }
-
-    /// How many pages right before `page` the index holds without a gap, counted by a
-    /// lock-free walk back over whole folios, stopping once at least `enough` are found.
-    fn cached_before(&self, page: PageIndex, enough: u64) -> u64 {
-        let mut at = page.0;
-        while at > 0 && page.0 - at < enough {
-            match self.mapping.index.lookup(PageIndex(at - 1)) {
-                Entry::Folio { head, .. } => at = head.0,
-                _ => break,
-            }
-        }
-        page.0 - at
-    }
-
     /// A miss: open a readahead window if the policy says so (and read it, including the
     /// page), else read the missing run up to `read_end`.
     ///
@@ -302,7 +283,14 @@ impl File {
             cached_before: 0,
         };
         if !req.is_sequential() {
-            req.cached_before = self.cached_before(page, pages + 1);
+            // The pages right before `page` that the index holds without a gap, counted up
+            // to `pages + 1`: the policy only asks whether there are more than `pages`.
+            let floor = PageIndex(page.0.saturating_sub(pages + 1));
+            let run_start = match self.mapping.index.prev_miss(page, floor) {
+                Some(miss) => miss.0 + 1,
+                None => floor.0,
+            };
+            req.cached_before = page.0 - run_start;
         }
         let installed = self.ra.update(|state, max_pages| {
             self.within_file(readahead::decide_on_miss(state, req, max_pages))
@@ -500,7 +488,7 @@ impl File {
                 }
             };
             let meta = core.mem.arena.meta(folio.frame);
-            let in_flight = meta.state.load() & LOCKED != 0;
+            let in_flight = meta.state.load().is_locked();
             if in_flight {
                 if !missed {
                     stats::bump(&counters.waits_on_io);
@@ -513,7 +501,7 @@ impl File {
                 wait::wait_unlocked(meta);
             }
             let state = meta.state.load();
-            if state & UPTODATE != 0 {
+            if state.is_uptodate() {
                 if !missed {
                     if !in_flight {
                         stats::bump(&counters.pinned_hits);
@@ -522,7 +510,7 @@ impl File {
                 }
                 return Ok(Some(folio));
             }
-            if state & ERROR != 0 {
+            if state.is_error() {
                 let errno = meta.errno();
                 drop(folio);
                 if page.offset_bytes() >= self.mapping.size_bytes() {
@@ -552,7 +540,7 @@ fn window_of(state: readahead::RaState) -> Window {
         start: PageIndex(state.start),
         end: PageIndex(state.end()),
         marker: Some(PageIndex(state.marker())),
-        order_cap: Order::new(readahead::folio_order_cap(state.size)),
+        order_cap: Order::new(state.folio_order()),
     }
 }
 

@@ -7,10 +7,10 @@
 //! per contiguous run of inserted folios. Folios that a racing reader placed first are
 //! given back; each page is inserted once.
 //!
-//! A readahead window (`read_window`) first walks the index lock-free over its range: if
-//! every page is present (uptodate or in flight) it costs nothing: no lock, no
-//! allocation. Only the gaps are allocated, without waiting for memory (readahead is a
-//! hint), and inserted as runs.
+//! A readahead window (`read_window`) first walks the index lock-free over its range
+//! (`Index::gaps`): if every page is present (uptodate or in flight) it costs nothing: no
+//! lock, no allocation. Only the gaps are allocated, without waiting for memory
+//! (readahead is a hint), and inserted as runs.
 //!
 //! The completion is a value, [`ReadCompletion`], built with the request and run once by
 //! the backend (`ReadCompletion::complete`, on a backend thread or the reader's). It
@@ -26,7 +26,7 @@ use std::io;
 use std::sync::Arc;
 
 use crate::eviction::Admission;
-use crate::index::{Entry, Leave, NewFolio};
+use crate::index::{Leave, NewFolio};
 use crate::io::sync::finish_read;
 use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
 use crate::mapping::Mapping;
@@ -74,11 +74,8 @@ impl Fill<'_> {
             .min(size_pages)
             .min(page.add(run_pages_max))
             .max(page.add(1));
-        for p in page.0 + 1..end.0 {
-            if matches!(self.mapping.index.lookup(PageIndex(p)), Entry::Folio { .. }) {
-                end = PageIndex(p);
-                break;
-            }
+        if let Some(present) = self.mapping.index.next_present(page.add(1), end) {
+            end = present;
         }
         let mut run: Vec<NewFolio> = Vec::new();
         let mut at = page;
@@ -184,7 +181,7 @@ impl Fill<'_> {
     pub(crate) fn read_window(&self, window: Window) -> u64 {
         let core = self.core();
         let end = window.end.min(PageIndex::ceil(self.mapping.size_bytes()));
-        let gaps = self.gaps(window.start, end);
+        let gaps = self.mapping.index.gaps(window.start, end);
         if gaps.is_empty() {
             return 0;
         }
@@ -222,28 +219,6 @@ impl Fill<'_> {
         stats::add(&core.mem.counters.readahead_pages, inserted);
         self.cache.backend.submit(requests);
         inserted
-    }
-
-    /// The runs of pages in `[start, end)` that the index does not hold, found by one
-    /// lock-free walk.
-    fn gaps(&self, start: PageIndex, end: PageIndex) -> Vec<(PageIndex, PageIndex)> {
-        let mut gaps = Vec::new();
-        let mut covered_until = start;
-        if let Entry::Folio { head, order, .. } = self.mapping.index.lookup(start) {
-            covered_until = head.add(order.pages());
-        }
-        self.mapping.index.visit(start, end, &mut |head, entry| {
-            if let Entry::Folio { order, .. } = entry {
-                if head > covered_until {
-                    gaps.push((covered_until, head));
-                }
-                covered_until = covered_until.max(head.add(order.pages()));
-            }
-        });
-        if covered_until < end {
-            gaps.push((covered_until, end));
-        }
-        gaps
     }
 
     /// The read of one run of inserted LOCKED folios, with its completion.

@@ -86,7 +86,8 @@ enum Slot {
 /// every folio that replaced one), `remove_folio` (true exactly for the frame covering the
 /// page), `lookup` and `get` (the entry, and a folio's head aligned to its order),
 /// `visit` (every folio whose head is in the range, in order, and shadows the model
-/// holds), and the folio count of `check_invariants`.
+/// holds), the range walks (`next_present`, `next_miss`, `prev_miss`, `gaps`: exactly the
+/// pages the model's folios cover, or do not), and the folio count of `check_invariants`.
 pub fn index(data: &[u8]) {
     let trace = tracing();
     let mut input = Input::new(data);
@@ -277,6 +278,7 @@ pub fn index(data: &[u8]) {
                     eprintln!("op {op}: visit({page}, {end})");
                 }
                 check_visit(&index, &model, page, end, op);
+                check_walks(&index, &model, page, end, op);
             }
         }
         for &p in &touched {
@@ -403,6 +405,39 @@ fn check_visit(index: &Index, model: &BTreeMap<u64, Slot>, start: u64, end: u64,
     assert_eq!(folios, want, "op {op}: folios visited in {start}..{end}");
 }
 
+/// The range walks over `[start, end)` answer what the model's pages do: a page is
+/// present exactly when the model holds a folio for it.
+fn check_walks(index: &Index, model: &BTreeMap<u64, Slot>, start: u64, end: u64, op: usize) {
+    let present = |page: &u64| matches!(model.get(page), Some(Slot::Folio { .. }));
+    let first_present = (start..end).find(present).map(PageIndex);
+    let first_miss = (start..end).find(|p| !present(p)).map(PageIndex);
+    let last_miss = (start..end).rev().find(|p| !present(p)).map(PageIndex);
+    let (s, e) = (PageIndex(start), PageIndex(end));
+    assert_eq!(
+        index.next_present(s, e),
+        first_present,
+        "op {op}: next_present({start}, {end})"
+    );
+    assert_eq!(
+        index.next_miss(s, e),
+        first_miss,
+        "op {op}: next_miss({start}, {end})"
+    );
+    assert_eq!(
+        index.prev_miss(e, s),
+        last_miss,
+        "op {op}: prev_miss({end}, {start})"
+    );
+    let mut gaps: Vec<(PageIndex, PageIndex)> = Vec::new();
+    for p in (start..end).filter(|p| !present(p)) {
+        match gaps.last_mut() {
+            Some(gap) if gap.1 == PageIndex(p) => gap.1 = PageIndex(p + 1),
+            _ => gaps.push((PageIndex(p), PageIndex(p + 1))),
+        }
+    }
+    assert_eq!(index.gaps(s, e), gaps, "op {op}: gaps({start}, {end})");
+}
+
 /// Operations per input of the readahead target.
 const READAHEAD_OPS_MAX: usize = 256;
 
@@ -421,7 +456,8 @@ const READAHEAD_OPS_MAX: usize = 256;
 /// larger than the request); a marker hit at the window's marker or end starts the next
 /// window at its end, all async, otherwise at the first missing page; the next window
 /// never starts before the page that triggered it; `ramp` and `initial_size` stay within
-/// the maximum; a window of `n` pages reads folios of at most `n / 4` pages.
+/// the maximum; a window of `n` pages opened on a miss reads folios of at most `n / 4`
+/// pages (one started at a marker, folios of its order, which `is_possible` bounds by `n`).
 pub fn readahead_policy(data: &[u8]) {
     let mut input = Input::new(data);
     let cell = RaCell::new(u32::from(input.u16()));
@@ -670,6 +706,7 @@ mod tests {
             start: START_PAGES_LIMIT - u64::from(WINDOW_PAGES_LIMIT),
             size: WINDOW_PAGES_LIMIT,
             async_size: WINDOW_PAGES_LIMIT,
+            order: 0,
         };
         let decision = decide_on_marker(state, PageIndex(state.marker()), None, WINDOW_PAGES_LIMIT);
         if let Decision::Window(w) = decision {

@@ -18,11 +18,39 @@
 //!
 //! # Parts (DESIGN.md §2) and their modules
 //!
-//! `cache` (builder, allocation) -> `file` (the read API and its hit path) -> `readahead`
-//! (the window policy, pure) and `filemap` (the miss path, completions) -> `mapping` (one
-//! file's pages, the lookup protocol) -> `index` (radix tree) and `folio` (metadata: `refcount`,
-//! `version`) -> `arena` (memory, buddy allocator); `reclaim` (CLOCK); `wait` (parked
-//! waiters); `io` (backends: `uring`, `pread`, `fault`); `stats`.
+//! From the top of the read path down; each module imports only modules below it
+//! (ARCHITECTURE.md has the table):
+//! - `cache`: the builder and the `Cache` users open files with.
+//! - `file`: the read API (`read_at`, `get_page`, `readahead`, `advise`) and its
+//!   optimistic hit path; asks `readahead` (the window policy, pure, and the per-handle
+//!   state word) on a miss.
+//! - `filemap`: the miss path: run allocation and insertion, one read per run, and the
+//!   reads' completions.
+//! - `pagecache`: the shared core (memory, mappings, reclaimer, backend) and folio
+//!   allocation with direct reclaim; `reclaim`: eviction of isolated victims, shadows,
+//!   watermarks and the background thread.
+//! - `mapping`: one file's pages, the lookup protocol (`find_get`), invalidation, the
+//!   mapping table.
+//! - `memory`: the arena, the eviction policy and the counters as the parts below see
+//!   them; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
+//!   default) and the kernel's two-list LRU with refault distance (`lru`).
+//! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write side in
+//!   `write`).
+//! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read
+//!   latch (`version`); `wait`: parking on a folio's I/O.
+//! - `arena`: all folio memory, its buddy allocator, and its growth ahead of the
+//!   allocator (populated chunks); `list`: the intrusive lists of frames (free lists,
+//!   eviction queues).
+//! - `io`: the backend contract (`backend`: reads and writes as one request type), the one
+//!   synchronous `preadv`/`pwritev` loop (`sync`), the factory, and the engines (`uring`,
+//!   `pread`, `fault`, `null`).
+//! - The write side (DESIGN.md §8) is not built yet; the index already carries its marks
+//!   (`index::mark`) and `io` its write requests.
+//! - `stats` (counters), `types` (newtypes), `primitive` (the atomics loom swaps in),
+//!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
+//!
+//! `unsafe` is denied in the crate and allowed only in the modules that need it (named,
+//! with why, in ARCHITECTURE.md): `arena`, `index`'s `node`, `io` and `wait`.
 //!
 //! # Lock ordering
 //!
@@ -41,9 +69,16 @@
 //! reclaim) happens before the index lock is taken for insertion.
 
 #![warn(missing_debug_implementations)]
+#![deny(unsafe_code)]
 
+// `unsafe` is denied above except in the modules marked `#[allow(unsafe_code)]` below
+// (and `index::node`); ARCHITECTURE.md says why each needs it.
+#[allow(unsafe_code)]
 mod arena;
 mod cache;
+// The write side's error sequence; used once writes land (issue 14).
+#[allow(dead_code)]
+mod errseq;
 mod eviction;
 mod file;
 mod filemap;
@@ -53,6 +88,7 @@ mod folio;
 #[doc(hidden)]
 pub mod fuzzing;
 mod index;
+#[allow(unsafe_code)]
 pub mod io;
 mod list;
 mod mapping;
@@ -65,6 +101,7 @@ mod refcount;
 mod stats;
 mod types;
 mod version;
+#[allow(unsafe_code)]
 mod wait;
 
 pub use cache::{

@@ -47,27 +47,6 @@ impl std::fmt::Debug for Links {
     }
 }
 
-/// A boxed slice of `len` zeroed values, allocated with `alloc_zeroed`: for large sizes
-/// the allocator maps fresh pages, which the kernel faults in only when first touched.
-///
-/// # Safety
-/// The all-zero bit pattern must be a valid `T`.
-pub(crate) unsafe fn zeroed_slice<T>(len: usize) -> Box<[T]> {
-    if len == 0 || std::mem::size_of::<T>() == 0 {
-        return Vec::new().into_boxed_slice();
-    }
-    let layout = std::alloc::Layout::array::<T>(len).expect("slice layout overflows");
-    // SAFETY: the layout has a non-zero size (checked above).
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
-    if ptr.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
-    // SAFETY: `ptr` is a live allocation of `len` values of `T` made with the global
-    // allocator and the layout `Box<[T]>` frees with; every value is all-zero, which the
-    // caller guarantees is a valid `T`.
-    unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
-}
-
 fn pack(prev: u64, next: u64, queue: QueueId) -> u64 {
     prev | (next << NEXT_SHIFT) | (u64::from(queue) << QUEUE_SHIFT)
 }
@@ -76,26 +55,25 @@ impl Links {
     /// Link words for `frames` frames, every one on no list (the tests' lists).
     #[cfg(test)]
     pub fn new(frames: u32) -> Links {
-        let links = Links::reserve(frames);
+        let links = Links::over_zeroed((0..frames).map(|_| AtomicU64::new(0)).collect());
         for frame in 0..frames {
             links.reset(frame);
         }
         links
     }
 
-    /// Link words for `frames` frames that are not written yet: zeroed memory the kernel
-    /// has not faulted in (a 4 GiB arena's 8 MiB of links cost nothing until used). A
-    /// zero word says "on no list" (`QUEUE_NONE`), but its neighbours are not `NIL`:
-    /// `reset` each frame before it is put on a list (the arena does, as it grows).
-    pub fn reserve(frames: u32) -> Links {
+    /// Link words over `words`, one per frame, that are not written yet: zeroed memory
+    /// the kernel has not faulted in (the arena allocates it: a 4 GiB arena's 8 MiB of
+    /// links cost nothing until used). A zero word says "on no list" (`QUEUE_NONE`), but
+    /// its neighbours are not `NIL`: `reset` each frame before it is put on a list (the
+    /// arena does, as it grows).
+    pub fn over_zeroed(words: Box<[AtomicU64]>) -> Links {
         assert!(
-            frames <= FRAMES_MAX,
+            words.len() <= FRAMES_MAX as usize,
             "more frames than the link words can address"
         );
-        Links {
-            // SAFETY: an all-zero AtomicU64 is a valid AtomicU64 (zero).
-            words: unsafe { zeroed_slice(frames as usize) },
-        }
+        debug_assert!(words.iter().all(|w| w.load(Ordering::Relaxed) == 0));
+        Links { words }
     }
 
     /// Makes `frame`'s word what a frame on no list has.

@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use crate::folio::MappingId;
 use crate::index::{Entry, Index, IndexWriteGuard, Leave};
 use crate::memory::Memory;
-use crate::refcount::{GetOutcome, PutOutcome, LOCKED};
+use crate::refcount::{GetOutcome, PutOutcome};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
 
@@ -312,7 +312,7 @@ impl Mapping {
                 } if f == frame && h == head => order,
                 _ => continue,
             };
-            if meta.state.load() & LOCKED != 0 {
+            if meta.state.load().is_locked() {
                 continue; // its completion sees the generation move and drops it
             }
             if how == Invalidate::Unpinned && !meta.state.try_freeze() {

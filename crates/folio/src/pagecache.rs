@@ -128,6 +128,8 @@ impl Core {
             + index_nodes * NODE_BYTES) as u64;
         s.eviction = self.mem.policy.name().to_string();
         s.shadows = self.reclaimer.shadows_logged();
+        s.arena_grown_bytes = u64::from(arena.listed_frames()) * PAGE_BYTES as u64;
+        s.arena_chunks_unpopulated = arena.chunks_unpopulated();
         s
     }
 }

@@ -14,7 +14,10 @@
 //!                         ^start         ^marker            ^start + size = next start
 //!
 //!     reading reaches the marker  =>  next window: start' = start + size,
-//!                                     size' = ramp(size), async_size' = size'
+//!                                     order' = order + 2 (the folio order reached),
+//!                                     end' = start' + ramp(size), rounded down to a
+//!                                            multiple of 2^min(order', tz(max)),
+//!                                     size' = async_size' = end' - start'
 //! ```
 //!
 //! - A miss at the start of the file, right after the previous read of this handle that
@@ -22,17 +25,45 @@
 //!   sequential stream leaves in the index: the kernel's context readahead), opens an
 //!   initial window at the missed page: the request rounded up to a power of two,
 //!   x4 if at most max/32, x2 if at most max/4, else max; `async_size` is the part past the
-//!   request, so the marker falls on the first page the reader has not asked for yet.
+//!   request, so the marker falls on the first page the reader has not asked for yet. Its
+//!   `order` is 0.
 //! - A read that touches the marker starts the next window at `start + size`, all of it
 //!   async: its size ramps x4 while under max/16, x2 while at most max/2, then stays max.
 //!   If the marker is not where this handle's window put it (interleaved streams), the new
 //!   window starts at the first page missing after the reader.
+//! - **Alignment (the kernel's rule since large-folio readahead, Linux 6.18 here).** A
+//!   window started at a marker raises `order` by 2 and ends on a multiple of
+//!   2^min(order, tz(max)) (tz: trailing zero bits, so a maximum that is not a power of
+//!   two still divides into whole blocks); if rounding the end down would leave the
+//!   window empty, it keeps its ramped end. Then `order` is capped by the largest folio
+//!   (`ORDER_MAX`) and by log2 of the window's size, and the window is read with folios of
+//!   at most that order. So windows end where the folios they are read with end, each
+//!   folio starts on a multiple of its own size, and the window after a short aligned one
+//!   ramps from the short size: the kernel's windows, page for page. With a 128 KiB
+//!   maximum (32 pages) and 4 KiB reads, the windows and their orders (`o`), then windows
+//!   of 32 pages, order 5, at 64, 96, 128, ...:
+//!
+//! ```text
+//!     page 0   4       12  16      24      32              48              64
+//!          |o0-|o2-----|o2-|o3-----|o3-----|o4-------------|o4-------------|o5 ...
+//! ```
+//!
+//!   and with 8 MiB (2,048 pages): 0+4, 4+16, 20+60, 80+240, 320+448, 768+256, 1024+512,
+//!   1536+512, 2048+1024, 3072+1024, 4096+2048, then 2,048 at a time
+//!   (`tests/readahead_trace.rs` checks them against the kernel, read by read). Without
+//!   the alignment the ramp ran 0+4, 4+16, 20+64, 84+256, ... (and 4, 12, 28, 60, 92, ...
+//!   at 128 KiB): the 4 pages of the initial window shifted every later window past the
+//!   kernel's, so its markers came later, and until the reader reached them fewer pages
+//!   were ahead than in the kernel: at 1,748 of the first 2,048 reads at 128 KiB (43 vs
+//!   47 after read 49), and at 24 at 8 MiB (259 vs 687 after read 81).
 //! - Any other miss is random: the request is read as it is and the state stays.
 //! - `File::readahead` and `Advice::WillNeed` force a window over a range (chunks of at
 //!   most 2 MiB); `Advice::Random` turns readahead off for the handle.
-//! - Folios grow with the window: a window of `n` pages is read with folios of order up
-//!   to log2(n) - 2, so a ramped-up scan uses 2 MiB folios (the kernel's large folio
-//!   readahead).
+//! - Folios grow with the window: a window started at a marker is read with folios of at
+//!   most its `order` (above), so a ramped-up scan uses 2 MiB folios (the kernel's large
+//!   folio readahead); a window opened on a miss with folios of order up to log2(size) - 2
+//!   (the kernel reads it in single pages; folio keeps fewer, larger folios, which only
+//!   changes how the same pages are grouped).
 //!
 //! # Concurrency (seed 002, Jan Kara's objection)
 //!
@@ -41,7 +72,7 @@
 //! and if the CAS fails another thread moved the window first, so it reloads and decides
 //! again (bounded; after `CAS_TRIES_MAX` losses it gives up readahead, never writes stale
 //! values). The word is checked on every update: it never holds an impossible window.
-//! Model-checked in `tests/loom_models.rs` (`readahead_state_update`).
+//! Model-checked in `tests/loom_models.rs` (`readahead_marker_race`, `readahead_miss_race`).
 //! `prev_index` is a separate hint word: a torn interleaving of it only makes a read look
 //! random or sequential, never corrupts the window. Hits do not write it (a store per hit
 //! would bounce its cache line between every thread of the handle and stop two threads'
@@ -51,13 +82,19 @@
 //! The policy (`decide_on_miss`, `decide_on_marker`, `initial_size`, `ramp`) is a pure
 //! function of (state, request, what the index holds): no I/O, no lock, no clock.
 //!
+//! The word holds `start` (36 bits), `size` (14), and in its last 14 bits either the sync
+//! part of a window opened on a miss (`size - async_size`, tagged) or the `order` of a
+//! window that is all async: a window opened on a miss always has order 0, one started at
+//! a marker has no sync part, so neither needs both.
+//!
 //! Limits: windows of at most `WINDOW_PAGES_LIMIT` pages (32 MiB); files of at most
 //! `START_PAGES_LIMIT` pages (2^36 pages, 256 TiB) for readahead (pages beyond are read
-//! without it).
+//! without it). The order the alignment follows is capped at `ORDER_MAX` (2 MiB folios),
+//! whatever largest folio the cache is built with (the kernel caps it at the mapping's).
 
 use crate::primitive::{AtomicU64, Ordering};
 
-use crate::types::PageIndex;
+use crate::types::{PageIndex, ORDER_MAX};
 
 /// The largest window a handle uses: 32 MiB, a power of two (so ramped-up windows stay
 /// aligned to the largest folio), below the 14 bits the packed state has for a size.
@@ -69,24 +106,58 @@ pub const CAS_TRIES_MAX: u32 = 4;
 
 const START_BITS: u32 = 36;
 const SIZE_BITS: u32 = 14;
-const _: () = assert!(WINDOW_PAGES_LIMIT < 1 << SIZE_BITS && START_BITS + 2 * SIZE_BITS == 64);
+/// The low field after `start` and `size`: a window opened on a miss stores its sync part
+/// (`size - async_size`, 1..`WINDOW_PAGES_LIMIT`) under this tag; a window that is all
+/// async stores its `order` (its sync part is 0, and its order is what the next window
+/// aligns to).
+const SYNC_TAG: u64 = 1 << (SIZE_BITS - 1);
+const _: () = assert!(
+    WINDOW_PAGES_LIMIT < 1 << SIZE_BITS
+        && WINDOW_PAGES_LIMIT as u64 <= SYNC_TAG
+        && (ORDER_MAX as u64) < SYNC_TAG
+        && START_BITS + 2 * SIZE_BITS == 64
+);
 
 /// One readahead window: pages `[start, start + size)`, the last `async_size` of them read
-/// ahead of need; the marker at `start + size - async_size`.
+/// ahead of need; the marker at `start + size - async_size`. `order` is the folio order
+/// the stream's windows have reached (the kernel's `ra->order`): 0 for a window opened on
+/// a miss; for a window started at a marker, the largest order it is read with.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RaState {
     pub start: u64,
     pub size: u32,
     pub async_size: u32,
+    pub order: u8,
 }
 
 impl RaState {
-    /// Whether this is a window the policy could have made with maximum `max_pages`.
+    /// Whether this is a window the policy could have made with maximum `max_pages`: within
+    /// the maximum and the word's limits, with at least one async page (the marker), and an
+    /// order no larger than the window (0 unless the window is all async).
     pub fn is_possible(&self, max_pages: u32) -> bool {
+        let order_fits = self.order <= ORDER_MAX
+            && (self.order == 0
+                || (self.async_size == self.size && 1u32 << self.order <= self.size));
         self.size <= max_pages.min(WINDOW_PAGES_LIMIT)
             && self.async_size <= self.size
             && self.start < START_PAGES_LIMIT
-            && (self.size > 0 || (self.start == 0 && self.async_size == 0))
+            && order_fits
+            && if self.size > 0 {
+                self.async_size > 0
+            } else {
+                self.start == 0 && self.async_size == 0
+            }
+    }
+
+    /// The largest folio order to read this window with: its `order` if it was started at
+    /// a marker (the kernel's), up to a quarter of it if it was opened on a miss
+    /// (`folio_order_cap`; the kernel uses single pages there).
+    pub fn folio_order(&self) -> u8 {
+        if self.async_size == self.size {
+            self.order
+        } else {
+            folio_order_cap(self.size)
+        }
     }
 
     pub fn marker(&self) -> u64 {
@@ -97,18 +168,32 @@ impl RaState {
         self.start + u64::from(self.size)
     }
 
+    /// The word: `start`, `size`, then either the sync part under `SYNC_TAG` or the order
+    /// (`is_possible` windows only: an empty state packs to 0).
     fn pack(self) -> u64 {
-        self.start
-            | (u64::from(self.size) << START_BITS)
-            | (u64::from(self.async_size) << (START_BITS + SIZE_BITS))
+        let low = if self.async_size < self.size {
+            SYNC_TAG | u64::from(self.size - self.async_size)
+        } else {
+            u64::from(self.order)
+        };
+        self.start | (u64::from(self.size) << START_BITS) | (low << (START_BITS + SIZE_BITS))
     }
 
     fn unpack(word: u64) -> RaState {
         let mask = (1u64 << SIZE_BITS) - 1;
+        let size = ((word >> START_BITS) & mask) as u32;
+        let low = (word >> (START_BITS + SIZE_BITS)) & mask;
+        let (async_size, order) = if low & SYNC_TAG != 0 {
+            let sync = (low & (SYNC_TAG - 1)) as u32;
+            (size.saturating_sub(sync), 0)
+        } else {
+            (size, low as u8)
+        };
         RaState {
             start: word & (START_PAGES_LIMIT - 1),
-            size: ((word >> START_BITS) & mask) as u32,
-            async_size: ((word >> (START_BITS + SIZE_BITS)) & mask) as u32,
+            size,
+            async_size,
+            order,
         }
     }
 }
@@ -201,6 +286,7 @@ pub fn decide_on_miss(state: RaState, req: MissRequest, max_pages: u32) -> Decis
         start: index,
         size,
         async_size,
+        order: 0,
     })
 }
 
@@ -222,11 +308,7 @@ pub fn decide_on_marker(
             return Decision::None; // past the pages readahead can describe
         }
         let size = ramp(state.size, max_pages);
-        return Decision::Window(RaState {
-            start: state.end(),
-            size,
-            async_size: size,
-        });
+        return Decision::Window(async_window(state.end(), size, state.order, max_pages));
     }
     // The marker belongs to a window this handle does not remember (another handle's,
     // or interleaved streams): start from the first hole after the reader.
@@ -238,14 +320,36 @@ pub fn decide_on_marker(
     }
     let present = (start.0 - index) as u32;
     let size = ramp(present.max(1), max_pages);
-    Decision::Window(RaState {
-        start: start.0,
-        size,
-        async_size: size,
-    })
+    Decision::Window(async_window(start.0, size, state.order, max_pages))
 }
 
-/// The largest folio order to read a window of `size` pages with.
+/// The window a marker starts at `start` with `size` ramped pages, after one of order
+/// `order_before` (kernel: the end of page_cache_async_ra and the order chosen by
+/// page_cache_ra_order): the order rises by 2; the end is rounded down to a multiple of
+/// 2^min(order, tz(max_pages)) unless that leaves nothing; then the order is capped by the
+/// largest folio and by the window's size. All of it is async.
+fn async_window(start: u64, size: u32, order_before: u8, max_pages: u32) -> RaState {
+    debug_assert!(size > 0 && max_pages > 0);
+    let order = u32::from(order_before) + 2;
+    let align = 1u64 << order.min(max_pages.trailing_zeros());
+    let end = start + u64::from(size);
+    let aligned_end = end & !(align - 1);
+    let size = if aligned_end > start {
+        (aligned_end - start) as u32
+    } else {
+        size
+    };
+    let order = order.min(u32::from(ORDER_MAX)).min(size.ilog2()) as u8;
+    RaState {
+        start,
+        size,
+        async_size: size,
+        order,
+    }
+}
+
+/// The largest folio order to read a window of `size` pages opened on a miss with: a
+/// quarter of it, rounded down to a power of two.
 pub fn folio_order_cap(size: u32) -> u8 {
     (31 - size.max(1).leading_zeros())
         .saturating_sub(2)
@@ -331,9 +435,16 @@ mod tests {
 
     const MAX_128K: u32 = 32;
 
+    /// How a window of a replayed scan was opened.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum Opened {
+        OnMiss,
+        AtMarker,
+    }
+
     /// Replays a sequential scan in `read_pages`-page reads the way `File` drives the
-    /// policy, and returns the windows in order.
-    fn scan(pages_total: u64, read_pages: u64, max: u32) -> Vec<RaState> {
+    /// policy, and returns the windows in order, with how each was opened.
+    fn scan_opened(pages_total: u64, read_pages: u64, max: u32) -> Vec<(RaState, Opened)> {
         let mut state = RaState::default();
         let mut present_until = 0u64; // pages [0, present_until) are cached or in flight
         let mut marker: Option<u64> = None;
@@ -342,34 +453,46 @@ mod tests {
         let mut index = 0;
         while index < pages_total {
             for page in index..index + read_pages {
-                let decision = if page >= present_until {
-                    decide_on_miss(
-                        state,
-                        MissRequest {
-                            index: PageIndex(page),
-                            pages: index + read_pages - page,
-                            prev_index: prev,
-                            cached_before: page.min(present_until),
-                        },
-                        max,
-                    )
+                let (mut decision, mut opened) = if page >= present_until {
+                    let req = MissRequest {
+                        index: PageIndex(page),
+                        pages: index + read_pages - page,
+                        prev_index: prev,
+                        cached_before: page.min(present_until),
+                    };
+                    (decide_on_miss(state, req, max), Opened::OnMiss)
                 } else if marker == Some(page) {
                     marker = None;
-                    decide_on_marker(state, PageIndex(page), Some(PageIndex(present_until)), max)
+                    let next_miss = Some(PageIndex(present_until));
+                    let decision = decide_on_marker(state, PageIndex(page), next_miss, max);
+                    (decision, Opened::AtMarker)
                 } else {
-                    Decision::None
+                    (Decision::None, Opened::AtMarker)
                 };
-                match decision {
-                    Decision::Window(w) => {
-                        assert!(w.is_possible(max));
-                        assert_eq!(w.start, present_until, "windows are contiguous");
-                        state = w;
-                        present_until = w.end();
-                        marker = Some(w.marker());
-                        windows.push(w);
+                loop {
+                    match decision {
+                        Decision::Window(w) => {
+                            assert!(w.is_possible(max));
+                            assert_eq!(w.start, present_until, "windows are contiguous");
+                            state = w;
+                            present_until = w.end();
+                            marker = Some(w.marker());
+                            windows.push((w, opened));
+                            // A window opened on a miss whose marker is the page missed
+                            // (the request covers the window): `File` touches the
+                            // marked folio right after reading it.
+                            if w.marker() == page {
+                                marker = None;
+                                let next_miss = Some(PageIndex(present_until));
+                                decision = decide_on_marker(state, PageIndex(page), next_miss, max);
+                                opened = Opened::AtMarker;
+                                continue;
+                            }
+                        }
+                        Decision::None if page >= present_until => present_until = page + 1,
+                        Decision::None => {}
                     }
-                    Decision::None if page >= present_until => present_until = page + 1,
-                    Decision::None => {}
+                    break;
                 }
                 prev = Some(PageIndex(page));
             }
@@ -378,63 +501,132 @@ mod tests {
         windows
     }
 
+    /// The windows of a replayed scan, in order.
+    fn scan(pages_total: u64, read_pages: u64, max: u32) -> Vec<RaState> {
+        scan_opened(pages_total, read_pages, max)
+            .into_iter()
+            .map(|(w, _)| w)
+            .collect()
+    }
+
+    /// `RaState` literals, shorter: (start, size, async_size, order).
+    fn w(start: u64, size: u32, async_size: u32, order: u8) -> RaState {
+        RaState {
+            start,
+            size,
+            async_size,
+            order,
+        }
+    }
+
+    /// Where each window ends, in order.
+    fn ends(windows: &[RaState]) -> Vec<u64> {
+        windows.iter().map(|w| w.end()).collect()
+    }
+
+    /// The kernel's windows as cachestat saw them on Linux 6.18 (4 KiB reads of a cold
+    /// file; `tests/readahead_trace.rs` traces them again on every run): the page where
+    /// each window ends. The unaligned ramp ended 0+4, 4+16, 20+64, ... (84, 340, ...) and
+    /// 4, 12, 28, 60, 92, ... at 128 KiB.
     #[test]
-    fn sequential_4k_reads_ramp_like_the_kernel_with_a_128k_max() {
-        let windows = scan(200, 1, MAX_128K);
+    fn sequential_4k_reads_open_the_kernels_windows() {
+        // 128 KiB (32 pages): 4, 12, 16, 24, 32, 48, 64, 96, 128, then 32 at a time.
+        let windows = scan(300, 1, MAX_128K);
+        assert_eq!(
+            &ends(&windows)[..11],
+            &[4, 12, 16, 24, 32, 48, 64, 96, 128, 160, 192]
+        );
         let sizes_kib: Vec<u64> = windows.iter().map(|w| u64::from(w.size) * 4).collect();
-        assert_eq!(&sizes_kib[..7], &[16, 32, 64, 128, 128, 128, 128]);
-        // The initial window: the marker right after the page asked for.
         assert_eq!(
-            windows[0],
-            RaState {
-                start: 0,
-                size: 4,
-                async_size: 3
-            }
+            &sizes_kib[..10],
+            &[16, 32, 16, 32, 32, 64, 64, 128, 128, 128]
         );
+        // The initial window: the marker right after the page asked for, order 0.
+        assert_eq!(windows[0], w(0, 4, 3, 0));
         assert_eq!(windows[0].marker(), 1);
-        // Ramped windows are all async: the marker is their first page.
+        // Windows started at a marker are all async (the marker is their first page)
+        // and raise the order by 2; [12, 28) would cross 16 = 2^4, so it stops there, and
+        // the next one ramps from its 4 pages.
+        assert_eq!(windows[1], w(4, 8, 8, 2));
+        assert_eq!(windows[2], w(12, 4, 4, 2));
+        assert_eq!(windows[3], w(16, 8, 8, 3));
+        assert_eq!(windows[7], w(64, 32, 32, 5));
+        // 8 MiB (this disk's read_ahead_kb): 4, 20, 80, 320, 768, 1024, 1536, 2048, ...
+        let windows = scan(9000, 1, 2048);
         assert_eq!(
-            windows[1],
-            RaState {
-                start: 4,
-                size: 8,
-                async_size: 8
-            }
+            &ends(&windows)[..12],
+            &[4, 20, 80, 320, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192]
         );
+        let sizes: Vec<u32> = windows.iter().map(|w| w.size).collect();
         assert_eq!(
-            windows[2],
-            RaState {
-                start: 12,
-                size: 16,
-                async_size: 16
-            }
+            &sizes[..12],
+            &[4, 16, 60, 240, 448, 256, 512, 512, 1024, 1024, 2048, 2048]
         );
+        // 16 MiB (folio's default): 4, 20, 80, 320, 1280, 3072, 6144, then 4,096 at a time.
+        let windows = scan(12000, 1, 4096);
         assert_eq!(
-            windows[3],
-            RaState {
-                start: 28,
-                size: 32,
-                async_size: 32
-            }
+            &ends(&windows)[..8],
+            &[4, 20, 80, 320, 1280, 3072, 6144, 10240]
+        );
+        // 2,560 KiB (640 pages, a loop device's default here; tz(640) = 7, so ends fall on
+        // multiples of 128 at most): 4, 20, 80, 192, 384, 768, then 640 at a time.
+        let windows = scan(3000, 1, 640);
+        assert_eq!(
+            &ends(&windows)[..8],
+            &[4, 20, 80, 192, 384, 768, 1408, 2048]
         );
     }
 
     #[test]
-    fn larger_maxima_and_requests_ramp_the_same_way() {
-        // 8 MiB max (this disk's read_ahead_kb): 16K, 64K, 256K, 1M, 2M, 4M, 8M...
-        let sizes: Vec<u32> = scan(6000, 1, 2048).iter().map(|w| w.size).collect();
-        assert_eq!(&sizes[..8], &[4, 16, 64, 256, 512, 1024, 2048, 2048]);
+    fn every_window_is_aligned_to_its_order_and_folios_reach_2_mib() {
+        for max in (1..=600).chain([640, 1000, 2048, 2560, 4096, 5000, 6144, 8191, 8192]) {
+            for read_pages in [1, 2, 3, 8, 32] {
+                let windows = scan_opened(u64::from(max) * 12 + 64, read_pages, max);
+                for pair in windows.windows(2) {
+                    let ((before, _), (next, opened)) = (pair[0], pair[1]);
+                    if opened == Opened::OnMiss {
+                        assert_eq!(next.order, 0, "max {max}: {next:?}");
+                        continue;
+                    }
+                    assert!(next.is_possible(max), "max {max}: {next:?}");
+                    assert_eq!(next.async_size, next.size);
+                    // The end is a multiple of 2^min(order before + 2, tz(max)), unless
+                    // the window lies inside one such block and kept its ramped size.
+                    let align = 1u64 << (u32::from(before.order) + 2).min(max.trailing_zeros());
+                    assert!(
+                        next.end() % align == 0
+                            || (next.size == ramp(before.size, max)
+                                && next.start / align == (next.end() - 1) / align),
+                        "max {max}, reads of {read_pages}: {before:?} -> {next:?}"
+                    );
+                    let order_want = (u32::from(before.order) + 2)
+                        .min(u32::from(ORDER_MAX))
+                        .min(next.size.ilog2());
+                    assert_eq!(u32::from(next.order), order_want, "max {max}: {next:?}");
+                }
+                if max >= 2048 {
+                    let (last, _) = windows.last().unwrap();
+                    assert_eq!(last.folio_order(), ORDER_MAX, "max {max}: {last:?}");
+                    if max % 512 == 0 {
+                        assert_eq!(last.start % 512, 0, "max {max}: windows start on 2 MiB");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn larger_requests_open_larger_initial_windows() {
         // 8 KiB records: 2 pages is above max/32, so the initial window is x2.
         let windows = scan(100, 2, MAX_128K);
-        assert_eq!(
-            windows[0],
-            RaState {
-                start: 0,
-                size: 4,
-                async_size: 2
-            }
-        );
+        assert_eq!(windows[0], w(0, 4, 2, 0));
+        // At 8 MiB they are x4; the window opened on a miss reads folios of up to a
+        // quarter of it, the windows after it those of their order.
+        let windows = scan(1000, 2, 2048);
+        assert_eq!(windows[0], w(0, 8, 6, 0));
+        assert_eq!(windows[0].folio_order(), 1);
+        assert_eq!(windows[1], w(8, 32, 32, 2));
+        assert_eq!(windows[1].folio_order(), 2);
     }
 
     #[test]
@@ -451,11 +643,7 @@ mod tests {
 
     #[test]
     fn random_reads_leave_the_state_alone() {
-        let state = RaState {
-            start: 100,
-            size: 8,
-            async_size: 8,
-        };
+        let state = w(100, 8, 8, 3);
         let req = MissRequest {
             index: PageIndex(5000),
             pages: 1,
@@ -485,20 +673,9 @@ mod tests {
             cached_before: 0,
         };
         assert_eq!(
-            decide_on_miss(
-                RaState {
-                    start: 800,
-                    size: 32,
-                    async_size: 32
-                },
-                req,
-                MAX_128K
-            ),
-            Decision::Window(RaState {
-                start: 0,
-                size: 4,
-                async_size: 3
-            })
+            decide_on_miss(w(800, 32, 32, 5), req, MAX_128K),
+            Decision::Window(w(0, 4, 3, 0)),
+            "a new stream starts again from order 0"
         );
         // Readahead off (max 0): nothing.
         assert_eq!(decide_on_miss(RaState::default(), req, 0), Decision::None);
@@ -506,47 +683,50 @@ mod tests {
 
     #[test]
     fn a_stray_marker_restarts_from_the_next_hole() {
-        let state = RaState {
-            start: 0,
-            size: 4,
-            async_size: 3,
-        };
-        // 8 pages are present after the reader: the next window ramps from 8.
+        let state = w(0, 4, 3, 0);
+        // 8 pages are present after the reader: the next window ramps from 8, order 2.
         let d = decide_on_marker(state, PageIndex(500), Some(PageIndex(508)), MAX_128K);
-        assert_eq!(
-            d,
-            Decision::Window(RaState {
-                start: 508,
-                size: 16,
-                async_size: 16
-            })
-        );
+        assert_eq!(d, Decision::Window(w(508, 16, 16, 2)));
         assert_eq!(
             decide_on_marker(state, PageIndex(500), None, MAX_128K),
             Decision::None
         );
+        // After a window of order 4 the alignment is 2^min(6, tz(32)) = 32 pages: a ramp
+        // from 10 present pages (20, to page 520) stops at 512.
+        let d = decide_on_marker(w(0, 16, 16, 4), PageIndex(490), Some(PageIndex(500)), 32);
+        assert_eq!(d, Decision::Window(w(500, 12, 12, 3)));
     }
 
     #[test]
     fn the_packed_word_round_trips() {
-        let s = RaState {
-            start: START_PAGES_LIMIT - 1,
-            size: WINDOW_PAGES_LIMIT,
-            async_size: 17,
-        };
-        assert_eq!(RaState::unpack(s.pack()), s);
-        assert!(!RaState {
-            start: 0,
-            size: 4,
-            async_size: 5
+        for s in [
+            RaState::default(),
+            w(START_PAGES_LIMIT - 1, WINDOW_PAGES_LIMIT, 17, 0),
+            w(START_PAGES_LIMIT - 1, WINDOW_PAGES_LIMIT, 1, 0),
+            w(
+                START_PAGES_LIMIT - 1,
+                WINDOW_PAGES_LIMIT,
+                WINDOW_PAGES_LIMIT,
+                ORDER_MAX,
+            ),
+            w(0, 4, 3, 0),
+            w(12, 4, 4, 2),
+            w(7, 1, 1, 0),
+        ] {
+            assert!(s.is_possible(WINDOW_PAGES_LIMIT), "{s:?}");
+            assert_eq!(RaState::unpack(s.pack()), s);
         }
-        .is_possible(32));
-        assert!(!RaState {
-            start: 0,
-            size: 64,
-            async_size: 5
+        assert_eq!(RaState::default().pack(), 0, "a new cell holds no window");
+        for (impossible, max) in [
+            (w(0, 4, 5, 0), 32),  // more async than the window
+            (w(0, 64, 5, 0), 32), // larger than the maximum
+            (w(0, 4, 0, 0), 32),  // no marker
+            (w(0, 4, 3, 1), 32),  // an order on a window opened on a miss
+            (w(0, 4, 4, 3), 32),  // folios larger than the window
+            (w(0, 4096, 4096, ORDER_MAX + 1), 4096),
+        ] {
+            assert!(!impossible.is_possible(max), "{impossible:?}");
         }
-        .is_possible(32));
     }
 
     #[test]
@@ -554,21 +734,27 @@ mod tests {
         assert_eq!(folio_order_cap(4), 0);
         assert_eq!(folio_order_cap(16), 2);
         assert_eq!(folio_order_cap(2048), 9);
+        // A window started at a marker reads folios of its own order.
+        assert_eq!(w(1024, 512, 512, 9).folio_order(), 9);
+        assert_eq!(w(20, 60, 60, 4).folio_order(), 4);
+        assert_eq!(w(0, 2048, 1024, 0).folio_order(), 9);
     }
 
     #[test]
     fn the_policy_never_makes_an_impossible_window() {
         use proptest::prelude::*;
-        proptest!(ProptestConfig::with_cases(if cfg!(miri) { 3 } else { 256 }), |(start in 0u64..1 << 30, size in 0u32..64, asz in 0u32..64, index in 0u64..1 << 30, pages in 1u64..5000, prev in proptest::option::of(0u64..1 << 30), cached_before in 0u64..6000, max in 0u32..4096)| {
+        proptest!(ProptestConfig::with_cases(if cfg!(miri) { 3 } else { 256 }), |(start in 0u64..1 << 30, size in 0u32..64, asz in 0u32..64, order in 0u8..12, index in 0u64..1 << 30, pages in 1u64..5000, prev in proptest::option::of(0u64..1 << 30), cached_before in 0u64..6000, max in 0u32..4096)| {
             let size = size.min(max);
-            let state = RaState { start, size, async_size: asz.min(size) };
+            let state = RaState { start, size, async_size: asz.min(size), order };
             let req = MissRequest { index: PageIndex(index), pages, prev_index: prev.map(PageIndex), cached_before: cached_before.min(index) };
             if let Decision::Window(w) = decide_on_miss(state, req, max) {
                 prop_assert!(w.is_possible(max) && w.size > 0);
                 prop_assert_eq!(w.start, index);
+                prop_assert_eq!(w.order, 0);
             }
             if let Decision::Window(w) = decide_on_marker(state, PageIndex(index), Some(PageIndex(index + 3)), max) {
                 prop_assert!(w.is_possible(max) && w.size > 0 && w.async_size == w.size);
+                prop_assert!(w.folio_order() <= ORDER_MAX && 1u32 << w.folio_order() <= w.size);
             }
         });
     }

@@ -37,7 +37,6 @@ use crate::folio::MappingId;
 use crate::index::{Entry, Leave};
 use crate::mapping::{MappingTable, MaybeUnused};
 use crate::memory::Memory;
-use crate::refcount::PREFETCHED;
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
 
@@ -142,7 +141,7 @@ impl Reclaimer {
                     maybe_unused.push(mapping.clone());
                 }
                 drop(w);
-                if meta.state.load() & PREFETCHED != 0 {
+                if meta.state.load().is_prefetched() {
                     stats::add(&mem.counters.readahead_wasted_pages, victim.pages);
                 }
                 logged.push(ShadowRecord {

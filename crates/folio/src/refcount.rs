@@ -1,7 +1,9 @@
 //! The folio state word: a reference count with a dedicated DEAD bit, and the flags.
 //!
-//! This is the only module that touches the state word's atomic. Everything else calls
-//! the named operations below, whose protocol is written here once.
+//! This is the only module that touches the state word's atomic, and the only one that
+//! knows its bits: everything else calls the named operations below, whose protocol is
+//! written here once, and tests flags on a snapshot (`StateWord`, the kernel's
+//! `folio_test_*` family: `is_locked`, `is_uptodate`, ...).
 //!
 //! # Layout (one `u64` per folio, in the frame's metadata)
 //!
@@ -134,9 +136,99 @@ impl Default for FolioState {
     }
 }
 
-/// The reference count of a state value.
-pub fn count(state: u64) -> u64 {
+/// The reference count of a raw state value.
+fn count(state: u64) -> u64 {
     state & COUNT_MASK
+}
+
+/// A snapshot of a folio's state word (`FolioState::load`), with read-only tests in the
+/// kernel's `folio_test_*` family: the only way code outside this module reads the
+/// flags. A plain `u64`: every test is one mask on a value already loaded, no atomic.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct StateWord(u64);
+
+impl StateWord {
+    /// I/O in flight: the folio is in the index, its bytes are not valid yet.
+    #[inline]
+    pub fn is_locked(self) -> bool {
+        self.0 & LOCKED != 0
+    }
+
+    /// The read succeeded: the bytes are valid.
+    #[inline]
+    pub fn is_uptodate(self) -> bool {
+        self.0 & UPTODATE != 0
+    }
+
+    /// The read failed (the folio has left the index; `FolioMeta::errno` says why).
+    #[inline]
+    pub fn is_error(self) -> bool {
+        self.0 & ERROR != 0
+    }
+
+    /// Frozen (being evicted) or free: a getter fails.
+    #[inline]
+    pub fn is_dead(self) -> bool {
+        self.0 & DEAD != 0
+    }
+
+    /// Carries the async-readahead marker.
+    #[inline]
+    pub fn is_readahead(self) -> bool {
+        self.0 & READAHEAD != 0
+    }
+
+    /// Read ahead and not read yet.
+    #[inline]
+    pub fn is_prefetched(self) -> bool {
+        self.0 & PREFETCHED != 0
+    }
+
+    /// Refaulted within the workingset.
+    #[inline]
+    pub fn is_workingset(self) -> bool {
+        self.0 & WORKINGSET != 0
+    }
+
+    /// The reference count.
+    #[inline]
+    pub fn count(self) -> u64 {
+        count(self.0)
+    }
+
+    /// The access frequency (0..=3).
+    #[inline]
+    pub fn freq(self) -> u64 {
+        (self.0 & FREQ_MASK) >> FREQ_SHIFT
+    }
+
+    /// The whole value: for comparing a snapshot with an exact expected word in tests
+    /// (the loom models among them). Flags are tested with the methods above.
+    #[cfg(test)]
+    pub fn bits(self) -> u64 {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for StateWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StateWord({:#x}: count {}", self.0, self.count())?;
+        for (set, name) in [
+            (self.is_dead(), "DEAD"),
+            (self.is_locked(), "LOCKED"),
+            (self.is_uptodate(), "UPTODATE"),
+            (self.is_error(), "ERROR"),
+            (self.is_readahead(), "READAHEAD"),
+            (self.is_workingset(), "WORKINGSET"),
+            (self.is_prefetched(), "PREFETCHED"),
+        ] {
+            if set {
+                write!(f, " {name}")?;
+            }
+        }
+        write!(f, " freq {})", self.freq())
+    }
 }
 
 impl FolioState {
@@ -150,10 +242,11 @@ impl FolioState {
         self.0.store(DEAD, Ordering::Relaxed);
     }
 
-    /// The current value, for flag tests. Acquire: a reader that sees UPTODATE sees the
-    /// bytes the read wrote.
-    pub fn load(&self) -> u64 {
-        self.0.load(Ordering::Acquire)
+    /// A snapshot of the word, for flag tests (`StateWord`). Acquire: a reader that sees
+    /// UPTODATE sees the bytes the read wrote.
+    #[inline]
+    pub fn load(&self) -> StateWord {
+        StateWord(self.0.load(Ordering::Acquire))
     }
 
     /// Protocol steps 1-2: take a reference unless the folio is DEAD. One `fetch_add`.
@@ -359,17 +452,17 @@ mod tests {
             let s = FolioState::new_free();
             assert_eq!(s.try_get(), GetOutcome::Dead, "a free frame cannot be got");
             s.revive_locked();
-            assert_eq!(s.load(), ONE | LOCKED);
+            assert_eq!(s.load().bits(), ONE | LOCKED);
             assert!(!s.try_freeze(), "locked folios are never frozen");
             s.finish_read_ok();
-            assert_eq!(s.load(), ONE | UPTODATE);
+            assert_eq!(s.load().bits(), ONE | UPTODATE);
             assert_eq!(s.try_get(), GetOutcome::Got);
             assert!(!s.try_freeze(), "pinned folios are never frozen");
             assert_eq!(s.put(), PutOutcome::Alive);
             assert!(s.try_freeze());
             assert_eq!(s.try_get(), GetOutcome::Dead);
             s.mark_free();
-            assert_eq!(s.load(), DEAD);
+            assert_eq!(s.load().bits(), DEAD);
         });
     }
 
@@ -383,7 +476,7 @@ mod tests {
             s.revive_locked();
             // ...and the getter backs out (step 2): the new owner's reference is intact.
             s.0.fetch_sub(ONE, Ordering::Relaxed);
-            assert_eq!(s.load(), ONE | LOCKED);
+            assert_eq!(s.load().bits(), ONE | LOCKED);
         });
     }
 
@@ -401,7 +494,7 @@ mod tests {
             // The getter's back-out is the last reference: it must free the frame.
             let new = s.0.fetch_sub(ONE, Ordering::AcqRel) - ONE;
             assert!(s.win_release(new));
-            assert_ne!(s.load() & DEAD, 0);
+            assert!(s.load().is_dead());
         });
     }
 
@@ -416,11 +509,40 @@ mod tests {
                 "a waiter pins the locked folio"
             );
             assert_eq!(s.finish_read_err(), PutOutcome::Alive);
-            assert_ne!(s.load() & ERROR, 0);
+            assert!(s.load().is_error());
             assert!(!s.try_freeze());
             assert_eq!(s.put(), PutOutcome::Free);
-            assert_ne!(s.load() & DEAD, 0);
+            assert!(s.load().is_dead());
         });
+    }
+
+    /// Each test of a snapshot reads its own bit, and only it.
+    #[test]
+    fn state_word_tests_read_one_flag_each() {
+        type Test = fn(StateWord) -> bool;
+        let tests: [(u64, Test); 7] = [
+            (DEAD, StateWord::is_dead),
+            (LOCKED, StateWord::is_locked),
+            (UPTODATE, StateWord::is_uptodate),
+            (ERROR, StateWord::is_error),
+            (READAHEAD, StateWord::is_readahead),
+            (WORKINGSET, StateWord::is_workingset),
+            (PREFETCHED, StateWord::is_prefetched),
+        ];
+        let all = COUNT_MASK | FREQ_MASK | tests.iter().map(|(flag, _)| flag).fold(0, |a, f| a | f);
+        for (flag, test) in tests {
+            assert!(test(StateWord(flag | 5)), "{flag:#x} set");
+            assert!(
+                !test(StateWord(all & !flag)),
+                "{flag:#x} clear, every other bit set"
+            );
+        }
+        let word = StateWord(DEAD | UPTODATE | (2 * FREQ_ONE) | 3);
+        assert_eq!((word.count(), word.freq()), (3, 2));
+        assert_eq!(
+            format!("{word:?}"),
+            "StateWord(0x20500000003: count 3 DEAD UPTODATE freq 2)"
+        );
     }
 
     #[test]
@@ -438,7 +560,7 @@ mod tests {
             assert_eq!(s.freq(), 3, "the frequency saturates at 3");
             assert_eq!(s.decay_freq(), 3);
             assert_eq!(s.freq(), 2);
-            assert_eq!(count(s.load()), 1, "frequency bits never touch the count");
+            assert_eq!(s.load().count(), 1, "frequency bits never touch the count");
         });
     }
 }

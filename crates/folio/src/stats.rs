@@ -211,6 +211,12 @@ counters! {
         mappings,
         /// Index nodes the mappings hold (counted in `metadata_bytes`).
         index_nodes,
+        /// Bytes of the arena populated and handed to the allocator so far (it grows in
+        /// 2 MiB chunks ahead of the allocator; the rest is not resident yet).
+        arena_grown_bytes,
+        /// Chunks an allocation had to grow unpopulated because the background populator
+        /// was behind (their first reads faulted their pages in).
+        arena_chunks_unpopulated,
     }
 }
 

@@ -8,7 +8,6 @@
 //! steal the core the completion needs.
 
 use crate::folio::FolioMeta;
-use crate::refcount::LOCKED;
 
 fn key(meta: &FolioMeta) -> usize {
     meta as *const FolioMeta as usize
@@ -19,13 +18,13 @@ fn key(meta: &FolioMeta) -> usize {
 /// Context: the caller holds a reference on the folio (so its metadata keeps describing
 /// the same folio) and no lock. May sleep.
 pub fn wait_unlocked(meta: &FolioMeta) {
-    while meta.state.load() & LOCKED != 0 {
+    while meta.state.load().is_locked() {
         // SAFETY: the callbacks neither panic nor call into parking_lot; the key is the
         // address of metadata that lives as long as the cache.
         unsafe {
             parking_lot_core::park(
                 key(meta),
-                || meta.state.load() & LOCKED != 0,
+                || meta.state.load().is_locked(),
                 || {},
                 |_, _| {},
                 parking_lot_core::DEFAULT_PARK_TOKEN,

@@ -65,11 +65,15 @@ mod types;
 #[path = "../src/readahead.rs"]
 mod readahead;
 
+#[allow(dead_code)]
+#[path = "../src/errseq.rs"]
+mod errseq;
+
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use refcount::{count, FolioState, GetOutcome, PutOutcome, DEAD, LOCKED, ONE, UPTODATE};
+use refcount::{FolioState, GetOutcome, PutOutcome, DEAD, LOCKED, ONE, UPTODATE};
 use version::Version;
 
 const FRAME: usize = 7;
@@ -153,9 +157,13 @@ fn getter_vs_freezer() {
         assert!(!(got && evicted), "a held folio was evicted");
         let state = w.state.load();
         if evicted {
-            assert_eq!(state, DEAD, "an evicted frame is free with no references");
+            assert_eq!(
+                state.bits(),
+                DEAD,
+                "an evicted frame is free with no references"
+            );
         } else {
-            assert_eq!(count(state), 1 + u64::from(got));
+            assert_eq!(state.count(), 1 + u64::from(got));
         }
     });
 }
@@ -171,7 +179,7 @@ fn lookup_racing_eviction() {
                 if held {
                     // While held, the folio is in the index and not DEAD.
                     assert_eq!(w.slot.load(Ordering::Acquire), FRAME);
-                    assert_eq!(w.state.load() & DEAD, 0);
+                    assert!(!w.state.load().is_dead());
                     assert_eq!(w.state.put(), PutOutcome::Alive);
                 }
                 held
@@ -183,7 +191,7 @@ fn lookup_racing_eviction() {
         assert_eq!(w.frees.load(Ordering::Relaxed), u64::from(evicted));
         if !evicted {
             assert_eq!(
-                w.state.load(),
+                w.state.load().bits(),
                 ONE | UPTODATE,
                 "only the index's reference is left"
             );
@@ -206,8 +214,8 @@ fn freed_and_reused_frame() {
                         if w.slot.load(Ordering::Acquire) == FRAME {
                             // A genuine reference to page A: the frame was not reused.
                             let state = w.state.load();
-                            assert_eq!(state & DEAD, 0);
-                            assert_ne!(state & UPTODATE, 0, "the getter sees page A's folio");
+                            assert!(!state.is_dead());
+                            assert!(state.is_uptodate(), "the getter sees page A's folio");
                             if w.state.put() == PutOutcome::Free {
                                 w.frees.fetch_add(1, Ordering::Relaxed);
                             }
@@ -246,12 +254,21 @@ fn freed_and_reused_frame() {
             // Two incarnations ended (page A evicted, page B given up): two frees, and the
             // frame is DEAD with no stray count.
             assert_eq!(frees, 2, "each incarnation is freed exactly once");
-            assert_eq!(state & !(DEAD | LOCKED | UPTODATE), 0);
-            assert_eq!(count(state), 0);
-            assert_ne!(state & DEAD, 0);
+            assert!(
+                [
+                    DEAD,
+                    DEAD | LOCKED,
+                    DEAD | UPTODATE,
+                    DEAD | LOCKED | UPTODATE
+                ]
+                .contains(&state.bits()),
+                "no flag but DEAD, LOCKED and UPTODATE: {state:?}"
+            );
+            assert_eq!(state.count(), 0);
+            assert!(state.is_dead());
         } else {
             assert_eq!(frees, 0);
-            assert_eq!(state, ONE | UPTODATE);
+            assert_eq!(state.bits(), ONE | UPTODATE);
         }
     });
 }
@@ -287,12 +304,12 @@ fn reused_frame_keeps_its_new_owner() {
         if evicted {
             assert!(!held_a);
             assert_eq!(
-                state,
+                state.bits(),
                 ONE | LOCKED,
                 "the new owner's count is neither lost nor doubled"
             );
         } else if held_a {
-            assert_eq!(state, (2 * ONE) | UPTODATE);
+            assert_eq!(state.bits(), (2 * ONE) | UPTODATE);
         }
     });
 }
@@ -345,6 +362,7 @@ fn ramp_race(threads: usize) {
                 start: 0,
                 size: 4,
                 async_size: 3,
+                order: 0,
             })
         })
         .unwrap();
@@ -374,7 +392,8 @@ fn ramp_race(threads: usize) {
             RaState {
                 start: 4,
                 size: 8,
-                async_size: 8
+                async_size: 8,
+                order: 2,
             }
         );
         assert_eq!(
@@ -382,6 +401,76 @@ fn ramp_race(threads: usize) {
             installed[0],
             "the state is the winner's, never a stale one"
         );
+    });
+}
+
+/// `errseq`: two handles check while a writeback error is recorded: each reports it exactly
+/// once (during or after the race), never twice.
+#[test]
+fn errseq_every_handle_once() {
+    use errseq::ErrSeq;
+    loom::model(|| {
+        let seq = Arc::new(ErrSeq::default());
+        let recorder = {
+            let seq = seq.clone();
+            thread::spawn(move || seq.record(5))
+        };
+        let checkers: Vec<_> = (0..2)
+            .map(|_| {
+                let seq = seq.clone();
+                let mut since = seq.sample();
+                thread::spawn(move || {
+                    let first = seq.check_and_advance(&mut since);
+                    (first, since)
+                })
+            })
+            .collect();
+        recorder.join().unwrap();
+        for checker in checkers {
+            let (first, mut since) = checker.join().unwrap();
+            let after = seq.check_and_advance(&mut since);
+            let reports = [first, after].iter().flatten().count();
+            assert_eq!(
+                reports, 1,
+                "a handle reported {reports} times: {first:?} {after:?}"
+            );
+            assert_eq!(seq.check_and_advance(&mut since), None);
+        }
+    });
+}
+
+/// `errseq`: an error recorded while a handle is checking, and a handle opened right after
+/// that check: the new handle reports the newest error unless the checker already
+/// reported it (the 4.17 rule), which a `fetch_or` of SEEN instead of the CAS breaks.
+#[test]
+fn errseq_a_handle_opened_after_a_check_sees_the_unreported_error() {
+    use errseq::ErrSeq;
+    const EIO: i32 = 5;
+    const ENOSPC: i32 = 28;
+    loom::model(|| {
+        let seq = Arc::new(ErrSeq::default());
+        seq.record(EIO);
+        let recorder = {
+            let seq = seq.clone();
+            thread::spawn(move || seq.record(ENOSPC))
+        };
+        let checker = {
+            let seq = seq.clone();
+            thread::spawn(move || {
+                let mut since = seq.sample();
+                let first = seq.check_and_advance(&mut since);
+                let opened_after = seq.sample();
+                (first, opened_after)
+            })
+        };
+        recorder.join().unwrap();
+        let (first, mut opened_after) = checker.join().unwrap();
+        let late = seq.check_and_advance(&mut opened_after);
+        match first {
+            Some(ENOSPC) => assert_eq!(late, None, "reported to a handle opened after it was seen"),
+            Some(EIO) => assert_eq!(late, Some(ENOSPC), "an unreported error was lost"),
+            other => panic!("the checker reported {other:?}"),
+        }
     });
 }
 
@@ -422,7 +511,8 @@ fn readahead_miss_race() {
             vec![RaState {
                 start: 0,
                 size: 4,
-                async_size: 3
+                async_size: 3,
+                order: 0,
             }]
         );
         assert_eq!(cell.load(), installed[0]);
@@ -474,7 +564,7 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
         };
         if w.find_get().is_some() {
             let state = w.state.load();
-            assert_eq!(state & DEAD, 0, "a held folio is never frozen");
+            assert!(!state.is_dead(), "a held folio is never frozen");
             if w.state.put() == PutOutcome::Free {
                 free(&w);
             }
@@ -483,8 +573,8 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
         truncator.join().unwrap();
         assert_eq!(w.frees.load(Ordering::Relaxed), 1, "freed exactly once");
         let state = w.state.load();
-        assert_ne!(state & DEAD, 0);
-        assert_eq!(count(state), 0);
+        assert!(state.is_dead());
+        assert_eq!(state.count(), 0);
     });
 }
 

@@ -39,13 +39,16 @@ fn a_sequential_reader_issues_one_read_per_window_and_the_windows_ramp() {
     }
     let requests = control.take_requests();
     let sizes_kib: Vec<u64> = requests.iter().map(|&(_, len)| len as u64 / KIB).collect();
-    // The kernel's sequence for a 128 KiB maximum: 16, 32, 64, 128, 128, ... KiB.
+    // The kernel's sequence for a 128 KiB maximum (Linux 6.18, traced with cachestat in
+    // `readahead_trace.rs`): windows end on multiples of their folios, so the ramp runs
+    // 16, 32, 16, 32, 32, 64, 64, 128, 128, ... KiB, ending at pages 4, 12, 16, 24, 32,
+    // 48, 64, 96, 128, ...
     assert_eq!(
-        &sizes_kib[..6],
-        &[16, 32, 64, 128, 128, 128],
+        &sizes_kib[..9],
+        &[16, 32, 16, 32, 32, 64, 64, 128, 128],
         "{requests:?}"
     );
-    assert!(sizes_kib[3..].iter().all(|&s| s == 128));
+    assert!(sizes_kib[7..].iter().all(|&s| s == 128));
     // One read per window, back to back.
     let mut expect = 0;
     for &(offset, len) in &requests {
@@ -81,11 +84,48 @@ fn with_an_8_mib_maximum_windows_ramp_to_2_mib_folios() {
     let requests = control.take_requests();
     // Each read is at most 2 MiB (one order-9 folio); the windows reach 8 MiB.
     assert!(requests.iter().all(|&(_, len)| len <= 2 << 20));
+    // Windows end on multiples of their folios: once they are 2 MiB, so are the reads'
+    // offsets (the kernel's large folios, each on a multiple of its size).
+    assert!(
+        requests
+            .iter()
+            .filter(|&&(_, len)| len == 2 << 20)
+            .all(|&(offset, _)| offset % (2 << 20) == 0),
+        "{requests:?}"
+    );
     assert!(
         requests.iter().filter(|&&(_, len)| len == 2 << 20).count() >= 8,
         "{requests:?}"
     );
     assert_eq!(file.readahead_window().size_bytes, 8 << 20);
+}
+
+/// A read that touches the marked folio before its marker page ramps the window as the
+/// kernel does, from the window's size: 400 KiB reads at an 8 MiB maximum open a window of
+/// 256 pages read as 64-page folios, its marker on page 100, inside the folio at 64, which
+/// the first read touches at page 64. (Taken for another stream's marker, the next window
+/// ramped from the 192 pages after that folio's head: 384 pages where the kernel reads 512.)
+#[test]
+fn a_read_that_reaches_the_marked_folio_before_its_marker_ramps_the_window() {
+    let dir = common::test_dir();
+    let path = dir.path().join("f");
+    common::write_pattern_file(&path, SALT, 8 << 20);
+    let (cache, _control) = recorded_cache(128 << 20, 8 << 20);
+    let file = cache.open(&path).unwrap();
+    let mut buf = vec![0u8; 100 * 4096];
+    assert_eq!(file.read_at(&mut buf, 0).unwrap(), buf.len());
+    common::check_pattern(SALT, 0, &buf).unwrap();
+    let w = file.readahead_window();
+    assert_eq!(
+        (
+            w.start_bytes / 4096,
+            w.size_bytes / 4096,
+            w.async_bytes / 4096
+        ),
+        (256, 512, 512),
+        "the second window: the kernel's ramp of 256 pages"
+    );
+    assert_eq!(cache.stats().readahead_async, 1);
 }
 
 #[test]

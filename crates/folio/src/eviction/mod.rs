@@ -115,7 +115,7 @@ pub fn new_policy(kind: EvictionKind, frames: u32) -> Box<dyn EvictionPolicy> {
 /// Whether a queued folio cannot be evicted now (I/O in flight, or someone holds it).
 fn busy(arena: &Arena, frame: FrameId) -> bool {
     let state = arena.meta(frame).state.load();
-    state & crate::refcount::LOCKED != 0 || crate::refcount::count(state) > 1
+    state.is_locked() || state.count() > 1
 }
 
 /// Takes the isolation reference; false if the folio is dying (it will be removed).

@@ -1,0 +1,421 @@
+//! The index's lock-free walks: `lookup` (one page: the hit path), `visit` (every entry
+//! of a range), and the walks the miss path and the readahead policy ask: `next_present`,
+//! `next_miss`, `prev_miss` and `gaps`.
+//!
+//! A page is present when a folio covers it (its head slot, or a sibling slot whose head
+//! holds a folio); an empty slot, a shadow, a page beyond the root's span and an empty
+//! tree are all misses. On a tree no writer changes, each walk answers exactly what a
+//! page-by-page `lookup` would (the unit tests check them against a model).
+//!
+//! Validation (`index` module docs): a walk takes no lock and pins nothing; it loads each
+//! slot once with Acquire, so it may come back with a stale answer if a writer raced with
+//! it, never with freed memory (type-stable nodes). Callers treat the answer as a hint:
+//! the hit path validates the folio's identity and version, `Mapping::find_get` re-checks
+//! the slot under its reference, and the miss path's insertion re-checks every slot under
+//! the lock (a page found missing that is present by then is reported as a conflict).
+//! Every walk is bounded: a step down must reach a node whose shift is its parent's
+//! minus 6 (`lookup` and `visit`: lower than its parent's), and a subtree reached
+//! through a node that fails the check reads as missing; range walks move forward by at
+//! least one page per answer.
+//!
+//! Protection: none taken; see above. Limits: page indexes below 2^60 (pages past the
+//! root's span are missing).
+
+use super::node::{Decoded, Node, LEVELS_MAX, SHIFT_MAX, SLOTS, SLOT_MASK, SLOT_SHIFT};
+use super::{Entry, Index};
+use crate::types::PageIndex;
+
+/// What a range walk looks for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Held {
+    /// A page a folio covers.
+    Present,
+    /// A page no folio covers (empty, shadow, beyond the tree).
+    Missing,
+}
+
+/// How a walk of one subtree ended.
+enum Walk {
+    Found(u64),
+    NotFound,
+    /// The node was reused at another level while the walk reached it: its range reads
+    /// as missing.
+    Stale,
+}
+
+impl Index {
+    /// What the slot of page `index` holds. Lock-free; the answer may be stale if a
+    /// writer raced with the walk (module docs): callers validate it.
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    #[inline]
+    pub fn lookup(&self, index: PageIndex) -> Entry {
+        let Some(mut node) = self.root.get() else {
+            return Entry::Empty;
+        };
+        let mut parent_shift = u32::MAX;
+        // A consistent walk goes down one level per node; a stale one is cut off at the
+        // tree's greatest height.
+        for _ in 0..=LEVELS_MAX {
+            let shift = node.shift();
+            if shift >= parent_shift
+                || (parent_shift == u32::MAX && (index.0 >> shift) >> SLOT_SHIFT != 0)
+            {
+                return Entry::Empty;
+            }
+            parent_shift = shift;
+            let slot = ((index.0 >> shift) & SLOT_MASK) as usize;
+            let mut entry = node.get(slot);
+            if let Decoded::Sibling(head) = entry {
+                entry = node.get(head);
+            }
+            match entry {
+                Decoded::Node(child) => node = child,
+                Decoded::Empty | Decoded::Sibling(_) => return Entry::Empty,
+                Decoded::Shadow(v) => return Entry::Shadow(v),
+                Decoded::Folio(frame, order) => {
+                    return Entry::Folio {
+                        frame,
+                        order,
+                        head: index.align_down(order),
+                    }
+                }
+            }
+        }
+        Entry::Empty
+    }
+
+    /// Calls `f` for every folio and shadow whose head lies in `[start, end)`, in index
+    /// order. Lock-free: entries may change during the walk (each is read once, and may be
+    /// stale: a hint that callers re-check under the lock).
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    pub fn visit(&self, start: PageIndex, end: PageIndex, f: &mut dyn FnMut(PageIndex, Entry)) {
+        if let Some(root) = self.root.get() {
+            Self::visit_node(root, 0, start.0, end.0, u32::MAX, f);
+        }
+    }
+
+    fn visit_node(
+        node: &Node,
+        base: u64,
+        start: u64,
+        end: u64,
+        parent_shift: u32,
+        f: &mut dyn FnMut(PageIndex, Entry),
+    ) {
+        let shift = node.shift();
+        if shift >= parent_shift || shift > SHIFT_MAX {
+            return; // a stale walk through a reused node
+        }
+        let slot_pages = 1u64 << shift;
+        for slot in 0..SLOTS {
+            let lo = base + slot as u64 * slot_pages;
+            let hi = lo + slot_pages;
+            if hi <= start || lo >= end {
+                continue;
+            }
+            match node.get(slot) {
+                Decoded::Node(child) => Self::visit_node(child, lo, start, end, shift, f),
+                Decoded::Folio(frame, order) if lo >= start => f(
+                    PageIndex(lo),
+                    Entry::Folio {
+                        frame,
+                        order,
+                        head: PageIndex(lo),
+                    },
+                ),
+                Decoded::Shadow(v) if lo >= start => f(PageIndex(lo), Entry::Shadow(v)),
+                _ => {}
+            }
+        }
+    }
+
+    /// The first page in `[start, end)` that a folio covers (a hint: module docs).
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    pub fn next_present(&self, start: PageIndex, end: PageIndex) -> Option<PageIndex> {
+        self.first(start.0, end.0, Held::Present).map(PageIndex)
+    }
+
+    /// The first page in `[start, end)` that no folio covers: an empty slot, a shadow,
+    /// or a page beyond the tree (a hint: module docs).
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    pub fn next_miss(&self, start: PageIndex, end: PageIndex) -> Option<PageIndex> {
+        self.first(start.0, end.0, Held::Missing).map(PageIndex)
+    }
+
+    /// The last page in `[floor, page)` that no folio covers, found by walking back from
+    /// `page` over whole folios, one `lookup` each (a hint: module docs). `None` if folios
+    /// cover every page of the range.
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    pub fn prev_miss(&self, page: PageIndex, floor: PageIndex) -> Option<PageIndex> {
+        let mut at = page.0;
+        // Each turn moves back by at least one page: a folio covering `at - 1` has its
+        // head at or below it.
+        while at > floor.0 {
+            match self.lookup(PageIndex(at - 1)) {
+                Entry::Folio { head, .. } => at = head.0,
+                _ => return Some(PageIndex(at - 1)),
+            }
+        }
+        None
+    }
+
+    /// The runs `[gap_start, gap_end)` of pages in `[start, end)` that no folio covers, in
+    /// order (a hint: module docs). Two walks from the root per run.
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    pub fn gaps(&self, start: PageIndex, end: PageIndex) -> Vec<(PageIndex, PageIndex)> {
+        let mut gaps = Vec::new();
+        let mut at = start;
+        while let Some(miss) = self.next_miss(at, end) {
+            // From the page after the miss: the walk moves on even if a writer filled
+            // the miss meanwhile.
+            let present = self.next_present(miss.add(1), end).unwrap_or(end);
+            gaps.push((miss, present));
+            at = present;
+        }
+        gaps
+    }
+
+    /// The first page in `[start, end)` that is `want`.
+    fn first(&self, start: u64, end: u64, want: Held) -> Option<u64> {
+        if start >= end {
+            return None;
+        }
+        let missing = (want == Held::Missing).then_some(start);
+        let Some(root) = self.root.get() else {
+            return missing;
+        };
+        let shift = root.shift();
+        if shift > SHIFT_MAX {
+            return missing; // a stale root (reused while loaded)
+        }
+        let span = 1u64 << (shift + SLOT_SHIFT);
+        if start < span {
+            match Self::first_in(root, 0, start, end.min(span), want, shift) {
+                Walk::Found(page) => return Some(page),
+                Walk::NotFound => {}
+                Walk::Stale => return missing,
+            }
+        }
+        // Pages beyond the root's span are missing.
+        (want == Held::Missing && end > span).then_some(start.max(span))
+    }
+
+    /// The first page in `[start, end)` that is `want`, within `node` (whose slot 0 is at
+    /// page `base`, and whose shift a consistent walk expects to be `shift`).
+    fn first_in(node: &Node, base: u64, start: u64, end: u64, want: Held, shift: u32) -> Walk {
+        if node.shift() != shift {
+            return Walk::Stale;
+        }
+        let slot_pages = 1u64 << shift;
+        let first = ((start.max(base) - base) >> shift) as usize;
+        for slot in first..SLOTS {
+            let lo = base + slot as u64 * slot_pages;
+            if lo >= end {
+                break;
+            }
+            let from = lo.max(start);
+            let held = match node.get(slot) {
+                Decoded::Node(child) if shift > 0 => {
+                    match Self::first_in(child, lo, from, end, want, shift - SLOT_SHIFT) {
+                        Walk::Found(page) => return Walk::Found(page),
+                        Walk::NotFound => continue,
+                        Walk::Stale => Held::Missing,
+                    }
+                }
+                Decoded::Folio(..) => Held::Present,
+                Decoded::Sibling(head) if matches!(node.get(head), Decoded::Folio(..)) => {
+                    Held::Present
+                }
+                // A node in a leaf's slot can only be a stale read.
+                Decoded::Node(_) | Decoded::Sibling(_) | Decoded::Empty | Decoded::Shadow(_) => {
+                    Held::Missing
+                }
+            };
+            if held == want {
+                return Walk::Found(from);
+            }
+        }
+        Walk::NotFound
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::folio;
+    use super::super::Leave;
+    use super::*;
+    use crate::types::FrameId;
+    use std::collections::BTreeSet;
+
+    fn p(page: u64) -> PageIndex {
+        PageIndex(page)
+    }
+
+    /// Pages 0..4 (order 2), 8 (order 0), 512..1024 (order 9), a shadow at 9, and page
+    /// 1 << 20 (order 0), far away in another subtree.
+    fn sample() -> Index {
+        let index = Index::default();
+        for new in [
+            folio(1, 2, 0),
+            folio(2, 0, 8),
+            folio(3, 0, 9),
+            folio(4, 9, 512),
+            folio(5, 0, 1 << 20),
+        ] {
+            let out = index.lock_for_insert(new.order.pages()).insert_run(&[new]);
+            assert_eq!(out.inserted, vec![true]);
+        }
+        assert!(index
+            .lock()
+            .remove_folio(p(9), FrameId(3), Leave::Shadow(1)));
+        index
+    }
+
+    #[test]
+    fn next_present_and_next_miss_skip_over_whole_entries() {
+        let index = sample();
+        assert_eq!(index.next_present(p(0), p(100)), Some(p(0)));
+        assert_eq!(
+            index.next_present(p(1), p(100)),
+            Some(p(1)),
+            "inside a folio"
+        );
+        assert_eq!(index.next_present(p(4), p(100)), Some(p(8)));
+        assert_eq!(index.next_present(p(9), p(100)), None, "a shadow is a miss");
+        assert_eq!(index.next_present(p(9), p(513)), Some(p(512)));
+        assert_eq!(
+            index.next_present(p(700), p(2000)),
+            Some(p(700)),
+            "a sibling slot"
+        );
+        assert_eq!(index.next_present(p(1024), p(1 << 21)), Some(p(1 << 20)));
+        assert_eq!(
+            index.next_present(p(1024), p(1 << 20)),
+            None,
+            "end is exclusive"
+        );
+        assert_eq!(index.next_present(p(5), p(5)), None, "an empty range");
+
+        assert_eq!(index.next_miss(p(0), p(100)), Some(p(4)));
+        assert_eq!(
+            index.next_miss(p(8), p(100)),
+            Some(p(9)),
+            "a shadow is a miss"
+        );
+        assert_eq!(index.next_miss(p(512), p(1024)), None);
+        assert_eq!(index.next_miss(p(600), p(1025)), Some(p(1024)));
+        assert_eq!(
+            index.next_miss(p(1 << 20), p(1 << 21)),
+            Some(p((1 << 20) + 1))
+        );
+        // Beyond the root's span (1 << 24 pages for this tree): missing.
+        assert_eq!(index.next_miss(p(1 << 30), p(1 << 31)), Some(p(1 << 30)));
+        assert_eq!(index.next_present(p(1 << 30), p(1 << 31)), None);
+        assert_eq!(
+            Index::default().next_miss(p(7), p(8)),
+            Some(p(7)),
+            "an empty tree"
+        );
+        assert_eq!(Index::default().next_present(p(0), p(1 << 40)), None);
+    }
+
+    #[test]
+    fn prev_miss_walks_back_over_whole_folios() {
+        let index = sample();
+        assert_eq!(
+            index.prev_miss(p(4), p(0)),
+            None,
+            "pages 0..4 are one folio"
+        );
+        assert_eq!(index.prev_miss(p(9), p(0)), Some(p(7)));
+        assert_eq!(index.prev_miss(p(9), p(8)), None);
+        assert_eq!(index.prev_miss(p(1024), p(100)), Some(p(511)));
+        assert_eq!(
+            index.prev_miss(p(1024), p(600)),
+            None,
+            "the floor is inside a folio"
+        );
+        assert_eq!(index.prev_miss(p(3), p(3)), None, "an empty range");
+        assert_eq!(index.prev_miss(p(11), p(0)), Some(p(10)));
+    }
+
+    #[test]
+    fn gaps_are_the_missing_runs_in_order() {
+        let index = sample();
+        assert_eq!(
+            index.gaps(p(0), p(2048)),
+            vec![(p(4), p(8)), (p(9), p(512)), (p(1024), p(2048))]
+        );
+        assert_eq!(index.gaps(p(512), p(1024)), vec![], "all present");
+        assert_eq!(index.gaps(p(2), p(3)), vec![]);
+        assert_eq!(index.gaps(p(700), p(1030)), vec![(p(1024), p(1030))]);
+        assert_eq!(
+            index.gaps(p((1 << 20) - 1), p((1 << 20) + 2)),
+            vec![
+                (p((1 << 20) - 1), p(1 << 20)),
+                (p((1 << 20) + 1), p((1 << 20) + 2))
+            ]
+        );
+        assert_eq!(
+            Index::default().gaps(p(3), p(10)),
+            vec![(p(3), p(10))],
+            "an empty tree"
+        );
+    }
+
+    #[test]
+    fn walks_match_a_page_by_page_model() {
+        use proptest::prelude::*;
+        let cases = if cfg!(miri) { 2 } else { 64 };
+        proptest!(ProptestConfig::with_cases(cases), |(
+            folios in proptest::collection::vec((0u64..2048, 0u8..10), 0..40),
+            shadows in proptest::collection::vec(0u64..2048, 0..10),
+            queries in proptest::collection::vec((0u64..2200, 0u64..600), 1..20),
+        )| {
+            let index = Index::default();
+            let mut present = BTreeSet::new();
+            for (i, &(page, order)) in folios.iter().enumerate() {
+                let order = crate::types::Order::new(order);
+                let head = PageIndex(page).align_down(order).0;
+                let out = index
+                    .lock_for_insert(order.pages())
+                    .insert_run(&[folio(i as u32 + 1, order.get(), head)]);
+                if out.inserted[0] {
+                    present.extend(head..head + order.pages());
+                }
+            }
+            // Shadows: a folio of order 0 inserted then evicted, where the page is free.
+            for (i, &page) in shadows.iter().enumerate() {
+                let frame = FrameId(1000 + i as u32);
+                let out = index.lock_for_insert(1).insert_run(&[folio(frame.0, 0, page)]);
+                if out.inserted[0] {
+                    prop_assert!(index.lock().remove_folio(p(page), frame, Leave::Shadow(i as u64)));
+                }
+            }
+            for (start, len) in queries {
+                let end = start + len;
+                let range = start..end;
+                let want_present = range.clone().find(|q| present.contains(q)).map(p);
+                let want_miss = range.clone().find(|q| !present.contains(q)).map(p);
+                let want_prev = range.clone().rev().find(|q| !present.contains(q)).map(p);
+                prop_assert_eq!(index.next_present(p(start), p(end)), want_present);
+                prop_assert_eq!(index.next_miss(p(start), p(end)), want_miss);
+                prop_assert_eq!(index.prev_miss(p(end), p(start)), want_prev);
+                let mut want_gaps: Vec<(PageIndex, PageIndex)> = Vec::new();
+                for q in range.filter(|q| !present.contains(q)) {
+                    match want_gaps.last_mut() {
+                        Some(gap) if gap.1 == p(q) => gap.1 = p(q + 1),
+                        _ => want_gaps.push((p(q), p(q + 1))),
+                    }
+                }
+                prop_assert_eq!(index.gaps(p(start), p(end)), want_gaps);
+            }
+        });
+    }
+}
