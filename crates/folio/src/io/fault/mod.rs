@@ -299,8 +299,7 @@ impl FaultBackend {
                 });
             }
             // Innermost, so it records the completion when the inner backend reports it.
-            self.record_for_power_loss(&mut request, file);
-            survivors.push(request);
+            survivors.push(self.record_for_power_loss(request, file));
         }
         survivors
     }
@@ -308,19 +307,25 @@ impl FaultBackend {
 
 impl FaultBackend {
     /// Records a write or flush about to be passed on in the power-loss model, and wraps
-    /// its completion to record how it ended (`power.rs`). Reads are left alone.
+    /// its completion to record how it ended (`power.rs`). Reads are returned as they are.
     ///
     /// Context: takes `Faults::unflushed` briefly; reads the file for a write's pre-images.
-    fn record_for_power_loss(&self, request: &mut IoRequest, file: FileId) {
+    fn record_for_power_loss(&self, request: IoRequest, file: FileId) -> IoRequest {
+        let IoRequest {
+            op,
+            file: open_file,
+            offset_bytes,
+            bufs,
+            done,
+        } = request;
         let faults = Arc::clone(&self.faults);
-        let done = std::mem::replace(&mut request.done, Completion::new(|_| {}));
-        request.done = match request.op {
+        let done = match op {
             Op::Read => done,
             Op::Write => {
-                let (offset_bytes, len_bytes) = (request.offset_bytes, request.len_bytes());
+                let len_bytes: usize = bufs.iter().map(FrameBuf::len_bytes).sum();
                 faults
                     .lock_unflushed()
-                    .before_write(&request.file, file, offset_bytes, len_bytes);
+                    .before_write(&open_file, file, offset_bytes, len_bytes);
                 Completion::new(move |result| {
                     faults
                         .lock_unflushed()
@@ -338,6 +343,13 @@ impl FaultBackend {
                 })
             }
         };
+        IoRequest {
+            op,
+            file: open_file,
+            offset_bytes,
+            bufs,
+            done,
+        }
     }
 }
 

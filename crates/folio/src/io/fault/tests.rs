@@ -1179,3 +1179,51 @@ impl Drop for Held {
         self.release();
     }
 }
+
+/// A seed draws flush errors at its EIO rate, from streams of their own (a flush's
+/// draws differ from a read's at the same key); a failed range, which names file bytes,
+/// never fails a flush.
+#[test]
+fn a_seed_draws_flush_errors() {
+    let config = SimConfig {
+        eio_per_mille: 500,
+        ..SimConfig::default()
+    };
+    let scratch = scratch_file();
+    let (backend, control) =
+        FaultBackend::seeded(Box::new(PreadBackend::new(1).unwrap()), 23, config);
+    control.fail_range(0..u64::MAX);
+    const FLUSHES: usize = 40;
+    let failed = (0..FLUSHES)
+        .filter(
+            |_| match flush_file(&backend, &scratch.file, FlushKind::Data) {
+                Ok(len) => {
+                    assert_eq!(len, 0);
+                    false
+                }
+                Err(error) => {
+                    assert_eq!(error.raw_os_error(), Some(libc::EIO));
+                    true
+                }
+            },
+        )
+        .count();
+    assert!(
+        0 < failed && failed < FLUSHES,
+        "{failed} of {FLUSHES} failed"
+    );
+    assert_eq!(control.eio_injected(), failed as u64);
+    let flush = |ordinal| {
+        config.draw(
+            23,
+            Op::Flush {
+                kind: FlushKind::Data,
+            },
+            0,
+            0,
+            ordinal,
+        )
+    };
+    let read = |ordinal| config.draw(23, Op::Read, 0, 0, ordinal);
+    assert!((0..16).any(|ordinal| flush(ordinal) != read(ordinal)));
+}
