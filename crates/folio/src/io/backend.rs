@@ -4,15 +4,19 @@
 //! transfer between a contiguous run of file bytes, at an aligned offset, and the frames of
 //! one or more folios (which are contiguous in the file, not necessarily in the arena):
 //! a read ([`Op::Read`]) fills the frames from the file, a write ([`Op::Write`]) stores
-//! them in it. Reads and writes are one request type with one completion, so every engine
-//! moves both through the same queue, ring and delivery (DESIGN.md §5, §8). The backend
+//! them in it; or a flush ([`Op::Flush`]), which moves no bytes and makes the file's
+//! written data durable (`fdatasync` / `fsync`). Reads, writes and flushes are one request
+//! type with one completion, so every engine moves them all through the same queue, ring
+//! and delivery (DESIGN.md §5, §8). Truncation is not a request: the cache calls
+//! `io::sync::set_len` on its own thread (it is short, and a sync waits for it anyway). The backend
 //! owns the request until it calls its completion exactly once, from any thread. Backends
 //! know nothing of folios, indexes or locks: policy stays in the cache.
 //!
 //! The contract, both sides (the [`Backend`] trait's docs repeat it where it is called):
 //!
 //! The caller (the cache) guarantees:
-//! - `offset_bytes`, every buffer's address and length are aligned to
+//! - A flush has no buffers and offset 0 (checked as below). For the others:
+//!   `offset_bytes`, every buffer's address and length are aligned to
 //!   [`DIRECT_IO_ALIGN_BYTES`]; a request has 1..=`UIO_MAXIOV` buffers and at most
 //!   [`IO_BYTES_MAX`] bytes (it splits longer runs itself; a backend never splits).
 //!   [`IoRequest::assert_contract`] checks this on every request a backend accepts.
@@ -37,6 +41,16 @@
 //!     durability is `fdatasync`'s, not the backend's). A short count (`n < len`: the
 //!     device or a fault stopped early) is the caller's to retry from byte `n`; an error
 //!     after some bytes were written is reported as that short count.
+//!   - A flush returns `Ok(0)` only after the kernel reported the file's data durable
+//!     (`fdatasync(2)` for [`FlushKind::Data`], `fsync(2)` for [`FlushKind::All`], or
+//!     io_uring's `FSYNC` with and without `DATASYNC`), and the kernel's error otherwise:
+//!     an error means nothing about which writes are durable, so the caller must write
+//!     its data again before a later flush can vouch for it. Ordering: a flush covers the
+//!     writes of its file whose completions ran before the flush was submitted, and
+//!     nothing else: not a write still in flight when it is submitted, nor one submitted
+//!     after it, even in the same batch (engines run a batch's requests concurrently; the
+//!     kernel orders nothing between SQEs without links). The caller waits for its writes
+//!     before it submits their flush.
 //! - Never run the completion before the kernel has finished with every buffer, and
 //!   never touch a buffer after it (for a read: never write it; for a write: never write
 //!   it at all).
@@ -82,13 +96,26 @@ pub(crate) unsafe fn atomic_zero(dst: *mut u8, len: usize) {
     }
 }
 
-/// Which way a request moves bytes: the kernel's `REQ_OP_READ` / `REQ_OP_WRITE`.
+/// What a request does: the kernel's `REQ_OP_READ` / `REQ_OP_WRITE` / `REQ_OP_FLUSH`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// File -> frames: `preadv`, `IORING_OP_READV`.
     Read,
     /// Frames -> file: `pwritev`, `IORING_OP_WRITEV`. The frames are only read.
     Write,
+    /// The file's completed writes -> durable storage: `fdatasync` / `fsync`,
+    /// `IORING_OP_FSYNC`. No buffers; completes with `Ok(0)` (module contract).
+    Flush { kind: FlushKind },
+}
+
+/// What a flush makes durable, as `File::sync_data` and `File::sync_all` differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FlushKind {
+    /// The data, and the metadata needed to read it back (the size when it grew):
+    /// `fdatasync(2)`, `IORING_FSYNC_DATASYNC`.
+    Data,
+    /// The data and all the metadata (times, a size that shrank): `fsync(2)`.
+    All,
 }
 
 /// A region of arena memory that a request fills (a read) or stores (a write).
@@ -223,16 +250,35 @@ impl IoRequest {
         }
     }
 
+    /// A flush of `file` (`fdatasync` or `fsync`, as `kind` says). It covers the writes of
+    /// `file` whose completions ran before it is submitted (module contract).
+    pub fn flush(file: Arc<StdFile>, kind: FlushKind, done: Completion) -> IoRequest {
+        IoRequest {
+            op: Op::Flush { kind },
+            file,
+            offset_bytes: 0,
+            bufs: Vec::new(),
+            done,
+        }
+    }
+
     pub fn len_bytes(&self) -> usize {
         self.bufs.iter().map(|b| b.len_bytes()).sum()
     }
 
     /// The caller's half of the module contract, checked by the backends on every request
     /// they accept (it is cheap): aligned offset and buffers, 1..=UIO_MAXIOV buffers, at
-    /// most `IO_BYTES_MAX` bytes.
+    /// most `IO_BYTES_MAX` bytes; a flush with no buffers at offset 0.
     pub fn assert_contract(&self) {
         let align = DIRECT_IO_ALIGN_BYTES;
         let op = self.op;
+        if let Op::Flush { .. } = op {
+            assert!(
+                self.bufs.is_empty() && self.offset_bytes == 0,
+                "a {op:?} carries no buffers and offset 0"
+            );
+            return;
+        }
         assert!(
             self.offset_bytes % align as u64 == 0,
             "{op:?} offset {} is not {align}-aligned",
@@ -278,7 +324,7 @@ pub trait Backend: Send + Sync {
     /// A short name for stats and logs: "io_uring", "pread", "fault(pread)".
     fn name(&self) -> &str;
 
-    /// Starts every request of the batch, reads and writes alike. Returns at once;
+    /// Starts every request of the batch, reads, writes and flushes alike. Returns at once;
     /// completions run later, possibly before `submit` returns, possibly on another thread.
     ///
     /// Context: any thread, a completion of this backend included; the caller holds no

@@ -6,7 +6,8 @@
 //!   io (this file): the module list, re-exports, and `open_backend` (BackendKind -> engine)
 //!     fault/ ──wraps any──> Box<dyn Backend>
 //!     uring  ──submit_waited──> sync      pread ──workers──> sync      null
-//!   sync:    the preadv / pwritev loop over FrameBufs (every synchronous transfer)
+//!   sync:    the preadv / pwritev loop over FrameBufs (every synchronous transfer), and
+//!            fdatasync / fsync / ftruncate: every system call that moves or syncs file data
 //!   backend: the contract: Backend, IoRequest, Op, FrameBuf, Completion, the constants
 //! ```
 //!
@@ -20,7 +21,9 @@
 //!   transfers, delays, a seeded simulation) for tests; a real backend of the library, not
 //!   a mock.
 //!
-//! Every engine moves reads and writes alike ([`Op`]); the cache submits only reads today.
+//! Every engine moves reads, writes and flushes alike ([`Op`]); the cache submits only
+//! reads today. No `pwritev`, `fsync`, `fdatasync` or `ftruncate` of the cache's files
+//! happens outside `io/` (the truncation the write path needs is `sync::set_len`).
 //!
 //! Protection: none here; each engine's own docs say what protects its queue or ring.
 //! Limits: see [`backend`] (alignment, `IO_BYTES_MAX`).
@@ -38,7 +41,7 @@ pub mod uring;
 
 pub(crate) use backend::atomic_zero;
 pub use backend::{
-    Backend, Completion, FrameBuf, IoRequest, Op, DIRECT_IO_ALIGN_BYTES, IO_BYTES_MAX,
+    Backend, Completion, FlushKind, FrameBuf, IoRequest, Op, DIRECT_IO_ALIGN_BYTES, IO_BYTES_MAX,
 };
 
 /// Which engine a cache uses.

@@ -1,5 +1,5 @@
 //! The null backend: completes every request at once, touching no file: a read returns
-//! zeros, a write is discarded and reports its full length.
+//! zeros, a write is discarded and reports its full length, a flush reports `Ok(0)`.
 //!
 //! For trace replay (`folio-trace`), where what matters is which pages the cache keeps,
 //! not their bytes: the cache runs its real miss path (allocation, insertion, reclaim,
@@ -10,8 +10,8 @@
 
 use super::backend::{atomic_zero, Backend, IoRequest, Op};
 
-/// Reads nothing and returns zeros; writes nothing and reports success. See the module
-/// docs.
+/// Reads nothing and returns zeros; writes and flushes nothing and reports success. See
+/// the module docs.
 #[derive(Debug, Default)]
 pub struct NullBackend;
 
@@ -89,6 +89,28 @@ mod tests {
         let on_disk = std::fs::read(&scratch.path).unwrap();
         assert!(on_disk.iter().all(|&b| b == 0));
         assert_file_bytes(&std::fs::read(&test_file.path).unwrap(), 0);
+    }
+
+    /// A flush completes with `Ok(0)` at once, even of a descriptor that could not write.
+    #[test]
+    fn flushes_complete() {
+        let test_file = test_file();
+        let (sender, reports) = channel();
+        NullBackend::new().submit(vec![
+            IoRequest::flush(
+                std::sync::Arc::clone(&test_file.file),
+                crate::io::FlushKind::Data,
+                report_to(&sender, 0),
+            ),
+            IoRequest::flush(
+                std::sync::Arc::clone(&test_file.file),
+                crate::io::FlushKind::All,
+                report_to(&sender, 1),
+            ),
+        ]);
+        for (_, result) in wait_reports(&reports, 2) {
+            assert_eq!(result.unwrap(), 0);
+        }
     }
 
     fn assert_file_bytes_written(bytes: &[u8], offset: u64) {

@@ -1,6 +1,7 @@
-//! The pread pool: a fixed set of threads that each transfer with `preadv(2)` / `pwritev(2)`.
+//! The pread pool: a fixed set of threads that each transfer with `preadv(2)` / `pwritev(2)`
+//! and flush with `fdatasync(2)` / `fsync(2)`.
 //!
-//! Design: `submit` appends the batch, reads and writes alike, to one FIFO queue and wakes
+//! Design: `submit` appends the batch, reads, writes and flushes alike, to one FIFO queue and wakes
 //! workers. Each worker takes the oldest request, moves its bytes with the synchronous loop
 //! of `io::sync` (until its buffers are done, the file ends or the kernel reports an
 //! error), and then runs the request's completion on its own thread. It is the fallback
@@ -10,7 +11,8 @@
 //! ```text
 //!   submit(batch) ──push──▶ [ queue: VecDeque<IoRequest> ] ──pop──▶ worker 0..threads
 //!                                                                     │ sync::perform:
-//!                                                                     │ preadv / pwritev loop
+//!                                                                     │ preadv / pwritev loop,
+//!                                                                     │ fdatasync / fsync
 //!                                                                     ▼
 //!                                                           done.run(Ok(n) | Err(e))
 //! ```
@@ -246,6 +248,13 @@ mod tests {
     #[test]
     fn write_error_reaches_the_completion() {
         run_write_error(&PreadBackend::new(1).unwrap(), &test_file());
+    }
+
+    #[test]
+    fn flushes_complete_after_their_writes() {
+        let backend = PreadBackend::new(2).unwrap();
+        run_flushes(&backend);
+        run_flushes(&Waited(&backend));
     }
 
     #[test]

@@ -1,11 +1,18 @@
-//! Synchronous I/O: the one place that calls `preadv(2)` and `pwritev(2)` on arena memory.
+//! Synchronous I/O: the one place that calls `preadv(2)` and `pwritev(2)` on arena memory,
+//! and `fdatasync(2)`, `fsync(2)` and `ftruncate(2)` on the cache's files.
 //!
 //! Design: [`transfer`] moves the bytes of a vector of [`FrameBuf`]s from a byte of their
 //! concatenation on, looping until they are full, the file ends (a read returns 0, or a
 //! count that is not a whole number of blocks: O_DIRECT moves whole blocks otherwise), or
 //! the kernel reports an error; `EINTR` is retried. Everything synchronous calls it:
 //! - [`perform`]: a whole request, then its completion, on the calling thread. The pread
-//!   pool's workers, and io_uring's and the pool's `submit_waited`, run requests this way.
+//!   pool's workers, and io_uring's and the pool's `submit_waited`, run requests this way;
+//!   a flush is [`flush`] here.
+//! - [`flush`]: `fdatasync` or `fsync` of a file, `EINTR` retried.
+//! - [`set_len`]: `ftruncate` of a file, `EINTR` retried: the write path's truncation to
+//!   the logical size before a sync returns (DESIGN.md §8 "Size"), called by the cache on
+//!   its own thread rather than submitted, and followed by an `FlushKind::All` flush when
+//!   the size must be durable.
 //! - [`finish_read`]: the cache's completion of a read that came back short before the end
 //!   of its buffers (`filemap::ReadCompletion`), where any error fails the read.
 //!
@@ -26,7 +33,7 @@ use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::io::AsRawFd;
 
-use super::backend::{FrameBuf, IoRequest, Op, DIRECT_IO_ALIGN_BYTES};
+use super::backend::{FlushKind, FrameBuf, IoRequest, Op, DIRECT_IO_ALIGN_BYTES};
 
 /// Transfers `request` on this thread and runs its completion here.
 ///
@@ -39,7 +46,10 @@ pub(crate) fn perform(request: IoRequest) {
         bufs,
         done,
     } = request;
-    let result = transfer(&file, op, offset_bytes, &bufs, 0);
+    let result = match op {
+        Op::Flush { kind } => flush(&file, kind).map(|()| 0),
+        Op::Read | Op::Write => transfer(&file, op, offset_bytes, &bufs, 0),
+    };
     // `file` is dropped only here, after the last system call on it has returned.
     drop(file);
     done.run(result);
@@ -84,6 +94,7 @@ pub(crate) fn transfer(
             // SAFETY: as for the read; the kernel only reads the buffers, whose bytes the
             // caller keeps stable until the completion runs (backend contract).
             Op::Write => unsafe { libc::pwritev(fd, iovecs.as_ptr(), count, position) },
+            Op::Flush { .. } => panic!("a flush moves no bytes: it has no transfer"),
         };
         match result {
             0 => break,
@@ -109,6 +120,52 @@ pub(crate) fn transfer(
         }
     }
     Ok(done_bytes)
+}
+
+/// Makes `file`'s written data durable: `fdatasync(2)` for [`FlushKind::Data`], `fsync(2)`
+/// for [`FlushKind::All`]; retries `EINTR`. `Ok` only once the kernel reported success.
+///
+/// Context: holds no lock; blocks until the device has flushed.
+pub(crate) fn flush(file: &StdFile, kind: FlushKind) -> io::Result<()> {
+    let fd = file.as_raw_fd();
+    loop {
+        let result = match kind {
+            // SAFETY: `fd` is open (`file` is borrowed for the call); no memory is passed.
+            FlushKind::Data => unsafe { libc::fdatasync(fd) },
+            // SAFETY: as above.
+            FlushKind::All => unsafe { libc::fsync(fd) },
+        };
+        if result == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// Sets `file`'s size to `len_bytes` (`ftruncate(2)`): cuts what lies past it, or extends
+/// it with a hole that reads as zeros; retries `EINTR`. Not durable until a
+/// [`FlushKind::All`] flush (or `fdatasync` when the size grew) succeeds.
+///
+/// Context: holds no lock; may block in the file system.
+// The write path (issue 14) is its caller; until it lands, only the tests call it.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) fn set_len(file: &StdFile, len_bytes: u64) -> io::Result<()> {
+    let len =
+        libc::off_t::try_from(len_bytes).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let fd = file.as_raw_fd();
+    loop {
+        // SAFETY: `fd` is open (`file` is borrowed for the call); no memory is passed.
+        if unsafe { libc::ftruncate(fd, len) } == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
 }
 
 /// Completes a read of `bufs` at `offset_bytes` that came back with `read_bytes`, short
@@ -241,5 +298,33 @@ mod tests {
         let error = transfer(&test_file.file, Op::Write, 0, &[buf.frame_buf()], 0)
             .expect_err("a read-only descriptor cannot write");
         assert_eq!(error.raw_os_error(), Some(libc::EBADF));
+    }
+
+    /// `set_len` cuts and extends (the extension reads as zeros), and refuses a size
+    /// `off_t` cannot hold; `flush` of either kind succeeds on a writable file, and a
+    /// flush's request completes with `Ok(0)` through `perform`.
+    #[test]
+    fn set_len_and_flush() {
+        let scratch = scratch_file();
+        let buf = written_buf(0, 2 * PAGE_BYTES);
+        transfer(&scratch.file, Op::Write, 0, &[buf.frame_buf()], 0).unwrap();
+        set_len(&scratch.file, 5000).unwrap();
+        assert_eq!(std::fs::read(&scratch.path).unwrap(), &buf.bytes()[..5000]);
+        set_len(&scratch.file, 3 * PAGE_BYTES as u64).unwrap();
+        let on_disk = std::fs::read(&scratch.path).unwrap();
+        assert_eq!(on_disk.len(), 3 * PAGE_BYTES);
+        assert_eq!(&on_disk[..5000], &buf.bytes()[..5000]);
+        assert!(on_disk[5000..].iter().all(|&b| b == 0));
+        let error = set_len(&scratch.file, u64::MAX).expect_err("beyond off_t");
+        assert_eq!(error.raw_os_error(), Some(libc::EFBIG));
+        flush(&scratch.file, FlushKind::Data).unwrap();
+        flush(&scratch.file, FlushKind::All).unwrap();
+        let (sender, reports) = channel();
+        perform(IoRequest::flush(
+            std::sync::Arc::clone(&scratch.file),
+            FlushKind::Data,
+            report_to(&sender, 0),
+        ));
+        assert_eq!(wait_reports(&reports, 1)[0].1.as_ref().unwrap(), &0);
     }
 }

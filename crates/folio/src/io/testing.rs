@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use super::backend::{Backend, Completion, FrameBuf, IoRequest, DIRECT_IO_ALIGN_BYTES};
+use super::backend::{Backend, Completion, FlushKind, FrameBuf, IoRequest, DIRECT_IO_ALIGN_BYTES};
 
 pub const PAGE_BYTES: usize = DIRECT_IO_ALIGN_BYTES;
 
@@ -816,5 +816,42 @@ pub fn run_concurrent_writes(backend: &dyn Backend, test_file: &TestFile) {
                 assert_eq!(byte, expected, "thread {thread} write {index} byte {at}");
             }
         }
+    }
+}
+
+/// Scenario: a write, waited for, then a batch of two flushes (`Data` and `All`) of its file:
+/// each flush completes with `Ok(0)`, and the file holds the write's bytes; a second round
+/// over the same file flushes again.
+pub fn run_flushes(backend: &dyn Backend) {
+    let scratch = scratch_file();
+    let (sender, reports) = channel();
+    for round in 0..2u64 {
+        let offset = (4 + round * 8) * PAGE_BYTES as u64;
+        let buf = written_buf(offset, 3 * PAGE_BYTES);
+        backend.submit(vec![write_request(
+            &scratch.file,
+            offset,
+            buf.frame_buf(),
+            report_to(&sender, 0),
+        )]);
+        assert_eq!(
+            wait_reports(&reports, 1)[0].1.as_ref().unwrap(),
+            &(3 * PAGE_BYTES)
+        );
+        backend.submit(
+            [FlushKind::Data, FlushKind::All]
+                .into_iter()
+                .enumerate()
+                .map(|(tag, kind)| {
+                    IoRequest::flush(Arc::clone(&scratch.file), kind, report_to(&sender, tag))
+                })
+                .collect(),
+        );
+        for (tag, result) in wait_reports(&reports, 2) {
+            assert_eq!(result.unwrap(), 0, "flush {tag} of round {round}");
+        }
+        let on_disk = std::fs::read(&scratch.path).expect("reading the scratch file back");
+        let at = offset as usize;
+        assert!(on_disk[at..at + 3 * PAGE_BYTES] == *buf.bytes());
     }
 }

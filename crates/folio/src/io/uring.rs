@@ -1,5 +1,5 @@
-//! The io_uring backend: reads and writes go to the kernel as SQEs, and one thread reaps
-//! the CQEs.
+//! The io_uring backend: reads, writes and flushes go to the kernel as SQEs, and one
+//! thread reaps the CQEs.
 //!
 //! Design:
 //!
@@ -9,8 +9,9 @@
 //!      slot (its SQE's user_data), or joins the       b. pop one CQE; user_data = slot
 //!      backlog when every slot is taken               c. lock pending: take the request out
 //!   2. unlock pending; lock sq: push one                 of its slot; a backlog request, if
-//!      IORING_OP_READV or _WRITEV per slotted            any, takes the slot over (its SQE is
-//!      request, io_uring_enter until the SQ is empty     pushed as in 2); running += 1
+//!      IORING_OP_READV, _WRITEV or _FSYNC per            any, takes the slot over (its SQE is
+//!      slotted request, io_uring_enter until the SQ      pushed as in 2); running += 1
+//!      is empty
 //!                                                     d. unlock; run `done`; lock: running -= 1
 //! ```
 //!
@@ -40,9 +41,11 @@
 //!   blocks on transfers, as the `Backend` contract asks; it waits only while the kernel itself
 //!   refuses new work (`EAGAIN`/`EBUSY` from `io_uring_enter`), with a bounded backoff.
 //! - No registered files or buffers, no SQPOLL: one `io_uring_enter` per `submit` call.
-//! - Needs `IORING_REGISTER_PROBE` (Linux 5.6) to check for `IORING_OP_READV` and
-//!   `IORING_OP_WRITEV`; `new` probes for them and for a working ring. Every read is a
-//!   `READV` and every write a `WRITEV`, single buffer or not.
+//! - Needs `IORING_REGISTER_PROBE` (Linux 5.6) to check for `IORING_OP_READV`,
+//!   `IORING_OP_WRITEV` and `IORING_OP_FSYNC`; `new` probes for them and for a working
+//!   ring. Every read is a `READV` and every write a `WRITEV`, single buffer or not; a
+//!   flush is an `FSYNC` (with `IORING_FSYNC_DATASYNC` for `FlushKind::Data`), unlinked:
+//!   the ring orders it after nothing, as the backend contract says.
 //! - A request the caller waits for (`submit_waited`) does not use the ring: it is
 //!   transferred on the caller's thread by `io::sync` (see `submit_waited`).
 //! - A completion that panics is caught (`Completion::run`) and the thread keeps reaping;
@@ -57,7 +60,7 @@ use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
-use super::backend::{Backend, IoRequest, Op};
+use super::backend::{Backend, FlushKind, IoRequest, Op};
 use super::sync;
 
 /// The ring size `open_backend` asks for: submission entries (the kernel rounds up to a
@@ -140,8 +143,8 @@ impl InFlight {
         }
     }
 
-    /// The SQE moving this request's bytes (a `READV` into its buffers, or a `WRITEV` of
-    /// them), tagged with `slot`.
+    /// The SQE of this request (a `READV` into its buffers, a `WRITEV` of them, or an
+    /// `FSYNC` of its file), tagged with `slot`.
     fn sqe(&self, slot: u64) -> squeue::Entry {
         let iovec_count = u32::try_from(self.iovecs.0.len()).expect("at most UIO_MAXIOV iovecs");
         let fd = types::Fd(self.request.file.as_raw_fd());
@@ -154,6 +157,14 @@ impl InFlight {
             Op::Write => opcode::Writev::new(fd, iovecs, iovec_count)
                 .offset(offset)
                 .build(),
+            Op::Flush {
+                kind: FlushKind::Data,
+            } => opcode::Fsync::new(fd)
+                .flags(types::FsyncFlags::DATASYNC)
+                .build(),
+            Op::Flush {
+                kind: FlushKind::All,
+            } => opcode::Fsync::new(fd).build(),
         };
         sqe.user_data(slot)
     }
@@ -176,8 +187,8 @@ impl UringBackend {
     ///
     /// Fails, so that `open_backend(Auto, ..)` falls back to the pread pool, when the
     /// kernel or a sandbox refuses io_uring (`EPERM`, `ENOSYS` from `io_uring_setup`), when
-    /// the kernel cannot say it has `IORING_OP_READV` and `IORING_OP_WRITEV` (`EINVAL`
-    /// before 5.6, `Unsupported`),
+    /// the kernel cannot say it has `IORING_OP_READV`, `IORING_OP_WRITEV` and
+    /// `IORING_OP_FSYNC` (`EINVAL` before 5.6, `Unsupported`),
     /// or when a `Nop` does not make the round trip through the ring.
     pub fn new(entries: u32) -> io::Result<Self> {
         let mut ring = IoUring::new(entries)?;
@@ -322,7 +333,7 @@ impl Shared {
             let mut sq = unsafe { self.ring.submission_shared() };
             for sqe in sqes {
                 // SAFETY: a READV or WRITEV SQE points at the fd, iovecs and buffers of the
-                // request in its slot: the slot keeps the Arc<File> (so the fd) and the boxed
+                // request in its slot (an FSYNC at its fd only): the slot keeps the Arc<File> (so the fd) and the boxed
                 // iovecs alive until the CQE is reaped, and the buffers' owner keeps them
                 // valid, untouched (and, for a write, stable) until `done` runs (the backend
                 // contract in backend.rs). A Nop points at nothing.
@@ -473,18 +484,23 @@ impl Shared {
     }
 }
 
-/// Fails with `Unsupported` when the kernel lacks `IORING_OP_READV` or
-/// `IORING_OP_WRITEV`, or with `EINVAL` before 5.6, where `IORING_REGISTER_PROBE` itself is
-/// missing.
+/// Fails with `Unsupported` when the kernel lacks `IORING_OP_READV`, `IORING_OP_WRITEV`
+/// or `IORING_OP_FSYNC`, or with `EINVAL` before 5.6, where `IORING_REGISTER_PROBE` itself
+/// is missing.
 fn probe_opcodes(ring: &IoUring) -> io::Result<()> {
     let mut probe = Probe::new();
     ring.submitter().register_probe(&mut probe)?;
-    if probe.is_supported(opcode::Readv::CODE) && probe.is_supported(opcode::Writev::CODE) {
+    let needed = [
+        opcode::Readv::CODE,
+        opcode::Writev::CODE,
+        opcode::Fsync::CODE,
+    ];
+    if needed.iter().all(|&code| probe.is_supported(code)) {
         Ok(())
     } else {
         Err(io::Error::new(
             io::ErrorKind::Unsupported,
-            "the kernel's io_uring lacks IORING_OP_READV or IORING_OP_WRITEV",
+            "the kernel's io_uring lacks IORING_OP_READV, IORING_OP_WRITEV or IORING_OP_FSYNC",
         ))
     }
 }
@@ -584,6 +600,16 @@ mod tests {
             return;
         };
         run_write_error(&backend, &test_file());
+    }
+
+    /// Flushes of both kinds, through the ring and on the caller's thread.
+    #[test]
+    fn flushes_complete_after_their_writes() {
+        let Some(backend) = uring_or_skip(QUEUE_DEPTH) else {
+            return;
+        };
+        run_flushes(&backend);
+        run_flushes(&Waited(&backend));
     }
 
     /// Writes and reads through a tiny ring (8 slots): they share slots and backlog.

@@ -1,27 +1,35 @@
 //! The fault backend: wraps a real backend and injects the faults a disk and a kernel can
-//! produce, so that tests can drive the cache's error, retry and timing paths on purpose.
+//! produce, so that tests can drive the cache's error, retry, timing and durability paths
+//! on purpose.
 //!
-//! Fault model (what a test can make happen, and when it fires). Every fault applies to
-//! reads and writes alike unless it says otherwise; "transfer" is either:
+//! Fault model (what a test can make happen, and when it fires). A "request" is a read, a
+//! write or a flush; every fault applies to all three unless it says otherwise:
 //!
-//! - **Media error**, `fail_range(r)`: every request overlapping a failed range of file
-//!   bytes completes with `EIO`. It never reaches the inner backend: a read's buffers are
-//!   left untouched, a write's bytes never reach the file.
+//! - **Media error**, `fail_range(r)`: every read or write overlapping a failed range of
+//!   file bytes completes with `EIO`. It never reaches the inner backend: a read's buffers
+//!   are left untouched, a write's bytes never reach the file.
+//! - **Write error**, `fail_writes(r, errno)`: every write overlapping `r` completes with
+//!   `errno` (`EIO`, or `ENOSPC`: a full disk), without reaching the file. Reads of `r`
+//!   are not affected.
+//! - **Flush error**, `fail_flushes(errno)`: every flush completes with `errno` without
+//!   reaching the kernel, so nothing it would have covered becomes durable (the power-loss
+//!   model below still holds those writes as un-flushed).
 //! - **Short transfer**, `short_reads(n)` / `short_writes(n)`: the next `n` reads (writes)
 //!   longer than 4096 bytes reach the inner backend cut to their first 4096 bytes (the
 //!   same memory), so they complete with `Ok(len <= 4096)` and the caller must transfer
 //!   the rest itself (a short write stores only its first 4096 bytes).
-//! - **Latency**, `delay(d)`: every request's completion, a media error's included, runs
-//!   `d` after the inner backend finished the transfer (after `submit`, for a media error).
+//! - **Latency**, `delay(d)`: every request's completion, an injected error's included,
+//!   runs `d` after the inner backend finished it (after `submit`, for an injected error).
 //! - **Seeded simulation**, `FaultBackend::seeded(inner, seed, config)` or
 //!   `simulate(seed, config)`: each request draws its faults from a hash of (seed, op,
 //!   file offset, length, ordinal), where the ordinal counts the earlier requests for the
 //!   same range (same file, by device and inode, same op, same offset, same length). See
 //!   [`SimConfig`] and `simulation.rs`:
-//!   - a media error (`EIO`, as above) with probability `eio_per_mille / 1000`;
-//!   - otherwise, for a request longer than a page, a short transfer with probability
-//!     `short_per_mille / 1000`, cut to a drawn whole number of pages: at least one, and
-//!     at least one page fewer than asked;
+//!   - a media error (`EIO`, as above; for a flush, a flush error) with probability
+//!     `eio_per_mille / 1000`;
+//!   - otherwise, for a read or write longer than a page, a short transfer with
+//!     probability `short_per_mille / 1000`, cut to a drawn whole number of pages: at least
+//!     one, and at least one page fewer than asked;
 //!   - a completion delay drawn from `[0, delay_max]`;
 //!   - with `reorder > 0`, a rank: once due, the completion waits in a pen of at most
 //!     `reorder` completions, which releases its lowest rank first when a new arrival
@@ -30,30 +38,47 @@
 //!   A failing seed therefore replays: the n-th request for a range meets the same faults
 //!   whatever the threads' timing. Which requests the cache makes, and which completions
 //!   meet in the pen, still depend on timing; the faults of each request do not. Writes
-//!   draw from streams of their own: they change no read's draws.
+//!   and flushes draw from streams of their own: they change no read's draws.
+//! - **Power loss**, `power_loss(seed)` (`power.rs`): the backend records, per file, every
+//!   write that reached the file since the last successful flush of that file that
+//!   covered it: each 4 KiB block's durable bytes (its pre-image, read before the first
+//!   such write is passed on) and the bytes of each write to it that completed since. A
+//!   flush that completes Ok makes durable the writes whose completions ran before it was
+//!   submitted (the backend contract's ordering), nothing else; a failed flush, nothing.
+//!   `power_loss(seed)` then rewinds the real files: each un-flushed write is drawn kept,
+//!   lost, or torn (kept in some of its 4 KiB blocks, lost in the others), a pure function
+//!   of (seed, the write's offset, length and occurrence, the block); each block is left
+//!   with the latest write to it that survives, or with its durable bytes. So after
+//!   `power_loss`, reopening a file shows what a power cut could leave: every flushed
+//!   write intact, every other block old or new, 4 KiB at a time, never bytes nobody
+//!   wrote. The files are synced and the record is emptied (their state is now durable).
 //!
 //! - Every control takes effect for requests submitted after the call; a request's fate is
 //!   decided once, in `submit`, from the plan at that moment. `clear` empties the plan, the
-//!   simulation and its ordinals included.
-//! - Faults are decided in this order: a media error (planned or drawn) excludes the
-//!   others (the request is not transferred at all); a planned short transfer (4096 bytes)
-//!   comes before a drawn one; a short transfer and a delay may combine; a planned and a
-//!   drawn delay add up. A request that fails with a media error does not use up a short
-//!   transfer.
+//!   simulation and its ordinals included; it keeps the power-loss record, which is the
+//!   state of the disk, not a plan.
+//! - Faults are decided in this order: an injected error (a failed range, a failed write
+//!   range, a failed flush, or a drawn one) excludes the others (the request is not
+//!   passed on at all); a planned short transfer (4096 bytes) comes before a drawn one; a
+//!   short transfer and a delay may combine; a planned and a drawn delay add up. A request
+//!   that fails does not use up a short transfer.
 //! - Failed ranges accumulate until `clear`; `short_reads(n)` and `short_writes(n)` replace
 //!   the count left; `delay(d)` replaces the delay (`Duration::ZERO` turns it off);
-//!   `simulate` replaces the simulation.
-//! - Counters count requests of both ops, at decision time: `eio_injected`,
+//!   `fail_flushes` replaces the flush errno; `simulate` replaces the simulation.
+//! - Counters count requests of every op, at decision time: `eio_injected` (failed with
+//!   an injected `EIO`), `other_errors_injected` (with another injected errno),
 //!   `short_injected`, `delayed` (a nonzero delay); and completions, at release:
 //!   `reordered` (released from the pen ahead of one that entered it earlier).
-//! - Every submitted request is also logged as (offset, length): reads for
+//! - Every submitted read and write is also logged as (offset, length): reads for
 //!   `take_requests`, writes for `take_writes`.
 //!
 //! Not modelled: corrupted or misdirected transfers (the bytes a read returns are always
-//! the file's, a write stores exactly its bytes), torn transfers, errors other than `EIO`,
-//! a request that never completes, a lost write (one that reports success and stores
-//! nothing). Faults are deterministic: the same plan and the same submission order give the
-//! same planned faults, and the same seed gives the same drawn faults to the same request.
+//! the file's, a write stores exactly its bytes), torn reads, a request that never
+//! completes, a lost write that reports success before a power loss, size changes at a
+//! power loss (a file keeps its length; blocks past a lost extension read as zeros), a
+//! power loss with writes in flight (refused). Faults are deterministic: the same plan and
+//! the same submission order give the same planned faults, and the same seed gives the
+//! same drawn faults to the same request and the same power loss to the same record.
 //!
 //! Design: `submit` and `submit_waited` decide each request's fate under `Faults::plan`,
 //! pass the survivors to the inner backend's same entry in one batch, and hand failed
@@ -62,12 +87,14 @@
 //! a rank. A completion injected here therefore never runs inside `submit`, and `submit`
 //! never sleeps. Requests without a delay or a rank complete as the inner backend
 //! completes them: from its threads, or (`submit_waited`) possibly on the submitting
-//! thread.
+//! thread. Writes and flushes passed on carry one more wrapper, innermost, that records
+//! their completion in the power-loss model as soon as the inner backend reports it.
 //!
 //! Protection: `Faults::plan` (a mutex) protects the plan and the simulation's ordinals;
-//! the counters are atomics; the delivery has its own lock (`delivery.rs`). Neither lock
-//! is held while a completion runs or while the inner backend is called, so a completion
-//! may call `submit` again.
+//! `Faults::unflushed` (a mutex, never held with `plan`) the power-loss record; the
+//! counters are atomics; the delivery has its own lock (`delivery.rs`). No lock is held
+//! while a completion runs or while the inner backend is called, so a completion may call
+//! `submit` again.
 //!
 //! Invariants:
 //! - `Drop` drops the inner backend first (which finishes its requests, scheduling their
@@ -75,9 +102,12 @@
 //!   (the pen is released at once, lowest rank first).
 //!
 //! Limits: the logs keep at most `LOG_REQUESTS_MAX` requests each; the simulation's limit
-//! is in `simulation.rs`.
+//! is in `simulation.rs`, the power-loss record's in `power.rs`. Recording a write reads
+//! the pre-image of each block it is the first to touch since a flush, on the submitting
+//! thread: a short buffered read that `submit` does, unlike a production engine.
 
 mod delivery;
+mod power;
 mod simulation;
 #[cfg(test)]
 mod tests;
@@ -92,6 +122,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use self::delivery::{Delivery, Hold};
+use self::power::{FileId, Unflushed};
+pub use self::power::{PowerLoss, POWER_BLOCK_BYTES};
 pub use self::simulation::SimConfig;
 use self::simulation::{RangeKey, Sim};
 use super::backend::{Backend, Completion, FrameBuf, IoRequest, Op};
@@ -121,10 +153,13 @@ pub struct FaultControl {
 
 struct Faults {
     plan: Mutex<Plan>,
+    /// The power-loss model's record (`power.rs`).
+    unflushed: Mutex<Unflushed>,
     /// Whether `plan.sim` is set: `submit` then learns each request's file identity
     /// (an `fstat`) before it takes the plan's lock.
     simulating: AtomicBool,
     eio_injected: AtomicU64,
+    other_errors_injected: AtomicU64,
     short_injected: AtomicU64,
     delayed: AtomicU64,
 }
@@ -133,6 +168,10 @@ struct Faults {
 struct Plan {
     /// File byte ranges whose reads and writes fail with EIO.
     fail_ranges: Vec<Range<u64>>,
+    /// File byte ranges whose writes fail, each with its errno.
+    fail_write_ranges: Vec<(Range<u64>, i32)>,
+    /// The errno every flush fails with, if any.
+    flush_errno: Option<i32>,
     /// How many more long reads get cut to `SHORT_READ_BYTES`.
     short_reads_left: u32,
     /// How many more long writes get cut to `SHORT_READ_BYTES`.
@@ -160,8 +199,8 @@ struct Fate {
 }
 
 enum Outcome {
-    /// Complete with EIO without transferring.
-    FailEio,
+    /// Complete with this errno without passing the request on.
+    Fail(i32),
     /// Pass to the inner backend with the buffers cut to this many bytes.
     TransferShort(usize),
     /// Pass to the inner backend unchanged.
@@ -175,8 +214,10 @@ impl FaultBackend {
     pub fn new(inner: Box<dyn Backend>) -> (FaultBackend, FaultControl) {
         let faults = Arc::new(Faults {
             plan: Mutex::new(Plan::default()),
+            unflushed: Mutex::new(Unflushed::default()),
             simulating: AtomicBool::new(false),
             eio_injected: AtomicU64::new(0),
+            other_errors_injected: AtomicU64::new(0),
             short_injected: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
         });
@@ -209,16 +250,22 @@ impl FaultBackend {
             .expect("the inner backend lives until drop")
     }
 
-    /// Decides the fate of every request of `batch`: schedules the failed ones' EIO on
-    /// the delivery thread, cuts the short ones, routes the delayed or ranked ones'
-    /// completions through the delivery thread, and returns the requests to transfer.
+    /// Decides the fate of every request of `batch`: schedules the failed ones' errors on
+    /// the delivery thread, cuts the short ones, records the writes and flushes passed on
+    /// in the power-loss model, routes the delayed or ranked ones' completions through the
+    /// delivery thread, and returns the requests to pass on.
     fn inject(&self, batch: Vec<IoRequest>) -> Vec<IoRequest> {
-        // The simulation counts requests per file: learn the files outside the lock.
-        let files: Vec<(u64, u64)> = if self.faults.simulating.load(Ordering::Acquire) {
-            batch.iter().map(|r| file_identity(&r.file)).collect()
-        } else {
-            vec![(0, 0); batch.len()]
-        };
+        // The simulation counts requests per file, and the power-loss model records writes
+        // and flushes per file: learn the files outside the locks.
+        let simulating = self.faults.simulating.load(Ordering::Acquire);
+        let files: Vec<FileId> = batch
+            .iter()
+            .map(|r| match r.op {
+                Op::Write | Op::Flush { .. } => file_identity(&r.file),
+                Op::Read if simulating => file_identity(&r.file),
+                Op::Read => (0, 0),
+            })
+            .collect();
         let fates: Vec<Fate> = {
             let mut plan = self.faults.lock_plan();
             batch
@@ -228,14 +275,14 @@ impl FaultBackend {
                 .collect()
         };
         let mut survivors = Vec::with_capacity(batch.len());
-        for (mut request, fate) in batch.into_iter().zip(fates) {
+        for ((mut request, fate), file) in batch.into_iter().zip(fates).zip(files) {
             match fate.outcome {
-                Outcome::FailEio => {
-                    let eio = Err(io::Error::from_raw_os_error(libc::EIO));
+                Outcome::Fail(errno) => {
+                    let error = Err(io::Error::from_raw_os_error(errno));
                     self.delivery.schedule(
                         Instant::now() + fate.delay,
                         request.done,
-                        eio,
+                        error,
                         fate.hold,
                     );
                     continue;
@@ -251,9 +298,58 @@ impl FaultBackend {
                     delivery.schedule(Instant::now() + delay, done, result, hold);
                 });
             }
-            survivors.push(request);
+            // Innermost, so it records the completion when the inner backend reports it.
+            survivors.push(self.record_for_power_loss(request, file));
         }
         survivors
+    }
+}
+
+impl FaultBackend {
+    /// Records a write or flush about to be passed on in the power-loss model, and wraps
+    /// its completion to record how it ended (`power.rs`). Reads are returned as they are.
+    ///
+    /// Context: takes `Faults::unflushed` briefly; reads the file for a write's pre-images.
+    fn record_for_power_loss(&self, request: IoRequest, file: FileId) -> IoRequest {
+        let IoRequest {
+            op,
+            file: open_file,
+            offset_bytes,
+            bufs,
+            done,
+        } = request;
+        let faults = Arc::clone(&self.faults);
+        let done = match op {
+            Op::Read => done,
+            Op::Write => {
+                let len_bytes: usize = bufs.iter().map(FrameBuf::len_bytes).sum();
+                faults
+                    .lock_unflushed()
+                    .before_write(&open_file, file, offset_bytes, len_bytes);
+                Completion::new(move |result| {
+                    faults
+                        .lock_unflushed()
+                        .after_write(file, offset_bytes, len_bytes, &result);
+                    done.run(result);
+                })
+            }
+            Op::Flush { .. } => {
+                let mark = faults.lock_unflushed().flush_mark();
+                Completion::new(move |result| {
+                    if result.is_ok() {
+                        faults.lock_unflushed().after_flush(file, mark);
+                    }
+                    done.run(result);
+                })
+            }
+        };
+        IoRequest {
+            op,
+            file: open_file,
+            offset_bytes,
+            bufs,
+            done,
+        }
     }
 }
 
@@ -339,6 +435,7 @@ impl std::fmt::Debug for FaultControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FaultControl")
             .field("eio_injected", &self.eio_injected())
+            .field("other_errors_injected", &self.other_errors_injected())
             .field("short_injected", &self.short_injected())
             .field("delayed", &self.delayed())
             .field("reordered", &self.reordered())
@@ -351,6 +448,34 @@ impl FaultControl {
     /// Ranges accumulate until [`clear`](Self::clear).
     pub fn fail_range(&self, range: Range<u64>) {
         self.faults.lock_plan().fail_ranges.push(range);
+    }
+
+    /// Fails every later write that overlaps `range` (file byte offsets) with `errno`
+    /// (`libc::EIO`, `libc::ENOSPC`, ...), without storing any of it. Ranges accumulate
+    /// until [`clear`](Self::clear); a write overlapping several fails with the first
+    /// one's errno.
+    pub fn fail_writes(&self, range: Range<u64>, errno: i32) {
+        self.faults
+            .lock_plan()
+            .fail_write_ranges
+            .push((range, errno));
+    }
+
+    /// Fails every later flush with `errno` (`libc::EIO`, ...), without flushing: the
+    /// writes it would have covered stay un-flushed. Replaces any errno set before.
+    pub fn fail_flushes(&self, errno: i32) {
+        self.faults.lock_plan().flush_errno = Some(errno);
+    }
+
+    /// Cuts the power (the fault model above): rewrites every file written since its last
+    /// flush to what `seed` leaves of it, syncs it, and empties the record. Returns how
+    /// many blocks kept their latest bytes and how many lost them.
+    ///
+    /// Panics if a write is in flight: call it when every write has completed.
+    ///
+    /// Context: takes the record's lock; writes and syncs files.
+    pub fn power_loss(&self, seed: u64) -> io::Result<PowerLoss> {
+        self.faults.lock_unflushed().power_loss(seed)
     }
 
     /// Cuts the next `count` reads longer than 4096 bytes to their first 4096 bytes, so
@@ -396,9 +521,14 @@ impl FaultControl {
         self.faults.simulating.store(false, Ordering::Release);
     }
 
-    /// Requests failed with EIO so far.
+    /// Requests failed with an injected EIO so far.
     pub fn eio_injected(&self) -> u64 {
         self.faults.eio_injected.load(Ordering::Relaxed)
+    }
+
+    /// Requests failed with another injected errno (`fail_writes`, `fail_flushes`) so far.
+    pub fn other_errors_injected(&self) -> u64 {
+        self.faults.other_errors_injected.load(Ordering::Relaxed)
     }
 
     /// Requests cut short so far.
@@ -435,18 +565,31 @@ impl Faults {
         self.plan.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn lock_unflushed(&self) -> MutexGuard<'_, Unflushed> {
+        // Its panics (a broken caller, a file that cannot be read) come before it changes.
+        self.unflushed
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Decides `request`'s fate from `plan` (using up a short transfer if it gets one,
     /// and counting the request's range if a simulation runs) and counts the faults. `file`
     /// is the request's (device, inode), known when a simulation runs.
-    fn decide(&self, plan: &mut Plan, request: &IoRequest, file: (u64, u64)) -> Fate {
+    fn decide(&self, plan: &mut Plan, request: &IoRequest, file: FileId) -> Fate {
         let op = request.op;
         let len_bytes = request.len_bytes();
-        let log = match op {
-            Op::Read => &mut plan.reads,
-            Op::Write => &mut plan.writes,
-        };
-        if log.len() < LOG_REQUESTS_MAX {
-            log.push((request.offset_bytes, len_bytes));
+        match op {
+            Op::Read | Op::Write => {
+                let log = if op == Op::Read {
+                    &mut plan.reads
+                } else {
+                    &mut plan.writes
+                };
+                if log.len() < LOG_REQUESTS_MAX {
+                    log.push((request.offset_bytes, len_bytes));
+                }
+            }
+            Op::Flush { .. } => {}
         }
         let draw = plan.sim.as_mut().map(|sim| {
             let draw = sim.draw_next(RangeKey {
@@ -468,15 +611,44 @@ impl Faults {
         let overlaps = |range: &Range<u64>| range.start < end && start < range.end;
         let drawn_eio = draw.is_some_and(|(draw, _)| draw.eio);
         let drawn_short = draw.and_then(|(draw, _)| draw.short_bytes);
-        let planned_shorts_left = match op {
-            Op::Read => &mut plan.short_reads_left,
-            Op::Write => &mut plan.short_writes_left,
+        let planned_errno = match op {
+            Op::Read => plan.fail_ranges.iter().any(overlaps).then_some(libc::EIO),
+            Op::Write => plan
+                .fail_ranges
+                .iter()
+                .any(overlaps)
+                .then_some(libc::EIO)
+                .or_else(|| {
+                    let failed = plan.fail_write_ranges.iter();
+                    failed
+                        .filter(|(range, _)| overlaps(range))
+                        .map(|&(_, errno)| errno)
+                        .next()
+                }),
+            Op::Flush { .. } => plan.flush_errno,
         };
-        let outcome = if drawn_eio || plan.fail_ranges.iter().any(overlaps) {
-            self.eio_injected.fetch_add(1, Ordering::Relaxed);
-            Outcome::FailEio
-        } else if *planned_shorts_left > 0 && len_bytes > SHORT_READ_BYTES {
-            *planned_shorts_left -= 1;
+        let errno = if drawn_eio {
+            Some(libc::EIO)
+        } else {
+            planned_errno
+        };
+        let planned_shorts_left = match op {
+            Op::Read => Some(&mut plan.short_reads_left),
+            Op::Write => Some(&mut plan.short_writes_left),
+            Op::Flush { .. } => None,
+        };
+        let outcome = if let Some(errno) = errno {
+            let counter = if errno == libc::EIO {
+                &self.eio_injected
+            } else {
+                &self.other_errors_injected
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            Outcome::Fail(errno)
+        } else if let Some(left) =
+            planned_shorts_left.filter(|left| **left > 0 && len_bytes > SHORT_READ_BYTES)
+        {
+            *left -= 1;
             self.short_injected.fetch_add(1, Ordering::Relaxed);
             Outcome::TransferShort(SHORT_READ_BYTES)
         } else if let Some(short_bytes) = drawn_short {

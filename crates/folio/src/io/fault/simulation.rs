@@ -5,9 +5,10 @@
 //! by device and inode, same op, same offset, same length). The function hashes those with
 //! SplitMix64's finaliser and reads one independent stream of the hash per decision (media
 //! error, short transfer, its length, delay, rank). So a failing seed replays: the n-th
-//! request for a range meets the same faults whatever the threads' timing. A write's draws
-//! come from streams of their own, so adding writes to a run leaves every read's draws as
-//! they were.
+//! request for a range meets the same faults whatever the threads' timing. A write's and a
+//! flush's draws come from streams of their own, so adding writes and flushes to a run
+//! leaves every read's draws as they were (a flush draws an EIO, a delay and a rank; it
+//! has no length to cut).
 //!
 //! Protection: none of its own: a `Sim` lives in the fault backend's plan, under its mutex.
 //!
@@ -28,6 +29,9 @@ const SIM_RANGES_MAX: usize = 1 << 20;
 
 /// Mixed into a write's key so that writes draw from streams of their own.
 const WRITE_STREAMS: u64 = 0x5752_4954_4553_0001;
+
+/// Mixed into a flush's key so that flushes draw from streams of their own.
+const FLUSH_STREAMS: u64 = 0x464C_5553_4845_0001;
 
 /// The faults a seeded simulation draws (the fault model in `io::fault`): rates per
 /// thousand requests, and the timing of completions. The default draws nothing.
@@ -74,8 +78,10 @@ impl SimConfig {
         key = mix(key ^ offset_bytes);
         key = mix(key ^ len_bytes as u64);
         key = mix(key ^ u64::from(ordinal));
-        if op == Op::Write {
-            key = mix(key ^ WRITE_STREAMS);
+        match op {
+            Op::Read => {}
+            Op::Write => key = mix(key ^ WRITE_STREAMS),
+            Op::Flush { .. } => key = mix(key ^ FLUSH_STREAMS),
         }
         // Independent streams of the same key, one per decision.
         let stream = |n: u64| mix(key ^ n.wrapping_mul(0xA24B_AED4_963E_E407));
@@ -100,7 +106,7 @@ impl SimConfig {
 
 /// SplitMix64's finaliser: a bijection of 64-bit words that mixes every bit into every
 /// other.
-fn mix(word: u64) -> u64 {
+pub(super) fn mix(word: u64) -> u64 {
     let mut z = word.wrapping_add(0x9E37_79B9_7F4A_7C15);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
