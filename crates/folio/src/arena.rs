@@ -607,25 +607,22 @@ impl Arena {
     }
 }
 
-/// Faults `[base, base + bytes)` in (the kernel zeroes each page): `MADV_POPULATE_WRITE`
-/// (Linux 5.14) in one call, with huge pages where the advice allows; older kernels get
-/// one write per page.
+/// Faults `[base, base + bytes)` in (the kernel zeroes each page) by writing a zero to
+/// each 4 KiB page: with huge pages advised, the first write of a 2 MiB chunk faults the
+/// whole huge page in and the rest hit it; where the kernel falls back to 4 KiB pages,
+/// each write faults one.
+///
+/// Not `MADV_POPULATE_WRITE`, although it does the same in one call: it holds the
+/// process's `mmap_lock` (read) for the whole range, and a population on this VM takes
+/// milliseconds (the host faults the memory in too), so every `mmap`/`munmap`/`mprotect`
+/// of the engine (malloc's arenas) queued behind it, and every page fault of the process
+/// queued behind them (`rwsem_down_write_slowpath` in the db_bench readrandom profile).
+/// A page fault takes only the arena's own VMA lock (Linux 6.4 and later), so the rest of
+/// the process never waits for a population.
 ///
 /// # Safety
 /// The range must lie inside the arena's mapping and nobody may reference its memory.
 unsafe fn populate(base: *mut u8, bytes: usize) {
-    // SAFETY: the caller guarantees the range is inside the arena's mapping and
-    // unreferenced; populating only faults pages in.
-    let done = unsafe {
-        libc::madvise(
-            base.cast::<libc::c_void>(),
-            bytes,
-            libc::MADV_POPULATE_WRITE,
-        )
-    } == 0;
-    if done {
-        return;
-    }
     for at in (0..bytes).step_by(PAGE_BYTES) {
         // SAFETY: in bounds and unreferenced (the caller's guarantee), and a zero is what
         // the fresh anonymous page already holds.
