@@ -16,7 +16,7 @@
 //! the miss pays it. So the arena grows: its frames reach the free lists one 2 MiB chunk
 //! at a time, in address order, and a background thread (`populate_ahead`, started by
 //! the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`) claims the
-//! next chunks, populates them (`MADV_POPULATE_WRITE`, outside every lock) and lists them,
+//! next chunks, populates them (a write to each page, outside every lock) and lists them,
 //! keeping `populate_lead_frames` populated frames listed ahead of the allocator. An
 //! allocation that finds the lists empty claims the next chunk itself and lists it at
 //! once, unpopulated: its read then faults the pages in, exactly as before the arena
