@@ -65,9 +65,11 @@ lib="${CARGO_TARGET_DIR:-$root/target}/release/libfolio.a"
 
 echo "== cc libfio_folio.so against fio $have"
 # fio's headers need its config-host.h definitions, as fio's own Makefile passes them.
+# fio's symbols (log_err, td_verror, generic_get_file_size) resolve against the fio
+# executable at dlopen; folio's stay inside the engine (--exclude-libs).
 "$cc" -O2 -g -fPIC -shared -std=gnu99 -Wall -Wno-unused-parameter \
     -D_GNU_SOURCE -D_LARGEFILE_SOURCE -D_FILE_OFFSET_BITS=64 \
     -include "$src/config-host.h" -I"$src" -I"$root/include" \
-    -o "$out/libfio_folio.so" "$here/folio_engine.c" "$lib" -lpthread -ldl -lm
+    -o "$out/libfio_folio.so" "$here/folio_engine.c" "$lib" -Wl,--exclude-libs,ALL -lpthread -ldl -lm
 echo "$have" >"$out/fio-version"
 echo "built $out/libfio_folio.so (fio $have)"

@@ -6,8 +6,10 @@
 #      is read through the one shared cache and checked; 0 verify errors, and folio's
 #      printed stats show the reads went through the cache (misses, pages inserted,
 #      io_errors=0);
-#   3. corrupts one block of one laid-out file and checks the same pass FAILS;
-#   4. checks that a forked job (thread=0) and a write job are refused with a message.
+#   3. runs jobs/read, randread, randread-zipf and mix through folio for 3 s each, with
+#      verify=crc32c on every block read: 0 errors, reads through the cache;
+#   4. corrupts one block of one laid-out file and checks the same pass FAILS;
+#   5. checks that a forked job (thread=0) and a write job are refused with a message.
 # Ends with "ci.sh: N passed, M failed". Needs fio (apt-get install -y fio), a deb-src
 # line for fio's source (see build.sh), cc and cargo.
 #
@@ -72,6 +74,20 @@ check "reads went through the cache (misses, pages inserted)" \
     test "$(num misses)" -gt 0 -a "$(num pages_inserted)" -gt 0
 check "folio saw no I/O errors" test "$(num io_errors)" = 0
 [ "$failed" = 0 ] || cat "$log"
+
+echo "== the job files through folio (read, randread, randread-zipf, mix), 3 s each"
+for job in read randread randread-zipf mix; do
+    if fio --ioengine="$engine" --runtime=3 "$here/jobs/$job.fio" >"$log" 2>&1; then
+        rc=0
+    else
+        rc=$?
+    fi
+    stats="$(grep '^folio: stats: ' "$log" || true)"
+    check "jobs/$job.fio: exits 0, no verify error, reads through folio, no I/O error" \
+        bash -c "[ $rc = 0 ] && ! grep -q 'verify:' '$log' &&
+                 [ '$(num misses)' -gt 0 ] && [ '$(num io_errors)' = 0 ]"
+    [ "$rc" = 0 ] || cat "$log"
+done
 
 echo "== corrupt one 16 KiB block of layout.7.0 at 40 MiB; the pass must fail"
 printf 'folio-corrupt-block' | dd of="$FOLIO_FIO_DIR/layout.7.0" bs=1 seek=$((40 << 20)) \
