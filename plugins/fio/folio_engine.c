@@ -7,7 +7,8 @@
 // prints its stats (folio_stats_format) and destroys it. A cache lives in one process, so
 // forked jobs (thread=0, fio's default) are refused with a message.
 //
-// Protection: the shared cache and its user count are guarded by cache_lock; a file's
+// Protection: the shared cache and its user count are guarded by cache_lock (a job that
+// joined, marked by td->io_ops_data, keeps the cache alive until its cleanup); a file's
 // handle (struct folio_fio_file) belongs to the job that opened it (fio gives each job its
 // own struct fio_file). folio's handles are thread-safe.
 // Limits: reads only. Writes, trims and syncs fail with EOPNOTSUPP until folio has a
@@ -112,10 +113,12 @@ static int folio_fio_init(struct thread_data *td)
 				td->o.name, o->capacity_bytes, o->readahead_max_bytes,
 				cache_options.capacity_bytes,
 				cache_options.readahead_max_bytes);
+			td_verror(td, EINVAL, "init");
 			err = 1;
 			goto out;
 		}
 		cache_users++;
+		td->io_ops_data = &cache_users; // joined: cleanup leaves
 		goto out;
 	}
 	folio_cache_options_init(&opts);
@@ -124,11 +127,13 @@ static int folio_fio_init(struct thread_data *td)
 	ret = folio_cache_create(&opts, &cache);
 	if (ret < 0) {
 		log_folio_error("folio_cache_create", ret);
+		td_verror(td, (int)-ret, "folio_cache_create");
 		err = 1;
 		goto out;
 	}
 	cache_options = *o;
 	cache_users = 1;
+	td->io_ops_data = &cache_users; // joined: cleanup leaves
 out:
 	pthread_mutex_unlock(&cache_lock);
 	return err;
@@ -141,10 +146,11 @@ static void folio_fio_cleanup(struct thread_data *td)
 	folio_stats stats;
 	char line[4096];
 
-	if (!td->o.use_thread)
-		return; // init refused this job, it never joined
+	if (td->io_ops_data != &cache_users)
+		return; // init refused this job: it never joined
+	td->io_ops_data = NULL;
 	pthread_mutex_lock(&cache_lock);
-	if (cache_users == 0 || --cache_users > 0) {
+	if (--cache_users > 0) {
 		pthread_mutex_unlock(&cache_lock);
 		return;
 	}
@@ -169,9 +175,8 @@ static int folio_fio_open_file(struct thread_data *td, struct fio_file *f)
 		td_verror(td, ENOMEM, "calloc");
 		return 1;
 	}
-	pthread_mutex_lock(&cache_lock);
+	// This job holds the cache (cache_users > 0) until its cleanup: no lock needed.
 	ret = folio_open(cache, f->file_name, &ff->handle);
-	pthread_mutex_unlock(&cache_lock);
 	if (ret < 0) {
 		log_folio_error("folio_open", ret);
 		td_verror(td, (int)-ret, "folio_open");
