@@ -49,7 +49,7 @@
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::folio::FolioMeta;
@@ -68,6 +68,8 @@ const POPULATE_LEAD_BYTES_MAX: usize = 64 << 20;
 /// Caches below this size get no background thread: growing them on demand costs at most
 /// 32 chunk populations in all, and small caches (tests, tools) are built often.
 pub const POPULATE_AHEAD_CACHE_BYTES_MIN: usize = 128 << 20;
+/// How many 1 ms waits an allocation makes for the last chunks to be listed.
+const LISTING_WAITS_MAX: u32 = 1000;
 /// The populator's longest sleep without a wake-up.
 const POPULATE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -102,6 +104,12 @@ pub struct Arena {
     listed_frames: AtomicU32,
     /// Chunks listed unpopulated, because an allocation outran the populator.
     chunks_unpopulated: AtomicU64,
+    /// Whether `populate_ahead` runs: only then is it worth waking.
+    populator_running: AtomicBool,
+    /// Allocators that found every chunk claimed but not all listed wait here for
+    /// `list_chunk` (with `listed_lock`), never spinning.
+    listed_lock: Mutex<()>,
+    listed_wake: Condvar,
     /// The background populator's lead, and its wake-up: `true` in the mutex means stop.
     populate_lead_frames: u32,
     populate_stop: Mutex<bool>,
@@ -182,6 +190,9 @@ impl Arena {
             claimed_frames: AtomicU32::new(0),
             listed_frames: AtomicU32::new(0),
             chunks_unpopulated: AtomicU64::new(0),
+            populator_running: AtomicBool::new(false),
+            listed_lock: Mutex::new(()),
+            listed_wake: Condvar::new(),
             populate_lead_frames: lead_frames as u32,
             populate_stop: Mutex::new(false),
             populate_wake: Condvar::new(),
@@ -215,10 +226,17 @@ impl Arena {
     /// itself is listed unpopulated), but yields while another thread lists the arena's
     /// last chunks, which takes microseconds after their population.
     pub fn alloc(&self, order: Order) -> Option<FrameId> {
+        let mut waits = 0;
         loop {
             let listed_before = self.listed_frames.load(Ordering::Acquire);
             if let Some(frame) = self.alloc_listed(order) {
-                if self.listed_free_frames() < u64::from(self.populate_lead_frames) {
+                // Wake the populator only while it runs and has chunks left to claim: a
+                // notify is a system call, and a grown arena allocates below the lead
+                // for good.
+                if self.populator_running.load(Ordering::Relaxed)
+                    && self.claimed_frames.load(Ordering::Relaxed) < self.frame_count
+                    && self.listed_free_frames() < u64::from(self.populate_lead_frames)
+                {
                     self.populate_wake.notify_one();
                 }
                 return Some(frame);
@@ -234,9 +252,22 @@ impl Arena {
             if self.listed_frames.load(Ordering::Acquire) == self.frame_count {
                 return None; // fully grown, and nothing of this order is free
             }
-            // The populator holds the last chunks: they are listed right after their
-            // population, a fraction of a millisecond.
-            std::thread::yield_now();
+            // Another thread holds the last chunks: an allocator lists its chunk at once,
+            // the populator right after populating it (milliseconds here). Park until a
+            // chunk is listed, 1 ms at a time (a wake-up sent before we wait is late by
+            // that much), for at most a second: a thread that died holding a chunk
+            // lists nothing more, and then this allocation fails like a full cache.
+            waits += 1;
+            if waits > LISTING_WAITS_MAX {
+                return None;
+            }
+            let guard = self.listed_lock.lock().unwrap_or_else(|e| e.into_inner());
+            if self.listed_frames.load(Ordering::Acquire) != listed_before {
+                continue;
+            }
+            let _ = self
+                .listed_wake
+                .wait_timeout(guard, std::time::Duration::from_millis(1));
         }
     }
 
@@ -555,15 +586,31 @@ impl Arena {
         // the count move, and looks again.
         self.listed_frames
             .fetch_add(chunk.end - chunk.start, Ordering::Release);
+        drop(lists);
+        if self.claimed_frames.load(Ordering::Acquire) == self.frame_count {
+            // Every chunk is claimed: an allocator may be waiting for this one (`alloc`).
+            let _guard = self.listed_lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.listed_wake.notify_all();
+        }
     }
 
     /// The background populator's body: keeps `populate_lead_frames` populated frames
     /// listed ahead of the allocator until `stop_populating`. Run on its own thread by
     /// the page cache (`POPULATE_AHEAD_CACHE_BYTES_MIN`).
     ///
-    /// Context: sleeps between chunks' worth of demand; populates outside every lock but
-    /// the grow lock.
+    /// Context: sleeps between chunks' worth of demand; populates outside every lock.
     pub fn populate_ahead(&self) {
+        self.populator_running.store(true, Ordering::Release);
+        // Cleared however this returns, so that no allocator waits for a chunk that this
+        // thread claimed and will never list (module docs: `alloc`).
+        struct Running<'a>(&'a AtomicBool, &'a Condvar);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+                self.1.notify_all();
+            }
+        }
+        let _running = Running(&self.populator_running, &self.listed_wake);
         let mut stop = self.populate_stop.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if *stop {
