@@ -228,7 +228,9 @@ impl File {
     /// ahead, without waiting for anything.
     fn async_readahead(&self, page: PageIndex, head: PageIndex, folio_end: PageIndex) {
         let core = self.core();
-        let mut next_miss = None;
+        // The walk's answer, and the page it was asked from: a retry that looks from
+        // another page (the state changed under the CAS) walks again.
+        let mut next_miss: Option<(PageIndex, Option<PageIndex>)> = None;
         let installed = self.ra.update(|state, max_pages| {
             // The marker may sit anywhere in a large folio, and the read may touch the
             // folio before reaching the marker page: the window's own marker, if it is in
@@ -240,17 +242,17 @@ impl File {
             } else {
                 page
             };
-            if next_miss.is_none() {
-                // The first page the index does not hold, at most a maximum window on.
-                let end = at.add(u64::from(max_pages).max(1));
-                next_miss = Some(self.mapping.index.next_miss(at, end));
-            }
-            self.within_file(readahead::decide_on_marker(
-                state,
-                at,
-                next_miss.flatten(),
-                max_pages,
-            ))
+            let miss = match next_miss {
+                Some((from, miss)) if from == at => miss,
+                _ => {
+                    // The first page the index does not hold, at most a maximum window on.
+                    let end = at.add(u64::from(max_pages).max(1));
+                    let miss = self.mapping.index.next_miss(at, end);
+                    next_miss = Some((at, miss));
+                    miss
+                }
+            };
+            self.within_file(readahead::decide_on_marker(state, at, miss, max_pages))
         });
         if let Some(window) = installed {
             stats::bump(&core.mem.counters.readahead_async);

@@ -315,7 +315,9 @@ pub fn decide_on_marker(
     let Some(start) = next_miss else {
         return Decision::None;
     };
-    if start.0 >= START_PAGES_LIMIT {
+    if start.0 >= START_PAGES_LIMIT || start.0 < index {
+        // A hole before the reader is no window to start (the caller's walk must start at
+        // `index`; a stale one is ignored, not trusted).
         return Decision::None;
     }
     let present = (start.0 - index) as u32;
@@ -689,6 +691,11 @@ mod tests {
         assert_eq!(d, Decision::Window(w(508, 16, 16, 2)));
         assert_eq!(
             decide_on_marker(state, PageIndex(500), None, MAX_128K),
+            Decision::None
+        );
+        // A hole before the reader (a stale walk from another page) starts nothing.
+        assert_eq!(
+            decide_on_marker(state, PageIndex(500), Some(PageIndex(490)), MAX_128K),
             Decision::None
         );
         // After a window of order 4 the alignment is 2^min(6, tz(32)) = 32 pages: a ramp
