@@ -282,6 +282,12 @@ impl Mapping {
         end: PageIndex,
         how: Invalidate,
     ) -> u64 {
+        if how == Invalidate::Truncate {
+            // Reads in flight now must not publish what they read (`generation`). Before
+            // the walk: a read inserted after the walk and completed before a later bump
+            // would publish its stale folio, and nothing would ever drop it.
+            self.generation.fetch_add(1, Ordering::AcqRel);
+        }
         let mut found = Vec::new();
         // A large folio that starts before `start` but covers it goes too.
         if let Entry::Folio { frame, order, head } = self.index.lookup(start) {
@@ -295,10 +301,6 @@ impl Mapping {
             }
         });
         let mut dropped = 0;
-        if how == Invalidate::Truncate {
-            // Reads in flight now must not publish what they read (`generation`).
-            self.generation.fetch_add(1, Ordering::AcqRel);
-        }
         for (head, frame, _) in found {
             let meta = mem.arena.meta(frame);
             let mut w = self.index.lock();
