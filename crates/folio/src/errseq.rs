@@ -53,9 +53,10 @@
 //!   error, which is why it is a CAS and not a `fetch_or` (that would mark an error as
 //!   seen that nobody reported, and a handle opened next would miss it). The handle
 //!   reports the old errno and keeps the old word with SEEN as `since`. If the old error
-//!   was unseen, the new one folded into it (same counter): when the errno is the same,
-//!   the word with SEEN equals `since` and this handle does not report it again (it
-//!   reported the fold once); every other handle and a new one still do.
+//!   was unseen, the new one folded into it (same counter) with a different errno, so the
+//!   word differs from `since` and the handle reports the new error at its next check.
+//!   (A fold with the same errno leaves the word as it was: E1 stores nothing new, the
+//!   CAS succeeds, and the one report covers both, as folding says.)
 //! - Two handles' H2 at once: each loads the same word, one CAS sets SEEN (the other
 //!   fails or is skipped), each reports once.
 //!

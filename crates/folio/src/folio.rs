@@ -57,7 +57,7 @@ impl FolioMeta {
     /// mapping's lock with the slot checked, or validates through the version.
     /// Makes a zeroed entry what `default` makes: a free (DEAD) frame with an odd version.
     ///
-    /// Context: nobody else uses the frame (virgin arena memory, `Arena::grow`).
+    /// Context: nobody else uses the frame (virgin arena memory, `Arena::list_chunk`).
     pub fn reset(&self) {
         self.state.reset_free();
         self.version.reset();

@@ -75,7 +75,7 @@ impl Version {
     }
 
     /// Stores what `default` makes (odd: no valid bytes), into a version nobody else uses
-    /// (a virgin frame's, `Arena::grow`: its publication happens under the lists' lock).
+    /// (a virgin frame's, `Arena::list_chunk`: its publication happens under the lists' lock).
     pub fn reset(&self) {
         self.0.store(1, Ordering::Relaxed);
     }
