@@ -345,7 +345,13 @@ impl<'a> IndexWriteGuard<'a> {
     /// Returns (folios, shadows). For tests.
     #[cfg(any(test, fuzzing))]
     pub fn check_invariants(&self) -> (usize, usize) {
-        fn walk(node: &Node, is_root: bool, counts: &mut (usize, usize), nodes: &mut usize) {
+        /// Where a node sits: only the root may be empty.
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum Level {
+            Root,
+            Inner,
+        }
+        fn walk(node: &Node, level: Level, counts: &mut (usize, usize), nodes: &mut usize) {
             *nodes += 1;
             let mut used = 0;
             let mut slot = 0;
@@ -379,7 +385,7 @@ impl<'a> IndexWriteGuard<'a> {
                     Decoded::Shadow(_) => counts.1 += 1,
                     Decoded::Node(child) => {
                         assert_eq!(child.shift() + SLOT_SHIFT, node.shift(), "child level");
-                        walk(child, false, counts, nodes);
+                        walk(child, Level::Inner, counts, nodes);
                     }
                     Decoded::Empty => {}
                 }
@@ -402,12 +408,12 @@ impl<'a> IndexWriteGuard<'a> {
                     }
                 }
             }
-            assert!(is_root || used > 0, "empty non-root node");
+            assert!(level == Level::Root || used > 0, "empty non-root node");
         }
         let mut counts = (0, 0);
         let mut nodes = 0;
         if let Some(root) = self.root() {
-            walk(root, true, &mut counts, &mut nodes);
+            walk(root, Level::Root, &mut counts, &mut nodes);
         }
         assert_eq!(nodes, self.index.node_count(), "node count");
         counts
