@@ -16,6 +16,7 @@
 
 mod data;
 mod kernel;
+mod mapped;
 mod measure;
 mod report;
 mod soak;

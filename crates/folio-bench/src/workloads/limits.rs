@@ -44,8 +44,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use serde::Serialize;
 use serde_json::{json, Value};
+
+use crate::mapped::{Mapped, Pages};
 
 use super::{mib, secs, Env, Limits, Metric, Report, Row, Scale, System, Target, Workload};
 use crate::data;
@@ -109,19 +110,6 @@ pub struct Args {
     /// Seconds of memcpy per run [default: 1; --quick 0.3]
     #[arg(long)]
     pub memcpy_secs: Option<f64>,
-}
-
-/// The pages of the memory O_DIRECT reads land in. A 1 MiB read into 4 KiB pages is 256
-/// segments, more than a virtio disk takes in one request (`max_segments` 254 here), so
-/// it is split; into a 2 MiB huge page it is one segment. fio's buffers are `malloc`ed
-/// (4 KiB pages); folio's arena and the kernel's large folios are huge.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Pages {
-    /// 4 KiB pages (`MADV_NOHUGEPAGE`): what fio reads into.
-    Base,
-    /// Transparent huge pages (`MADV_HUGEPAGE`, 2 MiB aligned), where the kernel gives them.
-    Huge,
 }
 
 impl Pages {
@@ -504,7 +492,7 @@ impl Grid {
     /// Bytes of each landing area, and of its huge pages (`AnonHugePages` in smaps).
     fn landing_json(&self) -> Value {
         json!({
-            "bytes": self.base.bytes,
+            "bytes": self.base.area.len(),
             "base_area_huge_bytes": self.base.huge_bytes(),
             "huge_area_huge_bytes": self.huge.huge_bytes(),
         })
@@ -696,10 +684,7 @@ fn odirect(
 /// until the area is used up (then round again, skipping slots still in flight). Faulted
 /// in at creation, so no read pays a page fault.
 struct Landing {
-    map_ptr: *mut libc::c_void,
-    map_bytes: usize,
-    base: *mut u8,
-    bytes: usize,
+    area: Mapped,
 }
 
 /// The poison written at the start of every 4 KiB page of the landing area before a run:
@@ -729,35 +714,8 @@ impl Landing {
             .min(LANDING_BYTES_MAX)
             .max(largest)
             .next_multiple_of(biggest_block.max(HUGE_BYTES as u64)) as usize;
-        let map_bytes = bytes + HUGE_BYTES;
-        // SAFETY: an anonymous private mapping with no address hint; checked below.
-        let map_ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map_ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = (map_ptr as usize).next_multiple_of(HUGE_BYTES) as *mut u8;
-        let advice = match pages {
-            Pages::Base => libc::MADV_NOHUGEPAGE,
-            Pages::Huge => libc::MADV_HUGEPAGE,
-        };
-        // SAFETY: [base, base + bytes) lies inside the mapping (HUGE_BYTES of slack).
-        // The advice only changes how the kernel backs it; a refusal (THP disabled) leaves
-        // 4 KiB pages, which `huge_bytes` reports.
-        unsafe { libc::madvise(base.cast(), bytes, advice) };
         let mut landing = Landing {
-            map_ptr,
-            map_bytes,
-            base,
-            bytes,
+            area: Mapped::new(bytes, pages)?,
         };
         // Fault every page in now, outside any timing.
         landing.poison();
@@ -765,43 +723,27 @@ impl Landing {
     }
 
     fn slots(&self, block_bytes: usize) -> usize {
-        self.bytes / block_bytes
+        self.area.len() / block_bytes
     }
 
     fn as_slice(&self) -> &[u8] {
         // SAFETY: `base..base + bytes` is inside the live mapping owned by self, faulted in
         // and written (poisoned) at creation; no read is in flight while it is borrowed
         // (`odirect_uring` reaps every read before it looks).
-        unsafe { std::slice::from_raw_parts(self.base, self.bytes) }
+        unsafe { std::slice::from_raw_parts(self.area.as_mut_ptr(), self.area.len()) }
     }
 
     fn poison(&mut self) {
-        for at in (0..self.bytes).step_by(4096) {
-            // SAFETY: `at + 8 <= bytes` (bytes is a multiple of 2 MiB), inside the mapping;
-            // `&mut self` means no read is in flight into it.
-            unsafe { self.base.add(at).cast::<u64>().write_volatile(POISON) };
+        let base = self.area.as_mut_ptr();
+        for at in (0..self.area.len()).step_by(4096) {
+            // SAFETY: `at + 8 <= len` (the length is a multiple of 2 MiB), inside the
+            // mapping; `&mut self` means no read is in flight into it.
+            unsafe { base.add(at).cast::<u64>().write_volatile(POISON) };
         }
     }
 
-    /// Bytes of the area backed by huge pages, from `/proc/self/smaps` (0 if unknown).
     fn huge_bytes(&self) -> u64 {
-        let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-            return 0;
-        };
-        let start = format!("{:x}-", self.base as usize);
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start)).skip(1);
-        lines
-            .find_map(|l| l.strip_prefix("AnonHugePages:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb << 10)
-    }
-}
-
-impl Drop for Landing {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`; no read is in flight into it
-        // (every read is reaped before `odirect_uring` returns) and no slice of it lives.
-        unsafe { libc::munmap(self.map_ptr, self.map_bytes) };
+        self.area.huge_bytes()
     }
 }
 
@@ -829,7 +771,7 @@ fn odirect_uring(
     assert!(slot_count >= 1, "a landing area of at least one block");
     landing.poison();
     let fd = types::Fd(file.as_raw_fd());
-    let base = landing.base;
+    let base = landing.area.as_mut_ptr();
     let mut slots = Slots {
         landed: vec![None; slot_count],
         in_flight: vec![false; slot_count],

@@ -55,6 +55,7 @@ use serde_json::{json, Value};
 use super::{mib, secs, Env, Metric, Report, Row, System, Target, Workload};
 use crate::data;
 use crate::kernel::{self, WarmMethod};
+use crate::mapped::{Mapped, Pages};
 use crate::measure::{self, Bound, Control, Recorder, Rng, RunResult};
 
 /// Bytes of one read: a page.
@@ -732,7 +733,7 @@ fn measure_memcpy(
     bound: Bound,
     bar: &indicatif::ProgressBar,
 ) -> io::Result<Vec<RunResult>> {
-    let buffer = HugeBuffer::new(point.data_bytes() as usize)?;
+    let buffer = Mapped::new((point.data_bytes() as usize).max(READ_BYTES), Pages::Huge)?;
     let file_bytes = point.file_bytes as usize;
     // SAFETY: the buffer was just created and nothing else refers to it.
     let bytes = unsafe { buffer.as_mut_slice() };
@@ -794,79 +795,6 @@ fn warm_by_reading(files: &[File], file_bytes: u64, pages: u64) -> io::Result<()
         "warm run impossible: {:?} of {pages} pages cached after reading every file",
         cached_pages(files)?
     )))
-}
-
-/// An anonymous mapping advised for huge pages (2 MiB aligned), as folio's arena is.
-struct HugeBuffer {
-    map_ptr: *mut libc::c_void,
-    map_bytes: usize,
-    base: *mut u8,
-    bytes: usize,
-}
-
-const HUGE_BYTES: usize = 2 << 20;
-
-impl HugeBuffer {
-    fn new(bytes: usize) -> io::Result<HugeBuffer> {
-        let bytes = bytes.max(READ_BYTES);
-        let map_bytes = bytes + HUGE_BYTES;
-        // SAFETY: an anonymous private mapping with no address hint; checked below.
-        let map_ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if map_ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = (map_ptr as usize).next_multiple_of(HUGE_BYTES) as *mut u8;
-        // SAFETY: [base, base + bytes) lies inside the mapping (HUGE_BYTES of slack). The
-        // advice is only advice: a refusal leaves 4 KiB pages (`huge_bytes` says).
-        unsafe { libc::madvise(base.cast(), bytes, libc::MADV_HUGEPAGE) };
-        Ok(HugeBuffer {
-            map_ptr,
-            map_bytes,
-            base,
-            bytes,
-        })
-    }
-
-    /// The whole buffer.
-    ///
-    /// # Safety
-    /// The caller holds no other slice of this buffer while the returned one lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn as_mut_slice(&self) -> &mut [u8] {
-        // SAFETY: `base..base + bytes` is inside the live mapping owned by self; the
-        // caller promises the slice is the only one.
-        unsafe { std::slice::from_raw_parts_mut(self.base, self.bytes) }
-    }
-
-    /// Bytes of the buffer backed by huge pages, from `/proc/self/smaps` (0 if unknown).
-    fn huge_bytes(&self) -> u64 {
-        let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-            return 0;
-        };
-        let start = format!("{:x}-", self.base as usize);
-        let mut lines = smaps.lines().skip_while(|l| !l.starts_with(&start)).skip(1);
-        lines
-            .find_map(|l| l.strip_prefix("AnonHugePages:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb << 10)
-    }
-}
-
-impl Drop for HugeBuffer {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`; the slices handed out borrow
-        // self, so none outlives it.
-        unsafe { libc::munmap(self.map_ptr, self.map_bytes) };
-    }
 }
 
 #[cfg(test)]
