@@ -407,13 +407,16 @@ pub fn parse_benchmark_output(stdout: &str, benchmark: &str) -> Option<Parsed> {
 }
 
 fn parse(stdout: &str) -> Option<RunResult> {
-    let p = parse_output(stdout)?;
+    Some(run_result(&parse_output(stdout)?, serde_json::Map::new()))
+}
+
+/// A run from db_bench's own figures, with `extra` beside its P75 and ops/sec.
+pub fn run_result(p: &Parsed, mut extra: serde_json::Map<String, serde_json::Value>) -> RunResult {
     let bytes = p.operations * VALUE_BYTES;
-    let mut extra = serde_json::Map::new();
     extra.insert("p75_us".into(), json!(p.p75_us));
     extra.insert("db_bench_ops_per_sec".into(), json!(p.ops_per_sec));
     extra.insert("operations".into(), json!(p.operations));
-    Some(RunResult {
+    RunResult {
         ops: p.operations,
         bytes_read: bytes,
         bytes_verified: bytes,
@@ -425,7 +428,7 @@ fn parse(stdout: &str) -> Option<RunResult> {
         p99_us: p.p99_us,
         pages_inserted: None,
         extra,
-    })
+    }
 }
 
 #[cfg(test)]

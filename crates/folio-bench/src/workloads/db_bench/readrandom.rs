@@ -349,11 +349,7 @@ pub fn parse_run(stdout: &str, usage: ChildUsage) -> Option<RunResult> {
         return None;
     }
     let reads = p.operations.max(1) as f64;
-    let bytes = p.operations * VALUE_BYTES;
     let mut extra = serde_json::Map::new();
-    extra.insert("p75_us".into(), json!(p.p75_us));
-    extra.insert("db_bench_ops_per_sec".into(), json!(p.ops_per_sec));
-    extra.insert("operations".into(), json!(p.operations));
     extra.insert("found_of_one_thread".into(), json!([found, asked]));
     extra.insert("sys_secs".into(), json!(usage.sys_secs));
     extra.insert("user_secs".into(), json!(usage.user_secs));
@@ -366,18 +362,7 @@ pub fn parse_run(stdout: &str, usage: ChildUsage) -> Option<RunResult> {
         json!(usage.user_secs * 1e6 / reads),
     );
     extra.insert("max_rss_kib".into(), json!(usage.max_rss_kib));
-    Some(RunResult {
-        ops: p.operations,
-        bytes_read: bytes,
-        bytes_verified: bytes,
-        elapsed_secs: p.operations as f64 / p.ops_per_sec.max(1e-9),
-        bytes_secs: None,
-        bytes_moved: None,
-        p50_us: p.p50_us,
-        p99_us: p.p99_us,
-        pages_inserted: None,
-        extra,
-    })
+    Some(super::run_result(&p, extra))
 }
 
 #[cfg(test)]
