@@ -69,6 +69,13 @@ pub fn table(report: &Report) -> String {
     out += &format!(
         "  (rows: the median run; folio/kernel: the median of the per-run {ratio_name} ratios)\n"
     );
+    out += &notes_and_targets(report);
+    out
+}
+
+/// The `note:` and `target:` lines every table ends with.
+pub fn notes_and_targets(report: &Report) -> String {
+    let mut out = String::new();
     for note in &report.notes {
         out += &format!("  note: {note}\n");
     }

@@ -91,19 +91,7 @@ pub fn table(report: &Report) -> String {
     }
     out += "  (ns/read: CPU time per read; wall ns: wall time per read; medians of the runs; \
             Mops/s: the median run)\n";
-    for note in &report.notes {
-        out += &format!("  note: {note}\n");
-    }
-    for t in &report.targets {
-        out += &format!(
-            "  target: {:<70} {:>10} (needs {}) {}\n",
-            t.what,
-            t.measured
-                .map_or_else(|| "n/a".to_string(), |m| format!("{m:.2}")),
-            t.required,
-            if t.met { "met" } else { "MISSED" }
-        );
-    }
+    out += &super::notes_and_targets(report);
     out
 }
 
