@@ -376,6 +376,49 @@ impl Arena {
         };
     }
 
+    /// The buffer of pages `[first_page, first_page + pages)` of folio `frame` of `order`:
+    /// what a writeback of those blocks hands the device.
+    ///
+    /// Context: the folio is under WRITEBACK (DESIGN.md §8), so no writer changes these
+    /// bytes until the write completes, and the folio cannot leave the index.
+    pub fn io_buf_pages(&self, frame: FrameId, order: Order, first_page: u64, pages: u64) -> FrameBuf {
+        assert!(first_page + pages <= order.pages() && pages > 0);
+        self.io_buf(frame, order)
+            .tail(first_page as usize * PAGE_BYTES)
+            .head(pages as usize * PAGE_BYTES)
+    }
+
+    /// Copies `src` into the folio at `frame` from byte `at_bytes`, with atomic stores:
+    /// the write's copy (`File::write_at`). Optimistic readers may be loading the same
+    /// bytes; the version the writer moved around the copy makes them discard theirs.
+    ///
+    /// Context: the caller holds the folio LOCKED for writing (or owns a new folio not
+    /// yet published), between `Version::begin_write` and `end_write`.
+    pub fn copy_in(&self, frame: FrameId, order: Order, at_bytes: usize, src: &[u8]) {
+        assert!(
+            at_bytes + src.len() <= order.bytes()
+                && frame.0 + order.pages() as u32 <= self.frame_count
+        );
+        // SAFETY: the destination range lies inside the arena (asserted) and stays mapped;
+        // every other access to it is atomic (optimistic readers) or excluded (module docs
+        // of `version`: pinned readers never overlap a writer).
+        unsafe { atomic_store_copy(src, self.frame_ptr(frame).add(at_bytes)) }
+    }
+
+    /// Zeroes bytes `[from_bytes, to_bytes)` of the folio at `frame` with atomic stores:
+    /// a new folio's bytes that the write did not cover, a truncated folio's tail.
+    ///
+    /// Context: as `copy_in`.
+    pub fn zero_range(&self, frame: FrameId, order: Order, from_bytes: usize, to_bytes: usize) {
+        assert!(
+            from_bytes <= to_bytes
+                && to_bytes <= order.bytes()
+                && frame.0 + order.pages() as u32 <= self.frame_count
+        );
+        // SAFETY: inside the folio's frames (asserted), which stay mapped.
+        unsafe { atomic_zero(self.frame_ptr(frame).add(from_bytes), to_bytes - from_bytes) };
+    }
+
     /// The bytes of a pinned, uptodate folio.
     ///
     /// Context: the caller holds a reference on the folio and saw UPTODATE, so the frames
@@ -456,6 +499,63 @@ unsafe fn atomic_copy(src: *const u8, dst: &mut [u8]) {
             inout("rcx") dst.len() => _,
             options(nostack, preserves_flags)
         );
+    }
+}
+
+#[cfg(any(not(target_arch = "x86_64"), miri))]
+use atomic_store_copy_words as atomic_store_copy;
+
+/// Copies `src` to `dst` as a byte-wise atomic memcpy on the store side (C++ P1478's
+/// `atomic_store_per_byte_memcpy`): the writer's half of `atomic_copy`, for bytes that
+/// optimistic readers may be loading at the same time. One `rep movsb` on x86-64, with
+/// the same argument as `atomic_copy` (each byte stored single-copy atomic).
+///
+/// # Safety
+/// `dst..dst + src.len()` must be valid for writes, and every other access to it during
+/// the copy must be atomic.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
+unsafe fn atomic_store_copy(src: &[u8], dst: *mut u8) {
+    // SAFETY: the caller guarantees `dst` is writable for `src.len()` bytes; `src` is a
+    // shared borrow of that many bytes; the direction flag is clear on entry (Rust's asm
+    // rules); rdi, rsi and rcx are declared clobbered.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rdi") dst => _,
+            inout("rsi") src.as_ptr() => _,
+            inout("rcx") src.len() => _,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// The portable store-side copy: relaxed atomic stores of 8-byte words where `dst` is
+/// aligned, single bytes at the edges.
+///
+/// # Safety
+/// As the x86-64 version.
+#[cfg(any(not(target_arch = "x86_64"), miri, test))]
+unsafe fn atomic_store_copy_words(src: &[u8], dst: *mut u8) {
+    use std::sync::atomic::AtomicU8;
+    let len = src.len();
+    let head = dst.align_offset(8).min(len);
+    let words = (len - head) / 8;
+    let store_byte = |i: usize| {
+        // SAFETY: callers pass i < len, inside the destination range; AtomicU8 has the
+        // layout of u8.
+        unsafe { (*(dst.add(i) as *const AtomicU8)).store(src[i], Ordering::Relaxed) }
+    };
+    for i in 0..head {
+        store_byte(i);
+    }
+    for w in 0..words {
+        let at = head + w * 8;
+        let word = u64::from_ne_bytes(src[at..at + 8].try_into().expect("8 bytes"));
+        // SAFETY: dst + at is 8-aligned (head aligned it) and at + 8 <= len.
+        unsafe { (*(dst.add(at) as *const AtomicU64)).store(word, Ordering::Relaxed) };
+    }
+    for i in head + words * 8..len {
+        store_byte(i);
     }
 }
 

@@ -11,14 +11,16 @@ use std::time::Duration;
 
 use crate::arena::Arena;
 use crate::eviction::{new_policy, EvictionKind};
-use crate::file::{File, OpenMode};
+use crate::dirty::DirtyBudget;
+use crate::file::{Access, File, OpenMode};
 use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::{FileStamp, MappingTable};
 use crate::memory::Memory;
-use crate::pagecache::{CacheInner, Core};
+use crate::pagecache::{CacheInner, Core, DirtyFiles, WritebackBodies};
 use crate::reclaim::Reclaimer;
 use crate::stats::{Counters, Stats};
-use crate::types::{Order, PAGE_BYTES};
+use crate::types::{Order, PageIndex, PAGE_BYTES};
+use crate::writeback;
 
 /// The smallest capacity a cache accepts: 16 frames.
 pub const CAPACITY_BYTES_MIN: u64 = 16 * PAGE_BYTES as u64;
@@ -34,6 +36,9 @@ pub struct CacheBuilder {
     readahead_max_bytes: u64,
     eviction: EvictionKind,
     prefault: Prefault,
+    dirty_limit_bytes: Option<u64>,
+    dirty_background_bytes: Option<u64>,
+    dirty_expire: Duration,
 }
 
 /// When `CacheBuilder::build` faults the cache's memory in.
@@ -50,6 +55,18 @@ pub enum Prefault {
 /// The default capacity: 256 MiB.
 pub const CAPACITY_BYTES_DEFAULT: u64 = 256 << 20;
 
+/// The default dirty limit, in percent of the capacity (the kernel's `dirty_ratio`).
+pub const DIRTY_LIMIT_PERCENT_DEFAULT: u64 = 20;
+
+/// The default background threshold, in percent of the capacity (the kernel's
+/// `dirty_background_ratio`).
+pub const DIRTY_BACKGROUND_PERCENT_DEFAULT: u64 = 10;
+
+/// How long a file stays dirty before the background writeback writes it, by default. The
+/// kernel's is 30 s; folio's dirty pages die with the process (a kernel's survive it), so
+/// it keeps them for less.
+pub const DIRTY_EXPIRE_DEFAULT: Duration = Duration::from_secs(5);
+
 /// The default maximum readahead window: 16 MiB. Measured on this kind of machine (a
 /// cold one-thread scan through folio against the kernel's): see docs/readahead.md.
 pub const READAHEAD_MAX_BYTES_DEFAULT: u64 = 16 << 20;
@@ -65,6 +82,9 @@ impl Default for CacheBuilder {
             readahead_max_bytes: READAHEAD_MAX_BYTES_DEFAULT,
             eviction: EvictionKind::default(),
             prefault: Prefault::Lazy,
+            dirty_limit_bytes: None,
+            dirty_background_bytes: None,
+            dirty_expire: DIRTY_EXPIRE_DEFAULT,
         }
     }
 }
@@ -135,6 +155,27 @@ impl CacheBuilder {
     /// populates the whole capacity first), starts the backend's threads (an io_uring
     /// instance and its completion thread, or the pread pool), the background reclaimer
     /// and the arena's populator. Takes no lock another cache shares.
+    /// The most memory writes may keep dirty (or under writeback): writers past it wait
+    /// for writeback (the throttle). Default: 20% of the capacity.
+    pub fn dirty_limit_bytes(mut self, bytes: u64) -> Self {
+        self.dirty_limit_bytes = Some(bytes);
+        self
+    }
+
+    /// Above this much dirty memory, the background writeback writes everything dirty, not
+    /// only what expired. Default: 10% of the capacity (at most the dirty limit).
+    pub fn dirty_background_bytes(mut self, bytes: u64) -> Self {
+        self.dirty_background_bytes = Some(bytes);
+        self
+    }
+
+    /// A file dirty for longer than this is written back by the background writeback.
+    /// Default: 5 s.
+    pub fn dirty_expire(mut self, expire: Duration) -> Self {
+        self.dirty_expire = expire;
+        self
+    }
+
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
         self.build_with_backend(backend)
@@ -174,16 +215,34 @@ impl CacheBuilder {
                 arena,
                 policy: new_policy(self.eviction, frames),
                 counters: Counters::default(),
+                dirty: DirtyBudget::new(
+                    self.dirty_limit_bytes
+                        .map_or(u64::from(frames) * DIRTY_LIMIT_PERCENT_DEFAULT / 100, |b| {
+                            b / PAGE_BYTES as u64
+                        }),
+                    self.dirty_background_bytes.map_or(
+                        u64::from(frames) * DIRTY_BACKGROUND_PERCENT_DEFAULT / 100,
+                        |b| b / PAGE_BYTES as u64,
+                    ),
+                ),
             },
             mappings: MappingTable::default(),
             reclaimer: Reclaimer::new(frames),
             alloc_wait: self.alloc_wait,
             folio_order_max: order_max,
             readahead_pages: 0,
+            dirty_files: DirtyFiles::new(self.dirty_expire),
         };
         core.readahead_pages = core.readahead_pages_for(self.readahead_max_bytes);
         Ok(Cache {
-            inner: Arc::new(CacheInner::new(core, backend)),
+            inner: Arc::new(CacheInner::new(
+                core,
+                backend,
+                WritebackBodies {
+                    background: writeback::background,
+                    write_back_all: writeback::write_back_all,
+                },
+            )),
         })
     }
 }
@@ -229,7 +288,52 @@ impl Cache {
     /// its index lock (which waits for nothing: LOCKED folios are skipped and dropped by
     /// their completion). Thread-safe; never waits for I/O.
     pub fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
-        let path = path.as_ref();
+        self.open_options().open(path)
+    }
+
+    /// Options to open a file for writing too, creating or truncating it (`std`'s
+    /// `OpenOptions`, for folio): `cache.open_options().write(true).create(true).open(p)`.
+    pub fn open_options(&self) -> OpenOptions<'_> {
+        OpenOptions {
+            cache: self,
+            write: false,
+            create: Create::No,
+            truncate: false,
+        }
+    }
+
+    /// Syncs every file the cache holds dirty pages of (`syncfs`): writes them back and
+    /// `fsync`s each file folio wrote. Returns an error if any file has a writeback error
+    /// that no handle has reported yet (it is not consumed: each handle's sync still
+    /// reports it).
+    ///
+    /// Context: any thread; sleeps until every write and flush completes.
+    pub fn sync_all_files(&self) -> io::Result<()> {
+        let core = &self.inner.core;
+        let mut first_error = None;
+        for mapping in core.mappings.all() {
+            if mapping.write.fd().is_none() {
+                continue;
+            }
+            writeback::sync(
+                core,
+                &*self.inner.backend,
+                &mapping,
+                PageIndex(0),
+                PageIndex(u64::MAX >> 12),
+                crate::io::FlushKind::All,
+            );
+            if first_error.is_none() && mapping.write.errseq.has_unseen() {
+                first_error = Some(io::Error::new(
+                    io::ErrorKind::Other,
+                    "folio: a file's writeback failed (its handles' next sync reports the error)",
+                ));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn open_with(&self, path: &Path, options: &OpenOptions<'_>) -> io::Result<File> {
         let meta = std::fs::metadata(path)?;
         if meta.is_dir() {
             return Err(io::Error::new(
@@ -243,7 +347,12 @@ impl Cache {
                 format!("folio: {} is not a regular file", path.display()),
             ));
         }
-        let (std_file, mode) = open_direct(path)?;
+        let access = if options.write {
+            Access::ReadWrite
+        } else {
+            Access::ReadOnly
+        };
+        let (std_file, mode) = open_direct(path, access)?;
         // Stat the open file, not the path: the path may have been replaced meanwhile.
         let meta = std_file.metadata()?;
         let ns = |sec: i64, nsec: i64| i128::from(sec) * 1_000_000_000 + i128::from(nsec);
@@ -265,13 +374,19 @@ impl Cache {
         let mapping = core
             .mappings
             .get_or_insert(&core.mem, meta.dev(), meta.ino(), stamp)?;
-        Ok(File::new(
+        let file = File::new(
             self.inner.clone(),
             mapping,
             Arc::new(std_file),
             mode,
+            access,
             self.inner.core.readahead_pages,
-        ))
+        );
+        if options.truncate {
+            // Through the cache, so that its pages of the file go too.
+            file.set_len(0)?;
+        }
+        Ok(file)
     }
 
     /// A snapshot of the counters.
@@ -297,17 +412,107 @@ impl Cache {
 /// refuses O_DIRECT (EINVAL). Returns the mode in use.
 ///
 /// Context: any thread; blocks in open(2).
-fn open_direct(path: &Path) -> io::Result<(StdFile, OpenMode)> {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
+/// Whether `OpenOptions::open` may create the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Create {
+    No,
+    /// Create it if it does not exist.
+    IfMissing,
+    /// Create it; fail if it exists.
+    New,
+}
+
+/// How `Cache::open_options` opens a file: read-only by default; `write(true)` for a
+/// handle that writes (`File::write_at`, `set_len`, the syncs), `create(true)`,
+/// `create_new(true)`, `truncate(true)` as `std::fs::OpenOptions`.
+#[derive(Debug)]
+pub struct OpenOptions<'c> {
+    cache: &'c Cache,
+    write: bool,
+    create: Create,
+    truncate: bool,
+}
+
+impl OpenOptions<'_> {
+    /// Open for writing too.
+    pub fn write(&mut self, write: bool) -> &mut Self {
+        self.write = write;
+        self
+    }
+
+    /// Create the file if it does not exist (needs `write`).
+    pub fn create(&mut self, create: bool) -> &mut Self {
+        if create {
+            self.create = Create::IfMissing;
+        } else if self.create == Create::IfMissing {
+            self.create = Create::No;
+        }
+        self
+    }
+
+    /// Create the file; fail with `AlreadyExists` if it exists (needs `write`).
+    pub fn create_new(&mut self, create_new: bool) -> &mut Self {
+        if create_new {
+            self.create = Create::New;
+        } else if self.create == Create::New {
+            self.create = Create::No;
+        }
+        self
+    }
+
+    /// Cut the file to 0 bytes when opened (needs `write`).
+    pub fn truncate(&mut self, truncate: bool) -> &mut Self {
+        self.truncate = truncate;
+        self
+    }
+
+    /// Opens `path` as these options say (`Cache::open`'s doc for the rest).
+    ///
+    /// Errors: `InvalidInput` for `create`, `create_new` or `truncate` without `write`; as
+    /// `Cache::open` otherwise.
+    ///
+    /// Context: as `Cache::open`; `truncate` takes the file's writer lock.
+    pub fn open(&self, path: impl AsRef<Path>) -> io::Result<File> {
+        if !self.write && (self.create != Create::No || self.truncate) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "folio: create and truncate need write(true)",
+            ));
+        }
+        let path = path.as_ref();
+        if self.create != Create::No {
+            create_file(path, self.create)?;
+        }
+        self.cache.open_with(path, self)
+    }
+}
+
+/// Creates `path` if `create` says so (before the checks that need it to exist).
+fn create_file(path: &Path, create: Create) -> io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true);
+    match create {
+        Create::No => return Ok(()),
+        Create::IfMissing => options.create(true),
+        Create::New => options.create_new(true),
+    };
+    options.open(path).map(drop)
+}
+
+fn open_direct(path: &Path, access: Access) -> io::Result<(StdFile, OpenMode)> {
+    let options = |flags: i32| {
+        let mut options = std::fs::OpenOptions::new();
+        options
+            .read(true)
+            .write(access == Access::ReadWrite)
+            .custom_flags(flags);
+        options
+    };
+    match options(libc::O_DIRECT).open(path) {
         Ok(f) => Ok((f, OpenMode::Direct)),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok((
-            std::fs::OpenOptions::new().read(true).open(path)?,
-            OpenMode::Buffered,
-        )),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            Ok((options(0).open(path)?, OpenMode::Buffered))
+        }
         Err(e) => Err(e),
     }
 }

@@ -26,14 +26,15 @@ use std::io;
 use std::sync::Arc;
 
 use crate::eviction::Admission;
-use crate::index::{Leave, NewFolio};
+use crate::dirty::{BlockMask, Prior};
+use crate::index::{Entry, IndexWriteGuard, Leave, Mark, NewFolio};
 use crate::io::sync::finish_read;
 use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
 use crate::mapping::Mapping;
 use crate::pagecache::{AllocMode, CacheInner, Core};
 use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
 use crate::stats;
-use crate::types::{Order, PageIndex, PAGE_BYTES};
+use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
 
 /// Pages `[start, end)` to read ahead, the page whose folio gets the READAHEAD marker, and
@@ -118,36 +119,14 @@ impl Fill<'_> {
         let core = self.core();
         let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
         let mut w = self.mapping.index.lock_for_insert(pages);
-        let outcome = w.insert_run(&run);
+        let inserted = self.insert_admit(&mut w, &run);
         // Under the lock: an invalidation that has not bumped it yet will see these folios.
         let generation = self.mapping.generation();
-        // Still under the index lock: a folio is on an eviction queue exactly while it is
-        // in the index (eviction's lock order: index -> policy).
-        let policy = &core.mem.policy;
-        let mut shadows = outcome.shadows.iter().peekable();
-        for (folio, _) in run.iter().zip(&outcome.inserted).filter(|(_, &ok)| ok) {
-            let end = folio.head.add(folio.order.pages());
-            // The shadows this folio replaced (collected in index order); the policy
-            // judges the first.
-            while shadows.next_if(|(page, _)| *page < folio.head).is_some() {}
-            let mut shadow = None;
-            while let Some((_, value)) = shadows.next_if(|(page, _)| *page < end) {
-                shadow.get_or_insert(*value);
-            }
-            if shadow.is_some() {
-                stats::bump(&core.mem.counters.refaults);
-            }
-            let admission =
-                policy.insert(&core.mem.arena, folio.frame, folio.order.pages(), shadow);
-            if admission == Admission::Refault {
-                stats::bump(&core.mem.counters.workingset_refaults);
-            }
-        }
         drop(w);
         let mut runs: Vec<Vec<NewFolio>> = Vec::new();
         let mut next_head = None;
         let mut inserted_pages = 0;
-        for (folio, inserted) in run.into_iter().zip(outcome.inserted) {
+        for (folio, inserted) in run.into_iter().zip(inserted) {
             if !inserted {
                 stats::bump(&core.mem.counters.insert_conflicts);
                 if core.mem.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
@@ -173,6 +152,92 @@ impl Fill<'_> {
                 .map(|run| self.request_for(run, generation)),
         );
         inserted_pages
+    }
+
+    /// Inserts `run` (LOCKED folios) under the held lock `w` and admits each inserted one
+    /// to the eviction policy with the shadow it replaced; returns which were inserted.
+    ///
+    /// Context: the index lock held (a folio is on an eviction queue exactly while it is
+    /// in the index: eviction's lock order is index -> policy).
+    fn insert_admit(&self, w: &mut IndexWriteGuard<'_>, run: &[NewFolio]) -> Vec<bool> {
+        let core = self.core();
+        let outcome = w.insert_run(run);
+        let policy = &core.mem.policy;
+        let mut shadows = outcome.shadows.iter().peekable();
+        for (folio, _) in run.iter().zip(&outcome.inserted).filter(|(_, &ok)| ok) {
+            let end = folio.head.add(folio.order.pages());
+            // The shadows this folio replaced (collected in index order); the policy
+            // judges the first.
+            while shadows.next_if(|(page, _)| *page < folio.head).is_some() {}
+            let mut shadow = None;
+            while let Some((_, value)) = shadows.next_if(|(page, _)| *page < end) {
+                shadow.get_or_insert(*value);
+            }
+            if shadow.is_some() {
+                stats::bump(&core.mem.counters.refaults);
+            }
+            let admission =
+                policy.insert(&core.mem.arena, folio.frame, folio.order.pages(), shadow);
+            if admission == Admission::Refault {
+                stats::bump(&core.mem.counters.workingset_refaults);
+            }
+        }
+        outcome.inserted
+    }
+
+    /// Inserts a folio a writer filled (a new page: no read), marked dirty, in one lock
+    /// hold; false if a reader's insertion came first (the writer gives it back and
+    /// writes into that one).
+    ///
+    /// Context: the file's writer lock held; `folio` is LOCKED and owned by the caller.
+    pub(crate) fn insert_written(&self, folio: NewFolio) -> bool {
+        let mut w = self.mapping.index.lock_for_insert(folio.order.pages());
+        let inserted = self.insert_admit(&mut w, &[folio])[0];
+        if inserted {
+            w.set_mark(folio.head, Mark::Dirty);
+            stats::add(&self.core().mem.counters.pages_inserted, folio.order.pages());
+        }
+        inserted
+    }
+
+    /// Copy on write (`file::write`, W3): puts `new` (LOCKED, holding `old`'s bytes) in
+    /// the index in place of `old`, which others hold pinned, and moves `old`'s dirty
+    /// blocks to it. `Retry` if `old` left its slot, or a writeback or a read holds it
+    /// (the caller waits and starts over). The holders of `old` keep its bytes; its frame
+    /// goes back with the last of them.
+    ///
+    /// Context: the file's writer lock held, `old` pinned by the caller; takes the index
+    /// lock.
+    pub(crate) fn replace_for_write(&self, old: FrameId, new: NewFolio) -> Replaced {
+        let core = self.core();
+        let arena = &core.mem.arena;
+        let old_meta = arena.meta(old);
+        let mut w = self.mapping.index.lock();
+        let holds = matches!(w.get(new.head), Entry::Folio { frame, order, head }
+            if frame == old && order == new.order && head == new.head);
+        let state = old_meta.state.load();
+        if !holds || state.is_writeback() || state.is_locked() {
+            return Replaced::Retry;
+        }
+        let prior = Prior::of(state);
+        if prior == Prior::Dirty {
+            let blocks = BlockMask::of(arena, old, new.order).peek();
+            BlockMask::of(arena, new.frame, new.order).mark(&blocks, Prior::Clean);
+            old_meta.state.discard_dirty();
+        }
+        w.remove_folio(new.head, old, Leave::Empty);
+        core.mem.policy.remove(arena, old, new.order.pages());
+        self.mapping.folio_removed(&w);
+        let inserted = self.insert_admit(&mut w, &[new])[0];
+        assert!(inserted, "a slot emptied under the lock was taken");
+        if prior == Prior::Dirty {
+            w.set_mark(new.head, Mark::Dirty);
+        }
+        drop(w);
+        // The index's reference goes; the caller's pin keeps the frame.
+        let outcome = old_meta.state.put();
+        debug_assert_eq!(outcome, PutOutcome::Alive);
+        Replaced::Done(prior)
     }
 
     /// Reads the gaps of a readahead window. Returns the pages it inserted.
@@ -250,6 +315,15 @@ impl Fill<'_> {
     }
 }
 
+/// What `Fill::replace_for_write` did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Replaced {
+    /// The new folio is in the index, dirty as the old one was (`Prior`).
+    Done(Prior),
+    /// Nothing changed; wait for the old folio's I/O and start over.
+    Retry,
+}
+
 /// What the completion of one read of a run of folios needs, built at submission (module
 /// docs): the read's folios and buffers, where it read from, and the mapping generation
 /// it was submitted under.
@@ -318,13 +392,16 @@ impl ReadCompletion {
                 shrink = Some(real);
             }
         }
+        // A file folio writes has its size in the mapping (it may be longer than on disk
+        // until a sync): what a read finds missing below that size is a hole, zeros.
+        let holes = mapping.write.is_written();
         let mut publish = Vec::with_capacity(run.len());
         let mut failed = Vec::new();
         let mut at = 0usize;
         for folio in run {
             let bytes = folio.order.bytes();
             let valid = n.saturating_sub(at).min(bytes);
-            if valid == 0 || (grew && valid < bytes) {
+            if !holes && (valid == 0 || (grew && valid < bytes)) {
                 failed.push(*folio);
             } else {
                 if valid < bytes {

@@ -76,6 +76,16 @@ impl FolioMeta {
         )
     }
 
+    /// A tail frame's word of its head's dirty-block mask (`dirty::BlockMask`): a large
+    /// folio uses only its head's entry, so the `place` words of its first tail frames
+    /// hold 64 blocks' bits each while it is allocated.
+    ///
+    /// Context: the folio this frame is a tail of is allocated (its head pinned, or in
+    /// the index); only `dirty` reads or writes the word.
+    pub fn tail_mask_word(&self) -> &AtomicU64 {
+        &self.place
+    }
+
     /// Records the errno of a failed read. Context: the completion, before it unlocks.
     pub fn set_errno(&self, errno: i32) {
         let errno = u64::try_from(errno).unwrap_or(0).clamp(1, 255);

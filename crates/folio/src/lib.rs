@@ -76,8 +76,7 @@
 #[allow(unsafe_code)]
 mod arena;
 mod cache;
-// The write side's error sequence; used once writes land (issue 14).
-#[allow(dead_code)]
+mod dirty;
 mod errseq;
 mod eviction;
 mod file;
@@ -103,9 +102,11 @@ mod types;
 mod version;
 #[allow(unsafe_code)]
 mod wait;
+mod writeback;
 
 pub use cache::{
-    Cache, CacheBuilder, Prefault, CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN,
+    Cache, CacheBuilder, OpenOptions, Prefault, CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN,
+    DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_EXPIRE_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,
     READAHEAD_MAX_BYTES_DEFAULT,
 };
 pub use eviction::EvictionKind;

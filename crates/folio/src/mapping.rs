@@ -33,12 +33,14 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crate::dirty::{BlockMask, WriteState};
 use crate::folio::MappingId;
 use crate::index::{Entry, Index, IndexWriteGuard, Leave};
 use crate::memory::Memory;
 use crate::refcount::{GetOutcome, PutOutcome};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
+use crate::wait;
 
 /// What identifies a file's version: size, modification time, and when the inode was
 /// made.
@@ -83,6 +85,8 @@ pub struct Mapping {
     /// never trusted for the removal itself: too low when left from an earlier closed
     /// spell (a wasted walk).
     folios_closed: AtomicU64,
+    /// The write side: writer lock, error sequence, sizes, writebacks (DESIGN.md §8).
+    pub write: WriteState,
 }
 
 /// A folio the caller holds a reference on; the reference is dropped with it.
@@ -119,6 +123,7 @@ impl Mapping {
             stamp: Mutex::new(stamp),
             handles: Handles::opened_once(),
             folios_closed: AtomicU64::new(0),
+            write: WriteState::new(stamp.size_bytes),
         }
     }
 
@@ -172,6 +177,21 @@ impl Mapping {
         self.size_bytes.load(Ordering::Acquire)
     }
 
+    /// A write reached `end_bytes`: the file is at least that long now.
+    ///
+    /// Context: the file's writer lock held.
+    pub fn extend_to(&self, end_bytes: u64) {
+        self.size_bytes.fetch_max(end_bytes, Ordering::AcqRel);
+    }
+
+    /// `File::set_len`: the logical size is `size_bytes` now. Pages past it are the
+    /// caller's to drop (`invalidate` with `Shrink`).
+    ///
+    /// Context: the file's writer lock held.
+    pub fn set_size(&self, size_bytes: u64) {
+        self.size_bytes.store(size_bytes, Ordering::Release);
+    }
+
     /// Lookup protocol steps 1-3 (module docs): a pinned folio covering `page`, or the
     /// entry found there if it is not a folio.
     ///
@@ -222,6 +242,12 @@ impl Mapping {
             return;
         }
         *stamp = now;
+        if self.write.is_written() {
+            // folio's own writes moved the stamp: its pages (dirty ones among them) are
+            // the file's newest bytes. Other processes' writes to a file folio writes are
+            // not seen (O_DIRECT semantics, DESIGN.md §8).
+            return;
+        }
         self.size_bytes.store(now.size_bytes, Ordering::Release);
         drop(stamp);
         self.invalidate(
@@ -236,6 +262,9 @@ impl Mapping {
     /// size makes the new bytes readable. Bytes rewritten in place are not detected here
     /// (a reopen compares the modification time).
     pub fn resize(&self, mem: &Memory, size_bytes: u64) {
+        if self.write.is_written() {
+            return; // folio's size is the file's logical size (`refresh_len`)
+        }
         if size_bytes < self.size_bytes() {
             self.shrink_to(mem, size_bytes);
         } else {
@@ -256,6 +285,9 @@ impl Mapping {
     /// adopt the new size and drop the pages past it, so no byte past the new end is
     /// ever returned.
     pub fn shrink_to(&self, mem: &Memory, size_bytes: u64) {
+        if self.write.is_written() {
+            return; // a short read found a hole below the logical size, not a shorter file
+        }
         let old = self.size_bytes.fetch_min(size_bytes, Ordering::AcqRel);
         if size_bytes < old {
             // From the page holding the new end: a folio straddling it holds bytes of the
@@ -270,11 +302,16 @@ impl Mapping {
     }
 
     /// Drops the folios that cover any page of `[start, end)` from the index, as `how`
-    /// says. A folio with I/O in flight is left in place; for `Truncate`, the generation
-    /// moves first, so its completion fails it instead of publishing bytes read before.
+    /// says. A folio with a read in flight is left in place; for `Truncate`, the
+    /// generation moves first, so its completion fails it instead of publishing bytes read
+    /// before. `Truncate` discards dirty folios' dirty state (their pages leave the dirty
+    /// budget) after waiting for their writeback; `Unpinned` leaves dirty folios alone.
     /// Returns the pages dropped.
     ///
-    /// Context: no lock held; takes the index lock once per folio. May not sleep.
+    /// Context: no lock held; takes the index lock once per folio. `Truncate` of a file
+    /// with dirty pages is called only with the file's writer lock held (`File::set_len`),
+    /// so no writer holds a folio LOCKED, and may sleep waiting for a writeback; otherwise
+    /// it does not sleep.
     pub fn invalidate(
         &self,
         mem: &Memory,
@@ -282,16 +319,16 @@ impl Mapping {
         end: PageIndex,
         how: Invalidate,
     ) -> u64 {
-        if how == Invalidate::Truncate {
+        if how != Invalidate::Unpinned {
             // Reads in flight now must not publish what they read (`generation`). Before
             // the walk: a read inserted after the walk and completed before a later bump
             // would publish its stale folio, and nothing would ever drop it.
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
         let mut found = Vec::new();
-        // A large folio that starts before `start` but covers it goes too.
+        // A large folio that starts before `start` but covers it goes too (but for `Shrink`).
         if let Entry::Folio { frame, order, head } = self.index.lookup(start) {
-            if head < start {
+            if head < start && how != Invalidate::Shrink {
                 found.push((head, frame, order));
             }
         }
@@ -304,6 +341,19 @@ impl Mapping {
         for (head, frame, _) in found {
             let meta = mem.arena.meta(frame);
             let mut w = self.index.lock();
+            if how != Invalidate::Unpinned {
+                // A writeback in flight reads these frames, and its completion may make the
+                // folio dirty again: wait for it. No new one starts on a page past the end.
+                loop {
+                    let holds = matches!(w.get(head), Entry::Folio { frame: f, .. } if f == frame);
+                    if !holds || !meta.state.load().is_writeback() {
+                        break;
+                    }
+                    drop(w);
+                    wait::wait_writeback_done(meta);
+                    w = self.index.lock();
+                }
+            }
             // The walk may be stale: the folio and its size are taken from the slot, read
             // under the lock, not from the walk.
             let order = match w.get(head) {
@@ -320,6 +370,12 @@ impl Mapping {
             if how == Invalidate::Unpinned && !meta.state.try_freeze() {
                 continue;
             }
+            if how != Invalidate::Unpinned && meta.state.load().is_dirty() {
+                let pages = BlockMask::of(&mem.arena, frame, order).peek().count();
+                if meta.state.discard_dirty() {
+                    mem.dirty.uncharge(pages);
+                }
+            }
             w.remove_folio(head, frame, Leave::Empty);
             mem.policy.remove(&mem.arena, frame, order.pages());
             // With no handle open (a completion found the file shorter), the completion
@@ -329,7 +385,7 @@ impl Mapping {
             let free = match how {
                 Invalidate::Unpinned => true,
                 // The index's reference goes; the last holder frees the frame.
-                Invalidate::Truncate => meta.state.put() == PutOutcome::Free,
+                Invalidate::Truncate | Invalidate::Shrink => meta.state.put() == PutOutcome::Free,
             };
             dropped += order.pages();
             if free {
@@ -349,6 +405,9 @@ pub enum Invalidate {
     Truncate,
     /// A hint (`Advice::DontNeed`): drop only folios nobody holds.
     Unpinned,
+    /// `File::set_len` down: as `Truncate`, but a large folio that starts before the
+    /// range stays (it holds bytes below the new end; the caller zeroed the rest).
+    Shrink,
 }
 
 /// A mapping's handle word: open handles in the low 32 bits, opens ever (modulo 2^32) in
@@ -572,6 +631,10 @@ impl MappingTable {
         if word.open() != 0 {
             return Unused::Open;
         }
+        if mapping.write.errseq.has_unseen() {
+            // The next open must find the error (DESIGN.md §8): the mapping stays.
+            return Unused::Cached;
+        }
         let w = mapping.index.lock();
         let folios = mapping.count_folios(&w);
         mapping.folios_closed.store(folios, Ordering::Release);
@@ -599,6 +662,11 @@ impl MappingTable {
         }
         // `removed` drops here, outside the lock; the index goes with the last `Arc`.
         Unused::Removed
+    }
+
+    /// Every mapping in the table now (`Cache::sync_all_files`).
+    pub fn all(&self) -> Vec<Arc<Mapping>> {
+        self.read().by_id.values().cloned().collect()
     }
 
     /// Mappings in the table.

@@ -1,11 +1,12 @@
 //! The cache's memory and who decides what leaves it: the arena of frames, the eviction
-//! policy, and the counters, shared by every part below the page cache (mapping,
+//! policy, the counters and the dirty budget, shared by every part below the page cache (mapping,
 //! reclaim) without them knowing the page cache itself.
 //!
 //! Protection: each part has its own (arena: free-list mutex; policy: its mutex;
 //! counters: atomics).
 
 use crate::arena::Arena;
+use crate::dirty::DirtyBudget;
 use crate::eviction::EvictionPolicy;
 use crate::refcount::PutOutcome;
 use crate::stats::Counters;
@@ -16,6 +17,8 @@ pub(crate) struct Memory {
     pub arena: Arena,
     pub policy: Box<dyn EvictionPolicy>,
     pub counters: Counters,
+    /// Pages that writes keep from reclaim, and the writers throttled by it.
+    pub dirty: DirtyBudget,
 }
 
 impl Memory {

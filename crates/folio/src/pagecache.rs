@@ -11,19 +11,22 @@
 //!
 //! Protection: per part (`memory`, `mapping::MappingTable`, `reclaim::Reclaimer`).
 
+use std::collections::VecDeque;
 use std::io;
-use std::sync::Arc;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::arena::POPULATE_AHEAD_CACHE_BYTES_MIN;
-use crate::index::NODE_BYTES;
+use crate::index::{Mark, NODE_BYTES};
 use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
 use crate::memory::Memory;
 use crate::reclaim::{self, Reclaimer};
 use crate::stats::{self, Stats};
-use crate::types::{FrameId, Order, PAGE_BYTES};
+use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 
 /// Whether an allocation may wait for memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,6 +45,140 @@ pub(crate) struct Core {
     pub folio_order_max: Order,
     /// The maximum readahead window of new handles, in pages.
     pub readahead_pages: u32,
+    /// The files with dirty pages, for the writeback thread (DESIGN.md §8).
+    pub dirty_files: DirtyFiles,
+}
+
+/// The files with dirty pages, oldest first (the kernel's `b_dirty` list), and the
+/// writeback thread's wake-ups.
+///
+/// A file enters when a write dirties it while it is not queued (`WriteState::queued`),
+/// and leaves when the writeback thread takes it; a pass that leaves it dirty (a writer
+/// held a folio, a write failed) queues it again.
+///
+/// Protection: the queue under its mutex; the wake flag under its own, with a condvar.
+/// Neither is held while another lock is taken.
+#[derive(Debug)]
+pub(crate) struct DirtyFiles {
+    queue: Mutex<VecDeque<Arc<Mapping>>>,
+    wake: Mutex<bool>,
+    wake_cv: Condvar,
+    stop: AtomicBool,
+    /// A file dirty for longer than this is written back.
+    pub expire: Duration,
+    epoch: Instant,
+}
+
+impl DirtyFiles {
+    pub fn new(expire: Duration) -> DirtyFiles {
+        DirtyFiles {
+            queue: Mutex::new(VecDeque::new()),
+            wake: Mutex::new(false),
+            wake_cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            expire,
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Mapping>>> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A write dirtied `mapping`: stamp when, and queue it if it is not queued.
+    pub fn note_dirty(&self, mapping: &Arc<Mapping>) {
+        let write = &mapping.write;
+        if write.dirtied_ns.load(Ordering::Relaxed) == 0 {
+            let _ = write.dirtied_ns.compare_exchange(
+                0,
+                self.now_ns(),
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+        }
+        if !write.queued.load(Ordering::Acquire) && !write.queued.swap(true, Ordering::AcqRel) {
+            self.lock().push_back(mapping.clone());
+        }
+    }
+
+    /// Wakes the writeback thread now (memory is short of clean pages).
+    pub fn kick(&self) {
+        let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+        if !*wake {
+            *wake = true;
+            self.wake_cv.notify_one();
+        }
+    }
+
+    /// The writeback thread's sleep: until kicked or `period` passed. False once the
+    /// cache stops.
+    pub fn wait(&self, period: Duration) -> bool {
+        let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
+        if !*wake && !self.stop.load(Ordering::Acquire) {
+            wake = self
+                .wake_cv
+                .wait_timeout(wake, period)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        *wake = false;
+        !self.stop.load(Ordering::Acquire)
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.kick();
+    }
+
+    /// Takes the files due for writeback: all of them when `everything`, else those
+    /// dirty for longer than `expire`. They leave the queue (`requeue_if_dirty` puts one
+    /// back).
+    pub fn due(&self, everything: bool) -> Vec<Arc<Mapping>> {
+        let now = self.now_ns();
+        let expire = self.expire.as_nanos() as u64;
+        let mut queue = self.lock();
+        let mut due = Vec::new();
+        queue.retain(|mapping| {
+            let since = mapping.write.dirtied_ns.load(Ordering::Acquire);
+            let take = everything || now.saturating_sub(since) >= expire;
+            if take {
+                due.push(mapping.clone());
+            }
+            !take
+        });
+        drop(queue);
+        for mapping in &due {
+            mapping.write.dirtied_ns.store(0, Ordering::Release);
+            mapping.write.queued.store(false, Ordering::Release);
+        }
+        due
+    }
+
+    /// Every queued file (the cache's final flush).
+    pub fn all(&self) -> Vec<Arc<Mapping>> {
+        self.due(true)
+    }
+
+    /// A pass left `mapping` dirty: queue it again.
+    pub fn requeue_if_dirty(&self, mapping: &Arc<Mapping>) {
+        let mut dirty = false;
+        let _ = mapping.index.marked_walk(
+            PageIndex(0),
+            PageIndex(u64::MAX >> 12),
+            Mark::Dirty,
+            &mut |_| {
+                dirty = true;
+                ControlFlow::Break(())
+            },
+        );
+        if dirty {
+            self.note_dirty(mapping);
+        }
+    }
 }
 
 impl Core {
@@ -77,6 +214,10 @@ impl Core {
             }
             let want = order.pages().max(reclaim::BATCH_PAGES);
             let report = self.reclaimer.reclaim(&self.mem, &self.mappings, want);
+            if report.freed_pages == 0 && self.mem.dirty.pages() > 0 {
+                // Maybe only dirty folios are left to evict: write them back.
+                self.dirty_files.kick();
+            }
             if let Some(got) = self.try_alloc(order) {
                 return Ok(got);
             }
@@ -130,23 +271,46 @@ impl Core {
         s.shadows = self.reclaimer.shadows_logged();
         s.arena_grown_bytes = u64::from(arena.listed_frames()) * PAGE_BYTES as u64;
         s.arena_chunks_unpopulated = arena.chunks_unpopulated();
+        s.dirty_pages = self.mem.dirty.pages() - self.mem.dirty.writeback_pages();
+        s.writeback_pages = self.mem.dirty.writeback_pages();
         s
     }
 }
 
 pub(crate) struct CacheInner {
     // Field order is drop order: the backend (and its in-flight reads) goes first.
-    pub backend: Box<dyn Backend>,
+    pub backend: Arc<dyn Backend>,
     pub core: Arc<Core>,
     reclaim_thread: Option<JoinHandle<()>>,
     populate_thread: Option<JoinHandle<()>>,
+    writeback_thread: Option<JoinHandle<()>>,
+    /// The final writeback (`writeback::write_back_all`), run by `Drop`.
+    write_back_all: fn(&Arc<Core>, &dyn Backend),
+}
+
+/// What the write side gives the core: the writeback thread's body and the final flush.
+/// They live above this module (`writeback` uses `Core`), so the cache passes them in.
+#[derive(Clone, Copy)]
+pub(crate) struct WritebackBodies {
+    pub background: fn(Arc<Core>, Arc<dyn Backend>),
+    pub write_back_all: fn(&Arc<Core>, &dyn Backend),
 }
 
 impl CacheInner {
     /// Starts the background reclaimer (if the cache has watermarks) and the arena's
     /// populator (if the cache is large enough to want one) beside `backend`.
-    pub fn new(core: Core, backend: Box<dyn Backend>) -> CacheInner {
+    pub fn new(core: Core, backend: Box<dyn Backend>, writeback: WritebackBodies) -> CacheInner {
         let core = Arc::new(core);
+        let backend: Arc<dyn Backend> = Arc::from(backend);
+        let writeback_thread = {
+            let (core, backend) = (core.clone(), backend.clone());
+            Some(
+                std::thread::Builder::new()
+                    .name("folio-writeback".into())
+                    .spawn(move || (writeback.background)(core, backend))
+                    .expect("spawn the writeback thread"),
+            )
+        };
         let reclaim_thread = core.reclaimer.wants_background().then(|| {
             let core = core.clone();
             std::thread::Builder::new()
@@ -169,12 +333,21 @@ impl CacheInner {
             core,
             reclaim_thread,
             populate_thread,
+            writeback_thread,
+            write_back_all: writeback.write_back_all,
         }
     }
 }
 
 impl Drop for CacheInner {
+    /// Writes back every dirty page (a dropped cache loses nothing that a process exit
+    /// would not: unsynced data is on the device, not flushed), then stops the threads.
     fn drop(&mut self) {
+        self.core.dirty_files.stop();
+        if let Some(thread) = self.writeback_thread.take() {
+            let _ = thread.join();
+        }
+        (self.write_back_all)(&self.core, &*self.backend);
         self.core.reclaimer.stop();
         if let Some(thread) = self.reclaim_thread.take() {
             let _ = thread.join();

@@ -8,17 +8,23 @@
 //! # Layout (one `u64` per folio, in the frame's metadata)
 //!
 //! ```text
-//!  63     42 41 40 39  38  37  36  35  34  33  32 31                         0
-//! +---------+-----+---+---+---+---+---+---+---+---+----------------------------+
-//! | unused  |FREQ |PF |WS | - |RA |ERR|UTD|LCK|DEAD|  reference count (u32)     |
-//! +---------+-----+---+---+---+---+---+---+---+---+----------------------------+
+//!  63   44  43 42 41 40 39  38  37  36  35  34  33  32 31                         0
+//! +------+---+---+-----+---+---+---+---+---+---+---+---+----------------------------+
+//! |unused|WB | - |FREQ |PF |WS |DTY|RA |ERR|UTD|LCK|DEAD|  reference count (u32)     |
+//! +------+---+---+-----+---+---+---+---+---+---+---+---+----------------------------+
 //! ```
 //!
 //! - count: one reference for the index while the folio is in it, one per pin
 //!   (`PageRef`, a waiter, the reclaimer's verification). Never above `COUNT_MAX`.
 //! - DEAD: the folio is frozen (being evicted) or its frame is free. A getter that sees it
 //!   fails. Set with the count at 0, so counts are never lost under it.
-//! - LOCKED: I/O in flight. The folio is in the index, its bytes are not valid yet.
+//! - LOCKED: I/O in flight. The folio is in the index, its bytes are not valid yet. A
+//!   writer also holds LOCKED on an uptodate folio for its copy (`try_lock_for_write`,
+//!   DESIGN.md §8): readers that pinned it wait, as for a read.
+//! - DIRTY: its bytes (some 4 KiB blocks of it: `dirty::BlockMask`) are newer than the
+//!   file's. WRITEBACK: a write of those bytes is in flight (the device reads the frame;
+//!   a writer waits for it to end). Neither is ever frozen: reclaim, `DontNeed` and the
+//!   freeze of a truncation all refuse them.
 //! - UPTODATE, ERROR: outcome of the read. READAHEAD: the async-readahead marker.
 //!   FREQ: the access count eviction reads (0..=3). WORKINGSET: the folio refaulted
 //!   within the workingset. PREFETCHED: read ahead and not read yet (wasted readahead
@@ -100,6 +106,12 @@ pub const FREQ_MASK: u64 = 3 << FREQ_SHIFT;
 pub const FREQ_ONE: u64 = 1 << FREQ_SHIFT;
 /// The folio refaulted within the workingset (a recent eviction came back).
 pub const WORKINGSET: u64 = 1 << 38;
+/// Its bytes are newer than the file's (DESIGN.md §8).
+pub const DIRTY: u64 = 1 << 37;
+/// A write of its dirty bytes is in flight.
+pub const WRITEBACK: u64 = 1 << 43;
+/// What a freeze refuses: pins aside, a folio with any of these cannot leave the index.
+const UNFREEZABLE: u64 = DEAD | LOCKED | ERROR | DIRTY | WRITEBACK;
 
 const _: () = assert!(COUNT_MAX < COUNT_MASK && DEAD == COUNT_MASK + 1);
 
@@ -113,6 +125,25 @@ pub enum GetOutcome {
     Dead,
     /// As `Dead`, and the caller must free the frame (see `try_get`).
     DeadFree,
+}
+
+/// What `try_lock_for_write` found.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use]
+pub enum WriteLock {
+    /// LOCKED is the writer's: copy, then `unlock_dirty`.
+    Locked,
+    /// A writeback is in flight: wait for it (stable pages), then try again.
+    Writeback,
+    /// Someone else holds a pin (or the folio is not uptodate): copy on write.
+    Pinned,
+}
+
+/// Whether `end_writeback` makes the folio dirty again (the write failed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redirty {
+    Yes,
+    No,
 }
 
 /// What a `put` left behind.
@@ -185,6 +216,18 @@ impl StateWord {
         self.0 & PREFETCHED != 0
     }
 
+    /// Newer than the file.
+    #[inline]
+    pub fn is_dirty(self) -> bool {
+        self.0 & DIRTY != 0
+    }
+
+    /// A write of its dirty bytes is in flight.
+    #[inline]
+    pub fn is_writeback(self) -> bool {
+        self.0 & WRITEBACK != 0
+    }
+
     /// Refaulted within the workingset.
     #[inline]
     pub fn is_workingset(self) -> bool {
@@ -222,6 +265,8 @@ impl std::fmt::Debug for StateWord {
             (self.is_readahead(), "READAHEAD"),
             (self.is_workingset(), "WORKINGSET"),
             (self.is_prefetched(), "PREFETCHED"),
+            (self.is_dirty(), "DIRTY"),
+            (self.is_writeback(), "WRITEBACK"),
         ] {
             if set {
                 write!(f, " {name}")?;
@@ -306,7 +351,7 @@ impl FolioState {
     /// that the index slot holds this frame.
     pub fn try_freeze(&self) -> bool {
         let cur = self.0.load(Ordering::Relaxed);
-        if count(cur) != 1 || cur & (DEAD | LOCKED | ERROR) != 0 {
+        if count(cur) != 1 || cur & UNFREEZABLE != 0 {
             return false;
         }
         self.0
@@ -353,6 +398,19 @@ impl FolioState {
     pub fn finish_read_ok(&self) {
         self.0.fetch_or(UPTODATE, Ordering::Release);
         let old = self.0.fetch_and(!LOCKED, Ordering::Release);
+        debug_assert!(old & LOCKED != 0);
+    }
+
+    /// A folio a writer made (a whole-page write, or a page past the end of the file: no
+    /// read): its bytes are the writer's, so it becomes UPTODATE and DIRTY as LOCKED is
+    /// cleared, in one step. The caller wakes waiters.
+    pub fn finish_fill_dirty(&self) {
+        let old = self
+            .0
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |cur| {
+                Some((cur | UPTODATE | DIRTY) & !LOCKED)
+            })
+            .expect("the closure always answers");
         debug_assert!(old & LOCKED != 0);
     }
 
@@ -420,7 +478,7 @@ impl FolioState {
     /// `try_freeze`, plus the caller holds the isolation reference.
     pub fn try_freeze_isolated(&self) -> bool {
         let cur = self.0.load(Ordering::Relaxed);
-        if count(cur) != 2 || cur & (DEAD | LOCKED | ERROR) != 0 {
+        if count(cur) != 2 || cur & UNFREEZABLE != 0 {
             return false;
         }
         self.0
@@ -431,6 +489,90 @@ impl FolioState {
                 Ordering::Relaxed,
             )
             .is_ok()
+    }
+
+    /// Write protocol W3 (DESIGN.md §8, `file::write`): the writer, holding one pin
+    /// besides the index's, takes LOCKED for its copy. One CAS from "count 2, uptodate,
+    /// not LOCKED, not WRITEBACK, not DEAD". A concurrent pin (a pinned reader, a
+    /// `PageRef`) makes it fail with `Pinned`: the writer then copies on write instead
+    /// of changing bytes someone may be reading through a shared borrow. Because the
+    /// CAS covers the count, a getter whose pin comes after it sees LOCKED and waits.
+    pub fn try_lock_for_write(&self) -> WriteLock {
+        let cur = self.0.load(Ordering::Relaxed);
+        if cur & WRITEBACK != 0 {
+            return WriteLock::Writeback;
+        }
+        if count(cur) != 2 || cur & (DEAD | LOCKED | ERROR) != 0 || cur & UPTODATE == 0 {
+            return WriteLock::Pinned;
+        }
+        match self
+            .0
+            .compare_exchange(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => WriteLock::Locked,
+            Err(now) if now & WRITEBACK != 0 => WriteLock::Writeback,
+            Err(_) => WriteLock::Pinned,
+        }
+    }
+
+    /// A writer that changed no dirty state (it zeroed bytes past a new end of file)
+    /// clears LOCKED. The caller wakes waiters.
+    pub fn unlock_written_clean(&self) {
+        let old = self.0.fetch_and(!LOCKED, Ordering::Release);
+        debug_assert!(old & LOCKED != 0, "unlocked a folio that was not locked");
+    }
+
+    /// Write protocol W5: the copy is done; DIRTY set and LOCKED cleared in one step.
+    /// Returns whether the folio was clean before. The caller wakes waiters.
+    pub fn unlock_dirty(&self) -> bool {
+        let old = self
+            .0
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |cur| {
+                Some((cur | DIRTY) & !LOCKED)
+            })
+            .expect("the closure always answers");
+        debug_assert!(old & LOCKED != 0, "unlocked a folio that was not locked");
+        old & DIRTY == 0
+    }
+
+    /// Writeback protocol B1 (`writeback`): DIRTY -> WRITEBACK, one CAS, refused while a
+    /// writer holds LOCKED or a writeback is in flight. The caller holds the index lock
+    /// with the slot checked (so the folio is this one), and takes the dirty blocks next.
+    pub fn try_start_writeback(&self) -> bool {
+        let cur = self.0.load(Ordering::Relaxed);
+        if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK | DEAD) != 0 {
+            return false;
+        }
+        self.0
+            .compare_exchange(
+                cur,
+                (cur & !DIRTY) | WRITEBACK,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Writeback protocol B3: the write ended. `Redirty::Yes` (it failed) sets DIRTY
+    /// again in the same step, so there is no instant at which the folio is clean and
+    /// unwritten (reclaim would free it). The caller wakes waiters.
+    pub fn end_writeback(&self, redirty: Redirty) {
+        let set = if redirty == Redirty::Yes { DIRTY } else { 0 };
+        let old = self
+            .0
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |cur| {
+                Some((cur | set) & !WRITEBACK)
+            })
+            .expect("the closure always answers");
+        debug_assert!(old & WRITEBACK != 0, "ended a writeback that was not running");
+    }
+
+    /// Truncation (or a file given up as failed) discards a folio's dirty state: the
+    /// bytes will never be written. Context: the mapping's writer lock held, so no
+    /// writer holds LOCKED; the caller waited for WRITEBACK to end. Returns whether the
+    /// folio was dirty.
+    pub fn discard_dirty(&self) -> bool {
+        self.test_and_clear(DIRTY)
     }
 
     /// Clears flags; returns whether any of them was set. Stores only when one is set.

@@ -197,6 +197,29 @@ counters! {
         alloc_failures,
         /// Files forgotten so far (no handle open and no page cached left).
         mappings_removed,
+        /// Calls of write_at (or folio_write) that wrote something.
+        write_requests,
+        /// Bytes those writes copied into the cache.
+        write_bytes,
+        /// Writes a writer made to a copy of a folio because someone held the original
+        /// pinned (copy on write).
+        write_copies,
+        /// Writes of dirty blocks submitted to the backend (merged runs).
+        writeback_requests,
+        /// Bytes the writebacks wrote to the files.
+        writeback_bytes,
+        /// Dirty pages written back (cleaned).
+        pages_written_back,
+        /// Writeback batches in which a write failed (the data stayed dirty).
+        writeback_errors,
+        /// Writes that waited at the dirty limit (throttled).
+        throttled_writers,
+        /// Time writers spent throttled, in nanoseconds.
+        throttled_ns,
+        /// Syncs (sync_data, sync_all, sync_range; folio_sync).
+        syncs,
+        /// Time spent in syncs, in nanoseconds.
+        sync_ns,
     }
     gauges {
         /// Shadow entries (memory of evicted pages) held now.
@@ -217,6 +240,23 @@ counters! {
         /// Chunks an allocation had to grow unpopulated because the background populator
         /// was behind (their first reads faulted their pages in).
         arena_chunks_unpopulated,
+        /// Pages dirty now (or reserved by a writer about to dirty them).
+        dirty_pages,
+        /// Pages under writeback now.
+        writeback_pages,
+    }
+}
+
+impl Stats {
+    /// Bytes written to files by writeback per byte written into the cache (0 before any
+    /// write): about 1 when each dirty block is written once, below 1 when writes to the
+    /// same block merge before writeback.
+    pub fn write_amplification(&self) -> f64 {
+        if self.write_bytes == 0 {
+            0.0
+        } else {
+            self.writeback_bytes as f64 / self.write_bytes as f64
+        }
     }
 }
 

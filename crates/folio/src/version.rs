@@ -18,6 +18,14 @@
 //!       allocator: even -> odd, then a Release fence; the next owner writes the frame
 //!       only after taking it from the allocator, which happens after this fence.
 //!
+//! Writer of bytes in place (a `write_at` into a cached folio, DESIGN.md §8; it holds the
+//! folio LOCKED, so writers never overlap, and no pinned reader holds it):
+//!   W3. `begin_write`: even -> odd, then a Release fence (as W2), then the bytes are
+//!       written with atomic stores (`Arena::copy_in`).
+//!   W4. `end_write`: odd -> even, Release (as W1).
+//!   A reader whose copy overlaps the writer's stores sees, at R3, W3's odd value or
+//!   W4's later even one: it never validates a copy that mixes old and new bytes.
+//!
 //! Reader (`begin_read` / `validate`):
 //!   R1. `v = begin_read()`: load Acquire; an odd value sends the reader to the pinned
 //!       path.
@@ -65,6 +73,16 @@ impl Version {
     pub fn publish(&self) {
         let old = self.0.fetch_add(1, Ordering::Release);
         assert!(old & 1 == 1, "published a frame that was already valid");
+    }
+
+    /// W3. The frame's bytes are about to change in place (module docs).
+    pub fn begin_write(&self) {
+        self.retire();
+    }
+
+    /// W4. The change is complete: the frame holds valid bytes again.
+    pub fn end_write(&self) {
+        self.publish();
     }
 
     /// W2. The frame stops holding valid bytes; call before anyone may write it again.

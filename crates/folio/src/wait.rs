@@ -18,13 +18,26 @@ fn key(meta: &FolioMeta) -> usize {
 /// Context: the caller holds a reference on the folio (so its metadata keeps describing
 /// the same folio) and no lock. May sleep.
 pub fn wait_unlocked(meta: &FolioMeta) {
-    while meta.state.load().is_locked() {
+    wait_while(meta, |state| state.is_locked());
+}
+
+/// Sleeps until the folio is not under WRITEBACK (DESIGN.md §8's stable pages).
+///
+/// Context: no lock held. The caller holds a reference, or knows the folio cannot leave
+/// the index while under writeback (then a stale wait only waits for another
+/// incarnation's write). Completions wake with `wake_all` after clearing WRITEBACK.
+pub fn wait_writeback_done(meta: &FolioMeta) {
+    wait_while(meta, |state| state.is_writeback());
+}
+
+fn wait_while(meta: &FolioMeta, busy: impl Fn(crate::refcount::StateWord) -> bool) {
+    while busy(meta.state.load()) {
         // SAFETY: the callbacks neither panic nor call into parking_lot; the key is the
         // address of metadata that lives as long as the cache.
         unsafe {
             parking_lot_core::park(
                 key(meta),
-                || meta.state.load().is_locked(),
+                || busy(meta.state.load()),
                 || {},
                 |_, _| {},
                 parking_lot_core::DEFAULT_PARK_TOKEN,
@@ -34,7 +47,8 @@ pub fn wait_unlocked(meta: &FolioMeta) {
     }
 }
 
-/// Wakes every thread waiting on the folio. Context: the caller just cleared LOCKED.
+/// Wakes every thread waiting on the folio. Context: the caller just cleared LOCKED or
+/// WRITEBACK.
 pub fn wake_all(meta: &FolioMeta) {
     // SAFETY: as in `wait_unlocked`.
     unsafe {

@@ -112,10 +112,11 @@ pub fn new_policy(kind: EvictionKind, frames: u32) -> Box<dyn EvictionPolicy> {
     }
 }
 
-/// Whether a queued folio cannot be evicted now (I/O in flight, or someone holds it).
+/// Whether a queued folio cannot be evicted now (I/O in flight, someone holds it, or it
+/// is dirty or under writeback: written back first, DESIGN.md §8).
 fn busy(arena: &Arena, frame: FrameId) -> bool {
     let state = arena.meta(frame).state.load();
-    state.is_locked() || state.count() > 1
+    state.is_locked() || state.count() > 1 || state.is_dirty() || state.is_writeback()
 }
 
 /// Takes the isolation reference; false if the folio is dying (it will be removed).

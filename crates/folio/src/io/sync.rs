@@ -150,8 +150,6 @@ pub(crate) fn flush(file: &StdFile, kind: FlushKind) -> io::Result<()> {
 /// [`FlushKind::All`] flush (or `fdatasync` when the size grew) succeeds.
 ///
 /// Context: holds no lock; may block in the file system.
-// The write path (issue 14) is its caller; until it lands, only the tests call it.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn set_len(file: &StdFile, len_bytes: u64) -> io::Result<()> {
     let len =
         libc::off_t::try_from(len_bytes).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
@@ -159,6 +157,30 @@ pub(crate) fn set_len(file: &StdFile, len_bytes: u64) -> io::Result<()> {
     loop {
         // SAFETY: `fd` is open (`file` is borrowed for the call); no memory is passed.
         if unsafe { libc::ftruncate(fd, len) } == 0 {
+            return Ok(());
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// Reserves the file's blocks for `[offset_bytes, offset_bytes + len_bytes)` without
+/// changing its size (`fallocate(2)` with `FALLOC_FL_KEEP_SIZE`), so that a write there
+/// later cannot fail for lack of space: ENOSPC is learnt now, by the writer. Retries
+/// `EINTR`. File systems without it answer `EOPNOTSUPP`.
+///
+/// Context: holds no lock; may block in the file system.
+pub(crate) fn allocate(file: &StdFile, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
+    let to_off = |v: u64| {
+        libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
+    };
+    let (offset, len) = (to_off(offset_bytes)?, to_off(len_bytes)?);
+    let fd = file.as_raw_fd();
+    loop {
+        // SAFETY: `fd` is open (`file` is borrowed for the call); no memory is passed.
+        if unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, offset, len) } == 0 {
             return Ok(());
         }
         let error = io::Error::last_os_error();

@@ -16,11 +16,14 @@
 //! Each handle has its own readahead state (`RaCell`), shared by every thread that reads
 //! through the handle and updated only by CAS.
 
+mod write;
+
 use std::fs::File as StdFile;
 use std::io;
 use std::ops::Deref;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use crate::errseq::Since;
 use crate::filemap::{Fill, Window};
 use crate::folio::FolioMeta;
 use crate::index::Entry;
@@ -70,16 +73,28 @@ pub(crate) enum OpenMode {
     Buffered,
 }
 
-/// An open file, read through its cache. Safe to share between threads (`&File` is all a
-/// read needs); RocksDB-style engines share one handle among all their reader threads.
+/// Whether a handle may write (`Cache::open` is read-only; `Cache::open_options` says).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    ReadOnly,
+    ReadWrite,
+}
+
+/// An open file, read (and, opened for it, written) through its cache. Safe to share
+/// between threads (`&File` is all a read or a write needs); RocksDB-style engines share
+/// one handle among all their reader threads.
 pub struct File {
     cache: Arc<CacheInner>,
     mapping: Arc<Mapping>,
     fd: Arc<StdFile>,
     mode: OpenMode,
+    access: Access,
     ra: RaCell,
     /// The maximum window of `Advice::Normal`, in pages.
     ra_pages_normal: std::sync::atomic::AtomicU32,
+    /// The file's error sequence as this handle last reported it (`errseq`): each sync
+    /// reports a writeback error once per handle.
+    since: Mutex<Since>,
 }
 
 impl std::fmt::Debug for File {
@@ -88,6 +103,7 @@ impl std::fmt::Debug for File {
             .field("mapping", &self.mapping.id)
             .field("len", &self.len())
             .field("mode", &self.mode)
+            .field("access", &self.access)
             .finish()
     }
 }
@@ -98,33 +114,42 @@ impl File {
         mapping: Arc<Mapping>,
         fd: Arc<StdFile>,
         mode: OpenMode,
+        access: Access,
         ra_pages: u32,
     ) -> File {
+        if access == Access::ReadWrite {
+            mapping.write.adopt_fd(&fd);
+        }
+        let since = Mutex::new(mapping.write.errseq.sample());
         File {
             cache,
             mapping,
             fd,
             mode,
+            access,
             ra: RaCell::new(ra_pages),
             ra_pages_normal: std::sync::atomic::AtomicU32::new(ra_pages),
+            since,
         }
     }
 
     /// The file's length in bytes, as the cache knows it (from open, lowered when a read
-    /// finds the file shorter).
+    /// finds the file shorter; for a file folio writes, its logical length: what writes
+    /// and `set_len` made it, ahead of the disk until a sync).
     pub fn len(&self) -> u64 {
         self.mapping.size_bytes()
     }
 
     /// Re-reads the file's length from the kernel (`fstat`) and adopts it: cached pages
     /// past a smaller length are dropped, so no byte past the new end is ever returned;
-    /// a larger length makes appended bytes readable. Returns the new length.
+    /// a larger length makes appended bytes readable. Returns the new length. A file that
+    /// folio has written keeps the length folio gave it (its writes are the newest bytes).
     ///
     /// Context: any thread; one system call; takes the index lock if pages are dropped.
     pub fn refresh_len(&self) -> io::Result<u64> {
         let size = self.fd.metadata()?.len();
         self.mapping.resize(&self.core().mem, size);
-        Ok(size)
+        Ok(self.mapping.size_bytes())
     }
 
     pub fn is_empty(&self) -> bool {

@@ -1,0 +1,216 @@
+//! The write side (DESIGN.md §8) as a user sees it: writes read back through every handle,
+//! partial pages, holes, extension, `set_len`, syncs that leave the file on disk right,
+//! copy on write under a pinned page, per-block writeback of large folios, and the
+//! dirty limit.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{pattern, test_dir, write_pattern_file};
+use folio::Cache;
+
+fn cache(capacity: u64) -> Cache {
+    Cache::builder().capacity_bytes(capacity).build().unwrap()
+}
+
+/// What the file holds on disk, read without folio.
+fn on_disk(path: &std::path::Path) -> Vec<u8> {
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn writes_read_back_and_reach_the_disk_after_sync() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let cache = cache(16 << 20);
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    assert_eq!(file.len(), 0);
+    let data = pattern(7, 0, 10_000);
+    assert_eq!(file.write_at(&data, 0).unwrap(), data.len());
+    assert_eq!(file.len(), 10_000);
+    let mut buf = vec![0u8; 12_000];
+    assert_eq!(file.read_at(&mut buf, 0).unwrap(), 10_000);
+    assert!(buf[..10_000] == data[..]);
+    // A read-only handle of the same file sees the write at once.
+    let reader = cache.open(&path).unwrap();
+    assert_eq!(reader.len(), 10_000);
+    let mut buf2 = vec![0u8; 10_000];
+    assert_eq!(reader.read_at(&mut buf2, 0).unwrap(), 10_000);
+    assert!(buf2 == data);
+    file.sync_data().unwrap();
+    assert_eq!(on_disk(&path), data, "the file on disk after sync_data");
+    let s = cache.stats();
+    assert_eq!(s.dirty_pages, 0, "{s:?}");
+    assert!(s.pages_written_back >= 3, "{s:?}");
+}
+
+#[test]
+fn partial_overwrites_read_the_page_once_and_keep_the_rest() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let len = 1 << 20;
+    write_pattern_file(&path, 3, len);
+    let cache = cache(16 << 20);
+    let file = cache.open_options().write(true).open(&path).unwrap();
+    let mut model = pattern(3, 0, len as usize);
+    for (offset, n) in [(100u64, 10usize), (4090, 20), (8192, 4096), (500_000, 70_000), (len - 5, 5)] {
+        let bytes: Vec<u8> = (0..n).map(|i| (i * 31 + offset as usize) as u8).collect();
+        file.write_at(&bytes, offset).unwrap();
+        model[offset as usize..offset as usize + n].copy_from_slice(&bytes);
+    }
+    let mut buf = vec![0u8; len as usize];
+    assert_eq!(file.read_at(&mut buf, 0).unwrap(), len as usize);
+    assert!(buf == model, "the cache holds the model");
+    file.sync_all().unwrap();
+    assert!(on_disk(&path) == model, "the disk holds the model");
+    drop(file);
+    drop(cache);
+    // A new cache reads what the disk holds.
+    let cache = self::cache(16 << 20);
+    let file = cache.open(&path).unwrap();
+    let mut again = vec![0u8; len as usize];
+    assert_eq!(file.read_at(&mut again, 0).unwrap(), len as usize);
+    assert!(again == model);
+}
+
+#[test]
+fn writes_past_the_end_leave_holes_of_zeros_and_set_len_cuts_and_grows() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    write_pattern_file(&path, 5, 6000);
+    let cache = cache(16 << 20);
+    let file = cache.open_options().write(true).open(&path).unwrap();
+    let mut model = pattern(5, 0, 6000);
+    file.write_at(b"tail", 100_000).unwrap();
+    model.resize(100_000, 0);
+    model.extend_from_slice(b"tail");
+    assert_eq!(file.len(), 100_004);
+    let mut buf = vec![1u8; model.len()];
+    assert_eq!(file.read_at(&mut buf, 0).unwrap(), model.len());
+    assert!(buf == model, "a hole reads as zeros");
+    file.set_len(5000).unwrap();
+    model.truncate(5000);
+    file.set_len(9000).unwrap();
+    model.resize(9000, 0);
+    let mut buf = vec![1u8; 9000];
+    assert_eq!(file.read_at(&mut buf, 0).unwrap(), 9000);
+    assert!(buf == model, "bytes past a cut read as zeros after growing again");
+    file.sync_all().unwrap();
+    assert!(on_disk(&path) == model);
+    // Truncating on open goes through the cache.
+    drop(file);
+    let file = cache.open_options().write(true).truncate(true).open(&path).unwrap();
+    assert_eq!(file.len(), 0);
+    let mut one = [0u8; 1];
+    assert_eq!(file.read_at(&mut one, 0).unwrap(), 0);
+}
+
+#[test]
+fn a_pinned_page_keeps_its_bytes_while_a_writer_copies_on_write() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    write_pattern_file(&path, 9, 8192);
+    let cache = cache(16 << 20);
+    let file = cache.open_options().write(true).open(&path).unwrap();
+    let page = file.get_page(0).unwrap();
+    let before = page.to_vec();
+    file.write_at(&[0xAB; 100], 10).unwrap();
+    assert!(page[..] == before[..], "a PageRef never sees bytes change");
+    drop(page);
+    let mut buf = [0u8; 120];
+    file.read_at(&mut buf, 0).unwrap();
+    assert!(buf[10..110].iter().all(|&b| b == 0xAB));
+    assert!(cache.stats().write_copies >= 1);
+    file.sync_data().unwrap();
+    assert!(on_disk(&path)[10..110].iter().all(|&b| b == 0xAB));
+}
+
+#[test]
+fn small_overwrites_of_large_folios_write_only_their_blocks() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let len = 8 << 20;
+    write_pattern_file(&path, 11, len);
+    let cache = cache(64 << 20);
+    let file = cache.open_options().write(true).open(&path).unwrap();
+    // Read it all (readahead brings it in as large folios), then overwrite 4 KiB blocks.
+    let mut buf = vec![0u8; len as usize];
+    file.read_at(&mut buf, 0).unwrap();
+    let before = cache.stats();
+    for i in 0..256u64 {
+        let offset = (i * 7919 * 4096) % len;
+        file.write_at(&[i as u8; 4096], offset).unwrap();
+    }
+    file.sync_data().unwrap();
+    let s = cache.stats();
+    let written = s.writeback_bytes - before.writeback_bytes;
+    let dirtied = s.write_bytes - before.write_bytes;
+    assert!(
+        written as f64 <= 1.1 * dirtied as f64,
+        "write amplification {written} / {dirtied}: {s:?}"
+    );
+}
+
+#[test]
+fn many_writers_stay_under_the_dirty_limit_and_read_back_right() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let len: u64 = 32 << 20;
+    let cache = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .dirty_limit_bytes(1 << 20)
+        .dirty_background_bytes(512 << 10)
+        .build()
+        .unwrap();
+    let file = Arc::new(cache.open_options().write(true).create(true).open(&path).unwrap());
+    file.set_len(len).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let cache = cache.clone();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut max = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let s = cache.stats();
+                max = max.max(s.dirty_pages + s.writeback_pages);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            max
+        })
+    };
+    let writers: Vec<_> = (0..32u64)
+        .map(|t| {
+            let file = file.clone();
+            std::thread::spawn(move || {
+                // Each writer owns a 1 MiB slice and writes it in 8 KiB records.
+                let base = t * (1 << 20);
+                for r in 0..128u64 {
+                    let offset = base + r * 8192;
+                    file.write_at(&pattern(t, offset, 8192), offset).unwrap();
+                }
+                let mut buf = vec![0u8; 1 << 20];
+                assert_eq!(file.read_at(&mut buf, base).unwrap(), 1 << 20);
+                common::check_pattern(t, base, &buf).unwrap();
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let max = sampler.join().unwrap();
+    assert!(max <= 256, "dirty + writeback pages reached {max} > the limit of 256");
+    file.sync_data().unwrap();
+    let disk = on_disk(&path);
+    for t in 0..32u64 {
+        let base = (t << 20) as usize;
+        common::check_pattern(t, base as u64, &disk[base..base + (1 << 20)]).unwrap();
+    }
+}
