@@ -77,6 +77,9 @@ struct BatchFolio {
     order: Order,
     head: PageIndex,
     blocks: Blocks,
+    /// Dirty blocks this writeback left in the folio (the block the end of the file cuts,
+    /// for a sync): the folio stays dirty.
+    keeps: Blocks,
 }
 
 /// One batch in flight (B3 runs when `remaining` reaches 0).
@@ -161,8 +164,16 @@ fn collect(
         found.push(folio);
         ControlFlow::Continue(())
     });
-    // Blocks at or past the end of the file are not written (truncation zeroed them).
-    let size_pages = PageIndex::ceil(mapping.size_bytes());
+    // Blocks past the end of the file are not written (truncation zeroed them). A block
+    // the end of the file cuts is written whole (O_DIRECT), which carries the file on disk
+    // to the block's end until the sync's `set_len` cuts it back: only a sync writes it,
+    // so that no padding appears on disk outside a sync.
+    let size = mapping.size_bytes();
+    let size_pages = match mark {
+        Mark::Towrite => PageIndex::ceil(size),
+        Mark::Dirty => PageIndex::containing(size),
+    };
+    let mut past_end = 0;
     let mut batch = Vec::with_capacity(found.len());
     let mut locked = Vec::new();
     for folio in found {
@@ -173,9 +184,37 @@ fn collect(
             }
             continue;
         }
-        let blocks = BlockMask::of(arena, folio.frame, folio.order)
-            .take()
-            .below(size_pages.0.saturating_sub(folio.head.0));
+        let mask = BlockMask::of(arena, folio.frame, folio.order);
+        let taken = mask.take();
+        let blocks = taken.below(size_pages.0.saturating_sub(folio.head.0));
+        let cut = taken.minus(&blocks);
+        let tail_page = PageIndex::containing(size);
+        let cuts_tail = mark == Mark::Dirty
+            && size % PAGE_BYTES as u64 != 0
+            && tail_page >= folio.head
+            && tail_page < folio.head.add(folio.order.pages())
+            && taken.contains(tail_page.0 - folio.head.0);
+        if cuts_tail {
+            // The block the end cuts waits for a sync (above): give it back, dirty.
+            let tail = Blocks::range(tail_page.0 - folio.head.0, 1);
+            mask.restore(&tail);
+            past_end += cut.minus(&tail).count();
+            if blocks.is_empty() {
+                meta.state.end_writeback(Redirty::Yes);
+                wait::wake_all(meta);
+                continue;
+            }
+            batch.push(BatchFolio {
+                frame: folio.frame,
+                order: folio.order,
+                head: folio.head,
+                blocks,
+                keeps: tail,
+            });
+            w.clear_mark(folio.head, Mark::Towrite);
+            continue;
+        }
+        past_end += cut.count();
         w.clear_mark(folio.head, Mark::Dirty);
         w.clear_mark(folio.head, Mark::Towrite);
         batch.push(BatchFolio {
@@ -183,9 +222,12 @@ fn collect(
             order: folio.order,
             head: folio.head,
             blocks,
+            keeps: Blocks::default(),
         });
     }
     drop(w);
+    // Dirty blocks wholly past the end will never be written: they leave the budget.
+    core.mem.dirty.uncharge(past_end);
     (batch, locked, next)
 }
 
@@ -324,7 +366,7 @@ impl Batch {
         for (folio, bad) in self.folios.iter().zip(&failed) {
             let meta = arena.meta(folio.frame);
             taken += folio.blocks.count();
-            let redirty = if bad.is_empty() {
+            let redirty = if bad.is_empty() && folio.keeps.is_empty() {
                 Redirty::No
             } else {
                 Redirty::Yes
@@ -506,5 +548,15 @@ pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
         start(core, backend, &mapping, start_page, end_page, Take::Tagged);
         let write = &mapping.write;
         write.in_flight.wait_through(write.in_flight.last());
+        // The block the end cuts was written whole: cut the file back to its length.
+        if let Some(fd) = write.fd() {
+            let _writer = write.lock_writer();
+            let size = mapping.size_bytes();
+            if fd.metadata().map(|m| m.len()).ok() != Some(size) {
+                if let Err(e) = sync::set_len(&fd, size) {
+                    write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
+                }
+            }
+        }
     }
 }
