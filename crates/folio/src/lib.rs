@@ -23,16 +23,20 @@
 //! - `cache`: the builder and the `Cache` users open files with.
 //! - `file`: the read API (`read_at`, `get_page`, `readahead`, `advise`) and its
 //!   optimistic hit path; asks `readahead` (the window policy, pure, and the per-handle
-//!   state word) on a miss.
+//!   state word) on a miss; `file::write`, the write API (`write_at`, `set_len`, the
+//!   syncs) and the write protocol.
+//! - `writeback`: writing dirty blocks back through the backend, syncs, and the
+//!   writeback thread's body.
 //! - `filemap`: the miss path: run allocation and insertion, one read per run, and the
 //!   reads' completions.
-//! - `pagecache`: the shared core (memory, mappings, reclaimer, backend) and folio
-//!   allocation with direct reclaim; `reclaim`: eviction of isolated victims, shadows,
+//! - `pagecache`: the shared core (memory, mappings, reclaimer, backend, the queue of
+//!   dirty files) and folio allocation with direct reclaim; `reclaim`: eviction of isolated victims, shadows,
 //!   watermarks and the background thread.
 //! - `mapping`: one file's pages, the lookup protocol (`find_get`), invalidation, the
 //!   mapping table.
-//! - `memory`: the arena, the eviction policy and the counters as the parts below see
-//!   them; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
+//! - `memory`: the arena, the eviction policy, the counters and the dirty budget as the
+//!   parts below see them; `dirty`: the dirty-block mask of large folios, that budget, a
+//!   file's write state; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
 //!   default) and the kernel's two-list LRU with refault distance (`lru`).
 //! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write side in
 //!   `write`).
@@ -44,8 +48,7 @@
 //! - `io`: the backend contract (`backend`: reads and writes as one request type), the one
 //!   synchronous `preadv`/`pwritev` loop (`sync`), the factory, and the engines (`uring`,
 //!   `pread`, `fault`, `null`).
-//! - The write side (DESIGN.md §8) is not built yet; the index already carries its marks
-//!   (`index::mark`) and `io` its write requests.
+//! - `errseq`: a file's error sequence (a writeback error reported once to each handle).
 //! - `stats` (counters), `types` (newtypes), `primitive` (the atomics loom swaps in),
 //!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
 //!
@@ -57,15 +60,21 @@
 //! ```text
 //! MappingTable (RwLock: read by open and reclaim's look-up, written by open of a new file
 //!   and by a removal from close, reclaim or a completion; never held across the others)
+//! a file's writer lock (WriteState::lock_writer: write_at, set_len, a sync's size fix-up)
+//!   └── everything below; never held while waiting at the dirty limit
 //! Mapping::stamp (revalidate): taken alone, dropped before the index lock
 //! Reclaimer's shadow log: taken alone, dropped before any index lock
 //! a Mapping's index lock (Index::lock, one mapping at a time)
 //!   └── the eviction policy's mutex (insert, remove, putback; isolate takes it alone)
 //!         └── the arena's free lists (Arena::alloc / free)
 //! parking_lot_core bucket locks: inside park/unpark only, nothing held across them.
+//! DirtyFiles' queue and wake flag, DirtyBudget's waiters, InFlight's tickets: each taken
+//!   alone, never across another lock.
 //! ```
 //!
-//! No lock is held across I/O or while waiting for I/O. Folio allocation (which may
+//! No lock is held across I/O or while waiting for I/O, but the writer lock: a writer
+//! waits under it for a read of the page it writes, or for its writeback (whose
+//! completion never takes the writer lock, so it always completes). Folio allocation (which may
 //! reclaim) happens before the index lock is taken for insertion.
 
 #![warn(missing_debug_implementations)]
