@@ -244,6 +244,51 @@ typedef struct folio_stats {
      */
     uint64_t mappings_removed;
     /**
+     * Calls of write_at (or folio_write) that wrote something.
+     */
+    uint64_t write_requests;
+    /**
+     * Bytes those writes copied into the cache.
+     */
+    uint64_t write_bytes;
+    /**
+     * Writes a writer made to a copy of a folio because someone held the original
+     * pinned (copy on write).
+     */
+    uint64_t write_copies;
+    /**
+     * Writes of dirty blocks submitted to the backend (merged runs).
+     */
+    uint64_t writeback_requests;
+    /**
+     * Bytes the writebacks wrote to the files.
+     */
+    uint64_t writeback_bytes;
+    /**
+     * Dirty pages written back (cleaned).
+     */
+    uint64_t pages_written_back;
+    /**
+     * Writeback batches in which a write failed (the data stayed dirty).
+     */
+    uint64_t writeback_errors;
+    /**
+     * Writes that waited at the dirty limit (throttled).
+     */
+    uint64_t throttled_writers;
+    /**
+     * Time writers spent throttled, in nanoseconds.
+     */
+    uint64_t throttled_ns;
+    /**
+     * Syncs (sync_data, sync_all, sync_range; folio_sync).
+     */
+    uint64_t syncs;
+    /**
+     * Time spent in syncs, in nanoseconds.
+     */
+    uint64_t sync_ns;
+    /**
      * Shadow entries (memory of evicted pages) held now.
      */
     uint64_t shadows;
@@ -277,6 +322,14 @@ typedef struct folio_stats {
      * was behind (their first reads faulted their pages in).
      */
     uint64_t arena_chunks_unpopulated;
+    /**
+     * Pages dirty now (or reserved by a writer about to dirty them).
+     */
+    uint64_t dirty_pages;
+    /**
+     * Pages under writeback now.
+     */
+    uint64_t writeback_pages;
     /**
      * The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
      * FOLIO_BACKEND_OTHER.

@@ -63,6 +63,29 @@ pub struct folio_stats {
     pub alloc_failures: u64,
     /// Files forgotten so far (no handle open and no page cached left).
     pub mappings_removed: u64,
+    /// Calls of write_at (or folio_write) that wrote something.
+    pub write_requests: u64,
+    /// Bytes those writes copied into the cache.
+    pub write_bytes: u64,
+    /// Writes a writer made to a copy of a folio because someone held the original
+    /// pinned (copy on write).
+    pub write_copies: u64,
+    /// Writes of dirty blocks submitted to the backend (merged runs).
+    pub writeback_requests: u64,
+    /// Bytes the writebacks wrote to the files.
+    pub writeback_bytes: u64,
+    /// Dirty pages written back (cleaned).
+    pub pages_written_back: u64,
+    /// Writeback batches in which a write failed (the data stayed dirty).
+    pub writeback_errors: u64,
+    /// Writes that waited at the dirty limit (throttled).
+    pub throttled_writers: u64,
+    /// Time writers spent throttled, in nanoseconds.
+    pub throttled_ns: u64,
+    /// Syncs (sync_data, sync_all, sync_range; folio_sync).
+    pub syncs: u64,
+    /// Time spent in syncs, in nanoseconds.
+    pub sync_ns: u64,
     /// Shadow entries (memory of evicted pages) held now.
     pub shadows: u64,
     /// The cache's capacity, in bytes.
@@ -81,6 +104,10 @@ pub struct folio_stats {
     /// Chunks an allocation had to grow unpopulated because the background populator
     /// was behind (their first reads faulted their pages in).
     pub arena_chunks_unpopulated: u64,
+    /// Pages dirty now (or reserved by a writer about to dirty them).
+    pub dirty_pages: u64,
+    /// Pages under writeback now.
+    pub writeback_pages: u64,
     /// The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
     /// FOLIO_BACKEND_OTHER.
     pub backend: u32,
@@ -89,7 +116,7 @@ pub struct folio_stats {
     pub eviction: u32,
 }
 
-const _: () = assert!(Stats::FIELDS.len() == 32);
+const _: () = assert!(Stats::FIELDS.len() == 45);
 
 impl folio_stats {
     /// The C struct of a snapshot.
@@ -119,6 +146,17 @@ impl folio_stats {
             readahead_wasted_pages: stats.readahead_wasted_pages,
             alloc_failures: stats.alloc_failures,
             mappings_removed: stats.mappings_removed,
+            write_requests: stats.write_requests,
+            write_bytes: stats.write_bytes,
+            write_copies: stats.write_copies,
+            writeback_requests: stats.writeback_requests,
+            writeback_bytes: stats.writeback_bytes,
+            pages_written_back: stats.pages_written_back,
+            writeback_errors: stats.writeback_errors,
+            throttled_writers: stats.throttled_writers,
+            throttled_ns: stats.throttled_ns,
+            syncs: stats.syncs,
+            sync_ns: stats.sync_ns,
             shadows: stats.shadows,
             capacity_bytes: stats.capacity_bytes,
             cached_bytes: stats.cached_bytes,
@@ -127,13 +165,15 @@ impl folio_stats {
             index_nodes: stats.index_nodes,
             arena_grown_bytes: stats.arena_grown_bytes,
             arena_chunks_unpopulated: stats.arena_chunks_unpopulated,
+            dirty_pages: stats.dirty_pages,
+            writeback_pages: stats.writeback_pages,
             backend: crate::backend_code(&stats.backend),
             eviction: crate::eviction_code(&stats.eviction),
         }
     }
 
     /// The numbers, in the order of `Stats::FIELDS`.
-    pub(crate) fn values(&self) -> [u64; 32] {
+    pub(crate) fn values(&self) -> [u64; 45] {
         [
             self.hits,
             self.misses,
@@ -159,6 +199,17 @@ impl folio_stats {
             self.readahead_wasted_pages,
             self.alloc_failures,
             self.mappings_removed,
+            self.write_requests,
+            self.write_bytes,
+            self.write_copies,
+            self.writeback_requests,
+            self.writeback_bytes,
+            self.pages_written_back,
+            self.writeback_errors,
+            self.throttled_writers,
+            self.throttled_ns,
+            self.syncs,
+            self.sync_ns,
             self.shadows,
             self.capacity_bytes,
             self.cached_bytes,
@@ -167,6 +218,8 @@ impl folio_stats {
             self.index_nodes,
             self.arena_grown_bytes,
             self.arena_chunks_unpopulated,
+            self.dirty_pages,
+            self.writeback_pages,
         ]
     }
 }

@@ -381,7 +381,13 @@ impl Arena {
     ///
     /// Context: the folio is under WRITEBACK (DESIGN.md §8), so no writer changes these
     /// bytes until the write completes, and the folio cannot leave the index.
-    pub fn io_buf_pages(&self, frame: FrameId, order: Order, first_page: u64, pages: u64) -> FrameBuf {
+    pub fn io_buf_pages(
+        &self,
+        frame: FrameId,
+        order: Order,
+        first_page: u64,
+        pages: u64,
+    ) -> FrameBuf {
         assert!(first_page + pages <= order.pages() && pages > 0);
         self.io_buf(frame, order)
             .tail(first_page as usize * PAGE_BYTES)
@@ -904,6 +910,25 @@ mod tests {
                     // SAFETY: the range is inside `src`, which nobody writes.
                     unsafe { copy(src.as_ptr().add(start), &mut dst) };
                     assert_eq!(dst, &src[start..start + len]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn atomic_store_copy_handles_every_alignment() {
+        let src: Vec<u8> = (0..=255u8).cycle().take(9000).collect();
+        for start in 0..9 {
+            for len in [0, 1, 7, 8, 9, 63, 100, 4096, 8192] {
+                for copy in [atomic_store_copy, atomic_store_copy_words] {
+                    let mut dst = vec![0u8; 9000];
+                    // SAFETY: the range is inside `dst`, which nobody else accesses.
+                    unsafe { copy(&src[..len], dst.as_mut_ptr().add(start)) };
+                    assert_eq!(&dst[start..start + len], &src[..len]);
+                    assert!(dst[..start]
+                        .iter()
+                        .chain(&dst[start + len..])
+                        .all(|&b| b == 0));
                 }
             }
         }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::arena::Arena;
-use crate::eviction::{new_policy, EvictionKind};
 use crate::dirty::DirtyBudget;
+use crate::eviction::{new_policy, EvictionKind};
 use crate::file::{Access, File, OpenMode};
 use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::{FileStamp, MappingTable};
@@ -324,8 +324,7 @@ impl Cache {
                 crate::io::FlushKind::All,
             );
             if first_error.is_none() && mapping.write.errseq.has_unseen() {
-                first_error = Some(io::Error::new(
-                    io::ErrorKind::Other,
+                first_error = Some(io::Error::other(
                     "folio: a file's writeback failed (its handles' next sync reports the error)",
                 ));
             }

@@ -462,7 +462,10 @@ mod tests {
         let a = Blocks::range(3, 4).union(&Blocks::range(10, 1));
         assert_eq!(a.runs(), vec![(3, 4), (10, 1)]);
         assert_eq!(a.count(), 5);
-        assert_eq!(a.minus(&Blocks::range(4, 2)).runs(), vec![(3, 1), (6, 1), (10, 1)]);
+        assert_eq!(
+            a.minus(&Blocks::range(4, 2)).runs(),
+            vec![(3, 1), (6, 1), (10, 1)]
+        );
         assert_eq!(a.below(5).runs(), vec![(3, 2)]);
         let edge = Blocks::range(62, 4);
         assert_eq!(edge.runs(), vec![(62, 4)]);

@@ -25,8 +25,8 @@ use std::fs::File as StdFile;
 use std::io;
 use std::sync::Arc;
 
-use crate::eviction::Admission;
 use crate::dirty::{BlockMask, Prior};
+use crate::eviction::Admission;
 use crate::index::{Entry, IndexWriteGuard, Leave, Mark, NewFolio};
 use crate::io::sync::finish_read;
 use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
@@ -195,7 +195,10 @@ impl Fill<'_> {
         let inserted = self.insert_admit(&mut w, &[folio])[0];
         if inserted {
             w.set_mark(folio.head, Mark::Dirty);
-            stats::add(&self.core().mem.counters.pages_inserted, folio.order.pages());
+            stats::add(
+                &self.core().mem.counters.pages_inserted,
+                folio.order.pages(),
+            );
         }
         inserted
     }

@@ -564,7 +564,10 @@ impl FolioState {
                 Some((cur | set) & !WRITEBACK)
             })
             .expect("the closure always answers");
-        debug_assert!(old & WRITEBACK != 0, "ended a writeback that was not running");
+        debug_assert!(
+            old & WRITEBACK != 0,
+            "ended a writeback that was not running"
+        );
     }
 
     /// Truncation (or a file given up as failed) discards a folio's dirty state: the

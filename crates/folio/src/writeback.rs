@@ -350,7 +350,8 @@ impl Batch {
         let core = &self.core;
         let arena = &core.mem.arena;
         let write = &self.mapping.write;
-        let (failed, errno) = std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()));
+        let (failed, errno) =
+            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()));
         let failed_any = failed.iter().any(|b| !b.is_empty());
         if failed_any {
             let mut w = self.mapping.index.lock();
@@ -439,7 +440,9 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
         if state.is_writeback() || state.is_locked() {
             continue; // its own completion (or the writer's next write) sees the failure
         }
-        let pages = BlockMask::of(arena, folio.frame, folio.order).peek().count();
+        let pages = BlockMask::of(arena, folio.frame, folio.order)
+            .peek()
+            .count();
         if meta.state.discard_dirty() {
             discarded += pages;
         }

@@ -60,7 +60,13 @@ fn partial_overwrites_read_the_page_once_and_keep_the_rest() {
     let cache = cache(16 << 20);
     let file = cache.open_options().write(true).open(&path).unwrap();
     let mut model = pattern(3, 0, len as usize);
-    for (offset, n) in [(100u64, 10usize), (4090, 20), (8192, 4096), (500_000, 70_000), (len - 5, 5)] {
+    for (offset, n) in [
+        (100u64, 10usize),
+        (4090, 20),
+        (8192, 4096),
+        (500_000, 70_000),
+        (len - 5, 5),
+    ] {
         let bytes: Vec<u8> = (0..n).map(|i| (i * 31 + offset as usize) as u8).collect();
         file.write_at(&bytes, offset).unwrap();
         model[offset as usize..offset as usize + n].copy_from_slice(&bytes);
@@ -101,12 +107,20 @@ fn writes_past_the_end_leave_holes_of_zeros_and_set_len_cuts_and_grows() {
     model.resize(9000, 0);
     let mut buf = vec![1u8; 9000];
     assert_eq!(file.read_at(&mut buf, 0).unwrap(), 9000);
-    assert!(buf == model, "bytes past a cut read as zeros after growing again");
+    assert!(
+        buf == model,
+        "bytes past a cut read as zeros after growing again"
+    );
     file.sync_all().unwrap();
     assert!(on_disk(&path) == model);
     // Truncating on open goes through the cache.
     drop(file);
-    let file = cache.open_options().write(true).truncate(true).open(&path).unwrap();
+    let file = cache
+        .open_options()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .unwrap();
     assert_eq!(file.len(), 0);
     let mut one = [0u8; 1];
     assert_eq!(file.read_at(&mut one, 0).unwrap(), 0);
@@ -169,7 +183,14 @@ fn many_writers_stay_under_the_dirty_limit_and_read_back_right() {
         .dirty_background_bytes(512 << 10)
         .build()
         .unwrap();
-    let file = Arc::new(cache.open_options().write(true).create(true).open(&path).unwrap());
+    let file = Arc::new(
+        cache
+            .open_options()
+            .write(true)
+            .create(true)
+            .open(&path)
+            .unwrap(),
+    );
     file.set_len(len).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sampler = {
@@ -206,7 +227,10 @@ fn many_writers_stay_under_the_dirty_limit_and_read_back_right() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let max = sampler.join().unwrap();
-    assert!(max <= 256, "dirty + writeback pages reached {max} > the limit of 256");
+    assert!(
+        max <= 256,
+        "dirty + writeback pages reached {max} > the limit of 256"
+    );
     file.sync_data().unwrap();
     let disk = on_disk(&path);
     for t in 0..32u64 {

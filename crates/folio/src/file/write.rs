@@ -148,10 +148,7 @@ impl File {
             let page = PageIndex::containing(pos);
             let piece_end = end.min(page.add(piece_pages).offset_bytes());
             let pages = PageIndex::ceil(piece_end).0 - page.0;
-            let waited = core
-                .mem
-                .dirty
-                .charge(pages, &|| core.dirty_files.kick());
+            let waited = core.mem.dirty.charge(pages, &|| core.dirty_files.kick());
             if waited > Duration::ZERO {
                 stats::bump(&counters.throttled_writers);
                 stats::add(&counters.throttled_ns, waited.as_nanos() as u64);
@@ -196,12 +193,19 @@ impl File {
             });
         match result {
             Ok(reserved_to) => {
-                write.reserved_bytes.fetch_max(reserved_to, Ordering::AcqRel);
+                write
+                    .reserved_bytes
+                    .fetch_max(reserved_to, Ordering::AcqRel);
                 Ok(())
             }
             // A file system without `fallocate`: writeback reports ENOSPC, as the kernel's
             // delayed allocation can.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+                ) =>
+            {
                 write.reserved_bytes.store(u64::MAX, Ordering::Release);
                 Ok(())
             }
@@ -228,7 +232,13 @@ impl File {
                 Prepared::Locked(locked) => {
                     let in_folio = (p - locked.head.offset_bytes()) as usize;
                     let n = (locked.order.bytes() - in_folio).min(src.len() - at);
-                    newly += self.change(&locked, in_folio, Some(&src[at..at + n]), n, Change::Dirtied);
+                    newly += self.change(
+                        &locked,
+                        in_folio,
+                        Some(&src[at..at + n]),
+                        n,
+                        Change::Dirtied,
+                    );
                     n
                 }
             };
@@ -259,7 +269,8 @@ impl File {
                     let size = self.mapping.size_bytes();
                     let start = page.offset_bytes();
                     let rest_is_file = start < size
-                        && !(in_page == 0 && (page_len == PAGE_BYTES || start + page_len as u64 >= size));
+                        && !(in_page == 0
+                            && (page_len == PAGE_BYTES || start + page_len as u64 >= size));
                     if rest_is_file {
                         // Read it (the miss path), then write into what was read.
                         match self.get_uptodate(page, page.add(1))? {
@@ -319,7 +330,12 @@ impl File {
     /// W1 for a page that needs no read: a new order-0 folio with zeros and the written
     /// bytes, inserted dirty. Returns the bytes written, or `None` if the page was
     /// inserted by someone else first.
-    fn write_new_page(&self, page: PageIndex, in_page: usize, src: &[u8]) -> io::Result<Option<usize>> {
+    fn write_new_page(
+        &self,
+        page: PageIndex,
+        in_page: usize,
+        src: &[u8],
+    ) -> io::Result<Option<usize>> {
         let core = self.core();
         let arena = &core.mem.arena;
         let (frame, order) = core.alloc_folio(Order::ZERO, AllocMode::Wait)?;
@@ -393,7 +409,14 @@ impl File {
 
     /// W4-W5: copies `src` (or zeroes, for `None`) into `len` bytes of the locked folio
     /// from `in_folio`, then releases it. Returns the pages newly dirtied.
-    fn change(&self, locked: &Locked, in_folio: usize, src: Option<&[u8]>, len: usize, change: Change) -> u64 {
+    fn change(
+        &self,
+        locked: &Locked,
+        in_folio: usize,
+        src: Option<&[u8]>,
+        len: usize,
+        change: Change,
+    ) -> u64 {
         let core = self.core();
         let arena = &core.mem.arena;
         let meta = arena.meta(locked.frame);
@@ -411,7 +434,10 @@ impl File {
             let blocks = Blocks::range(first, last - first);
             newly = BlockMask::of(arena, locked.frame, locked.order).mark(&blocks, locked.prior);
             if locked.prior == Prior::Clean {
-                self.mapping.index.lock().set_mark(locked.head, crate::index::Mark::Dirty);
+                self.mapping
+                    .index
+                    .lock()
+                    .set_mark(locked.head, crate::index::Mark::Dirty);
             }
         }
         match (locked.fresh, change, locked.prior) {
@@ -522,18 +548,30 @@ impl File {
     ///
     /// Errors: `InvalidInput` if `offset + len` overflows; as `sync_data`.
     pub fn sync_range(&self, offset: u64, len: u64) -> io::Result<()> {
-        let end = offset.checked_add(len).ok_or_else(|| overflow(offset, len))?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| overflow(offset, len))?;
         self.sync(offset, end, SyncKind::Data)
     }
 
     fn sync(&self, offset: u64, end: u64, kind: SyncKind) -> io::Result<()> {
         let started = Instant::now();
-        let (start, end) = (PageIndex::containing(offset), PageIndex::ceil(end.min(FILE_BYTES_MAX)));
+        let (start, end) = (
+            PageIndex::containing(offset),
+            PageIndex::ceil(end.min(FILE_BYTES_MAX)),
+        );
         let flush = match kind {
             SyncKind::Data => FlushKind::Data,
             SyncKind::All => FlushKind::All,
         };
-        writeback::sync(&self.cache.core, &*self.cache.backend, &self.mapping, start, end, flush);
+        writeback::sync(
+            &self.cache.core,
+            &*self.cache.backend,
+            &self.mapping,
+            start,
+            end,
+            flush,
+        );
         let counters = &self.core().mem.counters;
         stats::bump(&counters.syncs);
         stats::add(&counters.sync_ns, started.elapsed().as_nanos() as u64);
@@ -561,7 +599,9 @@ impl File {
     ///
     /// Context: any thread; takes the index lock per batch; does not wait for I/O.
     pub fn writeback(&self, offset: u64, len: u64) -> io::Result<()> {
-        let end = offset.checked_add(len).ok_or_else(|| overflow(offset, len))?;
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| overflow(offset, len))?;
         writeback::start(
             &self.cache.core,
             &*self.cache.backend,

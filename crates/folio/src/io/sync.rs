@@ -173,9 +173,8 @@ pub(crate) fn set_len(file: &StdFile, len_bytes: u64) -> io::Result<()> {
 ///
 /// Context: holds no lock; may block in the file system.
 pub(crate) fn allocate(file: &StdFile, offset_bytes: u64, len_bytes: u64) -> io::Result<()> {
-    let to_off = |v: u64| {
-        libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))
-    };
+    let to_off =
+        |v: u64| libc::off_t::try_from(v).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG));
     let (offset, len) = (to_off(offset_bytes)?, to_off(len_bytes)?);
     let fd = file.as_raw_fd();
     loop {
