@@ -258,6 +258,15 @@ impl Mapping {
         );
     }
 
+    /// Whether `now` is another file than the one folio wrote through this mapping: its
+    /// inode was freed and given to a new file (another birth time). Such a mapping keeps
+    /// serving its own handles and writeback; the new file gets a mapping of its own
+    /// (`MappingTable::get_or_insert`).
+    fn is_replaced_by(&self, now: &FileStamp) -> bool {
+        self.write.is_written()
+            && self.stamp.lock().unwrap_or_else(|e| e.into_inner()).born_ns != now.born_ns
+    }
+
     /// Adopts a size learned from `fstat`: pages past a smaller size are dropped; a larger
     /// size makes the new bytes readable. Bytes rewritten in place are not detected here
     /// (a reopen compares the modification time).
@@ -607,6 +616,15 @@ impl MappingTable {
                 }
             }
         };
+        if mapping.is_replaced_by(&stamp) {
+            let mut maps = self.write();
+            if maps.by_inode.get(&(dev, ino)) == Some(&mapping.id) {
+                maps.by_inode.remove(&(dev, ino));
+            }
+            drop(maps);
+            self.close(mem, &mapping);
+            return self.get_or_insert(mem, dev, ino, stamp);
+        }
         mapping.revalidate(mem, stamp);
         Ok(mapping)
     }
@@ -688,6 +706,55 @@ impl MappingTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn memory() -> Memory {
+        Memory {
+            arena: crate::arena::Arena::new(64).unwrap(),
+            policy: crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
+            counters: crate::stats::Counters::default(),
+            dirty: crate::dirty::DirtyBudget::new(8, 4),
+        }
+    }
+
+    /// A file folio wrote is deleted and its inode given to a new file (ext4 reuses
+    /// inode numbers): the new file must get a mapping of its own, never the old pages.
+    #[test]
+    fn a_reused_inode_of_a_written_file_gets_a_new_mapping() {
+        let mem = memory();
+        let table = MappingTable::default();
+        let stamp = |born_ns| FileStamp {
+            size_bytes: 8192,
+            mtime_ns: 1,
+            born_ns,
+        };
+        let old = table.get_or_insert(&mem, 1, 42, stamp(100)).unwrap();
+        old.write.note_written();
+        // The same file again (its own writes moved the mtime): the same mapping.
+        let again = table
+            .get_or_insert(
+                &mem,
+                1,
+                42,
+                FileStamp {
+                    mtime_ns: 2,
+                    ..stamp(100)
+                },
+            )
+            .unwrap();
+        assert!(Arc::ptr_eq(&old, &again));
+        // Another birth time: another file on the same inode.
+        let new = table.get_or_insert(&mem, 1, 42, stamp(200)).unwrap();
+        assert!(
+            !Arc::ptr_eq(&old, &new),
+            "a new file got a deleted file's mapping"
+        );
+        assert_eq!(old.handles(), 2, "the probe's handle was given back");
+        assert_eq!(new.handles(), 1);
+        // A file folio never wrote is revalidated in place, as before.
+        let read_only = table.get_or_insert(&mem, 1, 43, stamp(100)).unwrap();
+        let replaced = table.get_or_insert(&mem, 1, 43, stamp(200)).unwrap();
+        assert!(Arc::ptr_eq(&read_only, &replaced));
+    }
 
     #[test]
     fn ids_of_removed_mappings_are_handed_out_again_first() {
