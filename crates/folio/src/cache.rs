@@ -302,6 +302,32 @@ impl Cache {
         }
     }
 
+    /// Deletes the file at `path` (`unlink`) and, if no handle has it open, drops its
+    /// cached pages (dirty ones too: their bytes belong to no file any more) and what the
+    /// cache keeps of it, as the kernel drops a deleted file's page cache with its last
+    /// descriptor. With handles open, their pages stay for them (and go with eviction).
+    ///
+    /// Errors: the `unlink(2)` error (nothing is dropped then).
+    ///
+    /// Context: any thread; takes the file's writer lock and its index lock; may sleep
+    /// for writebacks of the file in flight.
+    pub fn remove_file(&self, path: impl AsRef<Path>) -> io::Result<()> {
+        let path = path.as_ref();
+        let meta = std::fs::symlink_metadata(path)?;
+        std::fs::remove_file(path)?;
+        let core = &self.inner.core;
+        if meta.nlink() > 1 {
+            return Ok(()); // another name still reaches the file: its pages stay
+        }
+        if let Some(mapping) = core.mappings.find(meta.dev(), meta.ino()) {
+            if mapping.handles() == 0 {
+                mapping.forget_deleted(&core.mem);
+                core.mappings.remove_if_unused(&core.mem, &mapping);
+            }
+        }
+        Ok(())
+    }
+
     /// Syncs every file the cache holds dirty pages of (`syncfs`): writes them back and
     /// `fsync`s each file folio wrote. Returns an error if any file has a writeback error
     /// that no handle has reported yet (it is not consumed: each handle's sync still

@@ -434,6 +434,11 @@ impl WriteState {
         }
     }
 
+    /// The file was deleted: the descriptor goes (`Mapping::forget_deleted`).
+    pub fn forget_fd(&self) {
+        self.fd.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
     pub fn is_written(&self) -> bool {
         self.written.load(Ordering::Acquire)
     }

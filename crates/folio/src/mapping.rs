@@ -267,6 +267,25 @@ impl Mapping {
             && self.stamp.lock().unwrap_or_else(|e| e.into_inner()).born_ns != now.born_ns
     }
 
+    /// The file was deleted and no handle has it open: drops every cached page, dirty ones
+    /// too (their bytes belong to no file any more), and the kept descriptor, so the file
+    /// system frees the inode's blocks as it would without folio. Returns the pages dropped.
+    ///
+    /// Context: no lock held; takes the file's writer lock and the index lock; may sleep
+    /// for writebacks in flight.
+    pub fn forget_deleted(&self, mem: &Memory) -> u64 {
+        let _writer = self.write.lock_writer();
+        self.write.note_written();
+        let dropped = self.invalidate(
+            mem,
+            PageIndex(0),
+            PageIndex(u64::MAX >> 12),
+            Invalidate::Truncate,
+        );
+        self.write.forget_fd();
+        dropped
+    }
+
     /// Adopts a size learned from `fstat`: pages past a smaller size are dropped; a larger
     /// size makes the new bytes readable. Bytes rewritten in place are not detected here
     /// (a reopen compares the modification time).
@@ -680,6 +699,15 @@ impl MappingTable {
         }
         // `removed` drops here, outside the lock; the index goes with the last `Arc`.
         Unused::Removed
+    }
+
+    /// The mapping of inode `(dev, ino)`, if the cache knows the file (no handle taken).
+    pub fn find(&self, dev: u64, ino: u64) -> Option<Arc<Mapping>> {
+        let maps = self.read();
+        maps.by_inode
+            .get(&(dev, ino))
+            .and_then(|id| maps.by_id.get(id))
+            .cloned()
     }
 
     /// Every mapping in the table now (`Cache::sync_all_files`).

@@ -238,3 +238,42 @@ fn many_writers_stay_under_the_dirty_limit_and_read_back_right() {
         common::check_pattern(t, base as u64, &disk[base..base + (1 << 20)]).unwrap();
     }
 }
+
+#[test]
+fn removing_a_closed_file_drops_its_pages_and_its_dirty_state() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let cache = cache(16 << 20);
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    file.write_at(&vec![7u8; 1 << 20], 0).unwrap();
+    drop(file);
+    assert!(cache.stats().dirty_pages > 0);
+    let mappings = cache.stats().mappings;
+    cache.remove_file(&path).unwrap();
+    assert!(!path.exists());
+    let s = cache.stats();
+    assert_eq!(
+        s.dirty_pages, 0,
+        "a deleted file's dirty pages are discarded: {s:?}"
+    );
+    assert_eq!(
+        s.mappings,
+        mappings - 1,
+        "the deleted file is forgotten: {s:?}"
+    );
+    assert_eq!(s.cached_bytes, 0, "{s:?}");
+    // A new file at the same path starts empty.
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    assert_eq!(file.len(), 0);
+    assert!(cache.remove_file(dir.path().join("missing")).is_err());
+}
