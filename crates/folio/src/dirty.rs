@@ -247,6 +247,8 @@ pub struct DirtyBudget {
     pub limit_pages: u64,
     /// Above this, the writeback thread writes back whatever is dirty, oldest file first.
     pub background_pages: u64,
+    /// Writers waiting in `charge`: `uncharge` takes the mutex and wakes only if some are.
+    waiting: AtomicU32,
     waiters: Mutex<()>,
     progress: Condvar,
 }
@@ -259,6 +261,7 @@ impl DirtyBudget {
             writeback_pages: AtomicU64::new(0),
             limit_pages,
             background_pages: background_pages.min(limit_pages),
+            waiting: AtomicU32::new(0),
             waiters: Mutex::new(()),
             progress: Condvar::new(),
         }
@@ -303,13 +306,16 @@ impl DirtyBudget {
             waited.get_or_insert_with(Instant::now);
             kick();
             let guard = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            if self.pages() + pages > self.limit_pages {
-                // Bounded: a missed wake-up costs one period, never a hang.
+            // Announced under the mutex, before the re-check: an `uncharge` after the
+            // re-check sees it and wakes this writer (and the timeout bounds the rest).
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            if self.pages.load(Ordering::SeqCst) + pages > self.limit_pages {
                 let _ = self
                     .progress
                     .wait_timeout(guard, Duration::from_millis(10))
                     .unwrap_or_else(|e| e.into_inner());
             }
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
         }
     }
 
@@ -319,10 +325,12 @@ impl DirtyBudget {
         if pages == 0 {
             return;
         }
-        let old = self.pages.fetch_sub(pages, Ordering::AcqRel);
+        let old = self.pages.fetch_sub(pages, Ordering::SeqCst);
         debug_assert!(old >= pages, "dirty budget underflow: {old} - {pages}");
-        drop(self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
-        self.progress.notify_all();
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            drop(self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+            self.progress.notify_all();
+        }
     }
 
     /// `pages` went under writeback (+) or came out of it (-), for the gauge.
