@@ -41,7 +41,7 @@
 use std::fs::File as StdFile;
 use std::io;
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -90,6 +90,8 @@ struct Batch {
     folios: Vec<BatchFolio>,
     /// Per folio, the blocks whose write failed, and the errno.
     failed: Mutex<(Vec<Blocks>, i32)>,
+    /// Per folio, its runs not completed yet.
+    pending: Vec<AtomicU32>,
     remaining: AtomicUsize,
 }
 
@@ -267,7 +269,18 @@ fn submit(
     core.mem.dirty.note_writeback(taken_pages, true);
     let counters = &core.mem.counters;
     stats::add(&counters.writeback_requests, runs.len() as u64);
+    let mut pending = vec![0u32; folios.len()];
+    for run in &runs {
+        let mut last = usize::MAX;
+        for &(i, _, _) in &run.parts {
+            if i != last {
+                pending[i] += 1;
+            }
+            last = i;
+        }
+    }
     let batch = Arc::new(Batch {
+        pending: pending.into_iter().map(AtomicU32::new).collect(),
         core: core.clone(),
         mapping: mapping.clone(),
         ticket: mapping.write.in_flight.begin(),
@@ -275,8 +288,13 @@ fn submit(
         remaining: AtomicUsize::new(runs.len()),
         folios,
     });
+    // Folios with no block to write (all past the end, or kept for a sync) end now.
+    for (i, pending) in batch.pending.iter().enumerate() {
+        if pending.load(Ordering::Relaxed) == 0 {
+            batch.finish_folio(i);
+        }
+    }
     if runs.is_empty() {
-        // Every taken block lay past the end of the file: nothing to write.
         batch.finish();
         return;
     }
@@ -340,48 +358,56 @@ impl Batch {
                 at += count;
             }
         }
+        // A folio's writeback ends with the last of its runs, not the batch's: a writer
+        // waiting for it (stable pages) waits for its own write only.
+        let mut last = usize::MAX;
+        for &(i, _, _) in &run.parts {
+            if i != last && self.pending[i].fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.finish_folio(i);
+            }
+            last = i;
+        }
         if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.finish();
         }
     }
 
-    /// B3 (module docs).
-    fn finish(&self) {
+    /// B3 for folio `i` of the batch (module docs), once its last run completed.
+    fn finish_folio(&self, i: usize) {
         let core = &self.core;
         let arena = &core.mem.arena;
-        let write = &self.mapping.write;
-        let (failed, errno) =
-            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()));
-        let failed_any = failed.iter().any(|b| !b.is_empty());
-        if failed_any {
+        let folio = &self.folios[i];
+        let bad = self.failed.lock().unwrap_or_else(|e| e.into_inner()).0[i];
+        if !bad.is_empty() {
             let mut w = self.mapping.index.lock();
-            for (folio, bad) in self.folios.iter().zip(&failed) {
-                if !bad.is_empty() {
-                    BlockMask::of(arena, folio.frame, folio.order).restore(bad);
-                    w.set_mark(folio.head, Mark::Dirty);
-                }
-            }
+            BlockMask::of(arena, folio.frame, folio.order).restore(&bad);
+            w.set_mark(folio.head, Mark::Dirty);
         }
-        let mut cleaned = 0;
-        let mut taken = 0;
-        for (folio, bad) in self.folios.iter().zip(&failed) {
-            let meta = arena.meta(folio.frame);
-            taken += folio.blocks.count();
-            let redirty = if bad.is_empty() && folio.keeps.is_empty() {
-                Redirty::No
-            } else {
-                Redirty::Yes
-            };
-            cleaned += folio.blocks.minus(bad).count();
-            meta.state.end_writeback(redirty);
-            wait::wake_all(meta);
-        }
-        core.mem.dirty.note_writeback(taken, false);
+        let redirty = if bad.is_empty() && folio.keeps.is_empty() {
+            Redirty::No
+        } else {
+            Redirty::Yes
+        };
+        let meta = arena.meta(folio.frame);
+        meta.state.end_writeback(redirty);
+        wait::wake_all(meta);
+        let cleaned = folio.blocks.minus(&bad).count();
+        core.mem.dirty.note_writeback(folio.blocks.count(), false);
         core.mem.dirty.uncharge(cleaned);
-        let counters = &core.mem.counters;
-        stats::add(&counters.pages_written_back, cleaned);
-        if failed_any {
-            stats::bump(&counters.writeback_errors);
+        stats::add(&core.mem.counters.pages_written_back, cleaned);
+    }
+
+    /// B3 for the batch, once its last run completed (every folio finished): the error
+    /// sequence, the file's failure count, the ticket.
+    fn finish(&self) {
+        let core = &self.core;
+        let write = &self.mapping.write;
+        let (failed, errno) = {
+            let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
+            (failed.0.iter().any(|b| !b.is_empty()), failed.1)
+        };
+        if failed {
+            stats::bump(&core.mem.counters.writeback_errors);
             write.errseq.record(errno);
             let failures = write.failures.fetch_add(1, Ordering::AcqRel) + 1;
             if failures >= WRITEBACK_FAILURES_MAX {

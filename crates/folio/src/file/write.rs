@@ -154,6 +154,7 @@ impl File {
                 stats::add(&counters.throttled_ns, waited.as_nanos() as u64);
             }
             let len = (piece_end - pos) as usize;
+            self.wait_for_writeback(page, PageIndex::ceil(piece_end));
             let writer = write.lock_writer();
             let result = self.write_piece(&buf[done..done + len], pos);
             drop(writer);
@@ -171,6 +172,28 @@ impl File {
             core.dirty_files.kick();
         }
         Ok(buf.len())
+    }
+
+    /// W2 ahead of the writer lock: waits for the writebacks in flight on `[start, end)`,
+    /// so that a writer does not wait for the device while holding the file's writer lock
+    /// (every other writer of the file would wait too). A writeback that starts after this
+    /// is waited for under the lock (W2), which is rare.
+    ///
+    /// Context: no lock held; may sleep for writes in flight.
+    fn wait_for_writeback(&self, start: PageIndex, end: PageIndex) {
+        let arena = &self.core().mem.arena;
+        let mut page = start;
+        while page < end {
+            let crate::index::Entry::Folio { frame, order, head } = self.mapping.index.lookup(page)
+            else {
+                page = page.add(1);
+                continue;
+            };
+            // No pin: a folio under writeback cannot leave the index, and a stale look
+            // at a reused frame only waits for another folio's write.
+            wait::wait_writeback_done(arena.meta(frame));
+            page = head.add(order.pages()).max(page.add(1));
+        }
     }
 
     /// Reserves disk space up to `end` (and some ahead) when a write goes past what is
