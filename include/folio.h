@@ -91,6 +91,63 @@
 #define FOLIO_READAHEAD_MAX_BYTES_DEFAULT 16777216
 
 /**
+ * The dirty limit when `dirty_limit_bytes` is 0, in percent of the capacity.
+ */
+#define FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT 20
+
+/**
+ * The background threshold when `dirty_background_bytes` is 0, in percent of the
+ * capacity.
+ */
+#define FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT 10
+
+/**
+ * The expiry age of dirty data `folio_cache_options_init` sets: 5 s.
+ */
+#define FOLIO_DIRTY_EXPIRE_MS_DEFAULT 5000
+
+/**
+ * `folio_open2`: open for writing too (`folio_write`, `folio_set_len`); without it the
+ * handle is read-only, as `folio_open`'s.
+ */
+#define FOLIO_OPEN_WRITE 1
+
+/**
+ * `folio_open2`: create the file if it does not exist (mode 0666 less the umask); needs
+ * FOLIO_OPEN_WRITE.
+ */
+#define FOLIO_OPEN_CREATE 2
+
+/**
+ * `folio_open2`: cut the file to 0 bytes, its cached pages and their dirty state with
+ * it; needs FOLIO_OPEN_WRITE.
+ */
+#define FOLIO_OPEN_TRUNCATE 4
+
+/**
+ * `folio_open2`: create the file, failing with -EEXIST if it exists (O_CREAT|O_EXCL);
+ * needs FOLIO_OPEN_WRITE, and excludes FOLIO_OPEN_CREATE.
+ */
+#define FOLIO_OPEN_CREATE_NEW 8
+
+/**
+ * `folio_sync`: the file's dirty data, then fdatasync(2) (`offset` and `len` must be 0).
+ */
+#define FOLIO_SYNC_DATA 1
+
+/**
+ * `folio_sync`: the file's dirty data, then fsync(2): its metadata too (`offset` and
+ * `len` must be 0).
+ */
+#define FOLIO_SYNC_ALL 2
+
+/**
+ * `folio_sync`: the dirty data of `[offset, offset + len)` only, then fdatasync(2) (the
+ * flush is the whole file's, as fdatasync's is).
+ */
+#define FOLIO_SYNC_RANGE 3
+
+/**
  * How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
  */
 typedef struct folio_cache_options {
@@ -128,6 +185,26 @@ typedef struct folio_cache_options {
      * is touched as pages are first cached.
      */
     uint32_t prefault;
+    /**
+     * A file whose oldest dirty page has waited this long is written back by the
+     * background writeback, in milliseconds (0: at its next pass, every 100 ms).
+     * Default: FOLIO_DIRTY_EXPIRE_MS_DEFAULT.
+     */
+    uint32_t dirty_expire_ms;
+    /**
+     * The most memory writes may keep dirty or under writeback, in bytes: writers past
+     * it wait for writeback (the throttle). 0 (the default):
+     * FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity. Else at least 4096 and
+     * at most `capacity_bytes`.
+     */
+    uint64_t dirty_limit_bytes;
+    /**
+     * Above this much dirty memory, in bytes, the background writeback writes every
+     * dirty file, not only expired ones. 0 (the default):
+     * FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT percent of the capacity (at most the dirty
+     * limit). Else at most the dirty limit.
+     */
+    uint64_t dirty_background_bytes;
 } folio_cache_options;
 
 /**
@@ -357,7 +434,8 @@ extern "C" {
 /**
  * Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
  * FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
- * prefault, and `size` set.
+ * prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
+ * threshold (0: percentages of the capacity), and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -374,6 +452,7 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  *
  * Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
  * FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a prefault other than 0 or 1,
+ * a dirty limit outside [4096, capacity], a background threshold above the dirty limit,
  * a wrong `size`); -ENOMEM if the memory
  * cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
  * -EMFILE past 2^20 live caches. `*out` is written only on success.
@@ -390,14 +469,19 @@ int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_
 
 /**
  * Releases the caller's handle to `cache`. Files opened through it stay open and keep
- * working; the cache's memory is released with the last of them.
+ * working; the cache's memory is released with the last of them, after its dirty pages
+ * are written back (not flushed: `folio_sync` or `folio_cache_sync_all` first for
+ * durability). A process that exits with the cache or a file still open loses what
+ * it wrote and did not sync, as the kernel's dirty pages are not (folio's are the
+ * process's memory).
  *
  * Returns 0, or -EBADF if `cache` is not a live cache handle (null, already destroyed).
  *
  * Context: any thread. Calls on the same handle that are in flight in other threads
- * finish normally; later ones get -EBADF. When no file holds the cache, this waits for
- * its in-flight reads and stops its I/O threads: here, or, if calls on the handle are in
- * flight, at a later folio call after they have returned.
+ * finish normally; later ones get -EBADF. When no file holds the cache, this writes back
+ * its dirty pages and waits for them and its in-flight reads, and stops its I/O threads:
+ * here, or, if calls on the handle are in flight, at a later folio call after they have
+ * returned.
  */
 int32_t folio_cache_destroy(struct folio_cache cache);
 
@@ -455,7 +539,10 @@ int64_t folio_stats_format(const struct folio_stats *stats, char *buf, size_t bu
 int32_t folio_open(struct folio_cache cache, const char *path, struct folio_file *out);
 
 /**
- * Closes `file`. Its cached pages stay in the cache for later opens of the same file.
+ * Closes `file`. Its cached pages stay in the cache for later opens of the same file;
+ * its dirty pages stay dirty and are written back as any others (this is no sync: call
+ * `folio_sync` first for durability; a writeback error no handle has seen yet is kept
+ * for the file's next handle).
  *
  * Returns 0, or -EBADF if `file` is not an open file handle (null, already closed).
  *
@@ -515,7 +602,8 @@ int32_t folio_advise(struct folio_file file, uint64_t offset, uint64_t len, uint
 
 /**
  * Stores the length of `file` in bytes in `*out`, as folio knows it (from the open,
- * lowered if a read found the file shorter).
+ * lowered if a read found the file shorter; for a file written through folio, what
+ * `folio_write` and `folio_set_len` made it, ahead of the disk until a sync).
  *
  * Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL.
  *
@@ -531,7 +619,8 @@ int32_t folio_file_len(struct folio_file file, uint64_t *out);
  * of the file, and stores it in `*out`. Cached pages past a smaller length are dropped,
  * so no byte past the new end is ever returned; a larger length makes the appended bytes
  * readable. Call it after the file was appended to or truncated behind folio's back
- * (folio notices a shrink on its own only when a read finds the file shorter).
+ * (folio notices a shrink on its own only when a read finds the file shorter). A file
+ * written through folio keeps the length folio gave it (its writes are the newest bytes).
  *
  * Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL; the
  * errno of a failed fstat(2). `*out` is written only on success.
@@ -558,6 +647,131 @@ int32_t folio_file_refresh_len(struct folio_file file, uint64_t *out);
  * `buf` is NULL (then `buf_len` must be 0) or writable for `buf_len` bytes.
  */
 size_t folio_last_error_message(char *buf, size_t buf_len);
+
+/**
+ * Opens the regular file at `path` (a NUL-terminated byte string) through `cache` as
+ * `flags` say, and stores its handle in `*out`: 0 opens read-only, as `folio_open`;
+ * FOLIO_OPEN_WRITE opens for writing too, and with it FOLIO_OPEN_CREATE creates a
+ * missing file, FOLIO_OPEN_CREATE_NEW creates one that must not exist, and
+ * FOLIO_OPEN_TRUNCATE cuts the file to 0 bytes (through the cache: every handle of the
+ * file sees it empty). O_DIRECT underneath, buffered where the file system refuses it.
+ * All handles of one file share its cached pages, read-only ones included: they read
+ * every write as soon as `folio_write` returns.
+ *
+ * Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `path` or `out` is
+ * NULL; -EINVAL for unknown flags, CREATE, CREATE_NEW or TRUNCATE without WRITE, or
+ * CREATE with CREATE_NEW; -EEXIST for CREATE_NEW on an existing path; the open's errno
+ * (-ENOENT without a CREATE flag, -EACCES, -EROFS with WRITE, ...); -EISDIR for a
+ * directory; -EINVAL for anything else that is not a regular file; -EMFILE past 2^20
+ * open files. `*out` is written only on success. A failure after the file was created
+ * leaves it created.
+ *
+ * Context: any thread; blocks in open(2) and fstat(2) (and creat(2)); with
+ * FOLIO_OPEN_TRUNCATE, takes the file's writer lock, waits for writebacks of its pages in
+ * flight and calls ftruncate(2). The caller owns the handle and releases it with
+ * `folio_close` (which does not sync: call `folio_sync` first for durability). The file
+ * does not need `cache` to stay live after this returns. `path` is read during the call
+ * only.
+ *
+ * # Safety
+ * `path` is NULL or a NUL-terminated string; `out` is NULL or points to writable memory
+ * for one `folio_file`.
+ */
+int32_t folio_open2(struct folio_cache cache,
+                    const char *path,
+                    uint32_t flags,
+                    struct folio_file *out);
+
+/**
+ * Writes the `len` bytes at `buf` into `file` at `offset`, like pwrite(2) but always all
+ * of them: any offset and length, no alignment needed; past the end the file grows (a
+ * hole between the old end and `offset` reads as zeros). Every handle of the file reads
+ * the new bytes once this returns. Nothing is durable before `folio_sync` (the
+ * background writeback writes dirty data older than `dirty_expire_ms`, without a flush).
+ *
+ * Returns `len`; -EBADF if `file` is not an open file handle or was opened read-only;
+ * -EFAULT if `buf` is NULL and `len` is not 0; -EINVAL if `len` exceeds INT64_MAX or
+ * `offset + len` overflows; -EFBIG past 2^62 bytes; -ENOSPC (or the file system's errno)
+ * if the file cannot grow; the errno the file was given up with after its writeback kept
+ * failing; the errno of reading the rest of a partly written page; -ENOMEM if every page
+ * of the cache stays pinned. On an error, bytes before the failed page may have been
+ * written.
+ *
+ * Context: any thread; writers of one file take turns (its writer lock); readers are
+ * never blocked by a write (they retry across it). May sleep: at the cache's dirty limit
+ * until writeback makes room (the throttle), for a writeback of the same page, for a
+ * read of a partly written page, or for memory. `buf` is read during the call only;
+ * folio keeps no pointer to it. Closing `file` from another thread meanwhile is defined
+ * (see `folio_close`).
+ *
+ * # Safety
+ * `buf` is NULL or readable for `len` bytes, and not written by another thread during
+ * the call.
+ */
+int64_t folio_write(struct folio_file file, const void *buf, size_t len, uint64_t offset);
+
+/**
+ * Sets the length of `file` to `len` bytes, like ftruncate(2): shorter drops the cached
+ * pages past the end and their dirty state (they will not be written) and cuts the file;
+ * longer makes a hole that reads as zeros. Every handle of the file sees the new length
+ * at once; it is on disk at once and durable after `folio_sync` with FOLIO_SYNC_ALL.
+ *
+ * Returns 0; -EBADF if `file` is not an open file handle or was opened read-only; -EFBIG
+ * past 2^62 bytes; the errno the file was given up with; the errno of ftruncate(2) (the
+ * cache already has the new length then; the next sync sets it on disk).
+ *
+ * Context: any thread; takes the file's writer lock (waits for its writers); may sleep
+ * for writebacks in flight of the pages it drops, and in ftruncate(2).
+ */
+int32_t folio_set_len(struct folio_file file, uint64_t len);
+
+/**
+ * Makes the data written to `file` durable: writes back its dirty pages (those of
+ * `[offset, offset + len)` for FOLIO_SYNC_RANGE), waits for them and for every earlier
+ * writeback of the file, sets the file's size on disk, and flushes: fdatasync(2) for
+ * FOLIO_SYNC_DATA and FOLIO_SYNC_RANGE, fsync(2) for FOLIO_SYNC_ALL. When it returns 0,
+ * the bytes written before the call survive a crash of the process or the machine.
+ * Through any handle of the file, read-only ones too (as fsync(2)).
+ *
+ * Returns 0; -EBADF if `file` is not an open file handle; -EINVAL for an unknown `kind`,
+ * a range with FOLIO_SYNC_DATA or FOLIO_SYNC_ALL (`offset` and `len` must be 0), or if
+ * `offset + len` overflows; the errno of a writeback or flush of the file that failed
+ * since this handle last synced (-EIO, -ENOSPC, ...), once per handle: every handle of
+ * the file (and one opened after the failure, before any handle saw it) is told once,
+ * and a later sync that succeeds returns 0 (the data stayed dirty and was written
+ * again); the errno the file was given up with after its writeback kept failing, at
+ * every sync.
+ *
+ * Context: any thread; sleeps until the writes and the flush complete (may take
+ * seconds on a slow disk). Writers of the file may go on meanwhile; what they write
+ * after the call began is not waited for.
+ */
+int32_t folio_sync(struct folio_file file, uint32_t kind, uint64_t offset, uint64_t len);
+
+/**
+ * Starts writing back the dirty pages of `[offset, offset + len)` of `file` and returns
+ * without waiting, like sync_file_range(2) with SYNC_FILE_RANGE_WRITE: nothing is
+ * promised durable (use `folio_sync`). Pages a writer holds at that moment are left for
+ * later. Through any handle of the file.
+ *
+ * Returns 0; -EBADF if `file` is not an open file handle; -EINVAL if `offset + len`
+ * overflows. A failed writeback is reported by the next `folio_sync`, not here.
+ *
+ * Context: any thread; takes the file's index lock per batch; does not wait for I/O.
+ */
+int32_t folio_writeback(struct folio_file file, uint64_t offset, uint64_t len);
+
+/**
+ * Syncs every file `cache` has written, like syncfs(2): writes back their dirty pages
+ * and fsyncs each, handles open or closed.
+ *
+ * Returns 0; -EBADF if `cache` is not a live cache handle; -EIO if some file has a
+ * writeback error that no handle of it has reported yet (the error is not consumed: each
+ * handle's next `folio_sync` still reports it; the other files are synced all the same).
+ *
+ * Context: any thread; sleeps until every write and flush completes.
+ */
+int32_t folio_cache_sync_all(struct folio_cache cache);
 
 #ifdef __cplusplus
 }  // extern "C"

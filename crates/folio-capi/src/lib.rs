@@ -43,9 +43,11 @@
 mod error;
 mod handle;
 mod stats;
+mod write;
 
 use std::ffi::{c_char, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
+use std::time::Duration;
 
 use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File, Prefault};
 
@@ -109,9 +111,27 @@ pub const FOLIO_CAPACITY_BYTES_DEFAULT: u64 = 268435456;
 /// The maximum readahead window `folio_cache_options_init` sets: 16 MiB.
 pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 16777216;
 
+/// Bytes of a page: the dirty limit's floor.
+const PAGE_BYTES: u64 = folio_rs::PAGE_BYTES as u64;
+
 const _: () = assert!(FOLIO_CAPACITY_BYTES_MIN == folio_rs::CAPACITY_BYTES_MIN);
 const _: () = assert!(FOLIO_CAPACITY_BYTES_DEFAULT == folio_rs::CAPACITY_BYTES_DEFAULT);
+/// The dirty limit when `dirty_limit_bytes` is 0, in percent of the capacity.
+pub const FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT: u32 = 20;
+/// The background threshold when `dirty_background_bytes` is 0, in percent of the
+/// capacity.
+pub const FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT: u32 = 10;
+/// The expiry age of dirty data `folio_cache_options_init` sets: 5 s.
+pub const FOLIO_DIRTY_EXPIRE_MS_DEFAULT: u32 = 5000;
+
 const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
+const _: () =
+    assert!(FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT as u64 == folio_rs::DIRTY_LIMIT_PERCENT_DEFAULT);
+const _: () = assert!(
+    FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT as u64 == folio_rs::DIRTY_BACKGROUND_PERCENT_DEFAULT
+);
+const _: () =
+    assert!(FOLIO_DIRTY_EXPIRE_MS_DEFAULT as u128 == folio_rs::DIRTY_EXPIRE_DEFAULT.as_millis());
 
 /// How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
 #[repr(C)]
@@ -138,7 +158,27 @@ pub struct folio_cache_options {
     /// about a fifth of a cold scan's time into a fresh cache); 0 (the default): memory
     /// is touched as pages are first cached.
     pub prefault: u32,
+    /// A file whose oldest dirty page has waited this long is written back by the
+    /// background writeback, in milliseconds (0: at its next pass, every 100 ms).
+    /// Default: FOLIO_DIRTY_EXPIRE_MS_DEFAULT.
+    pub dirty_expire_ms: u32,
+    /// The most memory writes may keep dirty or under writeback, in bytes: writers past
+    /// it wait for writeback (the throttle). 0 (the default):
+    /// FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity. Else at least 4096 and
+    /// at most `capacity_bytes`.
+    pub dirty_limit_bytes: u64,
+    /// Above this much dirty memory, in bytes, the background writeback writes every
+    /// dirty file, not only expired ones. 0 (the default):
+    /// FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT percent of the capacity (at most the dirty
+    /// limit). Else at most the dirty limit.
+    pub dirty_background_bytes: u64,
 }
+
+// The layout C sees: the fields added with writes sit in the padding after `prefault`
+// and at the end, so the earlier fields kept their offsets.
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 56);
 
 fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
     Failure::new(
@@ -156,12 +196,16 @@ fn cache_options_default() -> folio_cache_options {
         pread_threads: 0,
         eviction: FOLIO_EVICTION_S3FIFO,
         prefault: 0,
+        dirty_expire_ms: FOLIO_DIRTY_EXPIRE_MS_DEFAULT,
+        dirty_limit_bytes: 0,
+        dirty_background_bytes: 0,
     }
 }
 
 /// Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
 /// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
-/// prefault, and `size` set.
+/// prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
+/// threshold (0: percentages of the capacity), and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -238,11 +282,55 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
         .backend(backend)
         .readahead_max_bytes(opts.readahead_max_bytes)
         .eviction(eviction)
-        .prefault(prefault);
+        .prefault(prefault)
+        .dirty_expire(Duration::from_millis(u64::from(opts.dirty_expire_ms)));
+    let (limit_bytes, background_bytes) = dirty_thresholds(opts)?;
+    if let Some(bytes) = limit_bytes {
+        builder = builder.dirty_limit_bytes(bytes);
+    }
+    if let Some(bytes) = background_bytes {
+        builder = builder.dirty_background_bytes(bytes);
+    }
     if opts.pread_threads != 0 {
         builder = builder.pread_threads(opts.pread_threads as usize);
     }
     builder.build().map_err(|e| Failure::io(CALL, &e))
+}
+
+/// The dirty limit and background threshold `opts` sets (None: the library's default),
+/// or EINVAL for values the cache could not honour.
+fn dirty_thresholds(opts: &folio_cache_options) -> Result<(Option<u64>, Option<u64>), Failure> {
+    const CALL: &str = "folio_cache_create";
+    let limit = match opts.dirty_limit_bytes {
+        0 => None,
+        bytes if bytes < PAGE_BYTES || bytes > opts.capacity_bytes => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: dirty_limit_bytes {bytes} is not within [4096, capacity_bytes {}] \
+                     (0: the default)",
+                    opts.capacity_bytes
+                ),
+            ))
+        }
+        bytes => Some(bytes),
+    };
+    let limit_bytes =
+        limit.unwrap_or(opts.capacity_bytes / 100 * u64::from(FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT));
+    let background = match opts.dirty_background_bytes {
+        0 => None,
+        bytes if bytes > limit_bytes => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: dirty_background_bytes {bytes} is above the dirty limit \
+                     ({limit_bytes} bytes)"
+                ),
+            ))
+        }
+        bytes => Some(bytes),
+    };
+    Ok((limit, background))
 }
 
 /// Creates a cache with the options `*opts` (all defaults if `opts` is NULL) and stores
@@ -250,6 +338,7 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
 ///
 /// Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
 /// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a prefault other than 0 or 1,
+/// a dirty limit outside [4096, capacity], a background threshold above the dirty limit,
 /// a wrong `size`); -ENOMEM if the memory
 /// cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
 /// -EMFILE past 2^20 live caches. `*out` is written only on success.
@@ -291,14 +380,19 @@ pub unsafe extern "C" fn folio_cache_create(
 }
 
 /// Releases the caller's handle to `cache`. Files opened through it stay open and keep
-/// working; the cache's memory is released with the last of them.
+/// working; the cache's memory is released with the last of them, after its dirty pages
+/// are written back (not flushed: `folio_sync` or `folio_cache_sync_all` first for
+/// durability). A process that exits with the cache or a file still open loses what
+/// it wrote and did not sync, as the kernel's dirty pages are not (folio's are the
+/// process's memory).
 ///
 /// Returns 0, or -EBADF if `cache` is not a live cache handle (null, already destroyed).
 ///
 /// Context: any thread. Calls on the same handle that are in flight in other threads
-/// finish normally; later ones get -EBADF. When no file holds the cache, this waits for
-/// its in-flight reads and stops its I/O threads: here, or, if calls on the handle are in
-/// flight, at a later folio call after they have returned.
+/// finish normally; later ones get -EBADF. When no file holds the cache, this writes back
+/// its dirty pages and waits for them and its in-flight reads, and stops its I/O threads:
+/// here, or, if calls on the handle are in flight, at a later folio call after they have
+/// returned.
 #[no_mangle]
 pub extern "C" fn folio_cache_destroy(cache: folio_cache) -> i32 {
     boundary("folio_cache_destroy", || {
@@ -451,37 +545,59 @@ pub unsafe extern "C" fn folio_open(
     out: *mut folio_file,
 ) -> i32 {
     const CALL: &str = "folio_open";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let cache = CACHES
-            .get(cache.id, &guard)
-            .map_err(|_| bad_handle(CALL, "cache", cache.id))?;
-        if path.is_null() || out.is_null() {
-            return Err(Failure::new(
-                libc::EFAULT,
-                "folio_open: path or out is NULL",
-            ));
-        }
-        // SAFETY: non-null, and the caller guarantees a NUL-terminated string that stays
-        // valid for the call.
-        let path = OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes());
-        let file = cache.open(path).map_err(|e| {
-            Failure::new(
-                error::errno_of(&e),
-                format!("{CALL}: {}: {e}", path.to_string_lossy()),
-            )
-        })?;
-        drop(guard);
-        let id = FILES
-            .insert(file)
-            .map_err(|_| Failure::new(libc::EMFILE, "folio_open: 2^20 files are open"))?;
-        // SAFETY: non-null, and the caller guarantees it points to a writable `folio_file`.
-        unsafe { out.write(folio_file { id }) };
-        Ok(0)
+    // SAFETY: the caller's guarantees on `path` and `out`, as `open_file` needs them.
+    boundary(CALL, || unsafe {
+        open_file(CALL, cache, path, out, |c, p| c.open(p))
     })
 }
 
-/// Closes `file`. Its cached pages stay in the cache for later opens of the same file.
+/// The body of `folio_open` and `folio_open2`: looks `cache` up, opens `path` with `open`,
+/// registers the file and stores its handle in `*out` (only on success).
+///
+/// Context: any thread; `open`'s own context.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL or points to writable memory
+/// for one `folio_file`.
+pub(crate) unsafe fn open_file(
+    call: &str,
+    cache: folio_cache,
+    path: *const c_char,
+    out: *mut folio_file,
+    open: impl FnOnce(&Cache, &OsStr) -> std::io::Result<File>,
+) -> Result<i32, Failure> {
+    let guard = handle::pin();
+    let cache = CACHES
+        .get(cache.id, &guard)
+        .map_err(|_| bad_handle(call, "cache", cache.id))?;
+    if path.is_null() || out.is_null() {
+        return Err(Failure::new(
+            libc::EFAULT,
+            format!("{call}: path or out is NULL"),
+        ));
+    }
+    // SAFETY: non-null, and the caller guarantees a NUL-terminated string that stays
+    // valid for the call.
+    let path = OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes());
+    let file = open(cache, path).map_err(|e| {
+        Failure::new(
+            error::errno_of(&e),
+            format!("{call}: {}: {e}", path.to_string_lossy()),
+        )
+    })?;
+    drop(guard);
+    let id = FILES
+        .insert(file)
+        .map_err(|_| Failure::new(libc::EMFILE, format!("{call}: 2^20 files are open")))?;
+    // SAFETY: non-null, and the caller guarantees it points to a writable `folio_file`.
+    unsafe { out.write(folio_file { id }) };
+    Ok(0)
+}
+
+/// Closes `file`. Its cached pages stay in the cache for later opens of the same file;
+/// its dirty pages stay dirty and are written back as any others (this is no sync: call
+/// `folio_sync` first for durability; a writeback error no handle has seen yet is kept
+/// for the file's next handle).
 ///
 /// Returns 0, or -EBADF if `file` is not an open file handle (null, already closed).
 ///
@@ -626,7 +742,8 @@ pub extern "C" fn folio_advise(file: folio_file, offset: u64, len: u64, advice: 
 }
 
 /// Stores the length of `file` in bytes in `*out`, as folio knows it (from the open,
-/// lowered if a read found the file shorter).
+/// lowered if a read found the file shorter; for a file written through folio, what
+/// `folio_write` and `folio_set_len` made it, ahead of the disk until a sync).
 ///
 /// Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL.
 ///
@@ -655,7 +772,8 @@ pub unsafe extern "C" fn folio_file_len(file: folio_file, out: *mut u64) -> i32 
 /// of the file, and stores it in `*out`. Cached pages past a smaller length are dropped,
 /// so no byte past the new end is ever returned; a larger length makes the appended bytes
 /// readable. Call it after the file was appended to or truncated behind folio's back
-/// (folio notices a shrink on its own only when a read finds the file shorter).
+/// (folio notices a shrink on its own only when a read finds the file shorter). A file
+/// written through folio keeps the length folio gave it (its writes are the newest bytes).
 ///
 /// Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL; the
 /// errno of a failed fstat(2). `*out` is written only on success.

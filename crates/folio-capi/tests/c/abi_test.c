@@ -3,7 +3,10 @@
  * forged, closed and wrong-kind handles, NULL pointers, huge and overflowing lengths,
  * zero-length reads, reads at and past the end of file, a cache destroyed under open
  * files, and a handle closed while other threads read through it. Every byte read is
- * checked against the pattern the file was written with.
+ * checked against the pattern the file was written with. The write side: open flags and
+ * their misuse, writes through read-only handles, writes of every shape read back
+ * through every handle and on the disk after each kind of sync, set_len both ways,
+ * writeback without a sync, the dirty options' effect, and readers racing a writer.
  *
  * Usage: abi_test DIR   (DIR: an empty, writable directory)
  * Prints one line per failed check and ends with "abi_test: N passed, M failed".
@@ -12,6 +15,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,6 +91,8 @@ static void test_options_and_create(void) {
     CHECK(o.readahead_max_bytes == FOLIO_READAHEAD_MAX_BYTES_DEFAULT);
     CHECK(o.eviction == FOLIO_EVICTION_S3FIFO);
     CHECK(o.prefault == 0);
+    CHECK(o.dirty_expire_ms == FOLIO_DIRTY_EXPIRE_MS_DEFAULT);
+    CHECK(o.dirty_limit_bytes == 0 && o.dirty_background_bytes == 0);
 
     CHECK(folio_cache_create(&o, NULL) == -EFAULT);
     o.capacity_bytes = FOLIO_CAPACITY_BYTES_MIN - 1;
@@ -109,6 +115,41 @@ static void test_options_and_create(void) {
     folio_cache_options_init(&o);
     o.prefault = 2;
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    /* Dirty thresholds: a limit below a page or above the capacity, a background
+       threshold above the limit (set, or the default one). */
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 4u << 20;
+    o.dirty_limit_bytes = 4095;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    o.dirty_limit_bytes = (4u << 20) + 4096;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    o.dirty_limit_bytes = 1u << 20;
+    o.dirty_background_bytes = (1u << 20) + 1;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    {
+        char msg[256];
+        folio_last_error_message(msg, sizeof msg);
+        CHECK(strstr(msg, "dirty_background_bytes") != NULL);
+    }
+    o.dirty_limit_bytes = 0; /* the default: 20% of 4 MiB */
+    o.dirty_background_bytes = 1u << 20;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(c.id == 0);
+    o.dirty_background_bytes = 256u << 10;
+    o.dirty_expire_ms = UINT32_MAX;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    c.id = 0;
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 4u << 20;
+    o.dirty_limit_bytes = 4u << 20; /* the whole capacity, and a single page: both fine */
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    o.dirty_limit_bytes = 4096;
+    o.dirty_background_bytes = 4096;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    c.id = 0;
     folio_cache_options_init(&o);
     o.eviction = FOLIO_EVICTION_TWO_LIST_LRU;
     o.capacity_bytes = FOLIO_CAPACITY_BYTES_MIN;
@@ -389,15 +430,25 @@ static void test_bad_file_handles(folio_cache c, folio_file live) {
         CHECK(folio_advise(all[i], 0, 10, FOLIO_ADVICE_RANDOM) == -EBADF);
         CHECK(folio_file_len(all[i], &len) == -EBADF);
         CHECK(folio_file_refresh_len(all[i], &len) == -EBADF);
+        CHECK(folio_write(all[i], b, sizeof b, 0) == -EBADF);
+        CHECK(folio_write(all[i], NULL, 0, 0) == -EBADF);
+        CHECK(folio_set_len(all[i], 0) == -EBADF);
+        CHECK(folio_sync(all[i], FOLIO_SYNC_DATA, 0, 0) == -EBADF);
+        CHECK(folio_sync(all[i], 0, 0, 0) == -EBADF); /* the handle is checked first */
+        CHECK(folio_writeback(all[i], 0, 10) == -EBADF);
         CHECK(folio_close(all[i]) == -EBADF);
     }
     CHECK(folio_cache_stats(as_cache, &s) == -EBADF);
     CHECK(folio_cache_destroy(as_cache) == -EBADF);
     CHECK(folio_open(as_cache, path_pattern, &null_file) == -EBADF);
+    CHECK(folio_open2(as_cache, path_pattern, FOLIO_OPEN_WRITE, &null_file) == -EBADF);
+    CHECK(folio_cache_sync_all(as_cache) == -EBADF);
     {
         folio_cache z = {0};
         CHECK(folio_cache_stats(z, &s) == -EBADF);
         CHECK(folio_cache_destroy(z) == -EBADF);
+        CHECK(folio_cache_sync_all(z) == -EBADF);
+        CHECK(folio_open2(z, path_pattern, 0, &null_file) == -EBADF);
     }
 }
 
@@ -544,6 +595,458 @@ static void test_close_while_reading(folio_cache c) {
     CHECK(open_fds() == fds_before);
 }
 
+/* ---- Writes ------------------------------------------------------------------------ */
+
+/* The byte a write test puts at offset i in round `round`: differs from `pattern`. */
+static uint8_t written(uint64_t i, unsigned round) {
+    return (uint8_t)(pattern(i) ^ (0x5Au + round * 0x3Bu));
+}
+
+/* Reads `n` bytes of the file at `path` at `offset` past folio (plain pread), into buf;
+   returns the count. What is on the device (or in the kernel's page cache). */
+static int64_t read_disk(const char *path, void *buf, size_t n, uint64_t offset) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -errno;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, (uint8_t *)buf + got, n - got, (off_t)(offset + got));
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    return (int64_t)got;
+}
+
+static uint64_t disk_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : UINT64_MAX;
+}
+
+/* Copies the pattern file to `path` (a file to overwrite). */
+static void copy_pattern_file(const char *path, uint64_t size) { write_pattern_file(path, size); }
+
+static void test_open2(folio_cache c) {
+    char path[4200], fresh[4200];
+    folio_file f = {0}, g;
+    uint64_t len = 1;
+
+    snprintf(path, sizeof path, "%s.open2", path_pattern);
+    snprintf(fresh, sizeof fresh, "%s.open2-new", path_pattern);
+    copy_pattern_file(path, 10000);
+    unlink(fresh);
+
+    /* Flags that cannot be meant. */
+    CHECK(folio_open2(c, path, FOLIO_OPEN_CREATE, &f) == -EINVAL);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_TRUNCATE, &f) == -EINVAL);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_CREATE_NEW, &f) == -EINVAL);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE | FOLIO_OPEN_CREATE_NEW,
+                      &f) == -EINVAL);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | 16, &f) == -EINVAL);
+    CHECK(folio_open2(c, path, 0x80000000u, &f) == -EINVAL);
+    CHECK(folio_open2(c, fresh, FOLIO_OPEN_CREATE, &f) == -EINVAL);
+    CHECK(access(fresh, F_OK) != 0); /* refused before anything was created */
+    CHECK(folio_open2(c, NULL, FOLIO_OPEN_WRITE, &f) == -EFAULT);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE, NULL) == -EFAULT);
+    CHECK(folio_open2(c, path_missing, FOLIO_OPEN_WRITE, &f) == -ENOENT);
+    CHECK(folio_open2(c, path_dir, FOLIO_OPEN_WRITE, &f) == -EISDIR);
+    CHECK(folio_open2(c, path_dir, 0, &f) == -EISDIR);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE_NEW, &f) == -EEXIST);
+    CHECK(f.id == 0); /* untouched by every failure */
+    if (geteuid() != 0) { /* root may write anything */
+        char ro[4300];
+        snprintf(ro, sizeof ro, "%s.ro", path);
+        copy_pattern_file(ro, 100);
+        CHECK(chmod(ro, 0444) == 0);
+        CHECK(folio_open2(c, ro, FOLIO_OPEN_WRITE, &f) == -EACCES);
+        CHECK(folio_open2(c, ro, 0, &f) == 0 && folio_close(f) == 0);
+        unlink(ro);
+    }
+
+    /* 0: read-only, as folio_open. Writing through it is -EBADF (write(2) on an O_RDONLY
+       descriptor), whatever else is wrong with the call. */
+    CHECK(folio_open2(c, path, 0, &f) == 0);
+    {
+        uint8_t b[100];
+        CHECK(folio_read(f, b, sizeof b, 50) == 100 && matches_pattern(b, 50, 100));
+        CHECK(folio_write(f, b, sizeof b, 0) == -EBADF);
+        {
+            char msg[256];
+            folio_last_error_message(msg, sizeof msg);
+            CHECK(strstr(msg, "folio_write") != NULL && strstr(msg, "read-only") != NULL);
+        }
+        CHECK(folio_write(f, NULL, 0, 0) == -EBADF);
+        CHECK(folio_write(f, NULL, 10, 0) == -EBADF);
+        CHECK(folio_set_len(f, 0) == -EBADF);
+        CHECK(folio_set_len(f, UINT64_MAX) == -EBADF);
+        CHECK(folio_file_len(f, &len) == 0 && len == 10000);
+        /* Syncs and writeback take any handle, as fsync(2) does. */
+        CHECK(folio_sync(f, FOLIO_SYNC_DATA, 0, 0) == 0);
+        CHECK(folio_writeback(f, 0, 10000) == 0);
+    }
+    CHECK(folio_close(f) == 0);
+
+    /* CREATE makes a missing file; CREATE_NEW one that must not exist. */
+    CHECK(folio_open2(c, fresh, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &f) == 0);
+    CHECK(access(fresh, F_OK) == 0);
+    CHECK(folio_file_len(f, &len) == 0 && len == 0);
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_open2(c, fresh, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &f) == 0); /* exists */
+    CHECK(folio_close(f) == 0);
+    unlink(fresh);
+    CHECK(folio_open2(c, fresh, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE_NEW | FOLIO_OPEN_TRUNCATE,
+                      &f) == 0);
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_open2(c, fresh, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE_NEW, &f) == -EEXIST);
+    unlink(fresh);
+
+    /* TRUNCATE: through the cache, so a handle open before (with the pages cached) sees
+       the file empty; the disk too. */
+    CHECK(folio_open(c, path, &g) == 0);
+    {
+        uint8_t b[4096];
+        CHECK(folio_read(g, b, sizeof b, 0) == (int64_t)sizeof b);
+    }
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_TRUNCATE, &f) == 0);
+    CHECK(folio_file_len(g, &len) == 0 && len == 0);
+    {
+        uint8_t b[16];
+        CHECK(folio_read(g, b, sizeof b, 0) == 0);
+    }
+    CHECK(disk_size(path) == 0);
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_close(g) == 0);
+    unlink(path);
+}
+
+/* Writes of every shape read back through every handle, reach the disk at a sync, and
+   every misuse of the calls gets its errno. */
+static void test_write_and_sync(folio_cache c) {
+    enum { SIZE = (3u << 20) + 777u };
+    char path[4200];
+    uint8_t *model = calloc(SIZE + (1u << 20), 1), *buf = malloc(SIZE + (1u << 20));
+    uint64_t len = 0, seed = 7, model_len = 0;
+    folio_file w, r;
+    folio_stats before, after;
+
+    snprintf(path, sizeof path, "%s.write", path_pattern);
+    unlink(path);
+    CHECK(folio_cache_stats(c, &before) == 0);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+    CHECK(folio_open(c, path, &r) == 0);
+
+    /* Appends in odd sizes: the file grows with each. */
+    {
+        static const size_t sizes[] = {1, 4095, 4097, 8192, 333, 70001, 1 << 20};
+        int ok = 1;
+        for (size_t i = 0; model_len < SIZE && ok; i++) {
+            size_t n = sizes[i % (sizeof sizes / sizeof sizes[0])];
+            if (n > SIZE - model_len) n = SIZE - model_len;
+            for (size_t j = 0; j < n; j++) model[model_len + j] = written(model_len + j, 0);
+            ok = folio_write(w, model + model_len, n, model_len) == (int64_t)n;
+            model_len += n;
+            ok = ok && folio_file_len(r, &len) == 0 && len == model_len;
+        }
+        CHECK(ok);
+    }
+    /* Overwrites at random places and lengths, some past the end (a hole, then zeros). */
+    {
+        int ok = 1;
+        for (int i = 0; i < 300 && ok; i++) {
+            uint64_t off = lcg(&seed) % (SIZE + 4096);
+            size_t n = (size_t)(lcg(&seed) % 20000) + 1;
+            if (off + n > SIZE + (1u << 20)) n = (size_t)(SIZE + (1u << 20) - off);
+            for (size_t j = 0; j < n; j++) model[off + j] = written(off + j, (unsigned)i + 1);
+            ok = folio_write(w, model + off, n, off) == (int64_t)n;
+            if (off + n > model_len) model_len = off + n;
+        }
+        CHECK(ok);
+    }
+    {
+        uint64_t hole = model_len + 5000;
+        uint8_t tail[100];
+        for (size_t j = 0; j < sizeof tail; j++) tail[j] = (uint8_t)(j + 1);
+        CHECK(folio_write(w, tail, sizeof tail, hole) == (int64_t)sizeof tail);
+        memcpy(model + hole, tail, sizeof tail); /* model[model_len, hole) stays zero */
+        model_len = hole + sizeof tail;
+    }
+    /* Both handles read the model, in one read and in pieces. */
+    CHECK(folio_file_len(w, &len) == 0 && len == model_len);
+    CHECK(folio_read(r, buf, SIZE + (1u << 20), 0) == (int64_t)model_len);
+    CHECK(memcmp(buf, model, model_len) == 0);
+    {
+        int ok = 1;
+        for (int i = 0; i < 500 && ok; i++) {
+            uint64_t off = lcg(&seed) % model_len;
+            size_t n = (size_t)(lcg(&seed) % 30000);
+            size_t expect = model_len - off < n ? (size_t)(model_len - off) : n;
+            ok = folio_read(i % 2 ? r : w, buf, n, off) == (int64_t)expect &&
+                 memcmp(buf, model + off, expect) == 0;
+        }
+        CHECK(ok);
+    }
+    /* A sync puts the model on the disk. */
+    CHECK(folio_sync(w, FOLIO_SYNC_DATA, 0, 0) == 0);
+    CHECK(disk_size(path) == model_len);
+    memset(buf, 0xEE, model_len);
+    CHECK(read_disk(path, buf, model_len, 0) == (int64_t)model_len);
+    CHECK(memcmp(buf, model, model_len) == 0);
+    CHECK(folio_cache_stats(c, &after) == 0);
+    CHECK(after.write_requests >= before.write_requests + 300);
+    CHECK(after.write_bytes >= before.write_bytes + SIZE);
+    CHECK(after.syncs >= before.syncs + 1);
+    CHECK(after.pages_written_back >= before.pages_written_back + SIZE / 4096);
+    CHECK(after.writeback_bytes >= before.writeback_bytes + SIZE);
+    CHECK(after.dirty_pages == 0 && after.writeback_pages == 0);
+    CHECK(after.writeback_errors == 0);
+
+    /* Misuse of folio_write. */
+    CHECK(folio_write(w, buf, 0, 0) == 0);
+    CHECK(folio_write(w, NULL, 0, 123) == 0);
+    CHECK(folio_write(w, NULL, 10, 0) == -EFAULT);
+    CHECK(folio_write(w, buf, SIZE_MAX, 0) == -EINVAL);
+    CHECK(folio_write(w, buf, (size_t)INT64_MAX + 1, 0) == -EINVAL);
+    CHECK(folio_write(w, buf, 100, UINT64_MAX - 10) == -EINVAL);
+    CHECK(folio_write(w, buf, 1, (uint64_t)1 << 62) == -EFBIG);
+    CHECK(folio_file_len(w, &len) == 0 && len == model_len); /* none of them wrote */
+
+    /* folio_sync: kinds, ranges, and their misuse. */
+    CHECK(folio_sync(w, 0, 0, 0) == -EINVAL);
+    CHECK(folio_sync(w, 4, 0, 0) == -EINVAL);
+    CHECK(folio_sync(w, UINT32_MAX, 0, 0) == -EINVAL);
+    CHECK(folio_sync(w, FOLIO_SYNC_DATA, 1, 0) == -EINVAL);
+    CHECK(folio_sync(w, FOLIO_SYNC_ALL, 0, 1) == -EINVAL);
+    CHECK(folio_sync(w, FOLIO_SYNC_RANGE, UINT64_MAX, 2) == -EINVAL);
+    CHECK(folio_sync(w, FOLIO_SYNC_ALL, 0, 0) == 0);
+    CHECK(folio_sync(w, FOLIO_SYNC_RANGE, 0, 0) == 0);
+    /* A range sync writes the range (and not necessarily more). */
+    {
+        uint8_t b[8192];
+        for (size_t j = 0; j < sizeof b; j++) b[j] = (uint8_t)(j * 7 + 3);
+        CHECK(folio_write(w, b, sizeof b, 40960) == (int64_t)sizeof b);
+        memcpy(model + 40960, b, sizeof b);
+        CHECK(folio_sync(w, FOLIO_SYNC_RANGE, 40960, sizeof b) == 0);
+        CHECK(read_disk(path, buf, sizeof b, 40960) == (int64_t)sizeof b);
+        CHECK(memcmp(buf, b, sizeof b) == 0);
+    }
+    /* A read-only handle's sync writes what the writer dirtied. */
+    {
+        uint8_t b[5000];
+        for (size_t j = 0; j < sizeof b; j++) b[j] = (uint8_t)(j * 13 + 1);
+        CHECK(folio_write(w, b, sizeof b, 1000000) == (int64_t)sizeof b);
+        memcpy(model + 1000000, b, sizeof b);
+        CHECK(folio_sync(r, FOLIO_SYNC_DATA, 0, 0) == 0);
+        CHECK(read_disk(path, buf, sizeof b, 1000000) == (int64_t)sizeof b);
+        CHECK(memcmp(buf, b, sizeof b) == 0);
+    }
+
+    /* folio_writeback starts writeback and returns; the pages get clean without a sync. */
+    {
+        uint8_t b[65536];
+        int clean = 0;
+        for (size_t j = 0; j < sizeof b; j++) b[j] = (uint8_t)(j * 5 + 9);
+        CHECK(folio_write(w, b, sizeof b, 2u << 20) == (int64_t)sizeof b);
+        memcpy(model + (2u << 20), b, sizeof b);
+        CHECK(folio_cache_stats(c, &before) == 0);
+        CHECK(before.dirty_pages > 0);
+        CHECK(folio_writeback(w, UINT64_MAX, 2) == -EINVAL);
+        CHECK(folio_writeback(w, 0, 0) == 0);
+        CHECK(folio_writeback(w, 2u << 20, sizeof b) == 0);
+        for (int i = 0; i < 500 && !clean; i++) { /* at most 5 s */
+            clean = folio_cache_stats(c, &after) == 0 &&
+                    after.pages_written_back >= before.pages_written_back + sizeof b / 4096;
+            if (!clean) usleep(10000);
+        }
+        CHECK(clean);
+        CHECK(after.syncs == before.syncs); /* no sync was needed */
+        CHECK(read_disk(path, buf, sizeof b, 2u << 20) == (int64_t)sizeof b);
+        CHECK(memcmp(buf, b, sizeof b) == 0);
+    }
+
+    /* folio_set_len: shorter drops the tail (and the disk's), longer reads zeros. */
+    CHECK(folio_set_len(w, 5000) == 0);
+    CHECK(folio_file_len(r, &len) == 0 && len == 5000);
+    CHECK(disk_size(path) == 5000);
+    CHECK(folio_read(r, buf, 100, 5000) == 0);
+    CHECK(folio_set_len(w, 20000) == 0);
+    memset(model + 5000, 0, 15000);
+    CHECK(folio_read(r, buf, 30000, 0) == 20000);
+    CHECK(memcmp(buf, model, 20000) == 0);
+    CHECK(folio_set_len(w, ((uint64_t)1 << 62) + 1) == -EFBIG);
+    CHECK(folio_sync(w, FOLIO_SYNC_ALL, 0, 0) == 0);
+    CHECK(disk_size(path) == 20000);
+    CHECK(read_disk(path, buf, 20000, 0) == 20000);
+    CHECK(memcmp(buf, model, 20000) == 0);
+
+    /* refresh_len keeps the length folio gave a written file (its writes are newer than
+       the disk), before a sync too. */
+    CHECK(folio_write(w, model, 100, 30000) == 100);
+    CHECK(folio_file_refresh_len(r, &len) == 0 && len == 30100);
+
+    /* folio_cache_sync_all: every file, handles closed or not. */
+    CHECK(folio_write(w, model, 4096, 8192) == 4096);
+    CHECK(folio_close(w) == 0);
+    CHECK(folio_write(w, model, 1, 0) == -EBADF);
+    CHECK(folio_set_len(w, 0) == -EBADF);
+    CHECK(folio_sync(w, FOLIO_SYNC_DATA, 0, 0) == -EBADF);
+    CHECK(folio_writeback(w, 0, 1) == -EBADF);
+    CHECK(folio_cache_sync_all(c) == 0);
+    CHECK(disk_size(path) == 30100);
+    CHECK(read_disk(path, buf, 4096, 8192) == 4096 && memcmp(buf, model, 4096) == 0);
+    CHECK(read_disk(path, buf, 100, 30000) == 100 && memcmp(buf, model, 100) == 0);
+    CHECK(folio_cache_stats(c, &after) == 0 && after.dirty_pages == 0);
+    CHECK(folio_close(r) == 0);
+    unlink(path);
+    free(model);
+    free(buf);
+}
+
+/* The options' dirty thresholds reach the cache: a small dirty limit throttles writers
+   and holds dirty memory under it; a 0 expiry writes dirty data back without a sync; a
+   long one does not. */
+static void test_dirty_options(void) {
+    enum { LIMIT = 64u << 10 };
+    folio_cache_options o;
+    folio_cache c;
+    folio_file f;
+    folio_stats s;
+    char path[4200];
+    uint8_t b[16384];
+    int ok = 1, clean = 0;
+
+    snprintf(path, sizeof path, "%s.dirty", path_pattern);
+    unlink(path);
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 8u << 20;
+    o.dirty_limit_bytes = LIMIT;
+    o.dirty_background_bytes = LIMIT / 2;
+    o.dirty_expire_ms = 0;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &f) == 0);
+    for (uint64_t off = 0; off < (1u << 20) && ok; off += sizeof b) {
+        for (size_t j = 0; j < sizeof b; j++) b[j] = written(off + j, 9);
+        ok = folio_write(f, b, sizeof b, off) == (int64_t)sizeof b;
+        ok = ok && folio_cache_stats(c, &s) == 0 && s.dirty_pages * 4096 <= LIMIT;
+    }
+    CHECK(ok);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.throttled_writers > 0);
+    CHECK(s.throttled_ns > 0);
+    /* Over the background threshold, writeback cleans the rest without a sync. */
+    for (int i = 0; i < 500 && !clean; i++) { /* at most 5 s */
+        clean = folio_cache_stats(c, &s) == 0 && s.dirty_pages == 0 && s.writeback_pages == 0;
+        if (!clean) usleep(10000);
+    }
+    CHECK(clean);
+    CHECK(s.syncs == 0);
+    {
+        uint8_t *all = malloc(1u << 20);
+        int same = read_disk(path, all, 1u << 20, 0) == (int64_t)(1u << 20);
+        for (uint64_t i = 0; same && i < (1u << 20); i++) same = all[i] == written(i, 9);
+        CHECK(same);
+        free(all);
+    }
+    /* Below it, expiry 0 has the background writeback (every 100 ms) write a page back
+       well before the default expiry (5 s) would. */
+    CHECK(folio_write(f, b, 4096, 0) == 4096);
+    clean = 0;
+    for (int i = 0; i < 200 && !clean; i++) { /* at most 2 s */
+        clean = folio_cache_stats(c, &s) == 0 && s.dirty_pages == 0 && s.writeback_pages == 0;
+        if (!clean) usleep(10000);
+    }
+    CHECK(clean);
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+
+    /* A minute's expiry and no pressure: nothing is written back on its own. */
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 8u << 20;
+    o.dirty_expire_ms = 60000;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE, &f) == 0);
+    CHECK(folio_write(f, b, 8192, 0) == 8192);
+    usleep(300000);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.dirty_pages == 2 && s.pages_written_back == 0);
+    CHECK(s.throttled_writers == 0);
+    CHECK(folio_close(f) == 0);
+    /* Destroying the cache writes its dirty pages back. */
+    CHECK(folio_cache_destroy(c) == 0);
+    {
+        uint8_t back[8192];
+        CHECK(read_disk(path, back, sizeof back, 0) == (int64_t)sizeof back);
+        CHECK(memcmp(back, b, sizeof back) == 0);
+    }
+    unlink(path);
+}
+
+/* One thread overwrites whole 4 KiB pages with one byte value while others read them
+   through a read-only handle: no read ever sees a page mixing two writes. */
+struct page_reader {
+    folio_file f;
+    uint64_t seed;
+    int reads, torn, errors;
+    volatile int *stop;
+};
+
+static void *page_reader_main(void *arg) {
+    struct page_reader *r = arg;
+    uint8_t buf[4096];
+    while (!*r->stop) {
+        uint64_t page = lcg(&r->seed) % 64;
+        if (folio_read(r->f, buf, sizeof buf, page * 4096) != (int64_t)sizeof buf) {
+            r->errors++;
+            continue;
+        }
+        for (size_t j = 1; j < sizeof buf; j++)
+            if (buf[j] != buf[0]) { r->torn++; break; }
+        r->reads++;
+    }
+    return NULL;
+}
+
+static void test_write_while_reading(folio_cache c) {
+    enum { THREADS = 3 };
+    char path[4200];
+    folio_file w, r;
+    pthread_t t[THREADS];
+    struct page_reader pr[THREADS];
+    volatile int stop = 0;
+    uint8_t page[4096];
+    uint64_t seed = 99;
+    int ok = 1, reads = 0, torn = 0, errors = 0;
+
+    snprintf(path, sizeof path, "%s.race", path_pattern);
+    unlink(path);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+    memset(page, 0, sizeof page);
+    for (uint64_t p = 0; p < 64; p++) ok = ok && folio_write(w, page, sizeof page, p * 4096) == 4096;
+    CHECK(ok);
+    CHECK(folio_open(c, path, &r) == 0);
+    for (int i = 0; i < THREADS; i++) {
+        pr[i] = (struct page_reader){.f = r, .seed = (uint64_t)i + 11, .stop = &stop};
+        pthread_create(&t[i], NULL, page_reader_main, &pr[i]);
+    }
+    for (int i = 0; i < 20000 && ok; i++) {
+        memset(page, (int)(i % 255) + 1, sizeof page);
+        ok = folio_write(w, page, sizeof page, (lcg(&seed) % 64) * 4096) == 4096;
+        if (i % 5000 == 4999) ok = ok && folio_sync(w, FOLIO_SYNC_DATA, 0, 0) == 0;
+    }
+    stop = 1;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        reads += pr[i].reads;
+        torn += pr[i].torn;
+        errors += pr[i].errors;
+    }
+    CHECK(ok);
+    CHECK(reads > 0);
+    CHECK(torn == 0);
+    CHECK(errors == 0);
+    CHECK(folio_close(r) == 0);
+    CHECK(folio_close(w) == 0);
+    unlink(path);
+}
+
 static void *fresh_thread_message(void *arg) {
     *(size_t *)arg = folio_last_error_message(NULL, 0);
     return NULL;
@@ -604,11 +1107,15 @@ int main(int argc, char **argv) {
     test_refresh_len(c);
     test_close_and_reuse(c);
     test_close_while_reading(c);
+    test_open2(c);
+    test_write_and_sync(c);
+    test_write_while_reading(c);
     CHECK(folio_close(f) == 0);
     CHECK(folio_cache_destroy(c) == 0);
     test_destroy_cache_under_open_files();
     test_eviction(FOLIO_EVICTION_S3FIFO);
     test_eviction(FOLIO_EVICTION_TWO_LIST_LRU);
+    test_dirty_options();
 
     printf("abi_test: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
