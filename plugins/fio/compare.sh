@@ -10,8 +10,13 @@
 #   plugins/fio/compare.sh plugins/fio/jobs/randread-zipf.fio --runtime=15
 #
 # JOB defaults to jobs/randread-zipf.fio; FIO_ARGS go to every run (before the job file,
-# so the job file's own settings win). The files (1 GiB) are laid out with
-# jobs/layout.fio in FOLIO_FIO_DIR (default target/fio-plugin/data) if missing.
+# so the job file's own settings win). For a job that reads layout.fio's files (its text
+# names them), the files (1 GiB) are laid out with jobs/layout.fio in FOLIO_FIO_DIR
+# (default target/fio-plugin/data) if missing. Write jobs (jobs/write.fio,
+# randwrite.fio, randrw.fio) make their own files; their syncs (fdatasync=,
+# fsync_on_close=) are the job file's, so psync buffered is buffered writes + fdatasync
+# against folio's writes + folio_sync. Bandwidth and IOPS are reads + writes; the
+# latency is the larger of the two directions' means and p99s.
 #
 # Environment:
 #   FOLIO_CAPACITY=256m     folio's cache (folio_capacity=)
@@ -49,7 +54,7 @@ rm -f "$out"/*.json "$out"/*.log "$out"/*.state "$out"/*.peak
 [ -f "$root/target/fio-plugin/libfio_folio.so" ] || "$here/build.sh"
 engine="external:$root/target/fio-plugin/libfio_folio.so"
 
-if [ ! -f "$FOLIO_FIO_DIR/layout.15.0" ]; then
+if grep -q 'layout\.' "$job" && [ ! -f "$FOLIO_FIO_DIR/layout.15.0" ]; then
     echo "== laying out 1 GiB in $FOLIO_FIO_DIR (psync)"
     (cd "$out" && fio --ioengine=psync "$here/jobs/layout.fio") >"$out/layout.log" 2>&1 ||
         { cat "$out/layout.log"; exit 1; }
@@ -156,19 +161,23 @@ out, rounds, note, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[
 def run(name, r):
     text = open(f"{out}/{name}.{r}.json").read()
     doc = json.loads(text[text.index("{"):])  # folio's stats line may precede the JSON
-    bw = iops = lat = p99 = 0.0
+    bw = wbw = iops = lat = p99 = 0.0
     errs = 0
     for j in doc["jobs"]:
-        rd = j["read"]
-        bw += rd["bw_bytes"]
-        iops += rd["iops"]
-        lat = max(lat, rd["clat_ns"]["mean"])
-        p99 = max(p99, rd["clat_ns"].get("percentile", {}).get("99.000000", 0))
+        for ddir in ("read", "write"):
+            d = j[ddir]
+            if not d["io_bytes"]:
+                continue
+            bw += d["bw_bytes"]
+            wbw += d["bw_bytes"] if ddir == "write" else 0
+            iops += d["iops"]
+            lat = max(lat, d["clat_ns"]["mean"])
+            p99 = max(p99, d["clat_ns"].get("percentile", {}).get("99.000000", 0))
         errs += j["error"]
     state = open(f"{out}/{name}.{r}.state").read().strip()
     peak = f"{out}/{name}.{r}.peak"
     peak = int(open(peak).read()) if os.path.exists(peak) else None
-    return dict(bw=bw, iops=iops, lat=lat, p99=p99, errs=errs, state=state, peak=peak)
+    return dict(bw=bw, wbw=wbw, iops=iops, lat=lat, p99=p99, errs=errs, state=state, peak=peak)
 
 rows = {}
 for n in names:
@@ -177,15 +186,15 @@ for n in names:
     bw_med = statistics.median(x["bw"] for x in runs)
     rows[n] = (med or runs[len(runs) // 2], bw_med, runs)
 base = rows["psync-buffered"][1] if "psync-buffered" in rows else None
-print(f"{'engine':<16} {'cache':<6} {'MiB/s':>9} {'IOPS':>10} {'mean us':>9} {'p99 us':>9} {'err':>4} {'vs psync-buf':>12}  rounds MiB/s")
+print(f"{'engine':<16} {'cache':<6} {'MiB/s':>9} {'wr MiB/s':>9} {'IOPS':>10} {'mean us':>9} {'p99 us':>9} {'err':>4} {'vs psync-buf':>12}  rounds MiB/s")
 for n in names:
     m, bw_med, runs = rows[n]
     cold = "cold" if all(x["state"] == "cold" for x in runs) else "warm?"
     errs = sum(x["errs"] for x in runs)
     ratio = f"{bw_med / base:>11.2f}x" if base else f"{'-':>12}"
     each = " ".join(f"{x['bw'] / 2**20:.0f}" for x in runs)
-    print(f"{n:<16} {cold:<6} {bw_med/2**20:>9.1f} {m['iops']:>10.0f} {m['lat']/1e3:>9.1f} {m['p99']/1e3:>9.1f} {errs:>4} {ratio}  {each}")
-print(f"median of {rounds} rounds (engines alternated, each run cold); MiB/s is the median, IOPS and latency the median round's")
+    print(f"{n:<16} {cold:<6} {bw_med/2**20:>9.1f} {m['wbw']/2**20:>9.1f} {m['iops']:>10.0f} {m['lat']/1e3:>9.1f} {m['p99']/1e3:>9.1f} {errs:>4} {ratio}  {each}")
+print(f"median of {rounds} rounds (engines alternated, each run cold); MiB/s (reads + writes) is the median, wr MiB/s, IOPS and latency the median round's")
 print(note)
 peaks = [x["peak"] for x in rows.get("psync-buffered", (None, None, []))[2] if x["peak"]]
 if peaks:

@@ -1,20 +1,35 @@
-// plugins/fio/folio_engine.c - fio external ioengine that reads files through folio.
+// plugins/fio/folio_engine.c - fio external ioengine that reads and writes files
+// through folio.
 //
 //   fio --ioengine=external:target/fio-plugin/libfio_folio.so --thread=1 job.fio
 //
 // One folio cache per fio process, shared by every job of the process: the first job to
 // start creates it with its folio_capacity= and folio_readahead=, the last to finish
-// prints its stats (folio_stats_format) and destroys it. A cache lives in one process, so
-// forked jobs (thread=0, fio's default) are refused with a message.
+// syncs every file the cache wrote (folio_cache_sync_all), prints its stats
+// (folio_stats_format) and destroys it. A cache lives in one process, so forked jobs
+// (thread=0, fio's default) are refused with a message.
+//
+// Writes: a job that writes (td_write) opens its files with FOLIO_OPEN_WRITE (and
+// FOLIO_OPEN_CREATE unless allow_file_create=0, as fio's own open adds O_CREAT), writes
+// with folio_write, and turns fio's syncs into folio_sync: DDIR_SYNC (fsync=, end_fsync=)
+// is FOLIO_SYNC_ALL, DDIR_DATASYNC (fdatasync=) FOLIO_SYNC_DATA, DDIR_SYNC_FILE_RANGE
+// (sync_file_range=) FOLIO_SYNC_RANGE when it waits after, else folio_writeback; sync=1
+// (O_SYNC) and sync=dsync (O_DSYNC) sync after every write. fio's own fsync of a file's
+// descriptor at close (fsync_on_close=1) cannot reach folio's dirty pages, so the engine
+// takes that option over (clears it in the job and syncs in close_file). fio lays files
+// out, fallocates and truncates them with its own system calls before the engine opens
+// them, and unlinks them with unlink(2): no hook is needed for that (a file re-created
+// under the same name gets a mapping of its own in folio).
 //
 // Protection: the shared cache and its user count are guarded by cache_lock (a job that
-// joined, marked by td->io_ops_data, keeps the cache alive until its cleanup); a file's
-// handle (struct folio_fio_file) belongs to the job that opened it (fio gives each job its
-// own struct fio_file). folio's handles are thread-safe.
-// Limits: reads only. Writes, trims and syncs fail with EOPNOTSUPP until folio has a
-// write path (issue 14); folio_queue_write is where they go. The engine is built against
-// fio's own headers of the same version as the fio that loads it (build.sh checks).
-// See docs/fio.md.
+// joined, marked by td->io_ops_data pointing at its struct folio_fio_job, keeps the cache
+// alive until its cleanup); a file's handle (struct folio_fio_file) belongs to the job
+// that opened it (fio gives each job its own struct fio_file). folio's handles are
+// thread-safe.
+// Limits: no trims (folio cannot punch holes): a trim job is refused at init, a trim
+// that reaches the engine fails with EOPNOTSUPP. Synchronous (FIO_SYNCIO): iodepth above
+// 1 adds nothing. The engine is built against fio's own headers of the same version as
+// the fio that loads it (build.sh checks). See docs/fio.md.
 
 #include <errno.h>
 #include <inttypes.h>
@@ -66,6 +81,13 @@ static struct fio_option options[] = {
 // A file opened through folio, in f->engine_data.
 struct folio_fio_file {
 	folio_file handle;
+	int writable; // opened with FOLIO_OPEN_WRITE
+};
+
+// A job that joined the cache, in td->io_ops_data.
+struct folio_fio_job {
+	int fsync_on_close;     // the job's fsync_on_close=1, taken over from fio
+	uint32_t sync_per_write; // 0, or the folio_sync kind sync=/O_SYNC/O_DSYNC asks for
 };
 
 static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -73,13 +95,16 @@ static folio_cache cache;            // the process's cache, valid while cache_u
 static unsigned int cache_users;     // jobs between init and cleanup
 static struct folio_fio_options cache_options; // what the cache was created with
 
+// Logs why the folio call `what` failed with `ret`: folio's message (it names the call
+// and says why), else the errno's text.
 static void log_folio_error(const char *what, int64_t ret)
 {
 	char msg[512];
 
 	if (folio_last_error_message(msg, sizeof(msg)) == 0)
-		snprintf(msg, sizeof(msg), "%s", strerror((int)-ret));
-	log_err("folio: %s: %s\n", what, msg);
+		log_err("folio: %s: %s\n", what, strerror((int)-ret));
+	else
+		log_err("folio: %s\n", msg);
 }
 
 // Joins the process's cache, creating it if this is the first job.
@@ -87,6 +112,7 @@ static void log_folio_error(const char *what, int64_t ret)
 static int folio_fio_init(struct thread_data *td)
 {
 	struct folio_fio_options *o = td->eo;
+	struct folio_fio_job *job;
 	folio_cache_options opts;
 	int32_t ret;
 	int err = 0;
@@ -97,11 +123,28 @@ static int folio_fio_init(struct thread_data *td)
 			td->o.name);
 		return 1;
 	}
-	if (td_write(td) && !td->o.verify_only) {
-		log_err("folio: job %s: writes are not supported yet (issue 14)\n", td->o.name);
+	if (td_trim(td)) {
+		log_err("folio: job %s: trims are not supported (folio cannot punch holes)\n",
+			td->o.name);
 		td_verror(td, EOPNOTSUPP, "init");
 		return 1;
 	}
+	job = calloc(1, sizeof(*job));
+	if (!job) {
+		td_verror(td, ENOMEM, "calloc");
+		return 1;
+	}
+	// fio would fsync(2) the engine's descriptor (there is none) at close: the engine
+	// syncs through folio instead (close_file).
+	if (td->o.fsync_on_close) {
+		job->fsync_on_close = 1;
+		td->o.fsync_on_close = 0;
+	}
+	// sync=1 is O_SYNC (which includes the O_DSYNC bit), sync=dsync O_DSYNC.
+	if ((td->o.sync_io & O_SYNC) == O_SYNC)
+		job->sync_per_write = FOLIO_SYNC_ALL;
+	else if (td->o.sync_io & O_DSYNC)
+		job->sync_per_write = FOLIO_SYNC_DATA;
 
 	pthread_mutex_lock(&cache_lock);
 	if (cache_users > 0) {
@@ -118,7 +161,7 @@ static int folio_fio_init(struct thread_data *td)
 			goto out;
 		}
 		cache_users++;
-		td->io_ops_data = &cache_users; // joined: cleanup leaves
+		td->io_ops_data = job; // joined: cleanup leaves
 		goto out;
 	}
 	folio_cache_options_init(&opts);
@@ -133,26 +176,41 @@ static int folio_fio_init(struct thread_data *td)
 	}
 	cache_options = *o;
 	cache_users = 1;
-	td->io_ops_data = &cache_users; // joined: cleanup leaves
+	td->io_ops_data = job; // joined: cleanup leaves
 out:
 	pthread_mutex_unlock(&cache_lock);
+	if (err)
+		free(job);
 	return err;
 }
 
-// Leaves the process's cache; the last job prints its stats and destroys it.
-// Context: a job's thread, at its end; takes cache_lock.
+// Leaves the process's cache; the last job syncs every file it wrote, prints its stats
+// and destroys it. The sync is what a buffered write(2) gets for free: the kernel keeps
+// its dirty pages after the process exits, folio's go with the process, so what the jobs
+// wrote must be on disk before fio exits (a later fio process verifies it).
+// Context: a job's thread, at its end; takes cache_lock; the last job sleeps until every
+// write and flush completes.
 static void folio_fio_cleanup(struct thread_data *td)
 {
 	folio_stats stats;
 	char line[4096];
+	int32_t ret;
 
-	if (td->io_ops_data != &cache_users)
+	if (!td->io_ops_data)
 		return; // init refused this job: it never joined
+	free(td->io_ops_data);
 	td->io_ops_data = NULL;
 	pthread_mutex_lock(&cache_lock);
 	if (--cache_users > 0) {
 		pthread_mutex_unlock(&cache_lock);
 		return;
+	}
+	ret = folio_cache_sync_all(cache);
+	if (ret < 0) {
+		log_err("folio: syncing the files the jobs wrote failed: their data may not be "
+			"on disk\n");
+		log_folio_error("folio_cache_sync_all", ret);
+		td_verror(td, (int)-ret, "folio_cache_sync_all");
 	}
 	if (folio_cache_stats(cache, &stats) == 0) {
 		folio_stats_format(&stats, line, sizeof(line));
@@ -163,11 +221,11 @@ static void folio_fio_cleanup(struct thread_data *td)
 	pthread_mutex_unlock(&cache_lock);
 }
 
-// Context: a job's thread; blocks in open(2).
+// Context: a job's thread; blocks in open(2) (and creat(2)).
 static int folio_fio_open_file(struct thread_data *td, struct fio_file *f)
 {
 	struct folio_fio_file *ff;
-	uint32_t advice;
+	uint32_t advice, flags = 0;
 	int32_t ret;
 
 	ff = calloc(1, sizeof(*ff));
@@ -175,14 +233,22 @@ static int folio_fio_open_file(struct thread_data *td, struct fio_file *f)
 		td_verror(td, ENOMEM, "calloc");
 		return 1;
 	}
+	// As fio's own open: read-write (and created when missing, unless
+	// allow_file_create=0) for a job that writes.
+	if (td_write(td)) {
+		flags = FOLIO_OPEN_WRITE;
+		if (td->o.allow_create)
+			flags |= FOLIO_OPEN_CREATE;
+	}
 	// This job holds the cache (cache_users > 0) until its cleanup: no lock needed.
-	ret = folio_open(cache, f->file_name, &ff->handle);
+	ret = folio_open2(cache, f->file_name, flags, &ff->handle);
 	if (ret < 0) {
-		log_folio_error("folio_open", ret);
-		td_verror(td, (int)-ret, "folio_open");
+		log_folio_error("folio_open2", ret);
+		td_verror(td, (int)-ret, "folio_open2");
 		free(ff);
 		return 1;
 	}
+	ff->writable = (flags & FOLIO_OPEN_WRITE) != 0;
 	// fio's fadvise_hint (on by default: random for random jobs, sequential for others)
 	// goes to folio, as fio gives it to the kernel for psync.
 	if (td->o.fadvise_hint != F_ADV_NONE) {
@@ -199,17 +265,26 @@ static int folio_fio_open_file(struct thread_data *td, struct fio_file *f)
 	return 0;
 }
 
-// Context: a job's thread; does not wait for I/O.
+// Closes the file; with fsync_on_close=1, a file the job wrote is synced first (fio
+// reports a failed sync as the close's error).
+// Context: a job's thread; does not wait for I/O, but for that sync.
 static int folio_fio_close_file(struct thread_data *td, struct fio_file *f)
 {
 	struct folio_fio_file *ff = FILE_ENG_DATA(f);
+	struct folio_fio_job *job = td->io_ops_data;
+	int32_t ret = 0;
 
 	if (ff) {
+		if (ff->writable && job && job->fsync_on_close) {
+			ret = folio_sync(ff->handle, FOLIO_SYNC_ALL, 0, 0);
+			if (ret < 0)
+				log_folio_error("folio_sync at close (fsync_on_close)", ret);
+		}
 		folio_close(ff->handle);
 		free(ff);
 		FILE_SET_ENG_DATA(f, NULL);
 	}
-	return 0;
+	return ret < 0 ? (int)-ret : 0;
 }
 
 // fio's invalidate= (on by default): drops the file's unpinned pages from the folio
@@ -240,25 +315,81 @@ static void folio_queue_read(struct thread_data *td, struct io_u *io_u)
 		io_u->resid = io_u->xfer_buflen - (unsigned long long)got;
 }
 
-// Writes, trims and syncs: folio has no write path yet (issue 14 adds it here).
+// A write: all of the buffer or an error (folio_write writes everything it returns),
+// then the sync that sync= asks for.
 static void folio_queue_write(struct thread_data *td, struct io_u *io_u)
 {
-	static int warned;
+	struct folio_fio_file *ff = FILE_ENG_DATA(io_u->file);
+	struct folio_fio_job *job = td->io_ops_data;
+	int64_t put;
+	int32_t ret;
 
-	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-		log_err("folio: writes are not supported yet (issue 14)\n");
-	io_u->error = EOPNOTSUPP;
+	put = folio_write(ff->handle, io_u->xfer_buf, io_u->xfer_buflen, io_u->offset);
+	if (put < 0) {
+		io_u->error = (int)-put;
+		return;
+	}
+	io_u->resid = io_u->xfer_buflen - (unsigned long long)put;
+	if (job->sync_per_write) {
+		ret = folio_sync(ff->handle, job->sync_per_write, 0, 0);
+		if (ret < 0)
+			io_u->error = (int)-ret;
+	}
 }
 
-// Context: a job's thread; blocks while missing pages are read.
+// fsync=, fdatasync=, end_fsync=, sync_file_range= (fio's do_io_u_sync, on folio).
+static void folio_queue_sync(struct thread_data *td, struct io_u *io_u)
+{
+	struct fio_file *f = io_u->file;
+	struct folio_fio_file *ff = FILE_ENG_DATA(f);
+	uint64_t offset, len;
+	int32_t ret = 0;
+
+	switch (io_u->ddir) {
+	case DDIR_SYNC:
+		ret = folio_sync(ff->handle, FOLIO_SYNC_ALL, 0, 0);
+		break;
+	case DDIR_DATASYNC:
+		ret = folio_sync(ff->handle, FOLIO_SYNC_DATA, 0, 0);
+		break;
+	case DDIR_SYNC_FILE_RANGE:
+		// The range fio's do_sync_file_range gives the kernel: what was written since.
+		offset = f->first_write;
+		len = f->last_write - f->first_write;
+		if (!len)
+			break;
+		if (td->o.sync_file_range & SYNC_FILE_RANGE_WAIT_AFTER)
+			ret = folio_sync(ff->handle, FOLIO_SYNC_RANGE, offset, len);
+		else if (td->o.sync_file_range & SYNC_FILE_RANGE_WRITE)
+			ret = folio_writeback(ff->handle, offset, len);
+		break;
+	default:
+		ret = -EINVAL;
+		break;
+	}
+	if (ret < 0)
+		io_u->error = (int)-ret;
+}
+
+// Context: a job's thread; blocks while missing pages are read, while a write waits at
+// the dirty limit, and for syncs.
 static enum fio_q_status folio_fio_queue(struct thread_data *td, struct io_u *io_u)
 {
+	static int trim_warned;
+
 	fio_ro_check(td, io_u);
 
-	if (io_u->ddir == DDIR_READ)
+	if (io_u->ddir == DDIR_READ) {
 		folio_queue_read(td, io_u);
-	else
+	} else if (io_u->ddir == DDIR_WRITE) {
 		folio_queue_write(td, io_u);
+	} else if (ddir_sync(io_u->ddir)) {
+		folio_queue_sync(td, io_u);
+	} else {
+		if (!__atomic_exchange_n(&trim_warned, 1, __ATOMIC_RELAXED))
+			log_err("folio: trims are not supported (folio cannot punch holes)\n");
+		io_u->error = EOPNOTSUPP;
+	}
 
 	if (io_u->error)
 		td_verror(td, io_u->error, "xfer");
