@@ -139,7 +139,8 @@ impl DirtyFiles {
     /// back).
     pub fn due(&self, everything: bool) -> Vec<Arc<Mapping>> {
         let now = self.now_ns();
-        let expire = self.expire.as_nanos() as u64;
+        // Saturating: an expiry past 2^64 ns never comes (a truncation would make it small).
+        let expire = u64::try_from(self.expire.as_nanos()).unwrap_or(u64::MAX);
         let mut queue = self.lock();
         let mut due = Vec::new();
         queue.retain(|mapping| {

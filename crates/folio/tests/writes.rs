@@ -277,3 +277,30 @@ fn removing_a_closed_file_drops_its_pages_and_its_dirty_state() {
     assert_eq!(file.len(), 0);
     assert!(cache.remove_file(dir.path().join("missing")).is_err());
 }
+
+/// An expiry past 2^64 ns (584 years) means "never", not its nanoseconds modulo 2^64 (the
+/// background writeback took `as_nanos() as u64`, which made this one 1 µs).
+#[test]
+fn an_expiry_past_u64_nanoseconds_never_expires() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let expire = Duration::new(18_446_744_073, 709_552_616); // 2^64 ns + 1 µs
+    let cache = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .dirty_expire(expire)
+        .build()
+        .unwrap();
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    file.write_at(&pattern(5, 0, 8192), 0).unwrap();
+    // Several passes of the background writeback (every 100 ms); below the background
+    // threshold, only expiry could write the file.
+    std::thread::sleep(Duration::from_millis(500));
+    let s = cache.stats();
+    assert_eq!(s.pages_written_back, 0, "{s:?}");
+    assert_eq!(s.dirty_pages, 2, "{s:?}");
+}
