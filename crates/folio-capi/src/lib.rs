@@ -15,6 +15,9 @@
 //! folio_cache_destroy(cache);
 //! ```
 //!
+//! and writes them (module `write`): `folio_open2` with FOLIO_OPEN_WRITE, `folio_write`,
+//! `folio_set_len`, `folio_sync`, `folio_writeback`, `folio_cache_sync_all`.
+//!
 //! # Conventions
 //!
 //! - Every function returns `0` (or a count) on success and a negative errno on failure
