@@ -644,10 +644,9 @@ enum Prepared {
     Locked(Locked),
 }
 
+/// The error of a file given up after its writeback kept failing (`writeback` module
+/// docs): the errno its last failed write got, kept as a raw OS error so that the C ABI
+/// returns it as is (a `Context` message would lose it).
 fn failed_error(errno: i32) -> io::Error {
-    let cause = io::Error::from_raw_os_error(errno);
-    io::Error::new(
-        cause.kind(),
-        format!("folio: the file's writeback kept failing ({cause}); it was given up: its dirty data is lost, its cached data stays readable"),
-    )
+    io::Error::from_raw_os_error(errno)
 }
