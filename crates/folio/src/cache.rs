@@ -16,6 +16,7 @@ use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::{FileStamp, MappingTable};
 use crate::memory::Memory;
 use crate::pagecache::{CacheInner, Core};
+use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
 use crate::stats::{Counters, Stats};
 use crate::types::{Order, PAGE_BYTES};
@@ -174,6 +175,7 @@ impl CacheBuilder {
                 arena,
                 policy: new_policy(self.eviction, frames),
                 counters: Counters::default(),
+                readahead_limit: ReadaheadLimit::new(LimitBounds::for_cache(frames)),
             },
             mappings: MappingTable::default(),
             reclaimer: Reclaimer::new(frames),

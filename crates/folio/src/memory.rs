@@ -1,12 +1,15 @@
 //! The cache's memory and who decides what leaves it: the arena of frames, the eviction
-//! policy, and the counters, shared by every part below the page cache (mapping,
-//! reclaim) without them knowing the page cache itself.
+//! policy, the counters, and how much readahead the memory holds without thrashing (the
+//! cache-wide readahead limit, which reclaim tells when it evicts pages read ahead and
+//! never read), shared by every part below the page cache (mapping, reclaim) without them
+//! knowing the page cache itself.
 //!
 //! Protection: each part has its own (arena: free-list mutex; policy: its mutex;
-//! counters: atomics).
+//! counters: atomics; readahead limit: two atomic words, CAS).
 
 use crate::arena::Arena;
 use crate::eviction::EvictionPolicy;
+use crate::readahead::ReadaheadLimit;
 use crate::refcount::PutOutcome;
 use crate::stats::Counters;
 use crate::types::FrameId;
@@ -16,6 +19,9 @@ pub(crate) struct Memory {
     pub arena: Arena,
     pub policy: Box<dyn EvictionPolicy>,
     pub counters: Counters,
+    /// The cache-wide maximum readahead window: each active stream's share, lowered while
+    /// readahead thrashes (`readahead` module docs).
+    pub readahead_limit: ReadaheadLimit,
 }
 
 impl Memory {
