@@ -43,7 +43,8 @@ pub struct ReadaheadWindow {
     pub start_bytes: u64,
     pub size_bytes: u64,
     pub async_bytes: u64,
-    /// The handle's maximum window now.
+    /// The handle's maximum window now (the cache-wide limit may lower what a window
+    /// gets while several streams read ahead: `readahead` module docs).
     pub max_bytes: u64,
 }
 
