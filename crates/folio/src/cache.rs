@@ -17,6 +17,7 @@ use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::{FileStamp, MappingTable};
 use crate::memory::Memory;
 use crate::pagecache::{CacheInner, Core, DirtyFiles, WritebackBodies};
+use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
 use crate::stats::{Counters, Stats};
 use crate::types::{Order, PageIndex, PAGE_BYTES};
@@ -225,6 +226,7 @@ impl CacheBuilder {
                         |b| b / PAGE_BYTES as u64,
                     ),
                 ),
+                readahead_limit: ReadaheadLimit::new(LimitBounds::for_cache(frames)),
             },
             mappings: MappingTable::default(),
             reclaimer: Reclaimer::new(frames),

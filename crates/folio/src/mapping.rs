@@ -741,6 +741,9 @@ mod tests {
             policy: crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
             counters: crate::stats::Counters::default(),
             dirty: crate::dirty::DirtyBudget::new(8, 4),
+            readahead_limit: crate::readahead::ReadaheadLimit::new(
+                crate::readahead::LimitBounds::for_cache(64),
+            ),
         }
     }
 

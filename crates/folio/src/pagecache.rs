@@ -186,11 +186,12 @@ impl Core {
     /// The largest readahead window a handle of this cache may use, in pages: the state
     /// word's limit, and an eighth of the cache rounded down to a power of two, so that a
     /// window and the next one in flight never take more than a quarter of it (as one
-    /// run of `read_missing`) and ramped windows stay aligned to the largest folio.
+    /// run of `read_missing`) and ramped windows stay aligned to the largest folio
+    /// (`readahead::window_pages_limit`). Windows are bounded further by the cache-wide
+    /// limit (`Memory::readahead_limit`): each active stream's share, and less while
+    /// readahead thrashes.
     pub fn readahead_pages_limit(&self) -> u32 {
-        let eighth = self.mem.arena.frame_count() / 8;
-        let eighth = eighth.checked_ilog2().map_or(0, |log| 1 << log);
-        eighth.min(crate::readahead::WINDOW_PAGES_LIMIT)
+        crate::readahead::window_pages_limit(self.mem.arena.frame_count())
     }
 
     /// A maximum window of `bytes`, in pages, within `readahead_pages_limit`.

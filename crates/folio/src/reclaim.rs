@@ -19,6 +19,10 @@
 //! - Shadow entries are bounded: each eviction that leaves one is logged; past
 //!   `shadows_max` (the capacity in pages) the oldest still in place is removed. Cost per
 //!   shadow: 8 B in its index slot (plus its share of the node) and 24 B in the log.
+//! - A folio read ahead and evicted before anyone read it (PREFETCHED) is wasted
+//!   readahead: counted, and told to the cache-wide readahead limit once per batch
+//!   (`readahead::ReadaheadLimit`), which shrinks the windows of every stream while too
+//!   much of what they read ahead is evicted unread.
 //! - Evicting the last folio of a file that no handle has open forgets the file: after
 //!   the batch, with every lock dropped, `MappingTable::remove_if_unused` removes its
 //!   mapping, whose shadows go with its index. Their records stay in the log until they
@@ -125,6 +129,8 @@ impl Reclaimer {
         let mut logged: Vec<ShadowRecord> = Vec::with_capacity(isolated.len());
         // Mappings with no handle whose last counted folio this pass evicted.
         let mut maybe_unused = Vec::new();
+        // Pages read ahead that this pass evicted before anyone read them.
+        let mut wasted_pages = 0;
         for victim in isolated {
             let meta = mem.arena.meta(victim.frame);
             let (mapping_id, head, order) = meta.identity();
@@ -142,7 +148,7 @@ impl Reclaimer {
                 }
                 drop(w);
                 if meta.state.load().is_prefetched() {
-                    stats::add(&mem.counters.readahead_wasted_pages, victim.pages);
+                    wasted_pages += victim.pages;
                 }
                 logged.push(ShadowRecord {
                     mapping: mapping_id,
@@ -169,6 +175,11 @@ impl Reclaimer {
         }
         stats::add(&mem.counters.evicted_folios, to_free.len() as u64);
         stats::add(&mem.counters.evicted_pages, report.freed_pages);
+        if wasted_pages > 0 {
+            stats::add(&mem.counters.readahead_wasted_pages, wasted_pages);
+            // Readahead thrashes: the cache-wide maximum window may have to shrink.
+            mem.readahead_limit.note_wasted(wasted_pages);
+        }
         self.log_shadows(mem, mappings, logged);
         // Every lock dropped: a closed file whose last folio went is forgotten, and its
         // shadows with it (`MappingTable` docs).

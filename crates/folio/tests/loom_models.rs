@@ -23,6 +23,10 @@
 //!   readahead state never tear it and never write a stale window back: when two threads
 //!   hit the same marker (or miss the same page), exactly one window is installed, the
 //!   loser re-reads the state and decides again from it.
+//! - `readahead_limit_counts`: two threads of one handle install windows at once, one
+//!   counting pages read ahead, the other pages wasted, against the cache-wide readahead
+//!   limit's two words: the handle counts once as a stream of the epoch, and no count is
+//!   lost.
 //! - `optimistic_read`: a reader that copies without a reference validates only copies
 //!   that belong entirely to one identity, never a mix of an evicted page and its
 //!   replacement.
@@ -477,6 +481,30 @@ fn errseq_a_handle_opened_after_a_check_sees_the_unreported_error() {
 #[test]
 fn readahead_marker_race() {
     ramp_race(2);
+}
+
+#[test]
+fn readahead_limit_counts() {
+    use readahead::{LimitBounds, RaCell, ReadaheadLimit};
+    loom::model(|| {
+        // 2^16 frames: a period is 8,192 pages, so none ends here.
+        let limit = Arc::new(ReadaheadLimit::new(LimitBounds::for_cache(1 << 16)));
+        let cell = Arc::new(RaCell::new(32));
+        let reader = {
+            let (limit, cell) = (limit.clone(), cell.clone());
+            thread::spawn(move || {
+                limit.note_window(&cell);
+                limit.note_read_ahead(5, 4);
+            })
+        };
+        limit.note_window(&cell);
+        limit.note_wasted(3);
+        reader.join().unwrap();
+        assert_eq!(limit.streams().now, 1, "one handle, one stream");
+        let thrash = limit.thrash();
+        assert_eq!((thrash.read_ahead_pages, thrash.wasted_pages), (5, 3));
+        assert_eq!(thrash.largest_shift, 3, "the window of 4 pages");
+    });
 }
 
 #[test]

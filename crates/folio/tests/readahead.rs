@@ -376,3 +376,63 @@ fn thirty_two_threads_sharing_one_handle_insert_each_page_once() {
     assert!(s.readahead_async > 0);
     assert_eq!(s.io_bytes, FILE_BYTES, "every byte read from the file once");
 }
+
+/// Sixteen sequential streams through a cache that holds a quarter of one window of each
+/// at the default maximum (issue 16: fio's cold `read` job, 16 jobs): each thread scans
+/// its own 64 MiB file in 16 KiB reads through one 64 MiB cache built with the default
+/// options. The windows' sum must not thrash the cache: readahead pages evicted before
+/// anyone read them stay under a tenth of the pages read ahead, so the files are read from
+/// disk about once. Every byte is checked.
+#[test]
+fn sixteen_streams_through_a_small_cache_do_not_thrash_its_readahead() {
+    const STREAMS: u64 = 16;
+    const FILE_BYTES: u64 = 64 << 20;
+    const READ_BYTES: usize = 16 << 10;
+    let dir = common::test_dir();
+    let paths: Vec<_> = (0..STREAMS)
+        .map(|i| {
+            let path = dir.path().join(format!("f{i}"));
+            common::write_pattern_file(&path, SALT + i, FILE_BYTES);
+            path
+        })
+        .collect();
+    let cache = Cache::builder().capacity_bytes(64 << 20).build().unwrap();
+    let barrier = Arc::new(Barrier::new(STREAMS as usize));
+    std::thread::scope(|scope| {
+        for (i, path) in paths.iter().enumerate() {
+            let (cache, barrier) = (&cache, barrier.clone());
+            scope.spawn(move || {
+                let file = cache.open(path).unwrap();
+                let salt = SALT + i as u64;
+                let mut buf = vec![0u8; READ_BYTES];
+                barrier.wait();
+                let mut offset = 0;
+                while offset < FILE_BYTES {
+                    let n = file.read_at(&mut buf, offset).unwrap();
+                    assert_eq!(n, READ_BYTES);
+                    common::check_pattern(salt, offset, &buf)
+                        .unwrap_or_else(|at| panic!("file {i}: wrong byte at {at}"));
+                    offset += n as u64;
+                }
+            });
+        }
+    });
+    let s = cache.stats();
+    println!(
+        "readahead_pages={} readahead_wasted_pages={} io_bytes={} misses={} waits_on_io={}",
+        s.readahead_pages, s.readahead_wasted_pages, s.io_bytes, s.misses, s.waits_on_io
+    );
+    assert!(s.readahead_pages > 0, "{s:?}");
+    let data_bytes = STREAMS * FILE_BYTES;
+    assert!(
+        s.io_bytes < data_bytes + data_bytes / 4,
+        "{} bytes read from disk for {data_bytes} ({s:?})",
+        s.io_bytes
+    );
+    assert!(
+        s.readahead_wasted_pages * 10 < s.readahead_pages,
+        "readahead thrashed: {} of {} pages read ahead were evicted unread ({s:?})",
+        s.readahead_wasted_pages,
+        s.readahead_pages
+    );
+}

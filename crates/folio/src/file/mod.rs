@@ -14,7 +14,8 @@
 //! miss path (`filemap`).
 //!
 //! Each handle has its own readahead state (`RaCell`), shared by every thread that reads
-//! through the handle and updated only by CAS.
+//! through the handle and updated only by CAS; its maximum window is lowered to the
+//! cache-wide limit (`readahead::ReadaheadLimit`) when a window is decided, never on a hit.
 
 mod write;
 
@@ -45,7 +46,8 @@ pub struct ReadaheadWindow {
     pub start_bytes: u64,
     pub size_bytes: u64,
     pub async_bytes: u64,
-    /// The handle's maximum window now.
+    /// The handle's maximum window now (the cache-wide limit may lower what a window
+    /// gets while several streams read ahead: `readahead` module docs).
     pub max_bytes: u64,
 }
 
@@ -256,7 +258,7 @@ impl File {
         // The walk's answer, and the page it was asked from: a retry that looks from
         // another page (the state changed under the CAS) walks again.
         let mut next_miss: Option<(PageIndex, Option<PageIndex>)> = None;
-        let installed = self.ra.update(|state, max_pages| {
+        let installed = self.update_window(|state, max_pages| {
             // The marker may sit anywhere in a large folio, and the read may touch the
             // folio before reaching the marker page: the window's own marker, if it is in
             // this folio, is the page the policy expects (the kernel compares the folio's
@@ -281,8 +283,39 @@ impl File {
         });
         if let Some(window) = installed {
             stats::bump(&core.mem.counters.readahead_async);
-            self.fill().read_window(window_of(window));
+            self.read_ahead(window);
         }
+    }
+
+    /// Installs the window `decide` makes from the handle's state (`RaCell::update`), with
+    /// the handle's maximum lowered to the cache-wide limit (`readahead::ReadaheadLimit`:
+    /// the share of each active stream, lower while readahead thrashes), and counts the
+    /// handle as an active stream.
+    fn update_window(
+        &self,
+        mut decide: impl FnMut(readahead::RaState, u32) -> Decision,
+    ) -> Option<readahead::RaState> {
+        let limit = &self.core().mem.readahead_limit;
+        let limit_pages = limit.limit_pages();
+        let installed = self
+            .ra
+            .update(|state, max_pages| decide(state, max_pages.min(limit_pages)));
+        if installed.is_some() {
+            limit.note_window(&self.ra);
+        }
+        installed
+    }
+
+    /// Reads the gaps of the window the policy installed, and counts what it read ahead
+    /// toward the cache-wide limit (`readahead::ReadaheadLimit`). Returns the pages
+    /// inserted.
+    ///
+    /// Context: as `Fill::read_window`: no lock held, never waits for memory.
+    fn read_ahead(&self, window: readahead::RaState) -> u64 {
+        let pages = self.fill().read_window(window_of(window));
+        let limit = &self.core().mem.readahead_limit;
+        limit.note_read_ahead(pages, window.size);
+        pages
     }
 
     /// A window that starts at or past the end of the file reads nothing: not installed.
@@ -319,12 +352,12 @@ impl File {
             };
             req.cached_before = page.0 - run_start;
         }
-        let installed = self.ra.update(|state, max_pages| {
+        let installed = self.update_window(|state, max_pages| {
             self.within_file(readahead::decide_on_miss(state, req, max_pages))
         });
         if let Some(window) = installed {
             stats::bump(&self.core().mem.counters.readahead_sync);
-            if self.fill().read_window(window_of(window)) > 0 {
+            if self.read_ahead(window) > 0 {
                 return Ok(());
             }
         }
@@ -347,12 +380,15 @@ impl File {
         stats::bump(&self.core().mem.counters.readahead_forced);
         while at < end {
             let chunk_end = end.min(at.add(FORCED_CHUNK_PAGES));
-            self.fill().read_window(Window {
+            let pages = self.fill().read_window(Window {
                 start: at,
                 end: chunk_end,
                 marker: None,
                 order_cap: Order::MAX,
             });
+            // Read ahead too (its pages can be wasted), but not by a window the limit
+            // bounds.
+            self.core().mem.readahead_limit.note_read_ahead(pages, 0);
             at = chunk_end;
         }
         Ok(())
