@@ -281,8 +281,21 @@ pub struct Row {
     /// benchmark would have stopped with a mismatch.
     pub bytes_read: u64,
     pub bytes_verified: u64,
+    /// Bytes written over all runs (the write workloads; absent from the JSON of the
+    /// others).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bytes_written: u64,
+    /// The median run's syncs and their latency (the write workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p50_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p99_us: Option<f64>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Row {
@@ -305,6 +318,9 @@ impl Row {
             runs_mb_per_sec: runs.iter().map(RunResult::mb_per_sec).collect(),
             bytes_read: runs.iter().map(|r| r.bytes_read).sum(),
             bytes_verified: runs.iter().map(|r| r.bytes_verified).sum(),
+            bytes_written: runs.iter().map(|r| r.bytes_written).sum(),
+            sync_p50_us: m.sync_p50_us,
+            sync_p99_us: m.sync_p99_us,
             extra: m.extra,
         }
     }
@@ -327,6 +343,16 @@ impl Target {
             measured,
             required,
             met: measured.is_some_and(|m| m >= required),
+        }
+    }
+
+    /// `measured <= required` (a missing measurement is a miss); `what` says "at most".
+    pub fn at_most(what: impl Into<String>, measured: Option<f64>, required: f64) -> Target {
+        Target {
+            what: what.into(),
+            measured,
+            required,
+            met: measured.is_some_and(|m| m <= required),
         }
     }
 
@@ -585,6 +611,9 @@ mod tests {
             runs_mb_per_sec: Vec::new(),
             bytes_read: 0,
             bytes_verified: 0,
+            bytes_written: 0,
+            sync_p50_us: None,
+            sync_p99_us: None,
             extra: Map::new(),
         }
     }
