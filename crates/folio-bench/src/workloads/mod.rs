@@ -21,9 +21,13 @@ pub mod db_bench;
 pub mod limits;
 pub mod pread_scale;
 pub mod randread;
+pub mod randrw;
+pub mod randwrite;
 pub mod readahead_storm;
 pub mod readseq;
+pub mod rw;
 pub mod scale;
+pub mod writeseq;
 
 use std::cell::RefCell;
 use std::io;
@@ -205,7 +209,7 @@ pub enum System {
     FolioPrefault,
     /// The kernel's page cache: buffered reads.
     Kernel,
-    /// O_DIRECT reads, no cache.
+    /// O_DIRECT reads (writes in `writeseq`), no cache.
     Direct,
     /// memcpy from memory: the copy's limit.
     Memcpy,
