@@ -356,7 +356,8 @@ pub fn run_in_cgroup(args: &[OsString], limit_bytes: u64) -> io::Result<ChildOut
     if !out.status.success() {
         return Err(io::Error::other(format!(
             "the child `{}` failed: {}",
-            args.first().map_or(std::borrow::Cow::Borrowed(""), |a| a.to_string_lossy()),
+            args.first()
+                .map_or(std::borrow::Cow::Borrowed(""), |a| a.to_string_lossy()),
             out.status
         )));
     }

@@ -277,7 +277,10 @@ fn summarize(recorders: Vec<Recorder>, start: Instant) -> RunResult {
     let mut end = start;
     for rec in recorders {
         merged.hist.add(&rec.hist).expect("histograms of one kind");
-        merged.sync_hist.add(&rec.sync_hist).expect("histograms of one kind");
+        merged
+            .sync_hist
+            .add(&rec.sync_hist)
+            .expect("histograms of one kind");
         merged.ops += rec.ops;
         merged.bytes_read += rec.bytes_read;
         merged.bytes_verified += rec.bytes_verified;
@@ -291,7 +294,8 @@ fn summarize(recorders: Vec<Recorder>, start: Instant) -> RunResult {
             hist.value_at_quantile(q) as f64 / 1000.0
         }
     };
-    let sync_us = |q: f64| (!merged.sync_hist.is_empty()).then(|| quantile_us(&merged.sync_hist, q));
+    let sync_us =
+        |q: f64| (!merged.sync_hist.is_empty()).then(|| quantile_us(&merged.sync_hist, q));
     RunResult {
         ops: merged.ops,
         bytes_read: merged.bytes_read,
@@ -379,7 +383,10 @@ mod tests {
         assert_eq!((r.ops, r.bytes_written, r.bytes_read), (4, 8192, 200));
         assert_eq!(r.syncs, 2);
         assert!((r.sync_p99_us.unwrap() - 500.0).abs() < 1.0, "{r:?}");
-        assert!((r.p50_us - 3.0).abs() < 0.01, "syncs are not in the ops' histogram");
+        assert!(
+            (r.p50_us - 3.0).abs() < 0.01,
+            "syncs are not in the ops' histogram"
+        );
         let none = run_threads(1, Bound::Work { cap: None }, |_, _, rec| {
             rec.op(1, 1);
             Ok(())

@@ -66,7 +66,10 @@ pub fn table(report: &Report) -> String {
             format!("{:>11} {:>11}", us(row.sync_p50_us), us(row.sync_p99_us))
         } else {
             let pages = row.pages_inserted;
-            format!("{:>14}", pages.map_or_else(|| "-".to_string(), |p| p.to_string()))
+            format!(
+                "{:>14}",
+                pages.map_or_else(|| "-".to_string(), |p| p.to_string())
+            )
         };
         out += &format!(
             "{:<14} {:>7} {:>14} {:>10.1} {:>10} {:>10} {last} {:>13}\n",

@@ -16,6 +16,10 @@
 //! this block ([`check`]). After a run, a [`Model`] of the last stamp each block was given
 //! checks the file on disk exactly ([`check_exact`]).
 //!
+//! Protection: a [`Model`]'s entries are relaxed atomics, each stored only by the one job
+//! that owns its block; the check reads them after every job was joined (the join orders
+//! it after every store).
+//!
 //! Limits: files up to 2^62 bytes (word 0's top bit is the flag), at most 255 jobs and
 //! 65,535 turns (a turn: one measurement), 2^32 writes per job and turn. The rule accepts
 //! any version ever written to a block, not only the latest: which of two racing accesses
@@ -126,7 +130,10 @@ fn bad(block: u64, what: String) -> io::Error {
 /// Context: the read loop of the write workloads; one pass over the block.
 pub fn check(buf: &[u8], block: u64, blocks: u64) -> io::Result<Stamp> {
     if buf.len() != BLOCK_BYTES {
-        return Err(bad(block, format!("a read of {} bytes, not a block", buf.len())));
+        return Err(bad(
+            block,
+            format!("a read of {} bytes, not a block", buf.len()),
+        ));
     }
     let offset = block * BLOCK_BYTES as u64;
     let first = word(buf, 0);
@@ -135,11 +142,17 @@ pub fn check(buf: &[u8], block: u64, blocks: u64) -> io::Result<Stamp> {
         return Ok(Stamp::ORIGINAL);
     }
     if first != offset | WRITTEN_BIT {
-        return Err(bad(block, format!("word 0 is {first:#x}: neither this block's offset nor its written mark")));
+        return Err(bad(
+            block,
+            format!("word 0 is {first:#x}: neither this block's offset nor its written mark"),
+        ));
     }
     let stamp = Stamp(word(buf, 1));
     if stamp.block(blocks) != Some(block) {
-        return Err(bad(block, format!("stamp {:#x} was never written to this block", stamp.0)));
+        return Err(bad(
+            block,
+            format!("stamp {:#x} was never written to this block", stamp.0),
+        ));
     }
     data::verify_keyed(&buf[16..], offset + 16, stamp.key())
         .map_err(|m| bad(block, format!("stamp {:#x}, torn or corrupt: {m}", stamp.0)))?;

@@ -162,21 +162,39 @@ fn check_scale(v: &Value) {
 /// with no writeback error and nothing left dirty. Returns its rows.
 fn check_writes(v: &Value, workload: &str, file_bytes: u64) -> Vec<Value> {
     assert_eq!(v["workload"], workload);
-    assert!(v["limits"]["memcpy_gb_per_sec"].as_f64() > Some(0.0), "{workload}: limits");
+    assert!(
+        v["limits"]["memcpy_gb_per_sec"].as_f64() > Some(0.0),
+        "{workload}: limits"
+    );
     let rows = v["rows"].as_array().expect("rows is an array").clone();
     for system in ["folio", "kernel"] {
-        assert!(rows.iter().any(|r| r["system"] == system), "{workload}: no {system} row");
+        assert!(
+            rows.iter().any(|r| r["system"] == system),
+            "{workload}: no {system} row"
+        );
     }
     for row in &rows {
         assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
         assert!(row["mb_per_sec"].as_f64() > Some(0.0), "{row}");
-        assert!(row["bytes_written"].as_u64() > Some(0), "{workload}: wrote nothing: {row}");
+        assert!(
+            row["bytes_written"].as_u64() > Some(0),
+            "{workload}: wrote nothing: {row}"
+        );
         assert_eq!(row["bytes_verified"], row["bytes_read"], "{row}");
-        assert!(row["sync_p50_us"].as_f64() > Some(0.0), "{workload}: syncs timed: {row}");
-        assert!(row["sync_p99_us"].as_f64() >= row["sync_p50_us"].as_f64(), "{row}");
+        assert!(
+            row["sync_p50_us"].as_f64() > Some(0.0),
+            "{workload}: syncs timed: {row}"
+        );
+        assert!(
+            row["sync_p99_us"].as_f64() >= row["sync_p50_us"].as_f64(),
+            "{row}"
+        );
     }
     let folio = rows.iter().find(|r| r["system"] == "folio").unwrap();
-    assert_eq!(folio["disk_verified_bytes"], file_bytes, "{workload}: {folio}");
+    assert_eq!(
+        folio["disk_verified_bytes"], file_bytes,
+        "{workload}: {folio}"
+    );
     assert_eq!(folio["folio"]["writeback_errors"], 0, "{folio}");
     assert_eq!(folio["folio"]["dirty_pages_after_sync"], 0, "{folio}");
     assert!(folio["write_amplification"].as_f64() > Some(0.0), "{folio}");
@@ -419,7 +437,15 @@ fn every_workload_runs_tiny_with_the_promised_json() {
     let v = run(
         d,
         "writeseq",
-        &["writeseq", "--file-mib", "4", "--cache-mib", "4", "--direct-cap-secs", "0.2"],
+        &[
+            "writeseq",
+            "--file-mib",
+            "4",
+            "--cache-mib",
+            "4",
+            "--direct-cap-secs",
+            "0.2",
+        ],
     );
     let rows = check_writes(&v, "writeseq", 4 << 20);
     assert!(rows.iter().any(|r| r["system"] == "direct"));
@@ -457,7 +483,10 @@ fn every_workload_runs_tiny_with_the_promised_json() {
         assert_eq!(r["bytes_read"], 0, "randwrite only writes: {r}");
     }
     let folio = row(&rows, "folio", 4);
-    assert_eq!(folio["disk_known_blocks"], 16384, "the read-through saw every block");
+    assert_eq!(
+        folio["disk_known_blocks"], 16384,
+        "the read-through saw every block"
+    );
     let check = &v["params"]["amplification_check"];
     assert_eq!(check["writes"], 256, "{check}");
     assert_eq!(check["disk_verified_bytes"], 64 << 20, "{check}");

@@ -24,6 +24,9 @@
 //! such a block (up to 3 times) and counts it (`torn_reads_reread`); folio promises
 //! untorn pages, so a torn folio read stops the run.
 //!
+//! Protection: the jobs share only the handles (the systems' own locking), the `Model`
+//! (stamped's rule: one writer per block) and a relaxed counter of torn reads.
+//!
 //! Limits: at most 255 jobs; the file must have at least one block per job. The stamps'
 //! turn is 16 bits (65,535 measurements per invocation).
 
@@ -152,6 +155,8 @@ impl Spec {
 /// The jobs of `spec` over a file of `blocks` blocks, through `read`, `write` and `sync`
 /// (each given the job's index). Writes are recorded in `model` where given. Returns the
 /// run and the torn reads re-read.
+///
+/// Context: spawns and joins `spec.threads` threads; sleeps in the systems' I/O.
 fn run_jobs(
     spec: &Spec,
     blocks: u64,
@@ -199,7 +204,9 @@ fn run_jobs(
                 seq = seq.checked_add(1).ok_or_else(|| {
                     io::Error::other("more than 2^32 writes in one job: the stamps ran out")
                 })?;
-                let block = stamp.block(blocks).expect("every job owns a block (Spec::blocks_of)");
+                let block = stamp
+                    .block(blocks)
+                    .expect("every job owns a block (Spec::blocks_of)");
                 stamped::fill(&mut wbuf, block, stamp);
                 let started = Instant::now();
                 write(i, &wbuf, block * BLOCK_BYTES as u64)?;
@@ -367,7 +374,10 @@ pub fn run_folio(env: &Env, path: &Path, spec: &Spec, cache_bytes: u64) -> io::R
     debug_assert_eq!(torn, 0);
     let started = Instant::now();
     files[0].sync_data()?;
-    extra.insert("final_sync_ms".into(), json!(started.elapsed().as_secs_f64() * 1e3));
+    extra.insert(
+        "final_sync_ms".into(),
+        json!(started.elapsed().as_secs_f64() * 1e3),
+    );
     let s = cache.stats();
     let written = s.write_bytes - before.write_bytes;
     let written_back = s.writeback_bytes - before.writeback_bytes;
@@ -424,6 +434,8 @@ fn check_written(n: usize, len: usize, at: u64) -> io::Result<()> {
 
 /// The kernel side of `spec` over `path`: the child `kernel-rw` inside a memory cgroup of
 /// `limit_bytes`. Returns its run and the cgroup's description, or why there was none.
+///
+/// Context: blocks until the child exits (its warm-up, run and final sync).
 pub fn run_kernel(
     path: &Path,
     spec: &Spec,
@@ -489,7 +501,10 @@ pub fn child_main(args: &ChildArgs) -> io::Result<()> {
     )?;
     let started = Instant::now();
     files[0].sync_data()?;
-    extra.insert("final_sync_ms".into(), json!(started.elapsed().as_secs_f64() * 1e3));
+    extra.insert(
+        "final_sync_ms".into(),
+        json!(started.elapsed().as_secs_f64() * 1e3),
+    );
     extra.insert("torn_reads_reread".into(), json!(torn));
     if let (Some(before), Some(after)) = (written_before, kernel::proc_self_io("write_bytes")) {
         extra.insert("proc_io_write_bytes".into(), json!(after - before));

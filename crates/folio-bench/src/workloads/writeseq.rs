@@ -130,6 +130,8 @@ fn remove_if_there(path: &Path) -> io::Result<()> {
 
 /// Appends records of the data rule up to `file_bytes` (or until `cap`) through `write`,
 /// with `sync` after every 1 MiB and at the end, into `group` (a 1 MiB buffer).
+///
+/// Context: the calling thread does every write and sync; sleeps in them.
 fn append(
     file_bytes: u64,
     cap: Option<Duration>,
@@ -188,14 +190,18 @@ fn run_folio(env: &Env, path: &Path, file_bytes: u64, cache_bytes: u64) -> io::R
         |record, at| {
             let n = file.write_at(record, at)?;
             if n != record.len() {
-                return Err(io::Error::other(format!("folio wrote {n} of {} bytes", record.len())));
+                return Err(io::Error::other(format!(
+                    "folio wrote {n} of {} bytes",
+                    record.len()
+                )));
             }
             Ok(())
         },
         || file.sync_data(),
     )?;
     let s = cache.stats();
-    r.extra.insert("write_amplification".into(), json!(s.write_amplification()));
+    r.extra
+        .insert("write_amplification".into(), json!(s.write_amplification()));
     r.extra.insert(
         "folio".into(),
         json!({
@@ -218,7 +224,8 @@ fn run_folio(env: &Env, path: &Path, file_bytes: u64, cache_bytes: u64) -> io::R
     drop(file);
     drop(cache);
     let verified = verify_on_disk(path, file_bytes)?;
-    r.extra.insert("disk_verified_bytes".into(), json!(verified));
+    r.extra
+        .insert("disk_verified_bytes".into(), json!(verified));
     Ok(r)
 }
 
@@ -244,7 +251,10 @@ fn run_direct(path: &Path, file_bytes: u64, cap: f64) -> io::Result<RunResult> {
         .map_err(|e| {
             io::Error::new(
                 e.kind(),
-                format!("cannot create {} with O_DIRECT ({e}); use a --dir on a disk file system", path.display()),
+                format!(
+                    "cannot create {} with O_DIRECT ({e}); use a --dir on a disk file system",
+                    path.display()
+                ),
             )
         })?;
     let mut group = AlignedBuf::new(SYNC_EVERY_BYTES);
@@ -255,12 +265,15 @@ fn run_direct(path: &Path, file_bytes: u64, cap: f64) -> io::Result<RunResult> {
         |record, at| file.write_all_at(record, at),
         || file.sync_data(),
     )?;
-    r.extra.insert("capped".into(), json!(r.bytes_written < file_bytes));
+    r.extra
+        .insert("capped".into(), json!(r.bytes_written < file_bytes));
     Ok(r)
 }
 
 /// Reads the whole file with O_DIRECT and checks it holds exactly `file_bytes` of the
 /// data rule. Returns the bytes checked.
+///
+/// Context: reads the whole file; run it after folio's cache of it was synced and dropped.
 fn verify_on_disk(path: &Path, file_bytes: u64) -> io::Result<u64> {
     let file = kernel::open_direct(path)?;
     let len = file.metadata()?.len();
@@ -273,12 +286,21 @@ fn verify_on_disk(path: &Path, file_bytes: u64) -> io::Result<u64> {
     let mut at = 0u64;
     while at < len {
         let want = (len - at).min(SYNC_EVERY_BYTES as u64) as usize;
-        let n = file.read_at(&mut buf[..want.next_multiple_of(kernel::DIRECT_ALIGN_BYTES)], at)?;
+        let n = file.read_at(
+            &mut buf[..want.next_multiple_of(kernel::DIRECT_ALIGN_BYTES)],
+            at,
+        )?;
         if n != want {
-            return Err(io::Error::other(format!("short O_DIRECT read at {at}: {n} of {want}")));
+            return Err(io::Error::other(format!(
+                "short O_DIRECT read at {at}: {n} of {want}"
+            )));
         }
-        data::verify(&buf[..n], at)
-            .map_err(|m| io::Error::new(io::ErrorKind::InvalidData, format!("writeseq on disk after the run: {m}")))?;
+        data::verify(&buf[..n], at).map_err(|m| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("writeseq on disk after the run: {m}"),
+            )
+        })?;
         at += n as u64;
     }
     Ok(at)
