@@ -180,7 +180,7 @@ impl Metric {
 /// How big a run is: `--quick` shrinks sizes and durations (not the number of runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scale {
-    /// `--quick`: a smoke run, `compare --quick` in about a minute and a half.
+    /// `--quick`: a smoke run, `compare --quick` in about two minutes.
     Quick,
     /// The sizes and durations the README's results are measured with.
     Full,
