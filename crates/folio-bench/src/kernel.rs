@@ -14,13 +14,17 @@
 //! - Residency is `mincore(2)` over a read-only shared mapping of the file; it counts
 //!   uptodate pages only (pages still under I/O are not counted).
 //! - Memory limit: a cgroup v1 `memory` group (or a v2 group where the v2 hierarchy has the
-//!   memory controller), created under a unique name, removed on drop.
+//!   memory controller), created under a unique name, removed on drop. A cgroup limits a
+//!   process, so a kernel side at equal memory runs as a child process of this binary
+//!   (a hidden command), moved into the group before it touches its file
+//!   ([`run_in_cgroup`]).
 //!
 //! Limits: `mincore` maps the whole file (address space only, nothing is faulted in);
 //! `drop_caches` drops the whole machine's clean page cache, not just ours.
 
+use std::ffi::OsString;
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -300,6 +304,70 @@ pub fn readahead(file: &File, offset: u64, len: u64) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// A field of `/proc/self/io` (`read_bytes`: bytes this process caused to be read from
+/// storage; `write_bytes`: bytes it caused to be written, counted when pages are dirtied).
+pub fn proc_self_io(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/io").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(": "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// What a child run by [`run_in_cgroup`] left: its stdout, the cgroup's description (or
+/// why there was none: the child then ran with all the machine's memory), and the
+/// group's peak memory where the kernel reports it.
+#[derive(Debug)]
+pub struct ChildOutput {
+    pub stdout: Vec<u8>,
+    pub cgroup: Result<String, String>,
+    pub cgroup_peak_bytes: Option<u64>,
+}
+
+/// Runs this binary with `args` (a hidden child command that waits for one line on its
+/// stdin before it starts) inside a fresh memory cgroup limited to `limit_bytes`: the
+/// child is started, moved into the group, then told to go. Fails if the child fails.
+///
+/// Context: blocks until the child exits.
+pub fn run_in_cgroup(args: &[OsString], limit_bytes: u64) -> io::Result<ChildOutput> {
+    let group = Cgroup::create(limit_bytes);
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let placed = match &group {
+        Ok(g) => match g.add(child.id()) {
+            Ok(()) => Ok(g.describe()),
+            Err(e) => Err(format!("cannot move the child into {}: {e}", g.describe())),
+        },
+        Err(e) => Err(e.to_string()),
+    };
+    {
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        writeln!(stdin, "go")?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "the child `{}` failed: {}",
+            args.first()
+                .map_or(std::borrow::Cow::Borrowed(""), |a| a.to_string_lossy()),
+            out.status
+        )));
+    }
+    let cgroup_peak_bytes = group.as_ref().ok().and_then(Cgroup::peak_bytes);
+    drop(group);
+    Ok(ChildOutput {
+        stdout: out.stdout,
+        cgroup: placed,
+        cgroup_peak_bytes,
+    })
 }
 
 /// Opens `path` read-only with O_DIRECT (no fallback: the `direct` system means it).

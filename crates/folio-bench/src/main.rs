@@ -4,11 +4,13 @@
 //! ```text
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
-//! workloads: pread-scale, readseq [--shared], randread, readahead-storm, limits, db-bench,
-//!     scale, compare; and soak [--seconds N] (faults injected, every byte and fault accounted)
+//! workloads: pread-scale, readseq [--shared], randread, readahead-storm, writeseq,
+//!     randwrite, randrw, limits, db-bench, scale, compare; and soak [--seconds N] (faults
+//!     injected, every byte and fault accounted)
 //! ```
 //!
-//! Modules: `data` (self-checking data files), `kernel` (the kernel side: cold/warm,
+//! Modules: `data` (self-checking data files), `stamped` (the self-checking blocks the
+//! write workloads write), `kernel` (the kernel side: cold/warm,
 //! mincore, cgroup, raw calls), `measure` (threads, clock, histograms, medians),
 //! `workloads/*` (one module per workload), `report` (table, JSON, chart), `soak` (the
 //! reliability soak, which compares nothing and so is not a workload). Run
@@ -20,6 +22,7 @@ mod mapped;
 mod measure;
 mod report;
 mod soak;
+mod stamped;
 mod workloads;
 
 use std::io;
@@ -31,8 +34,8 @@ use serde_json::json;
 
 use kernel::WarmMethod;
 use workloads::{
-    compare, db_bench, limits, pread_scale, randread, readahead_storm, readseq, scale, Env, Report,
-    Scale, Workload,
+    compare, db_bench, limits, pread_scale, randread, randrw, randwrite, readahead_storm, readseq,
+    rw, scale, writeseq, Env, Report, Scale, Workload,
 };
 
 /// How folio's caches get their memory in every workload: the library's default
@@ -61,7 +64,7 @@ struct Common {
     /// Repetitions of each measurement; the median is reported
     #[arg(long, default_value_t = 3)]
     runs: usize,
-    /// Smaller sizes and durations (`compare --quick` < 90 s on the reference machine)
+    /// Smaller sizes and durations (`compare --quick` about 2 min on the reference machine)
     #[arg(long)]
     quick: bool,
     /// Write the results as JSON to PATH
@@ -133,6 +136,29 @@ enum Command {
         #[command(flatten)]
         args: readahead_storm::Args,
     },
+    /// One thread appends 8 KiB records to a new file, syncing every 1 MiB (issue 14)
+    Writeseq {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: writeseq::Args,
+    },
+    /// J jobs overwrite random 4 KiB blocks of a cached file, syncing every 1,000 writes
+    /// per job, at equal memory; and write amplification into 2 MiB folios (issue 14)
+    Randwrite {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: randwrite::Args,
+    },
+    /// J jobs of random 4 KiB reads (70%) and writes over a file twice the cache, at equal
+    /// memory (issue 14)
+    Randrw {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: randrw::Args,
+    },
     /// Memory-copy and O_DIRECT (queue depth 32) bandwidth: the ceilings of a hit and a miss
     Limits {
         #[command(flatten)]
@@ -155,7 +181,7 @@ enum Command {
         #[command(flatten)]
         args: scale::Args,
     },
-    /// All of the above but db-bench and scale, one after another (< 5 min; --quick < 90 s)
+    /// All of the above but db-bench and scale, one after another (about 7 min; --quick about 2)
     Compare {
         #[command(flatten)]
         common: Common,
@@ -166,6 +192,9 @@ enum Command {
     /// The kernel side of randread, run by randread itself inside a memory cgroup
     #[command(hide = true)]
     KernelRandread(randread::ChildArgs),
+    /// The kernel side of randwrite and randrw, run by them inside a memory cgroup
+    #[command(hide = true)]
+    KernelRw(rw::ChildArgs),
 }
 
 fn main() {
@@ -179,6 +208,7 @@ fn main() {
 fn run(cli: Cli) -> io::Result<()> {
     let (common, workload): (Common, Option<Box<dyn Workload>>) = match cli.command {
         Command::KernelRandread(args) => return randread::child_main(&args),
+        Command::KernelRw(args) => return rw::child_main(&args),
         Command::Soak(args) => {
             if !soak::run(&args)? {
                 std::process::exit(1);
@@ -189,6 +219,9 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::Readseq { common, args } => (common, Some(Box::new(args))),
         Command::Randread { common, args } => (common, Some(Box::new(args))),
         Command::ReadaheadStorm { common, args } => (common, Some(Box::new(args))),
+        Command::Writeseq { common, args } => (common, Some(Box::new(args))),
+        Command::Randwrite { common, args } => (common, Some(Box::new(args))),
+        Command::Randrw { common, args } => (common, Some(Box::new(args))),
         Command::Limits { common, args } => (common, Some(Box::new(args))),
         Command::DbBench { common, args } => (common, Some(Box::new(args))),
         Command::Scale { common, args } => (common, Some(Box::new(args))),

@@ -12,6 +12,8 @@
 //! Latency: each recorded operation's duration in nanoseconds goes into an hdrhistogram
 //! (3 significant digits). Operations too short for a clock read to be negligible
 //! (pread-scale's ~50 ns hits) are timed one in `SAMPLE_EVERY`; the others every time.
+//! The write workloads also time each sync (`sync_data`, `fdatasync`) into a second
+//! histogram of its own, so that a run's sync latency is not mixed into its writes'.
 //!
 //! Limits: the median of an even number of runs is the lower middle run (a real run, not
 //! a mean); percentiles come from that run alone.
@@ -70,9 +72,11 @@ impl Control {
 /// One worker's tallies.
 pub struct Recorder {
     hist: Histogram<u64>,
+    sync_hist: Histogram<u64>,
     pub ops: u64,
     pub bytes_read: u64,
     pub bytes_verified: u64,
+    pub bytes_written: u64,
     end: Option<Instant>,
 }
 
@@ -80,9 +84,11 @@ impl Recorder {
     fn new() -> Recorder {
         Recorder {
             hist: Histogram::new(3).expect("3 significant digits is valid"),
+            sync_hist: Histogram::new(3).expect("3 significant digits is valid"),
             ops: 0,
             bytes_read: 0,
             bytes_verified: 0,
+            bytes_written: 0,
             end: None,
         }
     }
@@ -101,6 +107,19 @@ impl Recorder {
         self.bytes_read += bytes_read;
         self.bytes_verified += bytes_verified;
     }
+
+    /// Counts one operation that wrote `bytes_written` bytes.
+    #[inline]
+    pub fn write_op(&mut self, bytes_written: u64) {
+        self.ops += 1;
+        self.bytes_written += bytes_written;
+    }
+
+    /// Records one sync's latency (not an operation: syncs are not counted in `ops`).
+    #[inline]
+    pub fn sync_latency(&mut self, took: Duration) {
+        let _ = self.sync_hist.record((took.as_nanos() as u64).max(1));
+    }
 }
 
 /// The result of one run of one system at one thread count.
@@ -109,6 +128,9 @@ pub struct RunResult {
     pub ops: u64,
     pub bytes_read: u64,
     pub bytes_verified: u64,
+    /// Bytes written (the write workloads), counted in the throughput with those read.
+    #[serde(default)]
+    pub bytes_written: u64,
     pub elapsed_secs: f64,
     /// The time `bytes_read` took, where it is not `elapsed_secs` (a workload whose
     /// operations and bytes are timed over different spans).
@@ -120,6 +142,13 @@ pub struct RunResult {
     pub bytes_moved: Option<u64>,
     pub p50_us: f64,
     pub p99_us: f64,
+    /// Syncs recorded, and their latency (the write workloads; `None` where none was).
+    #[serde(default)]
+    pub syncs: u64,
+    #[serde(default)]
+    pub sync_p50_us: Option<f64>,
+    #[serde(default)]
+    pub sync_p99_us: Option<f64>,
     /// Pages the system brought into its cache (folio: `Stats::pages_inserted`; the
     /// kernel: resident pages counted by mincore), where the workload defines it.
     pub pages_inserted: Option<u64>,
@@ -133,9 +162,10 @@ impl RunResult {
         self.ops as f64 / self.elapsed_secs.max(1e-9)
     }
 
-    /// Megabytes (10^6 bytes) read per second.
+    /// Megabytes (10^6 bytes) read and written per second.
     pub fn mb_per_sec(&self) -> f64 {
-        self.bytes_moved.unwrap_or(self.bytes_read) as f64
+        self.bytes_moved
+            .unwrap_or(self.bytes_read + self.bytes_written) as f64
             / 1e6
             / self.bytes_secs.unwrap_or(self.elapsed_secs).max(1e-9)
     }
@@ -247,27 +277,38 @@ fn summarize(recorders: Vec<Recorder>, start: Instant) -> RunResult {
     let mut end = start;
     for rec in recorders {
         merged.hist.add(&rec.hist).expect("histograms of one kind");
+        merged
+            .sync_hist
+            .add(&rec.sync_hist)
+            .expect("histograms of one kind");
         merged.ops += rec.ops;
         merged.bytes_read += rec.bytes_read;
         merged.bytes_verified += rec.bytes_verified;
+        merged.bytes_written += rec.bytes_written;
         end = end.max(rec.end.unwrap_or(end));
     }
-    let quantile_us = |q: f64| {
-        if merged.hist.is_empty() {
+    let quantile_us = |hist: &Histogram<u64>, q: f64| {
+        if hist.is_empty() {
             0.0
         } else {
-            merged.hist.value_at_quantile(q) as f64 / 1000.0
+            hist.value_at_quantile(q) as f64 / 1000.0
         }
     };
+    let sync_us =
+        |q: f64| (!merged.sync_hist.is_empty()).then(|| quantile_us(&merged.sync_hist, q));
     RunResult {
         ops: merged.ops,
         bytes_read: merged.bytes_read,
         bytes_verified: merged.bytes_verified,
+        bytes_written: merged.bytes_written,
         elapsed_secs: (end - start).as_secs_f64(),
         bytes_secs: None,
         bytes_moved: None,
-        p50_us: quantile_us(0.50),
-        p99_us: quantile_us(0.99),
+        p50_us: quantile_us(&merged.hist, 0.50),
+        p99_us: quantile_us(&merged.hist, 0.99),
+        syncs: merged.sync_hist.len(),
+        sync_p50_us: sync_us(0.50),
+        sync_p99_us: sync_us(0.99),
         pages_inserted: None,
         extra: serde_json::Map::new(),
     }
@@ -327,6 +368,31 @@ mod tests {
         assert_eq!(r.ops, 300);
         assert_eq!(r.bytes_verified, 3000);
         assert!((r.p50_us - 2.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn writes_and_syncs_are_counted_apart_from_reads() {
+        let r = run_threads(2, Bound::Work { cap: None }, |_, _, rec| {
+            rec.write_op(4096);
+            rec.latency(Duration::from_micros(3));
+            rec.sync_latency(Duration::from_micros(500));
+            rec.op(100, 100);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((r.ops, r.bytes_written, r.bytes_read), (4, 8192, 200));
+        assert_eq!(r.syncs, 2);
+        assert!((r.sync_p99_us.unwrap() - 500.0).abs() < 1.0, "{r:?}");
+        assert!(
+            (r.p50_us - 3.0).abs() < 0.01,
+            "syncs are not in the ops' histogram"
+        );
+        let none = run_threads(1, Bound::Work { cap: None }, |_, _, rec| {
+            rec.op(1, 1);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((none.syncs, none.sync_p50_us), (0, None));
     }
 
     #[test]

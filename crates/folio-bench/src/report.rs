@@ -37,9 +37,17 @@ pub fn table(report: &Report) -> String {
         Metric::OpsPerSec => "ops/s",
         Metric::MbPerSec => "MB/s",
     };
+    // The write workloads show their syncs' latency where the read ones show pages
+    // inserted.
+    let writes = report.rows.iter().any(|r| r.bytes_written > 0);
+    let last = if writes {
+        format!("{:>11} {:>11}", "sync p50 us", "sync p99 us")
+    } else {
+        format!("{:>14}", "pages inserted")
+    };
     out += &format!(
-        "{:<14} {:>7} {:>14} {:>10} {:>10} {:>10} {:>14} {:>13}\n",
-        "system", "threads", "ops/s", "MB/s", "p50 us", "p99 us", "pages inserted", "folio/kernel"
+        "{:<14} {:>7} {:>14} {:>10} {:>10} {:>10} {last} {:>13}\n",
+        "system", "threads", "ops/s", "MB/s", "p50 us", "p99 us", "folio/kernel"
     );
     for row in &report.rows {
         let ratio = match row.vs_kernel {
@@ -53,16 +61,24 @@ pub fn table(report: &Report) -> String {
             }
             _ => String::new(),
         };
+        let last = if writes {
+            let us = |p: Option<f64>| p.map_or_else(|| "-".to_string(), micros);
+            format!("{:>11} {:>11}", us(row.sync_p50_us), us(row.sync_p99_us))
+        } else {
+            let pages = row.pages_inserted;
+            format!(
+                "{:>14}",
+                pages.map_or_else(|| "-".to_string(), |p| p.to_string())
+            )
+        };
         out += &format!(
-            "{:<14} {:>7} {:>14} {:>10.1} {:>10} {:>10} {:>14} {:>13}\n",
+            "{:<14} {:>7} {:>14} {:>10.1} {:>10} {:>10} {last} {:>13}\n",
             row.system,
             row.threads,
             thousands(row.ops_per_sec),
             row.mb_per_sec,
             micros(row.p50_us),
             micros(row.p99_us),
-            row.pages_inserted
-                .map_or_else(|| "-".to_string(), |p| p.to_string()),
             ratio
         );
     }

@@ -3,10 +3,14 @@
 //! params with `file_pages` where it matters, rows with a `folio` and a `kernel` row and
 //! the fields, limits), and that every byte read was verified.
 //!
+//! The write workloads (`writeseq`, `randwrite`, `randrw`) are checked for what they
+//! promise instead of bytes read: bytes written, every read verified, syncs timed, and
+//! folio's file checked whole on disk after every run (`disk_verified_bytes`).
+//!
 //! The workloads run one after another in one test: they drop the machine's page cache
 //! and check residency, which parallel runs would disturb. Where no memory cgroup can be
-//! made (not root, no controller), `randread` still runs and says so; the test prints
-//! that it skipped the cgroup check, and why.
+//! made (not root, no controller), `randread` (and `randwrite`, `randrw`) still run and
+//! say so; the test prints that it skipped the cgroup check, and why.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -151,6 +155,66 @@ fn check_scale(v: &Value) {
         );
     }
     assert!(v["params"]["rlimit_nofile"]["soft_after"].as_u64() >= Some(40));
+}
+
+/// Checks a write workload's report: the shape, bytes written by every row, every byte
+/// read verified, syncs timed, and folio's file verified whole on disk (`file_bytes`)
+/// with no writeback error and nothing left dirty. Returns its rows.
+fn check_writes(v: &Value, workload: &str, file_bytes: u64) -> Vec<Value> {
+    assert_eq!(v["workload"], workload);
+    assert!(
+        v["limits"]["memcpy_gb_per_sec"].as_f64() > Some(0.0),
+        "{workload}: limits"
+    );
+    let rows = v["rows"].as_array().expect("rows is an array").clone();
+    for system in ["folio", "kernel"] {
+        assert!(
+            rows.iter().any(|r| r["system"] == system),
+            "{workload}: no {system} row"
+        );
+    }
+    for row in &rows {
+        assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
+        assert!(row["mb_per_sec"].as_f64() > Some(0.0), "{row}");
+        assert!(
+            row["bytes_written"].as_u64() > Some(0),
+            "{workload}: wrote nothing: {row}"
+        );
+        assert_eq!(row["bytes_verified"], row["bytes_read"], "{row}");
+        assert!(
+            row["sync_p50_us"].as_f64() > Some(0.0),
+            "{workload}: syncs timed: {row}"
+        );
+        assert!(
+            row["sync_p99_us"].as_f64() >= row["sync_p50_us"].as_f64(),
+            "{row}"
+        );
+    }
+    let folio = rows.iter().find(|r| r["system"] == "folio").unwrap();
+    assert_eq!(
+        folio["disk_verified_bytes"], file_bytes,
+        "{workload}: {folio}"
+    );
+    assert_eq!(folio["folio"]["writeback_errors"], 0, "{folio}");
+    assert_eq!(folio["folio"]["dirty_pages_after_sync"], 0, "{folio}");
+    assert!(folio["write_amplification"].as_f64() > Some(0.0), "{folio}");
+    rows
+}
+
+/// Prints why the kernel side ran without a cgroup, or checks its limit.
+fn check_equal_memory(v: &Value, limit_bytes: u64) {
+    if v["params"]["kernel_memory_limit_bytes"].is_null() {
+        let why: Vec<&str> = v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n.as_str())
+            .filter(|n| n.contains("cgroup"))
+            .collect();
+        eprintln!("skipping the cgroup check of {}: {why:?}", v["workload"]);
+    } else {
+        assert_eq!(v["params"]["kernel_memory_limit_bytes"], limit_bytes);
+    }
 }
 
 fn row<'a>(rows: &'a [Value], system: &str, threads: u64) -> &'a Value {
@@ -369,6 +433,92 @@ fn every_workload_runs_tiny_with_the_promised_json() {
         ],
     );
     check_scale(&v);
+
+    let v = run(
+        d,
+        "writeseq",
+        &[
+            "writeseq",
+            "--file-mib",
+            "4",
+            "--cache-mib",
+            "4",
+            "--direct-cap-secs",
+            "0.2",
+        ],
+    );
+    let rows = check_writes(&v, "writeseq", 4 << 20);
+    assert!(rows.iter().any(|r| r["system"] == "direct"));
+    // Every record appended by folio and the kernel (direct may be stopped early).
+    for system in ["folio", "kernel"] {
+        assert_eq!(row(&rows, system, 1)["bytes_written"], 4 << 20, "{system}");
+    }
+
+    let v = run(
+        d,
+        "randwrite",
+        &[
+            "randwrite",
+            "--threads",
+            "4",
+            // Past the read-through's first windows (smaller folios), so that some of the
+            // file sits in 2 MiB folios for the amplification check.
+            "--file-mib",
+            "64",
+            "--cache-mib",
+            "80",
+            "--duration-secs",
+            "0.3",
+            "--warmup-secs",
+            "0.1",
+            "--check-writes",
+            "256",
+            "--sync-every-writes",
+            "50",
+        ],
+    );
+    let rows = check_writes(&v, "randwrite", 64 << 20);
+    check_equal_memory(&v, 80 << 20);
+    for r in &rows {
+        assert_eq!(r["bytes_read"], 0, "randwrite only writes: {r}");
+    }
+    let folio = row(&rows, "folio", 4);
+    assert_eq!(
+        folio["disk_known_blocks"], 16384,
+        "the read-through saw every block"
+    );
+    let check = &v["params"]["amplification_check"];
+    assert_eq!(check["writes"], 256, "{check}");
+    assert_eq!(check["disk_verified_bytes"], 64 << 20, "{check}");
+    let amplification = check["write_amplification"].as_f64().expect("a figure");
+    assert!(
+        amplification > 0.0 && amplification <= 1.1,
+        "4 KiB writes into 2 MiB folios write back only their blocks: {check}"
+    );
+
+    let v = run(
+        d,
+        "randrw",
+        &[
+            "randrw",
+            "--threads",
+            "4",
+            "--cache-mib",
+            "4",
+            "--duration-secs",
+            "0.3",
+            "--warmup-secs",
+            "0.1",
+            "--sync-every-writes",
+            "50",
+        ],
+    );
+    let rows = check_writes(&v, "randrw", 8 << 20);
+    check_equal_memory(&v, 4 << 20);
+    for r in &rows {
+        assert!(r["bytes_read"].as_u64() > Some(0), "randrw reads too: {r}");
+    }
+    assert!(row(&rows, "kernel", 4)["torn_reads_reread"].is_u64());
 
     let took = started.elapsed().as_secs_f64();
     eprintln!("every workload, tiny: {took:.1} s");

@@ -1,17 +1,21 @@
 //! `compare`: every workload at its default size, one after another, in one process: the
 //! README's results table. `--quick` shrinks each (sizes and durations, not the number of
-//! runs) so that the whole finishes in under 90 s on the reference machine; the full run
-//! finishes in under 5 minutes.
+//! runs) so that the whole finishes in about 2 minutes on the reference machine; the full
+//! run in about 7.
 //!
 //! Design: `limits` runs first, so every other report carries the ceilings measured in
-//! this same run; then the workloads in the order of DESIGN.md §7. `db_bench` is not here
-//! yet (it needs the RocksDB plugin): it will be one more line in `workloads()`.
+//! this same run; then the read workloads in the order of DESIGN.md §7, then the write
+//! workloads of issue 14 (`writeseq`, `randwrite`, `randrw`). `db_bench` and `scale` are
+//! not here (the first needs the RocksDB plugin, the second is long): run them alone.
 //!
 //! Limits: one failing workload stops the comparison (a mismatch is never skipped).
 
 use std::io;
 
-use super::{limits, pread_scale, randread, readahead_storm, readseq, Env, Report, Workload};
+use super::{
+    limits, pread_scale, randread, randrw, randwrite, readahead_storm, readseq, writeseq, Env,
+    Report, Workload,
+};
 
 /// The workloads of a comparison, in order, at their default sizes.
 pub fn workloads() -> Vec<Box<dyn Workload>> {
@@ -25,6 +29,9 @@ pub fn workloads() -> Vec<Box<dyn Workload>> {
         }),
         Box::new(randread::Args::default()),
         Box::new(readahead_storm::Args::default()),
+        Box::new(writeseq::Args::default()),
+        Box::new(randwrite::Args::default()),
+        Box::new(randrw::Args::default()),
     ]
 }
 

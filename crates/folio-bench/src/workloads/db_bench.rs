@@ -428,6 +428,7 @@ pub fn run_result(p: &Parsed, mut extra: serde_json::Map<String, serde_json::Val
         p99_us: p.p99_us,
         pages_inserted: None,
         extra,
+        ..RunResult::default()
     }
 }
 

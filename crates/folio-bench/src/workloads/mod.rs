@@ -21,9 +21,13 @@ pub mod db_bench;
 pub mod limits;
 pub mod pread_scale;
 pub mod randread;
+pub mod randrw;
+pub mod randwrite;
 pub mod readahead_storm;
 pub mod readseq;
+pub mod rw;
 pub mod scale;
+pub mod writeseq;
 
 use std::cell::RefCell;
 use std::io;
@@ -176,7 +180,7 @@ impl Metric {
 /// How big a run is: `--quick` shrinks sizes and durations (not the number of runs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scale {
-    /// `--quick`: a smoke run, `compare --quick` in about a minute and a half.
+    /// `--quick`: a smoke run, `compare --quick` in about two minutes.
     Quick,
     /// The sizes and durations the README's results are measured with.
     Full,
@@ -205,7 +209,7 @@ pub enum System {
     FolioPrefault,
     /// The kernel's page cache: buffered reads.
     Kernel,
-    /// O_DIRECT reads, no cache.
+    /// O_DIRECT reads (writes in `writeseq`), no cache.
     Direct,
     /// memcpy from memory: the copy's limit.
     Memcpy,
@@ -281,8 +285,21 @@ pub struct Row {
     /// benchmark would have stopped with a mismatch.
     pub bytes_read: u64,
     pub bytes_verified: u64,
+    /// Bytes written over all runs (the write workloads; absent from the JSON of the
+    /// others).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub bytes_written: u64,
+    /// The median run's syncs and their latency (the write workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p50_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sync_p99_us: Option<f64>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Row {
@@ -305,6 +322,9 @@ impl Row {
             runs_mb_per_sec: runs.iter().map(RunResult::mb_per_sec).collect(),
             bytes_read: runs.iter().map(|r| r.bytes_read).sum(),
             bytes_verified: runs.iter().map(|r| r.bytes_verified).sum(),
+            bytes_written: runs.iter().map(|r| r.bytes_written).sum(),
+            sync_p50_us: m.sync_p50_us,
+            sync_p99_us: m.sync_p99_us,
             extra: m.extra,
         }
     }
@@ -327,6 +347,16 @@ impl Target {
             measured,
             required,
             met: measured.is_some_and(|m| m >= required),
+        }
+    }
+
+    /// `measured <= required` (a missing measurement is a miss); `what` says "at most".
+    pub fn at_most(what: impl Into<String>, measured: Option<f64>, required: f64) -> Target {
+        Target {
+            what: what.into(),
+            measured,
+            required,
+            met: measured.is_some_and(|m| m <= required),
         }
     }
 
@@ -585,6 +615,9 @@ mod tests {
             runs_mb_per_sec: Vec::new(),
             bytes_read: 0,
             bytes_verified: 0,
+            bytes_written: 0,
+            sync_p50_us: None,
+            sync_p99_us: None,
             extra: Map::new(),
         }
     }

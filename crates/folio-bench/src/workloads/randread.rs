@@ -20,11 +20,11 @@
 //! so the kernel's page cache gets slightly less than folio's arena; folio's metadata
 //! (under 1%) is outside its capacity. Offsets are uniform (no hot set).
 
+use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, BufRead, Write};
+use std::io::{self, BufRead};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::json;
@@ -33,7 +33,7 @@ use super::{
     measure_systems, mib, pages_of, secs, threads_or, Env, Metric, Report, System, Target, Workload,
 };
 use crate::data;
-use crate::kernel::{self, Cgroup};
+use crate::kernel;
 use crate::measure::{self, Bound, Rng, RunResult};
 
 /// Bytes of one random read.
@@ -178,54 +178,26 @@ fn run_kernel_child(
     duration: f64,
     seed: u64,
 ) -> io::Result<(RunResult, Result<String, String>)> {
-    let cgroup = Cgroup::create(cache_bytes);
-    let exe = std::env::current_exe()?;
-    let mut child = Command::new(exe)
-        .arg("kernel-randread")
-        .arg("--file")
-        .arg(path)
-        .arg("--threads")
-        .arg(threads.to_string())
-        .arg("--warmup-secs")
-        .arg(warmup.to_string())
-        .arg("--duration-secs")
-        .arg(duration.to_string())
-        .arg("--seed")
-        .arg(seed.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let placed = match &cgroup {
-        Ok(group) => match group.add(child.id()) {
-            Ok(()) => Ok(group.describe()),
-            Err(e) => Err(format!(
-                "cannot move the child into {}: {e}",
-                group.describe()
-            )),
-        },
-        Err(e) => Err(e.to_string()),
-    };
-    {
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        writeln!(stdin, "go")?;
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "the kernel-randread child failed: {}",
-            out.status
-        )));
-    }
+    let args: Vec<OsString> = vec![
+        "kernel-randread".into(),
+        "--file".into(),
+        path.into(),
+        "--threads".into(),
+        threads.to_string().into(),
+        "--warmup-secs".into(),
+        warmup.to_string().into(),
+        "--duration-secs".into(),
+        duration.to_string().into(),
+        "--seed".into(),
+        seed.to_string().into(),
+    ];
+    let out = kernel::run_in_cgroup(&args, cache_bytes)?;
     let mut r: RunResult = serde_json::from_slice(&out.stdout)
         .map_err(|e| io::Error::other(format!("kernel-randread child output: {e}")))?;
-    if let Ok(group) = &cgroup {
-        if let Some(peak) = group.peak_bytes() {
-            r.extra.insert("cgroup_peak_bytes".into(), json!(peak));
-        }
+    if let Some(peak) = out.cgroup_peak_bytes {
+        r.extra.insert("cgroup_peak_bytes".into(), json!(peak));
     }
-    drop(cgroup);
-    Ok((r, placed))
+    Ok((r, out.cgroup))
 }
 
 /// Options of the hidden child command.
@@ -256,7 +228,7 @@ pub fn child_main(args: &ChildArgs) -> io::Result<()> {
         })
         .collect::<io::Result<_>>()?;
     let file_bytes = files[0].metadata()?.len();
-    let disk_before = proc_io_read_bytes();
+    let disk_before = kernel::proc_self_io("read_bytes");
     let mut r = random_reads(
         files.len(),
         args.warmup_secs,
@@ -265,23 +237,13 @@ pub fn child_main(args: &ChildArgs) -> io::Result<()> {
         file_bytes,
         |i, buf, at| files[i].read_at(buf, at),
     )?;
-    if let (Some(before), Some(after)) = (disk_before, proc_io_read_bytes()) {
+    if let (Some(before), Some(after)) = (disk_before, kernel::proc_self_io("read_bytes")) {
         r.extra.insert("disk_bytes".into(), json!(after - before));
     }
     r.pages_inserted = None;
     let json = serde_json::to_string(&r).map_err(io::Error::other)?;
     println!("{json}");
     Ok(())
-}
-
-/// `read_bytes` of /proc/self/io: bytes this process caused to be read from storage.
-fn proc_io_read_bytes() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/io").ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("read_bytes: "))?
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// `threads` jobs of random page-aligned 4 KiB reads, each verified.
