@@ -5,6 +5,9 @@
 //!
 //! # Protocol (with the write protocol in `file::write` and the block mask in `dirty`)
 //!
+//! B0. Take the batch's ticket (`InFlight::begin`), before any folio: a sync waits for
+//!     every ticket up to the last one when it has walked, so a batch that took a folio
+//!     the sync would have taken is one it waits for.
 //! B1. Under the file's index lock, walk the folios marked `Dirty` (background, or a
 //!     range) or `Towrite` (a sync, which first tags `Dirty` as `Towrite` over its range:
 //!     `IndexWriteGuard::tag_range`, so a writer that keeps dirtying the file cannot make
@@ -13,8 +16,9 @@
 //!     for the writer's copy and tries again.
 //! B2. Still under the lock: take the folio's dirty blocks (`BlockMask::take`), clear both
 //!     marks. Drop the lock. Merge the blocks of the whole batch, in index order, into
-//!     writes of at most `IO_BYTES_MAX` and submit them, with one ticket for the batch
-//!     (`InFlight`), through the backend. No lock is held across the I/O.
+//!     writes of at most `IO_BYTES_MAX` and submit them, under the batch's ticket,
+//!     through the backend. No lock is held across the I/O. Dirty blocks at or past the
+//!     end of the file are not written; their pages leave the dirty budget here.
 //! B3. When the batch's last write completes: blocks that failed get their bits back and
 //!     the folio its `Dirty` mark, then `end_writeback` clears WRITEBACK (setting DIRTY
 //!     again in the same step if any block failed), waiters are woken; the blocks written
@@ -120,9 +124,14 @@ pub(crate) fn start(
     };
     let mut from = start;
     loop {
+        // The ticket comes before B1's CAS: a sync that finds a folio already under
+        // writeback (so does not take it) must find this batch among those it waits for.
+        let ticket = mapping.write.in_flight.begin();
         let (batch, locked, next) = collect(core, mapping, from, end, mark);
-        if !batch.is_empty() {
-            submit(core, backend, mapping, &fd, batch);
+        if batch.is_empty() {
+            mapping.write.in_flight.end(ticket);
+        } else {
+            submit(core, backend, mapping, &fd, batch, ticket);
         }
         match next {
             Some(next) => from = next,
@@ -161,10 +170,9 @@ fn collect(
         found.push(folio);
         ControlFlow::Continue(())
     });
-    // Blocks at or past the end of the file are not written (truncation zeroed them).
-    let size_pages = PageIndex::ceil(mapping.size_bytes());
     let mut batch = Vec::with_capacity(found.len());
     let mut locked = Vec::new();
+    let mut past_end_pages = 0;
     for folio in found {
         let meta = arena.meta(folio.frame);
         if !meta.state.try_start_writeback() {
@@ -173,9 +181,15 @@ fn collect(
             }
             continue;
         }
-        let blocks = BlockMask::of(arena, folio.frame, folio.order)
-            .take()
-            .below(size_pages.0.saturating_sub(folio.head.0));
+        // Blocks at or past the end of the file are not written (truncation zeroed them).
+        // The size is read after the CAS: a writer extends it before W5 makes the folio
+        // DIRTY, so it covers every block this folio's writers wrote.
+        let size_pages = PageIndex::ceil(mapping.size_bytes());
+        let dirty = BlockMask::of(arena, folio.frame, folio.order).take();
+        let blocks = dirty.below(size_pages.0.saturating_sub(folio.head.0));
+        // Dirty blocks past the end (`set_len` down kept the folio that straddles it, and
+        // zeroed them) leave the dirty state unwritten: their pages leave the budget now.
+        past_end_pages += dirty.count() - blocks.count();
         w.clear_mark(folio.head, Mark::Dirty);
         w.clear_mark(folio.head, Mark::Towrite);
         batch.push(BatchFolio {
@@ -186,16 +200,19 @@ fn collect(
         });
     }
     drop(w);
+    core.mem.dirty.uncharge(past_end_pages);
     (batch, locked, next)
 }
 
-/// B2's submission: one ticket, the batch's blocks merged into runs, one write per run.
+/// B2's submission under `ticket` (taken before B1): the batch's blocks merged into
+/// runs, one write per run.
 fn submit(
     core: &Arc<Core>,
     backend: &dyn Backend,
     mapping: &Arc<Mapping>,
     fd: &Arc<StdFile>,
     folios: Vec<BatchFolio>,
+    ticket: u64,
 ) {
     let arena = &core.mem.arena;
     let mut runs: Vec<Run> = Vec::new();
@@ -228,7 +245,7 @@ fn submit(
     let batch = Arc::new(Batch {
         core: core.clone(),
         mapping: mapping.clone(),
-        ticket: mapping.write.in_flight.begin(),
+        ticket,
         failed: Mutex::new((vec![Blocks::default(); folios.len()], 0)),
         remaining: AtomicUsize::new(runs.len()),
         folios,
@@ -431,19 +448,7 @@ pub(crate) fn sync(
     self::start(core, backend, mapping, start, end, Take::Tagged);
     let write = &mapping.write;
     write.in_flight.wait_through(write.in_flight.last());
-    {
-        // The logical size, as writers leave it (they extend it under this lock): the
-        // writes of whole blocks may have carried the file past it, and `set_len` may
-        // have failed.
-        let _writer = write.lock_writer();
-        let size = mapping.size_bytes();
-        let on_disk = fd.metadata().map(|m| m.len());
-        if on_disk.as_ref().ok() != Some(&size) {
-            if let Err(e) = on_disk.and_then(|_| sync::set_len(&fd, size)) {
-                write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
-            }
-        }
-    }
+    mapping.settle_size();
     if let Err(e) = flush(backend, &fd, kind) {
         write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
     }
@@ -492,8 +497,9 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
     }
 }
 
-/// Writes back every dirty page of the cache and waits for it (no flush): the cache's
-/// last act, so that dropping it loses nothing a process exit would not.
+/// Writes back every dirty page of the cache and waits for it (no flush), then gives
+/// every file folio wrote its logical size on disk: the cache's last act, so that dropping
+/// it loses nothing a process exit would not, and adds nothing (no padded tail block).
 ///
 /// Context: no lock held; sleeps until the writes complete.
 pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
@@ -504,7 +510,12 @@ pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
             .lock()
             .tag_range(start_page, end_page, Mark::Dirty, Mark::Towrite);
         start(core, backend, &mapping, start_page, end_page, Take::Tagged);
+    }
+    // Every file's writebacks, a background pass's too (its file left the queue), end
+    // before its size is settled: a tail block written after would pad it again.
+    for mapping in core.mappings.all() {
         let write = &mapping.write;
         write.in_flight.wait_through(write.in_flight.last());
+        mapping.settle_size();
     }
 }
