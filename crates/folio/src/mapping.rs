@@ -177,6 +177,40 @@ impl Mapping {
         self.size_bytes.load(Ordering::Acquire)
     }
 
+    /// Makes the file's size on disk its logical size, if folio wrote it: writeback writes
+    /// whole 4 KiB blocks, so writing the tail block carries the file past its end, and
+    /// a failed `set_len` leaves it where it was. A sync does this before its flush, and
+    /// a cache's drop for every file (and `MappingTable::remove_if_unused` for a mapping
+    /// that leaves the table), or the next mapping of the file, in this cache or another,
+    /// would adopt the padded length. A failure is recorded in the error sequence (the
+    /// next sync reports it).
+    ///
+    /// Context: no lock held; takes the file's writer lock (so the logical size is the one
+    /// writers left, and nothing past it on disk is anyone's data); `fstat` and maybe
+    /// `ftruncate`. The mapping must be the file's mapping in its table (or the table's
+    /// last): a stale one would cut what a newer mapping of the file wrote.
+    pub fn settle_size(&self) {
+        let _writer = self.write.lock_writer();
+        self.settle_size_unlocked();
+    }
+
+    /// `settle_size` without the writer lock. Context: no writer can run (no handle is
+    /// open, and none can open: `MappingTable::remove_if_unused` holds the table's lock).
+    fn settle_size_unlocked(&self) {
+        let Some(fd) = self.write.fd() else {
+            return; // never opened for writing: the size is the file's own
+        };
+        let size = self.size_bytes();
+        let on_disk = fd.metadata().map(|m| m.len());
+        if on_disk.as_ref().ok() != Some(&size) {
+            if let Err(e) = on_disk.and_then(|_| crate::io::sync::set_len(&fd, size)) {
+                self.write
+                    .errseq
+                    .record(e.raw_os_error().unwrap_or(libc::EIO));
+            }
+        }
+    }
+
     /// A write reached `end_bytes`: the file is at least that long now.
     ///
     /// Context: the file's writer lock held.
@@ -507,8 +541,9 @@ pub enum Unused {
 /// metadata) and by inode (for open), and the protocol that removes unused ones.
 ///
 /// Protection: one reader-writer lock over the maps; open takes it for reading (for
-/// writing only to add a mapping), a removal for writing, briefly. It is never held while
-/// another lock is taken, nor taken under one.
+/// writing only to add a mapping), a removal for writing, briefly (for a file folio wrote,
+/// across an `fstat` and maybe an `ftruncate`, R4). It is never held while another lock
+/// is taken (but the leaf mutex of a written file's descriptor, R4), nor taken under one.
 ///
 /// The lifetime protocol, the only code that touches `Mapping::handles`:
 ///   O. Open (`get_or_insert`): under the table's lock, find the mapping by inode and
@@ -524,8 +559,10 @@ pub enum Unused {
 ///         one, by reclaim or by its own failed read, tries R again), and stop.
 ///      3. Drop the index lock; take the table's lock for writing.
 ///      4. If the handle word is still the one loaded in 1 and the mapping is still in
-///         the table, remove it and give its id back; its `Arc` goes after the lock is
-///         dropped.
+///         the table, make the file's size on disk its logical size if folio wrote it
+///         (`Mapping::settle_size`: the next mapping learns the size from the disk; under
+///         this lock, so no newer mapping of the file exists whose writes it could cut),
+///         remove it and give its id back; its `Arc` goes after the lock is dropped.
 ///
 /// The interleavings that matter (model: `loom_models::mapping_lifetime_*`):
 /// - O against R4: O raises the word under the read lock, R4 compares it under the write
@@ -683,9 +720,20 @@ impl MappingTable {
         if mapping.handles.load() != word {
             return Unused::Open;
         }
-        let removed = match maps.by_id.get(&mapping.id) {
-            Some(held) if Arc::ptr_eq(held, mapping) => maps.by_id.remove(&mapping.id),
-            _ => None,
+        let held = matches!(maps.by_id.get(&mapping.id), Some(held) if Arc::ptr_eq(held, mapping));
+        if held {
+            // The next open makes a new mapping, which learns the size from the disk: make
+            // it the logical one. Under the table's lock, so that no newer mapping of the
+            // file exists yet whose writes this could cut.
+            mapping.settle_size_unlocked();
+            if mapping.write.errseq.has_unseen() {
+                return Unused::Cached; // the settling failed: the next sync reports it
+            }
+        }
+        let removed = if held {
+            maps.by_id.remove(&mapping.id)
+        } else {
+            None
         };
         if removed.is_some() {
             if maps.by_inode.get(&mapping.inode) == Some(&mapping.id) {

@@ -5,6 +5,9 @@
 //!
 //! # Protocol (with the write protocol in `file::write` and the block mask in `dirty`)
 //!
+//! B0. Take the batch's ticket (`InFlight::begin`), before any folio: a sync waits for
+//!     every ticket up to the last one when it has walked, so a batch that took a folio
+//!     the sync would have taken is one it waits for.
 //! B1. Under the file's index lock, walk the folios marked `Dirty` (background, or a
 //!     range) or `Towrite` (a sync, which first tags `Dirty` as `Towrite` over its range:
 //!     `IndexWriteGuard::tag_range`, so a writer that keeps dirtying the file cannot make
@@ -13,8 +16,9 @@
 //!     for the writer's copy and tries again.
 //! B2. Still under the lock: take the folio's dirty blocks (`BlockMask::take`), clear both
 //!     marks. Drop the lock. Merge the blocks of the whole batch, in index order, into
-//!     writes of at most `IO_BYTES_MAX` and submit them, with one ticket for the batch
-//!     (`InFlight`), through the backend. No lock is held across the I/O.
+//!     writes of at most `IO_BYTES_MAX` and submit them, under the batch's ticket,
+//!     through the backend. No lock is held across the I/O. Dirty blocks at or past the
+//!     end of the file are not written; their pages leave the dirty budget here.
 //! B3. When the batch's last write completes: blocks that failed get their bits back and
 //!     the folio its `Dirty` mark, then `end_writeback` clears WRITEBACK (setting DIRTY
 //!     again in the same step if any block failed), waiters are woken; the blocks written
@@ -65,8 +69,11 @@ const BACKGROUND_PERIOD: Duration = Duration::from_millis(100);
 /// Which folios a writeback takes (B1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Take {
-    /// Those dirty now; a folio a writer holds is skipped (background, `File::writeback`).
+    /// Those dirty now; a folio a writer holds is skipped (`File::writeback`).
     Dirty,
+    /// As `Dirty`, but the block the end of the file cuts stays dirty (the writeback
+    /// thread: no padding appears on disk that no one asked for; `collect`).
+    Background,
     /// Those a sync tagged; a folio a writer holds is waited for.
     Tagged,
 }
@@ -120,14 +127,19 @@ pub(crate) fn start(
         return; // never opened for writing: nothing can be dirty
     };
     let mark = match take {
-        Take::Dirty => Mark::Dirty,
+        Take::Dirty | Take::Background => Mark::Dirty,
         Take::Tagged => Mark::Towrite,
     };
     let mut from = start;
     loop {
-        let (batch, locked, next) = collect(core, mapping, from, end, mark);
-        if !batch.is_empty() {
-            submit(core, backend, mapping, &fd, batch);
+        // The ticket comes before B1's CAS: a sync that finds a folio already under
+        // writeback (so does not take it) must find this batch among those it waits for.
+        let ticket = mapping.write.in_flight.begin();
+        let (batch, locked, next) = collect(core, mapping, from, end, take);
+        if batch.is_empty() {
+            mapping.write.in_flight.end(ticket);
+        } else {
+            submit(core, backend, mapping, &fd, batch, ticket);
         }
         match next {
             Some(next) => from = next,
@@ -150,8 +162,12 @@ fn collect(
     mapping: &Mapping,
     from: PageIndex,
     end: PageIndex,
-    mark: Mark,
+    take: Take,
 ) -> (Vec<BatchFolio>, Vec<FrameId>, Option<PageIndex>) {
+    let mark = match take {
+        Take::Dirty | Take::Background => Mark::Dirty,
+        Take::Tagged => Mark::Towrite,
+    };
     let arena = &core.mem.arena;
     let mut w = mapping.index.lock();
     let mut found = Vec::new();
@@ -166,18 +182,9 @@ fn collect(
         found.push(folio);
         ControlFlow::Continue(())
     });
-    // Blocks past the end of the file are not written (truncation zeroed them). A block
-    // the end of the file cuts is written whole (O_DIRECT), which carries the file on disk
-    // to the block's end until the sync's `set_len` cuts it back: only a sync writes it,
-    // so that no padding appears on disk outside a sync.
-    let size = mapping.size_bytes();
-    let size_pages = match mark {
-        Mark::Towrite => PageIndex::ceil(size),
-        Mark::Dirty => PageIndex::containing(size),
-    };
-    let mut past_end = 0;
     let mut batch = Vec::with_capacity(found.len());
     let mut locked = Vec::new();
+    let mut past_end_pages = 0;
     for folio in found {
         let meta = arena.meta(folio.frame);
         if !meta.state.try_start_writeback() {
@@ -186,12 +193,25 @@ fn collect(
             }
             continue;
         }
+        // Blocks past the end of the file are not written (truncation zeroed them). The
+        // size is read after the CAS: a writer extends it before W5 makes the folio DIRTY,
+        // so it covers every block this folio's writers wrote. A block the end of the file
+        // cuts is written whole (O_DIRECT), which carries the file on disk to the block's
+        // end until a sync (or the cache's drop, or forgetting the file) sets the size:
+        // the writeback thread leaves it dirty, so that no padding appears on disk that
+        // nobody asked for; syncs and `File::writeback` write it.
+        let size = mapping.size_bytes();
+        let size_pages = match mark {
+            Mark::Towrite => PageIndex::ceil(size),
+            Mark::Dirty if take == Take::Background => PageIndex::containing(size),
+            Mark::Dirty => PageIndex::ceil(size),
+        };
         let mask = BlockMask::of(arena, folio.frame, folio.order);
         let taken = mask.take();
         let blocks = taken.below(size_pages.0.saturating_sub(folio.head.0));
         let cut = taken.minus(&blocks);
         let tail_page = PageIndex::containing(size);
-        let cuts_tail = mark == Mark::Dirty
+        let cuts_tail = take == Take::Background
             && size % PAGE_BYTES as u64 != 0
             && tail_page >= folio.head
             && tail_page < folio.head.add(folio.order.pages())
@@ -200,7 +220,7 @@ fn collect(
             // The block the end cuts waits for a sync (above): give it back, dirty.
             let tail = Blocks::range(tail_page.0 - folio.head.0, 1);
             mask.restore(&tail);
-            past_end += cut.minus(&tail).count();
+            past_end_pages += cut.minus(&tail).count();
             if blocks.is_empty() {
                 meta.state.end_writeback(Redirty::Yes);
                 wait::wake_all(meta);
@@ -216,7 +236,7 @@ fn collect(
             w.clear_mark(folio.head, Mark::Towrite);
             continue;
         }
-        past_end += cut.count();
+        past_end_pages += cut.count();
         w.clear_mark(folio.head, Mark::Dirty);
         w.clear_mark(folio.head, Mark::Towrite);
         batch.push(BatchFolio {
@@ -229,17 +249,19 @@ fn collect(
     }
     drop(w);
     // Dirty blocks wholly past the end will never be written: they leave the budget.
-    core.mem.dirty.uncharge(past_end);
+    core.mem.dirty.uncharge(past_end_pages);
     (batch, locked, next)
 }
 
-/// B2's submission: one ticket, the batch's blocks merged into runs, one write per run.
+/// B2's submission under `ticket` (taken before B1): the batch's blocks merged into
+/// runs, one write per run.
 fn submit(
     core: &Arc<Core>,
     backend: &dyn Backend,
     mapping: &Arc<Mapping>,
     fd: &Arc<StdFile>,
     folios: Vec<BatchFolio>,
+    ticket: u64,
 ) {
     let arena = &core.mem.arena;
     let mut runs: Vec<Run> = Vec::new();
@@ -283,7 +305,7 @@ fn submit(
         pending: pending.into_iter().map(AtomicU32::new).collect(),
         core: core.clone(),
         mapping: mapping.clone(),
-        ticket: mapping.write.in_flight.begin(),
+        ticket,
         failed: Mutex::new((vec![Blocks::default(); folios.len()], 0)),
         remaining: AtomicUsize::new(runs.len()),
         folios,
@@ -502,19 +524,7 @@ pub(crate) fn sync(
     self::start(core, backend, mapping, start, end, Take::Tagged);
     let write = &mapping.write;
     write.in_flight.wait_through(write.in_flight.last());
-    {
-        // The logical size, as writers leave it (they extend it under this lock): the
-        // writes of whole blocks may have carried the file past it, and `set_len` may
-        // have failed.
-        let _writer = write.lock_writer();
-        let size = mapping.size_bytes();
-        let on_disk = fd.metadata().map(|m| m.len());
-        if on_disk.as_ref().ok() != Some(&size) {
-            if let Err(e) = on_disk.and_then(|_| sync::set_len(&fd, size)) {
-                write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
-            }
-        }
-    }
+    mapping.settle_size();
     if let Err(e) = flush(backend, &fd, kind) {
         write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
     }
@@ -557,14 +567,15 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
             &mapping,
             PageIndex(0),
             PageIndex(u64::MAX >> 12),
-            Take::Dirty,
+            Take::Background,
         );
         core.dirty_files.requeue_if_dirty(&mapping);
     }
 }
 
-/// Writes back every dirty page of the cache and waits for it (no flush): the cache's
-/// last act, so that dropping it loses nothing a process exit would not.
+/// Writes back every dirty page of the cache and waits for it (no flush), then gives
+/// every file folio wrote its logical size on disk: the cache's last act, so that dropping
+/// it loses nothing a process exit would not, and adds nothing (no padded tail block).
 ///
 /// Context: no lock held; sleeps until the writes complete.
 pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
@@ -575,17 +586,12 @@ pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
             .lock()
             .tag_range(start_page, end_page, Mark::Dirty, Mark::Towrite);
         start(core, backend, &mapping, start_page, end_page, Take::Tagged);
+    }
+    // Every file's writebacks, a background pass's too (its file left the queue), end
+    // before its size is settled: a tail block written after would pad it again.
+    for mapping in core.mappings.all() {
         let write = &mapping.write;
         write.in_flight.wait_through(write.in_flight.last());
-        // The block the end cuts was written whole: cut the file back to its length.
-        if let Some(fd) = write.fd() {
-            let _writer = write.lock_writer();
-            let size = mapping.size_bytes();
-            if fd.metadata().map(|m| m.len()).ok() != Some(size) {
-                if let Err(e) = sync::set_len(&fd, size) {
-                    write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
-                }
-            }
-        }
+        mapping.settle_size();
     }
 }

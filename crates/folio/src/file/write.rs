@@ -15,8 +15,12 @@
 //!     index (`Fill::replace_for_write`); the holders keep the old bytes, as the holders
 //!     of a truncated page do. So no shared borrow of a folio's bytes ever sees them change.
 //! W4. Move the version odd, copy with atomic stores, move it even (optimistic readers
-//!     that overlap retry, `version`); mark the written blocks (`BlockMask::mark`) and, if
-//!     the folio was clean, its index `Dirty` mark.
+//!     that overlap retry, `version`); extend the file's size to the end of the bytes
+//!     written; mark the written blocks (`BlockMask::mark`) and, if the folio was clean,
+//!     its index `Dirty` mark. The size moves before W5, as the kernel's
+//!     `generic_write_end` moves `i_size` before it unlocks the folio: writeback does not
+//!     write blocks past the end (B2), so a writeback that took the folio after W5 and
+//!     read the old size would clean it without writing the new bytes.
 //! W5. DIRTY set and LOCKED cleared in one step; waiters woken.
 //!
 //! Before the writer lock, a write reserves its pages in the dirty budget (it waits there
@@ -77,8 +81,9 @@ enum Fresh {
 /// Whether a writer's change dirtied the folio.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Change {
-    /// Bytes of the file changed: W5 sets DIRTY.
-    Dirtied,
+    /// Bytes of the file changed, up to `end_bytes`: the file's size reaches it before
+    /// W5 sets DIRTY (module docs, W4).
+    Dirtied { end_bytes: u64 },
     /// Only bytes past the end of the file were zeroed (`set_len`): the dirty state
     /// stays as it was.
     PastEnd,
@@ -255,18 +260,18 @@ impl File {
                 Prepared::Locked(locked) => {
                     let in_folio = (p - locked.head.offset_bytes()) as usize;
                     let n = (locked.order.bytes() - in_folio).min(src.len() - at);
+                    let end_bytes = p + n as u64;
                     newly += self.change(
                         &locked,
                         in_folio,
                         Some(&src[at..at + n]),
                         n,
-                        Change::Dirtied,
+                        Change::Dirtied { end_bytes },
                     );
                     n
                 }
             };
             at += n;
-            self.mapping.extend_to(pos + at as u64);
         }
         Ok(newly)
     }
@@ -378,6 +383,9 @@ impl File {
             }
             return Ok(None);
         }
+        // W4's size rule: before DIRTY, while LOCKED keeps writeback off the folio.
+        self.mapping
+            .extend_to(page.offset_bytes() + (in_page + src.len()) as u64);
         meta.version.publish();
         meta.state.finish_fill_dirty();
         wait::wake_all(meta);
@@ -451,7 +459,10 @@ impl File {
             None => arena.zero_range(locked.frame, locked.order, in_folio, in_folio + len),
         }
         let mut newly = 0;
-        if change == Change::Dirtied {
+        if let Change::Dirtied { end_bytes } = change {
+            // Still LOCKED: a writeback's B1 cannot take the folio before the size covers
+            // the bytes just written (it writes no block past the end).
+            self.mapping.extend_to(end_bytes);
             let first = (in_folio / PAGE_BYTES) as u64;
             let last = (in_folio + len).div_ceil(PAGE_BYTES) as u64;
             let blocks = Blocks::range(first, last - first);
@@ -464,7 +475,7 @@ impl File {
             }
         }
         match (locked.fresh, change, locked.prior) {
-            (Fresh::Published, Change::Dirtied, _) => {
+            (Fresh::Published, Change::Dirtied { .. }, _) => {
                 meta.version.end_write();
                 meta.state.unlock_dirty();
             }
