@@ -155,6 +155,7 @@ enum Counter {
   kSequentialReads,
   kSequentialReadBytes,
   kFilesRemoved,
+  kFilesReused,
   kColdFilesDropped,
   // SetWriteLifeTimeHint's values, and the files opened with a cold temperature.
   kWriteHintNone,
@@ -177,7 +178,8 @@ constexpr const char* kCounterNames[kCounters] = {
     "writes",              "write_bytes",       "write_errors",  "truncates",
     "syncs",               "fsyncs",            "range_syncs",   "close_syncs",
     "sync_errors",         "sequential_reads",  "sequential_read_bytes",
-    "files_removed",       "cold_files_dropped", "write_hints_none", "write_hints_short",
+    "files_removed",       "files_reused",      "cold_files_dropped", "write_hints_none",
+    "write_hints_short",
     "write_hints_medium",  "write_hints_long",  "write_hints_extreme",
     "cold_temperature_files",
 };
@@ -1082,6 +1084,7 @@ class FolioFileSystem : public FileSystemWrapper {
     }
     IOStatus s = FileSystemWrapper::RenameFile(old_fname, fname, file_opts.io_options, dbg);
     if (!s.ok()) return s;
+    Count(kFilesReused);
     return OpenWritable(fname, file_opts, FOLIO_OPEN_WRITE, Start::kAtZero, result);
   }
 
