@@ -3,7 +3,8 @@
 # unmodified db_bench through it:
 #   1. reads: fillseq (2 DBs) with RocksDB's default file system, then through the plugin
 #      (db_bench_folio.sh, the documented command): readseq and readrandom with
-#      --verify_checksum=1, and readseq with --use_direct_reads=1; checks that each
+#      --verify_checksum=1, and readseq with --use_direct_reads=1 and writes=0 (table
+#      reads only through folio, every other file to the kernel); checks that each
 #      completed, that every key was found, and that folio served the reads: its printed
 #      stats show reads, hits and pages inserted, and no errors, and name every field of
 #      folio_stats in include/folio.h;
@@ -18,7 +19,9 @@
 #      with sync=true and prints each acknowledged one; SIGKILLed at a random moment 20
 #      times (WAL recycling every other time), each time the database reopens through
 #      the plugin with every acknowledged key and its value;
-#   4. checks that a bad option fails with a message instead of a crash.
+#   4. a file written through the plugin, neither synced nor closed, is whole on disk
+#      after a normal exit (the exit hook's folio_cache_sync_all);
+#   5. checks that a bad option fails with a message instead of a crash.
 # Ends with "ci.sh: N passed, M failed". Needs rocksdb-tools librocksdb-dev cmake g++
 # (installed here when missing and running as root with apt-get) and cargo.
 #
@@ -140,8 +143,13 @@ served_by_folio readrandom
 check "readrandom: found every key it looked up" \
     grep -qE "\(([0-9]+) of \1 found\)" "$work/readrandom.log"
 
-run readseq_direct --benchmarks=readseq --use_direct_reads=1
+# writes=0: the plugin before it wrote: table reads through folio, the rest to the kernel.
+run readseq_direct --benchmarks=readseq --use_direct_reads=1 --fs_uri='folio://?readahead_max=2M&writes=0'
 served_by_folio readseq_direct
+check "readseq_direct (writes=0): nothing written through folio" \
+    zero "$(stat_of readseq_direct wal_opened_for_write)"
+check "readseq_direct (writes=0): the other files left to the kernel" \
+    positive "$(stat_of readseq_direct kernel_files_opened)"
 
 # ---- Writes ---------------------------------------------------------------------------
 # Small memtables and table files, a level multiplier of 2: flushes and compactions all
@@ -299,6 +307,18 @@ check "kill test: the end's reopen holds every key" \
     env LD_PRELOAD="$FOLIO_PLUGIN" "$kill_writer" verify "$work/kdb" "$kill_uri" "$acks"
 check "kill test: most kills landed among acknowledged writes ($kills_with_writes of $rounds)" \
     [ "$kills_with_writes" -ge $((rounds / 2)) ]
+
+echo "== a file neither synced nor closed is on disk after a normal exit (the exit hook)"
+rc=0
+LD_PRELOAD="$FOLIO_PLUGIN" FOLIO_STATS="$work/exit.stats" "$kill_writer" exit-unsynced \
+    "$work/000042.log" 'folio://?capacity=64M&dirty_expire=1min' >"$work/exit.log" 2>&1 || rc=$?
+check "exit: the program exits 0" [ "$rc" = 0 ]
+check "exit: the file (a WAL's name) was written through folio" \
+    [ "$(stat_of exit wal_opened_for_write)" = 1 ]
+check "exit: nothing was synced by RocksDB" zero "$(stat_of exit syncs)"
+check "exit: the exit hook wrote the pages back" positive "$(stat_of exit pages_written_back)"
+check "exit: no dirty page left" zero "$(stat_of exit dirty_pages)"
+check "exit: the file on disk holds every byte written" "$kill_writer" check-file "$work/000042.log"
 
 echo "== a bad option fails with a message, not a crash"
 rc=0

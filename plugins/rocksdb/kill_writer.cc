@@ -18,6 +18,14 @@
 //     earlier writes; a last line without a newline is ignored) is there with its value.
 //     Prints "verify: A acknowledged, F found, M missing, W wrong" and exits 0 only if
 //     every key was found with its value.
+//   kill_writer exit-unsynced FILE FS_URI
+//     Writes 1 MiB + 123 bytes (ByteOf) to FILE (name it as a database file, e.g.
+//     000042.log, for the plugin to take it) through the file system's
+//     FSWritableFile, neither syncs nor closes it, and exits normally: what is on disk
+//     afterwards is what the plugin's exit hook wrote back.
+//   kill_writer check-file FILE
+//     Reads FILE with stdio (past any cache of this process) and exits 0 only if it
+//     holds exactly what exit-unsynced writes.
 //
 // The file system comes from the URI the way db_bench's --fs_uri does it:
 // Env::CreateFromUri(config, "", FS_URI) (a composite Env over the registered
@@ -25,6 +33,7 @@
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
 #include <rocksdb/options.h>
 #include <rocksdb/write_batch.h>
 #include <unistd.h>
@@ -206,6 +215,47 @@ int Verify(const std::string& path, const std::string& fs_uri, const std::string
   return missing == 0 && wrong == 0 && found == acknowledged ? 0 : 1;
 }
 
+constexpr size_t kExitFileBytes = (1u << 20) + 123;
+
+char ByteOf(size_t i) { return static_cast<char>((i * 131 + (i >> 12)) & 0xff); }
+
+int ExitUnsynced(const std::string& path, const std::string& fs_uri) {
+  std::shared_ptr<ROCKSDB_NAMESPACE::FileSystem> fs;
+  const Status s =
+      ROCKSDB_NAMESPACE::FileSystem::CreateFromString(ConfigOptions(), fs_uri, &fs);
+  if (!s.ok()) Die("FileSystem::CreateFromString(" + fs_uri + ")", s);
+  std::unique_ptr<ROCKSDB_NAMESPACE::FSWritableFile> file;
+  const ROCKSDB_NAMESPACE::IOStatus o =
+      fs->NewWritableFile(path, ROCKSDB_NAMESPACE::FileOptions(), &file, nullptr);
+  if (!o.ok()) Die("open " + path, o);
+  std::string data(kExitFileBytes, '\0');
+  for (size_t i = 0; i < data.size(); i++) data[i] = ByteOf(i);
+  for (size_t off = 0; off < data.size(); off += 10000) {
+    const size_t n = std::min<size_t>(10000, data.size() - off);
+    const ROCKSDB_NAMESPACE::IOStatus a = file->Append(
+        ROCKSDB_NAMESPACE::Slice(data.data() + off, n), ROCKSDB_NAMESPACE::IOOptions(), nullptr);
+    if (!a.ok()) Die("append", a);
+  }
+  // Neither Sync nor Close (the destructor would close, and Close syncs): leak the file.
+  file.release();
+  std::exit(0);
+}
+
+int CheckFile(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    std::fprintf(stderr, "check-file: cannot open %s\n", path.c_str());
+    return 1;
+  }
+  size_t i = 0, wrong = 0;
+  for (int c; (c = std::fgetc(f)) != EOF; i++) {
+    if (static_cast<char>(c) != ByteOf(i)) wrong++;
+  }
+  std::fclose(f);
+  std::printf("check-file: %zu bytes (%zu expected), %zu wrong\n", i, kExitFileBytes, wrong);
+  return i == kExitFileBytes && wrong == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -216,8 +266,14 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::strcmp(argv[1], "verify") == 0) {
     return Verify(argv[2], argv[3], argv[4]);
   }
+  if (argc == 4 && std::strcmp(argv[1], "exit-unsynced") == 0) {
+    return ExitUnsynced(argv[2], argv[3]);
+  }
+  if (argc == 3 && std::strcmp(argv[1], "check-file") == 0) return CheckFile(argv[2]);
   std::fprintf(stderr,
                "usage: kill_writer write DB FS_URI RUN THREADS RECYCLE(0|1) MILLIS\n"
-               "       kill_writer verify DB FS_URI ACKS\n");
+               "       kill_writer verify DB FS_URI ACKS\n"
+               "       kill_writer exit-unsynced FILE FS_URI\n"
+               "       kill_writer check-file FILE\n");
   return 2;
 }
