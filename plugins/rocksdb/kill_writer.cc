@@ -90,7 +90,10 @@ std::string ValueOf(const std::string& key) {
 
 // The database's options: Env from the URI, small buffers so that flushes and
 // compactions run constantly.
-ROCKSDB_NAMESPACE::Options MakeOptions(const std::string& fs_uri, bool recycle,
+// Whether RocksDB recycles WAL files (recycle_log_file_num).
+enum class Wal { kFresh, kRecycled };
+
+ROCKSDB_NAMESPACE::Options MakeOptions(const std::string& fs_uri, Wal wal,
                                        std::shared_ptr<Env>* guard) {
   Env* env = nullptr;
   ConfigOptions config;
@@ -105,7 +108,7 @@ ROCKSDB_NAMESPACE::Options MakeOptions(const std::string& fs_uri, bool recycle,
   o.max_bytes_for_level_multiplier = 4;
   o.level0_file_num_compaction_trigger = 2;
   o.max_background_jobs = 2;
-  if (recycle) {
+  if (wal == Wal::kRecycled) {
     // RocksDB 7.8 recycles WAL files only under this recovery mode (SanitizeOptions sets
     // recycle_log_file_num to 0 under the others). The reopens of verify use the default
     // (kPointInTimeRecovery), stricter: it stops at the first bad record.
@@ -130,9 +133,9 @@ void Acknowledge(const std::string& key) {
 }
 
 int Write(const std::string& path, const std::string& fs_uri, int run, int threads,
-          bool recycle, int millis) {
+          Wal wal, int millis) {
   std::shared_ptr<Env> guard;
-  ROCKSDB_NAMESPACE::Options options = MakeOptions(fs_uri, recycle, &guard);
+  ROCKSDB_NAMESPACE::Options options = MakeOptions(fs_uri, wal, &guard);
   DB* raw = nullptr;
   const Status s = DB::Open(options, path, &raw);
   if (!s.ok()) Die("open " + path, s);
@@ -177,7 +180,7 @@ int Write(const std::string& path, const std::string& fs_uri, int run, int threa
 
 int Verify(const std::string& path, const std::string& fs_uri, const std::string& acks) {
   std::shared_ptr<Env> guard;
-  ROCKSDB_NAMESPACE::Options options = MakeOptions(fs_uri, false, &guard);
+  ROCKSDB_NAMESPACE::Options options = MakeOptions(fs_uri, Wal::kFresh, &guard);
   options.create_if_missing = false;
   DB* raw = nullptr;
   const Status s = DB::Open(options, path, &raw);
@@ -261,7 +264,8 @@ int CheckFile(const std::string& path) {
 int main(int argc, char** argv) {
   if (argc == 8 && std::strcmp(argv[1], "write") == 0) {
     return Write(argv[2], argv[3], std::atoi(argv[4]), std::max(1, std::atoi(argv[5])),
-                 std::strcmp(argv[6], "1") == 0, std::max(0, std::atoi(argv[7])));
+                 std::strcmp(argv[6], "1") == 0 ? Wal::kRecycled : Wal::kFresh,
+                 std::max(0, std::atoi(argv[7])));
   }
   if (argc == 5 && std::strcmp(argv[1], "verify") == 0) {
     return Verify(argv[2], argv[3], argv[4]);
