@@ -1,4 +1,5 @@
-// folio_fs.cc - a RocksDB FileSystem that reads table files through folio.
+// folio_fs.cc - a RocksDB FileSystem whose database files are written and read through
+// folio.
 //
 // Loaded into an unmodified RocksDB program (db_bench) with LD_PRELOAD; a static
 // initializer registers the file system "folio" with ObjectLibrary::Default(), so that
@@ -7,22 +8,60 @@
 //
 // finds it. See docs/rocksdb.md.
 //
-// What it does: a FileSystemWrapper over FileSystem::Default(). NewRandomAccessFile of a
-// table file (*.sst, *.ldb) opens it with folio_open and returns a FolioRandomAccessFile:
-//   Read      -> folio_read (any offset and length, into RocksDB's scratch)
-//   MultiRead -> one folio_read per request
-//   Prefetch  -> folio_readahead (returns at once; covered ranges cost nothing)
-//   Hint      -> folio_advise (kRandom, kSequential, kNormal, kWillNeed, kWontNeed)
-//   InvalidateCache -> folio_advise(DONTNEED)
-// Every other file, and every write, goes to the wrapped default file system.
+// What it does: a FileSystemWrapper over FileSystem::Default(). Every file of a database
+// (FileKind: WAL *.log, tables *.sst/*.ldb, MANIFEST-*, and the rest of what RocksDB
+// writes and reads back: OPTIONS-*, the *.dbtmp that becomes CURRENT or IDENTITY, CURRENT,
+// IDENTITY, blob files) is opened with folio_open / folio_open2:
+//   NewWritableFile / ReopenWritableFile / ReuseWritableFile -> FolioWritableFile
+//     Append -> folio_write at the file's tracked end; Flush -> nothing (no user-space
+//     buffer: the bytes are in folio's cache, readable by every handle); Sync ->
+//     folio_sync(DATA); Fsync -> folio_sync(ALL); RangeSync -> folio_writeback (starts
+//     writeback, promises nothing, as sync_file_range(WRITE)); Truncate -> folio_set_len;
+//     Close -> folio_sync(DATA) if anything was written since the last sync (below)
+//   NewRandomRWFile  -> FolioRandomRWFile (Write, Read, Sync, Fsync, Close as above)
+//   NewSequentialFile -> FolioSequentialFile (Read at a tracked offset, Skip,
+//     PositionedRead): RocksDB reading back a WAL or MANIFEST reads folio's bytes
+//   NewRandomAccessFile -> FolioRandomAccessFile:
+//     Read      -> folio_read (any offset and length, into RocksDB's scratch)
+//     MultiRead -> one folio_read per request
+//     Prefetch  -> folio_readahead (returns at once; covered ranges cost nothing)
+//     Hint      -> folio_advise (kRandom, kSequential, kNormal, kWillNeed, kWontNeed)
+//     InvalidateCache -> folio_advise(DONTNEED)
+//   DeleteFile -> folio_remove_file (unlink; a closed file's pages, dirty ones too, go)
+//   GetFileSize -> the tracked end of a file open for writing here, else the default's
+// Every other file (LOG, LOCK, ...) and call (directories, renames, locks, GetChildren)
+// goes to the wrapped default file system. Renames need nothing: folio knows files by
+// inode, so a renamed file keeps its pages. writes=0 keeps only table reads (the plugin
+// before it wrote).
 //
-// use_direct_io(): the folio file always answers false, also under use_direct_reads=1.
-// folio itself reads the file with O_DIRECT into its own aligned memory, and serves any
-// offset and length into any buffer. Answering true would make RocksDB align every read,
-// bounce it through its own aligned buffer (one more copy), and replace its Prefetch
-// hints by private 256 KiB readahead buffers per iterator that folio cannot share between
-// threads. Answering false gives folio RocksDB's block-sized reads and its readahead
-// hints: what a page cache wants. GetRequiredBufferAlignment() is then 1 (any buffer).
+// Close syncs. RocksDB reads some files past the file object after closing them (the
+// FileSystem's GetFileSize(path), a table opened with use_mmap_reads, a tool or a later
+// process reading the directory), and folio's dirty pages are invisible to all of those:
+// the file on disk must be whole once Close returns. So Close does folio_sync(DATA) when
+// the file has writes no sync covered. It costs nothing for tables and MANIFESTs (RocksDB
+// syncs them before closing) and one fdatasync per WAL closed unsynced (a WAL is closed
+// when its memtable is switched, written with sync=false).
+//
+// Durability: a write is durable when Sync/Fsync returned OK, as with the kernel. Unlike
+// the kernel's page cache, folio's dies with the process: data appended and not synced
+// (a WAL written with sync=false) is lost if the process is killed, where the kernel
+// would have kept it. At a normal exit an atexit hook syncs every file the cache holds
+// dirty (folio_cache_sync_all). See docs/rocksdb.md.
+//
+// use_direct_io(): every folio file answers false, also under use_direct_reads=1 or
+// use_direct_io_for_flush_and_compaction=1. folio itself does O_DIRECT I/O from its own
+// aligned memory, and serves any offset and length into any buffer. Answering true would
+// make RocksDB align every read and write, bounce it through its own aligned buffer (one
+// more copy), and replace its Prefetch hints by private 256 KiB readahead buffers per
+// iterator that folio cannot share between threads. Answering false gives folio
+// RocksDB's block-sized reads, its readahead hints and its appends as they come: what a
+// page cache wants. GetRequiredBufferAlignment() is then 1 (any buffer).
+//
+// Cache on write: folio keeps the pages it writes, so a table RocksDB has just flushed or
+// compacted is read back (its footer, index, filter, and the checks after a flush) from
+// memory. cache_cold_writes=0 drops, at Close, the pages of files RocksDB hints cold:
+// write life time WLTH_EXTREME (RocksDB's compaction outputs two levels below the base
+// level and further) or temperature kWarm/kCold (last_level_temperature and friends).
 //
 // One folio cache per process (options from the first --fs_uri and FOLIO_* variables),
 // created by the first factory call and never destroyed; its statistics are printed at
@@ -38,23 +77,31 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "folio.h"
 #include "folio_options.h"
 
+using ROCKSDB_NAMESPACE::Env;
 using ROCKSDB_NAMESPACE::FileOptions;
 using ROCKSDB_NAMESPACE::FileSystem;
 using ROCKSDB_NAMESPACE::FileSystemWrapper;
 using ROCKSDB_NAMESPACE::FSRandomAccessFile;
+using ROCKSDB_NAMESPACE::FSRandomRWFile;
 using ROCKSDB_NAMESPACE::FSReadRequest;
+using ROCKSDB_NAMESPACE::FSSequentialFile;
+using ROCKSDB_NAMESPACE::FSWritableFile;
 using ROCKSDB_NAMESPACE::IODebugContext;
 using ROCKSDB_NAMESPACE::IOOptions;
 using ROCKSDB_NAMESPACE::IOStatus;
 using ROCKSDB_NAMESPACE::ObjectLibrary;
 using ROCKSDB_NAMESPACE::Slice;
+using ROCKSDB_NAMESPACE::Temperature;
 
 namespace folio_rocksdb {
 namespace {
@@ -83,6 +130,40 @@ enum Counter {
   kHintWillNeed,
   kHintWontNeed,
   kInvalidations,
+  // Files opened through folio, by kind (FileKind), for writing (NewWritableFile,
+  // ReopenWritableFile, ReuseWritableFile, NewRandomRWFile) and for reading
+  // (NewSequentialFile, NewRandomAccessFile); and files left to the default file system.
+  kWalWriteOpens,
+  kSstWriteOpens,
+  kManifestWriteOpens,
+  kOtherWriteOpens,
+  kWalReadOpens,
+  kSstReadOpens,
+  kManifestReadOpens,
+  kOtherReadOpens,
+  kKernelOpens,
+  // What RocksDB asked of the written files.
+  kWrites,
+  kWriteBytes,
+  kWriteErrors,
+  kTruncates,
+  kSyncs,
+  kFsyncs,
+  kRangeSyncs,
+  kCloseSyncs,
+  kSyncErrors,
+  kSequentialReads,
+  kSequentialReadBytes,
+  kFilesRemoved,
+  kFilesReused,
+  kColdFilesDropped,
+  // SetWriteLifeTimeHint's values, and the files opened with a cold temperature.
+  kWriteHintNone,
+  kWriteHintShort,
+  kWriteHintMedium,
+  kWriteHintLong,
+  kWriteHintExtreme,
+  kColdTemperatureFiles,
   kCounters,
 };
 
@@ -91,6 +172,16 @@ constexpr const char* kCounterNames[kCounters] = {
     "read_bytes_returned", "read_errors",       "multireads",    "multiread_requests",
     "prefetches",          "prefetch_bytes",    "hints_normal",  "hints_random",
     "hints_sequential",    "hints_willneed",    "hints_wontneed", "invalidations",
+    "wal_opened_for_write", "sst_opened_for_write", "manifest_opened_for_write",
+    "other_opened_for_write", "wal_opened_for_read", "sst_opened_for_read",
+    "manifest_opened_for_read", "other_opened_for_read", "kernel_files_opened",
+    "writes",              "write_bytes",       "write_errors",  "truncates",
+    "syncs",               "fsyncs",            "range_syncs",   "close_syncs",
+    "sync_errors",         "sequential_reads",  "sequential_read_bytes",
+    "files_removed",       "files_reused",      "cold_files_dropped", "write_hints_none",
+    "write_hints_short",
+    "write_hints_medium",  "write_hints_long",  "write_hints_extreme",
+    "cold_temperature_files",
 };
 
 constexpr unsigned kStripes = 16;
@@ -187,6 +278,28 @@ void PrintStats() {
   if (out != stderr) std::fclose(out);
 }
 
+// At exit: writes back and syncs every file the cache holds dirty. The cache is never
+// destroyed (RocksDB threads may still use it while static destructors run), and its
+// dirty pages are the process's memory: without this, what RocksDB wrote and did not
+// sync (a WAL written with sync=false, a file not closed) would die with the process.
+// Registered after PrintStats, so it runs before it (atexit runs in reverse order) and
+// the stats show the final writeback. A process killed by a signal runs no atexit hook:
+// it loses what it did not sync, as with any user-space cache.
+void SyncAtExit() {
+  Process& p = process();
+  folio_cache cache;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (!p.created) return;
+    cache = p.cache;
+  }
+  const int rc = folio_cache_sync_all(cache);
+  if (rc < 0) {
+    std::fprintf(stderr, "folio: at exit: syncing the written files failed: %s (%s)\n",
+                 std::strerror(-rc), LastFolioError().c_str());
+  }
+}
+
 // Creates the process's cache on the first call; later calls reuse it. Returns false with
 // *error set if the options are bad or the cache cannot be created.
 bool EnsureCache(const std::string& uri, std::string* error) {
@@ -212,6 +325,9 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   o.pread_threads = opts.pread_threads;
   o.eviction = opts.eviction;
   o.prefault = opts.prefault == Options::Prefault::kAtStart ? 1 : 0;
+  o.dirty_limit_bytes = opts.dirty_limit_bytes;
+  o.dirty_background_bytes = opts.dirty_background_bytes;
+  o.dirty_expire_ms = opts.dirty_expire_ms;
   folio_cache cache{};
   const int rc = folio_cache_create(&o, &cache);
   if (rc < 0) {
@@ -222,6 +338,7 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   p.options = opts;
   p.created = true;
   if (opts.stats != StatsSink::kNone) std::atexit(PrintStats);
+  std::atexit(SyncAtExit);  // after PrintStats: runs before it
   if (opts.verbosity == Options::Verbosity::kVerbose) {
     std::fprintf(stderr, "folio: cache created from '%s': %s\n", uri.c_str(),
                  opts.Describe().c_str());
@@ -244,12 +361,95 @@ IOStatus FromErrno(const char* op, const std::string& name, int err) {
   }
 }
 
+IOStatus FromRc(const char* op, const std::string& name, int64_t rc) {
+  return rc < 0 ? FromErrno(op, name, static_cast<int>(-rc)) : IOStatus::OK();
+}
+
+bool EndsWith(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+bool StartsWith(const std::string& s, const char* prefix) {
+  return s.compare(0, std::strlen(prefix), prefix) == 0;
+}
+
+// Whether s[from, to) is one or more decimal digits.
+bool AllDigits(const std::string& s, size_t from, size_t to) {
+  if (from >= to || to > s.size()) return false;
+  for (size_t i = from; i < to; i++) {
+    if (s[i] < '0' || s[i] > '9') return false;
+  }
+  return true;
+}
+
 bool IsTableFile(const std::string& name) {
-  auto ends_with = [&](const char* suffix) {
-    const size_t n = std::strlen(suffix);
-    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
-  };
-  return ends_with(".sst") || ends_with(".ldb");
+  return EndsWith(name, ".sst") || EndsWith(name, ".ldb");
+}
+
+// What a file of a database is, from its name (RocksDB's file/filename.cc names):
+// what the stats count, and whether folio takes it (everything but kKernel).
+enum class FileKind {
+  kWal,       // NNNNNN.log, also under archive/ and a wal_dir
+  kTable,     // *.sst, *.ldb (any name: SstFileWriter's files too)
+  kManifest,  // MANIFEST-NNNNNN
+  kOther,     // OPTIONS-NNNNNN, *.dbtmp (OPTIONS', CURRENT's and IDENTITY's before their
+              // rename), CURRENT, IDENTITY, *.blob
+  kKernel,    // the rest: LOG and LOG.old.*, LOCK, *.trash, and whatever is not RocksDB's
+};
+
+FileKind KindOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  if (IsTableFile(base)) return FileKind::kTable;
+  if (EndsWith(base, ".log") && AllDigits(base, 0, base.size() - 4)) return FileKind::kWal;
+  if (StartsWith(base, "MANIFEST-") && AllDigits(base, 9, base.size())) {
+    return FileKind::kManifest;
+  }
+  if (EndsWith(base, ".dbtmp") || EndsWith(base, ".blob") || base == "CURRENT" ||
+      base == "IDENTITY" || (StartsWith(base, "OPTIONS-") && AllDigits(base, 8, base.size()))) {
+    return FileKind::kOther;
+  }
+  return FileKind::kKernel;
+}
+
+const char* KindName(FileKind kind) {
+  switch (kind) {
+    case FileKind::kWal:
+      return "wal";
+    case FileKind::kTable:
+      return "sst";
+    case FileKind::kManifest:
+      return "manifest";
+    case FileKind::kOther:
+      return "other";
+    case FileKind::kKernel:
+      break;
+  }
+  return "kernel";
+}
+
+enum class OpenFor { kWrite, kRead };
+
+void CountOpen(FileKind kind, OpenFor how) {
+  const bool for_write = how == OpenFor::kWrite;
+  switch (kind) {
+    case FileKind::kWal:
+      Count(for_write ? kWalWriteOpens : kWalReadOpens);
+      break;
+    case FileKind::kTable:
+      Count(for_write ? kSstWriteOpens : kSstReadOpens);
+      break;
+    case FileKind::kManifest:
+      Count(for_write ? kManifestWriteOpens : kManifestReadOpens);
+      break;
+    case FileKind::kOther:
+      Count(for_write ? kOtherWriteOpens : kOtherReadOpens);
+      break;
+    case FileKind::kKernel:
+      Count(kKernelOpens);
+      break;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -359,6 +559,441 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
   const uint64_t prefetch_ahead_bytes_;
 };
 
+// ---------------------------------------------------------------------------------------
+// Written files.
+
+// Whether a file's pages stay cached after it is closed (cache_cold_writes).
+enum class AfterClose { kKeepCached, kDropIfCold };
+
+// What RocksDB hinted of a written file: the write life time hint and the temperature,
+// said once per (kind, hint, temperature) on stderr under verbose=1, so a user can see
+// what their RocksDB passes (docs/rocksdb.md says what db_bench 7.8.3 does).
+void SayHintsOnce(FileKind kind, Env::WriteLifeTimeHint hint, Temperature temperature,
+                  const std::string& name, uint64_t size) {
+  static std::mutex mu;
+  static std::set<std::tuple<int, int, int>> said;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!said.insert({static_cast<int>(kind), static_cast<int>(hint),
+                      static_cast<int>(temperature)})
+             .second) {
+      return;
+    }
+  }
+  static const char* const kHints[] = {"WLTH_NOT_SET", "WLTH_NONE", "WLTH_SHORT",
+                                       "WLTH_MEDIUM",  "WLTH_LONG", "WLTH_EXTREME"};
+  const unsigned h = static_cast<unsigned>(hint);
+  const char* t = "kUnknown";
+  switch (temperature) {
+    case Temperature::kHot:
+      t = "kHot";
+      break;
+    case Temperature::kWarm:
+      t = "kWarm";
+      break;
+    case Temperature::kCold:
+      t = "kCold";
+      break;
+    default:
+      break;
+  }
+  std::fprintf(stderr,
+               "folio: first %s file closed with write life time hint %s, temperature %s "
+               "(%s, %" PRIu64 " bytes)\n",
+               KindName(kind), h < 6 ? kHints[h] : "?", t, name.c_str(), size);
+}
+
+bool IsColdTemperature(Temperature t) { return t == Temperature::kWarm || t == Temperature::kCold; }
+
+class FolioWritableFile;
+
+// The files open for writing here, by path, for FileSystem::GetFileSize: a file being
+// written has its newest bytes in folio (ahead of the disk until a sync), and RocksDB asks
+// the file system, not the file, for the size of a live WAL (GetSortedWalFiles, and so
+// checkpoints and backups). Opens and closes are rare: one mutex.
+class OpenWriters {
+ public:
+  void Add(const std::string& path, const FolioWritableFile* file) {
+    std::lock_guard<std::mutex> lock(mu_);
+    files_[path] = file;
+  }
+  void Remove(const std::string& path, const FolioWritableFile* file) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = files_.find(path);
+    if (it != files_.end() && it->second == file) files_.erase(it);
+  }
+  // The tracked size of the file open for writing at `path`, if there is one.
+  bool SizeOf(const std::string& path, uint64_t* size) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, const FolioWritableFile*> files_;  // under mu_
+};
+
+// A file RocksDB writes (WAL, table, MANIFEST, ...). RocksDB appends to it from one thread
+// at a time, and may Sync from another meanwhile (IsSyncThreadSafe): the end and the
+// unsynced flag are atomics, and folio_write / folio_sync are thread-safe.
+class FolioWritableFile : public FSWritableFile {
+ public:
+  FolioWritableFile(folio_file file, std::string name, FileKind kind, uint64_t end,
+                    const FileOptions& file_opts, AfterClose after_close,
+                    Options::Verbosity verbosity, OpenWriters* writers)
+      : FSWritableFile(file_opts),
+        file_(file),
+        name_(std::move(name)),
+        kind_(kind),
+        temperature_(file_opts.temperature),
+        after_close_(after_close),
+        verbosity_(verbosity),
+        writers_(writers),
+        end_(end) {
+    if (IsColdTemperature(temperature_)) Count(kColdTemperatureFiles);
+    writers_->Add(name_, this);
+  }
+
+  ~FolioWritableFile() override {
+    if (!closed_) Close(IOOptions(), nullptr);  // RocksDB closes first; a status lost here
+  }
+
+  IOStatus Append(const Slice& data, const IOOptions& /*options*/,
+                  IODebugContext* /*dbg*/) override {
+    return WriteAt(data, end_.load(std::memory_order_relaxed));
+  }
+
+  IOStatus Append(const Slice& data, const IOOptions& options,
+                  const ROCKSDB_NAMESPACE::DataVerificationInfo& /*verification_info*/,
+                  IODebugContext* dbg) override {
+    return Append(data, options, dbg);
+  }
+
+  // Only RocksDB's direct writes use it (use_direct_io() true), which this file never
+  // asks for; written as the interface says: the data lands at `offset`, and the file
+  // ends after it.
+  IOStatus PositionedAppend(const Slice& data, uint64_t offset, const IOOptions& /*options*/,
+                            IODebugContext* /*dbg*/) override {
+    return WriteAt(data, offset);
+  }
+
+  IOStatus PositionedAppend(const Slice& data, uint64_t offset, const IOOptions& options,
+                            const ROCKSDB_NAMESPACE::DataVerificationInfo& /*verification_info*/,
+                            IODebugContext* dbg) override {
+    return PositionedAppend(data, offset, options, dbg);
+  }
+
+  IOStatus Truncate(uint64_t size, const IOOptions& /*options*/,
+                    IODebugContext* /*dbg*/) override {
+    Count(kTruncates);
+    const int rc = folio_set_len(file_, size);
+    if (rc < 0) return FromErrno("truncate", name_, -rc);
+    end_.store(size, std::memory_order_release);
+    unsynced_.store(true, std::memory_order_release);  // the size is durable at a sync
+    return IOStatus::OK();
+  }
+
+  // No user-space buffer: every Append is in folio's cache when it returns.
+  IOStatus Flush(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    return IOStatus::OK();
+  }
+
+  IOStatus Sync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    Count(kSyncs);
+    return SyncAs(FOLIO_SYNC_DATA, "sync");
+  }
+
+  IOStatus Fsync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    Count(kFsyncs);
+    return SyncAs(FOLIO_SYNC_ALL, "fsync");
+  }
+
+  // sync_file_range(SYNC_FILE_RANGE_WRITE): starts writeback of the range, promises
+  // nothing. strict_bytes_per_sync's purpose, a bound on the data not yet written back,
+  // is folio's dirty limit (the throttle), so both kinds start writeback and return.
+  IOStatus RangeSync(uint64_t offset, uint64_t nbytes, const IOOptions& /*options*/,
+                     IODebugContext* /*dbg*/) override {
+    Count(kRangeSyncs);
+    return FromRc("range sync", name_, folio_writeback(file_, offset, nbytes));
+  }
+
+  IOStatus Close(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    if (closed_) return IOStatus::OK();
+    closed_ = true;
+    IOStatus s;
+    const uint64_t end = end_.load(std::memory_order_acquire);
+    // A reused file (ReuseWritableFile: a recycled WAL) ends where RocksDB's writes end,
+    // as a preallocated POSIX file is cut to its size at close.
+    uint64_t len = 0;
+    if (folio_file_len(file_, &len) == 0 && len > end) {
+      const int rc = folio_set_len(file_, end);
+      if (rc < 0) s = FromErrno("truncate at close", name_, -rc);
+      unsynced_.store(true, std::memory_order_release);
+    }
+    // The file on disk must be whole once Close returns (the file's opening comment).
+    if (unsynced_.load(std::memory_order_acquire)) {
+      Count(kCloseSyncs);
+      const IOStatus synced = SyncAs(FOLIO_SYNC_DATA, "sync at close");
+      if (s.ok()) s = synced;
+    }
+    if (verbosity_ == Options::Verbosity::kVerbose) {
+      SayHintsOnce(kind_, write_hint_, temperature_, name_, end);
+    }
+    if (after_close_ == AfterClose::kDropIfCold &&
+        (write_hint_ == Env::WLTH_EXTREME || IsColdTemperature(temperature_)) && s.ok()) {
+      Count(kColdFilesDropped);
+      folio_advise(file_, 0, end, FOLIO_ADVICE_DONTNEED);  // advice: its failure changes nothing
+    }
+    writers_->Remove(name_, this);
+    folio_close(file_);
+    return s;
+  }
+
+  bool IsSyncThreadSafe() const override { return true; }
+
+  bool use_direct_io() const override { return false; }
+
+  size_t GetRequiredBufferAlignment() const override { return 1; }
+
+  void SetWriteLifeTimeHint(Env::WriteLifeTimeHint hint) override {
+    switch (hint) {
+      case Env::WLTH_SHORT:
+        Count(kWriteHintShort);
+        break;
+      case Env::WLTH_MEDIUM:
+        Count(kWriteHintMedium);
+        break;
+      case Env::WLTH_LONG:
+        Count(kWriteHintLong);
+        break;
+      case Env::WLTH_EXTREME:
+        Count(kWriteHintExtreme);
+        break;
+      default:
+        Count(kWriteHintNone);
+        break;
+    }
+    FSWritableFile::SetWriteLifeTimeHint(hint);
+  }
+
+  uint64_t GetFileSize(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    return Size();
+  }
+
+  uint64_t Size() const { return end_.load(std::memory_order_acquire); }
+
+  // folio reserves the file's blocks itself (fallocate) as it writes them back.
+  IOStatus Allocate(uint64_t /*offset*/, uint64_t /*len*/, const IOOptions& /*options*/,
+                    IODebugContext* /*dbg*/) override {
+    return IOStatus::OK();
+  }
+
+  IOStatus InvalidateCache(size_t offset, size_t length) override {
+    Count(kInvalidations);
+    uint64_t len = length;
+    if (len == 0) {
+      const uint64_t size = Size();
+      len = size > offset ? size - offset : 0;
+    }
+    return FromRc("invalidate", name_, folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED));
+  }
+
+ private:
+  IOStatus WriteAt(const Slice& data, uint64_t offset) {
+    Count(kWrites);
+    Count(kWriteBytes, data.size());
+    const int64_t n = folio_write(file_, data.data(), data.size(), offset);
+    if (n < 0) {
+      Count(kWriteErrors);
+      return FromErrno("write", name_, static_cast<int>(-n));
+    }
+    // After the write: a concurrent Sync that cleared the flag before this store
+    // covered the write or leaves the flag set for Close (one sync too many, never one
+    // too few).
+    unsynced_.store(true, std::memory_order_release);
+    end_.store(offset + data.size(), std::memory_order_release);
+    return IOStatus::OK();
+  }
+
+  IOStatus SyncAs(uint32_t kind, const char* op) {
+    unsynced_.store(false, std::memory_order_release);
+    const int rc = folio_sync(file_, kind, 0, 0);
+    if (rc < 0) {
+      Count(kSyncErrors);
+      unsynced_.store(true, std::memory_order_release);
+      return FromErrno(op, name_, -rc);
+    }
+    return IOStatus::OK();
+  }
+
+  const folio_file file_;
+  const std::string name_;
+  const FileKind kind_;
+  const Temperature temperature_;
+  const AfterClose after_close_;
+  const Options::Verbosity verbosity_;
+  OpenWriters* const writers_;
+  std::atomic<uint64_t> end_;
+  // Whether bytes were written (or the size changed) since the last sync began.
+  std::atomic<bool> unsynced_{false};
+  bool closed_ = false;  // RocksDB's thread that closes
+};
+
+// The process's: files may outlive the FileSystem object that opened them. Never
+// destroyed, as the cache (RocksDB threads may close files during static destruction).
+OpenWriters& open_writers() {
+  static OpenWriters* writers = new OpenWriters;
+  return *writers;
+}
+
+bool OpenWriters::SizeOf(const std::string& path, uint64_t* size) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return false;
+  *size = it->second->Size();  // alive: a file leaves the map before it is destroyed
+  return true;
+}
+
+// A file RocksDB reads and writes in place (NewRandomRWFile: external file ingestion
+// rewriting a table's global sequence number, and utilities). One thread at a time.
+class FolioRandomRWFile : public FSRandomRWFile {
+ public:
+  FolioRandomRWFile(folio_file file, std::string name) : file_(file), name_(std::move(name)) {}
+
+  ~FolioRandomRWFile() override {
+    if (!closed_) Close(IOOptions(), nullptr);
+  }
+
+  bool use_direct_io() const override { return false; }
+
+  size_t GetRequiredBufferAlignment() const override { return 1; }
+
+  IOStatus Write(uint64_t offset, const Slice& data, const IOOptions& /*options*/,
+                 IODebugContext* /*dbg*/) override {
+    Count(kWrites);
+    Count(kWriteBytes, data.size());
+    const int64_t n = folio_write(file_, data.data(), data.size(), offset);
+    if (n < 0) {
+      Count(kWriteErrors);
+      return FromErrno("write", name_, static_cast<int>(-n));
+    }
+    unsynced_ = true;
+    return IOStatus::OK();
+  }
+
+  IOStatus Read(uint64_t offset, size_t n, const IOOptions& /*options*/, Slice* result,
+                char* scratch, IODebugContext* /*dbg*/) const override {
+    Count(kReads);
+    Count(kReadBytesAsked, n);
+    const int64_t got = folio_read(file_, scratch, n, offset);
+    if (got < 0) {
+      Count(kReadErrors);
+      *result = Slice();
+      return FromErrno("read", name_, static_cast<int>(-got));
+    }
+    Count(kReadBytesGot, static_cast<uint64_t>(got));
+    *result = Slice(scratch, static_cast<size_t>(got));
+    return IOStatus::OK();
+  }
+
+  IOStatus Flush(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    return IOStatus::OK();
+  }
+
+  IOStatus Sync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    Count(kSyncs);
+    return SyncAs(FOLIO_SYNC_DATA, "sync");
+  }
+
+  IOStatus Fsync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    Count(kFsyncs);
+    return SyncAs(FOLIO_SYNC_ALL, "fsync");
+  }
+
+  // Syncs what was not synced, as FolioWritableFile::Close, and for the same reason.
+  IOStatus Close(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    if (closed_) return IOStatus::OK();
+    closed_ = true;
+    IOStatus s;
+    if (unsynced_) {
+      Count(kCloseSyncs);
+      s = SyncAs(FOLIO_SYNC_DATA, "sync at close");
+    }
+    folio_close(file_);
+    return s;
+  }
+
+ private:
+  IOStatus SyncAs(uint32_t kind, const char* op) {
+    const int rc = folio_sync(file_, kind, 0, 0);
+    if (rc < 0) {
+      Count(kSyncErrors);
+      return FromErrno(op, name_, -rc);
+    }
+    unsynced_ = false;
+    return IOStatus::OK();
+  }
+
+  const folio_file file_;
+  const std::string name_;
+  bool unsynced_ = false;
+  bool closed_ = false;
+};
+
+// A file RocksDB reads from its start (a WAL or MANIFEST at recovery, CURRENT, OPTIONS,
+// IDENTITY): through folio, so that a file written here is read as folio has it (its
+// unsynced bytes included). One thread at a time.
+class FolioSequentialFile : public FSSequentialFile {
+ public:
+  FolioSequentialFile(folio_file file, std::string name) : file_(file), name_(std::move(name)) {}
+
+  ~FolioSequentialFile() override { folio_close(file_); }
+
+  IOStatus Read(size_t n, const IOOptions& options, Slice* result, char* scratch,
+                IODebugContext* dbg) override {
+    const IOStatus s = PositionedRead(offset_, n, options, result, scratch, dbg);
+    if (s.ok()) offset_ += result->size();
+    return s;
+  }
+
+  // As lseek(SEEK_CUR): past the end is allowed, and reads there return nothing.
+  IOStatus Skip(uint64_t n) override {
+    offset_ = n > UINT64_MAX - offset_ ? UINT64_MAX : offset_ + n;
+    return IOStatus::OK();
+  }
+
+  IOStatus PositionedRead(uint64_t offset, size_t n, const IOOptions& /*options*/,
+                          Slice* result, char* scratch, IODebugContext* /*dbg*/) override {
+    Count(kSequentialReads);
+    const int64_t got = folio_read(file_, scratch, n, offset);
+    if (got < 0) {
+      Count(kReadErrors);
+      *result = Slice();
+      return FromErrno("read", name_, static_cast<int>(-got));
+    }
+    Count(kSequentialReadBytes, static_cast<uint64_t>(got));
+    *result = Slice(scratch, static_cast<size_t>(got));
+    return IOStatus::OK();
+  }
+
+  bool use_direct_io() const override { return false; }
+
+  size_t GetRequiredBufferAlignment() const override { return 1; }
+
+  IOStatus InvalidateCache(size_t offset, size_t length) override {
+    Count(kInvalidations);
+    uint64_t len = length;
+    if (len == 0) {
+      uint64_t size = 0;
+      folio_file_len(file_, &size);
+      len = size > offset ? size - offset : 0;
+    }
+    return FromRc("invalidate", name_, folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED));
+  }
+
+ private:
+  const folio_file file_;
+  const std::string name_;
+  uint64_t offset_ = 0;
+};
+
 class FolioFileSystem : public FileSystemWrapper {
  public:
   explicit FolioFileSystem(const std::shared_ptr<FileSystem>& target)
@@ -375,12 +1010,19 @@ class FolioFileSystem : public FileSystemWrapper {
   IOStatus NewRandomAccessFile(const std::string& fname, const FileOptions& file_opts,
                                std::unique_ptr<FSRandomAccessFile>* result,
                                IODebugContext* dbg) override {
+    const FileKind kind = KindOf(fname);
     // mmap reads are the kernel's page cache by definition: leave them to the kernel.
-    if (!IsTableFile(fname) || file_opts.use_mmap_reads) {
+    // writes=0: table files only, as the plugin before it wrote.
+    const bool through_folio =
+        !file_opts.use_mmap_reads &&
+        (kind == FileKind::kTable || (Writing() && kind != FileKind::kKernel));
+    if (!through_folio) {
       Count(kOtherOpens);
+      Count(kKernelOpens);
       return FileSystemWrapper::NewRandomAccessFile(fname, file_opts, result, dbg);
     }
-    Count(kTableOpens);
+    if (kind == FileKind::kTable) Count(kTableOpens);
+    CountOpen(kind, OpenFor::kRead);
     folio_file file{};
     const int rc = folio_open(cache_, fname.c_str(), &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
@@ -388,7 +1030,133 @@ class FolioFileSystem : public FileSystemWrapper {
     return IOStatus::OK();
   }
 
+  IOStatus NewSequentialFile(const std::string& fname, const FileOptions& file_opts,
+                             std::unique_ptr<FSSequentialFile>* result,
+                             IODebugContext* dbg) override {
+    const FileKind kind = KindOf(fname);
+    if (!Writing() || kind == FileKind::kKernel || file_opts.use_mmap_reads) {
+      Count(kKernelOpens);
+      return FileSystemWrapper::NewSequentialFile(fname, file_opts, result, dbg);
+    }
+    CountOpen(kind, OpenFor::kRead);
+    folio_file file{};
+    const int rc = folio_open(cache_, fname.c_str(), &file);
+    if (rc < 0) return FromErrno("open", fname, -rc);
+    result->reset(new FolioSequentialFile(file, fname));
+    return IOStatus::OK();
+  }
+
+  // A new, empty file (an existing one is cut to 0 bytes, its cached pages with it).
+  IOStatus NewWritableFile(const std::string& fname, const FileOptions& file_opts,
+                           std::unique_ptr<FSWritableFile>* result,
+                           IODebugContext* dbg) override {
+    if (!WritesThroughFolio(fname, file_opts)) {
+      Count(kKernelOpens);
+      return FileSystemWrapper::NewWritableFile(fname, file_opts, result, dbg);
+    }
+    return OpenWritable(fname, file_opts,
+                        FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE | FOLIO_OPEN_TRUNCATE,
+                        Start::kAtZero, result);
+  }
+
+  // Appends after the file's bytes; creates it if missing.
+  IOStatus ReopenWritableFile(const std::string& fname, const FileOptions& file_opts,
+                              std::unique_ptr<FSWritableFile>* result,
+                              IODebugContext* dbg) override {
+    if (!WritesThroughFolio(fname, file_opts)) {
+      Count(kKernelOpens);
+      return FileSystemWrapper::ReopenWritableFile(fname, file_opts, result, dbg);
+    }
+    return OpenWritable(fname, file_opts, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE,
+                        Start::kAtEnd, result);
+  }
+
+  // A recycled WAL: renamed to its new name and overwritten from its start, not cut (the
+  // log reader tells old records by their log number); Close cuts it where the new
+  // writes end. The rename keeps the file's cached pages (folio knows it by inode).
+  IOStatus ReuseWritableFile(const std::string& fname, const std::string& old_fname,
+                             const FileOptions& file_opts,
+                             std::unique_ptr<FSWritableFile>* result,
+                             IODebugContext* dbg) override {
+    if (!WritesThroughFolio(fname, file_opts)) {
+      Count(kKernelOpens);
+      return FileSystemWrapper::ReuseWritableFile(fname, old_fname, file_opts, result, dbg);
+    }
+    IOStatus s = FileSystemWrapper::RenameFile(old_fname, fname, file_opts.io_options, dbg);
+    if (!s.ok()) return s;
+    Count(kFilesReused);
+    return OpenWritable(fname, file_opts, FOLIO_OPEN_WRITE, Start::kAtZero, result);
+  }
+
+  IOStatus NewRandomRWFile(const std::string& fname, const FileOptions& file_opts,
+                           std::unique_ptr<FSRandomRWFile>* result,
+                           IODebugContext* dbg) override {
+    if (!WritesThroughFolio(fname, file_opts)) {
+      Count(kKernelOpens);
+      return FileSystemWrapper::NewRandomRWFile(fname, file_opts, result, dbg);
+    }
+    CountOpen(KindOf(fname), OpenFor::kWrite);
+    folio_file file{};
+    const int rc =
+        folio_open2(cache_, fname.c_str(), FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &file);
+    if (rc < 0) return FromErrno("open", fname, -rc);
+    result->reset(new FolioRandomRWFile(file, fname));
+    return IOStatus::OK();
+  }
+
+  // Through folio for every file (not only those it opened: a file folio never opened
+  // is only unlinked), so that a deleted file's pages, dirty ones too, leave the cache.
+  IOStatus DeleteFile(const std::string& fname, const IOOptions& options,
+                      IODebugContext* dbg) override {
+    if (!Writing()) return FileSystemWrapper::DeleteFile(fname, options, dbg);
+    const int rc = folio_remove_file(cache_, fname.c_str());
+    if (rc < 0) return FromErrno("delete", fname, -rc);
+    Count(kFilesRemoved);
+    return IOStatus::OK();
+  }
+
+  // A file open for writing here is as long as its writes made it (the disk may be
+  // behind until a sync); any other file is as the kernel says (Close synced it).
+  IOStatus GetFileSize(const std::string& fname, const IOOptions& options, uint64_t* size,
+                       IODebugContext* dbg) override {
+    if (open_writers().SizeOf(fname, size)) return IOStatus::OK();
+    return FileSystemWrapper::GetFileSize(fname, options, size, dbg);
+  }
+
  private:
+  // Where a written file's tracked end starts.
+  enum class Start { kAtZero, kAtEnd };
+
+  bool Writing() const { return options_.writes == Options::Writes::kThroughFolio; }
+
+  bool WritesThroughFolio(const std::string& fname, const FileOptions& file_opts) const {
+    // mmap writes are the kernel's page cache by definition.
+    return Writing() && !file_opts.use_mmap_writes && KindOf(fname) != FileKind::kKernel;
+  }
+
+  IOStatus OpenWritable(const std::string& fname, const FileOptions& file_opts,
+                        uint32_t flags, Start start, std::unique_ptr<FSWritableFile>* result) {
+    const FileKind kind = KindOf(fname);
+    CountOpen(kind, OpenFor::kWrite);
+    folio_file file{};
+    int rc = folio_open2(cache_, fname.c_str(), flags, &file);
+    if (rc < 0) return FromErrno("open", fname, -rc);
+    uint64_t end = 0;
+    if (start == Start::kAtEnd) {
+      rc = folio_file_len(file, &end);
+      if (rc < 0) {
+        folio_close(file);
+        return FromErrno("size", fname, -rc);
+      }
+    }
+    const AfterClose after_close = options_.cold_writes == Options::ColdWrites::kDrop
+                                       ? AfterClose::kDropIfCold
+                                       : AfterClose::kKeepCached;
+    result->reset(new FolioWritableFile(file, fname, kind, end, file_opts, after_close,
+                                        options_.verbosity, &open_writers()));
+    return IOStatus::OK();
+  }
+
   folio_cache cache_{};
   Options options_;
 };

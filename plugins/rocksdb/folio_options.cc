@@ -52,6 +52,10 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_HINTS", "hints"},         {"FOLIO_STATS", "stats"},
     {"FOLIO_VERBOSE", "verbose"},     {"FOLIO_PREFETCH_AHEAD", "prefetch_ahead"},
     {"FOLIO_EVICTION", "eviction"},   {"FOLIO_PREFAULT", "prefault"},
+    {"FOLIO_WRITES", "writes"},       {"FOLIO_CACHE_COLD_WRITES", "cache_cold_writes"},
+    {"FOLIO_DIRTY_LIMIT", "dirty_limit"},
+    {"FOLIO_DIRTY_BACKGROUND", "dirty_background"},
+    {"FOLIO_DIRTY_EXPIRE", "dirty_expire"},
 };
 
 }  // namespace
@@ -69,8 +73,11 @@ bool Options::operator==(const Options& o) const {
   return capacity_bytes == o.capacity_bytes && readahead_max_bytes == o.readahead_max_bytes &&
          backend == o.backend && pread_threads == o.pread_threads && eviction == o.eviction &&
          prefetch_ahead_bytes == o.prefetch_ahead_bytes && prefault == o.prefault &&
-         hints == o.hints &&
-         stats == o.stats && stats_path == o.stats_path && verbosity == o.verbosity;
+         hints == o.hints && writes == o.writes && cold_writes == o.cold_writes &&
+         dirty_limit_bytes == o.dirty_limit_bytes &&
+         dirty_background_bytes == o.dirty_background_bytes &&
+         dirty_expire_ms == o.dirty_expire_ms && stats == o.stats &&
+         stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
 std::string Options::Describe() const {
@@ -81,7 +88,12 @@ std::string Options::Describe() const {
                   " pread_threads=" + std::to_string(pread_threads) +
                   " prefetch_ahead=" + std::to_string(prefetch_ahead_bytes) +
                   " prefault=" + (prefault == Prefault::kAtStart ? "1" : "0") +
-                  " hints=" + (hints == Hints::kFollow ? "1" : "0") + " stats=";
+                  " hints=" + (hints == Hints::kFollow ? "1" : "0") +
+                  " writes=" + (writes == Writes::kThroughFolio ? "1" : "0") +
+                  " cache_cold_writes=" + (cold_writes == ColdWrites::kCache ? "1" : "0") +
+                  " dirty_limit=" + std::to_string(dirty_limit_bytes) +
+                  " dirty_background=" + std::to_string(dirty_background_bytes) +
+                  " dirty_expire=" + std::to_string(dirty_expire_ms) + "ms stats=";
   switch (stats) {
     case StatsSink::kNone:
       s += "0";
@@ -124,6 +136,31 @@ bool ParseBytes(const std::string& text, uint64_t* out) {
   }
   if (shift != 0 && value > (UINT64_MAX >> shift)) return false;
   *out = value << shift;
+  return true;
+}
+
+bool ParseMillis(const std::string& text, uint32_t* out) {
+  size_t i = 0;
+  uint64_t value = 0;
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) {
+    value = value * 10 + static_cast<uint64_t>(text[i] - '0');
+    if (value > UINT32_MAX) return false;
+    i++;
+  }
+  if (i == 0) return false;
+  const std::string unit = Lower(text.substr(i));
+  uint64_t ms_per_unit = 0;
+  if (unit.empty() || unit == "ms") {
+    ms_per_unit = 1;
+  } else if (unit == "s") {
+    ms_per_unit = 1000;
+  } else if (unit == "m" || unit == "min") {
+    ms_per_unit = 60 * 1000;
+  } else {
+    return false;
+  }
+  if (value > UINT32_MAX / ms_per_unit) return false;
+  *out = static_cast<uint32_t>(value * ms_per_unit);
   return true;
 }
 
@@ -204,6 +241,40 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     opts->hints = follow ? Options::Hints::kFollow : Options::Hints::kIgnore;
     return true;
   }
+  if (k == "writes") {
+    bool through = true;
+    if (!ParseFlag(value, &through)) {
+      *error = "writes: '" + value + "' is not 0 or 1";
+      return false;
+    }
+    opts->writes = through ? Options::Writes::kThroughFolio : Options::Writes::kToKernel;
+    return true;
+  }
+  if (k == "cache_cold_writes") {
+    bool cache = true;
+    if (!ParseFlag(value, &cache)) {
+      *error = "cache_cold_writes: '" + value + "' is not 0 or 1";
+      return false;
+    }
+    opts->cold_writes = cache ? Options::ColdWrites::kCache : Options::ColdWrites::kDrop;
+    return true;
+  }
+  if (k == "dirty_limit" || k == "dirty_background") {
+    uint64_t* field =
+        k == "dirty_limit" ? &opts->dirty_limit_bytes : &opts->dirty_background_bytes;
+    if (!ParseBytes(value, field)) {
+      *error = k + ": '" + value + "' is not a size (e.g. 64M, 0 for folio's default)";
+      return false;
+    }
+    return true;
+  }
+  if (k == "dirty_expire") {
+    if (!ParseMillis(value, &opts->dirty_expire_ms)) {
+      *error = "dirty_expire: '" + value + "' is not a duration (e.g. 5s, 500ms, 0)";
+      return false;
+    }
+    return true;
+  }
   if (k == "stats") {
     bool on = false;
     if (ParseFlag(value, &on)) {
@@ -229,7 +300,8 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
   }
   *error = "unknown option '" + key +
            "' (known: capacity, readahead_max, prefetch_ahead, prefault, backend, eviction, "
-           "pread_threads, hints, stats, verbose)";
+           "pread_threads, hints, writes, cache_cold_writes, dirty_limit, dirty_background, "
+           "dirty_expire, stats, verbose)";
   return false;
 }
 

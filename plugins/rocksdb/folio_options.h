@@ -6,8 +6,9 @@
 //
 // The cache's options start from folio_cache_options_init, the library's own defaults, so
 // each has one source (FOLIO_CAPACITY_BYTES_DEFAULT, FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
-// the auto backend, S3-FIFO, no prefault), and the plugin differs from none. It
-// adds only options of its own (prefetch_ahead, hints, stats, verbose). Table files are
+// the auto backend, S3-FIFO, no prefault, the dirty thresholds and expiry), and the plugin
+// differs from none. It adds only options of its own (prefetch_ahead, hints, writes,
+// cache_cold_writes, stats, verbose). Table files are
 // advised random (RocksDB's advise_random_on_open, passed on by hints=1), so folio's own
 // readahead window serves only other hints and hints=0; RocksDB's Prefetch calls are
 // forced readahead, which readahead_max does not bound.
@@ -22,8 +23,24 @@
 //   prefault       FOLIO_PREFAULT        0         1: fault the cache's memory in at start (no page
 //                                                  faults in the first reads; resident at once)
 //   hints          FOLIO_HINTS           1         1: RocksDB's Hint() becomes folio_advise; 0: ignored
+//   writes         FOLIO_WRITES          1         1: every DB file (WAL, SST, MANIFEST, OPTIONS,
+//                                                  CURRENT's temp, blob) is written and read
+//                                                  through folio; 0: only table reads (the rest
+//                                                  to the default file system)
+//   cache_cold_writes FOLIO_CACHE_COLD_WRITES 1    1: every written file stays cached; 0: files
+//                                                  RocksDB hints cold (write life time
+//                                                  WLTH_EXTREME, temperature kWarm or kCold)
+//                                                  drop their pages when closed
+//   dirty_limit    FOLIO_DIRTY_LIMIT     folio's   bytes writes may keep dirty before writers
+//                                                  wait (0: 20% of the capacity)
+//   dirty_background FOLIO_DIRTY_BACKGROUND folio's bytes of dirty data above which the
+//                                                  background writeback writes every file
+//                                                  (0: 10% of the capacity)
+//   dirty_expire   FOLIO_DIRTY_EXPIRE    folio's   age of dirty data the background writeback
+//                                                  writes (5s; 500ms; a bare number: ms)
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
-//   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created
+//   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
+//                                                  and each file kind's write hints once
 //
 // URI forms (all name the same registered file system):
 //   folio
@@ -62,6 +79,17 @@ struct Options {
       FolioDefaults().prefault != 0 ? Prefault::kAtStart : Prefault::kLazy;
   // Whether FSRandomAccessFile::Hint() is passed on to folio_advise.
   enum class Hints { kFollow, kIgnore } hints = Hints::kFollow;
+  // Which files go through folio: every DB file, or only table files' random reads (the
+  // plugin before it wrote; everything else to the default file system).
+  enum class Writes { kThroughFolio, kToKernel } writes = Writes::kThroughFolio;
+  // What a written file RocksDB hints cold (WLTH_EXTREME, Temperature kWarm/kCold) does
+  // with its pages when it is closed: keep them cached like any other, or drop them.
+  enum class ColdWrites { kCache, kDrop } cold_writes = ColdWrites::kCache;
+  // folio_cache_options' dirty thresholds (0: folio's percentages of the capacity) and
+  // the age at which the background writeback writes dirty data.
+  uint64_t dirty_limit_bytes = FolioDefaults().dirty_limit_bytes;
+  uint64_t dirty_background_bytes = FolioDefaults().dirty_background_bytes;
+  uint32_t dirty_expire_ms = FolioDefaults().dirty_expire_ms;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;
@@ -75,6 +103,10 @@ struct Options {
 // Parses "123", "4K", "512M", "4G", "1T", "4GiB", "64KB" (binary multiples). Returns false
 // on anything else, or on overflow.
 bool ParseBytes(const std::string& text, uint64_t* out);
+
+// Parses a duration in milliseconds: "500ms", "5s", "2m", or a bare number of
+// milliseconds. Returns false on anything else, or above UINT32_MAX ms (about 49 days).
+bool ParseMillis(const std::string& text, uint32_t* out);
 
 // Applies one key=value to *opts. Returns false with *error set for an unknown key or a
 // bad value.

@@ -11,6 +11,7 @@ using folio_rocksdb::ApplyEnvironment;
 using folio_rocksdb::ApplyUri;
 using folio_rocksdb::Options;
 using folio_rocksdb::ParseBytes;
+using folio_rocksdb::ParseMillis;
 using folio_rocksdb::StatsSink;
 
 static int passed, failed;
@@ -28,6 +29,11 @@ static int passed, failed;
 static uint64_t Bytes(const char* s) {
   uint64_t v = 12345;
   return ParseBytes(s, &v) ? v : 12345;
+}
+
+static uint32_t Millis(const char* s) {
+  uint32_t v = 12345;
+  return ParseMillis(s, &v) ? v : 12345;
 }
 
 static bool Uri(const std::string& uri, Options* o, std::string* error = nullptr) {
@@ -57,6 +63,22 @@ int main() {
   CHECK(!ParseBytes("99999999999999999999", &v));
   CHECK(!ParseBytes("17179869184T", &v));  // overflows 64 bits
 
+  CHECK(Millis("0") == 0);
+  CHECK(Millis("250") == 250);
+  CHECK(Millis("250ms") == 250);
+  CHECK(Millis("5s") == 5000);
+  CHECK(Millis("5S") == 5000);
+  CHECK(Millis("2m") == 120000);
+  CHECK(Millis("1min") == 60000);
+  CHECK(Millis("4294967295") == 4294967295u);
+  uint32_t ms;
+  CHECK(!ParseMillis("", &ms));
+  CHECK(!ParseMillis("s", &ms));
+  CHECK(!ParseMillis("5h", &ms));
+  CHECK(!ParseMillis("-5", &ms));
+  CHECK(!ParseMillis("4294967296", &ms));  // past 32 bits
+  CHECK(!ParseMillis("4294968s", &ms));    // past 32 bits once in ms
+
   {
     // The cache's options start from folio's own defaults.
     folio_cache_options lib;
@@ -70,6 +92,65 @@ int main() {
     CHECK(o.pread_threads == lib.pread_threads);
     CHECK(o.eviction == lib.eviction);
     CHECK(o.prefault == Options::Prefault::kLazy && lib.prefault == 0);
+    CHECK(o.dirty_limit_bytes == lib.dirty_limit_bytes);
+    CHECK(o.dirty_background_bytes == lib.dirty_background_bytes);
+    CHECK(o.dirty_expire_ms == lib.dirty_expire_ms);
+    CHECK(o.dirty_expire_ms == FOLIO_DIRTY_EXPIRE_MS_DEFAULT);
+    // The plugin's own: every DB file through folio, every written file cached.
+    CHECK(o.writes == Options::Writes::kThroughFolio);
+    CHECK(o.cold_writes == Options::ColdWrites::kCache);
+  }
+  {
+    // The write side's options.
+    Options o;
+    CHECK(Uri("folio://?dirty_limit=64M&dirty_background=16M&dirty_expire=2s", &o));
+    CHECK(o.dirty_limit_bytes == (64u << 20));
+    CHECK(o.dirty_background_bytes == (16u << 20));
+    CHECK(o.dirty_expire_ms == 2000);
+    CHECK(Uri("folio://?dirty_expire=0&cache_cold_writes=0&writes=0", &o));
+    CHECK(o.dirty_expire_ms == 0);
+    CHECK(o.cold_writes == Options::ColdWrites::kDrop);
+    CHECK(o.writes == Options::Writes::kToKernel);
+    CHECK(o.dirty_limit_bytes == (64u << 20));  // earlier settings stay
+    CHECK(Uri("folio://?cache_cold_writes=on&writes=yes", &o));
+    CHECK(o.cold_writes == Options::ColdWrites::kCache);
+    CHECK(o.writes == Options::Writes::kThroughFolio);
+    CHECK(o.Describe().find("dirty_limit=67108864 dirty_background=16777216 dirty_expire=0ms") !=
+          std::string::npos);
+    std::string e;
+    CHECK(!Uri("folio://?dirty_limit=lots", &o, &e) && e.find("dirty_limit") != std::string::npos);
+    CHECK(!Uri("folio://?dirty_background=-1", &o, &e) &&
+          e.find("dirty_background") != std::string::npos);
+    CHECK(!Uri("folio://?dirty_expire=soon", &o, &e) && e.find("dirty_expire") != std::string::npos);
+    CHECK(!Uri("folio://?cache_cold_writes=2", &o, &e) &&
+          e.find("cache_cold_writes") != std::string::npos);
+    CHECK(!Uri("folio://?writes=maybe", &o, &e) && e.find("writes") != std::string::npos);
+    Options a, b;
+    b.cold_writes = Options::ColdWrites::kDrop;
+    CHECK(a != b);
+    b = a;
+    b.dirty_expire_ms = 1;
+    CHECK(a != b);
+  }
+  {
+    // The write side's environment variables.
+    setenv("FOLIO_DIRTY_LIMIT", "32M", 1);
+    setenv("FOLIO_DIRTY_EXPIRE", "100ms", 1);
+    setenv("FOLIO_CACHE_COLD_WRITES", "0", 1);
+    Options o;
+    std::string e;
+    CHECK(ApplyEnvironment(&o, &e));
+    CHECK(o.dirty_limit_bytes == (32u << 20));
+    CHECK(o.dirty_expire_ms == 100);
+    CHECK(o.cold_writes == Options::ColdWrites::kDrop);
+    CHECK(Uri("folio://?cache_cold_writes=1", &o));  // the URI wins
+    CHECK(o.cold_writes == Options::ColdWrites::kCache);
+    setenv("FOLIO_DIRTY_EXPIRE", "later", 1);
+    Options p;
+    CHECK(!ApplyEnvironment(&p, &e) && e.find("FOLIO_DIRTY_EXPIRE") != std::string::npos);
+    unsetenv("FOLIO_DIRTY_LIMIT");
+    unsetenv("FOLIO_DIRTY_EXPIRE");
+    unsetenv("FOLIO_CACHE_COLD_WRITES");
   }
   {
     Options o, defaults;

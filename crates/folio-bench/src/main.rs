@@ -166,7 +166,8 @@ enum Command {
         #[command(flatten)]
         args: limits::Args,
     },
-    /// The unmodified RocksDB db_bench readseq, cold, as kernel, direct and folio (plugin)
+    /// The unmodified RocksDB db_bench (readseq, readrandom, fillseq, fillrandom, overwrite,
+    /// readwhilewriting), cold, as kernel, direct and folio (plugin)
     DbBench {
         #[command(flatten)]
         common: Common,

@@ -1,7 +1,10 @@
-//! Runs `folio-bench db-bench` (readseq, then readrandom) at a tiny size through the real
+//! Runs `folio-bench db-bench` (readseq, then readrandom, then the write workloads
+//! fillrandom and readwhilewriting) at a tiny size through the real
 //! binary (2 databases of 500 keys, one run) and checks its JSON: a `kernel`, a `direct`
 //! and a `folio` row with db_bench's ops/s and percentiles (P75 as the extra `p75_us`),
-//! and for readrandom the system and user time per read and the ratio to direct reads. Skipped, saying why,
+//! and for readrandom the system and user time per read and the ratio to direct reads;
+//! for the writes, the block I/O of each run and folio's own, and table files written
+//! through folio. Skipped, saying why,
 //! where `/usr/bin/db_bench`, cmake or the RocksDB headers are missing (packages
 //! `rocksdb-tools librocksdb-dev cmake g++`).
 
@@ -154,4 +157,80 @@ fn db_bench_runs_tiny_with_three_systems() {
         3,
         "vs kernel, vs direct, system time: {targets:?}"
     );
+
+    // The write workloads: a fresh database (fillrandom), and reads while a thread writes
+    // over a database with every key (readwhilewriting); 1 MiB memtables, so that tables
+    // are flushed and compacted through each system.
+    for (benchmark, threads, targets) in [("fillrandom", 1, 1), ("readwhilewriting", 2, 2)] {
+        let json = dir.path().join(format!("{benchmark}.json"));
+        let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
+            .args([
+                "db-bench",
+                benchmark,
+                "--quick",
+                "--runs",
+                "1",
+                "--limits-mib",
+                "8",
+                "--keys",
+                "3000",
+                "--value-bytes",
+                "1000",
+                "--write-buffer-mib",
+                "1",
+                "--threads",
+                &threads.to_string(),
+                "--cache-mib",
+                "4",
+                "--dir",
+            ])
+            .arg(dir.path().join("data"))
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .expect("the folio-bench binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("--- folio-bench db-bench {benchmark}\n{stdout}");
+        assert!(
+            out.status.success(),
+            "folio-bench db-bench {benchmark} failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&std::fs::read(&json).expect("the JSON file"))
+            .expect("valid JSON");
+        assert_eq!(v["workload"], format!("db-bench-{benchmark}"));
+        assert_eq!(v["params"]["benchmark"], benchmark);
+        assert_eq!(v["params"]["value_size"], 1000);
+        let rows = v["rows"].as_array().expect("rows");
+        for system in ["kernel", "direct", "folio"] {
+            let row = rows
+                .iter()
+                .find(|r| r["system"] == system && r["threads"] == threads)
+                .unwrap_or_else(|| panic!("no {system} row: {v}"));
+            assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
+            assert!(row["p99_us"].as_f64().is_some_and(|x| x > 0.0), "{row}");
+            for key in ["read_io_mib", "write_io_mib"] {
+                assert!(row[key].as_f64().is_some_and(|x| x >= 0.0), "{key}: {row}");
+            }
+            if system == "folio" {
+                assert!(row["folio_read_io_mib"].as_f64().is_some(), "{row}");
+                assert!(
+                    row["folio_sst_written"].as_u64().is_some_and(|n| n > 0),
+                    "tables written through folio: {row}"
+                );
+            } else {
+                assert!(row.get("folio_read_io_mib").is_none(), "{row}");
+            }
+            if benchmark == "readwhilewriting" {
+                // 2 reader threads x 3000 reads, every key found.
+                assert_eq!(row["operations"], 6000, "{row}");
+                assert_eq!(row["found_of_one_thread"], serde_json::json!([3000, 3000]));
+            } else {
+                assert_eq!(row["operations"], 3000, "{row}");
+                assert_eq!(row["bytes_read"], 0, "a fill reads nothing: {row}");
+            }
+        }
+        let t = v["targets"].as_array().expect("targets");
+        assert_eq!(t.len(), targets, "vs kernel (and P99 for the reads): {t:?}");
+    }
 }

@@ -16,7 +16,8 @@
 //! ```
 //!
 //! and writes them (module `write`): `folio_open2` with FOLIO_OPEN_WRITE, `folio_write`,
-//! `folio_set_len`, `folio_sync`, `folio_writeback`, `folio_cache_sync_all`.
+//! `folio_set_len`, `folio_sync`, `folio_writeback`, `folio_cache_sync_all`, and
+//! `folio_remove_file` (unlink, dropping a deleted file's pages).
 //!
 //! # Conventions
 //!

@@ -1,7 +1,8 @@
 //! The write side of the C ABI (DESIGN.md §8): `folio_open2` to open for writing,
-//! `folio_write`, `folio_set_len`, `folio_sync`, `folio_writeback` and
-//! `folio_cache_sync_all`, over the library's `OpenOptions`, `File::write_at`,
-//! `File::set_len`, the syncs, `File::writeback` and `Cache::sync_all_files`.
+//! `folio_write`, `folio_set_len`, `folio_sync`, `folio_writeback`,
+//! `folio_cache_sync_all` and `folio_remove_file`, over the library's `OpenOptions`,
+//! `File::write_at`, `File::set_len`, the syncs, `File::writeback`,
+//! `Cache::sync_all_files` and `Cache::remove_file`.
 //!
 //! A handle opened without FOLIO_OPEN_WRITE (every `folio_open` handle) is read-only:
 //! `folio_write` and `folio_set_len` through it get -EBADF, as write(2) and ftruncate(2)
@@ -19,12 +20,13 @@
 //! Limits: a write of at most INT64_MAX bytes per call (its count must fit the return
 //! value); files up to 2^62 bytes (the library's limit: -EFBIG beyond).
 
-use std::ffi::{c_char, c_void};
+use std::ffi::{c_char, c_void, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
 
 use crossbeam_epoch::Guard;
 use folio_rs::File;
 
-use crate::error::{boundary, Failure};
+use crate::error::{boundary, errno_of, Failure};
 use crate::{bad_handle, folio_cache, folio_file, handle, open_file, CACHES, FILES};
 
 /// `folio_open2`: open for writing too (`folio_write`, `folio_set_len`); without it the
@@ -351,6 +353,48 @@ pub extern "C" fn folio_cache_sync_all(cache: folio_cache) -> i32 {
             .get(cache.id, &guard)
             .map_err(|_| bad_handle(CALL, "cache", cache.id))?;
         cache.sync_all_files().map_err(|e| Failure::io(CALL, &e))?;
+        Ok(0)
+    })
+}
+
+/// Deletes the file at `path` (a NUL-terminated byte string), like unlink(2), and, if no
+/// handle of `cache` has it open, drops its cached pages (dirty ones too: their bytes
+/// belong to no file any more, so they are never written) and the descriptor folio kept
+/// for its writeback, as the kernel drops a deleted file's page cache with its last
+/// descriptor. With handles open, their pages stay for them (and go with eviction or the
+/// last close); with another hard link to the file, its pages stay (the file lives on). A
+/// file `cache` never opened is only unlinked.
+///
+/// Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `path` is NULL;
+/// the errno of lstat(2) or unlink(2) (-ENOENT, -EACCES, -EISDIR, ...; nothing is
+/// dropped then).
+///
+/// Context: any thread; blocks in lstat(2) and unlink(2); takes the file's writer lock
+/// and its index lock, and may sleep for writebacks of the file in flight. `path` is read
+/// during the call only.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn folio_remove_file(cache: folio_cache, path: *const c_char) -> i32 {
+    const CALL: &str = "folio_remove_file";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let cache = CACHES
+            .get(cache.id, &guard)
+            .map_err(|_| bad_handle(CALL, "cache", cache.id))?;
+        if path.is_null() {
+            return Err(Failure::new(libc::EFAULT, format!("{CALL}: path is NULL")));
+        }
+        // SAFETY: non-null, and the caller guarantees a NUL-terminated string that stays
+        // valid for the call.
+        let path = OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes());
+        cache.remove_file(path).map_err(|e| {
+            Failure::new(
+                errno_of(&e),
+                format!("{CALL}: {}: {e}", path.to_string_lossy()),
+            )
+        })?;
         Ok(0)
     })
 }

@@ -126,10 +126,6 @@ pub(crate) fn start(
     let Some(fd) = mapping.write.fd() else {
         return; // never opened for writing: nothing can be dirty
     };
-    let mark = match take {
-        Take::Dirty | Take::Background => Mark::Dirty,
-        Take::Tagged => Mark::Towrite,
-    };
     let mut from = start;
     loop {
         // The ticket comes before B1's CAS: a sync that finds a folio already under

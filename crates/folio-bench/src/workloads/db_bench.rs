@@ -17,6 +17,10 @@
 //! same way, and adds each process's system time
 //! per read.
 //!
+//! `db-bench fillseq | fillrandom | overwrite | readwhilewriting` (issue 15, module
+//! `write`) run db_bench's write and mixed benchmarks with every file of the database
+//! through each system (direct: `--use_direct_io_for_flush_and_compaction=1` too).
+//!
 //! Limits: db_bench is an external program: `mb_per_sec` is ops/s x 8 KiB (the value
 //! size; keys and block overhead are not counted), `pages_inserted` is not known (null),
 //! and `bytes_verified` counts the bytes whose blocks RocksDB checked against their
@@ -30,6 +34,7 @@ use std::process::Command;
 use serde_json::json;
 
 mod readrandom;
+mod write;
 
 use super::{measure_systems, mib, threads_or, Env, Metric, Report, System, Workload};
 use crate::kernel;
@@ -50,6 +55,15 @@ pub enum Benchmark {
     /// `readrandom`: random keys of random databases, the plugin at its default options,
     /// with system time per read (issue 13).
     Readrandom,
+    /// `fillseq`: keys in order into a fresh database, every file through each system
+    /// (issue 15).
+    Fillseq,
+    /// `fillrandom`: random keys into a fresh database (issue 15).
+    Fillrandom,
+    /// `overwrite`: random keys over a database with every key (issue 15).
+    Overwrite,
+    /// `readwhilewriting`: random reads while one thread overwrites (issue 15).
+    Readwhilewriting,
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -60,15 +74,24 @@ pub struct Args {
     /// Reads per thread of `readrandom` (db_bench's `--reads`) [default: --keys]
     #[arg(long)]
     pub reads: Option<u64>,
-    /// Thread counts, comma-separated [default: 32; --quick 4]
+    /// Thread counts, comma-separated [default: 32; --quick 4; fills and overwrite: 1;
+    /// readwhilewriting's readers: 8, --quick 2]
     #[arg(long, value_delimiter = ',')]
     pub threads: Option<Vec<usize>>,
     /// Databases (`--num_multi_db`) [default: 32; --quick 4]
     #[arg(long)]
     pub dbs: Option<u64>,
-    /// Keys per database (`--num`) [default: 5000; --quick 2000]
+    /// Keys per database (`--num`) [default: 5000; --quick 2000; the write workloads:
+    /// 500000, --quick 20000]
     #[arg(long)]
     pub keys: Option<u64>,
+    /// Bytes per value of the write workloads (`--value_size`) [default: 1000]
+    #[arg(long)]
+    pub value_bytes: Option<u64>,
+    /// MiB of memtable and of table file of the write workloads (`--write_buffer_size`,
+    /// `--target_file_size_base`; L1 four times it) [default: 64, db_bench's; --quick 4]
+    #[arg(long)]
+    pub write_buffer_mib: Option<u64>,
     /// MiB of RocksDB's block cache (`--cache_size`), the same for every system
     /// [default: 400; --quick 16]
     #[arg(long)]
@@ -86,6 +109,9 @@ impl Workload for Args {
     fn run(&self, env: &Env) -> io::Result<Report> {
         if self.benchmark == Benchmark::Readrandom {
             return readrandom::run(self, env);
+        }
+        if write::db_bench_name(self.benchmark).is_some() {
+            return write::run(self, env);
         }
         let threads = threads_or(&self.threads, env.scale.pick(&[4], &[32]));
         let dbs = self.dbs.unwrap_or(env.scale.pick(4, 32)).max(1);
@@ -411,8 +437,17 @@ fn parse(stdout: &str) -> Option<RunResult> {
 }
 
 /// A run from db_bench's own figures, with `extra` beside its P75 and ops/sec.
-pub fn run_result(p: &Parsed, mut extra: serde_json::Map<String, serde_json::Value>) -> RunResult {
-    let bytes = p.operations * VALUE_BYTES;
+pub fn run_result(p: &Parsed, extra: serde_json::Map<String, serde_json::Value>) -> RunResult {
+    run_result_of(p, VALUE_BYTES, extra)
+}
+
+/// [`run_result`] for values of `value_bytes`.
+pub fn run_result_of(
+    p: &Parsed,
+    value_bytes: u64,
+    mut extra: serde_json::Map<String, serde_json::Value>,
+) -> RunResult {
+    let bytes = p.operations * value_bytes;
     extra.insert("p75_us".into(), json!(p.p75_us));
     extra.insert("db_bench_ops_per_sec".into(), json!(p.ops_per_sec));
     extra.insert("operations".into(), json!(p.operations));

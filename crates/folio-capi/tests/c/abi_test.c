@@ -6,7 +6,8 @@
  * checked against the pattern the file was written with. The write side: open flags and
  * their misuse, writes through read-only handles, writes of every shape read back
  * through every handle and on the disk after each kind of sync, set_len both ways,
- * writeback without a sync, the dirty options' effect, and readers racing a writer.
+ * writeback without a sync, the dirty options' effect, readers racing a writer, and
+ * folio_remove_file (a closed file's dirty pages dropped; open handles and other links kept).
  *
  * Usage: abi_test DIR   (DIR: an empty, writable directory)
  * Prints one line per failed check and ends with "abi_test: N passed, M failed".
@@ -979,6 +980,86 @@ static void test_dirty_options(void) {
     unlink(path);
 }
 
+/* folio_remove_file: unlinks, and drops a closed file's pages (dirty ones too) and what the
+   cache kept of it; with a handle open or another link, the pages stay for them. */
+static void test_remove_file(folio_cache c) {
+    char path[4200], link2[4300];
+    folio_file w, r;
+    folio_stats before, s;
+    uint8_t b[65536], back[65536];
+    uint64_t len = 1;
+    int ok = 1;
+
+    snprintf(path, sizeof path, "%s.remove", path_pattern);
+    snprintf(link2, sizeof link2, "%s.remove-link", path_pattern);
+    unlink(path);
+    unlink(link2);
+
+    /* Misuse. */
+    CHECK(folio_remove_file((folio_cache){0}, path_pattern) == -EBADF);
+    CHECK(folio_remove_file(c, NULL) == -EFAULT);
+    CHECK(folio_remove_file(c, path_missing) == -ENOENT);
+    CHECK(folio_remove_file(c, path_dir) == -EISDIR);
+    CHECK(access(path_dir, F_OK) == 0 && access(path_pattern, F_OK) == 0);
+
+    /* A closed file with dirty pages: they go, unwritten, with the file. */
+    CHECK(folio_cache_stats(c, &before) == 0);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+    for (uint64_t off = 0; off < (1u << 20) && ok; off += sizeof b) {
+        for (size_t j = 0; j < sizeof b; j++) b[j] = written(off + j, 3);
+        ok = folio_write(w, b, sizeof b, off) == (int64_t)sizeof b;
+    }
+    CHECK(ok);
+    CHECK(folio_close(w) == 0);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.dirty_pages >= before.dirty_pages + 200); /* most of 256 still dirty */
+    CHECK(s.mappings == before.mappings + 1);
+    CHECK(folio_remove_file(c, path) == 0);
+    CHECK(access(path, F_OK) != 0 && errno == ENOENT);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.dirty_pages == before.dirty_pages);
+    CHECK(s.mappings == before.mappings);
+    CHECK(folio_remove_file(c, path) == -ENOENT);
+    /* A new file at the path starts empty: none of the old pages. */
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+    CHECK(folio_file_len(w, &len) == 0 && len == 0);
+    CHECK(folio_read(w, back, 100, 0) == 0);
+
+    /* With a handle open: the file is gone from the directory, the handle still reads
+       what it wrote (as an open descriptor of a deleted file does). */
+    for (size_t j = 0; j < sizeof b; j++) b[j] = written(j, 4);
+    CHECK(folio_write(w, b, sizeof b, 0) == (int64_t)sizeof b);
+    CHECK(folio_remove_file(c, path) == 0);
+    CHECK(access(path, F_OK) != 0);
+    CHECK(folio_read(w, back, sizeof back, 0) == (int64_t)sizeof back);
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(folio_sync(w, FOLIO_SYNC_DATA, 0, 0) == 0);
+    CHECK(folio_close(w) == 0);
+
+    /* With another link: the file lives on under it, pages and dirty data included. */
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+    for (size_t j = 0; j < sizeof b; j++) b[j] = written(j, 5);
+    CHECK(folio_write(w, b, sizeof b, 0) == (int64_t)sizeof b);
+    CHECK(folio_close(w) == 0);
+    CHECK(link(path, link2) == 0);
+    CHECK(folio_remove_file(c, path) == 0);
+    CHECK(access(path, F_OK) != 0 && access(link2, F_OK) == 0);
+    CHECK(folio_open(c, link2, &r) == 0);
+    CHECK(folio_read(r, back, sizeof back, 0) == (int64_t)sizeof back);
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(folio_sync(r, FOLIO_SYNC_DATA, 0, 0) == 0);
+    CHECK(read_disk(link2, back, sizeof back, 0) == (int64_t)sizeof back);
+    CHECK(memcmp(back, b, sizeof b) == 0);
+    CHECK(folio_close(r) == 0);
+
+    /* A file the cache never opened is only unlinked. */
+    CHECK(folio_remove_file(c, link2) == 0);
+    CHECK(access(link2, F_OK) != 0);
+    copy_pattern_file(path, 100);
+    CHECK(folio_remove_file(c, path) == 0);
+    CHECK(access(path, F_OK) != 0);
+}
+
 /* One thread overwrites whole 4 KiB pages with one byte value while others read them
    through a read-only handle: no read ever sees a page mixing two writes. */
 struct page_reader {
@@ -1110,6 +1191,7 @@ int main(int argc, char **argv) {
     test_open2(c);
     test_write_and_sync(c);
     test_write_while_reading(c);
+    test_remove_file(c);
     CHECK(folio_close(f) == 0);
     CHECK(folio_cache_destroy(c) == 0);
     test_destroy_cache_under_open_files();

@@ -241,12 +241,18 @@ fn median(xs: impl Iterator<Item = f64>) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The CPU time and peak memory of a finished child, from `wait4(2)`.
+/// The CPU time, peak memory and block I/O of a finished child, from `wait4(2)`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ChildUsage {
     pub user_secs: f64,
     pub sys_secs: f64,
     pub max_rss_kib: u64,
+    /// `ru_inblock`: 512-byte blocks the process (all its threads) read from the block
+    /// layer; page-cache hits are not counted.
+    pub read_blocks: u64,
+    /// `ru_oublock`: 512-byte blocks it wrote (the kernel's writeback of its dirty pages
+    /// after it exited is not counted).
+    pub write_blocks: u64,
 }
 
 /// Runs `cmd` to its end with its output in files under `scratch`, and returns its exit
@@ -303,6 +309,8 @@ pub fn run_with_usage(
             user_secs: secs(usage.ru_utime),
             sys_secs: secs(usage.ru_stime),
             max_rss_kib: usage.ru_maxrss as u64,
+            read_blocks: usage.ru_inblock as u64,
+            write_blocks: usage.ru_oublock as u64,
         },
     ))
 }
@@ -329,9 +337,14 @@ fn run_measured(cmd: &mut Command, system: System, scratch: &Path) -> io::Result
 
 /// db_bench's `(F of N found)` on its readrandom line.
 pub fn parse_found(stdout: &str) -> Option<(u64, u64)> {
+    parse_found_of(stdout, "readrandom")
+}
+
+/// db_bench's `(F of N found)` on the line of `benchmark`.
+pub fn parse_found_of(stdout: &str, benchmark: &str) -> Option<(u64, u64)> {
     let line = stdout
         .lines()
-        .find(|l| l.split_whitespace().next() == Some("readrandom"))?;
+        .find(|l| l.split_whitespace().next() == Some(benchmark))?;
     let inside = line.rsplit_once('(')?.1.split_once(')')?.0;
     let words: Vec<&str> = inside.split_whitespace().collect();
     match words.as_slice() {
@@ -385,6 +398,7 @@ Percentiles: P50: 30.12 P75: 45.00 P99: 180.50 P99.9: 400.00 P99.99: 900.00
             user_secs: 0.4,
             sys_secs: 0.8,
             max_rss_kib: 1000,
+            ..ChildUsage::default()
         };
         let r = parse_run(OUT, usage).expect("a run");
         assert_eq!(r.ops, 8000);
