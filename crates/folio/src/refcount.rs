@@ -131,8 +131,11 @@ pub enum GetOutcome {
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
 pub enum WriteLock {
-    /// LOCKED is the writer's: copy, then `unlock_dirty`.
-    Locked,
+    /// LOCKED is the writer's: copy, then `unlock_dirty`. With the word the CAS replaced:
+    /// whether the folio was DIRTY when the writer locked it (`dirty::Prior`) must be
+    /// read from it, not from an earlier load, as a writeback may start and end (clean)
+    /// or fail (dirty again) between that load and the CAS.
+    Locked(StateWord),
     /// A writeback is in flight: wait for it (stable pages), then try again.
     Writeback,
     /// Someone else holds a pin (or the folio is not uptodate): copy on write.
@@ -509,7 +512,7 @@ impl FolioState {
             .0
             .compare_exchange(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
         {
-            Ok(_) => WriteLock::Locked,
+            Ok(_) => WriteLock::Locked(StateWord(cur)),
             Err(now) if now & WRITEBACK != 0 => WriteLock::Writeback,
             Err(_) => WriteLock::Pinned,
         }

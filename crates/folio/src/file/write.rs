@@ -278,21 +278,22 @@ impl File {
             if meta.state.load().is_locked() {
                 wait::wait_unlocked(meta);
             }
-            let state = meta.state.load();
-            if !state.is_uptodate() {
+            if !meta.state.load().is_uptodate() {
                 // The read failed: `get_uptodate` returns its error (or reads it again).
                 drop(folio);
                 self.get_uptodate(page, page.add(1))?;
                 continue;
             }
             match meta.state.try_lock_for_write() {
-                WriteLock::Locked => {
+                WriteLock::Locked(was) => {
+                    // The dirty state from the word W3 replaced: a writeback may have
+                    // started and ended, or failed, since any earlier load.
                     let (frame, order, head) = folio.into_raw();
                     return Ok(Prepared::Locked(Locked {
                         frame,
                         order,
                         head,
-                        prior: Prior::of(state),
+                        prior: Prior::of(was),
                         fresh: Fresh::Published,
                     }));
                 }
