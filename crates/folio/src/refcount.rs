@@ -24,7 +24,9 @@
 //! - DIRTY: its bytes (some 4 KiB blocks of it: `dirty::BlockMask`) are newer than the
 //!   file's. WRITEBACK: a write of those bytes is in flight (the device reads the frame;
 //!   a writer waits for it to end). Neither is ever frozen: reclaim, `DontNeed` and the
-//!   freeze of a truncation all refuse them.
+//!   freeze of a truncation all refuse them. The write side's use of them is
+//!   model-checked in `tests/loom_models.rs` (`write_vs_writeback*`,
+//!   `dirty_folio_vs_reclaim_*`, `truncation_vs_writeback*`).
 //! - UPTODATE, ERROR: outcome of the read. READAHEAD: the async-readahead marker.
 //!   FREQ: the access count eviction reads (0..=3). WORKINGSET: the folio refaulted
 //!   within the workingset. PREFETCHED: read ahead and not read yet (wasted readahead
