@@ -23,7 +23,10 @@
 //! - Truncation (the mapping's writer lock held, writeback waited for): reads them.
 //!
 //! These exclude each other through the state word, so the words need no lock; they are
-//! atomics only because the tail frames' metadata is shared memory.
+//! atomics only because the tail frames' metadata is shared memory. They are named through
+//! `primitive` (`MaskWord`), so the loom models of the write side (`tests/loom_models.rs`:
+//! `write_vs_writeback_*`, `dirty_folio_vs_reclaim_*`, `truncation_vs_writeback_*`) run
+//! this very code against the state word's protocol.
 //!
 //! # The dirty budget
 //!
@@ -55,6 +58,10 @@ use crate::types::{FrameId, Order};
 
 /// Words of the largest folio's mask (512 blocks).
 const MASK_WORDS: usize = 8;
+
+/// One word of a block mask: std's `AtomicU64` (the tail frame's `place` word), loom's in
+/// the loom models (module docs).
+type MaskWord = crate::primitive::AtomicU64;
 
 /// A set of a folio's 4 KiB blocks, by index within the folio.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
@@ -168,7 +175,7 @@ impl<'a> BlockMask<'a> {
         (self.order.pages() as usize).div_ceil(64).min(MASK_WORDS)
     }
 
-    fn word(&self, i: usize) -> &AtomicU64 {
+    fn word(&self, i: usize) -> &MaskWord {
         self.arena
             .meta(FrameId(self.frame.0 + 1 + i as u32))
             .tail_mask_word()

@@ -24,7 +24,9 @@
 //! - DIRTY: its bytes (some 4 KiB blocks of it: `dirty::BlockMask`) are newer than the
 //!   file's. WRITEBACK: a write of those bytes is in flight (the device reads the frame;
 //!   a writer waits for it to end). Neither is ever frozen: reclaim, `DontNeed` and the
-//!   freeze of a truncation all refuse them.
+//!   freeze of a truncation all refuse them. The write side's use of them is
+//!   model-checked in `tests/loom_models.rs` (`write_vs_writeback*`,
+//!   `dirty_folio_vs_reclaim_*`, `truncation_vs_writeback*`).
 //! - UPTODATE, ERROR: outcome of the read. READAHEAD: the async-readahead marker.
 //!   FREQ: the access count eviction reads (0..=3). WORKINGSET: the folio refaulted
 //!   within the workingset. PREFETCHED: read ahead and not read yet (wasted readahead
@@ -131,8 +133,11 @@ pub enum GetOutcome {
 #[derive(Debug, PartialEq, Eq)]
 #[must_use]
 pub enum WriteLock {
-    /// LOCKED is the writer's: copy, then `unlock_dirty`.
-    Locked,
+    /// LOCKED is the writer's: copy, then `unlock_dirty`. With the word the CAS replaced:
+    /// whether the folio was DIRTY when the writer locked it (`dirty::Prior`) must be
+    /// read from it, not from an earlier load, as a writeback may start and end (clean)
+    /// or fail (dirty again) between that load and the CAS.
+    Locked(StateWord),
     /// A writeback is in flight: wait for it (stable pages), then try again.
     Writeback,
     /// Someone else holds a pin (or the folio is not uptodate): copy on write.
@@ -509,7 +514,7 @@ impl FolioState {
             .0
             .compare_exchange(cur, cur | LOCKED, Ordering::Acquire, Ordering::Relaxed)
         {
-            Ok(_) => WriteLock::Locked,
+            Ok(_) => WriteLock::Locked(StateWord(cur)),
             Err(now) if now & WRITEBACK != 0 => WriteLock::Writeback,
             Err(_) => WriteLock::Pinned,
         }

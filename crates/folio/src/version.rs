@@ -40,7 +40,8 @@
 //! W2's fence, so R3's fence makes W2's odd value (or a later one) visible: the reader
 //! cannot validate a mixed copy. The counter is 32 bits (the metadata budget): an ABA
 //! needs the frame to be evicted and refilled 2^31 times during one copy of at most
-//! 2 MiB, which cannot happen. Model-checked in `tests/loom_models.rs`.
+//! 2 MiB, which cannot happen. Model-checked in `tests/loom_models.rs` (`optimistic_read`
+//! for W1-W2, `write_vs_optimistic_read` for W3-W4).
 
 use crate::primitive::{fence, AtomicU32, Ordering};
 

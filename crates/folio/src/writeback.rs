@@ -29,7 +29,9 @@
 //! bytes that change during the write, and a write that comes after B1 sets DIRTY again
 //! (and the mark), which the next writeback finds. A folio is never clean and unwritten:
 //! DIRTY goes only with WRITEBACK set, and WRITEBACK goes only with the bytes on the
-//! device or DIRTY back. Model-checked in `tests/loom_models.rs` (`write_vs_writeback_*`).
+//! device or DIRTY back. Model-checked in `tests/loom_models.rs` (`write_vs_writeback*`:
+//! the device never reads a block a writer copies into, and every block ends on disk or
+//! dirty, in its mask and marked; `truncation_vs_writeback*`, `dirty_folio_vs_reclaim_*`).
 //!
 //! Errors (better than the kernel): a failed write keeps its data dirty and readable, and
 //! every handle's next sync reports it once (`errseq`). After `WRITEBACK_FAILURES_MAX`

@@ -1,6 +1,8 @@
 //! Loom models of folio's lock-free protocols, compiled from the very source files the
-//! library uses (`src/refcount.rs`, `src/version.rs`) against loom's atomics: this file
-//! supplies the `primitive` module those files name their atomics through.
+//! library uses (`src/refcount.rs`, `src/version.rs`, `src/readahead.rs`, `src/errseq.rs`,
+//! `src/dirty.rs`) against loom's atomics: this file supplies the `primitive` module those
+//! files name their atomics through (and, for `dirty.rs`, an `arena` with the tail frames'
+//! mask words).
 //!
 //! What each model proves, over every interleaving loom explores:
 //! - `getter_vs_freezer`: a getter never keeps a reference to a folio that a freezer
@@ -41,6 +43,39 @@
 //!   fail): the handles raised after the look-up's lock is dropped, and a removal that
 //!   compares the handle count instead of the whole word.
 //!
+//! The write side (DESIGN.md §8; `write_side` below transcribes its protocols around the
+//! library's `FolioState`, `Version`, `BlockMask` and `DirtyBudget`):
+//! - `write_vs_optimistic_read`: a writer (W1-W5 of `file::write`) against a reader
+//!   copying without a reference: a validated copy is never torn (all old or all new
+//!   bytes) and never stale (all new if the read began after `write_at` returned).
+//! - `write_vs_writeback*`: a write into a dirty folio against background writeback
+//!   (B1-B3 of `writeback`) whose device writes, fails (`Redirty::Yes`) or writes short,
+//!   order-0 and large folios: the device never reads a block while a writer copies into
+//!   it (loom reports the overlap), and no update is lost (every block is on disk, or the
+//!   folio is DIRTY with the block in its mask and its index Dirty mark set), and the
+//!   dirty budget counts exactly the dirty blocks.
+//! - `dirty_folio_vs_reclaim_*`: reclaim (isolating, or freezing an unpinned folio)
+//!   against a writer, or against a writeback that writes or fails: a folio is frozen only
+//!   while its bytes are on disk, never DIRTY nor under WRITEBACK.
+//! - `truncation_vs_writeback*`: `set_len` dropping a dirty folio whose writeback is in
+//!   flight and then written or failed (dirty again): the removed folio never ends DIRTY,
+//!   its frame is freed once and never under writeback, and the dirty budget ends at 0.
+//!
+//! Each is also run on a broken protocol (`*_broken_*`, which must fail): no version
+//! move, `end_write` before the copy, a writer that does not wait for WRITEBACK, a B1
+//! that does not refuse LOCKED, the writer's dirty state read before W3's CAS (the first
+//! version of `file::write`, which these models caught), a reclaim that takes a dirty
+//! folio for clean, a truncation that does not wait for the writeback. Mutations of the
+//! library run by hand (each made the sound models fail): B1 or W3 not refusing the
+//! other's flag, the freeze not refusing DIRTY or WRITEBACK, `begin_write` without its
+//! fence, `end_writeback`, `unlock_dirty` or B1's CAS relaxed, no redirty on failure,
+//! `restore` putting nothing back, `take` not zeroing the mask, `mark` keeping a clean
+//! folio's stale bits.
+//!
+//! Loom's exploration is not exhaustive: its partial-order reduction keeps one last
+//! access per object and misses some interleavings (tokio-rs/loom#166). The write-side
+//! models add explicit scheduling points where that hid a bug (`write_side::Folio::step`).
+//!
 //! Run with `cargo test --release -p folio --test loom_models` (part of the workspace's
 //! tests; each model is small enough to explore exhaustively in seconds).
 
@@ -72,6 +107,49 @@ mod readahead;
 #[allow(dead_code)]
 #[path = "../src/errseq.rs"]
 mod errseq;
+
+#[allow(dead_code)]
+#[path = "../src/dirty.rs"]
+mod dirty;
+
+/// What `dirty.rs` needs of the arena: the tail frames' words that hold a large folio's
+/// dirty-block mask (`FolioMeta::tail_mask_word`), here loom's atomics in a vector.
+mod arena {
+    use crate::types::FrameId;
+    use loom::sync::atomic::AtomicU64;
+
+    pub struct FrameMeta {
+        place: AtomicU64,
+    }
+
+    impl FrameMeta {
+        pub fn tail_mask_word(&self) -> &AtomicU64 {
+            &self.place
+        }
+    }
+
+    pub struct Arena {
+        metas: Vec<FrameMeta>,
+    }
+
+    impl Arena {
+        /// `frames` frames whose `place` words hold `stale` (what a tail frame's word
+        /// holds before its folio is first dirtied: an old identity).
+        pub fn new(frames: usize, stale: u64) -> Arena {
+            Arena {
+                metas: (0..frames)
+                    .map(|_| FrameMeta {
+                        place: AtomicU64::new(stale),
+                    })
+                    .collect(),
+            }
+        }
+
+        pub fn meta(&self, frame: FrameId) -> &FrameMeta {
+            &self.metas[frame.as_usize()]
+        }
+    }
+}
 
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -849,4 +927,794 @@ fn mapping_lifetime_broken_raise_after_lookup() {
 #[should_panic(expected = "a mapping that left the table")]
 fn mapping_lifetime_broken_compare_handles_only() {
     mapping_lifetime_reopen_between_walk_and_removal_under(lifetime::Protocol::CompareHandlesOnly);
+}
+
+/// The write side (DESIGN.md §8): the write protocol W1-W5 (`src/file/write.rs`),
+/// writeback B1-B3 (`src/writeback.rs`), reclaim's freeze (`src/reclaim.rs`,
+/// `Mapping::invalidate` with `Invalidate::Unpinned`) and truncation
+/// (`Mapping::invalidate` with `Invalidate::Shrink`), transcribed step by step (the
+/// steps keep their names) around the library's own `FolioState`, `Version`, `BlockMask`
+/// and `DirtyBudget`. One folio of one or two 4 KiB blocks; its bytes are one word a
+/// block.
+mod write_side {
+    use super::arena::Arena;
+    use super::dirty::{BlockMask, Blocks, DirtyBudget, Prior};
+    use super::refcount::{
+        FolioState, GetOutcome, PutOutcome, Redirty, StateWord, WriteLock, DIRTY, WRITEBACK,
+    };
+    use super::types::{FrameId, Order};
+    use super::version::Version;
+    use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    use loom::sync::Mutex;
+    use loom::thread;
+
+    /// The folio's head frame in the stub arena; its tail (the mask's word) is frame 1.
+    const HEAD: FrameId = FrameId(0);
+    /// What a tail frame's word holds before the folio is first dirtied (an old
+    /// identity): a writer of a clean folio must not take it for dirty blocks.
+    const STALE_MASK: u64 = 0b11;
+    /// The index slot while it holds the folio, and once the folio left it.
+    const IN_INDEX: usize = 1;
+    const GONE: usize = 0;
+
+    /// Bytes of a block: the file's, an earlier write's, the racing write's, and what the
+    /// frame's next owner writes once it is freed.
+    pub const OLD: u64 = 1;
+    pub const FIRST: u64 = 2;
+    pub const NEW: u64 = 3;
+    const REUSED: u64 = 99;
+
+    /// The write protocol as written, or a broken one the models must catch.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Writer {
+        Sound,
+        /// W4 without moving the version.
+        NoVersion,
+        /// W4's `end_write` before the copy.
+        EndWriteBeforeCopy,
+        /// W2 skipped: a folio under writeback is written into anyway.
+        IgnoresWriteback,
+        /// W3's dirty state read from the word loaded before its CAS, not from the word
+        /// the CAS replaced (the first version of `file::write`): a writeback that starts
+        /// and ends in between makes the writer take a clean folio for a dirty one.
+        StalePrior,
+    }
+
+    /// Writeback's B1 as written, or without refusing a writer's LOCKED.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Start {
+        Sound,
+        IgnoresLocked,
+    }
+
+    /// What the device does with a writeback's write.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Device {
+        Writes,
+        /// EIO: B3 puts the blocks back and makes the folio dirty again (`Redirty::Yes`).
+        Fails,
+        /// A short write (`Batch::run_done`): the first block taken is written, the others
+        /// fail and go back.
+        WritesFirst,
+    }
+
+    /// How reclaim takes the folio.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Reclaim {
+        /// The policy isolates it (a reference), then `try_freeze_isolated`.
+        Isolated,
+        /// `try_freeze` of a folio nobody pins (`Invalidate::Unpinned`).
+        Unpinned,
+        /// Broken: as `Isolated`, but it takes a dirty folio for a clean one.
+        IgnoresDirty,
+    }
+
+    /// Truncation as written, or without waiting for a writeback in flight.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Truncation {
+        Sound,
+        NoWait,
+    }
+
+    /// The marks of the folio's index slot, under the index lock.
+    pub struct Marks {
+        /// `Mark::Dirty`: the marked walk of writeback finds the folio through it.
+        pub dirty: bool,
+    }
+
+    pub struct Folio {
+        pub state: FolioState,
+        pub version: Version,
+        /// The index slot: loaded lock-free by lookups, changed under the index lock.
+        slot: AtomicUsize,
+        /// The index lock, and the slot's marks.
+        index: Mutex<Marks>,
+        arena: Arena,
+        order: Order,
+        /// The folio's bytes, a word a block: written with atomic stores
+        /// (`Arena::copy_in`), read by optimistic readers with relaxed loads (`copy_out`)
+        /// and by the device with plain loads (`unsync_load`, its DMA), so that loom
+        /// reports a device read that overlaps a writer's copy.
+        pub bytes: Vec<AtomicU64>,
+        /// The file on disk, a word a block (the device's side of the model).
+        disk: std::sync::Mutex<Vec<u64>>,
+        budget: DirtyBudget,
+        frees: AtomicU64,
+        /// See `step`.
+        steps: AtomicU64,
+    }
+
+    impl Folio {
+        /// A clean, uptodate folio of `order` (0 or 1) in the index: count 1 (the
+        /// index's), its bytes the file's.
+        pub fn cached(order: Order) -> Folio {
+            let blocks = order.pages() as usize;
+            let state = FolioState::new_free();
+            state.revive_locked();
+            state.finish_read_ok();
+            let version = Version::default();
+            version.publish();
+            Folio {
+                state,
+                version,
+                slot: AtomicUsize::new(IN_INDEX),
+                index: Mutex::new(Marks { dirty: false }),
+                arena: Arena::new(2, STALE_MASK),
+                order,
+                bytes: (0..blocks).map(|_| AtomicU64::new(OLD)).collect(),
+                disk: std::sync::Mutex::new(vec![OLD; blocks]),
+                budget: DirtyBudget::new(64, 64),
+                frees: AtomicU64::new(0),
+                steps: AtomicU64::new(0),
+            }
+        }
+
+        /// As `cached`, and an earlier write of `FIRST` into block 0 made it dirty.
+        pub fn dirty(order: Order) -> Folio {
+            let folio = Folio::cached(order);
+            assert!(folio.write(0, 1, FIRST, Writer::Sound));
+            folio
+        }
+
+        /// A point where loom must try the other threads' steps. Loom's partial-order
+        /// reduction remembers one last access per object, so it misses interleavings in
+        /// which another thread's whole sequence, which starts with a load of its own,
+        /// fits between a load of this thread and its next step (tokio-rs/loom#166): the
+        /// writer's load of the state word before W3's CAS, and a complete writeback in
+        /// between, for one. Threads pass here in such windows, and writeback before B1
+        /// and before B3: relaxed read-modify-writes of one atomic race with each other
+        /// (so loom tries both orders) and order nothing else. Not at every step: that
+        /// makes the models run for minutes.
+        fn step(&self) {
+            self.steps.fetch_add(1, Ordering::Relaxed);
+        }
+
+        pub fn pages(&self) -> u64 {
+            self.order.pages()
+        }
+
+        fn mask(&self) -> BlockMask<'_> {
+            BlockMask::of(&self.arena, HEAD, self.order)
+        }
+
+        /// `Mapping::find_get`: true with a reference held, false on a miss.
+        fn find_get(&self) -> bool {
+            loop {
+                if self.slot.load(Ordering::Acquire) != IN_INDEX {
+                    return false;
+                }
+                match self.state.try_get() {
+                    GetOutcome::Got => {}
+                    GetOutcome::Dead => {
+                        // Frozen: wait for the evictor to drop the index lock, look again.
+                        drop(self.index.lock().unwrap());
+                        continue;
+                    }
+                    GetOutcome::DeadFree => unreachable!("no frame is reused in these models"),
+                }
+                if self.slot.load(Ordering::Acquire) == IN_INDEX {
+                    return true;
+                }
+                self.put();
+            }
+        }
+
+        /// `Memory::put_folio`.
+        fn put(&self) {
+            if self.state.put() == PutOutcome::Free {
+                self.free();
+            }
+        }
+
+        /// `Arena::free`: the frame goes to its next owner, who writes it at once.
+        fn free(&self) {
+            let state = self.state.load();
+            assert!(
+                state.is_dead() && !state.is_locked() && !state.is_dirty() && !state.is_writeback(),
+                "a frame was freed while dirty, under writeback or I/O: {state:?}"
+            );
+            if self.version.is_valid() {
+                self.version.retire();
+            }
+            self.state.mark_free();
+            self.frees.fetch_add(1, Ordering::Relaxed);
+            for word in &self.bytes {
+                word.store(REUSED, Ordering::Relaxed);
+            }
+        }
+
+        /// `File::write_at` of `value` into blocks `[first, first + count)` of the folio:
+        /// the budget's reservation, then W1-W5 (`File::lock_for_write`, `File::change`).
+        /// Writers of a file go one at a time (its writer lock): the models run one. False
+        /// if the folio left the index first (the real writer then reads the page into a
+        /// new folio: not modeled).
+        pub fn write(&self, first: u64, count: u64, value: u64, writer: Writer) -> bool {
+            let blocks = Blocks::range(first, count);
+            // The limit is far: the reservation never waits here.
+            let _ = self.budget.charge(count, &|| {});
+            let newly = match self.lock_for_write(writer) {
+                Some(prior) => self.change(&blocks, value, prior, writer),
+                None => {
+                    self.budget.uncharge(count);
+                    return false;
+                }
+            };
+            self.budget.uncharge(count - newly);
+            true
+        }
+
+        /// W1-W3: the folio pinned and LOCKED for the writer, and whether it was dirty;
+        /// `None` if it left the index.
+        fn lock_for_write(&self, writer: Writer) -> Option<Prior> {
+            loop {
+                // W1.
+                if !self.find_get() {
+                    return None;
+                }
+                let state = self.state.load();
+                self.step();
+                // W3 (W2 is its `Writeback` answer).
+                match self.state.try_lock_for_write() {
+                    WriteLock::Locked(was) => {
+                        return Some(match writer {
+                            Writer::StalePrior => Prior::of(state),
+                            _ => Prior::of(was),
+                        });
+                    }
+                    WriteLock::Writeback if writer == Writer::IgnoresWriteback => {
+                        return Some(Prior::of(state));
+                    }
+                    WriteLock::Writeback => {
+                        // W2: wait for the writeback to end (stable pages), look again.
+                        while self.state.load().is_writeback() {
+                            thread::yield_now();
+                        }
+                        self.put();
+                    }
+                    WriteLock::Pinned => {
+                        // Reclaim's isolation pins it: the real writer retries, then copies
+                        // on write; here it retries until the pin goes.
+                        self.put();
+                        thread::yield_now();
+                    }
+                }
+            }
+        }
+
+        /// W4-W5: the copy, the mask, the index's Dirty mark, then DIRTY set and LOCKED
+        /// cleared; the writer's pin dropped. Returns the pages newly dirtied.
+        fn change(&self, blocks: &Blocks, value: u64, prior: Prior, writer: Writer) -> u64 {
+            match writer {
+                Writer::NoVersion => {}
+                Writer::EndWriteBeforeCopy => {
+                    self.version.begin_write();
+                    self.version.end_write();
+                }
+                _ => self.version.begin_write(),
+            }
+            for b in 0..self.pages() {
+                if blocks.contains(b) {
+                    self.bytes[b as usize].store(value, Ordering::Relaxed);
+                }
+            }
+            let newly = self.mask().mark(blocks, prior);
+            if prior == Prior::Clean {
+                self.index.lock().unwrap().dirty = true;
+            }
+            if matches!(
+                writer,
+                Writer::Sound | Writer::StalePrior | Writer::IgnoresWriteback
+            ) {
+                self.version.end_write();
+            }
+            if writer == Writer::IgnoresWriteback && !self.state.load().is_locked() {
+                self.state.set_flags(DIRTY);
+            } else {
+                self.state.unlock_dirty();
+            }
+            self.put();
+            newly
+        }
+
+        /// One pass of background writeback over the folio (`writeback::start` with
+        /// `Take::Dirty`): B1-B2 under the index lock, the device's write, B3. Returns
+        /// whether it took the folio.
+        pub fn write_back(&self, device: Device, start: Start) -> bool {
+            self.step();
+            let mut marks = self.index.lock().unwrap();
+            // B1: the marked walk finds the folio; one CAS DIRTY -> WRITEBACK, which a
+            // writer's LOCKED refuses (background writeback then skips the folio).
+            if !marks.dirty || self.slot.load(Ordering::Relaxed) != IN_INDEX {
+                return false;
+            }
+            let started = match start {
+                Start::Sound => self.state.try_start_writeback(),
+                Start::IgnoresLocked => {
+                    let state = self.state.load();
+                    if state.is_dirty() && !state.is_writeback() {
+                        self.state.test_and_clear(DIRTY);
+                        self.state.set_flags(WRITEBACK);
+                    }
+                    state.is_dirty() && !state.is_writeback()
+                }
+            };
+            if !started {
+                return false;
+            }
+            // B2: take the dirty blocks, clear the marks, drop the lock.
+            let taken = self.mask().take();
+            marks.dirty = false;
+            drop(marks);
+            self.budget.note_writeback(taken.count(), true);
+            // The device reads the taken blocks out of the frame and writes them.
+            let read: Vec<(usize, u64)> = (0..self.pages())
+                .filter(|&b| taken.contains(b))
+                .map(|b| {
+                    // SAFETY: a loom atomic's unsynchronised load is a checked read (loom
+                    // panics if a store is not ordered with it), never undefined behaviour.
+                    (b as usize, unsafe { self.bytes[b as usize].unsync_load() })
+                })
+                .collect();
+            let failed = match device {
+                Device::Writes => {
+                    let mut disk = self.disk.lock().unwrap();
+                    for (b, value) in read {
+                        disk[b] = value;
+                    }
+                    Blocks::default()
+                }
+                Device::Fails => taken,
+                Device::WritesFirst => {
+                    let mut disk = self.disk.lock().unwrap();
+                    let (b, value) = read[0];
+                    disk[b] = value;
+                    taken.minus(&Blocks::range(b as u64, 1))
+                }
+            };
+            // B3: failed blocks back into the mask and the Dirty mark back, then WRITEBACK
+            // cleared (DIRTY set again in the same step if any block failed); the blocks
+            // written leave the budget.
+            if !failed.is_empty() {
+                let mut marks = self.index.lock().unwrap();
+                self.mask().restore(&failed);
+                marks.dirty = true;
+            }
+            self.step();
+            self.state.end_writeback(if failed.is_empty() {
+                Redirty::No
+            } else {
+                Redirty::Yes
+            });
+            self.budget.note_writeback(taken.count(), false);
+            self.budget.uncharge(taken.minus(&failed).count());
+            true
+        }
+
+        /// Reclaim's eviction of the folio under the index lock. A frozen folio's bytes
+        /// must be on disk: checked at once, before the frame is freed. Returns whether it
+        /// evicted the folio, or what was lost (then the frame is left as it is, and the
+        /// caller panics once the other threads are joined: loom aborts on a panic while
+        /// threads it runs are still alive).
+        pub fn reclaim(&self, how: Reclaim) -> Result<bool, String> {
+            let isolated = how != Reclaim::Unpinned;
+            if isolated && self.state.try_get() != GetOutcome::Got {
+                return Ok(false);
+            }
+            let marks = self.index.lock().unwrap();
+            if how == Reclaim::IgnoresDirty {
+                self.state.discard_dirty();
+            }
+            let frozen = self.slot.load(Ordering::Acquire) == IN_INDEX
+                && if isolated {
+                    self.state.try_freeze_isolated()
+                } else {
+                    self.state.try_freeze()
+                };
+            if !frozen {
+                drop(marks);
+                if isolated {
+                    self.put();
+                }
+                return Ok(false);
+            }
+            self.slot.store(GONE, Ordering::Release);
+            drop(marks);
+            let disk = self.disk.lock().unwrap().clone();
+            for (b, word) in self.bytes.iter().enumerate() {
+                // SAFETY: as in `write_back`.
+                let bytes = unsafe { word.unsync_load() };
+                if bytes != disk[b] {
+                    return Err(format!(
+                        "reclaim froze a folio whose bytes are not on disk (block {b} holds \
+                         {bytes}, the disk {}): a write is lost",
+                        disk[b]
+                    ));
+                }
+            }
+            self.free();
+            Ok(true)
+        }
+
+        /// `set_len` down past the folio: `Mapping::invalidate` with `Invalidate::Shrink`,
+        /// under the file's writer lock (so no writer holds the folio LOCKED).
+        pub fn truncate(&self, how: Truncation) {
+            let mut marks = self.index.lock().unwrap();
+            if how == Truncation::Sound {
+                // A writeback in flight reads the frame, and its completion may make the
+                // folio dirty again: wait for it.
+                while self.slot.load(Ordering::Relaxed) == IN_INDEX
+                    && self.state.load().is_writeback()
+                {
+                    drop(marks);
+                    while self.state.load().is_writeback() {
+                        thread::yield_now();
+                    }
+                    marks = self.index.lock().unwrap();
+                }
+            }
+            if self.slot.load(Ordering::Relaxed) != IN_INDEX {
+                return;
+            }
+            if self.state.load().is_dirty() {
+                let pages = self.mask().peek().count();
+                if self.state.discard_dirty() {
+                    self.budget.uncharge(pages);
+                }
+            }
+            self.slot.store(GONE, Ordering::Release);
+            marks.dirty = false;
+            drop(marks);
+            // The index's reference: the last holder frees the frame.
+            self.put();
+        }
+
+        /// Once every thread is done, on a folio still in the index: no update is lost.
+        /// Each block's bytes are on disk, or the folio is DIRTY with the block in its
+        /// mask and its Dirty mark set (so a later writeback finds it); the budget counts
+        /// exactly its dirty blocks; only the index's reference is left.
+        pub fn check_nothing_lost(&self) {
+            let state = self.state.load();
+            assert_eq!(self.slot.load(Ordering::Relaxed), IN_INDEX);
+            assert!(
+                !state.is_locked() && !state.is_writeback() && state.count() == 1,
+                "a flag or a reference left behind: {state:?}"
+            );
+            let marked = self.index.lock().unwrap().dirty;
+            let dirty = if state.is_dirty() {
+                self.mask().peek()
+            } else {
+                Blocks::default()
+            };
+            let disk = self.disk.lock().unwrap().clone();
+            for (b, word) in self.bytes.iter().enumerate() {
+                let bytes = word.load(Ordering::Relaxed);
+                if bytes != disk[b] {
+                    assert!(
+                        state.is_dirty() && dirty.contains(b as u64) && marked,
+                        "lost update: block {b} holds {bytes}, the disk {}, the folio is \
+                         {state:?} with dirty blocks {dirty:?} and Dirty mark {marked}",
+                        disk[b]
+                    );
+                }
+            }
+            assert_eq!(
+                self.budget.pages(),
+                dirty.count(),
+                "the dirty budget counts the dirty blocks ({state:?}, {dirty:?})"
+            );
+            assert_eq!(self.budget.writeback_pages(), 0);
+        }
+
+        /// Once every thread is done, on a folio that left the index: the frame is free,
+        /// with no flag, freed once, and charges nothing to the budget; the device never
+        /// wrote bytes of the frame's next owner.
+        pub fn check_removed(&self) {
+            let state: StateWord = self.state.load();
+            assert_eq!(self.slot.load(Ordering::Relaxed), GONE);
+            assert!(
+                state.is_dead() && !state.is_dirty() && !state.is_writeback(),
+                "a removed folio is free with no flag: {state:?}"
+            );
+            assert_eq!(self.frees.load(Ordering::Relaxed), 1, "freed exactly once");
+            assert_eq!(self.budget.pages(), 0, "the dirty budget ends empty");
+            assert_eq!(self.budget.writeback_pages(), 0);
+            assert!(
+                !self.disk.lock().unwrap().contains(&REUSED),
+                "the device wrote a freed frame's bytes"
+            );
+        }
+    }
+}
+
+/// Write vs optimistic read: a writer overwrites both blocks of a clean two-block folio
+/// (`OLD` to `NEW`) while a reader copies them without a reference. A copy that validates
+/// is all old or all new bytes, never torn, and all new if the read began after
+/// `write_at` returned (never stale).
+fn write_vs_optimistic_read_under(writer: write_side::Writer) {
+    use loom::sync::atomic::AtomicBool;
+    use write_side::{Folio, NEW, OLD};
+    loom::model(move || {
+        let folio = Arc::new(Folio::cached(types::Order::new(1)));
+        let returned = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (folio, returned) = (folio.clone(), returned.clone());
+            thread::spawn(move || {
+                assert!(folio.write(0, 2, NEW, writer));
+                returned.store(true, Ordering::Release);
+            })
+        };
+        // The reader (`File::read_optimistic`): R1, the copy, R3.
+        let after_write = returned.load(Ordering::Acquire);
+        let copy = folio.version.begin_read().and_then(|v| {
+            let copy = [
+                folio.bytes[0].load(Ordering::Relaxed),
+                folio.bytes[1].load(Ordering::Relaxed),
+            ];
+            folio.version.validate(v).then_some(copy)
+        });
+        writer.join().unwrap();
+        if let Some(copy) = copy {
+            assert!(
+                copy == [OLD, OLD] || copy == [NEW, NEW],
+                "a validated copy is torn: {copy:?}"
+            );
+            if after_write {
+                assert_eq!(
+                    copy,
+                    [NEW, NEW],
+                    "a read after the write validated stale bytes"
+                );
+            }
+        } else {
+            assert!(!after_write, "a read after the write found no valid page");
+        }
+    });
+}
+
+#[test]
+fn write_vs_optimistic_read() {
+    write_vs_optimistic_read_under(write_side::Writer::Sound);
+}
+
+#[test]
+#[should_panic(expected = "a validated copy is torn")]
+fn write_vs_optimistic_read_broken_no_version() {
+    write_vs_optimistic_read_under(write_side::Writer::NoVersion);
+}
+
+#[test]
+#[should_panic(expected = "a validated copy is torn")]
+fn write_vs_optimistic_read_broken_end_write_before_copy() {
+    write_vs_optimistic_read_under(write_side::Writer::EndWriteBeforeCopy);
+}
+
+/// Write vs writeback: a folio made dirty by an earlier write (block 0) is written again
+/// (block 0 of an order-0 folio, block 1 of an order-1 one) while background writeback
+/// takes it, and the device writes or fails. The device never reads a block while the
+/// writer copies into it (loom reports the overlap), and no update is lost: every block
+/// is on disk or dirty, in the mask and marked, and the dirty budget counts exactly the
+/// dirty blocks.
+fn write_vs_writeback_under(
+    order: u8,
+    device: write_side::Device,
+    writer: write_side::Writer,
+    start: write_side::Start,
+) {
+    use write_side::{Folio, NEW};
+    loom::model(move || {
+        let folio = Arc::new(Folio::dirty(types::Order::new(order)));
+        let block = folio.pages() - 1;
+        let writing = {
+            let folio = folio.clone();
+            thread::spawn(move || assert!(folio.write(block, 1, NEW, writer)))
+        };
+        let writeback = {
+            let folio = folio.clone();
+            thread::spawn(move || folio.write_back(device, start))
+        };
+        writing.join().unwrap();
+        writeback.join().unwrap();
+        folio.check_nothing_lost();
+    });
+}
+
+#[test]
+fn write_vs_writeback() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(0, Device::Writes, Writer::Sound, Start::Sound);
+}
+
+#[test]
+fn write_vs_writeback_failed_write() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(0, Device::Fails, Writer::Sound, Start::Sound);
+}
+
+#[test]
+fn write_vs_writeback_large_folio() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(1, Device::Writes, Writer::Sound, Start::Sound);
+}
+
+#[test]
+fn write_vs_writeback_large_folio_failed_write() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(1, Device::Fails, Writer::Sound, Start::Sound);
+}
+
+/// Both blocks dirty when the writer is quick, and the device writes only the first: the
+/// second goes back to the mask, the first leaves it and the budget.
+#[test]
+fn write_vs_writeback_large_folio_short_write() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(1, Device::WritesFirst, Writer::Sound, Start::Sound);
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn write_vs_writeback_broken_writer_ignores_writeback() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(0, Device::Writes, Writer::IgnoresWriteback, Start::Sound);
+}
+
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn write_vs_writeback_broken_start_ignores_locked() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(0, Device::Writes, Writer::Sound, Start::IgnoresLocked);
+}
+
+/// The first version of W3 (`Writer::StalePrior`), caught both ways: a writeback that
+/// ends between the writer's load and its CAS leaves the writer believing the clean folio
+/// dirty (it sets no Dirty mark: no writeback ever finds the new block), and one that
+/// fails in between leaves it believing the dirty folio clean (an order-0 folio is
+/// charged twice; a large folio's mask is zeroed, losing the failed block).
+#[test]
+#[should_panic(expected = "lost update")]
+fn write_vs_writeback_broken_stale_prior() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(1, Device::Writes, Writer::StalePrior, Start::Sound);
+}
+
+#[test]
+#[should_panic(expected = "the dirty budget counts the dirty blocks")]
+fn write_vs_writeback_broken_stale_prior_failed_write() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(0, Device::Fails, Writer::StalePrior, Start::Sound);
+}
+
+#[test]
+#[should_panic(expected = "lost update: block 0")]
+fn write_vs_writeback_broken_stale_prior_large_folio_failed_write() {
+    use write_side::{Device, Start, Writer};
+    write_vs_writeback_under(1, Device::Fails, Writer::StalePrior, Start::Sound);
+}
+
+/// Dirty folio vs reclaim, with a writer: reclaim (isolating or not) races a write into
+/// a clean folio. It evicts the folio only while its bytes are on disk, and then the
+/// writer missed it (and would read the page again); otherwise nothing is lost.
+fn dirty_folio_vs_reclaim_write_under(how: write_side::Reclaim) {
+    use write_side::{Folio, Writer, NEW};
+    loom::model(move || {
+        let folio = Arc::new(Folio::cached(types::Order::ZERO));
+        let writing = {
+            let folio = folio.clone();
+            thread::spawn(move || folio.write(0, 1, NEW, Writer::Sound))
+        };
+        let evicted = folio.reclaim(how);
+        let wrote = writing.join().unwrap();
+        if evicted.unwrap_or_else(|lost| panic!("{lost}")) {
+            assert!(!wrote, "a write went into an evicted folio");
+            folio.check_removed();
+        } else {
+            folio.check_nothing_lost();
+        }
+    });
+}
+
+/// Dirty folio vs reclaim, with writeback: reclaim races the writeback of a dirty folio
+/// (which the device writes or fails). It evicts the folio only once it is clean and on
+/// disk: never while DIRTY, nor under WRITEBACK (the device reads the frame, and a
+/// failure makes it dirty again).
+fn dirty_folio_vs_reclaim_writeback_under(how: write_side::Reclaim, device: write_side::Device) {
+    use write_side::{Folio, Start};
+    loom::model(move || {
+        let folio = Arc::new(Folio::dirty(types::Order::new(1)));
+        let writeback = {
+            let folio = folio.clone();
+            thread::spawn(move || folio.write_back(device, Start::Sound))
+        };
+        let evicted = folio.reclaim(how);
+        writeback.join().unwrap();
+        if evicted.unwrap_or_else(|lost| panic!("{lost}")) {
+            folio.check_removed();
+        } else {
+            folio.check_nothing_lost();
+        }
+    });
+}
+
+#[test]
+fn dirty_folio_vs_reclaim_write() {
+    dirty_folio_vs_reclaim_write_under(write_side::Reclaim::Isolated);
+}
+
+#[test]
+fn dirty_folio_vs_reclaim_write_unpinned() {
+    dirty_folio_vs_reclaim_write_under(write_side::Reclaim::Unpinned);
+}
+
+#[test]
+fn dirty_folio_vs_reclaim_writeback() {
+    use write_side::{Device, Reclaim};
+    dirty_folio_vs_reclaim_writeback_under(Reclaim::Isolated, Device::Writes);
+}
+
+#[test]
+fn dirty_folio_vs_reclaim_failed_writeback() {
+    use write_side::{Device, Reclaim};
+    dirty_folio_vs_reclaim_writeback_under(Reclaim::Isolated, Device::Fails);
+}
+
+#[test]
+#[should_panic(expected = "a write is lost")]
+fn dirty_folio_vs_reclaim_broken_freeze_ignores_dirty() {
+    dirty_folio_vs_reclaim_write_under(write_side::Reclaim::IgnoresDirty);
+}
+
+/// Truncation vs writeback: `set_len` drops a dirty folio while its writeback is in
+/// flight and completes (written, or failed: dirty again). The removed folio never ends
+/// DIRTY, its frame is freed once and never while the device reads it, and the dirty
+/// budget ends at 0.
+fn truncation_vs_writeback_under(how: write_side::Truncation, device: write_side::Device) {
+    use write_side::{Folio, Start};
+    loom::model(move || {
+        let folio = Arc::new(Folio::dirty(types::Order::new(1)));
+        let writeback = {
+            let folio = folio.clone();
+            thread::spawn(move || folio.write_back(device, Start::Sound))
+        };
+        folio.truncate(how);
+        writeback.join().unwrap();
+        folio.check_removed();
+    });
+}
+
+#[test]
+fn truncation_vs_writeback() {
+    use write_side::{Device, Truncation};
+    truncation_vs_writeback_under(Truncation::Sound, Device::Writes);
+}
+
+#[test]
+fn truncation_vs_writeback_failed() {
+    use write_side::{Device, Truncation};
+    truncation_vs_writeback_under(Truncation::Sound, Device::Fails);
+}
+
+#[test]
+#[should_panic(expected = "a frame was freed while dirty, under writeback")]
+fn truncation_vs_writeback_broken_no_wait() {
+    use write_side::{Device, Truncation};
+    truncation_vs_writeback_under(Truncation::NoWait, Device::Fails);
 }

@@ -10,7 +10,9 @@
 //!     written bytes, and inserted dirty (no read).
 //! W2. Wait while the folio is under WRITEBACK (stable pages: the device reads it).
 //! W3. `try_lock_for_write`: one CAS takes LOCKED if only the index and this writer hold
-//!     the folio. If someone else holds a pin (a reader copying out of it, a `PageRef`),
+//!     the folio. Whether the folio was dirty (`Prior`: are its mask words valid, must
+//!     W4 set the index mark?) is read from the word that CAS replaced, never from an
+//!     earlier load: a writeback may start and end, or fail, in between. If someone else holds a pin (a reader copying out of it, a `PageRef`),
 //!     copy on write: a new folio takes its bytes and dirty blocks and replaces it in the
 //!     index (`Fill::replace_for_write`); the holders keep the old bytes, as the holders
 //!     of a truncated page do. So no shared borrow of a folio's bytes ever sees them change.
@@ -27,7 +29,8 @@
 //! while the cache is at its dirty limit: the throttle) and, if it extends the file past
 //! what is reserved on disk, reserves space (`fallocate`), so ENOSPC reaches the writer.
 //! The interplay with writeback is in `writeback`'s module docs; both are model-checked
-//! in `tests/loom_models.rs`.
+//! in `tests/loom_models.rs` (`write_vs_optimistic_read`, `write_vs_writeback*`,
+//! `dirty_folio_vs_reclaim_*`).
 //!
 //! Protection: the file's writer lock (`WriteState::lock_writer`) for W1-W5 and
 //! `set_len`; the state word for the rest.
@@ -317,21 +320,22 @@ impl File {
             if meta.state.load().is_locked() {
                 wait::wait_unlocked(meta);
             }
-            let state = meta.state.load();
-            if !state.is_uptodate() {
+            if !meta.state.load().is_uptodate() {
                 // The read failed: `get_uptodate` returns its error (or reads it again).
                 drop(folio);
                 self.get_uptodate(page, page.add(1))?;
                 continue;
             }
             match meta.state.try_lock_for_write() {
-                WriteLock::Locked => {
+                WriteLock::Locked(was) => {
+                    // The dirty state from the word W3 replaced: a writeback may have
+                    // started and ended, or failed, since any earlier load.
                     let (frame, order, head) = folio.into_raw();
                     return Ok(Prepared::Locked(Locked {
                         frame,
                         order,
                         head,
-                        prior: Prior::of(state),
+                        prior: Prior::of(was),
                         fresh: Fresh::Published,
                     }));
                 }
