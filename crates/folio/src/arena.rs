@@ -315,8 +315,8 @@ impl Arena {
         let order = meta.identity().2;
         let state = meta.state.load();
         assert!(
-            state.is_dead() && !state.is_locked(),
-            "freed a folio that is not dead, or has I/O in flight: {state:?}"
+            state.is_dead() && !state.is_locked() && !state.is_dirty() && !state.is_writeback(),
+            "freed a folio that is not dead, has I/O in flight, or is dirty: {state:?}"
         );
         if meta.version.is_valid() {
             meta.version.retire();

@@ -583,6 +583,20 @@ impl FolioState {
         self.test_and_clear(DIRTY)
     }
 
+    /// A given-up file's dirty state is dropped (`writeback::give_up`): one CAS from
+    /// "DIRTY, not LOCKED, not WRITEBACK" clearing DIRTY, so that it never races a
+    /// writer's copy (whose W5 would leave the folio dirty with no index mark) or a
+    /// writeback. False, changing nothing, if either holds the folio or it is clean.
+    pub fn try_discard_dirty(&self) -> bool {
+        let cur = self.0.load(Ordering::Relaxed);
+        if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK) != 0 {
+            return false;
+        }
+        self.0
+            .compare_exchange(cur, cur & !DIRTY, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Clears flags; returns whether any of them was set. Stores only when one is set.
     pub fn test_and_clear(&self, flags: u64) -> bool {
         if self.0.load(Ordering::Relaxed) & flags == 0 {

@@ -482,16 +482,18 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
     let mut discarded = 0;
     for folio in found {
         let meta = arena.meta(folio.frame);
-        let state = meta.state.load();
-        if state.is_writeback() || state.is_locked() {
-            continue; // its own completion (or the writer's next write) sees the failure
-        }
+        // Read before the CAS, which fails if a writer or a writeback took the folio
+        // meanwhile (neither changes the mask otherwise).
         let pages = BlockMask::of(arena, folio.frame, folio.order)
             .peek()
             .count();
-        if meta.state.discard_dirty() {
-            discarded += pages;
+        if !meta.state.try_discard_dirty() {
+            // A writer holds it (its W5 leaves it dirty and marked: the next writeback
+            // fails and discards it), or a writeback does (its completion sees the
+            // failure).
+            continue;
         }
+        discarded += pages;
         w.clear_mark(folio.head, Mark::Dirty);
         w.clear_mark(folio.head, Mark::Towrite);
     }
