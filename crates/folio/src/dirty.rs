@@ -422,6 +422,15 @@ impl WriteState {
         self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The writer lock if no writer holds it now.
+    pub fn try_lock_writer(&self) -> Option<MutexGuard<'_, ()>> {
+        match self.writer.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     pub fn fd(&self) -> Option<Arc<StdFile>> {
         self.fd.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }

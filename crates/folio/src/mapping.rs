@@ -494,6 +494,10 @@ pub enum Unused {
 ///      2. Under the index lock, count the folios (one walk), those in flight included.
 ///         If there are some, store the count in `folios_closed` (the removal of the last
 ///         one, by reclaim or by its own failed read, tries R again), and stop.
+///         2b. A written file: drop the index lock, take the writer lock without waiting
+///         (held: a handle was opened since 1, stop) and cut the file on disk to its
+///         logical size, which the mapping takes with it (`writeback::trim_to_size`); if
+///         that fails, record the error and stop (the next open reports it).
 ///      3. Drop the index lock; take the table's lock for writing.
 ///      4. If the handle word is still the one loaded in 1 and the mapping is still in
 ///         the table, remove it and give its id back; its `Arc` goes after the lock is
@@ -641,6 +645,20 @@ impl MappingTable {
         drop(w);
         if folios > 0 {
             return Unused::Cached;
+        }
+        // R2b: the logical size of a written file goes with the mapping: the file on disk
+        // gets it first (`writeback::trim_to_size`). No handle, no folio: nothing writes
+        // the file now. A writer holding the lock came with a handle opened since R1,
+        // and an open since R1 stops R4 anyway.
+        if let Some(fd) = mapping.write.fd().filter(|_| mapping.write.is_written()) {
+            let Some(_writer) = mapping.write.try_lock_writer() else {
+                return Unused::Open;
+            };
+            if let Err(e) = crate::writeback::trim_to_size(mapping, &fd) {
+                // Kept for the next open to report (as an unseen error keeps it above).
+                mapping.write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
+                return Unused::Cached;
+            }
         }
         let mut maps = self.write();
         if mapping.handles.load() != word {

@@ -432,21 +432,30 @@ pub(crate) fn sync(
     let write = &mapping.write;
     write.in_flight.wait_through(write.in_flight.last());
     {
-        // The logical size, as writers leave it (they extend it under this lock): the
-        // writes of whole blocks may have carried the file past it, and `set_len` may
-        // have failed.
         let _writer = write.lock_writer();
-        let size = mapping.size_bytes();
-        let on_disk = fd.metadata().map(|m| m.len());
-        if on_disk.as_ref().ok() != Some(&size) {
-            if let Err(e) = on_disk.and_then(|_| sync::set_len(&fd, size)) {
-                write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
-            }
+        if let Err(e) = trim_to_size(mapping, &fd) {
+            write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
         }
     }
     if let Err(e) = flush(backend, &fd, kind) {
         write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
     }
+}
+
+/// Gives the file on disk its logical size, as writers leave it: writeback writes the tail
+/// block whole, which carries the file past it (to a multiple of 4 KiB), and a `set_len`
+/// may have failed. A sync does this before its flush; so must anything after which the
+/// logical size is forgotten (a written file's mapping leaving the table, the cache's
+/// drop), else the file keeps zeros past its end and the next open reads them.
+///
+/// Context: the caller holds the file's writer lock (writers extend the size under it);
+/// `fstat`, and `ftruncate` if the lengths differ.
+pub(crate) fn trim_to_size(mapping: &Mapping, fd: &StdFile) -> io::Result<()> {
+    let size = mapping.size_bytes();
+    if fd.metadata()?.len() != size {
+        sync::set_len(fd, size)?;
+    }
+    Ok(())
 }
 
 /// A flush of `fd` through the backend (the fault backend's power model must see it),
@@ -492,10 +501,13 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
     }
 }
 
-/// Writes back every dirty page of the cache and waits for it (no flush): the cache's
-/// last act, so that dropping it loses nothing a process exit would not.
+/// Writes back every dirty page of the cache and waits for it (no flush), then gives every
+/// written file its logical size (`trim_to_size`): the cache's last act, so that dropping
+/// it loses nothing a process exit would not. A file that cannot be cut keeps its
+/// error: no handle is left to report it to.
 ///
-/// Context: no lock held; sleeps until the writes complete.
+/// Context: no lock held (and no handle left: nobody holds a writer lock); sleeps until
+/// the writes complete.
 pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
     let (start_page, end_page) = (PageIndex(0), PageIndex(u64::MAX >> 12));
     for mapping in core.dirty_files.all() {
@@ -506,5 +518,11 @@ pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
         start(core, backend, &mapping, start_page, end_page, Take::Tagged);
         let write = &mapping.write;
         write.in_flight.wait_through(write.in_flight.last());
+    }
+    for mapping in core.mappings.all() {
+        if let Some(fd) = mapping.write.fd().filter(|_| mapping.write.is_written()) {
+            let _writer = mapping.write.lock_writer();
+            let _ = trim_to_size(&mapping, &fd);
+        }
     }
 }

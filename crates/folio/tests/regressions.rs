@@ -146,3 +146,76 @@ fn read_with_the_cold_queue_pinned(eviction: EvictionKind, frames: u64, hot: u64
     }
     drop(pins);
 }
+
+/// Waits (up to 10 s) until `cache` has nothing dirty or under writeback.
+fn wait_written_back(cache: &Cache) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = cache.stats();
+        if s.dirty_pages == 0 && s.writeback_pages == 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "writeback never ended: {s:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// `tests/write_simulation.rs` (seeds 93 and 99, issue 14): writeback writes a file's tail
+/// block whole, so the file on disk grows to a multiple of 4 KiB until a sync cuts it to
+/// the logical size. A closed file whose pages were then all evicted was forgotten with
+/// its logical size, and the next open took the padded length from `fstat`: reads
+/// returned zeros past the end that was written.
+#[test]
+fn a_written_file_forgotten_after_writeback_keeps_its_length() {
+    let dir = common::test_dir();
+    let path = dir.path().join("written");
+    let other = dir.path().join("other");
+    common::write_pattern_file(&other, 3, 1 << 20);
+    let cache = Cache::builder()
+        .capacity_bytes(64 << 10)
+        .folio_order_max(0)
+        .build()
+        .unwrap();
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    file.write_at(&[7u8; 100], 0).unwrap();
+    file.writeback(0, PAGE).unwrap();
+    wait_written_back(&cache);
+    drop(file);
+    // Another file's pages push the clean one out, and its mapping goes with it.
+    let reader = cache.open(&other).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    assert_eq!(reader.read_at(&mut buf, 0).unwrap(), 1 << 20);
+    drop(reader);
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 100, "the length on disk");
+    let file = cache.open(&path).unwrap();
+    assert_eq!(file.len(), 100, "the length a new open sees");
+    let mut back = [0u8; 200];
+    assert_eq!(file.read_at(&mut back, 0).unwrap(), 100);
+    assert!(back[..100].iter().all(|&b| b == 7));
+}
+
+/// The same tail block when the cache is dropped without a sync: its last writeback wrote
+/// the block whole and nothing cut the file back to its length.
+#[test]
+fn a_cache_dropped_without_a_sync_leaves_written_files_their_length() {
+    let dir = common::test_dir();
+    let path = dir.path().join("written");
+    let cache = Cache::builder().capacity_bytes(1 << 20).build().unwrap();
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    file.write_at(&[9u8; 5000], 0).unwrap();
+    drop(file);
+    drop(cache);
+    let disk = std::fs::read(&path).unwrap();
+    assert_eq!(disk.len(), 5000, "the length on disk");
+    assert!(disk.iter().all(|&b| b == 9));
+}
