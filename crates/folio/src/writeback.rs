@@ -5,16 +5,25 @@
 //!
 //! # Protocol (with the write protocol in `file::write` and the block mask in `dirty`)
 //!
-//! B1. Under the file's index lock, walk the folios marked `Dirty` (background, or a
-//!     range) or `Towrite` (a sync, which first tags `Dirty` as `Towrite` over its range:
+//! B1. Take the batch's in-flight ticket (`InFlight::begin`). Then, under the file's
+//!     index lock, walk the folios marked `Dirty` (background, or a range) or `Towrite`
+//!     (a sync, which first tags `Dirty` as `Towrite` over its range:
 //!     `IndexWriteGuard::tag_range`, so a writer that keeps dirtying the file cannot make
 //!     it run forever). For each, one CAS DIRTY -> WRITEBACK (`try_start_writeback`). A
 //!     writer's LOCKED makes it fail: background writeback skips the folio, a sync waits
 //!     for the writer's copy and tries again.
 //! B2. Still under the lock: take the folio's dirty blocks (`BlockMask::take`), clear both
 //!     marks. Drop the lock. Merge the blocks of the whole batch, in index order, into
-//!     writes of at most `IO_BYTES_MAX` and submit them, with one ticket for the batch
-//!     (`InFlight`), through the backend. No lock is held across the I/O.
+//!     writes of at most `IO_BYTES_MAX` and submit them, under the batch's ticket, through
+//!     the backend (a batch that took nothing gives its ticket back). No lock is held
+//!     across the I/O.
+//!
+//! Why the ticket comes first: a sync waits for every ticket handed out before it has
+//! walked the file (`InFlight::wait_through`). A batch that took a folio before that walk
+//! (so that the walk no longer finds it) took its ticket earlier still, so the sync waits
+//! for its write. With the ticket taken after the walk, a sync could run between the two,
+//! find nothing to write or wait for, flush and return Ok before the write completed (found
+//! by `tests/write_simulation.rs`; `regressions::a_sync_waits_for_a_writeback_that_took_its_folios_before_it`).
 //! B3. When the batch's last write completes: blocks that failed get their bits back and
 //!     the folio its `Dirty` mark, then `end_writeback` clears WRITEBACK (setting DIRTY
 //!     again in the same step if any block failed), waiters are woken; the blocks written
@@ -118,11 +127,17 @@ pub(crate) fn start(
         Take::Dirty => Mark::Dirty,
         Take::Tagged => Mark::Towrite,
     };
+    let in_flight = &mapping.write.in_flight;
     let mut from = start;
     loop {
+        // The ticket before the folios (B1): a sync that finds no folio to take because
+        // this batch took it finds this batch's ticket to wait for.
+        let ticket = in_flight.begin();
         let (batch, locked, next) = collect(core, mapping, from, end, mark);
-        if !batch.is_empty() {
-            submit(core, backend, mapping, &fd, batch);
+        if batch.is_empty() {
+            in_flight.end(ticket);
+        } else {
+            submit(core, backend, mapping, &fd, batch, ticket);
         }
         match next {
             Some(next) => from = next,
@@ -189,13 +204,15 @@ fn collect(
     (batch, locked, next)
 }
 
-/// B2's submission: one ticket, the batch's blocks merged into runs, one write per run.
+/// B2's submission under `ticket` (taken in B1): the batch's blocks merged into runs, one
+/// write per run.
 fn submit(
     core: &Arc<Core>,
     backend: &dyn Backend,
     mapping: &Arc<Mapping>,
     fd: &Arc<StdFile>,
     folios: Vec<BatchFolio>,
+    ticket: u64,
 ) {
     let arena = &core.mem.arena;
     let mut runs: Vec<Run> = Vec::new();
@@ -228,7 +245,7 @@ fn submit(
     let batch = Arc::new(Batch {
         core: core.clone(),
         mapping: mapping.clone(),
-        ticket: mapping.write.in_flight.begin(),
+        ticket,
         failed: Mutex::new((vec![Blocks::default(); folios.len()], 0)),
         remaining: AtomicUsize::new(runs.len()),
         folios,
