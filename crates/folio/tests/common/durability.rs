@@ -4,13 +4,17 @@
 //!
 //! A [`History`] is one writer's view of one file since a known state (`base`, durable):
 //! its writes in program order (a `set_len` down is a write of zeros over the bytes it
-//! cut), and its acknowledgements (a sync that returned Ok: the writes that returned before
-//! it started, over the range it covered). For each byte `b`:
-//! - `k(b)`: the most writes any acknowledgement covering `b` vouches for (0: none);
-//! - `j*(b)`: the last write before `k(b)` that covers `b` and surely stored its bytes;
+//! cut), its acknowledgements (a sync that returned Ok: the writes that returned before it
+//! started, over the range it covered), and the syncs that reported an error. An
+//! acknowledgement vouches for the writes that returned before it and after the last
+//! error reported before it: a reported error may mean lost writes (a file given up after
+//! its writeback kept failing drops its dirty data, DESIGN.md §8), and a later sync that
+//! returns Ok says nothing of them, as `fsync` after an error does not. For each byte `b`:
+//! - `j*(b)`: over the acknowledgements covering `b`, the last write each vouches for that
+//!   covers `b` and surely stored its bytes; the latest of those (none: the base);
 //! - the byte on disk must be `j*(b)`'s (or the base's, if there is none), or the byte of
-//!   some write after `j*(b)` that covers `b` (a write the sync did not vouch for may or may
-//!   not have reached the disk, whole or torn). Past the base's length the base is zeros.
+//!   some write after `j*(b)` that covers `b` (a write no sync vouched for may or may not
+//!   have reached the disk, whole or torn). Past the base's length the base is zeros.
 //!
 //! So an acknowledged byte that nobody wrote since is exactly its acknowledged value, and
 //! no byte is ever one nobody wrote there. The length on disk is at least the size the last
@@ -45,8 +49,9 @@ impl Write {
 
 #[derive(Clone, Debug)]
 struct Ack {
-    /// Writes `0..writes` returned before the sync started.
-    writes: usize,
+    /// The writes it vouches for: those that returned before the sync started, after the
+    /// last error reported before it (module docs).
+    writes: Range<usize>,
     range: Range<u64>,
 }
 
@@ -56,6 +61,9 @@ pub struct History {
     base: Vec<u8>,
     writes: Vec<Write>,
     acks: Vec<Ack>,
+    /// The writes issued before the last reported error: no later acknowledgement vouches
+    /// for them.
+    error_floor: usize,
     /// The least length the disk may have (the last acknowledged size, cut by later
     /// `set_len`s).
     len_floor: u64,
@@ -71,6 +79,7 @@ impl History {
             base,
             writes: Vec::new(),
             acks: Vec::new(),
+            error_floor: 0,
             len_floor: len,
             len_max: len,
         }
@@ -114,11 +123,17 @@ impl History {
     pub fn ack(&mut self, writes_before: usize, range: Range<u64>, size: u64) {
         assert!(writes_before <= self.writes.len());
         self.acks.push(Ack {
-            writes: writes_before,
+            writes: self.error_floor.min(writes_before)..writes_before,
             range,
         });
         self.len_floor = size;
         self.len_max = self.len_max.max(size);
+    }
+
+    /// A sync reported an error after the first `writes_before` writes were issued:
+    /// later acknowledgements do not vouch for them (module docs).
+    pub fn error(&mut self, writes_before: usize) {
+        self.error_floor = self.error_floor.max(writes_before);
     }
 
     /// The write at `index`.
@@ -126,26 +141,63 @@ impl History {
         &self.writes[index]
     }
 
-    /// `k(b)` for `b` in `0..n` (module docs): the acknowledgements that cover the whole
-    /// span set a floor at once; the others (few, and only those above it) are painted.
-    /// `None` when the floor is all there is.
-    fn vouched(&self, n: usize) -> (usize, Option<Vec<u32>>) {
-        let whole = self
-            .acks
-            .iter()
-            .filter(|a| a.range.start == 0 && a.range.end >= n as u64)
-            .map(|a| a.writes)
-            .max()
-            .unwrap_or(0);
-        let mut painted = None;
-        for ack in self.acks.iter().filter(|a| a.writes > whole) {
-            let k = painted.get_or_insert_with(|| vec![whole as u32; n]);
-            let (start, end) = clip(&ack.range, n);
-            for v in &mut k[start..end] {
-                *v = (*v).max(ack.writes as u32);
+    /// `j*(b) + 1` for `b` in `0..n` (0: the base; module docs), and the vouched bytes.
+    /// Acknowledgements come in eras between reported errors; within an era the latest
+    /// acknowledgement covering a byte vouches for the most (the ones that cover the
+    /// whole span set a floor at once, the few others are painted); a later era's writes
+    /// come after an earlier era's, so its vouched write replaces theirs.
+    fn vouched(&self, n: usize) -> (Vec<u32>, Vec<u8>) {
+        let mut last = vec![0u32; n];
+        let mut expected = self.base.clone();
+        expected.resize(n, 0);
+        let mut era_start = 0;
+        while era_start < self.acks.len() {
+            let floor = self.acks[era_start].writes.start;
+            let era_end = self.acks[era_start..]
+                .iter()
+                .position(|a| a.writes.start != floor)
+                .map_or(self.acks.len(), |i| era_start + i);
+            let era = &self.acks[era_start..era_end];
+            era_start = era_end;
+            let whole = era
+                .iter()
+                .filter(|a| a.range.start == 0 && a.range.end >= n as u64)
+                .map(|a| a.writes.end)
+                .max()
+                .unwrap_or(floor);
+            let mut painted: Option<Vec<u32>> = None;
+            for ack in era.iter().filter(|a| a.writes.end > whole) {
+                let k = painted.get_or_insert_with(|| vec![whole as u32; n]);
+                let (start, end) = clip(&ack.range, n);
+                for v in &mut k[start..end] {
+                    *v = (*v).max(ack.writes.end as u32);
+                }
+            }
+            let most = era.iter().map(|a| a.writes.end).max().unwrap_or(floor);
+            for (j, w) in self.writes.iter().enumerate().take(most).skip(floor) {
+                if w.stored != Stored::Yes {
+                    continue;
+                }
+                let (start, end) = clip(&w.range(), n);
+                let src = &w.bytes[start.saturating_sub(w.offset as usize)..];
+                match &painted {
+                    None if j < whole => {
+                        expected[start..end].copy_from_slice(&src[..end - start]);
+                        last[start..end].fill(j as u32 + 1);
+                    }
+                    None => {}
+                    Some(k) => {
+                        for b in start..end {
+                            if j < k[b] as usize {
+                                expected[b] = src[b - start];
+                                last[b] = j as u32 + 1;
+                            }
+                        }
+                    }
+                }
             }
         }
-        (whole, painted)
+        (last, expected)
     }
 
     /// Checks `disk` (the whole file, read after the crash) against the history.
@@ -166,81 +218,43 @@ impl History {
             ));
         }
         let n = disk.len();
-        let (whole, painted) = self.vouched(n);
-        let k = |b: usize| painted.as_ref().map_or(whole, |k| k[b] as usize);
-        // The vouched bytes: each byte's j*(b)'s, or the base's.
-        let mut expected = self.base.clone();
-        expected.resize(n, 0);
-        for (j, w) in self.writes.iter().enumerate() {
-            if w.stored != Stored::Yes {
-                continue;
-            }
-            let (start, end) = clip(&w.range(), n);
-            let src = &w.bytes[start.saturating_sub(w.offset as usize)..];
-            match &painted {
-                None if j < whole => expected[start..end].copy_from_slice(&src[..end - start]),
-                None => {}
-                Some(painted) => {
-                    for b in start..end {
-                        if j < painted[b] as usize {
-                            expected[b] = src[b - start];
-                        }
-                    }
-                }
-            }
-        }
+        let (last, expected) = self.vouched(n);
         if disk == expected {
             return Ok(());
         }
+        // A byte that is not its vouched value must be that of a later write.
         let wrong: Vec<usize> = (0..n).filter(|&b| disk[b] != expected[b]).collect();
-        // For each wrong byte, j*(b) as write index + 1 (0: the base), then whether a
-        // write after it explains the byte.
-        let mut last = vec![0usize; wrong.len()];
         let mut explained = vec![false; wrong.len()];
-        for pass in [Pass::Vouched, Pass::Later] {
-            for (j, w) in self.writes.iter().enumerate() {
-                if pass == Pass::Vouched && w.stored != Stored::Yes {
-                    continue;
+        for (j, w) in self.writes.iter().enumerate() {
+            let (start, end) = clip(&w.range(), n);
+            let from = wrong.partition_point(|&b| b < start);
+            for (i, &b) in wrong[from..].iter().enumerate() {
+                if b >= end {
+                    break;
                 }
-                let (start, end) = clip(&w.range(), n);
-                let from = wrong.partition_point(|&b| b < start);
-                for (i, &b) in wrong[from..].iter().enumerate() {
-                    if b >= end {
-                        break;
-                    }
-                    let i = from + i;
-                    match pass {
-                        Pass::Vouched if j < k(b) => last[i] = j + 1,
-                        Pass::Vouched => {}
-                        Pass::Later => {
-                            if j + 1 > last[i] && w.bytes[b - w.offset as usize] == disk[b] {
-                                explained[i] = true;
-                            }
-                        }
-                    }
+                if j + 1 > last[b] as usize && w.bytes[b - w.offset as usize] == disk[b] {
+                    explained[from + i] = true;
                 }
             }
         }
-        let unexplained: Vec<(usize, usize)> = wrong
+        let unexplained: Vec<usize> = wrong
             .into_iter()
-            .zip(last)
             .zip(explained)
             .filter(|&(_, e)| !e)
-            .map(|(b_last, _)| b_last)
+            .map(|(b, _)| b)
             .collect();
-        let Some(&(b, last)) = unexplained.first() else {
+        let Some(&b) = unexplained.first() else {
             return Ok(());
         };
         Err(format!(
-            "{} bytes are neither their acknowledged value nor a later write's; the first at offset {b}: {:#04x} on disk, {:#04x} acknowledged ({}, vouched by {} of {} writes); {}",
+            "{} bytes are neither their acknowledged value nor a later write's; the first at offset {b}: {:#04x} on disk, {:#04x} acknowledged ({} of {} writes); {}",
             unexplained.len(),
             disk[b],
             expected[b],
-            match last {
+            match last[b] {
                 0 => "the base's".to_owned(),
                 j => format!("write {}", j - 1),
             },
-            k(b),
             self.writes.len(),
             self.describe_writes_over(b as u64)
         ))
@@ -253,17 +267,17 @@ impl History {
     pub fn check_read_loosely(&self, offset: u64, got: &[u8]) -> Result<(), String> {
         for (i, &byte) in got.iter().enumerate() {
             let b = offset + i as u64;
-            let k = self
+            let covers = |w: &Write| w.range().contains(&b);
+            let last = self
                 .acks
                 .iter()
                 .filter(|a| a.range.contains(&b))
-                .map(|a| a.writes)
-                .max()
-                .unwrap_or(0);
-            let covers = |w: &Write| w.range().contains(&b);
-            let last = (0..k)
-                .rev()
-                .find(|&j| self.writes[j].stored == Stored::Yes && covers(&self.writes[j]));
+                .filter_map(|a| {
+                    a.writes.clone().rev().find(|&j| {
+                        self.writes[j].stored == Stored::Yes && covers(&self.writes[j])
+                    })
+                })
+                .max();
             let vouched = match last {
                 None => self.base.get(b as usize).copied().unwrap_or(0),
                 Some(j) => self.writes[j].bytes[(b - self.writes[j].offset) as usize],
@@ -303,7 +317,7 @@ impl History {
             .acks
             .iter()
             .filter(|a| a.range.contains(&b))
-            .map(|a| format!("{} writes", a.writes))
+            .map(|a| format!("writes {:?}", a.writes))
             .collect();
         format!(
             "writes over it: [{}]; acknowledgements over it: [{}]",
@@ -311,15 +325,6 @@ impl History {
             acks.join(", ")
         )
     }
-}
-
-/// The two passes over the writes for the wrong bytes of `History::check`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Pass {
-    /// Find j*(b).
-    Vouched,
-    /// Find a later write with the byte on disk.
-    Later,
 }
 
 /// `range` within `0..n`, as indices.
