@@ -480,7 +480,8 @@ pub enum Unused {
 ///
 /// Protection: one reader-writer lock over the maps; open takes it for reading (for
 /// writing only to add a mapping), a removal for writing, briefly. It is never held while
-/// another lock is taken, nor taken under one.
+/// another lock is taken, nor taken under one, but in R2b (below): there the read lock is
+/// taken under a written file's writer lock, itself taken without waiting.
 ///
 /// The lifetime protocol, the only code that touches `Mapping::handles`:
 ///   O. Open (`get_or_insert`): under the table's lock, find the mapping by inode and
@@ -495,9 +496,13 @@ pub enum Unused {
 ///         If there are some, store the count in `folios_closed` (the removal of the last
 ///         one, by reclaim or by its own failed read, tries R again), and stop.
 ///         2b. A written file: drop the index lock, take the writer lock without waiting
-///         (held: a handle was opened since 1, stop) and cut the file on disk to its
-///         logical size, which the mapping takes with it (`writeback::trim_to_size`); if
-///         that fails, record the error and stop (the next open reports it).
+///         (held: a handle was opened since 1, stop), then the table's lock for reading;
+///         if the mapping is no longer in the table, stop (it was removed: its size is
+///         stale); else cut the file on disk to its logical size, which the mapping takes
+///         with it (`writeback::trim_to_size`); if that fails, record the error and stop
+///         (the next open reports it). The only place the table's lock is held with
+///         another (the writer lock, taken without waiting: no deadlock), so that no new
+///         mapping of the inode, which could write past the old size, appears meanwhile.
 ///      3. Drop the index lock; take the table's lock for writing.
 ///      4. If the handle word is still the one loaded in 1 and the mapping is still in
 ///         the table, remove it and give its id back; its `Arc` goes after the lock is
@@ -654,6 +659,19 @@ impl MappingTable {
             let Some(_writer) = mapping.write.try_lock_writer() else {
                 return Unused::Open;
             };
+            // Only the table's own mapping of the file may cut it: a removed one's size
+            // is stale, and a newer mapping may have written past it (a second removal
+            // of one mapping, from reclaim and a close, cut a file that a new handle had
+            // grown: the write simulation, seed 4233). The read lock keeps a new mapping
+            // of the inode from appearing until the cut is done.
+            let maps = self.read();
+            if !maps
+                .by_id
+                .get(&mapping.id)
+                .is_some_and(|held| Arc::ptr_eq(held, mapping))
+            {
+                return Unused::Removed;
+            }
             if let Err(e) = crate::writeback::trim_to_size(mapping, &fd) {
                 // Kept for the next open to report (as an unseen error keeps it above).
                 mapping.write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
