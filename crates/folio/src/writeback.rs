@@ -176,10 +176,9 @@ fn collect(
         found.push(folio);
         ControlFlow::Continue(())
     });
-    // Blocks at or past the end of the file are not written (truncation zeroed them).
-    let size_pages = PageIndex::ceil(mapping.size_bytes());
     let mut batch = Vec::with_capacity(found.len());
     let mut locked = Vec::new();
+    let mut dropped_pages = 0;
     for folio in found {
         let meta = arena.meta(folio.frame);
         if !meta.state.try_start_writeback() {
@@ -188,9 +187,16 @@ fn collect(
             }
             continue;
         }
-        let blocks = BlockMask::of(arena, folio.frame, folio.order)
-            .take()
-            .below(size_pages.0.saturating_sub(folio.head.0));
+        // Blocks at or past the end of the file are not written (truncation zeroed them).
+        // The size is read after the CAS that saw DIRTY: a writer extends the size
+        // before it sets DIRTY (`file::write`), so a block it wrote past the old end is
+        // below the size read here. (Read before the walk, a page appended meanwhile
+        // lost its block and was left clean, never written.)
+        let size_pages = PageIndex::ceil(mapping.size_bytes());
+        let taken = BlockMask::of(arena, folio.frame, folio.order).take();
+        let blocks = taken.below(size_pages.0.saturating_sub(folio.head.0));
+        // Their dirty charge goes with them.
+        dropped_pages += taken.count() - blocks.count();
         w.clear_mark(folio.head, Mark::Dirty);
         w.clear_mark(folio.head, Mark::Towrite);
         batch.push(BatchFolio {
@@ -201,6 +207,7 @@ fn collect(
         });
     }
     drop(w);
+    core.mem.dirty.uncharge(dropped_pages);
     (batch, locked, next)
 }
 

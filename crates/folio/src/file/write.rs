@@ -339,6 +339,10 @@ impl File {
             }
             return Ok(None);
         }
+        // The size covers the bytes before they are dirty: a writeback takes only blocks
+        // below the size (`writeback::collect`).
+        self.mapping
+            .extend_to(page.offset_bytes() + (in_page + src.len()) as u64);
         meta.version.publish();
         meta.state.finish_fill_dirty();
         wait::wake_all(meta);
@@ -406,6 +410,9 @@ impl File {
         }
         let mut newly = 0;
         if change == Change::Dirtied {
+            // The size covers the bytes before W5 makes them dirty (as in `write_new_page`).
+            self.mapping
+                .extend_to(locked.head.offset_bytes() + (in_folio + len) as u64);
             let first = (in_folio / PAGE_BYTES) as u64;
             let last = (in_folio + len).div_ceil(PAGE_BYTES) as u64;
             let blocks = Blocks::range(first, last - first);
