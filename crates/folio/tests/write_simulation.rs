@@ -442,6 +442,7 @@ impl<'a> Writer<'a> {
     }
 
     fn reopen(&mut self) -> Result<(), String> {
+        self.trace.push("  reopen".to_owned());
         self.handle = None;
         let handle = self
             .shared
@@ -555,6 +556,7 @@ impl<'a> Writer<'a> {
             83..=86 => {
                 let start = self.rng.below(len + 1);
                 let n = 1 + self.rng.below(256 << 10);
+                self.trace.push(format!("  writeback [{start}, +{n})"));
                 self.file()
                     .writeback(start, n)
                     .map_err(|e| format!("writeback({start}, {n}): {e}"))
@@ -660,6 +662,7 @@ impl<'a> Writer<'a> {
     }
 
     fn read(&mut self, offset: u64, n: usize, through: Through) -> Result<(), String> {
+        self.trace.push(format!("  read [{offset}, +{n}) {through:?}"));
         let mut buf = vec![0xA5u8; n];
         let result = match through {
             Through::Writer => self.file().read_at(&mut buf, offset),
@@ -690,6 +693,7 @@ impl<'a> Writer<'a> {
             return Ok(());
         }
         let offset = self.rng.below(len);
+        self.trace.push(format!("  get_page({offset})"));
         let page = match self.file().get_page(offset) {
             Ok(page) => page,
             Err(e) => return self.failed(format!("get_page({offset})"), e),
@@ -717,11 +721,16 @@ impl<'a> Writer<'a> {
         }
         let first = got.iter().zip(want).position(|(a, b)| a != b).expect("a difference");
         if !self.faulted() {
+            let at = offset + first as u64;
+            let last = (first..got.len()).rev().find(|&i| got[i] != want[i]).expect("a difference");
+            let disk = std::fs::read(self.path).unwrap_or_default();
             return Err(format!(
-                "byte {:#04x} at offset {}, the model has {:#04x}",
+                "byte {:#04x} at offset {at}, the model has {:#04x} (wrong through offset {}; the file on disk has {:?} there, and is {} bytes long)",
                 got[first],
-                offset + first as u64,
-                want[first]
+                want[first],
+                offset + last as u64,
+                disk.get(at as usize),
+                disk.len()
             ));
         }
         self.outcome.loose_reads += 1;
