@@ -674,7 +674,10 @@ impl MappingTable {
             }
             if let Err(e) = crate::writeback::trim_to_size(mapping, &fd) {
                 // Kept for the next open to report (as an unseen error keeps it above).
-                mapping.write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
+                mapping
+                    .write
+                    .errseq
+                    .record(e.raw_os_error().unwrap_or(libc::EIO));
                 return Unused::Cached;
             }
         }

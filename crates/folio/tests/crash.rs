@@ -222,7 +222,10 @@ fn say(line: &str) {
 /// The child (module docs): `spec` is "<path> <seed> <first seq>".
 fn child(spec: &str) {
     let mut parts = spec.rsplitn(3, ' ');
-    let first_seq: u64 = parts.next().and_then(|s| s.parse().ok()).expect("a first seq");
+    let first_seq: u64 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("a first seq");
     let seed: u64 = parts.next().and_then(|s| s.parse().ok()).expect("a seed");
     let path = PathBuf::from(parts.next().expect("a path"));
     let mut rng = Rng(seed);
@@ -405,13 +408,12 @@ fn history_of(said: &Said, base: Vec<u8>) -> History {
             Event::Write(j) => {
                 let (offset, len, seq) = said.writes[j];
                 // A write returned if the child said anything after it.
-                let stored = if j + 1 < said.writes.len()
-                    || said.acks.last().is_some_and(|a| a.0 > j)
-                {
-                    Stored::Yes
-                } else {
-                    Stored::Maybe
-                };
+                let stored =
+                    if j + 1 < said.writes.len() || said.acks.last().is_some_and(|a| a.0 > j) {
+                        Stored::Yes
+                    } else {
+                        Stored::Maybe
+                    };
                 history.write(offset, record(seq, len), stored);
             }
             Event::Ack(i) => {
@@ -476,7 +478,9 @@ fn kill_and_check() {
         }
         let path = dir.path().join(format!("records-{round}"));
         let mut copy = std::fs::File::create(&path).expect("create the round's file");
-        copy.write_all(&left).and_then(|()| copy.sync_all()).expect("write the round's file");
+        copy.write_all(&left)
+            .and_then(|()| copy.sync_all())
+            .expect("write the round's file");
         drop(copy);
         let base = std::mem::take(&mut left);
         let child_seed = rng.next();

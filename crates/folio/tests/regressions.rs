@@ -155,7 +155,10 @@ fn wait_written_back(cache: &Cache) {
         if s.dirty_pages == 0 && s.writeback_pages == 0 {
             return;
         }
-        assert!(std::time::Instant::now() < deadline, "writeback never ended: {s:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "writeback never ended: {s:?}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
 }
@@ -191,7 +194,11 @@ fn a_written_file_forgotten_after_writeback_keeps_its_length() {
     let mut buf = vec![0u8; 1 << 20];
     assert_eq!(reader.read_at(&mut buf, 0).unwrap(), 1 << 20);
     drop(reader);
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), 100, "the length on disk");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        100,
+        "the length on disk"
+    );
     let file = cache.open(&path).unwrap();
     assert_eq!(file.len(), 100, "the length a new open sees");
     let mut back = [0u8; 200];
@@ -327,17 +334,25 @@ fn an_append_racing_a_writeback_reaches_the_disk() {
                 });
             }
             for page in 0..pages {
-                file.write_at(&vec![byte; PAGE as usize], page * PAGE).unwrap();
+                file.write_at(&vec![byte; PAGE as usize], page * PAGE)
+                    .unwrap();
             }
             stop.store(true, Ordering::Relaxed);
         });
         file.sync_data().unwrap();
         let s = cache.stats();
-        assert_eq!(s.dirty_pages + s.writeback_pages, 0, "round {round}: dirty after a sync: {s:?}");
+        assert_eq!(
+            s.dirty_pages + s.writeback_pages,
+            0,
+            "round {round}: dirty after a sync: {s:?}"
+        );
         let disk = std::fs::read(&path).unwrap();
         assert_eq!(disk.len() as u64, pages * PAGE, "round {round}");
         if let Some(at) = disk.iter().position(|&b| b != byte) {
-            panic!("round {round}: after a sync, byte {at} on disk is {} instead of {byte}", disk[at]);
+            panic!(
+                "round {round}: after a sync, byte {at} on disk is {} instead of {byte}",
+                disk[at]
+            );
         }
     }
 }

@@ -267,18 +267,26 @@ fn run_seed(seed: u64, base_dir: &Path, verbosity: Verbosity) -> Result<Outcome,
         let epoch_seed = rng.next();
         let thread_seeds: Vec<u64> = paths.iter().map(|_| rng.next()).collect();
         let cut_at = rng.below(setup.ops_per_thread as u64 + 1) as usize;
-        let histories = run_epoch(&setup, epoch_seed, &paths, &contents, &thread_seeds, cut_at, verbosity, &mut outcome)
-            .map_err(|e| format!("epoch {epoch}: {e}"))?;
+        let histories = run_epoch(
+            &setup,
+            epoch_seed,
+            &paths,
+            &contents,
+            &thread_seeds,
+            cut_at,
+            verbosity,
+            &mut outcome,
+        )
+        .map_err(|e| format!("epoch {epoch}: {e}"))?;
         for (i, (path, (history, trace))) in paths.iter().zip(&histories).enumerate() {
-            let disk = std::fs::read(path).map_err(|e| format!("epoch {epoch}: reading file {i}: {e}"))?;
-            history
-                .check(&disk)
-                .map_err(|e| {
-                    format!(
-                        "epoch {epoch}, file {i} after the power loss: {e}\n  its thread did:\n    {}",
-                        trace.join("\n    ")
-                    )
-                })?;
+            let disk =
+                std::fs::read(path).map_err(|e| format!("epoch {epoch}: reading file {i}: {e}"))?;
+            history.check(&disk).map_err(|e| {
+                format!(
+                    "epoch {epoch}, file {i} after the power loss: {e}\n  its thread did:\n    {}",
+                    trace.join("\n    ")
+                )
+            })?;
             outcome.bytes_checked += disk.len() as u64;
             contents[i] = disk;
         }
@@ -311,7 +319,8 @@ fn run_epoch(
     verbosity: Verbosity,
     outcome: &mut Outcome,
 ) -> Result<Vec<(History, Vec<String>)>, String> {
-    let (backend, control) = FaultBackend::seeded(inner_backend(setup.backend), epoch_seed, setup.sim);
+    let (backend, control) =
+        FaultBackend::seeded(inner_backend(setup.backend), epoch_seed, setup.sim);
     let mut builder = Cache::builder()
         .capacity_bytes(setup.capacity_bytes)
         .folio_order_max(setup.folio_order_max)
@@ -335,7 +344,7 @@ fn run_epoch(
         sim: setup.sim,
         verbosity,
     };
-    let results: Vec<Result<(History, Outcome, Vec<String>), String>> = std::thread::scope(|s| {
+    let results: Vec<Result<Finished, String>> = std::thread::scope(|s| {
         let writers: Vec<_> = paths
             .iter()
             .zip(contents)
@@ -350,7 +359,8 @@ fn run_epoch(
                             cut_at: (t == 0).then_some(cut_at),
                             fault_window: setup.fault_window.filter(|_| t == 0),
                         };
-                        Writer::new(shared, path, content.clone(), seed, role)?.run(setup.ops_per_thread)
+                        Writer::new(shared, path, content.clone(), seed, role)?
+                            .run(setup.ops_per_thread)
                     })
                     .expect("a writer thread")
             })
@@ -361,14 +371,15 @@ fn run_epoch(
             .map(|(t, writer)| {
                 writer
                     .join()
-                    .unwrap_or_else(|panic| Err(format!("a writer panicked: {}", panic_text(&panic))))
+                    .unwrap_or_else(|panic| {
+                        Err(format!("a writer panicked: {}", panic_text(&panic)))
+                    })
                     .map_err(|e| format!("thread {t}: {e}"))
             })
             .collect()
     });
     // The cut, if thread 0 ended before its drawn point.
     cut_power(&shared);
-    drop(shared);
     outcome.short_injected += control.short_injected();
     outcome.reordered += control.reordered();
     // The cache's last writeback fails; then nothing is in flight.
@@ -383,11 +394,12 @@ fn run_epoch(
     }
     let mut histories = Vec::new();
     for result in results {
-        let (history, thread, trace) = result?;
-        outcome.add(&Outcome {
-            seeds: 0,
-            ..thread
-        });
+        let Finished {
+            history,
+            outcome: thread,
+            trace,
+        } = result?;
+        outcome.add(&Outcome { seeds: 0, ..thread });
         histories.push((history, trace));
     }
     Ok(histories)
@@ -409,6 +421,13 @@ struct Role {
     fault_window: Option<(usize, usize, bool)>,
 }
 
+/// What a writer thread hands back.
+struct Finished {
+    history: History,
+    outcome: Outcome,
+    trace: Vec<String>,
+}
+
 /// One writer thread: its file, its model and its history.
 struct Writer<'a> {
     shared: &'a Shared<'a>,
@@ -425,7 +444,13 @@ struct Writer<'a> {
 }
 
 impl<'a> Writer<'a> {
-    fn new(shared: &'a Shared<'a>, path: &'a Path, content: Vec<u8>, seed: u64, role: Role) -> Result<Self, String> {
+    fn new(
+        shared: &'a Shared<'a>,
+        path: &'a Path,
+        content: Vec<u8>,
+        seed: u64,
+        role: Role,
+    ) -> Result<Self, String> {
         let mut writer = Writer {
             shared,
             path,
@@ -453,21 +478,26 @@ impl<'a> Writer<'a> {
             .map_err(|e| format!("open: {e}"))?;
         let len = handle.len();
         if len != self.model.len() as u64 && !self.faulted() {
-            return Err(format!("opened with a length of {len}, the model has {}", self.model.len()));
+            return Err(format!(
+                "opened with a length of {len}, the model has {}",
+                self.model.len()
+            ));
         }
         self.handle = Some(handle);
         Ok(())
     }
 
     fn file(&self) -> &File {
-        self.handle.as_ref().expect("a handle is open between operations")
+        self.handle
+            .as_ref()
+            .expect("a handle is open between operations")
     }
 
     fn faulted(&self) -> bool {
         self.shared.faulted.load(Ordering::SeqCst)
     }
 
-    fn run(mut self, ops: usize) -> Result<(History, Outcome, Vec<String>), String> {
+    fn run(mut self, ops: usize) -> Result<Finished, String> {
         for op in 0..ops {
             if self.shared.cut.load(Ordering::SeqCst) {
                 break;
@@ -486,7 +516,9 @@ impl<'a> Writer<'a> {
                 } else if op == last {
                     self.trace.push(format!("{op}: the fault window closes"));
                     self.shared.control.clear();
-                    self.shared.control.simulate(self.shared.sim_seed ^ 0xC1EA, self.shared.sim);
+                    self.shared
+                        .control
+                        .simulate(self.shared.sim_seed ^ 0xC1EA, self.shared.sim);
                 }
             }
             self.trace.push(format!("{op}:"));
@@ -499,7 +531,11 @@ impl<'a> Writer<'a> {
             self.outcome.ops += 1;
         }
         self.handle = None;
-        Ok((self.history, self.outcome, self.trace))
+        Ok(Finished {
+            history: self.history,
+            outcome: self.outcome,
+            trace: self.trace,
+        })
     }
 
     fn open_fault_window(&mut self, flushes: bool) {
@@ -508,10 +544,18 @@ impl<'a> Writer<'a> {
         let start = PAGE * self.rng.below(FILE_BYTES_MAX / PAGE);
         let len = PAGE * (1 + self.rng.below(32));
         if self.shared.verbosity == Verbosity::Verbose {
-            eprintln!("fault window: writes over [{start}, {}) fail, flushes too: {flushes}", start + len);
+            eprintln!(
+                "fault window: writes over [{start}, {}) fail, flushes too: {flushes}",
+                start + len
+            );
         }
-        self.trace.push(format!("  fault window: writes over [{start}, {}) fail, flushes too: {flushes}", start + len));
-        self.shared.control.fail_writes(start..start + len, libc::EIO);
+        self.trace.push(format!(
+            "  fault window: writes over [{start}, {}) fail, flushes too: {flushes}",
+            start + len
+        ));
+        self.shared
+            .control
+            .fail_writes(start..start + len, libc::EIO);
         if flushes {
             self.shared.control.fail_flushes(libc::EIO);
         }
@@ -584,7 +628,11 @@ impl<'a> Writer<'a> {
         }
         let bytes = self.rng.bytes(n as usize);
         self.history.write(offset, bytes.clone(), Stored::Maybe);
-        self.trace.push(format!("  write #{} [{offset}, {})", self.history.writes() - 1, offset + n));
+        self.trace.push(format!(
+            "  write #{} [{offset}, {})",
+            self.history.writes() - 1,
+            offset + n
+        ));
         self.outcome.writes += 1;
         match self.file().write_at(&bytes, offset) {
             Ok(written) if written == bytes.len() => {
@@ -621,7 +669,9 @@ impl<'a> Writer<'a> {
                 let end = offset.saturating_add(n);
                 self.history.ack(writes_before, offset..end, size);
                 self.outcome.acks += 1;
-                self.trace.push(format!("  {kind:?} of [{offset}, +{n}) Ok: {writes_before} writes, size {size}"));
+                self.trace.push(format!(
+                    "  {kind:?} of [{offset}, +{n}) Ok: {writes_before} writes, size {size}"
+                ));
                 Ok(())
             }
             Err(e) => {
@@ -651,7 +701,8 @@ impl<'a> Writer<'a> {
                 self.failed(format!("set_len({new})"), e)?;
                 // The cache may have cut or grown the file before the error.
                 if new < len {
-                    self.history.write(new, vec![0; (len - new) as usize], Stored::Maybe);
+                    self.history
+                        .write(new, vec![0; (len - new) as usize], Stored::Maybe);
                 }
                 self.history.set_len(len, new.max(len));
                 let now = self.file().len() as usize;
@@ -662,7 +713,8 @@ impl<'a> Writer<'a> {
     }
 
     fn read(&mut self, offset: u64, n: usize, through: Through) -> Result<(), String> {
-        self.trace.push(format!("  read [{offset}, +{n}) {through:?}"));
+        self.trace
+            .push(format!("  read [{offset}, +{n}) {through:?}"));
         let mut buf = vec![0xA5u8; n];
         let result = match through {
             Through::Writer => self.file().read_at(&mut buf, offset),
@@ -699,7 +751,8 @@ impl<'a> Writer<'a> {
             Err(e) => return self.failed(format!("get_page({offset})"), e),
         };
         let start = page.offset_bytes();
-        if start > offset || offset >= start + page.len() as u64 || start + page.len() as u64 > len {
+        if start > offset || offset >= start + page.len() as u64 || start + page.len() as u64 > len
+        {
             return Err(format!(
                 "get_page({offset}) of a {len}-byte file: {} bytes at {start}",
                 page.len()
@@ -719,10 +772,17 @@ impl<'a> Writer<'a> {
         if got == want {
             return Ok(());
         }
-        let first = got.iter().zip(want).position(|(a, b)| a != b).expect("a difference");
+        let first = got
+            .iter()
+            .zip(want)
+            .position(|(a, b)| a != b)
+            .expect("a difference");
         if !self.faulted() {
             let at = offset + first as u64;
-            let last = (first..got.len()).rev().find(|&i| got[i] != want[i]).expect("a difference");
+            let last = (first..got.len())
+                .rev()
+                .find(|&i| got[i] != want[i])
+                .expect("a difference");
             let disk = std::fs::read(self.path).unwrap_or_default();
             return Err(format!(
                 "byte {:#04x} at offset {at}, the model has {:#04x} (wrong through offset {}; the file on disk has {:?} there, and is {} bytes long)",
@@ -845,13 +905,19 @@ fn seeds() {
         started.elapsed()
     );
     if let Some((seed, error)) = failures.first() {
-        panic!("seed {seed} failed: {error}\nreplay: {}", replay_command(*seed));
+        panic!(
+            "seed {seed} failed: {error}\nreplay: {}",
+            replay_command(*seed)
+        );
     }
     if verbosity == Verbosity::Verbose {
         return;
     }
     // The seeds must exercise what they claim to.
-    assert!(sum.acks > 0 && sum.writes > 0 && sum.bytes_read > 0, "{sum:?}");
+    assert!(
+        sum.acks > 0 && sum.writes > 0 && sum.bytes_read > 0,
+        "{sum:?}"
+    );
     assert!(sum.blocks_kept > 0 && sum.blocks_lost > 0, "{sum:?}");
     assert!(sum.short_injected > 0 && sum.reordered > 0, "{sum:?}");
     assert!(sum.fault_windows > 0 && sum.errors > 0, "{sum:?}");
@@ -877,7 +943,10 @@ fn the_model_rejects_lost_acknowledged_bytes_and_bytes_nobody_wrote() {
     let mut history = History::new(b"aaaa".to_vec());
     history.write(0, b"xy".to_vec(), Stored::Yes);
     assert_eq!(history.check(b"xaaa"), Ok(()));
-    assert!(history.check(b"yaaa").is_err(), "a write's byte at another offset");
+    assert!(
+        history.check(b"yaaa").is_err(),
+        "a write's byte at another offset"
+    );
     // A failed write vouches for nothing; a range acknowledgement only for its range.
     let mut history = History::new(b"aaaa".to_vec());
     history.write(0, b"bbbb".to_vec(), Stored::Maybe);
@@ -892,7 +961,10 @@ fn the_model_rejects_lost_acknowledged_bytes_and_bytes_nobody_wrote() {
     history.set_len(2, 4);
     history.ack(1, 0..u64::MAX, 4);
     assert_eq!(history.check(b"aa\0\0"), Ok(()));
-    assert!(history.check(b"aaaa").is_err(), "cut bytes came back after a sync");
+    assert!(
+        history.check(b"aaaa").is_err(),
+        "cut bytes came back after a sync"
+    );
     // A reported error: the writes before it are vouched for only by the syncs before it.
     let mut history = History::new(b"aaaa".to_vec());
     history.write(0, b"b".to_vec(), Stored::Yes);
@@ -901,10 +973,20 @@ fn the_model_rejects_lost_acknowledged_bytes_and_bytes_nobody_wrote() {
     history.error(2);
     history.write(2, b"d".to_vec(), Stored::Yes);
     history.ack(3, 0..u64::MAX, 4);
-    assert_eq!(history.check(b"bada"), Ok(()), "the write before the error lost");
+    assert_eq!(
+        history.check(b"bada"),
+        Ok(()),
+        "the write before the error lost"
+    );
     assert_eq!(history.check(b"bcda"), Ok(()));
-    assert!(history.check(b"aada").is_err(), "a write acknowledged before the error lost");
-    assert!(history.check(b"bcaa").is_err(), "a write acknowledged after the error lost");
+    assert!(
+        history.check(b"aada").is_err(),
+        "a write acknowledged before the error lost"
+    );
+    assert!(
+        history.check(b"bcaa").is_err(),
+        "a write acknowledged after the error lost"
+    );
     // Loose reads follow the same rule.
     let mut history = History::new(b"aaaa".to_vec());
     history.write(1, b"bb".to_vec(), Stored::Yes);

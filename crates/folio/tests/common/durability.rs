@@ -268,16 +268,16 @@ impl History {
         for (i, &byte) in got.iter().enumerate() {
             let b = offset + i as u64;
             let covers = |w: &Write| w.range().contains(&b);
-            let last = self
-                .acks
-                .iter()
-                .filter(|a| a.range.contains(&b))
-                .filter_map(|a| {
-                    a.writes.clone().rev().find(|&j| {
-                        self.writes[j].stored == Stored::Yes && covers(&self.writes[j])
+            let last =
+                self.acks
+                    .iter()
+                    .filter(|a| a.range.contains(&b))
+                    .filter_map(|a| {
+                        a.writes.clone().rev().find(|&j| {
+                            self.writes[j].stored == Stored::Yes && covers(&self.writes[j])
+                        })
                     })
-                })
-                .max();
+                    .max();
             let vouched = match last {
                 None => self.base.get(b as usize).copied().unwrap_or(0),
                 Some(j) => self.writes[j].bytes[(b - self.writes[j].offset) as usize],
