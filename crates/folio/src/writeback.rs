@@ -17,24 +17,27 @@
 //!     writes of at most `IO_BYTES_MAX` and submit them, under the batch's ticket, through
 //!     the backend (a batch that took nothing gives its ticket back). No lock is held
 //!     across the I/O.
+//! B3. When the batch's last write completes: blocks that failed get their bits back and
+//!     the folio its `Dirty` mark, then `end_writeback` clears WRITEBACK (setting DIRTY
+//!     again in the same step if any block failed), waiters are woken; the blocks written
+//!     leave the dirty budget; a failure is recorded in the file's error sequence.
 //!
 //! Why the ticket comes first: a sync waits for every ticket handed out before it has
 //! walked the file (`InFlight::wait_through`). A batch that took a folio before that walk
 //! (so that the walk no longer finds it) took its ticket earlier still, so the sync waits
 //! for its write. With the ticket taken after the walk, a sync could run between the two,
-//! find nothing to write or wait for, flush and return Ok before the write completed (found
-//! by `tests/write_simulation.rs`; `regressions::a_sync_waits_for_a_writeback_that_took_its_folios_before_it`).
-//! B3. When the batch's last write completes: blocks that failed get their bits back and
-//!     the folio its `Dirty` mark, then `end_writeback` clears WRITEBACK (setting DIRTY
-//!     again in the same step if any block failed), waiters are woken; the blocks written
-//!     leave the dirty budget; a failure is recorded in the file's error sequence.
+//! find nothing to write or wait for, flush and return Ok before the write completed
+//! (found by `tests/write_simulation.rs`; regression test
+//! `a_sync_waits_for_a_writeback_that_took_its_folios_before_it`).
 //!
 //! Why no update is lost: a writer changes a folio's bytes only under LOCKED taken by a
 //! CAS that refuses WRITEBACK, and B1's CAS refuses LOCKED, so the device never reads
 //! bytes that change during the write, and a write that comes after B1 sets DIRTY again
 //! (and the mark), which the next writeback finds. A folio is never clean and unwritten:
 //! DIRTY goes only with WRITEBACK set, and WRITEBACK goes only with the bytes on the
-//! device or DIRTY back. Model-checked in `tests/loom_models.rs` (`write_vs_writeback_*`).
+//! device or DIRTY back; the only blocks dropped unwritten lie past the end of the file,
+//! whose size B2 reads after its CAS saw DIRTY (a writer extends the size before it sets
+//! DIRTY, so its new blocks are never past it). Model-checked in `tests/loom_models.rs` (`write_vs_writeback_*`).
 //!
 //! Errors (better than the kernel): a failed write keeps its data dirty and readable, and
 //! every handle's next sync reports it once (`errseq`). After `WRITEBACK_FAILURES_MAX`
@@ -527,8 +530,8 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
 
 /// Writes back every dirty page of the cache and waits for it (no flush), then gives every
 /// written file its logical size (`trim_to_size`): the cache's last act, so that dropping
-/// it loses nothing a process exit would not. A file that cannot be cut keeps its
-/// error: no handle is left to report it to.
+/// it loses nothing a process exit would not. A file that cannot be cut stays as it is:
+/// no handle is left to report the error to.
 ///
 /// Context: no lock held (and no handle left: nobody holds a writer lock); sleeps until
 /// the writes complete.
