@@ -288,8 +288,10 @@ impl DirtyBudget {
         self.writeback_pages.load(Ordering::Relaxed)
     }
 
+    /// Above the background threshold, or a writer waits at the limit: writeback must
+    /// write everything it can now.
     pub fn over_background(&self) -> bool {
-        self.pages() > self.background_pages
+        self.pages() > self.background_pages || self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// Reserves `pages` (at most `charge_max_pages`), waiting while that would pass the

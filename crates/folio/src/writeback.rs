@@ -24,6 +24,14 @@
 //!     again in the same step if any block failed), waiters are woken; the blocks written
 //!     leave the dirty budget; a failure is recorded in the file's error sequence.
 //!
+//! Why the ticket comes first: a sync waits for every ticket handed out before it has
+//! walked the file (`InFlight::wait_through`). A batch that took a folio before that walk
+//! (so that the walk no longer finds it) took its ticket earlier still, so the sync waits
+//! for its write. With the ticket taken after the walk, a sync could run between the two,
+//! find nothing to write or wait for, flush and return Ok before the write completed
+//! (found by `tests/write_simulation.rs`; regression test
+//! `a_sync_waits_for_a_writeback_that_took_its_folios_before_it`).
+//!
 //! Why no update is lost: a writer changes a folio's bytes only under LOCKED taken by a
 //! CAS that refuses WRITEBACK, and B1's CAS refuses LOCKED, so the device never reads
 //! bytes that change during the write, and a write that comes after B1 sets DIRTY again
@@ -560,14 +568,18 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
 
 /// One pass of the background thread (and of the cache's final flush with `everything`).
 pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
-    for mapping in core.dirty_files.due(core.mem.dirty.over_background()) {
+    let over = core.mem.dirty.over_background();
+    // Over the threshold, tail blocks go too: left dirty, a few files' tails could fill
+    // a small budget and throttle writers that nothing would ever release.
+    let take = if over { Take::Dirty } else { Take::Background };
+    for mapping in core.dirty_files.due(over) {
         start(
             core,
             backend,
             &mapping,
             PageIndex(0),
             PageIndex(u64::MAX >> 12),
-            Take::Background,
+            take,
         );
         core.dirty_files.requeue_if_dirty(&mapping);
     }
@@ -577,7 +589,8 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
 /// every file folio wrote its logical size on disk: the cache's last act, so that dropping
 /// it loses nothing a process exit would not, and adds nothing (no padded tail block).
 ///
-/// Context: no lock held; sleeps until the writes complete.
+/// Context: no lock held (and no handle left: nobody holds a writer lock); sleeps until
+/// the writes complete.
 pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
     let (start_page, end_page) = (PageIndex(0), PageIndex(u64::MAX >> 12));
     for mapping in core.dirty_files.all() {

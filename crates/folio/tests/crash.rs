@@ -1,0 +1,530 @@
+//! The kill test (issue 14, done-when 3a): a child process writes checksummed records
+//! through folio and syncs at random points, telling this process each sync that returned
+//! Ok; this process SIGKILLs it at a random moment, 200 times, and after each kill reads
+//! the file with `std::fs` and checks that every acknowledged byte is on disk.
+//!
+//! The child is this test binary run again (`std::env::current_exe`) with
+//! `FOLIO_CRASH_CHILD` set, which makes `main` run the child instead of the test: the test
+//! has no harness (`harness = false` in Cargo.toml) so that no placeholder test stands in
+//! for the child. `main` honours the test harness's `--list`, filters, `--exact`,
+//! `--skip` and `--ignored` (there is one test, `kill_and_check`, not ignored).
+//!
+//! The child draws from its seed a cache (capacity 2-16 MiB, largest folio 4 KiB-2 MiB,
+//! dirty expiry 2 ms-5 s, background threshold, io_uring or the pread pool) and then,
+//! until it is killed: appends a record at the end, overwrites a record anywhere in the
+//! file (already synced bytes included), writes one past the end (a hole), `sync_data`,
+//! `sync_all`, `sync_range` over a random range, or `writeback` (starts writeback,
+//! promises nothing). A record is a 24-byte header (magic, length, sequence number, a
+//! checksum of the rest) and a payload drawn from its sequence number, 24 bytes to
+//! 256 KiB long; the file stays under 4 MiB (past it, records only overwrite).
+//!
+//! The protocol, one line per event on the child's stdout, each written before the next
+//! step: `ready`; `w <offset> <len> <seq>` before each `write_at`; `a <writes> <start>
+//! <end> <size>` after each sync that returned Ok: the first `<writes>` writes returned
+//! before it started, it covered `[start, end)`, and the file was `<size>` bytes long. Any
+//! error in the child panics it (exit 101: the test fails).
+//!
+//! What each kill proves (`common/durability.rs`): every byte an acknowledgement vouches
+//! for is on disk with its acknowledged value unless a later write covered it (then it is
+//! one of those writes' bytes: a write after the last sync may be on disk whole, torn or
+//! not at all); no byte is one nobody wrote (the file's old bytes, a write's, or zeros);
+//! the file is at least as long as the last acknowledged size; and every acknowledged
+//! record no later write overlapped parses with its checksum. Each round continues from
+//! what the last one left (the child reopens it, as a restarted database would: a tail
+//! block written whole past the size, records torn by the kill), and every 20th round
+//! starts from an empty file. The kill lands 10-100 ms after the child said `ready`.
+//!
+//! Each round works on a copy of what the last round left (written by this process, a new
+//! inode), not on the killed child's file itself: a killed process's io_uring writes can
+//! land after `waitpid` has returned (the kernel tears a dead process's rings down in the
+//! background, and an O_DIRECT write already issued cannot be cancelled), so the dead
+//! child's file may still change while the next child runs. This test first saw it
+//! (docs/reliability.md, "Crash tests"): a record of round 126's child appeared in round
+//! 127's file, after the check of round 126 had read it without. The check itself reads
+//! the file once; a write landing later is one the child never had acknowledged.
+//!
+//! Environment: `FOLIO_CRASH_ROUNDS=n` (default 200); `FOLIO_CRASH_SEED=s` draws the
+//! children's seeds and the kill delays from `s` (default: from the clock, printed; the
+//! same seed replays the children's operations, not where the kills land).
+
+mod common;
+#[path = "common/durability.rs"]
+mod durability;
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use durability::{History, Stored};
+use folio::{BackendKind, Cache};
+
+const TEST_NAME: &str = "kill_and_check";
+const CHILD_ENV: &str = "FOLIO_CRASH_CHILD";
+const ROUNDS_DEFAULT: u64 = 200;
+/// Every this many rounds, the file starts empty (module docs).
+const FRESH_EVERY: u64 = 20;
+/// The kill lands this long after `ready`: the least, and the spread above it.
+const RUN_MIN: Duration = Duration::from_millis(10);
+const RUN_SPREAD_MS: u64 = 90;
+/// A child that does not say `ready` within this has failed.
+const READY_WAIT_MAX: Duration = Duration::from_secs(30);
+/// A child runs at most this long (if the parent died without killing it).
+const CHILD_LIFE_MAX: Duration = Duration::from_secs(60);
+/// Records are appended while the file is under this; past it they overwrite.
+const FILE_BYTES_MAX: u64 = 4 << 20;
+
+const HEADER_BYTES: usize = 24;
+const MAGIC: [u8; 4] = *b"FoLr";
+const RECORD_BYTES_MAX: u64 = 256 << 10;
+
+fn main() {
+    if let Some(spec) = std::env::var_os(CHILD_ENV) {
+        child(spec.to_str().expect("a UTF-8 child spec"));
+        return;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        println!("{TEST_NAME}: test");
+        return;
+    }
+    if !selected(&args) {
+        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out\n");
+        return;
+    }
+    println!("\nrunning 1 test");
+    let started = Instant::now();
+    kill_and_check();
+    println!("test {TEST_NAME} ... ok\n");
+    println!(
+        "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// Whether the harness arguments `args` select the one test (module docs).
+fn selected(args: &[String]) -> bool {
+    let mut filters = Vec::new();
+    let mut skips = Vec::new();
+    let (mut exact, mut ignored_only) = (false, false);
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--exact" => exact = true,
+            "--ignored" => ignored_only = true,
+            "--skip" => skips.extend(args.next()),
+            // Options that take a value as the next argument.
+            "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" | "--shuffle-seed" => {
+                args.next();
+            }
+            a if a.starts_with('-') => {}
+            filter => filters.push(filter),
+        }
+    }
+    let matches = |pattern: &str| {
+        if exact {
+            pattern == TEST_NAME
+        } else {
+            TEST_NAME.contains(pattern)
+        }
+    };
+    !ignored_only
+        && (filters.is_empty() || filters.iter().any(|f| matches(f)))
+        && !skips.iter().any(|s| TEST_NAME.contains(s.as_str()))
+}
+
+/// SplitMix64's finalizer: a well-mixed function of `x`.
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// SplitMix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn pick<T: Copy>(&mut self, choices: &[T]) -> T {
+        choices[self.below(choices.len() as u64) as usize]
+    }
+}
+
+/// The checksum of a record: FNV-1a over its length, sequence number and payload.
+fn checksum(record: &[u8]) -> u64 {
+    record[4..16]
+        .iter()
+        .chain(&record[HEADER_BYTES..])
+        .fold(0xCBF2_9CE4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3)
+        })
+}
+
+/// Record `seq` of `len` bytes (module docs).
+fn record(seq: u64, len: usize) -> Vec<u8> {
+    assert!(len >= HEADER_BYTES);
+    let mut r = vec![0u8; len];
+    for (i, chunk) in r[HEADER_BYTES..].chunks_mut(8).enumerate() {
+        let word = mix(seq.wrapping_mul(0x1_0000_0001) ^ i as u64).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+    r[..4].copy_from_slice(&MAGIC);
+    r[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+    r[8..16].copy_from_slice(&seq.to_le_bytes());
+    let sum = checksum(&r);
+    r[16..24].copy_from_slice(&sum.to_le_bytes());
+    r
+}
+
+/// The record at the start of `bytes`, if one is there whole and its checksum holds:
+/// (sequence number, length).
+fn parse(bytes: &[u8]) -> Option<(u64, usize)> {
+    if bytes.len() < HEADER_BYTES || bytes[..4] != MAGIC {
+        return None;
+    }
+    let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
+    if len < HEADER_BYTES || len > bytes.len() {
+        return None;
+    }
+    let seq = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+    let sum = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
+    (checksum(&bytes[..len]) == sum).then_some((seq, len))
+}
+
+// ---------------------------------------------------------------------------------------
+// The child.
+
+/// One line to the parent, written whole before the child goes on; a parent that is gone
+/// ends the child.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    if out
+        .write_all(format!("{line}\n").as_bytes())
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        std::process::exit(2);
+    }
+}
+
+/// The child (module docs): `spec` is "<path> <seed> <first seq>".
+fn child(spec: &str) {
+    let mut parts = spec.rsplitn(3, ' ');
+    let first_seq: u64 = parts
+        .next()
+        .and_then(|s| s.parse().ok())
+        .expect("a first seq");
+    let seed: u64 = parts.next().and_then(|s| s.parse().ok()).expect("a seed");
+    let path = PathBuf::from(parts.next().expect("a path"));
+    let mut rng = Rng(seed);
+    let capacity: u64 = rng.pick(&[2 << 20, 4 << 20, 16 << 20]);
+    let cache = Cache::builder()
+        .capacity_bytes(capacity)
+        .folio_order_max(rng.pick(&[0, 2, 4, 9]))
+        .backend(rng.pick(&[BackendKind::IoUring, BackendKind::Pread]))
+        .pread_threads(4)
+        .dirty_expire(Duration::from_millis(rng.pick(&[2, 20, 5000])))
+        .dirty_background_bytes(capacity / rng.pick(&[4, 10, 50]))
+        .build()
+        .expect("the child's cache");
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .expect("the child opens the file");
+    say("ready");
+    let born = Instant::now();
+    let mut seq = first_seq;
+    let mut writes = 0usize;
+    while born.elapsed() < CHILD_LIFE_MAX {
+        let len = file.len();
+        let choice = rng.below(100);
+        if choice < 78 {
+            let size = match rng.below(100) {
+                0..=49 => HEADER_BYTES as u64 + rng.below(500),
+                50..=84 => HEADER_BYTES as u64 + rng.below(8192),
+                _ => HEADER_BYTES as u64 + rng.below(RECORD_BYTES_MAX),
+            };
+            let mut offset = match choice {
+                0..=44 => len,
+                45..=54 if len > 4096 => rng.below(len / 4096) * 4096,
+                45..=73 if len > 0 => rng.below(len),
+                _ => len + 1 + rng.below(100_000),
+            };
+            if offset + size > FILE_BYTES_MAX {
+                offset = rng.below(len.min(FILE_BYTES_MAX - size) + 1);
+            }
+            say(&format!("w {offset} {size} {seq}"));
+            let bytes = record(seq, size as usize);
+            let n = file
+                .write_at(&bytes, offset)
+                .unwrap_or_else(|e| panic!("child: write_at({offset}, {size}): {e}"));
+            assert_eq!(n, bytes.len());
+            writes += 1;
+            seq += 1;
+            continue;
+        }
+        let (start, end, result) = match choice {
+            78..=87 => (0, u64::MAX, file.sync_data()),
+            88..=91 => (0, u64::MAX, file.sync_all()),
+            92..=97 => {
+                let start = rng.below(len + 1);
+                let n = 1 + rng.below(len - start + 4096);
+                (start, start + n, file.sync_range(start, n))
+            }
+            _ => {
+                let start = rng.below(len + 1);
+                file.writeback(start, 1 + rng.below(1 << 20))
+                    .expect("child: writeback");
+                continue;
+            }
+        };
+        result.unwrap_or_else(|e| panic!("child: sync of [{start}, {end}): {e}"));
+        say(&format!("a {writes} {start} {end} {}", file.len()));
+    }
+    std::process::exit(3);
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent.
+
+/// What a run of rounds did, summed.
+#[derive(Debug, Default)]
+struct Totals {
+    rounds: u64,
+    writes: u64,
+    acks: u64,
+    /// Rounds killed with a write issued after the last acknowledgement.
+    killed_with_unsynced_writes: u64,
+    /// Acknowledged records found intact by their checksum.
+    records_intact: u64,
+    /// Bytes on disk that are a write's the last sync did not vouch for.
+    bytes_checked: u64,
+}
+
+/// What one child said: its writes (offset, length, seq), each with whether a later line
+/// proves it returned, and its acknowledgements.
+#[derive(Debug, Default)]
+struct Said {
+    ready: bool,
+    writes: Vec<(u64, usize, u64)>,
+    acks: Vec<(usize, u64, u64, u64)>,
+    /// For each acknowledgement, the writes said before it (its place among the events).
+    order: Vec<Event>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Write(usize),
+    Ack(usize),
+}
+
+fn parse_line(said: &mut Said, line: &str) {
+    let fields: Vec<&str> = line.split(' ').collect();
+    let num = |i: usize| -> u64 {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"))
+    };
+    match fields[0] {
+        "ready" => said.ready = true,
+        "w" => {
+            said.order.push(Event::Write(said.writes.len()));
+            said.writes.push((num(1), num(2) as usize, num(3)));
+        }
+        "a" => {
+            said.order.push(Event::Ack(said.acks.len()));
+            said.acks.push((num(1) as usize, num(2), num(3), num(4)));
+        }
+        _ => panic!("a bad line from the child: {line:?}"),
+    }
+}
+
+/// Runs one child on `path` and kills it `run` after it is ready; returns what it said.
+fn run_child(path: &Path, seed: u64, first_seq: u64, run: Duration) -> Said {
+    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+        .env(CHILD_ENV, format!("{} {seed} {first_seq}", path.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the child");
+    let stdout = child.stdout.take().expect("the child's stdout");
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            // A line cut by the kill ends without a newline: `lines` still returns it, but
+            // each line is one `write` of a few bytes into a pipe, which is atomic.
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut said = Said::default();
+    match lines.recv_timeout(READY_WAIT_MAX) {
+        Ok(line) => parse_line(&mut said, &line),
+        Err(_) => {
+            let _ = child.kill();
+            let status = child.wait();
+            panic!("the child never said ready (status {status:?}; its stderr is above)");
+        }
+    }
+    assert!(said.ready, "the child's first line was not `ready`");
+    std::thread::sleep(run);
+    child.kill().expect("kill the child");
+    let status = child.wait().expect("wait for the child");
+    reader.join().expect("the reader thread");
+    for line in lines.try_iter() {
+        parse_line(&mut said, &line);
+    }
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGKILL),
+        "the child ended before it was killed: {status:?} (its stderr is above)"
+    );
+    said
+}
+
+/// The history of one round: the records the child said it wrote, over `base`.
+fn history_of(said: &Said, base: Vec<u8>) -> History {
+    let mut history = History::new(base);
+    for event in &said.order {
+        match *event {
+            Event::Write(j) => {
+                let (offset, len, seq) = said.writes[j];
+                // A write returned if the child said anything after it.
+                let stored =
+                    if j + 1 < said.writes.len() || said.acks.last().is_some_and(|a| a.0 > j) {
+                        Stored::Yes
+                    } else {
+                        Stored::Maybe
+                    };
+                history.write(offset, record(seq, len), stored);
+            }
+            Event::Ack(i) => {
+                let (writes, start, end, size) = said.acks[i];
+                history.ack(writes, start..end, size);
+            }
+        }
+    }
+    history
+}
+
+/// The acknowledged records that no later write overlapped: they must parse whole.
+fn check_records(said: &Said, disk: &[u8]) -> Result<u64, String> {
+    let mut intact = 0;
+    for (j, &(offset, len, seq)) in said.writes.iter().enumerate() {
+        let end = offset + len as u64;
+        let acked = said
+            .acks
+            .iter()
+            .any(|&(writes, start, ack_end, _)| writes > j && start <= offset && end <= ack_end);
+        let overwritten = said.writes[j + 1..]
+            .iter()
+            .any(|&(o, l, _)| o < end && offset < o + l as u64);
+        if !acked || overwritten {
+            continue;
+        }
+        match disk.get(offset as usize..).and_then(parse) {
+            Some((s, l)) if (s, l) == (seq, len) => intact += 1,
+            found => {
+                return Err(format!(
+                    "acknowledged record {seq} ({len} bytes at {offset}) does not parse: found {found:?}"
+                ))
+            }
+        }
+    }
+    Ok(intact)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().map(|v| {
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v} is not a number"))
+    })
+}
+
+fn kill_and_check() {
+    let seed = env_u64("FOLIO_CRASH_SEED").unwrap_or_else(|| {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+        now.expect("a clock after 1970").as_nanos() as u64
+    });
+    let rounds = env_u64("FOLIO_CRASH_ROUNDS").unwrap_or(ROUNDS_DEFAULT);
+    eprintln!("crash: {rounds} kills, FOLIO_CRASH_SEED={seed}");
+    let dir = common::test_dir();
+    let mut rng = Rng(seed);
+    let mut totals = Totals::default();
+    let started = Instant::now();
+    // What the last round left on disk (module docs: each round works on a copy).
+    let mut left = Vec::new();
+    for round in 0..rounds {
+        if round % FRESH_EVERY == 0 {
+            left.clear();
+        }
+        let path = dir.path().join(format!("records-{round}"));
+        let mut copy = std::fs::File::create(&path).expect("create the round's file");
+        copy.write_all(&left)
+            .and_then(|()| copy.sync_all())
+            .expect("write the round's file");
+        drop(copy);
+        let base = std::mem::take(&mut left);
+        let child_seed = rng.next();
+        let run = RUN_MIN + Duration::from_millis(rng.below(RUN_SPREAD_MS));
+        let said = run_child(&path, child_seed, round << 32, run);
+        let disk = std::fs::read(&path).expect("read the file after the kill");
+        // The dead child's io_uring writes may still land in it (module docs).
+        std::fs::remove_file(&path).expect("remove the round's file");
+        let history = history_of(&said, base);
+        let fail = |what: String| -> ! {
+            // Beside the test directory, which goes when the panic unwinds.
+            let kept = dir.path().with_extension(format!("round{round}"));
+            let _ = std::fs::write(&kept, &disk);
+            panic!(
+                "round {round} (child seed {child_seed}, killed {run:?} after ready, {} writes, {} acknowledgements): {what}\n  the file is kept at {}\n  FOLIO_CRASH_SEED={seed} runs the same children",
+                said.writes.len(),
+                said.acks.len(),
+                kept.display()
+            )
+        };
+        if let Err(what) = history.check(&disk) {
+            fail(what);
+        }
+        match check_records(&said, &disk) {
+            Ok(intact) => totals.records_intact += intact,
+            Err(what) => fail(what),
+        }
+        totals.rounds += 1;
+        totals.writes += said.writes.len() as u64;
+        totals.acks += said.acks.len() as u64;
+        totals.bytes_checked += disk.len() as u64;
+        let last_acked = said.acks.last().map_or(0, |a| a.0);
+        if said.writes.len() > last_acked {
+            totals.killed_with_unsynced_writes += 1;
+        }
+        left = disk;
+    }
+    eprintln!("crash: {totals:?} in {:.1?}", started.elapsed());
+    // The kills must land where they matter: after acknowledged syncs, and with writes
+    // the last sync did not cover.
+    assert!(totals.acks >= totals.rounds, "{totals:?}");
+    assert!(totals.records_intact > 0, "{totals:?}");
+    assert!(
+        totals.killed_with_unsynced_writes >= totals.rounds / 4,
+        "{totals:?}"
+    );
+}
