@@ -154,9 +154,9 @@ check "readseq_direct (writes=0): the other files left to the kernel" \
 # ---- Writes ---------------------------------------------------------------------------
 # Small memtables and table files, a level multiplier of 2: flushes and compactions all
 # through the run, and compactions down to the base level + 2 (write hint WLTH_EXTREME).
-wbench=(--db="$work/wdb" --num=10000 --value_size=1000 --threads=2 --seed=42
+wbench=(--db="$work/wdb" --num=20000 --value_size=1000 --threads=2 --seed=42
     --verify_checksum=1 --write_buffer_size=1048576 --target_file_size_base=1048576
-    --max_bytes_for_level_base=2097152 --max_bytes_for_level_multiplier=2)
+    --max_bytes_for_level_base=1048576 --max_bytes_for_level_multiplier=2)
 
 wrun() {  # wrun NAME URI FLAGS...: db_bench through the plugin on the write database
     local name="$1" uri="$2"
@@ -221,7 +221,7 @@ for b in fillrandom fillseq overwrite readwhilewriting readseq readrandom; do
 done
 check "write: readwhilewriting found every key" found_all write readwhilewriting
 check "write: readrandom found every key" found_all write readrandom
-check "write: readseq read every key (2 threads x 10000)" [ "$(ops_of write readseq)" = 20000 ]
+check "write: readseq read every key (2 threads x 20000)" [ "$(ops_of write readseq)" = 40000 ]
 check "write: every kind of file written through folio" every_kind write write
 # (No WAL to read back: each fill starts a fresh database. The reopen reads one.)
 check "write: every kind of file but WALs read through folio" every_kind write read sst manifest other
@@ -240,7 +240,7 @@ check "write: flush outputs (WLTH_MEDIUM) stayed cached" \
 check "write: the stats name every field of folio_stats" prints_every_stat write
 
 wrun reopen 'folio://?capacity=128M' --use_existing_db=1 --benchmarks=readseq,readrandom
-check "reopen: readseq read every key (2 threads x 10000)" [ "$(ops_of reopen readseq)" = 20000 ]
+check "reopen: readseq read every key (2 threads x 20000)" [ "$(ops_of reopen readseq)" = 40000 ]
 check "reopen: readrandom found every key" found_all reopen readrandom
 check "reopen: recovery read the WAL through folio" positive "$(stat_of reopen wal_opened_for_read)"
 check "reopen: every kind of file read through folio" every_kind reopen read
