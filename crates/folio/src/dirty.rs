@@ -342,13 +342,14 @@ impl DirtyBudget {
         }
     }
 
-    /// `pages` went under writeback (+) or came out of it (-), for the gauge.
-    pub fn note_writeback(&self, pages: u64, started: bool) {
-        if started {
-            self.writeback_pages.fetch_add(pages, Ordering::Relaxed);
-        } else {
-            self.writeback_pages.fetch_sub(pages, Ordering::Relaxed);
-        }
+    /// `pages` went under writeback (B2), for the gauge.
+    pub fn writeback_started(&self, pages: u64) {
+        self.writeback_pages.fetch_add(pages, Ordering::Relaxed);
+    }
+
+    /// `pages` came out of writeback (B3), for the gauge.
+    pub fn writeback_ended(&self, pages: u64) {
+        self.writeback_pages.fetch_sub(pages, Ordering::Relaxed);
     }
 }
 

@@ -294,7 +294,7 @@ fn submit(
             }
         }
     }
-    core.mem.dirty.note_writeback(taken_pages, true);
+    core.mem.dirty.writeback_started(taken_pages);
     let counters = &core.mem.counters;
     stats::add(&counters.writeback_requests, runs.len() as u64);
     let mut pending = vec![0u32; folios.len()];
@@ -420,7 +420,7 @@ impl Batch {
         meta.state.end_writeback(redirty);
         wait::wake_all(meta);
         let cleaned = folio.blocks.minus(&bad).count();
-        core.mem.dirty.note_writeback(folio.blocks.count(), false);
+        core.mem.dirty.writeback_ended(folio.blocks.count());
         core.mem.dirty.uncharge(cleaned);
         stats::add(&core.mem.counters.pages_written_back, cleaned);
     }

@@ -1265,7 +1265,7 @@ mod write_side {
             let taken = self.mask().take();
             marks.dirty = false;
             drop(marks);
-            self.budget.note_writeback(taken.count(), true);
+            self.budget.writeback_started(taken.count());
             // The device reads the taken blocks out of the frame and writes them.
             let read: Vec<(usize, u64)> = (0..self.pages())
                 .filter(|&b| taken.contains(b))
@@ -1305,7 +1305,7 @@ mod write_side {
             } else {
                 Redirty::Yes
             });
-            self.budget.note_writeback(taken.count(), false);
+            self.budget.writeback_ended(taken.count());
             self.budget.uncharge(taken.minus(&failed).count());
             true
         }
