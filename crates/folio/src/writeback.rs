@@ -84,7 +84,8 @@ pub(crate) enum Take {
     /// As `Dirty`, but the block the end of the file cuts stays dirty (the writeback
     /// thread: no padding appears on disk that no one asked for; `collect`).
     Background,
-    /// Those a sync tagged; a folio a writer holds is waited for.
+    /// Those dirty when the call begins: `start` tags them `Towrite` first (a sync); a
+    /// folio a writer holds is waited for.
     Tagged,
 }
 
@@ -136,6 +137,13 @@ pub(crate) fn start(
     let Some(fd) = mapping.write.fd() else {
         return; // never opened for writing: nothing can be dirty
     };
+    if take == Take::Tagged {
+        // What is dirty now, and nothing dirtied later (module docs, B1).
+        mapping
+            .index
+            .lock()
+            .tag_range(start, end, Mark::Dirty, Mark::Towrite);
+    }
     let mut from = start;
     loop {
         // The ticket comes before B1's CAS: a sync that finds a folio already under
@@ -525,10 +533,6 @@ pub(crate) fn sync(
     let Some(fd) = mapping.write.fd() else {
         return;
     };
-    mapping
-        .index
-        .lock()
-        .tag_range(start, end, Mark::Dirty, Mark::Towrite);
     self::start(core, backend, mapping, start, end, Take::Tagged);
     let write = &mapping.write;
     write.in_flight.wait_through(write.in_flight.last());
@@ -594,10 +598,6 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
 pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
     let (start_page, end_page) = (PageIndex(0), PageIndex(u64::MAX >> 12));
     for mapping in core.dirty_files.all() {
-        mapping
-            .index
-            .lock()
-            .tag_range(start_page, end_page, Mark::Dirty, Mark::Towrite);
         start(core, backend, &mapping, start_page, end_page, Take::Tagged);
     }
     // Every file's writebacks, a background pass's too (its file left the queue), end
