@@ -427,6 +427,23 @@ typedef struct folio_file {
     uint64_t id;
 } folio_file;
 
+/**
+ * What one handle caused since it was opened (`folio::FileStats`): the device reads of
+ * its misses and of the readahead it started. A page another handle had already read
+ * is a hit here. Zero for a handle that read a file back from the cache (a file just
+ * written through folio, while its pages stay cached).
+ */
+typedef struct folio_handle_stats {
+    /**
+     * Reads submitted to the device for this handle.
+     */
+    uint64_t read_io_requests;
+    /**
+     * Bytes those reads asked for (whole pages).
+     */
+    uint64_t read_io_bytes;
+} folio_handle_stats;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -613,6 +630,18 @@ int32_t folio_advise(struct folio_file file, uint64_t offset, uint64_t len, uint
  * `out` is NULL or points to a writable `uint64_t`.
  */
 int32_t folio_file_len(struct folio_file file, uint64_t *out);
+
+/**
+ * Stores what `file` caused since it was opened in `*out` (`folio_handle_stats`).
+ *
+ * Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL.
+ *
+ * Context: any thread; does not block.
+ *
+ * # Safety
+ * `out` is NULL or points to a writable `folio_handle_stats`.
+ */
+int32_t folio_file_stats(struct folio_file file, struct folio_handle_stats *out);
 
 /**
  * Re-reads the length of `file` from the kernel (fstat(2)), adopts it for every handle

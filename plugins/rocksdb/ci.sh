@@ -15,6 +15,8 @@
 #      kind of file (WAL, SST, MANIFEST, other) opened through folio for writing and for
 #      reading, none left to the kernel, no errors, and no dirty page left at exit;
 #      cache_cold_writes=0 dropped the coldest compaction outputs' pages; blob files too;
+#      files written in the process are read back with no read I/O (their handles'
+#      folio_file_stats), the older database's files from disk;
 #   3. the kill test: kill_writer (RocksDB's C++ API, the plugin preloaded) writes keys
 #      with sync=true and prints each acknowledged one; SIGKILLed at a random moment 20
 #      times (WAL recycling every other time), each time the database reopens through
@@ -238,6 +240,8 @@ check "write: cache_cold_writes=0 dropped them" positive "$(stat_of write cold_f
 check "write: flush outputs (WLTH_MEDIUM) stayed cached" \
     [ "$(stat_of write cold_files_dropped)" -lt "$(stat_of write sst_opened_for_write)" ]
 check "write: the stats name every field of folio_stats" prints_every_stat write
+check "write: files written here were opened for reading" \
+    positive "$(stat_of write written_files_opened_for_read)"
 
 wrun reopen 'folio://?capacity=128M' --use_existing_db=1 --benchmarks=readseq,readrandom
 check "reopen: readseq read every key (2 threads x 20000)" [ "$(ops_of reopen readseq)" = 40000 ]
@@ -245,12 +249,20 @@ check "reopen: readrandom found every key" found_all reopen readrandom
 check "reopen: recovery read the WAL through folio" positive "$(stat_of reopen wal_opened_for_read)"
 check "reopen: every kind of file read through folio" every_kind reopen read
 check "reopen: no errors" no_write_errors reopen
+check "reopen: the database written by the earlier process was read from disk" \
+    positive "$(stat_of reopen older_files_read_io_bytes)"
+check "reopen: files written in this process read back with no read I/O" \
+    zero "$(stat_of reopen written_files_read_io_bytes)"
 
 wbench=(--db="$work/bdb" --num=5000 --value_size=2000 --threads=1 --seed=42
     --verify_checksum=1 --write_buffer_size=1048576 --enable_blob_files=1 --min_blob_size=512)
 wrun blob 'folio://?capacity=64M' --benchmarks=fillseq,readrandom
 check "blob: readrandom found every key" found_all blob readrandom
 check "blob: blob files written" has_files "$work/bdb" "*.blob"
+check "blob: files written here were opened for reading" \
+    positive "$(stat_of blob written_files_opened_for_read)"
+check "blob: they read back from the cache, no read I/O (cache on write)" \
+    zero "$(stat_of blob written_files_read_io_bytes)"
 wrun blob_reopen 'folio://?capacity=64M' --use_existing_db=1 --benchmarks=readrandom
 check "blob reopen: readrandom found every key" found_all blob_reopen readrandom
 check "blob reopen: no errors" no_write_errors blob_reopen

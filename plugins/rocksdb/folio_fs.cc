@@ -164,6 +164,11 @@ enum Counter {
   kWriteHintLong,
   kWriteHintExtreme,
   kColdTemperatureFiles,
+  // Reads of files this process wrote through folio, against the rest: the files opened
+  // for reading, and what their handles read from the device (folio_file_stats).
+  kWrittenReadOpens,
+  kWrittenReadIoBytes,
+  kOlderReadIoBytes,
   kCounters,
 };
 
@@ -181,7 +186,8 @@ constexpr const char* kCounterNames[kCounters] = {
     "files_removed",       "files_reused",      "cold_files_dropped", "write_hints_none",
     "write_hints_short",
     "write_hints_medium",  "write_hints_long",  "write_hints_extreme",
-    "cold_temperature_files",
+    "cold_temperature_files", "written_files_opened_for_read",
+    "written_files_read_io_bytes", "older_files_read_io_bytes",
 };
 
 constexpr unsigned kStripes = 16;
@@ -227,6 +233,94 @@ std::string LastFolioError() {
   return msg;
 }
 
+// Where a file read through folio came from: written through folio by this process (its
+// pages were cached as they were written, so reading it back should cost no I/O), or
+// older (a database opened cold: its reads are misses).
+enum class Origin { kWrittenHere, kOlder };
+
+// The paths this process wrote through folio (and did not delete since); renames follow
+// them. Opens, renames and deletes are rare: one mutex.
+class WrittenNames {
+ public:
+  void Add(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    names_.insert(path);
+  }
+  void Remove(const std::string& path) {
+    std::lock_guard<std::mutex> lock(mu_);
+    names_.erase(path);
+  }
+  void Rename(const std::string& from, const std::string& to) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (names_.erase(from) > 0) {
+      names_.insert(to);
+    } else {
+      names_.erase(to);  // replaced by a file written elsewhere
+    }
+  }
+  Origin OriginOf(const std::string& path) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return names_.count(path) > 0 ? Origin::kWrittenHere : Origin::kOlder;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::set<std::string> names_;  // under mu_
+};
+
+WrittenNames& written_names() {
+  static WrittenNames* names = new WrittenNames;  // never destroyed, as process()
+  return *names;
+}
+
+// The device reads of every read handle by its file's origin (kWrittenReadIoBytes,
+// kOlderReadIoBytes, from folio_file_stats): counted when a handle closes, and for the
+// handles still open when the stats are printed (RocksDB's table cache keeps tables open
+// until the database closes, which may be after the exit hooks). Each handle remembers
+// what it already counted. Opens and closes are rare: one mutex.
+class ReadIo {
+ public:
+  struct Handle {
+    folio_file file;
+    Origin origin;
+    uint64_t counted_bytes = 0;  // under ReadIo's mu_
+  };
+
+  void Add(Handle* h) {
+    if (h->origin == Origin::kWrittenHere) Count(kWrittenReadOpens);
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.insert(h);
+  }
+  // Before the handle's folio_close.
+  void Remove(Handle* h) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(h);
+    Fold(h);
+  }
+  // Counts what every open handle read so far.
+  void FoldLive() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Handle* h : live_) Fold(h);
+  }
+
+ private:
+  static void Fold(Handle* h) {
+    folio_handle_stats s{};
+    if (folio_file_stats(h->file, &s) < 0 || s.read_io_bytes <= h->counted_bytes) return;
+    Count(h->origin == Origin::kWrittenHere ? kWrittenReadIoBytes : kOlderReadIoBytes,
+          s.read_io_bytes - h->counted_bytes);
+    h->counted_bytes = s.read_io_bytes;
+  }
+
+  std::mutex mu_;
+  std::set<Handle*> live_;  // under mu_
+};
+
+ReadIo& read_io() {
+  static ReadIo* io = new ReadIo;  // never destroyed: handles close after static destructors
+  return *io;
+}
+
 void PrintStats() {
   Process& p = process();
   Options opts;
@@ -267,6 +361,7 @@ void PrintStats() {
       std::fprintf(out, "folio: stats: %s\n", text.c_str());
     }
   }
+  read_io().FoldLive();
   std::string line = "folio: plugin:";
   for (int c = 0; c < kCounters; c++) {
     line += " ";
@@ -458,13 +553,19 @@ void CountOpen(FileKind kind, OpenFor how) {
 
 class FolioRandomAccessFile : public FSRandomAccessFile {
  public:
-  FolioRandomAccessFile(folio_file file, std::string name, const Options& opts)
+  FolioRandomAccessFile(folio_file file, std::string name, Origin origin, const Options& opts)
       : file_(file),
         name_(std::move(name)),
         hints_(opts.hints),
-        prefetch_ahead_bytes_(opts.prefetch_ahead_bytes) {}
+        prefetch_ahead_bytes_(opts.prefetch_ahead_bytes),
+        io_{file, origin} {
+    read_io().Add(&io_);
+  }
 
-  ~FolioRandomAccessFile() override { folio_close(file_); }
+  ~FolioRandomAccessFile() override {
+    read_io().Remove(&io_);
+    folio_close(file_);
+  }
 
   IOStatus Read(uint64_t offset, size_t n, const IOOptions& /*options*/, Slice* result,
                 char* scratch, IODebugContext* /*dbg*/) const override {
@@ -557,6 +658,7 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
   const std::string name_;
   const Options::Hints hints_;
   const uint64_t prefetch_ahead_bytes_;
+  ReadIo::Handle io_;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -942,9 +1044,15 @@ class FolioRandomRWFile : public FSRandomRWFile {
 // unsynced bytes included). One thread at a time.
 class FolioSequentialFile : public FSSequentialFile {
  public:
-  FolioSequentialFile(folio_file file, std::string name) : file_(file), name_(std::move(name)) {}
+  FolioSequentialFile(folio_file file, std::string name, Origin origin)
+      : file_(file), name_(std::move(name)), io_{file, origin} {
+    read_io().Add(&io_);
+  }
 
-  ~FolioSequentialFile() override { folio_close(file_); }
+  ~FolioSequentialFile() override {
+    read_io().Remove(&io_);
+    folio_close(file_);
+  }
 
   IOStatus Read(size_t n, const IOOptions& options, Slice* result, char* scratch,
                 IODebugContext* dbg) override {
@@ -992,6 +1100,7 @@ class FolioSequentialFile : public FSSequentialFile {
   const folio_file file_;
   const std::string name_;
   uint64_t offset_ = 0;
+  ReadIo::Handle io_;
 };
 
 class FolioFileSystem : public FileSystemWrapper {
@@ -1026,7 +1135,8 @@ class FolioFileSystem : public FileSystemWrapper {
     folio_file file{};
     const int rc = folio_open(cache_, fname.c_str(), &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
-    result->reset(new FolioRandomAccessFile(file, fname, options_));
+    result->reset(
+        new FolioRandomAccessFile(file, fname, written_names().OriginOf(fname), options_));
     return IOStatus::OK();
   }
 
@@ -1042,7 +1152,7 @@ class FolioFileSystem : public FileSystemWrapper {
     folio_file file{};
     const int rc = folio_open(cache_, fname.c_str(), &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
-    result->reset(new FolioSequentialFile(file, fname));
+    result->reset(new FolioSequentialFile(file, fname, written_names().OriginOf(fname)));
     return IOStatus::OK();
   }
 
@@ -1082,7 +1192,7 @@ class FolioFileSystem : public FileSystemWrapper {
       Count(kKernelOpens);
       return FileSystemWrapper::ReuseWritableFile(fname, old_fname, file_opts, result, dbg);
     }
-    IOStatus s = FileSystemWrapper::RenameFile(old_fname, fname, file_opts.io_options, dbg);
+    IOStatus s = RenameFile(old_fname, fname, file_opts.io_options, dbg);
     if (!s.ok()) return s;
     Count(kFilesReused);
     return OpenWritable(fname, file_opts, FOLIO_OPEN_WRITE, Start::kAtZero, result);
@@ -1100,6 +1210,7 @@ class FolioFileSystem : public FileSystemWrapper {
     const int rc =
         folio_open2(cache_, fname.c_str(), FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
+    written_names().Add(fname);
     result->reset(new FolioRandomRWFile(file, fname));
     return IOStatus::OK();
   }
@@ -1111,8 +1222,18 @@ class FolioFileSystem : public FileSystemWrapper {
     if (!Writing()) return FileSystemWrapper::DeleteFile(fname, options, dbg);
     const int rc = folio_remove_file(cache_, fname.c_str());
     if (rc < 0) return FromErrno("delete", fname, -rc);
+    written_names().Remove(fname);
     Count(kFilesRemoved);
     return IOStatus::OK();
+  }
+
+  // A renamed file keeps its pages (folio knows files by inode) and its origin: OPTIONS
+  // and CURRENT are written as *.dbtmp and renamed.
+  IOStatus RenameFile(const std::string& src, const std::string& target,
+                      const IOOptions& options, IODebugContext* dbg) override {
+    IOStatus s = FileSystemWrapper::RenameFile(src, target, options, dbg);
+    if (s.ok()) written_names().Rename(src, target);
+    return s;
   }
 
   // A file open for writing here is as long as its writes made it (the disk may be
@@ -1141,6 +1262,7 @@ class FolioFileSystem : public FileSystemWrapper {
     folio_file file{};
     int rc = folio_open2(cache_, fname.c_str(), flags, &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
+    written_names().Add(fname);
     uint64_t end = 0;
     if (start == Start::kAtEnd) {
       rc = folio_file_len(file, &end);

@@ -772,6 +772,51 @@ pub unsafe extern "C" fn folio_file_len(file: folio_file, out: *mut u64) -> i32 
     })
 }
 
+/// What one handle caused since it was opened (`folio::FileStats`): the device reads of
+/// its misses and of the readahead it started. A page another handle had already read
+/// is a hit here. Zero for a handle that read a file back from the cache (a file just
+/// written through folio, while its pages stay cached).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct folio_handle_stats {
+    /// Reads submitted to the device for this handle.
+    pub read_io_requests: u64,
+    /// Bytes those reads asked for (whole pages).
+    pub read_io_bytes: u64,
+}
+
+/// Stores what `file` caused since it was opened in `*out` (`folio_handle_stats`).
+///
+/// Returns 0; -EBADF if `file` is not an open file handle; -EFAULT if `out` is NULL.
+///
+/// Context: any thread; does not block.
+///
+/// # Safety
+/// `out` is NULL or points to a writable `folio_handle_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_file_stats(file: folio_file, out: *mut folio_handle_stats) -> i32 {
+    const CALL: &str = "folio_file_stats";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let f = FILES
+            .get(file.id, &guard)
+            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+        if out.is_null() {
+            return Err(Failure::new(libc::EFAULT, format!("{CALL}: out is NULL")));
+        }
+        let s = f.stats();
+        // SAFETY: non-null, and the caller guarantees it points to a writable
+        // folio_handle_stats.
+        unsafe {
+            out.write(folio_handle_stats {
+                read_io_requests: s.read_io_requests,
+                read_io_bytes: s.read_io_bytes,
+            })
+        };
+        Ok(0)
+    })
+}
+
 /// Re-reads the length of `file` from the kernel (fstat(2)), adopts it for every handle
 /// of the file, and stores it in `*out`. Cached pages past a smaller length are dropped,
 /// so no byte past the new end is ever returned; a larger length makes the appended bytes

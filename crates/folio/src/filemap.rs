@@ -33,7 +33,7 @@ use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
 use crate::mapping::Mapping;
 use crate::pagecache::{AllocMode, CacheInner, Core};
 use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
-use crate::stats;
+use crate::stats::{self, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
 
@@ -53,6 +53,8 @@ pub(crate) struct Fill<'a> {
     pub cache: &'a CacheInner,
     pub mapping: &'a Arc<Mapping>,
     pub fd: &'a Arc<StdFile>,
+    /// The handle's own counters: its reads are counted there too.
+    pub handle: &'a HandleCounters,
 }
 
 impl Fill<'_> {
@@ -300,6 +302,7 @@ impl Fill<'_> {
         let len_bytes: usize = bufs.iter().map(|b| b.len_bytes()).sum();
         stats::bump(&core.mem.counters.io_requests);
         stats::add(&core.mem.counters.io_bytes, len_bytes as u64);
+        self.handle.read_submitted(len_bytes as u64);
         let completion = ReadCompletion {
             core,
             mapping: self.mapping.clone(),

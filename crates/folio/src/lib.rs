@@ -121,5 +121,5 @@ pub use cache::{
 pub use eviction::EvictionKind;
 pub use file::{Advice, File, PageRef, ReadaheadWindow};
 pub use io::BackendKind;
-pub use stats::{StatField, Stats};
+pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

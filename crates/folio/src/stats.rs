@@ -269,6 +269,42 @@ thread_local! {
 /// Ids of caches' counters, unique for the process (an address could be reused).
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// What one open `File` handle caused, as [`File::stats`](crate::File::stats) returns
+/// it: the reads of missing pages and the readahead started through this handle (a page
+/// another handle of the same file had already read is a hit here, not I/O). What a
+/// storage engine asks of a handle it opened on a file it just wrote: whether reading it
+/// back cost any I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileStats {
+    /// Reads submitted to the device for this handle (one per contiguous run of missing
+    /// pages).
+    pub read_io_requests: u64,
+    /// Bytes those reads asked for (whole pages).
+    pub read_io_bytes: u64,
+}
+
+/// The counters behind [`FileStats`]: shared atomics of one handle, moved on its miss
+/// path only (next to an I/O).
+#[derive(Debug, Default)]
+pub(crate) struct HandleCounters {
+    read_io_requests: AtomicU64,
+    read_io_bytes: AtomicU64,
+}
+
+impl HandleCounters {
+    pub fn read_submitted(&self, len_bytes: u64) {
+        bump(&self.read_io_requests);
+        add(&self.read_io_bytes, len_bytes);
+    }
+
+    pub fn snapshot(&self) -> FileStats {
+        FileStats {
+            read_io_requests: self.read_io_requests.load(Ordering::Relaxed),
+            read_io_bytes: self.read_io_bytes.load(Ordering::Relaxed),
+        }
+    }
+}
+
 pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }

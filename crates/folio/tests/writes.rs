@@ -51,6 +51,57 @@ fn writes_read_back_and_reach_the_disk_after_sync() {
     assert!(s.pages_written_back >= 3, "{s:?}");
 }
 
+/// What a storage engine does after a flush: it writes a file, syncs and closes it, then
+/// opens it again and reads it back. Cache on write means that read costs no I/O, and the
+/// handle's own stats say so; a file folio never saw costs its size.
+#[test]
+fn a_file_written_through_the_cache_reads_back_with_no_io() {
+    let dir = test_dir();
+    let written = dir.path().join("written");
+    let cold = dir.path().join("cold");
+    let len: usize = (1 << 20) + 1234;
+    write_pattern_file(&cold, 5, len as u64);
+    let data = pattern(9, 0, len);
+    let cache = cache(16 << 20);
+    let writer = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&written)
+        .unwrap();
+    for (i, chunk) in data.chunks(64 << 10).enumerate() {
+        writer.write_at(chunk, (i * (64 << 10)) as u64).unwrap();
+    }
+    writer.sync_data().unwrap();
+    assert_eq!(writer.stats().read_io_bytes, 0, "appends read nothing");
+    drop(writer);
+
+    let reader = cache.open(&written).unwrap();
+    let mut buf = vec![0u8; len];
+    assert_eq!(reader.read_at(&mut buf, 0).unwrap(), len);
+    assert!(buf == data);
+    assert_eq!(
+        reader.stats(),
+        folio::FileStats::default(),
+        "read back from the cache"
+    );
+
+    let other = cache.open(&cold).unwrap();
+    assert_eq!(other.read_at(&mut buf, 0).unwrap(), len);
+    assert!(buf == pattern(5, 0, len));
+    let s = other.stats();
+    assert!(s.read_io_requests >= 1, "{s:?}");
+    assert!(
+        s.read_io_bytes >= len as u64,
+        "every page read once at least: {s:?}"
+    );
+    assert_eq!(
+        reader.stats().read_io_bytes,
+        0,
+        "another handle's I/O is its own"
+    );
+}
+
 #[test]
 fn partial_overwrites_read_the_page_once_and_keep_the_rest() {
     let dir = test_dir();

@@ -74,6 +74,10 @@ pub struct Args {
     /// Reads per thread of `readrandom` (db_bench's `--reads`) [default: --keys]
     #[arg(long)]
     pub reads: Option<u64>,
+    /// Seconds each reader of `readwhilewriting` reads (db_bench's `--duration`) [default:
+    /// 30; --quick: none, each reader reads --keys keys]
+    #[arg(long)]
+    pub duration_secs: Option<u64>,
     /// Thread counts, comma-separated [default: 32; --quick 4; fills and overwrite: 1;
     /// readwhilewriting's readers: 8, --quick 2]
     #[arg(long, value_delimiter = ',')]

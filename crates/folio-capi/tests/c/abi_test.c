@@ -431,6 +431,10 @@ static void test_bad_file_handles(folio_cache c, folio_file live) {
         CHECK(folio_advise(all[i], 0, 10, FOLIO_ADVICE_RANDOM) == -EBADF);
         CHECK(folio_file_len(all[i], &len) == -EBADF);
         CHECK(folio_file_refresh_len(all[i], &len) == -EBADF);
+        {
+            folio_handle_stats hs;
+            CHECK(folio_file_stats(all[i], &hs) == -EBADF);
+        }
         CHECK(folio_write(all[i], b, sizeof b, 0) == -EBADF);
         CHECK(folio_write(all[i], NULL, 0, 0) == -EBADF);
         CHECK(folio_set_len(all[i], 0) == -EBADF);
@@ -692,7 +696,24 @@ static void test_open2(folio_cache c) {
     CHECK(folio_file_len(f, &len) == 0 && len == 0);
     CHECK(folio_close(f) == 0);
     CHECK(folio_open2(c, fresh, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &f) == 0); /* exists */
-    CHECK(folio_close(f) == 0);
+    {
+        /* Written through the cache, then opened again and read back: no device read,
+           and the handle's stats say so; another file's cold read does count. */
+        uint8_t b[10000];
+        folio_handle_stats hs = {1, 1};
+        memset(b, 0x5a, sizeof b);
+        CHECK(folio_write(f, b, sizeof b, 0) == (int64_t)sizeof b);
+        CHECK(folio_sync(f, FOLIO_SYNC_DATA, 0, 0) == 0);
+        CHECK(folio_file_stats(f, &hs) == 0 && hs.read_io_requests == 0 && hs.read_io_bytes == 0);
+        CHECK(folio_close(f) == 0);
+        CHECK(folio_open2(c, fresh, 0, &f) == 0);
+        memset(b, 0, sizeof b);
+        CHECK(folio_read(f, b, sizeof b, 0) == (int64_t)sizeof b && b[0] == 0x5a && b[9999] == 0x5a);
+        CHECK(folio_file_stats(f, &hs) == 0 && hs.read_io_requests == 0 && hs.read_io_bytes == 0);
+        CHECK(folio_file_stats(f, NULL) == -EFAULT);
+        CHECK(folio_close(f) == 0);
+        CHECK(folio_file_stats(f, &hs) == -EBADF); /* closed */
+    }
     unlink(fresh);
     CHECK(folio_open2(c, fresh, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE_NEW | FOLIO_OPEN_TRUNCATE,
                       &f) == 0);

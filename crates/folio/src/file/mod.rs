@@ -32,7 +32,7 @@ use crate::mapping::{Invalidate, Mapping, Pinned};
 use crate::pagecache::{CacheInner, Core};
 use crate::readahead::{self, Decision, MissRequest, RaCell};
 use crate::refcount::{PREFETCHED, READAHEAD};
-use crate::stats;
+use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
 
@@ -97,6 +97,8 @@ pub struct File {
     /// The file's error sequence as this handle last reported it (`errseq`): each sync
     /// reports a writeback error once per handle.
     since: Mutex<Since>,
+    /// What this handle's misses and readahead read from the device (`stats`).
+    counters: HandleCounters,
 }
 
 impl std::fmt::Debug for File {
@@ -132,7 +134,15 @@ impl File {
             ra: RaCell::new(ra_pages),
             ra_pages_normal: std::sync::atomic::AtomicU32::new(ra_pages),
             since,
+            counters: HandleCounters::default(),
         }
+    }
+
+    /// What this handle caused since it was opened: the device reads of its misses and
+    /// of the readahead it started. A storage engine that reopens a file it has just
+    /// written reads it back with no I/O while its pages stay cached: this says so.
+    pub fn stats(&self) -> FileStats {
+        self.counters.snapshot()
     }
 
     /// The file's length in bytes, as the cache knows it (from open, lowered when a read
@@ -174,6 +184,7 @@ impl File {
             cache: &self.cache,
             mapping: &self.mapping,
             fd: &self.fd,
+            handle: &self.counters,
         }
     }
 
