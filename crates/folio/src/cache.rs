@@ -304,10 +304,12 @@ impl Cache {
         }
     }
 
-    /// Deletes the file at `path` (`unlink`) and, if no handle has it open, drops its
-    /// cached pages (dirty ones too: their bytes belong to no file any more) and what the
-    /// cache keeps of it, as the kernel drops a deleted file's page cache with its last
-    /// descriptor. With handles open, their pages stay for them (and go with eviction).
+    /// Deletes the file at `path` (`unlink`) and drops its cached pages (dirty ones too:
+    /// their bytes belong to no file any more) and what the cache keeps of it, as the
+    /// kernel drops a deleted file's page cache with its last descriptor: at once if no
+    /// handle has it open, else when the last handle closes (until then they read it as
+    /// before). RocksDB deletes a compaction's inputs while its table cache still holds
+    /// them open: their pages must not linger until eviction finds them.
     ///
     /// Errors: the `unlink(2)` error (nothing is dropped then).
     ///
@@ -322,8 +324,8 @@ impl Cache {
             return Ok(()); // another name still reaches the file: its pages stay
         }
         if let Some(mapping) = core.mappings.find(meta.dev(), meta.ino()) {
+            mapping.unlink(&core.mem);
             if mapping.handles() == 0 {
-                mapping.forget_deleted(&core.mem);
                 core.mappings.remove_if_unused(&core.mem, &mapping);
             }
         }

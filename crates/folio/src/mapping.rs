@@ -30,7 +30,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::dirty::{BlockMask, WriteState};
@@ -85,6 +85,10 @@ pub struct Mapping {
     /// never trusted for the removal itself: too low when left from an earlier closed
     /// spell (a wasted walk).
     folios_closed: AtomicU64,
+    /// The file was deleted (`Cache::remove_file`) while handles had it open: the last
+    /// close forgets it (`forget_deleted`), as the kernel drops an unlinked inode's pages
+    /// with its last descriptor. Set once, never cleared (no path reaches the file again).
+    unlinked: AtomicBool,
     /// The write side: writer lock, error sequence, sizes, writebacks (DESIGN.md §8).
     pub write: WriteState,
 }
@@ -123,6 +127,7 @@ impl Mapping {
             stamp: Mutex::new(stamp),
             handles: Handles::opened_once(),
             folios_closed: AtomicU64::new(0),
+            unlinked: AtomicBool::new(false),
             write: WriteState::new(stamp.size_bytes),
         }
     }
@@ -130,6 +135,20 @@ impl Mapping {
     /// Open handles now (a snapshot).
     pub fn handles(&self) -> u32 {
         self.handles.load().open()
+    }
+
+    /// The file's last name was unlinked: drops its pages now if no handle has it open,
+    /// else when the last one closes (`MappingTable::close`). One of the two sees the
+    /// other (the fences): the pages never outlive both.
+    ///
+    /// Context: no lock held; may take the file's writer lock and index lock, and sleep
+    /// for writebacks in flight (`forget_deleted`).
+    pub fn unlink(&self, mem: &Memory) {
+        self.unlinked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if self.handles() == 0 {
+            self.forget_deleted(mem);
+        }
     }
 
     /// A folio of this mapping left its index under `_w`, this index's lock: counts it
@@ -691,6 +710,12 @@ impl MappingTable {
     /// last handle (time in proportion to its entries).
     pub fn close(&self, mem: &Memory, mapping: &Arc<Mapping>) {
         if mapping.handles.close().open() == 0 {
+            // Pairs with `Mapping::unlink`'s fence: an unlink that saw this handle open
+            // is seen here.
+            fence(Ordering::SeqCst);
+            if mapping.unlinked.load(Ordering::SeqCst) {
+                mapping.forget_deleted(mem);
+            }
             self.remove_if_unused(mem, mapping);
         }
     }

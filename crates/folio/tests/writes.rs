@@ -329,6 +329,70 @@ fn removing_a_closed_file_drops_its_pages_and_its_dirty_state() {
     assert!(cache.remove_file(dir.path().join("missing")).is_err());
 }
 
+/// RocksDB deletes a compaction's inputs while its table cache still has them open: the
+/// open handles keep reading the file as before, and its pages go with the last close
+/// (as the kernel's go with the last descriptor), not when eviction finds them.
+#[test]
+fn removing_an_open_file_drops_its_pages_at_the_last_close() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let keep = dir.path().join("keep");
+    let len: usize = 1 << 20;
+    let cache = cache(16 << 20);
+    let writer = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    writer.write_at(&pattern(4, 0, len), 0).unwrap();
+    writer.sync_data().unwrap();
+    drop(writer);
+    let other = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&keep)
+        .unwrap();
+    other.write_at(&pattern(6, 0, 8192), 0).unwrap();
+    let readers = [cache.open(&path).unwrap(), cache.open(&path).unwrap()];
+    let mappings = cache.stats().mappings;
+    cache.remove_file(&path).unwrap();
+    assert!(!path.exists());
+    let mut buf = vec![0u8; len];
+    for r in &readers {
+        assert_eq!(r.read_at(&mut buf, 0).unwrap(), len);
+        assert!(
+            buf == pattern(4, 0, len),
+            "an open handle still reads the deleted file"
+        );
+    }
+    let s = cache.stats();
+    assert!(
+        s.cached_bytes >= len as u64,
+        "pages stay while handles are open: {s:?}"
+    );
+    let [first, second] = readers;
+    drop(first);
+    assert!(
+        cache.stats().cached_bytes >= len as u64,
+        "one handle is still open"
+    );
+    drop(second);
+    let s = cache.stats();
+    assert_eq!(
+        s.mappings,
+        mappings - 1,
+        "the deleted file is forgotten: {s:?}"
+    );
+    assert_eq!(
+        s.cached_bytes, 8192,
+        "only the other file's pages stay: {s:?}"
+    );
+    assert_eq!(other.read_at(&mut buf[..8192], 0).unwrap(), 8192);
+    assert!(buf[..8192] == pattern(6, 0, 8192)[..]);
+}
+
 /// An expiry past 2^64 ns (584 years) means "never", not its nanoseconds modulo 2^64 (the
 /// background writeback took `as_nanos() as u64`, which made this one 1 µs).
 #[test]
