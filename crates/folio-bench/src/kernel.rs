@@ -596,3 +596,48 @@ pub fn cached_pages_of(file: &File) -> io::Result<Option<u64>> {
         _ => Err(err),
     }
 }
+
+/// The growth of the machine's page cache (`/proc/meminfo`'s `Cached`, which includes
+/// dirty pages) over its value at `start`, sampled every 100 ms on a thread until `stop`:
+/// how much memory the kernel's page cache took for a run, to set beside folio's
+/// capacity. Other processes' file I/O counts too (the benchmark runs alone).
+pub struct PageCachePeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<u64>,
+}
+
+impl PageCachePeak {
+    pub fn start() -> PageCachePeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let base = meminfo_bytes("Cached").unwrap_or(0);
+            let mut peak = 0u64;
+            loop {
+                let now = meminfo_bytes("Cached").unwrap_or(0);
+                peak = peak.max(now.saturating_sub(base));
+                if stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        PageCachePeak { stop, sampler }
+    }
+
+    /// The peak growth in bytes.
+    pub fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.sampler.join().unwrap_or(0)
+    }
+}
+
+/// A `/proc/meminfo` field in bytes (its figures are KiB).
+fn meminfo_bytes(field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(field)?.strip_prefix(':')?;
+        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib * 1024)
+    })
+}

@@ -78,6 +78,12 @@ pub struct Args {
     /// 30; --quick: none, each reader reads --keys keys]
     #[arg(long)]
     pub duration_secs: Option<u64>,
+    /// MiB/s that `readwhilewriting`'s writer writes at most (db_bench's
+    /// `--benchmark_write_rate_limit`, as RocksDB's own benchmark.sh runs it), so that
+    /// every system's readers share the machine with the same writes [default: 8; 0:
+    /// unlimited]
+    #[arg(long)]
+    pub write_rate_mib: Option<u64>,
     /// Thread counts, comma-separated [default: 32; --quick 4; fills and overwrite: 1;
     /// readwhilewriting's readers: 8, --quick 2]
     #[arg(long, value_delimiter = ',')]
@@ -97,10 +103,11 @@ pub struct Args {
     #[arg(long)]
     pub write_buffer_mib: Option<u64>,
     /// MiB of RocksDB's block cache (`--cache_size`), the same for every system
-    /// [default: 400; --quick 16]
+    /// [default: 400; --quick 16; the write workloads: db_bench's own (8 MiB)]
     #[arg(long)]
     pub cache_mib: Option<u64>,
-    /// MiB of folio's cache (the plugin's `capacity`) [default: the data's size + 64]
+    /// MiB of folio's cache (the plugin's `capacity`) [default: the data's size + 64; the
+    /// write workloads: twice the data's size + 64]
     #[arg(long)]
     pub folio_capacity_mib: Option<u64>,
 }

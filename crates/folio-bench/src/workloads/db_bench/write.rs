@@ -23,7 +23,16 @@
 //! database's files) from the plugin's stats, so that "fresh tables read back from
 //! memory" is a number.
 //! At full size `readwhilewriting`'s readers read for `--duration-secs` (30 s: db_bench's
-//! `--duration`), not `--keys` keys each. Memtables and table files: db_bench's defaults
+//! `--duration`), not `--keys` keys each, while its writer writes at most
+//! `--write-rate-mib` (8 MiB/s: `--benchmark_write_rate_limit`, as RocksDB's benchmark.sh
+//! runs it). Unlimited, the writer takes what the readers leave, and a system whose writes
+//! cost less CPU (folio's are a copy, the kernel's a system call: measured 18-28% more
+//! values written by folio's writer in the same 15 s) shows fewer reads for more work.
+//! RocksDB's block cache is db_bench's own (8 MiB) unless `--cache-mib` says otherwise:
+//! the file system's cache holds the compressed tables, for the kernel as for folio.
+//! folio's capacity is twice the values plus 64 MiB (the database grows as it is
+//! rewritten); the kernel's page cache takes what it wants, and its peak growth during
+//! the run is measured (`/proc/meminfo`) and printed beside folio's capacity. Memtables and table files: db_bench's defaults
 //! (64 MiB) at full scale; at `--quick`
 //! `--write-buffer-mib` (4), with the table size equal to it and the L1 size four
 //! times it (db_bench's own proportions), so that a small run still flushes and
@@ -49,6 +58,10 @@ use super::{
 use crate::kernel;
 use crate::measure::RunResult;
 use crate::workloads::{measure_systems, mib, threads_or, Env, Metric, Report, System, Target};
+
+/// MiB/s of `readwhilewriting`'s writer [default of `--write-rate-mib`]: 8,000 values of
+/// 1,000 B a second, a memtable of 64 MiB every 8 s, so a 30 s run flushes and compacts.
+const WRITE_RATE_MIB_DEFAULT: u64 = 8;
 
 /// Seconds `readwhilewriting`'s readers read at full size [default of `--duration-secs`].
 const READ_SECS_DEFAULT: u64 = 30;
@@ -97,7 +110,14 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         .write_buffer_mib
         .unwrap_or(env.scale.pick(4, 64))
         .max(1));
-    let cache_bytes = mib(args.cache_mib.unwrap_or(env.scale.pick(16, 400)));
+    // db_bench's own block cache unless asked: a user of folio keeps RocksDB's cache small
+    // and lets the page cache hold the compressed tables, as with the kernel's.
+    let cache_bytes = args.cache_mib.map(mib);
+    let write_rate_mib = if reads {
+        Some(args.write_rate_mib.unwrap_or(WRITE_RATE_MIB_DEFAULT)).filter(|&r| r > 0)
+    } else {
+        None
+    };
     // Readers of a full-size readwhilewriting would read --keys keys each (4 M reads in
     // all): minutes per run with direct reads. They read for a fixed time instead.
     let duration_secs = if reads {
@@ -109,7 +129,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     let data_bytes = keys * value_bytes;
     let folio_capacity_mib = args
         .folio_capacity_mib
-        .unwrap_or((data_bytes >> 20) + 64)
+        .unwrap_or(2 * (data_bytes >> 20) + 64)
         .max(folio::CAPACITY_BYTES_MIN.div_ceil(1 << 20));
 
     let root = workspace_root();
@@ -137,6 +157,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     report.param("data_bytes", data_bytes);
     report.param("write_buffer_size", write_buffer_bytes);
     report.param("cache_size", cache_bytes);
+    report.param("write_rate_mib", write_rate_mib);
     report.param("folio_capacity_bytes", mib(folio_capacity_mib));
     report.param("fs_uri", fs_uri.clone());
     report.param("runs", env.runs);
@@ -150,7 +171,6 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             format!("--num={keys}"),
             format!("--value_size={value_bytes}"),
             format!("--threads={t}"),
-            format!("--cache_size={cache_bytes}"),
             format!("--write_buffer_size={write_buffer_bytes}"),
             format!("--target_file_size_base={write_buffer_bytes}"),
             format!("--max_bytes_for_level_base={}", 4 * write_buffer_bytes),
@@ -163,6 +183,12 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         }
         if let Some(secs) = duration_secs {
             f.push(format!("--duration={secs}"));
+        }
+        if let Some(bytes) = cache_bytes {
+            f.push(format!("--cache_size={bytes}"));
+        }
+        if let Some(rate) = write_rate_mib {
+            f.push(format!("--benchmark_write_rate_limit={}", mib(rate)));
         }
         f
     };
@@ -192,7 +218,10 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             }
             _ => {}
         }
+        // What the kernel's page cache took for the run, beside folio's capacity.
+        let page_cache = (turn.system == System::Kernel).then(kernel::PageCachePeak::start);
         let (code, stdout, stderr, usage) = run_with_usage(&mut cmd, &scratch)?;
+        let page_cache_peak = page_cache.map(kernel::PageCachePeak::stop);
         if code != 0 {
             return Err(io::Error::other(format!(
                 "db_bench {name} ({}) failed (exit {code}):\n{}{}",
@@ -202,7 +231,14 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             )));
         }
         let folio_stats = std::fs::read_to_string(&stats).unwrap_or_default();
-        parse_run(&stdout, name, value_bytes, usage, &folio_stats).ok_or_else(|| {
+        let mut run = parse_run(&stdout, name, value_bytes, usage, &folio_stats);
+        if let (Some(run), Some(bytes)) = (run.as_mut(), page_cache_peak) {
+            run.extra.insert(
+                "page_cache_peak_mib".into(),
+                json!(bytes as f64 / (1u64 << 20) as f64),
+            );
+        }
+        run.ok_or_else(|| {
             io::Error::other(format!(
                 "db_bench {name} ({}): no `{name} :` line or no percentiles in its output, \
                  or a key not found:\n{}",
@@ -257,7 +293,8 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
              folio's the plugin): kernel {:.1}, direct {:.1}, folio {:.1} (folio's own read \
              I/O of the database: {:.1} MiB: {:.1} MiB of the {} files this run wrote and \
              read back, {:.1} MiB of the older ones); writes: kernel {:.1}, direct {:.1}, \
-             folio {:.1}",
+             folio {:.1}; the kernel's page cache grew by {:.0} MiB at most during the \
+             run (folio's capacity: {folio_capacity_mib} MiB)",
             figure(&kernel, "read_io_mib"),
             figure(&direct, "read_io_mib"),
             figure(&folio, "read_io_mib"),
@@ -268,13 +305,14 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             figure(&kernel, "write_io_mib"),
             figure(&direct, "write_io_mib"),
             figure(&folio, "write_io_mib"),
+            figure(&kernel, "page_cache_peak_mib"),
         ));
     }
     report.note(format!(
         "db_bench {} over {} ({} MiB of values; memtable and table files {} MiB); kernel: \
          buffered; direct: --use_direct_reads=1 --use_direct_io_for_flush_and_compaction=1; \
          folio: LD_PRELOAD={} db_bench ... --fs_uri='{fs_uri}' (every database file through \
-         folio; every other option at the plugin's default); block cache {} MiB for all",
+         folio; every other option at the plugin's default); block cache {} for all",
         flags(threads[0])
             .iter()
             .filter(|a| !a.starts_with("--db=") && !a.starts_with("--threads="))
@@ -289,7 +327,10 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         data_bytes >> 20,
         write_buffer_bytes >> 20,
         plugin.display(),
-        cache_bytes >> 20
+        match cache_bytes {
+            Some(bytes) => format!("{} MiB", bytes >> 20),
+            None => "db_bench's default (8 MiB)".to_string(),
+        }
     ));
     report.note(format!(
         "cold: before every measurement, {}; then mincore: 0% resident",
