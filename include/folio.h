@@ -803,13 +803,13 @@ int32_t folio_writeback(struct folio_file file, uint64_t offset, uint64_t len);
 int32_t folio_cache_sync_all(struct folio_cache cache);
 
 /**
- * Deletes the file at `path` (a NUL-terminated byte string), like unlink(2), and, if no
- * handle of `cache` has it open, drops its cached pages (dirty ones too: their bytes
- * belong to no file any more, so they are never written) and the descriptor folio kept
- * for its writeback, as the kernel drops a deleted file's page cache with its last
- * descriptor. With handles open, their pages stay for them (and go with eviction or the
- * last close); with another hard link to the file, its pages stay (the file lives on). A
- * file `cache` never opened is only unlinked.
+ * Deletes the file at `path` (a NUL-terminated byte string), like unlink(2), and drops
+ * its cached pages (dirty ones too: their bytes belong to no file any more, so they are
+ * never written) and the descriptor folio kept for its writeback, as the kernel drops a
+ * deleted file's page cache with its last descriptor: at once if no handle of `cache`
+ * has it open, else when the last of them closes (until then they read it as before).
+ * With another hard link to the file, its pages stay (the file lives on). A file `cache`
+ * never opened is only unlinked.
  *
  * Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `path` is NULL;
  * the errno of lstat(2) or unlink(2) (-ENOENT, -EACCES, -EISDIR, ...; nothing is
