@@ -408,6 +408,12 @@ typedef struct folio_stats {
      */
     uint64_t writeback_pages;
     /**
+     * Futures (read_at_async, get_page_async) parked now on a folio's read or waiting
+     * for memory, in the whole process: their wait table is one per process, as the
+     * kernel's folio wait table.
+     */
+    uint64_t futures_parked;
+    /**
      * The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
      * FOLIO_BACKEND_OTHER.
      */

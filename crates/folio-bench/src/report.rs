@@ -54,7 +54,12 @@ pub fn table(report: &Report) -> String {
             Some(r)
                 if matches!(
                     System::named(&row.system),
-                    Some(System::Folio | System::FolioPinned | System::FolioPrefault)
+                    Some(
+                        System::Folio
+                            | System::FolioPinned
+                            | System::FolioAsync
+                            | System::FolioPrefault
+                    )
                 ) =>
             {
                 format!("{r:.2}x")
@@ -151,6 +156,7 @@ fn color_of(system: &str, index: usize) -> RGBColor {
     match System::named(system) {
         Some(System::Folio) => RGBColor(0x1f, 0x77, 0xb4),
         Some(System::FolioPinned) => RGBColor(0x6b, 0xae, 0xd6),
+        Some(System::FolioAsync) => RGBColor(0x39, 0x3b, 0x79),
         Some(System::Kernel) => RGBColor(0xd6, 0x27, 0x28),
         Some(System::Direct) => RGBColor(0x2c, 0xa0, 0x2c),
         Some(System::Memcpy) => RGBColor(0xff, 0x7f, 0x0e),

@@ -108,6 +108,10 @@ pub struct folio_stats {
     pub dirty_pages: u64,
     /// Pages under writeback now.
     pub writeback_pages: u64,
+    /// Futures (read_at_async, get_page_async) parked now on a folio's read or waiting
+    /// for memory, in the whole process: their wait table is one per process, as the
+    /// kernel's folio wait table.
+    pub futures_parked: u64,
     /// The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
     /// FOLIO_BACKEND_OTHER.
     pub backend: u32,
@@ -116,7 +120,7 @@ pub struct folio_stats {
     pub eviction: u32,
 }
 
-const _: () = assert!(Stats::FIELDS.len() == 45);
+const _: () = assert!(Stats::FIELDS.len() == 46);
 
 impl folio_stats {
     /// The C struct of a snapshot.
@@ -167,13 +171,14 @@ impl folio_stats {
             arena_chunks_unpopulated: stats.arena_chunks_unpopulated,
             dirty_pages: stats.dirty_pages,
             writeback_pages: stats.writeback_pages,
+            futures_parked: stats.futures_parked,
             backend: crate::backend_code(&stats.backend),
             eviction: crate::eviction_code(&stats.eviction),
         }
     }
 
     /// The numbers, in the order of `Stats::FIELDS`.
-    pub(crate) fn values(&self) -> [u64; 45] {
+    pub(crate) fn values(&self) -> [u64; 46] {
         [
             self.hits,
             self.misses,
@@ -220,6 +225,7 @@ impl folio_stats {
             self.arena_chunks_unpopulated,
             self.dirty_pages,
             self.writeback_pages,
+            self.futures_parked,
         ]
     }
 }

@@ -57,6 +57,17 @@ pub(crate) struct Fill<'a> {
     pub handle: &'a HandleCounters,
 }
 
+/// Who waits for a miss's read, which decides how it is submitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waiter {
+    /// A thread that sleeps until the read is done: the backend may do the read on it
+    /// (`Backend::submit_waited`).
+    Thread,
+    /// A future (`File::read_at_async`): the thread must not block, the read goes to the
+    /// backend's own threads or the kernel (`Backend::submit`).
+    Future,
+}
+
 impl Fill<'_> {
     fn core(&self) -> &Core {
         &self.cache.core
@@ -64,10 +75,20 @@ impl Fill<'_> {
 
     /// Reads the missing pages from `page` up to the next cached page or `read_end`:
     /// allocate, insert as one run, submit one read per contiguous run. Returns once
-    /// submitted; the caller waits on the folio.
+    /// submitted (`Waiter::Thread`: the backend may have read them on this thread); the
+    /// caller waits on the folio.
     ///
-    /// Context: no lock held, no folio pinned by the caller. May sleep in allocation.
-    pub(crate) fn read_missing(&self, page: PageIndex, read_end: PageIndex) -> io::Result<()> {
+    /// Errors: `OutOfMemory` when no folio can be allocated: for `Waiter::Thread` after
+    /// waiting `CacheBuilder::alloc_wait` for pinned folios, for `Waiter::Future` at once.
+    ///
+    /// Context: no lock held, no folio pinned by the caller. `Waiter::Thread` may sleep in
+    /// allocation (only while every folio is pinned); `Waiter::Future` never sleeps.
+    pub(crate) fn read_missing(
+        &self,
+        page: PageIndex,
+        read_end: PageIndex,
+        waiter: Waiter,
+    ) -> io::Result<()> {
         let core = self.core();
         let size_pages = PageIndex::ceil(self.mapping.size_bytes());
         // One run never takes more than an eighth of the cache, so that concurrent
@@ -84,7 +105,8 @@ impl Fill<'_> {
         let mut at = page;
         while at < end {
             let want = Order::largest_fitting(at, end.0 - at.0, core.folio_order_max);
-            let mode = if run.is_empty() {
+            // A future must not sleep: it waits for memory by polling again (`Found::NoMemory`).
+            let mode = if run.is_empty() && waiter == Waiter::Thread {
                 AllocMode::Wait
             } else {
                 AllocMode::NoWait
@@ -107,8 +129,11 @@ impl Fill<'_> {
         }
         let mut requests = Vec::new();
         self.insert_run(run, &mut requests);
-        // The caller waits for these pages: the backend may read them on this thread.
-        self.cache.backend.submit_waited(requests);
+        match waiter {
+            // The caller waits for these pages: the backend may read them on this thread.
+            Waiter::Thread => self.cache.backend.submit_waited(requests),
+            Waiter::Future => self.cache.backend.submit(requests),
+        }
         Ok(())
     }
 

@@ -41,7 +41,8 @@
 //! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write side in
 //!   `write`).
 //! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read
-//!   latch (`version`); `wait`: parking on a folio's I/O.
+//!   latch (`version`); `wait`: parking on a folio's I/O (threads, and futures'
+//!   wakers in `waker`'s table).
 //! - `arena`: all folio memory, its buddy allocator, and its growth ahead of the
 //!   allocator (populated chunks); `list`: the intrusive lists of frames (free lists,
 //!   eviction queues).
@@ -68,6 +69,7 @@
 //!   └── the eviction policy's mutex (insert, remove, putback; isolate takes it alone)
 //!         └── the arena's free lists (Arena::alloc / free)
 //! parking_lot_core bucket locks: inside park/unpark only, nothing held across them.
+//! the futures' wait table's shard locks (waker): taken alone, no waker woken under one.
 //! DirtyFiles' queue and wake flag, DirtyBudget's waiters, InFlight's tickets: each taken
 //!   alone, never across another lock.
 //! ```
@@ -111,6 +113,7 @@ mod types;
 mod version;
 #[allow(unsafe_code)]
 mod wait;
+mod waker;
 mod writeback;
 
 pub use cache::{
@@ -119,7 +122,7 @@ pub use cache::{
     READAHEAD_MAX_BYTES_DEFAULT,
 };
 pub use eviction::EvictionKind;
-pub use file::{Advice, File, PageRef, ReadaheadWindow};
+pub use file::{Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadaheadWindow};
 pub use io::BackendKind;
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

@@ -275,6 +275,7 @@ impl Core {
         s.arena_chunks_unpopulated = arena.chunks_unpopulated();
         s.dirty_pages = self.mem.dirty.pages() - self.mem.dirty.writeback_pages();
         s.writeback_pages = self.mem.dirty.writeback_pages();
+        s.futures_parked = crate::wait::futures_parked();
         s
     }
 }

@@ -244,6 +244,10 @@ counters! {
         dirty_pages,
         /// Pages under writeback now.
         writeback_pages,
+        /// Futures (read_at_async, get_page_async) parked now on a folio's read or waiting
+        /// for memory, in the whole process: their wait table is one per process, as the
+        /// kernel's folio wait table.
+        futures_parked,
     }
 }
 

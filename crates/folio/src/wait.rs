@@ -6,8 +6,28 @@
 //! `validate` callback re-checks LOCKED under the bucket's lock, so a wake-up between the
 //! reader's check and its sleep is never lost. On a 2-core machine a spinning waiter would
 //! steal the core the completion needs.
+//!
+//! A future (`File::read_at_async`) cannot park its thread: it leaves its waker in
+//! `waker`'s table under the same key (`park_future`), and `wake_all` wakes both kinds
+//! of waiters. That table is one per process too; `waker`'s docs give its protocol.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::task::Waker;
 
 use crate::folio::FolioMeta;
+use crate::waker::{Park, Ticket, WakerTable};
+
+/// The futures parked on folios' I/O, of every cache in the process.
+static FUTURES: LazyLock<WakerTable> = LazyLock::new(WakerTable::new);
+
+/// The futures waiting for memory (a miss that found every folio pinned or in flight),
+/// of every cache, under one key. See `park_for_memory`.
+static MEMORY: LazyLock<WakerTable> = LazyLock::new(WakerTable::new);
+const MEMORY_KEY: usize = 1;
+
+/// Futures that hold a folio pinned between polls (`future_pinned`).
+static HOLDING: AtomicU64 = AtomicU64::new(0);
 
 fn key(meta: &FolioMeta) -> usize {
     meta as *const FolioMeta as usize
@@ -47,11 +67,72 @@ fn wait_while(meta: &FolioMeta, busy: impl Fn(crate::refcount::StateWord) -> boo
     }
 }
 
-/// Wakes every thread waiting on the folio. Context: the caller just cleared LOCKED or
-/// WRITEBACK.
+/// Leaves `waker` to be woken when the folio is no longer LOCKED (`waker`'s P1-P3):
+/// `Parked` if it still is (poll again when woken; `cancel_future` if the future goes
+/// first), `Ready` if it no longer is (nothing left in the table). `ticket` is the
+/// same future's earlier parking, if any.
+///
+/// Context: the caller holds a reference on the folio and no lock; never sleeps.
+pub fn park_future(meta: &FolioMeta, ticket: Option<Ticket>, waker: &Waker) -> Park {
+    FUTURES.park(key(meta), ticket, waker, || meta.state.load().is_locked())
+}
+
+/// Takes a parked future's waker out of the table (the future is dropped or done).
+///
+/// Context: no lock held; never sleeps.
+pub fn cancel_future(ticket: Ticket) {
+    FUTURES.cancel(ticket);
+}
+
+/// A future holds a folio pinned between polls (it waits for the folio's read, or was
+/// woken and is not polled yet): it will unpin it on its next poll or when dropped.
+pub fn future_pinned() {
+    HOLDING.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A future that `future_pinned` is polled again (it is about to copy and unpin) or
+/// dropped: wake the longest-waiting memory waiter, who may find its folio; when it was
+/// the last such future, wake them all (no later one would: they poll again on their
+/// own). Their `park_for_memory` checked `HOLDING` after parking; this checks `MEMORY`
+/// after `HOLDING` moved, both behind SeqCst fences (`WakerTable`'s handshake).
+pub fn future_unpinning() {
+    if HOLDING.fetch_sub(1, Ordering::Relaxed) == 1 {
+        MEMORY.wake_all(MEMORY_KEY);
+    } else {
+        MEMORY.wake_one(MEMORY_KEY);
+    }
+}
+
+/// Leaves `waker` to be woken when memory may have come free, for a future whose miss
+/// found every folio pinned or in flight: `Parked` while some future holds a folio
+/// between polls (`future_pinned`: on its next poll it copies and unpins, and wakes a
+/// memory waiter first); `Ready` when none does (the memory is held by threads, page
+/// references or readahead in flight: poll again soon).
+///
+/// Context: no lock held; never sleeps.
+pub fn park_for_memory(ticket: Option<Ticket>, waker: &Waker) -> Park {
+    MEMORY.park(MEMORY_KEY, ticket, waker, || {
+        HOLDING.load(Ordering::Relaxed) > 0
+    })
+}
+
+/// Takes a memory waiter's waker out (the future is dropped, or polls again); returns
+/// whether it was still there (false: a hand-off woke it).
+pub fn cancel_memory_wait(ticket: Ticket) -> bool {
+    MEMORY.cancel(ticket)
+}
+
+/// Futures parked on folio I/O or waiting for memory now, in the whole process.
+pub fn futures_parked() -> u64 {
+    FUTURES.parked() + MEMORY.parked()
+}
+
+/// Wakes every thread and every future waiting on the folio. Context: the caller just
+/// cleared LOCKED or WRITEBACK.
 pub fn wake_all(meta: &FolioMeta) {
     // SAFETY: as in `wait_unlocked`.
     unsafe {
         parking_lot_core::unpark_all(key(meta), parking_lot_core::DEFAULT_UNPARK_TOKEN);
     }
+    FUTURES.wake_all(key(meta));
 }

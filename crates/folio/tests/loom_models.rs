@@ -81,6 +81,7 @@
 
 mod primitive {
     pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+    pub(crate) use loom::sync::Mutex;
 
     #[cfg(test)]
     pub(crate) fn model(body: impl Fn() + Sync + Send + 'static) {
@@ -111,6 +112,10 @@ mod errseq;
 #[allow(dead_code)]
 #[path = "../src/dirty.rs"]
 mod dirty;
+
+#[allow(dead_code)]
+#[path = "../src/waker.rs"]
+mod waker;
 
 /// What `dirty.rs` needs of the arena: the tail frames' words that hold a large folio's
 /// dirty-block mask (`FolioMeta::tail_mask_word`), here loom's atomics in a vector.
@@ -1717,4 +1722,138 @@ fn truncation_vs_writeback_failed() {
 fn truncation_vs_writeback_broken_no_wait() {
     use write_side::{Device, Truncation};
     truncation_vs_writeback_under(Truncation::NoWait, Device::Fails);
+}
+
+/// The futures' wait table (`src/waker.rs`, compiled here against loom's atomics and
+/// mutex): a future parking on a folio's I/O (P1-P3) against the completion that clears
+/// LOCKED and wakes (C1-C4), and the memory waiters' hand-off of `wait.rs`
+/// (`park_for_memory` against `future_unpinning`, transcribed: the condition is "a
+/// future holds a folio between polls", the wake is `wake_one`, or `wake_all` for the
+/// last holder).
+mod async_wait {
+    use std::task::{Wake, Waker};
+
+    use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use loom::sync::Arc;
+
+    use crate::waker::{Park, WakerTable};
+
+    const KEY: usize = 64;
+
+    struct Flag(AtomicBool);
+
+    /// A waker that sets the flag (`Waker::from` takes std's `Arc`; the flag is loom's).
+    struct SetFlag(Arc<Flag>);
+
+    impl Wake for SetFlag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0 .0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn flag() -> (Arc<Flag>, Waker) {
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(std::sync::Arc::new(SetFlag(flag.clone())));
+        (flag, waker)
+    }
+
+    /// Which side a completion takes first: the protocol's (clear, then wake) or the
+    /// broken one (wake, then clear).
+    #[derive(Clone, Copy, PartialEq)]
+    enum Order {
+        ClearThenWake,
+        WakeThenClear,
+    }
+
+    fn park_vs_completion(order: Order) {
+        loom::model(move || {
+            let table = Arc::new(WakerTable::new());
+            let locked = Arc::new(AtomicU64::new(1));
+            let (woken, waker) = flag();
+            let completion = {
+                let (table, locked) = (table.clone(), locked.clone());
+                loom::thread::spawn(move || {
+                    if order == Order::WakeThenClear {
+                        table.wake_all(KEY);
+                    }
+                    locked.fetch_and(0, Ordering::Release); // C1
+                    if order == Order::ClearThenWake {
+                        table.wake_all(KEY);
+                    }
+                })
+            };
+            let park = table.park(KEY, None, &waker, || locked.load(Ordering::Acquire) == 1);
+            completion.join().unwrap();
+            match park {
+                // Saw the clear: the future polls on, nothing of it stays.
+                Park::Ready => {}
+                // Parked: the completion must have woken it (or the wake is lost).
+                Park::Parked(_) => assert!(woken.0.load(Ordering::SeqCst), "a lost wake-up"),
+            }
+            assert_eq!(table.parked(), 0, "nothing left in the table");
+        });
+    }
+
+    #[test]
+    fn async_park_vs_completion() {
+        park_vs_completion(Order::ClearThenWake);
+    }
+
+    #[test]
+    #[should_panic(expected = "a lost wake-up")]
+    fn async_park_vs_completion_broken_wake_before_clear() {
+        park_vs_completion(Order::WakeThenClear);
+    }
+
+    /// Two futures hold folios between polls; a third waits for memory. Each holder
+    /// unpins (`future_unpinning`: decrement, then `wake_one`, or `wake_all` when it was
+    /// the last). The waiter either saw no holder (`Ready`: polls again itself) or is
+    /// woken: never parked with nobody left to wake it.
+    fn memory_waiter_vs_holders(broken: bool) {
+        loom::model(move || {
+            let table = Arc::new(WakerTable::new());
+            let holding = Arc::new(AtomicU64::new(2));
+            let (woken, waker) = flag();
+            let holders: Vec<_> = (0..2)
+                .map(|_| {
+                    let (table, holding) = (table.clone(), holding.clone());
+                    loom::thread::spawn(move || {
+                        if broken {
+                            // Wakes before it counts itself out.
+                            table.wake_one(KEY);
+                            holding.fetch_sub(1, Ordering::Relaxed);
+                            return;
+                        }
+                        if holding.fetch_sub(1, Ordering::Relaxed) == 1 {
+                            table.wake_all(KEY);
+                        } else {
+                            table.wake_one(KEY);
+                        }
+                    })
+                })
+                .collect();
+            let park = table.park(KEY, None, &waker, || holding.load(Ordering::Relaxed) > 0);
+            for h in holders {
+                h.join().unwrap();
+            }
+            if let Park::Parked(_) = park {
+                assert!(
+                    woken.0.load(Ordering::SeqCst),
+                    "a memory waiter nobody wakes"
+                );
+            }
+            assert_eq!(table.parked(), 0);
+        });
+    }
+
+    #[test]
+    fn memory_waiter_vs_last_holder() {
+        memory_waiter_vs_holders(false);
+    }
+
+    #[test]
+    #[should_panic(expected = "a memory waiter nobody wakes")]
+    fn memory_waiter_vs_last_holder_broken_wake_before_count() {
+        memory_waiter_vs_holders(true);
+    }
 }

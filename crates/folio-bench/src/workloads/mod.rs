@@ -204,6 +204,9 @@ pub enum System {
     Folio,
     /// folio, reading through a pinned page (`File::get_page`).
     FolioPinned,
+    /// folio's future (`File::read_at_async`), polled to completion on the reading
+    /// thread: a hit is ready on the first poll.
+    FolioAsync,
     /// folio with its arena faulted in at build (`Prefault::AtBuild`), beside the
     /// library's default (`Prefault::Lazy`) in the same run.
     FolioPrefault,
@@ -225,9 +228,10 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 9] = [
+    pub const ALL: [System; 10] = [
         System::Folio,
         System::FolioPinned,
+        System::FolioAsync,
         System::FolioPrefault,
         System::Kernel,
         System::Direct,
@@ -242,6 +246,7 @@ impl System {
         match self {
             System::Folio => "folio",
             System::FolioPinned => "folio-pinned",
+            System::FolioAsync => "folio-async",
             System::FolioPrefault => "folio-prefault",
             System::Kernel => "kernel",
             System::Direct => "direct",
@@ -585,6 +590,7 @@ mod tests {
             [
                 "folio",
                 "folio-pinned",
+                "folio-async",
                 "folio-prefault",
                 "kernel",
                 "direct",

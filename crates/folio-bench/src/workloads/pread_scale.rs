@@ -5,7 +5,9 @@
 //! read-modify-write; `folio-pinned` (`get_page` + copy) takes the reference path.
 //!
 //! Systems: `folio` (`File::read_at`), `folio-pinned` (`File::get_page`, copy 64 B, drop),
-//! `kernel` (`pread(2)` on a buffered descriptor of the warm file).
+//! `folio-async` (`File::read_at_async`, polled on the reading thread with a no-op
+//! waker: a hit is ready on the first poll; one that is not would wait on a thread
+//! waker), `kernel` (`pread(2)` on a buffered descriptor of the warm file).
 //!
 //! Design: one 64 KiB data file; folio reads it once before measuring (a cached file);
 //! the kernel's copy is warmed right before each run (`Env::warm`, checked 100% resident
@@ -16,9 +18,12 @@
 //! Limits: with 2 cores, more than 2 threads measures time-slicing, not scaling.
 
 use std::fs::File;
+use std::future::Future;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Instant;
 
 use super::{measure_systems, secs, threads_or, Env, Metric, Report, System, Target, Workload};
@@ -29,7 +34,12 @@ use crate::measure::{self, Bound, Control, Phase, Recorder, SAMPLE_EVERY};
 /// Bytes each read asks for.
 pub const READ_BYTES: usize = 64;
 const FILE_BYTES: u64 = 64 << 10;
-const SYSTEMS: [System; 3] = [System::Folio, System::FolioPinned, System::Kernel];
+const SYSTEMS: [System; 4] = [
+    System::Folio,
+    System::FolioPinned,
+    System::FolioAsync,
+    System::Kernel,
+];
 
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct Args {
@@ -83,6 +93,9 @@ impl Workload for Args {
                         Ok(READ_BYTES)
                     })
                 })?,
+                System::FolioAsync => measure::run_threads(t, bound, |_, c, rec| {
+                    hammer(c, rec, |buf| block_on(file.read_at_async(buf, 0)))
+                })?,
                 System::Kernel => {
                     let _warm = kernel::warm(std::slice::from_ref(&path), env.warm)?;
                     measure::run_threads(t, bound, |_, c, rec| {
@@ -112,8 +125,48 @@ impl Workload for Args {
                 1.8,
             ));
         }
+        for t in &threads {
+            let ratio = match (
+                report.row(System::FolioAsync, *t as u32),
+                report.row(System::Folio, *t as u32),
+            ) {
+                (Some(a), Some(f)) if f.ops_per_sec > 0.0 => Some(a.ops_per_sec / f.ops_per_sec),
+                _ => None,
+            };
+            if ratio.is_some() {
+                report.targets.push(Target::at_least(
+                    format!("pread-scale {t} threads: folio-async / folio ops/s (hits)"),
+                    ratio,
+                    0.8,
+                ));
+            }
+        }
         report.limits = env.limits()?;
         Ok(report)
+    }
+}
+
+/// Polls `fut` to completion on this thread: first with a no-op waker (a hit is ready
+/// at once, as an executor's first poll finds it), then, if it is pending, parking the
+/// thread until its waker unparks it.
+fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = pin!(fut);
+    if let Poll::Ready(out) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        return out;
+    }
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
     }
 }
 

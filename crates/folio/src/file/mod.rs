@@ -17,7 +17,10 @@
 //! through the handle and updated only by CAS; its maximum window is lowered to the
 //! cache-wide limit (`readahead::ReadaheadLimit`) when a window is decided, never on a hit.
 
+mod async_read;
 mod write;
+
+pub use async_read::{GetPageFuture, ReadAtFuture};
 
 use std::fs::File as StdFile;
 use std::io;
@@ -25,7 +28,7 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
 use crate::errseq::Since;
-use crate::filemap::{Fill, Window};
+use crate::filemap::{Fill, Waiter, Window};
 use crate::folio::FolioMeta;
 use crate::index::Entry;
 use crate::mapping::{Invalidate, Mapping, Pinned};
@@ -345,7 +348,7 @@ impl File {
     /// page), else read the missing run up to `read_end`.
     ///
     /// Context: no lock held, no folio pinned by the caller. May sleep in allocation.
-    fn on_miss(&self, page: PageIndex, read_end: PageIndex) -> io::Result<()> {
+    fn on_miss(&self, page: PageIndex, read_end: PageIndex, waiter: Waiter) -> io::Result<()> {
         let pages = read_end.0.saturating_sub(page.0).max(1);
         let mut req = MissRequest {
             index: page,
@@ -372,7 +375,7 @@ impl File {
                 return Ok(());
             }
         }
-        self.fill().read_missing(page, read_end)
+        self.fill().read_missing(page, read_end, waiter)
     }
 
     /// Reads `[offset, offset + len)` ahead, asynchronously: returns at once, and never
@@ -507,96 +510,197 @@ impl File {
     /// Context: any thread; may sleep waiting for I/O or memory.
     pub fn get_page(&self, offset: u64) -> io::Result<PageRef> {
         loop {
-            let size = self.mapping.size_bytes();
-            if offset >= size {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "folio: offset {offset} is at or past the end of the file ({size} bytes)"
-                    ),
-                ));
-            }
+            self.check_page_offset(offset)?;
             let page = PageIndex::containing(offset);
-            let Some(folio) = self.get_uptodate(page, page.add(1))? else {
-                continue;
-            };
-            let (frame, order, head) = folio.into_raw();
-            let valid = (self
-                .mapping
-                .size_bytes()
-                .saturating_sub(head.offset_bytes()) as usize)
-                .min(order.bytes());
-            return Ok(PageRef {
-                core: self.cache.core.clone(),
-                frame,
-                order,
-                offset_bytes: head.offset_bytes(),
-                len_bytes: valid,
-            });
+            if let Some(folio) = self.get_uptodate(page, page.add(1))? {
+                return Ok(self.page_ref(folio));
+            }
+        }
+    }
+
+    /// `get_page`'s error for an offset at or past the end of the file.
+    fn check_page_offset(&self, offset: u64) -> io::Result<()> {
+        let size = self.mapping.size_bytes();
+        if offset >= size {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("folio: offset {offset} is at or past the end of the file ({size} bytes)"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The `PageRef` that keeps `folio`'s reference.
+    fn page_ref(&self, folio: Pinned<'_>) -> PageRef {
+        let (frame, order, head) = folio.into_raw();
+        let valid = (self
+            .mapping
+            .size_bytes()
+            .saturating_sub(head.offset_bytes()) as usize)
+            .min(order.bytes());
+        PageRef {
+            core: self.cache.core.clone(),
+            frame,
+            order,
+            offset_bytes: head.offset_bytes(),
+            len_bytes: valid,
         }
     }
 
     /// A pinned, uptodate folio covering `page`, reading it (and the missing pages after
     /// it up to `read_end`) if needed. `None` if `page` is past the end of the file.
     fn get_uptodate(&self, page: PageIndex, read_end: PageIndex) -> io::Result<Option<Pinned<'_>>> {
-        let core = self.core();
-        let counters = &core.mem.counters;
         // Whether this access missed: then the folio found next is the one it read (or a
         // racing reader's), which is neither a hit nor a use that raises its frequency
         // (a new folio starts at 0, as eviction policies count).
         let mut missed = false;
         loop {
-            if page.offset_bytes() >= self.mapping.size_bytes() {
-                return Ok(None);
-            }
-            let found = self.mapping.find_get(&core.mem, page);
-            let folio = match found {
-                Ok(folio) => folio,
-                Err(_) => {
-                    if !missed {
-                        stats::bump(&counters.misses);
-                        missed = true;
+            let (folio, came) =
+                match self.find_for_read(page, read_end, &mut missed, Waiter::Thread)? {
+                    Found::PastEnd => return Ok(None),
+                    Found::NoMemory => unreachable!("a thread waits for memory in the allocator"),
+                    Found::Cached(folio, came) => (folio, came),
+                    Found::InFlight(folio, came) => {
+                        wait::wait_unlocked(self.core().mem.arena.meta(folio.frame));
+                        (folio, came)
                     }
-                    self.on_miss(page, read_end)?;
-                    continue;
-                }
-            };
-            let meta = core.mem.arena.meta(folio.frame);
-            let in_flight = meta.state.load().is_locked();
-            if in_flight {
-                if !missed {
-                    stats::bump(&counters.waits_on_io);
-                }
-                // A reader that catches up with an async window reaches its marker while
-                // the window is still in flight: start the next window now, before
-                // waiting, so the disk has two windows queued and never idles between
-                // them (the kernel's filemap_get_pages does the same).
-                self.note_access(meta, page, folio.head);
-                wait::wait_unlocked(meta);
-            }
-            let state = meta.state.load();
-            if state.is_uptodate() {
-                if !missed {
-                    if !in_flight {
-                        stats::bump(&counters.pinned_hits);
-                    }
-                    meta.state.touch();
-                }
-                return Ok(Some(folio));
-            }
-            if state.is_error() {
-                let errno = meta.errno();
-                drop(folio);
-                if page.offset_bytes() >= self.mapping.size_bytes() {
-                    return Ok(None);
-                }
-                if errno == libc::ESTALE {
-                    continue; // the file changed during the read: read it again
-                }
-                return Err(io::Error::from_raw_os_error(errno));
+                };
+            match self.settle(page, folio, came)? {
+                Settled::Uptodate(folio) => return Ok(Some(folio)),
+                Settled::PastEnd => return Ok(None),
+                Settled::Again => {}
             }
         }
     }
+
+    /// The look-up of a read's slow path: finds the folio of `page` and pins it, reading
+    /// it (and the missing pages after it up to `read_end`) if absent; `waiter` says who
+    /// will wait for that read. `missed` is the caller's record, over its retries of the
+    /// same page, of whether the page was missing.
+    ///
+    /// Context: no lock held; may sleep in allocation (and, for `Waiter::Thread`, in
+    /// the read).
+    pub(super) fn find_for_read(
+        &self,
+        page: PageIndex,
+        read_end: PageIndex,
+        missed: &mut bool,
+        waiter: Waiter,
+    ) -> io::Result<Found<'_>> {
+        let core = self.core();
+        loop {
+            if page.offset_bytes() >= self.mapping.size_bytes() {
+                return Ok(Found::PastEnd);
+            }
+            let folio = match self.mapping.find_get(&core.mem, page) {
+                Ok(folio) => folio,
+                Err(_) => {
+                    if !*missed {
+                        stats::bump(&core.mem.counters.misses);
+                        *missed = true;
+                    }
+                    match self.on_miss(page, read_end, waiter) {
+                        Ok(()) => continue,
+                        // Every folio pinned or in flight: a future polls again later.
+                        Err(e)
+                            if waiter == Waiter::Future
+                                && e.kind() == io::ErrorKind::OutOfMemory =>
+                        {
+                            return Ok(Found::NoMemory);
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
+            let meta = core.mem.arena.meta(folio.frame);
+            if !meta.state.load().is_locked() {
+                let came = if *missed { Came::Missed } else { Came::Cached };
+                return Ok(Found::Cached(folio, came));
+            }
+            if !*missed {
+                stats::bump(&core.mem.counters.waits_on_io);
+            }
+            // A reader that catches up with an async window reaches its marker while
+            // the window is still in flight: start the next window now, before
+            // waiting, so the disk has two windows queued and never idles between
+            // them (the kernel's filemap_get_pages does the same).
+            self.note_access(meta, page, folio.head);
+            let came = if *missed {
+                Came::Missed
+            } else {
+                Came::WaitedForIo
+            };
+            return Ok(Found::InFlight(folio, came));
+        }
+    }
+
+    /// What a folio that is no longer LOCKED holds for a read of `page`: its bytes
+    /// (counted as `came` says), the end of the file, or nothing yet (the file changed
+    /// during its read, or the folio left the index: look again).
+    ///
+    /// Errors: the folio's read failed (every reader waiting for it gets the error).
+    ///
+    /// Context: no lock held; never sleeps.
+    pub(super) fn settle<'c>(
+        &'c self,
+        page: PageIndex,
+        folio: Pinned<'c>,
+        came: Came,
+    ) -> io::Result<Settled<'c>> {
+        let core = self.core();
+        let meta = core.mem.arena.meta(folio.frame);
+        let state = meta.state.load();
+        if state.is_uptodate() {
+            match came {
+                Came::Missed => {}
+                Came::WaitedForIo => meta.state.touch(),
+                Came::Cached => {
+                    stats::bump(&core.mem.counters.pinned_hits);
+                    meta.state.touch();
+                }
+            }
+            return Ok(Settled::Uptodate(folio));
+        }
+        if state.is_error() {
+            let errno = meta.errno();
+            drop(folio);
+            if page.offset_bytes() >= self.mapping.size_bytes() {
+                return Ok(Settled::PastEnd);
+            }
+            if errno == libc::ESTALE {
+                return Ok(Settled::Again); // the file changed during the read: read it again
+            }
+            return Err(io::Error::from_raw_os_error(errno));
+        }
+        Ok(Settled::Again)
+    }
+}
+
+/// What `File::find_for_read` found: a folio to read from now, one whose read is in
+/// flight (wait until it is not LOCKED, then `settle`), the end of the file, or (for a
+/// future only) no memory to read the page into yet.
+pub(super) enum Found<'c> {
+    Cached(Pinned<'c>, Came),
+    InFlight(Pinned<'c>, Came),
+    PastEnd,
+    NoMemory,
+}
+
+/// How a read came by its folio, which decides what `settle` counts: a miss counts
+/// nothing more and leaves a new folio's frequency at 0; a wait for another reader's
+/// I/O raises the frequency; a pinned hit counts as a hit too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Came {
+    Missed,
+    WaitedForIo,
+    Cached,
+}
+
+/// What `File::settle` says of a folio that is no longer LOCKED.
+pub(super) enum Settled<'c> {
+    Uptodate(Pinned<'c>),
+    PastEnd,
+    Again,
 }
 
 impl Drop for File {

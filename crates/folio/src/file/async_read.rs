@@ -1,0 +1,419 @@
+//! Reads as futures: `File::read_at_async` and `File::get_page_async`, for async storage
+//! engines, with no runtime named (no tokio in the library: any executor polls them).
+//!
+//! A future runs the very steps of `read_at` and `get_page`; it differs only where they
+//! would sleep:
+//!
+//! ```text
+//!  poll ──> hit (optimistic copy) ──────────────────────────────> next page / Ready
+//!    │ slow: File::find_for_read (Waiter::Future: a miss inserts its folios LOCKED and
+//!    │       submits their read with Backend::submit, never on this thread)
+//!    ├─ cached ──> File::settle ──> copy ────────────────────────> next page / Ready
+//!    └─ in flight: keep the folio pinned; wait::park_future (the waker joins the wait
+//!         table under the folio's key, then LOCKED is checked again)
+//!           ├─ still LOCKED: Pending. The read's completion clears LOCKED and wakes
+//!           │   the waker (wait::wake_all); the next poll starts at the parked folio
+//!           └─ unlocked meanwhile: settle and copy on this poll
+//! ```
+//!
+//! Dropping a future is safe at any point: the device reads into folio memory, never
+//! into the caller's buffer (the copy happens on a poll, under the future's borrow of
+//! it); a dropped future unpins its folio and takes its waker out of the table (`Drop`),
+//! and the read it started completes and publishes the pages for the next reader.
+//!
+//! Memory: a future's miss allocates without waiting. When every folio is pinned or in
+//! flight (in a runtime, typically by other futures whose reads completed and which
+//! wait for their next poll), it wakes itself and returns `Pending`, so that the
+//! executor polls the others (which copy and unpin) before it tries again; after
+//! `CacheBuilder::alloc_wait` of that it fails with `OutOfMemory`, as `read_at` does.
+//! A thread that slept there instead would hold up the very futures that free memory.
+//!
+//! Limits: a hit polls to `Ready` at once: the same steps and cost as `read_at`'s hit.
+//! Waiting for memory is a yield loop (no waker of memory): it costs polls while the
+//! cache is full of pinned folios, bounded by `alloc_wait`.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use super::{checked_end, Came, File, Found, PageRef, Settled};
+use crate::filemap::Waiter;
+use crate::mapping::Pinned;
+use crate::types::PageIndex;
+use crate::wait;
+use crate::waker::{Park, Ticket};
+
+impl File {
+    /// `read_at` as a future: reads up to `buf.len()` bytes at `offset` into `buf`, with
+    /// the same results and errors. A read that hits completes on its first poll; a miss
+    /// submits its read and returns `Pending` until the read's completion wakes it; no
+    /// thread blocks on the device.
+    ///
+    /// Context: any executor, any thread; the future is `Send`. Dropping it at any point
+    /// is safe (its read still fills the cache). It may sleep only in allocation while
+    /// every folio is pinned, as `read_at` does.
+    pub fn read_at_async<'a>(&'a self, buf: &'a mut [u8], offset: u64) -> ReadAtFuture<'a> {
+        ReadAtFuture {
+            file: self,
+            buf,
+            offset,
+            done: 0,
+            waits: None,
+        }
+    }
+
+    /// `get_page` as a future: a pinned, zero-copy view of the folio that holds byte
+    /// `offset`, with `read_at_async`'s waiting.
+    ///
+    /// Context: as `read_at_async`.
+    pub fn get_page_async(&self, offset: u64) -> GetPageFuture<'_> {
+        GetPageFuture {
+            file: self,
+            offset,
+            waits: Waits::default(),
+        }
+    }
+
+    /// `Found::NoMemory` for a future: parks until a future holding a folio between polls
+    /// unpins it (`wait::park_for_memory`), or, when none does, wakes itself to be polled
+    /// again after the others. Fails once `alloc_wait` has passed with no hand-off (each
+    /// hand-off restarts the clock: the queue moves, as fast as reads complete).
+    fn poll_memory<T>(
+        &self,
+        since: &mut Option<Instant>,
+        waiting: &mut MemoryWait,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<T>> {
+        let first = *since.get_or_insert_with(Instant::now);
+        if first.elapsed() >= self.core().alloc_wait {
+            crate::stats::bump(&self.core().mem.counters.alloc_failures);
+            return Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                "folio: no free memory: every folio stayed pinned or in flight for the \
+                 cache's alloc_wait; drop page references or raise the capacity",
+            )));
+        }
+        match wait::park_for_memory(waiting.0.take(), cx.waker()) {
+            Park::Parked(ticket) => waiting.0 = Some(ticket),
+            Park::Ready => cx.waker().wake_by_ref(),
+        }
+        Poll::Pending
+    }
+
+    /// Waits, as a future, for the folio a look-up found in flight: `Ready(Some)` with
+    /// the folio when it is no longer LOCKED, `Pending` (parked in `parked`) while it is.
+    fn poll_unlocked<'a>(
+        &'a self,
+        parked: &mut Option<Parked<'a>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<(Pinned<'a>, Came)>> {
+        let Some(mut p) = parked.take() else {
+            return Poll::Ready(None);
+        };
+        let meta = self.core().mem.arena.meta(p.folio.frame);
+        if meta.state.load().is_locked() {
+            match wait::park_future(meta, p.waiting.0, cx.waker()) {
+                Park::Parked(ticket) => {
+                    p.waiting.0 = Some(ticket);
+                    *parked = Some(p);
+                    return Poll::Pending;
+                }
+                Park::Ready => p.waiting.0 = None,
+            }
+        }
+        // Dropping `p.waiting` takes the waker out of the table if the poll came before
+        // the completion's wake.
+        let Parked { folio, came, .. } = p;
+        Poll::Ready(Some((folio, came)))
+    }
+}
+
+/// A folio a future waits on: pinned (so its metadata keeps naming it), with the
+/// future's place in the wait table while a waker is there.
+struct Parked<'a> {
+    folio: Pinned<'a>,
+    came: Came,
+    waiting: Waiting,
+    _holding: Holding,
+}
+
+impl<'a> Parked<'a> {
+    fn new(folio: Pinned<'a>, came: Came) -> Parked<'a> {
+        Parked {
+            folio,
+            came,
+            waiting: Waiting(None),
+            _holding: Holding::new(),
+        }
+    }
+}
+
+/// Counts the future among those holding a folio between polls, for the memory waiters
+/// (`wait::future_pinned`), until it is polled past its wait or dropped.
+struct Holding;
+
+impl Holding {
+    fn new() -> Holding {
+        wait::future_pinned();
+        Holding
+    }
+}
+
+impl Drop for Holding {
+    fn drop(&mut self) {
+        wait::future_unpinning();
+    }
+}
+
+/// A future's waker among the memory waiters (`wait::park_for_memory`), taken out when
+/// the future polls again or is dropped.
+#[derive(Default)]
+struct MemoryWait(Option<Ticket>);
+
+impl MemoryWait {
+    /// Leaves the memory waiters; returns whether a hand-off woke this future (memory
+    /// came free for it: the wait is making progress).
+    fn leave(&mut self) -> bool {
+        match self.0.take() {
+            Some(ticket) => !wait::cancel_memory_wait(ticket),
+            None => false,
+        }
+    }
+}
+
+impl Drop for MemoryWait {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+/// A future's waker in the wait table, taken out when the future stops waiting or is
+/// dropped (a completion's `wake_all` may have taken it already: then nothing).
+struct Waiting(Option<Ticket>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(ticket) = self.0.take() {
+            wait::cancel_future(ticket);
+        }
+    }
+}
+
+/// The future of [`File::read_at_async`]: `Output = io::Result<usize>`.
+///
+/// Small while it only hits (a hit polls to `Ready` with `read_at`'s steps); what a miss
+/// or a wait needs lives in `Waits`, allocated on the first slow page.
+#[must_use = "futures do nothing unless polled"]
+pub struct ReadAtFuture<'a> {
+    file: &'a File,
+    buf: &'a mut [u8],
+    offset: u64,
+    /// Bytes copied so far.
+    done: usize,
+    /// Some once a page of this read missed or waited (`read_at`'s `slow`).
+    waits: Option<Box<Waits<'a>>>,
+}
+
+/// A future's state on its slow path.
+#[derive(Default)]
+struct Waits<'a> {
+    /// Whether the page being read now missed (`File::find_for_read`).
+    missed: bool,
+    /// When a miss first found no memory, and the future's place among the memory
+    /// waiters (`File::poll_memory`).
+    no_memory_since: Option<Instant>,
+    memory: MemoryWait,
+    /// The folio whose read the future waits for.
+    parked: Option<Parked<'a>>,
+}
+
+impl Waits<'_> {
+    /// The start of a poll: out of the memory waiters (a hand-off restarts the clock).
+    fn resume(&mut self) {
+        if self.memory.leave() {
+            self.no_memory_since = None;
+        }
+    }
+
+    /// A page is read: the next one starts afresh.
+    fn page_done(&mut self) {
+        self.missed = false;
+        self.no_memory_since = None;
+    }
+}
+
+impl std::fmt::Debug for ReadAtFuture<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadAtFuture")
+            .field("offset", &self.offset)
+            .field("len", &self.buf.len())
+            .field("done", &self.done)
+            .field(
+                "parked",
+                &self.waits.as_ref().is_some_and(|w| w.parked.is_some()),
+            )
+            .finish()
+    }
+}
+
+impl Future for ReadAtFuture<'_> {
+    type Output = io::Result<usize>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = this.step(cx);
+        if let Poll::Ready(Ok(done)) = result {
+            if this.waits.is_some() && done > 0 {
+                this.file
+                    .ra
+                    .set_prev_index(PageIndex::containing(this.offset + done as u64 - 1));
+            }
+        }
+        result
+    }
+}
+
+impl<'a> ReadAtFuture<'a> {
+    /// `read_at`'s loop, resumable at the folio it parked on.
+    fn step(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let file: &'a File = self.file;
+        if let Some(w) = self.waits.as_deref_mut() {
+            w.resume();
+        }
+        if self.buf.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let request_end = match checked_end(self.offset, self.buf.len()) {
+            Ok(end) => end,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
+        let core = file.core();
+        let last_page = PageIndex::ceil(request_end);
+        loop {
+            let end = request_end.min(file.mapping.size_bytes());
+            let pos = self.offset + self.done as u64;
+            let page = PageIndex::containing(pos);
+            let parked = match self.waits.as_deref_mut() {
+                Some(w) => match file.poll_unlocked(&mut w.parked, cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(parked) => parked,
+                },
+                None => None,
+            };
+            let found = match parked {
+                Some((folio, came)) => Found::Cached(folio, came),
+                None => {
+                    if pos >= end {
+                        return Poll::Ready(Ok(self.done));
+                    }
+                    if let Some((n, frame, head)) =
+                        file.read_optimistic(page, pos, end, &mut self.buf[self.done..])
+                    {
+                        core.mem.counters.hit();
+                        file.note_access(core.mem.arena.meta(frame), page, head);
+                        self.done += n;
+                        continue;
+                    }
+                    let w = self.waits.get_or_insert_with(Box::default);
+                    match file.find_for_read(page, last_page, &mut w.missed, Waiter::Future) {
+                        Ok(found) => found,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
+                }
+            };
+            let w = self
+                .waits
+                .as_deref_mut()
+                .expect("a slow page has its waits");
+            let (folio, came) = match found {
+                Found::PastEnd => continue, // the file shrank: `end` drops on the next turn
+                Found::NoMemory => {
+                    return file.poll_memory(&mut w.no_memory_since, &mut w.memory, cx)
+                }
+                Found::InFlight(folio, came) => {
+                    w.parked = Some(Parked::new(folio, came));
+                    continue;
+                }
+                Found::Cached(folio, came) => (folio, came),
+            };
+            let folio = match file.settle(page, folio, came) {
+                Ok(Settled::Uptodate(folio)) => folio,
+                Ok(Settled::PastEnd | Settled::Again) => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            };
+            w.page_done();
+            let end = request_end.min(file.mapping.size_bytes());
+            if pos >= end {
+                return Poll::Ready(Ok(self.done));
+            }
+            file.note_access(core.mem.arena.meta(folio.frame), page, folio.head);
+            let in_folio = (pos - folio.head.offset_bytes()) as usize;
+            let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
+            let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
+            self.buf[self.done..self.done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
+            self.done += n;
+        }
+    }
+}
+
+/// The future of [`File::get_page_async`]: `Output = io::Result<PageRef>`.
+#[must_use = "futures do nothing unless polled"]
+pub struct GetPageFuture<'a> {
+    file: &'a File,
+    offset: u64,
+    waits: Waits<'a>,
+}
+
+impl std::fmt::Debug for GetPageFuture<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetPageFuture")
+            .field("offset", &self.offset)
+            .field("parked", &self.waits.parked.is_some())
+            .finish()
+    }
+}
+
+impl Future for GetPageFuture<'_> {
+    type Output = io::Result<PageRef>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<PageRef>> {
+        let this = self.get_mut();
+        let file = this.file;
+        let w = &mut this.waits;
+        w.resume();
+        let page = PageIndex::containing(this.offset);
+        loop {
+            let found = match file.poll_unlocked(&mut w.parked, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some((folio, came))) => Found::Cached(folio, came),
+                Poll::Ready(None) => {
+                    if let Err(e) = file.check_page_offset(this.offset) {
+                        return Poll::Ready(Err(e));
+                    }
+                    match file.find_for_read(page, page.add(1), &mut w.missed, Waiter::Future) {
+                        Ok(found) => found,
+                        Err(e) => return Poll::Ready(Err(e)),
+                    }
+                }
+            };
+            let (folio, came) = match found {
+                Found::PastEnd => continue, // `check_page_offset` reports it
+                Found::NoMemory => {
+                    return file.poll_memory(&mut w.no_memory_since, &mut w.memory, cx)
+                }
+                Found::InFlight(folio, came) => {
+                    w.parked = Some(Parked::new(folio, came));
+                    continue;
+                }
+                Found::Cached(folio, came) => (folio, came),
+            };
+            match file.settle(page, folio, came) {
+                Ok(Settled::Uptodate(folio)) => return Poll::Ready(Ok(file.page_ref(folio))),
+                Ok(Settled::PastEnd | Settled::Again) => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
