@@ -434,6 +434,24 @@ typedef struct folio_file {
 } folio_file;
 
 /**
+ * One range of a `folio_read_many` batch: where to read, into what, and (written by the
+ * call) what came of it.
+ */
+typedef struct folio_read_req {
+    /**
+     * Where the bytes go: writable for `len` bytes (NULL only with `len` 0).
+     */
+    void *buf;
+    size_t len;
+    uint64_t offset;
+    /**
+     * Set by the call: the bytes read (short only at the end of the file), or a negative
+     * errno for this range alone (as `folio_read` returns them).
+     */
+    int64_t result;
+} folio_read_req;
+
+/**
  * What one handle caused since it was opened (`folio::FileStats`): the device reads of
  * its misses and of the readahead it started. A page another handle had already read
  * is a hit here. Zero for a handle that read a file back from the cache (a file just
@@ -597,6 +615,25 @@ int32_t folio_close(struct folio_file file);
  * written).
  */
 int64_t folio_read(struct folio_file file, void *buf, size_t len, uint64_t offset);
+
+/**
+ * Reads a batch of ranges of `file`, each as `folio_read` would, with the misses of all
+ * of them submitted to the device together (one submission; overlapping and adjacent
+ * ranges read once): RocksDB's MultiRead. Each `reqs[i].result` gets that range's result;
+ * a failed range does not fail the others.
+ *
+ * Returns 0 (the results are in `reqs`); -EBADF if `file` is not an open file handle;
+ * -EFAULT if `reqs` is NULL and `n` is not 0. A range with a NULL `buf` and a non-zero
+ * `len` gets -EFAULT, one whose `len` exceeds INT64_MAX or whose end overflows -EINVAL.
+ *
+ * Context: any thread; blocks until every range is read (and waits for memory, bounded,
+ * as `folio_read`). The buffers are written during the call only.
+ *
+ * # Safety
+ * `reqs` is NULL (with `n` 0) or points to `n` writable `folio_read_req`s, each `buf`
+ * NULL or writable for its `len` bytes; no two buffers overlap.
+ */
+int32_t folio_read_many(struct folio_file file, struct folio_read_req *reqs, size_t n);
 
 /**
  * Starts reading `[offset, offset + len)` of `file` into the cache and returns at once.

@@ -92,71 +92,80 @@ fn db_bench_runs_tiny_with_three_systems() {
     }
 
     // readrandom, on the same databases: the plugin at its defaults, rusage per read.
-    let json = dir.path().join("readrandom.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
-        .args([
-            "db-bench",
-            "readrandom",
-            "--quick",
-            "--runs",
-            "1",
-            "--limits-mib",
-            "8",
-            "--dbs",
-            "2",
-            "--keys",
-            "500",
-            "--threads",
-            "2",
-            "--cache-mib",
-            "1",
-            "--dir",
-        ])
-        .arg(dir.path().join("data"))
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("the folio-bench binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!("--- folio-bench db-bench readrandom\n{stdout}");
-    assert!(
-        out.status.success(),
-        "folio-bench db-bench readrandom failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the JSON file")).expect("valid JSON");
-    assert_eq!(v["workload"], "db-bench-readrandom");
-    assert_eq!(v["params"]["benchmark"], "readrandom");
-    let uri = v["params"]["fs_uri"].as_str().expect("fs_uri");
-    assert!(
-        uri.starts_with("folio://?capacity=") && !uri.contains('&'),
-        "only the capacity is passed: {uri}"
-    );
-    let rows = v["rows"].as_array().expect("rows");
-    for system in ["kernel", "direct", "folio"] {
-        let row = rows
-            .iter()
-            .find(|r| r["system"] == system && r["threads"] == 2)
-            .unwrap_or_else(|| panic!("no {system} row: {v}"));
-        assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
-        // 2 threads x 500 reads each.
-        assert_eq!(row["operations"], 1000, "{row}");
-        for key in [
-            "sys_us_per_read_median",
-            "user_us_per_read_median",
-            "sys_secs",
-        ] {
-            assert!(row[key].as_f64().is_some_and(|x| x >= 0.0), "{key}: {row}");
+    // readrandom, and the same keys in MultiGet batches (multireadrandom: RocksDB's
+    // MultiRead, the plugin's folio_read_many).
+    for benchmark in ["readrandom", "multireadrandom"] {
+        let json = dir.path().join(format!("{benchmark}.json"));
+        let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
+            .args([
+                "db-bench",
+                benchmark,
+                "--quick",
+                "--runs",
+                "1",
+                "--limits-mib",
+                "8",
+                "--dbs",
+                "2",
+                "--keys",
+                "500",
+                "--threads",
+                "2",
+                "--cache-mib",
+                "1",
+                "--dir",
+            ])
+            .arg(dir.path().join("data"))
+            .arg("--json")
+            .arg(&json)
+            .output()
+            .expect("the folio-bench binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        eprintln!("--- folio-bench db-bench {benchmark}\n{stdout}");
+        assert!(
+            out.status.success(),
+            "folio-bench db-bench {benchmark} failed: {}\n{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: Value = serde_json::from_slice(&std::fs::read(&json).expect("the JSON file"))
+            .expect("valid JSON");
+        assert_eq!(v["workload"], format!("db-bench-{benchmark}"));
+        assert_eq!(v["params"]["benchmark"], benchmark);
+        let uri = v["params"]["fs_uri"].as_str().expect("fs_uri");
+        assert!(
+            uri.starts_with("folio://?capacity=") && !uri.contains('&'),
+            "only the capacity is passed: {uri}"
+        );
+        let rows = v["rows"].as_array().expect("rows");
+        for system in ["kernel", "direct", "folio"] {
+            let row = rows
+                .iter()
+                .find(|r| r["system"] == system && r["threads"] == 2)
+                .unwrap_or_else(|| panic!("no {system} row: {v}"));
+            assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
+            // 2 threads x 500 reads each (multireadrandom: whole batches of 16).
+            let per_thread = if benchmark == "multireadrandom" {
+                496
+            } else {
+                500
+            };
+            assert_eq!(row["operations"], 2 * per_thread, "{row}");
+            for key in [
+                "sys_us_per_read_median",
+                "user_us_per_read_median",
+                "sys_secs",
+            ] {
+                assert!(row[key].as_f64().is_some_and(|x| x >= 0.0), "{key}: {row}");
+            }
+            assert!(row["vs_direct"].as_f64().is_some_and(|x| x > 0.0), "{row}");
         }
-        assert!(row["vs_direct"].as_f64().is_some_and(|x| x > 0.0), "{row}");
+        let targets = v["targets"].as_array().expect("targets");
+        assert_eq!(
+            targets.len(),
+            3,
+            "vs kernel, vs direct, system time: {targets:?}"
+        );
     }
-    let targets = v["targets"].as_array().expect("targets");
-    assert_eq!(
-        targets.len(),
-        3,
-        "vs kernel, vs direct, system time: {targets:?}"
-    );
 
     // The write workloads: a fresh database (fillrandom), and reads while a thread writes
     // over a database with every key (readwhilewriting); 1 MiB memtables, so that tables

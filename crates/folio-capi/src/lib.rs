@@ -687,6 +687,97 @@ pub unsafe extern "C" fn folio_read(
     })
 }
 
+/// One range of a `folio_read_many` batch: where to read, into what, and (written by the
+/// call) what came of it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct folio_read_req {
+    /// Where the bytes go: writable for `len` bytes (NULL only with `len` 0).
+    pub buf: *mut std::ffi::c_void,
+    pub len: usize,
+    pub offset: u64,
+    /// Set by the call: the bytes read (short only at the end of the file), or a negative
+    /// errno for this range alone (as `folio_read` returns them).
+    pub result: i64,
+}
+
+/// Reads a batch of ranges of `file`, each as `folio_read` would, with the misses of all
+/// of them submitted to the device together (one submission; overlapping and adjacent
+/// ranges read once): RocksDB's MultiRead. Each `reqs[i].result` gets that range's result;
+/// a failed range does not fail the others.
+///
+/// Returns 0 (the results are in `reqs`); -EBADF if `file` is not an open file handle;
+/// -EFAULT if `reqs` is NULL and `n` is not 0. A range with a NULL `buf` and a non-zero
+/// `len` gets -EFAULT, one whose `len` exceeds INT64_MAX or whose end overflows -EINVAL.
+///
+/// Context: any thread; blocks until every range is read (and waits for memory, bounded,
+/// as `folio_read`). The buffers are written during the call only.
+///
+/// # Safety
+/// `reqs` is NULL (with `n` 0) or points to `n` writable `folio_read_req`s, each `buf`
+/// NULL or writable for its `len` bytes; no two buffers overlap.
+#[no_mangle]
+pub unsafe extern "C" fn folio_read_many(
+    file: folio_file,
+    reqs: *mut folio_read_req,
+    n: usize,
+) -> i32 {
+    const CALL: &str = "folio_read_many";
+    boundary(CALL, || {
+        let guard = handle::pin();
+        let f = FILES
+            .get(file.id, &guard)
+            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+        if n == 0 {
+            return Ok(0);
+        }
+        if reqs.is_null() {
+            return Err(Failure::new(
+                libc::EFAULT,
+                format!("{CALL}: reqs is NULL for {n} ranges"),
+            ));
+        }
+        // SAFETY: non-null, and the caller guarantees `n` writable requests.
+        let reqs = unsafe { std::slice::from_raw_parts_mut(reqs, n) };
+        // The ranges folio reads (the valid ones), and which request each belongs to.
+        let mut reads: Vec<(u64, &mut [u8])> = Vec::with_capacity(n);
+        let mut owners = Vec::with_capacity(n);
+        for (i, req) in reqs.iter_mut().enumerate() {
+            req.result = 0;
+            if req.len == 0 {
+                continue;
+            }
+            if req.buf.is_null() {
+                req.result = -i64::from(libc::EFAULT);
+                continue;
+            }
+            if req.len > i64::MAX as usize || req.offset.checked_add(req.len as u64).is_none() {
+                req.result = -i64::from(libc::EINVAL);
+                continue;
+            }
+            // As in `folio_read`: only the bytes up to the end of the file are written.
+            let len = (req.len as u64).min(f.len().saturating_sub(req.offset)) as usize;
+            if len == 0 {
+                continue;
+            }
+            // SAFETY: `buf` is non-null and writable for `req.len` bytes, of which this is
+            // a prefix (the caller's duty); `len <= i64::MAX`; the buffers do not overlap.
+            let dst = unsafe { std::slice::from_raw_parts_mut(req.buf.cast::<u8>(), len) };
+            reads.push((req.offset, dst));
+            owners.push(i);
+        }
+        let results = f.read_many(&mut reads);
+        drop(reads);
+        for (i, result) in owners.into_iter().zip(results) {
+            reqs[i].result = match result {
+                Ok(bytes) => bytes as i64,
+                Err(e) => -i64::from(error::errno_of(&e)),
+            };
+        }
+        Ok(0)
+    })
+}
+
 /// Starts reading `[offset, offset + len)` of `file` into the cache and returns at once.
 /// Pages cached or in flight are skipped at no cost (no I/O, no lock), so overlapping
 /// calls from many threads are cheap; the range past the end of the file is ignored.

@@ -137,6 +137,58 @@ impl Fill<'_> {
         Ok(())
     }
 
+    /// Reads the gaps of a batch of reads (`File::read_many`), sorted and disjoint, with
+    /// one submission: each gap allocated in folios (the first with `AllocMode::Wait`, as
+    /// a reader's own miss; the rest without waiting, since this thread then holds LOCKED
+    /// folios), inserted gap by gap, and every read submitted in one `Backend::submit`.
+    /// Stops at an allocation that fails, or at an eighth of the cache (as one miss's
+    /// run): the callers' own misses read the rest. Returns the pages inserted.
+    ///
+    /// Context: no lock held, no folio pinned by the caller. May sleep in the first
+    /// allocation; does not wait for the reads.
+    pub(crate) fn read_gaps(&self, gaps: &[(PageIndex, PageIndex)]) -> u64 {
+        let core = self.core();
+        let mut budget_pages = (u64::from(core.mem.arena.frame_count()) / 8).max(1);
+        let mut requests = Vec::new();
+        let mut inserted = 0;
+        let mut mode = AllocMode::Wait;
+        'gaps: for &(start, end) in gaps {
+            let mut run = Vec::new();
+            let mut at = start;
+            while at < end && budget_pages > 0 {
+                let want = Order::largest_fitting(
+                    at,
+                    (end.0 - at.0).min(budget_pages),
+                    core.folio_order_max,
+                );
+                let Ok((frame, order)) = core.alloc_folio(want, mode) else {
+                    inserted += self.insert_run(run, &mut requests);
+                    break 'gaps;
+                };
+                mode = AllocMode::NoWait;
+                core.mem
+                    .arena
+                    .meta(frame)
+                    .set_identity(self.mapping.id, at, order);
+                run.push(NewFolio {
+                    frame,
+                    order,
+                    head: at,
+                });
+                at = at.add(order.pages());
+                budget_pages = budget_pages.saturating_sub(order.pages());
+            }
+            inserted += self.insert_run(run, &mut requests);
+            if budget_pages == 0 {
+                break;
+            }
+        }
+        if !requests.is_empty() {
+            self.cache.backend.submit(requests);
+        }
+        inserted
+    }
+
     /// Inserts a run of LOCKED folios in one walk under one hold of the index lock, gives
     /// back those a racing reader placed first, and returns the reads for the rest: one
     /// per contiguous run, at most `IO_BYTES_MAX` each. Returns the pages inserted too.

@@ -34,6 +34,8 @@ use std::process::Command;
 use serde_json::json;
 
 mod readrandom;
+
+use readrandom::PointReads;
 mod write;
 
 use super::{measure_systems, mib, threads_or, Env, Metric, Report, System, Workload};
@@ -55,6 +57,9 @@ pub enum Benchmark {
     /// `readrandom`: random keys of random databases, the plugin at its default options,
     /// with system time per read (issue 13).
     Readrandom,
+    /// `multireadrandom`: readrandom's keys in MultiGet batches (`--batch-size`), which
+    /// RocksDB reads with one MultiRead per table file (issue 17).
+    Multireadrandom,
     /// `fillseq`: keys in order into a fresh database, every file through each system
     /// (issue 15).
     Fillseq,
@@ -71,9 +76,13 @@ pub struct Args {
     /// db_bench's benchmark
     #[arg(value_enum, default_value_t = Benchmark::Readseq)]
     pub benchmark: Benchmark,
-    /// Reads per thread of `readrandom` (db_bench's `--reads`) [default: --keys]
+    /// Reads per thread of `readrandom` and `multireadrandom` (db_bench's `--reads`)
+    /// [default: --keys]
     #[arg(long)]
     pub reads: Option<u64>,
+    /// Keys per MultiGet of `multireadrandom` (db_bench's `--batch_size`) [default: 16]
+    #[arg(long)]
+    pub batch_size: Option<u64>,
     /// Seconds each reader of `readwhilewriting` reads (db_bench's `--duration`) [default:
     /// 30; --quick: none, each reader reads --keys keys]
     #[arg(long)]
@@ -118,8 +127,16 @@ impl Workload for Args {
     }
 
     fn run(&self, env: &Env) -> io::Result<Report> {
-        if self.benchmark == Benchmark::Readrandom {
-            return readrandom::run(self, env);
+        match self.benchmark {
+            Benchmark::Readrandom => return readrandom::run(self, env, PointReads::Single),
+            Benchmark::Multireadrandom => {
+                let batch = self
+                    .batch_size
+                    .unwrap_or(readrandom::BATCH_SIZE_DEFAULT)
+                    .max(1);
+                return readrandom::run(self, env, PointReads::Batched { batch });
+            }
+            _ => {}
         }
         if write::db_bench_name(self.benchmark).is_some() {
             return write::run(self, env);

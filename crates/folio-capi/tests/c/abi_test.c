@@ -264,6 +264,36 @@ static void test_reads(folio_cache cache, folio_file f) {
 }
 
 /* folio_stats_format prints every field as name=value, like snprintf. */
+/* folio_read_many: a batch with valid, empty, past-the-end and bad ranges; each range
+   gets its own result, the valid ones the file's bytes. */
+static void test_read_many(folio_file f) {
+    uint8_t *a = malloc(8192), *b = malloc(100), *c = malloc(4096);
+    folio_read_req reqs[6] = {
+        {a, 8192, 3 * 4096 + 5, 0},        /* unaligned, three pages */
+        {b, 100, FILE_BYTES - 40, 0},      /* short at the end */
+        {c, 0, 0, 0},                      /* empty */
+        {NULL, 10, 0, 0},                  /* NULL buffer */
+        {c, 4096, UINT64_MAX - 5, 0},      /* overflow */
+        {c, 4096, 700 * 4096, 0},
+    };
+    CHECK(folio_read_many(f, reqs, 6) == 0);
+    CHECK(reqs[0].result == 8192 && matches_pattern(a, 3 * 4096 + 5, 8192));
+    CHECK(reqs[1].result == 40 && matches_pattern(b, FILE_BYTES - 40, 40));
+    CHECK(reqs[2].result == 0);
+    CHECK(reqs[3].result == -EFAULT);
+    CHECK(reqs[4].result == -EINVAL);
+    CHECK(reqs[5].result == 4096 && matches_pattern(c, 700 * 4096, 4096));
+    CHECK(folio_read_many(f, NULL, 0) == 0);
+    CHECK(folio_read_many(f, NULL, 3) == -EFAULT);
+    {
+        folio_file z = {0};
+        CHECK(folio_read_many(z, reqs, 1) == -EBADF);
+    }
+    free(a);
+    free(b);
+    free(c);
+}
+
 static void test_stats_format(folio_cache cache) {
     folio_stats s;
     char line[4096], small[16];
@@ -1203,6 +1233,7 @@ int main(int argc, char **argv) {
     test_open_errors(c);
     CHECK(folio_open(c, path_pattern, &f) == 0);
     test_reads(c, f);
+    test_read_many(f);
     test_stats_format(c);
     test_readahead_and_advise(f);
     test_bad_file_handles(c, f);

@@ -18,6 +18,7 @@
 //! cache-wide limit (`readahead::ReadaheadLimit`) when a window is decided, never on a hit.
 
 mod async_read;
+mod read_many;
 mod write;
 
 pub use async_read::{GetPageFuture, ReadAtFuture};

@@ -15,6 +15,11 @@
 //! `plugins/rocksdb/db_bench_folio.sh` execs after its checks) so that the rusage is
 //! db_bench's alone, not also the script's `ldd` and test runs.
 //!
+//! `db-bench multireadrandom` (issue 17) is the same run of db_bench's `multireadrandom`
+//! with `--multiread_batched=1` (RocksDB's batched MultiGet: the blocks a batch needs from
+//! one table file in one `MultiRead`, which the plugin hands to `folio_read_many`) and
+//! `--batch_size` keys per batch.
+//!
 //! Limits: the rusage covers the whole process, so it includes opening the databases
 //! (reading every table's footer, index and filter), the same for every system; the
 //! per-read figures divide it by the reads of the timed benchmark only. db_bench's "F of
@@ -39,7 +44,41 @@ use crate::workloads::{mib, threads_or, Env, Metric, Report, Row, System, Target
 /// Rounds outside `--quick`: the issue asks for medians of at least five.
 pub const ROUNDS_MIN: usize = 5;
 
-pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
+/// Keys per `multireadrandom` batch [default of `--batch-size`]: what RocksDB's MultiGet
+/// benchmarks use.
+pub const BATCH_SIZE_DEFAULT: u64 = 16;
+
+/// Which of db_bench's point-read benchmarks runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointReads {
+    /// `readrandom`: one Get per key.
+    Single,
+    /// `multireadrandom --multiread_batched=1`: MultiGet of `batch` keys.
+    Batched { batch: u64 },
+}
+
+impl PointReads {
+    /// db_bench's name of the benchmark (its `--benchmarks` and its result line).
+    pub fn name(self) -> &'static str {
+        match self {
+            PointReads::Single => "readrandom",
+            PointReads::Batched { .. } => "multireadrandom",
+        }
+    }
+
+    fn flags(self) -> Vec<String> {
+        match self {
+            PointReads::Single => Vec::new(),
+            PointReads::Batched { batch } => vec![
+                "--multiread_batched=1".into(),
+                format!("--batch_size={batch}"),
+            ],
+        }
+    }
+}
+
+pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
+    let name = kind.name();
     let threads = threads_or(&args.threads, env.scale.pick(&[4], &[32]));
     let dbs = args.dbs.unwrap_or(env.scale.pick(4, 32)).max(1);
     let keys = args.keys.unwrap_or(env.scale.pick(2000, 5000)).max(1);
@@ -58,8 +97,15 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     // What a user passes: the capacity. Everything else is the plugin's default.
     let fs_uri = format!("folio://?capacity={folio_capacity_mib}M");
 
-    let mut report = Report::new("db-bench-readrandom", Metric::OpsPerSec);
-    report.param("benchmark", "readrandom");
+    let workload = match kind {
+        PointReads::Single => "db-bench-readrandom",
+        PointReads::Batched { .. } => "db-bench-multireadrandom",
+    };
+    let mut report = Report::new(workload, Metric::OpsPerSec);
+    report.param("benchmark", name);
+    if let PointReads::Batched { batch } = kind {
+        report.param("batch_size", batch);
+    }
     report.param("threads", threads.clone());
     report.param("num_multi_db", dbs);
     report.param("num", keys);
@@ -77,8 +123,8 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     report.param("db_bench", DB_BENCH);
 
     let base_args = |t: usize| -> Vec<String> {
-        vec![
-            "--benchmarks=readrandom".into(),
+        let mut flags: Vec<String> = vec![
+            format!("--benchmarks={name}"),
             "--use_existing_db=1".into(),
             format!("--db={}", db.display()),
             format!("--num_multi_db={dbs}"),
@@ -89,7 +135,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             format!("--cache_size={cache_bytes}"),
             "--histogram=1".into(),
             "--verify_checksum=1".into(),
-        ]
+        ];
+        flags.extend(kind.flags());
+        flags
     };
     let scratch = env.dir.join("db-bench-output");
     std::fs::create_dir_all(&scratch)?;
@@ -107,11 +155,11 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             }
             _ => {}
         }
-        run_measured(&mut cmd, system, &scratch)
+        run_measured(&mut cmd, name, system, &scratch)
     };
 
     let steps = (rounds * SYSTEMS.len() + 1) * threads.len();
-    let bar = env.bar("db-bench readrandom", steps as u64);
+    let bar = env.bar(&format!("db-bench {name}"), steps as u64);
     for &t in &threads {
         bar.set_message(format!("{} threads={t} warm-up turn", SYSTEMS[0]));
         measure(SYSTEMS[0], t)?;
@@ -175,12 +223,12 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             figure(System::Folio, "user_us_per_read_median").unwrap_or(f64::NAN),
         ));
         report.targets.push(Target::at_least(
-            format!("db-bench readrandom {t} threads: folio / kernel ops/s"),
+            format!("db-bench {name} {t} threads: folio / kernel ops/s"),
             rows.ratio(System::Folio, t),
             1.0,
         ));
         report.targets.push(Target::at_least(
-            format!("db-bench readrandom {t} threads: folio / direct ops/s"),
+            format!("db-bench {name} {t} threads: folio / direct ops/s"),
             figure(System::Folio, "vs_direct"),
             1.0,
         ));
@@ -193,7 +241,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         };
         report.targets.push(Target {
             what: format!(
-                "db-bench readrandom {t} threads: folio sys time per read / direct's, at most"
+                "db-bench {name} {t} threads: folio sys time per read / direct's, at most"
             ),
             measured: sys,
             required: 1.0,
@@ -315,29 +363,30 @@ pub fn run_with_usage(
     ))
 }
 
-/// Runs one db_bench readrandom and turns its output and rusage into a run.
-fn run_measured(cmd: &mut Command, system: System, scratch: &Path) -> io::Result<RunResult> {
+/// Runs one db_bench `name` (readrandom, multireadrandom) and turns its output and rusage
+/// into a run.
+fn run_measured(
+    cmd: &mut Command,
+    name: &str,
+    system: System,
+    scratch: &Path,
+) -> io::Result<RunResult> {
     let (code, stdout, stderr, usage) = run_with_usage(cmd, scratch)?;
     if code != 0 {
         return Err(io::Error::other(format!(
-            "db_bench readrandom ({system}) failed (exit {code}; a negative code is the \
+            "db_bench {name} ({system}) failed (exit {code}; a negative code is the \
              signal that ended it, e.g. an --fs_uri nothing registered):\n{}{}",
             tail(&stdout, 20),
             tail(&stderr, 20)
         )));
     }
-    parse_run(&stdout, usage).ok_or_else(|| {
+    parse_run(&stdout, name, usage).ok_or_else(|| {
         io::Error::other(format!(
-            "db_bench readrandom ({system}): no `readrandom :` line, percentiles or \
+            "db_bench {name} ({system}): no `{name} :` line, percentiles or \
              `N of M found` in its output, or not every key found:\n{}",
             tail(&stdout, 30)
         ))
     })
-}
-
-/// db_bench's `(F of N found)` on its readrandom line.
-pub fn parse_found(stdout: &str) -> Option<(u64, u64)> {
-    parse_found_of(stdout, "readrandom")
 }
 
 /// db_bench's `(F of N found)` on the line of `benchmark`.
@@ -353,11 +402,11 @@ pub fn parse_found_of(stdout: &str, benchmark: &str) -> Option<(u64, u64)> {
     }
 }
 
-/// A run from db_bench's readrandom output and the process's rusage; `None` if a figure
-/// is missing or a key was not found.
-pub fn parse_run(stdout: &str, usage: ChildUsage) -> Option<RunResult> {
-    let p = parse_benchmark_output(stdout, "readrandom")?;
-    let (found, asked) = parse_found(stdout)?;
+/// A run from db_bench's output of `name` (readrandom, multireadrandom) and the process's
+/// rusage; `None` if a figure is missing or a key was not found.
+pub fn parse_run(stdout: &str, name: &str, usage: ChildUsage) -> Option<RunResult> {
+    let p = parse_benchmark_output(stdout, name)?;
+    let (found, asked) = parse_found_of(stdout, name)?;
     if found != asked {
         return None;
     }
@@ -393,14 +442,14 @@ Percentiles: P50: 30.12 P75: 45.00 P99: 180.50 P99.9: 400.00 P99.99: 900.00
 
     #[test]
     fn parses_readrandom_and_rusage() {
-        assert_eq!(parse_found(OUT), Some((8000, 8000)));
+        assert_eq!(parse_found_of(OUT, "readrandom"), Some((8000, 8000)));
         let usage = ChildUsage {
             user_secs: 0.4,
             sys_secs: 0.8,
             max_rss_kib: 1000,
             ..ChildUsage::default()
         };
-        let r = parse_run(OUT, usage).expect("a run");
+        let r = parse_run(OUT, "readrandom", usage).expect("a run");
         assert_eq!(r.ops, 8000);
         assert!((r.ops_per_sec() - 25138.0).abs() < 1.0);
         assert_eq!((r.p50_us, r.p99_us), (30.12, 180.50));
@@ -408,7 +457,7 @@ Percentiles: P50: 30.12 P75: 45.00 P99: 180.50 P99.9: 400.00 P99.99: 900.00
         assert!((sys - 100.0).abs() < 1e-9, "0.8 s over 8000 reads: {sys}");
         let missing = OUT.replace("(8000 of 8000 found)", "(7999 of 8000 found)");
         assert!(
-            parse_run(&missing, usage).is_none(),
+            parse_run(&missing, "readrandom", usage).is_none(),
             "a key not found fails"
         );
     }

@@ -185,6 +185,9 @@ struct Plan {
     reads: Vec<(u64, usize)>,
     /// Every write submitted, as the reads are.
     writes: Vec<(u64, usize)>,
+    /// The reads of each submission (a `submit` or `submit_waited` call) that had any,
+    /// in order: how a caller batches its reads. Bounded by `LOG_REQUESTS_MAX`.
+    read_batches: Vec<usize>,
 }
 
 /// Requests each log keeps; later ones are not recorded.
@@ -268,6 +271,10 @@ impl FaultBackend {
             .collect();
         let fates: Vec<Fate> = {
             let mut plan = self.faults.lock_plan();
+            let reads = batch.iter().filter(|r| r.op == Op::Read).count();
+            if reads > 0 && plan.read_batches.len() < LOG_REQUESTS_MAX {
+                plan.read_batches.push(reads);
+            }
             batch
                 .iter()
                 .zip(&files)
@@ -550,6 +557,13 @@ impl FaultControl {
     /// (file offset, length), in submission order; empties the log.
     pub fn take_requests(&self) -> Vec<(u64, usize)> {
         std::mem::take(&mut self.faults.lock_plan().reads)
+    }
+
+    /// The number of reads in each submission that had any (one `Backend::submit` or
+    /// `submit_waited` call each), since the backend was built or this log was last
+    /// taken, in order; empties the log.
+    pub fn take_read_batches(&self) -> Vec<usize> {
+        std::mem::take(&mut self.faults.lock_plan().read_batches)
     }
 
     /// The writes submitted since the backend was built or this log was last taken, as
