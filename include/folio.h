@@ -76,6 +76,13 @@
 #define FOLIO_ADVICE_DONTNEED 4
 
 /**
+ * `folio_advise`: this handle's reads will not be reused (POSIX_FADV_NOREUSE): the pages
+ * they bring in are evicted first, the cached pages they read are not counted as used;
+ * until FOLIO_ADVICE_NORMAL.
+ */
+#define FOLIO_ADVICE_NOREUSE 5
+
+/**
  * The smallest capacity a cache accepts, in bytes (16 pages of 4 KiB).
  */
 #define FOLIO_CAPACITY_BYTES_MIN 65536
@@ -105,6 +112,18 @@
  * The expiry age of dirty data `folio_cache_options_init` sets: 5 s.
  */
 #define FOLIO_DIRTY_EXPIRE_MS_DEFAULT 5000
+
+/**
+ * `folio_read_hint`: an ordinary read (the handle's advice decides).
+ */
+#define FOLIO_READ_NORMAL 0
+
+/**
+ * `folio_read_hint`: a read that will not come back (a one-time scan, a compaction's
+ * input): the pages it brings in leave the cache first, and the cached pages it reads are
+ * not counted as used.
+ */
+#define FOLIO_READ_NOREUSE 1
 
 /**
  * `folio_open2`: open for writing too (`folio_write`, `folio_set_len`); without it the
@@ -617,6 +636,22 @@ int32_t folio_close(struct folio_file file);
 int64_t folio_read(struct folio_file file, void *buf, size_t len, uint64_t offset);
 
 /**
+ * `folio_read` with a hint for this read only: FOLIO_READ_NORMAL or FOLIO_READ_NOREUSE.
+ *
+ * Returns as `folio_read`; -EINVAL for an unknown hint too.
+ *
+ * Context: as `folio_read`.
+ *
+ * # Safety
+ * As `folio_read`.
+ */
+int64_t folio_read_hint(struct folio_file file,
+                        void *buf,
+                        size_t len,
+                        uint64_t offset,
+                        uint32_t hint);
+
+/**
  * Reads a batch of ranges of `file`, each as `folio_read` would, with the misses of all
  * of them submitted to the device together (one submission; overlapping and adjacent
  * ranges read once): RocksDB's MultiRead. Each `reqs[i].result` gets that range's result;
@@ -651,7 +686,9 @@ int32_t folio_readahead(struct folio_file file, uint64_t offset, uint64_t len);
  * Tells folio how `file` will be read, like posix_fadvise(2): FOLIO_ADVICE_NORMAL,
  * _SEQUENTIAL and _RANDOM set this handle's readahead (the range is ignored, as the
  * kernel does); _WILLNEED reads the range ahead (as `folio_readahead`); _DONTNEED drops
- * the range's whole cached pages that no reader holds, for every handle of the file.
+ * the range's whole cached pages that no reader holds, for every handle of the file;
+ * _NOREUSE makes this handle's reads one-time reads (a scan that never displaces the
+ * working set) until _NORMAL.
  *
  * Returns 0; -EBADF if `file` is not an open file handle; -EINVAL for an unknown advice
  * or if `offset + len` overflows.

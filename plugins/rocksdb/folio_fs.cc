@@ -170,6 +170,8 @@ enum Counter {
   kWrittenReadOpens,
   kWrittenReadIoBytes,
   kOlderReadIoBytes,
+  // Reads RocksDB made at background priority (compaction inputs), read as no-reuse.
+  kReadsNoReuse,
   kCounters,
 };
 
@@ -188,7 +190,7 @@ constexpr const char* kCounterNames[kCounters] = {
     "write_hints_short",
     "write_hints_medium",  "write_hints_long",  "write_hints_extreme",
     "cold_temperature_files", "written_files_opened_for_read",
-    "written_files_read_io_bytes", "older_files_read_io_bytes",
+    "written_files_read_io_bytes", "older_files_read_io_bytes", "reads_noreuse",
 };
 
 constexpr unsigned kStripes = 16;
@@ -568,11 +570,20 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
     folio_close(file_);
   }
 
-  IOStatus Read(uint64_t offset, size_t n, const IOOptions& /*options*/, Slice* result,
+  // A read at IO_LOW rate-limiter priority is a compaction's (RocksDB 7.8 has no
+  // IOOptions::io_activity; its compactions read their inputs at Env::IO_LOW, user reads
+  // at IO_TOTAL): its blocks are read once, so folio reads them as no-reuse and they never
+  // displace the blocks user reads keep hot.
+  IOStatus Read(uint64_t offset, size_t n, const IOOptions& options, Slice* result,
                 char* scratch, IODebugContext* /*dbg*/) const override {
     Count(kReads);
     Count(kReadBytesAsked, n);
-    const int64_t got = folio_read(file_, scratch, n, offset);
+    uint32_t hint = FOLIO_READ_NORMAL;
+    if (options.rate_limiter_priority == Env::IO_LOW) {
+      Count(kReadsNoReuse);
+      hint = FOLIO_READ_NOREUSE;
+    }
+    const int64_t got = folio_read_hint(file_, scratch, n, offset, hint);
     if (got < 0) {
       Count(kReadErrors);
       *result = Slice();

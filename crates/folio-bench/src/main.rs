@@ -5,7 +5,7 @@
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, writeseq,
-//!     randwrite, randrw, limits, db-bench, scale, compare; and soak [--seconds N] (faults
+//!     randwrite, randrw, limits, db-bench, scale, scan-mix, compare; and soak [--seconds N] (faults
 //!     injected, every byte and fault accounted)
 //! ```
 //!
@@ -35,7 +35,7 @@ use serde_json::json;
 use kernel::WarmMethod;
 use workloads::{
     compare, db_bench, limits, pread_scale, randread, randrw, randwrite, readahead_storm, readseq,
-    rw, scale, writeseq, Env, Report, Scale, Workload,
+    rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
 };
 
 /// How folio's caches get their memory in every workload: the library's default
@@ -174,6 +174,14 @@ enum Command {
         #[command(flatten)]
         args: db_bench::Args,
     },
+    /// Zipf point reads beside a recurring one-time scan, the scan with and without
+    /// Advice::NoReuse, over a cache a tenth of the data (issue 17; not in compare)
+    ScanMix {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: scan_mix::Args,
+    },
     /// Per-read cost of 4 KiB hits against open files, cache size and threads, beside the
     /// kernel and memcpy at the same spots (issue 13; not in compare)
     Scale {
@@ -226,6 +234,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::Limits { common, args } => (common, Some(Box::new(args))),
         Command::DbBench { common, args } => (common, Some(Box::new(args))),
         Command::Scale { common, args } => (common, Some(Box::new(args))),
+        Command::ScanMix { common, args } => (common, Some(Box::new(args))),
         Command::Compare { common } => (common, None),
     };
     let started = Instant::now();

@@ -157,6 +157,7 @@ fn color_of(system: &str, index: usize) -> RGBColor {
         Some(System::Folio) => RGBColor(0x1f, 0x77, 0xb4),
         Some(System::FolioPinned) => RGBColor(0x6b, 0xae, 0xd6),
         Some(System::FolioAsync) => RGBColor(0x39, 0x3b, 0x79),
+        Some(System::FolioNoHint) => RGBColor(0xbc, 0xbd, 0x22),
         Some(System::Kernel) => RGBColor(0xd6, 0x27, 0x28),
         Some(System::Direct) => RGBColor(0x2c, 0xa0, 0x2c),
         Some(System::Memcpy) => RGBColor(0xff, 0x7f, 0x0e),

@@ -434,6 +434,41 @@ fn every_workload_runs_tiny_with_the_promised_json() {
     );
     check_scale(&v);
 
+    // scan-mix: point reads beside a scan, the scan with and without NoReuse.
+    let v = run(
+        d,
+        "scan-mix",
+        &[
+            "scan-mix",
+            "--data-mib",
+            "32",
+            "--threads",
+            "2",
+            "--duration-secs",
+            "0.3",
+            "--warmup-secs",
+            "0.2",
+        ],
+    );
+    assert_eq!(v["workload"], "scan-mix");
+    let rows = v["rows"].as_array().expect("rows");
+    for system in ["folio", "folio-no-hint"] {
+        let r = row(rows, system, 2);
+        assert!(r["ops_per_sec"].as_f64() > Some(0.0), "{r}");
+        assert_eq!(
+            r["bytes_read"], r["bytes_verified"],
+            "every byte checked: {r}"
+        );
+        assert!(
+            r["hit_ratio"]
+                .as_f64()
+                .is_some_and(|h| (0.0..=1.0).contains(&h)),
+            "{r}"
+        );
+        assert!(r["scan_mb_per_sec"].as_f64() > Some(0.0), "{r}");
+    }
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(2));
+
     let v = run(
         d,
         "writeseq",

@@ -53,7 +53,7 @@ use std::ffi::{c_char, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File, Prefault};
+use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File, Prefault, ReadHint};
 
 use crate::error::{boundary, copy_last_message, Failure};
 use crate::handle::{Kind, Registry};
@@ -106,6 +106,10 @@ pub const FOLIO_ADVICE_SEQUENTIAL: u32 = 2;
 pub const FOLIO_ADVICE_WILLNEED: u32 = 3;
 /// `folio_advise`: the range will not be read again: drop its unpinned cached pages.
 pub const FOLIO_ADVICE_DONTNEED: u32 = 4;
+/// `folio_advise`: this handle's reads will not be reused (POSIX_FADV_NOREUSE): the pages
+/// they bring in are evicted first, the cached pages they read are not counted as used;
+/// until FOLIO_ADVICE_NORMAL.
+pub const FOLIO_ADVICE_NOREUSE: u32 = 5;
 
 // Literals, so that cbindgen can write them; the asserts keep them equal to the library's.
 /// The smallest capacity a cache accepts, in bytes (16 pages of 4 KiB).
@@ -644,31 +648,86 @@ pub unsafe extern "C" fn folio_read(
     len: usize,
     offset: u64,
 ) -> i64 {
-    const CALL: &str = "folio_read";
-    boundary(CALL, || {
+    // SAFETY: the caller's guarantee for `buf`, passed on.
+    unsafe { read_with("folio_read", file, buf, len, offset, None) }
+}
+
+/// `folio_read_hint`: an ordinary read (the handle's advice decides).
+pub const FOLIO_READ_NORMAL: u32 = 0;
+/// `folio_read_hint`: a read that will not come back (a one-time scan, a compaction's
+/// input): the pages it brings in leave the cache first, and the cached pages it reads are
+/// not counted as used.
+pub const FOLIO_READ_NOREUSE: u32 = 1;
+
+/// `folio_read` with a hint for this read only: FOLIO_READ_NORMAL or FOLIO_READ_NOREUSE.
+///
+/// Returns as `folio_read`; -EINVAL for an unknown hint too.
+///
+/// Context: as `folio_read`.
+///
+/// # Safety
+/// As `folio_read`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_read_hint(
+    file: folio_file,
+    buf: *mut std::ffi::c_void,
+    len: usize,
+    offset: u64,
+    hint: u32,
+) -> i64 {
+    const CALL: &str = "folio_read_hint";
+    let hint = match hint {
+        FOLIO_READ_NORMAL => ReadHint::Normal,
+        FOLIO_READ_NOREUSE => ReadHint::NoReuse,
+        other => {
+            return boundary(CALL, || -> Result<i64, Failure> {
+                Err(Failure::new(
+                    libc::EINVAL,
+                    format!("{CALL}: unknown hint {other}"),
+                ))
+            })
+        }
+    };
+    // SAFETY: the caller's guarantee for `buf`, passed on.
+    unsafe { read_with(CALL, file, buf, len, offset, Some(hint)) }
+}
+
+/// The body of `folio_read` and `folio_read_hint` (`None`: the handle's own hint).
+///
+/// # Safety
+/// As `folio_read`.
+unsafe fn read_with(
+    call: &'static str,
+    file: folio_file,
+    buf: *mut std::ffi::c_void,
+    len: usize,
+    offset: u64,
+    hint: Option<ReadHint>,
+) -> i64 {
+    boundary(call, || {
         let guard = handle::pin();
         let f = FILES
             .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+            .map_err(|_| bad_handle(call, "file", file.id))?;
         if len == 0 {
             return Ok(0);
         }
         if buf.is_null() {
             return Err(Failure::new(
                 libc::EFAULT,
-                format!("{CALL}: buf is NULL for a read of {len} bytes"),
+                format!("{call}: buf is NULL for a read of {len} bytes"),
             ));
         }
         if len > i64::MAX as usize {
             return Err(Failure::new(
                 libc::EINVAL,
-                format!("{CALL}: length {len} exceeds INT64_MAX"),
+                format!("{call}: length {len} exceeds INT64_MAX"),
             ));
         }
         if offset.checked_add(len as u64).is_none() {
             return Err(Failure::new(
                 libc::EINVAL,
-                format!("{CALL}: offset {offset} + length {len} overflows"),
+                format!("{call}: offset {offset} + length {len} overflows"),
             ));
         }
         // Only the bytes up to the end of the file can be written: the slice covers no
@@ -682,7 +741,10 @@ pub unsafe extern "C" fn folio_read(
         // slice within `isize::MAX`; the memory belongs to the caller, and nothing else in
         // this process aliases it during the call (the caller's duty, as with pread).
         let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
-        let n = f.read_at(dst, offset).map_err(|e| Failure::io(CALL, &e))?;
+        let hint = hint.unwrap_or_else(|| f.hint());
+        let n = f
+            .read_at_hint(dst, offset, hint)
+            .map_err(|e| Failure::io(call, &e))?;
         Ok(n as i64)
     })
 }
@@ -803,7 +865,9 @@ pub extern "C" fn folio_readahead(file: folio_file, offset: u64, len: u64) -> i3
 /// Tells folio how `file` will be read, like posix_fadvise(2): FOLIO_ADVICE_NORMAL,
 /// _SEQUENTIAL and _RANDOM set this handle's readahead (the range is ignored, as the
 /// kernel does); _WILLNEED reads the range ahead (as `folio_readahead`); _DONTNEED drops
-/// the range's whole cached pages that no reader holds, for every handle of the file.
+/// the range's whole cached pages that no reader holds, for every handle of the file;
+/// _NOREUSE makes this handle's reads one-time reads (a scan that never displaces the
+/// working set) until _NORMAL.
 ///
 /// Returns 0; -EBADF if `file` is not an open file handle; -EINVAL for an unknown advice
 /// or if `offset + len` overflows.
@@ -823,6 +887,7 @@ pub extern "C" fn folio_advise(file: folio_file, offset: u64, len: u64, advice: 
             FOLIO_ADVICE_SEQUENTIAL => Advice::Sequential,
             FOLIO_ADVICE_WILLNEED => Advice::WillNeed,
             FOLIO_ADVICE_DONTNEED => Advice::DontNeed,
+            FOLIO_ADVICE_NOREUSE => Advice::NoReuse,
             other => {
                 return Err(Failure::new(
                     libc::EINVAL,

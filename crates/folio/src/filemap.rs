@@ -26,7 +26,7 @@ use std::io;
 use std::sync::Arc;
 
 use crate::dirty::{BlockMask, Prior};
-use crate::eviction::Admission;
+use crate::eviction::{Admission, ReadHint};
 use crate::index::{Entry, IndexWriteGuard, Leave, Mark, NewFolio};
 use crate::io::sync::finish_read;
 use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
@@ -55,6 +55,9 @@ pub(crate) struct Fill<'a> {
     pub fd: &'a Arc<StdFile>,
     /// The handle's own counters: its reads are counted there too.
     pub handle: &'a HandleCounters,
+    /// How the folios it inserts enter the eviction policy (`ReadHint::NoReuse`: the
+    /// no-reuse queue, evicted first).
+    pub reuse: ReadHint,
 }
 
 /// Who waits for a miss's read, which decides how it is submitted.
@@ -254,6 +257,11 @@ impl Fill<'_> {
             }
             if shadow.is_some() {
                 stats::bump(&core.mem.counters.refaults);
+            }
+            if self.reuse == ReadHint::NoReuse {
+                // A scan's page: no refault credit, evicted first.
+                policy.insert_no_reuse(&core.mem.arena, folio.frame, folio.order.pages());
+                continue;
             }
             let admission =
                 policy.insert(&core.mem.arena, folio.frame, folio.order.pages(), shadow);

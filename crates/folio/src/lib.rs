@@ -121,7 +121,7 @@ pub use cache::{
     DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_EXPIRE_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,
     READAHEAD_MAX_BYTES_DEFAULT,
 };
-pub use eviction::EvictionKind;
+pub use eviction::{EvictionKind, ReadHint};
 pub use file::{Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadaheadWindow};
 pub use io::BackendKind;
 pub use stats::{FileStats, StatField, Stats};

@@ -5,7 +5,7 @@
 mod common;
 
 use folio::io::null::NullBackend;
-use folio::{Advice, Cache, EvictionKind, File};
+use folio::{Advice, Cache, EvictionKind, File, ReadHint};
 
 const PAGE: u64 = 4096;
 
@@ -136,6 +136,63 @@ fn both_policies_keep_a_hot_set_through_a_scan() {
         "the two-list LRU kept {} of 500 hot pages",
         kept[1]
     );
+}
+
+/// A working set read once (so not yet proven to either policy: S3-FIFO's small queue,
+/// LRU's inactive list), then a scan of ten times the cache. Read as a normal scan, it
+/// pushes the working set out; read under `ReadHint::NoReuse` (per read, or the handle's
+/// `Advice::NoReuse`), it evicts only its own pages and the whole working set stays. A
+/// NoReuse scan over the working set's own pages does not count as a use either.
+#[test]
+fn a_no_reuse_scan_leaves_the_cache_to_the_working_set() {
+    let dir = common::test_dir();
+    let path = sparse_file(&dir, 100_000);
+    for kind in [EvictionKind::S3Fifo, EvictionKind::TwoListLru] {
+        let mut kept = Vec::new();
+        for how in ["normal", "hint", "advice"] {
+            let cache = cache(kind, 1000);
+            let file = cache.open(&path).unwrap();
+            file.advise(0, 0, Advice::Random).unwrap();
+            for page in 0..800 {
+                touch(&file, page);
+            }
+            let scan = cache.open(&path).unwrap();
+            scan.advise(0, 0, Advice::Random).unwrap();
+            if how == "advice" {
+                scan.advise(0, 0, Advice::NoReuse).unwrap();
+                assert_eq!(scan.hint(), ReadHint::NoReuse);
+            }
+            let mut buf = [0u8; 8];
+            for page in (0..800).chain(10_000..20_000) {
+                let n = match how {
+                    "hint" => scan.read_at_hint(&mut buf, page * PAGE, ReadHint::NoReuse),
+                    _ => scan.read_at(&mut buf, page * PAGE),
+                };
+                assert_eq!(n.unwrap(), 8);
+            }
+            let before = cache.stats();
+            for page in 0..800 {
+                touch(&file, page);
+            }
+            kept.push(cache.stats().hits - before.hits);
+            assert!(cache.stats().cached_bytes <= 1000 * PAGE);
+        }
+        assert!(
+            kept[0] < 400,
+            "{kind:?}: a normal scan kept {} of 800",
+            kept[0]
+        );
+        assert_eq!(
+            kept[1], 800,
+            "{kind:?}: a NoReuse scan (read_at_hint) kept {}",
+            kept[1]
+        );
+        assert_eq!(
+            kept[2], 800,
+            "{kind:?}: a NoReuse scan (advice) kept {}",
+            kept[2]
+        );
+    }
 }
 
 #[test]

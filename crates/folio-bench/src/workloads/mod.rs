@@ -27,6 +27,7 @@ pub mod readahead_storm;
 pub mod readseq;
 pub mod rw;
 pub mod scale;
+pub mod scan_mix;
 pub mod writeseq;
 
 use std::cell::RefCell;
@@ -207,6 +208,9 @@ pub enum System {
     /// folio's future (`File::read_at_async`), polled to completion on the reading
     /// thread: a hit is ready on the first poll.
     FolioAsync,
+    /// folio without a hint its row is compared with (`scan-mix`: the scan read with no
+    /// `Advice::NoReuse`).
+    FolioNoHint,
     /// folio with its arena faulted in at build (`Prefault::AtBuild`), beside the
     /// library's default (`Prefault::Lazy`) in the same run.
     FolioPrefault,
@@ -228,10 +232,11 @@ pub enum System {
 }
 
 impl System {
-    pub const ALL: [System; 10] = [
+    pub const ALL: [System; 11] = [
         System::Folio,
         System::FolioPinned,
         System::FolioAsync,
+        System::FolioNoHint,
         System::FolioPrefault,
         System::Kernel,
         System::Direct,
@@ -247,6 +252,7 @@ impl System {
             System::Folio => "folio",
             System::FolioPinned => "folio-pinned",
             System::FolioAsync => "folio-async",
+            System::FolioNoHint => "folio-no-hint",
             System::FolioPrefault => "folio-prefault",
             System::Kernel => "kernel",
             System::Direct => "direct",
@@ -591,6 +597,7 @@ mod tests {
                 "folio",
                 "folio-pinned",
                 "folio-async",
+                "folio-no-hint",
                 "folio-prefault",
                 "kernel",
                 "direct",

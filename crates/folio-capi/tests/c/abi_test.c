@@ -283,6 +283,10 @@ static void test_read_many(folio_file f) {
     CHECK(reqs[3].result == -EFAULT);
     CHECK(reqs[4].result == -EINVAL);
     CHECK(reqs[5].result == 4096 && matches_pattern(c, 700 * 4096, 4096));
+    /* One read's hint. */
+    CHECK(folio_read_hint(f, a, 8192, 12345, FOLIO_READ_NOREUSE) == 8192 && matches_pattern(a, 12345, 8192));
+    CHECK(folio_read_hint(f, a, 100, 7, FOLIO_READ_NORMAL) == 100 && matches_pattern(a, 7, 100));
+    CHECK(folio_read_hint(f, a, 100, 7, 9) == -EINVAL);
     CHECK(folio_read_many(f, NULL, 0) == 0);
     CHECK(folio_read_many(f, NULL, 3) == -EFAULT);
     {
@@ -360,7 +364,11 @@ static void test_readahead_and_advise(folio_file f) {
     CHECK(folio_advise(g, 0, 0, FOLIO_ADVICE_SEQUENTIAL) == 0);
     CHECK(folio_advise(g, 0, 0, FOLIO_ADVICE_RANDOM) == 0);
     CHECK(folio_advise(g, 0, FILE_BYTES, FOLIO_ADVICE_WILLNEED) == 0);
-    CHECK(folio_advise(g, 0, 0, 5) == -EINVAL);
+    CHECK(folio_advise(g, 0, 0, FOLIO_ADVICE_NOREUSE) == 0);
+    CHECK(folio_read(g, buf, sizeof buf, 3 * 8192) == (int64_t)sizeof buf);
+    CHECK(matches_pattern(buf, 3 * 8192, sizeof buf));
+    CHECK(folio_advise(g, 0, 0, FOLIO_ADVICE_NORMAL) == 0);
+    CHECK(folio_advise(g, 0, 0, 6) == -EINVAL);
     CHECK(folio_advise(g, 0, 0, UINT32_MAX) == -EINVAL);
     CHECK(folio_advise(g, UINT64_MAX - 1, 2, FOLIO_ADVICE_WILLNEED) == -EINVAL);
     /* Reads wait for readahead still in flight, then DONTNEED drops whole pages. */

@@ -179,6 +179,13 @@ impl EvictionPolicy for TwoListLru {
         l.inactive
             .push_back(&arena.links, victim.frame, victim.pages);
     }
+
+    fn shadow_cold(&self) -> u64 {
+        // A clock value far ahead (shadows hold 62 bits): until the clock gets there,
+        // which takes 2^61 evicted pages, its refault distance wraps around to more than
+        // any active list.
+        (self.lock().nonresident_age + (1 << 61)) & ((1 << 62) - 1)
+    }
 }
 
 #[cfg(test)]

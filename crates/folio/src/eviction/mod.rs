@@ -31,6 +31,7 @@
 //! isolation takes only the policy's mutex.
 
 pub mod lru;
+pub mod noreuse;
 pub mod s3fifo;
 
 use crate::arena::Arena;
@@ -46,6 +47,18 @@ pub enum EvictionKind {
     S3Fifo,
     /// The kernel's two lists (inactive, active) with refault distance.
     TwoListLru,
+}
+
+/// What a read says about its pages' future (`File::read_at_hint`, `Advice::NoReuse`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadHint {
+    /// Pages the cache keeps by its eviction policy.
+    #[default]
+    Normal,
+    /// A read that will not come back: pages it brings in are evicted first (before
+    /// anything the eviction policy holds), and pages it finds cached are not counted as
+    /// used, so a scan of any size never displaces the working set.
+    NoReuse,
 }
 
 /// A folio taken off its queue for eviction, with a reference held by the isolation.
@@ -93,6 +106,13 @@ pub trait EvictionPolicy: Send + Sync + std::fmt::Debug {
     /// A folio of `pages` entered an index, replacing `shadow`.
     fn insert(&self, arena: &Arena, frame: FrameId, pages: u64, shadow: Option<u64>) -> Admission;
 
+    /// A folio of `pages` entered an index under `ReadHint::NoReuse` (a one-time scan):
+    /// it should leave before the working set. `noreuse::NoReuseFirst` queues it apart;
+    /// a policy alone takes it as a cold insert.
+    fn insert_no_reuse(&self, arena: &Arena, frame: FrameId, pages: u64) {
+        self.insert(arena, frame, pages, None);
+    }
+
     /// A folio left its index other than by eviction.
     fn remove(&self, arena: &Arena, frame: FrameId, pages: u64);
 
@@ -102,14 +122,18 @@ pub trait EvictionPolicy: Send + Sync + std::fmt::Debug {
 
     /// An isolated folio could not be evicted and is still in its index: back on a queue.
     fn putback(&self, arena: &Arena, victim: Isolated);
+
+    /// A shadow value that gives its page no refault credit (a page evicted unused).
+    fn shadow_cold(&self) -> u64;
 }
 
-/// Builds the policy for a cache of `frames` frames.
+/// Builds the policy for a cache of `frames` frames, behind the no-reuse queue.
 pub fn new_policy(kind: EvictionKind, frames: u32) -> Box<dyn EvictionPolicy> {
-    match kind {
+    let policy: Box<dyn EvictionPolicy> = match kind {
         EvictionKind::S3Fifo => Box::new(s3fifo::S3Fifo::new(u64::from(frames))),
         EvictionKind::TwoListLru => Box::new(lru::TwoListLru::new()),
-    }
+    };
+    Box::new(noreuse::NoReuseFirst::new(policy))
 }
 
 /// Whether a queued folio cannot be evicted now (I/O in flight, someone holds it, or it

@@ -191,6 +191,10 @@ impl EvictionPolicy for S3Fifo {
         // Busy after all: it goes to main's tail, a second chance like a hit's.
         q.main.push_back(&arena.links, victim.frame, victim.pages);
     }
+
+    fn shadow_cold(&self) -> u64 {
+        0 // no ghost ticket
+    }
 }
 
 #[cfg(test)]

@@ -290,6 +290,7 @@ impl<'a> ReadAtFuture<'a> {
             Err(e) => return Poll::Ready(Err(e)),
         };
         let core = file.core();
+        let hint = file.hint();
         let last_page = PageIndex::ceil(request_end);
         loop {
             let end = request_end.min(file.mapping.size_bytes());
@@ -309,15 +310,15 @@ impl<'a> ReadAtFuture<'a> {
                         return Poll::Ready(Ok(self.done));
                     }
                     if let Some((n, frame, head)) =
-                        file.read_optimistic(page, pos, end, &mut self.buf[self.done..])
+                        file.read_optimistic(page, pos, end, &mut self.buf[self.done..], hint)
                     {
                         core.mem.counters.hit();
-                        file.note_access(core.mem.arena.meta(frame), page, head);
+                        file.note_access(core.mem.arena.meta(frame), page, head, hint);
                         self.done += n;
                         continue;
                     }
                     let w = self.waits.get_or_insert_with(Box::default);
-                    match file.find_for_read(page, last_page, &mut w.missed, Waiter::Future) {
+                    match file.find_for_read(page, last_page, &mut w.missed, Waiter::Future, hint) {
                         Ok(found) => found,
                         Err(e) => return Poll::Ready(Err(e)),
                     }
@@ -338,7 +339,7 @@ impl<'a> ReadAtFuture<'a> {
                 }
                 Found::Cached(folio, came) => (folio, came),
             };
-            let folio = match file.settle(page, folio, came) {
+            let folio = match file.settle(page, folio, came, hint) {
                 Ok(Settled::Uptodate(folio)) => folio,
                 Ok(Settled::PastEnd | Settled::Again) => continue,
                 Err(e) => return Poll::Ready(Err(e)),
@@ -348,7 +349,7 @@ impl<'a> ReadAtFuture<'a> {
             if pos >= end {
                 return Poll::Ready(Ok(self.done));
             }
-            file.note_access(core.mem.arena.meta(folio.frame), page, folio.head);
+            file.note_access(core.mem.arena.meta(folio.frame), page, folio.head, hint);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
             let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
@@ -384,6 +385,7 @@ impl Future for GetPageFuture<'_> {
         let w = &mut this.waits;
         w.resume();
         let page = PageIndex::containing(this.offset);
+        let hint = file.hint();
         loop {
             let found = match file.poll_unlocked(&mut w.parked, cx) {
                 Poll::Pending => return Poll::Pending,
@@ -392,7 +394,8 @@ impl Future for GetPageFuture<'_> {
                     if let Err(e) = file.check_page_offset(this.offset) {
                         return Poll::Ready(Err(e));
                     }
-                    match file.find_for_read(page, page.add(1), &mut w.missed, Waiter::Future) {
+                    match file.find_for_read(page, page.add(1), &mut w.missed, Waiter::Future, hint)
+                    {
                         Ok(found) => found,
                         Err(e) => return Poll::Ready(Err(e)),
                     }
@@ -409,7 +412,7 @@ impl Future for GetPageFuture<'_> {
                 }
                 Found::Cached(folio, came) => (folio, came),
             };
-            match file.settle(page, folio, came) {
+            match file.settle(page, folio, came, hint) {
                 Ok(Settled::Uptodate(folio)) => return Poll::Ready(Ok(file.page_ref(folio))),
                 Ok(Settled::PastEnd | Settled::Again) => continue,
                 Err(e) => return Poll::Ready(Err(e)),

@@ -29,6 +29,7 @@ use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
 use crate::errseq::Since;
+use crate::eviction::ReadHint;
 use crate::filemap::{Fill, Waiter, Window};
 use crate::folio::FolioMeta;
 use crate::index::Entry;
@@ -68,6 +69,10 @@ pub enum Advice {
     WillNeed,
     /// The range will not be read again: drop its cached folios that nobody holds.
     DontNeed,
+    /// The handle's reads will not be reused (the kernel's `POSIX_FADV_NOREUSE`): they
+    /// read as `ReadHint::NoReuse` until `Normal` (the range is ignored). `Sequential`
+    /// and `Random` keep it.
+    NoReuse,
 }
 
 /// How a file's descriptor reads: around the kernel's page cache or through it.
@@ -103,6 +108,8 @@ pub struct File {
     since: Mutex<Since>,
     /// What this handle's misses and readahead read from the device (`stats`).
     counters: HandleCounters,
+    /// `Advice::NoReuse` in force: reads are `ReadHint::NoReuse`.
+    no_reuse: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for File {
@@ -139,6 +146,7 @@ impl File {
             ra_pages_normal: std::sync::atomic::AtomicU32::new(ra_pages),
             since,
             counters: HandleCounters::default(),
+            no_reuse: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -182,13 +190,30 @@ impl File {
         &self.cache.core
     }
 
-    /// The miss path's view of this handle.
+    /// The miss path's view of this handle, inserting as the handle's advice says.
     fn fill(&self) -> Fill<'_> {
+        self.fill_for(self.hint())
+    }
+
+    /// The miss path's view of this handle, inserting under `hint`.
+    fn fill_for(&self, hint: ReadHint) -> Fill<'_> {
         Fill {
             cache: &self.cache,
             mapping: &self.mapping,
             fd: &self.fd,
             handle: &self.counters,
+            reuse: hint,
+        }
+    }
+
+    /// The hint of this handle's reads: `NoReuse` after `Advice::NoReuse`, until
+    /// `Advice::Normal`.
+    #[inline]
+    pub fn hint(&self) -> ReadHint {
+        if self.no_reuse.load(std::sync::atomic::Ordering::Relaxed) {
+            ReadHint::NoReuse
+        } else {
+            ReadHint::Normal
         }
     }
 
@@ -203,6 +228,16 @@ impl File {
     ///
     /// Context: any thread; may sleep waiting for I/O or memory.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.read_at_hint(buf, offset, self.hint())
+    }
+
+    /// `read_at` under `hint`, whatever the handle's advice: `ReadHint::NoReuse` for a
+    /// read that will not come back (a one-time scan, a compaction's input): the pages it
+    /// brings in leave the cache before the working set, and the cached pages it reads are
+    /// not counted as used (`eviction::noreuse`).
+    ///
+    /// Errors and context: as `read_at`.
+    pub fn read_at_hint(&self, buf: &mut [u8], offset: u64, hint: ReadHint) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -221,14 +256,16 @@ impl File {
                 break Ok(done);
             }
             let page = PageIndex::containing(pos);
-            if let Some((n, frame, head)) = self.read_optimistic(page, pos, end, &mut buf[done..]) {
+            if let Some((n, frame, head)) =
+                self.read_optimistic(page, pos, end, &mut buf[done..], hint)
+            {
                 core.mem.counters.hit();
-                self.note_access(core.mem.arena.meta(frame), page, head);
+                self.note_access(core.mem.arena.meta(frame), page, head, hint);
                 done += n;
                 continue;
             }
             slow = true;
-            let folio = match self.get_uptodate(page, last_page) {
+            let folio = match self.get_uptodate(page, last_page, hint) {
                 Ok(Some(folio)) => folio,
                 Ok(None) => continue, // the file shrank: `end` drops on the next turn
                 Err(e) => break Err(e),
@@ -237,7 +274,7 @@ impl File {
             if pos >= end {
                 break Ok(done);
             }
-            self.note_access(core.mem.arena.meta(folio.frame), page, folio.head);
+            self.note_access(core.mem.arena.meta(folio.frame), page, folio.head, hint);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
             let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
@@ -254,7 +291,7 @@ impl File {
     /// A read touched a folio: clears its prefetched bit, and if it carries the readahead
     /// marker, starts the next window. One load when neither is set (the common hit).
     #[inline]
-    fn note_access(&self, meta: &FolioMeta, page: PageIndex, head: PageIndex) {
+    fn note_access(&self, meta: &FolioMeta, page: PageIndex, head: PageIndex, hint: ReadHint) {
         let state = meta.state.load();
         if !state.is_prefetched() && !state.is_readahead() {
             return;
@@ -262,13 +299,19 @@ impl File {
         meta.state.test_and_clear(PREFETCHED);
         if state.is_readahead() && meta.state.test_and_clear(READAHEAD) {
             let (_, _, order) = meta.identity();
-            self.async_readahead(page, head, head.add(order.pages()));
+            self.async_readahead(page, head, head.add(order.pages()), hint);
         }
     }
 
     /// The marker was hit: ramp the window (or restart it after the next hole) and read it
     /// ahead, without waiting for anything.
-    fn async_readahead(&self, page: PageIndex, head: PageIndex, folio_end: PageIndex) {
+    fn async_readahead(
+        &self,
+        page: PageIndex,
+        head: PageIndex,
+        folio_end: PageIndex,
+        hint: ReadHint,
+    ) {
         let core = self.core();
         // The walk's answer, and the page it was asked from: a retry that looks from
         // another page (the state changed under the CAS) walks again.
@@ -298,7 +341,7 @@ impl File {
         });
         if let Some(window) = installed {
             stats::bump(&core.mem.counters.readahead_async);
-            self.read_ahead(window);
+            self.read_ahead(window, hint);
         }
     }
 
@@ -326,8 +369,8 @@ impl File {
     /// inserted.
     ///
     /// Context: as `Fill::read_window`: no lock held, never waits for memory.
-    fn read_ahead(&self, window: readahead::RaState) -> u64 {
-        let pages = self.fill().read_window(window_of(window));
+    fn read_ahead(&self, window: readahead::RaState, hint: ReadHint) -> u64 {
+        let pages = self.fill_for(hint).read_window(window_of(window));
         let limit = &self.core().mem.readahead_limit;
         limit.note_read_ahead(pages, window.size);
         pages
@@ -349,7 +392,13 @@ impl File {
     /// page), else read the missing run up to `read_end`.
     ///
     /// Context: no lock held, no folio pinned by the caller. May sleep in allocation.
-    fn on_miss(&self, page: PageIndex, read_end: PageIndex, waiter: Waiter) -> io::Result<()> {
+    fn on_miss(
+        &self,
+        page: PageIndex,
+        read_end: PageIndex,
+        waiter: Waiter,
+        hint: ReadHint,
+    ) -> io::Result<()> {
         let pages = read_end.0.saturating_sub(page.0).max(1);
         let mut req = MissRequest {
             index: page,
@@ -372,11 +421,11 @@ impl File {
         });
         if let Some(window) = installed {
             stats::bump(&self.core().mem.counters.readahead_sync);
-            if self.read_ahead(window) > 0 {
+            if self.read_ahead(window, hint) > 0 {
                 return Ok(());
             }
         }
-        self.fill().read_missing(page, read_end, waiter)
+        self.fill_for(hint).read_missing(page, read_end, waiter)
     }
 
     /// Reads `[offset, offset + len)` ahead, asynchronously: returns at once, and never
@@ -425,7 +474,14 @@ impl File {
             .ra_pages_normal
             .load(std::sync::atomic::Ordering::Relaxed);
         match advice {
-            Advice::Normal => self.ra.set_max_pages(normal),
+            Advice::Normal => {
+                self.ra.set_max_pages(normal);
+                self.no_reuse
+                    .store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+            Advice::NoReuse => self
+                .no_reuse
+                .store(true, std::sync::atomic::Ordering::Relaxed),
             Advice::Sequential => self.ra.set_max_pages(
                 normal
                     .saturating_mul(2)
@@ -480,6 +536,7 @@ impl File {
         pos: u64,
         end: u64,
         dst: &mut [u8],
+        hint: ReadHint,
     ) -> Option<(usize, FrameId, PageIndex)> {
         let core = self.core();
         let Entry::Folio { frame, order, head } = self.mapping.index.lookup(page) else {
@@ -499,7 +556,9 @@ impl File {
             stats::bump(&core.mem.counters.optimistic_retries);
             return None;
         }
-        meta.state.touch();
+        if hint == ReadHint::Normal {
+            meta.state.touch();
+        }
         Some((n, frame, head))
     }
 
@@ -513,7 +572,7 @@ impl File {
         loop {
             self.check_page_offset(offset)?;
             let page = PageIndex::containing(offset);
-            if let Some(folio) = self.get_uptodate(page, page.add(1))? {
+            if let Some(folio) = self.get_uptodate(page, page.add(1), self.hint())? {
                 return Ok(self.page_ref(folio));
             }
         }
@@ -550,14 +609,19 @@ impl File {
 
     /// A pinned, uptodate folio covering `page`, reading it (and the missing pages after
     /// it up to `read_end`) if needed. `None` if `page` is past the end of the file.
-    fn get_uptodate(&self, page: PageIndex, read_end: PageIndex) -> io::Result<Option<Pinned<'_>>> {
+    fn get_uptodate(
+        &self,
+        page: PageIndex,
+        read_end: PageIndex,
+        hint: ReadHint,
+    ) -> io::Result<Option<Pinned<'_>>> {
         // Whether this access missed: then the folio found next is the one it read (or a
         // racing reader's), which is neither a hit nor a use that raises its frequency
         // (a new folio starts at 0, as eviction policies count).
         let mut missed = false;
         loop {
             let (folio, came) =
-                match self.find_for_read(page, read_end, &mut missed, Waiter::Thread)? {
+                match self.find_for_read(page, read_end, &mut missed, Waiter::Thread, hint)? {
                     Found::PastEnd => return Ok(None),
                     Found::NoMemory => unreachable!("a thread waits for memory in the allocator"),
                     Found::Cached(folio, came) => (folio, came),
@@ -566,7 +630,7 @@ impl File {
                         (folio, came)
                     }
                 };
-            match self.settle(page, folio, came)? {
+            match self.settle(page, folio, came, hint)? {
                 Settled::Uptodate(folio) => return Ok(Some(folio)),
                 Settled::PastEnd => return Ok(None),
                 Settled::Again => {}
@@ -587,6 +651,7 @@ impl File {
         read_end: PageIndex,
         missed: &mut bool,
         waiter: Waiter,
+        hint: ReadHint,
     ) -> io::Result<Found<'_>> {
         let core = self.core();
         loop {
@@ -600,7 +665,7 @@ impl File {
                         stats::bump(&core.mem.counters.misses);
                         *missed = true;
                     }
-                    match self.on_miss(page, read_end, waiter) {
+                    match self.on_miss(page, read_end, waiter, hint) {
                         Ok(()) => continue,
                         // Every folio pinned or in flight: a future polls again later.
                         Err(e)
@@ -625,7 +690,7 @@ impl File {
             // the window is still in flight: start the next window now, before
             // waiting, so the disk has two windows queued and never idles between
             // them (the kernel's filemap_get_pages does the same).
-            self.note_access(meta, page, folio.head);
+            self.note_access(meta, page, folio.head, hint);
             let came = if *missed {
                 Came::Missed
             } else {
@@ -647,17 +712,22 @@ impl File {
         page: PageIndex,
         folio: Pinned<'c>,
         came: Came,
+        hint: ReadHint,
     ) -> io::Result<Settled<'c>> {
         let core = self.core();
         let meta = core.mem.arena.meta(folio.frame);
         let state = meta.state.load();
         if state.is_uptodate() {
+            let touch = hint == ReadHint::Normal;
             match came {
                 Came::Missed => {}
-                Came::WaitedForIo => meta.state.touch(),
+                Came::WaitedForIo if touch => meta.state.touch(),
+                Came::WaitedForIo => {}
                 Came::Cached => {
                     stats::bump(&core.mem.counters.pinned_hits);
-                    meta.state.touch();
+                    if touch {
+                        meta.state.touch();
+                    }
                 }
             }
             return Ok(Settled::Uptodate(folio));

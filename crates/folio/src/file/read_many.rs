@@ -36,6 +36,7 @@ impl File {
     /// when every folio is pinned).
     pub fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
         let core = self.core();
+        let hint = self.hint();
         let size = self.mapping.size_bytes();
         // 1. What hits; `done[i]` bytes of range i are copied.
         let mut done = vec![0usize; reads.len()];
@@ -52,14 +53,14 @@ impl File {
                 }
                 let page = PageIndex::containing(pos);
                 let Some((n, frame, head)) =
-                    self.read_optimistic(page, pos, end, &mut buf[done[i]..])
+                    self.read_optimistic(page, pos, end, &mut buf[done[i]..], hint)
                 else {
                     // 2. The pages this range still needs.
                     gaps.extend(self.mapping.index.gaps(page, PageIndex::ceil(end)));
                     break;
                 };
                 core.mem.counters.hit();
-                self.note_access(core.mem.arena.meta(frame), page, head);
+                self.note_access(core.mem.arena.meta(frame), page, head, hint);
                 done[i] += n;
             }
         }

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use super::{checked_end, overflow, Access, File};
 use crate::dirty::{BlockMask, Blocks, Prior};
+use crate::eviction::ReadHint;
 use crate::filemap::Replaced;
 use crate::index::NewFolio;
 use crate::io::{sync, FlushKind};
@@ -304,7 +305,7 @@ impl File {
                             && (page_len == PAGE_BYTES || start + page_len as u64 >= size));
                     if rest_is_file {
                         // Read it (the miss path), then write into what was read.
-                        match self.get_uptodate(page, page.add(1))? {
+                        match self.get_uptodate(page, page.add(1), ReadHint::Normal)? {
                             Some(folio) => drop(folio),
                             None => continue,
                         }
@@ -323,7 +324,7 @@ impl File {
             if !meta.state.load().is_uptodate() {
                 // The read failed: `get_uptodate` returns its error (or reads it again).
                 drop(folio);
-                self.get_uptodate(page, page.add(1))?;
+                self.get_uptodate(page, page.add(1), ReadHint::Normal)?;
                 continue;
             }
             match meta.state.try_lock_for_write() {
