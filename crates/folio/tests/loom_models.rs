@@ -43,6 +43,13 @@
 //!   fail): the handles raised after the look-up's lock is dropped, and a removal that
 //!   compares the handle count instead of the whole word.
 //!
+//! - `unlink_vs_last_close` (transcribed from `src/mapping.rs`): `Mapping::unlink`
+//!   against the last handle's close: one of them always drops the deleted file's pages;
+//!   without their SeqCst fences both can miss each other (`*_broken_no_fences`).
+//! - `async_park_vs_completion`, `memory_waiter_vs_last_holder` (`src/waker.rs`): a
+//!   future parking on a folio's I/O, or waiting for memory, is never left parked with
+//!   nobody to wake it.
+//!
 //! The write side (DESIGN.md §8; `write_side` below transcribes its protocols around the
 //! library's `FolioState`, `Version`, `BlockMask` and `DirtyBudget`):
 //! - `write_vs_optimistic_read`: a writer (W1-W5 of `file::write`) against a reader
@@ -1855,5 +1862,80 @@ mod async_wait {
     #[should_panic(expected = "a memory waiter nobody wakes")]
     fn memory_waiter_vs_last_holder_broken_wake_before_count() {
         memory_waiter_vs_holders(true);
+    }
+}
+
+/// `Mapping::unlink` against the last handle's close (`MappingTable::close`), transcribed
+/// from `src/mapping.rs` (which names std's atomics, not this file's): the unlinker sets
+/// `unlinked`, fences, and forgets the pages if no handle is open; the closer drops its
+/// handle, fences, and forgets them if `unlinked` is set. Whatever the interleaving, one
+/// of the two forgets the deleted file's pages (both may: `forget_deleted` is idempotent
+/// under the writer lock). Without the fences (the broken variant), both can miss each
+/// other and the pages outlive the file and its last handle.
+mod unlink_vs_close {
+    use loom::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+    use loom::sync::Arc;
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum Fences {
+        SeqCst,
+        None,
+    }
+
+    struct File {
+        handles: AtomicU64,
+        unlinked: AtomicBool,
+        forgotten: AtomicU64,
+    }
+
+    fn model(fences: Fences) {
+        loom::model(move || {
+            let f = Arc::new(File {
+                handles: AtomicU64::new(1),
+                unlinked: AtomicBool::new(false),
+                forgotten: AtomicU64::new(0),
+            });
+            let (store, load) = match fences {
+                Fences::SeqCst => (Ordering::SeqCst, Ordering::SeqCst),
+                Fences::None => (Ordering::Release, Ordering::Acquire),
+            };
+            let unlinker = {
+                let f = f.clone();
+                loom::thread::spawn(move || {
+                    f.unlinked.store(true, store);
+                    if fences == Fences::SeqCst {
+                        fence(Ordering::SeqCst);
+                    }
+                    if f.handles.load(load) == 0 {
+                        f.forgotten.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            };
+            // The last handle closes.
+            if f.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+                if fences == Fences::SeqCst {
+                    fence(Ordering::SeqCst);
+                }
+                if f.unlinked.load(load) {
+                    f.forgotten.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            unlinker.join().unwrap();
+            assert!(
+                f.forgotten.load(Ordering::Relaxed) >= 1,
+                "the deleted file's pages outlived it"
+            );
+        });
+    }
+
+    #[test]
+    fn unlink_vs_last_close() {
+        model(Fences::SeqCst);
+    }
+
+    #[test]
+    #[should_panic(expected = "outlived")]
+    fn unlink_vs_last_close_broken_no_fences() {
+        model(Fences::None);
     }
 }
