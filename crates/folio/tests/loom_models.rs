@@ -1816,7 +1816,15 @@ mod async_wait {
     /// unpins (`future_unpinning`: decrement, then `wake_one`, or `wake_all` when it was
     /// the last). The waiter either saw no holder (`Ready`: polls again itself) or is
     /// woken: never parked with nobody left to wake it.
-    fn memory_waiter_vs_holders(broken: bool) {
+    /// How a holder leaves: the protocol's order (count itself out, then wake) or the
+    /// broken one (wake, then count itself out).
+    #[derive(Clone, Copy, PartialEq)]
+    enum Leave {
+        CountThenWake,
+        WakeThenCount,
+    }
+
+    fn memory_waiter_vs_holders(leave: Leave) {
         loom::model(move || {
             let table = Arc::new(WakerTable::new());
             let holding = Arc::new(AtomicU64::new(2));
@@ -1825,8 +1833,7 @@ mod async_wait {
                 .map(|_| {
                     let (table, holding) = (table.clone(), holding.clone());
                     loom::thread::spawn(move || {
-                        if broken {
-                            // Wakes before it counts itself out.
+                        if leave == Leave::WakeThenCount {
                             table.wake_one(KEY);
                             holding.fetch_sub(1, Ordering::Relaxed);
                             return;
@@ -1855,13 +1862,13 @@ mod async_wait {
 
     #[test]
     fn memory_waiter_vs_last_holder() {
-        memory_waiter_vs_holders(false);
+        memory_waiter_vs_holders(Leave::CountThenWake);
     }
 
     #[test]
     #[should_panic(expected = "a memory waiter nobody wakes")]
     fn memory_waiter_vs_last_holder_broken_wake_before_count() {
-        memory_waiter_vs_holders(true);
+        memory_waiter_vs_holders(Leave::WakeThenCount);
     }
 }
 
