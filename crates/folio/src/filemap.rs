@@ -104,32 +104,12 @@ impl Fill<'_> {
         if let Some(present) = self.mapping.index.next_present(page.add(1), end) {
             end = present;
         }
-        let mut run: Vec<NewFolio> = Vec::new();
-        let mut at = page;
-        while at < end {
-            let want = Order::largest_fitting(at, end.0 - at.0, core.folio_order_max);
-            // A future must not sleep: it waits for memory by polling again (`Found::NoMemory`).
-            let mode = if run.is_empty() && waiter == Waiter::Thread {
-                AllocMode::Wait
-            } else {
-                AllocMode::NoWait
-            };
-            let (frame, order) = match core.alloc_folio(want, mode) {
-                Ok(got) => got,
-                Err(e) if run.is_empty() => return Err(e),
-                Err(_) => break,
-            };
-            core.mem
-                .arena
-                .meta(frame)
-                .set_identity(self.mapping.id, at, order);
-            run.push(NewFolio {
-                frame,
-                order,
-                head: at,
-            });
-            at = at.add(order.pages());
-        }
+        // A future must not sleep: it waits for memory by polling again (`Found::NoMemory`).
+        let first = match waiter {
+            Waiter::Thread => AllocMode::Wait,
+            Waiter::Future => AllocMode::NoWait,
+        };
+        let run = self.alloc_run(page, end, core.folio_order_max, first)?;
         let mut requests = Vec::new();
         self.insert_run(run, &mut requests);
         match waiter {
@@ -154,35 +134,17 @@ impl Fill<'_> {
         let mut budget_pages = (u64::from(core.mem.arena.frame_count()) / 8).max(1);
         let mut requests = Vec::new();
         let mut inserted = 0;
-        let mut mode = AllocMode::Wait;
-        'gaps: for &(start, end) in gaps {
-            let mut run = Vec::new();
-            let mut at = start;
-            while at < end && budget_pages > 0 {
-                let want = Order::largest_fitting(
-                    at,
-                    (end.0 - at.0).min(budget_pages),
-                    core.folio_order_max,
-                );
-                let Ok((frame, order)) = core.alloc_folio(want, mode) else {
-                    inserted += self.insert_run(run, &mut requests);
-                    break 'gaps;
-                };
-                mode = AllocMode::NoWait;
-                core.mem
-                    .arena
-                    .meta(frame)
-                    .set_identity(self.mapping.id, at, order);
-                run.push(NewFolio {
-                    frame,
-                    order,
-                    head: at,
-                });
-                at = at.add(order.pages());
-                budget_pages = budget_pages.saturating_sub(order.pages());
-            }
+        let mut first = AllocMode::Wait;
+        for &(start, end) in gaps {
+            let end = end.min(start.add(budget_pages));
+            let run = self
+                .alloc_run(start, end, core.folio_order_max, first)
+                .unwrap_or_default();
+            first = AllocMode::NoWait;
+            let short = run_end(&run, start) < end;
+            budget_pages -= run.iter().map(|f| f.order.pages()).sum::<u64>();
             inserted += self.insert_run(run, &mut requests);
-            if budget_pages == 0 {
+            if short || budget_pages == 0 {
                 break;
             }
         }
@@ -190,6 +152,49 @@ impl Fill<'_> {
             self.cache.backend.submit(requests);
         }
         inserted
+    }
+
+    /// LOCKED folios for `[start, end)` of this file, in order, each the largest that
+    /// fits (up to `order_cap`) or that memory gives: the first allocated in `first` mode,
+    /// the rest without waiting (the caller then holds LOCKED folios: waiting with them is
+    /// how every reader ends up waiting for every other). Stops at the first allocation
+    /// that fails: the run is shorter than asked, or, if it was the first, the error.
+    ///
+    /// Context: no lock held; may sleep in the first allocation (`AllocMode::Wait`).
+    fn alloc_run(
+        &self,
+        start: PageIndex,
+        end: PageIndex,
+        order_cap: Order,
+        first: AllocMode,
+    ) -> io::Result<Vec<NewFolio>> {
+        let core = self.core();
+        let mut run = Vec::new();
+        let mut at = start;
+        while at < end {
+            let want = Order::largest_fitting(at, end.0 - at.0, order_cap);
+            let mode = if run.is_empty() {
+                first
+            } else {
+                AllocMode::NoWait
+            };
+            let (frame, order) = match core.alloc_folio(want, mode) {
+                Ok(got) => got,
+                Err(e) if run.is_empty() => return Err(e),
+                Err(_) => break,
+            };
+            core.mem
+                .arena
+                .meta(frame)
+                .set_identity(self.mapping.id, at, order);
+            run.push(NewFolio {
+                frame,
+                order,
+                head: at,
+            });
+            at = at.add(order.pages());
+        }
+        Ok(run)
     }
 
     /// Inserts a run of LOCKED folios in one walk under one hold of the index lock, gives
@@ -343,33 +348,29 @@ impl Fill<'_> {
         let order_cap = window.order_cap.min(core.folio_order_max);
         let mut requests = Vec::new();
         let mut inserted = 0;
-        'gaps: for (gap_start, gap_end) in gaps {
-            let mut run = Vec::new();
-            let mut at = gap_start;
-            while at < gap_end {
-                let want = Order::largest_fitting(at, gap_end.0 - at.0, order_cap);
-                let Ok((frame, order)) = core.alloc_folio(want, AllocMode::NoWait) else {
-                    inserted += self.insert_run(run, &mut requests);
-                    break 'gaps;
-                };
-                let meta = core.mem.arena.meta(frame);
-                meta.set_identity(self.mapping.id, at, order);
+        for (gap_start, gap_end) in gaps {
+            let run = self
+                .alloc_run(gap_start, gap_end, order_cap, AllocMode::NoWait)
+                .unwrap_or_default();
+            for f in &run {
                 let covers_marker = window
                     .marker
-                    .is_some_and(|m| m >= at && m < at.add(order.pages()));
-                meta.state.set_flags(if covers_marker {
-                    PREFETCHED | READAHEAD
-                } else {
-                    PREFETCHED
-                });
-                run.push(NewFolio {
-                    frame,
-                    order,
-                    head: at,
-                });
-                at = at.add(order.pages());
+                    .is_some_and(|m| m >= f.head && m < f.head.add(f.order.pages()));
+                core.mem
+                    .arena
+                    .meta(f.frame)
+                    .state
+                    .set_flags(if covers_marker {
+                        PREFETCHED | READAHEAD
+                    } else {
+                        PREFETCHED
+                    });
             }
+            let short = run_end(&run, gap_start) < gap_end;
             inserted += self.insert_run(run, &mut requests);
+            if short {
+                break; // out of memory: readahead never waits for it
+            }
         }
         stats::add(&core.mem.counters.readahead_pages, inserted);
         self.cache.backend.submit(requests);
@@ -548,6 +549,11 @@ impl ReadCompletion {
 
 /// A completion took folios out of `mapping`'s index: if no handle has the file open,
 /// that may have been its last, and the mapping leaves the table (`MappingTable` docs).
+/// The page after `run`'s last folio (`start` for an empty run).
+fn run_end(run: &[NewFolio], start: PageIndex) -> PageIndex {
+    run.last().map_or(start, |f| f.head.add(f.order.pages()))
+}
+
 fn forget_if_unused(core: &Core, mapping: &Arc<Mapping>) {
     if mapping.handles() == 0 {
         core.mappings.remove_if_unused(&core.mem, mapping);
