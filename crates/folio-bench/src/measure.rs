@@ -314,6 +314,13 @@ fn summarize(recorders: Vec<Recorder>, start: Instant) -> RunResult {
     }
 }
 
+/// The median of `xs`, the lower middle one for an even count; `None` for none.
+pub fn lower_median(xs: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let mut v: Vec<f64> = xs.into_iter().collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len().saturating_sub(1) / 2).copied()
+}
+
 /// The run with the median `by` (the lower middle one for an even count), and every
 /// run's ops/s in run order.
 pub fn median(runs: &[RunResult], by: impl Fn(&RunResult) -> f64) -> (RunResult, Vec<f64>) {

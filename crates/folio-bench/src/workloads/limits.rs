@@ -420,9 +420,7 @@ fn fio_summary(
 
 /// The median (lower middle) of `xs`; 0 for none.
 fn median_of(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
+    crate::measure::lower_median(xs.iter().copied()).unwrap_or(0.0)
 }
 
 fn on_path(program: &str) -> bool {

@@ -385,9 +385,7 @@ pub fn describe_x(axis: Axis, x: u64) -> String {
 
 /// The median of `xs` (lower middle); 0 for none.
 fn median(xs: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = xs.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len().saturating_sub(1) / 2).copied().unwrap_or(0.0)
+    crate::measure::lower_median(xs).unwrap_or(0.0)
 }
 
 /// The key of file `index` of a set: files differ at every word, so a read served from

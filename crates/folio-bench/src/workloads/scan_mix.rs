@@ -138,12 +138,9 @@ impl Workload for Args {
             for (si, &system) in systems.iter().enumerate() {
                 let mut row = Row::from_runs(system, t, &runs[si], report.ratio_of);
                 let median_of = |key: &str| {
-                    let mut v: Vec<f64> = runs[si]
-                        .iter()
-                        .filter_map(|r| r.extra.get(key)?.as_f64())
-                        .collect();
-                    v.sort_by(f64::total_cmp);
-                    v.get(v.len().saturating_sub(1) / 2).copied()
+                    measure::lower_median(
+                        runs[si].iter().filter_map(|r| r.extra.get(key)?.as_f64()),
+                    )
                 };
                 for key in ["scan_mb_per_sec", "hit_ratio"] {
                     row.extra.insert(key.into(), json!(median_of(key)));

@@ -282,11 +282,7 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
 
 /// The median (lower middle) of `xs`; NaN for none.
 fn median(xs: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = xs.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len().saturating_sub(1) / 2)
-        .copied()
-        .unwrap_or(f64::NAN)
+    crate::measure::lower_median(xs).unwrap_or(f64::NAN)
 }
 
 /// The CPU time, peak memory and block I/O of a finished child, from `wait4(2)`.
