@@ -39,6 +39,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use super::{checked_end, Came, File, Found, PageRef, Settled};
+use crate::eviction::ReadHint;
 use crate::filemap::Waiter;
 use crate::mapping::Pinned;
 use crate::types::PageIndex;
@@ -229,7 +230,7 @@ struct Waits<'a> {
     parked: Option<Parked<'a>>,
 }
 
-impl Waits<'_> {
+impl<'a> Waits<'a> {
     /// The start of a poll: out of the memory waiters (a hand-off restarts the clock).
     fn resume(&mut self) {
         if self.memory.leave() {
@@ -237,11 +238,50 @@ impl Waits<'_> {
         }
     }
 
-    /// A page is read: the next one starts afresh.
-    fn page_done(&mut self) {
-        self.missed = false;
-        self.no_memory_since = None;
+    /// What the future does with a look-up's result: park on a folio in flight (`Again`:
+    /// the next turn polls it), wait for memory (`Done(Pending)`, or the error once it
+    /// waited too long), or settle a folio it may read now (`Read`: the next page then
+    /// starts afresh).
+    fn take<T>(
+        &mut self,
+        file: &'a File,
+        page: PageIndex,
+        found: Found<'a>,
+        hint: ReadHint,
+        cx: &mut Context<'_>,
+    ) -> Take<'a, T> {
+        let (folio, came) = match found {
+            Found::PastEnd => return Take::Again,
+            Found::NoMemory => {
+                return Take::Done(file.poll_memory(
+                    &mut self.no_memory_since,
+                    &mut self.memory,
+                    cx,
+                ))
+            }
+            Found::InFlight(folio, came) => {
+                self.parked = Some(Parked::new(folio, came));
+                return Take::Again;
+            }
+            Found::Cached(folio, came) => (folio, came),
+        };
+        match file.settle(page, folio, came, hint) {
+            Ok(Settled::Uptodate(folio)) => {
+                self.missed = false;
+                self.no_memory_since = None;
+                Take::Read(folio)
+            }
+            Ok(Settled::PastEnd | Settled::Again) => Take::Again,
+            Err(e) => Take::Done(Poll::Ready(Err(e))),
+        }
     }
+}
+
+/// `Waits::take`'s answer.
+enum Take<'a, T> {
+    Read(Pinned<'a>),
+    Again,
+    Done(Poll<io::Result<T>>),
 }
 
 impl std::fmt::Debug for ReadAtFuture<'_> {
@@ -328,23 +368,12 @@ impl<'a> ReadAtFuture<'a> {
                 .waits
                 .as_deref_mut()
                 .expect("a slow page has its waits");
-            let (folio, came) = match found {
-                Found::PastEnd => continue, // the file shrank: `end` drops on the next turn
-                Found::NoMemory => {
-                    return file.poll_memory(&mut w.no_memory_since, &mut w.memory, cx)
-                }
-                Found::InFlight(folio, came) => {
-                    w.parked = Some(Parked::new(folio, came));
-                    continue;
-                }
-                Found::Cached(folio, came) => (folio, came),
+            // Again: the file shrank (`end` drops on the next turn), or a folio to wait for.
+            let folio = match w.take(file, page, found, hint, cx) {
+                Take::Read(folio) => folio,
+                Take::Again => continue,
+                Take::Done(poll) => return poll,
             };
-            let folio = match file.settle(page, folio, came, hint) {
-                Ok(Settled::Uptodate(folio)) => folio,
-                Ok(Settled::PastEnd | Settled::Again) => continue,
-                Err(e) => return Poll::Ready(Err(e)),
-            };
-            w.page_done();
             let end = request_end.min(file.mapping.size_bytes());
             if pos >= end {
                 return Poll::Ready(Ok(self.done));
@@ -401,21 +430,11 @@ impl Future for GetPageFuture<'_> {
                     }
                 }
             };
-            let (folio, came) = match found {
-                Found::PastEnd => continue, // `check_page_offset` reports it
-                Found::NoMemory => {
-                    return file.poll_memory(&mut w.no_memory_since, &mut w.memory, cx)
-                }
-                Found::InFlight(folio, came) => {
-                    w.parked = Some(Parked::new(folio, came));
-                    continue;
-                }
-                Found::Cached(folio, came) => (folio, came),
-            };
-            match file.settle(page, folio, came, hint) {
-                Ok(Settled::Uptodate(folio)) => return Poll::Ready(Ok(file.page_ref(folio))),
-                Ok(Settled::PastEnd | Settled::Again) => continue,
-                Err(e) => return Poll::Ready(Err(e)),
+            // Again: past the end (`check_page_offset` reports it), or a folio to wait for.
+            match w.take(file, page, found, hint, cx) {
+                Take::Read(folio) => return Poll::Ready(Ok(file.page_ref(folio))),
+                Take::Again => continue,
+                Take::Done(poll) => return poll,
             }
         }
     }
