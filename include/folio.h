@@ -51,6 +51,22 @@
 #define FOLIO_EVICTION_OTHER 2
 
 /**
+ * `folio_cache_options.arena_pages`: chunk by chunk, huge pages for the memory large
+ * folios (readahead) take and 4 KiB pages for small ones (the default).
+ */
+#define FOLIO_ARENA_PAGES_AUTO 0
+
+/**
+ * `folio_cache_options.arena_pages`: 4 KiB pages for all of the cache's memory.
+ */
+#define FOLIO_ARENA_PAGES_SMALL 1
+
+/**
+ * `folio_cache_options.arena_pages`: transparent huge pages advised for all of it.
+ */
+#define FOLIO_ARENA_PAGES_HUGE 2
+
+/**
  * `folio_advise`: the default, on-demand readahead (values as POSIX_FADV_*).
  */
 #define FOLIO_ADVICE_NORMAL 0
@@ -224,6 +240,12 @@ typedef struct folio_cache_options {
      * limit). Else at most the dirty limit.
      */
     uint64_t dirty_background_bytes;
+    /**
+     * Which pages back the cache's memory: FOLIO_ARENA_PAGES_AUTO (the default: huge
+     * pages for readahead's large folios, 4 KiB pages for random reads' small ones),
+     * _SMALL or _HUGE. See docs/benchmarks.md, "Arena pages".
+     */
+    uint32_t arena_pages;
 } folio_cache_options;
 
 /**
@@ -433,6 +455,12 @@ typedef struct folio_stats {
      */
     uint64_t futures_parked;
     /**
+     * Bytes of the arena grown advised for huge pages: all of it under
+     * `ArenaPages::Huge`, the chunks large folios asked for under `ArenaPages::Auto`
+     * (advice: the kernel backs them with huge pages where it can).
+     */
+    uint64_t arena_huge_bytes;
+    /**
      * The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
      * FOLIO_BACKEND_OTHER.
      */
@@ -495,7 +523,7 @@ extern "C" {
  * Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
  * FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
  * prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
- * threshold (0: percentages of the capacity), and `size` set.
+ * threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO, and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -511,7 +539,7 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * its handle in `*out`.
  *
  * Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
- * FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a prefault other than 0 or 1,
+ * FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, unknown arena_pages, a prefault other than 0 or 1,
  * a dirty limit outside [4096, capacity], a background threshold above the dirty limit,
  * a wrong `size`); -ENOMEM if the memory
  * cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
@@ -525,7 +553,8 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * `opts` is NULL or points to a readable `folio_cache_options`; `out` is NULL or points
  * to writable memory for one `folio_cache`.
  */
-int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_cache *out);
+int32_t folio_cache_create(const struct folio_cache_options *opts,
+                           struct folio_cache *out);
 
 /**
  * Releases the caller's handle to `cache`. Files opened through it stay open and keep

@@ -423,6 +423,7 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   o.pread_threads = opts.pread_threads;
   o.eviction = opts.eviction;
   o.prefault = opts.prefault == Options::Prefault::kAtStart ? 1 : 0;
+  o.arena_pages = opts.arena_pages;
   o.dirty_limit_bytes = opts.dirty_limit_bytes;
   o.dirty_background_bytes = opts.dirty_background_bytes;
   o.dirty_expire_ms = opts.dirty_expire_ms;

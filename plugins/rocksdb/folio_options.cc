@@ -29,6 +29,17 @@ bool ParseFlag(const std::string& text, bool* out) {
   return false;
 }
 
+const char* ArenaPagesName(uint32_t pages) {
+  switch (pages) {
+    case FOLIO_ARENA_PAGES_SMALL:
+      return "small";
+    case FOLIO_ARENA_PAGES_HUGE:
+      return "huge";
+    default:
+      return "auto";
+  }
+}
+
 const char* BackendName(uint32_t backend) {
   switch (backend) {
     case FOLIO_BACKEND_IO_URING:
@@ -52,6 +63,7 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_HINTS", "hints"},         {"FOLIO_STATS", "stats"},
     {"FOLIO_VERBOSE", "verbose"},     {"FOLIO_PREFETCH_AHEAD", "prefetch_ahead"},
     {"FOLIO_EVICTION", "eviction"},   {"FOLIO_PREFAULT", "prefault"},
+    {"FOLIO_ARENA_PAGES", "arena_pages"},
     {"FOLIO_WRITES", "writes"},       {"FOLIO_CACHE_COLD_WRITES", "cache_cold_writes"},
     {"FOLIO_DIRTY_LIMIT", "dirty_limit"},
     {"FOLIO_DIRTY_BACKGROUND", "dirty_background"},
@@ -73,7 +85,7 @@ bool Options::operator==(const Options& o) const {
   return capacity_bytes == o.capacity_bytes && readahead_max_bytes == o.readahead_max_bytes &&
          backend == o.backend && pread_threads == o.pread_threads && eviction == o.eviction &&
          prefetch_ahead_bytes == o.prefetch_ahead_bytes && prefault == o.prefault &&
-         hints == o.hints && writes == o.writes && cold_writes == o.cold_writes &&
+         arena_pages == o.arena_pages &&          hints == o.hints && writes == o.writes && cold_writes == o.cold_writes &&
          dirty_limit_bytes == o.dirty_limit_bytes &&
          dirty_background_bytes == o.dirty_background_bytes &&
          dirty_expire_ms == o.dirty_expire_ms && stats == o.stats &&
@@ -88,6 +100,7 @@ std::string Options::Describe() const {
                   " pread_threads=" + std::to_string(pread_threads) +
                   " prefetch_ahead=" + std::to_string(prefetch_ahead_bytes) +
                   " prefault=" + (prefault == Prefault::kAtStart ? "1" : "0") +
+                  " arena_pages=" + ArenaPagesName(arena_pages) +
                   " hints=" + (hints == Hints::kFollow ? "1" : "0") +
                   " writes=" + (writes == Writes::kThroughFolio ? "1" : "0") +
                   " cache_cold_writes=" + (cold_writes == ColdWrites::kCache ? "1" : "0") +
@@ -232,6 +245,19 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     opts->prefault = at_start ? Options::Prefault::kAtStart : Options::Prefault::kLazy;
     return true;
   }
+  if (k == "arena_pages") {
+    if (value == "auto") {
+      opts->arena_pages = FOLIO_ARENA_PAGES_AUTO;
+    } else if (value == "small") {
+      opts->arena_pages = FOLIO_ARENA_PAGES_SMALL;
+    } else if (value == "huge") {
+      opts->arena_pages = FOLIO_ARENA_PAGES_HUGE;
+    } else {
+      *error = "arena_pages: '" + value + "' is not auto, small or huge";
+      return false;
+    }
+    return true;
+  }
   if (k == "hints") {
     bool follow = true;
     if (!ParseFlag(value, &follow)) {
@@ -299,9 +325,9 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return true;
   }
   *error = "unknown option '" + key +
-           "' (known: capacity, readahead_max, prefetch_ahead, prefault, backend, eviction, "
-           "pread_threads, hints, writes, cache_cold_writes, dirty_limit, dirty_background, "
-           "dirty_expire, stats, verbose)";
+           "' (known: capacity, readahead_max, prefetch_ahead, prefault, arena_pages, backend, "
+           "eviction, pread_threads, hints, writes, cache_cold_writes, dirty_limit, "
+           "dirty_background, dirty_expire, stats, verbose)";
   return false;
 }
 

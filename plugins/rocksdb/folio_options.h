@@ -6,7 +6,7 @@
 //
 // The cache's options start from folio_cache_options_init, the library's own defaults, so
 // each has one source (FOLIO_CAPACITY_BYTES_DEFAULT, FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
-// the auto backend, S3-FIFO, no prefault, the dirty thresholds and expiry), and the plugin
+// the auto backend, S3-FIFO, no prefault, auto arena pages, the dirty thresholds and expiry), and the plugin
 // differs from none. It adds only options of its own (prefetch_ahead, hints, writes,
 // cache_cold_writes, stats, verbose). Table files are
 // advised random (RocksDB's advise_random_on_open, passed on by hints=1), so folio's own
@@ -22,6 +22,9 @@
 //   prefetch_ahead FOLIO_PREFETCH_AHEAD  1M        bytes read ahead past each RocksDB Prefetch range
 //   prefault       FOLIO_PREFAULT        0         1: fault the cache's memory in at start (no page
 //                                                  faults in the first reads; resident at once)
+//   arena_pages    FOLIO_ARENA_PAGES     auto      auto | small | huge: the pages of the cache's
+//                                                  memory (auto: huge for readahead's large
+//                                                  folios, 4 KiB for random reads' small ones)
 //   hints          FOLIO_HINTS           1         1: RocksDB's Hint() becomes folio_advise; 0: ignored
 //   writes         FOLIO_WRITES          1         1: every DB file (WAL, SST, MANIFEST, OPTIONS,
 //                                                  CURRENT's temp, blob) is written and read
@@ -77,6 +80,8 @@ struct Options {
   // Whether the cache's memory is faulted in when the cache is created.
   enum class Prefault { kLazy, kAtStart } prefault =
       FolioDefaults().prefault != 0 ? Prefault::kAtStart : Prefault::kLazy;
+  // Which pages back the cache's memory: FOLIO_ARENA_PAGES_* of folio.h.
+  uint32_t arena_pages = FolioDefaults().arena_pages;
   // Whether FSRandomAccessFile::Hint() is passed on to folio_advise.
   enum class Hints { kFollow, kIgnore } hints = Hints::kFollow;
   // Which files go through folio: every DB file, or only table files' random reads (the

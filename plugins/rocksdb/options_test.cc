@@ -92,6 +92,7 @@ int main() {
     CHECK(o.pread_threads == lib.pread_threads);
     CHECK(o.eviction == lib.eviction);
     CHECK(o.prefault == Options::Prefault::kLazy && lib.prefault == 0);
+    CHECK(o.arena_pages == lib.arena_pages && o.arena_pages == FOLIO_ARENA_PAGES_AUTO);
     CHECK(o.dirty_limit_bytes == lib.dirty_limit_bytes);
     CHECK(o.dirty_background_bytes == lib.dirty_background_bytes);
     CHECK(o.dirty_expire_ms == lib.dirty_expire_ms);
@@ -180,6 +181,10 @@ int main() {
     CHECK(o.prefault == Options::Prefault::kLazy);
     CHECK(Uri("folio://?prefault=1", &o));
     CHECK(o.prefault == Options::Prefault::kAtStart);
+    CHECK(Uri("folio://?arena_pages=huge", &o));
+    CHECK(o.arena_pages == FOLIO_ARENA_PAGES_HUGE);
+    CHECK(Uri("folio://?arena_pages=small", &o));
+    CHECK(o.arena_pages == FOLIO_ARENA_PAGES_SMALL);
     CHECK(Uri("folio://?stats=/tmp/x.txt&backend=io_uring&verbose=1", &o));
     CHECK(o.stats == StatsSink::kFile && o.stats_path == "/tmp/x.txt");
     CHECK(o.backend == FOLIO_BACKEND_IO_URING);
@@ -196,6 +201,7 @@ int main() {
     CHECK(!Uri("folio://?pread_threads=100000", &o, &e));
     CHECK(!Uri("folio://?eviction=clock", &o, &e));
     CHECK(!Uri("folio://?prefault=maybe", &o, &e) && e.find("prefault") != std::string::npos);
+    CHECK(!Uri("folio://?arena_pages=2m", &o, &e) && e.find("arena_pages") != std::string::npos);
     CHECK(!Uri("folio:capacity=4G", &o, &e));
     CHECK(!Uri("posix", &o, &e));
   }

@@ -41,7 +41,7 @@ use workloads::{
 /// How folio's caches get their memory in every workload: the library's default
 /// (`Prefault::Lazy`), which `Env::folio_cache` leaves alone.
 const FOLIO_ARENA: &str =
-    "the library's default: lazy, populated ahead of the allocator in the background";
+    "lazy (the library's default), populated ahead of the allocator in the background";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -79,6 +79,10 @@ struct Common {
     /// folio's I/O backend
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
+    /// Which pages folio's caches (and the plugin's) get their memory in; the default is
+    /// the library's (auto: huge pages for readahead's large folios, 4 KiB for small ones)
+    #[arg(long, value_enum, default_value_t = Pages::Auto)]
+    arena_pages: Pages,
     /// folio's maximum readahead window in KiB; the default is the library's
     /// (folio::READAHEAD_MAX_BYTES_DEFAULT)
     #[arg(long, value_name = "KIB", default_value_t = folio::READAHEAD_MAX_BYTES_DEFAULT >> 10)]
@@ -102,6 +106,23 @@ impl From<Backend> for folio::BackendKind {
             Backend::Auto => folio::BackendKind::Auto,
             Backend::IoUring => folio::BackendKind::IoUring,
             Backend::Pread => folio::BackendKind::Pread,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Pages {
+    Auto,
+    Small,
+    Huge,
+}
+
+impl From<Pages> for folio::ArenaPages {
+    fn from(p: Pages) -> folio::ArenaPages {
+        match p {
+            Pages::Auto => folio::ArenaPages::Auto,
+            Pages::Small => folio::ArenaPages::Small,
+            Pages::Huge => folio::ArenaPages::Huge,
         }
     }
 }
@@ -252,6 +273,7 @@ fn run(cli: Cli) -> io::Result<()> {
         common.backend.into(),
     );
     env.readahead_max_bytes = common.readahead_kib << 10;
+    env.arena_pages = common.arena_pages.into();
     if let Some(n) = common.limits_mib {
         env.limits_args.file_mib = Some(n);
         env.limits_args.memcpy_mib = Some(n);
@@ -270,7 +292,10 @@ fn run(cli: Cli) -> io::Result<()> {
         env.cold.describe(),
         env.warm.describe()
     );
-    println!("folio arena: {FOLIO_ARENA} (readseq's folio-prefault row: prefaulted at build)");
+    println!(
+        "folio arena: {FOLIO_ARENA}, {:?} pages (readseq's folio-prefault row: prefaulted at build)",
+        env.arena_pages
+    );
     let reports: Vec<Report> = match &workload {
         Some(w) => vec![w.run(&env)?],
         None => compare::run(&env)?,

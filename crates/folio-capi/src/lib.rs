@@ -53,7 +53,7 @@ use std::ffi::{c_char, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use folio_rs::{Advice, BackendKind, Cache, EvictionKind, File, Prefault, ReadHint};
+use folio_rs::{Advice, ArenaPages, BackendKind, Cache, EvictionKind, File, Prefault, ReadHint};
 
 use crate::error::{boundary, copy_last_message, Failure};
 use crate::handle::{Kind, Registry};
@@ -95,6 +95,14 @@ pub const FOLIO_EVICTION_S3FIFO: u32 = 0;
 pub const FOLIO_EVICTION_TWO_LIST_LRU: u32 = 1;
 /// `folio_stats.eviction`: a policy this header does not name.
 pub const FOLIO_EVICTION_OTHER: u32 = 2;
+
+/// `folio_cache_options.arena_pages`: chunk by chunk, huge pages for the memory large
+/// folios (readahead) take and 4 KiB pages for small ones (the default).
+pub const FOLIO_ARENA_PAGES_AUTO: u32 = 0;
+/// `folio_cache_options.arena_pages`: 4 KiB pages for all of the cache's memory.
+pub const FOLIO_ARENA_PAGES_SMALL: u32 = 1;
+/// `folio_cache_options.arena_pages`: transparent huge pages advised for all of it.
+pub const FOLIO_ARENA_PAGES_HUGE: u32 = 2;
 
 /// `folio_advise`: the default, on-demand readahead (values as POSIX_FADV_*).
 pub const FOLIO_ADVICE_NORMAL: u32 = 0;
@@ -180,13 +188,18 @@ pub struct folio_cache_options {
     /// FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT percent of the capacity (at most the dirty
     /// limit). Else at most the dirty limit.
     pub dirty_background_bytes: u64,
+    /// Which pages back the cache's memory: FOLIO_ARENA_PAGES_AUTO (the default: huge
+    /// pages for readahead's large folios, 4 KiB pages for random reads' small ones),
+    /// _SMALL or _HUGE. See docs/benchmarks.md, "Arena pages".
+    pub arena_pages: u32,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
 // and at the end, so the earlier fields kept their offsets.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 56);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 56);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 64);
 
 fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
     Failure::new(
@@ -207,13 +220,14 @@ fn cache_options_default() -> folio_cache_options {
         dirty_expire_ms: FOLIO_DIRTY_EXPIRE_MS_DEFAULT,
         dirty_limit_bytes: 0,
         dirty_background_bytes: 0,
+        arena_pages: FOLIO_ARENA_PAGES_AUTO,
     }
 }
 
 /// Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
 /// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
 /// prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
-/// threshold (0: percentages of the capacity), and `size` set.
+/// threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO, and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -285,12 +299,26 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
             ))
         }
     };
+    let arena_pages = match opts.arena_pages {
+        FOLIO_ARENA_PAGES_AUTO => ArenaPages::Auto,
+        FOLIO_ARENA_PAGES_SMALL => ArenaPages::Small,
+        FOLIO_ARENA_PAGES_HUGE => ArenaPages::Huge,
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: unknown arena_pages {other} (FOLIO_ARENA_PAGES_AUTO, _SMALL or _HUGE)"
+                ),
+            ))
+        }
+    };
     let mut builder = Cache::builder()
         .capacity_bytes(opts.capacity_bytes)
         .backend(backend)
         .readahead_max_bytes(opts.readahead_max_bytes)
         .eviction(eviction)
         .prefault(prefault)
+        .arena_pages(arena_pages)
         .dirty_expire(Duration::from_millis(u64::from(opts.dirty_expire_ms)));
     let (limit_bytes, background_bytes) = dirty_thresholds(opts)?;
     if let Some(bytes) = limit_bytes {
@@ -345,7 +373,7 @@ fn dirty_thresholds(opts: &folio_cache_options) -> Result<(Option<u64>, Option<u
 /// its handle in `*out`.
 ///
 /// Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
-/// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, a prefault other than 0 or 1,
+/// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, unknown arena_pages, a prefault other than 0 or 1,
 /// a dirty limit outside [4096, capacity], a background threshold above the dirty limit,
 /// a wrong `size`); -ENOMEM if the memory
 /// cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;

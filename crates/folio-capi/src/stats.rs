@@ -112,6 +112,10 @@ pub struct folio_stats {
     /// for memory, in the whole process: their wait table is one per process, as the
     /// kernel's folio wait table.
     pub futures_parked: u64,
+    /// Bytes of the arena grown advised for huge pages: all of it under
+    /// `ArenaPages::Huge`, the chunks large folios asked for under `ArenaPages::Auto`
+    /// (advice: the kernel backs them with huge pages where it can).
+    pub arena_huge_bytes: u64,
     /// The engine in use: FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_PREAD or
     /// FOLIO_BACKEND_OTHER.
     pub backend: u32,
@@ -120,7 +124,7 @@ pub struct folio_stats {
     pub eviction: u32,
 }
 
-const _: () = assert!(Stats::FIELDS.len() == 46);
+const _: () = assert!(Stats::FIELDS.len() == 47);
 
 impl folio_stats {
     /// The C struct of a snapshot.
@@ -172,13 +176,14 @@ impl folio_stats {
             dirty_pages: stats.dirty_pages,
             writeback_pages: stats.writeback_pages,
             futures_parked: stats.futures_parked,
+            arena_huge_bytes: stats.arena_huge_bytes,
             backend: crate::backend_code(&stats.backend),
             eviction: crate::eviction_code(&stats.eviction),
         }
     }
 
     /// The numbers, in the order of `Stats::FIELDS`.
-    pub(crate) fn values(&self) -> [u64; 46] {
+    pub(crate) fn values(&self) -> [u64; 47] {
         [
             self.hits,
             self.misses,
@@ -226,6 +231,7 @@ impl folio_stats {
             self.dirty_pages,
             self.writeback_pages,
             self.futures_parked,
+            self.arena_huge_bytes,
         ]
     }
 }

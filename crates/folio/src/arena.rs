@@ -1,7 +1,7 @@
 //! The arena: all folio memory, reserved once at build, and its buddy allocator.
 //!
-//! Design: one anonymous mapping (`MAP_NORESERVE`, transparent huge pages advised, aligned
-//! to 2 MiB so an order-9 folio is one huge page) sized by the cache's capacity, cut into
+//! Design: one anonymous mapping (`MAP_NORESERVE`, aligned to 2 MiB so that an order-9
+//! folio can be one huge page, paged as `ArenaPages` says) sized by the cache's capacity, cut into
 //! 4 KiB frames. Beside it, the side table of `FolioMeta` (24 B per frame) and the link
 //! words (8 B per frame) that thread the per-order free lists of a buddy allocator
 //! (orders 0..=9) and, while a frame is cached, its eviction queue. 32 B per 4 KiB frame
@@ -11,10 +11,13 @@
 //!
 //! Memory is made ready off the reader's path (issue 13): a fresh anonymous page is faulted
 //! in and zeroed by the kernel on first touch (on this VM also faulted in by the host:
-//! 0.3-0.6 GB/s), and with transparent huge pages advised a first touch may compact
+//! 0.35-2.6 GB/s), and with transparent huge pages advised a first touch may compact
 //! memory for a 2 MiB page. When that first touch is an O_DIRECT read into the frame,
-//! the miss pays it. So the arena grows: its frames reach the free lists one 2 MiB chunk
-//! at a time, in address order, and a background thread (`populate_ahead`, started by
+//! the miss pays it. Which pages the kernel gives is `ArenaPages`: by default decided chunk
+//! by chunk (4 KiB pages for random reads' small folios, whose first touch is 7x cheaper
+//! per byte on this VM; huge pages for readahead's large folios, which O_DIRECT reads
+//! faster into); `ArenaPages` has the figures. And the arena grows: its frames reach the
+//! free lists one 2 MiB chunk at a time, in address order, and a background thread (`populate_ahead`, started by
 //! the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`) claims the
 //! next chunks, populates them (a write to each page, outside every lock) and lists them,
 //! keeping `populate_lead_frames` populated frames listed ahead of the allocator. An
@@ -85,6 +88,67 @@ fn free_order(links: &Links, frame: u32) -> Option<u8> {
         .then(|| id - FREE_LIST_BASE)
 }
 
+/// How the kernel pages the arena's memory: the trade between the cost of faulting fresh
+/// memory in (paid once per page of the capacity, on the miss path or by the populator),
+/// the cost of an O_DIRECT read into it (a read pins each 4 KiB page; into huge pages a
+/// 2 MiB read is one segment, into 4 KiB pages it is split), and the TLB reach of a hit.
+///
+/// Measured on the 2-core VM of the README (docs/benchmarks.md, "Arena pages"): a first
+/// touch runs at 2.4-2.6 GB/s with 4 KiB pages and at 0.35 GB/s with huge pages (6-8 GB/s
+/// only for memory a huge-page user freed seconds before: the host backs a fresh 2 MiB
+/// guest page lazily). db_bench `readrandom` from a cold cache ran at about 0.85x the
+/// kernel on 4 KiB pages and 0.6x on huge pages; a cold one-thread scan at 0.77x on 4 KiB
+/// pages and 0.95x on huge pages. `Auto` gives each kind of read the pages it is fastest on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ArenaPages {
+    /// Chunk by chunk, as the arena grows (the default): a chunk is advised for huge pages
+    /// when most frames allocated lately went to large folios (`LARGE_ORDER` and up:
+    /// readahead windows), else for 4 KiB pages (random reads' small folios).
+    #[default]
+    Auto,
+    /// 4 KiB pages (`MADV_NOHUGEPAGE`) for all of it.
+    Small,
+    /// Transparent huge pages advised (`MADV_HUGEPAGE`) for all of it: an order-9 folio is
+    /// one 2 MiB page where the kernel can give one. Advice only: without THP it is `Small`.
+    Huge,
+}
+
+/// Folios of this order and up (64 KiB) count as large for `ArenaPages::Auto`: readahead
+/// windows of a sequential reader, which reach it after a few reads; random reads of
+/// storage engines' blocks (4-32 KiB) stay below it.
+const LARGE_ORDER: u8 = 4;
+
+/// What `ArenaPages::Auto` decides from: frames allocated lately, small and large
+/// folios apart. Counted under the free lists' lock (so never contended on their own),
+/// halved at each decision so that the last few chunks' worth weighs most.
+#[derive(Debug, Default)]
+struct Demand {
+    small_frames: AtomicU64,
+    large_frames: AtomicU64,
+}
+
+impl Demand {
+    fn note(&self, order: Order) {
+        let counter = if order.get() >= LARGE_ORDER {
+            &self.large_frames
+        } else {
+            &self.small_frames
+        };
+        counter.fetch_add(order.pages(), Ordering::Relaxed);
+    }
+
+    /// Whether the next chunk should be huge: most frames allocated lately were large.
+    /// With nothing allocated yet it is small, the cheaper guess to fault in.
+    fn wants_huge(&self) -> bool {
+        let small = self.small_frames.load(Ordering::Relaxed);
+        let large = self.large_frames.load(Ordering::Relaxed);
+        // Racy halving: a count lost to a concurrent `note` only shifts a heuristic.
+        self.small_frames.store(small / 2, Ordering::Relaxed);
+        self.large_frames.store(large / 2, Ordering::Relaxed);
+        large > small
+    }
+}
+
 pub struct Arena {
     /// Start of the 2 MiB-aligned frames.
     base: NonNull<u8>,
@@ -104,12 +168,17 @@ pub struct Arena {
     listed_frames: AtomicU32,
     /// Chunks listed unpopulated, because an allocation outran the populator.
     chunks_unpopulated: AtomicU64,
+    /// Frames of the chunks claimed advised for huge pages.
+    huge_frames: AtomicU64,
     /// Whether `populate_ahead` runs: only then is it worth waking.
     populator_running: AtomicBool,
     /// Allocators that found every chunk claimed but not all listed wait here for
     /// `list_chunk` (with `listed_lock`), never spinning.
     listed_lock: Mutex<()>,
     listed_wake: Condvar,
+    /// Which pages chunks get, and for `ArenaPages::Auto` what it decides from.
+    pages: ArenaPages,
+    demand: Demand,
     /// The background populator's lead, and its wake-up: `true` in the mutex means stop.
     populate_lead_frames: u32,
     populate_stop: Mutex<bool>,
@@ -136,7 +205,7 @@ impl Arena {
     /// Reserves `frame_count` frames. Fails with the OS error if the reservation is
     /// refused. No frame is populated yet: the arena grows as it is allocated from (or
     /// ahead of it, `populate_ahead`), or all at once by `prefault`.
-    pub fn new(frame_count: u32) -> io::Result<Arena> {
+    pub fn new(frame_count: u32, pages: ArenaPages) -> io::Result<Arena> {
         assert!(frame_count > 0);
         let data_bytes = frame_count as usize * PAGE_BYTES;
         let map_bytes = data_bytes + HUGE_BYTES;
@@ -156,14 +225,10 @@ impl Arena {
         }
         let aligned = (map_ptr as usize).next_multiple_of(HUGE_BYTES);
         // SAFETY: [aligned, aligned + data_bytes) lies inside the mapping because we
-        // reserved HUGE_BYTES of slack. MADV_HUGEPAGE is only advice; its failure (THP
-        // disabled) is harmless, so the result is ignored on purpose.
+        // reserved HUGE_BYTES of slack. `Auto` starts small and advises chunk by chunk
+        // (`claim_chunk`).
         unsafe {
-            libc::madvise(
-                aligned as *mut libc::c_void,
-                data_bytes,
-                libc::MADV_HUGEPAGE,
-            );
+            advise(aligned as *mut u8, data_bytes, pages == ArenaPages::Huge);
         }
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
         // Neither the side table nor the link words are written here: a frame's are
@@ -190,9 +255,12 @@ impl Arena {
             claimed_frames: AtomicU32::new(0),
             listed_frames: AtomicU32::new(0),
             chunks_unpopulated: AtomicU64::new(0),
+            huge_frames: AtomicU64::new(0),
             populator_running: AtomicBool::new(false),
             listed_lock: Mutex::new(()),
             listed_wake: Condvar::new(),
+            pages,
+            demand: Demand::default(),
             populate_lead_frames: lead_frames as u32,
             populate_stop: Mutex::new(false),
             populate_wake: Condvar::new(),
@@ -287,6 +355,7 @@ impl Arena {
             // Under the lock, so that `free_frames` always equals the free lists.
             let free = self.free_frames.fetch_sub(order.pages(), Ordering::Relaxed);
             assert!(free >= order.pages(), "free memory below zero");
+            self.demand.note(order);
             head.0
         };
         let frame = FrameId(head);
@@ -621,8 +690,23 @@ impl Arena {
     /// from the start, as a database's buffer pool would be. Without it the arena grows
     /// in chunks ahead of the allocator (module docs), which costs reads nothing either.
     ///
+    /// Under `ArenaPages::Auto` it is all huge pages: what 4 KiB pages save is the cost of
+    /// a first touch, which a prefault pays at build anyway, and huge pages read large
+    /// folios faster and hit with fewer TLB misses.
+    ///
     /// Context: right after `new`; `&mut self` proves that no frame is referenced yet.
     pub fn prefault(&mut self) {
+        if self.pages == ArenaPages::Auto {
+            // SAFETY: the whole arena, inside its mapping; no frame is referenced yet.
+            unsafe {
+                advise(
+                    self.base.as_ptr(),
+                    self.frame_count as usize * PAGE_BYTES,
+                    true,
+                )
+            };
+            self.pages = ArenaPages::Huge;
+        }
         while let Some(chunk) = self.claim_chunk() {
             self.populate_chunk(&chunk);
             self.list_chunk(chunk);
@@ -636,9 +720,38 @@ impl Arena {
         self.free_frames().saturating_sub(u64::from(unlisted))
     }
 
-    /// Claims the next virgin chunk: its frames are the caller's to initialise and list.
-    /// `None` when the arena is fully claimed.
+    /// Claims the next virgin chunk: its frames are the caller's to initialise and list,
+    /// its memory advised for the pages it gets (`ArenaPages::Auto`) before anything
+    /// touches it. `None` when the arena is fully claimed.
     fn claim_chunk(&self) -> Option<std::ops::Range<u32>> {
+        let chunk = self.claim_chunk_range()?;
+        let huge = match self.pages {
+            ArenaPages::Small => false,
+            ArenaPages::Huge => true,
+            ArenaPages::Auto => {
+                let huge = self.demand.wants_huge();
+                if huge {
+                    // SAFETY: the chunk lies inside the arena's mapping (module
+                    // invariants), and it is virgin: nothing references its pages yet.
+                    unsafe {
+                        advise(
+                            self.frame_ptr(FrameId(chunk.start)),
+                            (chunk.end - chunk.start) as usize * PAGE_BYTES,
+                            true,
+                        );
+                    }
+                }
+                huge
+            }
+        };
+        if huge {
+            self.huge_frames
+                .fetch_add(u64::from(chunk.end - chunk.start), Ordering::Relaxed);
+        }
+        Some(chunk)
+    }
+
+    fn claim_chunk_range(&self) -> Option<std::ops::Range<u32>> {
         let mut start = self.claimed_frames.load(Ordering::Relaxed);
         loop {
             if start >= self.frame_count {
@@ -758,6 +871,35 @@ impl Arena {
     pub fn chunks_unpopulated(&self) -> u64 {
         self.chunks_unpopulated.load(Ordering::Relaxed)
     }
+
+    /// Bytes of the chunks claimed so far advised for huge pages.
+    pub fn huge_bytes(&self) -> u64 {
+        self.huge_frames.load(Ordering::Relaxed) * PAGE_BYTES as u64
+    }
+}
+
+/// Advises `[base, base + bytes)` for huge pages or for 4 KiB pages. Advice only: a
+/// failure (THP not built in) leaves the kernel's default, which is harmless, so the
+/// result is ignored on purpose. Changing a range's advice splits its mapping (adjacent
+/// ranges of the same advice merge again) and takes the address space's lock for a few
+/// microseconds, once per 2 MiB chunk at most.
+///
+/// # Safety
+/// The range lies inside the arena's mapping.
+unsafe fn advise(base: *mut u8, bytes: usize, huge: bool) {
+    // SAFETY: the caller guarantees the range is inside our mapping; madvise with these
+    // advices changes no contents.
+    unsafe {
+        libc::madvise(
+            base.cast::<libc::c_void>(),
+            bytes,
+            if huge {
+                libc::MADV_HUGEPAGE
+            } else {
+                libc::MADV_NOHUGEPAGE
+            },
+        );
+    }
 }
 
 /// Faults `[base, base + bytes)` in (the kernel zeroes each page) by writing a zero to
@@ -787,9 +929,92 @@ unsafe fn populate(base: *mut u8, bytes: usize) {
 mod tests {
     use super::*;
 
+    /// The `VmFlags` and `AnonHugePages` of the mapping that holds `addr`, from
+    /// /proc/self/smaps.
+    fn smaps_of(addr: usize) -> (String, u64) {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        let (mut flags, mut huge_kib) = (String::new(), 0);
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = first.split_once('-') {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = (lo..hi).contains(&addr);
+                    continue;
+                }
+            }
+            if !inside {
+                continue;
+            }
+            if let Some(rest) = line.strip_prefix("VmFlags:") {
+                flags = rest.trim().to_string();
+            } else if let Some(rest) = line.strip_prefix("AnonHugePages:") {
+                huge_kib = rest.trim().trim_end_matches("kB").trim().parse().unwrap();
+            }
+        }
+        (flags, huge_kib)
+    }
+
+    #[test]
+    fn pages_are_advised_as_asked() {
+        // Two chunks, prefaulted: small pages are advised no-huge (`nh`) and get none;
+        // huge pages are advised (`hg`), and so is a prefaulted `Auto` arena. Whether the kernel then gives a huge page
+        // depends on THP being on and on free memory, so only the advice is checked.
+        for (pages, flag) in [
+            (ArenaPages::Small, "nh"),
+            (ArenaPages::Huge, "hg"),
+            (ArenaPages::Auto, "hg"), // prefaulted: all huge
+        ] {
+            let mut arena = Arena::new(CHUNK_FRAMES * 2, pages).unwrap();
+            arena.prefault();
+            let (flags, huge_kib) = smaps_of(arena.base.as_ptr() as usize);
+            assert!(
+                flags.split_whitespace().any(|f| f == flag),
+                "{pages:?}: VmFlags '{flags}' lack '{flag}'"
+            );
+            if pages == ArenaPages::Small {
+                assert_eq!(huge_kib, 0, "a small-page arena got huge pages");
+            }
+        }
+    }
+
+    #[test]
+    fn auto_pages_follow_what_was_allocated_lately() {
+        let arena = Arena::new(CHUNK_FRAMES * 6, ArenaPages::Auto).unwrap();
+        let flags_at = |chunk: u32| {
+            let frame = arena.frame_ptr(FrameId(chunk * CHUNK_FRAMES)) as usize;
+            smaps_of(frame).0
+        };
+        let has = |flags: &str, flag: &str| flags.split_whitespace().any(|f| f == flag);
+        // Nothing allocated yet: the first chunk is small. A whole chunk of a large folio
+        // is still decided by the one small frame before it; the next is huge.
+        arena.alloc(Order::new(0)).unwrap();
+        arena.alloc(Order::MAX).unwrap();
+        arena.alloc(Order::MAX).unwrap();
+        assert_eq!(
+            arena.claimed_frames.load(Ordering::Relaxed),
+            CHUNK_FRAMES * 3
+        );
+        assert!(has(&flags_at(0), "nh"), "chunk 0: {}", flags_at(0));
+        assert!(has(&flags_at(1), "nh"), "chunk 1: {}", flags_at(1));
+        assert!(has(&flags_at(2), "hg"), "chunk 2: {}", flags_at(2));
+        assert_eq!(arena.huge_bytes(), HUGE_BYTES as u64);
+        // Small folios again: the large ones weigh less at every chunk, and within two
+        // chunks the next one is small again.
+        let claimed = || arena.claimed_frames.load(Ordering::Relaxed) / CHUNK_FRAMES;
+        while claimed() < 5 {
+            arena.alloc(Order::new(0)).unwrap();
+        }
+        assert!(has(&flags_at(3), "hg"), "chunk 3: {}", flags_at(3));
+        assert!(has(&flags_at(4), "nh"), "chunk 4: {}", flags_at(4));
+        assert_eq!(arena.huge_bytes(), 2 * HUGE_BYTES as u64);
+    }
+
     #[test]
     fn buddy_splits_and_merges() {
-        let arena = Arena::new(1024).unwrap();
+        let arena = Arena::new(1024, ArenaPages::Small).unwrap();
         assert_eq!(arena.free_frames(), 1024);
         let a = arena.alloc(Order::new(0)).unwrap();
         let b = arena.alloc(Order::new(3)).unwrap();
@@ -809,7 +1034,7 @@ mod tests {
 
     #[test]
     fn odd_sizes_are_carved_and_exhausted() {
-        let mut arena = Arena::new(13).unwrap();
+        let mut arena = Arena::new(13, ArenaPages::Small).unwrap();
         arena.prefault();
         let mut got = 0;
         while arena.alloc(Order::ZERO).is_some() {
@@ -823,7 +1048,7 @@ mod tests {
     fn the_arena_grows_in_chunks_as_it_is_allocated_from() {
         // 2.5 chunks: two whole order-9 chunks and a tail of 256 frames.
         let frames = CHUNK_FRAMES * 2 + CHUNK_FRAMES / 2;
-        let arena = Arena::new(frames).unwrap();
+        let arena = Arena::new(frames, ArenaPages::Small).unwrap();
         assert_eq!(arena.listed_frames(), 0, "nothing is listed at build");
         assert_eq!(
             arena.free_frames(),
@@ -860,7 +1085,7 @@ mod tests {
     #[test]
     fn the_populator_keeps_its_lead_and_no_more() {
         // 64 chunks (128 MiB); the lead is an eighth: 16 MiB, 8 chunks.
-        let arena = std::sync::Arc::new(Arena::new(CHUNK_FRAMES * 64).unwrap());
+        let arena = std::sync::Arc::new(Arena::new(CHUNK_FRAMES * 64, ArenaPages::Small).unwrap());
         let lead = u64::from(arena.populate_lead_frames);
         assert_eq!(lead, u64::from(CHUNK_FRAMES) * 8);
         let thread = {

@@ -116,6 +116,7 @@ mod wait;
 mod waker;
 mod writeback;
 
+pub use arena::ArenaPages;
 pub use cache::{
     Cache, CacheBuilder, OpenOptions, Prefault, CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN,
     DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_EXPIRE_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,

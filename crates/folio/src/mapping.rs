@@ -810,7 +810,7 @@ mod tests {
 
     fn memory() -> Memory {
         Memory {
-            arena: crate::arena::Arena::new(64).unwrap(),
+            arena: crate::arena::Arena::new(64, crate::arena::ArenaPages::Small).unwrap(),
             policy: crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
             counters: crate::stats::Counters::default(),
             dirty: crate::dirty::DirtyBudget::new(8, 4),

@@ -273,6 +273,7 @@ impl Core {
         s.shadows = self.reclaimer.shadows_logged();
         s.arena_grown_bytes = u64::from(arena.listed_frames()) * PAGE_BYTES as u64;
         s.arena_chunks_unpopulated = arena.chunks_unpopulated();
+        s.arena_huge_bytes = arena.huge_bytes();
         s.dirty_pages = self.mem.dirty.pages() - self.mem.dirty.writeback_pages();
         s.writeback_pages = self.mem.dirty.writeback_pages();
         s.futures_parked = crate::wait::futures_parked();

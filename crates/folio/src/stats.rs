@@ -248,6 +248,10 @@ counters! {
         /// for memory, in the whole process: their wait table is one per process, as the
         /// kernel's folio wait table.
         futures_parked,
+        /// Bytes of the arena grown advised for huge pages: all of it under
+        /// `ArenaPages::Huge`, the chunks large folios asked for under `ArenaPages::Auto`
+        /// (advice: the kernel backs them with huge pages where it can).
+        arena_huge_bytes,
     }
 }
 

@@ -156,7 +156,7 @@ impl Workload for Args {
         let db = ensure_dbs(env, dbs, keys)?;
         // The capacity and nothing else: `prefault` and every other option at the
         // plugin's default, as folio's own caches are at the library's in every workload.
-        let fs_uri = format!("folio://?capacity={folio_capacity_mib}M");
+        let fs_uri = fs_uri(env, folio_capacity_mib);
 
         let mut report = Report::new(self.name(), Metric::OpsPerSec);
         report.param("threads", threads.clone());
@@ -337,6 +337,17 @@ fn tail(text: &str, lines: usize) -> String {
 
 /// The databases for `dbs` x `keys`, made with fillseq (and flushed to table files) unless
 /// a previous run left them complete. Returns the `--db` path.
+/// The plugin's `--fs_uri`: the capacity, and `arena_pages` only when `--arena-pages`
+/// says other than the default (every other option at the plugin's default).
+fn fs_uri(env: &Env, capacity_mib: u64) -> String {
+    let pages = match env.arena_pages {
+        folio::ArenaPages::Auto => "",
+        folio::ArenaPages::Small => "&arena_pages=small",
+        folio::ArenaPages::Huge => "&arena_pages=huge",
+    };
+    format!("folio://?capacity={capacity_mib}M{pages}")
+}
+
 fn ensure_dbs(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
     let parent = env.dir.join(format!("db-bench-{dbs}x{keys}"));
     let db = parent.join("db");

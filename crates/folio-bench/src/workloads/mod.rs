@@ -62,6 +62,8 @@ pub struct Env {
     pub backend: folio::BackendKind,
     /// folio's maximum readahead window for every cache the workloads build.
     pub readahead_max_bytes: u64,
+    /// The pages of every cache's arena (`--arena-pages`; the library's default unless set).
+    pub arena_pages: folio::ArenaPages,
     pub progress: MultiProgress,
     pub limits_args: limits::Args,
     limits: RefCell<Option<Limits>>,
@@ -83,6 +85,7 @@ impl Env {
             warm,
             backend,
             readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
+            arena_pages: folio::ArenaPages::default(),
             progress: MultiProgress::new(),
             limits_args: limits::Args::default(),
             limits: RefCell::new(None),
@@ -109,6 +112,7 @@ impl Env {
             .backend(self.backend)
             .readahead_max_bytes(self.readahead_max_bytes)
             .prefault(prefault)
+            .arena_pages(self.arena_pages)
             .build()
     }
 

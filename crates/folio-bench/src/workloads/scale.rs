@@ -9,8 +9,9 @@
 //! per file, the files warmed right before each run — read end to end through those
 //! descriptors — and checked 100% cached by `cachestat(2)` (mincore where it is missing),
 //! then checked again after the run), `memcpy` (a 4 KiB copy out of one anonymous buffer
-//! holding the same bytes as the files laid end to end, advised for huge pages as folio's
-//! arena is: the same address pattern over the same working set).
+//! holding the same bytes as the files laid end to end, on huge pages, or on 4 KiB pages
+//! under `--arena-pages small` as folio's arena then is: the same address pattern over
+//! the same working set).
 //!
 //! Axes (`--axes`): `files`: 1 thread reads over N files of 64 KiB (N up to what the
 //! descriptor limit allows: RLIMIT_NOFILE is raised to its hard limit; each system holds
@@ -336,7 +337,7 @@ impl Workload for Args {
         report.note(format!(
             "folio: a fresh cache per point (data + 1/16 + 16 MiB: no eviction), every file \
              read once before the runs; kernel: {} right before each run, checked again \
-             after it; memcpy: one buffer of the data, huge-page advised like folio's arena",
+             after it; memcpy: one buffer of the data, paged like folio's arena (--arena-pages)",
             env.warm.describe()
         ));
         report.note(
@@ -731,7 +732,13 @@ fn measure_memcpy(
     bound: Bound,
     bar: &indicatif::ProgressBar,
 ) -> io::Result<Vec<RunResult>> {
-    let buffer = Mapped::new((point.data_bytes() as usize).max(READ_BYTES), Pages::Huge)?;
+    // Under `Auto` the arena's pages depend on the folios the fill made: compare with
+    // huge pages, the cheaper copy (the stricter ceiling).
+    let pages = match env.arena_pages {
+        folio::ArenaPages::Small => Pages::Base,
+        folio::ArenaPages::Auto | folio::ArenaPages::Huge => Pages::Huge,
+    };
+    let buffer = Mapped::new((point.data_bytes() as usize).max(READ_BYTES), pages)?;
     let file_bytes = point.file_bytes as usize;
     // SAFETY: the buffer was just created and nothing else refers to it.
     let bytes = unsafe { buffer.as_mut_slice() };

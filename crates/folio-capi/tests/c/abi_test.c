@@ -92,6 +92,7 @@ static void test_options_and_create(void) {
     CHECK(o.readahead_max_bytes == FOLIO_READAHEAD_MAX_BYTES_DEFAULT);
     CHECK(o.eviction == FOLIO_EVICTION_S3FIFO);
     CHECK(o.prefault == 0);
+    CHECK(o.arena_pages == FOLIO_ARENA_PAGES_AUTO);
     CHECK(o.dirty_expire_ms == FOLIO_DIRTY_EXPIRE_MS_DEFAULT);
     CHECK(o.dirty_limit_bytes == 0 && o.dirty_background_bytes == 0);
 
@@ -116,6 +117,14 @@ static void test_options_and_create(void) {
     folio_cache_options_init(&o);
     o.prefault = 2;
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    folio_cache_options_init(&o);
+    o.arena_pages = 3;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    {
+        char msg[256];
+        folio_last_error_message(msg, sizeof msg);
+        CHECK(strstr(msg, "arena_pages") != NULL);
+    }
     /* Dirty thresholds: a limit below a page or above the capacity, a background
        threshold above the limit (set, or the default one). */
     folio_cache_options_init(&o);
@@ -164,6 +173,15 @@ static void test_options_and_create(void) {
     CHECK(folio_cache_create(&o, &c) == 0);
     CHECK(folio_cache_destroy(c) == 0);
     c.id = 0;
+    /* So do caches on 4 KiB and on huge pages. */
+    for (uint32_t pages = FOLIO_ARENA_PAGES_SMALL; pages <= FOLIO_ARENA_PAGES_HUGE; pages++) {
+        folio_cache_options_init(&o);
+        o.capacity_bytes = 4u << 20;
+        o.arena_pages = pages;
+        CHECK(folio_cache_create(&o, &c) == 0);
+        CHECK(folio_cache_destroy(c) == 0);
+        c.id = 0;
+    }
 
     /* NULL options: every default. */
     CHECK(folio_cache_create(NULL, &c) == 0);

@@ -196,7 +196,7 @@ mod tests {
     /// A cache of 16 frames whose active list holds `active` folios (refaults within the
     /// refault distance) and whose inactive list holds the `inactive` next ones.
     fn filled(active: u64, inactive: u64) -> (Arena, TwoListLru, Vec<FrameId>, Vec<FrameId>) {
-        let arena = Arena::new(16).unwrap();
+        let arena = Arena::new(16, crate::arena::ArenaPages::Small).unwrap();
         let policy = TwoListLru::new();
         let on_active = (0..active)
             .map(|page| {

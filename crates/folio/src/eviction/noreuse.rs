@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn no_reuse_folios_leave_first_in_order_unless_used() {
-        let arena = Arena::new(32).unwrap();
+        let arena = Arena::new(32, crate::arena::ArenaPages::Small).unwrap();
         let policy = NoReuseFirst::new(Box::new(S3Fifo::new(32)));
         let hot: Vec<FrameId> = (0..4).map(|p| cached(&arena, &policy, p, None).0).collect();
         let scan: Vec<FrameId> = (10..14).map(|p| no_reuse(&arena, &policy, p)).collect();

@@ -208,7 +208,7 @@ mod tests {
     /// A cache whose main queue holds `main` folios (refaults: their shadow is in the
     /// ghost) and whose small queue holds the `small` next ones.
     fn filled(main: u64, small: u64) -> (Arena, S3Fifo, Vec<FrameId>, Vec<FrameId>) {
-        let arena = Arena::new(FRAMES as u32).unwrap();
+        let arena = Arena::new(FRAMES as u32, crate::arena::ArenaPages::Small).unwrap();
         let policy = S3Fifo::new(FRAMES);
         assert_eq!(policy.small_target_pages, 3);
         let in_main = (0..main)

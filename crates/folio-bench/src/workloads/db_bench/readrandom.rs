@@ -34,8 +34,8 @@ use std::process::{Command, Stdio};
 use serde_json::json;
 
 use super::{
-    build_plugin, ensure_dbs, parse_benchmark_output, table_files, tail, workspace_root, Args,
-    DB_BENCH, SYSTEMS, VALUE_BYTES,
+    build_plugin, ensure_dbs, fs_uri, parse_benchmark_output, table_files, tail, workspace_root,
+    Args, DB_BENCH, SYSTEMS, VALUE_BYTES,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -95,7 +95,7 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
     let (plugin, plugin_note) = build_plugin(env, &root)?;
     let db = ensure_dbs(env, dbs, keys)?;
     // What a user passes: the capacity. Everything else is the plugin's default.
-    let fs_uri = format!("folio://?capacity={folio_capacity_mib}M");
+    let fs_uri = fs_uri(env, folio_capacity_mib);
 
     let workload = match kind {
         PointReads::Single => "db-bench-readrandom",

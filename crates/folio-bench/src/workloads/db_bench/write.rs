@@ -52,8 +52,8 @@ use serde_json::json;
 
 use super::readrandom::{run_with_usage, ChildUsage};
 use super::{
-    build_plugin, check_status, parse_benchmark_output, tail, workspace_root, Args, Benchmark,
-    Parsed, DB_BENCH, SYSTEMS,
+    build_plugin, check_status, fs_uri, parse_benchmark_output, tail, workspace_root, Args,
+    Benchmark, Parsed, DB_BENCH, SYSTEMS,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -134,7 +134,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
 
     let root = workspace_root();
     let (plugin, plugin_note) = build_plugin(env, &root)?;
-    let fs_uri = format!("folio://?capacity={folio_capacity_mib}M");
+    let fs_uri = fs_uri(env, folio_capacity_mib);
     let shape = Shape {
         keys,
         value_bytes,
