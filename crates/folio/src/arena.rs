@@ -68,6 +68,9 @@ const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
 /// cold scan at 3 GB/s takes about 20 ms to eat it, and populating 2 MiB takes 0.1-0.3 ms,
 /// so the thread stays ahead on a loaded 2-core machine. Capped at an eighth of the cache.
 const POPULATE_LEAD_BYTES_MAX: usize = 64 << 20;
+/// The populator's lead before the arena has grown (it then grows with what is allocated,
+/// up to the lead at most): 4 chunks, 8 MiB.
+const POPULATE_LEAD_FRAMES_MIN: u64 = 4 * CHUNK_FRAMES as u64;
 /// Caches below this size get no background thread: growing them on demand costs at most
 /// 32 chunk populations in all, and small caches (tests, tools) are built often.
 pub const POPULATE_AHEAD_CACHE_BYTES_MIN: usize = 128 << 20;
@@ -303,7 +306,7 @@ impl Arena {
                 // for good.
                 if self.populator_running.load(Ordering::Relaxed)
                     && self.claimed_frames.load(Ordering::Relaxed) < self.frame_count
-                    && self.listed_free_frames() < u64::from(self.populate_lead_frames)
+                    && self.listed_free_frames() < self.populate_lead()
                 {
                     self.populate_wake.notify_one();
                 }
@@ -813,8 +816,23 @@ impl Arena {
         }
     }
 
-    /// The background populator's body: keeps `populate_lead_frames` populated frames
-    /// listed ahead of the allocator until `stop_populating`. Run on its own thread by
+    /// The populated free frames the populator keeps listed now: as many as are allocated,
+    /// between `POPULATE_LEAD_FRAMES_MIN` and `populate_lead_frames`. So the lead doubles
+    /// as the arena grows: little memory is made resident ahead of a demand that has not
+    /// shown yet, and under `ArenaPages::Auto` the chunks decided before any allocation
+    /// (on no demand: small) are few. A racy figure, for the populator's decisions.
+    fn populate_lead(&self) -> u64 {
+        // Free frames include the unlisted chunks' (module docs), so this is what is
+        // allocated.
+        let allocated = u64::from(self.frame_count).saturating_sub(self.free_frames());
+        allocated.clamp(
+            POPULATE_LEAD_FRAMES_MIN.min(u64::from(self.populate_lead_frames)),
+            u64::from(self.populate_lead_frames),
+        )
+    }
+
+    /// The background populator's body: keeps `populate_lead` populated frames listed
+    /// ahead of the allocator until `stop_populating`. Run on its own thread by
     /// the page cache (`POPULATE_AHEAD_CACHE_BYTES_MIN`).
     ///
     /// Context: sleeps between chunks' worth of demand; populates outside every lock.
@@ -835,7 +853,7 @@ impl Arena {
             if *stop {
                 return;
             }
-            if self.listed_free_frames() < u64::from(self.populate_lead_frames) {
+            if self.listed_free_frames() < self.populate_lead() {
                 drop(stop);
                 let Some(chunk) = self.claim_chunk() else {
                     return; // fully claimed: nothing left to do, ever
@@ -1084,15 +1102,17 @@ mod tests {
 
     #[test]
     fn the_populator_keeps_its_lead_and_no_more() {
-        // 64 chunks (128 MiB); the lead is an eighth: 16 MiB, 8 chunks.
+        // 64 chunks (128 MiB); the lead is an eighth: 16 MiB, 8 chunks, and before
+        // anything is allocated 4 chunks.
         let arena = std::sync::Arc::new(Arena::new(CHUNK_FRAMES * 64, ArenaPages::Small).unwrap());
         let lead = u64::from(arena.populate_lead_frames);
         assert_eq!(lead, u64::from(CHUNK_FRAMES) * 8);
+        let lead_min = POPULATE_LEAD_FRAMES_MIN;
         let thread = {
             let arena = arena.clone();
             std::thread::spawn(move || arena.populate_ahead())
         };
-        let settled = |arena: &Arena| {
+        let settled = |arena: &Arena, lead: u64| {
             for _ in 0..2000 {
                 if arena.listed_free_frames() >= lead {
                     return;
@@ -1101,19 +1121,22 @@ mod tests {
             }
             panic!("the populator did not reach its lead");
         };
-        settled(&arena);
+        settled(&arena, lead_min);
+        std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(
             u64::from(arena.listed_frames()),
-            lead,
-            "populated beyond its lead"
+            lead_min,
+            "populated beyond its first lead"
         );
         assert_eq!(arena.chunks_unpopulated(), 0);
-        // Allocate a lead's worth: the populator catches up, again to one lead ahead.
+        // Allocate a full lead's worth: the lead grows to it, and the populator catches
+        // up to one lead ahead, and no further.
         let mut held = Vec::new();
         for _ in 0..lead / 512 {
             held.push(arena.alloc(Order::MAX).unwrap());
         }
-        settled(&arena);
+        settled(&arena, lead);
+        std::thread::sleep(std::time::Duration::from_millis(50));
         let grown = u64::from(arena.listed_frames());
         assert!(grown >= 2 * lead && grown <= 2 * lead + u64::from(CHUNK_FRAMES));
         arena.stop_populating();
