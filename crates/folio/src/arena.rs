@@ -20,7 +20,8 @@
 //! free lists one 2 MiB chunk at a time, in address order, and a background thread (`populate_ahead`, started by
 //! the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`) claims the
 //! next chunks, populates them (a write to each page, outside every lock) and lists them,
-//! keeping `populate_lead_frames` populated frames listed ahead of the allocator. An
+//! keeping `populate_lead` populated frames listed ahead of the allocator (as many as are
+//! allocated, from 8 MiB up to `populate_lead_frames`). An
 //! allocation that finds the lists empty claims the next chunk itself and lists it at
 //! once, unpopulated: its read then faults the pages in, exactly as before the arena
 //! grew; it never waits for a population (waiting made every reader of a shared window
