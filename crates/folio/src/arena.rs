@@ -141,9 +141,10 @@ impl Demand {
         counter.fetch_add(order.pages(), Ordering::Relaxed);
     }
 
-    /// Whether the next chunk should be huge: most frames allocated lately were large.
-    /// With nothing allocated yet it is small, the cheaper guess to fault in.
-    fn wants_huge(&self) -> bool {
+    /// Decides a chunk: huge if most frames allocated lately were large (with nothing
+    /// allocated yet, small: the cheaper guess to fault in). Halves both counts, so that
+    /// each decision weighs the latest demand most.
+    fn decide_chunk_is_huge(&self) -> bool {
         let small = self.small_frames.load(Ordering::Relaxed);
         let large = self.large_frames.load(Ordering::Relaxed);
         // Racy halving: a count lost to a concurrent `note` only shifts a heuristic.
@@ -733,7 +734,7 @@ impl Arena {
             ArenaPages::Small => false,
             ArenaPages::Huge => true,
             ArenaPages::Auto => {
-                let huge = self.demand.wants_huge();
+                let huge = self.demand.decide_chunk_is_huge();
                 if huge {
                     // SAFETY: the chunk lies inside the arena's mapping (module
                     // invariants), and it is virgin: nothing references its pages yet.
