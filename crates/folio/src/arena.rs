@@ -1,33 +1,33 @@
 //! The arena: all folio memory, reserved once at build, and its buddy allocator.
 //!
 //! Design: one anonymous mapping (`MAP_NORESERVE`, aligned to 2 MiB so that an order-9
-//! folio can be one huge page, paged as `ArenaPages` says) sized by the cache's capacity, cut into
-//! 4 KiB frames. Beside it, the side table of `FolioMeta` (24 B per frame) and the link
-//! words (8 B per frame) that thread the per-order free lists of a buddy allocator
-//! (orders 0..=9) and, while a frame is cached, its eviction queue. 32 B per 4 KiB frame
-//! is 0.78% of the capacity, all of the arena's metadata. Frames are never unmapped while the
+//! folio can be one huge page, paged as `ArenaPages` says) sized by the cache's capacity,
+//! cut into 4 KiB frames. Beside it, the side table of `FolioMeta` (24 B per frame) and the
+//! link words (8 B per frame) that thread the per-order free lists of a buddy allocator
+//! (orders 0..=9) and, while a frame is cached, its eviction queue. 32 B per 4 KiB frame is
+//! 0.78% of the capacity, all of the arena's metadata. Frames are never unmapped while the
 //! arena lives, which is what makes the optimistic read of `version` safe: a reader that
 //! loses a race copies stale bytes and discards them, it never faults.
 //!
 //! Memory is made ready off the reader's path (issue 13): a fresh anonymous page is faulted
 //! in and zeroed by the kernel on first touch (on this VM also faulted in by the host:
-//! 0.35-2.6 GB/s), and with transparent huge pages advised a first touch may compact
-//! memory for a 2 MiB page. When that first touch is an O_DIRECT read into the frame,
-//! the miss pays it. Which pages the kernel gives is `ArenaPages`: by default decided chunk
-//! by chunk (4 KiB pages for random reads' small folios, whose first touch is 7x cheaper
-//! per byte on this VM; huge pages for readahead's large folios, which O_DIRECT reads
-//! faster into); `ArenaPages` has the figures. And the arena grows: its frames reach the
-//! free lists one 2 MiB chunk at a time, in address order, and a background thread (`populate_ahead`, started by
-//! the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`) claims the
-//! next chunks, populates them (a write to each page, outside every lock) and lists them,
-//! keeping `populate_lead` populated frames listed ahead of the allocator (as many as are
-//! allocated, from 8 MiB up to `populate_lead_frames`). An
-//! allocation that finds the lists empty claims the next chunk itself and lists it at
-//! once, unpopulated: its read then faults the pages in, exactly as before the arena
-//! grew; it never waits for a population (waiting made every reader of a shared window
-//! pile up behind one chunk, and then all insert the same gap: measured, 100-200
-//! conflicting insertions per 256 MiB scan instead of 0-1). Memory resident before it is
-//! needed is bounded by the lead. `prefault` grows and populates it all at build.
+//! 0.35-2.6 GB/s), and with transparent huge pages advised a first touch may compact memory
+//! for a 2 MiB page. When that first touch is an O_DIRECT read into the frame, the miss
+//! pays it. Which pages the kernel gives is `ArenaPages`: by default decided chunk by chunk
+//! (4 KiB pages for random reads' small folios, whose first touch is 7x cheaper per byte on
+//! this VM; huge pages for readahead's large folios, which O_DIRECT reads faster into);
+//! `ArenaPages` has the figures. And the arena grows: its frames reach the free lists one
+//! 2 MiB chunk at a time, in address order, and a background thread (`populate_ahead`,
+//! started by the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`)
+//! claims the next chunks, populates them (a write to each page, outside every lock) and
+//! lists them, keeping `populate_lead` populated frames listed ahead of the allocator (as
+//! many as are allocated, from 8 MiB up to `populate_lead_frames`). An allocation that
+//! finds the lists empty claims the next chunk itself and lists it at once, unpopulated:
+//! its read then faults the pages in, exactly as before the arena grew; it never waits for
+//! a population (waiting made every reader of a shared window pile up behind one chunk, and
+//! then all insert the same gap: measured, 100-200 conflicting insertions per 256 MiB scan
+//! instead of 0-1). Memory resident before it is needed is bounded by the lead. `prefault`
+//! grows and populates it all at build.
 //!
 //! Invariants:
 //! - A free block of order k starts at a frame that is a multiple of 2^k, its head is on
@@ -102,7 +102,8 @@ fn free_order(links: &Links, frame: u32) -> Option<u8> {
 /// only for memory a huge-page user freed seconds before: the host backs a fresh 2 MiB
 /// guest page lazily). db_bench `readrandom` from a cold cache ran at about 0.85x the
 /// kernel on 4 KiB pages and 0.6x on huge pages; a cold one-thread scan at 0.77x on 4 KiB
-/// pages and 0.95x on huge pages. `Auto` gives each kind of read the pages it is fastest on.
+/// pages and 0.95x on huge pages. `Auto` gives each kind of read the pages it is fastest
+/// on.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ArenaPages {
     /// Chunk by chunk, as the arena grows (the default): a chunk is advised for huge pages
@@ -113,7 +114,17 @@ pub enum ArenaPages {
     /// 4 KiB pages (`MADV_NOHUGEPAGE`) for all of it.
     Small,
     /// Transparent huge pages advised (`MADV_HUGEPAGE`) for all of it: an order-9 folio is
-    /// one 2 MiB page where the kernel can give one. Advice only: without THP it is `Small`.
+    /// one 2 MiB page where the kernel can give one. Advice only: without THP it is
+    /// `Small`.
+    Huge,
+}
+
+/// The pages one range of the arena is advised for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PageKind {
+    /// 4 KiB pages (`MADV_NOHUGEPAGE`).
+    Small,
+    /// Transparent huge pages (`MADV_HUGEPAGE`).
     Huge,
 }
 
@@ -141,16 +152,20 @@ impl Demand {
         counter.fetch_add(order.pages(), Ordering::Relaxed);
     }
 
-    /// Decides a chunk: huge if most frames allocated lately were large (with nothing
-    /// allocated yet, small: the cheaper guess to fault in). Halves both counts, so that
-    /// each decision weighs the latest demand most.
-    fn decide_chunk_is_huge(&self) -> bool {
+    /// Decides a chunk's pages: huge if most frames allocated lately were large (with
+    /// nothing allocated yet, small: the cheaper guess to fault in). Halves both counts,
+    /// so that each decision weighs the latest demand most.
+    fn decide(&self) -> PageKind {
         let small = self.small_frames.load(Ordering::Relaxed);
         let large = self.large_frames.load(Ordering::Relaxed);
         // Racy halving: a count lost to a concurrent `note` only shifts a heuristic.
         self.small_frames.store(small / 2, Ordering::Relaxed);
         self.large_frames.store(large / 2, Ordering::Relaxed);
-        large > small
+        if large > small {
+            PageKind::Huge
+        } else {
+            PageKind::Small
+        }
     }
 }
 
@@ -229,12 +244,14 @@ impl Arena {
             return Err(io::Error::last_os_error());
         }
         let aligned = (map_ptr as usize).next_multiple_of(HUGE_BYTES);
+        // `Auto` starts small and advises chunk by chunk (`claim_chunk`).
+        let kind = match pages {
+            ArenaPages::Huge => PageKind::Huge,
+            ArenaPages::Auto | ArenaPages::Small => PageKind::Small,
+        };
         // SAFETY: [aligned, aligned + data_bytes) lies inside the mapping because we
-        // reserved HUGE_BYTES of slack. `Auto` starts small and advises chunk by chunk
-        // (`claim_chunk`).
-        unsafe {
-            advise(aligned as *mut u8, data_bytes, pages == ArenaPages::Huge);
-        }
+        // reserved HUGE_BYTES of slack.
+        unsafe { advise(aligned as *mut u8, data_bytes, kind) };
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
         // Neither the side table nor the link words are written here: a frame's are
         // initialised when the arena grows over it (`list_chunk`), so building a 4 GiB cache
@@ -707,7 +724,7 @@ impl Arena {
                 advise(
                     self.base.as_ptr(),
                     self.frame_count as usize * PAGE_BYTES,
-                    true,
+                    PageKind::Huge,
                 )
             };
             self.pages = ArenaPages::Huge;
@@ -730,26 +747,24 @@ impl Arena {
     /// touches it. `None` when the arena is fully claimed.
     fn claim_chunk(&self) -> Option<std::ops::Range<u32>> {
         let chunk = self.claim_chunk_range()?;
-        let huge = match self.pages {
-            ArenaPages::Small => false,
-            ArenaPages::Huge => true,
-            ArenaPages::Auto => {
-                let huge = self.demand.decide_chunk_is_huge();
-                if huge {
-                    // SAFETY: the chunk lies inside the arena's mapping (module
-                    // invariants), and it is virgin: nothing references its pages yet.
-                    unsafe {
-                        advise(
-                            self.frame_ptr(FrameId(chunk.start)),
-                            (chunk.end - chunk.start) as usize * PAGE_BYTES,
-                            true,
-                        );
-                    }
-                }
-                huge
-            }
+        let kind = match self.pages {
+            ArenaPages::Small => PageKind::Small,
+            ArenaPages::Huge => PageKind::Huge,
+            ArenaPages::Auto => self.demand.decide(),
         };
-        if huge {
+        if kind == PageKind::Huge {
+            if self.pages == ArenaPages::Auto {
+                // The mapping was advised small at `new`. SAFETY: the chunk lies inside
+                // the arena's mapping (module invariants), and it is virgin: nothing
+                // references its pages yet.
+                unsafe {
+                    advise(
+                        self.frame_ptr(FrameId(chunk.start)),
+                        (chunk.end - chunk.start) as usize * PAGE_BYTES,
+                        PageKind::Huge,
+                    );
+                }
+            }
             self.huge_frames
                 .fetch_add(u64::from(chunk.end - chunk.start), Ordering::Relaxed);
         }
@@ -898,7 +913,7 @@ impl Arena {
     }
 }
 
-/// Advises `[base, base + bytes)` for huge pages or for 4 KiB pages. Advice only: a
+/// Advises `[base, base + bytes)` for the pages of `kind`. Advice only: a
 /// failure (THP not built in) leaves the kernel's default, which is harmless, so the
 /// result is ignored on purpose. Changing a range's advice splits its mapping (adjacent
 /// ranges of the same advice merge again) and takes the address space's lock for a few
@@ -906,20 +921,14 @@ impl Arena {
 ///
 /// # Safety
 /// The range lies inside the arena's mapping.
-unsafe fn advise(base: *mut u8, bytes: usize, huge: bool) {
+unsafe fn advise(base: *mut u8, bytes: usize, kind: PageKind) {
+    let advice = match kind {
+        PageKind::Small => libc::MADV_NOHUGEPAGE,
+        PageKind::Huge => libc::MADV_HUGEPAGE,
+    };
     // SAFETY: the caller guarantees the range is inside our mapping; madvise with these
     // advices changes no contents.
-    unsafe {
-        libc::madvise(
-            base.cast::<libc::c_void>(),
-            bytes,
-            if huge {
-                libc::MADV_HUGEPAGE
-            } else {
-                libc::MADV_NOHUGEPAGE
-            },
-        );
-    }
+    unsafe { libc::madvise(base.cast::<libc::c_void>(), bytes, advice) };
 }
 
 /// Faults `[base, base + bytes)` in (the kernel zeroes each page) by writing a zero to
@@ -980,8 +989,9 @@ mod tests {
     #[test]
     fn pages_are_advised_as_asked() {
         // Two chunks, prefaulted: small pages are advised no-huge (`nh`) and get none;
-        // huge pages are advised (`hg`), and so is a prefaulted `Auto` arena. Whether the kernel then gives a huge page
-        // depends on THP being on and on free memory, so only the advice is checked.
+        // huge pages are advised (`hg`), and so is a prefaulted `Auto` arena. Whether the
+        // kernel then gives a huge page depends on THP being on and on free memory, so
+        // only the advice is checked.
         for (pages, flag) in [
             (ArenaPages::Small, "nh"),
             (ArenaPages::Huge, "hg"),
