@@ -34,11 +34,11 @@ fn db_bench_runs_tiny_with_three_systems() {
         .prefix("folio-bench-dbb-test-")
         .tempdir_in(base)
         .expect("a temporary directory");
-    let json = dir.path().join("out.json");
     let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
-        .args([
-            "db-bench",
+    let v = run_db_bench(
+        dir.path(),
+        "readseq",
+        &[
             "--quick",
             "--runs",
             "1",
@@ -52,25 +52,9 @@ fn db_bench_runs_tiny_with_three_systems() {
             "2",
             "--cache-mib",
             "8",
-            "--dir",
-        ])
-        .arg(dir.path().join("data"))
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("the folio-bench binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprintln!(
-        "--- folio-bench db-bench ({:.1} s)\n{stdout}",
-        started.elapsed().as_secs_f64()
+        ],
     );
-    assert!(
-        out.status.success(),
-        "folio-bench db-bench failed: {}\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("the JSON file")).expect("valid JSON");
+    eprintln!("(readseq took {:.1} s)", started.elapsed().as_secs_f64());
     assert_eq!(v["workload"], "db-bench");
     assert_eq!(v["params"]["num_multi_db"], 2);
     let rows = v["rows"].as_array().expect("rows");
@@ -95,11 +79,10 @@ fn db_bench_runs_tiny_with_three_systems() {
     // readrandom, and the same keys in MultiGet batches (multireadrandom: RocksDB's
     // MultiRead, the plugin's folio_read_many).
     for benchmark in ["readrandom", "multireadrandom"] {
-        let json = dir.path().join(format!("{benchmark}.json"));
-        let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
-            .args([
-                "db-bench",
-                benchmark,
+        let v = run_db_bench(
+            dir.path(),
+            benchmark,
+            &[
                 "--quick",
                 "--runs",
                 "1",
@@ -113,22 +96,8 @@ fn db_bench_runs_tiny_with_three_systems() {
                 "2",
                 "--cache-mib",
                 "1",
-                "--dir",
-            ])
-            .arg(dir.path().join("data"))
-            .arg("--json")
-            .arg(&json)
-            .output()
-            .expect("the folio-bench binary runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        eprintln!("--- folio-bench db-bench {benchmark}\n{stdout}");
-        assert!(
-            out.status.success(),
-            "folio-bench db-bench {benchmark} failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
-        let v: Value = serde_json::from_slice(&std::fs::read(&json).expect("the JSON file"))
-            .expect("valid JSON");
         assert_eq!(v["workload"], format!("db-bench-{benchmark}"));
         assert_eq!(v["params"]["benchmark"], benchmark);
         let uri = v["params"]["fs_uri"].as_str().expect("fs_uri");
@@ -171,11 +140,11 @@ fn db_bench_runs_tiny_with_three_systems() {
     // over a database with every key (readwhilewriting); 1 MiB memtables, so that tables
     // are flushed and compacted through each system.
     for (benchmark, threads, targets) in [("fillrandom", 1, 1), ("readwhilewriting", 2, 2)] {
-        let json = dir.path().join(format!("{benchmark}.json"));
-        let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
-            .args([
-                "db-bench",
-                benchmark,
+        let threads_arg = threads.to_string();
+        let v = run_db_bench(
+            dir.path(),
+            benchmark,
+            &[
                 "--quick",
                 "--runs",
                 "1",
@@ -188,28 +157,15 @@ fn db_bench_runs_tiny_with_three_systems() {
                 "--write-buffer-mib",
                 "1",
                 "--threads",
-                &threads.to_string(),
+                &threads_arg,
                 "--cache-mib",
                 "4",
-                "--dir",
-            ])
-            .arg(dir.path().join("data"))
-            // The writer unlimited (the default rate, 8 MiB/s, would not fill a 1 MiB
-            // memtable in the few milliseconds 3000 reads take): tables are flushed.
-            .args(["--write-rate-mib", "0"])
-            .arg("--json")
-            .arg(&json)
-            .output()
-            .expect("the folio-bench binary runs");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        eprintln!("--- folio-bench db-bench {benchmark}\n{stdout}");
-        assert!(
-            out.status.success(),
-            "folio-bench db-bench {benchmark} failed: {}\n{stdout}",
-            String::from_utf8_lossy(&out.stderr)
+                // The writer unlimited (the default rate, 8 MiB/s, would not fill a 1 MiB
+                // memtable in the few milliseconds 3000 reads take): tables are flushed.
+                "--write-rate-mib",
+                "0",
+            ],
         );
-        let v: Value = serde_json::from_slice(&std::fs::read(&json).expect("the JSON file"))
-            .expect("valid JSON");
         assert_eq!(v["workload"], format!("db-bench-{benchmark}"));
         assert_eq!(v["params"]["benchmark"], benchmark);
         assert_eq!(v["params"]["value_size"], 1000);
@@ -268,4 +224,28 @@ fn db_bench_runs_tiny_with_three_systems() {
             assert_eq!(w["met"], true, "fresh tables read back from folio: {w}");
         }
     }
+}
+
+/// Runs `folio-bench db-bench BENCHMARK ARGS --dir DIR/data --json DIR/BENCHMARK.json`
+/// (the databases in DIR/data are made once and shared), prints its output, checks that it
+/// succeeded, and returns its JSON.
+fn run_db_bench(dir: &Path, benchmark: &str, args: &[&str]) -> Value {
+    let json = dir.join(format!("{benchmark}.json"));
+    let out = Command::new(env!("CARGO_BIN_EXE_folio-bench"))
+        .args(["db-bench", benchmark])
+        .args(args)
+        .arg("--dir")
+        .arg(dir.join("data"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("the folio-bench binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    eprintln!("--- folio-bench db-bench {benchmark}\n{stdout}");
+    assert!(
+        out.status.success(),
+        "folio-bench db-bench {benchmark} failed: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(&json).expect("the JSON file")).expect("valid JSON")
 }
