@@ -7,10 +7,13 @@
 //! point reads'; the scan's own MB/s is the row's `scan_mb_per_sec`.
 //!
 //! Design: one data file (`--data-mib`); a cache of `--cache-percent` of it. `--threads`
-//! point readers read 4 KiB pages chosen from a Zipf distribution over every page of the
-//! file (`--zipf-theta`, YCSB's 0.99 by default; ranks scattered over the file by a
-//! multiplicative hash, so the hot pages are not neighbours), each reader with its own
-//! handle advised `Random` (no readahead). One scanner reads the file from start to end
+//! point readers read 4 KiB pages chosen from a Zipf distribution over a working set of
+//! `--hot-percent` of the file's pages (half the cache by default: the case the hint is
+//! for, a working set that fits and that a scan must not displace; `--hot-percent 100`
+//! spreads the reads over every page, and then a quarter of them miss whatever the scan
+//! does) with `--zipf-theta` (YCSB's 0.99 by default; ranks scattered over the whole file
+//! by a multiplicative hash, so the hot pages are not neighbours and the scan passes over
+//! them), each reader with its own handle advised `Random` (no readahead). One scanner reads the file from start to end
 //! in 256 KiB reads, over and over (a recurring one-time scan: a backup, a compaction's
 //! input, an analytics query), through a handle with the default readahead, paced to
 //! `--scan-mib-per-sec` (the same in both systems: a scan that ran faster in one would
@@ -54,6 +57,10 @@ pub struct Args {
     /// The point reads' Zipf exponent [default: 0.99]
     #[arg(long)]
     pub zipf_theta: Option<f64>,
+    /// The point reads' working set: the pages they choose from, in percent of the data
+    /// [default: half of --cache-percent]
+    #[arg(long)]
+    pub hot_percent: Option<f64>,
     /// Seconds measured per run [default: 6; --quick 2]
     #[arg(long)]
     pub duration_secs: Option<f64>,
@@ -81,7 +88,12 @@ impl Workload for Args {
         let duration = self.duration_secs.unwrap_or(env.scale.pick(2.0, 6.0));
         let warmup = self.warmup_secs.unwrap_or(env.scale.pick(1.5, 4.0));
         let path = env.data_file("scan-mix.dat", data_bytes)?;
-        let zipf = Zipf::new(pages_of(data_bytes), theta);
+        let hot_percent = self
+            .hot_percent
+            .unwrap_or(cache_percent as f64 / 2.0)
+            .clamp(0.01, 100.0);
+        let hot_pages = ((pages_of(data_bytes) as f64 * hot_percent / 100.0) as u64).max(1);
+        let zipf = Zipf::new(hot_pages, theta);
         let scan_rate = self.scan_mib_per_sec.unwrap_or(256);
 
         let mut report = Report::new(self.name(), Metric::OpsPerSec);
@@ -89,6 +101,7 @@ impl Workload for Args {
         report.param("data_bytes", data_bytes);
         report.param("cache_bytes", cache_bytes);
         report.param("zipf_theta", theta);
+        report.param("hot_percent", hot_percent);
         report.param("read_bytes", READ_BYTES);
         report.param("scan_read_bytes", SCAN_READ_BYTES);
         report.param("duration_secs", duration);
@@ -182,7 +195,8 @@ impl Workload for Args {
         }
         report.note(format!(
             "folio: a cache of {cache_percent}% of the data, the library's defaults \
-             (S3-FIFO); point readers: Zipf({theta}) pages, scattered, advice Random; the \
+             (S3-FIFO); point readers: Zipf({theta}) over {hot_percent}% of the pages, \
+             scattered, advice Random; the \
              scan: 256 KiB reads start to end, over and over, default readahead, at most \
              {scan_rate} MiB/s; folio: the scan's handle advised NoReuse, folio-no-hint: not"
         ));
