@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::index::{Entry, Index, Leave, NewFolio};
+use crate::index::{Entry, Index, Leave, NewFolio, RootHint};
 use crate::readahead::{
     self, Decision, MissRequest, RaCell, RaState, START_PAGES_LIMIT, WINDOW_PAGES_LIMIT,
 };
@@ -92,6 +92,9 @@ pub fn index(data: &[u8]) {
     let trace = tracing();
     let mut input = Input::new(data);
     let index = Index::default();
+    // A hit path's root hint that is never refreshed after its first fill: it goes stale
+    // as the tree grows, shrinks and reuses nodes (`check_page`).
+    let stale = RootHint::new(&index);
     let mut model: BTreeMap<u64, Slot> = BTreeMap::new();
     let mut next_frame = 1u32;
     let mut next_shadow = 1u64;
@@ -282,7 +285,7 @@ pub fn index(data: &[u8]) {
             }
         }
         for &p in &touched {
-            check_page(&index, &model, p, op);
+            check_page(&index, &stale, &model, p, op);
         }
         if trace {
             eprintln!("op {op}: checking the tree");
@@ -297,9 +300,9 @@ pub fn index(data: &[u8]) {
     // Every page of the model, and its neighbours.
     let pages: Vec<u64> = model.keys().copied().collect();
     for p in pages {
-        check_page(&index, &model, p, usize::MAX);
-        check_page(&index, &model, p + 1, usize::MAX);
-        check_page(&index, &model, p.saturating_sub(1), usize::MAX);
+        check_page(&index, &stale, &model, p, usize::MAX);
+        check_page(&index, &stale, &model, p + 1, usize::MAX);
+        check_page(&index, &stale, &model, p.saturating_sub(1), usize::MAX);
     }
     // Empty it: the tree prunes back to at most its root.
     if trace {
@@ -333,8 +336,10 @@ fn tracing() -> bool {
     std::env::var_os("FOLIO_FUZZ_TRACE").is_some()
 }
 
-/// `lookup` and `get` of `page` agree with the model.
-fn check_page(index: &Index, model: &BTreeMap<u64, Slot>, page: u64, op: usize) {
+/// `lookup`, `get` and `lookup_hinted` with a fresh hint of `page` agree with the model;
+/// with the `stale` hint, the answer is the model's, or no folio, or a folio whose identity
+/// no folio in the index has (the hit path's validation turns it away).
+fn check_page(index: &Index, stale: &RootHint, model: &BTreeMap<u64, Slot>, page: u64, op: usize) {
     if page >= 1 << 60 {
         return;
     }
@@ -357,6 +362,26 @@ fn check_page(index: &Index, model: &BTreeMap<u64, Slot>, page: u64, op: usize) 
         want,
         "op {op}: get({page})"
     );
+    let fresh = RootHint::new(index);
+    index.refresh_hint(&fresh);
+    assert_eq!(
+        index.lookup_hinted(&fresh, PageIndex(page)),
+        want,
+        "op {op}: lookup_hinted({page}), a fresh hint"
+    );
+    let got = index.lookup_hinted(stale, PageIndex(page));
+    if let Entry::Folio { frame, order, head } = got {
+        let passes_validation = model.get(&head.0)
+            == Some(&Slot::Folio {
+                frame: frame.0,
+                head: head.0,
+                order: order.get(),
+            });
+        assert!(
+            got == want || !passes_validation,
+            "op {op}: lookup_hinted({page}), a stale hint: {got:?}, the model {want:?}"
+        );
+    }
 }
 
 /// `visit(start, end)` reports every folio whose head is in the range, in order, each

@@ -32,7 +32,7 @@ use crate::errseq::Since;
 use crate::eviction::ReadHint;
 use crate::filemap::{Fill, Waiter, Window};
 use crate::folio::FolioMeta;
-use crate::index::Entry;
+use crate::index::{Entry, RootHint};
 use crate::mapping::{Invalidate, Mapping, Pinned};
 use crate::pagecache::{CacheInner, Core};
 use crate::readahead::{self, Decision, MissRequest, RaCell};
@@ -101,6 +101,9 @@ pub struct File {
     mode: OpenMode,
     access: Access,
     ra: RaCell,
+    /// The index's root as this handle last saw it: the hit path's walk starts there
+    /// without waiting for the mapping's line (`index::RootHint`).
+    root_hint: RootHint,
     /// The maximum window of `Advice::Normal`, in pages.
     ra_pages_normal: std::sync::atomic::AtomicU32,
     /// The file's error sequence as this handle last reported it (`errseq`): each sync
@@ -136,6 +139,8 @@ impl File {
             mapping.write.adopt_fd(&fd);
         }
         let since = Mutex::new(mapping.write.errseq.sample());
+        let root_hint = RootHint::new(&mapping.index);
+        mapping.index.refresh_hint(&root_hint);
         File {
             cache,
             mapping,
@@ -143,6 +148,7 @@ impl File {
             mode,
             access,
             ra: RaCell::new(ra_pages),
+            root_hint,
             ra_pages_normal: std::sync::atomic::AtomicU32::new(ra_pages),
             since,
             counters: HandleCounters::default(),
@@ -539,12 +545,16 @@ impl File {
         hint: ReadHint,
     ) -> Option<(usize, FrameId, PageIndex)> {
         let core = self.core();
-        let Entry::Folio { frame, order, head } = self.mapping.index.lookup(page) else {
+        let index = &self.mapping.index;
+        let Entry::Folio { frame, order, head } = index.lookup_hinted(&self.root_hint, page) else {
+            // A miss, or a stale hint: the slow path walks from the root.
+            index.refresh_hint(&self.root_hint);
             return None;
         };
         let meta = core.mem.arena.meta(frame);
         let version = meta.version.begin_read()?;
         if meta.identity() != (self.mapping.id, head, order) {
+            index.refresh_hint(&self.root_hint);
             return None;
         }
         let in_folio = (pos - head.offset_bytes()) as usize;

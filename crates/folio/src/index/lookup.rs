@@ -14,15 +14,23 @@
 //! the slot under its reference, and the miss path's insertion re-checks every slot under
 //! the lock (a page found missing that is present by then is reported as a conflict).
 //! Every walk is bounded: a step down must reach a node whose shift is its parent's
-//! minus 6 (`lookup` and `visit`: lower than its parent's), and a subtree reached
-//! through a node that fails the check reads as missing; range walks move forward by at
-//! least one page per answer.
+//! minus 6 (`visit`: lower than its parent's), and a subtree reached through a node that
+//! fails the check reads as missing; range walks move forward by at least one page per
+//! answer. `lookup` computes each level's slot from the shift the level must have and
+//! checks the node's own shift after loading the slot, so the two loads go out together.
+//!
+//! The hit path starts its walk from a root hint (`RootHint`, one per `File`): the root
+//! node as the handle last saw it, with its shift, so that the walk's first loads wait
+//! for nothing but the handle. A hint goes stale when the tree grows (its node now a
+//! child: pages beyond it read as missing) or empties (its node pooled, maybe reused:
+//! answers whose identity the hit path rejects); the hit path refreshes it whenever it
+//! gets no valid folio from it, with a store only if the root moved.
 //!
 //! Protection: none taken; see above. Limits: page indexes below 2^60 (pages past the
 //! root's span are missing).
 
-use super::node::{Decoded, Node, LEVELS_MAX, SHIFT_MAX, SLOTS, SLOT_MASK, SLOT_SHIFT};
-use super::{Entry, Index};
+use super::node::{Decoded, Node, SHIFT_MAX, SLOTS, SLOT_MASK, SLOT_SHIFT};
+use super::{Entry, Index, RootHint};
 use crate::types::PageIndex;
 
 /// What a range walk looks for.
@@ -50,28 +58,62 @@ impl Index {
     /// Context: any thread, no lock; does not sleep.
     #[inline]
     pub fn lookup(&self, index: PageIndex) -> Entry {
-        let Some(mut node) = self.root.get() else {
+        match self.root.get() {
+            Some(root) => Self::lookup_below(root, root.shift(), index),
+            None => Entry::Empty,
+        }
+    }
+
+    /// `lookup` from the root `hint` remembers (the hit path: the walk's first loads wait
+    /// neither for the root's line nor for the root node's shift), or from the root if the
+    /// hint is empty (filling it) or not this index's. A stale hint answers like a stale walk: a page
+    /// outside the old root's span, or in a node reused elsewhere, reads as missing or as
+    /// a folio whose identity does not match.
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    #[inline]
+    pub fn lookup_hinted(&self, hint: &RootHint, index: PageIndex) -> Entry {
+        if let Some((root, shift)) = hint.node(self) {
+            return Self::lookup_below(root, shift, index);
+        }
+        // Empty (the tree was, when the hint was last filled) or another index's.
+        hint.refresh(self);
+        self.lookup(index)
+    }
+
+    /// Points `hint` at this index's root, if it moved (`RootHint::refresh`).
+    pub fn refresh_hint(&self, hint: &RootHint) {
+        hint.refresh(self);
+    }
+
+    /// The walk of `lookup`, from `root`, expected at `root_shift`, down. Each level's
+    /// slot is computed from the shift the level must have (the root's, then its parent's
+    /// minus 6) and the node's own shift is checked after the slot is loaded: the two
+    /// loads go out together, one cache miss per level rather than two in a row. A node
+    /// found at another shift was reused while the walk reached it: the page reads as
+    /// missing (a stale walk; the tree's height bounds the loop).
+    #[inline]
+    fn lookup_below(root: &Node, root_shift: u32, index: PageIndex) -> Entry {
+        if root_shift > SHIFT_MAX || (index.0 >> root_shift) >> SLOT_SHIFT != 0 {
             return Entry::Empty;
-        };
-        let mut parent_shift = u32::MAX;
-        // A consistent walk goes down one level per node; a stale one is cut off at the
-        // tree's greatest height.
-        for _ in 0..=LEVELS_MAX {
-            let shift = node.shift();
-            if shift >= parent_shift
-                || (parent_shift == u32::MAX && (index.0 >> shift) >> SLOT_SHIFT != 0)
-            {
-                return Entry::Empty;
-            }
-            parent_shift = shift;
+        }
+        let mut node = root;
+        let mut shift = root_shift;
+        loop {
             let slot = ((index.0 >> shift) & SLOT_MASK) as usize;
             let mut entry = node.get(slot);
             if let Decoded::Sibling(head) = entry {
                 entry = node.get(head);
             }
+            if node.shift() != shift {
+                return Entry::Empty;
+            }
             match entry {
-                Decoded::Node(child) => node = child,
-                Decoded::Empty | Decoded::Sibling(_) => return Entry::Empty,
+                Decoded::Node(child) if shift >= SLOT_SHIFT => {
+                    node = child;
+                    shift -= SLOT_SHIFT;
+                }
+                Decoded::Node(_) | Decoded::Empty | Decoded::Sibling(_) => return Entry::Empty,
                 Decoded::Shadow(v) => return Entry::Shadow(v),
                 Decoded::Folio(frame, order) => {
                     return Entry::Folio {
@@ -82,7 +124,6 @@ impl Index {
                 }
             }
         }
-        Entry::Empty
     }
 
     /// Calls `f` for every folio and shadow whose head lies in `[start, end)`, in index
@@ -275,6 +316,58 @@ mod tests {
             .lock()
             .remove_folio(p(9), FrameId(3), Leave::Shadow(1)));
         index
+    }
+
+    #[test]
+    fn a_root_hint_fills_goes_stale_as_the_tree_grows_and_is_refreshed() {
+        let index = Index::default();
+        let hint = RootHint::new(&index);
+        assert_eq!(
+            index.lookup_hinted(&hint, p(0)),
+            Entry::Empty,
+            "an empty tree"
+        );
+        index.lock_for_insert(1).insert_run(&[folio(1, 0, 3)]);
+        // The empty hint is filled by the walk that found it empty.
+        assert_eq!(index.lookup_hinted(&hint, p(3)), index.lookup(p(3)));
+        assert!(hint.node(&index).is_some(), "filled");
+        // The tree grows twice: the old root (pages 0..64) goes under the new one.
+        index.lock_for_insert(1).insert_run(&[folio(2, 0, 5000)]);
+        assert!(matches!(
+            index.lookup_hinted(&hint, p(3)),
+            Entry::Folio {
+                frame: FrameId(1),
+                ..
+            }
+        ));
+        assert_eq!(
+            index.lookup_hinted(&hint, p(5000)),
+            Entry::Empty,
+            "past the stale root's span: a miss, for the slow path"
+        );
+        index.refresh_hint(&hint);
+        for page in [3, 5000, 64, 0] {
+            assert_eq!(
+                index.lookup_hinted(&hint, p(page)),
+                index.lookup(p(page)),
+                "{page}"
+            );
+        }
+        // A hint of another index is never walked, whatever it holds.
+        let other = sample();
+        let foreign = RootHint::new(&other);
+        other.refresh_hint(&foreign);
+        for page in [3, 5000, 0, 512] {
+            assert_eq!(
+                index.lookup_hinted(&foreign, p(page)),
+                index.lookup(p(page))
+            );
+        }
+        index.refresh_hint(&foreign);
+        assert!(
+            foreign.node(&index).is_none(),
+            "not filled from another index"
+        );
     }
 
     #[test]

@@ -125,8 +125,8 @@ mod mark;
 mod node;
 mod write;
 
-pub use node::NODE_BYTES;
 use node::{NodePool, Root, SLOTS, SLOT_SHIFT};
+pub use node::{RootHint, NODE_BYTES};
 
 /// What a page's slot holds, as seen by a reader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +189,8 @@ pub enum Leave {
 
 pub struct Index {
     root: Root,
+    /// Unique for the life of the process: what a `RootHint` checks it belongs to.
+    id: u64,
     /// The writer lock, and the pool of nodes not in the tree: retired ones (kept while
     /// the index lives), and fresh ones allocated before the lock was taken (freed with
     /// the guard if unused).
@@ -211,6 +213,7 @@ impl Default for Index {
     fn default() -> Self {
         Index {
             root: Root::default(),
+            id: node::next_index_id(),
             lock: Mutex::new(NodePool::default()),
             nodes: AtomicUsize::new(0),
             pooled: AtomicUsize::new(0),

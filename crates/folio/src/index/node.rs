@@ -13,7 +13,8 @@
 //!   index (`IndexWriteGuard::retire_node`), never back to the heap.
 //! - Every node pointer stored in a slot or in the root of an index points at a node of
 //!   that index: the only pointers ever stored come from `IndexWriteGuard::new_node` or
-//!   from `Node::get`/`Root::get` of the same index.
+//!   from `Node::get`/`Root::get` of the same index. A `RootHint` holds a copy of one
+//!   index's root and lends it only to that index (it checks the index's unique id).
 //! - Nodes are freed in two places only: `Index::drop` (`&mut Index`: nobody borrows the
 //!   index) and, for fresh nodes that were never linked (no reader can have loaded them),
 //!   when the write guard drops (`NodePool::free_fresh`).
@@ -41,8 +42,6 @@ pub(super) const SLOTS: usize = 1 << SLOT_SHIFT;
 pub(super) const SLOT_MASK: u64 = SLOTS as u64 - 1;
 /// The root's shift never exceeds this: 64 << 54 pages = 2^60 pages.
 pub(super) const SHIFT_MAX: u32 = 54;
-/// Levels of the tallest tree: a walk that goes further is stale.
-pub(super) const LEVELS_MAX: u32 = SHIFT_MAX / SLOT_SHIFT + 1;
 
 const TAG_MASK: usize = 3;
 const TAG_NODE: usize = 0;
@@ -236,6 +235,76 @@ impl Root {
     /// Context: the index's lock is held; `node` is a node of this index, filled.
     pub(super) fn set(&self, node: &Node) {
         self.0.store(Raw::node(node).0, Ordering::Release);
+    }
+}
+
+/// Ids of indexes, unique for the life of the process: a `RootHint` names the index it was
+/// made for by one, so that it can never lend a node of another index.
+static NEXT_INDEX_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh index's id.
+pub(super) fn next_index_id() -> u64 {
+    NEXT_INDEX_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A reader's copy of one index's root (`Index::lookup_hinted`): the hit path walks from
+/// it without loading the root first, so the walk's first node load no longer waits for
+/// the line that holds the root (a cache miss when many files are open). It may be stale:
+/// the node may since have become a child, or be pooled and reused elsewhere in the same
+/// tree; the walk then answers like any stale walk, validated by its caller.
+///
+/// Safety: it holds a node of its own index only (`Index::refresh_hint` stores that
+/// index's root, and `owner` is the index's unique id, checked before the node is used),
+/// and nodes of an index are freed only when the index is dropped, so a node it names is
+/// valid for as long as the index is borrowed.
+pub struct RootHint {
+    owner: u64,
+    raw: AtomicUsize,
+    /// The node's shift when it was the root (the walk checks it against the node's).
+    shift: AtomicU32,
+}
+
+impl RootHint {
+    /// A hint for `index`, empty until `Index::refresh_hint` fills it.
+    pub fn new(index: &Index) -> RootHint {
+        RootHint {
+            owner: index.id,
+            raw: AtomicUsize::new(0),
+            shift: AtomicU32::new(0),
+        }
+    }
+
+    /// The node the hint names and the shift it had as the root, if the hint is
+    /// `index`'s and names one (Acquire: the node was filled before the root named it,
+    /// and the root before the hint). The two are loaded apart and may be of two
+    /// refreshes: the walk checks the shift against the node's own.
+    #[inline]
+    pub(super) fn node<'a>(&self, index: &'a Index) -> Option<(&'a Node, u32)> {
+        if self.owner != index.id {
+            return None;
+        }
+        let shift = self.shift.load(Ordering::Relaxed);
+        match Raw(self.raw.load(Ordering::Acquire)).decode() {
+            // The node belongs to `index` (type docs): 'a is bounded by its borrow.
+            Decoded::Node(node) => Some((node, shift)),
+            _ => None,
+        }
+    }
+
+    /// Stores `index`'s current root if the hint is `index`'s and holds another: a store
+    /// only when the root moved, so that readers sharing a handle write nothing otherwise.
+    pub(super) fn refresh(&self, index: &Index) {
+        if self.owner != index.id {
+            return;
+        }
+        let root = index.root.0.load(Ordering::Acquire);
+        if self.raw.load(Ordering::Relaxed) == root {
+            return;
+        }
+        if let Decoded::Node(node) = Raw(root).decode() {
+            self.shift.store(node.shift(), Ordering::Relaxed);
+        }
+        self.raw.store(root, Ordering::Release);
     }
 }
 
