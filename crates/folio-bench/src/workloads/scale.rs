@@ -678,6 +678,9 @@ fn measure_folio(
             "evicted_pages".into(),
             json!(after.evicted_pages - before.evicted_pages),
         );
+        // The arena's pages, as `memcpy_huge_bytes` says the baseline's.
+        r.extra
+            .insert("arena_huge_bytes".into(), json!(after.arena_huge_bytes));
         runs.push(r);
         bar.inc(1);
     }

@@ -101,10 +101,7 @@ impl Index {
         let mut shift = root_shift;
         loop {
             let slot = ((index.0 >> shift) & SLOT_MASK) as usize;
-            let mut entry = node.get(slot);
-            if let Decoded::Sibling(head) = entry {
-                entry = node.get(head);
-            }
+            let entry = node.get(slot);
             if node.shift() != shift {
                 return Entry::Empty;
             }
@@ -113,9 +110,9 @@ impl Index {
                     node = child;
                     shift -= SLOT_SHIFT;
                 }
-                Decoded::Node(_) | Decoded::Empty | Decoded::Sibling(_) => return Entry::Empty,
+                Decoded::Node(_) | Decoded::Empty => return Entry::Empty,
                 Decoded::Shadow(v) => return Entry::Shadow(v),
-                Decoded::Folio(frame, order) => {
+                Decoded::Folio(frame, order) | Decoded::Sibling { frame, order, .. } => {
                     return Entry::Folio {
                         frame,
                         order,
@@ -270,13 +267,14 @@ impl Index {
                     }
                 }
                 Decoded::Folio(..) => Held::Present,
-                Decoded::Sibling(head) if matches!(node.get(head), Decoded::Folio(..)) => {
+                Decoded::Sibling { head, .. } if matches!(node.get(head), Decoded::Folio(..)) => {
                     Held::Present
                 }
                 // A node in a leaf's slot can only be a stale read.
-                Decoded::Node(_) | Decoded::Sibling(_) | Decoded::Empty | Decoded::Shadow(_) => {
-                    Held::Missing
-                }
+                Decoded::Node(_)
+                | Decoded::Sibling { .. }
+                | Decoded::Empty
+                | Decoded::Shadow(_) => Held::Missing,
             };
             if held == want {
                 return Walk::Found(from);

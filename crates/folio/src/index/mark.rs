@@ -62,7 +62,7 @@ fn marked_slots(node: &Node, base: u64, start: u64, end: u64, mark: Mark, shift:
     let marks = node.marks(mark);
     let mut bits = marks & slot_range(first, last);
     if first < last {
-        if let Decoded::Sibling(head) = node.get(first) {
+        if let Decoded::Sibling { head, .. } = node.get(first) {
             if head < first && marks & (1 << head) != 0 {
                 bits |= 1 << head;
             }

@@ -8,7 +8,9 @@
 //!   node pointer   (tag 00)   the next level down
 //!   folio          (tag 01)   frame << 6 | order << 2: the head slot of a folio
 //!   shadow value   (tag 10)   value << 2: what eviction left behind (workingset)
-//!   sibling        (tag 11)   head slot << 2: a tail slot of a large folio, in the same node
+//!   sibling        (tag 11)   frame << 12 | order << 8 | head slot << 2: a tail slot of a
+//!                             large folio, in the same node (the folio repeated, so that
+//!                             a look-up of a tail page needs no second load)
 //! ```
 //!
 //! A folio of order k lives in the node whose shift is `6 * (k / 6)`, in `2^(k % 6 ...)`
@@ -85,10 +87,13 @@
 //! store is a Release that the reader's Acquire load pairs with):
 //! - A node is filled (shadows copied in, or a pooled node reset) before its pointer is
 //!   stored in its parent or the root: a reader that loads the pointer sees it filled.
-//! - A folio's head slot is stored before its siblings: a reader that finds a sibling
-//!   finds the head. One that loads a tail slot before its sibling is stored sees what
-//!   the slot held (empty, or the shadow the folio is replacing) and takes the miss path,
-//!   which finds the folio under the lock. A shadow from `lookup` is only ever a miss:
+//! - A folio's head slot is stored before its siblings, and removal clears the siblings
+//!   before the head: a range walk that finds a sibling finds the head. `lookup` takes
+//!   the folio from the sibling itself, which repeats it: a sibling of a folio being
+//!   removed is a stale entry like its head, turned away by the hit path's identity
+//!   check or `find_get`'s re-check. A reader that loads a tail slot before its sibling
+//!   is stored sees what the slot held (empty, or the shadow the folio is replacing) and
+//!   takes the miss path, which finds the folio under the lock. A shadow from `lookup` is only ever a miss:
 //!   shadow values are consumed from `insert_run`'s outcome, under the lock.
 //! - A node unlinked (pruned, collapsed, or an empty root replaced) goes to the pool and
 //!   may be reused anywhere in this index while a reader still walks it: the reader gets
@@ -98,8 +103,9 @@
 //! Invariants (checked by `check_invariants` in tests):
 //! - A node's `used` counts its non-empty slots; a non-root node is never empty after an
 //!   operation (removals prune, growth replaces an empty root).
-//! - Sibling slots point at a head slot of the same node that holds a folio, and follow it
-//!   contiguously; a folio's slots are aligned to its size.
+//! - Sibling slots point at a head slot of the same node that holds a folio, carry that
+//!   folio's frame and order, and follow it contiguously; a folio's slots are aligned to
+//!   its size.
 //! - Slots change only under the lock; the root's shift only grows while the index lives
 //!   (an empty root is replaced by a higher one, never by a lower one).
 //!

@@ -28,8 +28,8 @@
 //! hold an `IndexWriteGuard`); readers load them with Acquire, writers store with Release.
 //! The pool is inside the index's mutex.
 //!
-//! Limits: a slot is one machine word, so frame ids below 2^26 on 32-bit targets and
-//! shadow values below 2^62.
+//! Limits: a slot is one machine word, so frame ids below 2^20 on 32-bit targets (a
+//! sibling holds its folio's frame above 12 bits) and shadow values below 2^62.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -61,8 +61,14 @@ pub(super) enum Decoded<'a> {
     Node(&'a Node),
     Folio(FrameId, Order),
     Shadow(u64),
-    /// A tail slot of a large folio: the slot of its head, in the same node.
-    Sibling(usize),
+    /// A tail slot of a large folio: the slot of its head, in the same node, and the
+    /// folio the head held when the sibling was stored (so that a look-up needs no
+    /// second load; a stale reader's copy is validated like a stale head).
+    Sibling {
+        head: usize,
+        frame: FrameId,
+        order: Order,
+    },
 }
 
 impl Raw {
@@ -77,8 +83,14 @@ impl Raw {
         Raw(((value as usize) << 2) | TAG_SHADOW)
     }
 
-    pub(super) fn sibling(head_slot: usize) -> Raw {
-        Raw((head_slot << 2) | TAG_SIBLING)
+    /// A tail slot of the folio `frame` of `order` whose head is at `head_slot`:
+    /// frame << 12 | order << 8 | head slot << 2.
+    pub(super) fn sibling(head_slot: usize, frame: FrameId, order: Order) -> Raw {
+        debug_assert!(head_slot < SLOTS);
+        Raw(((frame.0 as usize) << 12)
+            | ((order.get() as usize) << 8)
+            | (head_slot << 2)
+            | TAG_SIBLING)
     }
 
     /// A node pointer as a slot value. Slots are plain words (they also hold folios,
@@ -107,7 +119,11 @@ impl Raw {
                 Order::clamped(((self.0 >> 2) & 0xf) as u8),
             ),
             TAG_SHADOW => Decoded::Shadow((self.0 >> 2) as u64),
-            _ => Decoded::Sibling(self.0 >> 2),
+            _ => Decoded::Sibling {
+                head: (self.0 >> 2) & (SLOTS - 1),
+                frame: FrameId((self.0 >> 12) as u32),
+                order: Order::clamped(((self.0 >> 8) & 0xf) as u8),
+            },
         }
     }
 }

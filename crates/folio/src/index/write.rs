@@ -137,7 +137,7 @@ impl<'a> IndexWriteGuard<'a> {
             let slot_base = base + ((slot as u64) << node.shift());
             let child = match node.get(slot) {
                 Decoded::Node(child) => child,
-                Decoded::Folio(..) | Decoded::Sibling(_) => return None,
+                Decoded::Folio(..) | Decoded::Sibling { .. } => return None,
                 Decoded::Shadow(value) => self.link_child(node, slot, Raw::shadow(value)),
                 Decoded::Empty => self.link_child(node, slot, Raw::EMPTY),
             };
@@ -176,7 +176,7 @@ impl<'a> IndexWriteGuard<'a> {
         // Conflict check first: nothing is changed unless the whole folio fits.
         for slot in first..first + count {
             match node.get(slot) {
-                Decoded::Folio(..) | Decoded::Sibling(_) => return false,
+                Decoded::Folio(..) | Decoded::Sibling { .. } => return false,
                 Decoded::Node(child) if Self::holds_folio(child) => return false,
                 _ => {}
             }
@@ -199,14 +199,14 @@ impl<'a> IndexWriteGuard<'a> {
         // shadow) and takes the miss path, which then finds the folio under the lock.
         node.store(first, Raw::folio(folio.frame, folio.order));
         for slot in first + 1..first + count {
-            node.store(slot, Raw::sibling(first));
+            node.store(slot, Raw::sibling(first, folio.frame, folio.order));
         }
         true
     }
 
     fn holds_folio(node: &Node) -> bool {
         (0..SLOTS).any(|slot| match node.get(slot) {
-            Decoded::Folio(..) | Decoded::Sibling(_) => true,
+            Decoded::Folio(..) | Decoded::Sibling { .. } => true,
             Decoded::Node(child) => Self::holds_folio(child),
             _ => false,
         })
@@ -245,7 +245,7 @@ impl<'a> IndexWriteGuard<'a> {
                     path.push((node, slot));
                     node = child;
                 }
-                Decoded::Sibling(head) => {
+                Decoded::Sibling { head, .. } => {
                     path.push((node, head));
                     return path;
                 }
@@ -360,7 +360,7 @@ impl<'a> IndexWriteGuard<'a> {
                     used += 1;
                 }
                 match node.get(slot) {
-                    Decoded::Folio(_, order) => {
+                    Decoded::Folio(frame, order) => {
                         counts.0 += 1;
                         let count = (order.pages() >> node.shift()).max(1) as usize;
                         assert!(
@@ -373,7 +373,11 @@ impl<'a> IndexWriteGuard<'a> {
                         assert_eq!(slot % count, 0, "unaligned folio");
                         for tail in slot + 1..slot + count {
                             assert!(
-                                matches!(node.get(tail), Decoded::Sibling(h) if h == slot),
+                                matches!(
+                                    node.get(tail),
+                                    Decoded::Sibling { head, frame: f, order: o }
+                                        if head == slot && f == frame && o == order
+                                ),
                                 "broken sibling"
                             );
                             used += 1;
@@ -381,7 +385,7 @@ impl<'a> IndexWriteGuard<'a> {
                         slot += count;
                         continue;
                     }
-                    Decoded::Sibling(_) => panic!("orphan sibling at slot {slot}"),
+                    Decoded::Sibling { .. } => panic!("orphan sibling at slot {slot}"),
                     Decoded::Shadow(_) => counts.1 += 1,
                     Decoded::Node(child) => {
                         assert_eq!(child.shift() + SLOT_SHIFT, node.shift(), "child level");
