@@ -121,20 +121,20 @@ impl Fill<'_> {
     }
 
     /// Reads the gaps of a batch of reads (`File::read_many`), sorted and disjoint, with
-    /// one submission: each gap allocated in folios (the first with `AllocMode::Wait`, as
-    /// a reader's own miss; the rest without waiting, since this thread then holds LOCKED
-    /// folios), inserted gap by gap, and every read submitted in one `Backend::submit`.
-    /// Stops at an allocation that fails, or at an eighth of the cache (as one miss's
-    /// run): the callers' own misses read the rest. Returns the pages inserted.
+    /// one submission: each gap allocated in folios (the first in `first` mode: `Wait`
+    /// for a thread's own batch, `NoWait` for a future's; the rest without waiting, since
+    /// the caller then holds LOCKED folios), inserted gap by gap, and every read submitted
+    /// in one `Backend::submit`. Stops at an allocation that fails, or at an eighth of the
+    /// cache (as one miss's run): the callers' own misses read the rest. Returns the
+    /// pages inserted.
     ///
     /// Context: no lock held, no folio pinned by the caller. May sleep in the first
-    /// allocation; does not wait for the reads.
-    pub(crate) fn read_gaps(&self, gaps: &[(PageIndex, PageIndex)]) -> u64 {
+    /// allocation (`AllocMode::Wait`); does not wait for the reads.
+    pub(crate) fn read_gaps(&self, gaps: &[(PageIndex, PageIndex)], mut first: AllocMode) -> u64 {
         let core = self.core();
         let mut budget_pages = (u64::from(core.mem.arena.frame_count()) / 8).max(1);
         let mut requests = Vec::new();
         let mut inserted = 0;
-        let mut first = AllocMode::Wait;
         for &(start, end) in gaps {
             let end = end.min(start.add(budget_pages));
             let run = self

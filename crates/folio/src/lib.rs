@@ -123,7 +123,9 @@ pub use cache::{
     READAHEAD_MAX_BYTES_DEFAULT,
 };
 pub use eviction::{EvictionKind, ReadHint};
-pub use file::{Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadaheadWindow};
+pub use file::{
+    Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadManyFuture, ReadaheadWindow,
+};
 pub use io::BackendKind;
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

@@ -10,12 +10,18 @@
 //!   their shared page once and adjacent ones in one read.
 //! - `a_failing_range_fails_alone`: EIO on one range's pages is that range's error; the
 //!   others are read.
-//! - `batches_race_readers_and_eviction`: threads reading batches, threads reading with
-//!   `read_at` and a thread dropping the file's pages, over a cache an eighth of the file:
-//!   every byte of every range checked.
+//! - `the_async_batch_is_one_submission_and_safe_to_drop`: `read_many_async` on a
+//!   current-thread tokio runtime sends 64 scattered cold ranges in one submission and
+//!   gives `read_many`'s results for odd ranges; a batch dropped after its first poll
+//!   leaves its reads to land in the cache (read again: no submission, every byte right)
+//!   and nothing parked or pinned.
+//! - `batches_race_readers_and_eviction`: threads reading batches (`read_many` and
+//!   `read_many_async`), threads reading with `read_at` and a thread dropping the file's
+//!   pages, over a cache an eighth of the file: every byte of every range checked.
 
 mod common;
 
+use std::future::Future;
 use std::io::ErrorKind;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -83,6 +89,120 @@ fn sixty_four_scattered_cold_ranges_are_one_submission() {
     let results = file.read_many(&mut reads);
     assert!(results.iter().all(|r| *r.as_ref().unwrap() == 4096));
     assert!(control.take_read_batches().is_empty());
+}
+
+/// 64 scattered 4 KiB ranges, every 256th page from `first` on, from the back.
+fn scattered(first: u64) -> Vec<u64> {
+    (0..64u64).rev().map(|i| (first + i * 256) * 4096).collect()
+}
+
+#[test]
+fn the_async_batch_is_one_submission_and_safe_to_drop() {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    let len: u64 = 64 << 20;
+    write_pattern_file(&path, SALT, len);
+    let (cache, control) = recording_cache(32 << 20);
+    let file = cache.open(&path).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    control.take_read_batches();
+    control.take_requests();
+
+    let offsets = scattered(1);
+    let mut bufs = vec![vec![0u8; 4096]; 64];
+    let mut reads: Vec<(u64, &mut [u8])> = offsets
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&o, b)| (o, b.as_mut_slice()))
+        .collect();
+    let results = runtime.block_on(file.read_many_async(&mut reads));
+    assert_eq!(results.len(), 64);
+    for (&offset, (result, buf)) in offsets.iter().zip(results.iter().zip(&bufs)) {
+        assert_eq!(*result.as_ref().unwrap(), 4096, "at {offset}");
+        check_pattern(SALT, offset, buf).unwrap();
+    }
+    assert_eq!(
+        control.take_read_batches(),
+        vec![64],
+        "one submission of 64 reads"
+    );
+    control.take_requests();
+
+    // Odd ranges: read_many's results, one submission.
+    let ranges: Vec<(u64, usize)> = vec![
+        (100, 5000),
+        (len - 100, 4096),
+        (len + 10, 10),
+        (u64::MAX - 5, 100),
+    ];
+    let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|&(_, n)| vec![0u8; n]).collect();
+    let mut reads: Vec<(u64, &mut [u8])> = ranges
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&(o, _), b)| (o, b.as_mut_slice()))
+        .collect();
+    let results = runtime.block_on(file.read_many_async(&mut reads));
+    assert_eq!(*results[0].as_ref().unwrap(), 5000);
+    check_pattern(SALT, 100, &bufs[0]).unwrap();
+    assert_eq!(*results[1].as_ref().unwrap(), 100);
+    check_pattern(SALT, len - 100, &bufs[1][..100]).unwrap();
+    assert_eq!(*results[2].as_ref().unwrap(), 0);
+    assert_eq!(
+        results[3].as_ref().unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
+    assert_eq!(control.take_read_batches().len(), 1, "one submission");
+    control.take_requests();
+
+    // Dropped after its first poll: the batch is submitted, then nobody waits for it.
+    let offsets = scattered(2);
+    let mut bufs = vec![vec![0u8; 4096]; 64];
+    let mut reads: Vec<(u64, &mut [u8])> = offsets
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&o, b)| (o, b.as_mut_slice()))
+        .collect();
+    {
+        let mut batch = std::pin::pin!(file.read_many_async(&mut reads));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let _ = batch.as_mut().poll(&mut cx);
+    }
+    drop(reads);
+    assert_eq!(
+        control.take_read_batches(),
+        vec![64],
+        "submitted before the drop"
+    );
+    // What it submitted lands in the cache: read again, nothing is submitted.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut bufs = vec![vec![0u8; 4096]; 64];
+    let mut reads: Vec<(u64, &mut [u8])> = offsets
+        .iter()
+        .zip(bufs.iter_mut())
+        .map(|(&o, b)| (o, b.as_mut_slice()))
+        .collect();
+    let results = file.read_many(&mut reads);
+    for (&offset, (result, buf)) in offsets.iter().zip(results.iter().zip(&bufs)) {
+        assert_eq!(*result.as_ref().unwrap(), 4096, "at {offset}");
+        check_pattern(SALT, offset, buf).unwrap();
+    }
+    assert!(
+        control.take_read_batches().is_empty(),
+        "read by the dropped batch"
+    );
+    while cache.stats().futures_parked != 0 {
+        assert!(Instant::now() < deadline, "a waker left parked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Nothing stays pinned: dropping the whole file leaves nothing cached.
+    file.advise(0, len, Advice::DontNeed).unwrap();
+    let s = cache.stats();
+    assert_eq!(
+        s.cached_bytes, 0,
+        "a dropped batch kept a folio pinned: {s:?}"
+    );
 }
 
 #[test]
@@ -198,9 +318,13 @@ fn batches_race_readers_and_eviction() {
         threads.push(std::thread::spawn(move || {
             let mut rng = 0x9E37_79B9 ^ ((t + 1) * 0x1234_5678_9ABC);
             let mut batches = 0u64;
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
             while !stop.load(Ordering::Relaxed) {
                 match t % 4 {
-                    // Batches of 1-64 ranges of 1 B-20 KiB, some of them overlapping.
+                    // Batches of 1-64 ranges of 1 B-20 KiB, some of them overlapping:
+                    // `read_many`, and `read_many_async` on the thread's own runtime.
                     0 | 1 => {
                         let n = 1 + next(&mut rng) % 64;
                         let ranges: Vec<(u64, usize)> = (0..n)
@@ -216,7 +340,12 @@ fn batches_race_readers_and_eviction() {
                             .zip(bufs.iter_mut())
                             .map(|(&(o, _), b)| (o, b.as_mut_slice()))
                             .collect();
-                        for (i, r) in file.read_many(&mut reads).into_iter().enumerate() {
+                        let results = if t % 4 == 0 {
+                            file.read_many(&mut reads)
+                        } else {
+                            runtime.block_on(file.read_many_async(&mut reads))
+                        };
+                        for (i, r) in results.into_iter().enumerate() {
                             let (offset, size) = ranges[i];
                             assert_eq!(r.expect("a batch read"), size);
                             if let Err(at) = check_pattern(SALT, offset, reads[i].1) {

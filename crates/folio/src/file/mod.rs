@@ -22,6 +22,7 @@ mod read_many;
 mod write;
 
 pub use async_read::{GetPageFuture, ReadAtFuture};
+pub use read_many::ReadManyFuture;
 
 use std::fs::File as StdFile;
 use std::io;

@@ -14,12 +14,22 @@
 //! and leaves the handle's state as a random read would; step 4's `read_at` finds its
 //! pages inserted and only records where it ended.
 //!
+//! `File::read_many_async` is the same batch as a future: on its first poll it finds the
+//! gaps of every range (step 2, without copying the hits first) and submits them
+//! together (step 3, its first allocation without waiting: a future never sleeps), then
+//! finishes the ranges one by one as `read_at_async` futures (step 4), which copy what
+//! is cached and park on what is in flight.
+//!
 //! Limits: step 3 takes at most an eighth of the cache, as one miss's run; a batch larger
 //! than that reads the rest range by range.
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
-use super::{checked_end, File};
+use super::{checked_end, File, ReadAtFuture};
+use crate::pagecache::AllocMode;
 use crate::stats;
 use crate::types::PageIndex;
 
@@ -65,11 +75,7 @@ impl File {
             }
         }
         // 3. One submission.
-        if !gaps.is_empty() {
-            let gaps = merge(gaps);
-            let pages = self.fill().read_gaps(&gaps);
-            stats::add(&core.mem.counters.misses, pages);
-        }
+        self.submit_gaps(gaps, AllocMode::Wait);
         // 4. The rest of each range, waiting for its folios.
         reads
             .iter_mut()
@@ -82,6 +88,99 @@ impl File {
                 Ok(done + n)
             })
             .collect()
+    }
+}
+
+impl File {
+    /// Reads a batch of ranges as `read_many` does, as a future that needs no particular
+    /// runtime: the misses of every range are submitted together on the first poll, and
+    /// no poll blocks the thread (it parks on the folios in flight, and waits for memory
+    /// as `read_at_async` does). The future resolves to one result per range, in order.
+    /// Dropping it at any point is safe: reads already submitted land in the cache.
+    ///
+    /// Errors (per range): as `read_at`'s.
+    pub fn read_many_async<'a, 'b: 'a>(
+        &'a self,
+        reads: &'a mut [(u64, &'b mut [u8])],
+    ) -> ReadManyFuture<'a, 'b> {
+        ReadManyFuture {
+            file: self,
+            results: Vec::with_capacity(reads.len()),
+            rest: reads.iter_mut(),
+            submitted: false,
+            current: None,
+        }
+    }
+
+    /// Step 3 of a batch: the gaps sorted and merged, then read with one submission.
+    fn submit_gaps(&self, gaps: Vec<(PageIndex, PageIndex)>, first: AllocMode) {
+        if gaps.is_empty() {
+            return;
+        }
+        let pages = self.fill().read_gaps(&merge(gaps), first);
+        stats::add(&self.core().mem.counters.misses, pages);
+    }
+}
+
+/// `File::read_many_async`'s future.
+pub struct ReadManyFuture<'a, 'b> {
+    file: &'a File,
+    /// The ranges not started yet.
+    rest: std::slice::IterMut<'a, (u64, &'b mut [u8])>,
+    /// Whether the batch's gaps were submitted (the first poll).
+    submitted: bool,
+    /// The range being read.
+    current: Option<ReadAtFuture<'a>>,
+    results: Vec<io::Result<usize>>,
+}
+
+impl std::fmt::Debug for ReadManyFuture<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadManyFuture")
+            .field("submitted", &self.submitted)
+            .field("finished", &self.results.len())
+            .field("left", &self.rest.len())
+            .field("current", &self.current)
+            .finish()
+    }
+}
+
+impl Future for ReadManyFuture<'_, '_> {
+    type Output = Vec<io::Result<usize>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        if !this.submitted {
+            this.submitted = true;
+            let file = this.file;
+            let size = file.mapping.size_bytes();
+            let mut gaps = Vec::new();
+            for (offset, buf) in this.rest.as_slice() {
+                let Ok(request_end) = checked_end(*offset, buf.len()) else {
+                    continue; // its read_at_async reports it
+                };
+                let end = request_end.min(size);
+                if *offset < end {
+                    gaps.extend(
+                        file.mapping
+                            .index
+                            .gaps(PageIndex::containing(*offset), PageIndex::ceil(end)),
+                    );
+                }
+            }
+            file.submit_gaps(gaps, AllocMode::NoWait);
+        }
+        loop {
+            if let Some(read) = this.current.as_mut() {
+                let result = std::task::ready!(Pin::new(read).poll(cx));
+                this.results.push(result);
+                this.current = None;
+            }
+            match this.rest.next() {
+                Some((offset, buf)) => this.current = Some(this.file.read_at_async(buf, *offset)),
+                None => return Poll::Ready(std::mem::take(&mut this.results)),
+            }
+        }
     }
 }
 
