@@ -25,6 +25,8 @@
 //     Read      -> folio_read (any offset and length, into RocksDB's scratch)
 //     MultiRead -> one folio_read_many per batch (its misses in one submission)
 //     Prefetch  -> folio_readahead (returns at once; covered ranges cost nothing)
+//     ReadAsync -> folio_readahead of the range (returns at once); the file system's Poll
+//                  copies it with folio_read and calls back, AbortIO drops it
 //     Hint      -> folio_advise (kRandom, kSequential, kNormal, kWillNeed, kWontNeed)
 //     InvalidateCache -> folio_advise(DONTNEED)
 //   DeleteFile -> folio_remove_file (unlink; a closed file's pages, dirty ones too, go)
@@ -83,6 +85,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include "folio.h"
@@ -98,6 +101,7 @@ using ROCKSDB_NAMESPACE::FSReadRequest;
 using ROCKSDB_NAMESPACE::FSSequentialFile;
 using ROCKSDB_NAMESPACE::FSWritableFile;
 using ROCKSDB_NAMESPACE::IODebugContext;
+using ROCKSDB_NAMESPACE::IOHandleDeleter;
 using ROCKSDB_NAMESPACE::IOOptions;
 using ROCKSDB_NAMESPACE::IOStatus;
 using ROCKSDB_NAMESPACE::ObjectLibrary;
@@ -172,6 +176,10 @@ enum Counter {
   kOlderReadIoBytes,
   // Reads RocksDB made at background priority (compaction inputs), read as no-reuse.
   kReadsNoReuse,
+  // ReadAsync calls (async_io): started with folio_readahead, finished by Poll; and
+  // those RocksDB aborted.
+  kReadsAsync,
+  kReadsAsyncAborted,
   kCounters,
 };
 
@@ -191,6 +199,7 @@ constexpr const char* kCounterNames[kCounters] = {
     "write_hints_medium",  "write_hints_long",  "write_hints_extreme",
     "cold_temperature_files", "written_files_opened_for_read",
     "written_files_read_io_bytes", "older_files_read_io_bytes", "reads_noreuse",
+    "reads_async", "reads_async_aborted",
 };
 
 constexpr unsigned kStripes = 16;
@@ -555,6 +564,69 @@ void CountOpen(FileKind kind, OpenFor how) {
 // A table file read through folio. One handle per RocksDB file object, shared by all the
 // threads that read the table: folio's handle is thread-safe and keeps one readahead state.
 
+class FolioRandomAccessFile;
+
+// A ReadAsync in flight: a copy of the request (RocksDB's may be a local of the caller),
+// its callback, and whether Poll or AbortIO finished it. Live handles are registered, so
+// that the file system's Poll and AbortIO tell folio's from the default file system's
+// (files folio does not read) and pass those on.
+class AsyncRead {
+ public:
+  static void* Start(const FolioRandomAccessFile* file, const FSReadRequest& req,
+                     const IOOptions& opts, std::function<void(const FSReadRequest&, void*)> cb,
+                     void* cb_arg) {
+    auto* read = new AsyncRead(file, req, opts, std::move(cb), cb_arg);
+    std::lock_guard<std::mutex> lock(LiveMu());
+    Live().insert(read);
+    return read;
+  }
+
+  static void Delete(void* handle) {
+    {
+      std::lock_guard<std::mutex> lock(LiveMu());
+      Live().erase(handle);
+    }
+    delete static_cast<AsyncRead*>(handle);
+  }
+
+  // The handle as folio's read, or nullptr if it is another file system's.
+  static AsyncRead* Of(void* handle) {
+    std::lock_guard<std::mutex> lock(LiveMu());
+    return Live().count(handle) != 0 ? static_cast<AsyncRead*>(handle) : nullptr;
+  }
+
+  // Copies the bytes (waiting for what is still in flight) and calls back, once.
+  void Finish();
+
+  // Dropped unfinished: no callback (FileSystem::AbortIO's contract); the reads folio
+  // started land in its cache anyway.
+  void Abort() {
+    if (!done_) Count(kReadsAsyncAborted);
+    done_ = true;
+  }
+
+ private:
+  AsyncRead(const FolioRandomAccessFile* file, const FSReadRequest& req, const IOOptions& opts,
+            std::function<void(const FSReadRequest&, void*)> cb, void* cb_arg)
+      : file_(file), req_(req), opts_(opts), cb_(std::move(cb)), cb_arg_(cb_arg) {}
+
+  static std::mutex& LiveMu() {
+    static std::mutex mu;
+    return mu;
+  }
+  static std::unordered_set<void*>& Live() {
+    static std::unordered_set<void*> live;
+    return live;
+  }
+
+  const FolioRandomAccessFile* file_;
+  FSReadRequest req_;
+  IOOptions opts_;
+  std::function<void(const FSReadRequest&, void*)> cb_;
+  void* cb_arg_;
+  bool done_ = false;
+};
+
 class FolioRandomAccessFile : public FSRandomAccessFile {
  public:
   FolioRandomAccessFile(folio_file file, std::string name, Origin origin, const Options& opts)
@@ -622,6 +694,24 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
       req.result = Slice(req.scratch, static_cast<size_t>(got));
       req.status = IOStatus::OK();
     }
+    return IOStatus::OK();
+  }
+
+  // RocksDB's async_io: the read starts here (folio_readahead of exactly the range: the
+  // device works while RocksDB goes on) and the file system's Poll finishes it
+  // (AsyncRead, below). Without a handle to return, it is read at once.
+  IOStatus ReadAsync(FSReadRequest& req, const IOOptions& opts,
+                     std::function<void(const FSReadRequest&, void*)> cb, void* cb_arg,
+                     void** io_handle, IOHandleDeleter* del_fn, IODebugContext* dbg) override {
+    Count(kReadsAsync);
+    if (io_handle == nullptr || del_fn == nullptr ||
+        folio_readahead(file_, req.offset, req.len) < 0) {
+      req.status = Read(req.offset, req.len, opts, &req.result, req.scratch, dbg);
+      cb(req, cb_arg);
+      return IOStatus::OK();
+    }
+    *io_handle = AsyncRead::Start(this, req, opts, std::move(cb), cb_arg);
+    *del_fn = AsyncRead::Delete;
     return IOStatus::OK();
   }
 
@@ -763,6 +853,13 @@ class OpenWriters {
   mutable std::mutex mu_;
   std::map<std::string, const FolioWritableFile*> files_;  // under mu_
 };
+
+void AsyncRead::Finish() {
+  if (done_) return;
+  done_ = true;
+  req_.status = file_->Read(req_.offset, req_.len, opts_, &req_.result, req_.scratch, nullptr);
+  cb_(req_, cb_arg_);
+}
 
 // A file RocksDB writes (WAL, table, MANIFEST, ...). RocksDB appends to it from one thread
 // at a time, and may Sync from another meanwhile (IsSyncThreadSafe): the end and the
@@ -1147,6 +1244,34 @@ class FolioFileSystem : public FileSystemWrapper {
 
   static const char* kClassName() { return kName; }
   const char* Name() const override { return kClassName(); }
+
+  // Finishes folio's async reads (AsyncRead: every one, at least min_completions) and
+  // passes the other handles to the default file system.
+  IOStatus Poll(std::vector<void*>& io_handles, size_t min_completions) override {
+    std::vector<void*> others;
+    for (void* handle : io_handles) {
+      if (AsyncRead* read = AsyncRead::Of(handle)) {
+        read->Finish();
+      } else {
+        others.push_back(handle);
+      }
+    }
+    if (others.empty()) return IOStatus::OK();
+    const size_t ours = io_handles.size() - others.size();
+    return FileSystemWrapper::Poll(others, min_completions > ours ? min_completions - ours : 0);
+  }
+
+  IOStatus AbortIO(std::vector<void*>& io_handles) override {
+    std::vector<void*> others;
+    for (void* handle : io_handles) {
+      if (AsyncRead* read = AsyncRead::Of(handle)) {
+        read->Abort();
+      } else {
+        others.push_back(handle);
+      }
+    }
+    return others.empty() ? IOStatus::OK() : FileSystemWrapper::AbortIO(others);
+  }
 
   IOStatus NewRandomAccessFile(const std::string& fname, const FileOptions& file_opts,
                                std::unique_ptr<FSRandomAccessFile>* result,
