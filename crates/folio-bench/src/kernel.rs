@@ -633,7 +633,7 @@ impl PageCachePeak {
 }
 
 /// A `/proc/meminfo` field in bytes (its figures are KiB).
-fn meminfo_bytes(field: &str) -> Option<u64> {
+pub fn meminfo_bytes(field: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     text.lines().find_map(|line| {
         let rest = line.strip_prefix(field)?.strip_prefix(':')?;

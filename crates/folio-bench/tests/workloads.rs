@@ -141,6 +141,8 @@ fn check_scale(v: &Value) {
                 if system == "folio" {
                     assert_eq!(r["misses"], 0, "every folio read a hit: {r}");
                 }
+                // A few MiB of data: the systems run interleaved, round by round.
+                assert_eq!(r["interleaved"], true, "{r}");
                 if system == "kernel" {
                     assert!(r["resident_after"].as_f64().is_some(), "{r}");
                 }

@@ -34,9 +34,12 @@
 //! at one thread); ops/s counts reads over the measured wall time, so it includes the
 //! drawing and the sampled verification, alike for every system. p50/p99 are of the
 //! mean wall time per read of each batch.
-//! At each point the systems are measured one after another (all runs of one, then the
-//! next; the order alternates from point to point), so that at most one copy of the data
-//! is in memory besides the files' page cache: at 8 GiB, three copies would not fit.
+//! At each point the systems are measured interleaved, one run each per round (the order
+//! alternating from point to point), where three copies of the data fit in half the
+//! available memory: each round's ratio then compares the same minutes, and
+//! `cost_over_memcpy` is the median of those ratios. Where they do not fit (8 GiB), one
+//! system after another (all runs of one, then the next), one copy of the data in memory
+//! at a time besides the files' page cache; rows say which (`interleaved`).
 //!
 //! Limits: with 2 cores, more than 2 threads measures time-slicing. The kernel's warm
 //! pages are paged out by this machine's host when idle for ~30 s: a run that found fewer
@@ -273,19 +276,29 @@ impl Workload for Args {
                 order.reverse();
             }
             let mut rows: Vec<Row> = Vec::new();
-            for system in order {
-                bar.set_message(format!(
-                    "{} {} {system}",
-                    point.axis.name(),
-                    describe_x(point.axis, point.x)
-                ));
-                let runs = match system {
-                    System::Folio => measure_folio(env, point, bound, &bar)?,
-                    System::Kernel => measure_kernel(env, point, bound, &bar)?,
-                    System::Memcpy => measure_memcpy(env, point, bound, &bar)?,
-                    other => unreachable!("scale measures no {other}"),
-                };
-                let mut row = Row::from_runs(system, point.threads, &runs, report.ratio_of);
+            bar.set_message(format!(
+                "{} {}",
+                point.axis.name(),
+                describe_x(point.axis, point.x)
+            ));
+            let (all_runs, interleaved) = measure_point(env, point, &order, bound, &bar)?;
+            let ns_of = |r: &RunResult| r.extra.get("ns_per_read").and_then(Value::as_f64);
+            let memcpy_runs = order
+                .iter()
+                .position(|&s| s == System::Memcpy)
+                .map(|i| &all_runs[i]);
+            for (&system, runs) in order.iter().zip(&all_runs) {
+                let mut row = Row::from_runs(system, point.threads, runs, report.ratio_of);
+                row.extra.insert("interleaved".into(), json!(interleaved));
+                if let (true, Some(memcpy_runs)) = (interleaved, memcpy_runs) {
+                    // Each round's pair, measured in the same minutes.
+                    let ratios = runs
+                        .iter()
+                        .zip(memcpy_runs)
+                        .filter_map(|(own, m)| Some(ns_of(own)? / ns_of(m)?.max(1e-9)));
+                    row.extra
+                        .insert("cost_over_memcpy".into(), json!(median(ratios)));
+                }
                 row.extra.insert("axis".into(), json!(point.axis.name()));
                 row.extra.insert("x".into(), json!(point.x));
                 row.extra.insert("files".into(), json!(point.files.len()));
@@ -314,9 +327,10 @@ impl Workload for Args {
             };
             let (memcpy_ns, kernel_ops) = (ns(&rows, System::Memcpy), ops(&rows, System::Kernel));
             for row in &mut rows {
-                if let (Some(own), Some(m)) = (
+                if let (Some(own), Some(m), false) = (
                     row.extra.get("ns_per_read_median").and_then(Value::as_f64),
                     memcpy_ns,
+                    row.extra.contains_key("cost_over_memcpy"),
                 ) {
                     row.extra
                         .insert("cost_over_memcpy".into(), json!(own / m.max(1e-9)));
@@ -344,11 +358,13 @@ impl Workload for Args {
             "ns_per_read: thread CPU time per read inside the clocked batches (less the CPU \
              clock's own cost); wall_ns_per_read: wall time per read inside them (adds other \
              threads' time slices on a busy machine); folio/kernel: ops/s of the median runs; \
-             cost_over_memcpy: ns_per_read over memcpy's at the same point (medians of runs)",
+             cost_over_memcpy: ns_per_read over memcpy's at the same point (interleaved: the \
+             median of each round's ratio; else the ratio of the medians)",
         );
         report.note(
-            "at each point the systems run one after another (all runs of one, then the next), \
-             not interleaved run by run: at most one copy of the data sits in memory",
+            "at each point the systems run interleaved, one run each per round, where three \
+             copies of the data fit in half the available memory (interleaved: true); else one \
+             after another (all runs of one, then the next), one copy in memory at a time",
         );
         if let Some(ratio) = report
             .rows
@@ -636,133 +652,192 @@ where
     Ok(())
 }
 
-fn measure_folio(
-    env: &Env,
-    point: &Point,
-    bound: Bound,
-    bar: &indicatif::ProgressBar,
-) -> io::Result<Vec<RunResult>> {
-    let data_bytes = point.data_bytes();
-    let cache = env.folio_cache(data_bytes + data_bytes / 16 + (16 << 20))?;
-    let files: Vec<folio::File> = point
-        .files
-        .iter()
-        .map(|p| cache.open(p))
-        .collect::<io::Result<_>>()?;
-    // Fill: every file read once (and checked), so that every measured read is a hit.
-    let mut buf = vec![0u8; point.file_bytes.min(1 << 20) as usize];
-    for (i, file) in files.iter().enumerate() {
-        let mut at = 0u64;
-        while at < point.file_bytes {
-            let n = file.read_at(&mut buf, at)?;
-            if n == 0 {
-                return Err(io::Error::other(format!(
-                    "{}: short file",
-                    point.files[i].display()
-                )));
-            }
-            data::verify_keyed(&buf[..n], at, key_of(i))?;
-            at += n as u64;
+/// One system set up at a point, measured run after run: folio's cache filled, the
+/// kernel's descriptors open, memcpy's buffer written.
+enum Setup {
+    Folio {
+        cache: folio::Cache,
+        files: Vec<folio::File>,
+    },
+    Kernel {
+        files: Vec<File>,
+    },
+    Memcpy {
+        buffer: Mapped,
+    },
+}
+
+impl Setup {
+    fn new(system: System, env: &Env, point: &Point) -> io::Result<Setup> {
+        match system {
+            System::Folio => Setup::folio(env, point),
+            System::Kernel => Ok(Setup::Kernel {
+                files: point
+                    .files
+                    .iter()
+                    .map(File::open)
+                    .collect::<io::Result<_>>()?,
+            }),
+            System::Memcpy => Setup::memcpy(env, point),
+            other => unreachable!("scale measures no {other}"),
         }
     }
-    let mut runs = Vec::with_capacity(env.runs);
-    for _ in 0..env.runs {
-        let before = cache.stats();
-        let mut r = hits(point, bound, |file, offset, buf| {
-            files[file].read_at(buf, offset)
-        })?;
-        let after = cache.stats();
-        r.extra
-            .insert("misses".into(), json!(after.misses - before.misses));
-        r.extra.insert(
-            "evicted_pages".into(),
-            json!(after.evicted_pages - before.evicted_pages),
-        );
-        // The arena's pages, as `memcpy_huge_bytes` says the baseline's.
-        r.extra
-            .insert("arena_huge_bytes".into(), json!(after.arena_huge_bytes));
-        runs.push(r);
-        bar.inc(1);
-    }
-    Ok(runs)
-}
 
-fn measure_kernel(
-    env: &Env,
-    point: &Point,
-    bound: Bound,
-    bar: &indicatif::ProgressBar,
-) -> io::Result<Vec<RunResult>> {
-    let files: Vec<File> = point
-        .files
-        .iter()
-        .map(File::open)
-        .collect::<io::Result<_>>()?;
-    let mut runs = Vec::with_capacity(env.runs);
-    let pages = point.data_bytes() / READ_BYTES as u64;
-    for _ in 0..env.runs {
-        let _warm = match env.warm {
-            WarmMethod::Read if cached_pages(&files)?.is_some() => {
-                warm_by_reading(&files, point.file_bytes, pages)?;
-                None
+    /// A fresh cache of the data + 1/16 + 16 MiB, every file read once (and checked), so
+    /// that every measured read is a hit.
+    fn folio(env: &Env, point: &Point) -> io::Result<Setup> {
+        let data_bytes = point.data_bytes();
+        let cache = env.folio_cache(data_bytes + data_bytes / 16 + (16 << 20))?;
+        let files: Vec<folio::File> = point
+            .files
+            .iter()
+            .map(|p| cache.open(p))
+            .collect::<io::Result<_>>()?;
+        let mut buf = vec![0u8; point.file_bytes.min(1 << 20) as usize];
+        for (i, file) in files.iter().enumerate() {
+            let mut at = 0u64;
+            while at < point.file_bytes {
+                let n = file.read_at(&mut buf, at)?;
+                if n == 0 {
+                    return Err(io::Error::other(format!(
+                        "{}: short file",
+                        point.files[i].display()
+                    )));
+                }
+                data::verify_keyed(&buf[..n], at, key_of(i))?;
+                at += n as u64;
             }
-            method => Some(kernel::warm(&point.files, method)?),
-        };
-        let mut r = hits(point, bound, |file, offset, buf| {
-            files[file].read_at(buf, offset)
-        })?;
-        let resident = match cached_pages(&files)? {
-            Some(cached) => cached,
-            None => kernel::resident_pages_all(&point.files)?.resident,
-        };
-        r.extra.insert(
-            "resident_after".into(),
-            json!(resident as f64 / pages.max(1) as f64),
-        );
-        runs.push(r);
-        bar.inc(1);
+        }
+        Ok(Setup::Folio { cache, files })
     }
-    // Give the memory back before the next system builds its copy of the data.
-    for file in &files {
-        kernel::fadvise(file, 0, 0, libc::POSIX_FADV_DONTNEED)?;
+
+    /// One anonymous buffer holding the files end to end.
+    fn memcpy(env: &Env, point: &Point) -> io::Result<Setup> {
+        // Under `Auto` the arena's pages depend on the folios the fill made: compare with
+        // huge pages, the cheaper copy (the stricter ceiling).
+        let pages = match env.arena_pages {
+            folio::ArenaPages::Small => Pages::Base,
+            folio::ArenaPages::Auto | folio::ArenaPages::Huge => Pages::Huge,
+        };
+        let buffer = Mapped::new((point.data_bytes() as usize).max(READ_BYTES), pages)?;
+        // SAFETY: the buffer was just created and nothing else refers to it.
+        let bytes = unsafe { buffer.as_mut_slice() };
+        for (i, file) in bytes.chunks_mut(point.file_bytes as usize).enumerate() {
+            data::fill_keyed(file, 0, key_of(i));
+        }
+        Ok(Setup::Memcpy { buffer })
     }
-    Ok(runs)
+
+    /// One measured run.
+    fn run(&self, env: &Env, point: &Point, bound: Bound) -> io::Result<RunResult> {
+        match self {
+            Setup::Folio { cache, files } => {
+                let before = cache.stats();
+                let mut r = hits(point, bound, |file, offset, buf| {
+                    files[file].read_at(buf, offset)
+                })?;
+                let after = cache.stats();
+                r.extra
+                    .insert("misses".into(), json!(after.misses - before.misses));
+                r.extra.insert(
+                    "evicted_pages".into(),
+                    json!(after.evicted_pages - before.evicted_pages),
+                );
+                // The arena's pages, as `memcpy_huge_bytes` says the baseline's.
+                r.extra
+                    .insert("arena_huge_bytes".into(), json!(after.arena_huge_bytes));
+                Ok(r)
+            }
+            Setup::Kernel { files } => {
+                let pages = point.data_bytes() / READ_BYTES as u64;
+                let _warm = match env.warm {
+                    WarmMethod::Read if cached_pages(files)?.is_some() => {
+                        warm_by_reading(files, point.file_bytes, pages)?;
+                        None
+                    }
+                    method => Some(kernel::warm(&point.files, method)?),
+                };
+                let mut r = hits(point, bound, |file, offset, buf| {
+                    files[file].read_at(buf, offset)
+                })?;
+                let resident = match cached_pages(files)? {
+                    Some(cached) => cached,
+                    None => kernel::resident_pages_all(&point.files)?.resident,
+                };
+                r.extra.insert(
+                    "resident_after".into(),
+                    json!(resident as f64 / pages.max(1) as f64),
+                );
+                Ok(r)
+            }
+            Setup::Memcpy { buffer } => {
+                let file_bytes = point.file_bytes as usize;
+                // SAFETY: the buffer is only written by `memcpy` above, before any run.
+                let src: &[u8] = unsafe { buffer.as_mut_slice() };
+                let mut r = hits(point, bound, |file, offset, buf| {
+                    let at = file * file_bytes + offset as usize;
+                    buf.copy_from_slice(&src[at..at + READ_BYTES]);
+                    Ok(READ_BYTES)
+                })?;
+                r.extra
+                    .insert("memcpy_huge_bytes".into(), json!(buffer.huge_bytes()));
+                Ok(r)
+            }
+        }
+    }
+
+    /// Gives the memory back before another copy of the data is built.
+    fn finish(self) -> io::Result<()> {
+        if let Setup::Kernel { files } = &self {
+            for file in files {
+                kernel::fadvise(file, 0, 0, libc::POSIX_FADV_DONTNEED)?;
+            }
+        }
+        Ok(())
+    }
 }
 
-fn measure_memcpy(
+/// Measures `systems` at `point`, `env.runs` runs each: interleaved run by run (every
+/// system once per round, so that each round's ratios compare the same minutes) when
+/// three copies of the data fit in half the available memory, else one system after
+/// another with one copy in memory at a time. Returns the runs in `systems`' order, and
+/// whether they were interleaved.
+fn measure_point(
     env: &Env,
     point: &Point,
+    systems: &[System],
     bound: Bound,
     bar: &indicatif::ProgressBar,
-) -> io::Result<Vec<RunResult>> {
-    // Under `Auto` the arena's pages depend on the folios the fill made: compare with
-    // huge pages, the cheaper copy (the stricter ceiling).
-    let pages = match env.arena_pages {
-        folio::ArenaPages::Small => Pages::Base,
-        folio::ArenaPages::Auto | folio::ArenaPages::Huge => Pages::Huge,
-    };
-    let buffer = Mapped::new((point.data_bytes() as usize).max(READ_BYTES), pages)?;
-    let file_bytes = point.file_bytes as usize;
-    // SAFETY: the buffer was just created and nothing else refers to it.
-    let bytes = unsafe { buffer.as_mut_slice() };
-    for (i, file) in bytes.chunks_mut(file_bytes).enumerate() {
-        data::fill_keyed(file, 0, key_of(i));
+) -> io::Result<(Vec<Vec<RunResult>>, bool)> {
+    let copies = systems.len() as u64 * point.data_bytes();
+    let available = kernel::meminfo_bytes("MemAvailable").unwrap_or(0);
+    let interleave = copies <= available / 2;
+    let mut runs: Vec<Vec<RunResult>> = vec![Vec::with_capacity(env.runs); systems.len()];
+    if interleave {
+        let setups: Vec<Setup> = systems
+            .iter()
+            .map(|&s| Setup::new(s, env, point))
+            .collect::<io::Result<_>>()?;
+        for _ in 0..env.runs {
+            for (i, setup) in setups.iter().enumerate() {
+                runs[i].push(setup.run(env, point, bound)?);
+                bar.inc(1);
+            }
+        }
+        for setup in setups {
+            setup.finish()?;
+        }
+    } else {
+        for (i, &system) in systems.iter().enumerate() {
+            let setup = Setup::new(system, env, point)?;
+            for _ in 0..env.runs {
+                runs[i].push(setup.run(env, point, bound)?);
+                bar.inc(1);
+            }
+            setup.finish()?;
+        }
     }
-    let src: &[u8] = bytes;
-    let huge_bytes = buffer.huge_bytes();
-    let mut runs = Vec::with_capacity(env.runs);
-    for _ in 0..env.runs {
-        let mut r = hits(point, bound, |file, offset, buf| {
-            let at = file * file_bytes + offset as usize;
-            buf.copy_from_slice(&src[at..at + READ_BYTES]);
-            Ok(READ_BYTES)
-        })?;
-        r.extra
-            .insert("memcpy_huge_bytes".into(), json!(huge_bytes));
-        runs.push(r);
-        bar.inc(1);
-    }
-    Ok(runs)
+    Ok((runs, interleave))
 }
 
 /// Pages of `files` in the kernel's page cache by `cachestat(2)`, one call per open file
