@@ -51,6 +51,13 @@ fn recording_cache(capacity_bytes: u64) -> (Cache, FaultControl) {
     (cache, control)
 }
 
+/// A batch for `read_many`: each offset with its buffer.
+fn batch(offsets: impl Iterator<Item = u64>, bufs: &mut [Vec<u8>]) -> Vec<(u64, &mut [u8])> {
+    offsets
+        .zip(bufs.iter_mut().map(Vec::as_mut_slice))
+        .collect()
+}
+
 #[test]
 fn sixty_four_scattered_cold_ranges_are_one_submission() {
     let dir = test_dir();
@@ -65,11 +72,7 @@ fn sixty_four_scattered_cold_ranges_are_one_submission() {
     // Every 256th page, from the back: scattered, not sorted.
     let offsets: Vec<u64> = (0..64u64).rev().map(|i| i * 256 * 4096 + 4096).collect();
     let mut bufs = vec![vec![0u8; 4096]; 64];
-    let mut reads: Vec<(u64, &mut [u8])> = offsets
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&o, b)| (o, b.as_mut_slice()))
-        .collect();
+    let mut reads = batch(offsets.iter().copied(), &mut bufs);
     let results = file.read_many(&mut reads);
     for ((offset, buf), result) in reads.iter().zip(&results) {
         assert_eq!(*result.as_ref().unwrap(), 4096, "at {offset}");
@@ -112,11 +115,7 @@ fn the_async_batch_is_one_submission_and_safe_to_drop() {
 
     let offsets = scattered(1);
     let mut bufs = vec![vec![0u8; 4096]; 64];
-    let mut reads: Vec<(u64, &mut [u8])> = offsets
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&o, b)| (o, b.as_mut_slice()))
-        .collect();
+    let mut reads = batch(offsets.iter().copied(), &mut bufs);
     let results = runtime.block_on(file.read_many_async(&mut reads));
     assert_eq!(results.len(), 64);
     for (&offset, (result, buf)) in offsets.iter().zip(results.iter().zip(&bufs)) {
@@ -138,11 +137,7 @@ fn the_async_batch_is_one_submission_and_safe_to_drop() {
         (u64::MAX - 5, 100),
     ];
     let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|&(_, n)| vec![0u8; n]).collect();
-    let mut reads: Vec<(u64, &mut [u8])> = ranges
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&(o, _), b)| (o, b.as_mut_slice()))
-        .collect();
+    let mut reads = batch(ranges.iter().map(|&(o, _)| o), &mut bufs);
     let results = runtime.block_on(file.read_many_async(&mut reads));
     assert_eq!(*results[0].as_ref().unwrap(), 5000);
     check_pattern(SALT, 100, &bufs[0]).unwrap();
@@ -159,11 +154,7 @@ fn the_async_batch_is_one_submission_and_safe_to_drop() {
     // Dropped after its first poll: the batch is submitted, then nobody waits for it.
     let offsets = scattered(2);
     let mut bufs = vec![vec![0u8; 4096]; 64];
-    let mut reads: Vec<(u64, &mut [u8])> = offsets
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&o, b)| (o, b.as_mut_slice()))
-        .collect();
+    let mut reads = batch(offsets.iter().copied(), &mut bufs);
     {
         let mut batch = std::pin::pin!(file.read_many_async(&mut reads));
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -178,11 +169,7 @@ fn the_async_batch_is_one_submission_and_safe_to_drop() {
     // What it submitted lands in the cache: read again, nothing is submitted.
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut bufs = vec![vec![0u8; 4096]; 64];
-    let mut reads: Vec<(u64, &mut [u8])> = offsets
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&o, b)| (o, b.as_mut_slice()))
-        .collect();
+    let mut reads = batch(offsets.iter().copied(), &mut bufs);
     let results = file.read_many(&mut reads);
     for (&offset, (result, buf)) in offsets.iter().zip(results.iter().zip(&bufs)) {
         assert_eq!(*result.as_ref().unwrap(), 4096, "at {offset}");
@@ -227,11 +214,7 @@ fn odd_ranges_read_as_read_at_reads_them() {
         (u64::MAX - 5, 100), // overflows
     ];
     let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|&(_, n)| vec![0u8; n]).collect();
-    let mut reads: Vec<(u64, &mut [u8])> = ranges
-        .iter()
-        .zip(bufs.iter_mut())
-        .map(|(&(o, _), b)| (o, b.as_mut_slice()))
-        .collect();
+    let mut reads = batch(ranges.iter().map(|&(o, _)| o), &mut bufs);
     let results = file.read_many(&mut reads);
     let expected: [Option<usize>; 8] = [
         Some(5000),
@@ -335,11 +318,7 @@ fn batches_race_readers_and_eviction() {
                             .collect();
                         let mut bufs: Vec<Vec<u8>> =
                             ranges.iter().map(|&(_, s)| vec![0u8; s]).collect();
-                        let mut reads: Vec<(u64, &mut [u8])> = ranges
-                            .iter()
-                            .zip(bufs.iter_mut())
-                            .map(|(&(o, _), b)| (o, b.as_mut_slice()))
-                            .collect();
+                        let mut reads = batch(ranges.iter().map(|&(o, _)| o), &mut bufs);
                         let results = if t % 4 == 0 {
                             file.read_many(&mut reads)
                         } else {

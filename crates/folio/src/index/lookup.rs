@@ -65,10 +65,10 @@ impl Index {
     }
 
     /// `lookup` from the root `hint` remembers (the hit path: the walk's first loads wait
-    /// neither for the root's line nor for the root node's shift), or from the root if the
-    /// hint is empty (filling it) or not this index's. A stale hint answers like a stale walk: a page
-    /// outside the old root's span, or in a node reused elsewhere, reads as missing or as
-    /// a folio whose identity does not match.
+    /// neither for the root's line nor for the root node's shift), or from the root if
+    /// the hint is empty (filling it) or not this index's. A stale hint answers like a
+    /// stale walk: a page outside the old root's span, or in a node reused elsewhere,
+    /// reads as missing or as a folio whose identity does not match.
     ///
     /// Context: any thread, no lock; does not sleep.
     #[inline]

@@ -93,8 +93,9 @@
 //!   removed is a stale entry like its head, turned away by the hit path's identity
 //!   check or `find_get`'s re-check. A reader that loads a tail slot before its sibling
 //!   is stored sees what the slot held (empty, or the shadow the folio is replacing) and
-//!   takes the miss path, which finds the folio under the lock. A shadow from `lookup` is only ever a miss:
-//!   shadow values are consumed from `insert_run`'s outcome, under the lock.
+//!   takes the miss path, which finds the folio under the lock. A shadow from `lookup`
+//!   is only ever a miss: shadow values are consumed from `insert_run`'s outcome, under
+//!   the lock.
 //! - A node unlinked (pruned, collapsed, or an empty root replaced) goes to the pool and
 //!   may be reused anywhere in this index while a reader still walks it: the reader gets
 //!   a stale entry, or an empty one, and validates it (above); the shift checks bound the
