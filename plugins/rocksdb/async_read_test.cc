@@ -15,28 +15,16 @@
 #include <string>
 #include <vector>
 
+#include "test_check.h"
+
 using ROCKSDB_NAMESPACE::ConfigOptions;
 using ROCKSDB_NAMESPACE::FileOptions;
 using ROCKSDB_NAMESPACE::FileSystem;
 using ROCKSDB_NAMESPACE::FSRandomAccessFile;
 using ROCKSDB_NAMESPACE::FSReadRequest;
-using ROCKSDB_NAMESPACE::FSWritableFile;
 using ROCKSDB_NAMESPACE::IOHandleDeleter;
 using ROCKSDB_NAMESPACE::IOOptions;
-using ROCKSDB_NAMESPACE::IOStatus;
-using ROCKSDB_NAMESPACE::Slice;
 
-static int passed, failed;
-
-#define CHECK(cond)                                                        \
-  do {                                                                     \
-    if (cond) {                                                            \
-      passed++;                                                            \
-    } else {                                                               \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
-      failed++;                                                            \
-    }                                                                      \
-  } while (0)
 
 // The file's byte at `offset`: its offset, mixed, so that a shifted read is caught.
 static char ByteAt(uint64_t offset) {

@@ -589,10 +589,20 @@ class AsyncRead {
     delete static_cast<AsyncRead*>(handle);
   }
 
-  // The handle as folio's read, or nullptr if it is another file system's.
-  static AsyncRead* Of(void* handle) {
+  // Splits `handles` into folio's reads, returned, and the other file systems' handles,
+  // left in `others` (one lock for the whole batch).
+  static std::vector<AsyncRead*> Ours(const std::vector<void*>& handles,
+                                      std::vector<void*>* others) {
+    std::vector<AsyncRead*> ours;
     std::lock_guard<std::mutex> lock(LiveMu());
-    return Live().count(handle) != 0 ? static_cast<AsyncRead*>(handle) : nullptr;
+    for (void* handle : handles) {
+      if (Live().count(handle) != 0) {
+        ours.push_back(static_cast<AsyncRead*>(handle));
+      } else {
+        others->push_back(handle);
+      }
+    }
+    return ours;
   }
 
   // Copies the bytes (waiting for what is still in flight) and calls back, once.
@@ -1249,27 +1259,16 @@ class FolioFileSystem : public FileSystemWrapper {
   // passes the other handles to the default file system.
   IOStatus Poll(std::vector<void*>& io_handles, size_t min_completions) override {
     std::vector<void*> others;
-    for (void* handle : io_handles) {
-      if (AsyncRead* read = AsyncRead::Of(handle)) {
-        read->Finish();
-      } else {
-        others.push_back(handle);
-      }
-    }
+    const std::vector<AsyncRead*> ours = AsyncRead::Ours(io_handles, &others);
+    for (AsyncRead* read : ours) read->Finish();
     if (others.empty()) return IOStatus::OK();
-    const size_t ours = io_handles.size() - others.size();
-    return FileSystemWrapper::Poll(others, min_completions > ours ? min_completions - ours : 0);
+    const size_t done = ours.size();
+    return FileSystemWrapper::Poll(others, min_completions > done ? min_completions - done : 0);
   }
 
   IOStatus AbortIO(std::vector<void*>& io_handles) override {
     std::vector<void*> others;
-    for (void* handle : io_handles) {
-      if (AsyncRead* read = AsyncRead::Of(handle)) {
-        read->Abort();
-      } else {
-        others.push_back(handle);
-      }
-    }
+    for (AsyncRead* read : AsyncRead::Ours(io_handles, &others)) read->Abort();
     return others.empty() ? IOStatus::OK() : FileSystemWrapper::AbortIO(others);
   }
 

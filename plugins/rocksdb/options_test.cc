@@ -6,6 +6,7 @@
 
 #include "folio.h"
 #include "folio_options.h"
+#include "test_check.h"
 
 using folio_rocksdb::ApplyEnvironment;
 using folio_rocksdb::ApplyUri;
@@ -13,18 +14,6 @@ using folio_rocksdb::Options;
 using folio_rocksdb::ParseBytes;
 using folio_rocksdb::ParseMillis;
 using folio_rocksdb::StatsSink;
-
-static int passed, failed;
-
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (cond) {                                                              \
-      passed++;                                                              \
-    } else {                                                                 \
-      std::fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
-      failed++;                                                              \
-    }                                                                        \
-  } while (0)
 
 static uint64_t Bytes(const char* s) {
   uint64_t v = 12345;
