@@ -287,17 +287,26 @@ impl Workload for Args {
                 .iter()
                 .position(|&s| s == System::Memcpy)
                 .map(|i| &all_runs[i]);
+            // A system's cost over memcpy's: interleaved, the median of each round's ratio
+            // (the pair measured in the same minutes); else the ratio of the medians.
+            let cost_over_memcpy = |runs: &[RunResult]| {
+                let memcpy_runs = memcpy_runs?;
+                Some(if interleaved {
+                    median(
+                        runs.iter()
+                            .zip(memcpy_runs)
+                            .filter_map(|(own, m)| Some(ns_of(own)? / ns_of(m)?.max(1e-9))),
+                    )
+                } else {
+                    median(runs.iter().filter_map(ns_of))
+                        / median(memcpy_runs.iter().filter_map(ns_of)).max(1e-9)
+                })
+            };
             for (&system, runs) in order.iter().zip(&all_runs) {
                 let mut row = Row::from_runs(system, point.threads, runs, report.ratio_of);
                 row.extra.insert("interleaved".into(), json!(interleaved));
-                if let (true, Some(memcpy_runs)) = (interleaved, memcpy_runs) {
-                    // Each round's pair, measured in the same minutes.
-                    let ratios = runs
-                        .iter()
-                        .zip(memcpy_runs)
-                        .filter_map(|(own, m)| Some(ns_of(own)? / ns_of(m)?.max(1e-9)));
-                    row.extra
-                        .insert("cost_over_memcpy".into(), json!(median(ratios)));
+                if let Some(cost) = cost_over_memcpy(runs) {
+                    row.extra.insert("cost_over_memcpy".into(), json!(cost));
                 }
                 row.extra.insert("axis".into(), json!(point.axis.name()));
                 row.extra.insert("x".into(), json!(point.x));
@@ -315,26 +324,11 @@ impl Workload for Args {
                 rows.push(row);
             }
             rows.sort_by_key(|r| SYSTEMS.iter().position(|s| s.as_str() == r.system));
-            let ns = |rows: &[Row], system: System| {
-                rows.iter()
-                    .find(|r| r.system == system.as_str())
-                    .and_then(|r| r.extra.get("ns_per_read_median")?.as_f64())
-            };
-            let ops = |rows: &[Row], system: System| {
-                rows.iter()
-                    .find(|r| r.system == system.as_str())
-                    .map(|r| r.ops_per_sec)
-            };
-            let (memcpy_ns, kernel_ops) = (ns(&rows, System::Memcpy), ops(&rows, System::Kernel));
+            let kernel_ops = rows
+                .iter()
+                .find(|r| r.system == System::Kernel.as_str())
+                .map(|r| r.ops_per_sec);
             for row in &mut rows {
-                if let (Some(own), Some(m), false) = (
-                    row.extra.get("ns_per_read_median").and_then(Value::as_f64),
-                    memcpy_ns,
-                    row.extra.contains_key("cost_over_memcpy"),
-                ) {
-                    row.extra
-                        .insert("cost_over_memcpy".into(), json!(own / m.max(1e-9)));
-                }
                 if row.system != System::Memcpy.as_str() {
                     row.vs_kernel = kernel_ops.map(|k| row.ops_per_sec / k.max(1e-9));
                 }
