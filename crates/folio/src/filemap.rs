@@ -205,7 +205,8 @@ impl Fill<'_> {
     fn insert_run(&self, run: Vec<NewFolio>, requests: &mut Vec<IoRequest>) -> u64 {
         let core = self.core();
         let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
-        let mut w = self.mapping.index.lock_for_insert(pages);
+        let first = run.first().map_or(PageIndex(0), |f| f.head);
+        let mut w = self.mapping.index.lock_for_insert(first, pages);
         let inserted = self.insert_admit(&mut w, &run);
         // Under the lock: an invalidation that has not bumped it yet will see these folios.
         let generation = self.mapping.generation();
@@ -283,7 +284,10 @@ impl Fill<'_> {
     ///
     /// Context: the file's writer lock held; `folio` is LOCKED and owned by the caller.
     pub(crate) fn insert_written(&self, folio: NewFolio) -> bool {
-        let mut w = self.mapping.index.lock_for_insert(folio.order.pages());
+        let mut w = self
+            .mapping
+            .index
+            .lock_for_insert(folio.head, folio.order.pages());
         let inserted = self.insert_admit(&mut w, &[folio])[0];
         if inserted {
             w.set_mark(folio.head, Mark::Dirty);

@@ -147,7 +147,7 @@ pub fn index(data: &[u8]) {
                         run.iter().map(|f| (f.head.0, f.order.get())).collect();
                     eprintln!("op {op}: insert_run (head, order) {folios:?}, hint {hint}");
                 }
-                let outcome = index.lock_for_insert(hint).insert_run(&run);
+                let outcome = index.lock_for_insert(run[0].head, hint).insert_run(&run);
                 assert_eq!(
                     outcome.inserted.len(),
                     run.len(),

@@ -202,6 +202,50 @@ impl Index {
         None
     }
 
+    /// Nodes that inserting `pages` pages from `first` would link, as the tree stands: the
+    /// levels missing on the path down to the leaf of `first` when the run lies within one
+    /// leaf's span under the root (the common miss: a block or a readahead window), else
+    /// the bound `Index::lock_for_insert` used to allocate every time (a path from the
+    /// root, a leaf per 64 pages and one more). A hint (module docs): a writer may change
+    /// the path meanwhile, and an insertion that needs more nodes allocates them under the
+    /// lock (`IndexWriteGuard::new_node`).
+    ///
+    /// Context: any thread, no lock; does not sleep.
+    pub(super) fn nodes_needed(&self, first: PageIndex, pages: u64) -> usize {
+        let last = first.0 + pages.max(1) - 1;
+        let root = self.root.get();
+        let levels = root.map_or(1, |root| (root.shift() / SLOT_SHIFT + 1) as usize);
+        let bound = pages as usize / SLOTS + 1 + levels;
+        let Some(root) = root else {
+            return bound;
+        };
+        let mut shift = root.shift();
+        if shift > SHIFT_MAX
+            || (last >> shift) >> SLOT_SHIFT != 0
+            || first.0 >> SLOT_SHIFT != last >> SLOT_SHIFT
+        {
+            return bound; // the tree grows, or the run spans leaves
+        }
+        let mut node = root;
+        loop {
+            let entry = node.get(((first.0 >> shift) & SLOT_MASK) as usize);
+            if node.shift() != shift {
+                return bound; // a stale walk
+            }
+            match entry {
+                Decoded::Node(child) if shift >= SLOT_SHIFT => {
+                    node = child;
+                    shift -= SLOT_SHIFT;
+                }
+                // A large folio holds the slot: the insertion meets a conflict.
+                Decoded::Folio(..) | Decoded::Sibling { .. } => return 0,
+                // One node per level below this one (a shadow is split as the kernel's
+                // `xas_split` does, `index` module docs).
+                _ => return (shift / SLOT_SHIFT) as usize,
+            }
+        }
+    }
+
     /// The runs `[gap_start, gap_end)` of pages in `[start, end)` that no folio covers, in
     /// order (a hint: module docs). Two walks from the root per run.
     ///
@@ -307,13 +351,60 @@ mod tests {
             folio(4, 9, 512),
             folio(5, 0, 1 << 20),
         ] {
-            let out = index.lock_for_insert(new.order.pages()).insert_run(&[new]);
+            let out = index
+                .lock_for_insert(new.head, new.order.pages())
+                .insert_run(&[new]);
             assert_eq!(out.inserted, vec![true]);
         }
         assert!(index
             .lock()
             .remove_folio(p(9), FrameId(3), Leave::Shadow(1)));
         index
+    }
+
+    /// The miss path's allocation before the lock: only the nodes missing on the run's
+    /// path, so an insertion into a leaf that is there allocates nothing.
+    #[test]
+    fn nodes_needed_counts_the_missing_path() {
+        let index = sample(); // height 4: pages up to 1 << 20
+        assert_eq!(index.nodes_needed(p(5), 1), 0, "leaf 0..64 is there");
+        assert_eq!(index.nodes_needed(p(10), 3), 0, "a block within the leaf");
+        assert_eq!(
+            index.nodes_needed(p(600), 2),
+            0,
+            "inside the order-9 folio: a conflict"
+        );
+        assert_eq!(
+            index.nodes_needed(p(70), 1),
+            1,
+            "a new leaf under node 0..4096"
+        );
+        assert_eq!(
+            index.nodes_needed(p(5000), 1),
+            2,
+            "a new level-1 node and leaf"
+        );
+        // Runs over two leaves, or past the root's span: the old bound.
+        assert_eq!(index.nodes_needed(p(60), 8), 8 / SLOTS + 1 + 4);
+        assert_eq!(index.nodes_needed(p(1 << 24), 1), 1 + 4);
+        assert_eq!(Index::default().nodes_needed(p(0), 1), 2);
+
+        let allocated = index.nodes_allocated();
+        let out = index
+            .lock_for_insert(p(20), 2)
+            .insert_run(&[folio(9, 1, 20)]);
+        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(
+            index.nodes_allocated(),
+            allocated,
+            "nothing allocated, nothing freed"
+        );
+        let out = index
+            .lock_for_insert(p(70), 1)
+            .insert_run(&[folio(10, 0, 70)]);
+        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(index.nodes_allocated(), allocated + 1, "the one new leaf");
+        index.lock().check_invariants();
     }
 
     #[test]
@@ -325,12 +416,16 @@ mod tests {
             Entry::Empty,
             "an empty tree"
         );
-        index.lock_for_insert(1).insert_run(&[folio(1, 0, 3)]);
+        index
+            .lock_for_insert(PageIndex(3), 1)
+            .insert_run(&[folio(1, 0, 3)]);
         // The empty hint is filled by the walk that found it empty.
         assert_eq!(index.lookup_hinted(&hint, p(3)), index.lookup(p(3)));
         assert!(hint.node(&index).is_some(), "filled");
         // The tree grows twice: the old root (pages 0..64) goes under the new one.
-        index.lock_for_insert(1).insert_run(&[folio(2, 0, 5000)]);
+        index
+            .lock_for_insert(PageIndex(5000), 1)
+            .insert_run(&[folio(2, 0, 5000)]);
         assert!(matches!(
             index.lookup_hinted(&hint, p(3)),
             Entry::Folio {
@@ -475,7 +570,7 @@ mod tests {
                 let order = crate::types::Order::new(order);
                 let head = PageIndex(page).align_down(order).0;
                 let out = index
-                    .lock_for_insert(order.pages())
+                    .lock_for_insert(PageIndex(head), order.pages())
                     .insert_run(&[folio(i as u32 + 1, order.get(), head)]);
                 if out.inserted[0] {
                     present.extend(head..head + order.pages());
@@ -484,7 +579,7 @@ mod tests {
             // Shadows: a folio of order 0 inserted then evicted, where the page is free.
             for (i, &page) in shadows.iter().enumerate() {
                 let frame = FrameId(1000 + i as u32);
-                let out = index.lock_for_insert(1).insert_run(&[folio(frame.0, 0, page)]);
+                let out = index.lock_for_insert(PageIndex(page), 1).insert_run(&[folio(frame.0, 0, page)]);
                 if out.inserted[0] {
                     prop_assert!(index.lock().remove_folio(p(page), frame, Leave::Shadow(i as u64)));
                 }

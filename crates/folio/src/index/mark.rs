@@ -321,7 +321,9 @@ mod tests {
     fn insert(index: &Index, new: &[NewFolioArgs]) {
         for &(frame, order, head) in new {
             let f = folio(frame, order, head);
-            let out = index.lock_for_insert(f.order.pages()).insert_run(&[f]);
+            let out = index
+                .lock_for_insert(f.head, f.order.pages())
+                .insert_run(&[f]);
             assert_eq!(out.inserted, vec![true], "{f:?}");
         }
     }
@@ -368,7 +370,7 @@ mod tests {
         let index = Index::default();
         let run: Vec<NewFolio> = (0..4096).map(|i| folio(i as u32, 0, i)).collect();
         assert!(index
-            .lock_for_insert(4096)
+            .lock_for_insert(run[0].head, 4096)
             .insert_run(&run)
             .inserted
             .iter()
@@ -461,7 +463,7 @@ mod tests {
     fn tag_range_marks_towrite_what_is_dirty_in_the_range() {
         let index = Index::default();
         let run: Vec<NewFolio> = (0..200).map(|i| folio(i as u32, 0, i)).collect();
-        index.lock_for_insert(200).insert_run(&run);
+        index.lock_for_insert(run[0].head, 200).insert_run(&run);
         insert(&index, &[(300, 9, 512)]);
         let mut w = index.lock();
         for page in [1, 3, 5, 70, 150, 600] {
@@ -514,7 +516,7 @@ mod tests {
                         let head = PageIndex(page).align_down(order).0;
                         next_frame += 1;
                         let free = (head..head + order.pages()).all(|q| !covered.contains_key(&q));
-                        let out = index.lock_for_insert(order.pages()).insert_run(&[folio(next_frame, order.get(), head)]);
+                        let out = index.lock_for_insert(PageIndex(head), order.pages()).insert_run(&[folio(next_frame, order.get(), head)]);
                         prop_assert_eq!(out.inserted[0], free);
                         if free {
                             folios.insert(head, (next_frame, order.get(), BTreeSet::new()));

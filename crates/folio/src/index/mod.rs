@@ -76,9 +76,10 @@
 //! pushed down, where it would stay as an empty non-root node: it is replaced by a new
 //! root of the shift needed and retired to the pool like a pruned node.
 //!
-//! Nodes are allocated before the lock is taken (`Index::lock_for_insert`), from an
-//! estimate (the tree's height now, and the run's length); a walk that needs more
-//! allocates under the lock, which only happens when the tree grows new levels. Those
+//! Nodes are allocated before the lock is taken (`Index::lock_for_insert`), as many as a
+//! lock-free walk finds missing on the run's path (`nodes_needed`: none when its leaf is
+//! there, as it is for most misses of a file already read); an insertion that needs more
+//! (a writer changed the path meanwhile) allocates under the lock. Those
 //! fresh nodes that the insertion did not link are freed when the guard drops: no reader
 //! can have seen them, and a reserve kept per index would cost every small cached file
 //! several nodes (about 6 KiB each, docs/reliability.md finding 7).
@@ -132,7 +133,7 @@ mod mark;
 mod node;
 mod write;
 
-use node::{NodePool, Root, SLOTS, SLOT_SHIFT};
+use node::{NodePool, Root};
 pub use node::{RootHint, NODE_BYTES};
 
 /// What a page's slot holds, as seen by a reader.
@@ -250,17 +251,13 @@ impl Index {
         }
     }
 
-    /// Takes the writer lock with enough nodes allocated beforehand (outside the lock)
-    /// for inserting `pages` pages below the tree's current root: a path from the root
-    /// down, plus a leaf node per 64 pages and one more for a run that straddles two.
+    /// Takes the writer lock with the nodes that inserting `pages` pages from `first`
+    /// needs allocated beforehand, outside the lock (`nodes_needed`: usually none, when
+    /// the leaf is there already), less those the pool holds.
     ///
     /// Context: as `lock`; allocates before it takes the lock.
-    pub fn lock_for_insert(&self, pages: u64) -> IndexWriteGuard<'_> {
-        let levels = self
-            .root
-            .get()
-            .map_or(1, |root| (root.shift() / SLOT_SHIFT + 1) as usize);
-        let want = pages as usize / SLOTS + 1 + levels;
+    pub fn lock_for_insert(&self, first: PageIndex, pages: u64) -> IndexWriteGuard<'_> {
+        let want = self.nodes_needed(first, pages);
         let have = self.pooled.load(Ordering::Relaxed);
         let extra = NodePool::alloc_fresh(want.saturating_sub(have));
         let mut guard = self.lock();

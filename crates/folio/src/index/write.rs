@@ -439,7 +439,7 @@ mod tests {
     fn run_of_small_folios_takes_one_walk_per_leaf() {
         let index = Index::default();
         let run: Vec<NewFolio> = (0..128).map(|i| folio(i as u32, 0, 1000 + i)).collect();
-        let out = index.lock_for_insert(128).insert_run(&run);
+        let out = index.lock_for_insert(run[0].head, 128).insert_run(&run);
         assert!(out.inserted.iter().all(|&ok| ok));
         // Pages 1000..1128 touch three leaves (960.., 1024.., 1088..).
         assert_eq!(out.walks, 3);
@@ -462,7 +462,7 @@ mod tests {
     fn large_folios_cover_their_pages_with_siblings() {
         let index = Index::default();
         let run = [folio(0, 9, 512), folio(600, 2, 1024), folio(700, 6, 1088)];
-        let out = index.lock_for_insert(600).insert_run(&run);
+        let out = index.lock_for_insert(run[0].head, 600).insert_run(&run);
         assert_eq!(out.inserted, vec![true, true, true]);
         for page in [512, 700, 1023] {
             assert!(matches!(
@@ -503,7 +503,7 @@ mod tests {
     fn eviction_leaves_shadows_that_insertion_collects() {
         let index = Index::default();
         index
-            .lock_for_insert(600)
+            .lock_for_insert(PageIndex(0), 600)
             .insert_run(&[folio(1, 9, 0), folio(2, 0, 512)]);
         let mut w = index.lock();
         assert!(
@@ -522,7 +522,7 @@ mod tests {
         // Small folios inside the large shadow split it: each collects the shadow at its
         // own page, and the other pages of the split slot keep it.
         let out = index
-            .lock_for_insert(1)
+            .lock_for_insert(PageIndex(70), 1)
             .insert_run(&[folio(3, 0, 70), folio(4, 0, 71)]);
         assert_eq!(out.inserted, vec![true, true]);
         assert_eq!(out.shadows, vec![(PageIndex(70), 7), (PageIndex(71), 7)]);
@@ -533,7 +533,9 @@ mod tests {
         assert!(w.remove_folio(PageIndex(70), FrameId(3), Leave::Shadow(9)));
         assert!(w.remove_folio(PageIndex(71), FrameId(4), Leave::Shadow(10)));
         drop(w);
-        let out = index.lock_for_insert(512).insert_run(&[folio(5, 9, 0)]);
+        let out = index
+            .lock_for_insert(PageIndex(0), 512)
+            .insert_run(&[folio(5, 9, 0)]);
         assert_eq!(out.inserted, vec![true]);
         let mut want = vec![(PageIndex(0), 7)];
         want.extend((64..70).map(|page| (PageIndex(page), 7)));
@@ -548,7 +550,9 @@ mod tests {
     #[test]
     fn removal_prunes_empty_nodes() {
         let index = Index::default();
-        index.lock_for_insert(1).insert_run(&[folio(1, 0, 1 << 30)]);
+        index
+            .lock_for_insert(PageIndex(1 << 30), 1)
+            .insert_run(&[folio(1, 0, 1 << 30)]);
         assert!(index.node_count() > 3);
         let mut w = index.lock();
         assert!(w.remove_folio(PageIndex(1 << 30), FrameId(1), Leave::Empty));
@@ -562,7 +566,9 @@ mod tests {
     #[test]
     fn an_empty_root_is_replaced_when_the_tree_grows() {
         let index = Index::default();
-        index.lock_for_insert(256).insert_run(&[folio(1, 8, 0)]);
+        index
+            .lock_for_insert(PageIndex(0), 256)
+            .insert_run(&[folio(1, 8, 0)]);
         assert!(index
             .lock()
             .remove_folio(PageIndex(0), FrameId(1), Leave::Empty));
@@ -570,7 +576,9 @@ mod tests {
         let allocated = index.nodes_allocated();
         // Beyond the root's span: the tree grows to its greatest height.
         let far = (1u64 << 60) - (1 << 14);
-        let out = index.lock_for_insert(0).insert_run(&[folio(2, 0, far)]);
+        let out = index
+            .lock_for_insert(PageIndex(far), 0)
+            .insert_run(&[folio(2, 0, far)]);
         assert_eq!(out.inserted, vec![true]);
         assert_eq!(index.lock().check_invariants(), (1, 0));
         assert_eq!(index.node_count(), 10, "one node per level, none empty");
@@ -589,15 +597,21 @@ mod tests {
         ));
         // The same when it grows for a large folio's level (shift 6) beside slot 0.
         let index = Index::default();
-        index.lock_for_insert(1).insert_run(&[folio(1, 0, 0)]);
+        index
+            .lock_for_insert(PageIndex(0), 1)
+            .insert_run(&[folio(1, 0, 0)]);
         assert!(index
             .lock()
             .remove_folio(PageIndex(0), FrameId(1), Leave::Empty));
-        index.lock_for_insert(512).insert_run(&[folio(2, 9, 512)]);
+        index
+            .lock_for_insert(PageIndex(512), 512)
+            .insert_run(&[folio(2, 9, 512)]);
         assert_eq!(index.lock().check_invariants(), (1, 0));
         assert_eq!(index.node_count(), 1);
         // And a root with entries is still pushed down under the new one.
-        index.lock_for_insert(0).insert_run(&[folio(3, 0, 1 << 20)]);
+        index
+            .lock_for_insert(PageIndex(1 << 20), 0)
+            .insert_run(&[folio(3, 0, 1 << 20)]);
         assert_eq!(index.lock().check_invariants(), (2, 0));
         assert!(matches!(
             lookup(&index, 600),
@@ -616,12 +630,14 @@ mod tests {
     fn a_split_shadow_keeps_the_workingset_of_every_page() {
         let index = Index::default();
         index
-            .lock_for_insert(544)
+            .lock_for_insert(PageIndex(0), 544)
             .insert_run(&[folio(1, 9, 0), folio(2, 5, 512)]);
         assert!(index
             .lock()
             .remove_folio(PageIndex(0), FrameId(1), Leave::Shadow(7)));
-        let out = index.lock_for_insert(1).insert_run(&[folio(3, 0, 0)]);
+        let out = index
+            .lock_for_insert(PageIndex(0), 1)
+            .insert_run(&[folio(3, 0, 0)]);
         assert_eq!(out.inserted, vec![true]);
         assert_eq!(
             out.shadows,
@@ -634,7 +650,9 @@ mod tests {
         // 63 in the new leaf, 7 in the level-1 node.
         assert_eq!(index.lock().check_invariants(), (2, 70));
         // A folio at the end of the split slot collects the copy at its own page.
-        let out = index.lock_for_insert(1).insert_run(&[folio(4, 2, 60)]);
+        let out = index
+            .lock_for_insert(PageIndex(60), 1)
+            .insert_run(&[folio(4, 2, 60)]);
         assert_eq!(
             out.shadows,
             (60..64).map(|p| (PageIndex(p), 7)).collect::<Vec<_>>()
@@ -672,7 +690,7 @@ mod tests {
                     0 | 1 => {
                         next_frame += 1;
                         let free = (head..head + order.pages()).all(|p| !model.contains_key(&p));
-                        let out = index.lock_for_insert(order.pages()).insert_run(&[folio(next_frame, order.get(), head)]);
+                        let out = index.lock_for_insert(PageIndex(head), order.pages()).insert_run(&[folio(next_frame, order.get(), head)]);
                         prop_assert_eq!(out.inserted[0], free);
                         if free {
                             for p in head..head + order.pages() {
