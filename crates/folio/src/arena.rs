@@ -77,6 +77,8 @@ const POPULATE_LEAD_FRAMES_MIN: u64 = 4 * CHUNK_FRAMES as u64;
 pub const POPULATE_AHEAD_CACHE_BYTES_MIN: usize = 128 << 20;
 /// How many 1 ms waits an allocation makes for the last chunks to be listed.
 const LISTING_WAITS_MAX: u32 = 1000;
+/// Bytes `populate` hands to one `MADV_POPULATE_WRITE` (its docs).
+const POPULATE_PIECE_BYTES: usize = 64 << 10;
 /// The populator's longest sleep without a wake-up.
 const POPULATE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -203,6 +205,10 @@ pub struct Arena {
     populate_lead_frames: u32,
     populate_stop: Mutex<bool>,
     populate_wake: Condvar,
+    /// Set by the populator, under `populate_stop`, when it is about to sleep; taken by
+    /// the one allocation that wakes it. So a growing arena makes one wake-up (a system
+    /// call) per sleep of the populator, not one per allocation below the lead.
+    populator_idle: AtomicBool,
 }
 
 impl std::fmt::Debug for Arena {
@@ -286,6 +292,7 @@ impl Arena {
             populate_lead_frames: lead_frames as u32,
             populate_stop: Mutex::new(false),
             populate_wake: Condvar::new(),
+            populator_idle: AtomicBool::new(false),
         })
     }
 
@@ -320,15 +327,7 @@ impl Arena {
         loop {
             let listed_before = self.listed_frames.load(Ordering::Acquire);
             if let Some(frame) = self.alloc_listed(order) {
-                // Wake the populator only while it runs and has chunks left to claim: a
-                // notify is a system call, and a grown arena allocates below the lead
-                // for good.
-                if self.populator_running.load(Ordering::Relaxed)
-                    && self.claimed_frames.load(Ordering::Relaxed) < self.frame_count
-                    && self.listed_free_frames() < self.populate_lead()
-                {
-                    self.populate_wake.notify_one();
-                }
+                self.wake_populator();
                 return Some(frame);
             }
             if self.listed_frames.load(Ordering::Acquire) != listed_before {
@@ -358,6 +357,26 @@ impl Arena {
             let _ = self
                 .listed_wake
                 .wait_timeout(guard, std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// Wakes the populator if it sleeps while the listed free frames are below its lead
+    /// and chunks are left to claim (a grown arena allocates below the lead for good).
+    /// A notify is a system call: only the allocation that takes `populator_idle` makes
+    /// it, under the populator's mutex, so it cannot fall between the populator's last
+    /// look and its wait (which releases that mutex).
+    fn wake_populator(&self) {
+        // Pairs with the populator's fence between its store of `populator_idle` and its
+        // look at the free frames: either it sees this allocation's frames gone, or this
+        // sees it idle.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.populator_idle.load(Ordering::Relaxed)
+            && self.claimed_frames.load(Ordering::Relaxed) < self.frame_count
+            && self.listed_free_frames() < self.populate_lead()
+            && self.populator_idle.swap(false, Ordering::AcqRel)
+        {
+            let _stop = self.populate_stop.lock().unwrap_or_else(|e| e.into_inner());
+            self.populate_wake.notify_one();
         }
     }
 
@@ -870,7 +889,11 @@ impl Arena {
             if *stop {
                 return;
             }
+            // Idle unless the look below finds work (`wake_populator`).
+            self.populator_idle.store(true, Ordering::Relaxed);
+            std::sync::atomic::fence(Ordering::SeqCst);
             if self.listed_free_frames() < self.populate_lead() {
+                self.populator_idle.store(false, Ordering::Relaxed);
                 drop(stop);
                 let Some(chunk) = self.claim_chunk() else {
                     return; // fully claimed: nothing left to do, ever
@@ -880,8 +903,9 @@ impl Arena {
                 stop = self.populate_stop.lock().unwrap_or_else(|e| e.into_inner());
                 continue;
             }
-            // Bounded: a wake-up sent between the check above and this wait is not lost
-            // for long (an allocator that outruns us meanwhile grows the arena itself).
+            // An allocation that takes `populator_idle` notifies under `stop`, which this
+            // holds until the wait begins; the timeout bounds any other miss (and an
+            // allocator that outruns us meanwhile grows the arena itself).
             stop = self
                 .populate_wake
                 .wait_timeout(stop, POPULATE_POLL)
@@ -931,26 +955,43 @@ unsafe fn advise(base: *mut u8, bytes: usize, kind: PageKind) {
     unsafe { libc::madvise(base.cast::<libc::c_void>(), bytes, advice) };
 }
 
-/// Faults `[base, base + bytes)` in (the kernel zeroes each page) by writing a zero to
-/// each 4 KiB page: with huge pages advised, the first write of a 2 MiB chunk faults the
-/// whole huge page in and the rest hit it; where the kernel falls back to 4 KiB pages,
-/// each write faults one.
+/// Faults `[base, base + bytes)` in (the kernel zeroes each page) with
+/// `MADV_POPULATE_WRITE`, `POPULATE_PIECE_BYTES` at a time; where the kernel lacks it
+/// (before Linux 5.14), by writing a zero to each 4 KiB page. With huge pages advised, the
+/// first piece of a 2 MiB chunk faults the whole huge page in and the rest find it.
 ///
-/// Not `MADV_POPULATE_WRITE`, although it does the same in one call: it holds the
-/// process's `mmap_lock` (read) for the whole range, and a population on this VM takes
-/// milliseconds (the host faults the memory in too), so every `mmap`/`munmap`/`mprotect`
-/// of the engine (malloc's arenas) queued behind it, and every page fault of the process
-/// queued behind them (`rwsem_down_write_slowpath` in the db_bench readrandom profile).
-/// A page fault takes only the arena's own VMA lock (Linux 6.4 and later), so the rest of
-/// the process never waits for a population.
+/// Why pieces: `MADV_POPULATE_WRITE` faults pages in without an exception per page, about
+/// a third cheaper than a write to each (1.0 against 1.5 us per 4 KiB page on the
+/// README's VM, docs/benchmarks.md "Arena pages"), but it holds the process's `mmap_lock`
+/// (read) for the whole range it is given, and a population on this VM takes milliseconds
+/// per 2 MiB chunk (the host faults the memory in too): every `mmap`/`munmap`/`mprotect`
+/// of the engine (malloc's arenas) would queue behind it, and every page fault of the
+/// process behind them (`rwsem_down_write_slowpath` in the db_bench readrandom profile,
+/// when whole chunks were populated in one call). A 64 KiB piece holds it for about 16 us.
 ///
 /// # Safety
 /// The range must lie inside the arena's mapping and nobody may reference its memory.
 unsafe fn populate(base: *mut u8, bytes: usize) {
-    for at in (0..bytes).step_by(PAGE_BYTES) {
+    let mut at = 0;
+    while at < bytes {
+        let len = POPULATE_PIECE_BYTES.min(bytes - at);
+        // SAFETY: in bounds (the caller's guarantee); populating changes no contents.
+        let rc = unsafe {
+            libc::madvise(
+                base.add(at).cast::<libc::c_void>(),
+                len,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if rc != 0 {
+            break; // not supported: the writes below fault the rest in
+        }
+        at += len;
+    }
+    for page in (at..bytes).step_by(PAGE_BYTES) {
         // SAFETY: in bounds and unreferenced (the caller's guarantee), and a zero is what
         // the fresh anonymous page already holds.
-        unsafe { base.add(at).write_volatile(0) };
+        unsafe { base.add(page).write_volatile(0) };
     }
 }
 
