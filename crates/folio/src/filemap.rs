@@ -25,6 +25,8 @@ use std::fs::File as StdFile;
 use std::io;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use crate::dirty::{BlockMask, Prior};
 use crate::eviction::{Admission, ReadHint};
 use crate::index::{Entry, IndexWriteGuard, Leave, Mark, NewFolio};
@@ -36,6 +38,11 @@ use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
 use crate::stats::{self, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
+
+/// A run of folios for one read, inline up to a storage engine's block (16 KiB of 4 KiB
+/// folios): the miss path allocates nothing for it (every heap allocation there competed
+/// with the engine's own for malloc's locks; docs/benchmarks.md, "readrandom").
+type Run = SmallVec<[NewFolio; 4]>;
 
 /// Pages `[start, end)` to read ahead, the page whose folio gets the READAHEAD marker, and
 /// the largest folio order to use.
@@ -167,9 +174,9 @@ impl Fill<'_> {
         end: PageIndex,
         order_cap: Order,
         first: AllocMode,
-    ) -> io::Result<Vec<NewFolio>> {
+    ) -> io::Result<Run> {
         let core = self.core();
-        let mut run = Vec::new();
+        let mut run = Run::new();
         let mut at = start;
         while at < end {
             let want = Order::largest_fitting(at, end.0 - at.0, order_cap);
@@ -202,7 +209,7 @@ impl Fill<'_> {
     /// per contiguous run, at most `IO_BYTES_MAX` each. Returns the pages inserted too.
     ///
     /// Context: no lock held; takes the index lock once.
-    fn insert_run(&self, run: Vec<NewFolio>, requests: &mut Vec<IoRequest>) -> u64 {
+    fn insert_run(&self, run: Run, requests: &mut Vec<IoRequest>) -> u64 {
         let core = self.core();
         let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
         let first = run.first().map_or(PageIndex(0), |f| f.head);
@@ -211,8 +218,9 @@ impl Fill<'_> {
         // Under the lock: an invalidation that has not bumped it yet will see these folios.
         let generation = self.mapping.generation();
         drop(w);
-        let mut runs: Vec<Vec<NewFolio>> = Vec::new();
-        let mut next_head = None;
+        // The inserted folios, cut into reads: contiguous, at most IO_BYTES_MAX each.
+        let mut read = Run::new();
+        let mut read_bytes = 0;
         let mut inserted_pages = 0;
         for (folio, inserted) in run.into_iter().zip(inserted) {
             if !inserted {
@@ -220,25 +228,26 @@ impl Fill<'_> {
                 if core.mem.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
                     core.mem.arena.free(folio.frame);
                 }
-                next_head = None;
+                if !read.is_empty() {
+                    requests.push(self.request_for(std::mem::take(&mut read), generation));
+                }
                 continue;
             }
             inserted_pages += folio.order.pages();
-            let run_bytes: usize = runs
-                .last()
-                .map_or(0, |r| r.iter().map(|f| f.order.bytes()).sum());
-            if next_head == Some(folio.head) && run_bytes + folio.order.bytes() <= IO_BYTES_MAX {
-                runs.last_mut().expect("a run is open").push(folio);
-            } else {
-                runs.push(vec![folio]);
+            let follows = run_end(&read, folio.head) == folio.head;
+            if !read.is_empty() && (!follows || read_bytes + folio.order.bytes() > IO_BYTES_MAX) {
+                requests.push(self.request_for(std::mem::take(&mut read), generation));
             }
-            next_head = Some(folio.head.add(folio.order.pages()));
+            if read.is_empty() {
+                read_bytes = 0;
+            }
+            read_bytes += folio.order.bytes();
+            read.push(folio);
+        }
+        if !read.is_empty() {
+            requests.push(self.request_for(read, generation));
         }
         stats::add(&core.mem.counters.pages_inserted, inserted_pages);
-        requests.extend(
-            runs.into_iter()
-                .map(|run| self.request_for(run, generation)),
-        );
         inserted_pages
     }
 
@@ -382,13 +391,10 @@ impl Fill<'_> {
     }
 
     /// The read of one run of inserted LOCKED folios, with its completion.
-    fn request_for(&self, run: Vec<NewFolio>, generation: u64) -> IoRequest {
+    fn request_for(&self, run: Run, generation: u64) -> IoRequest {
         let core = self.cache.core.clone();
         let offset_bytes = run[0].head.offset_bytes();
-        let bufs: Vec<FrameBuf> = run
-            .iter()
-            .map(|f| core.mem.arena.io_buf(f.frame, f.order))
-            .collect();
+        let bufs = frame_bufs(&core, &run);
         let len_bytes: usize = bufs.iter().map(|b| b.len_bytes()).sum();
         stats::bump(&core.mem.counters.io_requests);
         stats::add(&core.mem.counters.io_bytes, len_bytes as u64);
@@ -400,7 +406,6 @@ impl Fill<'_> {
             offset_bytes,
             generation,
             run,
-            bufs: bufs.clone(),
         };
         IoRequest::read(
             self.fd.clone(),
@@ -409,6 +414,13 @@ impl Fill<'_> {
             Completion::new(move |result| completion.complete(result)),
         )
     }
+}
+
+/// The frames of `run`'s folios, in order: the buffers of its read.
+fn frame_bufs(core: &Core, run: &[NewFolio]) -> Vec<FrameBuf> {
+    run.iter()
+        .map(|f| core.mem.arena.io_buf(f.frame, f.order))
+        .collect()
 }
 
 /// What `Fill::replace_for_write` did.
@@ -431,10 +443,9 @@ pub(crate) struct ReadCompletion {
     /// The mapping's generation when the folios were inserted: a truncating invalidation
     /// bumps it, and a read that straddled one must not publish what it read.
     generation: u64,
-    /// The LOCKED folios this read fills, in file order, contiguous from `offset_bytes`.
-    run: Vec<NewFolio>,
-    /// Their frames, as the backend was given them.
-    bufs: Vec<FrameBuf>,
+    /// The LOCKED folios this read fills, in file order, contiguous from `offset_bytes`
+    /// (their frames are the read's buffers, `frame_bufs`).
+    run: Run,
 }
 
 impl ReadCompletion {
@@ -453,7 +464,6 @@ impl ReadCompletion {
             offset_bytes,
             generation,
             run,
-            bufs,
         } = &self;
         // What the submission promised: these folios are still this read's.
         for folio in run {
@@ -463,8 +473,8 @@ impl ReadCompletion {
                 "a read's folio changed identity before its completion"
             );
         }
-        let total: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-        let result = result.and_then(|n| self.finish_short_read(n.min(total)));
+        let total: usize = run.iter().map(|f| f.order.bytes()).sum();
+        let result = result.and_then(|n| self.finish_short_read(n.min(total), total));
         let n = match result {
             Ok(n) => n,
             Err(e) => {
@@ -491,8 +501,8 @@ impl ReadCompletion {
         // A file folio writes has its size in the mapping (it may be longer than on disk
         // until a sync): what a read finds missing below that size is a hole, zeros.
         let holes = mapping.write.is_written();
-        let mut publish = Vec::with_capacity(run.len());
-        let mut failed = Vec::new();
+        let mut publish = Run::new();
+        let mut failed = Run::new();
         let mut at = 0usize;
         for folio in run {
             let bytes = folio.order.bytes();
@@ -541,13 +551,13 @@ impl ReadCompletion {
     /// the end of the file already: O_DIRECT reads whole blocks otherwise.
     ///
     /// Context: as `complete`; may block in `preadv`.
-    fn finish_short_read(&self, n: usize) -> io::Result<usize> {
-        let total: usize = self.bufs.iter().map(|b| b.len_bytes()).sum();
+    fn finish_short_read(&self, n: usize, total: usize) -> io::Result<usize> {
         if n >= total || n % PAGE_BYTES != 0 {
             return Ok(n);
         }
         stats::bump(&self.core.mem.counters.short_read_retries);
-        finish_read(&self.file, self.offset_bytes, &self.bufs, n)
+        let bufs = frame_bufs(&self.core, &self.run);
+        finish_read(&self.file, self.offset_bytes, &bufs, n)
     }
 }
 

@@ -33,6 +33,8 @@ use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::io::AsRawFd;
 
+use smallvec::SmallVec;
+
 use super::backend::{FlushKind, FrameBuf, IoRequest, Op, DIRECT_IO_ALIGN_BYTES};
 
 /// Transfers `request` on this thread and runs its completion here.
@@ -220,9 +222,9 @@ pub(crate) fn finish_read(
 }
 
 /// The iovecs covering `bufs` from byte `skip_bytes` of their concatenation on.
-fn iovecs_after(bufs: &[FrameBuf], skip_bytes: usize) -> Vec<libc::iovec> {
+fn iovecs_after(bufs: &[FrameBuf], skip_bytes: usize) -> SmallVec<[libc::iovec; 4]> {
     let mut skip_left = skip_bytes;
-    let mut iovecs = Vec::with_capacity(bufs.len());
+    let mut iovecs = SmallVec::with_capacity(bufs.len());
     for buf in bufs {
         if skip_left >= buf.len_bytes() {
             skip_left -= buf.len_bytes();
