@@ -41,7 +41,7 @@ use crate::wait;
 
 /// A run of folios for one read, inline up to a storage engine's block (16 KiB of 4 KiB
 /// folios): the miss path allocates nothing for it (every heap allocation there competed
-/// with the engine's own for malloc's locks; docs/benchmarks.md, "readrandom").
+/// with the engine's own for malloc's locks; docs/benchmarks.md, "db-bench readrandom").
 type Run = SmallVec<[NewFolio; 4]>;
 
 /// Pages `[start, end)` to read ahead, the page whose folio gets the READAHEAD marker, and
