@@ -51,6 +51,20 @@ fn recording_cache(capacity_bytes: u64) -> (Cache, FaultControl) {
     (cache, control)
 }
 
+/// A pattern file of `len` bytes in a fresh directory, opened through a
+/// `recording_cache` of `capacity_bytes`. The directory lives as long as the returned guard.
+fn recorded_file(
+    len: u64,
+    capacity_bytes: u64,
+) -> (tempfile::TempDir, Cache, FaultControl, folio::File) {
+    let dir = test_dir();
+    let path = dir.path().join("f");
+    write_pattern_file(&path, SALT, len);
+    let (cache, control) = recording_cache(capacity_bytes);
+    let file = cache.open(&path).unwrap();
+    (dir, cache, control, file)
+}
+
 /// A batch for `read_many`: each offset with its buffer.
 fn batch(offsets: impl Iterator<Item = u64>, bufs: &mut [Vec<u8>]) -> Vec<(u64, &mut [u8])> {
     offsets
@@ -60,17 +74,12 @@ fn batch(offsets: impl Iterator<Item = u64>, bufs: &mut [Vec<u8>]) -> Vec<(u64, 
 
 #[test]
 fn sixty_four_scattered_cold_ranges_are_one_submission() {
-    let dir = test_dir();
-    let path = dir.path().join("f");
-    let len: u64 = 64 << 20;
-    write_pattern_file(&path, SALT, len);
-    let (cache, control) = recording_cache(32 << 20);
-    let file = cache.open(&path).unwrap();
+    let (_dir, cache, control, file) = recorded_file(64 << 20, 32 << 20);
     control.take_read_batches();
     control.take_requests();
 
     // Every 256th page, from the back: scattered, not sorted.
-    let offsets: Vec<u64> = (0..64u64).rev().map(|i| i * 256 * 4096 + 4096).collect();
+    let offsets = scattered(1);
     let mut bufs = vec![vec![0u8; 4096]; 64];
     let mut reads = batch(offsets.iter().copied(), &mut bufs);
     let results = file.read_many(&mut reads);
@@ -101,12 +110,8 @@ fn scattered(first: u64) -> Vec<u64> {
 
 #[test]
 fn the_async_batch_is_one_submission_and_safe_to_drop() {
-    let dir = test_dir();
-    let path = dir.path().join("f");
     let len: u64 = 64 << 20;
-    write_pattern_file(&path, SALT, len);
-    let (cache, control) = recording_cache(32 << 20);
-    let file = cache.open(&path).unwrap();
+    let (_dir, cache, control, file) = recorded_file(len, 32 << 20);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -194,12 +199,8 @@ fn the_async_batch_is_one_submission_and_safe_to_drop() {
 
 #[test]
 fn odd_ranges_read_as_read_at_reads_them() {
-    let dir = test_dir();
-    let path = dir.path().join("f");
     let len: u64 = (4 << 20) + 1234;
-    write_pattern_file(&path, SALT, len);
-    let (cache, control) = recording_cache(32 << 20);
-    let file = cache.open(&path).unwrap();
+    let (_dir, _cache, control, file) = recorded_file(len, 32 << 20);
     control.take_read_batches();
     control.take_requests();
 
@@ -247,11 +248,7 @@ fn odd_ranges_read_as_read_at_reads_them() {
 
 #[test]
 fn a_failing_range_fails_alone() {
-    let dir = test_dir();
-    let path = dir.path().join("f");
-    write_pattern_file(&path, SALT, 1 << 20);
-    let (cache, control) = recording_cache(16 << 20);
-    let file = cache.open(&path).unwrap();
+    let (_dir, _cache, control, file) = recorded_file(1 << 20, 16 << 20);
     control.fail_range(20 * 4096..21 * 4096);
     let mut a = vec![0u8; 4096];
     let mut b = vec![0u8; 4096];
