@@ -218,9 +218,9 @@ impl Fill<'_> {
         // Under the lock: an invalidation that has not bumped it yet will see these folios.
         let generation = self.mapping.generation();
         drop(w);
-        // The inserted folios, cut into reads: contiguous, at most IO_BYTES_MAX each.
+        // The inserted folios, cut into reads: contiguous (a conflict leaves a gap), at
+        // most IO_BYTES_MAX each.
         let mut read = Run::new();
-        let mut read_bytes = 0;
         let mut inserted_pages = 0;
         for (folio, inserted) in run.into_iter().zip(inserted) {
             if !inserted {
@@ -228,20 +228,17 @@ impl Fill<'_> {
                 if core.mem.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
                     core.mem.arena.free(folio.frame);
                 }
-                if !read.is_empty() {
-                    requests.push(self.request_for(std::mem::take(&mut read), generation));
-                }
                 continue;
             }
             inserted_pages += folio.order.pages();
-            let follows = run_end(&read, folio.head) == folio.head;
-            if !read.is_empty() && (!follows || read_bytes + folio.order.bytes() > IO_BYTES_MAX) {
-                requests.push(self.request_for(std::mem::take(&mut read), generation));
+            if let Some(start) = read.first().map(|f| f.head) {
+                let end = folio.head.add(folio.order.pages());
+                if run_end(&read, start) != folio.head
+                    || (end.offset_bytes() - start.offset_bytes()) as usize > IO_BYTES_MAX
+                {
+                    requests.push(self.request_for(std::mem::take(&mut read), generation));
+                }
             }
-            if read.is_empty() {
-                read_bytes = 0;
-            }
-            read_bytes += folio.order.bytes();
             read.push(folio);
         }
         if !read.is_empty() {
