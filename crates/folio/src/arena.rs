@@ -15,7 +15,8 @@
 //! for a 2 MiB page. When that first touch is an O_DIRECT read into the frame, the miss
 //! pays it. Which pages the kernel gives is `ArenaPages`: by default decided chunk by chunk
 //! (4 KiB pages for random reads' small folios, whose first touch is 7x cheaper per byte on
-//! this VM; huge pages for readahead's large folios, which O_DIRECT reads faster into);
+//! this VM; huge pages for readahead, whose large folios O_DIRECT reads faster into, and
+//! whose hits then miss the TLB less);
 //! `ArenaPages` has the figures. And the arena grows: its frames reach the free lists one
 //! 2 MiB chunk at a time, in address order, and a background thread (`populate_ahead`,
 //! started by the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`)
@@ -109,8 +110,9 @@ fn free_order(links: &Links, frame: u32) -> Option<u8> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ArenaPages {
     /// Chunk by chunk, as the arena grows (the default): a chunk is advised for huge pages
-    /// when most frames allocated lately went to large folios (`LARGE_ORDER` and up:
-    /// readahead windows), else for 4 KiB pages (random reads' small folios).
+    /// when most frames allocated lately went to readahead windows or to large folios
+    /// (`LARGE_ORDER` and up), else for 4 KiB pages (random reads' small folios;
+    /// `FolioUse`).
     #[default]
     Auto,
     /// 4 KiB pages (`MADV_NOHUGEPAGE`) for all of it.
@@ -135,9 +137,21 @@ enum PageKind {
 /// storage engines' blocks (4-32 KiB) stay below it.
 const LARGE_ORDER: u8 = 4;
 
+/// What a folio is allocated for, which `ArenaPages::Auto` weighs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FolioUse {
+    /// A readahead window's folio: memory filled in bulk by a sequential reader, large
+    /// for `Auto` whatever its order (the first windows of a file, and every window of a
+    /// small file, have small folios: 8,000 64 KiB files read once made only order-2
+    /// and order-3 folios, and their hits then cost 1.6-2x a memcpy on 4 KiB pages).
+    Readahead,
+    /// The pages a read or a write asked for: large for `Auto` from `LARGE_ORDER` up.
+    Request,
+}
+
 /// What `ArenaPages::Auto` decides from: frames allocated lately, small and large
-/// folios apart. Counted under the free lists' lock (so never contended on their own),
-/// halved at each decision so that the last few chunks' worth weighs most.
+/// apart (`FolioUse`). Counted under the free lists' lock (so never contended on their
+/// own), halved at each decision so that the last few chunks' worth weighs most.
 #[derive(Debug, Default)]
 struct Demand {
     small_frames: AtomicU64,
@@ -145,8 +159,8 @@ struct Demand {
 }
 
 impl Demand {
-    fn note(&self, order: Order) {
-        let counter = if order.get() >= LARGE_ORDER {
+    fn note(&self, order: Order, use_: FolioUse) {
+        let counter = if use_ == FolioUse::Readahead || order.get() >= LARGE_ORDER {
             &self.large_frames
         } else {
             &self.small_frames
@@ -192,6 +206,8 @@ pub struct Arena {
     chunks_unpopulated: AtomicU64,
     /// Frames of the chunks claimed advised for huge pages.
     huge_frames: AtomicU64,
+    /// One bit per chunk, set when the chunk is advised for huge pages (`prefetch`).
+    huge_chunks: Box<[AtomicU64]>,
     /// Whether `populate_ahead` runs: only then is it worth waking.
     populator_running: AtomicBool,
     /// Allocators that found every chunk claimed but not all listed wait here for
@@ -284,6 +300,9 @@ impl Arena {
             listed_frames: AtomicU32::new(0),
             chunks_unpopulated: AtomicU64::new(0),
             huge_frames: AtomicU64::new(0),
+            huge_chunks: (0..frame_count.div_ceil(CHUNK_FRAMES).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
             populator_running: AtomicBool::new(false),
             listed_lock: Mutex::new(()),
             listed_wake: Condvar::new(),
@@ -322,11 +341,11 @@ impl Arena {
     /// Context: takes the lists' lock; never waits for a population (a chunk it grows
     /// itself is listed unpopulated), but yields while another thread lists the arena's
     /// last chunks, which takes microseconds after their population.
-    pub fn alloc(&self, order: Order) -> Option<FrameId> {
+    pub fn alloc(&self, order: Order, use_: FolioUse) -> Option<FrameId> {
         let mut waits = 0;
         loop {
             let listed_before = self.listed_frames.load(Ordering::Acquire);
-            if let Some(frame) = self.alloc_listed(order) {
+            if let Some(frame) = self.alloc_listed(order, use_) {
                 self.wake_populator();
                 return Some(frame);
             }
@@ -381,7 +400,7 @@ impl Arena {
     }
 
     /// `alloc` from the free lists only.
-    fn alloc_listed(&self, order: Order) -> Option<FrameId> {
+    fn alloc_listed(&self, order: Order, use_: FolioUse) -> Option<FrameId> {
         let want = order.get() as usize;
         let head = {
             let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
@@ -396,7 +415,7 @@ impl Arena {
             // Under the lock, so that `free_frames` always equals the free lists.
             let free = self.free_frames.fetch_sub(order.pages(), Ordering::Relaxed);
             assert!(free >= order.pages(), "free memory below zero");
-            self.demand.note(order);
+            self.demand.note(order, use_);
             head.0
         };
         let frame = FrameId(head);
@@ -557,6 +576,55 @@ impl Arena {
         // SAFETY: the source range lies inside the arena (asserted) and stays mapped.
         unsafe { atomic_copy(self.frame_ptr(frame).add(from_bytes), dst) }
     }
+
+    /// Starts loading the first `PREFETCH_BYTES` of `bytes` bytes at byte `from_bytes` of
+    /// the folio at `frame` into the cache, for a `copy_out` about to read them: the hit's
+    /// data then arrives while its version is being loaded and checked, instead of after.
+    /// Only on huge pages: measured on the 8,000-file `scale` point, it cut a 4 KiB hit
+    /// by 5-8% there, and made it 5% slower on 4 KiB pages (the prefetch's TLB miss
+    /// delays the version's). A hint: it reads and changes nothing.
+    #[inline]
+    pub fn prefetch(&self, frame: FrameId, from_bytes: usize, bytes: usize) {
+        if !self.on_huge_chunk(frame) {
+            return;
+        }
+        let start = self.frame_ptr(frame).wrapping_add(from_bytes);
+        for line in 0..bytes.min(PREFETCH_BYTES).div_ceil(LINE_BYTES) {
+            prefetch_line(start.wrapping_add(line * LINE_BYTES));
+        }
+    }
+}
+
+impl Arena {
+    /// Whether `frame`'s chunk was advised for huge pages (a relaxed look: the bit is set
+    /// before the chunk's frames are listed, so before any of them can be cached).
+    #[inline]
+    fn on_huge_chunk(&self, frame: FrameId) -> bool {
+        let chunk = frame.0 / CHUNK_FRAMES;
+        self.huge_chunks
+            .get(chunk as usize / 64)
+            .is_some_and(|bits| bits.load(Ordering::Relaxed) & (1 << (chunk % 64)) != 0)
+    }
+}
+
+/// Bytes `Arena::prefetch` asks for: 16 cache lines (of 4, 16 and 64 lines, 16 measured
+/// best; the hardware prefetcher follows the copy for the rest).
+const PREFETCH_BYTES: usize = 1024;
+/// Bytes of a cache line.
+const LINE_BYTES: usize = 64;
+
+/// Asks the CPU to load the cache line at `at`. A prefetch never faults and has no
+/// effect the program can observe (on other targets, and under Miri, it does nothing).
+#[inline(always)]
+fn prefetch_line(at: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    // SAFETY: a prefetch instruction reads no memory the abstract machine sees and cannot
+    // fault, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast::<i8>());
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+    let _ = at;
 }
 
 /// A boxed slice of `len` zeroed values, allocated with `alloc_zeroed`: for large sizes
@@ -786,6 +854,9 @@ impl Arena {
             }
             self.huge_frames
                 .fetch_add(u64::from(chunk.end - chunk.start), Ordering::Relaxed);
+            let chunk_index = chunk.start / CHUNK_FRAMES;
+            self.huge_chunks[chunk_index as usize / 64]
+                .fetch_or(1 << (chunk_index % 64), Ordering::Relaxed);
         }
         Some(chunk)
     }
@@ -1061,9 +1132,9 @@ mod tests {
         let has = |flags: &str, flag: &str| flags.split_whitespace().any(|f| f == flag);
         // Nothing allocated yet: the first chunk is small. A whole chunk of a large folio
         // is still decided by the one small frame before it; the next is huge.
-        arena.alloc(Order::new(0)).unwrap();
-        arena.alloc(Order::MAX).unwrap();
-        arena.alloc(Order::MAX).unwrap();
+        arena.alloc(Order::new(0), FolioUse::Request).unwrap();
+        arena.alloc(Order::MAX, FolioUse::Request).unwrap();
+        arena.alloc(Order::MAX, FolioUse::Request).unwrap();
         assert_eq!(
             arena.claimed_frames.load(Ordering::Relaxed),
             CHUNK_FRAMES * 3
@@ -1076,7 +1147,7 @@ mod tests {
         // chunks the next one is small again.
         let claimed = || arena.claimed_frames.load(Ordering::Relaxed) / CHUNK_FRAMES;
         while claimed() < 5 {
-            arena.alloc(Order::new(0)).unwrap();
+            arena.alloc(Order::new(0), FolioUse::Request).unwrap();
         }
         assert!(has(&flags_at(3), "hg"), "chunk 3: {}", flags_at(3));
         assert!(has(&flags_at(4), "nh"), "chunk 4: {}", flags_at(4));
@@ -1084,11 +1155,40 @@ mod tests {
     }
 
     #[test]
+    fn auto_pages_count_readahead_as_large_at_any_order() {
+        let arena = Arena::new(CHUNK_FRAMES * 3 + 7, ArenaPages::Auto).unwrap();
+        let claimed = || arena.claimed_frames.load(Ordering::Relaxed) / CHUNK_FRAMES;
+        // A chunk of 4 KiB readahead folios (a small file's windows): the next is huge.
+        while claimed() < 2 {
+            arena.alloc(Order::ZERO, FolioUse::Readahead).unwrap();
+        }
+        assert!(!arena.on_huge_chunk(FrameId(0)), "nothing allocated: small");
+        assert!(arena.on_huge_chunk(FrameId(CHUNK_FRAMES)));
+        assert!(arena.on_huge_chunk(FrameId(2 * CHUNK_FRAMES - 1)));
+        assert_eq!(arena.huge_bytes(), HUGE_BYTES as u64);
+        // A chunk of the same folios asked for by reads outweighs the halved readahead.
+        while arena.alloc(Order::ZERO, FolioUse::Request).is_some() {}
+        assert!(!arena.on_huge_chunk(FrameId(2 * CHUNK_FRAMES)));
+        assert!(
+            !arena.on_huge_chunk(FrameId(3 * CHUNK_FRAMES + 6)),
+            "the odd end chunk"
+        );
+        assert!(
+            !arena.on_huge_chunk(FrameId(4 * CHUNK_FRAMES)),
+            "past the arena"
+        );
+        // A prefetch anywhere in the arena, huge or not, is only a hint.
+        for frame in [0, CHUNK_FRAMES, 3 * CHUNK_FRAMES + 6] {
+            arena.prefetch(FrameId(frame), 0, PAGE_BYTES);
+        }
+    }
+
+    #[test]
     fn buddy_splits_and_merges() {
         let arena = Arena::new(1024, ArenaPages::Small).unwrap();
         assert_eq!(arena.free_frames(), 1024);
-        let a = arena.alloc(Order::new(0)).unwrap();
-        let b = arena.alloc(Order::new(3)).unwrap();
+        let a = arena.alloc(Order::new(0), FolioUse::Request).unwrap();
+        let b = arena.alloc(Order::new(3), FolioUse::Request).unwrap();
         assert_eq!(b.0 % 8, 0, "order-3 blocks are aligned");
         assert_eq!(arena.free_frames(), 1024 - 9);
         for frame in [a, b] {
@@ -1098,9 +1198,9 @@ mod tests {
         }
         assert_eq!(arena.free_frames(), 1024);
         // Everything merged back: two order-9 blocks are available again.
-        assert!(arena.alloc(Order::MAX).is_some());
-        assert!(arena.alloc(Order::MAX).is_some());
-        assert!(arena.alloc(Order::ZERO).is_none());
+        assert!(arena.alloc(Order::MAX, FolioUse::Request).is_some());
+        assert!(arena.alloc(Order::MAX, FolioUse::Request).is_some());
+        assert!(arena.alloc(Order::ZERO, FolioUse::Request).is_none());
     }
 
     #[test]
@@ -1108,7 +1208,7 @@ mod tests {
         let mut arena = Arena::new(13, ArenaPages::Small).unwrap();
         arena.prefault();
         let mut got = 0;
-        while arena.alloc(Order::ZERO).is_some() {
+        while arena.alloc(Order::ZERO, FolioUse::Request).is_some() {
             got += 1;
         }
         assert_eq!(got, 13);
@@ -1127,7 +1227,7 @@ mod tests {
             "virgin frames count as free"
         );
         let mut got = Vec::new();
-        while let Some(frame) = arena.alloc(Order::new(4)) {
+        while let Some(frame) = arena.alloc(Order::new(4), FolioUse::Request) {
             assert!(
                 frame.0 + 16 <= arena.listed_frames(),
                 "a frame past the grown part was handed out: {frame:?}"
@@ -1150,7 +1250,10 @@ mod tests {
             arena.free(frame);
         }
         assert_eq!(arena.free_frames(), u64::from(frames));
-        assert!(arena.alloc(Order::MAX).is_some() && arena.alloc(Order::MAX).is_some());
+        assert!(
+            arena.alloc(Order::MAX, FolioUse::Request).is_some()
+                && arena.alloc(Order::MAX, FolioUse::Request).is_some()
+        );
     }
 
     #[test]
@@ -1186,7 +1289,7 @@ mod tests {
         // up to one lead ahead, and no further.
         let mut held = Vec::new();
         for _ in 0..lead / 512 {
-            held.push(arena.alloc(Order::MAX).unwrap());
+            held.push(arena.alloc(Order::MAX, FolioUse::Request).unwrap());
         }
         settled(&arena, lead);
         std::thread::sleep(std::time::Duration::from_millis(50));

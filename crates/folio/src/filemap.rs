@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
+use crate::arena::FolioUse;
 use crate::dirty::{BlockMask, Prior};
 use crate::eviction::{Admission, ReadHint};
 use crate::index::{Entry, IndexWriteGuard, Leave, Mark, NewFolio};
@@ -116,7 +117,7 @@ impl Fill<'_> {
             Waiter::Thread => AllocMode::Wait,
             Waiter::Future => AllocMode::NoWait,
         };
-        let run = self.alloc_run(page, end, core.folio_order_max, first)?;
+        let run = self.alloc_run(page, end, core.folio_order_max, FolioUse::Request, first)?;
         let mut requests = Vec::new();
         self.insert_run(run, &mut requests);
         match waiter {
@@ -145,7 +146,7 @@ impl Fill<'_> {
         for &(start, end) in gaps {
             let end = end.min(start.add(budget_pages));
             let run = self
-                .alloc_run(start, end, core.folio_order_max, first)
+                .alloc_run(start, end, core.folio_order_max, FolioUse::Request, first)
                 .unwrap_or_default();
             first = AllocMode::NoWait;
             let short = run_end(&run, start) < end;
@@ -162,7 +163,8 @@ impl Fill<'_> {
     }
 
     /// LOCKED folios for `[start, end)` of this file, in order, each the largest that
-    /// fits (up to `order_cap`) or that memory gives: the first allocated in `first` mode,
+    /// fits (up to `order_cap`) or that memory gives, allocated for `use_`: the first in
+    /// `first` mode,
     /// the rest without waiting (the caller then holds LOCKED folios: waiting with them is
     /// how every reader ends up waiting for every other). Stops at the first allocation
     /// that fails: the run is shorter than asked, or, if it was the first, the error.
@@ -173,6 +175,7 @@ impl Fill<'_> {
         start: PageIndex,
         end: PageIndex,
         order_cap: Order,
+        use_: FolioUse,
         first: AllocMode,
     ) -> io::Result<Run> {
         let core = self.core();
@@ -185,7 +188,7 @@ impl Fill<'_> {
             } else {
                 AllocMode::NoWait
             };
-            let (frame, order) = match core.alloc_folio(want, mode) {
+            let (frame, order) = match core.alloc_folio(want, use_, mode) {
                 Ok(got) => got,
                 Err(e) if run.is_empty() => return Err(e),
                 Err(_) => break,
@@ -360,7 +363,13 @@ impl Fill<'_> {
         let mut inserted = 0;
         for (gap_start, gap_end) in gaps {
             let run = self
-                .alloc_run(gap_start, gap_end, order_cap, AllocMode::NoWait)
+                .alloc_run(
+                    gap_start,
+                    gap_end,
+                    order_cap,
+                    FolioUse::Readahead,
+                    AllocMode::NoWait,
+                )
                 .unwrap_or_default();
             for f in &run {
                 let covers_marker = window

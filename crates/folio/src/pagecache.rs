@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::arena::POPULATE_AHEAD_CACHE_BYTES_MIN;
+use crate::arena::{FolioUse, POPULATE_AHEAD_CACHE_BYTES_MIN};
 use crate::index::{Mark, NODE_BYTES};
 use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
@@ -199,7 +199,8 @@ impl Core {
         (bytes / PAGE_BYTES as u64).min(u64::from(self.readahead_pages_limit())) as u32
     }
 
-    /// Allocates a LOCKED folio of `order`, or a smaller one if memory is fragmented.
+    /// Allocates a LOCKED folio of `order` for `use_`, or a smaller one if memory is
+    /// fragmented.
     /// When nothing is free, reclaims; when reclaim finds everything pinned or locked,
     /// `AllocMode::Wait` waits up to the configured `alloc_wait` for holders to finish,
     /// then fails with `OutOfMemory` (never a deadlock); `AllocMode::NoWait` fails at once.
@@ -207,11 +208,16 @@ impl Core {
     /// Context: no index lock held (reclaim takes them). A caller that already holds
     /// LOCKED folios it allocated must use `NoWait`: waiting while holding them is how
     /// every reader ends up waiting for every other. May sleep (`Wait`).
-    pub fn alloc_folio(&self, order: Order, mode: AllocMode) -> io::Result<(FrameId, Order)> {
+    pub fn alloc_folio(
+        &self,
+        order: Order,
+        use_: FolioUse,
+        mode: AllocMode,
+    ) -> io::Result<(FrameId, Order)> {
         let started = Instant::now();
         let mut pause = Duration::from_micros(50);
         loop {
-            if let Some(got) = self.try_alloc(order) {
+            if let Some(got) = self.try_alloc(order, use_) {
                 return Ok(got);
             }
             let want = order.pages().max(reclaim::BATCH_PAGES);
@@ -220,12 +226,12 @@ impl Core {
                 // Maybe only dirty folios are left to evict: write them back.
                 self.dirty_files.kick();
             }
-            if let Some(got) = self.try_alloc(order) {
+            if let Some(got) = self.try_alloc(order, use_) {
                 return Ok(got);
             }
             // Fragmented: take the largest smaller block there is.
             for smaller in (0..order.get()).rev() {
-                if let Some(got) = self.try_alloc(Order::new(smaller)) {
+                if let Some(got) = self.try_alloc(Order::new(smaller), use_) {
                     return Ok(got);
                 }
             }
@@ -251,8 +257,8 @@ impl Core {
         }
     }
 
-    fn try_alloc(&self, order: Order) -> Option<(FrameId, Order)> {
-        let frame = self.mem.arena.alloc(order)?;
+    fn try_alloc(&self, order: Order, use_: FolioUse) -> Option<(FrameId, Order)> {
+        let frame = self.mem.arena.alloc(order, use_)?;
         self.reclaimer.note_alloc(self.mem.arena.free_frames());
         Some((frame, order))
     }

@@ -176,7 +176,7 @@ fn put_back_busy(arena: &Arena, busy: &mut List, queue: &mut List) {
 #[cfg(test)]
 mod testing {
     use super::{Admission, EvictionPolicy};
-    use crate::arena::Arena;
+    use crate::arena::{Arena, FolioUse};
     use crate::folio::MappingId;
     use crate::refcount::GetOutcome;
     use crate::types::{FrameId, Order, PageIndex};
@@ -190,7 +190,7 @@ mod testing {
         shadow: Option<u64>,
     ) -> (FrameId, Admission) {
         let order = Order::new(0);
-        let frame = arena.alloc(order).expect("a free frame");
+        let frame = arena.alloc(order, FolioUse::Request).expect("a free frame");
         let meta = arena.meta(frame);
         meta.set_identity(MappingId(0), PageIndex(page), order);
         meta.state.finish_read_ok();

@@ -161,6 +161,7 @@ impl EvictionPolicy for NoReuseFirst {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arena::FolioUse;
     use crate::eviction::s3fifo::S3Fifo;
     use crate::eviction::testing::{cached, pin};
     use crate::folio::MappingId;
@@ -168,7 +169,7 @@ mod tests {
 
     fn no_reuse(arena: &Arena, policy: &NoReuseFirst, page: u64) -> FrameId {
         let order = Order::new(0);
-        let frame = arena.alloc(order).expect("a free frame");
+        let frame = arena.alloc(order, FolioUse::Request).expect("a free frame");
         let meta = arena.meta(frame);
         meta.set_identity(MappingId(0), PageIndex(page), order);
         meta.state.finish_read_ok();

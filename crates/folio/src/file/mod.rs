@@ -552,14 +552,16 @@ impl File {
             index.refresh_hint(&self.root_hint);
             return None;
         };
+        let in_folio = (pos - head.offset_bytes()) as usize;
+        let n = (order.bytes() - in_folio).min((end - pos) as usize);
+        // The data's first lines load while the version does (two cache misses at once).
+        core.mem.arena.prefetch(frame, in_folio, n);
         let meta = core.mem.arena.meta(frame);
         let version = meta.version.begin_read()?;
         if meta.identity() != (self.mapping.id, head, order) {
             index.refresh_hint(&self.root_hint);
             return None;
         }
-        let in_folio = (pos - head.offset_bytes()) as usize;
-        let n = (order.bytes() - in_folio).min((end - pos) as usize);
         core.mem
             .arena
             .copy_out(frame, order, in_folio, &mut dst[..n]);

@@ -40,6 +40,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{checked_end, overflow, Access, File};
+use crate::arena::FolioUse;
 use crate::dirty::{BlockMask, Blocks, Prior};
 use crate::eviction::ReadHint;
 use crate::filemap::Replaced;
@@ -371,7 +372,7 @@ impl File {
     ) -> io::Result<Option<usize>> {
         let core = self.core();
         let arena = &core.mem.arena;
-        let (frame, order) = core.alloc_folio(Order::ZERO, AllocMode::Wait)?;
+        let (frame, order) = core.alloc_folio(Order::ZERO, FolioUse::Request, AllocMode::Wait)?;
         let meta = arena.meta(frame);
         meta.set_identity(self.mapping.id, page, order);
         arena.zero_range(frame, order, 0, in_page);
@@ -403,7 +404,7 @@ impl File {
     fn copy_on_write(&self, old: &Pinned<'_>) -> io::Result<Option<Locked>> {
         let core = self.core();
         let arena = &core.mem.arena;
-        let (frame, order) = core.alloc_folio(old.order, AllocMode::Wait)?;
+        let (frame, order) = core.alloc_folio(old.order, FolioUse::Request, AllocMode::Wait)?;
         let give_back = |frame: FrameId| {
             if arena.meta(frame).state.abandon_locked() == crate::refcount::PutOutcome::Free {
                 arena.free(frame);
