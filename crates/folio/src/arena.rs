@@ -78,8 +78,6 @@ const POPULATE_LEAD_FRAMES_MIN: u64 = 4 * CHUNK_FRAMES as u64;
 pub const POPULATE_AHEAD_CACHE_BYTES_MIN: usize = 128 << 20;
 /// How many 1 ms waits an allocation makes for the last chunks to be listed.
 const LISTING_WAITS_MAX: u32 = 1000;
-/// Bytes `populate` hands to one `MADV_POPULATE_WRITE` (its docs).
-const POPULATE_PIECE_BYTES: usize = 64 << 10;
 /// The populator's longest sleep without a wake-up.
 const POPULATE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
@@ -1026,40 +1024,23 @@ unsafe fn advise(base: *mut u8, bytes: usize, kind: PageKind) {
     unsafe { libc::madvise(base.cast::<libc::c_void>(), bytes, advice) };
 }
 
-/// Faults `[base, base + bytes)` in (the kernel zeroes each page) with
-/// `MADV_POPULATE_WRITE`, `POPULATE_PIECE_BYTES` at a time; where the kernel lacks it
-/// (before Linux 5.14), by writing a zero to each 4 KiB page. With huge pages advised, the
-/// first piece of a 2 MiB chunk faults the whole huge page in and the rest find it.
+/// Faults `[base, base + bytes)` in (the kernel zeroes each page) by writing a zero to
+/// each 4 KiB page. With huge pages advised, the first write to a 2 MiB chunk faults the
+/// whole huge page in and the rest find it.
 ///
-/// Why pieces: `MADV_POPULATE_WRITE` faults pages in without an exception per page, about
-/// a third cheaper than a write to each (1.0 against 1.5 us per 4 KiB page on the
-/// README's VM, docs/benchmarks.md "Arena pages"), but it holds the process's `mmap_lock`
-/// (read) for the whole range it is given, and a population on this VM takes milliseconds
-/// per 2 MiB chunk (the host faults the memory in too): every `mmap`/`munmap`/`mprotect`
-/// of the engine (malloc's arenas) would queue behind it, and every page fault of the
-/// process behind them (`rwsem_down_write_slowpath` in the db_bench readrandom profile,
-/// when whole chunks were populated in one call). A 64 KiB piece holds it for about 16 us.
+/// Why writes and not `MADV_POPULATE_WRITE`: that call faults pages in without an
+/// exception per page (1.0 against 1.5 us per 4 KiB page alone, docs/benchmarks.md
+/// "Arena pages"), but it holds the process's `mmap_lock` for the range it is given,
+/// while a write's fault takes only the arena mapping's own lock (Linux 6.4 and up). A
+/// storage engine's malloc resizes its heaps with `mprotect` under that lock (db_bench
+/// `readrandom`: 64 K calls per run), which then queued behind the populator. In eight
+/// alternating rounds of that run, writes won seven: 4% less CPU per read and 5.7% more
+/// reads per second (medians) than 64 KiB `MADV_POPULATE_WRITE` calls.
 ///
 /// # Safety
 /// The range must lie inside the arena's mapping and nobody may reference its memory.
 unsafe fn populate(base: *mut u8, bytes: usize) {
-    let mut at = 0;
-    while at < bytes {
-        let len = POPULATE_PIECE_BYTES.min(bytes - at);
-        // SAFETY: in bounds (the caller's guarantee); populating changes no contents.
-        let rc = unsafe {
-            libc::madvise(
-                base.add(at).cast::<libc::c_void>(),
-                len,
-                libc::MADV_POPULATE_WRITE,
-            )
-        };
-        if rc != 0 {
-            break; // not supported: the writes below fault the rest in
-        }
-        at += len;
-    }
-    for page in (at..bytes).step_by(PAGE_BYTES) {
+    for page in (0..bytes).step_by(PAGE_BYTES) {
         // SAFETY: in bounds and unreferenced (the caller's guarantee), and a zero is what
         // the fresh anonymous page already holds.
         unsafe { base.add(page).write_volatile(0) };
