@@ -591,9 +591,7 @@ impl Arena {
             prefetch_line(start.wrapping_add(line * LINE_BYTES));
         }
     }
-}
 
-impl Arena {
     /// Whether `frame`'s chunk was advised for huge pages (a relaxed look: the bit is set
     /// before the chunk's frames are listed, so before any of them can be cached).
     #[inline]
@@ -1033,9 +1031,10 @@ unsafe fn advise(base: *mut u8, bytes: usize, kind: PageKind) {
 /// "Arena pages"), but it holds the process's `mmap_lock` for the range it is given,
 /// while a write's fault takes only the arena mapping's own lock (Linux 6.4 and up). A
 /// storage engine's malloc resizes its heaps with `mprotect` under that lock (db_bench
-/// `readrandom`: 64 K calls per run), which then queued behind the populator. In eight
-/// alternating rounds of that run, writes won seven: 4% less CPU per read and 5.7% more
-/// reads per second (medians) than 64 KiB `MADV_POPULATE_WRITE` calls.
+/// `readrandom`: 64 K calls per run), which then queued behind the populator. In two
+/// sets of eight alternating rounds of that run, writes were ahead in 15 rounds of 16
+/// against 64 KiB `MADV_POPULATE_WRITE` calls: in the second set 86.0 K against 81.1 K
+/// reads per second (medians), with 5.6% less CPU.
 ///
 /// # Safety
 /// The range must lie inside the arena's mapping and nobody may reference its memory.
