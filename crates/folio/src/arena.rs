@@ -154,6 +154,8 @@ pub enum FolioUse {
 struct Demand {
     small_frames: AtomicU64,
     large_frames: AtomicU64,
+    /// The last decision: huge pages.
+    last_huge: AtomicBool,
 }
 
 impl Demand {
@@ -166,16 +168,25 @@ impl Demand {
         counter.fetch_add(order.pages(), Ordering::Relaxed);
     }
 
-    /// Decides a chunk's pages: huge if most frames allocated lately were large (with
-    /// nothing allocated yet, small: the cheaper guess to fault in). Halves both counts,
-    /// so that each decision weighs the latest demand most.
+    /// Decides a chunk's pages: huge if most frames allocated lately were large. With
+    /// nothing allocated since the counts halved to zero, the last decision again (and
+    /// before any, small: the cheaper guess to fault in): the populator claims chunks in
+    /// bursts after a readahead window, and each claim halves the counts, so a cold
+    /// scan's counts reached zero between windows and sent one chunk in ten to 4 KiB
+    /// pages. Halves both counts, so that each decision weighs the latest demand most.
     fn decide(&self) -> PageKind {
         let small = self.small_frames.load(Ordering::Relaxed);
         let large = self.large_frames.load(Ordering::Relaxed);
         // Racy halving: a count lost to a concurrent `note` only shifts a heuristic.
         self.small_frames.store(small / 2, Ordering::Relaxed);
         self.large_frames.store(large / 2, Ordering::Relaxed);
-        if large > small {
+        let huge = if small == 0 && large == 0 {
+            self.last_huge.load(Ordering::Relaxed)
+        } else {
+            large > small
+        };
+        self.last_huge.store(huge, Ordering::Relaxed);
+        if huge {
             PageKind::Huge
         } else {
             PageKind::Small
@@ -1160,6 +1171,24 @@ mod tests {
         // A prefetch anywhere in the arena, huge or not, is only a hint.
         for frame in [0, CHUNK_FRAMES, 3 * CHUNK_FRAMES + 6] {
             arena.prefetch(FrameId(frame), 0, PAGE_BYTES);
+        }
+    }
+
+    #[test]
+    fn auto_pages_keep_the_last_decision_while_nothing_is_allocated() {
+        let demand = Demand::default();
+        assert_eq!(demand.decide(), PageKind::Small, "before any demand");
+        demand.note(Order::ZERO, FolioUse::Readahead);
+        assert_eq!(demand.decide(), PageKind::Huge);
+        // The populator's burst of claims after a window: the counts halve to zero.
+        for _ in 0..8 {
+            assert_eq!(demand.decide(), PageKind::Huge);
+        }
+        for _ in 0..3 {
+            demand.note(Order::ZERO, FolioUse::Request);
+        }
+        for _ in 0..8 {
+            assert_eq!(demand.decide(), PageKind::Small);
         }
     }
 
