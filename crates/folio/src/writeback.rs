@@ -144,6 +144,27 @@ pub(crate) fn start(
             .lock()
             .tag_range(start, end, Mark::Dirty, Mark::Towrite);
     }
+    walk(core, backend, mapping, &fd, start, end, take);
+}
+
+/// Whether a folio of `[start, end)` is still tagged `Towrite` (a lock-free look).
+fn tagged_in(mapping: &Mapping, start: PageIndex, end: PageIndex) -> bool {
+    mapping
+        .index
+        .marked_walk(start, end, Mark::Towrite, &mut |_| ControlFlow::Break(()))
+        .is_break()
+}
+
+/// `start`'s batches over `[start, end)`, after any tagging.
+fn walk(
+    core: &Arc<Core>,
+    backend: &dyn Backend,
+    mapping: &Arc<Mapping>,
+    fd: &Arc<StdFile>,
+    start: PageIndex,
+    end: PageIndex,
+    take: Take,
+) {
     let mut from = start;
     loop {
         // The ticket comes before B1's CAS: a sync that finds a folio already under
@@ -153,7 +174,7 @@ pub(crate) fn start(
         if batch.is_empty() {
             mapping.write.in_flight.end(ticket);
         } else {
-            submit(core, backend, mapping, &fd, batch, ticket);
+            submit(core, backend, mapping, fd, batch, ticket);
         }
         match next {
             Some(next) => from = next,
@@ -225,8 +246,11 @@ fn collect(
         let blocks = taken.below(size_pages.0.saturating_sub(folio.head.0));
         let cut = taken.minus(&blocks);
         let tail_page = PageIndex::containing(size);
+        // Not when a sync tagged the folio: it waits for this batch instead of taking the
+        // folio, so the tail must be written here (else the sync returned without it).
         let cuts_tail = take == Take::Background
             && size % PAGE_BYTES as u64 != 0
+            && !w.is_marked(folio.head, Mark::Towrite)
             && tail_page >= folio.head
             && tail_page < folio.head.add(folio.order.pages())
             && taken.contains(tail_page.0 - folio.head.0);
@@ -536,6 +560,13 @@ pub(crate) fn sync(
     self::start(core, backend, mapping, start, end, Take::Tagged);
     let write = &mapping.write;
     write.in_flight.wait_through(write.in_flight.last());
+    // A folio the walk found under the background's writeback was left to that batch; if
+    // the batch gave the block the end of the file cuts back dirty (it had taken the folio
+    // before the tagging), the folio is still tagged: write it now, and wait again.
+    while tagged_in(mapping, start, end) {
+        walk(core, backend, mapping, &fd, start, end, Take::Tagged);
+        write.in_flight.wait_through(write.in_flight.last());
+    }
     mapping.settle_size();
     if let Err(e) = flush(backend, &fd, kind) {
         write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
