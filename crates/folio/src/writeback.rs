@@ -32,6 +32,15 @@
 //! (found by `tests/write_simulation.rs`; regression test
 //! `a_sync_waits_for_a_writeback_that_took_its_folios_before_it`).
 //!
+//! Why a sync re-walks what is still tagged after its wait: the background writeback
+//! leaves dirty the block that the end of the file cuts (no padding on disk before a
+//! sync). When it took the folio before a sync tagged it, the sync's walk finds the folio
+//! under writeback and waits for that batch, which does not write the tail. So the folio
+//! is still tagged after the wait, and the sync takes it then. A folio that is already
+//! tagged is written whole by the background (found by `tests/write_model.rs`: the file
+//! differed from the model at its last page after `sync_all`; the seed is in
+//! `write_model.proptest-regressions`).
+//!
 //! Why no update is lost: a writer changes a folio's bytes only under LOCKED taken by a
 //! CAS that refuses WRITEBACK, and B1's CAS refuses LOCKED, so the device never reads
 //! bytes that change during the write, and a write that comes after B1 sets DIRTY again
