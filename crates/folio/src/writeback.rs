@@ -36,7 +36,8 @@
 //! leaves dirty the block that the end of the file cuts (no padding on disk before a
 //! sync). When it took the folio before a sync tagged it, the sync's walk finds the folio
 //! under writeback and waits for that batch, which does not write the tail. So the folio
-//! is still tagged after the wait, and the sync takes it then. A folio that is already
+//! is still tagged after the wait, and the sync takes it then (`wait_for_tagged`; the
+//! cache's final writeback does the same for the files it tagged). A folio that is already
 //! tagged is written whole by the background (found by `tests/write_model.rs`: the file
 //! differed from the model at its last page after `sync_all`; the seed is in
 //! `write_model.proptest-regressions`).
@@ -567,18 +568,38 @@ pub(crate) fn sync(
         return;
     };
     self::start(core, backend, mapping, start, end, Take::Tagged);
+    wait_for_tagged(core, backend, mapping, start, end);
+    mapping.settle_size();
+    if let Err(e) = flush(backend, &fd, kind) {
+        mapping
+            .write
+            .errseq
+            .record(e.raw_os_error().unwrap_or(libc::EIO));
+    }
+}
+
+/// Waits for every writeback of `mapping` handed out so far, then writes what is still
+/// tagged in `[start, end)` and waits again, until nothing is. A folio the walk found
+/// under the background's writeback was left to that batch; if the batch gave back dirty
+/// the block the end of the file cuts (it took the folio before the tagging), the folio
+/// is still tagged (module docs).
+///
+/// Context: no lock held; sleeps until the writes complete.
+fn wait_for_tagged(
+    core: &Arc<Core>,
+    backend: &dyn Backend,
+    mapping: &Arc<Mapping>,
+    start: PageIndex,
+    end: PageIndex,
+) {
     let write = &mapping.write;
     write.in_flight.wait_through(write.in_flight.last());
-    // A folio the walk found under the background's writeback was left to that batch; if
-    // the batch gave the block the end of the file cuts back dirty (it had taken the folio
-    // before the tagging), the folio is still tagged: write it now, and wait again.
+    let Some(fd) = write.fd() else {
+        return;
+    };
     while tagged_in(mapping, start, end) {
         walk(core, backend, mapping, &fd, start, end, Take::Tagged);
         write.in_flight.wait_through(write.in_flight.last());
-    }
-    mapping.settle_size();
-    if let Err(e) = flush(backend, &fd, kind) {
-        write.errseq.record(e.raw_os_error().unwrap_or(libc::EIO));
     }
 }
 
@@ -643,8 +664,7 @@ pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
     // Every file's writebacks, a background pass's too (its file left the queue), end
     // before its size is settled: a tail block written after would pad it again.
     for mapping in core.mappings.all() {
-        let write = &mapping.write;
-        write.in_flight.wait_through(write.in_flight.last());
+        wait_for_tagged(core, backend, &mapping, start_page, end_page);
         mapping.settle_size();
     }
 }
