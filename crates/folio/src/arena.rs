@@ -213,9 +213,8 @@ pub struct Arena {
     listed_frames: AtomicU32,
     /// Chunks listed unpopulated, because an allocation outran the populator.
     chunks_unpopulated: AtomicU64,
-    /// Frames of the chunks claimed advised for huge pages.
-    huge_frames: AtomicU64,
-    /// One bit per chunk, set when the chunk is advised for huge pages (`prefetch`).
+    /// One bit per chunk, set when the chunk is advised for huge pages (`prefetch`,
+    /// `huge_bytes`).
     huge_chunks: Box<[AtomicU64]>,
     /// Whether `populate_ahead` runs: only then is it worth waking.
     populator_running: AtomicBool,
@@ -308,7 +307,6 @@ impl Arena {
             claimed_frames: AtomicU32::new(0),
             listed_frames: AtomicU32::new(0),
             chunks_unpopulated: AtomicU64::new(0),
-            huge_frames: AtomicU64::new(0),
             huge_chunks: (0..frame_count.div_ceil(CHUNK_FRAMES).div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
@@ -859,8 +857,6 @@ impl Arena {
                     );
                 }
             }
-            self.huge_frames
-                .fetch_add(u64::from(chunk.end - chunk.start), Ordering::Relaxed);
             let chunk_index = chunk.start / CHUNK_FRAMES;
             self.huge_chunks[chunk_index as usize / 64]
                 .fetch_or(1 << (chunk_index % 64), Ordering::Relaxed);
@@ -1011,7 +1007,12 @@ impl Arena {
 
     /// Bytes of the chunks claimed so far advised for huge pages.
     pub fn huge_bytes(&self) -> u64 {
-        self.huge_frames.load(Ordering::Relaxed) * PAGE_BYTES as u64
+        let chunks = self.frame_count.div_ceil(CHUNK_FRAMES);
+        let frames: u64 = (0..chunks)
+            .filter(|&chunk| self.on_huge_chunk(FrameId(chunk * CHUNK_FRAMES)))
+            .map(|chunk| u64::from(CHUNK_FRAMES.min(self.frame_count - chunk * CHUNK_FRAMES)))
+            .sum();
+        frames * PAGE_BYTES as u64
     }
 }
 
