@@ -164,9 +164,8 @@ impl Fill<'_> {
 
     /// LOCKED folios for `[start, end)` of this file, in order, each the largest that
     /// fits (up to `order_cap`) or that memory gives, allocated for `use_`: the first in
-    /// `first` mode,
-    /// the rest without waiting (the caller then holds LOCKED folios: waiting with them is
-    /// how every reader ends up waiting for every other). Stops at the first allocation
+    /// `first` mode, the rest without waiting (the caller then holds LOCKED folios: waiting
+    /// with them is how every reader ends up waiting for every other). Stops at the first allocation
     /// that fails: the run is shorter than asked, or, if it was the first, the error.
     ///
     /// Context: no lock held; may sleep in the first allocation (`AllocMode::Wait`).

@@ -281,7 +281,6 @@ fn collect(
                 blocks,
                 keeps: tail,
             });
-            w.clear_mark(folio.head, Mark::Towrite);
             continue;
         }
         past_end_pages += cut.count();
