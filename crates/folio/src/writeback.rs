@@ -245,22 +245,28 @@ fn collect(
         // end until a sync (or the cache's drop, or forgetting the file) sets the size:
         // the writeback thread leaves it dirty, so that no padding appears on disk that
         // nobody asked for; syncs and `File::writeback` write it.
+        //
+        // Not when a sync tagged the folio: it waits for this batch instead of taking the
+        // folio, so the tail must be written here (else the sync returned without it). The
+        // tail block then counts as inside the file: with the background's own bound it
+        // would count as past the end, and the folio would end clean with its last block
+        // unwritten (found by `tests/write_model.rs` once write-behind woke the writeback
+        // thread right before syncs: it ran between a sync's tagging and its walk).
         let size = mapping.size_bytes();
-        let size_pages = match mark {
-            Mark::Towrite => PageIndex::ceil(size),
-            Mark::Dirty if take == Take::Background => PageIndex::containing(size),
-            Mark::Dirty => PageIndex::ceil(size),
+        let tagged = w.is_marked(folio.head, Mark::Towrite);
+        let keeps_tail = take == Take::Background && !tagged;
+        let size_pages = if keeps_tail {
+            PageIndex::containing(size)
+        } else {
+            PageIndex::ceil(size)
         };
         let mask = BlockMask::of(arena, folio.frame, folio.order);
         let taken = mask.take();
         let blocks = taken.below(size_pages.0.saturating_sub(folio.head.0));
         let cut = taken.minus(&blocks);
         let tail_page = PageIndex::containing(size);
-        // Not when a sync tagged the folio: it waits for this batch instead of taking the
-        // folio, so the tail must be written here (else the sync returned without it).
-        let cuts_tail = take == Take::Background
+        let cuts_tail = keeps_tail
             && size % PAGE_BYTES as u64 != 0
-            && !w.is_marked(folio.head, Mark::Towrite)
             && tail_page >= folio.head
             && tail_page < folio.head.add(folio.order.pages())
             && taken.contains(tail_page.0 - folio.head.0);
@@ -665,5 +671,57 @@ pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
     for mapping in core.mappings.all() {
         wait_for_tagged(core, backend, &mapping, start_page, end_page);
         mapping.settle_size();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Cache;
+
+    /// A sync tags the file's dirty folios, then walks them; the writeback thread may run
+    /// between the two and find the folio that the end of the file cuts already tagged.
+    /// It must then write that block whole: the sync leaves the folio to its batch. It
+    /// used to count the block as past the end, and the folio ended clean with its last
+    /// bytes never written (found by `tests/write_model.rs`).
+    #[test]
+    fn the_background_writes_a_tail_block_a_sync_tagged() {
+        let dir = tempfile::Builder::new()
+            .prefix("folio-writeback-test-")
+            .tempdir_in("/var/tmp")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        let path = dir.path().join("f");
+        let cache = Cache::builder()
+            .capacity_bytes(16 << 20)
+            .dirty_expire(Duration::from_secs(3600))
+            .build()
+            .unwrap();
+        let file = cache
+            .open_options()
+            .write(true)
+            .create(true)
+            .open(&path)
+            .unwrap();
+        let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
+        file.write_at(&data, 0).unwrap();
+        let (core, backend, mapping) = file.parts_for_test();
+        let all = PageIndex(u64::MAX >> 12);
+        // The sync's tagging (B1), then a background pass before the sync's walk.
+        mapping
+            .index
+            .lock()
+            .tag_range(PageIndex(0), all, Mark::Dirty, Mark::Towrite);
+        start(core, backend, mapping, PageIndex(0), all, Take::Background);
+        let write = &mapping.write;
+        write.in_flight.wait_through(write.in_flight.last());
+        let disk = std::fs::read(&path).unwrap();
+        assert!(
+            disk.len() >= data.len() && disk[..data.len()] == data[..],
+            "the file on disk: {} bytes",
+            disk.len()
+        );
+        let s = cache.stats();
+        assert_eq!((s.dirty_pages, s.writeback_pages), (0, 0), "{s:?}");
     }
 }

@@ -127,6 +127,15 @@ impl std::fmt::Debug for File {
     }
 }
 
+#[cfg(test)]
+impl File {
+    /// The cache's core and backend and the file's mapping: the writeback tests drive the
+    /// protocol's steps by hand (`writeback::tests`).
+    pub(crate) fn parts_for_test(&self) -> (&Arc<Core>, &dyn crate::io::Backend, &Arc<Mapping>) {
+        (&self.cache.core, &*self.cache.backend, &self.mapping)
+    }
+}
+
 impl File {
     pub(crate) fn new(
         cache: Arc<CacheInner>,
