@@ -63,6 +63,19 @@ const MASK_WORDS: usize = 8;
 /// the loom models (module docs).
 type MaskWord = crate::primitive::AtomicU64;
 
+/// Blocks of the largest folio (2 MiB).
+const BLOCKS_MAX: u64 = 64 * MASK_WORDS as u64;
+
+/// `count` bits from bit `from` of a word (`from + count <= 64`).
+fn word_bits(from: u64, count: u64) -> u64 {
+    let ones = if count >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << count) - 1
+    };
+    ones << from
+}
+
 /// A set of a folio's 4 KiB blocks, by index within the folio.
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
 pub struct Blocks {
@@ -76,11 +89,16 @@ impl std::fmt::Debug for Blocks {
 }
 
 impl Blocks {
-    /// Blocks `[first, first + count)`.
+    /// Blocks `[first, first + count)` (clipped to the largest folio's 512).
     pub fn range(first: u64, count: u64) -> Blocks {
         let mut blocks = Blocks::default();
-        for b in first..first + count {
-            blocks.words[(b / 64) as usize] |= 1 << (b % 64);
+        let end = first.saturating_add(count).min(BLOCKS_MAX);
+        for (i, word) in blocks.words.iter_mut().enumerate() {
+            let (lo, hi) = (i as u64 * 64, i as u64 * 64 + 64);
+            let (from, to) = (first.max(lo), end.min(hi));
+            if from < to {
+                *word = word_bits(from - lo, to - from);
+            }
         }
         blocks
     }
@@ -116,22 +134,28 @@ impl Blocks {
 
     /// Only the blocks below `end`.
     pub fn below(&self, end: u64) -> Blocks {
-        self.minus(&Blocks::range(
-            end.min(64 * MASK_WORDS as u64),
-            (64 * MASK_WORDS as u64).saturating_sub(end),
-        ))
+        self.minus(&Blocks::range(end, BLOCKS_MAX.saturating_sub(end)))
     }
 
-    /// The runs of consecutive blocks, as `(first, count)`, in order.
+    /// The runs of consecutive blocks, as `(first, count)`, in order. A word at a time:
+    /// a sync walks every dirty folio's blocks, most of them order-0 folios with one.
     pub fn runs(&self) -> Vec<(u64, u64)> {
         let mut runs: Vec<(u64, u64)> = Vec::new();
-        for b in 0..64 * MASK_WORDS as u64 {
-            if !self.contains(b) {
-                continue;
-            }
-            match runs.last_mut() {
-                Some((first, count)) if *first + *count == b => *count += 1,
-                _ => runs.push((b, 1)),
+        for (i, &word) in self.words.iter().enumerate() {
+            let mut rest = word;
+            while rest != 0 {
+                let at = u64::from(rest.trailing_zeros());
+                let len = u64::from((rest >> at).trailing_ones());
+                let first = i as u64 * 64 + at;
+                match runs.last_mut() {
+                    Some((f, c)) if *f + *c == first => *c += len,
+                    _ => runs.push((first, len)),
+                }
+                rest = if at + len >= 64 {
+                    0
+                } else {
+                    rest & !(word_bits(at, len))
+                };
             }
         }
         runs
@@ -494,6 +518,57 @@ mod tests {
         assert_eq!(edge.runs(), vec![(62, 4)]);
         assert_eq!(Blocks::range(0, 512).count(), 512);
         assert!(Blocks::default().is_empty());
+    }
+
+    /// The word-at-a-time `range`, `below` and `runs` against a bit-by-bit reading, over
+    /// every edge of the words and masks of every density.
+    #[test]
+    fn blocks_word_operations_match_a_bit_by_bit_reading() {
+        let bits = |b: &Blocks| {
+            (0..BLOCKS_MAX)
+                .filter(|&i| b.contains(i))
+                .collect::<Vec<_>>()
+        };
+        let edges = [
+            0u64, 1, 2, 31, 62, 63, 64, 65, 127, 128, 300, 447, 448, 510, 511, 512,
+        ];
+        for &first in &edges {
+            for &count in &edges {
+                let want: Vec<u64> = (first..(first + count).min(BLOCKS_MAX)).collect();
+                assert_eq!(
+                    bits(&Blocks::range(first, count)),
+                    want,
+                    "range({first}, {count})"
+                );
+            }
+        }
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        for density in [1u32, 2, 4, 16, 63, 64] {
+            for _ in 0..64 {
+                let mut blocks = Blocks::default();
+                for word in blocks.words.iter_mut() {
+                    for _ in 0..density {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        *word |= 1 << (seed % 64);
+                    }
+                }
+                let mut want: Vec<(u64, u64)> = Vec::new();
+                for b in bits(&blocks) {
+                    match want.last_mut() {
+                        Some((f, c)) if *f + *c == b => *c += 1,
+                        _ => want.push((b, 1)),
+                    }
+                }
+                assert_eq!(blocks.runs(), want);
+                for &end in &edges {
+                    let below: Vec<u64> = bits(&blocks).into_iter().filter(|&b| b < end).collect();
+                    assert_eq!(bits(&blocks.below(end)), below, "below({end})");
+                }
+            }
+        }
+        assert_eq!(Blocks::range(0, 512).runs(), vec![(0, 512)]);
     }
 
     #[test]
