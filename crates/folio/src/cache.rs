@@ -41,6 +41,7 @@ pub struct CacheBuilder {
     dirty_limit_bytes: Option<u64>,
     dirty_background_bytes: Option<u64>,
     dirty_expire: Duration,
+    write_behind_bytes: u64,
 }
 
 /// When `CacheBuilder::build` faults the cache's memory in.
@@ -69,6 +70,10 @@ pub const DIRTY_BACKGROUND_PERCENT_DEFAULT: u64 = 10;
 /// it keeps them for less.
 pub const DIRTY_EXPIRE_DEFAULT: Duration = Duration::from_secs(5);
 
+/// How many whole pages an appending writer leaves dirty behind it before their writeback
+/// starts, by default: 256 KiB (`CacheBuilder::write_behind_bytes`).
+pub const WRITE_BEHIND_BYTES_DEFAULT: u64 = 256 << 10;
+
 /// The default maximum readahead window: 16 MiB. Measured on this kind of machine (a
 /// cold one-thread scan through folio against the kernel's): see docs/readahead.md.
 pub const READAHEAD_MAX_BYTES_DEFAULT: u64 = 16 << 20;
@@ -88,6 +93,7 @@ impl Default for CacheBuilder {
             dirty_limit_bytes: None,
             dirty_background_bytes: None,
             dirty_expire: DIRTY_EXPIRE_DEFAULT,
+            write_behind_bytes: WRITE_BEHIND_BYTES_DEFAULT,
         }
     }
 }
@@ -192,6 +198,16 @@ impl CacheBuilder {
         self
     }
 
+    /// Write-behind: once a writer that appends (each write reaching the end of the file)
+    /// has left this many bytes of whole pages dirty behind it, their writeback starts,
+    /// without waiting for it, so that the next sync finds most of them on the device
+    /// already. 0 turns it off (appended pages then wait for a sync, the dirty expiry or
+    /// the background threshold, as the kernel's do). Default: 256 KiB.
+    pub fn write_behind_bytes(mut self, bytes: u64) -> Self {
+        self.write_behind_bytes = bytes;
+        self
+    }
+
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
         self.build_with_backend(backend)
@@ -249,6 +265,7 @@ impl CacheBuilder {
             folio_order_max: order_max,
             readahead_pages: 0,
             dirty_files: DirtyFiles::new(self.dirty_expire),
+            write_behind_pages: self.write_behind_bytes.div_ceil(PAGE_BYTES as u64),
         };
         core.readahead_pages = core.readahead_pages_for(self.readahead_max_bytes);
         Ok(Cache {

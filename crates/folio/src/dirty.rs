@@ -54,7 +54,7 @@ use std::time::{Duration, Instant};
 use crate::arena::Arena;
 use crate::errseq::ErrSeq;
 use crate::refcount::StateWord;
-use crate::types::{FrameId, Order};
+use crate::types::{FrameId, Order, PAGE_BYTES};
 
 /// Words of the largest folio's mask (512 blocks).
 const MASK_WORDS: usize = 8;
@@ -448,6 +448,10 @@ pub struct WriteState {
     pub failures: AtomicU32,
     /// The errno the file was given up with (0: not failed).
     pub failed_errno: AtomicI32,
+    /// The page where the next write-behind starts: an appending writer's whole pages
+    /// below it have had their writeback started (`File::write_behind`). A hint: a wrong
+    /// value writes back early or late, never loses a byte.
+    pub behind: AtomicU64,
 }
 
 impl WriteState {
@@ -455,6 +459,7 @@ impl WriteState {
     pub fn new(size_bytes: u64) -> WriteState {
         WriteState {
             reserved_bytes: AtomicU64::new(size_bytes),
+            behind: AtomicU64::new(size_bytes / PAGE_BYTES as u64),
             ..WriteState::default()
         }
     }

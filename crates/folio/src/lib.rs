@@ -120,7 +120,7 @@ pub use arena::ArenaPages;
 pub use cache::{
     Cache, CacheBuilder, OpenOptions, Prefault, CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN,
     DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_EXPIRE_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,
-    READAHEAD_MAX_BYTES_DEFAULT,
+    READAHEAD_MAX_BYTES_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
 };
 pub use eviction::{EvictionKind, ReadHint};
 pub use file::{

@@ -47,6 +47,9 @@ pub(crate) struct Core {
     pub readahead_pages: u32,
     /// The files with dirty pages, for the writeback thread (DESIGN.md §8).
     pub dirty_files: DirtyFiles,
+    /// Whole pages an appending writer leaves dirty before their writeback starts (0:
+    /// never; `File::write_behind`).
+    pub write_behind_pages: u64,
 }
 
 /// The files with dirty pages, oldest first (the kernel's `b_dirty` list), and the
@@ -61,6 +64,9 @@ pub(crate) struct Core {
 #[derive(Debug)]
 pub(crate) struct DirtyFiles {
     queue: Mutex<VecDeque<Arc<Mapping>>>,
+    /// Ranges appending writers left behind them, for the writeback thread to start
+    /// (`File::write_behind`).
+    behind: Mutex<Vec<(Arc<Mapping>, PageIndex, PageIndex)>>,
     wake: Mutex<bool>,
     wake_cv: Condvar,
     stop: AtomicBool,
@@ -73,6 +79,7 @@ impl DirtyFiles {
     pub fn new(expire: Duration) -> DirtyFiles {
         DirtyFiles {
             queue: Mutex::new(VecDeque::new()),
+            behind: Mutex::new(Vec::new()),
             wake: Mutex::new(false),
             wake_cv: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -105,7 +112,23 @@ impl DirtyFiles {
         }
     }
 
-    /// Wakes the writeback thread now (memory is short of clean pages).
+    /// Hands `[start, end)` of `mapping`, whole pages an appending writer left dirty
+    /// behind it, to the writeback thread, and wakes it.
+    pub fn write_behind(&self, mapping: &Arc<Mapping>, start: PageIndex, end: PageIndex) {
+        self.behind
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((mapping.clone(), start, end));
+        self.kick();
+    }
+
+    /// The ranges handed over by `write_behind` since the last call.
+    pub fn take_write_behind(&self) -> Vec<(Arc<Mapping>, PageIndex, PageIndex)> {
+        std::mem::take(&mut *self.behind.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Wakes the writeback thread now (memory is short of clean pages, or a writer left
+    /// pages behind it).
     pub fn kick(&self) {
         let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
         if !*wake {

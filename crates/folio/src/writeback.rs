@@ -632,6 +632,16 @@ fn flush(backend: &dyn Backend, fd: &Arc<StdFile>, kind: FlushKind) -> io::Resul
 /// Context: its own thread ("folio-writeback").
 pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
     while core.dirty_files.wait(BACKGROUND_PERIOD) {
+        for (mapping, start_page, end_page) in core.dirty_files.take_write_behind() {
+            start(
+                &core,
+                &*backend,
+                &mapping,
+                start_page,
+                end_page,
+                Take::Dirty,
+            );
+        }
         write_back_due(&core, &*backend);
     }
 }

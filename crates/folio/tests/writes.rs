@@ -419,3 +419,134 @@ fn an_expiry_past_u64_nanoseconds_never_expires() {
     assert_eq!(s.pages_written_back, 0, "{s:?}");
     assert_eq!(s.dirty_pages, 2, "{s:?}");
 }
+
+/// A cache whose background writeback never writes by expiry during a test: what reaches
+/// the disk before a sync is write-behind's alone.
+fn cache_without_expiry(write_behind_bytes: u64) -> Cache {
+    Cache::builder()
+        .capacity_bytes(64 << 20)
+        .dirty_expire(Duration::from_secs(3600))
+        .write_behind_bytes(write_behind_bytes)
+        .build()
+        .unwrap()
+}
+
+/// Appends `len` bytes of `pattern(seed, ..)` in 8 KiB records from `from`, as a log does.
+fn append(file: &folio::File, seed: u64, from: u64, len: u64) {
+    let mut at = from;
+    while at < from + len {
+        let n = (8 << 10).min(from + len - at);
+        file.write_at(&pattern(seed, at, n as usize), at).unwrap();
+        at += n;
+    }
+}
+
+/// Waits (up to 10 s) until `done` holds of the cache's stats.
+fn wait_for_stats(cache: &Cache, done: impl Fn(&folio::Stats) -> bool) -> folio::Stats {
+    let started = std::time::Instant::now();
+    loop {
+        let s = cache.stats();
+        if done(&s) || started.elapsed() > Duration::from_secs(10) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Write-behind: an appending writer's whole pages go to the device in 256 KiB steps
+/// without a sync, and the bytes on disk are the written ones; the page the writer is
+/// still filling stays dirty, and the sync writes the rest.
+#[test]
+fn appends_are_written_behind_before_any_sync() {
+    let dir = test_dir();
+    let path = dir.path().join("log");
+    let cache = cache_without_expiry(256 << 10);
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    let len = (1 << 20) + 5000; // the last page is partial
+    append(&file, 3, 0, len);
+    // Every whole page up to the last 256 KiB step is written behind: 1 MiB of 1 MiB + 5000.
+    let s = wait_for_stats(&cache, |s| s.pages_written_back >= 256);
+    assert!(s.pages_written_back >= 256, "{s:?}");
+    assert!(
+        s.dirty_pages >= 2,
+        "the last whole page and the partial one: {s:?}"
+    );
+    let disk = on_disk(&path);
+    assert!(disk.len() >= 1 << 20, "{} bytes on disk", disk.len());
+    assert!(
+        disk[..1 << 20] == pattern(3, 0, 1 << 20)[..],
+        "written-behind bytes"
+    );
+    file.sync_data().unwrap();
+    assert_eq!(
+        on_disk(&path),
+        pattern(3, 0, len as usize),
+        "after sync_data"
+    );
+    assert_eq!(cache.stats().dirty_pages, 0);
+}
+
+/// `write_behind_bytes(0)` turns it off, and writes that do not reach the end of the file
+/// are never written behind: their pages wait for a sync, as the kernel's do.
+#[test]
+fn overwrites_and_a_cache_without_write_behind_leave_pages_dirty() {
+    let dir = test_dir();
+    let off = dir.path().join("off");
+    let cache = cache_without_expiry(0);
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&off)
+        .unwrap();
+    append(&file, 4, 0, 2 << 20);
+    std::thread::sleep(Duration::from_millis(200));
+    let s = cache.stats();
+    assert_eq!(s.pages_written_back, 0, "write-behind off: {s:?}");
+    assert_eq!(s.dirty_pages, 512, "{s:?}");
+
+    let inside = dir.path().join("inside");
+    write_pattern_file(&inside, 5, 4 << 20);
+    let cache = cache_without_expiry(256 << 10);
+    let file = cache.open_options().write(true).open(&inside).unwrap();
+    // 2 MiB of overwrites that end before the end of the file.
+    append(&file, 6, 1 << 20, 2 << 20);
+    std::thread::sleep(Duration::from_millis(200));
+    let s = cache.stats();
+    assert_eq!(s.pages_written_back, 0, "overwrites inside the file: {s:?}");
+    file.sync_data().unwrap();
+    let mut want = pattern(5, 0, 4 << 20);
+    want[1 << 20..3 << 20].copy_from_slice(&pattern(6, 1 << 20, 2 << 20));
+    assert!(on_disk(&inside) == want, "after sync_data");
+}
+
+/// Cutting the file back with `set_len` moves write-behind back with it: appends after
+/// the cut are written behind again, and the file on disk is the model's.
+#[test]
+fn write_behind_follows_the_end_back_after_set_len() {
+    let dir = test_dir();
+    let path = dir.path().join("log");
+    let cache = cache_without_expiry(256 << 10);
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&path)
+        .unwrap();
+    append(&file, 7, 0, 1 << 20);
+    let before = wait_for_stats(&cache, |s| s.pages_written_back >= 192).pages_written_back;
+    assert!(before >= 192, "{before} pages written behind");
+    file.set_len(64 << 10).unwrap();
+    append(&file, 8, 64 << 10, 1 << 20);
+    let s = wait_for_stats(&cache, |s| s.pages_written_back >= before + 192);
+    assert!(s.pages_written_back >= before + 192, "after the cut: {s:?}");
+    file.sync_data().unwrap();
+    let mut want = pattern(7, 0, 64 << 10);
+    want.extend_from_slice(&pattern(8, 64 << 10, 1 << 20));
+    assert!(on_disk(&path) == want, "after sync_data");
+}
