@@ -294,7 +294,12 @@ fn many_writers_stay_under_the_dirty_limit_and_read_back_right() {
 fn removing_a_closed_file_drops_its_pages_and_its_dirty_state() {
     let dir = test_dir();
     let path = dir.path().join("f");
-    let cache = cache(16 << 20);
+    // Without write-behind: the 1 MiB append would be on its way to the disk at once.
+    let cache = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .write_behind_bytes(0)
+        .build()
+        .unwrap();
     let file = cache
         .open_options()
         .write(true)
@@ -491,7 +496,7 @@ fn appends_are_written_behind_before_any_sync() {
     assert_eq!(cache.stats().dirty_pages, 0);
 }
 
-/// `write_behind_bytes(0)` turns it off, and writes that do not reach the end of the file
+/// `write_behind_bytes(0)` turns it off, and writes that do not pass the end of the file
 /// are never written behind: their pages wait for a sync, as the kernel's do.
 #[test]
 fn overwrites_and_a_cache_without_write_behind_leave_pages_dirty() {
@@ -523,6 +528,24 @@ fn overwrites_and_a_cache_without_write_behind_leave_pages_dirty() {
     let mut want = pattern(5, 0, 4 << 20);
     want[1 << 20..3 << 20].copy_from_slice(&pattern(6, 1 << 20, 2 << 20));
     assert!(on_disk(&inside) == want, "after sync_data");
+
+    // A file grown by set_len, then filled: its last write ends at the end of the file
+    // but does not pass it, so it is not an append either.
+    let grown = dir.path().join("grown");
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&grown)
+        .unwrap();
+    file.set_len(2 << 20).unwrap();
+    let before = cache.stats().pages_written_back;
+    append(&file, 7, 0, 2 << 20);
+    std::thread::sleep(Duration::from_millis(200));
+    let s = cache.stats();
+    assert_eq!(s.pages_written_back, before, "filling a grown file: {s:?}");
+    file.sync_data().unwrap();
+    assert!(on_disk(&grown) == pattern(7, 0, 2 << 20), "after sync_data");
 }
 
 /// Cutting the file back with `set_len` moves write-behind back with it: appends after

@@ -150,6 +150,7 @@ impl File {
         let counters = &core.mem.counters;
         let write = &self.mapping.write;
         write.note_written();
+        let size_before = self.mapping.size_bytes();
         self.reserve_space(offset, end)?;
         let piece_pages = core.mem.dirty.charge_max_pages();
         let mut done = 0usize;
@@ -181,33 +182,40 @@ impl File {
         if core.mem.dirty.over_background() {
             core.dirty_files.kick();
         }
-        self.write_behind(end);
+        self.write_behind(offset, end, size_before);
         Ok(buf.len())
     }
 
-    /// Write-behind (`CacheBuilder::write_behind_bytes`): a write that reached the end of
-    /// the file leaves whole pages behind it that an appending writer will not touch
-    /// again. Once `Core::write_behind_pages` of them have gathered since the last time,
-    /// the writeback thread is handed their range and starts their writeback (B1-B2 with
-    /// `Take::Dirty`, as `File::writeback`), and the writer goes on: its next sync then
-    /// finds most of what it must make durable written or in flight, and waits for the
-    /// device only for the rest. The submission is the writeback thread's, not the
-    /// writer's: ext4 cannot issue an O_DIRECT write that extends the file without
-    /// blocking, so io_uring tries it inline and then hands it to a worker, and submitted
-    /// from the writer that put an append's p99 at 150 us (reference VM). The folio the
-    /// writer is still filling (the one that holds byte `end`) is left out, so that the
-    /// next append never waits for its write (stable pages, W2).
+    /// Write-behind (`CacheBuilder::write_behind_bytes`): an append (a write from at or
+    /// before the end of the file, `size_before`, to past it) leaves whole pages behind it
+    /// that the writer will not touch again. Once `Core::write_behind_pages` of them have
+    /// gathered since the last time, the writeback thread is handed their range and starts
+    /// their writeback (B1-B2 with `Take::Dirty`, as `File::writeback`), and the writer
+    /// goes on: its next sync then finds most of what it must make durable written or in
+    /// flight, and waits for the device only for the rest. The submission is the
+    /// writeback thread's, not the writer's: ext4 cannot issue an O_DIRECT write that
+    /// extends the file without blocking, so io_uring tries it inline and then hands it
+    /// to a worker, and submitted from the writer that put an append's p99 at 150 us
+    /// (reference VM). The folio the writer is still filling (the one that holds byte
+    /// `end`) is left out, so that the next append never waits for its write (stable
+    /// pages, W2). A write inside the file is not an append (a random overwrite that
+    /// touches the last page, a file grown by `set_len` being filled); a write past the
+    /// end leaves a hole and starts a new run of appends at its first page.
     ///
     /// Measured (writeseq, 8 KiB appends, a sync every 1 MiB): see docs/writes.md.
     ///
     /// Context: no lock held; does not wait for I/O.
-    fn write_behind(&self, end: u64) {
+    fn write_behind(&self, offset: u64, end: u64, size_before: u64) {
         let core = self.core();
         let pages = core.write_behind_pages;
-        if pages == 0 || end < self.mapping.size_bytes() {
+        let behind = &self.mapping.write.behind;
+        if pages == 0 || end <= size_before {
             return; // off, or not an append
         }
-        let behind = &self.mapping.write.behind;
+        if offset > size_before {
+            behind.store(PageIndex::containing(offset).0, Ordering::Relaxed);
+            return; // a hole: appends start again here
+        }
         let from = behind.load(Ordering::Relaxed);
         let mut to = PageIndex::containing(end);
         if let crate::index::Entry::Folio { head, order, .. } =
