@@ -198,11 +198,12 @@ impl CacheBuilder {
         self
     }
 
-    /// Write-behind: once a writer that appends (each write reaching the end of the file)
-    /// has left this many bytes of whole pages dirty behind it, their writeback starts,
-    /// without waiting for it, so that the next sync finds most of them on the device
-    /// already. 0 turns it off (appended pages then wait for a sync, the dirty expiry or
-    /// the background threshold, as the kernel's do). Default: 256 KiB.
+    /// Write-behind: once a writer that appends (each write starts at or before the end of
+    /// the file and passes it) has left this many bytes of whole pages dirty behind it,
+    /// their writeback starts, without waiting for it, so that the next sync finds most of
+    /// them on the device already. Writes inside the file are never written behind. 0
+    /// turns it off (appended pages then wait for a sync, the dirty expiry or the
+    /// background threshold, as the kernel's do). Default: 256 KiB.
     pub fn write_behind_bytes(mut self, bytes: u64) -> Self {
         self.write_behind_bytes = bytes;
         self
