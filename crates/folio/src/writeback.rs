@@ -626,7 +626,8 @@ fn flush(backend: &dyn Backend, fd: &Arc<StdFile>, kind: FlushKind) -> io::Resul
 }
 
 /// The background writeback thread's body: every `BACKGROUND_PERIOD` (or when woken),
-/// writes back every dirty file while the cache is above the background threshold, and
+/// starts the ranges appending writers handed over (`File::write_behind`), then writes
+/// back every dirty file while the cache is above the background threshold, and
 /// otherwise the files dirty for longer than the expiry. Returns when the cache stops.
 ///
 /// Context: its own thread ("folio-writeback").
