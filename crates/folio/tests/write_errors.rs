@@ -19,19 +19,20 @@
 //!
 //! Why through the public API only: these are the promises a storage engine builds on
 //! (PostgreSQL lost acknowledged data in 2018 to a kernel that broke the first one).
-//! Every wait is bounded (`WAIT_MAX`), so a hang fails the test instead of the run.
+//! Every wait is bounded (`WAIT_MAX`; a wait for stats by `common::STATS_WAIT_MAX`), so a
+//! hang fails the test instead of the run.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{pattern, test_dir, write_pattern_file};
+use common::{pattern, test_dir, wait_for_stats, write_pattern_file};
 use folio::io::fault::{FaultBackend, FaultControl};
 use folio::io::pread::PreadBackend;
-use folio::{Advice, Cache, CacheBuilder, Stats};
+use folio::{Advice, Cache, CacheBuilder};
 
 const SALT: u64 = 0xe770;
 
@@ -54,22 +55,6 @@ fn quiet_builder() -> CacheBuilder {
         .dirty_limit_bytes(16 << 20)
         .dirty_background_bytes(16 << 20)
         .dirty_expire(Duration::from_secs(600))
-}
-
-/// Waits until `done(stats)`, failing the test after `WAIT_MAX`.
-fn wait_for_stats(cache: &Cache, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
-    let started = Instant::now();
-    loop {
-        let s = cache.stats();
-        if done(&s) {
-            return s;
-        }
-        assert!(
-            started.elapsed() < WAIT_MAX,
-            "waited {WAIT_MAX:?} for {what}: {s:?}"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
 }
 
 /// Runs `f` on a thread of its own and returns its result, failing the test if it takes

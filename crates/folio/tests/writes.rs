@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{pattern, test_dir, write_pattern_file};
+use common::{pattern, test_dir, wait_for_stats, write_pattern_file};
 use folio::Cache;
 
 fn cache(capacity: u64) -> Cache {
@@ -446,18 +446,6 @@ fn append(file: &folio::File, seed: u64, from: u64, len: u64) {
     }
 }
 
-/// Waits (up to 10 s) until `done` holds of the cache's stats.
-fn wait_for_stats(cache: &Cache, done: impl Fn(&folio::Stats) -> bool) -> folio::Stats {
-    let started = std::time::Instant::now();
-    loop {
-        let s = cache.stats();
-        if done(&s) || started.elapsed() > Duration::from_secs(10) {
-            return s;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Write-behind: an appending writer's whole pages go to the device in 256 KiB steps
 /// without a sync, and the bytes on disk are the written ones; the page the writer is
 /// still filling stays dirty, and the sync writes the rest.
@@ -475,7 +463,7 @@ fn appends_are_written_behind_before_any_sync() {
     let len = (1 << 20) + 5000; // the last page is partial
     append(&file, 3, 0, len);
     // Every whole page up to the last 256 KiB step is written behind: 1 MiB of 1 MiB + 5000.
-    let s = wait_for_stats(&cache, |s| s.pages_written_back >= 256);
+    let s = wait_for_stats(&cache, "write-behind", |s| s.pages_written_back >= 256);
     assert!(s.pages_written_back >= 256, "{s:?}");
     assert!(
         s.dirty_pages >= 2,
@@ -562,11 +550,14 @@ fn write_behind_follows_the_end_back_after_set_len() {
         .open(&path)
         .unwrap();
     append(&file, 7, 0, 1 << 20);
-    let before = wait_for_stats(&cache, |s| s.pages_written_back >= 192).pages_written_back;
+    let before =
+        wait_for_stats(&cache, "write-behind", |s| s.pages_written_back >= 192).pages_written_back;
     assert!(before >= 192, "{before} pages written behind");
     file.set_len(64 << 10).unwrap();
     append(&file, 8, 64 << 10, 1 << 20);
-    let s = wait_for_stats(&cache, |s| s.pages_written_back >= before + 192);
+    let s = wait_for_stats(&cache, "write-behind after the cut", |s| {
+        s.pages_written_back >= before + 192
+    });
     assert!(s.pages_written_back >= before + 192, "after the cut: {s:?}");
     file.sync_data().unwrap();
     let mut want = pattern(7, 0, 64 << 10);

@@ -6,6 +6,13 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use folio::{Cache, Stats};
+
+/// How long `wait_for_stats` waits before it fails the test (a hang fails the test
+/// instead of the run).
+pub const STATS_WAIT_MAX: Duration = Duration::from_secs(30);
 
 /// A directory on a file system that accepts O_DIRECT (/tmp may be tmpfs, which does
 /// not), removed when dropped.
@@ -72,4 +79,21 @@ pub fn write_pattern_file(path: &Path, salt: u64, len: u64) {
         at += n;
     }
     file.into_inner().unwrap().sync_all().unwrap();
+}
+
+/// Waits until `done(stats)` holds of `cache`'s stats, failing the test after
+/// `STATS_WAIT_MAX`.
+pub fn wait_for_stats(cache: &Cache, what: &str, done: impl Fn(&Stats) -> bool) -> Stats {
+    let started = Instant::now();
+    loop {
+        let s = cache.stats();
+        if done(&s) {
+            return s;
+        }
+        assert!(
+            started.elapsed() < STATS_WAIT_MAX,
+            "waited {STATS_WAIT_MAX:?} for {what}: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
