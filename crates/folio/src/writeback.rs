@@ -697,11 +697,7 @@ mod tests {
     /// bytes never written (found by `tests/write_model.rs`).
     #[test]
     fn the_background_writes_a_tail_block_a_sync_tagged() {
-        let dir = tempfile::Builder::new()
-            .prefix("folio-writeback-test-")
-            .tempdir_in("/var/tmp")
-            .or_else(|_| tempfile::tempdir())
-            .unwrap();
+        let dir = crate::io::testing::temp_dir();
         let path = dir.path().join("f");
         let cache = Cache::builder()
             .capacity_bytes(16 << 20)

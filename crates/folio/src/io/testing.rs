@@ -77,7 +77,7 @@ pub struct TestFile {
 
 /// A directory under /var/tmp (on the root file system, where O_DIRECT works, unlike
 /// tmpfs), or in the default temp directory if that fails.
-fn temp_dir() -> tempfile::TempDir {
+pub fn temp_dir() -> tempfile::TempDir {
     tempfile::Builder::new()
         .prefix("folio-io-test-")
         .tempdir_in("/var/tmp")
