@@ -130,6 +130,11 @@
 #define FOLIO_DIRTY_EXPIRE_MS_DEFAULT 5000
 
 /**
+ * The write-behind threshold `folio_cache_options_init` sets: 256 KiB.
+ */
+#define FOLIO_WRITE_BEHIND_BYTES_DEFAULT 262144
+
+/**
  * `folio_read_hint`: an ordinary read (the handle's advice decides).
  */
 #define FOLIO_READ_NORMAL 0
@@ -246,6 +251,15 @@ typedef struct folio_cache_options {
      * _SMALL or _HUGE. See docs/benchmarks.md, "Arena pages".
      */
     uint32_t arena_pages;
+    /**
+     * Write-behind: once a writer that appends (each write starts at or before the end
+     * of the file and passes it) has left this many bytes of whole pages dirty behind
+     * it, their writeback starts without waiting for it, so that the next sync finds
+     * most of them on the device. Writes inside the file are never written behind.
+     * 0: off (appended pages wait for a sync, the dirty expiry or the background
+     * threshold). Default: FOLIO_WRITE_BEHIND_BYTES_DEFAULT.
+     */
+    uint32_t write_behind_bytes;
 } folio_cache_options;
 
 /**
@@ -523,7 +537,8 @@ extern "C" {
  * Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
  * FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
  * prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
- * threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO, and `size` set.
+ * threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
+ * FOLIO_WRITE_BEHIND_BYTES_DEFAULT, and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *

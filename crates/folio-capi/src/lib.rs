@@ -139,6 +139,8 @@ pub const FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT: u32 = 20;
 pub const FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT: u32 = 10;
 /// The expiry age of dirty data `folio_cache_options_init` sets: 5 s.
 pub const FOLIO_DIRTY_EXPIRE_MS_DEFAULT: u32 = 5000;
+/// The write-behind threshold `folio_cache_options_init` sets: 256 KiB.
+pub const FOLIO_WRITE_BEHIND_BYTES_DEFAULT: u32 = 262144;
 
 const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
 const _: () =
@@ -148,6 +150,8 @@ const _: () = assert!(
 );
 const _: () =
     assert!(FOLIO_DIRTY_EXPIRE_MS_DEFAULT as u128 == folio_rs::DIRTY_EXPIRE_DEFAULT.as_millis());
+const _: () =
+    assert!(FOLIO_WRITE_BEHIND_BYTES_DEFAULT as u64 == folio_rs::WRITE_BEHIND_BYTES_DEFAULT);
 
 /// How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
 #[repr(C)]
@@ -192,13 +196,21 @@ pub struct folio_cache_options {
     /// pages for readahead's large folios, 4 KiB pages for random reads' small ones),
     /// _SMALL or _HUGE. See docs/benchmarks.md, "Arena pages".
     pub arena_pages: u32,
+    /// Write-behind: once a writer that appends (each write starts at or before the end
+    /// of the file and passes it) has left this many bytes of whole pages dirty behind
+    /// it, their writeback starts without waiting for it, so that the next sync finds
+    /// most of them on the device. Writes inside the file are never written behind.
+    /// 0: off (appended pages wait for a sync, the dirty expiry or the background
+    /// threshold). Default: FOLIO_WRITE_BEHIND_BYTES_DEFAULT.
+    pub write_behind_bytes: u32,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
-// and at the end, so the earlier fields kept their offsets.
+// and `arena_pages` and at the end, so the earlier fields kept their offsets.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 56);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, write_behind_bytes) == 60);
 const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 64);
 
 fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
@@ -221,13 +233,15 @@ fn cache_options_default() -> folio_cache_options {
         dirty_limit_bytes: 0,
         dirty_background_bytes: 0,
         arena_pages: FOLIO_ARENA_PAGES_AUTO,
+        write_behind_bytes: FOLIO_WRITE_BEHIND_BYTES_DEFAULT,
     }
 }
 
 /// Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
 /// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
 /// prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
-/// threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO, and `size` set.
+/// threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
+/// FOLIO_WRITE_BEHIND_BYTES_DEFAULT, and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -319,6 +333,7 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
         .eviction(eviction)
         .prefault(prefault)
         .arena_pages(arena_pages)
+        .write_behind_bytes(u64::from(opts.write_behind_bytes))
         .dirty_expire(Duration::from_millis(u64::from(opts.dirty_expire_ms)));
     let (limit_bytes, background_bytes) = dirty_thresholds(opts)?;
     if let Some(bytes) = limit_bytes {

@@ -95,6 +95,7 @@ static void test_options_and_create(void) {
     CHECK(o.arena_pages == FOLIO_ARENA_PAGES_AUTO);
     CHECK(o.dirty_expire_ms == FOLIO_DIRTY_EXPIRE_MS_DEFAULT);
     CHECK(o.dirty_limit_bytes == 0 && o.dirty_background_bytes == 0);
+    CHECK(o.write_behind_bytes == FOLIO_WRITE_BEHIND_BYTES_DEFAULT);
 
     CHECK(folio_cache_create(&o, NULL) == -EFAULT);
     o.capacity_bytes = FOLIO_CAPACITY_BYTES_MIN - 1;
@@ -1057,6 +1058,68 @@ static void test_dirty_options(void) {
     unlink(path);
 }
 
+/* write_behind_bytes: an appending writer's pages are written back before any sync (the
+   default), or stay dirty until one (0). A minute's expiry and a roomy dirty limit, so
+   that nothing else writes them. */
+static void test_write_behind(void) {
+    enum { APPEND_BYTES = 1u << 20 };
+    folio_cache_options o;
+    folio_cache c;
+    folio_file f;
+    folio_stats s;
+    char path[4200];
+    uint8_t b[65536];
+    uint8_t *back = malloc(APPEND_BYTES);
+    int ok = 1;
+
+    CHECK(back != NULL);
+    snprintf(path, sizeof path, "%s.behind", path_pattern);
+    for (int on = 1; on >= 0; on--) {
+        unlink(path);
+        folio_cache_options_init(&o);
+        o.capacity_bytes = 16u << 20;
+        o.dirty_limit_bytes = 8u << 20;
+        o.dirty_background_bytes = 8u << 20;
+        o.dirty_expire_ms = 60000;
+        if (!on) o.write_behind_bytes = 0;
+        CHECK(folio_cache_create(&o, &c) == 0);
+        CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &f) == 0);
+        for (uint64_t off = 0; off < APPEND_BYTES && ok; off += sizeof b) {
+            for (size_t j = 0; j < sizeof b; j++) b[j] = written(off + j, 5);
+            ok = folio_write(f, b, sizeof b, off) == (int64_t)sizeof b;
+        }
+        CHECK(ok);
+        if (on) {
+            /* Every 256 KiB appended starts a writeback; the folio being filled waits. */
+            int behind = 0;
+            for (int i = 0; i < 500 && !behind; i++) { /* at most 5 s */
+                behind = folio_cache_stats(c, &s) == 0 && s.pages_written_back >= 192;
+                if (!behind) usleep(10000);
+            }
+            CHECK(behind);
+            CHECK(s.syncs == 0);
+            int same = read_disk(path, back, 768u << 10, 0) == (int64_t)(768u << 10);
+            for (uint64_t i = 0; same && i < (768u << 10); i++) same = back[i] == written(i, 5);
+            CHECK(same);
+        } else {
+            usleep(300000);
+            CHECK(folio_cache_stats(c, &s) == 0);
+            CHECK(s.dirty_pages == APPEND_BYTES / 4096 && s.pages_written_back == 0);
+        }
+        /* Either way a sync writes the whole file. */
+        CHECK(folio_sync(f, FOLIO_SYNC_DATA, 0, 0) == 0);
+        {
+            int same = read_disk(path, back, APPEND_BYTES, 0) == (int64_t)APPEND_BYTES;
+            for (uint64_t i = 0; same && i < APPEND_BYTES; i++) same = back[i] == written(i, 5);
+            CHECK(same);
+        }
+        CHECK(folio_close(f) == 0);
+        CHECK(folio_cache_destroy(c) == 0);
+    }
+    unlink(path);
+    free(back);
+}
+
 /* folio_remove_file: unlinks, and drops a closed file's pages (dirty ones too) and what the
    cache kept of it; with a handle open or another link, the pages stay for them. */
 static void test_remove_file(folio_cache c) {
@@ -1278,6 +1341,7 @@ int main(int argc, char **argv) {
     test_eviction(FOLIO_EVICTION_S3FIFO);
     test_eviction(FOLIO_EVICTION_TWO_LIST_LRU);
     test_dirty_options();
+    test_write_behind();
 
     printf("abi_test: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
