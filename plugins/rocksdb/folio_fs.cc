@@ -436,6 +436,7 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   o.dirty_limit_bytes = opts.dirty_limit_bytes;
   o.dirty_background_bytes = opts.dirty_background_bytes;
   o.dirty_expire_ms = opts.dirty_expire_ms;
+  o.write_behind_bytes = opts.write_behind_bytes;
   folio_cache cache{};
   const int rc = folio_cache_create(&o, &cache);
   if (rc < 0) {

@@ -68,6 +68,7 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_DIRTY_LIMIT", "dirty_limit"},
     {"FOLIO_DIRTY_BACKGROUND", "dirty_background"},
     {"FOLIO_DIRTY_EXPIRE", "dirty_expire"},
+    {"FOLIO_WRITE_BEHIND", "write_behind"},
 };
 
 }  // namespace
@@ -88,7 +89,8 @@ bool Options::operator==(const Options& o) const {
          arena_pages == o.arena_pages &&          hints == o.hints && writes == o.writes && cold_writes == o.cold_writes &&
          dirty_limit_bytes == o.dirty_limit_bytes &&
          dirty_background_bytes == o.dirty_background_bytes &&
-         dirty_expire_ms == o.dirty_expire_ms && stats == o.stats &&
+         dirty_expire_ms == o.dirty_expire_ms && write_behind_bytes == o.write_behind_bytes &&
+         stats == o.stats &&
          stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
@@ -106,7 +108,8 @@ std::string Options::Describe() const {
                   " cache_cold_writes=" + (cold_writes == ColdWrites::kCache ? "1" : "0") +
                   " dirty_limit=" + std::to_string(dirty_limit_bytes) +
                   " dirty_background=" + std::to_string(dirty_background_bytes) +
-                  " dirty_expire=" + std::to_string(dirty_expire_ms) + "ms stats=";
+                  " dirty_expire=" + std::to_string(dirty_expire_ms) + "ms" +
+                  " write_behind=" + std::to_string(write_behind_bytes) + " stats=";
   switch (stats) {
     case StatsSink::kNone:
       s += "0";
@@ -301,6 +304,15 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     }
     return true;
   }
+  if (k == "write_behind") {
+    uint64_t bytes = 0;
+    if (!ParseBytes(value, &bytes) || bytes > UINT32_MAX) {
+      *error = "write_behind: '" + value + "' is not a size below 4G (e.g. 256K, 1M, 0: off)";
+      return false;
+    }
+    opts->write_behind_bytes = static_cast<uint32_t>(bytes);
+    return true;
+  }
   if (k == "stats") {
     bool on = false;
     if (ParseFlag(value, &on)) {
@@ -327,7 +339,7 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
   *error = "unknown option '" + key +
            "' (known: capacity, readahead_max, prefetch_ahead, prefault, arena_pages, backend, "
            "eviction, pread_threads, hints, writes, cache_cold_writes, dirty_limit, "
-           "dirty_background, dirty_expire, stats, verbose)";
+           "dirty_background, dirty_expire, write_behind, stats, verbose)";
   return false;
 }
 

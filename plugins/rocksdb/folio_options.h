@@ -6,7 +6,8 @@
 //
 // The cache's options start from folio_cache_options_init, the library's own defaults, so
 // each has one source (FOLIO_CAPACITY_BYTES_DEFAULT, FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
-// the auto backend, S3-FIFO, no prefault, auto arena pages, the dirty thresholds and expiry), and the plugin
+// the auto backend, S3-FIFO, no prefault, auto arena pages, the dirty thresholds and expiry,
+// write-behind), and the plugin
 // differs from none. It adds only options of its own (prefetch_ahead, hints, writes,
 // cache_cold_writes, stats, verbose). Table files are
 // advised random (RocksDB's advise_random_on_open, passed on by hints=1), so folio's own
@@ -41,6 +42,9 @@
 //                                                  (0: 10% of the capacity)
 //   dirty_expire   FOLIO_DIRTY_EXPIRE    folio's   age of dirty data the background writeback
 //                                                  writes (5s; 500ms; a bare number: ms)
+//   write_behind   FOLIO_WRITE_BEHIND    folio's   bytes an appending writer (WAL, SST) leaves
+//                                                  dirty before their writeback starts,
+//                                                  ahead of the sync (256K; 0: off)
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -95,6 +99,9 @@ struct Options {
   uint64_t dirty_limit_bytes = FolioDefaults().dirty_limit_bytes;
   uint64_t dirty_background_bytes = FolioDefaults().dirty_background_bytes;
   uint32_t dirty_expire_ms = FolioDefaults().dirty_expire_ms;
+  // Bytes of whole pages an appending writer leaves dirty before their writeback starts
+  // (0: off).
+  uint32_t write_behind_bytes = FolioDefaults().write_behind_bytes;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;

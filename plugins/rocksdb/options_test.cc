@@ -86,6 +86,8 @@ int main() {
     CHECK(o.dirty_background_bytes == lib.dirty_background_bytes);
     CHECK(o.dirty_expire_ms == lib.dirty_expire_ms);
     CHECK(o.dirty_expire_ms == FOLIO_DIRTY_EXPIRE_MS_DEFAULT);
+    CHECK(o.write_behind_bytes == lib.write_behind_bytes);
+    CHECK(o.write_behind_bytes == FOLIO_WRITE_BEHIND_BYTES_DEFAULT);
     // The plugin's own: every DB file through folio, every written file cached.
     CHECK(o.writes == Options::Writes::kThroughFolio);
     CHECK(o.cold_writes == Options::ColdWrites::kCache);
@@ -115,11 +117,23 @@ int main() {
     CHECK(!Uri("folio://?cache_cold_writes=2", &o, &e) &&
           e.find("cache_cold_writes") != std::string::npos);
     CHECK(!Uri("folio://?writes=maybe", &o, &e) && e.find("writes") != std::string::npos);
+    // Write-behind: a size, 0 turns it off, 4G and above is refused.
+    CHECK(Uri("folio://?write_behind=1M", &o));
+    CHECK(o.write_behind_bytes == (1u << 20));
+    CHECK(o.Describe().find(" write_behind=1048576 ") != std::string::npos);
+    CHECK(Uri("folio://?write_behind=0", &o));
+    CHECK(o.write_behind_bytes == 0);
+    CHECK(!Uri("folio://?write_behind=4G", &o, &e) && e.find("write_behind") != std::string::npos);
+    CHECK(!Uri("folio://?write_behind=soon", &o, &e) && e.find("write_behind") != std::string::npos);
+    CHECK(o.write_behind_bytes == 0);  // a refused value changes nothing
     Options a, b;
     b.cold_writes = Options::ColdWrites::kDrop;
     CHECK(a != b);
     b = a;
     b.dirty_expire_ms = 1;
+    CHECK(a != b);
+    b = a;
+    b.write_behind_bytes = 0;
     CHECK(a != b);
   }
   {
@@ -127,9 +141,11 @@ int main() {
     setenv("FOLIO_DIRTY_LIMIT", "32M", 1);
     setenv("FOLIO_DIRTY_EXPIRE", "100ms", 1);
     setenv("FOLIO_CACHE_COLD_WRITES", "0", 1);
+    setenv("FOLIO_WRITE_BEHIND", "64K", 1);
     Options o;
     std::string e;
     CHECK(ApplyEnvironment(&o, &e));
+    CHECK(o.write_behind_bytes == (64u << 10));
     CHECK(o.dirty_limit_bytes == (32u << 20));
     CHECK(o.dirty_expire_ms == 100);
     CHECK(o.cold_writes == Options::ColdWrites::kDrop);
@@ -141,6 +157,7 @@ int main() {
     unsetenv("FOLIO_DIRTY_LIMIT");
     unsetenv("FOLIO_DIRTY_EXPIRE");
     unsetenv("FOLIO_CACHE_COLD_WRITES");
+    unsetenv("FOLIO_WRITE_BEHIND");
   }
   {
     Options o, defaults;
