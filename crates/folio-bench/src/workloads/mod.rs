@@ -233,10 +233,15 @@ pub enum System {
     /// The whole `limits` O_DIRECT grid, one turn of it (not a row: its points are
     /// `odirect-qd32` and `odirect-best`).
     ODirectGrid,
+    /// The first write to each page of fresh anonymous memory on 4 KiB pages: how fast
+    /// the machine hands a cache in user space memory it has not touched yet.
+    Fresh4k,
+    /// The same on transparent huge pages.
+    FreshHuge,
 }
 
 impl System {
-    pub const ALL: [System; 11] = [
+    pub const ALL: [System; 13] = [
         System::Folio,
         System::FolioPinned,
         System::FolioAsync,
@@ -248,6 +253,8 @@ impl System {
         System::ODirectQd32,
         System::ODirectBest,
         System::ODirectGrid,
+        System::Fresh4k,
+        System::FreshHuge,
     ];
 
     /// The system's name in the tables and the JSON.
@@ -264,6 +271,8 @@ impl System {
             System::ODirectQd32 => "odirect-qd32",
             System::ODirectBest => "odirect-best",
             System::ODirectGrid => "odirect-grid",
+            System::Fresh4k => "fresh-4k",
+            System::FreshHuge => "fresh-huge",
         }
     }
 
@@ -608,7 +617,9 @@ mod tests {
                 "memcpy",
                 "odirect-qd32",
                 "odirect-best",
-                "odirect-grid"
+                "odirect-grid",
+                "fresh-4k",
+                "fresh-huge"
             ]
         );
         for system in System::ALL {
