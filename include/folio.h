@@ -259,7 +259,7 @@ typedef struct folio_cache_options {
      * 0: off (appended pages wait for a sync, the dirty expiry or the background
      * threshold). Default: FOLIO_WRITE_BEHIND_BYTES_DEFAULT.
      */
-    uint32_t write_behind_bytes;
+    uint64_t write_behind_bytes;
 } folio_cache_options;
 
 /**

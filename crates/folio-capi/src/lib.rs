@@ -140,7 +140,7 @@ pub const FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT: u32 = 10;
 /// The expiry age of dirty data `folio_cache_options_init` sets: 5 s.
 pub const FOLIO_DIRTY_EXPIRE_MS_DEFAULT: u32 = 5000;
 /// The write-behind threshold `folio_cache_options_init` sets: 256 KiB.
-pub const FOLIO_WRITE_BEHIND_BYTES_DEFAULT: u32 = 262144;
+pub const FOLIO_WRITE_BEHIND_BYTES_DEFAULT: u64 = 262144;
 
 const _: () = assert!(FOLIO_READAHEAD_MAX_BYTES_DEFAULT == folio_rs::READAHEAD_MAX_BYTES_DEFAULT);
 const _: () =
@@ -150,8 +150,7 @@ const _: () = assert!(
 );
 const _: () =
     assert!(FOLIO_DIRTY_EXPIRE_MS_DEFAULT as u128 == folio_rs::DIRTY_EXPIRE_DEFAULT.as_millis());
-const _: () =
-    assert!(FOLIO_WRITE_BEHIND_BYTES_DEFAULT as u64 == folio_rs::WRITE_BEHIND_BYTES_DEFAULT);
+const _: () = assert!(FOLIO_WRITE_BEHIND_BYTES_DEFAULT == folio_rs::WRITE_BEHIND_BYTES_DEFAULT);
 
 /// How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
 #[repr(C)]
@@ -202,16 +201,19 @@ pub struct folio_cache_options {
     /// most of them on the device. Writes inside the file are never written behind.
     /// 0: off (appended pages wait for a sync, the dirty expiry or the background
     /// threshold). Default: FOLIO_WRITE_BEHIND_BYTES_DEFAULT.
-    pub write_behind_bytes: u32,
+    pub write_behind_bytes: u64,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
-// and `arena_pages` and at the end, so the earlier fields kept their offsets.
+// and at the end, so the earlier fields kept their offsets. `write_behind_bytes` came at
+// the end (after four bytes of padding) rather than in that padding, so that the size
+// changed (64 to 72) and `size` refuses a caller built against the older header instead
+// of reading its padding as the field.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 56);
-const _: () = assert!(std::mem::offset_of!(folio_cache_options, write_behind_bytes) == 60);
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 64);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, write_behind_bytes) == 64);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 72);
 
 fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
     Failure::new(
@@ -333,7 +335,7 @@ fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
         .eviction(eviction)
         .prefault(prefault)
         .arena_pages(arena_pages)
-        .write_behind_bytes(u64::from(opts.write_behind_bytes))
+        .write_behind_bytes(opts.write_behind_bytes)
         .dirty_expire(Duration::from_millis(u64::from(opts.dirty_expire_ms)));
     let (limit_bytes, background_bytes) = dirty_thresholds(opts)?;
     if let Some(bytes) = limit_bytes {
