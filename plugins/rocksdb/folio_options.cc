@@ -305,12 +305,10 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return true;
   }
   if (k == "write_behind") {
-    uint64_t bytes = 0;
-    if (!ParseBytes(value, &bytes) || bytes > UINT32_MAX) {
-      *error = "write_behind: '" + value + "' is not a size below 4G (e.g. 256K, 1M, 0: off)";
+    if (!ParseBytes(value, &opts->write_behind_bytes)) {
+      *error = "write_behind: '" + value + "' is not a size (e.g. 256K, 1M, 0: off)";
       return false;
     }
-    opts->write_behind_bytes = static_cast<uint32_t>(bytes);
     return true;
   }
   if (k == "stats") {

@@ -6,9 +6,8 @@
 //
 // The cache's options start from folio_cache_options_init, the library's own defaults, so
 // each has one source (FOLIO_CAPACITY_BYTES_DEFAULT, FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
-// the auto backend, S3-FIFO, no prefault, auto arena pages, the dirty thresholds and expiry,
-// write-behind), and the plugin
-// differs from none. It adds only options of its own (prefetch_ahead, hints, writes,
+// the auto backend, S3-FIFO, no prefault, auto arena pages, the dirty thresholds and
+// expiry, write-behind), and the plugin differs from none. It adds only options of its own (prefetch_ahead, hints, writes,
 // cache_cold_writes, stats, verbose). Table files are
 // advised random (RocksDB's advise_random_on_open, passed on by hints=1), so folio's own
 // readahead window serves only other hints and hints=0; RocksDB's Prefetch calls are
@@ -101,7 +100,7 @@ struct Options {
   uint32_t dirty_expire_ms = FolioDefaults().dirty_expire_ms;
   // Bytes of whole pages an appending writer leaves dirty before their writeback starts
   // (0: off).
-  uint32_t write_behind_bytes = FolioDefaults().write_behind_bytes;
+  uint64_t write_behind_bytes = FolioDefaults().write_behind_bytes;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;

@@ -117,14 +117,18 @@ int main() {
     CHECK(!Uri("folio://?cache_cold_writes=2", &o, &e) &&
           e.find("cache_cold_writes") != std::string::npos);
     CHECK(!Uri("folio://?writes=maybe", &o, &e) && e.find("writes") != std::string::npos);
-    // Write-behind: a size, 0 turns it off, 4G and above is refused.
+    // Write-behind: a size, 0 turns it off.
     CHECK(Uri("folio://?write_behind=1M", &o));
     CHECK(o.write_behind_bytes == (1u << 20));
     CHECK(o.Describe().find(" write_behind=1048576 ") != std::string::npos);
     CHECK(Uri("folio://?write_behind=0", &o));
     CHECK(o.write_behind_bytes == 0);
-    CHECK(!Uri("folio://?write_behind=4G", &o, &e) && e.find("write_behind") != std::string::npos);
+    CHECK(Uri("folio://?write_behind=8G", &o));
+    CHECK(o.write_behind_bytes == (uint64_t{8} << 30));
+    CHECK(Uri("folio://?write_behind=0", &o));
     CHECK(!Uri("folio://?write_behind=soon", &o, &e) && e.find("write_behind") != std::string::npos);
+    CHECK(!Uri("folio://?write_behind=99999999T", &o, &e) &&
+          e.find("write_behind") != std::string::npos);  // past 2^64
     CHECK(o.write_behind_bytes == 0);  // a refused value changes nothing
     Options a, b;
     b.cold_writes = Options::ColdWrites::kDrop;
