@@ -164,7 +164,8 @@ fn color_of(system: &str, index: usize) -> RGBColor {
         Some(System::FolioPrefault) => RGBColor(0x17, 0xbe, 0xcf),
         Some(System::ODirectQd32) => RGBColor(0x94, 0x67, 0xbd),
         Some(System::ODirectBest | System::ODirectGrid) => RGBColor(0xe3, 0x77, 0xc2),
-        Some(System::Fresh4k | System::FreshHuge) => RGBColor(0x8c, 0x8c, 0x8c),
+        Some(System::Fresh4k) => RGBColor(0x7f, 0x7f, 0x7f),
+        Some(System::FreshHuge) => RGBColor(0x8c, 0x56, 0x4b),
         // A row of a JSON file written by another version.
         None => [RGBColor(0x8c, 0x56, 0x4b), RGBColor(0x7f, 0x7f, 0x7f)][index % 2],
     }

@@ -14,13 +14,13 @@
 //! also reported as a fraction of the ceiling (`of_odirect_ceiling`). Where `fio` is on
 //! PATH (and `--fio auto`), fio itself reads the same file in the same run
 //! (`--ioengine=io_uring --direct=1 --rw=read`, 1 MiB x 32 and 4 MiB x 4) and the report
-//! carries fio's best and the ratio of ours to it (the target: >= 0.95). And the ceiling
-//! of a miss into memory never touched before: `fresh-4k` and `fresh-huge`, one thread
-//! writing one byte to each 4 KiB page of a fresh anonymous mapping as large as the file
-//! (4 KiB pages, then huge pages advised), which is what a cache in user space pays once
-//! for every page it caches into a fresh arena and the kernel's page cache never pays (its
-//! pages are filled by DMA, not zeroed). A fresh cache's cold scan cannot run faster than
-//! this for long: the populator and the readers share it.
+//! carries fio's best and the ratio of ours to it (the target: >= 0.95). And what a
+//! miss into memory never touched before costs besides the disk: `fresh-4k` and
+//! `fresh-huge`, one thread writing one byte to each 4 KiB page of a fresh anonymous
+//! mapping as large as the file (4 KiB pages, then huge pages advised). A cache in user
+//! space pays that once for every page it caches into a fresh arena, and the kernel's
+//! page cache never does (its pages are filled by DMA, not zeroed). It is a cost per page,
+//! not a ceiling: folio's populator and its readers pay it on two CPUs at once.
 //!
 //! Design: the O_DIRECT timed loop does no verification (as fio): each read lands in its
 //! own slot of a landing area as large as the file (up to `LANDING_BYTES_MAX`), which is
@@ -36,6 +36,9 @@
 //! what every other workload's JSON carries.
 //!
 //! Limits: a virtio disk's host may cache what it served (repeated runs can get faster);
+//! on a VM whose host backs memory lazily, the fresh rows depend on what ran before them
+//! (memory another mapping just gave back is cheaper to touch again: they run last in each
+//! run, after folio's cache is gone);
 //! `memcpy` is one thread, not the memory bus. Where io_uring is refused, the O_DIRECT
 //! reads fall back to a pool of `depth` threads calling `pread` (verified inline), and the
 //! notes say so. A file larger than the landing area has only its last
@@ -362,7 +365,8 @@ impl Workload for Args {
              anonymous mapping of the file's size (4 KiB pages; huge pages advised), p50/p99 \
              per 2 MiB; it is what a cache in user space pays for each page it first caches, \
              and the kernel's page cache does not (DMA fills its pages, unzeroed): \
-             {:.2} / {:.2} us per 4 KiB page; folio's cold scan reached {:.0}% of fresh-huge",
+             {:.2} / {:.2} us per 4 KiB page; folio's cold scan ran at {:.0}% of fresh-huge's \
+             rate (its populator and its reads share the cost on the machine's CPUs)",
             4096.0 / mb_of(System::Fresh4k).max(1e-9),
             4096.0 / mb_of(System::FreshHuge).max(1e-9),
             100.0 * mb_of(System::Folio) / mb_of(System::FreshHuge).max(1e-9)
@@ -653,15 +657,18 @@ fn memcpy(p: &Resolved) -> io::Result<RunResult> {
 fn fresh(bytes: u64, pages: Pages) -> io::Result<RunResult> {
     const STEP_BYTES: usize = 2 << 20;
     let map = Mapped::new((bytes as usize).next_multiple_of(STEP_BYTES), pages)?;
-    // An address, not a pointer, to cross into the measuring thread; `map` outlives it.
-    let (base, len) = (map.as_mut_ptr() as usize, map.len());
+    // An address, not a pointer, to cross into the measuring thread (a raw pointer is not
+    // `Sync`); its provenance is exposed here and taken back there.
+    let (base, len) = (map.as_mut_ptr().expose_provenance(), map.len());
     let mut r = measure::run_threads(1, Bound::Work { cap: None }, |_, _, rec| {
-        let base = base as *mut u8;
+        let base = std::ptr::with_exposed_provenance_mut::<u8>(base);
         for step in (0..len).step_by(STEP_BYTES) {
             let started = Instant::now();
             for page in (step..step + STEP_BYTES).step_by(4096) {
-                // SAFETY: inside the mapping, which nothing else references; a volatile
-                // write so that the touch is not optimised away.
+                // SAFETY: `page < len` (`len` is a multiple of STEP_BYTES), so the write is
+                // inside the mapping, which nothing else references; `map` is dropped only
+                // after `run_threads` has joined this thread. Volatile, so that the touch is
+                // not optimised away.
                 unsafe { base.add(page).write_volatile(0) };
             }
             rec.latency(started.elapsed());
