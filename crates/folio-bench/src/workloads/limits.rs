@@ -367,8 +367,8 @@ impl Workload for Args {
              and the kernel's page cache does not (DMA fills its pages, unzeroed): \
              {:.2} / {:.2} us per 4 KiB page; folio's cold scan ran at {:.0}% of fresh-huge's \
              rate (its populator and its reads share the cost on the machine's CPUs)",
-            4096.0 / mb_of(System::Fresh4k).max(1e-9),
-            4096.0 / mb_of(System::FreshHuge).max(1e-9),
+            folio::PAGE_BYTES as f64 / mb_of(System::Fresh4k).max(1e-9),
+            folio::PAGE_BYTES as f64 / mb_of(System::FreshHuge).max(1e-9),
             100.0 * mb_of(System::Folio) / mb_of(System::FreshHuge).max(1e-9)
         );
         report.note(fresh_note);
@@ -664,7 +664,7 @@ fn fresh(bytes: u64, pages: Pages) -> io::Result<RunResult> {
         let base = std::ptr::with_exposed_provenance_mut::<u8>(base);
         for step in (0..len).step_by(STEP_BYTES) {
             let started = Instant::now();
-            for page in (step..step + STEP_BYTES).step_by(4096) {
+            for page in (step..step + STEP_BYTES).step_by(folio::PAGE_BYTES) {
                 // SAFETY: `page < len` (`len` is a multiple of STEP_BYTES), so the write is
                 // inside the mapping, which nothing else references; `map` is dropped only
                 // after `run_threads` has joined this thread. Volatile, so that the touch is
