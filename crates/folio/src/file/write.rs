@@ -218,6 +218,11 @@ impl File {
         }
         let from = behind.load(Ordering::Relaxed);
         let mut to = PageIndex::containing(end);
+        // Only `to` lowered by the folio below can change the answer, so most appends
+        // (short of the threshold) return before the index look-up.
+        if to.0 < from.saturating_add(pages) {
+            return;
+        }
         if let crate::index::Entry::Folio { head, order, .. } =
             self.mapping.index.lookup(PageIndex(to.0.saturating_sub(1)))
         {
