@@ -540,22 +540,14 @@ impl FolioState {
         old & DIRTY == 0
     }
 
-    /// Writeback protocol B1 (`writeback`): DIRTY -> WRITEBACK, one CAS, refused while a
-    /// writer holds LOCKED or a writeback is in flight. The caller holds the index lock
-    /// with the slot checked (so the folio is this one), and takes the dirty blocks next.
+    /// Writeback protocol B1 (`writeback`): DIRTY -> WRITEBACK, refused while a writer
+    /// holds LOCKED or a writeback is in flight. A CAS loop: a reader's pin or unpin moves
+    /// the count between the load and the CAS, and only retries it (one CAS that failed
+    /// on it made a sync skip a dirty folio: issue 28, `tests/sync_stress.rs`). The
+    /// caller holds the index lock with the slot checked (so the folio is this one), and
+    /// takes the dirty blocks next.
     pub fn try_start_writeback(&self) -> bool {
-        let cur = self.0.load(Ordering::Relaxed);
-        if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK | DEAD) != 0 {
-            return false;
-        }
-        self.0
-            .compare_exchange(
-                cur,
-                (cur & !DIRTY) | WRITEBACK,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
-            .is_ok()
+        self.clear_dirty_unless(LOCKED | WRITEBACK | DEAD, WRITEBACK, Ordering::Acquire)
     }
 
     /// Writeback protocol B3: the write ended. `Redirty::Yes` (it failed) sets DIRTY
@@ -583,18 +575,34 @@ impl FolioState {
         self.test_and_clear(DIRTY)
     }
 
-    /// A given-up file's dirty state is dropped (`writeback::give_up`): one CAS from
-    /// "DIRTY, not LOCKED, not WRITEBACK" clearing DIRTY, so that it never races a
-    /// writer's copy (whose W5 would leave the folio dirty with no index mark) or a
-    /// writeback. False, changing nothing, if either holds the folio or it is clean.
+    /// A given-up file's dirty state is dropped (`writeback::give_up`): DIRTY cleared
+    /// from "DIRTY, not LOCKED, not WRITEBACK", so that it never races a writer's copy
+    /// (whose W5 would leave the folio dirty with no index mark) or a writeback. A CAS
+    /// loop, as `try_start_writeback`'s. False, changing nothing, if either holds the
+    /// folio or it is clean.
     pub fn try_discard_dirty(&self) -> bool {
-        let cur = self.0.load(Ordering::Relaxed);
-        if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK) != 0 {
-            return false;
+        self.clear_dirty_unless(LOCKED | WRITEBACK, 0, Ordering::AcqRel)
+    }
+
+    /// DIRTY cleared and `set` set in one step, unless the folio is clean or has one of
+    /// `refused`: false then, changing nothing. Retries while only other bits (the count,
+    /// the eviction hints) moved under it.
+    fn clear_dirty_unless(&self, refused: u64, set: u64, success: Ordering) -> bool {
+        let mut cur = self.0.load(Ordering::Relaxed);
+        loop {
+            if cur & DIRTY == 0 || cur & refused != 0 {
+                return false;
+            }
+            match self.0.compare_exchange_weak(
+                cur,
+                (cur & !DIRTY) | set,
+                success,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
         }
-        self.0
-            .compare_exchange(cur, cur & !DIRTY, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
     }
 
     /// Clears flags; returns whether any of them was set. Stores only when one is set.
