@@ -258,7 +258,6 @@ impl Fill<'_> {
     fn insert_admit(&self, w: &mut IndexWriteGuard<'_>, run: &[NewFolio]) -> Vec<bool> {
         let core = self.core();
         let outcome = w.insert_run(run);
-        let policy = &core.mem.policy;
         let mut shadows = outcome.shadows.iter().peekable();
         for (folio, _) in run.iter().zip(&outcome.inserted).filter(|(_, &ok)| ok) {
             let end = folio.head.add(folio.order.pages());
@@ -272,18 +271,27 @@ impl Fill<'_> {
             if shadow.is_some() {
                 stats::bump(&core.mem.counters.refaults);
             }
-            if self.reuse == ReadHint::NoReuse {
-                // A scan's page: no refault credit, evicted first.
-                policy.insert_no_reuse(&core.mem.arena, folio.frame, folio.order.pages());
-                continue;
-            }
-            let admission =
-                policy.insert(&core.mem.arena, folio.frame, folio.order.pages(), shadow);
-            if admission == Admission::Refault {
-                stats::bump(&core.mem.counters.workingset_refaults);
-            }
+            self.admit(folio, shadow);
         }
         outcome.inserted
+    }
+
+    /// Puts a folio just placed in the index on the eviction policy's queues, as this
+    /// handle's reads ask (`ReadHint`), judged by the shadow its slot held, if any.
+    ///
+    /// Context: the index lock held (as `insert_admit`).
+    fn admit(&self, folio: &NewFolio, shadow: Option<u64>) {
+        let core = self.core();
+        let policy = &core.mem.policy;
+        if self.reuse == ReadHint::NoReuse {
+            // A scan's page: no refault credit, evicted first.
+            policy.insert_no_reuse(&core.mem.arena, folio.frame, folio.order.pages());
+            return;
+        }
+        let admission = policy.insert(&core.mem.arena, folio.frame, folio.order.pages(), shadow);
+        if admission == Admission::Refault {
+            stats::bump(&core.mem.counters.workingset_refaults);
+        }
     }
 
     /// Inserts a folio a writer filled (a new page: no read), marked dirty, in one lock
@@ -309,7 +317,7 @@ impl Fill<'_> {
 
     /// Copy on write (`file::write`, W3): puts `new` (LOCKED, holding `old`'s bytes) in
     /// the index in place of `old`, which others hold pinned, and moves `old`'s dirty
-    /// blocks to it. `Retry` if `old` left its slot, or a writeback or a read holds it
+    /// blocks to it; the slot's marks stay (`IndexWriteGuard::replace_folio`). `Retry` if `old` left its slot, or a writeback or a read holds it
     /// (the caller waits and starts over). The holders of `old` keep its bytes; its frame
     /// goes back with the last of them.
     ///
@@ -332,14 +340,15 @@ impl Fill<'_> {
             BlockMask::of(arena, new.frame, new.order).mark(&blocks, Prior::Clean);
             old_meta.state.discard_dirty();
         }
-        w.remove_folio(new.head, old, Leave::Empty);
+        // In place: the slot keeps its marks (`Dirty`, and a sync's `Towrite`).
+        let replaced = w.replace_folio(old, new);
+        assert!(replaced, "the slot checked under the lock changed");
         core.mem.policy.remove(arena, old, new.order.pages());
-        self.mapping.folio_removed(&w);
-        let inserted = self.insert_admit(&mut w, &[new])[0];
-        assert!(inserted, "a slot emptied under the lock was taken");
-        if prior == Prior::Dirty {
-            w.set_mark(new.head, Mark::Dirty);
-        }
+        self.admit(&new, None);
+        debug_assert!(
+            prior == Prior::Clean || w.is_marked(new.head, Mark::Dirty),
+            "a dirty folio's copy lost its Dirty mark"
+        );
         drop(w);
         // The index's reference goes; the caller's pin keeps the frame.
         let outcome = old_meta.state.put();
@@ -584,6 +593,11 @@ fn forget_if_unused(core: &Core, mapping: &Arc<Mapping>) {
 fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
     let mut w = mapping.index.lock();
     for folio in run {
+        // A read's folios are LOCKED and were never dirty: no writer took them.
+        debug_assert!(
+            !w.is_marked(folio.head, Mark::Dirty),
+            "a failed read's folio is dirty"
+        );
         if w.remove_folio(folio.head, folio.frame, Leave::Empty) {
             core.mem
                 .policy

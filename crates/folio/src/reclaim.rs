@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::folio::MappingId;
-use crate::index::{Entry, Leave};
+use crate::index::{Entry, Leave, Mark};
 use crate::mapping::{MappingTable, MaybeUnused};
 use crate::memory::Memory;
 use crate::stats;
@@ -141,6 +141,9 @@ impl Reclaimer {
             let mut w = mapping.index.lock();
             let holds = matches!(w.get(head), Entry::Folio { frame, .. } if frame == victim.frame);
             if holds && meta.state.try_freeze_isolated() {
+                // Frozen, so clean (DIRTY and WRITEBACK refuse the freeze): no mark leaves
+                // with it that a writeback still needed.
+                debug_assert!(!w.is_marked(head, Mark::Dirty), "reclaim took a dirty slot");
                 let removed = w.remove_folio(head, victim.frame, Leave::Shadow(victim.shadow));
                 assert!(removed, "a frozen folio was not in its slot");
                 if mapping.folio_removed(&w) == MaybeUnused::Yes {

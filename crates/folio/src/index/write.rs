@@ -266,8 +266,11 @@ impl<'a> IndexWriteGuard<'a> {
     }
 
     /// Removes the folio at `frame` that covers page `index`, leaving a shadow (or empty
-    /// slots) in every slot it covered. Returns false, changing
-    /// nothing, if that slot does not hold `frame`.
+    /// slots) in every slot it covered. Its marks go with it: the caller proves the folio
+    /// clean (frozen by reclaim, a failed read's) or has discarded its dirty state
+    /// (truncation); a folio whose bytes move to another frame keeps its slot and marks
+    /// (`replace_folio`). Returns false, changing nothing, if that slot does not hold
+    /// `frame`.
     ///
     /// Context: the lock is held; the caller froze the folio or owns it LOCKED.
     pub fn remove_folio(&mut self, index: PageIndex, frame: FrameId, leave: Leave) -> bool {
@@ -299,6 +302,34 @@ impl<'a> IndexWriteGuard<'a> {
         }
         if leave == Leave::Empty {
             self.prune(&path);
+        }
+        true
+    }
+
+    /// Puts `new` in the slots of the folio `old` (same head, same order) in place, for
+    /// copy on write (`Fill::replace_for_write`). The slots' marks stay: they belong to
+    /// the pages, so a folio that a sync tagged `Towrite` is still tagged as its copy, and
+    /// a dirty one still `Dirty` (a removal and a re-insertion cleared them, and a sync
+    /// then returned without the copy's bytes: issue 28). Head first, then the siblings,
+    /// as `place` stores them: a lock-free reader sees the old folio or the new one, never
+    /// a hole, and one that pinned the old folio through a sibling not yet stored finds
+    /// the head changed when it checks again (`Mapping::find_get`'s step 3). Returns
+    /// false, changing nothing, if the slot does not hold `old` at that head and order.
+    ///
+    /// Context: the lock is held (this guard); does not sleep.
+    pub fn replace_folio(&mut self, old: FrameId, new: NewFolio) -> bool {
+        let path = self.path_to(new.head.0);
+        let Some(&(node, first)) = path.last() else {
+            return false;
+        };
+        if !matches!(node.get(first), Decoded::Folio(frame, order) if frame == old && order == new.order)
+        {
+            return false;
+        }
+        let count = (new.order.pages() >> node.shift()).max(1) as usize;
+        node.store(first, Raw::folio(new.frame, new.order));
+        for slot in first + 1..first + count {
+            node.store(slot, Raw::sibling(first, new.frame, new.order));
         }
         true
     }
