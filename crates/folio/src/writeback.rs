@@ -157,8 +157,13 @@ pub(crate) fn start(
     walk(core, backend, mapping, &fd, start, end, take);
 }
 
-/// Whether a folio of `[start, end)` is still tagged `Towrite` (a lock-free look).
+/// Whether a folio of `[start, end)` is still tagged `Towrite`. Under the index lock: a
+/// lock-free walk of the marks is a hint only, and a sync's last look must be exact
+/// (the walk it ends must not run inside another thread's change of the slots: issue 28).
+///
+/// Context: no lock held; takes the index lock.
 fn tagged_in(mapping: &Mapping, start: PageIndex, end: PageIndex) -> bool {
+    let _w = mapping.index.lock();
     mapping
         .index
         .marked_walk(start, end, Mark::Towrite, &mut |_| ControlFlow::Break(()))
@@ -238,6 +243,13 @@ fn collect(
             }
             continue;
         }
+        // The submission side of the write's assertions (B3 checks the same): the slot
+        // was read under the lock, so the folio is this page's.
+        assert_eq!(
+            meta.identity(),
+            (mapping.id, folio.head, folio.order),
+            "a writeback took a folio that is not the slot's"
+        );
         // Blocks past the end of the file are not written (truncation zeroed them). The
         // size is read after the CAS: a writer extends it before W5 makes the folio DIRTY,
         // so it covers every block this folio's writers wrote. A block the end of the file
@@ -320,6 +332,13 @@ fn submit(
     let mut runs: Vec<Run> = Vec::new();
     let mut taken_pages = 0;
     for (i, folio) in folios.iter().enumerate() {
+        assert!(
+            folio
+                .blocks
+                .minus(&folio.blocks.below(folio.order.pages()))
+                .is_empty(),
+            "a writeback's blocks pass its folio's end"
+        );
         taken_pages += folio.blocks.count();
         for (first, count) in folio.blocks.runs() {
             let page = folio.head.add(first);
@@ -403,6 +422,7 @@ impl Batch {
     /// Context: a backend thread (or the submitter's); no lock held; may block in
     /// `pwritev` (a short write's rest).
     fn run_done(&self, file: &StdFile, run: Run, result: io::Result<usize>) {
+        self.check_run(&run);
         let len = run.len_bytes();
         let result = result.and_then(|n| finish_short_write(file, &run, n.min(len)));
         let written = match result {
@@ -447,11 +467,49 @@ impl Batch {
         }
     }
 
+    /// The completion side of a write's assertions: the run covers, in file order, the
+    /// blocks its folios' parts name, each inside its folio and among the blocks the
+    /// batch took, and each folio is still the page's and under writeback (nothing may
+    /// remove, free or write a folio under WRITEBACK).
+    fn check_run(&self, run: &Run) {
+        let mut offset_bytes = run.offset_bytes;
+        for &(i, first, count) in &run.parts {
+            let folio = &self.folios[i];
+            let blocks = Blocks::range(first, count);
+            assert!(
+                first + count <= folio.order.pages() && blocks.minus(&folio.blocks).is_empty(),
+                "a write's run names blocks its folio did not give"
+            );
+            assert_eq!(
+                folio.head.add(first).offset_bytes(),
+                offset_bytes,
+                "a write's run is not contiguous in the file"
+            );
+            offset_bytes += count * PAGE_BYTES as u64;
+            self.check_folio(folio);
+        }
+    }
+
+    /// The folio is still `folio.head`'s of this file, and under writeback.
+    fn check_folio(&self, folio: &BatchFolio) {
+        let meta = self.core.mem.arena.meta(folio.frame);
+        assert!(
+            meta.state.load().is_writeback(),
+            "a write completed for a folio not under writeback"
+        );
+        assert_eq!(
+            meta.identity(),
+            (self.mapping.id, folio.head, folio.order),
+            "a folio under writeback changed identity"
+        );
+    }
+
     /// B3 for folio `i` of the batch (module docs), once its last run completed.
     fn finish_folio(&self, i: usize) {
         let core = &self.core;
         let arena = &core.mem.arena;
         let folio = &self.folios[i];
+        self.check_folio(folio);
         let bad = self.failed.lock().unwrap_or_else(|e| e.into_inner()).0[i];
         if !bad.is_empty() {
             let mut w = self.mapping.index.lock();
