@@ -52,7 +52,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::arena::Arena;
+#[cfg(any(debug_assertions, feature = "invariants"))]
+use crate::audit::SyncAudit;
 use crate::errseq::ErrSeq;
+use crate::range_lock::{RangeGuard, RangeLock};
 use crate::refcount::StateWord;
 use crate::types::{FrameId, Order, PAGE_BYTES};
 
@@ -424,8 +427,12 @@ pub const WRITEBACK_FAILURES_MAX: u32 = 3;
 /// One file's write side, in its mapping (DESIGN.md §8).
 #[derive(Debug, Default)]
 pub struct WriteState {
-    /// Serialises the writers of the file (`write_at`, `set_len`), as the kernel's
-    /// inode lock does for buffered writes. Writeback never takes it.
+    /// The bytes each `write_at` writes, held for its whole call (and the whole file for
+    /// `set_len`): overlapping writes are applied one after the other, whole.
+    ranges: RangeLock,
+    /// Serialises the writers' changes of the file's folios (a piece of `write_at` at a
+    /// time, `set_len`), as the kernel's inode lock does for buffered writes. Writeback
+    /// never takes it.
     writer: Mutex<()>,
     /// A descriptor open for writing, kept from the first writable handle's open for as
     /// long as the mapping lives: writeback of a closed file's dirty pages uses it.
@@ -452,6 +459,9 @@ pub struct WriteState {
     /// below it have had their writeback started (`File::write_behind`). A hint: a wrong
     /// value writes back early or late, never loses a byte.
     pub behind: AtomicU64,
+    /// What the syncs promised, checked when they return (`audit`).
+    #[cfg(any(debug_assertions, feature = "invariants"))]
+    pub audit: SyncAudit,
 }
 
 impl WriteState {
@@ -462,6 +472,13 @@ impl WriteState {
             behind: AtomicU64::new(size_bytes / PAGE_BYTES as u64),
             ..WriteState::default()
         }
+    }
+
+    /// Holds bytes `[start, end)` of the file for a writer's whole call (`RangeLock`).
+    ///
+    /// Context: no lock held; may sleep while an overlapping write finishes.
+    pub fn lock_range(&self, start: u64, end: u64) -> RangeGuard<'_> {
+        self.ranges.lock(start, end)
     }
 
     /// Context: may sleep while another writer of the file finishes.

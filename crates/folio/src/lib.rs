@@ -61,6 +61,8 @@
 //! ```text
 //! MappingTable (RwLock: read by open and reclaim's look-up, written by open of a new file
 //!   and by a removal from close, reclaim or a completion; never held across the others)
+//! a file's write ranges (WriteState::lock_range: a write_at's bytes for its whole call,
+//!   the whole file for set_len; held while waiting at the dirty limit)
 //! a file's writer lock (WriteState::lock_writer: write_at, set_len, a sync's size fix-up)
 //!   └── everything below; never held while waiting at the dirty limit
 //! Mapping::stamp (revalidate): taken alone, dropped before the index lock
@@ -86,6 +88,8 @@
 // (and `index::node`); ARCHITECTURE.md says why each needs it.
 #[allow(unsafe_code)]
 mod arena;
+#[cfg(any(debug_assertions, feature = "invariants"))]
+mod audit;
 mod cache;
 mod dirty;
 mod errseq;
@@ -105,6 +109,7 @@ mod mapping;
 mod memory;
 mod pagecache;
 mod primitive;
+mod range_lock;
 mod readahead;
 mod reclaim;
 mod refcount;

@@ -632,6 +632,8 @@ pub(crate) fn sync(
     };
     self::start(core, backend, mapping, start, end, Take::Tagged);
     wait_for_tagged(core, backend, mapping, start, end);
+    #[cfg(any(debug_assertions, feature = "invariants"))]
+    crate::audit::check_marks(&core.mem, mapping, start, end);
     mapping.settle_size();
     if let Err(e) = flush(backend, &fd, kind) {
         mapping

@@ -149,6 +149,11 @@ impl File {
         let core = self.core();
         let counters = &core.mem.counters;
         let write = &self.mapping.write;
+        // The whole call holds its bytes: a write that overlaps waits, and is applied
+        // after this one, whole (`range_lock`).
+        let _range = write.lock_range(offset, end);
+        #[cfg(any(debug_assertions, feature = "invariants"))]
+        let _audit = AuditedWrite::start(write, offset, end);
         write.note_written();
         let size_before = self.mapping.size_bytes();
         self.reserve_space(offset, end)?;
@@ -583,6 +588,8 @@ impl File {
         }
         let core = self.core();
         let write = &self.mapping.write;
+        let (whole_start, whole_end) = crate::range_lock::WHOLE_FILE;
+        let _range = write.lock_range(whole_start, whole_end);
         write.note_written();
         let _writer = write.lock_writer();
         let old = self.mapping.size_bytes();
@@ -664,6 +671,8 @@ impl File {
             SyncKind::Data => FlushKind::Data,
             SyncKind::All => FlushKind::All,
         };
+        #[cfg(any(debug_assertions, feature = "invariants"))]
+        let audit_from = self.mapping.write.audit.sync_started();
         writeback::sync(
             &self.cache.core,
             &*self.cache.backend,
@@ -675,7 +684,19 @@ impl File {
         let counters = &self.core().mem.counters;
         stats::bump(&counters.syncs);
         stats::add(&counters.sync_ns, started.elapsed().as_nanos() as u64);
-        self.report_errors()
+        self.report_errors()?;
+        #[cfg(any(debug_assertions, feature = "invariants"))]
+        if self.mapping.write.failures.load(Ordering::Acquire) == 0 {
+            // The sync's postcondition (`audit`): nothing it promised is still dirty.
+            self.mapping.write.audit.check_synced(
+                &self.core().mem,
+                &self.mapping,
+                audit_from,
+                start,
+                end,
+            );
+        }
+        Ok(())
     }
 
     /// The errseq check (DESIGN.md §8): an error recorded since this handle last looked,
@@ -711,6 +732,31 @@ impl File {
             Take::Dirty,
         );
         Ok(())
+    }
+}
+
+/// A `write_at`'s pages, told to the sync audit when it starts and when it returns, on
+/// every path (`audit`).
+#[cfg(any(debug_assertions, feature = "invariants"))]
+struct AuditedWrite<'a> {
+    write: &'a crate::dirty::WriteState,
+    start: PageIndex,
+    end: PageIndex,
+}
+
+#[cfg(any(debug_assertions, feature = "invariants"))]
+impl<'a> AuditedWrite<'a> {
+    fn start(write: &'a crate::dirty::WriteState, offset: u64, end: u64) -> AuditedWrite<'a> {
+        let (start, end) = (PageIndex::containing(offset), PageIndex::ceil(end));
+        write.audit.write_started(start, end);
+        AuditedWrite { write, start, end }
+    }
+}
+
+#[cfg(any(debug_assertions, feature = "invariants"))]
+impl Drop for AuditedWrite<'_> {
+    fn drop(&mut self) {
+        self.write.audit.write_ended(self.start, self.end);
     }
 }
 
