@@ -52,8 +52,8 @@ use crate::wait;
 /// `chmod` or `chown` moves (a RocksDB checkpoint hard-links every SST). Where it has none,
 /// the change time (ctime), which `utimes` moves to now, but so do a link, a rename,
 /// `chmod` and `chown`: the next open then drops the file's cached pages although its
-/// bytes did not change, the price of never serving a stale byte. folio itself only opens
-/// files read-only, which moves neither.
+/// bytes did not change, the price of never serving a stale byte. folio's own writes move
+/// the change time too; a file folio has written keeps its mapping while it is open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileStamp {
     pub size_bytes: u64,

@@ -14,7 +14,7 @@
 //!   if it is still in the index. Frames are freed after every lock is dropped (side
 //!   effects outside locks).
 //! - Never freed: a pinned folio (count above the index's and the isolation's), a LOCKED
-//!   one (I/O in flight), a DIRTY one (when writes come). `FolioState` enforces it: the
+//!   one (I/O in flight), a DIRTY or WRITEBACK one (its bytes are not on disk yet). `FolioState` enforces it: the
 //!   freeze CAS fails.
 //! - Shadow entries are bounded: each eviction that leaves one is logged; past
 //!   `shadows_max` (the capacity in pages) the oldest still in place is removed. Cost per
@@ -26,7 +26,9 @@
 //! - Evicting the last folio of a file that no handle has open forgets the file: after
 //!   the batch, with every lock dropped, `MappingTable::remove_if_unused` removes its
 //!   mapping, whose shadows go with its index. Their records stay in the log until they
-//!   expire, naming an id the table no longer has (ids are never reused): skipped.
+//!   expire, naming an id the table no longer has (skipped), or one it gave to a file opened since
+//!   (ids are reused: `MappingTable`): its look-up then finds no folio of that
+//!   generation and the record only expires.
 //!
 //! Protection: the shadow log under its mutex; the wake flag under its mutex with a
 //! condvar. Lock order: (policy's mutex, alone) ; then a mapping's index lock -> the

@@ -479,7 +479,7 @@ impl FolioState {
     }
 
     /// The reclaimer froze a folio it isolated: CAS from "count 2 (the index's and the
-    /// isolation's), not LOCKED, not DEAD, not ERROR" to DEAD, dropping both. Context: as
+    /// isolation's), not LOCKED, DEAD, ERROR, DIRTY or WRITEBACK" to DEAD, dropping both. Context: as
     /// `try_freeze`, plus the caller holds the isolation reference.
     pub fn try_freeze_isolated(&self) -> bool {
         let cur = self.0.load(Ordering::Relaxed);

@@ -32,9 +32,9 @@
 //! (found by `tests/write_simulation.rs`; regression test
 //! `a_sync_waits_for_a_writeback_that_took_its_folios_before_it`).
 //!
-//! Why a sync re-walks what is still tagged after its wait: the background writeback
-//! leaves dirty the block that the end of the file cuts (no padding on disk before a
-//! sync). When it took the folio before a sync tagged it, the sync's walk finds the folio
+//! Why a sync re-walks what is still tagged after its wait: under the background
+//! threshold, the writeback thread leaves dirty the block that the end of the file cuts
+//! of a folio no sync tagged (no padding on disk before a sync; `Take::Background`). When it took the folio before a sync tagged it, the sync's walk finds the folio
 //! under writeback and waits for that batch, which does not write the tail. So the folio
 //! is still tagged after the wait, and the sync takes it then (`wait_for_tagged`; the
 //! cache's final writeback does the same for the files it tagged). A folio that is already
@@ -255,8 +255,9 @@ fn collect(
         // so it covers every block this folio's writers wrote. A block the end of the file
         // cuts is written whole (O_DIRECT), which carries the file on disk to the block's
         // end until a sync (or the cache's drop, or forgetting the file) sets the size:
-        // the writeback thread leaves it dirty, so that no padding appears on disk that
-        // nobody asked for; syncs and `File::writeback` write it.
+        // under the background threshold the writeback thread leaves it dirty
+        // (`Take::Background`), so that no padding appears on disk that nobody asked for;
+        // syncs, `File::writeback` and the thread over the threshold write it.
         //
         // Not when a sync tagged the folio: it waits for this batch instead of taking the
         // folio, so the tail must be written here (else the sync returned without it). The
@@ -707,7 +708,8 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
     }
 }
 
-/// One pass of the background thread (and of the cache's final flush with `everything`).
+/// One pass of the background thread: over the background threshold every dirty file,
+/// tails included; under it, the files dirty past the expiry, tails left dirty.
 pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
     let over = core.mem.dirty.over_background();
     // Over the threshold, tail blocks go too: left dirty, a few files' tails could fill

@@ -23,14 +23,16 @@
 //!
 //! Memory: a future's miss allocates without waiting. When every folio is pinned or in
 //! flight (in a runtime, typically by other futures whose reads completed and which
-//! wait for their next poll), it wakes itself and returns `Pending`, so that the
-//! executor polls the others (which copy and unpin) before it tries again; after
+//! wait for their next poll), it parks its waker (`wait::park_for_memory`) and returns
+//! `Pending`; a future that unpins a folio wakes it (the hand-off), and when no future
+//! holds one it wakes itself, so that the executor polls the others first; after
 //! `CacheBuilder::alloc_wait` of that it fails with `OutOfMemory`, as `read_at` does.
 //! A thread that slept there instead would hold up the very futures that free memory.
 //!
 //! Limits: a hit polls to `Ready` at once: the same steps and cost as `read_at`'s hit.
-//! Waiting for memory is a yield loop (no waker of memory): it costs polls while the
-//! cache is full of pinned folios, bounded by `alloc_wait`.
+//! Waiting for memory parks on the hand-off, or polls again when no future holds a folio
+//! (then it costs polls while the cache is full of pinned folios), bounded by
+//! `alloc_wait`.
 
 use std::future::Future;
 use std::io;

@@ -25,15 +25,19 @@
 //!     read the old size would clean it without writing the new bytes.
 //! W5. DIRTY set and LOCKED cleared in one step; waiters woken.
 //!
-//! Before the writer lock, a write reserves its pages in the dirty budget (it waits there
-//! while the cache is at its dirty limit: the throttle) and, if it extends the file past
-//! what is reserved on disk, reserves space (`fallocate`), so ENOSPC reaches the writer.
+//! A write holds its bytes for the whole call (`WriteState::lock_range`: a write that
+//! overlaps waits, so each is applied whole). If it extends the file past what is
+//! reserved on disk it first reserves space (`fallocate`), so ENOSPC reaches the writer;
+//! then, piece by piece (a few pages), it reserves the piece's pages in the dirty budget
+//! (waiting there while the cache is at its dirty limit: the throttle) and takes the
+//! writer lock for W1-W5 of the piece only, so no writer holds it while throttled.
 //! The interplay with writeback is in `writeback`'s module docs; both are model-checked
 //! in `tests/loom_models.rs` (`write_vs_optimistic_read`, `write_vs_writeback*`,
 //! `dirty_folio_vs_reclaim_*`).
 //!
-//! Protection: the file's writer lock (`WriteState::lock_writer`) for W1-W5 and
-//! `set_len`; the state word for the rest.
+//! Protection: the write's byte range (`WriteState::lock_range`) for the whole call, the
+//! whole file for `set_len`; the file's writer lock (`WriteState::lock_writer`) for W1-W5
+//! and `set_len`; the state word for the rest.
 
 use std::io;
 use std::sync::atomic::Ordering;
