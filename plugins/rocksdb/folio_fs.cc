@@ -840,6 +840,47 @@ void SayHintsOnce(FileKind kind, Env::WriteLifeTimeHint hint, Temperature temper
 
 bool IsColdTemperature(Temperature t) { return t == Temperature::kWarm || t == Temperature::kCold; }
 
+// Whether a written file has writes (or a size change) that no sync covered, and the sync
+// that clears it: the one rule of FolioWritableFile and FolioRandomRWFile, whose Close
+// syncs only when the flag is set (the file's opening comment says why Close syncs).
+//
+// The rule: a write sets the flag after it lands in folio; a sync clears it *before*
+// folio_sync, and sets it again if folio_sync fails.
+// - A write that lands while a sync runs (RocksDB may Sync a WAL from one thread while
+//   another appends: IsSyncThreadSafe) sets the flag after the clear, so it is remembered
+//   whether or not that sync covered it (folio_sync waits only for what was written before
+//   it began). Clearing after the sync succeeded instead would erase that write's mark,
+//   and Close would leave the file on disk without it.
+// - A write that landed before the clear is covered by the sync; if its store of the flag
+//   comes after the clear, Close syncs once more: one sync too many, never one too few.
+// - A failed sync leaves the flag set, so the next Sync or Close retries it: a failed
+//   Sync/Fsync promised nothing (RocksDB may retry it or stop writing), and folio kept the
+//   data dirty for the retry. Of two syncs at once, one that fails sets the flag whatever
+//   the other did.
+class SyncState {
+ public:
+  // After a write (or truncate) landed in folio.
+  void MarkWritten() { unsynced_.store(true, std::memory_order_release); }
+
+  bool NeedsSync() const { return unsynced_.load(std::memory_order_acquire); }
+
+  // folio_sync of `kind` (FOLIO_SYNC_DATA or _ALL) under the rule above; `op` names it in
+  // the status of a failure.
+  IOStatus Sync(folio_file file, const std::string& name, uint32_t kind, const char* op) {
+    unsynced_.store(false, std::memory_order_release);
+    const int rc = folio_sync(file, kind, 0, 0);
+    if (rc < 0) {
+      Count(kSyncErrors);
+      unsynced_.store(true, std::memory_order_release);
+      return FromErrno(op, name, -rc);
+    }
+    return IOStatus::OK();
+  }
+
+ private:
+  std::atomic<bool> unsynced_{false};
+};
+
 class FolioWritableFile;
 
 // The files open for writing here, by path, for FileSystem::GetFileSize: a file being
@@ -874,7 +915,7 @@ void AsyncRead::Finish() {
 
 // A file RocksDB writes (WAL, table, MANIFEST, ...). RocksDB appends to it from one thread
 // at a time, and may Sync from another meanwhile (IsSyncThreadSafe): the end and the
-// unsynced flag are atomics, and folio_write / folio_sync are thread-safe.
+// sync state are atomics, and folio_write / folio_sync are thread-safe.
 class FolioWritableFile : public FSWritableFile {
  public:
   FolioWritableFile(folio_file file, std::string name, FileKind kind, uint64_t end,
@@ -928,7 +969,7 @@ class FolioWritableFile : public FSWritableFile {
     const int rc = folio_set_len(file_, size);
     if (rc < 0) return FromErrno("truncate", name_, -rc);
     end_.store(size, std::memory_order_release);
-    unsynced_.store(true, std::memory_order_release);  // the size is durable at a sync
+    sync_.MarkWritten();  // the size is durable at a sync
     return IOStatus::OK();
   }
 
@@ -939,12 +980,12 @@ class FolioWritableFile : public FSWritableFile {
 
   IOStatus Sync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kSyncs);
-    return SyncAs(FOLIO_SYNC_DATA, "sync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync");
   }
 
   IOStatus Fsync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kFsyncs);
-    return SyncAs(FOLIO_SYNC_ALL, "fsync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_ALL, "fsync");
   }
 
   // sync_file_range(SYNC_FILE_RANGE_WRITE): starts writeback of the range, promises
@@ -967,12 +1008,12 @@ class FolioWritableFile : public FSWritableFile {
     if (folio_file_len(file_, &len) == 0 && len > end) {
       const int rc = folio_set_len(file_, end);
       if (rc < 0) s = FromErrno("truncate at close", name_, -rc);
-      unsynced_.store(true, std::memory_order_release);
+      sync_.MarkWritten();
     }
     // The file on disk must be whole once Close returns (the file's opening comment).
-    if (unsynced_.load(std::memory_order_acquire)) {
+    if (sync_.NeedsSync()) {
       Count(kCloseSyncs);
-      const IOStatus synced = SyncAs(FOLIO_SYNC_DATA, "sync at close");
+      const IOStatus synced = sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync at close");
       if (s.ok()) s = synced;
     }
     if (verbosity_ == Options::Verbosity::kVerbose) {
@@ -1046,22 +1087,8 @@ class FolioWritableFile : public FSWritableFile {
       Count(kWriteErrors);
       return FromErrno("write", name_, static_cast<int>(-n));
     }
-    // After the write: a concurrent Sync that cleared the flag before this store
-    // covered the write or leaves the flag set for Close (one sync too many, never one
-    // too few).
-    unsynced_.store(true, std::memory_order_release);
+    sync_.MarkWritten();  // after the write (SyncState's rule)
     end_.store(offset + data.size(), std::memory_order_release);
-    return IOStatus::OK();
-  }
-
-  IOStatus SyncAs(uint32_t kind, const char* op) {
-    unsynced_.store(false, std::memory_order_release);
-    const int rc = folio_sync(file_, kind, 0, 0);
-    if (rc < 0) {
-      Count(kSyncErrors);
-      unsynced_.store(true, std::memory_order_release);
-      return FromErrno(op, name_, -rc);
-    }
     return IOStatus::OK();
   }
 
@@ -1073,8 +1100,7 @@ class FolioWritableFile : public FSWritableFile {
   const Options::Verbosity verbosity_;
   OpenWriters* const writers_;
   std::atomic<uint64_t> end_;
-  // Whether bytes were written (or the size changed) since the last sync began.
-  std::atomic<bool> unsynced_{false};
+  SyncState sync_;
   bool closed_ = false;  // RocksDB's thread that closes
 };
 
@@ -1116,7 +1142,7 @@ class FolioRandomRWFile : public FSRandomRWFile {
       Count(kWriteErrors);
       return FromErrno("write", name_, static_cast<int>(-n));
     }
-    unsynced_ = true;
+    sync_.MarkWritten();
     return IOStatus::OK();
   }
 
@@ -1141,12 +1167,12 @@ class FolioRandomRWFile : public FSRandomRWFile {
 
   IOStatus Sync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kSyncs);
-    return SyncAs(FOLIO_SYNC_DATA, "sync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync");
   }
 
   IOStatus Fsync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kFsyncs);
-    return SyncAs(FOLIO_SYNC_ALL, "fsync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_ALL, "fsync");
   }
 
   // Syncs what was not synced, as FolioWritableFile::Close, and for the same reason.
@@ -1154,28 +1180,18 @@ class FolioRandomRWFile : public FSRandomRWFile {
     if (closed_) return IOStatus::OK();
     closed_ = true;
     IOStatus s;
-    if (unsynced_) {
+    if (sync_.NeedsSync()) {
       Count(kCloseSyncs);
-      s = SyncAs(FOLIO_SYNC_DATA, "sync at close");
+      s = sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync at close");
     }
     folio_close(file_);
     return s;
   }
 
  private:
-  IOStatus SyncAs(uint32_t kind, const char* op) {
-    const int rc = folio_sync(file_, kind, 0, 0);
-    if (rc < 0) {
-      Count(kSyncErrors);
-      return FromErrno(op, name_, -rc);
-    }
-    unsynced_ = false;
-    return IOStatus::OK();
-  }
-
   const folio_file file_;
   const std::string name_;
-  bool unsynced_ = false;
+  SyncState sync_;
   bool closed_ = false;
 };
 
