@@ -474,6 +474,24 @@ IOStatus FromRc(const char* op, const std::string& name, int64_t rc) {
   return rc < 0 ? FromErrno(op, name, static_cast<int>(-rc)) : IOStatus::OK();
 }
 
+// The length of the file as folio has it (folio_file_len), 0 if folio cannot say.
+uint64_t LenOf(folio_file file) {
+  uint64_t len = 0;
+  folio_file_len(file, &len);
+  return len;
+}
+
+// InvalidateCache of every file kind here: drops the cached pages of [offset, offset +
+// length) that no reader holds, for every handle of the file (folio_advise DONTNEED).
+// Length 0 means "to the end of the file", which is `size` bytes.
+IOStatus DropCachedRange(folio_file file, const std::string& name, uint64_t size, size_t offset,
+                         size_t length) {
+  Count(kInvalidations);
+  uint64_t len = length;
+  if (len == 0) len = size > offset ? size - offset : 0;
+  return FromRc("invalidate", name, folio_advise(file, offset, len, FOLIO_ADVICE_DONTNEED));
+}
+
 bool EndsWith(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -765,9 +783,7 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
     if (hints_ == Options::Hints::kIgnore) return;
     // The kernel's fadvise with length 0 means "to the end of the file"; folio wants the
     // length.
-    uint64_t len = 0;
-    folio_file_len(file_, &len);
-    folio_advise(file_, 0, len, advice);  // a hint: its failure changes nothing
+    folio_advise(file_, 0, LenOf(file_), advice);  // a hint: its failure changes nothing
   }
 
   bool use_direct_io() const override { return false; }
@@ -775,15 +791,7 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
   size_t GetRequiredBufferAlignment() const override { return 1; }
 
   IOStatus InvalidateCache(size_t offset, size_t length) override {
-    Count(kInvalidations);
-    uint64_t len = length;
-    if (len == 0) {
-      uint64_t size = 0;
-      folio_file_len(file_, &size);
-      len = size > offset ? size - offset : 0;
-    }
-    const int rc = folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED);
-    return rc < 0 ? FromErrno("invalidate", name_, -rc) : IOStatus::OK();
+    return DropCachedRange(file_, name_, LenOf(file_), offset, length);
   }
 
  private:
@@ -1068,14 +1076,9 @@ class FolioWritableFile : public FSWritableFile {
     return IOStatus::OK();
   }
 
+  // The tracked end is the file's length: folio's may be longer for a reused file.
   IOStatus InvalidateCache(size_t offset, size_t length) override {
-    Count(kInvalidations);
-    uint64_t len = length;
-    if (len == 0) {
-      const uint64_t size = Size();
-      len = size > offset ? size - offset : 0;
-    }
-    return FromRc("invalidate", name_, folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED));
+    return DropCachedRange(file_, name_, Size(), offset, length);
   }
 
  private:
@@ -1242,14 +1245,7 @@ class FolioSequentialFile : public FSSequentialFile {
   size_t GetRequiredBufferAlignment() const override { return 1; }
 
   IOStatus InvalidateCache(size_t offset, size_t length) override {
-    Count(kInvalidations);
-    uint64_t len = length;
-    if (len == 0) {
-      uint64_t size = 0;
-      folio_file_len(file_, &size);
-      len = size > offset ? size - offset : 0;
-    }
-    return FromRc("invalidate", name_, folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED));
+    return DropCachedRange(file_, name_, LenOf(file_), offset, length);
   }
 
  private:
