@@ -26,7 +26,7 @@ use crossbeam_epoch::Guard;
 use folio_rs::{Cache, File};
 
 use crate::error::{boundary, Failure, Returns};
-use crate::handle::pin;
+use crate::handle::{pin, Registry};
 use crate::{folio_cache, folio_file, CACHES, FILES};
 
 /// The failure for a handle that names nothing: `EBADF`, with what kind of handle it was
@@ -38,26 +38,35 @@ pub(crate) fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
     )
 }
 
-/// The open file `file` names, valid while `guard` lives; `EBADF` if none.
+/// The live object `id` names in `registry` (a `what` handle), valid while `guard` lives;
+/// `EBADF` if none.
 ///
 /// Context: any thread; lock-free; `guard` must come from `handle::pin`.
-fn file_of<'g>(call: &str, file: folio_file, guard: &'g Guard) -> Result<&'g File, Failure> {
-    FILES
-        .get(file.id, guard)
-        .map_err(|_| bad_handle(call, "file", file.id))
+fn look_up<'g, T: Send + Sync>(
+    call: &str,
+    registry: &Registry<T>,
+    what: &str,
+    id: u64,
+    guard: &'g Guard,
+) -> Result<&'g T, Failure> {
+    registry
+        .get(id, guard)
+        .map_err(|_| bad_handle(call, what, id))
 }
 
-/// The live cache `cache` names, valid while `guard` lives; `EBADF` if none.
-///
-/// Context: any thread; lock-free; `guard` must come from `handle::pin`.
-pub(crate) fn cache_of<'g>(
+/// The boundary, the pin and the look-up around `body`: the body of [`with_file`] and
+/// [`with_cache`].
+fn with_handle<T: Send + Sync, R: Returns>(
     call: &str,
-    cache: folio_cache,
-    guard: &'g Guard,
-) -> Result<&'g Cache, Failure> {
-    CACHES
-        .get(cache.id, guard)
-        .map_err(|_| bad_handle(call, "cache", cache.id))
+    registry: &Registry<T>,
+    what: &str,
+    id: u64,
+    body: impl FnOnce(&T) -> Result<R, Failure>,
+) -> R {
+    boundary(call, || {
+        let guard = pin();
+        body(look_up(call, registry, what, id, &guard)?)
+    })
 }
 
 /// Runs the entry point `call` on the file `file` names: `body`'s value, or `-EBADF` if
@@ -72,10 +81,7 @@ pub(crate) fn with_file<R: Returns>(
     file: folio_file,
     body: impl FnOnce(&File) -> Result<R, Failure>,
 ) -> R {
-    boundary(call, || {
-        let guard = pin();
-        body(file_of(call, file, &guard)?)
-    })
+    with_handle(call, &FILES, "file", file.id, body)
 }
 
 /// [`with_file`] for a cache handle: `-EBADF` if `cache` names no live cache.
@@ -86,10 +92,19 @@ pub(crate) fn with_cache<R: Returns>(
     cache: folio_cache,
     body: impl FnOnce(&Cache) -> Result<R, Failure>,
 ) -> R {
-    boundary(call, || {
-        let guard = pin();
-        body(cache_of(call, cache, &guard)?)
-    })
+    with_handle(call, &CACHES, "cache", cache.id, body)
+}
+
+/// The live cache `cache` names, valid while `guard` lives; `EBADF` if none. For an entry
+/// point that must check something else first (`folio_open2` its flags).
+///
+/// Context: any thread; lock-free; `guard` must come from `handle::pin`.
+pub(crate) fn cache_of<'g>(
+    call: &str,
+    cache: folio_cache,
+    guard: &'g Guard,
+) -> Result<&'g Cache, Failure> {
+    look_up(call, &CACHES, "cache", cache.id, guard)
 }
 
 /// A caller's out pointer, checked non-null before the call does anything, written once
