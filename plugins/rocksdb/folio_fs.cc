@@ -474,6 +474,24 @@ IOStatus FromRc(const char* op, const std::string& name, int64_t rc) {
   return rc < 0 ? FromErrno(op, name, static_cast<int>(-rc)) : IOStatus::OK();
 }
 
+// The length of the file as folio has it (folio_file_len), 0 if folio cannot say.
+uint64_t LenOf(folio_file file) {
+  uint64_t len = 0;
+  folio_file_len(file, &len);
+  return len;
+}
+
+// InvalidateCache of every file kind here: drops the cached pages of [offset, offset +
+// length) that no reader holds, for every handle of the file (folio_advise DONTNEED).
+// Length 0 means "to the end of the file", which is `size` bytes.
+IOStatus DropCachedRange(folio_file file, const std::string& name, uint64_t size, size_t offset,
+                         size_t length) {
+  Count(kInvalidations);
+  uint64_t len = length;
+  if (len == 0) len = size > offset ? size - offset : 0;
+  return FromRc("invalidate", name, folio_advise(file, offset, len, FOLIO_ADVICE_DONTNEED));
+}
+
 bool EndsWith(const std::string& s, const char* suffix) {
   const size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
@@ -765,9 +783,7 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
     if (hints_ == Options::Hints::kIgnore) return;
     // The kernel's fadvise with length 0 means "to the end of the file"; folio wants the
     // length.
-    uint64_t len = 0;
-    folio_file_len(file_, &len);
-    folio_advise(file_, 0, len, advice);  // a hint: its failure changes nothing
+    folio_advise(file_, 0, LenOf(file_), advice);  // a hint: its failure changes nothing
   }
 
   bool use_direct_io() const override { return false; }
@@ -775,15 +791,7 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
   size_t GetRequiredBufferAlignment() const override { return 1; }
 
   IOStatus InvalidateCache(size_t offset, size_t length) override {
-    Count(kInvalidations);
-    uint64_t len = length;
-    if (len == 0) {
-      uint64_t size = 0;
-      folio_file_len(file_, &size);
-      len = size > offset ? size - offset : 0;
-    }
-    const int rc = folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED);
-    return rc < 0 ? FromErrno("invalidate", name_, -rc) : IOStatus::OK();
+    return DropCachedRange(file_, name_, LenOf(file_), offset, length);
   }
 
  private:
@@ -840,6 +848,47 @@ void SayHintsOnce(FileKind kind, Env::WriteLifeTimeHint hint, Temperature temper
 
 bool IsColdTemperature(Temperature t) { return t == Temperature::kWarm || t == Temperature::kCold; }
 
+// Whether a written file has writes (or a size change) that no sync covered, and the sync
+// that clears it: the one rule of FolioWritableFile and FolioRandomRWFile, whose Close
+// syncs only when the flag is set (the file's opening comment says why Close syncs).
+//
+// The rule: a write sets the flag after it lands in folio; a sync clears it *before*
+// folio_sync, and sets it again if folio_sync fails.
+// - A write that lands while a sync runs (RocksDB may Sync a WAL from one thread while
+//   another appends: IsSyncThreadSafe) sets the flag after the clear, so it is remembered
+//   whether or not that sync covered it (folio_sync waits only for what was written before
+//   it began). Clearing after the sync succeeded instead would erase that write's mark,
+//   and Close would leave the file on disk without it.
+// - A write that landed before the clear is covered by the sync; if its store of the flag
+//   comes after the clear, Close syncs once more: one sync too many, never one too few.
+// - A failed sync leaves the flag set, so the next Sync or Close retries it: a failed
+//   Sync/Fsync promised nothing (RocksDB may retry it or stop writing), and folio kept the
+//   data dirty for the retry. Of two syncs at once, one that fails sets the flag whatever
+//   the other did.
+class SyncState {
+ public:
+  // After a write (or truncate) landed in folio.
+  void MarkWritten() { unsynced_.store(true, std::memory_order_release); }
+
+  bool NeedsSync() const { return unsynced_.load(std::memory_order_acquire); }
+
+  // folio_sync of `kind` (FOLIO_SYNC_DATA or _ALL) under the rule above; `op` names it in
+  // the status of a failure.
+  IOStatus Sync(folio_file file, const std::string& name, uint32_t kind, const char* op) {
+    unsynced_.store(false, std::memory_order_release);
+    const int rc = folio_sync(file, kind, 0, 0);
+    if (rc < 0) {
+      Count(kSyncErrors);
+      unsynced_.store(true, std::memory_order_release);
+      return FromErrno(op, name, -rc);
+    }
+    return IOStatus::OK();
+  }
+
+ private:
+  std::atomic<bool> unsynced_{false};
+};
+
 class FolioWritableFile;
 
 // The files open for writing here, by path, for FileSystem::GetFileSize: a file being
@@ -874,7 +923,7 @@ void AsyncRead::Finish() {
 
 // A file RocksDB writes (WAL, table, MANIFEST, ...). RocksDB appends to it from one thread
 // at a time, and may Sync from another meanwhile (IsSyncThreadSafe): the end and the
-// unsynced flag are atomics, and folio_write / folio_sync are thread-safe.
+// sync state are atomics, and folio_write / folio_sync are thread-safe.
 class FolioWritableFile : public FSWritableFile {
  public:
   FolioWritableFile(folio_file file, std::string name, FileKind kind, uint64_t end,
@@ -928,7 +977,7 @@ class FolioWritableFile : public FSWritableFile {
     const int rc = folio_set_len(file_, size);
     if (rc < 0) return FromErrno("truncate", name_, -rc);
     end_.store(size, std::memory_order_release);
-    unsynced_.store(true, std::memory_order_release);  // the size is durable at a sync
+    sync_.MarkWritten();  // the size is durable at a sync
     return IOStatus::OK();
   }
 
@@ -939,12 +988,12 @@ class FolioWritableFile : public FSWritableFile {
 
   IOStatus Sync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kSyncs);
-    return SyncAs(FOLIO_SYNC_DATA, "sync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync");
   }
 
   IOStatus Fsync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kFsyncs);
-    return SyncAs(FOLIO_SYNC_ALL, "fsync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_ALL, "fsync");
   }
 
   // sync_file_range(SYNC_FILE_RANGE_WRITE): starts writeback of the range, promises
@@ -967,12 +1016,12 @@ class FolioWritableFile : public FSWritableFile {
     if (folio_file_len(file_, &len) == 0 && len > end) {
       const int rc = folio_set_len(file_, end);
       if (rc < 0) s = FromErrno("truncate at close", name_, -rc);
-      unsynced_.store(true, std::memory_order_release);
+      sync_.MarkWritten();
     }
     // The file on disk must be whole once Close returns (the file's opening comment).
-    if (unsynced_.load(std::memory_order_acquire)) {
+    if (sync_.NeedsSync()) {
       Count(kCloseSyncs);
-      const IOStatus synced = SyncAs(FOLIO_SYNC_DATA, "sync at close");
+      const IOStatus synced = sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync at close");
       if (s.ok()) s = synced;
     }
     if (verbosity_ == Options::Verbosity::kVerbose) {
@@ -1027,14 +1076,9 @@ class FolioWritableFile : public FSWritableFile {
     return IOStatus::OK();
   }
 
+  // The tracked end is the file's length: folio's may be longer for a reused file.
   IOStatus InvalidateCache(size_t offset, size_t length) override {
-    Count(kInvalidations);
-    uint64_t len = length;
-    if (len == 0) {
-      const uint64_t size = Size();
-      len = size > offset ? size - offset : 0;
-    }
-    return FromRc("invalidate", name_, folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED));
+    return DropCachedRange(file_, name_, Size(), offset, length);
   }
 
  private:
@@ -1046,22 +1090,8 @@ class FolioWritableFile : public FSWritableFile {
       Count(kWriteErrors);
       return FromErrno("write", name_, static_cast<int>(-n));
     }
-    // After the write: a concurrent Sync that cleared the flag before this store
-    // covered the write or leaves the flag set for Close (one sync too many, never one
-    // too few).
-    unsynced_.store(true, std::memory_order_release);
+    sync_.MarkWritten();  // after the write (SyncState's rule)
     end_.store(offset + data.size(), std::memory_order_release);
-    return IOStatus::OK();
-  }
-
-  IOStatus SyncAs(uint32_t kind, const char* op) {
-    unsynced_.store(false, std::memory_order_release);
-    const int rc = folio_sync(file_, kind, 0, 0);
-    if (rc < 0) {
-      Count(kSyncErrors);
-      unsynced_.store(true, std::memory_order_release);
-      return FromErrno(op, name_, -rc);
-    }
     return IOStatus::OK();
   }
 
@@ -1073,8 +1103,7 @@ class FolioWritableFile : public FSWritableFile {
   const Options::Verbosity verbosity_;
   OpenWriters* const writers_;
   std::atomic<uint64_t> end_;
-  // Whether bytes were written (or the size changed) since the last sync began.
-  std::atomic<bool> unsynced_{false};
+  SyncState sync_;
   bool closed_ = false;  // RocksDB's thread that closes
 };
 
@@ -1116,7 +1145,7 @@ class FolioRandomRWFile : public FSRandomRWFile {
       Count(kWriteErrors);
       return FromErrno("write", name_, static_cast<int>(-n));
     }
-    unsynced_ = true;
+    sync_.MarkWritten();
     return IOStatus::OK();
   }
 
@@ -1141,12 +1170,12 @@ class FolioRandomRWFile : public FSRandomRWFile {
 
   IOStatus Sync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kSyncs);
-    return SyncAs(FOLIO_SYNC_DATA, "sync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync");
   }
 
   IOStatus Fsync(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
     Count(kFsyncs);
-    return SyncAs(FOLIO_SYNC_ALL, "fsync");
+    return sync_.Sync(file_, name_, FOLIO_SYNC_ALL, "fsync");
   }
 
   // Syncs what was not synced, as FolioWritableFile::Close, and for the same reason.
@@ -1154,28 +1183,18 @@ class FolioRandomRWFile : public FSRandomRWFile {
     if (closed_) return IOStatus::OK();
     closed_ = true;
     IOStatus s;
-    if (unsynced_) {
+    if (sync_.NeedsSync()) {
       Count(kCloseSyncs);
-      s = SyncAs(FOLIO_SYNC_DATA, "sync at close");
+      s = sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync at close");
     }
     folio_close(file_);
     return s;
   }
 
  private:
-  IOStatus SyncAs(uint32_t kind, const char* op) {
-    const int rc = folio_sync(file_, kind, 0, 0);
-    if (rc < 0) {
-      Count(kSyncErrors);
-      return FromErrno(op, name_, -rc);
-    }
-    unsynced_ = false;
-    return IOStatus::OK();
-  }
-
   const folio_file file_;
   const std::string name_;
-  bool unsynced_ = false;
+  SyncState sync_;
   bool closed_ = false;
 };
 
@@ -1226,14 +1245,7 @@ class FolioSequentialFile : public FSSequentialFile {
   size_t GetRequiredBufferAlignment() const override { return 1; }
 
   IOStatus InvalidateCache(size_t offset, size_t length) override {
-    Count(kInvalidations);
-    uint64_t len = length;
-    if (len == 0) {
-      uint64_t size = 0;
-      folio_file_len(file_, &size);
-      len = size > offset ? size - offset : 0;
-    }
-    return FromRc("invalidate", name_, folio_advise(file_, offset, len, FOLIO_ADVICE_DONTNEED));
+    return DropCachedRange(file_, name_, LenOf(file_), offset, length);
   }
 
  private:

@@ -51,6 +51,29 @@ const char* BackendName(uint32_t backend) {
   }
 }
 
+// A size option: `value` parsed into *field; else false, with *error naming the key and
+// showing `examples` of sizes it takes.
+bool SetBytes(const std::string& key, const std::string& value, const char* examples,
+              uint64_t* field, std::string* error) {
+  if (ParseBytes(value, field)) return true;
+  *error = key + ": '" + value + "' is not a size (e.g. " + examples + ")";
+  return false;
+}
+
+// A 0-or-1 option (ParseFlag's words): *field becomes `on` or `off`; else false, with
+// *error naming the key.
+template <typename Setting>
+bool SetFlag(const std::string& key, const std::string& value, Setting on, Setting off,
+             Setting* field, std::string* error) {
+  bool flag = false;
+  if (!ParseFlag(value, &flag)) {
+    *error = key + ": '" + value + "' is not 0 or 1";
+    return false;
+  }
+  *field = flag ? on : off;
+  return true;
+}
+
 struct EnvKey {
   const char* variable;
   const char* key;
@@ -86,12 +109,11 @@ bool Options::operator==(const Options& o) const {
   return capacity_bytes == o.capacity_bytes && readahead_max_bytes == o.readahead_max_bytes &&
          backend == o.backend && pread_threads == o.pread_threads && eviction == o.eviction &&
          prefetch_ahead_bytes == o.prefetch_ahead_bytes && prefault == o.prefault &&
-         arena_pages == o.arena_pages &&          hints == o.hints && writes == o.writes && cold_writes == o.cold_writes &&
-         dirty_limit_bytes == o.dirty_limit_bytes &&
+         arena_pages == o.arena_pages && hints == o.hints && writes == o.writes &&
+         cold_writes == o.cold_writes && dirty_limit_bytes == o.dirty_limit_bytes &&
          dirty_background_bytes == o.dirty_background_bytes &&
          dirty_expire_ms == o.dirty_expire_ms && write_behind_bytes == o.write_behind_bytes &&
-         stats == o.stats &&
-         stats_path == o.stats_path && verbosity == o.verbosity;
+         stats == o.stats && stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
 std::string Options::Describe() const {
@@ -183,26 +205,10 @@ bool ParseMillis(const std::string& text, uint32_t* out) {
 bool ApplyOption(const std::string& key, const std::string& value, Options* opts,
                  std::string* error) {
   const std::string k = Lower(key);
-  if (k == "capacity") {
-    if (!ParseBytes(value, &opts->capacity_bytes)) {
-      *error = "capacity: '" + value + "' is not a size (e.g. 4G, 512M, 1048576)";
-      return false;
-    }
-    return true;
-  }
-  if (k == "readahead_max") {
-    if (!ParseBytes(value, &opts->readahead_max_bytes)) {
-      *error = "readahead_max: '" + value + "' is not a size (e.g. 2M, 0)";
-      return false;
-    }
-    return true;
-  }
+  if (k == "capacity") return SetBytes(k, value, "4G, 512M, 1048576", &opts->capacity_bytes, error);
+  if (k == "readahead_max") return SetBytes(k, value, "2M, 0", &opts->readahead_max_bytes, error);
   if (k == "prefetch_ahead") {
-    if (!ParseBytes(value, &opts->prefetch_ahead_bytes)) {
-      *error = "prefetch_ahead: '" + value + "' is not a size (e.g. 1M, 0)";
-      return false;
-    }
-    return true;
+    return SetBytes(k, value, "1M, 0", &opts->prefetch_ahead_bytes, error);
   }
   if (k == "backend") {
     const std::string v = Lower(value);
@@ -240,13 +246,8 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return true;
   }
   if (k == "prefault") {
-    bool at_start = false;
-    if (!ParseFlag(value, &at_start)) {
-      *error = "prefault: '" + value + "' is not 0 or 1";
-      return false;
-    }
-    opts->prefault = at_start ? Options::Prefault::kAtStart : Options::Prefault::kLazy;
-    return true;
+    return SetFlag(k, value, Options::Prefault::kAtStart, Options::Prefault::kLazy,
+                   &opts->prefault, error);
   }
   if (k == "arena_pages") {
     if (value == "auto") {
@@ -262,40 +263,23 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return true;
   }
   if (k == "hints") {
-    bool follow = true;
-    if (!ParseFlag(value, &follow)) {
-      *error = "hints: '" + value + "' is not 0 or 1";
-      return false;
-    }
-    opts->hints = follow ? Options::Hints::kFollow : Options::Hints::kIgnore;
-    return true;
+    return SetFlag(k, value, Options::Hints::kFollow, Options::Hints::kIgnore, &opts->hints,
+                   error);
   }
   if (k == "writes") {
-    bool through = true;
-    if (!ParseFlag(value, &through)) {
-      *error = "writes: '" + value + "' is not 0 or 1";
-      return false;
-    }
-    opts->writes = through ? Options::Writes::kThroughFolio : Options::Writes::kToKernel;
-    return true;
+    return SetFlag(k, value, Options::Writes::kThroughFolio, Options::Writes::kToKernel,
+                   &opts->writes, error);
   }
   if (k == "cache_cold_writes") {
-    bool cache = true;
-    if (!ParseFlag(value, &cache)) {
-      *error = "cache_cold_writes: '" + value + "' is not 0 or 1";
-      return false;
-    }
-    opts->cold_writes = cache ? Options::ColdWrites::kCache : Options::ColdWrites::kDrop;
-    return true;
+    return SetFlag(k, value, Options::ColdWrites::kCache, Options::ColdWrites::kDrop,
+                   &opts->cold_writes, error);
   }
-  if (k == "dirty_limit" || k == "dirty_background") {
-    uint64_t* field =
-        k == "dirty_limit" ? &opts->dirty_limit_bytes : &opts->dirty_background_bytes;
-    if (!ParseBytes(value, field)) {
-      *error = k + ": '" + value + "' is not a size (e.g. 64M, 0 for folio's default)";
-      return false;
-    }
-    return true;
+  if (k == "dirty_limit") {
+    return SetBytes(k, value, "64M, 0 for folio's default", &opts->dirty_limit_bytes, error);
+  }
+  if (k == "dirty_background") {
+    return SetBytes(k, value, "64M, 0 for folio's default", &opts->dirty_background_bytes,
+                    error);
   }
   if (k == "dirty_expire") {
     if (!ParseMillis(value, &opts->dirty_expire_ms)) {
@@ -305,11 +289,7 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return true;
   }
   if (k == "write_behind") {
-    if (!ParseBytes(value, &opts->write_behind_bytes)) {
-      *error = "write_behind: '" + value + "' is not a size (e.g. 256K, 1M, 0: off)";
-      return false;
-    }
-    return true;
+    return SetBytes(k, value, "256K, 1M, 0: off", &opts->write_behind_bytes, error);
   }
   if (k == "stats") {
     bool on = false;
@@ -326,13 +306,8 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return true;
   }
   if (k == "verbose") {
-    bool on = false;
-    if (!ParseFlag(value, &on)) {
-      *error = "verbose: '" + value + "' is not 0 or 1";
-      return false;
-    }
-    opts->verbosity = on ? Options::Verbosity::kVerbose : Options::Verbosity::kQuiet;
-    return true;
+    return SetFlag(k, value, Options::Verbosity::kVerbose, Options::Verbosity::kQuiet,
+                   &opts->verbosity, error);
   }
   *error = "unknown option '" + key +
            "' (known: capacity, readahead_max, prefetch_ahead, prefault, arena_pages, backend, "

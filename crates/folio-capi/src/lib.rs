@@ -44,6 +44,7 @@
 //! through it are open is defined, the files keep working, and the cache's memory goes
 //! with the last of them.
 
+mod entry;
 mod error;
 mod handle;
 mod stats;
@@ -55,6 +56,7 @@ use std::time::Duration;
 
 use folio_rs::{Advice, ArenaPages, BackendKind, Cache, EvictionKind, File, Prefault, ReadHint};
 
+use crate::entry::{bad_handle, cache_of, with_cache, with_file, Out};
 use crate::error::{boundary, copy_last_message, Failure};
 use crate::handle::{Kind, Registry};
 pub use crate::stats::folio_stats;
@@ -215,13 +217,6 @@ const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, write_behind_bytes) == 64);
 const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 72);
 
-fn bad_handle(call: &str, what: &str, id: u64) -> Failure {
-    Failure::new(
-        libc::EBADF,
-        format!("{call}: {id:#x} is not an open {what} handle (null, closed or never issued)"),
-    )
-}
-
 fn cache_options_default() -> folio_cache_options {
     folio_cache_options {
         size: std::mem::size_of::<folio_cache_options>() as u32,
@@ -253,16 +248,10 @@ fn cache_options_default() -> folio_cache_options {
 /// `opts` is NULL or points to writable memory for one `folio_cache_options`.
 #[no_mangle]
 pub unsafe extern "C" fn folio_cache_options_init(opts: *mut folio_cache_options) -> i32 {
-    boundary("folio_cache_options_init", || {
-        if opts.is_null() {
-            return Err(Failure::new(
-                libc::EFAULT,
-                "folio_cache_options_init: opts is NULL",
-            ));
-        }
-        // SAFETY: non-null, and the caller guarantees it points to a writable
-        // `folio_cache_options` (which has no invalid bit patterns to drop).
-        unsafe { opts.write(cache_options_default()) };
+    const CALL: &str = "folio_cache_options_init";
+    boundary(CALL, || {
+        // SAFETY: the caller guarantees `opts` is NULL or a writable `folio_cache_options`.
+        unsafe { Out::new(CALL, "opts", opts) }?.write(cache_options_default());
         Ok(0)
     })
 }
@@ -408,13 +397,10 @@ pub unsafe extern "C" fn folio_cache_create(
     opts: *const folio_cache_options,
     out: *mut folio_cache,
 ) -> i32 {
-    boundary("folio_cache_create", || {
-        if out.is_null() {
-            return Err(Failure::new(
-                libc::EFAULT,
-                "folio_cache_create: out is NULL",
-            ));
-        }
+    const CALL: &str = "folio_cache_create";
+    boundary(CALL, || {
+        // SAFETY: the caller guarantees `out` is NULL or a writable `folio_cache`.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
         let opts = if opts.is_null() {
             cache_options_default()
         } else {
@@ -425,9 +411,8 @@ pub unsafe extern "C" fn folio_cache_create(
         let cache = build_cache(&opts)?;
         let id = CACHES
             .insert(cache)
-            .map_err(|_| Failure::new(libc::EMFILE, "folio_cache_create: 2^20 caches are live"))?;
-        // SAFETY: non-null, and the caller guarantees it points to a writable `folio_cache`.
-        unsafe { out.write(folio_cache { id }) };
+            .map_err(|_| Failure::new(libc::EMFILE, format!("{CALL}: 2^20 caches are live")))?;
+        out.write(folio_cache { id });
         Ok(0)
     })
 }
@@ -514,17 +499,11 @@ fn format_stats(stats: &folio_stats) -> String {
 /// `out` is NULL or points to writable memory for one `folio_stats`.
 #[no_mangle]
 pub unsafe extern "C" fn folio_cache_stats(cache: folio_cache, out: *mut folio_stats) -> i32 {
-    boundary("folio_cache_stats", || {
-        let guard = handle::pin();
-        let cache = CACHES
-            .get(cache.id, &guard)
-            .map_err(|_| bad_handle("folio_cache_stats", "cache", cache.id))?;
-        if out.is_null() {
-            return Err(Failure::new(libc::EFAULT, "folio_cache_stats: out is NULL"));
-        }
-        let stats = folio_stats::of(&cache.stats());
-        // SAFETY: non-null, and the caller guarantees it points to a writable `folio_stats`.
-        unsafe { out.write(stats) };
+    const CALL: &str = "folio_cache_stats";
+    with_cache(CALL, cache, |cache| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable `folio_stats`.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        out.write(folio_stats::of(&cache.stats()));
         Ok(0)
     })
 }
@@ -620,9 +599,7 @@ pub(crate) unsafe fn open_file(
     open: impl FnOnce(&Cache, &OsStr) -> std::io::Result<File>,
 ) -> Result<i32, Failure> {
     let guard = handle::pin();
-    let cache = CACHES
-        .get(cache.id, &guard)
-        .map_err(|_| bad_handle(call, "cache", cache.id))?;
+    let cache = cache_of(call, cache, &guard)?;
     if path.is_null() || out.is_null() {
         return Err(Failure::new(
             libc::EFAULT,
@@ -749,11 +726,7 @@ unsafe fn read_with(
     offset: u64,
     hint: Option<ReadHint>,
 ) -> i64 {
-    boundary(call, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(call, "file", file.id))?;
+    with_file(call, file, |f| {
         if len == 0 {
             return Ok(0);
         }
@@ -830,11 +803,7 @@ pub unsafe extern "C" fn folio_read_many(
     n: usize,
 ) -> i32 {
     const CALL: &str = "folio_read_many";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+    with_file(CALL, file, |f| {
         if n == 0 {
             return Ok(0);
         }
@@ -896,11 +865,7 @@ pub unsafe extern "C" fn folio_read_many(
 #[no_mangle]
 pub extern "C" fn folio_readahead(file: folio_file, offset: u64, len: u64) -> i32 {
     const CALL: &str = "folio_readahead";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+    with_file(CALL, file, |f| {
         f.readahead(offset, len)
             .map_err(|e| Failure::io(CALL, &e))?;
         Ok(0)
@@ -921,11 +886,7 @@ pub extern "C" fn folio_readahead(file: folio_file, offset: u64, len: u64) -> i3
 #[no_mangle]
 pub extern "C" fn folio_advise(file: folio_file, offset: u64, len: u64, advice: u32) -> i32 {
     const CALL: &str = "folio_advise";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+    with_file(CALL, file, |f| {
         let advice = match advice {
             FOLIO_ADVICE_NORMAL => Advice::Normal,
             FOLIO_ADVICE_RANDOM => Advice::Random,
@@ -959,16 +920,9 @@ pub extern "C" fn folio_advise(file: folio_file, offset: u64, len: u64, advice: 
 #[no_mangle]
 pub unsafe extern "C" fn folio_file_len(file: folio_file, out: *mut u64) -> i32 {
     const CALL: &str = "folio_file_len";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
-        if out.is_null() {
-            return Err(Failure::new(libc::EFAULT, "folio_file_len: out is NULL"));
-        }
-        // SAFETY: non-null, and the caller guarantees it points to a writable u64.
-        unsafe { out.write(f.len()) };
+    with_file(CALL, file, |f| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable u64.
+        unsafe { Out::new(CALL, "out", out) }?.write(f.len());
         Ok(0)
     })
 }
@@ -997,23 +951,14 @@ pub struct folio_handle_stats {
 #[no_mangle]
 pub unsafe extern "C" fn folio_file_stats(file: folio_file, out: *mut folio_handle_stats) -> i32 {
     const CALL: &str = "folio_file_stats";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
-        if out.is_null() {
-            return Err(Failure::new(libc::EFAULT, format!("{CALL}: out is NULL")));
-        }
+    with_file(CALL, file, |f| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable folio_handle_stats.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
         let s = f.stats();
-        // SAFETY: non-null, and the caller guarantees it points to a writable
-        // folio_handle_stats.
-        unsafe {
-            out.write(folio_handle_stats {
-                read_io_requests: s.read_io_requests,
-                read_io_bytes: s.read_io_bytes,
-            })
-        };
+        out.write(folio_handle_stats {
+            read_io_requests: s.read_io_requests,
+            read_io_bytes: s.read_io_bytes,
+        });
         Ok(0)
     })
 }
@@ -1036,17 +981,10 @@ pub unsafe extern "C" fn folio_file_stats(file: folio_file, out: *mut folio_hand
 #[no_mangle]
 pub unsafe extern "C" fn folio_file_refresh_len(file: folio_file, out: *mut u64) -> i32 {
     const CALL: &str = "folio_file_refresh_len";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
-        if out.is_null() {
-            return Err(Failure::new(libc::EFAULT, format!("{CALL}: out is NULL")));
-        }
-        let len = f.refresh_len().map_err(|e| Failure::io(CALL, &e))?;
-        // SAFETY: non-null, and the caller guarantees it points to a writable u64.
-        unsafe { out.write(len) };
+    with_file(CALL, file, |f| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable u64.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        out.write(f.refresh_len().map_err(|e| Failure::io(CALL, &e))?);
         Ok(0)
     })
 }

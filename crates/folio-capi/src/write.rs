@@ -13,7 +13,7 @@
 //! file's writeback errors to the handle they are called through (the errseq rule: each
 //! handle sees each error once).
 //!
-//! Protection: nothing of its own. Handles are looked up as in the crate root (the
+//! Protection: nothing of its own. Handles are looked up by module `entry` (the
 //! registries' epoch pin, held for the call); the file's state is the library's (its
 //! writer lock, its dirty state).
 //!
@@ -23,11 +23,11 @@
 use std::ffi::{c_char, c_void, CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
 
-use crossbeam_epoch::Guard;
 use folio_rs::File;
 
-use crate::error::{boundary, errno_of, Failure};
-use crate::{bad_handle, folio_cache, folio_file, handle, open_file, CACHES, FILES};
+use crate::entry::{with_cache, with_file};
+use crate::error::{boundary, errno_of, Failure, Returns};
+use crate::{folio_cache, folio_file, open_file};
 
 /// `folio_open2`: open for writing too (`folio_write`, `folio_set_len`); without it the
 /// handle is read-only, as `folio_open`'s.
@@ -152,21 +152,27 @@ pub unsafe extern "C" fn folio_open2(
     })
 }
 
-/// The file `file` names, if it may write: EBADF for a handle that names nothing or one
-/// opened read-only.
-fn writable<'g>(call: &str, file: folio_file, guard: &'g Guard) -> Result<&'g File, Failure> {
-    let f = FILES
-        .get(file.id, guard)
-        .map_err(|_| bad_handle(call, "file", file.id))?;
-    if !f.is_writable() {
-        return Err(Failure::new(
-            libc::EBADF,
-            format!(
-                "{call}: the file was opened read-only (folio_open2 with FOLIO_OPEN_WRITE writes)"
-            ),
-        ));
-    }
-    Ok(f)
+/// `with_file` for a call that writes: EBADF for a handle that names nothing or one
+/// opened read-only, before `body` runs.
+///
+/// Context: as `with_file`.
+fn with_writable_file<R: Returns>(
+    call: &str,
+    file: folio_file,
+    body: impl FnOnce(&File) -> Result<R, Failure>,
+) -> R {
+    with_file(call, file, |f| {
+        if !f.is_writable() {
+            return Err(Failure::new(
+                libc::EBADF,
+                format!(
+                    "{call}: the file was opened read-only (folio_open2 with FOLIO_OPEN_WRITE \
+                     writes)"
+                ),
+            ));
+        }
+        body(f)
+    })
 }
 
 /// Writes the `len` bytes at `buf` into `file` at `offset`, like pwrite(2) but always all
@@ -201,9 +207,7 @@ pub unsafe extern "C" fn folio_write(
     offset: u64,
 ) -> i64 {
     const CALL: &str = "folio_write";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = writable(CALL, file, &guard)?;
+    with_writable_file(CALL, file, |f| {
         if len == 0 {
             // The library's checks still apply (a given-up file fails).
             f.write_at(&[], offset).map_err(|e| Failure::io(CALL, &e))?;
@@ -244,9 +248,7 @@ pub unsafe extern "C" fn folio_write(
 #[no_mangle]
 pub extern "C" fn folio_set_len(file: folio_file, len: u64) -> i32 {
     const CALL: &str = "folio_set_len";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = writable(CALL, file, &guard)?;
+    with_writable_file(CALL, file, |f| {
         f.set_len(len).map_err(|e| Failure::io(CALL, &e))?;
         Ok(0)
     })
@@ -274,11 +276,7 @@ pub extern "C" fn folio_set_len(file: folio_file, len: u64) -> i32 {
 #[no_mangle]
 pub extern "C" fn folio_sync(file: folio_file, kind: u32, offset: u64, len: u64) -> i32 {
     const CALL: &str = "folio_sync";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+    with_file(CALL, file, |f| {
         let whole_file = || {
             if offset != 0 || len != 0 {
                 return Err(Failure::new(
@@ -325,11 +323,7 @@ pub extern "C" fn folio_sync(file: folio_file, kind: u32, offset: u64, len: u64)
 #[no_mangle]
 pub extern "C" fn folio_writeback(file: folio_file, offset: u64, len: u64) -> i32 {
     const CALL: &str = "folio_writeback";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let f = FILES
-            .get(file.id, &guard)
-            .map_err(|_| bad_handle(CALL, "file", file.id))?;
+    with_file(CALL, file, |f| {
         f.writeback(offset, len)
             .map_err(|e| Failure::io(CALL, &e))?;
         Ok(0)
@@ -347,11 +341,7 @@ pub extern "C" fn folio_writeback(file: folio_file, offset: u64, len: u64) -> i3
 #[no_mangle]
 pub extern "C" fn folio_cache_sync_all(cache: folio_cache) -> i32 {
     const CALL: &str = "folio_cache_sync_all";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let cache = CACHES
-            .get(cache.id, &guard)
-            .map_err(|_| bad_handle(CALL, "cache", cache.id))?;
+    with_cache(CALL, cache, |cache| {
         cache.sync_all_files().map_err(|e| Failure::io(CALL, &e))?;
         Ok(0)
     })
@@ -378,11 +368,7 @@ pub extern "C" fn folio_cache_sync_all(cache: folio_cache) -> i32 {
 #[no_mangle]
 pub unsafe extern "C" fn folio_remove_file(cache: folio_cache, path: *const c_char) -> i32 {
     const CALL: &str = "folio_remove_file";
-    boundary(CALL, || {
-        let guard = handle::pin();
-        let cache = CACHES
-            .get(cache.id, &guard)
-            .map_err(|_| bad_handle(CALL, "cache", cache.id))?;
+    with_cache(CALL, cache, |cache| {
         if path.is_null() {
             return Err(Failure::new(libc::EFAULT, format!("{CALL}: path is NULL")));
         }
