@@ -10,18 +10,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::arena::{Arena, ArenaPages};
-use crate::dirty::DirtyBudget;
 use crate::eviction::{new_policy, EvictionKind};
 use crate::file::{Access, File, OpenMode};
 use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::{FileStamp, MappingTable};
 use crate::memory::Memory;
-use crate::pagecache::{CacheInner, Core, DirtyFiles, WritebackBodies};
+use crate::pagecache::{Core, Engine, WritebackBodies};
 use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
 use crate::stats::{Counters, Stats};
 use crate::types::{Order, PageIndex, PAGE_BYTES};
-use crate::writeback;
+use crate::write::budget::DirtyBudget;
+use crate::write::queue::DirtyFiles;
+use crate::write::thread;
 
 /// The smallest capacity a cache accepts: 16 frames.
 pub const CAPACITY_BYTES_MIN: u64 = 16 * PAGE_BYTES as u64;
@@ -171,12 +172,6 @@ impl CacheBuilder {
         self
     }
 
-    /// Builds the cache: reserves the arena and starts the backend.
-    ///
-    /// Context: may block: it maps the arena (no page is touched unless `prefault`, which
-    /// populates the whole capacity first), starts the backend's threads (an io_uring
-    /// instance and its completion thread, or the pread pool), the background reclaimer
-    /// and the arena's populator. Takes no lock another cache shares.
     /// The most memory writes may keep dirty (or under writeback): writers past it wait
     /// for writeback (the throttle). Default: 20% of the capacity.
     pub fn dirty_limit_bytes(mut self, bytes: u64) -> Self {
@@ -209,6 +204,12 @@ impl CacheBuilder {
         self
     }
 
+    /// Builds the cache: reserves the arena and starts the backend.
+    ///
+    /// Context: may block: it maps the arena (no page is touched unless `prefault`, which
+    /// populates the whole capacity first), starts the backend's threads (an io_uring
+    /// instance and its completion thread, or the pread pool), the writeback thread, the
+    /// background reclaimer and the arena's populator. Takes no lock another cache shares.
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
         self.build_with_backend(backend)
@@ -270,12 +271,12 @@ impl CacheBuilder {
         };
         core.readahead_pages = core.readahead_pages_for(self.readahead_max_bytes);
         Ok(Cache {
-            inner: Arc::new(CacheInner::new(
+            inner: Arc::new(Engine::new(
                 core,
                 backend,
                 WritebackBodies {
-                    background: writeback::background,
-                    write_back_all: writeback::write_back_all,
+                    background: thread::background,
+                    write_back_all: thread::write_back_all,
                 },
             )),
         })
@@ -286,7 +287,7 @@ impl CacheBuilder {
 /// `Arc`; every method takes `&self` and is safe from any thread.
 #[derive(Clone)]
 pub struct Cache {
-    inner: Arc<CacheInner>,
+    inner: Arc<Engine>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -378,15 +379,15 @@ impl Cache {
             if mapping.write.fd().is_none() {
                 continue;
             }
-            writeback::sync(
+            crate::write::sync::sync(
                 core,
                 &*self.inner.backend,
                 &mapping,
                 PageIndex(0),
-                PageIndex(u64::MAX >> 12),
+                PageIndex::END,
                 crate::io::FlushKind::All,
             );
-            if first_error.is_none() && mapping.write.errseq.has_unseen() {
+            if first_error.is_none() && mapping.write.errseq().has_unseen() {
                 first_error = Some(io::Error::other(
                     "folio: a file's writeback failed (its handles' next sync reports the error)",
                 ));
@@ -495,6 +496,9 @@ pub struct OpenOptions<'c> {
     truncate: bool,
 }
 
+// The setters take a bool, against STYLE.md's rule, on purpose: they mirror
+// `std::fs::OpenOptions` (`.write(true).create(true)`) so that code moving from std to
+// folio reads the same; each names one flag, so the bool is never a mode in disguise.
 impl OpenOptions<'_> {
     /// Open for writing too.
     pub fn write(&mut self, write: bool) -> &mut Self {

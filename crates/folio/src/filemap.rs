@@ -28,16 +28,15 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use crate::arena::FolioUse;
-use crate::dirty::{BlockMask, Prior};
 use crate::eviction::{Admission, ReadHint};
-use crate::index::{Entry, IndexWriteGuard, Leave, Mark, NewFolio};
+use crate::index::{IndexWriteGuard, Leave, Mark, NewFolio};
 use crate::io::sync::finish_read;
 use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
 use crate::mapping::Mapping;
-use crate::pagecache::{AllocMode, CacheInner, Core};
+use crate::pagecache::{AllocMode, Core, Engine};
 use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
 use crate::stats::{self, HandleCounters};
-use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
+use crate::types::{Order, PageIndex, PAGE_BYTES};
 use crate::wait;
 
 /// A run of folios for one read, inline up to a storage engine's block (16 KiB of 4 KiB
@@ -58,7 +57,7 @@ pub(crate) struct Window {
 /// What the miss path of one handle works with: the cache (its core and backend), the
 /// file's mapping, and the handle's open file.
 pub(crate) struct Fill<'a> {
-    pub cache: &'a CacheInner,
+    pub cache: &'a Engine,
     pub mapping: &'a Arc<Mapping>,
     pub fd: &'a Arc<StdFile>,
     /// The handle's own counters: its reads are counted there too.
@@ -80,7 +79,7 @@ pub(crate) enum Waiter {
 }
 
 impl Fill<'_> {
-    fn core(&self) -> &Core {
+    pub(crate) fn core(&self) -> &Core {
         &self.cache.core
     }
 
@@ -255,7 +254,7 @@ impl Fill<'_> {
     ///
     /// Context: the index lock held (a folio is on an eviction queue exactly while it is
     /// in the index: eviction's lock order is index -> policy).
-    fn insert_admit(&self, w: &mut IndexWriteGuard<'_>, run: &[NewFolio]) -> Vec<bool> {
+    pub(crate) fn insert_admit(&self, w: &mut IndexWriteGuard<'_>, run: &[NewFolio]) -> Vec<bool> {
         let core = self.core();
         let outcome = w.insert_run(run);
         let mut shadows = outcome.shadows.iter().peekable();
@@ -280,7 +279,7 @@ impl Fill<'_> {
     /// handle's reads ask (`ReadHint`), judged by the shadow its slot held, if any.
     ///
     /// Context: the index lock held (as `insert_admit`).
-    fn admit(&self, folio: &NewFolio, shadow: Option<u64>) {
+    pub(crate) fn admit(&self, folio: &NewFolio, shadow: Option<u64>) {
         let core = self.core();
         let policy = &core.mem.policy;
         if self.reuse == ReadHint::NoReuse {
@@ -292,68 +291,6 @@ impl Fill<'_> {
         if admission == Admission::Refault {
             stats::bump(&core.mem.counters.workingset_refaults);
         }
-    }
-
-    /// Inserts a folio a writer filled (a new page: no read), marked dirty, in one lock
-    /// hold; false if a reader's insertion came first (the writer gives it back and
-    /// writes into that one).
-    ///
-    /// Context: the file's writer lock held; `folio` is LOCKED and owned by the caller.
-    pub(crate) fn insert_written(&self, folio: NewFolio) -> bool {
-        let mut w = self
-            .mapping
-            .index
-            .lock_for_insert(folio.head, folio.order.pages());
-        let inserted = self.insert_admit(&mut w, &[folio])[0];
-        if inserted {
-            w.set_mark(folio.head, Mark::Dirty);
-            stats::add(
-                &self.core().mem.counters.pages_inserted,
-                folio.order.pages(),
-            );
-        }
-        inserted
-    }
-
-    /// Copy on write (`file::write`, W3): puts `new` (LOCKED, holding `old`'s bytes) in
-    /// the index in place of `old`, which others hold pinned, and moves `old`'s dirty
-    /// blocks to it; the slot's marks stay (`IndexWriteGuard::replace_folio`). `Retry` if `old` left its slot, or a writeback or a read holds it
-    /// (the caller waits and starts over). The holders of `old` keep its bytes; its frame
-    /// goes back with the last of them.
-    ///
-    /// Context: the file's writer lock held, `old` pinned by the caller; takes the index
-    /// lock.
-    pub(crate) fn replace_for_write(&self, old: FrameId, new: NewFolio) -> Replaced {
-        let core = self.core();
-        let arena = &core.mem.arena;
-        let old_meta = arena.meta(old);
-        let mut w = self.mapping.index.lock();
-        let holds = matches!(w.get(new.head), Entry::Folio { frame, order, head }
-            if frame == old && order == new.order && head == new.head);
-        let state = old_meta.state.load();
-        if !holds || state.is_writeback() || state.is_locked() {
-            return Replaced::Retry;
-        }
-        let prior = Prior::of(state);
-        if prior == Prior::Dirty {
-            let blocks = BlockMask::of(arena, old, new.order).peek();
-            BlockMask::of(arena, new.frame, new.order).mark(&blocks, Prior::Clean);
-            old_meta.state.discard_dirty();
-        }
-        // In place: the slot keeps its marks (`Dirty`, and a sync's `Towrite`).
-        let replaced = w.replace_folio(old, new);
-        assert!(replaced, "the slot checked under the lock changed");
-        core.mem.policy.remove(arena, old, new.order.pages());
-        self.admit(&new, None);
-        debug_assert!(
-            prior == Prior::Clean || w.is_marked(new.head, Mark::Dirty),
-            "a dirty folio's copy lost its Dirty mark"
-        );
-        drop(w);
-        // The index's reference goes; the caller's pin keeps the frame.
-        let outcome = old_meta.state.put();
-        debug_assert_eq!(outcome, PutOutcome::Alive);
-        Replaced::Done(prior)
     }
 
     /// Reads the gaps of a readahead window. Returns the pages it inserted.
@@ -435,15 +372,6 @@ fn frame_bufs(core: &Core, run: &[NewFolio]) -> Vec<FrameBuf> {
     run.iter()
         .map(|f| core.mem.arena.io_buf(f.frame, f.order))
         .collect()
-}
-
-/// What `Fill::replace_for_write` did.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Replaced {
-    /// The new folio is in the index, dirty as the old one was (`Prior`).
-    Done(Prior),
-    /// Nothing changed; wait for the old folio's I/O and start over.
-    Retry,
 }
 
 /// What the completion of one read of a run of folios needs, built at submission (module

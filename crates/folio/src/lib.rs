@@ -24,9 +24,11 @@
 //! - `file`: the read API (`read_at`, `get_page`, `readahead`, `advise`) and its
 //!   optimistic hit path; asks `readahead` (the window policy, pure, and the per-handle
 //!   state word) on a miss; `file::write`, the write API (`write_at`, `set_len`, the
-//!   syncs) and the write protocol.
-//! - `writeback`: writing dirty blocks back through the backend, syncs, and the
-//!   writeback thread's body.
+//!   syncs).
+//! - `write`: the write side, one owner of its state (`write/mod.rs` maps its rooms: a
+//!   write's steps on a folio, writeback, the sync, the writeback thread and queue,
+//!   each file's write state, the dirty-block mask, the dirty budget, the error
+//!   sequence). Its low rooms sit below `mapping` and `memory`, its high ones here.
 //! - `filemap`: the miss path: run allocation and insertion, one read per run, and the
 //!   reads' completions.
 //! - `pagecache`: the shared core (memory, mappings, reclaimer, backend, the queue of
@@ -35,8 +37,7 @@
 //! - `mapping`: one file's pages, the lookup protocol (`find_get`), invalidation, the
 //!   mapping table.
 //! - `memory`: the arena, the eviction policy, the counters and the dirty budget as the
-//!   parts below see them; `dirty`: the dirty-block mask of large folios, that budget, a
-//!   file's write state; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
+//!   parts below see them; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
 //!   default) and the kernel's two-list LRU with refault distance (`lru`).
 //! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write side in
 //!   `write`).
@@ -49,7 +50,6 @@
 //! - `io`: the backend contract (`backend`: reads and writes as one request type), the one
 //!   synchronous `preadv`/`pwritev` loop (`sync`), the factory, and the engines (`uring`,
 //!   `pread`, `fault`, `null`).
-//! - `errseq`: a file's error sequence (a writeback error reported once to each handle).
 //! - `stats` (counters), `types` (newtypes), `primitive` (the atomics loom swaps in),
 //!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
 //!
@@ -88,11 +88,7 @@
 // (and `index::node`); ARCHITECTURE.md says why each needs it.
 #[allow(unsafe_code)]
 mod arena;
-#[cfg(any(debug_assertions, feature = "invariants"))]
-mod audit;
 mod cache;
-mod dirty;
-mod errseq;
 mod eviction;
 mod file;
 mod filemap;
@@ -109,7 +105,6 @@ mod mapping;
 mod memory;
 mod pagecache;
 mod primitive;
-mod range_lock;
 mod readahead;
 mod reclaim;
 mod refcount;
@@ -119,7 +114,7 @@ mod version;
 #[allow(unsafe_code)]
 mod wait;
 mod waker;
-mod writeback;
+mod write;
 
 pub use arena::ArenaPages;
 pub use cache::{

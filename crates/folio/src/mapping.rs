@@ -33,7 +33,6 @@ use std::io;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::dirty::{BlockMask, WriteState};
 use crate::folio::MappingId;
 use crate::index::{Entry, Index, IndexWriteGuard, Leave};
 use crate::memory::Memory;
@@ -41,6 +40,8 @@ use crate::refcount::{GetOutcome, PutOutcome};
 use crate::stats;
 use crate::types::{FrameId, Order, PageIndex};
 use crate::wait;
+use crate::write::mask::BlockMask;
+use crate::write::state::WriteState;
 
 /// What identifies a file's version: size, modification time, and when the inode was
 /// made.
@@ -179,7 +180,7 @@ impl Mapping {
     fn count_folios(&self, _w: &IndexWriteGuard<'_>) -> u64 {
         let mut folios = 0;
         self.index
-            .visit(PageIndex(0), PageIndex(u64::MAX >> 12), &mut |_, entry| {
+            .visit(PageIndex(0), PageIndex::END, &mut |_, entry| {
                 if let Entry::Folio { .. } = entry {
                     folios += 1;
                 }
@@ -224,7 +225,7 @@ impl Mapping {
         if on_disk.as_ref().ok() != Some(&size) {
             if let Err(e) = on_disk.and_then(|_| crate::io::sync::set_len(&fd, size)) {
                 self.write
-                    .errseq
+                    .errseq()
                     .record(e.raw_os_error().unwrap_or(libc::EIO));
             }
         }
@@ -303,12 +304,7 @@ impl Mapping {
         }
         self.size_bytes.store(now.size_bytes, Ordering::Release);
         drop(stamp);
-        self.invalidate(
-            mem,
-            PageIndex(0),
-            PageIndex(u64::MAX >> 12),
-            Invalidate::Truncate,
-        );
+        self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
     }
 
     /// Whether `now` is another file than the one folio wrote through this mapping: its
@@ -329,12 +325,7 @@ impl Mapping {
     pub fn forget_deleted(&self, mem: &Memory) -> u64 {
         let _writer = self.write.lock_writer();
         self.write.note_written();
-        let dropped = self.invalidate(
-            mem,
-            PageIndex(0),
-            PageIndex(u64::MAX >> 12),
-            Invalidate::Truncate,
-        );
+        let dropped = self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
         self.write.forget_fd();
         dropped
     }
@@ -730,7 +721,7 @@ impl MappingTable {
         if word.open() != 0 {
             return Unused::Open;
         }
-        if mapping.write.errseq.has_unseen() {
+        if mapping.write.errseq().has_unseen() {
             // The next open must find the error (DESIGN.md §8): the mapping stays.
             return Unused::Cached;
         }
@@ -751,7 +742,7 @@ impl MappingTable {
             // it the logical one. Under the table's lock, so that no newer mapping of the
             // file exists yet whose writes this could cut.
             mapping.settle_size_unlocked();
-            if mapping.write.errseq.has_unseen() {
+            if mapping.write.errseq().has_unseen() {
                 return Unused::Cached; // the settling failed: the next sync reports it
             }
         }
@@ -813,7 +804,7 @@ mod tests {
             arena: crate::arena::Arena::new(64, crate::arena::ArenaPages::Small).unwrap(),
             policy: crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
             counters: crate::stats::Counters::default(),
-            dirty: crate::dirty::DirtyBudget::new(8, 4),
+            dirty: crate::write::budget::DirtyBudget::new(8, 4),
             readahead_limit: crate::readahead::ReadaheadLimit::new(
                 crate::readahead::LimitBounds::for_cache(64),
             ),

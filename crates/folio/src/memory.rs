@@ -8,12 +8,12 @@
 //! counters: atomics; readahead limit: two atomic words, CAS).
 
 use crate::arena::Arena;
-use crate::dirty::DirtyBudget;
 use crate::eviction::EvictionPolicy;
 use crate::readahead::ReadaheadLimit;
 use crate::refcount::PutOutcome;
 use crate::stats::Counters;
 use crate::types::FrameId;
+use crate::write::budget::DirtyBudget;
 
 #[derive(Debug)]
 pub(crate) struct Memory {

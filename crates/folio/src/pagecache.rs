@@ -1,32 +1,38 @@
 //! The page cache's shared core: memory, mappings, reclaim and the I/O backend, and how
 //! folios are allocated.
 //!
-//! Ownership: a `Cache` and every `File` hold an `Arc<CacheInner>`, which owns the I/O
-//! backend, the background reclaimer's thread and an `Arc<Core>`. In-flight reads hold an
-//! `Arc<Core>` (never the backend), so the last handle's drop stops the reclaimer, then
-//! shuts the backend down, which waits for the in-flight reads, whose completions release
-//! their `Core`; the arena is unmapped after the last of them. Dropping a `Cache` while
+//! The cache's four layers, outside in: `Cache` (what users build and open files with; a
+//! handle on the engine), `Engine` (here: the running cache, the backend, the core and the
+//! background threads; every `File` holds it too), `Core` (here: what I/O completions
+//! share, everything but the backend), `Memory` (`memory`: the arena, the eviction
+//! policy, the counters and the dirty budget, as the parts below the page cache see them).
+//!
+//! Ownership: a `Cache` and every `File` hold an `Arc<Engine>`, which owns the I/O
+//! backend, the background threads (writeback, reclaimer, populator) and an
+//! `Arc<Core>`. In-flight I/O holds an `Arc<Core>` (never the backend), so the last
+//! handle's drop stops the writeback thread, writes back every dirty page and waits for
+//! it, stops the reclaimer and the populator, then shuts the backend down, which waits for
+//! the I/O in flight, whose completions release their `Core`; the arena is unmapped after
+//! the last of them. Dropping a `Cache` while
 //! `File`s live is therefore defined: the files keep working and the memory goes with
 //! the last of them.
 //!
 //! Protection: per part (`memory`, `mapping::MappingTable`, `reclaim::Reclaimer`).
 
-use std::collections::VecDeque;
 use std::io;
-use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::arena::{FolioUse, POPULATE_AHEAD_CACHE_BYTES_MIN};
-use crate::index::{Mark, NODE_BYTES};
+use crate::index::NODE_BYTES;
 use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
 use crate::memory::Memory;
 use crate::reclaim::{self, Reclaimer};
 use crate::stats::{self, Stats};
-use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
+use crate::types::{FrameId, Order, PAGE_BYTES};
+use crate::write::queue::DirtyFiles;
 
 /// Whether an allocation may wait for memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,161 +54,8 @@ pub(crate) struct Core {
     /// The files with dirty pages, for the writeback thread (DESIGN.md §8).
     pub dirty_files: DirtyFiles,
     /// Whole pages an appending writer leaves dirty before their writeback starts (0:
-    /// never; `File::write_behind`).
+    /// never; `write::thread::write_behind`).
     pub write_behind_pages: u64,
-}
-
-/// The files with dirty pages, oldest first (the kernel's `b_dirty` list), and the
-/// writeback thread's wake-ups.
-///
-/// A file enters when a write dirties it while it is not queued (`WriteState::queued`),
-/// and leaves when the writeback thread takes it; a pass that leaves it dirty (a writer
-/// held a folio, a write failed) queues it again.
-///
-/// Protection: the queue under its mutex; the wake flag under its own, with a condvar.
-/// Neither is held while another lock is taken.
-#[derive(Debug)]
-pub(crate) struct DirtyFiles {
-    queue: Mutex<VecDeque<Arc<Mapping>>>,
-    /// Ranges appending writers left behind them, for the writeback thread to start
-    /// (`File::write_behind`).
-    behind: Mutex<Vec<(Arc<Mapping>, PageIndex, PageIndex)>>,
-    wake: Mutex<bool>,
-    wake_cv: Condvar,
-    stop: AtomicBool,
-    /// A file dirty for longer than this is written back.
-    pub expire: Duration,
-    epoch: Instant,
-}
-
-impl DirtyFiles {
-    pub fn new(expire: Duration) -> DirtyFiles {
-        DirtyFiles {
-            queue: Mutex::new(VecDeque::new()),
-            behind: Mutex::new(Vec::new()),
-            wake: Mutex::new(false),
-            wake_cv: Condvar::new(),
-            stop: AtomicBool::new(false),
-            expire,
-            epoch: Instant::now(),
-        }
-    }
-
-    fn now_ns(&self) -> u64 {
-        (self.epoch.elapsed().as_nanos() as u64).max(1)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Mapping>>> {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// A write dirtied `mapping`: stamp when, and queue it if it is not queued.
-    pub fn note_dirty(&self, mapping: &Arc<Mapping>) {
-        let write = &mapping.write;
-        if write.dirtied_ns.load(Ordering::Relaxed) == 0 {
-            let _ = write.dirtied_ns.compare_exchange(
-                0,
-                self.now_ns(),
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
-        }
-        if !write.queued.load(Ordering::Acquire) && !write.queued.swap(true, Ordering::AcqRel) {
-            self.lock().push_back(mapping.clone());
-        }
-    }
-
-    /// Hands `[start, end)` of `mapping`, whole pages an appending writer left dirty
-    /// behind it, to the writeback thread, and wakes it.
-    pub fn write_behind(&self, mapping: &Arc<Mapping>, start: PageIndex, end: PageIndex) {
-        self.behind
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((mapping.clone(), start, end));
-        self.kick();
-    }
-
-    /// The ranges handed over by `write_behind` since the last call.
-    pub fn take_write_behind(&self) -> Vec<(Arc<Mapping>, PageIndex, PageIndex)> {
-        std::mem::take(&mut *self.behind.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Wakes the writeback thread now (memory is short of clean pages, or a writer left
-    /// pages behind it).
-    pub fn kick(&self) {
-        let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
-        if !*wake {
-            *wake = true;
-            self.wake_cv.notify_one();
-        }
-    }
-
-    /// The writeback thread's sleep: until kicked or `period` passed. False once the
-    /// cache stops.
-    pub fn wait(&self, period: Duration) -> bool {
-        let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
-        if !*wake && !self.stop.load(Ordering::Acquire) {
-            wake = self
-                .wake_cv
-                .wait_timeout(wake, period)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        *wake = false;
-        !self.stop.load(Ordering::Acquire)
-    }
-
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.kick();
-    }
-
-    /// Takes the files due for writeback: all of them when `everything`, else those
-    /// dirty for longer than `expire`. They leave the queue (`requeue_if_dirty` puts one
-    /// back).
-    pub fn due(&self, everything: bool) -> Vec<Arc<Mapping>> {
-        let now = self.now_ns();
-        // Saturating: an expiry past 2^64 ns never comes (a truncation would make it small).
-        let expire = u64::try_from(self.expire.as_nanos()).unwrap_or(u64::MAX);
-        let mut queue = self.lock();
-        let mut due = Vec::new();
-        queue.retain(|mapping| {
-            let since = mapping.write.dirtied_ns.load(Ordering::Acquire);
-            let take = everything || now.saturating_sub(since) >= expire;
-            if take {
-                due.push(mapping.clone());
-            }
-            !take
-        });
-        drop(queue);
-        for mapping in &due {
-            mapping.write.dirtied_ns.store(0, Ordering::Release);
-            mapping.write.queued.store(false, Ordering::Release);
-        }
-        due
-    }
-
-    /// Every queued file (the cache's final flush).
-    pub fn all(&self) -> Vec<Arc<Mapping>> {
-        self.due(true)
-    }
-
-    /// A pass left `mapping` dirty: queue it again.
-    pub fn requeue_if_dirty(&self, mapping: &Arc<Mapping>) {
-        let mut dirty = false;
-        let _ = mapping.index.marked_walk(
-            PageIndex(0),
-            PageIndex(u64::MAX >> 12),
-            Mark::Dirty,
-            &mut |_| {
-                dirty = true;
-                ControlFlow::Break(())
-            },
-        );
-        if dirty {
-            self.note_dirty(mapping);
-        }
-    }
 }
 
 impl Core {
@@ -310,7 +163,7 @@ impl Core {
     }
 }
 
-pub(crate) struct CacheInner {
+pub(crate) struct Engine {
     // Field order is drop order: the backend (and its in-flight reads) goes first.
     pub backend: Arc<dyn Backend>,
     pub core: Arc<Core>,
@@ -329,10 +182,10 @@ pub(crate) struct WritebackBodies {
     pub write_back_all: fn(&Arc<Core>, &dyn Backend),
 }
 
-impl CacheInner {
+impl Engine {
     /// Starts the background reclaimer (if the cache has watermarks) and the arena's
     /// populator (if the cache is large enough to want one) beside `backend`.
-    pub fn new(core: Core, backend: Box<dyn Backend>, writeback: WritebackBodies) -> CacheInner {
+    pub fn new(core: Core, backend: Box<dyn Backend>, writeback: WritebackBodies) -> Engine {
         let core = Arc::new(core);
         let backend: Arc<dyn Backend> = Arc::from(backend);
         let writeback_thread = {
@@ -361,7 +214,7 @@ impl CacheInner {
                 .spawn(move || core.mem.arena.populate_ahead())
                 .expect("spawn the populate thread")
         });
-        CacheInner {
+        Engine {
             backend,
             core,
             reclaim_thread,
@@ -372,7 +225,7 @@ impl CacheInner {
     }
 }
 
-impl Drop for CacheInner {
+impl Drop for Engine {
     /// Writes back every dirty page (a dropped cache loses nothing that a process exit
     /// would not: unsynced data is on the device, not flushed), then stops the threads.
     fn drop(&mut self) {

@@ -13,6 +13,10 @@ pub const ORDER_MAX: u8 = 9;
 pub struct PageIndex(pub u64);
 
 impl PageIndex {
+    /// Past the last page any file can have (a byte offset's 64 bits, in pages): the end
+    /// of a range that means "the whole file".
+    pub const END: PageIndex = PageIndex(u64::MAX >> PAGE_SHIFT);
+
     /// The page that holds byte `offset_bytes`.
     pub fn containing(offset_bytes: u64) -> Self {
         PageIndex(offset_bytes >> PAGE_SHIFT)

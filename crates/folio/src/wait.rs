@@ -16,7 +16,7 @@ use std::sync::LazyLock;
 use std::task::Waker;
 
 use crate::folio::FolioMeta;
-use crate::waker::{Park, Ticket, WakerTable};
+use crate::waker::{Park, Parking, WakerTable};
 
 /// The futures parked on folios' I/O, of every cache in the process.
 static FUTURES: LazyLock<WakerTable> = LazyLock::new(WakerTable::new);
@@ -69,19 +69,19 @@ fn wait_while(meta: &FolioMeta, busy: impl Fn(crate::refcount::StateWord) -> boo
 
 /// Leaves `waker` to be woken when the folio is no longer LOCKED (`waker`'s P1-P3):
 /// `Parked` if it still is (poll again when woken; `cancel_future` if the future goes
-/// first), `Ready` if it no longer is (nothing left in the table). `ticket` is the
+/// first), `Ready` if it no longer is (nothing left in the table). `parking` is the
 /// same future's earlier parking, if any.
 ///
 /// Context: the caller holds a reference on the folio and no lock; never sleeps.
-pub fn park_future(meta: &FolioMeta, ticket: Option<Ticket>, waker: &Waker) -> Park {
-    FUTURES.park(key(meta), ticket, waker, || meta.state.load().is_locked())
+pub fn park_future(meta: &FolioMeta, parking: Option<Parking>, waker: &Waker) -> Park {
+    FUTURES.park(key(meta), parking, waker, || meta.state.load().is_locked())
 }
 
 /// Takes a parked future's waker out of the table (the future is dropped or done).
 ///
 /// Context: no lock held; never sleeps.
-pub fn cancel_future(ticket: Ticket) {
-    FUTURES.cancel(ticket);
+pub fn cancel_future(parking: Parking) {
+    FUTURES.cancel(parking);
 }
 
 /// A future holds a folio pinned between polls (it waits for the folio's read, or was
@@ -110,16 +110,16 @@ pub fn future_unpinning() {
 /// references or readahead in flight: poll again soon).
 ///
 /// Context: no lock held; never sleeps.
-pub fn park_for_memory(ticket: Option<Ticket>, waker: &Waker) -> Park {
-    MEMORY.park(MEMORY_KEY, ticket, waker, || {
+pub fn park_for_memory(parking: Option<Parking>, waker: &Waker) -> Park {
+    MEMORY.park(MEMORY_KEY, parking, waker, || {
         HOLDING.load(Ordering::Relaxed) > 0
     })
 }
 
 /// Takes a memory waiter's waker out (the future is dropped, or polls again); returns
 /// whether it was still there (false: a hand-off woke it).
-pub fn cancel_memory_wait(ticket: Ticket) -> bool {
-    MEMORY.cancel(ticket)
+pub fn cancel_memory_wait(parking: Parking) -> bool {
+    MEMORY.cancel(parking)
 }
 
 /// Futures parked on folio I/O or waiting for memory now, in the whole process.

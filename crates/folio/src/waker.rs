@@ -52,7 +52,7 @@ const SHARDS: usize = 64;
 
 /// A future's place in the table while it is parked: its key and its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ticket {
+pub(crate) struct Parking {
     key: usize,
     id: u64,
 }
@@ -61,7 +61,7 @@ pub(crate) struct Ticket {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Park {
     /// Still busy: the waker stays until a `wake_all` of the key (or `cancel`).
-    Parked(Ticket),
+    Parked(Parking),
     /// No longer busy: nothing stays in the table; poll on.
     Ready,
 }
@@ -94,7 +94,7 @@ impl WakerTable {
         self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// P1-P3: leaves `waker` under `key` (replacing the waker of `ticket`, the same
+    /// P1-P3: leaves `waker` under `key` (replacing the waker of `parking`, the same
     /// future's earlier parking, if it is still there), then asks `busy` again.
     ///
     /// Context: the caller holds a reference on the folio whose metadata `key` is the
@@ -102,15 +102,15 @@ impl WakerTable {
     pub(crate) fn park(
         &self,
         key: usize,
-        ticket: Option<Ticket>,
+        parking: Option<Parking>,
         waker: &Waker,
         busy: impl Fn() -> bool,
     ) -> Park {
         let mut shard = self.shard(key);
-        let ticket = match ticket.filter(|t| t.key == key) {
+        let parking = match parking.filter(|t| t.key == key) {
             Some(t) if refresh(&mut shard, t, waker) => t,
             _ => {
-                let t = Ticket {
+                let t = Parking {
                     key,
                     id: self.next_id.fetch_add(1, Ordering::Relaxed),
                 };
@@ -125,9 +125,9 @@ impl WakerTable {
         };
         fence(Ordering::SeqCst); // P2: pairs with C2
         if busy() {
-            return Park::Parked(ticket);
+            return Park::Parked(parking);
         }
-        self.remove(&mut shard, ticket);
+        self.remove(&mut shard, parking);
         Park::Ready
     }
 
@@ -136,15 +136,15 @@ impl WakerTable {
     ///
     /// Context: takes a shard's lock; never sleeps.
     /// Returns whether the entry was still there.
-    pub(crate) fn cancel(&self, ticket: Ticket) -> bool {
-        let mut shard = self.shard(ticket.key);
-        self.remove(&mut shard, ticket)
+    pub(crate) fn cancel(&self, parking: Parking) -> bool {
+        let mut shard = self.shard(parking.key);
+        self.remove(&mut shard, parking)
     }
 
-    fn remove(&self, shard: &mut Vec<Entry>, ticket: Ticket) -> bool {
+    fn remove(&self, shard: &mut Vec<Entry>, parking: Parking) -> bool {
         let Some(i) = shard
             .iter()
-            .position(|e| e.key == ticket.key && e.id == ticket.id)
+            .position(|e| e.key == parking.key && e.id == parking.id)
         else {
             return false;
         };
@@ -213,11 +213,11 @@ impl WakerTable {
     }
 }
 
-/// Replaces the waker of `ticket`'s entry; false if it is gone (woken meanwhile).
-fn refresh(shard: &mut [Entry], ticket: Ticket, waker: &Waker) -> bool {
+/// Replaces the waker of `parking`'s entry; false if it is gone (woken meanwhile).
+fn refresh(shard: &mut [Entry], parking: Parking, waker: &Waker) -> bool {
     match shard
         .iter_mut()
-        .find(|e| e.key == ticket.key && e.id == ticket.id)
+        .find(|e| e.key == parking.key && e.id == parking.id)
     {
         Some(e) => {
             if !e.waker.will_wake(waker) {

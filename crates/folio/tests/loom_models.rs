@@ -1,7 +1,7 @@
 //! Loom models of folio's lock-free protocols, compiled from the very source files the
-//! library uses (`src/refcount.rs`, `src/version.rs`, `src/readahead.rs`, `src/errseq.rs`,
-//! `src/dirty.rs`) against loom's atomics: this file supplies the `primitive` module those
-//! files name their atomics through (and, for `dirty.rs`, an `arena` with the tail frames'
+//! library uses (`src/refcount.rs`, `src/version.rs`, `src/readahead.rs`, `src/write/errseq.rs`,
+//! `src/write/mask.rs`, `src/write/budget.rs`) against loom's atomics: this file supplies the `primitive` module those
+//! files name their atomics through (and, for `mask.rs`, an `arena` with the tail frames'
 //! mask words).
 //!
 //! What each model proves, over every interleaving loom explores:
@@ -113,18 +113,22 @@ mod types;
 mod readahead;
 
 #[allow(dead_code)]
-#[path = "../src/errseq.rs"]
+#[path = "../src/write/errseq.rs"]
 mod errseq;
 
 #[allow(dead_code)]
-#[path = "../src/dirty.rs"]
-mod dirty;
+#[path = "../src/write/mask.rs"]
+mod mask;
+
+#[allow(dead_code)]
+#[path = "../src/write/budget.rs"]
+mod budget;
 
 #[allow(dead_code)]
 #[path = "../src/waker.rs"]
 mod waker;
 
-/// What `dirty.rs` needs of the arena: the tail frames' words that hold a large folio's
+/// What `mask.rs` needs of the arena: the tail frames' words that hold a large folio's
 /// dirty-block mask (`FolioMeta::tail_mask_word`), here loom's atomics in a vector.
 mod arena {
     use crate::types::FrameId;
@@ -950,7 +954,8 @@ fn mapping_lifetime_broken_compare_handles_only() {
 /// block.
 mod write_side {
     use super::arena::Arena;
-    use super::dirty::{BlockMask, Blocks, DirtyBudget, Prior};
+    use super::budget::DirtyBudget;
+    use super::mask::{BlockMask, Blocks, Prior};
     use super::refcount::{
         FolioState, GetOutcome, PutOutcome, Redirty, StateWord, WriteLock, DIRTY, WRITEBACK,
     };

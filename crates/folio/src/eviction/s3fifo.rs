@@ -7,23 +7,23 @@
 //!      └──> small FIFO (10%) ──freq >= 2──────────> main FIFO (90%) ──┐
 //!                │                                   ^   │ freq > 0: freq -= 1,│
 //!                │ freq < 2: evict,                  └───┘ back to the tail    │
-//!                v shadow = ghost ticket                        freq == 0: evict
-//!           ghost (the index's shadow entries whose ticket is recent enough)
+//!                v shadow = ghost stamp                        freq == 0: evict
+//!           ghost (the index's shadow entries whose stamp is recent enough)
 //! ```
 //!
 //! - New folios enter the small queue, unless their page's shadow entry is still in the
 //!   ghost: then they go straight to main (a refault within the workingset).
 //! - The small queue is evicted from while it holds at least 10% of the cache: its oldest
 //!   folio moves to main if it was hit at least twice (`MOVE_TO_MAIN_FREQ`), else it is
-//!   evicted and its shadow gets a ghost ticket.
+//!   evicted and its shadow gets a ghost stamp.
 //! - The main queue's oldest folio is reinserted at the tail with its frequency lowered
-//!   if it was hit since, else evicted (its shadow holds no ticket).
+//!   if it was hit since, else evicted (its shadow holds no stamp).
 //! - Busy folios are skipped (set aside for the rest of the call, `super` module docs):
 //!   when every folio of the small queue is busy, victims come from main although small
 //!   holds its target, and when every folio of main is busy, from small although it is
 //!   below it. A call looks at each small folio once (it leaves small, or is set aside),
 //!   and at most twice as many folios in all as are queued.
-//! - The ghost has no list of its own: a ticket is the number of pages that had entered
+//! - The ghost has no list of its own: a stamp is the number of pages that had entered
 //!   the ghost before it, and a shadow is in the ghost while fewer than `ghost_pages`
 //!   pages entered after it (a FIFO of that size, counted instead of stored).
 //!
@@ -52,14 +52,14 @@ pub const MOVE_TO_MAIN_FREQ: u64 = 2;
 /// The small queue's share of the cache, in percent.
 pub const SMALL_PERCENT: u64 = 10;
 
-/// Shadow values: bit 0 says whether the value holds a ghost ticket (evicted from small).
+/// Shadow values: bit 0 says whether the value holds a ghost stamp (evicted from small).
 const GHOST_TAG: u64 = 1;
 
 #[derive(Debug)]
 struct Queues {
     small: List,
     main: List,
-    /// Pages that entered the ghost so far: the next ticket.
+    /// Pages that entered the ghost so far: the next stamp.
     ghost_clock: u64,
 }
 
@@ -168,9 +168,9 @@ impl EvictionPolicy for S3Fifo {
                 continue;
             }
             let shadow = if from_small {
-                let ticket = q.ghost_clock;
+                let stamp = q.ghost_clock;
                 q.ghost_clock += pages;
-                (ticket << 1) | GHOST_TAG
+                (stamp << 1) | GHOST_TAG
             } else {
                 0
             };
@@ -193,7 +193,7 @@ impl EvictionPolicy for S3Fifo {
     }
 
     fn shadow_cold(&self) -> u64 {
-        0 // no ghost ticket
+        0 // no ghost stamp
     }
 }
 
@@ -242,7 +242,7 @@ mod tests {
         assert_eq!(frames(&out), main[..4]);
         assert!(
             out.iter().all(|v| v.shadow & GHOST_TAG == 0),
-            "main's victims get no ticket"
+            "main's victims get no stamp"
         );
         let q = policy.lock();
         assert_eq!((q.small.len(), q.main.len()), (3, 25));
@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(frames(&out), small);
         assert!(
             out.iter().all(|v| v.shadow & GHOST_TAG != 0),
-            "small's victims get a ticket"
+            "small's victims get a stamp"
         );
         let q = policy.lock();
         assert_eq!((q.small.len(), q.main.len()), (0, 29));

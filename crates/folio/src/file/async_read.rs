@@ -46,7 +46,7 @@ use crate::filemap::Waiter;
 use crate::mapping::Pinned;
 use crate::types::PageIndex;
 use crate::wait;
-use crate::waker::{Park, Ticket};
+use crate::waker::{Park, Parking};
 
 impl File {
     /// `read_at` as a future: reads up to `buf.len()` bytes at `offset` into `buf`, with
@@ -99,7 +99,7 @@ impl File {
             )));
         }
         match wait::park_for_memory(waiting.0.take(), cx.waker()) {
-            Park::Parked(ticket) => waiting.0 = Some(ticket),
+            Park::Parked(parking) => waiting.0 = Some(parking),
             Park::Ready => cx.waker().wake_by_ref(),
         }
         Poll::Pending
@@ -118,8 +118,8 @@ impl File {
         let meta = self.core().mem.arena.meta(p.folio.frame);
         if meta.state.load().is_locked() {
             match wait::park_future(meta, p.waiting.0, cx.waker()) {
-                Park::Parked(ticket) => {
-                    p.waiting.0 = Some(ticket);
+                Park::Parked(parking) => {
+                    p.waiting.0 = Some(parking);
                     *parked = Some(p);
                     return Poll::Pending;
                 }
@@ -173,14 +173,14 @@ impl Drop for Holding {
 /// A future's waker among the memory waiters (`wait::park_for_memory`), taken out when
 /// the future polls again or is dropped.
 #[derive(Default)]
-struct MemoryWait(Option<Ticket>);
+struct MemoryWait(Option<Parking>);
 
 impl MemoryWait {
     /// Leaves the memory waiters; returns whether a hand-off woke this future (memory
     /// came free for it: the wait is making progress).
     fn leave(&mut self) -> bool {
         match self.0.take() {
-            Some(ticket) => !wait::cancel_memory_wait(ticket),
+            Some(parking) => !wait::cancel_memory_wait(parking),
             None => false,
         }
     }
@@ -194,12 +194,12 @@ impl Drop for MemoryWait {
 
 /// A future's waker in the wait table, taken out when the future stops waiting or is
 /// dropped (a completion's `wake_all` may have taken it already: then nothing).
-struct Waiting(Option<Ticket>);
+struct Waiting(Option<Parking>);
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if let Some(ticket) = self.0.take() {
-            wait::cancel_future(ticket);
+        if let Some(parking) = self.0.take() {
+            wait::cancel_future(parking);
         }
     }
 }

@@ -29,18 +29,18 @@ use std::io;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
-use crate::errseq::Since;
 use crate::eviction::ReadHint;
 use crate::filemap::{Fill, Waiter, Window};
 use crate::folio::FolioMeta;
 use crate::index::{Entry, RootHint};
 use crate::mapping::{Invalidate, Mapping, Pinned};
-use crate::pagecache::{CacheInner, Core};
+use crate::pagecache::{Core, Engine};
 use crate::readahead::{self, Decision, MissRequest, RaCell};
 use crate::refcount::{PREFETCHED, READAHEAD};
 use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex, PAGE_BYTES};
 use crate::wait;
+use crate::write::errseq::Since;
 
 /// Forced readahead (`File::readahead`, `Advice::WillNeed`) goes in chunks of this many
 /// pages (2 MiB).
@@ -96,7 +96,7 @@ pub(crate) enum Access {
 /// between threads (`&File` is all a read or a write needs); RocksDB-style engines share
 /// one handle among all their reader threads.
 pub struct File {
-    cache: Arc<CacheInner>,
+    cache: Arc<Engine>,
     mapping: Arc<Mapping>,
     fd: Arc<StdFile>,
     mode: OpenMode,
@@ -138,7 +138,7 @@ impl File {
 
 impl File {
     pub(crate) fn new(
-        cache: Arc<CacheInner>,
+        cache: Arc<Engine>,
         mapping: Arc<Mapping>,
         fd: Arc<StdFile>,
         mode: OpenMode,
@@ -148,7 +148,7 @@ impl File {
         if access == Access::ReadWrite {
             mapping.write.adopt_fd(&fd);
         }
-        let since = Mutex::new(mapping.write.errseq.sample());
+        let since = Mutex::new(mapping.write.errseq().sample());
         let root_hint = RootHint::new(&mapping.index);
         mapping.index.refresh_hint(&root_hint);
         File {

@@ -135,6 +135,7 @@ mod write;
 
 use node::{NodePool, Root};
 pub use node::{RootHint, NODE_BYTES};
+pub(crate) use mark::MarkedFolio;
 
 /// What a page's slot holds, as seen by a reader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

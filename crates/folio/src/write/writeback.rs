@@ -66,12 +66,12 @@ use std::fs::File as StdFile;
 use std::io;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
-use crate::dirty::{BlockMask, Blocks, WRITEBACK_FAILURES_MAX};
-use crate::index::Mark;
-use crate::io::{sync, Backend, Completion, FlushKind, FrameBuf, IoRequest, Op, IO_BYTES_MAX};
+use super::mask::{BlockMask, Blocks};
+use super::state::WRITEBACK_FAILURES_MAX;
+use crate::index::{Mark, MarkedFolio};
+use crate::io::{sync, Backend, Completion, FrameBuf, IoRequest, Op, IO_BYTES_MAX};
 use crate::mapping::Mapping;
 use crate::pagecache::Core;
 use crate::refcount::Redirty;
@@ -82,9 +82,6 @@ use crate::wait;
 /// Pages one batch takes at most (32 MiB): a batch's folios stay under writeback until
 /// its last write completes.
 const BATCH_PAGES_MAX: u64 = 8192;
-
-/// How often the background thread looks for expired dirty files.
-const BACKGROUND_PERIOD: Duration = Duration::from_millis(100);
 
 /// Which folios a writeback takes (B1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -116,8 +113,7 @@ struct Batch {
     mapping: Arc<Mapping>,
     ticket: u64,
     folios: Vec<BatchFolio>,
-    /// Per folio, the blocks whose write failed, and the errno.
-    failed: Mutex<(Vec<Blocks>, i32)>,
+    failed: Mutex<Failed>,
     /// Per folio, its runs not completed yet.
     pending: Vec<AtomicU32>,
     remaining: AtomicUsize,
@@ -127,8 +123,25 @@ struct Batch {
 struct Run {
     offset_bytes: u64,
     bufs: Vec<FrameBuf>,
-    /// (folio's place in the batch, its first block here, blocks), in file order.
-    parts: Vec<(usize, u64, u64)>,
+    /// Its folios' blocks, in file order.
+    parts: Vec<Part>,
+}
+
+/// Of a run, the consecutive blocks of one folio of the batch.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    /// The folio's place in the batch.
+    folio: usize,
+    /// Its first block in this run.
+    first: u64,
+    count: u64,
+}
+
+/// What a batch's writes failed to write: per folio, the blocks, and the last errno.
+#[derive(Debug)]
+struct Failed {
+    blocks: Vec<Blocks>,
+    errno: i32,
 }
 
 /// Starts writeback of `mapping`'s folios in `[start, end)` that `take` says. Returns
@@ -157,21 +170,8 @@ pub(crate) fn start(
     walk(core, backend, mapping, &fd, start, end, take);
 }
 
-/// Whether a folio of `[start, end)` is still tagged `Towrite`. Under the index lock: a
-/// lock-free walk of the marks is a hint only, and a sync's last look must be exact
-/// (the walk it ends must not run inside another thread's change of the slots: issue 28).
-///
-/// Context: no lock held; takes the index lock.
-fn tagged_in(mapping: &Mapping, start: PageIndex, end: PageIndex) -> bool {
-    let _w = mapping.index.lock();
-    mapping
-        .index
-        .marked_walk(start, end, Mark::Towrite, &mut |_| ControlFlow::Break(()))
-        .is_break()
-}
-
 /// `start`'s batches over `[start, end)`, after any tagging.
-fn walk(
+pub(super) fn walk(
     core: &Arc<Core>,
     backend: &dyn Backend,
     mapping: &Arc<Mapping>,
@@ -250,73 +250,104 @@ fn collect(
             (mapping.id, folio.head, folio.order),
             "a writeback took a folio that is not the slot's"
         );
-        // Blocks past the end of the file are not written (truncation zeroed them). The
-        // size is read after the CAS: a writer extends it before W5 makes the folio DIRTY,
-        // so it covers every block this folio's writers wrote. A block the end of the file
-        // cuts is written whole (O_DIRECT), which carries the file on disk to the block's
-        // end until a sync (or the cache's drop, or forgetting the file) sets the size:
-        // under the background threshold the writeback thread leaves it dirty
-        // (`Take::Background`), so that no padding appears on disk that nobody asked for;
-        // syncs, `File::writeback` and the thread over the threshold write it.
-        //
-        // Not when a sync tagged the folio: it waits for this batch instead of taking the
-        // folio, so the tail must be written here (else the sync returned without it). The
-        // tail block then counts as inside the file: with the background's own bound it
-        // would count as past the end, and the folio would end clean with its last block
-        // unwritten (found by `tests/write_model.rs` once write-behind woke the writeback
-        // thread right before syncs: it ran between a sync's tagging and its walk).
-        let size = mapping.size_bytes();
-        let tagged = w.is_marked(folio.head, Mark::Towrite);
-        let keeps_tail = take == Take::Background && !tagged;
-        let size_pages = if keeps_tail {
-            PageIndex::containing(size)
+        // The size is read after the CAS: a writer extends it before W5 makes the folio
+        // DIRTY, so it covers every block this folio's writers wrote.
+        let tagged = if w.is_marked(folio.head, Mark::Towrite) {
+            Tagged::Yes
         } else {
-            PageIndex::ceil(size)
+            Tagged::No
         };
         let mask = BlockMask::of(arena, folio.frame, folio.order);
-        let taken = mask.take();
-        let blocks = taken.below(size_pages.0.saturating_sub(folio.head.0));
-        let cut = taken.minus(&blocks);
-        let tail_page = PageIndex::containing(size);
-        let cuts_tail = keeps_tail
-            && size % PAGE_BYTES as u64 != 0
-            && tail_page >= folio.head
-            && tail_page < folio.head.add(folio.order.pages())
-            && taken.contains(tail_page.0 - folio.head.0);
-        if cuts_tail {
-            // The block the end cuts waits for a sync (above): give it back, dirty.
-            let tail = Blocks::range(tail_page.0 - folio.head.0, 1);
-            mask.restore(&tail);
-            past_end_pages += cut.minus(&tail).count();
-            if blocks.is_empty() {
+        let split = split_at_end(take, tagged, mapping.size_bytes(), &folio, mask.take());
+        past_end_pages += split.past_end.count();
+        if !split.kept.is_empty() {
+            // The block the end cuts waits for a sync: back in the mask, the folio stays
+            // dirty and marked.
+            mask.restore(&split.kept);
+            if split.write.is_empty() {
                 meta.state.end_writeback(Redirty::Yes);
                 wait::wake_all(meta);
                 continue;
             }
-            batch.push(BatchFolio {
-                frame: folio.frame,
-                order: folio.order,
-                head: folio.head,
-                blocks,
-                keeps: tail,
-            });
-            continue;
+        } else {
+            w.clear_mark(folio.head, Mark::Dirty);
+            w.clear_mark(folio.head, Mark::Towrite);
         }
-        past_end_pages += cut.count();
-        w.clear_mark(folio.head, Mark::Dirty);
-        w.clear_mark(folio.head, Mark::Towrite);
         batch.push(BatchFolio {
             frame: folio.frame,
             order: folio.order,
             head: folio.head,
-            blocks,
-            keeps: Blocks::default(),
+            blocks: split.write,
+            keeps: split.kept,
         });
     }
     drop(w);
     // Dirty blocks wholly past the end will never be written: they leave the budget.
     core.mem.dirty.uncharge(past_end_pages);
     (batch, locked, next)
+}
+
+/// Whether a sync tagged a folio `Towrite`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tagged {
+    Yes,
+    No,
+}
+
+/// A folio's taken dirty blocks against the end of the file.
+struct EndSplit {
+    /// Written now.
+    write: Blocks,
+    /// The block the end of the file cuts, left dirty for a sync.
+    kept: Blocks,
+    /// Wholly past the end: never written (truncation zeroed them), out of the budget.
+    past_end: Blocks,
+}
+
+/// The tail-block rule, in one place: which of a folio's `taken` dirty blocks a
+/// writeback of kind `take` writes, given the file's logical size.
+///
+/// Blocks wholly past the end are never written. A block the end of the file cuts is
+/// written whole (O_DIRECT), which carries the file on disk to the block's end until a
+/// sync (or the cache's drop, or forgetting the file) sets the size
+/// (`Mapping::settle_size`). So under the background threshold the writeback thread
+/// (`Take::Background`) leaves it dirty, and no padding appears on disk that nobody asked
+/// for; syncs, `File::writeback`, write-behind and the thread over the threshold
+/// (`Take::Dirty`: left dirty, a few files' tails could fill a small budget and throttle
+/// writers that nothing would release) write it.
+///
+/// Not when a sync tagged the folio: the sync waits for this batch instead of taking the
+/// folio, so the tail must be written here (else the sync returned without it), and it
+/// counts as inside the file (with the background's own bound it would count as past the
+/// end, and the folio would end clean with its last block unwritten: found by
+/// `tests/write_model.rs` once write-behind woke the writeback thread right before syncs).
+fn split_at_end(
+    take: Take,
+    tagged: Tagged,
+    size_bytes: u64,
+    folio: &MarkedFolio,
+    taken: Blocks,
+) -> EndSplit {
+    let in_folio = |page: PageIndex| page.0.saturating_sub(folio.head.0);
+    let inside = taken.below(in_folio(PageIndex::ceil(size_bytes)));
+    let past_end = taken.minus(&inside);
+    let tail_page = PageIndex::containing(size_bytes);
+    let keeps_tail = take == Take::Background
+        && tagged == Tagged::No
+        && size_bytes % PAGE_BYTES as u64 != 0
+        && tail_page >= folio.head
+        && tail_page < folio.head.add(folio.order.pages())
+        && inside.contains(in_folio(tail_page));
+    let kept = if keeps_tail {
+        Blocks::range(in_folio(tail_page), 1)
+    } else {
+        Blocks::default()
+    };
+    EndSplit {
+        write: inside.minus(&kept),
+        kept,
+        past_end,
+    }
 }
 
 /// B2's submission under `ticket` (taken before B1): the batch's blocks merged into
@@ -351,12 +382,20 @@ fn submit(
                         && run.len_bytes() + bytes <= IO_BYTES_MAX =>
                 {
                     run.bufs.push(buf);
-                    run.parts.push((i, first, count));
+                    run.parts.push(Part {
+                        folio: i,
+                        first,
+                        count,
+                    });
                 }
                 _ => runs.push(Run {
                     offset_bytes: page.offset_bytes(),
                     bufs: vec![buf],
-                    parts: vec![(i, first, count)],
+                    parts: vec![Part {
+                        folio: i,
+                        first,
+                        count,
+                    }],
                 }),
             }
         }
@@ -367,7 +406,7 @@ fn submit(
     let mut pending = vec![0u32; folios.len()];
     for run in &runs {
         let mut last = usize::MAX;
-        for &(i, _, _) in &run.parts {
+        for &Part { folio: i, .. } in &run.parts {
             if i != last {
                 pending[i] += 1;
             }
@@ -379,7 +418,10 @@ fn submit(
         core: core.clone(),
         mapping: mapping.clone(),
         ticket,
-        failed: Mutex::new((vec![Blocks::default(); folios.len()], 0)),
+        failed: Mutex::new(Failed {
+            blocks: vec![Blocks::default(); folios.len()],
+            errno: 0,
+        }),
         remaining: AtomicUsize::new(runs.len()),
         folios,
     });
@@ -430,7 +472,7 @@ impl Batch {
             Ok(n) => n,
             Err(ref e) => {
                 let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-                failed.1 = e.raw_os_error().unwrap_or(libc::EIO);
+                failed.errno = e.raw_os_error().unwrap_or(libc::EIO);
                 0
             }
         };
@@ -440,16 +482,21 @@ impl Batch {
             if result.is_ok() {
                 // No byte more could be written and no error said why: the device is full.
                 let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-                failed.1 = libc::ENOSPC;
+                failed.errno = libc::ENOSPC;
             }
             let mut failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
             let mut at = 0u64;
             let written_blocks = (written / PAGE_BYTES) as u64;
-            for &(i, first, count) in &run.parts {
+            for &Part {
+                folio: i,
+                first,
+                count,
+            } in &run.parts
+            {
                 let bad_from = written_blocks.saturating_sub(at).min(count);
                 if bad_from < count {
                     let bad = Blocks::range(first + bad_from, count - bad_from);
-                    failed.0[i] = failed.0[i].union(&bad);
+                    failed.blocks[i] = failed.blocks[i].union(&bad);
                 }
                 at += count;
             }
@@ -457,7 +504,7 @@ impl Batch {
         // A folio's writeback ends with the last of its runs, not the batch's: a writer
         // waiting for it (stable pages) waits for its own write only.
         let mut last = usize::MAX;
-        for &(i, _, _) in &run.parts {
+        for &Part { folio: i, .. } in &run.parts {
             if i != last && self.pending[i].fetch_sub(1, Ordering::AcqRel) == 1 {
                 self.finish_folio(i);
             }
@@ -474,7 +521,12 @@ impl Batch {
     /// remove, free or write a folio under WRITEBACK).
     fn check_run(&self, run: &Run) {
         let mut offset_bytes = run.offset_bytes;
-        for &(i, first, count) in &run.parts {
+        for &Part {
+            folio: i,
+            first,
+            count,
+        } in &run.parts
+        {
             let folio = &self.folios[i];
             let blocks = Blocks::range(first, count);
             assert!(
@@ -511,7 +563,7 @@ impl Batch {
         let arena = &core.mem.arena;
         let folio = &self.folios[i];
         self.check_folio(folio);
-        let bad = self.failed.lock().unwrap_or_else(|e| e.into_inner()).0[i];
+        let bad = self.failed.lock().unwrap_or_else(|e| e.into_inner()).blocks[i];
         if !bad.is_empty() {
             let mut w = self.mapping.index.lock();
             BlockMask::of(arena, folio.frame, folio.order).restore(&bad);
@@ -538,7 +590,7 @@ impl Batch {
         let write = &self.mapping.write;
         let (failed, errno) = {
             let failed = self.failed.lock().unwrap_or_else(|e| e.into_inner());
-            (failed.0.iter().any(|b| !b.is_empty()), failed.1)
+            (failed.blocks.iter().any(|b| !b.is_empty()), failed.errno)
         };
         if failed {
             stats::bump(&core.mem.counters.writeback_errors);
@@ -584,15 +636,12 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
     let arena = &core.mem.arena;
     let mut w = mapping.index.lock();
     let mut found = Vec::new();
-    let _ = mapping.index.marked_walk(
-        PageIndex(0),
-        PageIndex(u64::MAX >> 12),
-        Mark::Dirty,
-        &mut |folio| {
+    let _ = mapping
+        .index
+        .marked_walk(PageIndex(0), PageIndex::END, Mark::Dirty, &mut |folio| {
             found.push(folio);
             ControlFlow::Continue(())
-        },
-    );
+        });
     let mut discarded = 0;
     for folio in found {
         let meta = arena.meta(folio.frame);
@@ -615,142 +664,11 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
     core.mem.dirty.uncharge(discarded);
 }
 
-/// A data-integrity sync of `[start, end)` (B1 with `Take::Tagged`): tag, write what was
-/// tagged, wait for it and for every writeback of the file submitted before, then make
-/// the file's size right and flush with `kind`. The caller checks the error sequence.
-///
-/// Context: no lock held; sleeps until the writes and the flush complete.
-pub(crate) fn sync(
-    core: &Arc<Core>,
-    backend: &dyn Backend,
-    mapping: &Arc<Mapping>,
-    start: PageIndex,
-    end: PageIndex,
-    kind: FlushKind,
-) {
-    let Some(fd) = mapping.write.fd() else {
-        return;
-    };
-    self::start(core, backend, mapping, start, end, Take::Tagged);
-    wait_for_tagged(core, backend, mapping, start, end);
-    #[cfg(any(debug_assertions, feature = "invariants"))]
-    crate::audit::check_marks(&core.mem, mapping, start, end);
-    mapping.settle_size();
-    if let Err(e) = flush(backend, &fd, kind) {
-        mapping
-            .write
-            .errseq
-            .record(e.raw_os_error().unwrap_or(libc::EIO));
-    }
-}
-
-/// Waits for every writeback of `mapping` handed out so far, then writes what is still
-/// tagged in `[start, end)` and waits again, until nothing is. A folio the walk found
-/// under the background's writeback was left to that batch; if the batch gave back dirty
-/// the block the end of the file cuts (it took the folio before the tagging), the folio
-/// is still tagged (module docs).
-///
-/// Context: no lock held; sleeps until the writes complete.
-fn wait_for_tagged(
-    core: &Arc<Core>,
-    backend: &dyn Backend,
-    mapping: &Arc<Mapping>,
-    start: PageIndex,
-    end: PageIndex,
-) {
-    let write = &mapping.write;
-    write.in_flight.wait_through(write.in_flight.last());
-    let Some(fd) = write.fd() else {
-        return;
-    };
-    while tagged_in(mapping, start, end) {
-        walk(core, backend, mapping, &fd, start, end, Take::Tagged);
-        write.in_flight.wait_through(write.in_flight.last());
-    }
-}
-
-/// A flush of `fd` through the backend (the fault backend's power model must see it),
-/// waited for.
-///
-/// Context: no lock held; sleeps until the device has flushed.
-fn flush(backend: &dyn Backend, fd: &Arc<StdFile>, kind: FlushKind) -> io::Result<()> {
-    let (tx, rx) = mpsc::sync_channel(1);
-    backend.submit_waited(vec![IoRequest::flush(
-        fd.clone(),
-        kind,
-        Completion::new(move |result| {
-            let _ = tx.send(result.map(|_| ()));
-        }),
-    )]);
-    rx.recv()
-        .unwrap_or_else(|_| Err(io::Error::other("folio: a flush was dropped unfinished")))
-}
-
-/// The background writeback thread's body: every `BACKGROUND_PERIOD` (or when woken),
-/// starts the ranges appending writers handed over (`File::write_behind`), then writes
-/// back every dirty file while the cache is above the background threshold, and
-/// otherwise the files dirty for longer than the expiry. Returns when the cache stops.
-///
-/// Context: its own thread ("folio-writeback").
-pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
-    while core.dirty_files.wait(BACKGROUND_PERIOD) {
-        for (mapping, start_page, end_page) in core.dirty_files.take_write_behind() {
-            start(
-                &core,
-                &*backend,
-                &mapping,
-                start_page,
-                end_page,
-                Take::Dirty,
-            );
-        }
-        write_back_due(&core, &*backend);
-    }
-}
-
-/// One pass of the background thread: over the background threshold every dirty file,
-/// tails included; under it, the files dirty past the expiry, tails left dirty.
-pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
-    let over = core.mem.dirty.over_background();
-    // Over the threshold, tail blocks go too: left dirty, a few files' tails could fill
-    // a small budget and throttle writers that nothing would ever release.
-    let take = if over { Take::Dirty } else { Take::Background };
-    for mapping in core.dirty_files.due(over) {
-        start(
-            core,
-            backend,
-            &mapping,
-            PageIndex(0),
-            PageIndex(u64::MAX >> 12),
-            take,
-        );
-        core.dirty_files.requeue_if_dirty(&mapping);
-    }
-}
-
-/// Writes back every dirty page of the cache and waits for it (no flush), then gives
-/// every file folio wrote its logical size on disk: the cache's last act, so that dropping
-/// it loses nothing a process exit would not, and adds nothing (no padded tail block).
-///
-/// Context: no lock held (and no handle left: nobody holds a writer lock); sleeps until
-/// the writes complete.
-pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
-    let (start_page, end_page) = (PageIndex(0), PageIndex(u64::MAX >> 12));
-    for mapping in core.dirty_files.all() {
-        start(core, backend, &mapping, start_page, end_page, Take::Tagged);
-    }
-    // Every file's writebacks, a background pass's too (its file left the queue), end
-    // before its size is settled: a tail block written after would pad it again.
-    for mapping in core.mappings.all() {
-        wait_for_tagged(core, backend, &mapping, start_page, end_page);
-        mapping.settle_size();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::Cache;
+    use std::time::Duration;
 
     /// A sync tags the file's dirty folios, then walks them; the writeback thread may run
     /// between the two and find the folio that the end of the file cuts already tagged.
@@ -775,7 +693,7 @@ mod tests {
         let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
         file.write_at(&data, 0).unwrap();
         let (core, backend, mapping) = file.parts_for_test();
-        let all = PageIndex(u64::MAX >> 12);
+        let all = PageIndex::END;
         // The sync's tagging (B1), then a background pass before the sync's walk.
         mapping
             .index

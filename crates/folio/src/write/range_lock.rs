@@ -5,8 +5,8 @@
 //! still taken per piece, so that no writer holds it while it waits at the dirty limit.
 //!
 //! Fairness: a range waits for every range that overlaps it and asked before it (held
-//! or still waiting), in ticket order, so a stream of small writes cannot starve a large
-//! one that overlaps them, and no cycle of waits can form (tickets are totally ordered).
+//! or still waiting), in arrival order, so a stream of small writes cannot starve a large
+//! one that overlaps them, and no cycle of waits can form (arrivals are totally ordered).
 //!
 //! Protection: the lock's mutex over the list of ranges; waiters sleep on its condition
 //! variable. Limits: a list scan per acquisition and release, linear in the writes of the
@@ -23,14 +23,14 @@ pub struct RangeLock {
 
 #[derive(Debug, Default)]
 struct Ranges {
-    next_ticket: u64,
-    /// Held and waiting ranges, in ticket order.
+    next_arrival: u64,
+    /// Held and waiting ranges, in arrival order.
     list: Vec<Range>,
 }
 
 #[derive(Clone, Copy, Debug)]
 struct Range {
-    ticket: u64,
+    arrival: u64,
     start: u64,
     end: u64,
 }
@@ -45,7 +45,7 @@ impl Range {
 #[derive(Debug)]
 pub struct RangeGuard<'a> {
     lock: &'a RangeLock,
-    ticket: u64,
+    arrival: u64,
 }
 
 /// Every byte of a file: what `set_len` holds, as the kernel's truncation holds the inode.
@@ -59,14 +59,18 @@ impl RangeLock {
     /// overlapping range is held.
     pub fn lock(&self, start: u64, end: u64) -> RangeGuard<'_> {
         let mut ranges = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
-        let ticket = ranges.next_ticket;
-        ranges.next_ticket += 1;
-        let me = Range { ticket, start, end };
+        let arrival = ranges.next_arrival;
+        ranges.next_arrival += 1;
+        let me = Range {
+            arrival,
+            start,
+            end,
+        };
         ranges.list.push(me);
         while ranges
             .list
             .iter()
-            .take_while(|r| r.ticket < ticket)
+            .take_while(|r| r.arrival < arrival)
             .any(|r| r.overlaps(&me))
         {
             ranges = self
@@ -74,14 +78,17 @@ impl RangeLock {
                 .wait(ranges)
                 .unwrap_or_else(|e| e.into_inner());
         }
-        RangeGuard { lock: self, ticket }
+        RangeGuard {
+            lock: self,
+            arrival,
+        }
     }
 }
 
 impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
         let mut ranges = self.lock.ranges.lock().unwrap_or_else(|e| e.into_inner());
-        ranges.list.retain(|r| r.ticket != self.ticket);
+        ranges.list.retain(|r| r.arrival != self.arrival);
         drop(ranges);
         self.lock.released.notify_all();
     }
@@ -118,7 +125,7 @@ mod tests {
         assert_eq!(inside.load(Ordering::SeqCst), 1);
     }
 
-    /// A later range that overlaps only a waiting one waits for it (ticket order).
+    /// A later range that overlaps only a waiting one waits for it (arrival order).
     #[test]
     fn a_waiting_range_is_not_overtaken() {
         let lock = Arc::new(RangeLock::default());

@@ -2,8 +2,10 @@
 //! always: compiled in debug builds and with the `invariants` feature (which the crate's
 //! own tests turn on, through its dev-dependency on itself).
 //!
-//! Two checks, both run by a sync when it returns:
-//! - **The marks follow the dirty state** (`check_marks`): under the index lock, a folio
+//! Two checks, both run by a sync when it returns (`sync::check_marks`,
+//! `sync::check_promised`, which look at the cache; this room keeps only the writes' record,
+//! below the mapping that holds it):
+//! - **The marks follow the dirty state**: under the index lock, a folio
 //!   whose state is DIRTY has its slot marked `Dirty`, and a slot marked `Towrite` is
 //!   marked `Dirty` too. Writeback finds dirty folios only through the marks, so a dirty
 //!   folio without its mark is data no sync will ever write (copy on write once lost the
@@ -25,36 +27,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::dirty::BlockMask;
-use crate::index::{Entry, Mark};
-use crate::mapping::Mapping;
-use crate::memory::Memory;
 use crate::types::PageIndex;
-
-/// Checks, under the index lock, that every folio of `[start, end)` in `mapping` that is
-/// DIRTY is marked `Dirty`, and every one marked `Towrite` is marked `Dirty` (module docs).
-///
-/// Context: no lock held; takes the index lock.
-pub(crate) fn check_marks(mem: &Memory, mapping: &Mapping, start: PageIndex, end: PageIndex) {
-    let w = mapping.index.lock();
-    mapping.index.visit(start, end, &mut |head, entry| {
-        let Entry::Folio { frame, .. } = entry else {
-            return;
-        };
-        let state = mem.arena.meta(frame).state.load();
-        let dirty_mark = w.is_marked(head, Mark::Dirty);
-        assert!(
-            !state.is_dirty() || dirty_mark,
-            "page {}: a dirty folio without its Dirty mark ({state:?})",
-            head.0
-        );
-        assert!(
-            !w.is_marked(head, Mark::Towrite) || dirty_mark,
-            "page {}: a folio tagged Towrite without its Dirty mark",
-            head.0
-        );
-    });
-}
 
 /// The writes of one file as a sync's promise needs them (module docs).
 #[derive(Debug, Default)]
@@ -85,7 +58,7 @@ pub(crate) struct SyncStart(u64);
 
 impl SyncAudit {
     /// A `write_at` of pages `[start, end)` starts (before its first copy).
-    pub fn write_started(&self, start: PageIndex, end: PageIndex) {
+    fn write_started(&self, start: PageIndex, end: PageIndex) {
         let mut clock = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         clock.now += 1;
         let now = clock.now;
@@ -98,7 +71,7 @@ impl SyncAudit {
 
     /// The `write_at` of pages `[start, end)` returns (after its last copy, with or
     /// without an error).
-    pub fn write_ended(&self, start: PageIndex, end: PageIndex) {
+    fn write_ended(&self, start: PageIndex, end: PageIndex) {
         let mut clock = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         clock.now += 1;
         let now = clock.now;
@@ -119,40 +92,61 @@ impl SyncAudit {
         SyncStart(clock.now)
     }
 
-    /// After a sync that started at `at` returned Ok over `[start, end)`: panics if a
-    /// page whose every write returned before `at` is still dirty in the cache.
+    /// Calls `check` with each page of `[start, end)` that a sync which started at `at`
+    /// promised (every write of it returned before `at`, and none is running), in page
+    /// order, holding the audit's mutex: no write of the file can start meanwhile, so no
+    /// later write dirties a page while it is looked at.
     ///
-    /// Context: no lock held; takes the audit's mutex, then the index lock.
-    pub fn check_synced(
+    /// Context: takes the audit's mutex (then `check` may take the index lock).
+    pub fn for_each_promised(
         &self,
-        mem: &Memory,
-        mapping: &Mapping,
         at: SyncStart,
         start: PageIndex,
         end: PageIndex,
+        check: &mut dyn FnMut(PageIndex),
     ) {
         let clock = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let w = mapping.index.lock();
-        for (&page, writes) in &clock.pages {
-            let promised = writes.running == 0 && writes.started < at.0 && writes.ended < at.0;
-            if !promised || page < start.0 || page >= end.0 {
-                continue;
-            }
-            let Entry::Folio { frame, order, head } = w.get(PageIndex(page)) else {
-                continue;
-            };
-            let state = mem.arena.meta(frame).state.load();
-            if !state.is_dirty() {
-                continue;
-            }
-            let blocks = BlockMask::of(&mem.arena, frame, order).peek();
-            assert!(
-                !blocks.contains(page - head.0),
-                "a sync returned Ok with page {page} still dirty, written by a write that \
-                 returned before the sync began (marked Dirty: {}, Towrite: {})",
-                w.is_marked(head, Mark::Dirty),
-                w.is_marked(head, Mark::Towrite),
-            );
+        let mut pages: Vec<u64> = clock
+            .pages
+            .iter()
+            .filter(|(&page, writes)| {
+                writes.running == 0
+                    && writes.started < at.0
+                    && writes.ended < at.0
+                    && (start.0..end.0).contains(&page)
+            })
+            .map(|(&page, _)| page)
+            .collect();
+        pages.sort_unstable();
+        for page in pages {
+            check(PageIndex(page));
         }
+    }
+}
+
+impl SyncAudit {
+    /// A `write_at` of bytes `[offset, end)` starts; the guard tells the audit when it
+    /// returns, on every path.
+    pub fn write(&self, offset: u64, end: u64) -> AuditedWrite<'_> {
+        let (start, end) = (PageIndex::containing(offset), PageIndex::ceil(end));
+        self.write_started(start, end);
+        AuditedWrite {
+            audit: self,
+            start,
+            end,
+        }
+    }
+}
+
+/// A `write_at` in progress, as the audit knows it (`SyncAudit::write`).
+pub(crate) struct AuditedWrite<'a> {
+    audit: &'a SyncAudit,
+    start: PageIndex,
+    end: PageIndex,
+}
+
+impl Drop for AuditedWrite<'_> {
+    fn drop(&mut self) {
+        self.audit.write_ended(self.start, self.end);
     }
 }

@@ -1,0 +1,140 @@
+//! The background writeback thread (the kernel's flusher): it starts the ranges appending
+//! writers handed over (write-behind), then writes back every dirty file while the cache
+//! is over its background threshold and otherwise the files dirty for longer than the
+//! expiry; and the cache's final writeback when it is dropped. Also the writers' side of
+//! write-behind: an append hands its whole pages to the thread (`write_behind`).
+//!
+//! Protection: the queue of dirty files (`DirtyFiles`) under its own locks; the writeback
+//! steps as in `writeback`. Limits: one pass every `BACKGROUND_PERIOD`, or when woken.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::sync::wait_for_tagged;
+use super::writeback::{start, Take};
+use crate::io::Backend;
+use crate::mapping::Mapping;
+use crate::pagecache::Core;
+use crate::types::PageIndex;
+
+/// How often the background thread looks for expired dirty files.
+const BACKGROUND_PERIOD: Duration = Duration::from_millis(100);
+
+/// The background writeback thread's body: every `BACKGROUND_PERIOD` (or when woken),
+/// starts the ranges appending writers handed over (`write_behind`), then writes
+/// back every dirty file while the cache is above the background threshold, and
+/// otherwise the files dirty for longer than the expiry. Returns when the cache stops.
+///
+/// Context: its own thread ("folio-writeback").
+pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
+    while core.dirty_files.wait(BACKGROUND_PERIOD) {
+        for range in core.dirty_files.take_write_behind() {
+            start(
+                &core,
+                &*backend,
+                &range.mapping,
+                range.start,
+                range.end,
+                Take::Dirty,
+            );
+        }
+        write_back_due(&core, &*backend);
+    }
+}
+
+/// One pass of the background thread: over the background threshold every dirty file,
+/// tails included; under it, the files dirty past the expiry, tails left dirty.
+pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
+    let over = core.mem.dirty.over_background();
+    // Over the threshold, tail blocks go too: left dirty, a few files' tails could fill
+    // a small budget and throttle writers that nothing would ever release.
+    let take = if over { Take::Dirty } else { Take::Background };
+    let due = if over {
+        core.dirty_files.take_all()
+    } else {
+        core.dirty_files.take_expired()
+    };
+    for mapping in due {
+        start(core, backend, &mapping, PageIndex(0), PageIndex::END, take);
+        core.dirty_files.requeue_if_dirty(&mapping);
+    }
+}
+
+/// Writes back every dirty page of the cache and waits for it (no flush), then gives
+/// every file folio wrote its logical size on disk: the cache's last act, so that dropping
+/// it loses nothing a process exit would not, and adds nothing (no padded tail block).
+///
+/// Context: no lock held (and no handle left: nobody holds a writer lock); sleeps until
+/// the writes complete.
+pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
+    let (start_page, end_page) = (PageIndex(0), PageIndex::END);
+    for mapping in core.dirty_files.take_all() {
+        start(core, backend, &mapping, start_page, end_page, Take::Tagged);
+    }
+    // Every file's writebacks, a background pass's too (its file left the queue), end
+    // before its size is settled: a tail block written after would pad it again.
+    for mapping in core.mappings.all() {
+        wait_for_tagged(core, backend, &mapping, start_page, end_page);
+        mapping.settle_size();
+    }
+}
+
+/// Write-behind (`CacheBuilder::write_behind_bytes`): an append (a write from at or
+/// before the end of the file, `size_before`, to past it) leaves whole pages behind it
+/// that the writer will not touch again. Once `Core::write_behind_pages` of them have
+/// gathered since the last time, the writeback thread is handed their range and starts
+/// their writeback (B1-B2 with `Take::Dirty`, as `File::writeback`), and the writer
+/// goes on: its next sync then finds most of what it must make durable written or in
+/// flight, and waits for the device only for the rest. The submission is the
+/// writeback thread's, not the writer's: ext4 cannot issue an O_DIRECT write that
+/// extends the file without blocking, so io_uring tries it inline and then hands it
+/// to a worker, and submitted from the writer that put an append's p99 at 150 us
+/// (reference VM). The folio the writer is still filling (the one that holds byte
+/// `end`) is left out, so that the next append never waits for its write (stable
+/// pages, W2). A write inside the file is not an append (a random overwrite that
+/// touches the last page, a file grown by `set_len` being filled); a write past the
+/// end leaves a hole and starts a new run of appends at its first page.
+///
+/// Measured (writeseq, 8 KiB appends, a sync every 1 MiB): see docs/writes.md.
+///
+/// Context: no lock held; does not wait for I/O.
+pub(crate) fn write_behind(
+    core: &Core,
+    mapping: &Arc<Mapping>,
+    offset: u64,
+    end: u64,
+    size_before: u64,
+) {
+    let pages = core.write_behind_pages;
+    let behind = &mapping.write.behind;
+    if pages == 0 || end <= size_before {
+        return; // off, or not an append
+    }
+    if offset > size_before {
+        behind.store(PageIndex::containing(offset).0, Ordering::Relaxed);
+        return; // a hole: appends start again here
+    }
+    let from = behind.load(Ordering::Relaxed);
+    let mut to = PageIndex::containing(end);
+    // Only `to` lowered by the folio below can change the answer, so most appends
+    // (short of the threshold) return before the index look-up.
+    if to.0 < from.saturating_add(pages) {
+        return;
+    }
+    if let crate::index::Entry::Folio { head, order, .. } =
+        mapping.index.lookup(PageIndex(to.0.saturating_sub(1)))
+    {
+        if head.add(order.pages()) > to {
+            to = head; // a large folio the writer is still filling
+        }
+    }
+    if to.0 < from.saturating_add(pages)
+        || behind
+            .compare_exchange(from, to.0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    core.dirty_files.write_behind(mapping, PageIndex(from), to);
+}
