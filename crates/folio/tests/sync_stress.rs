@@ -233,14 +233,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The tests run one at a time: each has the machine's cores to itself.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Sleeps of a few µs last a few µs, not the default 50 µs of timer slack more.
-fn precise_sleeps() {
-    // SAFETY: PR_SET_TIMERSLACK takes integers and changes only this thread's timer
-    // slack; no memory is passed.
-    let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-    assert_eq!(rc, 0, "prctl(PR_SET_TIMERSLACK)");
-}
-
 /// Writer `me`: rewrites its slots, publishing each sequence number as issued before
 /// `write_at` and as returned after.
 fn writer(file: &File, shared: &Shared, me: usize, mut rng: Rng) {
@@ -267,7 +259,7 @@ fn writer(file: &File, shared: &Shared, me: usize, mut rng: Rng) {
 /// A reader: pins a random page, checks its records, holds it, checks that its bytes did
 /// not change, unpins.
 fn reader(file: &File, shared: &Shared, mut rng: Rng) {
-    precise_sleeps();
+    common::precise_sleeps();
     while !shared.stopped() {
         let offset = rng.below(shared.shape.file_pages) * PAGE_BYTES as u64;
         let view = match file.get_page(offset) {
@@ -331,7 +323,7 @@ fn random_range(rng: &mut Rng, file_bytes: u64) -> Range<u64> {
 fn syncer(file: &File, path: &Path, shared: &Shared, me: usize, mut rng: Rng) {
     let file_bytes = shared.shape.file_bytes();
     let mut disk = DirectReader::open(path, file_bytes as usize).expect("open with O_DIRECT");
-    precise_sleeps();
+    common::precise_sleeps();
     let mut turn = me;
     while !shared.stopped() {
         let kind = SYNC_KINDS[turn % SYNC_KINDS.len()];
