@@ -18,11 +18,21 @@
 //! checksum of the rest) and a payload drawn from its sequence number, 24 bytes to
 //! 256 KiB long; the file stays under 4 MiB (past it, records only overwrite).
 //!
+//! Beside the writer, 1-2 reader threads of the child (`pin_the_tail`) pin the folio that
+//! holds the file's last byte with `get_page`, hold it 5-50 µs and rest up to 20 µs,
+//! again and again (issue 28): the writer appending into a pinned tail copies the folio on
+//! write (`file::write` W3) while syncs tag, write and wait for it, so the kill test
+//! covers copy on write too. A reader checks that the tail page's bytes do not change
+//! while it holds the pin; an error or a change ends the child with 101. A seed replays
+//! the writer's operations, not which folios are copied (that is the threads' timing).
+//!
 //! The protocol, one line per event on the child's stdout, each written before the next
 //! step: `ready`; `w <offset> <len> <seq>` before each `write_at`; `a <writes> <start>
-//! <end> <size>` after each sync that returned Ok: the first `<writes>` writes returned
-//! before it started, it covered `[start, end)`, and the file was `<size>` bytes long. Any
-//! error in the child panics it (exit 101: the test fails).
+//! <end> <size> <copies>` after each sync that returned Ok: the first `<writes>` writes
+//! returned before it started, it covered `[start, end)`, the file was `<size>` bytes
+//! long, and the cache had copied `<copies>` folios on write so far (the test fails if no
+//! child ever did: the readers would not be doing their part). Any error in the child
+//! panics it (exit 101: the test fails).
 //!
 //! What each kill proves (`common/durability.rs`): every byte an acknowledgement vouches
 //! for is on disk with its acknowledged value unless a later write covered it (then it is
@@ -50,16 +60,19 @@
 mod common;
 #[path = "common/durability.rs"]
 mod durability;
+#[path = "common/seeded.rs"]
+mod seeded;
 
 use std::io::{BufRead, BufReader, Write as _};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use durability::{History, Stored};
-use folio::{BackendKind, Cache};
+use folio::{BackendKind, Cache, File, PAGE_BYTES};
+use seeded::{env_u64, mix, Rng};
 
 const TEST_NAME: &str = "kill_and_check";
 const CHILD_ENV: &str = "FOLIO_CRASH_CHILD";
@@ -75,6 +88,14 @@ const READY_WAIT_MAX: Duration = Duration::from_secs(30);
 const CHILD_LIFE_MAX: Duration = Duration::from_secs(60);
 /// Records are appended while the file is under this; past it they overwrite.
 const FILE_BYTES_MAX: u64 = 4 << 20;
+
+/// The child's readers that pin the tail page (module docs): how many, how long each pin
+/// is held, and how long a reader rests between pins, at most.
+const TAIL_READERS_MIN: u64 = 1;
+const TAIL_READERS_MAX: u64 = 2;
+const TAIL_HOLD_US_MIN: u64 = 5;
+const TAIL_HOLD_US_MAX: u64 = 50;
+const TAIL_REST_US_MAX: u64 = 20;
 
 const HEADER_BYTES: usize = 24;
 const MAGIC: [u8; 4] = *b"FoLr";
@@ -133,33 +154,6 @@ fn selected(args: &[String]) -> bool {
     !ignored_only
         && (filters.is_empty() || filters.iter().any(|f| matches(f)))
         && !skips.iter().any(|s| TEST_NAME.contains(s.as_str()))
-}
-
-/// SplitMix64's finalizer: a well-mixed function of `x`.
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// SplitMix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        mix(self.0)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn pick<T: Copy>(&mut self, choices: &[T]) -> T {
-        choices[self.below(choices.len() as u64) as usize]
-    }
 }
 
 /// The checksum of a record: FNV-1a over its length, sequence number and payload.
@@ -239,12 +233,18 @@ fn child(spec: &str) {
         .dirty_background_bytes(capacity / rng.pick(&[4, 10, 50]))
         .build()
         .expect("the child's cache");
-    let file = cache
-        .open_options()
-        .write(true)
-        .create(true)
-        .open(&path)
-        .expect("the child opens the file");
+    let file = Arc::new(
+        cache
+            .open_options()
+            .write(true)
+            .create(true)
+            .open(&path)
+            .expect("the child opens the file"),
+    );
+    for _ in 0..rng.between(TAIL_READERS_MIN, TAIL_READERS_MAX) {
+        let (file, rng) = (file.clone(), Rng(rng.next()));
+        std::thread::spawn(move || pin_the_tail(&file, rng));
+    }
     say("ready");
     let born = Instant::now();
     let mut seq = first_seq;
@@ -293,9 +293,46 @@ fn child(spec: &str) {
             }
         };
         result.unwrap_or_else(|e| panic!("child: sync of [{start}, {end}): {e}"));
-        say(&format!("a {writes} {start} {end} {}", file.len()));
+        let copies = cache.stats().write_copies;
+        say(&format!("a {writes} {start} {end} {} {copies}", file.len()));
     }
     std::process::exit(3);
+}
+
+/// A reader of the child (module docs): pins the folio that holds the file's last byte
+/// for a short while, again and again, so the writer appending there copies it on write;
+/// the page's bytes must not change while it is pinned. Runs until the child is killed;
+/// an error ends the child with 101, as a panic of the main thread would.
+fn pin_the_tail(file: &File, mut rng: Rng) {
+    common::precise_sleeps();
+    loop {
+        let len = file.len();
+        if len == 0 {
+            std::thread::sleep(Duration::from_micros(TAIL_REST_US_MAX));
+            continue;
+        }
+        let view = file.get_page(len - 1).unwrap_or_else(|e| {
+            eprintln!("child: get_page({}) of the tail: {e}", len - 1);
+            std::process::exit(101);
+        });
+        // The page that holds the tail, within the folio (up to 2 MiB): compared whole
+        // after the hold.
+        let page = ((len - 1 - view.offset_bytes()) as usize / PAGE_BYTES) * PAGE_BYTES;
+        let page = page..(page + PAGE_BYTES).min(view.len());
+        let seen = view[page.clone()].to_vec();
+        std::thread::sleep(Duration::from_micros(
+            rng.between(TAIL_HOLD_US_MIN, TAIL_HOLD_US_MAX),
+        ));
+        if view[page.clone()] != seen[..] {
+            eprintln!(
+                "child: the bytes of the tail page at {} changed under a pin",
+                view.offset_bytes() + page.start as u64
+            );
+            std::process::exit(101);
+        }
+        drop(view);
+        std::thread::sleep(Duration::from_micros(rng.below(TAIL_REST_US_MAX + 1)));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -313,6 +350,9 @@ struct Totals {
     records_intact: u64,
     /// Bytes on disk that are a write's the last sync did not vouch for.
     bytes_checked: u64,
+    /// Folios the children copied on write (as of their last acknowledgement), which the
+    /// tail's readers make them do.
+    copies_on_write: u64,
 }
 
 /// What one child said: its writes (offset, length, seq), each with whether a later line
@@ -322,6 +362,8 @@ struct Said {
     ready: bool,
     writes: Vec<(u64, usize, u64)>,
     acks: Vec<(usize, u64, u64, u64)>,
+    /// Folios the cache had copied on write, as of the last acknowledgement.
+    copies_on_write: u64,
     /// For each acknowledgement, the writes said before it (its place among the events).
     order: Vec<Event>,
 }
@@ -349,6 +391,7 @@ fn parse_line(said: &mut Said, line: &str) {
         "a" => {
             said.order.push(Event::Ack(said.acks.len()));
             said.acks.push((num(1) as usize, num(2), num(3), num(4)));
+            said.copies_on_write = num(5);
         }
         _ => panic!("a bad line from the child: {line:?}"),
     }
@@ -452,18 +495,8 @@ fn check_records(said: &Said, disk: &[u8]) -> Result<u64, String> {
     Ok(intact)
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name}={v} is not a number"))
-    })
-}
-
 fn kill_and_check() {
-    let seed = env_u64("FOLIO_CRASH_SEED").unwrap_or_else(|| {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
-        now.expect("a clock after 1970").as_nanos() as u64
-    });
+    let seed = seeded::seed_from_env_or_clock("FOLIO_CRASH_SEED");
     let rounds = env_u64("FOLIO_CRASH_ROUNDS").unwrap_or(ROUNDS_DEFAULT);
     eprintln!("crash: {rounds} kills, FOLIO_CRASH_SEED={seed}");
     let dir = common::test_dir();
@@ -511,6 +544,7 @@ fn kill_and_check() {
         totals.rounds += 1;
         totals.writes += said.writes.len() as u64;
         totals.acks += said.acks.len() as u64;
+        totals.copies_on_write += said.copies_on_write;
         totals.bytes_checked += disk.len() as u64;
         let last_acked = said.acks.last().map_or(0, |a| a.0);
         if said.writes.len() > last_acked {
@@ -523,6 +557,7 @@ fn kill_and_check() {
     // the last sync did not cover.
     assert!(totals.acks >= totals.rounds, "{totals:?}");
     assert!(totals.records_intact > 0, "{totals:?}");
+    assert!(totals.copies_on_write > 0, "{totals:?}");
     assert!(
         totals.killed_with_unsynced_writes >= totals.rounds / 4,
         "{totals:?}"
