@@ -38,6 +38,9 @@
 //!   parts below see them; `dirty`: the dirty-block mask of large folios, that budget, a
 //!   file's write state; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
 //!   default) and the kernel's two-list LRU with refault distance (`lru`).
+//! - `readahead`: the on-demand window as a pure policy (`window`), the per-handle state
+//!   word it is installed in (`state`), and the cache-wide limit on every handle's window
+//!   (`limit`).
 //! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write side in
 //!   `write`).
 //! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read
