@@ -32,8 +32,9 @@
 //! - `pagecache`: the shared core (memory, mappings, reclaimer, backend, the queue of
 //!   dirty files) and folio allocation with direct reclaim; `reclaim`: eviction of isolated victims, shadows,
 //!   watermarks and the background thread.
-//! - `mapping`: one file's pages, the lookup protocol (`find_get`), invalidation, the
-//!   mapping table.
+//! - `mapping`: one file's pages and the lookup protocol (`find_get`); invalidation
+//!   (`mapping::invalidate`); the mapping table and its lifetime protocol
+//!   (`mapping::table`).
 //! - `memory`: the arena, the eviction policy, the counters and the dirty budget as the
 //!   parts below see them; `dirty`: the dirty-block mask of large folios, that budget, a
 //!   file's write state; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
