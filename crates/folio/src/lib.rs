@@ -21,10 +21,11 @@
 //! From the top of the read path down; each module imports only modules below it
 //! (ARCHITECTURE.md has the table):
 //! - `cache`: the builder and the `Cache` users open files with.
-//! - `file`: the read API (`read_at`, `get_page`, `readahead`, `advise`) and its
-//!   optimistic hit path; asks `readahead` (the window policy, pure, and the per-handle
-//!   state word) on a miss; `file::write`, the write API (`write_at`, `set_len`, the
-//!   syncs) and the write protocol.
+//! - `file`: the read API (`read_at`, `get_page`) and its optimistic hit path; its slow
+//!   path's look-up and settling (`pinned`); where reads ask `readahead` for a window, on
+//!   a miss or at a marker, and forced readahead (`file::readahead`); `advise`;
+//!   `file::write`, the write API (`write_at`, `set_len`, the syncs) and the write
+//!   protocol.
 //! - `writeback`: writing dirty blocks back through the backend, syncs, and the
 //!   writeback thread's body.
 //! - `filemap`: the miss path: run allocation and insertion, one read per run, and the
