@@ -21,10 +21,10 @@
 //! From the top of the read path down; each module imports only modules below it
 //! (ARCHITECTURE.md has the table):
 //! - `cache`: the builder and the `Cache` users open files with.
-//! - `file`: the read API (`read_at`, `get_page`, `readahead`, `advise`) and its
-//!   optimistic hit path; asks `readahead` (the window policy, pure, and the per-handle
-//!   state word) on a miss; `file::write`, the write API (`write_at`, `set_len`, the
-//!   syncs).
+//! - `file`: the read API (`read_at`, `get_page`) and its optimistic hit path; its slow
+//!   path's look-up and settling (`pinned`); where reads ask `readahead` for a window, on
+//!   a miss or at a marker, and forced readahead (`file::readahead`); `advise`;
+//!   `file::write`, the write API (`write_at`, `set_len`, the syncs).
 //! - `write`: the write side, one owner of its state (`write/mod.rs` maps its rooms: a
 //!   write's steps on a folio, writeback, the sync, the writeback thread and queue,
 //!   each file's write state, the dirty-block mask, the dirty budget, the error
@@ -34,11 +34,15 @@
 //! - `pagecache`: the shared core (memory, mappings, reclaimer, backend, the queue of
 //!   dirty files) and folio allocation with direct reclaim; `reclaim`: eviction of isolated victims, shadows,
 //!   watermarks and the background thread.
-//! - `mapping`: one file's pages, the lookup protocol (`find_get`), invalidation, the
-//!   mapping table.
+//! - `mapping`: one file's pages and the lookup protocol (`find_get`); invalidation
+//!   (`mapping::invalidate`); the mapping table and its lifetime protocol
+//!   (`mapping::table`).
 //! - `memory`: the arena, the eviction policy, the counters and the dirty budget as the
 //!   parts below see them; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
 //!   default) and the kernel's two-list LRU with refault distance (`lru`).
+//! - `readahead`: the on-demand window as a pure policy (`window`), the per-handle state
+//!   word it is installed in (`state`), and the cache-wide limit on every handle's window
+//!   (`limit`).
 //! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write side in
 //!   `write`).
 //! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read

@@ -1,5 +1,5 @@
 //! Loom models of folio's lock-free protocols, compiled from the very source files the
-//! library uses (`src/refcount.rs`, `src/version.rs`, `src/readahead.rs`, `src/write/errseq.rs`,
+//! library uses (`src/refcount.rs`, `src/version.rs`, `src/readahead/`, `src/write/errseq.rs`,
 //! `src/write/mask.rs`, `src/write/budget.rs`) against loom's atomics: this file supplies the `primitive` module those
 //! files name their atomics through (and, for `mask.rs`, an `arena` with the tail frames'
 //! mask words).
@@ -35,7 +35,7 @@
 //! - `mapping_lifetime_open_vs_eviction` and
 //!   `mapping_lifetime_reopen_between_walk_and_removal`: `MappingTable`'s lifetime
 //!   protocol (open, close, removal of an unused mapping; transcribed from
-//!   `src/mapping.rs`, whose steps O, C and R it names) against reclaim evicting a closed
+//!   `src/mapping/table.rs`, whose steps O, C and R it names) against reclaim evicting a closed
 //!   file's last folio, and against a handle opened, used and closed between a removal's
 //!   walk and its removal: an open never gets a mapping that left the table, no folio is
 //!   ever left in a mapping that left it, and no unused mapping stays in it. Each is also
@@ -43,7 +43,7 @@
 //!   fail): the handles raised after the look-up's lock is dropped, and a removal that
 //!   compares the handle count instead of the whole word.
 //!
-//! - `unlink_vs_last_close` (transcribed from `src/mapping.rs`): `Mapping::unlink`
+//! - `unlink_vs_last_close` (transcribed from `src/mapping/table.rs`): `Mapping::unlink`
 //!   against the last handle's close: one of them always drops the deleted file's pages;
 //!   without their SeqCst fences both can miss each other (`*_broken_no_fences`).
 //! - `async_park_vs_completion`, `memory_waiter_vs_last_holder` (`src/waker.rs`): a
@@ -108,8 +108,9 @@ mod version;
 #[path = "../src/types.rs"]
 mod types;
 
-#[allow(dead_code)]
-#[path = "../src/readahead.rs"]
+// The models use part of it: what they leave is neither dead nor an unused import.
+#[allow(dead_code, unused_imports)]
+#[path = "../src/readahead/mod.rs"]
 mod readahead;
 
 #[allow(dead_code)]
@@ -700,7 +701,7 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
     });
 }
 
-/// `MappingTable`'s lifetime protocol (`src/mapping.rs`), transcribed for one inode: the
+/// `MappingTable`'s lifetime protocol (`src/mapping/table.rs`), transcribed for one inode: the
 /// table is an `Option` under a reader-writer lock, a mapping's index is the count of its
 /// folios under a mutex (the index lock; the walk of step R2 is reading it).
 mod lifetime {
@@ -1878,7 +1879,7 @@ mod async_wait {
 }
 
 /// `Mapping::unlink` against the last handle's close (`MappingTable::close`), transcribed
-/// from `src/mapping.rs` (which names std's atomics, not this file's): the unlinker sets
+/// from `src/mapping/table.rs` (which names std's atomics, not this file's): the unlinker sets
 /// `unlinked`, fences, and forgets the pages if no handle is open; the closer drops its
 /// handle, fences, and forgets them if `unlinked` is set. Whatever the interleaving, one
 /// of the two forgets the deleted file's pages (both may: `forget_deleted` is idempotent

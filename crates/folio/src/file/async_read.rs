@@ -40,7 +40,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::{checked_end, Came, File, Found, PageRef, Settled};
+use super::pinned::{Came, Found, Settled};
+use super::{checked_end, File, PageRef};
 use crate::eviction::ReadHint;
 use crate::filemap::Waiter;
 use crate::mapping::Pinned;

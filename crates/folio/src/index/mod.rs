@@ -133,9 +133,9 @@ mod mark;
 mod node;
 mod write;
 
+pub(crate) use mark::MarkedFolio;
 use node::{NodePool, Root};
 pub use node::{RootHint, NODE_BYTES};
-pub(crate) use mark::MarkedFolio;
 
 /// What a page's slot holds, as seen by a reader.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

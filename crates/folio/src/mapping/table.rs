@@ -1,9 +1,5 @@
-//! A mapping: the cached pages of one file (device and inode), shared by every handle.
-//!
-//! Two `Cache::open`s of the same file share one mapping, as two `struct file`s share an
-//! `address_space` in the kernel: one index, one set of folios; each handle keeps its own
-//! readahead state. A reopen compares the file's stamp (size, modification time and birth
-//! time, `FileStamp`) and drops the pages of a file that changed.
+//! The mapping table: every mapping of a cache, and the lifetime protocol that removes
+//! unused ones (`MappingTable`: steps O, C and R, with their interleavings).
 //!
 //! Lifetime: a mapping lives while a handle has it open or its index holds a folio. When
 //! the last handle closes, its folios stay cached and a reopen finds them; once no handle
@@ -15,124 +11,30 @@
 //! see the inode's life, so it keeps a closed file's pages while memory allows, which is
 //! what the kernel's inode cache amounts to for a file whose pages are cached.
 //!
-//! Protection: `index` has its own writer lock; `size_bytes` is an atomic that only grows
-//! by `refresh` and shrinks by `shrink_to` (truncation detected), both of which then
-//! invalidate what lies past the new end; `stamp` is under its mutex; `handles` and
-//! `folios_closed`: see `MappingTable`.
+//! A deleted file's pages go with its last handle (`Mapping::unlink` against
+//! `MappingTable::close`, one of which always sees the other: their SeqCst fences).
 //!
-//! The lookup protocol (`find_get`), the reader's side of `refcount`'s protocol:
-//!   1. Load the slot of the page (a lock-free walk of type-stable nodes, `index`).
-//!   2. `try_get` on the folio found; DEAD: a freezer holds the index lock and is removing
-//!      it, so take and drop the lock (sleeping, not spinning, until it is done) and retry.
-//!   3. Re-load the slot and check the folio's identity (stable under the reference):
-//!      if the slot no longer holds this frame, or the frame holds another page, it was
-//!      freed and reused (the ABA case) or the walk raced with a writer; `put` and retry.
+//! Protection: the table's reader-writer lock (`MappingTable`); a mapping's handle word
+//! (`Handles`) is raised only under it and compared under its write lock by a removal;
+//! `folios_closed` is lowered under the index lock; `unlinked` is set once, with a fence.
+//!
+//! Limits: at most 2^32 mappings at once, and 2^32 handles open on one file.
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::RwLock;
 
+use super::{FileStamp, Invalidate, Mapping};
 use crate::folio::MappingId;
-use crate::index::{Entry, Index, IndexWriteGuard, Leave};
+use crate::index::{Entry, IndexWriteGuard};
 use crate::memory::Memory;
-use crate::refcount::{GetOutcome, PutOutcome};
 use crate::stats;
-use crate::types::{FrameId, Order, PageIndex};
-use crate::wait;
-use crate::write::mask::BlockMask;
-use crate::write::state::WriteState;
+use crate::types::PageIndex;
 
-/// What identifies a file's version: size, modification time, and when the inode was
-/// made.
-///
-/// `born_ns` is the part users cannot set, so that a file deleted and replaced by another
-/// of the same length and modification time (`cp -p`, `rsync -t`, `tar x`), which ext4
-/// often gives the old inode number, still has another stamp: the birth time (`statx`
-/// `STATX_BTIME`, ext4, xfs, btrfs) where the file system has one, which no link, rename,
-/// `chmod` or `chown` moves (a RocksDB checkpoint hard-links every SST). Where it has none,
-/// the change time (ctime), which `utimes` moves to now, but so do a link, a rename,
-/// `chmod` and `chown`: the next open then drops the file's cached pages although its
-/// bytes did not change, the price of never serving a stale byte. folio's own writes move
-/// the change time too; a file folio has written keeps its mapping while it is open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileStamp {
-    pub size_bytes: u64,
-    pub mtime_ns: i128,
-    /// The birth time, or the change time where the file system keeps no birth time.
-    pub born_ns: i128,
-}
-
-#[derive(Debug)]
-pub struct Mapping {
-    pub id: MappingId,
-    /// The file's (device, inode): its key in the table.
-    inode: (u64, u64),
-    pub index: Index,
-    /// Moves on every truncating invalidation. A read records it when its folios are
-    /// inserted; its completion, under the index lock, publishes only if it has not moved
-    /// (else the bytes may predate the file's change: the folios are failed, and their
-    /// readers retry).
-    generation: AtomicU64,
-    size_bytes: AtomicU64,
-    stamp: Mutex<FileStamp>,
-    /// Open `File`s of this mapping, and how many opens there were: raised only under the
-    /// table's lock (read), and read under its write lock by a removal (`MappingTable`).
-    handles: Handles,
-    /// While `handles` is 0: the folios in the index, counted under the index lock when a
-    /// removal found some, and lowered under the index lock by every removal of a folio
-    /// (`folio_removed`: reclaim, invalidation, a failed read's completion). When it
-    /// reaches 0 the mapping may be unused and a removal is tried, which recounts. A hint,
-    /// never trusted for the removal itself: too low when left from an earlier closed
-    /// spell (a wasted walk).
-    folios_closed: AtomicU64,
-    /// The file was deleted (`Cache::remove_file`) while handles had it open: the last
-    /// close forgets it (`forget_deleted`), as the kernel drops an unlinked inode's pages
-    /// with its last descriptor. Set once, never cleared (no path reaches the file again).
-    unlinked: AtomicBool,
-    /// The write side: writer lock, error sequence, sizes, writebacks (DESIGN.md §8).
-    pub write: WriteState,
-}
-
-/// A folio the caller holds a reference on; the reference is dropped with it.
-pub struct Pinned<'c> {
-    mem: &'c Memory,
-    pub frame: FrameId,
-    pub order: Order,
-    pub head: PageIndex,
-}
-
-impl Drop for Pinned<'_> {
-    fn drop(&mut self) {
-        self.mem.put_folio(self.frame);
-    }
-}
-
-impl<'c> Pinned<'c> {
-    /// Keeps the reference past this value's life; the caller must `put_folio` it.
-    pub fn into_raw(self) -> (FrameId, Order, PageIndex) {
-        let raw = (self.frame, self.order, self.head);
-        std::mem::forget(self);
-        raw
-    }
-}
-
+/// The lifetime protocol's side of a mapping.
 impl Mapping {
-    fn new(id: MappingId, inode: (u64, u64), stamp: FileStamp) -> Mapping {
-        Mapping {
-            id,
-            inode,
-            index: Index::default(),
-            generation: AtomicU64::new(0),
-            size_bytes: AtomicU64::new(stamp.size_bytes),
-            stamp: Mutex::new(stamp),
-            handles: Handles::opened_once(),
-            folios_closed: AtomicU64::new(0),
-            unlinked: AtomicBool::new(false),
-            write: WriteState::new(stamp.size_bytes),
-        }
-    }
-
     /// Open handles now (a snapshot).
     pub fn handles(&self) -> u32 {
         self.handles.load().open()
@@ -188,125 +90,6 @@ impl Mapping {
         folios
     }
 
-    /// See the field's docs.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    pub fn size_bytes(&self) -> u64 {
-        self.size_bytes.load(Ordering::Acquire)
-    }
-
-    /// Makes the file's size on disk its logical size, if folio wrote it: writeback writes
-    /// whole 4 KiB blocks, so writing the tail block carries the file past its end, and
-    /// a failed `set_len` leaves it where it was. A sync does this before its flush, and
-    /// a cache's drop for every file (and `MappingTable::remove_if_unused` for a mapping
-    /// that leaves the table), or the next mapping of the file, in this cache or another,
-    /// would adopt the padded length. A failure is recorded in the error sequence (the
-    /// next sync reports it).
-    ///
-    /// Context: no lock held; takes the file's writer lock (so the logical size is the one
-    /// writers left, and nothing past it on disk is anyone's data); `fstat` and maybe
-    /// `ftruncate`. The mapping must be the file's mapping in its table (or the table's
-    /// last): a stale one would cut what a newer mapping of the file wrote.
-    pub fn settle_size(&self) {
-        let _writer = self.write.lock_writer();
-        self.settle_size_unlocked();
-    }
-
-    /// `settle_size` without the writer lock. Context: no writer can run (no handle is
-    /// open, and none can open: `MappingTable::remove_if_unused` holds the table's lock).
-    fn settle_size_unlocked(&self) {
-        let Some(fd) = self.write.fd() else {
-            return; // never opened for writing: the size is the file's own
-        };
-        let size = self.size_bytes();
-        let on_disk = fd.metadata().map(|m| m.len());
-        if on_disk.as_ref().ok() != Some(&size) {
-            if let Err(e) = on_disk.and_then(|_| crate::io::sync::set_len(&fd, size)) {
-                self.write
-                    .errseq()
-                    .record(e.raw_os_error().unwrap_or(libc::EIO));
-            }
-        }
-    }
-
-    /// A write reached `end_bytes`: the file is at least that long now.
-    ///
-    /// Context: the file's writer lock held.
-    pub fn extend_to(&self, end_bytes: u64) {
-        self.size_bytes.fetch_max(end_bytes, Ordering::AcqRel);
-    }
-
-    /// `File::set_len`: the logical size is `size_bytes` now. Pages past it are the
-    /// caller's to drop (`invalidate` with `Shrink`).
-    ///
-    /// Context: the file's writer lock held.
-    pub fn set_size(&self, size_bytes: u64) {
-        self.size_bytes.store(size_bytes, Ordering::Release);
-    }
-
-    /// Lookup protocol steps 1-3 (module docs): a pinned folio covering `page`, or the
-    /// entry found there if it is not a folio.
-    ///
-    /// Context: any thread, no lock held (step 2 may take the index lock). Does not wait
-    /// for I/O: the folio may be LOCKED. A miss (`Err`) may be stale; the miss path
-    /// re-checks under the lock.
-    pub fn find_get<'c>(&self, mem: &'c Memory, page: PageIndex) -> Result<Pinned<'c>, Entry> {
-        loop {
-            let entry = self.index.lookup(page);
-            let Entry::Folio { frame, order, head } = entry else {
-                return Err(entry);
-            };
-            let meta = mem.arena.meta(frame);
-            match meta.state.try_get() {
-                GetOutcome::Got => {}
-                GetOutcome::Dead => {
-                    drop(self.index.lock());
-                    continue;
-                }
-                GetOutcome::DeadFree => {
-                    mem.arena.free(frame);
-                    continue;
-                }
-            }
-            let pinned = Pinned {
-                mem,
-                frame,
-                order,
-                head,
-            };
-            // Under our reference the folio's identity is stable: it must be this page's
-            // (a walk that raced with a writer may have come back with another folio).
-            let still_there = matches!(self.index.lookup(page), Entry::Folio { frame: again, .. } if again == frame);
-            if still_there && meta.identity() == (self.id, head, order) {
-                return Ok(pinned);
-            }
-            drop(pinned);
-        }
-    }
-
-    /// Whether `(size, mtime)` still describes the file; if not, drops every cached page
-    /// (the file was replaced or rewritten) and adopts the new stamp.
-    ///
-    /// Context: `Cache::open`; takes the stamp mutex and the index lock.
-    pub fn revalidate(&self, mem: &Memory, now: FileStamp) {
-        let mut stamp = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
-        if *stamp == now {
-            return;
-        }
-        *stamp = now;
-        if self.write.is_written() {
-            // folio's own writes moved the stamp: its pages (dirty ones among them) are
-            // the file's newest bytes. Other processes' writes to a file folio writes are
-            // not seen (O_DIRECT semantics, DESIGN.md §8).
-            return;
-        }
-        self.size_bytes.store(now.size_bytes, Ordering::Release);
-        drop(stamp);
-        self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
-    }
-
     /// Whether `now` is another file than the one folio wrote through this mapping: its
     /// inode was freed and given to a new file (another birth time). Such a mapping keeps
     /// serving its own handles and writeback; the new file gets a mapping of its own
@@ -329,157 +112,6 @@ impl Mapping {
         self.write.forget_fd();
         dropped
     }
-
-    /// Adopts a size learned from `fstat`: pages past a smaller size are dropped; a larger
-    /// size makes the new bytes readable. Bytes rewritten in place are not detected here
-    /// (a reopen compares the modification time).
-    pub fn resize(&self, mem: &Memory, size_bytes: u64) {
-        if self.write.is_written() {
-            return; // folio's size is the file's logical size (`refresh_len`)
-        }
-        if size_bytes < self.size_bytes() {
-            self.shrink_to(mem, size_bytes);
-        } else {
-            let old = self.size_bytes.fetch_max(size_bytes, Ordering::AcqRel);
-            if size_bytes > old {
-                // The folio that held the old end has zeros where the new bytes are.
-                let end = PageIndex::containing(old);
-                self.invalidate(mem, end, end.add(1), Invalidate::Truncate);
-            }
-        }
-        self.stamp
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .size_bytes = size_bytes;
-    }
-
-    /// The file turned out shorter than the mapping believed (a read came back short):
-    /// adopt the new size and drop the pages past it, so no byte past the new end is
-    /// ever returned.
-    pub fn shrink_to(&self, mem: &Memory, size_bytes: u64) {
-        if self.write.is_written() {
-            return; // a short read found a hole below the logical size, not a shorter file
-        }
-        let old = self.size_bytes.fetch_min(size_bytes, Ordering::AcqRel);
-        if size_bytes < old {
-            // From the page holding the new end: a folio straddling it holds bytes of the
-            // old content past the end, which a later growth of the file must not expose.
-            self.invalidate(
-                mem,
-                PageIndex::containing(size_bytes),
-                PageIndex::ceil(old),
-                Invalidate::Truncate,
-            );
-        }
-    }
-
-    /// Drops the folios that cover any page of `[start, end)` from the index, as `how`
-    /// says. A folio with a read in flight is left in place; for `Truncate`, the
-    /// generation moves first, so its completion fails it instead of publishing bytes read
-    /// before. `Truncate` discards dirty folios' dirty state (their pages leave the dirty
-    /// budget) after waiting for their writeback; `Unpinned` leaves dirty folios alone.
-    /// Returns the pages dropped.
-    ///
-    /// Context: no lock held; takes the index lock once per folio. `Truncate` of a file
-    /// with dirty pages is called only with the file's writer lock held (`File::set_len`),
-    /// so no writer holds a folio LOCKED, and may sleep waiting for a writeback; otherwise
-    /// it does not sleep.
-    pub fn invalidate(
-        &self,
-        mem: &Memory,
-        start: PageIndex,
-        end: PageIndex,
-        how: Invalidate,
-    ) -> u64 {
-        if how != Invalidate::Unpinned {
-            // Reads in flight now must not publish what they read (`generation`). Before
-            // the walk: a read inserted after the walk and completed before a later bump
-            // would publish its stale folio, and nothing would ever drop it.
-            self.generation.fetch_add(1, Ordering::AcqRel);
-        }
-        let mut found = Vec::new();
-        // A large folio that starts before `start` but covers it goes too (but for `Shrink`).
-        if let Entry::Folio { frame, order, head } = self.index.lookup(start) {
-            if head < start && how != Invalidate::Shrink {
-                found.push((head, frame, order));
-            }
-        }
-        self.index.visit(start, end, &mut |head, entry| {
-            if let Entry::Folio { frame, order, .. } = entry {
-                found.push((head, frame, order));
-            }
-        });
-        let mut dropped = 0;
-        for (head, frame, _) in found {
-            let meta = mem.arena.meta(frame);
-            let mut w = self.index.lock();
-            if how != Invalidate::Unpinned {
-                // A writeback in flight reads these frames, and its completion may make the
-                // folio dirty again: wait for it. No new one starts on a page past the end.
-                loop {
-                    let holds = matches!(w.get(head), Entry::Folio { frame: f, .. } if f == frame);
-                    if !holds || !meta.state.load().is_writeback() {
-                        break;
-                    }
-                    drop(w);
-                    wait::wait_writeback_done(meta);
-                    w = self.index.lock();
-                }
-            }
-            // The walk may be stale: the folio and its size are taken from the slot, read
-            // under the lock, not from the walk.
-            let order = match w.get(head) {
-                Entry::Folio {
-                    frame: f,
-                    order,
-                    head: h,
-                } if f == frame && h == head => order,
-                _ => continue,
-            };
-            if meta.state.load().is_locked() {
-                continue; // its completion sees the generation move and drops it
-            }
-            if how == Invalidate::Unpinned && !meta.state.try_freeze() {
-                continue;
-            }
-            if how != Invalidate::Unpinned && meta.state.load().is_dirty() {
-                let pages = BlockMask::of(&mem.arena, frame, order).peek().count();
-                if meta.state.discard_dirty() {
-                    mem.dirty.uncharge(pages);
-                }
-            }
-            w.remove_folio(head, frame, Leave::Empty);
-            mem.policy.remove(&mem.arena, frame, order.pages());
-            // With no handle open (a completion found the file shorter), the completion
-            // tries the removal once it is done (`filemap::ReadCompletion::complete`).
-            self.folio_removed(&w);
-            drop(w);
-            let free = match how {
-                Invalidate::Unpinned => true,
-                // The index's reference goes; the last holder frees the frame.
-                Invalidate::Truncate | Invalidate::Shrink => meta.state.put() == PutOutcome::Free,
-            };
-            dropped += order.pages();
-            if free {
-                mem.arena.free(frame);
-            }
-        }
-        stats::add(&mem.counters.invalidated_pages, dropped);
-        dropped
-    }
-}
-
-/// How `Mapping::invalidate` treats folios that someone holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Invalidate {
-    /// The bytes are wrong now (truncation, a changed file): drop every folio from the
-    /// index; holders keep a valid view until they let go.
-    Truncate,
-    /// A hint (`Advice::DontNeed`): drop only folios nobody holds.
-    Unpinned,
-    /// `File::set_len` down: as `Truncate`, but a large folio that starts before the
-    /// range stays (it holds bytes below the new end; the caller zeroed the rest).
-    Shrink,
 }
 
 /// A mapping's handle word: open handles in the low 32 bits, opens ever (modulo 2^32) in
@@ -487,7 +119,7 @@ pub enum Invalidate {
 /// since I looked" from "no handle now": a handle opened and closed in between (which may
 /// have inserted folios) leaves the count where it was but moves the opens.
 #[derive(Debug)]
-struct Handles(AtomicU64);
+pub(super) struct Handles(AtomicU64);
 
 /// A snapshot of `Handles`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -504,7 +136,7 @@ impl HandleWord {
 
 impl Handles {
     /// The word of a mapping made by an open.
-    fn opened_once() -> Handles {
+    pub(super) fn opened_once() -> Handles {
         Handles(AtomicU64::new(OPEN))
     }
 
