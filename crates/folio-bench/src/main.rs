@@ -187,8 +187,8 @@ enum Command {
         #[command(flatten)]
         args: limits::Args,
     },
-    /// The unmodified RocksDB db_bench (readseq, readrandom, fillseq, fillrandom, overwrite,
-    /// readwhilewriting), cold, as kernel, direct and folio (plugin)
+    /// The unmodified RocksDB db_bench (readseq, readrandom, multireadrandom, fillseq,
+    /// fillrandom, overwrite, readwhilewriting), cold, as kernel, direct and folio (plugin)
     DbBench {
         #[command(flatten)]
         common: Common,
@@ -211,7 +211,8 @@ enum Command {
         #[command(flatten)]
         args: scale::Args,
     },
-    /// All of the above but db-bench and scale, one after another (about 7 min; --quick about 2)
+    /// All of the above but db-bench, scale and scan-mix, one after another (about 7 min;
+    /// --quick about 2)
     Compare {
         #[command(flatten)]
         common: Common,

@@ -1,7 +1,8 @@
-//! folio: a page cache in user space for files read with O_DIRECT.
+//! folio: a page cache in user space for files read and written with O_DIRECT.
 //!
 //! It gives a storage engine what the kernel's page cache gives buffered I/O (cached
-//! pages, eviction that stays within a memory budget, and readahead) with the kernel's
+//! pages, eviction that stays within a memory budget, readahead, and buffered writes with
+//! writeback and syncs) with the kernel's
 //! design (folios in a radix tree, shadow entries) and without its scalability walls (one
 //! lock hold per inserted folio, a CAS loop on every hit).
 //!
@@ -64,7 +65,9 @@
 //!
 //! ```text
 //! MappingTable (RwLock: read by open and reclaim's look-up, written by open of a new file
-//!   and by a removal from close, reclaim or a completion; never held across the others)
+//!   and by a removal from close, reclaim or a completion; never held across the locks
+//!   below, but a removal (step R4) holds it across the write state's descriptor mutex,
+//!   `fstat` and `ftruncate`: mapping/table.rs)
 //! a file's write ranges (WriteState::lock_range: a write_at's bytes for its whole call,
 //!   the whole file for set_len; held while waiting at the dirty limit)
 //! a file's writer lock (WriteState::lock_writer: write_at, set_len, a sync's size fix-up)

@@ -63,7 +63,8 @@ impl File {
     /// and length; past the end the file grows (a hole between reads as zeros). Every
     /// handle of the file reads the new bytes once this returns. Nothing is durable before
     /// a sync (`sync_data`, `sync_all`, `sync_range`); the background writeback writes
-    /// dirty pages older than the cache's expiry.
+    /// dirty pages older than the cache's expiry, every dirty page while the cache is over
+    /// its background threshold, and an append's whole pages (write-behind).
     ///
     /// Errors: `PermissionDenied` on a read-only handle; `InvalidInput` if `offset +
     /// buf.len()` overflows; `FileTooLarge` past 2^62 bytes; ENOSPC if the file system
