@@ -540,22 +540,28 @@ impl FolioState {
         old & DIRTY == 0
     }
 
-    /// Writeback protocol B1 (`writeback`): DIRTY -> WRITEBACK, one CAS, refused while a
-    /// writer holds LOCKED or a writeback is in flight. The caller holds the index lock
-    /// with the slot checked (so the folio is this one), and takes the dirty blocks next.
+    /// Writeback protocol B1 (`writeback`): DIRTY -> WRITEBACK, refused while a writer
+    /// holds LOCKED or a writeback is in flight. A CAS loop: a pin or unpin that moves the
+    /// count only retries it, so it fails only when the folio is not DIRTY, or is LOCKED,
+    /// under WRITEBACK or DEAD (a reader's pin never makes a sync skip a dirty folio). The
+    /// caller holds the index lock with the slot checked (so the folio is this one), and
+    /// takes the dirty blocks next.
     pub fn try_start_writeback(&self) -> bool {
-        let cur = self.0.load(Ordering::Relaxed);
-        if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK | DEAD) != 0 {
-            return false;
-        }
-        self.0
-            .compare_exchange(
+        let mut cur = self.0.load(Ordering::Relaxed);
+        loop {
+            if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK | DEAD) != 0 {
+                return false;
+            }
+            match self.0.compare_exchange_weak(
                 cur,
                 (cur & !DIRTY) | WRITEBACK,
                 Ordering::Acquire,
                 Ordering::Relaxed,
-            )
-            .is_ok()
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
     }
 
     /// Writeback protocol B3: the write ended. `Redirty::Yes` (it failed) sets DIRTY
@@ -583,18 +589,27 @@ impl FolioState {
         self.test_and_clear(DIRTY)
     }
 
-    /// A given-up file's dirty state is dropped (`writeback::give_up`): one CAS from
-    /// "DIRTY, not LOCKED, not WRITEBACK" clearing DIRTY, so that it never races a
-    /// writer's copy (whose W5 would leave the folio dirty with no index mark) or a
-    /// writeback. False, changing nothing, if either holds the folio or it is clean.
+    /// A given-up file's dirty state is dropped (`writeback::give_up`): "DIRTY, not
+    /// LOCKED, not WRITEBACK" to DIRTY cleared, so that it never races a writer's copy
+    /// (whose W5 would leave the folio dirty with no index mark) or a writeback. A CAS
+    /// loop: a pin or unpin that moves the count only retries it. False, changing
+    /// nothing, if either holds the folio or it is clean.
     pub fn try_discard_dirty(&self) -> bool {
-        let cur = self.0.load(Ordering::Relaxed);
-        if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK) != 0 {
-            return false;
+        let mut cur = self.0.load(Ordering::Relaxed);
+        loop {
+            if cur & DIRTY == 0 || cur & (LOCKED | WRITEBACK) != 0 {
+                return false;
+            }
+            match self.0.compare_exchange_weak(
+                cur,
+                cur & !DIRTY,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
         }
-        self.0
-            .compare_exchange(cur, cur & !DIRTY, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
     }
 
     /// Clears flags; returns whether any of them was set. Stores only when one is set.
