@@ -67,6 +67,23 @@
 //! - `truncation_vs_writeback*`: `set_len` dropping a dirty folio whose writeback is in
 //!   flight and then written or failed (dirty again): the removed folio never ends DIRTY,
 //!   its frame is freed once and never under writeback, and the dirty budget ends at 0.
+//! - `write_copy_on_write_vs_pinned_read_vs_sync` (issue 28; `write_side::pinned`): a
+//!   write that returned before a sync began, then a second write that finds the page
+//!   pinned by a reader and copies on write (a new frame takes the bytes and dirty blocks
+//!   and replaces the folio in its index slot), against the reader's unpin and a
+//!   data-integrity sync (tag `Dirty` as `Towrite`, the tagged walk that waits for a
+//!   writer's LOCKED, the "still tagged?" loop): when the sync returns Ok the first
+//!   write is on disk (or the second), the device never reads a block while a writer
+//!   copies into it, a folio left DIRTY has its slot marked `Dirty`, and nothing is left
+//!   tagged. Broken, and failing: a replacement that drops the slot's `Towrite` (the
+//!   first `replace_for_write`); the first B1 (one CAS, which a pin change fails: the
+//!   walk skips the folio) together with a "still tagged?" check that reads the marks
+//!   without the index lock, during a replacement that removes the old entry and
+//!   re-inserts the copy with both marks. Each of those last two alone passes (run by
+//!   hand): a skipped folio keeps its `Towrite`, so the locked check walks again; with
+//!   the CAS loop the walk leaves nothing tagged for the lock-free check to miss (in the
+//!   library a background batch holding the folio under writeback would; not modeled).
+//!   With the in-place swap both pass too: the slot's marks never change.
 //!
 //! Each is also run on a broken protocol (`*_broken_*`, which must fail): no version
 //! move, `end_write` before the copy, a writer that does not wait for WRITEBACK, a B1
@@ -77,14 +94,17 @@
 //! other's flag, the freeze not refusing DIRTY or WRITEBACK, `begin_write` without its
 //! fence, `end_writeback`, `unlock_dirty` or B1's CAS relaxed, no redirty on failure,
 //! `restore` putting nothing back, `take` not zeroing the mask, `mark` keeping a clean
-//! folio's stale bits.
+//! folio's stale bits; for the copy-on-write model, B1 not refusing LOCKED (loom reports
+//! the device's read overlapping the in-place writer's copy).
 //!
 //! Loom's exploration is not exhaustive: its partial-order reduction keeps one last
 //! access per object and misses some interleavings (tokio-rs/loom#166). The write-side
 //! models add explicit scheduling points where that hid a bug (`write_side::Folio::step`).
 //!
 //! Run with `cargo test --release -p folio --test loom_models` (part of the workspace's
-//! tests; each model is small enough to explore exhaustively in seconds).
+//! tests; each model is small enough to explore exhaustively in seconds, but for
+//! `write_copy_on_write_vs_pinned_read_vs_sync*`, whose three threads are explored up to
+//! 3 preemptions: `LOOM_MAX_PREEMPTIONS` raises the bound).
 
 mod primitive {
     pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -1462,6 +1482,422 @@ mod write_side {
             );
         }
     }
+
+    /// Copy on write (W3 when someone else pins the folio) against a pinning reader and a
+    /// data-integrity sync (`writeback::sync`: tag, the walk of `Take::Tagged`, the
+    /// "still tagged?" loop of `wait_for_tagged`). One order-0 page whose index slot holds
+    /// one of two frames: the folio, and the frame a copy on write fills and swaps in.
+    pub mod pinned {
+        use super::super::mask::{BlockMask, Blocks, Prior};
+        use super::super::refcount::{FolioState, GetOutcome, PutOutcome, Redirty, WriteLock};
+        use super::super::types::{FrameId, Order};
+        use super::{Arena, OLD, REUSED, STALE_MASK};
+        use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+        use loom::sync::Mutex;
+        use loom::thread;
+
+        /// How a copy on write puts the copy in the old folio's place, under the index
+        /// lock (`Fill::replace_for_write`).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Replacement {
+            /// The frame in the slot is swapped in place: the slot's marks (`Dirty`,
+            /// `Towrite`) stay as they are.
+            InPlace,
+            /// The old entry is removed (clearing every mark of the slot) and the copy
+            /// inserted, then both marks set again as they were: nothing is lost under
+            /// the lock, but a look at the marks without it can fall between.
+            RemoveReinsert,
+            /// Broken (the first version of `replace_for_write`): removed and inserted,
+            /// and only `Dirty` set again: a `Towrite` a sync had tagged is gone.
+            DropsTowrite,
+        }
+
+        /// Writeback's B1, `try_start_writeback`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum StartWriteback {
+            /// The library's CAS loop: a pin or unpin only retries it.
+            CasLoop,
+            /// Broken (its first version): one CAS from the word loaded before, which a
+            /// pin or unpin in between makes fail; the walk then skips the folio.
+            SingleCas,
+        }
+
+        /// How the sync's "still tagged?" loop reads the `Towrite` mark.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum TagCheck {
+            /// Under the index lock.
+            Locked,
+            /// Broken (the first `tagged_in`): without it.
+            LockFree,
+        }
+
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct Protocol {
+            pub replacement: Replacement,
+            pub start: StartWriteback,
+            pub check: TagCheck,
+        }
+
+        impl Protocol {
+            pub const SOUND: Protocol = Protocol {
+                replacement: Replacement::InPlace,
+                start: StartWriteback::CasLoop,
+                check: TagCheck::Locked,
+            };
+        }
+
+        /// One frame: its state word and one block's bytes (written with atomic stores,
+        /// read by the device with `unsync_load`, its DMA, so that loom reports a device
+        /// read that overlaps a writer's copy). No version: no optimistic reader races
+        /// here (`write_vs_optimistic_read` checks W4's version moves), and its fences
+        /// would only multiply the interleavings.
+        struct Frame {
+            state: FolioState,
+            bytes: AtomicU64,
+        }
+
+        /// The marks of the page's index slot, under the index lock.
+        struct Marks {
+            dirty: bool,
+            towrite: bool,
+        }
+
+        /// What a look at the marks without the index lock sees (the index's marks are
+        /// words in its nodes, which a lock-free walk loads): `Towrite` as each change
+        /// under the lock left it, one store a change. Kept only for `TagCheck::LockFree`
+        /// (`None` otherwise), so that the other models do not pay for its stores.
+        struct LockFreeView(Option<AtomicBool>);
+
+        impl LockFreeView {
+            /// Called under the index lock after each change of `marks`.
+            fn show(&self, marks: &Marks) {
+                if let Some(towrite) = &self.0 {
+                    towrite.store(marks.towrite, Ordering::Release);
+                }
+            }
+
+            fn towrite(&self) -> bool {
+                let towrite = self.0.as_ref().expect("kept for TagCheck::LockFree");
+                towrite.load(Ordering::Acquire)
+            }
+        }
+
+        pub struct Page {
+            protocol: Protocol,
+            frames: [Frame; 2],
+            /// The index slot: which frame holds the page. Loaded lock-free by lookups,
+            /// changed under the index lock.
+            slot: AtomicUsize,
+            /// The index lock, and the slot's marks.
+            index: Mutex<Marks>,
+            towrite_view: LockFreeView,
+            arena: Arena,
+            /// The page on disk (the device's side of the model).
+            disk: std::sync::Mutex<u64>,
+        }
+
+        impl Page {
+            /// The page cached clean in frame 0 (count 1, the index's), frame 1 free.
+            pub fn cached(protocol: Protocol) -> Page {
+                let folio = Frame {
+                    state: FolioState::new_free(),
+                    bytes: AtomicU64::new(OLD),
+                };
+                folio.state.revive_locked();
+                folio.state.finish_read_ok();
+                let free = Frame {
+                    state: FolioState::new_free(),
+                    bytes: AtomicU64::new(REUSED),
+                };
+                Page {
+                    protocol,
+                    frames: [folio, free],
+                    slot: AtomicUsize::new(0),
+                    index: Mutex::new(Marks {
+                        dirty: false,
+                        towrite: false,
+                    }),
+                    towrite_view: LockFreeView(
+                        (protocol.check == TagCheck::LockFree).then(|| AtomicBool::new(false)),
+                    ),
+                    arena: Arena::new(4, STALE_MASK),
+                    disk: std::sync::Mutex::new(OLD),
+                }
+            }
+
+            fn mask(&self, frame: usize) -> BlockMask<'_> {
+                BlockMask::of(&self.arena, FrameId(2 * frame as u32), Order::ZERO)
+            }
+
+            /// `Mapping::find_get`: the frame the slot holds, pinned.
+            pub fn find_get(&self) -> usize {
+                loop {
+                    let f = self.slot.load(Ordering::Acquire);
+                    match self.frames[f].state.try_get() {
+                        GetOutcome::Got => {}
+                        GetOutcome::Dead => {
+                            // Freed after a copy replaced it: look again.
+                            drop(self.index.lock().unwrap());
+                            continue;
+                        }
+                        GetOutcome::DeadFree => unreachable!("no frame is revived while looked up"),
+                    }
+                    if self.slot.load(Ordering::Acquire) == f {
+                        return f;
+                    }
+                    self.put(f);
+                }
+            }
+
+            /// `Memory::put_folio`: the last holder of a replaced folio frees its frame.
+            pub fn put(&self, f: usize) {
+                let frame = &self.frames[f];
+                if frame.state.put() == PutOutcome::Free {
+                    let state = frame.state.load();
+                    assert!(
+                        !state.is_dirty() && !state.is_writeback(),
+                        "a frame was freed while dirty or under writeback: {state:?}"
+                    );
+                    frame.state.mark_free();
+                    frame.bytes.store(REUSED, Ordering::Relaxed);
+                }
+            }
+
+            /// `File::write_at` of `value` over the page: W1-W5, copying on write when
+            /// someone else pins the folio (W3's `Pinned`; the library first retries a
+            /// few times, which changes nothing here).
+            pub fn write(&self, value: u64) {
+                loop {
+                    // W1.
+                    let f = self.find_get();
+                    let state = &self.frames[f].state;
+                    // W3 (W2 is its `Writeback` answer).
+                    match state.try_lock_for_write() {
+                        WriteLock::Locked(was) => {
+                            self.change_in_place(f, value, Prior::of(was));
+                            self.put(f);
+                            return;
+                        }
+                        WriteLock::Writeback => {
+                            while state.load().is_writeback() {
+                                thread::yield_now();
+                            }
+                            self.put(f);
+                        }
+                        WriteLock::Pinned => {
+                            let copy = self.copy_on_write(f);
+                            // The writer's pin on the old folio goes; the copy's own
+                            // reference became the index's.
+                            self.put(f);
+                            if let Some((c, prior)) = copy {
+                                self.change_copy(c, value, prior);
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+
+            /// W3's copy on write (`File::copy_on_write`, `Fill::replace_for_write`): a
+            /// new LOCKED folio with the old one's bytes and dirty blocks, in its place in
+            /// the index, the old one's DIRTY discarded. `None` if the old folio's
+            /// writeback started meanwhile (then after it ended): try again.
+            fn copy_on_write(&self, f: usize) -> Option<(usize, Prior)> {
+                let c = 1 - f;
+                let (old, copy) = (&self.frames[f], &self.frames[c]);
+                copy.state.revive_locked();
+                // The old bytes are copied in here; W4 overwrites the page's one block
+                // whole, so the model skips that copy.
+                let mut marks = self.index.lock().unwrap();
+                let state = old.state.load();
+                if self.slot.load(Ordering::Relaxed) != f
+                    || state.is_writeback()
+                    || state.is_locked()
+                {
+                    drop(marks);
+                    assert_eq!(copy.state.abandon_locked(), PutOutcome::Free);
+                    while old.state.load().is_writeback() || old.state.load().is_locked() {
+                        thread::yield_now();
+                    }
+                    return None;
+                }
+                let prior = Prior::of(state);
+                if prior == Prior::Dirty {
+                    let blocks = self.mask(f).peek();
+                    self.mask(c).mark(&blocks, Prior::Clean);
+                    old.state.discard_dirty();
+                }
+                match self.protocol.replacement {
+                    Replacement::InPlace => self.slot.store(c, Ordering::Release),
+                    Replacement::RemoveReinsert => {
+                        let (dirty, towrite) = (marks.dirty, marks.towrite);
+                        (marks.dirty, marks.towrite) = (false, false);
+                        self.towrite_view.show(&marks);
+                        self.slot.store(c, Ordering::Release);
+                        (marks.dirty, marks.towrite) = (dirty, towrite);
+                        self.towrite_view.show(&marks);
+                    }
+                    Replacement::DropsTowrite => {
+                        (marks.dirty, marks.towrite) = (false, false);
+                        self.towrite_view.show(&marks);
+                        self.slot.store(c, Ordering::Release);
+                        marks.dirty = prior == Prior::Dirty;
+                    }
+                }
+                drop(marks);
+                // The index's reference to the old folio goes; the writer's pin keeps it.
+                assert_eq!(old.state.put(), PutOutcome::Alive);
+                Some((c, prior))
+            }
+
+            /// W4's mask and index mark (both paths).
+            fn mark(&self, f: usize, prior: Prior) {
+                self.mask(f).mark(&Blocks::range(0, 1), prior);
+                if prior == Prior::Clean {
+                    self.index.lock().unwrap().dirty = true;
+                }
+            }
+
+            /// W4-W5 into the folio the writer locked.
+            fn change_in_place(&self, f: usize, value: u64, prior: Prior) {
+                let frame = &self.frames[f];
+                frame.bytes.store(value, Ordering::Relaxed);
+                self.mark(f, prior);
+                frame.state.unlock_dirty();
+            }
+
+            /// W4-W5 into a copy (`Fresh::Copy`): UPTODATE and DIRTY as LOCKED goes.
+            fn change_copy(&self, c: usize, value: u64, prior: Prior) {
+                let frame = &self.frames[c];
+                frame.bytes.store(value, Ordering::Relaxed);
+                self.mark(c, prior);
+                frame.state.finish_fill_dirty();
+            }
+
+            /// B1 by the protocol's `StartWriteback`.
+            fn try_start_writeback(&self, state: &FolioState) -> bool {
+                match self.protocol.start {
+                    StartWriteback::CasLoop => state.try_start_writeback(),
+                    StartWriteback::SingleCas => {
+                        // The one CAS from the word loaded first, in the library's own
+                        // operations (the word is private to `refcount`): it fails if
+                        // the word moved before a second look (a pin or an unpin), and
+                        // is the library's CAS otherwise. So it fails at most when the
+                        // first version could: never a failure the old code could not
+                        // have.
+                        let seen = state.load();
+                        if state.load() != seen {
+                            return false;
+                        }
+                        state.try_start_writeback()
+                    }
+                }
+            }
+
+            /// A data-integrity sync of the page (`writeback::sync`): tag, walk, then
+            /// walk again while the page is still tagged; the flush is a no-op here.
+            /// Returns what the disk holds when it returns Ok.
+            pub fn sync(&self) -> u64 {
+                {
+                    let mut marks = self.index.lock().unwrap();
+                    if marks.dirty {
+                        marks.towrite = true;
+                        self.towrite_view.show(&marks);
+                    }
+                }
+                self.walk();
+                while self.still_tagged() {
+                    self.walk();
+                }
+                *self.disk.lock().unwrap()
+            }
+
+            /// `wait_for_tagged`'s check.
+            fn still_tagged(&self) -> bool {
+                match self.protocol.check {
+                    TagCheck::Locked => self.index.lock().unwrap().towrite,
+                    TagCheck::LockFree => self.towrite_view.towrite(),
+                }
+            }
+
+            /// `walk` with `Take::Tagged` (B1-B3, the batch's write done in line): under
+            /// the index lock, if the slot is tagged, B1; LOCKED (a writer's copy): wait
+            /// for it and walk again; refused otherwise: skipped, still tagged.
+            fn walk(&self) {
+                loop {
+                    let mut marks = self.index.lock().unwrap();
+                    if !marks.towrite {
+                        return;
+                    }
+                    let f = self.slot.load(Ordering::Relaxed);
+                    let frame = &self.frames[f];
+                    if !self.try_start_writeback(&frame.state) {
+                        let locked = frame.state.load().is_locked();
+                        drop(marks);
+                        if !locked {
+                            return;
+                        }
+                        while frame.state.load().is_locked() {
+                            thread::yield_now();
+                        }
+                        continue;
+                    }
+                    // B2: take the blocks, clear both marks, drop the lock.
+                    let taken = self.mask(f).take();
+                    assert!(taken.contains(0));
+                    (marks.dirty, marks.towrite) = (false, false);
+                    self.towrite_view.show(&marks);
+                    drop(marks);
+                    // SAFETY: a loom atomic's unsynchronised load is a checked read (loom
+                    // panics if a store is not ordered with it), never undefined behaviour.
+                    let bytes = unsafe { frame.bytes.unsync_load() };
+                    *self.disk.lock().unwrap() = bytes;
+                    // B3.
+                    frame.state.end_writeback(Redirty::No);
+                    return;
+                }
+            }
+
+            /// Once every thread is done: the frame in the slot holds the last write, only
+            /// the index's reference, no LOCKED or WRITEBACK; if DIRTY its slot is marked
+            /// `Dirty`, and its bytes are on disk or it is DIRTY; the sync left nothing
+            /// tagged; the other frame (a replaced folio, or a copy given back) is not
+            /// DIRTY.
+            pub fn check(&self, last: u64) {
+                let f = self.slot.load(Ordering::Relaxed);
+                let frame = &self.frames[f];
+                let state = frame.state.load();
+                assert!(
+                    !state.is_locked() && !state.is_writeback() && state.count() == 1,
+                    "a flag or a reference left behind: {state:?}"
+                );
+                let (marked, tagged) = {
+                    let marks = self.index.lock().unwrap();
+                    (marks.dirty, marks.towrite)
+                };
+                assert!(
+                    !state.is_dirty() || marked,
+                    "a dirty folio's slot is not marked Dirty"
+                );
+                assert!(
+                    !tagged,
+                    "the sync returned with the page still tagged Towrite"
+                );
+                let bytes = frame.bytes.load(Ordering::Relaxed);
+                assert_eq!(bytes, last, "the page holds the last write");
+                let disk = *self.disk.lock().unwrap();
+                assert!(
+                    bytes == disk || state.is_dirty(),
+                    "lost update: the page holds {bytes}, the disk {disk}, the folio is clean"
+                );
+                let other = self.frames[1 - f].state.load();
+                assert!(
+                    !other.is_dirty() && !other.is_writeback(),
+                    "a folio out of the index is dirty: {other:?}"
+                );
+            }
+        }
+    }
 }
 
 /// Write vs optimistic read: a writer overwrites both blocks of a clean two-block folio
@@ -1626,6 +2062,85 @@ fn write_vs_writeback_broken_stale_prior_failed_write() {
 fn write_vs_writeback_broken_stale_prior_large_folio_failed_write() {
     use write_side::{Device, Start, Writer};
     write_vs_writeback_under(1, Device::Fails, Writer::StalePrior, Start::Sound);
+}
+
+/// Write (copy on write) vs a pinning reader vs a sync (issue 28). A write of `FIRST` (A)
+/// returned before the sync began, and a reader pinned the page; then, at once, the reader
+/// unpins, a second write of `NEW` (B) runs (W3 finds the page pinned and copies on write,
+/// or finds it unpinned and writes in place), and the sync runs (tag, walk, the "still
+/// tagged?" loop). When the sync returns Ok, the disk holds A or B, never the page's old
+/// bytes; once all are done, the folio in the index holds B, a dirty folio's slot is
+/// marked `Dirty`, and the replaced folio is not dirty.
+///
+/// The reader's lookup is not in the race (the lookup's own races are
+/// `lookup_racing_eviction`'s and `freed_and_reused_frame`'s): racing it too makes the
+/// model run for minutes, and the writer's own pin moves the count under B1 as well.
+///
+/// Bounded: loom explores every interleaving with at most `PREEMPTIONS_MAX` preemptions
+/// (the whole space takes hours). Set `LOOM_MAX_PREEMPTIONS` to go deeper by hand (4:
+/// about 20 s, 5: about 2.5 min, both pass).
+fn write_copy_on_write_vs_pinned_read_vs_sync_under(protocol: write_side::pinned::Protocol) {
+    use write_side::pinned::Page;
+    use write_side::{FIRST, NEW};
+    const PREEMPTIONS_MAX: usize = 3;
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = builder.preemption_bound.or(Some(PREEMPTIONS_MAX));
+    builder.check(move || {
+        let page = Arc::new(Page::cached(protocol));
+        // Write A: it returned before the threads start. A reader pins the page.
+        page.write(FIRST);
+        let pinned = page.find_get();
+        let reader = {
+            let page = page.clone();
+            thread::spawn(move || page.put(pinned))
+        };
+        let sync = {
+            let page = page.clone();
+            thread::spawn(move || page.sync())
+        };
+        page.write(NEW);
+        reader.join().unwrap();
+        let synced = sync.join().unwrap();
+        assert!(
+            synced == FIRST || synced == NEW,
+            "a sync returned Ok with a write that returned before it began only in the \
+             cache: the disk holds {synced}"
+        );
+        page.check(NEW);
+    });
+}
+
+#[test]
+fn write_copy_on_write_vs_pinned_read_vs_sync() {
+    write_copy_on_write_vs_pinned_read_vs_sync_under(write_side::pinned::Protocol::SOUND);
+}
+
+#[test]
+#[should_panic(expected = "only in the cache")]
+fn write_copy_on_write_vs_pinned_read_vs_sync_broken_replacement_drops_towrite() {
+    use write_side::pinned::{Protocol, Replacement};
+    write_copy_on_write_vs_pinned_read_vs_sync_under(Protocol {
+        replacement: Replacement::DropsTowrite,
+        ..Protocol::SOUND
+    });
+}
+
+/// The first B1 (one CAS, which a pin or unpin between its load and its CAS fails: the
+/// walk skips the folio) under the first "still tagged?" check (the marks read without
+/// the index lock), with a replacement that removes the old entry and inserts the copy,
+/// setting both marks again (under the lock, so no walk sees it): the writer's own pin
+/// fails the CAS, the skipped folio stays tagged, and the check reads the marks between
+/// the removal and the re-insertion. Either fix alone passes (the still-tagged loop walks
+/// again, or the walk leaves nothing tagged), as does either with an in-place swap.
+#[test]
+#[should_panic(expected = "only in the cache")]
+fn write_copy_on_write_vs_pinned_read_vs_sync_broken_single_cas_and_lockfree_tag_check() {
+    use write_side::pinned::{Protocol, Replacement, StartWriteback, TagCheck};
+    write_copy_on_write_vs_pinned_read_vs_sync_under(Protocol {
+        replacement: Replacement::RemoveReinsert,
+        start: StartWriteback::SingleCas,
+        check: TagCheck::LockFree,
+    });
 }
 
 /// Dirty folio vs reclaim, with a writer: reclaim (isolating or not) races a write into

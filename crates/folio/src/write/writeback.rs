@@ -11,7 +11,7 @@
 //! B1. Under the file's index lock, walk the folios marked `Dirty` (background, or a
 //!     range) or `Towrite` (a sync, which first tags `Dirty` as `Towrite` over its range:
 //!     `IndexWriteGuard::tag_range`, so a writer that keeps dirtying the file cannot make
-//!     it run forever). For each, one CAS DIRTY -> WRITEBACK (`try_start_writeback`). A
+//!     it run forever). For each, DIRTY -> WRITEBACK by a CAS loop (`try_start_writeback`). A
 //!     writer's LOCKED makes it fail: background writeback skips the folio, a sync waits
 //!     for the writer's copy and tries again.
 //! B2. Still under the lock: take the folio's dirty blocks (`BlockMask::take`), clear both
