@@ -57,7 +57,7 @@ use std::time::Duration;
 use folio_rs::{Advice, ArenaPages, BackendKind, Cache, EvictionKind, File, Prefault, ReadHint};
 
 use crate::entry::{bad_handle, cache_of, with_cache, with_file, Out};
-use crate::error::{boundary, copy_last_message, Failure};
+use crate::error::{boundary, Failure};
 use crate::handle::{Kind, Registry};
 pub use crate::stats::folio_stats;
 
@@ -987,31 +987,6 @@ pub unsafe extern "C" fn folio_file_refresh_len(file: folio_file, out: *mut u64)
         out.write(f.refresh_len().map_err(|e| Failure::io(CALL, &e))?);
         Ok(0)
     })
-}
-
-/// Copies the message of the calling thread's last failed folio call into `buf` (at most
-/// `buf_len - 1` bytes and a NUL; nothing if `buf_len` is 0) and returns the message's
-/// full length, so a caller can size `buf` (0: no call of this thread has failed). The
-/// message names the function and says why, e.g. "folio_open: /x: No such file or
-/// directory (os error 2)".
-///
-/// Context: any thread; does not block. Successful calls leave the message as it was
-/// (like errno).
-///
-/// # Safety
-/// `buf` is NULL (then `buf_len` must be 0) or writable for `buf_len` bytes.
-#[no_mangle]
-pub unsafe extern "C" fn folio_last_error_message(buf: *mut c_char, buf_len: usize) -> usize {
-    let result = std::panic::catch_unwind(|| {
-        if buf.is_null() || buf_len == 0 {
-            return copy_last_message(&mut []);
-        }
-        // SAFETY: non-null, and the caller guarantees it is writable for `buf_len` bytes
-        // (which, being one object, cannot exceed isize::MAX).
-        let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
-        copy_last_message(dst)
-    });
-    result.unwrap_or(0)
 }
 
 #[cfg(test)]
