@@ -11,12 +11,13 @@ use std::ffi::c_char;
 
 use crate::entry::{bad_handle, with_cache, Out};
 use crate::error::{boundary, Failure};
-use crate::stats::folio_stats;
-use crate::{build_cache, cache_options_default, folio_cache, folio_cache_options, CACHES};
-use crate::{
-    FOLIO_BACKEND_IO_URING, FOLIO_BACKEND_OTHER, FOLIO_BACKEND_PREAD, FOLIO_EVICTION_OTHER,
-    FOLIO_EVICTION_S3FIFO, FOLIO_EVICTION_TWO_LIST_LRU,
+use crate::options::{
+    build_cache, cache_options_default, folio_cache_options, FOLIO_BACKEND_IO_URING,
+    FOLIO_BACKEND_OTHER, FOLIO_BACKEND_PREAD, FOLIO_EVICTION_OTHER, FOLIO_EVICTION_S3FIFO,
+    FOLIO_EVICTION_TWO_LIST_LRU,
 };
+use crate::stats::folio_stats;
+use crate::{folio_cache, CACHES};
 
 /// Creates a cache with the options `*opts` (all defaults if `opts` is NULL) and stores
 /// its handle in `*out`.
