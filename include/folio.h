@@ -67,38 +67,6 @@
 #define FOLIO_ARENA_PAGES_HUGE 2
 
 /**
- * `folio_advise`: the default, on-demand readahead (values as POSIX_FADV_*).
- */
-#define FOLIO_ADVICE_NORMAL 0
-
-/**
- * `folio_advise`: random access: no readahead, reads read what they ask.
- */
-#define FOLIO_ADVICE_RANDOM 1
-
-/**
- * `folio_advise`: long sequential scans: twice the maximum readahead window.
- */
-#define FOLIO_ADVICE_SEQUENTIAL 2
-
-/**
- * `folio_advise`: the range will be read soon: read it ahead now.
- */
-#define FOLIO_ADVICE_WILLNEED 3
-
-/**
- * `folio_advise`: the range will not be read again: drop its unpinned cached pages.
- */
-#define FOLIO_ADVICE_DONTNEED 4
-
-/**
- * `folio_advise`: this handle's reads will not be reused (POSIX_FADV_NOREUSE): the pages
- * they bring in are evicted first, the cached pages they read are not counted as used;
- * until FOLIO_ADVICE_NORMAL.
- */
-#define FOLIO_ADVICE_NOREUSE 5
-
-/**
  * The smallest capacity a cache accepts, in bytes (16 pages of 4 KiB).
  */
 #define FOLIO_CAPACITY_BYTES_MIN 65536
@@ -145,6 +113,38 @@
  * not counted as used.
  */
 #define FOLIO_READ_NOREUSE 1
+
+/**
+ * `folio_advise`: the default, on-demand readahead (values as POSIX_FADV_*).
+ */
+#define FOLIO_ADVICE_NORMAL 0
+
+/**
+ * `folio_advise`: random access: no readahead, reads read what they ask.
+ */
+#define FOLIO_ADVICE_RANDOM 1
+
+/**
+ * `folio_advise`: long sequential scans: twice the maximum readahead window.
+ */
+#define FOLIO_ADVICE_SEQUENTIAL 2
+
+/**
+ * `folio_advise`: the range will be read soon: read it ahead now.
+ */
+#define FOLIO_ADVICE_WILLNEED 3
+
+/**
+ * `folio_advise`: the range will not be read again: drop its unpinned cached pages.
+ */
+#define FOLIO_ADVICE_DONTNEED 4
+
+/**
+ * `folio_advise`: this handle's reads will not be reused (POSIX_FADV_NOREUSE): the pages
+ * they bring in are evicted first, the cached pages they read are not counted as used;
+ * until FOLIO_ADVICE_NORMAL.
+ */
+#define FOLIO_ADVICE_NOREUSE 5
 
 /**
  * `folio_open2`: open for writing too (`folio_write`, `folio_set_len`); without it the

@@ -1,8 +1,9 @@
 //! Errors across the boundary: every failure becomes a negative errno, its message is kept
-//! per thread for `folio_last_error_message`, and no panic unwinds into C.
+//! per thread for `folio_last_error_message` (here too), and no panic unwinds into C.
 
 use std::any::Any;
 use std::cell::RefCell;
+use std::ffi::c_char;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
@@ -135,6 +136,31 @@ pub(crate) fn boundary<R: Returns>(call: &str, body: impl FnOnce() -> Result<R, 
             R::from_errno(libc::ENOTRECOVERABLE)
         }
     }
+}
+
+/// Copies the message of the calling thread's last failed folio call into `buf` (at most
+/// `buf_len - 1` bytes and a NUL; nothing if `buf_len` is 0) and returns the message's
+/// full length, so a caller can size `buf` (0: no call of this thread has failed). The
+/// message names the function and says why, e.g. "folio_open: /x: No such file or
+/// directory (os error 2)".
+///
+/// Context: any thread; does not block. Successful calls leave the message as it was
+/// (like errno).
+///
+/// # Safety
+/// `buf` is NULL (then `buf_len` must be 0) or writable for `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn folio_last_error_message(buf: *mut c_char, buf_len: usize) -> usize {
+    let result = panic::catch_unwind(|| {
+        if buf.is_null() || buf_len == 0 {
+            return copy_last_message(&mut []);
+        }
+        // SAFETY: non-null, and the caller guarantees it is writable for `buf_len` bytes
+        // (which, being one object, cannot exceed isize::MAX).
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
+        copy_last_message(dst)
+    });
+    result.unwrap_or(0)
 }
 
 #[cfg(test)]

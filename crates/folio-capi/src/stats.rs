@@ -177,8 +177,8 @@ impl folio_stats {
             writeback_pages: stats.writeback_pages,
             futures_parked: stats.futures_parked,
             arena_huge_bytes: stats.arena_huge_bytes,
-            backend: crate::backend_code(&stats.backend),
-            eviction: crate::eviction_code(&stats.eviction),
+            backend: crate::cache::backend_code(&stats.backend),
+            eviction: crate::cache::eviction_code(&stats.eviction),
         }
     }
 

@@ -27,7 +27,8 @@ use folio_rs::File;
 
 use crate::entry::{with_cache, with_file};
 use crate::error::{boundary, errno_of, Failure, Returns};
-use crate::{folio_cache, folio_file, open_file};
+use crate::read::open_file;
+use crate::{folio_cache, folio_file};
 
 /// `folio_open2`: open for writing too (`folio_write`, `folio_set_len`); without it the
 /// handle is read-only, as `folio_open`'s.

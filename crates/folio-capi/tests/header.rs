@@ -114,8 +114,8 @@ impl folio_stats {
     }
     s.push_str(
         "            \
-            backend: crate::backend_code(&stats.backend),
-            eviction: crate::eviction_code(&stats.eviction),
+            backend: crate::cache::backend_code(&stats.backend),
+            eviction: crate::cache::eviction_code(&stats.eviction),
         }
     }
 

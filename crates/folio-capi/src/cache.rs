@@ -1,0 +1,269 @@
+//! A cache's life and its counters: `folio_cache_create` (from a `folio_cache_options`,
+//! checked by `build_cache`) and `folio_cache_destroy`, over the cache registry;
+//! `folio_cache_stats` and `folio_stats_format`, with the names of the library's engines
+//! and eviction policies and their codes in `folio_stats`, both ways.
+//!
+//! Protection: nothing of its own. The registry hands out and retires the handles
+//! (module `handle`); the library's `Cache` is shared by the files opened through it, so
+//! that destroying the handle leaves them working and the memory goes with the last.
+
+use std::ffi::c_char;
+
+use crate::entry::{bad_handle, with_cache, Out};
+use crate::error::{boundary, Failure};
+use crate::options::{
+    build_cache, cache_options_default, folio_cache_options, FOLIO_BACKEND_IO_URING,
+    FOLIO_BACKEND_OTHER, FOLIO_BACKEND_PREAD, FOLIO_EVICTION_OTHER, FOLIO_EVICTION_S3FIFO,
+    FOLIO_EVICTION_TWO_LIST_LRU,
+};
+use crate::stats::folio_stats;
+use crate::{folio_cache, CACHES};
+
+/// Creates a cache with the options `*opts` (all defaults if `opts` is NULL) and stores
+/// its handle in `*out`.
+///
+/// Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
+/// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, unknown arena_pages, a prefault other than 0 or 1,
+/// a dirty limit outside [4096, capacity], a background threshold above the dirty limit,
+/// a wrong `size`); -ENOMEM if the memory
+/// cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
+/// -EMFILE past 2^20 live caches. `*out` is written only on success.
+///
+/// Context: any thread; reserves the cache's memory (not touched yet) and starts its I/O
+/// threads, so it may take milliseconds. The caller owns the handle and releases it with
+/// `folio_cache_destroy`. `opts` is read during the call only.
+///
+/// # Safety
+/// `opts` is NULL or points to a readable `folio_cache_options`; `out` is NULL or points
+/// to writable memory for one `folio_cache`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_create(
+    opts: *const folio_cache_options,
+    out: *mut folio_cache,
+) -> i32 {
+    const CALL: &str = "folio_cache_create";
+    boundary(CALL, || {
+        // SAFETY: the caller guarantees `out` is NULL or a writable `folio_cache`.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        let opts = if opts.is_null() {
+            cache_options_default()
+        } else {
+            // SAFETY: non-null, and the caller guarantees it points to a readable
+            // `folio_cache_options`; every bit pattern of its integer fields is valid.
+            unsafe { opts.read() }
+        };
+        let cache = build_cache(&opts)?;
+        let id = CACHES
+            .insert(cache)
+            .map_err(|_| Failure::new(libc::EMFILE, format!("{CALL}: 2^20 caches are live")))?;
+        out.write(folio_cache { id });
+        Ok(0)
+    })
+}
+
+/// Releases the caller's handle to `cache`. Files opened through it stay open and keep
+/// working; the cache's memory is released with the last of them, after its dirty pages
+/// are written back (not flushed: `folio_sync` or `folio_cache_sync_all` first for
+/// durability). A process that exits with the cache or a file still open loses what
+/// it wrote and did not sync, as the kernel's dirty pages are not (folio's are the
+/// process's memory).
+///
+/// Returns 0, or -EBADF if `cache` is not a live cache handle (null, already destroyed).
+///
+/// Context: any thread. Calls on the same handle that are in flight in other threads
+/// finish normally; later ones get -EBADF. When no file holds the cache, this writes back
+/// its dirty pages and waits for them and its in-flight reads, and stops its I/O threads:
+/// here, or, if calls on the handle are in flight, at a later folio call after they have
+/// returned.
+#[no_mangle]
+pub extern "C" fn folio_cache_destroy(cache: folio_cache) -> i32 {
+    boundary("folio_cache_destroy", || {
+        CACHES
+            .remove(cache.id)
+            .map_err(|_| bad_handle("folio_cache_destroy", "cache", cache.id))?;
+        Ok(0)
+    })
+}
+
+// The names of the library's engines and policies (`Stats::backend`, `Stats::eviction`)
+// and their codes in `folio_stats`, both ways.
+const BACKEND_NAMES: [(&str, u32); 2] = [
+    ("io_uring", FOLIO_BACKEND_IO_URING),
+    ("pread", FOLIO_BACKEND_PREAD),
+];
+const EVICTION_NAMES: [(&str, u32); 2] = [
+    ("s3fifo", FOLIO_EVICTION_S3FIFO),
+    ("lru", FOLIO_EVICTION_TWO_LIST_LRU),
+];
+
+fn code_of(names: &[(&str, u32)], name: &str, other: u32) -> u32 {
+    names
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(other, |&(_, code)| code)
+}
+
+fn name_of(names: &[(&'static str, u32)], code: u32) -> &'static str {
+    names
+        .iter()
+        .find(|&&(_, c)| c == code)
+        .map_or("other", |&(name, _)| name)
+}
+
+pub(crate) fn backend_code(name: &str) -> u32 {
+    code_of(&BACKEND_NAMES, name, FOLIO_BACKEND_OTHER)
+}
+
+pub(crate) fn eviction_code(name: &str) -> u32 {
+    code_of(&EVICTION_NAMES, name, FOLIO_EVICTION_OTHER)
+}
+
+/// `stats` as one line of `name=value`, every field in the order of `folio_stats`.
+fn format_stats(stats: &folio_stats) -> String {
+    let mut line = String::new();
+    for (field, value) in folio_rs::Stats::FIELDS.iter().zip(stats.values()) {
+        line.push_str(&format!("{}={value} ", field.name));
+    }
+    line.push_str(&format!(
+        "backend={} eviction={}",
+        name_of(&BACKEND_NAMES, stats.backend),
+        name_of(&EVICTION_NAMES, stats.eviction)
+    ));
+    line
+}
+
+/// Stores a snapshot of `cache`'s counters in `*out`.
+///
+/// Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+///
+/// Context: any thread; does not wait for I/O; takes short internal locks (it sums the
+/// per-thread hit counters), so call it for reports, not on every read.
+///
+/// # Safety
+/// `out` is NULL or points to writable memory for one `folio_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_stats(cache: folio_cache, out: *mut folio_stats) -> i32 {
+    const CALL: &str = "folio_cache_stats";
+    with_cache(CALL, cache, |cache| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable `folio_stats`.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        out.write(folio_stats::of(&cache.stats()));
+        Ok(0)
+    })
+}
+
+/// Writes `*stats` as one line of `name=value` pairs, every field of `folio_stats` in its
+/// order, the codes as names ("hits=120 misses=8 ... backend=io_uring eviction=s3fifo"),
+/// into `buf`: at most `buf_len - 1` bytes and a NUL (nothing if `buf_len` is 0), like
+/// snprintf. A program that prints its stats this way prints every counter, including
+/// those a later folio adds, without naming any.
+///
+/// Returns the line's full length (without the NUL), so a caller can size `buf`;
+/// -EFAULT if `stats` is NULL, or `buf` is NULL and `buf_len` is not 0.
+///
+/// Context: any thread; does not block; reads `*stats` and writes `buf` during the call
+/// only.
+///
+/// # Safety
+/// `stats` is NULL or points to a readable `folio_stats`; `buf` is NULL or writable for
+/// `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn folio_stats_format(
+    stats: *const folio_stats,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> i64 {
+    const CALL: &str = "folio_stats_format";
+    boundary(CALL, || {
+        if stats.is_null() || (buf.is_null() && buf_len != 0) {
+            return Err(Failure::new(
+                libc::EFAULT,
+                format!("{CALL}: stats is NULL, or buf is NULL with buf_len {buf_len}"),
+            ));
+        }
+        // SAFETY: non-null, and the caller guarantees it points to a readable
+        // `folio_stats`; every bit pattern of its integer fields is valid.
+        let line = format_stats(unsafe { &stats.read() });
+        if let Some(room) = buf_len.checked_sub(1) {
+            // SAFETY: non-null (checked above, as `buf_len` is not 0), and the caller
+            // guarantees it is writable for `buf_len` bytes (one object, so at most
+            // isize::MAX).
+            let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
+            let n = line.len().min(room);
+            dst[..n].copy_from_slice(&line.as_bytes()[..n]);
+            dst[n] = 0;
+        }
+        Ok(line.len() as i64)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The printer names every field of `folio_stats`, with its own value: each number of
+    /// the counter list gets a distinct value here, and each must come out under its name.
+    #[test]
+    fn stats_format_prints_every_field() {
+        let mut stats = folio_rs::Stats::default();
+        for (i, (_, value)) in stats.values_mut().enumerate() {
+            *value = 1000 + i as u64;
+        }
+        stats.backend = "io_uring".into();
+        stats.eviction = "lru".into();
+        let mut c = folio_stats::of(&stats);
+        let line = format_stats(&c);
+        let words: Vec<&str> = line.split(' ').collect();
+        let fields = folio_rs::Stats::FIELDS;
+        assert_eq!(words.len(), fields.len() + 2, "{line}");
+        for (i, field) in fields.iter().enumerate() {
+            assert_eq!(words[i], format!("{}={}", field.name, 1000 + i), "{line}");
+        }
+        assert_eq!(words[fields.len()], "backend=io_uring");
+        assert_eq!(words[fields.len() + 1], "eviction=lru");
+        c.backend = 77;
+        c.eviction = FOLIO_EVICTION_S3FIFO;
+        assert!(format_stats(&c).ends_with(" backend=other eviction=s3fifo"));
+    }
+
+    #[test]
+    fn stats_format_truncates_like_snprintf() {
+        let c = folio_stats::of(&folio_rs::Stats::default());
+        let full = format_stats(&c);
+        // SAFETY: a readable folio_stats; NULL with length 0.
+        let n = unsafe { folio_stats_format(&c, std::ptr::null_mut(), 0) };
+        assert_eq!(n, full.len() as i64);
+        let mut small = [0x55 as c_char; 8];
+        // SAFETY: `small` is writable for its length.
+        let n = unsafe { folio_stats_format(&c, small.as_mut_ptr(), small.len()) };
+        assert_eq!(n, full.len() as i64);
+        let small: Vec<u8> = small.iter().map(|&b| b as u8).collect();
+        assert_eq!(&small[..7], &full.as_bytes()[..7]);
+        assert_eq!(small[7], 0);
+        // SAFETY: NULL pointers are the misuse under test.
+        unsafe {
+            assert_eq!(
+                folio_stats_format(std::ptr::null(), small.as_ptr() as *mut c_char, 8),
+                -i64::from(libc::EFAULT)
+            );
+            assert_eq!(
+                folio_stats_format(&c, std::ptr::null_mut(), 8),
+                -i64::from(libc::EFAULT)
+            );
+        }
+    }
+
+    #[test]
+    fn engine_and_policy_names_round_trip() {
+        for (name, code) in BACKEND_NAMES {
+            assert_eq!(name_of(&BACKEND_NAMES, backend_code(name)), name);
+            assert_eq!(backend_code(name), code);
+        }
+        for (name, code) in EVICTION_NAMES {
+            assert_eq!(name_of(&EVICTION_NAMES, eviction_code(name)), name);
+            assert_eq!(eviction_code(name), code);
+        }
+        assert_eq!(backend_code("null"), FOLIO_BACKEND_OTHER);
+        assert_eq!(eviction_code("clock"), FOLIO_EVICTION_OTHER);
+    }
+}
