@@ -53,6 +53,7 @@
 //! miss path only, next to an I/O that costs 100x more); at most 2^32 frames (16 TiB).
 
 mod copy;
+mod pages;
 
 use std::io;
 use std::ptr::NonNull;
@@ -63,6 +64,9 @@ use crate::folio::FolioMeta;
 use crate::io::FrameBuf;
 use crate::list::{Links, List, QueueId};
 use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
+
+use pages::ChunkPages;
+pub use pages::{ArenaPages, FolioUse};
 
 /// Bytes of the largest folio; the mapping is aligned to it.
 const HUGE_BYTES: usize = PAGE_BYTES << ORDER_MAX;
@@ -95,107 +99,6 @@ fn free_order(links: &Links, frame: u32) -> Option<u8> {
         .then(|| id - FREE_LIST_BASE)
 }
 
-/// How the kernel pages the arena's memory: the trade between the cost of faulting fresh
-/// memory in (paid once per page of the capacity, on the miss path or by the populator),
-/// the cost of an O_DIRECT read into it (a read pins each 4 KiB page; into huge pages a
-/// 2 MiB read is one segment, into 4 KiB pages it is split), and the TLB reach of a hit.
-///
-/// Measured on the 2-core VM of the README (docs/benchmarks.md, "Arena pages"): a first
-/// touch runs at 2.4-2.6 GB/s with 4 KiB pages and at 0.35 GB/s with huge pages (6-8 GB/s
-/// only for memory a huge-page user freed seconds before: the host backs a fresh 2 MiB
-/// guest page lazily). db_bench `readrandom` from a cold cache ran at about 0.85x the
-/// kernel on 4 KiB pages and 0.6x on huge pages; a cold one-thread scan at 0.77x on 4 KiB
-/// pages and 0.95x on huge pages. `Auto` gives each kind of read the pages it is fastest
-/// on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ArenaPages {
-    /// Chunk by chunk, as the arena grows (the default): a chunk is advised for huge pages
-    /// when most frames allocated lately went to readahead windows or to large folios
-    /// (`LARGE_ORDER` and up), else for 4 KiB pages (random reads' small folios;
-    /// `FolioUse`).
-    #[default]
-    Auto,
-    /// 4 KiB pages (`MADV_NOHUGEPAGE`) for all of it.
-    Small,
-    /// Transparent huge pages advised (`MADV_HUGEPAGE`) for all of it: an order-9 folio is
-    /// one 2 MiB page where the kernel can give one. Advice only: without THP it is
-    /// `Small`.
-    Huge,
-}
-
-/// The pages one range of the arena is advised for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PageKind {
-    /// 4 KiB pages (`MADV_NOHUGEPAGE`).
-    Small,
-    /// Transparent huge pages (`MADV_HUGEPAGE`).
-    Huge,
-}
-
-/// Folios of this order and up (64 KiB) count as large for `ArenaPages::Auto`: readahead
-/// windows of a sequential reader, which reach it after a few reads; random reads of
-/// storage engines' blocks (4-32 KiB) stay below it.
-const LARGE_ORDER: u8 = 4;
-
-/// What a folio is allocated for, which `ArenaPages::Auto` weighs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FolioUse {
-    /// A readahead window's folio: memory filled in bulk by a sequential reader, large
-    /// for `Auto` whatever its order (the first windows of a file, and every window of a
-    /// small file, have small folios: 8,000 64 KiB files read once made only order-2
-    /// and order-3 folios, and their hits then cost 1.6-2x a memcpy on 4 KiB pages).
-    Readahead,
-    /// The pages a read or a write asked for: large for `Auto` from `LARGE_ORDER` up.
-    Request,
-}
-
-/// What `ArenaPages::Auto` decides from: frames allocated lately, small and large
-/// apart (`FolioUse`). Counted under the free lists' lock (so never contended on their
-/// own), halved at each decision so that the last few chunks' worth weighs most.
-#[derive(Debug, Default)]
-struct Demand {
-    small_frames: AtomicU64,
-    large_frames: AtomicU64,
-    /// The last decision: huge pages.
-    last_huge: AtomicBool,
-}
-
-impl Demand {
-    fn note(&self, order: Order, use_: FolioUse) {
-        let counter = if use_ == FolioUse::Readahead || order.get() >= LARGE_ORDER {
-            &self.large_frames
-        } else {
-            &self.small_frames
-        };
-        counter.fetch_add(order.pages(), Ordering::Relaxed);
-    }
-
-    /// Decides a chunk's pages: huge if most frames allocated lately were large. With
-    /// nothing allocated since the counts halved to zero, the last decision again (and
-    /// before any, small: the cheaper guess to fault in): the populator claims chunks in
-    /// bursts after a readahead window, and each claim halves the counts, so a cold
-    /// scan's counts reached zero between windows and sent one chunk in ten to 4 KiB
-    /// pages. Halves both counts, so that each decision weighs the latest demand most.
-    fn decide(&self) -> PageKind {
-        let small = self.small_frames.load(Ordering::Relaxed);
-        let large = self.large_frames.load(Ordering::Relaxed);
-        // Racy halving: a count lost to a concurrent `note` only shifts a heuristic.
-        self.small_frames.store(small / 2, Ordering::Relaxed);
-        self.large_frames.store(large / 2, Ordering::Relaxed);
-        let huge = if small == 0 && large == 0 {
-            self.last_huge.load(Ordering::Relaxed)
-        } else {
-            large > small
-        };
-        self.last_huge.store(huge, Ordering::Relaxed);
-        if huge {
-            PageKind::Huge
-        } else {
-            PageKind::Small
-        }
-    }
-}
-
 pub struct Arena {
     /// Start of the 2 MiB-aligned frames.
     base: NonNull<u8>,
@@ -215,18 +118,14 @@ pub struct Arena {
     listed_frames: AtomicU32,
     /// Chunks listed unpopulated, because an allocation outran the populator.
     chunks_unpopulated: AtomicU64,
-    /// One bit per chunk, set when the chunk is advised for huge pages (`prefetch`,
-    /// `huge_bytes`).
-    huge_chunks: Box<[AtomicU64]>,
     /// Whether `populate_ahead` runs: only then is it worth waking.
     populator_running: AtomicBool,
     /// Allocators that found every chunk claimed but not all listed wait here for
     /// `list_chunk` (with `listed_lock`), never spinning.
     listed_lock: Mutex<()>,
     listed_wake: Condvar,
-    /// Which pages chunks get, and for `ArenaPages::Auto` what it decides from.
-    pages: ArenaPages,
-    demand: Demand,
+    /// Which pages chunks get (`pages`).
+    pages: ChunkPages,
     /// The background populator's lead, and its wake-up: `true` in the mutex means stop.
     populate_lead_frames: u32,
     populate_stop: Mutex<bool>,
@@ -276,14 +175,10 @@ impl Arena {
             return Err(io::Error::last_os_error());
         }
         let aligned = (map_ptr as usize).next_multiple_of(HUGE_BYTES);
-        // `Auto` starts small and advises chunk by chunk (`claim_chunk`).
-        let kind = match pages {
-            ArenaPages::Huge => PageKind::Huge,
-            ArenaPages::Auto | ArenaPages::Small => PageKind::Small,
-        };
+        let chunk_pages = ChunkPages::new(pages, frame_count);
         // SAFETY: [aligned, aligned + data_bytes) lies inside the mapping because we
         // reserved HUGE_BYTES of slack.
-        unsafe { advise(aligned as *mut u8, data_bytes, kind) };
+        unsafe { pages::advise(aligned as *mut u8, data_bytes, chunk_pages.kind_at_build()) };
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
         // Neither the side table nor the link words are written here: a frame's are
         // initialised when the arena grows over it (`list_chunk`), so building a 4 GiB cache
@@ -309,14 +204,10 @@ impl Arena {
             claimed_frames: AtomicU32::new(0),
             listed_frames: AtomicU32::new(0),
             chunks_unpopulated: AtomicU64::new(0),
-            huge_chunks: (0..frame_count.div_ceil(CHUNK_FRAMES).div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
             populator_running: AtomicBool::new(false),
             listed_lock: Mutex::new(()),
             listed_wake: Condvar::new(),
-            pages,
-            demand: Demand::default(),
+            pages: chunk_pages,
             populate_lead_frames: lead_frames as u32,
             populate_stop: Mutex::new(false),
             populate_wake: Condvar::new(),
@@ -424,7 +315,7 @@ impl Arena {
             // Under the lock, so that `free_frames` always equals the free lists.
             let free = self.free_frames.fetch_sub(order.pages(), Ordering::Relaxed);
             assert!(free >= order.pages(), "free memory below zero");
-            self.demand.note(order, use_);
+            self.note_allocated(order, use_);
             head.0
         };
         let frame = FrameId(head);
@@ -526,16 +417,6 @@ impl Arena {
         // uptodate (refcount protocol), and the arena outlives the borrow.
         unsafe { std::slice::from_raw_parts(self.frame_ptr(frame), order.bytes()) }
     }
-
-    /// Whether `frame`'s chunk was advised for huge pages (a relaxed look: the bit is set
-    /// before the chunk's frames are listed, so before any of them can be cached).
-    #[inline]
-    fn on_huge_chunk(&self, frame: FrameId) -> bool {
-        let chunk = frame.0 / CHUNK_FRAMES;
-        self.huge_chunks
-            .get(chunk as usize / 64)
-            .is_some_and(|bits| bits.load(Ordering::Relaxed) & (1 << (chunk % 64)) != 0)
-    }
 }
 
 /// A boxed slice of `len` zeroed values, allocated with `alloc_zeroed`: for large sizes
@@ -580,17 +461,7 @@ impl Arena {
     ///
     /// Context: right after `new`; `&mut self` proves that no frame is referenced yet.
     pub fn prefault(&mut self) {
-        if self.pages == ArenaPages::Auto {
-            // SAFETY: the whole arena, inside its mapping; no frame is referenced yet.
-            unsafe {
-                advise(
-                    self.base.as_ptr(),
-                    self.frame_count as usize * PAGE_BYTES,
-                    PageKind::Huge,
-                )
-            };
-            self.pages = ArenaPages::Huge;
-        }
+        self.prefault_pages();
         while let Some(chunk) = self.claim_chunk() {
             self.populate_chunk(&chunk);
             self.list_chunk(chunk);
@@ -609,28 +480,7 @@ impl Arena {
     /// touches it. `None` when the arena is fully claimed.
     fn claim_chunk(&self) -> Option<std::ops::Range<u32>> {
         let chunk = self.claim_chunk_range()?;
-        let kind = match self.pages {
-            ArenaPages::Small => PageKind::Small,
-            ArenaPages::Huge => PageKind::Huge,
-            ArenaPages::Auto => self.demand.decide(),
-        };
-        if kind == PageKind::Huge {
-            if self.pages == ArenaPages::Auto {
-                // The mapping was advised small at `new`. SAFETY: the chunk lies inside
-                // the arena's mapping (module invariants), and it is virgin: nothing
-                // references its pages yet.
-                unsafe {
-                    advise(
-                        self.frame_ptr(FrameId(chunk.start)),
-                        (chunk.end - chunk.start) as usize * PAGE_BYTES,
-                        PageKind::Huge,
-                    );
-                }
-            }
-            let chunk_index = chunk.start / CHUNK_FRAMES;
-            self.huge_chunks[chunk_index as usize / 64]
-                .fetch_or(1 << (chunk_index % 64), Ordering::Relaxed);
-        }
+        self.advise_chunk(&chunk);
         Some(chunk)
     }
 
@@ -774,34 +624,6 @@ impl Arena {
     pub fn chunks_unpopulated(&self) -> u64 {
         self.chunks_unpopulated.load(Ordering::Relaxed)
     }
-
-    /// Bytes of the chunks claimed so far advised for huge pages.
-    pub fn huge_bytes(&self) -> u64 {
-        let chunks = self.frame_count.div_ceil(CHUNK_FRAMES);
-        let frames: u64 = (0..chunks)
-            .filter(|&chunk| self.on_huge_chunk(FrameId(chunk * CHUNK_FRAMES)))
-            .map(|chunk| u64::from(CHUNK_FRAMES.min(self.frame_count - chunk * CHUNK_FRAMES)))
-            .sum();
-        frames * PAGE_BYTES as u64
-    }
-}
-
-/// Advises `[base, base + bytes)` for the pages of `kind`. Advice only: a
-/// failure (THP not built in) leaves the kernel's default, which is harmless, so the
-/// result is ignored on purpose. Changing a range's advice splits its mapping (adjacent
-/// ranges of the same advice merge again) and takes the address space's lock for a few
-/// microseconds, once per 2 MiB chunk at most.
-///
-/// # Safety
-/// The range lies inside the arena's mapping.
-unsafe fn advise(base: *mut u8, bytes: usize, kind: PageKind) {
-    let advice = match kind {
-        PageKind::Small => libc::MADV_NOHUGEPAGE,
-        PageKind::Huge => libc::MADV_HUGEPAGE,
-    };
-    // SAFETY: the caller guarantees the range is inside our mapping; madvise with these
-    // advices changes no contents.
-    unsafe { libc::madvise(base.cast::<libc::c_void>(), bytes, advice) };
 }
 
 /// Faults `[base, base + bytes)` in (the kernel zeroes each page) by writing a zero to
@@ -831,137 +653,6 @@ unsafe fn populate(base: *mut u8, bytes: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The `VmFlags` and `AnonHugePages` of the mapping that holds `addr`, from
-    /// /proc/self/smaps.
-    fn smaps_of(addr: usize) -> (String, u64) {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        let (mut flags, mut huge_kib) = (String::new(), 0);
-        for line in smaps.lines() {
-            let first = line.split_whitespace().next().unwrap_or("");
-            if let Some((lo, hi)) = first.split_once('-') {
-                if let (Ok(lo), Ok(hi)) =
-                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-                {
-                    inside = (lo..hi).contains(&addr);
-                    continue;
-                }
-            }
-            if !inside {
-                continue;
-            }
-            if let Some(rest) = line.strip_prefix("VmFlags:") {
-                flags = rest.trim().to_string();
-            } else if let Some(rest) = line.strip_prefix("AnonHugePages:") {
-                huge_kib = rest.trim().trim_end_matches("kB").trim().parse().unwrap();
-            }
-        }
-        (flags, huge_kib)
-    }
-
-    #[test]
-    fn pages_are_advised_as_asked() {
-        // Two chunks, prefaulted: small pages are advised no-huge (`nh`) and get none;
-        // huge pages are advised (`hg`), and so is a prefaulted `Auto` arena. Whether the
-        // kernel then gives a huge page depends on THP being on and on free memory, so
-        // only the advice is checked.
-        for (pages, flag) in [
-            (ArenaPages::Small, "nh"),
-            (ArenaPages::Huge, "hg"),
-            (ArenaPages::Auto, "hg"), // prefaulted: all huge
-        ] {
-            let mut arena = Arena::new(CHUNK_FRAMES * 2, pages).unwrap();
-            arena.prefault();
-            let (flags, huge_kib) = smaps_of(arena.base.as_ptr() as usize);
-            assert!(
-                flags.split_whitespace().any(|f| f == flag),
-                "{pages:?}: VmFlags '{flags}' lack '{flag}'"
-            );
-            if pages == ArenaPages::Small {
-                assert_eq!(huge_kib, 0, "a small-page arena got huge pages");
-            }
-        }
-    }
-
-    #[test]
-    fn auto_pages_follow_what_was_allocated_lately() {
-        let arena = Arena::new(CHUNK_FRAMES * 6, ArenaPages::Auto).unwrap();
-        let flags_at = |chunk: u32| {
-            let frame = arena.frame_ptr(FrameId(chunk * CHUNK_FRAMES)) as usize;
-            smaps_of(frame).0
-        };
-        let has = |flags: &str, flag: &str| flags.split_whitespace().any(|f| f == flag);
-        // Nothing allocated yet: the first chunk is small. A whole chunk of a large folio
-        // is still decided by the one small frame before it; the next is huge.
-        arena.alloc(Order::new(0), FolioUse::Request).unwrap();
-        arena.alloc(Order::MAX, FolioUse::Request).unwrap();
-        arena.alloc(Order::MAX, FolioUse::Request).unwrap();
-        assert_eq!(
-            arena.claimed_frames.load(Ordering::Relaxed),
-            CHUNK_FRAMES * 3
-        );
-        assert!(has(&flags_at(0), "nh"), "chunk 0: {}", flags_at(0));
-        assert!(has(&flags_at(1), "nh"), "chunk 1: {}", flags_at(1));
-        assert!(has(&flags_at(2), "hg"), "chunk 2: {}", flags_at(2));
-        assert_eq!(arena.huge_bytes(), HUGE_BYTES as u64);
-        // Small folios again: the large ones weigh less at every chunk, and within two
-        // chunks the next one is small again.
-        let claimed = || arena.claimed_frames.load(Ordering::Relaxed) / CHUNK_FRAMES;
-        while claimed() < 5 {
-            arena.alloc(Order::new(0), FolioUse::Request).unwrap();
-        }
-        assert!(has(&flags_at(3), "hg"), "chunk 3: {}", flags_at(3));
-        assert!(has(&flags_at(4), "nh"), "chunk 4: {}", flags_at(4));
-        assert_eq!(arena.huge_bytes(), 2 * HUGE_BYTES as u64);
-    }
-
-    #[test]
-    fn auto_pages_count_readahead_as_large_at_any_order() {
-        let arena = Arena::new(CHUNK_FRAMES * 3 + 7, ArenaPages::Auto).unwrap();
-        let claimed = || arena.claimed_frames.load(Ordering::Relaxed) / CHUNK_FRAMES;
-        // A chunk of 4 KiB readahead folios (a small file's windows): the next is huge.
-        while claimed() < 2 {
-            arena.alloc(Order::ZERO, FolioUse::Readahead).unwrap();
-        }
-        assert!(!arena.on_huge_chunk(FrameId(0)), "nothing allocated: small");
-        assert!(arena.on_huge_chunk(FrameId(CHUNK_FRAMES)));
-        assert!(arena.on_huge_chunk(FrameId(2 * CHUNK_FRAMES - 1)));
-        assert_eq!(arena.huge_bytes(), HUGE_BYTES as u64);
-        // A chunk of the same folios asked for by reads outweighs the halved readahead.
-        while arena.alloc(Order::ZERO, FolioUse::Request).is_some() {}
-        assert!(!arena.on_huge_chunk(FrameId(2 * CHUNK_FRAMES)));
-        assert!(
-            !arena.on_huge_chunk(FrameId(3 * CHUNK_FRAMES + 6)),
-            "the odd end chunk"
-        );
-        assert!(
-            !arena.on_huge_chunk(FrameId(4 * CHUNK_FRAMES)),
-            "past the arena"
-        );
-        // A prefetch anywhere in the arena, huge or not, is only a hint.
-        for frame in [0, CHUNK_FRAMES, 3 * CHUNK_FRAMES + 6] {
-            arena.prefetch(FrameId(frame), 0, PAGE_BYTES);
-        }
-    }
-
-    #[test]
-    fn auto_pages_keep_the_last_decision_while_nothing_is_allocated() {
-        let demand = Demand::default();
-        assert_eq!(demand.decide(), PageKind::Small, "before any demand");
-        demand.note(Order::ZERO, FolioUse::Readahead);
-        assert_eq!(demand.decide(), PageKind::Huge);
-        // The populator's burst of claims after a window: the counts halve to zero.
-        for _ in 0..8 {
-            assert_eq!(demand.decide(), PageKind::Huge);
-        }
-        for _ in 0..3 {
-            demand.note(Order::ZERO, FolioUse::Request);
-        }
-        for _ in 0..8 {
-            assert_eq!(demand.decide(), PageKind::Small);
-        }
-    }
 
     #[test]
     fn buddy_splits_and_merges() {
