@@ -118,8 +118,6 @@ pub struct Arena {
     listed_frames: AtomicU32,
     /// Chunks listed unpopulated, because an allocation outran the populator.
     chunks_unpopulated: AtomicU64,
-    /// Whether `populate_ahead` runs: only then is it worth waking.
-    populator_running: AtomicBool,
     /// Allocators that found every chunk claimed but not all listed wait here for
     /// `list_chunk` (with `listed_lock`), never spinning.
     listed_lock: Mutex<()>,
@@ -204,7 +202,6 @@ impl Arena {
             claimed_frames: AtomicU32::new(0),
             listed_frames: AtomicU32::new(0),
             chunks_unpopulated: AtomicU64::new(0),
-            populator_running: AtomicBool::new(false),
             listed_lock: Mutex::new(()),
             listed_wake: Condvar::new(),
             pages: chunk_pages,
@@ -567,17 +564,6 @@ impl Arena {
     ///
     /// Context: sleeps between chunks' worth of demand; populates outside every lock.
     pub fn populate_ahead(&self) {
-        self.populator_running.store(true, Ordering::Release);
-        // Cleared however this returns, so that no allocator waits for a chunk that this
-        // thread claimed and will never list (module docs: `alloc`).
-        struct Running<'a>(&'a AtomicBool, &'a Condvar);
-        impl Drop for Running<'_> {
-            fn drop(&mut self) {
-                self.0.store(false, Ordering::Release);
-                self.1.notify_all();
-            }
-        }
-        let _running = Running(&self.populator_running, &self.listed_wake);
         let mut stop = self.populate_stop.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             if *stop {
