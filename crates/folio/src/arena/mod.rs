@@ -52,12 +52,13 @@
 //! Limits: one mutex for the free lists (no per-thread caches yet: allocation is on the
 //! miss path only, next to an I/O that costs 100x more); at most 2^32 frames (16 TiB).
 
+mod chunk;
 mod copy;
 mod pages;
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::folio::FolioMeta;
@@ -65,6 +66,7 @@ use crate::io::FrameBuf;
 use crate::list::{Links, List, QueueId};
 use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
 
+use chunk::Chunks;
 use pages::ChunkPages;
 pub use pages::{ArenaPages, FolioUse};
 
@@ -112,16 +114,8 @@ pub struct Arena {
     /// The free lists, by order.
     lists: Mutex<Vec<List>>,
     free_frames: AtomicU64,
-    /// Frames below it belong to claimed chunks; the rest is virgin (module docs).
-    claimed_frames: AtomicU32,
-    /// Frames of the chunks on the free lists (listed), populated or not.
-    listed_frames: AtomicU32,
-    /// Chunks listed unpopulated, because an allocation outran the populator.
-    chunks_unpopulated: AtomicU64,
-    /// Allocators that found every chunk claimed but not all listed wait here for
-    /// `list_chunk` (with `listed_lock`), never spinning.
-    listed_lock: Mutex<()>,
-    listed_wake: Condvar,
+    /// Its growth, chunk by chunk (`chunk`).
+    chunks: Chunks,
     /// Which pages chunks get (`pages`).
     pages: ChunkPages,
     /// The background populator's lead, and its wake-up: `true` in the mutex means stop.
@@ -199,11 +193,7 @@ impl Arena {
             links,
             lists: Mutex::new(lists),
             free_frames: AtomicU64::new(u64::from(frame_count)),
-            claimed_frames: AtomicU32::new(0),
-            listed_frames: AtomicU32::new(0),
-            chunks_unpopulated: AtomicU64::new(0),
-            listed_lock: Mutex::new(()),
-            listed_wake: Condvar::new(),
+            chunks: Chunks::default(),
             pages: chunk_pages,
             populate_lead_frames: lead_frames as u32,
             populate_stop: Mutex::new(false),
@@ -241,38 +231,30 @@ impl Arena {
     pub fn alloc(&self, order: Order, use_: FolioUse) -> Option<FrameId> {
         let mut waits = 0;
         loop {
-            let listed_before = self.listed_frames.load(Ordering::Acquire);
+            let listed_before = self.listed_frames();
             if let Some(frame) = self.alloc_listed(order, use_) {
                 self.wake_populator();
                 return Some(frame);
             }
-            if self.listed_frames.load(Ordering::Acquire) != listed_before {
+            if self.listed_frames() != listed_before {
                 continue; // a chunk was listed since our look at the lists
             }
-            if let Some(chunk) = self.claim_chunk() {
-                self.chunks_unpopulated.fetch_add(1, Ordering::Relaxed);
-                self.list_chunk(chunk);
+            if self.grow_unpopulated() {
                 continue;
             }
-            if self.listed_frames.load(Ordering::Acquire) == self.frame_count {
+            if self.listed_frames() == self.frame_count {
                 return None; // fully grown, and nothing of this order is free
             }
             // Another thread holds the last chunks: an allocator lists its chunk at once,
             // the populator right after populating it (milliseconds here). Park until a
-            // chunk is listed, 1 ms at a time (a wake-up sent before we wait is late by
-            // that much), for at most a second: a thread that died holding a chunk
-            // lists nothing more, and then this allocation fails like a full cache.
+            // chunk is listed (`wait_for_listing`), for at most a second: a thread that
+            // died holding a chunk lists nothing more, and then this allocation fails
+            // like a full cache.
             waits += 1;
             if waits > LISTING_WAITS_MAX {
                 return None;
             }
-            let guard = self.listed_lock.lock().unwrap_or_else(|e| e.into_inner());
-            if self.listed_frames.load(Ordering::Acquire) != listed_before {
-                continue;
-            }
-            let _ = self
-                .listed_wake
-                .wait_timeout(guard, std::time::Duration::from_millis(1));
+            self.wait_for_listing(listed_before);
         }
     }
 
@@ -287,7 +269,7 @@ impl Arena {
         // sees it idle.
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.populator_idle.load(Ordering::Relaxed)
-            && self.claimed_frames.load(Ordering::Relaxed) < self.frame_count
+            && self.claimed_frames() < self.frame_count
             && self.listed_free_frames() < self.populate_lead()
             && self.populator_idle.swap(false, Ordering::AcqRel)
         {
@@ -468,36 +450,8 @@ impl Arena {
     /// Free frames on the lists now (free frames less those of unlisted chunks): what an
     /// allocation finds without growing. A racy snapshot, for the populator's decisions.
     fn listed_free_frames(&self) -> u64 {
-        let unlisted = self.frame_count - self.listed_frames.load(Ordering::Acquire);
+        let unlisted = self.frame_count - self.listed_frames();
         self.free_frames().saturating_sub(u64::from(unlisted))
-    }
-
-    /// Claims the next virgin chunk: its frames are the caller's to initialise and list,
-    /// its memory advised for the pages it gets (`ArenaPages::Auto`) before anything
-    /// touches it. `None` when the arena is fully claimed.
-    fn claim_chunk(&self) -> Option<std::ops::Range<u32>> {
-        let chunk = self.claim_chunk_range()?;
-        self.advise_chunk(&chunk);
-        Some(chunk)
-    }
-
-    fn claim_chunk_range(&self) -> Option<std::ops::Range<u32>> {
-        let mut start = self.claimed_frames.load(Ordering::Relaxed);
-        loop {
-            if start >= self.frame_count {
-                return None;
-            }
-            let end = (start + CHUNK_FRAMES).min(self.frame_count);
-            match self.claimed_frames.compare_exchange_weak(
-                start,
-                end,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return Some(start..end),
-                Err(now) => start = now,
-            }
-        }
     }
 
     /// Faults a claimed chunk in, before it is listed.
@@ -510,37 +464,6 @@ impl Arena {
                 (chunk.end - chunk.start) as usize * PAGE_BYTES,
             )
         };
-    }
-
-    /// Initialises a claimed chunk's metadata and hands its frames to the free lists.
-    fn list_chunk(&self, chunk: std::ops::Range<u32>) {
-        for frame in chunk.clone() {
-            self.meta(FrameId(frame)).reset();
-            self.links.reset(frame);
-        }
-        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        // Carve the chunk into the largest aligned blocks (one order-9 block but at the
-        // arena's odd-sized end). Chunks are aligned to the largest order, so no block
-        // has a listed buddy outside its chunk.
-        let mut frame = chunk.start;
-        while frame < chunk.end {
-            let mut order = ORDER_MAX;
-            while frame % (1 << order) != 0 || frame + (1 << order) > chunk.end {
-                order -= 1;
-            }
-            lists[order as usize].push_back(&self.links, FrameId(frame), 1 << order);
-            frame += 1 << order;
-        }
-        // Under the lists' lock: an allocator that saw the lists without this chunk sees
-        // the count move, and looks again.
-        self.listed_frames
-            .fetch_add(chunk.end - chunk.start, Ordering::Release);
-        drop(lists);
-        if self.claimed_frames.load(Ordering::Acquire) == self.frame_count {
-            // Every chunk is claimed: an allocator may be waiting for this one (`alloc`).
-            let _guard = self.listed_lock.lock().unwrap_or_else(|e| e.into_inner());
-            self.listed_wake.notify_all();
-        }
     }
 
     /// The populated free frames the populator keeps listed now: as many as are allocated,
@@ -599,17 +522,6 @@ impl Arena {
         *self.populate_stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
         self.populate_wake.notify_all();
     }
-
-    /// Frames of the chunks listed so far (the rest is virgin or being populated).
-    pub fn listed_frames(&self) -> u32 {
-        self.listed_frames.load(Ordering::Acquire)
-    }
-
-    /// Chunks an allocation listed unpopulated because the populator was behind: each
-    /// is up to 2 MiB of reads that faulted their pages in.
-    pub fn chunks_unpopulated(&self) -> u64 {
-        self.chunks_unpopulated.load(Ordering::Relaxed)
-    }
 }
 
 /// Faults `[base, base + bytes)` in (the kernel zeroes each page) by writing a zero to
@@ -658,59 +570,6 @@ mod tests {
         assert!(arena.alloc(Order::MAX, FolioUse::Request).is_some());
         assert!(arena.alloc(Order::MAX, FolioUse::Request).is_some());
         assert!(arena.alloc(Order::ZERO, FolioUse::Request).is_none());
-    }
-
-    #[test]
-    fn odd_sizes_are_carved_and_exhausted() {
-        let mut arena = Arena::new(13, ArenaPages::Small).unwrap();
-        arena.prefault();
-        let mut got = 0;
-        while arena.alloc(Order::ZERO, FolioUse::Request).is_some() {
-            got += 1;
-        }
-        assert_eq!(got, 13);
-        assert_eq!(arena.free_frames(), 0);
-    }
-
-    #[test]
-    fn the_arena_grows_in_chunks_as_it_is_allocated_from() {
-        // 2.5 chunks: two whole order-9 chunks and a tail of 256 frames.
-        let frames = CHUNK_FRAMES * 2 + CHUNK_FRAMES / 2;
-        let arena = Arena::new(frames, ArenaPages::Small).unwrap();
-        assert_eq!(arena.listed_frames(), 0, "nothing is listed at build");
-        assert_eq!(
-            arena.free_frames(),
-            u64::from(frames),
-            "virgin frames count as free"
-        );
-        let mut got = Vec::new();
-        while let Some(frame) = arena.alloc(Order::new(4), FolioUse::Request) {
-            assert!(
-                frame.0 + 16 <= arena.listed_frames(),
-                "a frame past the grown part was handed out: {frame:?}"
-            );
-            // Growth is one chunk at a time, never ahead of need without the populator.
-            assert!(arena.listed_frames() <= (frame.0 / CHUNK_FRAMES + 1) * CHUNK_FRAMES);
-            got.push(frame);
-        }
-        assert_eq!(got.len() as u32, frames / 16);
-        assert_eq!(arena.listed_frames(), frames);
-        assert_eq!(
-            arena.chunks_unpopulated(),
-            3,
-            "no populator: every chunk by an allocation"
-        );
-        assert_eq!(arena.free_frames(), 0);
-        for frame in got {
-            arena.meta(frame).state.finish_read_ok();
-            assert!(arena.meta(frame).state.try_freeze());
-            arena.free(frame);
-        }
-        assert_eq!(arena.free_frames(), u64::from(frames));
-        assert!(
-            arena.alloc(Order::MAX, FolioUse::Request).is_some()
-                && arena.alloc(Order::MAX, FolioUse::Request).is_some()
-        );
     }
 
     #[test]

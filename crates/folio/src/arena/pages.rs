@@ -323,17 +323,14 @@ mod tests {
         arena.alloc(Order::new(0), FolioUse::Request).unwrap();
         arena.alloc(Order::MAX, FolioUse::Request).unwrap();
         arena.alloc(Order::MAX, FolioUse::Request).unwrap();
-        assert_eq!(
-            arena.claimed_frames.load(Ordering::Relaxed),
-            CHUNK_FRAMES * 3
-        );
+        assert_eq!(arena.claimed_frames(), CHUNK_FRAMES * 3);
         assert!(has(&flags_at(0), "nh"), "chunk 0: {}", flags_at(0));
         assert!(has(&flags_at(1), "nh"), "chunk 1: {}", flags_at(1));
         assert!(has(&flags_at(2), "hg"), "chunk 2: {}", flags_at(2));
         assert_eq!(arena.huge_bytes(), HUGE_BYTES as u64);
         // Small folios again: the large ones weigh less at every chunk, and within two
         // chunks the next one is small again.
-        let claimed = || arena.claimed_frames.load(Ordering::Relaxed) / CHUNK_FRAMES;
+        let claimed = || arena.claimed_frames() / CHUNK_FRAMES;
         while claimed() < 5 {
             arena.alloc(Order::new(0), FolioUse::Request).unwrap();
         }
@@ -345,7 +342,7 @@ mod tests {
     #[test]
     fn auto_pages_count_readahead_as_large_at_any_order() {
         let arena = Arena::new(CHUNK_FRAMES * 3 + 7, ArenaPages::Auto).unwrap();
-        let claimed = || arena.claimed_frames.load(Ordering::Relaxed) / CHUNK_FRAMES;
+        let claimed = || arena.claimed_frames() / CHUNK_FRAMES;
         // A chunk of 4 KiB readahead folios (a small file's windows): the next is huge.
         while claimed() < 2 {
             arena.alloc(Order::ZERO, FolioUse::Readahead).unwrap();
