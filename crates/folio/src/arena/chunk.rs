@@ -36,7 +36,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
-use crate::types::{FrameId, ORDER_MAX};
+use crate::types::FrameId;
 
 use super::{Arena, CHUNK_FRAMES};
 
@@ -90,25 +90,13 @@ impl Arena {
             self.meta(FrameId(frame)).reset();
             self.links.reset(frame);
         }
-        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        // Carve the chunk into the largest aligned blocks (one order-9 block but at the
-        // arena's odd-sized end). Chunks are aligned to the largest order, so no block
-        // has a listed buddy outside its chunk.
-        let mut frame = chunk.start;
-        while frame < chunk.end {
-            let mut order = ORDER_MAX;
-            while frame % (1 << order) != 0 || frame + (1 << order) > chunk.end {
-                order -= 1;
-            }
-            lists[order as usize].push_back(&self.links, FrameId(frame), 1 << order);
-            frame += 1 << order;
-        }
-        // Under the lists' lock: an allocator that saw the lists without this chunk sees
-        // the count move, and looks again.
-        self.chunks
-            .listed_frames
-            .fetch_add(chunk.end - chunk.start, Ordering::Release);
-        drop(lists);
+        self.list_free_blocks(chunk.clone(), || {
+            // Under the lists' lock: an allocator that saw the lists without this chunk
+            // sees the count move, and looks again.
+            self.chunks
+                .listed_frames
+                .fetch_add(chunk.end - chunk.start, Ordering::Release);
+        });
         if self.chunks.claimed_frames.load(Ordering::Acquire) == self.frame_count {
             // Every chunk is claimed: an allocator may be waiting for this one (`wait_for_listing`).
             let _guard = self

@@ -1,57 +1,55 @@
-//! The arena: all folio memory, reserved once at build, and its buddy allocator.
+//! The arena: all folio memory, reserved once at build and cut into frames, and the side
+//! table and link words beside it.
 //!
 //! Design: one anonymous mapping (`MAP_NORESERVE`, aligned to 2 MiB so that an order-9
 //! folio can be one huge page, paged as `ArenaPages` says) sized by the cache's capacity,
 //! cut into 4 KiB frames. Beside it, the side table of `FolioMeta` (24 B per frame) and the
-//! link words (8 B per frame) that thread the per-order free lists of a buddy allocator
+//! link words (8 B per frame) that thread the per-order free lists of the buddy allocator
 //! (orders 0..=9) and, while a frame is cached, its eviction queue. 32 B per 4 KiB frame is
 //! 0.78% of the capacity, all of the arena's metadata. Frames are never unmapped while the
 //! arena lives, which is what makes the optimistic read of `version` safe: a reader that
 //! loses a race copies stale bytes and discards them, it never faults.
 //!
-//! Memory is made ready off the reader's path (issue 13): a fresh anonymous page is faulted
-//! in and zeroed by the kernel on first touch (on this VM also faulted in by the host:
-//! 0.35-2.6 GB/s), and with transparent huge pages advised a first touch may compact memory
-//! for a 2 MiB page. When that first touch is an O_DIRECT read into the frame, the miss
-//! pays it. Which pages the kernel gives is `ArenaPages`: by default decided chunk by chunk
-//! (4 KiB pages for random reads' small folios, whose first touch is 7x cheaper per byte on
-//! this VM; huge pages for readahead, whose large folios O_DIRECT reads faster into, and
-//! whose hits then miss the TLB less);
-//! `ArenaPages` has the figures. And the arena grows: its frames reach the free lists one
-//! 2 MiB chunk at a time, in address order, and a background thread (`populate_ahead`,
-//! started by the page cache for caches of at least `POPULATE_AHEAD_CACHE_BYTES_MIN`)
-//! claims the next chunks, populates them (a write to each page, outside every lock) and
-//! lists them, keeping `populate_lead` populated frames listed ahead of the allocator (as
-//! many as are allocated, from 8 MiB up to `populate_lead_frames`). An allocation that
-//! finds the lists empty claims the next chunk itself and lists it at once, unpopulated:
-//! its read then faults the pages in, exactly as before the arena grew; it never waits for
-//! a population (waiting made every reader of a shared window pile up behind one chunk, and
-//! then all insert the same gap: measured, 100-200 conflicting insertions per 256 MiB scan
-//! instead of 0-1). Memory resident before it is needed is bounded by the lead. `prefault`
-//! grows and populates it all at build.
+//! Memory is made ready off the reader's path: the arena grows 2 MiB chunk by chunk, a
+//! background thread faulting chunks in ahead of the allocator, each on the pages its use
+//! calls for. An allocation never waits for that thread: one that finds the lists empty
+//! grows the arena itself, unpopulated (waiting made every reader of a shared window pile
+//! up behind one chunk, and then all insert the same gap: measured, 100-200 conflicting
+//! insertions per 256 MiB scan instead of 0-1).
 //!
-//! Invariants:
-//! - A free block of order k starts at a frame that is a multiple of 2^k, its head is on
-//!   free list k (its link word says so) and every frame in it is DEAD in the side table.
-//! - Frames at or above `claimed_frames` are virgin: on no list, never allocated, their
-//!   side-table entry and link word unwritten (zeroed memory, not yet faulted in) and
-//!   read by nobody. A claimed chunk is owned by its claimer until it lists it; then its
-//!   frames are the allocator's. `listed_frames` counts the frames of listed chunks.
-//! - `free_frames` equals the frames in the free lists plus the frames of chunks not
-//!   listed yet (virgin or being populated), so watermarks see them as free; allocated
-//!   frames never exceed the capacity (there is nothing else to allocate from).
+//! The rooms, one concept each:
+//! - `buddy`: the free lists by order; `alloc` (splitting a block, growing the arena when
+//!   no listed block fits) and `free` (merging with the buddy).
+//! - `chunk`: the growth, 2 MiB chunk by chunk: a chunk's life (virgin, claimed, listed)
+//!   and its bookkeeping (`claimed_frames`, `listed_frames`, `chunks_unpopulated`).
+//! - `populate`: the populator thread, which faults chunks in ahead of the allocator, and
+//!   `prefault`, which faults them all in at build.
+//! - `pages`: which pages each chunk gets, 4 KiB or huge (`ArenaPages`, `FolioUse`).
+//! - `copy`: a folio's bytes moved under races: the byte-wise atomic copies out (the
+//!   optimistic hit) and in (a write), zeroing, the hit's prefetch.
+//! - this file: the mapping and its frames: frame pointers, the I/O buffers and the
+//!   pinned slices over them, the side table.
 //!
-//! Protection: the free lists, the link words of free frames, and `free_frames` change
-//! under one mutex (`lists`); `free_frames` is an atomic so that stats read it without
-//! the lock. `claimed_frames` moves by a CAS (a claim), `listed_frames` under `lists`.
-//! The memory
-//! of an allocated folio belongs to its owner under the `refcount` protocol: written only
-//! by the read that fills it while LOCKED; read by pinned readers and by optimistic readers
-//! through `copy_out`, a byte-wise atomic memcpy (`atomic_copy`).
+//! Invariants: a frame stays mapped, at one address, until the arena is dropped; every
+//! buffer, slice and copy over frames lies inside the folio it was asked for (asserted).
 //!
-//! Limits: one mutex for the free lists (no per-thread caches yet: allocation is on the
-//! miss path only, next to an I/O that costs 100x more); at most 2^32 frames (16 TiB).
+//! Protection: the mapping, `frame_count` and the side table are fixed at build. A
+//! frame's `FolioMeta` follows `folio`'s rules; its link word belongs to the free lists
+//! while the frame is free (`buddy`), to the eviction policy while it is cached. The
+//! memory of an allocated folio belongs to its owner under the `refcount` protocol:
+//! written only while LOCKED (the read that fills it, a write's `copy_in`); read by
+//! pinned readers and by optimistic readers through `copy_out`, a byte-wise atomic memcpy
+//! (`copy`). Each room says what protects its own state.
+//!
+//! Limits: at most 2^32 frames (16 TiB); the capacity is fixed at build (the mapping is
+//! reserved whole, and the arena only grows into it). `unsafe` lives in this file (the
+//! mapping, frame pointers, the zeroed side table), `pages` (`madvise`), `populate` (the
+//! first touch) and `copy`; `buddy` and `chunk` deny it.
 
+// `unsafe` is allowed for this module by the crate root; the rooms without any deny it.
+#[deny(unsafe_code)]
+mod buddy;
+#[deny(unsafe_code)]
 mod chunk;
 mod copy;
 mod pages;
@@ -59,14 +57,13 @@ mod populate;
 
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use crate::folio::FolioMeta;
 use crate::io::FrameBuf;
-use crate::list::{Links, List, QueueId};
+use crate::list::Links;
 use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
 
+use buddy::Buddy;
 use chunk::Chunks;
 use pages::ChunkPages;
 pub use pages::{ArenaPages, FolioUse};
@@ -77,20 +74,9 @@ pub use populate::POPULATE_AHEAD_CACHE_BYTES_MIN;
 const HUGE_BYTES: usize = PAGE_BYTES << ORDER_MAX;
 /// The arena grows by one chunk at a time: one huge page, so a chunk is one THP fault.
 const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
-/// How many 1 ms waits an allocation makes for the last chunks to be listed.
-const LISTING_WAITS_MAX: u32 = 1000;
-/// The list id of the free list of order k is `FREE_LIST_BASE + k` (ids below it are the
-/// eviction policies' queues).
-const FREE_LIST_BASE: QueueId = 0x40;
 
-/// The order of the free block `frame` heads, read from its link word.
-fn free_order(links: &Links, frame: u32) -> Option<u8> {
-    let id = links.queue(FrameId(frame));
-    (FREE_LIST_BASE..=FREE_LIST_BASE + ORDER_MAX)
-        .contains(&id)
-        .then(|| id - FREE_LIST_BASE)
-}
-
+/// All folio memory (module docs): the mapping and its frames' metadata, and each room's
+/// state.
 pub struct Arena {
     /// Start of the 2 MiB-aligned frames.
     base: NonNull<u8>,
@@ -99,11 +85,10 @@ pub struct Arena {
     map_bytes: usize,
     frame_count: u32,
     meta: Box<[FolioMeta]>,
-    /// One link word per frame: the free lists here, the eviction queues in `eviction`.
+    /// One link word per frame: the free lists (`buddy`), the eviction queues in `eviction`.
     pub links: Links,
-    /// The free lists, by order.
-    lists: Mutex<Vec<List>>,
-    free_frames: AtomicU64,
+    /// Its free frames, by order (`buddy`).
+    buddy: Buddy,
     /// Its growth, chunk by chunk (`chunk`).
     chunks: Chunks,
     /// Which pages chunks get (`pages`).
@@ -164,9 +149,6 @@ impl Arena {
         let meta: Box<[FolioMeta]> = unsafe { zeroed_slice(frame_count as usize) };
         // SAFETY: an all-zero AtomicU64 is a valid AtomicU64 (zero).
         let links = Links::over_zeroed(unsafe { zeroed_slice(frame_count as usize) });
-        let lists: Vec<List> = (0..=ORDER_MAX)
-            .map(|k| List::new(FREE_LIST_BASE + k))
-            .collect();
         Ok(Arena {
             base,
             map_ptr,
@@ -174,8 +156,7 @@ impl Arena {
             frame_count,
             meta,
             links,
-            lists: Mutex::new(lists),
-            free_frames: AtomicU64::new(u64::from(frame_count)),
+            buddy: Buddy::new(frame_count),
             chunks: Chunks::default(),
             pages: chunk_pages,
             populator: Populator::new(frame_count),
@@ -186,10 +167,6 @@ impl Arena {
         self.frame_count
     }
 
-    pub fn free_frames(&self) -> u64 {
-        self.free_frames.load(Ordering::Relaxed)
-    }
-
     pub fn meta(&self, frame: FrameId) -> &FolioMeta {
         &self.meta[frame.as_usize()]
     }
@@ -197,114 +174,6 @@ impl Arena {
     /// Bytes of metadata this arena keeps: the side table and the link words.
     pub fn metadata_bytes(&self) -> usize {
         std::mem::size_of_val(&*self.meta) + self.frame_count as usize * 8
-    }
-
-    /// Takes a free block of exactly `order`, splitting a larger one if needed, growing
-    /// the arena by a chunk when no listed block is large enough and virgin memory
-    /// remains. The block's head frame is revived LOCKED with one reference
-    /// (`refcount`), and its version is still odd. `None` when no block of that order or
-    /// larger is free.
-    ///
-    /// Context: takes the lists' lock; never waits for a population (a chunk it grows
-    /// itself is listed unpopulated), but yields while another thread lists the arena's
-    /// last chunks, which takes microseconds after their population.
-    pub fn alloc(&self, order: Order, use_: FolioUse) -> Option<FrameId> {
-        let mut waits = 0;
-        loop {
-            let listed_before = self.listed_frames();
-            if let Some(frame) = self.alloc_listed(order, use_) {
-                self.wake_populator();
-                return Some(frame);
-            }
-            if self.listed_frames() != listed_before {
-                continue; // a chunk was listed since our look at the lists
-            }
-            if self.grow_unpopulated() {
-                continue;
-            }
-            if self.listed_frames() == self.frame_count {
-                return None; // fully grown, and nothing of this order is free
-            }
-            // Another thread holds the last chunks: an allocator lists its chunk at once,
-            // the populator right after populating it (milliseconds here). Park until a
-            // chunk is listed (`wait_for_listing`), for at most a second: a thread that
-            // died holding a chunk lists nothing more, and then this allocation fails
-            // like a full cache.
-            waits += 1;
-            if waits > LISTING_WAITS_MAX {
-                return None;
-            }
-            self.wait_for_listing(listed_before);
-        }
-    }
-
-    /// `alloc` from the free lists only.
-    fn alloc_listed(&self, order: Order, use_: FolioUse) -> Option<FrameId> {
-        let want = order.get() as usize;
-        let head = {
-            let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-            let have = (want..=ORDER_MAX as usize).find(|&k| !lists[k].is_empty())?;
-            let head = lists[have]
-                .pop_front(&self.links, |_| 1 << have)
-                .expect("list is not empty");
-            // Split: keep the low half, free the high halves down to the wanted order.
-            for k in (want..have).rev() {
-                lists[k].push_back(&self.links, FrameId(head.0 + (1 << k)), 1 << k);
-            }
-            // Under the lock, so that `free_frames` always equals the free lists.
-            let free = self.free_frames.fetch_sub(order.pages(), Ordering::Relaxed);
-            assert!(free >= order.pages(), "free memory below zero");
-            self.note_allocated(order, use_);
-            head.0
-        };
-        let frame = FrameId(head);
-        self.meta(frame).state.revive_locked();
-        // Its size, for `free`, until the owner records the page it will hold.
-        self.meta(frame).set_identity(
-            crate::folio::MappingId(u32::MAX),
-            crate::types::PageIndex(0),
-            order,
-        );
-        // The new owner's writes to this frame (the read that fills it) come after this
-        // fence, which pairs with the Acquire fence of an optimistic reader's `validate`.
-        std::sync::atomic::fence(Ordering::Release);
-        Some(frame)
-    }
-
-    /// Returns a folio's frames. Context: the caller won the frame (`try_freeze` or a
-    /// `put` that returned `Free`), so its state is DEAD; this retires its version if it
-    /// held valid bytes. Never called under a mapping's lock (side effects outside locks).
-    ///
-    /// The folio's size comes from its own metadata (recorded at allocation), never from
-    /// the caller: a caller's order may come from a lock-free walk that raced with the
-    /// frame's reuse at another order, and freeing by it would corrupt the free lists.
-    pub fn free(&self, frame: FrameId) {
-        let meta = self.meta(frame);
-        let order = meta.identity().2;
-        let state = meta.state.load();
-        assert!(
-            state.is_dead() && !state.is_locked() && !state.is_dirty() && !state.is_writeback(),
-            "freed a folio that is not dead, has I/O in flight, or is dirty: {state:?}"
-        );
-        if meta.version.is_valid() {
-            meta.version.retire();
-        }
-        meta.state.mark_free();
-        let mut head = frame.0;
-        let mut k = order.get();
-        let mut lists = self.lists.lock().unwrap_or_else(|e| e.into_inner());
-        while k < ORDER_MAX {
-            let buddy = head ^ (1 << k);
-            if buddy >= self.frame_count || free_order(&self.links, buddy) != Some(k) {
-                break;
-            }
-            let removed = lists[k as usize].remove(&self.links, FrameId(buddy), 1 << k);
-            debug_assert!(removed);
-            head = head.min(buddy);
-            k += 1;
-        }
-        lists[k as usize].push_back(&self.links, FrameId(head), 1 << k);
-        self.free_frames.fetch_add(order.pages(), Ordering::Relaxed);
     }
 
     fn frame_ptr(&self, frame: FrameId) -> *mut u8 {
@@ -386,32 +255,5 @@ impl Drop for Arena {
         unsafe {
             libc::munmap(self.map_ptr, self.map_bytes);
         }
-    }
-}
-
-impl Arena {}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn buddy_splits_and_merges() {
-        let arena = Arena::new(1024, ArenaPages::Small).unwrap();
-        assert_eq!(arena.free_frames(), 1024);
-        let a = arena.alloc(Order::new(0), FolioUse::Request).unwrap();
-        let b = arena.alloc(Order::new(3), FolioUse::Request).unwrap();
-        assert_eq!(b.0 % 8, 0, "order-3 blocks are aligned");
-        assert_eq!(arena.free_frames(), 1024 - 9);
-        for frame in [a, b] {
-            arena.meta(frame).state.finish_read_ok();
-            assert!(arena.meta(frame).state.try_freeze());
-            arena.free(frame);
-        }
-        assert_eq!(arena.free_frames(), 1024);
-        // Everything merged back: two order-9 blocks are available again.
-        assert!(arena.alloc(Order::MAX, FolioUse::Request).is_some());
-        assert!(arena.alloc(Order::MAX, FolioUse::Request).is_some());
-        assert!(arena.alloc(Order::ZERO, FolioUse::Request).is_none());
     }
 }
