@@ -83,9 +83,11 @@ impl Arena {
     /// (`refcount`), and its version is still odd. `None` when no block of that order or
     /// larger is free.
     ///
-    /// Context: takes the lists' lock; never waits for a population (a chunk it grows
-    /// itself is listed unpopulated), but yields while another thread lists the arena's
-    /// last chunks, which takes microseconds after their population.
+    /// Context: takes the lists' lock. Grows the arena itself rather than wait for the
+    /// populator (a chunk it grows is listed unpopulated); only once every chunk is
+    /// claimed does it wait, parked, for another thread to list the last ones: an
+    /// allocator lists its chunk at once, the populator after populating it. `None` too
+    /// when that wait lasts `LISTING_WAITS_MAX` ms.
     pub fn alloc(&self, order: Order, use_: FolioUse) -> Option<FrameId> {
         let mut waits = 0;
         loop {

@@ -98,7 +98,8 @@ impl Arena {
                 .fetch_add(chunk.end - chunk.start, Ordering::Release);
         });
         if self.chunks.claimed_frames.load(Ordering::Acquire) == self.frame_count {
-            // Every chunk is claimed: an allocator may be waiting for this one (`wait_for_listing`).
+            // Every chunk is claimed: an allocator may be waiting for this one
+            // (`wait_for_listing`).
             let _guard = self
                 .chunks
                 .listed_lock
@@ -149,8 +150,8 @@ impl Arena {
         self.chunks.listed_frames.load(Ordering::Acquire)
     }
 
-    /// Chunks an allocation listed unpopulated because the populator was behind: each
-    /// is up to 2 MiB of reads that faulted their pages in.
+    /// Chunks an allocation listed unpopulated because the populator was behind (or the
+    /// cache runs none): each is up to 2 MiB of reads that faulted their pages in.
     pub fn chunks_unpopulated(&self) -> u64 {
         self.chunks.unpopulated.load(Ordering::Relaxed)
     }

@@ -134,10 +134,12 @@ use atomic_copy_words as atomic_copy;
 /// asm rules mem-same-as-ffi and black-box); per-byte relaxed loads are such code, and
 /// x86's fast-string loads are at least as strong as them (each byte single-copy atomic).
 /// Known gap: `io::atomic_zero` writes 8-byte words where a stale reader's bytes overlap
-/// them, a mixed-size race the abstract machine forbids (harmless here: the copy is
-/// discarded); the fix is one access size on both sides. With ERMS/FSRM it runs at memcpy speed: 8 KiB in 158 ns from cache
-/// where the per-word loop below takes 850 ns (this machine, 2026-11-22). Elsewhere, and
-/// under Miri (which cannot run asm), the loop of relaxed per-word loads.
+/// them, and the portable loops below do the same to each other where a reader's range
+/// and a writer's start or end inside one word: mixed-size races the abstract machine
+/// forbids (harmless here: the copy is discarded); the fix is one access size on both
+/// sides. With ERMS/FSRM it runs at memcpy speed: 8 KiB in 158 ns from cache where the
+/// per-word loop below takes 850 ns (this machine, 2026-11-22). Elsewhere, and under
+/// Miri (which cannot run asm), the loop of relaxed per-word loads.
 ///
 /// # Safety
 /// `src..src + dst.len()` must be valid for reads, and every write to it by others must

@@ -31,7 +31,8 @@
 //!   pinned slices over them, the side table.
 //!
 //! Invariants: a frame stays mapped, at one address, until the arena is dropped; every
-//! buffer, slice and copy over frames lies inside the folio it was asked for (asserted).
+//! buffer, slice and copy over a folio's frames stays inside the folio's size and the
+//! arena (asserted).
 //!
 //! Protection: the mapping, `frame_count` and the side table are fixed at build. A
 //! frame's `FolioMeta` follows `folio`'s rules; its link word belongs to the free lists
@@ -188,7 +189,8 @@ impl Arena {
     /// The buffer a read into folio `frame` of `order` fills.
     ///
     /// Context: the caller owns the LOCKED folio (it allocated it), so nobody else writes
-    /// these frames until the read completes.
+    /// these frames until the read completes (or, through `io_buf_pages`, holds it under
+    /// WRITEBACK).
     pub fn io_buf(&self, frame: FrameId, order: Order) -> FrameBuf {
         assert!(frame.0 + order.pages() as u32 <= self.frame_count);
         let ptr = NonNull::new(self.frame_ptr(frame)).expect("arena pointers are non-null");

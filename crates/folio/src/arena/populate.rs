@@ -37,8 +37,9 @@ const POPULATE_LEAD_BYTES_MAX: usize = 64 << 20;
 /// The populator's lead before the arena has grown (it then grows with what is allocated,
 /// up to the lead at most): 4 chunks, 8 MiB.
 const POPULATE_LEAD_FRAMES_MIN: u64 = 4 * CHUNK_FRAMES as u64;
-/// Caches below this size get no background thread: growing them on demand costs at most
-/// 32 chunk populations in all, and small caches (tests, tools) are built often.
+/// Caches below this size get no background thread: growing them on demand leaves fewer
+/// than 64 chunks for their reads to fault in, and small caches (tests, tools) are built
+/// often.
 pub const POPULATE_AHEAD_CACHE_BYTES_MIN: usize = 128 << 20;
 /// The populator's longest sleep without a wake-up.
 const POPULATE_POLL: std::time::Duration = std::time::Duration::from_millis(20);
@@ -76,7 +77,8 @@ impl Populator {
 impl Arena {
     /// Grows the whole arena now: every frame populated and listed, the capacity resident
     /// from the start, as a database's buffer pool would be. Without it the arena grows
-    /// in chunks ahead of the allocator (module docs), which costs reads nothing either.
+    /// in chunks as it is allocated from, populated ahead of the allocator where the page
+    /// cache runs the populator (module docs).
     ///
     /// Under `ArenaPages::Auto` it is all huge pages: what 4 KiB pages save is the cost of
     /// a first touch, which a prefault pays at build anyway, and huge pages read large
