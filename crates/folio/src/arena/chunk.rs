@@ -47,7 +47,8 @@ pub(super) struct Chunks {
     claimed_frames: AtomicU32,
     /// Frames of the chunks on the free lists (listed), populated or not.
     listed_frames: AtomicU32,
-    /// Chunks listed unpopulated, because an allocation outran the populator.
+    /// Chunks listed unpopulated, because an allocation outran the populator (or none
+    /// runs).
     unpopulated: AtomicU64,
     /// Allocators that found every chunk claimed but not all listed wait here for
     /// `list_chunk` (with `listed_lock`), never spinning.

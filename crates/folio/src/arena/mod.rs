@@ -12,10 +12,11 @@
 //!
 //! Memory is made ready off the reader's path: the arena grows 2 MiB chunk by chunk, a
 //! background thread faulting chunks in ahead of the allocator, each on the pages its use
-//! calls for. An allocation never waits for that thread: one that finds the lists empty
-//! grows the arena itself, unpopulated (waiting made every reader of a shared window pile
-//! up behind one chunk, and then all insert the same gap: measured, 100-200 conflicting
-//! insertions per 256 MiB scan instead of 0-1).
+//! calls for. An allocation that finds the lists empty grows the arena itself,
+//! unpopulated, rather than wait for that thread (waiting made every reader of a shared
+//! window pile up behind one chunk, and then all insert the same gap: measured, 100-200
+//! conflicting insertions per 256 MiB scan instead of 0-1); it waits only for the arena's
+//! last chunks, when another thread holds them (`chunk`).
 //!
 //! The rooms, one concept each:
 //! - `buddy`: the free lists by order; `alloc` (splitting a block, growing the arena when

@@ -10,9 +10,10 @@
 //! each page, outside every lock) and lists them (`chunk`), keeping `populate_lead`
 //! populated frames listed ahead of the allocator (as many as are allocated, from 8 MiB
 //! up to `lead_frames`). It sleeps while the lead is full; the allocation that takes the
-//! lead below it wakes it (`wake_populator`), once per sleep. An allocation never waits
-//! for it: one that outruns it grows the arena itself, unpopulated (`chunk`). Memory
-//! resident before it is needed is bounded by the lead.
+//! lead below it wakes it (`wake_populator`), once per sleep. An allocation that outruns
+//! it grows the arena itself, unpopulated, and waits for it only when it holds the
+//! arena's last chunks (`chunk`). Memory resident before it is needed is bounded by the
+//! lead.
 //!
 //! Protection: `lead_frames` is fixed at build. `stop` (the mutex) holds the stop flag
 //! and is held by the populator from its last look at the lead until its wait begins,
