@@ -49,8 +49,10 @@
 //! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read
 //!   latch (`version`); `wait`: parking on a folio's I/O (threads, and futures'
 //!   wakers in `waker`'s table).
-//! - `arena`: all folio memory, its buddy allocator, and its growth ahead of the
-//!   allocator (populated chunks); `list`: the intrusive lists of frames (free lists,
+//! - `arena`: all folio memory, one mapping cut into frames (`mod.rs`); its buddy
+//!   allocator (`buddy`), its growth by 2 MiB chunks (`chunk`) populated ahead of the
+//!   allocator (`populate`), each chunk's pages (`pages`) and the byte-wise atomic copies
+//!   in and out of frames (`copy`); `list`: the intrusive lists of frames (free lists,
 //!   eviction queues).
 //! - `io`: the backend contract (`backend`: reads and writes as one request type), the one
 //!   synchronous `preadv`/`pwritev` loop (`sync`), the factory, and the engines (`uring`,
@@ -59,7 +61,8 @@
 //!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
 //!
 //! `unsafe` is denied in the crate and allowed only in the modules that need it (named,
-//! with why, in ARCHITECTURE.md): `arena`, `index`'s `node`, `io` and `wait`.
+//! with why, in ARCHITECTURE.md): `arena` (but its `buddy` and `chunk`), `index`'s `node`,
+//! `io` and `wait`.
 //!
 //! # Lock ordering
 //!
@@ -81,6 +84,8 @@
 //! the futures' wait table's shard locks (waker): taken alone, no waker woken under one.
 //! DirtyFiles' queue and wake flag, DirtyBudget's waiters, InFlight's tickets: each taken
 //!   alone, never across another lock.
+//! the arena's wait for its last chunks (Chunks::listed_lock) and the populator's mutex
+//!   (Populator::stop): leaves, no lock taken under either.
 //! ```
 //!
 //! No lock is held across I/O or while waiting for I/O, but the writer lock: a writer

@@ -1,0 +1,219 @@
+//! The arena's growth: its frames reach the free lists one 2 MiB chunk at a time, in
+//! address order; a chunk's life and its bookkeeping.
+//!
+//! Design: a chunk is one huge page's worth of frames (`CHUNK_FRAMES`), aligned to the
+//! largest order, so that no buddy block spans two chunks; the arena's last chunk may be
+//! shorter. A chunk's life:
+//!
+//! ```text
+//! virgin ──claim_chunk (a CAS on claimed_frames; its pages advised, `pages`)──> claimed
+//!   ──populate_chunk (the populator, outside every lock; an allocation skips it)──>
+//!   ──list_chunk (metadata reset, carved into the free lists, `buddy`)──> listed
+//! ```
+//!
+//! The populator (`populate`) claims, populates and lists chunks ahead of the allocator.
+//! An allocation that finds the lists empty claims the next chunk itself and lists it at
+//! once, unpopulated (`grow_unpopulated`, counted in `chunks_unpopulated`): its read then
+//! faults the pages in. Once every chunk is claimed, an allocation that finds nothing
+//! parks until another thread lists a chunk it claimed (`wait_for_listing`).
+//!
+//! Invariants:
+//! - Frames at or above `claimed_frames` are virgin: on no list, never allocated, their
+//!   side-table entry and link word unwritten (zeroed memory, not yet faulted in) and
+//!   read by nobody. A claimed chunk is owned by its claimer until it lists it; then its
+//!   frames are the allocator's. `listed_frames` counts the frames of listed chunks.
+//! - A chunk's pages are advised, and its bit in `pages` set, before it is listed.
+//!
+//! Protection: `claimed_frames` moves by a CAS (a claim); `listed_frames` under the free
+//! lists' lock (`buddy`), so that an allocator that saw the lists without a chunk sees the
+//! count move; `unpopulated` is a relaxed counter; `listed_lock` and `listed_wake` are
+//! where allocators wait for the last chunks.
+//!
+//! Limits: chunks are claimed and listed in address order, and the arena only grows: no
+//! chunk is unlisted, and memory once touched stays resident until the arena is dropped.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex};
+
+use crate::types::FrameId;
+
+use super::{Arena, CHUNK_FRAMES};
+
+/// The arena's chunk bookkeeping (module docs).
+#[derive(Debug, Default)]
+pub(super) struct Chunks {
+    /// Frames below it belong to claimed chunks; the rest is virgin (module docs).
+    claimed_frames: AtomicU32,
+    /// Frames of the chunks on the free lists (listed), populated or not.
+    listed_frames: AtomicU32,
+    /// Chunks listed unpopulated, because an allocation outran the populator (or none
+    /// runs).
+    unpopulated: AtomicU64,
+    /// Allocators that found every chunk claimed but not all listed wait here for
+    /// `list_chunk` (with `listed_lock`), never spinning.
+    listed_lock: Mutex<()>,
+    listed_wake: Condvar,
+}
+
+impl Arena {
+    /// Claims the next virgin chunk: its frames are the caller's to initialise and list,
+    /// its memory advised for the pages it gets (`ArenaPages::Auto`) before anything
+    /// touches it. `None` when the arena is fully claimed.
+    pub(super) fn claim_chunk(&self) -> Option<Range<u32>> {
+        let chunk = self.claim_chunk_range()?;
+        self.advise_chunk(&chunk);
+        Some(chunk)
+    }
+
+    fn claim_chunk_range(&self) -> Option<Range<u32>> {
+        let mut start = self.chunks.claimed_frames.load(Ordering::Relaxed);
+        loop {
+            if start >= self.frame_count {
+                return None;
+            }
+            let end = (start + CHUNK_FRAMES).min(self.frame_count);
+            match self.chunks.claimed_frames.compare_exchange_weak(
+                start,
+                end,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Some(start..end),
+                Err(now) => start = now,
+            }
+        }
+    }
+
+    /// Initialises a claimed chunk's metadata and hands its frames to the free lists.
+    pub(super) fn list_chunk(&self, chunk: Range<u32>) {
+        for frame in chunk.clone() {
+            self.meta(FrameId(frame)).reset();
+            self.links.reset(frame);
+        }
+        self.list_free_blocks(chunk.clone(), || {
+            // Under the lists' lock: an allocator that saw the lists without this chunk
+            // sees the count move, and looks again.
+            self.chunks
+                .listed_frames
+                .fetch_add(chunk.end - chunk.start, Ordering::Release);
+        });
+        if self.chunks.claimed_frames.load(Ordering::Acquire) == self.frame_count {
+            // Every chunk is claimed: an allocator may be waiting for this one
+            // (`wait_for_listing`).
+            let _guard = self
+                .chunks
+                .listed_lock
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.chunks.listed_wake.notify_all();
+        }
+    }
+
+    /// Grows the arena by the next virgin chunk, listed at once and unpopulated: for an
+    /// allocation that found the lists empty (its read then faults the pages in). False
+    /// when every chunk is claimed.
+    pub(super) fn grow_unpopulated(&self) -> bool {
+        let Some(chunk) = self.claim_chunk() else {
+            return false;
+        };
+        self.chunks.unpopulated.fetch_add(1, Ordering::Relaxed);
+        self.list_chunk(chunk);
+        true
+    }
+
+    /// Parks until a chunk is listed after the caller saw `listed_before` frames listed,
+    /// for 1 ms at most (a wake-up sent before the wait begins is late by that much).
+    ///
+    /// Context: every chunk is claimed, not all are listed; takes `listed_lock`.
+    pub(super) fn wait_for_listing(&self, listed_before: u32) {
+        let guard = self
+            .chunks
+            .listed_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if self.listed_frames() != listed_before {
+            return;
+        }
+        let _ = self
+            .chunks
+            .listed_wake
+            .wait_timeout(guard, std::time::Duration::from_millis(1));
+    }
+
+    /// Frames of the claimed chunks (a relaxed look).
+    pub(super) fn claimed_frames(&self) -> u32 {
+        self.chunks.claimed_frames.load(Ordering::Relaxed)
+    }
+
+    /// Frames of the chunks listed so far (the rest is virgin or being populated).
+    pub fn listed_frames(&self) -> u32 {
+        self.chunks.listed_frames.load(Ordering::Acquire)
+    }
+
+    /// Chunks an allocation listed unpopulated because the populator was behind (or the
+    /// cache runs none): each is up to 2 MiB of reads that faulted their pages in.
+    pub fn chunks_unpopulated(&self) -> u64 {
+        self.chunks.unpopulated.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arena::{ArenaPages, FolioUse};
+    use crate::types::Order;
+
+    #[test]
+    fn odd_sizes_are_carved_and_exhausted() {
+        let mut arena = Arena::new(13, ArenaPages::Small).unwrap();
+        arena.prefault();
+        let mut got = 0;
+        while arena.alloc(Order::ZERO, FolioUse::Request).is_some() {
+            got += 1;
+        }
+        assert_eq!(got, 13);
+        assert_eq!(arena.free_frames(), 0);
+    }
+
+    #[test]
+    fn the_arena_grows_in_chunks_as_it_is_allocated_from() {
+        // 2.5 chunks: two whole order-9 chunks and a tail of 256 frames.
+        let frames = CHUNK_FRAMES * 2 + CHUNK_FRAMES / 2;
+        let arena = Arena::new(frames, ArenaPages::Small).unwrap();
+        assert_eq!(arena.listed_frames(), 0, "nothing is listed at build");
+        assert_eq!(
+            arena.free_frames(),
+            u64::from(frames),
+            "virgin frames count as free"
+        );
+        let mut got = Vec::new();
+        while let Some(frame) = arena.alloc(Order::new(4), FolioUse::Request) {
+            assert!(
+                frame.0 + 16 <= arena.listed_frames(),
+                "a frame past the grown part was handed out: {frame:?}"
+            );
+            // Growth is one chunk at a time, never ahead of need without the populator.
+            assert!(arena.listed_frames() <= (frame.0 / CHUNK_FRAMES + 1) * CHUNK_FRAMES);
+            got.push(frame);
+        }
+        assert_eq!(got.len() as u32, frames / 16);
+        assert_eq!(arena.listed_frames(), frames);
+        assert_eq!(
+            arena.chunks_unpopulated(),
+            3,
+            "no populator: every chunk by an allocation"
+        );
+        assert_eq!(arena.free_frames(), 0);
+        for frame in got {
+            arena.meta(frame).state.finish_read_ok();
+            assert!(arena.meta(frame).state.try_freeze());
+            arena.free(frame);
+        }
+        assert_eq!(arena.free_frames(), u64::from(frames));
+        assert!(
+            arena.alloc(Order::MAX, FolioUse::Request).is_some()
+                && arena.alloc(Order::MAX, FolioUse::Request).is_some()
+        );
+    }
+}
