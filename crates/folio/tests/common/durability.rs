@@ -20,10 +20,35 @@
 //! no byte is ever one nobody wrote there. The length on disk is at least the size the last
 //! acknowledgement left (less what a later `set_len` cut) and at most the largest size
 //! the file had, rounded up to 4 KiB (a tail block is written whole).
+//!
+//! A crash that does not honour cuts (`Cuts::MayComeBack`: the fault backend's power
+//! model, which has no size) may bring back what a cut removed: a byte whose vouched value
+//! is a cut's zero may then also be the byte of any write before the cut, or the base's.
+//!
+//! Syncs may come from another thread than the writes (`tests/write_simulation.rs`): an
+//! acknowledgement then names the writes that had returned when its sync began, and the
+//! size then, and may be recorded after later writes and cuts. A cut recorded before it
+//! but issued after its sync began still bounds the length floor it leaves.
 
 #![allow(dead_code)]
 
 use std::ops::Range;
+
+/// Whether the crash a history is checked against keeps what a cut (`set_len` down)
+/// removed removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cuts {
+    /// A real file system's crash: a cut that a flush followed is durable
+    /// (`tests/crash.rs`).
+    Durable,
+    /// The fault backend's power model, which has no size (`io/fault/mod.rs`, "Not
+    /// modelled") and so does not see a cut: when a flush after the cut marks durable a
+    /// block written before it while a later write to that block is in flight, a power
+    /// loss that loses the later write brings the block back as it was before the cut
+    /// (found by `tests/write_simulation.rs` once its syncer thread flushed while its
+    /// writer wrote).
+    MayComeBack,
+}
 
 /// Whether a write surely stored its bytes in the cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +92,10 @@ pub struct History {
     /// The least length the disk may have (the last acknowledged size, cut by later
     /// `set_len`s).
     len_floor: u64,
+    /// Each cut (a `set_len` down, done or maybe done): the index of its write of zeros
+    /// and the length it left.
+    cuts: Vec<(usize, u64)>,
+    cuts_kept: Cuts,
     /// The largest size the file had.
     len_max: u64,
 }
@@ -81,7 +110,17 @@ impl History {
             acks: Vec::new(),
             error_floor: 0,
             len_floor: len,
+            cuts: Vec::new(),
+            cuts_kept: Cuts::Durable,
             len_max: len,
+        }
+    }
+
+    /// As `new`, checked against a crash that keeps cuts as `cuts_kept` says.
+    pub fn with_cuts(base: Vec<u8>, cuts_kept: Cuts) -> History {
+        History {
+            cuts_kept,
+            ..History::new(base)
         }
     }
 
@@ -112,21 +151,42 @@ impl History {
     /// over the bytes it removed (a later extension reads them as zeros).
     pub fn set_len(&mut self, old_len: u64, new_len: u64) {
         if new_len < old_len {
-            self.write(new_len, vec![0; (old_len - new_len) as usize], Stored::Yes);
-            self.len_floor = self.len_floor.min(new_len);
+            self.cut(old_len, new_len, Stored::Yes);
         }
         self.len_max = self.len_max.max(new_len);
     }
 
+    /// `set_len(new_len)` down from `old_len` failed: the cache may have cut the file
+    /// before the error (its bytes past `new_len` zeros, or not, the length `new_len`).
+    pub fn maybe_cut(&mut self, old_len: u64, new_len: u64) {
+        if new_len < old_len {
+            self.cut(old_len, new_len, Stored::Maybe);
+        }
+    }
+
+    fn cut(&mut self, old_len: u64, new_len: u64, stored: Stored) {
+        self.cuts.push((self.writes.len(), new_len));
+        self.write(new_len, vec![0; (old_len - new_len) as usize], stored);
+        self.len_floor = self.len_floor.min(new_len);
+    }
+
     /// A sync of `range` that started after the first `writes_before` writes returned
-    /// Ok, with the file's size `size` then.
+    /// (writes after those may have been issued, from the sync's start to now), with the
+    /// file's size `size` then. A cut among the later writes bounds the length it vouches
+    /// for (module docs).
     pub fn ack(&mut self, writes_before: usize, range: Range<u64>, size: u64) {
         assert!(writes_before <= self.writes.len());
         self.acks.push(Ack {
             writes: self.error_floor.min(writes_before)..writes_before,
             range,
         });
-        self.len_floor = size;
+        let cut_since = self
+            .cuts
+            .iter()
+            .filter(|&&(write, _)| write >= writes_before)
+            .map(|&(_, len)| len)
+            .min();
+        self.len_floor = cut_since.map_or(size, |cut| cut.min(size));
         self.len_max = self.len_max.max(size);
     }
 
@@ -222,9 +282,20 @@ impl History {
         if disk == expected {
             return Ok(());
         }
-        // A byte that is not its vouched value must be that of a later write.
+        // A byte that is not its vouched value must be that of a later write (or, if a
+        // cut's zero is vouched and cuts may come back, of an earlier one or the base).
         let wrong: Vec<usize> = (0..n).filter(|&b| disk[b] != expected[b]).collect();
-        let mut explained = vec![false; wrong.len()];
+        let mut is_cut = vec![false; self.writes.len()];
+        for &(write, _) in &self.cuts {
+            is_cut[write] = true;
+        }
+        let came_back = |b: usize| {
+            self.cuts_kept == Cuts::MayComeBack && last[b] > 0 && is_cut[last[b] as usize - 1]
+        };
+        let mut explained: Vec<bool> = wrong
+            .iter()
+            .map(|&b| came_back(b) && disk[b] == self.base.get(b).copied().unwrap_or(0))
+            .collect();
         for (j, w) in self.writes.iter().enumerate() {
             let (start, end) = clip(&w.range(), n);
             let from = wrong.partition_point(|&b| b < start);
@@ -232,7 +303,8 @@ impl History {
                 if b >= end {
                     break;
                 }
-                if j + 1 > last[b] as usize && w.bytes[b - w.offset as usize] == disk[b] {
+                let may = j + 1 > last[b] as usize || (j + 1 < last[b] as usize && came_back(b));
+                if may && w.bytes[b - w.offset as usize] == disk[b] {
                     explained[from + i] = true;
                 }
             }

@@ -106,3 +106,36 @@ pub fn precise_sleeps() {
     let rc = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
     assert_eq!(rc, 0, "prctl(PR_SET_TIMERSLACK)");
 }
+
+/// The whole of `path` as the device holds it: a test that reads a file while folio writes
+/// it does so with O_DIRECT, never through the kernel's page cache (which such a read
+/// could fill with a block that a write then replaces underneath it). Reads buffered where
+/// the file system refuses O_DIRECT (a tmpfs named by `FOLIO_TEST_DIR`).
+pub fn read_direct(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    /// O_DIRECT's alignment of buffers, offsets and lengths.
+    const ALIGN_BYTES: usize = 4096;
+    const CHUNK_BYTES: usize = 1 << 20;
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return std::fs::read(path),
+        Err(e) => return Err(e),
+    };
+    let mut buf = vec![0u8; CHUNK_BYTES + ALIGN_BYTES];
+    let skip = buf.as_ptr().align_offset(ALIGN_BYTES);
+    let chunk = &mut buf[skip..skip + CHUNK_BYTES];
+    let mut bytes = Vec::new();
+    loop {
+        let n = file.read_at(chunk, bytes.len() as u64)?;
+        bytes.extend_from_slice(&chunk[..n]);
+        // Only the end of the file stops a read short of a whole block (and the next
+        // offset would not be aligned).
+        if n == 0 || n % ALIGN_BYTES != 0 {
+            return Ok(bytes);
+        }
+    }
+}
