@@ -24,6 +24,9 @@ pub struct RangeLock {
 #[derive(Debug, Default)]
 struct Ranges {
     next_arrival: u64,
+    /// Writers asleep in `lock`: a release wakes them only if there are any (a
+    /// condition variable's wake is a system call, paid by every write otherwise).
+    sleeping: u32,
     /// Held and waiting ranges, in arrival order.
     list: Vec<Range>,
 }
@@ -73,10 +76,12 @@ impl RangeLock {
             .take_while(|r| r.arrival < arrival)
             .any(|r| r.overlaps(&me))
         {
+            ranges.sleeping += 1;
             ranges = self
                 .released
                 .wait(ranges)
                 .unwrap_or_else(|e| e.into_inner());
+            ranges.sleeping -= 1;
         }
         RangeGuard {
             lock: self,
@@ -89,8 +94,11 @@ impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
         let mut ranges = self.lock.ranges.lock().unwrap_or_else(|e| e.into_inner());
         ranges.list.retain(|r| r.arrival != self.arrival);
+        let sleeping = ranges.sleeping;
         drop(ranges);
-        self.lock.released.notify_all();
+        if sleeping > 0 {
+            self.lock.released.notify_all();
+        }
     }
 }
 
