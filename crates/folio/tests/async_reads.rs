@@ -27,6 +27,8 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::{check_pattern, test_dir, write_pattern_file};
+use folio::io::fault::FaultBackend;
+use folio::io::open_backend;
 use folio::{Advice, BackendKind, Cache, File};
 
 static GAUGE: Mutex<()> = Mutex::new(());
@@ -71,7 +73,16 @@ fn a_hit_is_ready_on_the_first_poll() {
     let dir = test_dir();
     let path = dir.path().join("f");
     write_pattern_file(&path, SALT, 1 << 20);
-    let cache = cache(16 << 20, BackendKind::Auto);
+    // The device's completion is held back 200 ms: a fast device (or a completion thread
+    // that runs first) can otherwise finish the read before the first poll checks again,
+    // and that poll is rightly `Ready`.
+    let inner = open_backend(BackendKind::Auto, 2).expect("a backend");
+    let (backend, control) = FaultBackend::new(inner);
+    control.delay(Duration::from_millis(200));
+    let cache = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .build_with_backend(Box::new(backend))
+        .expect("a cache");
     let file = cache.open(&path).unwrap();
     file.advise(0, 1 << 20, Advice::Random).unwrap();
 
@@ -93,6 +104,7 @@ fn a_hit_is_ready_on_the_first_poll() {
     assert_eq!(n, 5000);
     assert!(polls > 1, "a cold read completes on a later poll");
     check_pattern(SALT, 123_456, &buf).unwrap();
+    control.delay(Duration::ZERO);
 
     // Cached: one poll.
     let hits = cache.stats().hits;
