@@ -10,6 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::arena::{Arena, ArenaPages};
+use crate::capacity::follow;
+use crate::capacity::machine::MemorySource;
+use crate::capacity::{CapacityControl, CapacityPolicy, DirtySettings};
 use crate::eviction::{new_policy, EvictionKind};
 use crate::file::{Access, File, OpenMode};
 use crate::io::{open_backend, Backend, BackendKind};
@@ -30,7 +33,9 @@ pub const CAPACITY_BYTES_MIN: u64 = 16 * PAGE_BYTES as u64;
 /// Configures and builds a [`Cache`].
 #[derive(Debug, Clone)]
 pub struct CacheBuilder {
-    capacity_bytes: u64,
+    capacity_bytes: Option<u64>,
+    capacity_max_bytes: Option<u64>,
+    capacity_policy: CapacityPolicy,
     backend: BackendKind,
     pread_threads: usize,
     alloc_wait: Duration,
@@ -82,7 +87,9 @@ pub const READAHEAD_MAX_BYTES_DEFAULT: u64 = 16 << 20;
 impl Default for CacheBuilder {
     fn default() -> Self {
         CacheBuilder {
-            capacity_bytes: CAPACITY_BYTES_DEFAULT,
+            capacity_bytes: None,
+            capacity_max_bytes: None,
+            capacity_policy: CapacityPolicy::Fixed,
             backend: BackendKind::Auto,
             pread_threads: 16,
             alloc_wait: Duration::from_secs(2),
@@ -100,11 +107,76 @@ impl Default for CacheBuilder {
 }
 
 impl CacheBuilder {
-    /// Bytes of folio memory (rounded down to 4 KiB frames). At least
-    /// [`CAPACITY_BYTES_MIN`].
+    /// Bytes of folio memory at build (rounded down to 4 KiB frames). At least
+    /// [`CAPACITY_BYTES_MIN`]. Default: [`CAPACITY_BYTES_DEFAULT`] under
+    /// `CapacityPolicy::Fixed`; under `FollowMachine`, what the machine (or the cgroup)
+    /// has available less the policy's reserve.
     pub fn capacity_bytes(mut self, bytes: u64) -> Self {
-        self.capacity_bytes = bytes;
+        self.capacity_bytes = Some(bytes);
         self
+    }
+
+    /// The largest capacity `Cache::set_capacity` (or the memory policy) may set: its
+    /// address space and metadata are reserved at build, nothing of it resident (32 bytes
+    /// of zeroed metadata per 4 KiB, faulted in only as the cache grows over it).
+    /// Default: the capacity under `CapacityPolicy::Fixed`; under `FollowMachine`, the
+    /// machine's memory or the cgroup's limit.
+    pub fn capacity_max_bytes(mut self, bytes: u64) -> Self {
+        self.capacity_max_bytes = Some(bytes);
+        self
+    }
+
+    /// How the capacity moves after build (default `CapacityPolicy::Fixed`: only
+    /// `Cache::set_capacity` moves it). `FollowMachine` starts a thread that grows the
+    /// cache into free memory and gives memory back when the machine runs short.
+    pub fn capacity_policy(mut self, policy: CapacityPolicy) -> Self {
+        self.capacity_policy = policy;
+        self
+    }
+
+    /// The capacity at build and the largest, in bytes, as the settings and the policy
+    /// say.
+    fn capacities(&self) -> io::Result<(u64, u64)> {
+        let (capacity, max) = match self.capacity_policy {
+            CapacityPolicy::Fixed => {
+                let capacity = self.capacity_bytes.unwrap_or(CAPACITY_BYTES_DEFAULT);
+                (capacity, self.capacity_max_bytes.unwrap_or(capacity))
+            }
+            CapacityPolicy::FollowMachine => {
+                let facts = MemorySource::this_process().read();
+                let max = self
+                    .capacity_max_bytes
+                    .unwrap_or(if facts.limit_bytes == 0 {
+                        self.capacity_bytes.unwrap_or(CAPACITY_BYTES_DEFAULT)
+                    } else {
+                        facts.limit_bytes
+                    });
+                let afforded = if facts.total_bytes == 0 {
+                    CAPACITY_BYTES_DEFAULT
+                } else {
+                    follow::afforded_bytes(&facts, 0)
+                };
+                let capacity = self.capacity_bytes.unwrap_or_else(|| {
+                    afforded.clamp(CAPACITY_BYTES_MIN, max.max(CAPACITY_BYTES_MIN))
+                });
+                (capacity, max)
+            }
+        };
+        if capacity < CAPACITY_BYTES_MIN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "folio: capacity of {capacity} bytes is below the minimum of {CAPACITY_BYTES_MIN} bytes (16 pages)"
+                ),
+            ));
+        }
+        if max < capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("folio: the maximum capacity ({max} bytes) is below the capacity ({capacity} bytes)"),
+            ));
+        }
+        Ok((capacity, max))
     }
 
     /// Which I/O engine reads files (default: io_uring where allowed, else pread).
@@ -220,46 +292,37 @@ impl CacheBuilder {
     ///
     /// Context: as `build`, less starting a backend.
     pub fn build_with_backend(self, backend: Box<dyn Backend>) -> io::Result<Cache> {
-        if self.capacity_bytes < CAPACITY_BYTES_MIN {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "folio: capacity of {} bytes is below the minimum of {CAPACITY_BYTES_MIN} bytes (16 pages)",
-                    self.capacity_bytes
-                ),
-            ));
-        }
-        let frames = u32::try_from(self.capacity_bytes / PAGE_BYTES as u64)
+        let (capacity, max) = self.capacities()?;
+        let frames_max = u32::try_from(max / PAGE_BYTES as u64)
             .ok()
             .filter(|&f| f <= crate::list::FRAMES_MAX)
             .ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidInput, "folio: capacity above 1 TiB")
             })?;
-        // Keep at least 16 folios of the largest order, so one read cannot pin the cache.
+        let frames = capacity / PAGE_BYTES as u64;
+        // Keep at least 16 folios of the largest order, so one read cannot pin the cache
+        // (at the smallest capacity it may be set to).
         let mut order_max = self.folio_order_max;
-        while order_max > Order::ZERO && order_max.pages() * 16 > u64::from(frames) {
+        while order_max > Order::ZERO && order_max.pages() * 16 > frames {
             order_max = Order::new(order_max.get() - 1);
         }
-        let mut arena = Arena::new(frames, self.arena_pages)?;
+        let mut arena = Arena::new(frames_max, self.arena_pages)?;
+        arena.set_capacity_frames(frames);
         if self.prefault == Prefault::AtBuild {
             arena.prefault();
         }
+        let dirty_settings = DirtySettings {
+            limit_bytes: self.dirty_limit_bytes,
+            background_bytes: self.dirty_background_bytes,
+        };
+        let (dirty_limit, dirty_background) = dirty_settings.pages_for(frames);
         let mut core = Core {
             mem: Memory {
                 arena,
                 policy: new_policy(self.eviction, frames),
                 counters: Counters::default(),
-                dirty: DirtyBudget::new(
-                    self.dirty_limit_bytes
-                        .map_or(u64::from(frames) * DIRTY_LIMIT_PERCENT_DEFAULT / 100, |b| {
-                            b / PAGE_BYTES as u64
-                        }),
-                    self.dirty_background_bytes.map_or(
-                        u64::from(frames) * DIRTY_BACKGROUND_PERCENT_DEFAULT / 100,
-                        |b| b / PAGE_BYTES as u64,
-                    ),
-                ),
-                readahead_limit: ReadaheadLimit::new(LimitBounds::for_cache(frames)),
+                dirty: DirtyBudget::new(dirty_limit, dirty_background),
+                readahead_limit: ReadaheadLimit::new(LimitBounds::for_cache(frames as u32)),
             },
             mappings: MappingTable::default(),
             reclaimer: Reclaimer::new(frames),
@@ -268,6 +331,7 @@ impl CacheBuilder {
             readahead_pages: 0,
             dirty_files: DirtyFiles::new(self.dirty_expire),
             write_behind_pages: self.write_behind_bytes.div_ceil(PAGE_BYTES as u64),
+            capacity: CapacityControl::new(self.capacity_policy, dirty_settings),
         };
         core.readahead_pages = core.readahead_pages_for(self.readahead_max_bytes);
         Ok(Cache {
@@ -294,7 +358,10 @@ impl std::fmt::Debug for Cache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cache")
             .field("backend", &self.inner.backend.name())
-            .field("capacity_frames", &self.inner.core.mem.arena.frame_count())
+            .field(
+                "capacity_frames",
+                &self.inner.core.mem.arena.capacity_frames(),
+            )
             .finish()
     }
 }
@@ -463,11 +530,36 @@ impl Cache {
         s
     }
 
-    /// Bytes of memory the cache holds folios in.
+    /// Bytes of memory the cache may hold folios in now.
     ///
     /// Context: any; takes no lock.
     pub fn capacity_bytes(&self) -> u64 {
-        u64::from(self.inner.core.mem.arena.frame_count()) * PAGE_BYTES as u64
+        self.inner.core.capacity_bytes()
+    }
+
+    /// The largest capacity `set_capacity` accepts: what was reserved at build
+    /// (`CacheBuilder::capacity_max_bytes`).
+    pub fn capacity_max_bytes(&self) -> u64 {
+        self.inner.core.capacity_max_bytes()
+    }
+
+    /// Sets the capacity at run time, in bytes (rounded down to 4 KiB), between
+    /// [`CAPACITY_BYTES_MIN`] and `capacity_max_bytes`. Growing takes effect at once.
+    /// Shrinking stops allocations past the new capacity at once, then evicts the coldest
+    /// clean pages (dirty ones are written back first, never dropped) and gives the freed
+    /// memory back to the system (`MADV_DONTNEED`: the resident set falls before this
+    /// returns). A page a reader holds pinned stays until it is released; a shrink waits
+    /// for pins and writeback up to `CacheBuilder::alloc_wait`, then returns with the
+    /// rest left to reclaim. Under `CapacityPolicy::FollowMachine` the policy may move
+    /// the capacity again at its next tick.
+    ///
+    /// Errors: `InvalidInput` outside that range (nothing changes).
+    ///
+    /// Context: any thread but one that holds pinned pages it releases only after this
+    /// returns; may sleep (eviction, writeback). Safe against every concurrent read,
+    /// write and sync.
+    pub fn set_capacity(&self, bytes: u64) -> io::Result<()> {
+        self.inner.core.set_capacity(bytes)
     }
 }
 

@@ -103,7 +103,7 @@ impl Fill<'_> {
         let size_pages = PageIndex::ceil(self.mapping.size_bytes());
         // One run never takes more than an eighth of the cache, so that concurrent
         // readers always find memory.
-        let run_pages_max = (u64::from(core.mem.arena.frame_count()) / 8).clamp(1, 512);
+        let run_pages_max = (core.mem.arena.capacity_frames() / 8).clamp(1, 512);
         let mut end = read_end
             .min(size_pages)
             .min(page.add(run_pages_max))
@@ -139,7 +139,7 @@ impl Fill<'_> {
     /// allocation (`AllocMode::Wait`); does not wait for the reads.
     pub(crate) fn read_gaps(&self, gaps: &[(PageIndex, PageIndex)], mut first: AllocMode) -> u64 {
         let core = self.core();
-        let mut budget_pages = (u64::from(core.mem.arena.frame_count()) / 8).max(1);
+        let mut budget_pages = (core.mem.arena.capacity_frames() / 8).max(1);
         let mut requests = Vec::new();
         let mut inserted = 0;
         for &(start, end) in gaps {

@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::arena::{FolioUse, POPULATE_AHEAD_CACHE_BYTES_MIN};
+use crate::capacity::{CapacityControl, CapacityPolicy};
 use crate::index::NODE_BYTES;
 use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
@@ -56,6 +57,8 @@ pub(crate) struct Core {
     /// Whole pages an appending writer leaves dirty before their writeback starts (0:
     /// never; `write::thread::write_behind`).
     pub write_behind_pages: u64,
+    /// Capacity changes and the policy that makes them (`capacity`).
+    pub capacity: CapacityControl,
 }
 
 impl Core {
@@ -67,7 +70,8 @@ impl Core {
     /// limit (`Memory::readahead_limit`): each active stream's share, and less while
     /// readahead thrashes.
     pub fn readahead_pages_limit(&self) -> u32 {
-        crate::readahead::window_pages_limit(self.mem.arena.frame_count())
+        let frames = u32::try_from(self.mem.arena.capacity_frames()).expect("frames fit the arena");
+        crate::readahead::window_pages_limit(frames)
     }
 
     /// A maximum window of `bytes`, in pages, within `readahead_pages_limit`.
@@ -142,9 +146,13 @@ impl Core {
     pub fn stats(&self) -> Stats {
         let arena = &self.mem.arena;
         let mut s = self.mem.counters.snapshot();
-        let frames = u64::from(arena.frame_count());
-        s.capacity_bytes = frames * PAGE_BYTES as u64;
-        s.cached_bytes = (frames - arena.free_frames()) * PAGE_BYTES as u64;
+        let page = PAGE_BYTES as u64;
+        s.capacity_bytes = self.capacity_bytes();
+        s.capacity_max_bytes = self.capacity_max_bytes();
+        s.cached_bytes = arena.allocated_frames() * page;
+        s.resident_bytes = arena.resident_frames() * page;
+        s.returned_bytes = arena.returned_frames() * page;
+        s.bytes_regrown = arena.regrown_frames() * page;
         let (mappings, index_nodes) = (self.mappings.len(), self.mappings.index_nodes());
         s.mappings = mappings as u64;
         s.index_nodes = index_nodes as u64;
@@ -169,6 +177,8 @@ pub(crate) struct Engine {
     pub core: Arc<Core>,
     reclaim_thread: Option<JoinHandle<()>>,
     populate_thread: Option<JoinHandle<()>>,
+    /// The capacity policy's thread (`CapacityPolicy::FollowMachine`).
+    memory_thread: Option<JoinHandle<()>>,
     writeback_thread: Option<JoinHandle<()>>,
     /// The final writeback (`writeback::write_back_all`), run by `Drop`.
     write_back_all: fn(&Arc<Core>, &dyn Backend),
@@ -197,7 +207,8 @@ impl Engine {
                     .expect("spawn the writeback thread"),
             )
         };
-        let reclaim_thread = core.reclaimer.wants_background().then(|| {
+        let frames_max = u64::from(core.mem.arena.frame_count());
+        let reclaim_thread = Reclaimer::wants_background(frames_max).then(|| {
             let core = core.clone();
             std::thread::Builder::new()
                 .name("folio-reclaim".into())
@@ -214,11 +225,19 @@ impl Engine {
                 .spawn(move || core.mem.arena.populate_ahead())
                 .expect("spawn the populate thread")
         });
+        let memory_thread = (core.capacity.policy == CapacityPolicy::FollowMachine).then(|| {
+            let core = core.clone();
+            std::thread::Builder::new()
+                .name("folio-memory".into())
+                .spawn(move || core.follow_machine())
+                .expect("spawn the memory policy thread")
+        });
         Engine {
             backend,
             core,
             reclaim_thread,
             populate_thread,
+            memory_thread,
             writeback_thread,
             write_back_all: writeback.write_back_all,
         }
@@ -229,6 +248,10 @@ impl Drop for Engine {
     /// Writes back every dirty page (a dropped cache loses nothing that a process exit
     /// would not: unsynced data is on the device, not flushed), then stops the threads.
     fn drop(&mut self) {
+        self.core.capacity.stop();
+        if let Some(thread) = self.memory_thread.take() {
+            let _ = thread.join();
+        }
         self.core.dirty_files.stop();
         if let Some(thread) = self.writeback_thread.take() {
             let _ = thread.join();

@@ -36,7 +36,7 @@
 //! is dropped.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::folio::MappingId;
@@ -69,10 +69,12 @@ struct ShadowRecord {
 }
 
 pub struct Reclaimer {
-    pub low_pages: u64,
-    pub high_pages: u64,
+    /// The watermarks, in free pages under the capacity (`resize`).
+    low_pages: AtomicU64,
+    high_pages: AtomicU64,
     shadows: Mutex<VecDeque<ShadowRecord>>,
-    shadows_max: usize,
+    /// Shadows logged at most: the capacity in pages.
+    shadows_max: AtomicU64,
     wake: Mutex<bool>,
     wake_cv: Condvar,
     stop: AtomicBool,
@@ -81,33 +83,54 @@ pub struct Reclaimer {
 impl std::fmt::Debug for Reclaimer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reclaimer")
-            .field("low_pages", &self.low_pages)
-            .field("high_pages", &self.high_pages)
+            .field("low_pages", &self.low_pages())
+            .field("high_pages", &self.high_pages())
             .finish()
     }
 }
 
 impl Reclaimer {
-    pub fn new(frames: u32) -> Reclaimer {
-        let low_pages = if frames < WATERMARK_FRAMES_MIN {
-            0
-        } else {
-            (u64::from(frames) / 200).clamp(8, 4096)
-        };
-        Reclaimer {
-            low_pages,
-            high_pages: low_pages * 2,
+    /// A reclaimer for a capacity of `frames`.
+    pub fn new(frames: u64) -> Reclaimer {
+        let reclaimer = Reclaimer {
+            low_pages: AtomicU64::new(0),
+            high_pages: AtomicU64::new(0),
             shadows: Mutex::new(VecDeque::new()),
-            shadows_max: frames as usize,
+            shadows_max: AtomicU64::new(0),
             wake: Mutex::new(false),
             wake_cv: Condvar::new(),
             stop: AtomicBool::new(false),
-        }
+        };
+        reclaimer.resize(frames);
+        reclaimer
+    }
+
+    /// Sizes the watermarks and the shadow log for a capacity of `frames` (at build, and
+    /// when the capacity changes). The log shrinks at its next eviction.
+    pub fn resize(&self, frames: u64) {
+        let low_pages = if frames < u64::from(WATERMARK_FRAMES_MIN) {
+            0
+        } else {
+            (frames / 200).clamp(8, 4096)
+        };
+        self.low_pages.store(low_pages, Ordering::Relaxed);
+        self.high_pages.store(low_pages * 2, Ordering::Relaxed);
+        self.shadows_max.store(frames, Ordering::Relaxed);
+    }
+
+    /// Free pages below which an allocation wakes the background thread.
+    pub fn low_pages(&self) -> u64 {
+        self.low_pages.load(Ordering::Relaxed)
+    }
+
+    /// Free pages the background thread evicts up to.
+    pub fn high_pages(&self) -> u64 {
+        self.high_pages.load(Ordering::Relaxed)
     }
 
     /// Called after an allocation: wakes the background thread below the low watermark.
     pub fn note_alloc(&self, free_pages: u64) {
-        if free_pages < self.low_pages {
+        if free_pages < self.low_pages() {
             let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
             if !*wake {
                 *wake = true;
@@ -202,7 +225,8 @@ impl Reclaimer {
         let expired: Vec<ShadowRecord> = {
             let mut log = self.shadows.lock().unwrap_or_else(|e| e.into_inner());
             log.extend(new);
-            let excess = log.len().saturating_sub(self.shadows_max);
+            let max = self.shadows_max.load(Ordering::Relaxed) as usize;
+            let excess = log.len().saturating_sub(max);
             log.drain(..excess).collect()
         };
         let mut dropped = 0;
@@ -220,9 +244,10 @@ impl Reclaimer {
         self.shadows.lock().unwrap_or_else(|e| e.into_inner()).len() as u64
     }
 
-    /// Whether this reclaimer wants a background thread (it has watermarks).
-    pub fn wants_background(&self) -> bool {
-        self.low_pages > 0
+    /// Whether a cache whose capacity may reach `frames_max` wants a background thread
+    /// (it may have watermarks).
+    pub fn wants_background(frames_max: u64) -> bool {
+        frames_max >= u64::from(WATERMARK_FRAMES_MIN)
     }
 
     /// The background thread's body: sleeps until an allocation goes below the low
@@ -243,8 +268,12 @@ impl Reclaimer {
             }
             // Evict up to the high watermark; give up on a pass that frees nothing (all
             // busy): the next allocation below the low mark wakes us again.
-            while mem.arena.free_frames() < self.high_pages && !self.stop.load(Ordering::Acquire) {
-                let want = (self.high_pages - mem.arena.free_frames()).min(4 * BATCH_PAGES);
+            loop {
+                let (free, high) = (mem.arena.free_frames(), self.high_pages());
+                if free >= high || self.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let want = (high - free).min(4 * BATCH_PAGES);
                 if self.reclaim(mem, mappings, want).freed_pages == 0 {
                     break;
                 }

@@ -220,12 +220,29 @@ counters! {
         syncs,
         /// Time spent in syncs, in nanoseconds.
         sync_ns,
+        /// Capacity changes (Cache::set_capacity, folio_set_capacity, the memory policy).
+        capacity_changes,
+        /// Bytes of memory given back to the system by shrinks of the capacity.
+        bytes_given_back,
+        /// Times the memory policy found the machine (or the cgroup) short of memory and
+        /// shrank the cache.
+        pressure_events,
     }
     gauges {
         /// Shadow entries (memory of evicted pages) held now.
         shadows,
-        /// The cache's capacity, in bytes.
+        /// The cache's capacity now, in bytes (it moves with set_capacity and the memory
+        /// policy).
         capacity_bytes,
+        /// The largest capacity, reserved at build, in bytes.
+        capacity_max_bytes,
+        /// Bytes of folio memory resident now (an upper bound: the arena grown, less what
+        /// was given back and not taken again).
+        resident_bytes,
+        /// Bytes given back to the system and not taken again.
+        returned_bytes,
+        /// Bytes given back and then allocated again (faulted in anew), since build.
+        bytes_regrown,
         /// Bytes of cached pages held now.
         cached_bytes,
         /// Bytes of metadata: the pages' side table, the mappings and their index nodes.

@@ -51,6 +51,7 @@
 // `unsafe` is allowed for this module by the crate root; the rooms without any deny it.
 #[deny(unsafe_code)]
 mod buddy;
+mod capacity;
 #[deny(unsafe_code)]
 mod chunk;
 mod copy;

@@ -108,7 +108,7 @@ impl Arena {
             // Idle unless the look below finds work (`wake_populator`).
             self.populator.idle.store(true, Ordering::Relaxed);
             std::sync::atomic::fence(Ordering::SeqCst);
-            if self.listed_free_frames() < self.populate_lead() {
+            if self.listed_free_frames() < self.populate_lead() && self.below_capacity() {
                 self.populator.idle.store(false, Ordering::Relaxed);
                 drop(stop);
                 let Some(chunk) = self.claim_chunk() else {
@@ -150,6 +150,7 @@ impl Arena {
         if self.populator.idle.load(Ordering::Relaxed)
             && self.claimed_frames() < self.frame_count
             && self.listed_free_frames() < self.populate_lead()
+            && self.below_capacity()
             && self.populator.idle.swap(false, Ordering::AcqRel)
         {
             let _stop = self.populator.lock_stop();
@@ -163,9 +164,7 @@ impl Arena {
     /// shown yet, and under `ArenaPages::Auto` the chunks decided before any allocation
     /// (on no demand: small) are few. A racy figure, for the populator's decisions.
     fn populate_lead(&self) -> u64 {
-        // Free frames include the unlisted chunks' (`buddy`'s invariants), so this is what is
-        // allocated.
-        let allocated = u64::from(self.frame_count).saturating_sub(self.free_frames());
+        let allocated = self.allocated_frames();
         allocated.clamp(
             POPULATE_LEAD_FRAMES_MIN.min(u64::from(self.populator.lead_frames)),
             u64::from(self.populator.lead_frames),
@@ -175,8 +174,16 @@ impl Arena {
     /// Free frames on the lists now (free frames less those of unlisted chunks): what an
     /// allocation finds without growing. A racy snapshot, for the populator's decisions.
     fn listed_free_frames(&self) -> u64 {
-        let unlisted = self.frame_count - self.listed_frames();
-        self.free_frames().saturating_sub(u64::from(unlisted))
+        let unlisted = u64::from(self.frame_count - self.listed_frames());
+        let unallocated = u64::from(self.frame_count) - self.allocated_frames();
+        unallocated.saturating_sub(unlisted)
+    }
+
+    /// Whether the listed frames are below the capacity, so that a chunk populated now
+    /// could be allocated (`capacity`): the populator grows no memory a smaller capacity
+    /// forbids.
+    fn below_capacity(&self) -> bool {
+        u64::from(self.listed_frames()) < self.capacity_frames()
     }
 
     /// Faults a claimed chunk in, before it is listed.

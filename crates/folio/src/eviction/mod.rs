@@ -125,12 +125,16 @@ pub trait EvictionPolicy: Send + Sync + std::fmt::Debug {
 
     /// A shadow value that gives its page no refault credit (a page evicted unused).
     fn shadow_cold(&self) -> u64;
+
+    /// The cache's capacity is now `capacity_pages`: a policy with sizes drawn from it
+    /// (queue targets, how far back a shadow counts) takes the new ones. Evicts nothing.
+    fn resize(&self, _capacity_pages: u64) {}
 }
 
 /// Builds the policy for a cache of `frames` frames, behind the no-reuse queue.
-pub fn new_policy(kind: EvictionKind, frames: u32) -> Box<dyn EvictionPolicy> {
+pub fn new_policy(kind: EvictionKind, frames: u64) -> Box<dyn EvictionPolicy> {
     let policy: Box<dyn EvictionPolicy> = match kind {
-        EvictionKind::S3Fifo => Box::new(s3fifo::S3Fifo::new(u64::from(frames))),
+        EvictionKind::S3Fifo => Box::new(s3fifo::S3Fifo::new(frames)),
         EvictionKind::TwoListLru => Box::new(lru::TwoListLru::new()),
     };
     Box::new(noreuse::NoReuseFirst::new(policy))

@@ -156,6 +156,10 @@ impl EvictionPolicy for NoReuseFirst {
     fn shadow_cold(&self) -> u64 {
         self.policy.shadow_cold()
     }
+
+    fn resize(&self, capacity_pages: u64) {
+        self.policy.resize(capacity_pages);
+    }
 }
 
 #[cfg(test)]

@@ -61,27 +61,29 @@ struct Queues {
     main: List,
     /// Pages that entered the ghost so far: the next stamp.
     ghost_clock: u64,
+    /// The sizes, from the capacity (`EvictionPolicy::resize`).
+    small_target_pages: u64,
+    ghost_pages: u64,
 }
 
 #[derive(Debug)]
 pub struct S3Fifo {
     queues: Mutex<Queues>,
-    small_target_pages: u64,
-    ghost_pages: u64,
 }
 
 impl S3Fifo {
     pub fn new(capacity_pages: u64) -> S3Fifo {
-        let small_target_pages = (capacity_pages * SMALL_PERCENT / 100).max(1);
-        S3Fifo {
+        let policy = S3Fifo {
             queues: Mutex::new(Queues {
                 small: List::new(QUEUE_SMALL),
                 main: List::new(QUEUE_MAIN),
                 ghost_clock: 0,
+                small_target_pages: 0,
+                ghost_pages: 0,
             }),
-            small_target_pages,
-            ghost_pages: capacity_pages - small_target_pages,
-        }
+        };
+        policy.resize(capacity_pages);
+        policy
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Queues> {
@@ -89,7 +91,7 @@ impl S3Fifo {
     }
 
     fn in_ghost(&self, q: &Queues, shadow: u64) -> bool {
-        shadow & GHOST_TAG != 0 && q.ghost_clock - (shadow >> 1) < self.ghost_pages
+        shadow & GHOST_TAG != 0 && q.ghost_clock - (shadow >> 1) < q.ghost_pages
     }
 }
 
@@ -134,7 +136,7 @@ impl EvictionPolicy for S3Fifo {
                 (true, true) => break,
                 (false, true) => true,
                 (true, false) => false,
-                (false, false) => small_pages >= self.small_target_pages,
+                (false, false) => small_pages >= q.small_target_pages,
             };
             let (list, busy_list) = if from_small {
                 (&mut q.small, &mut small_busy)
@@ -192,6 +194,12 @@ impl EvictionPolicy for S3Fifo {
         q.main.push_back(&arena.links, victim.frame, victim.pages);
     }
 
+    fn resize(&self, capacity_pages: u64) {
+        let mut q = self.lock();
+        q.small_target_pages = (capacity_pages * SMALL_PERCENT / 100).max(1);
+        q.ghost_pages = capacity_pages.saturating_sub(q.small_target_pages);
+    }
+
     fn shadow_cold(&self) -> u64 {
         0 // no ghost stamp
     }
@@ -210,7 +218,7 @@ mod tests {
     fn filled(main: u64, small: u64) -> (Arena, S3Fifo, Vec<FrameId>, Vec<FrameId>) {
         let arena = Arena::new(FRAMES as u32, crate::arena::ArenaPages::Small).unwrap();
         let policy = S3Fifo::new(FRAMES);
-        assert_eq!(policy.small_target_pages, 3);
+        assert_eq!(policy.lock().small_target_pages, 3);
         let in_main = (0..main)
             .map(|page| {
                 let (frame, admission) = cached(&arena, &policy, page, Some(GHOST_TAG));

@@ -39,7 +39,7 @@
 //! it, and grows back after `GROW_PERIODS` clean periods.
 //!
 //! Protection: the limit's two words are replaced by CAS only (`cas_loop`); its bounds
-//! are fixed when the cache is built. A handle's stream epoch is a word of its own
+//! follow the cache's capacity, one relaxed word (`ReadaheadLimit::set_frames`). A handle's stream epoch is a word of its own
 //! (`RaCell::enter_epoch`).
 //!
 //! Limits: the limit is a power of two, at least 128 KiB (`THRASH_FLOOR_PAGES`) and at
@@ -49,7 +49,7 @@
 
 use super::state::RaCell;
 use super::window::WINDOW_PAGES_LIMIT;
-use crate::primitive::{AtomicU64, Ordering};
+use crate::primitive::{AtomicU32, AtomicU64, Ordering};
 
 /// The largest maximum window a cache of `frames` frames gives its handles: an eighth of
 /// the cache rounded down to a power of two (so that a window and the next one in flight
@@ -349,7 +349,9 @@ pub fn shared_limit_pages(thrash: &Thrash, streams: &Streams, bounds: &LimitBoun
 pub struct ReadaheadLimit {
     thrash: AtomicU64,
     streams: AtomicU64,
-    bounds: LimitBounds,
+    /// The capacity the bounds are made from (`LimitBounds::for_cache`), in frames: it
+    /// follows the cache's capacity (`set_frames`).
+    frames: AtomicU32,
 }
 
 impl ReadaheadLimit {
@@ -357,13 +359,25 @@ impl ReadaheadLimit {
         ReadaheadLimit {
             thrash: AtomicU64::new(Thrash::new(&bounds).pack()),
             streams: AtomicU64::new(Streams::default().pack()),
-            bounds,
+            frames: AtomicU32::new(bounds.frames),
         }
     }
 
-    /// The cache-wide maximum window now, in pages: two loads, no write.
+    /// The bounds for the capacity now (a few integer operations).
+    fn bounds(&self) -> LimitBounds {
+        LimitBounds::for_cache(self.frames.load(Ordering::Relaxed))
+    }
+
+    /// The capacity changed: later windows share `frames`, and the thrash feedback's
+    /// limit moves inside the new bounds at its next period (a window is capped by the
+    /// share meanwhile).
+    pub fn set_frames(&self, frames: u32) {
+        self.frames.store(frames, Ordering::Relaxed);
+    }
+
+    /// The cache-wide maximum window now, in pages: three loads, no write.
     pub fn limit_pages(&self) -> u32 {
-        shared_limit_pages(&self.thrash(), &self.streams(), &self.bounds)
+        shared_limit_pages(&self.thrash(), &self.streams(), &self.bounds())
     }
 
     pub fn thrash(&self) -> Thrash {
@@ -383,9 +397,10 @@ impl ReadaheadLimit {
         if pages == 0 {
             return;
         }
+        let bounds = self.bounds();
         let new = cas_loop(&self.thrash, |word| {
             Thrash::unpack(word)
-                .on_read_ahead(pages, window_pages, &self.bounds)
+                .on_read_ahead(pages, window_pages, &bounds)
                 .pack()
         });
         if Thrash::unpack(new).read_ahead_pages == 0 {

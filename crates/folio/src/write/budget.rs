@@ -10,9 +10,15 @@
 //! limit: a reservation is one CAS that checks it. Above the background threshold the
 //! writeback thread is woken.
 //!
-//! Protection: the count is one atomic; the waiters a mutex and condvar. Limits: a
-//! reservation of more pages than the limit is refused by the caller's splitting
-//! (`DirtyBudget::charge_max_pages`).
+//! The limit follows the cache's capacity (`set_limits`). A limit lowered below a
+//! reservation a writer already sized by the old one still admits it into an empty
+//! budget, so no writer waits for good; the count then passes the limit by that one
+//! reservation.
+//!
+//! Protection: the count is one atomic; the limits two more (relaxed: a writer that reads
+//! the old limit once is as if it came a moment earlier); the waiters a mutex and
+//! condvar. Limits: a reservation of more pages than the limit is refused by the caller's
+//! splitting (`DirtyBudget::charge_max_pages`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -22,13 +28,13 @@ use std::time::{Duration, Instant};
 /// and the writers waiting for some to come back (module docs).
 #[derive(Debug)]
 pub struct DirtyBudget {
-    /// Unclean pages now: never above `limit_pages`.
+    /// Unclean pages now: never above `limit_pages` (module docs).
     pages: AtomicU64,
     /// Of `pages`, those under writeback (a gauge for stats).
     writeback_pages: AtomicU64,
-    pub limit_pages: u64,
+    limit_pages: AtomicU64,
     /// Above this, the writeback thread writes back whatever is dirty, oldest file first.
-    pub background_pages: u64,
+    background_pages: AtomicU64,
     /// Writers waiting in `charge`: `uncharge` takes the mutex and wakes only if some are.
     waiting: AtomicU32,
     waiters: Mutex<()>,
@@ -37,22 +43,45 @@ pub struct DirtyBudget {
 
 impl DirtyBudget {
     pub fn new(limit_pages: u64, background_pages: u64) -> DirtyBudget {
-        let limit_pages = limit_pages.max(1);
-        DirtyBudget {
+        let budget = DirtyBudget {
             pages: AtomicU64::new(0),
             writeback_pages: AtomicU64::new(0),
-            limit_pages,
-            background_pages: background_pages.min(limit_pages),
+            limit_pages: AtomicU64::new(0),
+            background_pages: AtomicU64::new(0),
             waiting: AtomicU32::new(0),
             waiters: Mutex::new(()),
             progress: Condvar::new(),
+        };
+        budget.set_limits(limit_pages, background_pages);
+        budget
+    }
+
+    /// Sets the limit (at least a page) and the background threshold (at most the
+    /// limit), for a capacity that changed; wakes the writers waiting, so that they look
+    /// at the new limit.
+    pub fn set_limits(&self, limit_pages: u64, background_pages: u64) {
+        let limit_pages = limit_pages.max(1);
+        self.limit_pages.store(limit_pages, Ordering::Relaxed);
+        self.background_pages
+            .store(background_pages.min(limit_pages), Ordering::Relaxed);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            drop(self.waiters.lock().unwrap_or_else(|e| e.into_inner()));
+            self.progress.notify_all();
         }
+    }
+
+    pub fn limit_pages(&self) -> u64 {
+        self.limit_pages.load(Ordering::Relaxed)
+    }
+
+    pub fn background_pages(&self) -> u64 {
+        self.background_pages.load(Ordering::Relaxed)
     }
 
     /// The most pages one reservation may ask for: a writer splits larger writes, so that
     /// a reservation always fits an empty budget.
     pub fn charge_max_pages(&self) -> u64 {
-        (self.limit_pages / 4).max(1)
+        (self.limit_pages() / 4).max(1)
     }
 
     pub fn pages(&self) -> u64 {
@@ -66,7 +95,7 @@ impl DirtyBudget {
     /// Above the background threshold, or a writer waits at the limit: writeback must
     /// write everything it can now.
     pub fn over_background(&self) -> bool {
-        self.pages() > self.background_pages || self.waiting.load(Ordering::Relaxed) > 0
+        self.pages() > self.background_pages() || self.waiting.load(Ordering::Relaxed) > 0
     }
 
     /// Reserves `pages` (at most `charge_max_pages`), waiting while that would pass the
@@ -76,13 +105,15 @@ impl DirtyBudget {
     /// Context: no lock held, no folio locked (writeback must be able to progress). May
     /// sleep.
     pub fn charge(&self, pages: u64, kick: &dyn Fn()) -> Duration {
-        let pages = pages.min(self.limit_pages);
+        let pages = pages.min(self.limit_pages());
         let mut waited = None;
         loop {
+            let limit = self.limit_pages();
             let got = self
                 .pages
                 .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |now| {
-                    (now + pages <= self.limit_pages).then_some(now + pages)
+                    // An empty budget admits any reservation (module docs).
+                    (now + pages <= limit || now == 0).then_some(now + pages)
                 });
             if got.is_ok() {
                 return waited.map_or(Duration::ZERO, |t: Instant| t.elapsed());
@@ -93,7 +124,8 @@ impl DirtyBudget {
             // Announced under the mutex, before the re-check: an `uncharge` after the
             // re-check sees it and wakes this writer (and the timeout bounds the rest).
             self.waiting.fetch_add(1, Ordering::SeqCst);
-            if self.pages.load(Ordering::SeqCst) + pages > self.limit_pages {
+            let now = self.pages.load(Ordering::SeqCst);
+            if now + pages > self.limit_pages() && now > 0 {
                 let _ = self
                     .progress
                     .wait_timeout(guard, Duration::from_millis(10))
