@@ -29,8 +29,8 @@
 //! count move; `unpopulated` is a relaxed counter; `listed_lock` and `listed_wake` are
 //! where allocators wait for the last chunks.
 //!
-//! Limits: chunks are claimed and listed in address order, and the arena only grows: no
-//! chunk is unlisted, and memory once touched stays resident until the arena is dropped.
+//! Limits: chunks are claimed and listed in address order, and no chunk is unlisted: a
+//! capacity that falls gives free blocks back at any order (`capacity`), not chunks.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

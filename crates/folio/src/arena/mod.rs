@@ -7,7 +7,8 @@
 //! link words (8 B per frame) that thread the per-order free lists of the buddy allocator
 //! (orders 0..=9) and, while a frame is cached, its eviction queue. 32 B per 4 KiB frame is
 //! 0.78% of the capacity, all of the arena's metadata. Frames are never unmapped while the
-//! arena lives, which is what makes the optimistic read of `version` safe: a reader that
+//! arena lives (memory given back is advised `MADV_DONTNEED` and reads as zeros), which is
+//! what makes the optimistic read of `version` safe: a reader that
 //! loses a race copies stale bytes and discards them, it never faults.
 //!
 //! Memory is made ready off the reader's path: the arena grows 2 MiB chunk by chunk, a
@@ -21,6 +22,8 @@
 //! The rooms, one concept each:
 //! - `buddy`: the free lists by order; `alloc` (splitting a block, growing the arena when
 //!   no listed block fits) and `free` (merging with the buddy).
+//! - `capacity`: how many frames may be allocated now, and free memory given back to the
+//!   system when that falls (`give_back`, `MADV_DONTNEED`), on returned free lists.
 //! - `chunk`: the growth, 2 MiB chunk by chunk: a chunk's life (virgin, claimed, listed)
 //!   and its bookkeeping (`claimed_frames`, `listed_frames`, `chunks_unpopulated`).
 //! - `populate`: the populator thread, which faults chunks in ahead of the allocator, and
@@ -35,7 +38,8 @@
 //! buffer, slice and copy over a folio's frames stays inside the folio's size and the
 //! arena (asserted).
 //!
-//! Protection: the mapping, `frame_count` and the side table are fixed at build. A
+//! Protection: the mapping, `frame_count` (the largest capacity) and the side table are
+//! fixed at build. A
 //! frame's `FolioMeta` follows `folio`'s rules; its link word belongs to the free lists
 //! while the frame is free (`buddy`), to the eviction policy while it is cached. The
 //! memory of an allocated folio belongs to its owner under the `refcount` protocol:
@@ -43,10 +47,11 @@
 //! pinned readers and by optimistic readers through `copy_out`, a byte-wise atomic memcpy
 //! (`copy`). Each room says what protects its own state.
 //!
-//! Limits: at most 2^32 frames (16 TiB); the capacity is fixed at build (the mapping is
-//! reserved whole, and the arena only grows into it). `unsafe` lives in this file (the
-//! mapping, frame pointers, the zeroed side table), `pages` (`madvise`), `populate` (the
-//! first touch) and `copy`; `buddy` and `chunk` deny it.
+//! Limits: at most 2^32 frames (16 TiB); the mapping is reserved whole at build for the
+//! largest capacity, and the capacity moves inside it (`capacity`). `unsafe` lives in this file (the
+//! mapping, frame pointers, the zeroed side table), `pages` (`madvise`), `capacity`
+//! (`MADV_DONTNEED`), `populate` (the first touch) and `copy`; `buddy` and `chunk` deny
+//! it.
 
 // `unsafe` is allowed for this module by the crate root; the rooms without any deny it.
 #[deny(unsafe_code)]
@@ -174,9 +179,12 @@ impl Arena {
         &self.meta[frame.as_usize()]
     }
 
-    /// Bytes of metadata this arena keeps: the side table and the link words.
+    /// Bytes of metadata this arena keeps for the frames it has grown over: their side
+    /// table entries and link words (the rest of both tables is reserved, zeroed memory
+    /// never touched, so not resident).
     pub fn metadata_bytes(&self) -> usize {
-        std::mem::size_of_val(&*self.meta) + self.frame_count as usize * 8
+        let per_frame = std::mem::size_of::<FolioMeta>() + std::mem::size_of::<u64>();
+        self.listed_frames() as usize * per_frame
     }
 
     fn frame_ptr(&self, frame: FrameId) -> *mut u8 {
