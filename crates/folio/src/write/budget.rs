@@ -186,4 +186,26 @@ mod tests {
         assert!(waited > Duration::ZERO, "the third charge had to wait");
         assert_eq!(budget.pages(), 6);
     }
+
+    #[test]
+    fn a_limit_lowered_below_a_waiting_reservation_still_admits_it_into_an_empty_budget() {
+        let budget = Arc::new(DirtyBudget::new(100, 50));
+        budget.charge(90, &|| {});
+        let waiter = {
+            let budget = budget.clone();
+            // Sized by the old limit (25 = 100 / 4): larger than the new one.
+            std::thread::spawn(move || budget.charge(25, &|| {}))
+        };
+        std::thread::sleep(Duration::from_millis(20));
+        budget.set_limits(8, 4);
+        assert_eq!(budget.limit_pages(), 8);
+        assert_eq!(budget.background_pages(), 4);
+        assert_eq!(budget.charge_max_pages(), 2);
+        budget.uncharge(90);
+        waiter.join().unwrap();
+        assert_eq!(budget.pages(), 25, "admitted alone, past the new limit");
+        budget.uncharge(25);
+        budget.charge(2, &|| {});
+        assert_eq!(budget.pages(), 2);
+    }
 }
