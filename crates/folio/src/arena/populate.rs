@@ -76,10 +76,10 @@ impl Populator {
 }
 
 impl Arena {
-    /// Grows the whole arena now: every frame populated and listed, the capacity resident
-    /// from the start, as a database's buffer pool would be. Without it the arena grows
-    /// in chunks as it is allocated from, populated ahead of the allocator where the page
-    /// cache runs the populator (module docs).
+    /// Grows the arena over the whole capacity now: every frame under it populated and
+    /// listed, the capacity resident from the start, as a database's buffer pool would
+    /// be. Without it the arena grows in chunks as it is allocated from, populated ahead
+    /// of the allocator where the page cache runs the populator (module docs).
     ///
     /// Under `ArenaPages::Auto` it is all huge pages: what 4 KiB pages save is the cost of
     /// a first touch, which a prefault pays at build anyway, and huge pages read large
@@ -88,7 +88,11 @@ impl Arena {
     /// Context: right after `new`; `&mut self` proves that no frame is referenced yet.
     pub fn prefault(&mut self) {
         self.prefault_pages();
-        while let Some(chunk) = self.claim_chunk() {
+        // The capacity, not the largest one reserved (`capacity`).
+        while self.below_capacity() {
+            let Some(chunk) = self.claim_chunk() else {
+                break;
+            };
             self.populate_chunk(&chunk);
             self.list_chunk(chunk);
         }
