@@ -301,7 +301,8 @@ impl CacheBuilder {
             })?;
         let frames = capacity / PAGE_BYTES as u64;
         // Keep at least 16 folios of the largest order, so one read cannot pin the cache
-        // (at the smallest capacity it may be set to).
+        // (at the capacity at build: a capacity set far lower later may be held whole by
+        // a few pinned large folios, which a shrink then waits for).
         let mut order_max = self.folio_order_max;
         while order_max > Order::ZERO && order_max.pages() * 16 > frames {
             order_max = Order::new(order_max.get() - 1);

@@ -5,14 +5,22 @@
 //! samples): `/proc/meminfo` (`MemTotal`, `MemAvailable`: free memory plus what the
 //! kernel can reclaim without swapping), `/proc/pressure/memory` (pressure stall
 //! information: the share of time some task waited for memory), and for a process in a
-//! cgroup v2 (`/proc/self/cgroup`'s `0::` line) the tightest `memory.max` or
-//! `memory.high` on the path from its cgroup to the root, that cgroup's `memory.current`
-//! and the file pages of its `memory.stat` (page cache the kernel can drop within the
-//! group) and its own `memory.pressure`.
+//! memory cgroup:
+//! - v2 (`/proc/self/cgroup`'s `0::` line): the tightest `memory.max` or `memory.high` on
+//!   the path from its cgroup to the root, each group's `memory.current` and the clean
+//!   file pages of its `memory.stat` (page cache the kernel can drop within the group),
+//!   and its own `memory.pressure`;
+//! - v1 (the line that names the `memory` controller, mounted at
+//!   `/sys/fs/cgroup/memory`, as on hosts that still run the hybrid hierarchy): its
+//!   `memory.stat`'s `hierarchical_memory_limit` (the tightest `memory.limit_in_bytes` up
+//!   to the root), `memory.usage_in_bytes` and the `total_` file pages of `memory.stat`.
 //!
-//! Limits: cgroup v1 is not read (its limit is then unknown, and only the machine's
-//! figures count); a file that cannot be read counts as absent, never as an error: a
-//! policy that cannot see pressure keeps the capacity it has.
+//! A limit at or above the machine's memory counts as none (v1 writes "no limit" as a
+//! number near 2^63).
+//!
+//! Limits: v1 has no pressure file of its own (the machine's counts); a file that cannot
+//! be read counts as absent, never as an error: a policy that cannot see pressure keeps
+//! the capacity it has.
 
 use std::path::{Path, PathBuf};
 
@@ -36,21 +44,24 @@ pub struct MemoryFacts {
 #[derive(Clone, Debug)]
 pub struct MemorySource {
     proc_root: PathBuf,
-    /// The process's cgroup and its ancestors, innermost first (cgroup v2 only).
+    /// The process's cgroup v2 and its ancestors, innermost first.
     cgroups: Vec<PathBuf>,
+    /// The process's cgroup v1 memory group (its stat has the hierarchy's limit).
+    cgroup_v1: Option<PathBuf>,
 }
 
 impl MemorySource {
-    /// The running process's: `/proc` and its cgroup under `/sys/fs/cgroup`.
+    /// The running process's: `/proc` and its cgroups under `/sys/fs/cgroup`.
     pub fn this_process() -> MemorySource {
-        let cgroup = std::fs::read_to_string("/proc/self/cgroup")
-            .ok()
-            .and_then(|text| cgroup_v2_path(&text).map(str::to_owned));
+        let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let root = Path::new("/sys/fs/cgroup");
         MemorySource {
             proc_root: PathBuf::from("/proc"),
-            cgroups: cgroup
-                .map(|path| cgroup_chain(Path::new("/sys/fs/cgroup"), &path))
+            cgroups: cgroup_v2_path(&text)
+                .map(|path| cgroup_chain(root, path))
                 .unwrap_or_default(),
+            cgroup_v1: cgroup_v1_memory_path(&text)
+                .map(|path| root.join("memory").join(path.trim_start_matches('/'))),
         }
     }
 
@@ -73,21 +84,20 @@ impl MemorySource {
                 .iter()
                 .filter_map(|name| read(&dir.join(name)).as_deref().and_then(parse_limit))
                 .min();
-            let Some(limit) = limit else { continue };
-            let Some(current) = read(&dir.join("memory.current"))
-                .as_deref()
-                .and_then(|text| text.trim().parse::<u64>().ok())
-            else {
-                continue;
-            };
-            let droppable = read(&dir.join("memory.stat"))
-                .as_deref()
-                .map_or(0, parse_droppable_file_bytes);
-            let room = (limit + droppable).saturating_sub(current);
-            if limit < facts.limit_bytes {
-                facts.limit_bytes = limit;
-            }
-            facts.available_bytes = facts.available_bytes.min(room);
+            let stat = read(&dir.join("memory.stat")).unwrap_or_default();
+            facts.bound_by(
+                limit,
+                read_number(&dir.join("memory.current")),
+                parse_droppable_file_bytes(&stat, ""),
+            );
+        }
+        if let Some(dir) = &self.cgroup_v1 {
+            let stat = read(&dir.join("memory.stat")).unwrap_or_default();
+            facts.bound_by(
+                stat_field(&stat, "hierarchical_memory_limit"),
+                read_number(&dir.join("memory.usage_in_bytes")),
+                parse_droppable_file_bytes(&stat, "total_"),
+            );
         }
         if let Some(own) = self.cgroups.first() {
             if let Some(avg10) = read(&own.join("memory.pressure"))
@@ -101,8 +111,35 @@ impl MemorySource {
     }
 }
 
+impl MemoryFacts {
+    /// Bounds the figures by a cgroup's `limit` (none at or above the machine's memory)
+    /// with `current` bytes charged to it, `droppable` of them page cache it can drop.
+    fn bound_by(&mut self, limit: Option<u64>, current: Option<u64>, droppable: u64) {
+        let (Some(limit), Some(current)) = (limit, current) else {
+            return;
+        };
+        if limit >= self.total_bytes && self.total_bytes > 0 {
+            return; // no limit in effect
+        }
+        self.limit_bytes = self.limit_bytes.min(limit);
+        let room = (limit + droppable).saturating_sub(current);
+        self.available_bytes = self.available_bytes.min(room);
+    }
+}
+
 fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok()
+}
+
+fn read_number(path: &Path) -> Option<u64> {
+    read(path)?.trim().parse().ok()
+}
+
+/// The value of `name` in a `memory.stat`.
+fn stat_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 /// `MemTotal` and `MemAvailable` of a `/proc/meminfo`, in bytes (0 where missing).
@@ -138,22 +175,35 @@ pub fn parse_limit(text: &str) -> Option<u64> {
 }
 
 /// The page cache a cgroup could drop to make room, from its `memory.stat`: its clean
-/// file pages (`inactive_file` and `active_file` less `file_dirty` and
-/// `file_writeback`).
-pub fn parse_droppable_file_bytes(text: &str) -> u64 {
-    let field = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .unwrap_or(0)
+/// file pages (`inactive_file` and `active_file` less the dirty and writeback ones: v2
+/// names them `file_dirty` and `file_writeback`; v1 `dirty` and `writeback`, each with
+/// the `total_` prefix for the hierarchy, which `prefix` gives).
+pub fn parse_droppable_file_bytes(text: &str, prefix: &str) -> u64 {
+    let field = |name: &str| stat_field(text, &format!("{prefix}{name}")).unwrap_or(0);
+    let unclean = if prefix.is_empty() {
+        field("file_dirty") + field("file_writeback")
+    } else {
+        field("dirty") + field("writeback")
     };
-    (field("inactive_file") + field("active_file"))
-        .saturating_sub(field("file_dirty") + field("file_writeback"))
+    (field("inactive_file") + field("active_file")).saturating_sub(unclean)
 }
 
 /// The cgroup v2 path of a `/proc/self/cgroup` (its `0::` line).
 pub fn cgroup_v2_path(text: &str) -> Option<&str> {
     text.lines().find_map(|line| line.strip_prefix("0::"))
+}
+
+/// The cgroup v1 path of the `memory` controller in a `/proc/self/cgroup`
+/// (`N:memory:/path`, the controller possibly listed with others).
+pub fn cgroup_v1_memory_path(text: &str) -> Option<&str> {
+    text.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "memory")
+            .then_some(path)
+    })
 }
 
 /// `path`'s directory under `root` and each ancestor's up to the root, innermost first.
@@ -198,7 +248,18 @@ mod tests {
     #[test]
     fn droppable_file_pages_leave_out_dirty_ones() {
         let text = "anon 100\nfile 9000\nactive_file 3000\ninactive_file 6000\nfile_dirty 1000\nfile_writeback 500\n";
-        assert_eq!(parse_droppable_file_bytes(text), 7500);
+        assert_eq!(parse_droppable_file_bytes(text, ""), 7500);
+        let v1 = "dirty 5\ninactive_file 1\ntotal_inactive_file 6000\ntotal_active_file 3000\n\
+                  total_dirty 1000\ntotal_writeback 500\n";
+        assert_eq!(parse_droppable_file_bytes(v1, "total_"), 7500);
+    }
+
+    #[test]
+    fn the_v1_memory_line_is_found_among_the_controllers() {
+        let text = "5:devices:/\n4:memory:/process_api/43bd\n0::/\n";
+        assert_eq!(cgroup_v1_memory_path(text), Some("/process_api/43bd"));
+        assert_eq!(cgroup_v1_memory_path("3:cpu,memory:/a\n"), Some("/a"));
+        assert_eq!(cgroup_v1_memory_path("0::/\n"), None);
     }
 
     #[test]
@@ -248,15 +309,36 @@ mod tests {
             "some avg10=30.00 avg60=0 avg300=0 total=1\n",
         )
         .unwrap();
-        let source = MemorySource {
+        let v1 = dir.join("v1");
+        std::fs::create_dir_all(&v1).unwrap();
+        std::fs::write(
+            v1.join("memory.stat"),
+            "hierarchical_memory_limit 1073741824\ntotal_inactive_file 0\n",
+        )
+        .unwrap();
+        std::fs::write(v1.join("memory.usage_in_bytes"), "805306368\n").unwrap();
+        let mut source = MemorySource {
             proc_root: dir.join("proc"),
             cgroups: vec![group],
+            cgroup_v1: None,
         };
         let facts = source.read();
         assert_eq!(facts.total_bytes, 8 << 30);
         assert_eq!(facts.limit_bytes, 2 << 30);
         assert_eq!(facts.available_bytes, (512 + 100) << 20);
         assert_eq!(facts.pressure_some_avg10, 30.0);
+        // A v1 group limited to 1 GiB, 768 MiB used, bounds it further.
+        source.cgroup_v1 = Some(v1.clone());
+        let facts = source.read();
+        assert_eq!(facts.limit_bytes, 1 << 30);
+        assert_eq!(facts.available_bytes, 256 << 20);
+        // v1's "no limit" is a number above the machine's memory.
+        std::fs::write(
+            v1.join("memory.stat"),
+            "hierarchical_memory_limit 9223372036854771712\n",
+        )
+        .unwrap();
+        assert_eq!(source.read().limit_bytes, 2 << 30);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
