@@ -69,16 +69,19 @@ pub(crate) struct DirtySettings {
 }
 
 impl DirtySettings {
-    /// The dirty budget's limit and background threshold, in pages, for `frames`.
+    /// The dirty budget's limit and background threshold, in pages, for `frames`: the
+    /// default percentages of it, or the bytes given at build, at most the capacity (a
+    /// shrink below a limit given at build lowers it, so that dirty pages never hold more
+    /// than the cache).
     pub fn pages_for(&self, frames: u64) -> (u64, u64) {
-        let page = PAGE_BYTES as u64;
+        let pages = |given: Option<u64>, percent: u64| {
+            given.map_or(frames * percent / 100, |bytes| {
+                (bytes / PAGE_BYTES as u64).min(frames)
+            })
+        };
         (
-            self.limit_bytes
-                .map_or(frames * DIRTY_LIMIT_PERCENT_DEFAULT / 100, |b| b / page),
-            self.background_bytes
-                .map_or(frames * DIRTY_BACKGROUND_PERCENT_DEFAULT / 100, |b| {
-                    b / page
-                }),
+            pages(self.limit_bytes, DIRTY_LIMIT_PERCENT_DEFAULT),
+            pages(self.background_bytes, DIRTY_BACKGROUND_PERCENT_DEFAULT),
         )
     }
 }
