@@ -56,9 +56,11 @@
 //!
 //! Environment: `FOLIO_CAPACITY_STRESS_SECS=n` runs the stress test for about `n` seconds
 //! with `CHANGES_PER_SEC` capacity changes a second, at least `CHANGES_MIN` (default
-//! `SECS_DEFAULT`: the file runs in about 30 s in `cargo test --release`);
+//! `SECS_DEFAULT`: the file runs in 27-40 s in `cargo test --release` here);
 //! `FOLIO_CAPACITY_STRESS_SEED=s` seeds the threads' choices (default: the clock;
-//! printed). The threads' interleaving is not replayed by a seed, only their choices.
+//! printed); `FOLIO_CAPACITY_STRESS_BACKEND=io_uring|pread` picks the backend (default:
+//! io_uring where the kernel allows it). The threads' interleaving is not replayed by a
+//! seed, only their choices.
 
 mod common;
 #[path = "common/direct.rs"]
@@ -74,7 +76,8 @@ use std::time::{Duration, Instant};
 
 use direct::DirectReader;
 use folio::{
-    ArenaPages, Cache, CapacityPolicy, File, PageRef, Stats, CAPACITY_BYTES_MIN, PAGE_BYTES,
+    ArenaPages, BackendKind, Cache, CapacityPolicy, File, PageRef, Stats, CAPACITY_BYTES_MIN,
+    PAGE_BYTES,
 };
 use seeded::{mix, Rng};
 
@@ -770,6 +773,16 @@ fn check_written_files(paths: &[PathBuf], shared: &Shared) -> (u64, u64, Vec<Str
     (checked, wrong, named)
 }
 
+/// The backend `FOLIO_CAPACITY_STRESS_BACKEND` names (module docs).
+fn stress_backend() -> BackendKind {
+    match std::env::var("FOLIO_CAPACITY_STRESS_BACKEND").as_deref() {
+        Err(_) => BackendKind::Auto,
+        Ok("io_uring") => BackendKind::IoUring,
+        Ok("pread") => BackendKind::Pread,
+        Ok(other) => panic!("FOLIO_CAPACITY_STRESS_BACKEND={other}: io_uring or pread"),
+    }
+}
+
 #[test]
 fn set_capacity_up_and_down_under_32_readers_and_writers() {
     let _alone = lock(&ONE_AT_A_TIME);
@@ -816,6 +829,7 @@ fn set_capacity_up_and_down_under_32_readers_and_writers() {
     let cache = Cache::builder()
         .capacity_bytes(STRESS_CAPACITY_MAX_BYTES)
         .capacity_max_bytes(STRESS_CAPACITY_MAX_BYTES)
+        .backend(stress_backend())
         .build()
         .expect("build the cache");
     let open_pattern = || -> Vec<File> {
@@ -890,7 +904,9 @@ fn set_capacity_up_and_down_under_32_readers_and_writers() {
 
     let shrinks = count(&shared.shrinks);
     println!(
-        "capacity stress: {elapsed:.1} s, seed {seed}: {} capacity changes ({shrinks} shrinks, {} µs on average, {} µs at most; {} left more than the capacity and the cached bytes resident, {:.1} MiB at most), {:.0} MiB given back, {:.0} MiB regrown; {} reads ({} OutOfMemory), {:.0} MiB checked; {} record reads ({} OutOfMemory); {} writes ({} OutOfMemory); {} pins ({} of large folios, {} OutOfMemory); {} syncs ({} µs at most), {} slots checked on disk after them, {slots_checked} at the end ({slots_wrong} wrong); alloc_failures {}; the resident set at most {:.1} MiB above what the cache stated; at the minimum with nothing pinned: {:.1} MiB resident ({:.1} MiB cached), the process {:.1} MiB ({:.1} MiB before the build)",
+        "capacity stress ({}, {}): {elapsed:.1} s, seed {seed}: {} capacity changes ({shrinks} shrinks, {} µs on average, {} µs at most; {} left more than the capacity and the cached bytes resident, {:.1} MiB at most), {:.0} MiB given back, {:.0} MiB regrown; {} reads ({} OutOfMemory), {:.0} MiB checked; {} record reads ({} OutOfMemory); {} writes ({} OutOfMemory); {} pins ({} of large folios, {} OutOfMemory); {} syncs ({} µs at most), {} slots checked on disk after them, {slots_checked} at the end ({slots_wrong} wrong); alloc_failures {}; the resident set at most {:.1} MiB above what the cache stated; at the minimum with nothing pinned: {:.1} MiB resident ({:.1} MiB cached), the process {:.1} MiB ({:.1} MiB before the build)",
+        during.backend,
+        during.eviction,
         count(&shared.changes),
         count(&shared.shrink_us_total) / shrinks.max(1),
         count(&shared.shrink_us_max),
