@@ -103,8 +103,11 @@ impl Core {
             let want = order.pages().max(reclaim::BATCH_PAGES);
             let report = self.reclaimer.reclaim(&self.mem, &self.mappings, want);
             if report.freed_pages == 0 && self.mem.dirty.pages() > 0 {
-                // Maybe only dirty folios are left to evict: write them back.
-                self.dirty_files.kick();
+                // Maybe only dirty folios are left to evict: write them back, all of
+                // them, also under the background threshold (a dirty limit set above a
+                // capacity shrunk since would otherwise leave the cache full of dirty
+                // folios nobody writes until they expire).
+                self.dirty_files.kick_to_clean();
             }
             if let Some(got) = self.try_alloc(order, use_) {
                 return Ok(got);

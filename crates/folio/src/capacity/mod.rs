@@ -8,8 +8,9 @@
 //! ```text
 //! set_capacity(bytes) ─> arena: no allocation past it ─> resize: watermarks, shadow log,
 //!   eviction queues, readahead share, dirty budget (its default percentages)
-//!   └ lower than what is allocated: evict the coldest clean folios (reclaim), kick the
-//!     writeback for dirty ones and wait for it (never dropped), up to `alloc_wait`
+//!   └ lower than what is allocated: evict the coldest clean folios (reclaim), have the
+//!     writeback write every dirty file (`kick_to_clean`: whatever the dirty thresholds
+//!     and expiry) and wait for it (never dropped), up to `alloc_wait`
 //!     ─> give free resident blocks back to the system (`Arena::give_back`)
 //! ```
 //!
@@ -202,8 +203,9 @@ impl Core {
                 break;
             }
             if self.mem.dirty.pages() > 0 {
-                // What is left may be dirty: written back first, never dropped.
-                self.dirty_files.kick();
+                // What is left may be dirty: written back first, never dropped; all of
+                // it, also under the background threshold (`kick_to_clean`).
+                self.dirty_files.kick_to_clean();
             } else if report.busy == 0 {
                 break; // nothing left to evict but what is pinned elsewhere
             }

@@ -5,6 +5,8 @@
 //! Protection: the queue, the write-behind ranges and the wake flag each under their own
 //! mutex (the flag with a condvar); none is held while another lock is taken. A file's
 //! place in the queue is its `WriteState`'s (`queued`, `dirtied_ns`), changed only here.
+//! The request to clean everything (`kick_to_clean`) is an atomic flag, set before the
+//! wake-up it goes with and taken by the pass that follows it.
 
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
@@ -33,6 +35,8 @@ pub(crate) struct DirtyFiles {
     behind: Mutex<Vec<BehindRange>>,
     wake: Mutex<bool>,
     wake_cv: Condvar,
+    /// Set by `kick_to_clean`: the next pass writes back every dirty file.
+    clean_wanted: AtomicBool,
     stop: AtomicBool,
     /// A file dirty for longer than this is written back.
     pub expire: Duration,
@@ -55,6 +59,7 @@ impl DirtyFiles {
             behind: Mutex::new(Vec::new()),
             wake: Mutex::new(false),
             wake_cv: Condvar::new(),
+            clean_wanted: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             expire,
             epoch: Instant::now(),
@@ -112,6 +117,25 @@ impl DirtyFiles {
             *wake = true;
             self.wake_cv.notify_one();
         }
+    }
+
+    /// Wakes the writeback thread to write back every dirty file now, whatever the
+    /// background threshold and the expiry say: memory is wanted that only dirty folios
+    /// hold (a shrink of the capacity, `Core::set_capacity`; an allocation whose reclaim
+    /// freed nothing, `Core::alloc_folio`). The kernel's
+    /// `wakeup_flusher_threads(WB_REASON_VMSCAN)`. A plain `kick` would not do: under
+    /// the threshold the pass writes only expired files, so a shrink below what is dirty
+    /// would wait `alloc_wait` and return with the dirty folios still held.
+    pub fn kick_to_clean(&self) {
+        // Before the wake-up, so that the pass it starts sees the request.
+        self.clean_wanted.store(true, Ordering::Release);
+        self.kick();
+    }
+
+    /// Whether a pass must write back every dirty file (`kick_to_clean` was called since
+    /// the last pass); takes the request.
+    pub fn take_clean_wanted(&self) -> bool {
+        self.clean_wanted.swap(false, Ordering::AcqRel)
     }
 
     /// The writeback thread's sleep: until kicked or `period` passed. False once the

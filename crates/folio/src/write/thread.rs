@@ -43,10 +43,14 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
     }
 }
 
-/// One pass of the background thread: over the background threshold every dirty file,
-/// tails included; under it, the files dirty past the expiry, tails left dirty.
+/// One pass of the background thread: over the background threshold, or when memory is
+/// wanted (`DirtyFiles::kick_to_clean`), every dirty file, tails included; otherwise the
+/// files dirty past the expiry, tails left dirty.
 pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
-    let over = core.mem.dirty.over_background();
+    // Taken first, whatever the threshold says, so that a request is never left for a
+    // later pass.
+    let clean_wanted = core.dirty_files.take_clean_wanted();
+    let over = clean_wanted || core.mem.dirty.over_background();
     // Over the threshold, tail blocks go too: left dirty, a few files' tails could fill
     // a small budget and throttle writers that nothing would ever release.
     let take = if over { Take::Dirty } else { Take::Background };
