@@ -151,13 +151,9 @@ impl CacheBuilder {
                     } else {
                         facts.limit_bytes
                     });
-                let afforded = if facts.total_bytes == 0 {
-                    CAPACITY_BYTES_DEFAULT
-                } else {
-                    follow::afforded_bytes(&facts, 0)
-                };
                 let capacity = self.capacity_bytes.unwrap_or_else(|| {
-                    afforded.clamp(CAPACITY_BYTES_MIN, max.max(CAPACITY_BYTES_MIN))
+                    follow::afforded_at_build_bytes(&facts)
+                        .clamp(CAPACITY_BYTES_MIN, max.max(CAPACITY_BYTES_MIN))
                 });
                 (capacity, max)
             }

@@ -135,7 +135,7 @@ pub use cache::{
     DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_EXPIRE_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,
     READAHEAD_MAX_BYTES_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
 };
-pub use capacity::CapacityPolicy;
+pub use capacity::{machine_capacity_bytes, CapacityPolicy};
 pub use eviction::{EvictionKind, ReadHint};
 pub use file::{
     Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadManyFuture, ReadaheadWindow,

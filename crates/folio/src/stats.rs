@@ -220,7 +220,7 @@ counters! {
         syncs,
         /// Time spent in syncs, in nanoseconds.
         sync_ns,
-        /// Capacity changes (Cache::set_capacity, folio_set_capacity, the memory policy).
+        /// Capacity changes (Cache::set_capacity, folio_cache_set_capacity, the memory policy).
         capacity_changes,
         /// Bytes of memory given back to the system by shrinks of the capacity.
         bytes_given_back,

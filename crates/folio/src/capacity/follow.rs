@@ -32,6 +32,7 @@
 use std::time::Duration;
 
 use super::machine::MemoryFacts;
+use crate::cache::CAPACITY_BYTES_DEFAULT;
 
 /// How often the policy reads the machine's memory.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -75,6 +76,16 @@ pub fn reserve_bytes(limit_bytes: u64) -> u64 {
 pub fn afforded_bytes(facts: &MemoryFacts, resident_bytes: u64) -> u64 {
     let reserve = reserve_bytes(facts.limit_bytes);
     (resident_bytes + facts.available_bytes).saturating_sub(reserve + reserve / 2)
+}
+
+/// The capacity the machine affords a cache that holds nothing yet: the room, less one and
+/// a half reserves; [`CAPACITY_BYTES_DEFAULT`] where the machine's figures cannot be read.
+pub fn afforded_at_build_bytes(facts: &MemoryFacts) -> u64 {
+    if facts.total_bytes == 0 {
+        CAPACITY_BYTES_DEFAULT
+    } else {
+        afforded_bytes(facts, 0)
+    }
 }
 
 /// The tick's decision (module docs), within `[min_bytes, max_bytes]`.

@@ -62,6 +62,21 @@ pub enum CapacityPolicy {
     FollowMachine,
 }
 
+/// The capacity the machine (or the process's cgroup) affords a new cache now, in bytes:
+/// what is available without swapping (`MemAvailable`, or the room under the cgroup's
+/// limit) less the follow policy's reserve and a half (`follow`), at least
+/// [`CAPACITY_BYTES_MIN`]; [`crate::CAPACITY_BYTES_DEFAULT`] where the machine's figures
+/// cannot be read. What a [`CapacityPolicy::FollowMachine`] cache given no capacity starts
+/// at; for a fixed cache sized to the machine at its start (the C ABI's
+/// `FOLIO_CAPACITY_FIXED` with no capacity).
+///
+/// Context: any thread; reads a few small files of `/proc` and `/sys/fs/cgroup` (tens of
+/// microseconds); takes no lock.
+pub fn machine_capacity_bytes() -> u64 {
+    let facts = MemorySource::this_process().read();
+    follow::afforded_at_build_bytes(&facts).max(CAPACITY_BYTES_MIN)
+}
+
 /// The dirty limits as the builder gave them: `None` follows the capacity.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct DirtySettings {
