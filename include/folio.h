@@ -67,14 +67,29 @@
 #define FOLIO_ARENA_PAGES_HUGE 2
 
 /**
+ * `folio_cache_options.capacity_policy`: the capacity follows the machine's memory (the
+ * default). A thread reads the machine's (or the cgroup's) memory every 50 ms: the cache
+ * gives memory back when the machine runs short, and grows again, up to its largest
+ * capacity, while a larger cache would hit. `folio_cache_set_capacity` moves it too.
+ */
+#define FOLIO_CAPACITY_FOLLOW_MACHINE 0
+
+/**
+ * `folio_cache_options.capacity_policy`: the capacity stays where it was set, at creation
+ * or by `folio_cache_set_capacity`.
+ */
+#define FOLIO_CAPACITY_FIXED 1
+
+/**
  * The smallest capacity a cache accepts, in bytes (16 pages of 4 KiB).
  */
 #define FOLIO_CAPACITY_BYTES_MIN 65536
 
 /**
- * The capacity `folio_cache_options_init` sets: 256 MiB.
+ * The capacity of a cache asked to take what the machine affords (`capacity_bytes` 0)
+ * where the machine's memory cannot be read (no /proc/meminfo): 256 MiB.
  */
-#define FOLIO_CAPACITY_BYTES_DEFAULT 268435456
+#define FOLIO_CAPACITY_BYTES_FALLBACK 268435456
 
 /**
  * The maximum readahead window `folio_cache_options_init` sets: 16 MiB.
@@ -201,8 +216,11 @@ typedef struct folio_cache_options {
      */
     uint32_t backend;
     /**
-     * Bytes of memory for cached pages (rounded down to 4 KiB), at least
-     * FOLIO_CAPACITY_BYTES_MIN. Reserved at creation, touched as pages are cached.
+     * Bytes of memory for cached pages at creation (rounded down to 4 KiB), at least
+     * FOLIO_CAPACITY_BYTES_MIN; 0 (the default): what the machine affords (below). Address
+     * space for the largest capacity is reserved at creation; memory is touched as pages
+     * are cached, and given back when the capacity shrinks. `capacity_policy` says how it
+     * moves afterwards.
      */
     uint64_t capacity_bytes;
     /**
@@ -234,15 +252,17 @@ typedef struct folio_cache_options {
     /**
      * The most memory writes may keep dirty or under writeback, in bytes: writers past
      * it wait for writeback (the throttle). 0 (the default):
-     * FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity. Else at least 4096 and
-     * at most `capacity_bytes`.
+     * FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity, following it as it
+     * moves. Else at least 4096 and at most the largest capacity (`capacity_max_bytes`,
+     * or as `capacity_policy` chose it), and it stays put when the capacity moves.
      */
     uint64_t dirty_limit_bytes;
     /**
      * Above this much dirty memory, in bytes, the background writeback writes every
      * dirty file, not only expired ones. 0 (the default):
      * FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT percent of the capacity (at most the dirty
-     * limit). Else at most the dirty limit.
+     * limit). Else at most the dirty limit (the default one: of the capacity at
+     * creation; a threshold above the limit after the capacity moved acts as the limit).
      */
     uint64_t dirty_background_bytes;
     /**
@@ -252,6 +272,27 @@ typedef struct folio_cache_options {
      */
     uint32_t arena_pages;
     /**
+     * How the capacity moves after creation: FOLIO_CAPACITY_FOLLOW_MACHINE (the default)
+     * or FOLIO_CAPACITY_FIXED. With `capacity_bytes` (N) and `capacity_max_bytes` 0:
+     *
+     * | policy         | N  | starts at                    | largest capacity              |
+     * |----------------|----|------------------------------|-------------------------------|
+     * | FOLLOW_MACHINE | 0  | what the machine affords     | the machine's memory, or the  |
+     * |                |    |                              | cgroup's limit                |
+     * | FOLLOW_MACHINE | >0 | N                            | N (it follows the machine     |
+     * |                |    |                              | below N)                      |
+     * | FIXED          | 0  | what the machine affords now | the same                      |
+     * | FIXED          | >0 | N                            | N                             |
+     *
+     * A nonzero `capacity_max_bytes` is the largest capacity instead (and bounds "what
+     * the machine affords"). "What the machine affords": the memory available without
+     * swapping (MemAvailable, or the room under the cgroup v2 limit) less a reserve and
+     * a half (the reserve: a sixteenth of the machine's memory or of the limit, 64 MiB
+     * to 2 GiB); FOLIO_CAPACITY_BYTES_FALLBACK where it cannot be read. Under either
+     * policy `folio_cache_set_capacity` moves the capacity, up to the largest.
+     */
+    uint32_t capacity_policy;
+    /**
      * Write-behind: once a writer that appends (each write starts at or before the end
      * of the file and passes it) has left this many bytes of whole pages dirty behind
      * it, their writeback starts without waiting for it, so that the next sync finds
@@ -260,6 +301,13 @@ typedef struct folio_cache_options {
      * threshold). Default: FOLIO_WRITE_BEHIND_BYTES_DEFAULT.
      */
     uint64_t write_behind_bytes;
+    /**
+     * The largest capacity, in bytes: its address space (and 32 bytes of metadata per
+     * 4 KiB, untouched until used) is reserved at creation, and neither
+     * `folio_cache_set_capacity` nor the machine policy goes past it. 0 (the default):
+     * see `capacity_policy`. Else at least the capacity at creation.
+     */
+    uint64_t capacity_max_bytes;
 } folio_cache_options;
 
 /**
@@ -421,13 +469,44 @@ typedef struct folio_stats {
      */
     uint64_t sync_ns;
     /**
+     * Capacity changes (Cache::set_capacity, folio_cache_set_capacity, the memory policy).
+     */
+    uint64_t capacity_changes;
+    /**
+     * Bytes of memory given back to the system by shrinks of the capacity.
+     */
+    uint64_t bytes_given_back;
+    /**
+     * Times the memory policy found the machine (or the cgroup) short of memory and
+     * shrank the cache.
+     */
+    uint64_t pressure_events;
+    /**
      * Shadow entries (memory of evicted pages) held now.
      */
     uint64_t shadows;
     /**
-     * The cache's capacity, in bytes.
+     * The cache's capacity now, in bytes (it moves with set_capacity and the memory
+     * policy).
      */
     uint64_t capacity_bytes;
+    /**
+     * The largest capacity, reserved at build, in bytes.
+     */
+    uint64_t capacity_max_bytes;
+    /**
+     * Bytes of folio memory resident now (an upper bound: the arena grown, less what
+     * was given back and not taken again).
+     */
+    uint64_t resident_bytes;
+    /**
+     * Bytes given back to the system and not taken again.
+     */
+    uint64_t returned_bytes;
+    /**
+     * Bytes given back and then allocated again (faulted in anew), since build.
+     */
+    uint64_t bytes_regrown;
     /**
      * Bytes of cached pages held now.
      */
@@ -534,7 +613,9 @@ extern "C" {
 #endif // __cplusplus
 
 /**
- * Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
+ * Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, a capacity that follows the
+ * machine from what it affords (`capacity_bytes` 0, FOLIO_CAPACITY_FOLLOW_MACHINE,
+ * `capacity_max_bytes` 0: up to the machine's memory or the cgroup's limit),
  * FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
  * prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
  * threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
@@ -554,22 +635,24 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * its handle in `*out`.
  *
  * Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
- * FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, unknown arena_pages, a prefault other than 0 or 1,
- * a dirty limit outside [4096, capacity], a background threshold above the dirty limit,
- * a wrong `size`); -ENOMEM if the memory
- * cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
- * -EMFILE past 2^20 live caches. `*out` is written only on success.
+ * FOLIO_CAPACITY_BYTES_MIN, a largest capacity below the capacity or above 1 TiB, an
+ * unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault other
+ * than 0 or 1, a dirty limit below 4096 or above the largest capacity, a background
+ * threshold above the dirty limit, a wrong `size`); -ENOMEM if the memory cannot be
+ * reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past
+ * 2^20 live caches. `*out` is written only on success.
  *
- * Context: any thread; reserves the cache's memory (not touched yet) and starts its I/O
- * threads, so it may take milliseconds. The caller owns the handle and releases it with
+ * Context: any thread; reserves the address space of the cache's largest capacity (not
+ * touched yet), starts its I/O threads and, under FOLIO_CAPACITY_FOLLOW_MACHINE, the
+ * thread that follows the machine's memory (named "folio-memory"), so it may take
+ * milliseconds. The caller owns the handle and releases it with
  * `folio_cache_destroy`. `opts` is read during the call only.
  *
  * # Safety
  * `opts` is NULL or points to a readable `folio_cache_options`; `out` is NULL or points
  * to writable memory for one `folio_cache`.
  */
-int32_t folio_cache_create(const struct folio_cache_options *opts,
-                           struct folio_cache *out);
+int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_cache *out);
 
 /**
  * Releases the caller's handle to `cache`. Files opened through it stay open and keep
@@ -588,6 +671,56 @@ int32_t folio_cache_create(const struct folio_cache_options *opts,
  * returned.
  */
 int32_t folio_cache_destroy(struct folio_cache cache);
+
+/**
+ * Sets the capacity of `cache` to `bytes` (rounded down to 4 KiB), between
+ * FOLIO_CAPACITY_BYTES_MIN and its largest capacity (`folio_cache_capacity_max`).
+ * Growing takes effect at once. Shrinking stops allocations past the new capacity at
+ * once, then evicts the coldest clean pages (dirty ones are written back first, never
+ * dropped) and gives the freed memory back to the system (MADV_DONTNEED: the resident
+ * set falls before this returns). Pages other threads hold (a read in progress) leave
+ * when they are released: the shrink waits for them and for writeback up to 2 s, then
+ * returns 0 with the rest left to the cache's reclaim. Under
+ * FOLIO_CAPACITY_FOLLOW_MACHINE the policy moves the capacity again from there when the
+ * machine's memory calls for it (a shrink when short of memory, a growth up to the
+ * largest capacity while a larger cache would hit).
+ *
+ * Returns 0; -EBADF if `cache` is not a live cache handle; -EINVAL if `bytes` is
+ * outside [FOLIO_CAPACITY_BYTES_MIN, the largest capacity] (nothing changes).
+ *
+ * Context: any thread; safe against every other call on the cache and its files, reads
+ * and writes included; capacity changes (this call's, the policy's) run one at a time.
+ * A shrink may sleep: it evicts, writes dirty pages back and waits, as above, up to 2 s
+ * for what is held or in flight (more if it keeps freeing).
+ */
+int32_t folio_cache_set_capacity(struct folio_cache cache, uint64_t bytes);
+
+/**
+ * Stores the capacity of `cache` now, in bytes, in `*out`: what `folio_cache_options`
+ * chose at creation, moved since by `folio_cache_set_capacity` and the machine policy.
+ *
+ * Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+ *
+ * Context: any thread; does not block; takes no lock.
+ *
+ * # Safety
+ * `out` is NULL or points to a writable `uint64_t`.
+ */
+int32_t folio_cache_capacity(struct folio_cache cache, uint64_t *out);
+
+/**
+ * Stores the largest capacity of `cache`, in bytes, in `*out`: reserved at creation
+ * (`capacity_max_bytes`, or as `capacity_policy` chose it), the most
+ * `folio_cache_set_capacity` accepts and the machine policy grows to. It never changes.
+ *
+ * Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+ *
+ * Context: any thread; does not block; takes no lock.
+ *
+ * # Safety
+ * `out` is NULL or points to a writable `uint64_t`.
+ */
+int32_t folio_cache_capacity_max(struct folio_cache cache, uint64_t *out);
 
 /**
  * Stores a snapshot of `cache`'s counters in `*out`.

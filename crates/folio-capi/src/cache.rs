@@ -1,5 +1,7 @@
-//! A cache's life and its counters: `folio_cache_create` (from a `folio_cache_options`,
-//! checked by `build_cache`) and `folio_cache_destroy`, over the cache registry;
+//! A cache's life, its capacity and its counters: `folio_cache_create` (from a
+//! `folio_cache_options`, checked by `build_cache`) and `folio_cache_destroy`, over the
+//! cache registry; `folio_cache_set_capacity`, `folio_cache_capacity` and
+//! `folio_cache_capacity_max` (the library's `Cache::set_capacity` and its getters);
 //! `folio_cache_stats` and `folio_stats_format`, with the names of the library's engines
 //! and eviction policies and their codes in `folio_stats`, both ways.
 //!
@@ -23,14 +25,17 @@ use crate::{folio_cache, CACHES};
 /// its handle in `*out`.
 ///
 /// Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
-/// FOLIO_CAPACITY_BYTES_MIN, an unknown backend or eviction, unknown arena_pages, a prefault other than 0 or 1,
-/// a dirty limit outside [4096, capacity], a background threshold above the dirty limit,
-/// a wrong `size`); -ENOMEM if the memory
-/// cannot be reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING;
-/// -EMFILE past 2^20 live caches. `*out` is written only on success.
+/// FOLIO_CAPACITY_BYTES_MIN, a largest capacity below the capacity or above 1 TiB, an
+/// unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault other
+/// than 0 or 1, a dirty limit below 4096 or above the largest capacity, a background
+/// threshold above the dirty limit, a wrong `size`); -ENOMEM if the memory cannot be
+/// reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past
+/// 2^20 live caches. `*out` is written only on success.
 ///
-/// Context: any thread; reserves the cache's memory (not touched yet) and starts its I/O
-/// threads, so it may take milliseconds. The caller owns the handle and releases it with
+/// Context: any thread; reserves the address space of the cache's largest capacity (not
+/// touched yet), starts its I/O threads and, under FOLIO_CAPACITY_FOLLOW_MACHINE, the
+/// thread that follows the machine's memory (named "folio-memory"), so it may take
+/// milliseconds. The caller owns the handle and releases it with
 /// `folio_cache_destroy`. `opts` is read during the call only.
 ///
 /// # Safety
@@ -81,6 +86,77 @@ pub extern "C" fn folio_cache_destroy(cache: folio_cache) -> i32 {
         CACHES
             .remove(cache.id)
             .map_err(|_| bad_handle("folio_cache_destroy", "cache", cache.id))?;
+        Ok(0)
+    })
+}
+
+/// Sets the capacity of `cache` to `bytes` (rounded down to 4 KiB), between
+/// FOLIO_CAPACITY_BYTES_MIN and its largest capacity (`folio_cache_capacity_max`).
+/// Growing takes effect at once. Shrinking stops allocations past the new capacity at
+/// once, then evicts the coldest clean pages (dirty ones are written back first, never
+/// dropped) and gives the freed memory back to the system (MADV_DONTNEED: the resident
+/// set falls before this returns). Pages other threads hold (a read in progress) leave
+/// when they are released: the shrink waits for them and for writeback up to 2 s, then
+/// returns 0 with the rest left to the cache's reclaim. Under
+/// FOLIO_CAPACITY_FOLLOW_MACHINE the policy moves the capacity again from there when the
+/// machine's memory calls for it (a shrink when short of memory, a growth up to the
+/// largest capacity while a larger cache would hit).
+///
+/// Returns 0; -EBADF if `cache` is not a live cache handle; -EINVAL if `bytes` is
+/// outside [FOLIO_CAPACITY_BYTES_MIN, the largest capacity] (nothing changes).
+///
+/// Context: any thread; safe against every other call on the cache and its files, reads
+/// and writes included; capacity changes (this call's, the policy's) run one at a time.
+/// A shrink may sleep: it evicts, writes dirty pages back and waits, as above, up to 2 s
+/// for what is held or in flight (more if it keeps freeing).
+#[no_mangle]
+pub extern "C" fn folio_cache_set_capacity(cache: folio_cache, bytes: u64) -> i32 {
+    const CALL: &str = "folio_cache_set_capacity";
+    with_cache(CALL, cache, |cache| {
+        cache
+            .set_capacity(bytes)
+            .map_err(|e| Failure::io(CALL, &e))?;
+        Ok(0)
+    })
+}
+
+/// Stores the capacity of `cache` now, in bytes, in `*out`: what `folio_cache_options`
+/// chose at creation, moved since by `folio_cache_set_capacity` and the machine policy.
+///
+/// Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+///
+/// Context: any thread; does not block; takes no lock.
+///
+/// # Safety
+/// `out` is NULL or points to a writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_capacity(cache: folio_cache, out: *mut u64) -> i32 {
+    const CALL: &str = "folio_cache_capacity";
+    with_cache(CALL, cache, |cache| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable u64.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        out.write(cache.capacity_bytes());
+        Ok(0)
+    })
+}
+
+/// Stores the largest capacity of `cache`, in bytes, in `*out`: reserved at creation
+/// (`capacity_max_bytes`, or as `capacity_policy` chose it), the most
+/// `folio_cache_set_capacity` accepts and the machine policy grows to. It never changes.
+///
+/// Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+///
+/// Context: any thread; does not block; takes no lock.
+///
+/// # Safety
+/// `out` is NULL or points to a writable `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_capacity_max(cache: folio_cache, out: *mut u64) -> i32 {
+    const CALL: &str = "folio_cache_capacity_max";
+    with_cache(CALL, cache, |cache| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable u64.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        out.write(cache.capacity_max_bytes());
         Ok(0)
     })
 }

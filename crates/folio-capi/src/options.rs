@@ -1,14 +1,23 @@
 //! The cache's options, `folio_cache_options`: the codes of its choices (the engine, the
-//! eviction policy, the arena's pages), its defaults (`folio_cache_options_init`, and the
-//! `FOLIO_*_DEFAULT` literals the header carries, asserted equal to the library's), its
-//! layout as C sees it, and its checks: `build_cache` turns a filled struct into the
-//! library's `Cache`, or an `EINVAL` that names the field.
+//! eviction policy, the arena's pages, the capacity's policy), its defaults
+//! (`folio_cache_options_init`, and the `FOLIO_*_DEFAULT` literals the header carries,
+//! asserted equal to the library's), its layout as C sees it, and its checks:
+//! `build_cache` turns a filled struct into the library's `Cache`, or an `EINVAL` that
+//! names the field.
+//!
+//! The capacity (`capacities`): by default it follows the machine
+//! (`FOLIO_CAPACITY_FOLLOW_MACHINE`, the library's `CapacityPolicy::FollowMachine`), and a
+//! capacity of 0 means "what the machine affords". A capacity the caller gives is also the
+//! most the cache takes unless `capacity_max_bytes` says more: a C program that asked for
+//! 1 GiB before the capacity could move gets a cache that never holds more than 1 GiB and
+//! gives memory back when the machine runs short. The whole table is on
+//! `folio_cache_options.capacity_policy`.
 //!
 //! Protection: none needed; the options are the caller's, copied once per call.
 
 use std::time::Duration;
 
-use folio_rs::{ArenaPages, BackendKind, Cache, EvictionKind, Prefault};
+use folio_rs::{ArenaPages, BackendKind, Cache, CapacityPolicy, EvictionKind, Prefault};
 
 use crate::entry::Out;
 use crate::error::{boundary, Failure};
@@ -37,11 +46,21 @@ pub const FOLIO_ARENA_PAGES_SMALL: u32 = 1;
 /// `folio_cache_options.arena_pages`: transparent huge pages advised for all of it.
 pub const FOLIO_ARENA_PAGES_HUGE: u32 = 2;
 
+/// `folio_cache_options.capacity_policy`: the capacity follows the machine's memory (the
+/// default). A thread reads the machine's (or the cgroup's) memory every 50 ms: the cache
+/// gives memory back when the machine runs short, and grows again, up to its largest
+/// capacity, while a larger cache would hit. `folio_cache_set_capacity` moves it too.
+pub const FOLIO_CAPACITY_FOLLOW_MACHINE: u32 = 0;
+/// `folio_cache_options.capacity_policy`: the capacity stays where it was set, at creation
+/// or by `folio_cache_set_capacity`.
+pub const FOLIO_CAPACITY_FIXED: u32 = 1;
+
 // Literals, so that cbindgen can write them; the asserts keep them equal to the library's.
 /// The smallest capacity a cache accepts, in bytes (16 pages of 4 KiB).
 pub const FOLIO_CAPACITY_BYTES_MIN: u64 = 65536;
-/// The capacity `folio_cache_options_init` sets: 256 MiB.
-pub const FOLIO_CAPACITY_BYTES_DEFAULT: u64 = 268435456;
+/// The capacity of a cache asked to take what the machine affords (`capacity_bytes` 0)
+/// where the machine's memory cannot be read (no /proc/meminfo): 256 MiB.
+pub const FOLIO_CAPACITY_BYTES_FALLBACK: u64 = 268435456;
 /// The maximum readahead window `folio_cache_options_init` sets: 16 MiB.
 pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 16777216;
 
@@ -49,7 +68,7 @@ pub const FOLIO_READAHEAD_MAX_BYTES_DEFAULT: u64 = 16777216;
 const PAGE_BYTES: u64 = folio_rs::PAGE_BYTES as u64;
 
 const _: () = assert!(FOLIO_CAPACITY_BYTES_MIN == folio_rs::CAPACITY_BYTES_MIN);
-const _: () = assert!(FOLIO_CAPACITY_BYTES_DEFAULT == folio_rs::CAPACITY_BYTES_DEFAULT);
+const _: () = assert!(FOLIO_CAPACITY_BYTES_FALLBACK == folio_rs::CAPACITY_BYTES_DEFAULT);
 /// The dirty limit when `dirty_limit_bytes` is 0, in percent of the capacity.
 pub const FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT: u32 = 20;
 /// The background threshold when `dirty_background_bytes` is 0, in percent of the
@@ -80,8 +99,11 @@ pub struct folio_cache_options {
     pub size: u32,
     /// FOLIO_BACKEND_AUTO, FOLIO_BACKEND_IO_URING or FOLIO_BACKEND_PREAD.
     pub backend: u32,
-    /// Bytes of memory for cached pages (rounded down to 4 KiB), at least
-    /// FOLIO_CAPACITY_BYTES_MIN. Reserved at creation, touched as pages are cached.
+    /// Bytes of memory for cached pages at creation (rounded down to 4 KiB), at least
+    /// FOLIO_CAPACITY_BYTES_MIN; 0 (the default): what the machine affords (below). Address
+    /// space for the largest capacity is reserved at creation; memory is touched as pages
+    /// are cached, and given back when the capacity shrinks. `capacity_policy` says how it
+    /// moves afterwards.
     pub capacity_bytes: u64,
     /// The largest readahead window of a file, in bytes (at most 32 MiB and an eighth of
     /// the capacity; 0: no readahead).
@@ -101,18 +123,39 @@ pub struct folio_cache_options {
     pub dirty_expire_ms: u32,
     /// The most memory writes may keep dirty or under writeback, in bytes: writers past
     /// it wait for writeback (the throttle). 0 (the default):
-    /// FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity. Else at least 4096 and
-    /// at most `capacity_bytes`.
+    /// FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity, following it as it
+    /// moves. Else at least 4096 and at most the largest capacity (`capacity_max_bytes`,
+    /// or as `capacity_policy` chose it), and it stays put when the capacity moves.
     pub dirty_limit_bytes: u64,
     /// Above this much dirty memory, in bytes, the background writeback writes every
     /// dirty file, not only expired ones. 0 (the default):
     /// FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT percent of the capacity (at most the dirty
-    /// limit). Else at most the dirty limit.
+    /// limit). Else at most the dirty limit (the default one: of the capacity at
+    /// creation; a threshold above the limit after the capacity moved acts as the limit).
     pub dirty_background_bytes: u64,
     /// Which pages back the cache's memory: FOLIO_ARENA_PAGES_AUTO (the default: huge
     /// pages for readahead's large folios, 4 KiB pages for random reads' small ones),
     /// _SMALL or _HUGE. See docs/benchmarks.md, "Arena pages".
     pub arena_pages: u32,
+    /// How the capacity moves after creation: FOLIO_CAPACITY_FOLLOW_MACHINE (the default)
+    /// or FOLIO_CAPACITY_FIXED. With `capacity_bytes` (N) and `capacity_max_bytes` 0:
+    ///
+    /// | policy         | N  | starts at                    | largest capacity              |
+    /// |----------------|----|------------------------------|-------------------------------|
+    /// | FOLLOW_MACHINE | 0  | what the machine affords     | the machine's memory, or the  |
+    /// |                |    |                              | cgroup's limit                |
+    /// | FOLLOW_MACHINE | >0 | N                            | N (it follows the machine     |
+    /// |                |    |                              | below N)                      |
+    /// | FIXED          | 0  | what the machine affords now | the same                      |
+    /// | FIXED          | >0 | N                            | N                             |
+    ///
+    /// A nonzero `capacity_max_bytes` is the largest capacity instead (and bounds "what
+    /// the machine affords"). "What the machine affords": the memory available without
+    /// swapping (MemAvailable, or the room under the cgroup v2 limit) less a reserve and
+    /// a half (the reserve: a sixteenth of the machine's memory or of the limit, 64 MiB
+    /// to 2 GiB); FOLIO_CAPACITY_BYTES_FALLBACK where it cannot be read. Under either
+    /// policy `folio_cache_set_capacity` moves the capacity, up to the largest.
+    pub capacity_policy: u32,
     /// Write-behind: once a writer that appends (each write starts at or before the end
     /// of the file and passes it) has left this many bytes of whole pages dirty behind
     /// it, their writeback starts without waiting for it, so that the next sync finds
@@ -120,24 +163,33 @@ pub struct folio_cache_options {
     /// 0: off (appended pages wait for a sync, the dirty expiry or the background
     /// threshold). Default: FOLIO_WRITE_BEHIND_BYTES_DEFAULT.
     pub write_behind_bytes: u64,
+    /// The largest capacity, in bytes: its address space (and 32 bytes of metadata per
+    /// 4 KiB, untouched until used) is reserved at creation, and neither
+    /// `folio_cache_set_capacity` nor the machine policy goes past it. 0 (the default):
+    /// see `capacity_policy`. Else at least the capacity at creation.
+    pub capacity_max_bytes: u64,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
 // and at the end, so the earlier fields kept their offsets. `write_behind_bytes` came at
 // the end (after four bytes of padding) rather than in that padding, so that the size
 // changed (64 to 72) and `size` refuses a caller built against the older header instead
-// of reading its padding as the field.
+// of reading its padding as the field. The capacity's policy took those four bytes and
+// its maximum the end, so the size changed again (72 to 80): a caller built before the
+// capacity could move is refused, not read as asking for a machine-sized cache.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 56);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, write_behind_bytes) == 64);
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 72);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, capacity_policy) == 60);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, capacity_max_bytes) == 72);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 80);
 
 pub(crate) fn cache_options_default() -> folio_cache_options {
     folio_cache_options {
         size: std::mem::size_of::<folio_cache_options>() as u32,
         backend: FOLIO_BACKEND_AUTO,
-        capacity_bytes: FOLIO_CAPACITY_BYTES_DEFAULT,
+        capacity_bytes: 0,
         readahead_max_bytes: FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
         pread_threads: 0,
         eviction: FOLIO_EVICTION_S3FIFO,
@@ -147,10 +199,14 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
         dirty_background_bytes: 0,
         arena_pages: FOLIO_ARENA_PAGES_AUTO,
         write_behind_bytes: FOLIO_WRITE_BEHIND_BYTES_DEFAULT,
+        capacity_policy: FOLIO_CAPACITY_FOLLOW_MACHINE,
+        capacity_max_bytes: 0,
     }
 }
 
-/// Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, FOLIO_CAPACITY_BYTES_DEFAULT,
+/// Fills `*opts` with the defaults: FOLIO_BACKEND_AUTO, a capacity that follows the
+/// machine from what it affords (`capacity_bytes` 0, FOLIO_CAPACITY_FOLLOW_MACHINE,
+/// `capacity_max_bytes` 0: up to the machine's memory or the cgroup's limit),
 /// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
 /// prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
 /// threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
@@ -233,8 +289,10 @@ pub(crate) fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> 
             ))
         }
     };
+    let capacity = capacity_settings(opts)?;
+    let (limit, background) = dirty_settings(opts)?;
     let mut builder = Cache::builder()
-        .capacity_bytes(opts.capacity_bytes)
+        .capacity_policy(capacity.policy)
         .backend(backend)
         .readahead_max_bytes(opts.readahead_max_bytes)
         .eviction(eviction)
@@ -242,51 +300,209 @@ pub(crate) fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> 
         .arena_pages(arena_pages)
         .write_behind_bytes(opts.write_behind_bytes)
         .dirty_expire(Duration::from_millis(u64::from(opts.dirty_expire_ms)));
-    let (limit_bytes, background_bytes) = dirty_thresholds(opts)?;
-    if let Some(bytes) = limit_bytes {
+    if let Some(bytes) = capacity.capacity_bytes {
+        builder = builder.capacity_bytes(bytes);
+    }
+    if let Some(bytes) = capacity.capacity_max_bytes {
+        builder = builder.capacity_max_bytes(bytes);
+    }
+    if let Some(bytes) = limit {
         builder = builder.dirty_limit_bytes(bytes);
     }
-    if let Some(bytes) = background_bytes {
+    if let Some(bytes) = background {
         builder = builder.dirty_background_bytes(bytes);
     }
     if opts.pread_threads != 0 {
         builder = builder.pread_threads(opts.pread_threads as usize);
     }
-    builder.build().map_err(|e| Failure::io(CALL, &e))
+    let cache = builder.build().map_err(|e| Failure::io(CALL, &e))?;
+    // Checked once the capacity is chosen: with `capacity_bytes` 0 only the library knows
+    // it. A failure drops the cache (its threads stop) before the caller hears of it.
+    check_dirty_against_capacity(opts, &cache)?;
+    Ok(cache)
+}
+
+/// The builder's capacity settings for `opts` (None: the library's default).
+#[derive(Debug, PartialEq, Eq)]
+struct CapacitySettings {
+    policy: CapacityPolicy,
+    capacity_bytes: Option<u64>,
+    capacity_max_bytes: Option<u64>,
+}
+
+/// What `opts` asks of the capacity, as the table on `capacity_policy` says, or EINVAL
+/// for an unknown policy or a maximum below the capacity. The bounds the library checks
+/// itself (at least FOLIO_CAPACITY_BYTES_MIN, at most 1 TiB) are left to it.
+fn capacity_settings(opts: &folio_cache_options) -> Result<CapacitySettings, Failure> {
+    const CALL: &str = "folio_cache_create";
+    let policy = match opts.capacity_policy {
+        FOLIO_CAPACITY_FOLLOW_MACHINE => CapacityPolicy::FollowMachine,
+        FOLIO_CAPACITY_FIXED => CapacityPolicy::Fixed,
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: unknown capacity_policy {other} (FOLIO_CAPACITY_FOLLOW_MACHINE or \
+                     _FIXED)"
+                ),
+            ))
+        }
+    };
+    let given = (opts.capacity_bytes != 0).then_some(opts.capacity_bytes);
+    let max = (opts.capacity_max_bytes != 0).then_some(opts.capacity_max_bytes);
+    if let (Some(capacity), Some(max)) = (given, max) {
+        if max < capacity {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: capacity_max_bytes {max} is below capacity_bytes {capacity} \
+                     (0: the default)"
+                ),
+            ));
+        }
+    }
+    let capacity_bytes = match (policy, given) {
+        // Fixed at what the machine affords now (the library's own fixed default is a
+        // constant): within the maximum, if one is given.
+        (CapacityPolicy::Fixed, None) => {
+            let afforded = folio_rs::machine_capacity_bytes();
+            Some(max.map_or(afforded, |max| afforded.min(max)))
+        }
+        (_, given) => given,
+    };
+    Ok(CapacitySettings {
+        policy,
+        capacity_bytes,
+        // A capacity the caller gave is the most the cache takes, unless the maximum says
+        // more; with neither, the library's default for the policy.
+        capacity_max_bytes: max.or(given),
+    })
 }
 
 /// The dirty limit and background threshold `opts` sets (None: the library's default),
-/// or EINVAL for values the cache could not honour.
-fn dirty_thresholds(opts: &folio_cache_options) -> Result<(Option<u64>, Option<u64>), Failure> {
+/// or EINVAL for values no capacity could honour: a limit below a page, a threshold above
+/// the limit. What depends on the capacity is checked once the cache is built
+/// (`check_dirty_against_capacity`).
+fn dirty_settings(opts: &folio_cache_options) -> Result<(Option<u64>, Option<u64>), Failure> {
     const CALL: &str = "folio_cache_create";
-    let limit = match opts.dirty_limit_bytes {
-        0 => None,
-        bytes if bytes < PAGE_BYTES || bytes > opts.capacity_bytes => {
+    let limit = (opts.dirty_limit_bytes != 0).then_some(opts.dirty_limit_bytes);
+    let background = (opts.dirty_background_bytes != 0).then_some(opts.dirty_background_bytes);
+    if let Some(bytes) = limit.filter(|&bytes| bytes < PAGE_BYTES) {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!("{CALL}: dirty_limit_bytes {bytes} is below a page (4096; 0: the default)"),
+        ));
+    }
+    if let (Some(limit), Some(background)) = (limit, background) {
+        if background > limit {
             return Err(Failure::new(
                 libc::EINVAL,
                 format!(
-                    "{CALL}: dirty_limit_bytes {bytes} is not within [4096, capacity_bytes {}] \
-                     (0: the default)",
-                    opts.capacity_bytes
+                    "{CALL}: dirty_background_bytes {background} is above the dirty limit \
+                     ({limit} bytes)"
                 ),
-            ))
+            ));
         }
-        bytes => Some(bytes),
-    };
-    let limit_bytes =
-        limit.unwrap_or(opts.capacity_bytes / 100 * u64::from(FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT));
-    let background = match opts.dirty_background_bytes {
-        0 => None,
-        bytes if bytes > limit_bytes => {
-            return Err(Failure::new(
-                libc::EINVAL,
-                format!(
-                    "{CALL}: dirty_background_bytes {bytes} is above the dirty limit \
-                     ({limit_bytes} bytes)"
-                ),
-            ))
-        }
-        bytes => Some(bytes),
-    };
+    }
     Ok((limit, background))
+}
+
+/// EINVAL if a dirty limit `opts` sets is above the largest capacity `cache` was built
+/// with, or a background threshold it sets is above the default dirty limit of the
+/// capacity chosen at creation (FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of it, as the
+/// library sizes it).
+fn check_dirty_against_capacity(opts: &folio_cache_options, cache: &Cache) -> Result<(), Failure> {
+    const CALL: &str = "folio_cache_create";
+    let max = cache.capacity_max_bytes();
+    if opts.dirty_limit_bytes > max {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{CALL}: dirty_limit_bytes {} is above the largest capacity ({max} bytes: \
+                 capacity_max_bytes, or as capacity_policy chose it; 0: the default)",
+                opts.dirty_limit_bytes
+            ),
+        ));
+    }
+    if opts.dirty_limit_bytes == 0 && opts.dirty_background_bytes != 0 {
+        let capacity = cache.capacity_bytes();
+        let limit =
+            capacity / PAGE_BYTES * u64::from(FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT) / 100 * PAGE_BYTES;
+        if opts.dirty_background_bytes > limit {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: dirty_background_bytes {} is above the default dirty limit \
+                     ({limit} bytes: {FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT}% of the capacity of \
+                     {capacity} bytes)",
+                    opts.dirty_background_bytes
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(policy: u32, capacity: u64, max: u64) -> Result<CapacitySettings, Failure> {
+        let mut opts = cache_options_default();
+        opts.capacity_policy = policy;
+        opts.capacity_bytes = capacity;
+        opts.capacity_max_bytes = max;
+        capacity_settings(&opts)
+    }
+
+    /// The table on `folio_cache_options.capacity_policy`, row by row.
+    #[test]
+    fn capacity_settings_follow_the_policy_table() {
+        const MIB: u64 = 1 << 20;
+        let follow = CapacityPolicy::FollowMachine;
+        let fixed = CapacityPolicy::Fixed;
+        let row = |policy, capacity_bytes, capacity_max_bytes| CapacitySettings {
+            policy,
+            capacity_bytes,
+            capacity_max_bytes,
+        };
+        // Follow: the library's machine defaults; a capacity given is the most.
+        let follow_code = FOLIO_CAPACITY_FOLLOW_MACHINE;
+        assert_eq!(
+            settings(follow_code, 0, 0).unwrap(),
+            row(follow, None, None)
+        );
+        assert_eq!(
+            settings(follow_code, 8 * MIB, 0).unwrap(),
+            row(follow, Some(8 * MIB), Some(8 * MIB))
+        );
+        assert_eq!(
+            settings(follow_code, 8 * MIB, 64 * MIB).unwrap(),
+            row(follow, Some(8 * MIB), Some(64 * MIB))
+        );
+        assert_eq!(
+            settings(follow_code, 0, 64 * MIB).unwrap(),
+            row(follow, None, Some(64 * MIB))
+        );
+        // Fixed: a capacity given is the capacity; none is the machine's, now.
+        let fixed_code = FOLIO_CAPACITY_FIXED;
+        assert_eq!(
+            settings(fixed_code, 8 * MIB, 0).unwrap(),
+            row(fixed, Some(8 * MIB), Some(8 * MIB))
+        );
+        let machine = settings(fixed_code, 0, 0).unwrap();
+        assert_eq!(machine.capacity_max_bytes, None);
+        assert!(machine.capacity_bytes.unwrap() >= FOLIO_CAPACITY_BYTES_MIN);
+        assert_eq!(
+            settings(fixed_code, 0, 4 * MIB).unwrap(),
+            row(fixed, Some(4 * MIB), Some(4 * MIB)),
+            "the machine's capacity within the maximum"
+        );
+        // Refused: a maximum below the capacity, an unknown policy.
+        assert_eq!(
+            settings(follow_code, 8 * MIB, 4 * MIB).unwrap_err().errno(),
+            libc::EINVAL
+        );
+        assert_eq!(settings(7, 0, 0).unwrap_err().errno(), libc::EINVAL);
+    }
 }

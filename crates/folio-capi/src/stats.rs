@@ -86,10 +86,27 @@ pub struct folio_stats {
     pub syncs: u64,
     /// Time spent in syncs, in nanoseconds.
     pub sync_ns: u64,
+    /// Capacity changes (Cache::set_capacity, folio_cache_set_capacity, the memory policy).
+    pub capacity_changes: u64,
+    /// Bytes of memory given back to the system by shrinks of the capacity.
+    pub bytes_given_back: u64,
+    /// Times the memory policy found the machine (or the cgroup) short of memory and
+    /// shrank the cache.
+    pub pressure_events: u64,
     /// Shadow entries (memory of evicted pages) held now.
     pub shadows: u64,
-    /// The cache's capacity, in bytes.
+    /// The cache's capacity now, in bytes (it moves with set_capacity and the memory
+    /// policy).
     pub capacity_bytes: u64,
+    /// The largest capacity, reserved at build, in bytes.
+    pub capacity_max_bytes: u64,
+    /// Bytes of folio memory resident now (an upper bound: the arena grown, less what
+    /// was given back and not taken again).
+    pub resident_bytes: u64,
+    /// Bytes given back to the system and not taken again.
+    pub returned_bytes: u64,
+    /// Bytes given back and then allocated again (faulted in anew), since build.
+    pub bytes_regrown: u64,
     /// Bytes of cached pages held now.
     pub cached_bytes: u64,
     /// Bytes of metadata: the pages' side table, the mappings and their index nodes.
@@ -124,7 +141,7 @@ pub struct folio_stats {
     pub eviction: u32,
 }
 
-const _: () = assert!(Stats::FIELDS.len() == 47);
+const _: () = assert!(Stats::FIELDS.len() == 54);
 
 impl folio_stats {
     /// The C struct of a snapshot.
@@ -165,8 +182,15 @@ impl folio_stats {
             throttled_ns: stats.throttled_ns,
             syncs: stats.syncs,
             sync_ns: stats.sync_ns,
+            capacity_changes: stats.capacity_changes,
+            bytes_given_back: stats.bytes_given_back,
+            pressure_events: stats.pressure_events,
             shadows: stats.shadows,
             capacity_bytes: stats.capacity_bytes,
+            capacity_max_bytes: stats.capacity_max_bytes,
+            resident_bytes: stats.resident_bytes,
+            returned_bytes: stats.returned_bytes,
+            bytes_regrown: stats.bytes_regrown,
             cached_bytes: stats.cached_bytes,
             metadata_bytes: stats.metadata_bytes,
             mappings: stats.mappings,
@@ -183,7 +207,7 @@ impl folio_stats {
     }
 
     /// The numbers, in the order of `Stats::FIELDS`.
-    pub(crate) fn values(&self) -> [u64; 47] {
+    pub(crate) fn values(&self) -> [u64; 54] {
         [
             self.hits,
             self.misses,
@@ -220,8 +244,15 @@ impl folio_stats {
             self.throttled_ns,
             self.syncs,
             self.sync_ns,
+            self.capacity_changes,
+            self.bytes_given_back,
+            self.pressure_events,
             self.shadows,
             self.capacity_bytes,
+            self.capacity_max_bytes,
+            self.resident_bytes,
+            self.returned_bytes,
+            self.bytes_regrown,
             self.cached_bytes,
             self.metadata_bytes,
             self.mappings,

@@ -8,6 +8,9 @@
  * through every handle and on the disk after each kind of sync, set_len both ways,
  * writeback without a sync, the dirty options' effect, readers racing a writer, and
  * folio_remove_file (a closed file's dirty pages dropped; open handles and other links kept).
+ * The capacity: the machine-sized defaults, the policy's and the maximum's checks, and
+ * folio_cache_set_capacity up and down (memory given back, dirty pages written back
+ * rather than dropped, every byte still right).
  *
  * Usage: abi_test DIR   (DIR: an empty, writable directory)
  * Prints one line per failed check and ends with "abi_test: N passed, M failed".
@@ -81,6 +84,18 @@ static uint64_t lcg(uint64_t *s) {
 
 static char path_pattern[4096], path_empty[4096], path_dir[4096], path_missing[4096];
 
+/* The machine's memory (MemTotal of /proc/meminfo), in bytes; 0 if unreadable. */
+static uint64_t mem_total_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    unsigned long long kib = 0;
+    char line[256];
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %llu kB", &kib) == 1) break;
+    fclose(f);
+    return (uint64_t)kib << 10;
+}
+
 static void test_options_and_create(void) {
     folio_cache_options o;
     folio_cache c = {0};
@@ -89,7 +104,9 @@ static void test_options_and_create(void) {
     CHECK(folio_cache_options_init(&o) == 0);
     CHECK(o.size == sizeof o);
     CHECK(o.backend == FOLIO_BACKEND_AUTO);
-    CHECK(o.capacity_bytes == FOLIO_CAPACITY_BYTES_DEFAULT);
+    CHECK(o.capacity_bytes == 0); /* what the machine affords */
+    CHECK(o.capacity_policy == FOLIO_CAPACITY_FOLLOW_MACHINE);
+    CHECK(o.capacity_max_bytes == 0);
     CHECK(o.readahead_max_bytes == FOLIO_READAHEAD_MAX_BYTES_DEFAULT);
     CHECK(o.eviction == FOLIO_EVICTION_S3FIFO);
     CHECK(o.prefault == 0);
@@ -185,13 +202,17 @@ static void test_options_and_create(void) {
         c.id = 0;
     }
 
-    /* NULL options: every default. */
+    /* NULL options: every default; the capacity is what the machine affords, at most
+       its memory. */
     CHECK(folio_cache_create(NULL, &c) == 0);
     CHECK(c.id != 0);
     {
         folio_stats s;
+        uint64_t total = mem_total_bytes();
         CHECK(folio_cache_stats(c, &s) == 0);
-        CHECK(s.capacity_bytes == FOLIO_CAPACITY_BYTES_DEFAULT);
+        CHECK(s.capacity_bytes >= FOLIO_CAPACITY_BYTES_MIN);
+        CHECK(s.capacity_bytes <= s.capacity_max_bytes);
+        CHECK(total == 0 || s.capacity_max_bytes <= total);
         CHECK(s.backend == FOLIO_BACKEND_IO_URING || s.backend == FOLIO_BACKEND_PREAD);
         CHECK(s.hits == 0 && s.misses == 0);
     }
@@ -1068,7 +1089,11 @@ static void test_dirty_options(void) {
    minute's expiry and a roomy dirty limit, so that nothing else writes them. */
 _Static_assert(offsetof(folio_cache_options, write_behind_bytes) == 64,
                "write_behind_bytes follows arena_pages and four bytes of padding");
-_Static_assert(sizeof(folio_cache_options) == 72, "folio_cache_options is 72 bytes");
+_Static_assert(offsetof(folio_cache_options, capacity_policy) == 60,
+               "capacity_policy sits in the padding after arena_pages");
+_Static_assert(offsetof(folio_cache_options, capacity_max_bytes) == 72,
+               "capacity_max_bytes comes last");
+_Static_assert(sizeof(folio_cache_options) == 80, "folio_cache_options is 80 bytes");
 
 static void test_write_behind(void) {
     enum { APPEND_BYTES = 1u << 20, PAGES = APPEND_BYTES / 4096 };
@@ -1301,6 +1326,222 @@ static void test_last_error_message(void) {
     CHECK(fresh == 0);
 }
 
+/* The capacity's options at creation: policy, maximum, and the dirty limit checked against
+   the capacity chosen (also when that is the machine's). */
+static void test_capacity_options(void) {
+    folio_cache_options o;
+    folio_cache c = {0};
+    uint64_t capacity = 0, max = 0;
+    char msg[256];
+
+    /* Unknown policy; a maximum below the capacity. */
+    folio_cache_options_init(&o);
+    o.capacity_policy = 2;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    folio_last_error_message(msg, sizeof msg);
+    CHECK(strstr(msg, "capacity_policy") != NULL);
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 8u << 20;
+    o.capacity_max_bytes = 4u << 20;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    folio_last_error_message(msg, sizeof msg);
+    CHECK(strstr(msg, "capacity_max_bytes") != NULL);
+    /* The machine's capacity, bounded by a maximum below it... */
+    o.capacity_bytes = 0;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity == 4u << 20);
+    CHECK(folio_cache_capacity_max(c, &max) == 0 && max == 4u << 20);
+    CHECK(folio_cache_destroy(c) == 0);
+    /* ...and a maximum below the smallest capacity. */
+    o.capacity_max_bytes = FOLIO_CAPACITY_BYTES_MIN / 2;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    /* A capacity given under the default policy is also the most the cache takes... */
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 4u << 20;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity == 4u << 20);
+    CHECK(folio_cache_capacity_max(c, &max) == 0 && max == 4u << 20);
+    CHECK(folio_cache_destroy(c) == 0);
+    /* ...unless the maximum says more. */
+    o.capacity_max_bytes = 64u << 20;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity == 4u << 20);
+    CHECK(folio_cache_capacity_max(c, &max) == 0 && max == 64u << 20);
+    CHECK(folio_cache_destroy(c) == 0);
+    /* Fixed with no capacity: what the machine affords, and that is the largest. */
+    folio_cache_options_init(&o);
+    o.capacity_policy = FOLIO_CAPACITY_FIXED;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity >= FOLIO_CAPACITY_BYTES_MIN);
+    CHECK(folio_cache_capacity_max(c, &max) == 0 && max == capacity);
+    CHECK(folio_cache_destroy(c) == 0);
+
+    /* The dirty limit against the capacity chosen: with the machine's (0), a limit of
+       16 MiB is within it (the machine's memory); above a largest capacity of 8 MiB it
+       is refused. */
+    folio_cache_options_init(&o);
+    o.dirty_limit_bytes = 16u << 20;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_capacity_max(c, &max) == 0 && max >= 16u << 20);
+    CHECK(folio_cache_destroy(c) == 0);
+    o.capacity_max_bytes = 8u << 20;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    folio_last_error_message(msg, sizeof msg);
+    CHECK(strstr(msg, "dirty_limit_bytes") != NULL);
+    /* Up to the largest capacity, not only the starting one. */
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 4u << 20;
+    o.capacity_max_bytes = 16u << 20;
+    o.dirty_limit_bytes = 16u << 20;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    /* A background threshold above the default limit of the machine's capacity. */
+    folio_cache_options_init(&o);
+    o.capacity_max_bytes = 4u << 20;
+    o.dirty_background_bytes = 1u << 20; /* the default limit: 20% of 4 MiB */
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    folio_last_error_message(msg, sizeof msg);
+    CHECK(strstr(msg, "dirty_background_bytes") != NULL);
+    c.id = 0;
+}
+
+/* folio_cache_set_capacity up and down on a fixed cache, so that only these calls move
+   it: the stats follow, a shrink evicts and gives memory back, dirty pages are written
+   back rather than dropped, and every byte reads right at every size. */
+static void test_set_capacity(void) {
+    enum { BIG_BYTES = 24u << 20 };
+    folio_cache_options o;
+    folio_cache c, none = {0};
+    folio_file f, w;
+    folio_stats s;
+    uint64_t capacity = 0, max = 0;
+    char big[4200], dirty[4200];
+    uint8_t *buf = malloc(1u << 20);
+    int ok = 1;
+
+    snprintf(big, sizeof big, "%s.big", path_pattern);
+    snprintf(dirty, sizeof dirty, "%s.shrink", path_pattern);
+    write_pattern_file(big, BIG_BYTES);
+    unlink(dirty);
+    folio_cache_options_init(&o);
+    o.capacity_policy = FOLIO_CAPACITY_FIXED;
+    o.capacity_bytes = 8u << 20;
+    o.capacity_max_bytes = 32u << 20;
+    /* Nothing writes dirty pages back but the shrink (below): no expiry for a minute,
+       no write-behind. */
+    o.dirty_expire_ms = 60000;
+    o.write_behind_bytes = 0;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity == 8u << 20);
+    CHECK(folio_cache_capacity_max(c, &max) == 0 && max == 32u << 20);
+
+    /* Misuse: outside [MIN, max], a bad handle, NULL out pointers. Nothing changes. */
+    CHECK(folio_cache_set_capacity(c, FOLIO_CAPACITY_BYTES_MIN - 4096) == -EINVAL);
+    CHECK(folio_cache_set_capacity(c, (32u << 20) + 4096) == -EINVAL);
+    {
+        char msg[256];
+        folio_last_error_message(msg, sizeof msg);
+        CHECK(strstr(msg, "folio_cache_set_capacity") != NULL);
+    }
+    CHECK(folio_cache_set_capacity(none, 16u << 20) == -EBADF);
+    CHECK(folio_cache_capacity(none, &capacity) == -EBADF);
+    CHECK(folio_cache_capacity_max(none, &max) == -EBADF);
+    CHECK(folio_cache_capacity(c, NULL) == -EFAULT);
+    CHECK(folio_cache_capacity_max(c, NULL) == -EFAULT);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity == 8u << 20);
+    CHECK(folio_cache_stats(c, &s) == 0 && s.capacity_changes == 0);
+
+    /* Up: the whole file fits in 32 MiB, and stays (a second pass reads nothing). */
+    CHECK(folio_cache_set_capacity(c, 32u << 20) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity == 32u << 20);
+    CHECK(folio_open(c, big, &f) == 0);
+    for (int pass = 0; pass < 2; pass++)
+        for (uint64_t off = 0; off < BIG_BYTES && ok; off += 1u << 20)
+            ok = folio_read(f, buf, 1u << 20, off) == 1 << 20 && matches_pattern(buf, off, 1u << 20);
+    CHECK(ok);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.capacity_bytes == 32u << 20 && s.capacity_max_bytes == 32u << 20);
+    CHECK(s.capacity_changes == 1);
+    CHECK(s.cached_bytes >= BIG_BYTES && s.cached_bytes <= 32u << 20);
+    CHECK(s.evicted_pages == 0);
+    CHECK(s.resident_bytes >= BIG_BYTES);
+
+    /* Down to 4 MiB: the cold pages go and their memory with them, before the call
+       returns. */
+    CHECK(folio_cache_set_capacity(c, 4u << 20) == 0);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.capacity_bytes == 4u << 20);
+    CHECK(s.capacity_changes == 2);
+    CHECK(s.cached_bytes <= 4u << 20);
+    CHECK(s.evicted_pages > 0);
+    CHECK(s.bytes_given_back >= BIG_BYTES - (4u << 20));
+    CHECK(s.resident_bytes <= 4u << 20);
+    if (s.resident_bytes > 4u << 20 || s.cached_bytes > 4u << 20) {
+        char line[4096];
+        folio_stats_format(&s, line, sizeof line);
+        fprintf(stderr, "after the shrink to 4 MiB: %s\n", line);
+    }
+    /* Every byte still reads right in the small cache. */
+    for (uint64_t off = 0; off < BIG_BYTES && ok; off += 1u << 20)
+        ok = folio_read(f, buf, 1u << 20, off) == 1 << 20 && matches_pattern(buf, off, 1u << 20);
+    CHECK(ok);
+    CHECK(folio_cache_stats(c, &s) == 0 && s.cached_bytes <= 4u << 20);
+
+    /* Up again to 16 MiB: the memory given back is taken again as the cache refills. */
+    CHECK(folio_cache_set_capacity(c, 16u << 20) == 0);
+    for (int pass = 0; pass < 2; pass++)
+        for (uint64_t off = 0; off < (12u << 20) && ok; off += 1u << 20)
+            ok = folio_read(f, buf, 1u << 20, off) == 1 << 20 && matches_pattern(buf, off, 1u << 20);
+    CHECK(ok);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.capacity_bytes == 16u << 20 && s.capacity_changes == 3);
+    CHECK(s.cached_bytes >= 12u << 20 && s.cached_bytes <= 16u << 20);
+    CHECK(s.bytes_regrown > 0);
+    CHECK(folio_close(f) == 0);
+
+    /* Dirty pages are written back, not dropped, by a shrink below them: 2 MiB written
+       and not synced into 32 MiB (below the default background threshold, 10% of it),
+       then the smallest capacity (16 pages): what is left cached is at most that, and
+       the rest reads back from the disk. */
+    CHECK(folio_cache_set_capacity(c, 32u << 20) == 0);
+    CHECK(folio_open2(c, dirty, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+    for (uint64_t off = 0; off < (2u << 20) && ok; off += 65536) {
+        for (size_t j = 0; j < 65536; j++) buf[j] = written(off + j, 3);
+        ok = folio_write(w, buf, 65536, off) == 65536;
+    }
+    CHECK(ok);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.dirty_pages == (2u << 20) / 4096 && s.pages_written_back == 0);
+    CHECK(folio_cache_set_capacity(c, FOLIO_CAPACITY_BYTES_MIN) == 0);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.capacity_bytes == FOLIO_CAPACITY_BYTES_MIN);
+    CHECK(s.cached_bytes <= FOLIO_CAPACITY_BYTES_MIN);
+    CHECK(s.pages_written_back >= (2u << 20) / 4096 - 16);
+    CHECK(s.dirty_pages <= 16);
+    CHECK(s.writeback_errors == 0);
+    for (uint64_t off = 0; off < (2u << 20) && ok; off += 65536) {
+        ok = folio_read(w, buf, 65536, off) == 65536;
+        for (size_t j = 0; ok && j < 65536; j++) ok = buf[j] == written(off + j, 3);
+    }
+    CHECK(ok);
+    CHECK(folio_sync(w, FOLIO_SYNC_DATA, 0, 0) == 0);
+    CHECK(disk_holds_written(dirty, 2u << 20, 3));
+    CHECK(folio_close(w) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+
+    /* Under the default policy too: a machine-sized cache set small and back. */
+    CHECK(folio_cache_create(NULL, &c) == 0);
+    CHECK(folio_cache_capacity_max(c, &max) == 0);
+    CHECK(folio_cache_set_capacity(c, 1u << 20) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity == 1u << 20);
+    CHECK(folio_cache_set_capacity(c, max) == 0);
+    CHECK(folio_cache_capacity(c, &capacity) == 0 && capacity <= max);
+    CHECK(folio_cache_destroy(c) == 0);
+    unlink(big);
+    unlink(dirty);
+    free(buf);
+}
+
 int main(int argc, char **argv) {
     folio_cache_options o;
     folio_cache c;
@@ -1345,6 +1586,8 @@ int main(int argc, char **argv) {
     test_eviction(FOLIO_EVICTION_TWO_LIST_LRU);
     test_dirty_options();
     test_write_behind();
+    test_capacity_options();
+    test_set_capacity();
 
     printf("abi_test: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
