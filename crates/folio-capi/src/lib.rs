@@ -5,7 +5,7 @@
 //! ```c
 //! folio_cache_options opts;
 //! folio_cache_options_init(&opts);
-//! opts.capacity_bytes = 1ull << 30;
+//! opts.capacity_bytes = 1ull << 30;   /* 0 (the default): what the machine affords */
 //! folio_cache cache;
 //! if (folio_cache_create(&opts, &cache) < 0) { /* -errno */ }
 //! folio_file file;
@@ -25,8 +25,9 @@
 //!
 //! - `options`: `folio_cache_options`, its defaults (`folio_cache_options_init`) and its
 //!   checks, which build the library's `Cache`.
-//! - `cache`: `folio_cache_create`, `folio_cache_destroy`, and the counters
-//!   (`folio_cache_stats`, `folio_stats_format`).
+//! - `cache`: `folio_cache_create`, `folio_cache_destroy`, the capacity at run time
+//!   (`folio_cache_set_capacity`, `folio_cache_capacity`, `folio_cache_capacity_max`),
+//!   and the counters (`folio_cache_stats`, `folio_stats_format`).
 //! - `read`: `folio_open` and `folio_close`; `folio_read`, `folio_read_hint`,
 //!   `folio_read_many`; `folio_readahead`, `folio_advise`; a handle's length and counters.
 //! - `error`: the boundary (a failure becomes `-errno`, a panic `-ENOTRECOVERABLE`) and
