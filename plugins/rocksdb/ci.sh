@@ -7,7 +7,8 @@
 #      reads only through folio, every other file to the kernel); checks that each
 #      completed, that every key was found, and that folio served the reads: its printed
 #      stats show reads, hits and pages inserted, and no errors, and name every field of
-#      folio_stats in include/folio.h;
+#      folio_stats in include/folio.h; and readrandom with the default capacity
+#      (capacity=auto: what the machine affords, up to its memory);
 #   2. writes: fillrandom,fillseq,overwrite,readwhilewriting,readseq,readrandom with
 #      --verify_checksum=1 through the plugin on a fresh database (fillseq after
 #      fillrandom, which starts a fresh database too, so that every key exists), then a
@@ -144,6 +145,21 @@ run readrandom --benchmarks=readrandom
 served_by_folio readrandom
 check "readrandom: found every key it looked up" \
     grep -qE "\(([0-9]+) of \1 found\)" "$work/readrandom.log"
+
+# The default capacity (every other run here sets 256M): what the machine affords,
+# following it, at most the machine's memory or the cgroup's limit.
+FOLIO_CAPACITY=auto run readrandom_auto --benchmarks=readrandom
+served_by_folio readrandom_auto
+check "readrandom_auto: found every key it looked up" \
+    grep -qE "\(([0-9]+) of \1 found\)" "$work/readrandom_auto.log"
+mem_total_bytes=$(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) * 1024))
+capacity_auto="$(stat_of readrandom_auto capacity_bytes)"
+capacity_max_auto="$(stat_of readrandom_auto capacity_max_bytes)"
+check "readrandom_auto: a capacity of at least 64 KiB ($capacity_auto bytes)" \
+    [ "${capacity_auto:-0}" -ge 65536 ]
+ordered() { [ "$1" -le "$2" ] && [ "$2" -le "$3" ]; }  # ordered A B C: A <= B <= C
+check "readrandom_auto: at most the largest ($capacity_max_auto bytes), at most MemTotal" \
+    ordered "${capacity_auto:-1}" "${capacity_max_auto:-0}" "$mem_total_bytes"
 
 # writes=0: the plugin before it wrote: table reads through folio, the rest to the kernel.
 run readseq_direct --benchmarks=readseq --use_direct_reads=1 --fs_uri='folio://?readahead_max=2M&writes=0'

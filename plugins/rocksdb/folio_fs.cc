@@ -67,11 +67,15 @@
 //
 // One folio cache per process (options from the first --fs_uri and FOLIO_* variables),
 // created by the first factory call and never destroyed; its statistics are printed at
-// exit when asked (stats=1 or FOLIO_STATS=1).
+// exit when asked (stats=1 or FOLIO_STATS=1). Its capacity follows the machine by default
+// (capacity=auto, capacity_policy=machine) and can be set at run time through the live
+// file system's Configurable option `capacity` (below, "The capacity at run time").
+#include <rocksdb/convenience.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/io_status.h>
 #include <rocksdb/utilities/object_registry.h>
+#include <rocksdb/utilities/options_type.h>
 
 #include <atomic>
 #include <cerrno>
@@ -85,12 +89,14 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "folio.h"
 #include "folio_options.h"
 
+using ROCKSDB_NAMESPACE::ConfigOptions;
 using ROCKSDB_NAMESPACE::Env;
 using ROCKSDB_NAMESPACE::FileOptions;
 using ROCKSDB_NAMESPACE::FileSystem;
@@ -105,7 +111,12 @@ using ROCKSDB_NAMESPACE::IOHandleDeleter;
 using ROCKSDB_NAMESPACE::IOOptions;
 using ROCKSDB_NAMESPACE::IOStatus;
 using ROCKSDB_NAMESPACE::ObjectLibrary;
+using ROCKSDB_NAMESPACE::OptionType;
+using ROCKSDB_NAMESPACE::OptionTypeFlags;
+using ROCKSDB_NAMESPACE::OptionTypeInfo;
+using ROCKSDB_NAMESPACE::OptionVerificationType;
 using ROCKSDB_NAMESPACE::Slice;
+using ROCKSDB_NAMESPACE::Status;
 using ROCKSDB_NAMESPACE::Temperature;
 
 namespace folio_rocksdb {
@@ -427,6 +438,8 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   folio_cache_options o;
   folio_cache_options_init(&o);
   o.capacity_bytes = opts.capacity_bytes;
+  o.capacity_max_bytes = opts.capacity_max_bytes;
+  o.capacity_policy = opts.capacity_policy;
   o.readahead_max_bytes = opts.readahead_max_bytes;
   o.backend = opts.backend;
   o.pread_threads = opts.pread_threads;
@@ -449,10 +462,145 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   if (opts.stats != StatsSink::kNone) std::atexit(PrintStats);
   std::atexit(SyncAtExit);  // after PrintStats: runs before it
   if (opts.verbosity == Options::Verbosity::kVerbose) {
-    std::fprintf(stderr, "folio: cache created from '%s': %s\n", uri.c_str(),
-                 opts.Describe().c_str());
+    uint64_t capacity = 0, max = 0;
+    folio_cache_capacity(cache, &capacity);
+    folio_cache_capacity_max(cache, &max);
+    std::fprintf(stderr,
+                 "folio: cache created from '%s': %s; capacity %" PRIu64 " bytes, at most %" PRIu64
+                 "\n",
+                 uri.c_str(), opts.Describe().c_str(), capacity, max);
   }
   return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// The capacity at run time: Configurable options of the live file system.
+//
+// RocksDB's Configurable interface, on the FileSystem object a program holds
+// (env->GetFileSystem(), or what FileSystem::CreateFromString made):
+//
+//   fs->ConfigureOption(ConfigOptions(), "capacity", "2G")   -> folio_cache_set_capacity
+//   fs->ConfigureFromString(ConfigOptions(), "capacity=2G")  -> the same
+//   fs->GetOption(ConfigOptions(), "capacity", &value)       -> folio_cache_capacity (bytes)
+//
+// `capacity` takes a size (as the URI does, but not auto: what the machine affords is
+// chosen at the start, and under capacity_policy=machine the policy keeps choosing it), in
+// [FOLIO_CAPACITY_BYTES_MIN, capacity_max]; outside it, InvalidArgument with folio's
+// message, and nothing changes. A shrink evicts and gives memory back before the call
+// returns (folio_cache_set_capacity). `capacity_max` and `capacity_policy` read back what
+// the cache was created with; they are fixed then, so setting either to another value
+// fails (InvalidArgument) and setting the value it has does nothing (so that
+// ConfigureFromString(GetOptionString()) round-trips, and RocksDB's revert of a failed
+// ConfigureFromString succeeds). RocksDB's options-string form of a file system,
+// "id=folio;capacity=1G", creates the file system and then sets `capacity` this way.
+//
+// Every FolioFileSystem object shares the process's one cache: the capacity set through
+// one is the capacity seen through all. Thread-safe: folio orders capacity changes.
+
+// What the options work on (the registered pointer): the cache, and the policy it was
+// created with (folio has no getter for it).
+struct CapacityHandle {
+  folio_cache cache{};
+  uint32_t capacity_policy = FOLIO_CAPACITY_FOLLOW_MACHINE;
+};
+
+const CapacityHandle& HandleAt(const void* addr) {
+  return *static_cast<const CapacityHandle*>(addr);
+}
+
+Status RuntimeError(const std::string& name, const std::string& why) {
+  return Status::InvalidArgument("folio: " + name + ": " + why);
+}
+
+Status ParseCapacity(const ConfigOptions& /*opts*/, const std::string& name,
+                     const std::string& value, void* addr) {
+  const CapacityHandle& h = HandleAt(addr);
+  uint64_t bytes = 0;
+  if (!ParseBytes(value, &bytes) || bytes == 0) {
+    return RuntimeError(name, "'" + value +
+                                  "' is not a size (e.g. 2G, 512M); at run time the capacity "
+                                  "takes bytes (auto is chosen when the cache is created)");
+  }
+  uint64_t now = 0;
+  if (folio_cache_capacity(h.cache, &now) == 0 && now == bytes / 4096 * 4096) {
+    return Status::OK();  // as it is: no change, no eviction
+  }
+  const int rc = folio_cache_set_capacity(h.cache, bytes);
+  if (rc < 0) return RuntimeError(name, LastFolioError());
+  return Status::OK();
+}
+
+Status SerializeCapacity(const ConfigOptions& /*opts*/, const std::string& name,
+                         const void* addr, std::string* value) {
+  uint64_t bytes = 0;
+  const int rc = folio_cache_capacity(HandleAt(addr).cache, &bytes);
+  if (rc < 0) return RuntimeError(name, LastFolioError());
+  *value = std::to_string(bytes);
+  return Status::OK();
+}
+
+Status ParseCapacityMax(const ConfigOptions& /*opts*/, const std::string& name,
+                        const std::string& value, void* addr) {
+  uint64_t max = 0, bytes = 0;
+  const int rc = folio_cache_capacity_max(HandleAt(addr).cache, &max);
+  if (rc < 0) return RuntimeError(name, LastFolioError());
+  if (ParseBytes(value, &bytes) && bytes == max) return Status::OK();
+  return RuntimeError(name, "'" + value + "': the largest capacity is reserved when the cache "
+                                          "is created (capacity_max in the URI, or "
+                                          "FOLIO_CAPACITY_MAX); it is " +
+                                std::to_string(max) + " bytes");
+}
+
+Status SerializeCapacityMax(const ConfigOptions& /*opts*/, const std::string& name,
+                            const void* addr, std::string* value) {
+  uint64_t max = 0;
+  const int rc = folio_cache_capacity_max(HandleAt(addr).cache, &max);
+  if (rc < 0) return RuntimeError(name, LastFolioError());
+  *value = std::to_string(max);
+  return Status::OK();
+}
+
+Status ParsePolicy(const ConfigOptions& /*opts*/, const std::string& name,
+                   const std::string& value, void* addr) {
+  const uint32_t policy = HandleAt(addr).capacity_policy;
+  uint32_t asked = 0;
+  if (ParseCapacityPolicy(value, &asked) && asked == policy) return Status::OK();
+  return RuntimeError(name, "'" + value + "': the policy is chosen when the cache is created "
+                                          "(capacity_policy in the URI, or "
+                                          "FOLIO_CAPACITY_POLICY); it is " +
+                                CapacityPolicyName(policy));
+}
+
+Status SerializePolicy(const ConfigOptions& /*opts*/, const std::string& /*name*/,
+                       const void* addr, std::string* value) {
+  *value = CapacityPolicyName(HandleAt(addr).capacity_policy);
+  return Status::OK();
+}
+
+// Two file systems' options are never compared: they share one cache.
+bool EqualAlways(const ConfigOptions& /*opts*/, const std::string& /*name*/,
+                 const void* /*addr1*/, const void* /*addr2*/, std::string* /*mismatch*/) {
+  return true;
+}
+
+// The options' descriptions, registered by every FolioFileSystem (never destroyed: RocksDB
+// keeps a pointer to it in each object).
+const std::unordered_map<std::string, OptionTypeInfo>* CapacityOptionTypes() {
+  static const auto* types = new std::unordered_map<std::string, OptionTypeInfo>{
+      {"capacity",
+       OptionTypeInfo(0, OptionType::kUnknown, OptionVerificationType::kNormal,
+                      OptionTypeFlags::kMutable | OptionTypeFlags::kCompareNever,
+                      ParseCapacity, SerializeCapacity, EqualAlways)},
+      {"capacity_max",
+       OptionTypeInfo(0, OptionType::kUnknown, OptionVerificationType::kNormal,
+                      OptionTypeFlags::kCompareNever, ParseCapacityMax, SerializeCapacityMax,
+                      EqualAlways)},
+      {"capacity_policy",
+       OptionTypeInfo(0, OptionType::kUnknown, OptionVerificationType::kNormal,
+                      OptionTypeFlags::kCompareNever, ParsePolicy, SerializePolicy,
+                      EqualAlways)},
+  };
+  return types;
 }
 
 IOStatus FromErrno(const char* op, const std::string& name, int err) {
@@ -1259,10 +1407,15 @@ class FolioFileSystem : public FileSystemWrapper {
  public:
   explicit FolioFileSystem(const std::shared_ptr<FileSystem>& target)
       : FileSystemWrapper(target) {
-    Process& p = process();
-    std::lock_guard<std::mutex> lock(p.mu);
-    cache_ = p.cache;
-    options_ = p.options;
+    {
+      Process& p = process();
+      std::lock_guard<std::mutex> lock(p.mu);
+      cache_ = p.cache;
+      options_ = p.options;
+    }
+    capacity_.cache = cache_;
+    capacity_.capacity_policy = options_.capacity_policy;
+    RegisterOptions("FolioCapacity", &capacity_, CapacityOptionTypes());
   }
 
   static const char* kClassName() { return kName; }
@@ -1450,6 +1603,7 @@ class FolioFileSystem : public FileSystemWrapper {
 
   folio_cache cache_{};
   Options options_;
+  CapacityHandle capacity_;  // the run-time options' object (RegisterOptions)
 };
 
 // ---------------------------------------------------------------------------------------

@@ -60,6 +60,22 @@ bool SetBytes(const std::string& key, const std::string& value, const char* exam
   return false;
 }
 
+// A size option that also takes "auto", which is 0 (folio chooses): `value` parsed into
+// *field; else false, with *error naming the key.
+bool SetBytesOrAuto(const std::string& key, const std::string& value, const char* examples,
+                    uint64_t* field, std::string* error) {
+  if (Lower(value) == "auto") {
+    *field = 0;
+    return true;
+  }
+  if (ParseBytes(value, field)) return true;
+  *error = key + ": '" + value + "' is not auto or a size (e.g. " + examples + ")";
+  return false;
+}
+
+// A size, or "auto" for 0.
+std::string BytesOrAuto(uint64_t bytes) { return bytes == 0 ? "auto" : std::to_string(bytes); }
+
 // A 0-or-1 option (ParseFlag's words): *field becomes `on` or `off`; else false, with
 // *error naming the key.
 template <typename Setting>
@@ -81,7 +97,9 @@ struct EnvKey {
 
 // Every option, under its environment variable.
 constexpr EnvKey kEnvKeys[] = {
-    {"FOLIO_CAPACITY", "capacity"},   {"FOLIO_READAHEAD_MAX", "readahead_max"},
+    {"FOLIO_CAPACITY", "capacity"},   {"FOLIO_CAPACITY_MAX", "capacity_max"},
+    {"FOLIO_CAPACITY_POLICY", "capacity_policy"},
+    {"FOLIO_READAHEAD_MAX", "readahead_max"},
     {"FOLIO_BACKEND", "backend"},     {"FOLIO_PREAD_THREADS", "pread_threads"},
     {"FOLIO_HINTS", "hints"},         {"FOLIO_STATS", "stats"},
     {"FOLIO_VERBOSE", "verbose"},     {"FOLIO_PREFETCH_AHEAD", "prefetch_ahead"},
@@ -106,7 +124,8 @@ const folio_cache_options& FolioDefaults() {
 }
 
 bool Options::operator==(const Options& o) const {
-  return capacity_bytes == o.capacity_bytes && readahead_max_bytes == o.readahead_max_bytes &&
+  return capacity_bytes == o.capacity_bytes && capacity_max_bytes == o.capacity_max_bytes &&
+         capacity_policy == o.capacity_policy && readahead_max_bytes == o.readahead_max_bytes &&
          backend == o.backend && pread_threads == o.pread_threads && eviction == o.eviction &&
          prefetch_ahead_bytes == o.prefetch_ahead_bytes && prefault == o.prefault &&
          arena_pages == o.arena_pages && hints == o.hints && writes == o.writes &&
@@ -117,7 +136,9 @@ bool Options::operator==(const Options& o) const {
 }
 
 std::string Options::Describe() const {
-  std::string s = "capacity=" + std::to_string(capacity_bytes) +
+  std::string s = "capacity=" + BytesOrAuto(capacity_bytes) +
+                  " capacity_max=" + BytesOrAuto(capacity_max_bytes) +
+                  " capacity_policy=" + CapacityPolicyName(capacity_policy) +
                   " readahead_max=" + std::to_string(readahead_max_bytes) +
                   " backend=" + BackendName(backend) +
                   " eviction=" + (eviction == FOLIO_EVICTION_TWO_LIST_LRU ? "lru" : "s3fifo") +
@@ -177,6 +198,23 @@ bool ParseBytes(const std::string& text, uint64_t* out) {
   return true;
 }
 
+bool ParseCapacityPolicy(const std::string& text, uint32_t* out) {
+  const std::string t = Lower(text);
+  if (t == "machine" || t == "follow_machine") {
+    *out = FOLIO_CAPACITY_FOLLOW_MACHINE;
+    return true;
+  }
+  if (t == "fixed") {
+    *out = FOLIO_CAPACITY_FIXED;
+    return true;
+  }
+  return false;
+}
+
+const char* CapacityPolicyName(uint32_t policy) {
+  return policy == FOLIO_CAPACITY_FIXED ? "fixed" : "machine";
+}
+
 bool ParseMillis(const std::string& text, uint32_t* out) {
   size_t i = 0;
   uint64_t value = 0;
@@ -205,7 +243,17 @@ bool ParseMillis(const std::string& text, uint32_t* out) {
 bool ApplyOption(const std::string& key, const std::string& value, Options* opts,
                  std::string* error) {
   const std::string k = Lower(key);
-  if (k == "capacity") return SetBytes(k, value, "4G, 512M, 1048576", &opts->capacity_bytes, error);
+  if (k == "capacity") {
+    return SetBytesOrAuto(k, value, "4G, 512M, 1048576", &opts->capacity_bytes, error);
+  }
+  if (k == "capacity_max") {
+    return SetBytesOrAuto(k, value, "16G, 4G", &opts->capacity_max_bytes, error);
+  }
+  if (k == "capacity_policy") {
+    if (ParseCapacityPolicy(value, &opts->capacity_policy)) return true;
+    *error = "capacity_policy: '" + value + "' is not machine or fixed";
+    return false;
+  }
   if (k == "readahead_max") return SetBytes(k, value, "2M, 0", &opts->readahead_max_bytes, error);
   if (k == "prefetch_ahead") {
     return SetBytes(k, value, "1M, 0", &opts->prefetch_ahead_bytes, error);
@@ -310,9 +358,10 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
                    &opts->verbosity, error);
   }
   *error = "unknown option '" + key +
-           "' (known: capacity, readahead_max, prefetch_ahead, prefault, arena_pages, backend, "
-           "eviction, pread_threads, hints, writes, cache_cold_writes, dirty_limit, "
-           "dirty_background, dirty_expire, write_behind, stats, verbose)";
+           "' (known: capacity, capacity_max, capacity_policy, readahead_max, prefetch_ahead, "
+           "prefault, arena_pages, backend, eviction, pread_threads, hints, writes, "
+           "cache_cold_writes, dirty_limit, dirty_background, dirty_expire, write_behind, "
+           "stats, verbose)";
   return false;
 }
 

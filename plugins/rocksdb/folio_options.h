@@ -5,17 +5,28 @@
 // Precedence: folio's defaults < environment variables < URI parameters.
 //
 // The cache's options start from folio_cache_options_init, the library's own defaults, so
-// each has one source (FOLIO_CAPACITY_BYTES_DEFAULT, FOLIO_READAHEAD_MAX_BYTES_DEFAULT,
-// the auto backend, S3-FIFO, no prefault, auto arena pages, the dirty thresholds and
-// expiry, write-behind), and the plugin differs from none. It adds only options of its own (prefetch_ahead, hints, writes,
-// cache_cold_writes, stats, verbose). Table files are
-// advised random (RocksDB's advise_random_on_open, passed on by hints=1), so folio's own
-// readahead window serves only other hints and hints=0; RocksDB's Prefetch calls are
-// forced readahead, which readahead_max does not bound.
+// each has one source (a capacity that follows the machine,
+// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the auto backend, S3-FIFO, no prefault, auto arena
+// pages, the dirty thresholds and expiry, write-behind), and the plugin differs from none.
+// It adds only options of its own (prefetch_ahead, hints, writes, cache_cold_writes,
+// stats, verbose). Table files are advised random (RocksDB's advise_random_on_open, passed
+// on by hints=1), so folio's own readahead window serves only other hints and hints=0;
+// RocksDB's Prefetch calls are forced readahead, which readahead_max does not bound.
 //
 //   key            env variable          default   meaning
-//   capacity       FOLIO_CAPACITY        folio's   bytes of cache memory (K/M/G/T suffixes, binary)
-//   readahead_max  FOLIO_READAHEAD_MAX   folio's   folio's largest readahead window (0: off)
+//   capacity       FOLIO_CAPACITY        auto      bytes of cache memory at the start (K/M/G/T
+//                                                  suffixes, binary); auto (or 0): what the
+//                                                  machine affords (folio.h, capacity_policy)
+//   capacity_max   FOLIO_CAPACITY_MAX    auto      the largest capacity, reserved at the start;
+//                                                  auto (or 0): `capacity` if given, else the
+//                                                  machine's memory or the cgroup's limit
+//                                                  (fixed: the capacity)
+//   capacity_policy FOLIO_CAPACITY_POLICY machine  machine: the capacity follows the machine's
+//                                                  memory (gives memory back when it runs
+//                                                  short, grows up to capacity_max); fixed:
+//                                                  only a run-time `capacity` moves it
+//   readahead_max  FOLIO_READAHEAD_MAX   16M       folio's largest readahead window (0: off;
+//                                                  the default is folio's)
 //   backend        FOLIO_BACKEND         auto      auto | io_uring | pread
 //   eviction       FOLIO_EVICTION        s3fifo    s3fifo | lru (the kernel's two lists)
 //   pread_threads  FOLIO_PREAD_THREADS   0         threads of the pread backend (0: folio's default)
@@ -34,16 +45,18 @@
 //                                                  RocksDB hints cold (write life time
 //                                                  WLTH_EXTREME, temperature kWarm or kCold)
 //                                                  drop their pages when closed
-//   dirty_limit    FOLIO_DIRTY_LIMIT     folio's   bytes writes may keep dirty before writers
-//                                                  wait (0: 20% of the capacity)
-//   dirty_background FOLIO_DIRTY_BACKGROUND folio's bytes of dirty data above which the
+//   dirty_limit    FOLIO_DIRTY_LIMIT     0         bytes writes may keep dirty before writers
+//                                                  wait (0: folio's, 20% of the capacity)
+//   dirty_background FOLIO_DIRTY_BACKGROUND 0      bytes of dirty data above which the
 //                                                  background writeback writes every file
-//                                                  (0: 10% of the capacity)
-//   dirty_expire   FOLIO_DIRTY_EXPIRE    folio's   age of dirty data the background writeback
-//                                                  writes (5s; 500ms; a bare number: ms)
-//   write_behind   FOLIO_WRITE_BEHIND    folio's   bytes an appending writer (WAL, SST) leaves
+//                                                  (0: folio's, 10% of the capacity)
+//   dirty_expire   FOLIO_DIRTY_EXPIRE    5s        age of dirty data the background writeback
+//                                                  writes (500ms; a bare number: ms; the
+//                                                  default is folio's)
+//   write_behind   FOLIO_WRITE_BEHIND    256K      bytes an appending writer (WAL, SST) leaves
 //                                                  dirty before their writeback starts,
-//                                                  ahead of the sync (256K; 0: off)
+//                                                  ahead of the sync (0: off; the default is
+//                                                  folio's)
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -53,6 +66,9 @@
 //   folio://
 //   folio://?capacity=4G&readahead_max=2M      (quote it in a shell: & is special)
 //   folio://capacity=4G,stats=1                (',' and ';' separate too)
+//
+// At run time the live FileSystem's Configurable option `capacity` sets the capacity
+// (folio_fs.cc, "The capacity at run time"); the others are read at the start only.
 #pragma once
 
 #include <cstdint>
@@ -68,7 +84,12 @@ enum class StatsSink { kNone, kStderr, kFile };
 const folio_cache_options& FolioDefaults();
 
 struct Options {
+  // 0: what the machine affords (folio_cache_options' capacity_bytes).
   uint64_t capacity_bytes = FolioDefaults().capacity_bytes;
+  // 0: the default for the policy (folio_cache_options' capacity_max_bytes).
+  uint64_t capacity_max_bytes = FolioDefaults().capacity_max_bytes;
+  // FOLIO_CAPACITY_* of folio.h.
+  uint32_t capacity_policy = FolioDefaults().capacity_policy;
   uint64_t readahead_max_bytes = FolioDefaults().readahead_max_bytes;
   // FOLIO_BACKEND_* of folio.h.
   uint32_t backend = FolioDefaults().backend;
@@ -107,13 +128,21 @@ struct Options {
 
   bool operator==(const Options& o) const;
   bool operator!=(const Options& o) const { return !(*this == o); }
-  // "capacity=268435456 readahead_max=16777216 backend=auto ..." for messages.
+  // "capacity=auto capacity_max=auto capacity_policy=machine readahead_max=16777216 ..."
+  // for messages.
   std::string Describe() const;
 };
 
 // Parses "123", "4K", "512M", "4G", "1T", "4GiB", "64KB" (binary multiples). Returns false
 // on anything else, or on overflow.
 bool ParseBytes(const std::string& text, uint64_t* out);
+
+// Parses a capacity policy: "machine" (FOLIO_CAPACITY_FOLLOW_MACHINE) or "fixed"
+// (FOLIO_CAPACITY_FIXED). Returns false on anything else.
+bool ParseCapacityPolicy(const std::string& text, uint32_t* out);
+
+// "machine" or "fixed": the name ParseCapacityPolicy takes for a FOLIO_CAPACITY_* code.
+const char* CapacityPolicyName(uint32_t policy);
 
 // Parses a duration in milliseconds: "500ms", "5s", "2m", or a bare number of
 // milliseconds. Returns false on anything else, or above UINT32_MAX ms (about 49 days).

@@ -73,8 +73,11 @@ int main() {
     folio_cache_options lib;
     CHECK(folio_cache_options_init(&lib) == 0);
     const Options o;
-    CHECK(o.capacity_bytes == lib.capacity_bytes);
-    CHECK(o.capacity_bytes == FOLIO_CAPACITY_BYTES_DEFAULT);
+    // The capacity follows the machine, from what it affords, up to its memory.
+    CHECK(o.capacity_bytes == lib.capacity_bytes && o.capacity_bytes == 0);
+    CHECK(o.capacity_max_bytes == lib.capacity_max_bytes && o.capacity_max_bytes == 0);
+    CHECK(o.capacity_policy == lib.capacity_policy);
+    CHECK(o.capacity_policy == FOLIO_CAPACITY_FOLLOW_MACHINE);
     CHECK(o.readahead_max_bytes == lib.readahead_max_bytes);
     CHECK(o.readahead_max_bytes == FOLIO_READAHEAD_MAX_BYTES_DEFAULT);
     CHECK(o.backend == lib.backend);
@@ -164,6 +167,59 @@ int main() {
     unsetenv("FOLIO_WRITE_BEHIND");
   }
   {
+    // The capacity: auto or a size; its maximum; its policy.
+    Options o;
+    CHECK(Uri("folio://?capacity=4G&capacity_max=16G&capacity_policy=fixed", &o));
+    CHECK(o.capacity_bytes == (uint64_t{4} << 30));
+    CHECK(o.capacity_max_bytes == (uint64_t{16} << 30));
+    CHECK(o.capacity_policy == FOLIO_CAPACITY_FIXED);
+    const std::string fixed = "capacity=4294967296 capacity_max=17179869184 capacity_policy=fixed ";
+    CHECK(o.Describe().find(fixed) == 0);
+    CHECK(Uri("folio://?capacity=auto&capacity_max=AUTO&capacity_policy=machine", &o));
+    CHECK(o.capacity_bytes == 0 && o.capacity_max_bytes == 0);
+    CHECK(o.capacity_policy == FOLIO_CAPACITY_FOLLOW_MACHINE);
+    CHECK(o.Describe().find("capacity=auto capacity_max=auto capacity_policy=machine ") == 0);
+    CHECK(Uri("folio://?capacity=0&capacity_policy=follow_machine", &o));
+    CHECK(o.capacity_bytes == 0);
+    CHECK(o.capacity_policy == FOLIO_CAPACITY_FOLLOW_MACHINE);
+    std::string e;
+    CHECK(!Uri("folio://?capacity=most", &o, &e) &&
+          e.find("capacity: 'most'") != std::string::npos);
+    CHECK(!Uri("folio://?capacity_max=1X", &o, &e) && e.find("capacity_max") != std::string::npos);
+    CHECK(!Uri("folio://?capacity_policy=elastic", &o, &e) &&
+          e.find("capacity_policy") != std::string::npos);
+    CHECK(o.capacity_policy == FOLIO_CAPACITY_FOLLOW_MACHINE);  // a refused value changes nothing
+    uint32_t policy = 99;
+    CHECK(folio_rocksdb::ParseCapacityPolicy("Fixed", &policy) && policy == FOLIO_CAPACITY_FIXED);
+    CHECK(!folio_rocksdb::ParseCapacityPolicy("", &policy) && policy == FOLIO_CAPACITY_FIXED);
+    CHECK(std::string(folio_rocksdb::CapacityPolicyName(FOLIO_CAPACITY_FIXED)) == "fixed");
+    CHECK(std::string(folio_rocksdb::CapacityPolicyName(FOLIO_CAPACITY_FOLLOW_MACHINE)) ==
+          "machine");
+    // The environment's, under the URI's.
+    setenv("FOLIO_CAPACITY", "auto", 1);
+    setenv("FOLIO_CAPACITY_MAX", "8G", 1);
+    setenv("FOLIO_CAPACITY_POLICY", "fixed", 1);
+    Options env;
+    CHECK(ApplyEnvironment(&env, &e));
+    CHECK(env.capacity_bytes == 0);
+    CHECK(env.capacity_max_bytes == (uint64_t{8} << 30));
+    CHECK(env.capacity_policy == FOLIO_CAPACITY_FIXED);
+    CHECK(Uri("folio://?capacity_policy=machine", &env));
+    CHECK(env.capacity_policy == FOLIO_CAPACITY_FOLLOW_MACHINE);
+    setenv("FOLIO_CAPACITY_POLICY", "sometimes", 1);
+    Options bad;
+    CHECK(!ApplyEnvironment(&bad, &e) && e.find("FOLIO_CAPACITY_POLICY") != std::string::npos);
+    unsetenv("FOLIO_CAPACITY");
+    unsetenv("FOLIO_CAPACITY_MAX");
+    unsetenv("FOLIO_CAPACITY_POLICY");
+    Options a, b;
+    b.capacity_max_bytes = 1;
+    CHECK(a != b);
+    b = a;
+    b.capacity_policy = FOLIO_CAPACITY_FIXED;
+    CHECK(a != b);
+  }
+  {
     Options o, defaults;
     CHECK(Uri("folio", &o) && o == defaults);
     CHECK(Uri("folio://", &o) && o == defaults);
@@ -242,8 +298,7 @@ int main() {
     CHECK(a == b);
     b.capacity_bytes = 1;
     CHECK(a != b);
-    CHECK(a.Describe().find("capacity=" + std::to_string(FOLIO_CAPACITY_BYTES_DEFAULT) + " ") !=
-          std::string::npos);
+    CHECK(a.Describe().find("capacity=auto ") == 0);
   }
 
   std::printf("options_test: %d passed, %d failed\n", passed, failed);
