@@ -261,8 +261,8 @@ typedef struct folio_cache_options {
      * Above this much dirty memory, in bytes, the background writeback writes every
      * dirty file, not only expired ones. 0 (the default):
      * FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT percent of the capacity (at most the dirty
-     * limit). Else at most the dirty limit (the default one: of the capacity at
-     * creation; a threshold above the limit after the capacity moved acts as the limit).
+     * limit). Else at most the dirty limit (the default one: of the largest capacity; a
+     * threshold above the limit, as the capacity moves, acts as the limit).
      */
     uint64_t dirty_background_bytes;
     /**

@@ -130,8 +130,8 @@ pub struct folio_cache_options {
     /// Above this much dirty memory, in bytes, the background writeback writes every
     /// dirty file, not only expired ones. 0 (the default):
     /// FOLIO_DIRTY_BACKGROUND_PERCENT_DEFAULT percent of the capacity (at most the dirty
-    /// limit). Else at most the dirty limit (the default one: of the capacity at
-    /// creation; a threshold above the limit after the capacity moved acts as the limit).
+    /// limit). Else at most the dirty limit (the default one: of the largest capacity; a
+    /// threshold above the limit, as the capacity moves, acts as the limit).
     pub dirty_background_bytes: u64,
     /// Which pages back the cache's memory: FOLIO_ARENA_PAGES_AUTO (the default: huge
     /// pages for readahead's large folios, 4 KiB pages for random reads' small ones),
@@ -382,7 +382,7 @@ fn capacity_settings(opts: &folio_cache_options) -> Result<CapacitySettings, Fai
 /// The dirty limit and background threshold `opts` sets (None: the library's default),
 /// or EINVAL for values no capacity could honour: a limit below a page, a threshold above
 /// the limit. What depends on the capacity is checked once the cache is built
-/// (`check_dirty_against_capacity`).
+/// (`check_dirty_against_capacity`), when the library has chosen it.
 fn dirty_settings(opts: &folio_cache_options) -> Result<(Option<u64>, Option<u64>), Failure> {
     const CALL: &str = "folio_cache_create";
     let limit = (opts.dirty_limit_bytes != 0).then_some(opts.dirty_limit_bytes);
@@ -408,9 +408,10 @@ fn dirty_settings(opts: &folio_cache_options) -> Result<(Option<u64>, Option<u64
 }
 
 /// EINVAL if a dirty limit `opts` sets is above the largest capacity `cache` was built
-/// with, or a background threshold it sets is above the default dirty limit of the
-/// capacity chosen at creation (FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of it, as the
-/// library sizes it).
+/// with, or a background threshold it sets (with the default limit) is above the default
+/// limit at that capacity (FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of it, as the library
+/// sizes it). The largest capacity, not the capacity now: it is fixed at build, where
+/// the capacity may already have moved under the machine policy.
 fn check_dirty_against_capacity(opts: &folio_cache_options, cache: &Cache) -> Result<(), Failure> {
     const CALL: &str = "folio_cache_create";
     let max = cache.capacity_max_bytes();
@@ -425,16 +426,15 @@ fn check_dirty_against_capacity(opts: &folio_cache_options, cache: &Cache) -> Re
         ));
     }
     if opts.dirty_limit_bytes == 0 && opts.dirty_background_bytes != 0 {
-        let capacity = cache.capacity_bytes();
         let limit =
-            capacity / PAGE_BYTES * u64::from(FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT) / 100 * PAGE_BYTES;
+            max / PAGE_BYTES * u64::from(FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT) / 100 * PAGE_BYTES;
         if opts.dirty_background_bytes > limit {
             return Err(Failure::new(
                 libc::EINVAL,
                 format!(
                     "{CALL}: dirty_background_bytes {} is above the default dirty limit \
-                     ({limit} bytes: {FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT}% of the capacity of \
-                     {capacity} bytes)",
+                     ({limit} bytes: {FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT}% of the largest \
+                     capacity, {max} bytes)",
                     opts.dirty_background_bytes
                 ),
             ));
