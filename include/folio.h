@@ -254,7 +254,8 @@ typedef struct folio_cache_options {
      * it wait for writeback (the throttle). 0 (the default):
      * FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity, following it as it
      * moves. Else at least 4096 and at most the largest capacity (`capacity_max_bytes`,
-     * or as `capacity_policy` chose it), and it stays put when the capacity moves.
+     * or as `capacity_policy` chose it); it stays put when the capacity moves, but never
+     * counts more than the capacity (a shrink below it writes the excess back).
      */
     uint64_t dirty_limit_bytes;
     /**

@@ -125,7 +125,8 @@ pub struct folio_cache_options {
     /// it wait for writeback (the throttle). 0 (the default):
     /// FOLIO_DIRTY_LIMIT_PERCENT_DEFAULT percent of the capacity, following it as it
     /// moves. Else at least 4096 and at most the largest capacity (`capacity_max_bytes`,
-    /// or as `capacity_policy` chose it), and it stays put when the capacity moves.
+    /// or as `capacity_policy` chose it); it stays put when the capacity moves, but never
+    /// counts more than the capacity (a shrink below it writes the excess back).
     pub dirty_limit_bytes: u64,
     /// Above this much dirty memory, in bytes, the background writeback writes every
     /// dirty file, not only expired ones. 0 (the default):

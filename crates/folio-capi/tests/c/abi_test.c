@@ -1547,6 +1547,33 @@ static void test_set_capacity(void) {
     CHECK(folio_close(w) == 0);
     CHECK(folio_cache_destroy(c) == 0);
 
+    /* The same with dirty limits set above the shrunk capacity: they shrink with it, so
+       the shrink writes the dirty pages back at once, and writes go on afterwards. */
+    unlink(dirty);
+    o.capacity_bytes = 16u << 20;
+    o.dirty_limit_bytes = 8u << 20;
+    o.dirty_background_bytes = 8u << 20;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_open2(c, dirty, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+    for (uint64_t off = 0; off < (3u << 20) && ok; off += 65536) {
+        for (size_t j = 0; j < 65536; j++) buf[j] = written(off + j, 4);
+        ok = folio_write(w, buf, 65536, off) == 65536;
+        if (off + 65536 == 2u << 20) {
+            /* 2 MiB dirty, under both limits: then the smallest capacity. */
+            ok = ok && folio_cache_stats(c, &s) == 0 && s.dirty_pages == (2u << 20) / 4096;
+            ok = ok && folio_cache_set_capacity(c, FOLIO_CAPACITY_BYTES_MIN) == 0;
+            ok = ok && folio_cache_stats(c, &s) == 0 && s.dirty_pages <= 16 &&
+                 s.cached_bytes <= FOLIO_CAPACITY_BYTES_MIN;
+        }
+    }
+    CHECK(ok);
+    CHECK(folio_cache_stats(c, &s) == 0);
+    CHECK(s.alloc_failures == 0 && s.writeback_errors == 0);
+    CHECK(folio_sync(w, FOLIO_SYNC_DATA, 0, 0) == 0);
+    CHECK(disk_holds_written(dirty, 3u << 20, 4));
+    CHECK(folio_close(w) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+
     /* Under the default policy too: a machine-sized cache set small and back. */
     CHECK(folio_cache_create(NULL, &c) == 0);
     CHECK(folio_cache_capacity_max(c, &max) == 0);
