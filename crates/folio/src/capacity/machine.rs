@@ -34,10 +34,11 @@ pub struct MemoryFacts {
     pub available_bytes: u64,
     /// The most memory the process may use: the machine's, or the cgroup's limit.
     pub limit_bytes: u64,
-    /// The share of the last 10 s in which some task stalled for memory, in percent
-    /// (the cgroup's if it has its own pressure file, else the machine's); 0 where the
-    /// kernel has no pressure stall information.
-    pub pressure_some_avg10: f64,
+    /// Microseconds in which some task stalled for memory since boot (the `some` line's
+    /// `total` of the cgroup's pressure file if it has one, else the machine's); `None`
+    /// where the kernel has no pressure stall information. The policy takes its growth
+    /// over a tick: the share of that tick spent stalled.
+    pub pressure_some_total_us: Option<u64>,
 }
 
 /// Where the facts are read from: the machine's files and the process's cgroup.
@@ -73,10 +74,9 @@ impl MemorySource {
             total_bytes: total,
             available_bytes: machine_available,
             limit_bytes: total,
-            pressure_some_avg10: read(&self.proc_root.join("pressure/memory"))
+            pressure_some_total_us: read(&self.proc_root.join("pressure/memory"))
                 .as_deref()
-                .and_then(parse_pressure_some_avg10)
-                .unwrap_or(0.0),
+                .and_then(parse_pressure_some_total_us),
         };
         // The tightest limit on the path to the root, and the room under it.
         for dir in &self.cgroups {
@@ -100,11 +100,11 @@ impl MemorySource {
             );
         }
         if let Some(own) = self.cgroups.first() {
-            if let Some(avg10) = read(&own.join("memory.pressure"))
+            if let Some(total) = read(&own.join("memory.pressure"))
                 .as_deref()
-                .and_then(parse_pressure_some_avg10)
+                .and_then(parse_pressure_some_total_us)
             {
-                facts.pressure_some_avg10 = avg10;
+                facts.pressure_some_total_us = Some(total);
             }
         }
         facts
@@ -159,12 +159,12 @@ pub fn parse_meminfo(text: &str) -> (u64, u64) {
     (field("MemTotal"), field("MemAvailable"))
 }
 
-/// The `avg10` of the `some` line of a pressure file (`/proc/pressure/memory`,
-/// `memory.pressure`).
-pub fn parse_pressure_some_avg10(text: &str) -> Option<f64> {
+/// The `total` (microseconds stalled) of the `some` line of a pressure file
+/// (`/proc/pressure/memory`, `memory.pressure`).
+pub fn parse_pressure_some_total_us(text: &str) -> Option<u64> {
     let line = text.lines().find(|line| line.starts_with("some "))?;
     line.split_whitespace()
-        .find_map(|word| word.strip_prefix("avg10="))?
+        .find_map(|word| word.strip_prefix("total="))?
         .parse()
         .ok()
 }
@@ -232,11 +232,14 @@ mod tests {
     }
 
     #[test]
-    fn pressure_gives_the_some_line_avg10() {
+    fn pressure_gives_the_some_line_total() {
         let text = "some avg10=12.50 avg60=3.00 avg300=0.10 total=12345\n\
                     full avg10=7.00 avg60=1.00 avg300=0.00 total=999\n";
-        assert_eq!(parse_pressure_some_avg10(text), Some(12.5));
-        assert_eq!(parse_pressure_some_avg10("full avg10=1.00"), None);
+        assert_eq!(parse_pressure_some_total_us(text), Some(12345));
+        assert_eq!(
+            parse_pressure_some_total_us("full avg10=1.00 total=5"),
+            None
+        );
     }
 
     #[test]
@@ -306,7 +309,7 @@ mod tests {
         .unwrap();
         std::fs::write(
             group.join("memory.pressure"),
-            "some avg10=30.00 avg60=0 avg300=0 total=1\n",
+            "some avg10=30.00 avg60=0 avg300=0 total=7\n",
         )
         .unwrap();
         let v1 = dir.join("v1");
@@ -326,7 +329,7 @@ mod tests {
         assert_eq!(facts.total_bytes, 8 << 30);
         assert_eq!(facts.limit_bytes, 2 << 30);
         assert_eq!(facts.available_bytes, (512 + 100) << 20);
-        assert_eq!(facts.pressure_some_avg10, 30.0);
+        assert_eq!(facts.pressure_some_total_us, Some(7), "the group's own");
         // A v1 group limited to 1 GiB, 768 MiB used, bounds it further.
         source.cgroup_v1 = Some(v1.clone());
         let facts = source.read();

@@ -247,10 +247,23 @@ impl Core {
                 .load(Ordering::Relaxed)
         };
         let mut refaults_before = refaults();
+        let mut stalls_before = (Instant::now(), source.read().pressure_some_total_us);
+        let mut last_stall_shrink: Option<Instant> = None;
         while self.capacity.sleep(follow::TICK) {
             let refaults_now = refaults();
             let arena = &self.mem.arena;
             let facts = source.read();
+            let stalls_now = (Instant::now(), facts.pressure_some_total_us);
+            let cooling =
+                last_stall_shrink.is_some_and(|t| t.elapsed() < follow::STALL_SHRINK_EVERY);
+            let stall_share = match (stalls_before.1, stalls_now.1) {
+                (Some(before), Some(now)) if !cooling => {
+                    let tick_us = (stalls_now.0 - stalls_before.0).as_micros().max(1) as f64;
+                    now.saturating_sub(before) as f64 / tick_us
+                }
+                _ => 0.0,
+            };
+            stalls_before = stalls_now;
             let free_bytes = arena.free_frames() * PAGE_BYTES as u64;
             let reading = Reading {
                 facts,
@@ -258,6 +271,7 @@ impl Core {
                 capacity_bytes: self.capacity_bytes(),
                 full: free_bytes < follow::reserve_bytes(facts.limit_bytes) / 16,
                 refaulted: refaults_now > refaults_before,
+                stall_share,
             };
             refaults_before = refaults_now;
             let decision = follow::decide(&reading, CAPACITY_BYTES_MIN, self.capacity_max_bytes());
@@ -265,6 +279,9 @@ impl Core {
                 Decision::Keep => continue,
                 Decision::Shrink(to) => {
                     stats::bump(&self.mem.counters.pressure_events);
+                    if stall_share > follow::STALL_SHARE_SHRINK {
+                        last_stall_shrink = Some(Instant::now());
+                    }
                     to
                 }
                 Decision::Lower(to) | Decision::Grow(to) => to,
