@@ -738,8 +738,8 @@ impl SideRun {
         reading
             .windows(2)
             .filter(|w| w[1].reads == w[0].reads)
-            .map(|w| w[1].t - w[0].t)
-            .sum()
+            // From +0.0: a sum of no f64 is -0.0, which prints as "-0.00".
+            .fold(0.0, |sum, w| sum + (w[1].t - w[0].t))
     }
 
     /// The run as a row's run: reads while the allocator ran, with every figure of the
