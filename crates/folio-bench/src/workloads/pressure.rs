@@ -865,6 +865,8 @@ impl SideRun {
             "reads_per_sec": rate,
             "mem_available_bytes": reading.iter().map(|s| s.mem_available_bytes).collect::<Vec<_>>(),
             "misses": reading.iter().map(|s| s.misses).collect::<Vec<_>>(),
+            "rss_bytes": reading.iter().map(|s| s.rss_bytes).collect::<Vec<_>>(),
+            "anon_huge_bytes": reading.iter().map(|s| s.anon_huge_bytes).collect::<Vec<_>>(),
             "psi_some_avg10": reading.iter().map(|s| s.psi_some_avg10).collect::<Vec<_>>(),
             "psi_some_total_us": reading.iter().map(|s| s.psi_some_total_us).collect::<Vec<_>>(),
             "psi_full_total_us": reading.iter().map(|s| s.psi_full_total_us).collect::<Vec<_>>(),
@@ -907,6 +909,11 @@ pub struct Sample {
     pub psi_some_avg10: f64,
     pub psi_some_total_us: u64,
     pub psi_full_total_us: u64,
+    /// The reader process's resident memory (`VmRSS`) and the machine's anonymous memory
+    /// on transparent huge pages (`AnonHugePages`): what folio gives back shows here
+    /// when the kernel really frees it.
+    pub rss_bytes: u64,
+    pub anon_huge_bytes: u64,
 }
 
 impl Sample {
@@ -1132,6 +1139,8 @@ impl Side {
             psi_some_avg10,
             psi_some_total_us,
             psi_full_total_us,
+            rss_bytes: vm_rss_bytes().unwrap_or(0),
+            anon_huge_bytes: kernel::meminfo_bytes("AnonHugePages").unwrap_or(0),
             ..Sample::default()
         };
         match self {
@@ -1216,6 +1225,20 @@ fn kernel_cached_pages(file: &std::fs::File, count: KernelCount) -> io::Result<O
     Ok(Some(
         (cached as f64 / sampled_pages as f64 * len.div_ceil(4096) as f64).round() as u64,
     ))
+}
+
+/// This process's resident memory (`/proc/self/status` `VmRSS`), in bytes.
+fn vm_rss_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
 }
 
 /// The avg10 (percent) and the total (microseconds) of the `name` line of a pressure
