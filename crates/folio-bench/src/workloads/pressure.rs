@@ -695,12 +695,18 @@ impl SideRun {
             .flatten()
     }
 
-    /// Reads per second over `[from, to]`, from the samples around it.
+    /// Reads per second over `[from, to]`, from the samples that span it: the last at or
+    /// before `from` and the first at or after `to` (the nearest ones inside where the
+    /// reads began later or ended earlier). A window shorter than a sample interval (a
+    /// tiny allocation) gets the rate of the interval around it.
     fn reads_per_sec(&self, from: f64, to: f64) -> Option<f64> {
-        let at = |t: f64| self.samples.iter().rev().find(|s| s.t <= t && s.reading);
-        let first = self.samples.iter().find(|s| s.reading)?;
-        let a = at(from).unwrap_or(first);
-        let b = at(to)?;
+        let reading: Vec<&Sample> = self.samples.iter().filter(|s| s.reading).collect();
+        let a = reading
+            .iter()
+            .rev()
+            .find(|s| s.t <= from)
+            .or(reading.first())?;
+        let b = reading.iter().find(|s| s.t >= to).or(reading.last())?;
         (b.t > a.t).then(|| (b.reads - a.reads) as f64 / (b.t - a.t))
     }
 
@@ -1480,6 +1486,8 @@ mod tests {
         assert_eq!(run.reads_per_sec(-2.0, 0.0), Some(100.0));
         assert_eq!(run.reads_per_sec(0.0, 3.0), Some(50.0));
         assert_eq!(run.reads_per_sec(3.0, 5.0), Some(100.0));
+        // A window inside one interval gets that interval's rate.
+        assert_eq!(run.reads_per_sec(1.2, 1.4), Some(50.0));
         assert_eq!(run.held_at(-1e-9), Some(10));
         assert_eq!(run.held_at(3.0), Some(2));
         assert_eq!(run.alloc_secs(), Some(2.0));
