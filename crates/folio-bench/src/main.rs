@@ -5,8 +5,8 @@
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, writeseq,
-//!     randwrite, randrw, limits, db-bench, scale, scan-mix, compare; and soak [--seconds N] (faults
-//!     injected, every byte and fault accounted)
+//!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, compare; and soak
+//!     [--seconds N] (faults injected, every byte and fault accounted)
 //! ```
 //!
 //! Modules: `data` (self-checking data files), `stamped` (the self-checking blocks the
@@ -34,8 +34,8 @@ use serde_json::json;
 
 use kernel::WarmMethod;
 use workloads::{
-    compare, db_bench, limits, pread_scale, randread, randrw, randwrite, readahead_storm, readseq,
-    rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
+    compare, db_bench, limits, pread_scale, pressure, randread, randrw, randwrite, readahead_storm,
+    readseq, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
 };
 
 /// How folio's caches get their memory in every workload: the library's default
@@ -94,10 +94,20 @@ struct Common {
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
-enum Backend {
+pub(crate) enum Backend {
     Auto,
     IoUring,
     Pread,
+}
+
+impl From<folio::BackendKind> for Backend {
+    fn from(b: folio::BackendKind) -> Backend {
+        match b {
+            folio::BackendKind::Auto => Backend::Auto,
+            folio::BackendKind::IoUring => Backend::IoUring,
+            folio::BackendKind::Pread => Backend::Pread,
+        }
+    }
 }
 
 impl From<Backend> for folio::BackendKind {
@@ -111,10 +121,20 @@ impl From<Backend> for folio::BackendKind {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum Pages {
+pub(crate) enum Pages {
     Auto,
     Small,
     Huge,
+}
+
+impl From<folio::ArenaPages> for Pages {
+    fn from(p: folio::ArenaPages) -> Pages {
+        match p {
+            folio::ArenaPages::Auto => Pages::Auto,
+            folio::ArenaPages::Small => Pages::Small,
+            folio::ArenaPages::Huge => Pages::Huge,
+        }
+    }
 }
 
 impl From<Pages> for folio::ArenaPages {
@@ -211,8 +231,17 @@ enum Command {
         #[command(flatten)]
         args: scale::Args,
     },
-    /// All of the above but db-bench, scale and scan-mix, one after another (about 7 min;
-    /// --quick about 2)
+    /// A cache holding a data set while another process allocates most of the memory:
+    /// folio (following the machine) gives memory back and grows again, beside the
+    /// kernel (issue 30; not in compare)
+    Pressure {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: pressure::Args,
+    },
+    /// All of the above but db-bench, scale, scan-mix and pressure, one after another
+    /// (about 7 min; --quick about 2)
     Compare {
         #[command(flatten)]
         common: Common,
@@ -226,6 +255,12 @@ enum Command {
     /// The kernel side of randwrite and randrw, run by them inside a memory cgroup
     #[command(hide = true)]
     KernelRw(rw::ChildArgs),
+    /// The reader of `pressure` (folio or the kernel), run by pressure itself
+    #[command(hide = true)]
+    PressureReader(pressure::ReaderArgs),
+    /// The allocating process of `pressure`, run by pressure itself
+    #[command(hide = true)]
+    PressureAlloc(pressure::AllocArgs),
 }
 
 fn main() {
@@ -240,6 +275,8 @@ fn run(cli: Cli) -> io::Result<()> {
     let (common, workload): (Common, Option<Box<dyn Workload>>) = match cli.command {
         Command::KernelRandread(args) => return randread::child_main(&args),
         Command::KernelRw(args) => return rw::child_main(&args),
+        Command::PressureReader(args) => return pressure::reader_main(&args),
+        Command::PressureAlloc(args) => return pressure::alloc_main(&args),
         Command::Soak(args) => {
             if !soak::run(&args)? {
                 std::process::exit(1);
@@ -257,6 +294,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::DbBench { common, args } => (common, Some(Box::new(args))),
         Command::Scale { common, args } => (common, Some(Box::new(args))),
         Command::ScanMix { common, args } => (common, Some(Box::new(args))),
+        Command::Pressure { common, args } => (common, Some(Box::new(args))),
         Command::Compare { common } => (common, None),
     };
     let started = Instant::now();

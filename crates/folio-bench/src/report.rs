@@ -1,6 +1,8 @@
 //! What a run shows: the terminal table (with the folio/kernel ratio in its own column),
 //! the JSON file (issue 7's shape; `compare` wraps the list as `{"workloads": [...]}`),
 //! and the SVG chart (throughput per system and thread count, one panel per workload).
+//! `scale` and `pressure` have tables and charts of their own (`report/scale.rs`,
+//! `report/pressure.rs`).
 //!
 //! Design: everything here is a pure function of `Report`s (and a few words about the
 //! machine); nothing is measured here. Numbers on the terminal are rounded for reading;
@@ -17,12 +19,16 @@ use serde_json::{json, Value};
 
 use crate::workloads::{Metric, Report, System};
 
+mod pressure;
 mod scale;
 
 /// The table, notes and targets of one report, as text.
 pub fn table(report: &Report) -> String {
     if report.workload == "scale" {
         return scale::table(report);
+    }
+    if report.workload == "pressure" {
+        return pressure::table(report);
     }
     let mut out = String::new();
     let shared = report.params.get("shared") == Some(&Value::Bool(true));
@@ -177,6 +183,10 @@ pub fn plot(path: &Path, reports: &[Report]) -> io::Result<()> {
     if let [report] = reports {
         if report.workload == "scale" {
             return scale::plot(path, report).map_err(|e| io::Error::other(format!("plot: {e}")));
+        }
+        if report.workload == "pressure" {
+            return pressure::plot(path, report)
+                .map_err(|e| io::Error::other(format!("plot: {e}")));
         }
     }
     let cols = if reports.len() > 1 { 2 } else { 1 };

@@ -4,7 +4,8 @@
 //! and a `folio` row with db_bench's ops/s and percentiles (P75 as the extra `p75_us`),
 //! and for readrandom the system and user time per read and the ratio to direct reads;
 //! for the writes, the block I/O of each run and folio's own, and table files written
-//! through folio. Skipped, saying why,
+//! through folio; the plugin at its defaults (`--fs_uri=folio://`), and readseq once more
+//! with every db_bench in a memory cgroup (`--cgroup-max-mib`, as root). Skipped, saying why,
 //! where `/usr/bin/db_bench`, cmake or the RocksDB headers are missing (packages
 //! `rocksdb-tools librocksdb-dev cmake g++`).
 
@@ -73,6 +74,60 @@ fn db_bench_runs_tiny_with_three_systems() {
         // Every system read the same keys (db_bench counts 2 threads x 2 x 500 here).
         assert!(row["operations"].as_u64().is_some_and(|n| n > 0), "{row}");
         assert_eq!(row["operations"], rows[0]["operations"], "{row}");
+        if system == "folio" {
+            // The plugin at its defaults; its stats at exit say what the capacity was.
+            assert!(
+                row["folio_capacity_mib"].as_f64().is_some_and(|m| m > 0.0),
+                "{row}"
+            );
+        }
+    }
+    assert_eq!(v["params"]["fs_uri"], "folio://");
+
+    // The same in a memory cgroup per measurement, where one can be made (root, a memory
+    // controller): every row says the group's peak.
+    let memory_controller = Path::new("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists()
+        || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|c| c.split_whitespace().any(|w| w == "memory"));
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            == Some("0")
+    });
+    if memory_controller && root {
+        let v = run_db_bench(
+            dir.path(),
+            "readseq",
+            &[
+                "--quick",
+                "--runs",
+                "1",
+                "--limits-mib",
+                "8",
+                "--dbs",
+                "2",
+                "--keys",
+                "500",
+                "--threads",
+                "2",
+                "--cache-mib",
+                "8",
+                "--cgroup-max-mib",
+                "2048",
+            ],
+        );
+        assert_eq!(v["params"]["cgroup_limit_bytes"], 2u64 << 30);
+        assert!(v["params"]["cgroup_version"].is_string(), "{}", v["params"]);
+        for row in v["rows"].as_array().expect("rows") {
+            assert!(
+                row["cgroup_peak_bytes"].as_u64().is_some_and(|b| b > 0),
+                "{row}"
+            );
+            assert_eq!(row["cgroup_oom_kills"], 0, "{row}");
+        }
+    } else {
+        eprintln!("skipped the cgroup run: no memory controller, or not root");
     }
 
     // readrandom, on the same databases: the plugin at its defaults, rusage per read.
@@ -100,11 +155,11 @@ fn db_bench_runs_tiny_with_three_systems() {
         );
         assert_eq!(v["workload"], format!("db-bench-{benchmark}"));
         assert_eq!(v["params"]["benchmark"], benchmark);
-        let uri = v["params"]["fs_uri"].as_str().expect("fs_uri");
-        assert!(
-            uri.starts_with("folio://?capacity=") && !uri.contains('&'),
-            "only the capacity is passed: {uri}"
+        assert_eq!(
+            v["params"]["fs_uri"], "folio://",
+            "nothing is passed: the plugin at its defaults"
         );
+        assert_eq!(v["params"]["folio_capacity"], "plugin default");
         let rows = v["rows"].as_array().expect("rows");
         for system in ["kernel", "direct", "folio"] {
             let row = rows

@@ -7,6 +7,9 @@
 //! promise instead of bytes read: bytes written, every read verified, syncs timed, and
 //! folio's file checked whole on disk after every run (`disk_verified_bytes`).
 //!
+//! `pressure` runs tiny and without a cgroup: its report's shape and samples, not the
+//! policy (that takes the machine's memory).
+//!
 //! The workloads run one after another in one test: they drop the machine's page cache
 //! and check residency, which parallel runs would disturb. Where no memory cgroup can be
 //! made (not root, no controller), `randread` (and `randwrite`, `randrw`) still run and
@@ -487,6 +490,56 @@ fn every_workload_runs_tiny_with_the_promised_json() {
         assert!(r["scan_mb_per_sec"].as_f64() > Some(0.0), "{r}");
     }
     assert_eq!(v["targets"].as_array().map(Vec::len), Some(2));
+
+    // pressure, tiny and without a cgroup (so no real pressure): both sides' allocator
+    // finishes, and the rows carry the samples the chart draws.
+    let v = run(
+        d,
+        "pressure",
+        &[
+            "pressure",
+            "--data-mib",
+            "32",
+            "--alloc-mib",
+            "32",
+            "--chunk-mib",
+            "8",
+            "--cgroup-max-mib",
+            "0",
+            "--before-secs",
+            "0.3",
+            "--after-secs",
+            "0.5",
+            "--hold-secs",
+            "0",
+        ],
+    );
+    let rows = check_shape(&v, "pressure");
+    check_file_pages(&v);
+    for system in ["folio", "kernel"] {
+        let r = row(&rows, system, 4);
+        assert_eq!(r["alloc_outcome"], "exit 0", "{r}");
+        assert_eq!(r["reader_outcome"], "exit 0", "{r}");
+        assert!(r["alloc_secs"].as_f64() > Some(0.0), "{r}");
+        let touched = r["samples"]["alloc_touched_bytes"]
+            .as_array()
+            .expect("samples");
+        assert_eq!(touched.last(), Some(&Value::from(32u64 << 20)), "{r}");
+        assert!(
+            r["samples"]["t_secs"]
+                .as_array()
+                .is_some_and(|t| !t.is_empty()),
+            "{r}"
+        );
+        // The cache held the file (folio's resident memory counts its arena's whole
+        // chunks, so it may be a little more).
+        assert!(
+            r["cache_before_bytes"].as_u64() >= Some(32 << 20),
+            "the cache held the file: {r}"
+        );
+    }
+    assert!(row(&rows, "folio", 4)["folio"]["capacity_bytes"].as_u64() > Some(0));
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(4));
 
     let v = run(
         d,

@@ -2,7 +2,15 @@
 //! three systems with the same block cache and threads: `kernel` (buffered reads through
 //! the page cache), `direct` (`--use_direct_reads=1`: RocksDB's block cache only) and
 //! `folio` (buffered, through the folio RocksDB plugin, `plugins/rocksdb/db_bench_folio.sh`,
-//! with only its capacity set: every other option at the plugin's default).
+//! `--fs_uri=folio://`: every option at the plugin's default, the capacity too unless
+//! `--folio-capacity-mib` sets it; what the capacity was is read from the plugin's stats at
+//! exit, `FOLIO_STATS`, into the row's `folio_capacity_mib`).
+//!
+//! `--cgroup-max-mib` runs every system's db_bench in a fresh memory cgroup of that size,
+//! one per measurement ([`Confinement`]): the program enters it between fork and exec, so
+//! its page cache, RocksDB's caches and folio's memory are all charged to it; rows carry
+//! the group's peak and its OOM kills. folio's memory policy reads a cgroup v2 limit only:
+//! under cgroup v1 the plugin does not see it, and the report says so.
 //!
 //! Design: the databases are made once per data directory (`fillseq,flush` with
 //! `--num_multi_db=N --num=K --value_size=8192`, default file system) and reused while a
@@ -115,10 +123,138 @@ pub struct Args {
     /// [default: 400; --quick 16; the write workloads: db_bench's own (8 MiB)]
     #[arg(long)]
     pub cache_mib: Option<u64>,
-    /// MiB of folio's cache (the plugin's `capacity`) [default: the data's size + 64; the
-    /// write workloads: twice the data's size + 64]
+    /// MiB of folio's cache (the plugin's `capacity`), an explicit override [default: none
+    /// in the URI: the plugin's own default capacity]
     #[arg(long)]
     pub folio_capacity_mib: Option<u64>,
+    /// Run every system's db_bench in a fresh memory cgroup of this many MiB, one per
+    /// measurement (v2 `memory.max`, or v1 `memory.limit_in_bytes` where the memory
+    /// controller is on v1; folio's memory policy reads only v2) [default: none]
+    #[arg(long)]
+    pub cgroup_max_mib: Option<u64>,
+}
+
+/// The plugin's capacity as the command line says: an explicit size, or the plugin's
+/// default (nothing in the URI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FolioCapacity {
+    /// `--folio-capacity-mib`: `capacity=<MiB>M` in the URI.
+    Mib(u64),
+    /// No `capacity` in the URI: what the plugin does by default.
+    PluginDefault,
+}
+
+impl FolioCapacity {
+    pub fn of(args: &Args) -> FolioCapacity {
+        match args.folio_capacity_mib {
+            Some(m) => FolioCapacity::Mib(m.max(folio::CAPACITY_BYTES_MIN.div_ceil(1 << 20))),
+            None => FolioCapacity::PluginDefault,
+        }
+    }
+
+    /// The report's `folio_capacity` param: bytes, or the words "plugin default".
+    pub fn param(self) -> serde_json::Value {
+        match self {
+            FolioCapacity::Mib(m) => json!(mib(m)),
+            FolioCapacity::PluginDefault => json!("plugin default"),
+        }
+    }
+
+    /// For notes: "4096 MiB" or "the plugin's default".
+    pub fn describe(self) -> String {
+        match self {
+            FolioCapacity::Mib(m) => format!("{m} MiB (--folio-capacity-mib)"),
+            FolioCapacity::PluginDefault => {
+                "the plugin's default (no capacity in the URI; the plugin's stats at exit \
+                 say what it was: folio_capacity_mib)"
+                    .to_string()
+            }
+        }
+    }
+}
+
+/// Where every system's db_bench runs: in a fresh memory cgroup per measurement
+/// (`--cgroup-max-mib`), or with the machine's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Confinement {
+    pub limit_bytes: Option<u64>,
+}
+
+impl Confinement {
+    pub fn of(args: &Args) -> Confinement {
+        Confinement {
+            limit_bytes: args.cgroup_max_mib.filter(|&m| m > 0).map(mib),
+        }
+    }
+
+    /// A fresh group for one db_bench, `cmd` set to enter it before the program runs;
+    /// `None` without `--cgroup-max-mib`.
+    ///
+    /// Errors: no group can be made (not root, no memory controller): the option asked
+    /// for one.
+    pub fn enter(self, cmd: &mut Command) -> io::Result<Option<kernel::Cgroup>> {
+        let Some(limit) = self.limit_bytes else {
+            return Ok(None);
+        };
+        let group = kernel::Cgroup::create(limit)
+            .map_err(|e| io::Error::new(e.kind(), format!("db-bench --cgroup-max-mib: {e}")))?;
+        group.enter_at_exec(cmd)?;
+        Ok(Some(group))
+    }
+
+    /// Records what `group` saw in `run`'s extras: its peak and its OOM kills.
+    pub fn record(
+        group: Option<&kernel::Cgroup>,
+        extra: &mut serde_json::Map<String, serde_json::Value>,
+    ) {
+        if let Some(g) = group {
+            extra.insert("cgroup_peak_bytes".into(), json!(g.peak_bytes()));
+            extra.insert("cgroup_oom_kills".into(), json!(g.oom_kills()));
+        }
+    }
+
+    /// Why a db_bench in `group` failed, if its OOM killer ended it: words for the error.
+    pub fn failure(group: Option<&kernel::Cgroup>) -> String {
+        match group.and_then(kernel::Cgroup::oom_kills) {
+            Some(n) if n > 0 => format!(
+                " ({n} process(es) killed by the cgroup's OOM killer: {})",
+                group.map_or_else(String::new, kernel::Cgroup::describe)
+            ),
+            _ => String::new(),
+        }
+    }
+
+    /// The report's params and a note about the group (nothing without one).
+    pub fn describe_in(self, report: &mut Report) {
+        report.param("cgroup_limit_bytes", self.limit_bytes);
+        let Some(limit) = self.limit_bytes else {
+            return;
+        };
+        // The version of the hierarchy a group would be made in (made and removed here).
+        let version = kernel::Cgroup::create(limit).ok().map(|g| g.version());
+        report.param(
+            "cgroup_version",
+            match version {
+                Some(kernel::CgroupVersion::V1) => json!("v1"),
+                Some(kernel::CgroupVersion::V2) => json!("v2"),
+                None => serde_json::Value::Null,
+            },
+        );
+        let seen = match version {
+            Some(kernel::CgroupVersion::V2) => {
+                "folio's memory policy reads this limit (memory.max)".to_string()
+            }
+            _ => "a cgroup v1 group (memory.limit_in_bytes): folio's memory policy reads \
+                  cgroup v2 only, so the plugin did NOT see this limit"
+                .to_string(),
+        };
+        report.note(format!(
+            "every system's db_bench ran in a fresh memory cgroup of {} MiB per measurement \
+             (its page cache, RocksDB's block cache and memtables, folio's memory all \
+             charged to it); {seen}; rows carry cgroup_peak_bytes and cgroup_oom_kills",
+            limit >> 20
+        ));
+    }
 }
 
 impl Workload for Args {
@@ -146,17 +282,18 @@ impl Workload for Args {
         let keys = self.keys.unwrap_or(env.scale.pick(2000, 5000)).max(1);
         let cache_bytes = mib(self.cache_mib.unwrap_or(env.scale.pick(16, 400)));
         let data_bytes = dbs * keys * VALUE_BYTES;
-        let folio_capacity_mib = self
-            .folio_capacity_mib
-            .unwrap_or((data_bytes >> 20) + 64)
-            .max(folio::CAPACITY_BYTES_MIN.div_ceil(1 << 20));
+        let capacity = FolioCapacity::of(self);
+        let confinement = Confinement::of(self);
 
         let root = workspace_root();
         let (plugin, plugin_note) = build_plugin(env, &root)?;
         let db = ensure_dbs(env, dbs, keys)?;
-        // The capacity and nothing else: `prefault` and every other option at the
-        // plugin's default, as folio's own caches are at the library's in every workload.
-        let fs_uri = fs_uri(env, folio_capacity_mib);
+        // Every option at the plugin's default, as folio's own caches are at the
+        // library's in every workload (the capacity only if asked).
+        let fs_uri = fs_uri(env.arena_pages, capacity);
+        let scratch = env.dir.join("db-bench-output");
+        std::fs::create_dir_all(&scratch)?;
+        let stats = scratch.join("folio-stats.txt");
 
         let mut report = Report::new(self.name(), Metric::OpsPerSec);
         report.param("threads", threads.clone());
@@ -165,9 +302,11 @@ impl Workload for Args {
         report.param("value_size", VALUE_BYTES);
         report.param("data_bytes", data_bytes);
         report.param("cache_size", cache_bytes);
-        report.param("folio_capacity_bytes", mib(folio_capacity_mib));
+        report.param("folio_capacity", capacity.param());
+        report.param("fs_uri", fs_uri.clone());
         report.param("runs", env.runs);
         report.param("db_bench", DB_BENCH);
+        confinement.describe_in(&mut report);
 
         measure_systems(env, &mut report, &SYSTEMS, &threads, |turn| {
             // Re-listed each time: db_bench renames and removes files (LOG, WAL).
@@ -195,17 +334,29 @@ impl Workload for Args {
                     cmd.arg("--use_direct_reads=1");
                 }
                 System::Folio => {
-                    cmd.arg(format!("--fs_uri={fs_uri}"));
+                    let _ = std::fs::remove_file(&stats);
+                    cmd.env("FOLIO_STATS", &stats)
+                        .arg(format!("--fs_uri={fs_uri}"));
                 }
                 _ => {}
             }
-            run_db_bench(&mut cmd, turn.system)
+            let group = confinement.enter(&mut cmd)?;
+            let mut run = run_db_bench(&mut cmd, turn.system, group.as_ref())?;
+            Confinement::record(group.as_ref(), &mut run.extra);
+            if turn.system == System::Folio {
+                record_folio_capacity(
+                    &std::fs::read_to_string(&stats).unwrap_or_default(),
+                    &mut run.extra,
+                );
+            }
+            Ok(run)
         })?;
         report.note(format!(
             "db_bench readseq,stats --use_existing_db=1 --histogram=1 --verify_checksum=1 over \
              {dbs} databases of {keys} 8 KiB values (made once with fillseq,flush); kernel: \
              buffered; direct: --use_direct_reads=1; folio: plugins/rocksdb/db_bench_folio.sh \
-             --fs_uri='{fs_uri}'; block cache {} MiB for all",
+             --fs_uri='{fs_uri}' (capacity: {}); block cache {} MiB for all",
+            capacity.describe(),
             cache_bytes >> 20
         ));
         report.note(format!(
@@ -335,19 +486,43 @@ fn tail(text: &str, lines: usize) -> String {
     out
 }
 
-/// The databases for `dbs` x `keys`, made with fillseq (and flushed to table files) unless
-/// a previous run left them complete. Returns the `--db` path.
-/// The plugin's `--fs_uri`: the capacity, and `arena_pages` only when `--arena-pages`
-/// says other than the default (every other option at the plugin's default).
-fn fs_uri(env: &Env, capacity_mib: u64) -> String {
-    let pages = match env.arena_pages {
-        folio::ArenaPages::Auto => "",
-        folio::ArenaPages::Small => "&arena_pages=small",
-        folio::ArenaPages::Huge => "&arena_pages=huge",
-    };
-    format!("folio://?capacity={capacity_mib}M{pages}")
+/// The plugin's `--fs_uri`: the capacity only when `--folio-capacity-mib` gives one, and
+/// `arena_pages` only when `--arena-pages` says other than the default (every other
+/// option at the plugin's default).
+fn fs_uri(arena_pages: folio::ArenaPages, capacity: FolioCapacity) -> String {
+    let mut options: Vec<String> = Vec::new();
+    if let FolioCapacity::Mib(m) = capacity {
+        options.push(format!("capacity={m}M"));
+    }
+    match arena_pages {
+        folio::ArenaPages::Auto => {}
+        folio::ArenaPages::Small => options.push("arena_pages=small".into()),
+        folio::ArenaPages::Huge => options.push("arena_pages=huge".into()),
+    }
+    if options.is_empty() {
+        "folio://".to_string()
+    } else {
+        format!("folio://?{}", options.join("&"))
+    }
 }
 
+/// The capacity the plugin had at its exit, from its stats (`FOLIO_STATS`), in `extra`
+/// as MiB: `folio_capacity_mib`, and where the stats have them `folio_capacity_max_mib`
+/// and `folio_resident_mib`.
+pub fn record_folio_capacity(stats: &str, extra: &mut serde_json::Map<String, serde_json::Value>) {
+    for (key, name) in [
+        ("capacity_bytes", "folio_capacity_mib"),
+        ("capacity_max_bytes", "folio_capacity_max_mib"),
+        ("resident_bytes", "folio_resident_mib"),
+    ] {
+        if let Some(bytes) = write::stat_of(stats, key) {
+            extra.insert(name.into(), json!(bytes as f64 / (1u64 << 20) as f64));
+        }
+    }
+}
+
+/// The databases for `dbs` x `keys`, made with fillseq (and flushed to table files) unless
+/// a previous run left them complete. Returns the `--db` path.
 fn ensure_dbs(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
     let parent = env.dir.join(format!("db-bench-{dbs}x{keys}"));
     let db = parent.join("db");
@@ -411,12 +586,20 @@ fn table_files(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Runs one db_bench and turns its output into a run.
-fn run_db_bench(cmd: &mut Command, system: System) -> io::Result<RunResult> {
+/// Runs one db_bench (in `group`, which `cmd` enters, if any) and turns its output into a
+/// run.
+fn run_db_bench(
+    cmd: &mut Command,
+    system: System,
+    group: Option<&kernel::Cgroup>,
+) -> io::Result<RunResult> {
     let out = cmd
         .output()
         .map_err(|e| io::Error::new(e.kind(), format!("{:?}: {e}", cmd.get_program())))?;
-    check_status(&format!("db_bench readseq ({system})"), &out)?;
+    check_status(
+        &format!("db_bench readseq ({system}){}", Confinement::failure(group)),
+        &out,
+    )?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     parse(&stdout).ok_or_else(|| {
         io::Error::other(format!(
@@ -509,6 +692,55 @@ pub fn run_result_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_uri_leaves_the_plugin_at_its_defaults_unless_asked() {
+        use folio::ArenaPages;
+        assert_eq!(
+            fs_uri(ArenaPages::Auto, FolioCapacity::PluginDefault),
+            "folio://"
+        );
+        assert_eq!(
+            fs_uri(ArenaPages::Small, FolioCapacity::PluginDefault),
+            "folio://?arena_pages=small"
+        );
+        assert_eq!(
+            fs_uri(ArenaPages::Huge, FolioCapacity::Mib(512)),
+            "folio://?capacity=512M&arena_pages=huge"
+        );
+        let args = Args {
+            folio_capacity_mib: Some(0),
+            ..Args::default()
+        };
+        assert_eq!(
+            FolioCapacity::of(&args),
+            FolioCapacity::Mib(1),
+            "at least the library's minimum"
+        );
+        assert_eq!(
+            FolioCapacity::of(&Args::default()).param(),
+            json!("plugin default")
+        );
+        let confined = Args {
+            cgroup_max_mib: Some(2048),
+            ..Args::default()
+        };
+        assert_eq!(Confinement::of(&confined).limit_bytes, Some(2 << 30));
+        assert_eq!(Confinement::of(&Args::default()).limit_bytes, None);
+    }
+
+    #[test]
+    fn the_plugin_stats_say_its_capacity() {
+        let mut extra = serde_json::Map::new();
+        record_folio_capacity(
+            "folio: stats: hits=1 capacity_bytes=268435456 capacity_max_bytes=1073741824 \
+             cached_bytes=4096\n",
+            &mut extra,
+        );
+        assert_eq!(extra["folio_capacity_mib"], json!(256.0));
+        assert_eq!(extra["folio_capacity_max_mib"], json!(1024.0));
+        assert!(!extra.contains_key("folio_resident_mib"));
+    }
 
     #[test]
     fn parses_db_bench_output() {

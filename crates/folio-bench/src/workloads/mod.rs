@@ -20,6 +20,7 @@ pub mod compare;
 pub mod db_bench;
 pub mod limits;
 pub mod pread_scale;
+pub mod pressure;
 pub mod randread;
 pub mod randrw;
 pub mod randwrite;

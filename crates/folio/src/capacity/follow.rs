@@ -19,7 +19,10 @@
 //!   is resident under pressure stalls): evict the coldest clean pages, write dirty ones
 //!   back first, give whole free blocks back to the system (`Core::set_capacity`);
 //! - the afforded capacity fell below the capacity by a quarter reserve: lower the
-//!   capacity to it (nothing to evict while it is above what is resident);
+//!   capacity to it (nothing to evict while it is above what is resident; below, it
+//!   evicts as a shrink does). An allocator that takes memory steadily meets this rule
+//!   first (the room falls below 1.25 reserves before it falls below one), so this is
+//!   how most memory goes back: `pressure_events` counts only shrinks;
 //! - the cache is full, evicted pages came back (workingset refaults: a larger cache
 //!   would have hit) and the afforded capacity is higher: grow to it. A cache that only
 //!   scans (no refault) does not grow past what it holds.
@@ -70,7 +73,9 @@ pub enum Decision {
     Keep,
     /// Memory is short: shrink to this many bytes (a pressure event).
     Shrink(u64),
-    /// The machine affords less: lower the capacity to this, evicting nothing.
+    /// The machine affords less: lower the capacity to this. Below what is resident it
+    /// evicts and gives memory back like a shrink (`Core::set_capacity` does the same for
+    /// both), but it is not a pressure event: the room never fell below the reserve.
     Lower(u64),
     /// A larger cache would hit: grow to this.
     Grow(u64),

@@ -1,8 +1,9 @@
 //! `db-bench readrandom` (issue 13): the unmodified db_bench `readrandom` from a cold page
 //! cache, on databases several times RocksDB's block cache, as a new user would run it:
 //! `kernel` (buffered), `direct` (`--use_direct_reads=1`) and `folio` (the plugin
-//! preloaded, `--fs_uri='folio://?capacity=CM'` and nothing else: every other option,
-//! `prefault` among them, at the plugin's default), with each process's CPU time from
+//! preloaded, `--fs_uri='folio://'`: every option, the capacity and `prefault` among
+//! them, at the plugin's default unless `--folio-capacity-mib` sets the capacity), with
+//! each process's CPU time from
 //! `wait4(2)`'s rusage, divided by its reads.
 //!
 //! Design: the databases, the plugin build and the cold start are `db-bench`'s (module
@@ -34,8 +35,8 @@ use std::process::{Command, Stdio};
 use serde_json::json;
 
 use super::{
-    build_plugin, ensure_dbs, fs_uri, parse_benchmark_output, table_files, tail, workspace_root,
-    Args, DB_BENCH, SYSTEMS, VALUE_BYTES,
+    build_plugin, ensure_dbs, fs_uri, parse_benchmark_output, record_folio_capacity, table_files,
+    tail, workspace_root, Args, Confinement, FolioCapacity, DB_BENCH, SYSTEMS, VALUE_BYTES,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -85,17 +86,16 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
     let reads = args.reads.unwrap_or(keys).max(1);
     let cache_bytes = mib(args.cache_mib.unwrap_or(env.scale.pick(16, 400)));
     let data_bytes = dbs * keys * VALUE_BYTES;
-    let folio_capacity_mib = args
-        .folio_capacity_mib
-        .unwrap_or((data_bytes >> 20) + 64)
-        .max(folio::CAPACITY_BYTES_MIN.div_ceil(1 << 20));
+    let capacity = FolioCapacity::of(args);
+    let confinement = Confinement::of(args);
     let rounds = env.scale.pick(env.runs, env.runs.max(ROUNDS_MIN));
 
     let root = workspace_root();
     let (plugin, plugin_note) = build_plugin(env, &root)?;
     let db = ensure_dbs(env, dbs, keys)?;
-    // What a user passes: the capacity. Everything else is the plugin's default.
-    let fs_uri = fs_uri(env, folio_capacity_mib);
+    // What a new user passes: nothing. Every option at the plugin's default (the capacity
+    // only if `--folio-capacity-mib` says).
+    let fs_uri = fs_uri(env.arena_pages, capacity);
 
     let workload = match kind {
         PointReads::Single => "db-bench-readrandom",
@@ -117,10 +117,11 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
         "data_over_block_cache",
         data_bytes as f64 / cache_bytes.max(1) as f64,
     );
-    report.param("folio_capacity_bytes", mib(folio_capacity_mib));
+    report.param("folio_capacity", capacity.param());
     report.param("fs_uri", fs_uri.clone());
     report.param("rounds", rounds);
     report.param("db_bench", DB_BENCH);
+    confinement.describe_in(&mut report);
 
     let base_args = |t: usize| -> Vec<String> {
         let mut flags: Vec<String> = vec![
@@ -141,6 +142,7 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
     };
     let scratch = env.dir.join("db-bench-output");
     std::fs::create_dir_all(&scratch)?;
+    let stats = scratch.join("folio-stats.txt");
     let measure = |system: System, t: usize| -> io::Result<RunResult> {
         kernel::make_cold(&table_files(&db)?, env.cold)?;
         let mut cmd = Command::new(DB_BENCH);
@@ -150,12 +152,23 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
                 cmd.arg("--use_direct_reads=1");
             }
             System::Folio => {
+                let _ = std::fs::remove_file(&stats);
                 cmd.env("LD_PRELOAD", &plugin)
+                    .env("FOLIO_STATS", &stats)
                     .arg(format!("--fs_uri={fs_uri}"));
             }
             _ => {}
         }
-        run_measured(&mut cmd, name, system, &scratch)
+        let group = confinement.enter(&mut cmd)?;
+        let mut run = run_measured(&mut cmd, name, system, &scratch, group.as_ref())?;
+        Confinement::record(group.as_ref(), &mut run.extra);
+        if system == System::Folio {
+            record_folio_capacity(
+                &std::fs::read_to_string(&stats).unwrap_or_default(),
+                &mut run.extra,
+            );
+        }
+        Ok(run)
     };
 
     let steps = (rounds * SYSTEMS.len() + 1) * threads.len();
@@ -251,8 +264,8 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
     report.note(format!(
         "db_bench {} over {dbs} databases of {keys} 8 KiB values ({} MiB, {:.1}x the block \
          cache; made once with fillseq,flush); kernel: buffered; direct: --use_direct_reads=1; \
-         folio: LD_PRELOAD={} db_bench ... --fs_uri='{fs_uri}' (only the capacity is set: \
-         prefault, readahead_max, backend and every other option at the plugin's default)",
+         folio: LD_PRELOAD={} db_bench ... --fs_uri='{fs_uri}' (capacity: {}; prefault, \
+         readahead_max, backend and every other option at the plugin's default)",
         base_args(threads[0])
             .iter()
             .filter(|a| !a.starts_with("--db=") && !a.starts_with("--threads="))
@@ -261,7 +274,8 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
             .join(" "),
         data_bytes >> 20,
         data_bytes as f64 / cache_bytes.max(1) as f64,
-        plugin.display()
+        plugin.display(),
+        capacity.describe()
     ));
     report.note(format!(
         "cold: before every measurement, {}; then mincore: 0% resident; {rounds} rounds, the \
@@ -366,12 +380,14 @@ fn run_measured(
     name: &str,
     system: System,
     scratch: &Path,
+    group: Option<&crate::kernel::Cgroup>,
 ) -> io::Result<RunResult> {
     let (code, stdout, stderr, usage) = run_with_usage(cmd, scratch)?;
     if code != 0 {
         return Err(io::Error::other(format!(
             "db_bench {name} ({system}) failed (exit {code}; a negative code is the \
-             signal that ended it, e.g. an --fs_uri nothing registered):\n{}{}",
+             signal that ended it, e.g. an --fs_uri nothing registered){}:\n{}{}",
+            Confinement::failure(group),
             tail(&stdout, 20),
             tail(&stderr, 20)
         )));

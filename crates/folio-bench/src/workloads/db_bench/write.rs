@@ -2,8 +2,9 @@
 //! write and mixed benchmarks, the whole database's I/O through each system: `kernel`
 //! (buffered), `direct` (`--use_direct_reads=1 --use_direct_io_for_flush_and_compaction=1`:
 //! RocksDB's block cache only, table files written with O_DIRECT) and `folio` (the plugin
-//! preloaded, `--fs_uri='folio://?capacity=CM'` and nothing else: every file of the
-//! database written and read through folio, every other option at the plugin's default),
+//! preloaded, `--fs_uri='folio://'`: every file of the database written and read through
+//! folio, every option at the plugin's default, the capacity too unless
+//! `--folio-capacity-mib` sets it),
 //! one after another in the same run, each with db_bench's ops/s and the P50/P99 of its
 //! histogram (`--histogram=1`: per write for the fills and overwrite, per read for
 //! readwhilewriting, whose writer thread is not in it).
@@ -30,9 +31,10 @@
 //! values written by folio's writer in the same 15 s) shows fewer reads for more work.
 //! RocksDB's block cache is db_bench's own (8 MiB) unless `--cache-mib` says otherwise:
 //! the file system's cache holds the compressed tables, for the kernel as for folio.
-//! folio's capacity is twice the values plus 64 MiB (the database grows as it is
-//! rewritten); the kernel's page cache takes what it wants, and its peak growth during
-//! the run is measured (`/proc/meminfo`) and printed beside folio's capacity. Memtables and table files: db_bench's defaults
+//! folio's capacity is the plugin's default (what its stats say at exit is in the row:
+//! `folio_capacity_mib`); the kernel's page cache takes what it wants, and its peak growth
+//! during the run is measured (`/proc/meminfo`) and printed beside folio's capacity.
+//! `--cgroup-max-mib` runs every system's db_bench in a fresh memory cgroup of that size. Memtables and table files: db_bench's defaults
 //! (64 MiB) at full scale; at `--quick`
 //! `--write-buffer-mib` (4), with the table size equal to it and the L1 size four
 //! times it (db_bench's own proportions), so that a small run still flushes and
@@ -53,7 +55,7 @@ use serde_json::json;
 use super::readrandom::{run_with_usage, ChildUsage};
 use super::{
     build_plugin, check_status, fs_uri, parse_benchmark_output, tail, workspace_root, Args,
-    Benchmark, Parsed, DB_BENCH, SYSTEMS,
+    Benchmark, Confinement, FolioCapacity, Parsed, DB_BENCH, SYSTEMS,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -127,14 +129,12 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         None
     };
     let data_bytes = keys * value_bytes;
-    let folio_capacity_mib = args
-        .folio_capacity_mib
-        .unwrap_or(2 * (data_bytes >> 20) + 64)
-        .max(folio::CAPACITY_BYTES_MIN.div_ceil(1 << 20));
+    let capacity = FolioCapacity::of(args);
+    let confinement = Confinement::of(args);
 
     let root = workspace_root();
     let (plugin, plugin_note) = build_plugin(env, &root)?;
-    let fs_uri = fs_uri(env, folio_capacity_mib);
+    let fs_uri = fs_uri(env.arena_pages, capacity);
     let shape = Shape {
         keys,
         value_bytes,
@@ -158,11 +158,12 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     report.param("write_buffer_size", write_buffer_bytes);
     report.param("cache_size", cache_bytes);
     report.param("write_rate_mib", write_rate_mib);
-    report.param("folio_capacity_bytes", mib(folio_capacity_mib));
+    report.param("folio_capacity", capacity.param());
     report.param("fs_uri", fs_uri.clone());
     report.param("runs", env.runs);
     report.param("duration_secs", duration_secs);
     report.param("db_bench", DB_BENCH);
+    confinement.describe_in(&mut report);
 
     let flags = |t: usize| -> Vec<String> {
         let mut f = vec![
@@ -218,20 +219,28 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             }
             _ => {}
         }
+        let group = confinement.enter(&mut cmd)?;
         // What the kernel's page cache took for the run, beside folio's capacity.
         let page_cache = (turn.system == System::Kernel).then(kernel::PageCachePeak::start);
         let (code, stdout, stderr, usage) = run_with_usage(&mut cmd, &scratch)?;
         let page_cache_peak = page_cache.map(kernel::PageCachePeak::stop);
         if code != 0 {
             return Err(io::Error::other(format!(
-                "db_bench {name} ({}) failed (exit {code}):\n{}{}",
+                "db_bench {name} ({}) failed (exit {code}){}:\n{}{}",
                 turn.system,
+                Confinement::failure(group.as_ref()),
                 tail(&stdout, 20),
                 tail(&stderr, 20)
             )));
         }
         let folio_stats = std::fs::read_to_string(&stats).unwrap_or_default();
         let mut run = parse_run(&stdout, name, value_bytes, usage, &folio_stats);
+        if let Some(run) = run.as_mut() {
+            Confinement::record(group.as_ref(), &mut run.extra);
+            if turn.system == System::Folio {
+                super::record_folio_capacity(&folio_stats, &mut run.extra);
+            }
+        }
         if let (Some(run), Some(bytes)) = (run.as_mut(), page_cache_peak) {
             run.extra.insert(
                 "page_cache_peak_mib".into(),
@@ -294,7 +303,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
              I/O of the database: {:.1} MiB: {:.1} MiB of the {} files this run wrote and \
              read back, {:.1} MiB of the older ones); writes: kernel {:.1}, direct {:.1}, \
              folio {:.1}; the kernel's page cache grew by {:.0} MiB at most during the \
-             run (folio's capacity: {folio_capacity_mib} MiB)",
+             run (folio's capacity at its exit: {:.0} MiB)",
             figure(&kernel, "read_io_mib"),
             figure(&direct, "read_io_mib"),
             figure(&folio, "read_io_mib"),
@@ -306,13 +315,15 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             figure(&direct, "write_io_mib"),
             figure(&folio, "write_io_mib"),
             figure(&kernel, "page_cache_peak_mib"),
+            figure(&folio, "folio_capacity_mib"),
         ));
     }
     report.note(format!(
         "db_bench {} over {} ({} MiB of values; memtable and table files {} MiB); kernel: \
          buffered; direct: --use_direct_reads=1 --use_direct_io_for_flush_and_compaction=1; \
          folio: LD_PRELOAD={} db_bench ... --fs_uri='{fs_uri}' (every database file through \
-         folio; every other option at the plugin's default); block cache {} for all",
+         folio; capacity: {}; every other option at the plugin's default); block cache {} \
+         for all",
         flags(threads[0])
             .iter()
             .filter(|a| !a.starts_with("--db=") && !a.starts_with("--threads="))
@@ -327,6 +338,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         data_bytes >> 20,
         write_buffer_bytes >> 20,
         plugin.display(),
+        capacity.describe(),
         match cache_bytes {
             Some(bytes) => format!("{} MiB", bytes >> 20),
             None => "db_bench's default (8 MiB)".to_string(),
@@ -436,7 +448,7 @@ fn files_with_extension(dir: &Path, ext: &str) -> io::Result<Vec<PathBuf>> {
 
 /// The value of `key=` in the plugin's printed stats (its first occurrence: the
 /// `folio: stats:` line comes first).
-fn stat_of(stats: &str, key: &str) -> Option<u64> {
+pub(super) fn stat_of(stats: &str, key: &str) -> Option<u64> {
     stats
         .split_whitespace()
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
