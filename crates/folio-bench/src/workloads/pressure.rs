@@ -26,18 +26,18 @@
 //!
 //! then waits for the allocator's end (its exit status says whether a signal, the OOM
 //! killer's SIGKILL, ended it), keeps the reader reading for `--after-secs` (folio grows
-//! back when its cache is full and evicted pages come back: workingset refaults, the
-//! policy's rule), and stops it. Every line carries `CLOCK_MONOTONIC`, one clock for the
+//! back when its cache is full and evicted pages come back: refaults, the policy's
+//! rule), and stops it. Every line carries `CLOCK_MONOTONIC`, one clock for the
 //! three processes; the report puts 0 at the allocator's start. Per run the two sides go
 //! one after the other, their order swapped every other run; before each, the page cache
 //! is dropped and the file checked 0% resident.
 //!
 //! With `--cgroup-max-mib` (the default of `--quick`: 3 GiB for 2 GiB of data and
 //! 1.5 GiB allocated) both children of a side run inside a fresh memory cgroup of that
-//! size, so that a small run creates real pressure. folio's policy reads a cgroup v2
-//! limit (`memory.max`); a v1 group (`memory.limit_in_bytes`) limits folio without
-//! folio seeing it, and the report says so. The parent stays outside the group: an OOM
-//! kill inside it ends a child, never the measurement.
+//! size, so that a small run creates real pressure. folio's policy reads the group's
+//! limit, v2 (`memory.max`) or v1 (`memory.limit_in_bytes`, through
+//! `hierarchical_memory_limit`). The parent stays outside the group: an OOM kill inside
+//! it ends a child, never the measurement.
 //!
 //! Figures, per side: the allocator's time to allocate and touch everything (its own
 //! clock, from its start to its last touch: the issue's "finishes within 1.2x") and
@@ -342,20 +342,20 @@ fn add_notes(report: &mut Report, plan: &Plan, env: &Env, version: Option<Cgroup
         )),
         (Some(limit), _) => report.note(format!(
             "each side's reader and allocator ran in a fresh cgroup v1 memory group limited \
-             to {} MiB: folio's policy reads cgroup v2 only, so folio did NOT see this \
-             limit (it followed the whole machine's MemAvailable); the kernel's page cache \
-             is held to it. On this machine a small run is no test of the policy",
+             to {} MiB (what makes a small run real pressure); folio's policy reads that \
+             limit (hierarchical_memory_limit) and the group's usage",
             limit >> 20
         )),
     }
     report.note(
-        "folio's policy (crates/folio/src/capacity/follow.rs), every 50 ms: reserve = the \
-         limit / 16 within [64 MiB, 2 GiB]; afforded = folio's resident + the room \
-         (MemAvailable, or the v2 cgroup's room) - 1.5 reserves; room < reserve or PSI \
-         memory some avg10 > 10%: shrink to the afforded (and an eighth below resident under \
-         stalls), evicting and giving memory back (MADV_DONTNEED); capacity > afforded + \
-         reserve/4: lower it; cache full, workingset refaults since the last tick and \
-         afforded > capacity + reserve/4: grow to the afforded",
+        "folio's policy (crates/folio/src/capacity/follow.rs, docs/memory.md), every 50 ms: \
+         reserve = the limit / 32 within [128 MiB, 1 GiB]; afforded = folio's resident + \
+         the room (MemAvailable, or the cgroup's room) - 1.5 reserves; room < reserve, or \
+         memory stalls over 10% of the tick with the room below two reserves: shrink to the \
+         afforded (and an eighth below resident under stalls, once a second at most), \
+         evicting and giving memory back (MADV_DONTNEED); capacity > afforded + reserve/4: \
+         lower it; cache full, refaults since the last tick and afforded > capacity + \
+         reserve/4: grow to the afforded",
     );
     report.note(format!(
         "cache: folio's Stats::resident_bytes (memory held; capacity beside it) and \
