@@ -475,9 +475,8 @@ pub struct Cgroup {
 /// Which cgroup hierarchy holds the memory controller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CgroupVersion {
-    /// cgroup v1 (`memory.limit_in_bytes`): folio's memory policy does not read it
-    /// (`folio::capacity::machine` reads cgroup v2 only), so a folio inside such a group
-    /// sees the machine's memory, not the group's limit.
+    /// cgroup v1 (`memory.limit_in_bytes`): folio's memory policy reads it through the
+    /// group's `hierarchical_memory_limit`.
     V1,
     /// cgroup v2 (`memory.max`): folio's memory policy reads the limit.
     V2,

@@ -242,11 +242,12 @@ impl Confinement {
         );
         let seen = match version {
             Some(kernel::CgroupVersion::V2) => {
-                "folio's memory policy reads this limit (memory.max)".to_string()
+                "folio's memory policy reads this limit (memory.max)"
             }
-            _ => "a cgroup v1 group (memory.limit_in_bytes): folio's memory policy reads \
-                  cgroup v2 only, so the plugin did NOT see this limit"
-                .to_string(),
+            _ => {
+                "a cgroup v1 group (memory.limit_in_bytes): folio's memory policy reads this \
+                 limit (hierarchical_memory_limit)"
+            }
         };
         report.note(format!(
             "every system's db_bench ran in a fresh memory cgroup of {} MiB per measurement \
