@@ -36,25 +36,23 @@ fn db_bench_runs_tiny_with_three_systems() {
         .tempdir_in(base)
         .expect("a temporary directory");
     let started = Instant::now();
-    let v = run_db_bench(
-        dir.path(),
-        "readseq",
-        &[
-            "--quick",
-            "--runs",
-            "1",
-            "--limits-mib",
-            "8",
-            "--dbs",
-            "2",
-            "--keys",
-            "500",
-            "--threads",
-            "2",
-            "--cache-mib",
-            "8",
-        ],
-    );
+    // A tiny readseq: two databases of 500 keys, 2 threads.
+    let tiny: &[&str] = &[
+        "--quick",
+        "--runs",
+        "1",
+        "--limits-mib",
+        "8",
+        "--dbs",
+        "2",
+        "--keys",
+        "500",
+        "--threads",
+        "2",
+        "--cache-mib",
+        "8",
+    ];
+    let v = run_db_bench(dir.path(), "readseq", tiny);
     eprintln!("(readseq took {:.1} s)", started.elapsed().as_secs_f64());
     assert_eq!(v["workload"], "db-bench");
     assert_eq!(v["params"]["num_multi_db"], 2);
@@ -99,23 +97,7 @@ fn db_bench_runs_tiny_with_three_systems() {
         let v = run_db_bench(
             dir.path(),
             "readseq",
-            &[
-                "--quick",
-                "--runs",
-                "1",
-                "--limits-mib",
-                "8",
-                "--dbs",
-                "2",
-                "--keys",
-                "500",
-                "--threads",
-                "2",
-                "--cache-mib",
-                "8",
-                "--cgroup-max-mib",
-                "2048",
-            ],
+            &[tiny, &["--cgroup-max-mib", "2048"]].concat(),
         );
         assert_eq!(v["params"]["cgroup_limit_bytes"], 2u64 << 30);
         assert!(v["params"]["cgroup_version"].is_string(), "{}", v["params"]);
