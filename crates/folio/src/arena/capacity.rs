@@ -95,10 +95,7 @@ impl Arena {
 
     /// Free resident frames on the lists (a relaxed look).
     fn resident_free_frames(&self) -> u64 {
-        let unlisted = u64::from(self.frame_count - self.listed_frames());
-        let unallocated = self.buddy.unallocated.load(Ordering::Relaxed);
-        unallocated
-            .saturating_sub(unlisted)
+        self.listed_free_frames()
             .saturating_sub(self.returned_frames())
     }
 

@@ -176,8 +176,9 @@ impl Arena {
     }
 
     /// Free frames on the lists now (free frames less those of unlisted chunks): what an
-    /// allocation finds without growing. A racy snapshot, for the populator's decisions.
-    fn listed_free_frames(&self) -> u64 {
+    /// allocation finds without growing. A racy snapshot, for the populator's decisions
+    /// and the give-back's (`capacity`).
+    pub(super) fn listed_free_frames(&self) -> u64 {
         let unlisted = u64::from(self.frame_count - self.listed_frames());
         let unallocated = u64::from(self.frame_count) - self.allocated_frames();
         unallocated.saturating_sub(unlisted)
