@@ -5,7 +5,8 @@
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,8 @@ use crate::memory::Memory;
 use crate::pagecache::{Core, Engine, WritebackBodies};
 use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
+use crate::segment::layout::Layout;
+use crate::segment::{self, Segment};
 use crate::stats::{Counters, Stats};
 use crate::types::{Order, PageIndex, PAGE_BYTES};
 use crate::write::budget::DirtyBudget;
@@ -48,6 +51,9 @@ pub struct CacheBuilder {
     dirty_background_bytes: Option<u64>,
     dirty_expire: Duration,
     write_behind_bytes: u64,
+    persistent: bool,
+    segment_dir: Option<PathBuf>,
+    segment_name: Option<String>,
 }
 
 /// When `CacheBuilder::build` faults the cache's memory in.
@@ -102,6 +108,9 @@ impl Default for CacheBuilder {
             dirty_background_bytes: None,
             dirty_expire: DIRTY_EXPIRE_DEFAULT,
             write_behind_bytes: WRITE_BEHIND_BYTES_DEFAULT,
+            persistent: false,
+            segment_dir: None,
+            segment_name: None,
         }
     }
 }
@@ -272,6 +281,38 @@ impl CacheBuilder {
         self
     }
 
+    /// Whether what the cache holds outlives the process (DESIGN.md §9, docs/persistence.md):
+    /// the arena lives in a shared-memory segment (`segment_dir`), and a keeper process,
+    /// started at build, writes back every dirty page if the process dies without doing so
+    /// (SIGKILL, abort, the OOM killer), as the kernel does for buffered writes. Then a
+    /// `write_at` that returned survives a crash of the process (not of the machine: that
+    /// takes a sync, as with the kernel).
+    ///
+    /// Default: off. It costs a forked process and shared memory, which gets no transparent
+    /// huge pages on most kernels (`shmem_enabled`), and the capacity is bounded by the
+    /// segment directory's room; a library should not fork behind its user's back unless
+    /// asked. The C ABI and the RocksDB plugin turn it on, because RocksDB's default
+    /// writes rely on it.
+    pub fn persistent(mut self, on: bool) -> Self {
+        self.persistent = on;
+        self
+    }
+
+    /// Where a persistent cache's segment goes: a directory that is not a symlink and that
+    /// no other user can write unless it is sticky. Default: `/dev/shm`.
+    pub fn segment_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.segment_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
+    /// The segment's file name in `segment_dir` (one plain name: no `/`, not `.` or
+    /// `..`). Default: `folio-<uid>-<pid>-<n>`, new for each cache. Building fails with
+    /// `AlreadyExists` if a segment of that name exists.
+    pub fn segment_name(mut self, name: impl Into<String>) -> Self {
+        self.segment_name = Some(name.into());
+        self
+    }
+
     /// Builds the cache: reserves the arena and starts the backend.
     ///
     /// Context: may block: it maps the arena (no page is touched unless `prefault`, which
@@ -303,7 +344,15 @@ impl CacheBuilder {
         while order_max > Order::ZERO && order_max.pages() * 16 > frames {
             order_max = Order::new(order_max.get() - 1);
         }
-        let mut arena = Arena::new(frames_max, self.arena_pages)?;
+        let (mut arena, keeper) = if self.persistent {
+            let segment = Arc::new(self.create_segment(frames_max, frames)?);
+            let keeper = crate::keeper::spawn(&segment).inspect_err(|_| {
+                let _ = segment.remove();
+            })?;
+            (Arena::in_segment(segment, self.arena_pages), Some(keeper))
+        } else {
+            (Arena::new(frames_max, self.arena_pages)?, None)
+        };
         arena.set_capacity_frames(frames);
         if self.prefault == Prefault::AtBuild {
             arena.prefault();
@@ -320,6 +369,7 @@ impl CacheBuilder {
                 counters: Counters::default(),
                 dirty: DirtyBudget::new(dirty_limit, dirty_background),
                 readahead_limit: ReadaheadLimit::new(LimitBounds::for_cache(frames as u32)),
+                keeper,
             },
             mappings: MappingTable::default(),
             reclaimer: Reclaimer::new(frames),
@@ -341,6 +391,36 @@ impl CacheBuilder {
                 },
             )),
         })
+    }
+}
+
+impl CacheBuilder {
+    /// The segment of a persistent cache, its largest capacity bounded by the room its
+    /// directory's file system has (a shared-memory file system's size is a limit of its
+    /// own: `/dev/shm` is half the memory by default).
+    ///
+    /// Errors: `StorageFull` if the capacity at build does not fit; `Segment::create`'s.
+    fn create_segment(&self, frames_max: u32, frames: u64) -> io::Result<Segment> {
+        let dir = self
+            .segment_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(segment::DEFAULT_DIR));
+        let room = segment::room_bytes(&dir)?;
+        let overhead =
+            Layout::for_frames(frames_max).total_bytes - u64::from(frames_max) * PAGE_BYTES as u64;
+        let fits = (room.saturating_sub(overhead) / PAGE_BYTES as u64).min(u64::from(frames_max));
+        if frames > fits {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!(
+                    "folio: a capacity of {} MiB does not fit in {} ({} MiB free)",
+                    (frames * PAGE_BYTES as u64) >> 20,
+                    dir.display(),
+                    room >> 20
+                ),
+            ));
+        }
+        Segment::create(&dir, self.segment_name.as_deref(), fits as u32)
     }
 }
 
@@ -501,6 +581,12 @@ impl Cache {
         let mapping = core
             .mappings
             .get_or_insert(&core.mem, meta.dev(), meta.ino(), stamp)?;
+        if let Some(segment) = core.mem.arena.segment() {
+            // Before any write: the keeper finds a dirty page's file by this slot.
+            let path = std::fs::read_link(format!("/proc/self/fd/{}", std_file.as_raw_fd()))
+                .unwrap_or_else(|_| path.to_path_buf());
+            segment.register(mapping.id, segment::identity_of(&meta), &path)?;
+        }
         let file = File::new(
             self.inner.clone(),
             mapping,
@@ -525,6 +611,17 @@ impl Cache {
         let mut s = self.inner.core.stats();
         s.backend = self.inner.backend.name().to_string();
         s
+    }
+
+    /// The segment file of a persistent cache (`CacheBuilder::persistent`).
+    pub fn segment_path(&self) -> Option<PathBuf> {
+        let segment = self.inner.core.mem.arena.segment()?;
+        Some(segment.path().to_path_buf())
+    }
+
+    /// The keeper process of a persistent cache.
+    pub fn keeper_pid(&self) -> Option<u32> {
+        self.inner.core.mem.keeper.as_ref().map(|k| k.keeper_pid())
     }
 
     /// Bytes of memory the cache may hold folios in now.

@@ -113,6 +113,8 @@ pub mod fuzzing;
 mod index;
 #[allow(unsafe_code)]
 pub mod io;
+#[allow(unsafe_code)]
+mod keeper;
 mod list;
 mod mapping;
 mod memory;
@@ -121,6 +123,8 @@ mod primitive;
 mod readahead;
 mod reclaim;
 mod refcount;
+#[allow(unsafe_code)]
+mod segment;
 mod stats;
 mod types;
 mod version;
@@ -141,5 +145,6 @@ pub use file::{
     Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadManyFuture, ReadaheadWindow,
 };
 pub use io::BackendKind;
+pub use keeper::{recover_segment, Recovered, Written};
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

@@ -247,6 +247,23 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// A persistent cache going away: if nothing is left dirty, removes the segment and
+    /// tells the keeper to exit without writing; otherwise (a writeback failed) leaves both
+    /// to the keeper, which takes over as the link closes (the segment is not used after).
+    fn dismiss_keeper(&self) {
+        let mem = &self.core.mem;
+        let (Some(keeper), Some(segment)) = (&mem.keeper, mem.arena.segment()) else {
+            return;
+        };
+        if mem.dirty.pages() == 0 && mem.dirty.writeback_pages() == 0 {
+            segment.set_state(crate::segment::layout::SegmentState::Written);
+            let _ = segment.remove();
+            keeper.bye();
+        }
+    }
+}
+
 impl Drop for Engine {
     /// Writes back every dirty page (a dropped cache loses nothing that a process exit
     /// would not: unsynced data is on the device, not flushed), then stops the threads.
@@ -269,5 +286,6 @@ impl Drop for Engine {
             let _ = thread.join();
         }
         self.core.mem.counters.detach_threads();
+        self.dismiss_keeper();
     }
 }

@@ -137,13 +137,33 @@ impl Arena {
                 // SAFETY: the block lies inside the arena and is ours: off every list, not
                 // allocated, so no owner reads or writes it; an optimistic reader that
                 // touches it reads zeros and fails its version check (module docs).
-                unsafe { dont_need(self.frame_ptr(FrameId(head)), PAGE_BYTES << k) };
+                unsafe { self.release_frames(head, 1 << k) };
                 given += 1 << k;
             }
             let mut lists = self.buddy.lock();
             for (head, k) in batch.drain(..) {
                 self.merge_and_list(&mut lists, head, k, Residence::Returned);
             }
+        }
+    }
+}
+
+impl Arena {
+    /// Frees the memory of frames `[first, first + count)`: `MADV_DONTNEED` of anonymous
+    /// memory, `MADV_REMOVE` of a segment's (a shared mapping keeps its pages in the file
+    /// otherwise). Either way the frames stay mapped and read as zeros.
+    ///
+    /// # Safety
+    /// Nobody holds a reference to the frames' bytes.
+    unsafe fn release_frames(&self, first: u32, count: u32) {
+        match self.segment() {
+            // SAFETY: the caller's guarantee.
+            Some(segment) => unsafe { segment.remove_frames(first, count) },
+            // SAFETY: inside the arena (frame_ptr asserts the first frame; the block is
+            // inside it), unreferenced (the caller).
+            None => unsafe {
+                dont_need(self.frame_ptr(FrameId(first)), count as usize * PAGE_BYTES)
+            },
         }
     }
 }

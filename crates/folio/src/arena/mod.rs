@@ -65,10 +65,12 @@ mod populate;
 
 use std::io;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use crate::folio::FolioMeta;
 use crate::io::FrameBuf;
 use crate::list::Links;
+use crate::segment::Segment;
 use crate::types::{FrameId, Order, ORDER_MAX, PAGE_BYTES};
 
 use buddy::Buddy;
@@ -88,11 +90,11 @@ const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
 pub struct Arena {
     /// Start of the 2 MiB-aligned frames.
     base: NonNull<u8>,
-    /// What mmap returned, for munmap.
-    map_ptr: *mut libc::c_void,
-    map_bytes: usize,
+    /// Where the frames and the side table live.
+    backing: Backing,
     frame_count: u32,
-    meta: Box<[FolioMeta]>,
+    /// The side table: `frame_count` entries, in `backing`.
+    meta: NonNull<FolioMeta>,
     /// One link word per frame: the free lists (`buddy`), the eviction queues in `eviction`.
     pub links: Links,
     /// Its free frames, by order (`buddy`).
@@ -114,8 +116,22 @@ impl std::fmt::Debug for Arena {
     }
 }
 
-// SAFETY: the raw pointers refer to a private anonymous mapping owned by the arena and
-// valid until Drop; all shared mutable state is behind the mutex or atomics, and frame
+/// The memory under the frames and the side table.
+enum Backing {
+    /// The process's own: an anonymous mapping (what mmap returned, for munmap) and a
+    /// zeroed side table.
+    Anonymous {
+        map_ptr: *mut libc::c_void,
+        map_bytes: usize,
+        /// Owns the side table `Arena::meta` points into.
+        _meta: Box<[FolioMeta]>,
+    },
+    /// A segment that outlives the process (`segment`): both are in its shared mapping.
+    Segment(Arc<Segment>),
+}
+
+// SAFETY: the raw pointers refer to a mapping owned by the arena (or by its segment,
+// which it holds) and valid until Drop; all shared mutable state is behind the mutex or atomics, and frame
 // memory follows the access rules in the module docs.
 unsafe impl Send for Arena {}
 // SAFETY: as above.
@@ -144,23 +160,58 @@ impl Arena {
             return Err(io::Error::last_os_error());
         }
         let aligned = (map_ptr as usize).next_multiple_of(HUGE_BYTES);
-        let chunk_pages = ChunkPages::new(pages, frame_count);
-        // SAFETY: [aligned, aligned + data_bytes) lies inside the mapping because we
-        // reserved HUGE_BYTES of slack.
-        unsafe { pages::advise(aligned as *mut u8, data_bytes, chunk_pages.kind_at_build()) };
         let base = NonNull::new(aligned as *mut u8).expect("mmap returned null");
         // Neither the side table nor the link words are written here: a frame's are
         // initialised when the arena grows over it (`list_chunk`), so building a 4 GiB cache
         // touches none of its 32 MiB of metadata.
         // SAFETY: every field of FolioMeta is an atomic integer, for which all-zero is
         // a valid value.
-        let meta: Box<[FolioMeta]> = unsafe { zeroed_slice(frame_count as usize) };
-        // SAFETY: an all-zero AtomicU64 is a valid AtomicU64 (zero).
-        let links = Links::over_zeroed(unsafe { zeroed_slice(frame_count as usize) });
-        Ok(Arena {
-            base,
+        let mut meta: Box<[FolioMeta]> = unsafe { zeroed_slice(frame_count as usize) };
+        let meta_ptr = NonNull::new(meta.as_mut_ptr()).expect("a box is non-null");
+        let backing = Backing::Anonymous {
             map_ptr,
             map_bytes,
+            _meta: meta,
+        };
+        Ok(Self::over(base, backing, meta_ptr, frame_count, pages))
+    }
+
+    /// An arena whose frames and side table are `segment`'s (DESIGN.md §9): what the
+    /// process writes there outlives it. Its pages are 4 KiB whatever `pages` asks for
+    /// where shared memory gets no transparent huge pages (`shmem_enabled`).
+    pub fn in_segment(segment: Arc<Segment>, pages: ArenaPages) -> Arena {
+        let frame_count = segment.layout().frame_count;
+        let base = segment.frames();
+        let meta = segment.meta_table();
+        let pages = if pages::shared_huge_pages() {
+            pages
+        } else {
+            ArenaPages::Small
+        };
+        Self::over(base, Backing::Segment(segment), meta, frame_count, pages)
+    }
+
+    fn over(
+        base: NonNull<u8>,
+        backing: Backing,
+        meta: NonNull<FolioMeta>,
+        frame_count: u32,
+        pages: ArenaPages,
+    ) -> Arena {
+        let chunk_pages = ChunkPages::new(pages, frame_count);
+        // SAFETY: [base, base + frame_count frames) lies inside the backing's mapping.
+        unsafe {
+            pages::advise(
+                base.as_ptr(),
+                frame_count as usize * PAGE_BYTES,
+                chunk_pages.kind_at_build(),
+            )
+        };
+        // SAFETY: an all-zero AtomicU64 is a valid AtomicU64 (zero).
+        let links = Links::over_zeroed(unsafe { zeroed_slice(frame_count as usize) });
+        Arena {
+            base,
+            backing,
             frame_count,
             meta,
             links,
@@ -168,7 +219,15 @@ impl Arena {
             chunks: Chunks::default(),
             pages: chunk_pages,
             populator: Populator::new(frame_count),
-        })
+        }
+    }
+
+    /// The segment the arena lives in, if it outlives the process.
+    pub fn segment(&self) -> Option<&Arc<Segment>> {
+        match &self.backing {
+            Backing::Segment(segment) => Some(segment),
+            Backing::Anonymous { .. } => None,
+        }
     }
 
     pub fn frame_count(&self) -> u32 {
@@ -176,7 +235,13 @@ impl Arena {
     }
 
     pub fn meta(&self, frame: FrameId) -> &FolioMeta {
-        &self.meta[frame.as_usize()]
+        assert!(
+            frame.0 < self.frame_count,
+            "frame {frame:?} out of the arena"
+        );
+        // SAFETY: frame < frame_count, and the side table has frame_count entries that
+        // live as long as the arena (its backing); entries are atomics only.
+        unsafe { &*self.meta.as_ptr().add(frame.as_usize()) }
     }
 
     /// Bytes of metadata this arena keeps for the frames it has grown over: their side
@@ -260,12 +325,17 @@ unsafe fn zeroed_slice<T>(len: usize) -> Box<[T]> {
     unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) }
 }
 
-impl Drop for Arena {
+impl Drop for Backing {
     fn drop(&mut self) {
-        // SAFETY: map_ptr/map_bytes are exactly what mmap returned; no borrow of the
-        // arena's memory outlives the arena.
-        unsafe {
-            libc::munmap(self.map_ptr, self.map_bytes);
+        if let Backing::Anonymous {
+            map_ptr, map_bytes, ..
+        } = *self
+        {
+            // SAFETY: map_ptr/map_bytes are exactly what mmap returned; no borrow of the
+            // arena's memory outlives the arena.
+            unsafe {
+                libc::munmap(map_ptr, map_bytes);
+            }
         }
     }
 }

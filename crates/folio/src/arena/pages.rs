@@ -235,6 +235,18 @@ impl Arena {
     }
 }
 
+/// Whether shared memory (a segment) can get transparent huge pages here: the kernel's
+/// `shmem_enabled` is `always`, `within_size` or `advise` (then `MADV_HUGEPAGE` asks).
+pub fn shared_huge_pages() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled").is_ok_and(
+        |modes| {
+            ["[always]", "[within_size]", "[advise]", "[force]"]
+                .iter()
+                .any(|m| modes.contains(m))
+        },
+    )
+}
+
 /// Advises `[base, base + bytes)` for the pages of `kind`. Advice only: a
 /// failure (THP not built in) leaves the kernel's default, which is harmless, so the
 /// result is ignored on purpose. Changing a range's advice splits its mapping (adjacent

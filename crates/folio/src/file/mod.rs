@@ -44,6 +44,7 @@ pub use read_many::ReadManyFuture;
 use std::fs::File as StdFile;
 use std::io;
 use std::ops::Deref;
+use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 use crate::eviction::ReadHint;
@@ -125,8 +126,10 @@ impl File {
         access: Access,
         ra_pages: u32,
     ) -> File {
-        if access == Access::ReadWrite {
-            mapping.write.adopt_fd(&fd);
+        if access == Access::ReadWrite && mapping.write.adopt_fd(&fd) {
+            if let Some(keeper) = &cache.core.mem.keeper {
+                keeper.register(mapping.id, fd.as_raw_fd());
+            }
         }
         let since = Mutex::new(mapping.write.errseq().sample());
         let root_hint = RootHint::new(&mapping.index);

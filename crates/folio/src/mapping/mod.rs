@@ -35,12 +35,14 @@ use table::Handles;
 pub use table::{MappingTable, MaybeUnused};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::folio::MappingId;
 use crate::index::{Entry, Index};
 use crate::memory::Memory;
 use crate::refcount::GetOutcome;
+use crate::segment::layout::FileSlot;
+use crate::segment::Segment;
 use crate::types::{FrameId, Order, PageIndex};
 use crate::write::state::WriteState;
 
@@ -93,6 +95,9 @@ pub struct Mapping {
     unlinked: AtomicBool,
     /// The write side: writer lock, error sequence, sizes, writebacks (DESIGN.md §8).
     pub write: WriteState,
+    /// The segment whose slot of this mapping's id keeps the logical size for the keeper,
+    /// in a cache that outlives the process (DESIGN.md §9).
+    segment: Option<Arc<Segment>>,
 }
 
 /// A folio the caller holds a reference on; the reference is dropped with it.
@@ -119,7 +124,12 @@ impl<'c> Pinned<'c> {
 }
 
 impl Mapping {
-    fn new(id: MappingId, inode: (u64, u64), stamp: FileStamp) -> Mapping {
+    fn new(
+        id: MappingId,
+        inode: (u64, u64),
+        stamp: FileStamp,
+        segment: Option<Arc<Segment>>,
+    ) -> Mapping {
         Mapping {
             id,
             inode,
@@ -131,6 +141,7 @@ impl Mapping {
             folios_closed: AtomicU64::new(0),
             unlinked: AtomicBool::new(false),
             write: WriteState::new(stamp.size_bytes),
+            segment,
         }
     }
 
@@ -182,6 +193,9 @@ impl Mapping {
     /// Context: the file's writer lock held.
     pub fn extend_to(&self, end_bytes: u64) {
         self.size_bytes.fetch_max(end_bytes, Ordering::AcqRel);
+        if let Some(slot) = self.segment_slot() {
+            slot.extend_to(end_bytes);
+        }
     }
 
     /// `File::set_len`: the logical size is `size_bytes` now. Pages past it are the
@@ -190,6 +204,14 @@ impl Mapping {
     /// Context: the file's writer lock held.
     pub fn set_size(&self, size_bytes: u64) {
         self.size_bytes.store(size_bytes, Ordering::Release);
+        if let Some(slot) = self.segment_slot() {
+            slot.set_size(size_bytes);
+        }
+    }
+
+    /// This mapping's slot in the segment, in a cache that outlives the process.
+    fn segment_slot(&self) -> Option<&FileSlot> {
+        self.segment.as_ref()?.slot(self.id)
     }
 
     /// Lookup protocol steps 1-3 (module docs): a pinned folio covering `page`, or the

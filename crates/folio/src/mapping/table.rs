@@ -110,6 +110,9 @@ impl Mapping {
         self.write.note_written();
         let dropped = self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
         self.write.forget_fd();
+        if let Some(keeper) = &mem.keeper {
+            keeper.forget(self.id);
+        }
         dropped
     }
 }
@@ -306,7 +309,8 @@ impl MappingTable {
                     Some(mapping) => mapping,
                     None => {
                         let id = maps.new_id()?;
-                        let mapping = Arc::new(Mapping::new(id, (dev, ino), stamp));
+                        let segment = mem.arena.segment().cloned();
+                        let mapping = Arc::new(Mapping::new(id, (dev, ino), stamp, segment));
                         maps.by_id.insert(id, mapping.clone());
                         maps.by_inode.insert((dev, ino), id);
                         return Ok(mapping);
@@ -387,6 +391,10 @@ impl MappingTable {
             if maps.by_inode.get(&mapping.inode) == Some(&mapping.id) {
                 maps.by_inode.remove(&mapping.inode);
             }
+            // The keeper forgets the id before it can be reused (`segment::link`).
+            if let Some(keeper) = &mem.keeper {
+                keeper.forget(mapping.id);
+            }
             maps.free_ids.push(mapping.id);
         }
         drop(maps);
@@ -440,6 +448,7 @@ mod tests {
             readahead_limit: crate::readahead::ReadaheadLimit::new(
                 crate::readahead::LimitBounds::for_cache(64),
             ),
+            keeper: None,
         }
     }
 

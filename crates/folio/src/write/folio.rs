@@ -445,6 +445,13 @@ impl FolioWriter<'_> {
         if prior == Prior::Dirty {
             let blocks = BlockMask::of(arena, old, new.order).peek();
             BlockMask::of(arena, new.frame, new.order).mark(&blocks, Prior::Clean);
+            // DIRTY on the copy (still LOCKED) before the old folio is cleaned: at no
+            // instant are the dirty blocks in no dirty folio, which a keeper writing back
+            // a killed owner's segment would see (`keeper::writeback`).
+            arena
+                .meta(new.frame)
+                .state
+                .set_flags(crate::refcount::DIRTY);
             old_meta.state.discard_dirty();
         }
         // In place: the slot keeps its marks (`Dirty`, and a sync's `Towrite`).

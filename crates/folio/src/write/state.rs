@@ -144,11 +144,14 @@ impl WriteState {
     }
 
     /// A writable handle opened the file: keep its descriptor if none is kept yet.
-    pub fn adopt_fd(&self, fd: &Arc<StdFile>) {
+    /// Returns whether this one was kept.
+    pub fn adopt_fd(&self, fd: &Arc<StdFile>) -> bool {
         let mut kept = self.fd.lock().unwrap_or_else(|e| e.into_inner());
         if kept.is_none() {
             *kept = Some(fd.clone());
+            return true;
         }
+        false
     }
 
     /// The file was deleted: the descriptor goes (`Mapping::forget_deleted`).

@@ -1,0 +1,338 @@
+//! The keeper (DESIGN.md §9): a process that outlives the cache's owner and, when the
+//! owner dies without writing back (SIGKILL, abort, the OOM killer), writes back every
+//! dirty page the owner left in the segment and syncs the files, as the kernel writes back
+//! a dead process's dirty page cache.
+//!
+//! Life:
+//! 1. `spawn`, at the cache's build: `fork` (no `exec`: the keeper is this library's code,
+//!    and a library cannot count on a binary of its own being installed). The child
+//!    leaves the owner's session, keeps only the segment and its end of the link (every
+//!    other descriptor is closed: a test harness waiting for the owner's stdout to close,
+//!    or a lock held through a shared open file, must not wait for the keeper), and waits.
+//! 2. While the owner lives, the keeper only reads its messages (`segment::link`): the
+//!    descriptors of the files the owner writes. It never touches the segment.
+//! 3. The owner's death is noticed at once: its pidfd polls readable, or the link reaches
+//!    its end (the owner dropped the cache with dirty pages left). A `Bye` (a clean drop
+//!    that left nothing dirty) ends the keeper without writing.
+//! 4. Then: every queued message is read, the segment is marked orphaned, every dirty
+//!    folio is written to its file (`writeback`), sizes are settled, the files are synced,
+//!    the segment is marked written and removed, and the keeper exits.
+//!
+//! If the keeper is killed during step 4, the segment stays behind, marked orphaned;
+//! `recover_segment` (another process) finishes the work, reopening the files by the paths
+//! the slots record and checking that each is still the same file.
+//!
+//! Cost while the owner lives: one sleeping process, and one message per file opened for
+//! writing. The fork copies the owner's page tables: memory the owner wrote before the
+//! build is shared copy-on-write with the keeper until the owner writes it again (one
+//! fault per page), which is why the cache forks before it maps anything large.
+
+mod writeback;
+
+use std::collections::HashMap;
+use std::fs::File as StdFile;
+use std::io;
+use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::folio::MappingId;
+use crate::segment::layout::SegmentState;
+use crate::segment::link::{self, KeeperLink, Message, Received};
+use crate::segment::Segment;
+
+pub use writeback::Written;
+
+/// What a recovery did (`recover_segment`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// What was written back.
+    pub written: Written,
+    /// Files whose slots name a path that is gone or is another file now: their dirty
+    /// pages were not written.
+    pub files_not_found: u32,
+}
+
+/// Starts the keeper of `segment` (module docs, step 1) and returns the owner's end of
+/// the link.
+///
+/// Context: the cache's build, before it starts threads of its own. Forks the process.
+pub fn spawn(segment: &Segment) -> io::Result<KeeperLink> {
+    let (ours, theirs) = link::pair()?;
+    let owner = std::process::id() as libc::pid_t;
+    let segment_fd = segment.file().as_raw_fd();
+    let path = segment.path().to_path_buf();
+    // SAFETY: fork has no preconditions; the children below call only what is safe after
+    // a fork of a threaded process with glibc (system calls, and the allocator, whose
+    // locks glibc's fork takes and resets), never a lock another thread may have held.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // The first child: takes the owner's pidfd while the owner is surely its parent,
+        // then forks the keeper and exits, so that the keeper is nobody's zombie (init,
+        // or the nearest subreaper, adopts it).
+        drop(ours);
+        let pidfd = owner_pidfd(owner);
+        // SAFETY: as above.
+        let code = match unsafe { libc::fork() } {
+            0 => keeper_main(theirs.as_raw_fd(), segment_fd, pidfd, &path),
+            -1 => 1,
+            _ => 0,
+        };
+        // SAFETY: _exit ends the child at once, running no destructor or atexit handler
+        // of the owner's (they would act on the owner's behalf).
+        unsafe { libc::_exit(code) }
+    }
+    if child < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(theirs);
+    let mut status = 0;
+    // SAFETY: waits for our own child, which exits at once.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    match link::receive(ours.as_raw_fd(), true)? {
+        Received::Message(Message::Started(pid)) => {
+            segment
+                .header()
+                .keeper_pid
+                .store(pid, std::sync::atomic::Ordering::Relaxed);
+            Ok(KeeperLink::new(ours, pid))
+        }
+        _ => Err(io::Error::other("folio: the keeper process did not start")),
+    }
+}
+
+/// The descriptors the keeper keeps, after the three standard ones.
+const LINK_FD: RawFd = 3;
+const SEGMENT_FD: RawFd = 4;
+const PIDFD: RawFd = 5;
+
+/// The keeper's body (module docs). Returns the exit code.
+fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &Path) -> i32 {
+    let has_pidfd = pidfd.is_some();
+    if isolate(socket, segment_fd, pidfd.as_ref().map(AsRawFd::as_raw_fd)).is_err() {
+        return 2;
+    }
+    // `isolate` made the pidfd `PIDFD` and closed the original.
+    std::mem::forget(pidfd);
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u32;
+    if link::send_started(LINK_FD, me).is_err() {
+        return 2;
+    }
+    let mut files: HashMap<MappingId, StdFile> = HashMap::new();
+    // Step 2: messages until the owner dies, says goodbye, or closes the link.
+    loop {
+        match wait_for(LINK_FD, has_pidfd.then_some(PIDFD)) {
+            Event::Link => match link::receive(LINK_FD, false) {
+                Ok(Received::Message(Message::Bye)) => return 0,
+                Ok(Received::Message(m)) => apply(&mut files, m),
+                Ok(Received::Empty) => {}
+                Ok(Received::Closed) | Err(_) => break,
+            },
+            Event::OwnerDied => break,
+        }
+    }
+    // Step 3: everything the owner sent before it died.
+    while let Ok(Received::Message(m)) = link::receive(LINK_FD, false) {
+        if matches!(m, Message::Bye) {
+            return 0;
+        }
+        apply(&mut files, m);
+    }
+    // SAFETY: SEGMENT_FD is the segment's descriptor, ours alone since `isolate`.
+    let file = unsafe { StdFile::from_raw_fd(SEGMENT_FD) };
+    let Ok(segment) = Segment::from_open_file(path.to_path_buf(), file) else {
+        return 3;
+    };
+    match finish(Arc::new(segment), &mut files) {
+        Ok(_) => 0,
+        Err(_) => 4,
+    }
+}
+
+fn apply(files: &mut HashMap<MappingId, StdFile>, message: Message) {
+    match message {
+        Message::Register(id, fd) => {
+            files.insert(id, StdFile::from(fd));
+        }
+        Message::Forget(id) => {
+            files.remove(&id);
+        }
+        Message::Bye | Message::Started(_) => {}
+    }
+}
+
+/// Step 4: writes back, syncs, and removes the segment if every dirty page is on disk.
+fn finish(segment: Arc<Segment>, files: &mut HashMap<MappingId, StdFile>) -> io::Result<Written> {
+    segment.set_state(SegmentState::Orphaned);
+    let written = writeback::write_back(&segment, files)?;
+    if written.failed_files == 0 {
+        segment.set_state(SegmentState::Written);
+        segment.remove()?;
+    }
+    Ok(written)
+}
+
+/// Finishes the segment at `path` whose owner and keeper both died before its dirty pages
+/// were all written (the keeper killed during its writeback): writes them back, reopening
+/// each file by the path its slot records and checking that it is still the same file
+/// (device, inode, birth time), syncs them, and removes the segment.
+///
+/// Errors: `Segment::open_orphan`'s (a segment in use, of another user, readable by
+/// others, a symlink, or of another layout: each refused with a message, changing
+/// nothing); an I/O error of the writeback. A file that is gone or replaced is counted in
+/// `files_not_found`, its pages not written.
+pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
+    let segment = Arc::new(Segment::open_orphan(path)?);
+    if segment.header().state() == Some(SegmentState::Written) {
+        // Its keeper wrote everything and was stopped before it removed the file.
+        segment.remove()?;
+        return Ok(Recovered::default());
+    }
+    let mut files = HashMap::new();
+    let mut files_not_found = 0;
+    for id in writeback::dirty_mappings(&segment) {
+        match reopen(&segment, id) {
+            Some(file) => {
+                files.insert(id, file);
+            }
+            None => files_not_found += 1,
+        }
+    }
+    let written = finish(segment, &mut files)?;
+    Ok(Recovered {
+        written,
+        files_not_found,
+    })
+}
+
+/// The file mapping `id`'s slot names, if its path still leads to that very file.
+fn reopen(segment: &Segment, id: MappingId) -> Option<StdFile> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    let record = segment.slot(id)?.read()?;
+    if record.path.is_empty() {
+        return None;
+    }
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(&record.path));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    (meta.is_file() && crate::segment::identity_of(&meta) == record.identity).then_some(file)
+}
+
+/// Leaves the owner's session and keeps only the link (as `LINK_FD`), the segment (as
+/// `SEGMENT_FD`) and the owner's pidfd (as `PIDFD`); the standard descriptors read and
+/// write `/dev/null`.
+fn isolate(socket: RawFd, segment_fd: RawFd, pidfd: Option<RawFd>) -> io::Result<()> {
+    // SAFETY: plain system calls on descriptors this process holds; each result is
+    // checked where it matters.
+    unsafe {
+        libc::setsid();
+        // Out of the way of 3 to 5 first, so that no dup2 overwrites another's source.
+        let socket = libc::fcntl(socket, libc::F_DUPFD_CLOEXEC, 10);
+        let segment_fd = libc::fcntl(segment_fd, libc::F_DUPFD_CLOEXEC, 10);
+        let pidfd = pidfd.map(|fd| libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10));
+        if socket < 0 || segment_fd < 0 || pidfd.is_some_and(|fd| fd < 0) {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::dup2(socket, LINK_FD) < 0 || libc::dup2(segment_fd, SEGMENT_FD) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if let Some(pidfd) = pidfd {
+            if libc::dup2(pidfd, PIDFD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for std_fd in 0..3 {
+                libc::dup2(null, std_fd);
+            }
+        }
+        // Everything else the owner had open goes: its pipes, sockets and locks.
+        libc::syscall(libc::SYS_close_range, PIDFD + 1, u32::MAX, 0);
+        if pidfd.is_none() {
+            libc::close(PIDFD);
+        }
+        for fd in [LINK_FD, SEGMENT_FD, PIDFD] {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+    Ok(())
+}
+
+/// A pidfd of the owner, if it is still our parent (a pid is only trusted while it is:
+/// after the owner's death the pid may be another process's).
+fn owner_pidfd(owner: libc::pid_t) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, owner, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != owner {
+        // The owner died before the pidfd was taken: poll it as dead at once.
+        return dead_pidfd();
+    }
+    Some(fd)
+}
+
+/// A descriptor that polls readable at once: a pipe whose write end is closed.
+fn dead_pidfd() -> Option<OwnedFd> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: an out-array of two descriptors; the result is checked.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    // SAFETY: new descriptors nothing else owns; the write end is closed at once.
+    unsafe {
+        drop(OwnedFd::from_raw_fd(fds[1]));
+        Some(OwnedFd::from_raw_fd(fds[0]))
+    }
+}
+
+enum Event {
+    Link,
+    OwnerDied,
+}
+
+/// Waits until the link has a message (or its end) or the owner died.
+fn wait_for(socket: RawFd, pidfd: Option<RawFd>) -> Event {
+    let mut fds = [
+        libc::pollfd {
+            fd: socket,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: pidfd.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    loop {
+        // SAFETY: an array of two pollfds; a negative fd is ignored by poll.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        if n < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Event::OwnerDied;
+        }
+        if fds[1].revents != 0 {
+            return Event::OwnerDied;
+        }
+        if fds[0].revents != 0 {
+            return Event::Link;
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The keeper's writeback: every dirty folio a dead owner left in its segment, written to
+//! its file; then each written file's size settled and the file synced.
+//!
+//! What is written, by the folio's state word as the owner left it (`refcount`):
+//! - DIRTY (LOCKED or not): its dirty blocks (`BlockMask`). A LOCKED one is a write that
+//!   had not returned, caught mid-copy: its blocks may hold that write whole, in part or
+//!   not at all, which is what the kernel may leave too; every other dirty block is whole.
+//! - WRITEBACK (the owner's write was in flight, its blocks taken from the mask): the
+//!   whole folio. Its bytes are the file's with the dirty blocks applied, and no writer
+//!   changes a folio under WRITEBACK, so this writes the same bytes as the write in flight
+//!   (which may land before or after ours: the same bytes either way).
+//! - Anything else (clean, free, being evicted, a new folio not yet dirty: a write that had
+//!   not returned): nothing.
+//!
+//! Why no older write can land over a newer one: the owner changes a folio's bytes only
+//! while it is not under WRITEBACK (a writer waits, and copy on write refuses a folio
+//! under I/O), and clears WRITEBACK only after its write completed; so a write of the
+//! owner's still in flight after its death is of a folio still marked WRITEBACK, whose
+//! bytes we write again. Copy on write moves the dirty blocks to the new folio and marks it
+//! DIRTY before the old one is cleaned (`write::folio`), so a page has at most one dirty
+//! folio with different bytes.
+//!
+//! Blocks are written whole (4 KiB, from the frame, O_DIRECT where the owner opened the
+//! file so); a block past the logical size is not written, and the size is then set to the
+//! logical one (`ftruncate`), which also cuts the zeros after it in the last block.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File as StdFile;
+use std::io;
+use std::sync::Arc;
+
+use crate::arena::{Arena, ArenaPages};
+use crate::folio::MappingId;
+use crate::io::backend::{FlushKind, Op};
+use crate::io::sync;
+use crate::segment::layout::SIZE_UNKNOWN;
+use crate::segment::Segment;
+use crate::types::{FrameId, Order, PageIndex, ORDER_MAX, PAGE_BYTES};
+use crate::write::mask::{BlockMask, Blocks};
+
+/// What a writeback did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Folios written (some of their blocks).
+    pub folios: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Files synced.
+    pub files: u32,
+    /// Files a write, the size's setting or the sync failed on (the segment stays).
+    pub failed_files: u32,
+    /// Dirty folios of files the keeper has no descriptor for (never registered, or
+    /// forgotten: deleted, or in a recovery whose path no longer leads to the file).
+    pub folios_without_file: u64,
+}
+
+/// A dirty folio found in the side table.
+struct Dirty {
+    frame: FrameId,
+    order: Order,
+    head: PageIndex,
+    blocks: Blocks,
+}
+
+/// Every folio the segment says is dirty, by mapping.
+fn dirty_folios(arena: &Arena, segment: &Segment) -> HashMap<MappingId, Vec<Dirty>> {
+    let chunk = 1u32 << ORDER_MAX;
+    let mut found: HashMap<MappingId, Vec<Dirty>> = HashMap::new();
+    for range in segment.written_meta_frames() {
+        let mut frame = range.start / chunk * chunk;
+        while frame < range.end {
+            let meta = arena.meta(FrameId(frame));
+            let state = meta.state.load();
+            let (mapping, head, order) = meta.identity();
+            let pages = order.pages() as u32;
+            let is_head = frame % pages == 0 && frame + pages <= arena.frame_count();
+            if state.is_dead() || !is_head || !(state.is_dirty() || state.is_writeback()) {
+                frame += 1;
+                continue;
+            }
+            let blocks = if state.is_dirty() {
+                BlockMask::of(arena, FrameId(frame), order).peek()
+            } else {
+                Blocks::range(0, order.pages())
+            };
+            found.entry(mapping).or_default().push(Dirty {
+                frame: FrameId(frame),
+                order,
+                head,
+                blocks,
+            });
+            frame += pages;
+        }
+    }
+    found
+}
+
+/// The mappings that have dirty folios in `segment` (a recovery reopens only those).
+pub fn dirty_mappings(segment: &Arc<Segment>) -> BTreeSet<MappingId> {
+    let arena = Arena::in_segment(segment.clone(), ArenaPages::Small);
+    dirty_folios(&arena, segment).into_keys().collect()
+}
+
+/// Writes back what `segment` holds dirty to `files` (module docs).
+///
+/// Context: the segment's owner is dead and its lock is ours (the keeper, a recovery).
+pub fn write_back(
+    segment: &Arc<Segment>,
+    files: &HashMap<MappingId, StdFile>,
+) -> io::Result<Written> {
+    let arena = Arena::in_segment(segment.clone(), ArenaPages::Small);
+    let mut written = Written::default();
+    let dirty = dirty_folios(&arena, segment);
+    for (&id, file) in files {
+        let folios = dirty.get(&id).map_or(&[][..], Vec::as_slice);
+        let size = segment
+            .slot(id)
+            .and_then(|slot| slot.read())
+            .map_or(SIZE_UNKNOWN, |record| record.size_bytes);
+        if folios.is_empty() && size == SIZE_UNKNOWN {
+            continue;
+        }
+        match write_file(&arena, file, folios, size) {
+            Ok(bytes) => {
+                written.folios += folios.len() as u64;
+                written.bytes += bytes;
+                written.files += 1;
+            }
+            Err(_) => written.failed_files += 1,
+        }
+    }
+    written.folios_without_file = dirty
+        .iter()
+        .filter(|(id, _)| !files.contains_key(id))
+        .map(|(_, folios)| folios.len() as u64)
+        .sum();
+    Ok(written)
+}
+
+/// One file: its dirty blocks below `size` (all of them if the size is unknown), the size,
+/// then `fsync`. Returns the bytes written.
+fn write_file(arena: &Arena, file: &StdFile, folios: &[Dirty], size: u64) -> io::Result<u64> {
+    let mut bytes = 0;
+    for folio in folios {
+        for (first, count) in folio.blocks.runs() {
+            let offset = folio.head.offset_bytes() + first * PAGE_BYTES as u64;
+            if size != SIZE_UNKNOWN && offset >= size {
+                continue;
+            }
+            let count = if size == SIZE_UNKNOWN {
+                count
+            } else {
+                count.min((size - offset).div_ceil(PAGE_BYTES as u64))
+            };
+            let buf = arena.io_buf_pages(folio.frame, folio.order, first, count);
+            let len = buf.len_bytes();
+            let mut done = 0;
+            while done < len {
+                let now =
+                    sync::transfer(file, Op::Write, offset, std::slice::from_ref(&buf), done)?;
+                if now == done {
+                    return Err(io::Error::from(io::ErrorKind::WriteZero));
+                }
+                done = now;
+            }
+            bytes += len as u64;
+        }
+    }
+    if size != SIZE_UNKNOWN && file.metadata()?.len() != size {
+        sync::set_len(file, size)?;
+    }
+    sync::flush(file, FlushKind::All)?;
+    Ok(bytes)
+}

@@ -1,0 +1,374 @@
+//! The segment's layout: where each part lies in the file, the header that names the
+//! layout, and a file slot (DESIGN.md §9).
+//!
+//! ```text
+//! offset 0          header (4 KiB): magic, layout version, the sizes below, a checksum of
+//!                   them; the owner's and the keeper's pids and the segment's state
+//! slots_offset      SLOT_COUNT file slots of 512 B, indexed by `MappingId`: identity,
+//!                   logical size, path
+//! meta_offset       frame_count side-table entries (`FolioMeta`, 24 B each)
+//! frames_offset     frame_count frames of 4 KiB (aligned to 2 MiB in the file, so that a
+//!                   mapping aligned to 2 MiB aligns the frames too)
+//! ```
+//!
+//! No pointers: a process maps the segment where it likes; everything in it is a number
+//! (a frame, a mapping id, an offset).
+//!
+//! Protection: the fixed fields of the header are written once, before the segment is
+//! shared; `Header::check` refuses a segment whose fixed fields disagree with their
+//! checksum, the version or the file's size. A slot is written under the owner's slot
+//! lock, between two increments of its sequence word (odd while it changes): a reader that
+//! finds it odd, or changed across its read, ignores the slot.
+
+use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::folio::FolioMeta;
+use crate::types::{ORDER_MAX, PAGE_BYTES};
+
+/// "FOLIOSEG", little-endian.
+const MAGIC: u64 = u64::from_le_bytes(*b"FOLIOSEG");
+/// Bumped whenever anything in this file, `FolioMeta`, or the state word's bits change.
+pub const LAYOUT_VERSION: u32 = 1;
+pub const HEADER_BYTES: u64 = 4096;
+pub const SLOT_BYTES: u64 = 512;
+/// Mapping ids a segment has slots for: files cached at once.
+pub const SLOT_COUNT: u32 = 1 << 18;
+/// Path bytes a slot holds; a longer path is not recorded (the keeper still has the file's
+/// descriptor; only a later recovery cannot reopen it).
+pub const PATH_BYTES_MAX: usize = PATH_WORDS * 8;
+const PATH_WORDS: usize = 58;
+const FRAMES_ALIGN: u64 = (PAGE_BYTES as u64) << ORDER_MAX;
+/// `FileSlot::size_bytes` of a file folio has not written: its size is the disk's.
+pub const SIZE_UNKNOWN: u64 = u64::MAX;
+
+/// Where each part lies, for a segment of `frame_count` frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub frame_count: u32,
+    pub slots_offset: u64,
+    pub meta_offset: u64,
+    pub frames_offset: u64,
+    pub total_bytes: u64,
+}
+
+impl Layout {
+    pub fn for_frames(frame_count: u32) -> Layout {
+        let slots_offset = HEADER_BYTES;
+        let meta_offset = slots_offset + u64::from(SLOT_COUNT) * SLOT_BYTES;
+        let meta_bytes = u64::from(frame_count) * std::mem::size_of::<FolioMeta>() as u64;
+        let frames_offset = (meta_offset + meta_bytes).next_multiple_of(FRAMES_ALIGN);
+        Layout {
+            frame_count,
+            slots_offset,
+            meta_offset,
+            frames_offset,
+            total_bytes: frames_offset + u64::from(frame_count) * PAGE_BYTES as u64,
+        }
+    }
+}
+
+/// What the segment is doing now (`Header::state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentState {
+    /// An owner uses it.
+    Live = 1,
+    /// The owner died; a keeper (or a recovery) is writing its dirty pages back.
+    Orphaned = 2,
+    /// Every dirty page it held is on disk and synced.
+    Written = 3,
+}
+
+/// The first 4 KiB of the segment. Atomics, because another process may read it while
+/// the owner writes its changing fields.
+#[repr(C)]
+pub struct Header {
+    magic: AtomicU64,
+    layout_version: AtomicU32,
+    page_bytes: AtomicU32,
+    slot_bytes: AtomicU32,
+    meta_entry_bytes: AtomicU32,
+    slot_count: AtomicU32,
+    frame_count: AtomicU32,
+    slots_offset: AtomicU64,
+    meta_offset: AtomicU64,
+    frames_offset: AtomicU64,
+    total_bytes: AtomicU64,
+    /// A checksum of the fields above.
+    fixed_sum: AtomicU64,
+    pub owner_pid: AtomicU32,
+    pub keeper_pid: AtomicU32,
+    state: AtomicU32,
+}
+
+const _: () = assert!(std::mem::size_of::<Header>() as u64 <= HEADER_BYTES);
+
+impl Header {
+    /// Writes the fixed fields. Context: a new segment, not yet shared.
+    pub fn init(&self, layout: &Layout) {
+        let fields = Self::fixed_fields(layout);
+        self.magic.store(MAGIC, Ordering::Relaxed);
+        self.layout_version.store(LAYOUT_VERSION, Ordering::Relaxed);
+        self.page_bytes.store(PAGE_BYTES as u32, Ordering::Relaxed);
+        self.slot_bytes.store(SLOT_BYTES as u32, Ordering::Relaxed);
+        self.meta_entry_bytes
+            .store(std::mem::size_of::<FolioMeta>() as u32, Ordering::Relaxed);
+        self.slot_count.store(SLOT_COUNT, Ordering::Relaxed);
+        self.frame_count
+            .store(layout.frame_count, Ordering::Relaxed);
+        self.slots_offset
+            .store(layout.slots_offset, Ordering::Relaxed);
+        self.meta_offset
+            .store(layout.meta_offset, Ordering::Relaxed);
+        self.frames_offset
+            .store(layout.frames_offset, Ordering::Relaxed);
+        self.total_bytes
+            .store(layout.total_bytes, Ordering::Relaxed);
+        self.fixed_sum.store(checksum(&fields), Ordering::Relaxed);
+        self.state
+            .store(SegmentState::Live as u32, Ordering::Release);
+    }
+
+    /// The layout this header describes, if it is one this build can use and it fits a
+    /// file of `file_bytes`; otherwise an `InvalidData` error that says what is wrong.
+    pub fn check(&self, file_bytes: u64) -> io::Result<Layout> {
+        let bad = |what: String| Err(io::Error::new(io::ErrorKind::InvalidData, what));
+        if self.magic.load(Ordering::Relaxed) != MAGIC {
+            return bad("folio: not a folio segment (bad magic)".into());
+        }
+        let version = self.layout_version.load(Ordering::Relaxed);
+        if version != LAYOUT_VERSION {
+            return bad(format!(
+                "folio: segment layout version {version}, this build reads {LAYOUT_VERSION}"
+            ));
+        }
+        let layout = Layout::for_frames(self.frame_count.load(Ordering::Relaxed));
+        let read = [
+            u64::from(self.layout_version.load(Ordering::Relaxed)),
+            u64::from(self.page_bytes.load(Ordering::Relaxed)),
+            u64::from(self.slot_bytes.load(Ordering::Relaxed)),
+            u64::from(self.meta_entry_bytes.load(Ordering::Relaxed)),
+            u64::from(self.slot_count.load(Ordering::Relaxed)),
+            u64::from(self.frame_count.load(Ordering::Relaxed)),
+            self.slots_offset.load(Ordering::Relaxed),
+            self.meta_offset.load(Ordering::Relaxed),
+            self.frames_offset.load(Ordering::Relaxed),
+            self.total_bytes.load(Ordering::Relaxed),
+        ];
+        if read != Self::fixed_fields(&layout)
+            || checksum(&read) != self.fixed_sum.load(Ordering::Relaxed)
+        {
+            return bad("folio: segment header is damaged or of another layout".into());
+        }
+        if layout.frame_count == 0 || file_bytes != layout.total_bytes {
+            return bad(format!(
+                "folio: segment is {file_bytes} bytes, its header says {}",
+                layout.total_bytes
+            ));
+        }
+        Ok(layout)
+    }
+
+    fn fixed_fields(layout: &Layout) -> [u64; 10] {
+        [
+            u64::from(LAYOUT_VERSION),
+            PAGE_BYTES as u64,
+            SLOT_BYTES,
+            std::mem::size_of::<FolioMeta>() as u64,
+            u64::from(SLOT_COUNT),
+            u64::from(layout.frame_count),
+            layout.slots_offset,
+            layout.meta_offset,
+            layout.frames_offset,
+            layout.total_bytes,
+        ]
+    }
+
+    pub fn state(&self) -> Option<SegmentState> {
+        match self.state.load(Ordering::Acquire) {
+            1 => Some(SegmentState::Live),
+            2 => Some(SegmentState::Orphaned),
+            3 => Some(SegmentState::Written),
+            _ => None,
+        }
+    }
+
+    pub fn set_state(&self, state: SegmentState) {
+        self.state.store(state as u32, Ordering::Release);
+    }
+}
+
+/// FNV-1a over the words' bytes: enough to tell a damaged or foreign header.
+fn checksum(words: &[u64]) -> u64 {
+    let mut sum: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in words.iter().flat_map(|w| w.to_le_bytes()) {
+        sum = (sum ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    sum
+}
+
+/// One file's slot: who the file is, the logical size folio gave it, and its path.
+#[repr(C)]
+pub struct FileSlot {
+    /// Odd while the owner rewrites the slot; 0: never used.
+    seq: AtomicU64,
+    dev: AtomicU64,
+    ino: AtomicU64,
+    /// Birth time (or change time where the file system keeps no birth time) in ns.
+    born_ns: AtomicU64,
+    /// The logical size, once folio wrote or resized the file (`SIZE_UNKNOWN` before).
+    size_bytes: AtomicU64,
+    path_len: AtomicU64,
+    path: [AtomicU64; PATH_WORDS],
+}
+
+const _: () = assert!(std::mem::size_of::<FileSlot>() as u64 == SLOT_BYTES);
+
+/// Who a file is, as a slot records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    pub born_ns: u64,
+}
+
+/// What a slot holds, read consistently (`FileSlot::read`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotRecord {
+    pub identity: FileIdentity,
+    /// `SIZE_UNKNOWN` if folio did not write the file.
+    pub size_bytes: u64,
+    /// Empty if the path was too long to record.
+    pub path: Vec<u8>,
+}
+
+impl FileSlot {
+    /// Records that this slot's mapping is the file `identity` at `path`. A slot that
+    /// already records the same file keeps its logical size; a new file's size is unknown.
+    ///
+    /// Context: the owner, under its slot lock (one writer per slot).
+    pub fn write(&self, identity: FileIdentity, path: &[u8]) {
+        let same = self.seq.load(Ordering::Relaxed) != 0 && self.identity() == identity;
+        let path = if path.len() <= PATH_BYTES_MAX {
+            path
+        } else {
+            &[]
+        };
+        if same && self.path_bytes() == path {
+            return;
+        }
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        self.dev.store(identity.dev, Ordering::Relaxed);
+        self.ino.store(identity.ino, Ordering::Relaxed);
+        self.born_ns.store(identity.born_ns, Ordering::Relaxed);
+        if !same {
+            self.size_bytes.store(SIZE_UNKNOWN, Ordering::Relaxed);
+        }
+        for (word, chunk) in self.path.iter().zip(path.chunks(8)) {
+            let mut bytes = [0u8; 8];
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
+        }
+        self.path_len.store(path.len() as u64, Ordering::Relaxed);
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// The file grew to `end_bytes` through a write. Context: the write path (W4).
+    pub fn extend_to(&self, end_bytes: u64) {
+        let size = &self.size_bytes;
+        let mut current = size.load(Ordering::Relaxed);
+        while current == SIZE_UNKNOWN || current < end_bytes {
+            match size.compare_exchange_weak(
+                current,
+                end_bytes,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => current = now,
+            }
+        }
+    }
+
+    /// `set_len`: the logical size is `size_bytes` now. Context: the file's whole range
+    /// held, so no write extends it meanwhile.
+    pub fn set_size(&self, size_bytes: u64) {
+        self.size_bytes.store(size_bytes, Ordering::Release);
+    }
+
+    /// The slot's record, if it was ever written and is not being rewritten.
+    pub fn read(&self) -> Option<SlotRecord> {
+        let before = self.seq.load(Ordering::Acquire);
+        if before == 0 || before % 2 == 1 {
+            return None;
+        }
+        let record = SlotRecord {
+            identity: self.identity(),
+            size_bytes: self.size_bytes.load(Ordering::Acquire),
+            path: self.path_bytes(),
+        };
+        (self.seq.load(Ordering::Acquire) == before).then_some(record)
+    }
+
+    fn identity(&self) -> FileIdentity {
+        FileIdentity {
+            dev: self.dev.load(Ordering::Relaxed),
+            ino: self.ino.load(Ordering::Relaxed),
+            born_ns: self.born_ns.load(Ordering::Relaxed),
+        }
+    }
+
+    fn path_bytes(&self) -> Vec<u8> {
+        let len = (self.path_len.load(Ordering::Relaxed) as usize).min(PATH_BYTES_MAX);
+        let mut path: Vec<u8> = self
+            .path
+            .iter()
+            .flat_map(|w| w.load(Ordering::Relaxed).to_le_bytes())
+            .collect();
+        path.truncate(len);
+        path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_aligned_and_parts_do_not_overlap() {
+        for frames in [1, 512, 513, 1 << 20] {
+            let l = Layout::for_frames(frames);
+            assert_eq!(l.frames_offset % FRAMES_ALIGN, 0);
+            assert!(l.meta_offset >= l.slots_offset + u64::from(SLOT_COUNT) * SLOT_BYTES);
+            assert!(l.frames_offset >= l.meta_offset + u64::from(frames) * 24);
+        }
+    }
+
+    #[test]
+    fn a_slot_keeps_the_size_of_the_same_file_and_forgets_another_s() {
+        // SAFETY: every field of FileSlot is an atomic integer; all-zero is valid.
+        let slot: FileSlot = unsafe { std::mem::zeroed() };
+        assert_eq!(slot.read(), None, "a slot never written is not read");
+        let a = FileIdentity {
+            dev: 1,
+            ino: 2,
+            born_ns: 3,
+        };
+        slot.write(a, b"/data/a");
+        slot.extend_to(100);
+        slot.extend_to(50);
+        slot.write(a, b"/data/renamed");
+        let read = slot.read().unwrap();
+        assert_eq!(
+            (read.size_bytes, read.path.as_slice()),
+            (100, &b"/data/renamed"[..])
+        );
+        slot.write(FileIdentity { ino: 9, ..a }, b"/data/a");
+        assert_eq!(slot.read().unwrap().size_bytes, SIZE_UNKNOWN);
+        slot.write(a, &[b'x'; PATH_BYTES_MAX + 1]);
+        assert!(
+            slot.read().unwrap().path.is_empty(),
+            "a path too long is not recorded"
+        );
+    }
+}

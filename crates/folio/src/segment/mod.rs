@@ -1,0 +1,544 @@
+//! The segment (DESIGN.md §9): a file in shared memory (`/dev/shm` by default) that holds
+//! the arena's frames and side table and the cache's file slots, so that what a process
+//! wrote outlives it. The keeper (`keeper`) writes a dead owner's dirty frames back from
+//! it.
+//!
+//! Rooms: `layout` (where each part lies, the header, a file slot); `link` (the owner's
+//! messages to its keeper: descriptors of the files it writes); this file (creating,
+//! checking, mapping and removing a segment file).
+//!
+//! Who may use a segment: only its owner's user. It is created `O_EXCL | O_NOFOLLOW`, mode
+//! 0600, in a directory that is not a symlink and that no other user can write unless it
+//! is sticky (as `/dev/shm` is: then no other user can remove or replace our file). A
+//! segment opened again (a recovery) must be a regular file, not a symlink, owned by this
+//! user, readable by no one else, with a header this build reads (`Header::check`).
+//!
+//! Exclusion: the owner holds an exclusive `flock` on the segment from its creation; its
+//! keeper shares it (the same open file) and holds it after the owner's death, so a
+//! recovery, which must take it, never runs beside either. The kernel drops it when the
+//! last of them dies: never a stale pid.
+//!
+//! Invariants: the mapping is one shared mapping of the whole file, aligned so that the
+//! frames are aligned to 2 MiB; it stays at one address until the segment is dropped.
+
+pub mod layout;
+pub mod link;
+
+use std::ffi::OsStr;
+use std::fs::File as StdFile;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use crate::folio::{FolioMeta, MappingId};
+use crate::types::{ORDER_MAX, PAGE_BYTES};
+use layout::{
+    FileIdentity, FileSlot, Header, Layout, SegmentState, HEADER_BYTES, SLOT_BYTES, SLOT_COUNT,
+};
+
+/// Where segments go unless the builder names a directory.
+pub const DEFAULT_DIR: &str = "/dev/shm";
+const ALIGN_BYTES: usize = PAGE_BYTES << ORDER_MAX;
+
+/// One mapped segment file.
+pub struct Segment {
+    path: PathBuf,
+    file: StdFile,
+    /// What mmap returned for the reservation, for munmap.
+    map_ptr: *mut libc::c_void,
+    map_bytes: usize,
+    /// The start of the file's mapping (aligned to 2 MiB).
+    base: NonNull<u8>,
+    layout: Layout,
+    /// One writer per slot (`FileSlot::write`).
+    slot_lock: Mutex<()>,
+}
+
+// SAFETY: the raw pointers refer to a shared mapping owned by the segment and valid until
+// Drop; everything in it is read and written through atomics (header, slots, side table)
+// or under the arena's rules (frames).
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("path", &self.path)
+            .field("frames", &self.layout.frame_count)
+            .finish()
+    }
+}
+
+impl Segment {
+    /// Creates a segment of `frame_count` frames in `dir`, named `name` (or a fresh name
+    /// of this process's), and maps it.
+    ///
+    /// Errors: `InvalidInput` for a name that is not one plain file name, or a directory
+    /// that is a symlink or that other users may write into (not sticky);
+    /// `AlreadyExists` for a named segment that exists; the OS error otherwise (including
+    /// `StorageFull` when the directory's file system has too little room for the frames).
+    pub fn create(dir: &Path, name: Option<&str>, frame_count: u32) -> io::Result<Segment> {
+        check_dir(dir)?;
+        let layout = Layout::for_frames(frame_count);
+        let file = match name {
+            Some(name) => {
+                check_name(name)?;
+                create_file(&dir.join(name))?
+            }
+            None => create_fresh(dir)?,
+        };
+        let (file, path) = file;
+        let remove_on_error = |e: io::Error| {
+            let _ = std::fs::remove_file(&path);
+            e
+        };
+        lock_exclusive(&file).map_err(remove_on_error)?;
+        file.set_len(layout.total_bytes).map_err(remove_on_error)?;
+        let segment = Self::map(path.clone(), file, layout).map_err(remove_on_error)?;
+        segment.header().init(&layout);
+        segment
+            .header()
+            .owner_pid
+            .store(std::process::id(), Ordering::Relaxed);
+        Ok(segment)
+    }
+
+    /// Opens the segment at `path` that no process uses any more (its owner and keeper
+    /// are dead), for a recovery: checks who owns it, its permissions and its header, and
+    /// takes its lock.
+    ///
+    /// Errors: `InvalidInput` for a symlink or a file that is not regular;
+    /// `PermissionDenied` for a segment of another user or readable by others;
+    /// `InvalidData` for a header this build cannot read (`Header::check`); `WouldBlock`
+    /// while an owner or a keeper holds it.
+    pub fn open_orphan(path: &Path) -> io::Result<Segment> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    invalid(format!("folio: segment {} is a symlink", path.display()))
+                } else {
+                    e
+                }
+            })?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(invalid(format!(
+                "folio: segment {} is not a regular file",
+                path.display()
+            )));
+        }
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "folio: segment {} belongs to uid {} with mode {:o}: only its owner's, mode 0600, is used",
+                    path.display(),
+                    meta.uid(),
+                    meta.permissions().mode() & 0o777
+                ),
+            ));
+        }
+        if meta.len() < HEADER_BYTES {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "folio: segment {} is too short for a header",
+                    path.display()
+                ),
+            ));
+        }
+        lock_exclusive(&file).map_err(|e| {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "folio: segment {} is in use by its owner or keeper",
+                        path.display()
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+        let layout = Self::read_layout(&file, meta.len())?;
+        Self::map(path.to_path_buf(), file, layout)
+    }
+
+    /// Maps `file`, a segment whose layout was checked or just written, in the keeper after
+    /// its owner's death (the keeper holds the owner's open file).
+    pub fn from_open_file(path: PathBuf, file: StdFile) -> io::Result<Segment> {
+        let len = file.metadata()?.len();
+        let layout = Self::read_layout(&file, len)?;
+        Self::map(path, file, layout)
+    }
+
+    /// Reads the header with `pread` (never mapping a file whose size is not checked yet).
+    fn read_layout(file: &StdFile, file_bytes: u64) -> io::Result<Layout> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = vec![0u64; std::mem::size_of::<Header>().div_ceil(8)];
+        // SAFETY: a u64 buffer viewed as bytes; every byte pattern is a valid u8.
+        let view = unsafe {
+            std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<u8>(), bytes.len() * 8)
+        };
+        file.read_exact_at(view, 0)?;
+        // SAFETY: `Header` is repr(C) of atomic integers, valid for any bytes; `bytes` is
+        // aligned for u64 and at least as long as a Header.
+        let header = unsafe { &*bytes.as_ptr().cast::<Header>() };
+        header.check(file_bytes)
+    }
+
+    fn map(path: PathBuf, file: StdFile, layout: Layout) -> io::Result<Segment> {
+        let file_bytes = usize::try_from(layout.total_bytes)
+            .map_err(|_| invalid("folio: segment too large for this address space".into()))?;
+        let map_bytes = file_bytes + ALIGN_BYTES;
+        // SAFETY: an anonymous reservation with no address hint; the result is checked.
+        let map_ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_bytes,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if map_ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let aligned = (map_ptr as usize).next_multiple_of(ALIGN_BYTES);
+        // SAFETY: [aligned, aligned + file_bytes) lies inside the reservation (ALIGN_BYTES
+        // of slack); MAP_FIXED replaces that part of it with the file's shared mapping.
+        let mapped = unsafe {
+            libc::mmap(
+                aligned as *mut libc::c_void,
+                file_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if mapped == libc::MAP_FAILED {
+            let error = io::Error::last_os_error();
+            // SAFETY: exactly the reservation made above.
+            unsafe { libc::munmap(map_ptr, map_bytes) };
+            return Err(error);
+        }
+        Ok(Segment {
+            path,
+            file,
+            map_ptr,
+            map_bytes,
+            base: NonNull::new(aligned as *mut u8).expect("mmap returned null"),
+            layout,
+            slot_lock: Mutex::new(()),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn file(&self) -> &StdFile {
+        &self.file
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: the header lies at offset 0 of the mapping, which is page aligned and
+        // lives as long as `self`; Header is atomics only.
+        unsafe { &*self.base.as_ptr().cast::<Header>() }
+    }
+
+    /// The slot of mapping `id`; `None` past the segment's slots.
+    pub fn slot(&self, id: MappingId) -> Option<&FileSlot> {
+        if id.0 >= SLOT_COUNT {
+            return None;
+        }
+        let offset = self.layout.slots_offset + u64::from(id.0) * SLOT_BYTES;
+        // SAFETY: inside the slots' part of the mapping (id < SLOT_COUNT), aligned to 512;
+        // FileSlot is atomics only, for which any bytes (zeros, for a new file) are valid.
+        Some(unsafe { &*self.base.as_ptr().add(offset as usize).cast::<FileSlot>() })
+    }
+
+    /// Records that mapping `id` is the file `identity` at `path` (`FileSlot::write`).
+    ///
+    /// Errors: `Other` past the segment's slots (too many files cached at once).
+    pub fn register(&self, id: MappingId, identity: FileIdentity, path: &Path) -> io::Result<()> {
+        let slot = self.slot(id).ok_or_else(|| {
+            io::Error::other(format!(
+                "folio: more than {SLOT_COUNT} files cached at once in a persistent cache"
+            ))
+        })?;
+        let _one_writer = self.slot_lock.lock().unwrap_or_else(|e| e.into_inner());
+        slot.write(identity, path.as_os_str().as_bytes());
+        Ok(())
+    }
+
+    /// The side table, zeroed in a new segment.
+    pub fn meta_table(&self) -> NonNull<FolioMeta> {
+        // SAFETY: the meta part lies inside the mapping; its offset is a multiple of 8.
+        let ptr = unsafe { self.base.as_ptr().add(self.layout.meta_offset as usize) };
+        NonNull::new(ptr.cast::<FolioMeta>()).expect("inside a non-null mapping")
+    }
+
+    /// The first frame, aligned to 2 MiB.
+    pub fn frames(&self) -> NonNull<u8> {
+        // SAFETY: the frames' part lies inside the mapping.
+        let ptr = unsafe { self.base.as_ptr().add(self.layout.frames_offset as usize) };
+        NonNull::new(ptr).expect("inside a non-null mapping")
+    }
+
+    /// Frees the tmpfs pages of frames `[first, first + count)` (`MADV_REMOVE`): they read
+    /// as zeros afterwards, as anonymous memory given back with `MADV_DONTNEED` does.
+    ///
+    /// # Safety
+    /// Nobody holds a reference to those frames' bytes.
+    pub unsafe fn remove_frames(&self, first: u32, count: u32) {
+        let offset = first as usize * PAGE_BYTES;
+        // SAFETY: inside the frames' part of the shared mapping; the caller guarantees no
+        // reference to the bytes.
+        unsafe {
+            libc::madvise(
+                self.frames().as_ptr().add(offset).cast::<libc::c_void>(),
+                count as usize * PAGE_BYTES,
+                libc::MADV_REMOVE,
+            );
+        }
+    }
+
+    /// Byte ranges of the side table that were ever written (`SEEK_DATA`): the keeper reads
+    /// only those, so that a 24 GiB segment's untouched table costs no memory to walk.
+    /// Returned as frame ranges.
+    pub fn written_meta_frames(&self) -> Vec<std::ops::Range<u32>> {
+        let entry = std::mem::size_of::<FolioMeta>() as u64;
+        let start = self.layout.meta_offset;
+        let end = start + u64::from(self.layout.frame_count) * entry;
+        let fd = self.file.as_raw_fd();
+        let mut ranges = Vec::new();
+        let mut at = start;
+        while at < end {
+            // SAFETY: lseek on our open descriptor; results are checked.
+            let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+            if data < 0 || data as u64 >= end {
+                break;
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            let hole = if hole < 0 {
+                end
+            } else {
+                (hole as u64).min(end)
+            };
+            let first = ((data as u64 - start) / entry) as u32;
+            let last = (hole - start)
+                .div_ceil(entry)
+                .min(u64::from(self.layout.frame_count)) as u32;
+            ranges.push(first..last);
+            at = hole;
+        }
+        ranges
+    }
+
+    pub fn set_state(&self, state: SegmentState) {
+        self.header().set_state(state);
+    }
+
+    /// Removes the segment's file, if the path still names this segment (not a file put
+    /// there since).
+    pub fn remove(&self) -> io::Result<()> {
+        let mine = self.file.metadata()?;
+        match std::fs::symlink_metadata(&self.path) {
+            Ok(there) if there.dev() == mine.dev() && there.ino() == mine.ino() => {
+                std::fs::remove_file(&self.path)
+            }
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: exactly the reservation `map` made (which the file's mapping replaced
+        // part of); no borrow of the mapping outlives the segment.
+        unsafe {
+            libc::munmap(self.map_ptr, self.map_bytes);
+        }
+    }
+}
+
+fn invalid(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, what)
+}
+
+/// A segment's name is one plain file name: no separator, not `.` or `..`, no NUL.
+fn check_name(name: &str) -> io::Result<()> {
+    let plain = !name.is_empty()
+        && name.len() <= 200
+        && name != "."
+        && name != ".."
+        && !name.contains('/')
+        && !name.contains('\0');
+    if plain {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "folio: segment name {name:?} is not one plain file name"
+        )))
+    }
+}
+
+/// The directory must be a real directory (not a symlink) that no other user can put a
+/// file in unless it is sticky (then they cannot remove or rename ours either).
+fn check_dir(dir: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(dir)?;
+    if meta.file_type().is_symlink() {
+        return Err(invalid(format!(
+            "folio: segment directory {} is a symlink",
+            dir.display()
+        )));
+    }
+    if !meta.is_dir() {
+        return Err(invalid(format!(
+            "folio: segment directory {} is not a directory",
+            dir.display()
+        )));
+    }
+    let mode = meta.permissions().mode();
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let others_write = mode & 0o022 != 0 || (meta.uid() != me && meta.uid() != 0);
+    if others_write && mode & libc::S_ISVTX == 0 {
+        return Err(invalid(format!(
+            "folio: segment directory {} can be written by other users and is not sticky",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+fn create_file(path: &Path) -> io::Result<(StdFile, PathBuf)> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    // The umask can only take bits away; make sure no one else has any.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    Ok((file, path.to_path_buf()))
+}
+
+/// A new segment named after this user and process, with a counter that skips names
+/// left by a dead process of the same pid.
+fn create_fresh(dir: &Path) -> io::Result<(StdFile, PathBuf)> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let pid = std::process::id();
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name = format!("folio-{uid}-{pid}-{n}");
+        match create_file(&dir.join(OsStr::new(&name))) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1 << 20 => continue,
+            other => return other,
+        }
+    }
+}
+
+fn lock_exclusive(file: &StdFile) -> io::Result<()> {
+    // SAFETY: flock on our open descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The bytes `dir`'s file system has free for a segment (`statvfs`).
+pub fn room_bytes(dir: &Path) -> io::Result<u64> {
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| invalid("folio: segment directory has a NUL byte".into()))?;
+    // SAFETY: all-zero is a valid statvfs; it is filled by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and an out-pointer to a live statvfs.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// What `FileIdentity` a file has: device, inode, and birth time (or change time).
+pub fn identity_of(meta: &std::fs::Metadata) -> FileIdentity {
+    let born_ns = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or_else(
+            || (meta.ctime() as u64).wrapping_mul(1_000_000_000) + meta.ctime_nsec() as u64,
+            |d| d.as_nanos() as u64,
+        );
+    FileIdentity {
+        dev: meta.dev(),
+        ino: meta.ino(),
+        born_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_is_created_private_mapped_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = Segment::create(dir.path(), Some("s"), 1024).unwrap();
+        let meta = std::fs::metadata(seg.path()).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(seg.frames().as_ptr() as usize % ALIGN_BYTES, 0);
+        assert_eq!(seg.header().state(), Some(SegmentState::Live));
+        assert!(
+            Segment::open_orphan(seg.path()).unwrap_err().kind() == io::ErrorKind::WouldBlock,
+            "a segment in use is refused"
+        );
+        assert_eq!(
+            Segment::create(dir.path(), Some("s"), 8)
+                .unwrap_err()
+                .kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        let path = seg.path().to_path_buf();
+        drop(seg);
+        let again = Segment::open_orphan(&path).unwrap();
+        assert_eq!(again.layout().frame_count, 1024);
+        again.remove().unwrap();
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn names_that_leave_the_directory_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["", ".", "..", "../x", "a/b", "x\0y"] {
+            let e = Segment::create(dir.path(), Some(name), 8).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{name:?}");
+        }
+    }
+}

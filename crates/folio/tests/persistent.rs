@@ -1,0 +1,155 @@
+//! A persistent cache (`CacheBuilder::persistent`, DESIGN.md §9) end to end, each case in
+//! a child process (this test binary run again with `FOLIO_PERSIST_CHILD` naming the case)
+//! so that its death is a real one: writes that returned and were never synced reach the
+//! disk after a SIGKILL through the keeper; a clean drop leaves no segment and no keeper;
+//! a keeper killed before its work is done leaves the segment to `recover_segment`.
+//! The crash test with random kills is `keeper_crash.rs`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "FOLIO_PERSIST_CHILD";
+const DIR: &str = "FOLIO_PERSIST_DIR";
+
+/// Bytes of record `i`: distinct per record and offset.
+fn record(i: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (i.wrapping_mul(131).wrapping_add(k as u64 * 7) % 251) as u8)
+        .collect()
+}
+
+/// The child's body: a persistent cache (its segment in `/dev/shm`), `files` files written with records and
+/// never synced; prints `ready <segment> <keeper pid>`, then ends as `how` says.
+fn child(case: &str, dir: &Path) {
+    let cache = folio::Cache::builder()
+        .capacity_bytes(16 << 20)
+        .persistent(true)
+        .build()
+        .unwrap();
+    let mut handles = Vec::new();
+    for f in 0..3 {
+        let file = cache
+            .open_options()
+            .write(true)
+            .create(true)
+            .open(dir.join(format!("data{f}")))
+            .unwrap();
+        for i in 0..64u64 {
+            // Unaligned records, some crossing pages: 3,000 bytes each.
+            file.write_at(&record(f * 1000 + i, 3000), i * 3000)
+                .unwrap();
+        }
+        handles.push(file);
+    }
+    println!(
+        "ready {} {}",
+        cache.segment_path().unwrap().display(),
+        cache.keeper_pid().unwrap()
+    );
+    match case {
+        "kill" => {
+            // SAFETY: raise has no preconditions; SIGKILL ends the process here.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        "drop" => {
+            drop(handles);
+            drop(cache);
+        }
+        _ => panic!("unknown case {case}"),
+    }
+}
+
+struct Started {
+    segment: PathBuf,
+    keeper: u32,
+    status: std::process::ExitStatus,
+}
+
+fn run_child(case: &str, dir: &Path) -> Started {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD, case)
+        .env(DIR, dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut ready = None;
+    for line in out.lines() {
+        let line = line.unwrap();
+        // libtest prints "test child_entry ... " before the child's first line.
+        if let Some((_, rest)) = line.split_once("ready ") {
+            let (segment, keeper) = rest.split_once(' ').unwrap();
+            ready = Some((PathBuf::from(segment), keeper.parse().unwrap()));
+        }
+    }
+    let status = child.wait().unwrap();
+    let (segment, keeper) = ready.expect("the child never got ready");
+    Started {
+        segment,
+        keeper,
+        status,
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // A keeper is not our child: it is gone when signal 0 cannot reach it (or a zombie
+    // of a subreaper, which /proc shows as state Z).
+    let status = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !status.is_empty() && !status.contains(") Z ")
+}
+
+fn wait_gone(pid: u32, segment: &Path) {
+    let start = Instant::now();
+    while alive(pid) || segment.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the keeper {pid} did not finish (segment {} exists: {})",
+            segment.display(),
+            segment.exists()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn check_files(dir: &Path) {
+    for f in 0..3u64 {
+        let bytes = std::fs::read(dir.join(format!("data{f}"))).unwrap();
+        assert_eq!(bytes.len(), 64 * 3000, "file {f}'s size");
+        for i in 0..64u64 {
+            let at = i as usize * 3000;
+            assert!(
+                bytes[at..at + 3000] == record(f * 1000 + i, 3000)[..],
+                "file {f} record {i} is not what was written"
+            );
+        }
+    }
+}
+
+#[test]
+fn child_entry() {
+    if let (Ok(case), Ok(dir)) = (std::env::var(CHILD), std::env::var(DIR)) {
+        child(&case, Path::new(&dir));
+    }
+}
+
+#[test]
+fn writes_that_returned_survive_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = run_child("kill", dir.path());
+    assert!(!started.status.success(), "the child was to be killed");
+    wait_gone(started.keeper, &started.segment);
+    check_files(dir.path());
+}
+
+#[test]
+fn a_clean_drop_leaves_no_segment_and_no_keeper() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = run_child("drop", dir.path());
+    assert!(started.status.success());
+    assert!(!started.segment.exists(), "the segment was removed");
+    wait_gone(started.keeper, &started.segment);
+    check_files(dir.path());
+}
