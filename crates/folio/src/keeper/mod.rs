@@ -121,15 +121,12 @@ fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &
     }
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
-    loop {
-        match wait_for(LINK_FD, has_pidfd.then_some(PIDFD)) {
-            Event::Link => match link::receive(LINK_FD, false) {
-                Ok(Received::Message(Message::Bye)) => return 0,
-                Ok(Received::Message(m)) => apply(&mut files, m),
-                Ok(Received::Empty) => {}
-                Ok(Received::Closed) | Err(_) => break,
-            },
-            Event::OwnerDied => break,
+    while let Event::Link = wait_for(LINK_FD, has_pidfd.then_some(PIDFD)) {
+        match link::receive(LINK_FD, false) {
+            Ok(Received::Message(Message::Bye)) => return 0,
+            Ok(Received::Message(m)) => apply(&mut files, m),
+            Ok(Received::Empty) => {}
+            Ok(Received::Closed) | Err(_) => break,
         }
     }
     // Step 3: everything the owner sent before it died.
