@@ -22,7 +22,6 @@ use crate::memory::Memory;
 use crate::pagecache::{Core, Engine, WritebackBodies};
 use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
-use crate::segment::layout::Layout;
 use crate::segment::{self, Segment};
 use crate::stats::{Counters, Stats};
 use crate::types::{Order, PageIndex, PAGE_BYTES};
@@ -394,6 +393,9 @@ impl CacheBuilder {
     }
 }
 
+/// Room a segment takes besides its frames and side table (`create_segment`).
+const SEGMENT_OVERHEAD_BYTES: u64 = 4096 + (1 << 20);
+
 impl CacheBuilder {
     /// The segment of a persistent cache, its largest capacity bounded by the room its
     /// directory's file system has (a shared-memory file system's size is a limit of its
@@ -406,9 +408,11 @@ impl CacheBuilder {
             .clone()
             .unwrap_or_else(|| PathBuf::from(segment::DEFAULT_DIR));
         let room = segment::room_bytes(&dir)?;
-        let overhead =
-            Layout::for_frames(frames_max).total_bytes - u64::from(frames_max) * PAGE_BYTES as u64;
-        let fits = (room.saturating_sub(overhead) / PAGE_BYTES as u64).min(u64::from(frames_max));
+        // What besides the frames takes room as the cache grows: the header, each frame's
+        // side-table entry, and the slots of the files cached (a MiB is 2,048 files).
+        let per_frame = PAGE_BYTES as u64 + std::mem::size_of::<crate::folio::FolioMeta>() as u64;
+        let fits =
+            (room.saturating_sub(SEGMENT_OVERHEAD_BYTES) / per_frame).min(u64::from(frames_max));
         if frames > fits {
             return Err(io::Error::new(
                 io::ErrorKind::StorageFull,

@@ -126,6 +126,20 @@ impl Core {
                 if mode == AllocMode::Wait {
                     stats::bump(&self.mem.counters.alloc_failures);
                 }
+                if let Some(segment) = self
+                    .mem
+                    .arena
+                    .segment()
+                    .filter(|_| self.mem.arena.no_room())
+                {
+                    return Err(io::Error::new(
+                        io::ErrorKind::OutOfMemory,
+                        format!(
+                            "folio: no free memory: the file system of the segment {} is full",
+                            segment.path().display()
+                        ),
+                    ));
+                }
                 return Err(io::Error::new(
                     io::ErrorKind::OutOfMemory,
                     format!(

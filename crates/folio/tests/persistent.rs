@@ -153,3 +153,88 @@ fn a_clean_drop_leaves_no_segment_and_no_keeper() {
     wait_gone(started.keeper, &started.segment);
     check_files(dir.path());
 }
+
+/// A tmpfs of `mib` MiB mounted in `dir` for the life of the value (root only).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, mib: u64) -> Option<Tmpfs> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return None;
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={mib}m,mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_segment_file_system_costs_cache_room_never_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(shm) = Tmpfs::mount(&dir.path().join("shm"), 24) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let too_big = folio::Cache::builder()
+        .capacity_bytes(64 << 20)
+        .persistent(true)
+        .segment_dir(&shm.0)
+        .build()
+        .unwrap_err();
+    assert_eq!(too_big.kind(), std::io::ErrorKind::StorageFull, "{too_big}");
+    let cache = folio::Cache::builder()
+        .capacity_bytes(16 << 20)
+        .persistent(true)
+        .segment_dir(&shm.0)
+        .build()
+        .unwrap();
+    // Another user of the file system takes all of its room but 6 MiB (two chunks and
+    // their side table fit; the capacity, 16 MiB, does not).
+    let filler = shm.0.join("filler");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&filler).unwrap();
+        while f.write_all(&[7u8; 1 << 20]).is_ok() {}
+        let len = f.metadata().unwrap().len();
+        f.set_len(len.saturating_sub(6 << 20)).unwrap();
+    }
+    let data = dir.path().join("data");
+    let len = 48u64 << 20;
+    let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&data, &bytes).unwrap();
+    let file = cache.open_options().write(true).open(&data).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    for pass in 0..2 {
+        for at in (0..len).step_by(buf.len()) {
+            let n = file.read_at(&mut buf, at).unwrap();
+            assert!(
+                buf[..n] == bytes[at as usize..at as usize + n],
+                "pass {pass}: bytes at {at} differ"
+            );
+        }
+    }
+    file.write_at(b"still writes", 4096 * 3).unwrap();
+    file.sync_data().unwrap();
+    drop(file);
+    drop(cache);
+    let back = std::fs::read(&data).unwrap();
+    assert_eq!(&back[4096 * 3..4096 * 3 + 12], b"still writes");
+    std::fs::remove_file(&filler).unwrap();
+}

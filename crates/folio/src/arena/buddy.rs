@@ -156,7 +156,7 @@ impl Arena {
             if self.grow_unpopulated() {
                 continue;
             }
-            if self.listed_frames() == self.frame_count {
+            if self.listed_frames() == self.frame_count || self.no_room() {
                 return None; // fully grown, and nothing of this order is free
             }
             // Another thread holds the last chunks: an allocator lists its chunk at once,
@@ -176,7 +176,7 @@ impl Arena {
     /// one; `None` past the capacity.
     fn alloc_listed(&self, order: Order, use_: FolioUse) -> Option<FrameId> {
         let want = order.get() as usize;
-        let head = {
+        let (head, residence) = {
             let mut lists = self.buddy.lock();
             let unallocated = self.buddy.unallocated.load(Ordering::Relaxed);
             let allocated = u64::from(self.frame_count) - unallocated;
@@ -212,8 +212,21 @@ impl Arena {
                 .unallocated
                 .store(unallocated - order.pages(), Ordering::Relaxed);
             self.note_allocated(order, use_);
-            head.0
+            (head.0, residence)
         };
+        if residence == Residence::Returned && !self.reserve(head..head + (1 << want), false) {
+            // A segment's file system without room for the block's memory again: back on
+            // the returned lists, and the caller reclaims (`Arena::reserve`).
+            let mut lists = self.buddy.lock();
+            self.merge_and_list(&mut lists, head, want as u8, Residence::Returned);
+            self.buddy
+                .unallocated
+                .fetch_add(order.pages(), Ordering::Relaxed);
+            self.buddy
+                .regrown
+                .fetch_sub(order.pages(), Ordering::Relaxed);
+            return None;
+        }
         let frame = FrameId(head);
         self.meta(frame).state.revive_locked();
         // Its size, for `free`, until the owner records the page it will hold.

@@ -33,7 +33,7 @@
 //! capacity that falls gives free blocks back at any order (`capacity`), not chunks.
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::types::FrameId;
@@ -54,16 +54,48 @@ pub(super) struct Chunks {
     /// `list_chunk` (with `listed_lock`), never spinning.
     listed_lock: Mutex<()>,
     listed_wake: Condvar,
+    /// A segment arena claims under it, so that a chunk its file system has no room for
+    /// can be unclaimed (`claim_chunk`).
+    claim_lock: Mutex<()>,
+    /// The last claim found no room in the segment's file system: allocations fail at
+    /// once (the caller reclaims) instead of waiting for a chunk.
+    no_room: AtomicBool,
 }
 
 impl Arena {
     /// Claims the next virgin chunk: its frames are the caller's to initialise and list,
     /// its memory advised for the pages it gets (`ArenaPages::Auto`) before anything
     /// touches it. `None` when the arena is fully claimed.
+    /// In a segment arena, `None` also when the segment's file system has no room for the
+    /// chunk (`no_room`): the chunk stays virgin, for a later claim.
     pub(super) fn claim_chunk(&self) -> Option<Range<u32>> {
+        if self.segment().is_none() {
+            let chunk = self.claim_chunk_range()?;
+            self.advise_chunk(&chunk);
+            return Some(chunk);
+        }
+        let _claims = self
+            .chunks
+            .claim_lock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let chunk = self.claim_chunk_range()?;
+        if !self.reserve(chunk.clone(), true) {
+            // Every claim takes the lock, so the chunk is still the last claimed.
+            self.chunks
+                .claimed_frames
+                .store(chunk.start, Ordering::Release);
+            self.chunks.no_room.store(true, Ordering::Relaxed);
+            return None;
+        }
+        self.chunks.no_room.store(false, Ordering::Relaxed);
         self.advise_chunk(&chunk);
         Some(chunk)
+    }
+
+    /// Whether the last claim found the segment's file system short of room.
+    pub fn no_room(&self) -> bool {
+        self.chunks.no_room.load(Ordering::Relaxed)
     }
 
     fn claim_chunk_range(&self) -> Option<Range<u32>> {

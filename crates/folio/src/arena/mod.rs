@@ -222,6 +222,14 @@ impl Arena {
         }
     }
 
+    /// Makes sure the memory under `frames` (and their side-table entries, with `meta`)
+    /// exists before anything touches it: always so for anonymous memory; a segment's file
+    /// system may be short of room (`Segment::reserve`).
+    fn reserve(&self, frames: std::ops::Range<u32>, meta: bool) -> bool {
+        self.segment()
+            .is_none_or(|segment| segment.reserve(frames, meta))
+    }
+
     /// The segment the arena lives in, if it outlives the process.
     pub fn segment(&self) -> Option<&Arc<Segment>> {
         match &self.backing {

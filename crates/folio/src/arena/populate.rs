@@ -116,7 +116,13 @@ impl Arena {
                 self.populator.idle.store(false, Ordering::Relaxed);
                 drop(stop);
                 let Some(chunk) = self.claim_chunk() else {
-                    return; // fully claimed: nothing left to do, ever
+                    if self.claimed_frames() >= self.frame_count {
+                        return; // fully claimed: nothing left to do, ever
+                    }
+                    // The segment's file system is short of room: try again later.
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    stop = self.populator.lock_stop();
+                    continue;
                 };
                 self.populate_chunk(&chunk);
                 self.list_chunk(chunk);

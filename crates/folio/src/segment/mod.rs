@@ -101,6 +101,7 @@ impl Segment {
         lock_exclusive(&file).map_err(remove_on_error)?;
         file.set_len(layout.total_bytes).map_err(remove_on_error)?;
         let segment = Self::map(path.clone(), file, layout).map_err(remove_on_error)?;
+        segment.allocate(0, HEADER_BYTES).map_err(remove_on_error)?;
         segment.header().init(&layout);
         segment
             .header()
@@ -285,6 +286,13 @@ impl Segment {
                 "folio: more than {SLOT_COUNT} files cached at once in a persistent cache"
             ))
         })?;
+        let offset = self.layout.slots_offset + u64::from(id.0) * SLOT_BYTES;
+        self.allocate(offset, SLOT_BYTES).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("folio: no room in the segment's file system for a file's slot: {e}"),
+            )
+        })?;
         let _one_writer = self.slot_lock.lock().unwrap_or_else(|e| e.into_inner());
         slot.write(identity, path.as_os_str().as_bytes());
         Ok(())
@@ -302,6 +310,45 @@ impl Segment {
         // SAFETY: the frames' part lies inside the mapping.
         let ptr = unsafe { self.base.as_ptr().add(self.layout.frames_offset as usize) };
         NonNull::new(ptr).expect("inside a non-null mapping")
+    }
+
+    /// Allocates the file's memory under frames `frames` (and their side-table entries, with
+    /// `meta`) before anything touches it: on a shared-memory file system a store to a page
+    /// it has no room for kills the process (SIGBUS), a failed `fallocate` is only an
+    /// answer. False when the file system is short of room.
+    pub fn reserve(&self, frames: std::ops::Range<u32>, meta: bool) -> bool {
+        let page = PAGE_BYTES as u64;
+        let count = u64::from(frames.end - frames.start);
+        let first = u64::from(frames.start);
+        let entry = std::mem::size_of::<FolioMeta>() as u64;
+        let mut ranges = vec![(self.layout.frames_offset + first * page, count * page)];
+        if meta {
+            ranges.push((self.layout.meta_offset + first * entry, count * entry));
+        }
+        ranges
+            .into_iter()
+            .all(|(offset, len)| self.allocate(offset, len).is_ok())
+    }
+
+    fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        loop {
+            // SAFETY: fallocate on our open descriptor, inside the file's size.
+            let rc = unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    0,
+                    offset as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
     }
 
     /// Frees the tmpfs pages of frames `[first, first + count)` (`MADV_REMOVE`): they read
