@@ -407,6 +407,7 @@ impl CacheBuilder {
             .segment_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(segment::DEFAULT_DIR));
+        crate::keeper::settle_dir(&dir)?;
         let room = segment::room_bytes(&dir)?;
         // What besides the frames takes room as the cache grows: the header, each frame's
         // side-table entry, and the slots of the files cached (a MiB is 2,048 files).

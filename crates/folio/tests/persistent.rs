@@ -20,14 +20,31 @@ fn record(i: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The child's body: a persistent cache (its segment in `/dev/shm`), `files` files written with records and
-/// never synced; prints `ready <segment> <keeper pid>`, then ends as `how` says.
+/// Records per file and their size: small (3,000 bytes: unaligned, some crossing pages)
+/// for most cases, 64 MiB of 1 MiB records per file for "kill-big", so that the keeper
+/// has work that lasts.
+fn shape(case: &str) -> (u64, usize) {
+    if case == "kill-big" {
+        (64, 1 << 20)
+    } else {
+        (64, 3000)
+    }
+}
+
+/// The child's body: a persistent cache (its segment in `/dev/shm`), three files written
+/// with records and never synced (nothing written back before the kill: a large dirty
+/// limit, no write-behind, no expiry); prints `ready <segment> <keeper pid>`, then ends as
+/// `case` says.
 fn child(case: &str, dir: &Path) {
     let cache = folio::Cache::builder()
-        .capacity_bytes(16 << 20)
+        .capacity_bytes(512 << 20)
+        .dirty_limit_bytes(400 << 20)
+        .write_behind_bytes(0)
+        .dirty_expire(Duration::from_secs(600))
         .persistent(true)
         .build()
         .unwrap();
+    let (records, len) = shape(case);
     let mut handles = Vec::new();
     for f in 0..3 {
         let file = cache
@@ -36,9 +53,8 @@ fn child(case: &str, dir: &Path) {
             .create(true)
             .open(dir.join(format!("data{f}")))
             .unwrap();
-        for i in 0..64u64 {
-            // Unaligned records, some crossing pages: 3,000 bytes each.
-            file.write_at(&record(f * 1000 + i, 3000), i * 3000)
+        for i in 0..records {
+            file.write_at(&record(f * 1000 + i, len), i * len as u64)
                 .unwrap();
         }
         handles.push(file);
@@ -49,7 +65,7 @@ fn child(case: &str, dir: &Path) {
         cache.keeper_pid().unwrap()
     );
     match case {
-        "kill" => {
+        "kill" | "kill-big" => {
             // SAFETY: raise has no preconditions; SIGKILL ends the process here.
             unsafe { libc::raise(libc::SIGKILL) };
         }
@@ -57,6 +73,7 @@ fn child(case: &str, dir: &Path) {
             drop(handles);
             drop(cache);
         }
+        "wait" => std::thread::sleep(Duration::from_secs(60)),
         _ => panic!("unknown case {case}"),
     }
 }
@@ -114,14 +131,15 @@ fn wait_gone(pid: u32, segment: &Path) {
     }
 }
 
-fn check_files(dir: &Path) {
+fn check_files(dir: &Path, case: &str) {
+    let (records, len) = shape(case);
     for f in 0..3u64 {
         let bytes = std::fs::read(dir.join(format!("data{f}"))).unwrap();
-        assert_eq!(bytes.len(), 64 * 3000, "file {f}'s size");
-        for i in 0..64u64 {
-            let at = i as usize * 3000;
+        assert_eq!(bytes.len(), records as usize * len, "file {f}'s size");
+        for i in 0..records {
+            let at = i as usize * len;
             assert!(
-                bytes[at..at + 3000] == record(f * 1000 + i, 3000)[..],
+                bytes[at..at + len] == record(f * 1000 + i, len)[..],
                 "file {f} record {i} is not what was written"
             );
         }
@@ -141,7 +159,59 @@ fn writes_that_returned_survive_a_sigkill() {
     let started = run_child("kill", dir.path());
     assert!(!started.status.success(), "the child was to be killed");
     wait_gone(started.keeper, &started.segment);
-    check_files(dir.path());
+    check_files(dir.path(), "kill");
+}
+
+#[test]
+fn a_cache_built_after_a_crash_waits_for_the_keeper() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = run_child("kill-big", dir.path());
+    assert!(!started.status.success(), "the child was to be killed");
+    // At once, as a restarted process would: the build waits for the keeper's writeback
+    // of 192 MiB, so that what the dead process wrote is on disk when it returns.
+    let cache = folio::Cache::builder().persistent(true).build().unwrap();
+    assert!(!started.segment.exists(), "the keeper was waited for");
+    check_files(dir.path(), "kill-big");
+    drop(cache);
+}
+
+#[test]
+fn a_killed_keeper_s_work_is_finished_by_the_next_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "wait")
+        .env(DIR, dir.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready ") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child never got ready"
+        );
+    }
+    let (_, rest) = line.trim_end().split_once("ready ").unwrap();
+    let (segment, keeper) = rest.split_once(' ').unwrap();
+    let (segment, keeper) = (PathBuf::from(segment), keeper.parse::<i32>().unwrap());
+    // The keeper dies first (it never wrote anything), then its owner.
+    // SAFETY: kill with a pid this test read from the child; SIGKILL ends it.
+    unsafe {
+        libc::kill(keeper, libc::SIGKILL);
+        libc::kill(child.id() as i32, libc::SIGKILL);
+    }
+    child.wait().unwrap();
+    assert!(segment.exists(), "nobody wrote the segment back yet");
+    let report = folio::recover_segment(&segment);
+    // Another test's new cache may have recovered it first (they share /dev/shm).
+    if let Err(e) = &report {
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    }
+    assert!(!segment.exists(), "the recovery removed the segment");
+    check_files(dir.path(), "wait");
 }
 
 #[test]
@@ -151,7 +221,7 @@ fn a_clean_drop_leaves_no_segment_and_no_keeper() {
     assert!(started.status.success());
     assert!(!started.segment.exists(), "the segment was removed");
     wait_gone(started.keeper, &started.segment);
-    check_files(dir.path());
+    check_files(dir.path(), "drop");
 }
 
 /// A tmpfs of `mib` MiB mounted in `dir` for the life of the value (root only).

@@ -35,11 +35,12 @@ use std::io;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::folio::MappingId;
 use crate::segment::layout::SegmentState;
 use crate::segment::link::{self, KeeperLink, Message, Received};
-use crate::segment::Segment;
+use crate::segment::{self, Holder, Segment};
 
 pub use writeback::Written;
 
@@ -201,6 +202,76 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
         written,
         files_not_found,
     })
+}
+
+/// What a new persistent cache found of dead processes' segments in its directory
+/// (`settle_dir`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Segments whose keeper was still writing back: the build waited for it.
+    pub waited: u32,
+    /// Segments nobody held (a keeper killed before it was done): recovered here.
+    pub recovered: u32,
+}
+
+/// How long a new cache waits for a dead owner's keeper at most before it goes on.
+const KEEPER_WAIT_MAX: Duration = Duration::from_secs(300);
+
+/// Before a persistent cache starts in `dir`: waits for the keepers of dead owners there
+/// to finish (a process restarted after a crash must read what its predecessor wrote, as
+/// it would through the kernel's page cache, not the bytes before the keeper's
+/// writeback), and finishes any segment whose keeper was killed (`recover_segment`). A
+/// segment whose owner lives is left alone.
+///
+/// Context: the cache's build; may sleep up to `KEEPER_WAIT_MAX` per keeper.
+pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
+    let mut settled = Settled::default();
+    for (path, holder) in segment::segments_in(dir)? {
+        match holder {
+            Holder::Owner => {}
+            Holder::Keeper => {
+                settled.waited += 1;
+                wait_for_keeper(&path);
+            }
+            Holder::Nobody => match recover_segment(&path) {
+                Ok(_) => settled.recovered += 1,
+                // Another new cache recovers it now, or it is not ours to read.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_for_keeper(&path),
+                Err(e) => eprintln!("folio: segment {} left as it is: {e}", path.display()),
+            },
+        }
+    }
+    Ok(settled)
+}
+
+/// Waits until no keeper holds the segment at `path` (or it is gone).
+fn wait_for_keeper(path: &Path) {
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        let Ok(file) = StdFile::open(path) else {
+            return; // removed: done
+        };
+        if segment::holder_of(&file) != Holder::Keeper {
+            return;
+        }
+        if !told && started.elapsed() > Duration::from_secs(5) {
+            eprintln!(
+                "folio: waiting for the keeper of {} to write back a dead process's data",
+                path.display()
+            );
+            told = true;
+        }
+        if started.elapsed() > KEEPER_WAIT_MAX {
+            eprintln!(
+                "folio: the keeper of {} is still writing after {:?}; going on",
+                path.display(),
+                KEEPER_WAIT_MAX
+            );
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// The file mapping `id`'s slot names, if its path still leads to that very file.

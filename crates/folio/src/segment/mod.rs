@@ -15,8 +15,12 @@
 //!
 //! Exclusion: the owner holds an exclusive `flock` on the segment from its creation; its
 //! keeper shares it (the same open file) and holds it after the owner's death, so a
-//! recovery, which must take it, never runs beside either. The kernel drops it when the
-//! last of them dies: never a stale pid.
+//! recovery, which must take it, never runs beside either. The owner alone also holds a
+//! record lock (`F_OFD_SETLK`) through a second open file of its own, which the keeper
+//! closes as it starts (it keeps no descriptor but its own three): so another process tells
+//! "the owner lives" (record lock held) from "its keeper is still writing back" (only the
+//! `flock` held) from "abandoned" (neither) (`Segment::status_of`). The kernel drops both
+//! when their holders die: never a stale pid.
 //!
 //! Invariants: the mapping is one shared mapping of the whole file, aligned so that the
 //! frames are aligned to 2 MiB; it stays at one address until the segment is dropped.
@@ -57,6 +61,9 @@ pub struct Segment {
     layout: Layout,
     /// One writer per slot (`FileSlot::write`).
     slot_lock: Mutex<()>,
+    /// The owner's second open file of the segment, holding the owner's record lock
+    /// (module docs, exclusion); `None` in a keeper or a recovery.
+    owner_lock: Option<StdFile>,
 }
 
 // SAFETY: the raw pointers refer to a shared mapping owned by the segment and valid until
@@ -99,8 +106,10 @@ impl Segment {
             e
         };
         lock_exclusive(&file).map_err(remove_on_error)?;
+        let owner_lock = lock_owner(&path, &file).map_err(remove_on_error)?;
         file.set_len(layout.total_bytes).map_err(remove_on_error)?;
-        let segment = Self::map(path.clone(), file, layout).map_err(remove_on_error)?;
+        let mut segment = Self::map(path.clone(), file, layout).map_err(remove_on_error)?;
+        segment.owner_lock = Some(owner_lock);
         segment.allocate(0, HEADER_BYTES).map_err(remove_on_error)?;
         segment.header().init(&layout);
         segment
@@ -245,6 +254,7 @@ impl Segment {
             base: NonNull::new(aligned as *mut u8).expect("mmap returned null"),
             layout,
             slot_lock: Mutex::new(()),
+            owner_lock: None,
         })
     }
 
@@ -508,6 +518,96 @@ fn create_fresh(dir: &Path) -> io::Result<(StdFile, PathBuf)> {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1 << 20 => continue,
             other => return other,
         }
+    }
+}
+
+/// Who holds a segment (module docs, exclusion).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holder {
+    /// Its owner lives.
+    Owner,
+    /// The owner is dead and its keeper still runs (writing back).
+    Keeper,
+    /// Nobody: a keeper was killed before it was done, or the segment was left written.
+    Nobody,
+}
+
+/// The folio segments of this user in `dir` and who holds each: regular files (not
+/// symlinks) owned by this user whose header starts with the segment's magic.
+pub fn segments_in(dir: &Path) -> io::Result<Vec<(PathBuf, Holder)>> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_file() || meta.uid() != me || meta.len() < HEADER_BYTES {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(&path)
+        else {
+            continue;
+        };
+        let mut magic = [0u8; 8];
+        use std::os::unix::fs::FileExt;
+        if file.read_exact_at(&mut magic, 0).is_err() || &magic != b"FOLIOSEG" {
+            continue;
+        }
+        found.push((path, holder_of(&file)));
+    }
+    Ok(found)
+}
+
+/// Who holds the segment open as `file` (module docs, exclusion).
+pub fn holder_of(file: &StdFile) -> Holder {
+    // SAFETY: all-zero is a valid flock (l_pid 0, as OFD locks want); F_OFD_GETLK fills it.
+    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_WRLCK as libc::c_short;
+    probe.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: fcntl F_OFD_GETLK with a valid flock on our descriptor.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) };
+    if rc == 0 && probe.l_type != libc::F_UNLCK as libc::c_short {
+        return Holder::Owner;
+    }
+    // SAFETY: flock on our own descriptor; a shared lock taken is dropped at once.
+    unsafe {
+        if libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) == 0 {
+            libc::flock(file.as_raw_fd(), libc::LOCK_UN);
+            Holder::Nobody
+        } else {
+            Holder::Keeper
+        }
+    }
+}
+
+/// The owner's record lock over the whole segment, on a second open file of it (module
+/// docs, exclusion).
+fn lock_owner(path: &Path, file: &StdFile) -> io::Result<StdFile> {
+    let second = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let (a, b) = (second.metadata()?, file.metadata()?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(io::Error::other(
+            "folio: the segment was replaced as it was created",
+        ));
+    }
+    // SAFETY: all-zero is a valid flock (the whole file from offset 0, l_pid 0).
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_RDLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    // SAFETY: fcntl F_OFD_SETLK with a valid flock on our descriptor.
+    if unsafe { libc::fcntl(second.as_raw_fd(), libc::F_OFD_SETLK, &lock) } == 0 {
+        Ok(second)
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
