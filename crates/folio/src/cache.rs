@@ -335,7 +335,12 @@ impl CacheBuilder {
             .ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidInput, "folio: capacity above 1 TiB")
             })?;
-        let frames = capacity / PAGE_BYTES as u64;
+        let mut frames = capacity / PAGE_BYTES as u64;
+        let segment = if self.persistent {
+            Some(Arc::new(self.create_segment(frames_max, &mut frames)?))
+        } else {
+            None
+        };
         // Keep at least 16 folios of the largest order, so one read cannot pin the cache
         // (at the capacity at build: a capacity set far lower later may be held whole by
         // a few pinned large folios, which a shrink then waits for).
@@ -343,8 +348,7 @@ impl CacheBuilder {
         while order_max > Order::ZERO && order_max.pages() * 16 > frames {
             order_max = Order::new(order_max.get() - 1);
         }
-        let (mut arena, keeper) = if self.persistent {
-            let segment = Arc::new(self.create_segment(frames_max, frames)?);
+        let (mut arena, keeper) = if let Some(segment) = segment {
             let keeper = crate::keeper::spawn(&segment).inspect_err(|_| {
                 let _ = segment.remove();
             })?;
@@ -401,8 +405,11 @@ impl CacheBuilder {
     /// directory's file system has (a shared-memory file system's size is a limit of its
     /// own: `/dev/shm` is half the memory by default).
     ///
-    /// Errors: `StorageFull` if the capacity at build does not fit; `Segment::create`'s.
-    fn create_segment(&self, frames_max: u32, frames: u64) -> io::Result<Segment> {
+    /// A capacity the builder chose (none was given) is lowered to fit; one given that
+    /// does not fit is an error.
+    ///
+    /// Errors: `StorageFull` if the capacity given does not fit; `Segment::create`'s.
+    fn create_segment(&self, frames_max: u32, frames: &mut u64) -> io::Result<Segment> {
         let dir = self
             .segment_dir
             .clone()
@@ -414,12 +421,18 @@ impl CacheBuilder {
         let per_frame = PAGE_BYTES as u64 + std::mem::size_of::<crate::folio::FolioMeta>() as u64;
         let fits =
             (room.saturating_sub(SEGMENT_OVERHEAD_BYTES) / per_frame).min(u64::from(frames_max));
-        if frames > fits {
+        if *frames > fits
+            && self.capacity_bytes.is_none()
+            && fits >= CAPACITY_BYTES_MIN / PAGE_BYTES as u64
+        {
+            *frames = fits;
+        }
+        if *frames > fits {
             return Err(io::Error::new(
                 io::ErrorKind::StorageFull,
                 format!(
                     "folio: a capacity of {} MiB does not fit in {} ({} MiB free)",
-                    (frames * PAGE_BYTES as u64) >> 20,
+                    (*frames * PAGE_BYTES as u64) >> 20,
                     dir.display(),
                     room >> 20
                 ),

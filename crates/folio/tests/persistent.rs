@@ -269,6 +269,15 @@ fn a_full_segment_file_system_costs_cache_room_never_a_crash() {
         .build()
         .unwrap_err();
     assert_eq!(too_big.kind(), std::io::ErrorKind::StorageFull, "{too_big}");
+    // A capacity the builder chooses (the machine's) fits in the room instead.
+    let machine = folio::Cache::builder()
+        .capacity_policy(folio::CapacityPolicy::FollowMachine)
+        .persistent(true)
+        .segment_dir(&shm.0)
+        .build()
+        .unwrap();
+    assert!(machine.capacity_max_bytes() <= 24 << 20);
+    drop(machine);
     let cache = folio::Cache::builder()
         .capacity_bytes(16 << 20)
         .persistent(true)
