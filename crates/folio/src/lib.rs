@@ -57,12 +57,16 @@
 //! - `io`: the backend contract (`backend`: reads and writes as one request type), the one
 //!   synchronous `preadv`/`pwritev` loop (`sync`), the factory, and the engines (`uring`,
 //!   `pread`, `fault`, `null`).
+//! - `keeper`: the process that writes back a dead owner's dirty pages (DESIGN.md §9),
+//!   and the recovery of a segment whose keeper was killed; above `write` and `arena`.
+//!   `segment`: the shared-memory file a persistent cache's arena lives in, its layout,
+//!   and the owner's line to its keeper; below `arena`.
 //! - `stats` (counters), `types` (newtypes), `primitive` (the atomics loom swaps in),
 //!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
 //!
 //! `unsafe` is denied in the crate and allowed only in the modules that need it (named,
 //! with why, in ARCHITECTURE.md): `arena` (but its `buddy` and `chunk`), `index`'s `node`,
-//! `io` and `wait`.
+//! `io`, `keeper`, `segment` and `wait`.
 //!
 //! # Lock ordering
 //!
