@@ -113,6 +113,10 @@ fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &
     if isolate(socket, segment_fd, pidfd.as_ref().map(AsRawFd::as_raw_fd)).is_err() {
         return 2;
     }
+    // The OOM killer's last choice where the process may say so (root): the keeper is
+    // small, and what it guards is the owner's unsynced writes. Elsewhere this fails, and
+    // the keeper is as killable as any small process.
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
     // `isolate` made the pidfd `PIDFD` and closed the original.
     std::mem::forget(pidfd);
     // SAFETY: getpid has no preconditions.
@@ -328,6 +332,16 @@ fn isolate(socket: RawFd, segment_fd: RawFd, pidfd: Option<RawFd>) -> io::Result
         }
         for fd in [LINK_FD, SEGMENT_FD, PIDFD] {
             libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        // It holds a descriptor for each file the owner writes, as the owner does, and a
+        // few of its own: as many as the hard limit allows.
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGHUP, libc::SIG_IGN);
