@@ -23,9 +23,12 @@
 //     000042.log, for the plugin to take it) through the file system's
 //     FSWritableFile, neither syncs nor closes it, and exits normally: what is on disk
 //     afterwards is what the plugin's exit hook wrote back.
+//   kill_writer kill-unsynced FILE FS_URI
+//     The same writes, then the process SIGKILLs itself: what is on disk afterwards is
+//     what the keeper of the plugin's persistent cache (persist=1) wrote back.
 //   kill_writer check-file FILE
 //     Reads FILE with stdio (past any cache of this process) and exits 0 only if it
-//     holds exactly what exit-unsynced writes.
+//     holds exactly what exit-unsynced and kill-unsynced write.
 //
 // The file system comes from the URI the way db_bench's --fs_uri does it:
 // Env::CreateFromUri(config, "", FS_URI) (a composite Env over the registered
@@ -42,6 +45,7 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -222,7 +226,9 @@ constexpr size_t kExitFileBytes = (1u << 20) + 123;
 
 char ByteOf(size_t i) { return static_cast<char>((i * 131 + (i >> 12)) & 0xff); }
 
-int ExitUnsynced(const std::string& path, const std::string& fs_uri) {
+enum class End { kExit, kKill };
+
+int WriteUnsynced(const std::string& path, const std::string& fs_uri, End end) {
   std::shared_ptr<ROCKSDB_NAMESPACE::FileSystem> fs;
   const Status s =
       ROCKSDB_NAMESPACE::FileSystem::CreateFromString(ConfigOptions(), fs_uri, &fs);
@@ -241,6 +247,10 @@ int ExitUnsynced(const std::string& path, const std::string& fs_uri) {
   }
   // Neither Sync nor Close (the destructor would close, and Close syncs): leak the file.
   file.release();
+  if (end == End::kKill) {
+    std::fflush(nullptr);
+    std::raise(SIGKILL);
+  }
   std::exit(0);
 }
 
@@ -271,13 +281,17 @@ int main(int argc, char** argv) {
     return Verify(argv[2], argv[3], argv[4]);
   }
   if (argc == 4 && std::strcmp(argv[1], "exit-unsynced") == 0) {
-    return ExitUnsynced(argv[2], argv[3]);
+    return WriteUnsynced(argv[2], argv[3], End::kExit);
+  }
+  if (argc == 4 && std::strcmp(argv[1], "kill-unsynced") == 0) {
+    return WriteUnsynced(argv[2], argv[3], End::kKill);
   }
   if (argc == 3 && std::strcmp(argv[1], "check-file") == 0) return CheckFile(argv[2]);
   std::fprintf(stderr,
                "usage: kill_writer write DB FS_URI RUN THREADS RECYCLE(0|1) MILLIS\n"
                "       kill_writer verify DB FS_URI ACKS\n"
                "       kill_writer exit-unsynced FILE FS_URI\n"
+               "       kill_writer kill-unsynced FILE FS_URI\n"
                "       kill_writer check-file FILE\n");
   return 2;
 }
