@@ -374,8 +374,9 @@ keeper_done() {  # keeper_done SEGMENT PID: within 30 s the keeper exited and th
 kill_unsynced() {  # kill_unsynced NAME URI: kill-unsynced into $work/NAME/000043.log
     mkdir -p "$work/$1"
     local rc=0
-    LD_PRELOAD="$FOLIO_PLUGIN" FOLIO_VERBOSE=1 "$kill_writer" kill-unsynced \
-        "$work/$1/000043.log" "$2" >"$work/$1.log" 2>&1 || rc=$?
+    # (The braces' stderr silences the shell's "Killed" notice.)
+    { LD_PRELOAD="$FOLIO_PLUGIN" FOLIO_VERBOSE=1 "$kill_writer" kill-unsynced \
+        "$work/$1/000043.log" "$2" >"$work/$1.log" 2>&1; } 2>/dev/null || rc=$?
     check "$1: kill_writer was SIGKILLed after its writes" [ "$rc" = 137 ]
     [ "$rc" = 137 ] || cat "$work/$1.log"
 }
