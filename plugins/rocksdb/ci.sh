@@ -362,10 +362,16 @@ echo "== a file neither synced nor closed is on disk after a SIGKILL (the keeper
 # back before the kill (no expiry within a minute, no write-behind), so what is on disk
 # afterwards is what the persistent cache's keeper wrote. verbose=1 names the segment and
 # the keeper.
+running() {  # running PID: the process exists and is not a zombie (an exited keeper is
+    # init's to reap, which may take a while)
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+    [[ "$stat" != *") Z "* ]]
+}
 keeper_done() {  # keeper_done SEGMENT PID: within 30 s the keeper exited and the segment is gone
     local i
     for i in $(seq 1 300); do
-        if [ ! -e "$1" ] && ! kill -0 "$2" 2>/dev/null; then return 0; fi
+        if [ ! -e "$1" ] && ! running "$2"; then return 0; fi
         sleep 0.1
     done
     echo "keeper $2 still running, or segment $1 still there, after 30 s"
