@@ -201,8 +201,8 @@ pub struct folio_cache_options {
 // its maximum the end, so the size changed again (72 to 80): a caller built before the
 // capacity could move is refused, not read as asking for a machine-sized cache.
 // Persistence took the end (`persistent`, four bytes of padding, `segment_dir`), so the
-// size changed again (80 to 96): a caller built before it is refused, as a caller that
-// might not know its cache now forks a keeper and lives in /dev/shm.
+// size changed again (80 to 96): a caller built before it is refused rather than given,
+// unknowingly, a cache that forks a keeper and lives in /dev/shm.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 56);
