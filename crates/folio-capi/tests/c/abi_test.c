@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -638,7 +639,8 @@ static void test_eviction(uint32_t eviction) {
 struct reader {
     folio_file f;
     uint64_t seed;
-    int ok_reads, ebadf, wrong;
+    _Atomic int ok_reads; /* read by the main thread while the reader runs */
+    int ebadf, wrong;
 };
 
 static void *reader_main(void *arg) {
@@ -673,6 +675,14 @@ static void test_close_while_reading(folio_cache c) {
     for (int i = 0; i < THREADS; i++) {
         r[i] = (struct reader){.f = f, .seed = (uint64_t)i + 1};
         pthread_create(&t[i], NULL, reader_main, &r[i]);
+    }
+    /* The close must land among reads: wait for the first (up to 10 s: a loaded machine
+       may not run the readers for a while), then let them go on a little. */
+    for (int waited = 0; waited < 10000; waited++) {
+        int any = 0;
+        for (int i = 0; i < THREADS; i++) any += atomic_load(&r[i].ok_reads);
+        if (any > 0) break;
+        usleep(1000);
     }
     usleep(20000);
     CHECK(folio_close(f) == 0);
