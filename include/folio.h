@@ -309,6 +309,29 @@ typedef struct folio_cache_options {
      * see `capacity_policy`. Else at least the capacity at creation.
      */
     uint64_t capacity_max_bytes;
+    /**
+     * 1 (the default): what the cache holds outlives the process. Its memory is a
+     * segment file in `segment_dir` (mode 0600, removed when the cache goes), and a
+     * keeper process forked at creation writes back every dirty page if the process dies
+     * without doing so (SIGKILL, abort, the OOM killer), as the kernel does for buffered
+     * writes: a `folio_write` that returned survives a crash of the process (not of the
+     * machine: that takes a sync). It costs one sleeping process, a message to it per
+     * file opened for writing, and shared memory, which most kernels give no transparent
+     * huge pages; the largest capacity is bounded by the room in `segment_dir` (/dev/shm
+     * is half the memory by default), and a capacity at creation that does not fit fails
+     * with -ENOSPC. 0: the cache's memory is the process's own and dies with it (what a
+     * process killed with dirty pages wrote and did not sync is lost). Anything else:
+     * -EINVAL. See docs/persistence.md.
+     */
+    uint32_t persistent;
+    /**
+     * The directory of a persistent cache's segment file: an existing directory, not a
+     * symlink, that no other user can write unless it is sticky (as /dev/shm is), on a
+     * file system in memory (tmpfs) lest the segment be written to a device. NULL (the
+     * default): /dev/shm. Ignored when `persistent` is 0. Read during
+     * `folio_cache_create` only.
+     */
+    const char *segment_dir;
 } folio_cache_options;
 
 /**
@@ -620,7 +643,8 @@ extern "C" {
  * FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
  * prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
  * threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
- * FOLIO_WRITE_BEHIND_BYTES_DEFAULT, and `size` set.
+ * FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
+ * in /dev/shm (`segment_dir` NULL), and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -637,21 +661,31 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  *
  * Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
  * FOLIO_CAPACITY_BYTES_MIN, a largest capacity below the capacity or above 1 TiB, an
- * unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault other
- * than 0 or 1, a dirty limit below 4096 or above the largest capacity, a background
- * threshold above the dirty limit, a wrong `size`); -ENOMEM if the memory cannot be
- * reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past
- * 2^20 live caches. `*out` is written only on success.
+ * unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault or a
+ * persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
+ * a background threshold above the dirty limit, a wrong `size`, an empty segment_dir or
+ * one that is a symlink or writable by other users and not sticky); for a persistent
+ * cache, the errno of a segment_dir that cannot be used (-ENOENT, -ENOTDIR, -EACCES) and
+ * -ENOSPC if the capacity does not fit in it; -ENOMEM if the memory cannot be reserved;
+ * the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past 2^20 live
+ * caches. `*out` is written only on success, and a failure leaves no segment file and
+ * no keeper.
  *
  * Context: any thread; reserves the address space of the cache's largest capacity (not
  * touched yet), starts its I/O threads and, under FOLIO_CAPACITY_FOLLOW_MACHINE, the
  * thread that follows the machine's memory (named "folio-memory"), so it may take
- * milliseconds. The caller owns the handle and releases it with
- * `folio_cache_destroy`. `opts` is read during the call only.
+ * milliseconds. A persistent cache (the default) also creates its segment file and
+ * forks its keeper process (`folio_cache_keeper_pid`): the keeper is not the caller's
+ * child (a child forks it and is reaped within this call, which may raise one SIGCHLD),
+ * keeps no descriptor of the caller's but the segment's, and exits when the cache is
+ * destroyed or, after writing back, when the process dies. The
+ * caller owns the handle and releases it with `folio_cache_destroy`. `opts` (and the
+ * string `segment_dir` points to) are read during the call only.
  *
  * # Safety
- * `opts` is NULL or points to a readable `folio_cache_options`; `out` is NULL or points
- * to writable memory for one `folio_cache`.
+ * `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` is
+ * NULL or a readable NUL-terminated string; `out` is NULL or points to writable memory
+ * for one `folio_cache`.
  */
 int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_cache *out);
 
@@ -659,9 +693,11 @@ int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_
  * Releases the caller's handle to `cache`. Files opened through it stay open and keep
  * working; the cache's memory is released with the last of them, after its dirty pages
  * are written back (not flushed: `folio_sync` or `folio_cache_sync_all` first for
- * durability). A process that exits with the cache or a file still open loses what
- * it wrote and did not sync, as the kernel's dirty pages are not (folio's are the
- * process's memory).
+ * durability); a persistent cache's segment file is removed and its keeper exits then.
+ * A process that exits or dies with the cache or a file still open keeps what it wrote
+ * and did not sync if the cache is persistent (its keeper writes it back, as the kernel
+ * writes back a dead process's dirty pages), and loses it if not (`persistent` 0: the
+ * dirty pages are the process's memory).
  *
  * Returns 0, or -EBADF if `cache` is not a live cache handle (null, already destroyed).
  *
@@ -672,6 +708,37 @@ int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_
  * returned.
  */
 int32_t folio_cache_destroy(struct folio_cache cache);
+
+/**
+ * The process id of the keeper of `cache`: the process that writes back its dirty pages
+ * if this process dies without doing so (`folio_cache_options.persistent`).
+ *
+ * Returns the pid (> 0); 0 if the cache is not persistent; -EBADF if `cache` is not a
+ * live cache handle.
+ *
+ * Context: any thread; does not block; takes no lock. The keeper runs until the cache is
+ * destroyed (its last file closed), or until it has written back after this process
+ * died; it is not this process's child.
+ */
+int64_t folio_cache_keeper_pid(struct folio_cache cache);
+
+/**
+ * Copies the path of the segment file of `cache` (`folio_cache_options.persistent`,
+ * in `segment_dir`), NUL-terminated, into `buf`.
+ *
+ * Returns the path's length in bytes (without the NUL); -ENOENT if the cache is not
+ * persistent; -ERANGE if `buf_len` is not more than that length (nothing is written;
+ * PATH_MAX bytes always suffice); -EFAULT if `buf` is NULL and `buf_len` is not 0;
+ * -EBADF if `cache` is not a live cache handle.
+ *
+ * Context: any thread; does not block; writes `buf` during the call only. The file
+ * exists while the cache lives, and is removed when it is destroyed (after its last file
+ * closed) or, if this process dies, by the keeper once it has written back.
+ *
+ * # Safety
+ * `buf` is NULL or writable for `buf_len` bytes.
+ */
+int32_t folio_cache_segment_path(struct folio_cache cache, char *buf, size_t buf_len);
 
 /**
  * Sets the capacity of `cache` to `bytes` (rounded down to 4 KiB), between

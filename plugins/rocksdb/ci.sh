@@ -24,7 +24,9 @@
 #      times (WAL recycling every other time), each time the database reopens through
 #      the plugin with every acknowledged key and its value;
 #   4. a file written through the plugin, neither synced nor closed, is whole on disk
-#      after a normal exit (the exit hook's folio_cache_sync_all);
+#      after a normal exit (the exit hook's folio_cache_sync_all), and after a SIGKILL
+#      (the keeper of the persistent cache, persist=1 by default, writes it back; with
+#      persist=0 it is not);
 #   5. checks that a bad option fails with a message instead of a crash.
 # Ends with "ci.sh: N passed, M failed". Needs rocksdb-tools librocksdb-dev cmake g++
 # (installed here when missing and running as root with apt-get) and cargo.
@@ -354,6 +356,53 @@ check "exit: nothing was synced by RocksDB" zero "$(stat_of exit syncs)"
 check "exit: the exit hook wrote the pages back" positive "$(stat_of exit pages_written_back)"
 check "exit: no dirty page left" zero "$(stat_of exit dirty_pages)"
 check "exit: the file on disk holds every byte written" "$kill_writer" check-file "$work/000042.log"
+
+echo "== a file neither synced nor closed is on disk after a SIGKILL (the keeper, persist=1)"
+# kill_writer kill-unsynced: the writes of exit-unsynced, then SIGKILL. Nothing is written
+# back before the kill (no expiry within a minute, no write-behind), so what is on disk
+# afterwards is what the persistent cache's keeper wrote. verbose=1 names the segment and
+# the keeper.
+running() {  # running PID: the process exists and is not a zombie (an exited keeper is
+    # init's to reap, which may take a while)
+    local stat
+    stat="$(cat "/proc/$1/stat" 2>/dev/null)" || return 1
+    [[ "$stat" != *") Z "* ]]
+}
+keeper_done() {  # keeper_done SEGMENT PID: within 30 s the keeper exited and the segment is gone
+    local i
+    for i in $(seq 1 300); do
+        if [ ! -e "$1" ] && ! running "$2"; then return 0; fi
+        sleep 0.1
+    done
+    echo "keeper $2 still running, or segment $1 still there, after 30 s"
+    return 1
+}
+kill_unsynced() {  # kill_unsynced NAME URI: kill-unsynced into $work/NAME/000043.log
+    mkdir -p "$work/$1"
+    local rc=0
+    # (The braces' stderr silences the shell's "Killed" notice.)
+    { LD_PRELOAD="$FOLIO_PLUGIN" FOLIO_VERBOSE=1 "$kill_writer" kill-unsynced \
+        "$work/$1/000043.log" "$2" >"$work/$1.log" 2>&1; } 2>/dev/null || rc=$?
+    check "$1: kill_writer was SIGKILLed after its writes" [ "$rc" = 137 ]
+    [ "$rc" = 137 ] || cat "$work/$1.log"
+}
+unsynced_uri='folio://?capacity=64M&dirty_expire=1min&write_behind=0'
+kill_unsynced killed "$unsynced_uri"
+segment="$(sed -n 's/.*; persistent: segment \(.*\), keeper pid [0-9]*$/\1/p' "$work/killed.log")"
+keeper="$(sed -n 's/.*; persistent: segment .*, keeper pid \([0-9]*\)$/\1/p' "$work/killed.log")"
+both_set() { [ -n "$1" ] && [ -n "$2" ]; }
+check "killed: the cache was persistent by default (segment ${segment:-none}, keeper ${keeper:-none})" \
+    both_set "$segment" "$keeper"
+check "killed: the keeper wrote back, removed the segment and exited" \
+    keeper_done "${segment:-/nonexistent}" "${keeper:-0}"
+check "killed: the file on disk holds every byte written" \
+    "$kill_writer" check-file "$work/killed/000043.log"
+# The same with persist=0: the bytes die with the process (the check above can fail).
+kill_unsynced killed_volatile "$unsynced_uri&persist=0"
+check "killed_volatile (persist=0): no segment, no keeper" \
+    grep -q "; not persistent (persist=0)" "$work/killed_volatile.log"
+check "killed_volatile (persist=0): the file lacks what was not synced" \
+    bash -c '! "$0" check-file "$1"' "$kill_writer" "$work/killed_volatile/000043.log"
 
 echo "== a bad option fails with a message, not a crash"
 rc=0

@@ -44,11 +44,13 @@
 // syncs them before closing) and one fdatasync per WAL closed unsynced (a WAL is closed
 // when its memtable is switched, written with sync=false).
 //
-// Durability: a write is durable when Sync/Fsync returned OK, as with the kernel. Unlike
-// the kernel's page cache, folio's dies with the process: data appended and not synced
-// (a WAL written with sync=false) is lost if the process is killed, where the kernel
-// would have kept it. At a normal exit an atexit hook syncs every file the cache holds
-// dirty (folio_cache_sync_all). See docs/rocksdb.md.
+// Durability: a write is durable when Sync/Fsync returned OK, as with the kernel. A write
+// that returned and was not synced (a WAL written with sync=false) survives the death of
+// the process, as with the kernel's page cache, because the cache is persistent (persist=1,
+// the default: folio's segment in /dev/shm, and a keeper process that writes back what a
+// killed process left dirty; docs/persistence.md). With persist=0 it dies with the process.
+// At a normal exit an atexit hook syncs every file the cache holds dirty
+// (folio_cache_sync_all). See docs/rocksdb.md.
 //
 // use_direct_io(): every folio file answers false, also under use_direct_reads=1 or
 // use_direct_io_for_flush_and_compaction=1. folio itself does O_DIRECT I/O from its own
@@ -66,8 +68,10 @@
 // level and further) or temperature kWarm/kCold (last_level_temperature and friends).
 //
 // One folio cache per process (options from the first --fs_uri and FOLIO_* variables),
-// created by the first factory call and never destroyed; its statistics are printed at
-// exit when asked (stats=1 or FOLIO_STATS=1). Its capacity follows the machine by default
+// created by the first factory call and never destroyed (a persistent cache's keeper
+// removes its segment once the process has exited, after the exit hook's sync left it
+// nothing to write); its statistics are printed at exit when asked (stats=1 or
+// FOLIO_STATS=1). Its capacity follows the machine by default
 // (capacity=auto, capacity_policy=machine) and can be set at run time through the live
 // file system's Configurable option `capacity` (below, "The capacity at run time").
 #include <rocksdb/convenience.h>
@@ -402,7 +406,8 @@ void PrintStats() {
 // sync (a WAL written with sync=false, a file not closed) would die with the process.
 // Registered after PrintStats, so it runs before it (atexit runs in reverse order) and
 // the stats show the final writeback. A process killed by a signal runs no atexit hook:
-// it loses what it did not sync, as with any user-space cache.
+// then the keeper of a persistent cache (persist=1) writes back what it left dirty, and
+// without one (persist=0) what it did not sync is lost.
 void SyncAtExit() {
   Process& p = process();
   folio_cache cache;
@@ -416,6 +421,18 @@ void SyncAtExit() {
     std::fprintf(stderr, "folio: at exit: syncing the written files failed: %s (%s)\n",
                  std::strerror(-rc), LastFolioError().c_str());
   }
+}
+
+// "persistent: segment /dev/shm/folio-..., keeper pid N" or "not persistent (persist=0)":
+// what the verbose line says of the cache's persistence, as folio reports it.
+std::string DescribePersistence(folio_cache cache) {
+  const int64_t keeper = folio_cache_keeper_pid(cache);
+  if (keeper == 0) return "not persistent (persist=0): what is not synced dies with the process";
+  std::string path(4096, '\0');
+  const int n = folio_cache_segment_path(cache, &path[0], path.size());
+  if (keeper < 0 || n < 0) return "persistent, but folio cannot say how: " + LastFolioError();
+  path.resize(static_cast<size_t>(n));
+  return "persistent: segment " + path + ", keeper pid " + std::to_string(keeper);
 }
 
 // Creates the process's cache on the first call; later calls reuse it. Returns false with
@@ -450,6 +467,8 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   o.dirty_background_bytes = opts.dirty_background_bytes;
   o.dirty_expire_ms = opts.dirty_expire_ms;
   o.write_behind_bytes = opts.write_behind_bytes;
+  o.persistent = opts.persist == Options::Persist::kOn ? 1 : 0;
+  o.segment_dir = opts.segment_dir.empty() ? nullptr : opts.segment_dir.c_str();
   folio_cache cache{};
   const int rc = folio_cache_create(&o, &cache);
   if (rc < 0) {
@@ -467,8 +486,9 @@ bool EnsureCache(const std::string& uri, std::string* error) {
     folio_cache_capacity_max(cache, &max);
     std::fprintf(stderr,
                  "folio: cache created from '%s': %s; capacity %" PRIu64 " bytes, at most %" PRIu64
-                 "\n",
-                 uri.c_str(), opts.Describe().c_str(), capacity, max);
+                 "; %s\n",
+                 uri.c_str(), opts.Describe().c_str(), capacity, max,
+                 DescribePersistence(cache).c_str());
   }
   return true;
 }

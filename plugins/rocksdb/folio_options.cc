@@ -110,6 +110,7 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_DIRTY_BACKGROUND", "dirty_background"},
     {"FOLIO_DIRTY_EXPIRE", "dirty_expire"},
     {"FOLIO_WRITE_BEHIND", "write_behind"},
+    {"FOLIO_PERSIST", "persist"},     {"FOLIO_SEGMENT_DIR", "segment_dir"},
 };
 
 }  // namespace
@@ -132,7 +133,8 @@ bool Options::operator==(const Options& o) const {
          cold_writes == o.cold_writes && dirty_limit_bytes == o.dirty_limit_bytes &&
          dirty_background_bytes == o.dirty_background_bytes &&
          dirty_expire_ms == o.dirty_expire_ms && write_behind_bytes == o.write_behind_bytes &&
-         stats == o.stats && stats_path == o.stats_path && verbosity == o.verbosity;
+         persist == o.persist && segment_dir == o.segment_dir && stats == o.stats &&
+         stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
 std::string Options::Describe() const {
@@ -152,7 +154,9 @@ std::string Options::Describe() const {
                   " dirty_limit=" + std::to_string(dirty_limit_bytes) +
                   " dirty_background=" + std::to_string(dirty_background_bytes) +
                   " dirty_expire=" + std::to_string(dirty_expire_ms) + "ms" +
-                  " write_behind=" + std::to_string(write_behind_bytes) + " stats=";
+                  " write_behind=" + std::to_string(write_behind_bytes) +
+                  " persist=" + (persist == Persist::kOn ? "1" : "0") +
+                  " segment_dir=" + (segment_dir.empty() ? "default" : segment_dir) + " stats=";
   switch (stats) {
     case StatsSink::kNone:
       s += "0";
@@ -339,6 +343,24 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
   if (k == "write_behind") {
     return SetBytes(k, value, "256K, 1M, 0: off", &opts->write_behind_bytes, error);
   }
+  if (k == "persist") {
+    return SetFlag(k, value, Options::Persist::kOn, Options::Persist::kOff, &opts->persist,
+                   error);
+  }
+  if (k == "segment_dir") {
+    // Absolute: the segment's path is what a recovery and the user find it by, whatever
+    // the directory the process runs in. Whether it exists is folio's to say, at creation.
+    if (value.empty() || Lower(value) == "default") {
+      opts->segment_dir.clear();
+      return true;
+    }
+    if (value[0] != '/') {
+      *error = "segment_dir: '" + value + "' is not an absolute path (or default: /dev/shm)";
+      return false;
+    }
+    opts->segment_dir = value;
+    return true;
+  }
   if (k == "stats") {
     bool on = false;
     if (ParseFlag(value, &on)) {
@@ -361,7 +383,7 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
            "' (known: capacity, capacity_max, capacity_policy, readahead_max, prefetch_ahead, "
            "prefault, arena_pages, backend, eviction, pread_threads, hints, writes, "
            "cache_cold_writes, dirty_limit, dirty_background, dirty_expire, write_behind, "
-           "stats, verbose)";
+           "persist, segment_dir, stats, verbose)";
   return false;
 }
 

@@ -9,7 +9,8 @@
 // FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the auto backend, S3-FIFO, no prefault, auto arena
 // pages, the dirty thresholds and expiry, write-behind), and the plugin differs from none.
 // It adds only options of its own (prefetch_ahead, hints, writes, cache_cold_writes,
-// stats, verbose). Table files are advised random (RocksDB's advise_random_on_open, passed
+// stats, verbose), and persist and segment_dir spell folio's `persistent` and
+// `segment_dir` (on, /dev/shm). Table files are advised random (RocksDB's advise_random_on_open, passed
 // on by hints=1), so folio's own readahead window serves only other hints and hints=0;
 // RocksDB's Prefetch calls are forced readahead, which readahead_max does not bound.
 //
@@ -57,6 +58,15 @@
 //                                                  dirty before their writeback starts,
 //                                                  ahead of the sync (0: off; the default is
 //                                                  folio's)
+//   persist        FOLIO_PERSIST         1         1: the cache outlives the process: a keeper
+//                                                  process writes back what a killed process
+//                                                  left dirty (a WAL written with sync=false
+//                                                  survives a SIGKILL, as with the kernel's
+//                                                  page cache); 0: what was not synced dies
+//                                                  with the process (folio.h, persistent)
+//   segment_dir    FOLIO_SEGMENT_DIR     default   an absolute directory (tmpfs) for the
+//                                                  persistent cache's segment file; default:
+//                                                  folio's (/dev/shm); bounds the capacity
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -122,6 +132,13 @@ struct Options {
   // Bytes of whole pages an appending writer leaves dirty before their writeback starts
   // (0: off).
   uint64_t write_behind_bytes = FolioDefaults().write_behind_bytes;
+  // Whether the cache outlives the process (folio_cache_options' persistent): its keeper
+  // writes back what a killed process left dirty, as the kernel does, which RocksDB's
+  // writes with sync=false rely on.
+  enum class Persist { kOn, kOff } persist =
+      FolioDefaults().persistent != 0 ? Persist::kOn : Persist::kOff;
+  // The directory of the persistent cache's segment file; empty: folio's default.
+  std::string segment_dir;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;

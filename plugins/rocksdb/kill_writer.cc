@@ -14,8 +14,9 @@
 //     (at most 60 s), then closes the database and exits 0 (for the kill runs, the kill
 //     comes first).
 //   kill_writer verify DB FS_URI ACKS
-//     Reopens DB (which must succeed) and checks that every key of ACKS (the stdout of
-//     earlier writes; a last line without a newline is ignored) is there with its value.
+//     Reopens DB (which must succeed, unless ACKS is empty and DB has no CURRENT: killed
+//     while RocksDB created it) and checks that every key of ACKS (the stdout of earlier
+//     writes; a last line without a newline is ignored) is there with its value.
 //     Prints "verify: A acknowledged, F found, M missing, W wrong" and exits 0 only if
 //     every key was found with its value.
 //   kill_writer exit-unsynced FILE FS_URI
@@ -23,9 +24,12 @@
 //     000042.log, for the plugin to take it) through the file system's
 //     FSWritableFile, neither syncs nor closes it, and exits normally: what is on disk
 //     afterwards is what the plugin's exit hook wrote back.
+//   kill_writer kill-unsynced FILE FS_URI
+//     The same writes, then the process SIGKILLs itself: what is on disk afterwards is
+//     what the keeper of the plugin's persistent cache (persist=1) wrote back.
 //   kill_writer check-file FILE
 //     Reads FILE with stdio (past any cache of this process) and exits 0 only if it
-//     holds exactly what exit-unsynced writes.
+//     holds exactly what exit-unsynced and kill-unsynced write.
 //
 // The file system comes from the URI the way db_bench's --fs_uri does it:
 // Env::CreateFromUri(config, "", FS_URI) (a composite Env over the registered
@@ -42,6 +46,7 @@
 #include <atomic>
 #include <chrono>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -179,6 +184,18 @@ int Write(const std::string& path, const std::string& fs_uri, int run, int threa
 }
 
 int Verify(const std::string& path, const std::string& fs_uri, const std::string& acks) {
+  std::ifstream in(acks, std::ios::binary);
+  if (!in) {
+    std::fprintf(stderr, "kill_writer: cannot read %s\n", acks.c_str());
+    return 2;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A kill before RocksDB created the database (it writes CURRENT last) leaves none to
+  // reopen, with the kernel's page cache too; nothing was acknowledged, so nothing is owed.
+  if (text.find('\n') == std::string::npos && access((path + "/CURRENT").c_str(), F_OK) != 0) {
+    std::printf("verify: 0 acknowledged, no database yet (killed while creating it)\n");
+    return 0;
+  }
   std::shared_ptr<Env> guard;
   ROCKSDB_NAMESPACE::Options options = MakeOptions(fs_uri, Wal::kFresh, &guard);
   options.create_if_missing = false;
@@ -186,12 +203,6 @@ int Verify(const std::string& path, const std::string& fs_uri, const std::string
   const Status s = DB::Open(options, path, &raw);
   if (!s.ok()) Die("reopen " + path, s);
   std::unique_ptr<DB> db(raw);
-  std::ifstream in(acks, std::ios::binary);
-  if (!in) {
-    std::fprintf(stderr, "kill_writer: cannot read %s\n", acks.c_str());
-    return 2;
-  }
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   uint64_t acknowledged = 0, found = 0, missing = 0, wrong = 0;
   size_t start = 0;
   for (size_t nl; (nl = text.find('\n', start)) != std::string::npos; start = nl + 1) {
@@ -222,7 +233,9 @@ constexpr size_t kExitFileBytes = (1u << 20) + 123;
 
 char ByteOf(size_t i) { return static_cast<char>((i * 131 + (i >> 12)) & 0xff); }
 
-int ExitUnsynced(const std::string& path, const std::string& fs_uri) {
+enum class End { kExit, kKill };
+
+int WriteUnsynced(const std::string& path, const std::string& fs_uri, End end) {
   std::shared_ptr<ROCKSDB_NAMESPACE::FileSystem> fs;
   const Status s =
       ROCKSDB_NAMESPACE::FileSystem::CreateFromString(ConfigOptions(), fs_uri, &fs);
@@ -241,6 +254,10 @@ int ExitUnsynced(const std::string& path, const std::string& fs_uri) {
   }
   // Neither Sync nor Close (the destructor would close, and Close syncs): leak the file.
   file.release();
+  if (end == End::kKill) {
+    std::fflush(nullptr);
+    std::raise(SIGKILL);
+  }
   std::exit(0);
 }
 
@@ -271,13 +288,17 @@ int main(int argc, char** argv) {
     return Verify(argv[2], argv[3], argv[4]);
   }
   if (argc == 4 && std::strcmp(argv[1], "exit-unsynced") == 0) {
-    return ExitUnsynced(argv[2], argv[3]);
+    return WriteUnsynced(argv[2], argv[3], End::kExit);
+  }
+  if (argc == 4 && std::strcmp(argv[1], "kill-unsynced") == 0) {
+    return WriteUnsynced(argv[2], argv[3], End::kKill);
   }
   if (argc == 3 && std::strcmp(argv[1], "check-file") == 0) return CheckFile(argv[2]);
   std::fprintf(stderr,
                "usage: kill_writer write DB FS_URI RUN THREADS RECYCLE(0|1) MILLIS\n"
                "       kill_writer verify DB FS_URI ACKS\n"
                "       kill_writer exit-unsynced FILE FS_URI\n"
+               "       kill_writer kill-unsynced FILE FS_URI\n"
                "       kill_writer check-file FILE\n");
   return 2;
 }

@@ -94,6 +94,54 @@ int main() {
     // The plugin's own: every DB file through folio, every written file cached.
     CHECK(o.writes == Options::Writes::kThroughFolio);
     CHECK(o.cold_writes == Options::ColdWrites::kCache);
+    // Persistent, as folio's C default: a WAL written with sync=false survives a kill.
+    CHECK(lib.persistent == 1 && o.persist == Options::Persist::kOn);
+    CHECK(lib.segment_dir == nullptr && o.segment_dir.empty());
+    CHECK(o.Describe().find(" persist=1 segment_dir=default ") != std::string::npos);
+  }
+  {
+    // Persistence: persist (a flag) and segment_dir (an absolute path, or default).
+    Options o;
+    std::string e;
+    CHECK(Uri("folio://?persist=0", &o));
+    CHECK(o.persist == Options::Persist::kOff);
+    CHECK(o.Describe().find(" persist=0 ") != std::string::npos);
+    CHECK(Uri("folio://?persist=on&segment_dir=/mnt/folio-shm", &o));
+    CHECK(o.persist == Options::Persist::kOn);
+    CHECK(o.segment_dir == "/mnt/folio-shm");
+    CHECK(o.Describe().find(" segment_dir=/mnt/folio-shm ") != std::string::npos);
+    CHECK(!Uri("folio://?persist=2", &o, &e) && e.find("persist: '2' is not 0 or 1") == 0);
+    CHECK(!Uri("folio://?persist=maybe", &o, &e) && e.find("persist") != std::string::npos);
+    CHECK(o.persist == Options::Persist::kOn);  // a refused value changes nothing
+    CHECK(!Uri("folio://?segment_dir=shm", &o, &e) &&
+          e.find("segment_dir: 'shm' is not an absolute path") == 0);
+    CHECK(!Uri("folio://?segment_dir=./shm", &o, &e) && e.find("segment_dir") == 0);
+    CHECK(o.segment_dir == "/mnt/folio-shm");
+    CHECK(Uri("folio://?segment_dir=default", &o) && o.segment_dir.empty());
+    CHECK(Uri("folio://?segment_dir=/dev/shm&segment_dir=", &o) && o.segment_dir.empty());
+    // From the environment, under the URI.
+    setenv("FOLIO_PERSIST", "0", 1);
+    setenv("FOLIO_SEGMENT_DIR", "/run/folio", 1);
+    Options env;
+    CHECK(ApplyEnvironment(&env, &e));
+    CHECK(env.persist == Options::Persist::kOff);
+    CHECK(env.segment_dir == "/run/folio");
+    CHECK(Uri("folio://?persist=1", &env));
+    CHECK(env.persist == Options::Persist::kOn && env.segment_dir == "/run/folio");
+    setenv("FOLIO_PERSIST", "sometimes", 1);
+    Options bad;
+    CHECK(!ApplyEnvironment(&bad, &e) && e.find("FOLIO_PERSIST") == 0);
+    setenv("FOLIO_PERSIST", "1", 1);
+    setenv("FOLIO_SEGMENT_DIR", "relative/dir", 1);
+    CHECK(!ApplyEnvironment(&bad, &e) && e.find("FOLIO_SEGMENT_DIR: segment_dir") == 0);
+    unsetenv("FOLIO_PERSIST");
+    unsetenv("FOLIO_SEGMENT_DIR");
+    Options a, b;
+    b.persist = Options::Persist::kOff;
+    CHECK(a != b);
+    b = a;
+    b.segment_dir = "/x";
+    CHECK(a != b);
   }
   {
     // The write side's options.

@@ -1,7 +1,8 @@
 //! A cache's life, its capacity and its counters: `folio_cache_create` (from a
 //! `folio_cache_options`, checked by `build_cache`) and `folio_cache_destroy`, over the
-//! cache registry; `folio_cache_set_capacity`, `folio_cache_capacity` and
-//! `folio_cache_capacity_max` (the library's `Cache::set_capacity` and its getters);
+//! cache registry; `folio_cache_keeper_pid` and `folio_cache_segment_path` (a persistent
+//! cache's keeper and segment file); `folio_cache_set_capacity`, `folio_cache_capacity`
+//! and `folio_cache_capacity_max` (the library's `Cache::set_capacity` and its getters);
 //! `folio_cache_stats` and `folio_stats_format`, with the names of the library's engines
 //! and eviction policies and their codes in `folio_stats`, both ways.
 //!
@@ -10,6 +11,7 @@
 //! that destroying the handle leaves them working and the memory goes with the last.
 
 use std::ffi::c_char;
+use std::os::unix::ffi::OsStrExt;
 
 use crate::entry::{bad_handle, with_cache, Out};
 use crate::error::{boundary, Failure};
@@ -26,21 +28,31 @@ use crate::{folio_cache, CACHES};
 ///
 /// Returns 0; -EFAULT if `out` is NULL; -EINVAL for a bad option (a capacity below
 /// FOLIO_CAPACITY_BYTES_MIN, a largest capacity below the capacity or above 1 TiB, an
-/// unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault other
-/// than 0 or 1, a dirty limit below 4096 or above the largest capacity, a background
-/// threshold above the dirty limit, a wrong `size`); -ENOMEM if the memory cannot be
-/// reserved; the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past
-/// 2^20 live caches. `*out` is written only on success.
+/// unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault or a
+/// persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
+/// a background threshold above the dirty limit, a wrong `size`, an empty segment_dir or
+/// one that is a symlink or writable by other users and not sticky); for a persistent
+/// cache, the errno of a segment_dir that cannot be used (-ENOENT, -ENOTDIR, -EACCES) and
+/// -ENOSPC if the capacity does not fit in it; -ENOMEM if the memory cannot be reserved;
+/// the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past 2^20 live
+/// caches. `*out` is written only on success, and a failure leaves no segment file and
+/// no keeper.
 ///
 /// Context: any thread; reserves the address space of the cache's largest capacity (not
 /// touched yet), starts its I/O threads and, under FOLIO_CAPACITY_FOLLOW_MACHINE, the
 /// thread that follows the machine's memory (named "folio-memory"), so it may take
-/// milliseconds. The caller owns the handle and releases it with
-/// `folio_cache_destroy`. `opts` is read during the call only.
+/// milliseconds. A persistent cache (the default) also creates its segment file and
+/// forks its keeper process (`folio_cache_keeper_pid`): the keeper is not the caller's
+/// child (a child forks it and is reaped within this call, which may raise one SIGCHLD),
+/// keeps no descriptor of the caller's but the segment's, and exits when the cache is
+/// destroyed or, after writing back, when the process dies. The
+/// caller owns the handle and releases it with `folio_cache_destroy`. `opts` (and the
+/// string `segment_dir` points to) are read during the call only.
 ///
 /// # Safety
-/// `opts` is NULL or points to a readable `folio_cache_options`; `out` is NULL or points
-/// to writable memory for one `folio_cache`.
+/// `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` is
+/// NULL or a readable NUL-terminated string; `out` is NULL or points to writable memory
+/// for one `folio_cache`.
 #[no_mangle]
 pub unsafe extern "C" fn folio_cache_create(
     opts: *const folio_cache_options,
@@ -57,7 +69,8 @@ pub unsafe extern "C" fn folio_cache_create(
             // `folio_cache_options`; every bit pattern of its integer fields is valid.
             unsafe { opts.read() }
         };
-        let cache = build_cache(&opts)?;
+        // SAFETY: the caller guarantees `segment_dir` is NULL or a readable C string.
+        let cache = unsafe { build_cache(&opts) }?;
         let id = CACHES
             .insert(cache)
             .map_err(|_| Failure::new(libc::EMFILE, format!("{CALL}: 2^20 caches are live")))?;
@@ -69,9 +82,11 @@ pub unsafe extern "C" fn folio_cache_create(
 /// Releases the caller's handle to `cache`. Files opened through it stay open and keep
 /// working; the cache's memory is released with the last of them, after its dirty pages
 /// are written back (not flushed: `folio_sync` or `folio_cache_sync_all` first for
-/// durability). A process that exits with the cache or a file still open loses what
-/// it wrote and did not sync, as the kernel's dirty pages are not (folio's are the
-/// process's memory).
+/// durability); a persistent cache's segment file is removed and its keeper exits then.
+/// A process that exits or dies with the cache or a file still open keeps what it wrote
+/// and did not sync if the cache is persistent (its keeper writes it back, as the kernel
+/// writes back a dead process's dirty pages), and loses it if not (`persistent` 0: the
+/// dirty pages are the process's memory).
 ///
 /// Returns 0, or -EBADF if `cache` is not a live cache handle (null, already destroyed).
 ///
@@ -87,6 +102,75 @@ pub extern "C" fn folio_cache_destroy(cache: folio_cache) -> i32 {
             .remove(cache.id)
             .map_err(|_| bad_handle("folio_cache_destroy", "cache", cache.id))?;
         Ok(0)
+    })
+}
+
+/// The process id of the keeper of `cache`: the process that writes back its dirty pages
+/// if this process dies without doing so (`folio_cache_options.persistent`).
+///
+/// Returns the pid (> 0); 0 if the cache is not persistent; -EBADF if `cache` is not a
+/// live cache handle.
+///
+/// Context: any thread; does not block; takes no lock. The keeper runs until the cache is
+/// destroyed (its last file closed), or until it has written back after this process
+/// died; it is not this process's child.
+#[no_mangle]
+pub extern "C" fn folio_cache_keeper_pid(cache: folio_cache) -> i64 {
+    with_cache("folio_cache_keeper_pid", cache, |cache| {
+        Ok(cache.keeper_pid().map_or(0, i64::from))
+    })
+}
+
+/// Copies the path of the segment file of `cache` (`folio_cache_options.persistent`,
+/// in `segment_dir`), NUL-terminated, into `buf`.
+///
+/// Returns the path's length in bytes (without the NUL); -ENOENT if the cache is not
+/// persistent; -ERANGE if `buf_len` is not more than that length (nothing is written;
+/// PATH_MAX bytes always suffice); -EFAULT if `buf` is NULL and `buf_len` is not 0;
+/// -EBADF if `cache` is not a live cache handle.
+///
+/// Context: any thread; does not block; writes `buf` during the call only. The file
+/// exists while the cache lives, and is removed when it is destroyed (after its last file
+/// closed) or, if this process dies, by the keeper once it has written back.
+///
+/// # Safety
+/// `buf` is NULL or writable for `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_segment_path(
+    cache: folio_cache,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> i32 {
+    const CALL: &str = "folio_cache_segment_path";
+    with_cache(CALL, cache, |cache| {
+        if buf.is_null() && buf_len != 0 {
+            return Err(Failure::new(
+                libc::EFAULT,
+                format!("{CALL}: buf is NULL with buf_len {buf_len}"),
+            ));
+        }
+        let path = cache.segment_path().ok_or_else(|| {
+            Failure::new(
+                libc::ENOENT,
+                format!("{CALL}: the cache is not persistent: it has no segment file"),
+            )
+        })?;
+        let bytes = path.as_os_str().as_bytes();
+        if bytes.len() >= buf_len {
+            return Err(Failure::new(
+                libc::ERANGE,
+                format!(
+                    "{CALL}: the path takes {} bytes with its NUL, buf_len is {buf_len}",
+                    bytes.len() + 1
+                ),
+            ));
+        }
+        // SAFETY: non-null (buf_len > bytes.len() >= 0, and NULL was refused with a
+        // nonzero length), and the caller guarantees it writable for `buf_len` bytes.
+        let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
+        dst[..bytes.len()].copy_from_slice(bytes);
+        dst[bytes.len()] = 0;
+        Ok(i32::try_from(bytes.len()).unwrap_or(i32::MAX))
     })
 }
 

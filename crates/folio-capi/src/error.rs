@@ -30,6 +30,11 @@ impl Failure {
     pub(crate) fn errno(&self) -> i32 {
         self.errno
     }
+
+    /// Adds `more` to the message: a hint at what to change.
+    pub(crate) fn append(&mut self, more: &str) {
+        self.message.push_str(more);
+    }
 }
 
 /// The errno for an `io::Error`: the OS's own code when the error came from a system call,

@@ -15,12 +15,15 @@
 //!
 //! Protection: none needed; the options are the caller's, copied once per call.
 
+use std::ffi::{c_char, CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use folio_rs::{ArenaPages, BackendKind, Cache, CapacityPolicy, EvictionKind, Prefault};
 
 use crate::entry::Out;
-use crate::error::{boundary, Failure};
+use crate::error::{boundary, errno_of, Failure};
 
 /// `backend`: io_uring where the kernel allows it, else a pool of threads calling pread.
 pub const FOLIO_BACKEND_AUTO: u32 = 0;
@@ -169,6 +172,25 @@ pub struct folio_cache_options {
     /// `folio_cache_set_capacity` nor the machine policy goes past it. 0 (the default):
     /// see `capacity_policy`. Else at least the capacity at creation.
     pub capacity_max_bytes: u64,
+    /// 1 (the default): what the cache holds outlives the process. Its memory is a
+    /// segment file in `segment_dir` (mode 0600, removed when the cache goes), and a
+    /// keeper process forked at creation writes back every dirty page if the process dies
+    /// without doing so (SIGKILL, abort, the OOM killer), as the kernel does for buffered
+    /// writes: a `folio_write` that returned survives a crash of the process (not of the
+    /// machine: that takes a sync). It costs one sleeping process, a message to it per
+    /// file opened for writing, and shared memory, which most kernels give no transparent
+    /// huge pages; the largest capacity is bounded by the room in `segment_dir` (/dev/shm
+    /// is half the memory by default), and a capacity at creation that does not fit fails
+    /// with -ENOSPC. 0: the cache's memory is the process's own and dies with it (what a
+    /// process killed with dirty pages wrote and did not sync is lost). Anything else:
+    /// -EINVAL. See docs/persistence.md.
+    pub persistent: u32,
+    /// The directory of a persistent cache's segment file: an existing directory, not a
+    /// symlink, that no other user can write unless it is sticky (as /dev/shm is), on a
+    /// file system in memory (tmpfs) lest the segment be written to a device. NULL (the
+    /// default): /dev/shm. Ignored when `persistent` is 0. Read during
+    /// `folio_cache_create` only.
+    pub segment_dir: *const c_char,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
@@ -178,13 +200,18 @@ pub struct folio_cache_options {
 // of reading its padding as the field. The capacity's policy took those four bytes and
 // its maximum the end, so the size changed again (72 to 80): a caller built before the
 // capacity could move is refused, not read as asking for a machine-sized cache.
+// Persistence took the end (`persistent`, four bytes of padding, `segment_dir`), so the
+// size changed again (80 to 96): a caller built before it is refused rather than given,
+// unknowingly, a cache that forks a keeper and lives in /dev/shm.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 56);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, write_behind_bytes) == 64);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, capacity_policy) == 60);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, capacity_max_bytes) == 72);
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 80);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, persistent) == 80);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_dir) == 88);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 96);
 
 pub(crate) fn cache_options_default() -> folio_cache_options {
     folio_cache_options {
@@ -202,6 +229,8 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
         write_behind_bytes: FOLIO_WRITE_BEHIND_BYTES_DEFAULT,
         capacity_policy: FOLIO_CAPACITY_FOLLOW_MACHINE,
         capacity_max_bytes: 0,
+        persistent: 1,
+        segment_dir: std::ptr::null(),
     }
 }
 
@@ -211,7 +240,8 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
 /// FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the default pread pool, FOLIO_EVICTION_S3FIFO, no
 /// prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
 /// threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
-/// FOLIO_WRITE_BEHIND_BYTES_DEFAULT, and `size` set.
+/// FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
+/// in /dev/shm (`segment_dir` NULL), and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -229,7 +259,13 @@ pub unsafe extern "C" fn folio_cache_options_init(opts: *mut folio_cache_options
     })
 }
 
-pub(crate) fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
+/// The library's `Cache` for the options `opts`, or the failure `folio_cache_create`
+/// returns.
+///
+/// # Safety
+/// `opts.segment_dir` is NULL or points to a NUL-terminated string readable during the
+/// call.
+pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
     const CALL: &str = "folio_cache_create";
     let expected = std::mem::size_of::<folio_cache_options>();
     if opts.size as usize != expected {
@@ -292,6 +328,8 @@ pub(crate) fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> 
     };
     let capacity = capacity_settings(opts)?;
     let (limit, background) = dirty_settings(opts)?;
+    // SAFETY: the caller's guarantee on `opts.segment_dir`.
+    let segment_dir = unsafe { persistence_settings(opts) }?;
     let mut builder = Cache::builder()
         .capacity_policy(capacity.policy)
         .backend(backend)
@@ -316,11 +354,77 @@ pub(crate) fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> 
     if opts.pread_threads != 0 {
         builder = builder.pread_threads(opts.pread_threads as usize);
     }
-    let cache = builder.build().map_err(|e| Failure::io(CALL, &e))?;
+    if let Some(dir) = &segment_dir {
+        builder = builder.persistent(true).segment_dir(dir);
+    }
+    let persistent = segment_dir.is_some();
+    let cache = builder.build().map_err(|e| {
+        let mut failure = Failure::io(CALL, &e);
+        if persistent && e.kind() == std::io::ErrorKind::StorageFull {
+            failure.append(" (a smaller capacity_bytes, another segment_dir, or persistent = 0)");
+        }
+        failure
+    })?;
     // Checked once the capacity is chosen: with `capacity_bytes` 0 only the library knows
     // it. A failure drops the cache (its threads stop) before the caller hears of it.
     check_dirty_against_capacity(opts, &cache)?;
     Ok(cache)
+}
+
+/// Where a persistent cache's segment goes when `segment_dir` is NULL: the library's
+/// default (`CacheBuilder::segment_dir`).
+const SEGMENT_DIR_DEFAULT: &str = "/dev/shm";
+
+/// The segment directory of the persistent cache `opts` asks for, or None for a cache that
+/// is not persistent; EINVAL for a `persistent` other than 0 or 1 or an empty
+/// `segment_dir`. The directory is looked up here so that one that is missing or not a
+/// directory fails with its name (-ENOENT, -ENOTDIR, ...); the library checks the rest
+/// (not a symlink, not writable by others unless sticky, room for the capacity).
+///
+/// # Safety
+/// `opts.segment_dir` is NULL or points to a NUL-terminated string readable during the
+/// call.
+unsafe fn persistence_settings(opts: &folio_cache_options) -> Result<Option<PathBuf>, Failure> {
+    const CALL: &str = "folio_cache_create";
+    match opts.persistent {
+        0 => return Ok(None),
+        1 => {}
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: persistent is {other}, not 0 or 1 (1, the default: on)"),
+            ))
+        }
+    }
+    let (dir, shown) = if opts.segment_dir.is_null() {
+        (
+            PathBuf::from(SEGMENT_DIR_DEFAULT),
+            format!("{SEGMENT_DIR_DEFAULT} (segment_dir NULL: the default)"),
+        )
+    } else {
+        // SAFETY: non-null, and the caller guarantees a readable NUL-terminated string.
+        let bytes = unsafe { CStr::from_ptr(opts.segment_dir) }.to_bytes();
+        if bytes.is_empty() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: segment_dir is empty (NULL: the default, {SEGMENT_DIR_DEFAULT})"),
+            ));
+        }
+        let dir = PathBuf::from(OsStr::from_bytes(bytes));
+        let shown = dir.display().to_string();
+        (dir, shown)
+    };
+    match std::fs::metadata(&dir) {
+        Ok(meta) if meta.is_dir() => Ok(Some(dir)),
+        Ok(_) => Err(Failure::new(
+            libc::ENOTDIR,
+            format!("{CALL}: segment_dir {shown} is not a directory"),
+        )),
+        Err(e) => Err(Failure::new(
+            errno_of(&e),
+            format!("{CALL}: segment_dir {shown}: {e}"),
+        )),
+    }
 }
 
 /// The builder's capacity settings for `opts` (None: the library's default).

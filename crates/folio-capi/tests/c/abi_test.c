@@ -10,7 +10,10 @@
  * folio_remove_file (a closed file's dirty pages dropped; open handles and other links kept).
  * The capacity: the machine-sized defaults, the policy's and the maximum's checks, and
  * folio_cache_set_capacity up and down (memory given back, dirty pages written back
- * rather than dropped, every byte still right).
+ * rather than dropped, every byte still right). Persistence, on by default: the segment
+ * file and the keeper while the cache lives, neither after it, none with persistent = 0,
+ * the options' misuse, and a process SIGKILLed after unsynced writes whose keeper writes
+ * them to the file.
  *
  * Usage: abi_test DIR   (DIR: an empty, writable directory)
  * Prints one line per failed check and ends with "abi_test: N passed, M failed".
@@ -26,7 +29,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "folio.h"
@@ -632,7 +639,8 @@ static void test_eviction(uint32_t eviction) {
 struct reader {
     folio_file f;
     uint64_t seed;
-    int ok_reads, ebadf, wrong;
+    _Atomic int ok_reads; /* read by the main thread while the reader runs */
+    int ebadf, wrong;
 };
 
 static void *reader_main(void *arg) {
@@ -667,6 +675,14 @@ static void test_close_while_reading(folio_cache c) {
     for (int i = 0; i < THREADS; i++) {
         r[i] = (struct reader){.f = f, .seed = (uint64_t)i + 1};
         pthread_create(&t[i], NULL, reader_main, &r[i]);
+    }
+    /* The close must land among reads: wait for the first (up to 10 s: a loaded machine
+       may not run the readers for a while), then let them go on a little. */
+    for (int waited = 0; waited < 10000; waited++) {
+        int any = 0;
+        for (int i = 0; i < THREADS; i++) any += atomic_load(&r[i].ok_reads);
+        if (any > 0) break;
+        usleep(1000);
     }
     usleep(20000);
     CHECK(folio_close(f) == 0);
@@ -727,6 +743,258 @@ static uint64_t disk_size(const char *path) {
 
 /* Copies the pattern file to `path` (a file to overwrite). */
 static void copy_pattern_file(const char *path, uint64_t size) { write_pattern_file(path, size); }
+
+/* Whether process `pid` runs: /proc has it and it is not a zombie. */
+static int process_alive(int64_t pid) {
+    char path[64], stat[512];
+    FILE *f;
+    size_t n;
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    f = fopen(path, "r");
+    if (!f) return 0;
+    n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    return strstr(stat, ") Z ") == NULL;
+}
+
+/* The parent pid of `pid` (from /proc), or -1. */
+static int64_t parent_of(int64_t pid) {
+    char path[64], stat[512];
+    long long ppid = -1;
+    FILE *f;
+    size_t n;
+    char *close_paren;
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    f = fopen(path, "r");
+    if (!f) return -1;
+    n = fread(stat, 1, sizeof stat - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    close_paren = strrchr(stat, ')');
+    if (!close_paren || sscanf(close_paren, ") %*c %lld", &ppid) != 1) return -1;
+    return ppid;
+}
+
+/* Waits up to 30 s until the keeper `pid` has exited and `segment` is gone; returns
+   whether both happened. */
+static int wait_keeper_done(int64_t pid, const char *segment) {
+    struct stat st;
+    for (int i = 0; i < 3000; i++) {
+        if (!process_alive(pid) && lstat(segment, &st) != 0 && errno == ENOENT) return 1;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    return 0;
+}
+
+static int count_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    closedir(d);
+    return n;
+}
+
+/* Whether this thread's last folio error mentions `what`. */
+static int last_error_has(const char *what) {
+    char msg[512];
+    folio_last_error_message(msg, sizeof msg);
+    return strstr(msg, what) != NULL;
+}
+
+/* The default cache is persistent: its segment file (a regular file of this user's, mode
+   0600) and its keeper (a live process, not our child) exist while it lives, and neither
+   after folio_cache_destroy; persistent = 0 has neither; the options' misuse fails with a
+   message. `dir` is the test's directory. */
+static void test_persistence(const char *dir) {
+    folio_cache_options o;
+    folio_cache c = {0};
+    char path[4096], segdir[4096], missing[4096];
+    struct stat st;
+    int64_t keeper;
+    int n;
+
+    CHECK(folio_cache_options_init(&o) == 0);
+    CHECK(o.persistent == 1);
+    CHECK(o.segment_dir == NULL);
+    o.capacity_bytes = 8u << 20;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    keeper = folio_cache_keeper_pid(c);
+    CHECK(keeper > 0 && keeper != (int64_t)getpid());
+    CHECK(process_alive(keeper));
+    CHECK(parent_of(keeper) != (int64_t)getpid()); /* nobody's zombie of ours */
+    n = folio_cache_segment_path(c, path, sizeof path);
+    CHECK(n > 0 && (size_t)n == strlen(path));
+    CHECK(strncmp(path, "/dev/shm/", 9) == 0);
+    CHECK(lstat(path, &st) == 0);
+    CHECK(S_ISREG(st.st_mode));
+    CHECK((st.st_mode & 07777) == 0600);
+    CHECK(st.st_uid == geteuid());
+    {
+        /* Too short (no room for the NUL): -ERANGE, nothing written. NULL: -EFAULT, or
+           -ERANGE with no room at all. */
+        char small[8];
+        char exact[4096];
+        memset(small, 'x', sizeof small);
+        CHECK(folio_cache_segment_path(c, small, sizeof small) == -ERANGE);
+        CHECK(small[0] == 'x');
+        CHECK(last_error_has("bytes with its NUL"));
+        memset(exact, 'x', sizeof exact);
+        CHECK(folio_cache_segment_path(c, exact, (size_t)n) == -ERANGE);
+        CHECK(exact[0] == 'x');
+        CHECK(folio_cache_segment_path(c, exact, (size_t)n + 1) == n);
+        CHECK(strcmp(exact, path) == 0);
+        CHECK(folio_cache_segment_path(c, NULL, 16) == -EFAULT);
+        CHECK(folio_cache_segment_path(c, NULL, 0) == -ERANGE);
+    }
+    CHECK(folio_cache_destroy(c) == 0);
+    /* The segment goes with the cache; the keeper, told so, exits on its own. */
+    CHECK(lstat(path, &st) != 0 && errno == ENOENT);
+    CHECK(wait_keeper_done(keeper, path));
+    CHECK(folio_cache_keeper_pid(c) == -EBADF);
+    CHECK(folio_cache_segment_path(c, path, sizeof path) == -EBADF);
+    CHECK(folio_cache_keeper_pid((folio_cache){0}) == -EBADF);
+
+    /* persistent = 0: the process's own memory, no segment, no keeper. */
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 8u << 20;
+    o.persistent = 0;
+    o.segment_dir = "/nonexistent/ignored when not persistent";
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_keeper_pid(c) == 0);
+    CHECK(folio_cache_segment_path(c, path, sizeof path) == -ENOENT);
+    CHECK(last_error_has("not persistent"));
+    CHECK(folio_cache_destroy(c) == 0);
+    c.id = 0;
+
+    /* persistent other than 0 or 1: -EINVAL, naming the field. */
+    folio_cache_options_init(&o);
+    o.persistent = 7;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("persistent is 7"));
+    CHECK(c.id == 0);
+
+    /* segment_dir: a directory of the caller's holds the segment, and nothing after. */
+    snprintf(segdir, sizeof segdir, "%s/segments", dir);
+    CHECK(mkdir(segdir, 0700) == 0);
+    folio_cache_options_init(&o);
+    o.capacity_bytes = 4u << 20;
+    o.segment_dir = segdir;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_segment_path(c, path, sizeof path) > 0);
+    CHECK(strncmp(path, segdir, strlen(segdir)) == 0 && path[strlen(segdir)] == '/');
+    CHECK(count_entries(segdir) == 1);
+    keeper = folio_cache_keeper_pid(c);
+    {
+        /* It works as any cache: a write read back, on disk after the destroy. */
+        char file[4096];
+        folio_file w;
+        uint8_t b[5000], back[5000];
+        for (size_t i = 0; i < sizeof b; i++) b[i] = written(i, 7);
+        snprintf(file, sizeof file, "%s/persistent.bin", dir);
+        CHECK(folio_open2(c, file, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
+        CHECK(folio_write(w, b, sizeof b, 0) == (int64_t)sizeof b);
+        CHECK(folio_read(w, back, sizeof back, 0) == (int64_t)sizeof back);
+        CHECK(memcmp(back, b, sizeof b) == 0);
+        CHECK(folio_close(w) == 0);
+        CHECK(folio_cache_destroy(c) == 0);
+        CHECK(disk_holds_written(file, sizeof b, 7));
+        unlink(file);
+    }
+    CHECK(wait_keeper_done(keeper, path));
+    CHECK(count_entries(segdir) == 0);
+    c.id = 0;
+
+    /* A segment_dir that does not exist, is a file, or is empty: the call fails and
+       says which directory. */
+    snprintf(missing, sizeof missing, "%s/no-such-dir", dir);
+    o.segment_dir = missing;
+    CHECK(folio_cache_create(&o, &c) == -ENOENT);
+    CHECK(last_error_has("segment_dir") && last_error_has(missing));
+    o.segment_dir = path_pattern;
+    CHECK(folio_cache_create(&o, &c) == -ENOTDIR);
+    CHECK(last_error_has(path_pattern));
+    o.segment_dir = "";
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("segment_dir is empty"));
+    /* One other users could write into, not sticky: -EINVAL (they could replace the
+       segment); sticky, as /dev/shm is: fine. */
+    CHECK(chmod(segdir, 0777) == 0);
+    o.segment_dir = segdir;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("sticky"));
+    CHECK(c.id == 0);
+    CHECK(chmod(segdir, 01777) == 0);
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    CHECK(count_entries(segdir) == 0);
+    rmdir(segdir);
+}
+
+/* What a returned folio_write promises with the defaults: a process SIGKILLed after
+   writing, without a sync or a close, leaves the bytes in the file: its keeper writes
+   them back, then exits and removes the segment. Runs first, before this process has
+   threads of its own (the child is forked). */
+static void test_persistence_survives_sigkill(const char *dir) {
+    enum { BYTES = 300 * 1000 + 123 };
+    char file[4096], segment[4096] = {0};
+    int pipefd[2];
+    pid_t child;
+    int status = 0;
+    long long keeper = 0;
+
+    snprintf(file, sizeof file, "%s/killed.bin", dir);
+    unlink(file);
+    if (pipe(pipefd) != 0) { perror("pipe"); exit(2); }
+    child = fork();
+    if (child < 0) { perror("fork"); exit(2); }
+    if (child == 0) {
+        /* The child: the defaults but a small capacity; unaligned writes; no sync. */
+        folio_cache_options o;
+        folio_cache c;
+        folio_file w;
+        static uint8_t b[BYTES];
+        char line[4200];
+        close(pipefd[0]);
+        folio_cache_options_init(&o);
+        o.capacity_bytes = 16u << 20;
+        o.dirty_expire_ms = 3600 * 1000; /* nothing written back before the kill */
+        o.write_behind_bytes = 0;
+        if (folio_cache_create(&o, &c) != 0) _exit(3);
+        if (folio_open2(c, file, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) != 0) _exit(4);
+        for (size_t i = 0; i < BYTES; i++) b[i] = written(i, 3);
+        for (size_t at = 0; at < BYTES; at += 7001) {
+            size_t len = BYTES - at < 7001 ? BYTES - at : 7001;
+            if (folio_write(w, b + at, len, at) != (int64_t)len) _exit(5);
+        }
+        if (folio_cache_segment_path(c, segment, sizeof segment) <= 0) _exit(6);
+        snprintf(line, sizeof line, "%lld %s\n", (long long)folio_cache_keeper_pid(c),
+                 segment);
+        if (write(pipefd[1], line, strlen(line)) != (ssize_t)strlen(line)) _exit(7);
+        raise(SIGKILL);
+        _exit(8);
+    }
+    close(pipefd[1]);
+    {
+        char line[4200] = {0};
+        size_t got = 0;
+        ssize_t r;
+        while (got < sizeof line - 1 && (r = read(pipefd[0], line + got, sizeof line - 1 - got)) > 0)
+            got += (size_t)r;
+        close(pipefd[0]);
+        CHECK(sscanf(line, "%lld %4095s", &keeper, segment) == 2);
+    }
+    CHECK(waitpid(child, &status, 0) == child);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    CHECK(keeper > 0);
+    CHECK(keeper > 0 && wait_keeper_done(keeper, segment));
+    CHECK(disk_size(file) == BYTES);
+    CHECK(disk_holds_written(file, BYTES, 3));
+    unlink(file);
+}
 
 static void test_open2(folio_cache c) {
     char path[4200], fresh[4200];
@@ -1101,8 +1369,12 @@ _Static_assert(offsetof(folio_cache_options, write_behind_bytes) == 64,
 _Static_assert(offsetof(folio_cache_options, capacity_policy) == 60,
                "capacity_policy sits in the padding after arena_pages");
 _Static_assert(offsetof(folio_cache_options, capacity_max_bytes) == 72,
-               "capacity_max_bytes comes last");
-_Static_assert(sizeof(folio_cache_options) == 80, "folio_cache_options is 80 bytes");
+               "capacity_max_bytes follows write_behind_bytes");
+_Static_assert(offsetof(folio_cache_options, persistent) == 80,
+               "persistent follows capacity_max_bytes");
+_Static_assert(offsetof(folio_cache_options, segment_dir) == 88,
+               "segment_dir follows persistent and four bytes of padding");
+_Static_assert(sizeof(folio_cache_options) == 96, "folio_cache_options is 96 bytes");
 
 static void test_write_behind(void) {
     enum { APPEND_BYTES = 1u << 20, PAGES = APPEND_BYTES / 4096 };
@@ -1604,8 +1876,10 @@ int main(int argc, char **argv) {
     write_pattern_file(path_empty, 0);
     if (mkdir(path_dir, 0755) != 0 && errno != EEXIST) { perror(path_dir); return 2; }
 
+    test_persistence_survives_sigkill(argv[1]);
     test_options_and_create();
     test_last_error_message();
+    test_persistence(argv[1]);
 
     options_init_fixed(&o);
     o.capacity_bytes = 32u << 20;
