@@ -326,10 +326,10 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
             ))
         }
     };
-    let capacity = capacity_settings(opts)?;
-    let (limit, background) = dirty_settings(opts)?;
     // SAFETY: the caller's guarantee on `opts.segment_dir`.
     let segment_dir = unsafe { persistence_settings(opts) }?;
+    let capacity = capacity_settings(opts, segment_dir.as_deref())?;
+    let (limit, background) = dirty_settings(opts)?;
     let mut builder = Cache::builder()
         .capacity_policy(capacity.policy)
         .backend(backend)
@@ -373,7 +373,7 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
 
 /// Where a persistent cache's segment goes when `segment_dir` is NULL: the library's
 /// default (`CacheBuilder::segment_dir`).
-const SEGMENT_DIR_DEFAULT: &str = "/dev/shm";
+const SEGMENT_DIR_DEFAULT: &str = folio_rs::SEGMENT_DIR_DEFAULT;
 
 /// The segment directory of the persistent cache `opts` asks for, or None for a cache that
 /// is not persistent; EINVAL for a `persistent` other than 0 or 1 or an empty
@@ -437,8 +437,13 @@ struct CapacitySettings {
 
 /// What `opts` asks of the capacity, as the table on `capacity_policy` says, or EINVAL
 /// for an unknown policy or a maximum below the capacity. The bounds the library checks
-/// itself (at least FOLIO_CAPACITY_BYTES_MIN, at most 1 TiB) are left to it.
-fn capacity_settings(opts: &folio_cache_options) -> Result<CapacitySettings, Failure> {
+/// itself (at least FOLIO_CAPACITY_BYTES_MIN, at most 1 TiB) are left to it. A fixed
+/// capacity sized to the machine fits in `segment_dir`'s room, for a persistent cache (the
+/// library fits the capacities it chooses itself).
+fn capacity_settings(
+    opts: &folio_cache_options,
+    segment_dir: Option<&std::path::Path>,
+) -> Result<CapacitySettings, Failure> {
     const CALL: &str = "folio_cache_create";
     let policy = match opts.capacity_policy {
         FOLIO_CAPACITY_FOLLOW_MACHINE => CapacityPolicy::FollowMachine,
@@ -470,7 +475,12 @@ fn capacity_settings(opts: &folio_cache_options) -> Result<CapacitySettings, Fai
         // Fixed at what the machine affords now (the library's own fixed default is a
         // constant): within the maximum, if one is given.
         (CapacityPolicy::Fixed, None) => {
-            let afforded = folio_rs::machine_capacity_bytes();
+            let mut afforded = folio_rs::machine_capacity_bytes();
+            if let Some(room) =
+                segment_dir.and_then(|d| folio_rs::segment_room_capacity_bytes(d).ok())
+            {
+                afforded = afforded.min(room.max(folio_rs::CAPACITY_BYTES_MIN));
+            }
             Some(max.map_or(afforded, |max| afforded.min(max)))
         }
         (_, given) => given,
@@ -557,7 +567,7 @@ mod tests {
         opts.capacity_policy = policy;
         opts.capacity_bytes = capacity;
         opts.capacity_max_bytes = max;
-        capacity_settings(&opts)
+        capacity_settings(&opts, None)
     }
 
     /// The table on `folio_cache_options.capacity_policy`, row by row.

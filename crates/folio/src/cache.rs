@@ -400,6 +400,25 @@ impl CacheBuilder {
 /// Room a segment takes besides its frames and side table (`create_segment`).
 const SEGMENT_OVERHEAD_BYTES: u64 = 4096 + (1 << 20);
 
+/// Where a persistent cache's segment goes unless `CacheBuilder::segment_dir` says.
+pub const SEGMENT_DIR_DEFAULT: &str = segment::DEFAULT_DIR;
+
+/// The largest capacity a persistent cache's segment in `dir` can hold now: the room its
+/// file system has (`statvfs`), less what the segment takes besides frames (the header,
+/// each frame's 24-byte side-table entry, the slots of the files cached: a MiB is 2,048
+/// files). A persistent cache whose capacity the builder chooses fits in it by itself; a
+/// caller that sizes one to the machine (the C ABI's fixed policy) bounds it with this.
+///
+/// Errors: the `statvfs` error (a directory that does not exist).
+pub fn segment_room_capacity_bytes(dir: &Path) -> io::Result<u64> {
+    Ok(segment_capacity_bytes(segment::room_bytes(dir)?))
+}
+
+fn segment_capacity_bytes(room: u64) -> u64 {
+    let per_frame = PAGE_BYTES as u64 + std::mem::size_of::<crate::folio::FolioMeta>() as u64;
+    room.saturating_sub(SEGMENT_OVERHEAD_BYTES) / per_frame * PAGE_BYTES as u64
+}
+
 impl CacheBuilder {
     /// The segment of a persistent cache, its largest capacity bounded by the room its
     /// directory's file system has (a shared-memory file system's size is a limit of its
@@ -416,11 +435,7 @@ impl CacheBuilder {
             .unwrap_or_else(|| PathBuf::from(segment::DEFAULT_DIR));
         crate::keeper::settle_dir(&dir)?;
         let room = segment::room_bytes(&dir)?;
-        // What besides the frames takes room as the cache grows: the header, each frame's
-        // side-table entry, and the slots of the files cached (a MiB is 2,048 files).
-        let per_frame = PAGE_BYTES as u64 + std::mem::size_of::<crate::folio::FolioMeta>() as u64;
-        let fits =
-            (room.saturating_sub(SEGMENT_OVERHEAD_BYTES) / per_frame).min(u64::from(frames_max));
+        let fits = (segment_capacity_bytes(room) / PAGE_BYTES as u64).min(u64::from(frames_max));
         if *frames > fits
             && self.capacity_bytes.is_none()
             && fits >= CAPACITY_BYTES_MIN / PAGE_BYTES as u64

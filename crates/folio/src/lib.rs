@@ -138,10 +138,11 @@ mod waker;
 mod write;
 
 pub use arena::ArenaPages;
+pub use cache::segment_room_capacity_bytes;
 pub use cache::{
     Cache, CacheBuilder, OpenOptions, Prefault, CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN,
     DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_EXPIRE_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,
-    READAHEAD_MAX_BYTES_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
+    READAHEAD_MAX_BYTES_DEFAULT, SEGMENT_DIR_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
 };
 pub use capacity::{machine_capacity_bytes, CapacityPolicy};
 pub use eviction::{EvictionKind, ReadHint};
