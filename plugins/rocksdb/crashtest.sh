@@ -227,10 +227,15 @@ runs="${#pids[@]}"
 kills="$(grep -c '^KILLED ' "$work/db_crashtest.log" || true)"
 verified=0        # runs whose start's verification passed
 killed_in_ops=0   # killed runs that had reached their operations and were verified after
+failed_run=""
 for i in "${!pids[@]}"; do
     log="$work/logs/${pids[$i]}.log"
     [ -f "$log" ] || continue
     grep -q "^Crash-recovery verification passed" "$log" && verified=$((verified + 1))
+    if [ -z "$failed_run" ] && grep -q "Crash-recovery verification failed" "$log"; then
+        failed_run="run $((i + 1)) (pid ${pids[$i]}) failed the crash-recovery verification"
+        [ "$i" = 0 ] || failed_run+=" of what kill $i left"
+    fi
     if [ "$i" -gt 0 ] && grep -q "^Crash-recovery verification passed" "$log" &&
         grep -q "^KILLED ${pids[$((i - 1))]}\$" "$work/db_crashtest.log" &&
         grep -q "Starting database operations" "$work/logs/${pids[$((i - 1))]}.log"; then
@@ -240,7 +245,9 @@ done
 
 verdict=pass
 why=""
-if [ "$rc" != 0 ]; then
+if [ -n "$failed_run" ]; then
+    verdict=FAIL; why="$failed_run"
+elif [ "$rc" != 0 ]; then
     verdict=FAIL; why="db_crashtest.py exited with $rc"
 elif [ "$verified" != "$runs" ]; then
     verdict=FAIL; why="$verified of $runs runs passed their start's verification"
