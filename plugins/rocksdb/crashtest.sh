@@ -15,7 +15,8 @@
 #   --interval S  seconds from a db_stress start to its kill (default 30, CRASHTEST_INTERVAL)
 #   --max-key N   db_stress's key space (default 100000, CRASHTEST_MAX_KEY; see below)
 #   --min-kills N fail unless N killed runs were each killed during their operations and
-#                 verified by the next run (default 1, CRASHTEST_MIN_KILLS)
+#                 verified by the next run against every write that returned (default
+#                 1, CRASHTEST_MIN_KILLS)
 #   --loose       leave the four options pinned below to db_crashtest's random choice
 #   ARGS          passed to db_crashtest.py, which passes what it does not know to
 #                 db_stress (e.g. --sync=1, or --fs_uri='folio://?capacity=1G')
@@ -227,7 +228,12 @@ runs="${#pids[@]}"
 kills="$(grep -c '^KILLED ' "$work/db_crashtest.log" || true)"
 verified=0        # runs whose start's verification passed
 killed_in_ops=0   # killed runs that had reached their operations and were verified after
+exact=0           # of those, verified against every write that returned (see the pins)
 failed_run=""
+opt_of() {  # opt_of PID NAME: the value of --NAME= on PID's command line
+    grep "^Running db_stress with pid=$1:" "$work/db_crashtest.log" |
+        grep -oE -- " --$2=[^ ]*" | head -1 | cut -d= -f2
+}
 for i in "${!pids[@]}"; do
     log="$work/logs/${pids[$i]}.log"
     [ -f "$log" ] || continue
@@ -240,6 +246,13 @@ for i in "${!pids[@]}"; do
         grep -q "^KILLED ${pids[$((i - 1))]}\$" "$work/db_crashtest.log" &&
         grep -q "Starting database operations" "$work/logs/${pids[$((i - 1))]}.log"; then
         killed_in_ops=$((killed_in_ops + 1))
+        prev="${pids[$((i - 1))]}"
+        if [ "$(opt_of "${pids[$i]}" test_batches_snapshots)" = 0 ] &&
+            [ "$(opt_of "$prev" disable_wal)" = 0 ] &&
+            [ "$(opt_of "$prev" manual_wal_flush_one_in)" = 0 ] &&
+            [ "$(opt_of "$prev" sync_fault_injection)" = 0 ]; then
+            exact=$((exact + 1))
+        fi
     fi
 done
 
@@ -251,11 +264,12 @@ elif [ "$rc" != 0 ]; then
     verdict=FAIL; why="db_crashtest.py exited with $rc"
 elif [ "$verified" != "$runs" ]; then
     verdict=FAIL; why="$verified of $runs runs passed their start's verification"
-elif [ "$killed_in_ops" -lt "$min_kills" ]; then
-    verdict=FAIL; why="only $killed_in_ops kills during operations were verified (want $min_kills)"
+elif [ "$exact" -lt "$min_kills" ]; then
+    verdict=FAIL; why="only $exact kills were verified against every write that returned (want $min_kills)"
 fi
 echo "crashtest: $mode, $runs db_stress runs in $elapsed s, $kills killed (SIGKILL), $((runs > 0 ? runs - 1 : 0)) restarts;" \
-    "$killed_in_ops kills during operations verified by the next run: $verdict${why:+ ($why)}"
+    "$killed_in_ops kills during operations verified by the next run, $exact of them against" \
+    "every write that returned: $verdict${why:+ ($why)}"
 if [ "$verdict" != pass ]; then
     # The verification's own words, else any error a run printed.
     msg="$(cat "$work"/logs/*.log 2>/dev/null | grep -aE "[Vv]erification failed" | head -5)"
