@@ -227,32 +227,43 @@ mapfile -t pids < <(sed -n 's/^Running db_stress with pid=\([0-9]*\):.*/\1/p' "$
 runs="${#pids[@]}"
 kills="$(grep -c '^KILLED ' "$work/db_crashtest.log" || true)"
 verified=0        # runs whose start's verification passed
-killed_in_ops=0   # killed runs that had reached their operations and were verified after
+unfinished=0      # runs killed before their start's verification finished
+killed_in_ops=0   # kills of runs that had reached their operations, verified by a later run
 exact=0           # of those, verified against every write that returned (see the pins)
 failed_run=""
 opt_of() {  # opt_of PID NAME: the value of --NAME= on PID's command line
     grep "^Running db_stress with pid=$1:" "$work/db_crashtest.log" |
         grep -oE -- " --$2=[^ ]*" | head -1 | cut -d= -f2
 }
+# A run killed before its verification finished wrote nothing: the next run that
+# finishes one verifies the last kill of a run that wrote.
+pending=""        # that kill's pid, not yet verified
 for i in "${!pids[@]}"; do
-    log="$work/logs/${pids[$i]}.log"
+    pid="${pids[$i]}"
+    log="$work/logs/$pid.log"
     [ -f "$log" ] || continue
-    grep -q "^Crash-recovery verification passed" "$log" && verified=$((verified + 1))
     if [ -z "$failed_run" ] && grep -q "Crash-recovery verification failed" "$log"; then
-        failed_run="run $((i + 1)) (pid ${pids[$i]}) failed the crash-recovery verification"
-        [ "$i" = 0 ] || failed_run+=" of what kill $i left"
+        failed_run="run $((i + 1)) (pid $pid) failed the crash-recovery verification"
+        [ -z "$pending" ] || failed_run+=" of what the kill of pid $pending left"
     fi
-    if [ "$i" -gt 0 ] && grep -q "^Crash-recovery verification passed" "$log" &&
-        grep -q "^KILLED ${pids[$((i - 1))]}\$" "$work/db_crashtest.log" &&
-        grep -q "Starting database operations" "$work/logs/${pids[$((i - 1))]}.log"; then
-        killed_in_ops=$((killed_in_ops + 1))
-        prev="${pids[$((i - 1))]}"
-        if [ "$(opt_of "${pids[$i]}" test_batches_snapshots)" = 0 ] &&
-            [ "$(opt_of "$prev" disable_wal)" = 0 ] &&
-            [ "$(opt_of "$prev" manual_wal_flush_one_in)" = 0 ] &&
-            [ "$(opt_of "$prev" sync_fault_injection)" = 0 ]; then
-            exact=$((exact + 1))
+    if grep -q "^Crash-recovery verification passed" "$log"; then
+        verified=$((verified + 1))
+        if [ -n "$pending" ]; then
+            killed_in_ops=$((killed_in_ops + 1))
+            if [ "$(opt_of "$pid" test_batches_snapshots)" = 0 ] &&
+                [ "$(opt_of "$pending" disable_wal)" = 0 ] &&
+                [ "$(opt_of "$pending" manual_wal_flush_one_in)" = 0 ] &&
+                [ "$(opt_of "$pending" sync_fault_injection)" = 0 ]; then
+                exact=$((exact + 1))
+            fi
+            pending=""
         fi
+    elif grep -q "^KILLED $pid\$" "$work/db_crashtest.log"; then
+        unfinished=$((unfinished + 1))
+    fi
+    if grep -q "^KILLED $pid\$" "$work/db_crashtest.log" &&
+        grep -q "Starting database operations" "$log"; then
+        pending="$pid"
     fi
 done
 
@@ -262,14 +273,16 @@ if [ -n "$failed_run" ]; then
     verdict=FAIL; why="$failed_run"
 elif [ "$rc" != 0 ]; then
     verdict=FAIL; why="db_crashtest.py exited with $rc"
-elif [ "$verified" != "$runs" ]; then
-    verdict=FAIL; why="$verified of $runs runs passed their start's verification"
+elif [ $((verified + unfinished)) != "$runs" ]; then
+    verdict=FAIL; why="$verified of $runs runs passed their start's verification, $unfinished killed before its end"
 elif [ "$exact" -lt "$min_kills" ]; then
     verdict=FAIL; why="only $exact kills were verified against every write that returned (want $min_kills)"
 fi
+early=""
+[ "$unfinished" = 0 ] || early=" ($unfinished runs killed before their verification ended)"
 echo "crashtest: $mode, $runs db_stress runs in $elapsed s, $kills killed (SIGKILL), $((runs > 0 ? runs - 1 : 0)) restarts;" \
-    "$killed_in_ops kills during operations verified by the next run, $exact of them against" \
-    "every write that returned: $verdict${why:+ ($why)}"
+    "$killed_in_ops kills during operations verified by a later run, $exact of them against" \
+    "every write that returned$early: $verdict${why:+ ($why)}"
 if [ "$verdict" != pass ]; then
     # The verification's own words, else any error a run printed.
     msg="$(cat "$work"/logs/*.log 2>/dev/null | grep -aE "[Vv]erification failed" | head -5)"
