@@ -14,9 +14,9 @@
 #   --duration S  db_crashtest's --duration (default 180, CRASHTEST_DURATION)
 #   --interval S  seconds from a db_stress start to its kill (default 30, CRASHTEST_INTERVAL)
 #   --max-key N   db_stress's key space (default 100000, CRASHTEST_MAX_KEY; see below)
-#   --min-kills N fail unless N killed runs were each killed during their operations and
-#                 verified by the next run against every write that returned (default
-#                 1, CRASHTEST_MIN_KILLS)
+#   --min-kills N fail unless N runs were killed during their operations and each kill
+#                 verified by a later run against every write that returned (default 1,
+#                 CRASHTEST_MIN_KILLS)
 #   --loose       leave the four options pinned below to db_crashtest's random choice
 #   ARGS          passed to db_crashtest.py, which passes what it does not know to
 #                 db_stress (e.g. --sync=1, or --fs_uri='folio://?capacity=1G')
