@@ -27,12 +27,18 @@
 #      after a normal exit (the exit hook's folio_cache_sync_all), and after a SIGKILL
 #      (the keeper of the persistent cache, persist=1 by default, writes it back; with
 #      persist=0 it is not);
-#   5. checks that a bad option fails with a message instead of a crash.
-# Ends with "ci.sh: N passed, M failed". Needs rocksdb-tools librocksdb-dev cmake g++
-# (installed here when missing and running as root with apt-get) and cargo.
+#   5. checks that a bad option fails with a message instead of a crash;
+#   6. RocksDB's own crash test (crashtest.sh): db_stress through the plugin, SIGKILLed
+#      every 30 s for 180 s by db_crashtest.py blackbox at RocksDB's default durability
+#      (WAL on, writes not synced); each restart finds every write that returned before
+#      the kill (at least 5 kills during writes, each verified by the next run).
+# Ends with "ci.sh: N passed, M failed". Needs rocksdb-tools librocksdb-dev cmake g++,
+# and for the crash test libgflags-dev dpkg-dev python3 and a deb-src line for apt-get
+# source (installed here when missing and running as root with apt-get), and cargo.
 #
 # Environment: FOLIO_PLUGIN_BUILD_DIR (default target/rocksdb-plugin), TMPDIR,
-# KILL_ROUNDS (default 20).
+# KILL_ROUNDS (default 20), CRASHTEST_DURATION and CRASHTEST_INTERVAL (default 180 and
+# 30 s), CRASHTEST=0 (skips the crash test).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -59,6 +65,9 @@ command -v cmake >/dev/null || missing+=(cmake)
 command -v g++ >/dev/null || missing+=(g++)
 command -v db_bench >/dev/null || missing+=(rocksdb-tools)
 [ -f /usr/include/rocksdb/file_system.h ] || missing+=(librocksdb-dev)
+command -v python3 >/dev/null || missing+=(python3)
+command -v dpkg-source >/dev/null || missing+=(dpkg-dev)
+[ -f /usr/include/gflags/gflags.h ] || missing+=(libgflags-dev)
 if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "== apt-get install ${missing[*]}"
@@ -66,7 +75,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
         apt-get update -qq
         apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     else
-        echo "ci.sh: missing ${missing[*]}: apt-get install -y rocksdb-tools librocksdb-dev cmake g++" >&2
+        echo "ci.sh: missing ${missing[*]}: apt-get install -y rocksdb-tools librocksdb-dev" \
+            "cmake g++ libgflags-dev dpkg-dev python3" >&2
         exit 1
     fi
 fi
@@ -410,6 +420,18 @@ rc=0
     --fs_uri='folio://?capcity=1G' >"$work/bad.log" 2>&1 || rc=$?
 check "bad option: exit status 1" [ "$rc" = 1 ]
 check "bad option: says which" grep -q "unknown option 'capcity'" "$work/bad.log"
+
+if [ "${CRASHTEST:-1}" != 0 ]; then
+    echo "== crash test: db_crashtest.py blackbox, db_stress through folio (crashtest.sh)"
+    crash_duration="${CRASHTEST_DURATION:-180}"
+    crash_interval="${CRASHTEST_INTERVAL:-30}"
+    # db_crashtest starts a run every interval + 2 s; the last run's kill is not verified.
+    crash_kills=$((crash_duration / (crash_interval + 2)))
+    [ "$crash_kills" -ge 1 ] || crash_kills=1
+    check "crash test: every restart found every write that returned (>= $crash_kills kills)" \
+        "$here/crashtest.sh" --duration "$crash_duration" --interval "$crash_interval" \
+        --min-kills "$crash_kills"
+fi
 
 echo "ci.sh: $passed passed, $failed failed ($((SECONDS - started)) s)"
 [ "$failed" = 0 ]
