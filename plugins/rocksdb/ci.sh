@@ -341,10 +341,12 @@ done
 check "kill test: every reopen held every acknowledged key ($kills_ok of $rounds)" \
     [ "$kills_ok" = "$rounds" ]
 check "kill test: kill_writer never failed before its kill" [ "$kills_early" = 0 ]
-# One run to its end, recycling WALs: the reused files, Close and the exit sync.
+# One run to its end, recycling WALs: the reused files, Close and the exit sync. 3,000
+# keys at least (about 1.8 MB, seven 256 KiB memtables): a run of a fixed time wrote too
+# few on a loaded machine to switch WALs twice, and reused none.
 rc=0
 FOLIO_STATS="$work/kill_end.stats" LD_PRELOAD="$FOLIO_PLUGIN" "$kill_writer" write \
-    "$work/kdb" "$kill_uri" 0 2 1 1500 >>"$acks" 2>"$work/kill.err" || rc=$?
+    "$work/kdb" "$kill_uri" 0 2 1 1500 3000 >>"$acks" 2>"$work/kill.err" || rc=$?
 check "kill test: a run to its end exits 0" [ "$rc" = 0 ]
 [ "$rc" = 0 ] || cat "$work/kill.err"
 check "kill test: recycled WALs reused through folio" positive "$(stat_of kill_end files_reused)"

@@ -2,7 +2,7 @@
 // a RocksDB database opened through a file system URI (the folio plugin, preloaded), in
 // two modes.
 //
-//   kill_writer write DB FS_URI RUN THREADS RECYCLE MILLIS
+//   kill_writer write DB FS_URI RUN THREADS RECYCLE MILLIS [MIN_KEYS]
 //     Opens (creating) DB, then THREADS threads write keys "rRUN-tT-NNNNNNNN" with
 //     sync=true (each thread alternating single Puts and batches of 3 keys), and print
 //     each key on stdout once RocksDB acknowledged its write: one line per key, written
@@ -11,8 +11,9 @@
 //     7.8 allows only with wal_recovery_mode kSkipAnyCorruptedRecords: the plugin's
 //     ReuseWritableFile). Small memtables and table files, so that flushes and
 //     compactions run all the time and a kill lands in them too. Writes for MILLIS ms
-//     (at most 60 s), then closes the database and exits 0 (for the kill runs, the kill
-//     comes first).
+//     (at most 60 s), and on until MIN_KEYS keys are written (the run to its end needs
+//     enough WAL switches to recycle files, however slow the machine is), then closes
+//     the database and exits 0 (for the kill runs, the kill comes first).
 //   kill_writer verify DB FS_URI ACKS
 //     Reopens DB (which must succeed, unless ACKS is empty and DB has no CURRENT: killed
 //     while RocksDB created it) and checks that every key of ACKS (the stdout of earlier
@@ -138,7 +139,7 @@ void Acknowledge(const std::string& key) {
 }
 
 int Write(const std::string& path, const std::string& fs_uri, int run, int threads,
-          Wal wal, int millis) {
+          Wal wal, int millis, uint64_t min_keys) {
   std::shared_ptr<Env> guard;
   ROCKSDB_NAMESPACE::Options options = MakeOptions(fs_uri, wal, &guard);
   DB* raw = nullptr;
@@ -149,14 +150,20 @@ int Write(const std::string& path, const std::string& fs_uri, int run, int threa
   sync_write.sync = true;
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(std::min(millis, kWriteRunMaxMillis));
+  const auto cap = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(kWriteRunMaxMillis);
   std::atomic<bool> failed{false};
+  std::atomic<uint64_t> keys_written{0};
+  const auto more = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    return now < cap && (now < deadline || keys_written.load() < min_keys);
+  };
   std::vector<std::thread> writers;
   for (int t = 0; t < threads; t++) {
     writers.emplace_back([&, t] {
       char key[64];
       uint64_t i = 0;
-      for (uint64_t op = 0; !failed.load() && std::chrono::steady_clock::now() < deadline;
-           op++) {
+      for (uint64_t op = 0; !failed.load() && more(); op++) {
         // Alternately one Put and a batch of three keys.
         const int keys = op % 2 == 0 ? 1 : 3;
         ROCKSDB_NAMESPACE::WriteBatch batch;
@@ -173,6 +180,7 @@ int Write(const std::string& path, const std::string& fs_uri, int run, int threa
           return;
         }
         for (const auto& k : written) Acknowledge(k);
+        keys_written.fetch_add(keys);
       }
     });
   }
@@ -279,10 +287,11 @@ int CheckFile(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 8 && std::strcmp(argv[1], "write") == 0) {
+  if ((argc == 8 || argc == 9) && std::strcmp(argv[1], "write") == 0) {
     return Write(argv[2], argv[3], std::atoi(argv[4]), std::max(1, std::atoi(argv[5])),
                  std::strcmp(argv[6], "1") == 0 ? Wal::kRecycled : Wal::kFresh,
-                 std::max(0, std::atoi(argv[7])));
+                 std::max(0, std::atoi(argv[7])),
+                 argc == 9 ? std::strtoull(argv[8], nullptr, 10) : 0);
   }
   if (argc == 5 && std::strcmp(argv[1], "verify") == 0) {
     return Verify(argv[2], argv[3], argv[4]);
