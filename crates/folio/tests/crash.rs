@@ -5,9 +5,8 @@
 //!
 //! The child is this test binary run again (`std::env::current_exe`) with
 //! `FOLIO_CRASH_CHILD` set, which makes `main` run the child instead of the test: the test
-//! has no harness (`harness = false` in Cargo.toml) so that no placeholder test stands in
-//! for the child. `main` honours the test harness's `--list`, filters, `--exact`,
-//! `--skip` and `--ignored` (there is one test, `kill_and_check`, not ignored).
+//! has no harness (`harness = false` in Cargo.toml; `common/harness.rs`) so that no
+//! placeholder test stands in for the child. There is one test, `kill_and_check`.
 //!
 //! The child draws from its seed a cache (capacity 2-16 MiB, largest folio 4 KiB-2 MiB,
 //! dirty expiry 2 ms-5 s, background threshold, io_uring or the pread pool) and then,
@@ -60,19 +59,23 @@
 mod common;
 #[path = "common/durability.rs"]
 mod durability;
+#[path = "common/harness.rs"]
+mod harness;
+#[path = "common/records.rs"]
+mod records;
 #[path = "common/seeded.rs"]
 mod seeded;
 
-use std::io::{BufRead, BufReader, Write as _};
-use std::os::unix::process::ExitStatusExt;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use durability::{History, Stored};
 use folio::{BackendKind, Cache, File, PAGE_BYTES};
-use seeded::{env_u64, mix, Rng};
+use harness::{say, Child};
+use records::{parse, record, HEADER_BYTES};
+use seeded::{env_u64, Rng};
 
 const TEST_NAME: &str = "kill_and_check";
 const CHILD_ENV: &str = "FOLIO_CRASH_CHILD";
@@ -97,121 +100,14 @@ const TAIL_HOLD_US_MIN: u64 = 5;
 const TAIL_HOLD_US_MAX: u64 = 50;
 const TAIL_REST_US_MAX: u64 = 20;
 
-const HEADER_BYTES: usize = 24;
-const MAGIC: [u8; 4] = *b"FoLr";
 const RECORD_BYTES_MAX: u64 = 256 << 10;
 
 fn main() {
-    if let Some(spec) = std::env::var_os(CHILD_ENV) {
-        child(spec.to_str().expect("a UTF-8 child spec"));
-        return;
-    }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--list") {
-        println!("{TEST_NAME}: test");
-        return;
-    }
-    if !selected(&args) {
-        println!("\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 1 filtered out\n");
-        return;
-    }
-    println!("\nrunning 1 test");
-    let started = Instant::now();
-    kill_and_check();
-    println!("test {TEST_NAME} ... ok\n");
-    println!(
-        "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
-        started.elapsed().as_secs_f64()
-    );
-}
-
-/// Whether the harness arguments `args` select the one test (module docs).
-fn selected(args: &[String]) -> bool {
-    let mut filters = Vec::new();
-    let mut skips = Vec::new();
-    let (mut exact, mut ignored_only) = (false, false);
-    let mut args = args.iter();
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--exact" => exact = true,
-            "--ignored" => ignored_only = true,
-            "--skip" => skips.extend(args.next()),
-            // Options that take a value as the next argument.
-            "--test-threads" | "--format" | "--color" | "--logfile" | "-Z" | "--shuffle-seed" => {
-                args.next();
-            }
-            a if a.starts_with('-') => {}
-            filter => filters.push(filter),
-        }
-    }
-    let matches = |pattern: &str| {
-        if exact {
-            pattern == TEST_NAME
-        } else {
-            TEST_NAME.contains(pattern)
-        }
-    };
-    !ignored_only
-        && (filters.is_empty() || filters.iter().any(|f| matches(f)))
-        && !skips.iter().any(|s| TEST_NAME.contains(s.as_str()))
-}
-
-/// The checksum of a record: FNV-1a over its length, sequence number and payload.
-fn checksum(record: &[u8]) -> u64 {
-    record[4..16]
-        .iter()
-        .chain(&record[HEADER_BYTES..])
-        .fold(0xCBF2_9CE4_8422_2325u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01B3)
-        })
-}
-
-/// Record `seq` of `len` bytes (module docs).
-fn record(seq: u64, len: usize) -> Vec<u8> {
-    assert!(len >= HEADER_BYTES);
-    let mut r = vec![0u8; len];
-    for (i, chunk) in r[HEADER_BYTES..].chunks_mut(8).enumerate() {
-        let word = mix(seq.wrapping_mul(0x1_0000_0001) ^ i as u64).to_le_bytes();
-        chunk.copy_from_slice(&word[..chunk.len()]);
-    }
-    r[..4].copy_from_slice(&MAGIC);
-    r[4..8].copy_from_slice(&(len as u32).to_le_bytes());
-    r[8..16].copy_from_slice(&seq.to_le_bytes());
-    let sum = checksum(&r);
-    r[16..24].copy_from_slice(&sum.to_le_bytes());
-    r
-}
-
-/// The record at the start of `bytes`, if one is there whole and its checksum holds:
-/// (sequence number, length).
-fn parse(bytes: &[u8]) -> Option<(u64, usize)> {
-    if bytes.len() < HEADER_BYTES || bytes[..4] != MAGIC {
-        return None;
-    }
-    let len = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
-    if len < HEADER_BYTES || len > bytes.len() {
-        return None;
-    }
-    let seq = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
-    let sum = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
-    (checksum(&bytes[..len]) == sum).then_some((seq, len))
+    harness::main(&[(TEST_NAME, kill_and_check)], CHILD_ENV, child);
 }
 
 // ---------------------------------------------------------------------------------------
 // The child.
-
-/// One line to the parent, written whole before the child goes on; a parent that is gone
-/// ends the child.
-fn say(line: &str) {
-    let mut out = std::io::stdout().lock();
-    if out
-        .write_all(format!("{line}\n").as_bytes())
-        .and_then(|()| out.flush())
-        .is_err()
-    {
-        std::process::exit(2);
-    }
-}
 
 /// The child (module docs): `spec` is "<path> <seed> <first seq>".
 fn child(spec: &str) {
@@ -399,47 +295,16 @@ fn parse_line(said: &mut Said, line: &str) {
 
 /// Runs one child on `path` and kills it `run` after it is ready; returns what it said.
 fn run_child(path: &Path, seed: u64, first_seq: u64, run: Duration) -> Said {
-    let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-        .env(CHILD_ENV, format!("{} {seed} {first_seq}", path.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the child");
-    let stdout = child.stdout.take().expect("the child's stdout");
-    let (lines_tx, lines) = mpsc::channel::<String>();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            // A line cut by the kill ends without a newline: `lines` still returns it, but
-            // each line is one `write` of a few bytes into a pipe, which is atomic.
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let spec = format!("{} {seed} {first_seq}", path.display());
+    let mut child = Child::spawn(CHILD_ENV, &spec);
     let mut said = Said::default();
-    match lines.recv_timeout(READY_WAIT_MAX) {
-        Ok(line) => parse_line(&mut said, &line),
-        Err(_) => {
-            let _ = child.kill();
-            let status = child.wait();
-            panic!("the child never said ready (status {status:?}; its stderr is above)");
-        }
-    }
+    parse_line(&mut said, &child.next_line(READY_WAIT_MAX, "ready"));
     assert!(said.ready, "the child's first line was not `ready`");
     std::thread::sleep(run);
-    child.kill().expect("kill the child");
-    let status = child.wait().expect("wait for the child");
-    reader.join().expect("the reader thread");
-    for line in lines.try_iter() {
+    child.kill();
+    for line in child.rest_of_lines() {
         parse_line(&mut said, &line);
     }
-    assert_eq!(
-        status.signal(),
-        Some(libc::SIGKILL),
-        "the child ended before it was killed: {status:?} (its stderr is above)"
-    );
     said
 }
 
