@@ -19,7 +19,11 @@
 //! So an acknowledged byte that nobody wrote since is exactly its acknowledged value, and
 //! no byte is ever one nobody wrote there. The length on disk is at least the size the last
 //! acknowledgement left (less what a later `set_len` cut) and at most the largest size
-//! the file had, rounded up to 4 KiB (a tail block is written whole).
+//! the file had, rounded up to 4 KiB (a tail block is written whole), or exactly that
+//! where whoever finished the writes set the size (`Tail`).
+//!
+//! A process killed without a sync (`tests/keeper_crash.rs`) is a history whose one
+//! acknowledgement comes last and covers the whole file: every write that returned.
 //!
 //! A crash that does not honour cuts (`Cuts::MayComeBack`: the fault backend's power
 //! model, which has no size) may bring back what a cut removed: a byte whose vouched value
@@ -48,6 +52,17 @@ pub enum Cuts {
     /// (found by `tests/write_simulation.rs` once its syncer thread flushed while its
     /// writer wrote).
     MayComeBack,
+}
+
+/// How far past the largest size it had a file may reach after the crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tail {
+    /// To the end of the 4 KiB block that holds its last byte: a killed process's
+    /// writeback writes a tail block whole and nobody cuts it back (`tests/crash.rs`).
+    WholeBlock,
+    /// Not past it: whoever finished the dead process's writes set the size, as the
+    /// kernel's own page cache keeps it (the keeper, `tests/keeper_crash.rs`).
+    Exact,
 }
 
 /// Whether a write surely stored its bytes in the cache.
@@ -96,6 +111,7 @@ pub struct History {
     /// and the length it left.
     cuts: Vec<(usize, u64)>,
     cuts_kept: Cuts,
+    tail: Tail,
     /// The largest size the file had.
     len_max: u64,
 }
@@ -112,7 +128,16 @@ impl History {
             len_floor: len,
             cuts: Vec::new(),
             cuts_kept: Cuts::Durable,
+            tail: Tail::WholeBlock,
             len_max: len,
+        }
+    }
+
+    /// As `new`, with a file that may reach past its largest size as `tail` says.
+    pub fn with_tail(base: Vec<u8>, tail: Tail) -> History {
+        History {
+            tail,
+            ..History::new(base)
         }
     }
 
@@ -270,11 +295,14 @@ impl History {
                 self.len_floor
             ));
         }
-        let len_cap = self.len_max.next_multiple_of(4096);
+        let len_cap = match self.tail {
+            Tail::WholeBlock => self.len_max.next_multiple_of(4096),
+            Tail::Exact => self.len_max,
+        };
         if len > len_cap {
             return Err(format!(
-                "the file is {len} bytes long, longer than it ever was ({} bytes, {len_cap} rounded up)",
-                self.len_max
+                "the file is {len} bytes long, longer than it ever was ({} bytes, {len_cap} with {:?})",
+                self.len_max, self.tail
             ));
         }
         let n = disk.len();

@@ -11,6 +11,7 @@
 //!
 //! [`Child`] runs the child and reads its stdout, one line per event ([`say`] writes
 //! them), on a thread, so that the parent can wait for a line with a deadline.
+//! [`become_subreaper`] and [`wait_for_exit`] wait for a process the child started.
 
 #![allow(dead_code)]
 
@@ -180,4 +181,38 @@ fn assert_killed(status: ExitStatus) {
         Some(libc::SIGKILL),
         "the child ended before it was killed: {status:?} (its stderr is above)"
     );
+}
+
+/// Makes this process the subreaper of its descendants: a process a child starts as its
+/// own grandchild (a keeper, which is nobody's zombie that way) is adopted by this process
+/// rather than by init, so that it can be waited for and its exit status read.
+pub fn become_subreaper() {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes integers; no memory is passed.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+    assert_eq!(rc, 0, "prctl(PR_SET_CHILD_SUBREAPER)");
+}
+
+/// Waits until `pid`, this process's child (or, after `become_subreaper`, a descendant it
+/// adopted), has exited, and returns its wait status; fails the test, naming `what`, if it
+/// runs longer than `wait`.
+pub fn wait_for_exit(pid: u32, wait: Duration, what: &str) -> i32 {
+    let started = Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid with an out-pointer to a live i32.
+        let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG) };
+        if rc == pid as libc::pid_t {
+            return status;
+        }
+        assert!(
+            rc == 0,
+            "{what} ({pid}): waitpid: {} (not this process's child?)",
+            std::io::Error::last_os_error()
+        );
+        assert!(
+            started.elapsed() < wait,
+            "{what} ({pid}) is still running after {wait:?}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

@@ -1,0 +1,422 @@
+//! A persistent cache's segment is refused where it is not safe (DESIGN.md §9, issue 31):
+//! each refusal is an error that says what is wrong and changes nothing.
+//!
+//! - `unsafe_segment_dirs_are_refused`: building a persistent cache fails in a segment
+//!   directory that is a symlink, that others may write without the sticky bit, or (as
+//!   root) that another user owns; no segment appears. A sticky directory writable by all,
+//!   as `/dev/shm` is, is used.
+//! - `unsafe_segments_are_not_recovered`: a child leaves a real segment behind with dirty
+//!   pages (its keeper killed first, then the child), and `folio::recover_segment` refuses
+//!   it while it is in use, through a symlink, readable by others (mode 0644), owned by
+//!   another user (as root; skipped otherwise), with another layout version, and refuses a
+//!   truncated copy and a file of garbage; none of these changes the segment, the copies or
+//!   the data file. Then the segment as it was is recovered, and the data file holds what
+//!   the child wrote: the refusals were the changes', not the segment's.
+//!
+//! The child is this test binary run again with `FOLIO_SEGMENT_SECURITY_CHILD` set
+//! (`common/harness.rs`); it says `ready <segment path> <keeper pid>` once its writes
+//! returned, and then waits to be killed.
+
+mod common;
+#[path = "common/harness.rs"]
+mod harness;
+
+use std::hash::Hasher as _;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use folio::Cache;
+use harness::{say, Child};
+
+const CHILD_ENV: &str = "FOLIO_SEGMENT_SECURITY_CHILD";
+const READY_WAIT_MAX: Duration = Duration::from_secs(30);
+const KEEPER_WAIT_MAX: Duration = Duration::from_secs(30);
+/// What the child writes: this many bytes of the pattern, salted (`common::pattern`).
+const DATA_BYTES: u64 = (1 << 20) + 1000;
+const SALT: u64 = 0x5e65_3e47;
+/// The segment header's layout version: a u32 after the 8-byte magic
+/// (`segment::layout::Header`).
+const VERSION_OFFSET: u64 = 8;
+/// The uid and gid of `nobody`.
+const NOBODY: u32 = 65534;
+
+fn main() {
+    harness::main(
+        &[
+            (
+                "unsafe_segment_dirs_are_refused",
+                unsafe_segment_dirs_are_refused,
+            ),
+            (
+                "unsafe_segments_are_not_recovered",
+                unsafe_segments_are_not_recovered,
+            ),
+        ],
+        CHILD_ENV,
+        child,
+    );
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::lchown(path, Some(uid), Some(uid)).expect("chown");
+}
+
+fn set_mode(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+}
+
+fn entries(dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .expect("read a directory")
+        .map(|e| e.expect("an entry").file_name())
+        .collect();
+    names.sort();
+    names
+}
+
+fn persistent_in(dir: &Path) -> io::Result<Cache> {
+    Cache::builder()
+        .capacity_bytes(4 << 20)
+        .persistent(true)
+        .segment_dir(dir)
+        .build()
+}
+
+/// `build` in `dir` must fail with `kind`, and leave `dir` as it was.
+fn refused_dir(dir: &Path, kind: io::ErrorKind, what: &str) {
+    let before = std::fs::read_dir(dir).ok().map(|_| entries(dir));
+    let error = match persistent_in(dir) {
+        Ok(cache) => panic!(
+            "a segment directory {what} was used: {:?}",
+            cache.segment_path()
+        ),
+        Err(e) => e,
+    };
+    eprintln!("segment directory {what}: {error}");
+    assert_eq!(error.kind(), kind, "{what}: {error}");
+    assert!(
+        error.to_string().contains(&*dir.to_string_lossy()),
+        "{what}: the error does not name the directory: {error}"
+    );
+    let after = std::fs::read_dir(dir).ok().map(|_| entries(dir));
+    assert_eq!(before, after, "{what}: the directory changed");
+}
+
+fn unsafe_segment_dirs_are_refused() {
+    harness::become_subreaper();
+    let base = tempfile::Builder::new()
+        .prefix("folio-segment-security-")
+        .tempdir_in("/dev/shm")
+        .expect("a directory in /dev/shm");
+    let good = base.path().join("good");
+    std::fs::create_dir(&good).unwrap();
+    set_mode(&good, 0o700);
+
+    let link = base.path().join("link");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    refused_dir(&link, io::ErrorKind::InvalidInput, "that is a symlink");
+    assert!(
+        entries(&good).is_empty(),
+        "a segment appeared behind the symlink"
+    );
+
+    let open = base.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    set_mode(&open, 0o777);
+    refused_dir(
+        &open,
+        io::ErrorKind::InvalidInput,
+        "writable by all, not sticky",
+    );
+    set_mode(&open, 0o770);
+    refused_dir(
+        &open,
+        io::ErrorKind::InvalidInput,
+        "writable by its group, not sticky",
+    );
+
+    if is_root() {
+        let theirs = base.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        set_mode(&theirs, 0o755);
+        chown(&theirs, NOBODY);
+        refused_dir(
+            &theirs,
+            io::ErrorKind::InvalidInput,
+            "of another user, not sticky",
+        );
+    } else {
+        eprintln!("not root: a directory of another user is not tried");
+    }
+
+    // The control: a sticky directory writable by all (as /dev/shm) is used, and a cache
+    // dropped with nothing dirty removes its segment (and dismisses its keeper).
+    set_mode(&open, 0o1777);
+    let cache = persistent_in(&open).expect("a sticky directory writable by all is used");
+    let segment = cache.segment_path().expect("a segment");
+    let keeper = cache.keeper_pid().expect("a keeper");
+    assert!(segment.starts_with(&open) && segment.exists());
+    drop(cache);
+    let status = harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of a dropped cache");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the keeper of a cache dropped clean ended with wait status {status:#x}"
+    );
+    assert!(!segment.exists(), "a cache dropped clean left its segment");
+}
+
+// ---------------------------------------------------------------------------------------
+// The recovery's refusals.
+
+/// The child: `spec` is "<segment dir> <data path>". Writes the pattern into the data file
+/// through a persistent cache that writes nothing back on its own, says `ready`, and
+/// waits to be killed.
+fn child(spec: &str) {
+    let (segment_dir, data) = spec.split_once(' ').expect("child: a spec");
+    let cache = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .dirty_limit_bytes(8 << 20)
+        .dirty_background_bytes(8 << 20)
+        .dirty_expire(Duration::from_secs(600))
+        .write_behind_bytes(0)
+        .persistent(true)
+        .segment_dir(segment_dir)
+        .build()
+        .expect("child: a persistent cache");
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(data)
+        .expect("child: open the data file");
+    let bytes = common::pattern(SALT, 0, DATA_BYTES as usize);
+    for (i, chunk) in bytes.chunks(100_000).enumerate() {
+        file.write_at(chunk, i as u64 * 100_000)
+            .expect("child: write_at");
+    }
+    say(&format!(
+        "ready {} {}",
+        cache.segment_path().expect("a segment").display(),
+        cache.keeper_pid().expect("a keeper")
+    ));
+    std::thread::sleep(Duration::from_secs(60));
+    std::process::exit(3);
+}
+
+/// What a refusal must not change: a file's bytes (hashed) and who it is.
+#[derive(Debug, PartialEq, Eq)]
+struct Snapshot {
+    len: u64,
+    mode: u32,
+    uid: u32,
+    ino: u64,
+    bytes_hash: u64,
+}
+
+fn snapshot(path: &Path) -> Snapshot {
+    let meta = std::fs::symlink_metadata(path).expect("stat");
+    let bytes = std::fs::read(path).expect("read");
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    hasher.write(&bytes);
+    Snapshot {
+        len: meta.len(),
+        mode: meta.mode(),
+        uid: meta.uid(),
+        ino: meta.ino(),
+        bytes_hash: hasher.finish(),
+    }
+}
+
+/// `recover_segment(path)` must fail with `kind`, naming what is wrong, and change none
+/// of `untouched`.
+fn refused(path: &Path, kind: io::ErrorKind, what: &str, untouched: &[&Path]) {
+    let before: Vec<Snapshot> = untouched.iter().map(|p| snapshot(p)).collect();
+    let error = match folio::recover_segment(path) {
+        Ok(recovered) => panic!("a segment {what} was recovered: {recovered:?}"),
+        Err(e) => e,
+    };
+    eprintln!("segment {what}: {error}");
+    assert_eq!(error.kind(), kind, "{what}: {error}");
+    let after: Vec<Snapshot> = untouched.iter().map(|p| snapshot(p)).collect();
+    assert_eq!(
+        before, after,
+        "{what}: a refused recovery changed {untouched:?}"
+    );
+    assert!(path.exists() || std::fs::symlink_metadata(path).is_ok());
+}
+
+fn unsafe_segments_are_not_recovered() {
+    harness::become_subreaper();
+    let dir = common::test_dir();
+    let segment_dir = tempfile::Builder::new()
+        .prefix("folio-segment-security-")
+        .tempdir_in("/dev/shm")
+        .expect("a directory in /dev/shm");
+    let data = dir.path().join("data");
+    let mut child = Child::spawn(
+        CHILD_ENV,
+        &format!("{} {}", segment_dir.path().display(), data.display()),
+    );
+    let line = child.next_line(READY_WAIT_MAX, "ready");
+    let (segment, keeper) = line
+        .strip_prefix("ready ")
+        .and_then(|rest| rest.rsplit_once(' '))
+        .map(|(path, pid)| (PathBuf::from(path), pid.parse::<u32>().expect("a pid")))
+        .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
+    let untouched = [segment.as_path(), data.as_path()];
+
+    // In use: by the owner and its keeper, then by the owner alone.
+    refused(
+        &segment,
+        io::ErrorKind::WouldBlock,
+        "in use by its owner and keeper",
+        &untouched,
+    );
+    // SAFETY: kill takes integers; the keeper is this process's child (a subreaper's),
+    // so its pid is not reused before it is reaped.
+    unsafe { libc::kill(keeper as libc::pid_t, libc::SIGKILL) };
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the killed keeper");
+    refused(
+        &segment,
+        io::ErrorKind::WouldBlock,
+        "in use by its owner",
+        &untouched,
+    );
+    child.kill();
+    child.rest_of_lines();
+    assert!(
+        segment.exists(),
+        "the segment went with its owner and keeper"
+    );
+
+    let link = segment_dir.path().join("link");
+    std::os::unix::fs::symlink(&segment, &link).unwrap();
+    refused(
+        &link,
+        io::ErrorKind::InvalidInput,
+        "that is a symlink",
+        &untouched,
+    );
+    std::fs::remove_file(&link).unwrap();
+
+    set_mode(&segment, 0o644);
+    refused(
+        &segment,
+        io::ErrorKind::PermissionDenied,
+        "readable by others (0644)",
+        &untouched,
+    );
+    set_mode(&segment, 0o640);
+    refused(
+        &segment,
+        io::ErrorKind::PermissionDenied,
+        "readable by its group (0640)",
+        &untouched,
+    );
+    set_mode(&segment, 0o600);
+
+    if is_root() {
+        chown(&segment, NOBODY);
+        refused(
+            &segment,
+            io::ErrorKind::PermissionDenied,
+            "of another user",
+            &untouched,
+        );
+        chown(&segment, 0);
+    } else {
+        eprintln!("not root: a segment of another user is not tried");
+    }
+
+    let version = read_u32(&segment, VERSION_OFFSET);
+    write_u32(&segment, VERSION_OFFSET, version + 1);
+    refused(
+        &segment,
+        io::ErrorKind::InvalidData,
+        "of another layout version",
+        &untouched,
+    );
+    write_u32(&segment, VERSION_OFFSET, version);
+
+    // A truncated copy (a header and slots, no frames) and garbage, mode 0600.
+    let truncated = segment_dir.path().join("truncated");
+    let head = read_head(&segment, 1 << 20);
+    write_private(&truncated, &head);
+    let short = segment_dir.path().join("short");
+    write_private(&short, &head[..100]);
+    let garbage = segment_dir.path().join("garbage");
+    let noise: Vec<u8> = (0..64 << 10)
+        .map(|i: u64| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+        .collect();
+    write_private(&garbage, &noise);
+    let all = [
+        segment.as_path(),
+        data.as_path(),
+        &truncated,
+        &short,
+        &garbage,
+    ];
+    refused(&truncated, io::ErrorKind::InvalidData, "truncated", &all);
+    refused(
+        &short,
+        io::ErrorKind::InvalidData,
+        "shorter than a header",
+        &all,
+    );
+    refused(&garbage, io::ErrorKind::InvalidData, "of garbage", &all);
+    for p in [&truncated, &short, &garbage] {
+        std::fs::remove_file(p).unwrap();
+    }
+
+    // The segment as the child left it is recovered.
+    let recovered = folio::recover_segment(&segment).expect("recover the segment as it was");
+    eprintln!("the segment as it was: {recovered:?}");
+    assert!(!segment.exists(), "a recovered segment is removed");
+    let bytes = std::fs::read(&data).expect("read the data file");
+    assert_eq!(bytes.len() as u64, DATA_BYTES, "the data file's length");
+    if let Err(at) = common::check_pattern(SALT, 0, &bytes) {
+        panic!("the recovered data file is wrong at offset {at}");
+    }
+    assert!(entries(segment_dir.path()).is_empty());
+}
+
+fn read_u32(path: &Path, offset: u64) -> u32 {
+    use std::os::unix::fs::FileExt;
+    let mut word = [0u8; 4];
+    let file = std::fs::File::open(path).expect("open the segment");
+    file.read_exact_at(&mut word, offset).expect("read");
+    u32::from_le_bytes(word)
+}
+
+fn write_u32(path: &Path, offset: u64, value: u32) {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open the segment");
+    file.write_all_at(&value.to_le_bytes(), offset)
+        .expect("write");
+}
+
+fn read_head(path: &Path, len: usize) -> Vec<u8> {
+    use std::io::Read;
+    let mut head = Vec::with_capacity(len);
+    std::fs::File::open(path)
+        .expect("open the segment")
+        .take(len as u64)
+        .read_to_end(&mut head)
+        .expect("read");
+    head
+}
+
+fn write_private(path: &Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).expect("write");
+    set_mode(path, 0o600);
+}
