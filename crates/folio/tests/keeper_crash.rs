@@ -12,7 +12,10 @@
 //!   exit 0 and leave no segment behind.
 //! - `keeper_killed_too` (50 rounds): 0-30 ms after the child, its keeper is killed too,
 //!   most often during its writeback; this process then finishes the segment, if the
-//!   keeper left it, with `folio::recover_segment`, and checks the same promise.
+//!   keeper left it, and checks the same promise. It finishes it with
+//!   `folio::recover_segment` in even rounds, and in odd ones by building a persistent
+//!   cache in the same directory (which finishes the segments it finds abandoned there),
+//!   then dropping it.
 //!
 //! The child is this test binary run again with `FOLIO_KEEPER_CRASH_CHILD` set
 //! (`common/harness.rs`: no libtest harness, so no placeholder test stands in for it). It
@@ -20,8 +23,9 @@
 //! under way when the kill lands: capacity 2-16 MiB, dirty limit an eighth to a quarter of
 //! it, background threshold half or a quarter of that, dirty expiry 2 ms-5 s,
 //! write-behind off or on, largest folio 4 KiB-2 MiB, io_uring or the pread pool; its
-//! segment in this test's own directory under /dev/shm, or in a quarter of the rounds in
-//! the default directory. It opens 2-4 files (each round starts from copies of what the
+//! segment in this test's own directory under /dev/shm (not /dev/shm itself, where a
+//! persistent cache another test builds would finish a segment this one abandoned on
+//! purpose, and the other way round). It opens 2-4 files (each round starts from copies of what the
 //! last round left: restarted programs reopening their files; every 10th round from
 //! empty files) and runs one writer thread per file, 1-3 reader threads and a thread that
 //! reports the cache's dirty pages.
@@ -57,8 +61,8 @@
 //! (`keeper_killed_too`) reports no file it could not find or write.
 //!
 //! Writes still in flight after a death (DESIGN.md §9): a dead process's io_uring writes
-//! can land after it is reaped. Each round's files are read again (O_DIRECT) at the end
-//! of the next round, and must not have changed since they were checked: a write landing
+//! can land after it is reaped. Each round's files are read again at the end of the next
+//! round, and must not have changed since they were checked: a write landing
 //! after the keeper (or the recovery) finished would be an older write over a newer one.
 //!
 //! The kill lands 5-400 ms after `ready` (log-uniform: most of them early), or in a tenth
@@ -81,7 +85,6 @@ mod records;
 mod seeded;
 
 use std::collections::HashMap;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -154,7 +157,7 @@ fn keeper_killed_too() {
 // ---------------------------------------------------------------------------------------
 // The child.
 
-/// The child (module docs): `spec` is "<seed> <first seq> <files> <segment dir or -> <dir>".
+/// The child (module docs): `spec` is "<seed> <first seq> <files> <segment dir> <dir>".
 fn child(spec: &str) {
     let mut parts = spec.splitn(5, ' ');
     let mut num = |what: &str| -> u64 {
@@ -171,7 +174,7 @@ fn child(spec: &str) {
     let mut rng = Rng(seed);
     let capacity: u64 = rng.pick(&[2 << 20, 4 << 20, 8 << 20, 16 << 20]);
     let dirty_limit = capacity / rng.pick(&[4, 8]);
-    let mut builder = Cache::builder()
+    let cache = Cache::builder()
         .capacity_bytes(capacity)
         .folio_order_max(rng.pick(&[0, 0, 2, 4, 9]))
         .backend(rng.pick(&[BackendKind::IoUring, BackendKind::Pread]))
@@ -180,11 +183,10 @@ fn child(spec: &str) {
         .dirty_background_bytes(dirty_limit / rng.pick(&[2, 4]))
         .dirty_expire(Duration::from_millis(rng.pick(&[2, 50, 5000])))
         .write_behind_bytes(rng.pick(&[0, 64 << 10, 256 << 10]))
-        .persistent(true);
-    if segment_dir != "-" {
-        builder = builder.segment_dir(segment_dir);
-    }
-    let cache = builder.build().expect("child: the persistent cache");
+        .persistent(true)
+        .segment_dir(segment_dir)
+        .build()
+        .expect("child: the persistent cache");
     let segment = cache
         .segment_path()
         .expect("child: a persistent cache's segment");
@@ -477,10 +479,12 @@ fn check_records(said: &Said, f: usize, disk: &[u8]) -> Result<u64, String> {
         }
         match disk.get(offset as usize..).and_then(parse) {
             Some(found) if found == (op.seq, len) => intact += 1,
-            found => return Err(format!(
+            found => {
+                return Err(format!(
                 "record {} ({len} bytes at {offset}) returned but does not parse: found {found:?}",
                 op.seq
-            )),
+            ))
+            }
         }
     }
     Ok(intact)
@@ -504,10 +508,11 @@ struct Totals {
     records_intact: u64,
     bytes_checked: u64,
     /// `keeper_killed_too`: segments the killed keeper left, which a recovery finished,
-    /// and what it wrote.
+    /// and what it wrote; and those a new cache's build finished.
     recovered: u64,
     recovered_folios: u64,
     recovered_bytes: u64,
+    finished_by_build: u64,
     keeper_wait_ms_max: u64,
 }
 
@@ -535,24 +540,17 @@ fn run_rounds(kill: Kill, rounds: u64) {
         let round_dir = dir.path().join(format!("round-{round}"));
         std::fs::create_dir(&round_dir).expect("create the round's directory");
         for (i, bytes) in left.iter().enumerate().take(files) {
-            let mut copy =
-                std::fs::File::create(round_dir.join(file_name(i))).expect("create a file");
-            copy.write_all(bytes)
-                .and_then(|()| copy.sync_all())
-                .expect("write a file");
+            // Not synced: the kernel keeps it through the child's death, and an O_DIRECT
+            // access flushes what the kernel holds of its range first.
+            std::fs::write(round_dir.join(file_name(i)), bytes).expect("write a file");
         }
         let child_seed = rng.next();
         let run = kill_delay(&mut rng);
         let keeper_run = Duration::from_millis(rng.below(KEEPER_KILL_MS_MAX + 1));
-        let in_default_dir = rng.below(4) == 0;
-        let segment_in = if in_default_dir {
-            "-".to_owned()
-        } else {
-            segment_dir.path().display().to_string()
-        };
         let spec = format!(
-            "{child_seed} {} {files} {segment_in} {}",
+            "{child_seed} {} {files} {} {}",
             round << 40,
+            segment_dir.path().display(),
             round_dir.display()
         );
         let context = format!(
@@ -601,6 +599,30 @@ fn run_rounds(kill: Kill, rounds: u64) {
                     libc::WTERMSIG(status)
                 );
             }
+            Kill::OwnerThenKeeper if said.segment.exists() && round % 2 == 1 => {
+                let cache = Cache::builder()
+                    .capacity_bytes(2 << 20)
+                    .persistent(true)
+                    .segment_dir(segment_dir.path())
+                    .build()
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "{context}: a persistent cache in the killed keeper's directory: {e}"
+                        )
+                    });
+                let keeper = cache.keeper_pid().expect("a persistent cache's keeper");
+                drop(cache);
+                let status = harness::wait_for_exit(
+                    keeper,
+                    KEEPER_WAIT_MAX,
+                    &format!("{context}: the keeper of the cache that finished the segment"),
+                );
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "{context}: the keeper of a cache dropped clean ended with wait status {status:#x}"
+                );
+                totals.finished_by_build += 1;
+            }
             Kill::OwnerThenKeeper if said.segment.exists() => {
                 let recovered = folio::recover_segment(&said.segment).unwrap_or_else(|e| {
                     panic!(
@@ -633,10 +655,9 @@ fn run_rounds(kill: Kill, rounds: u64) {
             !said.segment.exists(),
             "{context}: the segment {} is still there after the keeper{} finished",
             said.segment.display(),
-            if kill == Kill::Owner {
-                ""
-            } else {
-                " and the recovery"
+            match kill {
+                Kill::Owner => "",
+                Kill::OwnerThenKeeper => " and the recovery",
             }
         );
         totals.keeper_wait_ms_max = totals
@@ -734,7 +755,7 @@ fn run_rounds(kill: Kill, rounds: u64) {
     assert!(totals.set_lens_returned > 0, "{totals:?}");
     if kill == Kill::OwnerThenKeeper && rounds >= 10 {
         assert!(
-            totals.recovered > 0,
+            totals.recovered > 0 && totals.finished_by_build > 0,
             "no keeper was killed before it finished: {totals:?}"
         );
     }
@@ -751,12 +772,13 @@ fn kill_delay(rng: &mut Rng) -> Duration {
     Duration::from_secs_f64(ms / 1000.0)
 }
 
-/// The files of a round, read again from the device: they must hold what was checked
-/// (module docs). Removes the round's directory.
+/// The files of a round, read again: they must hold what was checked (module docs). The
+/// kernel's cache of them stays true to the device: an O_DIRECT write drops the cached
+/// pages it covers. Removes the round's directory.
 fn check_unchanged(dir: &Path, checked: &[Vec<u8>], round: &str) {
     for (f, bytes) in checked.iter().enumerate() {
         let path = dir.join(file_name(f));
-        let now = common::read_direct(&path).expect("read a file again");
+        let now = std::fs::read(&path).expect("read a file again");
         if now != *bytes {
             let first = now
                 .iter()

@@ -291,7 +291,7 @@ impl History {
         let len = disk.len() as u64;
         if len < self.len_floor {
             return Err(format!(
-                "the file is {len} bytes long, shorter than the {} an acknowledged sync left",
+                "the file is {len} bytes long, shorter than the {} that acknowledged operations left",
                 self.len_floor
             ));
         }
