@@ -443,12 +443,20 @@ impl ReadCompletion {
         // A file folio writes has its size in the mapping (it may be longer than on disk
         // until a sync): what a read finds missing below that size is a hole, zeros.
         let holes = mapping.write.is_written();
+        // And past that size the disk may still hold bytes a `set_len` cut (a read of the
+        // new last page between its `set_size` and its `ftruncate`): zeros too. A cut
+        // after this look moves the generation (or finds the folio and zeroes it itself).
+        let logical = holes.then(|| mapping.size_bytes());
         let mut publish = Run::new();
         let mut failed = Run::new();
         let mut at = 0usize;
         for folio in run {
             let bytes = folio.order.bytes();
-            let valid = n.saturating_sub(at).min(bytes);
+            let mut valid = n.saturating_sub(at).min(bytes);
+            if let Some(size) = logical {
+                let start = folio.head.offset_bytes();
+                valid = valid.min(usize::try_from(size.saturating_sub(start)).unwrap_or(bytes));
+            }
             if !holes && (valid == 0 || (grew && valid < bytes)) {
                 failed.push(*folio);
             } else {

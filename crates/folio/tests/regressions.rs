@@ -367,7 +367,6 @@ fn an_append_racing_a_writeback_reaches_the_disk() {
 /// cache instead of zeros, and writeback puts them on disk (it writes the block whole).
 /// Without the reader the same steps leave zeros.
 #[test]
-#[ignore = "set_len racing a read of its last page keeps the bytes past the cut: not fixed yet"]
 fn a_cut_racing_a_read_of_its_last_page_leaves_zeros_past_the_end() {
     use std::sync::atomic::{AtomicBool, Ordering};
 

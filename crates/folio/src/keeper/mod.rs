@@ -193,12 +193,25 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
     }
     let mut files = HashMap::new();
     let mut files_not_found = 0;
-    for id in writeback::dirty_mappings(&segment) {
+    // Every file with dirty pages, and every file folio wrote (its logical size may not be
+    // the disk's yet: a last block written whole, a `set_len` not applied).
+    let dirty = writeback::dirty_mappings(&segment);
+    let written_by_folio = segment.registered_ids().into_iter().filter(|&id| {
+        segment
+            .slot(id)
+            .and_then(|slot| slot.read())
+            .is_some_and(|r| r.size_bytes != crate::segment::layout::SIZE_UNKNOWN)
+    });
+    let ids: std::collections::BTreeSet<MappingId> =
+        dirty.iter().copied().chain(written_by_folio).collect();
+    for id in ids {
         match reopen(&segment, id) {
             Some(file) => {
                 files.insert(id, file);
             }
-            None => files_not_found += 1,
+            // A file gone with nothing dirty (deleted since, as databases do) owes nothing.
+            None if dirty.contains(&id) => files_not_found += 1,
+            None => {}
         }
     }
     let written = finish(segment, &mut files)?;

@@ -192,9 +192,11 @@ impl Mapping {
     ///
     /// Context: the file's writer lock held.
     pub fn extend_to(&self, end_bytes: u64) {
-        self.size_bytes.fetch_max(end_bytes, Ordering::AcqRel);
+        let before = self.size_bytes.fetch_max(end_bytes, Ordering::AcqRel);
         if let Some(slot) = self.segment_slot() {
-            slot.extend_to(end_bytes);
+            // The file's size, not the write's end: a write inside the file (the slot's
+            // first one, whose size was unknown until now) must not make it shorter.
+            slot.extend_to(before.max(end_bytes));
         }
     }
 

@@ -379,13 +379,25 @@ impl Segment {
         }
     }
 
-    /// Byte ranges of the side table that were ever written (`SEEK_DATA`): the keeper reads
-    /// only those, so that a 24 GiB segment's untouched table costs no memory to walk.
-    /// Returned as frame ranges.
-    pub fn written_meta_frames(&self) -> Vec<std::ops::Range<u32>> {
-        let entry = std::mem::size_of::<FolioMeta>() as u64;
-        let start = self.layout.meta_offset;
-        let end = start + u64::from(self.layout.frame_count) * entry;
+    /// The mapping ids whose slots were ever written (their pages allocated: `register`
+    /// reserves a slot's page before it writes it), by `SEEK_DATA` over the slots.
+    pub fn registered_ids(&self) -> Vec<MappingId> {
+        let start = self.layout.slots_offset;
+        let end = start + u64::from(SLOT_COUNT) * SLOT_BYTES;
+        self.data_ranges(start, end)
+            .into_iter()
+            .flat_map(|(from, to)| {
+                let first = ((from - start) / SLOT_BYTES) as u32;
+                let last = (to - start).div_ceil(SLOT_BYTES) as u32;
+                first..last.min(SLOT_COUNT)
+            })
+            .map(MappingId)
+            .filter(|&id| self.slot(id).is_some_and(|slot| slot.read().is_some()))
+            .collect()
+    }
+
+    /// The ranges of `[start, end)` of the file that hold data (`SEEK_DATA`, `SEEK_HOLE`).
+    fn data_ranges(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let fd = self.file.as_raw_fd();
         let mut ranges = Vec::new();
         let mut at = start;
@@ -402,14 +414,29 @@ impl Segment {
             } else {
                 (hole as u64).min(end)
             };
-            let first = ((data as u64 - start) / entry) as u32;
-            let last = (hole - start)
-                .div_ceil(entry)
-                .min(u64::from(self.layout.frame_count)) as u32;
-            ranges.push(first..last);
+            ranges.push((data as u64, hole));
             at = hole;
         }
         ranges
+    }
+
+    /// Byte ranges of the side table that were ever written (`SEEK_DATA`): the keeper reads
+    /// only those, so that a 24 GiB segment's untouched table costs no memory to walk.
+    /// Returned as frame ranges.
+    pub fn written_meta_frames(&self) -> Vec<std::ops::Range<u32>> {
+        let entry = std::mem::size_of::<FolioMeta>() as u64;
+        let start = self.layout.meta_offset;
+        let end = start + u64::from(self.layout.frame_count) * entry;
+        self.data_ranges(start, end)
+            .into_iter()
+            .map(|(from, to)| {
+                let first = ((from - start) / entry) as u32;
+                let last = (to - start)
+                    .div_ceil(entry)
+                    .min(u64::from(self.layout.frame_count));
+                first..last as u32
+            })
+            .collect()
     }
 
     pub fn set_state(&self, state: SegmentState) {
