@@ -4,6 +4,7 @@
 //! ```text
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
+//!     [--persistent]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, writeseq,
 //!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, compare; and soak
 //!     [--seconds N] (faults injected, every byte and fault accounted)
@@ -91,6 +92,12 @@ struct Common {
     /// are measured [default: 512 and 1024; --quick 128 and 256]
     #[arg(long, value_name = "MIB")]
     limits_mib: Option<u64>,
+    /// Puts the arena of every folio cache the workload builds (the pressure reader's
+    /// too) in a shared-memory segment in /dev/shm, with a keeper process that writes back
+    /// the dirty pages of an owner that dies (`CacheBuilder::persistent`); default: off,
+    /// the library's default. db-bench refuses it: the plugin has no such option yet
+    #[arg(long)]
+    persistent: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -313,6 +320,7 @@ fn run(cli: Cli) -> io::Result<()> {
     );
     env.readahead_max_bytes = common.readahead_kib << 10;
     env.arena_pages = common.arena_pages.into();
+    env.persistent = common.persistent;
     if let Some(n) = common.limits_mib {
         env.limits_args.file_mib = Some(n);
         env.limits_args.memcpy_mib = Some(n);
@@ -332,8 +340,9 @@ fn run(cli: Cli) -> io::Result<()> {
         env.warm.describe()
     );
     println!(
-        "folio arena: {FOLIO_ARENA}, {:?} pages (readseq's folio-prefault row: prefaulted at build)",
-        env.arena_pages
+        "folio arena: {FOLIO_ARENA}, {:?} pages, {} (readseq's folio-prefault row: prefaulted at build)",
+        env.arena_pages,
+        arena_home(&env)
     );
     let reports: Vec<Report> = match &workload {
         Some(w) => vec![w.run(&env)?],
@@ -355,6 +364,7 @@ fn run(cli: Cli) -> io::Result<()> {
         "warm_method": env.warm.describe(),
         "folio_readahead_max_bytes": env.readahead_max_bytes,
         "folio_arena": FOLIO_ARENA,
+        "folio_persistent": env.persistent,
     });
     if let Some(path) = &common.json {
         match workload {
@@ -416,6 +426,24 @@ fn machine(env: &Env) -> io::Result<String> {
     Ok(format!(
         "Linux {uname}, {cpus} CPUs ({cpu_model}), {mem_gib:.1} GiB; folio backend {backend}"
     ))
+}
+
+/// Where folio's arena lives: private anonymous memory (the library's default), or a
+/// segment in /dev/shm with a keeper (`--persistent`), with the page size shared memory
+/// gets here (a segment has no transparent huge pages unless `shmem_enabled` allows them).
+fn arena_home(env: &Env) -> String {
+    if !env.persistent {
+        return "private memory (not persistent: the library's default)".to_string();
+    }
+    let shmem = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .find(|w| w.starts_with('['))
+                .map(|w| w.trim_matches(['[', ']']).to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string());
+    format!("PERSISTENT: a segment in /dev/shm and a keeper process (shmem_enabled: {shmem})")
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine skews every figure.

@@ -65,6 +65,10 @@ pub struct Env {
     pub readahead_max_bytes: u64,
     /// The pages of every cache's arena (`--arena-pages`; the library's default unless set).
     pub arena_pages: folio::ArenaPages,
+    /// Whether every cache's arena lives in a shared-memory segment watched by a keeper
+    /// process (`--persistent`, `CacheBuilder::persistent`; off, the library's default,
+    /// unless set).
+    pub persistent: bool,
     pub progress: MultiProgress,
     pub limits_args: limits::Args,
     limits: RefCell<Option<Limits>>,
@@ -87,6 +91,7 @@ impl Env {
             backend,
             readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
             arena_pages: folio::ArenaPages::default(),
+            persistent: false,
             progress: MultiProgress::new(),
             limits_args: limits::Args::default(),
             limits: RefCell::new(None),
@@ -94,8 +99,8 @@ impl Env {
     }
 
     /// A fresh (cold) folio cache of `capacity_bytes` on the chosen backend, with the
-    /// readahead window of `--readahead-kib` (the library's by default) and every other
-    /// option at the library's default: its arena grows lazily, populated ahead of the
+    /// readahead window of `--readahead-kib` (the library's by default), its arena in a
+    /// segment under `--persistent`, and every other option at the library's default: its arena grows lazily, populated ahead of the
     /// allocator in the background (issue 13: a default that only the benchmark overrides
     /// is a bug). readseq measures the same scan with `Prefault::AtBuild` beside it.
     pub fn folio_cache(&self, capacity_bytes: u64) -> io::Result<folio::Cache> {
@@ -114,6 +119,7 @@ impl Env {
             .readahead_max_bytes(self.readahead_max_bytes)
             .prefault(prefault)
             .arena_pages(self.arena_pages)
+            .persistent(self.persistent)
             .build()
     }
 
