@@ -6,7 +6,7 @@
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
 //!     [--persistent]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, writeseq,
-//!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, compare; and soak
+//!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, keeper, compare; and soak
 //!     [--seconds N] (faults injected, every byte and fault accounted)
 //! ```
 //!
@@ -35,8 +35,8 @@ use serde_json::json;
 
 use kernel::WarmMethod;
 use workloads::{
-    compare, db_bench, limits, pread_scale, pressure, randread, randrw, randwrite, readahead_storm,
-    readseq, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
+    compare, db_bench, keeper, limits, pread_scale, pressure, randread, randrw, randwrite,
+    readahead_storm, readseq, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
 };
 
 /// How folio's caches get their memory in every workload: the library's default
@@ -62,9 +62,9 @@ struct Common {
     /// directory on a disk file system (not tmpfs), removed at exit
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Repetitions of each measurement; the median is reported
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5]
+    #[arg(long)]
+    runs: Option<usize>,
     /// Smaller sizes and durations (`compare --quick` about 2 min on the reference machine)
     #[arg(long)]
     quick: bool,
@@ -247,7 +247,16 @@ enum Command {
         #[command(flatten)]
         args: pressure::Args,
     },
-    /// All of the above but db-bench, scale, scan-mix and pressure, one after another
+    /// The time from a persistent cache's owner's death (SIGKILL) to its dirty data
+    /// durable, written back by its keeper, beside the kernel's fsync of the same dirty
+    /// data (issue 31; not in compare)
+    Keeper {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: keeper::Args,
+    },
+    /// All of the above but db-bench, scale, scan-mix, pressure and keeper, one after another
     /// (about 7 min; --quick about 2)
     Compare {
         #[command(flatten)]
@@ -268,6 +277,9 @@ enum Command {
     /// The allocating process of `pressure`, run by pressure itself
     #[command(hide = true)]
     PressureAlloc(pressure::AllocArgs),
+    /// The owner of `keeper`'s persistent cache, run (and killed) by keeper itself
+    #[command(hide = true)]
+    KeeperOwner(keeper::OwnerArgs),
 }
 
 fn main() {
@@ -284,6 +296,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::KernelRw(args) => return rw::child_main(&args),
         Command::PressureReader(args) => return pressure::reader_main(&args),
         Command::PressureAlloc(args) => return pressure::alloc_main(&args),
+        Command::KeeperOwner(args) => return keeper::owner_main(&args),
         Command::Soak(args) => {
             if !soak::run(&args)? {
                 std::process::exit(1);
@@ -302,14 +315,20 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::Scale { common, args } => (common, Some(Box::new(args))),
         Command::ScanMix { common, args } => (common, Some(Box::new(args))),
         Command::Pressure { common, args } => (common, Some(Box::new(args))),
+        Command::Keeper { common, args } => (common, Some(Box::new(args))),
         Command::Compare { common } => (common, None),
     };
     let started = Instant::now();
     let date = date_utc();
     let (dir, _temp) = data_dir(common.dir.as_deref())?;
+    let runs = common.runs.unwrap_or_else(|| {
+        workload
+            .as_ref()
+            .map_or(workloads::RUNS_DEFAULT, |w| w.runs_default())
+    });
     let mut env = Env::new(
         dir.clone(),
-        common.runs,
+        runs,
         if common.quick {
             Scale::Quick
         } else {

@@ -18,6 +18,7 @@
 
 pub mod compare;
 pub mod db_bench;
+pub mod keeper;
 pub mod limits;
 pub mod pread_scale;
 pub mod pressure;
@@ -44,10 +45,17 @@ use crate::data;
 use crate::kernel::{ColdMethod, WarmMethod};
 use crate::measure::{self, RunResult};
 
+/// Repetitions of each measurement when neither `--runs` nor the workload says otherwise.
+pub const RUNS_DEFAULT: usize = 3;
+
 /// A workload: options in, one report out.
 pub trait Workload {
     /// The name on the command line and in the JSON (`"readseq"`).
     fn name(&self) -> &'static str;
+    /// Repetitions of each measurement unless `--runs` says otherwise.
+    fn runs_default(&self) -> usize {
+        RUNS_DEFAULT
+    }
     fn run(&self, env: &Env) -> io::Result<Report>;
 }
 
