@@ -189,6 +189,12 @@ fn check_keeper(v: &Value, dirty_bytes: u64) {
                 assert_eq!(r["dirty_pages_at_kill"], dirty_bytes / 4096, "{r}");
                 assert_eq!(r["keeper_exit_status"], 0, "{r}");
                 assert!(r["vs_kernel"].as_f64() > Some(0.0), "{r}");
+                // The segment goes before the keeper exits.
+                let synced = r["synced_ms_runs"].as_array().expect("runs");
+                let exits = r["keeper_exit_ms_runs"].as_array().expect("runs");
+                for (s, e) in synced.iter().zip(exits) {
+                    assert!(s.as_f64() <= e.as_f64(), "{r}");
+                }
             }
         }
     }

@@ -26,8 +26,15 @@ pub fn table(report: &Report) -> String {
         report.limits.odirect_seq_mb_per_sec
     );
     out += &format!(
-        "{:<6} {:<7} {:>13} {:>10} {:>10} {:>13}  {:<}\n",
-        "shape", "system", "synced p50 ms", "max ms", "MB/s", "folio/kernel", "each run (ms)"
+        "{:<6} {:<7} {:>13} {:>10} {:>10} {:>13} {:>12}  {:<}\n",
+        "shape",
+        "system",
+        "synced p50 ms",
+        "max ms",
+        "MB/s",
+        "folio/kernel",
+        "exit p50 ms",
+        "each run (ms)"
     );
     for row in &report.rows {
         let shape = row
@@ -49,7 +56,7 @@ pub fn table(report: &Report) -> String {
             .unwrap_or_default();
         let cell = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"));
         out += &format!(
-            "{:<6} {:<7} {:>13} {:>10} {:>10.1} {:>13}  {runs}\n",
+            "{:<6} {:<7} {:>13} {:>10} {:>10.1} {:>13} {:>12}  {runs}\n",
             shape,
             row.system,
             cell(extra_f64(row, "synced_ms_p50")),
@@ -57,10 +64,13 @@ pub fn table(report: &Report) -> String {
             row.mb_per_sec,
             row.vs_kernel
                 .map_or_else(String::new, |r| format!("{r:.2}x")),
+            cell(extra_f64(row, "keeper_exit_ms_p50")),
         );
     }
-    out += "  (synced: folio from the owner's SIGKILL to its keeper's exit, the kernel the fsync \
-            of the files; MB/s: the median run's dirty data over that time; folio/kernel: the \
+    out +=
+        "  (synced: folio from the owner's SIGKILL to its segment's removal by the keeper (after \
+            its writes and fsyncs), the kernel the fsync of the files; exit p50: the keeper's \
+            exit; MB/s: the median run's dirty data over that time; folio/kernel: the \
             median of the per-run MB/s ratios, above 1 when the keeper is faster)\n";
     out += &super::notes_and_targets(report);
     out
