@@ -4,8 +4,9 @@
 //! ```text
 //! cargo run --release -p folio-bench -- <workload> [--quick] [--runs N] [--threads 1,2,32]
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
+//!     [--persistent]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, writeseq,
-//!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, compare; and soak
+//!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, keeper, compare; and soak
 //!     [--seconds N] (faults injected, every byte and fault accounted)
 //! ```
 //!
@@ -34,8 +35,8 @@ use serde_json::json;
 
 use kernel::WarmMethod;
 use workloads::{
-    compare, db_bench, limits, pread_scale, pressure, randread, randrw, randwrite, readahead_storm,
-    readseq, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
+    compare, db_bench, keeper, limits, pread_scale, pressure, randread, randrw, randwrite,
+    readahead_storm, readseq, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
 };
 
 /// How folio's caches get their memory in every workload: the library's default
@@ -61,9 +62,9 @@ struct Common {
     /// directory on a disk file system (not tmpfs), removed at exit
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Repetitions of each measurement; the median is reported
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5]
+    #[arg(long)]
+    runs: Option<usize>,
     /// Smaller sizes and durations (`compare --quick` about 2 min on the reference machine)
     #[arg(long)]
     quick: bool,
@@ -91,6 +92,12 @@ struct Common {
     /// are measured [default: 512 and 1024; --quick 128 and 256]
     #[arg(long, value_name = "MIB")]
     limits_mib: Option<u64>,
+    /// Puts the arena of every folio cache the workload builds (the pressure reader's
+    /// too) in a shared-memory segment in /dev/shm, with a keeper process that writes back
+    /// the dirty pages of an owner that dies (`CacheBuilder::persistent`); default: off,
+    /// the library's default. db-bench refuses it: the plugin has no such option yet
+    #[arg(long)]
+    persistent: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -240,7 +247,16 @@ enum Command {
         #[command(flatten)]
         args: pressure::Args,
     },
-    /// All of the above but db-bench, scale, scan-mix and pressure, one after another
+    /// The time from a persistent cache's owner's death (SIGKILL) to its dirty data
+    /// durable, written back by its keeper, beside the kernel's fsync of the same dirty
+    /// data (issue 31; not in compare)
+    Keeper {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: keeper::Args,
+    },
+    /// All of the above but db-bench, scale, scan-mix, pressure and keeper, one after another
     /// (about 7 min; --quick about 2)
     Compare {
         #[command(flatten)]
@@ -261,6 +277,9 @@ enum Command {
     /// The allocating process of `pressure`, run by pressure itself
     #[command(hide = true)]
     PressureAlloc(pressure::AllocArgs),
+    /// The owner of `keeper`'s persistent cache, run (and killed) by keeper itself
+    #[command(hide = true)]
+    KeeperOwner(keeper::OwnerArgs),
 }
 
 fn main() {
@@ -277,6 +296,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::KernelRw(args) => return rw::child_main(&args),
         Command::PressureReader(args) => return pressure::reader_main(&args),
         Command::PressureAlloc(args) => return pressure::alloc_main(&args),
+        Command::KeeperOwner(args) => return keeper::owner_main(&args),
         Command::Soak(args) => {
             if !soak::run(&args)? {
                 std::process::exit(1);
@@ -295,14 +315,20 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::Scale { common, args } => (common, Some(Box::new(args))),
         Command::ScanMix { common, args } => (common, Some(Box::new(args))),
         Command::Pressure { common, args } => (common, Some(Box::new(args))),
+        Command::Keeper { common, args } => (common, Some(Box::new(args))),
         Command::Compare { common } => (common, None),
     };
     let started = Instant::now();
     let date = date_utc();
     let (dir, _temp) = data_dir(common.dir.as_deref())?;
+    let runs = common.runs.unwrap_or_else(|| {
+        workload
+            .as_ref()
+            .map_or(workloads::RUNS_DEFAULT, |w| w.runs_default())
+    });
     let mut env = Env::new(
         dir.clone(),
-        common.runs,
+        runs,
         if common.quick {
             Scale::Quick
         } else {
@@ -313,6 +339,7 @@ fn run(cli: Cli) -> io::Result<()> {
     );
     env.readahead_max_bytes = common.readahead_kib << 10;
     env.arena_pages = common.arena_pages.into();
+    env.persistent = common.persistent;
     if let Some(n) = common.limits_mib {
         env.limits_args.file_mib = Some(n);
         env.limits_args.memcpy_mib = Some(n);
@@ -332,8 +359,9 @@ fn run(cli: Cli) -> io::Result<()> {
         env.warm.describe()
     );
     println!(
-        "folio arena: {FOLIO_ARENA}, {:?} pages (readseq's folio-prefault row: prefaulted at build)",
-        env.arena_pages
+        "folio arena: {FOLIO_ARENA}, {:?} pages, {} (readseq's folio-prefault row: prefaulted at build)",
+        env.arena_pages,
+        arena_home(&env)
     );
     let reports: Vec<Report> = match &workload {
         Some(w) => vec![w.run(&env)?],
@@ -355,6 +383,7 @@ fn run(cli: Cli) -> io::Result<()> {
         "warm_method": env.warm.describe(),
         "folio_readahead_max_bytes": env.readahead_max_bytes,
         "folio_arena": FOLIO_ARENA,
+        "folio_persistent": env.persistent,
     });
     if let Some(path) = &common.json {
         match workload {
@@ -416,6 +445,24 @@ fn machine(env: &Env) -> io::Result<String> {
     Ok(format!(
         "Linux {uname}, {cpus} CPUs ({cpu_model}), {mem_gib:.1} GiB; folio backend {backend}"
     ))
+}
+
+/// Where folio's arena lives: private anonymous memory (the library's default), or a
+/// segment in /dev/shm with a keeper (`--persistent`), with the page size shared memory
+/// gets here (a segment has no transparent huge pages unless `shmem_enabled` allows them).
+fn arena_home(env: &Env) -> String {
+    if !env.persistent {
+        return "private memory (not persistent: the library's default)".to_string();
+    }
+    let shmem = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .find(|w| w.starts_with('['))
+                .map(|w| w.trim_matches(['[', ']']).to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string());
+    format!("PERSISTENT: a segment in /dev/shm and a keeper process (shmem_enabled: {shmem})")
 }
 
 /// The 1, 5 and 15 minute load averages: other work on the machine skews every figure.

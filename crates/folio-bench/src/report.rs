@@ -2,7 +2,7 @@
 //! the JSON file (issue 7's shape; `compare` wraps the list as `{"workloads": [...]}`),
 //! and the SVG chart (throughput per system and thread count, one panel per workload).
 //! `scale` and `pressure` have tables and charts of their own (`report/scale.rs`,
-//! `report/pressure.rs`).
+//! `report/pressure.rs`), `keeper` a table of its own (`report/keeper.rs`).
 //!
 //! Design: everything here is a pure function of `Report`s (and a few words about the
 //! machine); nothing is measured here. Numbers on the terminal are rounded for reading;
@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 
 use crate::workloads::{Metric, Report, System};
 
+mod keeper;
 mod pressure;
 mod scale;
 
@@ -29,6 +30,9 @@ pub fn table(report: &Report) -> String {
     }
     if report.workload == "pressure" {
         return pressure::table(report);
+    }
+    if report.workload == "keeper" {
+        return keeper::table(report);
     }
     let mut out = String::new();
     let shared = report.params.get("shared") == Some(&Value::Bool(true));

@@ -7,6 +7,9 @@
 //! promise instead of bytes read: bytes written, every read verified, syncs timed, and
 //! folio's file checked whole on disk after every run (`disk_verified_bytes`).
 //!
+//! `keeper` kills a persistent cache's owner with 2 MiB dirty and checks every byte its
+//! keeper wrote back.
+//!
 //! `pressure` runs tiny and without a cgroup: its report's shape and samples, not the
 //! policy (that takes the machine's memory).
 //!
@@ -161,6 +164,40 @@ fn check_scale(v: &Value) {
         );
     }
     assert!(v["params"]["rlimit_nofile"]["soft_after"].as_u64() >= Some(40));
+}
+
+/// Checks the `keeper` report: per shape a folio and a kernel row, every file read back
+/// whole and checked, the owner killed with every page dirty, the keeper's exit clean.
+fn check_keeper(v: &Value, dirty_bytes: u64) {
+    assert_eq!(v["workload"], "keeper");
+    assert_eq!(v["params"]["dirty_bytes"], dirty_bytes);
+    let rows = v["rows"].as_array().expect("rows");
+    for shape in ["seq", "rand"] {
+        for system in ["folio", "kernel"] {
+            let r = rows
+                .iter()
+                .find(|r| r["shape"] == shape && r["system"] == system)
+                .unwrap_or_else(|| panic!("no {system} row of {shape}: {v}"));
+            assert_eq!(r["bytes_written"], dirty_bytes, "{r}");
+            assert_eq!(r["bytes_verified"], dirty_bytes, "every byte checked: {r}");
+            assert!(r["synced_ms_p50"].as_f64() > Some(0.0), "{r}");
+            assert!(
+                r["synced_ms_max"].as_f64() >= r["synced_ms_p50"].as_f64(),
+                "{r}"
+            );
+            if system == "folio" {
+                assert_eq!(r["dirty_pages_at_kill"], dirty_bytes / 4096, "{r}");
+                assert_eq!(r["keeper_exit_status"], 0, "{r}");
+                assert!(r["vs_kernel"].as_f64() > Some(0.0), "{r}");
+                // The segment goes before the keeper exits.
+                let synced = r["synced_ms_runs"].as_array().expect("runs");
+                let exits = r["keeper_exit_ms_runs"].as_array().expect("runs");
+                for (s, e) in synced.iter().zip(exits) {
+                    assert!(s.as_f64() <= e.as_f64(), "{r}");
+                }
+            }
+        }
+    }
 }
 
 /// Checks a write workload's report: the shape, bytes written by every row, every byte
@@ -626,6 +663,21 @@ fn every_workload_runs_tiny_with_the_promised_json() {
         assert!(r["bytes_read"].as_u64() > Some(0), "randrw reads too: {r}");
     }
     assert!(row(&rows, "kernel", 4)["torn_reads_reread"].is_u64());
+
+    let v = run(
+        d,
+        "keeper",
+        &[
+            "keeper",
+            "--dirty-mib",
+            "2",
+            "--files",
+            "2",
+            "--cache-mib",
+            "64",
+        ],
+    );
+    check_keeper(&v, 2 << 20);
 
     let took = started.elapsed().as_secs_f64();
     eprintln!("every workload, tiny: {took:.1} s");

@@ -264,6 +264,13 @@ impl Workload for Args {
     }
 
     fn run(&self, env: &Env) -> io::Result<Report> {
+        if env.persistent {
+            // A flag that silently did nothing would label plain figures persistent.
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "db-bench: --persistent does not reach the plugin (its URI has no such option)",
+            ));
+        }
         match self.benchmark {
             Benchmark::Readrandom => return readrandom::run(self, env, PointReads::Single),
             Benchmark::Multireadrandom => {

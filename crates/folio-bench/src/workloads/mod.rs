@@ -18,6 +18,7 @@
 
 pub mod compare;
 pub mod db_bench;
+pub mod keeper;
 pub mod limits;
 pub mod pread_scale;
 pub mod pressure;
@@ -44,10 +45,17 @@ use crate::data;
 use crate::kernel::{ColdMethod, WarmMethod};
 use crate::measure::{self, RunResult};
 
+/// Repetitions of each measurement when neither `--runs` nor the workload says otherwise.
+pub const RUNS_DEFAULT: usize = 3;
+
 /// A workload: options in, one report out.
 pub trait Workload {
     /// The name on the command line and in the JSON (`"readseq"`).
     fn name(&self) -> &'static str;
+    /// Repetitions of each measurement unless `--runs` says otherwise.
+    fn runs_default(&self) -> usize {
+        RUNS_DEFAULT
+    }
     fn run(&self, env: &Env) -> io::Result<Report>;
 }
 
@@ -65,6 +73,10 @@ pub struct Env {
     pub readahead_max_bytes: u64,
     /// The pages of every cache's arena (`--arena-pages`; the library's default unless set).
     pub arena_pages: folio::ArenaPages,
+    /// Whether every cache's arena lives in a shared-memory segment watched by a keeper
+    /// process (`--persistent`, `CacheBuilder::persistent`; off, the library's default,
+    /// unless set).
+    pub persistent: bool,
     pub progress: MultiProgress,
     pub limits_args: limits::Args,
     limits: RefCell<Option<Limits>>,
@@ -87,6 +99,7 @@ impl Env {
             backend,
             readahead_max_bytes: folio::READAHEAD_MAX_BYTES_DEFAULT,
             arena_pages: folio::ArenaPages::default(),
+            persistent: false,
             progress: MultiProgress::new(),
             limits_args: limits::Args::default(),
             limits: RefCell::new(None),
@@ -94,8 +107,8 @@ impl Env {
     }
 
     /// A fresh (cold) folio cache of `capacity_bytes` on the chosen backend, with the
-    /// readahead window of `--readahead-kib` (the library's by default) and every other
-    /// option at the library's default: its arena grows lazily, populated ahead of the
+    /// readahead window of `--readahead-kib` (the library's by default), its arena in a
+    /// segment under `--persistent`, and every other option at the library's default: its arena grows lazily, populated ahead of the
     /// allocator in the background (issue 13: a default that only the benchmark overrides
     /// is a bug). readseq measures the same scan with `Prefault::AtBuild` beside it.
     pub fn folio_cache(&self, capacity_bytes: u64) -> io::Result<folio::Cache> {
@@ -114,6 +127,7 @@ impl Env {
             .readahead_max_bytes(self.readahead_max_bytes)
             .prefault(prefault)
             .arena_pages(self.arena_pages)
+            .persistent(self.persistent)
             .build()
     }
 

@@ -594,6 +594,9 @@ fn run_side(env: &Env, plan: &Plan, path: &Path, system: System, seed: u64) -> i
             reader_args.push(v.get_name().into());
         }
     }
+    if env.persistent {
+        reader_args.push("--persistent".into());
+    }
     let mut reader = spawn_self(&reader_args, group.as_ref(), Stdio::piped())?;
     let reader_stdin = reader.stdin.take();
     let out = reader.stdout.take().expect("piped stdout");
@@ -1065,6 +1068,9 @@ pub struct ReaderArgs {
     pub arena_pages: Pages,
     #[arg(long, default_value_t = folio::READAHEAD_MAX_BYTES_DEFAULT >> 10)]
     pub readahead_kib: u64,
+    /// The reader's cache in a segment with a keeper (`--persistent` of the workload).
+    #[arg(long)]
+    pub persistent: bool,
 }
 
 /// A reader's cache: folio's (a handle per thread) or the kernel's (an fd per thread).
@@ -1089,6 +1095,7 @@ impl Side {
                     .backend(args.backend.into())
                     .arena_pages(args.arena_pages.into())
                     .readahead_max_bytes(args.readahead_kib << 10)
+                    .persistent(args.persistent)
                     .build()?;
                 let files = (0..threads)
                     .map(|_| cache.open(&args.file))
