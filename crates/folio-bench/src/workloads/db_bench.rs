@@ -266,7 +266,6 @@ impl Workload for Args {
     fn run(&self, env: &Env) -> io::Result<Report> {
         // The plugin runs at its defaults, which are persistent (`persist=1`): `--persistent`
         // changes nothing here, and its absence does not turn persistence off.
-        let _ = env.persistent;
         match self.benchmark {
             Benchmark::Readrandom => return readrandom::run(self, env, PointReads::Single),
             Benchmark::Multireadrandom => {
