@@ -21,7 +21,8 @@
 //! folio with different bytes.
 //!
 //! Blocks are written whole (4 KiB, from the frame, O_DIRECT where the owner opened the
-//! file so); a block past the logical size is not written, and the size is then set to the
+//! file so), in file order, blocks that follow each other merged into one write of up to
+//! 2 MiB whatever folios they sit in; a block past the logical size is not written, and the size is then set to the
 //! logical one (`ftruncate`), which also cuts the zeros after it in the last block.
 
 use std::collections::{BTreeSet, HashMap};
@@ -31,7 +32,7 @@ use std::sync::Arc;
 
 use crate::arena::{Arena, ArenaPages};
 use crate::folio::MappingId;
-use crate::io::backend::{FlushKind, Op};
+use crate::io::backend::{FlushKind, FrameBuf, Op, IO_BYTES_MAX};
 use crate::io::sync;
 use crate::segment::layout::SIZE_UNKNOWN;
 use crate::segment::Segment;
@@ -137,11 +138,21 @@ pub fn write_back(
     Ok(written)
 }
 
-/// One file: its dirty blocks below `size` (all of them if the size is unknown), the size,
-/// then `fsync`. Returns the bytes written.
+/// One file: its dirty blocks below `size` (all of them if the size is unknown), in file
+/// order, blocks that follow each other merged into one write (at most `IO_BYTES_MAX` and
+/// `UIO_MAXIOV` buffers, as the owner's writeback merges them), then the size, then
+/// `fsync`. Returns the bytes written.
+///
+/// Why merged: a file written in small folios (every page a write made without a read is
+/// an order-0 folio) would otherwise take one synchronous 4 KiB write per page, in the
+/// arena's order: 256 MiB dirty took the keeper 7-9 s here, where the kernel's fsync of the
+/// same dirty data took 0.4-0.9 s.
 fn write_file(arena: &Arena, file: &StdFile, folios: &[Dirty], size: u64) -> io::Result<u64> {
+    let mut in_order: Vec<&Dirty> = folios.iter().collect();
+    in_order.sort_unstable_by_key(|folio| folio.head);
     let mut bytes = 0;
-    for folio in folios {
+    let mut run = Run::default();
+    for folio in in_order {
         for (first, count) in folio.blocks.runs() {
             let offset = folio.head.offset_bytes() + first * PAGE_BYTES as u64;
             if size != SIZE_UNKNOWN && offset >= size {
@@ -153,22 +164,53 @@ fn write_file(arena: &Arena, file: &StdFile, folios: &[Dirty], size: u64) -> io:
                 count.min((size - offset).div_ceil(PAGE_BYTES as u64))
             };
             let buf = arena.io_buf_pages(folio.frame, folio.order, first, count);
-            let len = buf.len_bytes();
-            let mut done = 0;
-            while done < len {
-                let now =
-                    sync::transfer(file, Op::Write, offset, std::slice::from_ref(&buf), done)?;
-                if now == done {
-                    return Err(io::Error::from(io::ErrorKind::WriteZero));
-                }
-                done = now;
+            if !run.takes(offset, buf.len_bytes()) {
+                bytes += run.write(file)?;
+                run = Run {
+                    offset_bytes: offset,
+                    ..Run::default()
+                };
             }
-            bytes += len as u64;
+            run.len_bytes += buf.len_bytes();
+            run.bufs.push(buf);
         }
     }
+    bytes += run.write(file)?;
     if size != SIZE_UNKNOWN && file.metadata()?.len() != size {
         sync::set_len(file, size)?;
     }
     sync::flush(file, FlushKind::All)?;
     Ok(bytes)
+}
+
+/// Blocks that follow each other in a file, written as one.
+#[derive(Default)]
+struct Run {
+    offset_bytes: u64,
+    len_bytes: usize,
+    bufs: Vec<FrameBuf>,
+}
+
+impl Run {
+    /// Whether `len_bytes` at `offset_bytes` may join the run (it follows it, and the run
+    /// stays within one request's limits).
+    fn takes(&self, offset_bytes: u64, len_bytes: usize) -> bool {
+        self.bufs.is_empty()
+            || (self.offset_bytes + self.len_bytes as u64 == offset_bytes
+                && self.len_bytes + len_bytes <= IO_BYTES_MAX
+                && self.bufs.len() < libc::UIO_MAXIOV as usize)
+    }
+
+    /// Writes the run whole; returns its bytes.
+    fn write(&self, file: &StdFile) -> io::Result<u64> {
+        let mut done = 0;
+        while done < self.len_bytes {
+            let now = sync::transfer(file, Op::Write, self.offset_bytes, &self.bufs, done)?;
+            if now == done {
+                return Err(io::Error::from(io::ErrorKind::WriteZero));
+            }
+            done = now;
+        }
+        Ok(self.len_bytes as u64)
+    }
 }
