@@ -193,15 +193,16 @@ struct Run {
 
 impl Run {
     /// Whether `len_bytes` at `offset_bytes` may join the run (it follows it, and the run
-    /// stays within one request's limits).
+    /// stays within one request's limits). An empty run takes nothing: it is replaced by
+    /// one that starts at the block (it has no offset of its own yet).
     fn takes(&self, offset_bytes: u64, len_bytes: usize) -> bool {
-        self.bufs.is_empty()
-            || (self.offset_bytes + self.len_bytes as u64 == offset_bytes
-                && self.len_bytes + len_bytes <= IO_BYTES_MAX
-                && self.bufs.len() < libc::UIO_MAXIOV as usize)
+        !self.bufs.is_empty()
+            && self.offset_bytes + self.len_bytes as u64 == offset_bytes
+            && self.len_bytes + len_bytes <= IO_BYTES_MAX
+            && self.bufs.len() < libc::UIO_MAXIOV as usize
     }
 
-    /// Writes the run whole; returns its bytes.
+    /// Writes the run whole (nothing for an empty one); returns its bytes.
     fn write(&self, file: &StdFile) -> io::Result<u64> {
         let mut done = 0;
         while done < self.len_bytes {
