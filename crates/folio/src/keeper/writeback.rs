@@ -22,8 +22,9 @@
 //!
 //! Blocks are written whole (4 KiB, from the frame, O_DIRECT where the owner opened the
 //! file so), in file order, blocks that follow each other merged into one write of up to
-//! 2 MiB whatever folios they sit in; a block past the logical size is not written, and the size is then set to the
-//! logical one (`ftruncate`), which also cuts the zeros after it in the last block.
+//! 2 MiB whatever folios they sit in; a block past the logical size is not written, and
+//! the size is then set to the logical one (`ftruncate`), which also cuts the zeros after
+//! it in the last block.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File as StdFile;
