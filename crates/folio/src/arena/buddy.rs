@@ -214,7 +214,7 @@ impl Arena {
             self.note_allocated(order, use_);
             (head.0, residence)
         };
-        if residence == Residence::Returned && !self.reserve(head..head + (1 << want), false) {
+        if residence == Residence::Returned && !self.reserve_frames(head..head + (1 << want)) {
             // A segment's file system without room for the block's memory again: back on
             // the returned lists, and the caller reclaims (`Arena::reserve`).
             let mut lists = self.buddy.lock();

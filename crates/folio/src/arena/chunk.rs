@@ -80,7 +80,7 @@ impl Arena {
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         let chunk = self.claim_chunk_range()?;
-        if !self.reserve(chunk.clone(), true) {
+        if !self.reserve_chunk(chunk.clone()) {
             // Every claim takes the lock, so the chunk is still the last claimed.
             self.chunks
                 .claimed_frames

@@ -222,12 +222,19 @@ impl Arena {
         }
     }
 
-    /// Makes sure the memory under `frames` (and their side-table entries, with `meta`)
-    /// exists before anything touches it: always so for anonymous memory; a segment's file
-    /// system may be short of room (`Segment::reserve`).
-    fn reserve(&self, frames: std::ops::Range<u32>, meta: bool) -> bool {
+    /// Makes sure the memory under a chunk's frames and side-table entries exists before
+    /// anything touches it: always so for anonymous memory; a segment's file system may be
+    /// short of room (`Segment::reserve_chunk`).
+    fn reserve_chunk(&self, frames: std::ops::Range<u32>) -> bool {
         self.segment()
-            .is_none_or(|segment| segment.reserve(frames, meta))
+            .is_none_or(|segment| segment.reserve_chunk(frames))
+    }
+
+    /// The same for a block's frames taken again after they were given back (their
+    /// side-table entries stayed: `Segment::reserve_frames`).
+    fn reserve_frames(&self, frames: std::ops::Range<u32>) -> bool {
+        self.segment()
+            .is_none_or(|segment| segment.reserve_frames(frames))
     }
 
     /// The segment the arena lives in, if it outlives the process.

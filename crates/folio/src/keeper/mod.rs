@@ -90,7 +90,7 @@ pub fn spawn(segment: &Segment) -> io::Result<KeeperLink> {
     let mut status = 0;
     // SAFETY: waits for our own child, which exits at once.
     unsafe { libc::waitpid(child, &mut status, 0) };
-    match link::receive(ours.as_raw_fd(), true)? {
+    match link::receive(ours.as_raw_fd())? {
         Received::Message(Message::Started(pid)) => {
             segment
                 .header()
@@ -127,7 +127,7 @@ fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
     while let Event::Link = wait_for(LINK_FD, has_pidfd.then_some(PIDFD)) {
-        match link::receive(LINK_FD, false) {
+        match link::try_receive(LINK_FD) {
             Ok(Received::Message(Message::Bye)) => return 0,
             Ok(Received::Message(m)) => apply(&mut files, m),
             Ok(Received::Empty) => {}
@@ -135,7 +135,7 @@ fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &
         }
     }
     // Step 3: everything the owner sent before it died.
-    while let Ok(Received::Message(m)) = link::receive(LINK_FD, false) {
+    while let Ok(Received::Message(m)) = link::try_receive(LINK_FD) {
         if matches!(m, Message::Bye) {
             return 0;
         }

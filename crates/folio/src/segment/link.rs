@@ -163,8 +163,17 @@ pub enum Received {
     Closed,
 }
 
-/// Receives one message; `wait` false returns `Empty` at once when none is queued.
-pub fn receive(socket: RawFd, wait: bool) -> io::Result<Received> {
+/// Receives one message, waiting for it.
+pub fn receive(socket: RawFd) -> io::Result<Received> {
+    receive_with(socket, 0)
+}
+
+/// Receives one message if one is queued; `Empty` at once otherwise.
+pub fn try_receive(socket: RawFd) -> io::Result<Received> {
+    receive_with(socket, libc::MSG_DONTWAIT)
+}
+
+fn receive_with(socket: RawFd, flags: libc::c_int) -> io::Result<Received> {
     let mut body = [0u8; 8];
     let mut iov = libc::iovec {
         iov_base: body.as_mut_ptr().cast::<libc::c_void>(),
@@ -177,7 +186,7 @@ pub fn receive(socket: RawFd, wait: bool) -> io::Result<Received> {
     msg.msg_iovlen = 1;
     msg.msg_control = control.as_mut_ptr().cast::<libc::c_void>();
     msg.msg_controllen = std::mem::size_of_val(&control);
-    let flags = libc::MSG_CMSG_CLOEXEC | if wait { 0 } else { libc::MSG_DONTWAIT };
+    let flags = libc::MSG_CMSG_CLOEXEC | flags;
     let got = loop {
         // SAFETY: `msg` and what it points at are valid for the call.
         let got = unsafe { libc::recvmsg(socket, &mut msg, flags) };
@@ -238,7 +247,7 @@ mod tests {
         link.bye();
         drop(link);
         let fd = keeper.as_raw_fd();
-        match receive(fd, false).unwrap() {
+        match try_receive(fd).unwrap() {
             Received::Message(Message::Register(MappingId(7), got)) => {
                 let a = std::fs::File::from(got).metadata().unwrap();
                 let b = file.metadata().unwrap();
@@ -248,13 +257,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(matches!(
-            receive(fd, false).unwrap(),
+            try_receive(fd).unwrap(),
             Received::Message(Message::Forget(MappingId(7)))
         ));
         assert!(matches!(
-            receive(fd, false).unwrap(),
+            try_receive(fd).unwrap(),
             Received::Message(Message::Bye)
         ));
-        assert!(matches!(receive(fd, false).unwrap(), Received::Closed));
+        assert!(matches!(try_receive(fd).unwrap(), Received::Closed));
     }
 }

@@ -322,22 +322,25 @@ impl Segment {
         NonNull::new(ptr).expect("inside a non-null mapping")
     }
 
-    /// Allocates the file's memory under frames `frames` (and their side-table entries, with
-    /// `meta`) before anything touches it: on a shared-memory file system a store to a page
-    /// it has no room for kills the process (SIGBUS), a failed `fallocate` is only an
-    /// answer. False when the file system is short of room.
-    pub fn reserve(&self, frames: std::ops::Range<u32>, meta: bool) -> bool {
+    /// Allocates the file's memory under frames `frames` before anything touches it: on a
+    /// shared-memory file system a store to a page it has no room for kills the process
+    /// (SIGBUS), a failed `fallocate` is only an answer. False when the file system is
+    /// short of room. For a block taken again after it was given back (its side-table
+    /// entries stayed).
+    pub fn reserve_frames(&self, frames: std::ops::Range<u32>) -> bool {
         let page = PAGE_BYTES as u64;
         let count = u64::from(frames.end - frames.start);
-        let first = u64::from(frames.start);
+        let offset = self.layout.frames_offset + u64::from(frames.start) * page;
+        self.allocate(offset, count * page).is_ok()
+    }
+
+    /// `reserve_frames`, and the frames' side-table entries: for a chunk the arena grows
+    /// over for the first time.
+    pub fn reserve_chunk(&self, frames: std::ops::Range<u32>) -> bool {
         let entry = std::mem::size_of::<FolioMeta>() as u64;
-        let mut ranges = vec![(self.layout.frames_offset + first * page, count * page)];
-        if meta {
-            ranges.push((self.layout.meta_offset + first * entry, count * entry));
-        }
-        ranges
-            .into_iter()
-            .all(|(offset, len)| self.allocate(offset, len).is_ok())
+        let count = u64::from(frames.end - frames.start);
+        let offset = self.layout.meta_offset + u64::from(frames.start) * entry;
+        self.reserve_frames(frames) && self.allocate(offset, count * entry).is_ok()
     }
 
     fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
