@@ -275,15 +275,18 @@ impl Engine {
             if segment.header().retained() {
                 // Kept for the next cache of its name (`adopt`): the files this process
                 // wrote are stamped as they are now, after its last writes.
-                let written: Vec<_> = self
+                let (written, read): (Vec<_>, Vec<_>) = self
                     .core
                     .mappings
                     .all()
                     .into_iter()
-                    .filter(|m| m.write.is_written())
+                    .partition(|m| m.write.is_written());
+                let written: Vec<_> = written
+                    .iter()
                     .filter_map(|m| Some((m.id, m.write.fd()?)))
                     .collect();
                 segment.stamp_files(written.iter().map(|(id, fd)| (*id, &**fd)));
+                segment.confirm_stamps(read.iter().map(|m| m.id));
                 segment.set_state(crate::segment::layout::SegmentState::Written);
             } else {
                 segment.set_state(crate::segment::layout::SegmentState::Written);

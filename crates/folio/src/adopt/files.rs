@@ -11,8 +11,8 @@
 //!   program, a truncation or an extension moves the size or the times, and a restored
 //!   backup that puts the old modification time back still moves the change time, which
 //!   no program can set;
-//! - the stamp was taken clear of the last change's clock tick (`STAMP_TICK_NS`; 2 s,
-//!   `STAMP_COARSE_NS`, where the times have no sub-second part): otherwise a change in
+//! - the stamp was taken clear of the last change's clock tick (`layout::STAMP_TICK_NS`; 2
+//!   s, `STAMP_COARSE_NS`, where the times have no sub-second part): otherwise a change in
 //!   that same tick could leave the times as they were;
 //! - folio's own logical size, if it wrote the file, is the size on disk;
 //! - every folio lies in the file (its first page before the end).
@@ -31,7 +31,7 @@ use super::Found;
 use crate::folio::MappingId;
 use crate::mapping::FileStamp as MappingStamp;
 use crate::segment::layout::SIZE_UNKNOWN;
-use crate::segment::{self, Segment, STAMP_COARSE_NS, STAMP_TICK_NS};
+use crate::segment::{self, Segment};
 use crate::types::PAGE_BYTES;
 
 /// A file proven unchanged: its inode (the mapping table's key) and the mapping's stamp.
@@ -48,12 +48,7 @@ pub fn check(segment: &Segment, id: MappingId, folios: &[Found]) -> Option<Uncha
     if record.path.is_empty() {
         return None;
     }
-    let tick = if recorded.ctime_ns % 1_000_000_000 == 0 && recorded.mtime_ns % 1_000_000_000 == 0 {
-        STAMP_COARSE_NS
-    } else {
-        STAMP_TICK_NS
-    };
-    if recorded.taken_ns.saturating_sub(recorded.ctime_ns) < tick {
+    if !recorded.is_clear_of_last_change() {
         return None;
     }
     if record.size_bytes != SIZE_UNKNOWN && record.size_bytes != recorded.size_bytes {
@@ -70,10 +65,7 @@ pub fn check(segment: &Segment, id: MappingId, folios: &[Found]) -> Option<Uncha
         return None;
     }
     let now = segment::stamp_from(&meta, segment::generation_of(&file));
-    let same = now.size_bytes == recorded.size_bytes
-        && now.mtime_ns == recorded.mtime_ns
-        && now.ctime_ns == recorded.ctime_ns
-        && now.generation == recorded.generation;
+    let same = now.same_file_state(&recorded);
     let inside = folios
         .iter()
         .all(|f| f.head.0.saturating_mul(PAGE_BYTES as u64) < now.size_bytes);

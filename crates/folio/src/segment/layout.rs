@@ -313,6 +313,43 @@ pub struct FileStamp {
     pub taken_ns: i64,
 }
 
+/// The file times' granularity that a stamp must be clear of (`Segment::stamp_files`,
+/// `adopt`'s racy rule): the kernel stamps a change with a coarse clock (a tick: 1-10 ms),
+/// so two changes in one tick may leave the same times. A file system whose times have no
+/// sub-second part (nanoseconds 0) gets `STAMP_COARSE_NS` instead.
+pub const STAMP_TICK_NS: i64 = 20_000_000;
+pub const STAMP_COARSE_NS: i64 = 2_000_000_000;
+
+impl FileStamp {
+    /// Whether the stamp was taken clear of its file's last change's clock tick: then any
+    /// later change moves a time it recorded.
+    pub fn is_clear_of_last_change(&self) -> bool {
+        let whole_seconds =
+            self.ctime_ns % 1_000_000_000 == 0 && self.mtime_ns % 1_000_000_000 == 0;
+        let tick = if whole_seconds {
+            STAMP_COARSE_NS
+        } else {
+            STAMP_TICK_NS
+        };
+        self.taken_ns.saturating_sub(self.ctime_ns) >= tick
+    }
+
+    /// Whether `other` describes the file as this does (the time taken aside).
+    pub fn same_file_state(&self, other: &FileStamp) -> bool {
+        (
+            self.size_bytes,
+            self.mtime_ns,
+            self.ctime_ns,
+            self.generation,
+        ) == (
+            other.size_bytes,
+            other.mtime_ns,
+            other.ctime_ns,
+            other.generation,
+        )
+    }
+}
+
 /// What a slot holds, read consistently (`FileSlot::read`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotRecord {

@@ -43,7 +43,7 @@ use crate::folio::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 use layout::{
     FileIdentity, FileSlot, FileStamp, Header, Layout, Retention, SegmentState, HEADER_BYTES,
-    SLOT_BYTES, SLOT_COUNT,
+    SLOT_BYTES, SLOT_COUNT, STAMP_TICK_NS,
 };
 
 /// Where segments go unless the builder names a directory.
@@ -514,6 +514,42 @@ impl Segment {
             .collect()
     }
 
+    /// Takes again the stamps of mappings `ids` (files the cache read and did not write)
+    /// that were taken in their file's last change's clock tick (a file read just after it
+    /// was made), where the file still looks as the stamp says: else a restart could not
+    /// prove them unchanged. Its change while the cache held it is what a live cache
+    /// does not see either (docs/persistence.md).
+    ///
+    /// Context: as `stamp_files`.
+    pub fn confirm_stamps(&self, ids: impl IntoIterator<Item = MappingId>) {
+        let mut unclear = Vec::new();
+        for id in ids {
+            let Some(record) = self.slot(id).and_then(|slot| slot.read()) else {
+                continue;
+            };
+            let Some(stamp) = record.stamp.filter(|s| !s.is_clear_of_last_change()) else {
+                continue;
+            };
+            let path = Path::new(OsStr::from_bytes(&record.path));
+            let Ok(file) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                .open(path)
+            else {
+                continue;
+            };
+            match stamp_of(&file) {
+                Ok((identity, now))
+                    if identity == record.identity && now.same_file_state(&stamp) =>
+                {
+                    unclear.push((id, file))
+                }
+                _ => {}
+            }
+        }
+        self.stamp_files(unclear.iter().map(|(id, file)| (*id, file)));
+    }
+
     /// Byte ranges of the side table that were ever written (`SEEK_DATA`): the keeper reads
     /// only those, so that a 24 GiB segment's untouched table costs no memory to walk.
     /// Returned as frame ranges.
@@ -841,13 +877,6 @@ pub fn stamp_from(meta: &std::fs::Metadata, generation: u64) -> FileStamp {
         taken_ns: now_ns(),
     }
 }
-
-/// The file times' granularity that a stamp must be clear of (`Segment::stamp_files`,
-/// `adopt`'s racy rule): the kernel stamps a change with a coarse clock (a tick: 1-10 ms),
-/// so two changes in one tick may leave the same times. A file system whose times have no
-/// sub-second part (nanoseconds 0) gets `STAMP_COARSE_NS` instead.
-pub const STAMP_TICK_NS: i64 = 20_000_000;
-pub const STAMP_COARSE_NS: i64 = 2_000_000_000;
 
 /// The real-time clock in ns (the clock file times come from).
 pub fn now_ns() -> i64 {
