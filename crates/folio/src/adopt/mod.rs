@@ -25,7 +25,7 @@
 //! and so is everything a kill left half done (module docs of `scan`).
 
 mod files;
-mod scan;
+pub(crate) mod scan;
 
 use std::collections::BTreeMap;
 use std::io;
