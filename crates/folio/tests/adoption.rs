@@ -292,3 +292,33 @@ fn a_slot_a_kill_left_torn_costs_its_pages_only() {
         content(2, 300_000)
     );
 }
+
+#[test]
+fn a_kept_segment_whose_files_are_all_gone_is_removed_by_the_next_cache_in_its_dir() {
+    let (segments, data) = dirs();
+    first_life(segments.path(), data.path());
+    std::fs::remove_file(data.path().join("read")).unwrap();
+    let other = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .persistent(true)
+        .segment_dir(segments.path())
+        .build()
+        .unwrap();
+    assert!(
+        segments.path().join(NAME).exists(),
+        "one of its files is left: it stays"
+    );
+    drop(other);
+    std::fs::remove_file(data.path().join("written")).unwrap();
+    let other = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .persistent(true)
+        .segment_dir(segments.path())
+        .build()
+        .unwrap();
+    assert!(
+        !segments.path().join(NAME).exists(),
+        "its database is gone: so is its memory"
+    );
+    drop(other);
+}

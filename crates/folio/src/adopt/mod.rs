@@ -257,7 +257,9 @@ impl Plan {
             // disk's again (this process has not written them): a later keeper or
             // recovery then never sets a file to a size an earlier process left.
             for id in segment.registered_ids() {
-                let Some(slot) = segment.slot(id) else { continue };
+                let Some(slot) = segment.slot(id) else {
+                    continue;
+                };
                 if files.contains_key(&id) {
                     slot.set_size(SIZE_UNKNOWN);
                 } else {

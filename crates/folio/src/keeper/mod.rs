@@ -32,6 +32,7 @@ mod writeback;
 use std::collections::HashMap;
 use std::fs::File as StdFile;
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -239,6 +240,9 @@ pub struct Settled {
     pub waited: u32,
     /// Segments nobody held (a keeper killed before it was done): recovered here.
     pub recovered: u32,
+    /// Segments kept for a restart whose files are all gone (a database deleted):
+    /// removed, so that their memory goes back.
+    pub removed: u32,
 }
 
 /// How long a new cache waits for a dead owner's keeper at most before it goes on.
@@ -261,7 +265,12 @@ pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
                 wait_for_keeper(&path);
             }
             Holder::Nobody => match recover_segment(&path) {
-                Ok(_) => settled.recovered += 1,
+                Ok(_) => {
+                    settled.recovered += 1;
+                    if remove_if_files_gone(&path) {
+                        settled.removed += 1;
+                    }
+                }
                 // Another new cache recovers it now, or it is not ours to read.
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_for_keeper(&path),
                 Err(e) => eprintln!("folio: segment {} left as it is: {e}", path.display()),
@@ -269,6 +278,34 @@ pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
         }
     }
     Ok(settled)
+}
+
+/// Removes the segment at `path`, kept for a restart (named) and written, if none of the
+/// files its slots name is still there (by path and identity): nobody can adopt its pages
+/// any more, and tmpfs memory is not the kernel's to reclaim. Returns whether it did.
+///
+/// Context: nobody holds the segment (it takes the segment's lock, and gives up if it
+/// cannot).
+fn remove_if_files_gone(path: &Path) -> bool {
+    let Ok(segment) = Segment::open_orphan(path) else {
+        return false;
+    };
+    let header = segment.header();
+    if !header.retained() || header.state() != Some(SegmentState::Written) {
+        return false;
+    }
+    let any_left = segment.registered_ids().into_iter().any(|id| {
+        segment
+            .slot(id)
+            .and_then(|slot| slot.read())
+            .is_some_and(|record| {
+                let path = Path::new(std::ffi::OsStr::from_bytes(&record.path));
+                !record.path.is_empty()
+                    && std::fs::metadata(path)
+                        .is_ok_and(|meta| segment::identity_of(&meta) == record.identity)
+            })
+    });
+    !any_left && segment.remove().is_ok()
 }
 
 /// Waits until no keeper holds the segment at `path` (or it is gone).
