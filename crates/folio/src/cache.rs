@@ -464,6 +464,9 @@ impl CacheBuilder {
             .clone()
             .unwrap_or_else(|| PathBuf::from(segment::DEFAULT_DIR));
         crate::keeper::settle_dir(&dir)?;
+        if let Some(name) = &self.segment_name {
+            segment::check_name(name)?;
+        }
         // A segment of this name that a restart adopts gives its memory to the new one.
         let named = self.segment_name.as_ref().map(|name| dir.join(name));
         let reused = named

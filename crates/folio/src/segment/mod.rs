@@ -635,7 +635,7 @@ fn invalid(what: String) -> io::Error {
 }
 
 /// A segment's name is one plain file name: no separator, not `.` or `..`, no NUL.
-fn check_name(name: &str) -> io::Result<()> {
+pub fn check_name(name: &str) -> io::Result<()> {
     let plain = !name.is_empty()
         && name.len() <= 200
         && name != "."
