@@ -371,9 +371,10 @@ ReadIo& read_io() {
   return *io;
 }
 
-// "folio: adoption: segment=NAME adopted=1 pages_kept=N pages_dropped=N files_kept=N
-// files_dropped=N bytes_written_back=N naming=WHY": what the cache adopted when it was
-// created (folio_cache_adoption; zeros for a cache that adopted nothing).
+// "folio: adoption: segment=NAME adopted=1 pages_kept=N pages_dropped=N (and its reasons)
+// files_kept=N files_dropped=N bytes_written_back=N replaced=0 naming=WHY": what the
+// cache adopted when it was created (folio_cache_adoption; zeros for a cache that adopted
+// nothing).
 std::string DescribeAdoption(folio_cache cache, const std::string& segment_name,
                              const std::string& naming) {
   folio_adoption a{};
@@ -382,9 +383,13 @@ std::string DescribeAdoption(folio_cache cache, const std::string& segment_name,
   return "folio: adoption: segment=" + (segment_name.empty() ? "none" : segment_name) +
          " adopted=" + std::to_string(rc) + " pages_kept=" + std::to_string(a.pages_kept) +
          " pages_dropped=" + std::to_string(a.pages_dropped) +
+         " pages_of_changed_files=" + std::to_string(a.pages_of_changed_files) +
+         " pages_unproven=" + std::to_string(a.pages_unproven) +
+         " pages_over_capacity=" + std::to_string(a.pages_over_capacity) +
          " files_kept=" + std::to_string(a.files_kept) +
          " files_dropped=" + std::to_string(a.files_dropped) +
-         " bytes_written_back=" + std::to_string(a.bytes_written_back) + " naming=" + naming;
+         " bytes_written_back=" + std::to_string(a.bytes_written_back) +
+         " replaced=" + std::to_string(a.replaced) + " naming=" + naming;
 }
 
 void PrintStats() {

@@ -184,23 +184,32 @@ pub unsafe extern "C" fn folio_cache_segment_path(
 
 /// What a cache created with a `segment_name` adopted of the segment it found
 /// (`folio_cache_adoption`): the pages and files the previous owner left that are cached
-/// again, those dropped, and what was written back first.
+/// again, those dropped and why, and what was written back first.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[allow(non_camel_case_types)]
 pub struct folio_adoption {
     /// Cached pages kept: served from memory with no read from disk.
     pub pages_kept: u64,
-    /// Cached pages dropped: of files that changed, are gone or whose record was torn.
+    /// Cached pages dropped: the sum of the three reasons below.
     pub pages_dropped: u64,
+    /// ... of files that changed, were replaced or are gone, or that could not be proven
+    /// unchanged (a slot torn by a kill, a file system's coarse timestamps).
+    pub pages_of_changed_files: u64,
+    /// ... of pages a kill left half done, or that no file claims.
+    pub pages_unproven: u64,
+    /// ... over this cache's capacity (the least used), when it is smaller than the last.
+    pub pages_over_capacity: u64,
     /// Files whose pages were kept: unchanged since the previous owner had them.
     pub files_kept: u64,
-    /// Files whose pages were dropped: changed (size, times, identity), gone, or with a
-    /// record torn by a kill.
+    /// Files whose pages were dropped because they changed or could not be proven not to.
     pub files_dropped: u64,
-    /// Bytes of dirty pages a dead owner left, written back to their files before the
-    /// adoption.
+    /// Bytes of dirty pages a killed owner's keeper had not written back, written to their
+    /// files before the adoption.
     pub bytes_written_back: u64,
+    /// 1: the segment of the name could not be used (another layout, a damaged header)
+    /// and was replaced (FOLIO_UNUSABLE_SEGMENT_REPLACE): the cache started cold; else 0.
+    pub replaced: u64,
 }
 
 impl folio_adoption {
@@ -208,9 +217,13 @@ impl folio_adoption {
         folio_adoption {
             pages_kept: adoption.pages_kept,
             pages_dropped: adoption.pages_dropped,
+            pages_of_changed_files: adoption.pages_of_changed_files,
+            pages_unproven: adoption.pages_unproven,
+            pages_over_capacity: adoption.pages_over_capacity,
             files_kept: u64::from(adoption.files_kept),
             files_dropped: u64::from(adoption.files_dropped),
             bytes_written_back: adoption.bytes_written_back,
+            replaced: u64::from(adoption.replaced),
         }
     }
 }
@@ -218,10 +231,10 @@ impl folio_adoption {
 /// Stores in `*out` what `cache` adopted when it was created: the segment of its
 /// `segment_name` left by an earlier cache (a process that exited or was killed).
 ///
-/// Returns 1 if the cache adopted a segment (`*out` says what it kept and dropped); 0 if
-/// it adopted none (`*out` all zeros): not persistent, no `segment_name`, no segment of
-/// that name, or one that was unusable and replaced; -EBADF if `cache` is not a live
-/// cache handle; -EFAULT if `out` is NULL.
+/// Returns 1 if the cache adopted a segment (`*out` says what it kept and dropped, and
+/// why); 0 if it adopted none: not persistent, no `segment_name`, no segment of that name
+/// (`*out` all zeros), or one it could not use and replaced (`*out` has `replaced` 1);
+/// -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
 ///
 /// Context: any thread; does not block; takes no lock. The figures never change after
 /// creation.
@@ -234,13 +247,13 @@ pub unsafe extern "C" fn folio_cache_adoption(cache: folio_cache, out: *mut foli
     with_cache(CALL, cache, |cache| {
         // SAFETY: the caller guarantees `out` is NULL or a writable `folio_adoption`.
         let out = unsafe { Out::new(CALL, "out", out) }?;
-        let adoption = cache.adoption();
-        out.write(
-            adoption
-                .as_ref()
-                .map_or_else(folio_adoption::default, folio_adoption::of),
-        );
-        Ok(i32::from(adoption.is_some()))
+        let adoption = cache
+            .adoption()
+            .map_or_else(folio_adoption::default, folio_adoption::of);
+        out.write(adoption);
+        Ok(i32::from(
+            cache.adoption().is_some() && adoption.replaced == 0,
+        ))
     })
 }
 

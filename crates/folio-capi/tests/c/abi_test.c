@@ -981,7 +981,8 @@ static void test_adoption(const char *dir) {
     memset(&a, 0x55, sizeof a);
     CHECK(folio_cache_adoption(c, &a) == 0);
     CHECK(a.pages_kept == 0 && a.pages_dropped == 0 && a.files_kept == 0 &&
-          a.files_dropped == 0 && a.bytes_written_back == 0);
+          a.files_dropped == 0 && a.bytes_written_back == 0 && a.replaced == 0 &&
+          a.pages_of_changed_files == 0 && a.pages_unproven == 0 && a.pages_over_capacity == 0);
     CHECK(folio_cache_adoption(c, NULL) == -EFAULT);
     CHECK(folio_cache_segment_path(c, segment, sizeof segment) > 0);
     snprintf(again, sizeof again, "%s/abi-adopt", segdir);
@@ -1031,6 +1032,10 @@ static void test_adoption(const char *dir) {
     CHECK(a.files_kept >= 1);
     CHECK(a.files_dropped >= 1);  /* gone.bin */
     CHECK(a.pages_dropped >= 1);
+    CHECK(a.pages_of_changed_files >= 1 && a.pages_of_changed_files <= a.pages_dropped);
+    CHECK(a.pages_dropped ==
+          a.pages_of_changed_files + a.pages_unproven + a.pages_over_capacity);
+    CHECK(a.replaced == 0);
     CHECK(a.bytes_written_back == 0); /* a clean exit left nothing dirty */
     CHECK(folio_open(c, keep, &f) == 0);
     memset(buf, 0, KEEP_BYTES);
@@ -1101,6 +1106,7 @@ static void test_adoption(const char *dir) {
         o.unusable_segment = FOLIO_UNUSABLE_SEGMENT_REPLACE;
         CHECK(folio_cache_create(&o, &c) == 0);
         CHECK(folio_cache_adoption(c, &a) == 0);
+        CHECK(a.replaced == 1 && a.pages_kept == 0);
         keeper = folio_cache_keeper_pid(c);
         CHECK(folio_cache_destroy(c) == 0);
         CHECK(keeper > 0 && wait_exited(keeper));
