@@ -377,7 +377,7 @@ typedef struct folio_cache {
 /**
  * What a cache created with a `segment_name` adopted of the segment it found
  * (`folio_cache_adoption`): the pages and files the previous owner left that are cached
- * again, those dropped, and what was written back first.
+ * again, those dropped and why, and what was written back first.
  */
 typedef struct folio_adoption {
     /**
@@ -385,23 +385,40 @@ typedef struct folio_adoption {
      */
     uint64_t pages_kept;
     /**
-     * Cached pages dropped: of files that changed, are gone or whose record was torn.
+     * Cached pages dropped: the sum of the three reasons below.
      */
     uint64_t pages_dropped;
+    /**
+     * ... of files that changed, were replaced or are gone, or that could not be proven
+     * unchanged (a slot torn by a kill, a file system's coarse timestamps).
+     */
+    uint64_t pages_of_changed_files;
+    /**
+     * ... of pages a kill left half done, or that no file claims.
+     */
+    uint64_t pages_unproven;
+    /**
+     * ... over this cache's capacity (the least used), when it is smaller than the last.
+     */
+    uint64_t pages_over_capacity;
     /**
      * Files whose pages were kept: unchanged since the previous owner had them.
      */
     uint64_t files_kept;
     /**
-     * Files whose pages were dropped: changed (size, times, identity), gone, or with a
-     * record torn by a kill.
+     * Files whose pages were dropped because they changed or could not be proven not to.
      */
     uint64_t files_dropped;
     /**
-     * Bytes of dirty pages a dead owner left, written back to their files before the
-     * adoption.
+     * Bytes of dirty pages a killed owner's keeper had not written back, written to their
+     * files before the adoption.
      */
     uint64_t bytes_written_back;
+    /**
+     * 1: the segment of the name could not be used (another layout, a damaged header)
+     * and was replaced (FOLIO_UNUSABLE_SEGMENT_REPLACE): the cache started cold; else 0.
+     */
+    uint64_t replaced;
 } folio_adoption;
 
 /**
@@ -814,10 +831,10 @@ int32_t folio_cache_segment_path(struct folio_cache cache, char *buf, size_t buf
  * Stores in `*out` what `cache` adopted when it was created: the segment of its
  * `segment_name` left by an earlier cache (a process that exited or was killed).
  *
- * Returns 1 if the cache adopted a segment (`*out` says what it kept and dropped); 0 if
- * it adopted none (`*out` all zeros): not persistent, no `segment_name`, no segment of
- * that name, or one that was unusable and replaced; -EBADF if `cache` is not a live
- * cache handle; -EFAULT if `out` is NULL.
+ * Returns 1 if the cache adopted a segment (`*out` says what it kept and dropped, and
+ * why); 0 if it adopted none: not persistent, no `segment_name`, no segment of that name
+ * (`*out` all zeros), or one it could not use and replaced (`*out` has `replaced` 1);
+ * -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
  *
  * Context: any thread; does not block; takes no lock. The figures never change after
  * creation.
