@@ -958,7 +958,7 @@ static void test_adoption(const char *dir) {
     folio_adoption a;
     folio_file f;
     folio_handle_stats hs;
-    char segdir[4096], keep[4096], gone[4096], wfile[4096], segment[4096], again[4096];
+    char segdir[2048], keep[4096], gone[4096], wfile[4096], segment[4096], again[4096];
     static uint8_t buf[KEEP_BYTES];
     int64_t keeper;
 
