@@ -358,8 +358,14 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
     };
     // SAFETY: the caller's guarantee on `opts.segment_dir`.
     let segment_dir = unsafe { persistence_settings(opts) }?;
-    // SAFETY: the caller's guarantee on `opts.segment_name`.
-    let naming = unsafe { naming_settings(opts) }?;
+    let naming = match segment_dir {
+        // SAFETY: the caller's guarantee on `opts.segment_name`.
+        Some(_) => unsafe { naming_settings(opts) }?,
+        None => NamingSettings {
+            name: None,
+            unusable: Unusable::Replace,
+        },
+    };
     let capacity = capacity_settings(opts, segment_dir.as_deref())?;
     let (limit, background) = dirty_settings(opts)?;
     let mut builder = Cache::builder()
@@ -477,9 +483,9 @@ struct NamingSettings {
 }
 
 /// The segment name and the choice for an unusable segment `opts` asks for; EINVAL for an
-/// unknown `unusable_segment`, or a `segment_name` that is empty or not UTF-8 (the
-/// library checks the rest: one plain file name). Checked whether or not the cache is
-/// persistent, as `unusable_segment` is.
+/// unknown `unusable_segment`, or a `segment_name` that is empty, not UTF-8 or not one
+/// plain file name (checked here, before the library looks the name up in the directory).
+/// Called for a persistent cache only: both fields are ignored otherwise.
 ///
 /// # Safety
 /// `opts.segment_name` is NULL or points to a NUL-terminated string readable during the
@@ -512,6 +518,15 @@ unsafe fn naming_settings(opts: &folio_cache_options) -> Result<NamingSettings, 
             return Err(Failure::new(
                 libc::EINVAL,
                 format!("{CALL}: segment_name is empty (NULL: a name of the cache's own)"),
+            ))
+        }
+        Ok(name) if name.len() > 200 || name == "." || name == ".." || name.contains('/') => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: segment_name {name:?} is not one plain file name (no '/', not . \
+                     or .., at most 200 bytes)"
+                ),
             ))
         }
         Ok(name) => name.to_owned(),

@@ -1122,8 +1122,10 @@ static void test_adoption(const char *dir) {
     CHECK(last_error_has("segment_name is empty"));
     o.segment_name = "a/b";
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("not one plain file name"));
     o.segment_name = "..";
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("not one plain file name"));
     o.segment_name = "fine";
     o.unusable_segment = 7;
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
