@@ -67,6 +67,18 @@
 #define FOLIO_ARENA_PAGES_HUGE 2
 
 /**
+ * `folio_cache_options.unusable_segment`: a named segment this library cannot adopt
+ * (another layout, damaged) is removed and the cache starts cold (the default).
+ */
+#define FOLIO_UNUSABLE_SEGMENT_REPLACE 0
+
+/**
+ * `folio_cache_options.unusable_segment`: a named segment this library cannot adopt fails
+ * `folio_cache_create` with -EBADMSG and is left as it is.
+ */
+#define FOLIO_UNUSABLE_SEGMENT_REFUSE 1
+
+/**
  * `folio_cache_options.capacity_policy`: the capacity follows the machine's memory (the
  * default). A thread reads the machine's (or the cgroup's) memory every 50 ms: the cache
  * gives memory back when the machine runs short, and grows again, up to its largest
@@ -332,6 +344,26 @@ typedef struct folio_cache_options {
      * `folio_cache_create` only.
      */
     const char *segment_dir;
+    /**
+     * The segment file's name in `segment_dir`: one plain file name (no `/`, not `.` or
+     * `..`, at most 200 bytes). NULL (the default): a name new to this cache, and the
+     * segment is removed when the cache goes. A named segment outlives the cache (a clean
+     * exit, a kill after its keeper wrote back) and the next `folio_cache_create` with
+     * the same name and `segment_dir` adopts it: the clean pages of every file that did
+     * not change since are cached at once, with no read from disk
+     * (`folio_cache_adoption` says what was kept and dropped). A name in use by a live
+     * cache (of this process or another) fails with -EAGAIN: create the cache without a
+     * name to get one anyway. Ignored when `persistent` is 0. Read during
+     * `folio_cache_create` only. See docs/persistence.md.
+     */
+    const char *segment_name;
+    /**
+     * What to do with a named segment this library cannot adopt (another layout, a
+     * damaged header): FOLIO_UNUSABLE_SEGMENT_REPLACE (the default: remove it and start
+     * cold) or FOLIO_UNUSABLE_SEGMENT_REFUSE (fail with -EBADMSG, the segment left as it
+     * is). Ignored without a `segment_name`.
+     */
+    uint32_t unusable_segment;
 } folio_cache_options;
 
 /**
@@ -341,6 +373,53 @@ typedef struct folio_cache_options {
 typedef struct folio_cache {
     uint64_t id;
 } folio_cache;
+
+/**
+ * What a cache created with a `segment_name` adopted of the segment it found
+ * (`folio_cache_adoption`): the pages and files the previous owner left that are cached
+ * again, those dropped and why, and what was written back first.
+ */
+typedef struct folio_adoption {
+    /**
+     * Cached pages kept: served from memory with no read from disk.
+     */
+    uint64_t pages_kept;
+    /**
+     * Cached pages dropped: the sum of the three reasons below.
+     */
+    uint64_t pages_dropped;
+    /**
+     * ... of files that changed, were replaced or are gone, or that could not be proven
+     * unchanged (a slot torn by a kill, a file system's coarse timestamps).
+     */
+    uint64_t pages_of_changed_files;
+    /**
+     * ... of pages a kill left half done, or that no file claims.
+     */
+    uint64_t pages_unproven;
+    /**
+     * ... over this cache's capacity (the least used), when it is smaller than the last.
+     */
+    uint64_t pages_over_capacity;
+    /**
+     * Files whose pages were kept: unchanged since the previous owner had them.
+     */
+    uint64_t files_kept;
+    /**
+     * Files whose pages were dropped because they changed or could not be proven not to.
+     */
+    uint64_t files_dropped;
+    /**
+     * Bytes of dirty pages a killed owner's keeper had not written back, written to their
+     * files before the adoption.
+     */
+    uint64_t bytes_written_back;
+    /**
+     * 1: the segment of the name could not be used (another layout, a damaged header)
+     * and was replaced (FOLIO_UNUSABLE_SEGMENT_REPLACE): the cache started cold; else 0.
+     */
+    uint64_t replaced;
+} folio_adoption;
 
 /**
  * A snapshot of a cache's counters (all since the cache was created) and gauges (as of
@@ -644,7 +723,8 @@ extern "C" {
  * prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
  * threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
  * FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
- * in /dev/shm (`segment_dir` NULL), and `size` set.
+ * in /dev/shm (`segment_dir` NULL) under a name of its own, removed with it
+ * (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -664,9 +744,12 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault or a
  * persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
  * a background threshold above the dirty limit, a wrong `size`, an empty segment_dir or
- * one that is a symlink or writable by other users and not sticky); for a persistent
- * cache, the errno of a segment_dir that cannot be used (-ENOENT, -ENOTDIR, -EACCES) and
- * -ENOSPC if the capacity does not fit in it; -ENOMEM if the memory cannot be reserved;
+ * one that is a symlink or writable by other users and not sticky, an empty or
+ * non-UTF-8 segment_name or one that is not one plain file name, an unknown
+ * unusable_segment); for a persistent cache, the errno of a segment_dir that cannot be
+ * used (-ENOENT, -ENOTDIR, -EACCES), -ENOSPC if the capacity does not fit in it, -EAGAIN
+ * if a live cache (of this process or another) holds the segment of `segment_name`, and
+ * -EBADMSG if that segment cannot be adopted under FOLIO_UNUSABLE_SEGMENT_REFUSE; -ENOMEM if the memory cannot be reserved;
  * the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past 2^20 live
  * caches. `*out` is written only on success, and a failure leaves no segment file and
  * no keeper.
@@ -679,15 +762,19 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * child (a child forks it and is reaped within this call, which may raise one SIGCHLD),
  * keeps no descriptor of the caller's but the segment's, and exits when the cache is
  * destroyed or, after writing back, when the process dies. The
- * caller owns the handle and releases it with `folio_cache_destroy`. `opts` (and the
- * string `segment_dir` points to) are read during the call only.
+ * caller owns the handle and releases it with `folio_cache_destroy`. With a
+ * `segment_name`, an existing segment of that name is adopted first (its dead owner's
+ * dirty pages written back, the pages of unchanged files kept), which takes as long as
+ * that writeback and a look at each of its files. `opts` (and the strings `segment_dir`
+ * and `segment_name` point to) are read during the call only.
  *
  * # Safety
- * `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` is
- * NULL or a readable NUL-terminated string; `out` is NULL or points to writable memory
- * for one `folio_cache`.
+ * `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` and
+ * `segment_name` are each NULL or a readable NUL-terminated string; `out` is NULL or
+ * points to writable memory for one `folio_cache`.
  */
-int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_cache *out);
+int32_t folio_cache_create(const struct folio_cache_options *opts,
+                           struct folio_cache *out);
 
 /**
  * Releases the caller's handle to `cache`. Files opened through it stay open and keep
@@ -739,6 +826,23 @@ int64_t folio_cache_keeper_pid(struct folio_cache cache);
  * `buf` is NULL or writable for `buf_len` bytes.
  */
 int32_t folio_cache_segment_path(struct folio_cache cache, char *buf, size_t buf_len);
+
+/**
+ * Stores in `*out` what `cache` adopted when it was created: the segment of its
+ * `segment_name` left by an earlier cache (a process that exited or was killed).
+ *
+ * Returns 1 if the cache adopted a segment (`*out` says what it kept and dropped, and
+ * why); 0 if it adopted none: not persistent, no `segment_name`, no segment of that name
+ * (`*out` all zeros), or one it could not use and replaced (`*out` has `replaced` 1);
+ * -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+ *
+ * Context: any thread; does not block; takes no lock. The figures never change after
+ * creation.
+ *
+ * # Safety
+ * `out` is NULL or points to writable memory for one `folio_adoption`.
+ */
+int32_t folio_cache_adoption(struct folio_cache cache, struct folio_adoption *out);
 
 /**
  * Sets the capacity of `cache` to `bytes` (rounded down to 4 KiB), between

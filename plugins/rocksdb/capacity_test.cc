@@ -6,7 +6,8 @@
 // GetOption reads it back, through any FolioFileSystem object of the process; a value
 // outside [FOLIO_CAPACITY_BYTES_MIN, capacity_max] or not a size is refused and changes
 // nothing; `capacity_max` and `capacity_policy` read back what the cache was created with
-// and refuse other values; a file reads right at every capacity.
+// and refuse other values; a file reads right at every capacity. Before the cache exists
+// (created at the first call that needs it), a capacity set is applied at its creation.
 #include <rocksdb/convenience.h>
 #include <rocksdb/file_system.h>
 #include <unistd.h>
@@ -87,8 +88,23 @@ int main() {
   CHECK(Get(fs.get(), "capacity_max") == Bytes(64 * kMiB));
   CHECK(Get(fs.get(), "capacity_policy") == "fixed");
 
+  // Before the cache exists (it is created at the first call that needs it): a capacity
+  // set is checked as far as it can be and applied at the creation; auto takes it back.
+  CHECK(fs->ConfigureOption(ConfigOptions(), "capacity", "16M").ok());
+  CHECK(Get(fs.get(), "capacity") == Bytes(16 * kMiB));
+  CHECK(fs->ConfigureOption(ConfigOptions(), "capacity", "auto").ok());
+  CHECK(Get(fs.get(), "capacity") == Bytes(8 * kMiB));
+  CHECK(fs->ConfigureOption(ConfigOptions(), "capacity", "128M").IsInvalidArgument());
+  CHECK(fs->ConfigureOption(ConfigOptions(), "capacity", "4K").IsInvalidArgument());
+  CHECK(fs->ConfigureOption(ConfigOptions(), "capacity_max", "128M").IsInvalidArgument());
+  CHECK(fs->ConfigureOption(ConfigOptions(), "capacity", "16M").ok());
+
   std::unique_ptr<FSRandomAccessFile> file;
   CHECK(fs->NewRandomAccessFile(path, FileOptions(), &file, nullptr).ok());
+  // Created by that open, with the capacity set before it.
+  CHECK(Get(fs.get(), "capacity") == Bytes(16 * kMiB));
+  CHECK(Get(fs.get(), "capacity_max") == Bytes(64 * kMiB));
+  CHECK(fs->ConfigureOption(ConfigOptions(), "capacity", "8M").ok());
   CHECK(file != nullptr && ReadsRight(file.get(), len));
 
   // Up, by ConfigureOption: the whole file fits, and reads right.

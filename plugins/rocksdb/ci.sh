@@ -28,6 +28,11 @@
 #      (the keeper of the persistent cache, persist=1 by default, writes it back; with
 #      persist=0 it is not);
 #   5. checks that a bad option fails with a message instead of a crash;
+#   (warm restart) a database filled through the plugin, then read by readrandom in two
+#      processes one after the other: the second adopts the segment the first left
+#      (segment_name=auto, named after the database directory: its stats show pages
+#      kept) and reads few bytes from disk; two databases get two segments, and a
+#      second process on a database whose segment is in use gets an unnamed one;
 #   6. RocksDB's own crash test (crashtest.sh): db_stress through the plugin, SIGKILLed
 #      every 30 s for 180 s by db_crashtest.py blackbox at RocksDB's default durability
 #      (WAL on, writes not synced); each restart finds every write that returned before
@@ -87,7 +92,12 @@ cmake --build "$build" -j2
 (cd "$build" && ctest --output-on-failure)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/folio-rocksdb-ci.XXXXXX")"
-trap 'rm -rf "$work"' EXIT
+# The segments of this run: named ones (segment_name=auto, the default) outlive their
+# processes, so that the next process on a database adopts them; in a directory of the
+# run's own, on the tmpfs of /dev/shm, removed with it.
+segments="$(mktemp -d /dev/shm/folio-rocksdb-ci.XXXXXX)"
+trap 'rm -rf "$work" "$segments"' EXIT
+export FOLIO_SEGMENT_DIR="$segments"
 export FOLIO_PLUGIN="$build/libfolio_rocksdb.so"
 # A fixed capacity for the checks that count what stays cached (cache on write: no read
 # I/O for files written here): the default policy gives memory back whenever the machine
@@ -149,7 +159,9 @@ served_by_folio() {
     check "$name: folio opened table files" positive "$(stat_of "$name" table_files_opened)"
     check "$name: RocksDB read through folio" positive "$(stat_of "$name" reads)"
     check "$name: folio served hits" positive "$(stat_of "$name" hits)"
-    check "$name: folio read pages from the files" positive "$(stat_of "$name" pages_inserted)"
+    # (Or adopted them: each run on a database adopts what the last one cached.)
+    check "$name: folio read pages from the files or adopted them" \
+        positive "$(($(stat_of "$name" pages_inserted) + $(stat_of "$name" pages_kept)))"
     check "$name: no read errors" zero "$(stat_of "$name" read_errors)"
     check "$name: no I/O errors" zero "$(stat_of "$name" io_errors)"
     check "$name: the stats name every field of folio_stats" prints_every_stat "$name"
@@ -301,6 +313,84 @@ check "blob: they read back from the cache, no read I/O (cache on write)" \
 wrun blob_reopen 'folio://?capacity=64M' --use_existing_db=1 --benchmarks=readrandom
 check "blob reopen: readrandom found every key" found_all blob_reopen readrandom
 check "blob reopen: no errors" no_write_errors blob_reopen
+
+# ---- Warm restart -----------------------------------------------------------------------
+# A database filled through the plugin, then readrandom in a process and again in a new
+# one: each process's cache is named after the database (segment_name=auto) and adopts
+# what the last one left, as the kernel's page cache stays warm across a restart.
+adopted_of() {  # adopted_of NAME KEY: KEY= of NAME's "folio: adoption:" line
+    sed -n 's/^folio: adoption: .* '"$2"'=\([^ ]*\).*/\1/p' "$work/$1.stats" | head -1
+}
+segment_of() { sed -n 's/^folio: adoption: segment=\([^ ]*\) .*/\1/p' "$work/$1.stats" | head -1; }
+wbench=(--db="$work/rdb" --num=20000 --value_size=1000 --threads=1 --seed=42
+    --verify_checksum=1 --write_buffer_size=4194304)
+wrun restart_fill 'folio' --benchmarks=fillseq
+wrun restart_first 'folio' --use_existing_db=1 --benchmarks=readrandom
+wrun restart_second 'folio' --use_existing_db=1 --benchmarks=readrandom
+check "restart: the first readrandom found every key" found_all restart_first readrandom
+check "restart: the second readrandom found every key" found_all restart_second readrandom
+rdb_segment="$(segment_of restart_second)"
+check "restart: the segment is named after the database (${rdb_segment:-none})" \
+    [ "${rdb_segment#folio-$(id -u)-db-}" != "${rdb_segment:-x}" ]
+same3() { [ "$1" = "$2" ] && [ "$2" = "$3" ]; }
+check "restart: every process on the database used the same segment" \
+    same3 "$(segment_of restart_fill)" "$(segment_of restart_first)" "$rdb_segment"
+check "restart: the segment stays after the process" [ -f "$segments/$rdb_segment" ]
+check "restart: the second process adopted (adopted=$(adopted_of restart_second adopted))" \
+    [ "$(adopted_of restart_second adopted)" = 1 ]
+check "restart: it kept pages ($(adopted_of restart_second pages_kept))" \
+    positive "$(adopted_of restart_second pages_kept)"
+rdb_bytes="$(du -sb "$work/rdb" | cut -f1)"
+second_io="$(stat_of restart_second io_bytes)"
+echo "restart: read from disk: first process $(stat_of restart_first io_bytes) bytes, second" \
+    "$second_io bytes; the database: $rdb_bytes bytes"
+check "restart: the second process read under a tenth of the database from disk" \
+    [ "${second_io:-$rdb_bytes}" -lt $((rdb_bytes / 10)) ]
+check "restart: no errors" no_write_errors restart_second
+
+# Another database: another segment, both kept.
+wbench=(--db="$work/rdb2" --num=2000 --value_size=1000 --threads=1 --seed=42 --verify_checksum=1)
+wrun restart_other 'folio' --benchmarks=fillseq,readrandom
+other_segment="$(segment_of restart_other)"
+differ() { [ "$1" != none ] && [ "$1" != "$2" ]; }
+check "restart: another database, another segment (${other_segment:-none})" \
+    differ "${other_segment:-none}" "$rdb_segment"
+check "restart: both segments are there" \
+    test -f "$segments/$rdb_segment" -a -f "$segments/${other_segment:-x}"
+# segment_name=none: no name, nothing adopted, nothing left.
+wbench=(--db="$work/rdb" --num=20000 --value_size=1000 --threads=1 --seed=42 --verify_checksum=1)
+before_none="$(ls "$segments" | wc -l)"
+wrun restart_none 'folio://?segment_name=none' --use_existing_db=1 --benchmarks=readrandom
+check "restart: segment_name=none adopts nothing" [ "$(adopted_of restart_none adopted)" = 0 ]
+segments_back_to() {  # segments_back_to N: within 30 s, N segments (a keeper removes an
+    # unnamed one once its process has exited)
+    local i
+    for i in $(seq 1 300); do
+        [ "$(ls "$segments" | wc -l)" = "$1" ] && return 0
+        sleep 0.1
+    done
+    ls -l "$segments"
+    return 1
+}
+check "restart: segment_name=none leaves no segment" segments_back_to "$before_none"
+
+# A segment in use: kill_writer, writing another database, holds the segment named
+# ci-in-use; a db_bench given the same name falls back to an unnamed segment and says so
+# (as a second process on one database would, were RocksDB's LOCK not in the way).
+inuse_uri="folio://?capacity=64M&segment_name=ci-in-use"
+LD_PRELOAD="$FOLIO_PLUGIN" "$build/kill_writer" write "$work/udb" "$inuse_uri" 0 1 0 100000 \
+    >/dev/null 2>"$work/inuse_writer.err" &
+writer=$!
+for _ in $(seq 1 100); do [ -f "$segments/ci-in-use" ] && break; sleep 0.1; done
+rc=0
+FOLIO_VERBOSE=1 FOLIO_STATS="$work/restart_inuse.stats" "$here/db_bench_folio.sh" \
+    "${wbench[@]}" --fs_uri="$inuse_uri" --use_existing_db=1 --benchmarks=readrandom \
+    >"$work/restart_inuse.log" 2>&1 || rc=$?
+kill "$writer" 2>/dev/null || true
+wait "$writer" 2>/dev/null || true
+check "restart: a second process on a segment in use runs (exit $rc)" [ "$rc" = 0 ]
+check "restart: it says the segment is in use" grep -q "segment ci-in-use is in use" "$work/restart_inuse.log"
+check "restart: and got an unnamed one" [ "$(segment_of restart_inuse)" = none ]
 
 # ---- The kill test ----------------------------------------------------------------------
 echo "== kill test: kill_writer through folio, SIGKILLed at random moments"

@@ -164,10 +164,15 @@ for v in $(compgen -v FOLIO_); do
 done
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/folio-crashtest.XXXXXX")"
+# The segment of the database (segment_name=auto: each restart adopts the cache the
+# killed run left) outlives the runs: in a directory of /dev/shm of this test's own,
+# removed with it.
+segments="$(mktemp -d /dev/shm/folio-crashtest.XXXXXX)"
+export FOLIO_SEGMENT_DIR="$segments"
 if [ "${CRASHTEST_KEEP:-0}" = 1 ]; then
-    trap 'echo "kept $work"' EXIT
+    trap 'rm -rf "$segments"; echo "kept $work"' EXIT
 else
-    trap 'rm -rf "$work"' EXIT
+    trap 'rm -rf "$work" "$segments"' EXIT
 fi
 mkdir "$work/logs"
 

@@ -68,10 +68,15 @@
 // level and further) or temperature kWarm/kCold (last_level_temperature and friends).
 //
 // One folio cache per process (options from the first --fs_uri and FOLIO_* variables),
-// created by the first factory call and never destroyed (a persistent cache's keeper
-// removes its segment once the process has exited, after the exit hook's sync left it
-// nothing to write); its statistics are printed at exit when asked (stats=1 or
-// FOLIO_STATS=1). Its capacity follows the machine by default
+// created at the first FileSystem call that needs it and never destroyed. Warm restart:
+// when that call is RocksDB's LockFile of <dir>/LOCK (DB::Open locks it before opening any
+// file of the database), the persistent cache's segment is named after the database
+// directory (segment_name=auto: folio-<uid>-db-<hash of the canonical path>), so that it
+// outlives the process and the next process on the same database adopts its pages, as the
+// kernel's page cache stays warm across a restart; a cache created by any other first
+// call, or whose named segment another live process holds, is unnamed and its keeper
+// removes it once the process has exited. Its statistics (and what the adoption kept and
+// dropped) are printed at exit when asked (stats=1 or FOLIO_STATS=1). Its capacity follows the machine by default
 // (capacity=auto, capacity_policy=machine) and can be set at run time through the live
 // file system's Configurable option `capacity` (below, "The capacity at run time").
 #include <rocksdb/convenience.h>
@@ -97,11 +102,14 @@
 #include <unordered_set>
 #include <vector>
 
+#include <unistd.h>
+
 #include "folio.h"
 #include "folio_options.h"
 
 using ROCKSDB_NAMESPACE::ConfigOptions;
 using ROCKSDB_NAMESPACE::Env;
+using ROCKSDB_NAMESPACE::FileLock;
 using ROCKSDB_NAMESPACE::FileOptions;
 using ROCKSDB_NAMESPACE::FileSystem;
 using ROCKSDB_NAMESPACE::FileSystemWrapper;
@@ -241,11 +249,26 @@ uint64_t Total(Counter c) {
 // ---------------------------------------------------------------------------------------
 // The process's cache.
 
+// The process's one cache, created lazily: its options come from the first factory call
+// (the first --fs_uri), the cache itself at the first FileSystem call that needs it
+// (Cache()), so that it can be named after the database the process opens: RocksDB locks
+// <dir>/LOCK before it opens any file of the database (DB::Open, DestroyDB), and a cache
+// created at that LockFile adopts the segment the last process on that database left
+// (segment_name=auto). A cache created by any other first call is unnamed.
 struct Process {
   std::mutex mu;
-  bool created = false;  // under mu
-  folio_cache cache{};   // written once under mu, before `created`
-  Options options;       // of the cache, under mu
+  bool configured = false;      // under mu: `options` and `uri` are set
+  Options options;              // under mu, written once before `configured`
+  std::string uri;              // the --fs_uri the options came from
+  std::atomic<bool> created{false};  // `cache` is set (release after writing it)
+  folio_cache cache{};          // written once under mu, before `created`
+  // What the capacity options set before the cache existed (0: none), applied at its
+  // creation (folio_fs.cc, "The capacity at run time").
+  uint64_t pending_capacity = 0;  // under mu
+  // The segment the cache was created with ("" if none: persist=0, or unnamed) and why it
+  // has that name, or none: for the verbose line and the stats.
+  std::string segment_name;     // under mu, once created
+  std::string naming;           // under mu, once created
 };
 
 // Never destroyed: RocksDB threads may still read at exit, after static destructors ran.
@@ -348,15 +371,39 @@ ReadIo& read_io() {
   return *io;
 }
 
+// "folio: adoption: segment=NAME adopted=1 pages_kept=N pages_dropped=N (and its reasons)
+// files_kept=N files_dropped=N bytes_written_back=N replaced=0 naming=WHY": what the
+// cache adopted when it was created (folio_cache_adoption; zeros for a cache that adopted
+// nothing).
+std::string DescribeAdoption(folio_cache cache, const std::string& segment_name,
+                             const std::string& naming) {
+  folio_adoption a{};
+  const int rc = folio_cache_adoption(cache, &a);
+  if (rc < 0) return "folio: adoption: unavailable: " + LastFolioError();
+  return "folio: adoption: segment=" + (segment_name.empty() ? "none" : segment_name) +
+         " adopted=" + std::to_string(rc) + " pages_kept=" + std::to_string(a.pages_kept) +
+         " pages_dropped=" + std::to_string(a.pages_dropped) +
+         " pages_of_changed_files=" + std::to_string(a.pages_of_changed_files) +
+         " pages_unproven=" + std::to_string(a.pages_unproven) +
+         " pages_over_capacity=" + std::to_string(a.pages_over_capacity) +
+         " files_kept=" + std::to_string(a.files_kept) +
+         " files_dropped=" + std::to_string(a.files_dropped) +
+         " bytes_written_back=" + std::to_string(a.bytes_written_back) +
+         " replaced=" + std::to_string(a.replaced) + " naming=" + naming;
+}
+
 void PrintStats() {
   Process& p = process();
   Options opts;
   folio_cache cache;
+  std::string segment_name, naming;
   {
     std::lock_guard<std::mutex> lock(p.mu);
-    if (!p.created) return;
+    if (!p.created.load(std::memory_order_acquire)) return;
     opts = p.options;
     cache = p.cache;
+    segment_name = p.segment_name;
+    naming = p.naming;
   }
   FILE* out = stderr;
   if (opts.stats == StatsSink::kFile) {
@@ -388,6 +435,7 @@ void PrintStats() {
       std::fprintf(out, "folio: stats: %s\n", text.c_str());
     }
   }
+  std::fprintf(out, "%s\n", DescribeAdoption(cache, segment_name, naming).c_str());
   read_io().FoldLive();
   std::string line = "folio: plugin:";
   for (int c = 0; c < kCounters; c++) {
@@ -410,13 +458,8 @@ void PrintStats() {
 // without one (persist=0) what it did not sync is lost.
 void SyncAtExit() {
   Process& p = process();
-  folio_cache cache;
-  {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (!p.created) return;
-    cache = p.cache;
-  }
-  const int rc = folio_cache_sync_all(cache);
+  if (!p.created.load(std::memory_order_acquire)) return;
+  const int rc = folio_cache_sync_all(p.cache);
   if (rc < 0) {
     std::fprintf(stderr, "folio: at exit: syncing the written files failed: %s (%s)\n",
                  std::strerror(-rc), LastFolioError().c_str());
@@ -435,22 +478,57 @@ std::string DescribePersistence(folio_cache cache) {
   return "persistent: segment " + path + ", keeper pid " + std::to_string(keeper);
 }
 
-// Creates the process's cache on the first call; later calls reuse it. Returns false with
-// *error set if the options are bad or the cache cannot be created.
-bool EnsureCache(const std::string& uri, std::string* error) {
+// Reads the options of the first factory call (`uri` and the FOLIO_* variables); later
+// calls keep them, and say so if theirs differ. Returns false with *error set if the
+// options are bad. Creates no cache: Cache() does, at the first call that needs one.
+bool Configure(const std::string& uri, std::string* error) {
   Options opts;
   if (!ApplyEnvironment(&opts, error) || !ApplyUri(uri, &opts, error)) return false;
   Process& p = process();
   std::lock_guard<std::mutex> lock(p.mu);
-  if (p.created) {
+  if (p.configured) {
     if (opts != p.options) {
       std::fprintf(stderr,
-                   "folio: one cache per process: it was created with %s; the options of "
-                   "'%s' (%s) are ignored\n",
-                   p.options.Describe().c_str(), uri.c_str(), opts.Describe().c_str());
+                   "folio: one cache per process: its options are those of '%s' (%s); the "
+                   "options of '%s' (%s) are ignored\n",
+                   p.uri.c_str(), p.options.Describe().c_str(), uri.c_str(),
+                   opts.Describe().c_str());
     }
     return true;
   }
+  p.options = opts;
+  p.uri = uri;
+  p.configured = true;
+  if (opts.verbosity == Options::Verbosity::kVerbose) {
+    std::fprintf(stderr,
+                 "folio: options from '%s': %s; the cache is created at the first call that "
+                 "needs it\n",
+                 uri.c_str(), opts.Describe().c_str());
+  }
+  return true;
+}
+
+// The canonical absolute path of directory `dir` (realpath), or `dir` made absolute
+// against the working directory if it cannot be resolved.
+std::string CanonicalDir(const std::string& dir) {
+  char* real = realpath(dir.empty() ? "." : dir.c_str(), nullptr);
+  if (real != nullptr) {
+    std::string out(real);
+    std::free(real);
+    return out;
+  }
+  if (!dir.empty() && dir[0] == '/') return dir;
+  char cwd[4096];
+  if (getcwd(cwd, sizeof cwd) == nullptr) return dir;
+  return std::string(cwd) + "/" + dir;
+}
+
+// Creates the process's cache under p.mu (held by the caller): the options, then the
+// segment name (`db_dir`: the database directory whose LOCK the first call locks, or
+// nullptr for any other first call), with the fallback to an unnamed segment when the
+// named one is in use. Returns false with *error set if the cache cannot be created.
+bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
+  const Options& opts = p.options;
   // folio's defaults, then the options (which start from the same defaults).
   folio_cache_options o;
   folio_cache_options_init(&o);
@@ -469,15 +547,54 @@ bool EnsureCache(const std::string& uri, std::string* error) {
   o.write_behind_bytes = opts.write_behind_bytes;
   o.persistent = opts.persist == Options::Persist::kOn ? 1 : 0;
   o.segment_dir = opts.segment_dir.empty() ? nullptr : opts.segment_dir.c_str();
+  // The segment's name, and why.
+  std::string name, naming;
+  if (opts.persist == Options::Persist::kOff) {
+    naming = "none (persist=0)";
+  } else if (opts.segment_naming == Options::SegmentNaming::kNone) {
+    naming = "none (segment_name=none)";
+  } else if (opts.segment_naming == Options::SegmentNaming::kNamed) {
+    name = opts.segment_name;
+    naming = "given (segment_name=" + name + ")";
+  } else if (db_dir != nullptr) {
+    const std::string dir = CanonicalDir(*db_dir);
+    name = AutoSegmentName(static_cast<unsigned>(geteuid()), dir);
+    naming = "auto (the database " + dir + ")";
+  } else {
+    naming = "none (segment_name=auto, but the first call was not a database's LockFile)";
+  }
+  o.segment_name = name.empty() ? nullptr : name.c_str();
   folio_cache cache{};
-  const int rc = folio_cache_create(&o, &cache);
+  int rc = folio_cache_create(&o, &cache);
+  if (rc == -EAGAIN && !name.empty()) {
+    // In use by a live cache: another process on the same database (a secondary
+    // instance, a tool), or the name given to two processes. A cache of its own instead.
+    const std::string why = LastFolioError();
+    naming = "none (the segment " + name + " is in use: " + why + ")";
+    if (opts.verbosity == Options::Verbosity::kVerbose) {
+      std::fprintf(stderr, "folio: the segment %s is in use (%s): an unnamed one instead\n",
+                   name.c_str(), why.c_str());
+    }
+    name.clear();
+    o.segment_name = nullptr;
+    rc = folio_cache_create(&o, &cache);
+  }
   if (rc < 0) {
     *error = "cannot create the cache (" + opts.Describe() + "): " + LastFolioError();
     return false;
   }
+  if (p.pending_capacity != 0) {
+    // A capacity set before the cache existed, as if set right after.
+    if (folio_cache_set_capacity(cache, p.pending_capacity) < 0) {
+      std::fprintf(stderr, "folio: the capacity %" PRIu64 " set before the cache existed: %s\n",
+                   p.pending_capacity, LastFolioError().c_str());
+    }
+    p.pending_capacity = 0;
+  }
   p.cache = cache;
-  p.options = opts;
-  p.created = true;
+  p.segment_name = name;
+  p.naming = naming;
+  p.created.store(true, std::memory_order_release);
   if (opts.stats != StatsSink::kNone) std::atexit(PrintStats);
   std::atexit(SyncAtExit);  // after PrintStats: runs before it
   if (opts.verbosity == Options::Verbosity::kVerbose) {
@@ -486,10 +603,25 @@ bool EnsureCache(const std::string& uri, std::string* error) {
     folio_cache_capacity_max(cache, &max);
     std::fprintf(stderr,
                  "folio: cache created from '%s': %s; capacity %" PRIu64 " bytes, at most %" PRIu64
-                 "; %s\n",
-                 uri.c_str(), opts.Describe().c_str(), capacity, max,
-                 DescribePersistence(cache).c_str());
+                 "; segment name %s; %s\n%s\n",
+                 p.uri.c_str(), opts.Describe().c_str(), capacity, max, naming.c_str(),
+                 DescribePersistence(cache).c_str(),
+                 DescribeAdoption(cache, name, naming).c_str());
   }
+  return true;
+}
+
+// The process's cache, created on the first call (`db_dir`: see CreateLocked); later
+// calls return it. Returns false with *error set if it cannot be created.
+bool Cache(const std::string* db_dir, folio_cache* out, std::string* error) {
+  Process& p = process();
+  if (!p.created.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (!p.created.load(std::memory_order_relaxed) && !CreateLocked(p, db_dir, error)) {
+      return false;
+    }
+  }
+  *out = p.cache;
   return true;
 }
 
@@ -516,13 +648,32 @@ bool EnsureCache(const std::string& uri, std::string* error) {
 //
 // Every FolioFileSystem object shares the process's one cache: the capacity set through
 // one is the capacity seen through all. Thread-safe: folio orders capacity changes.
+//
+// Before the cache exists (it is created at the first call that needs it, Cache()), the
+// options read and set what it will be created with: `capacity` reads the capacity option
+// (or auto), and a size set then is checked against what can be checked without the cache
+// (the minimum, a capacity_max given) and set right after the cache is created; auto takes
+// such a size back. `capacity_max` reads the option (or auto).
 
-// What the options work on (the registered pointer): the cache, and the policy it was
-// created with (folio has no getter for it).
+// What the options work on (the registered pointer): the policy the cache is created with
+// (folio has no getter for it); the cache is the process's.
 struct CapacityHandle {
-  folio_cache cache{};
   uint32_t capacity_policy = FOLIO_CAPACITY_FOLLOW_MACHINE;
 };
+
+// The process's cache if it exists (true), else false with the process's mutex held in
+// *lock, so that what the caller reads or sets of the capacity to come is not raced by
+// the creation.
+bool CreatedCache(folio_cache* cache, std::unique_lock<std::mutex>* lock) {
+  Process& p = process();
+  *lock = std::unique_lock<std::mutex>(p.mu);
+  if (p.created.load(std::memory_order_acquire)) {
+    *cache = p.cache;
+    lock->unlock();
+    return true;
+  }
+  return false;
+}
 
 const CapacityHandle& HandleAt(const void* addr) {
   return *static_cast<const CapacityHandle*>(addr);
@@ -532,9 +683,37 @@ Status RuntimeError(const std::string& name, const std::string& why) {
   return Status::InvalidArgument("folio: " + name + ": " + why);
 }
 
+// `capacity` set before the cache exists (CreatedCache's lock held): remembered for its
+// creation.
+Status ParsePendingCapacity(const std::string& name, const std::string& value) {
+  Process& p = process();
+  if (value == "auto") {
+    p.pending_capacity = 0;
+    return Status::OK();
+  }
+  uint64_t bytes = 0;
+  if (!ParseBytes(value, &bytes) || bytes == 0) {
+    return RuntimeError(name, "'" + value + "' is not a size (e.g. 2G, 512M) or auto");
+  }
+  if (bytes < FOLIO_CAPACITY_BYTES_MIN) {
+    return RuntimeError(name, "'" + value + "' is below the smallest capacity (" +
+                                  std::to_string(FOLIO_CAPACITY_BYTES_MIN) + " bytes)");
+  }
+  const uint64_t max = p.options.capacity_max_bytes != 0 ? p.options.capacity_max_bytes
+                                                         : p.options.capacity_bytes;
+  if (max != 0 && bytes > max) {
+    return RuntimeError(name, "'" + value + "' is above the largest capacity (" +
+                                  std::to_string(max) + " bytes: capacity_max, or capacity)");
+  }
+  p.pending_capacity = bytes;
+  return Status::OK();
+}
+
 Status ParseCapacity(const ConfigOptions& /*opts*/, const std::string& name,
-                     const std::string& value, void* addr) {
-  const CapacityHandle& h = HandleAt(addr);
+                     const std::string& value, void* /*addr*/) {
+  folio_cache cache{};
+  std::unique_lock<std::mutex> lock;
+  if (!CreatedCache(&cache, &lock)) return ParsePendingCapacity(name, value);
   uint64_t bytes = 0;
   if (!ParseBytes(value, &bytes) || bytes == 0) {
     return RuntimeError(name, "'" + value +
@@ -542,41 +721,68 @@ Status ParseCapacity(const ConfigOptions& /*opts*/, const std::string& name,
                                   "takes bytes (auto is chosen when the cache is created)");
   }
   uint64_t now = 0;
-  if (folio_cache_capacity(h.cache, &now) == 0 && now == bytes / 4096 * 4096) {
+  if (folio_cache_capacity(cache, &now) == 0 && now == bytes / 4096 * 4096) {
     return Status::OK();  // as it is: no change, no eviction
   }
-  const int rc = folio_cache_set_capacity(h.cache, bytes);
+  const int rc = folio_cache_set_capacity(cache, bytes);
   if (rc < 0) return RuntimeError(name, LastFolioError());
   return Status::OK();
 }
 
+// A size, or "auto" for 0: what a capacity option says before the cache exists.
+std::string BytesOrAuto(uint64_t bytes) { return bytes == 0 ? "auto" : std::to_string(bytes); }
+
 Status SerializeCapacity(const ConfigOptions& /*opts*/, const std::string& name,
-                         const void* addr, std::string* value) {
+                         const void* /*addr*/, std::string* value) {
+  folio_cache cache{};
+  std::unique_lock<std::mutex> lock;
+  if (!CreatedCache(&cache, &lock)) {
+    const Process& p = process();
+    *value = BytesOrAuto(p.pending_capacity != 0 ? p.pending_capacity
+                                                 : p.options.capacity_bytes / 4096 * 4096);
+    return Status::OK();
+  }
   uint64_t bytes = 0;
-  const int rc = folio_cache_capacity(HandleAt(addr).cache, &bytes);
+  const int rc = folio_cache_capacity(cache, &bytes);
   if (rc < 0) return RuntimeError(name, LastFolioError());
   *value = std::to_string(bytes);
   return Status::OK();
 }
 
+// The largest capacity (0 before the cache exists, unless the options give it), or a
+// failure.
+Status CapacityMax(const std::string& name, uint64_t* max) {
+  folio_cache cache{};
+  std::unique_lock<std::mutex> lock;
+  if (!CreatedCache(&cache, &lock)) {
+    const Options& o = process().options;
+    *max = (o.capacity_max_bytes != 0 ? o.capacity_max_bytes : o.capacity_bytes) / 4096 * 4096;
+    return Status::OK();
+  }
+  if (folio_cache_capacity_max(cache, max) < 0) return RuntimeError(name, LastFolioError());
+  return Status::OK();
+}
+
 Status ParseCapacityMax(const ConfigOptions& /*opts*/, const std::string& name,
-                        const std::string& value, void* addr) {
+                        const std::string& value, void* /*addr*/) {
   uint64_t max = 0, bytes = 0;
-  const int rc = folio_cache_capacity_max(HandleAt(addr).cache, &max);
-  if (rc < 0) return RuntimeError(name, LastFolioError());
+  const Status s = CapacityMax(name, &max);
+  if (!s.ok()) return s;
   if (ParseBytes(value, &bytes) && bytes == max) return Status::OK();
+  if (max == 0 && value == "auto") return Status::OK();
   return RuntimeError(name, "'" + value + "': the largest capacity is reserved when the cache "
                                           "is created (capacity_max in the URI, or "
                                           "FOLIO_CAPACITY_MAX); it is " +
-                                std::to_string(max) + " bytes");
+                                (max == 0 ? std::string("auto (chosen then)")
+                                          : std::to_string(max) + " bytes"));
 }
 
 Status SerializeCapacityMax(const ConfigOptions& /*opts*/, const std::string& name,
-                            const void* addr, std::string* value) {
+                            const void* /*addr*/, std::string* value) {
   uint64_t max = 0;
-  const int rc = folio_cache_capacity_max(HandleAt(addr).cache, &max);
-  if (rc < 0) return RuntimeError(name, LastFolioError());
-  *value = std::to_string(max);
+  const Status s = CapacityMax(name, &max);
+  if (!s.ok()) return s;
+  *value = BytesOrAuto(max);
   return Status::OK();
 }
 
@@ -1430,10 +1636,8 @@ class FolioFileSystem : public FileSystemWrapper {
     {
       Process& p = process();
       std::lock_guard<std::mutex> lock(p.mu);
-      cache_ = p.cache;
       options_ = p.options;
     }
-    capacity_.cache = cache_;
     capacity_.capacity_policy = options_.capacity_policy;
     RegisterOptions("FolioCapacity", &capacity_, CapacityOptionTypes());
   }
@@ -1474,8 +1678,11 @@ class FolioFileSystem : public FileSystemWrapper {
     }
     if (kind == FileKind::kTable) Count(kTableOpens);
     CountOpen(kind, OpenFor::kRead);
+    folio_cache cache{};
+    IOStatus made = GetCache(&cache);
+    if (!made.ok()) return made;
     folio_file file{};
-    const int rc = folio_open(cache_, fname.c_str(), &file);
+    const int rc = folio_open(cache, fname.c_str(), &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
     result->reset(
         new FolioRandomAccessFile(file, fname, written_names().OriginOf(fname), options_));
@@ -1491,8 +1698,11 @@ class FolioFileSystem : public FileSystemWrapper {
       return FileSystemWrapper::NewSequentialFile(fname, file_opts, result, dbg);
     }
     CountOpen(kind, OpenFor::kRead);
+    folio_cache cache{};
+    IOStatus made = GetCache(&cache);
+    if (!made.ok()) return made;
     folio_file file{};
-    const int rc = folio_open(cache_, fname.c_str(), &file);
+    const int rc = folio_open(cache, fname.c_str(), &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
     result->reset(new FolioSequentialFile(file, fname, written_names().OriginOf(fname)));
     return IOStatus::OK();
@@ -1548,9 +1758,12 @@ class FolioFileSystem : public FileSystemWrapper {
       return FileSystemWrapper::NewRandomRWFile(fname, file_opts, result, dbg);
     }
     CountOpen(KindOf(fname), OpenFor::kWrite);
+    folio_cache cache{};
+    IOStatus made = GetCache(&cache);
+    if (!made.ok()) return made;
     folio_file file{};
     const int rc =
-        folio_open2(cache_, fname.c_str(), FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &file);
+        folio_open2(cache, fname.c_str(), FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
     written_names().Add(fname);
     result->reset(new FolioRandomRWFile(file, fname));
@@ -1562,7 +1775,10 @@ class FolioFileSystem : public FileSystemWrapper {
   IOStatus DeleteFile(const std::string& fname, const IOOptions& options,
                       IODebugContext* dbg) override {
     if (!Writing()) return FileSystemWrapper::DeleteFile(fname, options, dbg);
-    const int rc = folio_remove_file(cache_, fname.c_str());
+    folio_cache cache{};
+    IOStatus made = GetCache(&cache);
+    if (!made.ok()) return made;
+    const int rc = folio_remove_file(cache, fname.c_str());
     if (rc < 0) return FromErrno("delete", fname, -rc);
     written_names().Remove(fname);
     Count(kFilesRemoved);
@@ -1575,6 +1791,29 @@ class FolioFileSystem : public FileSystemWrapper {
                       const IOOptions& options, IODebugContext* dbg) override {
     IOStatus s = FileSystemWrapper::RenameFile(src, target, options, dbg);
     if (s.ok()) written_names().Rename(src, target);
+    return s;
+  }
+
+  // RocksDB locks <dir>/LOCK before it opens any file of a database (DB::Open,
+  // DestroyDB): the first such lock of the process creates the cache, named after the
+  // database directory (segment_name=auto), so that it adopts what the last process on
+  // this database left. The lock is taken first: a database another process holds fails
+  // here, before any cache is made.
+  IOStatus LockFile(const std::string& fname, const IOOptions& options, FileLock** lock,
+                    IODebugContext* dbg) override {
+    IOStatus s = FileSystemWrapper::LockFile(fname, options, lock, dbg);
+    if (!s.ok() || process().created.load(std::memory_order_acquire)) return s;
+    const size_t slash = fname.rfind('/');
+    const std::string base = slash == std::string::npos ? fname : fname.substr(slash + 1);
+    if (base != "LOCK") return s;
+    const std::string dir = slash == std::string::npos ? "." : fname.substr(0, slash);
+    std::string error;
+    folio_cache cache{};
+    if (!Cache(&dir, &cache, &error)) {
+      FileSystemWrapper::UnlockFile(*lock, options, dbg).PermitUncheckedError();
+      *lock = nullptr;
+      return IOStatus::IOError("folio: " + error);
+    }
     return s;
   }
 
@@ -1592,6 +1831,14 @@ class FolioFileSystem : public FileSystemWrapper {
 
   bool Writing() const { return options_.writes == Options::Writes::kThroughFolio; }
 
+  // The process's cache, created now if this is the first call that needs it (unnamed:
+  // not a database's LockFile); IOError if it cannot be created.
+  static IOStatus GetCache(folio_cache* cache) {
+    std::string error;
+    if (Cache(nullptr, cache, &error)) return IOStatus::OK();
+    return IOStatus::IOError("folio: " + error);
+  }
+
   bool WritesThroughFolio(const std::string& fname, const FileOptions& file_opts) const {
     // mmap writes are the kernel's page cache by definition.
     return Writing() && !file_opts.use_mmap_writes && KindOf(fname) != FileKind::kKernel;
@@ -1600,9 +1847,12 @@ class FolioFileSystem : public FileSystemWrapper {
   IOStatus OpenWritable(const std::string& fname, const FileOptions& file_opts,
                         uint32_t flags, Start start, std::unique_ptr<FSWritableFile>* result) {
     const FileKind kind = KindOf(fname);
+    folio_cache cache{};
+    IOStatus made = GetCache(&cache);
+    if (!made.ok()) return made;
     CountOpen(kind, OpenFor::kWrite);
     folio_file file{};
-    int rc = folio_open2(cache_, fname.c_str(), flags, &file);
+    int rc = folio_open2(cache, fname.c_str(), flags, &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
     written_names().Add(fname);
     uint64_t end = 0;
@@ -1621,7 +1871,6 @@ class FolioFileSystem : public FileSystemWrapper {
     return IOStatus::OK();
   }
 
-  folio_cache cache_{};
   Options options_;
   CapacityHandle capacity_;  // the run-time options' object (RegisterOptions)
 };
@@ -1638,7 +1887,7 @@ struct Registrar {
             .AddSeparator("://", /*at_least_one=*/false),
         [](const std::string& uri, std::unique_ptr<FileSystem>* guard, std::string* errmsg) {
           std::string error;
-          if (!EnsureCache(uri, &error)) {
+          if (!Configure(uri, &error)) {
             // RocksDB returns it as InvalidArgument; db_bench prints it and exits 1.
             *errmsg = "folio: " + error;
             return static_cast<FileSystem*>(nullptr);

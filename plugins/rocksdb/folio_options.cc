@@ -2,6 +2,7 @@
 #include "folio_options.h"
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -111,7 +112,10 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_DIRTY_EXPIRE", "dirty_expire"},
     {"FOLIO_WRITE_BEHIND", "write_behind"},
     {"FOLIO_PERSIST", "persist"},     {"FOLIO_SEGMENT_DIR", "segment_dir"},
+    {"FOLIO_SEGMENT_NAME", "segment_name"},
 };
+
+const char* kSegmentNameHelp = "auto, none or one plain file name (no '/', at most 200 bytes)";
 
 }  // namespace
 
@@ -133,7 +137,9 @@ bool Options::operator==(const Options& o) const {
          cold_writes == o.cold_writes && dirty_limit_bytes == o.dirty_limit_bytes &&
          dirty_background_bytes == o.dirty_background_bytes &&
          dirty_expire_ms == o.dirty_expire_ms && write_behind_bytes == o.write_behind_bytes &&
-         persist == o.persist && segment_dir == o.segment_dir && stats == o.stats &&
+         persist == o.persist && segment_dir == o.segment_dir &&
+         segment_naming == o.segment_naming && segment_name == o.segment_name &&
+         stats == o.stats &&
          stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
@@ -156,7 +162,13 @@ std::string Options::Describe() const {
                   " dirty_expire=" + std::to_string(dirty_expire_ms) + "ms" +
                   " write_behind=" + std::to_string(write_behind_bytes) +
                   " persist=" + (persist == Persist::kOn ? "1" : "0") +
-                  " segment_dir=" + (segment_dir.empty() ? "default" : segment_dir) + " stats=";
+                  " segment_dir=" + (segment_dir.empty() ? "default" : segment_dir) +
+                  " segment_name=" +
+                  (segment_naming == SegmentNaming::kAuto
+                       ? std::string("auto")
+                       : segment_naming == SegmentNaming::kNone ? std::string("none")
+                                                                : segment_name) +
+                  " stats=";
   switch (stats) {
     case StatsSink::kNone:
       s += "0";
@@ -169,6 +181,22 @@ std::string Options::Describe() const {
       break;
   }
   return s;
+}
+
+bool IsSegmentName(const std::string& name) {
+  return !name.empty() && name.size() <= 200 && name != "." && name != ".." &&
+         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+}
+
+std::string AutoSegmentName(unsigned uid, const std::string& db_dir) {
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
+  for (const char c : db_dir) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ull;
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return "folio-" + std::to_string(uid) + "-db-" + hex;
 }
 
 bool ParseBytes(const std::string& text, uint64_t* out) {
@@ -361,6 +389,23 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     opts->segment_dir = value;
     return true;
   }
+  if (k == "segment_name") {
+    const std::string v = Lower(value);
+    if (v == "auto") {
+      opts->segment_naming = Options::SegmentNaming::kAuto;
+      opts->segment_name.clear();
+    } else if (v == "none") {
+      opts->segment_naming = Options::SegmentNaming::kNone;
+      opts->segment_name.clear();
+    } else if (IsSegmentName(value)) {
+      opts->segment_naming = Options::SegmentNaming::kNamed;
+      opts->segment_name = value;
+    } else {
+      *error = "segment_name: '" + value + "' is not " + kSegmentNameHelp;
+      return false;
+    }
+    return true;
+  }
   if (k == "stats") {
     bool on = false;
     if (ParseFlag(value, &on)) {
@@ -383,7 +428,7 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
            "' (known: capacity, capacity_max, capacity_policy, readahead_max, prefetch_ahead, "
            "prefault, arena_pages, backend, eviction, pread_threads, hints, writes, "
            "cache_cold_writes, dirty_limit, dirty_background, dirty_expire, write_behind, "
-           "persist, segment_dir, stats, verbose)";
+           "persist, segment_dir, segment_name, stats, verbose)";
   return false;
 }
 

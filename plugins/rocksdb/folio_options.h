@@ -9,8 +9,9 @@
 // FOLIO_READAHEAD_MAX_BYTES_DEFAULT, the auto backend, S3-FIFO, no prefault, auto arena
 // pages, the dirty thresholds and expiry, write-behind), and the plugin differs from none.
 // It adds only options of its own (prefetch_ahead, hints, writes, cache_cold_writes,
-// stats, verbose), and persist and segment_dir spell folio's `persistent` and
-// `segment_dir` (on, /dev/shm). Table files are advised random (RocksDB's advise_random_on_open, passed
+// stats, verbose), and persist, segment_dir and segment_name spell folio's `persistent`,
+// `segment_dir` and `segment_name` (on, /dev/shm, and a name the plugin derives from the
+// database directory: the plugin adopts by default, where folio's C default is no name). Table files are advised random (RocksDB's advise_random_on_open, passed
 // on by hints=1), so folio's own readahead window serves only other hints and hints=0;
 // RocksDB's Prefetch calls are forced readahead, which readahead_max does not bound.
 //
@@ -67,6 +68,15 @@
 //   segment_dir    FOLIO_SEGMENT_DIR     default   an absolute directory (tmpfs) for the
 //                                                  persistent cache's segment file; default:
 //                                                  folio's (/dev/shm); bounds the capacity
+//   segment_name   FOLIO_SEGMENT_NAME    auto      the persistent cache's segment, adopted by the
+//                                                  next process (issue: warm restart): auto: named
+//                                                  after the database directory the process opens
+//                                                  first (folio-<uid>-db-<hash of its canonical
+//                                                  path>), so that the same database restarted
+//                                                  finds its pages cached; none: a segment of the
+//                                                  process's own, removed at exit; else one plain
+//                                                  file name. A segment in use (a second process
+//                                                  on the same database) falls back to none
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -139,6 +149,11 @@ struct Options {
       FolioDefaults().persistent != 0 ? Persist::kOn : Persist::kOff;
   // The directory of the persistent cache's segment file; empty: folio's default.
   std::string segment_dir;
+  // The persistent cache's segment name (folio_cache_options' segment_name): derived from
+  // the first database directory the process locks (kAuto), none (kNone: folio's own name,
+  // removed at exit, nothing adopted), or `segment_name` (kNamed).
+  enum class SegmentNaming { kAuto, kNone, kNamed } segment_naming = SegmentNaming::kAuto;
+  std::string segment_name;  // kNamed only
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;
@@ -164,6 +179,15 @@ const char* CapacityPolicyName(uint32_t policy);
 // Parses a duration in milliseconds: "500ms", "5s", "2m", or a bare number of
 // milliseconds. Returns false on anything else, or above UINT32_MAX ms (about 49 days).
 bool ParseMillis(const std::string& text, uint32_t* out);
+
+// Whether `name` can name a segment: one plain file name (not empty, at most 200 bytes,
+// no '/' or NUL, not "." or ".."), as folio's segment names are checked.
+bool IsSegmentName(const std::string& name);
+
+// The segment name the plugin gives, for segment_name=auto, the cache of a process whose
+// first database is `db_dir` (canonical and absolute: the caller resolves it) for user
+// `uid`: "folio-<uid>-db-<16 hex digits of a 64-bit FNV-1a hash of db_dir>".
+std::string AutoSegmentName(unsigned uid, const std::string& db_dir);
 
 // Applies one key=value to *opts. Returns false with *error set for an unknown key or a
 // bad value.

@@ -144,6 +144,49 @@ int main() {
     CHECK(a != b);
   }
   {
+    // segment_name: auto (the default), none, or one plain file name.
+    Options o;
+    std::string e;
+    CHECK(o.segment_naming == Options::SegmentNaming::kAuto && o.segment_name.empty());
+    CHECK(o.Describe().find(" segment_name=auto ") != std::string::npos);
+    CHECK(Uri("folio://?segment_name=none", &o));
+    CHECK(o.segment_naming == Options::SegmentNaming::kNone);
+    CHECK(o.Describe().find(" segment_name=none ") != std::string::npos);
+    CHECK(Uri("folio://?segment_name=my-db.cache", &o));
+    CHECK(o.segment_naming == Options::SegmentNaming::kNamed && o.segment_name == "my-db.cache");
+    CHECK(o.Describe().find(" segment_name=my-db.cache ") != std::string::npos);
+    CHECK(Uri("folio://?segment_name=AUTO", &o));
+    CHECK(o.segment_naming == Options::SegmentNaming::kAuto && o.segment_name.empty());
+    for (const char* bad : {"", "a/b", "/abs", ".", ".."}) {
+      Options before = o;
+      CHECK(!Uri(std::string("folio://?segment_name=") + bad, &o, &e));
+      CHECK(e.find("segment_name: '") == 0 && e.find("plain file name") != std::string::npos);
+      CHECK(o == before);  // a refused value changes nothing
+    }
+    CHECK(!Uri("folio://?segment_name=" + std::string(201, 'x'), &o, &e));
+    CHECK(Uri("folio://?segment_name=" + std::string(200, 'x'), &o));
+    setenv("FOLIO_SEGMENT_NAME", "none", 1);
+    Options env;
+    CHECK(ApplyEnvironment(&env, &e));
+    CHECK(env.segment_naming == Options::SegmentNaming::kNone);
+    CHECK(Uri("folio://?segment_name=auto", &env));  // the URI over the environment
+    CHECK(env.segment_naming == Options::SegmentNaming::kAuto);
+    setenv("FOLIO_SEGMENT_NAME", "x/y", 1);
+    Options bad;
+    CHECK(!ApplyEnvironment(&bad, &e) && e.find("FOLIO_SEGMENT_NAME: segment_name") == 0);
+    unsetenv("FOLIO_SEGMENT_NAME");
+    Options a, b;
+    b.segment_naming = Options::SegmentNaming::kNone;
+    CHECK(a != b);
+    // The derived name: plain, per user and per directory, the same for the same path.
+    const std::string n1 = folio_rocksdb::AutoSegmentName(1000, "/data/db1");
+    CHECK(n1 == folio_rocksdb::AutoSegmentName(1000, "/data/db1"));
+    CHECK(n1 != folio_rocksdb::AutoSegmentName(1000, "/data/db2"));
+    CHECK(n1 != folio_rocksdb::AutoSegmentName(1001, "/data/db1"));
+    CHECK(n1.find("folio-1000-db-") == 0 && n1.size() == 14 + 16);
+    CHECK(folio_rocksdb::IsSegmentName(n1));
+  }
+  {
     // The write side's options.
     Options o;
     CHECK(Uri("folio://?dirty_limit=64M&dirty_background=16M&dirty_expire=2s", &o));

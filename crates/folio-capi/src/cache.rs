@@ -1,7 +1,8 @@
 //! A cache's life, its capacity and its counters: `folio_cache_create` (from a
 //! `folio_cache_options`, checked by `build_cache`) and `folio_cache_destroy`, over the
 //! cache registry; `folio_cache_keeper_pid` and `folio_cache_segment_path` (a persistent
-//! cache's keeper and segment file); `folio_cache_set_capacity`, `folio_cache_capacity`
+//! cache's keeper and segment file); `folio_cache_adoption` (what a cache created with a
+//! `segment_name` adopted); `folio_cache_set_capacity`, `folio_cache_capacity`
 //! and `folio_cache_capacity_max` (the library's `Cache::set_capacity` and its getters);
 //! `folio_cache_stats` and `folio_stats_format`, with the names of the library's engines
 //! and eviction policies and their codes in `folio_stats`, both ways.
@@ -31,9 +32,12 @@ use crate::{folio_cache, CACHES};
 /// unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault or a
 /// persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
 /// a background threshold above the dirty limit, a wrong `size`, an empty segment_dir or
-/// one that is a symlink or writable by other users and not sticky); for a persistent
-/// cache, the errno of a segment_dir that cannot be used (-ENOENT, -ENOTDIR, -EACCES) and
-/// -ENOSPC if the capacity does not fit in it; -ENOMEM if the memory cannot be reserved;
+/// one that is a symlink or writable by other users and not sticky, an empty or
+/// non-UTF-8 segment_name or one that is not one plain file name, an unknown
+/// unusable_segment); for a persistent cache, the errno of a segment_dir that cannot be
+/// used (-ENOENT, -ENOTDIR, -EACCES), -ENOSPC if the capacity does not fit in it, -EAGAIN
+/// if a live cache (of this process or another) holds the segment of `segment_name`, and
+/// -EBADMSG if that segment cannot be adopted under FOLIO_UNUSABLE_SEGMENT_REFUSE; -ENOMEM if the memory cannot be reserved;
 /// the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past 2^20 live
 /// caches. `*out` is written only on success, and a failure leaves no segment file and
 /// no keeper.
@@ -46,13 +50,16 @@ use crate::{folio_cache, CACHES};
 /// child (a child forks it and is reaped within this call, which may raise one SIGCHLD),
 /// keeps no descriptor of the caller's but the segment's, and exits when the cache is
 /// destroyed or, after writing back, when the process dies. The
-/// caller owns the handle and releases it with `folio_cache_destroy`. `opts` (and the
-/// string `segment_dir` points to) are read during the call only.
+/// caller owns the handle and releases it with `folio_cache_destroy`. With a
+/// `segment_name`, an existing segment of that name is adopted first (its dead owner's
+/// dirty pages written back, the pages of unchanged files kept), which takes as long as
+/// that writeback and a look at each of its files. `opts` (and the strings `segment_dir`
+/// and `segment_name` point to) are read during the call only.
 ///
 /// # Safety
-/// `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` is
-/// NULL or a readable NUL-terminated string; `out` is NULL or points to writable memory
-/// for one `folio_cache`.
+/// `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` and
+/// `segment_name` are each NULL or a readable NUL-terminated string; `out` is NULL or
+/// points to writable memory for one `folio_cache`.
 #[no_mangle]
 pub unsafe extern "C" fn folio_cache_create(
     opts: *const folio_cache_options,
@@ -69,7 +76,8 @@ pub unsafe extern "C" fn folio_cache_create(
             // `folio_cache_options`; every bit pattern of its integer fields is valid.
             unsafe { opts.read() }
         };
-        // SAFETY: the caller guarantees `segment_dir` is NULL or a readable C string.
+        // SAFETY: the caller guarantees `segment_dir` and `segment_name` are each NULL or a
+        // readable C string.
         let cache = unsafe { build_cache(&opts) }?;
         let id = CACHES
             .insert(cache)
@@ -171,6 +179,81 @@ pub unsafe extern "C" fn folio_cache_segment_path(
         dst[..bytes.len()].copy_from_slice(bytes);
         dst[bytes.len()] = 0;
         Ok(i32::try_from(bytes.len()).unwrap_or(i32::MAX))
+    })
+}
+
+/// What a cache created with a `segment_name` adopted of the segment it found
+/// (`folio_cache_adoption`): the pages and files the previous owner left that are cached
+/// again, those dropped and why, and what was written back first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct folio_adoption {
+    /// Cached pages kept: served from memory with no read from disk.
+    pub pages_kept: u64,
+    /// Cached pages dropped: the sum of the three reasons below.
+    pub pages_dropped: u64,
+    /// ... of files that changed, were replaced or are gone, or that could not be proven
+    /// unchanged (a slot torn by a kill, a file system's coarse timestamps).
+    pub pages_of_changed_files: u64,
+    /// ... of pages a kill left half done, or that no file claims.
+    pub pages_unproven: u64,
+    /// ... over this cache's capacity (the least used), when it is smaller than the last.
+    pub pages_over_capacity: u64,
+    /// Files whose pages were kept: unchanged since the previous owner had them.
+    pub files_kept: u64,
+    /// Files whose pages were dropped because they changed or could not be proven not to.
+    pub files_dropped: u64,
+    /// Bytes of dirty pages a killed owner's keeper had not written back, written to their
+    /// files before the adoption.
+    pub bytes_written_back: u64,
+    /// 1: the segment of the name could not be used (another layout, a damaged header)
+    /// and was replaced (FOLIO_UNUSABLE_SEGMENT_REPLACE): the cache started cold; else 0.
+    pub replaced: u64,
+}
+
+impl folio_adoption {
+    fn of(adoption: &folio_rs::Adoption) -> folio_adoption {
+        folio_adoption {
+            pages_kept: adoption.pages_kept,
+            pages_dropped: adoption.pages_dropped,
+            pages_of_changed_files: adoption.pages_of_changed_files,
+            pages_unproven: adoption.pages_unproven,
+            pages_over_capacity: adoption.pages_over_capacity,
+            files_kept: u64::from(adoption.files_kept),
+            files_dropped: u64::from(adoption.files_dropped),
+            bytes_written_back: adoption.bytes_written_back,
+            replaced: u64::from(adoption.replaced),
+        }
+    }
+}
+
+/// Stores in `*out` what `cache` adopted when it was created: the segment of its
+/// `segment_name` left by an earlier cache (a process that exited or was killed).
+///
+/// Returns 1 if the cache adopted a segment (`*out` says what it kept and dropped, and
+/// why); 0 if it adopted none: not persistent, no `segment_name`, no segment of that name
+/// (`*out` all zeros), or one it could not use and replaced (`*out` has `replaced` 1);
+/// -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
+///
+/// Context: any thread; does not block; takes no lock. The figures never change after
+/// creation.
+///
+/// # Safety
+/// `out` is NULL or points to writable memory for one `folio_adoption`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_adoption(cache: folio_cache, out: *mut folio_adoption) -> i32 {
+    const CALL: &str = "folio_cache_adoption";
+    with_cache(CALL, cache, |cache| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable `folio_adoption`.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        let adoption = cache
+            .adoption()
+            .map_or_else(folio_adoption::default, folio_adoption::of);
+        out.write(adoption);
+        Ok(i32::from(
+            cache.adoption().is_some() && adoption.replaced == 0,
+        ))
     })
 }
 

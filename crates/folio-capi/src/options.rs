@@ -20,7 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use folio_rs::{ArenaPages, BackendKind, Cache, CapacityPolicy, EvictionKind, Prefault};
+use folio_rs::{ArenaPages, BackendKind, Cache, CapacityPolicy, EvictionKind, Prefault, Unusable};
 
 use crate::entry::Out;
 use crate::error::{boundary, errno_of, Failure};
@@ -48,6 +48,13 @@ pub const FOLIO_ARENA_PAGES_AUTO: u32 = 0;
 pub const FOLIO_ARENA_PAGES_SMALL: u32 = 1;
 /// `folio_cache_options.arena_pages`: transparent huge pages advised for all of it.
 pub const FOLIO_ARENA_PAGES_HUGE: u32 = 2;
+
+/// `folio_cache_options.unusable_segment`: a named segment this library cannot adopt
+/// (another layout, damaged) is removed and the cache starts cold (the default).
+pub const FOLIO_UNUSABLE_SEGMENT_REPLACE: u32 = 0;
+/// `folio_cache_options.unusable_segment`: a named segment this library cannot adopt fails
+/// `folio_cache_create` with -EBADMSG and is left as it is.
+pub const FOLIO_UNUSABLE_SEGMENT_REFUSE: u32 = 1;
 
 /// `folio_cache_options.capacity_policy`: the capacity follows the machine's memory (the
 /// default). A thread reads the machine's (or the cgroup's) memory every 50 ms: the cache
@@ -191,6 +198,22 @@ pub struct folio_cache_options {
     /// default): /dev/shm. Ignored when `persistent` is 0. Read during
     /// `folio_cache_create` only.
     pub segment_dir: *const c_char,
+    /// The segment file's name in `segment_dir`: one plain file name (no `/`, not `.` or
+    /// `..`, at most 200 bytes). NULL (the default): a name new to this cache, and the
+    /// segment is removed when the cache goes. A named segment outlives the cache (a clean
+    /// exit, a kill after its keeper wrote back) and the next `folio_cache_create` with
+    /// the same name and `segment_dir` adopts it: the clean pages of every file that did
+    /// not change since are cached at once, with no read from disk
+    /// (`folio_cache_adoption` says what was kept and dropped). A name in use by a live
+    /// cache (of this process or another) fails with -EAGAIN: create the cache without a
+    /// name to get one anyway. Ignored when `persistent` is 0. Read during
+    /// `folio_cache_create` only. See docs/persistence.md.
+    pub segment_name: *const c_char,
+    /// What to do with a named segment this library cannot adopt (another layout, a
+    /// damaged header): FOLIO_UNUSABLE_SEGMENT_REPLACE (the default: remove it and start
+    /// cold) or FOLIO_UNUSABLE_SEGMENT_REFUSE (fail with -EBADMSG, the segment left as it
+    /// is). Ignored without a `segment_name`.
+    pub unusable_segment: u32,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
@@ -202,7 +225,9 @@ pub struct folio_cache_options {
 // capacity could move is refused, not read as asking for a machine-sized cache.
 // Persistence took the end (`persistent`, four bytes of padding, `segment_dir`), so the
 // size changed again (80 to 96): a caller built before it is refused rather than given,
-// unknowingly, a cache that forks a keeper and lives in /dev/shm.
+// unknowingly, a cache that forks a keeper and lives in /dev/shm. Adoption took the end
+// (`segment_name`, `unusable_segment` and four bytes of padding), so the size changed
+// again (96 to 112): a caller built before it is refused rather than read past its struct.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_expire_ms) == 36);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, dirty_limit_bytes) == 40);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, arena_pages) == 56);
@@ -211,7 +236,9 @@ const _: () = assert!(std::mem::offset_of!(folio_cache_options, capacity_policy)
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, capacity_max_bytes) == 72);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, persistent) == 80);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_dir) == 88);
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 96);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_name) == 96);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, unusable_segment) == 104);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 112);
 
 pub(crate) fn cache_options_default() -> folio_cache_options {
     folio_cache_options {
@@ -231,6 +258,8 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
         capacity_max_bytes: 0,
         persistent: 1,
         segment_dir: std::ptr::null(),
+        segment_name: std::ptr::null(),
+        unusable_segment: FOLIO_UNUSABLE_SEGMENT_REPLACE,
     }
 }
 
@@ -241,7 +270,8 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
 /// prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
 /// threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
 /// FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
-/// in /dev/shm (`segment_dir` NULL), and `size` set.
+/// in /dev/shm (`segment_dir` NULL) under a name of its own, removed with it
+/// (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -263,8 +293,8 @@ pub unsafe extern "C" fn folio_cache_options_init(opts: *mut folio_cache_options
 /// returns.
 ///
 /// # Safety
-/// `opts.segment_dir` is NULL or points to a NUL-terminated string readable during the
-/// call.
+/// `opts.segment_dir` and `opts.segment_name` are each NULL or point to a NUL-terminated
+/// string readable during the call.
 pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
     const CALL: &str = "folio_cache_create";
     let expected = std::mem::size_of::<folio_cache_options>();
@@ -328,6 +358,14 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
     };
     // SAFETY: the caller's guarantee on `opts.segment_dir`.
     let segment_dir = unsafe { persistence_settings(opts) }?;
+    let naming = match segment_dir {
+        // SAFETY: the caller's guarantee on `opts.segment_name`.
+        Some(_) => unsafe { naming_settings(opts) }?,
+        None => NamingSettings {
+            name: None,
+            unusable: Unusable::Replace,
+        },
+    };
     let capacity = capacity_settings(opts, segment_dir.as_deref())?;
     let (limit, background) = dirty_settings(opts)?;
     let mut builder = Cache::builder()
@@ -356,12 +394,21 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
     }
     if let Some(dir) = &segment_dir {
         builder = builder.persistent(true).segment_dir(dir);
+        if let Some(name) = &naming.name {
+            builder = builder
+                .segment_name(name.as_str())
+                .unusable_segment(naming.unusable);
+        }
     }
     let persistent = segment_dir.is_some();
+    let named = persistent && naming.name.is_some();
     let cache = builder.build().map_err(|e| {
         let mut failure = Failure::io(CALL, &e);
         if persistent && e.kind() == std::io::ErrorKind::StorageFull {
             failure.append(" (a smaller capacity_bytes, another segment_dir, or persistent = 0)");
+        }
+        if named && e.kind() == std::io::ErrorKind::WouldBlock {
+            failure.append(" (segment_name is in use by a live cache; NULL: a segment of its own)");
         }
         failure
     })?;
@@ -425,6 +472,75 @@ unsafe fn persistence_settings(opts: &folio_cache_options) -> Result<Option<Path
             format!("{CALL}: segment_dir {shown}: {e}"),
         )),
     }
+}
+
+/// What `opts` asks of a persistent cache's segment name.
+#[derive(Debug)]
+struct NamingSettings {
+    /// None: a name of the library's, removed with the cache.
+    name: Option<String>,
+    unusable: Unusable,
+}
+
+/// The segment name and the choice for an unusable segment `opts` asks for; EINVAL for an
+/// unknown `unusable_segment`, or a `segment_name` that is empty, not UTF-8 or not one
+/// plain file name (checked here, before the library looks the name up in the directory).
+/// Called for a persistent cache only: both fields are ignored otherwise.
+///
+/// # Safety
+/// `opts.segment_name` is NULL or points to a NUL-terminated string readable during the
+/// call.
+unsafe fn naming_settings(opts: &folio_cache_options) -> Result<NamingSettings, Failure> {
+    const CALL: &str = "folio_cache_create";
+    let unusable = match opts.unusable_segment {
+        FOLIO_UNUSABLE_SEGMENT_REPLACE => Unusable::Replace,
+        FOLIO_UNUSABLE_SEGMENT_REFUSE => Unusable::Refuse,
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: unknown unusable_segment {other} (FOLIO_UNUSABLE_SEGMENT_REPLACE \
+                     or _REFUSE)"
+                ),
+            ))
+        }
+    };
+    if opts.segment_name.is_null() {
+        return Ok(NamingSettings {
+            name: None,
+            unusable,
+        });
+    }
+    // SAFETY: non-null, and the caller guarantees a readable NUL-terminated string.
+    let bytes = unsafe { CStr::from_ptr(opts.segment_name) }.to_bytes();
+    let name = match std::str::from_utf8(bytes) {
+        Ok("") => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: segment_name is empty (NULL: a name of the cache's own)"),
+            ))
+        }
+        Ok(name) if name.len() > 200 || name == "." || name == ".." || name.contains('/') => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!(
+                    "{CALL}: segment_name {name:?} is not one plain file name (no '/', not . \
+                     or .., at most 200 bytes)"
+                ),
+            ))
+        }
+        Ok(name) => name.to_owned(),
+        Err(_) => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: segment_name {bytes:?} is not UTF-8"),
+            ))
+        }
+    };
+    Ok(NamingSettings {
+        name: Some(name),
+        unusable,
+    })
 }
 
 /// The builder's capacity settings for `opts` (None: the library's default).

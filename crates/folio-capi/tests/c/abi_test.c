@@ -13,7 +13,10 @@
  * rather than dropped, every byte still right). Persistence, on by default: the segment
  * file and the keeper while the cache lives, neither after it, none with persistent = 0,
  * the options' misuse, and a process SIGKILLed after unsynced writes whose keeper writes
- * them to the file.
+ * them to the file. Adoption: a named segment outlives its cache and the next cache of
+ * that name adopts it (folio_cache_adoption: pages kept, read with no I/O, the right
+ * bytes; a file changed meanwhile dropped), a name in use refused, and the naming
+ * options' misuse.
  *
  * Usage: abi_test DIR   (DIR: an empty, writable directory)
  * Prints one line per failed check and ends with "abi_test: N passed, M failed".
@@ -934,6 +937,207 @@ static void test_persistence(const char *dir) {
     rmdir(segdir);
 }
 
+/* Waits up to 30 s until process `pid` has exited; returns whether it did. */
+static int wait_exited(int64_t pid) {
+    for (int i = 0; i < 3000; i++) {
+        if (!process_alive(pid)) return 1;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    return 0;
+}
+
+/* A named cache in a private segment directory: `keep.bin` read through it, `gone.bin`
+   read, then changed on disk while no cache holds the segment, and `written.bin` written
+   through it. Destroyed, the segment stays; the next cache of the name adopts it: the
+   pages of the unchanged files are cached at once (read with no I/O, the right bytes),
+   the changed file's are dropped (its new bytes read from disk). */
+static void test_adoption(const char *dir) {
+    enum { KEEP_BYTES = 1u << 20, GONE_BYTES = 64u << 10, WRITTEN_BYTES = 100 * 1000 };
+    folio_cache_options o;
+    folio_cache c = {0}, other = {0};
+    folio_adoption a;
+    folio_file f;
+    folio_handle_stats hs;
+    char segdir[2048], keep[4096], gone[4096], wfile[4096], segment[4096], again[4096];
+    static uint8_t buf[KEEP_BYTES];
+    int64_t keeper;
+
+    snprintf(segdir, sizeof segdir, "%s/adopt-segments", dir);
+    snprintf(keep, sizeof keep, "%s/keep.bin", dir);
+    snprintf(gone, sizeof gone, "%s/gone.bin", dir);
+    snprintf(wfile, sizeof wfile, "%s/written.bin", dir);
+    CHECK(mkdir(segdir, 0700) == 0);
+    write_pattern_file(keep, KEEP_BYTES);
+    write_pattern_file(gone, GONE_BYTES);
+
+    options_init_fixed(&o);
+    CHECK(o.segment_name == NULL);
+    CHECK(o.unusable_segment == FOLIO_UNUSABLE_SEGMENT_REPLACE);
+    o.capacity_bytes = 16u << 20;
+    o.segment_dir = segdir;
+    o.segment_name = "abi-adopt";
+    CHECK(folio_cache_create(&o, &c) == 0);
+    /* The first cache of the name adopts nothing. */
+    memset(&a, 0x55, sizeof a);
+    CHECK(folio_cache_adoption(c, &a) == 0);
+    CHECK(a.pages_kept == 0 && a.pages_dropped == 0 && a.files_kept == 0 &&
+          a.files_dropped == 0 && a.bytes_written_back == 0 && a.replaced == 0 &&
+          a.pages_of_changed_files == 0 && a.pages_unproven == 0 && a.pages_over_capacity == 0);
+    CHECK(folio_cache_adoption(c, NULL) == -EFAULT);
+    CHECK(folio_cache_segment_path(c, segment, sizeof segment) > 0);
+    snprintf(again, sizeof again, "%s/abi-adopt", segdir);
+    CHECK(strcmp(segment, again) == 0);
+    keeper = folio_cache_keeper_pid(c);
+    /* A name a live cache holds: -EAGAIN, and the live one is untouched. */
+    CHECK(folio_cache_create(&o, &other) == -EAGAIN);
+    CHECK(last_error_has("segment_name"));
+    CHECK(other.id == 0);
+
+    CHECK(folio_open(c, keep, &f) == 0);
+    CHECK(folio_read(f, buf, KEEP_BYTES, 0) == KEEP_BYTES);
+    CHECK(matches_pattern(buf, 0, KEEP_BYTES));
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_open(c, gone, &f) == 0);
+    CHECK(folio_read(f, buf, GONE_BYTES, 0) == GONE_BYTES);
+    CHECK(folio_close(f) == 0);
+    {
+        static uint8_t b[WRITTEN_BYTES];
+        for (size_t i = 0; i < sizeof b; i++) b[i] = written(i, 5);
+        CHECK(folio_open2(c, wfile, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE | FOLIO_OPEN_TRUNCATE,
+                          &f) == 0);
+        CHECK(folio_write(f, b, sizeof b, 0) == (int64_t)sizeof b);
+        CHECK(folio_sync(f, FOLIO_SYNC_ALL, 0, 0) == 0);
+        CHECK(folio_close(f) == 0);
+    }
+    CHECK(folio_cache_destroy(c) == 0);
+    /* The named segment outlives the cache; its keeper exits. */
+    CHECK(keeper > 0 && wait_exited(keeper));
+    CHECK(count_entries(segdir) == 1);
+    {
+        /* gone.bin changes while nobody holds the segment: every byte, same size. */
+        FILE *w = fopen(gone, "r+b");
+        CHECK(w != NULL);
+        if (w) {
+            for (uint32_t i = 0; i < GONE_BYTES; i++) fputc(pattern(i) ^ 0xA5, w);
+            CHECK(fclose(w) == 0);
+        }
+    }
+
+    c.id = 0;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    memset(&a, 0, sizeof a);
+    CHECK(folio_cache_adoption(c, &a) == 1);
+    /* keep.bin's 256 pages at least, and written.bin's (clean after the final writeback). */
+    CHECK(a.pages_kept >= KEEP_BYTES / 4096);
+    CHECK(a.files_kept >= 1);
+    CHECK(a.files_dropped >= 1);  /* gone.bin */
+    CHECK(a.pages_dropped >= 1);
+    CHECK(a.pages_of_changed_files >= 1 && a.pages_of_changed_files <= a.pages_dropped);
+    CHECK(a.pages_dropped ==
+          a.pages_of_changed_files + a.pages_unproven + a.pages_over_capacity);
+    CHECK(a.replaced == 0);
+    CHECK(a.bytes_written_back == 0); /* a clean exit left nothing dirty */
+    CHECK(folio_open(c, keep, &f) == 0);
+    memset(buf, 0, KEEP_BYTES);
+    CHECK(folio_read(f, buf, KEEP_BYTES, 0) == KEEP_BYTES);
+    CHECK(matches_pattern(buf, 0, KEEP_BYTES));
+    CHECK(folio_file_stats(f, &hs) == 0);
+    CHECK(hs.read_io_bytes == 0); /* every page was adopted */
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_open(c, gone, &f) == 0);
+    CHECK(folio_read(f, buf, GONE_BYTES, 0) == GONE_BYTES);
+    {
+        int ok = 1;
+        for (uint32_t i = 0; i < GONE_BYTES; i++) ok &= buf[i] == (uint8_t)(pattern(i) ^ 0xA5);
+        CHECK(ok); /* the new bytes, not the adopted ones */
+    }
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_open(c, wfile, &f) == 0);
+    CHECK(folio_read(f, buf, WRITTEN_BYTES, 0) == WRITTEN_BYTES);
+    {
+        int ok = 1;
+        for (uint32_t i = 0; i < WRITTEN_BYTES; i++) ok &= buf[i] == written(i, 5);
+        CHECK(ok);
+    }
+    CHECK(folio_close(f) == 0);
+    CHECK(folio_cache_adoption((folio_cache){0}, &a) == -EBADF);
+    keeper = folio_cache_keeper_pid(c);
+    CHECK(folio_cache_destroy(c) == 0);
+    CHECK(keeper > 0 && wait_exited(keeper));
+    CHECK(unlink(segment) == 0);
+
+    /* Unnamed, or not persistent: nothing adopted, nothing left. */
+    options_init_fixed(&o);
+    o.capacity_bytes = 4u << 20;
+    o.segment_dir = segdir;
+    c.id = 0;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_adoption(c, &a) == 0 && a.pages_kept == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    o.persistent = 0;
+    o.segment_name = "ignored-when-not-persistent";
+    c.id = 0;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_cache_adoption(c, &a) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+
+    /* A segment of the name that is not one (garbage): refused with -EBADMSG under
+       FOLIO_UNUSABLE_SEGMENT_REFUSE and left there; replaced by default. */
+    {
+        char bad[4096];
+        int fd;
+        snprintf(bad, sizeof bad, "%s/abi-garbage", segdir);
+        fd = open(bad, O_CREAT | O_EXCL | O_WRONLY, 0600);
+        CHECK(fd >= 0);
+        if (fd >= 0) {
+            memset(buf, 0x5A, 65536);
+            CHECK(write(fd, buf, 65536) == 65536);
+            close(fd);
+        }
+        options_init_fixed(&o);
+        o.capacity_bytes = 4u << 20;
+        o.segment_dir = segdir;
+        o.segment_name = "abi-garbage";
+        o.unusable_segment = FOLIO_UNUSABLE_SEGMENT_REFUSE;
+        c.id = 0;
+        CHECK(folio_cache_create(&o, &c) == -EBADMSG);
+        CHECK(c.id == 0);
+        CHECK(count_entries(segdir) == 1);
+        o.unusable_segment = FOLIO_UNUSABLE_SEGMENT_REPLACE;
+        CHECK(folio_cache_create(&o, &c) == 0);
+        CHECK(folio_cache_adoption(c, &a) == 0);
+        CHECK(a.replaced == 1 && a.pages_kept == 0);
+        keeper = folio_cache_keeper_pid(c);
+        CHECK(folio_cache_destroy(c) == 0);
+        CHECK(keeper > 0 && wait_exited(keeper));
+        unlink(bad);
+    }
+
+    /* The naming options' misuse: -EINVAL, naming the field. */
+    options_init_fixed(&o);
+    o.segment_dir = segdir;
+    c.id = 0;
+    o.segment_name = "";
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("segment_name is empty"));
+    o.segment_name = "a/b";
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("not one plain file name"));
+    o.segment_name = "..";
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("not one plain file name"));
+    o.segment_name = "fine";
+    o.unusable_segment = 7;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("unusable_segment 7"));
+    CHECK(c.id == 0);
+    CHECK(count_entries(segdir) == 0);
+    rmdir(segdir);
+    unlink(keep);
+    unlink(gone);
+    unlink(wfile);
+}
+
 /* What a returned folio_write promises with the defaults: a process SIGKILLed after
    writing, without a sync or a close, leaves the bytes in the file: its keeper writes
    them back, then exits and removes the segment. Runs first, before this process has
@@ -1374,7 +1578,11 @@ _Static_assert(offsetof(folio_cache_options, persistent) == 80,
                "persistent follows capacity_max_bytes");
 _Static_assert(offsetof(folio_cache_options, segment_dir) == 88,
                "segment_dir follows persistent and four bytes of padding");
-_Static_assert(sizeof(folio_cache_options) == 96, "folio_cache_options is 96 bytes");
+_Static_assert(offsetof(folio_cache_options, segment_name) == 96,
+               "segment_name follows segment_dir");
+_Static_assert(offsetof(folio_cache_options, unusable_segment) == 104,
+               "unusable_segment follows segment_name");
+_Static_assert(sizeof(folio_cache_options) == 112, "folio_cache_options is 112 bytes");
 
 static void test_write_behind(void) {
     enum { APPEND_BYTES = 1u << 20, PAGES = APPEND_BYTES / 4096 };
@@ -1880,6 +2088,7 @@ int main(int argc, char **argv) {
     test_options_and_create();
     test_last_error_message();
     test_persistence(argv[1]);
+    test_adoption(argv[1]);
 
     options_init_fixed(&o);
     o.capacity_bytes = 32u << 20;
