@@ -208,6 +208,13 @@ fn a_segment_in_use_is_refused_and_one_of_another_layout_replaced_or_refused() {
 #[test]
 fn garbage_a_symlink_or_a_loose_mode_is_never_adopted() {
     let (segments, _data) = dirs();
+    for name in ["..", "sub/x", ""] {
+        let e = builder(segments.path())
+            .segment_name(name)
+            .build()
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{name:?}: {e}");
+    }
     let seg = segments.path().join(NAME);
     std::fs::write(&seg, vec![0x5Au8; 1 << 20]).unwrap();
     std::fs::set_permissions(&seg, std::fs::Permissions::from_mode(0o600)).unwrap();
