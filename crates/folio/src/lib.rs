@@ -151,5 +151,10 @@ pub use file::{
 };
 pub use io::BackendKind;
 pub use keeper::{recover_segment, Recovered, Written};
+pub use segment::layout::SegmentState;
+pub use segment::view::{
+    remove_segment, segments_in, FileUsage, PublishedStats, SegmentInfo, SegmentView,
+};
+pub use segment::Holder as SegmentHolder;
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

@@ -4,6 +4,7 @@
 //! ```text
 //! offset 0          header (4 KiB): magic, layout version, the sizes below, a checksum of
 //!                   them; the owner's and the keeper's pids and the segment's state
+//! STATS_OFFSET      the stats area (64 KiB): the owner's counters by name (`stats`)
 //! slots_offset      SLOT_COUNT file slots of 512 B, indexed by `MappingId`: identity,
 //!                   logical size, path
 //! meta_offset       frame_count side-table entries (`FolioMeta`, 24 B each)
@@ -31,6 +32,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"FOLIOSEG");
 /// Bumped whenever anything in this file, `FolioMeta`, or the state word's bits change.
 pub const LAYOUT_VERSION: u32 = 1;
 pub const HEADER_BYTES: u64 = 4096;
+/// The stats area (`segment::stats`) follows the header.
+pub const STATS_OFFSET: u64 = HEADER_BYTES;
+pub const STATS_BYTES: u64 = 64 << 10;
 pub const SLOT_BYTES: u64 = 512;
 /// Mapping ids a segment has slots for: files cached at once.
 pub const SLOT_COUNT: u32 = 1 << 18;
@@ -54,7 +58,7 @@ pub struct Layout {
 
 impl Layout {
     pub fn for_frames(frame_count: u32) -> Layout {
-        let slots_offset = HEADER_BYTES;
+        let slots_offset = STATS_OFFSET + STATS_BYTES;
         let meta_offset = slots_offset + u64::from(SLOT_COUNT) * SLOT_BYTES;
         let meta_bytes = u64::from(frame_count) * std::mem::size_of::<FolioMeta>() as u64;
         let frames_offset = (meta_offset + meta_bytes).next_multiple_of(FRAMES_ALIGN);
