@@ -119,9 +119,10 @@ fn explain(path: &Path, error: &io::Error) -> Failure {
         io::ErrorKind::PermissionDenied => format!(
             "{error} (only the segment's own user may read it: it holds the bytes of their files)"
         ),
-        io::ErrorKind::InvalidData => {
+        io::ErrorKind::InvalidData if error.to_string().contains("layout") => {
             format!("{error} (a segment of another folio version needs that version's folio-stat)")
         }
+        io::ErrorKind::InvalidData => error.to_string(),
         _ => format!("{shown}: {error}"),
     })
 }

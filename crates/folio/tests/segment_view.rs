@@ -57,7 +57,10 @@ fn read_and_write(cache: &Cache, read: &Path, written: &Path) -> Vec<folio::File
 fn wait_for_nobody(path: &Path) {
     let started = Instant::now();
     while SegmentView::open(path).unwrap().holder() != SegmentHolder::Nobody {
-        assert!(started.elapsed() < Duration::from_secs(30), "the keeper never exited");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the keeper never exited"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -96,7 +99,10 @@ fn the_view_shows_what_the_cache_published_and_each_file_s_pages() {
             .clone()
     };
     let (r, w) = (find(&read), find(&written));
-    assert_eq!((r.cached_pages, r.dirty_pages, r.writeback_pages), (512, 0, 0));
+    assert_eq!(
+        (r.cached_pages, r.dirty_pages, r.writeback_pages),
+        (512, 0, 0)
+    );
     assert_eq!((w.cached_pages, w.dirty_pages), (256, 256));
     assert_eq!(w.size_bytes, Some(1 << 20));
     assert_eq!(files.len(), 2);
@@ -108,7 +114,10 @@ fn the_view_shows_what_the_cache_published_and_each_file_s_pages() {
     let before = published.publishes;
     let started = Instant::now();
     while view.stats().unwrap().unwrap().publishes == before {
-        assert!(started.elapsed() < Duration::from_secs(10), "no periodic publish");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no periodic publish"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
