@@ -88,6 +88,7 @@ fn shows_a_live_cache_and_the_last_figures_of_a_gone_one() {
         .unwrap();
     writer.write_at(&vec![5u8; 1 << 20], 0).unwrap();
     let segment = cache.segment_path().unwrap();
+    let keeper_pid = cache.keeper_pid().unwrap();
     let name = segment.file_name().unwrap().to_str().unwrap().to_string();
 
     let stats = cache.publish_stats();
@@ -177,8 +178,19 @@ fn shows_a_live_cache_and_the_last_figures_of_a_gone_one() {
 
     // A segment that may hold writes not on disk yet (a killed keeper's) is kept unless
     // forced; one of another layout is named as such.
-    let header = std::fs::OpenOptions::new().write(true).open(&kept).unwrap();
-    header.write_all_at(&2u32.to_le_bytes(), 80).unwrap(); // state: orphaned
+    let header = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&kept)
+        .unwrap();
+    // The header's state word follows the owner's and the keeper's pids.
+    let mut first = vec![0u8; 4096];
+    header.read_exact_at(&mut first, 0).unwrap();
+    let pids = [std::process::id().to_le_bytes(), keeper_pid.to_le_bytes()].concat();
+    let state_at = first.windows(8).position(|w| w == pids).expect("the pids") + 8;
+    header
+        .write_all_at(&2u32.to_le_bytes(), state_at as u64)
+        .unwrap(); // orphaned
     let refused = failed(folio_stat(dir.path(), &["remove", "kept"]));
     assert!(
         refused.contains("orphaned") && refused.contains("--force"),

@@ -65,6 +65,17 @@ impl FolioMeta {
         self.place.store(0, Ordering::Relaxed);
     }
 
+    /// `identity` with the order as recorded, unchecked (a segment read back: `adopt`).
+    pub fn identity_raw(&self) -> (MappingId, PageIndex, u64) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        let place = self.place.load(Ordering::Relaxed);
+        (
+            MappingId(owner),
+            PageIndex(place & INDEX_MASK),
+            (place >> ORDER_SHIFT) & 0xf,
+        )
+    }
+
     pub fn identity(&self) -> (MappingId, PageIndex, Order) {
         let owner = self.owner.load(Ordering::Relaxed);
         let place = self.place.load(Ordering::Relaxed);

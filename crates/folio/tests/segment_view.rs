@@ -218,3 +218,48 @@ fn what_is_not_one_of_our_segments_is_refused_with_its_reason() {
     }
     drop(cache);
 }
+
+#[test]
+fn a_named_segment_left_by_a_clean_drop_shows_the_figures_at_exit() {
+    let data = common::test_dir();
+    let dir = segment_dir();
+    let build = || {
+        Cache::builder()
+            .capacity_bytes(64 << 20)
+            .persistent(true)
+            .segment_dir(dir.path())
+            .segment_name("db")
+            .build()
+            .unwrap()
+    };
+    let cache = build();
+    let handles = read_and_write(&cache, &data.path().join("r"), &data.path().join("w"));
+    drop(handles);
+    let at_exit = cache.stats();
+    drop(cache);
+    let segment = dir.path().join("db");
+    wait_for_nobody(&segment);
+    let view = SegmentView::open(&segment).unwrap();
+    assert_eq!(view.state(), Some(SegmentState::Written));
+    let last = view.stats().unwrap().unwrap().stats;
+    assert_eq!((last.hits, last.misses), (at_exit.hits, at_exit.misses));
+    assert_eq!(last.dirty_pages, 0);
+    assert!(view.files().iter().all(|f| f.dirty_pages == 0));
+    drop(view);
+    // The next cache of the name adopts it, and publishes its own figures.
+    let cache = build();
+    assert_eq!(
+        SegmentView::open(&segment).unwrap().holder(),
+        SegmentHolder::Owner
+    );
+    let stats = cache.publish_stats();
+    let view = SegmentView::open(&segment).unwrap();
+    assert_eq!(view.stats().unwrap().unwrap().stats, stats);
+    assert_eq!(
+        folio::remove_segment(&segment).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock
+    );
+    drop(cache);
+    wait_for_nobody(&segment);
+    folio::remove_segment(&segment).unwrap();
+}

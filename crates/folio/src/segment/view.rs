@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::layout::{SegmentState, SIZE_UNKNOWN};
 use super::stats::{StatValue, Unread};
-use super::{holder_of, open_checked, with_header, Holder, Segment};
+use super::{holder_of, open_ours, with_header, Holder, Segment};
 use crate::folio::MappingId;
 use crate::stats::Stats;
 use crate::types::{ORDER_MAX, PAGE_BYTES};
@@ -334,7 +334,7 @@ pub fn remove_segment(path: impl AsRef<Path>) -> io::Result<()> {
     let path = path.as_ref();
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
-    let (file, meta) = open_checked(path, &options)?;
+    let (file, meta) = open_ours(path, &options)?;
     let mut magic = [0u8; 8];
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0)?;
     if &magic != b"FOLIOSEG" {
@@ -360,5 +360,5 @@ pub fn remove_segment(path: impl AsRef<Path>) -> io::Result<()> {
 fn open_read_only(path: &Path) -> io::Result<StdFile> {
     let mut options = std::fs::OpenOptions::new();
     options.read(true);
-    open_checked(path, &options).map(|(file, _)| file)
+    open_ours(path, &options).map(|(file, _)| file)
 }
