@@ -297,6 +297,13 @@ impl FolioState {
         FolioState(AtomicU64::new(DEAD))
     }
 
+    /// A state word holding `bits` as they are: a segment's side table read back holds any
+    /// bits (`fuzzing::adoption_scan`).
+    #[cfg(any(fuzzing, test))]
+    pub fn from_bits(bits: u64) -> Self {
+        FolioState(AtomicU64::new(bits))
+    }
+
     /// Stores what `new_free` makes, into a state word nobody else uses (a virgin frame's).
     pub fn reset_free(&self) {
         self.0.store(DEAD, Ordering::Relaxed);

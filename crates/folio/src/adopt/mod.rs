@@ -25,7 +25,7 @@
 //! and so is everything a kill left half done (module docs of `scan`).
 
 mod files;
-mod scan;
+pub(crate) mod scan;
 
 use std::collections::BTreeMap;
 use std::io;
@@ -37,6 +37,7 @@ use crate::folio::MappingId;
 use crate::index::NewFolio;
 use crate::mapping::MappingTable;
 use crate::memory::Memory;
+use crate::segment::layout::SIZE_UNKNOWN;
 use crate::segment::{self, Holder, Segment};
 use crate::types::{FrameId, Order};
 
@@ -251,6 +252,19 @@ impl Plan {
             mut adoption,
         } = self;
         let segment = mem.arena.segment().cloned();
+        if let Some(segment) = &segment {
+            // Slots of files not adopted are forgotten, and adopted files' sizes are the
+            // disk's again (this process has not written them): a later keeper or
+            // recovery then never sets a file to a size an earlier process left.
+            for id in segment.registered_ids() {
+                let Some(slot) = segment.slot(id) else { continue };
+                if files.contains_key(&id) {
+                    slot.set_size(SIZE_UNKNOWN);
+                } else {
+                    slot.clear();
+                }
+            }
+        }
         let mut added = BTreeMap::new();
         for (id, file) in &files {
             let count = folios.iter().filter(|f| f.mapping == *id).count() as u64;

@@ -430,6 +430,22 @@ impl FileSlot {
         })
     }
 
+    /// Forgets the file: a slot a restart did not adopt (its file changed, or its pages
+    /// were not kept). A recovery or keeper never acts on it again (its stale logical size
+    /// would cut what another program wrote since).
+    ///
+    /// Context: the adoption, before the cache is shared (one writer).
+    pub fn clear(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        self.dev.store(0, Ordering::Relaxed);
+        self.ino.store(0, Ordering::Relaxed);
+        self.born_ns.store(0, Ordering::Relaxed);
+        self.size_bytes.store(SIZE_UNKNOWN, Ordering::Relaxed);
+        self.stamp_taken_ns.store(0, Ordering::Relaxed);
+        self.path_len.store(0, Ordering::Relaxed);
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+
     /// The file grew to `end_bytes` through a write. Context: the write path (W4).
     pub fn extend_to(&self, end_bytes: u64) {
         let size = &self.size_bytes;
