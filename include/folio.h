@@ -895,7 +895,9 @@ int32_t folio_cache_capacity(struct folio_cache cache, uint64_t *out);
 int32_t folio_cache_capacity_max(struct folio_cache cache, uint64_t *out);
 
 /**
- * Stores a snapshot of `cache`'s counters in `*out`.
+ * Stores a snapshot of `cache`'s counters in `*out`. A persistent cache's snapshot is
+ * also published in its segment (`Cache::publish_stats`): what `folio-stat` shows next
+ * is what this call returned, until the cache's next publish (about a second later).
  *
  * Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
  *

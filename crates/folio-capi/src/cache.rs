@@ -375,7 +375,9 @@ fn format_stats(stats: &folio_stats) -> String {
     line
 }
 
-/// Stores a snapshot of `cache`'s counters in `*out`.
+/// Stores a snapshot of `cache`'s counters in `*out`. A persistent cache's snapshot is
+/// also published in its segment (`Cache::publish_stats`): what `folio-stat` shows next
+/// is what this call returned, until the cache's next publish (about a second later).
 ///
 /// Returns 0; -EBADF if `cache` is not a live cache handle; -EFAULT if `out` is NULL.
 ///
@@ -390,7 +392,7 @@ pub unsafe extern "C" fn folio_cache_stats(cache: folio_cache, out: *mut folio_s
     with_cache(CALL, cache, |cache| {
         // SAFETY: the caller guarantees `out` is NULL or a writable `folio_stats`.
         let out = unsafe { Out::new(CALL, "out", out) }?;
-        out.write(folio_stats::of(&cache.stats()));
+        out.write(folio_stats::of(&cache.publish_stats()));
         Ok(0)
     })
 }

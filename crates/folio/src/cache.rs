@@ -685,6 +685,16 @@ impl Cache {
         s
     }
 
+    /// A snapshot of the counters, as `stats`, published now in a persistent cache's
+    /// segment (where `folio::SegmentView` and `folio-stat` read them) rather than at the
+    /// writeback thread's next publish (about once a second), and returned: what a
+    /// viewer reads next is exactly this (until the next publish).
+    ///
+    /// Context: as `stats`, and the segment's stats lock (held by a publish in progress).
+    pub fn publish_stats(&self) -> Stats {
+        self.inner.core.publish_stats(self.inner.backend.name())
+    }
+
     /// The segment file of a persistent cache (`CacheBuilder::persistent`).
     pub fn segment_path(&self) -> Option<PathBuf> {
         let segment = self.inner.core.mem.arena.segment()?;

@@ -60,7 +60,9 @@
 //! - `keeper`: the process that writes back a dead owner's dirty pages (DESIGN.md §9),
 //!   and the recovery of a segment whose keeper was killed; above `write` and `arena`.
 //!   `segment`: the shared-memory file a persistent cache's arena lives in, its layout,
-//!   and the owner's line to its keeper; below `arena`.
+//!   the owner's line to its keeper, its published counters (`stats`) and the view of
+//!   it from outside (`view`: `SegmentView`, `segments_in`, `remove_segment`); below
+//!   `arena`.
 //! - `stats` (counters), `types` (newtypes), `primitive` (the atomics loom swaps in),
 //!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
 //!
@@ -153,5 +155,10 @@ pub use file::{
 };
 pub use io::BackendKind;
 pub use keeper::{recover_segment, Recovered, Written};
+pub use segment::layout::SegmentState;
+pub use segment::view::{
+    remove_segment, segments_in, FileUsage, PublishedStats, SegmentInfo, SegmentView,
+};
+pub use segment::Holder as SegmentHolder;
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

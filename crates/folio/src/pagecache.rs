@@ -31,6 +31,7 @@ use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
 use crate::memory::Memory;
 use crate::reclaim::{self, Reclaimer};
+use crate::segment::stats::StatValue;
 use crate::stats::{self, Stats};
 use crate::types::{FrameId, Order, PAGE_BYTES};
 use crate::write::queue::DirtyFiles;
@@ -186,6 +187,29 @@ impl Core {
         s.futures_parked = crate::wait::futures_parked();
         s
     }
+
+    /// A snapshot of the counters (`stats`, with `backend` named), published in the
+    /// segment's stats area if the cache is persistent (`segment::stats`: what
+    /// `folio-stat` and `folio::SegmentView` read), and returned.
+    ///
+    /// Context: as `stats`; the publisher is the writeback thread (every
+    /// `write::thread::STATS_PERIOD`), the cache's drop (after its final writeback) and
+    /// `Cache::publish_stats`; they take the segment's stats lock in turn.
+    pub fn publish_stats(&self, backend: &str) -> Stats {
+        let mut s = self.stats();
+        s.backend = backend.to_string();
+        if let Some(segment) = self.mem.arena.segment() {
+            let numbers = s
+                .values()
+                .map(|(field, value)| (field.name, StatValue::Number(value)));
+            let names = [
+                ("backend", StatValue::Text(s.backend.clone())),
+                ("eviction", StatValue::Text(s.eviction.clone())),
+            ];
+            segment.publish_stats(numbers.chain(names));
+        }
+        s
+    }
 }
 
 pub(crate) struct Engine {
@@ -318,6 +342,9 @@ impl Drop for Engine {
         if let Some(thread) = self.populate_thread.take() {
             let _ = thread.join();
         }
+        // The last figures, after the final writeback, for whoever looks at the segment
+        // once the process is gone (before `detach_threads` forgets the hits).
+        self.core.publish_stats(self.backend.name());
         self.core.mem.counters.detach_threads();
         self.dismiss_keeper();
     }

@@ -4,8 +4,10 @@
 //! it.
 //!
 //! Rooms: `layout` (where each part lies, the header, a file slot); `link` (the owner's
-//! messages to its keeper: descriptors of the files it writes); this file (creating,
-//! checking, mapping and removing a segment file).
+//! messages to its keeper: descriptors of the files it writes); `stats` (the owner's
+//! counters, published by name); `view` (a segment seen from outside, read-only: the
+//! public `SegmentView`, `segments_in`, `remove_segment`); this file (creating, checking,
+//! mapping and removing a segment file).
 //!
 //! Who may use a segment: only its owner's user. It is created `O_EXCL | O_NOFOLLOW`, mode
 //! 0600, in a directory that is not a symlink and that no other user can write unless it
@@ -27,6 +29,8 @@
 
 pub mod layout;
 pub mod link;
+pub mod stats;
+pub mod view;
 
 use std::ffi::OsStr;
 use std::fs::File as StdFile;
@@ -43,8 +47,9 @@ use crate::folio::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 use layout::{
     FileIdentity, FileSlot, FileStamp, Header, Layout, Retention, SegmentState, HEADER_BYTES,
-    SLOT_BYTES, SLOT_COUNT, STAMP_TICK_NS,
+    SLOT_BYTES, SLOT_COUNT, STAMP_TICK_NS, STATS_BYTES, STATS_OFFSET,
 };
+use stats::{StatValue, StatsArea};
 
 /// Where segments go unless the builder names a directory.
 pub const DEFAULT_DIR: &str = "/dev/shm";
@@ -62,6 +67,8 @@ pub struct Segment {
     layout: Layout,
     /// One writer per slot (`FileSlot::write`).
     slot_lock: Mutex<()>,
+    /// One publisher of the stats area at a time (`publish_stats`).
+    stats_lock: Mutex<()>,
     /// The owner's second open file of the segment, holding the owner's record lock
     /// (module docs, exclusion); `None` in a keeper or a recovery.
     owner_lock: Option<StdFile>,
@@ -111,7 +118,9 @@ impl Segment {
         file.set_len(layout.total_bytes).map_err(remove_on_error)?;
         let mut segment = Self::map(path.clone(), file, layout).map_err(remove_on_error)?;
         segment.owner_lock = Some(owner_lock);
-        segment.allocate(0, HEADER_BYTES).map_err(remove_on_error)?;
+        segment
+            .allocate(0, STATS_OFFSET + STATS_BYTES)
+            .map_err(remove_on_error)?;
         segment.header().init(&layout);
         segment
             .header()
@@ -186,60 +195,10 @@ impl Segment {
 
     /// `open_orphan`'s checks and lock, before anything is mapped.
     fn open_checked(path: &Path) -> io::Result<StdFile> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| {
-                if e.raw_os_error() == Some(libc::ELOOP) {
-                    invalid(format!("folio: segment {} is a symlink", path.display()))
-                } else {
-                    e
-                }
-            })?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(invalid(format!(
-                "folio: segment {} is not a regular file",
-                path.display()
-            )));
-        }
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "folio: segment {} belongs to uid {} with mode {:o}: only its owner's, mode 0600, is used",
-                    path.display(),
-                    meta.uid(),
-                    meta.permissions().mode() & 0o777
-                ),
-            ));
-        }
-        if meta.len() < HEADER_BYTES {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "folio: segment {} is too short for a header",
-                    path.display()
-                ),
-            ));
-        }
-        lock_exclusive(&file).map_err(|e| {
-            if e.kind() == io::ErrorKind::WouldBlock {
-                io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    format!(
-                        "folio: segment {} is in use by its owner or keeper",
-                        path.display()
-                    ),
-                )
-            } else {
-                e
-            }
-        })?;
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true);
+        let (file, _) = open_ours(path, &options)?;
+        lock_unused(&file, path)?;
         Ok(file)
     }
 
@@ -251,22 +210,63 @@ impl Segment {
         Self::map(path, file, layout)
     }
 
-    /// Reads the header with `pread` (never mapping a file whose size is not checked yet).
+    /// The stats area (`stats`).
+    pub fn stats_area(&self) -> &StatsArea {
+        // SAFETY: the area lies inside the mapping at STATS_OFFSET (page aligned), is
+        // STATS_BYTES long (StatsArea fits: asserted in `stats`) and lives as long as
+        // `self`; StatsArea is atomics only, valid for any bytes.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(STATS_OFFSET as usize)
+                .cast::<StatsArea>()
+        }
+    }
+
+    /// Publishes `entries` in the stats area (`StatsArea::publish`), as this process's,
+    /// now.
+    ///
+    /// Context: the owner (its stats area was allocated at `create`); takes the stats
+    /// lock; never blocks otherwise.
+    pub fn publish_stats<'a>(&self, entries: impl IntoIterator<Item = (&'a str, StatValue)>) {
+        let unix_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let _one_publisher = self.stats_lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.stats_area()
+            .publish(entries, std::process::id(), unix_ms);
+    }
+
+    /// Maps the segment at `path` read-only, for a look from outside (`view`): the same
+    /// checks as `open_orphan` (owner, permissions, symlink, header), but no lock taken, so
+    /// that its owner or keeper may hold it. Only for reading: the mapping is `PROT_READ`,
+    /// and a write through it (`register`, `publish_stats`, `set_state`, the frames) faults.
+    ///
+    /// Errors: as `open_orphan`, but never `WouldBlock`.
+    pub fn open_view(path: &Path) -> io::Result<Segment> {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        let (file, meta) = open_ours(path, &options)?;
+        let layout = Self::read_layout(&file, meta.len())?;
+        Self::map_as(path.to_path_buf(), file, layout, Protection::ReadOnly)
+    }
+
+    /// Reads and checks the header (`with_header`, `Header::check`).
     fn read_layout(file: &StdFile, file_bytes: u64) -> io::Result<Layout> {
-        use std::os::unix::fs::FileExt;
-        let mut bytes = vec![0u64; std::mem::size_of::<Header>().div_ceil(8)];
-        // SAFETY: a u64 buffer viewed as bytes; every byte pattern is a valid u8.
-        let view = unsafe {
-            std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<u8>(), bytes.len() * 8)
-        };
-        file.read_exact_at(view, 0)?;
-        // SAFETY: `Header` is repr(C) of atomic integers, valid for any bytes; `bytes` is
-        // aligned for u64 and at least as long as a Header.
-        let header = unsafe { &*bytes.as_ptr().cast::<Header>() };
-        header.check(file_bytes)
+        with_header(file, |header| header.check(file_bytes))?
     }
 
     fn map(path: PathBuf, file: StdFile, layout: Layout) -> io::Result<Segment> {
+        Self::map_as(path, file, layout, Protection::ReadWrite)
+    }
+
+    fn map_as(
+        path: PathBuf,
+        file: StdFile,
+        layout: Layout,
+        protection: Protection,
+    ) -> io::Result<Segment> {
         let file_bytes = usize::try_from(layout.total_bytes)
             .map_err(|_| invalid("folio: segment too large for this address space".into()))?;
         let map_bytes = file_bytes + ALIGN_BYTES;
@@ -291,7 +291,10 @@ impl Segment {
             libc::mmap(
                 aligned as *mut libc::c_void,
                 file_bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
+                match protection {
+                    Protection::ReadWrite => libc::PROT_READ | libc::PROT_WRITE,
+                    Protection::ReadOnly => libc::PROT_READ,
+                },
                 libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_NORESERVE,
                 file.as_raw_fd(),
                 0,
@@ -311,6 +314,7 @@ impl Segment {
             base: NonNull::new(aligned as *mut u8).expect("mmap returned null"),
             layout,
             slot_lock: Mutex::new(()),
+            stats_lock: Mutex::new(()),
             owner_lock: None,
         })
     }
@@ -376,6 +380,18 @@ impl Segment {
         // SAFETY: the meta part lies inside the mapping; its offset is a multiple of 8.
         let ptr = unsafe { self.base.as_ptr().add(self.layout.meta_offset as usize) };
         NonNull::new(ptr.cast::<FolioMeta>()).expect("inside a non-null mapping")
+    }
+
+    /// Frame `frame`'s side-table entry; `None` past the segment's frames. Context: the
+    /// entry's page of the table was allocated (`written_meta_frames`, or an arena's
+    /// chunk): reading a hole of a tmpfs file through a mapping allocates it.
+    pub fn meta(&self, frame: u32) -> Option<&FolioMeta> {
+        (frame < self.layout.frame_count).then(|| {
+            // SAFETY: inside the side table (frame < frame_count), which `meta_table`
+            // points to; FolioMeta is atomics only, valid for any bytes; it lives as long
+            // as the mapping, that is `self`.
+            unsafe { &*self.meta_table().as_ptr().add(frame as usize) }
+        })
     }
 
     /// The side table's entries of the segment's frames, as a slice (read back by a
@@ -630,6 +646,85 @@ impl Drop for Segment {
     }
 }
 
+/// Opens the segment at `path` as `options` say (no following of a symlink, not blocking,
+/// closed on exec added) and checks it is one of ours: a regular file of this user, readable
+/// by no one else, long enough for a header. Returns it with its metadata.
+///
+/// Errors: `InvalidInput` for a symlink or a file that is not regular; `PermissionDenied`
+/// for a segment of another user or readable by others; `InvalidData` for one too short;
+/// the open's error otherwise (`NotFound`).
+fn open_ours(
+    path: &Path,
+    options: &std::fs::OpenOptions,
+) -> io::Result<(StdFile, std::fs::Metadata)> {
+    let file = options
+        .clone()
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                invalid(format!("folio: segment {} is a symlink", path.display()))
+            } else {
+                e
+            }
+        })?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(invalid(format!(
+            "folio: segment {} is not a regular file",
+            path.display()
+        )));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me || meta.permissions().mode() & 0o077 != 0 {
+        return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "folio: segment {} belongs to uid {} with mode {:o}: only its owner's, mode 0600, is used",
+                    path.display(),
+                    meta.uid(),
+                    meta.permissions().mode() & 0o777
+                ),
+            ));
+    }
+    if meta.len() < HEADER_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "folio: segment {} is too short for a header",
+                path.display()
+            ),
+        ));
+    }
+    Ok((file, meta))
+}
+
+/// Calls `read` with a copy of `file`'s header, read with `pread` (never mapping a file
+/// whose size is not checked yet).
+///
+/// Errors: the read's (`UnexpectedEof` for a file shorter than a header).
+fn with_header<R>(file: &StdFile, read: impl FnOnce(&Header) -> R) -> io::Result<R> {
+    use std::os::unix::fs::FileExt;
+    let mut bytes = vec![0u64; std::mem::size_of::<Header>().div_ceil(8)];
+    // SAFETY: a u64 buffer viewed as bytes; every byte pattern is a valid u8.
+    let view =
+        unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<u8>(), bytes.len() * 8) };
+    file.read_exact_at(view, 0)?;
+    // SAFETY: `Header` is repr(C) of atomic integers, valid for any bytes; `bytes` is
+    // aligned for u64 and at least as long as a Header.
+    let header = unsafe { &*bytes.as_ptr().cast::<Header>() };
+    Ok(read(header))
+}
+
+/// How a segment is mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protection {
+    ReadWrite,
+    /// A view from outside (`open_view`).
+    ReadOnly,
+}
+
 fn invalid(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, what)
 }
@@ -798,6 +893,25 @@ fn lock_owner(path: &Path, file: &StdFile) -> io::Result<StdFile> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// `lock_exclusive` of the segment at `path`, saying so if its owner or keeper holds it.
+///
+/// Errors: `WouldBlock` while an owner or a keeper holds it; `flock`'s otherwise.
+fn lock_unused(file: &StdFile, path: &Path) -> io::Result<()> {
+    lock_exclusive(file).map_err(|e| {
+        if e.kind() == io::ErrorKind::WouldBlock {
+            io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "folio: segment {} is in use by its owner or keeper",
+                    path.display()
+                ),
+            )
+        } else {
+            e
+        }
+    })
 }
 
 /// Frees the file's memory in `[offset, offset + len)` (it reads as zeros after).

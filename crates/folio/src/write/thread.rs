@@ -2,14 +2,17 @@
 //! writers handed over (write-behind), then writes back every dirty file while the cache
 //! is over its background threshold and otherwise the files dirty for longer than the
 //! expiry; and the cache's final writeback when it is dropped. Also the writers' side of
-//! write-behind: an append hands its whole pages to the thread (`write_behind`).
+//! write-behind: an append hands its whole pages to the thread (`write_behind`). It also
+//! publishes a persistent cache's counters in its segment (`Core::publish_stats`), the
+//! one background thread every cache has: no thread of its own for a once-a-second job.
 //!
 //! Protection: the queue of dirty files (`DirtyFiles`) under its own locks; the writeback
-//! steps as in `writeback`. Limits: one pass every `BACKGROUND_PERIOD`, or when woken.
+//! steps as in `writeback`. Limits: one pass every `BACKGROUND_PERIOD`, or when woken; a
+//! publish every `STATS_PERIOD` at best (a long pass of writeback delays it).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::sync::wait_for_tagged;
 use super::writeback::{start, Take};
@@ -20,15 +23,25 @@ use crate::types::PageIndex;
 
 /// How often the background thread looks for expired dirty files.
 const BACKGROUND_PERIOD: Duration = Duration::from_millis(100);
+/// How often the background thread publishes a persistent cache's counters in its
+/// segment (`Core::publish_stats`): what `folio-stat --watch` refreshes by at best.
+pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(1);
 
 /// The background writeback thread's body: every `BACKGROUND_PERIOD` (or when woken),
 /// starts the ranges appending writers handed over (`write_behind`), then writes
 /// back every dirty file while the cache is above the background threshold, and
-/// otherwise the files dirty for longer than the expiry. Returns when the cache stops.
+/// otherwise the files dirty for longer than the expiry; every `STATS_PERIOD`, publishes
+/// a persistent cache's counters in its segment. Returns when the cache stops.
 ///
 /// Context: its own thread ("folio-writeback").
 pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
+    let persistent = core.mem.arena.segment().is_some();
+    let mut published = Instant::now();
     while core.dirty_files.wait(BACKGROUND_PERIOD) {
+        if persistent && published.elapsed() >= STATS_PERIOD {
+            core.publish_stats(backend.name());
+            published = Instant::now();
+        }
         for range in core.dirty_files.take_write_behind() {
             start(
                 &core,
