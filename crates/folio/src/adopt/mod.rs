@@ -83,6 +83,8 @@ pub struct Adoption {
 /// and `install`).
 pub(crate) struct Plan {
     folios: Vec<Found>,
+    /// Frames the dead owner's I/O may still reach (`scan::Scanned::in_flight`).
+    in_flight: Vec<std::ops::Range<u32>>,
     files: BTreeMap<MappingId, files::Unchanged>,
     pub adoption: Adoption,
 }
@@ -147,6 +149,7 @@ pub(crate) fn take(
                 )?;
                 let plan = Plan {
                     folios: Vec::new(),
+                    in_flight: Vec::new(),
                     files: BTreeMap::new(),
                     adoption: Adoption {
                         replaced: true,
@@ -158,10 +161,10 @@ pub(crate) fn take(
             Err(e) => return Err(e),
         }
     };
-    let found = scan::scan(&segment);
+    let mut found = scan::scan(&segment);
     adoption.pages_unproven = found.unproven_pages;
     let mut by_file: BTreeMap<MappingId, Vec<Found>> = BTreeMap::new();
-    for folio in found.folios {
+    for folio in std::mem::take(&mut found.folios) {
         by_file.entry(folio.mapping).or_default().push(folio);
     }
     let mut files = BTreeMap::new();
@@ -183,6 +186,7 @@ pub(crate) fn take(
         segment,
         Plan {
             folios,
+            in_flight: found.in_flight,
             files,
             adoption,
         },
@@ -232,6 +236,21 @@ impl Plan {
         let mut used: Vec<(FrameId, Order)> =
             self.folios.iter().map(|f| (f.frame, f.order)).collect();
         used.sort_by_key(|&(frame, _)| frame);
+        if let Some(segment) = arena.segment() {
+            for frames in &self.in_flight {
+                // A late completion of the dead owner's I/O then reaches memory the file
+                // no longer holds, never a frame this cache hands out. Never a kept
+                // folio's (only a damaged side table could make them overlap).
+                let after = used.partition_point(|&(f, _)| f.0 < frames.end);
+                let overlaps = after > 0 && {
+                    let (f, order) = used[after - 1];
+                    f.0 + order.pages() as u32 > frames.start
+                };
+                if !overlaps {
+                    let _ = segment.punch_frames(frames.clone());
+                }
+            }
+        }
         arena.list_adopted(&used);
         for folio in &self.folios {
             let meta = arena.meta(folio.frame);
@@ -248,6 +267,7 @@ impl Plan {
     pub fn install(self, mem: &Memory, mappings: &MappingTable) -> Adoption {
         let Plan {
             mut folios,
+            in_flight: _,
             files,
             mut adoption,
         } = self;

@@ -2,10 +2,12 @@
 //!
 //! A folio is kept only if everything about it is proven:
 //! - its state: UPTODATE, and not DEAD (free or being evicted), LOCKED (a read in flight,
-//!   a new page being filled, a write mid-copy), ERROR (a failed read) or DETACHED (it
-//!   left its index while pinned: its bytes may be older than the file's). DIRTY and
-//!   WRITEBACK folios are kept: the segment is written back before it is read (`take`),
-//!   so their bytes are the file's.
+//!   a new page being filled, a write mid-copy), WRITEBACK (a write in flight), ERROR (a
+//!   failed read) or DETACHED (it left its index while pinned: its bytes may be older than
+//!   the file's). DIRTY folios are kept: the segment is written back before it is read
+//!   (`take`), so their bytes are the file's. A folio under I/O is not only dropped: its
+//!   memory leaves the segment (`Scanned::in_flight`), because the dead owner's read or
+//!   write may still complete into or out of it.
 //! - its place: an order no larger than the largest, a head frame aligned to it and inside
 //!   the arena, tail frames all DEAD (as a folio's tails are), a page index aligned to it.
 //! - its claim: no other folio of the same file claims any of its pages (a kill between
@@ -37,6 +39,10 @@ pub struct Scanned {
     pub folios: Vec<Found>,
     /// Pages of folios that looked cached (UPTODATE, not DEAD) but were not proven.
     pub unproven_pages: u64,
+    /// Frames under I/O when the owner died (a read in flight, a new page being filled,
+    /// a writeback): a dead process's I/O can complete after it is gone, so their memory
+    /// is never used again (`Plan::prepare_arena` punches it out of the segment).
+    pub in_flight: Vec<std::ops::Range<u32>>,
 }
 
 /// Scans `segment`'s side table (the parts ever written).
@@ -57,6 +63,11 @@ pub fn scan_entries(
         let mut frame = range.start;
         while frame < range.end.min(frame_count) {
             let state = entries[frame as usize].state.load();
+            if !state.is_dead() && (state.is_locked() || state.is_writeback()) {
+                let pages = 1u32 << entries[frame as usize].identity_raw().2.min(9);
+                let end = frame.saturating_add(pages).min(frame_count);
+                out.in_flight.push(frame..end);
+            }
             if !state.is_uptodate() || state.is_dead() {
                 frame += 1;
                 continue;
@@ -105,7 +116,7 @@ pub fn scan_entries(
 fn prove(entries: &[FolioMeta], frame: FrameId) -> Option<Found> {
     let meta = &entries[frame.as_usize()];
     let state = meta.state.load();
-    if state.is_locked() || state.is_error() || state.is_detached() {
+    if state.is_locked() || state.is_writeback() || state.is_error() || state.is_detached() {
         return None;
     }
     let (mapping, head, order) = meta.identity_raw();

@@ -472,6 +472,17 @@ impl Segment {
         }
     }
 
+    /// Takes the memory of frames `frames` out of the file (a hole: they read as zeros
+    /// after, from new memory). A page an I/O still holds stays that I/O's, outside the
+    /// file: a restart's way to keep a dead owner's late completions away (`adopt`).
+    ///
+    /// Errors: `fallocate`'s.
+    pub fn punch_frames(&self, frames: std::ops::Range<u32>) -> io::Result<()> {
+        let page = PAGE_BYTES as u64;
+        let offset = self.layout.frames_offset + u64::from(frames.start) * page;
+        punch_hole(&self.file, offset, u64::from(frames.end - frames.start) * page)
+    }
+
     /// The mapping ids whose slots were ever written (their pages allocated: `register`
     /// reserves a slot's page before it writes it), by `SEEK_DATA` over the slots.
     pub fn registered_ids(&self) -> Vec<MappingId> {
