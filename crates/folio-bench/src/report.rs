@@ -36,7 +36,7 @@ pub fn table(report: &Report) -> String {
     if report.workload == "keeper" {
         return keeper::table(report);
     }
-    if report.workload == "restart" {
+    if report.workload == "restart" || report.workload == "db-bench-restart" {
         return restart::table(report);
     }
     let mut out = String::new();
@@ -197,7 +197,7 @@ pub fn plot(path: &Path, reports: &[Report]) -> io::Result<()> {
             return pressure::plot(path, report)
                 .map_err(|e| io::Error::other(format!("plot: {e}")));
         }
-        if report.workload == "restart" {
+        if report.workload == "restart" || report.workload == "db-bench-restart" {
             return restart::plot(path, report).map_err(|e| io::Error::other(format!("plot: {e}")));
         }
     }

@@ -58,12 +58,21 @@ pub fn table(report: &Report) -> String {
         .and_then(|t| t.get(0))
         .and_then(Value::as_u64)
         .unwrap_or(0);
-    let mut out = format!(
-        "\n== restart ==  ({} MiB in {} files, {threads} threads of random 4 KiB reads, every \
-         byte checked; first window {first} s)\n",
-        p("data_bytes") >> 20,
-        p("files"),
-    );
+    let mut out = if report.workload == "restart" {
+        format!(
+            "\n== restart ==  ({} MiB in {} files, {threads} threads of random 4 KiB reads, \
+             every byte checked; first window {first} s)\n",
+            p("data_bytes") >> 20,
+            p("files"),
+        )
+    } else {
+        format!(
+            "\n== {} ==  (db_bench readrandom, {} MiB of tables, {threads} threads; first \
+             window {first} s)\n",
+            report.workload,
+            p("db_bytes") >> 20,
+        )
+    };
     out += &format!(
         "{:<7} {:<17} {:>12} {:>8} {:>13} {:>7} {:>7} {:>9} {:>9}  {:<24} {}\n",
         "system",
@@ -152,7 +161,7 @@ pub fn plot(path: &std::path::Path, report: &Report) -> Result<(), Box<dyn std::
         .max(1) as f64;
     for (panel, system) in panels.iter().zip(&systems) {
         let mut chart = ChartBuilder::on(panel)
-            .caption(format!("restart: {system}"), ("sans-serif", 18))
+            .caption(format!("{}: {system}", report.workload), ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(30)
             .y_label_area_size(60)
