@@ -62,7 +62,7 @@ struct Common {
     /// directory on a disk file system (not tmpfs), removed at exit
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5]
+    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5; restart 1]
     #[arg(long)]
     runs: Option<usize>,
     /// Smaller sizes and durations (`compare --quick` about 2 min on the reference machine)
