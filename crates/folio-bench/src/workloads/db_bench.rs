@@ -274,6 +274,15 @@ impl Workload for Args {
         "db-bench"
     }
 
+    /// `restart`: two rounds (each two db_bench processes per system, about a minute);
+    /// the others the common default.
+    fn runs_default(&self) -> usize {
+        match self.benchmark {
+            Benchmark::Restart => 2,
+            _ => super::RUNS_DEFAULT,
+        }
+    }
+
     fn run(&self, env: &Env) -> io::Result<Report> {
         // The plugin runs at its defaults, which are persistent (`persist=1`): `--persistent`
         // changes nothing here, and its absence does not turn persistence off.
