@@ -4,7 +4,7 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #   SECONDS_PER_TARGET  default 60
-#   TARGET              default: index readahead_policy readahead api
+#   TARGET              default: index readahead_policy readahead api adoption_scan
 #
 # Needs nightly Rust and cargo-fuzz (`cargo install cargo-fuzz`). The corpus grows in
 # fuzz/corpus/<target>/ (not committed); fuzz/seeds/, fuzz/regressions/ and fuzz/known/
@@ -18,7 +18,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(index readahead_policy readahead api)
+    targets=(index readahead_policy readahead api adoption_scan)
 fi
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then

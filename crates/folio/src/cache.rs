@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::adopt::{Adoption, Plan, Unusable};
 use crate::arena::{Arena, ArenaPages};
 use crate::capacity::follow;
 use crate::capacity::machine::MemorySource;
@@ -53,6 +54,7 @@ pub struct CacheBuilder {
     persistent: bool,
     segment_dir: Option<PathBuf>,
     segment_name: Option<String>,
+    unusable_segment: Unusable,
 }
 
 /// When `CacheBuilder::build` faults the cache's memory in.
@@ -110,6 +112,7 @@ impl Default for CacheBuilder {
             persistent: false,
             segment_dir: None,
             segment_name: None,
+            unusable_segment: Unusable::default(),
         }
     }
 }
@@ -305,10 +308,26 @@ impl CacheBuilder {
     }
 
     /// The segment's file name in `segment_dir` (one plain name: no `/`, not `.` or
-    /// `..`). Default: `folio-<uid>-<pid>-<n>`, new for each cache. Building fails with
-    /// `AlreadyExists` if a segment of that name exists.
+    /// `..`), which makes the cache warm across restarts (docs/persistence.md): a named
+    /// segment outlives the process (after a clean drop's writeback, or a kill's by the
+    /// keeper), and the next cache built with the same name and directory adopts it: the
+    /// clean pages of every file that provably did not change meanwhile are cached at
+    /// once (`Cache::adoption` says what was kept and dropped, and why). Default: none: a
+    /// fresh `folio-<uid>-<pid>-<n>`, removed when the cache and its keeper are done.
+    ///
+    /// Building fails with `WouldBlock` while a live cache (in this process or another)
+    /// holds the segment of that name; it waits for a dead owner's keeper.
     pub fn segment_name(mut self, name: impl Into<String>) -> Self {
         self.segment_name = Some(name.into());
+        self
+    }
+
+    /// What the build does with a named segment it cannot use: one of another layout
+    /// (another folio version) or a damaged one. Default: `Unusable::Replace` (removed;
+    /// the cache starts cold). A segment of another user, readable by others, or reached
+    /// through a symlink is never replaced: the build fails.
+    pub fn unusable_segment(mut self, what: Unusable) -> Self {
+        self.unusable_segment = what;
         self
     }
 
@@ -336,10 +355,11 @@ impl CacheBuilder {
                 io::Error::new(io::ErrorKind::InvalidInput, "folio: capacity above 1 TiB")
             })?;
         let mut frames = capacity / PAGE_BYTES as u64;
-        let segment = if self.persistent {
-            Some(Arc::new(self.create_segment(frames_max, &mut frames)?))
+        let (segment, mut plan) = if self.persistent {
+            let (segment, plan) = self.create_segment(frames_max, &mut frames)?;
+            (Some(segment), plan)
         } else {
-            None
+            (None, None)
         };
         // Keep at least 16 folios of the largest order, so one read cannot pin the cache
         // (at the capacity at build: a capacity set far lower later may be held whole by
@@ -356,6 +376,10 @@ impl CacheBuilder {
         } else {
             (Arena::new(frames_max, self.arena_pages)?, None)
         };
+        if let Some(plan) = &mut plan {
+            plan.fit(frames);
+            plan.prepare_arena(&arena);
+        }
         arena.set_capacity_frames(frames);
         if self.prefault == Prefault::AtBuild {
             arena.prefault();
@@ -384,7 +408,9 @@ impl CacheBuilder {
             capacity: CapacityControl::new(self.capacity_policy, dirty_settings),
         };
         core.readahead_pages = core.readahead_pages_for(self.readahead_max_bytes);
+        let adoption = plan.map(|plan| Arc::new(plan.install(&core.mem, &core.mappings)));
         Ok(Cache {
+            adoption,
             inner: Arc::new(Engine::new(
                 core,
                 backend,
@@ -428,13 +454,24 @@ impl CacheBuilder {
     /// does not fit is an error.
     ///
     /// Errors: `StorageFull` if the capacity given does not fit; `Segment::create`'s.
-    fn create_segment(&self, frames_max: u32, frames: &mut u64) -> io::Result<Segment> {
+    fn create_segment(
+        &self,
+        frames_max: u32,
+        frames: &mut u64,
+    ) -> io::Result<(Arc<Segment>, Option<Plan>)> {
         let dir = self
             .segment_dir
             .clone()
             .unwrap_or_else(|| PathBuf::from(segment::DEFAULT_DIR));
         crate::keeper::settle_dir(&dir)?;
-        let room = segment::room_bytes(&dir)?;
+        // A segment of this name that a restart adopts gives its memory to the new one.
+        let named = self.segment_name.as_ref().map(|name| dir.join(name));
+        let reused = named
+            .as_ref()
+            .and_then(|path| std::fs::symlink_metadata(path).ok())
+            .filter(|meta| meta.is_file())
+            .map_or(0, |meta| meta.blocks() * 512);
+        let room = segment::room_bytes(&dir)? + reused;
         let fits = (segment_capacity_bytes(room) / PAGE_BYTES as u64).min(u64::from(frames_max));
         if *frames > fits
             && self.capacity_bytes.is_none()
@@ -453,7 +490,15 @@ impl CacheBuilder {
                 ),
             ));
         }
-        Segment::create(&dir, self.segment_name.as_deref(), fits as u32)
+        if let Some(path) = named.filter(|path| std::fs::symlink_metadata(path).is_ok()) {
+            if let Some((segment, plan)) =
+                crate::adopt::take(&path, fits as u32, self.unusable_segment)?
+            {
+                return Ok((Arc::new(segment), Some(plan)));
+            }
+        }
+        let segment = Segment::create(&dir, self.segment_name.as_deref(), fits as u32)?;
+        Ok((Arc::new(segment), None))
     }
 }
 
@@ -462,6 +507,8 @@ impl CacheBuilder {
 #[derive(Clone)]
 pub struct Cache {
     inner: Arc<Engine>,
+    /// What the build adopted from a named segment (`CacheBuilder::segment_name`).
+    adoption: Option<Arc<Adoption>>,
 }
 
 impl std::fmt::Debug for Cache {
@@ -595,21 +642,9 @@ impl Cache {
         let (std_file, mode) = open_direct(path, access)?;
         // Stat the open file, not the path: the path may have been replaced meanwhile.
         let meta = std_file.metadata()?;
-        let ns = |sec: i64, nsec: i64| i128::from(sec) * 1_000_000_000 + i128::from(nsec);
-        let stamp = FileStamp {
-            size_bytes: meta.len(),
-            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
-            // The birth time (`statx`) where the file system keeps one, else the change
-            // time (`FileStamp` says why either, and what each costs).
-            born_ns: meta
-                .created()
-                .ok()
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map_or_else(
-                    || ns(meta.ctime(), meta.ctime_nsec()),
-                    |d| d.as_nanos() as i128,
-                ),
-        };
+        // The birth time (`statx`) where the file system keeps one, else the change time
+        // (`FileStamp` says why either, and what each costs).
+        let stamp = FileStamp::of(&meta);
         let core = &self.inner.core;
         let mapping = core
             .mappings
@@ -618,7 +653,8 @@ impl Cache {
             // Before any write: the keeper finds a dirty page's file by this slot.
             let path = std::fs::read_link(format!("/proc/self/fd/{}", std_file.as_raw_fd()))
                 .unwrap_or_else(|_| path.to_path_buf());
-            segment.register(mapping.id, segment::identity_of(&meta), &path)?;
+            let stamp = segment::stamp_from(&meta, segment::generation_of(&std_file));
+            segment.register(mapping.id, segment::identity_of(&meta), &stamp, &path)?;
         }
         let file = File::new(
             self.inner.clone(),
@@ -650,6 +686,12 @@ impl Cache {
     pub fn segment_path(&self) -> Option<PathBuf> {
         let segment = self.inner.core.mem.arena.segment()?;
         Some(segment.path().to_path_buf())
+    }
+
+    /// What the build found in the segment of its name and kept (`CacheBuilder::segment_name`):
+    /// `None` for a cache without a named segment or whose segment was new.
+    pub fn adoption(&self) -> Option<&Adoption> {
+        self.adoption.as_deref()
     }
 
     /// The keeper process of a persistent cache.

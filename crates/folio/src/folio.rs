@@ -65,6 +65,29 @@ impl FolioMeta {
         self.place.store(0, Ordering::Relaxed);
     }
 
+    /// An entry holding the given words as they are, whatever they say (a damaged or
+    /// hostile segment's side table: `fuzzing::adoption_scan`).
+    #[cfg(any(fuzzing, test))]
+    pub fn from_raw(state: u64, owner: u32, place: u64) -> FolioMeta {
+        FolioMeta {
+            state: FolioState::from_bits(state),
+            version: Version::default(),
+            owner: AtomicU32::new(owner),
+            place: AtomicU64::new(place),
+        }
+    }
+
+    /// `identity` with the order as recorded, unchecked (a segment read back: `adopt`).
+    pub fn identity_raw(&self) -> (MappingId, PageIndex, u64) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        let place = self.place.load(Ordering::Relaxed);
+        (
+            MappingId(owner),
+            PageIndex(place & INDEX_MASK),
+            (place >> ORDER_SHIFT) & 0xf,
+        )
+    }
+
     pub fn identity(&self) -> (MappingId, PageIndex, Order) {
         let owner = self.owner.load(Ordering::Relaxed);
         let place = self.place.load(Ordering::Relaxed);

@@ -1,6 +1,7 @@
 //! Fuzz bodies for the parts that are private to the crate: the index against a
-//! `BTreeMap` model (`index`), and the readahead policy against its invariants
-//! (`readahead_policy`). The targets in `fuzz/fuzz_targets/` call them; the unit tests
+//! `BTreeMap` model (`index`), the readahead policy against its invariants
+//! (`readahead_policy`), and the adoption's reading of a segment's side table
+//! (`adoption_scan`). The targets in `fuzz/fuzz_targets/` call them; the unit tests
 //! below replay every input saved under `fuzz/{regressions,seeds,known}/<target>/`.
 //!
 //! Compiled only with `--cfg fuzzing` (cargo-fuzz sets it) and for the crate's unit tests:
@@ -10,10 +11,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::adopt::scan::{scan_entries, Found};
+use crate::folio::FolioMeta;
 use crate::index::{Entry, Index, Leave, NewFolio, RootHint};
 use crate::readahead::{
     self, Decision, MissRequest, RaCell, RaState, START_PAGES_LIMIT, WINDOW_PAGES_LIMIT,
 };
+use crate::refcount::{
+    DEAD, DETACHED, DIRTY, ERROR, FREQ_SHIFT, LOCKED, PREFETCHED, READAHEAD, UPTODATE, WORKINGSET,
+    WRITEBACK,
+};
+use crate::segment::layout::SLOT_COUNT;
 use crate::types::{FrameId, Order, PageIndex, ORDER_MAX};
 
 /// The fuzzer's bytes read as choices; zeros once they run out.
@@ -683,6 +691,229 @@ fn install(cell: &RaCell, before: RaState, decision: Decision, op: usize) {
     }
 }
 
+/// Frames of the side table an input of the adoption target builds, at most.
+const SCAN_FRAMES_MAX: u64 = 1024;
+/// Ranges an input of the adoption target scans, at most.
+const SCAN_RANGES_MAX: u64 = 6;
+
+/// The adoption target: a segment's side table read back (`adopt::scan::scan_entries`) is
+/// untrusted input. An input builds a table of up to `SCAN_FRAMES_MAX` entries and the
+/// frame ranges to scan, in one of two modes (the first byte's low bit):
+/// - any table: each entry free, never written (zeros), a plausible head (UPTODATE with
+///   random flags among those that disprove it, a small mapping id or any, an order up to
+///   15, a page index aligned or not, its tail frames most often free) or raw words; any
+///   ranges, overlapping, reversed, past the table. Every folio found must be inside the
+///   table, its frame and page index aligned to its order, its order at most `ORDER_MAX`,
+///   its mapping id under `SLOT_COUNT`, its head entry UPTODATE and none of DEAD, LOCKED,
+///   ERROR or DETACHED, its tails DEAD, its head frame inside a range scanned; no two
+///   found folios share a frame, and no two of one mapping share a page.
+/// - a well-formed table: free frames, zeros and proven folios (aligned, tails free,
+///   pages of a mapping never claimed twice), scanned in contiguous ranges that cover the
+///   table cut anywhere: the scan must find exactly those folios and count no page
+///   unproven.
+pub fn adoption_scan(data: &[u8]) {
+    let mut input = Input::new(data);
+    let well_formed = input.u8() & 1 == 1;
+    let frames = 1 + input.below(SCAN_FRAMES_MAX) as u32;
+    if well_formed {
+        adoption_scan_well_formed(&mut input, frames);
+        return;
+    }
+    let mut entries: Vec<FolioMeta> = Vec::with_capacity(frames as usize);
+    while (entries.len() as u32) < frames {
+        let frame = entries.len() as u64;
+        match input.u8() % 4 {
+            0 => entries.push(FolioMeta::from_raw(DEAD, 0, 0)),
+            1 => entries.push(FolioMeta::from_raw(0, 0, 0)),
+            2 => {
+                let flags = input.u8();
+                let mut state = UPTODATE | (u64::from(input.u8() & 3) << FREQ_SHIFT);
+                for (bit, flag) in [DEAD, LOCKED, ERROR, DETACHED].into_iter().enumerate() {
+                    // Each in one head of 8 or so.
+                    if flags >> (2 * bit) & 3 == 0 && input.u8() < 128 {
+                        state |= flag;
+                    }
+                }
+                for flag in [DIRTY, WRITEBACK, READAHEAD, WORKINGSET, PREFETCHED] {
+                    if input.u8() < 64 {
+                        state |= flag;
+                    }
+                }
+                state |= u64::from(input.u8() & 3); // a few pins
+                let owner = if input.u8() < 240 {
+                    input.below(4) as u32
+                } else {
+                    u32::from_le_bytes(input.take())
+                };
+                let order = if input.u8() < 240 {
+                    input.below(u64::from(ORDER_MAX) + 1)
+                } else {
+                    input.below(16)
+                };
+                let pages = 1u64 << order;
+                let head = match input.u8() % 4 {
+                    0 => frame & !(pages - 1),
+                    1 => input.below(64) * pages,
+                    2 => u64::from(u32::from_le_bytes(input.take())),
+                    _ => input.u64() & ((1 << 52) - 1),
+                };
+                let place = head | (order << 52) | (u64::from(input.u8() & 1) << 56);
+                entries.push(FolioMeta::from_raw(state, owner, place));
+                if input.u8() < 200 {
+                    for _ in 1..pages {
+                        if entries.len() as u32 >= frames {
+                            break;
+                        }
+                        entries.push(FolioMeta::from_raw(DEAD, 0, input.u8().into()));
+                    }
+                }
+            }
+            _ => {
+                let state = input.u64();
+                let owner = u32::from_le_bytes(input.take());
+                let place = input.u64();
+                entries.push(FolioMeta::from_raw(state, owner, place));
+            }
+        }
+    }
+    let mut ranges = Vec::new();
+    for _ in 0..1 + input.below(SCAN_RANGES_MAX) {
+        let range = match input.u8() % 4 {
+            0 => 0..frames,
+            1 => {
+                let start = input.below(u64::from(frames) + 16) as u32;
+                start..start + input.below(u64::from(frames) + 16) as u32
+            }
+            2 => {
+                let end = input.below(u64::from(frames) + 16) as u32;
+                input.below(u64::from(frames) + 16) as u32..end
+            }
+            _ => u32::from_le_bytes(input.take())..u32::from_le_bytes(input.take()),
+        };
+        ranges.push(range);
+    }
+    let scanned = scan_entries(&entries, ranges.clone());
+    let mut frames_taken = BTreeSet::new();
+    let mut claims = Vec::new(); // (mapping, first page, end)
+    for found in &scanned.folios {
+        let Found {
+            frame,
+            order,
+            mapping,
+            head,
+            freq,
+        } = *found;
+        let pages = order.pages();
+        assert!(order.get() <= ORDER_MAX, "{found:?}: order");
+        assert!(
+            u64::from(frame.0) + pages <= u64::from(frames),
+            "{found:?}: outside the table of {frames} frames"
+        );
+        assert_eq!(
+            u64::from(frame.0) % pages,
+            0,
+            "{found:?}: frame not aligned"
+        );
+        assert_eq!(head.0 % pages, 0, "{found:?}: page index not aligned");
+        assert!(mapping.0 < SLOT_COUNT, "{found:?}: mapping id");
+        assert!(
+            ranges.iter().any(|r| r.contains(&frame.0)),
+            "{found:?}: head outside every range scanned {ranges:?}"
+        );
+        let meta = &entries[frame.as_usize()];
+        let state = meta.state.load();
+        assert!(
+            state.is_uptodate()
+                && !state.is_dead()
+                && !state.is_locked()
+                && !state.is_error()
+                && !state.is_detached(),
+            "{found:?}: its state {state:?}"
+        );
+        assert_eq!(freq, state.freq(), "{found:?}: freq");
+        let (m, h, o) = meta.identity_raw();
+        assert_eq!(
+            (m, h, o),
+            (mapping, head, u64::from(order.get())),
+            "{found:?}"
+        );
+        for tail in frame.0 + 1..frame.0 + pages as u32 {
+            assert!(
+                entries[tail as usize].state.load().is_dead(),
+                "{found:?}: tail frame {tail} not free"
+            );
+        }
+        for f in frame.0..frame.0 + pages as u32 {
+            assert!(frames_taken.insert(f), "{found:?}: frame {f} found twice");
+        }
+        claims.push((mapping.0, head.0, head.0 + pages));
+    }
+    claims.sort_unstable();
+    for pair in claims.windows(2) {
+        let ((m, h, e), (next_m, next_h, _)) = (pair[0], pair[1]);
+        assert!(
+            m != next_m || e <= next_h,
+            "pages {h}..{e} and from {next_h} of mapping {m} both found"
+        );
+    }
+}
+
+/// The well-formed mode of `adoption_scan` (its docs).
+fn adoption_scan_well_formed(input: &mut Input, frames: u32) {
+    let mut entries: Vec<FolioMeta> = Vec::with_capacity(frames as usize);
+    let mut made = Vec::new();
+    // The next free page of each of 4 mappings.
+    let mut next_page = [0u64; 4];
+    while (entries.len() as u32) < frames {
+        let frame = entries.len() as u32;
+        match input.u8() % 4 {
+            0 => entries.push(FolioMeta::from_raw(DEAD, 0, 0)),
+            1 => entries.push(FolioMeta::from_raw(0, 0, 0)),
+            _ => {
+                let mut order = input.below(u64::from(ORDER_MAX) + 1) as u8;
+                while order > 0 && (frame % (1 << order) != 0 || frame + (1 << order) > frames) {
+                    order -= 1;
+                }
+                let pages = 1u64 << order;
+                let mapping = input.below(4) as usize;
+                let head = next_page[mapping].next_multiple_of(pages) + input.below(4) * pages;
+                next_page[mapping] = head + pages;
+                let mut state = UPTODATE | (u64::from(input.u8() & 3) << FREQ_SHIFT);
+                for flag in [DIRTY, WRITEBACK, READAHEAD, WORKINGSET, PREFETCHED] {
+                    if input.u8() < 64 {
+                        state |= flag;
+                    }
+                }
+                state |= u64::from(input.u8() & 3);
+                let place = head | (u64::from(order) << 52);
+                entries.push(FolioMeta::from_raw(state, mapping as u32, place));
+                for _ in 1..pages {
+                    entries.push(FolioMeta::from_raw(DEAD, 0, input.u8().into()));
+                }
+                made.push(Found {
+                    frame: FrameId(frame),
+                    order: Order::new(order),
+                    mapping: crate::folio::MappingId(mapping as u32),
+                    head: PageIndex(head),
+                    freq: (state >> FREQ_SHIFT) & 3,
+                });
+            }
+        }
+    }
+    let mut cuts: Vec<u32> = (0..input.below(SCAN_RANGES_MAX))
+        .map(|_| input.below(u64::from(frames) + 1) as u32)
+        .collect();
+    cuts.push(0);
+    cuts.push(frames);
+    cuts.sort_unstable();
+    let ranges: Vec<_> = cuts.windows(2).map(|w| w[0]..w[1]).collect();
+    let scanned = scan_entries(&entries, ranges.clone());
+    let mut found = scanned.folios.clone();
+    found.sort_by_key(|f| f.frame);
+    assert_eq!(found, made, "ranges {ranges:?}");
+    assert_eq!(scanned.unproven_pages, 0, "ranges {ranges:?}");
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -745,6 +976,11 @@ mod tests {
     }
 
     #[test]
+    fn adoption_scan_inputs_replay() {
+        replay("adoption_scan", super::adoption_scan);
+    }
+
+    #[test]
     fn readahead_policy_inputs_replay() {
         replay("readahead_policy", super::readahead_policy);
     }
@@ -760,14 +996,14 @@ mod tests {
             state ^= state << 17;
             state
         };
-        let cases = if cfg!(miri) { 4 } else { 2000 };
+        let cases = if cfg!(miri) { 6 } else { 3000 };
         for case in 0..cases {
             let len = (next() % 512) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            if case % 2 == 0 {
-                super::index(&bytes);
-            } else {
-                super::readahead_policy(&bytes);
+            match case % 3 {
+                0 => super::index(&bytes),
+                1 => super::readahead_policy(&bytes),
+                _ => super::adoption_scan(&bytes),
             }
         }
     }

@@ -102,6 +102,7 @@
 
 // `unsafe` is denied above except in the modules marked `#[allow(unsafe_code)]` below
 // (and `index::node`); ARCHITECTURE.md says why each needs it.
+mod adopt;
 #[allow(unsafe_code)]
 mod arena;
 mod cache;
@@ -137,6 +138,7 @@ mod wait;
 mod waker;
 mod write;
 
+pub use adopt::{Adoption, Unusable};
 pub use arena::ArenaPages;
 pub use cache::segment_room_capacity_bytes;
 pub use cache::{

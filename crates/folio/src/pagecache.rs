@@ -262,8 +262,9 @@ impl Engine {
 }
 
 impl Engine {
-    /// A persistent cache going away: if nothing is left dirty, removes the segment and
-    /// tells the keeper to exit without writing; otherwise (a writeback failed) leaves both
+    /// A persistent cache going away: if nothing is left dirty, removes the segment (or,
+    /// a named one, leaves it written for a restart) and tells the keeper to exit without
+    /// writing; otherwise (a writeback failed) leaves both
     /// to the keeper, which takes over as the link closes (the segment is not used after).
     fn dismiss_keeper(&self) {
         let mem = &self.core.mem;
@@ -271,8 +272,26 @@ impl Engine {
             return;
         };
         if mem.dirty.pages() == 0 && mem.dirty.writeback_pages() == 0 {
-            segment.set_state(crate::segment::layout::SegmentState::Written);
-            let _ = segment.remove();
+            if segment.header().retained() {
+                // Kept for the next cache of its name (`adopt`): the files this process
+                // wrote are stamped as they are now, after its last writes.
+                let (written, read): (Vec<_>, Vec<_>) = self
+                    .core
+                    .mappings
+                    .all()
+                    .into_iter()
+                    .partition(|m| m.write.is_written());
+                let written: Vec<_> = written
+                    .iter()
+                    .filter_map(|m| Some((m.id, m.write.fd()?)))
+                    .collect();
+                segment.stamp_files(written.iter().map(|(id, fd)| (*id, &**fd)));
+                segment.confirm_stamps(read.iter().map(|m| m.id));
+                segment.set_state(crate::segment::layout::SegmentState::Written);
+            } else {
+                segment.set_state(crate::segment::layout::SegmentState::Written);
+                let _ = segment.remove();
+            }
             keeper.bye();
         }
     }

@@ -112,6 +112,11 @@ pub const WORKINGSET: u64 = 1 << 38;
 pub const DIRTY: u64 = 1 << 37;
 /// A write of its dirty bytes is in flight.
 pub const WRITEBACK: u64 = 1 << 43;
+/// The folio left its index (invalidated, or replaced by a copy on write) while holders
+/// still pin it: its bytes may be older than the file's, and a restart that finds it in a
+/// segment never adopts it (`adopt`). Set under the index lock before the folio leaves;
+/// cleared when the frame is allocated again.
+pub const DETACHED: u64 = 1 << 44;
 /// What a freeze refuses: pins aside, a folio with any of these cannot leave the index.
 const UNFREEZABLE: u64 = DEAD | LOCKED | ERROR | DIRTY | WRITEBACK;
 
@@ -235,6 +240,11 @@ impl StateWord {
 
     /// Refaulted within the workingset.
     #[inline]
+    pub fn is_detached(self) -> bool {
+        self.0 & DETACHED != 0
+    }
+
+    #[inline]
     pub fn is_workingset(self) -> bool {
         self.0 & WORKINGSET != 0
     }
@@ -287,9 +297,35 @@ impl FolioState {
         FolioState(AtomicU64::new(DEAD))
     }
 
+    /// A state word holding `bits` as they are: a segment's side table read back holds any
+    /// bits (`fuzzing::adoption_scan`).
+    #[cfg(any(fuzzing, test))]
+    pub fn from_bits(bits: u64) -> Self {
+        FolioState(AtomicU64::new(bits))
+    }
+
     /// Stores what `new_free` makes, into a state word nobody else uses (a virgin frame's).
     pub fn reset_free(&self) {
         self.0.store(DEAD, Ordering::Relaxed);
+    }
+
+    /// The folio is leaving its index while holders may still pin it (`DETACHED`).
+    /// Release: a later store that takes it out (seen in the segment after a kill) comes
+    /// after this.
+    ///
+    /// Context: the index lock held, the folio still in its slot.
+    pub fn mark_detached(&self) {
+        self.0.fetch_or(DETACHED, Ordering::Release);
+    }
+
+    /// Makes a folio a restart found in its segment a cached, uptodate folio with one
+    /// reference (its index's), keeping its access frequency and workingset bit; every
+    /// other flag goes (the page's bytes are the file's: `adopt`).
+    ///
+    /// Context: the adoption, before the cache is shared: nobody else uses the frame.
+    pub fn adopt_clean(&self) {
+        let kept = self.0.load(Ordering::Relaxed) & (FREQ_MASK | WORKINGSET);
+        self.0.store(ONE | UPTODATE | kept, Ordering::Release);
     }
 
     /// A snapshot of the word, for flag tests (`StateWord`). Acquire: a reader that sees

@@ -322,6 +322,17 @@ impl Arena {
     /// side-table entries and link words reset. Chunks are aligned to the largest order,
     /// so no block has a listed buddy outside its chunk.
     pub(super) fn list_free_blocks(&self, frames: Range<u32>, while_locked: impl FnOnce()) {
+        self.list_blocks(frames, Residence::Resident);
+        while_locked();
+    }
+
+    /// `list_free_blocks` onto the lists of `residence` (a restart's adopted arena,
+    /// `list_adopted`, whose free frames may be holes in its segment).
+    pub(super) fn list_free_blocks_as(&self, frames: Range<u32>, residence: Residence) {
+        self.list_blocks(frames, residence);
+    }
+
+    fn list_blocks(&self, frames: Range<u32>, residence: Residence) {
         let mut lists = self.buddy.lock();
         let mut frame = frames.start;
         while frame < frames.end {
@@ -329,10 +340,12 @@ impl Arena {
             while frame % (1 << order) != 0 || frame + (1 << order) > frames.end {
                 order -= 1;
             }
-            lists.resident[order as usize].push_back(&self.links, FrameId(frame), 1 << order);
+            lists.of(residence)[order as usize].push_back(&self.links, FrameId(frame), 1 << order);
+            if residence == Residence::Returned {
+                self.buddy.returned.fetch_add(1 << order, Ordering::Relaxed);
+            }
             frame += 1 << order;
         }
-        while_locked();
     }
 }
 

@@ -38,6 +38,7 @@ use std::sync::{Condvar, Mutex};
 
 use crate::types::FrameId;
 
+use super::buddy::Residence;
 use super::{Arena, CHUNK_FRAMES};
 
 /// The arena's chunk bookkeeping (module docs).
@@ -142,6 +143,65 @@ impl Arena {
         }
     }
 
+    /// The arena of a restart that adopts folios from its segment (`adopt`): every chunk up
+    /// to the last that holds one of `used` (head frame and order, sorted by frame, none
+    /// overlapping) is claimed and listed at once, its other frames carved into the free
+    /// lists (resident where the segment holds their memory, returned where it is a
+    /// hole); the used heads' side-table entries are left for the caller, their tail
+    /// frames reset. Returns the frames used.
+    ///
+    /// Context: the build, before the arena is shared or its populator runs.
+    pub fn list_adopted(&self, used: &[(FrameId, crate::types::Order)]) -> u64 {
+        let Some(high) = used
+            .iter()
+            .map(|(frame, order)| frame.0 + order.pages() as u32)
+            .max()
+        else {
+            return 0;
+        };
+        let high = high.next_multiple_of(CHUNK_FRAMES).min(self.frame_count);
+        self.chunks.claimed_frames.store(high, Ordering::Release);
+        let mut chunk_start = 0;
+        while chunk_start < high {
+            self.advise_chunk(&(chunk_start..(chunk_start + CHUNK_FRAMES).min(high)));
+            chunk_start += CHUNK_FRAMES;
+        }
+        let mut free = Vec::new();
+        let mut at = 0u32;
+        let mut used_frames = 0u64;
+        for &(head, order) in used {
+            assert!(head.0 >= at, "adopted folios overlap or are unsorted");
+            free.push(at..head.0);
+            let end = head.0 + order.pages() as u32;
+            for tail in head.0 + 1..end {
+                self.meta(FrameId(tail)).reset();
+            }
+            for frame in head.0..end {
+                self.links.reset(frame);
+            }
+            used_frames += order.pages();
+            at = end;
+        }
+        free.push(at..high);
+        let resident = self
+            .segment()
+            .map(|segment| segment.resident_frames(0..high));
+        for range in free.into_iter().filter(|r| !r.is_empty()) {
+            for frame in range.clone() {
+                self.meta(FrameId(frame)).reset();
+                self.links.reset(frame);
+            }
+            for (part, residence) in split_by_residence(range, resident.as_deref()) {
+                self.list_free_blocks_as(part, residence);
+            }
+        }
+        self.chunks.listed_frames.store(high, Ordering::Release);
+        self.buddy
+            .unallocated
+            .fetch_sub(used_frames, Ordering::Relaxed);
+        used_frames
+    }
+
     /// Grows the arena by the next virgin chunk, listed at once and unpopulated: for an
     /// allocation that found the lists empty (its read then faults the pages in). False
     /// when every chunk is claimed.
@@ -188,6 +248,34 @@ impl Arena {
     pub fn chunks_unpopulated(&self) -> u64 {
         self.chunks.unpopulated.load(Ordering::Relaxed)
     }
+}
+
+/// `range` cut where the memory of its frames is allocated (`resident`, sorted ranges;
+/// `None`: all of it) and where it is not.
+fn split_by_residence(
+    range: Range<u32>,
+    resident: Option<&[Range<u32>]>,
+) -> Vec<(Range<u32>, Residence)> {
+    let Some(resident) = resident else {
+        return vec![(range, Residence::Resident)];
+    };
+    let mut parts = Vec::new();
+    let mut at = range.start;
+    for r in resident {
+        let (start, end) = (r.start.max(at), r.end.min(range.end));
+        if start >= end {
+            continue;
+        }
+        if at < start {
+            parts.push((at..start, Residence::Returned));
+        }
+        parts.push((start..end, Residence::Resident));
+        at = end;
+    }
+    if at < range.end {
+        parts.push((at..range.end, Residence::Returned));
+    }
+    parts
 }
 
 #[cfg(test)]

@@ -165,12 +165,19 @@ fn apply(files: &mut HashMap<MappingId, StdFile>, message: Message) {
 }
 
 /// Step 4: writes back, syncs, and removes the segment if every dirty page is on disk.
+/// A named segment is not removed but left written, for the next cache of its name to
+/// adopt (`adopt`), each written file stamped as it is now (`Segment::stamp_files`).
 fn finish(segment: Arc<Segment>, files: &mut HashMap<MappingId, StdFile>) -> io::Result<Written> {
     segment.set_state(SegmentState::Orphaned);
     let written = writeback::write_back(&segment, files)?;
     if written.failed_files == 0 {
-        segment.set_state(SegmentState::Written);
-        segment.remove()?;
+        if segment.header().retained() {
+            segment.stamp_files(files.iter().map(|(&id, file)| (id, file)));
+            segment.set_state(SegmentState::Written);
+        } else {
+            segment.set_state(SegmentState::Written);
+            segment.remove()?;
+        }
     }
     Ok(written)
 }
@@ -187,8 +194,11 @@ fn finish(segment: Arc<Segment>, files: &mut HashMap<MappingId, StdFile>) -> io:
 pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
     let segment = Arc::new(Segment::open_orphan(path)?);
     if segment.header().state() == Some(SegmentState::Written) {
-        // Its keeper wrote everything and was stopped before it removed the file.
-        segment.remove()?;
+        // Its keeper wrote everything (and was stopped before it removed the file, or it is
+        // kept for a restart).
+        if !segment.header().retained() {
+            segment.remove()?;
+        }
         return Ok(Recovered::default());
     }
     let mut files = HashMap::new();
@@ -262,7 +272,7 @@ pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
 }
 
 /// Waits until no keeper holds the segment at `path` (or it is gone).
-fn wait_for_keeper(path: &Path) {
+pub(crate) fn wait_for_keeper(path: &Path) {
     let started = Instant::now();
     let mut told = false;
     loop {

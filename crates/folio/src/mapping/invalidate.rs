@@ -163,6 +163,10 @@ impl Mapping {
             if how == Invalidate::Unpinned && !meta.state.try_freeze() {
                 continue;
             }
+            if how != Invalidate::Unpinned {
+                // Holders may keep it past the file's change: never adopted after a kill.
+                meta.state.mark_detached();
+            }
             if how != Invalidate::Unpinned && meta.state.load().is_dirty() {
                 let pages = BlockMask::of(&mem.arena, frame, order).peek().count();
                 if meta.state.discard_dirty() {

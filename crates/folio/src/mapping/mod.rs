@@ -66,6 +66,26 @@ pub struct FileStamp {
     pub born_ns: i128,
 }
 
+impl FileStamp {
+    /// The stamp of a file as `fstat` (`statx`) describes it.
+    pub fn of(meta: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |sec: i64, nsec: i64| i128::from(sec) * 1_000_000_000 + i128::from(nsec);
+        FileStamp {
+            size_bytes: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+            born_ns: meta
+                .created()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or_else(
+                    || ns(meta.ctime(), meta.ctime_nsec()),
+                    |d| d.as_nanos() as i128,
+                ),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Mapping {
     pub id: MappingId,
@@ -143,6 +163,23 @@ impl Mapping {
             write: WriteState::new(stamp.size_bytes),
             segment,
         }
+    }
+
+    /// A mapping a restart adopted, with no handle and `folios` folios about to be
+    /// inserted (`MappingTable::adopt`).
+    fn adopted(
+        id: MappingId,
+        inode: (u64, u64),
+        stamp: FileStamp,
+        segment: Option<Arc<Segment>>,
+        folios: u64,
+    ) -> Mapping {
+        let mapping = Mapping {
+            handles: table::Handles::closed(),
+            ..Mapping::new(id, inode, stamp, segment)
+        };
+        mapping.folios_closed.store(folios, Ordering::Relaxed);
+        mapping
     }
 
     /// See the field's docs.

@@ -143,6 +143,11 @@ impl Handles {
         Handles(AtomicU64::new(OPEN))
     }
 
+    /// The word of a mapping a restart adopted: cached, no handle open (`adopt`).
+    pub(super) fn closed() -> Handles {
+        Handles(AtomicU64::new(0))
+    }
+
     fn load(&self) -> HandleWord {
         HandleWord(self.0.load(Ordering::Acquire))
     }
@@ -403,6 +408,36 @@ impl MappingTable {
         }
         // `removed` drops here, outside the lock; the index goes with the last `Arc`.
         Unused::Removed
+    }
+
+    /// Adds the mapping of a file a restart found cached in its segment, under the id its
+    /// slot and folios carry, with no handle open (a closed file's cached pages); the
+    /// caller then inserts its `folios` and the mapping lives while they do. Ids below the
+    /// highest adopted one that no adopted mapping took are handed out first.
+    ///
+    /// Context: the build, before the cache is shared (`adopt`).
+    pub fn adopt(
+        &self,
+        id: MappingId,
+        inode: (u64, u64),
+        stamp: FileStamp,
+        segment: Option<Arc<crate::segment::Segment>>,
+        folios: u64,
+    ) -> Arc<Mapping> {
+        let mut maps = self.write();
+        let mapping = Arc::new(Mapping::adopted(id, inode, stamp, segment, folios));
+        assert!(
+            maps.by_id.insert(id, mapping.clone()).is_none()
+                && maps.by_inode.insert(inode, id).is_none(),
+            "a mapping id or inode adopted twice"
+        );
+        if id.0 >= maps.next_id {
+            let skipped = (maps.next_id..id.0).map(MappingId);
+            maps.free_ids.extend(skipped.collect::<Vec<_>>());
+            maps.next_id = id.0 + 1;
+        }
+        maps.free_ids.retain(|&free| free != id);
+        mapping
     }
 
     /// The mapping of inode `(dev, ino)`, if the cache knows the file (no handle taken).

@@ -3,13 +3,21 @@
 //!
 //! ```text
 //! offset 0          header (4 KiB): magic, layout version, the sizes below, a checksum of
-//!                   them; the owner's and the keeper's pids and the segment's state
+//!                   them; the owner's and the keeper's pids, the segment's state, whether
+//!                   it is kept for a restart
+//! STATS_OFFSET      the cache's counters, published by the owner (64 KiB)
 //! slots_offset      SLOT_COUNT file slots of 512 B, indexed by `MappingId`: identity,
-//!                   logical size, path
-//! meta_offset       frame_count side-table entries (`FolioMeta`, 24 B each)
+//!                   logical size, the file's stamp, path
+//! meta_offset       meta_frames side-table entries (`FolioMeta`, 24 B each; at least the
+//!                   machine's memory in frames), of which the first frame_count are used:
+//!                   so that the frames after them stay where they are when a restart
+//!                   changes the frame count (up to meta_frames)
 //! frames_offset     frame_count frames of 4 KiB (aligned to 2 MiB in the file, so that a
 //!                   mapping aligned to 2 MiB aligns the frames too)
 //! ```
+//!
+//! Only the parts written take memory: the file is sparse, and the side table's and the
+//! slots' pages are allocated as the cache grows over them.
 //!
 //! No pointers: a process maps the segment where it likes; everything in it is a number
 //! (a frame, a mapping id, an offset).
@@ -29,15 +37,20 @@ use crate::types::{ORDER_MAX, PAGE_BYTES};
 /// "FOLIOSEG", little-endian.
 const MAGIC: u64 = u64::from_le_bytes(*b"FOLIOSEG");
 /// Bumped whenever anything in this file, `FolioMeta`, or the state word's bits change.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 pub const HEADER_BYTES: u64 = 4096;
+/// Where the owner publishes its counters, and how much room they have.
+pub const STATS_OFFSET: u64 = HEADER_BYTES;
+pub const STATS_BYTES: u64 = 64 << 10;
+/// The most frames a segment can hold (1 TiB).
+pub const META_FRAMES_MAX: u32 = 1 << 28;
 pub const SLOT_BYTES: u64 = 512;
 /// Mapping ids a segment has slots for: files cached at once.
 pub const SLOT_COUNT: u32 = 1 << 18;
 /// Path bytes a slot holds; a longer path is not recorded (the keeper still has the file's
 /// descriptor; only a later recovery cannot reopen it).
 pub const PATH_BYTES_MAX: usize = PATH_WORDS * 8;
-const PATH_WORDS: usize = 58;
+const PATH_WORDS: usize = 53;
 const FRAMES_ALIGN: u64 = (PAGE_BYTES as u64) << ORDER_MAX;
 /// `FileSlot::size_bytes` of a file folio has not written: its size is the disk's.
 pub const SIZE_UNKNOWN: u64 = u64::MAX;
@@ -46,6 +59,8 @@ pub const SIZE_UNKNOWN: u64 = u64::MAX;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub frame_count: u32,
+    /// Frames the side table has room for: the most a restart can resize the segment to.
+    pub meta_frames: u32,
     pub slots_offset: u64,
     pub meta_offset: u64,
     pub frames_offset: u64,
@@ -53,13 +68,21 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn for_frames(frame_count: u32) -> Layout {
-        let slots_offset = HEADER_BYTES;
+    /// The layout of `frame_count` frames with a side table for `meta_frames`
+    /// (at least `frame_count`, at most `META_FRAMES_MAX`).
+    pub fn for_frames(frame_count: u32, meta_frames: u32) -> Layout {
+        assert!(
+            frame_count <= META_FRAMES_MAX,
+            "a segment holds at most 1 TiB"
+        );
+        let meta_frames = meta_frames.clamp(frame_count, META_FRAMES_MAX);
+        let slots_offset = STATS_OFFSET + STATS_BYTES;
         let meta_offset = slots_offset + u64::from(SLOT_COUNT) * SLOT_BYTES;
-        let meta_bytes = u64::from(frame_count) * std::mem::size_of::<FolioMeta>() as u64;
+        let meta_bytes = u64::from(meta_frames) * std::mem::size_of::<FolioMeta>() as u64;
         let frames_offset = (meta_offset + meta_bytes).next_multiple_of(FRAMES_ALIGN);
         Layout {
             frame_count,
+            meta_frames,
             slots_offset,
             meta_offset,
             frames_offset,
@@ -90,6 +113,7 @@ pub struct Header {
     meta_entry_bytes: AtomicU32,
     slot_count: AtomicU32,
     frame_count: AtomicU32,
+    meta_frames: AtomicU32,
     slots_offset: AtomicU64,
     meta_offset: AtomicU64,
     frames_offset: AtomicU64,
@@ -99,6 +123,9 @@ pub struct Header {
     pub owner_pid: AtomicU32,
     pub keeper_pid: AtomicU32,
     state: AtomicU32,
+    /// Nonzero: the segment stays after its owner and keeper are gone, for the next cache
+    /// built with its name to adopt (a named segment); zero: it is removed.
+    retain: AtomicU32,
 }
 
 const _: () = assert!(std::mem::size_of::<Header>() as u64 <= HEADER_BYTES);
@@ -116,6 +143,8 @@ impl Header {
         self.slot_count.store(SLOT_COUNT, Ordering::Relaxed);
         self.frame_count
             .store(layout.frame_count, Ordering::Relaxed);
+        self.meta_frames
+            .store(layout.meta_frames, Ordering::Relaxed);
         self.slots_offset
             .store(layout.slots_offset, Ordering::Relaxed);
         self.meta_offset
@@ -142,7 +171,14 @@ impl Header {
                 "folio: segment layout version {version}, this build reads {LAYOUT_VERSION}"
             ));
         }
-        let layout = Layout::for_frames(self.frame_count.load(Ordering::Relaxed));
+        let frame_count = self.frame_count.load(Ordering::Relaxed);
+        let meta_frames = self.meta_frames.load(Ordering::Relaxed);
+        if frame_count == 0 || frame_count > meta_frames || meta_frames > META_FRAMES_MAX {
+            return bad(format!(
+                "folio: segment header says {frame_count} frames of {meta_frames} (1 to {META_FRAMES_MAX})"
+            ));
+        }
+        let layout = Layout::for_frames(frame_count, meta_frames);
         let read = [
             u64::from(self.layout_version.load(Ordering::Relaxed)),
             u64::from(self.page_bytes.load(Ordering::Relaxed)),
@@ -150,6 +186,7 @@ impl Header {
             u64::from(self.meta_entry_bytes.load(Ordering::Relaxed)),
             u64::from(self.slot_count.load(Ordering::Relaxed)),
             u64::from(self.frame_count.load(Ordering::Relaxed)),
+            u64::from(self.meta_frames.load(Ordering::Relaxed)),
             self.slots_offset.load(Ordering::Relaxed),
             self.meta_offset.load(Ordering::Relaxed),
             self.frames_offset.load(Ordering::Relaxed),
@@ -160,7 +197,7 @@ impl Header {
         {
             return bad("folio: segment header is damaged or of another layout".into());
         }
-        if layout.frame_count == 0 || file_bytes != layout.total_bytes {
+        if file_bytes != layout.total_bytes {
             return bad(format!(
                 "folio: segment is {file_bytes} bytes, its header says {}",
                 layout.total_bytes
@@ -169,7 +206,7 @@ impl Header {
         Ok(layout)
     }
 
-    fn fixed_fields(layout: &Layout) -> [u64; 10] {
+    fn fixed_fields(layout: &Layout) -> [u64; 11] {
         [
             u64::from(LAYOUT_VERSION),
             PAGE_BYTES as u64,
@@ -177,6 +214,7 @@ impl Header {
             std::mem::size_of::<FolioMeta>() as u64,
             u64::from(SLOT_COUNT),
             u64::from(layout.frame_count),
+            u64::from(layout.meta_frames),
             layout.slots_offset,
             layout.meta_offset,
             layout.frames_offset,
@@ -196,6 +234,25 @@ impl Header {
     pub fn set_state(&self, state: SegmentState) {
         self.state.store(state as u32, Ordering::Release);
     }
+
+    /// Whether the segment stays for a restart to adopt (`retain`).
+    pub fn retained(&self) -> bool {
+        self.retain.load(Ordering::Acquire) != 0
+    }
+
+    pub fn set_retained(&self, retained: Retention) {
+        self.retain
+            .store(u32::from(retained == Retention::Kept), Ordering::Release);
+    }
+}
+
+/// What becomes of a segment once its owner and keeper are gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retention {
+    /// Removed: an unnamed segment, which no later cache can find.
+    Removed,
+    /// Kept for the next cache built with its name (a warm restart).
+    Kept,
 }
 
 /// FNV-1a over the words' bytes: enough to tell a damaged or foreign header.
@@ -218,6 +275,14 @@ pub struct FileSlot {
     born_ns: AtomicU64,
     /// The logical size, once folio wrote or resized the file (`SIZE_UNKNOWN` before).
     size_bytes: AtomicU64,
+    /// The file's stamp (`FileStamp`) as the cache last knew the file: at its open, and
+    /// after the last write's sync. `stamp_taken_ns` 0: none (the file's pages are not
+    /// adopted).
+    stamp_size: AtomicU64,
+    stamp_mtime_ns: AtomicU64,
+    stamp_ctime_ns: AtomicU64,
+    stamp_generation: AtomicU64,
+    stamp_taken_ns: AtomicU64,
     path_len: AtomicU64,
     path: [AtomicU64; PATH_WORDS],
 }
@@ -232,32 +297,86 @@ pub struct FileIdentity {
     pub born_ns: u64,
 }
 
+/// What a file looked like when the cache last knew it: a restart adopts its pages only if
+/// it looks the same now (`adopt`). Times in ns since the epoch, as the kernel reports them
+/// (`i64` ns reach the year 2262).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileStamp {
+    pub size_bytes: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    /// The file system's generation of the inode (`FS_IOC_GETVERSION`), 0 where it keeps
+    /// none.
+    pub generation: u64,
+    /// When the stamp was taken (the real-time clock, ns): a change in the same clock tick
+    /// as the last one recorded could leave the times unchanged (`adopt`'s racy rule).
+    pub taken_ns: i64,
+}
+
+/// The file times' granularity that a stamp must be clear of (`Segment::stamp_files`,
+/// `adopt`'s racy rule): the kernel stamps a change with a coarse clock (a tick: 1-10 ms),
+/// so two changes in one tick may leave the same times. A file system whose times have no
+/// sub-second part (nanoseconds 0) gets `STAMP_COARSE_NS` instead.
+pub const STAMP_TICK_NS: i64 = 20_000_000;
+pub const STAMP_COARSE_NS: i64 = 2_000_000_000;
+
+impl FileStamp {
+    /// Whether the stamp was taken clear of its file's last change's clock tick: then any
+    /// later change moves a time it recorded.
+    pub fn is_clear_of_last_change(&self) -> bool {
+        let whole_seconds =
+            self.ctime_ns % 1_000_000_000 == 0 && self.mtime_ns % 1_000_000_000 == 0;
+        let tick = if whole_seconds {
+            STAMP_COARSE_NS
+        } else {
+            STAMP_TICK_NS
+        };
+        self.taken_ns.saturating_sub(self.ctime_ns) >= tick
+    }
+
+    /// Whether `other` describes the file as this does (the time taken aside).
+    pub fn same_file_state(&self, other: &FileStamp) -> bool {
+        (
+            self.size_bytes,
+            self.mtime_ns,
+            self.ctime_ns,
+            self.generation,
+        ) == (
+            other.size_bytes,
+            other.mtime_ns,
+            other.ctime_ns,
+            other.generation,
+        )
+    }
+}
+
 /// What a slot holds, read consistently (`FileSlot::read`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotRecord {
     pub identity: FileIdentity,
     /// `SIZE_UNKNOWN` if folio did not write the file.
     pub size_bytes: u64,
+    /// `None`: no stamp recorded.
+    pub stamp: Option<FileStamp>,
     /// Empty if the path was too long to record.
     pub path: Vec<u8>,
 }
 
 impl FileSlot {
-    /// Records that this slot's mapping is the file `identity` at `path`. A slot that
-    /// already records the same file keeps its logical size; a new file's size is unknown.
+    /// Records that this slot's mapping is the file `identity` at `path`, as `stamp` says
+    /// it was when it was opened. A slot that already records the same file keeps its
+    /// logical size; a new file's size is unknown.
     ///
     /// Context: the owner, under its slot lock (one writer per slot).
-    pub fn write(&self, identity: FileIdentity, path: &[u8]) {
+    pub fn write(&self, identity: FileIdentity, stamp: &FileStamp, path: &[u8]) {
         let same = self.seq.load(Ordering::Relaxed) != 0 && self.identity() == identity;
         let path = if path.len() <= PATH_BYTES_MAX {
             path
         } else {
             &[]
         };
-        if same && self.path_bytes() == path {
-            return;
-        }
         self.seq.fetch_add(1, Ordering::AcqRel);
+        self.store_stamp(stamp);
         self.dev.store(identity.dev, Ordering::Relaxed);
         self.ino.store(identity.ino, Ordering::Relaxed);
         self.born_ns.store(identity.born_ns, Ordering::Relaxed);
@@ -270,6 +389,60 @@ impl FileSlot {
             word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
         }
         self.path_len.store(path.len() as u64, Ordering::Relaxed);
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+
+    /// Records the file's stamp after the cache's last write to it was synced (the end of
+    /// a writeback by the owner's drop, its keeper or a recovery); `None` forgets the
+    /// stamp (the file's pages are then never adopted).
+    ///
+    /// Context: one writer: the owner at its drop (its threads stopped), or the keeper or a
+    /// recovery (the owner dead).
+    pub fn set_stamp(&self, stamp: Option<&FileStamp>) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        match stamp {
+            Some(stamp) => self.store_stamp(stamp),
+            None => self.stamp_taken_ns.store(0, Ordering::Relaxed),
+        }
+        self.seq.fetch_add(1, Ordering::Release);
+    }
+
+    fn store_stamp(&self, stamp: &FileStamp) {
+        self.stamp_size.store(stamp.size_bytes, Ordering::Relaxed);
+        self.stamp_mtime_ns
+            .store(stamp.mtime_ns as u64, Ordering::Relaxed);
+        self.stamp_ctime_ns
+            .store(stamp.ctime_ns as u64, Ordering::Relaxed);
+        self.stamp_generation
+            .store(stamp.generation, Ordering::Relaxed);
+        self.stamp_taken_ns
+            .store(stamp.taken_ns as u64, Ordering::Relaxed);
+    }
+
+    fn stamp(&self) -> Option<FileStamp> {
+        let taken_ns = self.stamp_taken_ns.load(Ordering::Relaxed) as i64;
+        (taken_ns != 0).then(|| FileStamp {
+            size_bytes: self.stamp_size.load(Ordering::Relaxed),
+            mtime_ns: self.stamp_mtime_ns.load(Ordering::Relaxed) as i64,
+            ctime_ns: self.stamp_ctime_ns.load(Ordering::Relaxed) as i64,
+            generation: self.stamp_generation.load(Ordering::Relaxed),
+            taken_ns,
+        })
+    }
+
+    /// Forgets the file: a slot a restart did not adopt (its file changed, or its pages
+    /// were not kept). A recovery or keeper never acts on it again (its stale logical size
+    /// would cut what another program wrote since).
+    ///
+    /// Context: the adoption, before the cache is shared (one writer).
+    pub fn clear(&self) {
+        self.seq.fetch_add(1, Ordering::AcqRel);
+        self.dev.store(0, Ordering::Relaxed);
+        self.ino.store(0, Ordering::Relaxed);
+        self.born_ns.store(0, Ordering::Relaxed);
+        self.size_bytes.store(SIZE_UNKNOWN, Ordering::Relaxed);
+        self.stamp_taken_ns.store(0, Ordering::Relaxed);
+        self.path_len.store(0, Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::Release);
     }
 
@@ -305,6 +478,7 @@ impl FileSlot {
         let record = SlotRecord {
             identity: self.identity(),
             size_bytes: self.size_bytes.load(Ordering::Acquire),
+            stamp: self.stamp(),
             path: self.path_bytes(),
         };
         (self.seq.load(Ordering::Acquire) == before).then_some(record)
@@ -337,7 +511,7 @@ mod tests {
     #[test]
     fn frames_are_aligned_and_parts_do_not_overlap() {
         for frames in [1, 512, 513, 1 << 20] {
-            let l = Layout::for_frames(frames);
+            let l = Layout::for_frames(frames, 0);
             assert_eq!(l.frames_offset % FRAMES_ALIGN, 0);
             assert!(l.meta_offset >= l.slots_offset + u64::from(SLOT_COUNT) * SLOT_BYTES);
             assert!(l.frames_offset >= l.meta_offset + u64::from(frames) * 24);
@@ -354,18 +528,22 @@ mod tests {
             ino: 2,
             born_ns: 3,
         };
-        slot.write(a, b"/data/a");
+        slot.write(a, &FileStamp::default(), b"/data/a");
         slot.extend_to(100);
         slot.extend_to(50);
-        slot.write(a, b"/data/renamed");
+        slot.write(a, &FileStamp::default(), b"/data/renamed");
         let read = slot.read().unwrap();
         assert_eq!(
             (read.size_bytes, read.path.as_slice()),
             (100, &b"/data/renamed"[..])
         );
-        slot.write(FileIdentity { ino: 9, ..a }, b"/data/a");
+        slot.write(
+            FileIdentity { ino: 9, ..a },
+            &FileStamp::default(),
+            b"/data/a",
+        );
         assert_eq!(slot.read().unwrap().size_bytes, SIZE_UNKNOWN);
-        slot.write(a, &[b'x'; PATH_BYTES_MAX + 1]);
+        slot.write(a, &FileStamp::default(), &[b'x'; PATH_BYTES_MAX + 1]);
         assert!(
             slot.read().unwrap().path.is_empty(),
             "a path too long is not recorded"

@@ -42,7 +42,8 @@ use std::sync::Mutex;
 use crate::folio::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 use layout::{
-    FileIdentity, FileSlot, Header, Layout, SegmentState, HEADER_BYTES, SLOT_BYTES, SLOT_COUNT,
+    FileIdentity, FileSlot, FileStamp, Header, Layout, Retention, SegmentState, HEADER_BYTES,
+    SLOT_BYTES, SLOT_COUNT, STAMP_TICK_NS,
 };
 
 /// Where segments go unless the builder names a directory.
@@ -92,7 +93,7 @@ impl Segment {
     /// `StorageFull` when the directory's file system has too little room for the frames).
     pub fn create(dir: &Path, name: Option<&str>, frame_count: u32) -> io::Result<Segment> {
         check_dir(dir)?;
-        let layout = Layout::for_frames(frame_count);
+        let layout = Layout::for_frames(frame_count, machine_frames());
         let file = match name {
             Some(name) => {
                 check_name(name)?;
@@ -116,6 +117,56 @@ impl Segment {
             .header()
             .owner_pid
             .store(std::process::id(), Ordering::Relaxed);
+        segment.header().set_retained(if name.is_some() {
+            Retention::Kept
+        } else {
+            Retention::Removed
+        });
+        Ok(segment)
+    }
+
+    /// Opens the named segment at `path` that its last owner left (a clean exit, or a
+    /// keeper's or a recovery's writeback after a kill) and makes this process its owner,
+    /// with `frame_count` frames: the checks and the lock of `open_orphan`, then the
+    /// owner's record lock; a changed frame count resizes the file (frames past a smaller
+    /// count, and their side-table entries, are dropped).
+    ///
+    /// Errors: `open_orphan`'s (`WouldBlock` while an owner or keeper holds it); the OS
+    /// error of the resize or the mapping.
+    pub fn adopt(path: &Path, frame_count: u32) -> io::Result<Segment> {
+        let file = Self::open_checked(path)?;
+        let owner_lock = lock_owner(path, &file)?;
+        let old = Self::read_layout(&file, file.metadata()?.len())?;
+        if frame_count > old.meta_frames {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "folio: segment {} has room for {} MiB of frames, the cache asks for {} MiB",
+                    path.display(),
+                    (u64::from(old.meta_frames) * PAGE_BYTES as u64) >> 20,
+                    (u64::from(frame_count) * PAGE_BYTES as u64) >> 20
+                ),
+            ));
+        }
+        let layout = Layout::for_frames(frame_count, old.meta_frames);
+        if frame_count < old.frame_count {
+            let entry = std::mem::size_of::<FolioMeta>() as u64;
+            let from = layout.meta_offset + u64::from(frame_count) * entry;
+            let to = layout.meta_offset + u64::from(old.frame_count) * entry;
+            punch_hole(&file, from, to - from)?;
+        }
+        if frame_count != old.frame_count {
+            file.set_len(layout.total_bytes)?;
+        }
+        let mut segment = Self::map(path.to_path_buf(), file, layout)?;
+        segment.owner_lock = Some(owner_lock);
+        let header = segment.header();
+        header.init(&layout);
+        header
+            .owner_pid
+            .store(std::process::id(), Ordering::Relaxed);
+        header.keeper_pid.store(0, Ordering::Relaxed);
+        header.set_retained(Retention::Kept);
         Ok(segment)
     }
 
@@ -128,6 +179,13 @@ impl Segment {
     /// `InvalidData` for a header this build cannot read (`Header::check`); `WouldBlock`
     /// while an owner or a keeper holds it.
     pub fn open_orphan(path: &Path) -> io::Result<Segment> {
+        let file = Self::open_checked(path)?;
+        let layout = Self::read_layout(&file, file.metadata()?.len())?;
+        Self::map(path.to_path_buf(), file, layout)
+    }
+
+    /// `open_orphan`'s checks and lock, before anything is mapped.
+    fn open_checked(path: &Path) -> io::Result<StdFile> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -182,8 +240,7 @@ impl Segment {
                 e
             }
         })?;
-        let layout = Self::read_layout(&file, meta.len())?;
-        Self::map(path.to_path_buf(), file, layout)
+        Ok(file)
     }
 
     /// Maps `file`, a segment whose layout was checked or just written, in the keeper after
@@ -290,7 +347,13 @@ impl Segment {
     /// Records that mapping `id` is the file `identity` at `path` (`FileSlot::write`).
     ///
     /// Errors: `Other` past the segment's slots (too many files cached at once).
-    pub fn register(&self, id: MappingId, identity: FileIdentity, path: &Path) -> io::Result<()> {
+    pub fn register(
+        &self,
+        id: MappingId,
+        identity: FileIdentity,
+        stamp: &FileStamp,
+        path: &Path,
+    ) -> io::Result<()> {
         let slot = self.slot(id).ok_or_else(|| {
             io::Error::other(format!(
                 "folio: more than {SLOT_COUNT} files cached at once in a persistent cache"
@@ -304,7 +367,7 @@ impl Segment {
             )
         })?;
         let _one_writer = self.slot_lock.lock().unwrap_or_else(|e| e.into_inner());
-        slot.write(identity, path.as_os_str().as_bytes());
+        slot.write(identity, stamp, path.as_os_str().as_bytes());
         Ok(())
     }
 
@@ -313,6 +376,17 @@ impl Segment {
         // SAFETY: the meta part lies inside the mapping; its offset is a multiple of 8.
         let ptr = unsafe { self.base.as_ptr().add(self.layout.meta_offset as usize) };
         NonNull::new(ptr.cast::<FolioMeta>()).expect("inside a non-null mapping")
+    }
+
+    /// The side table's entries of the segment's frames, as a slice (read back by a
+    /// restart, `adopt`).
+    pub fn meta_entries(&self) -> &[FolioMeta] {
+        // SAFETY: the side table has an entry for each of the segment's frames inside its
+        // mapping, which lives as long as `self`; entries are atomics only, valid for any
+        // bytes (a hole reads as zeros).
+        unsafe {
+            std::slice::from_raw_parts(self.meta_table().as_ptr(), self.layout.frame_count as usize)
+        }
     }
 
     /// The first frame, aligned to 2 MiB.
@@ -423,6 +497,59 @@ impl Segment {
         ranges
     }
 
+    /// The frames of `frames` whose memory is allocated in the file (`SEEK_DATA`): the rest
+    /// is a hole (never touched, or given back).
+    pub fn resident_frames(&self, frames: std::ops::Range<u32>) -> Vec<std::ops::Range<u32>> {
+        let page = PAGE_BYTES as u64;
+        let base = self.layout.frames_offset;
+        let start = base + u64::from(frames.start) * page;
+        let end = base + u64::from(frames.end) * page;
+        self.data_ranges(start, end)
+            .into_iter()
+            .map(|(from, to)| {
+                let first = ((from - base) / page) as u32;
+                let last = ((to - base).div_ceil(page) as u32).min(frames.end);
+                first..last
+            })
+            .collect()
+    }
+
+    /// Takes again the stamps of mappings `ids` (files the cache read and did not write)
+    /// that were taken in their file's last change's clock tick (a file read just after it
+    /// was made), where the file still looks as the stamp says: else a restart could not
+    /// prove them unchanged. Its change while the cache held it is what a live cache
+    /// does not see either (docs/persistence.md).
+    ///
+    /// Context: as `stamp_files`.
+    pub fn confirm_stamps(&self, ids: impl IntoIterator<Item = MappingId>) {
+        let mut unclear = Vec::new();
+        for id in ids {
+            let Some(record) = self.slot(id).and_then(|slot| slot.read()) else {
+                continue;
+            };
+            let Some(stamp) = record.stamp.filter(|s| !s.is_clear_of_last_change()) else {
+                continue;
+            };
+            let path = Path::new(OsStr::from_bytes(&record.path));
+            let Ok(file) = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+                .open(path)
+            else {
+                continue;
+            };
+            match stamp_of(&file) {
+                Ok((identity, now))
+                    if identity == record.identity && now.same_file_state(&stamp) =>
+                {
+                    unclear.push((id, file))
+                }
+                _ => {}
+            }
+        }
+        self.stamp_files(unclear.iter().map(|(id, file)| (*id, file)));
+    }
+
     /// Byte ranges of the side table that were ever written (`SEEK_DATA`): the keeper reads
     /// only those, so that a 24 GiB segment's untouched table costs no memory to walk.
     /// Returned as frame ranges.
@@ -444,6 +571,38 @@ impl Segment {
 
     pub fn set_state(&self, state: SegmentState) {
         self.header().set_state(state);
+    }
+
+    /// Records each file's stamp as it is now, after the cache's last writes to it (the
+    /// end of a writeback): waits first until the clock has left the tick of the latest
+    /// change time among them (`STAMP_TICK_NS`), so that a change by anyone after the
+    /// stamp moves a time the stamp recorded. A file that is no longer its slot's (by
+    /// identity) loses its stamp.
+    ///
+    /// Context: the segment's only writer now (an owner whose threads stopped, a keeper,
+    /// a recovery). Sleeps at most `STAMP_TICK_NS`.
+    pub fn stamp_files<'f>(&self, files: impl IntoIterator<Item = (MappingId, &'f StdFile)>) {
+        let files: Vec<(MappingId, &StdFile)> = files.into_iter().collect();
+        let latest_ctime_ns = files
+            .iter()
+            .filter_map(|(_, file)| file.metadata().ok())
+            .map(|meta| meta.ctime().saturating_mul(1_000_000_000) + meta.ctime_nsec())
+            .max()
+            .unwrap_or(0);
+        let wait_ns = latest_ctime_ns + STAMP_TICK_NS - now_ns();
+        if wait_ns > 0 {
+            std::thread::sleep(std::time::Duration::from_nanos(
+                (wait_ns as u64).min(STAMP_TICK_NS as u64),
+            ));
+        }
+        for (id, file) in files {
+            let Some(slot) = self.slot(id) else { continue };
+            let recorded = slot.read().map(|record| record.identity);
+            match stamp_of(file) {
+                Ok((identity, stamp)) if recorded == Some(identity) => slot.set_stamp(Some(&stamp)),
+                _ => slot.set_stamp(None),
+            }
+        }
     }
 
     /// Removes the segment's file, if the path still names this segment (not a file put
@@ -641,6 +800,24 @@ fn lock_owner(path: &Path, file: &StdFile) -> io::Result<StdFile> {
     }
 }
 
+/// Frees the file's memory in `[offset, offset + len)` (it reads as zeros after).
+fn punch_hole(file: &StdFile, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: fallocate on our open descriptor; the result is checked.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 fn lock_exclusive(file: &StdFile) -> io::Result<()> {
     // SAFETY: flock on our open descriptor.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
@@ -648,6 +825,23 @@ fn lock_exclusive(file: &StdFile) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// The machine's memory in frames: a new segment's side table has room for as many, so
+/// that a restart can grow it to any capacity the machine can hold.
+fn machine_frames() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    // SAFETY: as above.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let frames = (pages.max(0) as u64 * page.max(0) as u64) / PAGE_BYTES as u64;
+    frames.min(u64::from(layout::META_FRAMES_MAX)) as u32
+}
+
+/// This process's effective user: the only one whose segments it uses.
+pub fn my_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
 }
 
 /// The bytes `dir`'s file system has free for a segment (`statvfs`).
@@ -661,6 +855,49 @@ pub fn room_bytes(dir: &Path) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// The identity and stamp of the open `file` now (`fstat`, and the file system's
+/// generation where it keeps one).
+///
+/// Errors: `fstat`'s.
+pub fn stamp_of(file: &StdFile) -> io::Result<(FileIdentity, FileStamp)> {
+    let meta = file.metadata()?;
+    Ok((identity_of(&meta), stamp_from(&meta, generation_of(file))))
+}
+
+/// The stamp `meta` (and a generation read from the file) describe, taken now.
+pub fn stamp_from(meta: &std::fs::Metadata, generation: u64) -> FileStamp {
+    let ns = |sec: i64, nsec: i64| sec.saturating_mul(1_000_000_000).saturating_add(nsec);
+    FileStamp {
+        size_bytes: meta.len(),
+        mtime_ns: ns(meta.mtime(), meta.mtime_nsec()),
+        ctime_ns: ns(meta.ctime(), meta.ctime_nsec()),
+        generation,
+        taken_ns: now_ns(),
+    }
+}
+
+/// The real-time clock in ns (the clock file times come from).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+/// The inode's generation (`FS_IOC_GETVERSION`: ext4, xfs, btrfs keep one; 0 elsewhere):
+/// an inode number reused by a new file gets a new one.
+pub fn generation_of(file: &StdFile) -> u64 {
+    // _IOR('v', 1, long)
+    const FS_IOC_GETVERSION: libc::c_ulong = 0x8008_7601;
+    let mut generation: libc::c_long = 0;
+    // SAFETY: the ioctl writes one long into `generation`, which lives across the call.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), FS_IOC_GETVERSION, &mut generation) };
+    if rc == 0 {
+        generation as u64
+    } else {
+        0
+    }
 }
 
 /// What `FileIdentity` a file has: device, inode, and birth time (or change time).

@@ -441,6 +441,9 @@ impl FolioWriter<'_> {
         if !holds || state.is_writeback() || state.is_locked() {
             return Replaced::Retry;
         }
+        // The old folio keeps its pinned holders past the write: a restart that finds it
+        // in the segment after a kill must not take its bytes for the file's.
+        old_meta.state.mark_detached();
         let prior = Prior::of(state);
         if prior == Prior::Dirty {
             let blocks = BlockMask::of(arena, old, new.order).peek();

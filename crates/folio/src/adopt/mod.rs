@@ -1,0 +1,297 @@
+//! Adoption: a cache built with the name of a segment that a previous process left (a
+//! clean exit, or a kill after its keeper's writeback) starts with that process's clean
+//! pages cached, as the kernel's page cache is still warm after a restart (DESIGN.md §9,
+//! docs/persistence.md).
+//!
+//! The steps, at build, before the cache is shared:
+//! 1. Take the segment (`Segment::adopt`: only its owner's user, mode 0600, no symlink, a
+//!    header this build reads; an owner or keeper that still holds it is waited for or
+//!    refused). One whose keeper was killed is finished first (`recover_segment`), so
+//!    every dirty page it holds is on disk before anything is kept.
+//! 2. Read the side table (`scan`): every folio whose state and place prove it was a
+//!    cached page of a file (uptodate, not locked, failed, freed or detached; inside the
+//!    arena, aligned, its tail frames free, no other folio claiming its pages).
+//! 3. Check each file (`files`): it must be the file its slot names (device, inode, birth
+//!    time, generation) and look as the slot's stamp says (size, modification and change
+//!    times in ns), with the stamp clear of the clock tick of its last change. Any doubt
+//!    drops the file's pages.
+//! 4. Keep what fits the capacity, the most used first; build the arena around the kept
+//!    folios (`Arena::list_adopted`), then the mappings (no handle open: closed files'
+//!    cached pages), their indexes and the eviction queues (the least used first, so
+//!    that they leave first).
+//!
+//! What a restart never does: serve a byte the file does not hold. The pages of a file
+//! changed, replaced, truncated, extended or deleted while no cache owned it are dropped,
+//! and so is everything a kill left half done (module docs of `scan`).
+
+mod files;
+pub(crate) mod scan;
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::arena::Arena;
+use crate::folio::MappingId;
+use crate::index::NewFolio;
+use crate::mapping::MappingTable;
+use crate::memory::Memory;
+use crate::segment::layout::SIZE_UNKNOWN;
+use crate::segment::{self, Holder, Segment};
+use crate::types::{FrameId, Order};
+
+pub use scan::Found;
+
+/// What a build did with a segment of its name that it could not use (another layout, a
+/// damaged header).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unusable {
+    /// Remove it and start cold (the default: a cache loses nothing by starting empty).
+    #[default]
+    Replace,
+    /// Fail the build with `InvalidData`, leaving the segment as it is.
+    Refuse,
+}
+
+/// What a cache's build adopted from the segment of its name (`Cache::adoption`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Adoption {
+    /// Pages cached again at once.
+    pub pages_kept: u64,
+    /// Pages found cached and dropped: the sum of the reasons below.
+    pub pages_dropped: u64,
+    /// ... of files that changed, were replaced or are gone, or whose stamp cannot prove
+    /// they did not (a change in the clock tick of the stamp, a slot left torn).
+    pub pages_of_changed_files: u64,
+    /// ... of folios a kill left half done or that no file claims (torn or detached),
+    /// or whose place the side table does not prove.
+    pub pages_unproven: u64,
+    /// ... over the capacity (the least used).
+    pub pages_over_capacity: u64,
+    /// Files whose pages were kept.
+    pub files_kept: u32,
+    /// Files whose pages were dropped because they changed or could not be proven not to.
+    pub files_dropped: u32,
+    /// Bytes a killed keeper had not written back, written before the adoption.
+    pub bytes_written_back: u64,
+    /// The segment held a layout this build cannot read and was replaced.
+    pub replaced: bool,
+}
+
+/// What of a segment taken for adoption will be kept (`take`, then `fit`, `prepare_arena`
+/// and `install`).
+pub(crate) struct Plan {
+    folios: Vec<Found>,
+    files: BTreeMap<MappingId, files::Unchanged>,
+    pub adoption: Adoption,
+}
+
+/// How many 10 ms waits a build makes for a segment held briefly (below) before it calls
+/// it in use: a live owner is refused after 1 s.
+const BRIEF_HOLD_WAITS: u32 = 100;
+
+/// Takes the segment at `path` for a cache of `frame_count` frames, or `None` if there is
+/// none (or it was unusable and `Replace` removed it: `replaced` then says so).
+///
+/// Errors: `WouldBlock` if a live owner holds it; under `Refuse`, `InvalidData` for a
+/// segment of another layout or a damaged one; `PermissionDenied` / `InvalidInput` for
+/// another user's segment, one readable by others, a symlink (never replaced: not ours).
+pub(crate) fn take(
+    path: &Path,
+    frame_count: u32,
+    unusable: Unusable,
+) -> io::Result<Option<(Segment, Plan)>> {
+    if std::fs::symlink_metadata(path).is_err() {
+        return Ok(None);
+    }
+    let mut adoption = Adoption::default();
+    let mut waits = 0;
+    let segment = loop {
+        let attempt = crate::keeper::recover_segment(path).and_then(|recovered| {
+            adoption.bytes_written_back += recovered.written.bytes;
+            Segment::adopt(path, frame_count)
+        });
+        match attempt {
+            Ok(segment) => break segment,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let holder = std::fs::File::open(path).map(|f| segment::holder_of(&f));
+                match holder {
+                    Ok(Holder::Keeper) => crate::keeper::wait_for_keeper(path),
+                    // Held briefly: a cache being built that settles its directory, or a
+                    // fork of this process (another cache's keeper starting) that holds
+                    // copies of the owner's descriptors until it closes them.
+                    _ if waits < BRIEF_HOLD_WAITS => {
+                        waits += 1;
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Ok(Holder::Owner) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::WouldBlock,
+                            format!(
+                                "folio: segment {} is in use by a live cache",
+                                path.display()
+                            ),
+                        ))
+                    }
+                    _ => return Err(e),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::InvalidData && unusable == Unusable::Replace => {
+                remove_unusable(path)?;
+                let segment = Segment::create(
+                    path.parent().unwrap_or(Path::new(".")),
+                    path.file_name().and_then(|n| n.to_str()),
+                    frame_count,
+                )?;
+                let plan = Plan {
+                    folios: Vec::new(),
+                    files: BTreeMap::new(),
+                    adoption: Adoption {
+                        replaced: true,
+                        ..adoption
+                    },
+                };
+                return Ok(Some((segment, plan)));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let found = scan::scan(&segment);
+    adoption.pages_unproven = found.unproven_pages;
+    let mut by_file: BTreeMap<MappingId, Vec<Found>> = BTreeMap::new();
+    for folio in found.folios {
+        by_file.entry(folio.mapping).or_default().push(folio);
+    }
+    let mut files = BTreeMap::new();
+    let mut folios = Vec::new();
+    for (id, mine) in by_file {
+        let pages: u64 = mine.iter().map(|f| f.order.pages()).sum();
+        match files::check(&segment, id, &mine) {
+            Some(unchanged) => {
+                files.insert(id, unchanged);
+                folios.extend(mine);
+            }
+            None => {
+                adoption.pages_of_changed_files += pages;
+                adoption.files_dropped += 1;
+            }
+        }
+    }
+    Ok(Some((
+        segment,
+        Plan {
+            folios,
+            files,
+            adoption,
+        },
+    )))
+}
+
+/// Removes a segment this build cannot read, if it is ours: a regular file of this user,
+/// not a symlink (`Segment::open_orphan`'s checks passed, or they failed on the layout).
+fn remove_unusable(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path)?;
+    if !meta.is_file() || meta.uid() != segment::my_uid() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("folio: segment {} is not ours to replace", path.display()),
+        ));
+    }
+    std::fs::remove_file(path)
+}
+
+impl Plan {
+    /// Keeps at most `capacity_frames` less an eighth (room for the next reads), the most
+    /// used folios first; the rest is dropped.
+    pub fn fit(&mut self, capacity_frames: u64) {
+        let budget = capacity_frames - capacity_frames / 8;
+        self.folios
+            .sort_by_key(|f| (std::cmp::Reverse(f.freq), f.mapping, f.head));
+        let mut used = 0u64;
+        let mut over = 0u64;
+        self.folios.retain(|f| {
+            let keep = used + f.order.pages() <= budget;
+            if keep {
+                used += f.order.pages();
+            } else {
+                over += f.order.pages();
+            }
+            keep
+        });
+        self.adoption.pages_over_capacity = over;
+        self.files
+            .retain(|id, _| self.folios.iter().any(|f| f.mapping == *id));
+    }
+
+    /// The kept folios' frames, for `Arena::list_adopted`; their side-table entries made
+    /// those of cached, uptodate folios.
+    pub fn prepare_arena(&self, arena: &Arena) {
+        let mut used: Vec<(FrameId, Order)> =
+            self.folios.iter().map(|f| (f.frame, f.order)).collect();
+        used.sort_by_key(|&(frame, _)| frame);
+        arena.list_adopted(&used);
+        for folio in &self.folios {
+            let meta = arena.meta(folio.frame);
+            meta.version.reset();
+            meta.version.publish();
+            meta.state.adopt_clean();
+        }
+    }
+
+    /// Adds the mappings and puts every kept folio in its index and on the eviction
+    /// queues, the least used first. Returns what the adoption did.
+    ///
+    /// Context: the build, after `prepare_arena`, before the cache is shared.
+    pub fn install(self, mem: &Memory, mappings: &MappingTable) -> Adoption {
+        let Plan {
+            mut folios,
+            files,
+            mut adoption,
+        } = self;
+        let segment = mem.arena.segment().cloned();
+        if let Some(segment) = &segment {
+            // Slots of files not adopted are forgotten, and adopted files' sizes are the
+            // disk's again (this process has not written them): a later keeper or
+            // recovery then never sets a file to a size an earlier process left.
+            for id in segment.registered_ids() {
+                let Some(slot) = segment.slot(id) else { continue };
+                if files.contains_key(&id) {
+                    slot.set_size(SIZE_UNKNOWN);
+                } else {
+                    slot.clear();
+                }
+            }
+        }
+        let mut added = BTreeMap::new();
+        for (id, file) in &files {
+            let count = folios.iter().filter(|f| f.mapping == *id).count() as u64;
+            let mapping = mappings.adopt(*id, file.inode, file.stamp, segment.clone(), count);
+            added.insert(*id, mapping);
+        }
+        folios.sort_by_key(|f| (f.freq, f.mapping, f.head));
+        for folio in &folios {
+            let mapping = &added[&folio.mapping];
+            let new = NewFolio {
+                frame: folio.frame,
+                order: folio.order,
+                head: folio.head,
+            };
+            let mut w = mapping
+                .index
+                .lock_for_insert(folio.head, folio.order.pages());
+            let inserted = w.insert_run(&[new]).inserted[0];
+            assert!(inserted, "an adopted folio's pages were taken twice");
+            mem.policy
+                .insert(&mem.arena, folio.frame, folio.order.pages(), None);
+            adoption.pages_kept += folio.order.pages();
+        }
+        adoption.files_kept = files.len() as u32;
+        adoption.pages_dropped = adoption.pages_of_changed_files
+            + adoption.pages_unproven
+            + adoption.pages_over_capacity;
+        adoption
+    }
+}

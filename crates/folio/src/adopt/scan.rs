@@ -1,0 +1,129 @@
+//! The side table read back: which folios a segment proves were cached pages of a file.
+//!
+//! A folio is kept only if everything about it is proven:
+//! - its state: UPTODATE, and not DEAD (free or being evicted), LOCKED (a read in flight,
+//!   a new page being filled, a write mid-copy), ERROR (a failed read) or DETACHED (it
+//!   left its index while pinned: its bytes may be older than the file's). DIRTY and
+//!   WRITEBACK folios are kept: the segment is written back before it is read (`take`),
+//!   so their bytes are the file's.
+//! - its place: an order no larger than the largest, a head frame aligned to it and inside
+//!   the arena, tail frames all DEAD (as a folio's tails are), a page index aligned to it.
+//! - its claim: no other folio of the same file claims any of its pages (a kill between
+//!   a copy on write's two steps could leave two).
+//!
+//! Everything else counts as unproven and is dropped. The table is read as untrusted
+//! input: a hostile or damaged segment (any bytes) yields fewer folios, never a panic or
+//! a folio outside the arena (`fuzzing::adoption_scan`).
+
+use crate::folio::{FolioMeta, MappingId};
+use crate::segment::layout::SLOT_COUNT;
+use crate::segment::Segment;
+use crate::types::{FrameId, Order, PageIndex, ORDER_MAX};
+
+/// A folio the side table proves (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub frame: FrameId,
+    pub order: Order,
+    pub mapping: MappingId,
+    pub head: PageIndex,
+    /// Its access frequency when the owner left it (0..=3).
+    pub freq: u64,
+}
+
+/// What a scan found.
+#[derive(Debug, Default)]
+pub struct Scanned {
+    pub folios: Vec<Found>,
+    /// Pages of folios that looked cached (UPTODATE, not DEAD) but were not proven.
+    pub unproven_pages: u64,
+}
+
+/// Scans `segment`'s side table (the parts ever written).
+pub fn scan(segment: &Segment) -> Scanned {
+    scan_entries(segment.meta_entries(), segment.written_meta_frames())
+}
+
+/// `scan` over the entries of a side table, in the frame ranges `ranges` (the rest never
+/// written: zeros).
+pub fn scan_entries(
+    entries: &[FolioMeta],
+    ranges: impl IntoIterator<Item = std::ops::Range<u32>>,
+) -> Scanned {
+    let frame_count = entries.len() as u32;
+    let mut out = Scanned::default();
+    let mut found = Vec::new();
+    for range in ranges {
+        let mut frame = range.start;
+        while frame < range.end.min(frame_count) {
+            let state = entries[frame as usize].state.load();
+            if !state.is_uptodate() || state.is_dead() {
+                frame += 1;
+                continue;
+            }
+            match prove(entries, FrameId(frame)) {
+                Some(folio) => {
+                    found.push(folio);
+                    frame += folio.order.pages() as u32;
+                }
+                None => {
+                    out.unproven_pages += 1;
+                    frame += 1;
+                }
+            }
+        }
+    }
+    // Folios of one file claiming overlapping pages: each of them is doubtful.
+    found.sort_by_key(|f| (f.mapping, f.head));
+    let mut disputed = vec![false; found.len()];
+    let mut reach: Option<(MappingId, u64, usize)> = None; // the furthest end so far
+    for (i, f) in found.iter().enumerate() {
+        let end = f.head.0 + f.order.pages();
+        if let Some((mapping, far, who)) = reach {
+            if mapping == f.mapping && f.head.0 < far {
+                disputed[i] = true;
+                disputed[who] = true;
+            }
+        }
+        match reach {
+            Some((mapping, far, _)) if mapping == f.mapping && far >= end => {}
+            _ => reach = Some((f.mapping, end, i)),
+        }
+    }
+    for (f, doubtful) in found.into_iter().zip(disputed) {
+        if doubtful {
+            out.unproven_pages += f.order.pages();
+        } else {
+            out.folios.push(f);
+        }
+    }
+    out
+}
+
+/// The folio headed at `frame` (UPTODATE, not DEAD), if its state and place are proven
+/// (module docs).
+fn prove(entries: &[FolioMeta], frame: FrameId) -> Option<Found> {
+    let meta = &entries[frame.as_usize()];
+    let state = meta.state.load();
+    if state.is_locked() || state.is_error() || state.is_detached() {
+        return None;
+    }
+    let (mapping, head, order) = meta.identity_raw();
+    if order > u64::from(ORDER_MAX) || mapping.0 >= SLOT_COUNT {
+        return None;
+    }
+    let order = Order::new(order as u8);
+    let pages = order.pages();
+    let end = u64::from(frame.0) + pages;
+    if u64::from(frame.0) % pages != 0 || end > entries.len() as u64 || head.0 % pages != 0 {
+        return None;
+    }
+    let tails_free = (frame.0 + 1..end as u32).all(|t| entries[t as usize].state.load().is_dead());
+    tails_free.then_some(Found {
+        frame,
+        order,
+        mapping,
+        head,
+        freq: state.freq(),
+    })
+}
