@@ -927,10 +927,23 @@ fn say(v: Value) {
     let _ = out.flush();
 }
 
-/// What `Cache::adoption` says of a build, as JSON (null: a cold build).
-fn adoption_of(_cache: &folio::Cache) -> Value {
-    // The adoption's report (`Cache::adoption`, issue 32) is not in the library yet.
-    Value::Null
+/// What `Cache::adoption` says of a build, as JSON (null: nothing adopted, the segment
+/// was new).
+fn adoption_of(cache: &folio::Cache) -> Value {
+    let Some(a) = cache.adoption() else {
+        return Value::Null;
+    };
+    json!({
+        "pages_kept": a.pages_kept,
+        "pages_dropped": a.pages_dropped,
+        "pages_of_changed_files": a.pages_of_changed_files,
+        "pages_unproven": a.pages_unproven,
+        "pages_over_capacity": a.pages_over_capacity,
+        "files_kept": a.files_kept,
+        "files_dropped": a.files_dropped,
+        "bytes_written_back": a.bytes_written_back,
+        "replaced": a.replaced,
+    })
 }
 
 /// The reader (`restart-reader`): builds, then its steps in order; JSON lines on stdout.
