@@ -6,7 +6,7 @@
 //!     [--dir DIR] [--json PATH] [--plot PATH.svg] [--warm read|vmtouch] [--backend auto|io-uring|pread]
 //!     [--persistent]
 //! workloads: pread-scale, readseq [--shared], randread, readahead-storm, writeseq,
-//!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, keeper, compare; and soak
+//!     randwrite, randrw, limits, db-bench, scale, scan-mix, pressure, keeper, restart, compare; and soak
 //!     [--seconds N] (faults injected, every byte and fault accounted)
 //! ```
 //!
@@ -36,7 +36,7 @@ use serde_json::json;
 use kernel::WarmMethod;
 use workloads::{
     compare, db_bench, keeper, limits, pread_scale, pressure, randread, randrw, randwrite,
-    readahead_storm, readseq, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
+    readahead_storm, readseq, restart, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
 };
 
 /// How folio's caches get their memory in every workload: the library's default
@@ -62,7 +62,7 @@ struct Common {
     /// directory on a disk file system (not tmpfs), removed at exit
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5]
+    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5; restart 1]
     #[arg(long)]
     runs: Option<usize>,
     /// Smaller sizes and durations (`compare --quick` about 2 min on the reference machine)
@@ -256,7 +256,16 @@ enum Command {
         #[command(flatten)]
         args: keeper::Args,
     },
-    /// All of the above but db-bench, scale, scan-mix, pressure and keeper, one after another
+    /// The first seconds of random 4 KiB reads after a process restart (clean exit and
+    /// SIGKILL), against the warm rate before it, beside the kernel's restart and a cold
+    /// start; folio adopting its persistent segment (issue 32; not in compare)
+    Restart {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: restart::Args,
+    },
+    /// All of the above but db-bench, scale, scan-mix, pressure, keeper and restart, one after another
     /// (about 7 min; --quick about 2)
     Compare {
         #[command(flatten)]
@@ -280,6 +289,9 @@ enum Command {
     /// The owner of `keeper`'s persistent cache, run (and killed) by keeper itself
     #[command(hide = true)]
     KeeperOwner(keeper::OwnerArgs),
+    /// A reader of `restart` (folio or the kernel), run (and killed) by restart itself
+    #[command(hide = true)]
+    RestartReader(restart::ReaderArgs),
 }
 
 fn main() {
@@ -297,6 +309,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::PressureReader(args) => return pressure::reader_main(&args),
         Command::PressureAlloc(args) => return pressure::alloc_main(&args),
         Command::KeeperOwner(args) => return keeper::owner_main(&args),
+        Command::RestartReader(args) => return restart::reader_main(&args),
         Command::Soak(args) => {
             if !soak::run(&args)? {
                 std::process::exit(1);
@@ -316,6 +329,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::ScanMix { common, args } => (common, Some(Box::new(args))),
         Command::Pressure { common, args } => (common, Some(Box::new(args))),
         Command::Keeper { common, args } => (common, Some(Box::new(args))),
+        Command::Restart { common, args } => (common, Some(Box::new(args))),
         Command::Compare { common } => (common, None),
     };
     let started = Instant::now();

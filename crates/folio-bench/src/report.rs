@@ -2,7 +2,8 @@
 //! the JSON file (issue 7's shape; `compare` wraps the list as `{"workloads": [...]}`),
 //! and the SVG chart (throughput per system and thread count, one panel per workload).
 //! `scale` and `pressure` have tables and charts of their own (`report/scale.rs`,
-//! `report/pressure.rs`), `keeper` a table of its own (`report/keeper.rs`).
+//! `report/pressure.rs`), `keeper` a table of its own (`report/keeper.rs`), `restart` a table and chart of its
+//! own (`report/restart.rs`).
 //!
 //! Design: everything here is a pure function of `Report`s (and a few words about the
 //! machine); nothing is measured here. Numbers on the terminal are rounded for reading;
@@ -21,6 +22,7 @@ use crate::workloads::{Metric, Report, System};
 
 mod keeper;
 mod pressure;
+mod restart;
 mod scale;
 
 /// The table, notes and targets of one report, as text.
@@ -33,6 +35,9 @@ pub fn table(report: &Report) -> String {
     }
     if report.workload == "keeper" {
         return keeper::table(report);
+    }
+    if report.workload == "restart" || report.workload == "db-bench-restart" {
+        return restart::table(report);
     }
     let mut out = String::new();
     let shared = report.params.get("shared") == Some(&Value::Bool(true));
@@ -191,6 +196,9 @@ pub fn plot(path: &Path, reports: &[Report]) -> io::Result<()> {
         if report.workload == "pressure" {
             return pressure::plot(path, report)
                 .map_err(|e| io::Error::other(format!("plot: {e}")));
+        }
+        if report.workload == "restart" || report.workload == "db-bench-restart" {
+            return restart::plot(path, report).map_err(|e| io::Error::other(format!("plot: {e}")));
         }
     }
     let cols = if reports.len() > 1 { 2 } else { 1 };

@@ -5,7 +5,8 @@
 //! and for readrandom the system and user time per read and the ratio to direct reads;
 //! for the writes, the block I/O of each run and folio's own, and table files written
 //! through folio; the plugin at its defaults (`--fs_uri=folio://`), and readseq once more
-//! with every db_bench in a memory cgroup (`--cgroup-max-mib`, as root). Skipped, saying why,
+//! with every db_bench in a memory cgroup (`--cgroup-max-mib`, as root); and `restart`
+//! (two db_bench processes per system, the second's rate against the first's). Skipped, saying why,
 //! where `/usr/bin/db_bench`, cmake or the RocksDB headers are missing (packages
 //! `rocksdb-tools librocksdb-dev cmake g++`).
 
@@ -261,6 +262,51 @@ fn db_bench_runs_tiny_with_three_systems() {
             assert_eq!(w["met"], true, "fresh tables read back from folio: {w}");
         }
     }
+
+    // The restart: two db_bench processes per system on one database, the second's
+    // readrandom against the first's; the plugin's segment removed after each round.
+    let v = run_db_bench(
+        dir.path(),
+        "restart",
+        &[
+            "--quick",
+            "--runs",
+            "1",
+            "--limits-mib",
+            "8",
+            "--keys",
+            "2000",
+            "--threads",
+            "2",
+            "--first-secs",
+            "1",
+            "--warm-secs",
+            "1",
+        ],
+    );
+    assert_eq!(v["workload"], "db-bench-restart");
+    let rows = v["rows"].as_array().expect("rows");
+    for system in ["kernel", "folio"] {
+        for phase in ["warm", "restart-clean"] {
+            let row = rows
+                .iter()
+                .find(|r| r["system"] == system && r["phase"] == phase)
+                .unwrap_or_else(|| panic!("no {system} {phase} row: {v}"));
+            assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
+            assert!(row["per_sec_runs"][0].is_array(), "{row}");
+            assert_eq!(row["vs_warm"].as_f64().is_some(), phase != "warm", "{row}");
+            if system == "folio" {
+                assert!(row.get("adoption").is_some(), "{row}");
+                if let Some(name) = row["adoption"]["segment"].as_str() {
+                    assert!(
+                        !Path::new("/dev/shm").join(name).exists() || name == "none",
+                        "the plugin's segment {name} was removed"
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(v["targets"].as_array().map(Vec::len), Some(2), "{v}");
 }
 
 /// Runs `folio-bench db-bench BENCHMARK ARGS --dir DIR/data --json DIR/BENCHMARK.json`

@@ -44,6 +44,7 @@ use serde_json::json;
 mod readrandom;
 
 use readrandom::PointReads;
+mod restart;
 mod write;
 
 use super::{measure_systems, mib, threads_or, Env, Metric, Report, System, Workload};
@@ -77,6 +78,9 @@ pub enum Benchmark {
     Overwrite,
     /// `readwhilewriting`: random reads while one thread overwrites (issue 15).
     Readwhilewriting,
+    /// `readrandom` after a restart of db_bench on the same database, against the rate of
+    /// the process before it, kernel and folio (the plugin at its defaults) (issue 32).
+    Restart,
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -127,6 +131,13 @@ pub struct Args {
     /// in the URI: the plugin's own default capacity]
     #[arg(long)]
     pub folio_capacity_mib: Option<u64>,
+    /// Seconds of `restart`'s second process (its first window) [default: 10; --quick 2]
+    #[arg(long)]
+    pub first_secs: Option<u64>,
+    /// Seconds of readrandom in `restart`'s first process, after its readseq [default: 5;
+    /// --quick 2]
+    #[arg(long)]
+    pub warm_secs: Option<u64>,
     /// Run every system's db_bench in a fresh memory cgroup of this many MiB, one per
     /// measurement (v2 `memory.max`, or v1 `memory.limit_in_bytes` where the memory
     /// controller is on v1; folio's memory policy reads only v2) [default: none]
@@ -263,6 +274,15 @@ impl Workload for Args {
         "db-bench"
     }
 
+    /// `restart`: two rounds (each two db_bench processes per system, about a minute);
+    /// the others the common default.
+    fn runs_default(&self) -> usize {
+        match self.benchmark {
+            Benchmark::Restart => 2,
+            _ => super::RUNS_DEFAULT,
+        }
+    }
+
     fn run(&self, env: &Env) -> io::Result<Report> {
         // The plugin runs at its defaults, which are persistent (`persist=1`): `--persistent`
         // changes nothing here, and its absence does not turn persistence off.
@@ -275,6 +295,7 @@ impl Workload for Args {
                     .max(1);
                 return readrandom::run(self, env, PointReads::Batched { batch });
             }
+            Benchmark::Restart => return restart::run(self, env),
             _ => {}
         }
         if write::db_bench_name(self.benchmark).is_some() {

@@ -666,10 +666,10 @@ pub fn owner_main(args: &OwnerArgs) -> io::Result<()> {
 
 /// This process as a child subreaper for its lifetime: a keeper, orphaned when the process
 /// that forked it exits, becomes our child, so that its exit status can be read.
-struct Subreaper;
+pub(crate) struct Subreaper;
 
 impl Subreaper {
-    fn become_one() -> io::Result<Subreaper> {
+    pub(crate) fn become_one() -> io::Result<Subreaper> {
         // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes a flag; no memory is passed.
         if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } != 0 {
             return Err(io::Error::last_os_error());
@@ -686,11 +686,11 @@ impl Drop for Subreaper {
 }
 
 /// A pidfd: it polls readable once its process has exited.
-struct PidFd(OwnedFd);
+pub(crate) struct PidFd(OwnedFd);
 
 impl PidFd {
     /// The pidfd of `pid`, a keeper still waiting for its owner (so the pid is its own).
-    fn open(pid: u32) -> io::Result<PidFd> {
+    pub(crate) fn open(pid: u32) -> io::Result<PidFd> {
         // SAFETY: pidfd_open takes a pid and flags; the result is checked.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
         if fd < 0 {
@@ -701,7 +701,7 @@ impl PidFd {
     }
 
     /// Waits up to `timeout` for the process to exit; `true` if it did.
-    fn wait_exit(&self, timeout: Duration) -> io::Result<bool> {
+    pub(crate) fn wait_exit(&self, timeout: Duration) -> io::Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -726,7 +726,7 @@ impl PidFd {
 /// Reaps the exited keeper `pid` (our child as a subreaper): its exit code (128 + the
 /// signal's number if a signal ended it), or `None` if it is not our child (adopted by
 /// another reaper: then only its segment tells).
-fn reap(pid: u32) -> Option<i32> {
+pub(crate) fn reap(pid: u32) -> Option<i32> {
     let mut status = 0;
     // SAFETY: waits for a process that has exited; `status` is a valid out-pointer.
     let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };

@@ -27,6 +27,7 @@ pub mod randrw;
 pub mod randwrite;
 pub mod readahead_storm;
 pub mod readseq;
+pub mod restart;
 pub mod rw;
 pub mod scale;
 pub mod scan_mix;
@@ -496,7 +497,7 @@ impl Report {
 
 /// The median (lower middle) of `xs[i] / of[i]` over the runs where `of[i] > 0`; `None`
 /// for none.
-fn paired_median(xs: &[f64], of: &[f64]) -> Option<f64> {
+pub(crate) fn paired_median(xs: &[f64], of: &[f64]) -> Option<f64> {
     let mut paired: Vec<f64> = xs
         .iter()
         .zip(of)

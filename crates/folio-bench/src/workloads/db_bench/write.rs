@@ -82,7 +82,10 @@ pub fn db_bench_name(benchmark: Benchmark) -> Option<&'static str> {
         Benchmark::Fillrandom => Some("fillrandom"),
         Benchmark::Overwrite => Some("overwrite"),
         Benchmark::Readwhilewriting => Some("readwhilewriting"),
-        Benchmark::Readseq | Benchmark::Readrandom | Benchmark::Multireadrandom => None,
+        Benchmark::Readseq
+        | Benchmark::Readrandom
+        | Benchmark::Multireadrandom
+        | Benchmark::Restart => None,
     }
 }
 
