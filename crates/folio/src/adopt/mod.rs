@@ -207,6 +207,40 @@ fn remove_unusable(path: &Path) -> io::Result<()> {
     std::fs::remove_file(path)
 }
 
+/// Frames mapped in per step of `map_in_behind` (8 MiB).
+const MAP_IN_STEP_FRAMES: u32 = 2048;
+
+/// Maps the adopted frames into the process from a thread of its own, while the cache
+/// already serves reads (`Segment::map_in_frames`): each read of a page not mapped yet
+/// takes a minor fault, the first second ran at ~0.6x the warm rate without it, and
+/// mapping them in the build took 1.3 s for 2 GiB (a first read waits for none of it
+/// now). The thread stops when the cache is dropped (it holds the segment only weakly,
+/// one step at a time).
+fn map_in_behind(segment: &std::sync::Arc<Segment>, used: &[(FrameId, Order)]) {
+    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
+    for &(frame, order) in used {
+        let end = frame.0 + order.pages() as u32;
+        match runs.last_mut() {
+            Some(r) if r.end == frame.0 && r.end - r.start < MAP_IN_STEP_FRAMES => r.end = end,
+            _ => runs.push(frame.0..end),
+        }
+    }
+    if runs.is_empty() {
+        return;
+    }
+    let weak = std::sync::Arc::downgrade(segment);
+    let _ = std::thread::Builder::new()
+        .name("folio-map-in".into())
+        .spawn(move || {
+            for run in runs {
+                let Some(segment) = weak.upgrade() else {
+                    return;
+                };
+                segment.map_in_frames(run);
+            }
+        });
+}
+
 impl Plan {
     /// Keeps at most `capacity_frames` less an eighth (room for the next reads), the most
     /// used folios first; the rest is dropped.
@@ -252,6 +286,9 @@ impl Plan {
             }
         }
         arena.list_adopted(&used);
+        if let Some(segment) = arena.segment() {
+            map_in_behind(segment, &used);
+        }
         for folio in &self.folios {
             let meta = arena.meta(folio.frame);
             meta.version.reset();
