@@ -194,17 +194,27 @@ pub(crate) fn take(
 }
 
 /// Removes a segment this build cannot read, if it is ours: a regular file of this user,
-/// not a symlink (`Segment::open_orphan`'s checks passed, or they failed on the layout).
+/// not a symlink, that nobody holds (its lock taken first: a file this short may be
+/// another process's segment being made).
 fn remove_unusable(path: &Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::symlink_metadata(path)?;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
     if !meta.is_file() || meta.uid() != segment::my_uid() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("folio: segment {} is not ours to replace", path.display()),
         ));
     }
-    std::fs::remove_file(path)
+    segment::lock_exclusive(&file)?;
+    let there = std::fs::symlink_metadata(path)?;
+    if (there.dev(), there.ino()) == (meta.dev(), meta.ino()) {
+        std::fs::remove_file(path)?;
+    }
+    Ok(())
 }
 
 /// Frames mapped in per step of `map_in_behind` (8 MiB).

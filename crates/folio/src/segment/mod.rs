@@ -966,7 +966,7 @@ fn punch_hole(file: &StdFile, offset: u64, len: u64) -> io::Result<()> {
     }
 }
 
-fn lock_exclusive(file: &StdFile) -> io::Result<()> {
+pub fn lock_exclusive(file: &StdFile) -> io::Result<()> {
     // SAFETY: flock on our open descriptor.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
         Ok(())
