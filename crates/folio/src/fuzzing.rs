@@ -826,6 +826,7 @@ pub fn adoption_scan(data: &[u8]) {
             state.is_uptodate()
                 && !state.is_dead()
                 && !state.is_locked()
+                && !state.is_writeback()
                 && !state.is_error()
                 && !state.is_detached(),
             "{found:?}: its state {state:?}"
@@ -879,7 +880,8 @@ fn adoption_scan_well_formed(input: &mut Input, frames: u32) {
                 let head = next_page[mapping].next_multiple_of(pages) + input.below(4) * pages;
                 next_page[mapping] = head + pages;
                 let mut state = UPTODATE | (u64::from(input.u8() & 3) << FREQ_SHIFT);
-                for flag in [DIRTY, WRITEBACK, READAHEAD, WORKINGSET, PREFETCHED] {
+                // Not WRITEBACK: a folio under I/O at the owner's death is never adopted.
+                for flag in [DIRTY, READAHEAD, WORKINGSET, PREFETCHED] {
                     if input.u8() < 64 {
                         state |= flag;
                     }
