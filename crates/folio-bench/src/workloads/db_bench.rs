@@ -368,10 +368,9 @@ impl Workload for Args {
             let mut run = run_db_bench(&mut cmd, turn.system, group.as_ref())?;
             Confinement::record(group.as_ref(), &mut run.extra);
             if turn.system == System::Folio {
-                record_folio_capacity(
-                    &std::fs::read_to_string(&stats).unwrap_or_default(),
-                    &mut run.extra,
-                );
+                let text = std::fs::read_to_string(&stats).unwrap_or_default();
+                record_folio_capacity(&text, &mut run.extra);
+                forget_plugin_segment(&text, &mut run.extra)?;
             }
             Ok(run)
         })?;
@@ -527,6 +526,47 @@ fn fs_uri(arena_pages: folio::ArenaPages, capacity: FolioCapacity) -> String {
         "folio://".to_string()
     } else {
         format!("folio://?{}", options.join("&"))
+    }
+}
+
+/// After a folio measurement that must leave nothing behind (a cold one): removes the
+/// segment the plugin named after the database (its stats' `folio: adoption: segment=`
+/// line), once the process's keeper is done with it, so that the next measurement starts
+/// cold as the kernel's does after `drop_caches`, instead of adopting this one's pages (the
+/// plugin's default, a warm restart, is what `db-bench restart` measures). Records in
+/// `extra` the pages this measurement adopted (`folio_adopted_pages`: 0 for a cold one).
+///
+/// Errors: the segment's removal failing for another reason than its absence.
+pub fn forget_plugin_segment(
+    stats: &str,
+    extra: &mut serde_json::Map<String, serde_json::Value>,
+) -> io::Result<()> {
+    let adoption = restart::adoption_of(stats);
+    if let Some(kept) = adoption.get("pages_kept") {
+        extra.insert("folio_adopted_pages".into(), kept.clone());
+    }
+    let Some(name) = adoption.get("segment").and_then(|v| v.as_str()) else {
+        return Ok(());
+    };
+    if name == "none" || name.contains('/') || name.starts_with('.') {
+        return Ok(());
+    }
+    let dir = std::env::var_os("FOLIO_SEGMENT_DIR")
+        .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
+    let path = dir.join(name);
+    let started = std::time::Instant::now();
+    loop {
+        match folio::remove_segment(&path) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Its keeper still writes back what the process left (a minute at most).
+                if started.elapsed() > std::time::Duration::from_secs(60) {
+                    return Err(e);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => return other,
+        }
     }
 }
 

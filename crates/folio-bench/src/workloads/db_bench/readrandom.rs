@@ -35,8 +35,9 @@ use std::process::{Command, Stdio};
 use serde_json::json;
 
 use super::{
-    build_plugin, ensure_dbs, fs_uri, parse_benchmark_output, record_folio_capacity, table_files,
-    tail, workspace_root, Args, Confinement, FolioCapacity, DB_BENCH, SYSTEMS, VALUE_BYTES,
+    build_plugin, ensure_dbs, forget_plugin_segment, fs_uri, parse_benchmark_output,
+    record_folio_capacity, table_files, tail, workspace_root, Args, Confinement, FolioCapacity,
+    DB_BENCH, SYSTEMS, VALUE_BYTES,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -163,10 +164,9 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
         let mut run = run_measured(&mut cmd, name, system, &scratch, group.as_ref())?;
         Confinement::record(group.as_ref(), &mut run.extra);
         if system == System::Folio {
-            record_folio_capacity(
-                &std::fs::read_to_string(&stats).unwrap_or_default(),
-                &mut run.extra,
-            );
+            let text = std::fs::read_to_string(&stats).unwrap_or_default();
+            record_folio_capacity(&text, &mut run.extra);
+            forget_plugin_segment(&text, &mut run.extra)?;
         }
         Ok(run)
     };

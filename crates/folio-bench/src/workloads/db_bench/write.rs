@@ -244,6 +244,14 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 super::record_folio_capacity(&folio_stats, &mut run.extra);
             }
         }
+        if turn.system == System::Folio {
+            // Each measurement makes its database afresh: what the last one cached goes.
+            let mut extra = serde_json::Map::new();
+            super::forget_plugin_segment(&folio_stats, &mut extra)?;
+            if let Some(run) = run.as_mut() {
+                run.extra.extend(extra);
+            }
+        }
         if let (Some(run), Some(bytes)) = (run.as_mut(), page_cache_peak) {
             run.extra.insert(
                 "page_cache_peak_mib".into(),
