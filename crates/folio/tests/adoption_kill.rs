@@ -43,19 +43,20 @@ mod common;
 mod durability;
 #[path = "common/harness.rs"]
 mod harness;
+#[path = "common/ops.rs"]
+mod ops;
 #[path = "common/records.rs"]
 mod records;
 #[path = "common/seeded.rs"]
 mod seeded;
 
-use std::collections::HashMap;
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use durability::{History, Stored, Tail};
 use folio::{BackendKind, Cache, File};
 use harness::{say, Child};
+use ops::{OpKind, OpLog};
 use records::record_bytes;
 use seeded::{env_u64, Rng};
 
@@ -271,109 +272,22 @@ fn load(f: usize, file: &File, mut model: Vec<u8>, mut seq: u64, mut rng: Rng) {
 // ---------------------------------------------------------------------------------------
 // The parent.
 
-#[derive(Debug)]
-enum OpKind {
-    Write { offset: u64, len: usize },
-    SetLen { old: u64, new: u64 },
-}
-
-#[derive(Debug)]
-struct Op {
-    file: usize,
-    seq: u64,
-    kind: OpKind,
-    returned: bool,
-}
-
 /// What one child said after `ready`.
 #[derive(Debug, Default)]
 struct Said {
     checked: bool,
-    ops: Vec<Op>,
-    by_seq: HashMap<u64, usize>,
+    log: OpLog,
 }
 
 fn parse_line(said: &mut Said, line: &str) {
-    let bad = || -> ! { panic!("a bad line from the child: {line:?}") };
+    if said.log.take_line(line) {
+        return;
+    }
     if line == "checked" {
         said.checked = true;
         return;
     }
-    let fields: Vec<u64> = line
-        .split(' ')
-        .skip(1)
-        .map(|f| f.parse().unwrap_or_else(|_| bad()))
-        .collect();
-    let mut op = |file: u64, seq: u64, kind: OpKind| {
-        said.by_seq.insert(seq, said.ops.len());
-        said.ops.push(Op {
-            file: file as usize,
-            seq,
-            kind,
-            returned: false,
-        });
-    };
-    match (line.split(' ').next(), fields.as_slice()) {
-        (Some("w"), &[file, offset, len, seq]) => op(
-            file,
-            seq,
-            OpKind::Write {
-                offset,
-                len: len as usize,
-            },
-        ),
-        (Some("t"), &[file, old, new, seq]) => op(file, seq, OpKind::SetLen { old, new }),
-        (Some("r"), &[seq]) => {
-            let &i = said.by_seq.get(&seq).unwrap_or_else(|| bad());
-            said.ops[i].returned = true;
-        }
-        _ => bad(),
-    }
-}
-
-/// File `f`'s history in a round over `base`, one acknowledgement of every operation that
-/// returned at the end (as `keeper_crash.rs`'s).
-fn history_of(said: &Said, f: usize, base: Vec<u8>) -> History {
-    let mut size = base.len() as u64;
-    let mut history = History::with_tail(base, Tail::Exact);
-    let ops: Vec<&Op> = said.ops.iter().filter(|op| op.file == f).collect();
-    let mut vouched = 0;
-    for (i, op) in ops.iter().enumerate() {
-        assert!(
-            op.returned || i + 1 == ops.len(),
-            "file {f}: operation {} did not return, yet its thread went on",
-            op.seq
-        );
-        let stored = if op.returned {
-            Stored::Yes
-        } else {
-            Stored::Maybe
-        };
-        match op.kind {
-            OpKind::Write { offset, len } => {
-                history.write(offset, record_bytes(op.seq, len), stored);
-                if op.returned {
-                    size = size.max(offset + len as u64);
-                }
-            }
-            OpKind::SetLen { old, new } => {
-                assert_eq!(old, size, "file {f}: set_len {} from another size", op.seq);
-                if op.returned || new > old {
-                    history.set_len(old, new);
-                } else {
-                    history.maybe_cut(old, new);
-                }
-                if op.returned {
-                    size = new;
-                }
-            }
-        }
-        if op.returned {
-            vouched = history.writes();
-        }
-    }
-    history.ack(vouched, 0..u64::MAX, size);
-    history
+    panic!("a bad line from the child: {line:?}");
 }
 
 #[derive(Debug, Default)]
@@ -537,8 +451,8 @@ fn run() {
         for (f, model) in models.iter_mut().enumerate() {
             let disk = std::fs::read(data.join(file_name(f))).unwrap();
             let base = std::mem::take(model);
-            if let Err(what) = history_of(&said, f, base).check(&disk) {
-                let ops = said.ops.iter().filter(|op| op.file == f).count();
+            if let Err(what) = said.log.history(f, base).check(&disk) {
+                let ops = said.log.ops.iter().filter(|op| op.file == f).count();
                 panic!(
                     "{context}: file {f} after the keeper: {what} (the child {} its first pass; {ops} operations on the file)",
                     if said.checked { "finished" } else { "was killed in or before" }
@@ -546,10 +460,10 @@ fn run() {
             }
             totals.bytes_checked += disk.len() as u64;
             *model = disk;
-            let last = said.ops.iter().rfind(|op| op.file == f);
+            let last = said.log.ops.iter().rfind(|op| op.file == f);
             totals.in_flight += u64::from(last.is_some_and(|op| !op.returned));
         }
-        for op in said.ops.iter().filter(|op| op.returned) {
+        for op in said.log.ops.iter().filter(|op| op.returned) {
             match op.kind {
                 OpKind::Write { .. } => totals.writes_returned += 1,
                 OpKind::SetLen { .. } => totals.set_lens_returned += 1,

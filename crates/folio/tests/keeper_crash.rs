@@ -79,20 +79,21 @@ mod common;
 mod durability;
 #[path = "common/harness.rs"]
 mod harness;
+#[path = "common/ops.rs"]
+mod ops;
 #[path = "common/records.rs"]
 mod records;
 #[path = "common/seeded.rs"]
 mod seeded;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use durability::{History, Stored, Tail};
 use folio::{BackendKind, Cache, File, PAGE_BYTES};
 use harness::{say, Child};
+use ops::{OpKind, OpLog};
 use records::{parse, record_bytes, HEADER_BYTES};
 use seeded::{env_u64, Rng};
 
@@ -346,34 +347,21 @@ enum Kill {
     OwnerThenKeeper,
 }
 
-#[derive(Debug)]
-enum OpKind {
-    Write { offset: u64, len: usize },
-    SetLen { old: u64, new: u64 },
-}
-
-/// One operation a child said it issued, and whether it said it returned.
-#[derive(Debug)]
-struct Op {
-    file: usize,
-    seq: u64,
-    kind: OpKind,
-    returned: bool,
-}
-
 /// What one child said.
 #[derive(Debug, Default)]
 struct Said {
     segment: PathBuf,
     keeper: u32,
-    ops: Vec<Op>,
-    by_seq: HashMap<u64, usize>,
+    log: OpLog,
     /// The last `s` line: dirty pages, pages under writeback, copies on write so far.
     stats: Option<(u64, u64, u64)>,
 }
 
 fn parse_line(said: &mut Said, line: &str) {
     let bad = || -> ! { panic!("a bad line from the child: {line:?}") };
+    if said.log.take_line(line) {
+        return;
+    }
     if let Some(rest) = line.strip_prefix("ready ") {
         let (path, pid) = rest.rsplit_once(' ').unwrap_or_else(|| bad());
         said.segment = PathBuf::from(path);
@@ -385,85 +373,16 @@ fn parse_line(said: &mut Said, line: &str) {
         .skip(1)
         .map(|f| f.parse().unwrap_or_else(|_| bad()))
         .collect();
-    let mut op = |file: u64, seq: u64, kind: OpKind| {
-        said.by_seq.insert(seq, said.ops.len());
-        said.ops.push(Op {
-            file: file as usize,
-            seq,
-            kind,
-            returned: false,
-        });
-    };
     match (line.split(' ').next(), fields.as_slice()) {
-        (Some("w"), &[file, offset, len, seq]) => op(
-            file,
-            seq,
-            OpKind::Write {
-                offset,
-                len: len as usize,
-            },
-        ),
-        (Some("t"), &[file, old, new, seq]) => op(file, seq, OpKind::SetLen { old, new }),
-        (Some("r"), &[seq]) => {
-            let &i = said.by_seq.get(&seq).unwrap_or_else(|| bad());
-            said.ops[i].returned = true;
-        }
         (Some("s"), &[dirty, writeback, copies]) => said.stats = Some((dirty, writeback, copies)),
         _ => bad(),
     }
 }
 
-/// The history of file `f` in a round: its operations over `base`, then one
-/// acknowledgement of every operation that returned (module docs). Only a file's last
-/// operation may not have returned: its writer said `r` before it went on.
-fn history_of(said: &Said, f: usize, base: Vec<u8>) -> History {
-    let mut size = base.len() as u64;
-    let mut history = History::with_tail(base, Tail::Exact);
-    let ops: Vec<&Op> = said.ops.iter().filter(|op| op.file == f).collect();
-    let mut vouched = 0;
-    for (i, op) in ops.iter().enumerate() {
-        assert!(
-            op.returned || i + 1 == ops.len(),
-            "file {f}: operation {} did not return, yet its writer went on: {op:?}",
-            op.seq
-        );
-        let stored = if op.returned {
-            Stored::Yes
-        } else {
-            Stored::Maybe
-        };
-        match op.kind {
-            OpKind::Write { offset, len } => {
-                history.write(offset, record_bytes(op.seq, len), stored);
-                if op.returned {
-                    size = size.max(offset + len as u64);
-                }
-            }
-            OpKind::SetLen { old, new } => {
-                assert_eq!(old, size, "file {f}: set_len {} from another size", op.seq);
-                if op.returned || new > old {
-                    // Up, it only makes the file longer: as much a maybe as a surely.
-                    history.set_len(old, new);
-                } else {
-                    history.maybe_cut(old, new);
-                }
-                if op.returned {
-                    size = new;
-                }
-            }
-        }
-        if op.returned {
-            vouched = history.writes();
-        }
-    }
-    history.ack(vouched, 0..u64::MAX, size);
-    history
-}
-
 /// The records of file `f` that returned and that no later operation overlapped: they
 /// must parse whole. Returns how many did.
 fn check_records(said: &Said, f: usize, disk: &[u8]) -> Result<u64, String> {
-    let ops: Vec<&Op> = said.ops.iter().filter(|op| op.file == f).collect();
+    let ops = said.log.of_file(f);
     let mut intact = 0;
     for (i, op) in ops.iter().enumerate() {
         let OpKind::Write { offset, len } = op.kind else {
@@ -677,7 +596,7 @@ fn run_rounds(kill: Kill, rounds: u64) {
                     .path()
                     .with_extension(format!("round{round}-{}", file_name(f)));
                 let _ = std::fs::write(&kept, &disk);
-                let ops: Vec<&Op> = said.ops.iter().filter(|op| op.file == f).collect();
+                let ops = said.log.of_file(f);
                 let all: String = ops.iter().map(|op| format!("{op:?}\n")).collect();
                 let _ = std::fs::write(format!("{}.ops", kept.display()), all);
                 let _ = std::fs::write(format!("{}.base", kept.display()), base);
@@ -693,7 +612,7 @@ fn run_rounds(kill: Kill, rounds: u64) {
                     kept.display()
                 )
             };
-            if let Err(what) = history_of(&said, f, base.clone()).check(&disk) {
+            if let Err(what) = said.log.history(f, base.clone()).check(&disk) {
                 fail(what);
             }
             match check_records(&said, f, &disk) {
@@ -709,10 +628,10 @@ fn run_rounds(kill: Kill, rounds: u64) {
         totals.rounds += 1;
         totals.files += files as u64;
         for (f, _) in left.iter().enumerate().take(files) {
-            let last = said.ops.iter().rfind(|op| op.file == f);
+            let last = said.log.ops.iter().rfind(|op| op.file == f);
             totals.in_flight += u64::from(last.is_some_and(|op| !op.returned));
         }
-        for op in said.ops.iter().filter(|op| op.returned) {
+        for op in said.log.ops.iter().filter(|op| op.returned) {
             match op.kind {
                 OpKind::Write { .. } => totals.writes_returned += 1,
                 OpKind::SetLen { .. } => totals.set_lens_returned += 1,
