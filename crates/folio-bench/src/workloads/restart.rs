@@ -512,21 +512,7 @@ impl Ctx<'_> {
             Some((pid, fd)) => Some(wait_keeper(pid, &fd, killed)?),
             None => None,
         };
-        let mut first = said.window("first")?;
-        first
-            .extra
-            .insert("build_ms".into(), json!(said.build_ms()));
-        first.extra.insert("keeper_ms".into(), json!(keeper_ms));
-        if side == Side::Folio {
-            first
-                .extra
-                .insert("adoption".into(), said.adoption().unwrap_or(Value::Null));
-        }
-        if let Some(r) = residency {
-            first
-                .extra
-                .insert("kernel_resident_at_start".into(), json!(r));
-        }
+        let first = restart_window(&said, side, keeper_ms, residency)?;
         out.push((Phase::RestartClean, first));
         let mut warm = said.window("warm")?;
         warm.extra
@@ -544,23 +530,7 @@ impl Ctx<'_> {
         let mut p3 = self.spawn(side, &steps, seed + 4)?;
         let said = p3.finish()?;
         self.after_exit(side, &said)?;
-        let mut first = said.window("first")?;
-        first
-            .extra
-            .insert("build_ms".into(), json!(said.build_ms()));
-        first
-            .extra
-            .insert("keeper_ms".into(), json!(kill_keeper_ms));
-        if side == Side::Folio {
-            first
-                .extra
-                .insert("adoption".into(), said.adoption().unwrap_or(Value::Null));
-        }
-        if let Some(r) = residency {
-            first
-                .extra
-                .insert("kernel_resident_at_start".into(), json!(r));
-        }
+        let first = restart_window(&said, side, kill_keeper_ms, residency)?;
         out.push((Phase::RestartKill, first));
         bar.inc(1);
         remove_segments(self.segment_dir, "restart-")?;
@@ -703,6 +673,33 @@ struct Reader {
     out: BufReader<ChildStdout>,
     said: Said,
     what: String,
+}
+
+/// A restart's first window, with what came before it: the build (and, for folio, what it
+/// adopted), how long the last process's keeper took, and the kernel's resident share at
+/// the start.
+fn restart_window(
+    said: &Said,
+    side: Side,
+    keeper_ms: Option<f64>,
+    residency: Option<f64>,
+) -> io::Result<RunResult> {
+    let mut first = said.window("first")?;
+    first
+        .extra
+        .insert("build_ms".into(), json!(said.build_ms()));
+    first.extra.insert("keeper_ms".into(), json!(keeper_ms));
+    if side == Side::Folio {
+        first
+            .extra
+            .insert("adoption".into(), said.adoption().unwrap_or(Value::Null));
+    }
+    if let Some(r) = residency {
+        first
+            .extra
+            .insert("kernel_resident_at_start".into(), json!(r));
+    }
+    Ok(first)
 }
 
 /// The JSON lines of a reader, by their key.
