@@ -270,8 +270,9 @@ impl Plan {
             keep
         });
         self.adoption.pages_over_capacity = over;
-        self.files
-            .retain(|id, _| self.folios.iter().any(|f| f.mapping == *id));
+        let kept: std::collections::BTreeSet<MappingId> =
+            self.folios.iter().map(|f| f.mapping).collect();
+        self.files.retain(|id, _| kept.contains(id));
     }
 
     /// The kept folios' frames, for `Arena::list_adopted`; their side-table entries made
@@ -334,9 +335,13 @@ impl Plan {
                 }
             }
         }
+        let mut counts: BTreeMap<MappingId, u64> = BTreeMap::new();
+        for folio in &folios {
+            *counts.entry(folio.mapping).or_default() += 1;
+        }
         let mut added = BTreeMap::new();
         for (id, file) in &files {
-            let count = folios.iter().filter(|f| f.mapping == *id).count() as u64;
+            let count = counts.get(id).copied().unwrap_or(0);
             let mapping = mappings.adopt(*id, file.inode, file.stamp, segment.clone(), count);
             added.insert(*id, mapping);
         }
