@@ -35,8 +35,9 @@ use serde_json::json;
 
 use kernel::WarmMethod;
 use workloads::{
-    compare, db_bench, keeper, limits, pread_scale, pressure, randread, randrw, randwrite,
-    readahead_storm, readseq, restart, rw, scale, scan_mix, writeseq, Env, Report, Scale, Workload,
+    compare, db_bench, keeper, limits, miss_cost, pread_scale, pressure, randread, randrw,
+    randwrite, readahead_storm, readseq, restart, rw, scale, scan_mix, writeseq, Env, Report,
+    Scale, Workload,
 };
 
 /// How folio's caches get their memory in every workload: the library's default
@@ -238,6 +239,14 @@ enum Command {
         #[command(flatten)]
         args: scale::Args,
     },
+    /// What one miss and one 64 B hit cost the CPU (time, context switches, instructions
+    /// under callgrind), beside direct reads and the kernel (issue 33; not in compare)
+    MissCost {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        args: miss_cost::Args,
+    },
     /// A cache holding a data set while another process allocates most of the memory:
     /// folio (following the machine) gives memory back and grows again, beside the
     /// kernel (issue 30; not in compare)
@@ -292,6 +301,9 @@ enum Command {
     /// A reader of `restart` (folio or the kernel), run (and killed) by restart itself
     #[command(hide = true)]
     RestartReader(restart::ReaderArgs),
+    /// One round of `miss-cost` for one system, run by miss-cost itself under callgrind
+    #[command(hide = true)]
+    MissCostProbe(miss_cost::ProbeArgs),
 }
 
 fn main() {
@@ -310,6 +322,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::PressureAlloc(args) => return pressure::alloc_main(&args),
         Command::KeeperOwner(args) => return keeper::owner_main(&args),
         Command::RestartReader(args) => return restart::reader_main(&args),
+        Command::MissCostProbe(args) => return miss_cost::probe_main(&args),
         Command::Soak(args) => {
             if !soak::run(&args)? {
                 std::process::exit(1);
@@ -326,6 +339,7 @@ fn run(cli: Cli) -> io::Result<()> {
         Command::Limits { common, args } => (common, Some(Box::new(args))),
         Command::DbBench { common, args } => (common, Some(Box::new(args))),
         Command::Scale { common, args } => (common, Some(Box::new(args))),
+        Command::MissCost { common, args } => (common, Some(Box::new(args))),
         Command::ScanMix { common, args } => (common, Some(Box::new(args))),
         Command::Pressure { common, args } => (common, Some(Box::new(args))),
         Command::Keeper { common, args } => (common, Some(Box::new(args))),

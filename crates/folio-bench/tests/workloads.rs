@@ -116,6 +116,46 @@ fn check_shape(v: &Value, workload: &str) -> Vec<Value> {
     rows
 }
 
+/// Checks the `miss-cost` report: a row per system with its per-miss figures (a hit's too
+/// but for direct reads), every byte checked, folio counting each miss, folio-full
+/// evicting; instructions counted, or a note that says why not.
+fn check_miss_cost(v: &Value) {
+    assert_eq!(v["workload"], "miss-cost");
+    let rows = v["rows"].as_array().expect("rows");
+    let counted = !v["notes"].as_array().expect("notes").iter().any(|n| {
+        n.as_str()
+            .is_some_and(|n| n.starts_with("instructions: not counted"))
+    });
+    for system in ["direct", "kernel", "folio", "folio-full"] {
+        let r = row(rows, system, 1);
+        assert!(r["ops_per_sec"].as_f64() > Some(0.0), "{r}");
+        assert_eq!(r["bytes_read"], 200 * 4096, "{r}");
+        // The hits checked by the untimed pass (the timed one by its sum).
+        let hits_bytes = if system == "direct" { 0 } else { 1000 * 64 };
+        assert_eq!(
+            r["bytes_verified"].as_u64(),
+            Some(200 * 4096 + hits_bytes),
+            "every miss and hit checked: {r}"
+        );
+        for field in ["wall_us", "process_cpu_us", "vcsw", "process_ivcsw"] {
+            assert!(
+                r["miss"][field].as_f64().is_some(),
+                "{system} miss {field}: {r}"
+            );
+        }
+        assert_eq!(r["hit"].is_object(), system != "direct", "{r}");
+        if counted {
+            assert!(r["miss_instructions"].as_f64() > Some(10.0), "{r}");
+        }
+    }
+    assert_eq!(row(rows, "folio", 1)["folio_misses_counted"], 200);
+    let evicted = row(rows, "folio-full", 1)["folio_evictions"].as_u64();
+    assert!(
+        evicted >= Some(150),
+        "folio-full's misses evict: {evicted:?}"
+    );
+}
+
 /// Checks the `scale` report: for every point of every axis, one row of each system with
 /// its per-read figures, every read's first word checked and a sampled buffer verified.
 fn check_scale(v: &Value) {
@@ -492,6 +532,25 @@ fn every_workload_runs_tiny_with_the_promised_json() {
         ],
     );
     check_scale(&v);
+
+    // miss-cost: one thread's misses and hits, per system, every byte checked; the
+    // instructions under callgrind where valgrind is installed.
+    let v = run(
+        d,
+        "miss-cost",
+        &[
+            "miss-cost",
+            "--file-mib",
+            "16",
+            "--misses",
+            "200",
+            "--hits",
+            "1000",
+            "--full-cache-mib",
+            "1",
+        ],
+    );
+    check_miss_cost(&v);
 
     // scan-mix: point reads beside a scan, the scan with and without NoReuse.
     let v = run(

@@ -20,6 +20,7 @@ pub mod compare;
 pub mod db_bench;
 pub mod keeper;
 pub mod limits;
+pub mod miss_cost;
 pub mod pread_scale;
 pub mod pressure;
 pub mod randread;
@@ -254,10 +255,13 @@ pub enum System {
     Fresh4k,
     /// The same on transparent huge pages.
     FreshHuge,
+    /// folio whose cache is full before the clock: every miss evicts a page and reuses
+    /// its memory (`miss-cost`: the steady state, no first touch).
+    FolioFull,
 }
 
 impl System {
-    pub const ALL: [System; 13] = [
+    pub const ALL: [System; 14] = [
         System::Folio,
         System::FolioPinned,
         System::FolioAsync,
@@ -271,6 +275,7 @@ impl System {
         System::ODirectGrid,
         System::Fresh4k,
         System::FreshHuge,
+        System::FolioFull,
     ];
 
     /// The system's name in the tables and the JSON.
@@ -289,6 +294,7 @@ impl System {
             System::ODirectGrid => "odirect-grid",
             System::Fresh4k => "fresh-4k",
             System::FreshHuge => "fresh-huge",
+            System::FolioFull => "folio-full",
         }
     }
 
