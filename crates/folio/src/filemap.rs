@@ -29,9 +29,9 @@ use smallvec::SmallVec;
 
 use crate::arena::FolioUse;
 use crate::eviction::{Admission, ReadHint};
-use crate::index::{IndexWriteGuard, Leave, Mark, NewFolio};
+use crate::index::{IndexWriteGuard, Inserted, Leave, Mark, NewFolio};
 use crate::io::sync::finish_read;
-use crate::io::{Completion, FrameBuf, IoRequest, IO_BYTES_MAX};
+use crate::io::{Completion, FrameBufs, IoBatch, IoRequest, IO_BYTES_MAX};
 use crate::mapping::Mapping;
 use crate::pagecache::{AllocMode, Core, Engine};
 use crate::refcount::{PutOutcome, PREFETCHED, READAHEAD};
@@ -117,7 +117,7 @@ impl Fill<'_> {
             Waiter::Future => AllocMode::NoWait,
         };
         let run = self.alloc_run(page, end, core.folio_order_max, FolioUse::Request, first)?;
-        let mut requests = Vec::new();
+        let mut requests = IoBatch::new();
         self.insert_run(run, &mut requests);
         match waiter {
             // The caller waits for these pages: the backend may read them on this thread.
@@ -140,7 +140,7 @@ impl Fill<'_> {
     pub(crate) fn read_gaps(&self, gaps: &[(PageIndex, PageIndex)], mut first: AllocMode) -> u64 {
         let core = self.core();
         let mut budget_pages = (core.mem.arena.capacity_frames() / 8).max(1);
-        let mut requests = Vec::new();
+        let mut requests = IoBatch::new();
         let mut inserted = 0;
         for &(start, end) in gaps {
             let end = end.min(start.add(budget_pages));
@@ -210,7 +210,7 @@ impl Fill<'_> {
     /// per contiguous run, at most `IO_BYTES_MAX` each. Returns the pages inserted too.
     ///
     /// Context: no lock held; takes the index lock once.
-    fn insert_run(&self, run: Run, requests: &mut Vec<IoRequest>) -> u64 {
+    fn insert_run(&self, run: Run, requests: &mut IoBatch) -> u64 {
         let core = self.core();
         let pages: u64 = run.iter().map(|f| f.order.pages()).sum();
         let first = run.first().map_or(PageIndex(0), |f| f.head);
@@ -254,7 +254,7 @@ impl Fill<'_> {
     ///
     /// Context: the index lock held (a folio is on an eviction queue exactly while it is
     /// in the index: eviction's lock order is index -> policy).
-    pub(crate) fn insert_admit(&self, w: &mut IndexWriteGuard<'_>, run: &[NewFolio]) -> Vec<bool> {
+    pub(crate) fn insert_admit(&self, w: &mut IndexWriteGuard<'_>, run: &[NewFolio]) -> Inserted {
         let core = self.core();
         let outcome = w.insert_run(run);
         let mut shadows = outcome.shadows.iter().peekable();
@@ -304,7 +304,7 @@ impl Fill<'_> {
             return 0;
         }
         let order_cap = window.order_cap.min(core.folio_order_max);
-        let mut requests = Vec::new();
+        let mut requests = IoBatch::new();
         let mut inserted = 0;
         for (gap_start, gap_end) in gaps {
             let run = self
@@ -368,7 +368,7 @@ impl Fill<'_> {
 }
 
 /// The frames of `run`'s folios, in order: the buffers of its read.
-fn frame_bufs(core: &Core, run: &[NewFolio]) -> Vec<FrameBuf> {
+fn frame_bufs(core: &Core, run: &[NewFolio]) -> FrameBufs {
     run.iter()
         .map(|f| core.mem.arena.io_buf(f.frame, f.order))
         .collect()

@@ -354,7 +354,7 @@ mod tests {
             let out = index
                 .lock_for_insert(new.head, new.order.pages())
                 .insert_run(&[new]);
-            assert_eq!(out.inserted, vec![true]);
+            assert_eq!(out.inserted[..], [true]);
         }
         assert!(index
             .lock()
@@ -393,7 +393,7 @@ mod tests {
         let out = index
             .lock_for_insert(p(20), 2)
             .insert_run(&[folio(9, 1, 20)]);
-        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(out.inserted[..], [true]);
         assert_eq!(
             index.nodes_allocated(),
             allocated,
@@ -402,7 +402,7 @@ mod tests {
         let out = index
             .lock_for_insert(p(70), 1)
             .insert_run(&[folio(10, 0, 70)]);
-        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(out.inserted[..], [true]);
         assert_eq!(index.nodes_allocated(), allocated + 1, "the one new leaf");
         index.lock().check_invariants();
     }

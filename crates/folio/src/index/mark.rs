@@ -324,7 +324,7 @@ mod tests {
             let out = index
                 .lock_for_insert(f.head, f.order.pages())
                 .insert_run(&[f]);
-            assert_eq!(out.inserted, vec![true], "{f:?}");
+            assert_eq!(out.inserted[..], [true], "{f:?}");
         }
     }
 

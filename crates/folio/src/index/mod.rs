@@ -122,6 +122,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use smallvec::SmallVec;
+
 use crate::types::{FrameId, Order, PageIndex};
 
 mod lookup;
@@ -159,13 +161,20 @@ pub struct NewFolio {
     pub head: PageIndex,
 }
 
+/// For each folio of a run, whether it went in: inline for the runs a miss inserts (the
+/// miss path allocates nothing it can avoid; `filemap`'s `Run`).
+pub type Inserted = SmallVec<[bool; 8]>;
+
+/// Shadow entries a run's folios replaced: (first page covered, value).
+pub type Shadows = SmallVec<[(PageIndex, u64); 4]>;
+
 /// What `insert_run` did.
 #[derive(Debug, Default)]
 pub struct InsertOutcome {
     /// For each folio of the run, whether it went in (false: a conflict).
-    pub inserted: Vec<bool>,
+    pub inserted: Inserted,
     /// Shadow entries that the inserted folios replaced: (first page covered, value).
-    pub shadows: Vec<(PageIndex, u64)>,
+    pub shadows: Shadows,
     /// Tree walks from the root that the insertion made (1 + node changes): for tests.
     pub walks: u32,
 }

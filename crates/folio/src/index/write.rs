@@ -13,7 +13,7 @@
 //! so its length bounds the hold.
 
 use super::node::{Decoded, Node, Raw, SHIFT_MAX, SLOTS, SLOT_MASK, SLOT_SHIFT};
-use super::{Entry, IndexWriteGuard, InsertOutcome, Leave, Mark, NewFolio};
+use super::{Entry, IndexWriteGuard, InsertOutcome, Inserted, Leave, Mark, NewFolio, Shadows};
 use crate::types::{FrameId, Order, PageIndex};
 
 /// The shift of the node level that holds folios of `order`.
@@ -95,7 +95,7 @@ impl<'a> IndexWriteGuard<'a> {
     /// reserve of `Index::lock_for_insert` runs out.
     pub fn insert_run(&mut self, run: &[NewFolio]) -> InsertOutcome {
         let mut out = InsertOutcome {
-            inserted: Vec::with_capacity(run.len()),
+            inserted: Inserted::with_capacity(run.len()),
             ..Default::default()
         };
         let Some(last) = run.last() else {
@@ -163,12 +163,7 @@ impl<'a> IndexWriteGuard<'a> {
     }
 
     /// Stores one folio in the cursor's node if its slots are free of folios.
-    fn place(
-        &mut self,
-        cursor: &Cursor<'a>,
-        folio: &NewFolio,
-        shadows: &mut Vec<(PageIndex, u64)>,
-    ) -> bool {
+    fn place(&mut self, cursor: &Cursor<'a>, folio: &NewFolio, shadows: &mut Shadows) -> bool {
         let node = cursor.node;
         let first = ((folio.head.0 >> node.shift()) & SLOT_MASK) as usize;
         let count = (folio.order.pages() >> node.shift()).max(1) as usize;
@@ -214,7 +209,7 @@ impl<'a> IndexWriteGuard<'a> {
 
     /// Collects the shadows of a shadow-only subtree and frees its descendants (the
     /// caller unlinks and retires `node` itself).
-    fn collapse(&mut self, node: &'a Node, base: u64, shadows: &mut Vec<(PageIndex, u64)>) {
+    fn collapse(&mut self, node: &'a Node, base: u64, shadows: &mut Shadows) {
         for slot in 0..SLOTS {
             let lo = base + ((slot as u64) << node.shift());
             match node.get(slot) {
@@ -494,7 +489,7 @@ mod tests {
         let index = Index::default();
         let run = [folio(0, 9, 512), folio(600, 2, 1024), folio(700, 6, 1088)];
         let out = index.lock_for_insert(run[0].head, 600).insert_run(&run);
-        assert_eq!(out.inserted, vec![true, true, true]);
+        assert_eq!(out.inserted[..], [true, true, true]);
         for page in [512, 700, 1023] {
             assert!(matches!(
                 lookup(&index, page),
@@ -526,7 +521,7 @@ mod tests {
             index
                 .lock()
                 .insert_run(&[folio(9, 0, 513), folio(10, 9, 1024), folio(11, 0, 1028)]);
-        assert_eq!(out.inserted, vec![false, false, true]);
+        assert_eq!(out.inserted[..], [false, false, true]);
         assert_eq!(index.lock().check_invariants(), (4, 0));
     }
 
@@ -555,8 +550,8 @@ mod tests {
         let out = index
             .lock_for_insert(PageIndex(70), 1)
             .insert_run(&[folio(3, 0, 70), folio(4, 0, 71)]);
-        assert_eq!(out.inserted, vec![true, true]);
-        assert_eq!(out.shadows, vec![(PageIndex(70), 7), (PageIndex(71), 7)]);
+        assert_eq!(out.inserted[..], [true, true]);
+        assert_eq!(out.shadows[..], [(PageIndex(70), 7), (PageIndex(71), 7)]);
         assert_eq!(lookup(&index, 64), Entry::Shadow(7));
         assert_eq!(lookup(&index, 127), Entry::Shadow(7));
         // A large folio over a leaf of shadows collapses it, collecting each.
@@ -567,13 +562,13 @@ mod tests {
         let out = index
             .lock_for_insert(PageIndex(0), 512)
             .insert_run(&[folio(5, 9, 0)]);
-        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(out.inserted[..], [true]);
         let mut want = vec![(PageIndex(0), 7)];
         want.extend((64..70).map(|page| (PageIndex(page), 7)));
         want.extend([(PageIndex(70), 9), (PageIndex(71), 10)]);
         want.extend((72..128).map(|page| (PageIndex(page), 7)));
         want.extend((2..8).map(|slot| (PageIndex(slot * 64), 7)));
-        assert_eq!(out.shadows, want);
+        assert_eq!(out.shadows[..], want[..]);
         assert_eq!(lookup(&index, 512), Entry::Shadow(8));
         assert_eq!(index.lock().check_invariants(), (1, 1));
     }
@@ -610,7 +605,7 @@ mod tests {
         let out = index
             .lock_for_insert(PageIndex(far), 0)
             .insert_run(&[folio(2, 0, far)]);
-        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(out.inserted[..], [true]);
         assert_eq!(index.lock().check_invariants(), (1, 0));
         assert_eq!(index.node_count(), 10, "one node per level, none empty");
         assert_eq!(
@@ -669,10 +664,10 @@ mod tests {
         let out = index
             .lock_for_insert(PageIndex(0), 1)
             .insert_run(&[folio(3, 0, 0)]);
-        assert_eq!(out.inserted, vec![true]);
+        assert_eq!(out.inserted[..], [true]);
         assert_eq!(
-            out.shadows,
-            vec![(PageIndex(0), 7)],
+            out.shadows[..],
+            [(PageIndex(0), 7)],
             "reported once, at page 0"
         );
         for page in 1..512 {
@@ -685,8 +680,8 @@ mod tests {
             .lock_for_insert(PageIndex(60), 1)
             .insert_run(&[folio(4, 2, 60)]);
         assert_eq!(
-            out.shadows,
-            (60..64).map(|p| (PageIndex(p), 7)).collect::<Vec<_>>()
+            out.shadows[..],
+            (60..64).map(|p| (PageIndex(p), 7)).collect::<Vec<_>>()[..]
         );
         assert_eq!(index.lock().check_invariants(), (3, 66));
         // The shadow log's expiry of the order-9 folio finds every copy, and the leaf,

@@ -70,6 +70,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 /// O_DIRECT alignment of offsets, lengths and buffers. 4 KiB covers every logical block
 /// size folio runs on (512 B and 4 KiB disks) because the cache always moves whole frames.
 pub const DIRECT_IO_ALIGN_BYTES: usize = 4096;
@@ -117,6 +119,14 @@ pub enum FlushKind {
     /// The data and all the metadata (times, a size that shrank): `fsync(2)`.
     All,
 }
+
+/// The requests of one submission: inline for one (a reader's own miss is one read), so
+/// that a miss allocates nothing to submit it.
+pub type IoBatch = SmallVec<[IoRequest; 1]>;
+
+/// A request's buffers: inline up to four (a storage engine's block of 4 KiB folios), so
+/// that a miss's read allocates nothing for them.
+pub type FrameBufs = SmallVec<[FrameBuf; 4]>;
 
 /// A region of arena memory that a request fills (a read) or stores (a write).
 ///
@@ -213,7 +223,7 @@ pub struct IoRequest {
     pub file: Arc<StdFile>,
     pub offset_bytes: u64,
     /// Transferred in order from `offset_bytes`; at most `UIO_MAXIOV` buffers.
-    pub bufs: Vec<FrameBuf>,
+    pub bufs: FrameBufs,
     pub done: Completion,
 }
 
@@ -222,7 +232,7 @@ impl IoRequest {
     pub fn read(
         file: Arc<StdFile>,
         offset_bytes: u64,
-        bufs: Vec<FrameBuf>,
+        bufs: FrameBufs,
         done: Completion,
     ) -> IoRequest {
         IoRequest {
@@ -238,7 +248,7 @@ impl IoRequest {
     pub fn write(
         file: Arc<StdFile>,
         offset_bytes: u64,
-        bufs: Vec<FrameBuf>,
+        bufs: FrameBufs,
         done: Completion,
     ) -> IoRequest {
         IoRequest {
@@ -257,7 +267,7 @@ impl IoRequest {
             op: Op::Flush { kind },
             file,
             offset_bytes: 0,
-            bufs: Vec::new(),
+            bufs: FrameBufs::new(),
             done,
         }
     }
@@ -330,7 +340,7 @@ pub trait Backend: Send + Sync {
     /// Context: any thread, a completion of this backend included; the caller holds no
     /// lock that a completion takes. Takes the engine's own short locks; never waits for
     /// a transfer.
-    fn submit(&self, batch: Vec<IoRequest>);
+    fn submit(&self, batch: IoBatch);
 
     /// Performs requests that the caller is about to wait for (a reader's own miss). The
     /// default submits them. A backend may instead transfer them on the caller's thread
@@ -340,7 +350,7 @@ pub trait Backend: Send + Sync {
     ///
     /// Context: as `submit`, and may block in the transfers and run completions on the
     /// caller's thread.
-    fn submit_waited(&self, batch: Vec<IoRequest>) {
+    fn submit_waited(&self, batch: IoBatch) {
         self.submit(batch)
     }
 }

@@ -41,7 +41,8 @@ pub mod uring;
 
 pub(crate) use backend::atomic_zero;
 pub use backend::{
-    Backend, Completion, FlushKind, FrameBuf, IoRequest, Op, DIRECT_IO_ALIGN_BYTES, IO_BYTES_MAX,
+    Backend, Completion, FlushKind, FrameBuf, FrameBufs, IoBatch, IoRequest, Op,
+    DIRECT_IO_ALIGN_BYTES, IO_BYTES_MAX,
 };
 
 /// Which engine a cache uses.

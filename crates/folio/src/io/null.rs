@@ -8,7 +8,7 @@
 //!
 //! Protection: no state. Limits: none beyond the contract's.
 
-use super::backend::{atomic_zero, Backend, IoRequest, Op};
+use super::backend::{atomic_zero, Backend, IoBatch, Op};
 
 /// Reads nothing and returns zeros; writes and flushes nothing and reports success. See
 /// the module docs.
@@ -26,7 +26,7 @@ impl Backend for NullBackend {
         "null"
     }
 
-    fn submit(&self, batch: Vec<IoRequest>) {
+    fn submit(&self, batch: IoBatch) {
         for request in &batch {
             request.assert_contract();
         }
@@ -57,7 +57,7 @@ mod tests {
         let test_file = test_file();
         let bufs = [written_buf(0, PAGE_BYTES), written_buf(0, 2 * PAGE_BYTES)];
         let (sender, reports) = channel();
-        NullBackend::new().submit(vec![vectored_request(
+        NullBackend::new().submit(smallvec::smallvec![vectored_request(
             &test_file.file,
             LAST_PAGE_OFFSET,
             bufs.iter().map(AlignedBuf::frame_buf).collect(),
@@ -78,7 +78,7 @@ mod tests {
         let test_file = test_file();
         let buf = written_buf(0, 2 * PAGE_BYTES);
         let (sender, reports) = channel();
-        NullBackend::new().submit(vec![
+        NullBackend::new().submit(smallvec::smallvec![
             write_request(&scratch.file, 0, buf.frame_buf(), report_to(&sender, 0)),
             write_request(&test_file.file, 0, buf.frame_buf(), report_to(&sender, 1)),
         ]);
@@ -96,13 +96,13 @@ mod tests {
     fn flushes_complete() {
         let test_file = test_file();
         let (sender, reports) = channel();
-        NullBackend::new().submit(vec![
-            IoRequest::flush(
+        NullBackend::new().submit(smallvec::smallvec![
+            crate::io::IoRequest::flush(
                 std::sync::Arc::clone(&test_file.file),
                 crate::io::FlushKind::Data,
                 report_to(&sender, 0),
             ),
-            IoRequest::flush(
+            crate::io::IoRequest::flush(
                 std::sync::Arc::clone(&test_file.file),
                 crate::io::FlushKind::All,
                 report_to(&sender, 1),
@@ -125,7 +125,7 @@ mod tests {
         let test_file = test_file();
         let buf = AlignedBuf::new(PAGE_BYTES);
         let backend = NullBackend::new();
-        backend.submit(vec![read_request(
+        backend.submit(smallvec::smallvec![read_request(
             &test_file.file,
             0,
             buf.frame_buf(),
@@ -134,7 +134,7 @@ mod tests {
             }),
         )]);
         let (sender, reports) = channel();
-        backend.submit(vec![read_request(
+        backend.submit(smallvec::smallvec![read_request(
             &test_file.file,
             0,
             buf.frame_buf(),

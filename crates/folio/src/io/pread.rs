@@ -41,7 +41,7 @@ use std::io;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 
-use super::backend::{Backend, IoRequest};
+use super::backend::{Backend, IoBatch, IoRequest};
 use super::sync::perform;
 
 /// A pool of threads calling `preadv(2)` and `pwritev(2)`.
@@ -115,7 +115,7 @@ impl Backend for PreadBackend {
         "pread"
     }
 
-    fn submit(&self, batch: Vec<IoRequest>) {
+    fn submit(&self, batch: IoBatch) {
         // Check the whole batch before accepting any of it, so that a broken request does
         // not leave half a batch accepted.
         for request in &batch {
@@ -140,7 +140,7 @@ impl Backend for PreadBackend {
 
     /// Transfers on the caller's thread: the caller waits anyway, and a worker would only
     /// add two hand-offs (trait docs).
-    fn submit_waited(&self, batch: Vec<IoRequest>) {
+    fn submit_waited(&self, batch: IoBatch) {
         for request in &batch {
             request.assert_contract();
         }
@@ -310,7 +310,7 @@ mod tests {
         let test_file = test_file();
         let backend = PreadBackend::new(1).unwrap();
         let buf = AlignedBuf::new(PAGE_BYTES);
-        backend.submit(vec![read_request(
+        backend.submit(smallvec::smallvec![read_request(
             &test_file.file,
             0,
             buf.frame_buf(),

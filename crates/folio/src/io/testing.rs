@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use super::backend::{Backend, Completion, FlushKind, FrameBuf, IoRequest, DIRECT_IO_ALIGN_BYTES};
+use super::backend::{
+    Backend, Completion, FlushKind, FrameBuf, IoBatch, IoRequest, DIRECT_IO_ALIGN_BYTES,
+};
 
 pub const PAGE_BYTES: usize = DIRECT_IO_ALIGN_BYTES;
 
@@ -240,7 +242,7 @@ impl Backend for Waited<'_> {
         self.0.name()
     }
 
-    fn submit(&self, batch: Vec<IoRequest>) {
+    fn submit(&self, batch: IoBatch) {
         self.0.submit_waited(batch)
     }
 }
@@ -278,7 +280,7 @@ pub fn vectored_request(
     bufs: Vec<FrameBuf>,
     done: Completion,
 ) -> IoRequest {
-    IoRequest::read(Arc::clone(file), offset_bytes, bufs, done)
+    IoRequest::read(Arc::clone(file), offset_bytes, bufs.into(), done)
 }
 
 /// A write of one buffer.
@@ -298,7 +300,7 @@ pub fn vectored_write(
     bufs: Vec<FrameBuf>,
     done: Completion,
 ) -> IoRequest {
-    IoRequest::write(Arc::clone(file), offset_bytes, bufs, done)
+    IoRequest::write(Arc::clone(file), offset_bytes, bufs.into(), done)
 }
 
 /// Waits for `count` reports and returns them sorted by tag.
@@ -348,7 +350,7 @@ pub fn run_full_read(backend: &dyn Backend, test_file: &TestFile) {
     let buf = AlignedBuf::new(READ_BYTES);
     let (sender, reports) = channel();
     let offset = 16 * PAGE_BYTES as u64;
-    backend.submit(vec![read_request(
+    backend.submit(smallvec::smallvec![read_request(
         &test_file.file,
         offset,
         buf.frame_buf(),
@@ -365,7 +367,7 @@ pub fn run_end_of_file_reads(backend: &dyn Backend, test_file: &TestFile) {
     let tail_buf = AlignedBuf::new(2 * PAGE_BYTES);
     let past_buf = AlignedBuf::new(PAGE_BYTES);
     let (sender, reports) = channel();
-    backend.submit(vec![
+    backend.submit(smallvec::smallvec![
         read_request(
             &test_file.file,
             LAST_PAGE_OFFSET,
@@ -392,7 +394,7 @@ pub fn run_end_of_file_reads(backend: &dyn Backend, test_file: &TestFile) {
 pub fn run_kernel_error(backend: &dyn Backend, test_file: &TestFile) {
     let buf = AlignedBuf::new(PAGE_BYTES);
     let (sender, reports) = channel();
-    backend.submit(vec![read_request(
+    backend.submit(smallvec::smallvec![read_request(
         &test_file.write_only,
         0,
         buf.frame_buf(),
@@ -414,7 +416,7 @@ pub fn run_vectored_reads(backend: &dyn Backend, test_file: &TestFile) {
     let middle_offset = 10 * PAGE_BYTES as u64;
     let end_offset = LAST_PAGE_OFFSET - PAGE_BYTES as u64;
     let (sender, reports) = channel();
-    backend.submit(vec![
+    backend.submit(smallvec::smallvec![
         vectored_request(
             &test_file.file,
             middle_offset,
@@ -567,7 +569,7 @@ impl ChainLink {
             Ok(len) if len == PAGE_BYTES && self.read_bytes + len < self.whole.len_bytes() => {
                 self.read_bytes += len;
                 let backend = Arc::clone(&self.backend);
-                backend.submit(vec![self.request()]);
+                backend.submit(smallvec::smallvec![self.request()]);
             }
             Ok(len) => {
                 let _ = self.reports.send((self.chain, Ok(self.read_bytes + len)));
@@ -698,7 +700,7 @@ pub fn run_writes_read_back(backend: &dyn Backend) {
         AlignedBuf::new(end_bytes / 2 / PAGE_BYTES * PAGE_BYTES),
         AlignedBuf::new(end_bytes - end_bytes / 2 / PAGE_BYTES * PAGE_BYTES),
     ];
-    backend.submit(vec![vectored_request(
+    backend.submit(smallvec::smallvec![vectored_request(
         &scratch.file,
         0,
         halves.iter().map(AlignedBuf::frame_buf).collect(),
@@ -714,7 +716,7 @@ pub fn run_writes_read_back(backend: &dyn Backend) {
 pub fn run_write_error(backend: &dyn Backend, test_file: &TestFile) {
     let buf = written_buf(0, PAGE_BYTES);
     let (sender, reports) = channel();
-    backend.submit(vec![write_request(
+    backend.submit(smallvec::smallvec![write_request(
         &test_file.file,
         0,
         buf.frame_buf(),
@@ -784,7 +786,7 @@ pub fn run_concurrent_writes(backend: &dyn Backend, test_file: &TestFile) {
                         ));
                         kept.push((bufs, read_buf));
                     }
-                    backend.submit(batch);
+                    backend.submit(batch.into());
                 }
                 for (tag, result) in wait_reports(&reports, 2 * REQUESTS) {
                     let len = result.unwrap();
@@ -828,7 +830,7 @@ pub fn run_flushes(backend: &dyn Backend) {
     for round in 0..2u64 {
         let offset = (4 + round * 8) * PAGE_BYTES as u64;
         let buf = written_buf(offset, 3 * PAGE_BYTES);
-        backend.submit(vec![write_request(
+        backend.submit(smallvec::smallvec![write_request(
             &scratch.file,
             offset,
             buf.frame_buf(),

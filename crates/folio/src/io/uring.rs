@@ -60,7 +60,7 @@ use std::time::Duration;
 
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Probe};
 
-use super::backend::{Backend, FlushKind, IoRequest, Op};
+use super::backend::{Backend, FlushKind, IoBatch, IoRequest, Op};
 use super::sync;
 
 /// The ring size `open_backend` asks for: submission entries (the kernel rounds up to a
@@ -233,7 +233,7 @@ impl Backend for UringBackend {
         "io_uring"
     }
 
-    fn submit(&self, batch: Vec<IoRequest>) {
+    fn submit(&self, batch: IoBatch) {
         // Check the whole batch before accepting any of it, so that a broken request does
         // not leave half a batch accepted.
         for request in &batch {
@@ -267,7 +267,7 @@ impl Backend for UringBackend {
     /// machine with 16 readers doubled a cold random 4 KiB read (folio-bench randread).
     /// The ring keeps the asynchronous requests: readahead, where batching and queue depth
     /// pay.
-    fn submit_waited(&self, batch: Vec<IoRequest>) {
+    fn submit_waited(&self, batch: IoBatch) {
         for request in &batch {
             request.assert_contract();
         }
@@ -688,7 +688,7 @@ mod tests {
         };
         let test_file = test_file();
         let buf = AlignedBuf::new(PAGE_BYTES);
-        backend.submit(vec![read_request(
+        backend.submit(smallvec::smallvec![read_request(
             &test_file.file,
             0,
             buf.frame_buf(),

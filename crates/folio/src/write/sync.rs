@@ -103,7 +103,7 @@ pub(super) fn wait_for_tagged(
 /// Context: no lock held; sleeps until the device has flushed.
 fn flush(backend: &dyn Backend, fd: &Arc<StdFile>, kind: FlushKind) -> io::Result<()> {
     let (tx, rx) = mpsc::sync_channel(1);
-    backend.submit_waited(vec![IoRequest::flush(
+    backend.submit_waited(smallvec::smallvec![IoRequest::flush(
         fd.clone(),
         kind,
         Completion::new(move |result| {

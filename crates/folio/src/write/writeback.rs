@@ -71,7 +71,7 @@ use std::sync::{Arc, Mutex};
 use super::mask::{BlockMask, Blocks};
 use super::state::WRITEBACK_FAILURES_MAX;
 use crate::index::{Mark, MarkedFolio};
-use crate::io::{sync, Backend, Completion, FrameBuf, IoRequest, Op, IO_BYTES_MAX};
+use crate::io::{sync, Backend, Completion, FrameBuf, FrameBufs, IoRequest, Op, IO_BYTES_MAX};
 use crate::mapping::Mapping;
 use crate::pagecache::Core;
 use crate::refcount::Redirty;
@@ -122,7 +122,7 @@ struct Batch {
 /// One write of a batch: consecutive blocks, maybe of several folios.
 struct Run {
     offset_bytes: u64,
-    bufs: Vec<FrameBuf>,
+    bufs: FrameBufs,
     /// Its folios' blocks, in file order.
     parts: Vec<Part>,
 }
@@ -390,7 +390,7 @@ fn submit(
                 }
                 _ => runs.push(Run {
                     offset_bytes: page.offset_bytes(),
-                    bufs: vec![buf],
+                    bufs: smallvec::smallvec![buf],
                     parts: vec![Part {
                         folio: i,
                         first,

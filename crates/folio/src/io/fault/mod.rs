@@ -126,7 +126,7 @@ use self::power::{FileId, Unflushed};
 pub use self::power::{PowerLoss, POWER_BLOCK_BYTES};
 pub use self::simulation::SimConfig;
 use self::simulation::{RangeKey, Sim};
-use super::backend::{Backend, Completion, FrameBuf, IoRequest, Op};
+use super::backend::{Backend, Completion, FrameBuf, FrameBufs, IoBatch, IoRequest, Op};
 
 /// The length a planned short transfer is cut to.
 pub const SHORT_READ_BYTES: usize = 4096;
@@ -257,7 +257,7 @@ impl FaultBackend {
     /// the delivery thread, cuts the short ones, records the writes and flushes passed on
     /// in the power-loss model, routes the delayed or ranked ones' completions through the
     /// delivery thread, and returns the requests to pass on.
-    fn inject(&self, batch: Vec<IoRequest>) -> Vec<IoRequest> {
+    fn inject(&self, batch: IoBatch) -> IoBatch {
         // The simulation counts requests per file, and the power-loss model records writes
         // and flushes per file: learn the files outside the locks.
         let simulating = self.faults.simulating.load(Ordering::Acquire);
@@ -281,7 +281,7 @@ impl FaultBackend {
                 .map(|(request, &file)| self.faults.decide(&mut plan, request, file))
                 .collect()
         };
-        let mut survivors = Vec::with_capacity(batch.len());
+        let mut survivors = IoBatch::with_capacity(batch.len());
         for ((mut request, fate), file) in batch.into_iter().zip(fates).zip(files) {
             match fate.outcome {
                 Outcome::Fail(errno) => {
@@ -373,7 +373,7 @@ impl Backend for FaultBackend {
         &self.name
     }
 
-    fn submit(&self, batch: Vec<IoRequest>) {
+    fn submit(&self, batch: IoBatch) {
         let survivors = self.inject(batch);
         if !survivors.is_empty() {
             self.inner().submit(survivors);
@@ -382,7 +382,7 @@ impl Backend for FaultBackend {
 
     /// As `submit`, with the survivors going to the inner backend's `submit_waited`: a
     /// miss its reader waits for may be read on the reader's thread, faults and all.
-    fn submit_waited(&self, batch: Vec<IoRequest>) {
+    fn submit_waited(&self, batch: IoBatch) {
         let survivors = self.inject(batch);
         if !survivors.is_empty() {
             self.inner().submit_waited(survivors);
@@ -424,9 +424,9 @@ impl Drop for FaultBackend {
 
 /// The first `len_bytes` of `bufs`, as buffers over the same memory. `len_bytes` must be
 /// aligned (so every cut falls on a buffer's aligned boundary).
-fn cut_to(bufs: Vec<FrameBuf>, len_bytes: usize) -> Vec<FrameBuf> {
+fn cut_to(bufs: FrameBufs, len_bytes: usize) -> FrameBufs {
     let mut left_bytes = len_bytes;
-    let mut cut = Vec::with_capacity(bufs.len());
+    let mut cut = FrameBufs::with_capacity(bufs.len());
     for buf in bufs {
         if left_bytes == 0 {
             break;

@@ -89,7 +89,7 @@ fn fail_range_fails_overlapping_requests() {
     let submitter = std::thread::current().id();
     let (sender, reports) = mpsc::channel();
     let buf = AlignedBuf::new(REQUEST_BYTES);
-    backend.submit(vec![read_request(
+    backend.submit(smallvec::smallvec![read_request(
         &test_file.file,
         4 * PAGE_BYTES as u64,
         buf.frame_buf(),
@@ -132,7 +132,7 @@ fn short_reads_cut_the_next_long_requests() {
     control.short_reads(2);
     let short_buf = AlignedBuf::new(PAGE_BYTES);
     let (sender, reports) = channel();
-    backend.submit(vec![read_request(
+    backend.submit(smallvec::smallvec![read_request(
         &test_file.file,
         0,
         short_buf.frame_buf(),
@@ -256,7 +256,7 @@ fn read_until_full(
         }
     });
     let rest = whole.tail(read_bytes);
-    backend.submit(vec![read_request(
+    backend.submit(smallvec::smallvec![read_request(
         file,
         offset + read_bytes as u64,
         rest,
@@ -883,7 +883,7 @@ fn flush_file(
     kind: FlushKind,
 ) -> io::Result<usize> {
     let (sender, reports) = channel();
-    backend.submit(vec![IoRequest::flush(
+    backend.submit(smallvec::smallvec![IoRequest::flush(
         Arc::clone(file),
         kind,
         report_to(&sender, 0),
@@ -949,7 +949,7 @@ fn enospc_on_a_write_range_reaches_the_completion() {
         .all(|(at, &b)| b == written_byte((12 * PAGE_BYTES + at) as u64)));
     let (sender, reports) = channel();
     let buf = AlignedBuf::new(REQUEST_BYTES);
-    backend.submit(vec![read_request(
+    backend.submit(smallvec::smallvec![read_request(
         &scratch.file,
         8 * PAGE_BYTES as u64,
         buf.frame_buf(),
@@ -984,7 +984,7 @@ fn write_generation(
         generation_byte(generation, offset + at as u64)
     });
     let (sender, reports) = channel();
-    backend.submit(vec![write_request(
+    backend.submit(smallvec::smallvec![write_request(
         &scratch.file,
         offset,
         buf.frame_buf(),
@@ -1130,7 +1130,7 @@ fn power_loss_forgets_and_refuses_writes_in_flight() {
     let (backend, control) = FaultBackend::new(Box::new(held.clone()));
     let buf = written_buf(0, PAGE_BYTES);
     let (sender, reports) = channel();
-    backend.submit(vec![write_request(
+    backend.submit(smallvec::smallvec![write_request(
         &scratch.file,
         0,
         buf.frame_buf(),
@@ -1169,7 +1169,7 @@ impl Backend for Held {
         "held"
     }
 
-    fn submit(&self, batch: Vec<IoRequest>) {
+    fn submit(&self, batch: IoBatch) {
         self.0.lock().unwrap().extend(batch);
     }
 }
