@@ -45,6 +45,7 @@ mod readrandom;
 
 use readrandom::PointReads;
 mod restart;
+mod windows;
 mod write;
 
 use super::{measure_systems, mib, threads_or, Env, Metric, Report, System, Workload};
@@ -95,10 +96,20 @@ pub struct Args {
     /// Keys per MultiGet of `multireadrandom` (db_bench's `--batch_size`) [default: 16]
     #[arg(long)]
     pub batch_size: Option<u64>,
-    /// Seconds each reader of `readwhilewriting` reads (db_bench's `--duration`) [default:
-    /// 30; --quick: none, each reader reads --keys keys]
+    /// Seconds each reader of `readrandom`, `multireadrandom` and `readwhilewriting` reads
+    /// (db_bench's `--duration`; 0: none, --reads decides) [default: readrandom and
+    /// multireadrandom 60, readwhilewriting 30; --quick: none, each reader reads --reads or
+    /// --keys keys]
     #[arg(long)]
     pub duration_secs: Option<u64>,
+    /// Seconds of `readrandom`'s and `multireadrandom`'s cold window: the first of db_bench's
+    /// per-second reports [default: 10]
+    #[arg(long)]
+    pub cold_secs: Option<u64>,
+    /// Seconds of `readrandom`'s and `multireadrandom`'s steady-state window: the last of
+    /// db_bench's per-second reports; the warm-up window is what lies between [default: 20]
+    #[arg(long)]
+    pub steady_secs: Option<u64>,
     /// MiB/s that `readwhilewriting`'s writer writes at most (db_bench's
     /// `--benchmark_write_rate_limit`, as RocksDB's own benchmark.sh runs it), so that
     /// every system's readers share the machine with the same writes [default: 8; 0:
