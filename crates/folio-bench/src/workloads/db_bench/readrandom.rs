@@ -730,14 +730,16 @@ fn record_seconds(
     spec: WindowSpec,
 ) -> Windows {
     let cpu = windows::cpu_per_second(samples);
+    // Differences of clock ticks: to the microsecond, without the float noise.
+    let us = |secs: f64| (secs * 1e6).round() / 1e6;
     extra.insert("per_sec".into(), json!(rates));
     extra.insert(
         "per_sec_user_secs".into(),
-        json!(cpu.secs.iter().map(|c| c.user_secs).collect::<Vec<_>>()),
+        json!(cpu.secs.iter().map(|c| us(c.user_secs)).collect::<Vec<_>>()),
     );
     extra.insert(
         "per_sec_sys_secs".into(),
-        json!(cpu.secs.iter().map(|c| c.sys_secs).collect::<Vec<_>>()),
+        json!(cpu.secs.iter().map(|c| us(c.sys_secs)).collect::<Vec<_>>()),
     );
     extra.insert("cpu_merged_secs".into(), json!(cpu.merged_secs));
     let w = Windows::of(rates, &cpu.secs, spec);
