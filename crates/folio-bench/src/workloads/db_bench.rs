@@ -22,8 +22,9 @@
 //! ops/sec and operations, and its histogram's P50/P75/P99 (microseconds).
 //!
 //! `db-bench readrandom` (issue 13, module `readrandom`) runs db_bench's `readrandom` the
-//! same way, and adds each process's system time
-//! per read.
+//! same way for `--duration-secs`, and adds each process's system and user time per read,
+//! over the whole run and in a cold, a warm-up and a steady-state window (module
+//! `windows`: db_bench's per-second rates beside the process's CPU sampled as it runs).
 //!
 //! `db-bench fillseq | fillrandom | overwrite | readwhilewriting` (issue 15, module
 //! `write`) run db_bench's write and mixed benchmarks with every file of the database
@@ -90,7 +91,8 @@ pub struct Args {
     #[arg(value_enum, default_value_t = Benchmark::Readseq)]
     pub benchmark: Benchmark,
     /// Reads per thread of `readrandom` and `multireadrandom` (db_bench's `--reads`)
-    /// [default: --keys]
+    /// [default: --keys where they read no --duration-secs (--quick); else a large number,
+    /// which db_bench does not consult under `--duration`]
     #[arg(long)]
     pub reads: Option<u64>,
     /// Keys per MultiGet of `multireadrandom` (db_bench's `--batch_size`) [default: 16]

@@ -3,8 +3,12 @@
 //! `kernel` (buffered), `direct` (`--use_direct_reads=1`) and `folio` (the plugin
 //! preloaded, `--fs_uri='folio://'`: every option, the capacity and `prefault` among
 //! them, at the plugin's default unless `--folio-capacity-mib` sets the capacity), with
-//! each process's CPU time from
-//! `wait4(2)`'s rusage, divided by its reads.
+//! each process's CPU time from `wait4(2)`'s rusage, divided by its reads; and the same
+//! cut into time windows: a **cold** one (the first `--cold-secs`, 10), a **steady-state**
+//! one (the last `--steady-secs`, 20) and the **warm-up** between, each with its ops/s and
+//! its user and system time per read ([`super::windows`]). A user-space cache pays a first
+//! touch for every fresh page it caches and none once it has filled (or holds the whole
+//! data): the steady state is the headline, the cold start beside it.
 //!
 //! Design: the databases, the plugin build and the cold start are `db-bench`'s (module
 //! above). Each round measures the three systems one after another, the first system
@@ -16,16 +20,35 @@
 //! `plugins/rocksdb/db_bench_folio.sh` execs after its checks) so that the rusage is
 //! db_bench's alone, not also the script's `ldd` and test runs.
 //!
+//! Each db_bench reads for `--duration-secs` (db_bench's `--duration`; 60 s outside
+//! `--quick`: [`DURATION_SECS_DEFAULT`] says why; `--quick` and `--duration-secs 0` read
+//! `--reads` keys per thread instead, as before) with `--report_interval_seconds=1`
+//! (its per-second rates in `--report_file`), and runs under [`run_sampled`], which reads
+//! the process's CPU (`/proc/<pid>/stat`) and the report's line count every 50 ms while it
+//! runs, then reaps it with `wait4` as before. Each run keeps its per-second rates
+//! (`per_sec`) and CPU (`per_sec_user_secs`, `per_sec_sys_secs`) and its windows'
+//! figures (`cold_ops_per_sec`, `cold_user_us_per_read`, `cold_sys_us_per_read`, the same
+//! for `warmup` and `steady`; null for a window the run was too short for); rows add the
+//! medians over rounds (`<figure>_median`), the medians of the per-round ratios to the
+//! kernel and to direct reads (`<window>_vs_kernel`, `<window>_vs_direct`) and of the
+//! per-round differences of steady-state CPU per read from direct's
+//! (`steady_cpu_us_per_read_over_direct`). Targets: the whole run's (folio >= 1.0x the
+//! kernel and direct reads, system time per read at most direct's) and the steady
+//! state's (folio >= 1.05x the kernel and direct reads, CPU per read at most direct's +
+//! 1 µs).
+//!
 //! `db-bench multireadrandom` (issue 17) is the same run of db_bench's `multireadrandom`
 //! with `--multiread_batched=1` (RocksDB's batched MultiGet: the blocks a batch needs from
 //! one table file in one `MultiRead`, which the plugin hands to `folio_read_many`) and
-//! `--batch_size` keys per batch.
+//! `--batch_size` keys per batch; its rates and reads count keys.
 //!
 //! Limits: the rusage covers the whole process, so it includes opening the databases
 //! (reading every table's footer, index and filter), the same for every system; the
-//! per-read figures divide it by the reads of the timed benchmark only. db_bench's "F of
-//! N found" (one thread's count: its message is the one printed) must have F = N: every
-//! key read exists.
+//! whole-run per-read figures divide it by the reads of the timed benchmark only (the
+//! windows leave opening and closing out). db_bench's "F of N found" (one thread's count:
+//! its message is the one printed) must have F = N: every key read exists. Under
+//! `--duration` db_bench 7 stops on time alone: `--reads` is passed (a large default) but
+//! not consulted.
 
 use std::fs::File;
 use std::io::{self, Read, Seek};
