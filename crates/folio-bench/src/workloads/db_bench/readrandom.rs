@@ -32,10 +32,11 @@
 //! medians over rounds (`<figure>_median`), the medians of the per-round ratios to the
 //! kernel and to direct reads (`<window>_vs_kernel`, `<window>_vs_direct`) and of the
 //! per-round differences of steady-state CPU per read from direct's
-//! (`steady_cpu_us_per_read_over_direct`). Targets: the whole run's (folio >= 1.0x the
-//! kernel and direct reads, system time per read at most direct's) and the steady
-//! state's (folio >= 1.05x the kernel and direct reads, CPU per read at most direct's +
-//! 1 µs).
+//! (`steady_cpu_us_per_read_over_direct`), and every round's figures (`<figure>_runs`,
+//! `per_sec_runs` among them: a row's other extras are its median round's). Targets: the
+//! whole run's (folio >= 1.0x the kernel and direct reads, system time per read at most
+//! direct's) and the steady state's (folio >= 1.05x the kernel and direct reads, CPU per
+//! read at most direct's + 1 µs).
 //!
 //! `db-bench multireadrandom` (issue 17) is the same run of db_bench's `multireadrandom`
 //! with `--multiread_batched=1` (RocksDB's batched MultiGet: the blocks a batch needs from
@@ -792,12 +793,24 @@ fn per_round(
 /// (`<window>_vs_kernel`, `<window>_vs_direct`); and the median of the per-round
 /// differences of the steady state's CPU per read (user + system) from direct's
 /// (`steady_cpu_us_per_read_over_direct`, µs). Each over the rounds that had the window.
+/// Every round's figures too, in round order (the row's other extras are its median
+/// round's): `<figure>_runs` for each of the above and for `per_sec`,
+/// `per_sec_user_secs` and `per_sec_sys_secs`.
 fn record_window_medians(
     extra: &mut Map<String, Value>,
     runs: &[RunResult],
     kernel: &[RunResult],
     direct: &[RunResult],
 ) {
+    let every = |key: &str| {
+        json!(runs
+            .iter()
+            .map(|r| r.extra.get(key).cloned().unwrap_or(Value::Null))
+            .collect::<Vec<_>>())
+    };
+    for key in ["per_sec", "per_sec_user_secs", "per_sec_sys_secs"] {
+        extra.insert(format!("{key}_runs"), every(key));
+    }
     for name in WINDOW_NAMES {
         for what in ["ops_per_sec", "user_us_per_read", "sys_us_per_read"] {
             let key = format!("{name}_{what}");
@@ -805,6 +818,7 @@ fn record_window_medians(
                 format!("{key}_median"),
                 json!(median(runs.iter().filter_map(|r| extra_of(r, &key)))),
             );
+            extra.insert(format!("{key}_runs"), every(&key));
         }
         let ops = format!("{name}_ops_per_sec");
         let ratio = |r: &RunResult, o: &RunResult| {
@@ -1010,6 +1024,11 @@ Percentiles: P50: 30.12 P75: 45.00 P99: 180.50 P99.9: 400.00 P99.99: 900.00
         assert_eq!(extra["steady_user_us_per_read_median"], json!(4.0));
         assert_eq!(extra["steady_cpu_us_per_read_over_direct"], json!(0.0));
         assert_eq!(extra["steady_rounds"], json!([true, true, false]));
+        assert_eq!(
+            extra["steady_ops_per_sec_runs"],
+            json!([120.0, 260.0, null]),
+            "every round's, in order"
+        );
         // No round with a window: null, not a number.
         let short = [windowed([None, None, None], 1.0)];
         let mut extra = Map::new();
