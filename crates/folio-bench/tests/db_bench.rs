@@ -2,7 +2,9 @@
 //! fillrandom and readwhilewriting) at a tiny size through the real
 //! binary (2 databases of 500 keys, one run) and checks its JSON: a `kernel`, a `direct`
 //! and a `folio` row with db_bench's ops/s and percentiles (P75 as the extra `p75_us`),
-//! and for readrandom the system and user time per read and the ratio to direct reads;
+//! and for readrandom the system and user time per read and the ratio to direct reads
+//! (readrandom for 5 s, cut into its cold, warm-up and steady-state windows;
+//! multireadrandom too short for them, its window figures null);
 //! for the writes, the block I/O of each run and folio's own, and table files written
 //! through folio; the plugin at its defaults (`--fs_uri=folio://`), and readseq once more
 //! with every db_bench in a memory cgroup (`--cgroup-max-mib`, as root); and `restart`
@@ -116,26 +118,39 @@ fn db_bench_runs_tiny_with_three_systems() {
     // readrandom, on the same databases: the plugin at its defaults, rusage per read.
     // readrandom, and the same keys in MultiGet batches (multireadrandom: RocksDB's
     // MultiRead, the plugin's folio_read_many).
+    // readrandom for 5 s, cut into its windows (cold: second 1, steady: the last one);
+    // multireadrandom a fixed count of reads, too short for any window.
     for benchmark in ["readrandom", "multireadrandom"] {
-        let v = run_db_bench(
-            dir.path(),
-            benchmark,
-            &[
-                "--quick",
-                "--runs",
-                "1",
-                "--limits-mib",
-                "8",
-                "--dbs",
-                "2",
-                "--keys",
-                "500",
-                "--threads",
-                "2",
-                "--cache-mib",
-                "1",
-            ],
-        );
+        let timed = benchmark == "readrandom";
+        let base: &[&str] = &[
+            "--quick",
+            "--runs",
+            "1",
+            "--limits-mib",
+            "8",
+            "--dbs",
+            "2",
+            "--keys",
+            "500",
+            "--threads",
+            "2",
+            "--cache-mib",
+            "1",
+        ];
+        let windows: &[&str] = &[
+            "--duration-secs",
+            "5",
+            "--cold-secs",
+            "1",
+            "--steady-secs",
+            "1",
+        ];
+        let args = if timed {
+            [base, windows].concat()
+        } else {
+            base.to_vec()
+        };
+        let v = run_db_bench(dir.path(), benchmark, &args);
         assert_eq!(v["workload"], format!("db-bench-{benchmark}"));
         assert_eq!(v["params"]["benchmark"], benchmark);
         assert_eq!(
@@ -150,13 +165,28 @@ fn db_bench_runs_tiny_with_three_systems() {
                 .find(|r| r["system"] == system && r["threads"] == 2)
                 .unwrap_or_else(|| panic!("no {system} row: {v}"));
             assert!(row["ops_per_sec"].as_f64() > Some(0.0), "{row}");
-            // 2 threads x 500 reads each (multireadrandom: whole batches of 16).
-            let per_thread = if benchmark == "multireadrandom" {
-                496
+            if timed {
+                // Per second: db_bench's rate and the process's CPU, and each window's
+                // figures from them (5 s: 4 or 5 seconds, the last one's CPU maybe not).
+                let secs = row["per_sec"].as_array().expect("per_sec").len();
+                assert!((4..=5).contains(&secs), "{row}");
+                let cpu = row["per_sec_user_secs"].as_array().expect("CPU").len();
+                assert!(cpu + 1 >= secs && cpu <= secs, "{row}");
+                assert_eq!(row["windows_secs"]["cold"], serde_json::json!([1, 1]));
+                for window in ["cold", "warmup", "steady"] {
+                    let ops = format!("{window}_ops_per_sec_median");
+                    assert!(row[&ops].as_f64() > Some(0.0), "{ops}: {row}");
+                    let sys = format!("{window}_sys_us_per_read_median");
+                    assert!(row[&sys].as_f64() >= Some(0.0), "{sys}: {row}");
+                }
             } else {
-                500
-            };
-            assert_eq!(row["operations"], 2 * per_thread, "{row}");
+                // 2 threads x 500 reads each (multireadrandom: whole batches of 16), in
+                // well under a second: no window, and null rather than a made-up figure.
+                assert_eq!(row["operations"], 2 * 496, "{row}");
+                assert_eq!(row["per_sec"], serde_json::json!([]), "{row}");
+                assert!(row["steady_ops_per_sec_median"].is_null(), "{row}");
+                assert!(row["cold_vs_kernel"].is_null(), "{row}");
+            }
             for key in [
                 "sys_us_per_read_median",
                 "user_us_per_read_median",
@@ -169,9 +199,17 @@ fn db_bench_runs_tiny_with_three_systems() {
         let targets = v["targets"].as_array().expect("targets");
         assert_eq!(
             targets.len(),
-            3,
-            "vs kernel, vs direct, system time: {targets:?}"
+            6,
+            "vs kernel, vs direct, system time; the same in the steady state: {targets:?}"
         );
+        if !timed {
+            assert!(
+                targets[3..]
+                    .iter()
+                    .all(|t| t["measured"].is_null() && t["met"] == false),
+                "no steady state measured, none met: {targets:?}"
+            );
+        }
     }
 
     // The write workloads: a fresh database (fillrandom), and reads while a thread writes

@@ -22,8 +22,9 @@
 //! ops/sec and operations, and its histogram's P50/P75/P99 (microseconds).
 //!
 //! `db-bench readrandom` (issue 13, module `readrandom`) runs db_bench's `readrandom` the
-//! same way, and adds each process's system time
-//! per read.
+//! same way for `--duration-secs`, and adds each process's system and user time per read,
+//! over the whole run and in a cold, a warm-up and a steady-state window (module
+//! `windows`: db_bench's per-second rates beside the process's CPU sampled as it runs).
 //!
 //! `db-bench fillseq | fillrandom | overwrite | readwhilewriting` (issue 15, module
 //! `write`) run db_bench's write and mixed benchmarks with every file of the database
@@ -45,6 +46,7 @@ mod readrandom;
 
 use readrandom::PointReads;
 mod restart;
+mod windows;
 mod write;
 
 use super::{measure_systems, mib, threads_or, Env, Metric, Report, System, Workload};
@@ -89,16 +91,27 @@ pub struct Args {
     #[arg(value_enum, default_value_t = Benchmark::Readseq)]
     pub benchmark: Benchmark,
     /// Reads per thread of `readrandom` and `multireadrandom` (db_bench's `--reads`)
-    /// [default: --keys]
+    /// [default: --keys where they read no --duration-secs (--quick); else a large number,
+    /// which db_bench does not consult under `--duration`]
     #[arg(long)]
     pub reads: Option<u64>,
     /// Keys per MultiGet of `multireadrandom` (db_bench's `--batch_size`) [default: 16]
     #[arg(long)]
     pub batch_size: Option<u64>,
-    /// Seconds each reader of `readwhilewriting` reads (db_bench's `--duration`) [default:
-    /// 30; --quick: none, each reader reads --keys keys]
+    /// Seconds each reader of `readrandom`, `multireadrandom` and `readwhilewriting` reads
+    /// (db_bench's `--duration`; 0: none, --reads decides) [default: readrandom and
+    /// multireadrandom 60, readwhilewriting 30; --quick: none, each reader reads --reads or
+    /// --keys keys]
     #[arg(long)]
     pub duration_secs: Option<u64>,
+    /// Seconds of `readrandom`'s and `multireadrandom`'s cold window: the first of db_bench's
+    /// per-second reports [default: 10]
+    #[arg(long)]
+    pub cold_secs: Option<u64>,
+    /// Seconds of `readrandom`'s and `multireadrandom`'s steady-state window: the last of
+    /// db_bench's per-second reports; the warm-up window is what lies between [default: 20]
+    #[arg(long)]
+    pub steady_secs: Option<u64>,
     /// MiB/s that `readwhilewriting`'s writer writes at most (db_bench's
     /// `--benchmark_write_rate_limit`, as RocksDB's own benchmark.sh runs it), so that
     /// every system's readers share the machine with the same writes [default: 8; 0:

@@ -3,8 +3,12 @@
 //! `kernel` (buffered), `direct` (`--use_direct_reads=1`) and `folio` (the plugin
 //! preloaded, `--fs_uri='folio://'`: every option, the capacity and `prefault` among
 //! them, at the plugin's default unless `--folio-capacity-mib` sets the capacity), with
-//! each process's CPU time from
-//! `wait4(2)`'s rusage, divided by its reads.
+//! each process's CPU time from `wait4(2)`'s rusage, divided by its reads; and the same
+//! cut into time windows: a **cold** one (the first `--cold-secs`, 10), a **steady-state**
+//! one (the last `--steady-secs`, 20) and the **warm-up** between, each with its ops/s and
+//! its user and system time per read ([`super::windows`]). A user-space cache pays a first
+//! touch for every fresh page it caches and none once it has filled (or holds the whole
+//! data): the steady state is the headline, the cold start beside it.
 //!
 //! Design: the databases, the plugin build and the cold start are `db-bench`'s (module
 //! above). Each round measures the three systems one after another, the first system
@@ -16,24 +20,47 @@
 //! `plugins/rocksdb/db_bench_folio.sh` execs after its checks) so that the rusage is
 //! db_bench's alone, not also the script's `ldd` and test runs.
 //!
+//! Each db_bench reads for `--duration-secs` (db_bench's `--duration`; 60 s outside
+//! `--quick`: [`DURATION_SECS_DEFAULT`] says why; `--quick` and `--duration-secs 0` read
+//! `--reads` keys per thread instead, as before) with `--report_interval_seconds=1`
+//! (its per-second rates in `--report_file`), and runs under [`run_sampled`], which reads
+//! the process's CPU (`/proc/<pid>/stat`) and the report's line count every 50 ms while it
+//! runs, then reaps it with `wait4` as before. Each run keeps its per-second rates
+//! (`per_sec`) and CPU (`per_sec_user_secs`, `per_sec_sys_secs`) and its windows'
+//! figures (`cold_ops_per_sec`, `cold_user_us_per_read`, `cold_sys_us_per_read`, the same
+//! for `warmup` and `steady`; null for a window the run was too short for); rows add the
+//! medians over rounds (`<figure>_median`), the medians of the per-round ratios to the
+//! kernel and to direct reads (`<window>_vs_kernel`, `<window>_vs_direct`) and of the
+//! per-round differences of steady-state CPU per read from direct's
+//! (`steady_cpu_us_per_read_over_direct`), and every round's figures (`<figure>_runs`,
+//! `per_sec_runs` among them: a row's other extras are its median round's). Targets: the
+//! whole run's (folio >= 1.0x the kernel and direct reads, system time per read at most
+//! direct's) and the steady state's (folio >= 1.05x the kernel and direct reads, CPU per
+//! read at most direct's + 1 µs).
+//!
 //! `db-bench multireadrandom` (issue 17) is the same run of db_bench's `multireadrandom`
 //! with `--multiread_batched=1` (RocksDB's batched MultiGet: the blocks a batch needs from
 //! one table file in one `MultiRead`, which the plugin hands to `folio_read_many`) and
-//! `--batch_size` keys per batch.
+//! `--batch_size` keys per batch; its rates and reads count keys.
 //!
 //! Limits: the rusage covers the whole process, so it includes opening the databases
 //! (reading every table's footer, index and filter), the same for every system; the
-//! per-read figures divide it by the reads of the timed benchmark only. db_bench's "F of
-//! N found" (one thread's count: its message is the one printed) must have F = N: every
-//! key read exists.
+//! whole-run per-read figures divide it by the reads of the timed benchmark only (the
+//! windows leave opening and closing out). db_bench's "F of N found" (one thread's count:
+//! its message is the one printed) must have F = N: every key read exists. Under
+//! `--duration` db_bench 7 stops on time alone: `--reads` is passed (a large default) but
+//! not consulted.
 
 use std::fs::File;
 use std::io::{self, Read, Seek};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
+use super::restart::parse_report_csv;
+use super::windows::{self, CpuSample, WindowSpec, Windows, WINDOW_NAMES};
 use super::{
     build_plugin, ensure_dbs, forget_plugin_segment, fs_uri, parse_benchmark_output,
     record_folio_capacity, table_files, tail, workspace_root, Args, Confinement, FolioCapacity,
@@ -49,6 +76,29 @@ pub const ROUNDS_MIN: usize = 5;
 /// Keys per `multireadrandom` batch [default of `--batch-size`]: what RocksDB's MultiGet
 /// benchmarks use.
 pub const BATCH_SIZE_DEFAULT: u64 = 16;
+
+/// Seconds each db_bench reads outside `--quick` [default of `--duration-secs`]. Long
+/// enough for a steady state at the default size: 160 K blocks of 8 KiB (1.25 GiB) read at
+/// random at ~100 K reads/s leave a block unread after t seconds with a probability of
+/// e^(-0.6 t), so the caches below RocksDB's hold all the data after 10-15 s, and the
+/// steady window (the last 20 of the 58-60 seconds of a 60 s run that have a rate and a
+/// CPU figure, [`windows`]) begins 25 s after that. Larger data or slower reads fill later:
+/// their per-second rates (`per_sec`) say whether the last 20 s are flat. The cost: a full
+/// run (5 rounds x 3 systems and the unmeasured turn, per thread count) takes about 17
+/// minutes, against 1-2 when every thread read `--keys` keys.
+pub const DURATION_SECS_DEFAULT: u64 = 60;
+
+/// The steady state's targets (the issue on a miss's CPU cost): folio at least 5% over
+/// the kernel and over direct reads in ops/s (medians of per-round ratios), and its CPU
+/// per read at most 1 µs over direct's (the median of per-round differences).
+pub const STEADY_OVER_KERNEL_MIN: f64 = 1.05;
+pub const STEADY_OVER_DIRECT_MIN: f64 = 1.05;
+pub const STEADY_CPU_US_PER_READ_OVER_DIRECT_MAX: f64 = 1.0;
+
+/// `--reads` under a duration when none is given: more than any run reaches, so that the
+/// duration ends the run (db_bench 7's `Duration` stops on time alone when `--duration`
+/// is set, so this is only a cap where another version consults it).
+const READS_UNDER_DURATION: u64 = 1 << 40;
 
 /// Which of db_bench's point-read benchmarks runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,7 +134,24 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
     let threads = threads_or(&args.threads, env.scale.pick(&[4], &[32]));
     let dbs = args.dbs.unwrap_or(env.scale.pick(4, 32)).max(1);
     let keys = args.keys.unwrap_or(env.scale.pick(2000, 5000)).max(1);
-    let reads = args.reads.unwrap_or(keys).max(1);
+    let duration_secs = match args.duration_secs {
+        Some(0) => None,
+        Some(s) => Some(s),
+        None => env.scale.pick(None, Some(DURATION_SECS_DEFAULT)),
+    };
+    let reads = match duration_secs {
+        Some(_) => args.reads.unwrap_or(READS_UNDER_DURATION),
+        None => args.reads.unwrap_or(keys),
+    }
+    .max(1);
+    let spec = WindowSpec {
+        cold_secs: args
+            .cold_secs
+            .map_or(WindowSpec::COLD_SECS_DEFAULT, |s| s as usize),
+        steady_secs: args
+            .steady_secs
+            .map_or(WindowSpec::STEADY_SECS_DEFAULT, |s| s as usize),
+    };
     let cache_bytes = mib(args.cache_mib.unwrap_or(env.scale.pick(16, 400)));
     let data_bytes = dbs * keys * VALUE_BYTES;
     let capacity = FolioCapacity::of(args);
@@ -111,6 +178,9 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
     report.param("num_multi_db", dbs);
     report.param("num", keys);
     report.param("reads_per_thread", reads);
+    report.param("duration_secs", duration_secs);
+    report.param("cold_secs", spec.cold_secs);
+    report.param("steady_secs", spec.steady_secs);
     report.param("value_size", VALUE_BYTES);
     report.param("data_bytes", data_bytes);
     report.param("cache_size", cache_bytes);
@@ -138,16 +208,22 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
             "--histogram=1".into(),
             "--verify_checksum=1".into(),
         ];
+        if let Some(secs) = duration_secs {
+            flags.push(format!("--duration={secs}"));
+        }
         flags.extend(kind.flags());
+        flags.push("--report_interval_seconds=1".into());
         flags
     };
     let scratch = env.dir.join("db-bench-output");
     std::fs::create_dir_all(&scratch)?;
     let stats = scratch.join("folio-stats.txt");
+    let report_file = scratch.join("report.csv");
     let measure = |system: System, t: usize| -> io::Result<RunResult> {
         kernel::make_cold(&table_files(&db)?, env.cold)?;
         let mut cmd = Command::new(DB_BENCH);
-        cmd.args(base_args(t));
+        cmd.args(base_args(t))
+            .arg(format!("--report_file={}", report_file.display()));
         match system {
             System::Direct => {
                 cmd.arg("--use_direct_reads=1");
@@ -161,7 +237,17 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
             _ => {}
         }
         let group = confinement.enter(&mut cmd)?;
-        let mut run = run_measured(&mut cmd, name, system, &scratch, group.as_ref())?;
+        let mut run = run_measured(
+            &mut cmd,
+            name,
+            system,
+            Scratch {
+                dir: &scratch,
+                report_file: &report_file,
+            },
+            spec,
+            group.as_ref(),
+        )?;
         Confinement::record(group.as_ref(), &mut run.extra);
         if system == System::Folio {
             let text = std::fs::read_to_string(&stats).unwrap_or_default();
@@ -192,6 +278,8 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
         }
         let direct = SYSTEMS.iter().position(|&s| s == System::Direct);
         let direct_runs = runs[direct.expect("db-bench measures direct reads")].clone();
+        let kernel = SYSTEMS.iter().position(|&s| s == System::Kernel);
+        let kernel_runs = runs[kernel.expect("db-bench measures the kernel")].clone();
         for (si, system) in SYSTEMS.iter().enumerate() {
             let mut row = Row::from_runs(*system, t, &runs[si], Metric::OpsPerSec);
             let per_read =
@@ -213,6 +301,7 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
                         .map(|(r, d)| r.ops_per_sec() / d.ops_per_sec().max(1e-9))
                 )),
             );
+            record_window_medians(&mut row.extra, &runs[si], &kernel_runs, &direct_runs);
             report.rows.push(row);
         }
     }
@@ -260,6 +349,32 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
             required: 1.0,
             met: sys.is_some_and(|s| s <= 1.0),
         });
+        for (window, label) in WINDOW_NAMES.into_iter().zip([
+            format!("cold (the first {} s)", spec.cold_secs),
+            "warm-up (between)".to_string(),
+            format!("steady state (the last {} s)", spec.steady_secs),
+        ]) {
+            report.note(window_note(&rows, t, window, &label));
+        }
+        let steady = format!(
+            "db-bench {name} {t} threads, steady state (the last {} s)",
+            spec.steady_secs
+        );
+        report.targets.push(Target::at_least(
+            format!("{steady}: folio / kernel ops/s"),
+            figure(System::Folio, "steady_vs_kernel"),
+            STEADY_OVER_KERNEL_MIN,
+        ));
+        report.targets.push(Target::at_least(
+            format!("{steady}: folio / direct ops/s"),
+            figure(System::Folio, "steady_vs_direct"),
+            STEADY_OVER_DIRECT_MIN,
+        ));
+        report.targets.push(Target::at_most(
+            format!("{steady}: folio CPU per read (user + sys) minus direct's, us, at most"),
+            figure(System::Folio, "steady_cpu_us_per_read_over_direct"),
+            STEADY_CPU_US_PER_READ_OVER_DIRECT_MAX,
+        ));
     }
     report.note(format!(
         "db_bench {} over {dbs} databases of {keys} 8 KiB values ({} MiB, {:.1}x the block \
@@ -287,11 +402,86 @@ pub fn run(args: &Args, env: &Env, kind: PointReads) -> io::Result<Report> {
          it reports; it includes opening the databases, alike for all; ops/s and P50/P99 \
          (us) are db_bench's own; MB/s = ops/s x 8 KiB",
     );
+    report.note(format!(
+        "windows: db_bench's per-second reads (--report_interval_seconds=1, each run's \
+         per_sec) and the process's CPU (/proc/<pid>/stat every {} ms, each second's between \
+         the samples that first saw its report line and the one before: per_sec_user_secs, \
+         per_sec_sys_secs); cold = seconds 1-{}, steady state = the last {}, warm-up = \
+         between; a window's ops/s is the mean of its seconds' rates, its CPU per read its \
+         CPU over its reads (the sum of those rates); opening and closing the databases fall \
+         outside them; all three need {} seconds with a rate and a CPU figure (db_bench \
+         reports its --duration's seconds or one fewer, and the last one's CPU is unknown \
+         when the process exits within {} ms of it: {}); a window a run is too short for \
+         is null",
+        SAMPLE_PERIOD.as_millis(),
+        spec.cold_secs,
+        spec.steady_secs,
+        spec.secs_min(),
+        SAMPLE_PERIOD.as_millis(),
+        duration_secs.map_or_else(
+            || "this run had none: --reads decided".to_string(),
+            |d| format!("--duration={d} here")
+        ),
+    ));
     if let Some(note) = plugin_note {
         report.note(note);
     }
     report.limits = env.limits()?;
     Ok(report)
+}
+
+/// One window's line of the report's notes for `threads`: each system's ops/s and CPU per
+/// read (user + system, µs; medians of rounds), folio's ratios, and how many rounds had the
+/// window where not all did.
+fn window_note(report: &Report, threads: u32, window: &str, label: &str) -> String {
+    let get = |system: System, key: &str| {
+        report
+            .row(system, threads)
+            .and_then(|r| r.extra.get(&format!("{window}_{key}"))?.as_f64())
+    };
+    let k = |x: Option<f64>| x.map_or_else(|| "null".to_string(), |x| format!("{:.1} K", x / 1e3));
+    let us = |x: Option<f64>| x.map_or_else(|| "null".to_string(), |x| format!("{x:.1}"));
+    let ratio = |x: Option<f64>| x.map_or_else(|| "null".to_string(), |x| format!("{x:.2}x"));
+    let mut ops = Vec::new();
+    let mut cpu = Vec::new();
+    let mut rounds = Vec::new();
+    for system in SYSTEMS {
+        ops.push(format!("{system} {}", k(get(system, "ops_per_sec_median"))));
+        cpu.push(format!(
+            "{system} {} + {}",
+            us(get(system, "user_us_per_read_median")),
+            us(get(system, "sys_us_per_read_median"))
+        ));
+        let had = report
+            .row(system, threads)
+            .and_then(|r| {
+                r.extra
+                    .get(&format!("{window}_rounds"))?
+                    .as_array()
+                    .cloned()
+            })
+            .unwrap_or_default();
+        if had.iter().any(|h| h.as_bool() != Some(true)) {
+            let n = had.iter().filter(|h| h.as_bool() == Some(true)).count();
+            rounds.push(format!("{system} {n} of {}", had.len()));
+        }
+    }
+    let mut note = format!(
+        "{threads} threads, {label}, medians of rounds: ops/s {}; folio/kernel {}, \
+         folio/direct {}; CPU per read (user + sys, us) {}",
+        ops.join(", "),
+        ratio(get(System::Folio, "vs_kernel")),
+        ratio(get(System::Folio, "vs_direct")),
+        cpu.join(", "),
+    );
+    if !rounds.is_empty() {
+        note += &format!(
+            "; rounds long enough for this window: {} (a run shorter than the windows \
+             leaves them null: see reported_secs and --duration-secs)",
+            rounds.join(", ")
+        );
+    }
+    note
 }
 
 /// The median (lower middle) of `xs`; NaN for none.
@@ -313,6 +503,22 @@ pub struct ChildUsage {
     pub write_blocks: u64,
 }
 
+/// A finished child: its exit code (negative: the signal that ended it), its output, its
+/// rusage (`wait4`), and what [`run_sampled`] saw while it ran (nothing for
+/// [`run_with_usage`]).
+#[derive(Clone, Debug, Default)]
+pub struct Finished {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub usage: ChildUsage,
+    pub samples: Vec<CpuSample>,
+}
+
+/// How often [`run_sampled`] looks at its child: twenty times per second of db_bench's
+/// report, so that a window's ends are placed to within 50 ms.
+pub const SAMPLE_PERIOD: Duration = Duration::from_millis(50);
+
 /// Runs `cmd` to its end with its output in files under `scratch`, and returns its exit
 /// status, stdout, stderr and rusage.
 ///
@@ -321,68 +527,202 @@ pub fn run_with_usage(
     cmd: &mut Command,
     scratch: &Path,
 ) -> io::Result<(i32, String, String, ChildUsage)> {
-    let mut out = tempfile::tempfile_in(scratch)?;
-    let mut err = tempfile::tempfile_in(scratch)?;
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(err.try_clone()?)
-        .spawn()
-        .map_err(|e| io::Error::new(e.kind(), format!("{:?}: {e}", cmd.get_program())))?;
-    let pid = child.id() as libc::pid_t;
+    let spawned = Spawned::start(cmd, scratch)?;
+    let (status, usage) = wait4_retrying(spawned.pid, Wait::UntilExit)?
+        .expect("a blocking wait4 returns only when the child has exited");
+    let f = spawned.finish(status, &usage, Vec::new())?;
+    Ok((f.code, f.stdout, f.stderr, f.usage))
+}
+
+/// [`run_with_usage`], and while the child runs, every `period` a [`CpuSample`]: the
+/// complete lines of `report_file` (db_bench's `--report_file`) and the child's CPU time
+/// (`utime`, `stime` of `/proc/<pid>/stat`, all its threads), read one right after the
+/// other. `report_file` is removed first, so that no line of an earlier run is counted.
+/// The rusage at the end is `wait4`'s, as in [`run_with_usage`]; the samples stop at the
+/// last look before the child exited. [`windows::cpu_per_second`] aligns them with the
+/// report's seconds.
+///
+/// Context: blocks until the child exits, sleeping `period` between looks; reaps the child
+/// itself (`wait4` with `WNOHANG` at every look), not through `Child`. Sample reads that
+/// fail (procfs gone) are skipped, not errors.
+pub fn run_sampled(
+    cmd: &mut Command,
+    scratch: &Path,
+    report_file: &Path,
+    period: Duration,
+) -> io::Result<Finished> {
+    match std::fs::remove_file(report_file) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let ticks_per_sec = clock_ticks_per_sec()?;
+    let spawned = Spawned::start(cmd, scratch)?;
+    let started = Instant::now();
+    let stat = PathBuf::from(format!("/proc/{}/stat", spawned.pid));
+    let mut samples = Vec::new();
+    let (status, usage) = loop {
+        if let Some(done) = wait4_retrying(spawned.pid, Wait::IfExited)? {
+            break done;
+        }
+        let report_lines = std::fs::read(report_file)
+            .map_or(0, |bytes| bytes.iter().filter(|&&b| b == b'\n').count());
+        let ticks = std::fs::read_to_string(&stat)
+            .ok()
+            .and_then(|text| windows::parse_proc_stat(&text));
+        if let Some((user, sys)) = ticks {
+            samples.push(CpuSample {
+                at_secs: started.elapsed().as_secs_f64(),
+                report_lines,
+                user_secs: user as f64 / ticks_per_sec,
+                sys_secs: sys as f64 / ticks_per_sec,
+            });
+        }
+        std::thread::sleep(period);
+    };
+    spawned.finish(status, &usage, samples)
+}
+
+/// The clock ticks per second of `/proc/<pid>/stat`'s times (`sysconf(_SC_CLK_TCK)`).
+fn clock_ticks_per_sec() -> io::Result<f64> {
+    // SAFETY: sysconf takes a name and returns a number; no memory is passed.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks <= 0 {
+        return Err(io::Error::other("sysconf(_SC_CLK_TCK) gave no clock tick"));
+    }
+    Ok(ticks as f64)
+}
+
+/// A started child whose stdout and stderr go to unnamed files under the scratch dir.
+struct Spawned {
+    child: std::process::Child,
+    pid: libc::pid_t,
+    out: File,
+    err: File,
+}
+
+impl Spawned {
+    fn start(cmd: &mut Command, scratch: &Path) -> io::Result<Spawned> {
+        let out = tempfile::tempfile_in(scratch)?;
+        let err = tempfile::tempfile_in(scratch)?;
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(err.try_clone()?)
+            .spawn()
+            .map_err(|e| io::Error::new(e.kind(), format!("{:?}: {e}", cmd.get_program())))?;
+        Ok(Spawned {
+            pid: child.id() as libc::pid_t,
+            child,
+            out,
+            err,
+        })
+    }
+
+    /// The child's figures, once [`wait4_retrying`] has reaped it with `status` and `usage`.
+    fn finish(
+        self,
+        status: libc::c_int,
+        usage: &libc::rusage,
+        samples: Vec<CpuSample>,
+    ) -> io::Result<Finished> {
+        let Spawned {
+            child,
+            mut out,
+            mut err,
+            ..
+        } = self;
+        // Reaped already: `Child` must not wait again (dropping it does not).
+        drop(child);
+        let read_all = |f: &mut File| -> io::Result<String> {
+            f.rewind()?;
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes)?;
+            Ok(String::from_utf8_lossy(&bytes).into_owned())
+        };
+        let code = if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            -libc::WTERMSIG(status)
+        };
+        let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Ok(Finished {
+            code,
+            stdout: read_all(&mut out)?,
+            stderr: read_all(&mut err)?,
+            usage: ChildUsage {
+                user_secs: secs(usage.ru_utime),
+                sys_secs: secs(usage.ru_stime),
+                max_rss_kib: usage.ru_maxrss as u64,
+                read_blocks: usage.ru_inblock as u64,
+                write_blocks: usage.ru_oublock as u64,
+            },
+            samples,
+        })
+    }
+}
+
+/// Whether [`wait4_retrying`] blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Until the child exits (`wait4(pid, .., 0, ..)`).
+    UntilExit,
+    /// Only reaps a child that has exited (`WNOHANG`).
+    IfExited,
+}
+
+/// `wait4(2)` on our child `pid`, again after an `EINTR`: its status and rusage once it
+/// has exited and is reaped, `None` while it runs (only with [`Wait::IfExited`]).
+fn wait4_retrying(pid: libc::pid_t, how: Wait) -> io::Result<Option<(libc::c_int, libc::rusage)>> {
+    let options = match how {
+        Wait::UntilExit => 0,
+        Wait::IfExited => libc::WNOHANG,
+    };
     let mut status: libc::c_int = 0;
     // SAFETY: rusage is plain old data; zeroed is a valid value to be overwritten.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
     loop {
         // SAFETY: waits for our own child `pid`; `status` and `usage` are live
         // out-pointers on this stack.
-        let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        let rc = unsafe { libc::wait4(pid, &mut status, options, &mut usage) };
         if rc == pid {
-            break;
+            return Ok(Some((status, usage)));
+        }
+        if rc == 0 && how == Wait::IfExited {
+            return Ok(None);
         }
         let e = io::Error::last_os_error();
         if e.kind() != io::ErrorKind::Interrupted {
             return Err(e);
         }
     }
-    // Reaped above: `Child` must not wait again (dropping it does not).
-    drop(child);
-    let read_all = |f: &mut File| -> io::Result<String> {
-        f.rewind()?;
-        let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes)?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
-    };
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -libc::WTERMSIG(status)
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    Ok((
-        code,
-        read_all(&mut out)?,
-        read_all(&mut err)?,
-        ChildUsage {
-            user_secs: secs(usage.ru_utime),
-            sys_secs: secs(usage.ru_stime),
-            max_rss_kib: usage.ru_maxrss as u64,
-            read_blocks: usage.ru_inblock as u64,
-            write_blocks: usage.ru_oublock as u64,
-        },
-    ))
 }
 
-/// Runs one db_bench `name` (readrandom, multireadrandom) and turns its output and rusage
-/// into a run.
+/// Where a measurement's files go: the child's output (`dir`) and db_bench's per-second
+/// report (`report_file`, which `cmd` names in `--report_file`).
+#[derive(Clone, Copy)]
+struct Scratch<'a> {
+    dir: &'a Path,
+    report_file: &'a Path,
+}
+
+/// Runs one db_bench `name` (readrandom, multireadrandom) and turns its output, rusage and
+/// per-second reports into a run: the whole run's figures, and each second's rate and CPU
+/// (`per_sec`, `per_sec_user_secs`, `per_sec_sys_secs`) cut into `spec`'s windows.
 fn run_measured(
     cmd: &mut Command,
     name: &str,
     system: System,
-    scratch: &Path,
+    scratch: Scratch<'_>,
+    spec: WindowSpec,
     group: Option<&crate::kernel::Cgroup>,
 ) -> io::Result<RunResult> {
-    let (code, stdout, stderr, usage) = run_with_usage(cmd, scratch)?;
+    let Finished {
+        code,
+        stdout,
+        stderr,
+        usage,
+        samples,
+    } = run_sampled(cmd, scratch.dir, scratch.report_file, SAMPLE_PERIOD)?;
     if code != 0 {
         return Err(io::Error::other(format!(
             "db_bench {name} ({system}) failed (exit {code}; a negative code is the \
@@ -392,13 +732,122 @@ fn run_measured(
             tail(&stderr, 20)
         )));
     }
-    parse_run(&stdout, name, usage).ok_or_else(|| {
+    let mut run = parse_run(&stdout, name, usage).ok_or_else(|| {
         io::Error::other(format!(
             "db_bench {name} ({system}): no `{name} :` line, percentiles or \
              `N of M found` in its output, or not every key found:\n{}",
             tail(&stdout, 30)
         ))
-    })
+    })?;
+    let csv = std::fs::read_to_string(scratch.report_file).unwrap_or_default();
+    record_seconds(&mut run.extra, &parse_report_csv(&csv), &samples, spec);
+    Ok(run)
+}
+
+/// A run's seconds into its extras: db_bench's per-second `rates`, the CPU of each second
+/// from the `samples`, the count of seconds whose CPU the sampler merged into the one
+/// before, and `spec`'s windows ([`Windows::record`]).
+fn record_seconds(
+    extra: &mut Map<String, Value>,
+    rates: &[f64],
+    samples: &[CpuSample],
+    spec: WindowSpec,
+) -> Windows {
+    let cpu = windows::cpu_per_second(samples);
+    // Differences of clock ticks: to the microsecond, without the float noise.
+    let us = |secs: f64| (secs * 1e6).round() / 1e6;
+    extra.insert("per_sec".into(), json!(rates));
+    extra.insert(
+        "per_sec_user_secs".into(),
+        json!(cpu.secs.iter().map(|c| us(c.user_secs)).collect::<Vec<_>>()),
+    );
+    extra.insert(
+        "per_sec_sys_secs".into(),
+        json!(cpu.secs.iter().map(|c| us(c.sys_secs)).collect::<Vec<_>>()),
+    );
+    extra.insert("cpu_merged_secs".into(), json!(cpu.merged_secs));
+    let w = Windows::of(rates, &cpu.secs, spec);
+    w.record(extra);
+    w
+}
+
+/// A figure of a run's extras; `None` where it is null (a window the run had not).
+fn extra_of(run: &RunResult, key: &str) -> Option<f64> {
+    run.extra.get(key)?.as_f64()
+}
+
+/// The median over rounds of `f(run, other run of the same round)`, over the rounds
+/// where it is a number; NaN (a null) for none.
+fn per_round(
+    runs: &[RunResult],
+    others: &[RunResult],
+    f: impl Fn(&RunResult, &RunResult) -> Option<f64>,
+) -> f64 {
+    median(runs.iter().zip(others).filter_map(|(r, o)| f(r, o)))
+}
+
+/// The windows' figures of a system's rounds into its row: per window, the medians over
+/// rounds of ops/s and of user and system time per read (`<window>_ops_per_sec_median`,
+/// `<window>_user_us_per_read_median`, `<window>_sys_us_per_read_median`), and the medians
+/// of the per-round ratios of its ops/s to the kernel's and to direct's
+/// (`<window>_vs_kernel`, `<window>_vs_direct`); and the median of the per-round
+/// differences of the steady state's CPU per read (user + system) from direct's
+/// (`steady_cpu_us_per_read_over_direct`, µs). Each over the rounds that had the window.
+/// Every round's figures too, in round order (the row's other extras are its median
+/// round's): `<figure>_runs` for each of the above and for `per_sec`,
+/// `per_sec_user_secs` and `per_sec_sys_secs`.
+fn record_window_medians(
+    extra: &mut Map<String, Value>,
+    runs: &[RunResult],
+    kernel: &[RunResult],
+    direct: &[RunResult],
+) {
+    let every = |key: &str| {
+        json!(runs
+            .iter()
+            .map(|r| r.extra.get(key).cloned().unwrap_or(Value::Null))
+            .collect::<Vec<_>>())
+    };
+    for key in ["per_sec", "per_sec_user_secs", "per_sec_sys_secs"] {
+        extra.insert(format!("{key}_runs"), every(key));
+    }
+    for name in WINDOW_NAMES {
+        for what in ["ops_per_sec", "user_us_per_read", "sys_us_per_read"] {
+            let key = format!("{name}_{what}");
+            extra.insert(
+                format!("{key}_median"),
+                json!(median(runs.iter().filter_map(|r| extra_of(r, &key)))),
+            );
+            extra.insert(format!("{key}_runs"), every(&key));
+        }
+        let ops = format!("{name}_ops_per_sec");
+        let ratio = |r: &RunResult, o: &RunResult| {
+            let (x, of) = (extra_of(r, &ops)?, extra_of(o, &ops)?);
+            (of > 0.0).then_some(x / of)
+        };
+        extra.insert(
+            format!("{name}_vs_kernel"),
+            json!(per_round(runs, kernel, ratio)),
+        );
+        extra.insert(
+            format!("{name}_vs_direct"),
+            json!(per_round(runs, direct, ratio)),
+        );
+        extra.insert(
+            format!("{name}_rounds"),
+            json!(runs
+                .iter()
+                .map(|r| extra_of(r, &ops).is_some())
+                .collect::<Vec<_>>()),
+        );
+    }
+    let cpu = |r: &RunResult| {
+        Some(extra_of(r, "steady_user_us_per_read")? + extra_of(r, "steady_sys_us_per_read")?)
+    };
+    extra.insert(
+        "steady_cpu_us_per_read_over_direct".into(),
+        json!(per_round(runs, direct, |r, d| Some(cpu(r)? - cpu(d)?))),
+    );
 }
 
 /// db_bench's `(F of N found)` on the line of `benchmark`.
@@ -472,6 +921,121 @@ Percentiles: P50: 30.12 P75: 45.00 P99: 180.50 P99.9: 400.00 P99.99: 900.00
             parse_run(&missing, "readrandom", usage).is_none(),
             "a key not found fails"
         );
+    }
+
+    #[test]
+    fn the_sampler_puts_each_seconds_cpu_between_its_report_lines() {
+        // A child that writes a report header, burns CPU (~0.5 s), writes line 1, sleeps,
+        // writes line 2 and sleeps again: second 1 holds the burn, second 2 nothing.
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("report.csv");
+        std::fs::write(&report, "stale\n1,1\n2,1\n3,1\n").unwrap();
+        let script = format!(
+            "echo secs_elapsed,interval_qps > {r}; \
+             i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; \
+             echo 1,100 >> {r}; sleep 0.4; echo 2,300 >> {r}; sleep 0.2",
+            r = report.display()
+        );
+        let f = run_sampled(
+            Command::new("sh").args(["-c", &script]),
+            dir.path(),
+            &report,
+            SAMPLE_PERIOD,
+        )
+        .unwrap();
+        assert_eq!(f.code, 0, "{}", f.stderr);
+        assert!(
+            f.samples.iter().all(|s| s.report_lines <= 3),
+            "the stale report was removed first: {:?}",
+            f.samples
+        );
+        let rates = parse_report_csv(&std::fs::read_to_string(&report).unwrap());
+        assert_eq!(rates, vec![100.0, 300.0]);
+        let cpu = windows::cpu_per_second(&f.samples);
+        assert_eq!(cpu.secs.len(), 2, "{:?}", f.samples);
+        let total = |c: &windows::Cpu| c.user_secs + c.sys_secs;
+        // The burn, less at most a sampling period before the header was seen.
+        assert!(total(&cpu.secs[0]) >= 0.2, "{cpu:?}");
+        assert!(total(&cpu.secs[1]) <= 0.03, "{cpu:?}");
+        assert!(
+            f.usage.user_secs + f.usage.sys_secs >= total(&cpu.secs[0]),
+            "{:?}",
+            f.usage
+        );
+        // The windows of this run: second 1 cold, second 2 steady.
+        let mut extra = Map::new();
+        let w = record_seconds(
+            &mut extra,
+            &rates,
+            &f.samples,
+            WindowSpec {
+                cold_secs: 1,
+                steady_secs: 1,
+            },
+        );
+        assert_eq!(extra["per_sec"], json!([100.0, 300.0]));
+        assert_eq!(w.steady.map(|s| s.ops_per_sec), Some(300.0));
+        assert!(w.cold.unwrap().user_us_per_read + w.cold.unwrap().sys_us_per_read >= 2000.0);
+    }
+
+    /// A run whose extras have the windows' figures of `ops` (cold, warm-up, steady; None:
+    /// too short) and `us` µs of user and of system time per read in each.
+    fn windowed(ops: [Option<f64>; 3], us: f64) -> RunResult {
+        let mut extra = Map::new();
+        for (name, ops) in WINDOW_NAMES.into_iter().zip(ops) {
+            extra.insert(format!("{name}_ops_per_sec"), json!(ops));
+            extra.insert(format!("{name}_user_us_per_read"), json!(ops.map(|_| us)));
+            extra.insert(format!("{name}_sys_us_per_read"), json!(ops.map(|_| us)));
+        }
+        RunResult {
+            extra,
+            ..RunResult::default()
+        }
+    }
+
+    #[test]
+    fn rows_take_medians_of_rounds_and_of_per_round_ratios() {
+        let kernel = [
+            windowed([Some(100.0), Some(100.0), Some(100.0)], 5.0),
+            windowed([Some(200.0), Some(200.0), Some(200.0)], 5.0),
+            windowed([Some(100.0), Some(100.0), Some(100.0)], 5.0),
+        ];
+        let direct = [
+            windowed([Some(50.0), Some(50.0), Some(50.0)], 4.0),
+            windowed([Some(50.0), Some(50.0), Some(50.0)], 3.0),
+            windowed([Some(50.0), Some(50.0), Some(50.0)], 4.0),
+        ];
+        // The last round too short for its steady window.
+        let folio = [
+            windowed([Some(110.0), Some(100.0), Some(120.0)], 4.0),
+            windowed([Some(180.0), Some(200.0), Some(260.0)], 4.0),
+            windowed([Some(90.0), Some(100.0), None], 9.0),
+        ];
+        let mut extra = Map::new();
+        record_window_medians(&mut extra, &folio, &kernel, &direct);
+        // cold: 110, 180, 90 -> 110; per round over the kernel: 1.1, 0.9, 0.9 -> 0.9.
+        assert_eq!(extra["cold_ops_per_sec_median"], json!(110.0));
+        assert_eq!(extra["cold_vs_kernel"], json!(0.9));
+        assert_eq!(extra["cold_vs_direct"], json!(2.2));
+        // steady: rounds 1 and 2 only: 120 and 260 -> the lower middle, 120; over the
+        // kernel 1.2 and 1.3 -> 1.2; CPU per read 8 us against direct's 8 and 6 -> 0.
+        assert_eq!(extra["steady_ops_per_sec_median"], json!(120.0));
+        assert_eq!(extra["steady_vs_kernel"], json!(1.2));
+        assert_eq!(extra["steady_user_us_per_read_median"], json!(4.0));
+        assert_eq!(extra["steady_cpu_us_per_read_over_direct"], json!(0.0));
+        assert_eq!(extra["steady_rounds"], json!([true, true, false]));
+        assert_eq!(
+            extra["steady_ops_per_sec_runs"],
+            json!([120.0, 260.0, null]),
+            "every round's, in order"
+        );
+        // No round with a window: null, not a number.
+        let short = [windowed([None, None, None], 1.0)];
+        let mut extra = Map::new();
+        record_window_medians(&mut extra, &short, &kernel[..1], &direct[..1]);
+        assert_eq!(extra["steady_ops_per_sec_median"], Value::Null);
+        assert_eq!(extra["steady_vs_direct"], Value::Null);
+        assert_eq!(extra["steady_cpu_us_per_read_over_direct"], Value::Null);
     }
 
     #[test]
