@@ -678,6 +678,9 @@ fn valgrind_on_path() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The seed of the probe's plan (the parent builds the same plan to know its reads).
+const PROBE_SEED: u64 = 0xca11;
+
 /// The hidden `miss-cost-probe`: one system's round, for callgrind to count.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ProbeArgs {
@@ -715,7 +718,7 @@ pub fn probe_main(args: &ProbeArgs) -> io::Result<()> {
         args.misses,
         args.hits,
         mib(args.full_cache_mib),
-        0xca11,
+        PROBE_SEED,
     );
     // Not made cold: callgrind counts user-space instructions, the same for a kernel
     // miss and hit, and folio and direct read with O_DIRECT.
@@ -734,9 +737,14 @@ fn count_instructions(
     path: &Path,
 ) -> io::Result<Vec<(System, &'static str, f64)>> {
     // Fewer reads than the timed rounds: callgrind runs ~50x slower, and the count per
-    // read is what is wanted.
-    let misses = 2000u64;
-    let hits = 20_000u64;
+    // read is what is wanted. The probe's plan, as the probe builds it: a small file
+    // holds fewer misses than asked.
+    let (misses, hits) = (2000u64, 20_000u64);
+    let full_cache_bytes = mib(args.full_cache_mib.unwrap_or(64));
+    let file_bytes = std::fs::metadata(path)?.len();
+    let misses_done = Plan::new(path, file_bytes, misses, 0, full_cache_bytes, PROBE_SEED)
+        .misses
+        .len() as u64;
     let out_dir = env.dir.join("callgrind");
     std::fs::create_dir_all(&out_dir)?;
     let mut counts = Vec::new();
@@ -772,7 +780,7 @@ fn count_instructions(
                 .ok_or_else(|| io::Error::other(format!("no totals in {}", out.display())))
         };
         let alone = count(0)?;
-        counts.push((system, "miss", alone as f64 / misses as f64));
+        counts.push((system, "miss", alone as f64 / misses_done.max(1) as f64));
         if system != System::Direct {
             // The timed pass and the verifying one: two reads per hit.
             let both = count(hits)?;
