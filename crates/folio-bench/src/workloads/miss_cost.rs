@@ -281,6 +281,8 @@ struct Account {
     sys_us: f64,
     vcsw: i64,
     ivcsw: i64,
+    /// Minor page faults (a page of fresh memory touched, or mapped again).
+    minflt: i64,
 }
 
 impl Account {
@@ -297,6 +299,7 @@ impl Account {
             sys_us: us(usage.ru_stime),
             vcsw: usage.ru_nvcsw,
             ivcsw: usage.ru_nivcsw,
+            minflt: usage.ru_minflt,
         })
     }
 }
@@ -329,6 +332,9 @@ pub struct PerOp {
     pub ivcsw: f64,
     pub process_vcsw: f64,
     pub process_ivcsw: f64,
+    /// Minor page faults of the thread and of the process.
+    pub minflt: f64,
+    pub process_minflt: f64,
 }
 
 impl PerOp {
@@ -344,6 +350,8 @@ impl PerOp {
             ivcsw: (b.thread.ivcsw - a.thread.ivcsw) as f64 / n,
             process_vcsw: (b.process.vcsw - a.process.vcsw) as f64 / n,
             process_ivcsw: (b.process.ivcsw - a.process.ivcsw) as f64 / n,
+            minflt: (b.thread.minflt - a.thread.minflt) as f64 / n,
+            process_minflt: (b.process.minflt - a.process.minflt) as f64 / n,
         }
     }
 
@@ -357,6 +365,8 @@ impl PerOp {
             "ivcsw": self.ivcsw,
             "process_vcsw": self.process_vcsw,
             "process_ivcsw": self.process_ivcsw,
+            "minflt": self.minflt,
+            "process_minflt": self.process_minflt,
         })
     }
 }
@@ -564,6 +574,8 @@ fn medians(rounds: impl Iterator<Item = PerOp>) -> Value {
         ivcsw: m(|p| p.ivcsw),
         process_vcsw: m(|p| p.process_vcsw),
         process_ivcsw: m(|p| p.process_ivcsw),
+        minflt: m(|p| p.minflt),
+        process_minflt: m(|p| p.process_minflt),
     }
     .to_json()
 }
@@ -586,7 +598,8 @@ fn add_notes_and_targets(report: &mut Report, args: &Args, counted: bool) {
         let f = |field| figure(r, s, key, field).unwrap_or(f64::NAN);
         format!(
             "{s}: wall {:.2}, thread user {:.2} + sys {:.2}, process CPU {:.2} us; context \
-             switches thread {:.2} + {:.2} involuntary, process {:.2} + {:.2}",
+             switches thread {:.2} + {:.2} involuntary, process {:.2} + {:.2}; minor faults \
+             thread {:.2}, process {:.2}",
             f("wall_us"),
             f("user_us"),
             f("sys_us"),
@@ -594,7 +607,9 @@ fn add_notes_and_targets(report: &mut Report, args: &Args, counted: bool) {
             f("vcsw"),
             f("ivcsw"),
             f("process_vcsw"),
-            f("process_ivcsw")
+            f("process_ivcsw"),
+            f("minflt"),
+            f("process_minflt")
         )
     };
     let mut notes = vec![
