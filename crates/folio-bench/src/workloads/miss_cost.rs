@@ -529,7 +529,10 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         }
     }
 
-    add_notes_and_targets(&mut report, args, callgrind.is_some());
+    add_notes_and_targets(&mut report, args);
+    if callgrind.is_some() {
+        add_instructions(&mut report);
+    }
     report.limits = env.limits()?;
     Ok(report)
 }
@@ -591,7 +594,7 @@ fn figure(report: &Report, system: System, key: &str, field: &str) -> Option<f64
         .as_f64()
 }
 
-fn add_notes_and_targets(report: &mut Report, args: &Args, counted: bool) {
+fn add_notes_and_targets(report: &mut Report, args: &Args) {
     let rows = report.clone();
     let rows = &rows;
     let line = |r: &Report, s: System, key: &str| {
@@ -632,31 +635,6 @@ fn add_notes_and_targets(report: &mut Report, args: &Args, counted: bool) {
     for n in notes {
         report.note(n);
     }
-    if counted {
-        let get = |s: System, key: &str| {
-            rows.rows
-                .iter()
-                .find(|r| r.system == s.as_str())
-                .and_then(|r| r.extra.get(key)?.as_f64())
-        };
-        report.note(format!(
-            "instructions (callgrind, user space only, inside the reads: folio File::read_at, the others their pread): per miss \
-             direct {:.0}, kernel {:.0}, folio {:.0}, folio-full {:.0}; per 64 B hit kernel \
-             {:.0}, folio {:.0}, folio-full {:.0}",
-            get(System::Direct, "miss_instructions").unwrap_or(f64::NAN),
-            get(System::Kernel, "miss_instructions").unwrap_or(f64::NAN),
-            get(System::Folio, "miss_instructions").unwrap_or(f64::NAN),
-            get(System::FolioFull, "miss_instructions").unwrap_or(f64::NAN),
-            get(System::Kernel, "hit_instructions").unwrap_or(f64::NAN),
-            get(System::Folio, "hit_instructions").unwrap_or(f64::NAN),
-            get(System::FolioFull, "hit_instructions").unwrap_or(f64::NAN),
-        ));
-        report.targets.push(Target::at_most(
-            "miss-cost: folio instructions per 64 B hit, its copy included",
-            get(System::Folio, "hit_instructions"),
-            HIT_INSTRUCTIONS_MAX,
-        ));
-    }
     let direct = |field| figure(rows, System::Direct, "miss", field);
     for folio in [System::Folio, System::FolioFull] {
         let cpu = figure(rows, folio, "miss", "process_cpu_us");
@@ -683,6 +661,35 @@ fn add_notes_and_targets(report: &mut Report, args: &Args, counted: bool) {
          that every miss evicts; kernel: buffered pread, POSIX_FADV_RANDOM, cold; direct: \
          O_DIRECT pread into an aligned buffer",
         args.full_cache_mib.unwrap_or(64)
+    ));
+}
+
+/// The instructions' note and the hit's target, once callgrind has counted them.
+fn add_instructions(report: &mut Report) {
+    let rows = report.clone();
+    let rows = &rows;
+    let get = |s: System, key: &str| {
+        rows.rows
+            .iter()
+            .find(|r| r.system == s.as_str())
+            .and_then(|r| r.extra.get(key)?.as_f64())
+    };
+    report.note(format!(
+        "instructions (callgrind, user space only, inside the reads: folio's \
+         File::read_at, the others' pread): per miss direct {:.0}, kernel {:.0}, folio \
+         {:.0}, folio-full {:.0}; per 64 B hit kernel {:.0}, folio {:.0}, folio-full {:.0}",
+        get(System::Direct, "miss_instructions").unwrap_or(f64::NAN),
+        get(System::Kernel, "miss_instructions").unwrap_or(f64::NAN),
+        get(System::Folio, "miss_instructions").unwrap_or(f64::NAN),
+        get(System::FolioFull, "miss_instructions").unwrap_or(f64::NAN),
+        get(System::Kernel, "hit_instructions").unwrap_or(f64::NAN),
+        get(System::Folio, "hit_instructions").unwrap_or(f64::NAN),
+        get(System::FolioFull, "hit_instructions").unwrap_or(f64::NAN),
+    ));
+    report.targets.push(Target::at_most(
+        "miss-cost: folio instructions per 64 B hit, its copy included",
+        get(System::Folio, "hit_instructions"),
+        HIT_INSTRUCTIONS_MAX,
     ));
 }
 
