@@ -300,6 +300,32 @@ fn a_slot_a_kill_left_torn_costs_its_pages_only() {
     );
 }
 
+/// A named cache that never opened a file (its owner died, or left, before the first
+/// open) leaves a segment that names no file: no database of it was deleted, so the next
+/// cache in the directory keeps it, and the next cache of its name adopts it (found by the
+/// kill test: a kill 0-5 ms after the build).
+#[test]
+fn a_kept_segment_that_names_no_file_stays_for_the_next_cache_of_its_name() {
+    let (segments, _data) = dirs();
+    drop(builder(segments.path()).build().unwrap());
+    let other = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .persistent(true)
+        .segment_dir(segments.path())
+        .build()
+        .unwrap();
+    assert!(
+        segments.path().join(NAME).exists(),
+        "it names no file, so none of its files is gone: it stays"
+    );
+    drop(other);
+    let again = builder(segments.path()).build().unwrap();
+    let adoption = again
+        .adoption()
+        .expect("the next cache of its name adopts it");
+    assert_eq!((adoption.pages_kept, adoption.files_kept), (0, 0));
+}
+
 #[test]
 fn a_kept_segment_whose_files_are_all_gone_is_removed_by_the_next_cache_in_its_dir() {
     let (segments, data) = dirs();

@@ -280,9 +280,11 @@ pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
     Ok(settled)
 }
 
-/// Removes the segment at `path`, kept for a restart (named) and written, if none of the
-/// files its slots name is still there (by path and identity): nobody can adopt its pages
-/// any more, and tmpfs memory is not the kernel's to reclaim. Returns whether it did.
+/// Removes the segment at `path`, kept for a restart (named) and written, if its slots
+/// name files and none of them is still there (by path and identity): nobody can adopt its
+/// pages any more, and tmpfs memory is not the kernel's to reclaim. A segment that names
+/// no file (its owner died before it opened one) holds no page and is kept: the next
+/// cache of that name adopts it as it is. Returns whether it removed it.
 ///
 /// Context: nobody holds the segment (it takes the segment's lock, and gives up if it
 /// cannot).
@@ -294,7 +296,11 @@ fn remove_if_files_gone(path: &Path) -> bool {
     if !header.retained() || header.state() != Some(SegmentState::Written) {
         return false;
     }
-    let any_left = segment.registered_ids().into_iter().any(|id| {
+    let ids = segment.registered_ids();
+    if ids.is_empty() {
+        return false;
+    }
+    let any_left = ids.into_iter().any(|id| {
         segment
             .slot(id)
             .and_then(|slot| slot.read())
