@@ -641,7 +641,8 @@ mod tests {
                 "odirect-best",
                 "odirect-grid",
                 "fresh-4k",
-                "fresh-huge"
+                "fresh-huge",
+                "folio-full"
             ]
         );
         for system in System::ALL {
