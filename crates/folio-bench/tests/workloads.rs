@@ -628,9 +628,10 @@ fn every_workload_runs_tiny_with_the_promised_json() {
             "{r}"
         );
         // The cache held the file (folio's resident memory counts its arena's whole
-        // chunks, so it may be a little more).
+        // chunks, so it may be a little more; the kernel's last readahead may still be
+        // landing when it is sampled: a CI run saw it two pages short).
         assert!(
-            r["cache_before_bytes"].as_u64() >= Some(32 << 20),
+            r["cache_before_bytes"].as_u64() >= Some((32 << 20) * 31 / 32),
             "the cache held the file: {r}"
         );
     }
