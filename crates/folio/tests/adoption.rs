@@ -58,6 +58,17 @@ fn first_life(segments: &Path, data: &Path) {
     assert!(segments.join(NAME).exists(), "the named segment stays");
 }
 
+/// A persistent cache without a name in the same directory: its build settles the
+/// directory (`settle_dir`), as any new cache there does.
+fn another_cache(segments: &Path) -> Cache {
+    Cache::builder()
+        .capacity_bytes(16 << 20)
+        .persistent(true)
+        .segment_dir(segments)
+        .build()
+        .unwrap()
+}
+
 fn dirs() -> (tempfile::TempDir, tempfile::TempDir) {
     let segments = tempfile::tempdir().unwrap();
     std::fs::set_permissions(segments.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -308,12 +319,7 @@ fn a_slot_a_kill_left_torn_costs_its_pages_only() {
 fn a_kept_segment_that_names_no_file_stays_for_the_next_cache_of_its_name() {
     let (segments, _data) = dirs();
     drop(builder(segments.path()).build().unwrap());
-    let other = Cache::builder()
-        .capacity_bytes(16 << 20)
-        .persistent(true)
-        .segment_dir(segments.path())
-        .build()
-        .unwrap();
+    let other = another_cache(segments.path());
     assert!(
         segments.path().join(NAME).exists(),
         "it names no file, so none of its files is gone: it stays"
@@ -331,24 +337,14 @@ fn a_kept_segment_whose_files_are_all_gone_is_removed_by_the_next_cache_in_its_d
     let (segments, data) = dirs();
     first_life(segments.path(), data.path());
     std::fs::remove_file(data.path().join("read")).unwrap();
-    let other = Cache::builder()
-        .capacity_bytes(16 << 20)
-        .persistent(true)
-        .segment_dir(segments.path())
-        .build()
-        .unwrap();
+    let other = another_cache(segments.path());
     assert!(
         segments.path().join(NAME).exists(),
         "one of its files is left: it stays"
     );
     drop(other);
     std::fs::remove_file(data.path().join("written")).unwrap();
-    let other = Cache::builder()
-        .capacity_bytes(16 << 20)
-        .persistent(true)
-        .segment_dir(segments.path())
-        .build()
-        .unwrap();
+    let other = another_cache(segments.path());
     assert!(
         !segments.path().join(NAME).exists(),
         "its database is gone: so is its memory"

@@ -226,14 +226,18 @@ impl Reader {
 fn read_whole(reader: &Reader, buf: &mut [u8], offset: u64) -> io::Result<()> {
     match reader {
         Reader::Direct(f) | Reader::Kernel(f) => f.read_exact_at(buf, offset),
-        Reader::Folio { file, .. } => {
-            let n = file.read_at(buf, offset)?;
-            if n == buf.len() {
-                Ok(())
-            } else {
-                Err(io::Error::other(format!("short read: {n} at {offset}")))
-            }
-        }
+        Reader::Folio { file, .. } => whole(file.read_at(buf, offset)?, buf.len(), offset),
+    }
+}
+
+/// A folio read of `n` bytes where `len` were asked: whole, or an error.
+fn whole(n: usize, len: usize, offset: u64) -> io::Result<()> {
+    if n == len {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "short read: {n} of {len} at {offset}"
+        )))
     }
 }
 
@@ -241,14 +245,11 @@ fn read_whole(reader: &Reader, buf: &mut [u8], offset: u64) -> io::Result<()> {
 /// callgrind run that counts `File::read_at` counts the measured reads only.
 fn fill_read(reader: &Reader, buf: &mut [u8], offset: u64) -> io::Result<()> {
     match reader {
-        Reader::Folio { file, .. } => {
-            let n = file.read_at_hint(buf, offset, folio::ReadHint::Normal)?;
-            if n == buf.len() {
-                Ok(())
-            } else {
-                Err(io::Error::other(format!("short read: {n} at {offset}")))
-            }
-        }
+        Reader::Folio { file, .. } => whole(
+            file.read_at_hint(buf, offset, folio::ReadHint::Normal)?,
+            buf.len(),
+            offset,
+        ),
         _ => read_whole(reader, buf, offset),
     }
 }
