@@ -237,13 +237,35 @@ impl File {
     ///
     /// Errors and context: as `read_at`.
     pub fn read_at_hint(&self, buf: &mut [u8], offset: u64, hint: ReadHint) -> io::Result<usize> {
-        if buf.is_empty() {
+        let request_end = checked_end(offset, buf.len())?;
+        let end = request_end.min(self.mapping.size_bytes());
+        if offset >= end {
             return Ok(0);
         }
-        let request_end = checked_end(offset, buf.len())?;
+        // The common case first, with nothing else on its path: the request lies in one
+        // cached folio.
+        let done = match self.read_hit(offset, end, buf, hint) {
+            Some(n) if offset + n as u64 >= end => return Ok(n),
+            Some(n) => n,
+            None => 0,
+        };
+        self.read_rest(buf, offset, request_end, done, hint)
+    }
+
+    /// `read_at_hint` from byte `done` of `buf` on: the loop over the request's folios,
+    /// hits and misses (which read the missing pages and wait for them). Not inlined: the
+    /// one-folio hit above stays short.
+    #[inline(never)]
+    fn read_rest(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+        request_end: u64,
+        mut done: usize,
+        hint: ReadHint,
+    ) -> io::Result<usize> {
         let core = self.core();
         let last_page = PageIndex::ceil(request_end);
-        let mut done = 0usize;
         // Whether a page of this read missed or waited: only such reads record where they
         // ended for the sequential test (`MissRequest::prev_index`), so that hits write
         // nothing shared.
@@ -254,16 +276,12 @@ impl File {
             if pos >= end {
                 break Ok(done);
             }
-            let page = PageIndex::containing(pos);
-            if let Some((n, frame, head)) =
-                self.read_optimistic(page, pos, end, &mut buf[done..], hint)
-            {
-                core.mem.counters.hit();
-                self.note_access(core.mem.arena.meta(frame), page, head, hint);
+            if let Some(n) = self.read_hit(pos, end, &mut buf[done..], hint) {
                 done += n;
                 continue;
             }
             slow = true;
+            let page = PageIndex::containing(pos);
             let folio = match self.get_uptodate(page, last_page, hint) {
                 Ok(Some(folio)) => folio,
                 Ok(None) => continue, // the file shrank: `end` drops on the next turn
@@ -287,10 +305,23 @@ impl File {
         result
     }
 
+    /// A hit at `pos` (below `end`): the bytes of `[pos, end)` in the folio of `pos`'s
+    /// page copied into `dst` (`read_optimistic`), the hit counted and the access noted
+    /// for readahead. The number of bytes copied; `None` if it was no hit.
+    #[inline(always)]
+    fn read_hit(&self, pos: u64, end: u64, dst: &mut [u8], hint: ReadHint) -> Option<usize> {
+        let page = PageIndex::containing(pos);
+        let (n, frame, head) = self.read_optimistic(page, pos, end, dst, hint)?;
+        let core = self.core();
+        core.mem.counters.hit();
+        self.note_access(core.mem.arena.meta(frame), page, head, hint);
+        Some(n)
+    }
+
     /// The hit path: copies the bytes of `[pos, end)` that lie in the folio of `page`
     /// without taking a reference; `None` if the folio is absent, not uptodate, or changed
     /// during the copy.
-    #[inline]
+    #[inline(always)]
     fn read_optimistic(
         &self,
         page: PageIndex,

@@ -25,7 +25,7 @@ use crate::eviction::ReadHint;
 use crate::filemap::{Waiter, Window};
 use crate::folio::FolioMeta;
 use crate::readahead::{self, Decision, MissRequest};
-use crate::refcount::{PREFETCHED, READAHEAD};
+use crate::refcount::{StateWord, PREFETCHED, READAHEAD};
 use crate::stats;
 use crate::types::{Order, PageIndex};
 
@@ -36,7 +36,7 @@ const FORCED_CHUNK_PAGES: u64 = 512;
 impl File {
     /// A read touched a folio: clears its prefetched bit, and if it carries the readahead
     /// marker, starts the next window. One load when neither is set (the common hit).
-    #[inline]
+    #[inline(always)]
     pub(super) fn note_access(
         &self,
         meta: &FolioMeta,
@@ -45,9 +45,21 @@ impl File {
         hint: ReadHint,
     ) {
         let state = meta.state.load();
-        if !state.is_prefetched() && !state.is_readahead() {
-            return;
+        if state.is_prefetched() || state.is_readahead() {
+            self.note_marked_access(meta, state, page, head, hint);
         }
+    }
+
+    /// `note_access` of a folio that carries either bit (out of the hit's line).
+    #[inline(never)]
+    fn note_marked_access(
+        &self,
+        meta: &FolioMeta,
+        state: StateWord,
+        page: PageIndex,
+        head: PageIndex,
+        hint: ReadHint,
+    ) {
         meta.state.test_and_clear(PREFETCHED);
         if state.is_readahead() && meta.state.test_and_clear(READAHEAD) {
             let (_, _, order) = meta.identity();

@@ -71,7 +71,7 @@ impl Index {
     /// reads as missing or as a folio whose identity does not match.
     ///
     /// Context: any thread, no lock; does not sleep.
-    #[inline]
+    #[inline(always)]
     pub fn lookup_hinted(&self, hint: &RootHint, index: PageIndex) -> Entry {
         if let Some((root, shift)) = hint.node(self) {
             return Self::lookup_below(root, shift, index);
@@ -92,7 +92,7 @@ impl Index {
     /// loads go out together, one cache miss per level rather than two in a row. A node
     /// found at another shift was reused while the walk reached it: the page reads as
     /// missing (a stale walk; the tree's height bounds the loop).
-    #[inline]
+    #[inline(always)]
     fn lookup_below(root: &Node, root_shift: u32, index: PageIndex) -> Entry {
         if root_shift > SHIFT_MAX || (index.0 >> root_shift) >> SLOT_SHIFT != 0 {
             return Entry::Empty;
@@ -101,15 +101,20 @@ impl Index {
         let mut shift = root_shift;
         loop {
             let slot = ((index.0 >> shift) & SLOT_MASK) as usize;
-            let entry = node.get(slot);
+            let step = node.child(slot);
             if node.shift() != shift {
                 return Entry::Empty;
             }
-            match entry {
-                Decoded::Node(child) if shift >= SLOT_SHIFT => {
+            let entry = match step {
+                Ok(child) if shift >= SLOT_SHIFT => {
                     node = child;
                     shift -= SLOT_SHIFT;
+                    continue;
                 }
+                Ok(_) => return Entry::Empty,
+                Err(entry) => entry,
+            };
+            match entry {
                 Decoded::Node(_) | Decoded::Empty => return Entry::Empty,
                 Decoded::Shadow(v) => return Entry::Shadow(v),
                 Decoded::Folio(frame, order) | Decoded::Sibling { frame, order, .. } => {

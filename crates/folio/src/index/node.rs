@@ -102,6 +102,18 @@ impl Raw {
         Raw(addr)
     }
 
+    /// The node this value points at, if it is a node pointer: a walk's step down, one
+    /// test of the tag instead of the full `decode`. Private, as `decode`.
+    #[inline]
+    fn as_node<'a>(self) -> Option<&'a Node> {
+        if self.0 & TAG_MASK != TAG_NODE || self.0 == 0 {
+            return None;
+        }
+        let ptr: *const Node = std::ptr::with_exposed_provenance(self.0);
+        // SAFETY: as `decode`'s for a node pointer (type-stable nodes).
+        Some(unsafe { &*ptr })
+    }
+
     /// Decodes the value. Private: the lifetime of the node reference is only justified
     /// for a value loaded from a slot or the root of the index (`Node::get`, `Root::get`).
     fn decode<'a>(self) -> Decoded<'a> {
@@ -185,6 +197,14 @@ impl Node {
     #[inline]
     pub(super) fn get(&self, slot: usize) -> Decoded<'_> {
         self.load(slot).decode()
+    }
+
+    /// The child node in `slot`, or the slot's value decoded if it holds none: the hit
+    /// path's step down (`Index::lookup`), with the common case tested first.
+    #[inline]
+    pub(super) fn child(&self, slot: usize) -> Result<&Node, Decoded<'_>> {
+        let raw = self.load(slot);
+        raw.as_node().ok_or_else(|| raw.decode())
     }
 
     /// Context: the index's lock is held.
