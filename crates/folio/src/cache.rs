@@ -242,7 +242,8 @@ impl CacheBuilder {
 
     /// Which pages the kernel backs the cache's memory with (default:
     /// [`ArenaPages::Auto`]: chunk by chunk as the arena grows, huge pages for the memory
-    /// large folios take, 4 KiB pages for small ones). `Small` makes every first touch
+    /// large folios take while their first touch costs at most twice a 4 KiB page's here,
+    /// 4 KiB pages for small ones). `Small` makes every first touch
     /// cheap (several times cheaper where huge pages are slow to fault in: 7x on the VM
     /// this was measured on); `Huge` gives hits over a large cache fewer TLB misses and
     /// large reads fewer segments. See [`ArenaPages`].

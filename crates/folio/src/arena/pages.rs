@@ -4,7 +4,9 @@
 //! Design: the mapping is advised once at build (`MADV_HUGEPAGE` for `Huge`,
 //! `MADV_NOHUGEPAGE` otherwise), and under `Auto` each chunk again as it is claimed,
 //! before anything touches it (`advise_chunk`): huge pages when most frames allocated
-//! lately were large (`Demand`), else 4 KiB pages. A chunk's decision is kept as one bit
+//! lately were large (`Demand`) and huge pages' first touch, as the populator measured
+//! it here, costs what they are worth (`TouchCost`), else 4 KiB pages. A chunk's decision
+//! is kept as one bit
 //! (`huge_chunks`), which the hit's prefetch (`copy`) and the stats (`huge_bytes`) read.
 //! `prefault` makes an `Auto` arena all huge. The figures behind the choice are on
 //! `ArenaPages`.
@@ -20,6 +22,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::types::{FrameId, Order, PAGE_BYTES};
 
@@ -42,7 +45,9 @@ pub enum ArenaPages {
     /// Chunk by chunk, as the arena grows (the default): a chunk is advised for huge pages
     /// when most frames allocated lately went to readahead windows or to large folios
     /// (`LARGE_ORDER` and up), else for 4 KiB pages (random reads' small folios;
-    /// `FolioUse`).
+    /// `FolioUse`). Huge pages only while their first touch, measured as the populator
+    /// faults chunks in, costs at most twice that of 4 KiB pages (`TouchCost`); otherwise
+    /// one chunk in 16 of the large folios' measures them again.
     #[default]
     Auto,
     /// 4 KiB pages (`MADV_NOHUGEPAGE`) for all of it.
@@ -88,6 +93,70 @@ struct Demand {
     large_frames: AtomicU64,
     /// The last decision: huge pages.
     last_huge: AtomicBool,
+    /// What a first touch of each kind has cost here lately.
+    touch: TouchCost,
+}
+
+/// What a chunk's first touch costs on this machine, per kind of page: the populator's
+/// time to fault a chunk in (`Arena::note_first_touch`), averaged over the last few
+/// chunks of each kind, in ns per chunk (0: not measured yet). It depends on the machine:
+/// on the README's VM a huge page faulted in at 0.35-0.5 GB/s after a while up (the host
+/// backs a fresh 2 MiB page lazily), 6-8 GB/s seconds after another huge-page user freed
+/// it, while 4 KiB pages ran at 2.4-2.6 GB/s; on bare metal both are a few hundred ns
+/// per 4 KiB.
+#[derive(Debug, Default)]
+struct TouchCost {
+    small_ns: AtomicU64,
+    huge_ns: AtomicU64,
+    /// Chunks that wanted huge pages and got 4 KiB ones because huge ones cost too much:
+    /// every `HUGE_RETRY_EVERY`th gets huge pages anyway, so that the cost is measured
+    /// again (it changes as the host's memory does).
+    huge_declined: AtomicU64,
+}
+
+/// Huge pages are worth their first touch up to this many times the cost of 4 KiB
+/// pages': they read a 2 MiB folio in one segment and hit with fewer TLB misses (a cold
+/// one-thread scan ran at 0.95x the kernel on huge pages and 0.77x on 4 KiB ones when
+/// both faulted in at ~2.5 GB/s), but a scan that outruns the populator pays the first
+/// touch itself (0.27x the kernel with huge pages at 0.5 GB/s).
+const HUGE_TOUCH_RATIO_MAX: u64 = 2;
+/// One chunk in this many that wanted huge pages, but was declined them, gets them to
+/// measure their cost again (`TouchCost::huge_declined`).
+const HUGE_RETRY_EVERY: u64 = 16;
+
+impl TouchCost {
+    /// Notes one chunk's first touch: `ns` for a chunk of `kind`.
+    fn note(&self, kind: PageKind, ns: u64) {
+        let average = match kind {
+            PageKind::Small => &self.small_ns,
+            PageKind::Huge => &self.huge_ns,
+        };
+        // A quarter of the new sample: the last few chunks weigh most. Racy (the
+        // populator is the usual one noting): a lost sample only shifts a heuristic.
+        let old = average.load(Ordering::Relaxed);
+        let new = if old == 0 { ns } else { (old * 3 + ns) / 4 };
+        average.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether a chunk that demand wants huge gets huge pages: yes until both kinds were
+    /// measured (a huge chunk measures itself; once it has, one 4 KiB chunk measures the
+    /// other kind), then while huge pages cost at most `HUGE_TOUCH_RATIO_MAX` times as
+    /// much, and otherwise once in `HUGE_RETRY_EVERY`.
+    fn huge_worth_it(&self) -> bool {
+        let huge = self.huge_ns.load(Ordering::Relaxed);
+        let small = self.small_ns.load(Ordering::Relaxed);
+        if huge == 0 {
+            return true;
+        }
+        if small == 0 {
+            return false;
+        }
+        if huge <= small.saturating_mul(HUGE_TOUCH_RATIO_MAX) {
+            return true;
+        }
+        self.huge_declined.fetch_add(1, Ordering::Relaxed) % HUGE_RETRY_EVERY
+            == HUGE_RETRY_EVERY - 1
+    }
 }
 
 impl Demand {
@@ -100,7 +169,8 @@ impl Demand {
         counter.fetch_add(order.pages(), Ordering::Relaxed);
     }
 
-    /// Decides a chunk's pages: huge if most frames allocated lately were large. With
+    /// Decides a chunk's pages: huge if most frames allocated lately were large, and
+    /// huge pages' first touch costs what they are worth here (`TouchCost`). With
     /// nothing allocated since the counts halved to zero, the last decision again (and
     /// before any, small: the cheaper guess to fault in): the populator claims chunks in
     /// bursts after a readahead window, and each claim halves the counts, so a cold
@@ -118,7 +188,7 @@ impl Demand {
             large > small
         };
         self.last_huge.store(huge, Ordering::Relaxed);
-        if huge {
+        if huge && self.touch.huge_worth_it() {
             PageKind::Huge
         } else {
             PageKind::Small
@@ -211,6 +281,23 @@ impl Arena {
             };
             self.pages.policy = ArenaPages::Huge;
         }
+    }
+
+    /// Notes what the first touch of a chunk of `frames` frames at `start` cost
+    /// (`populate`): `ArenaPages::Auto`'s next decisions weigh it.
+    pub(super) fn note_first_touch(&self, start: FrameId, frames: u32, took: Duration) {
+        if frames != CHUNK_FRAMES {
+            return; // the arena's last, shorter chunk: not comparable
+        }
+        let kind = if self.on_huge_chunk(start) {
+            PageKind::Huge
+        } else {
+            PageKind::Small
+        };
+        self.pages
+            .demand
+            .touch
+            .note(kind, took.as_nanos().min(u128::from(u64::MAX)) as u64);
     }
 
     /// Whether `frame`'s chunk was advised for huge pages (a relaxed look: the bit is set
@@ -378,6 +465,34 @@ mod tests {
         for frame in [0, CHUNK_FRAMES, 3 * CHUNK_FRAMES + 6] {
             arena.prefetch(FrameId(frame), 0, PAGE_BYTES);
         }
+    }
+
+    #[test]
+    fn huge_pages_are_declined_while_their_first_touch_costs_too_much() {
+        let demand = Demand::default();
+        let wanting_huge = |demand: &Demand| {
+            demand.note(Order::MAX, FolioUse::Request);
+            demand.decide()
+        };
+        assert_eq!(wanting_huge(&demand), PageKind::Huge, "nothing measured");
+        demand.touch.note(PageKind::Huge, 5_000_000);
+        assert_eq!(
+            wanting_huge(&demand),
+            PageKind::Small,
+            "huge pages measured: one 4 KiB chunk measures the other kind"
+        );
+        demand.touch.note(PageKind::Small, 1_000_000);
+        // Five times 4 KiB pages' cost: declined, but one chunk in HUGE_RETRY_EVERY gets
+        // huge pages to measure them again.
+        let huge = (0..2 * HUGE_RETRY_EVERY)
+            .filter(|_| wanting_huge(&demand) == PageKind::Huge)
+            .count();
+        assert_eq!(huge, 2);
+        // Those retries find huge pages cheap again: huge.
+        for _ in 0..8 {
+            demand.touch.note(PageKind::Huge, 1_500_000);
+        }
+        assert_eq!(wanting_huge(&demand), PageKind::Huge);
     }
 
     #[test]

@@ -197,8 +197,10 @@ impl Arena {
         u64::from(self.listed_frames()) < self.capacity_frames()
     }
 
-    /// Faults a claimed chunk in, before it is listed.
+    /// Faults a claimed chunk in, before it is listed, and notes what that cost
+    /// (`note_first_touch`: the page kinds `ArenaPages::Auto` chooses).
     fn populate_chunk(&self, chunk: &Range<u32>) {
+        let began = std::time::Instant::now();
         // SAFETY: the chunk lies inside the arena and is claimed by the caller, so nobody
         // references its memory: never allocated, never listed (`chunk`'s invariants).
         unsafe {
@@ -207,6 +209,11 @@ impl Arena {
                 (chunk.end - chunk.start) as usize * PAGE_BYTES,
             )
         };
+        self.note_first_touch(
+            FrameId(chunk.start),
+            chunk.end - chunk.start,
+            began.elapsed(),
+        );
     }
 }
 
