@@ -163,6 +163,9 @@ fn unsafe_segment_dirs_are_refused() {
     let segment = cache.segment_path().expect("a segment");
     let keeper = cache.keeper_pid().expect("a keeper");
     assert!(segment.starts_with(&open) && segment.exists());
+    // A name of its own, so that killing the owner by its name spares the keeper.
+    let comm = std::fs::read_to_string(format!("/proc/{keeper}/comm")).unwrap();
+    assert_eq!(comm.trim_end(), "folio-keeper");
     drop(cache);
     let status = harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of a dropped cache");
     assert!(

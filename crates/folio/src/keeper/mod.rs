@@ -103,6 +103,9 @@ pub fn spawn(segment: &Segment) -> io::Result<KeeperLink> {
     }
 }
 
+/// The keeper process's name (its `comm`).
+const KEEPER_NAME: &std::ffi::CStr = c"folio-keeper";
+
 /// The descriptors the keeper keeps, after the three standard ones.
 const LINK_FD: RawFd = 3;
 const SEGMENT_FD: RawFd = 4;
@@ -118,6 +121,11 @@ fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &
     // small, and what it guards is the owner's unsynced writes. Elsewhere this fails, and
     // the keeper is as killable as any small process.
     let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
+    // A name of its own (`ps`, `/proc/<pid>/comm`): a fork keeps the owner's, and a
+    // `pkill db_bench` meant for the owner then killed the keeper too, and with it the
+    // unsynced writes it guards. The command line stays the owner's (no `exec`).
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, KEEPER_NAME.as_ptr(), 0, 0, 0) };
     // `isolate` made the pidfd `PIDFD` and closed the original.
     std::mem::forget(pidfd);
     // SAFETY: getpid has no preconditions.

@@ -43,6 +43,12 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
             published = Instant::now();
         }
         for range in core.dirty_files.take_write_behind() {
+            // Before the pages go: the reserve's `fallocate` waits for the file's writes
+            // in flight, here rather than in the appending writer.
+            range
+                .mapping
+                .write
+                .reserve_ahead(range.mapping.size_bytes());
             start(
                 &core,
                 &*backend,
