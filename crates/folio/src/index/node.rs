@@ -110,22 +110,21 @@ impl Raw {
             return None;
         }
         let ptr: *const Node = std::ptr::with_exposed_provenance(self.0);
-        // SAFETY: as `decode`'s for a node pointer (type-stable nodes).
+        // SAFETY: type-stable nodes (module docs): a node pointer in a slot or the root of
+        // an index points at a node of that index, valid until the index is dropped; the
+        // callers bound 'a by a borrow of that index.
         Some(unsafe { &*ptr })
     }
 
     /// Decodes the value. Private: the lifetime of the node reference is only justified
     /// for a value loaded from a slot or the root of the index (`Node::get`, `Root::get`).
     fn decode<'a>(self) -> Decoded<'a> {
+        if let Some(node) = self.as_node() {
+            return Decoded::Node(node);
+        }
         match self.0 & TAG_MASK {
-            _ if self.0 == 0 => Decoded::Empty,
-            TAG_NODE => {
-                let ptr: *const Node = std::ptr::with_exposed_provenance(self.0);
-                // SAFETY: type-stable nodes (module docs): a node pointer in a slot or the
-                // root of an index points at a node of that index, valid until the index
-                // is dropped; the callers bound 'a by a borrow of that index.
-                Decoded::Node(unsafe { &*ptr })
-            }
+            // Zero; any other value of the node tag is a node, taken above.
+            TAG_NODE => Decoded::Empty,
             TAG_FOLIO => Decoded::Folio(
                 FrameId((self.0 >> 6) as u32),
                 Order::clamped(((self.0 >> 2) & 0xf) as u8),
