@@ -343,9 +343,8 @@ impl Drop for Engine {
             let _ = thread.join();
         }
         // The last figures, after the final writeback, for whoever looks at the segment
-        // once the process is gone (before `detach_threads` forgets the hits).
+        // once the process is gone.
         self.core.publish_stats(self.backend.name());
-        self.core.mem.counters.detach_threads();
         self.dismiss_keeper();
     }
 }

@@ -8,21 +8,26 @@
 //! -p folio-capi --test header` regenerates the C side).
 //!
 //! Miss-path counters are shared atomics: they move next to an I/O. The hit path must not
-//! do an atomic read-modify-write (DESIGN.md §2), so hits are counted per thread: each
-//! thread owns a `ThreadCounters` block per cache, registered once, that only it writes
-//! (load then store, no RMW, no shared cache line); `Cache::stats` sums the blocks.
-//! Gauges are not counted here: `Core::stats` (pagecache.rs) fills them in from the
-//! arena, the mappings and the reclaimer when it takes the snapshot.
+//! do an atomic read-modify-write (DESIGN.md §2), so hits are counted per thread: every
+//! cache has a block of counters per thread slot (`ThreadCounters`, a cache line each),
+//! and a thread counts in the block of its slot, which only it writes (load then store,
+//! no RMW, no shared line); `Cache::stats` sums the blocks. A thread takes a slot at its
+//! first hit (`THREAD_SLOT`, the same in every cache) and gives it back when it exits,
+//! so that a slot has one writer at a time and the process's threads alive at once, not
+//! all it ever started, decide how many are used. Gauges are not counted here:
+//! `Core::stats` (pagecache.rs) fills them in from the arena, the mappings and the
+//! reclaimer when it takes the snapshot.
 //!
-//! Protection: every counter is a relaxed atomic (statistics: no ordering with the data);
-//! the list of per-thread blocks is under `Counters::threads`' mutex, taken when a thread
-//! registers its block and by the snapshot.
+//! Protection: every counter is a relaxed atomic (statistics: no ordering with the data).
+//! A slot passes from an exiting thread to the next under `FREE_SLOTS`' mutex, so the
+//! next writer's first load sees the last store of the one before.
 //!
-//! Limits: a snapshot is not atomic across counters (each is read once, in turn).
+//! Limits: a snapshot is not atomic across counters (each is read once, in turn). Beyond
+//! `THREAD_SLOTS` threads counting at once, the others share one block with atomic adds.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// One field of [`Stats`]: its name and what it counts. [`Stats::FIELDS`] lists them all.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,28 +99,31 @@ macro_rules! counters {
         /// The shared counters, and the per-thread blocks of the hit path.
         #[derive(Debug)]
         pub(crate) struct Counters {
-            /// Unique in the process: keys this cache's per-thread hit blocks.
-            id: u64,
             /// Hits of the pinned path, which does atomic read-modify-writes anyway (the
             /// page's reference): added to the per-thread blocks' `hits`.
             pub pinned_hits: AtomicU64,
             $( $(#[doc = $sdoc])+ pub $shared: AtomicU64, )+
-            threads: Mutex<Vec<Arc<ThreadCounters>>>,
+            /// A block per thread slot (`THREAD_SLOTS`), each written by the thread that
+            /// holds the slot.
+            threads: Box<[ThreadCounters]>,
+            /// The block of the threads that found no slot free (atomic adds).
+            overflow: ThreadCounters,
         }
 
         impl Default for Counters {
             fn default() -> Self {
                 Counters {
-                    id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
                     pinned_hits: AtomicU64::new(0),
                     $( $shared: AtomicU64::new(0), )+
-                    threads: Mutex::new(Vec::new()),
+                    threads: (0..THREAD_SLOTS).map(|_| ThreadCounters::default()).collect(),
+                    overflow: ThreadCounters::default(),
                 }
             }
         }
 
-        /// Counters one thread writes and anyone reads.
+        /// Counters one thread writes and anyone reads: a cache line of its own.
         #[derive(Default, Debug)]
+        #[repr(align(64))]
         struct ThreadCounters {
             $( $thread: AtomicU64, )+
         }
@@ -124,12 +132,12 @@ macro_rules! counters {
             /// The counters now; the gauges, `backend` and `eviction` are left for the
             /// caller to fill in.
             ///
-            /// Context: any thread; takes the mutex of the per-thread blocks.
+            /// Context: any thread; takes no lock.
             pub fn snapshot(&self) -> Stats {
-                let threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
                 let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+                let blocks = || self.threads.iter().chain([&self.overflow]);
                 let mut stats = Stats {
-                    $( $thread: threads.iter().map(|b| get(&b.$thread)).sum(), )+
+                    $( $thread: blocks().map(|b| get(&b.$thread)).sum(), )+
                     $( $shared: get(&self.$shared), )+
                     ..Stats::default()
                 };
@@ -285,14 +293,72 @@ impl Stats {
     }
 }
 
+/// Thread slots: the per-thread blocks of each cache (a cache line each, 16 KiB a cache).
+const THREAD_SLOTS: usize = 256;
+/// `THREAD_SLOT` before the thread's first hit (and after it gave its slot back).
+const NO_SLOT: u32 = u32::MAX;
+/// `THREAD_SLOT` of a thread that found no slot free: it counts in `Counters::overflow`.
+const OVERFLOW_SLOT: u32 = u32::MAX - 1;
+
 thread_local! {
-    /// This thread's counter blocks, one per cache it counted hits for, keyed by the
-    /// cache's id; the most recently used first.
-    static LOCAL: RefCell<Vec<(u64, Arc<ThreadCounters>)>> = const { RefCell::new(Vec::new()) };
+    /// This thread's slot: the index of its block in every cache's `Counters::threads`.
+    /// A plain `Cell` with no destructor, so that the hit reads it with one load.
+    static THREAD_SLOT: Cell<u32> = const { Cell::new(NO_SLOT) };
+    /// Gives the thread's slot back when it exits (set up with the slot).
+    static SLOT_RETURN: SlotReturn = const { SlotReturn };
 }
 
-/// Ids of caches' counters, unique for the process (an address could be reused).
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+/// The thread slots free to take: `next` and up never taken, and those threads gave back.
+static FREE_SLOTS: Mutex<FreeSlots> = Mutex::new(FreeSlots {
+    next: 0,
+    returned: Vec::new(),
+});
+
+struct FreeSlots {
+    next: u32,
+    returned: Vec<u32>,
+}
+
+/// `SLOT_RETURN`'s value: its drop, at the thread's exit, frees the thread's slot.
+struct SlotReturn;
+
+impl Drop for SlotReturn {
+    fn drop(&mut self) {
+        let slot = THREAD_SLOT.replace(NO_SLOT);
+        if (slot as usize) < THREAD_SLOTS {
+            lock_free_slots().returned.push(slot);
+        }
+    }
+}
+
+fn lock_free_slots() -> std::sync::MutexGuard<'static, FreeSlots> {
+    FREE_SLOTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// This thread's slot, taken now: a free one, or `OVERFLOW_SLOT` if none is, or if the
+/// thread is exiting (its slot given back, `SLOT_RETURN` gone).
+#[cold]
+fn take_thread_slot() -> u32 {
+    let slot = {
+        let mut free = lock_free_slots();
+        match free.returned.pop() {
+            Some(slot) => slot,
+            None if (free.next as usize) < THREAD_SLOTS => {
+                free.next += 1;
+                free.next - 1
+            }
+            None => OVERFLOW_SLOT,
+        }
+    };
+    let slot = if slot != OVERFLOW_SLOT && SLOT_RETURN.try_with(|_| ()).is_err() {
+        lock_free_slots().returned.push(slot);
+        OVERFLOW_SLOT
+    } else {
+        slot
+    };
+    THREAD_SLOT.set(slot);
+    slot
+}
 
 /// What one open `File` handle caused, as [`File::stats`](crate::File::stats) returns
 /// it: the reads of missing pages and the readahead started through this handle (a page
@@ -339,52 +405,35 @@ pub(crate) fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Counters {
-    /// Counts one hit on this thread's own block: a load and a store, no RMW. The usual
-    /// case (the thread's last cache) is one comparison.
-    #[inline]
+    /// Counts one hit in this thread's block: a load and a store, no RMW.
+    #[inline(always)]
     pub fn hit(&self) {
-        let counted = LOCAL.with(|local| match local.borrow().first() {
-            Some((id, block)) if *id == self.id => {
-                let hits = &block.hits;
-                hits.store(hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-                true
-            }
-            _ => false,
-        });
-        if !counted {
-            self.hit_slow();
+        match self.threads.get(THREAD_SLOT.get() as usize) {
+            Some(block) => block.count_hit(),
+            None => self.hit_slow(),
         }
     }
 
+    /// `hit` of a thread with no slot yet, or none to have.
     #[cold]
     fn hit_slow(&self) {
-        LOCAL.with(|local| {
-            let mut local = local.borrow_mut();
-            // Blocks of dropped caches: only this thread's list still holds them.
-            local.retain(|(_, b)| Arc::strong_count(b) > 1);
-            let block = match local.iter().position(|(id, _)| *id == self.id) {
-                Some(at) => local.remove(at).1,
-                None => {
-                    let block = Arc::new(ThreadCounters::default());
-                    self.threads
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(block.clone());
-                    block
-                }
-            };
-            block.hits.fetch_add(1, Ordering::Relaxed);
-            local.insert(0, (self.id, block));
-        });
+        let slot = match THREAD_SLOT.get() {
+            NO_SLOT => take_thread_slot(),
+            slot => slot,
+        };
+        match self.threads.get(slot as usize) {
+            Some(block) => block.count_hit(),
+            None => bump(&self.overflow.hits),
+        }
     }
+}
 
-    /// Forgets this cache's blocks; called when the cache is dropped, so that threads
-    /// prune their blocks of it.
-    pub fn detach_threads(&self) {
-        self.threads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+impl ThreadCounters {
+    /// One more hit, by the thread that holds this block's slot (its only writer).
+    #[inline(always)]
+    fn count_hit(&self) {
+        self.hits
+            .store(self.hits.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     }
 }
 
@@ -416,6 +465,44 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Stats::FIELDS.len(), "a name is listed twice");
+    }
+
+    /// Threads that exit give their slot back: one after another, more of them than there
+    /// are slots, each finds one (none counts in the shared overflow block). Then more
+    /// threads at once than there are slots: the ones without a slot share the overflow
+    /// block, and no hit is lost. (One test: the slots are the process's, and the second
+    /// half holds them all for a while.)
+    #[test]
+    fn thread_slots_pass_from_exited_threads_and_overflow_loses_no_hit() {
+        let counters = Counters::default();
+        for _ in 0..2 * THREAD_SLOTS {
+            let slot = std::thread::scope(|s| {
+                s.spawn(|| {
+                    (0..5).for_each(|_| counters.hit());
+                    THREAD_SLOT.get()
+                })
+                .join()
+                .unwrap()
+            });
+            assert!((slot as usize) < THREAD_SLOTS, "slot {slot}");
+        }
+        assert_eq!(counters.snapshot().hits, 2 * THREAD_SLOTS as u64 * 5);
+        assert_eq!(counters.overflow.hits.load(Ordering::Relaxed), 0);
+
+        let counters = Counters::default();
+        let threads = THREAD_SLOTS + 44;
+        let all_alive = std::sync::Barrier::new(threads);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    counters.hit();
+                    all_alive.wait();
+                    (0..99).for_each(|_| counters.hit());
+                });
+            }
+        });
+        assert_eq!(counters.snapshot().hits, threads as u64 * 100);
+        assert!(counters.overflow.hits.load(Ordering::Relaxed) >= 44 * 100);
     }
 
     #[test]
