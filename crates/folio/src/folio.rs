@@ -88,6 +88,16 @@ impl FolioMeta {
         )
     }
 
+    /// Whether the identity last recorded is `(mapping, head, order)`: `identity() ==`
+    /// as one masked comparison of the packed word (the hit path's check; stale as
+    /// `identity`'s answer is).
+    #[inline]
+    pub fn holds(&self, mapping: MappingId, head: PageIndex, order: Order) -> bool {
+        let place = self.place.load(Ordering::Relaxed) & ((1 << ERRNO_SHIFT) - 1);
+        self.owner.load(Ordering::Relaxed) == mapping.0
+            && place == head.0 | (u64::from(order.get()) << ORDER_SHIFT)
+    }
+
     pub fn identity(&self) -> (MappingId, PageIndex, Order) {
         let owner = self.owner.load(Ordering::Relaxed);
         let place = self.place.load(Ordering::Relaxed);
@@ -124,6 +134,33 @@ impl FolioMeta {
             libc::EIO
         } else {
             errno
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_is_identity_compared_whatever_the_errno() {
+        let meta = FolioMeta::default();
+        let (mapping, head, order) = (MappingId(7), PageIndex(4096), Order::new(2));
+        meta.set_identity(mapping, head, order);
+        assert!(meta.holds(mapping, head, order));
+        meta.set_errno(libc::EIO);
+        assert!(
+            meta.holds(mapping, head, order),
+            "the errno is no part of it"
+        );
+        assert_eq!(meta.identity(), (mapping, head, order));
+        for (m, h, o) in [
+            (MappingId(8), head, order),
+            (mapping, PageIndex(4100), order),
+            (mapping, head, Order::new(3)),
+        ] {
+            assert!(!meta.holds(m, h, o), "{m:?} {h:?} {o:?}");
+            assert_ne!(meta.identity(), (m, h, o));
         }
     }
 }

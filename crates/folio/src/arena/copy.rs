@@ -20,7 +20,7 @@
 //! access sizes of `atomic_copy`'s known gap.
 
 use crate::io::atomic_zero;
-use crate::types::{FrameId, Order};
+use crate::types::{FrameId, Order, PAGE_BYTES};
 
 use super::Arena;
 
@@ -75,13 +75,15 @@ impl Arena {
     /// Copies `dst.len()` bytes from byte `from_bytes` of the folio at `frame` with
     /// a byte-wise atomic memcpy: the optimistic read's copy. The result is only meaningful
     /// if the frame's version validates afterwards.
+    #[inline(always)]
     pub fn copy_out(&self, frame: FrameId, order: Order, from_bytes: usize, dst: &mut [u8]) {
         assert!(
             from_bytes + dst.len() <= order.bytes()
                 && frame.0 + order.pages() as u32 <= self.frame_count
         );
+        let at = frame.as_usize() * PAGE_BYTES + from_bytes;
         // SAFETY: the source range lies inside the arena (asserted) and stays mapped.
-        unsafe { atomic_copy(self.frame_ptr(frame).add(from_bytes), dst) }
+        unsafe { atomic_copy(self.base.as_ptr().add(at), dst) }
     }
 
     /// Starts loading the first `PREFETCH_BYTES` of `bytes` bytes at byte `from_bytes` of

@@ -249,6 +249,7 @@ impl Arena {
         self.frame_count
     }
 
+    #[inline(always)]
     pub fn meta(&self, frame: FrameId) -> &FolioMeta {
         assert!(
             frame.0 < self.frame_count,
@@ -267,6 +268,7 @@ impl Arena {
         self.listed_frames() as usize * per_frame
     }
 
+    #[inline(always)]
     fn frame_ptr(&self, frame: FrameId) -> *mut u8 {
         assert!(
             frame.0 < self.frame_count,

@@ -352,11 +352,7 @@ impl<'a> ReadAtFuture<'a> {
                     if pos >= end {
                         return Poll::Ready(Ok(self.done));
                     }
-                    if let Some((n, frame, head)) =
-                        file.read_optimistic(page, pos, end, &mut self.buf[self.done..], hint)
-                    {
-                        core.mem.counters.hit();
-                        file.note_access(core.mem.arena.meta(frame), page, head, hint);
+                    if let Some(n) = file.read_hit(pos, end, &mut self.buf[self.done..], hint) {
                         self.done += n;
                         continue;
                     }

@@ -49,6 +49,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::eviction::ReadHint;
 use crate::filemap::Fill;
+use crate::folio::FolioMeta;
 use crate::index::{Entry, RootHint};
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
@@ -76,16 +77,22 @@ pub(crate) enum Access {
 /// An open file, read (and, opened for it, written) through its cache. Safe to share
 /// between threads (`&File` is all a read or a write needs); RocksDB-style engines share
 /// one handle among all their reader threads.
+///
+/// `repr(C)` and line-aligned: what a hit reads of the handle (the first five fields)
+/// lies in one cache line.
+#[repr(C, align(64))]
 pub struct File {
     cache: Arc<Engine>,
     mapping: Arc<Mapping>,
+    /// The index's root as this handle last saw it: the hit path's walk starts there
+    /// without waiting for the mapping's line (`index::RootHint`).
+    root_hint: RootHint,
+    /// `Advice::NoReuse` in force: reads are `ReadHint::NoReuse`.
+    no_reuse: std::sync::atomic::AtomicBool,
     fd: Arc<StdFile>,
     mode: OpenMode,
     access: Access,
     ra: RaCell,
-    /// The index's root as this handle last saw it: the hit path's walk starts there
-    /// without waiting for the mapping's line (`index::RootHint`).
-    root_hint: RootHint,
     /// The maximum window of `Advice::Normal`, in pages.
     ra_pages_normal: std::sync::atomic::AtomicU32,
     /// The file's error sequence as this handle last reported it (`errseq`): each sync
@@ -93,8 +100,6 @@ pub struct File {
     since: Mutex<Since>,
     /// What this handle's misses and readahead read from the device (`stats`).
     counters: HandleCounters,
-    /// `Advice::NoReuse` in force: reads are `ReadHint::NoReuse`.
-    no_reuse: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for File {
@@ -311,16 +316,15 @@ impl File {
     #[inline(always)]
     fn read_hit(&self, pos: u64, end: u64, dst: &mut [u8], hint: ReadHint) -> Option<usize> {
         let page = PageIndex::containing(pos);
-        let (n, frame, head) = self.read_optimistic(page, pos, end, dst, hint)?;
-        let core = self.core();
-        core.mem.counters.hit();
-        self.note_access(core.mem.arena.meta(frame), page, head, hint);
+        let (n, meta, head) = self.read_optimistic(page, pos, end, dst, hint)?;
+        self.core().mem.counters.hit();
+        self.note_access(meta, page, head, hint);
         Some(n)
     }
 
     /// The hit path: copies the bytes of `[pos, end)` that lie in the folio of `page`
-    /// without taking a reference; `None` if the folio is absent, not uptodate, or changed
-    /// during the copy.
+    /// without taking a reference: the bytes copied, the folio's side-table entry and its
+    /// head; `None` if the folio is absent, not uptodate, or changed during the copy.
     #[inline(always)]
     fn read_optimistic(
         &self,
@@ -329,10 +333,11 @@ impl File {
         end: u64,
         dst: &mut [u8],
         hint: ReadHint,
-    ) -> Option<(usize, FrameId, PageIndex)> {
+    ) -> Option<(usize, &FolioMeta, PageIndex)> {
         let core = self.core();
         let index = &self.mapping.index;
-        let Entry::Folio { frame, order, head } = index.lookup_hinted(&self.root_hint, page) else {
+        let Entry::Folio { frame, order, head } = index.lookup_candidate(&self.root_hint, page)
+        else {
             // A miss, or a stale hint: the slow path walks from the root.
             index.refresh_hint(&self.root_hint);
             return None;
@@ -343,7 +348,7 @@ impl File {
         core.mem.arena.prefetch(frame, in_folio, n);
         let meta = core.mem.arena.meta(frame);
         let version = meta.version.begin_read()?;
-        if meta.identity() != (self.mapping.id, head, order) {
+        if !meta.holds(self.mapping.id, head, order) {
             index.refresh_hint(&self.root_hint);
             return None;
         }
@@ -357,7 +362,7 @@ impl File {
         if hint == ReadHint::Normal {
             meta.state.touch();
         }
-        Some((n, frame, head))
+        Some((n, meta, head))
     }
 
     /// A pinned, zero-copy view of the folio that holds byte `offset`. The folio stays in

@@ -45,7 +45,6 @@ impl File {
     /// Context: any thread; waits for the batch's reads (and, like `read_at`, for memory
     /// when every folio is pinned).
     pub fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
-        let core = self.core();
         let hint = self.hint();
         let size = self.mapping.size_bytes();
         // 1. What hits; `done[i]` bytes of range i are copied.
@@ -61,16 +60,12 @@ impl File {
                 if pos >= end {
                     break;
                 }
-                let page = PageIndex::containing(pos);
-                let Some((n, frame, head)) =
-                    self.read_optimistic(page, pos, end, &mut buf[done[i]..], hint)
-                else {
+                let Some(n) = self.read_hit(pos, end, &mut buf[done[i]..], hint) else {
                     // 2. The pages this range still needs.
+                    let page = PageIndex::containing(pos);
                     gaps.extend(self.mapping.index.gaps(page, PageIndex::ceil(end)));
                     break;
                 };
-                core.mem.counters.hit();
-                self.note_access(core.mem.arena.meta(frame), page, head, hint);
                 done[i] += n;
             }
         }

@@ -1,4 +1,5 @@
-//! The index's lock-free walks: `lookup` (one page: the hit path), `visit` (every entry
+//! The index's lock-free walks: `lookup` (one page) and `lookup_candidate` (one page, for
+//! the hit path), `visit` (every entry
 //! of a range), and the walks the miss path and the readahead policy ask: `next_present`,
 //! `next_miss`, `prev_miss` and `gaps`.
 //!
@@ -14,17 +15,20 @@
 //! the slot under its reference, and the miss path's insertion re-checks every slot under
 //! the lock (a page found missing that is present by then is reported as a conflict).
 //! Every walk is bounded: a step down must reach a node whose shift is its parent's
-//! minus 6 (`visit`: lower than its parent's), and a subtree reached through a node that
-//! fails the check reads as missing; range walks move forward by at least one page per
+//! minus 6 (`visit`: lower than its parent's; `lookup_candidate` counts the levels
+//! instead), and a subtree reached through a node that fails the check reads as missing; range walks move forward by at least one page per
 //! answer. `lookup` computes each level's slot from the shift the level must have and
 //! checks the node's own shift after loading the slot, so the two loads go out together.
 //!
-//! The hit path starts its walk from a root hint (`RootHint`, one per `File`): the root
-//! node as the handle last saw it, with its shift, so that the walk's first loads wait
-//! for nothing but the handle. A hint goes stale when the tree grows (its node now a
-//! child: pages beyond it read as missing) or empties (its node pooled, maybe reused:
-//! answers whose identity the hit path rejects); the hit path refreshes it whenever it
-//! gets no valid folio from it, with a store only if the root moved.
+//! The hit path walks with `lookup_candidate`, from a root hint (`RootHint`, one per
+//! `File`): the root node as the handle last saw it, with its shift, so that the walk's
+//! first loads wait for nothing but the handle. It skips the shift checks above (its own
+//! count of levels bounds it): each level touches one line, the slot's, and what it names
+//! is only a candidate, which the hit path confirms by the folio's identity and version.
+//! A hint goes stale when the tree grows (its node now a child: pages beyond it read as
+//! missing) or empties (its node pooled, maybe reused: candidates whose identity the hit
+//! path rejects); the hit path refreshes it whenever it gets no valid folio from it, with
+//! a store only if the root moved.
 //!
 //! Protection: none taken; see above. Limits: page indexes below 2^60 (pages past the
 //! root's span are missing).
@@ -64,21 +68,45 @@ impl Index {
         }
     }
 
-    /// `lookup` from the root `hint` remembers (the hit path: the walk's first loads wait
-    /// neither for the root's line nor for the root node's shift), or from the root if
-    /// the hint is empty (filling it) or not this index's. A stale hint answers like a
-    /// stale walk: a page outside the old root's span, or in a node reused elsewhere,
-    /// reads as missing or as a folio whose identity does not match.
+    /// The folio that may hold page `index`, walked from the root `hint` remembers: the
+    /// hit path's lookup, which starts without waiting for the mapping's line. A candidate,
+    /// not an answer: the walk checks no node's shift (only its own count of levels bounds
+    /// it), so a stale walk (a node reused while the walk reached it, a hint whose node and
+    /// shift are of two refreshes, a hint of a tree that has since emptied) may name
+    /// another page's folio. The caller confirms the folio's identity and version, as it
+    /// must for any lock-free answer; each level then touches only the line of its slot.
+    /// `Entry::Empty` for a page that is missing, a shadow, a page past the hint's span,
+    /// and an empty hint or another index's (the caller refreshes it, and takes the slow
+    /// path).
     ///
     /// Context: any thread, no lock; does not sleep.
     #[inline(always)]
-    pub fn lookup_hinted(&self, hint: &RootHint, index: PageIndex) -> Entry {
-        if let Some((root, shift)) = hint.node(self) {
-            return Self::lookup_below(root, shift, index);
+    pub fn lookup_candidate(&self, hint: &RootHint, index: PageIndex) -> Entry {
+        let Some((mut node, shift)) = hint.node(self) else {
+            return Entry::Empty;
+        };
+        // A root's shift is at most SHIFT_MAX; a bogus one only makes a stale candidate.
+        let mut shift = shift.min(SHIFT_MAX);
+        if (index.0 >> shift) >> SLOT_SHIFT != 0 {
+            return Entry::Empty;
         }
-        // Empty (the tree was, when the hint was last filled) or another index's.
-        hint.refresh(self);
-        self.lookup(index)
+        loop {
+            match node.child_or_folio(((index.0 >> shift) & SLOT_MASK) as usize) {
+                Ok(child) if shift >= SLOT_SHIFT => {
+                    node = child;
+                    shift -= SLOT_SHIFT;
+                }
+                // A node below the leaves: a stale walk.
+                Ok(_) | Err(None) => return Entry::Empty,
+                Err(Some((frame, order))) => {
+                    return Entry::Folio {
+                        frame,
+                        order,
+                        head: index.align_down(order),
+                    }
+                }
+            }
+        }
     }
 
     /// Points `hint` at this index's root, if it moved (`RootHint::refresh`).
@@ -417,36 +445,41 @@ mod tests {
         let index = Index::default();
         let hint = RootHint::new(&index);
         assert_eq!(
-            index.lookup_hinted(&hint, p(0)),
+            index.lookup_candidate(&hint, p(0)),
             Entry::Empty,
             "an empty tree"
         );
         index
             .lock_for_insert(PageIndex(3), 1)
             .insert_run(&[folio(1, 0, 3)]);
-        // The empty hint is filled by the walk that found it empty.
-        assert_eq!(index.lookup_hinted(&hint, p(3)), index.lookup(p(3)));
+        assert_eq!(
+            index.lookup_candidate(&hint, p(3)),
+            Entry::Empty,
+            "an empty hint names nothing until it is refreshed"
+        );
+        index.refresh_hint(&hint);
         assert!(hint.node(&index).is_some(), "filled");
+        assert_eq!(index.lookup_candidate(&hint, p(3)), index.lookup(p(3)));
         // The tree grows twice: the old root (pages 0..64) goes under the new one.
         index
             .lock_for_insert(PageIndex(5000), 1)
             .insert_run(&[folio(2, 0, 5000)]);
         assert!(matches!(
-            index.lookup_hinted(&hint, p(3)),
+            index.lookup_candidate(&hint, p(3)),
             Entry::Folio {
                 frame: FrameId(1),
                 ..
             }
         ));
         assert_eq!(
-            index.lookup_hinted(&hint, p(5000)),
+            index.lookup_candidate(&hint, p(5000)),
             Entry::Empty,
             "past the stale root's span: a miss, for the slow path"
         );
         index.refresh_hint(&hint);
         for page in [3, 5000, 64, 0] {
             assert_eq!(
-                index.lookup_hinted(&hint, p(page)),
+                index.lookup_candidate(&hint, p(page)),
                 index.lookup(p(page)),
                 "{page}"
             );
@@ -456,16 +489,27 @@ mod tests {
         let foreign = RootHint::new(&other);
         other.refresh_hint(&foreign);
         for page in [3, 5000, 0, 512] {
-            assert_eq!(
-                index.lookup_hinted(&foreign, p(page)),
-                index.lookup(p(page))
-            );
+            assert_eq!(index.lookup_candidate(&foreign, p(page)), Entry::Empty);
         }
         index.refresh_hint(&foreign);
         assert!(
             foreign.node(&index).is_none(),
             "not filled from another index"
         );
+    }
+
+    #[test]
+    fn a_candidate_is_the_folio_of_its_page_and_never_a_shadow() {
+        let index = sample();
+        let hint = RootHint::new(&index);
+        index.refresh_hint(&hint);
+        for page in (0..1100).chain([1 << 20, (1 << 20) + 1]) {
+            let want = match index.lookup(p(page)) {
+                Entry::Shadow(_) => Entry::Empty,
+                other => other,
+            };
+            assert_eq!(index.lookup_candidate(&hint, p(page)), want, "{page}");
+        }
     }
 
     #[test]

@@ -205,6 +205,9 @@ pub enum Leave {
     Empty,
 }
 
+/// `repr(C)`: the root and the id first, the fields a lookup reads (`Mapping` keeps them
+/// in the line the hit reads).
+#[repr(C)]
 pub struct Index {
     root: Root,
     /// Unique for the life of the process: what a `RootHint` checks it belongs to.

@@ -116,6 +116,17 @@ impl Raw {
         Some(unsafe { &*ptr })
     }
 
+    /// The folio a folio entry or a sibling names; `None` for any other value.
+    #[inline(always)]
+    fn named_folio(self) -> Option<(FrameId, Order)> {
+        match self.decode() {
+            Decoded::Folio(frame, order) | Decoded::Sibling { frame, order, .. } => {
+                Some((frame, order))
+            }
+            Decoded::Node(_) | Decoded::Empty | Decoded::Shadow(_) => None,
+        }
+    }
+
     /// Decodes the value. Private: the lifetime of the node reference is only justified
     /// for a value loaded from a slot or the root of the index (`Node::get`, `Root::get`).
     fn decode<'a>(self) -> Decoded<'a> {
@@ -206,6 +217,15 @@ impl Node {
         raw.as_node().ok_or_else(|| raw.decode())
     }
 
+    /// A slot as the hit's walk reads it (`Index::lookup_candidate`): the child node to
+    /// step down to, or else the folio a folio or sibling entry names (`None` for an empty
+    /// slot or a shadow).
+    #[inline(always)]
+    pub(super) fn child_or_folio(&self, slot: usize) -> Result<&Node, Option<(FrameId, Order)>> {
+        let raw = self.load(slot);
+        raw.as_node().ok_or_else(|| raw.named_folio())
+    }
+
     /// Context: the index's lock is held.
     pub(super) fn store(&self, slot: usize, value: Raw) {
         let old = Raw(self.slots[slot].swap(value.0, Ordering::Release));
@@ -282,7 +302,7 @@ pub(super) fn next_index_id() -> u64 {
     NEXT_INDEX_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// A reader's copy of one index's root (`Index::lookup_hinted`): the hit path walks from
+/// A reader's copy of one index's root (`Index::lookup_candidate`): the hit path walks from
 /// it without loading the root first, so the walk's first node load no longer waits for
 /// the line that holds the root (a cache miss when many files are open). It may be stale:
 /// the node may since have become a child, or be pooled and reused elsewhere in the same
@@ -295,7 +315,8 @@ pub(super) fn next_index_id() -> u64 {
 pub struct RootHint {
     owner: u64,
     raw: AtomicUsize,
-    /// The node's shift when it was the root (the walk checks it against the node's).
+    /// The node's shift when it was the root. The walk counts its levels from it without
+    /// checking it against the node's: a wrong one makes a stale candidate (`lookup`).
     shift: AtomicU32,
 }
 
@@ -312,7 +333,8 @@ impl RootHint {
     /// The node the hint names and the shift it had as the root, if the hint is
     /// `index`'s and names one (Acquire: the node was filled before the root named it,
     /// and the root before the hint). The two are loaded apart and may be of two
-    /// refreshes: the walk checks the shift against the node's own.
+    /// refreshes: the walk's candidate is then stale, and its caller's validation turns
+    /// it away.
     #[inline]
     pub(super) fn node<'a>(&self, index: &'a Index) -> Option<(&'a Node, u32)> {
         if self.owner != index.id {
