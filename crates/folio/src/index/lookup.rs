@@ -82,11 +82,11 @@ impl Index {
     /// Context: any thread, no lock; does not sleep.
     #[inline(always)]
     pub fn lookup_candidate(&self, hint: &RootHint, index: PageIndex) -> Entry {
-        let Some((mut node, shift)) = hint.node(self) else {
+        let Some((mut node, mut shift)) = hint.node(self) else {
             return Entry::Empty;
         };
-        // A root's shift is at most SHIFT_MAX; a bogus one only makes a stale candidate.
-        let mut shift = shift.min(SHIFT_MAX);
+        // A hint's shift is a root's (or 0, before its first refresh).
+        debug_assert!(shift <= SHIFT_MAX);
         if (index.0 >> shift) >> SLOT_SHIFT != 0 {
             return Entry::Empty;
         }
