@@ -78,7 +78,7 @@ pub(crate) enum Access {
 /// between threads (`&File` is all a read or a write needs); RocksDB-style engines share
 /// one handle among all their reader threads.
 ///
-/// `repr(C)` and line-aligned: what a hit reads of the handle (the first five fields)
+/// `repr(C)` and line-aligned: what a hit reads of the handle (the first four fields)
 /// lies in one cache line.
 #[repr(C, align(64))]
 pub struct File {
