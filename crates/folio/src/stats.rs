@@ -336,10 +336,13 @@ fn lock_free_slots() -> std::sync::MutexGuard<'static, FreeSlots> {
 }
 
 /// This thread's slot, taken now: a free one, or `OVERFLOW_SLOT` if none is, or if the
-/// thread is exiting (its slot given back, `SLOT_RETURN` gone).
+/// thread is exiting (`SLOT_RETURN` gone: nothing would give a slot back).
 #[cold]
 fn take_thread_slot() -> u32 {
-    let slot = {
+    // The first access sets up `SLOT_RETURN`'s drop at the thread's exit.
+    let slot = if SLOT_RETURN.try_with(|_| ()).is_err() {
+        OVERFLOW_SLOT
+    } else {
         let mut free = lock_free_slots();
         match free.returned.pop() {
             Some(slot) => slot,
@@ -349,12 +352,6 @@ fn take_thread_slot() -> u32 {
             }
             None => OVERFLOW_SLOT,
         }
-    };
-    let slot = if slot != OVERFLOW_SLOT && SLOT_RETURN.try_with(|_| ()).is_err() {
-        lock_free_slots().returned.push(slot);
-        OVERFLOW_SLOT
-    } else {
-        slot
     };
     THREAD_SLOT.set(slot);
     slot
