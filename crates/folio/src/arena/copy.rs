@@ -81,6 +81,8 @@ impl Arena {
             from_bytes + dst.len() <= order.bytes()
                 && frame.0 + order.pages() as u32 <= self.frame_count
         );
+        // Not `frame_ptr`: its own bound check, implied by the assert, stayed in the hit's
+        // code (6 instructions of a 64 B hit, by callgrind).
         let at = frame.as_usize() * PAGE_BYTES + from_bytes;
         // SAFETY: the source range lies inside the arena (asserted) and stays mapped.
         unsafe { atomic_copy(self.base.as_ptr().add(at), dst) }

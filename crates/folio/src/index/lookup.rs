@@ -16,8 +16,8 @@
 //! the lock (a page found missing that is present by then is reported as a conflict).
 //! Every walk is bounded: a step down must reach a node whose shift is its parent's
 //! minus 6 (`visit`: lower than its parent's; `lookup_candidate` counts the levels
-//! instead), and a subtree reached through a node that fails the check reads as missing; range walks move forward by at least one page per
-//! answer. `lookup` computes each level's slot from the shift the level must have and
+//! instead), and a subtree reached through a node that fails the check reads as missing;
+//! range walks move forward by at least one page per answer. `lookup` computes each level's slot from the shift the level must have and
 //! checks the node's own shift after loading the slot, so the two loads go out together.
 //!
 //! The hit path walks with `lookup_candidate`, from a root hint (`RootHint`, one per
@@ -91,20 +91,20 @@ impl Index {
             return Entry::Empty;
         }
         loop {
-            match node.child_or_folio(((index.0 >> shift) & SLOT_MASK) as usize) {
+            match node.child(((index.0 >> shift) & SLOT_MASK) as usize) {
                 Ok(child) if shift >= SLOT_SHIFT => {
                     node = child;
                     shift -= SLOT_SHIFT;
                 }
-                // A node below the leaves: a stale walk.
-                Ok(_) | Err(None) => return Entry::Empty,
-                Err(Some((frame, order))) => {
+                Err(Decoded::Folio(frame, order) | Decoded::Sibling { frame, order, .. }) => {
                     return Entry::Folio {
                         frame,
                         order,
                         head: index.align_down(order),
                     }
                 }
+                // A node below the leaves (a stale walk), an empty slot or a shadow.
+                Ok(_) | Err(_) => return Entry::Empty,
             }
         }
     }
@@ -120,7 +120,6 @@ impl Index {
     /// loads go out together, one cache miss per level rather than two in a row. A node
     /// found at another shift was reused while the walk reached it: the page reads as
     /// missing (a stale walk; the tree's height bounds the loop).
-    #[inline(always)]
     fn lookup_below(root: &Node, root_shift: u32, index: PageIndex) -> Entry {
         if root_shift > SHIFT_MAX || (index.0 >> root_shift) >> SLOT_SHIFT != 0 {
             return Entry::Empty;

@@ -116,17 +116,6 @@ impl Raw {
         Some(unsafe { &*ptr })
     }
 
-    /// The folio a folio entry or a sibling names; `None` for any other value.
-    #[inline(always)]
-    fn named_folio(self) -> Option<(FrameId, Order)> {
-        match self.decode() {
-            Decoded::Folio(frame, order) | Decoded::Sibling { frame, order, .. } => {
-                Some((frame, order))
-            }
-            Decoded::Node(_) | Decoded::Empty | Decoded::Shadow(_) => None,
-        }
-    }
-
     /// Decodes the value. Private: the lifetime of the node reference is only justified
     /// for a value loaded from a slot or the root of the index (`Node::get`, `Root::get`).
     fn decode<'a>(self) -> Decoded<'a> {
@@ -209,21 +198,13 @@ impl Node {
         self.load(slot).decode()
     }
 
-    /// The child node in `slot`, or the slot's value decoded if it holds none: the hit
-    /// path's step down (`Index::lookup`), with the common case tested first.
-    #[inline]
+    /// The child node in `slot`, or the slot's value decoded if it holds none: the walks'
+    /// step down (`Index::lookup`, and the hit's `lookup_candidate`), with the common case
+    /// tested first.
+    #[inline(always)]
     pub(super) fn child(&self, slot: usize) -> Result<&Node, Decoded<'_>> {
         let raw = self.load(slot);
         raw.as_node().ok_or_else(|| raw.decode())
-    }
-
-    /// A slot as the hit's walk reads it (`Index::lookup_candidate`): the child node to
-    /// step down to, or else the folio a folio or sibling entry names (`None` for an empty
-    /// slot or a shadow).
-    #[inline(always)]
-    pub(super) fn child_or_folio(&self, slot: usize) -> Result<&Node, Option<(FrameId, Order)>> {
-        let raw = self.load(slot);
-        raw.as_node().ok_or_else(|| raw.named_folio())
     }
 
     /// Context: the index's lock is held.
@@ -316,7 +297,8 @@ pub struct RootHint {
     owner: u64,
     raw: AtomicUsize,
     /// The node's shift when it was the root. The walk counts its levels from it without
-    /// checking it against the node's: a wrong one makes a stale candidate (`lookup`).
+    /// checking it against the node's: a wrong one makes a stale candidate
+    /// (`Index::lookup_candidate`).
     shift: AtomicU32,
 }
 
