@@ -1642,7 +1642,7 @@ static void test_write_behind(void) {
 static void test_remove_file(folio_cache c) {
     char path[4200], link2[4300];
     folio_file w, r;
-    folio_stats before, s;
+    folio_stats before, closed, s;
     uint8_t b[65536], back[65536];
     uint64_t len = 1;
     int ok = 1;
@@ -1670,14 +1670,19 @@ static void test_remove_file(folio_cache c) {
     }
     CHECK(ok);
     CHECK(folio_close(w) == 0);
-    CHECK(folio_cache_stats(c, &s) == 0);
-    CHECK(s.dirty_pages >= before.dirty_pages + 200); /* most of 256 still dirty */
-    CHECK(s.mappings == before.mappings + 1);
+    CHECK(folio_cache_stats(c, &closed) == 0);
+    CHECK(closed.dirty_pages >= before.dirty_pages + 200); /* most of 256 still dirty */
+    /* Not `before.mappings + 1`: the new file may take the inode number of an earlier
+       test's deleted file (ext4 hands a freed one out again at once), and the cache still
+       holds that file's mapping, since an unlink made outside folio is not seen. The open
+       then reuses that mapping, its pages dropped. Either way the remove drops one. */
+    CHECK(closed.mappings >= before.mappings);
     CHECK(folio_remove_file(c, path) == 0);
     CHECK(access(path, F_OK) != 0 && errno == ENOENT);
     CHECK(folio_cache_stats(c, &s) == 0);
     CHECK(s.dirty_pages == before.dirty_pages);
-    CHECK(s.mappings == before.mappings);
+    CHECK(s.mappings == closed.mappings - 1);
+    CHECK(s.mappings_removed == closed.mappings_removed + 1);
     CHECK(folio_remove_file(c, path) == -ENOENT);
     /* A new file at the path starts empty: none of the old pages. */
     CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE, &w) == 0);
