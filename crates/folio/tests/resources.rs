@@ -801,3 +801,71 @@ fn closes_evictions_and_reopens_of_the_same_files_race() {
         s.evicted_pages
     );
 }
+
+/// This process's threads whose name starts with `prefix`: their ids.
+fn thread_ids_named(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|name| name.starts_with(prefix))
+                })
+                .map(|t| t.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many times thread `tid` of this process has been switched out, voluntarily or
+/// not (`/proc/self/task/<tid>/status`).
+fn context_switches(tid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    status
+        .lines()
+        .filter(|l| l.contains("ctxt_switches:"))
+        .map(|l| l.split_whitespace().last().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+/// A cache with nothing dirty keeps its writeback thread asleep: no timer wakes it (a
+/// read-only process would pay a context switch ten times a second, on a loaded machine
+/// a reader's preemption). The first write still wakes it, so the write's expiry is timed
+/// from then and its bytes reach the disk.
+#[test]
+fn an_idle_writeback_thread_sleeps_until_a_write() {
+    let _serial = serial();
+    let dir = common::test_dir();
+    let path = dir.path().join("idle");
+    write_quick(&path, 3, 64 * PAGE);
+    let before = thread_ids_named("folio-writeback");
+    let cache = Cache::builder()
+        .capacity_bytes(16 << 20)
+        .dirty_expire(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    // A new thread names itself once it runs.
+    let mut ours = Vec::new();
+    eventually("the cache's writeback thread is named", || {
+        ours = thread_ids_named("folio-writeback");
+        ours.retain(|t| !before.contains(t));
+        !ours.is_empty()
+    });
+    assert_eq!(ours.len(), 1, "one writeback thread per cache: {ours:?}");
+    let file = cache.open_options().write(true).open(&path).unwrap();
+    read_all_checked(&file, 3, 64 * PAGE);
+    std::thread::sleep(Duration::from_millis(100));
+    let switches = context_switches(&ours[0]);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        context_switches(&ours[0]) - switches,
+        0,
+        "the writeback thread woke in a second with nothing dirty"
+    );
+    file.write_at(b"written", 5).unwrap();
+    eventually("the write's expiry writes it back", || {
+        std::fs::read(&path).unwrap()[5..12] == *b"written"
+    });
+    assert_eq!(cache.stats().dirty_pages, 0);
+}

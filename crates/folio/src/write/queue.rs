@@ -74,8 +74,18 @@ impl DirtyFiles {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A write dirtied `mapping`: stamp when, and queue it if it is not queued.
+    /// A write dirtied `mapping`: stamp when, and queue it if it is not queued. The first
+    /// file of an empty queue wakes the writeback thread, which sleeps without a timer
+    /// while nothing is dirty (`thread::background`), so that its expiry is timed.
     pub fn note_dirty(&self, mapping: &Arc<Mapping>) {
+        if self.enqueue(mapping) {
+            self.kick();
+        }
+    }
+
+    /// `note_dirty` without the wake-up: stamps and queues `mapping`; whether it is the
+    /// only file queued now.
+    fn enqueue(&self, mapping: &Arc<Mapping>) -> bool {
         let write = &mapping.write;
         if write.dirtied_ns.load(Ordering::Relaxed) == 0 {
             let _ = write.dirtied_ns.compare_exchange(
@@ -86,8 +96,16 @@ impl DirtyFiles {
             );
         }
         if !write.queued.load(Ordering::Acquire) && !write.queued.swap(true, Ordering::AcqRel) {
-            self.lock().push_back(mapping.clone());
+            let mut queue = self.lock();
+            queue.push_back(mapping.clone());
+            return queue.len() == 1;
         }
+        false
+    }
+
+    /// Whether no file is queued: nothing is dirty but what a pass is writing back now.
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     /// Hands `[start, end)` of `mapping`, whole pages an appending writer left dirty
@@ -138,16 +156,20 @@ impl DirtyFiles {
         self.clean_wanted.swap(false, Ordering::AcqRel)
     }
 
-    /// The writeback thread's sleep: until kicked or `period` passed. False once the
-    /// cache stops.
-    pub fn wait(&self, period: Duration) -> bool {
+    /// The writeback thread's sleep: until kicked, or `period` passed if there is one.
+    /// False once the cache stops.
+    pub fn wait(&self, period: Option<Duration>) -> bool {
         let mut wake = self.wake.lock().unwrap_or_else(|e| e.into_inner());
         if !*wake && !self.stop.load(Ordering::Acquire) {
-            wake = self
-                .wake_cv
-                .wait_timeout(wake, period)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            wake = match period {
+                Some(period) => {
+                    self.wake_cv
+                        .wait_timeout(wake, period)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                None => self.wake_cv.wait(wake).unwrap_or_else(|e| e.into_inner()),
+            };
         }
         *wake = false;
         !self.stop.load(Ordering::Acquire)
@@ -193,7 +215,9 @@ impl DirtyFiles {
         taken
     }
 
-    /// A pass left `mapping` dirty: queue it again.
+    /// A pass left `mapping` dirty: queue it again. No wake-up: the thread that made the
+    /// pass sees the queue before it sleeps, and a kick would start the next pass at once
+    /// (over the threshold, a busy loop while a writer holds the folio).
     pub fn requeue_if_dirty(&self, mapping: &Arc<Mapping>) {
         let mut dirty = false;
         let _ = mapping
@@ -203,7 +227,7 @@ impl DirtyFiles {
                 ControlFlow::Break(())
             });
         if dirty {
-            self.note_dirty(mapping);
+            self.enqueue(mapping);
         }
     }
 }

@@ -7,8 +7,9 @@
 //! one background thread every cache has: no thread of its own for a once-a-second job.
 //!
 //! Protection: the queue of dirty files (`DirtyFiles`) under its own locks; the writeback
-//! steps as in `writeback`. Limits: one pass every `BACKGROUND_PERIOD`, or when woken; a
-//! publish every `STATS_PERIOD` at best (a long pass of writeback delays it).
+//! steps as in `writeback`. Limits: one pass every `BACKGROUND_PERIOD` while files are
+//! dirty, or when woken; no timer while none is (`sleep_period`); a publish every
+//! `STATS_PERIOD` at best (a long pass of writeback delays it).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,17 +28,18 @@ const BACKGROUND_PERIOD: Duration = Duration::from_millis(100);
 /// segment (`Core::publish_stats`): what `folio-stat --watch` refreshes by at best.
 pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(1);
 
-/// The background writeback thread's body: every `BACKGROUND_PERIOD` (or when woken),
-/// starts the ranges appending writers handed over (`write_behind`), then writes
-/// back every dirty file while the cache is above the background threshold, and
-/// otherwise the files dirty for longer than the expiry; every `STATS_PERIOD`, publishes
-/// a persistent cache's counters in its segment. Returns when the cache stops.
+/// The background writeback thread's body: when woken, and every `BACKGROUND_PERIOD`
+/// while files are dirty (`sleep_period`), starts the ranges appending writers handed
+/// over (`write_behind`), then writes back every dirty file while the cache is above the
+/// background threshold, and otherwise the files dirty for longer than the expiry; every
+/// `STATS_PERIOD`, publishes a persistent cache's counters in its segment. Returns when
+/// the cache stops.
 ///
 /// Context: its own thread ("folio-writeback").
 pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
     let persistent = core.mem.arena.segment().is_some();
     let mut published = Instant::now();
-    while core.dirty_files.wait(BACKGROUND_PERIOD) {
+    while core.dirty_files.wait(sleep_period(&core, persistent)) {
         if persistent && published.elapsed() >= STATS_PERIOD {
             core.publish_stats(backend.name());
             published = Instant::now();
@@ -59,6 +61,21 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
             );
         }
         write_back_due(&core, &*backend);
+    }
+}
+
+/// How long the background thread sleeps unless woken: `BACKGROUND_PERIOD` while files
+/// are dirty, to find the expired ones; otherwise until a write dirties a file (the first
+/// in the queue wakes it: `DirtyFiles::note_dirty`), or a persistent cache's next publish
+/// is due. A cache that only reads then has no timer of its own: each wake-up would be a
+/// context switch, and on a loaded machine a preemption of a reader.
+fn sleep_period(core: &Core, persistent: bool) -> Option<Duration> {
+    if !core.dirty_files.is_empty() {
+        Some(BACKGROUND_PERIOD)
+    } else if persistent {
+        Some(STATS_PERIOD)
+    } else {
+        None
     }
 }
 
