@@ -7,9 +7,10 @@
 //!   batches (`Reclaimer::reclaim`). Small caches (below 1,600 frames) have no watermarks:
 //!   only direct reclaim, so no memory idles.
 //! - Eviction of one batch: the policy isolates victims under its own lock, each with a
-//!   reference (`EvictionPolicy::isolate`). Then, per victim, under its mapping's index
-//!   lock: check the slot still holds it, freeze it (`try_freeze_isolated`, one CAS: only
-//!   the index and the isolation hold it, no I/O in flight) and leave its shadow entry.
+//!   reference (`EvictionPolicy::isolate`). Then, file by file, under one hold of its
+//!   index lock, per victim: check the slot still holds it, freeze it
+//!   (`try_freeze_isolated`, one CAS: only the index and the isolation hold it, no I/O
+//!   in flight) and leave its shadow entry.
 //!   A victim that cannot be frozen (someone pinned it meanwhile) goes back to the policy,
 //!   if it is still in the index. Frames are freed after every lock is dropped (side
 //!   effects outside locks).
@@ -39,6 +40,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
+use crate::eviction::Isolated;
 use crate::folio::MappingId;
 use crate::index::{Entry, Leave, Mark};
 use crate::mapping::{MappingTable, MaybeUnused};
@@ -156,44 +158,59 @@ impl Reclaimer {
         let mut maybe_unused = Vec::new();
         // Pages read ahead that this pass evicted before anyone read them.
         let mut wasted_pages = 0;
-        for victim in isolated {
-            let meta = mem.arena.meta(victim.frame);
-            let (mapping_id, head, order) = meta.identity();
+        // By file, then page: each file's victims under one hold of its index lock (a
+        // lock round trip per victim made the reader's insertions and this pass wait on
+        // each other). The identity is stable: the isolation's reference keeps the frame.
+        let mut victims: Vec<(Isolated, MappingId, PageIndex, Order)> = isolated
+            .into_iter()
+            .map(|victim| {
+                let (mapping_id, head, order) = mem.arena.meta(victim.frame).identity();
+                (victim, mapping_id, head, order)
+            })
+            .collect();
+        victims.sort_unstable_by_key(|&(_, mapping_id, head, _)| (mapping_id, head));
+        for file in victims.chunk_by(|a, b| a.1 == b.1) {
+            let mapping_id = file[0].1;
             let Some(mapping) = mappings.get(mapping_id) else {
-                to_release.push((victim.frame, order));
+                to_release.extend(
+                    file.iter()
+                        .map(|&(victim, _, _, order)| (victim.frame, order)),
+                );
                 continue;
             };
             let mut w = mapping.index.lock();
-            let holds = matches!(w.get(head), Entry::Folio { frame, .. } if frame == victim.frame);
-            if holds && meta.state.try_freeze_isolated() {
-                // Frozen, so clean (DIRTY and WRITEBACK refuse the freeze): no mark leaves
-                // with it that a writeback still needed.
-                debug_assert!(!w.is_marked(head, Mark::Dirty), "reclaim took a dirty slot");
-                let removed = w.remove_folio(head, victim.frame, Leave::Shadow(victim.shadow));
-                assert!(removed, "a frozen folio was not in its slot");
-                if mapping.folio_removed(&w) == MaybeUnused::Yes {
-                    maybe_unused.push(mapping.clone());
+            for &(victim, _, head, order) in file {
+                let meta = mem.arena.meta(victim.frame);
+                let holds =
+                    matches!(w.get(head), Entry::Folio { frame, .. } if frame == victim.frame);
+                if holds && meta.state.try_freeze_isolated() {
+                    // Frozen, so clean (DIRTY and WRITEBACK refuse the freeze): no mark
+                    // leaves with it that a writeback still needed.
+                    debug_assert!(!w.is_marked(head, Mark::Dirty), "reclaim took a dirty slot");
+                    let removed = w.remove_folio(head, victim.frame, Leave::Shadow(victim.shadow));
+                    assert!(removed, "a frozen folio was not in its slot");
+                    if mapping.folio_removed(&w) == MaybeUnused::Yes {
+                        maybe_unused.push(mapping.clone());
+                    }
+                    if meta.state.load().is_prefetched() {
+                        wasted_pages += victim.pages;
+                    }
+                    logged.push(ShadowRecord {
+                        mapping: mapping_id,
+                        head,
+                        order,
+                        value: victim.shadow,
+                    });
+                    to_free.push((victim.frame, order));
+                    report.freed_pages += victim.pages;
+                    continue;
                 }
-                drop(w);
-                if meta.state.load().is_prefetched() {
-                    wasted_pages += victim.pages;
+                if holds {
+                    report.busy += 1;
+                    mem.policy.putback(&mem.arena, victim);
                 }
-                logged.push(ShadowRecord {
-                    mapping: mapping_id,
-                    head,
-                    order,
-                    value: victim.shadow,
-                });
-                to_free.push((victim.frame, order));
-                report.freed_pages += victim.pages;
-                continue;
+                to_release.push((victim.frame, order));
             }
-            if holds {
-                report.busy += 1;
-                mem.policy.putback(&mem.arena, victim);
-            }
-            drop(w);
-            to_release.push((victim.frame, order));
         }
         for &(frame, _) in &to_free {
             mem.arena.free(frame);
