@@ -829,6 +829,17 @@ fn context_switches(tid: &str) -> u64 {
         .sum()
 }
 
+/// The scheduler state of thread `tid` of this process (`R` running, `S` sleeping ...).
+fn thread_state(tid: &str) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // After the command name, which ends at the last ')'.
+    stat[stat.rfind(')').unwrap() + 1..]
+        .trim_start()
+        .chars()
+        .next()
+        .unwrap()
+}
+
 /// A cache with nothing dirty keeps its writeback thread asleep: no timer wakes it (a
 /// read-only process would pay a context switch ten times a second, on a loaded machine
 /// a reader's preemption). The first write still wakes it, so the write's expiry is timed
@@ -855,7 +866,11 @@ fn an_idle_writeback_thread_sleeps_until_a_write() {
     assert_eq!(ours.len(), 1, "one writeback thread per cache: {ours:?}");
     let file = cache.open_options().write(true).open(&path).unwrap();
     read_all_checked(&file, 3, 64 * PAGE);
-    std::thread::sleep(Duration::from_millis(100));
+    // Asleep (in its wait: it waits before its first pass) before the count starts, so
+    // that a thread the machine's load kept from running yet is not counted.
+    eventually("the writeback thread sleeps", || {
+        thread_state(&ours[0]) == 'S'
+    });
     let switches = context_switches(&ours[0]);
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(
