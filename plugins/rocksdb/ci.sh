@@ -18,7 +18,8 @@
 #      reading, none left to the kernel, no errors, and no dirty page left at exit;
 #      cache_cold_writes=0 dropped the coldest compaction outputs' pages; blob files too;
 #      files written in the process are read back with no read I/O (their handles'
-#      folio_file_stats), the older database's files from disk;
+#      folio_file_stats), the older database's files from disk; with writes=0 (the
+#      kernel writes, folio reads the tables) deletes go through folio;
 #   3. the kill test: kill_writer (RocksDB's C++ API, the plugin preloaded) writes keys
 #      with sync=true and prints each acknowledged one; SIGKILLed at a random moment 20
 #      times (WAL recycling every other time), each time the database reopens through
@@ -289,6 +290,24 @@ check "write: flush outputs (WLTH_MEDIUM) stayed cached" \
 check "write: the stats name every field of folio_stats" prints_every_stat write
 check "write: files written here were opened for reading" \
     positive "$(stat_of write written_files_opened_for_read)"
+
+# writes=0: the kernel writes, folio reads the tables; deletes (compactions', and the
+# fresh database's of each fill) still go through folio, so that the tables it cached
+# leave with them. fillseq after fillrandom, as above, so that every key exists. A
+# database of its own.
+wbench_kernel=("${wbench[@]/#--db=*/--db=$work/kdb}")
+kernel_writes_rc=0
+FOLIO_STATS="$work/kwrite.stats" "$here/db_bench_folio.sh" "${wbench_kernel[@]}" \
+    --fs_uri='folio://?capacity=128M&writes=0' --benchmarks=fillrandom,fillseq,readrandom \
+    >"$work/kwrite.log" 2>&1 || kernel_writes_rc=$?
+check "kwrite (writes=0): db_bench exits 0" [ "$kernel_writes_rc" = 0 ]
+[ "$kernel_writes_rc" = 0 ] || tail -20 "$work/kwrite.log"
+check "kwrite (writes=0): readrandom found every key" found_all kwrite readrandom
+check "kwrite (writes=0): nothing written through folio" \
+    zero "$(stat_of kwrite sst_opened_for_write)"
+check "kwrite (writes=0): tables read through folio" positive "$(stat_of kwrite sst_opened_for_read)"
+check "kwrite (writes=0): deletes went through folio_remove_file" \
+    positive "$(stat_of kwrite files_removed)"
 
 wrun reopen 'folio://?capacity=128M' --use_existing_db=1 --benchmarks=readseq,readrandom
 check "reopen: readseq read every key (2 threads x 20000)" [ "$(ops_of reopen readseq)" = 40000 ]

@@ -34,7 +34,7 @@
 // Every other file (LOG, LOCK, ...) and call (directories, renames, locks, GetChildren)
 // goes to the wrapped default file system. Renames need nothing: folio knows files by
 // inode, so a renamed file keeps its pages. writes=0 keeps only table reads (the plugin
-// before it wrote).
+// before it wrote) and deletes, so that a deleted table's pages leave the cache.
 //
 // Close syncs. RocksDB reads some files past the file object after closing them (the
 // FileSystem's GetFileSize(path), a table opened with use_mmap_reads, a tool or a later
@@ -1772,9 +1772,10 @@ class FolioFileSystem : public FileSystemWrapper {
 
   // Through folio for every file (not only those it opened: a file folio never opened
   // is only unlinked), so that a deleted file's pages, dirty ones too, leave the cache.
-  IOStatus DeleteFile(const std::string& fname, const IOOptions& options,
-                      IODebugContext* dbg) override {
-    if (!Writing()) return FileSystemWrapper::DeleteFile(fname, options, dbg);
+  // With writes=0 too: the tables folio read are deleted by compactions, and folio does
+  // not see an unlink made past it (their pages would stay until evicted).
+  IOStatus DeleteFile(const std::string& fname, const IOOptions& /*options*/,
+                      IODebugContext* /*dbg*/) override {
     folio_cache cache{};
     IOStatus made = GetCache(&cache);
     if (!made.ok()) return made;
