@@ -38,8 +38,10 @@ pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(1);
 /// Context: its own thread ("folio-writeback").
 pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
     let persistent = core.mem.arena.segment().is_some();
+    // With nothing dirty: until woken, or a persistent cache's next publish.
+    let idle_period = persistent.then_some(STATS_PERIOD);
     let mut published = Instant::now();
-    while core.dirty_files.wait(sleep_period(&core, persistent)) {
+    while core.dirty_files.wait(sleep_period(&core, idle_period)) {
         if persistent && published.elapsed() >= STATS_PERIOD {
             core.publish_stats(backend.name());
             published = Instant::now();
@@ -65,17 +67,15 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
 }
 
 /// How long the background thread sleeps unless woken: `BACKGROUND_PERIOD` while files
-/// are dirty, to find the expired ones; otherwise until a write dirties a file (the first
-/// in the queue wakes it: `DirtyFiles::note_dirty`), or a persistent cache's next publish
-/// is due. A cache that only reads then has no timer of its own: each wake-up would be a
-/// context switch, and on a loaded machine a preemption of a reader.
-fn sleep_period(core: &Core, persistent: bool) -> Option<Duration> {
-    if !core.dirty_files.is_empty() {
-        Some(BACKGROUND_PERIOD)
-    } else if persistent {
-        Some(STATS_PERIOD)
+/// are dirty, to find the expired ones; otherwise `idle_period` (`None`: until a write
+/// dirties a file, the first in the queue waking it: `DirtyFiles::note_dirty`). A cache
+/// that only reads then has no timer of its own: each wake-up would be a context switch,
+/// and on a loaded machine a preemption of a reader.
+fn sleep_period(core: &Core, idle_period: Option<Duration>) -> Option<Duration> {
+    if core.dirty_files.is_empty() {
+        idle_period
     } else {
-        None
+        Some(BACKGROUND_PERIOD)
     }
 }
 
