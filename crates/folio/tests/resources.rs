@@ -32,6 +32,11 @@ fn open_fds() -> usize {
 
 /// Threads of this process whose name starts with `prefix`.
 fn threads_named(prefix: &str) -> usize {
+    thread_ids_named(prefix).len()
+}
+
+/// This process's threads whose name starts with `prefix`: their ids.
+fn thread_ids_named(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/proc/self/task")
         .map(|tasks| {
             tasks
@@ -40,9 +45,10 @@ fn threads_named(prefix: &str) -> usize {
                     std::fs::read_to_string(t.path().join("comm"))
                         .is_ok_and(|name| name.starts_with(prefix))
                 })
-                .count()
+                .map(|t| t.file_name().to_string_lossy().into_owned())
+                .collect()
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
 }
 
 /// Waits up to 5 s for `done` (a resource released by another thread).
@@ -800,22 +806,6 @@ fn closes_evictions_and_reopens_of_the_same_files_race() {
         s.mappings_removed,
         s.evicted_pages
     );
-}
-
-/// This process's threads whose name starts with `prefix`: their ids.
-fn thread_ids_named(prefix: &str) -> Vec<String> {
-    std::fs::read_dir("/proc/self/task")
-        .map(|tasks| {
-            tasks
-                .flatten()
-                .filter(|t| {
-                    std::fs::read_to_string(t.path().join("comm"))
-                        .is_ok_and(|name| name.starts_with(prefix))
-                })
-                .map(|t| t.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// How many times thread `tid` of this process has been switched out, voluntarily or
