@@ -17,8 +17,9 @@
 //! Every walk is bounded: a step down must reach a node whose shift is its parent's
 //! minus 6 (`visit`: lower than its parent's; `lookup_candidate` counts the levels
 //! instead), and a subtree reached through a node that fails the check reads as missing;
-//! range walks move forward by at least one page per answer. `lookup` computes each level's slot from the shift the level must have and
-//! checks the node's own shift after loading the slot, so the two loads go out together.
+//! range walks move forward by at least one page per answer. `lookup` computes each
+//! level's slot from the shift the level must have and checks the node's own shift after
+//! loading the slot, so the two loads go out together.
 //!
 //! The hit path walks with `lookup_candidate`, from a root hint (`RootHint`, one per
 //! `File`): the root node as the handle last saw it, with its shift, so that the walk's
