@@ -16,12 +16,23 @@
 //! - [`finish_read`]: the cache's completion of a read that came back short before the end
 //!   of its buffers (`filemap::ReadCompletion`), where any error fails the read.
 //!
+//! Witnesses: a write that [`transfer`] makes for a caller other than a backend (the
+//! rest of a short write, `write/writeback.rs`; a recovery's or a keeper's writes,
+//! `keeper/writeback.rs`) is also reported to every registered [`WriteWitness`] before
+//! and after it: the fault backend's power-loss model (`io/fault/power.rs`), which must
+//! see every byte that reaches a file it models. A backend's own requests go through
+//! [`perform`], which reports nothing: the fault backend records those itself. With no
+//! witness registered (every cache outside the fault backend's tests) a write costs one
+//! atomic load more.
+//!
 //! Raw pointers, never `&mut [u8]` / `&[u8]`: forming a reference over arena memory that
 //! may never have been initialised, or that a stale optimistic reader may be loading from
 //! (it fails validation), would be undefined behaviour; an iovec carries no such claim,
 //! and the kernel's access is outside Rust's memory model.
 //!
-//! Protection: none of its own. The caller owns the buffers for the call (the backend
+//! Protection: `WITNESSES` (a mutex) protects the list of witnesses, never held while
+//! one is called; `WITNESSED` counts the live registrations. Otherwise none of its own:
+//! the caller owns the buffers for the call (the backend
 //! contract in `backend.rs`: valid, written by nobody else, stable for a write) and keeps
 //! the file open (it lends `&File`).
 //!
@@ -32,6 +43,8 @@
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use smallvec::SmallVec;
 
@@ -50,7 +63,7 @@ pub(crate) fn perform(request: IoRequest) {
     } = request;
     let result = match op {
         Op::Flush { kind } => flush(&file, kind).map(|()| 0),
-        Op::Read | Op::Write => transfer(&file, op, offset_bytes, &bufs, 0),
+        Op::Read | Op::Write => transfer_unwitnessed(&file, op, offset_bytes, &bufs, 0),
     };
     // `file` is dropped only here, after the last system call on it has returned.
     drop(file);
@@ -67,9 +80,46 @@ pub(crate) fn perform(request: IoRequest) {
 /// count, as `read(2)` and `write(2)` do (the caller retries the rest and meets the error
 /// itself).
 ///
+/// A write is reported to the registered witnesses (module docs) before and after it.
+///
+/// Context: holds no lock; may block in the system call; a witness takes its own lock.
+/// The caller owns `bufs` for the call (module docs).
+pub(crate) fn transfer(
+    file: &StdFile,
+    op: Op,
+    offset_bytes: u64,
+    bufs: &[FrameBuf],
+    from_bytes: usize,
+) -> io::Result<usize> {
+    let witnesses = match op {
+        Op::Write if WITNESSED.load(Ordering::Acquire) > 0 => live_witnesses(),
+        _ => Vec::new(),
+    };
+    if witnesses.is_empty() {
+        return transfer_unwitnessed(file, op, offset_bytes, bufs, from_bytes);
+    }
+    let len_bytes: usize = bufs.iter().map(FrameBuf::len_bytes).sum();
+    let (at_bytes, rest_bytes) = (offset_bytes + from_bytes as u64, len_bytes - from_bytes);
+    let watching: Vec<&Arc<dyn WriteWitness>> = witnesses
+        .iter()
+        .filter(|witness| witness.before_write(file, at_bytes, rest_bytes))
+        .collect();
+    let result = transfer_unwitnessed(file, op, offset_bytes, bufs, from_bytes);
+    let moved = result
+        .as_ref()
+        .map(|&done| done - from_bytes)
+        .map_err(|error| io::Error::from(error.kind()));
+    for witness in watching {
+        witness.after_write(file, at_bytes, rest_bytes, &moved);
+    }
+    result
+}
+
+/// [`transfer`] without telling the witnesses: a backend's own requests ([`perform`]).
+///
 /// Context: holds no lock; may block in the system call. The caller owns `bufs` for the
 /// call (module docs).
-pub(crate) fn transfer(
+fn transfer_unwitnessed(
     file: &StdFile,
     op: Op,
     offset_bytes: u64,
@@ -122,6 +172,49 @@ pub(crate) fn transfer(
         }
     }
     Ok(done_bytes)
+}
+
+/// Something that must see every write [`transfer`] makes for a caller other than a
+/// backend (module docs): the fault backend's power-loss model.
+pub(crate) trait WriteWitness: Send + Sync {
+    /// `len_bytes` of `file` at `offset_bytes` are about to be written. Returns whether
+    /// this witness records it: only then is it told how it ended.
+    fn before_write(&self, file: &StdFile, offset_bytes: u64, len_bytes: usize) -> bool;
+
+    /// The write `before_write` announced ended: `Ok(n)` stored its first `n` bytes.
+    fn after_write(
+        &self,
+        file: &StdFile,
+        offset_bytes: u64,
+        len_bytes: usize,
+        result: &io::Result<usize>,
+    );
+}
+
+/// The registered witnesses; a dropped one is pruned when the list is next read.
+static WITNESSES: Mutex<Vec<Weak<dyn WriteWitness>>> = Mutex::new(Vec::new());
+
+/// How many entries `WITNESSES` holds (live or not yet pruned): 0 skips the lock.
+static WITNESSED: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers `witness` for every later write [`transfer`] makes, until it is dropped.
+///
+/// Context: takes `WITNESSES` briefly.
+pub(crate) fn add_witness(witness: Weak<dyn WriteWitness>) {
+    let mut witnesses = WITNESSES.lock().unwrap_or_else(PoisonError::into_inner);
+    witnesses.push(witness);
+    WITNESSED.store(witnesses.len(), Ordering::Release);
+}
+
+/// The witnesses still alive, the dropped ones pruned.
+///
+/// Context: takes `WITNESSES` briefly; calls no witness under it.
+fn live_witnesses() -> Vec<Arc<dyn WriteWitness>> {
+    // The list is a plain vector, valid after any panic.
+    let mut witnesses = WITNESSES.lock().unwrap_or_else(PoisonError::into_inner);
+    witnesses.retain(|witness| witness.strong_count() > 0);
+    WITNESSED.store(witnesses.len(), Ordering::Release);
+    witnesses.iter().filter_map(Weak::upgrade).collect()
 }
 
 /// Makes `file`'s written data durable: `fdatasync(2)` for [`FlushKind::Data`], `fsync(2)`
@@ -211,7 +304,7 @@ pub(crate) fn finish_read(
     let len_bytes: usize = bufs.iter().map(FrameBuf::len_bytes).sum();
     let mut done_bytes = read_bytes;
     while done_bytes < len_bytes {
-        let now = transfer(file, Op::Read, offset_bytes, bufs, done_bytes)?;
+        let now = transfer_unwitnessed(file, Op::Read, offset_bytes, bufs, done_bytes)?;
         let step_bytes = now - done_bytes;
         done_bytes = now;
         if step_bytes == 0 || done_bytes % DIRECT_IO_ALIGN_BYTES != 0 {

@@ -53,6 +53,16 @@
 //!   write intact, every other block old or new, 4 KiB at a time, never bytes nobody
 //!   wrote. The files are synced and the record is emptied (their state is now durable).
 //!
+//!   The model sees every write that reaches a file it records, not only the requests
+//!   passed on: a short write's rest, which the cache writes itself through
+//!   `io::sync::transfer` inside the write's completion, is recorded as a write of its own
+//!   (the model is a `sync::WriteWitness`), and the blocks past a short write's end stay
+//!   in flight until that completion has returned (so a flush cannot forget them, nor a
+//!   power loss come, before the rest is recorded). Without this (issue 42) a flush after
+//!   the rest kept an older version of its blocks as durable, and a power loss could
+//!   rewind them to bytes no disk could still hold
+//!   (`tests::a_short_writes_remainder_is_durable_after_a_later_flush`).
+//!
 //! - Every control takes effect for requests submitted after the call; a request's fate is
 //!   decided once, in `submit`, from the plan at that moment. `clear` empties the plan, the
 //!   simulation and its ordinals included; it keeps the power-loss record, which is the
@@ -76,7 +86,11 @@
 //! the file's, a write stores exactly its bytes), torn reads, a request that never
 //! completes, a lost write that reports success before a power loss, size changes at a
 //! power loss (a file keeps its length; blocks past a lost extension read as zeros), a
-//! power loss with writes in flight (refused). Faults are deterministic: the same plan and
+//! power loss with writes in flight (refused), writes another process makes (a keeper's,
+//! a forked child's), and writes through `io::sync::transfer` to a file the model holds
+//! no record of at that moment (a recovery's, before any write of that file through this
+//! backend): those count as durable as they land, so the model may be kinder than a disk
+//! there, never harsher. Faults are deterministic: the same plan and
 //! the same submission order give the same planned faults, and the same seed gives the
 //! same drawn faults to the same request and the same power loss to the same record.
 //!
@@ -117,16 +131,17 @@ use std::io;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use self::delivery::{Delivery, Hold};
-use self::power::{FileId, Unflushed};
+use self::power::{FileId, Rest, Unflushed};
 pub use self::power::{PowerLoss, POWER_BLOCK_BYTES};
 pub use self::simulation::SimConfig;
 use self::simulation::{RangeKey, Sim};
-use super::backend::{Backend, Completion, FrameBuf, FrameBufs, IoBatch, IoRequest, Op};
+use super::backend::{Backend, Completion, FrameBufs, IoBatch, IoRequest, Op};
+use super::sync::{self, WriteWitness};
 
 /// The length a planned short transfer is cut to.
 pub const SHORT_READ_BYTES: usize = 4096;
@@ -224,6 +239,8 @@ impl FaultBackend {
             short_injected: AtomicU64::new(0),
             delayed: AtomicU64::new(0),
         });
+        let witness: Weak<Faults> = Arc::downgrade(&faults);
+        sync::add_witness(witness as Weak<dyn WriteWitness>);
         let (delivery, delivery_thread) = Delivery::start();
         let backend = FaultBackend {
             name: format!("fault({})", inner.name()),
@@ -283,6 +300,9 @@ impl FaultBackend {
         };
         let mut survivors = IoBatch::with_capacity(batch.len());
         for ((mut request, fate), file) in batch.into_iter().zip(fates).zip(files) {
+            // A write's length as its caller asked: the power-loss model keeps the blocks
+            // past a short write's end in flight until the caller has written them.
+            let asked_bytes = request.len_bytes();
             match fate.outcome {
                 Outcome::Fail(errno) => {
                     let error = Err(io::Error::from_raw_os_error(errno));
@@ -297,6 +317,12 @@ impl FaultBackend {
                 Outcome::TransferShort(len_bytes) => request.bufs = cut_to(request.bufs, len_bytes),
                 Outcome::Transfer => {}
             }
+            if request.op == Op::Write {
+                // Outermost: runs after the caller's completion, which writes a short
+                // write's rest (before any delay, which only schedules it).
+                request.done =
+                    self.end_rest_after(request.done, file, request.offset_bytes, asked_bytes);
+            }
             if !fate.delay.is_zero() || fate.hold.is_some() {
                 let delivery = Arc::clone(&self.delivery);
                 let done = request.done;
@@ -306,18 +332,48 @@ impl FaultBackend {
                 });
             }
             // Innermost, so it records the completion when the inner backend reports it.
-            survivors.push(self.record_for_power_loss(request, file));
+            survivors.push(self.record_for_power_loss(request, file, asked_bytes));
         }
         survivors
     }
 }
 
 impl FaultBackend {
+    /// Wraps the completion `done` of a write of `asked_bytes` at `offset_bytes` of `file`
+    /// so that, once it has run, a short write's rest is no longer in flight in the
+    /// power-loss model (`Unflushed::end_rest`): the caller's completion wrote it, and
+    /// the witness recorded that (`WriteWitness for Faults`).
+    fn end_rest_after(
+        &self,
+        done: Completion,
+        file: FileId,
+        offset_bytes: u64,
+        asked_bytes: usize,
+    ) -> Completion {
+        let faults = Arc::clone(&self.faults);
+        Completion::new(move |result| {
+            let written_bytes = result.as_ref().ok().copied();
+            done.run(result);
+            if let Some(written_bytes) = written_bytes.filter(|&n| n < asked_bytes) {
+                faults
+                    .lock_unflushed()
+                    .end_rest(file, offset_bytes, asked_bytes, written_bytes);
+            }
+        })
+    }
+
     /// Records a write or flush about to be passed on in the power-loss model, and wraps
-    /// its completion to record how it ended (`power.rs`). Reads are returned as they are.
+    /// its completion to record how it ended (`power.rs`); a write as its caller asked,
+    /// `asked_bytes` long, even if it is passed on cut short. Reads are returned as they
+    /// are.
     ///
     /// Context: takes `Faults::unflushed` briefly; reads the file for a write's pre-images.
-    fn record_for_power_loss(&self, request: IoRequest, file: FileId) -> IoRequest {
+    fn record_for_power_loss(
+        &self,
+        request: IoRequest,
+        file: FileId,
+        asked_bytes: usize,
+    ) -> IoRequest {
         let IoRequest {
             op,
             file: open_file,
@@ -329,14 +385,17 @@ impl FaultBackend {
         let done = match op {
             Op::Read => done,
             Op::Write => {
-                let len_bytes: usize = bufs.iter().map(FrameBuf::len_bytes).sum();
                 faults
                     .lock_unflushed()
-                    .before_write(&open_file, file, offset_bytes, len_bytes);
+                    .before_write(&open_file, file, offset_bytes, asked_bytes);
                 Completion::new(move |result| {
-                    faults
-                        .lock_unflushed()
-                        .after_write(file, offset_bytes, len_bytes, &result);
+                    faults.lock_unflushed().after_write(
+                        file,
+                        offset_bytes,
+                        asked_bytes,
+                        &result,
+                        Rest::CallerWrites,
+                    );
                     done.run(result);
                 })
             }
@@ -357,6 +416,34 @@ impl FaultBackend {
             bufs,
             done,
         }
+    }
+}
+
+/// The power-loss model sees the writes the cache makes itself (`io::sync::transfer`: a
+/// short write's rest, a recovery's writes) to a file it records.
+impl WriteWitness for Faults {
+    /// Context: takes `Faults::unflushed` briefly; reads the file for pre-images.
+    fn before_write(&self, file: &StdFile, offset_bytes: u64, len_bytes: usize) -> bool {
+        let id = file_identity(file);
+        let mut unflushed = self.lock_unflushed();
+        if !unflushed.is_recorded(id) {
+            return false;
+        }
+        unflushed.before_write(file, id, offset_bytes, len_bytes);
+        true
+    }
+
+    /// Context: takes `Faults::unflushed` briefly; reads the written blocks back.
+    fn after_write(
+        &self,
+        file: &StdFile,
+        offset_bytes: u64,
+        len_bytes: usize,
+        result: &io::Result<usize>,
+    ) {
+        let id = file_identity(file);
+        self.lock_unflushed()
+            .after_write(id, offset_bytes, len_bytes, result, Rest::Dropped);
     }
 }
 

@@ -7,11 +7,14 @@
 //!   read from the file before the first such write was passed on);
 //! - `versions`: the bytes of every write to it that completed since, in completion order
 //!   (read back from the file when the write completes), each with a sequence number;
-//! - `in_flight`: writes to it passed on and not completed yet.
+//! - `in_flight`: writes to it passed on and not completed yet, and short writes whose
+//!   caller has not finished writing their rest (the rest is recorded as a write of its
+//!   own: `mod.rs`, the witness).
 //!
 //! ```text
 //!   write submitted ──> Block::durable read (first write only), in_flight += 1
 //!   write completed ──> in_flight -= 1; Ok(n): a Version { seq } per block in the first n bytes
+//!                       (Ok(n) short: the blocks past n stay in flight until `end_rest`)
 //!   flush submitted ──> mark = next_seq          (it covers the versions before it)
 //!   flush Ok        ──> per block: durable = last version with seq < mark; those dropped;
 //!                       a block with no version and nothing in flight is forgotten
@@ -165,8 +168,10 @@ impl Unflushed {
     }
 
     /// The write `before_write` announced completed with `result`: each block of its first
-    /// `n` bytes gets a version (read back from the file), and none is in flight for it any
-    /// more.
+    /// `n` bytes (whole blocks) gets a version (read back from the file), and is no longer
+    /// in flight for it. The blocks past them stay in flight if `rest` is
+    /// [`Rest::CallerWrites`] and the write was short (`Ok(n)`, `n < len_bytes`), until
+    /// [`end_rest`](Self::end_rest); otherwise they are no longer in flight either.
     ///
     /// Context: the caller holds `Faults::unflushed`; reads the file (buffered).
     pub fn after_write(
@@ -175,19 +180,24 @@ impl Unflushed {
         offset_bytes: u64,
         len_bytes: usize,
         result: &io::Result<usize>,
+        rest: Rest,
     ) {
         let written_bytes = *result.as_ref().unwrap_or(&0);
         let written = blocks_of(
             offset_bytes,
             written_bytes / POWER_BLOCK_BYTES * POWER_BLOCK_BYTES,
         );
+        let ended = match (rest, result) {
+            (Rest::CallerWrites, Ok(n)) if *n < len_bytes => written.clone(),
+            _ => blocks_of(offset_bytes, len_bytes),
+        };
         let seq = self.next_seq;
         self.next_seq += 1;
         let record = self
             .files
             .get_mut(&id)
             .expect("a completed write's file is recorded");
-        for index in blocks_of(offset_bytes, len_bytes) {
+        for index in ended {
             let block = record
                 .blocks
                 .get_mut(&index)
@@ -206,6 +216,45 @@ impl Unflushed {
                 });
             }
         }
+    }
+
+    /// The caller of a write that `after_write` (with [`Rest::CallerWrites`]) found short,
+    /// `Ok(written_bytes)`, is done writing the rest: the blocks past the first
+    /// `written_bytes` (whole blocks) are no longer in flight for it. What the caller wrote
+    /// there was recorded as writes of their own (`is_recorded`, the witness in `mod.rs`).
+    ///
+    /// Context: the caller holds `Faults::unflushed`.
+    pub fn end_rest(
+        &mut self,
+        id: FileId,
+        offset_bytes: u64,
+        len_bytes: usize,
+        written_bytes: usize,
+    ) {
+        let all = blocks_of(offset_bytes, len_bytes);
+        let head = blocks_of(
+            offset_bytes,
+            written_bytes / POWER_BLOCK_BYTES * POWER_BLOCK_BYTES,
+        );
+        let record = self
+            .files
+            .get_mut(&id)
+            .expect("a write's rest in flight keeps its file");
+        for index in head.end.max(all.start)..all.end {
+            let block = record
+                .blocks
+                .get_mut(&index)
+                .expect("a write's rest in flight keeps its blocks");
+            assert!(block.in_flight > 0, "a write's rest ended twice");
+            block.in_flight -= 1;
+        }
+    }
+
+    /// Whether `id` has a record now: a block written since a flush last forgot it, or a
+    /// write's rest in flight. The record holds the file open, so its (device, inode)
+    /// names no other file meanwhile.
+    pub fn is_recorded(&self, id: FileId) -> bool {
+        self.files.contains_key(&id)
     }
 
     /// The mark a flush submitted now covers: every version recorded before it.
@@ -280,6 +329,16 @@ impl Unflushed {
         };
         Ok(outcome)
     }
+}
+
+/// Who finishes a write that stored only its first bytes (`Unflushed::after_write`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Rest {
+    /// The caller of the backend: its completion writes the rest itself (the cache does,
+    /// through `io::sync::transfer`), so the rest's blocks stay in flight until it is done.
+    CallerWrites,
+    /// Nobody: the rest was not written.
+    Dropped,
 }
 
 /// The fate `seed` draws for a write, the same in every block it covers.
