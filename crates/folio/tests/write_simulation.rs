@@ -71,8 +71,11 @@
 //!
 //! Environment: `FOLIO_WSIM_SEEDS=n` runs seeds 0..n (default 1000), `FOLIO_WSIM_FIRST=k`
 //! starts at seed k, `FOLIO_WSIM_SEED=s` runs seed s only and prints what it did,
-//! `FOLIO_WSIM_REPEAT=r` runs each seed r times, `FOLIO_SIM_DIR` puts the files elsewhere
-//! (default: the target directory, where O_DIRECT works).
+//! `FOLIO_WSIM_REPEAT=r` runs each seed r times, `FOLIO_WSIM_ALL=1` runs every seed even
+//! after a failure (a sweep: each failure is printed as it happens), `FOLIO_WSIM_SHORT=m`
+//! cuts short m per thousand of the reads and writes longer than a page in every seed
+//! (1000: every one; the seed's other draws are unchanged), `FOLIO_SIM_DIR` puts the
+//! files elsewhere (default: the target directory, where O_DIRECT works).
 
 mod common;
 #[path = "common/durability.rs"]
@@ -178,9 +181,12 @@ enum Syncers {
 }
 
 fn draw_setup(rng: &mut Rng) -> Setup {
+    let short_per_mille = rng.pick(&[0, 100, 300]);
     let sim = SimConfig {
         eio_per_mille: 0,
-        short_per_mille: rng.pick(&[0, 100, 300]),
+        // Drawn first either way, so that the override changes no other draw.
+        short_per_mille: env_u64("FOLIO_WSIM_SHORT")
+            .map_or(short_per_mille, |n| n.min(1000) as u32),
         delay_max: Duration::from_micros(rng.pick(&[0, 20, 200])),
         reorder: rng.pick(&[0, 0, 2, 4]),
         hold_max: Duration::from_micros(rng.pick(&[100, 500])),
@@ -1341,6 +1347,7 @@ fn seeds() {
             .expect("a directory under FOLIO_SIM_DIR"),
         None => common::test_dir(),
     };
+    let keep_going = env_u64("FOLIO_WSIM_ALL").is_some_and(|all| all != 0);
     let started = Instant::now();
     let next = AtomicUsize::new(0);
     let total = Mutex::new((Outcome::default(), Vec::<(u64, String)>::new()));
@@ -1361,8 +1368,11 @@ fn seeds() {
                             replay_command(seed)
                         );
                         total.1.push((seed, error));
-                        // Stop handing out seeds: the first failures are what matter.
-                        next.store(seeds.len(), Ordering::Relaxed);
+                        // Stop handing out seeds: the first failures are what matter
+                        // (unless a sweep asks for all of them).
+                        if !keep_going {
+                            next.store(seeds.len(), Ordering::Relaxed);
+                        }
                     }
                 }
             });
