@@ -11,7 +11,9 @@
 //!
 //! [`Child`] runs the child and reads its stdout, one line per event ([`say`] writes
 //! them), on a thread, so that the parent can wait for a line with a deadline.
-//! [`become_subreaper`] and [`wait_for_exit`] wait for a process the child started.
+//! [`become_subreaper`] and [`wait_for_exit`] wait for a process the child started;
+//! [`stop_and_wait`] holds one still (a test's lever: it stops it at a point of the
+//! test's choosing instead of racing it).
 
 #![allow(dead_code)]
 
@@ -157,6 +159,11 @@ impl Child {
         }
     }
 
+    /// The lines the child has said that were not read yet, without waiting.
+    pub fn lines_so_far(&mut self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
     /// SIGKILLs the child and reaps it; fails the test if it had ended before.
     pub fn kill(&mut self) {
         self.process.kill().expect("kill the child");
@@ -190,6 +197,36 @@ pub fn become_subreaper() {
     // SAFETY: PR_SET_CHILD_SUBREAPER takes integers; no memory is passed.
     let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
     assert_eq!(rc, 0, "prctl(PR_SET_CHILD_SUBREAPER)");
+}
+
+/// Stops `pid` with SIGSTOP and waits until it is stopped (`/proc/<pid>/stat` says `T`):
+/// from then on it runs no instruction until a SIGCONT or a SIGKILL. A test lever, not a
+/// timing: what the process does next is what the test lets it do.
+pub fn stop_and_wait(pid: u32, what: &str) {
+    // SAFETY: kill takes integers.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+    assert_eq!(
+        rc,
+        0,
+        "{what} ({pid}): SIGSTOP: {}",
+        std::io::Error::last_os_error()
+    );
+    let started = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state is the first field after the command name, which ends with the last ')'.
+        let state = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next());
+        if matches!(state, Some('T' | 't')) {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what} ({pid}) did not stop: state {state:?}"
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    }
 }
 
 /// Waits until `pid`, this process's child (or, after `become_subreaper`, a descendant it
