@@ -41,7 +41,12 @@
 //! record no later write overlapped parses with its checksum. Each round continues from
 //! what the last one left (the child reopens it, as a restarted database would: a tail
 //! block written whole past the size, records torn by the kill), and every 20th round
-//! starts from an empty file. The kill lands 10-100 ms after the child said `ready`.
+//! starts from an empty file. The kill lands 10-100 ms after the child's first
+//! acknowledgement: each child starts with a record written at the end of the file, the
+//! same record written again while the child holds a view of its page (a copy on write,
+//! whatever its readers' timing), and a `sync_data`; this process waits for that `a`
+//! before the delay, so every round has an acknowledgement and a copy on write to check
+//! on any machine (the coverage assertions hold by construction, issue 42).
 //!
 //! Each round works on a copy of what the last round left (written by this process, a new
 //! inode), not on the killed child's file itself: a killed process's io_uring writes can
@@ -145,6 +150,36 @@ fn child(spec: &str) {
     let born = Instant::now();
     let mut seq = first_seq;
     let mut writes = 0usize;
+    // The first operations (module docs): a copy on write and an acknowledgement in every
+    // child, whatever the timing of its readers.
+    let offset = file.len().min(FILE_BYTES_MAX - HEADER_BYTES as u64);
+    for pinned in [None, Some(())] {
+        let view = pinned.map(|()| {
+            file.get_page(offset)
+                .unwrap_or_else(|e| panic!("child: get_page({offset}): {e}"))
+        });
+        say(&format!("w {offset} {HEADER_BYTES} {seq}"));
+        let bytes = record(seq, HEADER_BYTES);
+        let n = file
+            .write_at(&bytes, offset)
+            .unwrap_or_else(|e| panic!("child: write_at({offset}, {HEADER_BYTES}): {e}"));
+        assert_eq!(n, bytes.len());
+        writes += 1;
+        seq += 1;
+        drop(view);
+    }
+    file.sync_data()
+        .unwrap_or_else(|e| panic!("child: the first sync_data: {e}"));
+    let copies = cache.stats().write_copies;
+    assert!(
+        copies > 0,
+        "child: a write into a pinned page did not copy it"
+    );
+    say(&format!(
+        "a {writes} 0 {} {} {copies}",
+        u64::MAX,
+        file.len()
+    ));
     while born.elapsed() < CHILD_LIFE_MAX {
         let len = file.len();
         let choice = rng.below(100);
@@ -300,6 +335,11 @@ fn run_child(path: &Path, seed: u64, first_seq: u64, run: Duration) -> Said {
     let mut said = Said::default();
     parse_line(&mut said, &child.next_line(READY_WAIT_MAX, "ready"));
     assert!(said.ready, "the child's first line was not `ready`");
+    // The child's first acknowledgement, after its copy on write (module docs): the kill
+    // lands after both, on any machine.
+    while said.acks.is_empty() {
+        parse_line(&mut said, &child.next_line(READY_WAIT_MAX, "its first `a`"));
+    }
     std::thread::sleep(run);
     child.kill();
     for line in child.rest_of_lines() {
