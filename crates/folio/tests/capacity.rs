@@ -116,14 +116,15 @@ fn threads_named(name: &str) -> usize {
         .count()
 }
 
-/// Waits up to a second for `count` threads named `name`: a new thread names itself
-/// once it runs, and a joined one leaves `/proc` a moment after its joiner wakes. Returns
-/// the count last seen.
+/// Waits up to 30 s for `count` threads named `name`: a new thread names itself once it
+/// runs, and a joined one leaves `/proc` a moment after its joiner wakes (later on a
+/// loaded machine; the wait ends as soon as the count is seen). Returns the count last
+/// seen.
 fn wait_for_threads_named(name: &str, count: usize) -> usize {
     let started = Instant::now();
     loop {
         let now = threads_named(name);
-        if now == count || started.elapsed() > Duration::from_secs(1) {
+        if now == count || started.elapsed() > Duration::from_secs(30) {
             return now;
         }
         std::thread::sleep(Duration::from_millis(1));
@@ -1434,7 +1435,9 @@ fn follow_machine_builds_within_the_machine() {
         0,
         "the policy's thread outlived the cache"
     );
-    assert!(drop_ms < 1000.0, "the drop took {drop_ms:.0} ms");
+    // A hang, not a speed: the policy's tick is 50 ms, and a loaded machine may take
+    // longer than any tight bound to run the threads the drop joins.
+    assert!(drop_ms < 10_000.0, "the drop took {drop_ms:.0} ms");
 
     // A capacity given with the policy is kept at build, under the machine's maximum.
     let given = Cache::builder()
