@@ -268,14 +268,23 @@ fn forced_readahead_returns_at_once_and_never_duplicates_work() {
     let path = dir.path().join("f");
     common::write_pattern_file(&path, SALT, 8 << 20);
     let (cache, control) = recorded_cache(32 << 20, 128 * KIB);
-    control.delay(std::time::Duration::from_millis(200));
+    // Every read stays in flight until the release below: a hint that waited for one
+    // would never return (a lever, not a duration a loaded machine can outlast).
+    control.hold_completions();
     let file = cache.open(&path).unwrap();
-    let started = std::time::Instant::now();
-    file.readahead(0, 5 << 20).unwrap();
-    assert!(
-        started.elapsed() < std::time::Duration::from_millis(150),
-        "a hint does not wait"
-    );
+    std::thread::scope(|s| {
+        let (returned, wait) = std::sync::mpsc::channel();
+        let file = &file;
+        s.spawn(move || {
+            file.readahead(0, 5 << 20).unwrap();
+            returned.send(()).unwrap();
+        });
+        let hint = wait.recv_timeout(std::time::Duration::from_secs(30));
+        if hint.is_err() {
+            control.release_completions();
+        }
+        assert!(hint.is_ok(), "a hint does not wait for its reads");
+    });
     let first = control.take_requests();
     assert_eq!(
         first.iter().map(|&(_, len)| len as u64).sum::<u64>(),
@@ -285,10 +294,11 @@ fn forced_readahead_returns_at_once_and_never_duplicates_work() {
         first.iter().all(|&(_, len)| len <= 2 << 20),
         "chunks of at most 2 MiB"
     );
-    // The same range again, while in flight and after: nothing new.
+    // The same range again, while in flight (held) and after: nothing new.
     file.readahead(0, 5 << 20).unwrap();
     file.readahead(1 << 20, 1 << 20).unwrap();
     assert!(control.take_requests().is_empty());
+    control.release_completions();
     let mut buf = vec![0u8; 5 << 20];
     assert_eq!(file.read_at(&mut buf, 0).unwrap(), 5 << 20);
     common::check_pattern(SALT, 0, &buf).unwrap();

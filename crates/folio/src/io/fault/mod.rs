@@ -20,6 +20,10 @@
 //!   the rest itself (a short write stores only its first 4096 bytes).
 //! - **Latency**, `delay(d)`: every request's completion, an injected error's included,
 //!   runs `d` after the inner backend finished it (after `submit`, for an injected error).
+//! - **Held completions**, `hold_completions()` / `release_completions()`: the completion
+//!   of every request passed on while completions are held waits, once the inner
+//!   backend (and any delay) is done with it, until the test releases them: requests
+//!   stay in flight exactly as long as the test needs (a lever, not a duration).
 //! - **Seeded simulation**, `FaultBackend::seeded(inner, seed, config)` or
 //!   `simulate(seed, config)`: each request draws its faults from a hash of (seed, op,
 //!   file offset, length, ordinal), where the ordinal counts the earlier requests for the
@@ -105,7 +109,8 @@
 //! their completion in the power-loss model as soon as the inner backend reports it.
 //!
 //! Protection: `Faults::plan` (a mutex) protects the plan and the simulation's ordinals;
-//! `Faults::unflushed` (a mutex, never held with `plan`) the power-loss record; the
+//! `Faults::unflushed` (a mutex, never held with `plan`) the power-loss record;
+//! `Faults::held` (a mutex, never held with another) the held completions; the
 //! counters are atomics; the delivery has its own lock (`delivery.rs`). No lock is held
 //! while a completion runs or while the inner backend is called, so a completion may call
 //! `submit` again.
@@ -168,6 +173,8 @@ pub struct FaultControl {
 
 struct Faults {
     plan: Mutex<Plan>,
+    /// `hold_completions`: whether completions are held, and those held so far.
+    held: Mutex<Held>,
     /// The power-loss model's record (`power.rs`).
     unflushed: Mutex<Unflushed>,
     /// Whether `plan.sim` is set: `submit` then learns each request's file identity
@@ -205,6 +212,13 @@ struct Plan {
     read_batches: Vec<usize>,
 }
 
+/// Completions held by `FaultControl::hold_completions` until `release_completions`.
+#[derive(Default)]
+struct Held {
+    on: bool,
+    parked: Vec<(Completion, io::Result<usize>)>,
+}
+
 /// Requests each log keeps; later ones are not recorded.
 const LOG_REQUESTS_MAX: usize = 1 << 20;
 
@@ -232,6 +246,7 @@ impl FaultBackend {
     pub fn new(inner: Box<dyn Backend>) -> (FaultBackend, FaultControl) {
         let faults = Arc::new(Faults {
             plan: Mutex::new(Plan::default()),
+            held: Mutex::new(Held::default()),
             unflushed: Mutex::new(Unflushed::default()),
             simulating: AtomicBool::new(false),
             eio_injected: AtomicU64::new(0),
@@ -322,6 +337,12 @@ impl FaultBackend {
                 // write's rest (before any delay, which only schedules it).
                 request.done =
                     self.end_rest_after(request.done, file, request.offset_bytes, asked_bytes);
+            }
+            if self.faults.lock_held().on {
+                // Parked once the inner backend (and any delay) is done with it.
+                let faults = Arc::clone(&self.faults);
+                let done = request.done;
+                request.done = Completion::new(move |result| faults.park(done, result));
             }
             if !fate.delay.is_zero() || fate.hold.is_some() {
                 let delivery = Arc::clone(&self.delivery);
@@ -494,6 +515,8 @@ impl Drop for FaultBackend {
     fn drop(&mut self) {
         // Finishes the inner backend's requests; their delayed completions are scheduled.
         drop(self.inner.take());
+        // Held completions run too; any parked later runs at once (`Faults::park`).
+        self.faults.release_held(&self.delivery);
         let delivery_thread = self
             .delivery_thread
             .take()
@@ -584,6 +607,28 @@ impl FaultControl {
         self.faults.lock_plan().short_writes_left = count;
     }
 
+    /// Holds the completion of every request passed on from now on, once the inner
+    /// backend (and any delay) is done with it, until
+    /// [`release_completions`](Self::release_completions): a test's lever to keep
+    /// requests in flight for as long as it needs, instead of a delay it hopes is long
+    /// enough. Injected errors are not held. Dropping the backend releases them.
+    pub fn hold_completions(&self) {
+        self.faults.lock_held().on = true;
+    }
+
+    /// Ends `hold_completions`: the held completions run on the delivery thread, in the
+    /// order they were held, and later ones run as they come.
+    ///
+    /// Context: takes the held list's lock briefly; runs no completion itself.
+    pub fn release_completions(&self) {
+        self.faults.release_held(&self.delivery);
+    }
+
+    /// Completions held now (`hold_completions`).
+    pub fn held_completions(&self) -> usize {
+        self.faults.lock_held().parked.len()
+    }
+
     /// Delays the completion of every later request by `delay` (zero turns it off).
     pub fn delay(&self, delay: Duration) {
         self.faults.lock_plan().delay = delay;
@@ -664,6 +709,40 @@ impl Faults {
     fn lock_plan(&self) -> MutexGuard<'_, Plan> {
         // The plan is plain data, valid after any panic.
         self.plan.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_held(&self) -> MutexGuard<'_, Held> {
+        // A flag and a list, valid after any panic.
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A held request's completion is due: parks it while completions are held, or runs
+    /// it at once if they were released meanwhile.
+    ///
+    /// Context: a completion's thread (the inner backend's, or the delivery thread).
+    fn park(&self, done: Completion, result: io::Result<usize>) {
+        let mut held = self.lock_held();
+        if held.on {
+            held.parked.push((done, result));
+            return;
+        }
+        drop(held);
+        done.run(result);
+    }
+
+    /// Stops holding and schedules every held completion on `delivery`, now.
+    ///
+    /// Context: takes the held list's lock briefly; never while the delivery drains.
+    fn release_held(&self, delivery: &Delivery) {
+        let parked = {
+            let mut held = self.lock_held();
+            held.on = false;
+            std::mem::take(&mut held.parked)
+        };
+        let now = Instant::now();
+        for (done, result) in parked {
+            delivery.schedule(now, done, result, None);
+        }
     }
 
     fn lock_unflushed(&self) -> MutexGuard<'_, Unflushed> {

@@ -1383,3 +1383,62 @@ fn a_short_writes_remainder_is_durable_after_a_later_flush() {
         "a power cut rewound block 1 to A, older than a flushed write, for seeds {rewound:?}"
     );
 }
+
+/// `hold_completions` keeps every request passed on in flight until
+/// `release_completions`, however long the test takes; released completions run, and
+/// a request completing after the release runs at once. Dropping the backend releases
+/// what is held.
+#[test]
+fn held_completions_wait_for_the_release() {
+    let test_file = test_file();
+    let (backend, control) = fault_over_pread();
+    control.hold_completions();
+    let bufs: Vec<AlignedBuf> = (0..3).map(|_| AlignedBuf::new(PAGE_BYTES)).collect();
+    let (sender, reports) = channel();
+    let batch = bufs
+        .iter()
+        .enumerate()
+        .map(|(i, buf)| {
+            read_request(
+                &test_file.file,
+                i as u64 * PAGE_BYTES as u64,
+                buf.frame_buf(),
+                report_to(&sender, i),
+            )
+        })
+        .collect();
+    backend.submit(batch);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while control.held_completions() < 3 {
+        assert!(Instant::now() < deadline, "the reads were never held");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        reports.try_recv().is_err(),
+        "a held completion ran before the release"
+    );
+    control.release_completions();
+    let done = wait_reports(&reports, 3);
+    assert!(done
+        .iter()
+        .all(|(_, result)| result.as_ref().unwrap() == &PAGE_BYTES));
+    assert_file_bytes(bufs[2].bytes(), 2 * PAGE_BYTES as u64);
+
+    control.hold_completions();
+    let buf = AlignedBuf::new(PAGE_BYTES);
+    backend.submit(smallvec::smallvec![read_request(
+        &test_file.file,
+        0,
+        buf.frame_buf(),
+        report_to(&sender, 0),
+    )]);
+    while control.held_completions() < 1 {
+        assert!(Instant::now() < deadline, "the read was never held");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(backend);
+    assert_eq!(
+        wait_reports(&reports, 1)[0].1.as_ref().unwrap(),
+        &PAGE_BYTES
+    );
+}
