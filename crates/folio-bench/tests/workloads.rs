@@ -741,5 +741,7 @@ fn every_workload_runs_tiny_with_the_promised_json() {
 
     let took = started.elapsed().as_secs_f64();
     eprintln!("every workload, tiny: {took:.1} s");
-    assert!(took < 60.0, "the tiny run took {took:.1} s");
+    // A budget against a tiny run growing large, not a speed: CI runs this beside other
+    // jobs on two shared cores (issue 42), so the bound is three times the old one.
+    assert!(took < 180.0, "the tiny run took {took:.1} s");
 }
