@@ -8,10 +8,11 @@
 //
 // finds it. See docs/rocksdb.md.
 //
-// What it does: a FileSystemWrapper over FileSystem::Default(). Every file of a database
-// (FileKind: WAL *.log, tables *.sst/*.ldb, MANIFEST-*, and the rest of what RocksDB
-// writes and reads back: OPTIONS-*, the *.dbtmp that becomes CURRENT or IDENTITY, CURRENT,
-// IDENTITY, blob files) is opened with folio_open / folio_open2:
+// What it does: a FileSystemWrapper over FileSystem::Default(). Every file (FileKind: WAL
+// *.log, tables *.sst/*.ldb, MANIFEST-*, and the rest of what RocksDB or its user writes
+// and reads back: OPTIONS-*, the *.dbtmp that becomes CURRENT or IDENTITY, CURRENT,
+// IDENTITY, blob files, any other name) but the info log, LOCK and *.trash (IsKernelName)
+// is opened with folio_open / folio_open2:
 //   NewWritableFile / ReopenWritableFile / ReuseWritableFile -> FolioWritableFile
 //     Append -> folio_write at the file's tracked end; Flush -> nothing (no user-space
 //     buffer: the bytes are in folio's cache, readable by every handle); Sync ->
@@ -30,9 +31,12 @@
 //     Hint      -> folio_advise (kRandom, kSequential, kNormal, kWillNeed, kWontNeed)
 //     InvalidateCache -> folio_advise(DONTNEED)
 //   DeleteFile -> folio_remove_file (unlink; a closed file's pages, dirty ones too, go)
-//   GetFileSize -> the tracked end of a file open for writing here, else the default's
-// Every other file (LOG, LOCK, ...) and call (directories, renames, locks, GetChildren)
-// goes to the wrapped default file system. Renames need nothing: folio knows files by
+//   GetFileSize -> the tracked end of a file open for writing here (found by any spelling
+//     of its path: NormalPath), else the default's
+//   Allocate -> fallocate(FALLOC_FL_KEEP_SIZE) on a descriptor of the file's own, and
+//     Close / Truncate give the space past the end back, as PosixWritableFile
+// The info log, LOCK, *.trash and every other call (directories, renames, locks,
+// GetChildren) go to the wrapped default file system. Renames need nothing: folio knows files by
 // inode, so a renamed file keeps its pages. writes=0 keeps only table reads (the plugin
 // before it wrote) and deletes, so that a deleted table's pages leave the cache.
 //
@@ -52,14 +56,24 @@
 // At a normal exit an atexit hook syncs every file the cache holds dirty
 // (folio_cache_sync_all). See docs/rocksdb.md.
 //
-// use_direct_io(): every folio file answers false, also under use_direct_reads=1 or
-// use_direct_io_for_flush_and_compaction=1. folio itself does O_DIRECT I/O from its own
-// aligned memory, and serves any offset and length into any buffer. Answering true would
-// make RocksDB align every read and write, bounce it through its own aligned buffer (one
-// more copy), and replace its Prefetch hints by private 256 KiB readahead buffers per
-// iterator that folio cannot share between threads. Answering false gives folio
-// RocksDB's block-sized reads, its readahead hints and its appends as they come: what a
-// page cache wants. GetRequiredBufferAlignment() is then 1 (any buffer).
+// mmap: a file folio takes is never read or written past it, whatever use_mmap_reads
+// (allow_mmap_reads) and use_mmap_writes say. Its newest bytes may be only in folio's
+// cache (a WAL written with sync=false), where a kernel mapping cannot see them: a live
+// WAL read through a mapping looked empty, and recovery skipped it. RocksDB's readers pass
+// a scratch buffer in mmap mode too, except PlainTable's and CuckooTable's whole-file read
+// (scratch nullptr), which lands in a buffer the file object keeps (OwnedBuffer) as a
+// mapping would last.
+//
+// use_direct_io(): a table (random-access) file opened with use_direct_reads=1 answers
+// true with an alignment of 4096 (kDirectIoAlignment), so that RocksDB reads it as it
+// would a direct file: aligned reads into its own buffers, its FilePrefetchBuffer instead
+// of Prefetch hints, MultiGet's direct-I/O path (the behaviour its tests check). folio
+// reads the file with O_DIRECT underneath either way, and serves any offset into any
+// buffer. Without use_direct_reads every file answers false, alignment 1: folio gets
+// RocksDB's block-sized reads, its readahead hints and its appends as they come, what a
+// page cache wants. Written files (use_direct_io_for_flush_and_compaction) and sequential
+// files (RocksDB turns direct reads off for WALs and MANIFESTs) always answer false: their
+// appends and reads go through folio's cache as buffered ones.
 //
 // Cache on write: folio keeps the pages it writes, so a table RocksDB has just flushed or
 // compacted is read back (its footer, index, filter, and the checks after a flush) from
@@ -86,6 +100,7 @@
 #include <rocksdb/utilities/object_registry.h>
 #include <rocksdb/utilities/options_type.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -102,6 +117,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "folio.h"
@@ -283,6 +301,44 @@ std::string LastFolioError() {
   return msg;
 }
 
+std::string CanonicalDir(const std::string& dir);
+
+// A path as the maps below know it, so that every spelling of one file finds the same
+// entry (RocksDB joins names as dir + "/" + name, and a test or a user may give the
+// directory as "dir/", "./dir", "dir/../dir", or a symlink): the lexical spelling cleaned
+// (repeated slashes, "." components, a trailing slash), then the directory resolved by
+// realpath (which resolves ".." and symlinks safely, as the kernel would) and joined with
+// the file's name. A directory that cannot be resolved (gone, or no permission) keeps its
+// cleaned spelling made absolute against the working directory, ".." left as it is
+// (resolving it lexically is wrong across a symlink).
+// Context: called at opens, deletes, renames and size queries (not per read or write):
+// one realpath each.
+std::string NormalPath(const std::string& path) {
+  // Lexical: split on '/', drop empty and "." components.
+  const bool absolute = !path.empty() && path[0] == '/';
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i <= path.size()) {
+    const size_t j = std::min(path.find('/', i), path.size());
+    const std::string part = path.substr(i, j - i);
+    if (!part.empty() && part != ".") parts.push_back(part);
+    i = j + 1;
+  }
+  if (parts.empty()) return absolute ? "/" : ".";
+  const std::string base = parts.back();
+  parts.pop_back();
+  std::string dir = absolute ? "/" : "";
+  for (size_t k = 0; k < parts.size(); k++) {
+    if (k > 0) dir += "/";
+    dir += parts[k];
+  }
+  if (dir.empty()) dir = ".";
+  if (base == "..") return CanonicalDir(dir + "/..");
+  std::string out = CanonicalDir(dir);
+  if (out.empty() || out.back() != '/') out += "/";
+  return out + base;
+}
+
 // Where a file read through folio came from: written through folio by this process (its
 // pages were cached as they were written, so reading it back should cost no I/O), or
 // older (a database opened cold: its reads are misses).
@@ -293,29 +349,33 @@ enum class Origin { kWrittenHere, kOlder };
 class WrittenNames {
  public:
   void Add(const std::string& path) {
+    const std::string key = NormalPath(path);
     std::lock_guard<std::mutex> lock(mu_);
-    names_.insert(path);
+    names_.insert(key);
   }
   void Remove(const std::string& path) {
+    const std::string key = NormalPath(path);
     std::lock_guard<std::mutex> lock(mu_);
-    names_.erase(path);
+    names_.erase(key);
   }
   void Rename(const std::string& from, const std::string& to) {
+    const std::string from_key = NormalPath(from), to_key = NormalPath(to);
     std::lock_guard<std::mutex> lock(mu_);
-    if (names_.erase(from) > 0) {
-      names_.insert(to);
+    if (names_.erase(from_key) > 0) {
+      names_.insert(to_key);
     } else {
-      names_.erase(to);  // replaced by a file written elsewhere
+      names_.erase(to_key);  // replaced by a file written elsewhere
     }
   }
   Origin OriginOf(const std::string& path) const {
+    const std::string key = NormalPath(path);
     std::lock_guard<std::mutex> lock(mu_);
-    return names_.count(path) > 0 ? Origin::kWrittenHere : Origin::kOlder;
+    return names_.count(key) > 0 ? Origin::kWrittenHere : Origin::kOlder;
   }
 
  private:
   mutable std::mutex mu_;
-  std::set<std::string> names_;  // under mu_
+  std::set<std::string> names_;  // under mu_, NormalPath's keys
 };
 
 WrittenNames& written_names() {
@@ -888,6 +948,19 @@ bool IsTableFile(const std::string& name) {
   return EndsWith(name, ".sst") || EndsWith(name, ".ldb");
 }
 
+// Whether a file is written past this file system (kept to the kernel for every call, so
+// that folio never caches a page of it that the kernel then changes): the info log (LOG,
+// LOG.old.*, and <prefix>_LOG... under db_log_dir), which RocksDB writes through the
+// wrapped file system's NewLogger; LOCK (fcntl locks); and *.trash, tables the
+// SstFileManager renamed to delete at its pace, which it may cut in steps
+// (ReopenWritableFile + Truncate) before their DeleteFile (through folio, which drops
+// their pages then). Every other name goes through folio.
+bool IsKernelName(const std::string& base) {
+  return base == "LOCK" || base == "LOG" || EndsWith(base, "_LOG") ||
+         StartsWith(base, "LOG.old.") || base.find("_LOG.old.") != std::string::npos ||
+         EndsWith(base, ".trash");
+}
+
 // What a file of a database is, from its name (RocksDB's file/filename.cc names):
 // what the stats count, and whether folio takes it (everything but kKernel).
 enum class FileKind {
@@ -895,8 +968,10 @@ enum class FileKind {
   kTable,     // *.sst, *.ldb (any name: SstFileWriter's files too)
   kManifest,  // MANIFEST-NNNNNN
   kOther,     // OPTIONS-NNNNNN, *.dbtmp (OPTIONS', CURRENT's and IDENTITY's before their
-              // rename), CURRENT, IDENTITY, *.blob
-  kKernel,    // the rest: LOG and LOG.old.*, LOCK, *.trash, and whatever is not RocksDB's
+              // rename), CURRENT, IDENTITY, *.blob, and any other name (a backup's meta
+              // files, a trace, a test's own files): whatever RocksDB or its user writes
+              // and reads through this file system
+  kKernel,    // IsKernelName: the info log, LOCK, *.trash
 };
 
 FileKind KindOf(const std::string& path) {
@@ -907,11 +982,7 @@ FileKind KindOf(const std::string& path) {
   if (StartsWith(base, "MANIFEST-") && AllDigits(base, 9, base.size())) {
     return FileKind::kManifest;
   }
-  if (EndsWith(base, ".dbtmp") || EndsWith(base, ".blob") || base == "CURRENT" ||
-      base == "IDENTITY" || (StartsWith(base, "OPTIONS-") && AllDigits(base, 8, base.size()))) {
-    return FileKind::kOther;
-  }
-  return FileKind::kKernel;
+  return IsKernelName(base) ? FileKind::kKernel : FileKind::kOther;
 }
 
 const char* KindName(FileKind kind) {
@@ -1030,11 +1101,22 @@ class AsyncRead {
   bool done_ = false;
 };
 
+// What a read file reports of direct I/O (use_direct_io()): on when the database asked for
+// direct reads (use_direct_reads), as folio_fs.cc's opening comment says.
+enum class DirectIo { kOn, kOff };
+
+// The alignment RocksDB gives buffers, offsets and lengths of a file that reports direct
+// I/O: a page, what PosixRandomAccessFile asks on this machine's devices (logical blocks
+// of 512 bytes or 4 KiB). folio serves any offset into any buffer either way.
+constexpr size_t kDirectIoAlignment = 4096;
+
 class FolioRandomAccessFile : public FSRandomAccessFile {
  public:
-  FolioRandomAccessFile(folio_file file, std::string name, Origin origin, const Options& opts)
+  FolioRandomAccessFile(folio_file file, std::string name, Origin origin, const Options& opts,
+                        DirectIo direct)
       : file_(file),
         name_(std::move(name)),
+        direct_(direct),
         hints_(opts.hints),
         prefetch_ahead_bytes_(opts.prefetch_ahead_bytes),
         io_{file, origin} {
@@ -1059,6 +1141,7 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
       Count(kReadsNoReuse);
       hint = FOLIO_READ_NOREUSE;
     }
+    if (scratch == nullptr) scratch = OwnedBuffer(n);
     const int64_t got = folio_read_hint(file_, scratch, n, offset, hint);
     if (got < 0) {
       Count(kReadErrors);
@@ -1080,6 +1163,7 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
     std::vector<folio_read_req> batch(num_reqs);
     for (size_t i = 0; i < num_reqs; i++) {
       Count(kReadBytesAsked, reqs[i].len);
+      if (reqs[i].scratch == nullptr) reqs[i].scratch = OwnedBuffer(reqs[i].len);
       batch[i] = folio_read_req{reqs[i].scratch, reqs[i].len, reqs[i].offset, 0};
     }
     const int rc = folio_read_many(file_, batch.data(), num_reqs);
@@ -1160,20 +1244,35 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
     folio_advise(file_, 0, LenOf(file_), advice);  // a hint: its failure changes nothing
   }
 
-  bool use_direct_io() const override { return false; }
+  bool use_direct_io() const override { return direct_ == DirectIo::kOn; }
 
-  size_t GetRequiredBufferAlignment() const override { return 1; }
+  size_t GetRequiredBufferAlignment() const override {
+    return direct_ == DirectIo::kOn ? kDirectIoAlignment : 1;
+  }
 
   IOStatus InvalidateCache(size_t offset, size_t length) override {
     return DropCachedRange(file_, name_, LenOf(file_), offset, length);
   }
 
  private:
+  // A buffer of `n` bytes that lives as long as this file: where a read with no scratch
+  // lands. RocksDB passes no scratch only where it expects mmap reads (use_mmap_reads:
+  // PlainTable and CuckooTable read their whole file once, and keep the result as long as
+  // the file), whose results point into the mapping and stay valid as long as the file.
+  char* OwnedBuffer(size_t n) const {
+    std::lock_guard<std::mutex> lock(owned_mu_);
+    owned_.emplace_back(new char[n > 0 ? n : 1]);
+    return owned_.back().get();
+  }
+
   const folio_file file_;
   const std::string name_;
+  const DirectIo direct_;
   const Options::Hints hints_;
   const uint64_t prefetch_ahead_bytes_;
   ReadIo::Handle io_;
+  mutable std::mutex owned_mu_;
+  mutable std::vector<std::unique_ptr<char[]>> owned_;  // under owned_mu_
 };
 
 // ---------------------------------------------------------------------------------------
@@ -1265,27 +1364,47 @@ class SyncState {
 
 class FolioWritableFile;
 
+// RocksDB's test sync point `name` (TEST_SYNC_POINT_CALLBACK), where RocksDB's own file
+// system has one that its unit tests steer: through librocksdb's SyncPoint, found at run
+// time, since only a build with assertions has it (Debian's does; one built with NDEBUG
+// has no such symbol, and then this does nothing). SyncPoint::Process returns at once
+// unless a test enabled processing.
+void TestSyncPoint(const char* name, void* arg) {
+  using GetInstanceFn = void* (*)();
+  using ProcessFn = void (*)(void* self, const Slice& point, void* arg);
+  static const auto get_instance = reinterpret_cast<GetInstanceFn>(
+      dlsym(RTLD_DEFAULT, "_ZN7rocksdb9SyncPoint11GetInstanceEv"));
+  static const auto process = reinterpret_cast<ProcessFn>(
+      dlsym(RTLD_DEFAULT, "_ZN7rocksdb9SyncPoint7ProcessERKNS_5SliceEPv"));
+  if (get_instance == nullptr || process == nullptr) return;
+  process(get_instance(), Slice(name), arg);
+}
+
 // The files open for writing here, by path, for FileSystem::GetFileSize: a file being
 // written has its newest bytes in folio (ahead of the disk until a sync), and RocksDB asks
 // the file system, not the file, for the size of a live WAL (GetSortedWalFiles, and so
-// checkpoints and backups). Opens and closes are rare: one mutex.
+// checkpoints and backups). Keyed by NormalPath: a size asked by another spelling of the
+// path (dir//MANIFEST-000005, ./dir/000004.log) finds the file. A file is added under the
+// key of its path at its opening and removed under that same key (kept by the file),
+// whatever happened to its directory since. Opens and closes are rare: one mutex.
 class OpenWriters {
  public:
-  void Add(const std::string& path, const FolioWritableFile* file) {
+  // Registers `file` under `key` (NormalPath of its path).
+  void Add(const std::string& key, const FolioWritableFile* file) {
     std::lock_guard<std::mutex> lock(mu_);
-    files_[path] = file;
+    files_[key] = file;
   }
-  void Remove(const std::string& path, const FolioWritableFile* file) {
+  void Remove(const std::string& key, const FolioWritableFile* file) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = files_.find(path);
+    auto it = files_.find(key);
     if (it != files_.end() && it->second == file) files_.erase(it);
   }
-  // The tracked size of the file open for writing at `path`, if there is one.
+  // The tracked size of the file open for writing at `path` (any spelling), if there is one.
   bool SizeOf(const std::string& path, uint64_t* size) const;
 
  private:
   mutable std::mutex mu_;
-  std::map<std::string, const FolioWritableFile*> files_;  // under mu_
+  std::map<std::string, const FolioWritableFile*> files_;  // under mu_, NormalPath's keys
 };
 
 void AsyncRead::Finish() {
@@ -1308,12 +1427,14 @@ class FolioWritableFile : public FSWritableFile {
         name_(std::move(name)),
         kind_(kind),
         temperature_(file_opts.temperature),
+        allow_fallocate_(file_opts.allow_fallocate ? Fallocate::kAllowed : Fallocate::kOff),
         after_close_(after_close),
         verbosity_(verbosity),
         writers_(writers),
+        writers_key_(NormalPath(name_)),
         end_(end) {
     if (IsColdTemperature(temperature_)) Count(kColdTemperatureFiles);
-    writers_->Add(name_, this);
+    writers_->Add(writers_key_, this);
   }
 
   ~FolioWritableFile() override {
@@ -1352,6 +1473,9 @@ class FolioWritableFile : public FSWritableFile {
     if (rc < 0) return FromErrno("truncate", name_, -rc);
     end_.store(size, std::memory_order_release);
     sync_.MarkWritten();  // the size is durable at a sync
+    // As ftruncate: the blocks reserved past the end go (RocksDB truncates the last WAL
+    // after recovery to give back its preallocated space, GetLogSizeAndMaybeTruncate).
+    ReleasePastEnd(size, ReleaseBound::kWholeAllocation);
     return IOStatus::OK();
   }
 
@@ -1398,6 +1522,26 @@ class FolioWritableFile : public FSWritableFile {
       const IOStatus synced = sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "sync at close");
       if (s.ok()) s = synced;
     }
+    // As PosixWritableFile::Close: the space preallocated past the end (PrepareWrite's
+    // Allocate calls, under SetPreallocationBlockSize: RocksDB's WALs and tables) goes,
+    // unless a test turned that off through the sync point PosixWritableFile::Close (its
+    // argument: the count of preallocated blocks, set to 0 to keep them). Space a caller
+    // reserved with Allocate directly stays, as there.
+    size_t block_size = 0, allocated_blocks = 0;
+    GetPreallocationStatus(&block_size, &allocated_blocks);
+    TestSyncPoint("PosixWritableFile::Close", &allocated_blocks);
+    if (allocated_blocks > 0 && allocated_end_ > end) {
+      ReleasePastEnd(end, ReleaseBound::kAllocatedHere);
+    } else if (allocated_end_ > end && alloc_fd_ >= 0) {
+      // To be kept: but folio's writeback of a partial last page (a direct write of the
+      // whole page, then ftruncate to the file's length) gives back the blocks past the
+      // end on ext4 as a side effect; reserve them again, as the kernel's file keeps them.
+      fallocate(alloc_fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(allocated_end_));
+    }
+    if (alloc_fd_ >= 0) {
+      close(alloc_fd_);
+      alloc_fd_ = -1;
+    }
     if (verbosity_ == Options::Verbosity::kVerbose) {
       SayHintsOnce(kind_, write_hint_, temperature_, name_, end);
     }
@@ -1406,7 +1550,7 @@ class FolioWritableFile : public FSWritableFile {
       Count(kColdFilesDropped);
       folio_advise(file_, 0, end, FOLIO_ADVICE_DONTNEED);  // advice: its failure changes nothing
     }
-    writers_->Remove(name_, this);
+    writers_->Remove(writers_key_, this);
     folio_close(file_);
     return s;
   }
@@ -1444,9 +1588,25 @@ class FolioWritableFile : public FSWritableFile {
 
   uint64_t Size() const { return end_.load(std::memory_order_acquire); }
 
-  // folio reserves the file's blocks itself (fallocate) as it writes them back.
-  IOStatus Allocate(uint64_t /*offset*/, uint64_t /*len*/, const IOOptions& /*options*/,
+  // As PosixWritableFile::Allocate: fallocate(FALLOC_FL_KEEP_SIZE) of the range, so that
+  // the space is reserved on disk and the allocated size shows in st_blocks, the file's
+  // length unchanged (folio writes back into the reserved blocks with O_DIRECT). folio's
+  // C ABI has no call for it: on a descriptor of this file's own, opened at the first
+  // Allocate (RocksDB calls it once per preallocation block: a WAL's ~1.1 write buffers)
+  // and closed at Close. Nothing under allow_fallocate=false. FALLOC_FL_KEEP_SIZE always:
+  // RocksDB asks for the other mode (fallocate_with_keep_size=false) only for its mmap
+  // writes, which this file system does not do.
+  IOStatus Allocate(uint64_t offset, uint64_t len, const IOOptions& /*options*/,
                     IODebugContext* /*dbg*/) override {
+    if (allow_fallocate_ == Fallocate::kOff || len == 0) return IOStatus::OK();
+    if (!OpenAllocFd()) return FromErrno("open for fallocate", name_, errno);
+    if (fallocate(alloc_fd_, FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
+                  static_cast<off_t>(len)) != 0) {
+      return IOStatus::IOError("folio: fallocate offset " + std::to_string(offset) + " len " +
+                               std::to_string(len) + " " + name_ + ": " +
+                               std::strerror(errno));
+    }
+    allocated_end_ = std::max(allocated_end_, offset + len);
     return IOStatus::OK();
   }
 
@@ -1469,16 +1629,64 @@ class FolioWritableFile : public FSWritableFile {
     return IOStatus::OK();
   }
 
+  // Whether Allocate reserves space (FileOptions::allow_fallocate).
+  enum class Fallocate { kAllowed, kOff };
+  // How far past the end ReleasePastEnd looks: the space Allocate reserved through this
+  // file, or as much as the whole file has allocated (st_blocks), which covers what an
+  // earlier writer of the file reserved past its end.
+  enum class ReleaseBound { kAllocatedHere, kWholeAllocation };
+
+  // alloc_fd_, opened now if it is not; false with errno set if it cannot be.
+  bool OpenAllocFd() {
+    if (alloc_fd_ < 0) alloc_fd_ = open(name_.c_str(), O_WRONLY | O_CLOEXEC);
+    return alloc_fd_ >= 0;
+  }
+
+  // Gives back the blocks reserved past `end` (FALLOC_FL_PUNCH_HOLE from the first whole
+  // block after it: the bytes below `end` are never touched, and folio's writeback of the
+  // last page, which stops at `end`'s page, does not meet it). Best effort, as RocksDB's
+  // own (PosixWritableFile::Close ignores its failure): the space is an optimisation.
+  // Context: the writing thread (Truncate, Close): no append runs meanwhile.
+  void ReleasePastEnd(uint64_t end, ReleaseBound bound) {
+    if (allow_fallocate_ == Fallocate::kOff) return;
+    if (bound == ReleaseBound::kWholeAllocation && alloc_fd_ < 0) {
+      struct stat st;
+      if (stat(name_.c_str(), &st) != 0 || static_cast<uint64_t>(st.st_blocks) * 512 <=
+                                               (static_cast<uint64_t>(st.st_size) + 4095) / 4096 * 4096) {
+        return;  // nothing reserved past the end: no descriptor needed
+      }
+    }
+    if (!OpenAllocFd()) return;
+    struct stat st;
+    if (fstat(alloc_fd_, &st) != 0) return;
+    const uint64_t from = (end + 4095) / 4096 * 4096;
+    // The reserved space past the end is one extent from below it (RocksDB preallocates
+    // block after block): no longer than what the file has allocated in all.
+    const uint64_t to = bound == ReleaseBound::kAllocatedHere
+                            ? allocated_end_
+                            : from + static_cast<uint64_t>(st.st_blocks) * 512;
+    if (to > from) {
+      fallocate(alloc_fd_, FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE, static_cast<off_t>(from),
+                static_cast<off_t>(to - from));  // best effort (above)
+    }
+  }
+
   const folio_file file_;
   const std::string name_;
   const FileKind kind_;
   const Temperature temperature_;
+  const Fallocate allow_fallocate_;
   const AfterClose after_close_;
   const Options::Verbosity verbosity_;
   OpenWriters* const writers_;
+  const std::string writers_key_;  // NormalPath(name_) at the opening: the key in writers_
   std::atomic<uint64_t> end_;
   SyncState sync_;
   bool closed_ = false;  // RocksDB's thread that closes
+  // Allocate's descriptor (-1 until the first Allocate or Truncate needs one) and the end
+  // of the space it reserved; the writing thread's (Allocate, Truncate, Close).
+  int alloc_fd_ = -1;
+  uint64_t allocated_end_ = 0;
 };
 
 // The process's: files may outlive the FileSystem object that opened them. Never
@@ -1489,8 +1697,9 @@ OpenWriters& open_writers() {
 }
 
 bool OpenWriters::SizeOf(const std::string& path, uint64_t* size) const {
+  const std::string key = NormalPath(path);
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = files_.find(path);
+  auto it = files_.find(key);
   if (it == files_.end()) return false;
   *size = it->second->Size();  // alive: a file leaves the map before it is destroyed
   return true;
@@ -1666,11 +1875,10 @@ class FolioFileSystem : public FileSystemWrapper {
                                std::unique_ptr<FSRandomAccessFile>* result,
                                IODebugContext* dbg) override {
     const FileKind kind = KindOf(fname);
-    // mmap reads are the kernel's page cache by definition: leave them to the kernel.
-    // writes=0: table files only, as the plugin before it wrote.
+    // use_mmap_reads changes nothing (folio_fs.cc, "mmap"): a file folio may hold dirty
+    // is never read past it. writes=0: table files only, as the plugin before it wrote.
     const bool through_folio =
-        !file_opts.use_mmap_reads &&
-        (kind == FileKind::kTable || (Writing() && kind != FileKind::kKernel));
+        kind == FileKind::kTable || (Writing() && kind != FileKind::kKernel);
     if (!through_folio) {
       Count(kOtherOpens);
       Count(kKernelOpens);
@@ -1684,8 +1892,9 @@ class FolioFileSystem : public FileSystemWrapper {
     folio_file file{};
     const int rc = folio_open(cache, fname.c_str(), &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
-    result->reset(
-        new FolioRandomAccessFile(file, fname, written_names().OriginOf(fname), options_));
+    result->reset(new FolioRandomAccessFile(
+        file, fname, written_names().OriginOf(fname), options_,
+        file_opts.use_direct_reads ? DirectIo::kOn : DirectIo::kOff));
     return IOStatus::OK();
   }
 
@@ -1693,7 +1902,8 @@ class FolioFileSystem : public FileSystemWrapper {
                              std::unique_ptr<FSSequentialFile>* result,
                              IODebugContext* dbg) override {
     const FileKind kind = KindOf(fname);
-    if (!Writing() || kind == FileKind::kKernel || file_opts.use_mmap_reads) {
+    // use_mmap_reads changes nothing: RocksDB's own sequential files never map.
+    if (!Writing() || kind == FileKind::kKernel) {
       Count(kKernelOpens);
       return FileSystemWrapper::NewSequentialFile(fname, file_opts, result, dbg);
     }
@@ -1712,7 +1922,7 @@ class FolioFileSystem : public FileSystemWrapper {
   IOStatus NewWritableFile(const std::string& fname, const FileOptions& file_opts,
                            std::unique_ptr<FSWritableFile>* result,
                            IODebugContext* dbg) override {
-    if (!WritesThroughFolio(fname, file_opts)) {
+    if (!WritesThroughFolio(fname)) {
       Count(kKernelOpens);
       return FileSystemWrapper::NewWritableFile(fname, file_opts, result, dbg);
     }
@@ -1725,7 +1935,7 @@ class FolioFileSystem : public FileSystemWrapper {
   IOStatus ReopenWritableFile(const std::string& fname, const FileOptions& file_opts,
                               std::unique_ptr<FSWritableFile>* result,
                               IODebugContext* dbg) override {
-    if (!WritesThroughFolio(fname, file_opts)) {
+    if (!WritesThroughFolio(fname)) {
       Count(kKernelOpens);
       return FileSystemWrapper::ReopenWritableFile(fname, file_opts, result, dbg);
     }
@@ -1740,7 +1950,7 @@ class FolioFileSystem : public FileSystemWrapper {
                              const FileOptions& file_opts,
                              std::unique_ptr<FSWritableFile>* result,
                              IODebugContext* dbg) override {
-    if (!WritesThroughFolio(fname, file_opts)) {
+    if (!WritesThroughFolio(fname)) {
       Count(kKernelOpens);
       return FileSystemWrapper::ReuseWritableFile(fname, old_fname, file_opts, result, dbg);
     }
@@ -1753,7 +1963,7 @@ class FolioFileSystem : public FileSystemWrapper {
   IOStatus NewRandomRWFile(const std::string& fname, const FileOptions& file_opts,
                            std::unique_ptr<FSRandomRWFile>* result,
                            IODebugContext* dbg) override {
-    if (!WritesThroughFolio(fname, file_opts)) {
+    if (!WritesThroughFolio(fname)) {
       Count(kKernelOpens);
       return FileSystemWrapper::NewRandomRWFile(fname, file_opts, result, dbg);
     }
@@ -1840,9 +2050,10 @@ class FolioFileSystem : public FileSystemWrapper {
     return IOStatus::IOError("folio: " + error);
   }
 
-  bool WritesThroughFolio(const std::string& fname, const FileOptions& file_opts) const {
-    // mmap writes are the kernel's page cache by definition.
-    return Writing() && !file_opts.use_mmap_writes && KindOf(fname) != FileKind::kKernel;
+  // use_mmap_writes changes nothing (folio_fs.cc, "mmap"): a file RocksDB writes through
+  // the kernel while folio may cache its pages would be read stale through folio.
+  bool WritesThroughFolio(const std::string& fname) const {
+    return Writing() && KindOf(fname) != FileKind::kKernel;
   }
 
   IOStatus OpenWritable(const std::string& fname, const FileOptions& file_opts,
