@@ -15,6 +15,7 @@ use crate::arena::{Arena, ArenaPages};
 use crate::capacity::follow;
 use crate::capacity::machine::MemorySource;
 use crate::capacity::{CapacityControl, CapacityPolicy, DirtySettings};
+use crate::capacity::{CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN};
 use crate::eviction::{new_policy, EvictionKind};
 use crate::file::{Access, File, OpenMode};
 use crate::io::{open_backend, Backend, BackendKind};
@@ -29,9 +30,6 @@ use crate::types::{Order, PageIndex, PAGE_BYTES};
 use crate::write::budget::DirtyBudget;
 use crate::write::queue::DirtyFiles;
 use crate::write::thread;
-
-/// The smallest capacity a cache accepts: 16 frames.
-pub const CAPACITY_BYTES_MIN: u64 = 16 * PAGE_BYTES as u64;
 
 /// Configures and builds a [`Cache`].
 #[derive(Debug, Clone)]
@@ -67,16 +65,6 @@ pub enum Prefault {
     /// All of it at build: the whole capacity is resident from the start.
     AtBuild,
 }
-
-/// The default capacity: 256 MiB.
-pub const CAPACITY_BYTES_DEFAULT: u64 = 256 << 20;
-
-/// The default dirty limit, in percent of the capacity (the kernel's `dirty_ratio`).
-pub const DIRTY_LIMIT_PERCENT_DEFAULT: u64 = 20;
-
-/// The default background threshold, in percent of the capacity (the kernel's
-/// `dirty_background_ratio`).
-pub const DIRTY_BACKGROUND_PERCENT_DEFAULT: u64 = 10;
 
 /// How long a file stays dirty before the background writeback writes it, by default. The
 /// kernel's is 30 s; folio's dirty pages die with the process (a kernel's survive it), so

@@ -109,7 +109,7 @@ impl FolioMeta {
         )
     }
 
-    /// A tail frame's word of its head's dirty-block mask (`dirty::BlockMask`): a large
+    /// A tail frame's word of its head's dirty-block mask (`write::mask::BlockMask`): a large
     /// folio uses only its head's entry, so the `place` words of its first tail frames
     /// hold 64 blocks' bits each while it is allocated.
     ///

@@ -19,8 +19,9 @@
 //!
 //! # Parts (DESIGN.md §2) and their modules
 //!
-//! From the top of the read path down; each module imports only modules below it
-//! (ARCHITECTURE.md has the table):
+//! From the top of the read path down; each module imports only modules below it, so
+//! there is no import loop (ARCHITECTURE.md has the table and the layer list, which
+//! `tests/layers.rs` checks against the imports):
 //! - `cache`: the builder and the `Cache` users open files with.
 //! - `file`: the read API (`read_at`, `get_page`) and its optimistic hit path; its slow
 //!   path's look-up and settling (`pinned`); where reads ask `readahead` for a window, on
@@ -33,14 +34,18 @@
 //! - `filemap`: the miss path: run allocation and insertion, one read per run, and the
 //!   reads' completions.
 //! - `pagecache`: the shared core (memory, mappings, reclaimer, backend, the queue of
-//!   dirty files) and folio allocation with direct reclaim; `reclaim`: eviction of isolated victims, shadows,
-//!   watermarks and the background thread.
+//!   dirty files), folio allocation with direct reclaim and the capacity's mechanism
+//!   (`set_capacity`); `reclaim`: eviction of isolated victims, shadows, watermarks and
+//!   the background thread.
 //! - `mapping`: one file's pages and the lookup protocol (`find_get`); invalidation
 //!   (`mapping::invalidate`); the mapping table and its lifetime protocol
 //!   (`mapping::table`).
 //! - `memory`: the arena, the eviction policy, the counters and the dirty budget as the
 //!   parts below see them; `eviction`: the policy trait and its two policies, S3-FIFO (`s3fifo`, the
 //!   default) and the kernel's two-list LRU with refault distance (`lru`).
+//! - `capacity`: the capacity's policy (its bounds, the dirty limits sized from it, the
+//!   thread that follows the machine's memory: `machine`, `follow`), which moves the
+//!   capacity through `CapacityMechanism`, implemented by the page cache above.
 //! - `readahead`: the on-demand window as a pure policy (`window`), the per-handle state
 //!   word it is installed in (`state`), and the cache-wide limit on every handle's window
 //!   (`limit`).
@@ -144,11 +149,14 @@ pub use adopt::{Adoption, Unusable};
 pub use arena::ArenaPages;
 pub use cache::segment_room_capacity_bytes;
 pub use cache::{
-    Cache, CacheBuilder, OpenOptions, Prefault, CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN,
-    DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_EXPIRE_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,
-    READAHEAD_MAX_BYTES_DEFAULT, SEGMENT_DIR_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
+    Cache, CacheBuilder, OpenOptions, Prefault, DIRTY_EXPIRE_DEFAULT, READAHEAD_MAX_BYTES_DEFAULT,
+    SEGMENT_DIR_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
 };
 pub use capacity::{machine_capacity_bytes, CapacityPolicy};
+pub use capacity::{
+    CAPACITY_BYTES_DEFAULT, CAPACITY_BYTES_MIN, DIRTY_BACKGROUND_PERCENT_DEFAULT,
+    DIRTY_LIMIT_PERCENT_DEFAULT,
+};
 pub use eviction::{EvictionKind, ReadHint};
 pub use file::{
     Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadManyFuture, ReadaheadWindow,

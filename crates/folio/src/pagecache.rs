@@ -20,12 +20,13 @@
 //! Protection: per part (`memory`, `mapping::MappingTable`, `reclaim::Reclaimer`).
 
 use std::io;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::arena::{FolioUse, POPULATE_AHEAD_CACHE_BYTES_MIN};
-use crate::capacity::{CapacityControl, CapacityPolicy};
+use crate::capacity::{CapacityControl, CapacityMechanism, CapacityPolicy, CAPACITY_BYTES_MIN};
 use crate::index::NODE_BYTES;
 use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
@@ -212,6 +213,140 @@ impl Core {
     }
 }
 
+/// The capacity's mechanism (`capacity` has its policy, its bounds and its order).
+impl Core {
+    /// The capacity now, in bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.mem.arena.capacity_frames() * PAGE_BYTES as u64
+    }
+
+    /// The largest capacity, reserved at build, in bytes.
+    pub fn capacity_max_bytes(&self) -> u64 {
+        u64::from(self.mem.arena.frame_count()) * PAGE_BYTES as u64
+    }
+
+    /// Sets the capacity (`capacity` module docs): at once for new allocations; a shrink evicts,
+    /// writes dirty folios back and gives memory back before it returns, as far as
+    /// pinned folios and `alloc_wait` let it.
+    ///
+    /// Errors: `InvalidInput` below `CAPACITY_BYTES_MIN` or above the maximum reserved at
+    /// build (`CacheBuilder::capacity_max_bytes`); nothing changes then.
+    ///
+    /// Context: any thread but one holding a folio pinned that it waits to release after
+    /// this returns (the shrink would wait `alloc_wait` for it). Takes the capacity lock,
+    /// reclaim's locks and the writeback's; may sleep.
+    pub fn set_capacity(&self, bytes: u64) -> io::Result<()> {
+        let max = self.capacity_max_bytes();
+        if !(CAPACITY_BYTES_MIN..=max).contains(&bytes) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "folio: a capacity of {bytes} bytes is outside [{CAPACITY_BYTES_MIN}, {max}] \
+                     (the maximum is reserved at build: CacheBuilder::capacity_max_bytes)"
+                ),
+            ));
+        }
+        let _change = self.capacity.change();
+        let frames = bytes / PAGE_BYTES as u64;
+        let old = self.mem.arena.capacity_frames();
+        self.mem.arena.set_capacity_frames(frames);
+        self.resize_parts(frames);
+        stats::bump(&self.mem.counters.capacity_changes);
+        if frames < old {
+            self.shrink_to(frames);
+        }
+        // Post: the limit is in place (whatever the shrink could free), and the dirty
+        // budget never allows more dirty pages than the cache holds.
+        assert_eq!(self.mem.arena.capacity_frames(), frames);
+        debug_assert!(self.mem.dirty.limit_pages() <= frames);
+        Ok(())
+    }
+
+    /// Sizes the parts drawn from the capacity: reclaim's watermarks and shadow log, the
+    /// eviction queues, the readahead share, the dirty budget.
+    pub(crate) fn resize_parts(&self, frames: u64) {
+        assert!(
+            frames <= u64::from(self.mem.arena.frame_count()),
+            "a capacity of {frames} frames past the {} reserved",
+            self.mem.arena.frame_count()
+        );
+        self.reclaimer.resize(frames);
+        self.mem.policy.resize(frames);
+        self.mem
+            .readahead_limit
+            .set_frames(u32::try_from(frames).expect("frames fit the arena"));
+        let (limit, background) = self.capacity.dirty.pages_for(frames);
+        debug_assert!(limit <= frames && background <= frames);
+        self.mem.dirty.set_limits(limit, background);
+    }
+
+    /// Evicts down to `frames` less the high watermark, then gives the free memory past
+    /// the capacity back.
+    fn shrink_to(&self, frames: u64) {
+        let started = Instant::now();
+        let target = frames.saturating_sub(self.reclaimer.high_pages());
+        loop {
+            let allocated = self.mem.arena.allocated_frames();
+            if allocated <= target {
+                break;
+            }
+            let want = (allocated - target).min(64 * reclaim::BATCH_PAGES);
+            let report = self.reclaimer.reclaim(&self.mem, &self.mappings, want);
+            if report.freed_pages > 0 {
+                continue;
+            }
+            if started.elapsed() >= self.alloc_wait {
+                break;
+            }
+            if self.mem.dirty.pages() > 0 {
+                // What is left may be dirty: written back first, never dropped; all of
+                // it, also under the background threshold (`kick_to_clean`).
+                self.dirty_files.kick_to_clean();
+            } else if report.busy == 0 {
+                break; // nothing left to evict but what is pinned elsewhere
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let free = self.mem.arena.free_frames();
+        let given = self.mem.arena.give_back(free);
+        debug_assert!(given <= free, "gave back {given} frames of {free} free");
+        stats::add(
+            &self.mem.counters.bytes_given_back,
+            given * PAGE_BYTES as u64,
+        );
+    }
+}
+
+impl CapacityMechanism for Core {
+    fn capacity_bytes(&self) -> u64 {
+        Core::capacity_bytes(self)
+    }
+
+    fn capacity_max_bytes(&self) -> u64 {
+        Core::capacity_max_bytes(self)
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.mem.arena.resident_frames() * PAGE_BYTES as u64
+    }
+
+    fn free_bytes(&self) -> u64 {
+        self.mem.arena.free_frames() * PAGE_BYTES as u64
+    }
+
+    fn refaults(&self) -> u64 {
+        self.mem.counters.refaults.load(Ordering::Relaxed)
+    }
+
+    fn note_pressure_event(&self) {
+        stats::bump(&self.mem.counters.pressure_events);
+    }
+
+    fn set_capacity(&self, bytes: u64) -> io::Result<()> {
+        Core::set_capacity(self, bytes)
+    }
+}
+
 pub(crate) struct Engine {
     // Field order is drop order: the backend (and its in-flight reads) goes first.
     pub backend: Arc<dyn Backend>,
@@ -270,7 +405,7 @@ impl Engine {
             let core = core.clone();
             std::thread::Builder::new()
                 .name("folio-memory".into())
-                .spawn(move || core.follow_machine())
+                .spawn(move || core.capacity.follow_machine(&*core))
                 .expect("spawn the memory policy thread")
         });
         Engine {

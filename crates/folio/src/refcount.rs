@@ -21,7 +21,7 @@
 //! - LOCKED: I/O in flight. The folio is in the index, its bytes are not valid yet. A
 //!   writer also holds LOCKED on an uptodate folio for its copy (`try_lock_for_write`,
 //!   DESIGN.md §8): readers that pinned it wait, as for a read.
-//! - DIRTY: its bytes (some 4 KiB blocks of it: `dirty::BlockMask`) are newer than the
+//! - DIRTY: its bytes (some 4 KiB blocks of it: `write::mask::BlockMask`) are newer than the
 //!   file's. WRITEBACK: a write of those bytes is in flight (the device reads the frame;
 //!   a writer waits for it to end). Neither is ever frozen: reclaim, `DontNeed` and the
 //!   freeze of a truncation all refuse them. The write side's use of them is
@@ -139,7 +139,7 @@ pub enum GetOutcome {
 #[must_use]
 pub enum WriteLock {
     /// LOCKED is the writer's: copy, then `unlock_dirty`. With the word the CAS replaced:
-    /// whether the folio was DIRTY when the writer locked it (`dirty::Prior`) must be
+    /// whether the folio was DIRTY when the writer locked it (`write::mask::Prior`) must be
     /// read from it, not from an earlier load, as a writeback may start and end (clean)
     /// or fail (dirty again) between that load and the CAS.
     Locked(StateWord),

@@ -1497,7 +1497,7 @@ mod write_side {
         use loom::thread;
 
         /// How a copy on write puts the copy in the old folio's place, under the index
-        /// lock (`Fill::replace_for_write`).
+        /// lock (`FolioWriter::replace_for_write`).
         #[derive(Clone, Copy, Debug, PartialEq, Eq)]
         pub enum Replacement {
             /// The frame in the slot is swapped in place: the slot's marks (`Dirty`,
@@ -1698,7 +1698,7 @@ mod write_side {
                 }
             }
 
-            /// W3's copy on write (`File::copy_on_write`, `Fill::replace_for_write`): a
+            /// W3's copy on write (`File::copy_on_write`, `FolioWriter::replace_for_write`): a
             /// new LOCKED folio with the old one's bytes and dirty blocks, in its place in
             /// the index, the old one's DIRTY discarded. `None` if the old folio's
             /// writeback started meanwhile (then after it ended): try again.

@@ -41,7 +41,7 @@
 use std::time::Duration;
 
 use super::machine::MemoryFacts;
-use crate::cache::CAPACITY_BYTES_DEFAULT;
+use super::CAPACITY_BYTES_DEFAULT;
 
 /// How often the policy reads the machine's memory.
 pub const TICK: Duration = Duration::from_millis(50);

@@ -1,5 +1,8 @@
-//! The capacity at run time: `Cache::set_capacity`, the parts sized from it, and the
-//! policy that makes it follow the machine's memory (DESIGN.md §9).
+//! The capacity at run time: its bounds and defaults, the dirty limits sized from it, and
+//! the policy that makes it follow the machine's memory (DESIGN.md §10). The mechanism
+//! that moves it is above, in the page cache (`pagecache`: `Core::set_capacity`), and
+//! reached from here only through [`CapacityMechanism`], which `Core` implements: this
+//! folder imports nothing above `types`.
 //!
 //! Design: the arena reserves the largest capacity at build (`capacity_max`: address
 //! space and zeroed metadata, nothing resident) and never moves a frame; the capacity is
@@ -17,11 +20,12 @@
 //! Growing raises the limit only: allocations take free resident blocks first, then
 //! returned ones (faulted in anew), then virgin chunks.
 //!
-//! The rooms: `machine` (what the kernel reports of memory, cgroup v2 included),
-//! `follow` (the policy's decision and its response time), and this file (setting the
-//! capacity, the policy's thread).
+//! The rooms: `machine` (what the kernel reports of memory: `/proc/meminfo`, the cgroup's
+//! limit and usage under v2 or v1, pressure stall information), `follow` (the policy's
+//! decision and its response time), and this file (the bounds, the dirty settings, the
+//! order of capacity changes, the policy's thread).
 //!
-//! Protection: one mutex (`CapacityControl::lock`) orders capacity changes (a caller's
+//! Protection: one mutex (`CapacityControl::change`) orders capacity changes (a caller's
 //! and the policy's), held across the shrink; the figures it sets are atomics the
 //! allocator and reclaim read without it.
 //!
@@ -34,20 +38,47 @@ pub mod follow;
 pub mod machine;
 
 use std::io;
-use std::sync::atomic::Ordering;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::cache::{
-    CAPACITY_BYTES_MIN, DIRTY_BACKGROUND_PERCENT_DEFAULT, DIRTY_LIMIT_PERCENT_DEFAULT,
-};
-use crate::pagecache::Core;
-use crate::reclaim;
-use crate::stats;
 use crate::types::PAGE_BYTES;
 
 use follow::{Decision, Reading};
 use machine::MemorySource;
+
+/// The smallest capacity a cache accepts: 16 frames.
+pub const CAPACITY_BYTES_MIN: u64 = 16 * PAGE_BYTES as u64;
+
+/// The default capacity: 256 MiB.
+pub const CAPACITY_BYTES_DEFAULT: u64 = 256 << 20;
+
+/// The default dirty limit, in percent of the capacity (the kernel's `dirty_ratio`).
+pub const DIRTY_LIMIT_PERCENT_DEFAULT: u64 = 20;
+
+/// The default background threshold, in percent of the capacity (the kernel's
+/// `dirty_background_ratio`).
+pub const DIRTY_BACKGROUND_PERCENT_DEFAULT: u64 = 10;
+
+/// What the policy needs of the cache it sizes: the figures it reads each tick and the
+/// mechanism that moves the capacity. The page cache's `Core` implements it (above this
+/// module, which so never names it).
+pub(crate) trait CapacityMechanism {
+    /// The capacity now, in bytes.
+    fn capacity_bytes(&self) -> u64;
+    /// The largest capacity, reserved at build, in bytes.
+    fn capacity_max_bytes(&self) -> u64;
+    /// Bytes of the arena's memory resident now (allocated or free).
+    fn resident_bytes(&self) -> u64;
+    /// Bytes resident and free (allocatable at once).
+    fn free_bytes(&self) -> u64;
+    /// Every refault so far (a counter that only grows).
+    fn refaults(&self) -> u64;
+    /// Counts a shrink for pressure (`Stats::pressure_events`).
+    fn note_pressure_event(&self);
+    /// Sets the capacity (`Core::set_capacity`): within
+    /// `[CAPACITY_BYTES_MIN, capacity_max_bytes]`, a whole number of pages.
+    fn set_capacity(&self, bytes: u64) -> io::Result<()>;
+}
 
 /// How the capacity moves after build.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -108,7 +139,7 @@ impl DirtySettings {
 pub(crate) struct CapacityControl {
     pub policy: CapacityPolicy,
     pub dirty: DirtySettings,
-    /// Held by a capacity change from start to end.
+    /// Held by a capacity change from start to end (`change`).
     lock: Mutex<()>,
     /// The policy thread sleeps here between ticks; `true` stops it.
     stop: Mutex<bool>,
@@ -126,6 +157,13 @@ impl CapacityControl {
         }
     }
 
+    /// Orders a capacity change against the others: held from its start to its end.
+    ///
+    /// Context: not held already by this thread (the mutex is not reentrant).
+    pub fn change(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Ends the policy thread (the caller joins it).
     pub fn stop(&self) {
         *self.stop.lock().unwrap_or_else(|e| e.into_inner()) = true;
@@ -141,104 +179,13 @@ impl CapacityControl {
             .unwrap_or_else(|e| e.into_inner());
         !*stop
     }
-}
-
-impl Core {
-    /// The capacity now, in bytes.
-    pub fn capacity_bytes(&self) -> u64 {
-        self.mem.arena.capacity_frames() * PAGE_BYTES as u64
-    }
-
-    /// The largest capacity, reserved at build, in bytes.
-    pub fn capacity_max_bytes(&self) -> u64 {
-        u64::from(self.mem.arena.frame_count()) * PAGE_BYTES as u64
-    }
-
-    /// Sets the capacity (module docs): at once for new allocations; a shrink evicts,
-    /// writes dirty folios back and gives memory back before it returns, as far as
-    /// pinned folios and `alloc_wait` let it.
-    ///
-    /// Errors: `InvalidInput` below `CAPACITY_BYTES_MIN` or above the maximum reserved at
-    /// build (`CacheBuilder::capacity_max_bytes`); nothing changes then.
-    ///
-    /// Context: any thread but one holding a folio pinned that it waits to release after
-    /// this returns (the shrink would wait `alloc_wait` for it). Takes the capacity lock,
-    /// reclaim's locks and the writeback's; may sleep.
-    pub fn set_capacity(&self, bytes: u64) -> io::Result<()> {
-        let max = self.capacity_max_bytes();
-        if !(CAPACITY_BYTES_MIN..=max).contains(&bytes) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "folio: a capacity of {bytes} bytes is outside [{CAPACITY_BYTES_MIN}, {max}] \
-                     (the maximum is reserved at build: CacheBuilder::capacity_max_bytes)"
-                ),
-            ));
-        }
-        let _change = self.capacity.lock.lock().unwrap_or_else(|e| e.into_inner());
-        let frames = bytes / PAGE_BYTES as u64;
-        let old = self.mem.arena.capacity_frames();
-        self.mem.arena.set_capacity_frames(frames);
-        self.resize_parts(frames);
-        stats::bump(&self.mem.counters.capacity_changes);
-        if frames < old {
-            self.shrink_to(frames);
-        }
-        Ok(())
-    }
-
-    /// Sizes the parts drawn from the capacity: reclaim's watermarks and shadow log, the
-    /// eviction queues, the readahead share, the dirty budget.
-    pub(crate) fn resize_parts(&self, frames: u64) {
-        self.reclaimer.resize(frames);
-        self.mem.policy.resize(frames);
-        self.mem
-            .readahead_limit
-            .set_frames(u32::try_from(frames).expect("frames fit the arena"));
-        let (limit, background) = self.capacity.dirty.pages_for(frames);
-        self.mem.dirty.set_limits(limit, background);
-    }
-
-    /// Evicts down to `frames` less the high watermark, then gives the free memory past
-    /// the capacity back.
-    fn shrink_to(&self, frames: u64) {
-        let started = Instant::now();
-        let target = frames.saturating_sub(self.reclaimer.high_pages());
-        loop {
-            let allocated = self.mem.arena.allocated_frames();
-            if allocated <= target {
-                break;
-            }
-            let want = (allocated - target).min(64 * reclaim::BATCH_PAGES);
-            let report = self.reclaimer.reclaim(&self.mem, &self.mappings, want);
-            if report.freed_pages > 0 {
-                continue;
-            }
-            if started.elapsed() >= self.alloc_wait {
-                break;
-            }
-            if self.mem.dirty.pages() > 0 {
-                // What is left may be dirty: written back first, never dropped; all of
-                // it, also under the background threshold (`kick_to_clean`).
-                self.dirty_files.kick_to_clean();
-            } else if report.busy == 0 {
-                break; // nothing left to evict but what is pinned elsewhere
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let given = self.mem.arena.give_back(self.mem.arena.free_frames());
-        stats::add(
-            &self.mem.counters.bytes_given_back,
-            given * PAGE_BYTES as u64,
-        );
-    }
 
     /// The policy thread's body (`CapacityPolicy::FollowMachine`): a tick every
     /// `follow::TICK` until the cache stops it.
     ///
     /// Context: its own thread ("folio-memory"); a tick that shrinks takes
     /// `set_capacity`'s locks.
-    pub(crate) fn follow_machine(&self) {
+    pub(crate) fn follow_machine(&self, cache: &impl CapacityMechanism) {
         let source = MemorySource::this_process();
         let refaults = || {
             // Any refault, not only those the policy counts within its workingset:
@@ -246,14 +193,13 @@ impl Core {
             // main queue come back as plain refaults (measured: 318-126,067 workingset
             // refaults against 0.46-1.3 M refaults per `folio-bench pressure` run, and
             // growth came 3.7-7.9 s late).
-            self.mem.counters.refaults.load(Ordering::Relaxed)
+            cache.refaults()
         };
         let mut refaults_before = refaults();
         let mut stalls_before = (Instant::now(), source.read().pressure_some_total_us);
         let mut last_stall_shrink: Option<Instant> = None;
-        while self.capacity.sleep(follow::TICK) {
+        while self.sleep(follow::TICK) {
             let refaults_now = refaults();
-            let arena = &self.mem.arena;
             let facts = source.read();
             let stalls_now = (Instant::now(), facts.pressure_some_total_us);
             let cooling =
@@ -266,21 +212,21 @@ impl Core {
                 _ => 0.0,
             };
             stalls_before = stalls_now;
-            let free_bytes = arena.free_frames() * PAGE_BYTES as u64;
+            let free_bytes = cache.free_bytes();
             let reading = Reading {
                 facts,
-                resident_bytes: arena.resident_frames() * PAGE_BYTES as u64,
-                capacity_bytes: self.capacity_bytes(),
+                resident_bytes: cache.resident_bytes(),
+                capacity_bytes: cache.capacity_bytes(),
                 full: free_bytes < follow::reserve_bytes(facts.limit_bytes) / 16,
                 refaulted: refaults_now > refaults_before,
                 stall_share,
             };
             refaults_before = refaults_now;
-            let decision = follow::decide(&reading, CAPACITY_BYTES_MIN, self.capacity_max_bytes());
+            let decision = follow::decide(&reading, CAPACITY_BYTES_MIN, cache.capacity_max_bytes());
             let to = match decision {
                 Decision::Keep => continue,
                 Decision::Shrink(to) => {
-                    stats::bump(&self.mem.counters.pressure_events);
+                    cache.note_pressure_event();
                     if stall_share > follow::STALL_SHARE_SHRINK {
                         last_stall_shrink = Some(Instant::now());
                     }
@@ -290,7 +236,7 @@ impl Core {
             };
             let to = to / PAGE_BYTES as u64 * PAGE_BYTES as u64;
             // In range by construction; an error would only mean the figures moved.
-            let _ = self.set_capacity(to);
+            let _ = cache.set_capacity(to);
         }
     }
 }

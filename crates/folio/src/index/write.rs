@@ -302,7 +302,7 @@ impl<'a> IndexWriteGuard<'a> {
     }
 
     /// Puts `new` in the slots of the folio `old` (same head, same order) in place, for
-    /// copy on write (`Fill::replace_for_write`). The slots' marks stay: they belong to
+    /// copy on write (`FolioWriter::replace_for_write`). The slots' marks stay: they belong to
     /// the pages, so a folio that a sync tagged `Towrite` is still tagged as its copy, and
     /// a dirty one still `Dirty` (a removal and a re-insertion cleared them, and a sync
     /// then returned without the copy's bytes: issue 28). Head first, then the siblings,

@@ -58,7 +58,9 @@ pub struct Recovered {
 /// Starts the keeper of `segment` (module docs, step 1) and returns the owner's end of
 /// the link.
 ///
-/// Context: the cache's build, before it starts threads of its own. Forks the process.
+/// Context: the cache's build, before its background threads start; the I/O backend's
+/// threads already run (the children have only the forking thread and take no lock
+/// those threads may hold: the fork's SAFETY note). Forks the process.
 pub fn spawn(segment: &Segment) -> io::Result<KeeperLink> {
     let (ours, theirs) = link::pair()?;
     let owner = std::process::id() as libc::pid_t;

@@ -16,7 +16,7 @@
 //!     W4 set the index mark?) is read from the word that CAS replaced, never from an
 //!     earlier load: a writeback may start and end, or fail, in between. If someone else holds a pin (a reader copying out of it, a `PageRef`),
 //!     copy on write: a new folio takes its bytes and dirty blocks and replaces it in the
-//!     index (`Fill::replace_for_write`); the holders keep the old bytes, as the holders
+//!     index (`FolioWriter::replace_for_write`); the holders keep the old bytes, as the holders
 //!     of a truncated page do. So no shared borrow of a folio's bytes ever sees them change.
 //! W4. Move the version odd, copy with atomic stores, move it even (optimistic readers
 //!     that overlap retry, `version`); extend the file's size to the end of the bytes
