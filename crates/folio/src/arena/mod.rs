@@ -56,12 +56,12 @@
 // `unsafe` is allowed for this module by the crate root; the rooms without any deny it.
 #[deny(unsafe_code)]
 mod buddy;
-mod capacity;
 #[deny(unsafe_code)]
 mod chunk;
 mod copy;
 mod pages;
 mod populate;
+mod quota;
 
 use std::io;
 use std::ptr::NonNull;

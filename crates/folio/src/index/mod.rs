@@ -131,9 +131,9 @@ mod lookup;
 #[allow(dead_code)]
 mod mark;
 // All of the index's `unsafe` (type-stable node references): the crate denies it elsewhere.
+mod guard;
 #[allow(unsafe_code)]
 mod node;
-mod write;
 
 pub(crate) use mark::MarkedFolio;
 use node::{NodePool, Root};
@@ -281,7 +281,7 @@ impl Index {
 }
 
 /// The index's writer lock, held. Every mutation of the tree is a method of this guard
-/// (`write`); node allocation and retirement are in `node`.
+/// (`guard`); node allocation and retirement are in `node`.
 pub struct IndexWriteGuard<'a> {
     index: &'a Index,
     /// The pool of unlinked nodes (retired, or allocated before the lock was taken).
