@@ -20,9 +20,9 @@
 //! a hit.
 //!
 //! Its parts: `pinned`, the slow path's look-up and settling (shared with the futures and
-//! the write side); `readahead`, where a read asks the readahead policy for a window and
+//! the write side); `prefetch`, where a read asks the readahead policy for a window and
 //! reads it, and forced readahead; `advise`, the handle's advice and readahead settings;
-//! `read_many`, batched reads; `async_read`, the reads as futures; `write`, the write API.
+//! `read_many`, batched reads; `async_read`, the reads as futures; `modify`, the write API.
 //!
 //! Protection: a handle's readahead state word is replaced by CAS only (`RaCell`); its
 //! maximum window of `Advice::Normal` and its no-reuse flag are single words (hints); the

@@ -25,7 +25,7 @@
 //! - `lookup`: the lock-free walks, every one a method of `Index`: `lookup` (one page, the
 //!   hit path), `visit` (the entries of a range), `next_present`, `next_miss`,
 //!   `prev_miss` and `gaps` (what the miss path and the readahead policy ask).
-//! - `write`: the write guard's methods: run insertion, removal, shadows, growth, pruning.
+//! - `guard`: the write guard's methods: run insertion, removal, shadows, growth, pruning.
 //! - `mark`: the xarray's marks for the write side (`Mark::Dirty`, `Mark::Towrite`): set
 //!   and cleared under the guard, propagated up to the root, walked without descending
 //!   into unmarked subtrees (`marked_walk`), and `tag_range` (the kernel's
