@@ -595,7 +595,7 @@ impl Cache {
             if mapping.write.fd().is_none() {
                 continue;
             }
-            crate::write::sync::sync(
+            crate::write::integrity::sync(
                 core,
                 &*self.inner.backend,
                 &mapping,

@@ -25,8 +25,8 @@
 //! - `cache`: the builder and the `Cache` users open files with.
 //! - `file`: the read API (`read_at`, `get_page`) and its optimistic hit path; its slow
 //!   path's look-up and settling (`pinned`); where reads ask `readahead` for a window, on
-//!   a miss or at a marker, and forced readahead (`file::readahead`); `advise`;
-//!   `file::write`, the write API (`write_at`, `set_len`, the syncs).
+//!   a miss or at a marker, and forced readahead (`file::prefetch`); `advise`;
+//!   `file::modify`, the write API (`write_at`, `set_len`, the syncs).
 //! - `write`: the write side, one owner of its state (`write/mod.rs` maps its rooms: a
 //!   write's steps on a folio, writeback, the sync, the writeback thread and queue,
 //!   each file's write state, the dirty-block mask, the dirty budget, the error
@@ -49,8 +49,8 @@
 //! - `readahead`: the on-demand window as a pure policy (`window`), the per-handle state
 //!   word it is installed in (`state`), and the cache-wide limit on every handle's window
 //!   (`limit`).
-//! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write side in
-//!   `write`).
+//! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write guard in
+//!   `guard`).
 //! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read
 //!   latch (`version`); `wait`: parking on a folio's I/O (threads, and futures'
 //!   wakers in `waker`'s table).

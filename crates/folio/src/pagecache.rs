@@ -44,7 +44,9 @@ pub(crate) enum AllocMode {
     NoWait,
 }
 
-/// What reads share with their completions: memory, mappings, reclaim, settings.
+/// The running cache's shared state, everything but the I/O backend: memory, mappings,
+/// reclaim, the queue of dirty files, the capacity's control and the settings. What I/O
+/// completions hold (an `Arc<Core>`), so that memory outlives the last read in flight.
 #[derive(Debug)]
 pub(crate) struct Core {
     pub mem: Memory,
@@ -347,6 +349,10 @@ impl CapacityMechanism for Core {
     }
 }
 
+/// The running cache: the I/O backend, the `Core`, and the background threads
+/// (writeback, reclaim, populator, the capacity policy) it starts and, at its drop, stops
+/// after a final writeback. `Cache` and every `File` hold it (`Arc<Engine>`): the last of
+/// them ends the cache (module docs).
 pub(crate) struct Engine {
     // Field order is drop order: the backend (and its in-flight reads) goes first.
     pub backend: Arc<dyn Backend>,

@@ -532,7 +532,7 @@ impl FolioState {
             .is_ok()
     }
 
-    /// Write protocol W3 (DESIGN.md §8, `file::write`): the writer, holding one pin
+    /// Write protocol W3 (DESIGN.md §8, `write::into_folio`): the writer, holding one pin
     /// besides the index's, takes LOCKED for its copy. One CAS from "count 2, uptodate,
     /// not LOCKED, not WRITEBACK, not DEAD". A concurrent pin (a pinned reader, a
     /// `PageRef`) makes it fail with `Pinned`: the writer then copies on write instead

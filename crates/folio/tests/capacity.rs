@@ -290,7 +290,7 @@ struct Shared {
     shrink_us_max: AtomicU64,
     /// Shrinks after which the cache stated more resident than its capacity and its
     /// cached bytes: memory pinned or in flight at the give-back and freed since, or the
-    /// resident count erring high (`arena/capacity.rs`, invariants).
+    /// resident count erring high (`arena/quota.rs`, invariants).
     shrinks_left_over: AtomicU64,
     /// The most resident memory a shrink left above the capacity and the cached bytes.
     left_over_bytes_max: AtomicU64,

@@ -20,7 +20,7 @@
 //! Beside the writer, 1-2 reader threads of the child (`pin_the_tail`) pin the folio that
 //! holds the file's last byte with `get_page`, hold it 5-50 µs and rest up to 20 µs,
 //! again and again (issue 28): the writer appending into a pinned tail copies the folio on
-//! write (`file::write` W3) while syncs tag, write and wait for it, so the kill test
+//! write (`write::into_folio` W3) while syncs tag, write and wait for it, so the kill test
 //! covers copy on write too. A reader checks that the tail page's bytes do not change
 //! while it holds the pin; an error or a change ends the child with 101. A seed replays
 //! the writer's operations, not which folios are copied (that is the threads' timing).

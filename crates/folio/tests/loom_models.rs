@@ -52,7 +52,7 @@
 //!
 //! The write side (DESIGN.md §8; `write_side` below transcribes its protocols around the
 //! library's `FolioState`, `Version`, `BlockMask` and `DirtyBudget`):
-//! - `write_vs_optimistic_read`: a writer (W1-W5 of `file::write`) against a reader
+//! - `write_vs_optimistic_read`: a writer (W1-W5 of `write::into_folio`) against a reader
 //!   copying without a reference: a validated copy is never torn (all old or all new
 //!   bytes) and never stale (all new if the read began after `write_at` returned).
 //! - `write_vs_writeback*`: a write into a dirty folio against background writeback
@@ -88,7 +88,7 @@
 //! Each is also run on a broken protocol (`*_broken_*`, which must fail): no version
 //! move, `end_write` before the copy, a writer that does not wait for WRITEBACK, a B1
 //! that does not refuse LOCKED, the writer's dirty state read before W3's CAS (the first
-//! version of `file::write`, which these models caught), a reclaim that takes a dirty
+//! version of `write::into_folio`, which these models caught), a reclaim that takes a dirty
 //! folio for clean, a truncation that does not wait for the writeback. Mutations of the
 //! library run by hand (each made the sound models fail): B1 or W3 not refusing the
 //! other's flag, the freeze not refusing DIRTY or WRITEBACK, `begin_write` without its
@@ -966,7 +966,7 @@ fn mapping_lifetime_broken_compare_handles_only() {
     mapping_lifetime_reopen_between_walk_and_removal_under(lifetime::Protocol::CompareHandlesOnly);
 }
 
-/// The write side (DESIGN.md §8): the write protocol W1-W5 (`src/file/write.rs`),
+/// The write side (DESIGN.md §8): the write protocol W1-W5 (`src/write/into_folio.rs`),
 /// writeback B1-B3 (`src/writeback.rs`), reclaim's freeze (`src/reclaim.rs`,
 /// `Mapping::invalidate` with `Invalidate::Unpinned`) and truncation
 /// (`Mapping::invalidate` with `Invalidate::Shrink`), transcribed step by step (the
@@ -1013,7 +1013,7 @@ mod write_side {
         /// W2 skipped: a folio under writeback is written into anyway.
         IgnoresWriteback,
         /// W3's dirty state read from the word loaded before its CAS, not from the word
-        /// the CAS replaced (the first version of `file::write`): a writeback that starts
+        /// the CAS replaced (the first version of `write::into_folio`): a writeback that starts
         /// and ends in between makes the writer take a clean folio for a dirty one.
         StalePrior,
     }

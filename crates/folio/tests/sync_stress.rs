@@ -12,7 +12,7 @@
 //! - `READERS` reader threads pin random pages with `get_page` and hold the `PageRef` for
 //!   `PIN_HOLD_US_MIN`-`PIN_HOLD_US_MAX` µs (a sleep, with the thread's timer slack at
 //!   1 ns). While a page is pinned, a writer cannot write into it in place and copies it
-//!   (copy on write, `file::write` W3). Every record a reader sees is one a writer wrote
+//!   (copy on write, `write::into_folio` W3). Every record a reader sees is one a writer wrote
 //!   (the bytes of `record(slot, seq)`, at its own slot, with `seq` issued), and the bytes
 //!   under a pin do not change while it is held.
 //! - `SYNCERS` syncer threads loop: note each slot's returned sequence number (the

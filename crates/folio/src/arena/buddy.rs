@@ -3,7 +3,7 @@
 //!
 //! Design: orders 0..=9 (4 KiB to 2 MiB), two intrusive `List`s per order, threaded
 //! through the arena's link words: blocks whose memory is resident, and blocks whose
-//! memory was given back to the system (`capacity`), which an allocation takes only when
+//! memory was given back to the system (`quota`), which an allocation takes only when
 //! no resident block fits (their pages fault in again on first touch). A free block's
 //! head carries its list's id (`RESIDENT_LIST_BASE + k` or `RETURNED_LIST_BASE + k`) in
 //! its link word, so `free` tells from a buddy's link word alone whether it is free, at
@@ -15,7 +15,7 @@
 //! returned half is then counted resident until given back again: the count of returned
 //! frames errs low, never high). When no listed block fits, `alloc` grows the arena by a
 //! chunk (`chunk`) and looks again. No allocation takes the allocated frames past the
-//! capacity (`capacity`): the check is made under the lists' lock, so it is exact.
+//! capacity (`quota`): the check is made under the lists' lock, so it is exact.
 //!
 //! Invariants:
 //! - A free block of order k starts at a frame that is a multiple of 2^k, its head is on
@@ -130,7 +130,7 @@ impl Arena {
     /// Takes a free block of exactly `order`, splitting a larger one if needed, growing
     /// the arena by a chunk when no listed block is large enough and virgin memory
     /// remains. `None` at once when the block would take the allocated frames past the
-    /// capacity (`capacity`). The block's head frame is revived LOCKED with one reference
+    /// capacity (`quota`). The block's head frame is revived LOCKED with one reference
     /// (`refcount`), and its version is still odd. `None` when no block of that order or
     /// larger is free.
     ///

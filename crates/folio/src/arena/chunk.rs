@@ -30,7 +30,7 @@
 //! where allocators wait for the last chunks.
 //!
 //! Limits: chunks are claimed and listed in address order, and no chunk is unlisted: a
-//! capacity that falls gives free blocks back at any order (`capacity`), not chunks.
+//! capacity that falls gives free blocks back at any order (`quota`), not chunks.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -22,7 +22,7 @@
 //! The rooms, one concept each:
 //! - `buddy`: the free lists by order; `alloc` (splitting a block, growing the arena when
 //!   no listed block fits) and `free` (merging with the buddy).
-//! - `capacity`: how many frames may be allocated now, and free memory given back to the
+//! - `quota`: how many frames may be allocated now, and free memory given back to the
 //!   system when that falls (`give_back`, `MADV_DONTNEED`), on returned free lists.
 //! - `chunk`: the growth, 2 MiB chunk by chunk: a chunk's life (virgin, claimed, listed)
 //!   and its bookkeeping (`claimed_frames`, `listed_frames`, `chunks_unpopulated`).
@@ -48,20 +48,20 @@
 //! (`copy`). Each room says what protects its own state.
 //!
 //! Limits: at most 2^32 frames (16 TiB); the mapping is reserved whole at build for the
-//! largest capacity, and the capacity moves inside it (`capacity`). `unsafe` lives in this file (the
-//! mapping, frame pointers, the zeroed side table), `pages` (`madvise`), `capacity`
+//! largest capacity, and the capacity moves inside it (`quota`). `unsafe` lives in this file (the
+//! mapping, frame pointers, the zeroed side table), `pages` (`madvise`), `quota`
 //! (`MADV_DONTNEED`), `populate` (the first touch) and `copy`; `buddy` and `chunk` deny
 //! it.
 
 // `unsafe` is allowed for this module by the crate root; the rooms without any deny it.
 #[deny(unsafe_code)]
 mod buddy;
-mod capacity;
 #[deny(unsafe_code)]
 mod chunk;
 mod copy;
 mod pages;
 mod populate;
+mod quota;
 
 use std::io;
 use std::ptr::NonNull;

@@ -88,7 +88,7 @@ impl Arena {
     /// Context: right after `new`; `&mut self` proves that no frame is referenced yet.
     pub fn prefault(&mut self) {
         self.prefault_pages();
-        // The capacity, not the largest one reserved (`capacity`).
+        // The capacity, not the largest one reserved (`quota`).
         while self.below_capacity() {
             let Some(chunk) = self.claim_chunk() else {
                 break;
@@ -183,7 +183,7 @@ impl Arena {
 
     /// Free frames on the lists now (free frames less those of unlisted chunks): what an
     /// allocation finds without growing. A racy snapshot, for the populator's decisions
-    /// and the give-back's (`capacity`).
+    /// and the give-back's (`quota`).
     pub(super) fn listed_free_frames(&self) -> u64 {
         let unlisted = u64::from(self.frame_count - self.listed_frames());
         let unallocated = u64::from(self.frame_count) - self.allocated_frames();
@@ -191,7 +191,7 @@ impl Arena {
     }
 
     /// Whether the listed frames are below the capacity, so that a chunk populated now
-    /// could be allocated (`capacity`): the populator grows no memory a smaller capacity
+    /// could be allocated (`quota`): the populator grows no memory a smaller capacity
     /// forbids.
     fn below_capacity(&self) -> bool {
         u64::from(self.listed_frames()) < self.capacity_frames()

@@ -111,6 +111,27 @@ pub fn afforded_at_build_bytes(facts: &MemoryFacts) -> u64 {
 
 /// The tick's decision (module docs), within `[min_bytes, max_bytes]`.
 pub fn decide(reading: &Reading, min_bytes: u64, max_bytes: u64) -> Decision {
+    assert!(
+        min_bytes <= max_bytes,
+        "the capacity's bounds [{min_bytes}, {max_bytes}] are empty"
+    );
+    let decision = decide_within(reading, min_bytes, max_bytes);
+    // Post: a move is a move (down to shrink or lower, up to grow), within the bounds.
+    match decision {
+        Decision::Keep => {}
+        Decision::Shrink(to) | Decision::Lower(to) => {
+            debug_assert!(to < reading.capacity_bytes, "{decision:?} from {reading:?}");
+            debug_assert!(to >= min_bytes, "{decision:?} below {min_bytes}");
+        }
+        Decision::Grow(to) => {
+            debug_assert!(to > reading.capacity_bytes, "{decision:?} from {reading:?}");
+            debug_assert!(to <= max_bytes, "{decision:?} above {max_bytes}");
+        }
+    }
+    decision
+}
+
+fn decide_within(reading: &Reading, min_bytes: u64, max_bytes: u64) -> Decision {
     let facts = &reading.facts;
     if facts.total_bytes == 0 {
         return Decision::Keep; // the machine's figures are unreadable

@@ -107,6 +107,10 @@ impl MemorySource {
                 facts.pressure_some_total_us = Some(total);
             }
         }
+        // Post: a cgroup's limit only ever lowers the machine's, and the room under it
+        // the machine's available memory.
+        debug_assert!(facts.limit_bytes <= facts.total_bytes, "{facts:?}");
+        debug_assert!(facts.available_bytes <= machine_available, "{facts:?}");
         facts
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! Design: the arena reserves the largest capacity at build (`capacity_max`: address
 //! space and zeroed metadata, nothing resident) and never moves a frame; the capacity is
-//! how much of it may be allocated (`arena::capacity`). Setting it (`Core::set_capacity`):
+//! how much of it may be allocated (`arena::quota`). Setting it (`Core::set_capacity`):
 //!
 //! ```text
 //! set_capacity(bytes) ─> arena: no allocation past it ─> resize: watermarks, shadow log,
@@ -126,10 +126,16 @@ impl DirtySettings {
                 (bytes / PAGE_BYTES as u64).min(frames)
             })
         };
-        (
+        let (limit, background) = (
             pages(self.limit_bytes, DIRTY_LIMIT_PERCENT_DEFAULT),
             pages(self.background_bytes, DIRTY_BACKGROUND_PERCENT_DEFAULT),
-        )
+        );
+        // Post: dirty pages never may hold more than the cache.
+        debug_assert!(
+            limit <= frames && background <= frames,
+            "{self:?} at {frames}"
+        );
+        (limit, background)
     }
 }
 
@@ -200,6 +206,7 @@ impl CapacityControl {
         let mut last_stall_shrink: Option<Instant> = None;
         while self.sleep(follow::TICK) {
             let refaults_now = refaults();
+            debug_assert!(refaults_now >= refaults_before, "the refault count fell");
             let facts = source.read();
             let stalls_now = (Instant::now(), facts.pressure_some_total_us);
             let cooling =
@@ -213,6 +220,8 @@ impl CapacityControl {
             };
             stalls_before = stalls_now;
             let free_bytes = cache.free_bytes();
+            let max = cache.capacity_max_bytes();
+            debug_assert!(cache.capacity_bytes() <= max, "a capacity past its maximum");
             let reading = Reading {
                 facts,
                 resident_bytes: cache.resident_bytes(),
@@ -222,7 +231,7 @@ impl CapacityControl {
                 stall_share,
             };
             refaults_before = refaults_now;
-            let decision = follow::decide(&reading, CAPACITY_BYTES_MIN, cache.capacity_max_bytes());
+            let decision = follow::decide(&reading, CAPACITY_BYTES_MIN, max);
             let to = match decision {
                 Decision::Keep => continue,
                 Decision::Shrink(to) => {
@@ -235,6 +244,12 @@ impl CapacityControl {
                 Decision::Lower(to) | Decision::Grow(to) => to,
             };
             let to = to / PAGE_BYTES as u64 * PAGE_BYTES as u64;
+            // Pre of `set_capacity`: in its range (rounding down to a page keeps it there:
+            // the minimum is whole pages).
+            debug_assert!(
+                (CAPACITY_BYTES_MIN..=max).contains(&to),
+                "{to} out of range"
+            );
             // In range by construction; an error would only mean the figures moved.
             let _ = cache.set_capacity(to);
         }

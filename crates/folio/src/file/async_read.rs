@@ -252,11 +252,11 @@ impl<'a> Waits<'a> {
         found: Found<'a>,
         hint: ReadHint,
         cx: &mut Context<'_>,
-    ) -> Take<'a, T> {
+    ) -> Turn<'a, T> {
         let (folio, came) = match found {
-            Found::PastEnd => return Take::Again,
+            Found::PastEnd => return Turn::Again,
             Found::NoMemory => {
-                return Take::Done(file.poll_memory(
+                return Turn::Done(file.poll_memory(
                     &mut self.no_memory_since,
                     &mut self.memory,
                     cx,
@@ -264,7 +264,7 @@ impl<'a> Waits<'a> {
             }
             Found::InFlight(folio, came) => {
                 self.parked = Some(Parked::new(folio, came));
-                return Take::Again;
+                return Turn::Again;
             }
             Found::Cached(folio, came) => (folio, came),
         };
@@ -272,16 +272,16 @@ impl<'a> Waits<'a> {
             Ok(Settled::Uptodate(folio)) => {
                 self.missed = false;
                 self.no_memory_since = None;
-                Take::Read(folio)
+                Turn::Read(folio)
             }
-            Ok(Settled::PastEnd | Settled::Again) => Take::Again,
-            Err(e) => Take::Done(Poll::Ready(Err(e))),
+            Ok(Settled::PastEnd | Settled::Again) => Turn::Again,
+            Err(e) => Turn::Done(Poll::Ready(Err(e))),
         }
     }
 }
 
-/// `Waits::take`'s answer.
-enum Take<'a, T> {
+/// `Waits::take`'s answer: what the future's loop does next with the page it looked up.
+enum Turn<'a, T> {
     Read(Pinned<'a>),
     Again,
     Done(Poll<io::Result<T>>),
@@ -308,6 +308,9 @@ impl Future for ReadAtFuture<'_> {
         let this = self.get_mut();
         let result = this.step(cx);
         if let Poll::Ready(Ok(done)) = result {
+            // Post: never more than asked; a slow page leaves no folio parked on.
+            debug_assert!(done <= this.buf.len());
+            debug_assert!(this.waits.as_ref().is_none_or(|w| w.parked.is_none()));
             if this.waits.is_some() && done > 0 {
                 this.file
                     .ra
@@ -369,9 +372,9 @@ impl<'a> ReadAtFuture<'a> {
                 .expect("a slow page has its waits");
             // Again: the file shrank (`end` drops on the next turn), or a folio to wait for.
             let folio = match w.take(file, page, found, hint, cx) {
-                Take::Read(folio) => folio,
-                Take::Again => continue,
-                Take::Done(poll) => return poll,
+                Turn::Read(folio) => folio,
+                Turn::Again => continue,
+                Turn::Done(poll) => return poll,
             };
             let end = request_end.min(file.mapping.size_bytes());
             if pos >= end {
@@ -380,6 +383,8 @@ impl<'a> ReadAtFuture<'a> {
             file.note_access(core.mem.arena.meta(folio.frame), page, folio.head, hint);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
+            // The settled folio holds `pos`, before the end: each turn copies something.
+            debug_assert!(n > 0, "a turn that copies nothing at {pos} (end {end})");
             let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
             self.buf[self.done..self.done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             self.done += n;
@@ -431,9 +436,9 @@ impl Future for GetPageFuture<'_> {
             };
             // Again: past the end (`check_page_offset` reports it), or a folio to wait for.
             match w.take(file, page, found, hint, cx) {
-                Take::Read(folio) => return Poll::Ready(Ok(file.page_ref(folio))),
-                Take::Again => continue,
-                Take::Done(poll) => return poll,
+                Turn::Read(folio) => return Poll::Ready(Ok(file.page_ref(folio))),
+                Turn::Again => continue,
+                Turn::Done(poll) => return poll,
             }
         }
     }

@@ -20,9 +20,9 @@
 //! a hit.
 //!
 //! Its parts: `pinned`, the slow path's look-up and settling (shared with the futures and
-//! the write side); `readahead`, where a read asks the readahead policy for a window and
+//! the write side); `prefetch`, where a read asks the readahead policy for a window and
 //! reads it, and forced readahead; `advise`, the handle's advice and readahead settings;
-//! `read_many`, batched reads; `async_read`, the reads as futures; `write`, the write API.
+//! `read_many`, batched reads; `async_read`, the reads as futures; `modify`, the write API.
 //!
 //! Protection: a handle's readahead state word is replaced by CAS only (`RaCell`); its
 //! maximum window of `Advice::Normal` and its no-reuse flag are single words (hints); the
@@ -32,10 +32,10 @@
 
 mod advise;
 mod async_read;
+mod modify;
 mod pinned;
+mod prefetch;
 mod read_many;
-mod readahead;
-mod write;
 
 pub use advise::{Advice, ReadaheadWindow};
 pub use async_read::{GetPageFuture, ReadAtFuture};
@@ -269,6 +269,7 @@ impl File {
         mut done: usize,
         hint: ReadHint,
     ) -> io::Result<usize> {
+        debug_assert!(offset + done as u64 <= request_end && done <= buf.len());
         let core = self.core();
         let last_page = PageIndex::ceil(request_end);
         // Whether a page of this read missed or waited: only such reads record where they
@@ -299,6 +300,8 @@ impl File {
             self.note_access(core.mem.arena.meta(folio.frame), page, folio.head, hint);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
+            // Each turn copies something: the folio holds `pos`, which is before the end.
+            debug_assert!(n > 0, "a turn that copies nothing at {pos} (end {end})");
             let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
             buf[done..done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             done += n;
@@ -307,6 +310,8 @@ impl File {
             self.ra
                 .set_prev_index(PageIndex::containing(offset + done as u64 - 1));
         }
+        // Post: never more than asked, and a short read only at the end of the file.
+        debug_assert!(result.as_ref().map_or(true, |&n| n <= buf.len()));
         result
     }
 
@@ -362,6 +367,8 @@ impl File {
         if hint == ReadHint::Normal {
             meta.state.touch();
         }
+        // Post: the bytes copied lie in the folio, and there are some.
+        debug_assert!(n > 0 && in_folio + n <= order.bytes());
         Some((n, meta, head))
     }
 

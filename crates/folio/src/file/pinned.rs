@@ -52,7 +52,19 @@ impl File {
                     }
                 };
             match self.settle(page, folio, came, hint)? {
-                Settled::Uptodate(folio) => return Ok(Some(folio)),
+                Settled::Uptodate(folio) => {
+                    // Post: a pinned folio that holds `page`, its bytes read.
+                    debug_assert!(covers(&folio, page), "{page:?} not in its folio");
+                    debug_assert!(self
+                        .core()
+                        .mem
+                        .arena
+                        .meta(folio.frame)
+                        .state
+                        .load()
+                        .is_uptodate());
+                    return Ok(Some(folio));
+                }
                 Settled::PastEnd => return Ok(None),
                 Settled::Again => {}
             }
@@ -74,6 +86,11 @@ impl File {
         waiter: Waiter,
         hint: ReadHint,
     ) -> io::Result<Found<'_>> {
+        // The read this look-up may start covers at least the page looked up.
+        debug_assert!(
+            page < read_end,
+            "{page:?} outside a read up to {read_end:?}"
+        );
         let core = self.core();
         loop {
             if page.offset_bytes() >= self.mapping.size_bytes() {
@@ -99,6 +116,8 @@ impl File {
                     }
                 }
             };
+            // `find_get`'s post: the folio found holds `page`.
+            debug_assert!(covers(&folio, page), "{page:?} not in its folio");
             let meta = core.mem.arena.meta(folio.frame);
             if !meta.state.load().is_locked() {
                 let came = if *missed { Came::Missed } else { Came::Cached };
@@ -166,6 +185,11 @@ impl File {
         }
         Ok(Settled::Again)
     }
+}
+
+/// Whether `folio` holds `page`.
+fn covers(folio: &Pinned<'_>, page: PageIndex) -> bool {
+    folio.head <= page && page.0 < folio.head.0 + folio.order.pages()
 }
 
 /// What `File::find_for_read` found: a folio to read from now, one whose read is in

@@ -80,6 +80,7 @@ impl File {
                     return Ok(done);
                 }
                 let n = self.read_at(&mut buf[done..], *offset + done as u64)?;
+                debug_assert!(done + n <= buf.len());
                 Ok(done + n)
             })
             .collect()
@@ -189,6 +190,8 @@ fn merge(mut gaps: Vec<(PageIndex, PageIndex)>) -> Vec<(PageIndex, PageIndex)> {
             _ => merged.push((start, end)),
         }
     }
+    // Post: sorted, and no two ranges overlap or touch.
+    debug_assert!(merged.windows(2).all(|w| w[0].1 < w[1].0), "{merged:?}");
     merged
 }
 

@@ -25,7 +25,7 @@
 //! - `lookup`: the lock-free walks, every one a method of `Index`: `lookup` (one page, the
 //!   hit path), `visit` (the entries of a range), `next_present`, `next_miss`,
 //!   `prev_miss` and `gaps` (what the miss path and the readahead policy ask).
-//! - `write`: the write guard's methods: run insertion, removal, shadows, growth, pruning.
+//! - `guard`: the write guard's methods: run insertion, removal, shadows, growth, pruning.
 //! - `mark`: the xarray's marks for the write side (`Mark::Dirty`, `Mark::Towrite`): set
 //!   and cleared under the guard, propagated up to the root, walked without descending
 //!   into unmarked subtrees (`marked_walk`), and `tag_range` (the kernel's
@@ -131,9 +131,9 @@ mod lookup;
 #[allow(dead_code)]
 mod mark;
 // All of the index's `unsafe` (type-stable node references): the crate denies it elsewhere.
+mod guard;
 #[allow(unsafe_code)]
 mod node;
-mod write;
 
 pub(crate) use mark::MarkedFolio;
 use node::{NodePool, Root};
@@ -281,7 +281,7 @@ impl Index {
 }
 
 /// The index's writer lock, held. Every mutation of the tree is a method of this guard
-/// (`write`); node allocation and retirement are in `node`.
+/// (`guard`); node allocation and retirement are in `node`.
 pub struct IndexWriteGuard<'a> {
     index: &'a Index,
     /// The pool of unlinked nodes (retired, or allocated before the lock was taken).

@@ -17,7 +17,7 @@
 //! under I/O), and clears WRITEBACK only after its write completed; so a write of the
 //! owner's still in flight after its death is of a folio still marked WRITEBACK, whose
 //! bytes we write again. Copy on write moves the dirty blocks to the new folio and marks it
-//! DIRTY before the old one is cleaned (`write::folio`), so a page has at most one dirty
+//! DIRTY before the old one is cleaned (`write::into_folio`), so a page has at most one dirty
 //! folio with different bytes.
 //!
 //! Blocks are written whole (4 KiB, from the frame, O_DIRECT where the owner opened the

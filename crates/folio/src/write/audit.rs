@@ -2,8 +2,8 @@
 //! always: compiled in debug builds and with the `invariants` feature (which the crate's
 //! own tests turn on, through its dev-dependency on itself).
 //!
-//! Two checks, both run by a sync when it returns (`sync::check_marks`,
-//! `sync::check_promised`, which look at the cache; this room keeps only the writes' record,
+//! Two checks, both run by a sync when it returns (`integrity::check_marks`,
+//! `integrity::check_promised`, which look at the cache; this room keeps only the writes' record,
 //! below the mapping that holds it):
 //! - **The marks follow the dirty state**: under the index lock, a folio
 //!   whose state is DIRTY has its slot marked `Dirty`, and a slot marked `Towrite` is

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::sync::wait_for_tagged;
+use super::integrity::wait_for_tagged;
 use super::writeback::{start, Take};
 use crate::io::Backend;
 use crate::mapping::Mapping;

@@ -1,10 +1,10 @@
 //! Writeback (DESIGN.md §8): finding a file's dirty folios through the index's marks,
 //! writing their dirty blocks as large merged O_DIRECT writes, the writes' completions,
 //! and giving up a file that keeps failing. The data-integrity sync that drives it is
-//! `write::sync`'s; the thread that writes back expired and excess dirty data,
+//! `write::integrity`'s; the thread that writes back expired and excess dirty data,
 //! `write::thread`'s.
 //!
-//! # Protocol (with the write protocol in `write::folio` and the block mask in
+//! # Protocol (with the write protocol in `write::into_folio` and the block mask in
 //! `write::mask`)
 //!
 //! B0. Take the batch's ticket (`InFlight::begin`), before any folio: a sync waits for

@@ -1,7 +1,7 @@
 //! The write side of a file handle (DESIGN.md §8): `write_at`, `set_len`, the syncs and
 //! `writeback`.
 //!
-//! The folio-level steps (W1-W5) are `write::folio`'s; this room holds the API, its
+//! The folio-level steps (W1-W5) are `write::into_folio`'s; this room holds the API, its
 //! checks, the write's byte range, disk reservation, the dirty budget's charge per piece
 //! and write-behind.
 //!
@@ -19,10 +19,10 @@ use crate::mapping::Invalidate;
 use crate::stats;
 use crate::types::PageIndex;
 use crate::wait;
-use crate::write::folio::FolioWriter;
+use crate::write::integrity;
+use crate::write::into_folio::FolioWriter;
 use crate::write::range_lock::WHOLE_FILE;
 use crate::write::state::FILE_BYTES_MAX;
-use crate::write::sync;
 use crate::write::thread::write_behind;
 use crate::write::writeback::{self, Take};
 
@@ -80,6 +80,7 @@ impl File {
             return Ok(0);
         }
         let end = checked_end(offset, buf.len())?;
+        debug_assert!(end > offset);
         if end > FILE_BYTES_MAX {
             return Err(io::Error::new(
                 io::ErrorKind::FileTooLarge,
@@ -108,7 +109,13 @@ impl File {
             let pos = offset + done as u64;
             let page = PageIndex::containing(pos);
             let piece_end = end.min(page.add(piece_pages).offset_bytes());
+            debug_assert!(piece_end > pos, "a piece that writes nothing at {pos}");
             let pages = PageIndex::ceil(piece_end).0 - page.0;
+            // A piece is at least a page and at most what one charge may take.
+            debug_assert!(
+                (1..=piece_pages).contains(&pages),
+                "a piece of {pages} pages"
+            );
             let waited = core.mem.dirty.charge(pages, &|| core.dirty_files.kick());
             if waited > Duration::ZERO {
                 stats::bump(&counters.throttled_writers);
@@ -120,6 +127,11 @@ impl File {
             let result = folios.write_piece(&buf[done..done + len], pos);
             drop(writer);
             let newly = *result.as_ref().unwrap_or(&0);
+            // The pages the piece newly dirtied were charged for it: no more than those.
+            assert!(
+                newly <= pages,
+                "{newly} pages newly dirty of {pages} charged"
+            );
             core.mem.dirty.uncharge(pages.saturating_sub(newly));
             if newly > 0 {
                 core.dirty_files.note_dirty(&self.mapping);
@@ -127,6 +139,14 @@ impl File {
             result?;
             done += len;
         }
+        // Post: every byte copied in, and the file at least as long as the write (its
+        // range is still held, so no truncation can have come in between).
+        debug_assert_eq!(done, buf.len());
+        assert!(
+            self.mapping.size_bytes() >= end,
+            "a write up to {end} left the file at {} bytes",
+            self.mapping.size_bytes()
+        );
         stats::bump(&counters.write_requests);
         stats::add(&counters.write_bytes, buf.len() as u64);
         if core.mem.dirty.over_background() {
@@ -200,6 +220,9 @@ impl File {
         } else {
             self.mapping.set_size(len);
         }
+        // Post: the cache's size is the new one (the whole file's range and the writer
+        // lock are held: nothing else moves it).
+        assert_eq!(self.mapping.size_bytes(), len);
         crate::io::sync::set_len(&self.fd, len)
     }
 
@@ -229,6 +252,7 @@ impl File {
     }
 
     fn sync(&self, offset: u64, end: u64, kind: SyncKind) -> io::Result<()> {
+        debug_assert!(offset <= end, "a sync of [{offset}, {end})");
         let started = Instant::now();
         let (start, end) = (
             PageIndex::containing(offset),
@@ -240,7 +264,7 @@ impl File {
         };
         #[cfg(any(debug_assertions, feature = "invariants"))]
         let audit_from = self.mapping.write.audit().sync_started();
-        sync::sync(
+        integrity::sync(
             &self.cache.core,
             &*self.cache.backend,
             &self.mapping,
@@ -255,7 +279,7 @@ impl File {
         #[cfg(any(debug_assertions, feature = "invariants"))]
         if self.mapping.write.failures() == 0 {
             // The sync's postcondition (`audit`): nothing it promised is still dirty.
-            sync::check_promised(&self.core().mem, &self.mapping, audit_from, start, end);
+            integrity::check_promised(&self.core().mem, &self.mapping, audit_from, start, end);
         }
         Ok(())
     }

@@ -135,6 +135,11 @@ impl File {
     /// Context: as `Fill::read_window`: no lock held, never waits for memory.
     fn read_ahead(&self, window: readahead::RaState, hint: ReadHint) -> u64 {
         let pages = self.fill_for(hint).read_window(window_of(window));
+        // Post: a window reads at most its own pages.
+        debug_assert!(
+            pages <= u64::from(window.size),
+            "{pages} pages of {window:?}"
+        );
         let limit = &self.core().mem.readahead_limit;
         limit.note_read_ahead(pages, window.size);
         pages
@@ -178,6 +183,7 @@ impl File {
                 Some(miss) => miss.0 + 1,
                 None => floor.0,
             };
+            debug_assert!(run_start <= page.0);
             req.cached_before = page.0 - run_start;
         }
         let installed = self.update_window(|state, max_pages| {
