@@ -337,16 +337,22 @@ typedef struct folio_cache_options {
      */
     uint32_t persistent;
     /**
-     * The directory of a persistent cache's segment file: an existing directory, not a
-     * symlink, that no other user can write unless it is sticky (as /dev/shm is), on a
-     * file system in memory (tmpfs) lest the segment be written to a device. NULL (the
-     * default): /dev/shm. Ignored when `persistent` is 0. Read during
-     * `folio_cache_create` only.
+     * The directory of a persistent cache's segment file: an existing directory of the
+     * caller's effective user that no one else can write (no write bit for group or
+     * other), with no symlink anywhere in its path, on a file system in memory (tmpfs)
+     * unless `segment_dir_on_disk` is 1: else -EACCES (a symlink, another user's
+     * directory, one others can write) or -EOPNOTSUPP (a disk file system). NULL (the
+     * default): the user's private home /dev/shm/folio-<euid>, made mode 0700 at the
+     * first creation; if another user made it first, -EACCES (create the cache with a
+     * `segment_dir` of one's own, or `persistent` 0). Checked again at every adoption and
+     * recovery. Ignored when `persistent` is 0. Read during `folio_cache_create` only.
+     * See docs/persistence.md, "Where segments live".
      */
     const char *segment_dir;
     /**
-     * The segment file's name in `segment_dir`: one plain file name (no `/`, not `.` or
-     * `..`, at most 200 bytes). NULL (the default): a name new to this cache, and the
+     * The segment file's name in `segment_dir`: one plain portable file name (not empty,
+     * not `.` or `..`, no `/`, no control character such as a newline, no leading `-`, at
+     * most 255 bytes; else -EINVAL). NULL (the default): a name new to this cache, and the
      * segment is removed when the cache goes. A named segment outlives the cache (a clean
      * exit, a kill after its keeper wrote back) and the next `folio_cache_create` with
      * the same name and `segment_dir` adopts it: the clean pages of every file that did
@@ -364,6 +370,15 @@ typedef struct folio_cache_options {
      * is). Ignored without a `segment_name`.
      */
     uint32_t unusable_segment;
+    /**
+     * 1: `segment_dir` may be on a disk file system. Then the kernel writes the cache's
+     * memory (every cached page, as the segment file's dirty pages) to that device, and
+     * may read it back from it: disk traffic and space for bytes that only a cache
+     * holds. 0 (the default): such a directory fails with -EOPNOTSUPP. Anything else:
+     * -EINVAL. Ignored when `persistent` is 0. (It took the four bytes of padding after
+     * `unusable_segment`, which `folio_cache_options_init` zeroes.)
+     */
+    uint32_t segment_dir_on_disk;
 } folio_cache_options;
 
 /**
@@ -723,8 +738,9 @@ extern "C" {
  * prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
  * threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
  * FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
- * in /dev/shm (`segment_dir` NULL) under a name of its own, removed with it
- * (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, and `size` set.
+ * in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
+ * its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
+ * segment directory on disk (`segment_dir_on_disk` 0), and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -743,13 +759,19 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * FOLIO_CAPACITY_BYTES_MIN, a largest capacity below the capacity or above 1 TiB, an
  * unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault or a
  * persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
- * a background threshold above the dirty limit, a wrong `size`, an empty segment_dir or
- * one that is a symlink or writable by other users and not sticky, an empty or
- * non-UTF-8 segment_name or one that is not one plain file name, an unknown
- * unusable_segment); for a persistent cache, the errno of a segment_dir that cannot be
- * used (-ENOENT, -ENOTDIR, -EACCES), -ENOSPC if the capacity does not fit in it, -EAGAIN
- * if a live cache (of this process or another) holds the segment of `segment_name`, and
- * -EBADMSG if that segment cannot be adopted under FOLIO_UNUSABLE_SEGMENT_REFUSE; -ENOMEM if the memory cannot be reserved;
+ * a background threshold above the dirty limit, a wrong `size`, an empty segment_dir, a
+ * segment_dir_on_disk other than 0 or 1, an empty or non-UTF-8 segment_name or one that
+ * is not one plain portable file name, an unknown unusable_segment): -EINVAL is only ever
+ * a bad option. For a persistent cache, where the segment cannot be used (none of these
+ * is an option's mistake; a caller may retry without `segment_name`, or with
+ * `persistent` 0, and get a cache): the errno of a segment_dir that cannot be opened
+ * (-ENOENT, -ENOTDIR), -EACCES for a directory (or a segment of that name) that is not
+ * safe: another user's, writable by others, reached through a symlink (also the default
+ * home when another user made it first), -EOPNOTSUPP for a segment_dir on a disk file
+ * system without segment_dir_on_disk, -ENOSPC if the capacity does not fit in it,
+ * -EAGAIN if a live cache (of this process or another) holds the segment of
+ * `segment_name`, and -EBADMSG if that segment cannot be adopted under
+ * FOLIO_UNUSABLE_SEGMENT_REFUSE; -ENOMEM if the memory cannot be reserved;
  * the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past 2^20 live
  * caches. `*out` is written only on success, and a failure leaves no segment file and
  * no keeper.
@@ -773,8 +795,7 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * `segment_name` are each NULL or a readable NUL-terminated string; `out` is NULL or
  * points to writable memory for one `folio_cache`.
  */
-int32_t folio_cache_create(const struct folio_cache_options *opts,
-                           struct folio_cache *out);
+int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_cache *out);
 
 /**
  * Releases the caller's handle to `cache`. Files opened through it stay open and keep

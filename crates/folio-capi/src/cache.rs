@@ -31,13 +31,19 @@ use crate::{folio_cache, CACHES};
 /// FOLIO_CAPACITY_BYTES_MIN, a largest capacity below the capacity or above 1 TiB, an
 /// unknown capacity_policy, backend or eviction, unknown arena_pages, a prefault or a
 /// persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
-/// a background threshold above the dirty limit, a wrong `size`, an empty segment_dir or
-/// one that is a symlink or writable by other users and not sticky, an empty or
-/// non-UTF-8 segment_name or one that is not one plain file name, an unknown
-/// unusable_segment); for a persistent cache, the errno of a segment_dir that cannot be
-/// used (-ENOENT, -ENOTDIR, -EACCES), -ENOSPC if the capacity does not fit in it, -EAGAIN
-/// if a live cache (of this process or another) holds the segment of `segment_name`, and
-/// -EBADMSG if that segment cannot be adopted under FOLIO_UNUSABLE_SEGMENT_REFUSE; -ENOMEM if the memory cannot be reserved;
+/// a background threshold above the dirty limit, a wrong `size`, an empty segment_dir, a
+/// segment_dir_on_disk other than 0 or 1, an empty or non-UTF-8 segment_name or one that
+/// is not one plain portable file name, an unknown unusable_segment): -EINVAL is only ever
+/// a bad option. For a persistent cache, where the segment cannot be used (none of these
+/// is an option's mistake; a caller may retry without `segment_name`, or with
+/// `persistent` 0, and get a cache): the errno of a segment_dir that cannot be opened
+/// (-ENOENT, -ENOTDIR), -EACCES for a directory (or a segment of that name) that is not
+/// safe: another user's, writable by others, reached through a symlink (also the default
+/// home when another user made it first), -EOPNOTSUPP for a segment_dir on a disk file
+/// system without segment_dir_on_disk, -ENOSPC if the capacity does not fit in it,
+/// -EAGAIN if a live cache (of this process or another) holds the segment of
+/// `segment_name`, and -EBADMSG if that segment cannot be adopted under
+/// FOLIO_UNUSABLE_SEGMENT_REFUSE; -ENOMEM if the memory cannot be reserved;
 /// the errno of io_uring's set-up with FOLIO_BACKEND_IO_URING; -EMFILE past 2^20 live
 /// caches. `*out` is written only on success, and a failure leaves no segment file and
 /// no keeper.

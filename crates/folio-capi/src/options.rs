@@ -20,7 +20,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use folio_rs::{ArenaPages, BackendKind, Cache, CapacityPolicy, EvictionKind, Prefault, Unusable};
+use folio_rs::{
+    ArenaPages, BackendKind, Cache, CapacityPolicy, DiskDir, EvictionKind, Prefault, Unusable,
+};
 
 use crate::entry::Out;
 use crate::error::{boundary, errno_of, Failure};
@@ -192,14 +194,20 @@ pub struct folio_cache_options {
     /// process killed with dirty pages wrote and did not sync is lost). Anything else:
     /// -EINVAL. See docs/persistence.md.
     pub persistent: u32,
-    /// The directory of a persistent cache's segment file: an existing directory, not a
-    /// symlink, that no other user can write unless it is sticky (as /dev/shm is), on a
-    /// file system in memory (tmpfs) lest the segment be written to a device. NULL (the
-    /// default): /dev/shm. Ignored when `persistent` is 0. Read during
-    /// `folio_cache_create` only.
+    /// The directory of a persistent cache's segment file: an existing directory of the
+    /// caller's effective user that no one else can write (no write bit for group or
+    /// other), with no symlink anywhere in its path, on a file system in memory (tmpfs)
+    /// unless `segment_dir_on_disk` is 1: else -EACCES (a symlink, another user's
+    /// directory, one others can write) or -EOPNOTSUPP (a disk file system). NULL (the
+    /// default): the user's private home /dev/shm/folio-<euid>, made mode 0700 at the
+    /// first creation; if another user made it first, -EACCES (create the cache with a
+    /// `segment_dir` of one's own, or `persistent` 0). Checked again at every adoption and
+    /// recovery. Ignored when `persistent` is 0. Read during `folio_cache_create` only.
+    /// See docs/persistence.md, "Where segments live".
     pub segment_dir: *const c_char,
-    /// The segment file's name in `segment_dir`: one plain file name (no `/`, not `.` or
-    /// `..`, at most 200 bytes). NULL (the default): a name new to this cache, and the
+    /// The segment file's name in `segment_dir`: one plain portable file name (not empty,
+    /// not `.` or `..`, no `/`, no control character such as a newline, no leading `-`, at
+    /// most 255 bytes; else -EINVAL). NULL (the default): a name new to this cache, and the
     /// segment is removed when the cache goes. A named segment outlives the cache (a clean
     /// exit, a kill after its keeper wrote back) and the next `folio_cache_create` with
     /// the same name and `segment_dir` adopts it: the clean pages of every file that did
@@ -214,6 +222,13 @@ pub struct folio_cache_options {
     /// cold) or FOLIO_UNUSABLE_SEGMENT_REFUSE (fail with -EBADMSG, the segment left as it
     /// is). Ignored without a `segment_name`.
     pub unusable_segment: u32,
+    /// 1: `segment_dir` may be on a disk file system. Then the kernel writes the cache's
+    /// memory (every cached page, as the segment file's dirty pages) to that device, and
+    /// may read it back from it: disk traffic and space for bytes that only a cache
+    /// holds. 0 (the default): such a directory fails with -EOPNOTSUPP. Anything else:
+    /// -EINVAL. Ignored when `persistent` is 0. (It took the four bytes of padding after
+    /// `unusable_segment`, which `folio_cache_options_init` zeroes.)
+    pub segment_dir_on_disk: u32,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
@@ -238,6 +253,7 @@ const _: () = assert!(std::mem::offset_of!(folio_cache_options, persistent) == 8
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_dir) == 88);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_name) == 96);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, unusable_segment) == 104);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_dir_on_disk) == 108);
 const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 112);
 
 pub(crate) fn cache_options_default() -> folio_cache_options {
@@ -260,6 +276,7 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
         segment_dir: std::ptr::null(),
         segment_name: std::ptr::null(),
         unusable_segment: FOLIO_UNUSABLE_SEGMENT_REPLACE,
+        segment_dir_on_disk: 0,
     }
 }
 
@@ -270,8 +287,9 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
 /// prefault, FOLIO_DIRTY_EXPIRE_MS_DEFAULT, the default dirty limit and background
 /// threshold (0: percentages of the capacity), FOLIO_ARENA_PAGES_AUTO,
 /// FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
-/// in /dev/shm (`segment_dir` NULL) under a name of its own, removed with it
-/// (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, and `size` set.
+/// in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
+/// its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
+/// segment directory on disk (`segment_dir_on_disk` 0), and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -366,7 +384,7 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
             unusable: Unusable::Replace,
         },
     };
-    let capacity = capacity_settings(opts, segment_dir.as_deref())?;
+    let capacity = capacity_settings(opts, segment_dir.as_ref().map(|p| p.room_dir()))?;
     let (limit, background) = dirty_settings(opts)?;
     let mut builder = Cache::builder()
         .capacity_policy(capacity.policy)
@@ -392,8 +410,11 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
     if opts.pread_threads != 0 {
         builder = builder.pread_threads(opts.pread_threads as usize);
     }
-    if let Some(dir) = &segment_dir {
-        builder = builder.persistent(true).segment_dir(dir);
+    if let Some(place) = &segment_dir {
+        builder = builder.persistent(true).segment_dir_on_disk(place.disk);
+        if let Some(dir) = &place.dir {
+            builder = builder.segment_dir(dir);
+        }
         if let Some(name) = &naming.name {
             builder = builder
                 .segment_name(name.as_str())
@@ -410,6 +431,9 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
         if named && e.kind() == std::io::ErrorKind::WouldBlock {
             failure.append(" (segment_name is in use by a live cache; NULL: a segment of its own)");
         }
+        if persistent && e.kind() == std::io::ErrorKind::Unsupported {
+            failure.append(" (segment_dir_on_disk = 1 allows it, at the cost of disk traffic)");
+        }
         failure
     })?;
     // Checked once the capacity is chosen: with `capacity_bytes` 0 only the library knows
@@ -418,20 +442,41 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
     Ok(cache)
 }
 
-/// Where a persistent cache's segment goes when `segment_dir` is NULL: the library's
-/// default (`CacheBuilder::segment_dir`).
-const SEGMENT_DIR_DEFAULT: &str = folio_rs::SEGMENT_DIR_DEFAULT;
+/// Where a persistent cache's segment goes (`persistence_settings`).
+#[derive(Debug)]
+struct SegmentPlace {
+    /// None: the library's default, the user's private home (`folio::segment_home`).
+    dir: Option<PathBuf>,
+    disk: DiskDir,
+}
 
-/// The segment directory of the persistent cache `opts` asks for, or None for a cache that
-/// is not persistent; EINVAL for a `persistent` other than 0 or 1 or an empty
-/// `segment_dir`. The directory is looked up here so that one that is missing or not a
-/// directory fails with its name (-ENOENT, -ENOTDIR, ...); the library checks the rest
-/// (not a symlink, not writable by others unless sticky, room for the capacity).
+impl SegmentPlace {
+    /// A directory on the segment's file system, for its room: the home's parent when
+    /// the home may not exist yet.
+    fn room_dir(&self) -> &std::path::Path {
+        match &self.dir {
+            Some(dir) => dir,
+            None => std::path::Path::new(SEGMENT_FS_DEFAULT),
+        }
+    }
+}
+
+/// The file system of the default home (`folio::segment_home`, in it).
+const SEGMENT_FS_DEFAULT: &str = "/dev/shm";
+
+/// Where the segment of the persistent cache `opts` asks for goes, or None for a cache
+/// that is not persistent; EINVAL for a `persistent` or `segment_dir_on_disk` other than 0
+/// or 1 or an empty `segment_dir`. A `segment_dir` given is looked up here so that one
+/// that is missing or not a directory fails with its name (-ENOENT, -ENOTDIR, ...); the
+/// library checks the rest (its owner and mode, no symlink in its path, its file system,
+/// room for the capacity).
 ///
 /// # Safety
 /// `opts.segment_dir` is NULL or points to a NUL-terminated string readable during the
 /// call.
-unsafe fn persistence_settings(opts: &folio_cache_options) -> Result<Option<PathBuf>, Failure> {
+unsafe fn persistence_settings(
+    opts: &folio_cache_options,
+) -> Result<Option<SegmentPlace>, Failure> {
     const CALL: &str = "folio_cache_create";
     match opts.persistent {
         0 => return Ok(None),
@@ -443,26 +488,37 @@ unsafe fn persistence_settings(opts: &folio_cache_options) -> Result<Option<Path
             ))
         }
     }
-    let (dir, shown) = if opts.segment_dir.is_null() {
-        (
-            PathBuf::from(SEGMENT_DIR_DEFAULT),
-            format!("{SEGMENT_DIR_DEFAULT} (segment_dir NULL: the default)"),
-        )
-    } else {
-        // SAFETY: non-null, and the caller guarantees a readable NUL-terminated string.
-        let bytes = unsafe { CStr::from_ptr(opts.segment_dir) }.to_bytes();
-        if bytes.is_empty() {
-            return Err(Failure::new(
-                libc::EINVAL,
-                format!("{CALL}: segment_dir is empty (NULL: the default, {SEGMENT_DIR_DEFAULT})"),
-            ));
-        }
-        let dir = PathBuf::from(OsStr::from_bytes(bytes));
-        let shown = dir.display().to_string();
-        (dir, shown)
+    let disk = match opts.segment_dir_on_disk {
+        0 => DiskDir::Refused,
+        1 => DiskDir::Allowed,
+        other => return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{CALL}: segment_dir_on_disk is {other}, not 0 or 1 (0, the default: tmpfs only)"
+            ),
+        )),
     };
+    if opts.segment_dir.is_null() {
+        return Ok(Some(SegmentPlace { dir: None, disk }));
+    }
+    // SAFETY: non-null, and the caller guarantees a readable NUL-terminated string.
+    let bytes = unsafe { CStr::from_ptr(opts.segment_dir) }.to_bytes();
+    if bytes.is_empty() {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{CALL}: segment_dir is empty (NULL: the default, {})",
+                folio_rs::segment_home().display()
+            ),
+        ));
+    }
+    let dir = PathBuf::from(OsStr::from_bytes(bytes));
+    let shown = dir.display().to_string();
     match std::fs::metadata(&dir) {
-        Ok(meta) if meta.is_dir() => Ok(Some(dir)),
+        Ok(meta) if meta.is_dir() => Ok(Some(SegmentPlace {
+            dir: Some(dir),
+            disk,
+        })),
         Ok(_) => Err(Failure::new(
             libc::ENOTDIR,
             format!("{CALL}: segment_dir {shown} is not a directory"),
@@ -520,14 +576,12 @@ unsafe fn naming_settings(opts: &folio_cache_options) -> Result<NamingSettings, 
                 format!("{CALL}: segment_name is empty (NULL: a name of the cache's own)"),
             ))
         }
-        Ok(name) if name.len() > 200 || name == "." || name == ".." || name.contains('/') => {
+        Ok(name) if folio_rs::check_segment_name(name).is_err() => {
+            let why = folio_rs::check_segment_name(name).unwrap_err();
             return Err(Failure::new(
                 libc::EINVAL,
-                format!(
-                    "{CALL}: segment_name {name:?} is not one plain file name (no '/', not . \
-                     or .., at most 200 bytes)"
-                ),
-            ))
+                format!("{CALL}: segment_name: {why}"),
+            ));
         }
         Ok(name) => name.to_owned(),
         Err(_) => {

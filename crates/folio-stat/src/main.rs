@@ -34,9 +34,10 @@ struct Cli {
     command: Option<Command>,
     /// The segment to show: a name in --dir, or a path (anything with a `/`).
     segment: Option<String>,
-    /// Where segments are.
-    #[arg(long, global = true, default_value = folio::SEGMENT_DIR_DEFAULT)]
-    dir: PathBuf,
+    /// Where segments are. Default: this user's private home, where a persistent cache
+    /// puts its segment unless told otherwise (/dev/shm/folio-<uid>).
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
     /// Shows the cache again every SECS seconds, like top, with the rates in between.
     #[arg(long, value_name = "SECS")]
     watch: Option<f64>,
@@ -67,21 +68,23 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    let home = cli.dir.is_none();
+    let dir = cli.dir.get_or_insert_with(folio::segment_home).clone();
     let result = match (&cli.command, &cli.segment) {
         (Some(_), Some(segment)) => Err(Failure(format!(
             "a segment ({segment}) or a command, not both (folio-stat --help)"
         ))),
-        (Some(Command::List), None) => list(&cli.dir),
+        (Some(Command::List), None) => list(&dir, home),
         (Some(Command::Remove { segment, force }), None) => {
             let removal = if *force {
                 Removal::Forced
             } else {
                 Removal::WrittenOnly
             };
-            remove(&resolve(&cli.dir, segment), removal)
+            remove(&resolve(&dir, segment), removal)
         }
-        (None, Some(segment)) => show(&cli, &resolve(&cli.dir, segment)),
+        (None, Some(segment)) => show(&cli, &resolve(&dir, segment)),
         (None, None) => Err(Failure(
             "a segment to show is needed (folio-stat NAME; folio-stat list shows them)".into(),
         )),
@@ -343,9 +346,13 @@ fn counters(out: &mut String, s: &Stats, rates: Option<&Rates>) {
     }
 }
 
-fn list(dir: &Path) -> Result<(), Failure> {
-    let segments =
-        folio::segments_in(dir).map_err(|e| Failure(format!("{}: {e}", dir.display())))?;
+/// Lists the segments in `dir`; `home`: it is the default home, which no cache may have
+/// made yet (then there are none).
+fn list(dir: &Path, home: bool) -> Result<(), Failure> {
+    let segments = match folio::segments_in(dir) {
+        Err(e) if home && e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        other => other.map_err(|e| Failure(format!("{}: {e}", dir.display())))?,
+    };
     if segments.is_empty() {
         println!("no folio segments of yours in {}", dir.display());
         return Ok(());

@@ -24,7 +24,7 @@ use crate::memory::Memory;
 use crate::pagecache::{Core, Engine, WritebackBodies};
 use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
-use crate::segment::{self, Segment};
+use crate::segment::{self, DiskDir, Segment, SegmentDir};
 use crate::stats::{Counters, Stats};
 use crate::types::{Order, PageIndex, PAGE_BYTES};
 use crate::write::budget::DirtyBudget;
@@ -51,6 +51,7 @@ pub struct CacheBuilder {
     write_behind_bytes: u64,
     persistent: bool,
     segment_dir: Option<PathBuf>,
+    segment_dir_disk: DiskDir,
     segment_name: Option<String>,
     unusable_segment: Unusable,
 }
@@ -99,6 +100,7 @@ impl Default for CacheBuilder {
             write_behind_bytes: WRITE_BEHIND_BYTES_DEFAULT,
             persistent: false,
             segment_dir: None,
+            segment_dir_disk: DiskDir::Refused,
             segment_name: None,
             unusable_segment: Unusable::default(),
         }
@@ -289,15 +291,30 @@ impl CacheBuilder {
         self
     }
 
-    /// Where a persistent cache's segment goes: a directory that is not a symlink and that
-    /// no other user can write unless it is sticky. Default: `/dev/shm`.
+    /// Where a persistent cache's segment goes: a directory of this user's (its effective
+    /// uid) that no one else can write, with no symlink in its path, on tmpfs (unless
+    /// `segment_dir_on_disk` allows a disk file system); checked at each build, adoption
+    /// and recovery (docs/persistence.md, "Where segments live"). Default: the user's
+    /// private home, `/dev/shm/folio-<uid>` (`segment_home`), made mode 0700 at the first
+    /// build; if another user made that directory first, a persistent build fails with
+    /// `PermissionDenied` saying so.
     pub fn segment_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.segment_dir = Some(dir.as_ref().to_path_buf());
         self
     }
 
-    /// The segment's file name in `segment_dir` (one plain name: no `/`, not `.` or
-    /// `..`), which makes the cache warm across restarts (docs/persistence.md): a named
+    /// Whether `segment_dir` may be on a disk file system. Default: `DiskDir::Refused`
+    /// (the build fails with `Unsupported`): a segment holds the cache's memory, and on a
+    /// disk file system the kernel writes those bytes (every cached page) to the device
+    /// as the segment file's dirty pages, and may read them back from it.
+    pub fn segment_dir_on_disk(mut self, disk: DiskDir) -> Self {
+        self.segment_dir_disk = disk;
+        self
+    }
+
+    /// The segment's file name in `segment_dir` (one plain portable name: not empty, not
+    /// `.` or `..`, no `/`, no control character, no leading `-`, at most 255 bytes;
+    /// `InvalidInput` otherwise), which makes the cache warm across restarts (docs/persistence.md): a named
     /// segment outlives the process (after a clean drop's writeback, or a kill's by the
     /// keeper), and the next cache built with the same name and directory adopts it: the
     /// clean pages of every file that provably did not change meanwhile are cached at
@@ -415,8 +432,11 @@ impl CacheBuilder {
 /// Room a segment takes besides its frames and side table (`create_segment`).
 const SEGMENT_OVERHEAD_BYTES: u64 = 4096 + (1 << 20);
 
-/// Where a persistent cache's segment goes unless `CacheBuilder::segment_dir` says.
-pub const SEGMENT_DIR_DEFAULT: &str = segment::DEFAULT_DIR;
+/// Where a persistent cache's segment goes unless `CacheBuilder::segment_dir` says: this
+/// user's private home, `/dev/shm/folio-<euid>`.
+pub fn segment_home() -> PathBuf {
+    segment::home::home_path()
+}
 
 /// The largest capacity a persistent cache's segment in `dir` can hold now: the room its
 /// file system has (`statvfs`), less what the segment takes besides frames (the header,
@@ -442,28 +462,36 @@ impl CacheBuilder {
     /// A capacity the builder chose (none was given) is lowered to fit; one given that
     /// does not fit is an error.
     ///
-    /// Errors: `StorageFull` if the capacity given does not fit; `Segment::create`'s.
+    /// Errors: `SegmentDir::open`'s or `SegmentDir::home`'s (the directory's checks:
+    /// `PermissionDenied`, `Unsupported` for a disk file system not allowed);
+    /// `InvalidInput` for a segment name that is not one plain file name; `StorageFull` if
+    /// the capacity given does not fit; `Segment::create_in`'s.
     fn create_segment(
         &self,
         frames_max: u32,
         frames: &mut u64,
     ) -> io::Result<(Arc<Segment>, Option<Plan>)> {
-        let dir = self
-            .segment_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(segment::DEFAULT_DIR));
-        crate::keeper::settle_dir(&dir)?;
         if let Some(name) = &self.segment_name {
             segment::check_name(name)?;
         }
+        let dir = match &self.segment_dir {
+            Some(path) => SegmentDir::open(path, self.segment_dir_disk)?,
+            None => SegmentDir::home()?,
+        };
+        crate::keeper::settle_dir(dir.path())?;
         // A segment of this name that a restart adopts gives its memory to the new one.
-        let named = self.segment_name.as_ref().map(|name| dir.join(name));
-        let reused = named
+        let there = self
+            .segment_name
             .as_ref()
-            .and_then(|path| std::fs::symlink_metadata(path).ok())
-            .filter(|meta| meta.is_file())
-            .map_or(0, |meta| meta.blocks() * 512);
-        let room = segment::room_bytes(&dir)? + reused;
+            .and_then(|name| dir.stat(std::ffi::OsStr::new(name)).ok());
+        let named = self
+            .segment_name
+            .as_ref()
+            .map(|name| dir.join(std::ffi::OsStr::new(name)));
+        let reused = there
+            .filter(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG)
+            .map_or(0, |st| st.st_blocks as u64 * 512);
+        let room = dir.room_bytes()? + reused;
         let fits = (segment_capacity_bytes(room) / PAGE_BYTES as u64).min(u64::from(frames_max));
         if *frames > fits
             && self.capacity_bytes.is_none()
@@ -477,19 +505,19 @@ impl CacheBuilder {
                 format!(
                     "folio: a capacity of {} MiB does not fit in {} ({} MiB free)",
                     (*frames * PAGE_BYTES as u64) >> 20,
-                    dir.display(),
+                    dir.path().display(),
                     room >> 20
                 ),
             ));
         }
-        if let Some(path) = named.filter(|path| std::fs::symlink_metadata(path).is_ok()) {
+        if let Some(path) = named.filter(|_| there.is_some()) {
             if let Some((segment, plan)) =
                 crate::adopt::take(&path, fits as u32, self.unusable_segment)?
             {
                 return Ok((Arc::new(segment), Some(plan)));
             }
         }
-        let segment = Segment::create(&dir, self.segment_name.as_deref(), fits as u32)?;
+        let segment = Segment::create_in(&dir, self.segment_name.as_deref(), fits as u32)?;
         Ok((Arc::new(segment), None))
     }
 }

@@ -147,10 +147,11 @@ mod write;
 
 pub use adopt::{Adoption, Unusable};
 pub use arena::ArenaPages;
+pub use cache::segment_home;
 pub use cache::segment_room_capacity_bytes;
 pub use cache::{
     Cache, CacheBuilder, OpenOptions, Prefault, DIRTY_EXPIRE_DEFAULT, READAHEAD_MAX_BYTES_DEFAULT,
-    SEGMENT_DIR_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
+    WRITE_BEHIND_BYTES_DEFAULT,
 };
 pub use capacity::{machine_capacity_bytes, CapacityPolicy};
 pub use capacity::{
@@ -168,5 +169,6 @@ pub use segment::view::{
     remove_segment, segments_in, FileUsage, PublishedStats, SegmentInfo, SegmentView,
 };
 pub use segment::Holder as SegmentHolder;
+pub use segment::{check_name as check_segment_name, DiskDir};
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

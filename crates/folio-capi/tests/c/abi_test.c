@@ -35,11 +35,16 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "folio.h"
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
 
 static int passed, failed;
 
@@ -831,7 +836,15 @@ static void test_persistence(const char *dir) {
     CHECK(parent_of(keeper) != (int64_t)getpid()); /* nobody's zombie of ours */
     n = folio_cache_segment_path(c, path, sizeof path);
     CHECK(n > 0 && (size_t)n == strlen(path));
-    CHECK(strncmp(path, "/dev/shm/", 9) == 0);
+    /* In the user's private home, /dev/shm/folio-<euid>, mode 0700. */
+    {
+        char home[64];
+        snprintf(home, sizeof home, "/dev/shm/folio-%u/", (unsigned)geteuid());
+        CHECK(strncmp(path, home, strlen(home)) == 0);
+        home[strlen(home) - 1] = '\0';
+        CHECK(lstat(home, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid());
+        CHECK((st.st_mode & 0022) == 0);
+    }
     CHECK(lstat(path, &st) == 0);
     CHECK(S_ISREG(st.st_mode));
     CHECK((st.st_mode & 07777) == 0600);
@@ -880,10 +893,12 @@ static void test_persistence(const char *dir) {
     CHECK(last_error_has("persistent is 7"));
     CHECK(c.id == 0);
 
-    /* segment_dir: a directory of the caller's holds the segment, and nothing after. */
-    snprintf(segdir, sizeof segdir, "%s/segments", dir);
-    CHECK(mkdir(segdir, 0700) == 0);
+    /* segment_dir: a directory of the caller's (on tmpfs) holds the segment, and nothing
+       after. */
+    snprintf(segdir, sizeof segdir, "/dev/shm/folio-abi-test-XXXXXX");
+    CHECK(mkdtemp(segdir) != NULL);
     folio_cache_options_init(&o);
+    CHECK(o.segment_dir_on_disk == 0);
     o.capacity_bytes = 4u << 20;
     o.segment_dir = segdir;
     CHECK(folio_cache_create(&o, &c) == 0);
@@ -923,18 +938,45 @@ static void test_persistence(const char *dir) {
     o.segment_dir = "";
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
     CHECK(last_error_has("segment_dir is empty"));
-    /* One other users could write into, not sticky: -EINVAL (they could replace the
-       segment); sticky, as /dev/shm is: fine. */
+    /* One other users could write into, sticky or not: -EACCES (not an option's mistake:
+       a caller may retry without it). */
     CHECK(chmod(segdir, 0777) == 0);
     o.segment_dir = segdir;
-    CHECK(folio_cache_create(&o, &c) == -EINVAL);
-    CHECK(last_error_has("sticky"));
+    CHECK(folio_cache_create(&o, &c) == -EACCES);
+    CHECK(last_error_has("others can write it") && last_error_has(segdir));
     CHECK(c.id == 0);
     CHECK(chmod(segdir, 01777) == 0);
+    CHECK(folio_cache_create(&o, &c) == -EACCES);
+    CHECK(c.id == 0);
+    CHECK(count_entries(segdir) == 0);
+    CHECK(chmod(segdir, 0700) == 0);
     CHECK(folio_cache_create(&o, &c) == 0);
     CHECK(folio_cache_destroy(c) == 0);
-    CHECK(count_entries(segdir) == 0);
+    c.id = 0;
     rmdir(segdir);
+    /* A directory on a disk file system (the test's own, unless it is on tmpfs): refused
+       with -EOPNOTSUPP unless segment_dir_on_disk says so; 2: -EINVAL. */
+    {
+        struct statfs fs;
+        snprintf(segdir, sizeof segdir, "%s/disk-segments", dir);
+        CHECK(mkdir(segdir, 0700) == 0);
+        CHECK(statfs(segdir, &fs) == 0);
+        o.segment_dir = segdir;
+        if (fs.f_type != TMPFS_MAGIC) {
+            CHECK(folio_cache_create(&o, &c) == -EOPNOTSUPP);
+            CHECK(last_error_has("not on tmpfs") && last_error_has("segment_dir_on_disk"));
+            CHECK(c.id == 0);
+        }
+        o.segment_dir_on_disk = 2;
+        CHECK(folio_cache_create(&o, &c) == -EINVAL);
+        CHECK(last_error_has("segment_dir_on_disk is 2"));
+        o.segment_dir_on_disk = 1;
+        CHECK(folio_cache_create(&o, &c) == 0);
+        CHECK(folio_cache_destroy(c) == 0);
+        c.id = 0;
+        CHECK(count_entries(segdir) == 0);
+        rmdir(segdir);
+    }
 }
 
 /* Waits up to 30 s until process `pid` has exited; returns whether it did. */
@@ -962,11 +1004,11 @@ static void test_adoption(const char *dir) {
     static uint8_t buf[KEEP_BYTES];
     int64_t keeper;
 
-    snprintf(segdir, sizeof segdir, "%s/adopt-segments", dir);
+    snprintf(segdir, sizeof segdir, "/dev/shm/folio-abi-adopt-XXXXXX");
     snprintf(keep, sizeof keep, "%s/keep.bin", dir);
     snprintf(gone, sizeof gone, "%s/gone.bin", dir);
     snprintf(wfile, sizeof wfile, "%s/written.bin", dir);
-    CHECK(mkdir(segdir, 0700) == 0);
+    CHECK(mkdtemp(segdir) != NULL);
     write_pattern_file(keep, KEEP_BYTES);
     write_pattern_file(gone, GONE_BYTES);
 
@@ -1126,6 +1168,12 @@ static void test_adoption(const char *dir) {
     o.segment_name = "..";
     CHECK(folio_cache_create(&o, &c) == -EINVAL);
     CHECK(last_error_has("not one plain file name"));
+    o.segment_name = "a\nb";
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("control character"));
+    o.segment_name = "-rf";
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("starts with '-'"));
     o.segment_name = "fine";
     o.unusable_segment = 7;
     CHECK(folio_cache_create(&o, &c) == -EINVAL);

@@ -1,19 +1,22 @@
-//! The segment (DESIGN.md §9): a file in shared memory (`/dev/shm` by default) that holds
+//! The segment (DESIGN.md §9): a file in shared memory (`/dev/shm/folio-<uid>` by default) that holds
 //! the arena's frames and side table and the cache's file slots, so that what a process
 //! wrote outlives it. The keeper (`keeper`) writes a dead owner's dirty frames back from
 //! it.
 //!
-//! Rooms: `layout` (where each part lies, the header, a file slot); `link` (the owner's
+//! Rooms: `home` (where segments live: the checked directory, held open, and the names);
+//! `layout` (where each part lies, the header, a file slot); `link` (the owner's
 //! messages to its keeper: descriptors of the files it writes); `stats` (the owner's
 //! counters, published by name); `view` (a segment seen from outside, read-only: the
 //! public `SegmentView`, `segments_in`, `remove_segment`); this file (creating, checking,
 //! mapping and removing a segment file).
 //!
 //! Who may use a segment: only its owner's user. It is created `O_EXCL | O_NOFOLLOW`, mode
-//! 0600, in a directory that is not a symlink and that no other user can write unless it
-//! is sticky (as `/dev/shm` is: then no other user can remove or replace our file). A
-//! segment opened again (a recovery) must be a regular file, not a symlink, owned by this
-//! user, readable by no one else, with a header this build reads (`Header::check`).
+//! 0600, in a directory of this user's that no one else can write, reached by no symlink
+//! and on tmpfs unless allowed otherwise (`home`); every open, creation and removal of a
+//! segment goes through that directory, checked again and held open (`home::SegmentDir`).
+//! A segment opened again (an adoption, a recovery, a view) must be a regular file, not a
+//! symlink, owned by this user, readable by no one else, with a header this build reads
+//! (`Header::check`).
 //!
 //! Exclusion: the owner holds an exclusive `flock` on the segment from its creation; its
 //! keeper shares it (the same open file) and holds it after the owner's death, so a
@@ -27,12 +30,13 @@
 //! Invariants: the mapping is one shared mapping of the whole file, aligned so that the
 //! frames are aligned to 2 MiB; it stays at one address until the segment is dropped.
 
+pub mod home;
 pub mod layout;
 pub mod link;
 pub mod stats;
 pub mod view;
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
@@ -45,14 +49,13 @@ use std::sync::Mutex;
 
 use crate::folio::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
+pub use home::{check_name, DiskDir, SegmentDir};
 use layout::{
     FileIdentity, FileSlot, FileStamp, Header, Layout, Retention, SegmentState, HEADER_BYTES,
     SLOT_BYTES, SLOT_COUNT, STAMP_TICK_NS, STATS_BYTES, STATS_OFFSET,
 };
 use stats::{StatValue, StatsArea};
 
-/// Where segments go unless the builder names a directory.
-pub const DEFAULT_DIR: &str = "/dev/shm";
 const ALIGN_BYTES: usize = PAGE_BYTES << ORDER_MAX;
 
 /// One mapped segment file.
@@ -91,30 +94,48 @@ impl std::fmt::Debug for Segment {
 }
 
 impl Segment {
-    /// Creates a segment of `frame_count` frames in `dir`, named `name` (or a fresh name
-    /// of this process's), and maps it.
+    /// Creates a segment of `frame_count` frames in the directory at `dir` (checked as
+    /// `SegmentDir::open` checks it, on any file system: a caller that creates one where
+    /// the file system matters checks it first and calls `create_in`), named `name` (or a
+    /// fresh name of this process's), and maps it.
     ///
-    /// Errors: `InvalidInput` for a name that is not one plain file name, or a directory
-    /// that is a symlink or that other users may write into (not sticky);
+    /// Errors: `SegmentDir::open`'s; `create_in`'s.
+    pub fn create(dir: &Path, name: Option<&str>, frame_count: u32) -> io::Result<Segment> {
+        Self::create_in(&SegmentDir::open(dir, DiskDir::Allowed)?, name, frame_count)
+    }
+
+    /// Creates a segment of `frame_count` frames in `dir`, named `name` (or a fresh name of
+    /// this process's), and maps it.
+    ///
+    /// Errors: `InvalidInput` for a name that is not one plain file name (`check_name`);
     /// `AlreadyExists` for a named segment that exists; the OS error otherwise (including
     /// `StorageFull` when the directory's file system has too little room for the frames).
-    pub fn create(dir: &Path, name: Option<&str>, frame_count: u32) -> io::Result<Segment> {
-        check_dir(dir)?;
+    pub fn create_in(
+        dir: &SegmentDir,
+        name: Option<&str>,
+        frame_count: u32,
+    ) -> io::Result<Segment> {
         let layout = Layout::for_frames(frame_count, machine_frames());
-        let file = match name {
+        let retention = if name.is_some() {
+            Retention::Kept
+        } else {
+            Retention::Removed
+        };
+        let (file, name) = match name {
             Some(name) => {
                 check_name(name)?;
-                create_file(&dir.join(name))?
+                (create_file(dir, OsStr::new(name))?, OsString::from(name))
             }
             None => create_fresh(dir)?,
         };
-        let (file, path) = file;
+        let path = dir.join(&name);
+        let id = file.metadata().map(|m| (m.dev(), m.ino()))?;
         let remove_on_error = |e: io::Error| {
-            let _ = std::fs::remove_file(&path);
+            let _ = dir.unlink_if_id(&name, id);
             e
         };
         lock_exclusive(&file).map_err(remove_on_error)?;
-        let owner_lock = lock_owner(&path, &file).map_err(remove_on_error)?;
+        let owner_lock = lock_owner(dir, &name, &file).map_err(remove_on_error)?;
         file.set_len(layout.total_bytes).map_err(remove_on_error)?;
         let mut segment = Self::map(path.clone(), file, layout).map_err(remove_on_error)?;
         segment.owner_lock = Some(owner_lock);
@@ -126,11 +147,7 @@ impl Segment {
             .header()
             .owner_pid
             .store(std::process::id(), Ordering::Relaxed);
-        segment.header().set_retained(if name.is_some() {
-            Retention::Kept
-        } else {
-            Retention::Removed
-        });
+        segment.header().set_retained(retention);
         Ok(segment)
     }
 
@@ -143,8 +160,9 @@ impl Segment {
     /// Errors: `open_orphan`'s (`WouldBlock` while an owner or keeper holds it); the OS
     /// error of the resize or the mapping.
     pub fn adopt(path: &Path, frame_count: u32) -> io::Result<Segment> {
-        let file = Self::open_checked(path)?;
-        let owner_lock = lock_owner(path, &file)?;
+        let (dir, name) = SegmentDir::of_segment(path)?;
+        let file = Self::open_checked(&dir, &name)?;
+        let owner_lock = lock_owner(&dir, &name, &file)?;
         let old = Self::read_layout(&file, file.metadata()?.len())?;
         if frame_count > old.meta_frames {
             return Err(io::Error::new(
@@ -183,22 +201,23 @@ impl Segment {
     /// are dead), for a recovery: checks who owns it, its permissions and its header, and
     /// takes its lock.
     ///
-    /// Errors: `InvalidInput` for a symlink or a file that is not regular;
-    /// `PermissionDenied` for a segment of another user or readable by others;
+    /// Errors: `SegmentDir::of_segment`'s (its directory checked again: a symlink in its
+    /// path, another user's directory or one others can write is `PermissionDenied`);
+    /// `PermissionDenied` for a symlink, a file that is not regular, a segment of another
+    /// user or one readable by others;
     /// `InvalidData` for a header this build cannot read (`Header::check`); `WouldBlock`
     /// while an owner or a keeper holds it.
     pub fn open_orphan(path: &Path) -> io::Result<Segment> {
-        let file = Self::open_checked(path)?;
+        let (dir, name) = SegmentDir::of_segment(path)?;
+        let file = Self::open_checked(&dir, &name)?;
         let layout = Self::read_layout(&file, file.metadata()?.len())?;
         Self::map(path.to_path_buf(), file, layout)
     }
 
     /// `open_orphan`'s checks and lock, before anything is mapped.
-    fn open_checked(path: &Path) -> io::Result<StdFile> {
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true).write(true);
-        let (file, _) = open_ours(path, &options)?;
-        lock_unused(&file, path)?;
+    fn open_checked(dir: &SegmentDir, name: &OsStr) -> io::Result<StdFile> {
+        let (file, _) = open_ours(dir, name, libc::O_RDWR)?;
+        lock_unused(&file, &dir.join(name))?;
         Ok(file)
     }
 
@@ -245,9 +264,8 @@ impl Segment {
     ///
     /// Errors: as `open_orphan`, but never `WouldBlock`.
     pub fn open_view(path: &Path) -> io::Result<Segment> {
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true);
-        let (file, meta) = open_ours(path, &options)?;
+        let (dir, name) = SegmentDir::of_segment(path)?;
+        let (file, meta) = open_ours(&dir, &name, libc::O_RDONLY)?;
         let layout = Self::read_layout(&file, meta.len())?;
         Self::map_as(path.to_path_buf(), file, layout, Protection::ReadOnly)
     }
@@ -656,17 +674,10 @@ impl Segment {
     }
 
     /// Removes the segment's file, if the path still names this segment (not a file put
-    /// there since).
+    /// there since), through its directory checked again (`SegmentDir::of_segment`).
     pub fn remove(&self) -> io::Result<()> {
-        let mine = self.file.metadata()?;
-        match std::fs::symlink_metadata(&self.path) {
-            Ok(there) if there.dev() == mine.dev() && there.ino() == mine.ino() => {
-                std::fs::remove_file(&self.path)
-            }
-            Ok(_) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-        }
+        let (dir, name) = SegmentDir::of_segment(&self.path)?;
+        dir.unlink_if_same(&name, &self.file).map(|_| ())
     }
 }
 
@@ -680,34 +691,38 @@ impl Drop for Segment {
     }
 }
 
-/// Opens the segment at `path` as `options` say (no following of a symlink, not blocking,
-/// closed on exec added) and checks it is one of ours: a regular file of this user, readable
-/// by no one else, long enough for a header. Returns it with its metadata.
+/// Opens the segment `name` in `dir` with `access` (`O_RDONLY` or `O_RDWR`; not following
+/// a symlink, not blocking, closed on exec) and checks it is one of ours: a regular file of
+/// this user, readable by no one else, long enough for a header. Returns it with its
+/// metadata.
 ///
-/// Errors: `InvalidInput` for a symlink or a file that is not regular; `PermissionDenied`
-/// for a segment of another user or readable by others; `InvalidData` for one too short;
+/// Errors: `PermissionDenied` for a symlink, a file that is not regular, a segment of
+/// another user or one readable by others; `InvalidData` for one too short;
 /// the open's error otherwise (`NotFound`).
 fn open_ours(
-    path: &Path,
-    options: &std::fs::OpenOptions,
+    dir: &SegmentDir,
+    name: &OsStr,
+    access: libc::c_int,
 ) -> io::Result<(StdFile, std::fs::Metadata)> {
-    let file = options
-        .clone()
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
+    let path = dir.join(name);
+    let file = dir
+        .open_file(name, access | libc::O_NONBLOCK, 0)
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::ELOOP) {
-                invalid(format!("folio: segment {} is a symlink", path.display()))
+                io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!("folio: segment {} is a symlink", path.display()),
+                )
             } else {
                 e
             }
         })?;
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(invalid(format!(
-            "folio: segment {} is not a regular file",
-            path.display()
-        )));
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("folio: segment {} is not a regular file", path.display()),
+        ));
     }
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
@@ -763,78 +778,27 @@ fn invalid(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, what)
 }
 
-/// A segment's name is one plain file name: no separator, not `.` or `..`, no NUL.
-pub fn check_name(name: &str) -> io::Result<()> {
-    let plain = !name.is_empty()
-        && name.len() <= 200
-        && name != "."
-        && name != ".."
-        && !name.contains('/')
-        && !name.contains('\0');
-    if plain {
-        Ok(())
-    } else {
-        Err(invalid(format!(
-            "folio: segment name {name:?} is not one plain file name"
-        )))
-    }
-}
-
-/// The directory must be a real directory (not a symlink) that no other user can put a
-/// file in unless it is sticky (then they cannot remove or rename ours either).
-fn check_dir(dir: &Path) -> io::Result<()> {
-    let meta = std::fs::symlink_metadata(dir)?;
-    if meta.file_type().is_symlink() {
-        return Err(invalid(format!(
-            "folio: segment directory {} is a symlink",
-            dir.display()
-        )));
-    }
-    if !meta.is_dir() {
-        return Err(invalid(format!(
-            "folio: segment directory {} is not a directory",
-            dir.display()
-        )));
-    }
-    let mode = meta.permissions().mode();
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
-    let others_write = mode & 0o022 != 0 || (meta.uid() != me && meta.uid() != 0);
-    if others_write && mode & libc::S_ISVTX == 0 {
-        return Err(invalid(format!(
-            "folio: segment directory {} can be written by other users and is not sticky",
-            dir.display()
-        )));
-    }
-    Ok(())
-}
-
-fn create_file(path: &Path) -> io::Result<(StdFile, PathBuf)> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
+/// Creates the segment file `name` in `dir`: `O_EXCL | O_NOFOLLOW`, mode 0600.
+fn create_file(dir: &SegmentDir, name: &OsStr) -> io::Result<StdFile> {
+    let file = dir.open_file(name, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL, 0o600)?;
     // The umask can only take bits away; make sure no one else has any.
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    Ok((file, path.to_path_buf()))
+    Ok(file)
 }
 
 /// A new segment named after this user and process, with a counter that skips names
 /// left by a dead process of the same pid.
-fn create_fresh(dir: &Path) -> io::Result<(StdFile, PathBuf)> {
+fn create_fresh(dir: &SegmentDir) -> io::Result<(StdFile, OsString)> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let pid = std::process::id();
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name = format!("folio-{uid}-{pid}-{n}");
-        match create_file(&dir.join(OsStr::new(&name))) {
+        let name = OsString::from(format!("folio-{uid}-{pid}-{n}"));
+        match create_file(dir, &name) {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1 << 20 => continue,
-            other => return other,
+            other => return other.map(|file| (file, name)),
         }
     }
 }
@@ -851,25 +815,26 @@ pub enum Holder {
 }
 
 /// The folio segments of this user in `dir` and who holds each: regular files (not
-/// symlinks) owned by this user whose header starts with the segment's magic.
+/// symlinks) owned by this user whose header starts with the segment's magic, read
+/// through the directory checked (`SegmentDir::open`, any file system).
+///
+/// Errors: `SegmentDir::open`'s (a directory of another user, one others can write, a
+/// symlink in its path: `PermissionDenied`); reading the directory's.
 pub fn segments_in(dir: &Path) -> io::Result<Vec<(PathBuf, Holder)>> {
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let dir = SegmentDir::open(dir, DiskDir::Allowed)?;
+    let me = my_uid();
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let Ok(entry) = entry else { continue };
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+    for name in dir.names()? {
+        let Ok(st) = dir.stat(&name) else {
             continue;
         };
-        if !meta.is_file() || meta.uid() != me || meta.len() < HEADER_BYTES {
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || st.st_uid != me
+            || (st.st_size as u64) < HEADER_BYTES
+        {
             continue;
         }
-        let Ok(file) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-            .open(&path)
-        else {
+        let Ok(file) = dir.open_file(&name, libc::O_RDONLY | libc::O_NONBLOCK, 0) else {
             continue;
         };
         let mut magic = [0u8; 8];
@@ -877,7 +842,7 @@ pub fn segments_in(dir: &Path) -> io::Result<Vec<(PathBuf, Holder)>> {
         if file.read_exact_at(&mut magic, 0).is_err() || &magic != b"FOLIOSEG" {
             continue;
         }
-        found.push((path, holder_of(&file)));
+        found.push((dir.join(&name), holder_of(&file)));
     }
     Ok(found)
 }
@@ -906,11 +871,8 @@ pub fn holder_of(file: &StdFile) -> Holder {
 
 /// The owner's record lock over the whole segment, on a second open file of it (module
 /// docs, exclusion).
-fn lock_owner(path: &Path, file: &StdFile) -> io::Result<StdFile> {
-    let second = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
+fn lock_owner(dir: &SegmentDir, name: &OsStr, file: &StdFile) -> io::Result<StdFile> {
+    let second = dir.open_file(name, libc::O_RDONLY, 0)?;
     let (a, b) = (second.metadata()?, file.metadata()?);
     if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
         return Err(io::Error::other(
@@ -1098,7 +1060,7 @@ mod tests {
     #[test]
     fn names_that_leave_the_directory_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        for name in ["", ".", "..", "../x", "a/b", "x\0y"] {
+        for name in ["", ".", "..", "../x", "a/b", "x\0y", "a\nb", "-x"] {
             let e = Segment::create(dir.path(), Some(name), 8).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{name:?}");
         }

@@ -28,7 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::layout::{SegmentState, SIZE_UNKNOWN};
 use super::stats::{StatValue, Unread};
-use super::{holder_of, open_ours, with_header, Holder, Segment};
+use super::{holder_of, open_ours, with_header, Holder, Segment, SegmentDir};
 use crate::folio::MappingId;
 use crate::stats::Stats;
 use crate::types::{ORDER_MAX, PAGE_BYTES};
@@ -105,8 +105,9 @@ pub struct SegmentInfo {
 impl SegmentView {
     /// Maps the segment at `path` read-only, without its lock (module docs).
     ///
-    /// Errors: `NotFound`; `InvalidInput` for a symlink or a file that is not regular;
-    /// `PermissionDenied` for a segment of another user or readable by others;
+    /// Errors: `NotFound`; `PermissionDenied` for a symlink, a file that is not regular, a
+    /// segment of another user or one readable by others, or a directory that is not
+    /// checked safe (`SegmentDir::of_segment`);
     /// `InvalidData` for a file that is not a segment, or one of another layout or
     /// damaged (the message says which).
     ///
@@ -325,16 +326,17 @@ pub fn segments_in(dir: impl AsRef<Path>) -> io::Result<Vec<SegmentInfo>> {
 /// segment left by a killed keeper (state `Orphaned`) may hold writes not yet on disk,
 /// which `recover_segment` writes back (and then removes it).
 ///
-/// Errors: `WouldBlock` while its owner or keeper holds it; `NotFound`; `InvalidInput`
-/// for a symlink or a file that is not regular; `PermissionDenied` for another user's
-/// file or one readable by others; `InvalidData` for a file that is not a folio segment.
+/// Errors: `WouldBlock` while its owner or keeper holds it; `NotFound`;
+/// `PermissionDenied` for a symlink, a file that is not regular, another user's file or
+/// one readable by others, or a directory that is not checked safe
+/// (`SegmentDir::of_segment`); `InvalidData` for a file that is not a folio segment.
 ///
-/// Context: takes the segment's lock (without waiting) for the removal.
+/// Context: takes the segment's lock (without waiting) for the removal, which goes through
+/// the checked directory's descriptor (`unlinkat`).
 pub fn remove_segment(path: impl AsRef<Path>) -> io::Result<()> {
     let path = path.as_ref();
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    let (file, meta) = open_ours(path, &options)?;
+    let (dir, name) = SegmentDir::of_segment(path)?;
+    let (file, _) = open_ours(&dir, &name, libc::O_RDONLY)?;
     let mut magic = [0u8; 8];
     std::os::unix::fs::FileExt::read_exact_at(&file, &mut magic, 0)?;
     if &magic != b"FOLIOSEG" {
@@ -344,21 +346,23 @@ pub fn remove_segment(path: impl AsRef<Path>) -> io::Result<()> {
         ));
     }
     super::lock_unused(&file, path)?;
-    // Only if the path still names the file we locked (not one put there since).
-    match std::fs::symlink_metadata(path) {
-        Ok(there) if there.dev() == meta.dev() && there.ino() == meta.ino() => {
-            std::fs::remove_file(path)
-        }
-        Ok(_) => Err(io::Error::new(
+    // Only if the name still names the file we locked (not one put there since).
+    if dir.unlink_if_same(&name, &file)? {
+        Ok(())
+    } else if dir.stat(&name).is_ok() {
+        Err(io::Error::new(
             io::ErrorKind::WouldBlock,
             format!("folio: segment {} was replaced meanwhile", path.display()),
-        )),
-        Err(e) => Err(e),
+        ))
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("folio: segment {} is gone", path.display()),
+        ))
     }
 }
 
 fn open_read_only(path: &Path) -> io::Result<StdFile> {
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    open_ours(path, &options).map(|(file, _)| file)
+    let (dir, name) = SegmentDir::of_segment(path)?;
+    open_ours(&dir, &name, libc::O_RDONLY).map(|(file, _)| file)
 }
