@@ -406,6 +406,44 @@ check "restart: a second process on a segment in use runs (exit $rc)" [ "$rc" = 
 check "restart: it says the segment is in use" grep -q "segment ci-in-use is in use" "$work/restart_inuse.log"
 check "restart: and got an unnamed one" [ "$(segment_of restart_inuse)" = none ]
 
+# ---- Another user first (issue 42): whatever it made, the database opens ---------------
+# A file of another user at the segment's name (where that user could put it): an unnamed
+# segment instead, the file untouched.
+wbench=(--db="$work/odb" --num=2000 --value_size=1000 --threads=1 --seed=42 --verify_checksum=1)
+wrun other_fill 'folio' --benchmarks=fillseq
+odb_segment="$(segment_of other_fill)"
+check "another user: the database has a named segment (${odb_segment:-none})" \
+    [ -f "$segments/${odb_segment:-x}" ]
+rm -f "$segments/${odb_segment:-x}"
+install -m 600 -o 65534 -g 65534 /dev/null "$segments/${odb_segment:-x}"
+FOLIO_VERBOSE=1 wrun other_file 'folio' --use_existing_db=1 --benchmarks=readrandom
+check "another user's file at the segment's name: readrandom found every key" \
+    found_all other_file readrandom
+check "another user's file at the segment's name: said, and an unnamed segment instead" \
+    grep -q "segment ${odb_segment:-x} cannot be used" "$work/other_file.log"
+check "another user's file at the segment's name: untouched" \
+    [ "$(stat -c %u:%s "$segments/${odb_segment:-x}")" = 65534:0 ]
+rm -f "$segments/${odb_segment:-x}"
+# The default home /dev/shm/folio-<uid> made first by another user: db_bench run as uid
+# 65533, whose home uid 65532 made (mode 0777) before it: a cache that is not persistent,
+# said on stderr.
+victim="$(mktemp -d /tmp/folio-rocksdb-ci-victim.XXXXXX)"
+chown 65533:65533 "$victim"
+rm -rf /dev/shm/folio-65533
+setpriv --reuid=65532 --regid=65532 --clear-groups mkdir -m 0777 /dev/shm/folio-65533
+rc=0
+env -u FOLIO_SEGMENT_DIR FOLIO_STATS="$victim/stats" \
+    setpriv --reuid=65533 --regid=65533 --clear-groups "$here/db_bench_folio.sh" \
+    --db="$victim/db" --num=2000 --value_size=1000 --threads=1 --fs_uri=folio \
+    --benchmarks=fillseq,readrandom >"$work/other_home.log" 2>&1 || rc=$?
+check "another user's home first: db_bench runs (exit $rc)" [ "$rc" = 0 ]
+check "another user's home first: it says there is no persistent cache" \
+    grep -q "folio: no persistent cache (.*belongs to uid 65532" "$work/other_home.log"
+check "another user's home first: nothing was made in it" \
+    [ -z "$(ls -A /dev/shm/folio-65533)" ]
+[ "$rc" = 0 ] || tail -20 "$work/other_home.log"
+rm -rf /dev/shm/folio-65533 "$victim"
+
 # ---- The kill test ----------------------------------------------------------------------
 echo "== kill test: kill_writer through folio, SIGKILLed at random moments"
 kill_writer="$build/kill_writer"

@@ -51,7 +51,7 @@
 // Durability: a write is durable when Sync/Fsync returned OK, as with the kernel. A write
 // that returned and was not synced (a WAL written with sync=false) survives the death of
 // the process, as with the kernel's page cache, because the cache is persistent (persist=1,
-// the default: folio's segment in /dev/shm, and a keeper process that writes back what a
+// the default: folio's segment in /dev/shm/folio-<uid>, and a keeper process that writes back what a
 // killed process left dirty; docs/persistence.md). With persist=0 it dies with the process.
 // At a normal exit an atexit hook syncs every file the cache holds dirty
 // (folio_cache_sync_all). See docs/rocksdb.md.
@@ -88,7 +88,8 @@
 // directory (segment_name=auto: folio-<uid>-db-<hash of the canonical path>), so that it
 // outlives the process and the next process on the same database adopts its pages, as the
 // kernel's page cache stays warm across a restart; a cache created by any other first
-// call, or whose named segment another live process holds, is unnamed and its keeper
+// call, or whose named segment cannot be used (another live process holds it, another
+// user made it or its directory first, it is damaged: CreateLocked), is unnamed and its keeper
 // removes it once the process has exited. Its statistics (and what the adoption kept and
 // dropped) are printed at exit when asked (stats=1 or FOLIO_STATS=1). Its capacity follows the machine by default
 // (capacity=auto, capacity_policy=machine) and can be set at run time through the live
@@ -526,7 +527,7 @@ void SyncAtExit() {
   }
 }
 
-// "persistent: segment /dev/shm/folio-..., keeper pid N" or "not persistent (persist=0)":
+// "persistent: segment /dev/shm/folio-<uid>/..., keeper pid N" or "not persistent (persist=0)":
 // what the verbose line says of the cache's persistence, as folio reports it.
 std::string DescribePersistence(folio_cache cache) {
   const int64_t keeper = folio_cache_keeper_pid(cache);
@@ -624,19 +625,42 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
     naming = "none (segment_name=auto, but the first call was not a database's LockFile)";
   }
   o.segment_name = name.empty() ? nullptr : name.c_str();
+  o.segment_dir_on_disk =
+      opts.segment_dir_on_disk == Options::SegmentDirOnDisk::kAllowed ? 1 : 0;
   folio_cache cache{};
   int rc = folio_cache_create(&o, &cache);
-  if (rc == -EAGAIN && !name.empty()) {
-    // In use by a live cache: another process on the same database (a secondary
-    // instance, a tool), or the name given to two processes. A cache of its own instead.
+  // Whatever keeps the named segment from being used, the database opens: -EINVAL is
+  // the only failure that is an option's mistake (folio.h, folio_cache_create); any
+  // other (a segment in use, -EAGAIN; another user's file or directory, or one reached
+  // through a symlink or writable by others, -EACCES; a directory on disk, -EOPNOTSUPP;
+  // a damaged segment; no room, -ENOSPC) first gets a segment of the cache's own, then
+  // a cache that is not persistent.
+  if (rc < 0 && rc != -EINVAL && !name.empty()) {
+    // -EAGAIN: another process on the same database (a secondary instance, a tool), or
+    // the name given to two processes.
     const std::string why = LastFolioError();
-    naming = "none (the segment " + name + " is in use: " + why + ")";
+    const char* what = rc == -EAGAIN ? "is in use" : "cannot be used";
+    naming = "none (the segment " + name + " " + what + ": " + why + ")";
     if (opts.verbosity == Options::Verbosity::kVerbose) {
-      std::fprintf(stderr, "folio: the segment %s is in use (%s): an unnamed one instead\n",
-                   name.c_str(), why.c_str());
+      std::fprintf(stderr, "folio: the segment %s %s (%s): an unnamed one instead\n",
+                   name.c_str(), what, why.c_str());
     }
     name.clear();
     o.segment_name = nullptr;
+    rc = folio_cache_create(&o, &cache);
+  }
+  if (rc < 0 && rc != -EINVAL && o.persistent == 1) {
+    // The segment directory itself cannot be used (another user made the default home
+    // first, a segment_dir that is not safe or is on disk, no room): the database
+    // still opens, but what it does not sync dies with the process. Said even without
+    // verbose=1: it changes what survives a crash.
+    const std::string why = LastFolioError();
+    naming = "none (no segment can be made: " + why + ")";
+    std::fprintf(stderr,
+                 "folio: no persistent cache (%s): a cache of the process's own instead; "
+                 "what is not synced dies with the process (persist=0)\n",
+                 why.c_str());
+    o.persistent = 0;
     rc = folio_cache_create(&o, &cache);
   }
   if (rc < 0) {

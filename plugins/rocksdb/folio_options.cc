@@ -113,9 +113,12 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_WRITE_BEHIND", "write_behind"},
     {"FOLIO_PERSIST", "persist"},     {"FOLIO_SEGMENT_DIR", "segment_dir"},
     {"FOLIO_SEGMENT_NAME", "segment_name"},
+    {"FOLIO_SEGMENT_DIR_ON_DISK", "segment_dir_on_disk"},
 };
 
-const char* kSegmentNameHelp = "auto, none or one plain file name (no '/', at most 200 bytes)";
+const char* kSegmentNameHelp =
+    "auto, none or one plain file name (no '/', not . or .., no control character, no "
+    "leading '-', at most 255 bytes)";
 
 }  // namespace
 
@@ -138,6 +141,7 @@ bool Options::operator==(const Options& o) const {
          dirty_background_bytes == o.dirty_background_bytes &&
          dirty_expire_ms == o.dirty_expire_ms && write_behind_bytes == o.write_behind_bytes &&
          persist == o.persist && segment_dir == o.segment_dir &&
+         segment_dir_on_disk == o.segment_dir_on_disk &&
          segment_naming == o.segment_naming && segment_name == o.segment_name &&
          stats == o.stats &&
          stats_path == o.stats_path && verbosity == o.verbosity;
@@ -163,6 +167,8 @@ std::string Options::Describe() const {
                   " write_behind=" + std::to_string(write_behind_bytes) +
                   " persist=" + (persist == Persist::kOn ? "1" : "0") +
                   " segment_dir=" + (segment_dir.empty() ? "default" : segment_dir) +
+                  " segment_dir_on_disk=" +
+                  (segment_dir_on_disk == SegmentDirOnDisk::kAllowed ? "1" : "0") +
                   " segment_name=" +
                   (segment_naming == SegmentNaming::kAuto
                        ? std::string("auto")
@@ -184,8 +190,14 @@ std::string Options::Describe() const {
 }
 
 bool IsSegmentName(const std::string& name) {
-  return !name.empty() && name.size() <= 200 && name != "." && name != ".." &&
-         name.find('/') == std::string::npos && name.find('\0') == std::string::npos;
+  if (name.empty() || name.size() > 255 || name == "." || name == ".." || name[0] == '-') {
+    return false;
+  }
+  for (const char c : name) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '/' || u < 0x20 || u == 0x7f) return false;
+  }
+  return true;
 }
 
 std::string AutoSegmentName(unsigned uid, const std::string& db_dir) {
@@ -383,11 +395,16 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
       return true;
     }
     if (value[0] != '/') {
-      *error = "segment_dir: '" + value + "' is not an absolute path (or default: /dev/shm)";
+      *error = "segment_dir: '" + value +
+               "' is not an absolute path (or default: /dev/shm/folio-<uid>)";
       return false;
     }
     opts->segment_dir = value;
     return true;
+  }
+  if (k == "segment_dir_on_disk") {
+    return SetFlag(k, value, Options::SegmentDirOnDisk::kAllowed,
+                   Options::SegmentDirOnDisk::kRefused, &opts->segment_dir_on_disk, error);
   }
   if (k == "segment_name") {
     const std::string v = Lower(value);
@@ -428,7 +445,7 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
            "' (known: capacity, capacity_max, capacity_policy, readahead_max, prefetch_ahead, "
            "prefault, arena_pages, backend, eviction, pread_threads, hints, writes, "
            "cache_cold_writes, dirty_limit, dirty_background, dirty_expire, write_behind, "
-           "persist, segment_dir, segment_name, stats, verbose)";
+           "persist, segment_dir, segment_dir_on_disk, segment_name, stats, verbose)";
   return false;
 }
 

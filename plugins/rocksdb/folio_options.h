@@ -10,7 +10,7 @@
 // pages, the dirty thresholds and expiry, write-behind), and the plugin differs from none.
 // It adds only options of its own (prefetch_ahead, hints, writes, cache_cold_writes,
 // stats, verbose), and persist, segment_dir and segment_name spell folio's `persistent`,
-// `segment_dir` and `segment_name` (on, /dev/shm, and a name the plugin derives from the
+// `segment_dir` and `segment_name` (on, the user's private /dev/shm/folio-<uid>, and a name the plugin derives from the
 // database directory: the plugin adopts by default, where folio's C default is no name). Table files are advised random (RocksDB's advise_random_on_open, passed
 // on by hints=1), so folio's own readahead window serves only other hints and hints=0;
 // RocksDB's Prefetch calls are forced readahead, which readahead_max does not bound.
@@ -67,7 +67,14 @@
 //                                                  with the process (folio.h, persistent)
 //   segment_dir    FOLIO_SEGMENT_DIR     default   an absolute directory (tmpfs) for the
 //                                                  persistent cache's segment file; default:
-//                                                  folio's (/dev/shm); bounds the capacity
+//                                                  folio's (/dev/shm/folio-<uid>, mode 0700);
+//                                                  bounds the capacity. Must be the user's own,
+//                                                  writable by no one else, no symlink in its
+//                                                  path: else the database still opens, with
+//                                                  an unnamed or a non-persistent cache
+//   segment_dir_on_disk FOLIO_SEGMENT_DIR_ON_DISK 0 1: segment_dir may be on a disk file
+//                                                  system (the cache's memory is then written
+//                                                  to that device); 0: it is not used there
 //   segment_name   FOLIO_SEGMENT_NAME    auto      the persistent cache's segment, adopted by the
 //                                                  next process (issue: warm restart): auto: named
 //                                                  after the database directory the process opens
@@ -149,6 +156,11 @@ struct Options {
       FolioDefaults().persistent != 0 ? Persist::kOn : Persist::kOff;
   // The directory of the persistent cache's segment file; empty: folio's default.
   std::string segment_dir;
+  // Whether segment_dir may be on a disk file system (folio_cache_options'
+  // segment_dir_on_disk).
+  enum class SegmentDirOnDisk { kRefused, kAllowed } segment_dir_on_disk =
+      FolioDefaults().segment_dir_on_disk != 0 ? SegmentDirOnDisk::kAllowed
+                                               : SegmentDirOnDisk::kRefused;
   // The persistent cache's segment name (folio_cache_options' segment_name): derived from
   // the first database directory the process locks (kAuto), none (kNone: folio's own name,
   // removed at exit, nothing adopted), or `segment_name` (kNamed).

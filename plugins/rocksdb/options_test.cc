@@ -142,6 +142,16 @@ int main() {
     b = a;
     b.segment_dir = "/x";
     CHECK(a != b);
+    // segment_dir_on_disk: a flag, off by default (folio's).
+    Options d;
+    CHECK(d.segment_dir_on_disk == Options::SegmentDirOnDisk::kRefused);
+    CHECK(d.Describe().find(" segment_dir_on_disk=0 ") != std::string::npos);
+    CHECK(Uri("folio://?segment_dir_on_disk=1", &d));
+    CHECK(d.segment_dir_on_disk == Options::SegmentDirOnDisk::kAllowed);
+    CHECK(d.Describe().find(" segment_dir_on_disk=1 ") != std::string::npos);
+    CHECK(d != a);
+    CHECK(!Uri("folio://?segment_dir_on_disk=maybe", &d, &e) &&
+          e.find("segment_dir_on_disk") == 0);
   }
   {
     // segment_name: auto (the default), none, or one plain file name.
@@ -157,14 +167,14 @@ int main() {
     CHECK(o.Describe().find(" segment_name=my-db.cache ") != std::string::npos);
     CHECK(Uri("folio://?segment_name=AUTO", &o));
     CHECK(o.segment_naming == Options::SegmentNaming::kAuto && o.segment_name.empty());
-    for (const char* bad : {"", "a/b", "/abs", ".", ".."}) {
+    for (const char* bad : {"", "a/b", "/abs", ".", "..", "a\nb", "-rf", "tab\there"}) {
       Options before = o;
       CHECK(!Uri(std::string("folio://?segment_name=") + bad, &o, &e));
       CHECK(e.find("segment_name: '") == 0 && e.find("plain file name") != std::string::npos);
       CHECK(o == before);  // a refused value changes nothing
     }
-    CHECK(!Uri("folio://?segment_name=" + std::string(201, 'x'), &o, &e));
-    CHECK(Uri("folio://?segment_name=" + std::string(200, 'x'), &o));
+    CHECK(!Uri("folio://?segment_name=" + std::string(256, 'x'), &o, &e));
+    CHECK(Uri("folio://?segment_name=" + std::string(255, 'x'), &o));
     setenv("FOLIO_SEGMENT_NAME", "none", 1);
     Options env;
     CHECK(ApplyEnvironment(&env, &e));
