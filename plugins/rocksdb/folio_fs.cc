@@ -56,13 +56,17 @@
 // At a normal exit an atexit hook syncs every file the cache holds dirty
 // (folio_cache_sync_all). See docs/rocksdb.md.
 //
-// mmap: a file folio takes is never read or written past it, whatever use_mmap_reads
-// (allow_mmap_reads) and use_mmap_writes say. Its newest bytes may be only in folio's
-// cache (a WAL written with sync=false), where a kernel mapping cannot see them: a live
-// WAL read through a mapping looked empty, and recovery skipped it. RocksDB's readers pass
-// a scratch buffer in mmap mode too, except PlainTable's and CuckooTable's whole-file read
-// (scratch nullptr), which lands in a buffer the file object keeps (OwnedBuffer) as a
-// mapping would last.
+// mmap: a file whose newest bytes may be only in folio's cache (a WAL written with
+// sync=false) is never read through a kernel mapping, where they are invisible: a live WAL
+// read that way looked empty, and recovery skipped it. So use_mmap_reads (allow_mmap_reads)
+// leaves a random-access file to the kernel's mapping only when no handle here has it open
+// for writing (a closed file is whole on disk: Close syncs it; a table, the usual mmap
+// read, is immutable once closed), and reads a file open for writing through folio;
+// sequential files (WALs and MANIFESTs at recovery, GetSortedWalFiles) are always folio's,
+// the kernel's never map. A read with no scratch (PlainTable's and CuckooTable's whole-file
+// read, which expect mmap) lands in a buffer the file object keeps (OwnedBuffer) as a
+// mapping would last. use_mmap_writes changes nothing: a file folio takes is written
+// through folio (a file written through a kernel mapping could be cached stale by folio).
 //
 // use_direct_io(): a table (random-access) file opened with use_direct_reads=1 answers
 // true with an alignment of 4096 (kDirectIoAlignment), so that RocksDB reads it as it
@@ -1282,7 +1286,8 @@ class FolioRandomAccessFile : public FSRandomAccessFile {
   // A buffer of `n` bytes that lives as long as this file: where a read with no scratch
   // lands. RocksDB passes no scratch only where it expects mmap reads (use_mmap_reads:
   // PlainTable and CuckooTable read their whole file once, and keep the result as long as
-  // the file), whose results point into the mapping and stay valid as long as the file.
+  // the file), whose results point into the mapping and stay valid as long as the file;
+  // such a read reaches folio for a file open for writing here (NewRandomAccessFile).
   char* OwnedBuffer(size_t n) const {
     std::lock_guard<std::mutex> lock(owned_mu_);
     owned_.emplace_back(new char[n > 0 ? n : 1]);
@@ -1899,10 +1904,14 @@ class FolioFileSystem : public FileSystemWrapper {
                                std::unique_ptr<FSRandomAccessFile>* result,
                                IODebugContext* dbg) override {
     const FileKind kind = KindOf(fname);
-    // use_mmap_reads changes nothing (folio_fs.cc, "mmap"): a file folio may hold dirty
-    // is never read past it. writes=0: table files only, as the plugin before it wrote.
+    // use_mmap_reads (folio_fs.cc, "mmap"): a file open for writing here, whose newest
+    // bytes may be only folio's, is read through folio; any other is whole on disk (Close
+    // synced it) and left to the kernel's mapping, as RocksDB expects of mmap reads.
+    // writes=0: table files only, as the plugin before it wrote.
+    uint64_t ignored = 0;
+    const bool mapped = file_opts.use_mmap_reads && !open_writers().SizeOf(fname, &ignored);
     const bool through_folio =
-        kind == FileKind::kTable || (Writing() && kind != FileKind::kKernel);
+        !mapped && (kind == FileKind::kTable || (Writing() && kind != FileKind::kKernel));
     if (!through_folio) {
       Count(kOtherOpens);
       Count(kKernelOpens);
