@@ -491,12 +491,12 @@ unsafe fn persistence_settings(
     let disk = match opts.segment_dir_on_disk {
         0 => DiskDir::Refused,
         1 => DiskDir::Allowed,
-        other => return Err(Failure::new(
-            libc::EINVAL,
-            format!(
-                "{CALL}: segment_dir_on_disk is {other}, not 0 or 1 (0, the default: tmpfs only)"
-            ),
-        )),
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: segment_dir_on_disk is {other}, not 0 or 1 (0: tmpfs only)"),
+            ))
+        }
     };
     if opts.segment_dir.is_null() {
         return Ok(Some(SegmentPlace { dir: None, disk }));
