@@ -25,7 +25,9 @@
 //!    starts cold, as it would have), and after `KeptMemory::idle_remove_after` of
 //!    nobody using the segment (it removes it).
 //!
-//! What is punched: only folios the side table proves were clean cached pages of a file
+//! What is punched: first the free frames the file still holds (freed by an eviction or a
+//! deleted file and left allocated: a DEAD entry that no folio spans), at once when the
+//! steward starts and before every trim; then only folios the side table proves were clean cached pages of a file
 //! (`adopt::scan`'s proof: uptodate, not locked, under writeback, failed or detached,
 //! well placed, unclaimed by another) and that are not DIRTY. Their side-table entries
 //! are reset to free first, then their frames are punched (`Segment::punch_frames`): a
@@ -63,7 +65,7 @@ use crate::capacity::machine::{MemoryFacts, MemorySource};
 use crate::folio::FolioMeta;
 use crate::segment::layout::SegmentState;
 use crate::segment::{self, Holder, Segment, STEWARD_LOCK_OFFSET};
-use crate::types::PAGE_BYTES;
+use crate::types::{ORDER_MAX, PAGE_BYTES};
 
 /// The share of the memory limit (the machine's, or the cgroup's) that all kept segments
 /// of a user in one directory may hold by default: a quarter.
@@ -112,8 +114,11 @@ impl Default for KeptMemory {
 /// What a trim gave back (`trim_kept_segment`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Trimmed {
-    /// Pages punched out.
+    /// Pages punched out: free frames still allocated, then cached pages.
     pub pages: u64,
+    /// Of those, free frames (no page in them: freed by an eviction or a deleted file, and
+    /// left allocated in the file).
+    pub free_pages: u64,
     /// Proven clean pages left after it (what an adoption could still keep).
     pub pages_left: u64,
 }
@@ -160,13 +165,78 @@ pub(crate) fn coldest_clean(
         .collect()
 }
 
-/// Punches up to `pages` pages of `segment`'s coldest clean folios (whole folios: it may
-/// punch up to a folio's pages more). Context: the caller holds the segment's `flock`.
+/// The frames of `resident` that hold no page: their side-table entry was written and is
+/// DEAD (free), and no folio that is not (of any state) spans them as a tail. An entry in
+/// a part of the side table never written is not read (reading it would allocate it) and
+/// its frame is not counted free.
+pub(crate) fn free_frames(
+    entries: &[FolioMeta],
+    written: &[std::ops::Range<u32>],
+    resident: &[std::ops::Range<u32>],
+) -> Vec<std::ops::Range<u32>> {
+    let n = entries.len();
+    let mut free = vec![0u64; n.div_ceil(64)];
+    let set = |bits: &mut Vec<u64>, f: usize, on: bool| {
+        if on {
+            bits[f / 64] |= 1 << (f % 64);
+        } else {
+            bits[f / 64] &= !(1 << (f % 64));
+        }
+    };
+    let written: Vec<std::ops::Range<usize>> = written
+        .iter()
+        .map(|r| (r.start as usize).min(n)..(r.end as usize).min(n))
+        .collect();
+    for r in &written {
+        for f in r.clone() {
+            if entries[f].state.load().is_dead() {
+                set(&mut free, f, true);
+            }
+        }
+    }
+    for r in &written {
+        for f in r.clone() {
+            if entries[f].state.load().is_dead() {
+                continue;
+            }
+            let order = entries[f].identity_raw().2.min(u64::from(ORDER_MAX));
+            let end = (f + (1usize << order)).min(n);
+            for t in f..end {
+                set(&mut free, t, false);
+            }
+        }
+    }
+    let mut runs: Vec<std::ops::Range<u32>> = Vec::new();
+    for r in resident {
+        for f in r.start..r.end.min(n as u32) {
+            if free[f as usize / 64] & (1 << (f % 64)) == 0 {
+                continue;
+            }
+            match runs.last_mut() {
+                Some(run) if run.end == f => run.end = f + 1,
+                _ => runs.push(f..f + 1),
+            }
+        }
+    }
+    runs
+}
+
+/// Punches out the free frames still allocated (`free_frames`), then up to `pages` pages
+/// (counting those) of `segment`'s coldest clean folios (whole folios: it may punch up
+/// to a folio's pages more). Context: the caller holds the segment's `flock`.
 fn trim(segment: &Segment, pages: u64) -> Trimmed {
     let entries = segment.meta_entries();
-    let candidates = coldest_clean(entries, segment.written_meta_frames());
+    let written = segment.written_meta_frames();
+    let frame_count = segment.layout().frame_count;
+    let resident = segment.resident_frames(0..frame_count);
+    let mut free_pages = 0u64;
+    for run in free_frames(entries, &written, &resident) {
+        free_pages += u64::from(run.end - run.start);
+        let _ = segment.punch_frames(run);
+    }
+    let candidates = coldest_clean(entries, written);
     let mut chosen: Vec<(u32, u32)> = Vec::new();
-    let mut punched = 0u64;
+    let mut punched = free_pages;
     for &(frame, count) in &candidates {
         if punched >= pages {
             break;
@@ -203,6 +273,7 @@ fn trim(segment: &Segment, pages: u64) -> Trimmed {
     }
     Trimmed {
         pages: punched,
+        free_pages,
         pages_left: left,
     }
 }
@@ -237,6 +308,8 @@ pub(super) fn steward(segment: &Segment, kept: &KeptMemory, me: u32) -> i32 {
         .path()
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    // Free frames hold nothing: given back at once (`trim` of no page).
+    with_flock(segment, me, |segment| trim(segment, 0));
     let started = Instant::now();
     let mut stalls_before = (Instant::now(), source.read().pressure_some_total_us);
     let mut tick = TICK_MIN;
@@ -461,6 +534,26 @@ mod tests {
         ];
         let chosen = coldest_clean(&entries, std::iter::once(0..entries.len() as u32));
         assert_eq!(chosen, vec![(2, 1), (7, 1), (0, 1)]);
+    }
+
+    #[test]
+    fn free_frames_are_dead_entries_outside_any_folio_and_resident() {
+        let m = |state: u64, place: u64| FolioMeta::from_raw(state, 1, place);
+        let order2 = 2u64 << 52; // a folio of 4 pages
+        let entries = vec![
+            m(UPTODATE, order2), // 0: head of 0..4
+            m(DEAD, 0),          // 1-3: its tails
+            m(DEAD, 0),
+            m(DEAD, 0),
+            m(DEAD, 0), // 4: free
+            m(DEAD, 0), // 5: free, not resident
+            m(0, 0),    // 6: never used
+            m(DEAD, 0), // 7: free, its side-table part never written
+        ];
+        let written = [0..4, 4..7];
+        let one = |r: std::ops::Range<u32>| std::iter::once(r).collect::<Vec<_>>();
+        assert_eq!(free_frames(&entries, &written, &[0..5, 7..8]), one(4..5));
+        assert_eq!(free_frames(&entries, &written, &[0..3, 3..8]), one(4..6));
     }
 
     #[test]
