@@ -358,8 +358,8 @@ fn list(dir: &Path, home: bool) -> Result<(), Failure> {
         return Ok(());
     }
     println!(
-        "{:<32} {:<8} {:<9} {:>10} {:>10} {:>8} {:>8}  modified",
-        "segment", "holder", "state", "size", "resident", "owner", "keeper"
+        "{:<32} {:<8} {:<9} {:>10} {:>10} {:>9} {:>8} {:>8}  modified",
+        "segment", "holder", "state", "size", "resident", "pages", "owner", "keeper"
     );
     for info in &segments {
         println!("{}", list_line(info));
@@ -376,8 +376,19 @@ fn list_line(info: &SegmentInfo) -> String {
         Some(_) => "unknown".to_string(),
         None => state_name(info.state).to_string(),
     };
+    // Pages cached in it (what an adoption could keep at most): its side table's walk.
+    let pages = SegmentView::open(&info.path).map_or_else(
+        |_| "-".to_string(),
+        |view| {
+            view.files()
+                .iter()
+                .map(|f| f.cached_pages)
+                .sum::<u64>()
+                .to_string()
+        },
+    );
     let mut line = format!(
-        "{name:<32} {:<8} {state:<9} {:>10} {:>10} {:>8} {:>8}  {}",
+        "{name:<32} {:<8} {state:<9} {:>10} {:>10} {pages:>9} {:>8} {:>8}  {}",
         holder_word(info.holder),
         bytes(info.size_bytes),
         bytes(info.resident_bytes),
@@ -445,6 +456,9 @@ fn holder_name(holder: SegmentHolder) -> &'static str {
         SegmentHolder::Owner => "its owner holds it",
         SegmentHolder::Keeper => "its keeper holds it (writing back a dead owner's pages)",
         SegmentHolder::Nobody => "nobody holds it",
+        SegmentHolder::Steward => {
+            "its steward holds it (the owner's keeper, giving its pages back under memory pressure)"
+        }
     }
 }
 
@@ -453,6 +467,7 @@ fn holder_word(holder: SegmentHolder) -> &'static str {
         SegmentHolder::Owner => "owner",
         SegmentHolder::Keeper => "keeper",
         SegmentHolder::Nobody => "nobody",
+        SegmentHolder::Steward => "steward",
     }
 }
 

@@ -54,6 +54,7 @@ pub struct CacheBuilder {
     segment_dir_disk: DiskDir,
     segment_name: Option<String>,
     unusable_segment: Unusable,
+    kept_memory: crate::keeper::KeptMemory,
 }
 
 /// When `CacheBuilder::build` faults the cache's memory in.
@@ -103,6 +104,7 @@ impl Default for CacheBuilder {
             segment_dir_disk: DiskDir::Refused,
             segment_name: None,
             unusable_segment: Unusable::default(),
+            kept_memory: crate::keeper::KeptMemory::default(),
         }
     }
 }
@@ -337,6 +339,16 @@ impl CacheBuilder {
         self
     }
 
+    /// How a named segment kept after the cache is gone gives its memory back (docs/
+    /// persistence.md, "Kept memory"): its keeper stays as its steward, punches its coldest
+    /// clean pages out under memory pressure or past a bound on what all kept segments of
+    /// the user may hold, and removes it after a long idle time. Default:
+    /// [`KeptMemory::default`] (a quarter of the memory limit, 6 hours).
+    pub fn kept_memory(mut self, kept: crate::keeper::KeptMemory) -> Self {
+        self.kept_memory = kept;
+        self
+    }
+
     /// Builds the cache: reserves the arena and starts the backend.
     ///
     /// Context: may block: it maps the arena (no page is touched unless `prefault`, which
@@ -375,7 +387,7 @@ impl CacheBuilder {
             order_max = Order::new(order_max.get() - 1);
         }
         let (mut arena, keeper) = if let Some(segment) = segment {
-            let keeper = crate::keeper::spawn(&segment).inspect_err(|_| {
+            let keeper = crate::keeper::spawn(&segment, &self.kept_memory).inspect_err(|_| {
                 let _ = segment.remove();
             })?;
             (Arena::in_segment(segment, self.arena_pages), Some(keeper))

@@ -163,7 +163,7 @@ pub use file::{
     Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadManyFuture, ReadaheadWindow,
 };
 pub use io::BackendKind;
-pub use keeper::{recover_segment, Recovered, Written};
+pub use keeper::{recover_segment, trim_kept_segment, KeptMemory, Recovered, Trimmed, Written};
 pub use segment::layout::SegmentState;
 pub use segment::view::{
     remove_segment, segments_in, FileUsage, PublishedStats, SegmentInfo, SegmentView,

@@ -132,6 +132,12 @@ fn child(spec: &str) {
         .persistent(true)
         .segment_dir(segment_dir)
         .segment_name(NAME)
+        // The parent waits for each keeper to exit after its writeback: no steward stays
+        // (kept_memory.rs tests the steward).
+        .kept_memory(folio::KeptMemory {
+            steward: false,
+            ..folio::KeptMemory::default()
+        })
         .build()
         .unwrap_or_else(|e| wrong(format!("the build failed: {e}")));
     let segment = cache.segment_path().expect("child: a segment");

@@ -66,6 +66,17 @@ impl MemorySource {
         }
     }
 
+    /// The machine's files under `proc_root` in place of `/proc` (`meminfo`,
+    /// `pressure/memory`), and no cgroup: a test's simulated machine
+    /// (`KeptMemory::memory_files`).
+    pub fn with_proc_root(proc_root: PathBuf) -> MemorySource {
+        MemorySource {
+            proc_root,
+            cgroups: Vec::new(),
+            cgroup_v1: None,
+        }
+    }
+
     /// Reads the facts now: a few small files, tens of microseconds.
     pub fn read(&self) -> MemoryFacts {
         let meminfo = read(&self.proc_root.join("meminfo"));

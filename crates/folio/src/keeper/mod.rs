@@ -13,10 +13,13 @@
 //!    descriptors of the files the owner writes. It never touches the segment.
 //! 3. The owner's death is noticed at once: its pidfd polls readable, or the link reaches
 //!    its end (the owner dropped the cache with dirty pages left). A `Bye` (a clean drop
-//!    that left nothing dirty) ends the keeper without writing.
+//!    that left nothing dirty) ends the keeper without writing; for a named segment,
+//!    kept for the next cache of its name, the keeper stays as its steward (`kept`: it
+//!    gives the kept pages back under memory pressure, and leaves when it is adopted).
 //! 4. Then: every queued message is read, the segment is marked orphaned, every dirty
 //!    folio is written to its file (`writeback`), sizes are settled, the files are synced,
-//!    the segment is marked written and removed, and the keeper exits.
+//!    the segment is marked written and removed (a named one kept, its keeper staying as
+//!    its steward), and the keeper exits.
 //!
 //! If the keeper is killed during step 4, the segment stays behind, marked orphaned;
 //! `recover_segment` (another process) finishes the work, reopening the files by the paths
@@ -27,6 +30,7 @@
 //! build is shared copy-on-write with the keeper until the owner writes it again (one
 //! fault per page), which is why the cache forks before it maps anything large.
 
+pub(crate) mod kept;
 mod writeback;
 
 use std::collections::HashMap;
@@ -43,6 +47,7 @@ use crate::segment::layout::SegmentState;
 use crate::segment::link::{self, KeeperLink, Message, Received};
 use crate::segment::{self, Holder, Segment};
 
+pub use kept::{trim_kept_segment, KeptMemory, Trimmed};
 pub use writeback::Written;
 
 /// What a recovery did (`recover_segment`).
@@ -61,7 +66,7 @@ pub struct Recovered {
 /// Context: the cache's build, before its background threads start; the I/O backend's
 /// threads already run (the children have only the forking thread and take no lock
 /// those threads may hold: the fork's SAFETY note). Forks the process.
-pub fn spawn(segment: &Segment) -> io::Result<KeeperLink> {
+pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
     let (ours, theirs) = link::pair()?;
     let owner = std::process::id() as libc::pid_t;
     let segment_fd = segment.file().as_raw_fd();
@@ -78,7 +83,7 @@ pub fn spawn(segment: &Segment) -> io::Result<KeeperLink> {
         let pidfd = owner_pidfd(owner);
         // SAFETY: as above.
         let code = match unsafe { libc::fork() } {
-            0 => keeper_main(theirs.as_raw_fd(), segment_fd, pidfd, &path),
+            0 => keeper_main(theirs.as_raw_fd(), segment_fd, pidfd, &path, kept),
             -1 => 1,
             _ => 0,
         };
@@ -114,7 +119,13 @@ const SEGMENT_FD: RawFd = 4;
 const PIDFD: RawFd = 5;
 
 /// The keeper's body (module docs). Returns the exit code.
-fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &Path) -> i32 {
+fn keeper_main(
+    socket: RawFd,
+    segment_fd: RawFd,
+    pidfd: Option<OwnedFd>,
+    path: &Path,
+    kept: &KeptMemory,
+) -> i32 {
     let has_pidfd = pidfd.is_some();
     if isolate(socket, segment_fd, pidfd.as_ref().map(AsRawFd::as_raw_fd)).is_err() {
         return 2;
@@ -137,27 +148,42 @@ fn keeper_main(socket: RawFd, segment_fd: RawFd, pidfd: Option<OwnedFd>, path: &
     }
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
+    let mut bye = false;
     while let Event::Link = wait_for(LINK_FD, has_pidfd.then_some(PIDFD)) {
         match link::try_receive(LINK_FD) {
-            Ok(Received::Message(Message::Bye)) => return 0,
+            Ok(Received::Message(Message::Bye)) => {
+                bye = true;
+                break;
+            }
             Ok(Received::Message(m)) => apply(&mut files, m),
             Ok(Received::Empty) => {}
             Ok(Received::Closed) | Err(_) => break,
         }
     }
     // Step 3: everything the owner sent before it died.
-    while let Ok(Received::Message(m)) = link::try_receive(LINK_FD) {
-        if matches!(m, Message::Bye) {
-            return 0;
+    while !bye {
+        match link::try_receive(LINK_FD) {
+            Ok(Received::Message(Message::Bye)) => bye = true,
+            Ok(Received::Message(m)) => apply(&mut files, m),
+            _ => break,
         }
-        apply(&mut files, m);
     }
     // SAFETY: SEGMENT_FD is the segment's descriptor, ours alone since `isolate`.
     let file = unsafe { StdFile::from_raw_fd(SEGMENT_FD) };
     let Ok(segment) = Segment::from_open_file(path.to_path_buf(), file) else {
-        return 3;
+        return if bye { 0 } else { 3 };
     };
-    match finish(Arc::new(segment), &mut files) {
+    let segment = Arc::new(segment);
+    if bye {
+        // A clean goodbye: a kept segment's keeper stays as its steward (`kept`).
+        drop(files);
+        return kept::steward(&segment, kept, me);
+    }
+    match finish(&segment, &mut files) {
+        Ok(written) if written.failed_files == 0 => {
+            drop(files);
+            kept::steward(&segment, kept, me)
+        }
         Ok(_) => 0,
         Err(_) => 4,
     }
@@ -178,9 +204,9 @@ fn apply(files: &mut HashMap<MappingId, StdFile>, message: Message) {
 /// Step 4: writes back, syncs, and removes the segment if every dirty page is on disk.
 /// A named segment is not removed but left written, for the next cache of its name to
 /// adopt (`adopt`), each written file stamped as it is now (`Segment::stamp_files`).
-fn finish(segment: Arc<Segment>, files: &mut HashMap<MappingId, StdFile>) -> io::Result<Written> {
+fn finish(segment: &Arc<Segment>, files: &mut HashMap<MappingId, StdFile>) -> io::Result<Written> {
     segment.set_state(SegmentState::Orphaned);
-    let written = writeback::write_back(&segment, files)?;
+    let written = writeback::write_back(segment, files)?;
     if written.failed_files == 0 {
         if segment.header().retained() {
             segment.stamp_files(files.iter().map(|(&id, file)| (id, file)));
@@ -235,7 +261,7 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
             None => {}
         }
     }
-    let written = finish(segment, &mut files)?;
+    let written = finish(&segment, &mut files)?;
     Ok(Recovered {
         written,
         files_not_found,
@@ -274,7 +300,9 @@ pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
                 settled.waited += 1;
                 wait_for_keeper(&path);
             }
-            Holder::Nobody => match recover_segment(&path) {
+            // A steward holds the segment's lock only while it trims: then the recovery
+            // says WouldBlock and this waits as for a keeper.
+            Holder::Nobody | Holder::Steward => match recover_segment(&path) {
                 Ok(_) => {
                     settled.recovered += 1;
                     if remove_if_files_gone(&path) {

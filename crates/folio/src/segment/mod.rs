@@ -25,7 +25,9 @@
 //! closes as it starts (it keeps no descriptor but its own three): so another process tells
 //! "the owner lives" (record lock held) from "its keeper is still writing back" (only the
 //! `flock` held) from "abandoned" (neither) (`Segment::status_of`). The kernel drops both
-//! when their holders die: never a stale pid.
+//! when their holders die: never a stale pid. A kept segment's steward (`keeper::kept`)
+//! holds a record lock of its own at `STEWARD_LOCK_OFFSET`, past the owner's probe, and
+//! the `flock` only while it punches pages out (`holder_of`: `Holder::Steward`).
 //!
 //! Invariants: the mapping is one shared mapping of the whole file, aligned so that the
 //! frames are aligned to 2 MiB; it stays at one address until the segment is dropped.
@@ -812,7 +814,17 @@ pub enum Holder {
     Keeper,
     /// Nobody: a keeper was killed before it was done, or the segment was left written.
     Nobody,
+    /// The keeper of an owner that left it written (a clean exit), staying as the kept
+    /// segment's steward: it gives the segment's clean pages back under memory pressure
+    /// and leaves as soon as a new owner adopts it (`keeper::kept`). It holds the segment's
+    /// `flock` only while it punches pages out, so an adoption waits at most that long.
+    Steward,
 }
+
+/// The byte of a segment's file on which its steward holds a record lock (`F_OFD_SETLK`,
+/// read): past any segment's end, so that the owner's probe (`holder_of`) covers only
+/// `[0, STEWARD_LOCK_OFFSET)` and tells the two apart.
+pub(crate) const STEWARD_LOCK_OFFSET: i64 = 1 << 62;
 
 /// The folio segments of this user in `dir` and who holds each: regular files (not
 /// symlinks) owned by this user whose header starts with the segment's magic, read
@@ -850,13 +862,11 @@ pub fn segments_in(dir: &Path) -> io::Result<Vec<(PathBuf, Holder)>> {
 /// Who holds the segment open as `file` (module docs, exclusion).
 pub fn holder_of(file: &StdFile) -> Holder {
     // SAFETY: all-zero is a valid flock (l_pid 0, as OFD locks want); F_OFD_GETLK fills it.
-    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
-    probe.l_type = libc::F_WRLCK as libc::c_short;
-    probe.l_whence = libc::SEEK_SET as libc::c_short;
-    // SAFETY: fcntl F_OFD_GETLK with a valid flock on our descriptor.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) };
-    if rc == 0 && probe.l_type != libc::F_UNLCK as libc::c_short {
+    if record_locked(file, 0, STEWARD_LOCK_OFFSET) {
         return Holder::Owner;
+    }
+    if record_locked(file, STEWARD_LOCK_OFFSET, 1) {
+        return Holder::Steward;
     }
     // SAFETY: flock on our own descriptor; a shared lock taken is dropped at once.
     unsafe {
@@ -867,6 +877,20 @@ pub fn holder_of(file: &StdFile) -> Holder {
             Holder::Keeper
         }
     }
+}
+
+/// Whether another open file holds a record lock (`F_OFD_GETLK`) on `[start, start + len)`
+/// of the segment open as `file`.
+pub(crate) fn record_locked(file: &StdFile, start: i64, len: i64) -> bool {
+    // SAFETY: all-zero is a valid flock (l_pid 0, as OFD locks want); F_OFD_GETLK fills it.
+    let mut probe: libc::flock = unsafe { std::mem::zeroed() };
+    probe.l_type = libc::F_WRLCK as libc::c_short;
+    probe.l_whence = libc::SEEK_SET as libc::c_short;
+    probe.l_start = start as libc::off_t;
+    probe.l_len = len as libc::off_t;
+    // SAFETY: fcntl F_OFD_GETLK with a valid flock on our descriptor.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut probe) };
+    rc == 0 && probe.l_type != libc::F_UNLCK as libc::c_short
 }
 
 /// The owner's record lock over the whole segment, on a second open file of it (module
