@@ -47,7 +47,7 @@
 //!   thread that follows the machine's memory: `machine`, `follow`), which moves the
 //!   capacity through `CapacityMechanism`, implemented by the page cache above.
 //! - `readahead`: the on-demand window as a pure policy (`window`), the per-handle state
-//!   word it is installed in (`state`), and the cache-wide limit on every handle's window
+//!   word it is installed in (`cell`), and the cache-wide limit on every handle's window
 //!   (`limit`).
 //! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write guard in
 //!   `guard`).

@@ -191,8 +191,15 @@ fn without_tests(src: &str) -> String {
     while let Some(at) = s.find("#[cfg(test)]") {
         let b = s.as_bytes();
         let mut j = at + "#[cfg(test)]".len();
-        // The item ends at its first `;` before any `{`, or at the `}` closing its block.
-        while j < b.len() && b[j] != b';' && b[j] != b'{' {
+        // The item ends at its first `;` before any `{`, or at the `}` closing its block
+        // (a `;` inside brackets, `[u8; 4]`, ends nothing).
+        let mut nested = 0i32;
+        while j < b.len() && !(nested == 0 && (b[j] == b';' || b[j] == b'{')) {
+            match b[j] {
+                b'(' | b'[' => nested += 1,
+                b')' | b']' => nested -= 1,
+                _ => {}
+            }
             j += 1;
         }
         if j < b.len() && b[j] == b'{' {
@@ -608,7 +615,11 @@ fn upward_arrow_is_found() {
         &[
             ("lib.rs", LIB),
             ("a.rs", "pub struct X;\n"),
-            ("b.rs", "pub struct B; fn f() { crate::c::g() }\n"),
+            (
+                "b.rs",
+                "pub struct B; fn f() { crate::c::g() }\n\
+                 #[cfg(test)]\nfn t(_: [u8; 4]) { let _ = crate::a::X; }\n",
+            ),
             (
                 "c/mod.rs",
                 "mod d;\n/// crate::a::X in a comment\nfn s() { let _ = \"crate::a\"; }\n",

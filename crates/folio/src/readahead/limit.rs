@@ -47,7 +47,7 @@
 //! `WINDOW_PAGES_LIMIT`); a period's counts saturate at 2^24 pages; epoch numbers wrap at
 //! 2^30.
 
-use super::state::RaCell;
+use super::cell::RaCell;
 use super::window::WINDOW_PAGES_LIMIT;
 use crate::primitive::{AtomicU32, AtomicU64, Ordering};
 

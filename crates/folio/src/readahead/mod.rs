@@ -71,7 +71,7 @@
 //! - `limit`: the cache-wide limit (`ReadaheadLimit`): every handle's maximum lowered to
 //!   each active stream's share of the cache, and lower while readahead thrashes (issue
 //!   16).
-//! - `state`: a handle's state (`RaCell`): the window in one atomic word, replaced by
+//! - `cell`: a handle's state (`RaCell`): the window in one atomic word, replaced by
 //!   CAS, shared by every thread that reads through the handle (seed 002), and the hints
 //!   beside it.
 //! - `window`: the policy above (`decide_on_miss`, `decide_on_marker`, `initial_size`,
@@ -87,12 +87,12 @@
 //! without it). The order the alignment follows is capped at `ORDER_MAX` (2 MiB folios),
 //! whatever largest folio the cache is built with (the kernel caps it at the mapping's).
 
+mod cell;
 mod limit;
-mod state;
 mod window;
 
+pub use cell::RaCell;
 pub use limit::{window_pages_limit, LimitBounds, ReadaheadLimit};
-pub use state::RaCell;
 pub use window::{decide_on_marker, decide_on_miss, Decision, MissRequest, RaState};
 // What the fuzz bodies name besides (`fuzzing`).
 #[cfg(any(fuzzing, test))]

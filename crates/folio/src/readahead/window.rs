@@ -6,14 +6,14 @@
 //! Design: `RaState` is a window, the value the policy maps; `decide_on_miss` opens the
 //! initial window of a sequential miss (`initial_size`), `decide_on_marker` the next one
 //! at a marker (`ramp`, aligned to the folio order reached: `async_window`). The caller
-//! installs what they decide in the handle's state word (`state::RaCell::update`), and
+//! installs what they decide in the handle's state word (`cell::RaCell::update`), and
 //! decides again from the new state when another thread installed a window first.
 //!
 //! Protection: none needed: values only.
 //!
 //! Limits: windows of at most `WINDOW_PAGES_LIMIT` pages (32 MiB) that start below
 //! `START_PAGES_LIMIT` (2^36 pages, 256 TiB): what the handle's state word holds
-//! (`state`); pages beyond are read without readahead. The order the alignment follows is
+//! (`cell`); pages beyond are read without readahead. The order the alignment follows is
 //! capped at `ORDER_MAX` (2 MiB folios), whatever largest folio the cache is built with
 //! (the kernel caps it at the mapping's).
 
