@@ -674,13 +674,17 @@ impl Cache {
         let (std_file, mode) = open_direct(path, access)?;
         // Stat the open file, not the path: the path may have been replaced meanwhile.
         let meta = std_file.metadata()?;
+        #[cfg(test)]
+        tests::after_the_opens_first_stat();
         // The birth time (`statx`) where the file system keeps one, else the change time
-        // (`FileStamp` says why either, and what each costs).
-        let stamp = FileStamp::of(&meta);
+        // (`FileStamp` says why either, and what each costs). Taken again under the table's
+        // lock for a new mapping (`get_or_insert`: the last one's removal may have
+        // settled the size since).
+        let stamp_now = || std_file.metadata().map(|m| FileStamp::of(&m));
         let core = &self.inner.core;
         let mapping = core
             .mappings
-            .get_or_insert(&core.mem, meta.dev(), meta.ino(), stamp)?;
+            .get_or_insert(&core.mem, meta.dev(), meta.ino(), &stamp_now)?;
         if let Some(segment) = core.mem.arena.segment() {
             // Before any write: the keeper finds a dirty page's file by this slot.
             let path = std::fs::read_link(format!("/proc/self/fd/{}", std_file.as_raw_fd()))
@@ -883,5 +887,86 @@ fn open_direct(path: &Path, access: Access) -> io::Result<(StdFile, OpenMode)> {
             Ok((options(0).open(path)?, OpenMode::Buffered))
         }
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Advice;
+
+    std::thread_local! {
+        /// Run by `open_with` on this thread right after its first `fstat`, once.
+        static AFTER_FIRST_STAT: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            std::cell::RefCell::new(None);
+    }
+
+    /// The test's lever in `open_with` (issue 42): what the other threads did between
+    /// the open's first look at the file and its lookup of the mapping.
+    pub(super) fn after_the_opens_first_stat() {
+        if let Some(hook) = AFTER_FIRST_STAT.with(|hook| hook.borrow_mut().take()) {
+            hook();
+        }
+    }
+
+    /// Issue 42 (the write simulation with every transfer cut short: seeds 1873 and 2638,
+    /// "opened with a length of 36864, the model has 36480", "... 274432, ... 271613"):
+    /// an open stats the file before it takes the mapping table's lock. If the file's last
+    /// mapping is removed in between, its removal settles the size on disk
+    /// (`Mapping::settle_size`: a tail block written whole is cut back to the logical
+    /// size), and the new mapping must learn the size as the disk has it now. It took the
+    /// one the open had seen: the file read back longer (or shorter) than written, and
+    /// the next sync would have settled that wrong size onto the disk. Here the removal
+    /// runs right after the open's first `fstat`.
+    #[test]
+    fn a_new_mapping_learns_the_size_its_predecessors_removal_settled() {
+        let dir = crate::io::testing::temp_dir();
+        let path = dir.path().join("settled");
+        let cache = Cache::builder().capacity_bytes(1 << 20).build().unwrap();
+        let file = cache
+            .open_options()
+            .write(true)
+            .create(true)
+            .open(&path)
+            .unwrap();
+        file.write_at(&[7u8; 5000], 0).unwrap();
+        file.writeback(0, u64::MAX).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let stats = cache.stats();
+            if stats.dirty_pages == 0 && stats.writeback_pages == 0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never written back");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            8192,
+            "a whole tail block"
+        );
+        file.advise(0, 8192, Advice::DontNeed).unwrap();
+        assert_eq!(cache.stats().cached_bytes, 0, "the clean pages dropped");
+        // The last handle goes right after the open's first look at the file: the
+        // mapping, with no folio, is removed, and its removal cuts the file back.
+        let settled = path.clone();
+        AFTER_FIRST_STAT.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                drop(file);
+                assert_eq!(std::fs::metadata(&settled).unwrap().len(), 5000, "settled");
+            }))
+        });
+        let again = cache.open_options().write(true).open(&path).unwrap();
+        assert!(
+            AFTER_FIRST_STAT.with(|hook| hook.borrow().is_none()),
+            "the hook ran"
+        );
+        assert_eq!(
+            again.len(),
+            5000,
+            "the new mapping took the size the open saw first"
+        );
+        drop(again);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 5000);
     }
 }

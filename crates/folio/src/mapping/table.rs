@@ -286,16 +286,23 @@ impl MappingTable {
     }
 
     /// Step O: the mapping of inode `(dev, ino)` with one more handle, made if new; an
-    /// existing one is revalidated against `stamp` (its pages dropped if the file
-    /// changed). The caller owns the handle and gives it back with `close`.
+    /// existing one is revalidated against the file's stamp (its pages dropped if the
+    /// file changed). The caller owns the handle and gives it back with `close`.
     ///
-    /// Context: takes the table's lock, then (after dropping it) the mapping's.
+    /// `stamp_now` stats the file (`fstat` of the caller's descriptor). A new mapping
+    /// takes its stamp from a call made under the table's lock: the removal of the file's
+    /// last mapping settles the size on disk under that lock (`remove_if_unused`), so a
+    /// stamp taken before it may hold a size the file no longer has (issue 42: a tail
+    /// block's padding, or a length short of writes that landed since).
+    ///
+    /// Context: takes the table's lock, then (after dropping it) the mapping's; calls
+    /// `stamp_now` with and without the table's lock.
     pub fn get_or_insert(
         &self,
         mem: &Memory,
         dev: u64,
         ino: u64,
-        stamp: FileStamp,
+        stamp_now: &dyn Fn() -> io::Result<FileStamp>,
     ) -> io::Result<Arc<Mapping>> {
         let found = |maps: &Maps| {
             let mapping = maps
@@ -313,6 +320,7 @@ impl MappingTable {
                 match found(&maps) {
                     Some(mapping) => mapping,
                     None => {
+                        let stamp = stamp_now()?;
                         let id = maps.new_id()?;
                         let segment = mem.arena.segment().cloned();
                         let mapping = Arc::new(Mapping::new(id, (dev, ino), stamp, segment));
@@ -323,6 +331,13 @@ impl MappingTable {
                 }
             }
         };
+        let stamp = match stamp_now() {
+            Ok(stamp) => stamp,
+            Err(e) => {
+                self.close(mem, &mapping);
+                return Err(e);
+            }
+        };
         if mapping.is_replaced_by(&stamp) {
             let mut maps = self.write();
             if maps.by_inode.get(&(dev, ino)) == Some(&mapping.id) {
@@ -330,7 +345,7 @@ impl MappingTable {
             }
             drop(maps);
             self.close(mem, &mapping);
-            return self.get_or_insert(mem, dev, ino, stamp);
+            return self.get_or_insert(mem, dev, ino, stamp_now);
         }
         mapping.revalidate(mem, stamp);
         Ok(mapping)
@@ -498,23 +513,24 @@ mod tests {
             mtime_ns: 1,
             born_ns,
         };
-        let old = table.get_or_insert(&mem, 1, 42, stamp(100)).unwrap();
+        let old = table
+            .get_or_insert(&mem, 1, 42, &|| Ok(stamp(100)))
+            .unwrap();
         old.write.note_written();
         // The same file again (its own writes moved the mtime): the same mapping.
         let again = table
-            .get_or_insert(
-                &mem,
-                1,
-                42,
-                FileStamp {
+            .get_or_insert(&mem, 1, 42, &|| {
+                Ok(FileStamp {
                     mtime_ns: 2,
                     ..stamp(100)
-                },
-            )
+                })
+            })
             .unwrap();
         assert!(Arc::ptr_eq(&old, &again));
         // Another birth time: another file on the same inode.
-        let new = table.get_or_insert(&mem, 1, 42, stamp(200)).unwrap();
+        let new = table
+            .get_or_insert(&mem, 1, 42, &|| Ok(stamp(200)))
+            .unwrap();
         assert!(
             !Arc::ptr_eq(&old, &new),
             "a new file got a deleted file's mapping"
@@ -522,8 +538,12 @@ mod tests {
         assert_eq!(old.handles(), 2, "the probe's handle was given back");
         assert_eq!(new.handles(), 1);
         // A file folio never wrote is revalidated in place, as before.
-        let read_only = table.get_or_insert(&mem, 1, 43, stamp(100)).unwrap();
-        let replaced = table.get_or_insert(&mem, 1, 43, stamp(200)).unwrap();
+        let read_only = table
+            .get_or_insert(&mem, 1, 43, &|| Ok(stamp(100)))
+            .unwrap();
+        let replaced = table
+            .get_or_insert(&mem, 1, 43, &|| Ok(stamp(200)))
+            .unwrap();
         assert!(Arc::ptr_eq(&read_only, &replaced));
     }
 
