@@ -5,6 +5,7 @@
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #   SECONDS_PER_TARGET  default 60
 #   TARGET              default: index readahead_policy readahead api adoption_scan
+#                       hostile_segment
 #
 # Needs nightly Rust and cargo-fuzz (`cargo install cargo-fuzz`). The corpus grows in
 # fuzz/corpus/<target>/ (not committed); fuzz/seeds/, fuzz/regressions/ and fuzz/known/
@@ -18,7 +19,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(index readahead_policy readahead api adoption_scan)
+    targets=(index readahead_policy readahead api adoption_scan hostile_segment)
 fi
 
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then

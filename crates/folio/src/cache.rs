@@ -690,7 +690,17 @@ impl Cache {
             let path = std::fs::read_link(format!("/proc/self/fd/{}", std_file.as_raw_fd()))
                 .unwrap_or_else(|_| path.to_path_buf());
             let stamp = segment::stamp_from(&meta, segment::generation_of(&std_file));
-            segment.register(mapping.id, segment::identity_of(&meta), &stamp, &path)?;
+            let opened = match access {
+                Access::ReadWrite => segment::layout::Opened::ForWriting,
+                Access::ReadOnly => segment::layout::Opened::ReadOnly,
+            };
+            segment.register(
+                mapping.id,
+                segment::identity_of(&meta),
+                &stamp,
+                &path,
+                opened,
+            )?;
         }
         let file = File::new(
             self.inner.clone(),

@@ -77,6 +77,15 @@ impl FolioMeta {
         }
     }
 
+    /// Stores the given words as they are into an entry (a hostile segment forged in
+    /// place: `fuzzing::hostile_segment`).
+    #[cfg(any(fuzzing, test))]
+    pub fn store_raw(&self, state: u64, owner: u32, place: u64) {
+        self.state.store_bits(state);
+        self.owner.store(owner, Ordering::Relaxed);
+        self.place.store(place, Ordering::Relaxed);
+    }
+
     /// `identity` with the order as recorded, unchecked (a segment read back: `adopt`).
     pub fn identity_raw(&self) -> (MappingId, PageIndex, u64) {
         let owner = self.owner.load(Ordering::Relaxed);

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::adopt::scan::{scan_entries, Found};
 use crate::folio::FolioMeta;
+use crate::folio::MappingId;
 use crate::index::{Entry, Index, Leave, NewFolio, RootHint};
 use crate::readahead::{
     self, Decision, MissRequest, RaCell, RaState, START_PAGES_LIMIT, WINDOW_PAGES_LIMIT,
@@ -22,7 +23,7 @@ use crate::refcount::{
     WRITEBACK,
 };
 use crate::segment::layout::SLOT_COUNT;
-use crate::types::{FrameId, Order, PageIndex, ORDER_MAX};
+use crate::types::{FrameId, Order, PageIndex, ORDER_MAX, PAGE_BYTES};
 
 /// The fuzzer's bytes read as choices; zeros once they run out.
 struct Input<'a> {
@@ -921,6 +922,339 @@ fn adoption_scan_well_formed(input: &mut Input, frames: u32) {
     assert_eq!(scanned.unproven_pages, 0, "ranges {ranges:?}");
 }
 
+/// Frames of a segment the hostile-segment target builds.
+const HOSTILE_FRAMES: u32 = 64;
+/// Slot ids the hostile-segment target writes (of `SLOT_COUNT`).
+const HOSTILE_SLOTS: u32 = 8;
+/// Pages of each of its data files at most: every page of a file this short is compared
+/// with the disk at adoption (`adopt::files`), so a page served is proven the file's.
+const HOSTILE_FILE_PAGES_MAX: u64 = 4;
+
+/// One data file of the hostile-segment target, as it is on disk.
+struct HostileFile {
+    path: std::path::PathBuf,
+    bytes: Vec<u8>,
+    mode: u32,
+    /// Whether a recovery may ever write it: this user's and writable by them.
+    writable_by_owner: bool,
+}
+
+/// The target's fixed world: a private directory in `/dev/shm` for its segments and data
+/// files of several kinds (`HostileFile`), made once per process.
+struct HostileWorld {
+    segments: std::path::PathBuf,
+    files: Vec<HostileFile>,
+}
+
+fn hostile_world() -> &'static HostileWorld {
+    use std::os::unix::fs::PermissionsExt;
+    static WORLD: std::sync::OnceLock<HostileWorld> = std::sync::OnceLock::new();
+    WORLD.get_or_init(|| {
+        let base = std::path::PathBuf::from(format!(
+            "/dev/shm/folio-fuzz-hostile-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&base);
+        let segments = base.join("segments");
+        let data = base.join("data");
+        std::fs::create_dir_all(&segments).expect("a segment directory");
+        std::fs::create_dir_all(&data).expect("a data directory");
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&segments, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let root = crate::segment::my_uid() == 0;
+        // (pages, mode, another user's): writable; read-only to its owner; writable;
+        // another user's (as root), or this user's read-only one.
+        let kinds = [
+            (2u64, 0o644, false),
+            (3, 0o444, false),
+            (4, 0o644, false),
+            (1, 0o644, root),
+        ];
+        let files = kinds
+            .iter()
+            .enumerate()
+            .map(|(i, &(pages, mode, theirs))| {
+                let path = data.join(format!("f{i}"));
+                let bytes: Vec<u8> = (0..pages * PAGE_BYTES as u64 - 100 * i as u64)
+                    .map(|k| (k.wrapping_mul(31).wrapping_add(i as u64 * 101) % 253) as u8 + 1)
+                    .collect();
+                std::fs::write(&path, &bytes).expect("a data file");
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+                if theirs {
+                    std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+                }
+                HostileFile {
+                    path,
+                    bytes,
+                    mode,
+                    writable_by_owner: !theirs && mode & 0o200 != 0,
+                }
+            })
+            .collect();
+        HostileWorld { segments, files }
+    })
+}
+
+/// The hostile-segment target: a whole segment built from the fuzzer's bytes (header
+/// state and retention, its finished mark, slots naming the world's files with true or
+/// false identities, stamps, sizes and openings, side-table entries of any words or
+/// plausible folios, clean, dirty or under writeback, and frames holding pages of any of
+/// the files or garbage) is adopted (`adopt::take`, which recovers it first). Checked:
+/// - no panic, and no error but a segment refused as such (`InvalidData` only under
+///   `Refuse`, which the target does not use: a build never fails for good);
+/// - a reader gets only its own file's bytes: every kept folio lies in the segment's
+///   frames, no frame is kept twice, no inode by two mappings, and each kept page holds
+///   exactly its file's bytes on disk (after the recovery) up to the file's end;
+/// - recovery writes nothing it cannot prove: a file another user owns or that its owner
+///   may not write is never changed, nor is any file whose slots do not record an
+///   opening for writing by its true identity and path, nor any file when the segment is
+///   marked finished (the fuzzer runs as root).
+pub fn hostile_segment(data: &[u8]) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    use crate::segment::layout::{FileStamp, Opened, SIZE_UNKNOWN};
+    use crate::segment::Segment;
+
+    let world = hostile_world();
+    let mut input = Input::new(data);
+    let name = "hostile";
+    let path = world.segments.join(name);
+    let _ = std::fs::remove_file(&path);
+    // What each file is now (identity, stamp): a slot may name it truly.
+    let now: Vec<(crate::segment::layout::FileIdentity, FileStamp)> = world
+        .files
+        .iter()
+        .map(|f| {
+            let file = std::fs::File::open(&f.path).expect("open a data file");
+            crate::segment::stamp_of(&file).expect("stat a data file")
+        })
+        .collect();
+    // Files some slot names truly (identity and path), opened for writing.
+    let mut claimed_for_writing = vec![false; world.files.len()];
+    // The file each slot id names last (for frames that hold their own claim's page).
+    let mut slot_file: [Option<usize>; HOSTILE_SLOTS as usize] = [None; HOSTILE_SLOTS as usize];
+    let mut registered = Vec::new();
+    let segment =
+        Segment::create(&world.segments, Some(name), HOSTILE_FRAMES).expect("a segment to forge");
+    for _ in 0..input.below(u64::from(HOSTILE_SLOTS) + 1) {
+        let id = MappingId(input.below(u64::from(HOSTILE_SLOTS)) as u32);
+        let which = input.below(world.files.len() as u64 + 1) as usize;
+        let (identity, stamp, file_path) = match world.files.get(which) {
+            Some(f) => (now[which].0, now[which].1, f.path.clone()),
+            None => (now[0].0, now[0].1, world.segments.join("gone")),
+        };
+        let true_identity = input.u8() < 200;
+        let identity = if true_identity {
+            identity
+        } else {
+            crate::segment::layout::FileIdentity {
+                ino: identity.ino ^ (1 + input.below(4)),
+                ..identity
+            }
+        };
+        let stamp = match input.below(4) {
+            0 => FileStamp {
+                taken_ns: stamp.ctime_ns + 1_000_000_000,
+                ..stamp
+            },
+            1 => FileStamp {
+                size_bytes: input.below(5 * PAGE_BYTES as u64),
+                taken_ns: stamp.ctime_ns + 1_000_000_000,
+                ..stamp
+            },
+            2 => stamp,
+            _ => FileStamp {
+                taken_ns: 0,
+                ..stamp
+            },
+        };
+        let opened = if input.u8() < 128 {
+            Opened::ForWriting
+        } else {
+            Opened::ReadOnly
+        };
+        segment
+            .register(id, identity, &stamp, &file_path, opened)
+            .expect("register a slot");
+        let slot = segment.slot(id).expect("a slot");
+        match input.below(4) {
+            0 => slot.set_size(input.below(6 * PAGE_BYTES as u64)),
+            1 => slot.set_size(stamp.size_bytes),
+            2 => slot.set_size(u64::MAX - input.below(2)),
+            _ => slot.set_size(SIZE_UNKNOWN),
+        }
+        slot_file[id.0 as usize] = (which < world.files.len()).then_some(which);
+        registered.push((id.0, which, true_identity, opened));
+    }
+    // What the slots now say (a slot keeps its opening for writing while it names the
+    // same file, and a false identity may be another file's true one).
+    for id in 0..HOSTILE_SLOTS {
+        let Some(record) = segment.slot(MappingId(id)).and_then(|s| s.read()) else {
+            continue;
+        };
+        for (i, f) in world.files.iter().enumerate() {
+            use std::os::unix::ffi::OsStrExt;
+            if record.opened == Opened::ForWriting
+                && record.identity == now[i].0
+                && record.path == f.path.as_os_str().as_bytes()
+            {
+                claimed_for_writing[i] = true;
+            }
+        }
+    }
+    // Side table and frames.
+    let mut frame = 0u32;
+    while frame < HOSTILE_FRAMES && !input.is_empty() {
+        let meta = segment.meta(frame).expect("a frame of the segment");
+        match input.below(4) {
+            0 => meta.store_raw(DEAD, 0, 0),
+            1 => meta.store_raw(input.u64(), u32::from(input.u8()), input.u64()),
+            _ => {
+                let order = input.below(3);
+                let mut state = UPTODATE | (input.below(4) << FREQ_SHIFT);
+                for flag in [DIRTY, WRITEBACK, LOCKED, ERROR, DETACHED, DEAD] {
+                    if input.u8() < 40 {
+                        state |= flag;
+                    }
+                }
+                let owner = input.below(u64::from(HOSTILE_SLOTS)) as u32;
+                let head = input.below(HOSTILE_FILE_PAGES_MAX + 1) << order;
+                meta.store_raw(state, owner, head | (order << 52));
+                // Dirty blocks: the tails' words hold a large folio's mask; an order-0
+                // folio's lie in its own entry's unused bits, left as the fuzzer set them.
+                for tail in 1..(1u32 << order) {
+                    if let Some(t) = segment.meta(frame + tail) {
+                        t.store_raw(DEAD, 0, input.u64());
+                    }
+                }
+            }
+        }
+        // The frame's bytes: the page its entry claims, a page of any file, or garbage.
+        let mut page = vec![0u8; PAGE_BYTES];
+        let (_, claimed_head, _) = meta.identity_raw();
+        let claimed = slot_file[(meta.identity_raw().0 .0 % HOSTILE_SLOTS) as usize];
+        match input.below(4) {
+            0 | 1 if claimed.is_some() => {
+                let f = &world.files[claimed.unwrap_or(0)];
+                let at = (claimed_head.0.min(HOSTILE_FILE_PAGES_MAX) as usize * PAGE_BYTES)
+                    .min(f.bytes.len());
+                let end = (at + PAGE_BYTES).min(f.bytes.len());
+                page[..end - at].copy_from_slice(&f.bytes[at..end]);
+            }
+            2 => page.fill(input.u8()),
+            _ => {
+                let f = &world.files[input.below(world.files.len() as u64) as usize];
+                let at =
+                    (input.below(HOSTILE_FILE_PAGES_MAX) as usize * PAGE_BYTES).min(f.bytes.len());
+                let end = (at + PAGE_BYTES).min(f.bytes.len());
+                page[..end - at].copy_from_slice(&f.bytes[at..end]);
+            }
+        }
+        segment.write_frame_for_test(frame, &page);
+        frame += 1;
+    }
+    segment.set_state(match input.below(4) {
+        0 => crate::segment::layout::SegmentState::Live,
+        1 => crate::segment::layout::SegmentState::Written,
+        _ => crate::segment::layout::SegmentState::Orphaned,
+    });
+    if input.u8() < 128 {
+        segment
+            .header()
+            .set_retained(crate::segment::layout::Retention::Removed);
+    }
+    // Zeros (an input run out) leave it unmarked: a killed keeper's, recovered by path.
+    let finished = input.u8() >= 156;
+    drop(segment);
+    if finished {
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let root = crate::segment::my_uid() == 0;
+
+    let taken = crate::adopt::take(&path, HOSTILE_FRAMES, crate::adopt::Unusable::Replace);
+    let (segment, plan) = match taken {
+        Ok(Some(found)) => found,
+        Ok(None) => (
+            Segment::create(&world.segments, Some(name), HOSTILE_FRAMES).unwrap(),
+            crate::adopt::Plan::empty(),
+        ),
+        Err(e) => panic!("a forged segment failed the build: {e}"),
+    };
+    // Recovery wrote nothing it cannot prove.
+    let mut inode_of = BTreeMap::new();
+    for (i, f) in world.files.iter().enumerate() {
+        let meta = std::fs::metadata(&f.path).expect("a data file stays");
+        inode_of.insert((meta.dev(), meta.ino()), i);
+        let bytes = std::fs::read(&f.path).expect("read a data file");
+        let changed = bytes != f.bytes;
+        let may_change = f.writable_by_owner && claimed_for_writing[i] && !(finished && root);
+        assert!(
+            !changed || may_change,
+            "file {i} (mode {:o}, claimed for writing {}, finished {finished}) was written by a recovery; slots {registered:?}",
+            f.mode,
+            claimed_for_writing[i]
+        );
+    }
+    if tracing() {
+        eprintln!(
+            "hostile segment: finished {finished}, {:?}, kept {} folios",
+            plan.adoption,
+            plan.kept().len()
+        );
+    }
+    // A reader gets only its own file's bytes.
+    let mut frames_taken = BTreeSet::new();
+    let mut mapping_of_inode: BTreeMap<(u64, u64), MappingId> = BTreeMap::new();
+    for (found, inode) in plan.kept() {
+        let pages = found.order.pages();
+        assert!(
+            u64::from(found.frame.0) + pages <= u64::from(HOSTILE_FRAMES),
+            "{found:?}: outside the frames"
+        );
+        let other = *mapping_of_inode.entry(inode).or_insert(found.mapping);
+        assert_eq!(
+            other, found.mapping,
+            "{found:?}: an inode kept by two mappings"
+        );
+        let i = *inode_of
+            .get(&inode)
+            .unwrap_or_else(|| panic!("{found:?}: kept for a file not in the world"));
+        let disk = std::fs::read(&world.files[i].path).unwrap();
+        for p in 0..pages {
+            let frame = found.frame.0 + p as u32;
+            assert!(
+                frames_taken.insert(frame),
+                "{found:?}: frame {frame} kept twice"
+            );
+            let at = ((found.head.0 + p) as usize).saturating_mul(PAGE_BYTES);
+            let end = (at.saturating_add(PAGE_BYTES)).min(disk.len());
+            if at >= end {
+                continue;
+            }
+            let mut cached = vec![0u8; end - at];
+            assert!(segment.copy_frame(frame, &mut cached));
+            assert!(
+                cached == disk[at..end],
+                "{found:?}: page {} of file {i} served with other bytes",
+                found.head.0 + p
+            );
+        }
+    }
+    drop(plan);
+    drop(segment);
+    let _ = std::fs::remove_file(&path);
+    // Put the world back as it was for the next input.
+    for f in &world.files {
+        let same = std::fs::read(&f.path).is_ok_and(|b| b == f.bytes);
+        if !same {
+            std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            std::fs::write(&f.path, &f.bytes).expect("restore a data file");
+            std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(f.mode)).unwrap();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;
@@ -985,6 +1319,29 @@ mod tests {
     #[test]
     fn adoption_scan_inputs_replay() {
         replay("adoption_scan", super::adoption_scan);
+    }
+
+    #[test]
+    fn hostile_segment_inputs_replay() {
+        replay("hostile_segment", super::hostile_segment);
+    }
+
+    /// A few hundred pseudo-random whole segments (each builds files and a segment: slower
+    /// than the other bodies).
+    #[test]
+    fn random_hostile_segments_hold() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..if cfg!(miri) { 0 } else { 300 } {
+            let len = (next() % 1024) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            super::hostile_segment(&bytes);
+        }
     }
 
     #[test]

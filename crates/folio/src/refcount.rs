@@ -304,6 +304,13 @@ impl FolioState {
         FolioState(AtomicU64::new(bits))
     }
 
+    /// Stores `bits` as they are (a hostile segment forged in place:
+    /// `fuzzing::hostile_segment`).
+    #[cfg(any(fuzzing, test))]
+    pub fn store_bits(&self, bits: u64) {
+        self.0.store(bits, Ordering::Relaxed);
+    }
+
     /// Stores what `new_free` makes, into a state word nobody else uses (a virgin frame's).
     pub fn reset_free(&self) {
         self.0.store(DEAD, Ordering::Relaxed);

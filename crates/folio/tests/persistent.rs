@@ -204,6 +204,15 @@ fn a_killed_keeper_s_work_is_finished_by_the_next_cache() {
         libc::kill(child.id() as i32, libc::SIGKILL);
     }
     child.wait().unwrap();
+    // A SIGKILL is delivered, not done: the keeper holds the segment until it is gone.
+    let start = Instant::now();
+    while alive(keeper as u32) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the killed keeper lives"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert!(segment.exists(), "nobody wrote the segment back yet");
     let report = folio::recover_segment(&segment);
     // Another test's new cache may have recovered it first, or be recovering it now

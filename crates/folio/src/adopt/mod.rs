@@ -62,10 +62,12 @@ pub struct Adoption {
     /// Pages found cached and dropped: the sum of the reasons below.
     pub pages_dropped: u64,
     /// ... of files that changed, were replaced or are gone, or whose stamp cannot prove
-    /// they did not (a change in the clock tick of the stamp, a slot left torn).
+    /// they did not (a change in the clock tick of the stamp, a slot left torn), or whose
+    /// sampled pages differ from the disk's (`files`: a side table moved to another
+    /// file's slot).
     pub pages_of_changed_files: u64,
     /// ... of folios a kill left half done or that no file claims (torn or detached),
-    /// or whose place the side table does not prove.
+    /// whose place the side table does not prove, or of files two slots claim.
     pub pages_unproven: u64,
     /// ... over the capacity (the least used).
     pub pages_over_capacity: u64,
@@ -75,8 +77,11 @@ pub struct Adoption {
     pub files_dropped: u32,
     /// Bytes a killed keeper had not written back, written before the adoption.
     pub bytes_written_back: u64,
-    /// The segment held a layout this build cannot read and was replaced.
+    /// The segment held a layout this build cannot read, or could not be adopted whole
+    /// (`replaced_because`), and was replaced by a new, empty one.
     pub replaced: bool,
+    /// Why the segment was replaced, if it was.
+    pub replaced_because: Option<String>,
 }
 
 /// What of a segment taken for adoption will be kept (`take`, then `fit`, `prepare_arena`
@@ -112,6 +117,16 @@ pub(crate) fn take(
     let segment = loop {
         let attempt = crate::keeper::recover_segment(path).and_then(|recovered| {
             adoption.bytes_written_back += recovered.written.bytes;
+            if let Some(why) = recovered.refused_because {
+                return Err(Replace(why).into());
+            }
+            if recovered.written.failed_files > 0 {
+                return Err(Replace(format!(
+                    "the dirty pages of {} file(s) could not be written back: they are not on disk, and are not kept as if they were",
+                    recovered.written.failed_files
+                ))
+                .into());
+            }
             Segment::adopt(path, frame_count)
         });
         match attempt {
@@ -141,7 +156,14 @@ pub(crate) fn take(
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::InvalidData && unusable == Unusable::Replace => {
-                remove_unusable(path)?;
+                let why = e.to_string();
+                eprintln!(
+                    "folio: segment {} replaced by an empty one: {why}",
+                    path.display()
+                );
+                if std::fs::symlink_metadata(path).is_ok() {
+                    remove_unusable(path)?;
+                }
                 let segment = Segment::create(
                     path.parent().unwrap_or(Path::new(".")),
                     path.file_name().and_then(|n| n.to_str()),
@@ -153,6 +175,7 @@ pub(crate) fn take(
                     files: BTreeMap::new(),
                     adoption: Adoption {
                         replaced: true,
+                        replaced_because: Some(why),
                         ..adoption
                     },
                 };
@@ -161,25 +184,45 @@ pub(crate) fn take(
             Err(e) => return Err(e),
         }
     };
+    // A keeper finished it before (its mark, `keeper` module docs); this process's keeper marks
+    // it again when it ends.
+    crate::keeper::clear_finished(segment.file())?;
     let mut found = scan::scan(&segment);
     adoption.pages_unproven = found.unproven_pages;
     let mut by_file: BTreeMap<MappingId, Vec<Found>> = BTreeMap::new();
     for folio in std::mem::take(&mut found.folios) {
         by_file.entry(folio.mapping).or_default().push(folio);
     }
-    let mut files = BTreeMap::new();
-    let mut folios = Vec::new();
+    let mut checked: BTreeMap<MappingId, (files::Unchanged, Vec<Found>)> = BTreeMap::new();
     for (id, mine) in by_file {
         let pages: u64 = mine.iter().map(|f| f.order.pages()).sum();
         match files::check(&segment, id, &mine) {
             Some(unchanged) => {
-                files.insert(id, unchanged);
-                folios.extend(mine);
+                checked.insert(id, (unchanged, mine));
             }
             None => {
                 adoption.pages_of_changed_files += pages;
                 adoption.files_dropped += 1;
             }
+        }
+    }
+    // One file claimed by two slots (a damaged or forged segment: the owner gives a file
+    // one mapping): which slot's pages are the file's is not proven, so neither is kept.
+    let mut slots_of: BTreeMap<(u64, u64), u32> = BTreeMap::new();
+    for (unchanged, _) in checked.values() {
+        *slots_of.entry(unchanged.inode).or_default() += 1;
+    }
+    let mut files = BTreeMap::new();
+    let mut folios = Vec::new();
+    for (id, (unchanged, mine)) in checked {
+        let pages: u64 = mine.iter().map(|f| f.order.pages()).sum();
+        let claimed_once = slots_of[&unchanged.inode] == 1;
+        if claimed_once {
+            files.insert(id, unchanged);
+            folios.extend(mine);
+        } else {
+            adoption.pages_unproven += pages;
+            adoption.files_dropped += 1;
         }
     }
     Ok(Some((
@@ -191,6 +234,25 @@ pub(crate) fn take(
             adoption,
         },
     )))
+}
+
+/// An inconsistency that makes a segment unusable as it is: `take` replaces it (or
+/// refuses it, under `Unusable::Refuse`) saying why.
+#[derive(Debug)]
+struct Replace(String);
+
+impl std::fmt::Display for Replace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Replace {}
+
+impl From<Replace> for io::Error {
+    fn from(r: Replace) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, format!("folio: {}", r.0))
+    }
 }
 
 /// Removes a segment this build cannot read, if it is ours: a regular file of this user,
@@ -252,6 +314,26 @@ fn map_in_behind(segment: &std::sync::Arc<Segment>, used: &[(FrameId, Order)]) {
 }
 
 impl Plan {
+    /// A plan that keeps nothing (`fuzzing::hostile_segment`).
+    #[cfg(any(fuzzing, test))]
+    pub fn empty() -> Plan {
+        Plan {
+            folios: Vec::new(),
+            in_flight: Vec::new(),
+            files: BTreeMap::new(),
+            adoption: Adoption::default(),
+        }
+    }
+
+    /// The folios kept so far and their files' inodes (`fuzzing::hostile_segment`).
+    #[cfg(any(fuzzing, test))]
+    pub fn kept(&self) -> Vec<(Found, (u64, u64))> {
+        self.folios
+            .iter()
+            .map(|f| (*f, self.files[&f.mapping].inode))
+            .collect()
+    }
+
     /// Keeps at most `capacity_frames` less an eighth (room for the next reads), the most
     /// used folios first; the rest is dropped.
     pub fn fit(&mut self, capacity_frames: u64) {

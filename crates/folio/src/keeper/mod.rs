@@ -25,6 +25,32 @@
 //! `recover_segment` (another process) finishes the work, reopening the files by the paths
 //! the slots record and checking that each is still the same file.
 //!
+//! Protection (the segment is untrusted input: its owner's user can write any byte of it,
+//! and so can a root owner that dropped privileges and kept its descriptors):
+//! - The keeper writes only through the descriptors the owner handed it (files the owner
+//!   opened for writing), never a file it opens by path; it runs with no capabilities and
+//!   `PR_SET_NO_NEW_PRIVS` (`drop_privileges`); before each write it checks the folio is
+//!   still the dirty folio it found (`writeback`).
+//! - Every way a keeper ends but a kill (a `Bye`, the end of its writeback, a failure, a
+//!   panic, a fault) marks the segment file finished (`mark_finished_raw`: the owner's
+//!   execute bit): a mode only the file's owner can set or clear, which no privilege-dropped owner
+//!   can forge. A recovery by a process that bypasses file permissions (root) writes
+//!   nothing by path into a finished segment's files: what the keeper could not write (a
+//!   failure) is not retried from a segment a privilege-dropped owner could have changed
+//!   since (the attack of issue 42). Any other user's recovery retries it within the
+//!   rules below: it cannot write what its user could not.
+//! - A recovery by path (a keeper killed, unmarked) writes a file only if its slot says
+//!   the owner opened it for writing, the path still leads to the file the slot names
+//!   (device, inode, birth time), and the file is this user's and writable by them:
+//!   never a file the segment only read, never another user's file.
+//! - Whatever a recovery cannot prove it refuses: the segment is then removed (its dirty
+//!   pages can be written by no one), never adopted with pages the disk does not hold.
+//!
+//! Limits: no seccomp filter (the keeper's system calls include the allocator's and
+//! `std`'s, whose list changes with the toolchain: a filter would have to be kept in step
+//! by hand); a keeper killed by root or by its own user leaves no mark, and a recovery then
+//! trusts the slots' flags within the rules above.
+//!
 //! Cost while the owner lives: one sleeping process, and one message per file opened for
 //! writing. The fork copies the owner's page tables: memory the owner wrote before the
 //! build is shared copy-on-write with the keeper until the owner writes it again (one
@@ -43,7 +69,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::folio::MappingId;
-use crate::segment::layout::SegmentState;
+use crate::segment::layout::{Opened, SegmentState};
 use crate::segment::link::{self, KeeperLink, Message, Received};
 use crate::segment::{self, Holder, Segment};
 
@@ -58,6 +84,12 @@ pub struct Recovered {
     /// Files whose slots name a path that is gone or is another file now: their dirty
     /// pages were not written.
     pub files_not_found: u32,
+    /// Files whose dirty pages a recovery refused to write, not proven to be the owner's
+    /// to write (module docs, protection): the segment was removed, or (a named one) left
+    /// orphaned and marked finished for the next cache of its name to replace.
+    pub files_refused: u32,
+    /// Why files were refused, if any were.
+    pub refused_because: Option<String>,
 }
 
 /// Starts the keeper of `segment` (module docs, step 1) and returns the owner's end of
@@ -134,6 +166,9 @@ fn keeper_main(
     // small, and what it guards is the owner's unsynced writes. Elsewhere this fails, and
     // the keeper is as killable as any small process.
     let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
+    // Every way out but a kill marks the segment finished (module docs, protection).
+    mark_on_fault();
+    drop_privileges();
     // A name of its own (`ps`, `/proc/<pid>/comm`): a fork keeps the owner's, and a
     // `pkill db_bench` meant for the owner then killed the keeper too, and with it the
     // unsynced writes it guards. The command line stays the owner's (no `exec`).
@@ -146,6 +181,40 @@ fn keeper_main(
     if link::send_started(LINK_FD, me).is_err() {
         return 2;
     }
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        serve(has_pidfd, path, kept, me)
+    }))
+    .unwrap_or(5);
+    mark_finished_unless_steward();
+    code
+}
+
+/// Set once the keeper's writeback is over and it stays as a kept segment's steward
+/// (`steward`): from then on the segment may be adopted by a new owner, whose keeper owns
+/// the finished mark, so this process never sets it again (not at its exit, not at a
+/// fault). Read by the fault handler: an atomic load is async-signal-safe.
+static STEWARDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The keeper's work on the segment is over: the segment is marked finished now, and the
+/// keeper stays as its steward (`kept::steward`) until it is adopted, removed or given
+/// back. Returns the steward's exit code.
+fn steward(segment: &Arc<Segment>, kept: &KeptMemory, me: u32) -> i32 {
+    mark_finished_raw(SEGMENT_FD);
+    STEWARDING.store(true, std::sync::atomic::Ordering::SeqCst);
+    kept::steward(segment, kept, me)
+}
+
+/// `mark_finished_raw(SEGMENT_FD)`, unless the keeper became a steward (`STEWARDING`):
+/// a steward leaves when a new owner adopted the segment, and a mark set then would
+/// tell a later recovery that the new owner's keeper had finished its writeback.
+fn mark_finished_unless_steward() {
+    if !STEWARDING.load(std::sync::atomic::Ordering::SeqCst) {
+        mark_finished_raw(SEGMENT_FD);
+    }
+}
+
+/// Steps 2 to 4 (module docs). Returns the exit code.
+fn serve(has_pidfd: bool, path: &Path, kept: &KeptMemory, me: u32) -> i32 {
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
     let mut bye = false;
@@ -168,8 +237,14 @@ fn keeper_main(
             _ => break,
         }
     }
-    // SAFETY: SEGMENT_FD is the segment's descriptor, ours alone since `isolate`.
-    let file = unsafe { StdFile::from_raw_fd(SEGMENT_FD) };
+    // SAFETY: SEGMENT_FD is the segment's descriptor, ours alone since `isolate`; a dup is
+    // taken so that SEGMENT_FD stays open for the mark after the segment is dropped.
+    let fd = unsafe { libc::fcntl(SEGMENT_FD, libc::F_DUPFD_CLOEXEC, 10) };
+    if fd < 0 {
+        return 3;
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    let file = unsafe { StdFile::from_raw_fd(fd) };
     let Ok(segment) = Segment::from_open_file(path.to_path_buf(), file) else {
         return if bye { 0 } else { 3 };
     };
@@ -177,15 +252,138 @@ fn keeper_main(
     if bye {
         // A clean goodbye: a kept segment's keeper stays as its steward (`kept`).
         drop(files);
-        return kept::steward(&segment, kept, me);
+        return steward(&segment, kept, me);
     }
     match finish(&segment, &mut files) {
         Ok(written) if written.failed_files == 0 => {
             drop(files);
-            kept::steward(&segment, kept, me)
+            steward(&segment, kept, me)
         }
         Ok(_) => 0,
         Err(_) => 4,
+    }
+}
+
+/// Marks the segment open as `fd` finished (module docs, protection): the owner's execute
+/// bit added to its mode (0700 for a segment as it is made; other bits as they are).
+/// Async-signal-safe: `fstat` and `fchmod`.
+fn mark_finished_raw(fd: RawFd) {
+    // SAFETY: all-zero is a valid stat, filled by fstat; fstat and fchmod on a descriptor
+    // number (a closed or foreign one only fails).
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 {
+            libc::fchmod(fd, (st.st_mode & 0o7777) | 0o100);
+        }
+    }
+}
+
+/// Whether a keeper finished the segment open as `file` (`mark_finished_raw`).
+pub(crate) fn is_finished(file: &StdFile) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    file.metadata()
+        .is_ok_and(|meta| meta.permissions().mode() & 0o100 != 0)
+}
+
+/// Whether this process writes files regardless of their permissions (root, or the
+/// capabilities `CAP_DAC_OVERRIDE` or `CAP_FOWNER`): then a recovery by path needs more
+/// proof than the kernel's checks (module docs, protection).
+fn bypasses_permissions() -> bool {
+    const CAP_DAC_OVERRIDE: u32 = 1;
+    const CAP_FOWNER: u32 = 3;
+    if segment::my_uid() == 0 {
+        return true;
+    }
+    let header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget with a valid header and room for version 3's two data words.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &header, data.as_mut_ptr()) };
+    rc != 0 || data[0].effective & (1 << CAP_DAC_OVERRIDE | 1 << CAP_FOWNER) != 0
+}
+
+/// Clears the mark of `file` (a new owner adopted the segment: its own keeper marks it
+/// again when it ends).
+///
+/// Errors: `fchmod`'s.
+pub(crate) fn clear_finished(file: &StdFile) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+}
+
+/// A fault (a segment shrunk under the keeper's mapping: SIGBUS; a bug: SIGSEGV, an
+/// abort) still marks the segment finished before the keeper dies: it is not a kill a
+/// recovery may take for an unfinished writeback.
+fn mark_on_fault() {
+    extern "C" fn on_fault(signal: libc::c_int) {
+        mark_finished_unless_steward();
+        // SAFETY: _exit is async-signal-safe.
+        unsafe { libc::_exit(128 + signal) };
+    }
+    for signal in [
+        libc::SIGBUS,
+        libc::SIGSEGV,
+        libc::SIGABRT,
+        libc::SIGILL,
+        libc::SIGFPE,
+    ] {
+        // SAFETY: all-zero is a valid sigaction (no flags, an empty mask); the handler
+        // calls only async-signal-safe functions.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_fault as extern "C" fn(libc::c_int) as usize;
+            action.sa_flags = libc::SA_RESETHAND;
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// `capset`'s header and data (linux/capability.h, version 3: two 32-bit words).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// Drops what the keeper does not need (module docs, protection): no process it could
+/// start gains privileges (`PR_SET_NO_NEW_PRIVS`), and it keeps no capability (bounding,
+/// ambient, effective, permitted and inheritable sets emptied). It needs none: it writes
+/// through descriptors it was handed, and marks and removes a segment its own user owns.
+/// Best effort where a step is refused (an unprivileged keeper has nothing to drop).
+///
+/// Context: the keeper, after `isolate` and before it reads anything from the segment.
+fn drop_privileges() {
+    // SAFETY: prctl and capset with valid arguments; each only changes this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        for cap in 0..64 {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+        }
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        );
+        let header = CapHeader {
+            version: CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let data = [CapData::default(); 2];
+        libc::syscall(libc::SYS_capset, &header, data.as_ptr());
     }
 }
 
@@ -221,8 +419,16 @@ fn finish(segment: &Arc<Segment>, files: &mut HashMap<MappingId, StdFile>) -> io
 
 /// Finishes the segment at `path` whose owner and keeper both died before its dirty pages
 /// were all written (the keeper killed during its writeback): writes them back, reopening
-/// each file by the path its slot records and checking that it is still the same file
-/// (device, inode, birth time), syncs them, and removes the segment.
+/// each file by the path its slot records (`reopen`: only a file the owner opened for
+/// writing, that is still the slot's file, this user's and writable by them), syncs them,
+/// and removes the segment (or leaves a named one written, for its next cache).
+///
+/// What it cannot prove it does not write (module docs, protection): a file the slot does
+/// not record as opened for writing, another user's file, or anything of a segment a
+/// keeper marked finished. Those files are counted in `files_refused` (`refused_because`
+/// says why), and the segment is then removed, or, a named one, left orphaned and marked
+/// finished for the next cache of its name to replace (`adopt::take`): its dirty pages can
+/// be written by no one, and a later cache must not adopt them as if they were on disk.
 ///
 /// Errors: `Segment::open_orphan`'s (a segment in use, of another user, readable by
 /// others, a symlink, or of another layout: each refused with a message, changing
@@ -238,8 +444,12 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
         }
         return Ok(Recovered::default());
     }
+    // Only a process that the kernel's permission checks do not bound needs the mark: any
+    // other writes by path only what its own user may write anyway.
+    let finished = is_finished(segment.file()) && bypasses_permissions();
     let mut files = HashMap::new();
     let mut files_not_found = 0;
+    let mut files_refused = 0;
     // Every file with dirty pages, and every file folio wrote (its logical size may not be
     // the disk's yet: a last block written whole, a `set_len` not applied).
     let dirty = writeback::dirty_mappings(&segment);
@@ -252,19 +462,66 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
     let ids: std::collections::BTreeSet<MappingId> =
         dirty.iter().copied().chain(written_by_folio).collect();
     for id in ids {
+        let has_dirty = dirty.contains(&id);
+        if finished {
+            // The keeper ended (and wrote what it could): nothing is retried by path. A
+            // size alone is not settled: a forged one must not cut a file.
+            if has_dirty {
+                files_refused += 1;
+            }
+            continue;
+        }
         match reopen(&segment, id) {
-            Some(file) => {
+            Reopened::File(file) => {
                 files.insert(id, file);
             }
+            Reopened::NotProven if has_dirty => files_refused += 1,
             // A file gone with nothing dirty (deleted since, as databases do) owes nothing.
-            None if dirty.contains(&id) => files_not_found += 1,
-            None => {}
+            Reopened::Gone if has_dirty => files_not_found += 1,
+            Reopened::Gone | Reopened::NotProven => {}
         }
     }
-    let written = finish(&segment, &mut files)?;
+    let written = if finished && files_refused == 0 {
+        // Nothing to write: the keeper finished; settle the state only.
+        finish(&segment, &mut HashMap::new())?
+    } else if finished {
+        Written::default()
+    } else {
+        finish(&segment, &mut files)?
+    };
+    let mut refused_because = None;
+    if files_refused > 0 {
+        let why = if finished {
+            format!(
+                "its keeper ended without writing the dirty pages of {files_refused} file(s): \
+                 they are not retried from a segment that may have changed since"
+            )
+        } else {
+            format!(
+                "{files_refused} file(s) with dirty pages are not proven the owner's to write \
+                 (opened for writing, this user's, writable by them)"
+            )
+        };
+        if segment.header().retained() {
+            // Never adopted as it is (its dirty pages are not on disk), never retried by
+            // path: the next cache of its name replaces it (`adopt::take`).
+            segment.set_state(SegmentState::Orphaned);
+            mark_finished_raw(segment.file().as_raw_fd());
+            eprintln!(
+                "folio: segment {} left for the next cache of its name to replace: {why}",
+                path.display()
+            );
+        } else {
+            eprintln!("folio: segment {} removed: {why}", path.display());
+            segment.remove()?;
+        }
+        refused_because = Some(why);
+    }
     Ok(Recovered {
         written,
         files_not_found,
+        files_refused,
+        refused_because,
     })
 }
 
@@ -382,22 +639,51 @@ pub(crate) fn wait_for_keeper(path: &Path) {
     }
 }
 
-/// The file mapping `id`'s slot names, if its path still leads to that very file.
-fn reopen(segment: &Segment, id: MappingId) -> Option<StdFile> {
+/// What `reopen` found for a slot.
+enum Reopened {
+    /// The slot's file, open for writing, proven the owner's to write.
+    File(StdFile),
+    /// No file to write: no slot, no path, or the path leads elsewhere now.
+    Gone,
+    /// A file that may be the slot's, but not one the owner was proven to write: not
+    /// recorded as opened for writing, not this user's, or not writable by them.
+    NotProven,
+}
+
+/// The file mapping `id`'s slot names, if its slot records it opened for writing, its path
+/// still leads to that very file (device, inode, birth time), and the file is this user's
+/// and writable by them (module docs, protection). Nothing is opened for a slot that does
+/// not record an opening for writing.
+fn reopen(segment: &Segment, id: MappingId) -> Reopened {
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::OpenOptionsExt;
-    let record = segment.slot(id)?.read()?;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let Some(record) = segment.slot(id).and_then(|slot| slot.read()) else {
+        return Reopened::Gone;
+    };
     if record.path.is_empty() {
-        return None;
+        return Reopened::Gone;
+    }
+    if record.opened != Opened::ForWriting {
+        return Reopened::NotProven;
     }
     let path = PathBuf::from(std::ffi::OsStr::from_bytes(&record.path));
-    let file = std::fs::OpenOptions::new()
+    let Ok(file) = std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .ok()?;
-    let meta = file.metadata().ok()?;
-    (meta.is_file() && crate::segment::identity_of(&meta) == record.identity).then_some(file)
+    else {
+        return Reopened::Gone;
+    };
+    let Ok(meta) = file.metadata() else {
+        return Reopened::Gone;
+    };
+    if !meta.is_file() || crate::segment::identity_of(&meta) != record.identity {
+        return Reopened::Gone;
+    }
+    if meta.uid() != segment::my_uid() || meta.mode() & libc::S_IWUSR == 0 {
+        return Reopened::NotProven;
+    }
+    Reopened::File(file)
 }
 
 /// Leaves the owner's session and keeps only the link (as `LINK_FD`), the segment (as

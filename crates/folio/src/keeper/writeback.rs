@@ -60,8 +60,23 @@ pub struct Written {
 struct Dirty {
     frame: FrameId,
     order: Order,
+    mapping: MappingId,
     head: PageIndex,
     blocks: Blocks,
+}
+
+impl Dirty {
+    /// Whether the side table still says what it said when the folio was found: its
+    /// identity, and dirty or under writeback (checked before each write: a segment is
+    /// untrusted input, and nothing but the dead owner's late completions, which change
+    /// no identity, may change it under a keeper or a recovery).
+    fn still_found(&self, arena: &Arena) -> bool {
+        let meta = arena.meta(self.frame);
+        let state = meta.state.load();
+        meta.identity() == (self.mapping, self.head, self.order)
+            && !state.is_dead()
+            && (state.is_dirty() || state.is_writeback())
+    }
 }
 
 /// Every folio the segment says is dirty, by mapping.
@@ -88,6 +103,7 @@ fn dirty_folios(arena: &Arena, segment: &Segment) -> HashMap<MappingId, Vec<Dirt
             found.entry(mapping).or_default().push(Dirty {
                 frame: FrameId(frame),
                 order,
+                mapping,
                 head,
                 blocks,
             });
@@ -154,8 +170,32 @@ fn write_file(arena: &Arena, file: &StdFile, folios: &[Dirty], size: u64) -> io:
     let mut bytes = 0;
     let mut run = Run::default();
     for folio in in_order {
+        // Before the write: the folio is the one found, and its place is a file offset.
+        let Some(head_bytes) = folio
+            .head
+            .0
+            .checked_mul(PAGE_BYTES as u64)
+            .filter(|&b| b < i64::MAX as u64 / 2)
+        else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "folio: a dirty folio's page index is past any file's end",
+            ));
+        };
+        if !folio.still_found(arena) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "folio: a dirty folio changed under the writeback",
+            ));
+        }
         for (first, count) in folio.blocks.runs() {
-            let offset = folio.head.offset_bytes() + first * PAGE_BYTES as u64;
+            // A mask word of a small folio holds bits past its pages only in a damaged or
+            // forged segment: they name no block of it.
+            if first >= folio.order.pages() {
+                continue;
+            }
+            let count = count.min(folio.order.pages() - first);
+            let offset = head_bytes + first * PAGE_BYTES as u64;
             if size != SIZE_UNKNOWN && offset >= size {
                 continue;
             }
@@ -177,6 +217,14 @@ fn write_file(arena: &Arena, file: &StdFile, folios: &[Dirty], size: u64) -> io:
         }
     }
     bytes += run.write(file)?;
+    // After the writes: every folio still the one found (else what was written may be
+    // bytes that changed under it).
+    if !folios.iter().all(|folio| folio.still_found(arena)) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "folio: a dirty folio changed under the writeback",
+        ));
+    }
     if size != SIZE_UNKNOWN && file.metadata()?.len() != size {
         sync::set_len(file, size)?;
     }
@@ -213,6 +261,10 @@ impl Run {
             }
             done = now;
         }
+        assert_eq!(
+            done, self.len_bytes,
+            "a run is written whole, not past its end"
+        );
         Ok(self.len_bytes as u64)
     }
 }

@@ -37,7 +37,8 @@ use crate::types::{ORDER_MAX, PAGE_BYTES};
 /// "FOLIOSEG", little-endian.
 const MAGIC: u64 = u64::from_le_bytes(*b"FOLIOSEG");
 /// Bumped whenever anything in this file, `FolioMeta`, or the state word's bits change.
-pub const LAYOUT_VERSION: u32 = 2;
+/// 3: a slot records whether its file was opened for writing (`Opened`).
+pub const LAYOUT_VERSION: u32 = 3;
 pub const HEADER_BYTES: u64 = 4096;
 /// Where the owner publishes its counters, and how much room they have.
 pub const STATS_OFFSET: u64 = HEADER_BYTES;
@@ -50,7 +51,7 @@ pub const SLOT_COUNT: u32 = 1 << 18;
 /// Path bytes a slot holds; a longer path is not recorded (the keeper still has the file's
 /// descriptor; only a later recovery cannot reopen it).
 pub const PATH_BYTES_MAX: usize = PATH_WORDS * 8;
-const PATH_WORDS: usize = 53;
+const PATH_WORDS: usize = 52;
 const FRAMES_ALIGN: u64 = (PAGE_BYTES as u64) << ORDER_MAX;
 /// `FileSlot::size_bytes` of a file folio has not written: its size is the disk's.
 pub const SIZE_UNKNOWN: u64 = u64::MAX;
@@ -88,6 +89,32 @@ impl Layout {
             frames_offset,
             total_bytes: frames_offset + u64::from(frame_count) * PAGE_BYTES as u64,
         }
+    }
+}
+
+impl Layout {
+    /// Whether the layout's frames and side-table entries in use could ever be held by a
+    /// file system of `fs_bytes` (its whole size; `u64::MAX` where it has no limit): a
+    /// real segment's could (its build fits the capacity to the room), a forged header's
+    /// count of 2^28 frames (1 TiB) on a smaller file system could not, and is refused
+    /// before anything sized by it is mapped or allocated.
+    ///
+    /// Errors: `InvalidData`, saying what does not fit.
+    pub fn check_fits(&self, fs_bytes: u64) -> io::Result<()> {
+        let entry = std::mem::size_of::<FolioMeta>() as u64;
+        let used = u64::from(self.frame_count) * (PAGE_BYTES as u64 + entry);
+        if used > fs_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "folio: segment header says {} frames ({} MiB), more than its file system holds ({} MiB)",
+                    self.frame_count,
+                    used >> 20,
+                    fs_bytes >> 20
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
@@ -283,8 +310,19 @@ pub struct FileSlot {
     stamp_ctime_ns: AtomicU64,
     stamp_generation: AtomicU64,
     stamp_taken_ns: AtomicU64,
+    /// `Opened::ForWriting as u64` once the owner opened the file for writing (kept while
+    /// the slot records the same file).
+    opened: AtomicU64,
     path_len: AtomicU64,
     path: [AtomicU64; PATH_WORDS],
+}
+
+/// How the owner opened a slot's file: a recovery writes only a file the owner opened for
+/// writing (`keeper::recover_segment`), never one it only read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Opened {
+    ReadOnly = 0,
+    ForWriting = 1,
 }
 
 const _: () = assert!(std::mem::size_of::<FileSlot>() as u64 == SLOT_BYTES);
@@ -360,15 +398,18 @@ pub struct SlotRecord {
     pub stamp: Option<FileStamp>,
     /// Empty if the path was too long to record.
     pub path: Vec<u8>,
+    /// Whether the owner ever opened the file for writing while the slot recorded it.
+    pub opened: Opened,
 }
 
 impl FileSlot {
     /// Records that this slot's mapping is the file `identity` at `path`, as `stamp` says
-    /// it was when it was opened. A slot that already records the same file keeps its
-    /// logical size; a new file's size is unknown.
+    /// it was when it was opened, opened as `opened` says. A slot that already records the
+    /// same file keeps its logical size and stays `ForWriting` once it was; a new file's
+    /// size is unknown.
     ///
     /// Context: the owner, under its slot lock (one writer per slot).
-    pub fn write(&self, identity: FileIdentity, stamp: &FileStamp, path: &[u8]) {
+    pub fn write(&self, identity: FileIdentity, stamp: &FileStamp, path: &[u8], opened: Opened) {
         let same = self.seq.load(Ordering::Relaxed) != 0 && self.identity() == identity;
         let path = if path.len() <= PATH_BYTES_MAX {
             path
@@ -382,6 +423,9 @@ impl FileSlot {
         self.born_ns.store(identity.born_ns, Ordering::Relaxed);
         if !same {
             self.size_bytes.store(SIZE_UNKNOWN, Ordering::Relaxed);
+            self.opened.store(opened as u64, Ordering::Relaxed);
+        } else if opened == Opened::ForWriting {
+            self.opened.store(opened as u64, Ordering::Relaxed);
         }
         for (word, chunk) in self.path.iter().zip(path.chunks(8)) {
             let mut bytes = [0u8; 8];
@@ -442,6 +486,8 @@ impl FileSlot {
         self.born_ns.store(0, Ordering::Relaxed);
         self.size_bytes.store(SIZE_UNKNOWN, Ordering::Relaxed);
         self.stamp_taken_ns.store(0, Ordering::Relaxed);
+        self.opened
+            .store(Opened::ReadOnly as u64, Ordering::Relaxed);
         self.path_len.store(0, Ordering::Relaxed);
         self.seq.fetch_add(1, Ordering::Release);
     }
@@ -480,6 +526,11 @@ impl FileSlot {
             size_bytes: self.size_bytes.load(Ordering::Acquire),
             stamp: self.stamp(),
             path: self.path_bytes(),
+            opened: if self.opened.load(Ordering::Relaxed) == Opened::ForWriting as u64 {
+                Opened::ForWriting
+            } else {
+                Opened::ReadOnly
+            },
         };
         (self.seq.load(Ordering::Acquire) == before).then_some(record)
     }
@@ -519,6 +570,19 @@ mod tests {
     }
 
     #[test]
+    fn a_frame_count_beyond_the_file_system_is_refused() {
+        let forged = Layout::for_frames(META_FRAMES_MAX, META_FRAMES_MAX);
+        let e = forged.check_fits(64 << 30).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(forged.check_fits(u64::MAX).is_ok());
+        let real = Layout::for_frames(1024, 1 << 20);
+        assert!(
+            real.check_fits(8 << 20).is_ok(),
+            "a real segment's frames fit"
+        );
+    }
+
+    #[test]
     fn a_slot_keeps_the_size_of_the_same_file_and_forgets_another_s() {
         // SAFETY: every field of FileSlot is an atomic integer; all-zero is valid.
         let slot: FileSlot = unsafe { std::mem::zeroed() };
@@ -528,22 +592,33 @@ mod tests {
             ino: 2,
             born_ns: 3,
         };
-        slot.write(a, &FileStamp::default(), b"/data/a");
+        slot.write(a, &FileStamp::default(), b"/data/a", Opened::ForWriting);
         slot.extend_to(100);
         slot.extend_to(50);
-        slot.write(a, &FileStamp::default(), b"/data/renamed");
+        slot.write(a, &FileStamp::default(), b"/data/renamed", Opened::ReadOnly);
         let read = slot.read().unwrap();
         assert_eq!(
-            (read.size_bytes, read.path.as_slice()),
-            (100, &b"/data/renamed"[..])
+            (read.size_bytes, read.path.as_slice(), read.opened),
+            (100, &b"/data/renamed"[..], Opened::ForWriting),
+            "the same file keeps its size and its opening for writing"
         );
         slot.write(
             FileIdentity { ino: 9, ..a },
             &FileStamp::default(),
             b"/data/a",
+            Opened::ReadOnly,
         );
-        assert_eq!(slot.read().unwrap().size_bytes, SIZE_UNKNOWN);
-        slot.write(a, &FileStamp::default(), &[b'x'; PATH_BYTES_MAX + 1]);
+        let other = slot.read().unwrap();
+        assert_eq!(
+            (other.size_bytes, other.opened),
+            (SIZE_UNKNOWN, Opened::ReadOnly)
+        );
+        slot.write(
+            a,
+            &FileStamp::default(),
+            &[b'x'; PATH_BYTES_MAX + 1],
+            Opened::ReadOnly,
+        );
         assert!(
             slot.read().unwrap().path.is_empty(),
             "a path too long is not recorded"

@@ -272,9 +272,12 @@ impl Segment {
         Self::map_as(path.to_path_buf(), file, layout, Protection::ReadOnly)
     }
 
-    /// Reads and checks the header (`with_header`, `Header::check`).
+    /// Reads and checks the header (`with_header`, `Header::check`), and that its frames
+    /// fit the file system the segment is on (`Layout::check_fits`).
     fn read_layout(file: &StdFile, file_bytes: u64) -> io::Result<Layout> {
-        with_header(file, |header| header.check(file_bytes))?
+        let layout = with_header(file, |header| header.check(file_bytes))??;
+        layout.check_fits(file_system_bytes(file))?;
+        Ok(layout)
     }
 
     fn map(path: PathBuf, file: StdFile, layout: Layout) -> io::Result<Segment> {
@@ -377,6 +380,7 @@ impl Segment {
         identity: FileIdentity,
         stamp: &FileStamp,
         path: &Path,
+        opened: layout::Opened,
     ) -> io::Result<()> {
         let slot = self.slot(id).ok_or_else(|| {
             io::Error::other(format!(
@@ -391,7 +395,7 @@ impl Segment {
             )
         })?;
         let _one_writer = self.slot_lock.lock().unwrap_or_else(|e| e.into_inner());
-        slot.write(identity, stamp, path.as_os_str().as_bytes());
+        slot.write(identity, stamp, path.as_os_str().as_bytes(), opened);
         Ok(())
     }
 
@@ -430,6 +434,38 @@ impl Segment {
         // SAFETY: the frames' part lies inside the mapping.
         let ptr = unsafe { self.base.as_ptr().add(self.layout.frames_offset as usize) };
         NonNull::new(ptr).expect("inside a non-null mapping")
+    }
+
+    /// Copies the first `out.len()` bytes (at most a frame's) of frame `frame` into `out`;
+    /// false past the segment's frames. For a check of a segment read back (`adopt`):
+    /// the bytes may be changing under a live owner, never torn for memory safety.
+    pub fn copy_frame(&self, frame: u32, out: &mut [u8]) -> bool {
+        if frame >= self.layout.frame_count || out.len() > PAGE_BYTES {
+            return false;
+        }
+        // SAFETY: [frame, frame + 1) lies inside the frames' part of the mapping, which
+        // lives as long as `self`; a byte copy to memory we own (`out`), never a reference
+        // to the shared bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.frames().as_ptr().add(frame as usize * PAGE_BYTES),
+                out.as_mut_ptr(),
+                out.len(),
+            );
+        }
+        true
+    }
+
+    /// Writes `bytes` (at most a frame's) at the start of frame `frame` (a hostile
+    /// segment forged in place: `fuzzing::hostile_segment`).
+    #[cfg(any(fuzzing, test))]
+    pub fn write_frame_for_test(&self, frame: u32, bytes: &[u8]) {
+        assert!(frame < self.layout.frame_count && bytes.len() <= PAGE_BYTES);
+        let offset = self.layout.frames_offset + u64::from(frame) * PAGE_BYTES as u64;
+        use std::os::unix::fs::FileExt;
+        self.file
+            .write_all_at(bytes, offset)
+            .expect("write a frame of a forged segment");
     }
 
     /// Allocates the file's memory under frames `frames` before anything touches it: on a
@@ -970,6 +1006,18 @@ fn machine_frames() -> u32 {
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     let frames = (pages.max(0) as u64 * page.max(0) as u64) / PAGE_BYTES as u64;
     frames.min(u64::from(layout::META_FRAMES_MAX)) as u32
+}
+
+/// The whole size of the file system `file` is on (`fstatvfs`); `u64::MAX` where it
+/// reports none (a tmpfs without a size limit) or cannot say.
+fn file_system_bytes(file: &StdFile) -> u64 {
+    // SAFETY: all-zero is a valid statvfs; it is filled by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: our open descriptor and an out-pointer to a live statvfs.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 || st.f_blocks == 0 {
+        return u64::MAX;
+    }
+    (st.f_blocks as u64).saturating_mul(st.f_frsize as u64)
 }
 
 /// This process's effective user: the only one whose segments it uses.

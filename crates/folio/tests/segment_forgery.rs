@@ -1,0 +1,744 @@
+//! A segment is untrusted input (issue 42, docs/persistence.md's trust model): each test
+//! forges a segment a cache left, as its own user (or a root process that dropped its
+//! privileges) can, and checks the next cache neither panics nor refuses for good, serves
+//! no byte of one file for another, and makes a recovery write nothing it cannot prove.
+//!
+//! - `two_slots_naming_one_file_are_both_dropped`: slot B rewritten to name file A (both
+//!   of the same bytes, so only the claim tells): the build panicked ("a mapping id or
+//!   inode adopted twice") before; now neither slot's pages are kept.
+//! - `side_table_entries_moved_to_another_files_slot_are_not_served`: every entry of file
+//!   A labelled B's and B's A's: B's reader got A's bytes before; now the sampled pages
+//!   differ from the disk's and both files start cold.
+//! - `folios_that_overrun_the_next_or_the_end_are_dropped`: a head whose order covers the
+//!   next folios, and one whose order runs past the arena's end.
+//! - `a_frame_count_beyond_the_file_system_replaces_the_segment`: a header of 2^28 frames
+//!   with its checksum recomputed and the file grown to match was adopted before; now the
+//!   segment is replaced, and the adoption says why.
+//! - `a_recovery_writes_no_file_the_segment_only_read`: a dirty frame forged for a file
+//!   the owner only read, the header marked orphaned: refused in a segment a keeper
+//!   finished (the mark), and in one whose keeper was killed (the slot does not record an
+//!   opening for writing); a forged size of that file truncates nothing.
+//! - `a_root_process_that_drops_privileges_cannot_write_a_root_only_file` (root only): the
+//!   attack of issue 42 replayed: a root child builds a named cache, opens a file for
+//!   writing, `setuid`s to nobody keeping the segment's descriptor, forges a slot naming a
+//!   root-only file with a dirty frame, makes its keeper's `ftruncate` fail and dies; the
+//!   next root cache of that name recovered the orphan by path and wrote the forged bytes
+//!   into the root-only file before; now it writes nothing and starts cold.
+//! - `a_forged_dirty_mask_past_a_folio_s_pages_is_not_written`: found by the fuzz target
+//!   (`fuzz/fuzz_targets/hostile_segment.rs`): a recovery panicked on it.
+//! - `the_keeper_runs_without_privileges`: the keeper has no capability and
+//!   `NoNewPrivs` set.
+
+#[path = "common/harness.rs"]
+mod harness;
+
+use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use folio::Cache;
+
+const CHILD_ENV: &str = "FOLIO_SEGMENT_FORGERY_CHILD";
+const NAME: &str = "forged";
+const NOBODY: u32 = 65534;
+const KEEPER_WAIT_MAX: Duration = Duration::from_secs(60);
+const READY_WAIT_MAX: Duration = Duration::from_secs(30);
+
+// The segment's layout (`segment/layout.rs`), as a forger reads it.
+const LAYOUT_VERSION_AT: u64 = 8;
+const FRAME_COUNT_AT: u64 = 28;
+const META_FRAMES_AT: u64 = 32;
+const SLOTS_OFFSET_AT: u64 = 40;
+const META_OFFSET_AT: u64 = 48;
+const FRAMES_OFFSET_AT: u64 = 56;
+const TOTAL_BYTES_AT: u64 = 64;
+const FIXED_SUM_AT: u64 = 72;
+const STATE_AT: u64 = 88;
+const ORPHANED: u32 = 2;
+const SLOT_BYTES: u64 = 512;
+const SLOT_COUNT: u64 = 1 << 18;
+const ENTRY_BYTES: u64 = 24;
+const PAGE: u64 = 4096;
+// A slot's words (`FileSlot`).
+const SLOT_SEQ: u64 = 0;
+const SLOT_DEV: u64 = 8;
+const SLOT_INO: u64 = 16;
+const SLOT_BORN: u64 = 24;
+const SLOT_SIZE: u64 = 32;
+// The state word's bits (`refcount.rs`).
+const DEAD: u64 = 1 << 32;
+const UPTODATE: u64 = 1 << 34;
+const WRITEBACK: u64 = 1 << 43;
+
+fn main() {
+    harness::main(
+        &[
+            (
+                "two_slots_naming_one_file_are_both_dropped",
+                two_slots_naming_one_file_are_both_dropped,
+            ),
+            (
+                "side_table_entries_moved_to_another_files_slot_are_not_served",
+                side_table_entries_moved_to_another_files_slot_are_not_served,
+            ),
+            (
+                "folios_that_overrun_the_next_or_the_end_are_dropped",
+                folios_that_overrun_the_next_or_the_end_are_dropped,
+            ),
+            (
+                "a_frame_count_beyond_the_file_system_replaces_the_segment",
+                a_frame_count_beyond_the_file_system_replaces_the_segment,
+            ),
+            (
+                "a_recovery_writes_no_file_the_segment_only_read",
+                a_recovery_writes_no_file_the_segment_only_read,
+            ),
+            (
+                "a_root_process_that_drops_privileges_cannot_write_a_root_only_file",
+                a_root_process_that_drops_privileges_cannot_write_a_root_only_file,
+            ),
+            (
+                "a_forged_dirty_mask_past_a_folio_s_pages_is_not_written",
+                a_forged_dirty_mask_past_a_folio_s_pages_is_not_written,
+            ),
+            (
+                "the_keeper_runs_without_privileges",
+                the_keeper_runs_without_privileges,
+            ),
+        ],
+        CHILD_ENV,
+        child,
+    );
+}
+
+/// A forger's view of a segment file: pwrite and pread at the layout's offsets.
+struct Forge {
+    file: File,
+    slots: u64,
+    meta: u64,
+    frames: u64,
+    frame_count: u32,
+    /// Where a slot's `opened`, path length and path are in this layout version.
+    path_len_at: u64,
+}
+
+impl Forge {
+    fn open(path: &Path) -> Forge {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open the segment");
+        Forge::over(file)
+    }
+
+    fn over(file: File) -> Forge {
+        let mut forge = Forge {
+            file,
+            slots: 0,
+            meta: 0,
+            frames: 0,
+            frame_count: 0,
+            path_len_at: 0,
+        };
+        forge.slots = forge.u64_at(SLOTS_OFFSET_AT);
+        forge.meta = forge.u64_at(META_OFFSET_AT);
+        forge.frames = forge.u64_at(FRAMES_OFFSET_AT);
+        forge.frame_count = forge.u32_at(FRAME_COUNT_AT);
+        // Version 3 added the `opened` word before the path.
+        forge.path_len_at = if forge.u32_at(LAYOUT_VERSION_AT) >= 3 {
+            88
+        } else {
+            80
+        };
+        forge
+    }
+
+    fn u64_at(&self, at: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.file.read_exact_at(&mut b, at).expect("pread");
+        u64::from_le_bytes(b)
+    }
+
+    fn u32_at(&self, at: u64) -> u32 {
+        let mut b = [0u8; 4];
+        self.file.read_exact_at(&mut b, at).expect("pread");
+        u32::from_le_bytes(b)
+    }
+
+    fn put_u64(&self, at: u64, v: u64) {
+        self.file
+            .write_all_at(&v.to_le_bytes(), at)
+            .expect("pwrite");
+    }
+
+    fn put_u32(&self, at: u64, v: u32) {
+        self.file
+            .write_all_at(&v.to_le_bytes(), at)
+            .expect("pwrite");
+    }
+
+    fn slot_at(&self, id: u32) -> u64 {
+        self.slots + u64::from(id) * SLOT_BYTES
+    }
+
+    /// The mapping id whose slot records `path`.
+    fn slot_of(&self, path: &Path) -> u32 {
+        let want = path.as_os_str().as_bytes();
+        (0..256)
+            .find(|&id| {
+                let at = self.slot_at(id);
+                let len = self.u64_at(at + self.path_len_at) as usize;
+                if len != want.len() {
+                    return false;
+                }
+                let mut got = vec![0u8; len];
+                self.file
+                    .read_exact_at(&mut got, at + self.path_len_at + 8)
+                    .unwrap();
+                got == want
+            })
+            .unwrap_or_else(|| panic!("no slot records {}", path.display()))
+    }
+
+    fn slot_bytes(&self, id: u32) -> Vec<u8> {
+        let mut b = vec![0u8; SLOT_BYTES as usize];
+        self.file.read_exact_at(&mut b, self.slot_at(id)).unwrap();
+        b
+    }
+
+    fn set_slot_bytes(&self, id: u32, bytes: &[u8]) {
+        self.file.write_all_at(bytes, self.slot_at(id)).unwrap();
+    }
+
+    fn entry_at(&self, frame: u32) -> u64 {
+        self.meta + u64::from(frame) * ENTRY_BYTES
+    }
+
+    /// Every side-table entry: (frame, state, owner, place).
+    fn entries(&self) -> Vec<(u32, u64, u32, u64)> {
+        let mut all = vec![0u8; (u64::from(self.frame_count) * ENTRY_BYTES) as usize];
+        self.file.read_exact_at(&mut all, self.meta).unwrap();
+        all.chunks(ENTRY_BYTES as usize)
+            .enumerate()
+            .map(|(frame, e)| {
+                (
+                    frame as u32,
+                    u64::from_le_bytes(e[0..8].try_into().unwrap()),
+                    u32::from_le_bytes(e[12..16].try_into().unwrap()),
+                    u64::from_le_bytes(e[16..24].try_into().unwrap()),
+                )
+            })
+            .collect()
+    }
+
+    /// The head frames of mapping `id`'s cached folios: (frame, place).
+    fn heads_of(&self, id: u32) -> Vec<(u32, u64)> {
+        self.entries()
+            .into_iter()
+            .filter(|&(_, state, owner, _)| {
+                owner == id && state & UPTODATE != 0 && state & DEAD == 0
+            })
+            .map(|(frame, _, _, place)| (frame, place))
+            .collect()
+    }
+
+    fn set_entry(&self, frame: u32, state: u64, owner: u32, place: u64) {
+        let at = self.entry_at(frame);
+        self.put_u64(at, state);
+        self.put_u32(at + 12, owner);
+        self.put_u64(at + 16, place);
+    }
+
+    fn write_frame(&self, frame: u32, bytes: &[u8]) {
+        self.file
+            .write_all_at(bytes, self.frames + u64::from(frame) * PAGE)
+            .unwrap();
+    }
+
+    fn set_orphaned(&self) {
+        self.put_u32(STATE_AT, ORPHANED);
+    }
+}
+
+fn builder(segments: &Path) -> folio::CacheBuilder {
+    Cache::builder()
+        .capacity_bytes(64 << 20)
+        .persistent(true)
+        .segment_dir(segments)
+        .segment_name(NAME)
+}
+
+fn content(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (seed.wrapping_mul(131).wrapping_add(k as u64 * 7) % 251) as u8)
+        .collect()
+}
+
+fn read_all(cache: &Cache, path: &Path) -> Vec<u8> {
+    let file = cache.open(path).unwrap();
+    let mut buf = vec![0u8; file.len() as usize];
+    let n = file.read_at(&mut buf, 0).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+fn dirs() -> (tempfile::TempDir, tempfile::TempDir) {
+    let segments = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(segments.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    (segments, tempfile::tempdir().unwrap())
+}
+
+/// A first cache: each file of `files` written with `std::fs`, then read whole through the
+/// cache (so its pages are cached, clean), then the cache dropped; waits for its keeper to
+/// end. Returns the segment's path.
+fn first_life(segments: &Path, data: &Path, files: &[(&str, Vec<u8>)]) -> PathBuf {
+    for (name, bytes) in files {
+        std::fs::write(data.join(name), bytes).unwrap();
+    }
+    let cache = builder(segments).build().unwrap();
+    for (name, bytes) in files {
+        assert_eq!(&read_all(&cache, &data.join(name)), bytes);
+    }
+    let keeper = cache.keeper_pid().expect("a keeper");
+    drop(cache);
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of a dropped cache");
+    segments.join(NAME)
+}
+
+fn two_slots_naming_one_file_are_both_dropped() {
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let same = content(1, 1 << 20);
+    let seg = first_life(
+        segments.path(),
+        data.path(),
+        &[("a", same.clone()), ("b", same.clone())],
+    );
+    let forge = Forge::open(&seg);
+    let (a, b) = (
+        forge.slot_of(&data.path().join("a")),
+        forge.slot_of(&data.path().join("b")),
+    );
+    forge.set_slot_bytes(b, &forge.slot_bytes(a));
+    drop(forge);
+    let cache = builder(segments.path())
+        .build()
+        .expect("a segment with two slots of one file is adopted, not refused");
+    let adoption = cache.adoption().unwrap().clone();
+    eprintln!("{adoption:?}");
+    assert_eq!(
+        (adoption.files_kept, adoption.pages_kept),
+        (0, 0),
+        "{adoption:?}"
+    );
+    assert_eq!(adoption.files_dropped, 2, "{adoption:?}");
+    assert_eq!(read_all(&cache, &data.path().join("a")), same);
+    assert_eq!(read_all(&cache, &data.path().join("b")), same);
+    drop(cache);
+    // And the next start is warm again: nothing was refused for good.
+    let again = builder(segments.path()).build().unwrap();
+    assert!(again.adoption().unwrap().pages_kept > 0);
+}
+
+fn side_table_entries_moved_to_another_files_slot_are_not_served() {
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let (bytes_a, bytes_b) = (content(1, 1 << 20), content(2, 1 << 20));
+    let seg = first_life(
+        segments.path(),
+        data.path(),
+        &[("a", bytes_a.clone()), ("b", bytes_b.clone())],
+    );
+    let forge = Forge::open(&seg);
+    let (a, b) = (
+        forge.slot_of(&data.path().join("a")),
+        forge.slot_of(&data.path().join("b")),
+    );
+    let (heads_a, heads_b) = (forge.heads_of(a), forge.heads_of(b));
+    assert!(!heads_a.is_empty() && !heads_b.is_empty());
+    for &(frame, place) in &heads_a {
+        let at = forge.entry_at(frame);
+        forge.set_entry(frame, forge.u64_at(at), b, place);
+    }
+    for &(frame, place) in &heads_b {
+        let at = forge.entry_at(frame);
+        forge.set_entry(frame, forge.u64_at(at), a, place);
+    }
+    drop(forge);
+    let cache = builder(segments.path()).build().unwrap();
+    let adoption = cache.adoption().unwrap().clone();
+    eprintln!("{adoption:?}");
+    assert_eq!(
+        read_all(&cache, &data.path().join("b")),
+        bytes_b,
+        "b's reader got another file's bytes"
+    );
+    assert_eq!(read_all(&cache, &data.path().join("a")), bytes_a);
+    assert_eq!(adoption.files_kept, 0, "{adoption:?}");
+}
+
+fn folios_that_overrun_the_next_or_the_end_are_dropped() {
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let bytes = content(3, 1 << 20);
+    let seg = first_life(segments.path(), data.path(), &[("a", bytes.clone())]);
+    let forge = Forge::open(&seg);
+    let a = forge.slot_of(&data.path().join("a"));
+    let heads = forge.heads_of(a);
+    // The first head's order raised to 9 (512 pages): it covers the folios after it.
+    let (first, place) = heads[0];
+    let at = forge.entry_at(first);
+    let order_mask = 0xfu64 << 52;
+    forge.set_entry(
+        first,
+        forge.u64_at(at),
+        a,
+        (place & !order_mask) | (9 << 52),
+    );
+    // A copy of the last head moved to the arena's last frame, order 3: past the end.
+    let (last, place) = *heads.last().unwrap();
+    let state = forge.u64_at(forge.entry_at(last));
+    forge.set_entry(
+        forge.frame_count - 1,
+        state,
+        a,
+        (place & !order_mask) | (3 << 52),
+    );
+    drop(forge);
+    let cache = builder(segments.path()).build().unwrap();
+    let adoption = cache.adoption().unwrap().clone();
+    eprintln!("{adoption:?}");
+    assert!(adoption.pages_unproven > 0, "{adoption:?}");
+    assert_eq!(read_all(&cache, &data.path().join("a")), bytes);
+}
+
+/// FNV-1a over the words' bytes (`layout::checksum`).
+fn checksum(words: &[u64]) -> u64 {
+    let mut sum: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in words.iter().flat_map(|w| w.to_le_bytes()) {
+        sum = (sum ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    sum
+}
+
+fn a_frame_count_beyond_the_file_system_replaces_the_segment() {
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let bytes = content(4, 1 << 20);
+    let seg = first_life(segments.path(), data.path(), &[("a", bytes.clone())]);
+    let forge = Forge::open(&seg);
+    let frames: u64 = 1 << 28;
+    let slots = 4096 + (64 << 10);
+    let meta = slots + SLOT_COUNT * SLOT_BYTES;
+    let frames_at = (meta + frames * ENTRY_BYTES).next_multiple_of(2 << 20);
+    let total = frames_at + frames * PAGE;
+    let version = u64::from(forge.u32_at(LAYOUT_VERSION_AT));
+    forge.put_u32(FRAME_COUNT_AT, frames as u32);
+    forge.put_u32(META_FRAMES_AT, frames as u32);
+    forge.put_u64(SLOTS_OFFSET_AT, slots);
+    forge.put_u64(META_OFFSET_AT, meta);
+    forge.put_u64(FRAMES_OFFSET_AT, frames_at);
+    forge.put_u64(TOTAL_BYTES_AT, total);
+    let sum = checksum(&[
+        version,
+        PAGE,
+        SLOT_BYTES,
+        ENTRY_BYTES,
+        SLOT_COUNT,
+        frames,
+        frames,
+        slots,
+        meta,
+        frames_at,
+        total,
+    ]);
+    forge.put_u64(FIXED_SUM_AT, sum);
+    forge.file.set_len(total).expect("grow the forged segment");
+    drop(forge);
+    eprintln!("forged segment: {total} bytes");
+    let cache = builder(segments.path()).build().unwrap();
+    let adoption = cache.adoption().unwrap().clone();
+    eprintln!("{adoption:?}");
+    assert!(adoption.replaced, "a forged frame count was adopted");
+    assert!(
+        adoption
+            .replaced_because
+            .as_deref()
+            .is_some_and(|why| why.contains("file system")),
+        "{adoption:?}"
+    );
+    assert_eq!(read_all(&cache, &data.path().join("a")), bytes);
+}
+
+/// Forges a dirty frame (under writeback: written whole) of `bytes` for the file `path`
+/// records in `seg`, over one of its cached folios' head frames, and marks the segment
+/// orphaned.
+fn forge_dirty_frame(seg: &Path, path: &Path, bytes: &[u8]) {
+    let forge = Forge::open(seg);
+    let id = forge.slot_of(path);
+    let (frame, place) = forge.heads_of(id)[0];
+    let state = forge.u64_at(forge.entry_at(frame));
+    forge.set_entry(frame, state | WRITEBACK, id, place);
+    forge.write_frame(frame, bytes);
+    forge.set_orphaned();
+}
+
+fn a_recovery_writes_no_file_the_segment_only_read() {
+    harness::become_subreaper();
+    let evil = vec![0xEE; PAGE as usize];
+    let bytes = content(5, 1 << 20);
+    let read_only =
+        |segments: &Path, data: &Path| first_life(segments, data, &[("only-read", bytes.clone())]);
+    // 1. A segment its keeper finished (a clean drop): the mark refuses every write.
+    let (segments, data) = dirs();
+    let path = data.path().join("only-read");
+    let seg = read_only(segments.path(), data.path());
+    forge_dirty_frame(&seg, &path, &evil);
+    let cache = builder(segments.path()).build().unwrap();
+    let adoption = cache.adoption().unwrap().clone();
+    eprintln!("finished segment: {adoption:?}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a file only read was written"
+    );
+    assert!(adoption.replaced, "{adoption:?}");
+    assert_eq!(read_all(&cache, &path), bytes);
+    drop(cache);
+
+    // 2. As a killed keeper leaves it (no mark): the slot does not say the owner opened
+    // the file for writing.
+    let (segments, data) = dirs();
+    let path = data.path().join("only-read");
+    let seg = read_only(segments.path(), data.path());
+    forge_dirty_frame(&seg, &path, &evil);
+    std::fs::set_permissions(&seg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cache = builder(segments.path()).build().unwrap();
+    let adoption = cache.adoption().unwrap().clone();
+    eprintln!("unfinished segment: {adoption:?}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a file only read was written"
+    );
+    assert!(adoption.replaced, "{adoption:?}");
+    assert_eq!(read_all(&cache, &path), bytes);
+    drop(cache);
+
+    // 3. A forged size of a file only read truncates nothing.
+    let (segments, data) = dirs();
+    let path = data.path().join("only-read");
+    let seg = read_only(segments.path(), data.path());
+    let forge = Forge::open(&seg);
+    let id = forge.slot_of(&path);
+    forge.put_u64(forge.slot_at(id) + SLOT_SIZE, 10);
+    forge.set_orphaned();
+    drop(forge);
+    std::fs::set_permissions(&seg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cache = builder(segments.path()).build().unwrap();
+    eprintln!("forged size: {:?}", cache.adoption());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "a file only read was cut"
+    );
+    assert_eq!(read_all(&cache, &path), bytes);
+}
+
+/// Found by the hostile-segment fuzz target: a large folio's dirty-block mask (in its
+/// tail's entry) with bits past its pages made a recovery panic (`io_buf_pages`), and
+/// every later build of that name with it.
+fn a_forged_dirty_mask_past_a_folio_s_pages_is_not_written() {
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let bytes = content(8, 1 << 20);
+    let seg = first_life(segments.path(), data.path(), &[("a", bytes.clone())]);
+    let forge = Forge::open(&seg);
+    let a = forge.slot_of(&data.path().join("a"));
+    // Slot a recorded as opened for writing, so that a recovery may write it.
+    forge.put_u64(forge.slot_at(a) + forge.path_len_at - 8, 1);
+    // An order-1 dirty folio at the arena's last two frames, its tail's mask all ones.
+    let head = forge.frame_count - 2;
+    forge.set_entry(head, UPTODATE | (1 << 37), a, 1 << 52);
+    forge.set_entry(head + 1, DEAD, 0, u64::MAX);
+    forge.write_frame(head, &bytes[..PAGE as usize]);
+    forge.write_frame(head + 1, &bytes[PAGE as usize..2 * PAGE as usize]);
+    forge.set_orphaned();
+    drop(forge);
+    std::fs::set_permissions(&seg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let cache = builder(segments.path())
+        .build()
+        .expect("a forged mask fails no build");
+    eprintln!("{:?}", cache.adoption());
+    assert_eq!(read_all(&cache, &data.path().join("a")), bytes);
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The identity a slot records (`segment::identity_of`): device, inode, birth time (or
+/// change time).
+fn identity_of(meta: &std::fs::Metadata) -> (u64, u64, u64) {
+    let born = meta
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or_else(
+            || (meta.ctime() as u64).wrapping_mul(1_000_000_000) + meta.ctime_nsec() as u64,
+            |d| d.as_nanos() as u64,
+        );
+    (meta.dev(), meta.ino(), born)
+}
+
+/// The root child (module docs): `spec` is "<segment dir> <data dir> <root-only file>".
+fn child(spec: &str) {
+    let mut parts = spec.split(' ');
+    let (segments, data, secret) = (
+        PathBuf::from(parts.next().unwrap()),
+        PathBuf::from(parts.next().unwrap()),
+        PathBuf::from(parts.next().unwrap()),
+    );
+    let cache = builder(&segments)
+        .capacity_bytes(16 << 20)
+        .dirty_expire(Duration::from_secs(600))
+        .build()
+        .expect("child: a cache");
+    let written = data.join("written");
+    let file = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(&written)
+        .expect("child: open for writing");
+    file.write_at(&content(6, 8192), 0).expect("child: write");
+    // The segment's descriptor (read and write), found while /proc/self/fd is readable.
+    let seg_path = cache.segment_path().expect("a segment");
+    let fd = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&fd| {
+            // SAFETY: fcntl F_GETFL on a descriptor number.
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+            flags >= 0
+                && flags & libc::O_ACCMODE == libc::O_RDWR
+                && std::fs::read_link(format!("/proc/self/fd/{fd}")).ok() == Some(seg_path.clone())
+        })
+        .expect("child: the segment's descriptor");
+    harness::say(&format!("keeper {}", cache.keeper_pid().unwrap()));
+    // SAFETY: setgroups, setgid and setuid take integers; checked.
+    unsafe {
+        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+        assert_eq!(libc::setgid(NOBODY), 0);
+        assert_eq!(libc::setuid(NOBODY), 0);
+    }
+    // SAFETY: the descriptor is the segment's, kept by this process; the File is leaked
+    // (never closed), as the cache still holds it.
+    let forge = Forge::over(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    let meta = std::fs::metadata(&secret).expect("child: stat the root-only file as nobody");
+    let (dev, ino, born) = identity_of(&meta);
+    // A slot naming the root-only file, opened for writing (as the forger says).
+    let id = 100;
+    let at = forge.slot_at(id);
+    forge.set_slot_bytes(id, &[0u8; SLOT_BYTES as usize]);
+    forge.put_u64(at + SLOT_DEV, dev);
+    forge.put_u64(at + SLOT_INO, ino);
+    forge.put_u64(at + SLOT_BORN, born);
+    forge.put_u64(at + SLOT_SIZE, u64::MAX);
+    forge.put_u64(at + forge.path_len_at - 8, 1); // opened for writing (layout 3)
+    let path = secret.as_os_str().as_bytes();
+    forge.put_u64(at + forge.path_len_at, path.len() as u64);
+    forge
+        .file
+        .write_all_at(path, at + forge.path_len_at + 8)
+        .unwrap();
+    forge.put_u64(at + SLOT_SEQ, 2);
+    // A dirty frame of it: the arena's last frame, under writeback (written whole).
+    let frame = forge.frame_count - 1;
+    forge.set_entry(frame, UPTODATE | WRITEBACK, id, 0);
+    forge.write_frame(frame, &[0xEE; PAGE as usize]);
+    // The keeper's ftruncate of the file it does hold fails: a size past any file's end.
+    let w = forge.slot_of(&written);
+    forge.put_u64(forge.slot_at(w) + SLOT_SIZE, u64::MAX - PAGE);
+    std::mem::forget(forge);
+    harness::say("forged");
+    // Dies without dropping the cache: the keeper writes back.
+    std::process::exit(0);
+}
+
+fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
+    if !is_root() {
+        eprintln!("not root: the privilege-dropping root process is not tried");
+        return;
+    }
+    harness::become_subreaper();
+    let segments = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(segments.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = data.path().join("root-only");
+    let secret_bytes = content(7, 3 * PAGE as usize);
+    std::fs::write(&secret, &secret_bytes).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut child = harness::Child::spawn(
+        CHILD_ENV,
+        &format!(
+            "{} {} {}",
+            segments.path().display(),
+            data.path().display(),
+            secret.display()
+        ),
+    );
+    let line = child.next_line(READY_WAIT_MAX, "keeper <pid>");
+    let keeper: u32 = line
+        .strip_prefix("keeper ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
+    assert_eq!(child.next_line(READY_WAIT_MAX, "forged"), "forged");
+    child.rest_of_lines();
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of the dead child");
+    // The next root cache of that name.
+    let cache = builder(segments.path())
+        .build()
+        .expect("the next root cache builds");
+    let adoption = cache.adoption().cloned();
+    eprintln!("{adoption:?}");
+    assert_eq!(
+        std::fs::read(&secret).unwrap(),
+        secret_bytes,
+        "a root-only file was written from a segment a dropped process forged"
+    );
+    let adoption = adoption.expect("the segment was taken");
+    assert!(adoption.replaced, "{adoption:?}");
+    assert_eq!(read_all(&cache, &secret), secret_bytes);
+}
+
+fn the_keeper_runs_without_privileges() {
+    harness::become_subreaper();
+    let (segments, _data) = dirs();
+    let cache = builder(segments.path()).build().unwrap();
+    let keeper = cache.keeper_pid().expect("a keeper");
+    let status = std::fs::read_to_string(format!("/proc/{keeper}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| panic!("no {name} in the keeper's status"))
+    };
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    for caps in ["CapEff:", "CapPrm:", "CapInh:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(
+            u64::from_str_radix(&field(caps), 16).unwrap(),
+            0,
+            "{caps} of the keeper: {status}"
+        );
+    }
+    drop(cache);
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
+}
