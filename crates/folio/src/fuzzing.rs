@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::adopt::scan::{scan_entries, Found};
 use crate::folio::FolioMeta;
 use crate::folio::MappingId;
 use crate::index::{Entry, Index, Leave, NewFolio, RootHint};
@@ -23,6 +22,7 @@ use crate::refcount::{
     WRITEBACK,
 };
 use crate::segment::layout::SLOT_COUNT;
+use crate::segment::scan::{scan_entries, Found};
 use crate::types::{FrameId, Order, PageIndex, ORDER_MAX, PAGE_BYTES};
 
 /// The fuzzer's bytes read as choices; zeros once they run out.
@@ -702,7 +702,7 @@ const SCAN_FRAMES_MAX: u64 = 1024;
 /// Ranges an input of the adoption target scans, at most.
 const SCAN_RANGES_MAX: u64 = 6;
 
-/// The adoption target: a segment's side table read back (`adopt::scan::scan_entries`) is
+/// The adoption target: a segment's side table read back (`segment::scan::scan_entries`) is
 /// untrusted input. An input builds a table of up to `SCAN_FRAMES_MAX` entries and the
 /// frame ranges to scan, in one of two modes (the first byte's low bit):
 /// - any table: each entry free, never written (zeros), a plausible head (UPTODATE with

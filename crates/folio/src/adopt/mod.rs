@@ -25,7 +25,7 @@
 //! and so is everything a kill left half done (module docs of `scan`).
 
 mod files;
-pub(crate) mod scan;
+use crate::segment::scan;
 
 use std::collections::BTreeMap;
 use std::io;

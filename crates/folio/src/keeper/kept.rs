@@ -28,7 +28,7 @@
 //! What is punched: first the free frames the file still holds (freed by an eviction or a
 //! deleted file and left allocated: a DEAD entry that no folio spans), at once when the
 //! steward starts and before every trim; then only folios the side table proves were clean cached pages of a file
-//! (`adopt::scan`'s proof: uptodate, not locked, under writeback, failed or detached,
+//! (`segment::scan`'s proof: uptodate, not locked, under writeback, failed or detached,
 //! well placed, unclaimed by another) and that are not DIRTY. Their side-table entries
 //! are reset to free first, then their frames are punched (`Segment::punch_frames`): a
 //! kill between the two leaves a free entry over a frame still allocated, which an
@@ -59,11 +59,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::adopt::scan;
 use crate::capacity::follow;
 use crate::capacity::machine::{MemoryFacts, MemorySource};
 use crate::folio::FolioMeta;
 use crate::segment::layout::SegmentState;
+use crate::segment::scan;
 use crate::segment::{self, Holder, Segment, STEWARD_LOCK_OFFSET};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 

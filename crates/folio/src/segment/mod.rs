@@ -35,6 +35,7 @@
 pub mod home;
 pub mod layout;
 pub mod link;
+pub(crate) mod scan;
 pub mod stats;
 pub mod view;
 

@@ -17,9 +17,9 @@
 //! input: a hostile or damaged segment (any bytes) yields fewer folios, never a panic or
 //! a folio outside the arena (`fuzzing::adoption_scan`).
 
+use super::layout::SLOT_COUNT;
+use super::Segment;
 use crate::folio::{FolioMeta, MappingId};
-use crate::segment::layout::SLOT_COUNT;
-use crate::segment::Segment;
 use crate::types::{FrameId, Order, PageIndex, ORDER_MAX};
 
 /// A folio the side table proves (module docs).
