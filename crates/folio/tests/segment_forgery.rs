@@ -269,6 +269,12 @@ fn builder(segments: &Path) -> folio::CacheBuilder {
         .persistent(true)
         .segment_dir(segments)
         .segment_name(NAME)
+        // The tests wait for each keeper to exit after a drop: no steward stays (the
+        // steward is kept_memory.rs's).
+        .kept_memory(folio::KeptMemory {
+            steward: false,
+            ..folio::KeptMemory::default()
+        })
 }
 
 fn content(seed: u64, len: usize) -> Vec<u8> {
@@ -286,7 +292,8 @@ fn read_all(cache: &Cache, path: &Path) -> Vec<u8> {
 }
 
 fn dirs() -> (tempfile::TempDir, tempfile::TempDir) {
-    let segments = tempfile::tempdir().unwrap();
+    // Segments live on tmpfs (a disk directory is refused).
+    let segments = tempfile::tempdir_in("/dev/shm").unwrap();
     std::fs::set_permissions(segments.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     (segments, tempfile::tempdir().unwrap())
 }
@@ -677,7 +684,8 @@ fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
         return;
     }
     harness::become_subreaper();
-    let segments = tempfile::tempdir().unwrap();
+    // Segments live on tmpfs (a disk directory is refused).
+    let segments = tempfile::tempdir_in("/dev/shm").unwrap();
     std::fs::set_permissions(segments.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let data = tempfile::tempdir().unwrap();
     std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
