@@ -1186,8 +1186,10 @@ pub fn hostile_segment(data: &[u8]) {
     for (i, f) in world.files.iter().enumerate() {
         let meta = std::fs::metadata(&f.path).expect("a data file stays");
         inode_of.insert((meta.dev(), meta.ino()), i);
-        let bytes = std::fs::read(&f.path).expect("read a data file");
-        let changed = bytes != f.bytes;
+        // A recovery may set a file it may write to any size (a forged one): compare
+        // lengths before bytes, never reading a file grown past memory.
+        let changed = meta.len() != f.bytes.len() as u64
+            || std::fs::read(&f.path).expect("read a data file") != f.bytes;
         let may_change = f.writable_by_owner && claimed_for_writing[i] && !(finished && root);
         assert!(
             !changed || may_change,
@@ -1220,22 +1222,26 @@ pub fn hostile_segment(data: &[u8]) {
         let i = *inode_of
             .get(&inode)
             .unwrap_or_else(|| panic!("{found:?}: kept for a file not in the world"));
-        let disk = std::fs::read(&world.files[i].path).unwrap();
+        let disk_file = std::fs::File::open(&world.files[i].path).unwrap();
+        let disk_len = disk_file.metadata().unwrap().len();
         for p in 0..pages {
             let frame = found.frame.0 + p as u32;
             assert!(
                 frames_taken.insert(frame),
                 "{found:?}: frame {frame} kept twice"
             );
-            let at = ((found.head.0 + p) as usize).saturating_mul(PAGE_BYTES);
-            let end = (at.saturating_add(PAGE_BYTES)).min(disk.len());
+            let at = (found.head.0 + p).saturating_mul(PAGE_BYTES as u64);
+            let end = at.saturating_add(PAGE_BYTES as u64).min(disk_len);
             if at >= end {
                 continue;
             }
-            let mut cached = vec![0u8; end - at];
+            let mut disk = vec![0u8; (end - at) as usize];
+            use std::os::unix::fs::FileExt;
+            disk_file.read_exact_at(&mut disk, at).unwrap();
+            let mut cached = vec![0u8; disk.len()];
             assert!(segment.copy_frame(frame, &mut cached));
             assert!(
-                cached == disk[at..end],
+                cached == disk,
                 "{found:?}: page {} of file {i} served with other bytes",
                 found.head.0 + p
             );
@@ -1246,7 +1252,8 @@ pub fn hostile_segment(data: &[u8]) {
     let _ = std::fs::remove_file(&path);
     // Put the world back as it was for the next input.
     for f in &world.files {
-        let same = std::fs::read(&f.path).is_ok_and(|b| b == f.bytes);
+        let same = std::fs::metadata(&f.path).is_ok_and(|m| m.len() == f.bytes.len() as u64)
+            && std::fs::read(&f.path).is_ok_and(|b| b == f.bytes);
         if !same {
             std::fs::set_permissions(&f.path, std::fs::Permissions::from_mode(0o644)).unwrap();
             std::fs::write(&f.path, &f.bytes).expect("restore a data file");
