@@ -514,6 +514,10 @@ fn the_default_home_is_private() {
         .capacity_bytes(4 << 20)
         .persistent(true)
         .segment_name(&name)
+        .kept_memory(folio::KeptMemory {
+            steward: false,
+            ..folio::KeptMemory::default()
+        })
         .build()
         .expect("a persistent cache in the default home");
     let segment = cache.segment_path().expect("a segment").to_path_buf();
@@ -612,6 +616,12 @@ fn named_in(dir: &Path, name: &str) -> io::Result<Cache> {
         .persistent(true)
         .segment_dir(dir)
         .segment_name(name)
+        // `drop_and_wait` waits for the keeper to exit: no steward stays (the steward is
+        // kept_memory.rs's).
+        .kept_memory(folio::KeptMemory {
+            steward: false,
+            ..folio::KeptMemory::default()
+        })
         .build()
 }
 
