@@ -69,13 +69,16 @@ enum Command {
 
 fn main() -> ExitCode {
     let mut cli = Cli::parse();
-    let home = cli.dir.is_none();
+    let which = match cli.dir {
+        None => Dir::Home,
+        Some(_) => Dir::Given,
+    };
     let dir = cli.dir.get_or_insert_with(folio::segment_home).clone();
     let result = match (&cli.command, &cli.segment) {
         (Some(_), Some(segment)) => Err(Failure(format!(
             "a segment ({segment}) or a command, not both (folio-stat --help)"
         ))),
-        (Some(Command::List), None) => list(&dir, home),
+        (Some(Command::List), None) => list(&dir, which),
         (Some(Command::Remove { segment, force }), None) => {
             let removal = if *force {
                 Removal::Forced
@@ -346,11 +349,19 @@ fn counters(out: &mut String, s: &Stats, rates: Option<&Rates>) {
     }
 }
 
-/// Lists the segments in `dir`; `home`: it is the default home, which no cache may have
-/// made yet (then there are none).
-fn list(dir: &Path, home: bool) -> Result<(), Failure> {
+/// Which directory `list` reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    /// The default home, which no cache may have made yet (then there are no segments).
+    Home,
+    /// The one `--dir` names: it must exist.
+    Given,
+}
+
+/// Lists the segments in `dir`.
+fn list(dir: &Path, which: Dir) -> Result<(), Failure> {
     let segments = match folio::segments_in(dir) {
-        Err(e) if home && e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) if which == Dir::Home && e.kind() == io::ErrorKind::NotFound => Vec::new(),
         other => other.map_err(|e| Failure(format!("{}: {e}", dir.display())))?,
     };
     if segments.is_empty() {

@@ -182,7 +182,7 @@ fn keeper_main(
         return 2;
     }
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        serve(has_pidfd, path, kept, me)
+        serve(has_pidfd.then_some(PIDFD), path, kept, me)
     }))
     .unwrap_or(5);
     mark_finished_unless_steward();
@@ -213,12 +213,13 @@ fn mark_finished_unless_steward() {
     }
 }
 
-/// Steps 2 to 4 (module docs). Returns the exit code.
-fn serve(has_pidfd: bool, path: &Path, kept: &KeptMemory, me: u32) -> i32 {
+/// Steps 2 to 4 (module docs), the owner's death seen by `owner_pidfd` where there is
+/// one (else by the link's end). Returns the exit code.
+fn serve(owner_pidfd: Option<RawFd>, path: &Path, kept: &KeptMemory, me: u32) -> i32 {
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
     let mut bye = false;
-    while let Event::Link = wait_for(LINK_FD, has_pidfd.then_some(PIDFD)) {
+    while let Event::Link = wait_for(LINK_FD, owner_pidfd) {
         match link::try_receive(LINK_FD) {
             Ok(Received::Message(Message::Bye)) => {
                 bye = true;
