@@ -989,6 +989,24 @@ bool IsKernelName(const std::string& base) {
          EndsWith(base, ".trash");
 }
 
+// The last component of `path`.
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// Whether `base` is a name RocksDB gives a file of its own database (file/filename.cc):
+// tables, WALs, MANIFEST, CURRENT, IDENTITY, OPTIONS, blobs, temporary files. Any other
+// file written through folio (a db_bench --report_file, a user's side file) is one that
+// other processes may read while it is written (`tail -f`, a benchmark's sampler), and
+// folio's cache is not yet shared between processes (DESIGN.md section 11): its Flush
+// syncs it, so that what was appended is on disk, at its size, when Flush returns.
+bool IsDatabaseName(const std::string& base) {
+  return IsTableFile(base) || EndsWith(base, ".log") || StartsWith(base, "MANIFEST-") ||
+         EndsWith(base, ".dbtmp") || EndsWith(base, ".blob") || base == "CURRENT" ||
+         base == "IDENTITY" || StartsWith(base, "OPTIONS-");
+}
+
 // What a file of a database is, from its name (RocksDB's file/filename.cc names):
 // what the stats count, and whether folio takes it (everything but kKernel).
 enum class FileKind {
@@ -1508,8 +1526,13 @@ class FolioWritableFile : public FSWritableFile {
     return IOStatus::OK();
   }
 
-  // No user-space buffer: every Append is in folio's cache when it returns.
+  // No user-space buffer: every Append is in folio's cache when it returns. A file that
+  // is not one of the database's own is synced, so that other processes see what was
+  // appended (IsDatabaseName).
   IOStatus Flush(const IOOptions& /*options*/, IODebugContext* /*dbg*/) override {
+    if (kind_ == FileKind::kOther && !IsDatabaseName(BaseName(name_))) {
+      return sync_.Sync(file_, name_, FOLIO_SYNC_DATA, "flush");
+    }
     return IOStatus::OK();
   }
 

@@ -337,7 +337,7 @@ fn db_bench_runs_tiny_with_three_systems() {
                 assert!(row.get("adoption").is_some(), "{row}");
                 if let Some(name) = row["adoption"]["segment"].as_str() {
                     assert!(
-                        !Path::new("/dev/shm").join(name).exists() || name == "none",
+                        !folio::segment_home().join(name).exists() || name == "none",
                         "the plugin's segment {name} was removed"
                     );
                 }

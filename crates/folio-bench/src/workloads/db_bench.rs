@@ -565,7 +565,7 @@ pub fn forget_plugin_segment(
         return Ok(());
     }
     let dir = std::env::var_os("FOLIO_SEGMENT_DIR")
-        .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
+        .map_or_else(folio::segment_home, PathBuf::from);
     let path = dir.join(name);
     let started = std::time::Instant::now();
     loop {

@@ -21,7 +21,7 @@
 //! cache adopted (`folio: adoption: segment=... pages_kept=...`); a plugin that does not
 //! adopt yet says nothing, and the row then says `adoption: null` (its restart is cold).
 //! After each round the segment the plugin named (and left, by design) is removed from
-//! its directory (`FOLIO_SEGMENT_DIR` or `/dev/shm`), so that the next round starts as
+//! its directory (`FOLIO_SEGMENT_DIR` or the home `/dev/shm/folio-<uid>`), so that the next round starts as
 //! the first did and nothing is left behind.
 //!
 //! Rows: `kernel` and `folio`, phase `warm` (the first process) and `restart-clean` (the
@@ -67,7 +67,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     // What a new user passes: nothing (the arena pages only if --arena-pages says).
     let fs_uri = fs_uri(env.arena_pages, super::FolioCapacity::PluginDefault);
     let segment_dir = std::env::var_os("FOLIO_SEGMENT_DIR")
-        .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
+        .map_or_else(folio::segment_home, PathBuf::from);
     let scratch = env.dir.join("db-bench-output");
     std::fs::create_dir_all(&scratch)?;
     let stats = scratch.join("folio-stats.txt");
