@@ -564,8 +564,7 @@ pub fn forget_plugin_segment(
     if name == "none" || name.contains('/') || name.starts_with('.') {
         return Ok(());
     }
-    let dir = std::env::var_os("FOLIO_SEGMENT_DIR")
-        .map_or_else(folio::segment_home, PathBuf::from);
+    let dir = std::env::var_os("FOLIO_SEGMENT_DIR").map_or_else(folio::segment_home, PathBuf::from);
     let path = dir.join(name);
     let started = std::time::Instant::now();
     loop {

@@ -66,8 +66,8 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     let db = ensure_dbs(env, 1, keys)?;
     // What a new user passes: nothing (the arena pages only if --arena-pages says).
     let fs_uri = fs_uri(env.arena_pages, super::FolioCapacity::PluginDefault);
-    let segment_dir = std::env::var_os("FOLIO_SEGMENT_DIR")
-        .map_or_else(folio::segment_home, PathBuf::from);
+    let segment_dir =
+        std::env::var_os("FOLIO_SEGMENT_DIR").map_or_else(folio::segment_home, PathBuf::from);
     let scratch = env.dir.join("db-bench-output");
     std::fs::create_dir_all(&scratch)?;
     let stats = scratch.join("folio-stats.txt");
