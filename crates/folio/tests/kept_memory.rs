@@ -128,6 +128,7 @@ fn past_its_bound_a_kept_segment_gives_its_coldest_clean_pages_back() {
     let bound = 8 << 20;
     let kept = KeptMemory {
         bound_bytes: Some(bound),
+        steward: true,
         ..KeptMemory::default()
     };
     let all_pages = ((READ_BYTES + WRITTEN_BYTES) / 4096) as u64;
@@ -199,6 +200,7 @@ fn under_memory_pressure_the_steward_gives_everything_back() {
     .unwrap();
     let kept = KeptMemory {
         memory_files: Some(machine.path().to_path_buf()),
+        steward: true,
         ..KeptMemory::default()
     };
     let (path, keeper) = first_life(segments.path(), data.path(), kept);
@@ -220,6 +222,7 @@ fn a_kept_segment_untouched_past_the_idle_time_is_removed() {
     let (segments, data) = dirs();
     let kept = KeptMemory {
         idle_remove_after: Duration::from_millis(100),
+        steward: true,
         ..KeptMemory::default()
     };
     let (path, keeper) = first_life(segments.path(), data.path(), kept);
@@ -230,7 +233,11 @@ fn a_kept_segment_untouched_past_the_idle_time_is_removed() {
 #[test]
 fn a_steward_without_pressure_keeps_everything_for_the_next_cache() {
     let (segments, data) = dirs();
-    let (path, keeper) = first_life(segments.path(), data.path(), KeptMemory::default());
+    let kept = KeptMemory {
+        steward: true,
+        ..KeptMemory::default()
+    };
+    let (path, keeper) = first_life(segments.path(), data.path(), kept);
     wait_for("the keeper becomes the steward", || {
         SegmentView::open(&path).unwrap().holder() == SegmentHolder::Steward
     });

@@ -91,8 +91,10 @@ pub struct KeptMemory {
     pub bound_bytes: Option<u64>,
     /// A kept segment nobody adopted for this long is removed. Default: 6 hours.
     pub idle_remove_after: Duration,
-    /// Whether the keeper stays as the kept segment's steward at all (default: yes). Off,
-    /// the segment is held by nobody until it is adopted or removed, as before.
+    /// Whether the keeper stays as the kept segment's steward. Default: no (opt-in until
+    /// the C ABI and the plugin have an option for it and their tests, which wait for a
+    /// dropped cache's keeper to exit, know the steward). Off, the segment is held by
+    /// nobody until it is adopted or removed, as before.
     pub steward: bool,
     /// A directory read in place of `/proc` for the memory figures (`meminfo`,
     /// `pressure/memory`), without cgroups: a test's simulated machine. `None`: the
@@ -105,7 +107,7 @@ impl Default for KeptMemory {
         KeptMemory {
             bound_bytes: None,
             idle_remove_after: KEPT_IDLE_REMOVE_DEFAULT,
-            steward: true,
+            steward: false,
             memory_files: None,
         }
     }
