@@ -234,6 +234,10 @@ fn a_named_segment_left_by_a_clean_drop_shows_the_figures_at_exit() {
             .persistent(true)
             .segment_dir(dir.path())
             .segment_name("db")
+            .kept_memory(folio::KeptMemory {
+                steward: true,
+                ..folio::KeptMemory::default()
+            })
             .build()
             .unwrap()
     };
