@@ -23,6 +23,7 @@ pub mod limits;
 pub mod miss_cost;
 pub mod pread_scale;
 pub mod pressure;
+pub mod process;
 pub mod randread;
 pub mod randrw;
 pub mod randwrite;

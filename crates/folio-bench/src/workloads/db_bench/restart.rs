@@ -39,7 +39,8 @@ use std::process::Command;
 
 use serde_json::{json, Map, Value};
 
-use super::readrandom::{parse_run, run_with_usage};
+use super::child::run_with_usage;
+use super::readrandom::parse_run;
 use super::{build_plugin, ensure_dbs, fs_uri, tail, workspace_root, Args, DB_BENCH, VALUE_BYTES};
 use crate::kernel;
 use crate::measure::RunResult;

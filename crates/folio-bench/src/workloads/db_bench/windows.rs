@@ -11,7 +11,7 @@
 //!
 //! Alignment: db_bench writes its report file's header when the benchmark starts (after
 //! the databases are open), then one line per second, `secs_elapsed,interval_qps`: the
-//! reads of that second. The sampler ([`super::readrandom::run_sampled`]) looks every
+//! reads of that second. The sampler ([`super::child::run_sampled`]) looks every
 //! ~50 ms at how many complete lines the file has and at the process's CPU time
 //! (`/proc/<pid>/stat`), the two together:
 //!

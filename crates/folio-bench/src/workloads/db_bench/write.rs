@@ -52,7 +52,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use super::readrandom::{run_with_usage, ChildUsage};
+use super::child::{run_with_usage, ChildUsage};
 use super::{
     build_plugin, check_status, fs_uri, parse_benchmark_output, tail, workspace_root, Args,
     Benchmark, Confinement, FolioCapacity, Parsed, DB_BENCH, SYSTEMS,

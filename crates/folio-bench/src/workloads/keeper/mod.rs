@@ -47,26 +47,32 @@
 //! beside (not in) the figure: the owner's is the first touch of the segment's shared
 //! memory, the kernel's the first touch of its page cache.
 //!
+//! Files: this one, the workload's definition, its data, the kernel side and the report;
+//! `owner.rs`, the folio side (the owner role and the wait for its keeper). The process
+//! handling (roles, the subreaper, the keeper's pidfd) is `workloads/process.rs`.
+//!
 //! Limits: one owner, one cache, one device; the keeper writes file by file, each block
 //! run synchronously, so its figure is a lower bound on what several owners dying at once
 //! would see. `--persistent` does not apply (the folio side is persistent by definition).
 
+mod owner;
+
 use std::fs::{File, OpenOptions};
-use std::io::{self, BufRead, BufReader};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::ValueEnum;
 use serde_json::{json, Value};
 
+pub use owner::{owner_main, OwnerArgs};
+
+use super::process::Subreaper;
 use super::{mib, paired_median, Env, Metric, Report, Row, System, Workload};
 use crate::data;
 use crate::kernel;
 use crate::measure::{self, RunResult};
-use crate::{Backend, Pages};
 
 /// Bytes of one write of the `seq` shape.
 pub const SEQ_WRITE_BYTES: usize = 1 << 20;
@@ -147,6 +153,17 @@ struct Plan {
 impl Plan {
     fn total_bytes(&self) -> u64 {
         self.files * self.file_bytes
+    }
+
+    /// A measurement as a run: the dirty data, written once, made durable in `synced`.
+    fn synced_run(&self, synced: Duration) -> RunResult {
+        RunResult {
+            ops: 1,
+            bytes_written: self.total_bytes(),
+            bytes_moved: Some(self.total_bytes()),
+            elapsed_secs: synced.as_secs_f64(),
+            ..RunResult::default()
+        }
     }
 
     fn paths(&self, dir: &Path) -> Vec<PathBuf> {
@@ -327,7 +344,7 @@ impl Workload for Args {
                     bar.set_message(format!("{} run {}/{}", SYSTEMS[si], run + 1, env.runs));
                     plan.prepare(env)?;
                     let mut r = match SYSTEMS[si] {
-                        System::Folio => run_folio(env, &plan, cache_bytes, generation)?,
+                        System::Folio => owner::run_folio(env, &plan, cache_bytes, generation)?,
                         _ => run_kernel(env, &plan, generation)?,
                     };
                     let verified = plan.verify(env, generation, SYSTEMS[si])?;
@@ -400,146 +417,6 @@ impl Workload for Args {
     }
 }
 
-/// The folio side: an owner writes, is killed, and its keeper writes back.
-fn run_folio(env: &Env, plan: &Plan, cache_bytes: u64, generation: u64) -> io::Result<RunResult> {
-    let mut args: Vec<String> = vec![
-        "keeper-owner".into(),
-        "--dir".into(),
-        env.dir.display().to_string(),
-        "--files".into(),
-        plan.files.to_string(),
-        "--file-bytes".into(),
-        plan.file_bytes.to_string(),
-        "--shape".into(),
-        plan.shape.as_str().into(),
-        "--generation".into(),
-        generation.to_string(),
-        "--cache-bytes".into(),
-        cache_bytes.to_string(),
-    ];
-    for (flag, value) in [
-        ("--backend", Backend::from(env.backend).to_possible_value()),
-        (
-            "--arena-pages",
-            Pages::from(env.arena_pages).to_possible_value(),
-        ),
-    ] {
-        if let Some(v) = value {
-            args.push(flag.into());
-            args.push(v.get_name().into());
-        }
-    }
-    let mut owner = Command::new(std::env::current_exe()?)
-        .args(&args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let ready = match read_ready(&mut owner) {
-        Ok(r) => r,
-        Err(e) => {
-            // Ends only the child this process started, by its own handle.
-            let _ = owner.kill();
-            let _ = owner.wait();
-            return Err(e);
-        }
-    };
-    let keeper = PidFd::open(ready.keeper_pid)?;
-
-    let start = Instant::now();
-    owner.kill()?;
-    owner.wait()?;
-    let owner_gone = start.elapsed();
-    // The segment's removal (the keeper's last act on it, after every file's fsync) is
-    // seen by a look every millisecond; the keeper's exit, after it, by its pidfd.
-    let mut segment_gone = None;
-    let keeper_gone = loop {
-        let exited = keeper.wait_exit(Duration::from_millis(1))?;
-        let now = start.elapsed();
-        if segment_gone.is_none() && !ready.segment.exists() {
-            segment_gone = Some(now);
-        }
-        if exited {
-            break now;
-        }
-        if now > KEEPER_TIMEOUT {
-            return Err(io::Error::other(format!(
-                "keeper: the keeper {} did not finish within {} s (segment {} there: {})",
-                ready.keeper_pid,
-                KEEPER_TIMEOUT.as_secs(),
-                ready.segment.display(),
-                ready.segment.exists()
-            )));
-        }
-    };
-    let Some(synced) = segment_gone else {
-        return Err(io::Error::other(format!(
-            "keeper: the keeper exited and left its segment {}: not every dirty page written",
-            ready.segment.display()
-        )));
-    };
-    let status = reap(ready.keeper_pid);
-    if let Some(code) = status {
-        if code != 0 {
-            return Err(io::Error::other(format!(
-                "keeper: the keeper exited with status {code} (not every dirty page written)"
-            )));
-        }
-    }
-    let mut r = RunResult {
-        ops: 1,
-        bytes_written: plan.total_bytes(),
-        bytes_moved: Some(plan.total_bytes()),
-        elapsed_secs: synced.as_secs_f64(),
-        ..RunResult::default()
-    };
-    r.extra.insert(
-        "owner_gone_ms".into(),
-        json!(owner_gone.as_secs_f64() * 1e3),
-    );
-    r.extra.insert(
-        "keeper_exit_ms".into(),
-        json!(keeper_gone.as_secs_f64() * 1e3),
-    );
-    r.extra.insert("write_secs".into(), json!(ready.write_secs));
-    r.extra
-        .insert("dirty_pages_at_kill".into(), json!(ready.dirty_pages));
-    r.extra.insert("keeper_exit_status".into(), json!(status));
-    Ok(r)
-}
-
-/// What the owner says once its writes are done.
-struct Ready {
-    keeper_pid: u32,
-    dirty_pages: u64,
-    write_secs: f64,
-    segment: PathBuf,
-}
-
-/// Reads the owner's `ready` line: `ready <keeper pid> <dirty pages> <write secs> <segment>`.
-fn read_ready(owner: &mut Child) -> io::Result<Ready> {
-    let out = owner.stdout.take().expect("piped stdout");
-    let mut line = String::new();
-    BufReader::new(out).read_line(&mut line)?;
-    let bad = || {
-        io::Error::other(format!(
-            "keeper: the owner did not get ready (it said {:?})",
-            line.trim()
-        ))
-    };
-    let mut words = line.trim().splitn(5, ' ');
-    if words.next() != Some("ready") {
-        return Err(bad());
-    }
-    let mut next = || words.next().ok_or_else(bad);
-    Ok(Ready {
-        keeper_pid: next()?.parse().map_err(|_| bad())?,
-        dirty_pages: next()?.parse().map_err(|_| bad())?,
-        write_secs: next()?.parse().map_err(|_| bad())?,
-        segment: PathBuf::from(next()?),
-    })
-}
-
 /// The kernel side: the same writes, buffered, then `fsync` of every file, timed.
 fn run_kernel(env: &Env, plan: &Plan, generation: u64) -> io::Result<RunResult> {
     let files: Vec<File> = plan
@@ -559,183 +436,11 @@ fn run_kernel(env: &Env, plan: &Plan, generation: u64) -> io::Result<RunResult> 
         file.sync_all()?;
     }
     let synced = start.elapsed();
-    let mut r = RunResult {
-        ops: 1,
-        bytes_written: plan.total_bytes(),
-        bytes_moved: Some(plan.total_bytes()),
-        elapsed_secs: synced.as_secs_f64(),
-        ..RunResult::default()
-    };
+    let mut r = plan.synced_run(synced);
     r.extra.insert("write_secs".into(), json!(write_secs));
     r.extra.insert(
         "meminfo_dirty_bytes_before_fsync".into(),
         json!(dirty_before),
     );
     Ok(r)
-}
-
-/// Options of the hidden `keeper-owner` command.
-#[derive(clap::Args, Debug, Clone)]
-pub struct OwnerArgs {
-    #[arg(long)]
-    pub dir: PathBuf,
-    #[arg(long)]
-    pub files: u64,
-    #[arg(long)]
-    pub file_bytes: u64,
-    #[arg(long, value_enum)]
-    pub shape: Shape,
-    #[arg(long)]
-    pub generation: u64,
-    #[arg(long)]
-    pub cache_bytes: u64,
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    pub backend: Backend,
-    #[arg(long, value_enum, default_value_t = Pages::Auto)]
-    pub arena_pages: Pages,
-}
-
-/// The owner (`keeper-owner`): builds the persistent cache, writes, checks that all of it
-/// is dirty, says `ready`, and waits to be killed (or dies with its parent).
-pub fn owner_main(args: &OwnerArgs) -> io::Result<()> {
-    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number; no memory is passed. A
-    // parent that dies kills the owner, whose keeper then finishes the files.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
-    let plan = Plan {
-        shape: args.shape,
-        files: args.files,
-        file_bytes: args.file_bytes,
-    };
-    let cache = folio::Cache::builder()
-        .capacity_bytes(args.cache_bytes)
-        .backend(args.backend.into())
-        .arena_pages(args.arena_pages.into())
-        .dirty_limit_bytes(args.cache_bytes)
-        .dirty_background_bytes(args.cache_bytes)
-        .dirty_expire(Duration::from_secs(3600))
-        .write_behind_bytes(0)
-        .persistent(true)
-        .build()?;
-    let files: Vec<folio::File> = plan
-        .paths(&args.dir)
-        .iter()
-        .map(|path| {
-            let mut options = cache.open_options();
-            options.write(true);
-            if plan.shape == Shape::Seq {
-                options.create_new(true);
-            }
-            options.open(path)
-        })
-        .collect::<io::Result<_>>()?;
-    let t = Instant::now();
-    plan.write_all(args.generation, |f, bytes, at| {
-        let n = files[f].write_at(bytes, at)?;
-        if n != bytes.len() {
-            return Err(io::Error::other(format!(
-                "folio wrote {n} of {} bytes",
-                bytes.len()
-            )));
-        }
-        Ok(())
-    })?;
-    let write_secs = t.elapsed().as_secs_f64();
-    let stats = cache.stats();
-    let expected = plan.total_bytes() / folio::PAGE_BYTES as u64;
-    if stats.dirty_pages != expected || stats.writeback_bytes != 0 {
-        return Err(io::Error::other(format!(
-            "keeper-owner: {} pages dirty and {} bytes written back before the kill, not {expected} \
-             and 0: not the worst case",
-            stats.dirty_pages, stats.writeback_bytes
-        )));
-    }
-    let (Some(segment), Some(keeper)) = (cache.segment_path(), cache.keeper_pid()) else {
-        return Err(io::Error::other(
-            "keeper-owner: the cache is not persistent",
-        ));
-    };
-    println!(
-        "ready {keeper} {} {write_secs} {}",
-        stats.dirty_pages,
-        segment.display()
-    );
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
-    }
-}
-
-/// This process as a child subreaper for its lifetime: a keeper, orphaned when the process
-/// that forked it exits, becomes our child, so that its exit status can be read.
-pub(crate) struct Subreaper;
-
-impl Subreaper {
-    pub(crate) fn become_one() -> io::Result<Subreaper> {
-        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes a flag; no memory is passed.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Subreaper)
-    }
-}
-
-impl Drop for Subreaper {
-    fn drop(&mut self) {
-        // SAFETY: as in `become_one`.
-        unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 0) };
-    }
-}
-
-/// A pidfd: it polls readable once its process has exited.
-pub(crate) struct PidFd(OwnedFd);
-
-impl PidFd {
-    /// The pidfd of `pid`, a keeper still waiting for its owner (so the pid is its own).
-    pub(crate) fn open(pid: u32) -> io::Result<PidFd> {
-        // SAFETY: pidfd_open takes a pid and flags; the result is checked.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new descriptor nothing else owns.
-        Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
-    }
-
-    /// Waits up to `timeout` for the process to exit; `true` if it did.
-    pub(crate) fn wait_exit(&self, timeout: Duration) -> io::Result<bool> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut fd = libc::pollfd {
-                fd: self.0.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd, valid for the call.
-            let n =
-                unsafe { libc::poll(&mut fd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-            match n {
-                1.. => return Ok(true),
-                0 => return Ok(false),
-                _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
-                _ => return Err(io::Error::last_os_error()),
-            }
-        }
-    }
-}
-
-/// Reaps the exited keeper `pid` (our child as a subreaper): its exit code (128 + the
-/// signal's number if a signal ended it), or `None` if it is not our child (adopted by
-/// another reaper: then only its segment tells).
-pub(crate) fn reap(pid: u32) -> Option<i32> {
-    let mut status = 0;
-    // SAFETY: waits for a process that has exited; `status` is a valid out-pointer.
-    let rc = unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
-    if rc != pid as libc::pid_t {
-        return None;
-    }
-    if libc::WIFEXITED(status) {
-        Some(libc::WEXITSTATUS(status))
-    } else {
-        Some(128 + libc::WTERMSIG(status))
-    }
 }
