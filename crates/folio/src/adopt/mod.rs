@@ -115,7 +115,7 @@ pub(crate) fn take(
     let mut adoption = Adoption::default();
     let mut waits = 0;
     let segment = loop {
-        let attempt = crate::keeper::recover_segment(path).and_then(|recovered| {
+        let attempt = crate::recovery::recover_segment(path).and_then(|recovered| {
             adoption.bytes_written_back += recovered.written.bytes;
             if let Some(why) = recovered.refused_because {
                 return Err(Replace(why).into());
@@ -135,7 +135,7 @@ pub(crate) fn take(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let holder = std::fs::File::open(path).map(|f| segment::holder_of(&f));
                 match holder {
-                    Ok(Holder::Keeper) => crate::keeper::wait_for_keeper(path),
+                    Ok(Holder::Keeper) => crate::recovery::wait_for_keeper(path),
                     // Held briefly: a cache being built that settles its directory, or a
                     // fork of this process (another cache's keeper starting) that holds
                     // copies of the owner's descriptors until it closes them.

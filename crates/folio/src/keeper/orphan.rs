@@ -35,7 +35,7 @@ use crate::arena::{Arena, ArenaPages};
 use crate::folio::MappingId;
 use crate::io::backend::{FlushKind, FrameBuf, Op, IO_BYTES_MAX};
 use crate::io::sync;
-use crate::segment::layout::SIZE_UNKNOWN;
+use crate::segment::layout::{SegmentState, SIZE_UNKNOWN};
 use crate::segment::Segment;
 use crate::types::{FrameId, Order, PageIndex, ORDER_MAX, PAGE_BYTES};
 use crate::write::mask::{BlockMask, Blocks};
@@ -267,4 +267,25 @@ impl Run {
         );
         Ok(self.len_bytes as u64)
     }
+}
+
+/// The keeper's step 4 (`keeper`'s module docs), and a recovery's: writes back, syncs, and removes the segment if every dirty page is on disk.
+/// A named segment is not removed but left written, for the next cache of its name to
+/// adopt (`adopt`), each written file stamped as it is now (`Segment::stamp_files`).
+pub(crate) fn finish(
+    segment: &Arc<Segment>,
+    files: &mut HashMap<MappingId, StdFile>,
+) -> io::Result<Written> {
+    segment.set_state(SegmentState::Orphaned);
+    let written = write_back(segment, files)?;
+    if written.failed_files == 0 {
+        if segment.header().retained() {
+            segment.stamp_files(files.iter().map(|(&id, file)| (id, file)));
+            segment.set_state(SegmentState::Written);
+        } else {
+            segment.set_state(SegmentState::Written);
+            segment.remove()?;
+        }
+    }
+    Ok(written)
 }
