@@ -106,6 +106,8 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
     unsafe { libc::waitpid(child, &mut status, 0) };
     match link::receive(ours.as_raw_fd())? {
         Received::Message(Message::Started(pid)) => {
+            // Our own grandchild's word: another process than this one.
+            assert!(pid != 0 && pid != std::process::id());
             segment
                 .header()
                 .keeper_pid
@@ -173,6 +175,8 @@ static STEWARDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 /// keeper stays as its steward (`kept::steward`) until it is adopted, removed or given
 /// back. Returns the steward's exit code.
 fn steward(segment: &Arc<Segment>, kept: &KeptMemory, me: u32) -> i32 {
+    // A keeper becomes its segment's steward once, after its last write to it.
+    assert!(!STEWARDING.load(std::sync::atomic::Ordering::SeqCst));
     mark_finished_raw(SEGMENT_FD);
     STEWARDING.store(true, std::sync::atomic::Ordering::SeqCst);
     kept::steward(segment, kept, me)
@@ -266,7 +270,9 @@ pub(crate) fn is_finished(file: &StdFile) -> bool {
 /// Errors: `fchmod`'s.
 pub(crate) fn clear_finished(file: &StdFile) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    file.set_permissions(std::fs::Permissions::from_mode(0o600))
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    debug_assert!(!is_finished(file), "the mark is cleared");
+    Ok(())
 }
 
 /// A fault (a segment shrunk under the keeper's mapping: SIGBUS; a bug: SIGSEGV, an

@@ -131,6 +131,8 @@ pub fn write_back(
     let dirty = dirty_folios(&arena, segment);
     for (&id, file) in files {
         let folios = dirty.get(&id).map_or(&[][..], Vec::as_slice);
+        // `dirty_folios` sorted them by file: each write goes to its folios' own file.
+        debug_assert!(folios.iter().all(|folio| folio.mapping == id));
         let size = segment
             .slot(id)
             .and_then(|slot| slot.read())
@@ -152,6 +154,8 @@ pub fn write_back(
         .filter(|(id, _)| !files.contains_key(id))
         .map(|(_, folios)| folios.len() as u64)
         .sum();
+    // Each file counted once, written or failed.
+    assert!(u64::from(written.files) + u64::from(written.failed_files) <= files.len() as u64);
     Ok(written)
 }
 
@@ -204,7 +208,12 @@ fn write_file(arena: &Arena, file: &StdFile, folios: &[Dirty], size: u64) -> io:
             } else {
                 count.min((size - offset).div_ceil(PAGE_BYTES as u64))
             };
+            // Before the write: the blocks lie within the folio, and start below the
+            // logical size (the last one may hold its end).
+            assert!(count >= 1 && first + count <= folio.order.pages());
+            assert!(size == SIZE_UNKNOWN || offset + (count - 1) * (PAGE_BYTES as u64) < size);
             let buf = arena.io_buf_pages(folio.frame, folio.order, first, count);
+            assert_eq!(buf.len_bytes() as u64, count * PAGE_BYTES as u64);
             if !run.takes(offset, buf.len_bytes()) {
                 bytes += run.write(file)?;
                 run = Run {
@@ -253,6 +262,12 @@ impl Run {
 
     /// Writes the run whole (nothing for an empty one); returns its bytes.
     fn write(&self, file: &StdFile) -> io::Result<u64> {
+        // Within one request's limits (`takes`), its length its buffers'.
+        assert!(self.bufs.len() <= libc::UIO_MAXIOV as usize && self.len_bytes <= IO_BYTES_MAX);
+        debug_assert_eq!(
+            self.len_bytes,
+            self.bufs.iter().map(FrameBuf::len_bytes).sum::<usize>()
+        );
         let mut done = 0;
         while done < self.len_bytes {
             let now = sync::transfer(file, Op::Write, self.offset_bytes, &self.bufs, done)?;
@@ -278,6 +293,7 @@ pub(crate) fn finish(
 ) -> io::Result<Written> {
     segment.set_state(SegmentState::Orphaned);
     let written = write_back(segment, files)?;
+    assert!(written.files as usize + written.failed_files as usize <= files.len());
     if written.failed_files == 0 {
         if segment.header().retained() {
             segment.stamp_files(files.iter().map(|(&id, file)| (id, file)));

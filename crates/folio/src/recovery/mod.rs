@@ -145,6 +145,8 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
             Reopened::Gone | Reopened::NotProven => {}
         }
     }
+    // The protection of issue 42: nothing of a finished segment is written by path.
+    assert!(!finished || files.is_empty());
     let written = if finished && files_refused == 0 {
         // Nothing to write: the keeper finished; settle the state only.
         finish(&segment, &mut HashMap::new())?
@@ -181,6 +183,8 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
         }
         refused_because = Some(why);
     }
+    // A refusal is always said, and only a refusal.
+    assert_eq!(files_refused > 0, refused_because.is_some());
     Ok(Recovered {
         written,
         files_not_found,
@@ -236,6 +240,8 @@ pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
             },
         }
     }
+    // Only a segment recovered here is removed here.
+    assert!(settled.removed <= settled.recovered);
     Ok(settled)
 }
 

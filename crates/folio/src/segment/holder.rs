@@ -60,6 +60,9 @@ pub fn holder_of(file: &StdFile) -> Holder {
 /// Whether another open file holds a record lock (`F_OFD_GETLK`) on `[start, start + len)`
 /// of the segment open as `file`.
 pub(crate) fn record_locked(file: &StdFile, start: i64, len: i64) -> bool {
+    // A length of 0 would mean "to the end of any file": the owner's probe would cover
+    // the steward's byte.
+    assert!(start >= 0 && len > 0);
     // SAFETY: all-zero is a valid flock (l_pid 0, as OFD locks want); F_OFD_GETLK fills it.
     let mut probe: libc::flock = unsafe { std::mem::zeroed() };
     probe.l_type = libc::F_WRLCK as libc::c_short;

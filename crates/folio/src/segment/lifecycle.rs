@@ -113,16 +113,24 @@ impl Segment {
             ));
         }
         let layout = Layout::for_frames(frame_count, old.meta_frames);
+        // The side table keeps its room, so the frames kept stay where they were.
+        assert_eq!(
+            (layout.meta_offset, layout.frames_offset),
+            (old.meta_offset, old.frames_offset)
+        );
         if frame_count < old.frame_count {
             let entry = std::mem::size_of::<FolioMeta>() as u64;
             let from = layout.meta_offset + u64::from(frame_count) * entry;
             let to = layout.meta_offset + u64::from(old.frame_count) * entry;
+            // Only the entries of the frames dropped: never a frame's bytes.
+            assert!(from < to && to <= layout.frames_offset);
             punch_hole(&file, from, to - from)?;
         }
         if frame_count != old.frame_count {
             file.set_len(layout.total_bytes)?;
         }
         let mut segment = Self::map(path.to_path_buf(), file, layout)?;
+        assert_eq!(segment.layout.frame_count, frame_count);
         segment.owner_lock = Some(owner_lock);
         let header = segment.header();
         header.init(&layout);
@@ -214,6 +222,9 @@ impl Segment {
             return Err(io::Error::last_os_error());
         }
         let aligned = (map_ptr as usize).next_multiple_of(ALIGN_BYTES);
+        // The file's mapping lies inside the reservation, its frames on a 2 MiB boundary.
+        assert!(aligned + file_bytes <= map_ptr as usize + map_bytes);
+        assert_eq!((aligned + layout.frames_offset as usize) % ALIGN_BYTES, 0);
         // SAFETY: [aligned, aligned + file_bytes) lies inside the reservation (ALIGN_BYTES
         // of slack); MAP_FIXED replaces that part of it with the file's shared mapping.
         let mapped = unsafe {

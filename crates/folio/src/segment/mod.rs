@@ -139,6 +139,10 @@ impl Segment {
     /// Context: the owner (its stats area was allocated at `create`); takes the stats
     /// lock; never blocks otherwise.
     pub fn publish_stats<'a>(&self, entries: impl IntoIterator<Item = (&'a str, StatValue)>) {
+        assert!(
+            self.owner_lock.is_some(),
+            "only the owner publishes its counters"
+        );
         let unix_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -171,6 +175,7 @@ impl Segment {
             return None;
         }
         let offset = self.layout.slots_offset + u64::from(id.0) * SLOT_BYTES;
+        debug_assert!(offset + SLOT_BYTES <= self.layout.meta_offset);
         // SAFETY: inside the slots' part of the mapping (id < SLOT_COUNT), aligned to 512;
         // FileSlot is atomics only, for which any bytes (zeros, for a new file) are valid.
         Some(unsafe { &*self.base.as_ptr().add(offset as usize).cast::<FileSlot>() })

@@ -27,6 +27,7 @@ impl Segment {
     /// short of room. For a block taken again after it was given back (its side-table
     /// entries stayed).
     pub fn reserve_frames(&self, frames: std::ops::Range<u32>) -> bool {
+        self.assert_frames(&frames);
         let page = PAGE_BYTES as u64;
         let count = u64::from(frames.end - frames.start);
         let offset = self.layout.frames_offset + u64::from(frames.start) * page;
@@ -39,10 +40,18 @@ impl Segment {
         let entry = std::mem::size_of::<FolioMeta>() as u64;
         let count = u64::from(frames.end - frames.start);
         let offset = self.layout.meta_offset + u64::from(frames.start) * entry;
+        // The entries lie in the side table, before the frames.
+        assert!(offset + count * entry <= self.layout.frames_offset);
         self.reserve_frames(frames) && self.allocate(offset, count * entry).is_ok()
     }
 
+    /// Allocates the file's memory in `[offset, offset + len)` (`fallocate`), retried when
+    /// interrupted.
+    ///
+    /// Context: the range lies within the file (a part of its `Layout`): `fallocate` would
+    /// otherwise grow the file past the size its header records.
     pub(super) fn allocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        assert!(len > 0 && offset + len <= self.layout.total_bytes);
         loop {
             // SAFETY: fallocate on our open descriptor, inside the file's size.
             let rc = unsafe {
@@ -69,6 +78,7 @@ impl Segment {
     /// # Safety
     /// Nobody holds a reference to those frames' bytes.
     pub unsafe fn remove_frames(&self, first: u32, count: u32) {
+        self.assert_frames(&(first..first + count));
         let offset = first as usize * PAGE_BYTES;
         // SAFETY: inside the frames' part of the shared mapping; the caller guarantees no
         // reference to the bytes.
@@ -88,6 +98,7 @@ impl Segment {
     /// kernel without it (before 5.14) faults them in as they are read.
     pub fn map_in_frames(&self, frames: std::ops::Range<u32>) {
         const MADV_POPULATE_WRITE: libc::c_int = 23;
+        self.assert_frames(&frames);
         let offset = frames.start as usize * PAGE_BYTES;
         // SAFETY: inside the frames' part of the shared mapping; populating changes no
         // byte (the pages exist in the file: an adopted folio's), it only maps them.
@@ -106,6 +117,7 @@ impl Segment {
     ///
     /// Errors: `fallocate`'s.
     pub fn punch_frames(&self, frames: std::ops::Range<u32>) -> io::Result<()> {
+        self.assert_frames(&frames);
         let page = PAGE_BYTES as u64;
         let offset = self.layout.frames_offset + u64::from(frames.start) * page;
         punch_hole(
@@ -150,6 +162,8 @@ impl Segment {
             } else {
                 (hole as u64).min(end)
             };
+            // lseek's contract: data at or after `at`, the hole at or after the data.
+            debug_assert!(at <= data as u64 && data as u64 <= hole && hole <= end);
             ranges.push((data as u64, hole));
             at = hole;
         }
@@ -159,6 +173,7 @@ impl Segment {
     /// The frames of `frames` whose memory is allocated in the file (`SEEK_DATA`): the rest
     /// is a hole (never touched, or given back).
     pub fn resident_frames(&self, frames: std::ops::Range<u32>) -> Vec<std::ops::Range<u32>> {
+        self.assert_frames(&frames);
         let page = PAGE_BYTES as u64;
         let base = self.layout.frames_offset;
         let start = base + u64::from(frames.start) * page;
@@ -180,7 +195,8 @@ impl Segment {
         let entry = std::mem::size_of::<FolioMeta>() as u64;
         let start = self.layout.meta_offset;
         let end = start + u64::from(self.layout.frame_count) * entry;
-        self.data_ranges(start, end)
+        let written: Vec<std::ops::Range<u32>> = self
+            .data_ranges(start, end)
             .into_iter()
             .map(|(from, to)| {
                 let first = ((from - start) / entry) as u32;
@@ -189,7 +205,22 @@ impl Segment {
                     .min(u64::from(self.layout.frame_count));
                 first..last as u32
             })
-            .collect()
+            .collect();
+        // The keeper and a recovery walk these: never a frame past the segment's.
+        debug_assert!(written
+            .iter()
+            .all(|r| r.start <= r.end && r.end <= self.layout.frame_count));
+        written
+    }
+
+    /// Asserts that `frames` is a range of the segment's frames: every range this room
+    /// hands the kernel is one (a frame range the arena or an adoption owns).
+    fn assert_frames(&self, frames: &std::ops::Range<u32>) {
+        assert!(
+            frames.start <= frames.end && frames.end <= self.layout.frame_count,
+            "frames {frames:?} of a segment of {}",
+            self.layout.frame_count
+        );
     }
 }
 
@@ -222,4 +253,38 @@ pub fn room_bytes(dir: &Path) -> io::Result<u64> {
         return Err(io::Error::last_os_error());
     }
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame range past the segment's is a bug of the caller's: asserted before the
+    /// kernel sees it (an `fallocate` there grew the file past the size its header
+    /// records, and the segment could not be opened again).
+    #[test]
+    #[should_panic(expected = "frames 0..9 of a segment of 8")]
+    fn a_range_past_the_frames_is_asserted_before_the_kernel_sees_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let segment = Segment::create(dir.path(), Some("past"), 8).unwrap();
+        segment.reserve_frames(0..9);
+    }
+
+    /// What the arena reserves, gives back and finds stays within the segment's frames.
+    #[test]
+    fn frames_reserved_are_found_resident_and_given_back() {
+        // On tmpfs, a segment's home. A page reserved but never written reads as a hole to
+        // `SEEK_DATA` (tmpfs and ext4 alike): resident means touched.
+        let dir = tempfile::tempdir_in(super::super::home::SHARED_DIR).unwrap();
+        let segment = Segment::create(dir.path(), Some("space"), 1024).unwrap();
+        assert!(segment.reserve_chunk(0..512));
+        assert!(segment.resident_frames(0..1024).is_empty());
+        segment.write_frame_for_test(1, b"x");
+        segment.write_frame_for_test(2, b"y");
+        assert_eq!(segment.resident_frames(0..1024), vec![1..3]);
+        assert_eq!(segment.resident_frames(2..1024), vec![2..3]);
+        segment.punch_frames(0..512).unwrap();
+        assert!(segment.resident_frames(0..1024).is_empty());
+        assert!(segment.written_meta_frames().iter().all(|r| r.end <= 1024));
+    }
 }
