@@ -1,5 +1,6 @@
-//! The keeper's writeback: every dirty folio a dead owner left in its segment, written to
-//! its file; then each written file's size settled and the file synced.
+//! An orphaned segment's writeback, by its keeper or by a recovery (`recovery`): every
+//! dirty folio a dead owner left in its segment, written to its file; then each written
+//! file's size settled and the file synced; then the segment's state (`finish`).
 //!
 //! What is written, by the folio's state word as the owner left it (`refcount`):
 //! - DIRTY (LOCKED or not): its dirty blocks (`BlockMask`). A LOCKED one is a write that

@@ -353,7 +353,7 @@ pub struct FileSlot {
 }
 
 /// How the owner opened a slot's file: a recovery writes only a file the owner opened for
-/// writing (`keeper::recover_segment`), never one it only read.
+/// writing (`recovery::recover_segment`), never one it only read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opened {
     ReadOnly = 0,

@@ -119,10 +119,10 @@ impl std::fmt::Debug for Segment {
 }
 
 impl Segment {
-    /// The stats area (`stats`).
+    /// The stats area (`published`).
     pub fn stats_area(&self) -> &StatsArea {
         // SAFETY: the area lies inside the mapping at STATS_OFFSET (page aligned), is
-        // STATS_BYTES long (StatsArea fits: asserted in `stats`) and lives as long as
+        // STATS_BYTES long (StatsArea fits: asserted in `published`) and lives as long as
         // `self`; StatsArea is atomics only, valid for any bytes.
         unsafe {
             &*self

@@ -5,7 +5,7 @@
 //! - `SegmentView::open`: the segment mapped read-only (`Segment::open_view`), with the
 //!   checks of a recovery (this user's, mode 0600, not a symlink, a header this build
 //!   reads) and without its lock, so that a live owner or its keeper keeps it.
-//! - `SegmentView::stats`: the counters the owner last published (`stats`: about once a
+//! - `SegmentView::stats`: the counters the owner last published (`published`: about once a
 //!   second from its writeback thread, on `Cache::publish_stats`, and a last time when
 //!   the cache is dropped, after its final writeback), turned back into a `Stats` by name.
 //! - `SegmentView::files`: per file, its cached, dirty and under-writeback pages, from a
