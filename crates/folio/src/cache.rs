@@ -490,7 +490,7 @@ impl CacheBuilder {
             Some(path) => SegmentDir::open(path, self.segment_dir_disk)?,
             None => SegmentDir::home()?,
         };
-        crate::keeper::settle_dir(dir.path())?;
+        crate::recovery::settle_dir(dir.path())?;
         // A segment of this name that a restart adopts gives its memory to the new one.
         let there = self
             .segment_name

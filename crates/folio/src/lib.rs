@@ -62,18 +62,20 @@
 //! - `io`: the backend contract (`backend`: reads and writes as one request type), the one
 //!   synchronous `preadv`/`pwritev` loop (`sync`), the factory, and the engines (`uring`,
 //!   `pread`, `fault`, `null`).
-//! - `keeper`: the process that writes back a dead owner's dirty pages (DESIGN.md §9),
-//!   and the recovery of a segment whose keeper was killed; above `write` and `arena`.
-//!   `segment`: the shared-memory file a persistent cache's arena lives in, its layout,
-//!   the owner's line to its keeper, its published counters (`stats`) and the view of
-//!   it from outside (`view`: `SegmentView`, `segments_in`, `remove_segment`); below
-//!   `arena`.
+//! - `recovery`: a segment whose keeper was killed, finished by another process
+//!   (`recover_segment`, a new cache's `settle_dir`); above `keeper`. `keeper`: the
+//!   process that writes back a dead owner's dirty pages (DESIGN.md §9); above `write` and
+//!   `arena`. `segment`: the shared-memory file a persistent cache's arena lives in (its
+//!   life, its space, who holds it, its layout), the owner's line to its keeper, its
+//!   published counters (`published`), the segments in a directory (`discovery`:
+//!   `segments_in`) and the view of it from outside (`view`: `SegmentView`,
+//!   `remove_segment`); below `arena`.
 //! - `stats` (counters), `types` (newtypes), `primitive` (the atomics loom swaps in),
 //!   `fuzzing` (fuzz bodies, for cargo-fuzz and tests only).
 //!
 //! `unsafe` is denied in the crate and allowed only in the modules that need it (named,
 //! with why, in ARCHITECTURE.md): `arena` (but its `buddy` and `chunk`), `index`'s `node`,
-//! `io`, `keeper`, `segment` and `wait`.
+//! `io`, `keeper`, `recovery`, `segment` and `wait`.
 //!
 //! # Lock ordering
 //!
@@ -134,6 +136,8 @@ mod pagecache;
 mod primitive;
 mod readahead;
 mod reclaim;
+#[allow(unsafe_code)]
+mod recovery;
 mod refcount;
 #[allow(unsafe_code)]
 mod segment;
@@ -163,12 +167,12 @@ pub use file::{
     Advice, File, GetPageFuture, PageRef, ReadAtFuture, ReadManyFuture, ReadaheadWindow,
 };
 pub use io::BackendKind;
-pub use keeper::{recover_segment, trim_kept_segment, KeptMemory, Recovered, Trimmed, Written};
+pub use keeper::{trim_kept_segment, KeptMemory, Trimmed, Written};
+pub use recovery::{recover_segment, Recovered};
 pub use segment::layout::SegmentState;
-pub use segment::view::{
-    remove_segment, segments_in, FileUsage, PublishedStats, SegmentInfo, SegmentView,
-};
+pub use segment::view::{remove_segment, FileUsage, PublishedStats, SegmentView};
 pub use segment::Holder as SegmentHolder;
 pub use segment::{check_name as check_segment_name, DiskDir};
+pub use segment::{segments_in, SegmentInfo};
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

@@ -32,7 +32,7 @@ use crate::io::Backend;
 use crate::mapping::{Mapping, MappingTable};
 use crate::memory::Memory;
 use crate::reclaim::{self, Reclaimer};
-use crate::segment::stats::StatValue;
+use crate::segment::published::StatValue;
 use crate::stats::{self, Stats};
 use crate::types::{FrameId, Order, PAGE_BYTES};
 use crate::write::queue::DirtyFiles;
@@ -192,7 +192,7 @@ impl Core {
     }
 
     /// A snapshot of the counters (`stats`, with `backend` named), published in the
-    /// segment's stats area if the cache is persistent (`segment::stats`: what
+    /// segment's stats area if the cache is persistent (`segment::published`: what
     /// `folio-stat` and `folio::SegmentView` read), and returned.
     ///
     /// Context: as `stats`; the publisher is the writeback thread (every

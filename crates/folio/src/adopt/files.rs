@@ -49,6 +49,7 @@ pub struct Unchanged {
 /// Checks mapping `id`'s file against its slot (module docs); `folios` are the folios
 /// found for it. `None`: its pages are dropped.
 pub fn check(segment: &Segment, id: MappingId, folios: &[Found]) -> Option<Unchanged> {
+    debug_assert!(folios.iter().all(|f| f.mapping == id), "one file's folios");
     let record = segment.slot(id)?.read()?;
     let recorded = record.stamp?;
     if record.path.is_empty() {

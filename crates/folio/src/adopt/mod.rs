@@ -115,7 +115,7 @@ pub(crate) fn take(
     let mut adoption = Adoption::default();
     let mut waits = 0;
     let segment = loop {
-        let attempt = crate::keeper::recover_segment(path).and_then(|recovered| {
+        let attempt = crate::recovery::recover_segment(path).and_then(|recovered| {
             adoption.bytes_written_back += recovered.written.bytes;
             if let Some(why) = recovered.refused_because {
                 return Err(Replace(why).into());
@@ -135,7 +135,7 @@ pub(crate) fn take(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 let holder = std::fs::File::open(path).map(|f| segment::holder_of(&f));
                 match holder {
-                    Ok(Holder::Keeper) => crate::keeper::wait_for_keeper(path),
+                    Ok(Holder::Keeper) => crate::recovery::wait_for_keeper(path),
                     // Held briefly: a cache being built that settles its directory, or a
                     // fork of this process (another cache's keeper starting) that holds
                     // copies of the owner's descriptors until it closes them.
@@ -188,6 +188,7 @@ pub(crate) fn take(
     // it again when it ends.
     crate::keeper::clear_finished(segment.file())?;
     let mut found = scan::scan(&segment);
+    let pages_found: u64 = found.folios.iter().map(|f| f.order.pages()).sum();
     adoption.pages_unproven = found.unproven_pages;
     let mut by_file: BTreeMap<MappingId, Vec<Found>> = BTreeMap::new();
     for folio in std::mem::take(&mut found.folios) {
@@ -225,6 +226,13 @@ pub(crate) fn take(
             adoption.files_dropped += 1;
         }
     }
+    // Every folio found is kept or counted dropped, once; every kept one has its file.
+    let pages_kept: u64 = folios.iter().map(|f: &Found| f.order.pages()).sum();
+    assert_eq!(
+        pages_kept + adoption.pages_of_changed_files + adoption.pages_unproven,
+        pages_found + found.unproven_pages
+    );
+    debug_assert!(folios.iter().all(|f| files.contains_key(&f.mapping)));
     Ok(Some((
         segment,
         Plan {
@@ -338,6 +346,7 @@ impl Plan {
     /// used folios first; the rest is dropped.
     pub fn fit(&mut self, capacity_frames: u64) {
         let budget = capacity_frames - capacity_frames / 8;
+        let pages_before: u64 = self.folios.iter().map(|f| f.order.pages()).sum();
         self.folios
             .sort_by_key(|f| (std::cmp::Reverse(f.freq), f.mapping, f.head));
         let mut used = 0u64;
@@ -351,6 +360,9 @@ impl Plan {
             }
             keep
         });
+        // Within the budget, and every page kept or counted over.
+        assert!(used <= budget);
+        assert_eq!(used + over, pages_before);
         self.adoption.pages_over_capacity = over;
         let kept: std::collections::BTreeSet<MappingId> =
             self.folios.iter().map(|f| f.mapping).collect();
@@ -360,6 +372,11 @@ impl Plan {
     /// The kept folios' frames, for `Arena::list_adopted`; their side-table entries made
     /// those of cached, uptodate folios.
     pub fn prepare_arena(&self, arena: &Arena) {
+        // Every kept frame is the arena's (the segment's, as `scan` proved it).
+        assert!(self
+            .folios
+            .iter()
+            .all(|f| u64::from(f.frame.0) + f.order.pages() <= u64::from(arena.frame_count())));
         let mut used: Vec<(FrameId, Order)> =
             self.folios.iter().map(|f| (f.frame, f.order)).collect();
         used.sort_by_key(|&(frame, _)| frame);
@@ -401,6 +418,8 @@ impl Plan {
             files,
             mut adoption,
         } = self;
+        // The plan's invariant (`take`, `fit`): every kept folio's file is kept.
+        debug_assert!(folios.iter().all(|f| files.contains_key(&f.mapping)));
         let segment = mem.arena.segment().cloned();
         if let Some(segment) = &segment {
             // Slots of files not adopted are forgotten, and adopted files' sizes are the

@@ -18,7 +18,7 @@
 //!
 //! Witnesses: a write that [`transfer`] makes for a caller other than a backend (the
 //! rest of a short write, `write/writeback.rs`; a recovery's or a keeper's writes,
-//! `keeper/writeback.rs`) is also reported to every registered [`WriteWitness`] before
+//! `keeper/orphan.rs`) is also reported to every registered [`WriteWitness`] before
 //! and after it: the fault backend's power-loss model (`io/fault/power.rs`), which must
 //! see every byte that reaches a file it models. A backend's own requests go through
 //! [`perform`], which reports nothing: the fault backend records those itself. With no

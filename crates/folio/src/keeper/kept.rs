@@ -451,7 +451,7 @@ fn allocated_bytes(file: &StdFile) -> u64 {
 /// What the kept segments of this user in `dir` hold (allocated bytes): those nobody or a
 /// steward holds.
 fn kept_bytes_in(dir: &Path) -> u64 {
-    segment::segments_in(dir)
+    segment::holders_in(dir)
         .unwrap_or_default()
         .into_iter()
         .filter(|(_, holder)| matches!(holder, Holder::Nobody | Holder::Steward))

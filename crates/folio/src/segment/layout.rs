@@ -89,6 +89,41 @@ impl Layout {
             frames_offset,
             total_bytes: frames_offset + u64::from(frame_count) * PAGE_BYTES as u64,
         }
+        .assert_sound()
+    }
+
+    /// Returns the layout after asserting where its parts lie: in order, apart, each
+    /// aligned as the references made into it need (`Segment::slot`, `meta_table`,
+    /// `frames`), the frames counted within the side table's room, and the whole file
+    /// before the steward's lock byte (`holder::STEWARD_LOCK_OFFSET`). Every layout is
+    /// `for_frames`' (a header read back is checked against one: `Header::check`), so a
+    /// forged header never reaches these.
+    fn assert_sound(self) -> Layout {
+        let meta_bytes = u64::from(self.meta_frames) * std::mem::size_of::<FolioMeta>() as u64;
+        assert!(self.frame_count <= self.meta_frames && self.meta_frames <= META_FRAMES_MAX);
+        assert!(HEADER_BYTES <= STATS_OFFSET && STATS_OFFSET + STATS_BYTES <= self.slots_offset);
+        assert!(self.slots_offset + u64::from(SLOT_COUNT) * SLOT_BYTES <= self.meta_offset);
+        assert!(self.meta_offset + meta_bytes <= self.frames_offset);
+        assert_eq!(
+            self.slots_offset % SLOT_BYTES,
+            0,
+            "slots are aligned to their size"
+        );
+        assert_eq!(
+            self.meta_offset % std::mem::align_of::<FolioMeta>() as u64,
+            0
+        );
+        assert_eq!(
+            self.frames_offset % FRAMES_ALIGN,
+            0,
+            "frames are aligned to 2 MiB"
+        );
+        assert_eq!(
+            self.total_bytes,
+            self.frames_offset + u64::from(self.frame_count) * PAGE_BYTES as u64
+        );
+        assert!(self.total_bytes < super::holder::STEWARD_LOCK_OFFSET as u64);
+        self
     }
 }
 
@@ -318,7 +353,7 @@ pub struct FileSlot {
 }
 
 /// How the owner opened a slot's file: a recovery writes only a file the owner opened for
-/// writing (`keeper::recover_segment`), never one it only read.
+/// writing (`recovery::recover_segment`), never one it only read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Opened {
     ReadOnly = 0,

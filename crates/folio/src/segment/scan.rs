@@ -108,6 +108,17 @@ pub fn scan_entries(
             out.folios.push(f);
         }
     }
+    // What an adoption will hand out: inside the table, aligned to its order, and no two
+    // folios of one file over one page (they are in file order).
+    for f in &out.folios {
+        let pages = f.order.pages();
+        assert!(u64::from(f.frame.0) + pages <= u64::from(frame_count));
+        assert!(u64::from(f.frame.0) % pages == 0 && f.head.0 % pages == 0);
+    }
+    debug_assert!(out
+        .folios
+        .windows(2)
+        .all(|w| w[0].mapping != w[1].mapping || w[0].head.0 + w[0].order.pages() <= w[1].head.0));
     out
 }
 

@@ -5,7 +5,7 @@
 //! - `SegmentView::open`: the segment mapped read-only (`Segment::open_view`), with the
 //!   checks of a recovery (this user's, mode 0600, not a symlink, a header this build
 //!   reads) and without its lock, so that a live owner or its keeper keeps it.
-//! - `SegmentView::stats`: the counters the owner last published (`stats`: about once a
+//! - `SegmentView::stats`: the counters the owner last published (`published`: about once a
 //!   second from its writeback thread, on `Cache::publish_stats`, and a last time when
 //!   the cache is dropped, after its final writeback), turned back into a `Stats` by name.
 //! - `SegmentView::files`: per file, its cached, dirty and under-writeback pages, from a
@@ -19,16 +19,16 @@
 //! while viewed would fault the viewer (SIGBUS); no folio process truncates one.
 
 use std::collections::HashMap;
-use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::holder::lock_unused;
 use super::layout::{SegmentState, SIZE_UNKNOWN};
-use super::stats::{StatValue, Unread};
-use super::{holder_of, open_ours, with_header, Holder, Segment, SegmentDir};
+use super::lifecycle::open_ours;
+use super::published::{StatValue, Unread};
+use super::{holder_of, Holder, Segment, SegmentDir};
 use crate::folio::MappingId;
 use crate::stats::Stats;
 use crate::types::{ORDER_MAX, PAGE_BYTES};
@@ -77,29 +77,6 @@ pub struct FileUsage {
     pub dirty_pages: u64,
     /// Of those, pages of folios whose writeback is in flight.
     pub writeback_pages: u64,
-}
-
-/// A segment found in a directory (`segments_in`).
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct SegmentInfo {
-    pub path: PathBuf,
-    /// Who holds it now.
-    pub holder: Holder,
-    /// Its state as its header says; `None` if this build cannot read the header.
-    pub state: Option<SegmentState>,
-    /// The owner's and the keeper's pids as the header records them (the last ones).
-    pub owner_pid: u32,
-    pub keeper_pid: u32,
-    /// The file's length (frames reserved, most of them holes).
-    pub size_bytes: u64,
-    /// Memory it takes in its file system now (`st_blocks`).
-    pub resident_bytes: u64,
-    /// When it was last changed.
-    pub modified: Option<SystemTime>,
-    /// Why this build cannot view it (another layout, damaged, too short): `None` if it
-    /// can.
-    pub unreadable: Option<String>,
 }
 
 impl SegmentView {
@@ -279,49 +256,6 @@ impl SegmentView {
     }
 }
 
-/// Every folio segment of this user in `dir`, with who holds it, its state and its size:
-/// regular files (not symlinks) owned by this user whose header starts with the segment's
-/// magic. Other files, and other users' segments, are passed over.
-///
-/// Errors: reading the directory's (`NotFound`, `PermissionDenied`).
-///
-/// Context: takes no lock; opens each file and reads its header.
-pub fn segments_in(dir: impl AsRef<Path>) -> io::Result<Vec<SegmentInfo>> {
-    let mut found = Vec::new();
-    for (path, holder) in super::segments_in(dir.as_ref())? {
-        let Ok(file) = open_read_only(&path) else {
-            continue;
-        };
-        let Ok(meta) = file.metadata() else { continue };
-        let header = with_header(&file, |header| {
-            let pid = |word: &std::sync::atomic::AtomicU32| {
-                word.load(std::sync::atomic::Ordering::Relaxed)
-            };
-            (
-                header.check(meta.len()).err().map(|e| e.to_string()),
-                header.state(),
-                pid(&header.owner_pid),
-                pid(&header.keeper_pid),
-            )
-        });
-        let (unreadable, state, owner_pid, keeper_pid) =
-            header.unwrap_or_else(|e| (Some(e.to_string()), None, 0, 0));
-        found.push(SegmentInfo {
-            path,
-            holder,
-            state: if unreadable.is_none() { state } else { None },
-            owner_pid,
-            keeper_pid,
-            size_bytes: meta.len(),
-            resident_bytes: meta.blocks() * 512,
-            modified: meta.modified().ok(),
-            unreadable,
-        });
-    }
-    found.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(found)
-}
-
 /// Removes the segment at `path`, if nobody holds it. What it still held is lost: a
 /// segment left by a killed keeper (state `Orphaned`) may hold writes not yet on disk,
 /// which `recover_segment` writes back (and then removes it).
@@ -345,7 +279,7 @@ pub fn remove_segment(path: impl AsRef<Path>) -> io::Result<()> {
             format!("folio: {} is not a folio segment", path.display()),
         ));
     }
-    super::lock_unused(&file, path)?;
+    lock_unused(&file, path)?;
     // Only if the name still names the file we locked (not one put there since).
     if dir.unlink_if_same(&name, &file)? {
         Ok(())
@@ -360,9 +294,4 @@ pub fn remove_segment(path: impl AsRef<Path>) -> io::Result<()> {
             format!("folio: segment {} is gone", path.display()),
         ))
     }
-}
-
-fn open_read_only(path: &Path) -> io::Result<StdFile> {
-    let (dir, name) = SegmentDir::of_segment(path)?;
-    open_ours(&dir, &name, libc::O_RDONLY).map(|(file, _)| file)
 }

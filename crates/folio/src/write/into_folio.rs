@@ -450,7 +450,7 @@ impl FolioWriter<'_> {
             BlockMask::of(arena, new.frame, new.order).mark(&blocks, Prior::Clean);
             // DIRTY on the copy (still LOCKED) before the old folio is cleaned: at no
             // instant are the dirty blocks in no dirty folio, which a keeper writing back
-            // a killed owner's segment would see (`keeper::writeback`).
+            // a killed owner's segment would see (`keeper::orphan`).
             arena
                 .meta(new.frame)
                 .state

@@ -1,5 +1,6 @@
-//! The keeper's writeback: every dirty folio a dead owner left in its segment, written to
-//! its file; then each written file's size settled and the file synced.
+//! An orphaned segment's writeback, by its keeper or by a recovery (`recovery`): every
+//! dirty folio a dead owner left in its segment, written to its file; then each written
+//! file's size settled and the file synced; then the segment's state (`finish`).
 //!
 //! What is written, by the folio's state word as the owner left it (`refcount`):
 //! - DIRTY (LOCKED or not): its dirty blocks (`BlockMask`). A LOCKED one is a write that
@@ -35,7 +36,7 @@ use crate::arena::{Arena, ArenaPages};
 use crate::folio::MappingId;
 use crate::io::backend::{FlushKind, FrameBuf, Op, IO_BYTES_MAX};
 use crate::io::sync;
-use crate::segment::layout::SIZE_UNKNOWN;
+use crate::segment::layout::{SegmentState, SIZE_UNKNOWN};
 use crate::segment::Segment;
 use crate::types::{FrameId, Order, PageIndex, ORDER_MAX, PAGE_BYTES};
 use crate::write::mask::{BlockMask, Blocks};
@@ -131,6 +132,8 @@ pub fn write_back(
     let dirty = dirty_folios(&arena, segment);
     for (&id, file) in files {
         let folios = dirty.get(&id).map_or(&[][..], Vec::as_slice);
+        // `dirty_folios` sorted them by file: each write goes to its folios' own file.
+        debug_assert!(folios.iter().all(|folio| folio.mapping == id));
         let size = segment
             .slot(id)
             .and_then(|slot| slot.read())
@@ -152,6 +155,8 @@ pub fn write_back(
         .filter(|(id, _)| !files.contains_key(id))
         .map(|(_, folios)| folios.len() as u64)
         .sum();
+    // Each file counted once, written or failed.
+    assert!(u64::from(written.files) + u64::from(written.failed_files) <= files.len() as u64);
     Ok(written)
 }
 
@@ -204,7 +209,12 @@ fn write_file(arena: &Arena, file: &StdFile, folios: &[Dirty], size: u64) -> io:
             } else {
                 count.min((size - offset).div_ceil(PAGE_BYTES as u64))
             };
+            // Before the write: the blocks lie within the folio, and start below the
+            // logical size (the last one may hold its end).
+            assert!(count >= 1 && first + count <= folio.order.pages());
+            assert!(size == SIZE_UNKNOWN || offset + (count - 1) * (PAGE_BYTES as u64) < size);
             let buf = arena.io_buf_pages(folio.frame, folio.order, first, count);
+            assert_eq!(buf.len_bytes() as u64, count * PAGE_BYTES as u64);
             if !run.takes(offset, buf.len_bytes()) {
                 bytes += run.write(file)?;
                 run = Run {
@@ -253,6 +263,12 @@ impl Run {
 
     /// Writes the run whole (nothing for an empty one); returns its bytes.
     fn write(&self, file: &StdFile) -> io::Result<u64> {
+        // Within one request's limits (`takes`), its length its buffers'.
+        assert!(self.bufs.len() <= libc::UIO_MAXIOV as usize && self.len_bytes <= IO_BYTES_MAX);
+        debug_assert_eq!(
+            self.len_bytes,
+            self.bufs.iter().map(FrameBuf::len_bytes).sum::<usize>()
+        );
         let mut done = 0;
         while done < self.len_bytes {
             let now = sync::transfer(file, Op::Write, self.offset_bytes, &self.bufs, done)?;
@@ -267,4 +283,26 @@ impl Run {
         );
         Ok(self.len_bytes as u64)
     }
+}
+
+/// The keeper's step 4 (`keeper`'s module docs), and a recovery's: writes back, syncs, and removes the segment if every dirty page is on disk.
+/// A named segment is not removed but left written, for the next cache of its name to
+/// adopt (`adopt`), each written file stamped as it is now (`Segment::stamp_files`).
+pub(crate) fn finish(
+    segment: &Arc<Segment>,
+    files: &mut HashMap<MappingId, StdFile>,
+) -> io::Result<Written> {
+    segment.set_state(SegmentState::Orphaned);
+    let written = write_back(segment, files)?;
+    assert!(written.files as usize + written.failed_files as usize <= files.len());
+    if written.failed_files == 0 {
+        if segment.header().retained() {
+            segment.stamp_files(files.iter().map(|(&id, file)| (id, file)));
+            segment.set_state(SegmentState::Written);
+        } else {
+            segment.set_state(SegmentState::Written);
+            segment.remove()?;
+        }
+    }
+    Ok(written)
 }
