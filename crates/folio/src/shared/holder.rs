@@ -1,0 +1,125 @@
+//! The names the shared structures use (a holder, a word's place) and how an operation
+//! runs (`Run`: where it may die, how it waits), with the flaws the models prove they
+//! catch. No protocol here: `slot.rs`, `lock.rs` and `stack.rs` hold them.
+
+/// A word's place in the region: its index, not an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Word(pub(crate) u32);
+
+impl Word {
+    pub(crate) fn at(self, offset: u32) -> Word {
+        Word(self.0 + offset)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// A process slot's index in the slot table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SlotIndex(pub(crate) u16);
+
+/// One process's tenure of a slot: the slot, and the generation its attach gave it (each
+/// attach of a slot gets a new one, so a lock held by a dead process is never mistaken
+/// for one held by the next process in its slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Holder {
+    pub(crate) slot: SlotIndex,
+    pub(crate) generation: u32,
+}
+
+impl Holder {
+    /// The word that names this holder in a lock word or an owner word: never 0, which
+    /// means "nobody".
+    pub(crate) fn word(self) -> u64 {
+        ((u64::from(self.slot.0) + 1) << 32) | u64::from(self.generation)
+    }
+
+    /// The holder a non-zero word names.
+    pub(crate) fn from_word(word: u64) -> Holder {
+        let slot = word >> 32;
+        assert!(
+            (1..=1 << 16).contains(&slot),
+            "not a holder's word: {word:#x}"
+        );
+        Holder {
+            slot: SlotIndex((slot - 1) as u16),
+            generation: word as u32,
+        }
+    }
+}
+
+/// The operation stopped at a step because its process "died" there: only a model's or a
+/// test's `Run` returns it (loom cannot kill a thread, so a model's dying thread returns
+/// this from the step and stops). Production's `Unkillable` never does.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Died;
+
+/// The named points of a protocol where a process may die: every store to shared words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The lock word now names us (acquired free).
+    Locked,
+    /// We took the lock over from a dead holder.
+    TookOver,
+    /// A dead holder's intent redone, its record not cleared yet.
+    Redone,
+    /// Our intent record is published.
+    Published,
+    /// One store of the change is done.
+    Stored,
+    /// The intent record is cleared (the change is complete).
+    Cleared,
+    /// The lock word is free again.
+    Unlocked,
+}
+
+/// A protocol known to be wrong, which the models run to prove that they catch it. Only
+/// tests build anything but `Flaw::None`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flaw {
+    None,
+    /// The intent record is published after the change's stores, not before.
+    #[cfg(test)]
+    IntentAfterMutation,
+    /// An attach does not give the slot a new generation: a lock held by a dead process
+    /// and one held by the next process in its slot look the same.
+    #[cfg(test)]
+    NoGeneration,
+}
+
+/// How an operation runs: where it may die, how it waits for a live holder. The library
+/// runs `Unkillable`; the tests run levers that kill the process at a chosen step
+/// (`SIGKILL` across processes) or stop a model's thread there.
+pub(crate) trait Run {
+    /// Called right after each `Step`; `Err(Died)` ends the operation there.
+    fn at(&self, step: Step) -> Result<(), Died>;
+
+    /// Called when the lock is held by a live holder, before looking again.
+    fn wait(&self, holder: Holder);
+
+    /// The protocol's flaw, if a model asks for one.
+    fn flaw(&self) -> Flaw {
+        Flaw::None
+    }
+}
+
+/// The library's `Run`: never dies, spins a little then yields while a live holder holds
+/// the lock.
+#[derive(Debug, Default)]
+pub(crate) struct Unkillable;
+
+impl Run for Unkillable {
+    #[inline]
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        Ok(())
+    }
+
+    fn wait(&self, _holder: Holder) {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+        std::thread::yield_now();
+    }
+}

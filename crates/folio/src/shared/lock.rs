@@ -1,0 +1,236 @@
+//! A lock word that names its holder, with the intent record of the change it makes: the
+//! lock a shared structure is changed under when any process may die holding it.
+//!
+//! One cache line (8 words), from `base`:
+//!
+//! ```text
+//!   word 0   lock    0 (free) or the holder's word (`Holder::word`: slot + 1, generation)
+//!   word 1   intent  0 (none) or the change's operation code, published last
+//!   word 2-5 args    the change's absolute values (`INTENT_ARGS`)
+//!   word 6-7         the structure's own (a stack's head and count): the line a change
+//!                    writes anyway, so the intent costs no other line
+//! ```
+//!
+//! # Protocol
+//!
+//! Holder (`lock`, then the structure's change through `Held`):
+//!   L1. CAS lock 0 -> me (acquire and release: a reader of our word sees our slot
+//!       LIVE). On failure, read the holder (acquire); if it is live
+//!       (`SlotTable::is_live`: its slot LIVE with its generation), wait and retry L1;
+//!       if it is dead, T1.
+//!   M1. Write the args, then the intent's operation code (`publish`): before any store
+//!       of the change.
+//!   M2. The change's stores (`store`, each a release store so that no store of the
+//!       change is ever made before the intent, by the compiler either).
+//!   M3. Clear the intent (`clear`).
+//!   U1. Store lock 0 (release).
+//!
+//! Take-over (a waiter, or the steward sweeping a dead process's locks):
+//!   T1. CAS lock dead -> me, comparing the whole word, slot *and* generation: of all who
+//!       found the same dead holder exactly one wins; one who read the word before the
+//!       slot was swept, freed and attached again fails, since the new holder's word has
+//!       a new generation. A loser retries L1.
+//!   T2. If the intent is published, redo the change from it (the structure's `redo`:
+//!       absolute stores, harmless if some or all were made), then clear it.
+//!   T3. Hold the lock as after L1.
+//!
+//! A death anywhere leaves one of: nothing held (before L1, after U1); the lock held and
+//! no intent (between L1 and M1: no store of the change made, nothing to redo); the lock
+//! held and the intent published (M1 to M3: redo finishes the change); the lock held, the
+//! change complete (after M3). A taker dying in T2 leaves the intent published under a
+//! lock word naming it, dead: the next taker redoes it again.
+//!
+//! Why the dead holder's stores are visible to the taker: the steward marks its slot dead
+//! only after the kernel reported the death (`SlotTable::mark_dead`, a release store),
+//! and the taker read the slot dead with an acquire load before T1.
+//!
+//! Protection: the intent and the structure's words by the lock; the lock word by CAS.
+//! Limits: `INTENT_ARGS` values per change; a waiter spins (`Run::wait`): a holder holds
+//! the lock for a few stores, never across a wait of its own.
+
+use super::slot::SlotTable;
+use super::{Died, Holder, Run, Step, Word};
+use crate::primitive::{AtomicU64, Ordering};
+
+/// The values an intent record holds.
+pub(crate) const INTENT_ARGS: usize = 4;
+
+/// The words of a lock's line that the structure may use for its own fields (6 and 7).
+pub(crate) const LINE_FREE_WORDS: [u32; 2] = [6, 7];
+
+/// The words of a lock's line.
+pub(crate) const LINE_WORDS: u32 = 8;
+
+const LOCK: u32 = 0;
+const INTENT: u32 = 1;
+const ARGS: u32 = 2;
+
+/// A change, as its intent record holds it: a non-zero operation code the structure
+/// chose, and its absolute values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Intent {
+    pub(crate) op: u64,
+    pub(crate) args: [u64; INTENT_ARGS],
+}
+
+/// A lock line at `base` of a region.
+#[derive(Debug)]
+pub(crate) struct HolderLock<'r> {
+    region: &'r [AtomicU64],
+    base: Word,
+}
+
+/// Proof that `me` holds the lock: what the structure changes its words through. Not
+/// released on drop: a holder that stops (dies) keeps the lock, as a killed process does.
+#[derive(Debug)]
+#[must_use = "a held lock must be unlocked"]
+pub(crate) struct Held<'l, 'r> {
+    lock: &'l HolderLock<'r>,
+    me: Holder,
+}
+
+impl<'r> HolderLock<'r> {
+    /// A view of the lock line at `base` (8-word aligned, zeroed by whoever made the
+    /// region: free, no intent).
+    pub(crate) fn new(region: &'r [AtomicU64], base: Word) -> HolderLock<'r> {
+        assert_eq!(base.0 % LINE_WORDS, 0, "a lock line starts a cache line");
+        assert!(
+            base.index() + LINE_WORDS as usize <= region.len(),
+            "the lock line lies past the region"
+        );
+        HolderLock { region, base }
+    }
+
+    fn word(&self, offset: u32) -> &AtomicU64 {
+        &self.region[self.base.at(offset).index()]
+    }
+
+    /// The lock word as it is (diagnostics, tests).
+    pub(crate) fn holder(&self) -> Option<Holder> {
+        match self.word(LOCK).load(Ordering::Acquire) {
+            0 => None,
+            word => Some(Holder::from_word(word)),
+        }
+    }
+
+    /// Whether an intent is published (tests: the structure is quiet).
+    pub(crate) fn intent_published(&self) -> bool {
+        self.word(INTENT).load(Ordering::Acquire) != 0
+    }
+
+    /// Takes the lock for `me` (L1), or over from a dead holder (T1-T3: `redo` finishes
+    /// the dead holder's published change).
+    ///
+    /// Context: `me` is LIVE in `slots`; holds no lock of this line. Spins (`run.wait`)
+    /// while a live holder holds it.
+    pub(crate) fn lock<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+        redo: impl Fn(&Intent),
+    ) -> Result<Held<'_, 'r>, Died> {
+        let mine = me.word();
+        let lock = self.word(LOCK);
+        loop {
+            // L1. Release too: whoever reads our word here must see our slot LIVE (the
+            // attach before), or it could take a live holder's lock for a dead one's (the
+            // model `shared_stack_death_at_every_step` found that with an acquire-only
+            // CAS: a reader saw the new holder's word and the slot's old, dead state).
+            let current = match lock.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    run.at(Step::Locked)?;
+                    assert_eq!(
+                        self.word(INTENT).load(Ordering::Relaxed),
+                        0,
+                        "a free lock with a published intent"
+                    );
+                    return Ok(Held { lock: self, me });
+                }
+                Err(current) => current,
+            };
+            let holder = Holder::from_word(current);
+            assert_ne!(holder, me, "the lock is already ours");
+            if slots.is_live(holder) {
+                run.wait(holder);
+                continue;
+            }
+            // T1: the whole word, generation too.
+            if lock
+                .compare_exchange(current, mine, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                continue;
+            }
+            run.at(Step::TookOver)?;
+            // T2.
+            let op = self.word(INTENT).load(Ordering::Acquire);
+            if op != 0 {
+                let mut args = [0; INTENT_ARGS];
+                for (i, arg) in args.iter_mut().enumerate() {
+                    *arg = self.word(ARGS + i as u32).load(Ordering::Relaxed);
+                }
+                redo(&Intent { op, args });
+                run.at(Step::Redone)?;
+                self.word(INTENT).store(0, Ordering::Release);
+                run.at(Step::Cleared)?;
+            }
+            // T3.
+            return Ok(Held { lock: self, me });
+        }
+    }
+}
+
+impl Held<'_, '_> {
+    /// Who holds it.
+    pub(crate) fn holder(&self) -> Holder {
+        self.me
+    }
+
+    /// M1: the change's intent, before any of its stores.
+    ///
+    /// Context: no intent published.
+    pub(crate) fn publish<R: Run>(&self, intent: &Intent, run: &R) -> Result<(), Died> {
+        assert_ne!(intent.op, 0, "an intent's operation code is not 0");
+        let line = self.lock;
+        debug_assert_eq!(
+            line.word(INTENT).load(Ordering::Relaxed),
+            0,
+            "an intent already published"
+        );
+        for (i, arg) in intent.args.iter().enumerate() {
+            line.word(ARGS + i as u32).store(*arg, Ordering::Relaxed);
+        }
+        line.word(INTENT).store(intent.op, Ordering::Release);
+        run.at(Step::Published)
+    }
+
+    /// M2: one store of the change, to any word of the region (release: it is never made
+    /// before the intent it follows).
+    pub(crate) fn store<R: Run>(&self, word: &AtomicU64, value: u64, run: &R) -> Result<(), Died> {
+        word.store(value, Ordering::Release);
+        run.at(Step::Stored)
+    }
+
+    /// M3: the change is complete.
+    pub(crate) fn clear<R: Run>(&self, run: &R) -> Result<(), Died> {
+        self.lock.word(INTENT).store(0, Ordering::Release);
+        run.at(Step::Cleared)
+    }
+
+    /// U1.
+    ///
+    /// Context: no intent published (cleared, or none).
+    pub(crate) fn unlock<R: Run>(self, run: &R) -> Result<(), Died> {
+        let line = self.lock;
+        assert_eq!(
+            line.word(INTENT).load(Ordering::Relaxed),
+            0,
+            "unlock with an intent published"
+        );
+        let was = line.word(LOCK).swap(0, Ordering::Release);
+        assert_eq!(was, self.me.word(), "unlock of a lock someone else holds");
+        run.at(Step::Unlocked)
+    }
+}

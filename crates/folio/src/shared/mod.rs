@@ -1,0 +1,49 @@
+//! What the processes sharing one cache agree on (issue 45, DESIGN.md §11,
+//! docs/sharing.md), and how a process killed in the middle of a change leaves the others
+//! a working structure.
+//!
+//! **The rule** (docs/sharing.md, "The decision"): every process changes shared structures
+//! itself, under a lock word that names its holder (a process slot and that slot's
+//! generation: `Holder`). Before the first store of a change the holder writes an intent
+//! record on the lock's own cache line (`lock.rs`); the record holds the absolute value of
+//! every store the change makes, so that the change can be redone from it, once or twice
+//! alike. A death is the steward's to find (it holds each attached process's pidfd): it
+//! marks the process's slot dead (`slot.rs`), and from then on whoever finds a lock held by
+//! that slot *and generation* takes it over with one CAS of the whole word (exactly one
+//! does), redoes the intent if one was published, and goes on as its holder: a waiter, or
+//! the steward when it sweeps what the dead process held (`stack.rs`, `sweep`). A hit
+//! stores nothing here; a change pays its lock's CAS, as today, plus a few stores to a line
+//! it already owns.
+//!
+//! Everything lives in a region of `AtomicU64` words (`&[AtomicU64]`: the segment's mapping,
+//! or a test's shared mapping) and names other words by their index in it (`Word`), never
+//! by a pointer: each process maps the segment at its own address.
+//!
+//! Rooms: `holder.rs` the names (`Holder`, `Word`) and how an operation runs (`Run`, its
+//! `Step`s, the models' `Flaw`s); `slot.rs` the per-process slots (attach, detach, death, liveness); `lock.rs` the
+//! lock word with its intent record and the take-over; `stack.rs` a stack of frames under
+//! such a lock, with per-frame owners (the shape of a free list whose frames processes
+//! lease): the first structure, the one the loom models (`tests/loom_shared.rs`) and the
+//! test across processes (`stack::tests`) kill at every step.
+//!
+//! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
+//! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
+//! A dead holder's stores are visible to the one that takes over: the death is observed
+//! through the kernel (the steward's pidfd) before the slot is marked dead with a release
+//! store, which the take-over reads with acquire.
+//!
+//! Limits: a change is at most `lock::INTENT_ARGS` stores that can be written as absolute
+//! values (redo only: nothing is undone); 2^16 slots, 2^32 attaches per slot. A waiter
+//! spins and yields (`Unkillable::wait`): locks are held for a few stores, never across
+//! I/O or an allocation. Not wired into the cache yet (issue 45's first step): nothing
+//! but the tests uses it.
+
+mod holder;
+pub(crate) mod lock;
+pub(crate) mod slot;
+pub(crate) mod stack;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests;
+
+pub(crate) use holder::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};

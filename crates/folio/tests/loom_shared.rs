@@ -1,0 +1,241 @@
+//! Loom models of the protocol by which processes sharing a cache change a shared
+//! structure while any of them may die (issue 45, docs/sharing.md), compiled from the very
+//! source files the library uses (`src/shared/{holder,slot,lock,stack}.rs`) against loom's
+//! atomics: this file supplies the `primitive` module they name their atomics through.
+//!
+//! Loom cannot kill a thread, so a death is a step: the dying process's thread stops at
+//! its `d`-th step (`Run::at` returns `Died` there and the operation returns at once,
+//! leaving whatever it held) and the liveness oracle flips: the same thread then plays the
+//! steward, which has seen the death (its pidfd), marks the slot dead, sweeps the stack
+//! (taking the lock over if the dead process held it, returning its leases), frees the
+//! slot, and plays the next process attached in that slot, which leases and returns a
+//! frame. Meanwhile another process (the main thread) leases and returns a frame: it may
+//! wait for the dying holder, find it dead and take its lock over itself, racing the
+//! steward. Every `d` of the dying process's 15 steps is a model of its own, and so is
+//! no death.
+//!
+//! What `shared_stack_death_at_every_step` proves, over the interleavings loom explores:
+//! no assertion of the library fails (a free lock with an intent, a listed frame leased, a
+//! push of a frame the pusher does not lease, an unlock of a lock someone else holds), and
+//! at the end every frame is listed exactly once, the lock free, no intent left.
+//!
+//! Broken, and caught (each must fail):
+//! - `shared_stack_broken_intent_after_mutation`: the intent record published after the
+//!   change's stores: a death between them leaves a half-made change that nobody redoes.
+//! - `shared_stack_broken_no_generation`: a slot's attach keeps its generation, so the
+//!   lock word of the dead process and of the next process in its slot are the same: a
+//!   waiter that found the dead holder, then lost the processor while the steward took
+//!   the lock over, swept and freed the slot and the next process locked it, takes the
+//!   live holder's lock (the ABA that the generation prevents).
+//!
+//! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (the whole file runs in
+//! about a minute on this machine: see docs/sharing.md). Run with
+//! `cargo test --release -p folio --test loom_shared` (part of the workspace's tests).
+
+mod primitive {
+    pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+}
+
+// The library's `shared/` rooms at this crate's root: their `super::` is this root, which
+// names what `shared/mod.rs` re-exports.
+#[allow(dead_code)]
+#[path = "../src/shared/holder.rs"]
+mod holder;
+#[allow(dead_code)]
+#[path = "../src/shared/lock.rs"]
+mod lock;
+#[allow(dead_code)]
+#[path = "../src/shared/slot.rs"]
+mod slot;
+#[allow(dead_code)]
+#[path = "../src/shared/stack.rs"]
+mod stack;
+
+#[allow(unused_imports)]
+use holder::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+use loom::sync::atomic::AtomicU64;
+use loom::sync::Arc;
+use slot::SlotTable;
+use stack::{Census, FrameStack};
+use std::cell::Cell;
+
+const SLOTS: u16 = 3;
+const FRAMES: u32 = 2;
+const STACK: Word = Word(8);
+const WORDS: usize = 8 + 8 + 2 * FRAMES as usize;
+/// The steps of one lease and its return: a pop's 7, a push's 8.
+const STEPS: u32 = 15;
+/// Loom's preemption bound: the models explore every interleaving with at most this
+/// many preemptions (`LOOM_MAX_PREEMPTIONS` overrides it). The ABA of
+/// `shared_stack_broken_no_generation` needs 4: the waiter preempted before its read of
+/// the lock, after its look at the slot, and the steward preempted twice.
+const PREEMPTIONS: usize = 4;
+
+/// A process in the model: dies at its `die_at`-th step, if any; waits by yielding.
+struct ModelRun {
+    die_at: Option<u32>,
+    count: Cell<u32>,
+    flaw: Flaw,
+}
+
+impl ModelRun {
+    fn dying_at(step: u32, flaw: Flaw) -> ModelRun {
+        ModelRun {
+            die_at: Some(step),
+            count: Cell::new(0),
+            flaw,
+        }
+    }
+
+    fn living(flaw: Flaw) -> ModelRun {
+        ModelRun {
+            die_at: None,
+            count: Cell::new(0),
+            flaw,
+        }
+    }
+}
+
+impl Run for ModelRun {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        let n = self.count.get();
+        self.count.set(n + 1);
+        if Some(n) == self.die_at {
+            return Err(Died);
+        }
+        Ok(())
+    }
+
+    fn wait(&self, _holder: Holder) {
+        loom::thread::yield_now();
+    }
+
+    fn flaw(&self) -> Flaw {
+        self.flaw
+    }
+}
+
+fn views(region: &[AtomicU64]) -> (SlotTable<'_>, FrameStack<'_>) {
+    (
+        SlotTable::new(region, Word(0), SLOTS),
+        FrameStack::new(region, STACK, FRAMES),
+    )
+}
+
+/// One lease of a frame, and its return.
+fn lease(
+    stack: &FrameStack<'_>,
+    me: Holder,
+    slots: &SlotTable<'_>,
+    run: &ModelRun,
+) -> Result<(), Died> {
+    let frame = stack.pop(me, slots, run)?.expect("a frame is listed");
+    stack.push(me, frame, slots, run)
+}
+
+fn model(die_at: u32, flaw: Flaw) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(PREEMPTIONS);
+    }
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> = Arc::new((0..WORDS).map(|_| AtomicU64::new(0)).collect());
+        let (steward, dying, other) = {
+            let (slots, stack) = views(&region);
+            stack.format();
+            let steward = slots.attach(flaw).unwrap();
+            (
+                steward,
+                slots.attach(flaw).unwrap(),
+                slots.attach(flaw).unwrap(),
+            )
+        };
+        let a = {
+            let region = region.clone();
+            loom::thread::spawn(move || {
+                let (slots, stack) = views(&region);
+                match lease(&stack, dying, &slots, &ModelRun::dying_at(die_at, flaw)) {
+                    Ok(()) => slots.detach(dying),
+                    Err(Died) => {
+                        // The death, as the steward sees it (the kernel told it).
+                        assert!(slots.mark_dead(dying));
+                        stack
+                            .sweep(dying, steward, &slots, &ModelRun::living(flaw))
+                            .unwrap();
+                        slots.free_dead(dying);
+                        // The next process attached in the dead one's slot.
+                        let next = slots.attach(flaw).unwrap();
+                        assert_eq!(next.slot, dying.slot);
+                        lease(&stack, next, &slots, &ModelRun::living(flaw)).unwrap();
+                        slots.detach(next);
+                    }
+                }
+            })
+        };
+        let (slots, stack) = views(&region);
+        lease(&stack, other, &slots, &ModelRun::living(flaw)).unwrap();
+        slots.detach(other);
+        a.join().unwrap();
+        assert_eq!(
+            stack.check(),
+            Ok(Census {
+                listed: FRAMES,
+                leased: Vec::new()
+            }),
+            "every frame listed once at the end"
+        );
+    });
+}
+
+#[test]
+fn shared_stack_death_at_every_step() {
+    for die_at in 0..=STEPS {
+        model(die_at, Flaw::None);
+    }
+}
+
+/// Runs the flawed protocol with a death at each step in turn until a model fails, and
+/// returns the failure's message.
+fn first_failure(flaw: Flaw) -> String {
+    for die_at in 0..=STEPS {
+        if let Err(payload) = std::panic::catch_unwind(|| model(die_at, flaw)) {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("{flaw:?}: caught with a death at step {die_at}: {message}");
+            return message;
+        }
+    }
+    panic!("{flaw:?}: no model failed");
+}
+
+/// The failures of the library's own assertions or of the final check, not of loom.
+const INVARIANT_BROKEN: &[&str] = &[
+    "every frame listed once",
+    "is leased",
+    "does not lease",
+    "someone else holds",
+    "a free lock with a published intent",
+    "a frame is listed",
+    "listed twice",
+    "a push onto a full stack",
+];
+
+fn assert_invariant_broken(message: &str) {
+    assert!(
+        INVARIANT_BROKEN.iter().any(|m| message.contains(m)),
+        "failed, but not on an invariant: {message}"
+    );
+}
+
+#[test]
+fn shared_stack_broken_intent_after_mutation() {
+    assert_invariant_broken(&first_failure(Flaw::IntentAfterMutation));
+}
+
+#[test]
+fn shared_stack_broken_no_generation() {
+    assert_invariant_broken(&first_failure(Flaw::NoGeneration));
+}
