@@ -93,53 +93,18 @@ done
 
 die() { echo "rocksdb-tests.sh: $*" >&2; exit 1; }
 
-missing=()
-command -v g++ >/dev/null || missing+=(g++)
-command -v dpkg-source >/dev/null || missing+=(dpkg-dev)
-[ -f /usr/include/gflags/gflags.h ] || missing+=(libgflags-dev)
-[ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
-[ -f /usr/include/rocksdb/db.h ] || missing+=(librocksdb-dev)
-[ "${#missing[@]}" = 0 ] || die "missing ${missing[*]}: apt-get install -y ${missing[*]}"
-
-# ---- the source tree, as crashtest.sh gets it -------------------------------------------
-version="$(dpkg-query -W -f='${Version}' librocksdb-dev)"  # e.g. 7.8.3-2
-upstream="${version#*:}"
-upstream="${upstream%-*}"                                   # 7.8.3
-lib="$(readlink -f "$(g++ -print-file-name=librocksdb.so)")"
-[ "${lib##*/}" = "librocksdb.so.$upstream" ] ||
-    die "the linker's librocksdb.so is $lib, not librocksdb-dev $version's"
-src="${ROCKSDB_SRC_DIR:-$root/target/crashtest/src/rocksdb-$upstream}"
-if [ ! -f "$src/db/db_test_util.cc" ]; then
-    [ -z "${ROCKSDB_SRC_DIR:-}" ] || die "$src is not a rocksdb source tree"
-    mkdir -p "$root/target/crashtest/src"
-    (
-        cd "$root/target/crashtest/src"
-        dsc="rocksdb_${version#*:}.dsc"
-        if [ ! -f "$dsc" ]; then
-            echo "== apt-get source --download-only rocksdb=$version"
-            apt-get source --download-only "rocksdb=$version" >/dev/null 2>&1 ||
-                die "apt-get source rocksdb=$version failed: add a deb-src line, run" \
-                    "apt-get update, or set ROCKSDB_SRC_DIR to rocksdb $upstream's source"
-        fi
-        rm -rf "rocksdb-$upstream"
-        dpkg-source --no-check -x "$dsc" "rocksdb-$upstream" >/dev/null
-    )
-fi
-have="$(sed -nE 's/^#define ROCKSDB_(MAJOR|MINOR|PATCH) ([0-9]+)$/\2/p' \
-    "$src/include/rocksdb/version.h" | paste -sd.)"
-[ "$have" = "$upstream" ] || die "$src is rocksdb $have, not $upstream"
+# ---- the prerequisites and the source tree: rocksdb-source.sh, as crashtest.sh ------------
+# shellcheck source=plugins/rocksdb/rocksdb-source.sh
+. "$here/rocksdb-source.sh"
+rocksdb_prerequisites libgtest-dev
+rocksdb_version
+rocksdb_source_tree
 
 # ---- the binaries, built once per version ----------------------------------------------
 build="$out/$version"
 mkdir -p "$build/obj" "$build/patched"
-# crashtest.sh's flags: Debian's definitions, no -DNDEBUG (the library keeps its
-# assertions and debug-only members; the tests must see the same layouts).
-flags=(-std=c++17 -O1 -pthread -I"$src" -I"$src/include"
-    -DGFLAGS=1 -DSNAPPY -DZLIB -DBZIP2 -DLZ4 -DZSTD
-    -DROCKSDB_PLATFORM_POSIX -DROCKSDB_LIB_IO_POSIX -DOS_LINUX
-    -DROCKSDB_FALLOCATE_PRESENT -DROCKSDB_RANGESYNC_PRESENT
-    -DROCKSDB_PTHREAD_ADAPTIVE_MUTEX -DROCKSDB_MALLOC_USABLE_SIZE
-    -DROCKSDB_SCHED_GETCPU_PRESENT -DROCKSDB_AUXV_GETAUXVAL_PRESENT)
+# Debian's definitions (rocksdb_defs: the tests must see the library's layouts).
+flags=(-std=c++17 -O1 -pthread -I"$src" -I"$src/include" "${rocksdb_defs[@]}")
 common=(test_util/testharness.cc test_util/mock_time_env.cc db/db_test_util.cc
     table/mock_table.cc)
 
