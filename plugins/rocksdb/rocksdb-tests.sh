@@ -128,7 +128,9 @@ source_of() {  # source_of BINARY: its main source file (env_basic_test: the pat
         echo "$file"
         return
     fi
-    file="$(cd "$src" && find . -path ./third-party -prune -o -name "$bin.cc" -print | head -1)"
+    # Not ./.pc: quilt's copies of the files Debian's patches change, as they were before.
+    file="$(cd "$src" && find . \( -path ./third-party -o -path ./.pc \) -prune -o \
+        -name "$bin.cc" -print | head -1)"
     [ -n "$file" ] || die "no $bin.cc in $src"
     echo "$src/${file#./}"
 }
