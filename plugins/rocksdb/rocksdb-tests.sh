@@ -33,19 +33,28 @@
 #
 # The binaries are built once per librocksdb-dev version into target/rocksdb-tests/VERSION/
 # from the source tree crashtest.sh unpacks (target/crashtest/src; fetched here the same
-# way when missing: apt-get source needs a deb-src line, or set ROCKSDB_SRC_DIR). The
-# compile flags are crashtest.sh's (the definitions of Debian's librocksdb build); the
-# tests link Debian's gtest (libgtest-dev).
+# way when missing: apt-get source needs a deb-src line, or set ROCKSDB_SRC_DIR); the
+# prerequisites, the tree and the definitions of Debian's librocksdb build come from
+# rocksdb-source.sh, shared with crashtest.sh; the tests link Debian's gtest
+# (libgtest-dev).
 #
 # Times on this machine (2 cores shared with other builds: load average 12-30 during
 # these measurements, so an idle machine is faster), -O1, 2 jobs: the common objects and
 # env_basic_test 21 s, then db_basic_test 27 s, db_wal_test 29 s, db_secondary_test
 # 31 s (the CI set: ~2 min); db_test 136 s, db_test2 161 s, the others 17-68 s each.
-# Runs (default file system + through folio, seconds):
-#   env_basic_test       0 + 1        db_secondary_test    15 + 13
-#   db_basic_test       95 + 267      db_wal_test (whole) 678 + 1391
-#   db_wal_test (the CI filter below, 165 of its 1,317 tests) 106 + 173
-# The CI set in all: ~2 min to build and ~13 min to run (under that load).
+# Runs, seconds on the default file system + through folio (docs/rocksdb.md has the
+# table with each one's results):
+#   env_basic_test        0 + 1       db_secondary_test     16 + 20
+#   db_basic_test       204 + 269     db_wal_test (CI's filter below) 112 + 141
+#   db_blob_basic_test    5 + 9       db_log_iter_test      34 + 30
+#   corruption_test      62 + 49      prefetch_test         48 + 52
+#   db_io_failure_test   40 + 45      db_flush_test         69 + 44
+#   fault_injection_test 105 + 157    external_sst_file_basic_test 92 + 106
+#   db_iterator_test    401 + 294    db_test2             349 + 251
+#   db_compaction_test  548 + 477    db_test             1712 + 2093
+#   db_wal_test (whole, 1,317 tests) 678 + 901
+# The CI set in all: ~2 min to build and ~13 min to run (under that load); --all: about
+# 2.5 h (both file systems: 73 min + 80 min), --folio-only --all about 1.3 h.
 # Through folio DBTestBase's tests that reopen a database many times take longer: each
 # reopen closes the WAL, and the plugin's Close syncs a file with unsynced writes
 # (docs/rocksdb.md, "Close syncs"), where the default file system's does not.
