@@ -1,5 +1,5 @@
 // capacity_test.cc - the capacity at run time through RocksDB's Configurable interface on
-// the live file system (folio_fs.cc, "The capacity at run time"), with the plugin
+// the live file system (folio_fs_capacity.cc), with the plugin
 // preloaded as db_bench has it (ctest sets LD_PRELOAD). Ends with "N passed, M failed".
 //
 // ConfigureOption and ConfigureFromString set `capacity` (folio_cache_set_capacity) and

@@ -82,64 +82,26 @@ done
 
 die() { echo "crashtest.sh: $*" >&2; exit 1; }
 
-missing=()
-command -v python3 >/dev/null || missing+=(python3)
-command -v g++ >/dev/null || missing+=(g++)
-command -v dpkg-source >/dev/null || missing+=(dpkg-dev)
-[ -f /usr/include/gflags/gflags.h ] || missing+=(libgflags-dev)
-[ -f /usr/include/rocksdb/db.h ] || missing+=(librocksdb-dev)
-[ "${#missing[@]}" = 0 ] || die "missing ${missing[*]}: apt-get install -y ${missing[*]}"
+# The prerequisites, the version and the source tree: rocksdb-source.sh (shared with
+# rocksdb-tests.sh).
+# shellcheck source=plugins/rocksdb/rocksdb-source.sh
+. "$here/rocksdb-source.sh"
+rocksdb_prerequisites python3
 
 # ---- db_stress, built once per librocksdb-dev version ----------------------------------
-version="$(dpkg-query -W -f='${Version}' librocksdb-dev)"  # e.g. 7.8.3-2
-upstream="${version#*:}"
-upstream="${upstream%-*}"                                   # 7.8.3
-lib="$(readlink -f "$(g++ -print-file-name=librocksdb.so)")"
-[ "${lib##*/}" = "librocksdb.so.$upstream" ] ||
-    die "the linker's librocksdb.so is $lib, not librocksdb-dev $version's"
+rocksdb_version
 build="$out/$version"
 db_stress="$build/db_stress"
-src="${ROCKSDB_SRC_DIR:-$out/src/rocksdb-$upstream}"
 
 if [ ! -x "$db_stress" ]; then
-    if [ ! -f "$src/tools/db_crashtest.py" ]; then
-        mkdir -p "$out/src"
-        (
-            cd "$out/src"
-            dsc="rocksdb_${version#*:}.dsc"
-            if [ ! -f "$dsc" ]; then
-                echo "== apt-get source --download-only rocksdb=$version"
-                apt-get source --download-only "rocksdb=$version" >/dev/null 2>&1 ||
-                    die "apt-get source rocksdb=$version failed: add a deb-src line for" \
-                        "your release (e.g. /etc/apt/sources.list.d/*.sources 'Types:" \
-                        "deb-src'), run apt-get update, or set ROCKSDB_SRC_DIR to" \
-                        "rocksdb $upstream's source"
-            fi
-            rm -rf "rocksdb-$upstream"
-            # apt checked the files against the release's signed index; the .dsc's own
-            # signature needs the maintainers' keys (debian-keyring), absent here.
-            dpkg-source --no-check -x "$dsc" "rocksdb-$upstream" >/dev/null
-        )
-    fi
-    have="$(sed -nE 's/^#define ROCKSDB_(MAJOR|MINOR|PATCH) ([0-9]+)$/\2/p' \
-        "$src/include/rocksdb/version.h" | paste -sd.)"
-    [ "$have" = "$upstream" ] || die "$src is rocksdb $have, not $upstream"
+    rocksdb_source_tree
     echo "== build db_stress $version ($build)"
     rm -rf "$build"
     mkdir -p "$build/obj"
-    # The definitions of Debian's cmake build of librocksdb.so, so that both sides agree
-    # on every structure they share: POSIX, Linux, the features cmake finds here, and the
-    # compression libraries the library links (ldd: snappy, zlib, bzip2, lz4, zstd).
-    # No -DNDEBUG: Debian builds with CMAKE_BUILD_TYPE=None, so the library keeps its
-    # assertions and its debug-only members (port::Mutex's locked_, DBImpl::TEST_*), and
-    # db_stress must see the same layouts. test_util/testutil.cc is not compiled: Debian's
-    # librocksdb.so holds it already (a second copy of its globals: a double free at exit).
-    flags=(-std=c++17 -O2 -pthread -I"$src" -I"$src/include"
-        -DGFLAGS=1 -DSNAPPY -DZLIB -DBZIP2 -DLZ4 -DZSTD
-        -DROCKSDB_PLATFORM_POSIX -DROCKSDB_LIB_IO_POSIX -DOS_LINUX
-        -DROCKSDB_FALLOCATE_PRESENT -DROCKSDB_RANGESYNC_PRESENT
-        -DROCKSDB_PTHREAD_ADAPTIVE_MUTEX -DROCKSDB_MALLOC_USABLE_SIZE
-        -DROCKSDB_SCHED_GETCPU_PRESENT -DROCKSDB_AUXV_GETAUXVAL_PRESENT)
+    # Debian's definitions (rocksdb_defs: db_stress must see the library's layouts).
+    # test_util/testutil.cc is not compiled: Debian's librocksdb.so holds it already (a
+    # second copy of its globals: a double free at exit).
+    flags=(-std=c++17 -O2 -pthread -I"$src" -I"$src/include" "${rocksdb_defs[@]}")
     started=$SECONDS
     printf '%s\n' "$src"/db_stress_tool/*.cc |
         xargs -P "${CRASHTEST_JOBS:-2}" -I{} sh -c \

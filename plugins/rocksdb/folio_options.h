@@ -95,7 +95,7 @@
 //   folio://capacity=4G,stats=1                (',' and ';' separate too)
 //
 // At run time the live FileSystem's Configurable option `capacity` sets the capacity
-// (folio_fs.cc, "The capacity at run time"); the others are read at the start only.
+// (folio_fs_capacity.cc); the others are read at the start only.
 #pragma once
 
 #include <cstdint>

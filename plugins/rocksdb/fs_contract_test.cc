@@ -19,11 +19,18 @@
 // 4. use_direct_reads: a random-access file opened with it reports direct I/O
 //    (use_direct_io()) with an alignment the default file system's divides; without it,
 //    none.
+// 5. What the kernel reads of a written file (another process, a tool): a side file (not
+//    a name of RocksDB's: a db_bench --report_file) after Flush, at its written size while
+//    it stays open; a WAL closed unsynced, and a file written in place (NewRandomRWFile)
+//    closed unsynced, whole on disk once Close returns. folio's dirty pages are invisible
+//    to the kernel: the plugin's Flush syncs a side file and both file classes' shared
+//    Close syncs what no sync covered.
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/transaction_log.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +49,7 @@ using ROCKSDB_NAMESPACE::Env;
 using ROCKSDB_NAMESPACE::FileOptions;
 using ROCKSDB_NAMESPACE::FileSystem;
 using ROCKSDB_NAMESPACE::FSRandomAccessFile;
+using ROCKSDB_NAMESPACE::FSRandomRWFile;
 using ROCKSDB_NAMESPACE::FSSequentialFile;
 using ROCKSDB_NAMESPACE::FSWritableFile;
 using ROCKSDB_NAMESPACE::IOOptions;
@@ -82,7 +90,21 @@ struct Seen {
   bool direct_reported = false;
   size_t direct_alignment = 0;
   bool buffered_reported = false;
+  uint64_t side_length_after_flush = 0;
+  bool closed_wal_on_disk = false;
+  bool closed_rw_on_disk = false;
 };
+
+// Whether the kernel reads `want` at `offset` of `path` (a descriptor of its own, as
+// another process would).
+static bool KernelReads(const std::string& path, uint64_t offset, const std::string& want) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  std::string got(want.size(), '\0');
+  const ssize_t n = pread(fd, &got[0], got.size(), static_cast<off_t>(offset));
+  close(fd);
+  return n == static_cast<ssize_t>(want.size()) && got == want;
+}
 
 // Case 1, raw: a WAL-like file, written and not synced, read with use_mmap_reads.
 static void MmapReads(FileSystem* fs, const std::string& dir, Seen* seen) {
@@ -225,6 +247,43 @@ static void DirectReads(FileSystem* fs, const std::string& dir, Seen* seen) {
   if (b) seen->buffered_reported = b->use_direct_io();
 }
 
+// Case 5: what the kernel reads of written files.
+static void KernelView(FileSystem* fs, const std::string& dir, Seen* seen) {
+  const std::string side = dir + "/report.csv";
+  std::unique_ptr<FSWritableFile> w;
+  CHECK(fs->NewWritableFile(side, FileOptions(), &w, nullptr).ok());
+  if (w) {
+    CHECK(w->Append(Slice(Pattern(1234)), IOOptions(), nullptr).ok());
+    CHECK(w->Flush(IOOptions(), nullptr).ok());
+    seen->side_length_after_flush = LengthOf(side);
+    CHECK(w->Close(IOOptions(), nullptr).ok());
+  }
+  const std::string wal = dir + "/000014.log";
+  const std::string data = Pattern(5000);
+  std::unique_ptr<FSWritableFile> l;
+  CHECK(fs->NewWritableFile(wal, FileOptions(), &l, nullptr).ok());
+  if (l) {
+    CHECK(l->Append(Slice(data), IOOptions(), nullptr).ok());
+    CHECK(l->Close(IOOptions(), nullptr).ok());  // no Sync
+    seen->closed_wal_on_disk = LengthOf(wal) == data.size() && KernelReads(wal, 0, data);
+  }
+  const std::string table = dir + "/000015.sst";
+  // As RocksDB's callers: the file exists first (the default file system's
+  // NewRandomRWFile does not create it).
+  const int fd = open(table.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  CHECK(fd >= 0);
+  if (fd >= 0) close(fd);
+  std::unique_ptr<FSRandomRWFile> rw;
+  CHECK(fs->NewRandomRWFile(table, FileOptions(), &rw, nullptr).ok());
+  if (rw) {
+    CHECK(rw->Write(0, Slice(data), IOOptions(), nullptr).ok());
+    CHECK(rw->Write(8192, Slice(data.substr(0, 100)), IOOptions(), nullptr).ok());
+    CHECK(rw->Close(IOOptions(), nullptr).ok());  // no Sync
+    seen->closed_rw_on_disk = LengthOf(table) == 8192 + 100 && KernelReads(table, 0, data) &&
+                              KernelReads(table, 8192, data.substr(0, 100));
+  }
+}
+
 static Seen Run(const std::shared_ptr<FileSystem>& fs, const std::string& top,
                 const std::string& name) {
   const std::string dir = top + "/" + name;
@@ -235,6 +294,7 @@ static Seen Run(const std::shared_ptr<FileSystem>& fs, const std::string& top,
   Sizes(fs.get(), top, name, &seen);
   Allocation(fs.get(), dir, &seen);
   DirectReads(fs.get(), dir, &seen);
+  KernelView(fs.get(), dir, &seen);
   return seen;
 }
 
@@ -262,6 +322,8 @@ int main() {
   CHECK(kernel.live_wals == 1 && kernel.live_wal_not_empty && kernel.recovered);
   CHECK(kernel.allocated_visible && kernel.length_kept && kernel.released_at_close);
   for (uint64_t size : kernel.sizes) CHECK(size == 516);
+  CHECK(kernel.side_length_after_flush == 1234);
+  CHECK(kernel.closed_wal_on_disk && kernel.closed_rw_on_disk);
 
   // 1. mmap reads of a live WAL.
   CHECK(ours.mmap_random_read);
@@ -289,6 +351,10 @@ int main() {
   CHECK(ours.direct_reported);
   CHECK(kernel.direct_alignment > 0 && ours.direct_alignment % kernel.direct_alignment == 0);
   CHECK(!ours.buffered_reported && !kernel.buffered_reported);
+  // 5. what the kernel reads.
+  CHECK(ours.side_length_after_flush == kernel.side_length_after_flush);
+  CHECK(ours.closed_wal_on_disk);
+  CHECK(ours.closed_rw_on_disk);
 
   std::string rm = std::string("rm -rf '") + top + "'";
   if (std::system(rm.c_str()) != 0) std::fprintf(stderr, "could not remove %s\n", top);
