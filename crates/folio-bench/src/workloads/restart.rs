@@ -20,10 +20,12 @@
 //!   builds with the same name (adopting the segment), measures its first window
 //!   (`restart-clean`), reads the whole set, measures its own warm window
 //!   (`warm-before-kill`) and keeps reading until it is SIGKILLed; its keeper writes back
-//!   and leaves the segment. P3 builds with the same name once the keeper has exited and
-//!   measures its first window (`restart-kill`). This process waits for each keeper (by
-//!   pidfd; it is a child subreaper, so the keeper is its child and is reaped) before it
-//!   starts the next reader: the time is reported (`keeper_ms`).
+//!   and leaves the segment. P3 builds with the same name once the keeper is done and
+//!   measures its first window (`restart-kill`). This process waits for each keeper to be
+//!   done with the segment (by pidfd, and the segment's holder: a named segment's keeper
+//!   stays as its steward once its writeback is over, and leaves when the next reader
+//!   adopts it; this process is a child subreaper, so a keeper that exits is its child and
+//!   is reaped) before it starts the next reader: the time is reported (`keeper_ms`).
 //! - kernel: the page cache dropped; K1 reads the whole set and measures its warm window;
 //!   K2 its first window, the fill, its warm window, then it is SIGKILLed while it reads;
 //!   K3 its first window. This machine pages out page-cache pages left idle for ~30 s, so
@@ -73,7 +75,7 @@ pub const READ_BYTES: usize = 4096;
 const FILL_READ_BYTES: usize = 256 << 10;
 /// One read in this many is timed.
 const TIME_EVERY: u64 = 16;
-/// How long a keeper may take to exit before the run fails.
+/// How long a keeper may take to be done before the run fails.
 const KEEPER_TIMEOUT: Duration = Duration::from_secs(300);
 /// The targets of issue 32.
 pub const RESTART_OVER_WARM_MIN: f64 = 0.9;
@@ -392,7 +394,7 @@ impl Workload for Args {
             "folio: persistent caches of {} MiB named per round in a private segment directory \
              under {}; the backend, arena pages and readahead as this run's options; P1 fill + \
              warm {warm_secs} s + clean exit; P2 adopts: first {first_secs} s, fill, warm \
-             {warm_secs} s, SIGKILL while reading; P3 adopts after the keeper exited: first \
+             {warm_secs} s, SIGKILL while reading; P3 adopts after the keeper is done: first \
              {first_secs} s; cold: a name no segment has",
             capacity_bytes >> 20,
             segment_base.display()
@@ -504,12 +506,13 @@ impl Ctx<'_> {
             Some(pid) => Some(PidFd::open(pid).map(|fd| (pid, fd))?),
             None => None,
         };
+        let segment = said.segment();
         // Kill while it reads: a moment into its lingering reads.
         std::thread::sleep(Duration::from_millis(200));
         let killed = Instant::now();
         p2.kill()?;
         let kill_keeper_ms = match keeper {
-            Some((pid, fd)) => Some(wait_keeper(pid, &fd, killed)?),
+            Some((pid, fd)) => Some(wait_keeper(pid, &fd, segment.as_deref(), killed)?),
             None => None,
         };
         let first = restart_window(&said, side, keeper_ms, residency)?;
@@ -546,7 +549,8 @@ impl Ctx<'_> {
         Ok(Some(r.resident as f64 / r.total.max(1) as f64))
     }
 
-    /// After a folio reader's clean exit: waits for its keeper to exit; its time in ms.
+    /// After a folio reader's clean exit: waits for its keeper to be done (`wait_keeper`);
+    /// its time in ms.
     fn after_exit(&self, side: Side, said: &Said) -> io::Result<Option<f64>> {
         if side != Side::Folio {
             return Ok(None);
@@ -558,7 +562,12 @@ impl Ctx<'_> {
         // The keeper may be gone already: then there is no pidfd to open, and it was
         // reaped (or is a zombie child of ours) by now.
         match PidFd::open(pid) {
-            Ok(fd) => Ok(Some(wait_keeper(pid, &fd, start)?)),
+            Ok(fd) => Ok(Some(wait_keeper(
+                pid,
+                &fd,
+                said.segment().as_deref(),
+                start,
+            )?)),
             Err(_) => {
                 reap(pid);
                 Ok(Some(0.0))
@@ -634,10 +643,20 @@ impl Ctx<'_> {
     }
 }
 
-/// Waits for keeper `pid` (our child: we are a subreaper) to exit and reaps it; the time
-/// since `since` in ms.
-fn wait_keeper(pid: u32, fd: &PidFd, since: Instant) -> io::Result<f64> {
+/// Waits for keeper `pid` (our child: we are a subreaper) to exit, and reaps it, or to
+/// stay as the steward of `segment` (its writeback over: `SegmentHolder::Steward`); the
+/// time since `since` in ms.
+fn wait_keeper(pid: u32, fd: &PidFd, segment: Option<&Path>, since: Instant) -> io::Result<f64> {
+    let stewards = || {
+        segment.is_some_and(|path| {
+            folio::SegmentView::open(path)
+                .is_ok_and(|view| view.holder() == folio::SegmentHolder::Steward)
+        })
+    };
     while !fd.wait_exit(Duration::from_millis(10))? {
+        if stewards() {
+            return Ok(since.elapsed().as_secs_f64() * 1e3);
+        }
         if since.elapsed() > KEEPER_TIMEOUT {
             return Err(io::Error::other(format!(
                 "restart: keeper {pid} did not exit within {} s",
@@ -715,6 +734,13 @@ impl Said {
 
     fn build_ms(&self) -> Option<f64> {
         self.get("built")?.get("ms")?.as_f64()
+    }
+
+    fn segment(&self) -> Option<PathBuf> {
+        self.get("built")?
+            .get("segment")?
+            .as_str()
+            .map(PathBuf::from)
     }
 
     fn keeper_pid(&self) -> Option<u32> {
