@@ -379,6 +379,21 @@ typedef struct folio_cache_options {
      * `unusable_segment`, which `folio_cache_options_init` zeroes.)
      */
     uint32_t segment_dir_on_disk;
+    /**
+     * 1 (the default): a named segment kept after the cache is gone (a clean exit, a
+     * kill after its keeper wrote back) is held by its steward, the cache's keeper
+     * staying: as the kernel's page cache gives a closed file's pages back under
+     * pressure, it punches the segment's coldest clean pages out when the machine (or
+     * the cgroup) runs short of memory or all kept segments of the user in the directory
+     * hold more than a quarter of the memory limit, and removes the segment after 6 hours
+     * unused. It never writes and never punches a dirty page; it leaves when the next
+     * cache of the name adopts the segment, and costs one sleeping process (a wake-up
+     * every 2 s when memory is plentiful). 0: the keeper exits once its work is done,
+     * and a kept segment holds its memory, which the kernel cannot reclaim (tmpfs without
+     * swap), until it is adopted or removed (`folio-stat remove`). Anything else:
+     * -EINVAL. Ignored without a `segment_name`. See docs/persistence.md, "Kept memory".
+     */
+    uint32_t kept_steward;
 } folio_cache_options;
 
 /**
@@ -740,7 +755,8 @@ extern "C" {
  * FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
  * in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
  * its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
- * segment directory on disk (`segment_dir_on_disk` 0), and `size` set.
+ * segment directory on disk (`segment_dir_on_disk` 0), a kept segment's steward
+ * (`kept_steward` 1), and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -761,8 +777,8 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
  * a background threshold above the dirty limit, a wrong `size`, an empty segment_dir, a
  * segment_dir_on_disk other than 0 or 1, an empty or non-UTF-8 segment_name or one that
- * is not one plain portable file name, an unknown unusable_segment): -EINVAL is only ever
- * a bad option. For a persistent cache, where the segment cannot be used (none of these
+ * is not one plain portable file name, an unknown unusable_segment, a kept_steward other
+ * than 0 or 1): -EINVAL is only ever a bad option. For a persistent cache, where the segment cannot be used (none of these
  * is an option's mistake; a caller may retry without `segment_name`, or with
  * `persistent` 0, and get a cache): the errno of a segment_dir that cannot be opened
  * (-ENOENT, -ENOTDIR), -EACCES for a directory (or a segment of that name) that is not
@@ -795,7 +811,8 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * `segment_name` are each NULL or a readable NUL-terminated string; `out` is NULL or
  * points to writable memory for one `folio_cache`.
  */
-int32_t folio_cache_create(const struct folio_cache_options *opts, struct folio_cache *out);
+int32_t folio_cache_create(const struct folio_cache_options *opts,
+                           struct folio_cache *out);
 
 /**
  * Releases the caller's handle to `cache`. Files opened through it stay open and keep

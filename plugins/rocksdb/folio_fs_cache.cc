@@ -209,6 +209,7 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
   o.segment_name = name.empty() ? nullptr : name.c_str();
   o.segment_dir_on_disk =
       opts.segment_dir_on_disk == Options::SegmentDirOnDisk::kAllowed ? 1 : 0;
+  o.kept_steward = opts.kept_steward == Options::KeptSteward::kOn ? 1 : 0;
   folio_cache cache{};
   int rc = folio_cache_create(&o, &cache);
   // Whatever keeps the named segment from being used, the database opens: -EINVAL is

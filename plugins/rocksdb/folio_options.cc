@@ -114,6 +114,7 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_PERSIST", "persist"},     {"FOLIO_SEGMENT_DIR", "segment_dir"},
     {"FOLIO_SEGMENT_NAME", "segment_name"},
     {"FOLIO_SEGMENT_DIR_ON_DISK", "segment_dir_on_disk"},
+    {"FOLIO_KEPT_STEWARD", "kept_steward"},
 };
 
 const char* kSegmentNameHelp =
@@ -143,7 +144,7 @@ bool Options::operator==(const Options& o) const {
          persist == o.persist && segment_dir == o.segment_dir &&
          segment_dir_on_disk == o.segment_dir_on_disk &&
          segment_naming == o.segment_naming && segment_name == o.segment_name &&
-         stats == o.stats &&
+         kept_steward == o.kept_steward && stats == o.stats &&
          stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
@@ -174,6 +175,7 @@ std::string Options::Describe() const {
                        ? std::string("auto")
                        : segment_naming == SegmentNaming::kNone ? std::string("none")
                                                                 : segment_name) +
+                  " kept_steward=" + (kept_steward == KeptSteward::kOn ? "1" : "0") +
                   " stats=";
   switch (stats) {
     case StatsSink::kNone:
@@ -406,6 +408,10 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     return SetFlag(k, value, Options::SegmentDirOnDisk::kAllowed,
                    Options::SegmentDirOnDisk::kRefused, &opts->segment_dir_on_disk, error);
   }
+  if (k == "kept_steward") {
+    return SetFlag(k, value, Options::KeptSteward::kOn, Options::KeptSteward::kOff,
+                   &opts->kept_steward, error);
+  }
   if (k == "segment_name") {
     const std::string v = Lower(value);
     if (v == "auto") {
@@ -445,7 +451,8 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
            "' (known: capacity, capacity_max, capacity_policy, readahead_max, prefetch_ahead, "
            "prefault, arena_pages, backend, eviction, pread_threads, hints, writes, "
            "cache_cold_writes, dirty_limit, dirty_background, dirty_expire, write_behind, "
-           "persist, segment_dir, segment_dir_on_disk, segment_name, stats, verbose)";
+           "persist, segment_dir, segment_dir_on_disk, segment_name, kept_steward, stats, "
+           "verbose)";
   return false;
 }
 

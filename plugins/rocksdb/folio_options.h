@@ -84,6 +84,12 @@
 //                                                  process's own, removed at exit; else one plain
 //                                                  file name. A segment in use (a second process
 //                                                  on the same database) falls back to none
+//   kept_steward   FOLIO_KEPT_STEWARD    1         1: after the process exits, its kept segment's
+//                                                  keeper stays as its steward and gives its
+//                                                  clean pages back under memory pressure, as
+//                                                  the kernel's page cache does (folio.h,
+//                                                  kept_steward); 0: the segment holds its
+//                                                  memory until adopted or removed
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -166,6 +172,11 @@ struct Options {
   // removed at exit, nothing adopted), or `segment_name` (kNamed).
   enum class SegmentNaming { kAuto, kNone, kNamed } segment_naming = SegmentNaming::kAuto;
   std::string segment_name;  // kNamed only
+  // Whether a kept (named) segment's keeper stays after a clean exit as its steward,
+  // giving its clean pages back under memory pressure (folio_cache_options'
+  // kept_steward).
+  enum class KeptSteward { kOn, kOff } kept_steward =
+      FolioDefaults().kept_steward != 0 ? KeptSteward::kOn : KeptSteward::kOff;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;

@@ -151,7 +151,16 @@ int main() {
     CHECK(d.Describe().find(" segment_dir_on_disk=1 ") != std::string::npos);
     CHECK(d != a);
     CHECK(!Uri("folio://?segment_dir_on_disk=maybe", &d, &e) &&
-          e.find("segment_dir_on_disk") == 0);
+          e.find("segment_dir_on_disk") == 0);    // kept_steward: a flag, on by default (folio's).
+    Options k;
+    CHECK(k.kept_steward == Options::KeptSteward::kOn);
+    CHECK(folio_rocksdb::FolioDefaults().kept_steward == 1);
+    CHECK(k.Describe().find(" kept_steward=1 ") != std::string::npos);
+    CHECK(Uri("folio://?kept_steward=0", &k));
+    CHECK(k.kept_steward == Options::KeptSteward::kOff);
+    CHECK(k.Describe().find(" kept_steward=0 ") != std::string::npos);
+    CHECK(k != a);
+    CHECK(!Uri("folio://?kept_steward=maybe", &k, &e) && e.find("kept_steward") == 0);
   }
   {
     // segment_name: auto (the default), none, or one plain file name.

@@ -33,8 +33,8 @@ use crate::{folio_cache, CACHES};
 /// persistent other than 0 or 1, a dirty limit below 4096 or above the largest capacity,
 /// a background threshold above the dirty limit, a wrong `size`, an empty segment_dir, a
 /// segment_dir_on_disk other than 0 or 1, an empty or non-UTF-8 segment_name or one that
-/// is not one plain portable file name, an unknown unusable_segment): -EINVAL is only ever
-/// a bad option. For a persistent cache, where the segment cannot be used (none of these
+/// is not one plain portable file name, an unknown unusable_segment, a kept_steward other
+/// than 0 or 1): -EINVAL is only ever a bad option. For a persistent cache, where the segment cannot be used (none of these
 /// is an option's mistake; a caller may retry without `segment_name`, or with
 /// `persistent` 0, and get a cache): the errno of a segment_dir that cannot be opened
 /// (-ENOENT, -ENOTDIR), -EACCES for a directory (or a segment of that name) that is not

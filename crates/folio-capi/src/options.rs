@@ -21,7 +21,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use folio_rs::{
-    ArenaPages, BackendKind, Cache, CapacityPolicy, DiskDir, EvictionKind, Prefault, Unusable,
+    ArenaPages, BackendKind, Cache, CapacityPolicy, DiskDir, EvictionKind, KeptMemory, Prefault,
+    Unusable,
 };
 
 use crate::entry::Out;
@@ -229,6 +230,19 @@ pub struct folio_cache_options {
     /// -EINVAL. Ignored when `persistent` is 0. (It took the four bytes of padding after
     /// `unusable_segment`, which `folio_cache_options_init` zeroes.)
     pub segment_dir_on_disk: u32,
+    /// 1 (the default): a named segment kept after the cache is gone (a clean exit, a
+    /// kill after its keeper wrote back) is held by its steward, the cache's keeper
+    /// staying: as the kernel's page cache gives a closed file's pages back under
+    /// pressure, it punches the segment's coldest clean pages out when the machine (or
+    /// the cgroup) runs short of memory or all kept segments of the user in the directory
+    /// hold more than a quarter of the memory limit, and removes the segment after 6 hours
+    /// unused. It never writes and never punches a dirty page; it leaves when the next
+    /// cache of the name adopts the segment, and costs one sleeping process (a wake-up
+    /// every 2 s when memory is plentiful). 0: the keeper exits once its work is done,
+    /// and a kept segment holds its memory, which the kernel cannot reclaim (tmpfs without
+    /// swap), until it is adopted or removed (`folio-stat remove`). Anything else:
+    /// -EINVAL. Ignored without a `segment_name`. See docs/persistence.md, "Kept memory".
+    pub kept_steward: u32,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
@@ -254,7 +268,10 @@ const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_dir) == 
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_name) == 96);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, unusable_segment) == 104);
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_dir_on_disk) == 108);
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 112);
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, kept_steward) == 112);
+// The steward's choice took the end (and four bytes of padding), so the size changed again
+// (112 to 120): a caller built before it is refused rather than read past its struct.
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 120);
 
 pub(crate) fn cache_options_default() -> folio_cache_options {
     folio_cache_options {
@@ -277,6 +294,7 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
         segment_name: std::ptr::null(),
         unusable_segment: FOLIO_UNUSABLE_SEGMENT_REPLACE,
         segment_dir_on_disk: 0,
+        kept_steward: 1,
     }
 }
 
@@ -289,7 +307,8 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
 /// FOLIO_WRITE_BEHIND_BYTES_DEFAULT, a persistent cache (`persistent` 1) with its segment
 /// in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
 /// its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
-/// segment directory on disk (`segment_dir_on_disk` 0), and `size` set.
+/// segment directory on disk (`segment_dir_on_disk` 0), a kept segment's steward
+/// (`kept_steward` 1), and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -382,6 +401,7 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
         None => NamingSettings {
             name: None,
             unusable: Unusable::Replace,
+            steward: true,
         },
     };
     let capacity = capacity_settings(opts, segment_dir.as_ref().map(|p| p.room_dir()))?;
@@ -418,7 +438,11 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
         if let Some(name) = &naming.name {
             builder = builder
                 .segment_name(name.as_str())
-                .unusable_segment(naming.unusable);
+                .unusable_segment(naming.unusable)
+                .kept_memory(KeptMemory {
+                    steward: naming.steward,
+                    ..KeptMemory::default()
+                });
         }
     }
     let persistent = segment_dir.is_some();
@@ -536,12 +560,15 @@ struct NamingSettings {
     /// None: a name of the library's, removed with the cache.
     name: Option<String>,
     unusable: Unusable,
+    /// Whether a kept segment's keeper stays as its steward (`kept_steward`).
+    steward: bool,
 }
 
-/// The segment name and the choice for an unusable segment `opts` asks for; EINVAL for an
-/// unknown `unusable_segment`, or a `segment_name` that is empty, not UTF-8 or not one
-/// plain file name (checked here, before the library looks the name up in the directory).
-/// Called for a persistent cache only: both fields are ignored otherwise.
+/// The segment name, the choice for an unusable segment and the steward's `opts` asks
+/// for; EINVAL for an unknown `unusable_segment` or `kept_steward`, or a `segment_name`
+/// that is empty, not UTF-8 or not one plain file name (checked here, before the library
+/// looks the name up in the directory). Called for a persistent cache only: the fields
+/// are ignored otherwise.
 ///
 /// # Safety
 /// `opts.segment_name` is NULL or points to a NUL-terminated string readable during the
@@ -561,10 +588,21 @@ unsafe fn naming_settings(opts: &folio_cache_options) -> Result<NamingSettings, 
             ))
         }
     };
+    let steward = match opts.kept_steward {
+        0 => false,
+        1 => true,
+        other => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: kept_steward is {other}, not 0 or 1 (1, the default: on)"),
+            ))
+        }
+    };
     if opts.segment_name.is_null() {
         return Ok(NamingSettings {
             name: None,
             unusable,
+            steward,
         });
     }
     // SAFETY: non-null, and the caller guarantees a readable NUL-terminated string.
@@ -594,6 +632,7 @@ unsafe fn naming_settings(opts: &folio_cache_options) -> Result<NamingSettings, 
     Ok(NamingSettings {
         name: Some(name),
         unusable,
+        steward,
     })
 }
 

@@ -233,10 +233,9 @@ fn a_kept_segment_untouched_past_the_idle_time_is_removed() {
 #[test]
 fn a_steward_without_pressure_keeps_everything_for_the_next_cache() {
     let (segments, data) = dirs();
-    let kept = KeptMemory {
-        steward: true,
-        ..KeptMemory::default()
-    };
+    // The steward is on by default.
+    let kept = KeptMemory::default();
+    assert!(kept.steward);
     let (path, keeper) = first_life(segments.path(), data.path(), kept);
     wait_for("the keeper becomes the steward", || {
         SegmentView::open(&path).unwrap().holder() == SegmentHolder::Steward
@@ -245,4 +244,21 @@ fn a_steward_without_pressure_keeps_everything_for_the_next_cache() {
     assert!(pages >= ((READ_BYTES + WRITTEN_BYTES) / 4096) as u64);
     adopt_and_compare(segments.path(), data.path(), pages);
     wait_for("the steward leaves an adopted segment", || gone(keeper));
+}
+
+#[test]
+fn a_killed_steward_leaves_the_segment_adoptable_with_every_page() {
+    let (segments, data) = dirs();
+    let (path, keeper) = first_life(segments.path(), data.path(), KeptMemory::default());
+    wait_for("the keeper becomes the steward", || {
+        SegmentView::open(&path).unwrap().holder() == SegmentHolder::Steward
+    });
+    let pages = cached_pages(&path);
+    // SAFETY: kill with a pid and a signal; the steward is alive (its record lock is held),
+    // so the pid is still its own.
+    let killed = unsafe { libc::kill(keeper as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(killed, 0);
+    wait_for("the steward is gone", || gone(keeper));
+    // Nothing lost: the next cache adopts every page, every byte right.
+    adopt_and_compare(segments.path(), data.path(), pages);
 }

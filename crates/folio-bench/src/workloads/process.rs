@@ -461,18 +461,42 @@ impl Keeper {
         timeout: Duration,
         who: &str,
     ) -> io::Result<Duration> {
+        self.wait_done(since, timeout, who, || false)
+    }
+
+    /// Waits up to `timeout` for the keeper to be done: to exit (then it is reaped, as
+    /// `wait_clean_exit`), or to say by `stays` that it stays on (a kept segment's steward,
+    /// its writeback over: it is left running); the time since `since`.
+    ///
+    /// Context: blocks up to `timeout` and a step.
+    pub(crate) fn wait_done(
+        self,
+        since: Instant,
+        timeout: Duration,
+        who: &str,
+        mut stays: impl FnMut() -> bool,
+    ) -> io::Result<Duration> {
         let pid = self.pid;
-        let Some(exited) = self.wait_exit(since, KEEPER_STEP, timeout, |_| {})? else {
-            return Err(io::Error::other(format!(
-                "{who}: keeper {pid} did not exit within {} s",
-                timeout.as_secs()
-            )));
-        };
-        match self.reap().and_then(Outcome::code) {
-            Some(code) if code != 0 => Err(io::Error::other(format!(
-                "{who}: keeper {pid} exited with status {code}"
-            ))),
-            _ => Ok(exited),
+        loop {
+            let exited = self.fd.wait_exit(KEEPER_STEP)?;
+            let now = since.elapsed();
+            if exited {
+                return match self.reap().and_then(Outcome::code) {
+                    Some(code) if code != 0 => Err(io::Error::other(format!(
+                        "{who}: keeper {pid} exited with status {code}"
+                    ))),
+                    _ => Ok(now),
+                };
+            }
+            if stays() {
+                return Ok(now);
+            }
+            if now > timeout {
+                return Err(io::Error::other(format!(
+                    "{who}: keeper {pid} was not done within {} s",
+                    timeout.as_secs()
+                )));
+            }
         }
     }
 }

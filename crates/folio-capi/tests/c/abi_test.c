@@ -988,6 +988,27 @@ static int wait_exited(int64_t pid) {
     return 0;
 }
 
+/* Waits up to 30 s until the keeper `pid` of a named cache just destroyed is done with
+   the segment at `segment` (its final writeback, if any, over): it stays as the kept
+   segment's steward (kept_steward 1, the default), which holds a record lock on the byte
+   2^62 of the segment (folio-stat list's holder "steward"), or it exited (kept_steward
+   0). Returns whether it did. */
+static int wait_kept(int64_t pid, const char *segment) {
+    for (int i = 0; i < 3000; i++) {
+        int fd = open(segment, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            struct flock probe = {.l_type = F_WRLCK, .l_whence = SEEK_SET,
+                                  .l_start = (off_t)1 << 62, .l_len = 1};
+            int steward = fcntl(fd, F_OFD_GETLK, &probe) == 0 && probe.l_type != F_UNLCK;
+            close(fd);
+            if (steward) return 1;
+        }
+        if (!process_alive(pid)) return 1;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    return 0;
+}
+
 /* A named cache in a private segment directory: `keep.bin` read through it, `gone.bin`
    read, then changed on disk while no cache holds the segment, and `written.bin` written
    through it. Destroyed, the segment stays; the next cache of the name adopts it: the
@@ -1051,9 +1072,11 @@ static void test_adoption(const char *dir) {
         CHECK(folio_sync(f, FOLIO_SYNC_ALL, 0, 0) == 0);
         CHECK(folio_close(f) == 0);
     }
+    CHECK(o.kept_steward == 1);
     CHECK(folio_cache_destroy(c) == 0);
-    /* The named segment outlives the cache; its keeper exits. */
-    CHECK(keeper > 0 && wait_exited(keeper));
+    /* The named segment outlives the cache; its keeper stays as its steward. */
+    CHECK(keeper > 0 && wait_kept(keeper, segment));
+    CHECK(process_alive(keeper));
     CHECK(count_entries(segdir) == 1);
     {
         /* gone.bin changes while nobody holds the segment: every byte, same size. */
@@ -1069,6 +1092,8 @@ static void test_adoption(const char *dir) {
     CHECK(folio_cache_create(&o, &c) == 0);
     memset(&a, 0, sizeof a);
     CHECK(folio_cache_adoption(c, &a) == 1);
+    /* The adoption wakes the old steward: it leaves. */
+    CHECK(wait_exited(keeper));
     /* keep.bin's 256 pages at least, and written.bin's (clean after the final writeback). */
     CHECK(a.pages_kept >= KEEP_BYTES / 4096);
     CHECK(a.files_kept >= 1);
@@ -1105,8 +1130,27 @@ static void test_adoption(const char *dir) {
     CHECK(folio_cache_adoption((folio_cache){0}, &a) == -EBADF);
     keeper = folio_cache_keeper_pid(c);
     CHECK(folio_cache_destroy(c) == 0);
-    CHECK(keeper > 0 && wait_exited(keeper));
+    CHECK(keeper > 0 && wait_kept(keeper, segment));
     CHECK(unlink(segment) == 0);
+    /* A removed segment's steward leaves too (at its next tick). */
+    CHECK(wait_exited(keeper));
+
+    /* kept_steward 0: the keeper exits, the segment stays held by nobody; anything but 0
+       or 1 is a bad option. */
+    o.kept_steward = 0;
+    c.id = 0;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    keeper = folio_cache_keeper_pid(c);
+    CHECK(folio_cache_destroy(c) == 0);
+    CHECK(keeper > 0 && wait_exited(keeper));
+    CHECK(count_entries(segdir) == 1);
+    CHECK(unlink(segment) == 0);
+    o.kept_steward = 2;
+    c.id = 0;
+    CHECK(folio_cache_create(&o, &c) == -EINVAL);
+    CHECK(last_error_has("kept_steward is 2"));
+    CHECK(c.id == 0);
+    CHECK(count_entries(segdir) == 0);
 
     /* Unnamed, or not persistent: nothing adopted, nothing left. */
     options_init_fixed(&o);
@@ -1151,8 +1195,9 @@ static void test_adoption(const char *dir) {
         CHECK(a.replaced == 1 && a.pages_kept == 0);
         keeper = folio_cache_keeper_pid(c);
         CHECK(folio_cache_destroy(c) == 0);
-        CHECK(keeper > 0 && wait_exited(keeper));
+        CHECK(keeper > 0 && wait_kept(keeper, bad));
         unlink(bad);
+        CHECK(wait_exited(keeper));
     }
 
     /* The naming options' misuse: -EINVAL, naming the field. */
@@ -1630,7 +1675,9 @@ _Static_assert(offsetof(folio_cache_options, segment_name) == 96,
                "segment_name follows segment_dir");
 _Static_assert(offsetof(folio_cache_options, unusable_segment) == 104,
                "unusable_segment follows segment_name");
-_Static_assert(sizeof(folio_cache_options) == 112, "folio_cache_options is 112 bytes");
+_Static_assert(offsetof(folio_cache_options, kept_steward) == 112,
+               "kept_steward follows segment_dir_on_disk");
+_Static_assert(sizeof(folio_cache_options) == 120, "folio_cache_options is 120 bytes");
 
 static void test_write_behind(void) {
     enum { APPEND_BYTES = 1u << 20, PAGES = APPEND_BYTES / 4096 };

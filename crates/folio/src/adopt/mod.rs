@@ -184,6 +184,8 @@ pub(crate) fn take(
             Err(e) => return Err(e),
         }
     };
+    // A kept segment's steward leaves now, not at its next tick (`keeper::kept`).
+    crate::keeper::kept::wake_steward(&segment);
     // A keeper finished it before (its mark, `keeper` module docs); this process's keeper marks
     // it again when it ends.
     crate::keeper::clear_finished(segment.file())?;

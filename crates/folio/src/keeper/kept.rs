@@ -20,7 +20,7 @@
 //!    the coldest clean pages of its segment (`trim`), under the `flock` (taken without
 //!    waiting, a step of at most `TRIM_STEP_BYTES` at a time);
 //! 4. leaves when a new owner adopted the segment (the header's keeper pid is no longer
-//!    its own), when the segment was removed (no link left) or changed state, when it has
+//!    its own: the adopter wakes it, `wake_steward`, from its sleep on that word), when the segment was removed (no link left) or changed state, when it has
 //!    nothing left to give back (it removes the segment then: the next cache of the name
 //!    starts cold, as it would have), and after `KeptMemory::idle_remove_after` of
 //!    nobody using the segment (it removes it).
@@ -44,6 +44,10 @@
 //! Protection: the steward changes the segment only while it holds its `flock` and the
 //! header names it as the keeper (an adoption resets that pid under the `flock`, which the
 //! new owner then holds for its life), and the file's size is the one it mapped.
+//!
+//! On by default (`KeptMemory::steward`); what waits for a dropped named cache's keeper
+//! waits for its writeback to be over (the segment marked finished, its holder
+//! `Holder::Steward`), not for its exit.
 //!
 //! Limits: a segment of another directory than its own is not trimmed by its steward,
 //! and the bound counts only segments in the steward's directory; a segment left by an
@@ -91,10 +95,9 @@ pub struct KeptMemory {
     pub bound_bytes: Option<u64>,
     /// A kept segment nobody adopted for this long is removed. Default: 6 hours.
     pub idle_remove_after: Duration,
-    /// Whether the keeper stays as the kept segment's steward. Default: no (opt-in until
-    /// the C ABI and the plugin have an option for it and their tests, which wait for a
-    /// dropped cache's keeper to exit, know the steward). Off, the segment is held by
-    /// nobody until it is adopted or removed, as before.
+    /// Whether the keeper stays as the kept segment's steward. Default: yes. Off, the
+    /// keeper exits once its work is done, and the segment is held by nobody until it is
+    /// adopted or removed (memory the kernel cannot reclaim: tmpfs without swap).
     pub steward: bool,
     /// A directory read in place of `/proc` for the memory figures (`meminfo`,
     /// `pressure/memory`), without cgroups: a test's simulated machine. `None`: the
@@ -107,7 +110,7 @@ impl Default for KeptMemory {
         KeptMemory {
             bound_bytes: None,
             idle_remove_after: KEPT_IDLE_REMOVE_DEFAULT,
-            steward: false,
+            steward: true,
             memory_files: None,
         }
     }
@@ -316,7 +319,7 @@ pub(super) fn steward(segment: &Segment, kept: &KeptMemory, me: u32) -> i32 {
     let mut stalls_before = (Instant::now(), source.read().pressure_some_total_us);
     let mut tick = TICK_MIN;
     loop {
-        std::thread::sleep(tick);
+        sleep_unless_adopted(segment, me, tick);
         if !still_ours(segment, me) {
             return 0;
         }
@@ -428,6 +431,61 @@ fn still_ours(segment: &Segment, me: u32) -> bool {
         && header.keeper_pid.load(Ordering::Relaxed) == me
         && header.state() == Some(SegmentState::Written)
         && header.retained()
+}
+
+/// Sleeps for `tick`, or less if an adoption wakes the steward (`wake_steward`): a
+/// futex wait on the header's keeper pid while it still names `me` (an adoption resets
+/// it). The segment is a shared file mapping, so the futex is the file's: an adopter in
+/// another process wakes it.
+fn sleep_unless_adopted(segment: &Segment, me: u32, tick: Duration) {
+    let word = &segment.header().keeper_pid;
+    let deadline = Instant::now() + tick;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || word.load(Ordering::SeqCst) != me {
+            return;
+        }
+        let timeout = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT (shared: no FUTEX_PRIVATE_FLAG) on an aligned u32 of our
+        // mapping, alive as long as `segment`, with a relative timeout; it only sleeps,
+        // and returns at a wake, a change of the word, a signal or the timeout.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAIT,
+                me,
+                &timeout as *const libc::timespec,
+                std::ptr::null::<u32>(),
+                0u32,
+            )
+        };
+    }
+}
+
+/// Wakes the steward of `segment`, if one sleeps on it (`sleep_unless_adopted`): called
+/// by an adopter once it has reset the header's keeper pid, so that the old steward
+/// leaves at once (and lets go of its record lock) instead of at its next tick.
+///
+/// Context: the adopter holds the segment's `flock`; any thread.
+pub(crate) fn wake_steward(segment: &Segment) {
+    let word = &segment.header().keeper_pid;
+    // SAFETY: FUTEX_WAKE (shared) on an aligned u32 of our mapping, alive during the
+    // call; it reads nothing else and wakes at most every waiter.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
 }
 
 /// Runs `work` holding the segment's `flock` (taken without waiting), if the segment is

@@ -20,10 +20,12 @@
 //!   builds with the same name (adopting the segment), measures its first window
 //!   (`restart-clean`), reads the whole set, measures its own warm window
 //!   (`warm-before-kill`) and keeps reading until it is SIGKILLed; its keeper writes back
-//!   and leaves the segment. P3 builds with the same name once the keeper has exited and
-//!   measures its first window (`restart-kill`). This process waits for each keeper (by
-//!   pidfd; it is a child subreaper, so the keeper is its child and is reaped) before it
-//!   starts the next reader: the time is reported (`keeper_ms`).
+//!   and leaves the segment. P3 builds with the same name once the keeper is done and
+//!   measures its first window (`restart-kill`). This process waits for each keeper to be
+//!   done with the segment (by pidfd, and the segment's holder: a named segment's keeper
+//!   stays as its steward once its writeback is over, and leaves when the next reader
+//!   adopts it; this process is a child subreaper, so a keeper that exits is its child and
+//!   is reaped) before it starts the next reader: the time is reported (`keeper_ms`).
 //! - kernel: the page cache dropped; K1 reads the whole set and measures its warm window;
 //!   K2 its first window, the fill, its warm window, then it is SIGKILLed while it reads;
 //!   K3 its first window. This machine pages out page-cache pages left idle for ~30 s, so
@@ -79,7 +81,7 @@ pub const READ_BYTES: usize = 4096;
 const FILL_READ_BYTES: usize = 256 << 10;
 /// One read in this many is timed.
 const TIME_EVERY: u64 = 16;
-/// How long a keeper may take to exit before the run fails.
+/// How long a keeper may take to be done before the run fails.
 const KEEPER_TIMEOUT: Duration = Duration::from_secs(300);
 /// The targets of issue 32.
 pub const RESTART_OVER_WARM_MIN: f64 = 0.9;
@@ -398,7 +400,7 @@ impl Workload for Args {
             "folio: persistent caches of {} MiB named per round in a private segment directory \
              under {}; the backend, arena pages and readahead as this run's options; P1 fill + \
              warm {warm_secs} s + clean exit; P2 adopts: first {first_secs} s, fill, warm \
-             {warm_secs} s, SIGKILL while reading; P3 adopts after the keeper exited: first \
+             {warm_secs} s, SIGKILL while reading; P3 adopts after the keeper is done: first \
              {first_secs} s; cold: a name no segment has",
             capacity_bytes >> 20,
             segment_base.display()

@@ -8,7 +8,7 @@
 //! nothing and never exits holds the run (its window's length bounds it in practice).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
@@ -107,11 +107,14 @@ impl Ctx<'_> {
         let mut p2 = self.spawn(side, &steps, seed + 3)?;
         let said = p2.until_lingering()?;
         let keeper = said.keeper_pid().map(Keeper::watch).transpose()?;
+        let segment = said.segment();
         // Kill while it reads: a moment into its lingering reads.
         std::thread::sleep(Duration::from_millis(200));
         let killed = Instant::now();
         p2.kill()?;
-        let kill_keeper_ms = keeper.map(|k| wait_keeper(k, killed)).transpose()?;
+        let kill_keeper_ms = keeper
+            .map(|k| wait_keeper(k, segment.as_deref(), killed))
+            .transpose()?;
         let first = restart_window(&said, side, keeper_ms, residency)?;
         out.push((Phase::RestartClean, first));
         let mut warm = said.window("warm")?;
@@ -146,7 +149,8 @@ impl Ctx<'_> {
         Ok(Some(r.resident as f64 / r.total.max(1) as f64))
     }
 
-    /// After a folio reader's clean exit: waits for its keeper to exit; its time in ms.
+    /// After a folio reader's clean exit: waits for its keeper to be done (`wait_keeper`);
+    /// its time in ms.
     fn after_exit(&self, side: Side, said: &Said) -> io::Result<Option<f64>> {
         if side != Side::Folio {
             return Ok(None);
@@ -158,7 +162,11 @@ impl Ctx<'_> {
         // The keeper may be gone already: then there is no pidfd to open, and it was
         // reaped (or is a zombie child of ours) by now.
         match Keeper::watch(pid) {
-            Ok(keeper) => Ok(Some(wait_keeper(keeper, start)?)),
+            Ok(keeper) => Ok(Some(wait_keeper(
+                keeper,
+                said.segment().as_deref(),
+                start,
+            )?)),
             Err(_) => {
                 process::reap_keeper(pid);
                 Ok(Some(0.0))
@@ -203,10 +211,17 @@ impl Ctx<'_> {
     }
 }
 
-/// Waits for `keeper` (our child: we are a subreaper) to exit and reaps it; the time
-/// since `since` in ms.
-fn wait_keeper(keeper: Keeper, since: Instant) -> io::Result<f64> {
-    let waited = keeper.wait_clean_exit(since, KEEPER_TIMEOUT, "restart")?;
+/// Waits for `keeper` (our child: we are a subreaper) to be done with `segment`: to exit
+/// (it is reaped), or to stay as the segment's steward, its writeback over
+/// (`SegmentHolder::Steward`); the time since `since` in ms.
+fn wait_keeper(keeper: Keeper, segment: Option<&Path>, since: Instant) -> io::Result<f64> {
+    let stewards = || {
+        segment.is_some_and(|path| {
+            folio::SegmentView::open(path)
+                .is_ok_and(|view| view.holder() == folio::SegmentHolder::Steward)
+        })
+    };
+    let waited = keeper.wait_done(since, KEEPER_TIMEOUT, "restart", stewards)?;
     Ok(waited.as_secs_f64() * 1e3)
 }
 
@@ -268,6 +283,13 @@ impl Said {
 
     fn build_ms(&self) -> Option<f64> {
         self.get("built")?.get("ms")?.as_f64()
+    }
+
+    fn segment(&self) -> Option<PathBuf> {
+        self.get("built")?
+            .get("segment")?
+            .as_str()
+            .map(PathBuf::from)
     }
 
     fn keeper_pid(&self) -> Option<u32> {
