@@ -625,11 +625,15 @@ fn run_rounds(kill: Kill, rounds: u64) {
         }
         assert!(
             !said.segment.exists(),
-            "{context}: the segment {} is still there after the keeper{} finished",
+            "{context}: the segment {} is still there after the keeper{} finished ({})",
             said.segment.display(),
             match kill {
                 Kill::Owner => "",
                 Kill::OwnerThenKeeper => " and the recovery",
+            },
+            match folio::SegmentView::open(&said.segment) {
+                Ok(view) => format!("held by {:?}, state {:?}", view.holder(), view.state()),
+                Err(e) => format!("not readable: {e}"),
             }
         );
         totals.keeper_wait_ms_max = totals

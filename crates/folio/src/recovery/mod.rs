@@ -219,30 +219,65 @@ const KEEPER_WAIT_MAX: Duration = Duration::from_secs(300);
 pub fn settle_dir(dir: &Path) -> io::Result<Settled> {
     let mut settled = Settled::default();
     for (path, holder) in segment::holders_in(dir)? {
-        match holder {
-            Holder::Owner => {}
-            Holder::Keeper => {
-                settled.waited += 1;
-                wait_for_keeper(&path);
-            }
-            // A steward holds the segment's lock only while it trims: then the recovery
-            // says WouldBlock and this waits as for a keeper.
-            Holder::Nobody | Holder::Steward => match recover_segment(&path) {
-                Ok(_) => {
-                    settled.recovered += 1;
-                    if remove_if_files_gone(&path) {
-                        settled.removed += 1;
-                    }
-                }
-                // Another new cache recovers it now, or it is not ours to read.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_for_keeper(&path),
-                Err(e) => eprintln!("folio: segment {} left as it is: {e}", path.display()),
-            },
-        }
+        settle_segment(&path, holder, &mut settled);
     }
     // Only a segment recovered here is removed here.
     assert!(settled.removed <= settled.recovered);
     Ok(settled)
+}
+
+/// How many times `settle_segment` looks again at a segment it waited for.
+const SETTLE_LOOKS_MAX: u32 = 4;
+
+/// One segment of `settle_dir`, found held by `holder`: waited for while a keeper writes
+/// it back, and recovered here when nobody holds it. After a wait it is looked at again:
+/// the keeper waited for may have been killed before it was done (its segment is then
+/// nobody's, unwritten, and recovered here), or the wait was for a brief holder (another
+/// new cache recovering it, a fork of a process holding copies of its descriptors).
+///
+/// Context: the cache's build; may sleep up to `KEEPER_WAIT_MAX` per wait.
+fn settle_segment(path: &Path, mut holder: Holder, settled: &mut Settled) {
+    let mut waited = false;
+    for _ in 0..SETTLE_LOOKS_MAX {
+        match holder {
+            Holder::Owner => return,
+            Holder::Keeper => {
+                if !waited {
+                    settled.waited += 1;
+                    waited = true;
+                }
+                wait_for_keeper(path);
+            }
+            // A steward holds the segment's lock only while it trims: then the recovery
+            // says WouldBlock and this waits as for a keeper.
+            Holder::Nobody | Holder::Steward => match recover_segment(path) {
+                Ok(_) => {
+                    settled.recovered += 1;
+                    if remove_if_files_gone(path) {
+                        settled.removed += 1;
+                    }
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+                // Another new cache recovers it now, or a fork holds it for a moment.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait_for_keeper(path),
+                Err(e) => {
+                    eprintln!("folio: segment {} left as it is: {e}", path.display());
+                    return;
+                }
+            },
+        }
+        // Looked at again after the wait: a segment gone (removed by its keeper) is
+        // settled; one nobody holds now is recovered (at once, if its keeper wrote it).
+        let Ok(file) = StdFile::open(path) else {
+            return;
+        };
+        holder = segment::holder_of(&file);
+    }
+    eprintln!(
+        "folio: segment {} still held after {SETTLE_LOOKS_MAX} looks; left as it is",
+        path.display()
+    );
 }
 
 /// Removes the segment at `path`, kept for a restart (named) and written, if its slots

@@ -162,11 +162,7 @@ impl Ctx<'_> {
         // The keeper may be gone already: then there is no pidfd to open, and it was
         // reaped (or is a zombie child of ours) by now.
         match Keeper::watch(pid) {
-            Ok(keeper) => Ok(Some(wait_keeper(
-                keeper,
-                said.segment().as_deref(),
-                start,
-            )?)),
+            Ok(keeper) => Ok(Some(wait_keeper(keeper, said.segment().as_deref(), start)?)),
             Err(_) => {
                 process::reap_keeper(pid);
                 Ok(Some(0.0))
