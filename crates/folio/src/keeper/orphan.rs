@@ -147,7 +147,12 @@ pub fn write_back(
                 written.bytes += bytes;
                 written.files += 1;
             }
-            Err(_) => written.failed_files += 1,
+            Err(e) => {
+                // The segment stays (its pages are not on disk); the reason is the only
+                // trace a recovery leaves of it (a keeper's stderr is closed).
+                eprintln!("folio: the writeback of mapping {} failed: {e}", id.0);
+                written.failed_files += 1;
+            }
         }
     }
     written.folios_without_file = dirty
