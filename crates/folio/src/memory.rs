@@ -11,7 +11,6 @@ use crate::arena::Arena;
 use crate::eviction::EvictionPolicy;
 use crate::readahead::ReadaheadLimit;
 use crate::refcount::PutOutcome;
-use crate::segment::link::KeeperLink;
 use crate::stats::Counters;
 use crate::types::FrameId;
 use crate::write::budget::DirtyBudget;
@@ -26,9 +25,6 @@ pub(crate) struct Memory {
     /// The cache-wide maximum readahead window: each active stream's share, lowered while
     /// readahead thrashes (`readahead` module docs).
     pub readahead_limit: ReadaheadLimit,
-    /// The line to the keeper, in a cache that outlives the process (DESIGN.md §9): the
-    /// descriptors of the files it writes.
-    pub keeper: Option<KeeperLink>,
 }
 
 impl Memory {

@@ -433,7 +433,8 @@ impl Engine {
     /// to the keeper, which takes over as the link closes (the segment is not used after).
     fn dismiss_keeper(&self) {
         let mem = &self.core.mem;
-        let (Some(keeper), Some(segment)) = (&mem.keeper, mem.arena.segment()) else {
+        let (Some(keeper), Some(segment)) = (self.core.mappings.keeper(), mem.arena.segment())
+        else {
             return;
         };
         if mem.dirty.pages() == 0 && mem.dirty.writeback_pages() == 0 {

@@ -104,7 +104,7 @@ impl Cache {
             return Ok(()); // another name still reaches the file: its pages stay
         }
         if let Some(mapping) = core.mappings.find(meta.dev(), meta.ino()) {
-            mapping.unlink(&core.mem);
+            core.mappings.unlink(&core.mem, &mapping);
             if mapping.handles() == 0 {
                 core.mappings.remove_if_unused(&core.mem, &mapping);
             }
@@ -177,7 +177,7 @@ impl Cache {
 
     /// The keeper process of a persistent cache.
     pub fn keeper_pid(&self) -> Option<u32> {
-        self.inner.core.mem.keeper.as_ref().map(|k| k.keeper_pid())
+        self.inner.core.mappings.keeper().map(|k| k.keeper_pid())
     }
 
     /// Bytes of memory the cache may hold folios in now.

@@ -132,9 +132,10 @@ impl File {
         ra_pages: u32,
     ) -> File {
         if access == Access::ReadWrite && mapping.write.adopt_fd(&fd) {
-            if let Some(keeper) = &cache.core.mem.keeper {
-                keeper.register(mapping.id, fd.as_raw_fd());
-            }
+            cache
+                .core
+                .mappings
+                .register_writer(&mapping, fd.as_raw_fd());
         }
         let since = Mutex::new(mapping.write.errseq().sample());
         let root_hint = RootHint::new(&mapping.index);

@@ -30,6 +30,7 @@ use super::{FileStamp, Invalidate, Mapping};
 use crate::folio::MappingId;
 use crate::index::{Entry, IndexWriteGuard};
 use crate::memory::Memory;
+use crate::segment::link::KeeperLink;
 use crate::stats;
 use crate::types::PageIndex;
 
@@ -38,20 +39,6 @@ impl Mapping {
     /// Open handles now (a snapshot).
     pub fn handles(&self) -> u32 {
         self.handles.load().open()
-    }
-
-    /// The file's last name was unlinked: drops its pages now if no handle has it open,
-    /// else when the last one closes (`MappingTable::close`). One of the two sees the
-    /// other (the fences): the pages never outlive both.
-    ///
-    /// Context: no lock held; may take the file's writer lock and index lock, and sleep
-    /// for writebacks in flight (`forget_deleted`).
-    pub fn unlink(&self, mem: &Memory) {
-        self.unlinked.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if self.handles() == 0 {
-            self.forget_deleted(mem);
-        }
     }
 
     /// A folio of this mapping left its index under `_w`, this index's lock: counts it
@@ -97,23 +84,6 @@ impl Mapping {
     fn is_replaced_by(&self, now: &FileStamp) -> bool {
         self.write.is_written()
             && self.stamp.lock().unwrap_or_else(|e| e.into_inner()).born_ns != now.born_ns
-    }
-
-    /// The file was deleted and no handle has it open: drops every cached page, dirty ones
-    /// too (their bytes belong to no file any more), and the kept descriptor, so the file
-    /// system frees the inode's blocks as it would without folio. Returns the pages dropped.
-    ///
-    /// Context: no lock held; takes the file's writer lock and the index lock; may sleep
-    /// for writebacks in flight.
-    pub fn forget_deleted(&self, mem: &Memory) -> u64 {
-        let _writer = self.write.lock_writer();
-        self.write.note_written();
-        let dropped = self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
-        self.write.forget_fd();
-        if let Some(keeper) = &mem.keeper {
-            keeper.forget(self.id);
-        }
-        dropped
     }
 }
 
@@ -245,6 +215,10 @@ pub enum Unused {
 #[derive(Debug, Default)]
 pub struct MappingTable {
     maps: RwLock<Maps>,
+    /// A persistent cache's line to its keeper (DESIGN.md §9, `segment::link`), which
+    /// keeps a copy of the ids this table hands out: told the descriptor of each file a
+    /// mapping writes (`register_writer`) and each id freed, before its reuse (step R).
+    keeper: Option<KeeperLink>,
 }
 
 #[derive(Debug, Default)]
@@ -273,6 +247,30 @@ impl Maps {
 }
 
 impl MappingTable {
+    /// An empty table; `keeper`: a persistent cache's line to its keeper.
+    pub fn new(keeper: Option<KeeperLink>) -> MappingTable {
+        MappingTable {
+            maps: RwLock::default(),
+            keeper,
+        }
+    }
+
+    /// A persistent cache's line to its keeper.
+    pub fn keeper(&self) -> Option<&KeeperLink> {
+        self.keeper.as_ref()
+    }
+
+    /// `mapping` was opened for writing `fd`, a descriptor it keeps (`WriteState::adopt_fd`):
+    /// a persistent cache's keeper gets a copy, to write the file after this process's
+    /// death.
+    ///
+    /// Context: before the handle's first write.
+    pub fn register_writer(&self, mapping: &Mapping, fd: std::os::unix::io::RawFd) {
+        if let Some(keeper) = &self.keeper {
+            keeper.register(mapping.id, fd);
+        }
+    }
+
     pub fn get(&self, id: MappingId) -> Option<Arc<Mapping>> {
         self.read().by_id.get(&id).cloned()
     }
@@ -351,6 +349,42 @@ impl MappingTable {
         Ok(mapping)
     }
 
+    /// The last name of `mapping`'s file was unlinked: drops its pages now if no handle
+    /// has it open, else when the last one closes (`MappingTable::close`). One of the two
+    /// sees the other (the fences): the pages never outlive both.
+    ///
+    /// Context: no lock held; may take the file's writer lock and index lock, and sleep
+    /// for writebacks in flight (`forget_deleted`).
+    pub fn unlink(&self, mem: &Memory, mapping: &Mapping) {
+        mapping.unlinked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if mapping.handles() == 0 {
+            self.forget_deleted(mem, mapping);
+        }
+    }
+
+    /// The file of `mapping` was deleted and no handle has it open: drops every cached
+    /// page, dirty ones too (their bytes belong to no file any more), and the kept
+    /// descriptor (ours, and the keeper's), so the file system frees the inode's blocks as
+    /// it would without folio. Returns the pages dropped.
+    ///
+    /// Context: no lock held; takes the file's writer lock and the index lock; may sleep
+    /// for writebacks in flight.
+    fn forget_deleted(&self, mem: &Memory, mapping: &Mapping) -> u64 {
+        debug_assert!(
+            mapping.unlinked.load(Ordering::Relaxed),
+            "forgets only a deleted file"
+        );
+        let _writer = mapping.write.lock_writer();
+        mapping.write.note_written();
+        let dropped = mapping.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
+        mapping.write.forget_fd();
+        if let Some(keeper) = &self.keeper {
+            keeper.forget(mapping.id);
+        }
+        dropped
+    }
+
     /// Step C: gives back a handle `get_or_insert` gave; the last one tries removal.
     ///
     /// Context: `File`'s drop; no lock held. Walks the mapping's index when it was the
@@ -361,7 +395,7 @@ impl MappingTable {
             // is seen here.
             fence(Ordering::SeqCst);
             if mapping.unlinked.load(Ordering::SeqCst) {
-                mapping.forget_deleted(mem);
+                self.forget_deleted(mem, mapping);
             }
             self.remove_if_unused(mem, mapping);
         }
@@ -412,7 +446,7 @@ impl MappingTable {
                 maps.by_inode.remove(&mapping.inode);
             }
             // The keeper forgets the id before it can be reused (`segment::link`).
-            if let Some(keeper) = &mem.keeper {
+            if let Some(keeper) = &self.keeper {
                 keeper.forget(mapping.id);
             }
             maps.free_ids.push(mapping.id);
@@ -498,7 +532,6 @@ mod tests {
             readahead_limit: crate::readahead::ReadaheadLimit::new(
                 crate::readahead::LimitBounds::for_cache(64),
             ),
-            keeper: None,
         }
     }
 
