@@ -401,7 +401,7 @@ impl Plan {
             files,
             mut adoption,
         } = self;
-        let segment = mem.arena.segment().cloned();
+        let segment = mem.arena().segment().cloned();
         if let Some(segment) = &segment {
             // Slots of files not adopted are forgotten, and adopted files' sizes are the
             // disk's again (this process has not written them): a later keeper or
@@ -440,8 +440,7 @@ impl Plan {
                 .lock_for_insert(folio.head, folio.order.pages());
             let inserted = w.insert_run(&[new]).inserted[0];
             assert!(inserted, "an adopted folio's pages were taken twice");
-            mem.policy
-                .insert(&mem.arena, folio.frame, folio.order.pages(), None);
+            mem.make_evictable(folio.frame, folio.order.pages(), None);
             adoption.pages_kept += folio.order.pages();
         }
         adoption.files_kept = files.len() as u32;

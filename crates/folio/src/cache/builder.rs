@@ -29,7 +29,6 @@ use crate::pagecache::{Core, Engine, WritebackBodies};
 use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
 use crate::segment::DiskDir;
-use crate::stats::Counters;
 use crate::types::{Order, PAGE_BYTES};
 use crate::write::budget::DirtyBudget;
 use crate::write::queue::DirtyFiles;
@@ -411,25 +410,24 @@ impl CacheBuilder {
             background_bytes: self.dirty_background_bytes,
         };
         let (dirty_limit, dirty_background) = dirty_settings.pages_for(frames);
-        let mut core = Core {
-            mem: Memory {
-                arena,
-                policy: new_policy(self.eviction, frames),
-                counters: Counters::default(),
-                dirty: DirtyBudget::new(dirty_limit, dirty_background),
-                readahead_limit: ReadaheadLimit::new(LimitBounds::for_cache(frames as u32)),
-            },
-            mappings: MappingTable::new(keeper),
-            reclaimer: Reclaimer::new(frames),
-            alloc_wait: self.alloc_wait,
-            folio_order_max: order_max,
-            readahead_pages: 0,
-            dirty_files: DirtyFiles::new(self.dirty_expire),
-            write_behind_pages: self.write_behind_bytes.div_ceil(PAGE_BYTES as u64),
-            capacity: CapacityControl::new(self.capacity_policy, dirty_settings),
-        };
+        let mem = Memory::new(
+            arena,
+            new_policy(self.eviction, frames),
+            DirtyBudget::new(dirty_limit, dirty_background),
+            ReadaheadLimit::new(LimitBounds::for_cache(frames as u32)),
+        );
+        let mut core = Core::new(
+            mem,
+            MappingTable::new(keeper),
+            Reclaimer::new(frames),
+            self.alloc_wait,
+            order_max,
+            DirtyFiles::new(self.dirty_expire),
+            self.write_behind_bytes.div_ceil(PAGE_BYTES as u64),
+            CapacityControl::new(self.capacity_policy, dirty_settings),
+        );
         core.readahead_pages = core.readahead_pages_for(self.readahead_max_bytes);
-        let adoption = plan.map(|plan| Arc::new(plan.install(&core.mem, &core.mappings)));
+        let adoption = plan.map(|plan| Arc::new(plan.install(core.memory(), &core.mappings)));
         Ok(Cache {
             adoption,
             inner: Arc::new(Engine::new(

@@ -44,7 +44,7 @@ impl std::fmt::Debug for Cache {
             .field("backend", &self.inner.backend.name())
             .field(
                 "capacity_frames",
-                &self.inner.core.mem.arena.capacity_frames(),
+                &self.inner.core.arena().capacity_frames(),
             )
             .finish()
     }
@@ -104,9 +104,9 @@ impl Cache {
             return Ok(()); // another name still reaches the file: its pages stay
         }
         if let Some(mapping) = core.mappings.find(meta.dev(), meta.ino()) {
-            core.mappings.unlink(&core.mem, &mapping);
+            core.mappings.unlink(core.memory(), &mapping);
             if mapping.handles() == 0 {
-                core.mappings.remove_if_unused(&core.mem, &mapping);
+                core.mappings.remove_if_unused(core.memory(), &mapping);
             }
         }
         Ok(())
@@ -165,7 +165,7 @@ impl Cache {
 
     /// The segment file of a persistent cache (`CacheBuilder::persistent`).
     pub fn segment_path(&self) -> Option<PathBuf> {
-        let segment = self.inner.core.mem.arena.segment()?;
+        let segment = self.inner.core.arena().segment()?;
         Some(segment.path().to_path_buf())
     }
 

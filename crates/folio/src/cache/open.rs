@@ -174,10 +174,10 @@ impl Cache {
         // settled the size since).
         let stamp_now = || std_file.metadata().map(|m| FileStamp::of(&m));
         let core = &self.inner.core;
-        let mapping = core
-            .mappings
-            .get_or_insert(&core.mem, meta.dev(), meta.ino(), &stamp_now)?;
-        if let Some(segment) = core.mem.arena.segment() {
+        let mapping =
+            core.mappings
+                .get_or_insert(core.memory(), meta.dev(), meta.ino(), &stamp_now)?;
+        if let Some(segment) = core.arena().segment() {
             // Before any write: the keeper finds a dirty page's file by this slot.
             let path = std::fs::read_link(format!("/proc/self/fd/{}", std_file.as_raw_fd()))
                 .unwrap_or_else(|_| path.to_path_buf());

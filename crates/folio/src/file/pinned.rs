@@ -47,7 +47,7 @@ impl File {
                     Found::NoMemory => unreachable!("a thread waits for memory in the allocator"),
                     Found::Cached(folio, came) => (folio, came),
                     Found::InFlight(folio, came) => {
-                        wait::wait_unlocked(self.core().mem.arena.meta(folio.frame));
+                        wait::wait_unlocked(self.core().arena().meta(folio.frame));
                         (folio, came)
                     }
                 };
@@ -57,8 +57,7 @@ impl File {
                     debug_assert!(covers(&folio, page), "{page:?} not in its folio");
                     debug_assert!(self
                         .core()
-                        .mem
-                        .arena
+                        .arena()
                         .meta(folio.frame)
                         .state
                         .load()
@@ -96,11 +95,11 @@ impl File {
             if page.offset_bytes() >= self.mapping.size_bytes() {
                 return Ok(Found::PastEnd);
             }
-            let folio = match self.mapping.find_get(&core.mem, page) {
+            let folio = match self.mapping.find_get(core.memory(), page) {
                 Ok(folio) => folio,
                 Err(_) => {
                     if !*missed {
-                        stats::bump(&core.mem.counters.misses);
+                        stats::bump(&core.counters().misses);
                         *missed = true;
                     }
                     match self.on_miss(page, read_end, waiter, hint) {
@@ -118,13 +117,13 @@ impl File {
             };
             // `find_get`'s post: the folio found holds `page`.
             debug_assert!(covers(&folio, page), "{page:?} not in its folio");
-            let meta = core.mem.arena.meta(folio.frame);
+            let meta = core.arena().meta(folio.frame);
             if !meta.state.load().is_locked() {
                 let came = if *missed { Came::Missed } else { Came::Cached };
                 return Ok(Found::Cached(folio, came));
             }
             if !*missed {
-                stats::bump(&core.mem.counters.waits_on_io);
+                stats::bump(&core.counters().waits_on_io);
             }
             // A reader that catches up with an async window reaches its marker while
             // the window is still in flight: start the next window now, before
@@ -155,7 +154,7 @@ impl File {
         hint: ReadHint,
     ) -> io::Result<Settled<'c>> {
         let core = self.core();
-        let meta = core.mem.arena.meta(folio.frame);
+        let meta = core.arena().meta(folio.frame);
         let state = meta.state.load();
         if state.is_uptodate() {
             let touch = hint == ReadHint::Normal;
@@ -164,7 +163,7 @@ impl File {
                 Came::WaitedForIo if touch => meta.state.touch(),
                 Came::WaitedForIo => {}
                 Came::Cached => {
-                    stats::bump(&core.mem.counters.pinned_hits);
+                    stats::bump(&core.counters().pinned_hits);
                     if touch {
                         meta.state.touch();
                     }

@@ -114,7 +114,7 @@ impl File {
             return;
         }
         let pages = self.fill().read_gaps(&merge(gaps), first);
-        stats::add(&self.core().mem.counters.misses, pages);
+        stats::add(&self.core().counters().misses, pages);
     }
 }
 

@@ -269,7 +269,7 @@ impl Mapping {
             let Entry::Folio { frame, order, head } = entry else {
                 return Err(entry);
             };
-            let meta = mem.arena.meta(frame);
+            let meta = mem.arena().meta(frame);
             match meta.state.try_get() {
                 GetOutcome::Got => {}
                 GetOutcome::Dead => {
@@ -277,7 +277,7 @@ impl Mapping {
                     continue;
                 }
                 GetOutcome::DeadFree => {
-                    mem.arena.free(frame);
+                    mem.arena().free(frame);
                     continue;
                 }
             }

@@ -320,7 +320,7 @@ impl MappingTable {
                     None => {
                         let stamp = stamp_now()?;
                         let id = maps.new_id()?;
-                        let segment = mem.arena.segment().cloned();
+                        let segment = mem.arena().segment().cloned();
                         let mapping = Arc::new(Mapping::new(id, (dev, ino), stamp, segment));
                         maps.by_id.insert(id, mapping.clone());
                         maps.by_inode.insert((dev, ino), id);
@@ -453,7 +453,7 @@ impl MappingTable {
         }
         drop(maps);
         if removed.is_some() {
-            stats::bump(&mem.counters.mappings_removed);
+            stats::bump(&mem.counters().mappings_removed);
         }
         // `removed` drops here, outside the lock; the index goes with the last `Arc`.
         Unused::Removed
@@ -524,15 +524,12 @@ mod tests {
     use super::*;
 
     fn memory() -> Memory {
-        Memory {
-            arena: crate::arena::Arena::new(64, crate::arena::ArenaPages::Small).unwrap(),
-            policy: crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
-            counters: crate::stats::Counters::default(),
-            dirty: crate::write::budget::DirtyBudget::new(8, 4),
-            readahead_limit: crate::readahead::ReadaheadLimit::new(
-                crate::readahead::LimitBounds::for_cache(64),
-            ),
-        }
+        Memory::new(
+            crate::arena::Arena::new(64, crate::arena::ArenaPages::Small).unwrap(),
+            crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
+            crate::write::budget::DirtyBudget::new(8, 4),
+            crate::readahead::ReadaheadLimit::new(crate::readahead::LimitBounds::for_cache(64)),
+        )
     }
 
     /// A file folio wrote is deleted and its inode given to a new file (ext4 reuses

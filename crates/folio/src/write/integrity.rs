@@ -62,7 +62,7 @@ pub(crate) fn sync(
     writeback::start(core, backend, mapping, start, end, Take::Tagged);
     wait_for_tagged(core, backend, mapping, start, end);
     #[cfg(any(debug_assertions, feature = "invariants"))]
-    check_marks(&core.mem, mapping, start, end);
+    check_marks(core.memory(), mapping, start, end);
     mapping.settle_size();
     if let Err(e) = flush(backend, &fd, kind) {
         mapping
@@ -125,7 +125,7 @@ fn check_marks(mem: &Memory, mapping: &Mapping, start: PageIndex, end: PageIndex
         let Entry::Folio { frame, .. } = entry else {
             return;
         };
-        let state = mem.arena.meta(frame).state.load();
+        let state = mem.arena().meta(frame).state.load();
         let dirty_mark = w.is_marked(head, Mark::Dirty);
         assert!(
             !state.is_dirty() || dirty_mark,
@@ -160,11 +160,11 @@ pub(crate) fn check_promised(
             let Entry::Folio { frame, order, head } = w.get(page) else {
                 return;
             };
-            let state = mem.arena.meta(frame).state.load();
+            let state = mem.arena().meta(frame).state.load();
             if !state.is_dirty() {
                 return;
             }
-            let blocks = BlockMask::of(&mem.arena, frame, order).peek();
+            let blocks = BlockMask::of(mem.arena(), frame, order).peek();
             assert!(
                 !blocks.contains(page.0 - head.0),
                 "a sync returned Ok with page {} still dirty, written by a write that \

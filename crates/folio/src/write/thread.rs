@@ -37,7 +37,7 @@ pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(1);
 ///
 /// Context: its own thread ("folio-writeback").
 pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
-    let persistent = core.mem.arena.segment().is_some();
+    let persistent = core.arena().segment().is_some();
     // With nothing dirty: until woken, or a persistent cache's next publish.
     let idle_period = persistent.then_some(STATS_PERIOD);
     let mut published = Instant::now();
@@ -86,7 +86,7 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
     // Taken first, whatever the threshold says, so that a request is never left for a
     // later pass.
     let clean_wanted = core.dirty_files.take_clean_wanted();
-    let over = clean_wanted || core.mem.dirty.over_background();
+    let over = clean_wanted || core.dirty_budget().over_background();
     // Over the threshold, tail blocks go too: left dirty, a few files' tails could fill
     // a small budget and throttle writers that nothing would ever release.
     let take = if over { Take::Dirty } else { Take::Background };

@@ -198,7 +198,7 @@ pub(super) fn walk(
             None if take == Take::Tagged && !locked.is_empty() => {
                 // Writers hold these: their copies are short. Wait, then walk again.
                 for frame in locked {
-                    wait::wait_unlocked(core.mem.arena.meta(frame));
+                    wait::wait_unlocked(core.arena().meta(frame));
                 }
                 from = start;
             }
@@ -220,7 +220,7 @@ fn collect(
         Take::Dirty | Take::Background => Mark::Dirty,
         Take::Tagged => Mark::Towrite,
     };
-    let arena = &core.mem.arena;
+    let arena = core.arena();
     let mut w = mapping.index.lock();
     let mut found = Vec::new();
     let mut pages = 0;
@@ -285,7 +285,7 @@ fn collect(
     }
     drop(w);
     // Dirty blocks wholly past the end will never be written: they leave the budget.
-    core.mem.dirty.uncharge(past_end_pages);
+    core.dirty_budget().uncharge(past_end_pages);
     (batch, locked, next)
 }
 
@@ -362,7 +362,7 @@ fn submit(
     folios: Vec<BatchFolio>,
     ticket: u64,
 ) {
-    let arena = &core.mem.arena;
+    let arena = core.arena();
     let mut runs: Vec<Run> = Vec::new();
     let mut taken_pages = 0;
     for (i, folio) in folios.iter().enumerate() {
@@ -402,8 +402,8 @@ fn submit(
             }
         }
     }
-    core.mem.dirty.writeback_started(taken_pages);
-    let counters = &core.mem.counters;
+    core.dirty_budget().writeback_started(taken_pages);
+    let counters = &core.counters();
     stats::add(&counters.writeback_requests, runs.len() as u64);
     let mut pending = vec![0u32; folios.len()];
     for run in &runs {
@@ -478,7 +478,7 @@ impl Batch {
                 0
             }
         };
-        let counters = &self.core.mem.counters;
+        let counters = &self.core.counters();
         stats::add(&counters.writeback_bytes, written as u64);
         if written < len {
             if result.is_ok() {
@@ -547,7 +547,7 @@ impl Batch {
 
     /// The folio is still `folio.head`'s of this file, and under writeback.
     fn check_folio(&self, folio: &BatchFolio) {
-        let meta = self.core.mem.arena.meta(folio.frame);
+        let meta = self.core.arena().meta(folio.frame);
         assert!(
             meta.state.load().is_writeback(),
             "a write completed for a folio not under writeback"
@@ -562,7 +562,7 @@ impl Batch {
     /// B3 for folio `i` of the batch (module docs), once its last run completed.
     fn finish_folio(&self, i: usize) {
         let core = &self.core;
-        let arena = &core.mem.arena;
+        let arena = core.arena();
         let folio = &self.folios[i];
         self.check_folio(folio);
         let bad = self.failed.lock().unwrap_or_else(|e| e.into_inner()).blocks[i];
@@ -580,9 +580,9 @@ impl Batch {
         meta.state.end_writeback(redirty);
         wait::wake_all(meta);
         let cleaned = folio.blocks.minus(&bad).count();
-        core.mem.dirty.writeback_ended(folio.blocks.count());
-        core.mem.dirty.uncharge(cleaned);
-        stats::add(&core.mem.counters.pages_written_back, cleaned);
+        core.dirty_budget().writeback_ended(folio.blocks.count());
+        core.dirty_budget().uncharge(cleaned);
+        stats::add(&core.counters().pages_written_back, cleaned);
     }
 
     /// B3 for the batch, once its last run completed (every folio finished): the error
@@ -595,7 +595,7 @@ impl Batch {
             (failed.blocks.iter().any(|b| !b.is_empty()), failed.errno)
         };
         if failed {
-            stats::bump(&core.mem.counters.writeback_errors);
+            stats::bump(&core.counters().writeback_errors);
             write.errseq.record(errno);
             let failures = write.failures.fetch_add(1, Ordering::AcqRel) + 1;
             if failures >= WRITEBACK_FAILURES_MAX {
@@ -635,7 +635,7 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
         .failed_errno
         .compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Acquire)
         .ok();
-    let arena = &core.mem.arena;
+    let arena = core.arena();
     let mut w = mapping.index.lock();
     let mut found = Vec::new();
     let _ = mapping
@@ -663,7 +663,7 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
         w.clear_mark(folio.head, Mark::Towrite);
     }
     drop(w);
-    core.mem.dirty.uncharge(discarded);
+    core.dirty_budget().uncharge(discarded);
 }
 
 #[cfg(test)]
