@@ -56,7 +56,7 @@ pub(crate) struct Window {
 
 /// What the miss path of one handle works with: the cache (its core and backend), the
 /// file's mapping, and the handle's open file.
-pub(crate) struct Fill<'a> {
+pub(crate) struct MissPath<'a> {
     pub cache: &'a Engine,
     pub mapping: &'a Arc<Mapping>,
     pub fd: &'a Arc<StdFile>,
@@ -78,7 +78,7 @@ pub(crate) enum Waiter {
     Future,
 }
 
-impl Fill<'_> {
+impl MissPath<'_> {
     pub(crate) fn core(&self) -> &Core {
         &self.cache.core
     }

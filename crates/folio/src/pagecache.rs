@@ -44,9 +44,11 @@ pub(crate) enum AllocMode {
     NoWait,
 }
 
-/// The running cache's shared state, everything but the I/O backend: memory, mappings,
-/// reclaim, the queue of dirty files, the capacity's control and the settings. What I/O
-/// completions hold (an `Arc<Core>`), so that memory outlives the last read in flight.
+/// The core of the running cache: its shared state, everything but the I/O backend and
+/// the threads (memory, mappings, reclaim, the queue of dirty files, the capacity's
+/// control and the settings). Named for what it is to the `Engine` around it: the part
+/// I/O completions hold (an `Arc<Core>`), so that memory outlives the last read in flight,
+/// and what every read, write and background thread works on.
 #[derive(Debug)]
 pub(crate) struct Core {
     /// Reached through `memory()` and the shortcuts below it (`arena`, `counters`,
@@ -397,10 +399,11 @@ impl CapacityMechanism for Core {
     }
 }
 
-/// The running cache: the I/O backend, the `Core`, and the background threads
+/// The engine of a running cache: the I/O backend, the `Core`, and the background threads
 /// (writeback, reclaim, populator, the capacity policy) it starts and, at its drop, stops
-/// after a final writeback. `Cache` and every `File` hold it (`Arc<Engine>`): the last of
-/// them ends the cache (module docs).
+/// after a final writeback. Named for what it is to the `Cache` handle: the machine the
+/// handle drives. `Cache` and every `File` hold it (`Arc<Engine>`): the last of them ends
+/// the cache (module docs).
 pub(crate) struct Engine {
     // Field order is drop order: the backend (and its in-flight reads) goes first.
     pub backend: Arc<dyn Backend>,

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::eviction::Isolated;
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::{Entry, Leave, Mark};
 use crate::mapping::{MappingTable, MaybeUnused};
 use crate::memory::Memory;

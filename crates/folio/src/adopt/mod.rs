@@ -33,7 +33,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::arena::Arena;
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::NewFolio;
 use crate::mapping::MappingTable;
 use crate::memory::Memory;

@@ -40,7 +40,7 @@ pub fn segment_room_capacity_bytes(dir: &Path) -> io::Result<u64> {
 }
 
 fn segment_capacity_bytes(room: u64) -> u64 {
-    let per_frame = PAGE_BYTES as u64 + std::mem::size_of::<crate::folio::FolioMeta>() as u64;
+    let per_frame = PAGE_BYTES as u64 + std::mem::size_of::<crate::folio_meta::FolioMeta>() as u64;
     room.saturating_sub(SEGMENT_OVERHEAD_BYTES) / per_frame * PAGE_BYTES as u64
 }
 

@@ -40,7 +40,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::pinned::{Came, Found, Settled};
+use super::pinned::{Arrival, Found, Settled};
 use super::{checked_end, File, PageRef};
 use crate::eviction::ReadHint;
 use crate::filemap::Waiter;
@@ -112,7 +112,7 @@ impl File {
         &'a self,
         parked: &mut Option<Parked<'a>>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<(Pinned<'a>, Came)>> {
+    ) -> Poll<Option<(Pinned<'a>, Arrival)>> {
         let Some(mut p) = parked.take() else {
             return Poll::Ready(None);
         };
@@ -138,13 +138,13 @@ impl File {
 /// future's place in the wait table while a waker is there.
 struct Parked<'a> {
     folio: Pinned<'a>,
-    came: Came,
+    came: Arrival,
     waiting: Waiting,
     _holding: Holding,
 }
 
 impl<'a> Parked<'a> {
-    fn new(folio: Pinned<'a>, came: Came) -> Parked<'a> {
+    fn new(folio: Pinned<'a>, came: Arrival) -> Parked<'a> {
         Parked {
             folio,
             came,

@@ -48,8 +48,8 @@ use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 use crate::eviction::ReadHint;
-use crate::filemap::Fill;
-use crate::folio::FolioMeta;
+use crate::filemap::MissPath;
+use crate::folio_meta::FolioMeta;
 use crate::index::{Entry, RootHint};
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
@@ -196,13 +196,13 @@ impl File {
     }
 
     /// The miss path's view of this handle, inserting as the handle's advice says.
-    fn fill(&self) -> Fill<'_> {
+    fn fill(&self) -> MissPath<'_> {
         self.fill_for(self.hint())
     }
 
     /// The miss path's view of this handle, inserting under `hint`.
-    fn fill_for(&self, hint: ReadHint) -> Fill<'_> {
-        Fill {
+    fn fill_for(&self, hint: ReadHint) -> MissPath<'_> {
+        MissPath {
             cache: &self.cache,
             mapping: &self.mapping,
             fd: &self.fd,

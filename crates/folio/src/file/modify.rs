@@ -24,7 +24,7 @@ use crate::write::into_folio::FolioWriter;
 use crate::write::range_lock::WHOLE_FILE;
 use crate::write::state::FILE_BYTES_MAX;
 use crate::write::thread::write_behind;
-use crate::write::writeback::{self, Take};
+use crate::write::writeback::{self, Selection};
 
 /// Which sync a handle asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -316,7 +316,7 @@ impl File {
             &self.mapping,
             PageIndex::containing(offset),
             PageIndex::ceil(end.min(FILE_BYTES_MAX)),
-            Take::Dirty,
+            Selection::Dirty,
         );
         Ok(())
     }

@@ -7,7 +7,7 @@
 //! missing run); it returns the folio cached or in flight, and its caller waits for one in
 //! flight as it can (a thread sleeps on the wait table: `get_uptodate`; a future parks).
 //! `settle` then says what the folio holds for the read: its bytes, the end of the file,
-//! or nothing yet (look again). How the read came by its folio (`Came`) decides what it
+//! or nothing yet (look again). How the read came by its folio (`Arrival`) decides what it
 //! counts: a pinned hit, and the access frequency eviction reads.
 //!
 //! Protection: the folio's reference (`Pinned`) keeps its frame from being freed or
@@ -119,7 +119,11 @@ impl File {
             debug_assert!(covers(&folio, page), "{page:?} not in its folio");
             let meta = core.arena().meta(folio.frame);
             if !meta.state.load().is_locked() {
-                let came = if *missed { Came::Missed } else { Came::Cached };
+                let came = if *missed {
+                    Arrival::Missed
+                } else {
+                    Arrival::Cached
+                };
                 return Ok(Found::Cached(folio, came));
             }
             if !*missed {
@@ -131,9 +135,9 @@ impl File {
             // them (the kernel's filemap_get_pages does the same).
             self.note_access(meta, page, folio.head, hint);
             let came = if *missed {
-                Came::Missed
+                Arrival::Missed
             } else {
-                Came::WaitedForIo
+                Arrival::WaitedForIo
             };
             return Ok(Found::InFlight(folio, came));
         }
@@ -150,7 +154,7 @@ impl File {
         &'c self,
         page: PageIndex,
         folio: Pinned<'c>,
-        came: Came,
+        came: Arrival,
         hint: ReadHint,
     ) -> io::Result<Settled<'c>> {
         let core = self.core();
@@ -159,10 +163,10 @@ impl File {
         if state.is_uptodate() {
             let touch = hint == ReadHint::Normal;
             match came {
-                Came::Missed => {}
-                Came::WaitedForIo if touch => meta.state.touch(),
-                Came::WaitedForIo => {}
-                Came::Cached => {
+                Arrival::Missed => {}
+                Arrival::WaitedForIo if touch => meta.state.touch(),
+                Arrival::WaitedForIo => {}
+                Arrival::Cached => {
                     stats::bump(&core.counters().pinned_hits);
                     if touch {
                         meta.state.touch();
@@ -195,8 +199,8 @@ fn covers(folio: &Pinned<'_>, page: PageIndex) -> bool {
 /// flight (wait until it is not LOCKED, then `settle`), the end of the file, or (for a
 /// future only) no memory to read the page into yet.
 pub(super) enum Found<'c> {
-    Cached(Pinned<'c>, Came),
-    InFlight(Pinned<'c>, Came),
+    Cached(Pinned<'c>, Arrival),
+    InFlight(Pinned<'c>, Arrival),
     PastEnd,
     NoMemory,
 }
@@ -205,7 +209,7 @@ pub(super) enum Found<'c> {
 /// nothing more and leaves a new folio's frequency at 0; a wait for another reader's
 /// I/O raises the frequency; a pinned hit counts as a hit too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Came {
+pub(super) enum Arrival {
     Missed,
     WaitedForIo,
     Cached,

@@ -7,7 +7,7 @@
 //! (`RaCell::update`), with the handle's maximum lowered to the cache-wide limit
 //! (`update_window`), and only if it starts inside the file (`within_file`); then its
 //! gaps are read through the miss path without waiting for memory
-//! (`Fill::read_window`), and what was read ahead is counted toward the limit
+//! (`MissPath::read_window`), and what was read ahead is counted toward the limit
 //! (`read_ahead`). A hit reaches this module only for a folio whose prefetched bit or
 //! marker is set (one load, `note_access`).
 //!
@@ -23,7 +23,7 @@ use std::io;
 use super::{overflow, File};
 use crate::eviction::ReadHint;
 use crate::filemap::{Waiter, Window};
-use crate::folio::FolioMeta;
+use crate::folio_meta::FolioMeta;
 use crate::readahead::{self, Decision, MissRequest};
 use crate::refcount::{StateWord, PREFETCHED, READAHEAD};
 use crate::stats;
@@ -132,7 +132,7 @@ impl File {
     /// toward the cache-wide limit (`readahead::ReadaheadLimit`). Returns the pages
     /// inserted.
     ///
-    /// Context: as `Fill::read_window`: no lock held, never waits for memory.
+    /// Context: as `MissPath::read_window`: no lock held, never waits for memory.
     fn read_ahead(&self, window: readahead::RaState, hint: ReadHint) -> u64 {
         let pages = self.fill_for(hint).read_window(window_of(window));
         // Post: a window reads at most its own pages.

@@ -68,7 +68,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::segment::layout::{Opened, SegmentState};
 use crate::segment::link::{self, KeeperLink, Message, Received};
 use crate::segment::{self, Holder, Segment};

@@ -37,7 +37,7 @@ pub use table::{MappingTable, MaybeUnused};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::{Entry, Index};
 use crate::memory::Memory;
 use crate::refcount::GetOutcome;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::RwLock;
 
 use super::{FileStamp, Invalidate, Mapping};
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::{Entry, IndexWriteGuard};
 use crate::memory::Memory;
 use crate::segment::link::KeeperLink;

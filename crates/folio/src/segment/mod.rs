@@ -50,7 +50,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
-use crate::folio::{FolioMeta, MappingId};
+use crate::folio_meta::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 pub use home::{check_name, DiskDir, SegmentDir};
 use layout::{

@@ -29,7 +29,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::layout::{SegmentState, SIZE_UNKNOWN};
 use super::stats::{StatValue, Unread};
 use super::{holder_of, open_ours, with_header, Holder, Segment, SegmentDir};
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::stats::Stats;
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 

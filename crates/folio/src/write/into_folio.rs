@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use super::mask::{BlockMask, Blocks, Prior};
 use crate::arena::FolioUse;
-use crate::filemap::Fill;
+use crate::filemap::MissPath;
 use crate::index::{Entry, Mark, NewFolio};
 use crate::mapping::Pinned;
 use crate::pagecache::AllocMode;
@@ -109,7 +109,7 @@ pub(crate) enum Replaced {
 /// insert and allocate), and how to read a page that a write covers only in part (the
 /// read path's, which lives above this room).
 pub(crate) struct FolioWriter<'a> {
-    pub fill: Fill<'a>,
+    pub fill: MissPath<'a>,
     /// Reads `page` into the cache and waits for it (or finds it past the end).
     pub read_page: &'a dyn Fn(PageIndex) -> io::Result<()>,
 }
