@@ -401,6 +401,13 @@ impl CacheBuilder {
             plan.fit(frames);
             plan.prepare_arena(&arena);
         }
+        // Pre: the capacity at build fits what was reserved (a segment's fitting only
+        // lowers it), and 16 folios of the largest order fit in it.
+        assert!(
+            frames <= u64::from(arena.frame_count()),
+            "{frames} frames past the arena"
+        );
+        assert!(order_max == Order::ZERO || order_max.pages() * 16 <= frames);
         arena.set_capacity_frames(frames);
         if self.prefault == Prefault::AtBuild {
             arena.prefault();
@@ -427,6 +434,8 @@ impl CacheBuilder {
             CapacityControl::new(self.capacity_policy, dirty_settings),
         );
         core.readahead_pages = core.readahead_pages_for(self.readahead_max_bytes);
+        // Post: a new handle's window stays within the cache's limit.
+        debug_assert!(core.readahead_pages <= core.readahead_pages_limit());
         let adoption = plan.map(|plan| Arc::new(plan.install(core.memory(), &core.mappings)));
         Ok(Cache {
             adoption,

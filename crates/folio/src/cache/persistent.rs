@@ -108,6 +108,8 @@ impl CacheBuilder {
             }
         }
         let segment = Segment::create_in(&dir, self.segment_name.as_deref(), fits as u32)?;
+        // Post: the capacity fits the segment made for it.
+        debug_assert!(*frames <= fits, "{} frames in a segment of {fits}", *frames);
         Ok((Arc::new(segment), None))
     }
 }
