@@ -11,7 +11,7 @@
 //! see the inode's life, so it keeps a closed file's pages while memory allows, which is
 //! what the kernel's inode cache amounts to for a file whose pages are cached.
 //!
-//! A deleted file's pages go with its last handle (`Mapping::unlink` against
+//! A deleted file's pages go with its last handle (`MappingTable::unlink` against
 //! `MappingTable::close`, one of which always sees the other: their SeqCst fences).
 //!
 //! Protection: the table's reader-writer lock (`MappingTable`); a mapping's handle word
@@ -391,7 +391,7 @@ impl MappingTable {
     /// last handle (time in proportion to its entries).
     pub fn close(&self, mem: &Memory, mapping: &Arc<Mapping>) {
         if mapping.handles.close().open() == 0 {
-            // Pairs with `Mapping::unlink`'s fence: an unlink that saw this handle open
+            // Pairs with `MappingTable::unlink`'s fence: an unlink that saw this handle open
             // is seen here.
             fence(Ordering::SeqCst);
             if mapping.unlinked.load(Ordering::SeqCst) {
