@@ -56,7 +56,7 @@ pub(crate) struct Window {
 
 /// What the miss path of one handle works with: the cache (its core and backend), the
 /// file's mapping, and the handle's open file.
-pub(crate) struct Fill<'a> {
+pub(crate) struct MissPath<'a> {
     pub cache: &'a Engine,
     pub mapping: &'a Arc<Mapping>,
     pub fd: &'a Arc<StdFile>,
@@ -78,7 +78,7 @@ pub(crate) enum Waiter {
     Future,
 }
 
-impl Fill<'_> {
+impl MissPath<'_> {
     pub(crate) fn core(&self) -> &Core {
         &self.cache.core
     }
@@ -103,7 +103,7 @@ impl Fill<'_> {
         let size_pages = PageIndex::ceil(self.mapping.size_bytes());
         // One run never takes more than an eighth of the cache, so that concurrent
         // readers always find memory.
-        let run_pages_max = (core.mem.arena.capacity_frames() / 8).clamp(1, 512);
+        let run_pages_max = (core.arena().capacity_frames() / 8).clamp(1, 512);
         let mut end = read_end
             .min(size_pages)
             .min(page.add(run_pages_max))
@@ -139,7 +139,7 @@ impl Fill<'_> {
     /// allocation (`AllocMode::Wait`); does not wait for the reads.
     pub(crate) fn read_gaps(&self, gaps: &[(PageIndex, PageIndex)], mut first: AllocMode) -> u64 {
         let core = self.core();
-        let mut budget_pages = (core.mem.arena.capacity_frames() / 8).max(1);
+        let mut budget_pages = (core.arena().capacity_frames() / 8).max(1);
         let mut requests = IoBatch::new();
         let mut inserted = 0;
         for &(start, end) in gaps {
@@ -191,8 +191,7 @@ impl Fill<'_> {
                 Err(e) if run.is_empty() => return Err(e),
                 Err(_) => break,
             };
-            core.mem
-                .arena
+            core.arena()
                 .meta(frame)
                 .set_identity(self.mapping.id, at, order);
             run.push(NewFolio {
@@ -225,9 +224,9 @@ impl Fill<'_> {
         let mut inserted_pages = 0;
         for (folio, inserted) in run.into_iter().zip(inserted) {
             if !inserted {
-                stats::bump(&core.mem.counters.insert_conflicts);
-                if core.mem.arena.meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
-                    core.mem.arena.free(folio.frame);
+                stats::bump(&core.counters().insert_conflicts);
+                if core.arena().meta(folio.frame).state.abandon_locked() == PutOutcome::Free {
+                    core.arena().free(folio.frame);
                 }
                 continue;
             }
@@ -245,7 +244,7 @@ impl Fill<'_> {
         if !read.is_empty() {
             requests.push(self.request_for(read, generation));
         }
-        stats::add(&core.mem.counters.pages_inserted, inserted_pages);
+        stats::add(&core.counters().pages_inserted, inserted_pages);
         inserted_pages
     }
 
@@ -268,7 +267,7 @@ impl Fill<'_> {
                 shadow.get_or_insert(*value);
             }
             if shadow.is_some() {
-                stats::bump(&core.mem.counters.refaults);
+                stats::bump(&core.counters().refaults);
             }
             self.admit(folio, shadow);
         }
@@ -281,15 +280,15 @@ impl Fill<'_> {
     /// Context: the index lock held (as `insert_admit`).
     pub(crate) fn admit(&self, folio: &NewFolio, shadow: Option<u64>) {
         let core = self.core();
-        let policy = &core.mem.policy;
+        let mem = core.memory();
         if self.reuse == ReadHint::NoReuse {
             // A scan's page: no refault credit, evicted first.
-            policy.insert_no_reuse(&core.mem.arena, folio.frame, folio.order.pages());
+            mem.make_evictable_first(folio.frame, folio.order.pages());
             return;
         }
-        let admission = policy.insert(&core.mem.arena, folio.frame, folio.order.pages(), shadow);
+        let admission = mem.make_evictable(folio.frame, folio.order.pages(), shadow);
         if admission == Admission::Refault {
-            stats::bump(&core.mem.counters.workingset_refaults);
+            stats::bump(&core.counters().workingset_refaults);
         }
     }
 
@@ -320,8 +319,7 @@ impl Fill<'_> {
                 let covers_marker = window
                     .marker
                     .is_some_and(|m| m >= f.head && m < f.head.add(f.order.pages()));
-                core.mem
-                    .arena
+                core.arena()
                     .meta(f.frame)
                     .state
                     .set_flags(if covers_marker {
@@ -336,7 +334,7 @@ impl Fill<'_> {
                 break; // out of memory: readahead never waits for it
             }
         }
-        stats::add(&core.mem.counters.readahead_pages, inserted);
+        stats::add(&core.counters().readahead_pages, inserted);
         self.cache.backend.submit(requests);
         inserted
     }
@@ -347,8 +345,8 @@ impl Fill<'_> {
         let offset_bytes = run[0].head.offset_bytes();
         let bufs = frame_bufs(&core, &run);
         let len_bytes: usize = bufs.iter().map(|b| b.len_bytes()).sum();
-        stats::bump(&core.mem.counters.io_requests);
-        stats::add(&core.mem.counters.io_bytes, len_bytes as u64);
+        stats::bump(&core.counters().io_requests);
+        stats::add(&core.counters().io_bytes, len_bytes as u64);
         self.handle.read_submitted(len_bytes as u64);
         let completion = ReadCompletion {
             core,
@@ -370,7 +368,7 @@ impl Fill<'_> {
 /// The frames of `run`'s folios, in order: the buffers of its read.
 fn frame_bufs(core: &Core, run: &[NewFolio]) -> FrameBufs {
     run.iter()
-        .map(|f| core.mem.arena.io_buf(f.frame, f.order))
+        .map(|f| core.arena().io_buf(f.frame, f.order))
         .collect()
 }
 
@@ -410,7 +408,7 @@ impl ReadCompletion {
         // What the submission promised: these folios are still this read's.
         for folio in run {
             assert_eq!(
-                core.mem.arena.meta(folio.frame).identity(),
+                core.arena().meta(folio.frame).identity(),
                 (mapping.id, folio.head, folio.order),
                 "a read's folio changed identity before its completion"
             );
@@ -420,7 +418,7 @@ impl ReadCompletion {
         let n = match result {
             Ok(n) => n,
             Err(e) => {
-                stats::bump(&core.mem.counters.io_errors);
+                stats::bump(&core.counters().io_errors);
                 fail_folios(core, mapping, run, e.raw_os_error().unwrap_or(libc::EIO));
                 forget_if_unused(core, mapping);
                 return;
@@ -461,7 +459,7 @@ impl ReadCompletion {
                 failed.push(*folio);
             } else {
                 if valid < bytes {
-                    core.mem.arena.zero_tail(folio.frame, folio.order, valid);
+                    core.arena().zero_tail(folio.frame, folio.order, valid);
                 }
                 publish.push(*folio);
             }
@@ -470,7 +468,7 @@ impl ReadCompletion {
         let w = mapping.index.lock();
         if mapping.generation() == *generation {
             for folio in &publish {
-                let meta = core.mem.arena.meta(folio.frame);
+                let meta = core.arena().meta(folio.frame);
                 meta.version.publish();
                 meta.state.finish_read_ok();
             }
@@ -481,10 +479,10 @@ impl ReadCompletion {
         }
         drop(w);
         for folio in &publish {
-            wait::wake_all(core.mem.arena.meta(folio.frame));
+            wait::wake_all(core.arena().meta(folio.frame));
         }
         if let Some(size) = shrink {
-            mapping.shrink_to(&core.mem, size);
+            mapping.shrink_to(core.memory(), size);
         }
         if !failed.is_empty() {
             // Readers of these pages retry (ESTALE), or find them past the end of the file.
@@ -505,7 +503,7 @@ impl ReadCompletion {
         if n >= total || n % PAGE_BYTES != 0 {
             return Ok(n);
         }
-        stats::bump(&self.core.mem.counters.short_read_retries);
+        stats::bump(&self.core.counters().short_read_retries);
         let bufs = frame_bufs(&self.core, &self.run);
         finish_read(&self.file, self.offset_bytes, &bufs, n)
     }
@@ -520,7 +518,7 @@ fn run_end(run: &[NewFolio], start: PageIndex) -> PageIndex {
 
 fn forget_if_unused(core: &Core, mapping: &Arc<Mapping>) {
     if mapping.handles() == 0 {
-        core.mappings.remove_if_unused(&core.mem, mapping);
+        core.mappings.remove_if_unused(core.memory(), mapping);
     }
 }
 
@@ -535,9 +533,8 @@ fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
             "a failed read's folio is dirty"
         );
         if w.remove_folio(folio.head, folio.frame, Leave::Empty) {
-            core.mem
-                .policy
-                .remove(&core.mem.arena, folio.frame, folio.order.pages());
+            core.memory()
+                .forget_evictable(folio.frame, folio.order.pages());
             mapping.folio_removed(&w);
         } else {
             debug_assert!(false, "a LOCKED folio left the index");
@@ -545,12 +542,12 @@ fn fail_folios(core: &Core, mapping: &Mapping, run: &[NewFolio], errno: i32) {
     }
     drop(w);
     for folio in run {
-        let meta = core.mem.arena.meta(folio.frame);
+        let meta = core.arena().meta(folio.frame);
         meta.set_errno(errno);
         let outcome = meta.state.finish_read_err();
         wait::wake_all(meta);
         if outcome == PutOutcome::Free {
-            core.mem.arena.free(folio.frame);
+            core.arena().free(folio.frame);
         }
     }
 }

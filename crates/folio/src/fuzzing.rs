@@ -11,8 +11,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::folio::FolioMeta;
-use crate::folio::MappingId;
+use crate::folio_meta::FolioMeta;
+use crate::folio_meta::MappingId;
 use crate::index::{Entry, Index, Leave, NewFolio, RootHint};
 use crate::readahead::{
     self, Decision, MissRequest, RaCell, RaState, START_PAGES_LIMIT, WINDOW_PAGES_LIMIT,
@@ -901,7 +901,7 @@ fn adoption_scan_well_formed(input: &mut Input, frames: u32) {
                 made.push(Found {
                     frame: FrameId(frame),
                     order: Order::new(order),
-                    mapping: crate::folio::MappingId(mapping as u32),
+                    mapping: crate::folio_meta::MappingId(mapping as u32),
                     head: PageIndex(head),
                     freq: (state >> FREQ_SHIFT) & 3,
                 });

@@ -22,7 +22,8 @@
 //! From the top of the read path down; each module imports only modules below it, so
 //! there is no import loop (ARCHITECTURE.md has the table and the layer list, which
 //! `tests/layers.rs` checks against the imports):
-//! - `cache`: the builder and the `Cache` users open files with.
+//! - `cache`: the `Cache` users open files with, its builder (`cache::builder`), the open
+//!   of a file (`cache::open`) and a persistent cache's segment at build (`cache::persistent`).
 //! - `file`: the read API (`read_at`, `get_page`) and its optimistic hit path; its slow
 //!   path's look-up and settling (`pinned`); where reads ask `readahead` for a window, on
 //!   a miss or at a marker, and forced readahead (`file::prefetch`); `advise`;
@@ -51,7 +52,7 @@
 //!   (`limit`).
 //! - `index`: the radix tree (`node`, its lock-free walks in `lookup`, its write guard in
 //!   `guard`).
-//! - `folio`: a frame's metadata: the state word (`refcount`) and the optimistic read
+//! - `folio_meta`: a frame's metadata (`FolioMeta`, the side-table entry): the state word (`refcount`) and the optimistic read
 //!   latch (`version`); `wait`: parking on a folio's I/O (threads, and futures'
 //!   wakers in `waker`'s table).
 //! - `arena`: all folio memory, one mapping cut into frames (`mod.rs`); its buddy
@@ -119,7 +120,7 @@ mod capacity;
 mod eviction;
 mod file;
 mod filemap;
-mod folio;
+mod folio_meta;
 // Fuzz bodies for private parts (docs/reliability.md): built for cargo-fuzz and tests only.
 #[cfg(any(fuzzing, test))]
 #[doc(hidden)]

@@ -44,12 +44,16 @@ pub(crate) enum AllocMode {
     NoWait,
 }
 
-/// The running cache's shared state, everything but the I/O backend: memory, mappings,
-/// reclaim, the queue of dirty files, the capacity's control and the settings. What I/O
-/// completions hold (an `Arc<Core>`), so that memory outlives the last read in flight.
+/// The core of the running cache: its shared state, everything but the I/O backend and
+/// the threads (memory, mappings, reclaim, the queue of dirty files, the capacity's
+/// control and the settings). Named for what it is to the `Engine` around it: the part
+/// I/O completions hold (an `Arc<Core>`), so that memory outlives the last read in flight,
+/// and what every read, write and background thread works on.
 #[derive(Debug)]
 pub(crate) struct Core {
-    pub mem: Memory,
+    /// Reached through `memory()` and the shortcuts below it (`arena`, `counters`,
+    /// `dirty_budget`, `put_folio`).
+    mem: Memory,
     pub mappings: MappingTable,
     pub reclaimer: Reclaimer,
     pub alloc_wait: Duration,
@@ -66,6 +70,63 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    /// Assembles the core from its parts (`CacheBuilder::build`); the maximum readahead
+    /// window of new handles is set after, from the arena's size
+    /// (`readahead_pages_for`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mem: Memory,
+        mappings: MappingTable,
+        reclaimer: Reclaimer,
+        alloc_wait: Duration,
+        folio_order_max: Order,
+        dirty_files: DirtyFiles,
+        write_behind_pages: u64,
+        capacity: CapacityControl,
+    ) -> Core {
+        Core {
+            mem,
+            mappings,
+            reclaimer,
+            alloc_wait,
+            folio_order_max,
+            readahead_pages: 0,
+            dirty_files,
+            write_behind_pages,
+            capacity,
+        }
+    }
+
+    /// The memory as the layers below see it (`Memory`): what to pass them.
+    #[inline]
+    pub fn memory(&self) -> &Memory {
+        &self.mem
+    }
+
+    /// The frames and their side table.
+    #[inline]
+    pub fn arena(&self) -> &crate::arena::Arena {
+        self.mem.arena()
+    }
+
+    /// The cache's event counters (`stats::bump` them).
+    #[inline]
+    pub fn counters(&self) -> &crate::stats::Counters {
+        self.mem.counters()
+    }
+
+    /// The dirty budget: charged by writes, uncharged as pages are written or dropped.
+    #[inline]
+    pub fn dirty_budget(&self) -> &crate::write::budget::DirtyBudget {
+        self.mem.dirty_budget()
+    }
+
+    /// Drops a reference to the folio at `frame`; frees it if it was the last one.
+    #[inline]
+    pub fn put_folio(&self, frame: FrameId) {
+        self.mem.put_folio(frame);
+    }
+
     /// The largest readahead window a handle of this cache may use, in pages: the state
     /// word's limit, and an eighth of the cache rounded down to a power of two, so that a
     /// window and the next one in flight never take more than a quarter of it (as one
@@ -74,7 +135,7 @@ impl Core {
     /// limit (`Memory::readahead_limit`): each active stream's share, and less while
     /// readahead thrashes.
     pub fn readahead_pages_limit(&self) -> u32 {
-        let frames = u32::try_from(self.mem.arena.capacity_frames()).expect("frames fit the arena");
+        let frames = u32::try_from(self.arena().capacity_frames()).expect("frames fit the arena");
         crate::readahead::window_pages_limit(frames)
     }
 
@@ -105,8 +166,8 @@ impl Core {
                 return Ok(got);
             }
             let want = order.pages().max(reclaim::BATCH_PAGES);
-            let report = self.reclaimer.reclaim(&self.mem, &self.mappings, want);
-            if report.freed_pages == 0 && self.mem.dirty.pages() > 0 {
+            let report = self.reclaimer.reclaim(self.memory(), &self.mappings, want);
+            if report.freed_pages == 0 && self.dirty_budget().pages() > 0 {
                 // Maybe only dirty folios are left to evict: write them back, all of
                 // them, also under the background threshold (a dirty limit set above a
                 // capacity shrunk since would otherwise leave the cache full of dirty
@@ -128,14 +189,9 @@ impl Core {
             }
             if out_of_time {
                 if mode == AllocMode::Wait {
-                    stats::bump(&self.mem.counters.alloc_failures);
+                    stats::bump(&self.counters().alloc_failures);
                 }
-                if let Some(segment) = self
-                    .mem
-                    .arena
-                    .segment()
-                    .filter(|_| self.mem.arena.no_room())
-                {
+                if let Some(segment) = self.arena().segment().filter(|_| self.arena().no_room()) {
                     return Err(io::Error::new(
                         io::ErrorKind::OutOfMemory,
                         format!(
@@ -159,14 +215,14 @@ impl Core {
     }
 
     fn try_alloc(&self, order: Order, use_: FolioUse) -> Option<(FrameId, Order)> {
-        let frame = self.mem.arena.alloc(order, use_)?;
-        self.reclaimer.note_alloc(self.mem.arena.free_frames());
+        let frame = self.arena().alloc(order, use_)?;
+        self.reclaimer.note_alloc(self.arena().free_frames());
         Some((frame, order))
     }
 
     pub fn stats(&self) -> Stats {
-        let arena = &self.mem.arena;
-        let mut s = self.mem.counters.snapshot();
+        let arena = self.arena();
+        let mut s = self.counters().snapshot();
         let page = PAGE_BYTES as u64;
         s.capacity_bytes = self.capacity_bytes();
         s.capacity_max_bytes = self.capacity_max_bytes();
@@ -180,13 +236,13 @@ impl Core {
         s.metadata_bytes = (arena.metadata_bytes()
             + mappings * std::mem::size_of::<Mapping>()
             + index_nodes * NODE_BYTES) as u64;
-        s.eviction = self.mem.policy.name().to_string();
+        s.eviction = self.mem.eviction_name().to_string();
         s.shadows = self.reclaimer.shadows_logged();
         s.arena_grown_bytes = u64::from(arena.listed_frames()) * PAGE_BYTES as u64;
         s.arena_chunks_unpopulated = arena.chunks_unpopulated();
         s.arena_huge_bytes = arena.huge_bytes();
-        s.dirty_pages = self.mem.dirty.pages() - self.mem.dirty.writeback_pages();
-        s.writeback_pages = self.mem.dirty.writeback_pages();
+        s.dirty_pages = self.dirty_budget().pages() - self.dirty_budget().writeback_pages();
+        s.writeback_pages = self.dirty_budget().writeback_pages();
         s.futures_parked = crate::wait::futures_parked();
         s
     }
@@ -201,7 +257,7 @@ impl Core {
     pub fn publish_stats(&self, backend: &str) -> Stats {
         let mut s = self.stats();
         s.backend = backend.to_string();
-        if let Some(segment) = self.mem.arena.segment() {
+        if let Some(segment) = self.arena().segment() {
             let numbers = s
                 .values()
                 .map(|(field, value)| (field.name, StatValue::Number(value)));
@@ -219,12 +275,12 @@ impl Core {
 impl Core {
     /// The capacity now, in bytes.
     pub fn capacity_bytes(&self) -> u64 {
-        self.mem.arena.capacity_frames() * PAGE_BYTES as u64
+        self.arena().capacity_frames() * PAGE_BYTES as u64
     }
 
     /// The largest capacity, reserved at build, in bytes.
     pub fn capacity_max_bytes(&self) -> u64 {
-        u64::from(self.mem.arena.frame_count()) * PAGE_BYTES as u64
+        u64::from(self.arena().frame_count()) * PAGE_BYTES as u64
     }
 
     /// Sets the capacity (`capacity` module docs): at once for new allocations; a shrink evicts,
@@ -250,17 +306,17 @@ impl Core {
         }
         let _change = self.capacity.change();
         let frames = bytes / PAGE_BYTES as u64;
-        let old = self.mem.arena.capacity_frames();
-        self.mem.arena.set_capacity_frames(frames);
+        let old = self.arena().capacity_frames();
+        self.arena().set_capacity_frames(frames);
         self.resize_parts(frames);
-        stats::bump(&self.mem.counters.capacity_changes);
+        stats::bump(&self.counters().capacity_changes);
         if frames < old {
             self.shrink_to(frames);
         }
         // Post: the limit is in place (whatever the shrink could free), and the dirty
         // budget never allows more dirty pages than the cache holds.
-        assert_eq!(self.mem.arena.capacity_frames(), frames);
-        debug_assert!(self.mem.dirty.limit_pages() <= frames);
+        assert_eq!(self.arena().capacity_frames(), frames);
+        debug_assert!(self.dirty_budget().limit_pages() <= frames);
         Ok(())
     }
 
@@ -268,18 +324,15 @@ impl Core {
     /// eviction queues, the readahead share, the dirty budget.
     pub(crate) fn resize_parts(&self, frames: u64) {
         assert!(
-            frames <= u64::from(self.mem.arena.frame_count()),
+            frames <= u64::from(self.arena().frame_count()),
             "a capacity of {frames} frames past the {} reserved",
-            self.mem.arena.frame_count()
+            self.arena().frame_count()
         );
         self.reclaimer.resize(frames);
-        self.mem.policy.resize(frames);
-        self.mem
-            .readahead_limit
-            .set_frames(u32::try_from(frames).expect("frames fit the arena"));
+        self.mem.resize(frames);
         let (limit, background) = self.capacity.dirty.pages_for(frames);
         debug_assert!(limit <= frames && background <= frames);
-        self.mem.dirty.set_limits(limit, background);
+        self.dirty_budget().set_limits(limit, background);
     }
 
     /// Evicts down to `frames` less the high watermark, then gives the free memory past
@@ -288,19 +341,19 @@ impl Core {
         let started = Instant::now();
         let target = frames.saturating_sub(self.reclaimer.high_pages());
         loop {
-            let allocated = self.mem.arena.allocated_frames();
+            let allocated = self.arena().allocated_frames();
             if allocated <= target {
                 break;
             }
             let want = (allocated - target).min(64 * reclaim::BATCH_PAGES);
-            let report = self.reclaimer.reclaim(&self.mem, &self.mappings, want);
+            let report = self.reclaimer.reclaim(self.memory(), &self.mappings, want);
             if report.freed_pages > 0 {
                 continue;
             }
             if started.elapsed() >= self.alloc_wait {
                 break;
             }
-            if self.mem.dirty.pages() > 0 {
+            if self.dirty_budget().pages() > 0 {
                 // What is left may be dirty: written back first, never dropped; all of
                 // it, also under the background threshold (`kick_to_clean`).
                 self.dirty_files.kick_to_clean();
@@ -309,13 +362,10 @@ impl Core {
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        let free = self.mem.arena.free_frames();
-        let given = self.mem.arena.give_back(free);
+        let free = self.arena().free_frames();
+        let given = self.arena().give_back(free);
         debug_assert!(given <= free, "gave back {given} frames of {free} free");
-        stats::add(
-            &self.mem.counters.bytes_given_back,
-            given * PAGE_BYTES as u64,
-        );
+        stats::add(&self.counters().bytes_given_back, given * PAGE_BYTES as u64);
     }
 }
 
@@ -329,19 +379,19 @@ impl CapacityMechanism for Core {
     }
 
     fn resident_bytes(&self) -> u64 {
-        self.mem.arena.resident_frames() * PAGE_BYTES as u64
+        self.arena().resident_frames() * PAGE_BYTES as u64
     }
 
     fn free_bytes(&self) -> u64 {
-        self.mem.arena.free_frames() * PAGE_BYTES as u64
+        self.arena().free_frames() * PAGE_BYTES as u64
     }
 
     fn refaults(&self) -> u64 {
-        self.mem.counters.refaults.load(Ordering::Relaxed)
+        self.counters().refaults.load(Ordering::Relaxed)
     }
 
     fn note_pressure_event(&self) {
-        stats::bump(&self.mem.counters.pressure_events);
+        stats::bump(&self.counters().pressure_events);
     }
 
     fn set_capacity(&self, bytes: u64) -> io::Result<()> {
@@ -349,10 +399,11 @@ impl CapacityMechanism for Core {
     }
 }
 
-/// The running cache: the I/O backend, the `Core`, and the background threads
+/// The engine of a running cache: the I/O backend, the `Core`, and the background threads
 /// (writeback, reclaim, populator, the capacity policy) it starts and, at its drop, stops
-/// after a final writeback. `Cache` and every `File` hold it (`Arc<Engine>`): the last of
-/// them ends the cache (module docs).
+/// after a final writeback. Named for what it is to the `Cache` handle: the machine the
+/// handle drives. `Cache` and every `File` hold it (`Arc<Engine>`): the last of them ends
+/// the cache (module docs).
 pub(crate) struct Engine {
     // Field order is drop order: the backend (and its in-flight reads) goes first.
     pub backend: Arc<dyn Backend>,
@@ -389,22 +440,22 @@ impl Engine {
                     .expect("spawn the writeback thread"),
             )
         };
-        let frames_max = u64::from(core.mem.arena.frame_count());
+        let frames_max = u64::from(core.arena().frame_count());
         let reclaim_thread = Reclaimer::wants_background(frames_max).then(|| {
             let core = core.clone();
             std::thread::Builder::new()
                 .name("folio-reclaim".into())
-                .spawn(move || core.reclaimer.background(&core.mem, &core.mappings))
+                .spawn(move || core.reclaimer.background(core.memory(), &core.mappings))
                 .expect("spawn the reclaim thread")
         });
-        let arena = &core.mem.arena;
+        let arena = core.arena();
         let wants_populator = arena.listed_frames() < arena.frame_count()
             && arena.frame_count() as usize * PAGE_BYTES >= POPULATE_AHEAD_CACHE_BYTES_MIN;
         let populate_thread = wants_populator.then(|| {
             let core = core.clone();
             std::thread::Builder::new()
                 .name("folio-populate".into())
-                .spawn(move || core.mem.arena.populate_ahead())
+                .spawn(move || core.arena().populate_ahead())
                 .expect("spawn the populate thread")
         });
         let memory_thread = (core.capacity.policy == CapacityPolicy::FollowMachine).then(|| {
@@ -432,11 +483,12 @@ impl Engine {
     /// writing; otherwise (a writeback failed) leaves both
     /// to the keeper, which takes over as the link closes (the segment is not used after).
     fn dismiss_keeper(&self) {
-        let mem = &self.core.mem;
-        let (Some(keeper), Some(segment)) = (&mem.keeper, mem.arena.segment()) else {
+        let mem = self.core.memory();
+        let (Some(keeper), Some(segment)) = (self.core.mappings.keeper(), mem.arena().segment())
+        else {
             return;
         };
-        if mem.dirty.pages() == 0 && mem.dirty.writeback_pages() == 0 {
+        if mem.dirty_budget().pages() == 0 && mem.dirty_budget().writeback_pages() == 0 {
             if segment.header().retained() {
                 // Kept for the next cache of its name (`adopt`): the files this process
                 // wrote are stamped as they are now, after its last writes.
@@ -479,7 +531,7 @@ impl Drop for Engine {
         if let Some(thread) = self.reclaim_thread.take() {
             let _ = thread.join();
         }
-        self.core.mem.arena.stop_populating();
+        self.core.arena().stop_populating();
         if let Some(thread) = self.populate_thread.take() {
             let _ = thread.join();
         }

@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::eviction::Isolated;
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::{Entry, Leave, Mark};
 use crate::mapping::{MappingTable, MaybeUnused};
 use crate::memory::Memory;
@@ -146,7 +146,7 @@ impl Reclaimer {
     /// Context: no lock held (this takes the policy's and index locks). Does no I/O.
     pub fn reclaim(&self, mem: &Memory, mappings: &MappingTable, want_pages: u64) -> ReclaimReport {
         let mut isolated = Vec::new();
-        let busy = mem.policy.isolate(&mem.arena, want_pages, &mut isolated);
+        let busy = mem.isolate_victims(want_pages, &mut isolated);
         let mut report = ReclaimReport {
             freed_pages: 0,
             busy,
@@ -164,7 +164,7 @@ impl Reclaimer {
         let mut victims: Vec<(Isolated, MappingId, PageIndex, Order)> = isolated
             .into_iter()
             .map(|victim| {
-                let (mapping_id, head, order) = mem.arena.meta(victim.frame).identity();
+                let (mapping_id, head, order) = mem.arena().meta(victim.frame).identity();
                 (victim, mapping_id, head, order)
             })
             .collect();
@@ -180,7 +180,7 @@ impl Reclaimer {
             };
             let mut w = mapping.index.lock();
             for &(victim, _, head, order) in file {
-                let meta = mem.arena.meta(victim.frame);
+                let meta = mem.arena().meta(victim.frame);
                 let holds =
                     matches!(w.get(head), Entry::Folio { frame, .. } if frame == victim.frame);
                 if holds && meta.state.try_freeze_isolated() {
@@ -207,23 +207,23 @@ impl Reclaimer {
                 }
                 if holds {
                     report.busy += 1;
-                    mem.policy.putback(&mem.arena, victim);
+                    mem.put_back_victim(victim);
                 }
                 to_release.push((victim.frame, order));
             }
         }
         for &(frame, _) in &to_free {
-            mem.arena.free(frame);
+            mem.arena().free(frame);
         }
         for (frame, _) in to_release {
             mem.put_folio(frame);
         }
-        stats::add(&mem.counters.evicted_folios, to_free.len() as u64);
-        stats::add(&mem.counters.evicted_pages, report.freed_pages);
+        stats::add(&mem.counters().evicted_folios, to_free.len() as u64);
+        stats::add(&mem.counters().evicted_pages, report.freed_pages);
         if wasted_pages > 0 {
-            stats::add(&mem.counters.readahead_wasted_pages, wasted_pages);
+            stats::add(&mem.counters().readahead_wasted_pages, wasted_pages);
             // Readahead thrashes: the cache-wide maximum window may have to shrink.
-            mem.readahead_limit.note_wasted(wasted_pages);
+            mem.readahead_limit().note_wasted(wasted_pages);
         }
         self.log_shadows(mem, mappings, logged);
         // Every lock dropped: a closed file whose last folio went is forgotten, and its
@@ -253,7 +253,7 @@ impl Reclaimer {
                 dropped += w.remove_shadows(record.head, record.order, record.value);
             }
         }
-        stats::add(&mem.counters.shadows_dropped, dropped);
+        stats::add(&mem.counters().shadows_dropped, dropped);
     }
 
     /// Shadow entries logged (an upper bound of those in the indexes).
@@ -286,7 +286,7 @@ impl Reclaimer {
             // Evict up to the high watermark; give up on a pass that frees nothing (all
             // busy): the next allocation below the low mark wakes us again.
             loop {
-                let (free, high) = (mem.arena.free_frames(), self.high_pages());
+                let (free, high) = (mem.arena().free_frames(), self.high_pages());
                 if free >= high || self.stop.load(Ordering::Acquire) {
                     break;
                 }
@@ -294,7 +294,7 @@ impl Reclaimer {
                 if self.reclaim(mem, mappings, want).freed_pages == 0 {
                     break;
                 }
-                stats::bump(&mem.counters.background_reclaims);
+                stats::bump(&mem.counters().background_reclaims);
             }
         }
     }

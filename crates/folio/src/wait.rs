@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::task::Waker;
 
-use crate::folio::FolioMeta;
+use crate::folio_meta::FolioMeta;
 use crate::waker::{Park, Parking, WakerTable};
 
 /// The futures parked on folios' I/O, of every cache in the process.

@@ -43,7 +43,7 @@
 //!   fail): the handles raised after the look-up's lock is dropped, and a removal that
 //!   compares the handle count instead of the whole word.
 //!
-//! - `unlink_vs_last_close` (transcribed from `src/mapping/table.rs`): `Mapping::unlink`
+//! - `unlink_vs_last_close` (transcribed from `src/mapping/table.rs`): `MappingTable::unlink`
 //!   against the last handle's close: one of them always drops the deleted file's pages;
 //!   without their SeqCst fences both can miss each other (`*_broken_no_fences`).
 //! - `async_park_vs_completion`, `memory_waiter_vs_last_holder` (`src/waker.rs`): a
@@ -2393,7 +2393,7 @@ mod async_wait {
     }
 }
 
-/// `Mapping::unlink` against the last handle's close (`MappingTable::close`), transcribed
+/// `MappingTable::unlink` against the last handle's close (`MappingTable::close`), transcribed
 /// from `src/mapping/table.rs` (which names std's atomics, not this file's): the unlinker sets
 /// `unlinked`, fences, and forgets the pages if no handle is open; the closer drops its
 /// handle, fences, and forgets them if `unlinked` is set. Whatever the interleaving, one

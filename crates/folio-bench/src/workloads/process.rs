@@ -50,7 +50,7 @@ use crate::{Backend, Pages};
 
 /// How often a deadline is checked while a role runs.
 const POLL_STEP: Duration = Duration::from_millis(5);
-/// How often a keeper waited for by [`Keeper::wait_clean_exit`] is looked at.
+/// How often a keeper waited for by [`Keeper::wait_done`] is looked at.
 const KEEPER_STEP: Duration = Duration::from_millis(10);
 
 // ---------------------------------------------------------------------------------------
@@ -450,23 +450,10 @@ impl Keeper {
         reap_keeper(self.pid)
     }
 
-    /// Waits up to `timeout` for the keeper to exit and reaps it; the time since `since`.
-    /// An error if it did not exit in time or exited with a status other than 0 (`who`
-    /// names the workload in the message).
-    ///
-    /// Context: blocks up to `timeout` and a step.
-    pub(crate) fn wait_clean_exit(
-        self,
-        since: Instant,
-        timeout: Duration,
-        who: &str,
-    ) -> io::Result<Duration> {
-        self.wait_done(since, timeout, who, || false)
-    }
-
-    /// Waits up to `timeout` for the keeper to be done: to exit (then it is reaped, as
-    /// `wait_clean_exit`), or to say by `stays` that it stays on (a kept segment's steward,
-    /// its writeback over: it is left running); the time since `since`.
+    /// Waits up to `timeout` for the keeper to be done: to exit (then it is reaped: an
+    /// error if its status is not 0, `who` naming the workload in the message), or to say
+    /// by `stays` that it stays on (a kept segment's steward, its writeback over: it is
+    /// left running); the time since `since`.
     ///
     /// Context: blocks up to `timeout` and a step.
     pub(crate) fn wait_done(

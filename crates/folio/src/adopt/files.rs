@@ -34,7 +34,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use super::Found;
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::mapping::FileStamp as MappingStamp;
 use crate::segment::layout::SIZE_UNKNOWN;
 use crate::segment::{self, Segment};

@@ -33,7 +33,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::arena::Arena;
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::NewFolio;
 use crate::mapping::MappingTable;
 use crate::memory::Memory;
@@ -422,7 +422,7 @@ impl Plan {
         } = self;
         // The plan's invariant (`take`, `fit`): every kept folio's file is kept.
         debug_assert!(folios.iter().all(|f| files.contains_key(&f.mapping)));
-        let segment = mem.arena.segment().cloned();
+        let segment = mem.arena().segment().cloned();
         if let Some(segment) = &segment {
             // Slots of files not adopted are forgotten, and adopted files' sizes are the
             // disk's again (this process has not written them): a later keeper or
@@ -461,8 +461,7 @@ impl Plan {
                 .lock_for_insert(folio.head, folio.order.pages());
             let inserted = w.insert_run(&[new]).inserted[0];
             assert!(inserted, "an adopted folio's pages were taken twice");
-            mem.policy
-                .insert(&mem.arena, folio.frame, folio.order.pages(), None);
+            mem.make_evictable(folio.frame, folio.order.pages(), None);
             adoption.pages_kept += folio.order.pages();
         }
         adoption.files_kept = files.len() as u32;

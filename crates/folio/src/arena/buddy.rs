@@ -231,7 +231,7 @@ impl Arena {
         self.meta(frame).state.revive_locked();
         // Its size, for `free`, until the owner records the page it will hold.
         self.meta(frame).set_identity(
-            crate::folio::MappingId(u32::MAX),
+            crate::folio_meta::MappingId(u32::MAX),
             crate::types::PageIndex(0),
             order,
         );

@@ -67,7 +67,7 @@ use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::folio::FolioMeta;
+use crate::folio_meta::FolioMeta;
 use crate::io::FrameBuf;
 use crate::list::Links;
 use crate::segment::Segment;

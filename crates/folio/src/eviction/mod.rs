@@ -181,7 +181,7 @@ fn put_back_busy(arena: &Arena, busy: &mut List, queue: &mut List) {
 mod testing {
     use super::{Admission, EvictionPolicy};
     use crate::arena::{Arena, FolioUse};
-    use crate::folio::MappingId;
+    use crate::folio_meta::MappingId;
     use crate::refcount::GetOutcome;
     use crate::types::{FrameId, Order, PageIndex};
 

@@ -168,7 +168,7 @@ mod tests {
     use crate::arena::FolioUse;
     use crate::eviction::s3fifo::S3Fifo;
     use crate::eviction::testing::{cached, pin};
-    use crate::folio::MappingId;
+    use crate::folio_meta::MappingId;
     use crate::types::{Order, PageIndex};
 
     fn no_reuse(arena: &Arena, policy: &NoReuseFirst, page: u64) -> FrameId {

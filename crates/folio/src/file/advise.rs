@@ -86,7 +86,7 @@ impl File {
                 // Whole pages only, as the kernel: a partial page at either end stays.
                 if start < end {
                     self.mapping
-                        .invalidate(&self.core().mem, start, end, Invalidate::Unpinned);
+                        .invalidate(self.core().memory(), start, end, Invalidate::Unpinned);
                 }
             }
         }

@@ -40,7 +40,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::pinned::{Came, Found, Settled};
+use super::pinned::{Arrival, Found, Settled};
 use super::{checked_end, File, PageRef};
 use crate::eviction::ReadHint;
 use crate::filemap::Waiter;
@@ -92,7 +92,7 @@ impl File {
     ) -> Poll<io::Result<T>> {
         let first = *since.get_or_insert_with(Instant::now);
         if first.elapsed() >= self.core().alloc_wait {
-            crate::stats::bump(&self.core().mem.counters.alloc_failures);
+            crate::stats::bump(&self.core().counters().alloc_failures);
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::OutOfMemory,
                 "folio: no free memory: every folio stayed pinned or in flight for the \
@@ -112,11 +112,11 @@ impl File {
         &'a self,
         parked: &mut Option<Parked<'a>>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<(Pinned<'a>, Came)>> {
+    ) -> Poll<Option<(Pinned<'a>, Arrival)>> {
         let Some(mut p) = parked.take() else {
             return Poll::Ready(None);
         };
-        let meta = self.core().mem.arena.meta(p.folio.frame);
+        let meta = self.core().arena().meta(p.folio.frame);
         if meta.state.load().is_locked() {
             match wait::park_future(meta, p.waiting.0, cx.waker()) {
                 Park::Parked(parking) => {
@@ -138,13 +138,13 @@ impl File {
 /// future's place in the wait table while a waker is there.
 struct Parked<'a> {
     folio: Pinned<'a>,
-    came: Came,
+    came: Arrival,
     waiting: Waiting,
     _holding: Holding,
 }
 
 impl<'a> Parked<'a> {
-    fn new(folio: Pinned<'a>, came: Came) -> Parked<'a> {
+    fn new(folio: Pinned<'a>, came: Arrival) -> Parked<'a> {
         Parked {
             folio,
             came,
@@ -380,12 +380,12 @@ impl<'a> ReadAtFuture<'a> {
             if pos >= end {
                 return Poll::Ready(Ok(self.done));
             }
-            file.note_access(core.mem.arena.meta(folio.frame), page, folio.head, hint);
+            file.note_access(core.arena().meta(folio.frame), page, folio.head, hint);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
             // The settled folio holds `pos`, before the end: each turn copies something.
             debug_assert!(n > 0, "a turn that copies nothing at {pos} (end {end})");
-            let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
+            let bytes = core.arena().pinned_bytes(folio.frame, folio.order);
             self.buf[self.done..self.done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             self.done += n;
         }

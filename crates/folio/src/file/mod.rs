@@ -48,8 +48,8 @@ use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex};
 
 use crate::eviction::ReadHint;
-use crate::filemap::Fill;
-use crate::folio::FolioMeta;
+use crate::filemap::MissPath;
+use crate::folio_meta::FolioMeta;
 use crate::index::{Entry, RootHint};
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
@@ -132,9 +132,10 @@ impl File {
         ra_pages: u32,
     ) -> File {
         if access == Access::ReadWrite && mapping.write.adopt_fd(&fd) {
-            if let Some(keeper) = &cache.core.mem.keeper {
-                keeper.register(mapping.id, fd.as_raw_fd());
-            }
+            cache
+                .core
+                .mappings
+                .register_writer(&mapping, fd.as_raw_fd());
         }
         let since = Mutex::new(mapping.write.errseq().sample());
         let root_hint = RootHint::new(&mapping.index);
@@ -176,7 +177,7 @@ impl File {
     /// Context: any thread; one system call; takes the index lock if pages are dropped.
     pub fn refresh_len(&self) -> io::Result<u64> {
         let size = self.fd.metadata()?.len();
-        self.mapping.resize(&self.core().mem, size);
+        self.mapping.resize(self.core().memory(), size);
         Ok(self.mapping.size_bytes())
     }
 
@@ -195,13 +196,13 @@ impl File {
     }
 
     /// The miss path's view of this handle, inserting as the handle's advice says.
-    fn fill(&self) -> Fill<'_> {
+    fn fill(&self) -> MissPath<'_> {
         self.fill_for(self.hint())
     }
 
     /// The miss path's view of this handle, inserting under `hint`.
-    fn fill_for(&self, hint: ReadHint) -> Fill<'_> {
-        Fill {
+    fn fill_for(&self, hint: ReadHint) -> MissPath<'_> {
+        MissPath {
             cache: &self.cache,
             mapping: &self.mapping,
             fd: &self.fd,
@@ -297,12 +298,12 @@ impl File {
             if pos >= end {
                 break Ok(done);
             }
-            self.note_access(core.mem.arena.meta(folio.frame), page, folio.head, hint);
+            self.note_access(core.arena().meta(folio.frame), page, folio.head, hint);
             let in_folio = (pos - folio.head.offset_bytes()) as usize;
             let n = (folio.order.bytes() - in_folio).min((end - pos) as usize);
             // Each turn copies something: the folio holds `pos`, which is before the end.
             debug_assert!(n > 0, "a turn that copies nothing at {pos} (end {end})");
-            let bytes = core.mem.arena.pinned_bytes(folio.frame, folio.order);
+            let bytes = core.arena().pinned_bytes(folio.frame, folio.order);
             buf[done..done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             done += n;
         };
@@ -322,7 +323,7 @@ impl File {
     fn read_hit(&self, pos: u64, end: u64, dst: &mut [u8], hint: ReadHint) -> Option<usize> {
         let page = PageIndex::containing(pos);
         let (n, meta, head) = self.read_optimistic(page, pos, end, dst, hint)?;
-        self.core().mem.counters.hit();
+        self.core().counters().hit();
         self.note_access(meta, page, head, hint);
         Some(n)
     }
@@ -350,18 +351,16 @@ impl File {
         let in_folio = (pos - head.offset_bytes()) as usize;
         let n = (order.bytes() - in_folio).min((end - pos) as usize);
         // The data's first lines load while the version does (two cache misses at once).
-        core.mem.arena.prefetch(frame, in_folio, n);
-        let meta = core.mem.arena.meta(frame);
+        core.arena().prefetch(frame, in_folio, n);
+        let meta = core.arena().meta(frame);
         let version = meta.version.begin_read()?;
         if !meta.holds(self.mapping.id, head, order) {
             index.refresh_hint(&self.root_hint);
             return None;
         }
-        core.mem
-            .arena
-            .copy_out(frame, order, in_folio, &mut dst[..n]);
+        core.arena().copy_out(frame, order, in_folio, &mut dst[..n]);
         if !meta.version.validate(version) {
-            stats::bump(&core.mem.counters.optimistic_retries);
+            stats::bump(&core.counters().optimistic_retries);
             return None;
         }
         if hint == ReadHint::Normal {
@@ -423,7 +422,7 @@ impl Drop for File {
     /// (`MappingTable::close`). Reads this handle submitted keep their own references.
     fn drop(&mut self) {
         let core = self.core();
-        core.mappings.close(&core.mem, &self.mapping);
+        core.mappings.close(core.memory(), &self.mapping);
     }
 }
 
@@ -469,13 +468,13 @@ impl Deref for PageRef {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
-        &self.core.mem.arena.pinned_bytes(self.frame, self.order)[..self.len_bytes]
+        &self.core.arena().pinned_bytes(self.frame, self.order)[..self.len_bytes]
     }
 }
 
 impl Drop for PageRef {
     fn drop(&mut self) {
-        self.core.mem.put_folio(self.frame);
+        self.core.put_folio(self.frame);
     }
 }
 

@@ -24,7 +24,7 @@ use crate::write::into_folio::FolioWriter;
 use crate::write::range_lock::WHOLE_FILE;
 use crate::write::state::FILE_BYTES_MAX;
 use crate::write::thread::write_behind;
-use crate::write::writeback::{self, Take};
+use crate::write::writeback::{self, Selection};
 
 /// Which sync a handle asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +88,7 @@ impl File {
             ));
         }
         let core = self.core();
-        let counters = &core.mem.counters;
+        let counters = &core.counters();
         let write = &self.mapping.write;
         // The whole call holds its bytes: a write that overlaps waits, and is applied
         // after this one, whole (`range_lock`).
@@ -103,7 +103,7 @@ impl File {
             fill: self.fill(),
             read_page: &read_page,
         };
-        let piece_pages = core.mem.dirty.charge_max_pages();
+        let piece_pages = core.dirty_budget().charge_max_pages();
         let mut done = 0usize;
         while done < buf.len() {
             let pos = offset + done as u64;
@@ -116,7 +116,9 @@ impl File {
                 (1..=piece_pages).contains(&pages),
                 "a piece of {pages} pages"
             );
-            let waited = core.mem.dirty.charge(pages, &|| core.dirty_files.kick());
+            let waited = core
+                .dirty_budget()
+                .charge(pages, &|| core.dirty_files.kick());
             if waited > Duration::ZERO {
                 stats::bump(&counters.throttled_writers);
                 stats::add(&counters.throttled_ns, waited.as_nanos() as u64);
@@ -132,7 +134,7 @@ impl File {
                 newly <= pages,
                 "{newly} pages newly dirty of {pages} charged"
             );
-            core.mem.dirty.uncharge(pages.saturating_sub(newly));
+            core.dirty_budget().uncharge(pages.saturating_sub(newly));
             if newly > 0 {
                 core.dirty_files.note_dirty(&self.mapping);
             }
@@ -149,7 +151,7 @@ impl File {
         );
         stats::bump(&counters.write_requests);
         stats::add(&counters.write_bytes, buf.len() as u64);
-        if core.mem.dirty.over_background() {
+        if core.dirty_budget().over_background() {
             core.dirty_files.kick();
         }
         write_behind(core, &self.mapping, offset, end, size_before);
@@ -163,7 +165,7 @@ impl File {
     ///
     /// Context: no lock held; may sleep for writes in flight.
     fn wait_for_writeback(&self, start: PageIndex, end: PageIndex) {
-        let arena = &self.core().mem.arena;
+        let arena = &self.core().arena();
         let mut page = start;
         while page < end {
             let crate::index::Entry::Folio { frame, order, head } = self.mapping.index.lookup(page)
@@ -212,7 +214,7 @@ impl File {
             };
             folios.zero_past_end(len)?;
             self.mapping.invalidate(
-                &core.mem,
+                core.memory(),
                 PageIndex::ceil(len),
                 PageIndex::ceil(old),
                 Invalidate::Shrink,
@@ -272,14 +274,14 @@ impl File {
             end,
             flush,
         );
-        let counters = &self.core().mem.counters;
+        let counters = &self.core().counters();
         stats::bump(&counters.syncs);
         stats::add(&counters.sync_ns, started.elapsed().as_nanos() as u64);
         self.report_errors()?;
         #[cfg(any(debug_assertions, feature = "invariants"))]
         if self.mapping.write.failures() == 0 {
             // The sync's postcondition (`audit`): nothing it promised is still dirty.
-            integrity::check_promised(&self.core().mem, &self.mapping, audit_from, start, end);
+            integrity::check_promised(self.core().memory(), &self.mapping, audit_from, start, end);
         }
         Ok(())
     }
@@ -314,7 +316,7 @@ impl File {
             &self.mapping,
             PageIndex::containing(offset),
             PageIndex::ceil(end.min(FILE_BYTES_MAX)),
-            Take::Dirty,
+            Selection::Dirty,
         );
         Ok(())
     }

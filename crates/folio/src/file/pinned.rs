@@ -7,7 +7,7 @@
 //! missing run); it returns the folio cached or in flight, and its caller waits for one in
 //! flight as it can (a thread sleeps on the wait table: `get_uptodate`; a future parks).
 //! `settle` then says what the folio holds for the read: its bytes, the end of the file,
-//! or nothing yet (look again). How the read came by its folio (`Came`) decides what it
+//! or nothing yet (look again). How the read came by its folio (`Arrival`) decides what it
 //! counts: a pinned hit, and the access frequency eviction reads.
 //!
 //! Protection: the folio's reference (`Pinned`) keeps its frame from being freed or
@@ -47,7 +47,7 @@ impl File {
                     Found::NoMemory => unreachable!("a thread waits for memory in the allocator"),
                     Found::Cached(folio, came) => (folio, came),
                     Found::InFlight(folio, came) => {
-                        wait::wait_unlocked(self.core().mem.arena.meta(folio.frame));
+                        wait::wait_unlocked(self.core().arena().meta(folio.frame));
                         (folio, came)
                     }
                 };
@@ -57,8 +57,7 @@ impl File {
                     debug_assert!(covers(&folio, page), "{page:?} not in its folio");
                     debug_assert!(self
                         .core()
-                        .mem
-                        .arena
+                        .arena()
                         .meta(folio.frame)
                         .state
                         .load()
@@ -96,11 +95,11 @@ impl File {
             if page.offset_bytes() >= self.mapping.size_bytes() {
                 return Ok(Found::PastEnd);
             }
-            let folio = match self.mapping.find_get(&core.mem, page) {
+            let folio = match self.mapping.find_get(core.memory(), page) {
                 Ok(folio) => folio,
                 Err(_) => {
                     if !*missed {
-                        stats::bump(&core.mem.counters.misses);
+                        stats::bump(&core.counters().misses);
                         *missed = true;
                     }
                     match self.on_miss(page, read_end, waiter, hint) {
@@ -118,13 +117,17 @@ impl File {
             };
             // `find_get`'s post: the folio found holds `page`.
             debug_assert!(covers(&folio, page), "{page:?} not in its folio");
-            let meta = core.mem.arena.meta(folio.frame);
+            let meta = core.arena().meta(folio.frame);
             if !meta.state.load().is_locked() {
-                let came = if *missed { Came::Missed } else { Came::Cached };
+                let came = if *missed {
+                    Arrival::Missed
+                } else {
+                    Arrival::Cached
+                };
                 return Ok(Found::Cached(folio, came));
             }
             if !*missed {
-                stats::bump(&core.mem.counters.waits_on_io);
+                stats::bump(&core.counters().waits_on_io);
             }
             // A reader that catches up with an async window reaches its marker while
             // the window is still in flight: start the next window now, before
@@ -132,9 +135,9 @@ impl File {
             // them (the kernel's filemap_get_pages does the same).
             self.note_access(meta, page, folio.head, hint);
             let came = if *missed {
-                Came::Missed
+                Arrival::Missed
             } else {
-                Came::WaitedForIo
+                Arrival::WaitedForIo
             };
             return Ok(Found::InFlight(folio, came));
         }
@@ -151,20 +154,20 @@ impl File {
         &'c self,
         page: PageIndex,
         folio: Pinned<'c>,
-        came: Came,
+        came: Arrival,
         hint: ReadHint,
     ) -> io::Result<Settled<'c>> {
         let core = self.core();
-        let meta = core.mem.arena.meta(folio.frame);
+        let meta = core.arena().meta(folio.frame);
         let state = meta.state.load();
         if state.is_uptodate() {
             let touch = hint == ReadHint::Normal;
             match came {
-                Came::Missed => {}
-                Came::WaitedForIo if touch => meta.state.touch(),
-                Came::WaitedForIo => {}
-                Came::Cached => {
-                    stats::bump(&core.mem.counters.pinned_hits);
+                Arrival::Missed => {}
+                Arrival::WaitedForIo if touch => meta.state.touch(),
+                Arrival::WaitedForIo => {}
+                Arrival::Cached => {
+                    stats::bump(&core.counters().pinned_hits);
                     if touch {
                         meta.state.touch();
                     }
@@ -196,8 +199,8 @@ fn covers(folio: &Pinned<'_>, page: PageIndex) -> bool {
 /// flight (wait until it is not LOCKED, then `settle`), the end of the file, or (for a
 /// future only) no memory to read the page into yet.
 pub(super) enum Found<'c> {
-    Cached(Pinned<'c>, Came),
-    InFlight(Pinned<'c>, Came),
+    Cached(Pinned<'c>, Arrival),
+    InFlight(Pinned<'c>, Arrival),
     PastEnd,
     NoMemory,
 }
@@ -206,7 +209,7 @@ pub(super) enum Found<'c> {
 /// nothing more and leaves a new folio's frequency at 0; a wait for another reader's
 /// I/O raises the frequency; a pinned hit counts as a hit too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Came {
+pub(super) enum Arrival {
     Missed,
     WaitedForIo,
     Cached,

@@ -7,7 +7,7 @@
 //! (`RaCell::update`), with the handle's maximum lowered to the cache-wide limit
 //! (`update_window`), and only if it starts inside the file (`within_file`); then its
 //! gaps are read through the miss path without waiting for memory
-//! (`Fill::read_window`), and what was read ahead is counted toward the limit
+//! (`MissPath::read_window`), and what was read ahead is counted toward the limit
 //! (`read_ahead`). A hit reaches this module only for a folio whose prefetched bit or
 //! marker is set (one load, `note_access`).
 //!
@@ -23,7 +23,7 @@ use std::io;
 use super::{overflow, File};
 use crate::eviction::ReadHint;
 use crate::filemap::{Waiter, Window};
-use crate::folio::FolioMeta;
+use crate::folio_meta::FolioMeta;
 use crate::readahead::{self, Decision, MissRequest};
 use crate::refcount::{StateWord, PREFETCHED, READAHEAD};
 use crate::stats;
@@ -104,7 +104,7 @@ impl File {
             self.within_file(readahead::decide_on_marker(state, at, miss, max_pages))
         });
         if let Some(window) = installed {
-            stats::bump(&core.mem.counters.readahead_async);
+            stats::bump(&core.counters().readahead_async);
             self.read_ahead(window, hint);
         }
     }
@@ -117,7 +117,7 @@ impl File {
         &self,
         mut decide: impl FnMut(readahead::RaState, u32) -> Decision,
     ) -> Option<readahead::RaState> {
-        let limit = &self.core().mem.readahead_limit;
+        let limit = &self.core().memory().readahead_limit();
         let limit_pages = limit.limit_pages();
         let installed = self
             .ra
@@ -132,7 +132,7 @@ impl File {
     /// toward the cache-wide limit (`readahead::ReadaheadLimit`). Returns the pages
     /// inserted.
     ///
-    /// Context: as `Fill::read_window`: no lock held, never waits for memory.
+    /// Context: as `MissPath::read_window`: no lock held, never waits for memory.
     fn read_ahead(&self, window: readahead::RaState, hint: ReadHint) -> u64 {
         let pages = self.fill_for(hint).read_window(window_of(window));
         // Post: a window reads at most its own pages.
@@ -140,7 +140,7 @@ impl File {
             pages <= u64::from(window.size),
             "{pages} pages of {window:?}"
         );
-        let limit = &self.core().mem.readahead_limit;
+        let limit = &self.core().memory().readahead_limit();
         limit.note_read_ahead(pages, window.size);
         pages
     }
@@ -190,7 +190,7 @@ impl File {
             self.within_file(readahead::decide_on_miss(state, req, max_pages))
         });
         if let Some(window) = installed {
-            stats::bump(&self.core().mem.counters.readahead_sync);
+            stats::bump(&self.core().counters().readahead_sync);
             if self.read_ahead(window, hint) > 0 {
                 return Ok(());
             }
@@ -211,7 +211,7 @@ impl File {
             .ok_or_else(|| overflow(offset, len))?;
         let end = PageIndex::ceil(end.min(self.mapping.size_bytes()));
         let mut at = PageIndex::containing(offset);
-        stats::bump(&self.core().mem.counters.readahead_forced);
+        stats::bump(&self.core().counters().readahead_forced);
         while at < end {
             let chunk_end = end.min(at.add(FORCED_CHUNK_PAGES));
             let pages = self.fill().read_window(Window {
@@ -222,7 +222,10 @@ impl File {
             });
             // Read ahead too (its pages can be wasted), but not by a window the limit
             // bounds.
-            self.core().mem.readahead_limit.note_read_ahead(pages, 0);
+            self.core()
+                .memory()
+                .readahead_limit()
+                .note_read_ahead(pages, 0);
             at = chunk_end;
         }
         Ok(())

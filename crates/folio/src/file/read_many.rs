@@ -4,7 +4,7 @@
 //!  1. each range: copy what hits (the optimistic path), up to its first page that does not
 //!  2. the pages the ranges still need: Index::gaps (lock-free), sorted, overlaps and
 //!     neighbours merged (two ranges in one page read it once; adjacent ones, one read)
-//!  3. Fill::read_gaps: allocate, insert gap by gap, and submit every read at once
+//!  3. MissPath::read_gaps: allocate, insert gap by gap, and submit every read at once
 //!     (one Backend::submit: one io_uring_enter for the whole batch)
 //!  4. each range: the rest through read_at, which now finds its folios in flight and
 //!     waits for them (or, where step 3 stopped short of memory, misses on its own)
@@ -114,7 +114,7 @@ impl File {
             return;
         }
         let pages = self.fill().read_gaps(&merge(gaps), first);
-        stats::add(&self.core().mem.counters.misses, pages);
+        stats::add(&self.core().counters().misses, pages);
     }
 }
 

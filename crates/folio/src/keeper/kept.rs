@@ -65,7 +65,7 @@ use std::time::{Duration, Instant};
 
 use crate::capacity::follow;
 use crate::capacity::machine::{MemoryFacts, MemorySource};
-use crate::folio::FolioMeta;
+use crate::folio_meta::FolioMeta;
 use crate::segment::layout::SegmentState;
 use crate::segment::scan;
 use crate::segment::{self, Holder, Segment, STEWARD_LOCK_OFFSET};

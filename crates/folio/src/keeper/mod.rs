@@ -58,7 +58,7 @@ use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::segment::link::{self, KeeperLink, Message, Received};
 use crate::segment::Segment;
 

@@ -33,7 +33,7 @@ use std::io;
 use std::sync::Arc;
 
 use crate::arena::{Arena, ArenaPages};
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::io::backend::{FlushKind, FrameBuf, Op, IO_BYTES_MAX};
 use crate::io::sync;
 use crate::segment::layout::{SegmentState, SIZE_UNKNOWN};

@@ -132,7 +132,7 @@ impl Mapping {
         });
         let mut dropped = 0;
         for (head, frame, _) in found {
-            let meta = mem.arena.meta(frame);
+            let meta = mem.arena().meta(frame);
             let mut w = self.index.lock();
             if how != Invalidate::Unpinned {
                 // A writeback in flight reads these frames, and its completion may make the
@@ -168,13 +168,13 @@ impl Mapping {
                 meta.state.mark_detached();
             }
             if how != Invalidate::Unpinned && meta.state.load().is_dirty() {
-                let pages = BlockMask::of(&mem.arena, frame, order).peek().count();
+                let pages = BlockMask::of(mem.arena(), frame, order).peek().count();
                 if meta.state.discard_dirty() {
-                    mem.dirty.uncharge(pages);
+                    mem.dirty_budget().uncharge(pages);
                 }
             }
             w.remove_folio(head, frame, Leave::Empty);
-            mem.policy.remove(&mem.arena, frame, order.pages());
+            mem.forget_evictable(frame, order.pages());
             // With no handle open (a completion found the file shorter), the completion
             // tries the removal once it is done (`filemap::ReadCompletion::complete`).
             self.folio_removed(&w);
@@ -186,10 +186,10 @@ impl Mapping {
             };
             dropped += order.pages();
             if free {
-                mem.arena.free(frame);
+                mem.arena().free(frame);
             }
         }
-        stats::add(&mem.counters.invalidated_pages, dropped);
+        stats::add(&mem.counters().invalidated_pages, dropped);
         dropped
     }
 }

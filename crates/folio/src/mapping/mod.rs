@@ -37,7 +37,7 @@ pub use table::{MappingTable, MaybeUnused};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::{Entry, Index};
 use crate::memory::Memory;
 use crate::refcount::GetOutcome;
@@ -269,7 +269,7 @@ impl Mapping {
             let Entry::Folio { frame, order, head } = entry else {
                 return Err(entry);
             };
-            let meta = mem.arena.meta(frame);
+            let meta = mem.arena().meta(frame);
             match meta.state.try_get() {
                 GetOutcome::Got => {}
                 GetOutcome::Dead => {
@@ -277,7 +277,7 @@ impl Mapping {
                     continue;
                 }
                 GetOutcome::DeadFree => {
-                    mem.arena.free(frame);
+                    mem.arena().free(frame);
                     continue;
                 }
             }

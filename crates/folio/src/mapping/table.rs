@@ -11,7 +11,7 @@
 //! see the inode's life, so it keeps a closed file's pages while memory allows, which is
 //! what the kernel's inode cache amounts to for a file whose pages are cached.
 //!
-//! A deleted file's pages go with its last handle (`Mapping::unlink` against
+//! A deleted file's pages go with its last handle (`MappingTable::unlink` against
 //! `MappingTable::close`, one of which always sees the other: their SeqCst fences).
 //!
 //! Protection: the table's reader-writer lock (`MappingTable`); a mapping's handle word
@@ -27,9 +27,10 @@ use std::sync::Arc;
 use std::sync::RwLock;
 
 use super::{FileStamp, Invalidate, Mapping};
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::index::{Entry, IndexWriteGuard};
 use crate::memory::Memory;
+use crate::segment::link::KeeperLink;
 use crate::stats;
 use crate::types::PageIndex;
 
@@ -38,20 +39,6 @@ impl Mapping {
     /// Open handles now (a snapshot).
     pub fn handles(&self) -> u32 {
         self.handles.load().open()
-    }
-
-    /// The file's last name was unlinked: drops its pages now if no handle has it open,
-    /// else when the last one closes (`MappingTable::close`). One of the two sees the
-    /// other (the fences): the pages never outlive both.
-    ///
-    /// Context: no lock held; may take the file's writer lock and index lock, and sleep
-    /// for writebacks in flight (`forget_deleted`).
-    pub fn unlink(&self, mem: &Memory) {
-        self.unlinked.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        if self.handles() == 0 {
-            self.forget_deleted(mem);
-        }
     }
 
     /// A folio of this mapping left its index under `_w`, this index's lock: counts it
@@ -97,23 +84,6 @@ impl Mapping {
     fn is_replaced_by(&self, now: &FileStamp) -> bool {
         self.write.is_written()
             && self.stamp.lock().unwrap_or_else(|e| e.into_inner()).born_ns != now.born_ns
-    }
-
-    /// The file was deleted and no handle has it open: drops every cached page, dirty ones
-    /// too (their bytes belong to no file any more), and the kept descriptor, so the file
-    /// system frees the inode's blocks as it would without folio. Returns the pages dropped.
-    ///
-    /// Context: no lock held; takes the file's writer lock and the index lock; may sleep
-    /// for writebacks in flight.
-    pub fn forget_deleted(&self, mem: &Memory) -> u64 {
-        let _writer = self.write.lock_writer();
-        self.write.note_written();
-        let dropped = self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
-        self.write.forget_fd();
-        if let Some(keeper) = &mem.keeper {
-            keeper.forget(self.id);
-        }
-        dropped
     }
 }
 
@@ -245,6 +215,10 @@ pub enum Unused {
 #[derive(Debug, Default)]
 pub struct MappingTable {
     maps: RwLock<Maps>,
+    /// A persistent cache's line to its keeper (DESIGN.md §9, `segment::link`), which
+    /// keeps a copy of the ids this table hands out: told the descriptor of each file a
+    /// mapping writes (`register_writer`) and each id freed, before its reuse (step R).
+    keeper: Option<KeeperLink>,
 }
 
 #[derive(Debug, Default)]
@@ -273,6 +247,30 @@ impl Maps {
 }
 
 impl MappingTable {
+    /// An empty table; `keeper`: a persistent cache's line to its keeper.
+    pub fn new(keeper: Option<KeeperLink>) -> MappingTable {
+        MappingTable {
+            maps: RwLock::default(),
+            keeper,
+        }
+    }
+
+    /// A persistent cache's line to its keeper.
+    pub fn keeper(&self) -> Option<&KeeperLink> {
+        self.keeper.as_ref()
+    }
+
+    /// `mapping` was opened for writing `fd`, a descriptor it keeps (`WriteState::adopt_fd`):
+    /// a persistent cache's keeper gets a copy, to write the file after this process's
+    /// death.
+    ///
+    /// Context: before the handle's first write.
+    pub fn register_writer(&self, mapping: &Mapping, fd: std::os::unix::io::RawFd) {
+        if let Some(keeper) = &self.keeper {
+            keeper.register(mapping.id, fd);
+        }
+    }
+
     pub fn get(&self, id: MappingId) -> Option<Arc<Mapping>> {
         self.read().by_id.get(&id).cloned()
     }
@@ -322,7 +320,7 @@ impl MappingTable {
                     None => {
                         let stamp = stamp_now()?;
                         let id = maps.new_id()?;
-                        let segment = mem.arena.segment().cloned();
+                        let segment = mem.arena().segment().cloned();
                         let mapping = Arc::new(Mapping::new(id, (dev, ino), stamp, segment));
                         maps.by_id.insert(id, mapping.clone());
                         maps.by_inode.insert((dev, ino), id);
@@ -351,17 +349,53 @@ impl MappingTable {
         Ok(mapping)
     }
 
+    /// The last name of `mapping`'s file was unlinked: drops its pages now if no handle
+    /// has it open, else when the last one closes (`MappingTable::close`). One of the two
+    /// sees the other (the fences): the pages never outlive both.
+    ///
+    /// Context: no lock held; may take the file's writer lock and index lock, and sleep
+    /// for writebacks in flight (`forget_deleted`).
+    pub fn unlink(&self, mem: &Memory, mapping: &Mapping) {
+        mapping.unlinked.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if mapping.handles() == 0 {
+            self.forget_deleted(mem, mapping);
+        }
+    }
+
+    /// The file of `mapping` was deleted and no handle has it open: drops every cached
+    /// page, dirty ones too (their bytes belong to no file any more), and the kept
+    /// descriptor (ours, and the keeper's), so the file system frees the inode's blocks as
+    /// it would without folio. Returns the pages dropped.
+    ///
+    /// Context: no lock held; takes the file's writer lock and the index lock; may sleep
+    /// for writebacks in flight.
+    fn forget_deleted(&self, mem: &Memory, mapping: &Mapping) -> u64 {
+        debug_assert!(
+            mapping.unlinked.load(Ordering::Relaxed),
+            "forgets only a deleted file"
+        );
+        let _writer = mapping.write.lock_writer();
+        mapping.write.note_written();
+        let dropped = mapping.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
+        mapping.write.forget_fd();
+        if let Some(keeper) = &self.keeper {
+            keeper.forget(mapping.id);
+        }
+        dropped
+    }
+
     /// Step C: gives back a handle `get_or_insert` gave; the last one tries removal.
     ///
     /// Context: `File`'s drop; no lock held. Walks the mapping's index when it was the
     /// last handle (time in proportion to its entries).
     pub fn close(&self, mem: &Memory, mapping: &Arc<Mapping>) {
         if mapping.handles.close().open() == 0 {
-            // Pairs with `Mapping::unlink`'s fence: an unlink that saw this handle open
+            // Pairs with `MappingTable::unlink`'s fence: an unlink that saw this handle open
             // is seen here.
             fence(Ordering::SeqCst);
             if mapping.unlinked.load(Ordering::SeqCst) {
-                mapping.forget_deleted(mem);
+                self.forget_deleted(mem, mapping);
             }
             self.remove_if_unused(mem, mapping);
         }
@@ -412,14 +446,14 @@ impl MappingTable {
                 maps.by_inode.remove(&mapping.inode);
             }
             // The keeper forgets the id before it can be reused (`segment::link`).
-            if let Some(keeper) = &mem.keeper {
+            if let Some(keeper) = &self.keeper {
                 keeper.forget(mapping.id);
             }
             maps.free_ids.push(mapping.id);
         }
         drop(maps);
         if removed.is_some() {
-            stats::bump(&mem.counters.mappings_removed);
+            stats::bump(&mem.counters().mappings_removed);
         }
         // `removed` drops here, outside the lock; the index goes with the last `Arc`.
         Unused::Removed
@@ -490,16 +524,12 @@ mod tests {
     use super::*;
 
     fn memory() -> Memory {
-        Memory {
-            arena: crate::arena::Arena::new(64, crate::arena::ArenaPages::Small).unwrap(),
-            policy: crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
-            counters: crate::stats::Counters::default(),
-            dirty: crate::write::budget::DirtyBudget::new(8, 4),
-            readahead_limit: crate::readahead::ReadaheadLimit::new(
-                crate::readahead::LimitBounds::for_cache(64),
-            ),
-            keeper: None,
-        }
+        Memory::new(
+            crate::arena::Arena::new(64, crate::arena::ArenaPages::Small).unwrap(),
+            crate::eviction::new_policy(crate::eviction::EvictionKind::default(), 64),
+            crate::write::budget::DirtyBudget::new(8, 4),
+            crate::readahead::ReadaheadLimit::new(crate::readahead::LimitBounds::for_cache(64)),
+        )
     }
 
     /// A file folio wrote is deleted and its inode given to a new file (ext4 reuses

@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::keeper::orphan::{self, finish, Written};
 use crate::keeper::{is_finished, mark_finished_raw, CapData, CapHeader, CAPABILITY_VERSION_3};
 use crate::segment::layout::{Opened, SegmentState};

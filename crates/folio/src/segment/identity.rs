@@ -16,7 +16,7 @@ use std::path::Path;
 
 use super::layout::{FileIdentity, FileStamp, STAMP_TICK_NS};
 use super::Segment;
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 
 /// This process's effective user: the only one whose segments it uses.
 pub fn my_uid() -> u32 {

@@ -31,7 +31,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::folio::FolioMeta;
+use crate::folio_meta::FolioMeta;
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 
 /// "FOLIOSEG", little-endian.

@@ -27,7 +27,7 @@ use super::home::{check_name, DiskDir, SegmentDir};
 use super::layout::{self, Header, Layout, Retention, HEADER_BYTES, STATS_BYTES, STATS_OFFSET};
 use super::space::punch_hole;
 use super::{invalid, Segment, ALIGN_BYTES};
-use crate::folio::FolioMeta;
+use crate::folio_meta::FolioMeta;
 use crate::types::PAGE_BYTES;
 
 impl Segment {

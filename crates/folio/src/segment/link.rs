@@ -22,7 +22,7 @@ use std::io;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 
 const REGISTER: u8 = 1;
 const FORGET: u8 = 2;

@@ -57,7 +57,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::Mutex;
 
-use crate::folio::{FolioMeta, MappingId};
+use crate::folio_meta::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 pub use discovery::{holders_in, segments_in, SegmentInfo};
 pub(crate) use holder::STEWARD_LOCK_OFFSET;

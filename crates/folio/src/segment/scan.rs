@@ -19,7 +19,7 @@
 
 use super::layout::SLOT_COUNT;
 use super::Segment;
-use crate::folio::{FolioMeta, MappingId};
+use crate::folio_meta::{FolioMeta, MappingId};
 use crate::types::{FrameId, Order, PageIndex, ORDER_MAX};
 
 /// A folio the side table proves (module docs).

@@ -17,7 +17,7 @@ use std::path::Path;
 
 use super::layout::{SLOT_BYTES, SLOT_COUNT};
 use super::{invalid, Segment};
-use crate::folio::{FolioMeta, MappingId};
+use crate::folio_meta::{FolioMeta, MappingId};
 use crate::types::PAGE_BYTES;
 
 impl Segment {

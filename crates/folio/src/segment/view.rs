@@ -29,7 +29,7 @@ use super::layout::{SegmentState, SIZE_UNKNOWN};
 use super::lifecycle::open_ours;
 use super::published::{StatValue, Unread};
 use super::{holder_of, Holder, Segment, SegmentDir};
-use crate::folio::MappingId;
+use crate::folio_meta::MappingId;
 use crate::stats::Stats;
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 

@@ -1,5 +1,5 @@
 //! The data-integrity sync (DESIGN.md §8, `File::sync_data` / `sync_all` / `sync_range`):
-//! tag what is dirty, write it (`writeback`'s B1-B3 with `Take::Tagged`), wait for it and
+//! tag what is dirty, write it (`writeback`'s B1-B3 with `Selection::Tagged`), wait for it and
 //! for every writeback of the file submitted before, write again whatever is still
 //! tagged, then make the file's size right and flush. Why each step is needed is in
 //! `writeback`'s module docs.
@@ -19,7 +19,7 @@ use std::sync::{mpsc, Arc};
 use super::audit::SyncStart;
 #[cfg(any(debug_assertions, feature = "invariants"))]
 use super::mask::BlockMask;
-use super::writeback::{self, Take};
+use super::writeback::{self, Selection};
 #[cfg(any(debug_assertions, feature = "invariants"))]
 use crate::index::Entry;
 use crate::index::Mark;
@@ -43,7 +43,7 @@ fn tagged_in(mapping: &Mapping, start: PageIndex, end: PageIndex) -> bool {
         .is_break()
 }
 
-/// A data-integrity sync of `[start, end)` (B1 with `Take::Tagged`): tag, write what was
+/// A data-integrity sync of `[start, end)` (B1 with `Selection::Tagged`): tag, write what was
 /// tagged, wait for it and for every writeback of the file submitted before, then make
 /// the file's size right and flush with `kind`. The caller checks the error sequence.
 ///
@@ -59,10 +59,10 @@ pub(crate) fn sync(
     let Some(fd) = mapping.write.fd() else {
         return;
     };
-    writeback::start(core, backend, mapping, start, end, Take::Tagged);
+    writeback::start(core, backend, mapping, start, end, Selection::Tagged);
     wait_for_tagged(core, backend, mapping, start, end);
     #[cfg(any(debug_assertions, feature = "invariants"))]
-    check_marks(&core.mem, mapping, start, end);
+    check_marks(core.memory(), mapping, start, end);
     mapping.settle_size();
     if let Err(e) = flush(backend, &fd, kind) {
         mapping
@@ -92,7 +92,7 @@ pub(super) fn wait_for_tagged(
         return;
     };
     while tagged_in(mapping, start, end) {
-        writeback::walk(core, backend, mapping, &fd, start, end, Take::Tagged);
+        writeback::walk(core, backend, mapping, &fd, start, end, Selection::Tagged);
         write.in_flight.wait_through(write.in_flight.last());
     }
 }
@@ -125,7 +125,7 @@ fn check_marks(mem: &Memory, mapping: &Mapping, start: PageIndex, end: PageIndex
         let Entry::Folio { frame, .. } = entry else {
             return;
         };
-        let state = mem.arena.meta(frame).state.load();
+        let state = mem.arena().meta(frame).state.load();
         let dirty_mark = w.is_marked(head, Mark::Dirty);
         assert!(
             !state.is_dirty() || dirty_mark,
@@ -160,11 +160,11 @@ pub(crate) fn check_promised(
             let Entry::Folio { frame, order, head } = w.get(page) else {
                 return;
             };
-            let state = mem.arena.meta(frame).state.load();
+            let state = mem.arena().meta(frame).state.load();
             if !state.is_dirty() {
                 return;
             }
-            let blocks = BlockMask::of(&mem.arena, frame, order).peek();
+            let blocks = BlockMask::of(mem.arena(), frame, order).peek();
             assert!(
                 !blocks.contains(page.0 - head.0),
                 "a sync returned Ok with page {} still dirty, written by a write that \

@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use super::mask::{BlockMask, Blocks, Prior};
 use crate::arena::FolioUse;
-use crate::filemap::Fill;
+use crate::filemap::MissPath;
 use crate::index::{Entry, Mark, NewFolio};
 use crate::mapping::Pinned;
 use crate::pagecache::AllocMode;
@@ -109,7 +109,7 @@ pub(crate) enum Replaced {
 /// insert and allocate), and how to read a page that a write covers only in part (the
 /// read path's, which lives above this room).
 pub(crate) struct FolioWriter<'a> {
-    pub fill: Fill<'a>,
+    pub fill: MissPath<'a>,
     /// Reads `page` into the cache and waits for it (or finds it past the end).
     pub read_page: &'a dyn Fn(PageIndex) -> io::Result<()>,
 }
@@ -165,7 +165,7 @@ impl FolioWriter<'_> {
         let core = self.fill.core();
         let mut pinned_tries = 0;
         loop {
-            let folio = match self.fill.mapping.find_get(&core.mem, page) {
+            let folio = match self.fill.mapping.find_get(core.memory(), page) {
                 Ok(folio) => folio,
                 Err(_) => {
                     let size = self.fill.mapping.size_bytes();
@@ -184,7 +184,7 @@ impl FolioWriter<'_> {
                     }
                 }
             };
-            let meta = core.mem.arena.meta(folio.frame);
+            let meta = core.arena().meta(folio.frame);
             if meta.state.load().is_locked() {
                 wait::wait_unlocked(meta);
             }
@@ -237,7 +237,7 @@ impl FolioWriter<'_> {
         src: &[u8],
     ) -> io::Result<Option<usize>> {
         let core = self.fill.core();
-        let arena = &core.mem.arena;
+        let arena = core.arena();
         let (frame, order) = core.alloc_folio(Order::ZERO, FolioUse::Request, AllocMode::Wait)?;
         let meta = arena.meta(frame);
         meta.set_identity(self.fill.mapping.id, page, order);
@@ -270,7 +270,7 @@ impl FolioWriter<'_> {
     /// folio's I/O started, or memory had no block of that size: then after a pause).
     fn copy_on_write(&self, old: &Pinned<'_>) -> io::Result<Option<Locked>> {
         let core = self.fill.core();
-        let arena = &core.mem.arena;
+        let arena = core.arena();
         let (frame, order) = core.alloc_folio(old.order, FolioUse::Request, AllocMode::Wait)?;
         let give_back = |frame: FrameId| {
             if arena.meta(frame).state.abandon_locked() == crate::refcount::PutOutcome::Free {
@@ -292,7 +292,7 @@ impl FolioWriter<'_> {
         };
         match self.replace_for_write(old.frame, new) {
             Replaced::Done(prior) => {
-                stats::bump(&core.mem.counters.write_copies);
+                stats::bump(&core.counters().write_copies);
                 Ok(Some(Locked {
                     frame,
                     order,
@@ -322,7 +322,7 @@ impl FolioWriter<'_> {
         change: Change,
     ) -> u64 {
         let core = self.fill.core();
-        let arena = &core.mem.arena;
+        let arena = core.arena();
         let meta = arena.meta(locked.frame);
         if locked.publication == Publication::Published {
             meta.version.begin_write();
@@ -370,7 +370,7 @@ impl FolioWriter<'_> {
         // The pin W1 took (kept through `into_raw`, or the copy's own reference, which
         // became the index's: a copy holds none of the writer's).
         if locked.publication == Publication::Published {
-            core.mem.put_folio(locked.frame);
+            core.put_folio(locked.frame);
         }
         newly
     }
@@ -383,7 +383,7 @@ impl FolioWriter<'_> {
         }
         let last = PageIndex::containing(len - 1);
         let core = self.fill.core();
-        let Ok(folio) = self.fill.mapping.find_get(&core.mem, last) else {
+        let Ok(folio) = self.fill.mapping.find_get(core.memory(), last) else {
             return Ok(()); // not cached: the disk's bytes past `len` go with `ftruncate`
         };
         let folio_end = folio.head.offset_bytes() + folio.order.bytes() as u64;
@@ -415,7 +415,7 @@ impl FolioWriter<'_> {
         if inserted {
             w.set_mark(folio.head, Mark::Dirty);
             stats::add(
-                &self.fill.core().mem.counters.pages_inserted,
+                &self.fill.core().counters().pages_inserted,
                 folio.order.pages(),
             );
         }
@@ -432,7 +432,7 @@ impl FolioWriter<'_> {
     /// lock.
     fn replace_for_write(&self, old: FrameId, new: NewFolio) -> Replaced {
         let core = self.fill.core();
-        let arena = &core.mem.arena;
+        let arena = core.arena();
         let old_meta = arena.meta(old);
         let mut w = self.fill.mapping.index.lock();
         let holds = matches!(w.get(new.head), Entry::Folio { frame, order, head }
@@ -460,7 +460,7 @@ impl FolioWriter<'_> {
         // In place: the slot keeps its marks (`Dirty`, and a sync's `Towrite`).
         let replaced = w.replace_folio(old, new);
         assert!(replaced, "the slot checked under the lock changed");
-        core.mem.policy.remove(arena, old, new.order.pages());
+        core.memory().forget_evictable(old, new.order.pages());
         self.fill.admit(&new, None);
         debug_assert!(
             prior == Prior::Clean || w.is_marked(new.head, Mark::Dirty),

@@ -164,7 +164,7 @@ impl WriteState {
         false
     }
 
-    /// The file was deleted: the descriptor goes (`Mapping::forget_deleted`).
+    /// The file was deleted: the descriptor goes (`MappingTable::forget_deleted`).
     pub fn forget_fd(&self) {
         self.fd.lock().unwrap_or_else(|e| e.into_inner()).take();
     }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::integrity::wait_for_tagged;
-use super::writeback::{start, Take};
+use super::writeback::{start, Selection};
 use crate::io::Backend;
 use crate::mapping::Mapping;
 use crate::pagecache::Core;
@@ -37,7 +37,7 @@ pub(crate) const STATS_PERIOD: Duration = Duration::from_secs(1);
 ///
 /// Context: its own thread ("folio-writeback").
 pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
-    let persistent = core.mem.arena.segment().is_some();
+    let persistent = core.arena().segment().is_some();
     // With nothing dirty: until woken, or a persistent cache's next publish.
     let idle_period = persistent.then_some(STATS_PERIOD);
     let mut published = Instant::now();
@@ -59,7 +59,7 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
                 &range.mapping,
                 range.start,
                 range.end,
-                Take::Dirty,
+                Selection::Dirty,
             );
         }
         write_back_due(&core, &*backend);
@@ -86,10 +86,14 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
     // Taken first, whatever the threshold says, so that a request is never left for a
     // later pass.
     let clean_wanted = core.dirty_files.take_clean_wanted();
-    let over = clean_wanted || core.mem.dirty.over_background();
+    let over = clean_wanted || core.dirty_budget().over_background();
     // Over the threshold, tail blocks go too: left dirty, a few files' tails could fill
     // a small budget and throttle writers that nothing would ever release.
-    let take = if over { Take::Dirty } else { Take::Background };
+    let take = if over {
+        Selection::Dirty
+    } else {
+        Selection::Background
+    };
     let due = if over {
         core.dirty_files.take_all()
     } else {
@@ -110,7 +114,14 @@ pub(crate) fn write_back_due(core: &Arc<Core>, backend: &dyn Backend) {
 pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
     let (start_page, end_page) = (PageIndex(0), PageIndex::END);
     for mapping in core.dirty_files.take_all() {
-        start(core, backend, &mapping, start_page, end_page, Take::Tagged);
+        start(
+            core,
+            backend,
+            &mapping,
+            start_page,
+            end_page,
+            Selection::Tagged,
+        );
     }
     // Every file's writebacks, a background pass's too (its file left the queue), end
     // before its size is settled: a tail block written after would pad it again.
@@ -124,7 +135,7 @@ pub(crate) fn write_back_all(core: &Arc<Core>, backend: &dyn Backend) {
 /// before the end of the file, `size_before`, to past it) leaves whole pages behind it
 /// that the writer will not touch again. Once `Core::write_behind_pages` of them have
 /// gathered since the last time, the writeback thread is handed their range and starts
-/// their writeback (B1-B2 with `Take::Dirty`, as `File::writeback`), and the writer
+/// their writeback (B1-B2 with `Selection::Dirty`, as `File::writeback`), and the writer
 /// goes on: its next sync then finds most of what it must make durable written or in
 /// flight, and waits for the device only for the rest. The submission is the
 /// writeback thread's, not the writer's: ext4 cannot issue an O_DIRECT write that

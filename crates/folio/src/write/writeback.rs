@@ -36,7 +36,7 @@
 //!
 //! Why a sync re-walks what is still tagged after its wait: under the background
 //! threshold, the writeback thread leaves dirty the block that the end of the file cuts
-//! of a folio no sync tagged (no padding on disk before a sync; `Take::Background`). When it took the folio before a sync tagged it, the sync's walk finds the folio
+//! of a folio no sync tagged (no padding on disk before a sync; `Selection::Background`). When it took the folio before a sync tagged it, the sync's walk finds the folio
 //! under writeback and waits for that batch, which does not write the tail. So the folio
 //! is still tagged after the wait, and the sync takes it then (`wait_for_tagged`; the
 //! cache's final writeback does the same for the files it tagged). A folio that is already
@@ -87,7 +87,7 @@ const BATCH_PAGES_MAX: u64 = 8192;
 
 /// Which folios a writeback takes (B1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Take {
+pub(crate) enum Selection {
     /// Those dirty now; a folio a writer holds is skipped (`File::writeback`).
     Dirty,
     /// As `Dirty`, but the block the end of the file cuts stays dirty (the writeback
@@ -149,7 +149,7 @@ struct Failed {
 /// Starts writeback of `mapping`'s folios in `[start, end)` that `take` says. Returns
 /// without waiting for the writes; the file's `in_flight` tickets say when they end.
 ///
-/// Context: no lock held; takes the index lock per batch. `Take::Tagged` may sleep while a
+/// Context: no lock held; takes the index lock per batch. `Selection::Tagged` may sleep while a
 /// writer finishes its copy.
 pub(crate) fn start(
     core: &Arc<Core>,
@@ -157,12 +157,12 @@ pub(crate) fn start(
     mapping: &Arc<Mapping>,
     start: PageIndex,
     end: PageIndex,
-    take: Take,
+    take: Selection,
 ) {
     let Some(fd) = mapping.write.fd() else {
         return; // never opened for writing: nothing can be dirty
     };
-    if take == Take::Tagged {
+    if take == Selection::Tagged {
         // What is dirty now, and nothing dirtied later (module docs, B1).
         mapping
             .index
@@ -180,7 +180,7 @@ pub(super) fn walk(
     fd: &Arc<StdFile>,
     start: PageIndex,
     end: PageIndex,
-    take: Take,
+    take: Selection,
 ) {
     let mut from = start;
     loop {
@@ -195,10 +195,10 @@ pub(super) fn walk(
         }
         match next {
             Some(next) => from = next,
-            None if take == Take::Tagged && !locked.is_empty() => {
+            None if take == Selection::Tagged && !locked.is_empty() => {
                 // Writers hold these: their copies are short. Wait, then walk again.
                 for frame in locked {
-                    wait::wait_unlocked(core.mem.arena.meta(frame));
+                    wait::wait_unlocked(core.arena().meta(frame));
                 }
                 from = start;
             }
@@ -214,13 +214,13 @@ fn collect(
     mapping: &Mapping,
     from: PageIndex,
     end: PageIndex,
-    take: Take,
+    take: Selection,
 ) -> (Vec<BatchFolio>, Vec<FrameId>, Option<PageIndex>) {
     let mark = match take {
-        Take::Dirty | Take::Background => Mark::Dirty,
-        Take::Tagged => Mark::Towrite,
+        Selection::Dirty | Selection::Background => Mark::Dirty,
+        Selection::Tagged => Mark::Towrite,
     };
-    let arena = &core.mem.arena;
+    let arena = core.arena();
     let mut w = mapping.index.lock();
     let mut found = Vec::new();
     let mut pages = 0;
@@ -285,7 +285,7 @@ fn collect(
     }
     drop(w);
     // Dirty blocks wholly past the end will never be written: they leave the budget.
-    core.mem.dirty.uncharge(past_end_pages);
+    core.dirty_budget().uncharge(past_end_pages);
     (batch, locked, next)
 }
 
@@ -313,9 +313,9 @@ struct EndSplit {
 /// written whole (O_DIRECT), which carries the file on disk to the block's end until a
 /// sync (or the cache's drop, or forgetting the file) sets the size
 /// (`Mapping::settle_size`). So under the background threshold the writeback thread
-/// (`Take::Background`) leaves it dirty, and no padding appears on disk that nobody asked
+/// (`Selection::Background`) leaves it dirty, and no padding appears on disk that nobody asked
 /// for; syncs, `File::writeback`, write-behind and the thread over the threshold
-/// (`Take::Dirty`: left dirty, a few files' tails could fill a small budget and throttle
+/// (`Selection::Dirty`: left dirty, a few files' tails could fill a small budget and throttle
 /// writers that nothing would release) write it.
 ///
 /// Not when a sync tagged the folio: the sync waits for this batch instead of taking the
@@ -324,7 +324,7 @@ struct EndSplit {
 /// end, and the folio would end clean with its last block unwritten: found by
 /// `tests/write_model.rs` once write-behind woke the writeback thread right before syncs).
 fn split_at_end(
-    take: Take,
+    take: Selection,
     tagged: Tagged,
     size_bytes: u64,
     folio: &MarkedFolio,
@@ -334,7 +334,7 @@ fn split_at_end(
     let inside = taken.below(in_folio(PageIndex::ceil(size_bytes)));
     let past_end = taken.minus(&inside);
     let tail_page = PageIndex::containing(size_bytes);
-    let keeps_tail = take == Take::Background
+    let keeps_tail = take == Selection::Background
         && tagged == Tagged::No
         && size_bytes % PAGE_BYTES as u64 != 0
         && tail_page >= folio.head
@@ -362,7 +362,7 @@ fn submit(
     folios: Vec<BatchFolio>,
     ticket: u64,
 ) {
-    let arena = &core.mem.arena;
+    let arena = core.arena();
     let mut runs: Vec<Run> = Vec::new();
     let mut taken_pages = 0;
     for (i, folio) in folios.iter().enumerate() {
@@ -402,8 +402,8 @@ fn submit(
             }
         }
     }
-    core.mem.dirty.writeback_started(taken_pages);
-    let counters = &core.mem.counters;
+    core.dirty_budget().writeback_started(taken_pages);
+    let counters = &core.counters();
     stats::add(&counters.writeback_requests, runs.len() as u64);
     let mut pending = vec![0u32; folios.len()];
     for run in &runs {
@@ -478,7 +478,7 @@ impl Batch {
                 0
             }
         };
-        let counters = &self.core.mem.counters;
+        let counters = &self.core.counters();
         stats::add(&counters.writeback_bytes, written as u64);
         if written < len {
             if result.is_ok() {
@@ -547,7 +547,7 @@ impl Batch {
 
     /// The folio is still `folio.head`'s of this file, and under writeback.
     fn check_folio(&self, folio: &BatchFolio) {
-        let meta = self.core.mem.arena.meta(folio.frame);
+        let meta = self.core.arena().meta(folio.frame);
         assert!(
             meta.state.load().is_writeback(),
             "a write completed for a folio not under writeback"
@@ -562,7 +562,7 @@ impl Batch {
     /// B3 for folio `i` of the batch (module docs), once its last run completed.
     fn finish_folio(&self, i: usize) {
         let core = &self.core;
-        let arena = &core.mem.arena;
+        let arena = core.arena();
         let folio = &self.folios[i];
         self.check_folio(folio);
         let bad = self.failed.lock().unwrap_or_else(|e| e.into_inner()).blocks[i];
@@ -580,9 +580,9 @@ impl Batch {
         meta.state.end_writeback(redirty);
         wait::wake_all(meta);
         let cleaned = folio.blocks.minus(&bad).count();
-        core.mem.dirty.writeback_ended(folio.blocks.count());
-        core.mem.dirty.uncharge(cleaned);
-        stats::add(&core.mem.counters.pages_written_back, cleaned);
+        core.dirty_budget().writeback_ended(folio.blocks.count());
+        core.dirty_budget().uncharge(cleaned);
+        stats::add(&core.counters().pages_written_back, cleaned);
     }
 
     /// B3 for the batch, once its last run completed (every folio finished): the error
@@ -595,7 +595,7 @@ impl Batch {
             (failed.blocks.iter().any(|b| !b.is_empty()), failed.errno)
         };
         if failed {
-            stats::bump(&core.mem.counters.writeback_errors);
+            stats::bump(&core.counters().writeback_errors);
             write.errseq.record(errno);
             let failures = write.failures.fetch_add(1, Ordering::AcqRel) + 1;
             if failures >= WRITEBACK_FAILURES_MAX {
@@ -635,7 +635,7 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
         .failed_errno
         .compare_exchange(0, errno.max(1), Ordering::AcqRel, Ordering::Acquire)
         .ok();
-    let arena = &core.mem.arena;
+    let arena = core.arena();
     let mut w = mapping.index.lock();
     let mut found = Vec::new();
     let _ = mapping
@@ -663,7 +663,7 @@ fn give_up(core: &Core, mapping: &Mapping, errno: i32) {
         w.clear_mark(folio.head, Mark::Towrite);
     }
     drop(w);
-    core.mem.dirty.uncharge(discarded);
+    core.dirty_budget().uncharge(discarded);
 }
 
 #[cfg(test)]
@@ -701,7 +701,14 @@ mod tests {
             .index
             .lock()
             .tag_range(PageIndex(0), all, Mark::Dirty, Mark::Towrite);
-        start(core, backend, mapping, PageIndex(0), all, Take::Background);
+        start(
+            core,
+            backend,
+            mapping,
+            PageIndex(0),
+            all,
+            Selection::Background,
+        );
         let write = &mapping.write;
         write.in_flight.wait_through(write.in_flight.last());
         let disk = std::fs::read(&path).unwrap();
