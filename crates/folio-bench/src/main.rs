@@ -63,7 +63,7 @@ struct Common {
     /// directory on a disk file system (not tmpfs), removed at exit
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5; restart 1]
+    /// Repetitions of each measurement; the median is reported [default: 3; keeper 5; restart 1; db-bench restart 2]
     #[arg(long)]
     runs: Option<usize>,
     /// Smaller sizes and durations (`compare --quick` about 2 min on the reference machine)
@@ -274,7 +274,7 @@ enum Command {
         #[command(flatten)]
         args: restart::Args,
     },
-    /// All of the above but db-bench, scale, scan-mix, pressure, keeper and restart, one after another
+    /// All of the above but db-bench, scale, scan-mix, miss-cost, pressure, keeper and restart, one after another
     /// (about 7 min; --quick about 2)
     Compare {
         #[command(flatten)]

@@ -1,8 +1,9 @@
 //! Reads a generated file through folio twice (a cold scan, then a warm one) and prints
 //! what the cache did. Usage: `cargo run --release -p folio --example scan [MiB]`.
 //!
-//! The data is written to a fresh directory under the system's temporary directory
-//! (or `FOLIO_EXAMPLE_DIR`) and removed at the end; every byte read is checked.
+//! The data is written to a fresh directory under `/var/tmp` (a disk file system, where
+//! O_DIRECT works; `/tmp` may be tmpfs), or under `FOLIO_EXAMPLE_DIR`, and removed at the
+//! end; every byte read is checked.
 
 use std::io::Write;
 use std::time::Instant;
