@@ -39,8 +39,8 @@ mod primitive {
 // The library's `shared/` rooms at this crate's root: their `super::` is this root, which
 // names what `shared/mod.rs` re-exports.
 #[allow(dead_code)]
-#[path = "../src/shared/holder.rs"]
-mod holder;
+#[path = "../src/shared/terms.rs"]
+mod terms;
 #[allow(dead_code)]
 #[path = "../src/shared/lock.rs"]
 mod lock;
@@ -52,7 +52,7 @@ mod slot;
 mod stack;
 
 #[allow(unused_imports)]
-use holder::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+use terms::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use slot::SlotTable;

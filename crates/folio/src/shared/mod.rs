@@ -19,7 +19,7 @@
 //! or a test's shared mapping) and names other words by their index in it (`Word`), never
 //! by a pointer: each process maps the segment at its own address.
 //!
-//! Rooms: `holder.rs` the names (`Holder`, `Word`) and how an operation runs (`Run`, its
+//! Rooms: `terms.rs` the names (`Holder`, `Word`) and how an operation runs (`Run`, its
 //! `Step`s, the models' `Flaw`s); `slot.rs` the per-process slots (attach, detach, death, liveness); `lock.rs` the
 //! lock word with its intent record and the take-over; `stack.rs` a stack of frames under
 //! such a lock, with per-frame owners (the shape of a free list whose frames processes
@@ -38,7 +38,7 @@
 //! I/O or an allocation. Not wired into the cache yet (issue 45's first step): nothing
 //! but the tests uses it.
 
-mod holder;
+mod terms;
 pub(crate) mod lock;
 pub(crate) mod slot;
 pub(crate) mod stack;
@@ -46,4 +46,4 @@ pub(crate) mod stack;
 #[allow(unsafe_code)]
 mod tests;
 
-pub(crate) use holder::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+pub(crate) use terms::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
