@@ -39,9 +39,6 @@ mod primitive {
 // The library's `shared/` rooms at this crate's root: their `super::` is this root, which
 // names what `shared/mod.rs` re-exports.
 #[allow(dead_code)]
-#[path = "../src/shared/terms.rs"]
-mod terms;
-#[allow(dead_code)]
 #[path = "../src/shared/lock.rs"]
 mod lock;
 #[allow(dead_code)]
@@ -50,14 +47,17 @@ mod slot;
 #[allow(dead_code)]
 #[path = "../src/shared/stack.rs"]
 mod stack;
+#[allow(dead_code)]
+#[path = "../src/shared/terms.rs"]
+mod terms;
 
-#[allow(unused_imports)]
-use terms::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use slot::SlotTable;
 use stack::{Census, FrameStack};
 use std::cell::Cell;
+#[allow(unused_imports)]
+use terms::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
 
 const SLOTS: u16 = 3;
 const FRAMES: u32 = 2;

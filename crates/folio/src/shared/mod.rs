@@ -38,10 +38,10 @@
 //! I/O or an allocation. Not wired into the cache yet (issue 45's first step): nothing
 //! but the tests uses it.
 
-mod terms;
 pub(crate) mod lock;
 pub(crate) mod slot;
 pub(crate) mod stack;
+mod terms;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests;

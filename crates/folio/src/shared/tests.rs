@@ -3,9 +3,9 @@
 //! step and is `SIGKILL`ed there, while another process waits for the lock it holds).
 //! The loom models of the same code are in `tests/loom_shared.rs`.
 
-use super::terms::Unkillable;
 use super::slot::SlotTable;
 use super::stack::{Census, FrameStack};
+use super::terms::Unkillable;
 use super::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
 use crate::primitive::{AtomicU64, Ordering};
 use std::cell::Cell;
