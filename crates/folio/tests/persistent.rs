@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 
 const CHILD: &str = "FOLIO_PERSIST_CHILD";
 const DIR: &str = "FOLIO_PERSIST_DIR";
+/// A segment directory for the child's cache (default: the user's home).
+const SEGMENT_DIR: &str = "FOLIO_PERSIST_SEGMENT_DIR";
 
 /// Bytes of record `i`: distinct per record and offset.
 fn record(i: u64, len: usize) -> Vec<u8> {
@@ -36,14 +38,16 @@ fn shape(case: &str) -> (u64, usize) {
 /// limit, no write-behind, no expiry); prints `ready <segment> <keeper pid>`, then ends as
 /// `case` says.
 fn child(case: &str, dir: &Path) {
-    let cache = folio::Cache::builder()
+    let mut builder = folio::Cache::builder()
         .capacity_bytes(512 << 20)
         .dirty_limit_bytes(400 << 20)
         .write_behind_bytes(0)
         .dirty_expire(Duration::from_secs(600))
-        .persistent(true)
-        .build()
-        .unwrap();
+        .persistent(true);
+    if let Some(segment_dir) = std::env::var_os(SEGMENT_DIR) {
+        builder = builder.segment_dir(segment_dir);
+    }
+    let cache = builder.build().unwrap();
     let (records, len) = shape(case);
     let mut handles = Vec::new();
     for f in 0..3 {
@@ -232,6 +236,114 @@ fn a_killed_keeper_s_work_is_finished_by_the_next_cache() {
     }
     assert!(!segment.exists(), "the recovery removed the segment");
     check_files(dir.path(), "wait");
+}
+
+/// SIGSTOPs `pid` and waits until it is stopped.
+fn stop(pid: u32) {
+    // SAFETY: kill takes integers.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGSTOP) }, 0);
+    let start = Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if matches!(
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next()),
+            Some('T' | 't')
+        ) {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{pid} never stopped"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until `path` has been opened `opens` times since `watch` started watching it
+/// (inotify's IN_OPEN): the test's lever to know that a cache's build is in its wait for
+/// a keeper, which looks at the segment again every few milliseconds.
+fn wait_for_opens(watch: &std::fs::File, opens: usize) {
+    use std::io::Read;
+    let mut seen = 0;
+    let mut buf = [0u8; 4096];
+    let start = Instant::now();
+    while seen < opens {
+        // Each event is an inotify_event of 16 bytes (no name: a watch on the file).
+        let n = (&*watch).read(&mut buf).expect("read inotify events");
+        seen += n / 16;
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the build never waited for the keeper"
+        );
+    }
+}
+
+#[test]
+fn a_keeper_killed_while_a_new_cache_waits_for_it_is_finished_by_that_cache() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::io::FromRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    // A directory of its own: no other test's cache settles it.
+    let segments = tempfile::tempdir_in("/dev/shm").unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "wait")
+        .env(DIR, dir.path())
+        .env(SEGMENT_DIR, segments.path())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready ") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child never got ready"
+        );
+    }
+    let (_, rest) = line.trim_end().split_once("ready ").unwrap();
+    let (segment, keeper) = rest.split_once(' ').unwrap();
+    let (segment, keeper) = (PathBuf::from(segment), keeper.parse::<u32>().unwrap());
+    // The keeper is stopped before the owner dies: it holds the segment, its writeback
+    // not started, as a keeper busy writing would.
+    stop(keeper);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // SAFETY: inotify_init1 and inotify_add_watch with a NUL-terminated path; the
+    // descriptor is checked and then owned by the File.
+    let watch = unsafe {
+        let fd = libc::inotify_init1(libc::IN_CLOEXEC);
+        assert!(fd >= 0);
+        let path = std::ffi::CString::new(segment.as_os_str().as_bytes()).unwrap();
+        assert!(libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN) >= 0);
+        std::fs::File::from_raw_fd(fd)
+    };
+    let build = std::thread::spawn({
+        let segments = segments.path().to_owned();
+        move || {
+            folio::Cache::builder()
+                .persistent(true)
+                .segment_dir(segments)
+                .build()
+        }
+    });
+    // The build's look at the directory, then its wait's looks at the segment.
+    wait_for_opens(&watch, 4);
+    // The keeper dies while the build waits for it, before it wrote anything.
+    // SAFETY: kill takes integers; the keeper's pid is not reused while it is stopped.
+    unsafe { libc::kill(keeper as i32, libc::SIGKILL) };
+    let cache = build
+        .join()
+        .unwrap()
+        .expect("the build after the keeper's death");
+    assert!(
+        !segment.exists(),
+        "the build that waited for the killed keeper left its segment unrecovered"
+    );
+    check_files(dir.path(), "wait");
+    drop(cache);
 }
 
 #[test]
