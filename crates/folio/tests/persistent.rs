@@ -115,6 +115,34 @@ fn run_child(case: &str, dir: &Path) -> Started {
     }
 }
 
+/// Starts the child's "wait" case (files written, nothing synced, then it sleeps) with its
+/// segment in `segment_dir` (default: the home), and reads its `ready` line: the child,
+/// its segment and its keeper's pid.
+fn spawn_waiting(dir: &Path, segment_dir: Option<&Path>) -> (std::process::Child, PathBuf, u32) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .env(CHILD, "wait")
+        .env(DIR, dir)
+        .stdout(Stdio::piped());
+    if let Some(segment_dir) = segment_dir {
+        command.env(SEGMENT_DIR, segment_dir);
+    }
+    let mut child = command.spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("ready ") {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child never got ready"
+        );
+    }
+    let (_, rest) = line.trim_end().split_once("ready ").unwrap();
+    let (segment, keeper) = rest.split_once(' ').unwrap();
+    (child, PathBuf::from(segment), keeper.parse().unwrap())
+}
+
 fn alive(pid: u32) -> bool {
     // A keeper is not our child: it is gone when signal 0 cannot reach it (or a zombie
     // of a subreaper, which /proc shows as state Z).
@@ -182,25 +210,8 @@ fn a_cache_built_after_a_crash_waits_for_the_keeper() {
 #[test]
 fn a_killed_keeper_s_work_is_finished_by_the_next_cache() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "wait")
-        .env(DIR, dir.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("ready ") {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child never got ready"
-        );
-    }
-    let (_, rest) = line.trim_end().split_once("ready ").unwrap();
-    let (segment, keeper) = rest.split_once(' ').unwrap();
-    let (segment, keeper) = (PathBuf::from(segment), keeper.parse::<i32>().unwrap());
+    let (mut child, segment, keeper) = spawn_waiting(dir.path(), None);
+    let keeper = keeper as i32;
     // The keeper dies first (it never wrote anything), then its owner.
     // SAFETY: kill with a pid this test read from the child; SIGKILL ends it.
     unsafe {
@@ -291,26 +302,7 @@ fn a_keeper_killed_while_a_new_cache_waits_for_it_is_finished_by_that_cache() {
     let dir = tempfile::tempdir().unwrap();
     // A directory of its own: no other test's cache settles it.
     let segments = tempfile::tempdir_in("/dev/shm").unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
-        .env(CHILD, "wait")
-        .env(DIR, dir.path())
-        .env(SEGMENT_DIR, segments.path())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    while !line.contains("ready ") {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child never got ready"
-        );
-    }
-    let (_, rest) = line.trim_end().split_once("ready ").unwrap();
-    let (segment, keeper) = rest.split_once(' ').unwrap();
-    let (segment, keeper) = (PathBuf::from(segment), keeper.parse::<u32>().unwrap());
+    let (mut child, segment, keeper) = spawn_waiting(dir.path(), Some(segments.path()));
     // The keeper is stopped before the owner dies: it holds the segment, its writeback
     // not started, as a keeper busy writing would.
     stop(keeper);
