@@ -141,7 +141,7 @@ pub fn write_back(
         if folios.is_empty() && size == SIZE_UNKNOWN {
             continue;
         }
-        match write_file(&arena, file, folios, size) {
+        match redone_once_on_eio(|| write_file(&arena, file, folios, size)) {
             Ok(bytes) => {
                 written.folios += folios.len() as u64;
                 written.bytes += bytes;
@@ -163,6 +163,32 @@ pub fn write_back(
     // Each file counted once, written or failed.
     assert!(u64::from(written.files) + u64::from(written.failed_files) <= files.len() as u64);
     Ok(written)
+}
+
+/// `write`, made again once if it fails with EIO; the second result stands.
+///
+/// Why: an EIO at a file's `fsync` may report no write of ours but the kernel's note that
+/// its own cache of the file went stale beside a direct write ("Page cache invalidation
+/// failure on direct I/O": the kernel records EIO in the file's error sequence and prints
+/// the first 10 a day, then nothing). A dead owner's io_uring writes complete after its
+/// death, in a kernel worker, and the kernel can then hold pages of the file that such a
+/// write's invalidation cannot drop: `keeper_crash` met it under load on files no test
+/// wrote through the kernel's cache (a round's files start empty, or written synced and
+/// dropped from that cache), and dmesg named `kworker` each time: an asynchronous direct
+/// write's completion, which only the owner's ring makes. Such an error is
+/// reported once per open file (the sync consumed it), the disk holds what our direct
+/// writes wrote, and the segment still holds every byte: writing the blocks again and
+/// syncing again proves them on disk, and a real failure (a failing device) fails the
+/// second time too and stands. Only EIO is redone: every other error says something about
+/// our request.
+fn redone_once_on_eio<T>(mut write: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    match write() {
+        Err(e) if e.raw_os_error() == Some(libc::EIO) => {
+            eprintln!("folio: a writeback's sync reported EIO; writing the file again");
+            write()
+        }
+        result => result,
+    }
 }
 
 /// One file: its dirty blocks below `size` (all of them if the size is unknown), in file
@@ -310,4 +336,58 @@ pub(crate) fn finish(
         }
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eio() -> io::Error {
+        io::Error::from_raw_os_error(libc::EIO)
+    }
+
+    #[test]
+    fn one_eio_is_written_again_and_the_second_result_stands() {
+        let mut tries = 0;
+        let result = redone_once_on_eio(|| {
+            tries += 1;
+            if tries == 1 {
+                Err(eio())
+            } else {
+                Ok(tries)
+            }
+        });
+        assert_eq!(result.unwrap(), 2);
+    }
+
+    #[test]
+    fn a_second_eio_stands() {
+        let mut tries = 0;
+        let result: io::Result<()> = redone_once_on_eio(|| {
+            tries += 1;
+            Err(eio())
+        });
+        assert_eq!(result.unwrap_err().raw_os_error(), Some(libc::EIO));
+        assert_eq!(tries, 2, "written twice, not more");
+    }
+
+    #[test]
+    fn other_errors_are_not_written_again() {
+        for errno in [libc::ENOSPC, libc::EBADF, libc::EINVAL] {
+            let mut tries = 0;
+            let result: io::Result<()> = redone_once_on_eio(|| {
+                tries += 1;
+                Err(io::Error::from_raw_os_error(errno))
+            });
+            assert_eq!(result.unwrap_err().raw_os_error(), Some(errno));
+            assert_eq!(tries, 1, "errno {errno} written once");
+        }
+        let mut tries = 0;
+        let result: io::Result<()> = redone_once_on_eio(|| {
+            tries += 1;
+            Err(io::Error::new(io::ErrorKind::InvalidData, "changed"))
+        });
+        assert!(result.is_err());
+        assert_eq!(tries, 1);
+    }
 }
