@@ -35,10 +35,10 @@ use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::domain::{Domain, DomainFiles, Geometry, Pidfd, ProcessId};
+use super::domain::{Domain, DomainFiles, Geometry, Pidfd};
 use super::steward::{self, receive_words, send_words, socket_address, LOST, WON};
 use super::terms::Unkillable;
-use super::{Died, Holder, Run, SlotIndex, Step};
+use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::segment::{DiskDir, SegmentDir};
 
 /// The steward's answers (the first word).

@@ -6,7 +6,7 @@
 //!   word 0..8                 the header line: MAGIC, VERSION, slots, frames, the steward's
 //!                             pid and start time, the steward lever (tests), elections
 //!   word 8..8+S (8-aligned)   the slot table (slot.rs): one word per process
-//!   then S lines of 8 words   the slot records: [generation, pid, start time, 0 ...]
+//!   then S lines of 8 words   the slot records (record.rs): generation, pid, start time
 //!   then (8-aligned)          the frame stack (stack.rs): the structure leased
 //! ```
 //!
@@ -14,17 +14,10 @@
 //! `SegmentDir`): `<name>.domain` (the region), `<name>.steward` (the election's `flock`:
 //! steward.rs), `<name>.sock` (the attach socket: attach.rs).
 //!
-//! **The slot record** says which process holds a LIVE slot, so that a new steward can
-//! find it again after the old one died (`Record`). Only a steward writes records, and
-//! only one steward runs at a time (the election's `flock`; a new one wins it only after
-//! the kernel released the old one's lock at its death, so every store of the old one is
-//! visible). The steward writes a record after its attach CAS made the slot LIVE(g): the
-//! pid and start time first, the generation g last (release). A record whose generation
-//! is not the slot's is incomplete (the steward died before finishing it, and before it
-//! answered the attach: the process holds nothing in that slot and retries its attach),
-//! and its slot is swept as a death. A process is named by its pid *and its start time*
-//! (`/proc/<pid>/stat` field 22), so a pid reused by another process is never mistaken
-//! for the one that attached (`ProcessId::open`).
+//! **The slot records** (record.rs) say which process holds each LIVE slot, so that a new
+//! steward can find it again after the old one died; a process is named by its pid *and
+//! its start time* (`/proc/<pid>/stat` field 22), so a pid reused by another process is
+//! never mistaken for the one that attached (`ProcessId::open`).
 //!
 //! Protection: the header's geometry is written once, before MAGIC (release), by the first
 //! steward under the election lock; the steward fields by the steward alone; the slot
@@ -40,9 +33,10 @@ use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use super::record::Records;
 use super::slot::SlotTable;
 use super::stack::FrameStack;
-use super::{Holder, SlotIndex, Word};
+use super::{ProcessId, Word};
 use crate::primitive::{AtomicU64, Ordering};
 use crate::segment::SegmentDir;
 
@@ -68,11 +62,6 @@ const H_ELECTIONS: usize = 7;
 const LINE: u32 = 8;
 const HEADER_WORDS: u32 = LINE;
 
-// A record's words.
-const R_GENERATION: u32 = 0;
-const R_PID: u32 = 1;
-const R_START: u32 = 2;
-
 /// A domain's size: its slots and its frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
@@ -90,7 +79,7 @@ impl Geometry {
     }
 
     fn stack(self) -> Word {
-        self.records().at(u32::from(self.slots) * LINE)
+        self.records().at(Records::words(self.slots))
     }
 
     fn words(self) -> u32 {
@@ -303,44 +292,9 @@ impl Domain {
         FrameStack::new(self.region(), self.geometry.stack(), self.geometry.frames)
     }
 
-    fn record_word(&self, slot: SlotIndex, word: u32) -> &AtomicU64 {
-        assert!(slot.0 < self.geometry.slots, "no slot {}", slot.0);
-        let at = self.geometry.records().at(u32::from(slot.0) * LINE + word);
-        &self.region()[at.index()]
-    }
-
-    /// Writes `holder`'s record: the process `id` holds it (module docs: pid and start
-    /// time, then the generation, release).
-    ///
-    /// Context: the steward, after its attach CAS gave `id` the slot, before it answers.
-    pub(crate) fn write_record(&self, holder: Holder, id: ProcessId) {
-        self.record_word(holder.slot, R_PID)
-            .store(u64::from(id.pid), Ordering::Relaxed);
-        self.record_word(holder.slot, R_START)
-            .store(id.start, Ordering::Relaxed);
-        self.record_word(holder.slot, R_GENERATION)
-            .store(u64::from(holder.generation), Ordering::Release);
-    }
-
-    /// The process that holds `holder`'s slot, if its record is complete for that
-    /// generation (module docs).
-    ///
-    /// Context: the steward.
-    pub(crate) fn record(&self, holder: Holder) -> Option<ProcessId> {
-        let generation = self
-            .record_word(holder.slot, R_GENERATION)
-            .load(Ordering::Acquire);
-        if generation != u64::from(holder.generation) {
-            return None;
-        }
-        let pid = self.record_word(holder.slot, R_PID).load(Ordering::Relaxed);
-        let start = self
-            .record_word(holder.slot, R_START)
-            .load(Ordering::Relaxed);
-        Some(ProcessId {
-            pid: u32::try_from(pid).ok()?,
-            start,
-        })
+    /// The slot records' view.
+    pub(crate) fn records(&self) -> Records<'_> {
+        Records::new(self.region(), self.geometry.records(), self.geometry.slots)
     }
 
     /// The steward as the header names it (0 pid: none yet).
@@ -396,14 +350,6 @@ impl Drop for Domain {
         // SAFETY: our own mapping; no view of it outlives `self` (views borrow it).
         unsafe { libc::munmap(self.base, self.bytes) };
     }
-}
-
-/// A process, named so that a reused pid is not mistaken for it: its pid and its start
-/// time (`/proc/<pid>/stat` field 22, clock ticks since boot).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ProcessId {
-    pub(crate) pid: u32,
-    pub(crate) start: u64,
 }
 
 impl ProcessId {

@@ -27,9 +27,10 @@
 //! test across processes (`stack::tests`) kill at every step.
 //!
 //! The domain (step 2, not wired into `Cache` yet): `domain.rs` the region the processes
-//! share (a file in the private home, `MAP_SHARED`: the slot table, a record per slot
-//! naming its process by pid and start time, the frame stack) and the process identities
-//! (`ProcessId`, `Pidfd`); `attach.rs` a process's membership (attach through the
+//! share (a file in the private home, `MAP_SHARED`: the slot table, the records, the
+//! frame stack) and the process identities (`ProcessId`'s pid and start time, `Pidfd`);
+//! `record.rs` a record per slot naming its process, the steward's admission of an
+//! attach and a new steward's census of the slots (modelled in `tests/loom_shared.rs`); `attach.rs` a process's membership (attach through the
 //! steward's socket, detach, starting a steward when it finds none or finds it dead);
 //! `steward.rs` the steward (elected by `flock`, watches every member's pidfd, marks a
 //! dead one's slot, sweeps it, frees it; a new one rebuilds its view from the records).
@@ -52,6 +53,7 @@ pub(crate) mod attach;
 #[allow(unsafe_code)]
 pub(crate) mod domain;
 pub(crate) mod lock;
+pub(crate) mod record;
 pub(crate) mod slot;
 pub(crate) mod stack;
 #[allow(unsafe_code)]
@@ -64,4 +66,4 @@ mod tests;
 #[allow(unsafe_code)]
 mod tests_domain;
 
-pub(crate) use terms::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};

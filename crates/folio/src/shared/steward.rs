@@ -55,9 +55,10 @@ use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
-use super::domain::{Domain, DomainFiles, Pidfd, ProcessId};
-use super::slot::SlotState;
-use super::{Died, Flaw, Holder, Run, SlotIndex, Step};
+use super::domain::{Domain, DomainFiles, Pidfd};
+use super::record;
+use super::terms::Unkillable;
+use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::segment::{DiskDir, SegmentDir};
 
 /// The steward's name (its `comm`).
@@ -254,42 +255,32 @@ impl<'d> Steward<'d> {
             dead: RefCell::new(Vec::new()),
         };
         steward.find_processes();
-        let holder = domain.slots().attach(Flaw::None)?;
-        domain.write_record(holder, me);
+        let holder = record::admit(&domain.slots(), &domain.records(), me, &Unkillable, |_| {})
+            .expect("Unkillable never dies")?;
         Some(Steward {
             me: holder,
             ..steward
         })
     }
 
-    /// Step 3's first half (module docs): every LIVE slot watched or marked dead, every
-    /// DEAD one queued for its sweep.
+    /// Step 3's first half (module docs): the census of the slots (`record::find`):
+    /// every LIVE slot whose process is alive watched, every other one marked dead and,
+    /// with every DEAD one, queued for its sweep.
     fn find_processes(&self) {
-        let slots = self.domain.slots();
-        for index in 0..slots.slot_count() {
-            let (state, holder) = slots.state(SlotIndex(index));
-            match state {
-                SlotState::Free => {}
-                SlotState::Dead => self.dead.borrow_mut().push(holder),
-                SlotState::Live => {
-                    let pidfd = self.domain.record(holder).and_then(ProcessId::open);
-                    match pidfd {
-                        Some(pidfd) => self.watches.borrow_mut().push(Watch {
-                            holder,
-                            pidfd,
-                            conn: None,
-                        }),
-                        // Gone (or never answered): the kernel's word is the failed open
-                        // or the pidfd polled readable.
-                        None => {
-                            if slots.mark_dead(holder) {
-                                self.dead.borrow_mut().push(holder);
-                            }
-                        }
-                    }
-                }
+        let (slots, records) = (self.domain.slots(), self.domain.records());
+        let dead = record::find(&slots, &records, |holder, id| match id.open() {
+            Some(pidfd) => {
+                self.watches.borrow_mut().push(Watch {
+                    holder,
+                    pidfd,
+                    conn: None,
+                });
+                true
             }
-        }
+            // Gone: the kernel said so (the open failed, or the pidfd polled readable).
+            None => false,
+        });
+        self.dead.borrow_mut().extend(dead);
     }
 
     /// Step 3's second half: sweeps every slot `find_processes` found dead.
@@ -452,28 +443,33 @@ impl<'d> Steward<'d> {
         .open() else {
             return;
         };
-        let Some(holder) = self.domain.slots().attach(Flaw::None) else {
+        let id = ProcessId {
+            pid,
+            start: request.start,
+        };
+        let steward = self.domain.steward();
+        let admitted = record::admit(
+            &self.domain.slots(),
+            &self.domain.records(),
+            id,
+            &Unkillable,
+            |holder| {
+                let _ = send_words(
+                    &conn,
+                    &[
+                        ANSWER_ATTACHED,
+                        u64::from(holder.slot.0),
+                        u64::from(holder.generation),
+                        u64::from(steward.pid),
+                        steward.start,
+                    ],
+                );
+            },
+        );
+        let Some(holder) = admitted.expect("Unkillable never dies") else {
             let _ = send_words(&conn, &[ANSWER_FULL, 0, 0, 0, 0]);
             return;
         };
-        self.domain.write_record(
-            holder,
-            ProcessId {
-                pid,
-                start: request.start,
-            },
-        );
-        let steward = self.domain.steward();
-        let _ = send_words(
-            &conn,
-            &[
-                ANSWER_ATTACHED,
-                u64::from(holder.slot.0),
-                u64::from(holder.generation),
-                u64::from(steward.pid),
-                steward.start,
-            ],
-        );
         // Watched even if the answer failed: the process died, or it will.
         self.watches.borrow_mut().push(Watch {
             holder,
@@ -502,7 +498,7 @@ impl Run for Steward<'_> {
             }
         }
         drop(watches);
-        super::terms::Unkillable.wait(holder);
+        Unkillable.wait(holder);
     }
 }
 

@@ -11,11 +11,11 @@
 //! round has a deadline after which the test kills what it started and fails.
 
 use super::attach::{DomainConfig, Member};
-use super::domain::{Domain, Geometry, ProcessId};
+use super::domain::{Domain, Geometry};
 use super::slot::SlotState;
 use super::stack::Census;
 use super::tests::{fork, SharedRegion};
-use super::{Died, Holder, Run, SlotIndex, Step};
+use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::primitive::Ordering;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -149,7 +149,7 @@ fn is_quiet(domain: &Domain, parent: Holder) -> bool {
         let (state, holder) = slots.state(SlotIndex(i));
         state == SlotState::Free
             || holder == parent
-            || (state == SlotState::Live && domain.record(holder) == Some(steward))
+            || (state == SlotState::Live && domain.records().read(holder) == Some(steward))
     }) && steward.open().is_some()
 }
 
