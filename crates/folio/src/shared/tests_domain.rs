@@ -209,6 +209,18 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
     // The test is a member too: it maps the domain, reads the steward from its header,
     // and keeps the steward from leaving between rounds.
     let parent = Member::attach(&config).unwrap();
+    let first_attach = started.elapsed();
+    // An attach to a running steward, and its detach (figures: docs/sharing.md).
+    let again = Instant::now();
+    let second = Member::attach(&config).unwrap();
+    let second_attach = again.elapsed();
+    assert_ne!(second.holder().slot, parent.holder().slot);
+    second.detach();
+    eprintln!(
+        "steward test: the first attach (a steward started) {:.2} ms, the next {:.2} ms",
+        first_attach.as_secs_f64() * 1e3,
+        second_attach.as_secs_f64() * 1e3
+    );
     let domain = parent.domain();
     assert_eq!(
         domain.elections(),
@@ -325,8 +337,8 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
     }
     eprintln!(
         "steward test: {killed} processes killed, {steward_kills} stewards killed, {} \
-         elections ({started_at_attach} by an attach, {started_while_working} by a waiting \
-         survivor, {} by the test), {:.1} s",
+         elections (of which {started_at_attach} by an attach, {started_while_working} by a \
+         waiting survivor that finished, {} by the test), {:.1} s",
         domain.elections(),
         parent.stewards_started(),
         started.elapsed().as_secs_f64()
