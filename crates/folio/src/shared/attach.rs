@@ -158,10 +158,9 @@ impl Member {
             }
         };
         let domain = Domain::open(&dir, &files)?;
-        assert!(
-            domain.slots().is_live(holder),
-            "the steward answered with a slot that is not ours"
-        );
+        if holder.slot.0 >= domain.geometry().slots || !domain.slots().is_live(holder) {
+            return Err(bad_answer());
+        }
         let pidfd = steward.open();
         Ok(Member {
             config: config.clone(),

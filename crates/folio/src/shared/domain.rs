@@ -362,19 +362,37 @@ impl ProcessId {
         })
     }
 
-    /// A pidfd of this process, if it is alive: `pidfd_open(pid)`, then the start time of
-    /// `pid` read and compared, then the pidfd polled: if it is not readable, the process
-    /// it names was alive after the start time was read, so the start time was its own
-    /// (the pid not reused in between). `None` if the process is gone (or a zombie).
+    /// A pidfd of this process, if it is alive (`find`); `None` too if that could not be
+    /// told (for callers to whom both mean "not usable now").
     pub(crate) fn open(self) -> Option<Pidfd> {
+        self.find().ok().flatten()
+    }
+
+    /// A pidfd of this process if it is alive, `None` if it is gone: `pidfd_open(pid)`,
+    /// then the start time of `pid` read and compared, then the pidfd polled: if it is not
+    /// readable, the process it names was alive after the start time was read, so the
+    /// start time was its own (the pid not reused in between). A zombie is gone.
+    ///
+    /// Errors: what keeps it from telling (`pidfd_open` out of descriptors or memory,
+    /// `/proc` unreadable): the process may be alive.
+    pub(crate) fn find(self) -> io::Result<Option<Pidfd>> {
         if self.pid == 0 {
-            return None;
+            return Ok(None);
         }
-        let pidfd = Pidfd::open(self.pid).ok()?;
-        if start_time(self.pid).ok()? != self.start || pidfd.is_dead() {
-            return None;
+        let pidfd = match Pidfd::open(self.pid) {
+            Ok(pidfd) => pidfd,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let start = match start_time(self.pid) {
+            Ok(start) => start,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if start != self.start || pidfd.is_dead() {
+            return Ok(None);
         }
-        Some(pidfd)
+        Ok(Some(pidfd))
     }
 }
 

@@ -18,7 +18,8 @@
 //!    whose record is complete and whose process is alive (pid *and* start time: a reused
 //!    pid is not it) is watched through a new pidfd; every other LIVE slot (its process
 //!    gone, or its record incomplete: an attach the old steward never answered) is marked
-//!    dead; every dead slot (the old steward died mid-sweep) is swept and freed.
+//!    dead (a process whose life cannot be told, `/proc` or descriptors failing, is taken
+//!    for alive and left unwatched); every dead slot (the old steward died mid-sweep) is swept and freed.
 //! 4. **Serves** (`serve`): polls the attach socket (`<name>.sock`, bound only now, so an
 //!    attach that connects finds a steward that knows every live process), each watched
 //!    pidfd and each attached process's connection. An attach: the peer's credentials
@@ -268,8 +269,8 @@ impl<'d> Steward<'d> {
     /// with every DEAD one, queued for its sweep.
     fn find_processes(&self) {
         let (slots, records) = (self.domain.slots(), self.domain.records());
-        let dead = record::find(&slots, &records, |holder, id| match id.open() {
-            Some(pidfd) => {
+        let dead = record::find(&slots, &records, |holder, id| match id.find() {
+            Ok(Some(pidfd)) => {
                 self.watches.borrow_mut().push(Watch {
                     holder,
                     pidfd,
@@ -277,8 +278,12 @@ impl<'d> Steward<'d> {
                 });
                 true
             }
-            // Gone: the kernel said so (the open failed, or the pidfd polled readable).
-            None => false,
+            // Gone: the kernel said so (no such process, another start time, or the pidfd
+            // polled readable).
+            Ok(None) => false,
+            // Could not tell: taken for alive (never sweep a live process's leases), but
+            // unwatched: its death is found by the next steward's census.
+            Err(_) => true,
         });
         self.dead.borrow_mut().extend(dead);
     }
