@@ -142,7 +142,7 @@ mod recovery;
 mod refcount;
 #[allow(unsafe_code)]
 mod segment;
-// Issue 45's first protocol (docs/sharing.md): not wired into the cache yet, used by its
+// Issue 45's steps 1 and 2 (docs/sharing.md): not wired into the cache yet, used by its
 // tests and models only.
 #[allow(dead_code)]
 mod shared;

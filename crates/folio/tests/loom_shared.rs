@@ -1,6 +1,6 @@
 //! Loom models of the protocol by which processes sharing a cache change a shared
 //! structure while any of them may die (issue 45, docs/sharing.md), compiled from the very
-//! source files the library uses (`src/shared/{holder,slot,lock,stack}.rs`) against loom's
+//! source files the library uses (`src/shared/{terms,slot,lock,stack,record}.rs`) against loom's
 //! atomics: this file supplies the `primitive` module they name their atomics through.
 //!
 //! Loom cannot kill a thread, so a death is a step: the dying process's thread stops at
@@ -28,6 +28,11 @@
 //!   the lock over, swept and freed the slot and the next process locked it, takes the
 //!   live holder's lock (the ABA that the generation prevents).
 //!
+//! The admission of an attach by the steward and a new steward's census of the slots
+//! (`record.rs`) are modelled below (`admission_death_at_every_step`, and its broken
+//! variant `admission_broken_answer_before_record`), with the old steward's death at each
+//! step of the admission.
+//!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (the whole file runs in
 //! about a minute on this machine: see docs/sharing.md). Run with
 //! `cargo test --release -p folio --test loom_shared` (part of the workspace's tests).
@@ -41,6 +46,9 @@ mod primitive {
 #[allow(dead_code)]
 #[path = "../src/shared/lock.rs"]
 mod lock;
+#[allow(dead_code)]
+#[path = "../src/shared/record.rs"]
+mod record;
 #[allow(dead_code)]
 #[path = "../src/shared/slot.rs"]
 mod slot;
@@ -57,7 +65,7 @@ use slot::SlotTable;
 use stack::{Census, FrameStack};
 use std::cell::Cell;
 #[allow(unused_imports)]
-use terms::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 
 const SLOTS: u16 = 3;
 const FRAMES: u32 = 2;
@@ -213,6 +221,7 @@ fn first_failure(flaw: Flaw) -> String {
 
 /// The failures of the library's own assertions or of the final check, not of loom.
 const INVARIANT_BROKEN: &[&str] = &[
+    "detach of a slot not live",
     "every frame listed once",
     "is leased",
     "does not lease",
@@ -238,4 +247,128 @@ fn shared_stack_broken_intent_after_mutation() {
 #[test]
 fn shared_stack_broken_no_generation() {
     assert_invariant_broken(&first_failure(Flaw::NoGeneration));
+}
+
+// The steward's admission of an attach and a new steward's census (`record.rs`).
+//
+// The old steward admits process P (R1 the slot, R2 the record, R3 the answer) and dies at
+// its `d`-th step (each of its 4, and no death); at its death the kernel closes P's
+// connection (an answer not sent by then never comes). The same thread then plays the new
+// steward, elected after the death: the census (`record::find`, P alive: its pid and
+// start time are the record's), its own slot, the sweep and free of every slot the census
+// returned. P (the main thread), once answered, leases and returns a frame and detaches;
+// unanswered, it would attach again elsewhere (it stops here). At the end every frame is
+// listed once, and no library assertion failed (a push of a frame P no longer leases, a
+// detach of a slot marked dead under P).
+//
+// Broken, and caught: `admission_broken_answer_before_record` (R3 before R2: a death in
+// R2 leaves P working in a slot whose record is incomplete; the census marks it dead and
+// sweeps P's lease while P uses it).
+
+/// The steps of an admission: R1's CAS, R2's three stores.
+const ADMISSION_STEPS: u32 = 4;
+const RECORDS: Word = Word(8);
+const ADMISSION_STACK: Word = Word(32);
+const ANSWER: usize = 48;
+const ADMISSION_WORDS: usize = 56;
+/// The answer word once the connection closed with no answer.
+const CLOSED: u64 = u64::MAX;
+const P: ProcessId = ProcessId { pid: 7, start: 70 };
+
+fn admission_views(region: &[AtomicU64]) -> (SlotTable<'_>, record::Records<'_>, FrameStack<'_>) {
+    (
+        SlotTable::new(region, Word(0), SLOTS),
+        record::Records::new(region, RECORDS, SLOTS),
+        FrameStack::new(region, ADMISSION_STACK, FRAMES),
+    )
+}
+
+fn admission_model(die_at: u32, flaw: Flaw) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(PREEMPTIONS);
+    }
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..ADMISSION_WORDS).map(|_| AtomicU64::new(0)).collect());
+        admission_views(&region).2.format();
+        let steward = {
+            let region = region.clone();
+            loom::thread::spawn(move || {
+                let (slots, records, stack) = admission_views(&region);
+                let answer = &region[ANSWER];
+                let run = ModelRun::dying_at(die_at, flaw);
+                let admitted = record::admit(&slots, &records, P, &run, |holder| {
+                    answer.store(holder.word(), loom::sync::atomic::Ordering::Release)
+                });
+                if admitted.is_ok() {
+                    return;
+                }
+                // The death: the kernel closes P's connection.
+                let _ = answer.compare_exchange(
+                    0,
+                    CLOSED,
+                    loom::sync::atomic::Ordering::AcqRel,
+                    loom::sync::atomic::Ordering::Acquire,
+                );
+                // The new steward.
+                let dead = record::find(&slots, &records, |_, id| id == P);
+                let me = slots.attach(Flaw::None).unwrap();
+                for holder in dead {
+                    stack
+                        .sweep(holder, me, &slots, &ModelRun::living(Flaw::None))
+                        .unwrap();
+                    slots.free_dead(holder);
+                }
+            })
+        };
+        let (slots, _, stack) = admission_views(&region);
+        let answer = loop {
+            match region[ANSWER].load(loom::sync::atomic::Ordering::Acquire) {
+                0 => loom::thread::yield_now(),
+                word => break word,
+            }
+        };
+        if answer != CLOSED {
+            let me = Holder::from_word(answer);
+            lease(&stack, me, &slots, &ModelRun::living(Flaw::None)).unwrap();
+            slots.detach(me);
+        }
+        steward.join().unwrap();
+        assert_eq!(
+            stack.check(),
+            Ok(Census {
+                listed: FRAMES,
+                leased: Vec::new()
+            }),
+            "every frame listed once at the end"
+        );
+    });
+}
+
+#[test]
+fn admission_death_at_every_step() {
+    for die_at in 0..=ADMISSION_STEPS {
+        admission_model(die_at, Flaw::None);
+    }
+}
+
+#[test]
+fn admission_broken_answer_before_record() {
+    let mut caught = None;
+    for die_at in 0..=ADMISSION_STEPS {
+        if let Err(payload) =
+            std::panic::catch_unwind(|| admission_model(die_at, Flaw::AnswerBeforeRecord))
+        {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("AnswerBeforeRecord: caught with a death at step {die_at}: {message}");
+            caught = Some(message);
+            break;
+        }
+    }
+    assert_invariant_broken(&caught.expect("AnswerBeforeRecord: no model failed"));
 }

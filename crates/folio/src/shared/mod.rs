@@ -26,6 +26,16 @@
 //! lease): the first structure, the one the loom models (`tests/loom_shared.rs`) and the
 //! test across processes (`stack::tests`) kill at every step.
 //!
+//! The domain (step 2, not wired into `Cache` yet): `domain.rs` the region the processes
+//! share (a file in the private home, `MAP_SHARED`: the slot table, the records, the
+//! frame stack) and the process identities (`ProcessId`'s pid and start time, `Pidfd`);
+//! `record.rs` a record per slot naming its process, the steward's admission of an
+//! attach and a new steward's census of the slots (modelled in `tests/loom_shared.rs`); `attach.rs` a process's membership (attach through the
+//! steward's socket, detach, starting a steward when it finds none or finds it dead);
+//! `steward.rs` the steward (elected by `flock`, watches every member's pidfd, marks a
+//! dead one's slot, sweeps it, frees it; a new one rebuilds its view from the records).
+//! `tests_domain.rs` kills forked members and the steward at lever-chosen steps.
+//!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
 //! A dead holder's stores are visible to the one that takes over: the death is observed
@@ -35,15 +45,25 @@
 //! Limits: a change is at most `lock::INTENT_ARGS` stores that can be written as absolute
 //! values (redo only: nothing is undone); 2^16 slots, 2^32 attaches per slot. A waiter
 //! spins and yields (`Unkillable::wait`): locks are held for a few stores, never across
-//! I/O or an allocation. Not wired into the cache yet (issue 45's first step): nothing
+//! I/O or an allocation. Not wired into the cache yet (issue 45's steps 1 and 2): nothing
 //! but the tests uses it.
 
+#[allow(unsafe_code)]
+pub(crate) mod attach;
+#[allow(unsafe_code)]
+pub(crate) mod domain;
 pub(crate) mod lock;
+pub(crate) mod record;
 pub(crate) mod slot;
 pub(crate) mod stack;
+#[allow(unsafe_code)]
+pub(crate) mod steward;
 mod terms;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_domain;
 
-pub(crate) use terms::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};

@@ -40,6 +40,14 @@ fn pack(generation: u32, state: u64) -> u64 {
     (u64::from(generation) << 2) | state
 }
 
+/// A slot's state, as `SlotTable::state` reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SlotState {
+    Free,
+    Live,
+    Dead,
+}
+
 /// The slot table, a view of `slots` words of a region from `base`.
 #[derive(Debug)]
 pub(crate) struct SlotTable<'r> {
@@ -150,6 +158,30 @@ impl<'r> SlotTable<'r> {
             freed.is_ok(),
             "free of a slot not dead with this generation: {holder:?}"
         );
+    }
+
+    /// How many slots the table has.
+    pub(crate) fn slot_count(&self) -> u16 {
+        self.slots
+    }
+
+    /// Slot `slot` as it is now: its state and the holder of its current generation
+    /// (the steward's view when it looks for live and dead processes).
+    ///
+    /// Context: any process; one acquire load.
+    pub(crate) fn state(&self, slot: SlotIndex) -> (SlotState, Holder) {
+        let word = self.word(slot).load(Ordering::Acquire);
+        let state = match word & STATE_MASK {
+            FREE => SlotState::Free,
+            LIVE => SlotState::Live,
+            DEAD => SlotState::Dead,
+            _ => panic!("slot {} has no state: {word:#x}", slot.0),
+        };
+        let holder = Holder {
+            slot,
+            generation: (word >> 2) as u32,
+        };
+        (state, holder)
     }
 
     /// Whether `holder`'s process is alive: its slot is LIVE with its generation.

@@ -1,6 +1,6 @@
 //! The names the shared structures use (a holder, a word's place) and how an operation
 //! runs (`Run`: where it may die, how it waits), with the flaws the models prove they
-//! catch. No protocol here: `slot.rs`, `lock.rs` and `stack.rs` hold them.
+//! catch. No protocol here: `slot.rs`, `lock.rs`, `stack.rs` and `record.rs` hold them.
 
 /// A word's place in the region: its index, not an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +50,14 @@ impl Holder {
     }
 }
 
+/// A process, named so that a reused pid is not mistaken for it: its pid and its start
+/// time (`/proc/<pid>/stat` field 22, clock ticks since boot; domain.rs reads it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ProcessId {
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
+}
+
 /// The operation stopped at a step because its process "died" there: only a model's or a
 /// test's `Run` returns it (loom cannot kill a thread, so a model's dying thread returns
 /// this from the step and stops). Production's `Unkillable` never does.
@@ -73,6 +81,10 @@ pub(crate) enum Step {
     Cleared,
     /// The lock word is free again.
     Unlocked,
+    /// The steward's attach CAS gave a process a slot (record.rs, R1).
+    Attached,
+    /// One word of a slot record is written (record.rs, R2).
+    Recorded,
 }
 
 /// A protocol known to be wrong, which the models run to prove that they catch it. Only
@@ -87,6 +99,9 @@ pub(crate) enum Flaw {
     /// and one held by the next process in its slot look the same.
     #[cfg(test)]
     NoGeneration,
+    /// The steward answers an attach before the slot's record is complete.
+    #[cfg(test)]
+    AnswerBeforeRecord,
 }
 
 /// How an operation runs: where it may die, how it waits for a live holder. The library

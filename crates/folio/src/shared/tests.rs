@@ -214,13 +214,13 @@ fn in_one_process(flaw: Flaw) {
 
 /// A region of shared memory that a forked child shares with its parent, as processes
 /// share a segment.
-struct SharedRegion {
+pub(super) struct SharedRegion {
     base: *mut libc::c_void,
     bytes: usize,
 }
 
 impl SharedRegion {
-    fn new(words: usize) -> SharedRegion {
+    pub(super) fn new(words: usize) -> SharedRegion {
         let bytes = words * 8;
         // SAFETY: a fresh anonymous shared mapping; checked below.
         let base = unsafe {
@@ -237,7 +237,7 @@ impl SharedRegion {
         SharedRegion { base, bytes }
     }
 
-    fn words(&self) -> &[AtomicU64] {
+    pub(super) fn words(&self) -> &[AtomicU64] {
         // SAFETY: the mapping is `bytes` long, page-aligned, zeroed (a valid AtomicU64 is
         // any 8 bytes), and lives as long as `self`; it is only accessed atomically.
         unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.bytes / 8) }
@@ -252,7 +252,7 @@ impl Drop for SharedRegion {
 }
 
 /// Runs `body` in a forked child, which exits 0 if it returns and 1 if it panics.
-fn fork(body: impl FnOnce()) -> libc::pid_t {
+pub(super) fn fork(body: impl FnOnce()) -> libc::pid_t {
     // SAFETY: fork; the child runs `body` (atomics on the shared region, raise) and
     // `_exit`s; it allocates only to report a panic.
     let pid = unsafe { libc::fork() };
@@ -268,7 +268,7 @@ fn fork(body: impl FnOnce()) -> libc::pid_t {
 /// The child's status once it changes (exit, death, or stop with `WUNTRACED`); a child
 /// that does neither within a minute (a bug, or a panic deadlocked in the forked child)
 /// is killed and the test fails.
-fn wait_for(pid: libc::pid_t, options: libc::c_int) -> libc::c_int {
+pub(super) fn wait_for(pid: libc::pid_t, options: libc::c_int) -> libc::c_int {
     let started = Instant::now();
     loop {
         let mut status = 0;

@@ -1,0 +1,367 @@
+//! A process's membership of a domain (issue 45 step 2): it attaches through the
+//! steward's socket, maps the region, holds the steward's pidfd, starts a new steward when
+//! it finds none (or finds it dead), and detaches cleanly.
+//!
+//! # Attach
+//!
+//! A1. Connect to `<name>.sock` in the domain's directory (`SOCK_SEQPACKET`). No socket,
+//!     or nobody listening: no steward runs; start one (`spawn`: the election in
+//!     steward.rs decides which of the processes' stewards stays) and connect again.
+//! A2. Send the request: this process's start time (`/proc/self/stat` field 22). The
+//!     steward takes the peer's pid from the kernel (`SO_PEERCRED`) and its pidfd while we
+//!     are connected, checked against that start time (steward.rs).
+//! A3. The answer: our slot and generation (the steward's attach CAS made it LIVE and
+//!     wrote its record), and the steward's pid and start time. We map the region and take
+//!     the steward's pidfd (checked the same way).
+//!
+//! Detach: our slot LIVE(g) -> FREE(g) (we hold no lock and no lease), then the
+//! connection closes; the steward ends its watch when it sees both.
+//!
+//! **The steward's death**: a member that waits for a lock (`Run::wait`) looks at the
+//! steward's pidfd every `STEWARD_CHECK_WAITS` waits (`ensure_steward`): a holder that
+//! died is only marked dead by a steward, so a waiter whose steward is gone starts a new
+//! one (the election decides which, if several do), which finds the live processes again
+//! from the slot records (steward.rs, step 3) and marks the dead ones. An attach that
+//! finds no steward (A1) does the same.
+//!
+//! Protection: the connection and the member's fields are this process's; the region's
+//! words by their protocols. Limits: a member is used by one thread (`Run`'s counters are
+//! `Cell`s); an attach, and a wait for a new steward, give up after `ATTACH_WAIT` (an
+//! error, never a hang); starting a steward forks this process (`spawn`'s context).
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::domain::{Domain, DomainFiles, Geometry, Pidfd};
+use super::steward::{self, receive_words, send_words, socket_address, LOST, WON};
+use super::terms::Unkillable;
+use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
+use crate::segment::{DiskDir, SegmentDir};
+
+/// The steward's answers (the first word).
+pub(crate) const ANSWER_ATTACHED: u64 = 1;
+pub(crate) const ANSWER_FULL: u64 = 2;
+
+/// The request's first word.
+const REQUEST_ATTACH: u64 = 0x6174_7461_6368;
+
+/// How long an attach, or a wait for a new steward, may take before it fails.
+const ATTACH_WAIT: Duration = Duration::from_secs(20);
+/// How long a member waits for the steward's answer before it connects again.
+const ANSWER_WAIT: Duration = Duration::from_secs(1);
+/// How often a member with no steward starts one while it waits for it.
+const RESPAWN_EVERY: Duration = Duration::from_millis(50);
+/// A waiting member checks the steward every this many waits (one `poll` each).
+const STEWARD_CHECK_WAITS: u32 = 64;
+
+/// Which domain, and its size and steward's linger if this attach makes it.
+#[derive(Clone, Debug)]
+pub(crate) struct DomainConfig {
+    /// The domain's directory: a private home (`SegmentDir`'s checks; tmpfs).
+    pub(crate) dir: PathBuf,
+    /// The domain's name (its files' stem: a plain file name).
+    pub(crate) name: String,
+    /// The region's geometry, used by the steward that makes it.
+    pub(crate) geometry: Geometry,
+    /// How long a steward stays with nobody attached (steward.rs, step 5).
+    pub(crate) linger: Duration,
+}
+
+/// The attach request (A2).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Request {
+    pub(crate) start: u64,
+}
+
+impl Request {
+    /// The request on `conn`, if one arrives within `wait`.
+    pub(crate) fn receive(conn: &OwnedFd, wait: Duration) -> Option<Request> {
+        let [tag, start] = receive_words::<2>(conn, wait)?;
+        (tag == REQUEST_ATTACH).then_some(Request { start })
+    }
+}
+
+/// A process attached to a domain (module docs).
+#[derive(Debug)]
+pub(crate) struct Member {
+    config: DomainConfig,
+    dir: SegmentDir,
+    domain: Domain,
+    conn: OwnedFd,
+    me: Holder,
+    /// The steward we know, and its pidfd (`None`: found dead, or never opened).
+    steward: RefCell<(ProcessId, Option<Pidfd>)>,
+    /// Stewards this member started (tests: that a survivor elected one).
+    started: Cell<u32>,
+    waits: Cell<u32>,
+}
+
+impl Member {
+    /// Attaches to the domain `config` names, starting its steward if none runs (A1-A3).
+    ///
+    /// Context: forks to start a steward (`spawn`). Blocks up to `ATTACH_WAIT`.
+    /// Errors: the directory's checks (`SegmentDir::open`); `InvalidInput` for a bad name;
+    /// `Other` for a full domain; `TimedOut` when no steward answered in time.
+    pub(crate) fn attach(config: &DomainConfig) -> io::Result<Member> {
+        let dir = SegmentDir::open(&config.dir, DiskDir::Refused)?;
+        let files = DomainFiles::of(&config.name)?;
+        let address = socket_address(&dir.join(&files.socket))?;
+        let me = ProcessId::me()?;
+        let started = Cell::new(0);
+        let deadline = Instant::now() + ATTACH_WAIT;
+        let mut last_spawn: Option<Instant> = None;
+        let (conn, holder, steward) = loop {
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "folio: no steward answered the attach",
+                ));
+            }
+            match connect(&address) {
+                Ok(conn) => {
+                    if send_words(&conn, &[REQUEST_ATTACH, me.start]).is_err() {
+                        // A steward that left (or died) with us in its backlog: again.
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    }
+                    match receive_words::<5>(&conn, ANSWER_WAIT) {
+                        Some([ANSWER_ATTACHED, slot, generation, pid, start]) => {
+                            let holder = Holder {
+                                slot: SlotIndex(u16::try_from(slot).map_err(|_| bad_answer())?),
+                                generation: u32::try_from(generation).map_err(|_| bad_answer())?,
+                            };
+                            let pid = u32::try_from(pid).map_err(|_| bad_answer())?;
+                            break (conn, holder, ProcessId { pid, start });
+                        }
+                        Some([ANSWER_FULL, ..]) => {
+                            return Err(io::Error::other(
+                                "folio: every slot of the domain is taken",
+                            ))
+                        }
+                        // Refused, or a steward that left or stopped: again.
+                        _ => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                }
+                Err(_) => {
+                    if last_spawn.is_none_or(|at| at.elapsed() >= RESPAWN_EVERY) {
+                        last_spawn = Some(Instant::now());
+                        if spawn(config)? == Elected::Won {
+                            started.set(started.get() + 1);
+                        }
+                    } else {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            }
+        };
+        let domain = Domain::open(&dir, &files)?;
+        if holder.slot.0 >= domain.geometry().slots || !domain.slots().is_live(holder) {
+            return Err(bad_answer());
+        }
+        let pidfd = steward.open();
+        Ok(Member {
+            config: config.clone(),
+            dir,
+            domain,
+            conn,
+            me: holder,
+            steward: RefCell::new((steward, pidfd)),
+            started,
+            waits: Cell::new(0),
+        })
+    }
+
+    /// Our slot and generation.
+    pub(crate) fn holder(&self) -> Holder {
+        self.me
+    }
+
+    pub(crate) fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// How many stewards this member started (the elections it won for the domain).
+    pub(crate) fn stewards_started(&self) -> u32 {
+        self.started.get()
+    }
+
+    /// The steward as we know it.
+    pub(crate) fn steward(&self) -> ProcessId {
+        self.steward.borrow().0
+    }
+
+    /// A clean detach (module docs).
+    ///
+    /// Context: we hold no lock and no lease of the domain.
+    pub(crate) fn detach(self) {
+        self.domain.slots().detach(self.me);
+        drop(self.conn);
+    }
+
+    /// Makes sure a steward runs (module docs, the steward's death): if ours is dead,
+    /// waits for the one the header names next, starting one as long as none is named.
+    /// Returns the steward.
+    ///
+    /// Context: forks to start a steward. Blocks up to `ATTACH_WAIT`.
+    /// Errors: `TimedOut` if no steward could be found; `spawn`'s.
+    pub(crate) fn ensure_steward(&self) -> io::Result<ProcessId> {
+        {
+            let known = self.steward.borrow();
+            if known.1.as_ref().is_some_and(|pidfd| !pidfd.is_dead()) {
+                return Ok(known.0);
+            }
+        }
+        let dead = self.steward.borrow().0;
+        let deadline = Instant::now() + ATTACH_WAIT;
+        let mut last_spawn: Option<Instant> = None;
+        while Instant::now() < deadline {
+            let named = self.domain.steward();
+            if named != dead {
+                if let Some(pidfd) = named.open() {
+                    *self.steward.borrow_mut() = (named, Some(pidfd));
+                    return Ok(named);
+                }
+            }
+            if last_spawn.is_none_or(|at| at.elapsed() >= RESPAWN_EVERY) {
+                last_spawn = Some(Instant::now());
+                if spawn(&self.config)? == Elected::Won {
+                    self.started.set(self.started.get() + 1);
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "folio: no new steward for the domain",
+        ))
+    }
+
+    /// The directory's path (for messages).
+    pub(crate) fn dir_path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+impl Run for Member {
+    #[inline]
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        Ok(())
+    }
+
+    /// Spins and yields; every `STEWARD_CHECK_WAITS` waits, makes sure a steward runs
+    /// (a dead holder is marked dead only by one).
+    fn wait(&self, holder: Holder) {
+        let waits = self.waits.get().wrapping_add(1);
+        self.waits.set(waits);
+        if waits % STEWARD_CHECK_WAITS == 0 {
+            // A failure is retried at the next check.
+            let _ = self.ensure_steward();
+        }
+        Unkillable.wait(holder);
+    }
+}
+
+fn bad_answer() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        "folio: the steward's answer names no slot",
+    )
+}
+
+/// A connection to the attach socket at `address`.
+///
+/// Errors: `socket`'s and `connect`'s (`NotFound`, `ConnectionRefused`: no steward).
+fn connect(address: &libc::sockaddr_un) -> io::Result<OwnedFd> {
+    // SAFETY: socket and connect on a new descriptor we own; results checked.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = OwnedFd::from_raw_fd(fd);
+        if libc::connect(
+            fd.as_raw_fd(),
+            std::ptr::from_ref(address).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+        ) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        // The listener is ours (the directory is private), but its uid is checked too.
+        let peer = steward::peer_credentials(&fd).ok_or_else(io::Error::last_os_error)?;
+        if peer.uid != crate::segment::my_uid() {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "folio: the domain's socket belongs to another user",
+            ));
+        }
+        Ok(fd)
+    }
+}
+
+/// What a started steward said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Elected {
+    /// It won the election: it is the steward.
+    Won,
+    /// Another steward holds the election (or it failed before it): not this one.
+    Lost,
+}
+
+/// Starts a steward for `config`'s domain (steward.rs, step 1) and returns what it said
+/// once it won or lost the election.
+///
+/// Context: forks this process; the children call only what is safe after a fork of a
+/// threaded process with glibc (system calls, and the allocator, whose locks glibc's fork
+/// takes and resets), as `keeper::spawn`'s do. Blocks until the steward said (at most
+/// `ATTACH_WAIT`).
+/// Errors: `pipe2`'s and `fork`'s.
+fn spawn(config: &DomainConfig) -> io::Result<Elected> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: an out-array of two descriptors; the result is checked.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: new descriptors nothing else owns.
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fork has no preconditions; the children's context is this function's.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // The first child forks the steward and exits, so that the steward is nobody's
+        // zombie (init, or the nearest subreaper, adopts it).
+        // SAFETY: as above.
+        let code = match unsafe { libc::fork() } {
+            0 => steward::main(config, theirs.as_raw_fd()),
+            -1 => 1,
+            _ => 0,
+        };
+        // SAFETY: _exit ends the child at once, running no destructor of its parent's.
+        unsafe { libc::_exit(code) }
+    }
+    if child < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    drop(theirs);
+    let mut status = 0;
+    // SAFETY: waits for our own child, which exits at once.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    let mut fd = libc::pollfd {
+        fd: ours.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd.
+    let ready = unsafe { libc::poll(&mut fd, 1, ATTACH_WAIT.as_millis() as libc::c_int) };
+    let mut byte = 0u8;
+    // SAFETY: a one-byte read into our byte, from our pipe (readable, or given up on).
+    let n = (ready > 0)
+        .then(|| unsafe { libc::read(ours.as_raw_fd(), std::ptr::from_mut(&mut byte).cast(), 1) });
+    Ok(match (n, byte) {
+        (Some(1), WON) => Elected::Won,
+        (Some(1), LOST) | (_, _) => Elected::Lost,
+    })
+}

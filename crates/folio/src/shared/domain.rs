@@ -1,0 +1,450 @@
+//! A domain: the shared region that the processes sharing one cache map (a file in the
+//! user's private home, `MAP_SHARED`), and the process identities its steward watches
+//! (issue 45 step 2, docs/sharing.md "The steward").
+//!
+//! ```text
+//!   word 0..8                 the header line: MAGIC, VERSION, slots, frames, the steward's
+//!                             pid and start time, the steward lever (tests), elections
+//!   word 8..8+S (8-aligned)   the slot table (slot.rs): one word per process
+//!   then S lines of 8 words   the slot records (record.rs): generation, pid, start time
+//!   then (8-aligned)          the frame stack (stack.rs): the structure leased
+//! ```
+//!
+//! Files, in the domain's directory (a private home, checked by `segment::home`'s
+//! `SegmentDir`): `<name>.domain` (the region), `<name>.steward` (the election's `flock`:
+//! steward.rs), `<name>.sock` (the attach socket: attach.rs).
+//!
+//! **The slot records** (record.rs) say which process holds each LIVE slot, so that a new
+//! steward can find it again after the old one died; a process is named by its pid *and
+//! its start time* (`/proc/<pid>/stat` field 22), so a pid reused by another process is
+//! never mistaken for the one that attached (`ProcessId::open`).
+//!
+//! Protection: the header's geometry is written once, before MAGIC (release), by the first
+//! steward under the election lock; the steward fields by the steward alone; the slot
+//! table and the stack by their own protocols (slot.rs, lock.rs); the records by the
+//! steward (above). A process reads the header as untrusted input (`Domain::open` checks
+//! the geometry against the file's size before it makes a view).
+//!
+//! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
+//! steward's (a later config's is ignored); the region is a few pages, never resized.
+
+use std::ffi::OsString;
+use std::fs::File as StdFile;
+use std::io;
+use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use super::record::Records;
+use super::slot::SlotTable;
+use super::stack::FrameStack;
+use super::{ProcessId, Word};
+use crate::primitive::{AtomicU64, Ordering};
+use crate::segment::SegmentDir;
+
+/// "folio-dm" in ASCII: the header's first word once the region is formatted.
+const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
+const VERSION: u64 = 1;
+
+/// The most slots a domain has.
+pub(crate) const SLOTS_MAX: u16 = 1024;
+/// The most frames a domain's stack has.
+pub(crate) const FRAMES_MAX: u32 = 1 << 20;
+
+// The header's words.
+const H_MAGIC: usize = 0;
+const H_VERSION: usize = 1;
+const H_SLOTS: usize = 2;
+const H_FRAMES: usize = 3;
+const H_STEWARD_PID: usize = 4;
+const H_STEWARD_START: usize = 5;
+const H_STOP_AT: usize = 6;
+const H_ELECTIONS: usize = 7;
+
+const LINE: u32 = 8;
+const HEADER_WORDS: u32 = LINE;
+
+/// A domain's size: its slots and its frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Geometry {
+    pub(crate) slots: u16,
+    pub(crate) frames: u32,
+}
+
+impl Geometry {
+    fn slot_table(self) -> Word {
+        Word(HEADER_WORDS)
+    }
+
+    fn records(self) -> Word {
+        Word(HEADER_WORDS + round_up(SlotTable::words(self.slots)))
+    }
+
+    fn stack(self) -> Word {
+        self.records().at(Records::words(self.slots))
+    }
+
+    fn words(self) -> u32 {
+        self.stack().0 + round_up(FrameStack::words(self.frames))
+    }
+
+    fn bytes(self) -> usize {
+        (self.words() as usize * 8).next_multiple_of(page_bytes())
+    }
+
+    fn check(self) -> io::Result<Geometry> {
+        if self.slots < 2 || self.slots > SLOTS_MAX || self.frames > FRAMES_MAX {
+            return Err(invalid(format!(
+                "folio: a domain of {} slots and {} frames (2..={SLOTS_MAX} slots, up to \
+                 {FRAMES_MAX} frames)",
+                self.slots, self.frames
+            )));
+        }
+        Ok(self)
+    }
+}
+
+fn round_up(words: u32) -> u32 {
+    words.next_multiple_of(LINE)
+}
+
+fn page_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(page).unwrap_or(4096)
+}
+
+fn invalid(message: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// The names of a domain's files.
+#[derive(Clone, Debug)]
+pub(crate) struct DomainFiles {
+    pub(crate) region: OsString,
+    pub(crate) election: OsString,
+    pub(crate) socket: OsString,
+}
+
+impl DomainFiles {
+    /// The files of the domain `name` (a plain file name: `segment::check_name`).
+    ///
+    /// Errors: `InvalidInput` for a name that is not one plain file name.
+    pub(crate) fn of(name: &str) -> io::Result<DomainFiles> {
+        crate::segment::check_name(&format!("{name}.steward"))?;
+        Ok(DomainFiles {
+            region: format!("{name}.domain").into(),
+            election: format!("{name}.steward").into(),
+            socket: format!("{name}.sock").into(),
+        })
+    }
+}
+
+/// A domain's region, mapped (module docs).
+#[derive(Debug)]
+pub(crate) struct Domain {
+    base: *mut libc::c_void,
+    bytes: usize,
+    geometry: Geometry,
+}
+
+// SAFETY: the mapping is only read and written through `AtomicU64`s, from any thread.
+unsafe impl Send for Domain {}
+// SAFETY: as above.
+unsafe impl Sync for Domain {}
+
+/// Whether `Domain::create` formatted the region or found it formatted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Made {
+    Formatted,
+    Found,
+}
+
+impl Domain {
+    /// Opens the region `name` in `dir`, making and formatting it with `geometry` if it
+    /// is new or its format never finished (MAGIC not written); an existing one keeps its
+    /// own geometry.
+    ///
+    /// Context: the steward, holding the election lock (no other process formats, and
+    /// none maps the region before an attach the steward answers).
+    /// Errors: the open's, `ftruncate`'s, `mmap`'s; `InvalidData` for a region whose
+    /// header does not fit its file.
+    pub(crate) fn create(
+        dir: &SegmentDir,
+        files: &DomainFiles,
+        geometry: Geometry,
+    ) -> io::Result<(Domain, Made)> {
+        let geometry = geometry.check()?;
+        let file = dir.open_file(&files.region, libc::O_RDWR | libc::O_CREAT, 0o600)?;
+        let size = file.metadata()?.len() as usize;
+        if size > 0 {
+            let domain = Domain::map(&file, size)?;
+            if domain.region()[H_MAGIC].load(Ordering::Acquire) == MAGIC {
+                let domain = domain.checked(size)?;
+                return Ok((domain, Made::Found));
+            }
+        }
+        file.set_len(geometry.bytes() as u64)?;
+        let mut domain = Domain::map(&file, geometry.bytes())?;
+        domain.geometry = geometry;
+        let region = domain.region();
+        for word in region {
+            word.store(0, Ordering::Relaxed);
+        }
+        region[H_VERSION].store(VERSION, Ordering::Relaxed);
+        region[H_SLOTS].store(u64::from(geometry.slots), Ordering::Relaxed);
+        region[H_FRAMES].store(u64::from(geometry.frames), Ordering::Relaxed);
+        domain.stack().format();
+        region[H_MAGIC].store(MAGIC, Ordering::Release);
+        Ok((domain, Made::Formatted))
+    }
+
+    /// Maps the formatted region `name` in `dir` (a process the steward attached).
+    ///
+    /// Errors: the open's and `mmap`'s; `InvalidData` for a region not formatted or whose
+    /// header does not fit its file.
+    pub(crate) fn open(dir: &SegmentDir, files: &DomainFiles) -> io::Result<Domain> {
+        let file = dir.open_file(&files.region, libc::O_RDWR, 0)?;
+        let size = file.metadata()?.len() as usize;
+        let domain = Domain::map(&file, size)?;
+        if domain.region().first().map(|w| w.load(Ordering::Acquire)) != Some(MAGIC) {
+            return Err(invalid(
+                "folio: the domain's region is not formatted".into(),
+            ));
+        }
+        domain.checked(size)
+    }
+
+    fn map(file: &StdFile, bytes: usize) -> io::Result<Domain> {
+        if bytes < HEADER_WORDS as usize * 8 {
+            return Err(invalid(format!("folio: a domain region of {bytes} bytes")));
+        }
+        // SAFETY: a shared mapping of `bytes` of our open file; checked below. The file
+        // stays mapped after `file` is closed.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Domain {
+            base,
+            bytes,
+            geometry: Geometry {
+                slots: 0,
+                frames: 0,
+            },
+        })
+    }
+
+    /// The header's geometry, checked against the file's `size` (untrusted input).
+    fn checked(mut self, size: usize) -> io::Result<Domain> {
+        let region = self.region();
+        let version = region[H_VERSION].load(Ordering::Relaxed);
+        let slots = region[H_SLOTS].load(Ordering::Relaxed);
+        let frames = region[H_FRAMES].load(Ordering::Relaxed);
+        if version != VERSION {
+            return Err(invalid(format!(
+                "folio: a domain region of version {version}"
+            )));
+        }
+        let geometry = Geometry {
+            slots: u16::try_from(slots).unwrap_or(u16::MAX),
+            frames: u32::try_from(frames).unwrap_or(u32::MAX),
+        }
+        .check()?;
+        if geometry.bytes() > size {
+            return Err(invalid(format!(
+                "folio: a domain of {slots} slots and {frames} frames in {size} bytes"
+            )));
+        }
+        self.geometry = geometry;
+        Ok(self)
+    }
+
+    /// The region's words.
+    pub(crate) fn region(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is `bytes` long, page-aligned, lives as long as `self`, and
+        // is only accessed atomically (any 8 bytes are a valid AtomicU64).
+        unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.bytes / 8) }
+    }
+
+    pub(crate) fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// The slot table's view.
+    pub(crate) fn slots(&self) -> SlotTable<'_> {
+        SlotTable::new(
+            self.region(),
+            self.geometry.slot_table(),
+            self.geometry.slots,
+        )
+    }
+
+    /// The frame stack's view.
+    pub(crate) fn stack(&self) -> FrameStack<'_> {
+        FrameStack::new(self.region(), self.geometry.stack(), self.geometry.frames)
+    }
+
+    /// The slot records' view.
+    pub(crate) fn records(&self) -> Records<'_> {
+        Records::new(self.region(), self.geometry.records(), self.geometry.slots)
+    }
+
+    /// The steward as the header names it (0 pid: none yet).
+    pub(crate) fn steward(&self) -> ProcessId {
+        let region = self.region();
+        let pid = region[H_STEWARD_PID].load(Ordering::Acquire);
+        ProcessId {
+            pid: u32::try_from(pid).unwrap_or(0),
+            start: region[H_STEWARD_START].load(Ordering::Acquire),
+        }
+    }
+
+    /// Names `id` the steward and counts an election.
+    ///
+    /// Context: a steward that just won the election.
+    pub(crate) fn set_steward(&self, id: ProcessId) {
+        let region = self.region();
+        region[H_STEWARD_PID].store(0, Ordering::Release);
+        region[H_STEWARD_START].store(id.start, Ordering::Release);
+        region[H_STEWARD_PID].store(u64::from(id.pid), Ordering::Release);
+        region[H_ELECTIONS].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many stewards this domain has had.
+    pub(crate) fn elections(&self) -> u64 {
+        self.region()[H_ELECTIONS].load(Ordering::Acquire)
+    }
+
+    /// The test lever: the steward stops itself (`SIGSTOP`) at the `steps`-th step (1
+    /// for the next) of its work on deaths from now, once (the lever counts down to 0 and
+    /// stays there). 0: never. Production never sets it.
+    pub(crate) fn set_steward_stop_at(&self, steps: u64) {
+        self.region()[H_STOP_AT].store(steps, Ordering::Release);
+    }
+
+    /// A step of the steward's work on deaths (steward.rs): counts the lever down and
+    /// returns true at the step it names, exactly once.
+    pub(crate) fn steward_lever_fires(&self) -> bool {
+        let lever = &self.region()[H_STOP_AT];
+        let mut left = lever.load(Ordering::Acquire);
+        while left != 0 {
+            match lever.compare_exchange(left, left - 1, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return left == 1,
+                Err(seen) => left = seen,
+            }
+        }
+        false
+    }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping; no view of it outlives `self` (views borrow it).
+        unsafe { libc::munmap(self.base, self.bytes) };
+    }
+}
+
+impl ProcessId {
+    /// This process.
+    pub(crate) fn me() -> io::Result<ProcessId> {
+        let pid = std::process::id();
+        Ok(ProcessId {
+            pid,
+            start: start_time(pid)?,
+        })
+    }
+
+    /// A pidfd of this process, if it is alive (`find`); `None` too if that could not be
+    /// told (for callers to whom both mean "not usable now").
+    pub(crate) fn open(self) -> Option<Pidfd> {
+        self.find().ok().flatten()
+    }
+
+    /// A pidfd of this process if it is alive, `None` if it is gone: `pidfd_open(pid)`,
+    /// then the start time of `pid` read and compared, then the pidfd polled: if it is not
+    /// readable, the process it names was alive after the start time was read, so the
+    /// start time was its own (the pid not reused in between). A zombie is gone.
+    ///
+    /// Errors: what keeps it from telling (`pidfd_open` out of descriptors or memory,
+    /// `/proc` unreadable): the process may be alive.
+    pub(crate) fn find(self) -> io::Result<Option<Pidfd>> {
+        if self.pid == 0 {
+            return Ok(None);
+        }
+        let pidfd = match Pidfd::open(self.pid) {
+            Ok(pidfd) => pidfd,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let start = match start_time(self.pid) {
+            Ok(start) => start,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if start != self.start || pidfd.is_dead() {
+            return Ok(None);
+        }
+        Ok(Some(pidfd))
+    }
+}
+
+/// The start time of `pid` (`/proc/<pid>/stat` field 22).
+///
+/// Errors: `NotFound` if there is no such process; `InvalidData` for a line that does not
+/// parse.
+pub(crate) fn start_time(pid: u32) -> io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command (field 2) is in parentheses and may hold anything: fields 3 onward
+    // follow its last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .ok_or_else(|| invalid(format!("folio: /proc/{pid}/stat: {stat}")))?;
+    rest.split_ascii_whitespace()
+        .nth(22 - 3)
+        .and_then(|field| field.parse().ok())
+        .ok_or_else(|| invalid(format!("folio: /proc/{pid}/stat has no start time")))
+}
+
+/// A process descriptor (`pidfd_open`): polls readable once the process has exited.
+#[derive(Debug)]
+pub(crate) struct Pidfd(OwnedFd);
+
+impl Pidfd {
+    /// `pidfd_open(pid)`.
+    ///
+    /// Errors: `pidfd_open`'s (`ESRCH`: no such process).
+    pub(crate) fn open(pid: u32) -> io::Result<Pidfd> {
+        // SAFETY: pidfd_open takes a pid and flags; the result is checked.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        Ok(Pidfd(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
+    }
+
+    /// Whether the process has exited (the kernel says so: the pidfd polls readable).
+    pub(crate) fn is_dead(&self) -> bool {
+        let mut fd = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, no wait.
+        let n = unsafe { libc::poll(&mut fd, 1, 0) };
+        n > 0
+    }
+
+    pub(crate) fn raw(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}

@@ -1,0 +1,176 @@
+//! The slot records: which process holds each LIVE slot, so that a new steward finds the
+//! live processes again after the old one died (steward.rs, step 3), and the two
+//! protocols that use them: the steward's admission of an attach (`admit`) and a new
+//! steward's census of the slots (`find`).
+//!
+//! ```text
+//!   one line (8 words) per slot:  generation · pid · start time · (5 unused)
+//! ```
+//!
+//! # Protocol
+//!
+//! Admission (the steward, for a process `id` that asked to attach):
+//!   R1. Slot CAS FREE(g-1) -> LIVE(g) (`SlotTable::attach`).
+//!   R2. The record: pid, then start time, then the generation g (release): a record
+//!       whose generation is the slot's is complete.
+//!   R3. The answer (the process learns its slot only now, and only now uses it).
+//!
+//! Census (a new steward, elected after the old one's death, so it sees every store the
+//! old one made): a LIVE(g) slot whose record is complete for g names its process; if that
+//! process is alive (the caller's `watch`: pid and start time, steward.rs) it is watched,
+//! else the slot is marked dead. A LIVE(g) slot whose record is not complete is marked
+//! dead too: the old steward died in R1-R2, before R3, so no process uses it. DEAD slots
+//! (the old steward died in a sweep) are returned to sweep.
+//!
+//! Why R3 comes last: a process answered before its record is complete (the model's
+//! `Flaw::AnswerBeforeRecord`) works in its slot; the old steward dies before R2 ends;
+//! the census finds the record incomplete and marks a live process's slot dead, and its
+//! leases are swept while it uses them (`tests/loom_shared.rs`,
+//! `admission_broken_answer_before_record` catches it). A death between R2 and R3 leaves
+//! a complete record of a process that never got its answer: it is watched as live (its
+//! slot holds nothing: the process attaches again, to another slot) and freed at its
+//! death: a slot lost for a process's life, never a wrong one.
+//!
+//! Protection: the records by the election (one steward writes them at a time); the slot
+//! words by their CAS. Limits: a record names one process; pids up to 2^32.
+
+use super::slot::{SlotState, SlotTable};
+use super::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
+use crate::primitive::{AtomicU64, Ordering};
+
+/// The words of one record.
+const LINE: u32 = 8;
+const GENERATION: u32 = 0;
+const PID: u32 = 1;
+const START: u32 = 2;
+
+/// The records of `slots` slots at `base` of a region.
+#[derive(Debug)]
+pub(crate) struct Records<'r> {
+    region: &'r [AtomicU64],
+    base: Word,
+    slots: u16,
+}
+
+impl<'r> Records<'r> {
+    /// The words the records of `slots` slots take.
+    pub(crate) fn words(slots: u16) -> u32 {
+        u32::from(slots) * LINE
+    }
+
+    /// A view of the records at `base` (8-word aligned; zeroed: no record complete, since
+    /// every LIVE slot's generation is at least 1).
+    pub(crate) fn new(region: &'r [AtomicU64], base: Word, slots: u16) -> Records<'r> {
+        assert_eq!(base.0 % LINE, 0, "records start a cache line");
+        assert!(
+            base.index() + Self::words(slots) as usize <= region.len(),
+            "the records lie past the region"
+        );
+        Records {
+            region,
+            base,
+            slots,
+        }
+    }
+
+    fn word(&self, slot: SlotIndex, word: u32) -> &AtomicU64 {
+        assert!(slot.0 < self.slots, "no slot {}", slot.0);
+        &self.region[self.base.at(u32::from(slot.0) * LINE + word).index()]
+    }
+
+    /// R2: `holder`'s record names `id`.
+    ///
+    /// Context: the steward, after R1 gave `id` the slot.
+    pub(crate) fn write<R: Run>(&self, holder: Holder, id: ProcessId, run: &R) -> Result<(), Died> {
+        self.word(holder.slot, PID)
+            .store(u64::from(id.pid), Ordering::Relaxed);
+        run.at(Step::Recorded)?;
+        self.word(holder.slot, START)
+            .store(id.start, Ordering::Relaxed);
+        run.at(Step::Recorded)?;
+        self.word(holder.slot, GENERATION)
+            .store(u64::from(holder.generation), Ordering::Release);
+        run.at(Step::Recorded)
+    }
+
+    /// The process `holder`'s record names, if it is complete for `holder`'s generation.
+    ///
+    /// Context: a steward (or a test on a quiet domain).
+    pub(crate) fn read(&self, holder: Holder) -> Option<ProcessId> {
+        let generation = self.word(holder.slot, GENERATION).load(Ordering::Acquire);
+        if generation != u64::from(holder.generation) {
+            return None;
+        }
+        let pid = self.word(holder.slot, PID).load(Ordering::Relaxed);
+        let start = self.word(holder.slot, START).load(Ordering::Relaxed);
+        Some(ProcessId {
+            pid: u32::try_from(pid).ok()?,
+            start,
+        })
+    }
+}
+
+/// R1-R3 for the process `id`: its slot, or `None` when every slot is taken. `answer`
+/// tells the process its slot (R3; under `Flaw::AnswerBeforeRecord`, before R2).
+///
+/// Context: the steward (the only one writing records).
+pub(crate) fn admit<R: Run>(
+    slots: &SlotTable<'_>,
+    records: &Records<'_>,
+    id: ProcessId,
+    run: &R,
+    answer: impl FnOnce(Holder),
+) -> Result<Option<Holder>, Died> {
+    let Some(holder) = slots.attach(run.flaw()) else {
+        return Ok(None);
+    };
+    run.at(Step::Attached)?;
+    let answer_first = is_answer_first(run.flaw());
+    let mut answer = Some(answer);
+    if answer_first {
+        (answer.take().expect("answered once"))(holder);
+    }
+    records.write(holder, id, run)?;
+    if let Some(answer) = answer {
+        answer(holder);
+    }
+    Ok(Some(holder))
+}
+
+/// The census (module docs): calls `watch` for each LIVE slot with a complete record
+/// (it returns whether that process is alive, and then watches it); marks dead every
+/// other LIVE slot. Returns the slots to sweep: those it marked dead and those it found
+/// DEAD.
+///
+/// Context: a new steward, before it admits anyone.
+pub(crate) fn find(
+    slots: &SlotTable<'_>,
+    records: &Records<'_>,
+    mut watch: impl FnMut(Holder, ProcessId) -> bool,
+) -> Vec<Holder> {
+    let mut dead = Vec::new();
+    for index in 0..slots.slot_count() {
+        let (state, holder) = slots.state(SlotIndex(index));
+        match state {
+            SlotState::Free => {}
+            SlotState::Dead => dead.push(holder),
+            SlotState::Live => {
+                let alive = records.read(holder).is_some_and(|id| watch(holder, id));
+                // A slot detached meanwhile (LIVE -> FREE by its process) fails the CAS.
+                if !alive && slots.mark_dead(holder) {
+                    dead.push(holder);
+                }
+            }
+        }
+    }
+    dead
+}
+
+/// Whether `flaw` answers before the record.
+fn is_answer_first(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::AnswerBeforeRecord => true,
+        _ => false,
+    }
+}

@@ -1,0 +1,600 @@
+//! The domain's steward (issue 45 step 2, docs/sharing.md "The steward"): the one process
+//! that answers attaches, watches every attached process through its pidfd, and, when one
+//! dies, marks its slot dead, sweeps what it held (`FrameStack::sweep`, taking the lock
+//! over if the dead process held it) and frees the slot.
+//!
+//! Life:
+//! 1. **Started** by an attach that finds no steward (attach.rs: `spawn`): `fork`, and
+//!    `fork` again so that the steward is nobody's zombie, as `keeper::spawn` does; the
+//!    steward leaves the session (`setsid`), keeps no descriptor of its starter's (its
+//!    pipes, sockets, locks), and reads and writes `/dev/null` for its standard streams.
+//! 2. **Elected**: it takes `<name>.steward` with `flock(LOCK_EX | LOCK_NB)`. Losing means
+//!    another steward runs (or starts): it says so to its starter and exits. The kernel
+//!    releases the lock at the winner's death, whatever kills it, so the next one to try
+//!    wins, and sees every store of the dead one.
+//! 3. **Takes the domain**: makes and formats the region if it is new (domain.rs), names
+//!    itself in the header (pid and start time: every attached process polls its pidfd),
+//!    tells its starter it won, then **rebuilds its view** (`rebuild`): every LIVE slot
+//!    whose record is complete and whose process is alive (pid *and* start time: a reused
+//!    pid is not it) is watched through a new pidfd; every other LIVE slot (its process
+//!    gone, or its record incomplete: an attach the old steward never answered) is marked
+//!    dead (a process whose life cannot be told, `/proc` or descriptors failing, is taken
+//!    for alive and left unwatched); every dead slot (the old steward died mid-sweep) is swept and freed.
+//! 4. **Serves** (`serve`): polls the attach socket (`<name>.sock`, bound only now, so an
+//!    attach that connects finds a steward that knows every live process), each watched
+//!    pidfd and each attached process's connection. An attach: the peer's credentials
+//!    (`SO_PEERCRED`: the same uid, else refused), its pidfd taken while it is connected
+//!    and checked against the start time it sent (`ProcessId::open`), a slot CAS
+//!    (`SlotTable::attach`), its record, the answer. A death (the pidfd readable): LIVE(g)
+//!    -> DEAD(g) (`mark_dead`, a release store after the kernel's report), the sweep,
+//!    DEAD(g) -> FREE(g). A closed connection of a slot no longer LIVE in its generation
+//!    (a clean detach) ends the watch; a process found again by `rebuild` has no
+//!    connection to this steward, and its detach is seen by a look at its slot every
+//!    `DETACH_CHECK` (while there is such a process).
+//! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
+//!    it removes the socket and frees its own slot; the next attach starts a new steward.
+//!
+//! A steward that waits for a stack lock during a sweep checks the holder's pidfd as it
+//! waits (`Run::wait` here): a holder that died meanwhile is marked dead there, so that
+//! the lock can be taken over (else the steward would wait for a death only it can mark).
+//!
+//! Protection: the header's steward fields and the records by the election (one steward
+//! at a time); the slots and the stack by their protocols. The steward reads every word of
+//! the region as a process's untrusted input: the stack's views are bounds-checked
+//! (a bad word panics the steward, which exits; the next one recovers the same way).
+//!
+//! Limits: one steward per domain at a time, on one machine (the `flock`). An attach
+//! whose request does not arrive within a second is dropped (the steward waits for it in
+//! line). A process whose attach answer arrived after it gave up (a steward stopped for a
+//! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
+//! no privilege drop yet (the keeper's `drop_privileges` is its own). The steward does not
+//! write back or give memory back yet: the region holds no cache pages (step 4 on).
+
+use std::cell::RefCell;
+use std::io;
+use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
+use super::domain::{Domain, DomainFiles, Pidfd};
+use super::record;
+use super::terms::Unkillable;
+use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
+use crate::segment::{DiskDir, SegmentDir};
+
+/// The steward's name (its `comm`).
+const STEWARD_NAME: &std::ffi::CStr = c"folio-steward";
+
+/// The descriptor of the pipe to the starter, in the steward.
+const READY_FD: RawFd = 3;
+
+/// What the steward tells its starter (one byte on the pipe).
+pub(crate) const WON: u8 = b'W';
+pub(crate) const LOST: u8 = b'L';
+
+/// How often the steward looks for detaches it cannot see on a connection.
+const DETACH_CHECK: Duration = Duration::from_millis(50);
+
+/// How long the steward waits for an accepted connection's request.
+const REQUEST_WAIT: Duration = Duration::from_secs(1);
+
+/// The steward process's body, after its starter's second `fork` (module docs). Never
+/// returns.
+///
+/// Context: a freshly forked child with one thread; `ready` is the write end of its
+/// starter's pipe.
+pub(crate) fn main(config: &DomainConfig, ready: RawFd) -> ! {
+    let code = match isolate(ready) {
+        Ok(()) => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(config))).unwrap_or(70)
+        }
+        Err(_) => 2,
+    };
+    // SAFETY: _exit ends the steward at once, running no destructor or atexit handler of
+    // its starter's.
+    unsafe { libc::_exit(code) }
+}
+
+/// Leaves the starter's session and keeps only `ready` (as `READY_FD`); the standard
+/// streams read and write `/dev/null`.
+fn isolate(ready: RawFd) -> io::Result<()> {
+    // SAFETY: plain system calls on descriptors this process holds.
+    unsafe {
+        libc::setsid();
+        if libc::dup2(ready, READY_FD) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        libc::syscall(libc::SYS_close_range, READY_FD + 1, u32::MAX, 0);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null >= 0 {
+            for std_fd in 0..3 {
+                libc::dup2(null, std_fd);
+            }
+            libc::close(null);
+        }
+        libc::fcntl(READY_FD, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+        libc::prctl(libc::PR_SET_NAME, STEWARD_NAME.as_ptr(), 0, 0, 0);
+    }
+    Ok(())
+}
+
+fn tell_starter(byte: u8) {
+    // SAFETY: a one-byte write to our pipe, then its close (the starter reads one byte).
+    unsafe {
+        libc::write(READY_FD, std::ptr::from_ref(&byte).cast(), 1);
+        libc::close(READY_FD);
+    }
+}
+
+/// Steps 2 to 5 (module docs). Returns the exit code.
+fn run(config: &DomainConfig) -> i32 {
+    let Ok(dir) = SegmentDir::open(&config.dir, DiskDir::Refused) else {
+        return 3;
+    };
+    let Ok(files) = DomainFiles::of(&config.name) else {
+        return 3;
+    };
+    // Step 2: the election. The lock lives as long as this process (its descriptor is
+    // never closed before the exit).
+    let Ok(election) = dir.open_file(&files.election, libc::O_RDWR | libc::O_CREAT, 0o600) else {
+        return 3;
+    };
+    // SAFETY: flock on our descriptor.
+    if unsafe { libc::flock(election.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        tell_starter(LOST);
+        return 0;
+    }
+    // Step 3.
+    let Ok((domain, _made)) = super::domain::Domain::create(&dir, &files, config.geometry) else {
+        return 4;
+    };
+    let Ok(me) = ProcessId::me() else {
+        return 4;
+    };
+    domain.set_steward(me);
+    tell_starter(WON);
+    let Some(steward) = Steward::take(&domain, me) else {
+        return 5;
+    };
+    steward.rebuild();
+    // Step 4.
+    let Ok(listener) = listen(&dir, &files) else {
+        return 6;
+    };
+    steward.serve(&listener, config.linger);
+    // Step 5: no new attach reaches us once the socket is gone; a process that connected
+    // before sees its connection end and starts the next steward.
+    let _ = dir.unlink(&files.socket);
+    domain.slots().detach(steward.me);
+    drop(election);
+    0
+}
+
+/// Binds and listens on the attach socket (`SOCK_SEQPACKET`), replacing a dead steward's.
+fn listen(dir: &SegmentDir, files: &DomainFiles) -> io::Result<OwnedFd> {
+    dir.unlink(&files.socket)?;
+    let address = socket_address(&dir.join(&files.socket))?;
+    // SAFETY: socket, bind and listen on a new descriptor we own; results checked.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fd = OwnedFd::from_raw_fd(fd);
+        if libc::bind(
+            fd.as_raw_fd(),
+            std::ptr::from_ref(&address).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+        ) != 0
+            || libc::listen(fd.as_raw_fd(), 64) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(fd)
+    }
+}
+
+/// The `sockaddr_un` of `path`.
+///
+/// Errors: `InvalidInput` for a path longer than `sun_path` holds.
+pub(crate) fn socket_address(path: &std::path::Path) -> io::Result<libc::sockaddr_un> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: all-zero is a valid sockaddr_un.
+    let mut address: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    address.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= address.sun_path.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "folio: the domain socket's path {} is longer than {} bytes",
+                path.display(),
+                address.sun_path.len() - 1
+            ),
+        ));
+    }
+    for (to, from) in address.sun_path.iter_mut().zip(bytes) {
+        *to = *from as libc::c_char;
+    }
+    Ok(address)
+}
+
+/// A process the steward watches.
+#[derive(Debug)]
+struct Watch {
+    holder: Holder,
+    pidfd: Pidfd,
+    /// Its attach connection, while it is open.
+    conn: Option<OwnedFd>,
+}
+
+/// The steward's state (module docs).
+struct Steward<'d> {
+    domain: &'d Domain,
+    me: Holder,
+    watches: RefCell<Vec<Watch>>,
+    /// Slots marked dead, to sweep and free.
+    dead: RefCell<Vec<Holder>>,
+}
+
+impl<'d> Steward<'d> {
+    /// Takes a slot of the domain for the steward itself (its sweeps take locks as it),
+    /// with its record. First marks dead every LIVE slot whose process is gone (they
+    /// may fill the table: `rebuild` sweeps them).
+    fn take(domain: &'d Domain, me: ProcessId) -> Option<Steward<'d>> {
+        let steward = Steward {
+            domain,
+            me: Holder {
+                slot: SlotIndex(0),
+                generation: 0,
+            },
+            watches: RefCell::new(Vec::new()),
+            dead: RefCell::new(Vec::new()),
+        };
+        steward.find_processes();
+        let holder = record::admit(&domain.slots(), &domain.records(), me, &Unkillable, |_| {})
+            .expect("Unkillable never dies")?;
+        Some(Steward {
+            me: holder,
+            ..steward
+        })
+    }
+
+    /// Step 3's first half (module docs): the census of the slots (`record::find`):
+    /// every LIVE slot whose process is alive watched, every other one marked dead and,
+    /// with every DEAD one, queued for its sweep.
+    fn find_processes(&self) {
+        let (slots, records) = (self.domain.slots(), self.domain.records());
+        let dead = record::find(&slots, &records, |holder, id| match id.find() {
+            Ok(Some(pidfd)) => {
+                self.watches.borrow_mut().push(Watch {
+                    holder,
+                    pidfd,
+                    conn: None,
+                });
+                true
+            }
+            // Gone: the kernel said so (no such process, another start time, or the pidfd
+            // polled readable).
+            Ok(None) => false,
+            // Could not tell: taken for alive (never sweep a live process's leases), but
+            // unwatched: its death is found by the next steward's census.
+            Err(_) => true,
+        });
+        self.dead.borrow_mut().extend(dead);
+    }
+
+    /// Step 3's second half: sweeps every slot `find_processes` found dead.
+    fn rebuild(&self) {
+        self.bury_the_dead();
+    }
+
+    fn bury_the_dead(&self) {
+        loop {
+            let next = self.dead.borrow_mut().pop();
+            let Some(dead) = next else {
+                return;
+            };
+            self.bury(dead);
+        }
+    }
+
+    /// The sweep of a slot marked dead, then its free.
+    fn bury(&self, dead: Holder) {
+        let slots = self.domain.slots();
+        self.lever();
+        let swept = self.domain.stack().sweep(dead, self.me, &slots, self);
+        assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
+        self.lever();
+        slots.free_dead(dead);
+        self.lever();
+    }
+
+    /// A step of the steward's work on deaths: the test lever stops it here if it names
+    /// this step (`Domain::set_steward_stop_at`).
+    fn lever(&self) {
+        if self.domain.steward_lever_fires() {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+    }
+
+    /// A watched process died: its slot marked dead (if it is still LIVE in that
+    /// generation: a clean detach made it FREE) and queued for its sweep.
+    fn died(&self, holder: Holder) {
+        if self.domain.slots().mark_dead(holder) {
+            self.dead.borrow_mut().push(holder);
+        }
+    }
+
+    /// Step 4 (module docs), until nobody has been attached for `linger`.
+    fn serve(&self, listener: &OwnedFd, linger: Duration) {
+        let mut idle_since = Instant::now();
+        loop {
+            self.bury_the_dead();
+            let mut fds = vec![libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            for watch in self.watches.borrow().iter() {
+                fds.push(libc::pollfd {
+                    fd: watch.pidfd.raw(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                fds.push(libc::pollfd {
+                    fd: watch.conn.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+            let idle = fds.len() == 1;
+            if !idle {
+                idle_since = Instant::now();
+            } else if idle_since.elapsed() >= linger {
+                return;
+            }
+            let unconnected = self.watches.borrow().iter().any(|w| w.conn.is_none());
+            let timeout_ms = if idle {
+                linger.saturating_sub(idle_since.elapsed()).as_millis() as libc::c_int + 1
+            } else if unconnected {
+                DETACH_CHECK.as_millis() as libc::c_int
+            } else {
+                -1
+            };
+            // SAFETY: an array of pollfds we own; a negative fd is ignored.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+            if n <= 0 {
+                self.forget_detached();
+                continue;
+            }
+            let mut gone = Vec::new();
+            for (i, pair) in fds[1..].chunks(2).enumerate() {
+                let mut watches = self.watches.borrow_mut();
+                let watch = &mut watches[i];
+                if pair[0].revents != 0 {
+                    gone.push(i);
+                    continue;
+                }
+                if pair[1].revents != 0 && connection_ended(watch) {
+                    watch.conn = None;
+                    if !self.domain.slots().is_live(watch.holder) {
+                        // A clean detach, then the connection closed.
+                        gone.push(i);
+                    }
+                }
+            }
+            for i in gone.into_iter().rev() {
+                let watch = self.watches.borrow_mut().swap_remove(i);
+                self.died(watch.holder);
+            }
+            if fds[0].revents != 0 {
+                self.accept(listener);
+            }
+        }
+    }
+
+    /// Ends the watch of every process whose slot left its LIVE generation without our
+    /// marking it: a clean detach. (A process with its connection open is seen at the
+    /// connection's end; one found again by `rebuild` has none, and is looked at here
+    /// every `DETACH_CHECK`.)
+    fn forget_detached(&self) {
+        let slots = self.domain.slots();
+        self.watches
+            .borrow_mut()
+            .retain(|watch| slots.is_live(watch.holder));
+    }
+
+    /// One attach (module docs, step 4). A refused or failed attach closes the
+    /// connection: the process sees its end.
+    fn accept(&self, listener: &OwnedFd) {
+        // SAFETY: accept4 on our listener; the result is checked and owned below.
+        let fd = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return;
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+        let Some(request) = Request::receive(&conn, REQUEST_WAIT) else {
+            return;
+        };
+        let Some(peer) = peer_credentials(&conn) else {
+            return;
+        };
+        if peer.uid != crate::segment::my_uid() {
+            return;
+        }
+        let Ok(pid) = u32::try_from(peer.pid) else {
+            return;
+        };
+        // The pidfd while the peer is connected, checked against the start time it
+        // sent: a process that died since is refused, a reused pid is not taken for it.
+        let Some(pidfd) = (ProcessId {
+            pid,
+            start: request.start,
+        })
+        .open() else {
+            return;
+        };
+        let id = ProcessId {
+            pid,
+            start: request.start,
+        };
+        let steward = self.domain.steward();
+        let admitted = record::admit(
+            &self.domain.slots(),
+            &self.domain.records(),
+            id,
+            &Unkillable,
+            |holder| {
+                let _ = send_words(
+                    &conn,
+                    &[
+                        ANSWER_ATTACHED,
+                        u64::from(holder.slot.0),
+                        u64::from(holder.generation),
+                        u64::from(steward.pid),
+                        steward.start,
+                    ],
+                );
+            },
+        );
+        let Some(holder) = admitted.expect("Unkillable never dies") else {
+            let _ = send_words(&conn, &[ANSWER_FULL, 0, 0, 0, 0]);
+            return;
+        };
+        // Watched even if the answer failed: the process died, or it will.
+        self.watches.borrow_mut().push(Watch {
+            holder,
+            pidfd,
+            conn: Some(conn),
+        });
+    }
+}
+
+impl Run for Steward<'_> {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        self.lever();
+        Ok(())
+    }
+
+    /// A live holder holds the lock the sweep needs: if its process died meanwhile, mark
+    /// it dead here (module docs), so that the lock can be taken over.
+    fn wait(&self, holder: Holder) {
+        let mut watches = self.watches.borrow_mut();
+        if let Some(i) = watches.iter().position(|w| w.holder == holder) {
+            if watches[i].pidfd.is_dead() {
+                watches.swap_remove(i);
+                drop(watches);
+                self.died(holder);
+                return;
+            }
+        }
+        drop(watches);
+        Unkillable.wait(holder);
+    }
+}
+
+/// Whether a watched process's connection ended (its end closed, or an error); a stray
+/// message is read and ignored.
+fn connection_ended(watch: &Watch) -> bool {
+    let Some(conn) = &watch.conn else {
+        return false;
+    };
+    let mut buf = [0u8; 64];
+    // SAFETY: recv into our buffer, without blocking.
+    let n = unsafe {
+        libc::recv(
+            conn.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
+}
+
+/// The peer's credentials (`SO_PEERCRED`): its pid and uid as of its `connect`.
+pub(crate) fn peer_credentials(conn: &OwnedFd) -> Option<libc::ucred> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt into a ucred of the size given.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            std::ptr::from_mut(&mut cred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0 && cred.pid > 0).then_some(cred)
+}
+
+/// Sends `words` as one message (native byte order: both ends are on this machine).
+pub(crate) fn send_words(conn: &OwnedFd, words: &[u64]) -> io::Result<()> {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    // SAFETY: send of our buffer; MSG_NOSIGNAL: a closed peer is an error, not a signal.
+    let n = unsafe {
+        libc::send(
+            conn.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
+    if n == bytes.len() as isize {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Receives one message of `N` words, waiting up to `wait`; `None` for anything else
+/// (a timeout, the peer's end, a message of another size).
+pub(crate) fn receive_words<const N: usize>(conn: &OwnedFd, wait: Duration) -> Option<[u64; N]> {
+    let mut fd = libc::pollfd {
+        fd: conn.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let wait_ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one pollfd.
+    if unsafe { libc::poll(&mut fd, 1, wait_ms) } <= 0 {
+        return None;
+    }
+    let mut bytes = [0u8; 64];
+    // SAFETY: recv into our buffer, without blocking (poll said it is readable).
+    let n = unsafe {
+        libc::recv(
+            conn.as_raw_fd(),
+            bytes.as_mut_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n != (N * 8) as isize {
+        return None;
+    }
+    let mut words = [0u64; N];
+    for (i, word) in words.iter_mut().enumerate() {
+        *word = u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    }
+    Some(words)
+}

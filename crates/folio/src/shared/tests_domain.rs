@@ -1,0 +1,362 @@
+//! The domain and its steward across real processes (issue 45 step 2's test,
+//! docs/sharing.md): forked processes attach and lease frames, random ones are
+//! `SIGKILL`ed at a step a lever chose (the process stops itself there, the test kills
+//! it: no sleep decides what is covered), the steward too (a lever in the region stops it
+//! at a chosen step of its work on deaths); a survivor or the next attach elects a new
+//! steward, which finds the live processes again and sweeps the dead. At the end of each
+//! round every frame is listed exactly once, and every process that was not killed
+//! finished its work.
+//!
+//! Seeded: `FOLIO_SEED=<n>` replays a run; the seed is printed. Every child and every
+//! round has a deadline after which the test kills what it started and fails.
+
+use super::attach::{DomainConfig, Member};
+use super::domain::{Domain, Geometry};
+use super::slot::SlotState;
+use super::stack::Census;
+use super::tests::{fork, SharedRegion};
+use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
+use crate::primitive::Ordering;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+const CHILDREN: usize = 6;
+const ROUNDS: u32 = 16;
+/// Leases (and returns) per child per round.
+const LEASES: u32 = 10;
+/// The steps of one lease and its return when the lock is free (a pop's 7, a push's 8).
+const STEPS_PER_LEASE: u32 = 15;
+const FRAMES: u32 = 8;
+const SLOTS: u16 = 12;
+const ROUND_DEADLINE: Duration = Duration::from_secs(60);
+
+/// The words each child reports in, in the test's own shared region.
+const R_DONE: usize = 0;
+const R_STARTED_AT_ATTACH: usize = 1;
+const R_STARTED_WHILE_WORKING: usize = 2;
+const R_WORDS: usize = 4;
+
+/// splitmix64: a seeded sequence, the same on every machine.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A member's `Run` that stops its process at its `die_at`-th step (for the test to
+/// kill), and waits as the member does (checking the steward).
+struct Lever<'m> {
+    member: &'m Member,
+    die_at: Option<u32>,
+    count: Cell<u32>,
+}
+
+impl Run for Lever<'_> {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        let n = self.count.get();
+        self.count.set(n + 1);
+        if Some(n) == self.die_at {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+            unreachable!("a stopped process is killed, never continued");
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+}
+
+/// A child's work: attach, `LEASES` leases each returned, detach. Reports in `report`.
+fn work(config: &DomainConfig, die_at: Option<u32>, report: &[crate::primitive::AtomicU64]) {
+    let member = Member::attach(config).expect("attach");
+    report[R_STARTED_AT_ATTACH].store(u64::from(member.stewards_started()), Ordering::Release);
+    let before = member.stewards_started();
+    let run = Lever {
+        member: &member,
+        die_at,
+        count: Cell::new(0),
+    };
+    let me = member.holder();
+    let domain = member.domain();
+    let (slots, stack) = (domain.slots(), domain.stack());
+    for _ in 0..LEASES {
+        let frame = loop {
+            match stack.pop(me, &slots, &run).expect("never dies by Err") {
+                Some(frame) => break frame,
+                // Every frame leased, some to the dead: wait for the steward's sweep.
+                None => run.wait(me),
+            }
+        };
+        stack
+            .push(me, frame, &slots, &run)
+            .expect("never dies by Err");
+    }
+    report[R_STARTED_WHILE_WORKING].store(
+        u64::from(member.stewards_started() - before),
+        Ordering::Release,
+    );
+    member.detach();
+    report[R_DONE].store(1, Ordering::Release);
+}
+
+/// Whether the process `id` is stopped (`/proc/<pid>/stat`'s state `T`), checked to be
+/// that process (its start time).
+fn is_stopped(id: ProcessId) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", id.pid)) else {
+        return false;
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    fields.first() == Some(&"T") && fields.get(19).and_then(|s| s.parse().ok()) == Some(id.start)
+}
+
+fn sigkill(pid: u32) {
+    // SAFETY: kill has no memory-safety preconditions; the pid is a process of this test
+    // (a child, or the steward checked by its start time just before).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+}
+
+/// Kills the steward the header names if it stopped itself (its lever). Returns whether.
+fn kill_stopped_steward(domain: &Domain) -> bool {
+    let steward = domain.steward();
+    if steward.pid != 0 && is_stopped(steward) {
+        sigkill(steward.pid);
+        return true;
+    }
+    false
+}
+
+/// Whether the domain is quiet: every slot free but `parent`'s and the steward's, and
+/// the steward alive.
+fn is_quiet(domain: &Domain, parent: Holder) -> bool {
+    let steward = domain.steward();
+    let slots = domain.slots();
+    (0..slots.slot_count()).all(|i| {
+        let (state, holder) = slots.state(SlotIndex(i));
+        state == SlotState::Free
+            || holder == parent
+            || (state == SlotState::Live && domain.records().read(holder) == Some(steward))
+    }) && steward.open().is_some()
+}
+
+/// Kills what the test started (a failure's cleanup): the children and the steward.
+struct Cleanup<'a> {
+    children: Vec<libc::pid_t>,
+    domain: &'a Domain,
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        for &pid in &self.children {
+            sigkill(pid as u32);
+            let mut status = 0;
+            // SAFETY: reaps our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        }
+        if std::thread::panicking() {
+            let steward = self.domain.steward();
+            if steward.open().is_some() {
+                sigkill(steward.pid);
+            }
+        }
+    }
+}
+
+/// Issue 45 step 2's test (module docs): `CHILDREN` processes per round, about half
+/// killed at a random step (child 0 always), the steward stopped and killed at a random
+/// early step of its work on deaths in every other round, and killed idle after every
+/// fourth round (the next round's attaches find none); every frame listed once after
+/// each round, every survivor done, one election per steward killed, and the last
+/// steward leaves once nobody is attached.
+#[test]
+fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
+    let seed = std::env::var("FOLIO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("steward test: FOLIO_SEED={seed}");
+    let mut rng = Rng(seed);
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let config = DomainConfig {
+        dir: home.path().to_path_buf(),
+        name: "steward-test".into(),
+        geometry: Geometry {
+            slots: SLOTS,
+            frames: FRAMES,
+        },
+        linger: Duration::from_millis(100),
+    };
+    let started = Instant::now();
+    // The test is a member too: it maps the domain, reads the steward from its header,
+    // and keeps the steward from leaving between rounds.
+    let parent = Member::attach(&config).unwrap();
+    let first_attach = started.elapsed();
+    // An attach to a running steward, and its detach (figures: docs/sharing.md).
+    let again = Instant::now();
+    let second = Member::attach(&config).unwrap();
+    let second_attach = again.elapsed();
+    assert_ne!(second.holder().slot, parent.holder().slot);
+    second.detach();
+    eprintln!(
+        "steward test: the first attach (a steward started) {:.2} ms, the next {:.2} ms",
+        first_attach.as_secs_f64() * 1e3,
+        second_attach.as_secs_f64() * 1e3
+    );
+    let domain = parent.domain();
+    assert_eq!(
+        domain.elections(),
+        1,
+        "the first attach elected the first steward"
+    );
+    let mut cleanup = Cleanup {
+        children: Vec::new(),
+        domain,
+    };
+    let report = SharedRegion::new(CHILDREN * R_WORDS);
+    let mut killed = 0u64;
+    let mut steward_kills = 0u64;
+    let mut started_at_attach = 0;
+    let mut started_while_working = 0;
+    for round in 0..ROUNDS {
+        for word in report.words() {
+            word.store(0, Ordering::Relaxed);
+        }
+        if round % 2 == 1 {
+            // Every bury is at least 5 steps (steward.rs: lever, lock, unlock, lever,
+            // lever), and child 0 dies: the lever fires in this round.
+            domain.set_steward_stop_at(1 + rng.below(5));
+        }
+        let mut die = Vec::new();
+        for i in 0..CHILDREN {
+            let dies = i == 0 || rng.below(2) == 0;
+            // In a round that kills the steward, child 0 dies within its first two
+            // leases, so that others still work (and may wait for the lock the stopped
+            // steward holds, and elect the next).
+            let steps = if i == 0 && round % 2 == 1 {
+                2 * STEPS_PER_LEASE
+            } else {
+                LEASES * STEPS_PER_LEASE
+            };
+            let at = dies.then(|| rng.below(u64::from(steps)) as u32);
+            die.push(at);
+            let words = &report.words()[i * R_WORDS..(i + 1) * R_WORDS];
+            let config = &config;
+            cleanup.children.push(fork(move || work(config, at, words)));
+        }
+        eprintln!("round {round}: deaths at {die:?}");
+        let deadline = Instant::now() + ROUND_DEADLINE;
+        while !cleanup.children.is_empty() {
+            assert!(Instant::now() < deadline, "round {round}: a child is stuck");
+            if kill_stopped_steward(domain) {
+                steward_kills += 1;
+            }
+            let mut i = 0;
+            while i < cleanup.children.len() {
+                let pid = cleanup.children[i];
+                let mut status = 0;
+                // SAFETY: polls our own child.
+                let got =
+                    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG | libc::WUNTRACED) };
+                if got == 0 {
+                    i += 1;
+                    continue;
+                }
+                assert_eq!(got, pid, "waitpid");
+                if libc::WIFSTOPPED(status) {
+                    sigkill(pid as u32);
+                    // SAFETY: reaps our own child, killed.
+                    unsafe { libc::waitpid(pid, &mut status, 0) };
+                    killed += 1;
+                } else {
+                    assert!(
+                        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                        "round {round}: child {pid} failed: status {status:#x}"
+                    );
+                }
+                cleanup.children.swap_remove(i);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for (i, at) in die.iter().enumerate() {
+            let words = &report.words()[i * R_WORDS..(i + 1) * R_WORDS];
+            let done = words[R_DONE].load(Ordering::Acquire) == 1;
+            // A child meant to die past its last step finishes: that is a survivor.
+            assert!(
+                done || at.is_some(),
+                "round {round}: child {i} neither finished nor was killed"
+            );
+            started_at_attach += words[R_STARTED_AT_ATTACH].load(Ordering::Acquire);
+            started_while_working += words[R_STARTED_WHILE_WORKING].load(Ordering::Acquire);
+        }
+        // Every death swept: by this steward, or by a new one (elected here if nobody
+        // else needed it).
+        let deadline = Instant::now() + ROUND_DEADLINE;
+        while !is_quiet(domain, parent.holder()) {
+            assert!(Instant::now() < deadline, "round {round}: never quiet");
+            if kill_stopped_steward(domain) {
+                steward_kills += 1;
+            }
+            parent.ensure_steward().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        domain.set_steward_stop_at(0);
+        assert_eq!(
+            domain.stack().check(),
+            Ok(Census {
+                listed: FRAMES,
+                leased: Vec::new()
+            }),
+            "round {round}: every frame listed once"
+        );
+        if round % 4 == 2 {
+            // Killed idle: the next round's attaches find no steward and elect one.
+            let steward = domain.steward();
+            assert!(steward.open().is_some());
+            sigkill(steward.pid);
+            steward_kills += 1;
+        }
+    }
+    eprintln!(
+        "steward test: {killed} processes killed, {steward_kills} stewards killed, {} \
+         elections (of which {started_at_attach} by an attach, {started_while_working} by a \
+         waiting survivor that finished, {} by the test), {:.1} s",
+        domain.elections(),
+        parent.stewards_started(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(killed >= u64::from(ROUNDS), "child 0 dies in every round");
+    assert!(steward_kills >= 1, "the steward was killed");
+    assert_eq!(
+        domain.elections(),
+        1 + steward_kills,
+        "one election per steward killed"
+    );
+    // The last steward leaves once nobody is attached (its linger).
+    let last = domain.steward().open().expect("a steward runs");
+    drop(cleanup);
+    parent.detach();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !last.is_dead() {
+        assert!(Instant::now() < deadline, "the steward stayed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
