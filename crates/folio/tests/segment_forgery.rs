@@ -33,6 +33,9 @@
 //!   reads the disk's bytes.
 //! - `another_process_s_setuid_leaves_the_owner_s_segment_kept` (root only): a helper's
 //!   `setuid` during the owner's life is not the owner's: the segment is adopted warm.
+//! - `a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping` (root only): a
+//!   child forked by the owner finds `/dev/null` at the segment's descriptor number and
+//!   nothing mapped at the segment's address; the owner's segment is then adopted warm.
 //! - `without_a_witness_a_privileged_owner_s_segment_is_not_kept` (root only): the lever
 //!   `FOLIO_KEEPER_NO_WITNESS=1`: the cache works, says why, and the next one is cold.
 //! - `an_owner_that_cannot_change_credentials_needs_no_witness` (root only): a child that
@@ -127,6 +130,10 @@ fn main() {
             (
                 "another_process_s_setuid_leaves_the_owner_s_segment_kept",
                 another_process_s_setuid_leaves_the_owner_s_segment_kept,
+            ),
+            (
+                "a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping",
+                a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping,
             ),
             (
                 "without_a_witness_a_privileged_owner_s_segment_is_not_kept",
@@ -936,6 +943,89 @@ fn another_process_s_setuid_leaves_the_owner_s_segment_kept() {
     // SAFETY: waits for our own child.
     unsafe { libc::waitpid(helper, &mut status, 0) };
     assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let keeper = cache.keeper_pid().unwrap();
+    drop(cache);
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
+    let cache = builder(segments.path()).build().unwrap();
+    let adoption = cache.adoption().cloned().expect("the segment was kept");
+    assert!(
+        !adoption.replaced && adoption.pages_kept > 0,
+        "{adoption:?}"
+    );
+    assert_eq!(read_all(&cache, &secret), secret_bytes);
+}
+
+/// A child forked by the owner (before it could drop privileges) inherits no way into the
+/// segment: the segment's descriptor number is `/dev/null`, open read-only, and the
+/// segment's mapping is not there. Then the owner's cache, dropped cleanly, is adopted
+/// warm with the file's bytes.
+fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
+    if !is_root() {
+        eprintln!("not root: the child cannot drop privileges");
+        return;
+    }
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let (secret, secret_bytes) = root_only_file(data.path(), 16);
+    let cache = builder(segments.path()).build().unwrap();
+    assert_eq!(read_all(&cache, &secret), secret_bytes);
+    let fd = segment_fd(&cache);
+    let seg_path = cache.segment_path().unwrap();
+    // The mapping's first address, from the owner's maps.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(seg_path.to_str().unwrap()))
+        .and_then(|l| usize::from_str_radix(l.split('-').next()?, 16).ok())
+        .expect("the segment is mapped in the owner");
+    // SAFETY: all-zero is a valid stat, filled by stat.
+    let mut null: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live out-pointer.
+    assert_eq!(unsafe { libc::stat(c"/dev/null".as_ptr(), &mut null) }, 0);
+    // SAFETY: the child calls only async-signal-safe functions (fstat, setuid, write,
+    // mmap, mincore, _exit) and allocates nothing; its exit code says what failed.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above.
+        let code = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            let mut vec = [0u8; 1];
+            if libc::fstat(fd, &mut st) != 0 {
+                10
+            } else if (st.st_rdev, st.st_mode & libc::S_IFMT) != (null.st_rdev, libc::S_IFCHR) {
+                11 // the descriptor is still the segment's
+            } else if libc::setuid(NOBODY) != 0 {
+                12
+            } else if libc::write(fd, [0xEEu8; 64].as_ptr().cast(), 64) != -1 {
+                13 // /dev/null, open read-only, takes no write
+            } else if libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            ) != libc::MAP_FAILED
+            {
+                14 // /dev/null cannot be mapped
+            } else if libc::mincore(base as *mut libc::c_void, 4096, vec.as_mut_ptr()) == 0 {
+                15 // the segment's mapping is still there
+            } else {
+                0
+            }
+        };
+        // SAFETY: as above.
+        unsafe { libc::_exit(code) };
+    }
+    assert!(child > 0);
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the forked child found a way into the segment (code {}: see the test)",
+        libc::WEXITSTATUS(status)
+    );
     let keeper = cache.keeper_pid().unwrap();
     drop(cache);
     harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");

@@ -10,7 +10,9 @@
 //!    other descriptor is closed: a test harness waiting for the owner's stdout to close,
 //!    or a lock held through a shared open file, must not wait for the keeper), and waits.
 //! 2. While the owner lives, the keeper only reads its messages (`segment::link`): the
-//!    descriptors of the files the owner writes. It never touches the segment.
+//!    descriptors of the files the owner writes; and, for an owner that could change its
+//!    credentials, the kernel's events of them (`witness`: subscribed before `Started`).
+//!    It never touches the segment, but to take its name away (`witness`).
 //! 3. The owner's death is noticed at once: its pidfd polls readable, or the link reaches
 //!    its end (the owner dropped the cache with dirty pages left). A `Bye` (a clean drop
 //!    that left nothing dirty) ends the keeper without writing; for a named segment,
@@ -28,6 +30,15 @@
 //!
 //! Protection (the segment is untrusted input: its owner's user can write any byte of it,
 //! and so can a root owner that dropped privileges and kept its descriptors):
+//! - A root owner that drops privileges cannot make root's next cache adopt what it
+//!   forged: the keeper's witness (`witness`) reads the owner's UID/GID event, queued by
+//!   the kernel before the owner's `setuid` returns, whenever it comes and always before
+//!   the keeper acts on the owner's death, end or goodbye, and takes the segment's name
+//!   away (only if it still names this inode); such a segment is written back as any,
+//!   never kept by a steward. Without a witness where one is needed, the name goes at
+//!   the keeper's start (`Cache::segment_not_kept_because`). A child the owner forked has
+//!   neither the segment's descriptors nor its mapping (`segment::fork`); the keeper's
+//!   own fork is the only exempt one.
 //! - The keeper writes only through the descriptors the owner handed it (files the owner
 //!   opened for writing), never a file it opens by path; it runs with no capabilities and
 //!   `PR_SET_NO_NEW_PRIVS` (`drop_privileges`); before each write it checks the folio is
@@ -41,10 +52,15 @@
 //! Limits: no seccomp filter (the keeper's system calls include the allocator's and
 //! `std`'s, whose list changes with the toolchain: a filter would have to be kept in step
 //! by hand); a keeper killed by root or by its own user leaves no mark, and a recovery then
-//! trusts the slots' flags within `recovery`'s rules.
+//! trusts the slots' flags within `recovery`'s rules; a keeper killed (by root, or by the
+//! OOM killer) before it read its owner's credential change leaves the segment's name; a
+//! uid-0 owner that only drops capabilities is still the segment's owner (outside this
+//! boundary); no witness (a container's namespaces, no connector) means every start of a
+//! privileged owner is cold (`witness`).
 //!
-//! Cost while the owner lives: one sleeping process, and one message per file opened for
-//! writing. The fork copies the owner's page tables: memory the owner wrote before the
+//! Cost while the owner lives: one sleeping process, one message per file opened for
+//! writing, and for an owner that could change credentials one netlink socket (woken only
+//! by UID/GID events since Linux 6.6; by every process event before). The fork copies the owner's page tables: memory the owner wrote before the
 //! build is shared copy-on-write with the keeper until the owner writes it again (one
 //! fault per page), which is why the cache forks before it maps anything large.
 
@@ -85,7 +101,8 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
     // SAFETY: fork has no preconditions; the children below call only what is safe after
     // a fork of a threaded process with glibc (system calls, and the allocator, whose
     // locks glibc's fork takes and resets), never a lock another thread may have held.
-    let child = unsafe { libc::fork() };
+    // The keeper keeps the segment's descriptor (`segment::fork`: the only exempt forks).
+    let child = unsafe { crate::segment::keeper_fork() };
     if child == 0 {
         // The first child: takes the owner's pidfd while the owner is surely its parent,
         // then forks the keeper and exits, so that the keeper is nobody's zombie (init,
@@ -93,7 +110,7 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
         drop(ours);
         let pidfd = owner_pidfd(owner);
         // SAFETY: as above.
-        let code = match unsafe { libc::fork() } {
+        let code = match unsafe { crate::segment::keeper_fork() } {
             0 => keeper_main(
                 theirs.as_raw_fd(),
                 segment_fd,
