@@ -129,6 +129,7 @@ const NETLINK_CONNECTOR: libc::c_int = 11;
 const CN_IDX_PROC: u32 = 1;
 const CN_VAL_PROC: u32 = 1;
 const PROC_CN_MCAST_LISTEN: u32 = 1;
+const PROC_CN_MCAST_IGNORE: u32 = 2;
 const PROC_EVENT_NONE: u32 = 0;
 const PROC_EVENT_UID: u32 = 0x4;
 const PROC_EVENT_GID: u32 = 0x40;
@@ -182,8 +183,14 @@ impl Witness {
         let me = unsafe { libc::getpid() } as u32;
         match probe(&socket, me) {
             Ok(true) => Witness::Watching { socket, owner },
-            Ok(false) => Witness::Unavailable(Unwitnessed::Silent),
-            Err(_) => Witness::Unavailable(Unwitnessed::Refused),
+            result => {
+                unsubscribe(socket.as_raw_fd());
+                Witness::Unavailable(if result.is_ok() {
+                    Unwitnessed::Silent
+                } else {
+                    Unwitnessed::Refused
+                })
+            }
         }
     }
 
@@ -234,6 +241,25 @@ impl Witness {
             *self = Witness::NotNeeded;
         }
     }
+}
+
+impl Drop for Witness {
+    /// A socket closed while subscribed leaves the kernel counting a listener (it keeps
+    /// making events for nobody): the subscription is ended first.
+    fn drop(&mut self) {
+        if let Witness::Watching { socket, .. } = self {
+            unsubscribe(socket.as_raw_fd());
+        }
+    }
+}
+
+/// Ends the subscription on `fd` (`PROC_CN_MCAST_IGNORE`, the form every kernel reads;
+/// before 6.6 it needs CAP_NET_ADMIN, which a keeper past its start no longer has: the
+/// kernel's count of listeners then stays one too high).
+fn unsubscribe(fd: RawFd) {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u32;
+    let _ = send_mcast(fd, me, PROC_CN_MCAST_IGNORE, None);
 }
 
 /// Takes the segment's name away (module docs, protection): unlinks `path` through its
@@ -360,6 +386,11 @@ fn subscribe() -> io::Result<OwnedFd> {
 
 /// Sends `PROC_CN_MCAST_LISTEN`, with an event filter or without (the older form).
 fn send_listen(fd: RawFd, me: u32, filter: Option<u32>) -> io::Result<()> {
+    send_mcast(fd, me, PROC_CN_MCAST_LISTEN, filter)
+}
+
+/// Sends the multicast operation `op`, with an event filter or without.
+fn send_mcast(fd: RawFd, me: u32, op: u32, filter: Option<u32>) -> io::Result<()> {
     let data_bytes = if filter.is_some() { 8 } else { 4 };
     let total = NLMSG_HDR_BYTES + CN_MSG_BYTES + data_bytes;
     let mut message = [0u8; NLMSG_HDR_BYTES + CN_MSG_BYTES + 8];
@@ -371,7 +402,7 @@ fn send_listen(fd: RawFd, me: u32, filter: Option<u32>) -> io::Result<()> {
     put(&mut message, CN_ACK_AT, me);
     message[NLMSG_HDR_BYTES + 16..NLMSG_HDR_BYTES + 18]
         .copy_from_slice(&(data_bytes as u16).to_ne_bytes());
-    put(&mut message, EVENT_AT, PROC_CN_MCAST_LISTEN);
+    put(&mut message, EVENT_AT, op);
     if let Some(filter) = filter {
         put(&mut message, EVENT_AT + 4, filter);
     }
