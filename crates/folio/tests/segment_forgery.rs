@@ -742,6 +742,20 @@ fn child(spec: &str) {
     std::process::exit(0);
 }
 
+/// Runs a forging root child (`child`) with `spec` to its end: it says its keeper's pid,
+/// then "forged"; then waits for that keeper to exit.
+fn run_forging_child(spec: &str) {
+    let mut child = harness::Child::spawn(CHILD_ENV, spec);
+    let line = child.next_line(READY_WAIT_MAX, "keeper <pid>");
+    let keeper: u32 = line
+        .strip_prefix("keeper ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
+    assert_eq!(child.next_line(READY_WAIT_MAX, "forged"), "forged");
+    child.rest_of_lines();
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of the forging child");
+}
+
 fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
     if !is_root() {
         eprintln!("not root: the privilege-dropping root process is not tried");
@@ -757,23 +771,12 @@ fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
     let secret_bytes = content(7, 3 * PAGE as usize);
     std::fs::write(&secret, &secret_bytes).unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut child = harness::Child::spawn(
-        CHILD_ENV,
-        &format!(
-            "{} {} {}",
-            segments.path().display(),
-            data.path().display(),
-            secret.display()
-        ),
-    );
-    let line = child.next_line(READY_WAIT_MAX, "keeper <pid>");
-    let keeper: u32 = line
-        .strip_prefix("keeper ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
-    assert_eq!(child.next_line(READY_WAIT_MAX, "forged"), "forged");
-    child.rest_of_lines();
-    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of the dead child");
+    run_forging_child(&format!(
+        "{} {} {}",
+        segments.path().display(),
+        data.path().display(),
+        secret.display()
+    ));
     // The next root cache of that name.
     let cache = builder(segments.path())
         .build()
@@ -881,22 +884,11 @@ fn a_root_process_that_drops_privileges_cannot_make_root_s_next_cache_serve_forg
     for how in ["kill", "drop"] {
         let (segments, data) = dirs();
         let (secret, secret_bytes) = root_only_file(data.path(), 64);
-        let mut child = harness::Child::spawn(
-            CHILD_ENV,
-            &format!(
-                "serve {} {} {how}",
-                segments.path().display(),
-                secret.display()
-            ),
-        );
-        let line = child.next_line(READY_WAIT_MAX, "keeper <pid>");
-        let keeper: u32 = line
-            .strip_prefix("keeper ")
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
-        assert_eq!(child.next_line(READY_WAIT_MAX, "forged"), "forged");
-        child.rest_of_lines();
-        harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of the forging child");
+        run_forging_child(&format!(
+            "serve {} {} {how}",
+            segments.path().display(),
+            secret.display()
+        ));
         let cache = builder(segments.path())
             .build()
             .expect("root's next cache builds");
@@ -938,21 +930,36 @@ fn another_process_s_setuid_leaves_the_owner_s_segment_kept() {
         // SAFETY: as above.
         unsafe { libc::_exit(i32::from(libc::setuid(NOBODY) != 0)) };
     }
-    assert!(helper > 0);
+    assert_eq!(exit_code_of(helper), 0, "the helper's setuid");
+    dropped_then_adopted_warm(cache, segments.path(), &secret, &secret_bytes);
+}
+
+/// Waits for our own forked child `pid`; its exit code (-1 if it did not exit).
+fn exit_code_of(pid: libc::pid_t) -> i32 {
+    assert!(pid > 0, "fork");
     let mut status = 0;
     // SAFETY: waits for our own child.
-    unsafe { libc::waitpid(helper, &mut status, 0) };
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    }
+}
+
+/// Drops `cache` cleanly, waits for its keeper, and checks that the next cache of its
+/// name in `segments` adopts the segment warm and reads `file` as `bytes`.
+fn dropped_then_adopted_warm(cache: Cache, segments: &Path, file: &Path, bytes: &[u8]) {
     let keeper = cache.keeper_pid().unwrap();
     drop(cache);
     harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
-    let cache = builder(segments.path()).build().unwrap();
+    let cache = builder(segments).build().unwrap();
     let adoption = cache.adoption().cloned().expect("the segment was kept");
     assert!(
         !adoption.replaced && adoption.pages_kept > 0,
         "{adoption:?}"
     );
-    assert_eq!(read_all(&cache, &secret), secret_bytes);
+    assert_eq!(read_all(&cache, file), bytes);
 }
 
 /// A child forked by the owner (before it could drop privileges) inherits no way into the
@@ -1017,25 +1024,12 @@ fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
         // SAFETY: as above.
         unsafe { libc::_exit(code) };
     }
-    assert!(child > 0);
-    let mut status = 0;
-    // SAFETY: waits for our own child.
-    unsafe { libc::waitpid(child, &mut status, 0) };
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "the forked child found a way into the segment (code {}: see the test)",
-        libc::WEXITSTATUS(status)
+    let code = exit_code_of(child);
+    assert_eq!(
+        code, 0,
+        "the forked child found a way into the segment (see the test)"
     );
-    let keeper = cache.keeper_pid().unwrap();
-    drop(cache);
-    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
-    let cache = builder(segments.path()).build().unwrap();
-    let adoption = cache.adoption().cloned().expect("the segment was kept");
-    assert!(
-        !adoption.replaced && adoption.pages_kept > 0,
-        "{adoption:?}"
-    );
-    assert_eq!(read_all(&cache, &secret), secret_bytes);
+    dropped_then_adopted_warm(cache, segments.path(), &secret, &secret_bytes);
 }
 
 /// The test lever `FOLIO_KEEPER_NO_WITNESS` makes the keeper's subscription "fail": a
