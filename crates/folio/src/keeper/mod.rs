@@ -98,6 +98,9 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
     // Read here, not in the keeper: a forked child of a threaded process takes no lock
     // (the environment's) another thread may have held.
     let no_witness = std::env::var_os(witness::NO_WITNESS_ENV).is_some_and(|v| v == "1");
+    // Only a kept (named) segment is ever adopted by another cache: only its keeper needs
+    // a witness (`witness`).
+    let kept_segment = segment.header().retained();
     // SAFETY: fork has no preconditions; the children below call only what is safe after
     // a fork of a threaded process with glibc (system calls, and the allocator, whose
     // locks glibc's fork takes and resets), never a lock another thread may have held.
@@ -117,7 +120,7 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
                 pidfd,
                 &path,
                 kept,
-                (owner as u32, no_witness),
+                (owner as u32, kept_segment, no_witness),
             ),
             -1 => 1,
             _ => 0,
@@ -156,15 +159,16 @@ const LINK_FD: RawFd = 3;
 const SEGMENT_FD: RawFd = 4;
 const PIDFD: RawFd = 5;
 
-/// The keeper's body (module docs), for the owner `owner.0` (`owner.1`: the test lever
-/// `witness::NO_WITNESS_ENV` was set). Returns the exit code.
+/// The keeper's body (module docs), for the owner `owner.0` of a kept (named) segment if
+/// `owner.1` (`owner.2`: the test lever `witness::NO_WITNESS_ENV` was set). Returns the
+/// exit code.
 fn keeper_main(
     socket: RawFd,
     segment_fd: RawFd,
     pidfd: Option<OwnedFd>,
     path: &Path,
     kept: &KeptMemory,
-    owner: (u32, bool),
+    owner: (u32, bool, bool),
 ) -> i32 {
     let has_pidfd = pidfd.is_some();
     if isolate(socket, segment_fd, pidfd.as_ref().map(AsRawFd::as_raw_fd)).is_err() {
@@ -174,7 +178,11 @@ fn keeper_main(
     // before `Started`, which the owner's build waits for: so before the owner can change
     // its credentials (`witness`). Without a witness where one is needed, the name goes
     // at once.
-    let mut witness = Witness::start(owner.0, owner.1);
+    let mut witness = if owner.1 {
+        Witness::start(owner.0, owner.2)
+    } else {
+        Witness::NotNeeded
+    };
     let why = witness.unwitnessed().map_or(0, Unwitnessed::code);
     witness.watch(path, SEGMENT_FD);
     // The OOM killer's last choice where the process may say so (root): the keeper is

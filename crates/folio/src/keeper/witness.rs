@@ -8,8 +8,9 @@
 //! cache can adopt it, and the next cache of the name starts cold.
 //!
 //! How:
-//! 1. `Witness::start`, in the keeper before it drops its capabilities and before it
-//!    says `Started` (which the owner's build waits for): if the owner could change its
+//! 1. `Witness::start`, in the keeper of a kept (named) segment (no other is ever
+//!    adopted), before it drops its capabilities and before it says `Started` (which the
+//!    owner's build waits for): if the owner could change its
 //!    credentials (`owner_may_change_credentials`: CAP_SETUID or CAP_SETGID permitted,
 //!    or its real, effective and saved ids not all equal), a `NETLINK_CONNECTOR` socket
 //!    bound to `CN_IDX_PROC` with a large receive buffer (`SO_RCVBUFFORCE`) subscribes
