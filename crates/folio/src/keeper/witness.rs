@@ -17,7 +17,9 @@
 //!    (`PROC_CN_MCAST_LISTEN`: first for every event, the form every kernel reads, then
 //!    with a filter for `PROC_EVENT_UID | PROC_EVENT_GID` only, which kernels since 6.6
 //!    apply and older ones ignore), then proves the subscription delivers: it changes its
-//!    own file-system uid (or gid) and back, and must read its own event.
+//!    own file-system uid (or gid) and back, and must read its own event; then it checks
+//!    that the owner's ids are still its own (copied at the fork: another thread of the
+//!    owner may have changed them before the subscription).
 //! 2. The kernel queues a UID or GID event on the socket inside `commit_creds`, before
 //!    the owner's `setuid` returns, so before the owner can forge anything. The keeper
 //!    polls the socket with its link and the owner's pidfd, and drains it (`drain`)
@@ -120,6 +122,9 @@ pub(crate) enum Witness {
     Watching { socket: OwnedFd, owner: u32 },
     /// No witness could be made, why; the name must be taken away at once.
     Unavailable(Unwitnessed),
+    /// The owner's ids changed between the keeper's fork and its subscription: the name
+    /// must be taken away at once.
+    OwnerChanged,
     /// The owner may have changed credentials, or no witness was possible: the name was
     /// taken away (or the attempt made); the segment is never kept.
     NameTaken,
@@ -183,7 +188,10 @@ impl Witness {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() } as u32;
         match probe(&socket, me) {
-            Ok(true) => Witness::Watching { socket, owner },
+            // Subscribed: a change from now on is an event; one made by another thread of
+            // the owner between the fork and now shows in its ids, which the fork copied.
+            Ok(true) if same_ids_as(owner) => Witness::Watching { socket, owner },
+            Ok(true) => Witness::OwnerChanged,
             result => {
                 unsubscribe(socket.as_raw_fd());
                 Witness::Unavailable(if result.is_ok() {
@@ -223,7 +231,7 @@ impl Witness {
     pub(crate) fn watch(&mut self, path: &Path, segment_fd: RawFd) {
         let take = match self {
             Witness::NotNeeded | Witness::NameTaken => false,
-            Witness::Unavailable(_) => true,
+            Witness::Unavailable(_) | Witness::OwnerChanged => true,
             Witness::Watching { socket, owner } => {
                 drain(socket.as_raw_fd(), |tgid| tgid == *owner) == Seen::Owner
             }
@@ -275,6 +283,23 @@ fn take_name(path: &Path, segment_fd: RawFd) {
     if let Ok((dir, name)) = SegmentDir::of_segment(path) {
         let _ = dir.unlink_if_id(&name, (st.st_dev, st.st_ino));
     }
+}
+
+/// Whether process `owner`'s uids and gids (real, effective, saved, file-system: its
+/// `/proc` status) are this process's (the keeper's, its owner's as of the fork); false
+/// if they cannot be read.
+fn same_ids_as(owner: u32) -> bool {
+    let ids = |status: io::Result<String>| {
+        status.ok().map(|s| {
+            s.lines()
+                .filter(|l| l.starts_with("Uid:") || l.starts_with("Gid:"))
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+    };
+    let theirs = ids(std::fs::read_to_string(format!("/proc/{owner}/status")));
+    let ours = ids(std::fs::read_to_string("/proc/self/status"));
+    theirs.as_ref().is_some_and(|t| t.len() == 2) && theirs == ours
 }
 
 /// Whether this process (the keeper, with its owner's credentials as of the fork) could
