@@ -866,6 +866,28 @@ int64_t folio_cache_keeper_pid(struct folio_cache cache);
 int32_t folio_cache_segment_path(struct folio_cache cache, char *buf, size_t buf_len);
 
 /**
+ * Copies why the named segment of `cache` will not be kept for the next cache of its
+ * name, NUL-terminated, into `buf`: the process may change its credentials (root, a
+ * setuid program) and its keeper could not watch them (in a container's namespaces, or
+ * a kernel without the proc connector), so the keeper took the segment's name away at
+ * once (docs/persistence.md, the trust model). The cache works as any; the next one of
+ * the name starts cold. A program says it to its user (the RocksDB plugin does under
+ * `verbose=1`).
+ *
+ * Returns the reason's length in bytes (without the NUL); 0 if the segment is kept as
+ * usual or the cache has no named segment (nothing is written); -ERANGE if `buf_len` is
+ * not more than that length (nothing is written; 1024 bytes always suffice); -EFAULT if
+ * `buf` is NULL and `buf_len` is not 0; -EBADF if `cache` is not a live cache handle.
+ *
+ * Context: any thread; does not block; writes `buf` during the call only. The answer is
+ * the keeper's at the cache's creation and does not change.
+ *
+ * # Safety
+ * `buf` is NULL or writable for `buf_len` bytes.
+ */
+int32_t folio_cache_segment_not_kept_because(struct folio_cache cache, char *buf, size_t buf_len);
+
+/**
  * Stores in `*out` what `cache` adopted when it was created: the segment of its
  * `segment_name` left by an earlier cache (a process that exited or was killed).
  *

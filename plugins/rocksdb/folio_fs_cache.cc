@@ -154,8 +154,10 @@ void SyncAtExit() {
   }
 }
 
-// "persistent: segment /dev/shm/folio-<uid>/..., keeper pid N" or "not persistent (persist=0)":
-// what the verbose line says of the cache's persistence, as folio reports it.
+// "persistent: segment /dev/shm/folio-<uid>/..., keeper pid N" (with "; not kept for the
+// next start: <why>" when folio says so: a process that may change its credentials and
+// whose keeper cannot watch it) or "not persistent (persist=0)": what the verbose line says
+// of the cache's persistence, as folio reports it.
 std::string DescribePersistence(folio_cache cache) {
   const int64_t keeper = folio_cache_keeper_pid(cache);
   if (keeper == 0) return "not persistent (persist=0): what is not synced dies with the process";
@@ -163,7 +165,11 @@ std::string DescribePersistence(folio_cache cache) {
   const int n = folio_cache_segment_path(cache, &path[0], path.size());
   if (keeper < 0 || n < 0) return "persistent, but folio cannot say how: " + LastFolioError();
   path.resize(static_cast<size_t>(n));
-  return "persistent: segment " + path + ", keeper pid " + std::to_string(keeper);
+  std::string why(1024, '\0');
+  const int w = folio_cache_segment_not_kept_because(cache, &why[0], why.size());
+  why.resize(w > 0 ? static_cast<size_t>(w) : 0);
+  return "persistent: segment " + path + ", keeper pid " + std::to_string(keeper) +
+         (why.empty() ? "" : "; not kept for the next start: " + why);
 }
 
 // Creates the process's cache under p.mu (held by the caller): the options, then the

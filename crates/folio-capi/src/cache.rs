@@ -1,7 +1,8 @@
 //! A cache's life, its capacity and its counters: `folio_cache_create` (from a
 //! `folio_cache_options`, checked by `build_cache`) and `folio_cache_destroy`, over the
 //! cache registry; `folio_cache_keeper_pid` and `folio_cache_segment_path` (a persistent
-//! cache's keeper and segment file); `folio_cache_adoption` (what a cache created with a
+//! cache's keeper and segment file); `folio_cache_segment_not_kept_because` (why a named
+//! segment will not be kept for the next cache of its name); `folio_cache_adoption` (what a cache created with a
 //! `segment_name` adopted); `folio_cache_set_capacity`, `folio_cache_capacity`
 //! and `folio_cache_capacity_max` (the library's `Cache::set_capacity` and its getters);
 //! `folio_cache_stats` and `folio_stats_format`, with the names of the library's engines
@@ -157,35 +158,92 @@ pub unsafe extern "C" fn folio_cache_segment_path(
 ) -> i32 {
     const CALL: &str = "folio_cache_segment_path";
     with_cache(CALL, cache, |cache| {
-        if buf.is_null() && buf_len != 0 {
-            return Err(Failure::new(
-                libc::EFAULT,
-                format!("{CALL}: buf is NULL with buf_len {buf_len}"),
-            ));
-        }
+        check_buf(CALL, buf, buf_len)?;
         let path = cache.segment_path().ok_or_else(|| {
             Failure::new(
                 libc::ENOENT,
                 format!("{CALL}: the cache is not persistent: it has no segment file"),
             )
         })?;
-        let bytes = path.as_os_str().as_bytes();
-        if bytes.len() >= buf_len {
-            return Err(Failure::new(
-                libc::ERANGE,
-                format!(
-                    "{CALL}: the path takes {} bytes with its NUL, buf_len is {buf_len}",
-                    bytes.len() + 1
-                ),
-            ));
-        }
-        // SAFETY: non-null (buf_len > bytes.len() >= 0, and NULL was refused with a
-        // nonzero length), and the caller guarantees it writable for `buf_len` bytes.
-        let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
-        dst[..bytes.len()].copy_from_slice(bytes);
-        dst[bytes.len()] = 0;
-        Ok(i32::try_from(bytes.len()).unwrap_or(i32::MAX))
+        // SAFETY: the caller's (above), and `check_buf` refused a NULL with a length.
+        unsafe { copy_out(CALL, "the path", path.as_os_str().as_bytes(), buf, buf_len) }
     })
+}
+
+/// Copies why the named segment of `cache` will not be kept for the next cache of its
+/// name, NUL-terminated, into `buf`: the process may change its credentials (root, a
+/// setuid program) and its keeper could not watch them (in a container's namespaces, or
+/// a kernel without the proc connector), so the keeper took the segment's name away at
+/// once (docs/persistence.md, the trust model). The cache works as any; the next one of
+/// the name starts cold. A program says it to its user (the RocksDB plugin does under
+/// `verbose=1`).
+///
+/// Returns the reason's length in bytes (without the NUL); 0 if the segment is kept as
+/// usual or the cache has no named segment (nothing is written); -ERANGE if `buf_len` is
+/// not more than that length (nothing is written; 1024 bytes always suffice); -EFAULT if
+/// `buf` is NULL and `buf_len` is not 0; -EBADF if `cache` is not a live cache handle.
+///
+/// Context: any thread; does not block; writes `buf` during the call only. The answer is
+/// the keeper's at the cache's creation and does not change.
+///
+/// # Safety
+/// `buf` is NULL or writable for `buf_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_segment_not_kept_because(
+    cache: folio_cache,
+    buf: *mut c_char,
+    buf_len: usize,
+) -> i32 {
+    const CALL: &str = "folio_cache_segment_not_kept_because";
+    with_cache(CALL, cache, |cache| {
+        check_buf(CALL, buf, buf_len)?;
+        match cache.segment_not_kept_because() {
+            // SAFETY: the caller's (above), and `check_buf` refused a NULL with a length.
+            Some(why) => unsafe { copy_out(CALL, "the reason", why.as_bytes(), buf, buf_len) },
+            None => Ok(0),
+        }
+    })
+}
+
+/// Refuses a NULL `buf` with a nonzero `buf_len` (-EFAULT).
+fn check_buf(call: &str, buf: *mut c_char, buf_len: usize) -> Result<(), Failure> {
+    if buf.is_null() && buf_len != 0 {
+        return Err(Failure::new(
+            libc::EFAULT,
+            format!("{call}: buf is NULL with buf_len {buf_len}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Copies `bytes` (`what`, for the message) and a NUL into `buf`; returns the length
+/// without the NUL, or -ERANGE (nothing written) if `buf_len` is not more than it.
+///
+/// # Safety
+/// `buf` is writable for `buf_len` bytes, and not NULL if `buf_len` is not 0
+/// (`check_buf`).
+unsafe fn copy_out(
+    call: &str,
+    what: &str,
+    bytes: &[u8],
+    buf: *mut c_char,
+    buf_len: usize,
+) -> Result<i32, Failure> {
+    if bytes.len() >= buf_len {
+        return Err(Failure::new(
+            libc::ERANGE,
+            format!(
+                "{call}: {what} takes {} bytes with its NUL, buf_len is {buf_len}",
+                bytes.len() + 1
+            ),
+        ));
+    }
+    // SAFETY: non-null (buf_len > bytes.len() >= 0, and NULL was refused with a nonzero
+    // length), and the caller guarantees it writable for `buf_len` bytes.
+    let dst = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), buf_len) };
+    dst[..bytes.len()].copy_from_slice(bytes);
+    dst[bytes.len()] = 0;
+    Ok(i32::try_from(bytes.len()).unwrap_or(i32::MAX))
 }
 
 /// What a cache created with a `segment_name` adopted of the segment it found

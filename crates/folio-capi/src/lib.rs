@@ -28,7 +28,7 @@
 //! - `cache`: `folio_cache_create`, `folio_cache_destroy`, the capacity at run time
 //!   (`folio_cache_set_capacity`, `folio_cache_capacity`, `folio_cache_capacity_max`),
 //!   a persistent cache's keeper and segment (`folio_cache_keeper_pid`,
-//!   `folio_cache_segment_path`), and the counters (`folio_cache_stats`,
+//!   `folio_cache_segment_path`, `folio_cache_segment_not_kept_because`), and the counters (`folio_cache_stats`,
 //!   `folio_stats_format`).
 //! - `read`: `folio_open` and `folio_close`; `folio_read`, `folio_read_hint`,
 //!   `folio_read_many`; `folio_readahead`, `folio_advise`; a handle's length and counters.

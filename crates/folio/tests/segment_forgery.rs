@@ -23,7 +23,23 @@
 //!   writing, `setuid`s to nobody keeping the segment's descriptor, forges a slot naming a
 //!   root-only file with a dirty frame, makes its keeper's `ftruncate` fail and dies; the
 //!   next root cache of that name recovered the orphan by path and wrote the forged bytes
-//!   into the root-only file before; now it writes nothing and starts cold.
+//!   into the root-only file before; now it writes nothing and starts cold (the keeper's
+//!   witness took the segment's name away at the `setuid`).
+//! - `a_root_process_that_drops_privileges_cannot_make_root_s_next_cache_serve_forged_bytes`
+//!   (root only): the child reads a root-only file through the cache, drops privileges,
+//!   overwrites a clean frame of it with 0xEE and dies (SIGKILL, or a clean drop and
+//!   exit): root's next cache served the forged page before (checked: `pages_kept` 64);
+//!   now the keeper's witness (`keeper/witness.rs`) took the name away and the next cache
+//!   reads the disk's bytes.
+//! - `another_process_s_setuid_leaves_the_owner_s_segment_kept` (root only): a helper's
+//!   `setuid` during the owner's life is not the owner's: the segment is adopted warm.
+//! - `a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping` (root only): a
+//!   child forked by the owner finds `/dev/null` at the segment's descriptor number and
+//!   nothing mapped at the segment's address; the owner's segment is then adopted warm.
+//! - `without_a_witness_a_privileged_owner_s_segment_is_not_kept` (root only): the lever
+//!   `FOLIO_KEEPER_NO_WITNESS=1`: the cache works, says why, and the next one is cold.
+//! - `an_owner_that_cannot_change_credentials_needs_no_witness` (root only): a child that
+//!   became nobody before its first cache, with the lever set, restarts warm.
 //! - `a_forged_dirty_mask_past_a_folio_s_pages_is_not_written`: found by the fuzz target
 //!   (`fuzz/fuzz_targets/hostile_segment.rs`): a recovery panicked on it.
 //! - `the_keeper_runs_without_privileges`: the keeper has no capability and
@@ -106,6 +122,26 @@ fn main() {
             (
                 "the_keeper_runs_without_privileges",
                 the_keeper_runs_without_privileges,
+            ),
+            (
+                "a_root_process_that_drops_privileges_cannot_make_root_s_next_cache_serve_forged_bytes",
+                a_root_process_that_drops_privileges_cannot_make_root_s_next_cache_serve_forged_bytes,
+            ),
+            (
+                "another_process_s_setuid_leaves_the_owner_s_segment_kept",
+                another_process_s_setuid_leaves_the_owner_s_segment_kept,
+            ),
+            (
+                "a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping",
+                a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping,
+            ),
+            (
+                "without_a_witness_a_privileged_owner_s_segment_is_not_kept",
+                without_a_witness_a_privileged_owner_s_segment_is_not_kept,
+            ),
+            (
+                "an_owner_that_cannot_change_credentials_needs_no_witness",
+                an_owner_that_cannot_change_credentials_needs_no_witness,
             ),
         ],
         CHILD_ENV,
@@ -250,6 +286,16 @@ impl Forge {
         self.put_u64(at, state);
         self.put_u32(at + 12, owner);
         self.put_u64(at + 16, place);
+    }
+
+    /// The frame that holds page `page` of mapping `id`, if a cached folio of it spans it.
+    fn frame_of(&self, id: u32, page: u64) -> Option<u32> {
+        self.heads_of(id).into_iter().find_map(|(frame, place)| {
+            let (index, order) = (place & ((1 << 52) - 1), (place >> 52) & 0xF);
+            (index..index + (1 << order))
+                .contains(&page)
+                .then(|| frame + (page - index) as u32)
+        })
     }
 
     fn write_frame(&self, frame: u32, bytes: &[u8]) {
@@ -602,8 +648,44 @@ fn identity_of(meta: &std::fs::Metadata) -> (u64, u64, u64) {
     (meta.dev(), meta.ino(), born)
 }
 
-/// The root child (module docs): `spec` is "<segment dir> <data dir> <root-only file>".
+/// The descriptor (read and write) of `cache`'s segment, found while /proc/self/fd is
+/// readable.
+fn segment_fd(cache: &Cache) -> i32 {
+    let seg_path = cache.segment_path().expect("a segment");
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|&fd| {
+            // SAFETY: fcntl F_GETFL on a descriptor number.
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+            flags >= 0
+                && flags & libc::O_ACCMODE == libc::O_RDWR
+                && std::fs::read_link(format!("/proc/self/fd/{fd}")).ok() == Some(seg_path.clone())
+        })
+        .expect("the segment's descriptor")
+}
+
+/// Drops every privilege of a root process: no supplementary groups, gid and uid nobody's.
+fn become_nobody() {
+    // SAFETY: setgroups, setgid and setuid take integers; checked.
+    unsafe {
+        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
+        assert_eq!(libc::setgid(NOBODY), 0);
+        assert_eq!(libc::setuid(NOBODY), 0);
+    }
+}
+
+/// The root children (module docs): `spec` is "<segment dir> <data dir> <root-only file>"
+/// (`a_root_process_that_drops_privileges_cannot_write_a_root_only_file`), or one of
+/// `serve_child`'s or `unprivileged_child`'s, by its first word.
 fn child(spec: &str) {
+    if let Some(rest) = spec.strip_prefix("serve ") {
+        return serve_child(rest);
+    }
+    if let Some(rest) = spec.strip_prefix("unprivileged ") {
+        return unprivileged_child(rest);
+    }
     let mut parts = spec.split(' ');
     let (segments, data, secret) = (
         PathBuf::from(parts.next().unwrap()),
@@ -623,27 +705,9 @@ fn child(spec: &str) {
         .open(&written)
         .expect("child: open for writing");
     file.write_at(&content(6, 8192), 0).expect("child: write");
-    // The segment's descriptor (read and write), found while /proc/self/fd is readable.
-    let seg_path = cache.segment_path().expect("a segment");
-    let fd = std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .find(|&fd| {
-            // SAFETY: fcntl F_GETFL on a descriptor number.
-            let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-            flags >= 0
-                && flags & libc::O_ACCMODE == libc::O_RDWR
-                && std::fs::read_link(format!("/proc/self/fd/{fd}")).ok() == Some(seg_path.clone())
-        })
-        .expect("child: the segment's descriptor");
+    let fd = segment_fd(&cache);
     harness::say(&format!("keeper {}", cache.keeper_pid().unwrap()));
-    // SAFETY: setgroups, setgid and setuid take integers; checked.
-    unsafe {
-        assert_eq!(libc::setgroups(0, std::ptr::null()), 0);
-        assert_eq!(libc::setgid(NOBODY), 0);
-        assert_eq!(libc::setuid(NOBODY), 0);
-    }
+    become_nobody();
     // SAFETY: the descriptor is the segment's, kept by this process; the File is leaked
     // (never closed), as the cache still holds it.
     let forge = Forge::over(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
@@ -678,6 +742,20 @@ fn child(spec: &str) {
     std::process::exit(0);
 }
 
+/// Runs a forging root child (`child`) with `spec` to its end: it says its keeper's pid,
+/// then "forged"; then waits for that keeper to exit.
+fn run_forging_child(spec: &str) {
+    let mut child = harness::Child::spawn(CHILD_ENV, spec);
+    let line = child.next_line(READY_WAIT_MAX, "keeper <pid>");
+    let keeper: u32 = line
+        .strip_prefix("keeper ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
+    assert_eq!(child.next_line(READY_WAIT_MAX, "forged"), "forged");
+    child.rest_of_lines();
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of the forging child");
+}
+
 fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
     if !is_root() {
         eprintln!("not root: the privilege-dropping root process is not tried");
@@ -693,23 +771,12 @@ fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
     let secret_bytes = content(7, 3 * PAGE as usize);
     std::fs::write(&secret, &secret_bytes).unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let mut child = harness::Child::spawn(
-        CHILD_ENV,
-        &format!(
-            "{} {} {}",
-            segments.path().display(),
-            data.path().display(),
-            secret.display()
-        ),
-    );
-    let line = child.next_line(READY_WAIT_MAX, "keeper <pid>");
-    let keeper: u32 = line
-        .strip_prefix("keeper ")
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
-    assert_eq!(child.next_line(READY_WAIT_MAX, "forged"), "forged");
-    child.rest_of_lines();
-    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper of the dead child");
+    run_forging_child(&format!(
+        "{} {} {}",
+        segments.path().display(),
+        data.path().display(),
+        secret.display()
+    ));
     // The next root cache of that name.
     let cache = builder(segments.path())
         .build()
@@ -721,8 +788,9 @@ fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
         secret_bytes,
         "a root-only file was written from a segment a dropped process forged"
     );
-    let adoption = adoption.expect("the segment was taken");
-    assert!(adoption.replaced, "{adoption:?}");
+    // The keeper's witness took the name away at the child's `setuid` (no segment to
+    // adopt); without a witness, the recovery would have replaced the segment.
+    assert!(adoption.as_ref().is_none_or(|a| a.replaced), "{adoption:?}");
     assert_eq!(read_all(&cache, &secret), secret_bytes);
 }
 
@@ -749,4 +817,307 @@ fn the_keeper_runs_without_privileges() {
     }
     drop(cache);
     harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
+}
+
+/// A root-only file in `data` (0755) of `pages` pages, mode 0600; returns its path and bytes.
+fn root_only_file(data: &Path, pages: usize) -> (PathBuf, Vec<u8>) {
+    std::fs::set_permissions(data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = data.join("root-only");
+    let bytes = content(9, pages * PAGE as usize);
+    std::fs::write(&secret, &bytes).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    past_the_stamp_tick();
+    (secret, bytes)
+}
+
+/// Waits past the file times' clock tick (`STAMP_TICK_NS`, 20 ms), so that a stamp taken
+/// from now on proves the file unchanged (an adoption keeps its pages): a fixed wait on
+/// the clock, which decides no race.
+fn past_the_stamp_tick() {
+    std::thread::sleep(Duration::from_millis(50));
+}
+
+/// The serving root child: `spec` is "<segment dir> <root-only file> <kill|drop>". It
+/// reads the root-only file through a named cache (its pages cached clean), drops its
+/// privileges keeping the segment's descriptor, overwrites the cached frame of the file's
+/// middle page with 0xEE (a page the adoption's samples most likely miss: the first and
+/// last are always sampled), and dies (SIGKILL) or drops its cache and exits.
+fn serve_child(spec: &str) {
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let (segments, secret, how) = (Path::new(parts[0]), Path::new(parts[1]), parts[2]);
+    let cache = builder(segments).build().expect("child: a cache");
+    let bytes = read_all(&cache, secret);
+    let fd = segment_fd(&cache);
+    harness::say(&format!("keeper {}", cache.keeper_pid().unwrap()));
+    become_nobody();
+    // SAFETY: the descriptor is the segment's, kept by this process; the File is leaked
+    // (never closed), as the cache still holds it.
+    let forge = Forge::over(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) });
+    let id = forge.slot_of(secret);
+    let page = bytes.len() as u64 / PAGE / 2;
+    let frame = forge
+        .frame_of(id, page)
+        .expect("child: the middle page is cached");
+    forge.write_frame(frame, &[0xEE; PAGE as usize]);
+    std::mem::forget(forge);
+    harness::say("forged");
+    if how == "kill" {
+        // SAFETY: kill takes integers; it does not return.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    drop(cache);
+    std::process::exit(0);
+}
+
+/// Issue 42's last boundary gap: a root owner reads a root-only file through a named
+/// cache, drops its privileges keeping the segment, forges a clean frame of that file and
+/// dies (or drops its cache and exits). Root's next cache of that name adopted the segment
+/// and served the forged bytes for the root-only file; now the keeper's witness saw the
+/// owner's `setuid` and took the segment's name away: the next cache starts cold and reads
+/// the disk's bytes.
+fn a_root_process_that_drops_privileges_cannot_make_root_s_next_cache_serve_forged_bytes() {
+    if !is_root() {
+        eprintln!("not root: the privilege-dropping root process is not tried");
+        return;
+    }
+    harness::become_subreaper();
+    for how in ["kill", "drop"] {
+        let (segments, data) = dirs();
+        let (secret, secret_bytes) = root_only_file(data.path(), 64);
+        run_forging_child(&format!(
+            "serve {} {} {how}",
+            segments.path().display(),
+            secret.display()
+        ));
+        let cache = builder(segments.path())
+            .build()
+            .expect("root's next cache builds");
+        eprintln!("{how}: {:?}", cache.adoption());
+        let read = read_all(&cache, &secret);
+        let wrong = (0..secret_bytes.len()).find(|&at| read.get(at) != secret_bytes.get(at));
+        assert_eq!(
+            wrong, None,
+            "{how}: root's next cache served bytes a privilege-dropped process forged \
+             (the first wrong byte's offset)"
+        );
+        assert!(
+            cache
+                .adoption()
+                .is_none_or(|a| a.replaced || a.pages_kept == 0),
+            "{how}: the forged segment was adopted: {:?}",
+            cache.adoption()
+        );
+        drop(cache);
+    }
+}
+
+/// The witness watches its owner only: a helper process that `setuid`s while the owner
+/// lives leaves the owner's segment kept (the next cache adopts it warm).
+fn another_process_s_setuid_leaves_the_owner_s_segment_kept() {
+    if !is_root() {
+        eprintln!("not root: no other process can change its credentials");
+        return;
+    }
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let (secret, secret_bytes) = root_only_file(data.path(), 16);
+    let cache = builder(segments.path()).build().unwrap();
+    assert_eq!(cache.segment_not_kept_because(), None);
+    assert_eq!(read_all(&cache, &secret), secret_bytes);
+    // SAFETY: the child calls only async-signal-safe functions (setuid, _exit).
+    let helper = unsafe { libc::fork() };
+    if helper == 0 {
+        // SAFETY: as above.
+        unsafe { libc::_exit(i32::from(libc::setuid(NOBODY) != 0)) };
+    }
+    assert_eq!(exit_code_of(helper), 0, "the helper's setuid");
+    dropped_then_adopted_warm(cache, segments.path(), &secret, &secret_bytes);
+}
+
+/// Waits for our own forked child `pid`; its exit code (-1 if it did not exit).
+fn exit_code_of(pid: libc::pid_t) -> i32 {
+    assert!(pid > 0, "fork");
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    }
+}
+
+/// Drops `cache` cleanly, waits for its keeper, and checks that the next cache of its
+/// name in `segments` adopts the segment warm and reads `file` as `bytes`.
+fn dropped_then_adopted_warm(cache: Cache, segments: &Path, file: &Path, bytes: &[u8]) {
+    let keeper = cache.keeper_pid().unwrap();
+    drop(cache);
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
+    let cache = builder(segments).build().unwrap();
+    let adoption = cache.adoption().cloned().expect("the segment was kept");
+    assert!(
+        !adoption.replaced && adoption.pages_kept > 0,
+        "{adoption:?}"
+    );
+    assert_eq!(read_all(&cache, file), bytes);
+}
+
+/// A child forked by the owner (before it could drop privileges) inherits no way into the
+/// segment: the segment's descriptor number is `/dev/null`, open read-only, and the
+/// segment's mapping is not there. Then the owner's cache, dropped cleanly, is adopted
+/// warm with the file's bytes.
+fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
+    if !is_root() {
+        eprintln!("not root: the child cannot drop privileges");
+        return;
+    }
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let (secret, secret_bytes) = root_only_file(data.path(), 16);
+    let cache = builder(segments.path()).build().unwrap();
+    assert_eq!(read_all(&cache, &secret), secret_bytes);
+    let fd = segment_fd(&cache);
+    let seg_path = cache.segment_path().unwrap();
+    // The mapping's first address, from the owner's maps.
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(seg_path.to_str().unwrap()))
+        .and_then(|l| usize::from_str_radix(l.split('-').next()?, 16).ok())
+        .expect("the segment is mapped in the owner");
+    // SAFETY: all-zero is a valid stat, filled by stat.
+    let mut null: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live out-pointer.
+    assert_eq!(unsafe { libc::stat(c"/dev/null".as_ptr(), &mut null) }, 0);
+    // SAFETY: the child calls only async-signal-safe functions (fstat, setuid, write,
+    // mmap, mincore, _exit) and allocates nothing; its exit code says what failed.
+    let child = unsafe { libc::fork() };
+    if child == 0 {
+        // SAFETY: as above.
+        let code = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            let mut vec = [0u8; 1];
+            if libc::fstat(fd, &mut st) != 0 {
+                10
+            } else if (st.st_rdev, st.st_mode & libc::S_IFMT) != (null.st_rdev, libc::S_IFCHR) {
+                11 // the descriptor is still the segment's
+            } else if libc::setuid(NOBODY) != 0 {
+                12
+            } else if libc::write(fd, [0xEEu8; 64].as_ptr().cast(), 64) != -1 {
+                13 // /dev/null, open read-only, takes no write
+            } else if libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            ) != libc::MAP_FAILED
+            {
+                14 // /dev/null cannot be mapped
+            } else if libc::mincore(base as *mut libc::c_void, 4096, vec.as_mut_ptr()) == 0 {
+                15 // the segment's mapping is still there
+            } else {
+                0
+            }
+        };
+        // SAFETY: as above.
+        unsafe { libc::_exit(code) };
+    }
+    let code = exit_code_of(child);
+    assert_eq!(
+        code, 0,
+        "the forked child found a way into the segment (see the test)"
+    );
+    dropped_then_adopted_warm(cache, segments.path(), &secret, &secret_bytes);
+}
+
+/// The test lever `FOLIO_KEEPER_NO_WITNESS` makes the keeper's subscription "fail": a
+/// root owner (who could change credentials) gets a cache that works, says why its segment
+/// is not kept, and whose name is gone at once; the next cache starts cold.
+fn without_a_witness_a_privileged_owner_s_segment_is_not_kept() {
+    if !is_root() {
+        eprintln!("not root: the owner cannot change credentials, and needs no witness");
+        return;
+    }
+    harness::become_subreaper();
+    let (segments, data) = dirs();
+    let (secret, secret_bytes) = root_only_file(data.path(), 16);
+    std::env::set_var("FOLIO_KEEPER_NO_WITNESS", "1");
+    let built = builder(segments.path()).build();
+    std::env::remove_var("FOLIO_KEEPER_NO_WITNESS");
+    let cache = built.unwrap();
+    let why = cache.segment_not_kept_because().expect("a reason");
+    assert!(why.contains("FOLIO_KEEPER_NO_WITNESS"), "{why}");
+    // Taken away before the build returned (the keeper's start).
+    assert!(
+        !segments.path().join(NAME).exists(),
+        "the name is still there"
+    );
+    assert_eq!(read_all(&cache, &secret), secret_bytes);
+    let keeper = cache.keeper_pid().unwrap();
+    drop(cache);
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
+    let cache = builder(segments.path()).build().unwrap();
+    assert!(cache.adoption().is_none(), "{:?}", cache.adoption());
+    assert_eq!(read_all(&cache, &secret), secret_bytes);
+}
+
+/// The unprivileged child: `spec` is "<segment dir> <data file>". Nobody already (it
+/// dropped its privileges before its first cache), with the lever set, it builds a cache
+/// in its own directory, reads the file, drops it, and builds again: warm.
+fn unprivileged_child(spec: &str) {
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let (segments, file) = (Path::new(parts[0]), Path::new(parts[1]));
+    harness::become_subreaper();
+    become_nobody();
+    std::env::set_var("FOLIO_KEEPER_NO_WITNESS", "1");
+    let cache = builder(segments).build().expect("child: a cache");
+    assert_eq!(cache.segment_not_kept_because(), None);
+    let bytes = read_all(&cache, file);
+    let keeper = cache.keeper_pid().unwrap();
+    drop(cache);
+    harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "child: the keeper");
+    let cache = builder(segments).build().expect("child: the next cache");
+    let adoption = cache
+        .adoption()
+        .cloned()
+        .expect("child: the segment was kept");
+    assert!(
+        !adoption.replaced && adoption.pages_kept > 0,
+        "{adoption:?}"
+    );
+    assert_eq!(read_all(&cache, file), bytes);
+    harness::say("warm");
+}
+
+/// An owner that cannot change its credentials (nobody's, no capability) needs no witness:
+/// with the lever set, its segment is still kept and its next cache warm.
+fn an_owner_that_cannot_change_credentials_needs_no_witness() {
+    if !is_root() {
+        eprintln!("not root: the test's child cannot become another user");
+        return;
+    }
+    harness::become_subreaper();
+    let segments = tempfile::tempdir_in("/dev/shm").unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = data.path().join("public");
+    std::fs::write(&file, content(11, 16 * PAGE as usize)).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    past_the_stamp_tick();
+    std::fs::set_permissions(segments.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = std::ffi::CString::new(segments.path().as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; checked.
+    assert_eq!(unsafe { libc::chown(dir.as_ptr(), NOBODY, NOBODY) }, 0);
+    let mut child = harness::Child::spawn(
+        CHILD_ENV,
+        &format!(
+            "unprivileged {} {}",
+            segments.path().display(),
+            file.display()
+        ),
+    );
+    assert_eq!(child.next_line(KEEPER_WAIT_MAX, "warm"), "warm");
+    child.rest_of_lines();
 }

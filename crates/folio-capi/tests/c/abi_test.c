@@ -926,6 +926,46 @@ static void test_persistence(const char *dir) {
     CHECK(count_entries(segdir) == 0);
     c.id = 0;
 
+    /* Why a named segment is not kept: 0 (nothing written) when it is, as for a process
+       that cannot change its credentials (no witness needed). Root, with the tests'
+       lever FOLIO_KEEPER_NO_WITNESS=1 (its keeper acts as if it could not watch it): the
+       cache works, the name is gone at once, and the call says why. */
+    o.segment_name = "not-kept";
+    o.kept_steward = 0; /* the keeper ends after the destroy; the test removes the segment */
+    CHECK(folio_cache_create(&o, &c) == 0);
+    if (geteuid() != 0) {
+        memset(path, 'x', sizeof path);
+        CHECK(folio_cache_segment_not_kept_because(c, path, sizeof path) == 0);
+        CHECK(path[0] == 'x');
+        CHECK(count_entries(segdir) == 1);
+    }
+    CHECK(folio_cache_segment_not_kept_because(c, NULL, 16) == -EFAULT);
+    keeper = folio_cache_keeper_pid(c);
+    CHECK(folio_cache_segment_path(c, path, sizeof path) > 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    unlink(path); /* kept for the next cache of its name: not wanted here */
+    CHECK(wait_keeper_done(keeper, path));
+    if (geteuid() == 0) {
+        char why[1024], small[8];
+        int n;
+        CHECK(setenv("FOLIO_KEEPER_NO_WITNESS", "1", 1) == 0);
+        CHECK(folio_cache_create(&o, &c) == 0);
+        CHECK(unsetenv("FOLIO_KEEPER_NO_WITNESS") == 0);
+        n = folio_cache_segment_not_kept_because(c, why, sizeof why);
+        CHECK(n > 0 && (size_t)n == strlen(why) && strstr(why, "FOLIO_KEEPER_NO_WITNESS"));
+        CHECK(count_entries(segdir) == 0);
+        memset(small, 'x', sizeof small);
+        CHECK(folio_cache_segment_not_kept_because(c, small, sizeof small) == -ERANGE);
+        CHECK(small[0] == 'x');
+        keeper = folio_cache_keeper_pid(c);
+        CHECK(folio_cache_destroy(c) == 0);
+        CHECK(wait_keeper_done(keeper, path));
+    }
+    CHECK(count_entries(segdir) == 0);
+    o.segment_name = NULL;
+    o.kept_steward = 1;
+    c.id = 0;
+
     /* A segment_dir that does not exist, is a file, or is empty: the call fails and
        says which directory. */
     snprintf(missing, sizeof missing, "%s/no-such-dir", dir);

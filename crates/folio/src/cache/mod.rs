@@ -175,6 +175,15 @@ impl Cache {
         self.adoption.as_deref()
     }
 
+    /// Why this persistent cache's named segment will not be kept for the next cache of
+    /// its name, if its keeper said so at the build: the process may change its
+    /// credentials and the keeper could not watch it (docs/persistence.md, trust model),
+    /// so the keeper took the segment's name away at once. The cache works as any; the
+    /// next one of the name starts cold. `None` otherwise.
+    pub fn segment_not_kept_because(&self) -> Option<&'static str> {
+        self.inner.core.mappings.keeper()?.not_kept_because()
+    }
+
     /// The keeper process of a persistent cache.
     pub fn keeper_pid(&self) -> Option<u32> {
         self.inner.core.mappings.keeper().map(|k| k.keeper_pid())

@@ -520,7 +520,7 @@ fn kept_bytes_in(dir: &Path) -> u64 {
 
 /// Blocks until no other open file holds a record lock on the segment's first byte: the
 /// owner's (module docs, step 1).
-fn wait_until_owner_gone(file: &StdFile) -> io::Result<()> {
+pub(super) fn wait_until_owner_gone(file: &StdFile) -> io::Result<()> {
     let mut lock = record_lock(libc::F_WRLCK, 0, 1);
     loop {
         // SAFETY: fcntl F_OFD_SETLKW with a valid flock on our descriptor.

@@ -10,7 +10,9 @@
 //!    other descriptor is closed: a test harness waiting for the owner's stdout to close,
 //!    or a lock held through a shared open file, must not wait for the keeper), and waits.
 //! 2. While the owner lives, the keeper only reads its messages (`segment::link`): the
-//!    descriptors of the files the owner writes. It never touches the segment.
+//!    descriptors of the files the owner writes; and, for an owner that could change its
+//!    credentials, the kernel's events of them (`witness`: subscribed before `Started`).
+//!    It never touches the segment, but to take its name away (`witness`).
 //! 3. The owner's death is noticed at once: its pidfd polls readable, or the link reaches
 //!    its end (the owner dropped the cache with dirty pages left). A `Bye` (a clean drop
 //!    that left nothing dirty) ends the keeper without writing; for a named segment,
@@ -28,6 +30,15 @@
 //!
 //! Protection (the segment is untrusted input: its owner's user can write any byte of it,
 //! and so can a root owner that dropped privileges and kept its descriptors):
+//! - A root owner that drops privileges cannot make root's next cache adopt what it
+//!   forged: the keeper's witness (`witness`) reads the owner's UID/GID event, queued by
+//!   the kernel before the owner's `setuid` returns, whenever it comes and always before
+//!   the keeper acts on the owner's death, end or goodbye, and takes the segment's name
+//!   away (only if it still names this inode); such a segment is written back as any,
+//!   never kept by a steward. Without a witness where one is needed, the name goes at
+//!   the keeper's start (`Cache::segment_not_kept_because`). A child the owner forked has
+//!   neither the segment's descriptors nor its mapping (`segment::fork`); the keeper's
+//!   own fork is the only exempt one.
 //! - The keeper writes only through the descriptors the owner handed it (files the owner
 //!   opened for writing), never a file it opens by path; it runs with no capabilities and
 //!   `PR_SET_NO_NEW_PRIVS` (`drop_privileges`); before each write it checks the folio is
@@ -41,15 +52,21 @@
 //! Limits: no seccomp filter (the keeper's system calls include the allocator's and
 //! `std`'s, whose list changes with the toolchain: a filter would have to be kept in step
 //! by hand); a keeper killed by root or by its own user leaves no mark, and a recovery then
-//! trusts the slots' flags within `recovery`'s rules.
+//! trusts the slots' flags within `recovery`'s rules; a keeper killed (by root, or by the
+//! OOM killer) before it read its owner's credential change leaves the segment's name; a
+//! uid-0 owner that only drops capabilities is still the segment's owner (outside this
+//! boundary); no witness (a container's namespaces, no connector) means every start of a
+//! privileged owner is cold (`witness`).
 //!
-//! Cost while the owner lives: one sleeping process, and one message per file opened for
-//! writing. The fork copies the owner's page tables: memory the owner wrote before the
+//! Cost while the owner lives: one sleeping process, one message per file opened for
+//! writing, and for an owner that could change credentials one netlink socket (woken only
+//! by UID/GID events since Linux 6.6; by every process event before). The fork copies the owner's page tables: memory the owner wrote before the
 //! build is shared copy-on-write with the keeper until the owner writes it again (one
 //! fault per page), which is why the cache forks before it maps anything large.
 
 pub(crate) mod kept;
 pub(crate) mod orphan;
+pub(crate) mod witness;
 
 use std::collections::HashMap;
 use std::fs::File as StdFile;
@@ -65,6 +82,7 @@ use crate::segment::Segment;
 pub use kept::{trim_kept_segment, KeptMemory, Trimmed};
 use orphan::finish;
 pub use orphan::Written;
+use witness::{Unwitnessed, Witness};
 
 /// Starts the keeper of `segment` (module docs, step 1) and returns the owner's end of
 /// the link.
@@ -77,10 +95,17 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
     let owner = std::process::id() as libc::pid_t;
     let segment_fd = segment.file().as_raw_fd();
     let path = segment.path().to_path_buf();
+    // Read here, not in the keeper: a forked child of a threaded process takes no lock
+    // (the environment's) another thread may have held.
+    let no_witness = std::env::var_os(witness::NO_WITNESS_ENV).is_some_and(|v| v == "1");
+    // Only a kept (named) segment is ever adopted by another cache: only its keeper needs
+    // a witness (`witness`).
+    let kept_segment = segment.header().retained();
     // SAFETY: fork has no preconditions; the children below call only what is safe after
     // a fork of a threaded process with glibc (system calls, and the allocator, whose
     // locks glibc's fork takes and resets), never a lock another thread may have held.
-    let child = unsafe { libc::fork() };
+    // The keeper keeps the segment's descriptor (`segment::fork`: the only exempt forks).
+    let child = unsafe { crate::segment::keeper_fork() };
     if child == 0 {
         // The first child: takes the owner's pidfd while the owner is surely its parent,
         // then forks the keeper and exits, so that the keeper is nobody's zombie (init,
@@ -88,8 +113,15 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
         drop(ours);
         let pidfd = owner_pidfd(owner);
         // SAFETY: as above.
-        let code = match unsafe { libc::fork() } {
-            0 => keeper_main(theirs.as_raw_fd(), segment_fd, pidfd, &path, kept),
+        let code = match unsafe { crate::segment::keeper_fork() } {
+            0 => keeper_main(
+                theirs.as_raw_fd(),
+                segment_fd,
+                pidfd,
+                &path,
+                kept,
+                (owner as u32, kept_segment, no_witness),
+            ),
             -1 => 1,
             _ => 0,
         };
@@ -105,14 +137,15 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
     // SAFETY: waits for our own child, which exits at once.
     unsafe { libc::waitpid(child, &mut status, 0) };
     match link::receive(ours.as_raw_fd())? {
-        Received::Message(Message::Started(pid)) => {
+        Received::Message(Message::Started(pid, why)) => {
             // Our own grandchild's word: another process than this one.
             assert!(pid != 0 && pid != std::process::id());
             segment
                 .header()
                 .keeper_pid
                 .store(pid, std::sync::atomic::Ordering::Relaxed);
-            Ok(KeeperLink::new(ours, pid))
+            let not_kept = Unwitnessed::from_code(why).map(Unwitnessed::reason);
+            Ok(KeeperLink::new(ours, pid).not_kept(not_kept))
         }
         _ => Err(io::Error::other("folio: the keeper process did not start")),
     }
@@ -126,18 +159,32 @@ const LINK_FD: RawFd = 3;
 const SEGMENT_FD: RawFd = 4;
 const PIDFD: RawFd = 5;
 
-/// The keeper's body (module docs). Returns the exit code.
+/// The keeper's body (module docs), for the owner `owner.0` of a kept (named) segment if
+/// `owner.1` (`owner.2`: the test lever `witness::NO_WITNESS_ENV` was set). Returns the
+/// exit code.
 fn keeper_main(
     socket: RawFd,
     segment_fd: RawFd,
     pidfd: Option<OwnedFd>,
     path: &Path,
     kept: &KeptMemory,
+    owner: (u32, bool, bool),
 ) -> i32 {
     let has_pidfd = pidfd.is_some();
     if isolate(socket, segment_fd, pidfd.as_ref().map(AsRawFd::as_raw_fd)).is_err() {
         return 2;
     }
+    // Before the capabilities go (a privileged owner's keeper subscribes with them) and
+    // before `Started`, which the owner's build waits for: so before the owner can change
+    // its credentials (`witness`). Without a witness where one is needed, the name goes
+    // at once.
+    let mut witness = if owner.1 {
+        Witness::start(owner.0, owner.2)
+    } else {
+        Witness::NotNeeded
+    };
+    let why = witness.unwitnessed().map_or(0, Unwitnessed::code);
+    witness.watch(path, SEGMENT_FD);
     // The OOM killer's last choice where the process may say so (root): the keeper is
     // small, and what it guards is the owner's unsynced writes. Elsewhere this fails, and
     // the keeper is as killable as any small process.
@@ -154,11 +201,11 @@ fn keeper_main(
     std::mem::forget(pidfd);
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() } as u32;
-    if link::send_started(LINK_FD, me).is_err() {
+    if link::send_started(LINK_FD, me, why).is_err() {
         return 2;
     }
     let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        serve(has_pidfd.then_some(PIDFD), path, kept, me)
+        serve(has_pidfd.then_some(PIDFD), path, kept, me, &mut witness)
     }))
     .unwrap_or(5);
     mark_finished_unless_steward();
@@ -173,8 +220,20 @@ static STEWARDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool
 
 /// The keeper's work on the segment is over: the segment is marked finished now, and the
 /// keeper stays as its steward (`kept::steward`) until it is adopted, removed or given
-/// back. Returns the steward's exit code.
-fn steward(segment: &Arc<Segment>, kept: &KeptMemory, me: u32) -> i32 {
+/// back; unless its witness took the segment's name away (`witness`): such a segment is
+/// never kept. Returns the steward's exit code.
+fn steward(segment: &Arc<Segment>, kept: &KeptMemory, me: u32, witness: &mut Witness) -> i32 {
+    if witness.fd().is_some() {
+        // A goodbye comes before the owner unmaps the segment: what the owner does until
+        // it let go (its record lock gone) is still watched.
+        let _ = kept::wait_until_owner_gone(segment.file());
+        witness.watch(segment.path(), SEGMENT_FD);
+    }
+    // What the owner does from now on cannot reach the segment.
+    witness.stop();
+    if witness.took_name() {
+        return 0;
+    }
     // A keeper becomes its segment's steward once, after its last write to it.
     assert!(!STEWARDING.load(std::sync::atomic::Ordering::SeqCst));
     mark_finished_raw(SEGMENT_FD);
@@ -192,22 +251,35 @@ fn mark_finished_unless_steward() {
 }
 
 /// Steps 2 to 4 (module docs), the owner's death seen by `owner_pidfd` where there is
-/// one (else by the link's end). Returns the exit code.
-fn serve(owner_pidfd: Option<RawFd>, path: &Path, kept: &KeptMemory, me: u32) -> i32 {
+/// one (else by the link's end), its credentials by `witness`. Returns the exit code.
+fn serve(
+    owner_pidfd: Option<RawFd>,
+    path: &Path,
+    kept: &KeptMemory,
+    me: u32,
+    witness: &mut Witness,
+) -> i32 {
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
     let mut bye = false;
-    while let Event::Link = wait_for(LINK_FD, owner_pidfd) {
-        match link::try_receive(LINK_FD) {
-            Ok(Received::Message(Message::Bye)) => {
-                bye = true;
-                break;
-            }
-            Ok(Received::Message(m)) => apply(&mut files, m),
-            Ok(Received::Empty) => {}
-            Ok(Received::Closed) | Err(_) => break,
+    loop {
+        match wait_for(LINK_FD, owner_pidfd, witness.fd()) {
+            Event::OwnerDied => break,
+            Event::Witness => witness.watch(path, SEGMENT_FD),
+            Event::Link => match link::try_receive(LINK_FD) {
+                Ok(Received::Message(Message::Bye)) => {
+                    bye = true;
+                    break;
+                }
+                Ok(Received::Message(m)) => apply(&mut files, m),
+                Ok(Received::Empty) => {}
+                Ok(Received::Closed) | Err(_) => break,
+            },
         }
     }
+    // Every credential change the owner made before its death, end or goodbye is queued
+    // now (the kernel queues it before the change returns): read before anything is done.
+    witness.watch(path, SEGMENT_FD);
     // Step 3: everything the owner sent before it died.
     while !bye {
         match link::try_receive(LINK_FD) {
@@ -231,12 +303,14 @@ fn serve(owner_pidfd: Option<RawFd>, path: &Path, kept: &KeptMemory, me: u32) ->
     if bye {
         // A clean goodbye: a kept segment's keeper stays as its steward (`kept`).
         drop(files);
-        return steward(&segment, kept, me);
+        return steward(&segment, kept, me, witness);
     }
+    // The owner is gone (dead, or its segment dropped): nothing more to watch.
+    witness.stop();
     match finish(&segment, &mut files) {
         Ok(written) if written.failed_files == 0 => {
             drop(files);
-            steward(&segment, kept, me)
+            steward(&segment, kept, me, witness)
         }
         Ok(_) => 0,
         Err(_) => 4,
@@ -357,7 +431,7 @@ fn apply(files: &mut HashMap<MappingId, StdFile>, message: Message) {
         Message::Forget(id) => {
             files.remove(&id);
         }
-        Message::Bye | Message::Started(_) => {}
+        Message::Bye | Message::Started(..) => {}
     }
 }
 
@@ -450,10 +524,13 @@ fn dead_pidfd() -> Option<OwnedFd> {
 enum Event {
     Link,
     OwnerDied,
+    /// The witness's socket has events (`witness`).
+    Witness,
 }
 
-/// Waits until the link has a message (or its end) or the owner died.
-fn wait_for(socket: RawFd, pidfd: Option<RawFd>) -> Event {
+/// Waits until the link has a message (or its end), the owner died, or the witness has
+/// events.
+fn wait_for(socket: RawFd, pidfd: Option<RawFd>, witness: Option<RawFd>) -> Event {
     let mut fds = [
         libc::pollfd {
             fd: socket,
@@ -465,15 +542,23 @@ fn wait_for(socket: RawFd, pidfd: Option<RawFd>) -> Event {
             events: libc::POLLIN,
             revents: 0,
         },
+        libc::pollfd {
+            fd: witness.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
     ];
     loop {
-        // SAFETY: an array of two pollfds; a negative fd is ignored by poll.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        // SAFETY: an array of three pollfds; a negative fd is ignored by poll.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) };
         if n < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             return Event::OwnerDied;
+        }
+        if fds[2].revents != 0 {
+            return Event::Witness;
         }
         if fds[1].revents != 0 {
             return Event::OwnerDied;

@@ -75,7 +75,9 @@ impl Segment {
         let owner_lock = lock_owner(dir, &name, &file).map_err(remove_on_error)?;
         file.set_len(layout.total_bytes).map_err(remove_on_error)?;
         let mut segment = Self::map(path.clone(), file, layout).map_err(remove_on_error)?;
-        segment.owner_lock = Some(owner_lock);
+        segment
+            .set_owner_lock(owner_lock)
+            .map_err(remove_on_error)?;
         segment
             .allocate(0, STATS_OFFSET + STATS_BYTES)
             .map_err(remove_on_error)?;
@@ -131,7 +133,7 @@ impl Segment {
         }
         let mut segment = Self::map(path.to_path_buf(), file, layout)?;
         assert_eq!(segment.layout.frame_count, frame_count);
-        segment.owner_lock = Some(owner_lock);
+        segment.set_owner_lock(owner_lock)?;
         let header = segment.header();
         header.init(&layout);
         header
@@ -246,6 +248,29 @@ impl Segment {
             unsafe { libc::munmap(map_ptr, map_bytes) };
             return Err(error);
         }
+        // No forked child inherits the mapping, and none a read-write descriptor
+        // (`segment::fork`).
+        // SAFETY: madvise of the file's mapping just made; it changes no byte.
+        let kept_from_forks = unsafe {
+            libc::madvise(
+                aligned as *mut libc::c_void,
+                file_bytes,
+                libc::MADV_DONTFORK,
+            )
+        };
+        let guards = match protection {
+            Protection::ReadWrite => super::fork::register(&file).map(|g| vec![g]),
+            Protection::ReadOnly => Ok(Vec::new()),
+        };
+        let fork_guards = match (kept_from_forks, guards) {
+            (0, Ok(guards)) => guards,
+            (_, guards) => {
+                let error = guards.err().unwrap_or_else(io::Error::last_os_error);
+                // SAFETY: exactly the reservation made above.
+                unsafe { libc::munmap(map_ptr, map_bytes) };
+                return Err(error);
+            }
+        };
         Ok(Segment {
             path,
             file,
@@ -256,7 +281,19 @@ impl Segment {
             slot_lock: Mutex::new(()),
             stats_lock: Mutex::new(()),
             owner_lock: None,
+            fork_guards,
         })
+    }
+
+    /// Makes `lock` (the owner's second open file: module docs of `segment`, exclusion)
+    /// this segment's, registered for forks (`fork`).
+    ///
+    /// Errors: `fork::register`'s.
+    fn set_owner_lock(&mut self, lock: StdFile) -> io::Result<()> {
+        assert!(self.owner_lock.is_none(), "one owner lock");
+        self.fork_guards.push(super::fork::register(&lock)?);
+        self.owner_lock = Some(lock);
+        Ok(())
     }
 
     /// Removes the segment's file, if the path still names this segment (not a file put

@@ -9,7 +9,9 @@
 //!   keeper closes the descriptor, so a deleted file's space is not held.
 //! - `Bye`: the owner wrote everything back and is going away cleanly: the keeper exits
 //!   without writing.
-//! - `Started(pid)`, the one message the other way: the keeper runs, as process `pid`.
+//! - `Started(pid, why)`, the one message the other way: the keeper runs, as process
+//!   `pid`; `why` (the kind byte's neighbour) is 0, or the code of the reason its witness
+//!   could not be made (`keeper::witness::Unwitnessed`: the segment is not kept).
 //!
 //! A message sent before the owner's death is delivered after it: the socket's queue
 //! outlives the sender, and the keeper reads it to the end before it writes.
@@ -35,7 +37,8 @@ pub enum Message {
     Register(MappingId, OwnedFd),
     Forget(MappingId),
     Bye,
-    Started(u32),
+    /// The keeper's pid, and 0 or why it has no witness (`Unwitnessed::code`).
+    Started(u32, u8),
 }
 
 /// A connected socket pair: (the owner's end, the keeper's end), both close-on-exec.
@@ -64,6 +67,9 @@ pub struct KeeperLink {
     keeper_pid: u32,
     /// A send failed: the keeper is gone, and writes are no longer kept past a crash.
     lost: AtomicBool,
+    /// Why the keeper has no witness of this process's credentials, if it said so at its
+    /// start (`Started`): the segment is not kept for the next cache of its name.
+    not_kept_because: Option<&'static str>,
 }
 
 impl KeeperLink {
@@ -72,7 +78,19 @@ impl KeeperLink {
             socket,
             keeper_pid,
             lost: AtomicBool::new(false),
+            not_kept_because: None,
         }
+    }
+
+    /// `new`, for a keeper that said at its start why the segment is not kept.
+    pub fn not_kept(mut self, because: Option<&'static str>) -> KeeperLink {
+        self.not_kept_because = because;
+        self
+    }
+
+    /// Why the segment is not kept for the next cache of its name (`Started`), if so.
+    pub fn not_kept_because(&self) -> Option<&'static str> {
+        self.not_kept_because
     }
 
     pub fn keeper_pid(&self) -> u32 {
@@ -106,13 +124,19 @@ impl KeeperLink {
 }
 
 /// The keeper tells its owner it runs, as process `pid`.
-pub fn send_started(socket: RawFd, pid: u32) -> io::Result<()> {
-    send(socket, STARTED, MappingId(pid), None)
+/// `why` is 0, or why its witness could not be made (module docs).
+pub fn send_started(socket: RawFd, pid: u32, why: u8) -> io::Result<()> {
+    send_with(socket, [STARTED, why], MappingId(pid), None)
 }
 
 fn send(socket: RawFd, kind: u8, id: MappingId, fd: Option<RawFd>) -> io::Result<()> {
+    send_with(socket, [kind, 0], id, fd)
+}
+
+/// Sends `head` (the kind, and a byte of its own) with `id` and `fd`.
+fn send_with(socket: RawFd, head: [u8; 2], id: MappingId, fd: Option<RawFd>) -> io::Result<()> {
     let mut body = [0u8; 8];
-    body[0] = kind;
+    body[..2].copy_from_slice(&head);
     body[4..8].copy_from_slice(&id.0.to_le_bytes());
     let mut iov = libc::iovec {
         iov_base: body.as_mut_ptr().cast::<libc::c_void>(),
@@ -222,7 +246,7 @@ fn receive_with(socket: RawFd, flags: libc::c_int) -> io::Result<Received> {
         (REGISTER, Some(fd)) => Message::Register(id, fd),
         (FORGET, _) => Message::Forget(id),
         (BYE, _) => Message::Bye,
-        (STARTED, _) => Message::Started(id.0),
+        (STARTED, _) => Message::Started(id.0, body[1]),
         _ => {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,

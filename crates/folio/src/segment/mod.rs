@@ -35,10 +35,15 @@
 //! holds a record lock of its own at `STEWARD_LOCK_OFFSET`, past the owner's probe, and
 //! the `flock` only while it punches pages out (`holder_of`: `Holder::Steward`).
 //!
+//! Forks: a child forked by the owner has neither the segment's mapping nor its
+//! descriptors (`fork`: `MADV_DONTFORK`, and `/dev/null` in their place); only the
+//! keeper's fork keeps the descriptor.
+//!
 //! Invariants: the mapping is one shared mapping of the whole file, aligned so that the
 //! frames are aligned to 2 MiB; it stays at one address until the segment is dropped.
 
 mod discovery;
+mod fork;
 pub mod holder;
 pub mod home;
 mod identity;
@@ -60,6 +65,7 @@ use std::sync::Mutex;
 use crate::folio_meta::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 pub use discovery::{holders_in, segments_in, SegmentInfo};
+pub(crate) use fork::keeper_fork;
 pub(crate) use holder::STEWARD_LOCK_OFFSET;
 pub use holder::{holder_of, lock_exclusive, Holder};
 pub use home::{check_name, DiskDir, SegmentDir};
@@ -100,6 +106,9 @@ pub struct Segment {
     /// The owner's second open file of the segment, holding the owner's record lock
     /// (module docs, exclusion); `None` in a keeper or a recovery.
     owner_lock: Option<StdFile>,
+    /// The read-write descriptors above, registered so that a forked child gets
+    /// `/dev/null` in their place (`fork`); last, so dropped after the files are closed.
+    fork_guards: Vec<fork::Registered>,
 }
 
 // SAFETY: the raw pointers refer to a shared mapping owned by the segment and valid until
