@@ -1016,6 +1016,13 @@ pub fn hostile_segment(data: &[u8]) {
     use crate::segment::layout::{FileStamp, Opened, SIZE_UNKNOWN};
     use crate::segment::Segment;
 
+    // One body at a time in a process: its world (the segment's name, the data files a
+    // recovery may write) is one per process, and libtest runs the two tests that call
+    // this body on two threads (one failed so, seen once).
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let world = hostile_world();
     let mut input = Input::new(data);
     let name = "hostile";
