@@ -34,8 +34,8 @@
 //! - `another_process_s_setuid_leaves_the_owner_s_segment_kept` (root only): a helper's
 //!   `setuid` during the owner's life is not the owner's: the segment is adopted warm.
 //! - `a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping` (root only): a
-//!   child forked by the owner finds `/dev/null` at the segment's descriptor number and
-//!   nothing mapped at the segment's address; the owner's segment is then adopted warm.
+//!   child forked by the owner finds `/dev/null` at the segment's descriptor number, the
+//!   owner lock's and the keeper link's, and nothing mapped at the segment's address; the owner's segment is then adopted warm.
 //! - `without_a_witness_a_privileged_owner_s_segment_is_not_kept` (root only): the lever
 //!   `FOLIO_KEEPER_NO_WITNESS=1`: the cache works, says why, and the next one is cold.
 //! - `an_owner_that_cannot_change_credentials_needs_no_witness` (root only): a child that
@@ -963,8 +963,10 @@ fn dropped_then_adopted_warm(cache: Cache, segments: &Path, file: &Path, bytes: 
 }
 
 /// A child forked by the owner (before it could drop privileges) inherits no way into the
-/// segment: the segment's descriptor number is `/dev/null`, open read-only, and the
-/// segment's mapping is not there. Then the owner's cache, dropped cleanly, is adopted
+/// segment: the segment's descriptor number is `/dev/null`, open read-only, and so are
+/// the owner lock's and the keeper link's (issue 42 review, finding A: a child with the
+/// link could register its own file or end the line), and the segment's mapping is not
+/// there. Then the owner's cache, dropped cleanly, is adopted
 /// warm with the file's bytes.
 fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
     if !is_root() {
@@ -978,6 +980,22 @@ fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
     assert_eq!(read_all(&cache, &secret), secret_bytes);
     let fd = segment_fd(&cache);
     let seg_path = cache.segment_path().unwrap();
+    // Every descriptor of the owner into the segment (its file, the owner lock's second
+    // open file) or to its keeper (the link's socket: the test makes no other socket).
+    let others: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&other| {
+            std::fs::read_link(format!("/proc/self/fd/{other}")).is_ok_and(|to| {
+                to == seg_path || to.to_str().is_some_and(|to| to.starts_with("socket:"))
+            })
+        })
+        .collect();
+    assert!(
+        others.len() >= 3,
+        "the segment, the owner lock and the link: {others:?}"
+    );
     // The mapping's first address, from the owner's maps.
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let base = maps
@@ -997,10 +1015,16 @@ fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
         let code = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             let mut vec = [0u8; 1];
+            let is_null = |fd: i32, st: &mut libc::stat| {
+                libc::fstat(fd, st) == 0
+                    && (st.st_rdev, st.st_mode & libc::S_IFMT) == (null.st_rdev, libc::S_IFCHR)
+            };
             if libc::fstat(fd, &mut st) != 0 {
                 10
             } else if (st.st_rdev, st.st_mode & libc::S_IFMT) != (null.st_rdev, libc::S_IFCHR) {
                 11 // the descriptor is still the segment's
+            } else if !others.iter().all(|&other| is_null(other, &mut st)) {
+                16 // the owner lock's file or the keeper link's socket is still there
             } else if libc::setuid(NOBODY) != 0 {
                 12
             } else if libc::write(fd, [0xEEu8; 64].as_ptr().cast(), 64) != -1 {
