@@ -43,11 +43,12 @@
 //!   opened for writing), never a file it opens by path; it runs with no capabilities and
 //!   `PR_SET_NO_NEW_PRIVS` (`drop_privileges`); before each write it checks the folio is
 //!   still the dirty folio it found (`orphan`).
-//! - A kept segment is vouched for by its keeper (`vouch_raw`: `S_ISVTX`, a mode only
-//!   the file's owner can change) at its start, only if the owner's ids are still those
-//!   the build began with, every thread's, read after the witness subscribed
-//!   (`witness`, the vouch mark); the witness clears it at a change. Adoption replaces,
-//!   and a recovery by root does not write by path from, a kept segment without it.
+//! - A segment is vouched for by its keeper (`vouch_raw`: `S_ISVTX`, a mode only the
+//!   file's owner can change) at its start, only if the owner's ids are still those the
+//!   build began with (a kept segment's: every thread's, read after the witness
+//!   subscribed: `witness`, the vouch mark); the witness clears it at a change. Adoption
+//!   replaces a kept segment without it, and a recovery by root writes nothing by path
+//!   from any segment without it.
 //! - Every way a keeper ends but a kill (a `Bye`, the end of its writeback, a failure, a
 //!   panic, a fault) marks the segment file finished (`mark_finished_raw`: the owner's
 //!   execute bit): a mode only the file's owner can set or clear, which no privilege-dropped
@@ -180,8 +181,7 @@ const PIDFD: RawFd = 5;
 /// What the keeper knows of its owner (`spawn`).
 struct Owner {
     pid: u32,
-    /// The segment is kept (named): only then is a witness started and the segment
-    /// vouched for.
+    /// The segment is kept (named): only then is a witness started.
     kept_segment: bool,
     /// The test lever `witness::NO_WITNESS_ENV` was set.
     no_witness: bool,
@@ -212,21 +212,21 @@ fn keeper_main(
         Witness::NotNeeded
     };
     let mut why = witness.unwitnessed();
-    if owner.kept_segment {
-        // The vouch mark (module docs, protection): set only if the owner's ids, every
-        // thread's, are still those the build started with, read after the
-        // subscription (a change from then on is an event, read by `watch` below, which
-        // clears the mark again).
-        let own = Credentials::of_this_thread();
-        let threads = match witness {
-            Witness::Watching { .. } => witness::owner_threads(owner.pid),
-            _ => Vec::new(),
-        };
-        if witness.may_vouch(&owner.baseline, &own, &threads) {
-            vouch_raw(SEGMENT_FD);
-        } else {
-            why = why.or(Some(Unwitnessed::Unvouched));
-        }
+    // The vouch mark (module docs, protection): set only if the owner's ids, every
+    // thread's, are still those the build started with, read after the subscription (a
+    // change from then on is an event, read by `watch` below, which clears the mark
+    // again). An unnamed segment's keeper watches nothing (`NotNeeded`): it vouches if its
+    // own ids, the owner's at the fork, are the build's (a recovery by root trusts no
+    // other).
+    let own = Credentials::of_this_thread();
+    let threads = match witness {
+        Witness::Watching { .. } => witness::owner_threads(owner.pid),
+        _ => Vec::new(),
+    };
+    if witness.may_vouch(&owner.baseline, &own, &threads) {
+        vouch_raw(SEGMENT_FD);
+    } else if owner.kept_segment {
+        why = why.or(Some(Unwitnessed::Unvouched));
     }
     let why = why.map_or(0, Unwitnessed::code);
     witness.watch(path, SEGMENT_FD);
@@ -407,8 +407,8 @@ pub(crate) fn unvouch_raw(fd: RawFd) {
 }
 
 /// Whether a keeper vouched for the segment open as `file` (`vouch_raw`) and no witness
-/// took it back: a kept segment without it is not adopted, nor recovered by path by a
-/// process that bypasses permissions (`adopt::take`, `recovery`).
+/// took it back: a segment without it is not adopted (a kept one), nor recovered by path
+/// by a process that bypasses permissions (`adopt::take`, `recovery`).
 pub(crate) fn is_vouched(file: &StdFile) -> bool {
     use std::os::unix::fs::PermissionsExt;
     file.metadata()

@@ -19,8 +19,8 @@
 //!   segment a privilege-dropped owner could have changed since (the attack of issue 42).
 //!   Any other user's recovery retries it within the rules below: it cannot write what its
 //!   user could not.
-//! - A kept (named) segment no keeper vouched for (`keeper::is_vouched`: its owner's ids
-//!   changed before its keeper's fork, or its witness saw a change) is treated as a
+//! - A segment no keeper vouched for (`keeper::is_vouched`: its owner's ids changed
+//!   before its keeper's fork, or a kept one's witness saw a change) is treated as a
 //!   finished one by a process that bypasses permissions: nothing is written by path.
 //!   A killed keeper's segment keeps the mark it set at its start, and stays recoverable.
 //! - A recovery by path (a keeper killed, unmarked) writes a file only if its slot says the
@@ -118,10 +118,9 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
     // other writes by path only what its own user may write anyway.
     let bypasses = bypasses_permissions();
     let finished = is_finished(segment.file()) && bypasses;
-    // A kept segment no keeper vouched for (its owner may have changed credentials while
-    // it lived: module docs, protection) is not written from by path either.
-    let unvouched =
-        !finished && segment.header().retained() && !is_vouched(segment.file()) && bypasses;
+    // A segment no keeper vouched for (its owner may have changed credentials while it
+    // lived: module docs, protection) is not written from by path either.
+    let unvouched = !finished && !is_vouched(segment.file()) && bypasses;
     let not_by_path = finished || unvouched;
     let mut files = HashMap::new();
     let mut files_not_found = 0;
