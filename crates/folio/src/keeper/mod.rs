@@ -14,7 +14,11 @@
 //!    credentials, the kernel's events of them (`witness`: subscribed before `Started`).
 //!    It never touches the segment, but to take its name away (`witness`).
 //! 3. The owner's death is noticed at once: its pidfd polls readable, or the link reaches
-//!    its end (the owner dropped the cache with dirty pages left). A `Bye` (a clean drop
+//!    its end (the owner dropped the cache with dirty pages left). An end of the link (or
+//!    a malformed message, or a failed wait) while the pidfd says the owner lives is
+//!    acted on only once the owner let go of the segment (its record lock gone): no
+//!    copy of the link a forked child might hold (`segment::fork` leaves it none) can
+//!    make the keeper write beside a live owner. A `Bye` (a clean drop
 //!    that left nothing dirty) ends the keeper without writing; for a named segment,
 //!    kept for the next cache of its name, the keeper stays as its steward (`kept`: it
 //!    gives the kept pages back under memory pressure, and leaves when it is adopted).
@@ -307,10 +311,15 @@ fn serve(
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
     let mut bye = false;
+    let mut died = false;
     loop {
         match wait_for(LINK_FD, owner_pidfd, witness.fd()) {
-            Event::OwnerDied => break,
+            Event::OwnerDied => {
+                died = true;
+                break;
+            }
             Event::Witness => witness.watch(path, SEGMENT_FD),
+            Event::Failed => break,
             Event::Link => match link::try_receive(LINK_FD) {
                 Ok(Received::Message(Message::Bye)) => {
                     bye = true;
@@ -321,6 +330,14 @@ fn serve(
                 Ok(Received::Closed) | Err(_) => break,
             },
         }
+    }
+    if !died && !bye {
+        // The link ended (or a message was malformed, or the wait failed) with the owner
+        // alive, as far as its pidfd tells: nothing is done to the segment until the owner has let go of
+        // it (its record lock gone, as the goodbye's steward waits): an end forged by
+        // someone holding a copy of the link (`segment::fork` gives none to a forked
+        // child: defense in depth) never makes the keeper write beside a live owner.
+        let _ = kept::wait_until_owner_gone(&borrowed_segment_file());
     }
     // Every credential change the owner made before its death, end or goodbye is queued
     // now (the kernel queues it before the change returns): read before anything is done.
@@ -360,6 +377,13 @@ fn serve(
         Ok(_) => 0,
         Err(_) => 4,
     }
+}
+
+/// `SEGMENT_FD` as a file, never closed (`ManuallyDrop`): the keeper's own descriptor.
+fn borrowed_segment_file() -> std::mem::ManuallyDrop<StdFile> {
+    // SAFETY: SEGMENT_FD is open for the keeper's life (`isolate`); the File is never
+    // dropped, so it never closes it.
+    std::mem::ManuallyDrop::new(unsafe { StdFile::from_raw_fd(SEGMENT_FD) })
 }
 
 /// Marks the segment open as `fd` finished (module docs, protection): the owner's execute
@@ -612,6 +636,8 @@ fn dead_pidfd() -> Option<OwnedFd> {
 enum Event {
     Link,
     OwnerDied,
+    /// The wait itself failed (not a sign of the owner's death).
+    Failed,
     /// The witness's socket has events (`witness`).
     Witness,
 }
@@ -643,7 +669,7 @@ fn wait_for(socket: RawFd, pidfd: Option<RawFd>, witness: Option<RawFd>) -> Even
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return Event::OwnerDied;
+            return Event::Failed;
         }
         if fds[2].revents != 0 {
             return Event::Witness;
