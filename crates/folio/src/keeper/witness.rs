@@ -393,16 +393,28 @@ impl Credentials {
 }
 
 /// Each thread's ids of process `owner` (`/proc/<owner>/task/*/status`); one `None` for
-/// a thread (or the list) that could not be read.
+/// a thread (or the list) that could not be read. A thread that ended between the list
+/// and its read (`ENOENT`, `ESRCH`) is left out: a process's threads come and go (a
+/// thread pool's), and counting one as unreadable made a warm restart cold at random.
 pub(crate) fn owner_threads(owner: u32) -> Vec<Option<Credentials>> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{owner}/task")) else {
         return vec![None];
     };
     tasks
-        .map(|task| {
-            let task = task.ok()?;
-            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
-            Credentials::from_status(&status)
+        .filter_map(|task| {
+            let Ok(task) = task else {
+                return Some(None);
+            };
+            match std::fs::read_to_string(task.path().join("status")) {
+                Ok(status) => Some(Credentials::from_status(&status)),
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ESRCH) =>
+                {
+                    None
+                }
+                Err(_) => Some(None),
+            }
         })
         .collect()
 }
@@ -800,5 +812,21 @@ mod tests {
             .iter()
             .all(|t| *t == Some(Credentials::of_this_thread())));
         assert_eq!(owner_threads(u32::MAX), vec![None]);
+        // Threads that end while the owner's are read are left out, never unreadable.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::spawn(|| {}).join().unwrap();
+                }
+            })
+        };
+        for _ in 0..200 {
+            let threads = owner_threads(me);
+            assert!(threads.iter().all(Option::is_some), "{threads:?}");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().unwrap();
     }
 }
