@@ -29,13 +29,14 @@
 //!   (root only): the child reads a root-only file through the cache, drops privileges,
 //!   overwrites a clean frame of it with 0xEE and dies (SIGKILL, or a clean drop and
 //!   exit): root's next cache served the forged page before (checked: `pages_kept` 64);
-//!   now the keeper's witness (`keeper/witness.rs`) took the name away and the next cache
-//!   reads the disk's bytes.
+//!   now the keeper's witness (`keeper/witness.rs`) took the vouch mark back and the name
+//!   away (checked on the file, not by sampling pages) and the next cache reads the
+//!   disk's bytes.
 //! - `another_process_s_setuid_leaves_the_owner_s_segment_kept` (root only): a helper's
 //!   `setuid` during the owner's life is not the owner's: the segment is adopted warm.
 //! - `a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping` (root only): a
-//!   child forked by the owner finds `/dev/null` at the segment's descriptor number and
-//!   nothing mapped at the segment's address; the owner's segment is then adopted warm.
+//!   child forked by the owner finds `/dev/null` at the segment's descriptor number, the
+//!   owner lock's and the keeper link's, and nothing mapped at the segment's address; the owner's segment is then adopted warm.
 //! - `without_a_witness_a_privileged_owner_s_segment_is_not_kept` (root only): the lever
 //!   `FOLIO_KEEPER_NO_WITNESS=1`: the cache works, says why, and the next one is cold.
 //! - `an_owner_that_cannot_change_credentials_needs_no_witness` (root only): a child that
@@ -44,6 +45,12 @@
 //!   (`fuzz/fuzz_targets/hostile_segment.rs`): a recovery panicked on it.
 //! - `the_keeper_runs_without_privileges`: the keeper has no capability and
 //!   `NoNewPrivs` set.
+//! - `a_segment_no_keeper_vouched_for_is_replaced_not_adopted`: a kept segment whose vouch
+//!   mark (`S_ISVTX`) is gone, as a keeper that could not vouch (or a witness that saw a
+//!   change) leaves it, is replaced, `replaced_because` saying so; with it, adopted warm.
+//! - `an_unvouched_orphan_is_not_recovered_by_path` (root only): a killed keeper's orphan
+//!   without the mark: root's recovery writes nothing by path, the next cache replaces
+//!   it; with the mark (set at the keeper's start), the recovery writes its dirty pages.
 
 #[path = "common/harness.rs"]
 mod harness;
@@ -142,6 +149,14 @@ fn main() {
             (
                 "an_owner_that_cannot_change_credentials_needs_no_witness",
                 an_owner_that_cannot_change_credentials_needs_no_witness,
+            ),
+            (
+                "a_segment_no_keeper_vouched_for_is_replaced_not_adopted",
+                a_segment_no_keeper_vouched_for_is_replaced_not_adopted,
+            ),
+            (
+                "an_unvouched_orphan_is_not_recovered_by_path",
+                an_unvouched_orphan_is_not_recovered_by_path,
             ),
         ],
         CHILD_ENV,
@@ -568,7 +583,7 @@ fn a_recovery_writes_no_file_the_segment_only_read() {
     let path = data.path().join("only-read");
     let seg = read_only(segments.path(), data.path());
     forge_dirty_frame(&seg, &path, &evil);
-    std::fs::set_permissions(&seg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    unfinish(&seg);
     let cache = builder(segments.path()).build().unwrap();
     let adoption = cache.adoption().unwrap().clone();
     eprintln!("unfinished segment: {adoption:?}");
@@ -590,7 +605,7 @@ fn a_recovery_writes_no_file_the_segment_only_read() {
     forge.put_u64(forge.slot_at(id) + SLOT_SIZE, 10);
     forge.set_orphaned();
     drop(forge);
-    std::fs::set_permissions(&seg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    unfinish(&seg);
     let cache = builder(segments.path()).build().unwrap();
     eprintln!("forged size: {:?}", cache.adoption());
     assert_eq!(
@@ -621,7 +636,7 @@ fn a_forged_dirty_mask_past_a_folio_s_pages_is_not_written() {
     forge.write_frame(head + 1, &bytes[PAGE as usize..2 * PAGE as usize]);
     forge.set_orphaned();
     drop(forge);
-    std::fs::set_permissions(&seg, std::fs::Permissions::from_mode(0o600)).unwrap();
+    unfinish(&seg);
     let cache = builder(segments.path())
         .build()
         .expect("a forged mask fails no build");
@@ -685,6 +700,9 @@ fn child(spec: &str) {
     }
     if let Some(rest) = spec.strip_prefix("unprivileged ") {
         return unprivileged_child(rest);
+    }
+    if let Some(rest) = spec.strip_prefix("dirty ") {
+        return dirty_child(rest);
     }
     let mut parts = spec.split(' ');
     let (segments, data, secret) = (
@@ -777,6 +795,10 @@ fn a_root_process_that_drops_privileges_cannot_write_a_root_only_file() {
         data.path().display(),
         secret.display()
     ));
+    assert!(
+        !is_vouched(&segments.path().join(NAME)),
+        "the forged segment is still there, vouched for"
+    );
     // The next root cache of that name.
     let cache = builder(segments.path())
         .build()
@@ -889,6 +911,12 @@ fn a_root_process_that_drops_privileges_cannot_make_root_s_next_cache_serve_forg
             segments.path().display(),
             secret.display()
         ));
+        // Deterministic, whatever pages the adoption's check samples: the keeper (exited)
+        // left no segment of that name that it vouches for.
+        assert!(
+            !is_vouched(&segments.path().join(NAME)),
+            "{how}: the forged segment is still there, vouched for"
+        );
         let cache = builder(segments.path())
             .build()
             .expect("root's next cache builds");
@@ -963,8 +991,10 @@ fn dropped_then_adopted_warm(cache: Cache, segments: &Path, file: &Path, bytes: 
 }
 
 /// A child forked by the owner (before it could drop privileges) inherits no way into the
-/// segment: the segment's descriptor number is `/dev/null`, open read-only, and the
-/// segment's mapping is not there. Then the owner's cache, dropped cleanly, is adopted
+/// segment: the segment's descriptor number is `/dev/null`, open read-only, and so are
+/// the owner lock's and the keeper link's (issue 42 review, finding A: a child with the
+/// link could register its own file or end the line), and the segment's mapping is not
+/// there. Then the owner's cache, dropped cleanly, is adopted
 /// warm with the file's bytes.
 fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
     if !is_root() {
@@ -978,6 +1008,22 @@ fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
     assert_eq!(read_all(&cache, &secret), secret_bytes);
     let fd = segment_fd(&cache);
     let seg_path = cache.segment_path().unwrap();
+    // Every descriptor of the owner into the segment (its file, the owner lock's second
+    // open file) or to its keeper (the link's socket: the test makes no other socket).
+    let others: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&other| {
+            std::fs::read_link(format!("/proc/self/fd/{other}")).is_ok_and(|to| {
+                to == seg_path || to.to_str().is_some_and(|to| to.starts_with("socket:"))
+            })
+        })
+        .collect();
+    assert!(
+        others.len() >= 3,
+        "the segment, the owner lock and the link: {others:?}"
+    );
     // The mapping's first address, from the owner's maps.
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let base = maps
@@ -997,10 +1043,16 @@ fn a_forked_child_has_neither_the_segment_s_descriptor_nor_its_mapping() {
         let code = unsafe {
             let mut st: libc::stat = std::mem::zeroed();
             let mut vec = [0u8; 1];
+            let is_null = |fd: i32, st: &mut libc::stat| {
+                libc::fstat(fd, st) == 0
+                    && (st.st_rdev, st.st_mode & libc::S_IFMT) == (null.st_rdev, libc::S_IFCHR)
+            };
             if libc::fstat(fd, &mut st) != 0 {
                 10
             } else if (st.st_rdev, st.st_mode & libc::S_IFMT) != (null.st_rdev, libc::S_IFCHR) {
                 11 // the descriptor is still the segment's
+            } else if !others.iter().all(|&other| is_null(other, &mut st)) {
+                16 // the owner lock's file or the keeper link's socket is still there
             } else if libc::setuid(NOBODY) != 0 {
                 12
             } else if libc::write(fd, [0xEEu8; 64].as_ptr().cast(), 64) != -1 {
@@ -1120,4 +1172,169 @@ fn an_owner_that_cannot_change_credentials_needs_no_witness() {
     );
     assert_eq!(child.next_line(KEEPER_WAIT_MAX, "warm"), "warm");
     child.rest_of_lines();
+}
+
+/// The vouch mark (`S_ISVTX`): a keeper set it, and no witness took it back.
+const VOUCHED: u32 = 0o1000;
+
+/// Whether a segment file is at `path`, vouched for by its keeper.
+fn is_vouched(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.mode() & VOUCHED != 0)
+}
+
+/// Takes the vouch mark off the segment at `path`, as a keeper that could not vouch for
+/// it (or a witness that saw its owner's `setuid`) leaves it.
+fn unvouch(path: &Path) {
+    let mode = std::fs::metadata(path).unwrap().mode() & 0o7777;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & !VOUCHED)).unwrap();
+    assert!(!is_vouched(path));
+}
+
+/// Issue 42 review, B and C: a segment whose keeper did not vouch for it (its owner's
+/// ids changed before the keeper's fork, or a witness saw a change and took the mark
+/// back, whatever became of the name) is replaced, never adopted; one vouched for is
+/// adopted warm (the control).
+fn a_segment_no_keeper_vouched_for_is_replaced_not_adopted() {
+    harness::become_subreaper();
+    for vouched in [true, false] {
+        let (segments, data) = dirs();
+        let bytes = content(14, 16 * PAGE as usize);
+        let seg = first_life(segments.path(), data.path(), &[("file", bytes.clone())]);
+        assert!(is_vouched(&seg), "the keeper vouched for a kept segment");
+        if !vouched {
+            unvouch(&seg);
+        }
+        let cache = builder(segments.path()).build().unwrap();
+        let adoption = cache.adoption().cloned().expect("a segment of the name");
+        if vouched {
+            assert!(
+                !adoption.replaced && adoption.pages_kept > 0,
+                "{adoption:?}"
+            );
+        } else {
+            assert!(
+                adoption.replaced && adoption.pages_kept == 0,
+                "{adoption:?}"
+            );
+            assert!(
+                adoption
+                    .replaced_because
+                    .as_deref()
+                    .is_some_and(|why| why.contains("vouched")),
+                "{adoption:?}"
+            );
+        }
+        assert_eq!(read_all(&cache, &data.path().join("file")), bytes);
+        // The new owner's keeper vouches for the segment it took or made.
+        assert!(is_vouched(&seg));
+        let keeper = cache.keeper_pid().unwrap();
+        drop(cache);
+        harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the keeper");
+    }
+}
+
+/// The dirty child: `spec` is "<segment dir> <data file>". It writes `content(12, ..)`
+/// over the file through a named cache (dirty, not written back for 10 minutes), says its
+/// keeper's pid, and waits to be killed.
+fn dirty_child(spec: &str) {
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let (segments, file) = (Path::new(parts[0]), Path::new(parts[1]));
+    let cache = builder(segments)
+        .dirty_expire(Duration::from_secs(600))
+        .build()
+        .expect("child: a cache");
+    let handle = cache
+        .open_options()
+        .write(true)
+        .open(file)
+        .expect("child: open for writing");
+    handle
+        .write_at(&content(12, 4 * PAGE as usize), 0)
+        .expect("child: write");
+    harness::say(&format!("keeper {}", cache.keeper_pid().unwrap()));
+    loop {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+}
+
+/// Issue 42 review, B and C: a killed keeper's orphan (its owner killed too) whose vouch
+/// mark is gone is not recovered by path by root: its dirty pages are refused, the file
+/// keeps the disk's bytes, and the next cache of the name replaces the segment. With the
+/// mark (the control: the keeper set it at its start), root's recovery writes them.
+fn an_unvouched_orphan_is_not_recovered_by_path() {
+    if !is_root() {
+        eprintln!("not root: a recovery by this user writes only its own files anyway");
+        return;
+    }
+    harness::become_subreaper();
+    for vouched in [true, false] {
+        let (segments, data) = dirs();
+        let file = data.path().join("file");
+        let on_disk = content(13, 4 * PAGE as usize);
+        std::fs::write(&file, &on_disk).unwrap();
+        let mut child = harness::Child::spawn(
+            CHILD_ENV,
+            &format!("dirty {} {}", segments.path().display(), file.display()),
+        );
+        let line = child.next_line(READY_WAIT_MAX, "keeper <pid>");
+        let keeper: u32 = line
+            .strip_prefix("keeper ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("a bad line from the child: {line:?}"));
+        // The keeper first (it never wrote anything), then its owner.
+        // SAFETY: kill with a pid the child said; SIGKILL ends it.
+        assert_eq!(unsafe { libc::kill(keeper as i32, libc::SIGKILL) }, 0);
+        harness::wait_for_exit(keeper, KEEPER_WAIT_MAX, "the killed keeper");
+        child.kill();
+        child.rest_of_lines();
+        let seg = segments.path().join(NAME);
+        assert!(
+            is_vouched(&seg),
+            "a killed keeper's orphan stays vouched for"
+        );
+        if !vouched {
+            unvouch(&seg);
+        }
+        let recovered = folio::recover_segment(&seg).expect("a recovery");
+        eprintln!("vouched {vouched}: {recovered:?}");
+        if vouched {
+            assert_eq!(recovered.files_refused, 0, "{recovered:?}");
+            assert_eq!(
+                std::fs::read(&file).unwrap(),
+                content(12, 4 * PAGE as usize)
+            );
+        } else {
+            assert_eq!(recovered.files_refused, 1, "{recovered:?}");
+            assert!(
+                recovered
+                    .refused_because
+                    .as_deref()
+                    .is_some_and(|why| why.contains("vouched")),
+                "{recovered:?}"
+            );
+            assert_eq!(
+                std::fs::read(&file).unwrap(),
+                on_disk,
+                "written by path from an unvouched segment"
+            );
+            let cache = builder(segments.path()).build().unwrap();
+            assert!(
+                cache.adoption().is_some_and(|a| a.replaced),
+                "{:?}",
+                cache.adoption()
+            );
+            assert_eq!(read_all(&cache, &file), on_disk);
+        }
+    }
+}
+
+/// Takes the finished mark (the owner's execute bit) off the segment at `path`, as a
+/// killed keeper leaves it: the vouch mark its keeper set at its start stays.
+fn unfinish(path: &Path) {
+    let mode = std::fs::metadata(path).unwrap().mode() & 0o7777;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & !0o100)).unwrap();
+    assert!(
+        is_vouched(path),
+        "a killed keeper's segment stays vouched for"
+    );
 }

@@ -355,6 +355,13 @@ fn unsafe_segments_are_not_recovered() {
     );
     std::fs::remove_file(&link).unwrap();
 
+    // The mode as the keeper left it (its vouch mark, `S_ISVTX`, set at its start), put
+    // back after the loose modes below.
+    let left = std::fs::metadata(&segment).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        left, 0o1600,
+        "a killed keeper's segment: vouched for, not finished"
+    );
     set_mode(&segment, 0o644);
     refused(
         &segment,
@@ -369,7 +376,7 @@ fn unsafe_segments_are_not_recovered() {
         "readable by its group (0640)",
         &untouched,
     );
-    set_mode(&segment, 0o600);
+    set_mode(&segment, left);
 
     if is_root() {
         chown(&segment, NOBODY);

@@ -6,7 +6,8 @@
 //! The steps, at build, before the cache is shared:
 //! 1. Take the segment (`Segment::adopt`: only its owner's user, mode 0600, no symlink, a
 //!    header this build reads; an owner or keeper that still holds it is waited for or
-//!    refused). One whose keeper was killed is finished first (`recover_segment`), so
+//!    refused; its keeper's vouch mark, else it is replaced: `keeper::is_vouched`). The
+//!    marks are cleared: this life's keeper sets its own. One whose keeper was killed is finished first (`recover_segment`), so
 //!    every dirty page it holds is on disk before anything is kept.
 //! 2. Read the side table (`scan`): every folio whose state and place prove it was a
 //!    cached page of a file (uptodate, not locked, failed, freed or detached; inside the
@@ -127,7 +128,15 @@ pub(crate) fn take(
                 ))
                 .into());
             }
-            Segment::adopt(path, frame_count)
+            Segment::adopt(path, frame_count).and_then(|segment| {
+                // Its keeper vouched for it (`keeper::vouch_raw`), and no witness took it
+                // back: read before this adoption clears the marks.
+                if crate::keeper::is_vouched(segment.file()) {
+                    Ok(segment)
+                } else {
+                    Err(io::Error::new(io::ErrorKind::InvalidData, Unvouched))
+                }
+            })
         });
         match attempt {
             Ok(segment) => break segment,
@@ -155,7 +164,11 @@ pub(crate) fn take(
                     _ => return Err(e),
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::InvalidData && unusable == Unusable::Replace => {
+            Err(e)
+                if e.kind() == io::ErrorKind::InvalidData
+                    && (unusable == Unusable::Replace
+                        || e.get_ref().is_some_and(|inner| inner.is::<Unvouched>())) =>
+            {
                 let why = e.to_string();
                 eprintln!(
                     "folio: segment {} replaced by an empty one: {why}",
@@ -186,8 +199,8 @@ pub(crate) fn take(
     };
     // A kept segment's steward leaves now, not at its next tick (`keeper::kept`).
     crate::keeper::kept::wake_steward(&segment);
-    // A keeper finished it before (its mark, `keeper` module docs); this process's keeper marks
-    // it again when it ends.
+    // A keeper finished it before and vouched for it (its marks, `keeper` module docs);
+    // this process's keeper vouches for it at its start and marks it finished when it ends.
     crate::keeper::clear_finished(segment.file())?;
     let mut found = scan::scan(&segment);
     let pages_found: u64 = found.folios.iter().map(|f| f.order.pages()).sum();
@@ -264,6 +277,24 @@ impl From<Replace> for io::Error {
         io::Error::new(io::ErrorKind::InvalidData, format!("folio: {}", r.0))
     }
 }
+
+/// A segment no keeper vouched for (`keeper::is_vouched`): its owner's credentials may
+/// have changed while it lived (a witness saw it, or the keeper could not vouch), or an
+/// older build made it. Always replaced, whatever `Unusable` says: it is not damaged, only
+/// not trusted, and an older build's segment must not fail a build once.
+#[derive(Debug)]
+struct Unvouched;
+
+impl std::fmt::Display for Unvouched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "folio: no keeper vouched for the segment (its owner's credentials may have \
+             changed while it lived, or an older build made it): it is not adopted",
+        )
+    }
+}
+
+impl std::error::Error for Unvouched {}
 
 /// Removes a segment this build cannot read, if it is ours: a regular file of this user,
 /// not a symlink, that nobody holds (its lock taken first: a file this short may be

@@ -376,6 +376,10 @@ impl CacheBuilder {
                 io::Error::new(io::ErrorKind::InvalidInput, "folio: capacity above 1 TiB")
             })?;
         let mut frames = capacity / PAGE_BYTES as u64;
+        // The owner's ids before the segment is created or adopted: its keeper vouches
+        // for it only if they still hold (`keeper::spawn`; another thread may setuid
+        // while this build runs).
+        let baseline = crate::keeper::Credentials::of_this_thread();
         let (segment, mut plan) = if self.persistent {
             let (segment, plan) = self.create_segment(frames_max, &mut frames)?;
             (Some(segment), plan)
@@ -390,9 +394,10 @@ impl CacheBuilder {
             order_max = Order::new(order_max.get() - 1);
         }
         let (mut arena, keeper) = if let Some(segment) = segment {
-            let keeper = crate::keeper::spawn(&segment, &self.kept_memory).inspect_err(|_| {
-                let _ = segment.remove();
-            })?;
+            let keeper =
+                crate::keeper::spawn(&segment, &self.kept_memory, baseline).inspect_err(|_| {
+                    let _ = segment.remove();
+                })?;
             (Arena::in_segment(segment, self.arena_pages), Some(keeper))
         } else {
             (Arena::new(frames_max, self.arena_pages)?, None)

@@ -14,7 +14,11 @@
 //!    credentials, the kernel's events of them (`witness`: subscribed before `Started`).
 //!    It never touches the segment, but to take its name away (`witness`).
 //! 3. The owner's death is noticed at once: its pidfd polls readable, or the link reaches
-//!    its end (the owner dropped the cache with dirty pages left). A `Bye` (a clean drop
+//!    its end (the owner dropped the cache with dirty pages left). An end of the link (or
+//!    a malformed message, or a failed wait) while the pidfd says the owner lives is
+//!    acted on only once the owner let go of the segment (its record lock gone): no
+//!    copy of the link a forked child might hold (`segment::fork` leaves it none) can
+//!    make the keeper write beside a live owner. A `Bye` (a clean drop
 //!    that left nothing dirty) ends the keeper without writing; for a named segment,
 //!    kept for the next cache of its name, the keeper stays as its steward (`kept`: it
 //!    gives the kept pages back under memory pressure, and leaves when it is adopted).
@@ -43,6 +47,12 @@
 //!   opened for writing), never a file it opens by path; it runs with no capabilities and
 //!   `PR_SET_NO_NEW_PRIVS` (`drop_privileges`); before each write it checks the folio is
 //!   still the dirty folio it found (`orphan`).
+//! - A segment is vouched for by its keeper (`vouch_raw`: `S_ISVTX`, a mode only the
+//!   file's owner can change) at its start, only if the owner's ids are still those the
+//!   build began with (a kept segment's: every thread's, read after the witness
+//!   subscribed: `witness`, the vouch mark); the witness clears it at a change. Adoption
+//!   replaces a kept segment without it, and a recovery by root writes nothing by path
+//!   from any segment without it.
 //! - Every way a keeper ends but a kill (a `Bye`, the end of its writeback, a failure, a
 //!   panic, a fault) marks the segment file finished (`mark_finished_raw`: the owner's
 //!   execute bit): a mode only the file's owner can set or clear, which no privilege-dropped
@@ -82,6 +92,7 @@ use crate::segment::Segment;
 pub use kept::{trim_kept_segment, KeptMemory, Trimmed};
 use orphan::finish;
 pub use orphan::Written;
+pub use witness::Credentials;
 use witness::{Unwitnessed, Witness};
 
 /// Starts the keeper of `segment` (module docs, step 1) and returns the owner's end of
@@ -90,7 +101,14 @@ use witness::{Unwitnessed, Witness};
 /// Context: the cache's build, before its background threads start; the I/O backend's
 /// threads already run (the children have only the forking thread and take no lock
 /// those threads may hold: the fork's SAFETY note). Forks the process.
-pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
+/// `baseline` is the owner's ids taken before the segment was created or adopted
+/// (`Credentials::of_this_thread`): the keeper vouches for a kept segment only if they
+/// still hold (module docs, protection).
+pub fn spawn(
+    segment: &Segment,
+    kept: &KeptMemory,
+    baseline: Credentials,
+) -> io::Result<KeeperLink> {
     let (ours, theirs) = link::pair()?;
     let owner = std::process::id() as libc::pid_t;
     let segment_fd = segment.file().as_raw_fd();
@@ -120,7 +138,12 @@ pub fn spawn(segment: &Segment, kept: &KeptMemory) -> io::Result<KeeperLink> {
                 pidfd,
                 &path,
                 kept,
-                (owner as u32, kept_segment, no_witness),
+                &Owner {
+                    pid: owner as u32,
+                    kept_segment,
+                    no_witness,
+                    baseline,
+                },
             ),
             -1 => 1,
             _ => 0,
@@ -159,16 +182,25 @@ const LINK_FD: RawFd = 3;
 const SEGMENT_FD: RawFd = 4;
 const PIDFD: RawFd = 5;
 
-/// The keeper's body (module docs), for the owner `owner.0` of a kept (named) segment if
-/// `owner.1` (`owner.2`: the test lever `witness::NO_WITNESS_ENV` was set). Returns the
-/// exit code.
+/// What the keeper knows of its owner (`spawn`).
+struct Owner {
+    pid: u32,
+    /// The segment is kept (named): only then is a witness started.
+    kept_segment: bool,
+    /// The test lever `witness::NO_WITNESS_ENV` was set.
+    no_witness: bool,
+    /// The owner's ids before the segment was created or adopted.
+    baseline: Credentials,
+}
+
+/// The keeper's body (module docs) for `owner`. Returns the exit code.
 fn keeper_main(
     socket: RawFd,
     segment_fd: RawFd,
     pidfd: Option<OwnedFd>,
     path: &Path,
     kept: &KeptMemory,
-    owner: (u32, bool, bool),
+    owner: &Owner,
 ) -> i32 {
     let has_pidfd = pidfd.is_some();
     if isolate(socket, segment_fd, pidfd.as_ref().map(AsRawFd::as_raw_fd)).is_err() {
@@ -178,12 +210,29 @@ fn keeper_main(
     // before `Started`, which the owner's build waits for: so before the owner can change
     // its credentials (`witness`). Without a witness where one is needed, the name goes
     // at once.
-    let mut witness = if owner.1 {
-        Witness::start(owner.0, owner.2)
+    let mut witness = if owner.kept_segment {
+        Witness::start(owner.pid, owner.no_witness)
     } else {
         Witness::NotNeeded
     };
-    let why = witness.unwitnessed().map_or(0, Unwitnessed::code);
+    let mut why = witness.unwitnessed();
+    // The vouch mark (module docs, protection): set only if the owner's ids, every
+    // thread's, are still those the build started with, read after the subscription (a
+    // change from then on is an event, read by `watch` below, which clears the mark
+    // again). An unnamed segment's keeper watches nothing (`NotNeeded`): it vouches if its
+    // own ids, the owner's at the fork, are the build's (a recovery by root trusts no
+    // other).
+    let own = Credentials::of_this_thread();
+    let threads = match witness {
+        Witness::Watching { .. } => witness::owner_threads(owner.pid),
+        _ => Vec::new(),
+    };
+    if witness.may_vouch(&owner.baseline, &own, &threads) {
+        vouch_raw(SEGMENT_FD);
+    } else if owner.kept_segment {
+        why = why.or(Some(Unwitnessed::Unvouched));
+    }
+    let why = why.map_or(0, Unwitnessed::code);
     witness.watch(path, SEGMENT_FD);
     // The OOM killer's last choice where the process may say so (root): the keeper is
     // small, and what it guards is the owner's unsynced writes. Elsewhere this fails, and
@@ -262,10 +311,15 @@ fn serve(
     let mut files: HashMap<MappingId, StdFile> = HashMap::new();
     // Step 2: messages until the owner dies, says goodbye, or closes the link.
     let mut bye = false;
+    let mut died = false;
     loop {
         match wait_for(LINK_FD, owner_pidfd, witness.fd()) {
-            Event::OwnerDied => break,
+            Event::OwnerDied => {
+                died = true;
+                break;
+            }
             Event::Witness => witness.watch(path, SEGMENT_FD),
+            Event::Failed => break,
             Event::Link => match link::try_receive(LINK_FD) {
                 Ok(Received::Message(Message::Bye)) => {
                     bye = true;
@@ -276,6 +330,14 @@ fn serve(
                 Ok(Received::Closed) | Err(_) => break,
             },
         }
+    }
+    if !died && !bye {
+        // The link ended (or a message was malformed, or the wait failed) with the owner
+        // alive, as far as its pidfd tells: nothing is done to the segment until the owner has let go of
+        // it (its record lock gone, as the goodbye's steward waits): an end forged by
+        // someone holding a copy of the link (`segment::fork` gives none to a forked
+        // child: defense in depth) never makes the keeper write beside a live owner.
+        let _ = kept::wait_until_owner_gone(&borrowed_segment_file());
     }
     // Every credential change the owner made before its death, end or goodbye is queued
     // now (the kernel queues it before the change returns): read before anything is done.
@@ -317,6 +379,13 @@ fn serve(
     }
 }
 
+/// `SEGMENT_FD` as a file, never closed (`ManuallyDrop`): the keeper's own descriptor.
+fn borrowed_segment_file() -> std::mem::ManuallyDrop<StdFile> {
+    // SAFETY: SEGMENT_FD is open for the keeper's life (`isolate`); the File is never
+    // dropped, so it never closes it.
+    std::mem::ManuallyDrop::new(unsafe { StdFile::from_raw_fd(SEGMENT_FD) })
+}
+
 /// Marks the segment open as `fd` finished (module docs, protection): the owner's execute
 /// bit added to its mode (0700 for a segment as it is made; other bits as they are).
 /// Async-signal-safe: `fstat` and `fchmod`.
@@ -331,6 +400,45 @@ pub(crate) fn mark_finished_raw(fd: RawFd) {
     }
 }
 
+/// Marks the segment open as `fd` vouched for (module docs, protection): the sticky bit
+/// (`S_ISVTX`) added to its mode: a bit that grants nothing on a regular file and that
+/// only the file's owner (or CAP_FOWNER) can change, so a privilege-dropped owner can
+/// neither set nor keep it. Kept by the finished mark (which adds a bit) and by writes
+/// and truncations (the kernel clears only the set-user and set-group ids there); cleared
+/// by an adoption (`clear_finished`) and by the witness (`unvouch_raw`).
+/// Async-signal-safe: `fstat` and `fchmod`.
+pub(crate) fn vouch_raw(fd: RawFd) {
+    // SAFETY: all-zero is a valid stat, filled by fstat; fstat and fchmod on a descriptor
+    // number (a closed or foreign one only fails).
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 {
+            libc::fchmod(fd, (st.st_mode & 0o7777) | libc::S_ISVTX);
+        }
+    }
+}
+
+/// Takes the vouch mark (`vouch_raw`) off the segment open as `fd`: its owner may have
+/// changed credentials (`witness`). Async-signal-safe.
+pub(crate) fn unvouch_raw(fd: RawFd) {
+    // SAFETY: as `vouch_raw`'s.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) == 0 {
+            libc::fchmod(fd, st.st_mode & 0o7777 & !libc::S_ISVTX);
+        }
+    }
+}
+
+/// Whether a keeper vouched for the segment open as `file` (`vouch_raw`) and no witness
+/// took it back: a segment without it is not adopted (a kept one), nor recovered by path
+/// by a process that bypasses permissions (`adopt::take`, `recovery`).
+pub(crate) fn is_vouched(file: &StdFile) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    file.metadata()
+        .is_ok_and(|meta| meta.permissions().mode() & libc::S_ISVTX != 0)
+}
+
 /// Whether a keeper finished the segment open as `file` (`mark_finished_raw`).
 pub(crate) fn is_finished(file: &StdFile) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -338,14 +446,18 @@ pub(crate) fn is_finished(file: &StdFile) -> bool {
         .is_ok_and(|meta| meta.permissions().mode() & 0o100 != 0)
 }
 
-/// Clears the mark of `file` (a new owner adopted the segment: its own keeper marks it
-/// again when it ends).
+/// Clears the marks of `file`, finished and vouched for (a new owner adopted the segment:
+/// its own keeper vouches for it at its start and marks it finished when it ends; a mark
+/// from the previous life never vouches for this one).
 ///
 /// Errors: `fchmod`'s.
 pub(crate) fn clear_finished(file: &StdFile) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    debug_assert!(!is_finished(file), "the mark is cleared");
+    debug_assert!(
+        !is_finished(file) && !is_vouched(file),
+        "the marks are cleared"
+    );
     Ok(())
 }
 
@@ -524,6 +636,8 @@ fn dead_pidfd() -> Option<OwnedFd> {
 enum Event {
     Link,
     OwnerDied,
+    /// The wait itself failed (not a sign of the owner's death).
+    Failed,
     /// The witness's socket has events (`witness`).
     Witness,
 }
@@ -555,7 +669,7 @@ fn wait_for(socket: RawFd, pidfd: Option<RawFd>, witness: Option<RawFd>) -> Even
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            return Event::OwnerDied;
+            return Event::Failed;
         }
         if fds[2].revents != 0 {
             return Event::Witness;

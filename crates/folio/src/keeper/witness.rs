@@ -27,7 +27,21 @@
 //!    goodbye, and once more when the owner has let go of the segment (a steward).
 //! 3. An event of the owner's process (any thread: `process_tgid`), or an overflow
 //!    (`ENOBUFS`: events were lost), is "the owner may have changed credentials": the
-//!    segment's name is taken away at once (`take_name`).
+//!    segment's vouch mark is cleared through the keeper's descriptor, then its name is
+//!    taken away (`take_name`, best effort). An event of the owner's read while
+//!    subscribing or proving the subscription counts too.
+//!
+//! The vouch mark (issue 42 review, B and C): the name alone does not protect (a
+//! renamed parent directory defeats an unlink by path; a keeper forked after another
+//! thread of the owner changed its ids never sees the change). So a kept segment is
+//! adopted, or recovered by path by root, only if its file carries the mark
+//! (`keeper::vouch_raw`: `S_ISVTX`, which only the file's owner or CAP_FOWNER can change).
+//! The adopter clears it as it takes the segment; the keeper sets it before `Started`
+//! only if `may_vouch`: its own ids equal the owner's taken by the build before it
+//! created or adopted the segment (`Credentials`), and the witness is not needed, or
+//! watching and every thread of the owner (`/proc/<owner>/task/*/status`, read after the
+//! subscription) still has those ids. Otherwise the owner's cache says why
+//! (`Unwitnessed::Unvouched`).
 //!
 //! No witness (`Witness::Unavailable`): where the owner could change credentials but no
 //! subscription can be proven (not in the initial user and pid namespaces, a kernel
@@ -36,14 +50,18 @@
 //! says why (`Cache::segment_not_kept_because`). An owner that cannot change credentials
 //! needs no witness (`Witness::NotNeeded`): no socket is opened.
 //!
-//! Protection: the name is removed through its directory, checked again
+//! Protection: the mark is cleared through the segment's descriptor (whatever its path
+//! names now); the name is removed through its directory, checked again
 //! (`SegmentDir::of_segment`), and only if it still names this segment's inode
 //! (`unlink_if_id`): a segment that took the name since is never touched. The keeper
 //! then writes the owner's dirty pages back as before (through the descriptors it was
 //! handed), but never stays as a steward and never links the segment again.
 //!
 //! Limits: a keeper killed (by root, or by the OOM killer) before it read the event
-//! leaves the name; a uid-0 process that only drops capabilities is still the segment's
+//! leaves the name and the mark; the kernel drops an event silently (no `ENOBUFS`) when
+//! it cannot allocate it (`GFP_NOWAIT` in `cn_proc`): a change then goes unseen; a child
+//! made by a raw `clone` (no fork handlers) keeps the owner's descriptors and is another
+//! process, unwatched (`segment::fork`); a uid-0 process that only drops capabilities is still the segment's
 //! owner (its own forgery is of its own files: outside this boundary); an owner that
 //! changes its file-system uid for its own work (as NFS servers do) loses its warm
 //! restart; a process whose pid is reused by another that changes credentials in the
@@ -76,6 +94,9 @@ pub enum Unwitnessed {
     Refused = 3,
     /// Subscribed, but the keeper's own credential change did not arrive.
     Silent = 4,
+    /// The keeper could not vouch for the segment (`may_vouch`): the owner's (or the
+    /// keeper's own) ids are not the ones the build started with, or could not be read.
+    Unvouched = 5,
 }
 
 impl Unwitnessed {
@@ -85,9 +106,15 @@ impl Unwitnessed {
     }
 
     pub fn from_code(code: u8) -> Option<Unwitnessed> {
-        [Self::Lever, Self::Namespace, Self::Refused, Self::Silent]
-            .into_iter()
-            .find(|w| w.code() == code)
+        [
+            Self::Lever,
+            Self::Namespace,
+            Self::Refused,
+            Self::Silent,
+            Self::Unvouched,
+        ]
+        .into_iter()
+        .find(|w| w.code() == code)
     }
 
     /// What the owner's cache says (`Cache::segment_not_kept_because`).
@@ -108,6 +135,10 @@ impl Unwitnessed {
                 "the process may change its credentials and the keeper cannot watch it: \
                  the kernel's proc connector delivered no event; run as the database's \
                  own user to keep the segment"
+            }
+            Self::Unvouched => {
+                "the process's user or group ids changed while its cache was built (or \
+                 could not be read): the keeper does not vouch for the segment"
             }
         }
     }
@@ -182,15 +213,17 @@ impl Witness {
         if !in_initial_namespaces() {
             return Witness::Unavailable(Unwitnessed::Namespace);
         }
-        let Ok(socket) = subscribe() else {
+        let mut owner_seen = false;
+        let Ok(socket) = subscribe(owner, &mut owner_seen) else {
             return Witness::Unavailable(Unwitnessed::Refused);
         };
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() } as u32;
-        match probe(&socket, me) {
+        match probe(&socket, me, owner, &mut owner_seen) {
             // Subscribed: a change from now on is an event; one made by another thread of
-            // the owner between the fork and now shows in its ids, which the fork copied.
-            Ok(true) if same_ids_as(owner) => Witness::Watching { socket, owner },
+            // the owner between the fork and now shows in its ids, which the fork copied;
+            // an event of the owner's (or a loss) read while subscribing is a change.
+            Ok(true) if !owner_seen && same_ids_as(owner) => Witness::Watching { socket, owner },
             Ok(true) => Witness::OwnerChanged,
             result => {
                 unsubscribe(socket.as_raw_fd());
@@ -237,9 +270,35 @@ impl Witness {
             }
         };
         if take {
+            // The mark first, through the descriptor (whatever the path names now): it
+            // is what adoption and recovery trust (`super::vouch_raw`).
+            super::unvouch_raw(segment_fd);
             take_name(path, segment_fd);
             *self = Witness::NameTaken;
         }
+    }
+
+    /// Whether the keeper may vouch for the segment (module docs, the vouch mark), given
+    /// the owner's ids at the build's start (`baseline`), the keeper's own (`own`, as of
+    /// its fork) and those of each of the owner's threads read after the subscription
+    /// (`owner_threads`, `None` for one that could not be read). Only for a witness that
+    /// is watching (then every thread must still have the baseline's ids) or not needed
+    /// (the owner could not change its ids since the fork: the keeper's are its).
+    pub(crate) fn may_vouch(
+        &self,
+        baseline: &Credentials,
+        own: &Credentials,
+        owner_threads: &[Option<Credentials>],
+    ) -> bool {
+        own == baseline
+            && match self {
+                Witness::NotNeeded => true,
+                Witness::Watching { .. } => {
+                    !owner_threads.is_empty()
+                        && owner_threads.iter().all(|t| t.as_ref() == Some(baseline))
+                }
+                Witness::Unavailable(_) | Witness::OwnerChanged | Witness::NameTaken => false,
+            }
     }
 
     /// Stops watching (the owner has let go of the segment: what it does now cannot
@@ -272,7 +331,9 @@ fn unsubscribe(fd: RawFd) {
 }
 
 /// Takes the segment's name away (module docs, protection): unlinks `path` through its
-/// directory, checked again, if it still names the file open as `segment_fd`.
+/// directory, checked again, if it still names the file open as `segment_fd`. Best
+/// effort: a directory renamed by someone who could defeats it, which is why the vouch
+/// mark is cleared first (`Witness::watch`); the mark is what protects.
 fn take_name(path: &Path, segment_fd: RawFd) {
     // SAFETY: all-zero is a valid stat, filled by fstat on a descriptor number.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -283,6 +344,79 @@ fn take_name(path: &Path, segment_fd: RawFd) {
     if let Ok((dir, name)) = SegmentDir::of_segment(path) {
         let _ = dir.unlink_if_id(&name, (st.st_dev, st.st_ino));
     }
+}
+
+/// A process's (or thread's) user and group ids: real, effective, saved and file-system,
+/// as `/proc/<pid>/status` lists them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub uids: [u32; 4],
+    pub gids: [u32; 4],
+}
+
+impl Credentials {
+    /// The calling thread's (`getresuid`, `getresgid`, and the file-system ids read with
+    /// `setfsuid(-1)`, which changes nothing). Async-signal-safe.
+    pub fn of_this_thread() -> Credentials {
+        let (mut r, mut e, mut s) = (0, 0, 0);
+        let (mut gr, mut ge, mut gs) = (0, 0, 0);
+        // SAFETY: out-pointers to live integers; setfsuid/setfsgid with -1 (an invalid
+        // id) change nothing and return the current one.
+        unsafe {
+            libc::getresuid(&mut r, &mut e, &mut s);
+            libc::getresgid(&mut gr, &mut ge, &mut gs);
+            let fs = libc::setfsuid(u32::MAX) as u32;
+            let gfs = libc::setfsgid(u32::MAX) as u32;
+            Credentials {
+                uids: [r, e, s, fs],
+                gids: [gr, ge, gs, gfs],
+            }
+        }
+    }
+
+    /// Parses a `/proc/<pid>/status` text's `Uid:` and `Gid:` lines; `None` without them.
+    pub(crate) fn from_status(status: &str) -> Option<Credentials> {
+        let ids = |field: &str| -> Option<[u32; 4]> {
+            let line = status.lines().find_map(|l| l.strip_prefix(field))?;
+            let mut words = line.split_whitespace().map(str::parse::<u32>);
+            let mut out = [0u32; 4];
+            for slot in &mut out {
+                *slot = words.next()?.ok()?;
+            }
+            Some(out)
+        };
+        Some(Credentials {
+            uids: ids("Uid:")?,
+            gids: ids("Gid:")?,
+        })
+    }
+}
+
+/// Each thread's ids of process `owner` (`/proc/<owner>/task/*/status`); one `None` for
+/// a thread (or the list) that could not be read. A thread that ended between the list
+/// and its read (`ENOENT`, `ESRCH`) is left out: a process's threads come and go (a
+/// thread pool's), and counting one as unreadable made a warm restart cold at random.
+pub(crate) fn owner_threads(owner: u32) -> Vec<Option<Credentials>> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{owner}/task")) else {
+        return vec![None];
+    };
+    tasks
+        .filter_map(|task| {
+            let Ok(task) = task else {
+                return Some(None);
+            };
+            match std::fs::read_to_string(task.path().join("status")) {
+                Ok(status) => Some(Credentials::from_status(&status)),
+                Err(e)
+                    if e.kind() == io::ErrorKind::NotFound
+                        || e.raw_os_error() == Some(libc::ESRCH) =>
+                {
+                    None
+                }
+                Err(_) => Some(None),
+            }
+        })
+        .collect()
 }
 
 /// Whether process `owner`'s uids and gids (real, effective, saved, file-system: its
@@ -343,7 +477,7 @@ fn in_initial_namespaces() -> bool {
 /// A connector socket bound to the proc group, its buffer enlarged, subscribed (module
 /// docs, step 1). Errors: the socket's, the bind's or a send's; `PermissionDenied` for a
 /// refusal the kernel acknowledged.
-fn subscribe() -> io::Result<OwnedFd> {
+fn subscribe(owner: u32, owner_seen: &mut bool) -> io::Result<OwnedFd> {
     // SAFETY: socket with constant arguments; the result is checked.
     let fd = unsafe {
         libc::socket(
@@ -393,14 +527,15 @@ fn subscribe() -> io::Result<OwnedFd> {
     // refused (a kernel that requires CAP_NET_ADMIN).
     send_listen(fd, me, None)?;
     let mut refused = false;
-    drain_with(fd, |message| {
+    // An event of the owner's read here (or a loss) is a change (`Witness::start`).
+    *owner_seen |= drain_with(fd, |message| {
         if u32_at(message, WHAT_AT) == Some(PROC_EVENT_NONE)
             && u32_at(message, CN_ACK_AT) == Some(me.wrapping_add(1))
             && u32_at(message, ACK_ERR_AT).is_some_and(|err| err != 0)
         {
             refused = true;
         }
-        false
+        is_id_event_of(message, owner)
     });
     if refused {
         return Err(io::Error::from(io::ErrorKind::PermissionDenied));
@@ -444,8 +579,11 @@ fn send_mcast(fd: RawFd, me: u32, op: u32, filter: Option<u32>) -> io::Result<()
 /// file-system uid (else gid) and back, then reads its own event. Returns false if no
 /// id could be changed or no event of its own came.
 ///
-/// Errors: none but what `drain` treats as events (an overflow counts as seen).
-fn probe(socket: &OwnedFd, me: u32) -> io::Result<bool> {
+/// An event of process `owner`'s read here, or a loss, sets `owner_seen` (a change:
+/// `Witness::start`).
+///
+/// Errors: none (an overflow counts as seen, and as the owner's).
+fn probe(socket: &OwnedFd, me: u32, owner: u32, owner_seen: &mut bool) -> io::Result<bool> {
     raise_effective();
     let (mut r, mut e, mut s) = (0, 0, 0);
     let (mut gr, mut ge, mut gs) = (0, 0, 0);
@@ -464,7 +602,21 @@ fn probe(socket: &OwnedFd, me: u32) -> io::Result<bool> {
         return Ok(false);
     }
     // The kernel queued the event inside the change (`commit_creds`): it is here now.
-    Ok(drain(socket.as_raw_fd(), |tgid| tgid == me) == Seen::Owner)
+    let (mut mine, mut owners) = (false, false);
+    let any = drain_with(socket.as_raw_fd(), |message| {
+        mine |= is_id_event_of(message, me);
+        owners |= is_id_event_of(message, owner);
+        false
+    });
+    // `any` without a message named: messages were lost (or the socket failed).
+    *owner_seen |= owners || any;
+    Ok(mine || any)
+}
+
+/// Whether `message` is a UID or GID event of process `tgid`.
+fn is_id_event_of(message: &[u8], tgid: u32) -> bool {
+    let what = u32_at(message, WHAT_AT).unwrap_or(0);
+    what & (PROC_EVENT_UID | PROC_EVENT_GID) != 0 && u32_at(message, TGID_AT) == Some(tgid)
 }
 
 /// Changes a file-system id with `set` (`setfsuid` or `setfsgid`: returns the previous
@@ -505,9 +657,7 @@ fn raise_effective() {
 /// event's process is one `is_owner` names, or if events were lost (`ENOBUFS`).
 fn drain(fd: RawFd, is_owner: impl Fn(u32) -> bool) -> Seen {
     let seen = drain_with(fd, |message| {
-        let what = u32_at(message, WHAT_AT).unwrap_or(0);
-        what & (PROC_EVENT_UID | PROC_EVENT_GID) != 0
-            && u32_at(message, TGID_AT).is_some_and(&is_owner)
+        u32_at(message, TGID_AT).is_some_and(|tgid| is_owner(tgid) && is_id_event_of(message, tgid))
     });
     if seen {
         Seen::Owner
@@ -576,5 +726,107 @@ mod tests {
             assert!(!w.reason().is_empty());
         }
         assert_eq!(Unwitnessed::from_code(0), None);
+        assert_eq!(
+            Unwitnessed::from_code(Unwitnessed::Unvouched.code()),
+            Some(Unwitnessed::Unvouched)
+        );
+    }
+
+    const ROOT: Credentials = Credentials {
+        uids: [0; 4],
+        gids: [0; 4],
+    };
+    const DROPPED: Credentials = Credentials {
+        uids: [1001; 4],
+        gids: [1001; 4],
+    };
+
+    /// A watching witness over a descriptor of no consequence (a file, never subscribed:
+    /// `Drop`'s unsubscribe only fails on it).
+    fn watching() -> Witness {
+        let socket = tempfile::tempfile().unwrap();
+        Witness::Watching {
+            socket: OwnedFd::from(socket),
+            owner: 1,
+        }
+    }
+
+    #[test]
+    fn the_keeper_vouches_only_for_the_baseline_s_ids_in_every_thread() {
+        let not_needed = Witness::NotNeeded;
+        let watching = watching();
+        // Unchanged: vouched.
+        assert!(not_needed.may_vouch(&ROOT, &ROOT, &[]));
+        assert!(watching.may_vouch(&ROOT, &ROOT, &[Some(ROOT), Some(ROOT)]));
+        // Finding B: another thread setuid between the segment's creation and the
+        // keeper's fork: the keeper has the new ids (and needs no witness for them).
+        assert!(!not_needed.may_vouch(&ROOT, &DROPPED, &[]));
+        assert!(!watching.may_vouch(&ROOT, &DROPPED, &[Some(DROPPED)]));
+        // One thread of the owner changed after the fork, before the subscription.
+        assert!(!watching.may_vouch(&ROOT, &ROOT, &[Some(ROOT), Some(DROPPED)]));
+        // Only the file-system uid changed.
+        let mut fs = ROOT;
+        fs.uids[3] = 1001;
+        assert!(!watching.may_vouch(&ROOT, &ROOT, &[Some(fs)]));
+        // A thread (or the list) that could not be read, or no thread at all.
+        assert!(!watching.may_vouch(&ROOT, &ROOT, &[Some(ROOT), None]));
+        assert!(!watching.may_vouch(&ROOT, &ROOT, &[]));
+        // No witness, a change seen, or the name taken: never.
+        for witness in [
+            Witness::Unavailable(Unwitnessed::Lever),
+            Witness::OwnerChanged,
+            Witness::NameTaken,
+        ] {
+            assert!(
+                !witness.may_vouch(&ROOT, &ROOT, &[Some(ROOT)]),
+                "{witness:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_are_read_from_a_status_text_and_match_this_thread_s() {
+        let status = "Name:\tx\nUid:\t0\t1001\t0\t1001\nGid:\t5\t6\t7\t8\nGroups:\t\n";
+        assert_eq!(
+            Credentials::from_status(status),
+            Some(Credentials {
+                uids: [0, 1001, 0, 1001],
+                gids: [5, 6, 7, 8],
+            })
+        );
+        assert_eq!(Credentials::from_status("Uid:\t0\t0\t0\n"), None);
+        assert_eq!(
+            Credentials::from_status("Uid:\t0\t0\nGid:\t0\t0\t0\t0\n"),
+            None
+        );
+        let ours = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        assert_eq!(
+            Credentials::from_status(&ours),
+            Some(Credentials::of_this_thread())
+        );
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() } as u32;
+        let threads = owner_threads(me);
+        assert!(!threads.is_empty());
+        assert!(threads
+            .iter()
+            .all(|t| *t == Some(Credentials::of_this_thread())));
+        assert_eq!(owner_threads(u32::MAX), vec![None]);
+        // Threads that end while the owner's are read are left out, never unreadable.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let churn = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::spawn(|| {}).join().unwrap();
+                }
+            })
+        };
+        for _ in 0..200 {
+            let threads = owner_threads(me);
+            assert!(threads.iter().all(Option::is_some), "{threads:?}");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        churn.join().unwrap();
     }
 }

@@ -19,6 +19,10 @@
 //!   segment a privilege-dropped owner could have changed since (the attack of issue 42).
 //!   Any other user's recovery retries it within the rules below: it cannot write what its
 //!   user could not.
+//! - A segment no keeper vouched for (`keeper::is_vouched`: its owner's ids changed
+//!   before its keeper's fork, or a kept one's witness saw a change) is treated as a
+//!   finished one by a process that bypasses permissions: nothing is written by path.
+//!   A killed keeper's segment keeps the mark it set at its start, and stays recoverable.
 //! - A recovery by path (a keeper killed, unmarked) writes a file only if its slot says the
 //!   owner opened it for writing, the path still leads to the file the slot names (device,
 //!   inode, birth time), and the file is this user's and writable by them: never a file the
@@ -42,7 +46,9 @@ use std::time::{Duration, Instant};
 
 use crate::folio_meta::MappingId;
 use crate::keeper::orphan::{self, finish, Written};
-use crate::keeper::{is_finished, mark_finished_raw, CapData, CapHeader, CAPABILITY_VERSION_3};
+use crate::keeper::{
+    is_finished, is_vouched, mark_finished_raw, CapData, CapHeader, CAPABILITY_VERSION_3,
+};
 use crate::segment::layout::{Opened, SegmentState};
 use crate::segment::{self, Holder, Segment};
 
@@ -110,7 +116,12 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
     }
     // Only a process that the kernel's permission checks do not bound needs the mark: any
     // other writes by path only what its own user may write anyway.
-    let finished = is_finished(segment.file()) && bypasses_permissions();
+    let bypasses = bypasses_permissions();
+    let finished = is_finished(segment.file()) && bypasses;
+    // A segment no keeper vouched for (its owner may have changed credentials while it
+    // lived: module docs, protection) is not written from by path either.
+    let unvouched = !finished && !is_vouched(segment.file()) && bypasses;
+    let not_by_path = finished || unvouched;
     let mut files = HashMap::new();
     let mut files_not_found = 0;
     let mut files_refused = 0;
@@ -127,9 +138,10 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
         dirty.iter().copied().chain(written_by_folio).collect();
     for id in ids {
         let has_dirty = dirty.contains(&id);
-        if finished {
-            // The keeper ended (and wrote what it could): nothing is retried by path. A
-            // size alone is not settled: a forged one must not cut a file.
+        if not_by_path {
+            // The keeper ended (and wrote what it could), or nobody vouches for the
+            // segment: nothing is written by path. A size alone is not settled: a forged
+            // one must not cut a file.
             if has_dirty {
                 files_refused += 1;
             }
@@ -145,19 +157,26 @@ pub fn recover_segment(path: &Path) -> io::Result<Recovered> {
             Reopened::Gone | Reopened::NotProven => {}
         }
     }
-    // The protection of issue 42: nothing of a finished segment is written by path.
-    assert!(!finished || files.is_empty());
-    let written = if finished && files_refused == 0 {
-        // Nothing to write: the keeper finished; settle the state only.
+    // The protection of issue 42: nothing of a finished or unvouched segment is written by
+    // path.
+    assert!(!not_by_path || files.is_empty());
+    let written = if not_by_path && files_refused == 0 {
+        // Nothing to write: settle the state only.
         finish(&segment, &mut HashMap::new())?
-    } else if finished {
+    } else if not_by_path {
         Written::default()
     } else {
         finish(&segment, &mut files)?
     };
     let mut refused_because = None;
     if files_refused > 0 {
-        let why = if finished {
+        let why = if unvouched {
+            format!(
+                "no keeper vouched for the segment (its owner's credentials may have changed \
+                 while it lived, or an older build made it): the dirty pages of \
+                 {files_refused} file(s) are not written by path from it"
+            )
+        } else if finished {
             format!(
                 "its keeper ended without writing the dirty pages of {files_refused} file(s): \
                  they are not retried from a segment that may have changed since"

@@ -8,8 +8,10 @@
 //!   a child has nothing mapped there (a touch faults). No child legitimately uses it: a
 //!   forked child has none of the cache's threads, and the keeper maps the segment from
 //!   its own descriptor.
-//! - The descriptors: every read-write segment's descriptors (its file and the owner's
-//!   second open file) are in a fixed table (`register`: a guard held by the `Segment`,
+//! - The descriptors: every segment's descriptors (its file, read-write or a read-only
+//!   view's, and the owner's second open file, the owner lock) and the owner's end of the
+//!   keeper link (`link::pair`: a child with it could send the keeper a `Register` of its
+//!   own file or a `Bye`, or end the line) are in a fixed table (`register`: a guard held by the `Segment`,
 //!   dropped after the descriptors are closed); a `pthread_atfork` child handler
 //!   (registered once per process) makes each one that still is the registered file
 //!   (device and inode, checked with `fstat`: a number closed and reused since is left
@@ -25,19 +27,20 @@
 //! and loses the descriptors (close-on-exec) and the mapping (exec); a raw `clone` or
 //! `syscall(SYS_fork)` bypasses glibc's handlers (the mapping is still not inherited, the
 //! descriptors are). A `fork` on another thread in the instant between a segment file's
-//! open and its registration (during a build) leaves that child the descriptor, not the
-//! mapping. More than `SLOTS` read-write segments open at once in one process: the next
-//! fails to map.
+//! open and its registration (during a build or a view's open) leaves that child the
+//! descriptor; one between the file's `mmap` and its `MADV_DONTFORK` (`lifecycle`'s
+//! `map_as`: two system calls apart) leaves that child the mapping too (Linux has no
+//! `mmap` flag for it). More than `SLOTS` descriptors registered at once in one process
+//! (about a third of that many segments): the next segment fails to map.
 
 use std::cell::Cell;
-use std::fs::File as StdFile;
 use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Once;
 
-/// The table's size: read-write segments open at once in one process.
+/// The table's size: descriptors registered at once in one process (a read-write segment
+/// takes two, a view one, a keeper link one).
 const SLOTS: usize = 1024;
 const EMPTY: i32 = -1;
 /// A slot taken, its identity being written.
@@ -74,18 +77,24 @@ impl Drop for Registered {
     }
 }
 
-/// Registers `file`'s descriptor (module docs): from now on every child of a `fork` finds
-/// `/dev/null` at its number. Keep the guard until after the file is closed.
+/// Registers `file`'s descriptor (a segment's file, or the keeper link's socket: module
+/// docs): from now on every child of a `fork` finds `/dev/null` at its number. Keep the
+/// guard until after the descriptor is closed.
 ///
 /// Errors: `Other` when `SLOTS` descriptors are registered already; `fstat`'s.
-pub(crate) fn register(file: &StdFile) -> io::Result<Registered> {
+pub(crate) fn register(file: BorrowedFd<'_>) -> io::Result<Registered> {
     HANDLER.call_once(|| {
         // SAFETY: registers a handler that takes no argument and is async-signal-safe;
         // glibc keeps it for the process's life.
         unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
     });
-    let meta = file.metadata()?;
     let fd = file.as_raw_fd();
+    // SAFETY: all-zero is a valid stat, filled by fstat on a descriptor we borrow.
+    let mut meta: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut meta) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
     assert!(fd >= 0, "an open file's descriptor");
     for (at, slot) in TABLE.iter().enumerate() {
         if slot
@@ -93,15 +102,15 @@ pub(crate) fn register(file: &StdFile) -> io::Result<Registered> {
             .compare_exchange(EMPTY, CLAIMED, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            slot.dev.store(meta.dev(), Ordering::Relaxed);
-            slot.ino.store(meta.ino(), Ordering::Relaxed);
+            slot.dev.store(meta.st_dev, Ordering::Relaxed);
+            slot.ino.store(meta.st_ino, Ordering::Relaxed);
             // The identity before the number: a child that sees the number sees it.
             slot.fd.store(fd, Ordering::Release);
             return Ok(Registered(at));
         }
     }
     Err(io::Error::other(format!(
-        "folio: more than {SLOTS} segments open in this process"
+        "folio: more than {SLOTS} segment and keeper-link descriptors open in this process"
     )))
 }
 

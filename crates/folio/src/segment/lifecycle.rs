@@ -16,7 +16,7 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::io::AsRawFd;
+use std::os::unix::io::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -248,8 +248,9 @@ impl Segment {
             unsafe { libc::munmap(map_ptr, map_bytes) };
             return Err(error);
         }
-        // No forked child inherits the mapping, and none a read-write descriptor
-        // (`segment::fork`).
+        // No forked child inherits the mapping, and none a descriptor (`segment::fork`; a
+        // fork on another thread between the `mmap` above and this `madvise` is not
+        // covered: its child keeps the mapping, module docs of `fork`).
         // SAFETY: madvise of the file's mapping just made; it changes no byte.
         let kept_from_forks = unsafe {
             libc::madvise(
@@ -258,10 +259,9 @@ impl Segment {
                 libc::MADV_DONTFORK,
             )
         };
-        let guards = match protection {
-            Protection::ReadWrite => super::fork::register(&file).map(|g| vec![g]),
-            Protection::ReadOnly => Ok(Vec::new()),
-        };
+        // A read-only view's descriptor too: a child that setuids later must not read
+        // the segment (a root-only file's cached bytes) through it.
+        let guards = super::fork::register(file.as_fd()).map(|g| vec![g]);
         let fork_guards = match (kept_from_forks, guards) {
             (0, Ok(guards)) => guards,
             (_, guards) => {
@@ -291,7 +291,7 @@ impl Segment {
     /// Errors: `fork::register`'s.
     fn set_owner_lock(&mut self, lock: StdFile) -> io::Result<()> {
         assert!(self.owner_lock.is_none(), "one owner lock");
-        self.fork_guards.push(super::fork::register(&lock)?);
+        self.fork_guards.push(super::fork::register(lock.as_fd())?);
         self.owner_lock = Some(lock);
         Ok(())
     }

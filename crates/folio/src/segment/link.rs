@@ -21,7 +21,7 @@
 //! keeper's table is the owner's.
 
 use std::io;
-use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::io::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::folio_meta::MappingId;
@@ -41,8 +41,29 @@ pub enum Message {
     Started(u32, u8),
 }
 
-/// A connected socket pair: (the owner's end, the keeper's end), both close-on-exec.
-pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+/// The owner's end of the line, registered for forks (`segment::fork`) as soon as it
+/// exists: a child the owner forks finds `/dev/null` at its number, so it can neither
+/// send the keeper a `Register` or a `Bye` nor end the line (issue 42: a child that
+/// setuids later would make the keeper write the owner's dirty pages into its own file,
+/// or stop reading while the owner lives).
+#[derive(Debug)]
+pub struct OwnerEnd {
+    socket: OwnedFd,
+    /// After the socket: dropped once it is closed.
+    _fork_guard: super::fork::Registered,
+}
+
+impl AsRawFd for OwnerEnd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
+    }
+}
+
+/// A connected socket pair: (the owner's end, registered for forks, the keeper's end),
+/// both close-on-exec.
+///
+/// Errors: `socketpair`'s; `fork::register`'s.
+pub fn pair() -> io::Result<(OwnerEnd, OwnedFd)> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: an out-array of two descriptors; the result is checked.
     let rc = unsafe {
@@ -57,13 +78,21 @@ pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: socketpair returned two new descriptors that nothing else owns.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let _fork_guard = super::fork::register(ours.as_fd())?;
+    Ok((
+        OwnerEnd {
+            socket: ours,
+            _fork_guard,
+        },
+        theirs,
+    ))
 }
 
 /// The owner's end of the line.
 #[derive(Debug)]
 pub struct KeeperLink {
-    socket: OwnedFd,
+    socket: OwnerEnd,
     keeper_pid: u32,
     /// A send failed: the keeper is gone, and writes are no longer kept past a crash.
     lost: AtomicBool,
@@ -73,7 +102,7 @@ pub struct KeeperLink {
 }
 
 impl KeeperLink {
-    pub fn new(socket: OwnedFd, keeper_pid: u32) -> KeeperLink {
+    pub fn new(socket: OwnerEnd, keeper_pid: u32) -> KeeperLink {
         KeeperLink {
             socket,
             keeper_pid,

@@ -36,8 +36,8 @@
 //! the `flock` only while it punches pages out (`holder_of`: `Holder::Steward`).
 //!
 //! Forks: a child forked by the owner has neither the segment's mapping nor its
-//! descriptors (`fork`: `MADV_DONTFORK`, and `/dev/null` in their place); only the
-//! keeper's fork keeps the descriptor.
+//! descriptors nor the keeper link (`fork`: `MADV_DONTFORK`, and `/dev/null` in their
+//! place); only the keeper's fork keeps the descriptor.
 //!
 //! Invariants: the mapping is one shared mapping of the whole file, aligned so that the
 //! frames are aligned to 2 MiB; it stays at one address until the segment is dropped.
@@ -106,7 +106,7 @@ pub struct Segment {
     /// The owner's second open file of the segment, holding the owner's record lock
     /// (module docs, exclusion); `None` in a keeper or a recovery.
     owner_lock: Option<StdFile>,
-    /// The read-write descriptors above, registered so that a forked child gets
+    /// The descriptors above (a view's too), registered so that a forked child gets
     /// `/dev/null` in their place (`fork`); last, so dropped after the files are closed.
     fork_guards: Vec<fork::Registered>,
 }
