@@ -115,7 +115,11 @@ pub fn spawn(
     let path = segment.path().to_path_buf();
     // Read here, not in the keeper: a forked child of a threaded process takes no lock
     // (the environment's) another thread may have held.
-    let no_witness = std::env::var_os(witness::NO_WITNESS_ENV).is_some_and(|v| v == "1");
+    let no_witness = if std::env::var_os(witness::NO_WITNESS_ENV).is_some_and(|v| v == "1") {
+        witness::Lever::NoWitness
+    } else {
+        witness::Lever::Off
+    };
     // Only a kept (named) segment is ever adopted by another cache: only its keeper needs
     // a witness (`witness`).
     let kept_segment = segment.header().retained();
@@ -187,8 +191,8 @@ struct Owner {
     pid: u32,
     /// The segment is kept (named): only then is a witness started.
     kept_segment: bool,
-    /// The test lever `witness::NO_WITNESS_ENV` was set.
-    no_witness: bool,
+    /// The test lever `witness::NO_WITNESS_ENV`.
+    no_witness: witness::Lever,
     /// The owner's ids before the segment was created or adopted.
     baseline: Credentials,
 }

@@ -77,6 +77,15 @@ use std::path::Path;
 
 use crate::segment::SegmentDir;
 
+/// Whether the test lever `NO_WITNESS_ENV` was set in the owner's environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lever {
+    /// Unset: a witness is made where one is needed.
+    Off,
+    /// Set: the keeper acts as if no witness could be made.
+    NoWitness,
+}
+
 /// The test lever (docs/persistence.md): set to `1` in the owner's environment when the
 /// cache is built, its keeper acts as if no subscription could be made.
 pub const NO_WITNESS_ENV: &str = "FOLIO_KEEPER_NO_WITNESS";
@@ -203,11 +212,11 @@ impl Witness {
     ///
     /// Context: the keeper, after `isolate` and before `drop_privileges` (a privileged
     /// owner's keeper still has CAP_NET_ADMIN and CAP_SETUID here) and before `Started`.
-    pub(crate) fn start(owner: u32, lever: bool) -> Witness {
+    pub(crate) fn start(owner: u32, lever: Lever) -> Witness {
         if !owner_may_change_credentials() {
             return Witness::NotNeeded;
         }
-        if lever {
+        if lever == Lever::NoWitness {
             return Witness::Unavailable(Unwitnessed::Lever);
         }
         if !in_initial_namespaces() {
