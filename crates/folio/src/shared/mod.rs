@@ -67,3 +67,6 @@ mod tests;
 mod tests_domain;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_park;
