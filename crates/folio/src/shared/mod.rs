@@ -52,6 +52,8 @@
 pub(crate) mod attach;
 #[allow(unsafe_code)]
 pub(crate) mod domain;
+#[allow(unsafe_code)]
+pub(crate) mod futex;
 pub(crate) mod lock;
 pub(crate) mod record;
 pub(crate) mod slot;
