@@ -331,10 +331,12 @@ impl Held<'_, '_> {
             "unlock with an intent published"
         );
         let lock = line.word(LOCK);
-        let park = &line.region[self.park.index()];
+        // The park word is looked up only when it is woken: the uncontended unlock is the
+        // swap, a mask and a test of its result.
+        let park = || &line.region[self.park.index()];
         let wake_before = is_wake_before_unlock(run.flaw());
         if wake_before && lock.load(Ordering::Acquire) & WAITERS != 0 {
-            slot::wake(park);
+            slot::wake(park());
         }
         // U1.
         let was = lock.swap(0, Ordering::Release);
@@ -345,7 +347,7 @@ impl Held<'_, '_> {
         );
         // U2, U3.
         if was & WAITERS != 0 && !wake_before {
-            slot::wake(park);
+            slot::wake(park());
         }
         run.at(Step::Unlocked)
     }

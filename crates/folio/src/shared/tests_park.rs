@@ -381,3 +381,85 @@ fn measure_an_uncontended_lock_and_unlock() {
         held[3], held[0], bare[3], bare[0]
     );
 }
+
+/// A `Run` that parks as `Park` says (`None`: the old wait, spin and yield only).
+struct Parking(Option<Park>);
+
+impl Run for Parking {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        Unkillable.wait(holder)
+    }
+
+    fn park(&self) -> Option<Park> {
+        self.0
+    }
+}
+
+/// The figure of docs/sharing.md: two processes lease and return a frame 200,000 times
+/// each on one stack (the lock contended all along), with the old wait and with parking
+/// after 2 and after 8 waits: wall time, both processes' CPU, and the parks. Prints (run
+/// by hand: `--ignored --nocapture --test-threads=1`).
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn measure_two_processes_contending() {
+    const PAIRS: u32 = 200_000;
+    for _ in 0..3 {
+        for (what, park) in [
+            ("spins only (the old wait)", None),
+            ("parks after 2 waits (the library's)", Some(Park::DEFAULT)),
+            (
+                "parks after 8 waits",
+                Some(Park {
+                    after_waits: 8,
+                    ..Park::DEFAULT
+                }),
+            ),
+        ] {
+            let shared = SharedRegion::new(REGION_WORDS);
+            let region = shared.words();
+            let slots = &SlotTable::new(region, Word(0), SLOTS);
+            let stack = &FrameStack::new(region, STACK, FRAMES);
+            stack.format();
+            let started = Instant::now();
+            let children: Vec<_> = (0..2)
+                .map(|i| {
+                    let me = slots.attach(Flaw::None).unwrap();
+                    fork(move || {
+                        let run = Parking(park);
+                        for _ in 0..PAIRS {
+                            let frame = stack.pop(me, slots, &run).unwrap().unwrap();
+                            stack.push(me, frame, slots, &run).unwrap();
+                        }
+                        region[R_TOOK_OVER + i].store(futex::counts().waits, Ordering::Release);
+                        // Stay for the parent to read our CPU time.
+                        // SAFETY: raise has no memory-safety preconditions.
+                        unsafe { libc::raise(libc::SIGSTOP) };
+                    })
+                })
+                .collect();
+            let mut cpu = 0;
+            for &child in &children {
+                assert!(libc::WIFSTOPPED(wait_for(child, libc::WUNTRACED)));
+            }
+            let wall = started.elapsed();
+            for &child in &children {
+                cpu += cpu_ns(child);
+                // SAFETY: our own stopped child.
+                unsafe { libc::kill(child, libc::SIGKILL) };
+                wait_for(child, 0);
+            }
+            let parks = region[R_TOOK_OVER].load(Ordering::Acquire)
+                + region[R_TOOK_OVER + 1].load(Ordering::Acquire);
+            eprintln!(
+                "{what}: {:.0} ms wall, {:.0} ms CPU (both), {parks} parks, for 2 x {PAIRS} \
+                 leases",
+                wall.as_secs_f64() * 1e3,
+                cpu as f64 / 1e6
+            );
+        }
+    }
+}
