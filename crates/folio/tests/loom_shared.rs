@@ -261,13 +261,44 @@ fn lease(
     stack.push(me, frame, slots, run)
 }
 
+/// How the model's processes wait for a live holder.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Waits {
+    /// Yield (the models of steps 1 and 2).
+    Yield,
+    /// Park at once, with no timeout (step 3).
+    Park,
+}
+
+impl ModelRun {
+    fn waiting(self, waits: Waits) -> ModelRun {
+        match waits {
+            Waits::Yield => self,
+            Waits::Park => self.parking(),
+        }
+    }
+}
+
 fn model(die_at: u32, flaw: Flaw) {
+    model_waiting(die_at, flaw, Waits::Yield);
+}
+
+/// The parking stack model's bound: with `PREEMPTIONS` (4) it takes about 10 s of CPU
+/// here (run it so by hand: `LOOM_MAX_PREEMPTIONS=4`), with 3 about 1 s.
+const PARK_PREEMPTIONS: usize = 3;
+
+fn model_waiting(die_at: u32, flaw: Flaw, waits: Waits) {
     let mut builder = loom::model::Builder::new();
     if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
-        builder.preemption_bound = Some(PREEMPTIONS);
+        builder.preemption_bound = Some(match waits {
+            Waits::Yield => PREEMPTIONS,
+            Waits::Park => PARK_PREEMPTIONS,
+        });
     }
     builder.check(move || {
         let region: Arc<Vec<AtomicU64>> = Arc::new((0..WORDS).map(|_| AtomicU64::new(0)).collect());
+        futex::threads(2);
+        let living = move || ModelRun::living(flaw).waiting(waits);
         let (steward, dying, other) = {
             let (slots, stack) = views(&region);
             stack.format();
@@ -282,27 +313,28 @@ fn model(die_at: u32, flaw: Flaw) {
             let region = region.clone();
             loom::thread::spawn(move || {
                 let (slots, stack) = views(&region);
-                match lease(&stack, dying, &slots, &ModelRun::dying_at(die_at, flaw)) {
+                let dying_run = ModelRun::dying_at(die_at, flaw).waiting(waits);
+                match lease(&stack, dying, &slots, &dying_run) {
                     Ok(()) => slots.detach(dying),
                     Err(Died) => {
                         // The death, as the steward sees it (the kernel told it).
                         assert!(slots.mark_dead(dying));
-                        stack
-                            .sweep(dying, steward, &slots, &ModelRun::living(flaw))
-                            .unwrap();
+                        stack.sweep(dying, steward, &slots, &living()).unwrap();
                         slots.free_dead(dying);
                         // The next process attached in the dead one's slot.
                         let next = slots.attach(flaw).unwrap();
                         assert_eq!(next.slot, dying.slot);
-                        lease(&stack, next, &slots, &ModelRun::living(flaw)).unwrap();
+                        lease(&stack, next, &slots, &living()).unwrap();
                         slots.detach(next);
                     }
                 }
+                futex::done();
             })
         };
         let (slots, stack) = views(&region);
-        lease(&stack, other, &slots, &ModelRun::living(flaw)).unwrap();
+        lease(&stack, other, &slots, &living()).unwrap();
         slots.detach(other);
+        futex::done();
         a.join().unwrap();
         assert_eq!(
             stack.check(),
@@ -319,6 +351,16 @@ fn model(die_at: u32, flaw: Flaw) {
 fn shared_stack_death_at_every_step() {
     for die_at in 0..=STEPS {
         model(die_at, Flaw::None);
+    }
+}
+
+/// The same with every process parking at once (no timeout) instead of yielding: the
+/// parks, wakes and marks of step 3 against deaths at every step, the steward's sweep and
+/// the next process in the dead one's slot (bound: `PARK_PREEMPTIONS`).
+#[test]
+fn shared_stack_death_at_every_step_parking() {
+    for die_at in 0..=STEPS {
+        model_waiting(die_at, Flaw::None, Waits::Park);
     }
 }
 

@@ -181,32 +181,56 @@ impl<'r> HolderLock<'r> {
             slots.is_in(self.region),
             "the slots lie in the lock's region"
         );
-        let mine = me.word();
-        let lock = self.word(LOCK);
-        let held = |lock| Held {
-            lock,
+        // L1. Release too: whoever reads our word here must see our slot LIVE (the
+        // attach before), or it could take a live holder's lock for a dead one's (the
+        // model `shared_stack_death_at_every_step` found that with an acquire-only
+        // CAS: a reader saw the new holder's word and the slot's old, dead state).
+        match self
+            .word(LOCK)
+            .compare_exchange(0, me.word(), Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => self.locked(me, slots, run),
+            Err(current) => self.lock_contended(current, me, slots, run, redo),
+        }
+    }
+
+    /// After L1 succeeded.
+    #[inline]
+    fn locked<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Held<'_, 'r>, Died> {
+        run.at(Step::Locked)?;
+        assert_eq!(
+            self.word(INTENT).load(Ordering::Relaxed),
+            0,
+            "a free lock with a published intent"
+        );
+        Ok(Held {
+            lock: self,
             me,
             park: slots.park_index(me.slot),
-        };
+        })
+    }
+
+    /// L1 failed, finding `current`: waits, parks, takes over, retries L1 (out of line:
+    /// the uncontended lock is the CAS and `locked`).
+    #[cold]
+    #[inline(never)]
+    fn lock_contended<R: Run>(
+        &self,
+        mut current: u64,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+        redo: impl Fn(&Intent),
+    ) -> Result<Held<'_, 'r>, Died> {
+        let mine = me.word();
+        let lock = self.word(LOCK);
         let mut waits = 0u32;
         loop {
-            // L1. Release too: whoever reads our word here must see our slot LIVE (the
-            // attach before), or it could take a live holder's lock for a dead one's (the
-            // model `shared_stack_death_at_every_step` found that with an acquire-only
-            // CAS: a reader saw the new holder's word and the slot's old, dead state).
-            let current = match lock.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    run.at(Step::Locked)?;
-                    assert_eq!(
-                        self.word(INTENT).load(Ordering::Relaxed),
-                        0,
-                        "a free lock with a published intent"
-                    );
-                    return Ok(held(self));
-                }
-                Err(current) => current,
-            };
             let holder = Holder::from_word(current & !WAITERS);
             assert_ne!(holder, me, "the lock is already ours");
             if slots.is_live(holder) {
@@ -218,31 +242,37 @@ impl<'r> HolderLock<'r> {
                     }
                     _ => run.wait(holder),
                 }
-                continue;
-            }
-            // T1: the whole word, generation too (and the waiters' bit: the dead holder's
-            // waiters were woken by its mark, and look again).
-            if lock
+            } else if lock
                 .compare_exchange(current, mine, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
+                .is_ok()
             {
-                continue;
-            }
-            run.at(Step::TookOver)?;
-            // T2.
-            let op = self.word(INTENT).load(Ordering::Acquire);
-            if op != 0 {
-                let mut args = [0; INTENT_ARGS];
-                for (i, arg) in args.iter_mut().enumerate() {
-                    *arg = self.word(ARGS + i as u32).load(Ordering::Relaxed);
+                // T1 done: the whole word, generation too (and the waiters' bit: the dead
+                // holder's waiters were woken by its mark, and look again).
+                run.at(Step::TookOver)?;
+                // T2.
+                let op = self.word(INTENT).load(Ordering::Acquire);
+                if op != 0 {
+                    let mut args = [0; INTENT_ARGS];
+                    for (i, arg) in args.iter_mut().enumerate() {
+                        *arg = self.word(ARGS + i as u32).load(Ordering::Relaxed);
+                    }
+                    redo(&Intent { op, args });
+                    run.at(Step::Redone)?;
+                    self.word(INTENT).store(0, Ordering::Release);
+                    run.at(Step::Cleared)?;
                 }
-                redo(&Intent { op, args });
-                run.at(Step::Redone)?;
-                self.word(INTENT).store(0, Ordering::Release);
-                run.at(Step::Cleared)?;
+                // T3.
+                return Ok(Held {
+                    lock: self,
+                    me,
+                    park: slots.park_index(me.slot),
+                });
             }
-            // T3.
-            return Ok(held(self));
+            // L1 again (as in `lock`).
+            current = match lock.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return self.locked(me, slots, run),
+                Err(seen) => seen,
+            };
         }
     }
 
