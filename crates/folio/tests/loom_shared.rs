@@ -41,11 +41,109 @@ mod primitive {
     pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 }
 
+/// The kernel's futex as the models see it (the library's `shared/futex.rs` makes the
+/// system calls): `wait` compares the word's low half and goes to sleep atomically with
+/// respect to `wake` (one mutex, as the kernel's queue lock), and sleeps until a `wake` of
+/// *that* word. No timeout and no spurious wake-up: a sleeper whose every fellow process
+/// is asleep too or done will never be woken, and the model fails there on an assertion
+/// ("a lost wake-up"), not rescued by a timeout. (A sleeper yields to loom while it waits:
+/// a thread blocked for ever is a deadlock loom reports by a panic that cannot unwind, so
+/// the models could not check that a broken variant fails.)
+mod futex {
+    use loom::sync::atomic::{AtomicU64, Ordering};
+    use loom::sync::Mutex;
+    use std::time::Duration;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Parked {
+        Changed,
+        Woken,
+        #[allow(dead_code)]
+        TimedOut,
+    }
+
+    #[derive(Default)]
+    struct Kernel {
+        /// Per word (its address): how many wakes it had.
+        wakes: Vec<(usize, u64)>,
+        /// The model's threads (`threads`), those asleep, those done (`done`).
+        threads: usize,
+        asleep: usize,
+        done: usize,
+    }
+
+    loom::lazy_static! {
+        static ref KERNEL: Mutex<Kernel> = Mutex::new(Kernel::default());
+    }
+
+    /// A model that parks starts with this: it runs `n` threads, each calling `done` at
+    /// its end.
+    pub(crate) fn threads(n: usize) {
+        KERNEL.lock().unwrap().threads = n;
+    }
+
+    /// This thread will wake nobody any more.
+    pub(crate) fn done() {
+        KERNEL.lock().unwrap().done += 1;
+    }
+
+    fn address(word: &AtomicU64) -> usize {
+        std::ptr::from_ref(word) as usize
+    }
+
+    fn wakes_of(kernel: &Kernel, at: usize) -> u64 {
+        kernel
+            .wakes
+            .iter()
+            .find(|(a, _)| *a == at)
+            .map_or(0, |(_, n)| *n)
+    }
+
+    pub(crate) fn wait(word: &AtomicU64, expected: u32, timeout: Option<Duration>) -> Parked {
+        assert!(timeout.is_none(), "a model parks with no timeout");
+        let at = address(word);
+        let mut kernel = KERNEL.lock().unwrap();
+        if word.load(Ordering::Acquire) as u32 != expected {
+            return Parked::Changed;
+        }
+        let seen = wakes_of(&kernel, at);
+        kernel.asleep += 1;
+        drop(kernel);
+        loop {
+            let mut kernel = KERNEL.lock().unwrap();
+            if wakes_of(&kernel, at) != seen {
+                kernel.asleep -= 1;
+                return Parked::Woken;
+            }
+            assert!(
+                kernel.asleep + kernel.done < kernel.threads,
+                "a lost wake-up: asleep, and every other thread asleep or done \
+                 ({} threads, {} asleep, {} done)",
+                kernel.threads,
+                kernel.asleep,
+                kernel.done
+            );
+            drop(kernel);
+            loom::thread::yield_now();
+        }
+    }
+
+    pub(crate) fn wake(word: &AtomicU64) {
+        let at = address(word);
+        let mut kernel = KERNEL.lock().unwrap();
+        match kernel.wakes.iter_mut().find(|(a, _)| *a == at) {
+            Some((_, n)) => *n += 1,
+            None => kernel.wakes.push((at, 1)),
+        }
+    }
+}
+
 // The library's `shared/` rooms at this crate's root: their `super::` is this root, which
 // names what `shared/mod.rs` re-exports.
 #[allow(dead_code)]
 #[path = "../src/shared/lock.rs"]
 mod lock;
+use lock::HolderLock;
 #[allow(dead_code)]
 #[path = "../src/shared/record.rs"]
 mod record;
@@ -65,7 +163,7 @@ use slot::SlotTable;
 use stack::{Census, FrameStack};
 use std::cell::Cell;
 #[allow(unused_imports)]
-use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
+use terms::{Died, Flaw, Holder, Park, ProcessId, Run, SlotIndex, Step, Word};
 
 const SLOTS: u16 = 3;
 const FRAMES: u32 = 2;
@@ -79,12 +177,21 @@ const STEPS: u32 = 15;
 /// the lock, after its look at the slot, and the steward preempted twice.
 const PREEMPTIONS: usize = 4;
 
-/// A process in the model: dies at its `die_at`-th step, if any; waits by yielding.
+/// A process in the model: dies at its `die_at`-th step, if any; waits by yielding, and
+/// parks (with no timeout) if `park` says so.
 struct ModelRun {
     die_at: Option<u32>,
     count: Cell<u32>,
     flaw: Flaw,
+    park: Option<Park>,
 }
+
+/// A model's park: at the first wait, for ever (the model's futex wakes it, or fails
+/// the model on a lost wake-up).
+const PARK_AT_ONCE: Park = Park {
+    after_waits: 0,
+    timeout: None,
+};
 
 impl ModelRun {
     fn dying_at(step: u32, flaw: Flaw) -> ModelRun {
@@ -92,6 +199,7 @@ impl ModelRun {
             die_at: Some(step),
             count: Cell::new(0),
             flaw,
+            park: None,
         }
     }
 
@@ -100,6 +208,14 @@ impl ModelRun {
             die_at: None,
             count: Cell::new(0),
             flaw,
+            park: None,
+        }
+    }
+
+    fn parking(self) -> ModelRun {
+        ModelRun {
+            park: Some(PARK_AT_ONCE),
+            ..self
         }
     }
 }
@@ -116,6 +232,10 @@ impl Run for ModelRun {
 
     fn wait(&self, _holder: Holder) {
         loom::thread::yield_now();
+    }
+
+    fn park(&self) -> Option<Park> {
+        self.park
     }
 
     fn flaw(&self) -> Flaw {
@@ -141,13 +261,44 @@ fn lease(
     stack.push(me, frame, slots, run)
 }
 
+/// How the model's processes wait for a live holder.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Waits {
+    /// Yield (the models of steps 1 and 2).
+    Yield,
+    /// Park at once, with no timeout (step 3).
+    Park,
+}
+
+impl ModelRun {
+    fn waiting(self, waits: Waits) -> ModelRun {
+        match waits {
+            Waits::Yield => self,
+            Waits::Park => self.parking(),
+        }
+    }
+}
+
 fn model(die_at: u32, flaw: Flaw) {
+    model_waiting(die_at, flaw, Waits::Yield);
+}
+
+/// The parking stack model's bound: with `PREEMPTIONS` (4) it takes about 10 s of CPU
+/// here (run it so by hand: `LOOM_MAX_PREEMPTIONS=4`), with 3 about 1 s.
+const PARK_PREEMPTIONS: usize = 3;
+
+fn model_waiting(die_at: u32, flaw: Flaw, waits: Waits) {
     let mut builder = loom::model::Builder::new();
     if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
-        builder.preemption_bound = Some(PREEMPTIONS);
+        builder.preemption_bound = Some(match waits {
+            Waits::Yield => PREEMPTIONS,
+            Waits::Park => PARK_PREEMPTIONS,
+        });
     }
     builder.check(move || {
         let region: Arc<Vec<AtomicU64>> = Arc::new((0..WORDS).map(|_| AtomicU64::new(0)).collect());
+        futex::threads(2);
+        let living = move || ModelRun::living(flaw).waiting(waits);
         let (steward, dying, other) = {
             let (slots, stack) = views(&region);
             stack.format();
@@ -162,27 +313,28 @@ fn model(die_at: u32, flaw: Flaw) {
             let region = region.clone();
             loom::thread::spawn(move || {
                 let (slots, stack) = views(&region);
-                match lease(&stack, dying, &slots, &ModelRun::dying_at(die_at, flaw)) {
+                let dying_run = ModelRun::dying_at(die_at, flaw).waiting(waits);
+                match lease(&stack, dying, &slots, &dying_run) {
                     Ok(()) => slots.detach(dying),
                     Err(Died) => {
                         // The death, as the steward sees it (the kernel told it).
                         assert!(slots.mark_dead(dying));
-                        stack
-                            .sweep(dying, steward, &slots, &ModelRun::living(flaw))
-                            .unwrap();
+                        stack.sweep(dying, steward, &slots, &living()).unwrap();
                         slots.free_dead(dying);
                         // The next process attached in the dead one's slot.
                         let next = slots.attach(flaw).unwrap();
                         assert_eq!(next.slot, dying.slot);
-                        lease(&stack, next, &slots, &ModelRun::living(flaw)).unwrap();
+                        lease(&stack, next, &slots, &living()).unwrap();
                         slots.detach(next);
                     }
                 }
+                futex::done();
             })
         };
         let (slots, stack) = views(&region);
-        lease(&stack, other, &slots, &ModelRun::living(flaw)).unwrap();
+        lease(&stack, other, &slots, &living()).unwrap();
         slots.detach(other);
+        futex::done();
         a.join().unwrap();
         assert_eq!(
             stack.check(),
@@ -199,6 +351,16 @@ fn model(die_at: u32, flaw: Flaw) {
 fn shared_stack_death_at_every_step() {
     for die_at in 0..=STEPS {
         model(die_at, Flaw::None);
+    }
+}
+
+/// The same with every process parking at once (no timeout) instead of yielding: the
+/// parks, wakes and marks of step 3 against deaths at every step, the steward's sweep and
+/// the next process in the dead one's slot (bound: `PARK_PREEMPTIONS`).
+#[test]
+fn shared_stack_death_at_every_step_parking() {
+    for die_at in 0..=STEPS {
+        model_waiting(die_at, Flaw::None, Waits::Park);
     }
 }
 
@@ -371,4 +533,147 @@ fn admission_broken_answer_before_record() {
         }
     }
     assert_invariant_broken(&caught.expect("AnswerBeforeRecord: no model failed"));
+}
+
+// Waiting (lock.rs "Waiting", issue 45 step 3): park vs unlock vs death.
+//
+// Two processes, A and B, each take the lock, parking at once (`PARK_AT_ONCE`: no spin,
+// no timeout) when the other holds it. A then either unlocks (`End::Unlock`) or dies
+// holding it (`End::Die`): its thread then plays the steward, which marks A dead (and so
+// wakes A's waiters). B unlocks. Over every interleaving loom explores, B must get the
+// lock (from A's unlock, or by taking it over from the dead A, or first) and both end: a
+// waiter asleep on a wake that never comes fails the model (the model's `futex`). At the end
+// the lock is free (or held by the dead A, if A took it after B) and no waiter is
+// announced.
+//
+// Broken, and caught (each must fail, on the model futex's "a lost wake-up"):
+// - `park_broken_sequence_after_recheck`: B reads the park word's sequence after its
+//   look at the lock (P2 after P3): A's unlock and wake between them are slept through.
+// - `park_broken_wake_before_unlock`: A looks for waiters before its swap (U2 before U1):
+//   B announcing itself between them is never woken.
+// - `park_broken_no_wake_at_death`: the steward marks A dead without the wake: B sleeps
+//   on the dead holder's lock for ever.
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum End {
+    Unlock,
+    Die,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Broken {
+    No,
+    SequenceAfterRecheck,
+    WakeBeforeUnlock,
+    NoWakeAtDeath,
+}
+
+impl Broken {
+    fn flaw(self) -> Flaw {
+        match self {
+            Broken::SequenceAfterRecheck => Flaw::SequenceAfterRecheck,
+            Broken::WakeBeforeUnlock => Flaw::WakeBeforeUnlock,
+            Broken::No | Broken::NoWakeAtDeath => Flaw::None,
+        }
+    }
+}
+
+const PARK_LOCK: Word = Word(8);
+const PARK_WORDS: usize = 16;
+
+fn park_model(end: End, broken: Broken) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(PREEMPTIONS);
+    }
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..PARK_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let (a, b) = {
+            let slots = SlotTable::new(&region, Word(0), SLOTS);
+            (
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+            )
+        };
+        let flaw = broken.flaw();
+        futex::threads(2);
+        let thread_a = {
+            let region = region.clone();
+            loom::thread::spawn(move || {
+                let slots = SlotTable::new(&region, Word(0), SLOTS);
+                let lock = HolderLock::new(&region, PARK_LOCK);
+                let run = ModelRun::living(flaw).parking();
+                let held = lock.lock(a, &slots, &run, |_| unreachable!()).unwrap();
+                match end {
+                    End::Unlock => {
+                        held.unlock(&run).unwrap();
+                        slots.detach(a);
+                    }
+                    End::Die => {
+                        // A dies holding the lock; the steward, told by the kernel:
+                        let marked = if broken == Broken::NoWakeAtDeath {
+                            slots.mark_dead_without_wake(a)
+                        } else {
+                            slots.mark_dead(a)
+                        };
+                        assert!(marked);
+                    }
+                }
+                futex::done();
+            })
+        };
+        let slots = SlotTable::new(&region, Word(0), SLOTS);
+        let lock = HolderLock::new(&region, PARK_LOCK);
+        let run = ModelRun::living(flaw).parking();
+        let held = lock.lock(b, &slots, &run, |_| unreachable!()).unwrap();
+        held.unlock(&run).unwrap();
+        futex::done();
+        thread_a.join().unwrap();
+        // Free, or (A died after B's unlock) held by the dead A, for the next to take over.
+        let left = lock.holder();
+        assert!(
+            left.is_none() || (end == End::Die && left == Some(a)),
+            "the lock is free at the end: {left:?}"
+        );
+        assert!(!lock.has_waiters(), "no waiter announced at the end");
+    });
+}
+
+#[test]
+fn park_vs_unlock_vs_death() {
+    for end in [End::Unlock, End::Die] {
+        park_model(end, Broken::No);
+    }
+}
+
+/// Runs the park model with `broken` and `end`, which must fail on a lost wake-up.
+fn park_caught(end: End, broken: Broken) {
+    let payload = std::panic::catch_unwind(|| park_model(end, broken))
+        .expect_err("the broken protocol passed");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    eprintln!("{broken:?} ({end:?}): caught: {message}");
+    assert!(
+        message.contains("a lost wake-up"),
+        "failed, but not on a lost wake: {message}"
+    );
+}
+
+#[test]
+fn park_broken_sequence_after_recheck() {
+    park_caught(End::Unlock, Broken::SequenceAfterRecheck);
+}
+
+#[test]
+fn park_broken_wake_before_unlock() {
+    park_caught(End::Unlock, Broken::WakeBeforeUnlock);
+}
+
+#[test]
+fn park_broken_no_wake_at_death() {
+    park_caught(End::Die, Broken::NoWakeAtDeath);
 }

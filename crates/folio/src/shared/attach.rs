@@ -18,7 +18,8 @@
 //! connection closes; the steward ends its watch when it sees both.
 //!
 //! **The steward's death**: a member that waits for a lock (`Run::wait`) looks at the
-//! steward's pidfd every `STEWARD_CHECK_WAITS` waits (`ensure_steward`): a holder that
+//! steward's pidfd every `STEWARD_CHECK_WAITS` waits, and after every park that timed
+//! out (`Run::parked`: a dead steward wakes nobody) (`ensure_steward`): a holder that
 //! died is only marked dead by a steward, so a waiter whose steward is gone starts a new
 //! one (the election decides which, if several do), which finds the live processes again
 //! from the slot records (steward.rs, step 3) and marks the dead ones. An attach that
@@ -36,6 +37,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::domain::{Domain, DomainFiles, Geometry, Pidfd};
+use super::futex::Parked;
 use super::steward::{self, receive_words, send_words, socket_address, LOST, WON};
 use super::terms::Unkillable;
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
@@ -262,6 +264,15 @@ impl Run for Member {
             let _ = self.ensure_steward();
         }
         Unkillable.wait(holder);
+    }
+
+    /// A park that timed out: the steward may be dead (it would have woken us at the
+    /// holder's death), so make sure one runs.
+    fn parked(&self, _holder: Holder, outcome: Parked) {
+        if outcome == Parked::TimedOut {
+            // A failure is retried after the next timeout.
+            let _ = self.ensure_steward();
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 //! ```text
 //!   word 0..8                 the header line: MAGIC, VERSION, slots, frames, the steward's
 //!                             pid and start time, the steward lever (tests), elections
-//!   word 8..8+S (8-aligned)   the slot table (slot.rs): one word per process
+//!   word 8..8+2S (8-aligned)  the slot table (slot.rs): one word per process, then one
+//!                             park word per process (waiters for its locks sleep there)
 //!   then S lines of 8 words   the slot records (record.rs): generation, pid, start time
 //!   then (8-aligned)          the frame stack (stack.rs): the structure leased
 //! ```
@@ -42,7 +43,8 @@ use crate::segment::SegmentDir;
 
 /// "folio-dm" in ASCII: the header's first word once the region is formatted.
 const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
-const VERSION: u64 = 1;
+/// 2: the slot table holds a park word per slot (issue 45 step 3).
+const VERSION: u64 = 2;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;

@@ -4,7 +4,8 @@
 //! One cache line (8 words), from `base`:
 //!
 //! ```text
-//!   word 0   lock    0 (free) or the holder's word (`Holder::word`: slot + 1, generation)
+//!   word 0   lock    0 (free) or the holder's word (`Holder::word`: slot + 1, generation),
+//!                    with `WAITERS` (bit 63) set once a waiter may sleep on it
 //!   word 1   intent  0 (none) or the change's operation code, published last
 //!   word 2-5 args    the change's absolute values (`INTENT_ARGS`)
 //!   word 6-7         the structure's own (a stack's head and count): the line a change
@@ -23,7 +24,10 @@
 //!   M2. The change's stores (`store`, each a release store so that no store of the
 //!       change is ever made before the intent, by the compiler either).
 //!   M3. Clear the intent (`clear`).
-//!   U1. Store lock 0 (release).
+//!   U1. Swap lock 0 (release); the old word says whether `WAITERS` was set.
+//!   U2. Only if it was: bump the holder's park word's sequence (slot.rs), then
+//!   U3. wake every waiter sleeping on it. An uncontended unlock makes no system call,
+//!       and adds no atomic and no fence to the swap it always made.
 //!
 //! Take-over (a waiter, or the steward sweeping a dead process's locks):
 //!   T1. CAS lock dead -> me, comparing the whole word, slot *and* generation: of all who
@@ -44,13 +48,44 @@
 //! only after the kernel reported the death (`SlotTable::mark_dead`, a release store),
 //! and the taker read the slot dead with an acquire load before T1.
 //!
-//! Protection: the intent and the structure's words by the lock; the lock word by CAS.
-//! Limits: `INTENT_ARGS` values per change; a waiter spins (`Run::wait`): a holder holds
-//! the lock for a few stores, never across a wait of its own.
+//! # Waiting (issue 45 step 3)
+//!
+//! A waiter that found a live holder `H` waits (`Run::wait`: a spin and a yield) a few
+//! times (`Park::after_waits`), then parks, keyed by its holder: on `H`'s slot's park word
+//! (slot.rs), which `H` bumps when it unlocks a lock with waiters and the steward bumps
+//! when it marks `H` dead.
+//!   P1. Announce: CAS lock H -> H | WAITERS (nothing if the bit is set; a failed CAS:
+//!       the lock changed, look again).
+//!   P2. Read the sequence s of H's park word (acquire).
+//!   P3. Look again: the lock word still H | WAITERS and H's slot still LIVE, else do not
+//!       park (look again from L1).
+//!   P4. `FUTEX_WAIT` on the park word while it holds s, for up to `Park::timeout`.
+//!
+//! No lost wake-up: an unlock after P1 sees the bit (P1 and U1 are read-modify-writes of
+//! one word: one is first) and bumps after its swap; if P2 read that bump, the swap is
+//! visible to P3, which sees the lock changed; if P2 read an older sequence, the bump
+//! comes after P2 and the kernel compares at P4 under its queue's lock: the waiter either
+//! sees the new sequence and does not sleep, or sleeps first and is woken by U3. The same
+//! holds for a death: `mark_dead`'s CAS, then its bump and wake, against P2 and P3's look
+//! at the slot. Read P2 after P3 (`Flaw::SequenceAfterRecheck`) and a bump between them
+//! is slept through; look for waiters before U1 (`Flaw::WakeBeforeUnlock`) and a waiter
+//! announcing in between is never woken: the models in `tests/loom_shared.rs` catch both.
+//! A waiter that dies parked leaves its bit, which costs the holder's next unlock one
+//! wake nobody needs, and nothing else (the bit is cleared by every unlock and take-over);
+//! a wake lost to a dead unlocker between U1 and U3 is made by `mark_dead` at its death.
+//! The timeout bounds only a wake lost to a dead steward (nobody marks the holder dead;
+//! a member looks at its steward after a timeout: attach.rs).
+//!
+//! Protection: the intent and the structure's words by the lock; the lock word by CAS
+//! (and U1's swap). Limits: `INTENT_ARGS` values per change; a holder holds the lock for
+//! a few stores, never across a wait of its own; a wake wakes every waiter of the holder
+//! (few: one per process), and all but one sleep again.
 
-use super::slot::SlotTable;
-use super::{Died, Holder, Run, Step, Word};
+use super::futex::{self, Parked};
+use super::slot::{self, SlotTable};
+use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// The values an intent record holds.
 pub(crate) const INTENT_ARGS: usize = 4;
@@ -64,6 +99,10 @@ pub(crate) const LINE_WORDS: u32 = 8;
 const LOCK: u32 = 0;
 const INTENT: u32 = 1;
 const ARGS: u32 = 2;
+
+/// The lock word's bit saying that a waiter may sleep on the holder's park word (module
+/// docs, P1): a holder's word never sets it (`Holder::word`: slot + 1 < 2^17 above bit 32).
+const WAITERS: u64 = 1 << 63;
 
 /// A change, as its intent record holds it: a non-zero operation code the structure
 /// chose, and its absolute values.
@@ -87,6 +126,8 @@ pub(crate) struct HolderLock<'r> {
 pub(crate) struct Held<'l, 'r> {
     lock: &'l HolderLock<'r>,
     me: Holder,
+    /// `me`'s park word, in the lock's region (U2).
+    park: Word,
 }
 
 impl<'r> HolderLock<'r> {
@@ -107,10 +148,15 @@ impl<'r> HolderLock<'r> {
 
     /// The lock word as it is (diagnostics, tests).
     pub(crate) fn holder(&self) -> Option<Holder> {
-        match self.word(LOCK).load(Ordering::Acquire) {
+        match self.word(LOCK).load(Ordering::Acquire) & !WAITERS {
             0 => None,
             word => Some(Holder::from_word(word)),
         }
+    }
+
+    /// Whether a waiter announced itself on the lock as it is (tests: a waiter parks).
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.word(LOCK).load(Ordering::Acquire) & WAITERS != 0
     }
 
     /// Whether an intent is published (tests: the structure is quiet).
@@ -121,8 +167,9 @@ impl<'r> HolderLock<'r> {
     /// Takes the lock for `me` (L1), or over from a dead holder (T1-T3: `redo` finishes
     /// the dead holder's published change).
     ///
-    /// Context: `me` is LIVE in `slots`; holds no lock of this line. Spins (`run.wait`)
-    /// while a live holder holds it.
+    /// Context: `me` is LIVE in `slots`, which lie in this lock's region; holds no lock of
+    /// this line. While a live holder holds it: waits (`run.wait`), then parks (module
+    /// docs, P1-P4: a system call) as `run.park` says.
     pub(crate) fn lock<R: Run>(
         &self,
         me: Holder,
@@ -130,55 +177,138 @@ impl<'r> HolderLock<'r> {
         run: &R,
         redo: impl Fn(&Intent),
     ) -> Result<Held<'_, 'r>, Died> {
+        debug_assert!(
+            slots.is_in(self.region),
+            "the slots lie in the lock's region"
+        );
+        // L1. Release too: whoever reads our word here must see our slot LIVE (the
+        // attach before), or it could take a live holder's lock for a dead one's (the
+        // model `shared_stack_death_at_every_step` found that with an acquire-only
+        // CAS: a reader saw the new holder's word and the slot's old, dead state).
+        match self
+            .word(LOCK)
+            .compare_exchange(0, me.word(), Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => self.locked(me, slots, run),
+            Err(current) => self.lock_contended(current, me, slots, run, redo),
+        }
+    }
+
+    /// After L1 succeeded.
+    #[inline]
+    fn locked<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Held<'_, 'r>, Died> {
+        run.at(Step::Locked)?;
+        assert_eq!(
+            self.word(INTENT).load(Ordering::Relaxed),
+            0,
+            "a free lock with a published intent"
+        );
+        Ok(Held {
+            lock: self,
+            me,
+            park: slots.park_index(me.slot),
+        })
+    }
+
+    /// L1 failed, finding `current`: waits, parks, takes over, retries L1 (out of line:
+    /// the uncontended lock is the CAS and `locked`).
+    #[cold]
+    #[inline(never)]
+    fn lock_contended<R: Run>(
+        &self,
+        mut current: u64,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+        redo: impl Fn(&Intent),
+    ) -> Result<Held<'_, 'r>, Died> {
         let mine = me.word();
         let lock = self.word(LOCK);
+        let mut waits = 0u32;
         loop {
-            // L1. Release too: whoever reads our word here must see our slot LIVE (the
-            // attach before), or it could take a live holder's lock for a dead one's (the
-            // model `shared_stack_death_at_every_step` found that with an acquire-only
-            // CAS: a reader saw the new holder's word and the slot's old, dead state).
-            let current = match lock.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    run.at(Step::Locked)?;
-                    assert_eq!(
-                        self.word(INTENT).load(Ordering::Relaxed),
-                        0,
-                        "a free lock with a published intent"
-                    );
-                    return Ok(Held { lock: self, me });
-                }
-                Err(current) => current,
-            };
-            let holder = Holder::from_word(current);
+            let holder = Holder::from_word(current & !WAITERS);
             assert_ne!(holder, me, "the lock is already ours");
             if slots.is_live(holder) {
-                run.wait(holder);
-                continue;
-            }
-            // T1: the whole word, generation too.
-            if lock
-                .compare_exchange(current, mine, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
-                continue;
-            }
-            run.at(Step::TookOver)?;
-            // T2.
-            let op = self.word(INTENT).load(Ordering::Acquire);
-            if op != 0 {
-                let mut args = [0; INTENT_ARGS];
-                for (i, arg) in args.iter_mut().enumerate() {
-                    *arg = self.word(ARGS + i as u32).load(Ordering::Relaxed);
+                waits += 1;
+                match run.park() {
+                    Some(park) if waits > park.after_waits => {
+                        let outcome = self.park(current, holder, slots, park.timeout, run.flaw());
+                        run.parked(holder, outcome);
+                    }
+                    _ => run.wait(holder),
                 }
-                redo(&Intent { op, args });
-                run.at(Step::Redone)?;
-                self.word(INTENT).store(0, Ordering::Release);
-                run.at(Step::Cleared)?;
+            } else if lock
+                .compare_exchange(current, mine, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                // T1 done: the whole word, generation too (and the waiters' bit: the dead
+                // holder's waiters were woken by its mark, and look again).
+                run.at(Step::TookOver)?;
+                // T2.
+                let op = self.word(INTENT).load(Ordering::Acquire);
+                if op != 0 {
+                    let mut args = [0; INTENT_ARGS];
+                    for (i, arg) in args.iter_mut().enumerate() {
+                        *arg = self.word(ARGS + i as u32).load(Ordering::Relaxed);
+                    }
+                    redo(&Intent { op, args });
+                    run.at(Step::Redone)?;
+                    self.word(INTENT).store(0, Ordering::Release);
+                    run.at(Step::Cleared)?;
+                }
+                // T3.
+                return Ok(Held {
+                    lock: self,
+                    me,
+                    park: slots.park_index(me.slot),
+                });
             }
-            // T3.
-            return Ok(Held { lock: self, me });
+            // L1 again (as in `lock`).
+            current = match lock.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return self.locked(me, slots, run),
+                Err(seen) => seen,
+            };
         }
+    }
+
+    /// P1-P4 (module docs): sleeps on the park word of `holder`, who held the lock as
+    /// `current` and was live, unless the lock or the holder changed first.
+    fn park(
+        &self,
+        current: u64,
+        holder: Holder,
+        slots: &SlotTable<'_>,
+        timeout: Option<Duration>,
+        flaw: Flaw,
+    ) -> Parked {
+        let lock = self.word(LOCK);
+        let announced = current | WAITERS;
+        // P1.
+        if current & WAITERS == 0
+            && lock
+                .compare_exchange(current, announced, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return Parked::Changed;
+        }
+        let park = slots.park_word(holder.slot);
+        let sequence_after_recheck = is_sequence_after_recheck(flaw);
+        // P2.
+        let mut sequence = park.load(Ordering::Acquire) as u32;
+        // P3.
+        if lock.load(Ordering::Acquire) != announced || !slots.is_live(holder) {
+            return Parked::Changed;
+        }
+        if sequence_after_recheck {
+            sequence = park.load(Ordering::Acquire) as u32;
+        }
+        // P4.
+        futex::wait(park, sequence, timeout)
     }
 }
 
@@ -219,7 +349,8 @@ impl Held<'_, '_> {
         run.at(Step::Cleared)
     }
 
-    /// U1.
+    /// U1-U3: frees the lock, and wakes its waiters if one announced itself (a system
+    /// call only then).
     ///
     /// Context: no intent published (cleared, or none).
     pub(crate) fn unlock<R: Run>(self, run: &R) -> Result<(), Died> {
@@ -229,8 +360,43 @@ impl Held<'_, '_> {
             0,
             "unlock with an intent published"
         );
-        let was = line.word(LOCK).swap(0, Ordering::Release);
-        assert_eq!(was, self.me.word(), "unlock of a lock someone else holds");
+        let lock = line.word(LOCK);
+        // The park word is looked up only when it is woken: the uncontended unlock is the
+        // swap, a mask and a test of its result.
+        let park = || &line.region[self.park.index()];
+        let wake_before = is_wake_before_unlock(run.flaw());
+        if wake_before && lock.load(Ordering::Acquire) & WAITERS != 0 {
+            slot::wake(park());
+        }
+        // U1.
+        let was = lock.swap(0, Ordering::Release);
+        assert_eq!(
+            was & !WAITERS,
+            self.me.word(),
+            "unlock of a lock someone else holds"
+        );
+        // U2, U3.
+        if was & WAITERS != 0 && !wake_before {
+            slot::wake(park());
+        }
         run.at(Step::Unlocked)
+    }
+}
+
+/// Whether `flaw` reads the park word's sequence after the look again (P3).
+fn is_sequence_after_recheck(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::SequenceAfterRecheck => true,
+        _ => false,
+    }
+}
+
+/// Whether `flaw` looks for waiters before the unlock's swap (U1).
+fn is_wake_before_unlock(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::WakeBeforeUnlock => true,
+        _ => false,
     }
 }

@@ -36,6 +36,12 @@
 //! dead one's slot, sweeps it, frees it; a new one rebuilds its view from the records).
 //! `tests_domain.rs` kills forked members and the steward at lever-chosen steps.
 //!
+//! Waiting (step 3): a waiter spins and yields twice, then parks in the kernel on its
+//! holder's park word (`futex.rs`; the protocol in `lock.rs` "Waiting", the words in
+//! `slot.rs`), woken by the holder's unlock and by the steward's `mark_dead`; this
+//! replaces "spins and yields" in the limits below. `tests_park.rs` tests it across
+//! processes.
+//!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
 //! A dead holder's stores are visible to the one that takes over: the death is observed
@@ -52,6 +58,8 @@
 pub(crate) mod attach;
 #[allow(unsafe_code)]
 pub(crate) mod domain;
+#[allow(unsafe_code)]
+pub(crate) mod futex;
 pub(crate) mod lock;
 pub(crate) mod record;
 pub(crate) mod slot;
@@ -67,3 +75,6 @@ mod tests;
 mod tests_domain;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_park;

@@ -25,9 +25,23 @@
 //! word before the sweep and acts after the next attach (the ABA that the model
 //! `taken_over_twice_broken_no_generation` catches).
 //!
-//! Protection: each word by CAS; the steward alone marks a slot dead and frees it.
-//! Limits: up to 2^16 slots; a slot's generation wraps after 2^32 attaches (asserted).
+//! **Park words** (issue 45 step 3, lock.rs "Waiting"): after the `slots` slot words come
+//! `slots` park words, one per slot: the waiters for any lock held by that slot's process
+//! sleep on it (its low half is a futex word: futex.rs). It holds a sequence that only
+//! grows (wrapping), bumped by the slot's process when it unlocks a lock with waiters and
+//! by `mark_dead` when it dies; each bump is followed by a wake of every waiter on it.
+//! Waiters are keyed by their holder, not their lock, so that the steward, which does not
+//! know which locks a dead process held, wakes exactly their waiters (they find the holder
+//! dead and take its locks over at once, not after a timeout). Waiters of two locks held
+//! by one process share a word: a wake of one lock's waiters wakes the other's too, which
+//! look again and sleep again.
+//!
+//! Protection: each word by CAS; the steward alone marks a slot dead and frees it. A park
+//! word by its bumps (atomic adds). Limits: up to 2^16 slots; a slot's generation wraps
+//! after 2^32 attaches (asserted); a sequence wraps after 2^32 bumps (a waiter that slept
+//! through exactly 2^32 of them would miss one wake, until its park's timeout).
 
+use super::futex;
 use super::{Flaw, Holder, SlotIndex, Word};
 use crate::primitive::{AtomicU64, Ordering};
 
@@ -57,16 +71,16 @@ pub(crate) struct SlotTable<'r> {
 }
 
 impl<'r> SlotTable<'r> {
-    /// The words the table takes.
-    pub(crate) fn words(slots: u16) -> u32 {
-        u32::from(slots)
+    /// The words the table takes: a slot word and a park word per slot.
+    pub(crate) const fn words(slots: u16) -> u32 {
+        2 * slots as u32
     }
 
     /// A view of the table at `base` (formatted by whoever made the region: zeroed words
     /// are free slots of generation 0).
     pub(crate) fn new(region: &'r [AtomicU64], base: Word, slots: u16) -> SlotTable<'r> {
         assert!(
-            base.index() + usize::from(slots) <= region.len(),
+            base.index() + Self::words(slots) as usize <= region.len(),
             "the slot table lies past the region"
         );
         SlotTable {
@@ -127,12 +141,27 @@ impl<'r> SlotTable<'r> {
         );
     }
 
-    /// The steward saw `holder`'s process die: from now on its locks may be taken over.
-    /// Returns false if the slot had already left that generation's life.
+    /// The steward saw `holder`'s process die: from now on its locks may be taken over,
+    /// and every waiter parked on one of them is woken to do so (module docs, park
+    /// words). Returns false if the slot had already left that generation's life.
     ///
     /// Context: the steward, after the kernel reported the death (the release store here
     /// makes every store of the dead process visible to whoever sees the slot dead).
+    /// Makes one system call (the wake).
     pub(crate) fn mark_dead(&self, holder: Holder) -> bool {
+        let marked = self.mark_dead_without_wake(holder);
+        if marked {
+            // After the mark: a waiter that read the sequence before this bump and looked
+            // at the slot after the mark does not sleep; one that looked before it sleeps
+            // on the old sequence and is woken here (lock.rs, P2-P4).
+            wake(self.park_word(holder.slot));
+        }
+        marked
+    }
+
+    /// `mark_dead` without its wake: a steward that forgets to wake (the models' broken
+    /// variant, which must leave a waiter asleep for ever).
+    pub(crate) fn mark_dead_without_wake(&self, holder: Holder) -> bool {
         self.word(holder.slot)
             .compare_exchange(
                 pack(holder.generation, LIVE),
@@ -158,6 +187,24 @@ impl<'r> SlotTable<'r> {
             freed.is_ok(),
             "free of a slot not dead with this generation: {holder:?}"
         );
+    }
+
+    /// The park word of `slot` (module docs): where the waiters for the locks its process
+    /// holds sleep.
+    pub(crate) fn park_word(&self, slot: SlotIndex) -> &'r AtomicU64 {
+        &self.region[self.park_index(slot).index()]
+    }
+
+    /// The park word's place in the region.
+    pub(crate) fn park_index(&self, slot: SlotIndex) -> Word {
+        assert!(slot.0 < self.slots, "no slot {}", slot.0);
+        self.base.at(u32::from(self.slots) + u32::from(slot.0))
+    }
+
+    /// Whether this table's words lie in `region` (a lock's: the holder's park word is
+    /// named by its index there).
+    pub(crate) fn is_in(&self, region: &[AtomicU64]) -> bool {
+        std::ptr::eq(self.region, region)
     }
 
     /// How many slots the table has.
@@ -190,4 +237,15 @@ impl<'r> SlotTable<'r> {
     pub(crate) fn is_live(&self, holder: Holder) -> bool {
         self.word(holder.slot).load(Ordering::Acquire) == pack(holder.generation, LIVE)
     }
+}
+
+/// Bumps the sequence of the park word `park` and wakes every waiter sleeping on it (the
+/// unlocker of a lock with waiters, U2-U3 of lock.rs; `mark_dead`).
+///
+/// Context: after the store the waiters wait for (the unlock, or the mark); one system
+/// call.
+pub(crate) fn wake(park: &AtomicU64) {
+    // Release: a waiter that reads the new sequence sees the unlock or the mark before it.
+    park.fetch_add(1, Ordering::AcqRel);
+    futex::wake(park);
 }

@@ -37,6 +37,9 @@
 //! A steward that waits for a stack lock during a sweep checks the holder's pidfd as it
 //! waits (`Run::wait` here): a holder that died meanwhile is marked dead there, so that
 //! the lock can be taken over (else the steward would wait for a death only it can mark).
+//! For the same reason it parks (lock.rs, "Waiting") for at most `PARK_TIMEOUT` at a
+//! time, and looks at the holder's pidfd again after each park. Every `mark_dead` wakes
+//! the waiters parked on the dead process's locks (slot.rs, park words).
 //!
 //! Protection: the header's steward fields and the records by the election (one steward
 //! at a time); the slots and the stack by their protocols. The steward reads every word of
@@ -57,7 +60,9 @@ use std::time::{Duration, Instant};
 
 use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
 use super::domain::{Domain, DomainFiles, Pidfd};
+use super::futex::Parked;
 use super::record;
+use super::terms::Park;
 use super::terms::Unkillable;
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::segment::{DiskDir, SegmentDir};
@@ -74,6 +79,10 @@ pub(crate) const LOST: u8 = b'L';
 
 /// How often the steward looks for detaches it cannot see on a connection.
 const DETACH_CHECK: Duration = Duration::from_millis(50);
+
+/// The longest park of a steward waiting for a lock (module docs): how late it finds a
+/// holder that died while it was parked (nobody else would mark it dead).
+const PARK_TIMEOUT: Duration = Duration::from_millis(10);
 
 /// How long the steward waits for an accepted connection's request.
 const REQUEST_WAIT: Duration = Duration::from_secs(1);
@@ -323,6 +332,22 @@ impl<'d> Steward<'d> {
         }
     }
 
+    /// If `holder`'s process died (its pidfd says so), marks it dead (`died`) and returns
+    /// true.
+    fn marked_if_dead(&self, holder: Holder) -> bool {
+        let mut watches = self.watches.borrow_mut();
+        let Some(i) = watches.iter().position(|w| w.holder == holder) else {
+            return false;
+        };
+        if !watches[i].pidfd.is_dead() {
+            return false;
+        }
+        watches.swap_remove(i);
+        drop(watches);
+        self.died(holder);
+        true
+    }
+
     /// A watched process died: its slot marked dead (if it is still LIVE in that
     /// generation: a clean detach made it FREE) and queued for its sweep.
     fn died(&self, holder: Holder) {
@@ -493,17 +518,22 @@ impl Run for Steward<'_> {
     /// A live holder holds the lock the sweep needs: if its process died meanwhile, mark
     /// it dead here (module docs), so that the lock can be taken over.
     fn wait(&self, holder: Holder) {
-        let mut watches = self.watches.borrow_mut();
-        if let Some(i) = watches.iter().position(|w| w.holder == holder) {
-            if watches[i].pidfd.is_dead() {
-                watches.swap_remove(i);
-                drop(watches);
-                self.died(holder);
-                return;
-            }
+        if !self.marked_if_dead(holder) {
+            Unkillable.wait(holder);
         }
-        drop(watches);
-        Unkillable.wait(holder);
+    }
+
+    /// After each park (at most `PARK_TIMEOUT`), the same look at the holder's pidfd.
+    fn parked(&self, holder: Holder, _outcome: Parked) {
+        self.marked_if_dead(holder);
+    }
+
+    /// Parks as the library does, but never longer than `PARK_TIMEOUT` (module docs).
+    fn park(&self) -> Option<Park> {
+        Some(Park {
+            timeout: Some(PARK_TIMEOUT),
+            ..Park::DEFAULT
+        })
     }
 }
 

@@ -2,6 +2,9 @@
 //! runs (`Run`: where it may die, how it waits), with the flaws the models prove they
 //! catch. No protocol here: `slot.rs`, `lock.rs`, `stack.rs` and `record.rs` hold them.
 
+use super::futex::Parked;
+use std::time::Duration;
+
 /// A word's place in the region: its index, not an address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Word(pub(crate) u32);
@@ -102,6 +105,34 @@ pub(crate) enum Flaw {
     /// The steward answers an attach before the slot's record is complete.
     #[cfg(test)]
     AnswerBeforeRecord,
+    /// A waiter reads its park word's sequence after it looked at the lock again, not
+    /// before: an unlock between the two is missed, and the waiter sleeps on the new
+    /// sequence (lock.rs, P2 and P3).
+    #[cfg(test)]
+    SequenceAfterRecheck,
+    /// An unlocker looks for waiters (and wakes them) before it frees the lock, not after:
+    /// a waiter that announces itself in between is never woken (lock.rs, U1 and U2).
+    #[cfg(test)]
+    WakeBeforeUnlock,
+}
+
+/// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Park {
+    /// The waits (`Run::wait`: a spin and a yield each) before the first park.
+    pub(crate) after_waits: u32,
+    /// How long one park may last (`None`: until woken). A finite one bounds what a wake
+    /// lost to a dead steward costs (nobody else wakes a waiter whose holder died).
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl Park {
+    /// The library's: spin and yield twice (a holder running on the other core releases
+    /// within that: a few stores), then park for up to 100 ms at a time.
+    pub(crate) const DEFAULT: Park = Park {
+        after_waits: 2,
+        timeout: Some(Duration::from_millis(100)),
+    };
 }
 
 /// How an operation runs: where it may die, how it waits for a live holder. The library
@@ -111,8 +142,19 @@ pub(crate) trait Run {
     /// Called right after each `Step`; `Err(Died)` ends the operation there.
     fn at(&self, step: Step) -> Result<(), Died>;
 
-    /// Called when the lock is held by a live holder, before looking again.
+    /// Called when the lock is held by a live holder, before looking again, until
+    /// `park`'s `after_waits` waits are done; after them the waiter parks instead.
     fn wait(&self, holder: Holder);
+
+    /// Whether (and when, and for how long) a waiter parks in the kernel; `None`: it only
+    /// ever `wait`s (spins and yields).
+    fn park(&self) -> Option<Park> {
+        Some(Park::DEFAULT)
+    }
+
+    /// Called after each park on `holder`'s lock with how it ended (a member looks at its
+    /// steward after a timeout: attach.rs; the steward at the holder's pidfd: steward.rs).
+    fn parked(&self, _holder: Holder, _outcome: Parked) {}
 
     /// The protocol's flaw, if a model asks for one.
     fn flaw(&self) -> Flaw {
@@ -121,7 +163,7 @@ pub(crate) trait Run {
 }
 
 /// The library's `Run`: never dies, spins a little then yields while a live holder holds
-/// the lock.
+/// the lock, then parks (`Park::DEFAULT`).
 #[derive(Debug, Default)]
 pub(crate) struct Unkillable;
 

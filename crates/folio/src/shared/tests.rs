@@ -13,14 +13,15 @@ use std::time::{Duration, Instant};
 
 const SLOTS: u16 = 8;
 const FRAMES: u32 = 4;
-const STACK: Word = Word(8);
+const STACK: Word = Word(16);
 /// Words the cross-process test uses to see what the waiting process did.
 const WAITED: usize = 32;
 const TOOK_OVER: usize = 33;
 const DONE: usize = 34;
 const REGION_WORDS: usize = 40;
+const _: () = assert!(DONE < REGION_WORDS);
 
-const _: () = assert!(SLOTS as u32 <= STACK.0);
+const _: () = assert!(SlotTable::words(SLOTS) <= STACK.0);
 const _: () = assert!(STACK.0 + 8 + 2 * FRAMES <= WAITED as u32);
 
 /// A `Run` that dies at its `at`-th step (counted from 0 over every step it is asked

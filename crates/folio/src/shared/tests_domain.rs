@@ -12,8 +12,10 @@
 
 use super::attach::{DomainConfig, Member};
 use super::domain::{Domain, Geometry};
+use super::futex::{self, Parked};
 use super::slot::SlotState;
 use super::stack::Census;
+use super::terms::Park;
 use super::tests::{fork, SharedRegion};
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::primitive::Ordering;
@@ -34,7 +36,12 @@ const ROUND_DEADLINE: Duration = Duration::from_secs(60);
 const R_DONE: usize = 0;
 const R_STARTED_AT_ATTACH: usize = 1;
 const R_STARTED_WHILE_WORKING: usize = 2;
-const R_WORDS: usize = 4;
+/// The child's futex calls (futex.rs's counts), written after each step.
+const R_PARKS: usize = 3;
+const R_WOKEN: usize = 4;
+const R_TIMEOUTS: usize = 5;
+const R_WAKES: usize = 6;
+const R_WORDS: usize = 8;
 
 /// splitmix64: a seeded sequence, the same on every machine.
 struct Rng(u64);
@@ -59,12 +66,18 @@ struct Lever<'m> {
     member: &'m Member,
     die_at: Option<u32>,
     count: Cell<u32>,
+    report: &'m [crate::primitive::AtomicU64],
 }
 
 impl Run for Lever<'_> {
     fn at(&self, _step: Step) -> Result<(), Died> {
         let n = self.count.get();
         self.count.set(n + 1);
+        let counts = futex::counts();
+        self.report[R_PARKS].store(counts.waits, Ordering::Release);
+        self.report[R_WOKEN].store(counts.woken, Ordering::Release);
+        self.report[R_TIMEOUTS].store(counts.timeouts, Ordering::Release);
+        self.report[R_WAKES].store(counts.wakes, Ordering::Release);
         if Some(n) == self.die_at {
             // SAFETY: raise has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGSTOP) };
@@ -75,6 +88,14 @@ impl Run for Lever<'_> {
 
     fn wait(&self, holder: Holder) {
         self.member.wait(holder)
+    }
+
+    fn park(&self) -> Option<Park> {
+        self.member.park()
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
     }
 }
 
@@ -87,6 +108,7 @@ fn work(config: &DomainConfig, die_at: Option<u32>, report: &[crate::primitive::
         member: &member,
         die_at,
         count: Cell::new(0),
+        report,
     };
     let me = member.holder();
     let domain = member.domain();
@@ -236,6 +258,8 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
     let mut steward_kills = 0u64;
     let mut started_at_attach = 0;
     let mut started_while_working = 0;
+    // The children's futex calls, summed (the killed ones' up to their last step).
+    let mut futex_calls = [0u64; 4];
     for round in 0..ROUNDS {
         for word in report.words() {
             word.store(0, Ordering::Relaxed);
@@ -306,6 +330,12 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
             );
             started_at_attach += words[R_STARTED_AT_ATTACH].load(Ordering::Acquire);
             started_while_working += words[R_STARTED_WHILE_WORKING].load(Ordering::Acquire);
+            for (sum, word) in futex_calls
+                .iter_mut()
+                .zip([R_PARKS, R_WOKEN, R_TIMEOUTS, R_WAKES])
+            {
+                *sum += words[word].load(Ordering::Acquire);
+            }
         }
         // Every death swept: by this steward, or by a new one (elected here if nobody
         // else needed it).
@@ -342,6 +372,11 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
         domain.elections(),
         parent.stewards_started(),
         started.elapsed().as_secs_f64()
+    );
+    eprintln!(
+        "steward test: the members parked {} times (woken {}, timed out {}) and woke {} \
+         times",
+        futex_calls[0], futex_calls[1], futex_calls[2], futex_calls[3]
     );
     assert!(killed >= u64::from(ROUNDS), "child 0 dies in every round");
     assert!(steward_kills >= 1, "the steward was killed");
