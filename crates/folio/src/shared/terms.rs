@@ -102,6 +102,10 @@ pub(crate) enum Flaw {
     /// The steward answers an attach before the slot's record is complete.
     #[cfg(test)]
     AnswerBeforeRecord,
+    /// The shared buddy allocator's taker does not free the block a dead holder left in
+    /// flight (buddy.rs): a death mid-split or mid-merge loses it.
+    #[cfg(test)]
+    InFlightForgotten,
 }
 
 /// How an operation runs: where it may die, how it waits for a live holder. The library
