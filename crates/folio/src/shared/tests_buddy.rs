@@ -624,10 +624,20 @@ fn an_order_0_pair_costs() {
     buddy.format();
     let me = slots.attach(Flaw::None).unwrap();
     let run = &Unkillable;
-    // Split a block first, so that every pair splits and merges (the worst case).
-    let keep = buddy.alloc(Order(0), me, &slots, run).unwrap().unwrap();
     let per_pair = |started: Instant| started.elapsed().as_nanos() as f64 / f64::from(PAIRS);
 
+    // Every frame free: each alloc splits an order-9 block 9 times, each free merges it
+    // back 9 times (the worst case).
+    let started = Instant::now();
+    for _ in 0..PAIRS {
+        let f = buddy.alloc(Order(0), me, &slots, run).unwrap().unwrap();
+        buddy.free(f, Order(0), me, &slots, run).unwrap();
+    }
+    let split = per_pair(started);
+
+    // Frame 0 kept: each alloc takes frame 1 off list 0, each free lists it back (its
+    // buddy is leased): no split, no merge (the best case).
+    let keep = buddy.alloc(Order(0), me, &slots, run).unwrap().unwrap();
     let started = Instant::now();
     for _ in 0..PAIRS {
         let f = buddy.alloc(Order(0), me, &slots, run).unwrap().unwrap();
@@ -643,8 +653,9 @@ fn an_order_0_pair_costs() {
     }
     let hot = per_pair(started);
 
-    // 64 frames out, then 64 back: the magazine (batch 16) leases and returns a batch
-    // every 16 frames, so a quarter... a sixteenth of the operations take the lock.
+    // 64 frames out, then 64 back: the magazine (batch 16) leases a batch (one carved
+    // order-4 block) every 16 frames out and returns one (16 frees, merging) every 16
+    // back once it is full: one lock hold per 16 operations.
     let mut out = Vec::with_capacity(64);
     let started = Instant::now();
     for _ in 0..PAIRS / 64 {
@@ -690,8 +701,9 @@ fn an_order_0_pair_costs() {
     assert_eq!(swept, 1024);
     assert_eq!(buddy.check(&slots), Ok(free_census(big)));
     eprintln!(
-        "order-0 pair: shared lock {locked:.1} ns, magazine hot {hot:.1} ns, magazine \
-         64 out/64 back (batch 16) {batched:.1} ns, arena/buddy.rs today {today:.1} ns; \
-         sweep of 1 M frames (1024 leased) {sweep:?}"
+        "order-0 pair: shared lock {split:.1} ns splitting and merging 9 orders, \
+         {locked:.1} ns with no split; magazine hot {hot:.1} ns, magazine 64 out/64 back \
+         (batch 16) {batched:.1} ns; arena/buddy.rs today {today:.1} ns; sweep of 1 M \
+         frames (1024 leased) {sweep:?}"
     );
 }
