@@ -4,9 +4,11 @@
 //! in `tests/loom_shared.rs`; the cost of a pair against `arena/buddy.rs` is
 //! `an_order_0_pair_costs` (ignored: run it by hand, docs/sharing.md).
 
+use super::attach::{DomainConfig, Member};
 use super::buddy::{Census, Order, SharedBuddy, ORDER_MAX};
+use super::domain::Geometry;
 use super::magazine::Magazine;
-use super::slot::SlotTable;
+use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::terms::Unkillable;
 use super::tests::{fork, SharedRegion};
@@ -605,6 +607,117 @@ fn processes_killed_at_random_steps_leave_every_frame_accounted_for() {
         killed >= KILL_ROUNDS && holding >= KILL_ROUNDS / 2,
         "too few kills: {killed}, {holding}"
     );
+}
+
+/// A member's `Run` in the domain test: stops its process at its `die_at`-th step (for
+/// the test to kill), and waits as a member does (checking the steward).
+struct MemberRun<'m> {
+    member: &'m Member,
+    die_at: u32,
+    count: Cell<u32>,
+}
+
+impl Run for MemberRun<'_> {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        let n = self.count.get();
+        self.count.set(n + 1);
+        if n == self.die_at {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+            unreachable!("a stopped process is killed, never continued");
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+}
+
+/// The allocator wired into a domain: forked members attach, allocate blocks of several
+/// orders and fill a magazine, and stop themselves at a step spread over their work
+/// (`SIGKILL`ed there by the test); the domain's steward, told of each death by its
+/// pidfd, sweeps the allocator too (steward.rs's `bury`), taking its lock over when the
+/// member died holding it: once the slot is free again, every frame is free.
+#[test]
+fn the_domains_steward_sweeps_a_dead_members_blocks() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let config = DomainConfig {
+        dir: home.path().to_path_buf(),
+        name: "buddy-test".into(),
+        geometry: Geometry {
+            slots: 4,
+            frames: 256,
+        },
+        linger: Duration::from_millis(100),
+    };
+    let parent = Member::attach(&config).unwrap();
+    let domain = parent.domain();
+    let slots = domain.slots();
+    let buddy = domain.buddy();
+    let mut held_the_lock = 0;
+    // The member's work is about 170 steps: a death at every ninth.
+    for die_at in (0..180).step_by(9) {
+        let config = &config;
+        let child = fork(move || {
+            let member = Member::attach(config).expect("attach");
+            let run = MemberRun {
+                member: &member,
+                die_at,
+                count: Cell::new(0),
+            };
+            let (slots, buddy) = (member.domain().slots(), member.domain().buddy());
+            let me = member.holder();
+            let mut magazine = Magazine::new(me, 8);
+            for order in [3, 0, 5, 1] {
+                buddy
+                    .alloc(Order(order), me, &slots, &run)
+                    .unwrap()
+                    .expect("free");
+            }
+            for _ in 0..3 {
+                magazine.alloc(&buddy, &slots, &run).unwrap().expect("free");
+            }
+            // Everything held is the sweep's to return: stop here if the lever did not.
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        });
+        let status = super::tests::wait_for(child, libc::WUNTRACED);
+        assert!(libc::WIFSTOPPED(status), "status {status:#x}");
+        let holder = (0..slots.slot_count())
+            .map(|i| slots.state(super::SlotIndex(i)))
+            .find(|(state, h)| {
+                *state == SlotState::Live
+                    && *h != parent.holder()
+                    && domain.records().read(*h) != Some(domain.steward())
+            })
+            .map(|(_, h)| h)
+            .expect("the member's slot");
+        held_the_lock += u32::from(buddy.lock_line().holder() == Some(holder));
+        // SAFETY: kills and reaps our own stopped child.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, &mut 0, 0);
+        }
+        let deadline = Instant::now() + KILL_DEADLINE;
+        while slots.state(holder.slot) != (SlotState::Free, holder) {
+            assert!(
+                Instant::now() < deadline,
+                "the steward never swept {holder:?}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            buddy.check(&slots),
+            Ok(free_census(256)),
+            "a death at step {die_at}"
+        );
+    }
+    assert!(
+        held_the_lock >= 10,
+        "held the lock at {held_the_lock} deaths"
+    );
+    parent.detach();
 }
 
 // The cost of an order-0 alloc+free pair in one process (docs/sharing.md, "Figures"):
