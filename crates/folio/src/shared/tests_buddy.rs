@@ -166,16 +166,25 @@ fn alloc_and_free_follow_the_model() {
 struct DieAt {
     at: Option<u32>,
     count: Cell<u32>,
-    stop: bool,
+    death: Death,
     flaw: Flaw,
 }
 
+/// How a `DieAt` dies.
+#[derive(Clone, Copy, PartialEq)]
+enum Death {
+    /// `Run::at` returns `Died` (one process's test).
+    Return,
+    /// The process stops itself for the test to `SIGKILL` (across processes).
+    Stop,
+}
+
 impl DieAt {
-    fn new(at: Option<u32>, stop: bool, flaw: Flaw) -> DieAt {
+    fn new(at: Option<u32>, death: Death, flaw: Flaw) -> DieAt {
         DieAt {
             at,
             count: Cell::new(0),
-            stop,
+            death,
             flaw,
         }
     }
@@ -188,7 +197,7 @@ impl Run for DieAt {
         if Some(n) != self.at {
             return Ok(());
         }
-        if self.stop {
+        if self.death == Death::Stop {
             // SAFETY: raise has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGSTOP) };
             unreachable!("a stopped process is killed, never continued");
@@ -263,6 +272,15 @@ impl Run for Noted {
     }
 }
 
+/// Who works first after a death, in `in_one_process`.
+#[derive(Clone, Copy, PartialEq)]
+enum First {
+    /// Another process (it takes the dead one's lock over), then the steward's sweep.
+    Other,
+    /// The steward's sweep (it takes the lock over), then another process.
+    Steward,
+}
+
 /// In one process: the dying process P stops at each step of `script` in turn (a live
 /// process Q holds an order-3 block throughout); then either another process R works
 /// first (taking P's lock over if P held it: the last primitive redone, the block in
@@ -271,7 +289,7 @@ impl Run for Noted {
 fn in_one_process(flaw: Flaw) -> Result<(), String> {
     let mut took_over = 0;
     let mut swept = 0;
-    for steward_first in [false, true] {
+    for first in [First::Other, First::Steward] {
         for at in 0.. {
             let region = region_for(SCRIPT_FRAMES);
             let (slots, buddy) = views(&region, SCRIPT_FRAMES);
@@ -283,7 +301,14 @@ fn in_one_process(flaw: Flaw) -> Result<(), String> {
                 .unwrap()
                 .unwrap();
             let p = slots.attach(Flaw::None).unwrap();
-            if script(&buddy, p, &slots, &DieAt::new(Some(at), false, flaw)).is_ok() {
+            if script(
+                &buddy,
+                p,
+                &slots,
+                &DieAt::new(Some(at), Death::Return, flaw),
+            )
+            .is_ok()
+            {
                 break;
             }
             assert!(slots.mark_dead(p));
@@ -294,7 +319,7 @@ fn in_one_process(flaw: Flaw) -> Result<(), String> {
                 flaw,
             };
             let sweep = |run: &Noted| buddy.sweep(p, steward, &slots, run).unwrap();
-            if steward_first {
+            if first == First::Steward {
                 swept += sweep(&noted);
                 other_work(&buddy, r, &slots, &noted).unwrap();
             } else {
@@ -570,7 +595,7 @@ fn processes_killed_at_random_steps_leave_every_frame_accounted_for() {
             let mut magazine = Magazine::new(holder, 8);
             let (slots, buddy) = (&slots, &buddy);
             let pid = fork(move || {
-                let run = DieAt::new(die_at, true, Flaw::None);
+                let run = DieAt::new(die_at, Death::Stop, Flaw::None);
                 child_work(
                     buddy,
                     slots,
