@@ -289,6 +289,7 @@ enum First {
 fn in_one_process(flaw: Flaw) -> Result<(), String> {
     let mut took_over = 0;
     let mut swept = 0;
+    let mut steps = 0;
     for first in [First::Other, First::Steward] {
         for at in 0.. {
             let region = region_for(SCRIPT_FRAMES);
@@ -311,6 +312,7 @@ fn in_one_process(flaw: Flaw) -> Result<(), String> {
             {
                 break;
             }
+            steps += 1;
             assert!(slots.mark_dead(p));
             let held = buddy.lock_line().holder() == Some(p);
             let r = slots.attach(Flaw::None).unwrap();
@@ -340,6 +342,7 @@ fn in_one_process(flaw: Flaw) -> Result<(), String> {
             }
         }
     }
+    eprintln!("{flaw:?}: {steps} deaths, {took_over} take-overs, {swept} frames swept");
     assert!(
         took_over > 100 && swept > 0,
         "took over {took_over}, swept {swept}"
