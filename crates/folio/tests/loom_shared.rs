@@ -1,6 +1,6 @@
 //! Loom models of the protocol by which processes sharing a cache change a shared
 //! structure while any of them may die (issue 45, docs/sharing.md), compiled from the very
-//! source files the library uses (`src/shared/{terms,slot,lock,stack,record}.rs`) against loom's
+//! source files the library uses (`src/shared/{terms,slot,lock,stack,record,buddy,magazine}.rs`) against loom's
 //! atomics: this file supplies the `primitive` module they name their atomics through.
 //!
 //! Loom cannot kill a thread, so a death is a step: the dying process's thread stops at
@@ -33,8 +33,13 @@
 //! variant `admission_broken_answer_before_record`), with the old steward's death at each
 //! step of the admission.
 //!
-//! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (the whole file runs in
-//! about a minute on this machine: see docs/sharing.md). Run with
+//! The shared buddy allocator (`buddy.rs`, `magazine.rs`) is modelled at the end
+//! (`buddy_death_at_every_step`, and its broken variants `buddy_broken_intent_after_mutation`
+//! and `buddy_broken_in_flight_forgotten`).
+//!
+//! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
+//! the allocator's longer operations; the whole file runs in a few seconds on this
+//! machine: see docs/sharing.md). Run with
 //! `cargo test --release -p folio --test loom_shared` (part of the workspace's tests).
 
 mod primitive {
@@ -141,9 +146,15 @@ mod futex {
 // The library's `shared/` rooms at this crate's root: their `super::` is this root, which
 // names what `shared/mod.rs` re-exports.
 #[allow(dead_code)]
+#[path = "../src/shared/buddy.rs"]
+mod buddy;
+#[allow(dead_code)]
 #[path = "../src/shared/lock.rs"]
 mod lock;
 use lock::HolderLock;
+#[allow(dead_code)]
+#[path = "../src/shared/magazine.rs"]
+mod magazine;
 #[allow(dead_code)]
 #[path = "../src/shared/record.rs"]
 mod record;
@@ -220,8 +231,15 @@ impl ModelRun {
     }
 }
 
+/// How many take-overs the models made (std's atomic: outside loom's model, a tally of
+/// every execution it explored), so that a model can show that it covered one.
+static TAKE_OVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 impl Run for ModelRun {
-    fn at(&self, _step: Step) -> Result<(), Died> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        if step == Step::TookOver {
+            TAKE_OVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let n = self.count.get();
         self.count.set(n + 1);
         if Some(n) == self.die_at {
@@ -676,4 +694,194 @@ fn park_broken_wake_before_unlock() {
 #[test]
 fn park_broken_no_wake_at_death() {
     park_caught(End::Die, Broken::NoWakeAtDeath);
+}
+
+// The shared buddy allocator (`buddy.rs`, issue 45 step 4).
+//
+// Two frames, one free block of order 1. The dying process allocates an order-0 frame
+// (TAKE the order-1 block, SPLIT it, ASSIGN the low half) and frees it (RELEASE, MERGE
+// with its buddy if that is free, LIST), or does the same through a magazine of batch 1
+// (CARVE for ASSIGN, `return_batch` for the free), dying at its `d`-th step (each of its steps, and
+// no death); then its thread plays the steward (marks the slot dead, sweeps: takes the
+// lock over if the dead one held it, redoes its last primitive, frees the block in flight
+// and every block leased to it; frees the slot) and the next process in the slot, which
+// allocates and frees an order-0 frame. Meanwhile another process (the main thread)
+// allocates and frees an order-0 frame, racing both for the lock: it may take the dead
+// holder's lock over itself. At the end both frames are free and merged into the order-1
+// block, the lock free, nothing in flight; no library assertion failed.
+//
+// Broken, and caught: `buddy_broken_intent_after_mutation` (a primitive's stores made
+// before its intent: a death between leaves a half-made list change nobody redoes) and
+// `buddy_broken_in_flight_forgotten` (a taker does not free the block in flight: a death
+// between TAKE and ASSIGN, or inside the merge chain, loses it).
+
+const BUDDY_FRAMES: u32 = 2;
+const BUDDY: Word = Word(8);
+const BUDDY_WORDS: usize = 8 + (24 + 3 * BUDDY_FRAMES) as usize;
+/// The dying process's steps when nobody else takes the lock between its operations:
+/// more than enough to cover every step (a death past its last step is no death).
+const BUDDY_STEPS: u32 = 40;
+/// The buddy model's preemption bound (its operations are longer than the stack's).
+const BUDDY_PREEMPTIONS: usize = 3;
+
+fn buddy_views(region: &[AtomicU64]) -> (SlotTable<'_>, buddy::SharedBuddy<'_>) {
+    (
+        SlotTable::new(region, Word(0), SLOTS),
+        buddy::SharedBuddy::new(region, BUDDY, BUDDY_FRAMES),
+    )
+}
+
+/// How the dying process allocates its frame.
+#[derive(Clone, Copy, Debug)]
+enum Through {
+    /// `SharedBuddy::alloc` and `free`: TAKE, SPLIT, ASSIGN; RELEASE, MERGE, LIST.
+    Buddy,
+    /// A magazine of batch 1: `lease_batch` (TAKE, SPLIT, CARVE), then `drain`
+    /// (`return_batch`: RELEASE, MERGE, LIST).
+    Magazine,
+}
+
+/// The dying process's frame allocated and freed, `through` one way or the other.
+fn dying_work(
+    buddy: &buddy::SharedBuddy<'_>,
+    me: Holder,
+    slots: &SlotTable<'_>,
+    run: &ModelRun,
+    through: Through,
+) -> Result<(), Died> {
+    match through {
+        Through::Buddy => alloc_and_free(buddy, me, slots, run),
+        Through::Magazine => {
+            let mut magazine = magazine::Magazine::new(me, 1);
+            let frame = magazine
+                .alloc(buddy, slots, run)?
+                .expect("a frame is free (none lost)");
+            magazine.free(frame, buddy, slots, run)?;
+            magazine.drain(buddy, slots, run)
+        }
+    }
+}
+
+/// An order-0 frame allocated and freed.
+fn alloc_and_free(
+    buddy: &buddy::SharedBuddy<'_>,
+    me: Holder,
+    slots: &SlotTable<'_>,
+    run: &ModelRun,
+) -> Result<(), Died> {
+    let frame = buddy
+        .alloc(buddy::Order(0), me, slots, run)?
+        .expect("a frame is free (none lost)");
+    buddy.free(frame, buddy::Order(0), me, slots, run)
+}
+
+fn buddy_model(die_at: u32, flaw: Flaw, through: Through) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(BUDDY_PREEMPTIONS);
+    }
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..BUDDY_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let (steward, dying, other) = {
+            let (slots, buddy) = buddy_views(&region);
+            buddy.format();
+            (
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+            )
+        };
+        let a = {
+            let region = region.clone();
+            loom::thread::spawn(move || {
+                let (slots, buddy) = buddy_views(&region);
+                let run = ModelRun::dying_at(die_at, flaw);
+                match dying_work(&buddy, dying, &slots, &run, through) {
+                    Ok(()) => slots.detach(dying),
+                    Err(Died) => {
+                        assert!(slots.mark_dead(dying));
+                        buddy
+                            .sweep(dying, steward, &slots, &ModelRun::living(flaw))
+                            .unwrap();
+                        slots.free_dead(dying);
+                        let next = slots.attach(Flaw::None).unwrap();
+                        assert_eq!(next.slot, dying.slot);
+                        alloc_and_free(&buddy, next, &slots, &ModelRun::living(flaw)).unwrap();
+                        slots.detach(next);
+                    }
+                }
+            })
+        };
+        let (slots, buddy) = buddy_views(&region);
+        alloc_and_free(&buddy, other, &slots, &ModelRun::living(flaw)).unwrap();
+        slots.detach(other);
+        a.join().unwrap();
+        let census = buddy.check(&slots);
+        assert!(
+            census
+                == Ok(buddy::Census {
+                    free_frames: BUDDY_FRAMES,
+                    leased: Vec::new()
+                }),
+            "every frame free at the end: {census:?}"
+        );
+    });
+}
+
+#[test]
+fn buddy_death_at_every_step() {
+    for through in [Through::Buddy, Through::Magazine] {
+        let before = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed);
+        for die_at in 0..=BUDDY_STEPS {
+            buddy_model(die_at, Flaw::None, through);
+        }
+        let took_over = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed) - before;
+        eprintln!("buddy {through:?}: {took_over} take-overs explored");
+        assert!(took_over > 0, "no model took a dead holder's lock over");
+    }
+}
+
+fn buddy_first_failure(flaw: Flaw) -> String {
+    for die_at in 0..=BUDDY_STEPS {
+        if let Err(payload) = std::panic::catch_unwind(|| buddy_model(die_at, flaw, Through::Buddy))
+        {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("buddy {flaw:?}: caught with a death at step {die_at}: {message}");
+            return message;
+        }
+    }
+    panic!("buddy {flaw:?}: no model failed");
+}
+
+/// The buddy allocator's own assertions and the model's final check.
+const BUDDY_INVARIANT_BROKEN: &[&str] = &[
+    "every frame free at the end",
+    "does not lease",
+    "is not free at its order",
+    "the block in flight is not moving",
+    "a frame is free (none lost)",
+    "someone else holds",
+    "a free lock with a published intent",
+];
+
+fn assert_buddy_invariant_broken(message: &str) {
+    assert!(
+        BUDDY_INVARIANT_BROKEN.iter().any(|m| message.contains(m)),
+        "failed, but not on an invariant: {message}"
+    );
+}
+
+#[test]
+fn buddy_broken_intent_after_mutation() {
+    assert_buddy_invariant_broken(&buddy_first_failure(Flaw::IntentAfterMutation));
+}
+
+#[test]
+fn buddy_broken_in_flight_forgotten() {
+    assert_buddy_invariant_broken(&buddy_first_failure(Flaw::InFlightForgotten));
 }

@@ -9,6 +9,9 @@
 //!                             park word per process (waiters for its locks sleep there)
 //!   then S lines of 8 words   the slot records (record.rs): generation, pid, start time
 //!   then (8-aligned)          the frame stack (stack.rs): the structure leased
+//!   then (8-aligned)          the buddy allocator (buddy.rs) of as many frames: the
+//!                             free lists of step 4, beside the stack until a cache uses
+//!                             them
 //! ```
 //!
 //! Files, in the domain's directory (a private home, checked by `segment::home`'s
@@ -22,18 +25,21 @@
 //!
 //! Protection: the header's geometry is written once, before MAGIC (release), by the first
 //! steward under the election lock; the steward fields by the steward alone; the slot
-//! table and the stack by their own protocols (slot.rs, lock.rs); the records by the
-//! steward (above). A process reads the header as untrusted input (`Domain::open` checks
-//! the geometry against the file's size before it makes a view).
+//! table, the stack and the allocator by their own protocols (slot.rs, lock.rs,
+//! buddy.rs); the records by the steward (above). A process reads the header as
+//! untrusted input (`Domain::open` checks the geometry against the file's size before it
+//! makes a view).
 //!
 //! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
-//! steward's (a later config's is ignored); the region is a few pages, never resized.
+//! steward's (a later config's is ignored); the region is 40 bytes per frame (the
+//! stack's 2 words, the allocator's 3) and a few pages, never resized.
 
 use std::ffi::OsString;
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use super::buddy::SharedBuddy;
 use super::record::Records;
 use super::slot::SlotTable;
 use super::stack::FrameStack;
@@ -43,7 +49,8 @@ use crate::segment::SegmentDir;
 
 /// "folio-dm" in ASCII: the header's first word once the region is formatted.
 const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
-/// 2: the slot table holds a park word per slot (issue 45 step 3).
+/// 2: the slot table holds a park word per slot (issue 45 step 3), and the region the
+/// buddy allocator (step 4).
 const VERSION: u64 = 2;
 
 /// The most slots a domain has.
@@ -84,8 +91,12 @@ impl Geometry {
         self.records().at(Records::words(self.slots))
     }
 
+    fn buddy(self) -> Word {
+        Word(self.stack().0 + round_up(FrameStack::words(self.frames)))
+    }
+
     fn words(self) -> u32 {
-        self.stack().0 + round_up(FrameStack::words(self.frames))
+        self.buddy().0 + round_up(SharedBuddy::words(self.frames))
     }
 
     fn bytes(self) -> usize {
@@ -195,6 +206,7 @@ impl Domain {
         region[H_SLOTS].store(u64::from(geometry.slots), Ordering::Relaxed);
         region[H_FRAMES].store(u64::from(geometry.frames), Ordering::Relaxed);
         domain.stack().format();
+        domain.buddy().format();
         region[H_MAGIC].store(MAGIC, Ordering::Release);
         Ok((domain, Made::Formatted))
     }
@@ -292,6 +304,11 @@ impl Domain {
     /// The frame stack's view.
     pub(crate) fn stack(&self) -> FrameStack<'_> {
         FrameStack::new(self.region(), self.geometry.stack(), self.geometry.frames)
+    }
+
+    /// The buddy allocator's view.
+    pub(crate) fn buddy(&self) -> SharedBuddy<'_> {
+        SharedBuddy::new(self.region(), self.geometry.buddy(), self.geometry.frames)
     }
 
     /// The slot records' view.

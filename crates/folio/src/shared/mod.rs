@@ -56,11 +56,13 @@
 
 #[allow(unsafe_code)]
 pub(crate) mod attach;
+pub(crate) mod buddy;
 #[allow(unsafe_code)]
 pub(crate) mod domain;
 #[allow(unsafe_code)]
 pub(crate) mod futex;
 pub(crate) mod lock;
+pub(crate) mod magazine;
 pub(crate) mod record;
 pub(crate) mod slot;
 pub(crate) mod stack;
@@ -70,6 +72,9 @@ mod terms;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_buddy;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_domain;

@@ -114,6 +114,10 @@ pub(crate) enum Flaw {
     /// a waiter that announces itself in between is never woken (lock.rs, U1 and U2).
     #[cfg(test)]
     WakeBeforeUnlock,
+    /// The shared buddy allocator's taker does not free the block a dead holder left in
+    /// flight (buddy.rs): a death mid-split or mid-merge loses it.
+    #[cfg(test)]
+    InFlightForgotten,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

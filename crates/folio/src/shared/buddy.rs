@@ -1,0 +1,764 @@
+//! A buddy allocator in shared words (issue 45 step 4, docs/sharing.md "The free lists"):
+//! blocks of 2^k frames, k in 0..=`ORDER_MAX`, on per-order free lists, split on
+//! allocation and merged on free (the shapes of `arena/buddy.rs`, the kernel's `expand`
+//! and `__free_one_page`), every change under one `HolderLock` and finishable from its
+//! intent record by whoever takes the lock over from a dead holder. Each allocated block's
+//! head names its lessee (a `Holder` word), so the steward's `sweep` of a dead process
+//! frees every block it held.
+//!
+//! ```text
+//!   base + 0..8        the lock line (lock.rs): lock, intent, 4 args, IN_FLIGHT (6), -
+//!   base + 8..24       head[k], k in 0..=ORDER_MAX: the first block of free list k (NIL)
+//!   base + 24..+F      next[f]: the next block on f's free list (NIL at the end)
+//!   then F words       prev[f]: the previous block on f's list (NIL for the first)
+//!   then F words       state[f]: the frame's state word (below)
+//! ```
+//!
+//! A frame's state word: `kind << 62 | order << 56 | owner`:
+//! - TAIL (kind 0, the word 0): a frame inside a block, not its head.
+//! - FREE(k): the head of a free block of order k, on list k.
+//! - LEASED(k, owner): the head of an allocated block of order k; `owner` is the lessee's
+//!   `Holder::word` (never 0).
+//! - MOVING(k): the head of the block in flight (below): on no list and leased to nobody.
+//!
+//! **The block in flight.** A split or merge chain changes more words than one intent
+//! holds (the lock line has 4 argument words), so it is a sequence of intents, one per
+//! list primitive, and between two of them one block may be on no list: taken off list j
+//! and not yet split down, or being merged up. The lock line's word 6 (`IN_FLIGHT`) names
+//! it (`1 << 63 | k << 32 | frame`, 0 for none), and every primitive's intent sets it
+//! along with its other stores, so that after any primitive the words say exactly which
+//! block is in flight. A holder that takes the lock over (or anyone who takes it: after
+//! `L1` it is 0) finishes the dead holder's last primitive from its intent (lock.rs's T2),
+//! then **frees the block in flight** (the merge chain below, as its own change): an
+//! allocation cut short is undone (its lessee died before it got the block), a free cut
+//! short is finished.
+//!
+//! # Protocol
+//!
+//! Every primitive is one change under the lock (lock.rs M1-M3: its intent published,
+//! then its stores, each an absolute value, then the intent cleared); the invariant below
+//! holds between primitives.
+//!
+//! Allocation of order k (`alloc`, and each block of `lease_batch`):
+//!   A1. TAKE(j): j the smallest order >= k whose list is not empty, b its first block:
+//!       head[j] = next[b], prev[next[b]] = NIL, state[b] = MOVING(j), IN_FLIGHT = (b, j).
+//!   A2. SPLIT(j), while j > k: h = b + 2^(j-1) listed first on list j-1 as FREE(j-1)
+//!       (next[h], prev[h], state[h], prev[old head], head[j-1]), state[b] = MOVING(j-1),
+//!       IN_FLIGHT = (b, j-1); j -= 1.
+//!   A3. ASSIGN: state[b] = LEASED(k, lessee), IN_FLIGHT = 0 (or CARVE, for a batch of
+//!       order-0 frames: state[b + i] = LEASED(0, lessee) for each of its 2^k frames).
+//! Free of a block (b, k) leased to `owner` (`free`, `return_batch`, `sweep`):
+//!   F1. RELEASE: state[b] = MOVING(k), IN_FLIGHT = (b, k).
+//!   F2. MERGE(k), while k < ORDER_MAX and the buddy c = b ^ 2^k is FREE(k): c unlinked
+//!       from list k (next[prev[c]] or head[k], prev[next[c]]), state[max(b, c)] = TAIL,
+//!       state[min(b, c)] = MOVING(k+1), IN_FLIGHT = (min(b, c), k+1); b = min, k += 1.
+//!   F3. LIST: b listed first on list k as FREE(k), IN_FLIGHT = 0.
+//! Take-over: T1-T3 of lock.rs (T2 redoes the last primitive), then, if IN_FLIGHT names a
+//! block (b, k), F2 and F3 for it.
+//!
+//! **Invariant** (between primitives): every frame is in exactly one block: a free block
+//! on the list of its order, an allocated block whose head names its lessee, or the one
+//! block IN_FLIGHT names (at most one, its head MOVING(k)); a block of order k starts at
+//! a multiple of 2^k; every frame but a block's head is TAIL, except inside a carved
+//! batch, whose frames are each an order-0 block. When no change is in flight (`check`,
+//! on a quiet allocator): IN_FLIGHT is 0, and no free block of order k < ORDER_MAX has a
+//! free buddy of order k (merging is eager, as the kernel's), so an aligned run of 2^k
+//! free frames is always inside one free block of order >= k: an allocation fails only
+//! when no such run exists.
+//!
+//! Why no frame is lost whoever dies where: a death before a primitive's intent is
+//! published leaves the words as the last primitive left them (the invariant, with the
+//! block in flight named); a death after it leaves a change the taker redoes (absolute
+//! stores); the taker then frees the block in flight. A death after A3 or after F3
+//! leaves nothing in flight: the block is leased (the sweep frees it) or listed. A death
+//! of the process that leased a block (holding no lock) leaves a LEASED block naming it:
+//! the steward's sweep frees it.
+//!
+//! Protection: every word by the lock, one lock for all orders (a miss takes it once per
+//! magazine batch: magazine.rs); the state word of a LEASED block is read without the
+//! lock by its lessee only (no one else changes it while the lessee lives).
+//!
+//! Limits: up to 2^32 - 1 frames; `ORDER_MAX` = 9 (2 MiB blocks of 4 KiB frames, as
+//! `arena/buddy.rs`). The sweep scans every frame's state word (1 M frames: see
+//! docs/sharing.md's figures); a frame's three words are 24 bytes (0.6% of a 4 KiB frame).
+
+use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
+use super::slot::SlotTable;
+use super::stack::Frame;
+use super::{Died, Flaw, Holder, Run, Word};
+use crate::primitive::{AtomicU64, Ordering};
+
+/// The largest order: blocks of up to 2^9 frames.
+pub(crate) const ORDER_MAX: u8 = 9;
+
+/// No block: the end of a list.
+const NIL: u64 = u64::MAX;
+
+/// The lock line's word naming the block in flight.
+const IN_FLIGHT: u32 = LINE_FREE_WORDS[0];
+/// The words of the list heads, after the lock line (ORDER_MAX + 1, rounded to lines).
+const HEADS: u32 = LINE_WORDS;
+const HEAD_WORDS: u32 = 16;
+const FRAMES_AT: u32 = HEADS + HEAD_WORDS;
+
+const _: () = assert!((ORDER_MAX as u32) < HEAD_WORDS);
+
+// The state word's kinds.
+const TAIL: u64 = 0;
+const FREE: u64 = 1;
+const LEASED: u64 = 2;
+const MOVING: u64 = 3;
+const OWNER_MASK: u64 = (1 << 56) - 1;
+
+// The intents' operation codes (the order in bits 8..16).
+const TAKE: u64 = 1;
+const SPLIT: u64 = 2;
+const ASSIGN: u64 = 3;
+const CARVE: u64 = 4;
+const RELEASE: u64 = 5;
+const MERGE: u64 = 6;
+const LIST: u64 = 7;
+
+/// A block's order: it holds 2^order frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Order(pub(crate) u8);
+
+impl Order {
+    fn frames(self) -> u32 {
+        1 << self.0
+    }
+}
+
+/// A frame's state word, decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Tail,
+    Free(Order),
+    Leased(Order, u64),
+    Moving(Order),
+}
+
+impl State {
+    fn word(self) -> u64 {
+        let (kind, order, owner) = match self {
+            State::Tail => (TAIL, 0, 0),
+            State::Free(k) => (FREE, k.0, 0),
+            State::Leased(k, owner) => (LEASED, k.0, owner),
+            State::Moving(k) => (MOVING, k.0, 0),
+        };
+        debug_assert!(owner <= OWNER_MASK);
+        (kind << 62) | (u64::from(order) << 56) | owner
+    }
+
+    fn of(word: u64) -> State {
+        let order = Order(((word >> 56) & 0x3f) as u8);
+        match word >> 62 {
+            TAIL => State::Tail,
+            FREE => State::Free(order),
+            LEASED => State::Leased(order, word & OWNER_MASK),
+            _ => State::Moving(order),
+        }
+    }
+}
+
+fn in_flight_word(frame: u32, order: Order) -> u64 {
+    (1 << 63) | (u64::from(order.0) << 32) | u64::from(frame)
+}
+
+fn op(code: u64, order: Order) -> u64 {
+    code | (u64::from(order.0) << 8)
+}
+
+/// What `check` found: the free frames, and each allocated block with its lessee.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Census {
+    pub(crate) free_frames: u32,
+    pub(crate) leased: Vec<(Frame, Order, Holder)>,
+}
+
+/// A buddy allocator of `frames` frames at `base` of a region (module docs).
+#[derive(Debug)]
+pub(crate) struct SharedBuddy<'r> {
+    region: &'r [AtomicU64],
+    lock: HolderLock<'r>,
+    base: Word,
+    frames: u32,
+}
+
+impl<'r> SharedBuddy<'r> {
+    /// The words an allocator of `frames` takes.
+    pub(crate) fn words(frames: u32) -> u32 {
+        FRAMES_AT + 3 * frames
+    }
+
+    /// A view of the allocator at `base` (8-word aligned), as `format` left it.
+    pub(crate) fn new(region: &'r [AtomicU64], base: Word, frames: u32) -> SharedBuddy<'r> {
+        assert!(frames < u32::MAX, "too many frames");
+        assert!(
+            base.index() + Self::words(frames) as usize <= region.len(),
+            "the allocator lies past the region"
+        );
+        SharedBuddy {
+            region,
+            lock: HolderLock::new(region, base),
+            base,
+            frames,
+        }
+    }
+
+    /// Every frame free, in the largest aligned blocks that fit; the lock free.
+    ///
+    /// Context: the region's maker, before any other process sees it.
+    pub(crate) fn format(&self) {
+        for offset in 0..FRAMES_AT {
+            let value = if offset >= HEADS { NIL } else { 0 };
+            self.word(offset).store(value, Ordering::Relaxed);
+        }
+        for f in 0..self.frames {
+            self.next(f).store(NIL, Ordering::Relaxed);
+            self.prev(f).store(NIL, Ordering::Relaxed);
+            self.state(f).store(TAIL, Ordering::Relaxed);
+        }
+        let mut f = 0u32;
+        while f < self.frames {
+            let mut k = ORDER_MAX;
+            while f % (1 << k) != 0 || u64::from(f) + (1u64 << k) > u64::from(self.frames) {
+                k -= 1;
+            }
+            let order = Order(k);
+            let head = self.head(order).load(Ordering::Relaxed);
+            self.next(f).store(head, Ordering::Relaxed);
+            if head != NIL {
+                self.prev(frame_of(head))
+                    .store(u64::from(f), Ordering::Relaxed);
+            }
+            self.state(f)
+                .store(State::Free(order).word(), Ordering::Relaxed);
+            self.head(order).store(u64::from(f), Ordering::Relaxed);
+            f += order.frames();
+        }
+        self.word(IN_FLIGHT).store(0, Ordering::Release);
+    }
+
+    fn word(&self, offset: u32) -> &AtomicU64 {
+        &self.region[self.base.at(offset).index()]
+    }
+
+    fn head(&self, order: Order) -> &AtomicU64 {
+        assert!(order.0 <= ORDER_MAX, "no order {}", order.0);
+        self.word(HEADS + u32::from(order.0))
+    }
+
+    fn next(&self, frame: u32) -> &AtomicU64 {
+        assert!(frame < self.frames, "no frame {frame}");
+        self.word(FRAMES_AT + frame)
+    }
+
+    fn prev(&self, frame: u32) -> &AtomicU64 {
+        assert!(frame < self.frames, "no frame {frame}");
+        self.word(FRAMES_AT + self.frames + frame)
+    }
+
+    fn state(&self, frame: u32) -> &AtomicU64 {
+        assert!(frame < self.frames, "no frame {frame}");
+        self.word(FRAMES_AT + 2 * self.frames + frame)
+    }
+
+    fn state_of(&self, frame: u32) -> State {
+        State::of(self.state(frame).load(Ordering::Acquire))
+    }
+
+    /// How many frames the allocator has.
+    pub(crate) fn frames(&self) -> u32 {
+        self.frames
+    }
+
+    /// The lock (diagnostics, tests).
+    pub(crate) fn lock_line(&self) -> &HolderLock<'r> {
+        &self.lock
+    }
+
+    /// The stores of a primitive, in order (module docs), each through `store`: the
+    /// holder's (a step after each) or a redo's.
+    fn apply(
+        &self,
+        intent: &Intent,
+        mut store: impl FnMut(&AtomicU64, u64) -> Result<(), Died>,
+    ) -> Result<(), Died> {
+        let code = intent.op & 0xff;
+        let order = Order(((intent.op >> 8) & 0xff) as u8);
+        let [b, x, y, z] = intent.args;
+        let b = frame_of(b);
+        match code {
+            TAKE => {
+                // x: next[b].
+                store(self.head(order), x)?;
+                if x != NIL {
+                    store(self.prev(frame_of(x)), NIL)?;
+                }
+                store(self.state(b), State::Moving(order).word())?;
+                store(self.word(IN_FLIGHT), in_flight_word(b, order))
+            }
+            SPLIT => {
+                // x: the old head of list order - 1.
+                let lower = Order(order.0 - 1);
+                let high = b + lower.frames();
+                self.list_stores(high, lower, x, &mut store)?;
+                store(self.state(b), State::Moving(lower).word())?;
+                store(self.word(IN_FLIGHT), in_flight_word(b, lower))
+            }
+            ASSIGN => {
+                // x: the lessee.
+                store(self.state(b), State::Leased(order, x).word())?;
+                store(self.word(IN_FLIGHT), 0)
+            }
+            CARVE => {
+                // x: the lessee.
+                for f in b..b + order.frames() {
+                    store(self.state(f), State::Leased(Order(0), x).word())?;
+                }
+                store(self.word(IN_FLIGHT), 0)
+            }
+            RELEASE => {
+                store(self.state(b), State::Moving(order).word())?;
+                store(self.word(IN_FLIGHT), in_flight_word(b, order))
+            }
+            MERGE => {
+                // b: the buddy unlinked, x: its prev, y: its next, z: the block in flight.
+                let moving = frame_of(z);
+                if x == NIL {
+                    store(self.head(order), y)?;
+                } else {
+                    store(self.next(frame_of(x)), y)?;
+                }
+                if y != NIL {
+                    store(self.prev(frame_of(y)), x)?;
+                }
+                let (low, high) = (b.min(moving), b.max(moving));
+                let upper = Order(order.0 + 1);
+                store(self.state(high), State::Tail.word())?;
+                store(self.state(low), State::Moving(upper).word())?;
+                store(self.word(IN_FLIGHT), in_flight_word(low, upper))
+            }
+            LIST => {
+                // x: the old head of list order.
+                self.list_stores(b, order, x, &mut store)?;
+                store(self.word(IN_FLIGHT), 0)
+            }
+            code => panic!("an intent with an unknown operation {code}"),
+        }
+    }
+
+    /// The stores that list `frame` first on list `order` as FREE, `head` the list's old
+    /// head.
+    fn list_stores(
+        &self,
+        frame: u32,
+        order: Order,
+        head: u64,
+        store: &mut impl FnMut(&AtomicU64, u64) -> Result<(), Died>,
+    ) -> Result<(), Died> {
+        store(self.next(frame), head)?;
+        store(self.prev(frame), NIL)?;
+        store(self.state(frame), State::Free(order).word())?;
+        if head != NIL {
+            store(self.prev(frame_of(head)), u64::from(frame))?;
+        }
+        store(self.head(order), u64::from(frame))
+    }
+
+    /// A dead holder's last primitive finished (lock.rs's T2).
+    fn redo(&self, intent: &Intent) {
+        let redone = self.apply(intent, |word, value| {
+            word.store(value, Ordering::Release);
+            Ok(())
+        });
+        assert_eq!(redone, Ok(()));
+    }
+
+    /// One primitive made by the holder of `held` (M1-M3); under
+    /// `Flaw::IntentAfterMutation`, its stores are made before its intent is published.
+    fn change<R: Run>(&self, held: &Held<'_, '_>, intent: &Intent, run: &R) -> Result<(), Died> {
+        let intent_first = !matches!(flaw_kind(run.flaw()), Broken::IntentAfter);
+        if intent_first {
+            held.publish(intent, run)?;
+        }
+        self.apply(intent, |word, value| held.store(word, value, run))?;
+        if !intent_first {
+            held.publish(intent, run)?;
+        }
+        held.clear(run)
+    }
+
+    /// Takes the lock (over from a dead holder: its last primitive redone), then frees
+    /// the block in flight, if any (module docs, "Take-over").
+    fn take<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Held<'_, 'r>, Died> {
+        let held = self.lock.lock(me, slots, run, |intent| self.redo(intent))?;
+        let moving = self.word(IN_FLIGHT).load(Ordering::Acquire);
+        if moving != 0 && !matches!(flaw_kind(run.flaw()), Broken::InFlightForgotten) {
+            let frame = frame_of(moving & 0xffff_ffff);
+            let order = Order(((moving >> 32) & 0xff) as u8);
+            assert_eq!(
+                self.state_of(frame),
+                State::Moving(order),
+                "the block in flight is not moving"
+            );
+            self.merge_and_list(&held, frame, order, run)?;
+        }
+        Ok(held)
+    }
+
+    /// F2 and F3 for the block in flight (b, k).
+    fn merge_and_list<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        mut frame: u32,
+        mut order: Order,
+        run: &R,
+    ) -> Result<(), Died> {
+        while order.0 < ORDER_MAX {
+            let buddy = frame ^ order.frames();
+            if buddy >= self.frames || self.state_of(buddy) != State::Free(order) {
+                break;
+            }
+            let prev = self.prev(buddy).load(Ordering::Relaxed);
+            let next = self.next(buddy).load(Ordering::Relaxed);
+            let intent = Intent {
+                op: op(MERGE, order),
+                args: [u64::from(buddy), prev, next, u64::from(frame)],
+            };
+            self.change(held, &intent, run)?;
+            frame = frame.min(buddy);
+            order = Order(order.0 + 1);
+        }
+        let head = self.head(order).load(Ordering::Relaxed);
+        let intent = Intent {
+            op: op(LIST, order),
+            args: [u64::from(frame), head, 0, 0],
+        };
+        self.change(held, &intent, run)
+    }
+
+    /// A1-A2: a block of `order` taken off the lists and split down, left in flight; or
+    /// `None` if no list holds a block that large.
+    fn take_block<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        order: Order,
+        run: &R,
+    ) -> Result<Option<u32>, Died> {
+        let Some(mut j) = (order.0..=ORDER_MAX)
+            .map(Order)
+            .find(|j| self.head(*j).load(Ordering::Relaxed) != NIL)
+        else {
+            return Ok(None);
+        };
+        let frame = frame_of(self.head(j).load(Ordering::Relaxed));
+        assert_eq!(
+            self.state_of(frame),
+            State::Free(j),
+            "a listed block {frame} is not free at its order"
+        );
+        let next = self.next(frame).load(Ordering::Relaxed);
+        let intent = Intent {
+            op: op(TAKE, j),
+            args: [u64::from(frame), next, 0, 0],
+        };
+        self.change(held, &intent, run)?;
+        while j > order {
+            let head = self.head(Order(j.0 - 1)).load(Ordering::Relaxed);
+            let intent = Intent {
+                op: op(SPLIT, j),
+                args: [u64::from(frame), head, 0, 0],
+            };
+            self.change(held, &intent, run)?;
+            j = Order(j.0 - 1);
+        }
+        Ok(Some(frame))
+    }
+
+    /// Allocates a block of `order` leased to `me`: its first frame, or `None` if no
+    /// free block is that large.
+    ///
+    /// Context: `me` is LIVE in `slots`; takes the lock (spins while a live holder holds
+    /// it).
+    pub(crate) fn alloc<R: Run>(
+        &self,
+        order: Order,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Option<Frame>, Died> {
+        assert!(order.0 <= ORDER_MAX, "no order {}", order.0);
+        let held = self.take(me, slots, run)?;
+        let got = self.take_block(&held, order, run)?;
+        if let Some(frame) = got {
+            let intent = Intent {
+                op: op(ASSIGN, order),
+                args: [u64::from(frame), me.word(), 0, 0],
+            };
+            self.change(&held, &intent, run)?;
+        }
+        held.unlock(run)?;
+        Ok(got.map(Frame))
+    }
+
+    /// Frees the block of `order` at `frame`, leased to `me`.
+    ///
+    /// Context: as `alloc`; the block is `me`'s (asserted).
+    pub(crate) fn free<R: Run>(
+        &self,
+        frame: Frame,
+        order: Order,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, slots, run)?;
+        self.free_locked(&held, frame.0, order, me.word(), run)?;
+        held.unlock(run)
+    }
+
+    /// F1-F3 for a block leased to `owner`.
+    fn free_locked<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        frame: u32,
+        order: Order,
+        owner: u64,
+        run: &R,
+    ) -> Result<(), Died> {
+        assert_eq!(
+            self.state_of(frame),
+            State::Leased(order, owner),
+            "a free of block {frame} of order {} that {:?} does not lease",
+            order.0,
+            Holder::from_word(owner)
+        );
+        let intent = Intent {
+            op: op(RELEASE, order),
+            args: [u64::from(frame), 0, 0, 0],
+        };
+        self.change(held, &intent, run)?;
+        self.merge_and_list(held, frame, order, run)
+    }
+
+    /// Leases up to `want` order-0 frames to `me` in one hold of the lock, appended to
+    /// `into`: a block of 2^k frames (the largest k with 2^k <= `want` that is free)
+    /// carved into frames (A1, A2, CARVE), then frame by frame. Returns how many.
+    ///
+    /// Context: as `alloc`; `into` has room for `want` more (no allocation here).
+    pub(crate) fn lease_batch<R: Run>(
+        &self,
+        want: u32,
+        me: Holder,
+        into: &mut Vec<Frame>,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u32, Died> {
+        let held = self.take(me, slots, run)?;
+        let mut got = 0;
+        while got < want {
+            let left = want - got;
+            let mut order = Order((31 - left.leading_zeros()).min(u32::from(ORDER_MAX)) as u8);
+            let frame = loop {
+                if let Some(frame) = self.take_block(&held, order, run)? {
+                    break Some(frame);
+                }
+                if order.0 == 0 {
+                    break None;
+                }
+                order = Order(order.0 - 1);
+            };
+            let Some(frame) = frame else {
+                break;
+            };
+            let intent = Intent {
+                op: op(CARVE, order),
+                args: [u64::from(frame), me.word(), 0, 0],
+            };
+            self.change(&held, &intent, run)?;
+            into.extend((frame..frame + order.frames()).map(Frame));
+            got += order.frames();
+        }
+        held.unlock(run)?;
+        Ok(got)
+    }
+
+    /// Frees the order-0 `frames`, each leased to `me`, in one hold of the lock.
+    ///
+    /// Context: as `free`.
+    pub(crate) fn return_batch<R: Run>(
+        &self,
+        frames: &[Frame],
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, slots, run)?;
+        for frame in frames {
+            self.free_locked(&held, frame.0, Order(0), me.word(), run)?;
+        }
+        held.unlock(run)
+    }
+
+    /// Whether `frame` heads a block of `order` leased to `holder` (a lessee's look at
+    /// its own block: no one else changes it while the lessee lives).
+    pub(crate) fn is_leased(&self, frame: Frame, order: Order, holder: Holder) -> bool {
+        self.state_of(frame.0) == State::Leased(order, holder.word())
+    }
+
+    /// The steward's sweep of a dead process: takes the lock (over from `dead`, if it
+    /// held it, finishing its change) and frees every block leased to `dead`, merging.
+    /// Returns how many frames it freed.
+    ///
+    /// Context: the steward (`me`), after `SlotTable::mark_dead(dead)`, before
+    /// `free_dead(dead)`. Scans every frame's state word.
+    pub(crate) fn sweep<R: Run>(
+        &self,
+        dead: Holder,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u32, Died> {
+        assert!(!slots.is_live(dead), "a sweep of a live process {dead:?}");
+        let held = self.take(me, slots, run)?;
+        let dead_word = dead.word();
+        let mut freed = 0;
+        let mut f = 0;
+        while f < self.frames {
+            let word = self.state(f).load(Ordering::Relaxed);
+            if word & OWNER_MASK == dead_word {
+                if let State::Leased(order, _) = State::of(word) {
+                    self.free_locked(&held, f, order, dead_word, run)?;
+                    freed += order.frames();
+                    f += order.frames();
+                    continue;
+                }
+            }
+            f += 1;
+        }
+        held.unlock(run)?;
+        Ok(freed)
+    }
+
+    /// The invariant (module docs), checked on a quiet allocator: no lock held, nothing
+    /// in flight; every frame in exactly one block, free blocks on the list of their
+    /// order and merged with their buddies, every allocated block's lessee alive.
+    ///
+    /// Context: nobody changes the allocator meanwhile (a test, or the steward alone).
+    pub(crate) fn check(&self, slots: &SlotTable<'_>) -> Result<Census, String> {
+        if let Some(holder) = self.lock.holder() {
+            return Err(format!("the lock is held by {holder:?}"));
+        }
+        if self.lock.intent_published() {
+            return Err("an intent is published".into());
+        }
+        let moving = self.word(IN_FLIGHT).load(Ordering::Acquire);
+        if moving != 0 {
+            return Err(format!("a block is in flight: {moving:#x}"));
+        }
+        let mut listed = std::collections::HashMap::new();
+        for k in 0..=ORDER_MAX {
+            let order = Order(k);
+            let mut prev = NIL;
+            let mut at = self.head(order).load(Ordering::Acquire);
+            while at != NIL {
+                let frame = u32::try_from(at).ok().filter(|f| *f < self.frames);
+                let Some(frame) = frame else {
+                    return Err(format!("list {k} names frame {at}"));
+                };
+                if listed.insert(frame, order).is_some() {
+                    return Err(format!("block {frame} is listed twice"));
+                }
+                if self.prev(frame).load(Ordering::Relaxed) != prev {
+                    return Err(format!("block {frame}'s prev is not {prev}"));
+                }
+                prev = at;
+                at = self.next(frame).load(Ordering::Relaxed);
+            }
+        }
+        let mut free_frames = 0;
+        let mut leased = Vec::new();
+        let mut f = 0;
+        while f < self.frames {
+            let (order, state) = match self.state_of(f) {
+                State::Free(order) => {
+                    if listed.remove(&f) != Some(order) {
+                        return Err(format!(
+                            "free block {f} of order {} not on its list",
+                            order.0
+                        ));
+                    }
+                    free_frames += order.frames();
+                    (order, State::Free(order))
+                }
+                State::Leased(order, owner) => {
+                    if owner == 0 || !slots.is_live(Holder::from_word(owner)) {
+                        return Err(format!("block {f} is leased to a dead holder {owner:#x}"));
+                    }
+                    leased.push((Frame(f), order, Holder::from_word(owner)));
+                    (order, State::Leased(order, owner))
+                }
+                state => return Err(format!("frame {f} is in no block: {state:?}: lost")),
+            };
+            if order.0 > ORDER_MAX
+                || f % order.frames() != 0
+                || u64::from(f) + u64::from(order.frames()) > u64::from(self.frames)
+            {
+                return Err(format!("block {f} of order {} is misplaced", order.0));
+            }
+            for tail in f + 1..f + order.frames() {
+                if self.state_of(tail) != State::Tail {
+                    return Err(format!("frame {tail} inside block {f} is not a tail"));
+                }
+            }
+            if let State::Free(order) = state {
+                let buddy = f ^ order.frames();
+                if order.0 < ORDER_MAX
+                    && buddy < self.frames
+                    && self.state_of(buddy) == State::Free(order)
+                {
+                    return Err(format!(
+                        "free buddies {f} and {buddy} of order {} unmerged",
+                        order.0
+                    ));
+                }
+            }
+            f += order.frames();
+        }
+        if let Some((frame, _)) = listed.iter().next() {
+            return Err(format!("listed block {frame} is not a free block's head"));
+        }
+        Ok(Census {
+            free_frames,
+            leased,
+        })
+    }
+}
+
+fn frame_of(word: u64) -> u32 {
+    u32::try_from(word).expect("a word names a frame")
+}
+
+/// The flaws this allocator knows how to break itself with.
+enum Broken {
+    None,
+    IntentAfter,
+    InFlightForgotten,
+}
+
+fn flaw_kind(flaw: Flaw) -> Broken {
+    match flaw {
+        #[cfg(test)]
+        Flaw::IntentAfterMutation => Broken::IntentAfter,
+        #[cfg(test)]
+        Flaw::InFlightForgotten => Broken::InFlightForgotten,
+        _ => Broken::None,
+    }
+}
