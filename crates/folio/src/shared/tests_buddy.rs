@@ -7,6 +7,7 @@
 use super::attach::{DomainConfig, Member};
 use super::buddy::{Census, Order, SharedBuddy, ORDER_MAX};
 use super::domain::Geometry;
+use super::futex::Parked;
 use super::magazine::Magazine;
 use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
@@ -19,7 +20,8 @@ use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 const SLOTS: u16 = 16;
-const BUDDY: Word = Word(16);
+/// The allocator's words start after the slot table (and its park words), on a line.
+const BUDDY: Word = Word(SlotTable::words(SLOTS).next_multiple_of(8));
 
 fn region_for(frames: u32) -> Vec<AtomicU64> {
     (0..BUDDY.0 + SharedBuddy::words(frames))
@@ -537,6 +539,14 @@ impl Run for Steward<'_> {
     fn wait(&self, holder: Holder) {
         self.look();
         Unkillable.wait(holder)
+    }
+
+    /// After each park (it times out: `Park::DEFAULT`), looks for stopped children as a
+    /// wait does: a holder stopped by its lever is killed and marked dead only here (the
+    /// merge with step 3's parking hung this test: the steward parked again and again on
+    /// a stopped holder it never looked at).
+    fn parked(&self, _holder: Holder, _outcome: Parked) {
+        self.look();
     }
 }
 
