@@ -35,9 +35,11 @@
 //! Each backend gets its own test (`io_uring`, `pread`) of `PROPTEST_CASES` cases
 //! (default `CASES_DEFAULT`, 128; `PROPTEST_CASES=2000` for a longer hunt, which sets the
 //! concurrent syncs' count below too; the whole file takes about 20 s in `--release` on a
-//! loaded 2-core machine). A case that does not finish within `CASE_TIMEOUT` (a writer
-//! throttled forever, a sync that never returns) fails with its configuration instead of
-//! hanging the run. Of 128 cases per backend (one run, counted, before pinned
+//! loaded 2-core machine). A case that makes no progress (no operation and no sync
+//! completed) for `CASE_STALL` (a writer throttled forever, a sync that never returns)
+//! fails with its configuration instead of hanging the run; a case that is only slow (a
+//! loaded machine: CI beside a CPU hog once took a case past a 60 s bound on its whole
+//! run) goes on. Of 128 cases per backend (one run, counted, before pinned
 //! pages came in), about a quarter throttled their writers, a fifth evicted, 7% copied
 //! on write and 7% forgot the file after its last close, and 12% still held a large folio
 //! at byte 0 at their end. With pinned pages (one run, 2026-11-27), 61% of the cases
@@ -90,7 +92,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use folio::{Advice, BackendKind, Cache, File, PageRef, PAGE_BYTES};
 use proptest::prelude::*;
@@ -115,8 +117,10 @@ const SPAN_BYTES: u64 = 4 << 20;
 /// syncs meet on.
 const HOT_BYTES: u64 = 64 << 10;
 
-/// How long one case may take before it counts as a hang.
-const CASE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a case may go without completing an operation or a sync before it counts as
+/// a hang (one operation is at most a few MiB of writes, reads or a sync: well under a
+/// second here, and the case's threads are few).
+const CASE_STALL: Duration = Duration::from_secs(60);
 
 /// Cases per backend unless `PROPTEST_CASES` says otherwise.
 const CASES_DEFAULT: u32 = 128;
@@ -565,6 +569,21 @@ struct Journal {
 #[derive(Default)]
 struct Writing(std::sync::atomic::AtomicU64);
 
+/// What a case has completed so far (operations, and a syncer's syncs), counted by each of
+/// its threads, so that `run_case_timed` tells a slow case from a hung one.
+#[derive(Default)]
+struct Progress(std::sync::atomic::AtomicU64);
+
+impl Progress {
+    fn step(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn steps(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// folio's side and the model, as a case runs.
 struct World {
     config: Config,
@@ -579,6 +598,8 @@ struct World {
     journal: Option<Arc<Mutex<Journal>>>,
     /// With a pinner beside them: where it aims.
     writing: Arc<Writing>,
+    /// Counted after each operation.
+    progress: Arc<Progress>,
 }
 
 /// Fails the case with `what` unless `cond`.
@@ -1009,6 +1030,8 @@ struct Syncer<'a> {
     barrier: &'a Barrier,
     /// Set when the main thread's operations are done.
     ops_done: &'a AtomicBool,
+    /// Counted after each sync.
+    progress: &'a Progress,
 }
 
 impl Syncer<'_> {
@@ -1026,6 +1049,7 @@ impl Syncer<'_> {
             let returned = self.journal.lock().unwrap().returned;
             kind.run(self.cache, self.file)
                 .map_err(|e| format!("the syncer's sync {n}, {kind:?}: {e}"))?;
+            self.progress.step();
             let disk = common::read_direct(self.path)
                 .map_err(|e| format!("reading the file with O_DIRECT: {e}"))?;
             let (settled, since) = {
@@ -1162,6 +1186,7 @@ fn run_case(
     initial: Initial,
     ops: &[Op],
     beside: Option<&Beside>,
+    progress: Arc<Progress>,
 ) -> Result<(), TestCaseError> {
     let dir = common::test_dir();
     let path = dir.path().join("data");
@@ -1189,6 +1214,7 @@ fn run_case(
         model,
         journal: beside.map(|_| Arc::default()),
         writing: Arc::default(),
+        progress,
     };
     match beside {
         None => run_ops(&mut world, ops)?,
@@ -1199,6 +1225,7 @@ fn run_case(
         handle: 0,
         kind: SyncKind::All,
     })?;
+    world.progress.step();
     world.handles.clear();
     drop(world.cache.take());
     world.check_disk("the end")?;
@@ -1210,7 +1237,9 @@ fn run_ops(world: &mut World, ops: &[Op]) -> Result<(), TestCaseError> {
     ops.iter().enumerate().try_for_each(|(i, op)| {
         world
             .run(op)
-            .map_err(|e| TestCaseError::fail(format!("operation {i}, {op:?}: {e}")))
+            .map_err(|e| TestCaseError::fail(format!("operation {i}, {op:?}: {e}")))?;
+        world.progress.step();
+        Ok(())
     })
 }
 
@@ -1234,6 +1263,7 @@ fn run_ops_beside(world: &mut World, ops: &[Op], beside: &Beside) -> Result<(), 
         .clone()
         .expect("a case with threads beside has a journal");
     let writing = world.writing.clone();
+    let progress = world.progress.clone();
     let barrier = Barrier::new(1 + beside.syncers.len() + usize::from(beside.pinner.is_some()));
     let ops_done = AtomicBool::new(false);
     let (ops_result, beside_results) = std::thread::scope(|s| {
@@ -1250,6 +1280,7 @@ fn run_ops_beside(world: &mut World, ops: &[Op], beside: &Beside) -> Result<(), 
                     plan,
                     barrier: &barrier,
                     ops_done: &ops_done,
+                    progress: &progress,
                 };
                 let first_bytes = first_bytes.clone();
                 s.spawn(move || syncer.run(first_bytes))
@@ -1284,8 +1315,8 @@ fn run_ops_beside(world: &mut World, ops: &[Op], beside: &Beside) -> Result<(), 
     ops_result
 }
 
-/// `run_case` on its own thread, failing if it does not finish within `CASE_TIMEOUT`
-/// (the thread is left behind: the test fails anyway).
+/// `run_case` on its own thread, failing if it completes no operation and no sync for
+/// `CASE_STALL` (the thread is left behind: the test fails anyway).
 fn run_case_timed(
     config: Config,
     initial: Initial,
@@ -1294,17 +1325,32 @@ fn run_case_timed(
 ) -> Result<(), TestCaseError> {
     let (tx, rx) = mpsc::channel();
     let described = format!("{config:?}, {initial:?}, {beside:?}");
+    let progress = Arc::new(Progress::default());
+    let theirs = progress.clone();
+    let started = Instant::now();
     std::thread::spawn(move || {
-        let _ = tx.send(run_case(config, initial, &ops, beside.as_ref()));
+        let _ = tx.send(run_case(config, initial, &ops, beside.as_ref(), theirs));
     });
-    match rx.recv_timeout(CASE_TIMEOUT) {
-        Ok(result) => result,
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(TestCaseError::fail(format!(
-            "the case did not finish within {CASE_TIMEOUT:?} (a hang): {described}"
-        ))),
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(TestCaseError::fail(format!(
-            "the case panicked: {described}"
-        ))),
+    let (mut seen, mut since) = (progress.steps(), Instant::now());
+    loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(result) => return result,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(TestCaseError::fail(format!(
+                    "the case panicked: {described}"
+                )))
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        let steps = progress.steps();
+        if steps != seen {
+            (seen, since) = (steps, Instant::now());
+        } else if since.elapsed() >= CASE_STALL {
+            return Err(TestCaseError::fail(format!(
+                "the case completed nothing for {CASE_STALL:?} (a hang), after {steps} operations and syncs in {:?}: {described}",
+                started.elapsed()
+            )));
+        }
     }
 }
 
@@ -1392,12 +1438,9 @@ fn a_dropped_cache_or_a_forgotten_file_leaves_no_padded_tail() {
     // Written back (the tail block whole), not synced; then the page leaves the cache and
     // the last handle closes, so the mapping goes.
     file.writeback(0, u64::MAX).unwrap();
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     while cache.stats().dirty_pages + cache.stats().writeback_pages > 0 {
-        assert!(
-            started.elapsed() < CASE_TIMEOUT,
-            "the writeback never ended"
-        );
+        assert!(started.elapsed() < CASE_STALL, "the writeback never ended");
         std::thread::sleep(Duration::from_millis(1));
     }
     file.advise(0, u64::MAX / 2, Advice::DontNeed).unwrap();
