@@ -384,7 +384,10 @@ impl<'d> Steward<'d> {
             let idle = fds.len() == 1;
             if !idle {
                 idle_since = Instant::now();
-            } else if idle_since.elapsed() >= linger {
+            } else if idle_since.elapsed() >= linger && !attach_waiting(listener) {
+                // (An attach already in the listener's backlog is served first: a steward
+                // starved past its linger between its bind and its first poll left one
+                // waiting, and the attach started a second steward for nothing.)
                 return;
             }
             let unconnected = self.watches.borrow().iter().any(|w| w.conn.is_none());
@@ -538,6 +541,17 @@ impl Run for Steward<'_> {
             ..Park::DEFAULT
         })
     }
+}
+
+/// Whether a connection waits in `listener`'s backlog now (a poll that does not wait).
+fn attach_waiting(listener: &OwnedFd) -> bool {
+    let mut fd = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd we own, a zero timeout.
+    unsafe { libc::poll(&mut fd, 1, 0) == 1 }
 }
 
 /// Whether a watched process's connection ended (its end closed, or an error); a stray
