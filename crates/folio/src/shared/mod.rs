@@ -53,6 +53,7 @@ pub(crate) mod attach;
 pub(crate) mod buddy;
 #[allow(unsafe_code)]
 pub(crate) mod domain;
+pub(crate) mod files;
 pub(crate) mod lock;
 pub(crate) mod magazine;
 pub(crate) mod record;
@@ -70,5 +71,8 @@ mod tests_buddy;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_domain;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_files;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
