@@ -36,6 +36,10 @@
 //! dead one's slot, sweeps it, frees it; a new one rebuilds its view from the records).
 //! `tests_domain.rs` kills forked members and the steward at lever-chosen steps.
 //!
+//! Step 6's first part (not wired into `Cache` yet): `files.rs` the file table, one mapping
+//! record per file identity with each process's opens counted per slot (swept at a
+//! death), a lock-free lookup by identity and the size word; `tests_files.rs` its tests.
+//!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
 //! A dead holder's stores are visible to the one that takes over: the death is observed
