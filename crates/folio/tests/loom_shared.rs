@@ -1,6 +1,6 @@
 //! Loom models of the protocol by which processes sharing a cache change a shared
 //! structure while any of them may die (issue 45, docs/sharing.md), compiled from the very
-//! source files the library uses (`src/shared/{terms,slot,lock,stack,record,buddy,magazine}.rs`) against loom's
+//! source files the library uses (`src/shared/{terms,slot,lock,stack,record,buddy,magazine,files}.rs`) against loom's
 //! atomics: this file supplies the `primitive` module they name their atomics through.
 //!
 //! Loom cannot kill a thread, so a death is a step: the dying process's thread stops at
@@ -36,6 +36,10 @@
 //! The shared buddy allocator (`buddy.rs`, `magazine.rs`) is modelled at the end
 //! (`buddy_death_at_every_step`, and its broken variants `buddy_broken_intent_after_mutation`
 //! and `buddy_broken_in_flight_forgotten`).
+//!
+//! The shared file table (`files.rs`) is modelled last (`files_death_at_every_step`: two
+//! processes opening one identity at once, one dying at each step; its broken variant
+//! `files_broken_intent_after_mutation`).
 //!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
 //! the allocator's longer operations; the whole file runs in a few seconds on this
@@ -148,6 +152,9 @@ mod futex {
 #[allow(dead_code)]
 #[path = "../src/shared/buddy.rs"]
 mod buddy;
+#[allow(dead_code)]
+#[path = "../src/shared/files.rs"]
+mod files;
 #[allow(dead_code)]
 #[path = "../src/shared/lock.rs"]
 mod lock;
@@ -884,4 +891,154 @@ fn buddy_broken_intent_after_mutation() {
 #[test]
 fn buddy_broken_in_flight_forgotten() {
     assert_buddy_invariant_broken(&buddy_first_failure(Flaw::InFlightForgotten));
+}
+
+// The shared file table (files.rs): two records, three slots. The dying process opens
+// the identity K (an insert if it is first: KEY and PUBLISH; else an ADJUST) and closes
+// it, dying at its `d`-th step (each of its steps, and no death); then its thread plays
+// the steward (marks the slot dead, sweeps: takes the lock over if the dead one held it,
+// redoes its last change, drops its opens; frees the slot) and the next process in the
+// slot, which opens and closes K. Meanwhile another process (the main thread) opens K at
+// once and keeps it open, racing both for the lock. At the end exactly one record names
+// K, open once by the other process and by nobody else, and `check` holds; a lock-free
+// lookup by the other process, after its open, finds that same record.
+//
+// Broken, and caught: `files_broken_intent_after_mutation` (a change's stores made before
+// its intent: a death between the count's store and the openers' leaves them apart, or a
+// PUBLISH half made that nobody finishes).
+
+const FILES: Word = Word(8);
+const FILES_CAPACITY: u32 = 2;
+/// The dying process's steps (an insert's 17 and a close's 6, at most): more than
+/// enough (a death past its last step is no death).
+const FILES_STEPS: u32 = 24;
+const FILES_PREEMPTIONS: usize = 3;
+
+fn files_views(region: &[AtomicU64]) -> (SlotTable<'_>, files::FileTable<'_>) {
+    (
+        SlotTable::new(region, Word(0), SLOTS),
+        files::FileTable::new(region, FILES, FILES_CAPACITY, SLOTS),
+    )
+}
+
+const K: files::FileKey = files::FileKey {
+    dev: 3,
+    ino: 77,
+    born_ns: 5,
+};
+
+fn file_id(opened: files::Opened) -> files::FileId {
+    match opened {
+        files::Opened::Open { id, .. } => id,
+        other => panic!("an open refused: {other:?}"),
+    }
+}
+
+/// K opened and closed.
+fn open_and_close(
+    table: &files::FileTable<'_>,
+    me: Holder,
+    slots: &SlotTable<'_>,
+    run: &ModelRun,
+) -> Result<(), Died> {
+    let id = file_id(table.open(K, 10, 1, me, slots, run)?);
+    table.close(id, me, slots, run)
+}
+
+fn files_model(die_at: u32, flaw: Flaw) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(FILES_PREEMPTIONS);
+    }
+    builder.check(move || {
+        let words = FILES.index() + files::FileTable::words(FILES_CAPACITY, SLOTS) as usize;
+        let region: Arc<Vec<AtomicU64>> = Arc::new((0..words).map(|_| AtomicU64::new(0)).collect());
+        let (steward, dying, other) = {
+            let (slots, _) = files_views(&region);
+            (
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+            )
+        };
+        let a = {
+            let region = region.clone();
+            loom::thread::spawn(move || {
+                let (slots, table) = files_views(&region);
+                match open_and_close(&table, dying, &slots, &ModelRun::dying_at(die_at, flaw)) {
+                    Ok(()) => slots.detach(dying),
+                    Err(Died) => {
+                        assert!(slots.mark_dead(dying));
+                        table
+                            .sweep(dying, steward, &slots, &ModelRun::living(flaw))
+                            .unwrap();
+                        slots.free_dead(dying);
+                        let next = slots.attach(Flaw::None).unwrap();
+                        assert_eq!(next.slot, dying.slot);
+                        open_and_close(&table, next, &slots, &ModelRun::living(flaw)).unwrap();
+                        slots.detach(next);
+                    }
+                }
+            })
+        };
+        let (slots, table) = files_views(&region);
+        let mine = file_id(
+            table
+                .open(K, 10, 1, other, &slots, &ModelRun::living(flaw))
+                .unwrap(),
+        );
+        let found = table.lookup(&K);
+        assert!(
+            found.is_none() || found.map(|f| f.id) == Some(mine),
+            "a lookup found another record of K: {found:?}, {mine:?}"
+        );
+        a.join().unwrap();
+        let census = table.check(&slots);
+        let want = Ok(vec![files::RecordCensus {
+            id: mine,
+            key: K,
+            size: 10,
+            openers: vec![(other.slot.0, 1)],
+        }]);
+        assert!(census == want, "one record of K at the end: {census:?}");
+    });
+}
+
+#[test]
+fn files_death_at_every_step() {
+    let before = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed);
+    for die_at in 0..=FILES_STEPS {
+        files_model(die_at, Flaw::None);
+    }
+    let took_over = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed) - before;
+    eprintln!("files: {took_over} take-overs explored");
+    assert!(took_over > 0, "no model took a dead holder's lock over");
+}
+
+#[test]
+fn files_broken_intent_after_mutation() {
+    for die_at in 0..=FILES_STEPS {
+        if let Err(payload) =
+            std::panic::catch_unwind(|| files_model(die_at, Flaw::IntentAfterMutation))
+        {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("files: caught with a death at step {die_at}: {message}");
+            assert!(
+                [
+                    "one record of K at the end",
+                    "openers >= 0",
+                    "a count dropped to 0"
+                ]
+                .iter()
+                .any(|m| message.contains(m)),
+                "failed, but not on an invariant: {message}"
+            );
+            return;
+        }
+    }
+    panic!("files: no model failed");
 }

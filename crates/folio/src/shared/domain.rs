@@ -12,6 +12,8 @@
 //!   then (8-aligned)          the buddy allocator (buddy.rs) of as many frames: the
 //!                             free lists of step 4, beside the stack until a cache uses
 //!                             them
+//!   then (8-aligned)          the file table (files.rs): `FILE_RECORDS` mapping records
+//!                             of step 6, not used by a cache yet
 //! ```
 //!
 //! Files, in the domain's directory (a private home, checked by `segment::home`'s
@@ -25,14 +27,15 @@
 //!
 //! Protection: the header's geometry is written once, before MAGIC (release), by the first
 //! steward under the election lock; the steward fields by the steward alone; the slot
-//! table, the stack and the allocator by their own protocols (slot.rs, lock.rs,
-//! buddy.rs); the records by the steward (above). A process reads the header as
+//! table, the stack, the allocator and the file table by their own protocols (slot.rs,
+//! lock.rs, buddy.rs, files.rs); the records by the steward (above). A process reads the header as
 //! untrusted input (`Domain::open` checks the geometry against the file's size before it
 //! makes a view).
 //!
 //! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
 //! steward's (a later config's is ignored); the region is 40 bytes per frame (the
-//! stack's 2 words, the allocator's 3) and a few pages, never resized.
+//! stack's 2 words, the allocator's 3), the file table's `FILE_RECORDS` records (16 words
+//! each for up to 32 slots, 8 more per 32 slots more) and a few pages, never resized.
 
 use std::ffi::OsString;
 use std::fs::File as StdFile;
@@ -40,6 +43,7 @@ use std::io;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::buddy::SharedBuddy;
+use super::files::FileTable;
 use super::record::Records;
 use super::slot::SlotTable;
 use super::stack::FrameStack;
@@ -49,14 +53,16 @@ use crate::segment::SegmentDir;
 
 /// "folio-dm" in ASCII: the header's first word once the region is formatted.
 const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
-/// 2: the slot table holds a park word per slot (issue 45 step 3), and the region the
-/// buddy allocator (step 4).
-const VERSION: u64 = 2;
+/// 3: the slot table holds a park word per slot (issue 45 step 3), the region the buddy
+/// allocator (step 4) and the file table (step 6).
+const VERSION: u64 = 3;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
 /// The most frames a domain's stack has.
 pub(crate) const FRAMES_MAX: u32 = 1 << 20;
+/// The file table's records (files.rs): the most files a domain names at once.
+pub(crate) const FILE_RECORDS: u32 = 256;
 
 // The header's words.
 const H_MAGIC: usize = 0;
@@ -95,8 +101,12 @@ impl Geometry {
         Word(self.stack().0 + round_up(FrameStack::words(self.frames)))
     }
 
+    fn files(self) -> Word {
+        Word(self.buddy().0 + round_up(SharedBuddy::words(self.frames)))
+    }
+
     fn words(self) -> u32 {
-        self.buddy().0 + round_up(SharedBuddy::words(self.frames))
+        self.files().0 + round_up(FileTable::words(FILE_RECORDS, self.slots))
     }
 
     fn bytes(self) -> usize {
@@ -309,6 +319,16 @@ impl Domain {
     /// The buddy allocator's view.
     pub(crate) fn buddy(&self) -> SharedBuddy<'_> {
         SharedBuddy::new(self.region(), self.geometry.buddy(), self.geometry.frames)
+    }
+
+    /// The file table's view.
+    pub(crate) fn files(&self) -> FileTable<'_> {
+        FileTable::new(
+            self.region(),
+            self.geometry.files(),
+            FILE_RECORDS,
+            self.geometry.slots,
+        )
     }
 
     /// The slot records' view.

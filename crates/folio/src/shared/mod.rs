@@ -41,6 +41,9 @@
 //! `slot.rs`), woken by the holder's unlock and by the steward's `mark_dead`; this
 //! replaces "spins and yields" in the limits below. `tests_park.rs` tests it across
 //! processes.
+//! Step 6's first part (not wired into `Cache` yet): `files.rs` the file table, one mapping
+//! record per file identity with each process's opens counted per slot (swept at a
+//! death), a lock-free lookup by identity and the size word; `tests_files.rs` its tests.
 //!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
@@ -61,6 +64,7 @@ pub(crate) mod buddy;
 pub(crate) mod domain;
 #[allow(unsafe_code)]
 pub(crate) mod futex;
+pub(crate) mod files;
 pub(crate) mod lock;
 pub(crate) mod magazine;
 pub(crate) mod record;
@@ -78,6 +82,9 @@ mod tests_buddy;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_domain;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_files;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 #[cfg(test)]

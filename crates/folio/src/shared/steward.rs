@@ -1,8 +1,8 @@
 //! The domain's steward (issue 45 step 2, docs/sharing.md "The steward"): the one process
 //! that answers attaches, watches every attached process through its pidfd, and, when one
 //! dies, marks its slot dead, sweeps what it held (`FrameStack::sweep`, then
-//! `SharedBuddy::sweep`: each takes its lock over if the dead process held it) and frees
-//! the slot.
+//! `SharedBuddy::sweep`, `FileTable::sweep`, dropping its opens: each takes its lock
+//! over if the dead process held it) and frees the slot.
 //!
 //! Life:
 //! 1. **Started** by an attach that finds no steward (attach.rs: `spawn`): `fork`, and
@@ -320,6 +320,8 @@ impl<'d> Steward<'d> {
         let swept = self.domain.stack().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         let swept = self.domain.buddy().sweep(dead, self.me, &slots, self);
+        assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
+        let swept = self.domain.files().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         self.lever();
         slots.free_dead(dead);

@@ -1,0 +1,715 @@
+//! The shared file table (issue 45 step 6's first part, docs/sharing.md "The file
+//! table"): one mapping record per file identity, whoever opened it, with each process's
+//! opens counted in its slot's counter, so that the steward drops a dead process's opens
+//! exactly. Not wired into `Cache` yet.
+//!
+//! ```text
+//!   base + 0..8     the lock line (lock.rs): lock, intent, 4 args, USED (6), TOMBS (7)
+//!   then C records of `stride` words each (C a power of two), record r:
+//!     0  tag        EMPTY 0 (never used), LIVE(g) 1 << 62 | g, TOMB(g) 2 << 62 | g
+//!     1  dev  2  ino  3  born_ns      the identity (segment/identity.rs's FileIdentity)
+//!     4  size       the logical size in bytes (below)
+//!     5  mtime_ns   the stamp at the record's insert
+//!     6  root       the index's root word (step 5's; 0 until then)
+//!     7  openers    the handles open on it, over every process (the sum of the counts)
+//!     8..           one 16-bit count per process slot, 4 to a word: that slot's handles
+//! ```
+//!
+//! A record's **id** is its index r and its generation g (`FileId`): each insert into a
+//! record gives it the next generation, so an id kept past a removal never names the
+//! record's next file (the shared form of today's `MappingId` reuse rule: table.rs).
+//!
+//! # Protocol
+//!
+//! Every change holds the table's `HolderLock` and is made of changes of lock.rs's M1-M3
+//! (an intent with the absolute values, its stores, the intent cleared):
+//!   O1. Open (`open`): probe from the identity's hash for a LIVE record of it, up to an
+//!       EMPTY record (remembering the first non-LIVE one). Found: ADJUST (my slot's
+//!       count word + 1, openers + 1). Not found: KEY (the identity and stamp into the
+//!       first non-LIVE record: its tag is not LIVE, so no reader uses these words), then
+//!       PUBLISH (size, root 0, my count 1, openers 1, USED + 1, TOMBS - 1 if it was a
+//!       tombstone, and last the tag LIVE(g + 1)). The probe and the insert are under one
+//!       lock hold: two processes opening one identity at once end with one record.
+//!   C1. Close (`close`): ADJUST (my count - 1, openers - 1). The last close leaves the
+//!       record LIVE: its pages stay cached for the next open, as table.rs's.
+//!   R1. Removal (`remove`) of a record nobody has open (openers 0): REMOVE (tag
+//!       TOMB(g) first, so readers stop matching it, then USED - 1, TOMBS + 1). When the
+//!       index lives in the record (step 5), removal must first drop the record's pages
+//!       and free its index nodes (the root word's tree), under the index's lock and
+//!       while openers is 0 under this lock: a removed record names no page.
+//!   S1. The steward's sweep of a dead slot (`sweep`): for each LIVE record where the
+//!       slot's count is c > 0, ADJUST (that count 0, openers - c).
+//! Take-over: lock.rs's T1-T3; T2 redoes the last change from its intent. A death
+//! between KEY and PUBLISH leaves a non-LIVE record with a new key: nobody reads it, the
+//! next insert there writes it again (no change is in flight between two intents).
+//!
+//! **Lookup** (`lookup`, lock-free, by any process): probe as O1 does, reading each
+//! record's tag (acquire), its identity, size and stamp (acquire), then its tag again: a
+//! LIVE(g) tag read equal on both sides with the identity matching is a hit, consistent,
+//! since the identity words change only after the tag leaves LIVE(g) (REMOVE stores the
+//! tag first; every store is a release store, so a reader that saw a later identity sees
+//! the tag changed on its second read) and a tag never returns to LIVE(g) (generations
+//! only grow). A miss is not authoritative (an insert may be under way): the caller takes
+//! the lock (`open`). The region is read as untrusted input: every index is masked into
+//! the table, nothing in a reader asserts on a word's value.
+//!
+//! **The size word** (`size`, `extend_size`, `set_size`), lock-free: a holder of an open
+//! on the record (so that no removal races it) changes it by one atomic read-modify-write:
+//! a write extending the file raises it to at least its end (a CAS loop: concurrent
+//! extensions commute, and one never shrinks the file another extended), a truncation
+//! stores its size (a swap). The word promises: once a change returned, every later read
+//! of it by any process (acquire) returns that value or a later one in the word's single
+//! modification order; a process dying mid-change either made its RMW or did not (one
+//! word, nothing to redo). Ordering against the pages' publication (a read seeing the size
+//! before the bytes) is the index step's, not this word's.
+//!
+//! **Invariant** (`check`, on a quiet table): the lock free, no intent; every LIVE
+//! record's openers is the sum of its counts, each count's slot LIVE; every non-LIVE
+//! record has openers 0 and every count 0; USED and TOMBS count the LIVE and TOMB
+//! records; no two LIVE records have one identity; a LIVE record is reached by the
+//! probe from its identity's hash before any EMPTY record.
+//!
+//! Protection: every word by the lock, except the tag-bracketed reads of `lookup` and the
+//! size word (its RMW, by a holder of an open). Limits: capacity a power of two up to
+//! 2^31 records, no rehash (a full table refuses a new identity: `Opened::Full`);
+//! tombstones are reused by inserts but never cleared, so probes lengthen with churn; up
+//! to 65535 handles per process per file (`Opened::TooMany`); 2^32 generations per
+//! record (asserted). The identity has no inode generation: the birth time tells a reused
+//! inode apart, as segment/identity.rs does; the stamp's change since the insert is
+//! reported (`Opened::stamp`), its consequence (drop the pages) is the index step's.
+
+use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
+use super::slot::SlotTable;
+use super::{Died, Flaw, Holder, Run, SlotIndex, Word};
+use crate::primitive::{AtomicU64, Ordering};
+
+/// A file's identity, as the table keys it (segment/identity.rs's `FileIdentity`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FileKey {
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) born_ns: u64,
+}
+
+/// A mapping record's id: its index and the generation its insert gave it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+/// What an open found (O1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Opened {
+    /// The record, and whether its stamp differs from the opener's (`Stamp::Changed`).
+    Open { id: FileId, stamp: Stamp },
+    /// No record free for a new identity.
+    Full,
+    /// This process already has 65535 handles open on the file.
+    TooMany,
+}
+
+/// Whether the file's stamp at open is the record's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stamp {
+    Same,
+    Changed,
+}
+
+/// What a removal did (R1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Removal {
+    Done,
+    /// A handle is open on it.
+    InUse,
+    /// The id names no record any more (removed already).
+    Gone,
+}
+
+/// A record as a lookup read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub(crate) id: FileId,
+    pub(crate) size: u64,
+    pub(crate) mtime_ns: u64,
+}
+
+/// A LIVE record as `check` found it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct RecordCensus {
+    pub(crate) id: FileId,
+    pub(crate) key: FileKey,
+    pub(crate) size: u64,
+    /// (slot, count) for each slot with a count, in slot order.
+    pub(crate) openers: Vec<(u16, u16)>,
+}
+
+const USED: u32 = LINE_FREE_WORDS[0];
+const TOMBS: u32 = LINE_FREE_WORDS[1];
+
+// A record's words.
+const TAG: u32 = 0;
+const DEV: u32 = 1;
+const INO: u32 = 2;
+const BORN: u32 = 3;
+const SIZE: u32 = 4;
+const MTIME: u32 = 5;
+const ROOT: u32 = 6;
+const OPENERS: u32 = 7;
+const COUNTS: u32 = 8;
+
+const EMPTY: u64 = 0;
+const LIVE: u64 = 1 << 62;
+const TOMB: u64 = 2 << 62;
+const KIND: u64 = 3 << 62;
+
+// The intents' operation codes (the record's index in bits 8..40).
+const KEY: u64 = 1;
+const PUBLISH: u64 = 2;
+const ADJUST: u64 = 3;
+const REMOVE: u64 = 4;
+
+fn op(code: u64, index: u32) -> u64 {
+    code | (u64::from(index) << 8)
+}
+
+fn count_of(word: u64, slot: u16) -> u16 {
+    (word >> (16 * (slot % 4))) as u16
+}
+
+fn with_count(word: u64, slot: u16, count: u16) -> u64 {
+    let shift = 16 * (slot % 4);
+    (word & !(0xffff << shift)) | (u64::from(count) << shift)
+}
+
+/// The identity's place to start probing.
+fn hash(key: &FileKey) -> u64 {
+    let mut h = key.dev.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ key.ino).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ key.born_ns).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// The file table at `base` of a region (module docs).
+#[derive(Debug)]
+pub(crate) struct FileTable<'r> {
+    region: &'r [AtomicU64],
+    lock: HolderLock<'r>,
+    base: Word,
+    capacity: u32,
+    slots: u16,
+    stride: u32,
+}
+
+impl<'r> FileTable<'r> {
+    fn stride_for(slots: u16) -> u32 {
+        (COUNTS + u32::from(slots).div_ceil(4)).next_multiple_of(LINE_WORDS)
+    }
+
+    /// The words a table of `capacity` records for `slots` process slots takes.
+    pub(crate) fn words(capacity: u32, slots: u16) -> u32 {
+        LINE_WORDS + capacity * Self::stride_for(slots)
+    }
+
+    /// A view of the table at `base` (8-word aligned, zeroed by the region's maker: the
+    /// lock free, every record EMPTY).
+    pub(crate) fn new(
+        region: &'r [AtomicU64],
+        base: Word,
+        capacity: u32,
+        slots: u16,
+    ) -> FileTable<'r> {
+        assert!(
+            capacity.is_power_of_two() && capacity <= 1 << 31,
+            "a capacity of {capacity} records"
+        );
+        assert!(
+            base.index() + Self::words(capacity, slots) as usize <= region.len(),
+            "the file table lies past the region"
+        );
+        FileTable {
+            region,
+            lock: HolderLock::new(region, base),
+            base,
+            capacity,
+            slots,
+            stride: Self::stride_for(slots),
+        }
+    }
+
+    /// The lock (diagnostics, tests).
+    pub(crate) fn lock_line(&self) -> &HolderLock<'r> {
+        &self.lock
+    }
+
+    fn line(&self, offset: u32) -> &AtomicU64 {
+        &self.region[self.base.at(offset).index()]
+    }
+
+    /// Word `offset` of record `index`; `index` masked into the table (a reader's index
+    /// comes from a hash or an id: never out of the table).
+    fn word(&self, index: u32, offset: u32) -> &AtomicU64 {
+        let index = index & (self.capacity - 1);
+        &self.region[self
+            .base
+            .at(LINE_WORDS + index * self.stride + offset)
+            .index()]
+    }
+
+    fn count_word(&self, index: u32, slot: u16) -> &AtomicU64 {
+        assert!(slot < self.slots, "no slot {slot}");
+        self.word(index, COUNTS + u32::from(slot) / 4)
+    }
+
+    fn key_of(&self, index: u32) -> FileKey {
+        FileKey {
+            dev: self.word(index, DEV).load(Ordering::Acquire),
+            ino: self.word(index, INO).load(Ordering::Acquire),
+            born_ns: self.word(index, BORN).load(Ordering::Acquire),
+        }
+    }
+
+    /// The stores of a change, in order (module docs), each through `store`: the
+    /// holder's (a step after each) or a redo's.
+    fn apply(
+        &self,
+        intent: &Intent,
+        mut store: impl FnMut(&AtomicU64, u64) -> Result<(), Died>,
+    ) -> Result<(), Died> {
+        let code = intent.op & 0xff;
+        let index = (intent.op >> 8) as u32;
+        let [a, b, c, d] = intent.args;
+        match code {
+            KEY => {
+                // a, b, c: the identity; d: the stamp's mtime.
+                store(self.word(index, DEV), a)?;
+                store(self.word(index, INO), b)?;
+                store(self.word(index, BORN), c)?;
+                store(self.word(index, MTIME), d)
+            }
+            PUBLISH => {
+                // a: size, b: the tag, c: the opener's slot << 48 | its count word,
+                // d: USED << 32 | TOMBS.
+                let slot = (c >> 48) as u16;
+                store(self.word(index, SIZE), a)?;
+                store(self.word(index, ROOT), 0)?;
+                store(self.count_word(index, slot), with_count(0, slot, 1))?;
+                store(self.word(index, OPENERS), 1)?;
+                store(self.line(USED), d >> 32)?;
+                store(self.line(TOMBS), d & 0xffff_ffff)?;
+                store(self.word(index, TAG), b)
+            }
+            ADJUST => {
+                // a: the slot, b: its count word, c: openers.
+                store(self.count_word(index, a as u16), b)?;
+                store(self.word(index, OPENERS), c)
+            }
+            REMOVE => {
+                // a: the tag, b: USED << 32 | TOMBS.
+                store(self.word(index, TAG), a)?;
+                store(self.line(USED), b >> 32)?;
+                store(self.line(TOMBS), b & 0xffff_ffff)
+            }
+            code => panic!("an intent with an unknown operation {code}"),
+        }
+    }
+
+    /// A dead holder's last change finished (lock.rs's T2).
+    fn redo(&self, intent: &Intent) {
+        let redone = self.apply(intent, |word, value| {
+            word.store(value, Ordering::Release);
+            Ok(())
+        });
+        assert_eq!(redone, Ok(()));
+    }
+
+    /// One change made by the holder of `held` (M1-M3); under
+    /// `Flaw::IntentAfterMutation`, its stores are made before its intent is published.
+    fn change<R: Run>(&self, held: &Held<'_, '_>, intent: &Intent, run: &R) -> Result<(), Died> {
+        let intent_first = !is_intent_after(run.flaw());
+        if intent_first {
+            held.publish(intent, run)?;
+        }
+        self.apply(intent, |word, value| held.store(word, value, run))?;
+        if !intent_first {
+            held.publish(intent, run)?;
+        }
+        held.clear(run)
+    }
+
+    fn take<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Held<'_, 'r>, Died> {
+        self.lock.lock(me, slots, run, |intent| self.redo(intent))
+    }
+
+    /// The probe under the lock: the LIVE record of `key`, or the first non-LIVE record
+    /// on its probe path (`Err(None)`: none, the table is full of other identities).
+    fn probe(&self, key: &FileKey) -> Result<u32, Option<u32>> {
+        let start = hash(key);
+        let mut free = None;
+        for i in 0..self.capacity {
+            let index = (start.wrapping_add(u64::from(i)) as u32) & (self.capacity - 1);
+            let tag = self.word(index, TAG).load(Ordering::Acquire);
+            match tag & KIND {
+                LIVE if self.key_of(index) == *key => return Ok(index),
+                LIVE => {}
+                _ => {
+                    free = free.or(Some(index));
+                    if tag == EMPTY {
+                        break;
+                    }
+                }
+            }
+        }
+        Err(free)
+    }
+
+    /// The adjusted count of `slot` in record `index` by `delta` (O1, C1): the change's
+    /// intent, or `None` when the count would leave 0..=65535.
+    fn adjust(&self, index: u32, slot: u16, delta: i32) -> Option<Intent> {
+        let word = self.count_word(index, slot).load(Ordering::Relaxed);
+        let count = u16::try_from(i32::from(count_of(word, slot)) + delta).ok()?;
+        let openers = self.word(index, OPENERS).load(Ordering::Relaxed);
+        let openers = u64::try_from(openers as i64 + i64::from(delta)).expect("openers >= 0");
+        Some(Intent {
+            op: op(ADJUST, index),
+            args: [u64::from(slot), with_count(word, slot, count), openers, 0],
+        })
+    }
+
+    /// O1: opens `key` for `me` (a file of `size` bytes, modified at `mtime_ns`, as its
+    /// opener's `fstat` says): its record found or inserted, `me`'s count raised.
+    ///
+    /// Context: `me` is LIVE in `slots`; takes the lock (spins while a live holder holds
+    /// it).
+    pub(crate) fn open<R: Run>(
+        &self,
+        key: FileKey,
+        size: u64,
+        mtime_ns: u64,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Opened, Died> {
+        let held = self.take(me, slots, run)?;
+        let slot = me.slot.0;
+        let opened = match self.probe(&key) {
+            Ok(index) => match self.adjust(index, slot, 1) {
+                Some(intent) => {
+                    self.change(&held, &intent, run)?;
+                    let tag = self.word(index, TAG).load(Ordering::Relaxed);
+                    let stamp = if self.word(index, MTIME).load(Ordering::Relaxed) == mtime_ns {
+                        Stamp::Same
+                    } else {
+                        Stamp::Changed
+                    };
+                    Opened::Open {
+                        id: FileId {
+                            index,
+                            generation: tag as u32,
+                        },
+                        stamp,
+                    }
+                }
+                None => Opened::TooMany,
+            },
+            Err(None) => Opened::Full,
+            Err(Some(index)) => {
+                let tag = self.word(index, TAG).load(Ordering::Relaxed);
+                let generation = (tag as u32)
+                    .checked_add(1)
+                    .expect("a record's generations wrapped");
+                let key_intent = Intent {
+                    op: op(KEY, index),
+                    args: [key.dev, key.ino, key.born_ns, mtime_ns],
+                };
+                self.change(&held, &key_intent, run)?;
+                let used = self.line(USED).load(Ordering::Relaxed) + 1;
+                let tombs = self.line(TOMBS).load(Ordering::Relaxed) - u64::from(tag != EMPTY);
+                let publish = Intent {
+                    op: op(PUBLISH, index),
+                    args: [
+                        size,
+                        LIVE | u64::from(generation),
+                        u64::from(slot) << 48,
+                        (used << 32) | tombs,
+                    ],
+                };
+                self.change(&held, &publish, run)?;
+                Opened::Open {
+                    id: FileId { index, generation },
+                    stamp: Stamp::Same,
+                }
+            }
+        };
+        held.unlock(run)?;
+        Ok(opened)
+    }
+
+    /// C1: one of `me`'s handles on `id` closed. The record stays (its pages cached)
+    /// until `remove`.
+    ///
+    /// Context: as `open`; `me` has a handle open on `id` (asserted).
+    pub(crate) fn close<R: Run>(
+        &self,
+        id: FileId,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, slots, run)?;
+        assert_eq!(
+            self.word(id.index, TAG).load(Ordering::Relaxed),
+            LIVE | u64::from(id.generation),
+            "a close of {id:?}, which is not in the table"
+        );
+        let intent = self
+            .adjust(id.index, me.slot.0, -1)
+            .unwrap_or_else(|| panic!("a close of {id:?} by {me:?}, which has it not open"));
+        self.change(&held, &intent, run)?;
+        held.unlock(run)
+    }
+
+    /// R1: removes `id` if nobody has it open (see the module docs for what removal must
+    /// do once the record holds an index).
+    ///
+    /// Context: as `open`.
+    pub(crate) fn remove<R: Run>(
+        &self,
+        id: FileId,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Removal, Died> {
+        let held = self.take(me, slots, run)?;
+        let removed = if self.word(id.index, TAG).load(Ordering::Relaxed)
+            != LIVE | u64::from(id.generation)
+        {
+            Removal::Gone
+        } else if self.word(id.index, OPENERS).load(Ordering::Relaxed) != 0 {
+            Removal::InUse
+        } else {
+            let used = self.line(USED).load(Ordering::Relaxed) - 1;
+            let tombs = self.line(TOMBS).load(Ordering::Relaxed) + 1;
+            let intent = Intent {
+                op: op(REMOVE, id.index),
+                args: [TOMB | u64::from(id.generation), (used << 32) | tombs, 0, 0],
+            };
+            self.change(&held, &intent, run)?;
+            Removal::Done
+        };
+        held.unlock(run)?;
+        Ok(removed)
+    }
+
+    /// S1: the steward's sweep of a dead process: takes the lock (over from `dead`, if it
+    /// held it, finishing its change) and drops every handle `dead` had open. Returns
+    /// how many.
+    ///
+    /// Context: the steward (`me`), after `SlotTable::mark_dead(dead)`, before
+    /// `free_dead(dead)`. Scans every record.
+    pub(crate) fn sweep<R: Run>(
+        &self,
+        dead: Holder,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u64, Died> {
+        assert!(!slots.is_live(dead), "a sweep of a live process {dead:?}");
+        let held = self.take(me, slots, run)?;
+        let slot = dead.slot.0;
+        let mut dropped = 0;
+        for index in 0..self.capacity {
+            let count = count_of(self.count_word(index, slot).load(Ordering::Relaxed), slot);
+            if count == 0 {
+                continue;
+            }
+            let intent = self
+                .adjust(index, slot, -i32::from(count))
+                .expect("a count dropped to 0");
+            self.change(&held, &intent, run)?;
+            dropped += u64::from(count);
+        }
+        held.unlock(run)?;
+        Ok(dropped)
+    }
+
+    /// The record of `key`, read lock-free (module docs, "Lookup"); `None` is a miss,
+    /// not a proof of absence.
+    ///
+    /// Context: any process; no lock, no store. Reads the region as untrusted input.
+    pub(crate) fn lookup(&self, key: &FileKey) -> Option<Found> {
+        let start = hash(key);
+        for i in 0..self.capacity {
+            let index = (start.wrapping_add(u64::from(i)) as u32) & (self.capacity - 1);
+            let tag = self.word(index, TAG).load(Ordering::Acquire);
+            if tag == EMPTY {
+                return None;
+            }
+            if tag & KIND != LIVE {
+                continue;
+            }
+            let seen = self.key_of(index);
+            let size = self.word(index, SIZE).load(Ordering::Acquire);
+            let mtime_ns = self.word(index, MTIME).load(Ordering::Acquire);
+            if self.word(index, TAG).load(Ordering::Acquire) != tag {
+                // Removed (and perhaps reused) under us: this place may hold the key
+                // again; a miss sends the caller to the lock.
+                return None;
+            }
+            if seen == *key {
+                return Some(Found {
+                    id: FileId {
+                        index,
+                        generation: tag as u32,
+                    },
+                    size,
+                    mtime_ns,
+                });
+            }
+        }
+        None
+    }
+
+    /// The size word of `id` (module docs, "The size word"), or `None` if `id` names no
+    /// record any more.
+    ///
+    /// Context: any process; lock-free.
+    pub(crate) fn size(&self, id: FileId) -> Option<u64> {
+        let tag = LIVE | u64::from(id.generation);
+        if self.word(id.index, TAG).load(Ordering::Acquire) != tag {
+            return None;
+        }
+        let size = self.word(id.index, SIZE).load(Ordering::Acquire);
+        (self.word(id.index, TAG).load(Ordering::Acquire) == tag).then_some(size)
+    }
+
+    /// A write ended at `end`: the size raised to at least `end` (never lowered).
+    /// Returns the size now.
+    ///
+    /// Context: the caller has a handle open on `id` (so it is not removed meanwhile).
+    pub(crate) fn extend_size(&self, id: FileId, end: u64) -> u64 {
+        debug_assert_eq!(
+            self.word(id.index, TAG).load(Ordering::Relaxed),
+            LIVE | u64::from(id.generation)
+        );
+        let word = self.word(id.index, SIZE);
+        let mut was = word.load(Ordering::Acquire);
+        while was < end {
+            match word.compare_exchange(was, end, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return end,
+                Err(seen) => was = seen,
+            }
+        }
+        was
+    }
+
+    /// A truncation (or any `ftruncate`) set the file's size to `size`.
+    ///
+    /// Context: as `extend_size`.
+    pub(crate) fn set_size(&self, id: FileId, size: u64) {
+        debug_assert_eq!(
+            self.word(id.index, TAG).load(Ordering::Relaxed),
+            LIVE | u64::from(id.generation)
+        );
+        self.word(id.index, SIZE).swap(size, Ordering::AcqRel);
+    }
+
+    /// The invariant (module docs), checked on a quiet table; returns every LIVE record.
+    ///
+    /// Context: nobody changes the table meanwhile (a test, or the steward alone).
+    pub(crate) fn check(&self, slots: &SlotTable<'_>) -> Result<Vec<RecordCensus>, String> {
+        if let Some(holder) = self.lock.holder() {
+            return Err(format!("the lock is held by {holder:?}"));
+        }
+        if self.lock.intent_published() {
+            return Err("an intent is published".into());
+        }
+        let (mut used, mut tombs) = (0u64, 0u64);
+        let mut live = Vec::new();
+        let mut keys = std::collections::HashSet::new();
+        for index in 0..self.capacity {
+            let tag = self.word(index, TAG).load(Ordering::Acquire);
+            let openers = self.word(index, OPENERS).load(Ordering::Acquire);
+            let mut counts = Vec::new();
+            for slot in 0..self.slots {
+                let count = count_of(self.count_word(index, slot).load(Ordering::Acquire), slot);
+                if count != 0 {
+                    counts.push((slot, count));
+                }
+            }
+            let sum: u64 = counts.iter().map(|(_, c)| u64::from(*c)).sum();
+            match tag & KIND {
+                LIVE => {
+                    used += 1;
+                    if sum != openers {
+                        return Err(format!(
+                            "record {index}: openers {openers}, counts {counts:?}"
+                        ));
+                    }
+                    for (slot, _) in &counts {
+                        let (_, holder) = slots.state(SlotIndex(*slot));
+                        if !slots.is_live(holder) {
+                            return Err(format!(
+                                "record {index}: a count of dead slot {slot}: {counts:?}"
+                            ));
+                        }
+                    }
+                    let key = self.key_of(index);
+                    if !keys.insert(key) {
+                        return Err(format!("record {index}: a second record of {key:?}"));
+                    }
+                    if self.probe(&key) != Ok(index) {
+                        return Err(format!("record {index}: not on {key:?}'s probe path"));
+                    }
+                    if self.word(index, ROOT).load(Ordering::Acquire) != 0 {
+                        return Err(format!("record {index}: a root word"));
+                    }
+                    live.push(RecordCensus {
+                        id: FileId {
+                            index,
+                            generation: tag as u32,
+                        },
+                        key,
+                        size: self.word(index, SIZE).load(Ordering::Acquire),
+                        openers: counts,
+                    });
+                }
+                kind => {
+                    if kind == TOMB {
+                        tombs += 1;
+                    } else if tag != EMPTY {
+                        return Err(format!("record {index}: a tag {tag:#x}"));
+                    }
+                    if openers != 0 || sum != 0 {
+                        return Err(format!(
+                            "record {index} not live, with openers {openers}, counts {counts:?}"
+                        ));
+                    }
+                }
+            }
+        }
+        let (used_word, tombs_word) = (
+            self.line(USED).load(Ordering::Acquire),
+            self.line(TOMBS).load(Ordering::Acquire),
+        );
+        if (used_word, tombs_word) != (used, tombs) {
+            return Err(format!(
+                "USED {used_word}, TOMBS {tombs_word}; {used} live and {tombs} tombstones"
+            ));
+        }
+        Ok(live)
+    }
+}
+
+fn is_intent_after(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::IntentAfterMutation => true,
+        _ => false,
+    }
+}
