@@ -36,6 +36,11 @@
 //! dead one's slot, sweeps it, frees it; a new one rebuilds its view from the records).
 //! `tests_domain.rs` kills forked members and the steward at lever-chosen steps.
 //!
+//! The index (step 5, not wired into `Cache` yet): `index.rs` one file's radix tree over
+//! region words (nodes named by index in a type-stable pool, lock-free readers, writers
+//! under a holder lock whose changes a taker finishes); `tests_index.rs` its model test
+//! and its death at every step.
+//!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
 //! A dead holder's stores are visible to the one that takes over: the death is observed
@@ -53,6 +58,7 @@ pub(crate) mod attach;
 pub(crate) mod buddy;
 #[allow(unsafe_code)]
 pub(crate) mod domain;
+pub(crate) mod index;
 pub(crate) mod lock;
 pub(crate) mod magazine;
 pub(crate) mod record;
@@ -70,5 +76,8 @@ mod tests_buddy;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_domain;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_index;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
