@@ -466,3 +466,59 @@ fn a_death_at_every_step_broken_intent_after_mutation() {
 fn a_death_at_every_step_broken_tidy_forgotten() {
     must_fail(Flaw::TidyForgotten);
 }
+
+/// What the loom model's broken variant `index_broken_link_before_fill` relies on, step by
+/// step: a root linked before it is filled hides a present page from a reader.
+#[test]
+fn a_root_linked_before_it_is_filled_hides_a_page() {
+    for (flaw, seen) in [
+        (
+            Flaw::None,
+            Entry::Folio {
+                frame: 100,
+                order: 0,
+            },
+        ),
+        (Flaw::LinkBeforeFill, Entry::Absent),
+    ] {
+        let region = region(4);
+        let slots = SlotTable::new(&region, Word(0), SLOTS);
+        let index = SharedIndex::new(&region, INDEX, 4);
+        index.format();
+        let me = slots.attach(Flaw::None).unwrap();
+        let old = Folio {
+            frame: 100,
+            order: 0,
+        };
+        index
+            .insert_run(me, 0, &[old], &slots, &Unkillable)
+            .unwrap();
+        let p = slots.attach(Flaw::None).unwrap();
+        // Stops right after GROW's first store (lock, WORKING, publish, store).
+        let dying = DieAt {
+            at: 3,
+            count: Cell::new(0),
+            flaw,
+        };
+        let new = Folio {
+            frame: 200,
+            order: 0,
+        };
+        assert_eq!(index.insert_run(p, 64, &[new], &slots, &dying), Err(Died));
+        assert_eq!(index.lookup(0), seen, "{flaw:?}");
+        assert!(slots.mark_dead(p));
+        index.recover(me, &slots, &Unkillable).unwrap();
+        assert_eq!(
+            index.lookup(0),
+            Entry::Folio {
+                frame: 100,
+                order: 0
+            }
+        );
+        assert_eq!(
+            index.check(),
+            Ok(2),
+            "{flaw:?}: the grown root stays, holding the leaf"
+        );
+    }
+}
