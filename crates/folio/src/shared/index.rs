@@ -7,7 +7,8 @@
 //! # Layout (from `base`, 8-word aligned)
 //!
 //! ```text
-//!   base + 0..8      the lock line: lock, intent, 4 args, ROOT (word 6: node + 1, or 0 for
+//!   base + 0..8      the lock line: lock, intent, 4 args, ROOT (word 6: a link, as a slot
+//!                    holds one, or 0 for
 //!                    an empty tree), WORKING (word 7: the page whose change is under way,
 //!                    + 1, or 0)
 //!   base + 8         the pool's head (node + 1, or 0); words 9..16 unused
@@ -201,8 +202,10 @@ fn sibling_word(frame: u64, order: u8, head: u32) -> u64 {
     frame << 12 | u64::from(order) << 8 | u64::from(head) << 2 | TAG_SIBLING
 }
 
-fn node_word(node: u32) -> u64 {
-    (u64::from(node) + 1) << 2 | TAG_NODE
+/// A link to a node (a slot, or ROOT): the node and its shift, so that a reader needs no
+/// load of the node's INFO (another cache line) to know its level.
+fn node_word(node: u32, shift: u32) -> u64 {
+    (u64::from(node) + 1) << 8 | u64::from(shift) << 2 | TAG_NODE
 }
 
 /// The shift of the node a folio of `order` lives in, and how many slots it takes there.
@@ -281,6 +284,19 @@ impl<'r> SharedIndex<'r> {
         (node < u64::from(self.nodes)).then_some(node as u32)
     }
 
+    /// The node and shift a link (`node_word`) names, if the node is inside the pool and
+    /// the shift a level's.
+    fn linked(&self, word: u64) -> Option<(u32, u32)> {
+        let node = self.named(word >> 8)?;
+        let shift = ((word >> 2) & 0x3f) as u32;
+        (shift % 6 == 0 && shift < 6 * MAX_LEVELS).then_some((node, shift))
+    }
+
+    fn root(&self) -> Option<u32> {
+        self.linked(self.line(ROOT).load(Ordering::Relaxed))
+            .map(|(node, _)| node)
+    }
+
     /// The lock (diagnostics, tests).
     pub(crate) fn lock_line(&self) -> &HolderLock<'r> {
         &self.lock
@@ -294,34 +310,26 @@ impl<'r> SharedIndex<'r> {
     /// Context: any process, lock-free; never panics on what it reads.
     fn probe(&self, page: Page) -> (Entry, Page) {
         let next = page.saturating_add(1);
-        let Some(mut node) = self.named(self.line(ROOT).load(Ordering::Acquire)) else {
+        let Some((mut node, mut shift)) = self.linked(self.line(ROOT).load(Ordering::Acquire))
+        else {
             return (Entry::Absent, Page::MAX);
         };
-        let Some(mut info) = Info::of(self.header(node, INFO).load(Ordering::Acquire)) else {
-            return (Entry::Absent, next);
-        };
-        if info.shift + 6 < 64 && page >> (info.shift + 6) != 0 {
+        if shift + 6 < 64 && page >> (shift + 6) != 0 {
             return (Entry::Absent, next);
         }
         for _ in 0..MAX_LEVELS {
-            let shift = info.shift;
             let at = ((page >> shift) & 63) as u32;
             let slot = self.slot(node, at).load(Ordering::Acquire);
             let end = ((page >> shift) + 1) << shift;
             match slot & 3 {
                 TAG_NODE if slot == 0 => return (Entry::Absent, end),
-                TAG_NODE => {
-                    let child = self.named(slot >> 2);
-                    let child_info =
-                        child.and_then(|c| Info::of(self.header(c, INFO).load(Ordering::Acquire)));
-                    match (child, child_info) {
-                        (Some(c), Some(i)) if i.shift + 6 == shift => {
-                            node = c;
-                            info = i;
-                        }
-                        _ => return (Entry::Absent, next),
+                TAG_NODE => match self.linked(slot) {
+                    Some((child, child_shift)) if child_shift + 6 == shift => {
+                        node = child;
+                        shift = child_shift;
                     }
-                }
+                    _ => return (Entry::Absent, next),
+                },
                 TAG_FOLIO | TAG_SIBLING => {
                     let (frame, order) = if slot & 3 == TAG_FOLIO {
                         (slot >> 6, ((slot >> 2) & 0xf) as u8)
@@ -401,17 +409,17 @@ impl<'r> SharedIndex<'r> {
                     shift,
                 };
                 if link_before_fill(flaw) {
-                    store(self.line(ROOT), u64::from(n) + 1)?;
+                    store(self.line(ROOT), node_word(n, shift))?;
                 }
                 store(self.header(n, INFO), info.word())?;
                 store(self.header(n, PARENT), 0)?;
                 store(self.header(n, NEXT), 0)?;
                 if let Some(child) = child {
-                    store(self.slot(n, 0), node_word(child))?;
+                    store(self.slot(n, 0), node_word(child, shift - 6))?;
                     store(self.header(child, PARENT), u64::from(n) + 1)?;
                 }
                 store(self.line(POOL), d)?;
-                store(self.line(ROOT), u64::from(n) + 1)
+                store(self.line(ROOT), node_word(n, shift))
             }
             EXTEND => {
                 let (m, parent) = (node(a), node(b));
@@ -423,7 +431,7 @@ impl<'r> SharedIndex<'r> {
                 store(self.header(m, INFO), info.word())?;
                 store(self.header(m, PARENT), u64::from(parent) + 1)?;
                 store(self.header(m, NEXT), 0)?;
-                store(self.slot(parent, info.offset), node_word(m))?;
+                store(self.slot(parent, info.offset), node_word(m, info.shift))?;
                 store(self.header(parent, INFO), c >> 16)?;
                 store(self.line(POOL), d)
             }
@@ -531,7 +539,7 @@ impl<'r> SharedIndex<'r> {
     /// W4: prune the empty nodes on `page`'s path, bottom up.
     fn tidy<R: Run>(&self, held: &Held<'_, '_>, page: Page, run: &R) -> Result<(), Died> {
         let mut path = Vec::new();
-        let mut at = self.named(self.line(ROOT).load(Ordering::Relaxed));
+        let mut at = self.root();
         while let Some(node) = at {
             path.push(node);
             let info = self.info(node);
@@ -542,7 +550,7 @@ impl<'r> SharedIndex<'r> {
                 .slot(node, ((page >> info.shift) & 63) as u32)
                 .load(Ordering::Relaxed);
             at = if slot != 0 && slot & 3 == TAG_NODE {
-                self.named(slot >> 2)
+                self.named(slot >> 8)
             } else {
                 None
             };
@@ -581,7 +589,7 @@ impl<'r> SharedIndex<'r> {
         run: &R,
     ) -> Result<Result<u32, Placed>, Died> {
         loop {
-            let root = self.named(self.line(ROOT).load(Ordering::Relaxed));
+            let root = self.root();
             let covered = match root {
                 Some(r) => {
                     let s = self.info(r).shift;
@@ -616,9 +624,7 @@ impl<'r> SharedIndex<'r> {
             };
             self.change(held, &intent, run)?;
         }
-        let mut node = self
-            .named(self.line(ROOT).load(Ordering::Relaxed))
-            .expect("a root after growth");
+        let mut node = self.root().expect("a root after growth");
         loop {
             let info = self.info(node);
             if info.shift == shift {
@@ -627,7 +633,7 @@ impl<'r> SharedIndex<'r> {
             let at = ((page >> info.shift) & 63) as u32;
             let slot = self.slot(node, at).load(Ordering::Relaxed);
             if slot != 0 && slot & 3 == TAG_NODE {
-                node = self.named(slot >> 2).expect("a slot names a node");
+                node = self.named(slot >> 8).expect("a slot names a node");
                 continue;
             }
             if slot != 0 {
@@ -768,15 +774,13 @@ impl<'r> SharedIndex<'r> {
         let (shift, slots) = placement(order);
         let head = page >> order << order;
         held.store(self.line(WORKING), head + 1, run)?;
-        let mut node = self
-            .named(self.line(ROOT).load(Ordering::Relaxed))
-            .expect("a root");
+        let mut node = self.root().expect("a root");
         while self.info(node).shift != shift {
             let info = self.info(node);
             let slot = self
                 .slot(node, ((head >> info.shift) & 63) as u32)
                 .load(Ordering::Relaxed);
-            node = self.named(slot >> 2).expect("a path to a folio");
+            node = self.named(slot >> 8).expect("a path to a folio");
         }
         let offset = ((head >> shift) & 63) as u32;
         let word = match leave {
@@ -824,7 +828,7 @@ impl<'r> SharedIndex<'r> {
     /// Context: a quiet tree (tests).
     pub(crate) fn entries(&self) -> Vec<(Page, Entry)> {
         let mut out = Vec::new();
-        if let Some(root) = self.named(self.line(ROOT).load(Ordering::Acquire)) {
+        if let Some(root) = self.root() {
             self.collect(root, 0, &mut out);
         }
         out
@@ -837,7 +841,7 @@ impl<'r> SharedIndex<'r> {
             let page = first + (u64::from(s) << shift);
             match slot & 3 {
                 _ if slot == 0 => {}
-                TAG_NODE => self.collect(self.named(slot >> 2).unwrap(), page, out),
+                TAG_NODE => self.collect(self.named(slot >> 8).unwrap(), page, out),
                 TAG_FOLIO => out.push((
                     page,
                     Entry::Folio {
@@ -871,16 +875,16 @@ impl<'r> SharedIndex<'r> {
         let mut in_tree = 0;
         let root = self.line(ROOT).load(Ordering::Acquire);
         if root != 0 {
-            let root = self
-                .named(root)
-                .ok_or_else(|| format!("ROOT names {root}"))?;
+            let (root, shift) = self
+                .linked(root)
+                .ok_or_else(|| format!("ROOT names {root:#x}"))?;
             if self.header(root, PARENT).load(Ordering::Relaxed) != 0 {
                 return Err(format!("root {root} has a parent"));
             }
             let info = Info::of(self.header(root, INFO).load(Ordering::Relaxed))
                 .ok_or_else(|| format!("root {root} has no INFO"))?;
-            if info.offset != 0 {
-                return Err(format!("root {root} has offset {}", info.offset));
+            if info.offset != 0 || info.shift != shift {
+                return Err(format!("root {root} has {info:?}, ROOT says shift {shift}"));
             }
             in_tree = self.check_node(root, info.shift, &mut seen)?;
         }
@@ -936,10 +940,10 @@ impl<'r> SharedIndex<'r> {
                 _ if slot == 0 => {}
                 TAG_NODE => {
                     let child = self
-                        .named(slot >> 2)
+                        .named(slot >> 8)
                         .ok_or_else(|| format!("node {node} slot {s} names {slot:#x}"))?;
-                    if shift == 0 {
-                        return Err(format!("leaf {node} links node {child}"));
+                    if shift == 0 || self.linked(slot).map(|l| l.1) != Some(shift - 6) {
+                        return Err(format!("node {node} (shift {shift}) links {slot:#x}"));
                     }
                     if self.header(child, PARENT).load(Ordering::Relaxed) != u64::from(node) + 1 {
                         return Err(format!("node {child}'s parent is not {node}"));

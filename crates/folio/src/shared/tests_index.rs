@@ -522,3 +522,84 @@ fn a_root_linked_before_it_is_filled_hides_a_page() {
         );
     }
 }
+
+/// The costs docs/sharing.md reports: an insertion of a run of 32 order-0 folios (building
+/// a tree of 1 M pages, nodes taken as needed) and a look-up of a random page of that warm
+/// tree, here and in today's `index::Index`. One process; run by hand:
+/// `cargo test --release -p folio --lib shared::tests_index::costs_beside_todays_index --
+/// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn costs_beside_todays_index() {
+    use crate::index::{Index, NewFolio};
+    use crate::types::{FrameId, Order, PageIndex};
+    use std::hint::black_box;
+    use std::time::Instant;
+    const PAGES: u64 = 1 << 20;
+    const RUN: u64 = 32;
+    const LOOKUPS: u64 = 4_000_000;
+    let nodes = (PAGES / 64 + PAGES / 4096 + 64) as u32;
+    let region = region(nodes);
+    let slots = SlotTable::new(&region, Word(0), SLOTS);
+    let shared = SharedIndex::new(&region, INDEX, nodes);
+    shared.format();
+    let me = slots.attach(Flaw::None).unwrap();
+    let today = Index::default();
+    let started = Instant::now();
+    for first in (0..PAGES).step_by(RUN as usize) {
+        let run: Vec<Folio> = (0..RUN)
+            .map(|i| Folio {
+                frame: first + i,
+                order: 0,
+            })
+            .collect();
+        shared
+            .insert_run(me, first, &run, &slots, &Unkillable)
+            .unwrap();
+    }
+    let shared_insert = started.elapsed().as_nanos() as f64 / (PAGES / RUN) as f64;
+    let started = Instant::now();
+    for first in (0..PAGES).step_by(RUN as usize) {
+        let run: Vec<NewFolio> = (0..RUN)
+            .map(|i| NewFolio {
+                frame: FrameId((first + i) as u32),
+                order: Order::new(0),
+                head: PageIndex(first + i),
+            })
+            .collect();
+        let mut guard = today.lock_for_insert(PageIndex(first), RUN);
+        black_box(guard.insert_run(&run));
+    }
+    let today_insert = started.elapsed().as_nanos() as f64 / (PAGES / RUN) as f64;
+    let pages = |mut state: u64| {
+        (0..LOOKUPS).map(move |_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % PAGES
+        })
+    };
+    let started = Instant::now();
+    let mut found = 0u64;
+    for page in pages(0x9e37_79b9_7f4a_7c15) {
+        if let Entry::Folio { frame, .. } = shared.lookup(black_box(page)) {
+            found += frame & 1;
+        }
+    }
+    let shared_lookup = started.elapsed().as_nanos() as f64 / LOOKUPS as f64;
+    let started = Instant::now();
+    let mut found_today = 0u64;
+    for page in pages(0x9e37_79b9_7f4a_7c15) {
+        if let crate::index::Entry::Folio { frame, .. } = today.lookup(PageIndex(black_box(page))) {
+            found_today += u64::from(frame.0) & 1;
+        }
+    }
+    let today_lookup = started.elapsed().as_nanos() as f64 / LOOKUPS as f64;
+    assert_eq!(found, found_today);
+    println!(
+        "insert_run of {RUN} order-0 folios (1 M pages): shared {shared_insert:.0} ns, today {today_insert:.0} ns; \
+         look-up of a random page: shared {shared_lookup:.1} ns, today {today_lookup:.1} ns; \
+         {} shared nodes",
+        shared.check().unwrap()
+    );
+}
