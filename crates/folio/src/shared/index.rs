@@ -21,7 +21,8 @@
 //!
 //! ```text
 //!   0                        empty
-//!   (node + 1) << 2 | 0      the next level down
+//!   (node + 1) << 8 | shift << 2 | 0   the next level down, with its shift (ROOT holds
+//!                            the root's link the same way)
 //!   frame << 6 | order << 2 | 1     the head slot of a folio
 //!   value << 2 | 2           a shadow (what eviction left in the head slot of an order < 6
 //!                            folio; a removed folio of order >= 6 leaves its slots empty)
@@ -33,9 +34,10 @@
 //!
 //! # Readers (`lookup`, `gaps`)
 //!
-//! Lock-free, any process: each slot, the root and each node's INFO loaded with Acquire;
-//! at most `MAX_LEVELS` levels; every word read is untrusted input (another process wrote
-//! it): a node index past the pool, a child whose shift is not its parent's minus 6, or a
+//! Lock-free, any process: ROOT and one slot per level loaded with Acquire (a link carries
+//! the child's shift: no node header is loaded); at most `MAX_LEVELS` levels; every word
+//! read is untrusted input (another process wrote it): a node index past the pool, a child
+//! whose shift is not its parent's minus 6, or a
 //! folio whose order does not fit its node ends the walk with `Entry::Absent`, never an
 //! out-of-bounds access or a panic. Nodes are type-stable (a node leaves the tree only to
 //! the pool, and the pool's nodes are only ever nodes of this tree), so a reader racing a
