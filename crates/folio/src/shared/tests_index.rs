@@ -603,3 +603,130 @@ fn costs_beside_todays_index() {
         shared.check().unwrap()
     );
 }
+
+/// Whether a reader may see `entry` at `page` while `work()` runs (after the setup's folio
+/// at page 5): absent, a shadow the work leaves, or a folio inserted over the page.
+fn may_see(page: Page, entry: Entry) -> bool {
+    let mut inserted: Vec<(Page, Folio)> = vec![(
+        5,
+        Folio {
+            frame: 500,
+            order: 0,
+        },
+    )];
+    inserted.extend(work().into_iter().filter_map(|(p, f, _)| f.map(|f| (p, f))));
+    match entry {
+        Entry::Absent => true,
+        Entry::Shadow(v) => (page, v) == (5, 77) || (page, v) == (262_148, 9),
+        Entry::Folio { frame, order } => inserted.iter().any(|&(head, f)| {
+            f == Folio { frame, order } && head <= page && page < head + (1 << order)
+        }),
+    }
+}
+
+/// Across real processes: a forked writer does `work()` and stops itself (`SIGSTOP`) at a
+/// step (every fifth of its 201); the test `SIGKILL`s it there, marks it dead and, as the
+/// steward, takes the lock over (redo, tidy). Meanwhile a forked reader looks up the
+/// work's pages lock-free without pause and checks every entry it finds against what was
+/// inserted (it exits 1 on a wrong one). After each death `check()` passes and the tree is
+/// one of the work's prefix states. No sleep decides what is covered: the step is the
+/// lever's, and the reader's check holds whatever it races.
+#[test]
+fn a_writer_killed_at_steps_leaves_readers_right_and_the_tree_whole() {
+    use super::tests::{fork, wait_for, SharedRegion};
+    let states = prefix_states();
+    let nodes = 16;
+    let stop_word = (INDEX.0 + SharedIndex::words(nodes)) as usize;
+    let pages: Vec<Page> = vec![
+        4, 5, 6, 7, 262_144, 262_147, 262_148, 262_149, 262_150, 262_151, 512, 700, 1023, 100_000,
+    ];
+    let mut held = 0;
+    for die_at in (0..201).step_by(5) {
+        let shared = SharedRegion::new(stop_word + 1);
+        let region = shared.words();
+        let slots = SlotTable::new(region, Word(0), SLOTS);
+        let index = SharedIndex::new(region, INDEX, nodes);
+        index.format();
+        let steward = slots.attach(Flaw::None).unwrap();
+        index
+            .insert_run(
+                steward,
+                5,
+                &[Folio {
+                    frame: 500,
+                    order: 0,
+                }],
+                &slots,
+                &Unkillable,
+            )
+            .unwrap();
+        let writer = slots.attach(Flaw::None).unwrap();
+        let reader = fork(|| {
+            let mut rounds = 0u64;
+            while region[stop_word].load(crate::primitive::Ordering::Acquire) == 0 || rounds == 0 {
+                for &page in &pages {
+                    let entry = index.lookup(page);
+                    assert!(may_see(page, entry), "page {page}: {entry:?}");
+                }
+                rounds += 1;
+            }
+        });
+        let child = fork(|| {
+            let stop = StopAt {
+                at: die_at,
+                count: Cell::new(0),
+            };
+            let _ = do_work(&index, writer, &slots, &stop);
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        });
+        let status = wait_for(child, libc::WUNTRACED);
+        assert!(libc::WIFSTOPPED(status), "status {status:#x}");
+        held += u32::from(index.lock_line().holder() == Some(writer));
+        // SAFETY: kills and reaps our own stopped child.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, &mut 0, 0);
+        }
+        assert!(slots.mark_dead(writer));
+        index.recover(steward, &slots, &Unkillable).unwrap();
+        slots.free_dead(writer);
+        if let Err(e) = index.check() {
+            panic!("a death at step {die_at}: {e}");
+        }
+        assert!(
+            states.contains(&index.entries()),
+            "a death at step {die_at}: no prefix state"
+        );
+        region[stop_word].store(1, crate::primitive::Ordering::Release);
+        let status = wait_for(reader, 0);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the reader saw a wrong entry (death at step {die_at}): status {status:#x}"
+        );
+    }
+    assert!(held > 30, "the writer held the lock at {held} of 41 deaths");
+}
+
+/// A `Run` that stops its process at its `at`-th step (the test kills it there).
+struct StopAt {
+    at: u32,
+    count: Cell<u32>,
+}
+
+impl Run for StopAt {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        let n = self.count.get();
+        self.count.set(n + 1);
+        if n == self.at {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+            unreachable!("a stopped process is killed, never continued");
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        Unkillable.wait(holder)
+    }
+}
