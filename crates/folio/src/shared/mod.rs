@@ -44,6 +44,10 @@
 //! Step 6's first part (not wired into `Cache` yet): `files.rs` the file table, one mapping
 //! record per file identity with each process's opens counted per slot (swept at a
 //! death), a lock-free lookup by identity and the size word; `tests_files.rs` its tests.
+//! The index (step 5, not wired into `Cache` yet): `index.rs` one file's radix tree over
+//! region words (nodes named by index in a type-stable pool, lock-free readers, writers
+//! under a holder lock whose changes a taker finishes); `tests_index.rs` its model test
+//! and its death at every step.
 //!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
@@ -52,19 +56,20 @@
 //! store, which the take-over reads with acquire.
 //!
 //! Limits: a change is at most `lock::INTENT_ARGS` stores that can be written as absolute
-//! values (redo only: nothing is undone); 2^16 slots, 2^32 attaches per slot. A waiter
-//! spins and yields (`Unkillable::wait`): locks are held for a few stores, never across
-//! I/O or an allocation. Not wired into the cache yet (issue 45's steps 1 and 2): nothing
-//! but the tests uses it.
+//! values (redo only: nothing is undone; a longer change is a sequence of them); 2^16
+//! slots, 2^32 attaches per slot. Locks are held for a few stores, never across I/O or an
+//! allocation. Not wired into the cache yet (issue 45's steps 1-5 and step 6's first
+//! part): nothing but the tests uses it.
 
 #[allow(unsafe_code)]
 pub(crate) mod attach;
 pub(crate) mod buddy;
 #[allow(unsafe_code)]
 pub(crate) mod domain;
+pub(crate) mod files;
 #[allow(unsafe_code)]
 pub(crate) mod futex;
-pub(crate) mod files;
+pub(crate) mod index;
 pub(crate) mod lock;
 pub(crate) mod magazine;
 pub(crate) mod record;
@@ -85,6 +90,9 @@ mod tests_domain;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_files;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_index;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 #[cfg(test)]

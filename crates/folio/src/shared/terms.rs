@@ -118,6 +118,14 @@ pub(crate) enum Flaw {
     /// flight (buddy.rs): a death mid-split or mid-merge loses it.
     #[cfg(test)]
     InFlightForgotten,
+    /// The shared index's taker does not tidy the path of the dead holder's change
+    /// (index.rs, W4): a death between two primitives leaves an empty node in the tree.
+    #[cfg(test)]
+    TidyForgotten,
+    /// The shared index's growth stores the new root before filling it: a lock-free
+    /// reader walks a node that does not hold the old root yet.
+    #[cfg(test)]
+    LinkBeforeFill,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.
