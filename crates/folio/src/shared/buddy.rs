@@ -379,15 +379,7 @@ impl<'r> SharedBuddy<'r> {
     /// One primitive made by the holder of `held` (M1-M3); under
     /// `Flaw::IntentAfterMutation`, its stores are made before its intent is published.
     fn change<R: Run>(&self, held: &Held<'_, '_>, intent: &Intent, run: &R) -> Result<(), Died> {
-        let intent_first = !matches!(flaw_kind(run.flaw()), Broken::IntentAfter);
-        if intent_first {
-            held.publish(intent, run)?;
-        }
-        self.apply(intent, |word, value| held.store(word, value, run))?;
-        if !intent_first {
-            held.publish(intent, run)?;
-        }
-        held.clear(run)
+        held.change(intent, run, |store| self.apply(intent, store))
     }
 
     /// Takes the lock (over from a dead holder: its last primitive redone), then frees

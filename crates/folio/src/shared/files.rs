@@ -80,7 +80,7 @@
 
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
-use super::{Died, Flaw, Holder, Run, SlotIndex, Word};
+use super::{Died, Holder, Run, SlotIndex, Word};
 use crate::primitive::{AtomicU64, Ordering};
 
 /// A file's identity, as the table keys it (segment/identity.rs's `FileIdentity`).
@@ -326,15 +326,7 @@ impl<'r> FileTable<'r> {
     /// One change made by the holder of `held` (M1-M3); under
     /// `Flaw::IntentAfterMutation`, its stores are made before its intent is published.
     fn change<R: Run>(&self, held: &Held<'_, '_>, intent: &Intent, run: &R) -> Result<(), Died> {
-        let intent_first = !is_intent_after(run.flaw());
-        if intent_first {
-            held.publish(intent, run)?;
-        }
-        self.apply(intent, |word, value| held.store(word, value, run))?;
-        if !intent_first {
-            held.publish(intent, run)?;
-        }
-        held.clear(run)
+        held.change(intent, run, |store| self.apply(intent, store))
     }
 
     fn take<R: Run>(
@@ -703,13 +695,5 @@ impl<'r> FileTable<'r> {
             ));
         }
         Ok(live)
-    }
-}
-
-fn is_intent_after(flaw: Flaw) -> bool {
-    match flaw {
-        #[cfg(test)]
-        Flaw::IntentAfterMutation => true,
-        _ => false,
     }
 }

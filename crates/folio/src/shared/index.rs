@@ -381,15 +381,6 @@ impl<'r> SharedIndex<'r> {
 
     // ---------------------------------------------------------------- writers
 
-    /// Whether the intent at hand is published after its stores (a broken variant).
-    fn intent_after(run: &impl Run) -> bool {
-        match run.flaw() {
-            #[cfg(test)]
-            Flaw::IntentAfterMutation => true,
-            _ => false,
-        }
-    }
-
     /// The stores of one primitive, in order, each through `store` (the holder's steps;
     /// a redo's are none).
     fn apply(
@@ -489,17 +480,7 @@ impl<'r> SharedIndex<'r> {
     /// One primitive by the holder of `held`: M1, M2, M3 (under
     /// `Flaw::IntentAfterMutation`, the stores before the intent).
     fn change<R: Run>(&self, held: &Held<'_, '_>, intent: &Intent, run: &R) -> Result<(), Died> {
-        let intent_first = !Self::intent_after(run);
-        if intent_first {
-            held.publish(intent, run)?;
-        }
-        self.apply(intent, run.flaw(), |word, value| {
-            held.store(word, value, run)
-        })?;
-        if !intent_first {
-            held.publish(intent, run)?;
-        }
-        held.clear(run)
+        held.change(intent, run, |store| self.apply(intent, run.flaw(), store))
     }
 
     /// Takes the lock (over from a dead holder: its last primitive redone, then its

@@ -343,6 +343,26 @@ impl Held<'_, '_> {
         run.at(Step::Stored)
     }
 
+    /// M1-M3 in one: `intent` published, its stores made by `apply` (each through
+    /// `store`), the intent cleared. Under `Flaw::IntentAfterMutation` (a model's broken
+    /// variant) the stores come before the intent is published.
+    pub(crate) fn change<R: Run>(
+        &self,
+        intent: &Intent,
+        run: &R,
+        apply: impl FnOnce(&mut dyn FnMut(&AtomicU64, u64) -> Result<(), Died>) -> Result<(), Died>,
+    ) -> Result<(), Died> {
+        let intent_first = !intent_after_mutation(run.flaw());
+        if intent_first {
+            self.publish(intent, run)?;
+        }
+        apply(&mut |word, value| self.store(word, value, run))?;
+        if !intent_first {
+            self.publish(intent, run)?;
+        }
+        self.clear(run)
+    }
+
     /// M3: the change is complete.
     pub(crate) fn clear<R: Run>(&self, run: &R) -> Result<(), Died> {
         self.lock.word(INTENT).store(0, Ordering::Release);
@@ -397,6 +417,15 @@ fn is_wake_before_unlock(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::WakeBeforeUnlock => true,
+        _ => false,
+    }
+}
+
+/// Whether a model asks for the intent published after the stores (`Held::change`).
+fn intent_after_mutation(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::IntentAfterMutation => true,
         _ => false,
     }
 }

@@ -29,7 +29,7 @@
 
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
-use super::{Died, Flaw, Holder, Run, Word};
+use super::{Died, Holder, Run, Word};
 use crate::primitive::{AtomicU64, Ordering};
 
 /// No frame: the bottom of the stack.
@@ -163,15 +163,7 @@ impl<'r> FrameStack<'r> {
     /// The change `intent` made by the holder of `held`: published (M1), stored (M2),
     /// cleared (M3); under `Flaw::IntentAfterMutation`, stored before it is published.
     fn change<R: Run>(&self, held: &Held<'_, '_>, intent: &Intent, run: &R) -> Result<(), Died> {
-        let intent_first = !is_intent_after(run.flaw());
-        if intent_first {
-            held.publish(intent, run)?;
-        }
-        self.apply(intent, |word, value| held.store(word, value, run))?;
-        if !intent_first {
-            held.publish(intent, run)?;
-        }
-        held.clear(run)
+        held.change(intent, run, |store| self.apply(intent, store))
     }
 
     fn take<R: Run>(
@@ -331,14 +323,5 @@ impl<'r> FrameStack<'r> {
             }
         }
         Ok(Census { listed, leased })
-    }
-}
-
-/// Whether `flaw` publishes the intent after the change.
-fn is_intent_after(flaw: Flaw) -> bool {
-    match flaw {
-        #[cfg(test)]
-        Flaw::IntentAfterMutation => true,
-        _ => false,
     }
 }
