@@ -835,7 +835,8 @@ fn buddy_model(die_at: u32, flaw: Flaw, through: Through) {
             census
                 == Ok(buddy::Census {
                     free_frames: BUDDY_FRAMES,
-                    leased: Vec::new()
+                    leased: Vec::new(),
+                    cached: Vec::new(),
                 }),
             "every frame free at the end: {census:?}"
         );

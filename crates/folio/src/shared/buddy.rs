@@ -20,6 +20,19 @@
 //! - LEASED(k, owner): the head of an allocated block of order k; `owner` is the lessee's
 //!   `Holder::word` (never 0).
 //! - MOVING(k): the head of the block in flight (below): on no list and leased to nobody.
+//! - CACHED(k): LEASED(k, `CACHE`), `CACHE` = 1, a word no `Holder::word` is (those are
+//!   >= 2^32): the block holds cached data every process may read, and belongs to the
+//!   cache, not to a process (issue 45 step 6, "whose is a frame in the index").
+//!
+//! **The hand-over** (LEASED(k, me) -> CACHED(k)) is not a change of this allocator: it
+//! is one store of the eviction queue's ADD (queue.rs), made under the queue's lock as
+//! one of that intent's stores, so that a death leaves the block either its lessee's
+//! (not queued: the sweep frees it) or the cache's (queued: reclaim frees it). Nobody but
+//! the lessee changes a LEASED block's state word while the lessee lives, so the store
+//! needs no lock of this allocator; after the lessee's death a taker of the queue's lock
+//! may redo it, which is why the steward sweeps the queue (queue.rs `sweep`) before this
+//! allocator. A CACHED block returns to the lists only through `free_cached` (reclaim,
+//! under the queue's lock: the lock order is queue, then this allocator).
 //!
 //! **The block in flight.** A split or merge chain changes more words than one intent
 //! holds (the lock line has 4 argument words), so it is a sequence of intents, one per
@@ -72,11 +85,13 @@
 //! stores); the taker then frees the block in flight. A death after A3 or after F3
 //! leaves nothing in flight: the block is leased (the sweep frees it) or listed. A death
 //! of the process that leased a block (holding no lock) leaves a LEASED block naming it:
-//! the steward's sweep frees it.
+//! the steward's sweep frees it. A CACHED block names no process: no sweep touches it.
 //!
 //! Protection: every word by the lock, one lock for all orders (a miss takes it once per
 //! magazine batch: magazine.rs); the state word of a LEASED block is read without the
-//! lock by its lessee only (no one else changes it while the lessee lives).
+//! lock by its lessee only (no one else changes it while the lessee lives), and stored
+//! CACHED by its hand-over under the queue's lock instead of this one; a CACHED block's
+//! state word is changed only under the queue's lock (`free_cached` takes this one too).
 //!
 //! Limits: up to 2^32 - 1 frames; `ORDER_MAX` = 9 (2 MiB blocks of 4 KiB frames, as
 //! `arena/buddy.rs`). The sweep scans every frame's state word (1 M frames: see
@@ -109,6 +124,8 @@ const FREE: u64 = 1;
 const LEASED: u64 = 2;
 const MOVING: u64 = 3;
 const OWNER_MASK: u64 = (1 << 56) - 1;
+/// The owner of a CACHED block: never a `Holder::word` (those are >= 2^32), never 0.
+const CACHE: u64 = 1;
 
 // The intents' operation codes (the order in bits 8..16).
 const TAKE: u64 = 1;
@@ -169,11 +186,13 @@ fn op(code: u64, order: Order) -> u64 {
     code | (u64::from(order.0) << 8)
 }
 
-/// What `check` found: the free frames, and each allocated block with its lessee.
+/// What `check` found: the free frames, each allocated block with its lessee, and each
+/// block handed to the cache.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Census {
     pub(crate) free_frames: u32,
     pub(crate) leased: Vec<(Frame, Order, Holder)>,
+    pub(crate) cached: Vec<(Frame, Order)>,
 }
 
 /// A buddy allocator of `frames` frames at `base` of a region (module docs).
@@ -528,9 +547,8 @@ impl<'r> SharedBuddy<'r> {
         assert_eq!(
             self.state_of(frame),
             State::Leased(order, owner),
-            "a free of block {frame} of order {} that {:?} does not lease",
+            "a free of block {frame} of order {} that {owner:#x} does not lease",
             order.0,
-            Holder::from_word(owner)
         );
         let intent = Intent {
             op: op(RELEASE, order),
@@ -605,6 +623,41 @@ impl<'r> SharedBuddy<'r> {
         self.state_of(frame.0) == State::Leased(order, holder.word())
     }
 
+    /// Whether `frame` heads a block of `order` handed to the cache (CACHED).
+    ///
+    /// Context: any; exact under the queue's lock (only its holder changes a CACHED word).
+    pub(crate) fn is_cached(&self, frame: Frame, order: Order) -> bool {
+        frame.0 < self.frames && self.state_of(frame.0) == State::Leased(order, CACHE)
+    }
+
+    /// The hand-over's store (module docs): the state word of `frame` and the CACHED(order)
+    /// value the queue's ADD stores in it, as one of its intent's stores.
+    ///
+    /// Context: the caller, `me`, leases the block (asserted) or redoes a dead lessee's ADD
+    /// (then the block is LEASED to a dead holder or already CACHED, and the steward has
+    /// not swept the lessee yet: queue.rs's sweep comes first).
+    pub(crate) fn hand_over_store(&self, frame: Frame, order: Order) -> (&AtomicU64, u64) {
+        (self.state(frame.0), State::Leased(order, CACHE).word())
+    }
+
+    /// Frees the CACHED block of `order` at `frame` (reclaim's last step: it is in no
+    /// index and no queue).
+    ///
+    /// Context: `me` is LIVE in `slots`; the caller holds the queue's lock (the lock
+    /// order: queue, then this allocator); the block is CACHED (asserted).
+    pub(crate) fn free_cached<R: Run>(
+        &self,
+        frame: Frame,
+        order: Order,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, slots, run)?;
+        self.free_locked(&held, frame.0, order, CACHE, run)?;
+        held.unlock(run)
+    }
+
     /// The steward's sweep of a dead process: takes the lock (over from `dead`, if it
     /// held it, finishing its change) and frees every block leased to `dead`, merging.
     /// Returns how many frames it freed.
@@ -677,6 +730,7 @@ impl<'r> SharedBuddy<'r> {
         }
         let mut free_frames = 0;
         let mut leased = Vec::new();
+        let mut cached = Vec::new();
         let mut f = 0;
         while f < self.frames {
             let (order, state) = match self.state_of(f) {
@@ -690,8 +744,12 @@ impl<'r> SharedBuddy<'r> {
                     free_frames += order.frames();
                     (order, State::Free(order))
                 }
+                State::Leased(order, CACHE) => {
+                    cached.push((Frame(f), order));
+                    (order, State::Leased(order, CACHE))
+                }
                 State::Leased(order, owner) => {
-                    if owner == 0 || !slots.is_live(Holder::from_word(owner)) {
+                    if owner < 1 << 32 || !slots.is_live(Holder::from_word(owner)) {
                         return Err(format!("block {f} is leased to a dead holder {owner:#x}"));
                     }
                     leased.push((Frame(f), order, Holder::from_word(owner)));
@@ -730,6 +788,7 @@ impl<'r> SharedBuddy<'r> {
         Ok(Census {
             free_frames,
             leased,
+            cached,
         })
     }
 }

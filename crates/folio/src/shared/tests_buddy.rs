@@ -40,6 +40,7 @@ fn free_census(frames: u32) -> Census {
     Census {
         free_frames: frames,
         leased: Vec::new(),
+        cached: Vec::new(),
     }
 }
 
@@ -342,6 +343,7 @@ fn in_one_process(flaw: Flaw) -> Result<(), String> {
             let want = Census {
                 free_frames: SCRIPT_FRAMES - 8,
                 leased: vec![(kept, Order(3), q)],
+                cached: Vec::new(),
             };
             if census != want {
                 return Err(format!("step {at}: {census:?}"));
@@ -867,4 +869,41 @@ fn an_order_0_pair_costs() {
          merging, {today:.1} ns with no split; sweep of 1 M \
          frames (1024 leased) {sweep:?}"
     );
+}
+
+/// The hand-over (issue 45 step 6): a block its lessee handed to the cache (the queue's
+/// ADD makes this store under its own lock: queue.rs) is the cache's: the steward's sweep
+/// of the dead lessee leaves it, and only `free_cached` frees it.
+#[test]
+fn a_block_handed_to_the_cache_outlives_its_lessees_sweep() {
+    let frames = 16;
+    let region = region_for(frames);
+    let (slots, buddy) = views(&region, frames);
+    buddy.format();
+    let steward = slots.attach(Flaw::None).unwrap();
+    let p = slots.attach(Flaw::None).unwrap();
+    let run = &Unkillable;
+    let kept = buddy.alloc(Order(0), p, &slots, run).unwrap().unwrap();
+    let handed = buddy.alloc(Order(0), p, &slots, run).unwrap().unwrap();
+    let (word, value) = buddy.hand_over_store(handed, Order(0));
+    word.store(value, crate::primitive::Ordering::Release);
+    assert!(buddy.is_cached(handed, Order(0)));
+    assert!(!buddy.is_cached(kept, Order(0)));
+    let census = buddy.check(&slots).unwrap();
+    assert_eq!(census.leased, vec![(kept, Order(0), p)]);
+    assert_eq!(census.cached, vec![(handed, Order(0))]);
+    assert!(slots.mark_dead(p));
+    assert_eq!(
+        buddy.sweep(p, steward, &slots, run),
+        Ok(1),
+        "only the lease"
+    );
+    slots.free_dead(p);
+    let census = buddy.check(&slots).unwrap();
+    assert_eq!(census.free_frames, frames - 1);
+    assert_eq!(census.cached, vec![(handed, Order(0))]);
+    buddy
+        .free_cached(handed, Order(0), steward, &slots, run)
+        .unwrap();
+    assert_eq!(buddy.check(&slots), Ok(free_census(frames)));
 }
