@@ -21,8 +21,8 @@
 //!   `Holder::word` (never 0).
 //! - MOVING(k): the head of the block in flight (below): on no list and leased to nobody.
 //! - CACHED(k): LEASED(k, `CACHE`), `CACHE` = 1, a word no `Holder::word` is (those are
-//!   >= 2^32): the block holds cached data every process may read, and belongs to the
-//!   cache, not to a process (issue 45 step 6, "whose is a frame in the index").
+//!   at least 2^32): the block holds cached data every process may read, and belongs to
+//!   the cache, not to a process (issue 45 step 6, "whose is a frame in the index").
 //!
 //! **The hand-over** (LEASED(k, me) -> CACHED(k)) is not a change of this allocator: it
 //! is one store of the eviction queue's ADD (queue.rs), made under the queue's lock as
@@ -641,10 +641,12 @@ impl<'r> SharedBuddy<'r> {
     }
 
     /// Frees the CACHED block of `order` at `frame` (reclaim's last step: it is in no
-    /// index and no queue).
+    /// index and no queue), if it is still CACHED once the lock is held: a dead holder's
+    /// free of it (a reclaimer that died inside this call) is finished by the take-over,
+    /// which leaves it free. Whether this call freed it.
     ///
     /// Context: `me` is LIVE in `slots`; the caller holds the queue's lock (the lock
-    /// order: queue, then this allocator); the block is CACHED (asserted).
+    /// order: queue, then this allocator), so nobody hands the frame over again meanwhile.
     pub(crate) fn free_cached<R: Run>(
         &self,
         frame: Frame,
@@ -652,10 +654,14 @@ impl<'r> SharedBuddy<'r> {
         me: Holder,
         slots: &SlotTable<'_>,
         run: &R,
-    ) -> Result<(), Died> {
+    ) -> Result<bool, Died> {
         let held = self.take(me, slots, run)?;
-        self.free_locked(&held, frame.0, order, CACHE, run)?;
-        held.unlock(run)
+        let cached = self.is_cached(frame, order);
+        if cached {
+            self.free_locked(&held, frame.0, order, CACHE, run)?;
+        }
+        held.unlock(run)?;
+        Ok(cached)
     }
 
     /// The steward's sweep of a dead process: takes the lock (over from `dead`, if it

@@ -48,6 +48,10 @@
 //! region words (nodes named by index in a type-stable pool, lock-free readers, writers
 //! under a holder lock whose changes a taker finishes); `tests_index.rs` its model test
 //! and its death at every step.
+//! The eviction queue (step 6's first part, not wired into `Cache` yet): `queue.rs` the
+//! frames handed to the cache (CACHED in the buddy allocator: no sweep frees them), a
+//! lock-free touch and pin per frame for hits, `reclaim` (out of the index, then freed),
+//! the steward's sweep in its order (queue, pins, buddy); `tests_reclaim.rs` its tests.
 //!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
@@ -72,6 +76,7 @@ pub(crate) mod futex;
 pub(crate) mod index;
 pub(crate) mod lock;
 pub(crate) mod magazine;
+pub(crate) mod queue;
 pub(crate) mod record;
 pub(crate) mod slot;
 pub(crate) mod stack;
@@ -93,6 +98,8 @@ mod tests_files;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_index;
+#[cfg(test)]
+mod tests_reclaim;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 #[cfg(test)]

@@ -126,6 +126,19 @@ pub(crate) enum Flaw {
     /// reader walks a node that does not hold the old root yet.
     #[cfg(test)]
     LinkBeforeFill,
+    /// The eviction queue's ADD links the frame under its intent but makes the hand-over
+    /// (the frame's buddy state CACHED) as a store after it (queue.rs): a death between
+    /// leaves a queued frame its dead lessee's, which the sweep frees.
+    #[cfg(test)]
+    HandOverOutsideIntent,
+    /// Reclaim unfreezes and frees its victim before it takes it out of its index
+    /// (queue.rs, E5-E6 before E4): the index names a free frame meanwhile.
+    #[cfg(test)]
+    FreeBeforeIndexRemoval,
+    /// Reclaim freezes its victim without looking at its pins (queue.rs, E2): a pinned
+    /// frame is freed under its reader.
+    #[cfg(test)]
+    EvictPinned,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

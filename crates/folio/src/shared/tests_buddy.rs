@@ -902,8 +902,13 @@ fn a_block_handed_to_the_cache_outlives_its_lessees_sweep() {
     let census = buddy.check(&slots).unwrap();
     assert_eq!(census.free_frames, frames - 1);
     assert_eq!(census.cached, vec![(handed, Order(0))]);
-    buddy
-        .free_cached(handed, Order(0), steward, &slots, run)
-        .unwrap();
+    assert_eq!(
+        buddy.free_cached(handed, Order(0), steward, &slots, run),
+        Ok(true)
+    );
+    assert_eq!(
+        buddy.free_cached(handed, Order(0), steward, &slots, run),
+        Ok(false)
+    );
     assert_eq!(buddy.check(&slots), Ok(free_census(frames)));
 }

@@ -1,0 +1,924 @@
+//! The eviction queue in the shared region and its reclaim (issue 45 step 6's first part,
+//! docs/sharing.md "The eviction queue"): a doubly linked list of the frames handed to the
+//! cache, oldest first, under one holder lock (lock.rs), each primitive one intent; a
+//! referenced bit per frame that a hit sets without the lock (CLOCK's second chance, as
+//! `eviction/` and the kernel's referenced bit); a pin word per frame that a reader sets
+//! without the lock and reclaim must freeze before it may take the frame; and `reclaim`,
+//! which takes the coldest frames out of their file's index (leaving a shadow) and frees
+//! them to the buddy allocator (buddy.rs).
+//!
+//! # Whose is a frame
+//!
+//! A frame leased from the buddy allocator is its lessee's (LEASED(0, me): the steward's
+//! sweep of a dead lessee frees it). A frame holding data another process may read is the
+//! **cache's** (CACHED: buddy.rs): no sweep frees it, only reclaim or a removal. The
+//! hand-over is one of the stores of this queue's ADD intent: the same change links the
+//! frame at the tail and makes it CACHED. A death at any store leaves it the lessee's and
+//! not queued (no intent published: swept free), or an ADD that whoever takes the lock
+//! over redoes (queued and CACHED). The steward therefore sweeps this queue (`sweep`:
+//! takes its lock, redoing a dead holder's ADD) before the allocator.
+//!
+//! A frame enters its file's index **after** its hand-over, never before, and its lessee
+//! pins it (below) before the ADD and unpins it after the insertion: while it is queued
+//! and not yet indexed reclaim cannot freeze it. If the lessee dies between, the steward
+//! drops its pins and the frame stays queued, in no index: reclaim frees such a frame
+//! (it looks its page up and finds another frame or nothing). So an index never names a
+//! frame that is not CACHED: it is inserted after the ADD and removed before the free.
+//!
+//! # Layout (from `base`, 8-word aligned)
+//!
+//! ```text
+//!   base + 0..8    the lock line: lock, intent, 4 args, ENDS (6: head + 1 | tail + 1 << 32,
+//!                  0 for an empty queue), STATUS (7: the count | the victim << 32, below)
+//!   then F words   NEXT[f]: the next frame toward the tail, + 1 (0: none)
+//!   then F words   PREV[f]: the previous frame toward the head, + 1 (0: none)
+//!   then F words   FILE[f]: the file whose page f caches (a `FileNo`)
+//!   then F words   PAGE[f]: the page
+//!   then F words   REF[f]: 1 once a hit touched f since reclaim last looked (a hint)
+//!   then F words   PIN[f]: one bit per process slot holding f pinned, `FROZEN` (bit 63)
+//!                  while reclaim takes it
+//! ```
+//!
+//! STATUS's victim (bits 32..64): the frame being reclaimed or removed, + 1, in bits
+//! 32..62, with `SHADOW` (bit 62: reclaim leaves a shadow; a removal leaves nothing) and
+//! `DETACHED` (bit 63: unlinked from the queue), or 0.
+//!
+//! # Pins, touches and the hit
+//!
+//! A hit (`pin_hit`): looks the page up (lock-free, index.rs), pins the frame (a CAS that
+//! sets this process's bit in PIN, refused while FROZEN: the hit then treats the page as
+//! a miss: the frame is being reclaimed, and the miss path finds its page gone or retries
+//! its insertion), looks the page up again (still that frame: it is the page's, and it
+//! stays so while pinned), touches REF (a load, and a store only if it was 0: a hit
+//! stores to no line it does not need to), reads, and unpins (`unpin`: clears its bit).
+//! Reclaim takes a frame only by freezing PIN from 0 (a CAS 0 -> FROZEN): a pinned frame
+//! is given a second chance. So a reader holding a pin reads the frame's data unchanged,
+//! and a pin taken on a frame after it was reclaimed and reused fails the second look-up
+//! (the reclaim removed the page from the index before it unfroze and freed the frame:
+//! the pin's acquire CAS sees that removal). A pin is one atomic RMW: a process dying
+//! around it has set its bit or not, so the steward's sweep drops a dead process's pins
+//! exactly (clears its bit in every PIN word) from the shared words alone.
+//!
+//! # Protocol (every change under the lock; each primitive one intent, lock.rs M1-M3)
+//!
+//! - ADD [f, old tail + 1, new ENDS, new STATUS]: NEXT[f] = 0, PREV[f] = old tail + 1,
+//!   NEXT[old tail] = f + 1, REF[f] = 0, f's buddy state CACHED (the hand-over), ENDS,
+//!   STATUS. Before it, with no lock (f is the lessee's: nobody else reads them), the
+//!   lessee stores FILE[f] and PAGE[f] and pins f.
+//! - ROTATE [f, next + 1 | tail + 1 << 32, new ENDS, 0]: the head f, referenced or
+//!   pinned, moved to the tail (its second chance): REF[f] = 0, PREV[next] = 0,
+//!   NEXT[tail] = f + 1, PREV[f] = tail + 1, NEXT[f] = 0, ENDS.
+//! - DETACH [f, prev + 1 | next + 1 << 32, new ENDS, new STATUS]: f unlinked, STATUS's
+//!   victim marked DETACHED, the count less one.
+//!
+//! The eviction of a victim f (reclaim's, with a shadow; a removal's, without):
+//!   E1. STATUS's victim = f (a plain store under the lock: "chosen").
+//!   E2. Freeze: CAS PIN[f] 0 -> FROZEN. Refused (pinned): STATUS's victim = 0, done.
+//!   E3. DETACH.
+//!   E4. f out of its file's index: if the index names f at PAGE[f], `SharedIndex::remove`
+//!       (under the index's lock: the lock order is queue, then index, then buddy). If it
+//!       does not, the index's lock is first taken and let go (`recover`: a dead writer's
+//!       insertion of f finished), and the page looked up again. (`remove` finds f gone
+//!       when the index's lock was a dead reclaimer's, in E4: its take-over finished it.)
+//!   E5. Unfreeze: CAS PIN[f] FROZEN -> 0 (release: a later pin sees E4's removal).
+//!   E6. `SharedBuddy::free_cached(f)`: under the allocator's lock, if f is still CACHED
+//!       (a dead reclaimer's free of it is finished by that lock's take-over).
+//!   E7. STATUS's victim = 0.
+//! Take-over: lock.rs T1-T3 (T2 redoes the last primitive), then if STATUS names a victim
+//! f: not DETACHED (E1-E2): unfreeze f if FROZEN (only the victim's chooser freezes, and
+//! only under this lock) and clear the victim: f stays queued; DETACHED: E4-E7 for f.
+//!
+//! Why only queue holders remove cached pages from an index: then, holding this lock, the
+//! index's entry at PAGE[f] cannot stop naming f between E4's look-up and its removal
+//! (an insertion at a page that holds a folio is a conflict, and every removal of a cached
+//! frame from an index is an E4 under this lock). A truncation removes its pages through
+//! `remove` (below), not through the index directly.
+//!
+//! Whoever dies where, every CACHED frame is in exactly one place: queued (and in its
+//! index, or in none, waiting for reclaim), or the one victim STATUS names (a taker
+//! finishes it), and no index names a frame that is not CACHED: E4 comes before E6, and
+//! the insertion after the ADD. A frame is never both free and queued: DETACH comes
+//! before E6. A death in E4 (inside the index's change) is finished by the index's own
+//! take-over, which E4's `remove` or `recover` makes.
+//!
+//! **Invariant** on a quiet queue (`check`): the list from ENDS's head has STATUS's count
+//! distinct frames, each PREV right, ending at ENDS's tail; each queued frame CACHED in
+//! the buddy allocator; every CACHED frame queued; no victim; no PIN FROZEN or naming a
+//! slot that is not live.
+//!
+//! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame by the lock; REF
+//! by nobody (a hint: a touch racing reclaim's clear is lost or kept, both right); PIN by
+//! CAS (pins) and by the lock (FROZEN: only a holder freezes and unfreezes). Locks, in
+//! order: this queue's, then an index's, then the buddy allocator's; nobody takes this
+//! one while holding an index's or the allocator's.
+//!
+//! Limits: order-0 frames only (a larger folio's frames would each need its CACHED head
+//! and one queue entry: not done); up to 2^30 - 1 frames; pins of up to 63 process slots
+//! (one bit each: a domain of more slots needs a second pin word per frame); a process
+//! holds one pin per frame (its threads would count theirs privately: not built, nothing
+//! is wired); the shadow left is a constant (`SHADOW_VALUE`: the refault distance that
+//! `eviction/` computes is not carried yet); a frame whose insertion conflicted stays
+//! queued until reclaim reaches it; one queue (one lock) for the whole domain; not wired
+//! into `Cache`, not in the domain's region (the indexes are not there yet).
+
+use super::buddy::{Order, SharedBuddy};
+use super::index::{Entry, Leave, Page, SharedIndex};
+use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
+use super::slot::SlotTable;
+use super::stack::Frame;
+use super::{Died, Flaw, Holder, Run, Word};
+use crate::primitive::{AtomicU64, Ordering};
+
+const ENDS: u32 = LINE_FREE_WORDS[0];
+const STATUS: u32 = LINE_FREE_WORDS[1];
+const FRAMES_AT: u32 = LINE_WORDS;
+
+const NEXT: u32 = 0;
+const PREV: u32 = 1;
+const FILE: u32 = 2;
+const PAGE: u32 = 3;
+const REF: u32 = 4;
+const PIN: u32 = 5;
+const PER_FRAME: u32 = 6;
+
+/// PIN's bit while reclaim takes the frame.
+const FROZEN: u64 = 1 << 63;
+/// The process slots a PIN word has bits for.
+pub(crate) const PIN_SLOTS: u16 = 63;
+
+const COUNT_MASK: u64 = (1 << 32) - 1;
+const VICTIM_MASK: u64 = (1 << 30) - 1;
+const SHADOW: u64 = 1 << 62;
+const DETACHED: u64 = 1 << 63;
+
+/// What reclaim leaves in the index at a reclaimed page (module docs, Limits).
+pub(crate) const SHADOW_VALUE: u64 = 1;
+
+const ADD: u64 = 1;
+const ROTATE: u64 = 2;
+const DETACH: u64 = 3;
+
+/// A file, as the queue records it (the file table's record id, once wired).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct FileNo(pub(crate) u64);
+
+/// Where reclaim finds a file's index.
+pub(crate) trait Indexes {
+    /// The index of `file`, if it has one (a file without one has no cached page).
+    fn index(&self, file: FileNo) -> Option<&SharedIndex<'_>>;
+
+    /// Calls `visit` with every index (the steward's sweep).
+    fn each(&self, visit: &mut dyn FnMut(&SharedIndex<'_>));
+}
+
+/// Tests and models: file n's index is the n-th.
+impl Indexes for [SharedIndex<'_>] {
+    fn index(&self, file: FileNo) -> Option<&SharedIndex<'_>> {
+        usize::try_from(file.0).ok().and_then(|n| self.get(n))
+    }
+
+    fn each(&self, visit: &mut dyn FnMut(&SharedIndex<'_>)) {
+        self.iter().for_each(visit);
+    }
+}
+
+/// What an eviction does with its victim's index entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Evict {
+    /// Reclaim: a shadow stays.
+    Reclaim,
+    /// A removal (truncation): nothing stays.
+    Remove,
+}
+
+/// What `remove` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Removed {
+    /// Out of the queue and its index, freed.
+    Freed,
+    /// A reader holds it pinned: try again once it is unpinned.
+    Pinned,
+    /// Not a queued frame caching that page (already reclaimed or removed).
+    NotCached,
+}
+
+/// The frame `pin_hit` pinned: unpin it (`SharedQueue::unpin`) when the read is done.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a pinned frame must be unpinned"]
+pub(crate) struct Pinned(pub(crate) Frame);
+
+/// A hit's pin refused: the frame is being reclaimed (treat the page as a miss).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Frozen;
+
+/// What `check` found: the queued frames, head first.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct QueueCensus {
+    pub(crate) queued: Vec<(Frame, FileNo, Page)>,
+}
+
+fn link(frame: u32) -> u64 {
+    u64::from(frame) + 1
+}
+
+fn linked(word: u64) -> Option<u32> {
+    word.checked_sub(1).map(|f| f as u32)
+}
+
+fn ends_word(head: Option<u32>, tail: Option<u32>) -> u64 {
+    head.map_or(0, link) | tail.map_or(0, link) << 32
+}
+
+fn ends_of(word: u64) -> (Option<u32>, Option<u32>) {
+    (linked(word & COUNT_MASK), linked(word >> 32))
+}
+
+fn victim_word(frame: u32, evict: Evict, detached: u64) -> u64 {
+    let shadow = if evict == Evict::Reclaim { SHADOW } else { 0 };
+    (link(frame) << 32) | shadow | detached
+}
+
+fn victim_of(status: u64) -> Option<(u32, Evict, bool)> {
+    let victim = linked((status >> 32) & VICTIM_MASK)?;
+    let evict = if status & SHADOW != 0 {
+        Evict::Reclaim
+    } else {
+        Evict::Remove
+    };
+    Some((victim, evict, status & DETACHED != 0))
+}
+
+fn slot_bit(me: Holder) -> u64 {
+    assert!(
+        me.slot.0 < PIN_SLOTS,
+        "slot {} has no pin bit (module docs, Limits)",
+        me.slot.0
+    );
+    1 << me.slot.0
+}
+
+/// The eviction queue of the frames of `buddy`, at `base` of the same region.
+#[derive(Debug)]
+pub(crate) struct SharedQueue<'b, 'r> {
+    region: &'r [AtomicU64],
+    lock: HolderLock<'r>,
+    base: Word,
+    buddy: &'b SharedBuddy<'r>,
+    frames: u32,
+}
+
+impl<'b, 'r> SharedQueue<'b, 'r> {
+    /// The words a queue of `frames` takes.
+    pub(crate) fn words(frames: u32) -> u32 {
+        FRAMES_AT + PER_FRAME * frames
+    }
+
+    /// A view of the queue at `base` (8-word aligned) over the frames of `buddy`, as
+    /// `format` left it.
+    pub(crate) fn new(
+        region: &'r [AtomicU64],
+        base: Word,
+        buddy: &'b SharedBuddy<'r>,
+    ) -> SharedQueue<'b, 'r> {
+        let frames = buddy.frames();
+        assert!(u64::from(frames) < VICTIM_MASK, "too many frames");
+        assert!(
+            base.index() + Self::words(frames) as usize <= region.len(),
+            "the queue lies past the region"
+        );
+        SharedQueue {
+            region,
+            lock: HolderLock::new(region, base),
+            base,
+            buddy,
+            frames,
+        }
+    }
+
+    /// An empty queue, the lock free.
+    ///
+    /// Context: the region's maker, before any other process sees it.
+    pub(crate) fn format(&self) {
+        for offset in 0..Self::words(self.frames) {
+            self.region[self.base.at(offset).index()].store(0, Ordering::Relaxed);
+        }
+        self.line(STATUS).store(0, Ordering::Release);
+    }
+
+    fn line(&self, offset: u32) -> &AtomicU64 {
+        &self.region[self.base.at(offset).index()]
+    }
+
+    fn of(&self, frame: u32, array: u32) -> &AtomicU64 {
+        assert!(frame < self.frames, "no frame {frame}");
+        &self.region[self
+            .base
+            .at(FRAMES_AT + array * self.frames + frame)
+            .index()]
+    }
+
+    fn load(&self, frame: u32, array: u32) -> u64 {
+        self.of(frame, array).load(Ordering::Acquire)
+    }
+
+    /// The lock (diagnostics, tests).
+    pub(crate) fn lock_line(&self) -> &HolderLock<'r> {
+        &self.lock
+    }
+
+    /// How many frames are queued (a hint without the lock).
+    pub(crate) fn count(&self) -> u32 {
+        (self.line(STATUS).load(Ordering::Acquire) & COUNT_MASK) as u32
+    }
+
+    // ------------------------------------------------------------ lock-free: hits
+
+    /// A hit's touch: REF set, stored only if it was clear (module docs).
+    ///
+    /// Context: any process, lock-free; `frame` is one the caller found in an index.
+    #[inline]
+    pub(crate) fn touch(&self, frame: Frame) {
+        let word = self.of(frame.0, REF);
+        if word.load(Ordering::Relaxed) == 0 {
+            word.store(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Pins `frame` for `me`: refused while reclaim holds it FROZEN.
+    ///
+    /// Context: any process, lock-free; `me` does not hold `frame` pinned already
+    /// (debug-asserted: one pin per frame per process, module docs' Limits).
+    #[inline]
+    pub(crate) fn pin(&self, frame: Frame, me: Holder) -> Result<(), Frozen> {
+        let bit = slot_bit(me);
+        let word = self.of(frame.0, PIN);
+        let mut current = word.load(Ordering::Relaxed);
+        loop {
+            if current & FROZEN != 0 {
+                return Err(Frozen);
+            }
+            debug_assert_eq!(current & bit, 0, "frame {} pinned twice", frame.0);
+            match word.compare_exchange_weak(
+                current,
+                current | bit,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// Drops `me`'s pin of `frame`.
+    ///
+    /// Context: `me` pinned it (`pin`, `pin_hit`, `hand_over`).
+    #[inline]
+    pub(crate) fn unpin(&self, frame: Frame, me: Holder) {
+        let was = self
+            .of(frame.0, PIN)
+            .fetch_and(!slot_bit(me), Ordering::Release);
+        debug_assert_ne!(was & slot_bit(me), 0, "frame {} was not pinned", frame.0);
+    }
+
+    /// The hit path (module docs): the frame caching `page` in `index`, pinned for `me` and
+    /// touched, or `None` (absent, a shadow, or being reclaimed: a miss).
+    ///
+    /// Context: any process, lock-free (two look-ups and a CAS); unpin the frame after
+    /// the read.
+    #[inline]
+    pub(crate) fn pin_hit(
+        &self,
+        index: &SharedIndex<'_>,
+        page: Page,
+        me: Holder,
+    ) -> Option<Pinned> {
+        let Entry::Folio { frame, order: 0 } = index.lookup(page) else {
+            return None;
+        };
+        let frame = Frame(u32::try_from(frame).ok().filter(|f| *f < self.frames)?);
+        self.pin(frame, me).ok()?;
+        if index.lookup(page)
+            != (Entry::Folio {
+                frame: u64::from(frame.0),
+                order: 0,
+            })
+        {
+            self.unpin(frame, me);
+            return None;
+        }
+        self.touch(frame);
+        Some(Pinned(frame))
+    }
+
+    // ------------------------------------------------------------ changes
+
+    /// The stores of a primitive, in order (module docs), each through `store`: the
+    /// holder's (a step after each) or a redo's.
+    fn apply(
+        &self,
+        intent: &Intent,
+        mut store: impl FnMut(&AtomicU64, u64) -> Result<(), Died>,
+    ) -> Result<(), Died> {
+        let [f, x, ends, status] = intent.args;
+        let f = u32::try_from(f).expect("an intent names a frame");
+        match intent.op {
+            ADD => {
+                // x: the old tail + 1.
+                store(self.of(f, NEXT), 0)?;
+                store(self.of(f, PREV), x)?;
+                if let Some(tail) = linked(x) {
+                    store(self.of(tail, NEXT), link(f))?;
+                }
+                store(self.of(f, REF), 0)?;
+                let (word, cached) = self.buddy.hand_over_store(Frame(f), Order(0));
+                store(word, cached)?;
+                store(self.line(ENDS), ends)?;
+                store(self.line(STATUS), status)
+            }
+            ROTATE => {
+                // x: next + 1 | tail + 1 << 32.
+                let next = linked(x & COUNT_MASK).expect("a rotated head has a next");
+                let tail = linked(x >> 32).expect("a rotated head has a tail");
+                store(self.of(f, REF), 0)?;
+                store(self.of(next, PREV), 0)?;
+                store(self.of(tail, NEXT), link(f))?;
+                store(self.of(f, PREV), link(tail))?;
+                store(self.of(f, NEXT), 0)?;
+                store(self.line(ENDS), ends)
+            }
+            DETACH => {
+                // x: prev + 1 | next + 1 << 32.
+                let (prev, next) = (linked(x & COUNT_MASK), linked(x >> 32));
+                if let Some(prev) = prev {
+                    store(self.of(prev, NEXT), next.map_or(0, link))?;
+                }
+                if let Some(next) = next {
+                    store(self.of(next, PREV), prev.map_or(0, link))?;
+                }
+                store(self.line(ENDS), ends)?;
+                store(self.line(STATUS), status)
+            }
+            code => panic!("a queue intent with an unknown operation {code}"),
+        }
+    }
+
+    fn redo(&self, intent: &Intent) {
+        let redone = self.apply(intent, |word, value| {
+            word.store(value, Ordering::Release);
+            Ok(())
+        });
+        assert_eq!(redone, Ok(()));
+    }
+
+    fn change<R: Run>(&self, held: &Held<'_, '_>, intent: &Intent, run: &R) -> Result<(), Died> {
+        held.change(intent, run, |store| self.apply(intent, store))
+    }
+
+    /// Takes the lock (over from a dead holder: its last primitive redone, its victim
+    /// finished or let go: module docs, "Take-over").
+    fn take<R: Run, I: Indexes + ?Sized>(
+        &self,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Held<'_, 'r>, Died> {
+        let held = self.lock.lock(me, slots, run, |intent| self.redo(intent))?;
+        let status = self.line(STATUS).load(Ordering::Acquire);
+        if let Some((victim, evict, detached)) = victim_of(status) {
+            if detached {
+                self.finish(&held, victim, evict, me, indexes, slots, run)?;
+            } else {
+                let _ = self.of(victim, PIN).compare_exchange(
+                    FROZEN,
+                    0,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
+                held.store(self.line(STATUS), status & COUNT_MASK, run)?;
+            }
+        }
+        Ok(held)
+    }
+
+    /// Hands `frame` (order 0, leased to `me`, holding `page` of `file`) to the cache: pins
+    /// it for `me`, then ADD (module docs). The caller then inserts it into the file's index
+    /// and unpins it (`unpin`); if the insertion conflicts, it just unpins (reclaim frees
+    /// a queued frame its index does not name).
+    ///
+    /// Context: `me` is LIVE in `slots`; takes the queue's lock (no index's or the
+    /// allocator's lock held); the frame's data is written (readers may read it once it is
+    /// in the index).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn hand_over<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        file: FileNo,
+        page: Page,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        assert!(
+            self.buddy.is_leased(frame, Order(0), me),
+            "a hand-over of frame {} that {me:?} does not lease",
+            frame.0
+        );
+        let f = frame.0;
+        self.pin(frame, me).expect("a leased frame is never frozen");
+        self.of(f, FILE).store(file.0, Ordering::Release);
+        self.of(f, PAGE).store(page, Ordering::Release);
+        let held = self.take(me, indexes, slots, run)?;
+        let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Relaxed));
+        let status = self.line(STATUS).load(Ordering::Relaxed);
+        let intent = Intent {
+            op: ADD,
+            args: [
+                u64::from(f),
+                tail.map_or(0, link),
+                ends_word(head.or(Some(f)), Some(f)),
+                status + 1,
+            ],
+        };
+        if hand_over_outside_intent(run.flaw()) {
+            // The broken variant: the links in the intent, the hand-over after it.
+            let (word, cached) = self.buddy.hand_over_store(frame, Order(0));
+            let unchanged = word.load(Ordering::Relaxed);
+            held.change(&intent, run, |store| {
+                self.apply(&intent, |w, v| {
+                    let v = if std::ptr::eq(w, word) { unchanged } else { v };
+                    store(w, v)
+                })
+            })?;
+            held.store(word, cached, run)?;
+        } else {
+            self.change(&held, &intent, run)?;
+        }
+        held.unlock(run)
+    }
+
+    /// Reclaims up to `want` frames from the head (the coldest): a referenced or pinned
+    /// head gets its second chance (to the tail, REF cleared); every other is taken out
+    /// of its index (a shadow left) and freed (E1-E7). Returns how many were freed; fewer
+    /// when every queued frame is pinned, or the queue empties. Looks at no more than
+    /// twice the queue's length of heads.
+    ///
+    /// Context: `me` is LIVE in `slots`; takes the queue's lock for the whole batch, and
+    /// within it an index's lock and the allocator's per frame.
+    pub(crate) fn reclaim<R: Run, I: Indexes + ?Sized>(
+        &self,
+        want: u32,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u32, Died> {
+        let held = self.take(me, indexes, slots, run)?;
+        let mut freed = 0;
+        let mut looks = 2 * self.count();
+        while freed < want && looks > 0 {
+            looks -= 1;
+            let (Some(head), Some(tail)) = ends_of(self.line(ENDS).load(Ordering::Relaxed)) else {
+                break;
+            };
+            let referenced = self.of(head, REF).load(Ordering::Relaxed) != 0;
+            let pinned = self.of(head, PIN).load(Ordering::Relaxed) != 0;
+            if (referenced || pinned) && head != tail {
+                let next = linked(self.load(head, NEXT)).expect("a head before its tail");
+                let intent = Intent {
+                    op: ROTATE,
+                    args: [
+                        u64::from(head),
+                        link(next) | link(tail) << 32,
+                        ends_word(Some(next), Some(head)),
+                        0,
+                    ],
+                };
+                self.change(&held, &intent, run)?;
+                continue;
+            }
+            if referenced {
+                // Alone in the queue: its second chance is the bit cleared.
+                self.of(head, REF).store(0, Ordering::Relaxed);
+                continue;
+            }
+            if self.evict(&held, head, Evict::Reclaim, me, indexes, slots, run)? {
+                freed += 1;
+            }
+        }
+        held.unlock(run)?;
+        Ok(freed)
+    }
+
+    /// Removes `frame`, caching `page` of `file`, from the queue and its index and frees
+    /// it (a truncation's or a file removal's drop of a cached page: module docs, why
+    /// only queue holders remove cached pages from an index).
+    ///
+    /// Context: as `reclaim`; `me` does not hold `frame` pinned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn remove<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        file: FileNo,
+        page: Page,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Removed, Died> {
+        let held = self.take(me, indexes, slots, run)?;
+        let f = frame.0;
+        let removed = if f >= self.frames
+            || !self.buddy.is_cached(frame, Order(0))
+            || self.load(f, FILE) != file.0
+            || self.load(f, PAGE) != page
+        {
+            Removed::NotCached
+        } else if self.evict(&held, f, Evict::Remove, me, indexes, slots, run)? {
+            Removed::Freed
+        } else {
+            Removed::Pinned
+        };
+        held.unlock(run)?;
+        Ok(removed)
+    }
+
+    /// E1-E7 for the queued `frame`: whether it was freed (not: pinned).
+    #[allow(clippy::too_many_arguments)]
+    fn evict<R: Run, I: Indexes + ?Sized>(
+        &self,
+        held: &Held<'_, '_>,
+        frame: u32,
+        evict: Evict,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let status = self.line(STATUS).load(Ordering::Relaxed);
+        debug_assert!(victim_of(status).is_none(), "a victim already");
+        // E1.
+        held.store(
+            self.line(STATUS),
+            status | victim_word(frame, evict, 0),
+            run,
+        )?;
+        // E2.
+        let pin = self.of(frame, PIN);
+        let frozen = if ignores_pins(run.flaw()) {
+            pin.store(FROZEN, Ordering::Release);
+            true
+        } else {
+            pin.compare_exchange(0, FROZEN, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        };
+        if !frozen {
+            held.store(self.line(STATUS), status, run)?;
+            return Ok(false);
+        }
+        // E3.
+        let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Relaxed));
+        let prev = linked(self.load(frame, PREV));
+        let next = linked(self.load(frame, NEXT));
+        let ends = ends_word(
+            if head == Some(frame) { next } else { head },
+            if tail == Some(frame) { prev } else { tail },
+        );
+        let intent = Intent {
+            op: DETACH,
+            args: [
+                u64::from(frame),
+                prev.map_or(0, link) | next.map_or(0, link) << 32,
+                ends,
+                (status - 1) | victim_word(frame, evict, DETACHED),
+            ],
+        };
+        self.change(held, &intent, run)?;
+        // E4-E7.
+        self.finish(held, frame, evict, me, indexes, slots, run)?;
+        Ok(true)
+    }
+
+    /// E4-E7 for the DETACHED victim `frame` (the holder's, or a dead holder's).
+    #[allow(clippy::too_many_arguments)]
+    fn finish<R: Run, I: Indexes + ?Sized>(
+        &self,
+        held: &Held<'_, '_>,
+        frame: u32,
+        evict: Evict,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        if free_before_index_removal(run.flaw()) {
+            self.unfreeze_and_free(frame, me, slots, run)?;
+            self.out_of_index(frame, evict, me, indexes, slots, run)?;
+        } else {
+            // E4.
+            self.out_of_index(frame, evict, me, indexes, slots, run)?;
+            // E5, E6.
+            self.unfreeze_and_free(frame, me, slots, run)?;
+        }
+        // E7.
+        let status = self.line(STATUS).load(Ordering::Relaxed);
+        held.store(self.line(STATUS), status & COUNT_MASK, run)
+    }
+
+    /// E4.
+    fn out_of_index<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: u32,
+        evict: Evict,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let file = FileNo(self.load(frame, FILE));
+        let page = self.load(frame, PAGE);
+        let Some(index) = indexes.index(file) else {
+            return Ok(());
+        };
+        let names = |index: &SharedIndex<'_>| {
+            index.lookup(page)
+                == Entry::Folio {
+                    frame: u64::from(frame),
+                    order: 0,
+                }
+        };
+        if !names(index) {
+            // A dead writer's insertion of the frame may be under way: finish it first.
+            index.recover(me, slots, run)?;
+            if !names(index) {
+                return Ok(());
+            }
+        }
+        let leave = match evict {
+            Evict::Reclaim => Leave::Shadow(SHADOW_VALUE),
+            Evict::Remove => Leave::Empty,
+        };
+        // `None`: the removal was a dead holder's (this queue's last, in E4), finished by
+        // the index's take-over inside `remove`.
+        let removed = index.remove(me, page, leave, slots, run)?;
+        assert!(
+            removed.is_none_or(|folio| folio.frame == u64::from(frame)),
+            "the index named the victim under the queue's lock, not {removed:?}"
+        );
+        Ok(())
+    }
+
+    /// E5, E6.
+    fn unfreeze_and_free<R: Run>(
+        &self,
+        frame: u32,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let _ =
+            self.of(frame, PIN)
+                .compare_exchange(FROZEN, 0, Ordering::Release, Ordering::Relaxed);
+        self.buddy
+            .free_cached(Frame(frame), Order(0), me, slots, run)?;
+        Ok(())
+    }
+
+    /// The steward's sweep of a dead process, in its order: this queue's lock taken (over
+    /// from `dead` if it held it: its ADD, ROTATE or DETACH redone, its victim finished),
+    /// every index whose lock `dead` holds taken over and let go (its change finished:
+    /// else it waits for the index's next writer), `dead`'s pins dropped, then the buddy
+    /// allocator's sweep of its leases (`SharedBuddy::sweep`, which must come after: a
+    /// redone ADD hands over a frame `dead` leased). Returns the frames the allocator's
+    /// sweep freed.
+    ///
+    /// Context: the steward (`me`), after `SlotTable::mark_dead(dead)`, before
+    /// `free_dead(dead)`. Scans every frame's PIN word and every index's lock word.
+    pub(crate) fn sweep<R: Run, I: Indexes + ?Sized>(
+        &self,
+        dead: Holder,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u32, Died> {
+        assert!(!slots.is_live(dead), "a sweep of a live process {dead:?}");
+        let held = self.take(me, indexes, slots, run)?;
+        held.unlock(run)?;
+        let mut recovered = Ok(());
+        indexes.each(&mut |index| {
+            if recovered.is_ok() && index.lock_line().holder() == Some(dead) {
+                recovered = index.recover(me, slots, run);
+            }
+        });
+        recovered?;
+        if dead.slot.0 < PIN_SLOTS {
+            let bit = slot_bit(dead);
+            for f in 0..self.frames {
+                let pin = self.of(f, PIN);
+                if pin.load(Ordering::Relaxed) & bit != 0 {
+                    pin.fetch_and(!bit, Ordering::Release);
+                }
+            }
+        }
+        self.buddy.sweep(dead, me, slots, run)
+    }
+
+    /// The invariant (module docs), on a quiet queue and allocator: the lock free, no
+    /// intent, no victim; the list's links, ends and count right; every queued frame
+    /// CACHED and every CACHED frame queued once; no PIN FROZEN or naming a slot not live.
+    ///
+    /// Context: nobody changes the queue or the allocator meanwhile (a test, or the
+    /// steward alone).
+    pub(crate) fn check(&self, slots: &SlotTable<'_>) -> Result<QueueCensus, String> {
+        if let Some(holder) = self.lock.holder() {
+            return Err(format!("the queue's lock is held by {holder:?}"));
+        }
+        if self.lock.intent_published() {
+            return Err("an intent is published on the queue".into());
+        }
+        let status = self.line(STATUS).load(Ordering::Acquire);
+        if let Some(victim) = victim_of(status) {
+            return Err(format!("a victim is named: {victim:?}"));
+        }
+        let count = (status & COUNT_MASK) as u32;
+        let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Acquire));
+        let mut seen = vec![false; self.frames as usize];
+        let mut queued = Vec::new();
+        let mut prev = None;
+        let mut at = head;
+        while let Some(f) = at {
+            if f >= self.frames {
+                return Err(format!("the queue names frame {f}"));
+            }
+            if std::mem::replace(&mut seen[f as usize], true) {
+                return Err(format!("frame {f} is queued twice"));
+            }
+            if linked(self.load(f, PREV)) != prev {
+                return Err(format!("frame {f}'s prev is not {prev:?}"));
+            }
+            if !self.buddy.is_cached(Frame(f), Order(0)) {
+                return Err(format!("queued frame {f} is not CACHED"));
+            }
+            queued.push((Frame(f), FileNo(self.load(f, FILE)), self.load(f, PAGE)));
+            prev = Some(f);
+            at = linked(self.load(f, NEXT));
+        }
+        if prev != tail {
+            return Err(format!("the list ends at {prev:?}, the tail is {tail:?}"));
+        }
+        if queued.len() != count as usize {
+            return Err(format!("{} queued, the count says {count}", queued.len()));
+        }
+        let census = self.buddy.check(slots)?;
+        for (frame, order) in &census.cached {
+            if *order != Order(0) || !seen[frame.0 as usize] {
+                return Err(format!("CACHED frame {} is not queued", frame.0));
+            }
+        }
+        for f in 0..self.frames {
+            let pin = self.load(f, PIN);
+            if pin & FROZEN != 0 {
+                return Err(format!("frame {f} is frozen"));
+            }
+            for slot in 0..PIN_SLOTS {
+                if pin & (1 << slot) != 0 {
+                    let (state, holder) = slots.state(super::SlotIndex(slot));
+                    if state != super::slot::SlotState::Live || !slots.is_live(holder) {
+                        return Err(format!("frame {f} is pinned by slot {slot}, not live"));
+                    }
+                }
+            }
+        }
+        Ok(QueueCensus { queued })
+    }
+}
+
+/// Whether a model's broken variant makes the hand-over's store outside ADD's intent.
+fn hand_over_outside_intent(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::HandOverOutsideIntent => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant frees the victim (E5, E6) before it leaves the index (E4).
+fn free_before_index_removal(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::FreeBeforeIndexRemoval => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant freezes a victim without looking at its pins.
+fn ignores_pins(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::EvictPinned => true,
+        _ => false,
+    }
+}
