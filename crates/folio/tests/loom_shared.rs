@@ -44,6 +44,11 @@
 //! The shared index (`index.rs`) is modelled after it (`index_insert_races_a_lookup`, and its
 //! broken variants `index_broken_intent_after_mutation` and `index_broken_tidy_forgotten`).
 //!
+//! The eviction queue (`queue.rs`) is modelled last (`reclaim_races_a_pinned_hit`: a hit's
+//! lock-free pin and touch racing the reclaim of its frame, the reclaimer dying at each
+//! step, the frame then reused; its broken variants `reclaim_broken_evict_pinned` and
+//! `reclaim_broken_free_before_index_removal`).
+//!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
 //! the allocator's longer operations; the whole file runs in a few seconds on this
 //! machine: see docs/sharing.md). Run with
@@ -168,6 +173,9 @@ use lock::HolderLock;
 #[allow(dead_code)]
 #[path = "../src/shared/magazine.rs"]
 mod magazine;
+#[allow(dead_code)]
+#[path = "../src/shared/queue.rs"]
+mod queue;
 #[allow(dead_code)]
 #[path = "../src/shared/record.rs"]
 mod record;
@@ -1214,5 +1222,226 @@ fn index_broken_tidy_forgotten() {
     assert_index_broken(
         &index_first_failure(Flaw::TidyForgotten),
         "the tree checks at the end",
+    );
+}
+
+// ---------------------------------------------------------------- the eviction queue
+//
+// `reclaim_races_a_pinned_hit` (queue.rs, issue 45 step 6): frame F caches page 0 of the
+// one file (handed over, indexed, unpinned by the setup), its data word DATA. A reclaimer
+// reclaims one frame and dies at each of its steps in turn, or not at all. Then another
+// process (the steward's slot) allocates every frame it can and writes OTHER into each:
+// a reused frame's new data. If the reclaimer died, the steward's `mark_dead` comes
+// before that allocation (a dead holder's buddy lock is taken over, as a living process
+// would), and its sweep (queue, pins, allocator) after it. Meanwhile a reader (the main
+// thread) hits page 0 lock-free: `pin_hit` (look-up, pin, look-up again, touch), then
+// reads F's data word and unpins. Asserted: a reader that pinned reads DATA (never a
+// reused frame's OTHER); at the end the queue, the index and the allocator check, and the
+// page is cached (F queued) or reclaimed (a shadow, F not queued).
+//
+// Broken, and caught: `reclaim_broken_evict_pinned` (reclaim freezes without looking at
+// the pins: the pinned reader's frame is freed and reused under it) and
+// `reclaim_broken_free_before_index_removal` (the victim unfrozen and freed before it
+// leaves the index: a reader pins the reused frame through the index).
+
+const RECLAIM_FRAMES: u32 = 2;
+const RECLAIM_NODES: u32 = 1;
+const RECLAIM_BUDDY: Word = Word(8);
+const RECLAIM_QUEUE: Word = Word(8 + (24 + 3 * RECLAIM_FRAMES) + 2);
+const RECLAIM_INDEX: Word = Word(RECLAIM_QUEUE.0 + 8 + 6 * RECLAIM_FRAMES + 4);
+const RECLAIM_WORDS: usize = (RECLAIM_INDEX.0 + 16 + 72 * RECLAIM_NODES) as usize;
+/// More than the reclaimer's steps (a death past its last step is no death).
+const RECLAIM_STEPS: u32 = 60;
+const RECLAIM_PREEMPTIONS: usize = 2;
+const DATA: u64 = 1000;
+const OTHER: u64 = 2000;
+
+fn reclaim_views(
+    region: &[AtomicU64],
+) -> (
+    SlotTable<'_>,
+    buddy::SharedBuddy<'_>,
+    [index::SharedIndex<'_>; 1],
+) {
+    (
+        SlotTable::new(region, Word(0), SLOTS),
+        buddy::SharedBuddy::new(region, RECLAIM_BUDDY, RECLAIM_FRAMES),
+        [index::SharedIndex::new(
+            region,
+            RECLAIM_INDEX,
+            RECLAIM_NODES,
+        )],
+    )
+}
+
+fn reclaim_model(die_at: u32, flaw: Flaw) {
+    use loom::sync::atomic::Ordering;
+    assert_eq!(RECLAIM_QUEUE.0 % 8, 0);
+    assert_eq!(RECLAIM_INDEX.0 % 8, 0);
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(RECLAIM_PREEMPTIONS);
+    }
+    builder.max_branches = 20_000;
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let data: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_FRAMES).map(|_| AtomicU64::new(0)).collect());
+        let (steward, reclaimer, reader, cached) = {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+            buddy.format();
+            queue.format();
+            indexes[0].format();
+            let steward = slots.attach(Flaw::None).unwrap();
+            let run = ModelRun::living(Flaw::None);
+            let frame = buddy
+                .alloc(buddy::Order(0), steward, &slots, &run)
+                .unwrap()
+                .unwrap();
+            data[frame.0 as usize].store(DATA, Ordering::Relaxed);
+            queue
+                .hand_over(
+                    frame,
+                    queue::FileNo(0),
+                    0,
+                    steward,
+                    &indexes[..],
+                    &slots,
+                    &run,
+                )
+                .unwrap();
+            let folio = index::Folio {
+                frame: u64::from(frame.0),
+                order: 0,
+            };
+            indexes[0]
+                .insert_run(steward, 0, &[folio], &slots, &run)
+                .unwrap();
+            queue.unpin(frame, steward);
+            (
+                steward,
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+                frame,
+            )
+        };
+        let a = {
+            let region = region.clone();
+            let data = data.clone();
+            loom::thread::spawn(move || {
+                let (slots, buddy, indexes) = reclaim_views(&region);
+                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+                let living = ModelRun::living(flaw);
+                let died = queue
+                    .reclaim(
+                        1,
+                        reclaimer,
+                        &indexes[..],
+                        &slots,
+                        &ModelRun::dying_at(die_at, flaw),
+                    )
+                    .is_err();
+                if died {
+                    assert!(slots.mark_dead(reclaimer));
+                }
+                // Another process reuses every frame it can get.
+                while let Some(frame) = buddy
+                    .alloc(buddy::Order(0), steward, &slots, &living)
+                    .unwrap()
+                {
+                    data[frame.0 as usize].store(OTHER, Ordering::Release);
+                }
+                if died {
+                    queue
+                        .sweep(reclaimer, steward, &indexes[..], &slots, &living)
+                        .unwrap();
+                    slots.free_dead(reclaimer);
+                } else {
+                    slots.detach(reclaimer);
+                }
+            })
+        };
+        {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+            if let Some(pinned) = queue.pin_hit(&indexes[0], 0, reader) {
+                assert_eq!(pinned.0, cached, "the page's one frame");
+                let read = data[pinned.0 .0 as usize].load(Ordering::Acquire);
+                assert_eq!(read, DATA, "a pinned frame's data unchanged");
+                queue.unpin(pinned.0, reader);
+            }
+            slots.detach(reader);
+        }
+        a.join().unwrap();
+        let (slots, buddy, indexes) = reclaim_views(&region);
+        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+        let census = queue.check(&slots);
+        assert!(census.is_ok(), "the queue checks at the end: {census:?}");
+        let checked = indexes[0].check();
+        assert!(checked.is_ok(), "the index checks at the end: {checked:?}");
+        let queued = !census.unwrap().queued.is_empty();
+        let entry = indexes[0].lookup(0);
+        if queued {
+            assert_eq!(
+                entry,
+                index::Entry::Folio {
+                    frame: u64::from(cached.0),
+                    order: 0
+                },
+                "a queued frame is indexed"
+            );
+        } else {
+            assert_eq!(
+                entry,
+                index::Entry::Shadow(queue::SHADOW_VALUE),
+                "a reclaimed page leaves a shadow"
+            );
+        }
+    });
+}
+
+#[test]
+fn reclaim_races_a_pinned_hit() {
+    let before = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed);
+    for die_at in 0..=RECLAIM_STEPS {
+        reclaim_model(die_at, Flaw::None);
+    }
+    let took_over = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed) - before;
+    eprintln!("reclaim: {took_over} take-overs explored");
+    assert!(took_over > 0, "no model took a dead holder's lock over");
+}
+
+fn reclaim_first_failure(flaw: Flaw) -> String {
+    for die_at in (0..=RECLAIM_STEPS).rev() {
+        if let Err(payload) = std::panic::catch_unwind(|| reclaim_model(die_at, flaw)) {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("reclaim {flaw:?}: caught with a death at step {die_at}: {message}");
+            return message;
+        }
+    }
+    panic!("reclaim {flaw:?}: no model failed");
+}
+
+#[test]
+fn reclaim_broken_evict_pinned() {
+    let message = reclaim_first_failure(Flaw::EvictPinned);
+    assert!(
+        message.contains("a pinned frame's data unchanged"),
+        "failed, but not as expected: {message}"
+    );
+}
+
+#[test]
+fn reclaim_broken_free_before_index_removal() {
+    let message = reclaim_first_failure(Flaw::FreeBeforeIndexRemoval);
+    assert!(
+        message.contains("a pinned frame's data unchanged"),
+        "failed, but not as expected: {message}"
     );
 }
