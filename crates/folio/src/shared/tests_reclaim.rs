@@ -545,3 +545,91 @@ fn a_death_at_every_step_broken_free_before_index_removal() {
 fn a_death_at_every_step_broken_intent_after_mutation() {
     must_fail(Flaw::IntentAfterMutation);
 }
+
+/// The costs docs/sharing.md quotes, beside today's (`refcount.rs`'s `touch`, `try_get`
+/// and `put` on a cached folio's state word). One process, so no line moves between
+/// processes. Run by hand:
+/// `cargo test --release -p folio --lib shared::tests_reclaim::costs_beside_todays_queue
+/// -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn costs_beside_todays_queue() {
+    use crate::arena::{Arena, ArenaPages, FolioUse};
+    use crate::types::Order as ArenaOrder;
+    use std::hint::black_box;
+    use std::time::Instant;
+    const N: u32 = 4_000_000;
+    const BATCH: u32 = 32;
+    const ROUNDS: u32 = 20_000;
+    let frames = 64;
+    let region = region_for(frames);
+    let (slots, buddy, indexes) = parts(&region, frames);
+    let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
+    format(&buddy, &queue, &indexes);
+    let me = slots.attach(Flaw::None).unwrap();
+    let run = &Unkillable;
+    let per = |started: Instant, n: u32| started.elapsed().as_nanos() as f64 / f64::from(n);
+
+    let frame = cache(&queue, &buddy, &indexes, me, 0, 0, &slots, run)
+        .unwrap()
+        .unwrap();
+    let started = Instant::now();
+    for _ in 0..N {
+        queue.touch(black_box(frame));
+    }
+    let touch = per(started, N);
+    let started = Instant::now();
+    for _ in 0..N {
+        queue.pin(black_box(frame), me).unwrap();
+        queue.unpin(frame, me);
+    }
+    let pin = per(started, N);
+    let started = Instant::now();
+    for _ in 0..N {
+        let pinned = queue.pin_hit(&indexes[0], black_box(0), me).unwrap();
+        queue.unpin(pinned.0, me);
+    }
+    let hit = per(started, N);
+    assert_eq!(queue.reclaim(1, me, &indexes[..], &slots, run), Ok(1));
+
+    let (mut caching, mut reclaiming) = (0.0, 0.0);
+    for _ in 0..ROUNDS {
+        let started = Instant::now();
+        for page in 0..u64::from(BATCH) {
+            cache(&queue, &buddy, &indexes, me, 0, page, &slots, run)
+                .unwrap()
+                .unwrap();
+        }
+        caching += per(started, BATCH);
+        let started = Instant::now();
+        assert_eq!(
+            queue.reclaim(BATCH, me, &indexes[..], &slots, run),
+            Ok(BATCH)
+        );
+        reclaiming += per(started, 1);
+    }
+    let (caching, reclaiming) = (caching / f64::from(ROUNDS), reclaiming / f64::from(ROUNDS));
+
+    let arena = Arena::new(64, ArenaPages::Small).unwrap();
+    let f = arena.alloc(ArenaOrder::new(0), FolioUse::Request).unwrap();
+    let state = &arena.meta(f).state;
+    state.finish_read_ok();
+    let started = Instant::now();
+    for _ in 0..N {
+        black_box(state).touch();
+    }
+    let today_touch = per(started, N);
+    let started = Instant::now();
+    for _ in 0..N {
+        let _ = black_box(state).try_get();
+        let _ = state.put();
+    }
+    let today_pin = per(started, N);
+    eprintln!(
+        "touch {touch:.1} ns (today {today_touch:.1}); pin + unpin {pin:.1} ns (today's \
+         try_get + put {today_pin:.1}); pin_hit (two look-ups, pin, touch) + unpin {hit:.1} ns; \
+         one page cached (alloc, hand-over, insert, unpin) {caching:.0} ns; reclaim of {BATCH} \
+         frames {reclaiming:.0} ns ({:.0} ns a frame)",
+        reclaiming / f64::from(BATCH)
+    );
+}
