@@ -433,9 +433,29 @@ fn reused_frame_keeps_its_new_owner() {
     });
 }
 
+/// How the frame of `optimistic_read` is refilled: retired (the version made odd) before
+/// its identity and bytes change, as the library does, or broken: the new identity and
+/// bytes stored first, the version retired after, which only a racing reader can see (a
+/// copy mixing the two pages that validates).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Refill {
+    Sound,
+    StoresBeforeRetire,
+}
+
 #[test]
 fn optimistic_read() {
-    loom::model(|| {
+    optimistic_read_under(Refill::Sound);
+}
+
+#[test]
+#[should_panic(expected = "a validated copy belongs to one identity")]
+fn optimistic_read_broken_stores_before_retire() {
+    optimistic_read_under(Refill::StoresBeforeRetire);
+}
+
+fn optimistic_read_under(refill: Refill) {
+    loom::model(move || {
         // A frame with two data words and an identity, holding page 1 = (11, 11).
         let version = Arc::new(Version::default());
         let identity = Arc::new(AtomicU64::new(1));
@@ -454,10 +474,15 @@ fn optimistic_read() {
             })
         };
         // Evict page 1, refill the frame with page 2 = (22, 22), publish.
-        version.retire();
+        if refill == Refill::Sound {
+            version.retire();
+        }
         identity.store(2, Ordering::Relaxed);
         data[0].store(22, Ordering::Relaxed);
         data[1].store(22, Ordering::Relaxed);
+        if refill == Refill::StoresBeforeRetire {
+            version.retire();
+        }
         version.publish();
         if let Some((id, copy)) = reader.join().unwrap() {
             let want = id * 11;
