@@ -100,6 +100,15 @@
 //! Loom's exploration is not exhaustive: its partial-order reduction keeps one last
 //! access per object and misses some interleavings (tokio-rs/loom#166). The write-side
 //! models add explicit scheduling points where that hid a bug (`write_side::Folio::step`).
+//! One blind spot in particular: a store is ordered against the last access of any kind,
+//! so a writer that loads a word before storing it hides an earlier load of a reader that
+//! runs first (the main thread, which loom keeps running), and "the writer's store before
+//! the reader's load" is never explored. Where the reader is the main thread it yields
+//! before its first access (`isolated_eviction_vs_truncation_vs_lookup`, which asserts
+//! that a reader coming after the unlink was explored); where the writer is the main
+//! thread (`lookup_racing_eviction`, `optimistic_read`) it runs first and each of the
+//! reader's loads is backtracked between its stores (both checked: the first asserts the
+//! same count, the second fails broken, `optimistic_read_broken_stores_before_retire`).
 //!
 //! Run with `cargo test --release -p folio --test loom_models` (part of the workspace's
 //! tests; each model is small enough to explore exhaustively in seconds, but for
