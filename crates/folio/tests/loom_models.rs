@@ -100,6 +100,15 @@
 //! Loom's exploration is not exhaustive: its partial-order reduction keeps one last
 //! access per object and misses some interleavings (tokio-rs/loom#166). The write-side
 //! models add explicit scheduling points where that hid a bug (`write_side::Folio::step`).
+//! One blind spot in particular: a store is ordered against the last access of any kind,
+//! so a writer that loads a word before storing it hides an earlier load of a reader that
+//! runs first (the main thread, which loom keeps running), and "the writer's store before
+//! the reader's load" is never explored. Where the reader is the main thread it yields
+//! before its first access (`isolated_eviction_vs_truncation_vs_lookup`, which asserts
+//! that a reader coming after the unlink was explored); where the writer is the main
+//! thread (`lookup_racing_eviction`, `optimistic_read`) it runs first and each of the
+//! reader's loads is backtracked between its stores (both checked: the first asserts the
+//! same count, the second fails broken, `optimistic_read_broken_stores_before_retire`).
 //!
 //! Run with `cargo test --release -p folio --test loom_models` (part of the workspace's
 //! tests; each model is small enough to explore exhaustively in seconds, but for
@@ -236,12 +245,20 @@ impl World {
         true
     }
 
-    /// `Mapping::find_get`: Some(()) with a reference held, or None on a miss.
-    fn find_get(&self) -> Option<()> {
+    /// `Mapping::find_get`: Some(()) with a reference held, or None on a miss. Counts in
+    /// `first_look_misses` a miss at its very first load of the slot (the folio already
+    /// gone when the reader came): how a model checks that loom explored a writer's unlink
+    /// before the reader's first look.
+    fn find_get_noting(&self, first_look_misses: &std::sync::atomic::AtomicU64) -> Option<()> {
+        let mut first = true;
         loop {
             if self.slot.load(Ordering::Acquire) != FRAME {
+                if first {
+                    first_look_misses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 return None;
             }
+            first = false;
             match self.state.try_get() {
                 GetOutcome::Got => {}
                 GetOutcome::Dead => {
@@ -289,12 +306,18 @@ fn getter_vs_freezer() {
 
 #[test]
 fn lookup_racing_eviction() {
-    loom::model(|| {
+    // The reader is spawned and the evictor (the main thread) runs first: loom backtracks
+    // the reader's loads between the evictor's stores, so a reader that comes after the
+    // unlink is explored (the blind spot of `isolated_eviction_vs_truncation_vs_lookup`
+    // does not arise; asserted below).
+    let first_look_misses = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let misses = first_look_misses.clone();
+    loom::model(move || {
         let w = World::new();
         let reader = {
-            let w = w.clone();
+            let (w, misses) = (w.clone(), misses.clone());
             thread::spawn(move || {
-                let held = w.find_get().is_some();
+                let held = w.find_get_noting(&misses).is_some();
                 if held {
                     // While held, the folio is in the index and not DEAD.
                     assert_eq!(w.slot.load(Ordering::Acquire), FRAME);
@@ -316,6 +339,10 @@ fn lookup_racing_eviction() {
             );
         }
     });
+    assert!(
+        first_look_misses.load(std::sync::atomic::Ordering::Relaxed) > 0,
+        "no execution evicted the folio before the reader's first look"
+    );
 }
 
 #[test]
@@ -433,9 +460,29 @@ fn reused_frame_keeps_its_new_owner() {
     });
 }
 
+/// How the frame of `optimistic_read` is refilled: retired (the version made odd) before
+/// its identity and bytes change, as the library does, or broken: the new identity and
+/// bytes stored first, the version retired after, which only a racing reader can see (a
+/// copy mixing the two pages that validates).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Refill {
+    Sound,
+    StoresBeforeRetire,
+}
+
 #[test]
 fn optimistic_read() {
-    loom::model(|| {
+    optimistic_read_under(Refill::Sound);
+}
+
+#[test]
+#[should_panic(expected = "a validated copy belongs to one identity")]
+fn optimistic_read_broken_stores_before_retire() {
+    optimistic_read_under(Refill::StoresBeforeRetire);
+}
+
+fn optimistic_read_under(refill: Refill) {
+    loom::model(move || {
         // A frame with two data words and an identity, holding page 1 = (11, 11).
         let version = Arc::new(Version::default());
         let identity = Arc::new(AtomicU64::new(1));
@@ -454,10 +501,15 @@ fn optimistic_read() {
             })
         };
         // Evict page 1, refill the frame with page 2 = (22, 22), publish.
-        version.retire();
+        if refill == Refill::Sound {
+            version.retire();
+        }
         identity.store(2, Ordering::Relaxed);
         data[0].store(22, Ordering::Relaxed);
         data[1].store(22, Ordering::Relaxed);
+        if refill == Refill::StoresBeforeRetire {
+            version.retire();
+        }
         version.publish();
         if let Some((id, copy)) = reader.join().unwrap() {
             let want = id * 11;
@@ -662,9 +714,20 @@ fn readahead_miss_race() {
     });
 }
 
+/// The reader (the main thread) yields before its look-up. Loom's DPOR orders a store
+/// against the last access of any kind, and both writers load the slot before they store
+/// it: their own load hides the reader's, so with the reader looking first (loom keeps
+/// the main thread running) no schedule put an unlink before its first look (128,943
+/// executions, none missing at the first look). With the yield the writers run first
+/// and loom backtracks each of the reader's loads between their stores; the model
+/// asserts that the miss at the first look was explored.
 #[test]
 fn isolated_eviction_vs_truncation_vs_lookup() {
-    loom::model(|| {
+    let first_look_misses = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let executions = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (misses, runs) = (first_look_misses.clone(), executions.clone());
+    loom::model(move || {
+        runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let w = World::new();
         let free = |w: &World| {
             w.state.mark_free();
@@ -705,7 +768,8 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
                 }
             })
         };
-        if w.find_get().is_some() {
+        thread::yield_now();
+        if w.find_get_noting(&misses).is_some() {
             let state = w.state.load();
             assert!(!state.is_dead(), "a held folio is never frozen");
             if w.state.put() == PutOutcome::Free {
@@ -719,6 +783,15 @@ fn isolated_eviction_vs_truncation_vs_lookup() {
         assert!(state.is_dead());
         assert_eq!(state.count(), 0);
     });
+    let misses = first_look_misses.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "isolated_eviction_vs_truncation_vs_lookup: {} executions, {misses} first-look misses",
+        executions.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert!(
+        misses > 0,
+        "no execution unlinked the folio before the reader's first look"
+    );
 }
 
 /// `MappingTable`'s lifetime protocol (`src/mapping/table.rs`), transcribed for one inode: the

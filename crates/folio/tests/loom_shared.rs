@@ -42,7 +42,8 @@
 //! `files_broken_intent_after_mutation`).
 //!
 //! The shared index (`index.rs`) is modelled after it (`index_insert_races_a_lookup`, and its
-//! broken variants `index_broken_intent_after_mutation` and `index_broken_tidy_forgotten`).
+//! broken variants `index_broken_intent_after_mutation`, `index_broken_tidy_forgotten` and
+//! `index_broken_link_before_fill`).
 //!
 //! The eviction queue (`queue.rs`) is modelled last (`reclaim_races_a_pinned_hit`: a hit's
 //! lock-free pin and touch racing the reclaim of its frame, the reclaimer dying at each
@@ -1073,10 +1074,22 @@ fn files_broken_intent_after_mutation() {
 //
 // Broken, and caught: `index_broken_intent_after_mutation` (a half-made GROW or EXTEND
 // leaks a node), `index_broken_tidy_forgotten` (a death after EXTEND leaves an empty
-// leaf). Not caught here: GROW naming the new root before filling it (`Flaw::LinkBeforeFill`:
-// a reader then misses page 0); this model passes with it at preemption bounds 3 to 5
-// (why was not found in the time; `tests_index::a_root_linked_before_it_is_filled_hides_a_page`
-// shows the flaw's effect step by step in one process).
+// leaf), `index_broken_link_before_fill` (GROW names the new root before filling it: a
+// reader that walks the unfilled root misses page 0).
+//
+// Why the reader yields before its first look-up. Loom's DPOR keeps one "last access" per
+// atomic, and a store's dependency is the last access of any kind: the writer loads ROOT
+// (and each slot) before it stores it, and that load of its own replaces the reader's as
+// the last access, so a race "reader loads, then the writer stores" is never seen and no
+// schedule ever puts the writer's stores before the reader's look-up. (A load's dependency
+// is the last *store*, which loads do not replace.) Without the yield, the reader (the
+// main thread, which loom keeps running: no preemption) did its look-ups before the
+// writer took its first step in every schedule explored, and the flaw passed at every
+// preemption bound tried (3 to 5). With the yield the writer runs first, each of the
+// reader's loads follows the writer's stores, and loom backtracks it into every gap
+// between them: the flaw is caught at a death at step 3 (just after the early ROOT store)
+// with one preemption. The take-over race is explored more too (about 4,500 take-overs
+// instead of about 900).
 
 const INDEX_NODES: u32 = 3;
 const INDEX_BASE: Word = Word(8);
@@ -1152,6 +1165,9 @@ fn index_model(die_at: u32, flaw: Flaw) {
             })
         };
         let (slots, index) = index_views(&region);
+        // The writer first (see above): every race of a look-up is then a load after the
+        // writer's stores, which loom's DPOR sees.
+        loom::thread::yield_now();
         assert_eq!(index.lookup(0), OLD, "a present page is found");
         let seen = index.lookup(64);
         assert!(
@@ -1222,6 +1238,14 @@ fn index_broken_tidy_forgotten() {
     assert_index_broken(
         &index_first_failure(Flaw::TidyForgotten),
         "the tree checks at the end",
+    );
+}
+
+#[test]
+fn index_broken_link_before_fill() {
+    assert_index_broken(
+        &index_first_failure(Flaw::LinkBeforeFill),
+        "a present page is found",
     );
 }
 

@@ -39,7 +39,10 @@
 //! read is untrusted input (another process wrote it): a node index past the pool, a child
 //! whose shift is not its parent's minus 6, or a
 //! folio whose order does not fit its node ends the walk with `Entry::Absent`, never an
-//! out-of-bounds access or a panic. Nodes are type-stable (a node leaves the tree only to
+//! out-of-bounds access or a panic (a link's node field is read modulo 2^24, the pool's
+//! limit: a scribbled one beyond that names some node of the pool, harmless as a stale
+//! node is). The walk indexes one slice, the pool's, with one bounds check per level and
+//! no division (docs/sharing.md measures it against today's walk). Nodes are type-stable (a node leaves the tree only to
 //! the pool, and the pool's nodes are only ever nodes of this tree), so a reader racing a
 //! writer reads a stale node, never garbage: as today, what it finds is a hint its caller
 //! validates (the frame's identity and version). While the tree only grows, a page that is
@@ -107,6 +110,21 @@ const PARENT: u32 = 1;
 const NEXT: u32 = 2;
 const SLOTS_AT: u32 = 8;
 const FANOUT: u32 = 64;
+/// A link's node field (node + 1), masked (`walk`): the pool holds fewer than 2^24 nodes.
+const NODE_MASK: u64 = (1 << 24) - 1;
+/// `walk`'s word index of slot `s` of the node a link names: `(node + 1) * NODE_WORDS + s
+/// - LINK_BIAS` is `node * NODE_WORDS + SLOTS_AT + s`.
+const LINK_BIAS: u64 = (NODE_WORDS - SLOTS_AT) as u64;
+/// Bit `s` set for each shift `s` a level has (0, 6, .., 54).
+const LEVEL_SHIFTS: u64 = {
+    let mut bits = 0;
+    let mut shift = 0;
+    while shift < 6 * MAX_LEVELS {
+        bits |= 1 << shift;
+        shift += 6;
+    }
+    bits
+};
 /// A pooled node's INFO.
 const POOLED: u64 = 1 << 40;
 /// The deepest tree: shifts 0..=54 cover pages below 2^60.
@@ -219,6 +237,11 @@ fn placement(order: u8) -> (u32, u32) {
 #[derive(Debug)]
 pub(crate) struct SharedIndex<'r> {
     region: &'r [AtomicU64],
+    /// The pool's words (node 0's INFO onward, `NODE_WORDS * nodes`): the one slice a
+    /// reader's walk indexes, so that each level costs one bounds check.
+    pool: &'r [AtomicU64],
+    /// The tree's ROOT word.
+    root_word: &'r AtomicU64,
     lock: HolderLock<'r>,
     base: Word,
     nodes: u32,
@@ -237,8 +260,11 @@ impl<'r> SharedIndex<'r> {
             base.index() + Self::words(nodes) as usize <= region.len(),
             "the index lies past the region"
         );
+        let pool_at = base.at(NODES_AT).index();
         SharedIndex {
             region,
+            pool: &region[pool_at..pool_at + (NODE_WORDS * nodes) as usize],
+            root_word: &region[base.at(ROOT).index()],
             lock: HolderLock::new(region, base),
             base,
             nodes,
@@ -306,56 +332,107 @@ impl<'r> SharedIndex<'r> {
 
     // ---------------------------------------------------------------- readers
 
+    /// The walk down to `page`'s deepest slot: the last slot word loaded and the shift of
+    /// its node, or `None` when the tree is empty or does not span `page`, or a word is
+    /// nonsense (a root whose shift is not a level's, a link whose node lies past the pool).
+    ///
+    /// Each level is one Acquire load of one slot (a link carries the child's shift: no
+    /// node header is loaded), found in `self.pool` with one bounds check: the word index
+    /// is `(node + 1) * 72 + slot - 64` with the link's node field masked to 24 bits (the
+    /// pool's limit), so it never overflows, a field of 0 wraps past the pool, and an index
+    /// past the pool ends the walk. A node index inside the pool that another process
+    /// scribbled reads a slot of some node (type-stable: harmless), whose word the next
+    /// check judges. A slot is followed down only if its low byte is a link's to the level
+    /// below (tag 0, the child's shift, which is the parent's minus 6) and it names a node:
+    /// the shift falls by 6 per level from at most 54, so the walk ends within
+    /// `MAX_LEVELS` levels, at the leaves at the latest.
+    ///
+    /// Context: any process, lock-free; never panics on what it reads.
+    #[inline(always)]
+    fn walk(&self, page: Page) -> Option<(u64, u32)> {
+        let mut link = self.root_word.load(Ordering::Acquire);
+        let mut shift = ((link >> 2) & 0x3f) as u32;
+        // One test for "a multiple of 6 below 60": shift < 64 here.
+        if link & 3 != TAG_NODE || (LEVEL_SHIFTS >> shift) & 1 == 0 || page >> (shift + 6) != 0 {
+            return None;
+        }
+        loop {
+            let node_plus_one = (link >> 8) & NODE_MASK;
+            let at = (page >> shift) & 63;
+            let word = (node_plus_one * u64::from(NODE_WORDS) + at).wrapping_sub(LINK_BIAS);
+            let slot = self
+                .pool
+                .get(usize::try_from(word).ok()?)?
+                .load(Ordering::Acquire);
+            if shift != 0 && slot as u8 == ((shift - 6) << 2) as u8 && slot > 0xff {
+                link = slot;
+                shift -= 6;
+                continue;
+            }
+            return match slot & 3 {
+                _ if slot == 0 => Some((0, shift)),
+                TAG_NODE => None,
+                _ => Some((slot, shift)),
+            };
+        }
+    }
+
+    /// The entry a walk's last slot word names (`walk`): its folio if its order fits the
+    /// node's shift, its shadow, or `Absent`.
+    #[inline(always)]
+    fn entry(slot: u64, shift: u32) -> Entry {
+        let (frame, order) = match slot & 3 {
+            TAG_FOLIO => (slot >> 6, ((slot >> 2) & 0xf) as u8),
+            TAG_SIBLING => (slot >> 12, ((slot >> 8) & 0xf) as u8),
+            TAG_SHADOW => return Entry::Shadow(slot >> 2),
+            _ => return Entry::Absent,
+        };
+        // `placement(order).0`, without the division: orders 0..=5 in the leaves, 6..=9
+        // one level up.
+        let fits = if order < 6 { shift == 0 } else { shift == 6 };
+        if order > ORDER_MAX || !fits {
+            return Entry::Absent;
+        }
+        Entry::Folio { frame, order }
+    }
+
     /// The entry at `page`, and the first page after `page` that the same answer covers
     /// (the end of its folio, or of the empty slot the walk stopped at).
     ///
     /// Context: any process, lock-free; never panics on what it reads.
     fn probe(&self, page: Page) -> (Entry, Page) {
         let next = page.saturating_add(1);
-        let Some((mut node, mut shift)) = self.linked(self.line(ROOT).load(Ordering::Acquire))
-        else {
+        if self
+            .linked(self.root_word.load(Ordering::Relaxed))
+            .is_none()
+        {
+            // An empty tree (or a nonsense root): no folio anywhere.
             return (Entry::Absent, Page::MAX);
-        };
-        if shift + 6 < 64 && page >> (shift + 6) != 0 {
+        }
+        let Some((slot, shift)) = self.walk(page) else {
             return (Entry::Absent, next);
+        };
+        if slot == 0 {
+            return (Entry::Absent, ((page >> shift) + 1) << shift);
         }
-        for _ in 0..MAX_LEVELS {
-            let at = ((page >> shift) & 63) as u32;
-            let slot = self.slot(node, at).load(Ordering::Acquire);
-            let end = ((page >> shift) + 1) << shift;
-            match slot & 3 {
-                TAG_NODE if slot == 0 => return (Entry::Absent, end),
-                TAG_NODE => match self.linked(slot) {
-                    Some((child, child_shift)) if child_shift + 6 == shift => {
-                        node = child;
-                        shift = child_shift;
-                    }
-                    _ => return (Entry::Absent, next),
-                },
-                TAG_FOLIO | TAG_SIBLING => {
-                    let (frame, order) = if slot & 3 == TAG_FOLIO {
-                        (slot >> 6, ((slot >> 2) & 0xf) as u8)
-                    } else {
-                        (slot >> 12, ((slot >> 8) & 0xf) as u8)
-                    };
-                    if order > ORDER_MAX || placement(order).0 != shift {
-                        return (Entry::Absent, next);
-                    }
-                    let end = ((page >> order) + 1) << order;
-                    return (Entry::Folio { frame, order }, end);
-                }
-                _ => return (Entry::Shadow(slot >> 2), next),
-            }
-        }
-        (Entry::Absent, next)
+        let entry = Self::entry(slot, shift);
+        let end = match entry {
+            Entry::Folio { order, .. } => ((page >> order) + 1) << order,
+            _ => next,
+        };
+        (entry, end)
     }
 
     /// The entry at `page` (the hit path).
     ///
     /// Context: any process, lock-free: bounded by the tree's height; an impossible word
     /// reads as `Absent`.
+    #[inline]
     pub(crate) fn lookup(&self, page: Page) -> Entry {
-        self.probe(page).0
+        match self.walk(page) {
+            Some((slot, shift)) => Self::entry(slot, shift),
+            None => Entry::Absent,
+        }
     }
 
     /// The runs of pages in `[start, end)` that no folio covers (absent or shadows), in

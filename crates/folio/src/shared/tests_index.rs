@@ -527,7 +527,11 @@ fn a_root_linked_before_it_is_filled_hides_a_page() {
 /// a tree of 1 M pages, nodes taken as needed) and a look-up of a random page of that warm
 /// tree, here and in today's `index::Index`. One process; run by hand:
 /// `cargo test --release -p folio --lib shared::tests_index::costs_beside_todays_index --
-/// --ignored --nocapture`.
+/// --ignored --nocapture`. The machine is shared and loaded, so both indexes are timed in
+/// alternating rounds (insertions: 32 rounds of 1,024 runs; look-ups: 40 rounds of 100,000
+/// pages, the same pages for both) and each round's ratio is kept: the medians of the
+/// rounds, and the median of the paired ratios, are the figures (a load change hits both
+/// sides of a round alike).
 #[test]
 #[ignore]
 fn costs_beside_todays_index() {
@@ -537,7 +541,9 @@ fn costs_beside_todays_index() {
     use std::time::Instant;
     const PAGES: u64 = 1 << 20;
     const RUN: u64 = 32;
-    const LOOKUPS: u64 = 4_000_000;
+    const INSERT_ROUNDS: u64 = 32;
+    const LOOKUP_ROUNDS: u64 = 40;
+    const LOOKUPS: u64 = 100_000;
     let nodes = (PAGES / 64 + PAGES / 4096 + 64) as u32;
     let region = region(nodes);
     let slots = SlotTable::new(&region, Word(0), SLOTS);
@@ -545,32 +551,44 @@ fn costs_beside_todays_index() {
     shared.format();
     let me = slots.attach(Flaw::None).unwrap();
     let today = Index::default();
-    let started = Instant::now();
-    for first in (0..PAGES).step_by(RUN as usize) {
-        let run: Vec<Folio> = (0..RUN)
-            .map(|i| Folio {
-                frame: first + i,
-                order: 0,
-            })
-            .collect();
-        shared
-            .insert_run(me, first, &run, &slots, &Unkillable)
-            .unwrap();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (mut shared_insert, mut today_insert, mut insert_ratio) = (vec![], vec![], vec![]);
+    let per_round = PAGES / INSERT_ROUNDS;
+    for round in 0..INSERT_ROUNDS {
+        let pages = round * per_round..(round + 1) * per_round;
+        let started = Instant::now();
+        for first in pages.clone().step_by(RUN as usize) {
+            let run: Vec<Folio> = (0..RUN)
+                .map(|i| Folio {
+                    frame: first + i,
+                    order: 0,
+                })
+                .collect();
+            shared
+                .insert_run(me, first, &run, &slots, &Unkillable)
+                .unwrap();
+        }
+        let here = started.elapsed().as_nanos() as f64 / (per_round / RUN) as f64;
+        let started = Instant::now();
+        for first in pages.step_by(RUN as usize) {
+            let run: Vec<NewFolio> = (0..RUN)
+                .map(|i| NewFolio {
+                    frame: FrameId((first + i) as u32),
+                    order: Order::new(0),
+                    head: PageIndex(first + i),
+                })
+                .collect();
+            let mut guard = today.lock_for_insert(PageIndex(first), RUN);
+            black_box(guard.insert_run(&run));
+        }
+        let there = started.elapsed().as_nanos() as f64 / (per_round / RUN) as f64;
+        shared_insert.push(here);
+        today_insert.push(there);
+        insert_ratio.push(here / there);
     }
-    let shared_insert = started.elapsed().as_nanos() as f64 / (PAGES / RUN) as f64;
-    let started = Instant::now();
-    for first in (0..PAGES).step_by(RUN as usize) {
-        let run: Vec<NewFolio> = (0..RUN)
-            .map(|i| NewFolio {
-                frame: FrameId((first + i) as u32),
-                order: Order::new(0),
-                head: PageIndex(first + i),
-            })
-            .collect();
-        let mut guard = today.lock_for_insert(PageIndex(first), RUN);
-        black_box(guard.insert_run(&run));
-    }
-    let today_insert = started.elapsed().as_nanos() as f64 / (PAGES / RUN) as f64;
     let pages = |mut state: u64| {
         (0..LOOKUPS).map(move |_| {
             state ^= state << 13;
@@ -579,29 +597,125 @@ fn costs_beside_todays_index() {
             state % PAGES
         })
     };
-    let started = Instant::now();
-    let mut found = 0u64;
-    for page in pages(0x9e37_79b9_7f4a_7c15) {
-        if let Entry::Folio { frame, .. } = shared.lookup(black_box(page)) {
-            found += frame & 1;
+    let (mut shared_lookup, mut today_lookup, mut lookup_ratio) = (vec![], vec![], vec![]);
+    for round in 0..LOOKUP_ROUNDS {
+        let seed = 0x9e37_79b9_7f4a_7c15 ^ round;
+        let started = Instant::now();
+        let mut found = 0u64;
+        for page in pages(seed) {
+            if let Entry::Folio { frame, .. } = shared.lookup(black_box(page)) {
+                found += frame & 1;
+            }
         }
-    }
-    let shared_lookup = started.elapsed().as_nanos() as f64 / LOOKUPS as f64;
-    let started = Instant::now();
-    let mut found_today = 0u64;
-    for page in pages(0x9e37_79b9_7f4a_7c15) {
-        if let crate::index::Entry::Folio { frame, .. } = today.lookup(PageIndex(black_box(page))) {
-            found_today += u64::from(frame.0) & 1;
+        let here = started.elapsed().as_nanos() as f64 / LOOKUPS as f64;
+        let started = Instant::now();
+        let mut found_today = 0u64;
+        for page in pages(seed) {
+            if let crate::index::Entry::Folio { frame, .. } =
+                today.lookup(PageIndex(black_box(page)))
+            {
+                found_today += u64::from(frame.0) & 1;
+            }
         }
+        let there = started.elapsed().as_nanos() as f64 / LOOKUPS as f64;
+        assert_eq!(found, found_today);
+        shared_lookup.push(here);
+        today_lookup.push(there);
+        lookup_ratio.push(here / there);
     }
-    let today_lookup = started.elapsed().as_nanos() as f64 / LOOKUPS as f64;
-    assert_eq!(found, found_today);
     println!(
-        "insert_run of {RUN} order-0 folios (1 M pages): shared {shared_insert:.0} ns, today {today_insert:.0} ns; \
-         look-up of a random page: shared {shared_lookup:.1} ns, today {today_lookup:.1} ns; \
+        "insert_run of {RUN} order-0 folios (1 M pages), median of {INSERT_ROUNDS} rounds: \
+         shared {:.0} ns, today {:.0} ns, paired ratio {:.2}; \
+         look-up of a random page, median of {LOOKUP_ROUNDS} rounds: shared {:.1} ns \
+         (fastest round {:.1}), today {:.1} ns (fastest {:.1}), paired ratio {:.2}; \
          {} shared nodes",
+        median(shared_insert),
+        median(today_insert),
+        median(insert_ratio),
+        median(shared_lookup.clone()),
+        shared_lookup.iter().copied().fold(f64::MAX, f64::min),
+        median(today_lookup.clone()),
+        today_lookup.iter().copied().fold(f64::MAX, f64::min),
+        median(lookup_ratio),
         shared.check().unwrap()
     );
+}
+
+/// Instructions per look-up, for `valgrind --tool=callgrind` (docs/sharing.md, "The
+/// index", Measured): builds the 1 M-page tree of `costs_beside_todays_index` in one index
+/// only (`FOLIO_INDEX=shared` or `today`), then looks up `FOLIO_LOOKUPS` random pages
+/// (default 0) and nothing else, so that the difference of two runs' totals divided by the
+/// difference of their look-ups is one look-up's count (the page generator's few
+/// instructions included, the same for both). Run by hand, e.g.:
+/// `FOLIO_INDEX=shared FOLIO_LOOKUPS=1000000 valgrind --tool=callgrind
+/// target/release/deps/folio-HASH --ignored --exact
+/// shared::tests_index::lookups_for_callgrind`.
+#[test]
+#[ignore]
+fn lookups_for_callgrind() {
+    use crate::index::{Index, NewFolio};
+    use crate::types::{FrameId, Order, PageIndex};
+    use std::hint::black_box;
+    const PAGES: u64 = 1 << 20;
+    const RUN: u64 = 32;
+    let which = std::env::var("FOLIO_INDEX").unwrap_or_else(|_| "shared".into());
+    let lookups: u64 = std::env::var("FOLIO_LOOKUPS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut page = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % PAGES
+    };
+    let mut found = 0u64;
+    if which == "today" {
+        let today = Index::default();
+        for first in (0..PAGES).step_by(RUN as usize) {
+            let run: Vec<NewFolio> = (0..RUN)
+                .map(|i| NewFolio {
+                    frame: FrameId((first + i) as u32),
+                    order: Order::new(0),
+                    head: PageIndex(first + i),
+                })
+                .collect();
+            let mut guard = today.lock_for_insert(PageIndex(first), RUN);
+            black_box(guard.insert_run(&run));
+        }
+        for _ in 0..lookups {
+            if let crate::index::Entry::Folio { frame, .. } =
+                today.lookup(PageIndex(black_box(page())))
+            {
+                found += u64::from(frame.0) & 1;
+            }
+        }
+    } else {
+        let nodes = (PAGES / 64 + PAGES / 4096 + 64) as u32;
+        let region = region(nodes);
+        let slots = SlotTable::new(&region, Word(0), SLOTS);
+        let shared = SharedIndex::new(&region, INDEX, nodes);
+        shared.format();
+        let me = slots.attach(Flaw::None).unwrap();
+        for first in (0..PAGES).step_by(RUN as usize) {
+            let run: Vec<Folio> = (0..RUN)
+                .map(|i| Folio {
+                    frame: first + i,
+                    order: 0,
+                })
+                .collect();
+            shared
+                .insert_run(me, first, &run, &slots, &Unkillable)
+                .unwrap();
+        }
+        for _ in 0..lookups {
+            if let Entry::Folio { frame, .. } = shared.lookup(black_box(page())) {
+                found += frame & 1;
+            }
+        }
+    }
+    println!("{which}: {lookups} look-ups, {found} odd frames");
 }
 
 /// Whether a reader may see `entry` at `page` while `work()` runs (after the setup's folio
