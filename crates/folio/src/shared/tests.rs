@@ -25,23 +25,27 @@ const _: () = assert!(SlotTable::words(SLOTS) <= STACK.0);
 const _: () = assert!(STACK.0 + 8 + 2 * FRAMES <= WAITED as u32);
 
 /// A `Run` that dies at its `at`-th step (counted from 0 over every step it is asked
-/// about), by returning `Died` (`Death::Return`) or by stopping its process with
-/// `SIGSTOP` for the test to kill (`Death::Stop`).
-struct DieAt {
-    at: u32,
+/// about; `None`: never), by returning `Died` (`Death::Return`) or by stopping its process
+/// with `SIGSTOP` for the test to kill (`Death::Stop`). The death-at-every-step tests of
+/// each shared structure use it.
+pub(super) struct DieAt {
+    at: Option<u32>,
     count: Cell<u32>,
     death: Death,
     flaw: Flaw,
 }
 
+/// How a `DieAt` dies.
 #[derive(Clone, Copy, PartialEq)]
-enum Death {
+pub(super) enum Death {
+    /// `Run::at` returns `Died` (one process's test).
     Return,
+    /// The process stops itself for the test to `SIGKILL` (across processes).
     Stop,
 }
 
 impl DieAt {
-    fn new(at: u32, death: Death, flaw: Flaw) -> DieAt {
+    pub(super) fn new(at: Option<u32>, death: Death, flaw: Flaw) -> DieAt {
         DieAt {
             at,
             count: Cell::new(0),
@@ -55,7 +59,7 @@ impl Run for DieAt {
     fn at(&self, _step: Step) -> Result<(), Died> {
         let n = self.count.get();
         self.count.set(n + 1);
-        if n != self.at {
+        if Some(n) != self.at {
             return Ok(());
         }
         match self.death {
@@ -185,7 +189,14 @@ fn in_one_process(flaw: Flaw) {
         stack.format();
         let steward = slots.attach(Flaw::None).unwrap();
         let p = slots.attach(Flaw::None).unwrap();
-        if lease_twice(&stack, p, &slots, &DieAt::new(at, Death::Return, flaw)).is_ok() {
+        if lease_twice(
+            &stack,
+            p,
+            &slots,
+            &DieAt::new(Some(at), Death::Return, flaw),
+        )
+        .is_ok()
+        {
             slots.detach(p);
             all_listed(&stack);
             assert_eq!(at, 30, "two pops of 7 steps, two pushes of 8");
@@ -345,7 +356,7 @@ fn across_processes(flaw: Flaw) {
             let steward = slots.attach(Flaw::None).unwrap();
             let p = slots.attach(Flaw::None).unwrap();
             let killed = fork(|| {
-                lease_twice(stack, p, slots, &DieAt::new(at, Death::Stop, flaw)).unwrap();
+                lease_twice(stack, p, slots, &DieAt::new(Some(at), Death::Stop, flaw)).unwrap();
                 region[DONE].store(1, Ordering::Release);
             });
             let status = wait_for(killed, libc::WUNTRACED);

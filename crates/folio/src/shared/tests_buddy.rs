@@ -13,6 +13,7 @@ use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::terms::Unkillable;
 use super::tests::{fork, SharedRegion};
+use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
 use proptest::prelude::*;
@@ -162,63 +163,6 @@ fn alloc_and_free_follow_the_model() {
             prop_assert_eq!(census.leased.len(), blocks.len());
         }
     });
-}
-
-/// A `Run` that dies at its `at`-th step (counted over every step it is asked about):
-/// returns `Died` there, or stops its process (`SIGSTOP`) for the test to kill.
-struct DieAt {
-    at: Option<u32>,
-    count: Cell<u32>,
-    death: Death,
-    flaw: Flaw,
-}
-
-/// How a `DieAt` dies.
-#[derive(Clone, Copy, PartialEq)]
-enum Death {
-    /// `Run::at` returns `Died` (one process's test).
-    Return,
-    /// The process stops itself for the test to `SIGKILL` (across processes).
-    Stop,
-}
-
-impl DieAt {
-    fn new(at: Option<u32>, death: Death, flaw: Flaw) -> DieAt {
-        DieAt {
-            at,
-            count: Cell::new(0),
-            death,
-            flaw,
-        }
-    }
-}
-
-impl Run for DieAt {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if Some(n) != self.at {
-            return Ok(());
-        }
-        if self.death == Death::Stop {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
-            unreachable!("a stopped process is killed, never continued");
-        }
-        Err(Died)
-    }
-
-    /// Sleeps a little: the kill test's processes wait for a stopped holder until the
-    /// test marks it dead, and spinning there would take the machine's two cores from
-    /// the tests beside it (the domain test's steward, which leaves after 100 ms idle:
-    /// starved that long, it left before its first attach, seen once).
-    fn wait(&self, _holder: Holder) {
-        std::thread::sleep(Duration::from_micros(20));
-    }
-
-    fn flaw(&self) -> Flaw {
-        self.flaw
-    }
 }
 
 const SCRIPT_FRAMES: u32 = 64;

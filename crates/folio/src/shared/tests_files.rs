@@ -8,6 +8,7 @@
 use super::files::{FileId, FileKey, FileTable, Opened, RecordCensus, Removal, Stamp};
 use super::slot::SlotTable;
 use super::terms::Unkillable;
+use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
 use proptest::prelude::*;
@@ -195,59 +196,6 @@ fn open_close_remove_lookup_follow_the_model() {
             prop_assert_eq!(census.unwrap(), want);
         }
     });
-}
-
-/// A `Run` that dies at its `at`-th step (counted over every step it is asked about):
-/// returns `Died` there, or stops its process (`SIGSTOP`) for the test to kill.
-pub(super) struct DieAt {
-    at: Option<u32>,
-    count: Cell<u32>,
-    death: Death,
-    flaw: Flaw,
-}
-
-/// How a `DieAt` dies.
-#[derive(Clone, Copy, PartialEq)]
-pub(super) enum Death {
-    /// `Run::at` returns `Died` (one process's test).
-    Return,
-    /// The process stops itself for the test to `SIGKILL` (across processes).
-    Stop,
-}
-
-impl DieAt {
-    pub(super) fn new(at: Option<u32>, death: Death, flaw: Flaw) -> DieAt {
-        DieAt {
-            at,
-            count: Cell::new(0),
-            death,
-            flaw,
-        }
-    }
-}
-
-impl Run for DieAt {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if Some(n) != self.at {
-            return Ok(());
-        }
-        if self.death == Death::Stop {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
-            unreachable!("a stopped process is killed, never continued");
-        }
-        Err(Died)
-    }
-
-    fn wait(&self, holder: Holder) {
-        Unkillable.wait(holder)
-    }
-
-    fn flaw(&self) -> Flaw {
-        self.flaw
-    }
 }
 
 /// A `Run` that counts its take-overs.

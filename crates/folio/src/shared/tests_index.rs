@@ -5,6 +5,7 @@
 use super::index::{Entry, Folio, Leave, Page, Placed, SharedIndex};
 use super::slot::SlotTable;
 use super::terms::Unkillable;
+use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
 use proptest::prelude::*;
@@ -17,33 +18,6 @@ const INDEX: Word = Word(8);
 fn region(nodes: u32) -> Vec<AtomicU64> {
     let words = INDEX.0 + SharedIndex::words(nodes);
     (0..words).map(|_| AtomicU64::new(0)).collect()
-}
-
-/// A `Run` that returns `Died` at its `at`-th step, with a flaw.
-struct DieAt {
-    at: u32,
-    count: Cell<u32>,
-    flaw: Flaw,
-}
-
-impl Run for DieAt {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if n == self.at {
-            Err(Died)
-        } else {
-            Ok(())
-        }
-    }
-
-    fn wait(&self, holder: Holder) {
-        Unkillable.wait(holder)
-    }
-
-    fn flaw(&self) -> Flaw {
-        self.flaw
-    }
 }
 
 /// A `Run` that never dies, notes whether it took a lock over, with a flaw.
@@ -360,11 +334,7 @@ fn in_one_process(flaw: Flaw) -> (u32, u32) {
             )
             .unwrap();
         let p = slots.attach(Flaw::None).unwrap();
-        let dying = DieAt {
-            at,
-            count: Cell::new(0),
-            flaw,
-        };
+        let dying = DieAt::new(Some(at), Death::Return, flaw);
         if do_work(&index, p, &slots, &dying).is_ok() {
             assert_eq!(index.entries(), *states.last().unwrap());
             assert_eq!(
@@ -495,11 +465,7 @@ fn a_root_linked_before_it_is_filled_hides_a_page() {
             .unwrap();
         let p = slots.attach(Flaw::None).unwrap();
         // Stops right after GROW's first store (lock, WORKING, publish, store).
-        let dying = DieAt {
-            at: 3,
-            count: Cell::new(0),
-            flaw,
-        };
+        let dying = DieAt::new(Some(3), Death::Return, flaw);
         let new = Folio {
             frame: 200,
             order: 0,
