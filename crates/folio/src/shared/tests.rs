@@ -81,6 +81,25 @@ impl Run for DieAt {
     }
 }
 
+/// SplitMix64: the kill tests' draws (what each member does, where it dies), every output
+/// a function of the seed alone.
+pub(super) struct Rng(pub(super) u64);
+
+impl Rng {
+    pub(super) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A draw below `n` (`n` > 0).
+    pub(super) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 /// A `Run` that never dies and notes in the region that it waited for a live holder and
 /// that it took a lock over.
 struct Noted<'r> {

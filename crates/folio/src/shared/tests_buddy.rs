@@ -12,6 +12,7 @@ use super::magazine::Magazine;
 use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::terms::Unkillable;
+use super::tests::Rng;
 use super::tests::{fork, SharedRegion};
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
@@ -328,23 +329,6 @@ fn a_death_at_every_step_broken_intent_after_mutation() {
 #[test]
 fn a_death_at_every_step_broken_in_flight_forgotten() {
     must_fail(Flaw::InFlightForgotten);
-}
-
-/// splitmix64: a seeded sequence, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 const KILL_FRAMES: u32 = 512;

@@ -16,7 +16,7 @@ use super::futex::{self, Parked};
 use super::slot::SlotState;
 use super::stack::Census;
 use super::terms::Park;
-use super::tests::{fork, SharedRegion};
+use super::tests::{fork, Rng, SharedRegion};
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::primitive::Ordering;
 use std::cell::Cell;
@@ -42,23 +42,6 @@ const R_WOKEN: usize = 4;
 const R_TIMEOUTS: usize = 5;
 const R_WAKES: usize = 6;
 const R_WORDS: usize = 8;
-
-/// splitmix64: a seeded sequence, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A member's `Run` that stops its process at its `die_at`-th step (for the test to
 /// kill), and waits as the member does (checking the steward).

@@ -8,6 +8,7 @@
 use super::files::{FileId, FileKey, FileTable, Opened, RecordCensus, Removal, Stamp};
 use super::slot::SlotTable;
 use super::terms::Unkillable;
+use super::tests::Rng;
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
@@ -338,23 +339,6 @@ fn a_death_at_every_step_broken_intent_after_mutation() {
     assert!(!matches!(failed, Ok(Ok(()))), "the flawed protocol passed");
     if let Ok(Err(e)) = failed {
         eprintln!("IntentAfterMutation caught: {e}");
-    }
-}
-
-/// splitmix64: a seeded sequence, the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 
