@@ -48,7 +48,8 @@
 //! The eviction queue (`queue.rs`) is modelled last (`reclaim_races_a_pinned_hit`: a hit's
 //! lock-free pin and touch racing the reclaim of its frame, the reclaimer dying at each
 //! step, the frame then reused; its broken variants `reclaim_broken_evict_pinned` and
-//! `reclaim_broken_free_before_index_removal`).
+//! `reclaim_broken_free_before_index_removal`; its reader starts at once and again after a
+//! yield, each start asserted to see both outcomes: the loom blind spot, docs/testing.md).
 //!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
 //! the allocator's longer operations; the whole file runs in a few seconds on this
@@ -1298,8 +1299,33 @@ fn reclaim_views(
     )
 }
 
-fn reclaim_model(die_at: u32, flaw: Flaw) {
+/// The reader's outcomes over a test's executions of the reclaim model: pinned and read
+/// (`hits`), or found nothing to pin (`misses`: reclaimed, or frozen under reclaim).
+#[derive(Default)]
+struct ReaderOutcomes {
+    hits: std::sync::atomic::AtomicU64,
+    misses: std::sync::atomic::AtomicU64,
+}
+
+/// When the reclaim model's reader (the main thread) starts its hit.
+#[derive(Clone, Copy, Debug)]
+enum ReaderStart {
+    /// At once: loom runs it first and preempts it (most executions).
+    AtOnce,
+    /// After a yield, so that the reclaimer runs first: a race whose reader load comes
+    /// before the writer's first store is hidden from loom's DPOR when the reader runs
+    /// first (docs/testing.md, the loom blind spot); this start explores it.
+    AfterYield,
+}
+
+fn reclaim_model(
+    die_at: u32,
+    flaw: Flaw,
+    start: ReaderStart,
+    outcomes: &std::sync::Arc<ReaderOutcomes>,
+) {
     use loom::sync::atomic::Ordering;
+    let outcomes = outcomes.clone();
     assert_eq!(RECLAIM_QUEUE.0 % 8, 0);
     assert_eq!(RECLAIM_INDEX.0 % 8, 0);
     let mut builder = loom::model::Builder::new();
@@ -1390,11 +1416,21 @@ fn reclaim_model(die_at: u32, flaw: Flaw) {
         {
             let (slots, buddy, indexes) = reclaim_views(&region);
             let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+            if let ReaderStart::AfterYield = start {
+                loom::thread::yield_now();
+            }
             if let Some(pinned) = queue.pin_hit(&indexes[0], 0, reader) {
                 assert_eq!(pinned.0, cached, "the page's one frame");
                 let read = data[pinned.0 .0 as usize].load(Ordering::Acquire);
                 assert_eq!(read, DATA, "a pinned frame's data unchanged");
                 queue.unpin(pinned.0, reader);
+                outcomes
+                    .hits
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                outcomes
+                    .misses
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             slots.detach(reader);
         }
@@ -1428,18 +1464,32 @@ fn reclaim_model(die_at: u32, flaw: Flaw) {
 
 #[test]
 fn reclaim_races_a_pinned_hit() {
-    let before = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed);
-    for die_at in 0..=RECLAIM_STEPS {
-        reclaim_model(die_at, Flaw::None);
+    use std::sync::atomic::Ordering::Relaxed;
+    let before = TAKE_OVERS.load(Relaxed);
+    for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+        let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+        for die_at in 0..=RECLAIM_STEPS {
+            reclaim_model(die_at, Flaw::None, start, &outcomes);
+        }
+        let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
+        eprintln!("reclaim, reader {start:?}: pinned {hits} times, found nothing {misses}");
+        assert!(
+            hits > 0 && misses > 0,
+            "the reader ({start:?}) must both pin the frame and find it reclaimed \
+             (pinned {hits}, nothing {misses})"
+        );
     }
-    let took_over = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed) - before;
+    let took_over = TAKE_OVERS.load(Relaxed) - before;
     eprintln!("reclaim: {took_over} take-overs explored");
     assert!(took_over > 0, "no model took a dead holder's lock over");
 }
 
 fn reclaim_first_failure(flaw: Flaw) -> String {
     for die_at in (0..=RECLAIM_STEPS).rev() {
-        if let Err(payload) = std::panic::catch_unwind(|| reclaim_model(die_at, flaw)) {
+        if let Err(payload) = std::panic::catch_unwind(|| {
+            let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+            reclaim_model(die_at, flaw, ReaderStart::AtOnce, &outcomes)
+        }) {
             let message = payload
                 .downcast_ref::<String>()
                 .cloned()
