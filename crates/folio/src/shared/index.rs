@@ -1153,6 +1153,23 @@ impl<'r> SharedIndex<'r> {
         Ok(freed)
     }
 
+    /// One refill (R1-R3) in one hold of the lock, for its cost's measure: whether the
+    /// buddy had a frame.
+    ///
+    /// Context: as `insert_run` (tests).
+    #[cfg(test)]
+    pub(crate) fn refill_once<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let held = self.take(me, slots, run)?;
+        let refilled = self.refill(&held, slots, run)?;
+        held.unlock(run)?;
+        Ok(refilled)
+    }
+
     /// The tree's node frames, by the chain (tests, diagnostics).
     ///
     /// Context: a quiet tree.

@@ -906,6 +906,45 @@ fn lookups_for_callgrind() {
     println!("{which}: {lookups} look-ups, {found} odd frames");
 }
 
+/// A refill's cost (docs/sharing.md, "The index", Measured): `FRAMES` refills of one
+/// tree from a buddy of `FRAMES` frames (each: an order-0 lease, 448 slots cleared, one
+/// ADOPT), timed in 8 rounds, the median round's time per refill; then one release of
+/// them all. Run by hand: `cargo test --release -p folio --lib
+/// shared::tests_index::refill_cost -- --ignored --nocapture` (or under callgrind with
+/// `FOLIO_REFILLS=0` and the default, the difference divided by the refills).
+#[test]
+#[ignore]
+fn refill_cost() {
+    use std::time::Instant;
+    const FRAMES: u32 = 4096;
+    let refills: u32 = std::env::var("FOLIO_REFILLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(FRAMES);
+    let region = region(FRAMES);
+    let (slots, buddy, index) = views(&region, FRAMES, INDEX);
+    let me = slots.attach(Flaw::None).unwrap();
+    let mut rounds = Vec::new();
+    for _ in 0..8 {
+        buddy.format();
+        index.format();
+        let started = Instant::now();
+        for _ in 0..refills {
+            assert!(index.refill_once(me, &slots, &Unkillable).unwrap());
+        }
+        rounds.push(started.elapsed().as_nanos() as f64 / f64::from(refills.max(1)));
+        assert_eq!(index.check(), Ok(0));
+    }
+    rounds.sort_by(f64::total_cmp);
+    let started = Instant::now();
+    assert_eq!(index.release(me, &slots, &Unkillable), Ok(refills));
+    let release = started.elapsed().as_nanos() as f64 / f64::from(refills.max(1));
+    println!(
+        "{refills} refills: median {:.0} ns each (fastest round {:.0}); release {:.0} ns per frame",
+        rounds[4], rounds[0], release
+    );
+}
+
 /// Whether a reader may see `entry` at `page` while `work()` runs (after the setup's folio
 /// at page 5): absent, a shadow the work leaves, or a folio inserted over the page.
 fn may_see(page: Page, entry: Entry) -> bool {
