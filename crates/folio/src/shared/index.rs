@@ -34,8 +34,8 @@
 //! its file record drops it.
 //!
 //!   R1. Lease an order-0 frame from the buddy (`alloc`, under this tree's lock: the lock
-//!       order is a tree's, then the buddy's; nobody takes a tree's lock holding the
-//!       buddy's). It is LEASED to us: a death leaves it to the steward's sweep.
+//!       order is the eviction queue's, a tree's, then the buddy's; nobody takes a tree's
+//!       lock holding the buddy's, nor the queue's holding a tree's). It is LEASED to us: a death leaves it to the steward's sweep.
 //!   R2. Clear its nodes' slots (our frame: no other writer; no reader reaches it before a
 //!       primitive links one of its nodes, with a release store).
 //!   R3. ADOPT (below): the nodes pooled, the frame chained and made the tree's by one
