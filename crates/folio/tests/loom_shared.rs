@@ -847,6 +847,7 @@ fn buddy_model(die_at: u32, flaw: Flaw, through: Through) {
                     free_frames: BUDDY_FRAMES,
                     leased: Vec::new(),
                     cached: Vec::new(),
+                    nodes: Vec::new(),
                 }),
             "every frame free at the end: {census:?}"
         );
@@ -1092,18 +1093,24 @@ fn files_broken_intent_after_mutation() {
 // with one preemption. The take-over race is explored more too (about 4,500 take-overs
 // instead of about 900).
 
-const INDEX_NODES: u32 = 3;
 const INDEX_BASE: Word = Word(8);
-const INDEX_WORDS: usize = 8 + (16 + 72 * INDEX_NODES) as usize;
+/// The node frames' allocator: one frame (7 nodes), refilled into the tree's pool by the
+/// setup's insertion, so that the dying writer takes nodes off the pool.
+const INDEX_BUDDY: Word = Word(24);
+const INDEX_FRAMES: u32 = 1;
+const INDEX_DATA: Word = Word(56);
+const INDEX_WORDS: usize = (INDEX_DATA.0 + 512 * INDEX_FRAMES) as usize;
 /// The dying process's steps (lock, WORKING, GROW 9, EXTEND 8, STORE 4, WORKING, unlock:
 /// 25); one more is no death.
 const INDEX_STEPS: u32 = 25;
 const INDEX_PREEMPTIONS: usize = 3;
 
 fn index_views(region: &[AtomicU64]) -> (SlotTable<'_>, index::SharedIndex<'_>) {
+    assert!(INDEX_BUDDY.0 + buddy::SharedBuddy::words(INDEX_FRAMES) <= INDEX_DATA.0);
+    let buddy = buddy::SharedBuddy::new(region, INDEX_BUDDY, INDEX_FRAMES);
     (
         SlotTable::new(region, Word(0), SLOTS),
-        index::SharedIndex::new(region, INDEX_BASE, INDEX_NODES),
+        index::SharedIndex::new(region, INDEX_BASE, &buddy, INDEX_DATA),
     )
 }
 
@@ -1129,6 +1136,7 @@ fn index_model(die_at: u32, flaw: Flaw) {
             Arc::new((0..INDEX_WORDS).map(|_| AtomicU64::new(0)).collect());
         let (steward, dying, other) = {
             let (slots, index) = index_views(&region);
+            buddy::SharedBuddy::new(&region, INDEX_BUDDY, INDEX_FRAMES).format();
             index.format();
             let steward = slots.attach(Flaw::None).unwrap();
             let old = Folio {
@@ -1270,11 +1278,14 @@ fn index_broken_link_before_fill() {
 // leaves the index: a reader pins the reused frame through the index).
 
 const RECLAIM_FRAMES: u32 = 2;
-const RECLAIM_NODES: u32 = 1;
 const RECLAIM_BUDDY: Word = Word(8);
 const RECLAIM_QUEUE: Word = Word(8 + (24 + 3 * RECLAIM_FRAMES) + 2);
 const RECLAIM_INDEX: Word = Word(RECLAIM_QUEUE.0 + 8 + 6 * RECLAIM_FRAMES + 4);
-const RECLAIM_WORDS: usize = (RECLAIM_INDEX.0 + 16 + 72 * RECLAIM_NODES) as usize;
+/// The index's node frames come from an allocator of their own (one frame), so that the
+/// model's data frames are the queue's two.
+const RECLAIM_NODE_BUDDY: Word = Word(RECLAIM_INDEX.0 + 16);
+const RECLAIM_NODE_DATA: Word = Word((RECLAIM_NODE_BUDDY.0 + 24 + 3).next_multiple_of(8));
+const RECLAIM_WORDS: usize = (RECLAIM_NODE_DATA.0 + 512) as usize;
 /// More than the reclaimer's steps (a death past its last step is no death).
 const RECLAIM_STEPS: u32 = 60;
 const RECLAIM_PREEMPTIONS: usize = 2;
@@ -1294,7 +1305,8 @@ fn reclaim_views(
         [index::SharedIndex::new(
             region,
             RECLAIM_INDEX,
-            RECLAIM_NODES,
+            &buddy::SharedBuddy::new(region, RECLAIM_NODE_BUDDY, 1),
+            RECLAIM_NODE_DATA,
         )],
     )
 }
@@ -1342,6 +1354,7 @@ fn reclaim_model(
             let (slots, buddy, indexes) = reclaim_views(&region);
             let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
             buddy.format();
+            buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
             queue.format();
             indexes[0].format();
             let steward = slots.attach(Flaw::None).unwrap();

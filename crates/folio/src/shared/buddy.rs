@@ -24,6 +24,12 @@
 //!   at least 2^32): the block holds cached data every process may read, and belongs to
 //!   the cache, not to a process (issue 45 step 6, "whose is a frame in the index").
 //!
+//! - NODES(tree): LEASED(0, `tree | 2`), `tree` the `Word` of a shared index's lock line
+//!   (8-aligned, below 2^32: never a `Holder::word`, never `CACHE`): a frame whose data
+//!   holds 7 nodes of that tree (index.rs, "Nodes in frames"). It belongs to the tree, not
+//!   to a process: no sweep touches it; it returns to the lists only through
+//!   `free_nodes`, when the tree is released.
+//!
 //! **The hand-over** (LEASED(k, me) -> CACHED(k)) is not a change of this allocator: it
 //! is one store of the eviction queue's ADD (queue.rs), made under the queue's lock as
 //! one of that intent's stores, so that a death leaves the block either its lessee's
@@ -33,6 +39,12 @@
 //! may redo it, which is why the steward sweeps the queue (queue.rs `sweep`) before this
 //! allocator. A CACHED block returns to the lists only through `free_cached` (reclaim,
 //! under the queue's lock: the lock order is queue, then this allocator).
+//!
+//! **The adoption** (LEASED(0, me) -> NODES(tree)) is the same kind of store, made by a
+//! shared index's ADOPT under the tree's lock (`nodes_store`); a NODES frame returns to
+//! the lists only through `free_nodes` (the tree's release, under the tree's lock: the
+//! lock order is tree, then this allocator). The steward recovers the trees whose lock a
+//! dead process held before it sweeps this allocator, as it does the queue.
 //!
 //! **The block in flight.** A split or merge chain changes more words than one intent
 //! holds (the lock line has 4 argument words), so it is a sequence of intents, one per
@@ -126,6 +138,14 @@ const MOVING: u64 = 3;
 const OWNER_MASK: u64 = (1 << 56) - 1;
 /// The owner of a CACHED block: never a `Holder::word` (those are >= 2^32), never 0.
 const CACHE: u64 = 1;
+/// The low bits of a NODES frame's owner (`tree | NODES`, the tree's word 8-aligned).
+const NODES: u64 = 2;
+
+/// The owner word of a tree's node frames (module docs, NODES(tree)).
+fn nodes_owner(tree: Word) -> u64 {
+    assert_eq!(tree.0 % 8, 0, "a tree's lock line is 8-aligned");
+    u64::from(tree.0) | NODES
+}
 
 // The intents' operation codes (the order in bits 8..16).
 const TAKE: u64 = 1;
@@ -193,10 +213,12 @@ pub(crate) struct Census {
     pub(crate) free_frames: u32,
     pub(crate) leased: Vec<(Frame, Order, Holder)>,
     pub(crate) cached: Vec<(Frame, Order)>,
+    /// The frames holding index nodes, with their tree (the `Word` of its lock line).
+    pub(crate) nodes: Vec<(Frame, Word)>,
 }
 
 /// A buddy allocator of `frames` frames at `base` of a region (module docs).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct SharedBuddy<'r> {
     region: &'r [AtomicU64],
     lock: HolderLock<'r>,
@@ -640,6 +662,64 @@ impl<'r> SharedBuddy<'r> {
         (self.state(frame.0), State::Leased(order, CACHE).word())
     }
 
+    /// The adoption's store (module docs): the state word of the order-0 `frame` and the
+    /// NODES(`tree`) value a shared index's ADOPT stores in it, as one of its intent's
+    /// stores.
+    ///
+    /// Context: the caller leases the frame, or redoes a dead lessee's ADOPT (as
+    /// `hand_over_store`: the steward recovers the tree before it sweeps this allocator).
+    pub(crate) fn nodes_store(&self, frame: Frame, tree: Word) -> (&AtomicU64, u64) {
+        (
+            self.state(frame.0),
+            State::Leased(Order(0), nodes_owner(tree)).word(),
+        )
+    }
+
+    /// Whether `frame` is one of `tree`'s node frames.
+    ///
+    /// Context: any; exact under the tree's lock (only its holder adopts or frees one).
+    pub(crate) fn is_nodes_of(&self, frame: Frame, tree: Word) -> bool {
+        frame.0 < self.frames
+            && self.state_of(frame.0) == State::Leased(Order(0), nodes_owner(tree))
+    }
+
+    /// Every node frame of `tree` (a scan of every frame's state word: checks, tests).
+    pub(crate) fn nodes_of(&self, tree: Word) -> Vec<Frame> {
+        let owner = State::Leased(Order(0), nodes_owner(tree)).word();
+        (0..self.frames)
+            .filter(|f| self.state(*f).load(Ordering::Acquire) == owner)
+            .map(Frame)
+            .collect()
+    }
+
+    /// Frees `tree`'s node frame `frame` if it is still the tree's once the lock is held
+    /// (a dead holder's free of it is finished by the take-over): whether this call freed
+    /// it. Harmless to repeat: a frame freed and leased again is no longer the tree's.
+    ///
+    /// Context: `me` is LIVE in `slots`; the caller holds the tree's lock (the lock order:
+    /// tree, then this allocator), so nobody adopts the frame for it meanwhile.
+    pub(crate) fn free_nodes<R: Run>(
+        &self,
+        frame: Frame,
+        tree: Word,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let held = self.take(me, slots, run)?;
+        let adopted = self.is_nodes_of(frame, tree);
+        if adopted {
+            self.free_locked(&held, frame.0, Order(0), nodes_owner(tree), run)?;
+        }
+        held.unlock(run)?;
+        Ok(adopted)
+    }
+
+    /// Whether `region` is the one this allocator lies in (a tree's nodes must be).
+    pub(crate) fn lies_in(&self, region: &[AtomicU64]) -> bool {
+        std::ptr::eq(self.region, region)
+    }
+
     /// Frees the CACHED block of `order` at `frame` (reclaim's last step: it is in no
     /// index and no queue), if it is still CACHED once the lock is held: a dead holder's
     /// free of it (a reclaimer that died inside this call) is finished by the take-over,
@@ -737,6 +817,7 @@ impl<'r> SharedBuddy<'r> {
         let mut free_frames = 0;
         let mut leased = Vec::new();
         let mut cached = Vec::new();
+        let mut nodes = Vec::new();
         let mut f = 0;
         while f < self.frames {
             let (order, state) = match self.state_of(f) {
@@ -753,6 +834,10 @@ impl<'r> SharedBuddy<'r> {
                 State::Leased(order, CACHE) => {
                     cached.push((Frame(f), order));
                     (order, State::Leased(order, CACHE))
+                }
+                State::Leased(Order(0), owner) if owner < 1 << 32 && owner & 7 == NODES => {
+                    nodes.push((Frame(f), Word((owner & !7) as u32)));
+                    (Order(0), State::Leased(Order(0), owner))
                 }
                 State::Leased(order, owner) => {
                     if owner < 1 << 32 || !slots.is_live(Holder::from_word(owner)) {
@@ -795,6 +880,7 @@ impl<'r> SharedBuddy<'r> {
             free_frames,
             leased,
             cached,
+            nodes,
         })
     }
 }

@@ -1,27 +1,62 @@
 //! One file's index in the shared region (issue 45, step 5; docs/sharing.md): the 64-way
-//! radix tree of `index/` rebuilt over region words, its nodes named by their index in a
-//! type-stable pool (never by pointer: each process maps the region at its own address),
-//! read lock-free by any process, changed under a holder lock (`lock.rs`) by a writer that
-//! may die at any store.
+//! radix tree of `index/` rebuilt over region words, its nodes in frames of the domain's
+//! buddy allocator (`buddy.rs`), named by a number (never by pointer: each process maps
+//! the region at its own address), read lock-free by any process, changed under a holder
+//! lock (`lock.rs`) by a writer that may die at any store.
 //!
-//! # Layout (from `base`, 8-word aligned)
+//! # Layout
 //!
 //! ```text
 //!   base + 0..8      the lock line: lock, intent, 4 args, ROOT (word 6: a link, as a slot
-//!                    holds one, or 0 for
-//!                    an empty tree), WORKING (word 7: the page whose change is under way,
-//!                    + 1, or 0)
-//!   base + 8         the pool's head (node + 1, or 0); words 9..16 unused
-//!   base + 16 + 72 n node n: INFO (count | offset in parent << 8 | shift << 16, or
-//!                    POOLED), PARENT (node + 1, or 0 for the root), NEXT (the pool's next
-//!                    node + 1, or 0), 5 unused, then its 64 slots
+//!                    holds one, or 0 for an empty tree), WORKING (word 7: the page whose
+//!                    change is under way, + 1, or 0)
+//!   base + 8         POOL: the pool's head (a node, or 0)
+//!   base + 9         FRAMES: the first of the tree's node frames (frame + 1, or 0)
+//!   base + 10        RELEASING: 0, or RELEASE_ALL (bit 63) | the frame being freed + 1
+//!   base + 11..16    unused
+//!   data + 512 f     frame f of the buddy, when it is one of this tree's node frames:
+//!                    7 nodes of 72 words, then CHAIN (word 504: the tree's next node
+//!                    frame + 1, or 0), 7 unused
+//!   a node           INFO (count | offset in parent << 8 | shift << 16, or POOLED),
+//!                    PARENT (a node, or 0 for the root), NEXT (the pool's next node, or
+//!                    0), 5 unused, then its 64 slots
 //! ```
 //!
-//! A slot holds (as `index/mod.rs`'s, with node *indices* for pointers):
+//! # Nodes in frames
+//!
+//! A node is named by `Node`: `f * 512 + (k + 1) * 72` for node k (0..7) of frame f, the
+//! word just past it in the data area, never 0 (0 is "none" in every linking word). A
+//! tree's frames are the buddy's NODES(tree) frames (`SharedBuddy::nodes_store`): adopted
+//! one at a time when its pool runs dry (R1-R3), given back only when the whole tree is
+//! released (D1-D4). While the tree lives, a node leaves the tree only to its pool and the
+//! pool gives only its nodes: type-stable, as a fixed pool was. A tree whose pages were
+//! all reclaimed keeps its frames (its peak, about one frame per 448 cached pages) until
+//! its file record drops it.
+//!
+//!   R1. Lease an order-0 frame from the buddy (`alloc`, under this tree's lock: the lock
+//!       order is the eviction queue's, a tree's, then the buddy's; nobody takes a tree's
+//!       lock holding the buddy's, nor the queue's holding a tree's). It is LEASED to us: a death leaves it to the steward's sweep.
+//!   R2. Clear its nodes' slots (our frame: no other writer; no reader reaches it before a
+//!       primitive links one of its nodes, with a release store).
+//!   R3. ADOPT (below): the nodes pooled, the frame chained and made the tree's by one
+//!       store inside the intent, so that a death leaves it its lessee's or the tree's.
+//!       The steward recovers (takes the lock of) each tree a dead process held before
+//!       the buddy's sweep, which would otherwise free a frame a redone ADOPT adopts.
+//!
+//!   D1. `release`: take the lock (finishing any release a death cut short), RESET.
+//!   D2. While FRAMES names a frame f: UNCHAIN (RELEASING names f, FRAMES = f's CHAIN).
+//!   D3. `SharedBuddy::free_nodes(f)` (under the buddy's lock, its own intents: freed only
+//!       if still the tree's, so a repeat is harmless), then RELEASING = RELEASE_ALL.
+//!   D4. RELEASING = 0: an empty tree with no frame, usable again.
+//!   A taker that finds RELEASING set finishes D2-D4 (a death anywhere leaks no frame).
+//!   The caller's contract: the tree's file record is dropped, so no process opens it and
+//!   no reader walks it, and no folio left in it is still named by the eviction queue.
+//!
+//! A slot holds (as `index/mod.rs`'s, with node *numbers* for pointers):
 //!
 //! ```text
 //!   0                        empty
-//!   (node + 1) << 8 | shift << 2 | 0   the next level down, with its shift (ROOT holds
+//!   node << 8 | shift << 2 | 0   the next level down, with its shift (ROOT holds
 //!                            the root's link the same way)
 //!   frame << 6 | order << 2 | 1     the head slot of a folio
 //!   value << 2 | 2           a shadow (what eviction left in the head slot of an order < 6
@@ -36,16 +71,17 @@
 //!
 //! Lock-free, any process: ROOT and one slot per level loaded with Acquire (a link carries
 //! the child's shift: no node header is loaded); at most `MAX_LEVELS` levels; every word
-//! read is untrusted input (another process wrote it): a node index past the pool, a child
-//! whose shift is not its parent's minus 6, or a
-//! folio whose order does not fit its node ends the walk with `Entry::Absent`, never an
-//! out-of-bounds access or a panic (a link's node field is read modulo 2^24, the pool's
-//! limit: a scribbled one beyond that names some node of the pool, harmless as a stale
-//! node is). The walk indexes one slice, the pool's, with one bounds check per level and
-//! no division (docs/sharing.md measures it against today's walk). Nodes are type-stable (a node leaves the tree only to
-//! the pool, and the pool's nodes are only ever nodes of this tree), so a reader racing a
-//! writer reads a stale node, never garbage: as today, what it finds is a hint its caller
-//! validates (the frame's identity and version). While the tree only grows, a page that is
+//! read is untrusted input (another process wrote it): a link naming a word past the data
+//! area, a child whose shift is not its parent's minus 6, or a folio whose order does not
+//! fit its node ends the walk with `Entry::Absent`, never an out-of-bounds access or a
+//! panic. The walk indexes one slice, the data area, with one bounds check per level, no
+//! multiplication and no division (docs/sharing.md measures it against today's walk). It
+//! does not test that a link names a node's start, nor a frame of this tree: a scribbled
+//! link sends it to some word of the data area (another tree's node, a data page), whose
+//! value the next test judges, and what it finds is a hint its caller validates, as for a
+//! stale node. Nodes are type-stable while the tree lives (above), so a reader racing a
+//! writer reads a stale node of this tree, never another's: as today, what it finds is a
+//! hint its caller validates (the frame's identity and version). While the tree only grows, a page that is
 //! present stays found: every node is filled before the slot or root that links it is
 //! stored (release), and growth puts the old root under the new one before the root word
 //! names the new one (the loom model `index_insert_races_a_lookup` checks this).
@@ -65,12 +101,20 @@
 //!   (empty or shadows before). Stores: the head slot, the siblings, n's INFO.
 //! - REMOVE [n, offset | order << 8 | n's new INFO << 16, head slot's new word, 0]: a
 //!   folio out. Stores: the siblings (0), the head slot (a shadow or 0), n's INFO.
-//! - PRUNE [n, parent + 1 or 0, offset | parent's new INFO << 16, pool's head + 1]: the
+//! - PRUNE [n, parent or 0, offset | parent's new INFO << 16, pool's head]: the
 //!   empty node n unlinked (from its parent's slot, or from ROOT) and pooled. Stores: the
 //!   parent's slot and INFO (or ROOT), n's INFO (POOLED), PARENT, NEXT, the pool's head.
+//! - ADOPT [f, pool's head, FRAMES, 0]: frame f's 7 nodes pooled ahead of the pool. Stores:
+//!   each node's INFO (POOLED), PARENT, NEXT; f's CHAIN; f's buddy state NODES(tree) (the
+//!   adoption); FRAMES; the pool's head.
+//! - RESET [0, 0, 0, 0]: the tree emptied for its release. Stores: ROOT, the pool's head,
+//!   RELEASING (RELEASE_ALL).
+//! - UNCHAIN [f, f's CHAIN, 0, 0]: f off the chain, named in RELEASING. Stores:
+//!   RELEASING, FRAMES.
 //!
 //! A node taken off the pool is linked by the same primitive that takes it: its intent
-//! names it, so a death cannot leak it (a redo links it).
+//! names it, so a death cannot leak it (a redo links it). A node frame is pooled and made
+//! the tree's by one primitive (ADOPT), and leaves the chain only named in RELEASING.
 //!
 //! # A folio's change, and the invariant between primitives
 //!
@@ -88,32 +132,45 @@
 //! tree holds no empty node. A run (`insert_run`) is a sequence of such changes: a death
 //! leaves a prefix of it inserted.
 //!
-//! Protection: every word by the tree's lock (writers); readers load with Acquire and
-//! validate. Limits: pages below 2^60; one pool per tree (a fixed part of the region,
-//! `nodes` nodes of 576 bytes); an insertion that finds the pool empty stops (`Full`);
+//! Protection: every word by the tree's lock (writers), a node frame's buddy state too
+//! while it is the tree's; readers load with Acquire and validate. Limits: pages below
+//! 2^60; up to 2^32 - 1 frames; an insertion that finds the pool empty and the buddy
+//! without a free frame stops (`Full`); a tree keeps its peak frames until released;
 //! shadows only of order < 6 folios, in their head slot; a larger folio in the way of a
 //! node of smaller ones is a conflict (no collapse of shadow-only subtrees, unlike today's).
 
+use super::buddy::{Order, SharedBuddy};
 use super::lock::{Held, HolderLock, Intent};
 use super::slot::SlotTable;
+use super::stack::Frame;
 use super::{Died, Flaw, Holder, Run, Word};
 use crate::primitive::{AtomicU64, Ordering};
 
 const ROOT: u32 = 6;
 const WORKING: u32 = 7;
 const POOL: u32 = 8;
-const NODES_AT: u32 = 16;
+/// The tree's node frames, chained through their `CHAIN` words (frame + 1, or 0).
+const FRAMES: u32 = 9;
+/// A release under way (`RELEASE_ALL`), with the frame being freed (+ 1, or 0).
+const RELEASING: u32 = 10;
+/// A tree's words: the lock line and the line of POOL, FRAMES and RELEASING.
+const TREE_WORDS: u32 = 16;
+const RELEASE_ALL: u64 = 1 << 63;
 /// Words per node: 8 header words, 64 slots.
 const NODE_WORDS: u32 = 72;
+/// Words per frame of the data area (4 KiB).
+const FRAME_WORDS: u64 = 512;
+/// Nodes per frame: 7 of 72 words, then 8 words of which the first is `CHAIN`.
+const NODES_PER_FRAME: u32 = 7;
+/// A node frame's word naming the tree's next node frame (+ 1, or 0).
+const CHAIN: u64 = (NODES_PER_FRAME * NODE_WORDS) as u64;
 const INFO: u32 = 0;
 const PARENT: u32 = 1;
 const NEXT: u32 = 2;
 const SLOTS_AT: u32 = 8;
 const FANOUT: u32 = 64;
-/// A link's node field (node + 1), masked (`walk`): the pool holds fewer than 2^24 nodes.
-const NODE_MASK: u64 = (1 << 24) - 1;
-/// `walk`'s word index of slot `s` of the node a link names: `(node + 1) * NODE_WORDS + s
-/// - LINK_BIAS` is `node * NODE_WORDS + SLOTS_AT + s`.
+/// `walk`'s word index of slot `s` of the node a link names: `node - LINK_BIAS + s`
+/// (`Node`: the word just past the node, minus its 64 slots).
 const LINK_BIAS: u64 = (NODE_WORDS - SLOTS_AT) as u64;
 /// Bit `s` set for each shift `s` a level has (0, 6, .., 54).
 const LEVEL_SHIFTS: u64 = {
@@ -137,6 +194,9 @@ const EXTEND: u64 = 2;
 const STORE: u64 = 3;
 const REMOVE: u64 = 4;
 const PRUNE: u64 = 5;
+const ADOPT: u64 = 6;
+const RESET: u64 = 7;
+const UNCHAIN: u64 = 8;
 
 const TAG_NODE: u64 = 0;
 const TAG_FOLIO: u64 = 1;
@@ -184,6 +244,46 @@ pub(crate) enum Leave {
     Shadow(u64),
 }
 
+/// A node: its frame f and its place k (0..7) in it, as the one number that links, PARENT,
+/// NEXT, the pool's head and intents hold: `f * 512 + (k + 1) * 72`, the word just past
+/// the node in the data area. Never 0 (0 means none); a reader finds slot `s` at word
+/// `node - 64 + s` with no multiplication (`walk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Node(u64);
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let k = (self.0 % FRAME_WORDS) / u64::from(NODE_WORDS);
+        write!(f, "{}.{}", self.frame(), k.wrapping_sub(1))
+    }
+}
+
+impl Node {
+    fn new(frame: u32, k: u32) -> Node {
+        assert!(k < NODES_PER_FRAME, "no node {k} in a frame");
+        Node(u64::from(frame) * FRAME_WORDS + u64::from(k + 1) * u64::from(NODE_WORDS))
+    }
+
+    /// The node `word` names, if it names one of a frame below `frames` (a writer's and
+    /// `check`'s test; a reader's walk only bounds the word it loads).
+    fn of(word: u64, frames: u32) -> Option<Node> {
+        let within = word % FRAME_WORDS;
+        let sane = word / FRAME_WORDS < u64::from(frames)
+            && within != 0
+            && within % u64::from(NODE_WORDS) == 0;
+        sane.then_some(Node(word))
+    }
+
+    fn frame(self) -> u32 {
+        (self.0 / FRAME_WORDS) as u32
+    }
+
+    /// Its first word in the data area.
+    fn first(self) -> usize {
+        (self.0 - u64::from(NODE_WORDS)) as usize
+    }
+}
+
 /// A node's header, decoded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Info {
@@ -224,8 +324,8 @@ fn sibling_word(frame: u64, order: u8, head: u32) -> u64 {
 
 /// A link to a node (a slot, or ROOT): the node and its shift, so that a reader needs no
 /// load of the node's INFO (another cache line) to know its level.
-fn node_word(node: u32, shift: u32) -> u64 {
-    (u64::from(node) + 1) << 8 | u64::from(shift) << 2 | TAG_NODE
+fn node_word(node: Node, shift: u32) -> u64 {
+    node.0 << 8 | u64::from(shift) << 2 | TAG_NODE
 }
 
 /// The shift of the node a folio of `order` lives in, and how many slots it takes there.
@@ -233,58 +333,64 @@ fn placement(order: u8) -> (u32, u32) {
     (6 * (u32::from(order) / 6), 1 << (order % 6))
 }
 
-/// One tree at `base` of a region, its pool of `nodes` nodes after its header.
+/// One tree at `base` of a region, its nodes in frames of `buddy` whose data lies at
+/// `data` (frame f's 512 words at `data + f * 512`).
 #[derive(Debug)]
 pub(crate) struct SharedIndex<'r> {
     region: &'r [AtomicU64],
-    /// The pool's words (node 0's INFO onward, `NODE_WORDS * nodes`): the one slice a
-    /// reader's walk indexes, so that each level costs one bounds check.
-    pool: &'r [AtomicU64],
+    /// The frames' data area (`FRAME_WORDS` per frame): the one slice a reader's walk
+    /// indexes, so that each level costs one bounds check.
+    area: &'r [AtomicU64],
     /// The tree's ROOT word.
     root_word: &'r AtomicU64,
     lock: HolderLock<'r>,
     base: Word,
-    nodes: u32,
+    /// Where node frames come from and go back to.
+    buddy: SharedBuddy<'r>,
 }
 
 impl<'r> SharedIndex<'r> {
-    /// The words a tree with a pool of `nodes` takes.
-    pub(crate) fn words(nodes: u32) -> u32 {
-        NODES_AT + NODE_WORDS * nodes
+    /// The words a tree takes at its base (its nodes live in the buddy's frames).
+    pub(crate) fn words() -> u32 {
+        TREE_WORDS
     }
 
-    /// A view of the tree at `base` (8-word aligned), as `format` left it.
-    pub(crate) fn new(region: &'r [AtomicU64], base: Word, nodes: u32) -> SharedIndex<'r> {
-        assert!(nodes > 0 && nodes < 1 << 24, "a pool of 1..2^24 nodes");
+    /// A view of the tree at `base` (8-word aligned), as `format` left it, its nodes in
+    /// frames of `buddy` (in the same region) whose data area starts at `data`.
+    pub(crate) fn new(
+        region: &'r [AtomicU64],
+        base: Word,
+        buddy: &SharedBuddy<'r>,
+        data: Word,
+    ) -> SharedIndex<'r> {
+        assert!(buddy.lies_in(region), "the buddy lies in another region");
         assert!(
-            base.index() + Self::words(nodes) as usize <= region.len(),
+            base.index() + TREE_WORDS as usize <= region.len(),
             "the index lies past the region"
         );
-        let pool_at = base.at(NODES_AT).index();
+        let area_words = FRAME_WORDS as usize * buddy.frames() as usize;
+        assert!(
+            data.index() + area_words <= region.len(),
+            "the data area lies past the region"
+        );
         SharedIndex {
             region,
-            pool: &region[pool_at..pool_at + (NODE_WORDS * nodes) as usize],
+            area: &region[data.index()..data.index() + area_words],
             root_word: &region[base.at(ROOT).index()],
             lock: HolderLock::new(region, base),
             base,
-            nodes,
+            buddy: buddy.clone(),
         }
     }
 
-    /// An empty tree, every node pooled, the lock free.
+    /// An empty tree with no node frame, the lock free.
     ///
-    /// Context: the region's maker, before any other process sees it.
+    /// Context: the region's maker, before any other process sees it (a tree that holds
+    /// frames gives them back by `release`).
     pub(crate) fn format(&self) {
-        for offset in 0..Self::words(self.nodes) {
-            self.region[self.base.at(offset).index()].store(0, Ordering::Relaxed);
+        for offset in 0..TREE_WORDS {
+            self.region[self.base.at(offset).index()].store(0, Ordering::Release);
         }
-        for n in 0..self.nodes {
-            self.header(n, INFO).store(POOLED, Ordering::Relaxed);
-            let next = if n + 1 < self.nodes { n + 2 } else { 0 };
-            self.header(n, NEXT)
-                .store(u64::from(next), Ordering::Relaxed);
-        }
-        self.line(POOL).store(1, Ordering::Release);
     }
 
     fn line(&self, offset: u32) -> &AtomicU64 {
@@ -292,35 +398,36 @@ impl<'r> SharedIndex<'r> {
     }
 
     /// A node's header word; `node` checked by the caller (writers assert, readers test).
-    fn header(&self, node: u32, word: u32) -> &AtomicU64 {
-        assert!(node < self.nodes, "no node {node}");
-        &self.region[self.base.at(NODES_AT + NODE_WORDS * node + word).index()]
+    fn header(&self, node: Node, word: u32) -> &AtomicU64 {
+        assert!(word < SLOTS_AT, "no header word {word}");
+        &self.area[node.first() + word as usize]
     }
 
-    fn slot(&self, node: u32, slot: u32) -> &AtomicU64 {
-        assert!(node < self.nodes && slot < FANOUT, "no slot {node}.{slot}");
-        &self.region[self
-            .base
-            .at(NODES_AT + NODE_WORDS * node + SLOTS_AT + slot)
-            .index()]
+    fn slot(&self, node: Node, slot: u32) -> &AtomicU64 {
+        assert!(slot < FANOUT, "no slot {node:?}.{slot}");
+        &self.area[node.first() + (SLOTS_AT + slot) as usize]
     }
 
-    /// The node a linking word (ROOT, PARENT, the pool's head, NEXT: node + 1) names, if it
-    /// names one inside the pool.
-    fn named(&self, word: u64) -> Option<u32> {
-        let node = word.checked_sub(1)?;
-        (node < u64::from(self.nodes)).then_some(node as u32)
+    /// A node frame's `CHAIN` word.
+    fn chain(&self, frame: u32) -> &AtomicU64 {
+        &self.area[(u64::from(frame) * FRAME_WORDS + CHAIN) as usize]
     }
 
-    /// The node and shift a link (`node_word`) names, if the node is inside the pool and
-    /// the shift a level's.
-    fn linked(&self, word: u64) -> Option<(u32, u32)> {
+    /// The node a linking word (PARENT, the pool's head, NEXT) names, if it names one of
+    /// a frame of the area.
+    fn named(&self, word: u64) -> Option<Node> {
+        Node::of(word, self.buddy.frames())
+    }
+
+    /// The node and shift a link (`node_word`) names, if the node is one of a frame of
+    /// the area and the shift a level's.
+    fn linked(&self, word: u64) -> Option<(Node, u32)> {
         let node = self.named(word >> 8)?;
         let shift = ((word >> 2) & 0x3f) as u32;
         (shift % 6 == 0 && shift < 6 * MAX_LEVELS).then_some((node, shift))
     }
 
-    fn root(&self) -> Option<u32> {
+    fn root(&self) -> Option<Node> {
         self.linked(self.line(ROOT).load(Ordering::Relaxed))
             .map(|(node, _)| node)
     }
@@ -334,15 +441,14 @@ impl<'r> SharedIndex<'r> {
 
     /// The walk down to `page`'s deepest slot: the last slot word loaded and the shift of
     /// its node, or `None` when the tree is empty or does not span `page`, or a word is
-    /// nonsense (a root whose shift is not a level's, a link whose node lies past the pool).
+    /// nonsense (a root whose shift is not a level's, a link naming a word past the area).
     ///
     /// Each level is one Acquire load of one slot (a link carries the child's shift: no
-    /// node header is loaded), found in `self.pool` with one bounds check: the word index
-    /// is `(node + 1) * 72 + slot - 64` with the link's node field masked to 24 bits (the
-    /// pool's limit), so it never overflows, a field of 0 wraps past the pool, and an index
-    /// past the pool ends the walk. A node index inside the pool that another process
-    /// scribbled reads a slot of some node (type-stable: harmless), whose word the next
-    /// check judges. A slot is followed down only if its low byte is a link's to the level
+    /// node header is loaded), found in `self.area` with one bounds check: the word index
+    /// is `node - 64 + slot` (`Node`), which cannot overflow (a link's node field is below
+    /// 2^56), a field below 64 wraps past the area, and an index past the area ends the
+    /// walk. A node number that another process scribbled reads some word of the area
+    /// (module docs: harmless, a hint), whose value the next check judges. A slot is followed down only if its low byte is a link's to the level
     /// below (tag 0, the child's shift, which is the parent's minus 6) and it names a node:
     /// the shift falls by 6 per level from at most 54, so the walk ends within
     /// `MAX_LEVELS` levels, at the leaves at the latest.
@@ -357,11 +463,10 @@ impl<'r> SharedIndex<'r> {
             return None;
         }
         loop {
-            let node_plus_one = (link >> 8) & NODE_MASK;
             let at = (page >> shift) & 63;
-            let word = (node_plus_one * u64::from(NODE_WORDS) + at).wrapping_sub(LINK_BIAS);
+            let word = (link >> 8).wrapping_add(at).wrapping_sub(LINK_BIAS);
             let slot = self
-                .pool
+                .area
                 .get(usize::try_from(word).ok()?)?
                 .load(Ordering::Acquire);
             if shift != 0 && slot as u8 == ((shift - 6) << 2) as u8 && slot > 0xff {
@@ -467,7 +572,8 @@ impl<'r> SharedIndex<'r> {
         mut store: impl FnMut(&AtomicU64, u64) -> Result<(), Died>,
     ) -> Result<(), Died> {
         let [a, b, c, d] = intent.args;
-        let node = |word: u64| u32::try_from(word).expect("an intent names a node");
+        let frames = self.buddy.frames();
+        let node = |word: u64| Node::of(word, frames).expect("an intent names a node");
         match intent.op {
             GROW => {
                 let n = node(a);
@@ -486,7 +592,7 @@ impl<'r> SharedIndex<'r> {
                 store(self.header(n, NEXT), 0)?;
                 if let Some(child) = child {
                     store(self.slot(n, 0), node_word(child, shift - 6))?;
-                    store(self.header(child, PARENT), u64::from(n) + 1)?;
+                    store(self.header(child, PARENT), n.0)?;
                 }
                 store(self.line(POOL), d)?;
                 store(self.line(ROOT), node_word(n, shift))
@@ -499,7 +605,7 @@ impl<'r> SharedIndex<'r> {
                     shift: ((c >> 8) & 0xff) as u32,
                 };
                 store(self.header(m, INFO), info.word())?;
-                store(self.header(m, PARENT), u64::from(parent) + 1)?;
+                store(self.header(m, PARENT), parent.0)?;
                 store(self.header(m, NEXT), 0)?;
                 store(self.slot(parent, info.offset), node_word(m, info.shift))?;
                 store(self.header(parent, INFO), c >> 16)?;
@@ -539,7 +645,40 @@ impl<'r> SharedIndex<'r> {
                 store(self.header(n, INFO), POOLED)?;
                 store(self.header(n, PARENT), 0)?;
                 store(self.header(n, NEXT), d)?;
-                store(self.line(POOL), u64::from(n) + 1)
+                store(self.line(POOL), n.0)
+            }
+            ADOPT => {
+                // a: the frame, b: the pool's head, c: the chain's head (FRAMES).
+                let frame = u32::try_from(a).expect("an intent names a frame");
+                for k in 0..NODES_PER_FRAME {
+                    let n = Node::new(frame, k);
+                    let next = if k + 1 < NODES_PER_FRAME {
+                        Node::new(frame, k + 1).0
+                    } else {
+                        b
+                    };
+                    store(self.header(n, INFO), POOLED)?;
+                    store(self.header(n, PARENT), 0)?;
+                    store(self.header(n, NEXT), next)?;
+                }
+                store(self.chain(frame), c)?;
+                if !adopt_outside_intent(flaw) {
+                    let (word, nodes) = self.buddy.nodes_store(Frame(frame), self.base);
+                    store(word, nodes)?;
+                }
+                store(self.line(FRAMES), a + 1)?;
+                store(self.line(POOL), Node::new(frame, 0).0)
+            }
+            RESET => {
+                store(self.line(ROOT), 0)?;
+                store(self.line(POOL), 0)?;
+                store(self.line(RELEASING), RELEASE_ALL)
+            }
+            UNCHAIN => {
+                // a: the frame, b: its CHAIN (the next frame + 1, or 0).
+                let named = if unchain_unnamed(flaw) { 0 } else { a + 1 };
+                store(self.line(RELEASING), RELEASE_ALL | named)?;
+                store(self.line(FRAMES), b)
             }
             op => panic!("an index intent with an unknown operation {op}"),
         }
@@ -576,17 +715,126 @@ impl<'r> SharedIndex<'r> {
             }
             held.store(self.line(WORKING), 0, run)?;
         }
+        if self.line(RELEASING).load(Ordering::Acquire) != 0 {
+            self.finish_release(&held, slots, run)?;
+        }
         Ok(held)
     }
 
-    fn info(&self, node: u32) -> Info {
+    /// A node off the pool (not taken yet: the primitive that links it takes it) and the
+    /// pool's head after it; an empty pool first refilled from the buddy (`refill`).
+    /// `None` when the pool is empty and the buddy has no free frame.
+    fn pool_take<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Option<(Node, u64)>, Died> {
+        if let Some(next) = self.pool_next() {
+            return Ok(Some(next));
+        }
+        if !self.refill(held, slots, run)? {
+            return Ok(None);
+        }
+        Ok(Some(self.pool_next().expect("a refilled pool")))
+    }
+
+    /// R1-R3 (module docs): a frame leased from the buddy, its slots cleared, and adopted
+    /// (ADOPT): its 7 nodes pooled, the frame the tree's. Whether the buddy had a frame.
+    fn refill<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let me = held.holder();
+        // R1 (the lock order: this tree's, then the buddy's).
+        let Some(frame) = self.buddy.alloc(Order(0), me, slots, run)? else {
+            return Ok(false);
+        };
+        // R2: the frame is ours (LEASED to us): no one else writes it, and no reader of
+        // this tree reaches it before a primitive links one of its nodes (release).
+        for k in 0..NODES_PER_FRAME {
+            for s in 0..FANOUT {
+                self.slot(Node::new(frame.0, k), s)
+                    .store(0, Ordering::Relaxed);
+            }
+        }
+        // R3.
+        let intent = Intent {
+            op: ADOPT,
+            args: [
+                u64::from(frame.0),
+                self.line(POOL).load(Ordering::Relaxed),
+                self.line(FRAMES).load(Ordering::Relaxed),
+                0,
+            ],
+        };
+        self.change(held, &intent, run)?;
+        if adopt_outside_intent(run.flaw()) {
+            let (word, nodes) = self.buddy.nodes_store(frame, self.base);
+            held.store(word, nodes, run)?;
+        }
+        Ok(true)
+    }
+
+    /// D2-D4 (module docs): frees the frame RELEASING names (a dead releaser's), then
+    /// every frame on the chain, one UNCHAIN and one buddy free each, then clears
+    /// RELEASING. How many frames it freed.
+    fn finish_release<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u32, Died> {
+        let me = held.holder();
+        let mut freed = 0;
+        loop {
+            let named = self.line(RELEASING).load(Ordering::Relaxed) & !RELEASE_ALL;
+            if named != 0 {
+                let frame = Frame(u32::try_from(named - 1).expect("RELEASING names a frame"));
+                freed += u32::from(self.buddy.free_nodes(frame, self.base, me, slots, run)?);
+                held.store(self.line(RELEASING), RELEASE_ALL, run)?;
+            }
+            let head = self.line(FRAMES).load(Ordering::Relaxed);
+            if head == 0 {
+                break;
+            }
+            let frame = u32::try_from(head - 1).expect("FRAMES names a frame");
+            assert!(
+                self.buddy.is_nodes_of(Frame(frame), self.base),
+                "chained frame {frame} is not the tree's"
+            );
+            let intent = Intent {
+                op: UNCHAIN,
+                args: [
+                    u64::from(frame),
+                    self.chain(frame).load(Ordering::Relaxed),
+                    0,
+                    0,
+                ],
+            };
+            self.change(held, &intent, run)?;
+            if unchain_unnamed(run.flaw()) {
+                freed +=
+                    u32::from(
+                        self.buddy
+                            .free_nodes(Frame(frame), self.base, me, slots, run)?,
+                    );
+            }
+        }
+        held.store(self.line(RELEASING), 0, run)?;
+        Ok(freed)
+    }
+
+    fn info(&self, node: Node) -> Info {
         let word = self.header(node, INFO).load(Ordering::Relaxed);
         Info::of(word).unwrap_or_else(|| panic!("node {node} in the tree has INFO {word:#x}"))
     }
 
     /// The node (not the pool's head word) that the pool would give next, and the head
     /// after it.
-    fn pool_next(&self) -> Option<(u32, u64)> {
+    fn pool_next(&self) -> Option<(Node, u64)> {
         let node = self.named(self.line(POOL).load(Ordering::Relaxed))?;
         assert_eq!(
             self.header(node, INFO).load(Ordering::Relaxed),
@@ -625,13 +873,13 @@ impl<'r> SharedIndex<'r> {
                     let mut info = self.info(parent);
                     let offset = self.info(node).offset;
                     info.count -= 1;
-                    (u64::from(parent) + 1, u64::from(offset) | info.word() << 16)
+                    (parent.0, u64::from(offset) | info.word() << 16)
                 }
                 None => (0, 0),
             };
             let intent = Intent {
                 op: PRUNE,
-                args: [u64::from(node), parent, c, pool],
+                args: [node.0, parent, c, pool],
             };
             self.change(held, &intent, run)?;
         }
@@ -646,8 +894,9 @@ impl<'r> SharedIndex<'r> {
         held: &Held<'_, '_>,
         page: Page,
         shift: u32,
+        slots: &SlotTable<'_>,
         run: &R,
-    ) -> Result<Result<u32, Placed>, Died> {
+    ) -> Result<Result<Node, Placed>, Died> {
         loop {
             let root = self.root();
             let covered = match root {
@@ -660,7 +909,7 @@ impl<'r> SharedIndex<'r> {
             if covered {
                 break;
             }
-            let Some((n, next)) = self.pool_next() else {
+            let Some((n, next)) = self.pool_take(held, slots, run)? else {
                 return Ok(Err(Placed::Full));
             };
             let new_shift = match root {
@@ -675,12 +924,7 @@ impl<'r> SharedIndex<'r> {
             };
             let intent = Intent {
                 op: GROW,
-                args: [
-                    u64::from(n),
-                    root.map_or(0, |r| u64::from(r) + 1),
-                    u64::from(new_shift),
-                    next,
-                ],
+                args: [n.0, root.map_or(0, |r| r.0), u64::from(new_shift), next],
             };
             self.change(held, &intent, run)?;
         }
@@ -699,7 +943,7 @@ impl<'r> SharedIndex<'r> {
             if slot != 0 {
                 return Ok(Err(Placed::Conflict));
             }
-            let Some((m, next)) = self.pool_next() else {
+            let Some((m, next)) = self.pool_take(held, slots, run)? else {
                 return Ok(Err(Placed::Full));
             };
             let mut parent = info;
@@ -707,7 +951,7 @@ impl<'r> SharedIndex<'r> {
             let c = u64::from(at) | u64::from(info.shift - 6) << 8 | parent.word() << 16;
             let intent = Intent {
                 op: EXTEND,
-                args: [u64::from(m), u64::from(node), c, next],
+                args: [m.0, node.0, c, next],
             };
             self.change(held, &intent, run)?;
             node = m;
@@ -720,6 +964,7 @@ impl<'r> SharedIndex<'r> {
         held: &Held<'_, '_>,
         page: Page,
         folio: Folio,
+        slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<Placed, Died> {
         assert!(folio.order <= ORDER_MAX, "order {} too large", folio.order);
@@ -733,15 +978,15 @@ impl<'r> SharedIndex<'r> {
             "page or frame too large"
         );
         held.store(self.line(WORKING), page + 1, run)?;
-        let (shift, slots) = placement(folio.order);
-        let placed = match self.reach(held, page, shift, run)? {
+        let (shift, width) = placement(folio.order);
+        let placed = match self.reach(held, page, shift, slots, run)? {
             Err(placed) => placed,
             Ok(node) => {
                 let offset = ((page >> shift) & 63) as u32;
                 let mut shadows = Vec::new();
                 let mut occupied = 0;
                 let mut conflict = false;
-                for s in offset..offset + slots {
+                for s in offset..offset + width {
                     let slot = self.slot(node, s).load(Ordering::Relaxed);
                     match slot & 3 {
                         _ if slot == 0 => {}
@@ -757,11 +1002,11 @@ impl<'r> SharedIndex<'r> {
                     Placed::Conflict
                 } else {
                     let mut info = self.info(node);
-                    info.count = info.count - occupied + slots;
+                    info.count = info.count - occupied + width;
                     let intent = Intent {
                         op: STORE,
                         args: [
-                            u64::from(node),
+                            node.0,
                             u64::from(offset) | u64::from(folio.order) << 8 | info.word() << 16,
                             folio.frame,
                             0,
@@ -796,7 +1041,7 @@ impl<'r> SharedIndex<'r> {
         let mut placed = Vec::with_capacity(folios.len());
         let mut at = page;
         for folio in folios {
-            placed.push(self.insert_one(&held, at, *folio, run)?);
+            placed.push(self.insert_one(&held, at, *folio, slots, run)?);
             at += 1 << folio.order;
         }
         held.unlock(run)?;
@@ -855,7 +1100,7 @@ impl<'r> SharedIndex<'r> {
         let intent = Intent {
             op: REMOVE,
             args: [
-                u64::from(node),
+                node.0,
                 u64::from(offset) | u64::from(order) << 8 | info.word() << 16,
                 word,
                 0,
@@ -881,6 +1126,67 @@ impl<'r> SharedIndex<'r> {
         held.unlock(run)
     }
 
+    /// Drops the whole tree (D1-D4, module docs): its entries forgotten and every node
+    /// frame given back to the buddy, each under the buddy's lock with the frame named in
+    /// RELEASING first, so that a death leaks none (whoever takes the tree's lock next
+    /// finishes the release). The tree is then empty and may be used again. How many frames
+    /// this call freed.
+    ///
+    /// Context: as `insert_run`, and the caller's contract: the tree's file record is
+    /// dropped, so no process opens it and no reader walks it (a reader could otherwise
+    /// walk into a frame another tree or a data page now holds), and no folio is left in
+    /// it that another structure (the eviction queue) still names as in this tree.
+    pub(crate) fn release<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u32, Died> {
+        let held = self.take(me, slots, run)?;
+        let intent = Intent {
+            op: RESET,
+            args: [0; 4],
+        };
+        self.change(&held, &intent, run)?;
+        let freed = self.finish_release(&held, slots, run)?;
+        held.unlock(run)?;
+        Ok(freed)
+    }
+
+    /// One refill (R1-R3) in one hold of the lock, for its cost's measure: whether the
+    /// buddy had a frame.
+    ///
+    /// Context: as `insert_run` (tests).
+    #[cfg(test)]
+    pub(crate) fn refill_once<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let held = self.take(me, slots, run)?;
+        let refilled = self.refill(&held, slots, run)?;
+        held.unlock(run)?;
+        Ok(refilled)
+    }
+
+    /// The tree's node frames, by the chain (tests, diagnostics).
+    ///
+    /// Context: a quiet tree.
+    pub(crate) fn node_frames(&self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        let mut at = self.line(FRAMES).load(Ordering::Acquire);
+        while at != 0 && frames.len() <= self.buddy.frames() as usize {
+            let frame = (at - 1) as u32;
+            frames.push(Frame(frame));
+            if frame >= self.buddy.frames() {
+                break;
+            }
+            at = self.chain(frame).load(Ordering::Relaxed);
+        }
+        frames
+    }
+
     // ---------------------------------------------------------------- checks
 
     /// Every entry of the tree, by page (a folio at its head page; a shadow at its page).
@@ -894,7 +1200,7 @@ impl<'r> SharedIndex<'r> {
         out
     }
 
-    fn collect(&self, node: u32, first: Page, out: &mut Vec<(Page, Entry)>) {
+    fn collect(&self, node: Node, first: Page, out: &mut Vec<(Page, Entry)>) {
         let shift = self.info(node).shift;
         for s in 0..FANOUT {
             let slot = self.slot(node, s).load(Ordering::Acquire);
@@ -931,7 +1237,27 @@ impl<'r> SharedIndex<'r> {
         if self.line(WORKING).load(Ordering::Acquire) != 0 {
             return Err("a change is under way".into());
         }
-        let mut seen = vec![false; self.nodes as usize];
+        if self.line(RELEASING).load(Ordering::Acquire) != 0 {
+            return Err("a release is under way".into());
+        }
+        let chained = self.node_frames();
+        let mut frames = std::collections::BTreeSet::new();
+        for frame in &chained {
+            if !self.buddy.is_nodes_of(*frame, self.base) {
+                return Err(format!("chained frame {} is not the tree's", frame.0));
+            }
+            if !frames.insert(frame.0) {
+                return Err(format!("frame {} is chained twice", frame.0));
+            }
+        }
+        let owned: std::collections::BTreeSet<u32> =
+            self.buddy.nodes_of(self.base).iter().map(|f| f.0).collect();
+        if owned != frames {
+            return Err(format!(
+                "the buddy gives the tree frames {owned:?}, its chain {frames:?}"
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
         let mut in_tree = 0;
         let root = self.line(ROOT).load(Ordering::Acquire);
         if root != 0 {
@@ -946,15 +1272,16 @@ impl<'r> SharedIndex<'r> {
             if info.offset != 0 || info.shift != shift {
                 return Err(format!("root {root} has {info:?}, ROOT says shift {shift}"));
             }
-            in_tree = self.check_node(root, info.shift, &mut seen)?;
+            in_tree = self.check_node(root, info.shift, &frames, &mut seen)?;
         }
         let mut pooled = 0;
         let mut at = self.line(POOL).load(Ordering::Acquire);
         while at != 0 {
             let node = self
                 .named(at)
+                .filter(|n| frames.contains(&n.frame()))
                 .ok_or_else(|| format!("the pool names {at}"))?;
-            if std::mem::replace(&mut seen[node as usize], true) {
+            if !seen.insert(node) {
                 return Err(format!(
                     "node {node} is pooled and in the tree, or pooled twice"
                 ));
@@ -970,17 +1297,26 @@ impl<'r> SharedIndex<'r> {
             pooled += 1;
             at = self.header(node, NEXT).load(Ordering::Relaxed);
         }
-        if in_tree + pooled != self.nodes {
+        let nodes = NODES_PER_FRAME * frames.len() as u32;
+        if in_tree + pooled != nodes {
             return Err(format!(
-                "{in_tree} nodes in the tree and {pooled} pooled of {}: leaked",
-                self.nodes
+                "{in_tree} nodes in the tree and {pooled} pooled of {nodes}: leaked"
             ));
         }
         Ok(in_tree)
     }
 
-    fn check_node(&self, node: u32, shift: u32, seen: &mut [bool]) -> Result<u32, String> {
-        if std::mem::replace(&mut seen[node as usize], true) {
+    fn check_node(
+        &self,
+        node: Node,
+        shift: u32,
+        frames: &std::collections::BTreeSet<u32>,
+        seen: &mut std::collections::HashSet<Node>,
+    ) -> Result<u32, String> {
+        if !frames.contains(&node.frame()) {
+            return Err(format!("node {node:?} lies in a frame not the tree's"));
+        }
+        if !seen.insert(node) {
             return Err(format!("node {node} is in the tree twice"));
         }
         let info = Info::of(self.header(node, INFO).load(Ordering::Relaxed))
@@ -1005,14 +1341,14 @@ impl<'r> SharedIndex<'r> {
                     if shift == 0 || self.linked(slot).map(|l| l.1) != Some(shift - 6) {
                         return Err(format!("node {node} (shift {shift}) links {slot:#x}"));
                     }
-                    if self.header(child, PARENT).load(Ordering::Relaxed) != u64::from(node) + 1 {
+                    if self.header(child, PARENT).load(Ordering::Relaxed) != node.0 {
                         return Err(format!("node {child}'s parent is not {node}"));
                     }
                     let child_info = Info::of(self.header(child, INFO).load(Ordering::Relaxed));
                     if child_info.map(|i| i.offset) != Some(s) {
                         return Err(format!("node {child} is at {s}, its INFO says otherwise"));
                     }
-                    nodes += self.check_node(child, shift - 6, seen)?;
+                    nodes += self.check_node(child, shift - 6, frames, seen)?;
                 }
                 TAG_FOLIO => {
                     let (frame, order) = (slot >> 6, ((slot >> 2) & 0xf) as u8);
@@ -1065,6 +1401,24 @@ fn link_before_fill(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::LinkBeforeFill => true,
+        _ => false,
+    }
+}
+
+/// Whether `flaw` makes ADOPT's adoption store after its intent is cleared.
+fn adopt_outside_intent(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::AdoptOutsideIntent => true,
+        _ => false,
+    }
+}
+
+/// Whether `flaw` unchains a frame without naming it in RELEASING (freed right after).
+fn unchain_unnamed(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::UnchainUnnamed => true,
         _ => false,
     }
 }

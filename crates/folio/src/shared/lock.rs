@@ -113,7 +113,7 @@ pub(crate) struct Intent {
 }
 
 /// A lock line at `base` of a region.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct HolderLock<'r> {
     region: &'r [AtomicU64],
     base: Word,

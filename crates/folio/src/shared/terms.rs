@@ -131,6 +131,16 @@ pub(crate) enum Flaw {
     /// leaves a queued frame its dead lessee's, which the sweep frees.
     #[cfg(test)]
     HandOverOutsideIntent,
+    /// The shared index's ADOPT links a frame's nodes into the tree's pool under its
+    /// intent but makes the adoption (the frame's buddy state NODES) as a store after it
+    /// (index.rs): a death between leaves pooled nodes in a frame its dead lessee holds,
+    /// which the buddy's sweep frees.
+    #[cfg(test)]
+    AdoptOutsideIntent,
+    /// The shared index's release takes a node frame off the tree's chain without naming
+    /// it in RELEASING (index.rs): a death before its free leaves a frame nobody frees.
+    #[cfg(test)]
+    UnchainUnnamed,
     /// Reclaim unfreezes and frees its victim before it takes it out of its index
     /// (queue.rs, E5-E6 before E4): the index names a free frame meanwhile.
     #[cfg(test)]

@@ -43,6 +43,7 @@ fn free_census(frames: u32) -> Census {
         free_frames: frames,
         leased: Vec::new(),
         cached: Vec::new(),
+        nodes: Vec::new(),
     }
 }
 
@@ -289,6 +290,7 @@ fn in_one_process(flaw: Flaw) -> Result<(), String> {
                 free_frames: SCRIPT_FRAMES - 8,
                 leased: vec![(kept, Order(3), q)],
                 cached: Vec::new(),
+                nodes: Vec::new(),
             };
             if census != want {
                 return Err(format!("step {at}: {census:?}"));

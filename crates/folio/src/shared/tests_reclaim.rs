@@ -18,7 +18,9 @@ use std::collections::BTreeMap;
 
 const SLOTS: u16 = 16;
 const FILES: usize = 2;
-const NODES: u32 = 8;
+/// The frames of the indexes' nodes: an allocator of their own, so that the tests' data
+/// frames are the queue's alone.
+const NODE_FRAMES: u32 = 8;
 /// The allocator's words start after the slot table (and its park words), on a line.
 const BUDDY: Word = Word(SlotTable::words(SLOTS).next_multiple_of(8));
 
@@ -28,11 +30,19 @@ fn queue_at(frames: u32) -> Word {
 
 fn index_at(frames: u32, file: usize) -> Word {
     let first = (queue_at(frames).0 + SharedQueue::words(frames)).next_multiple_of(8);
-    Word(first + file as u32 * SharedIndex::words(NODES).next_multiple_of(8))
+    Word(first + file as u32 * SharedIndex::words().next_multiple_of(8))
+}
+
+fn node_buddy_at(frames: u32) -> Word {
+    index_at(frames, FILES)
+}
+
+fn node_data_at(frames: u32) -> Word {
+    Word((node_buddy_at(frames).0 + SharedBuddy::words(NODE_FRAMES)).next_multiple_of(8))
 }
 
 fn region_for(frames: u32) -> Vec<AtomicU64> {
-    (0..index_at(frames, FILES).0)
+    (0..node_data_at(frames).0 + 512 * NODE_FRAMES)
         .map(|_| AtomicU64::new(0))
         .collect()
 }
@@ -45,13 +55,27 @@ fn parts(
     let slots = SlotTable::new(region, Word(0), SLOTS);
     let buddy = SharedBuddy::new(region, BUDDY, frames);
     let indexes = (0..FILES)
-        .map(|file| SharedIndex::new(region, index_at(frames, file), NODES))
+        .map(|file| {
+            SharedIndex::new(
+                region,
+                index_at(frames, file),
+                &SharedBuddy::new(region, node_buddy_at(frames), NODE_FRAMES),
+                node_data_at(frames),
+            )
+        })
         .collect();
     (slots, buddy, indexes)
 }
 
-fn format(buddy: &SharedBuddy<'_>, queue: &SharedQueue<'_, '_>, indexes: &[SharedIndex<'_>]) {
+fn format(
+    region: &[AtomicU64],
+    frames: u32,
+    buddy: &SharedBuddy<'_>,
+    queue: &SharedQueue<'_, '_>,
+    indexes: &[SharedIndex<'_>],
+) {
     buddy.format();
+    SharedBuddy::new(region, node_buddy_at(frames), NODE_FRAMES).format();
     queue.format();
     for index in indexes {
         index.format();
@@ -116,7 +140,7 @@ fn a_pinned_frame_is_skipped_and_a_frozen_one_refuses_a_pin() {
     let region = region_for(frames);
     let (slots, buddy, indexes) = parts(&region, frames);
     let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
-    format(&buddy, &queue, &indexes);
+    format(&region, frames, &buddy, &queue, &indexes);
     let me = slots.attach(Flaw::None).unwrap();
     let reader = slots.attach(Flaw::None).unwrap();
     let run = &Unkillable;
@@ -217,7 +241,7 @@ fn add_touch_remove_reclaim_follow_the_model() {
         let region = region_for(frames);
         let (slots, buddy, indexes) = parts(&region, frames);
         let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
-        format(&buddy, &queue, &indexes);
+        format(&region, frames, &buddy, &queue, &indexes);
         let me = slots.attach(Flaw::None).unwrap();
         let reader = slots.attach(Flaw::None).unwrap();
         let run = &Unkillable;
@@ -421,7 +445,7 @@ fn in_one_process(flaw: Flaw) -> Result<(u32, u32), String> {
             let region = region_for(SCRIPT_FRAMES);
             let (slots, buddy, indexes) = parts(&region, SCRIPT_FRAMES);
             let queue = SharedQueue::new(&region, queue_at(SCRIPT_FRAMES), &buddy);
-            format(&buddy, &queue, &indexes);
+            format(&region, SCRIPT_FRAMES, &buddy, &queue, &indexes);
             let steward = slots.attach(Flaw::None).unwrap();
             let q = slots.attach(Flaw::None).unwrap();
             let run = &Unkillable;
@@ -565,7 +589,7 @@ fn costs_beside_todays_queue() {
     let region = region_for(frames);
     let (slots, buddy, indexes) = parts(&region, frames);
     let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
-    format(&buddy, &queue, &indexes);
+    format(&region, frames, &buddy, &queue, &indexes);
     let me = slots.attach(Flaw::None).unwrap();
     let run = &Unkillable;
     let per = |started: Instant, n: u32| started.elapsed().as_nanos() as f64 / f64::from(n);
