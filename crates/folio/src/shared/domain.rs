@@ -14,7 +14,18 @@
 //!                             them
 //!   then (8-aligned)          the file table (files.rs): `FILE_RECORDS` mapping records
 //!                             of step 6, not used by a cache yet
+//!   then (8-aligned)          the eviction queue (queue.rs) over the buddy's frames
+//!   then (8-aligned each)     one index (index.rs) per file record, record r's the r-th
+//!                             (`Geometry::index`: the one place that says where an
+//!                             index lies), each with a pool of `index_nodes` nodes
+//!   then (page-aligned)       the frames' data: frame f's 4 KiB at `FRAME_BYTES * f`
+//!                             from the area's start (`Domain::frame_data`), the memory
+//!                             the buddy's frames name
 //! ```
+//!
+//! The header's second line holds `index_nodes` (word 8). The words before the data area
+//! are the region's `AtomicU64`s (`Domain::region`); the data area is bytes, read and
+//! written only through `frame_data` (read.rs says who may touch a frame's bytes when).
 //!
 //! Files, in the domain's directory (a private home, checked by `segment::home`'s
 //! `SegmentDir`): `<name>.domain` (the region), `<name>.steward` (the election's `flock`:
@@ -33,9 +44,13 @@
 //! makes a view).
 //!
 //! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
-//! steward's (a later config's is ignored); the region is 40 bytes per frame (the
-//! stack's 2 words, the allocator's 3), the file table's `FILE_RECORDS` records (16 words
-//! each for up to 32 slots, 8 more per 32 slots more) and a few pages, never resized.
+//! steward's (a later config's is ignored); the region is **4,184 bytes per frame** (its
+//! 4 KiB of data, and 88 bytes of words: the stack's 2, the allocator's 3, the queue's 6),
+//! plus the file table's `FILE_RECORDS` records (16 words each for up to 32 slots, 8 more
+//! per 32 slots more), `FILE_RECORDS` indexes of `16 + 72 * index_nodes` words each (a
+//! fixed pool per file: an interim limit, until index nodes are carved from the buddy's
+//! frames; 16 nodes: 9,344 bytes a file, 2.3 MiB for the table) and a few pages, never
+//! resized.
 
 use std::ffi::OsString;
 use std::fs::File as StdFile;
@@ -44,9 +59,11 @@ use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::buddy::SharedBuddy;
 use super::files::FileTable;
+use super::index::SharedIndex;
+use super::queue::SharedQueue;
 use super::record::Records;
 use super::slot::SlotTable;
-use super::stack::FrameStack;
+use super::stack::{Frame, FrameStack};
 use super::{ProcessId, Word};
 use crate::primitive::{AtomicU64, Ordering};
 use crate::segment::SegmentDir;
@@ -54,8 +71,9 @@ use crate::segment::SegmentDir;
 /// "folio-dm" in ASCII: the header's first word once the region is formatted.
 const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// 3: the slot table holds a park word per slot (issue 45 step 3), the region the buddy
-/// allocator (step 4) and the file table (step 6).
-const VERSION: u64 = 3;
+/// allocator (step 4) and the file table (step 6); 4: the read side (the eviction queue,
+/// an index per file record, the frames' data) and a second header line.
+const VERSION: u64 = 4;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
@@ -63,6 +81,10 @@ pub(crate) const SLOTS_MAX: u16 = 1024;
 pub(crate) const FRAMES_MAX: u32 = 1 << 20;
 /// The file table's records (files.rs): the most files a domain names at once.
 pub(crate) const FILE_RECORDS: u32 = 256;
+/// The bytes of a frame's data (an order-0 frame: a page).
+pub(crate) const FRAME_BYTES: usize = 4096;
+/// The most nodes an index's pool has.
+pub(crate) const INDEX_NODES_MAX: u32 = 1 << 16;
 
 // The header's words.
 const H_MAGIC: usize = 0;
@@ -73,15 +95,18 @@ const H_STEWARD_PID: usize = 4;
 const H_STEWARD_START: usize = 5;
 const H_STOP_AT: usize = 6;
 const H_ELECTIONS: usize = 7;
+const H_INDEX_NODES: usize = 8;
 
 const LINE: u32 = 8;
-const HEADER_WORDS: u32 = LINE;
+const HEADER_WORDS: u32 = 2 * LINE;
 
-/// A domain's size: its slots and its frames.
+/// A domain's size: its slots, its frames, and the nodes of each file's index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Geometry {
     pub(crate) slots: u16,
     pub(crate) frames: u32,
+    /// The nodes of each file record's index pool (module docs, Limits).
+    pub(crate) index_nodes: u32,
 }
 
 impl Geometry {
@@ -105,20 +130,43 @@ impl Geometry {
         Word(self.buddy().0 + round_up(SharedBuddy::words(self.frames)))
     }
 
-    fn words(self) -> u32 {
-        self.files().0 + round_up(FileTable::words(FILE_RECORDS, self.slots))
+    fn queue(self) -> Word {
+        Word(self.files().0 + round_up(FileTable::words(FILE_RECORDS, self.slots)))
     }
 
-    fn bytes(self) -> usize {
+    /// Where record `record`'s index lies: the one function that places an index (module
+    /// docs: an interim, fixed pool per record).
+    fn index(self, record: u32) -> Word {
+        assert!(record < FILE_RECORDS, "no file record {record}");
+        let first = self.queue().0 + round_up(SharedQueue::words(self.frames));
+        Word(first + record * round_up(SharedIndex::words(self.index_nodes)))
+    }
+
+    /// The words before the data area.
+    fn words(self) -> u32 {
+        self.index(0).0 + FILE_RECORDS * round_up(SharedIndex::words(self.index_nodes))
+    }
+
+    /// The data area's offset in bytes (page-aligned).
+    fn data_at(self) -> usize {
         (self.words() as usize * 8).next_multiple_of(page_bytes())
     }
 
+    fn bytes(self) -> usize {
+        self.data_at() + self.frames as usize * FRAME_BYTES
+    }
+
     fn check(self) -> io::Result<Geometry> {
-        if self.slots < 2 || self.slots > SLOTS_MAX || self.frames > FRAMES_MAX {
+        if self.slots < 2
+            || self.slots > SLOTS_MAX
+            || self.frames > FRAMES_MAX
+            || self.index_nodes == 0
+            || self.index_nodes > INDEX_NODES_MAX
+        {
             return Err(invalid(format!(
-                "folio: a domain of {} slots and {} frames (2..={SLOTS_MAX} slots, up to \
-                 {FRAMES_MAX} frames)",
-                self.slots, self.frames
+                "folio: a domain of {} slots, {} frames and {} index nodes a file (2..=\
+                 {SLOTS_MAX} slots, up to {FRAMES_MAX} frames, 1..={INDEX_NODES_MAX} nodes)",
+                self.slots, self.frames, self.index_nodes
             )));
         }
         Ok(self)
@@ -166,6 +214,11 @@ impl DomainFiles {
 pub(crate) struct Domain {
     base: *mut libc::c_void,
     bytes: usize,
+    /// The words `region` covers: the header until the geometry is known, then every word
+    /// before the data area.
+    words: usize,
+    /// The data area's offset in bytes (`Geometry::data_at`, kept: a hit asks for it).
+    data_at: usize,
     geometry: Geometry,
 }
 
@@ -205,9 +258,12 @@ impl Domain {
                 return Ok((domain, Made::Found));
             }
         }
+        file.set_len(0)?;
         file.set_len(geometry.bytes() as u64)?;
         let mut domain = Domain::map(&file, geometry.bytes())?;
         domain.geometry = geometry;
+        domain.words = geometry.words() as usize;
+        domain.data_at = geometry.data_at();
         let region = domain.region();
         for word in region {
             word.store(0, Ordering::Relaxed);
@@ -215,8 +271,14 @@ impl Domain {
         region[H_VERSION].store(VERSION, Ordering::Relaxed);
         region[H_SLOTS].store(u64::from(geometry.slots), Ordering::Relaxed);
         region[H_FRAMES].store(u64::from(geometry.frames), Ordering::Relaxed);
+        region[H_INDEX_NODES].store(u64::from(geometry.index_nodes), Ordering::Relaxed);
         domain.stack().format();
-        domain.buddy().format();
+        let buddy = domain.buddy();
+        buddy.format();
+        domain.queue(&buddy).format();
+        for index in domain.indexes() {
+            index.format();
+        }
         region[H_MAGIC].store(MAGIC, Ordering::Release);
         Ok((domain, Made::Formatted))
     }
@@ -259,9 +321,12 @@ impl Domain {
         Ok(Domain {
             base,
             bytes,
+            words: HEADER_WORDS as usize,
+            data_at: 0,
             geometry: Geometry {
                 slots: 0,
                 frames: 0,
+                index_nodes: 0,
             },
         })
     }
@@ -272,6 +337,7 @@ impl Domain {
         let version = region[H_VERSION].load(Ordering::Relaxed);
         let slots = region[H_SLOTS].load(Ordering::Relaxed);
         let frames = region[H_FRAMES].load(Ordering::Relaxed);
+        let index_nodes = region[H_INDEX_NODES].load(Ordering::Relaxed);
         if version != VERSION {
             return Err(invalid(format!(
                 "folio: a domain region of version {version}"
@@ -280,22 +346,40 @@ impl Domain {
         let geometry = Geometry {
             slots: u16::try_from(slots).unwrap_or(u16::MAX),
             frames: u32::try_from(frames).unwrap_or(u32::MAX),
+            index_nodes: u32::try_from(index_nodes).unwrap_or(u32::MAX),
         }
         .check()?;
-        if geometry.bytes() > size {
+        if geometry.bytes() > size || size > self.bytes {
             return Err(invalid(format!(
-                "folio: a domain of {slots} slots and {frames} frames in {size} bytes"
+                "folio: a domain of {slots} slots, {frames} frames and {index_nodes} index \
+                 nodes in {size} bytes"
             )));
         }
         self.geometry = geometry;
+        self.words = geometry.words() as usize;
+        self.data_at = geometry.data_at();
         Ok(self)
     }
 
-    /// The region's words.
+    /// The region's words (every word before the data area).
     pub(crate) fn region(&self) -> &[AtomicU64] {
-        // SAFETY: the mapping is `bytes` long, page-aligned, lives as long as `self`, and
-        // is only accessed atomically (any 8 bytes are a valid AtomicU64).
-        unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.bytes / 8) }
+        debug_assert!(self.words * 8 <= self.bytes);
+        // SAFETY: the mapping is `bytes` long (at least `words` words: `checked`, `create`),
+        // page-aligned, lives as long as `self`, and its words are only accessed atomically
+        // (any 8 bytes are a valid AtomicU64); the data area after them is not covered.
+        unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.words) }
+    }
+
+    /// The first byte of frame `frame`'s data (`FRAME_BYTES`, page-aligned), in this
+    /// process's mapping. Who may read or write those bytes, and when: read.rs.
+    #[inline]
+    pub(crate) fn frame_data(&self, frame: Frame) -> *mut u8 {
+        assert!(frame.0 < self.geometry.frames, "no frame {}", frame.0);
+        let at = self.data_at + frame.0 as usize * FRAME_BYTES;
+        debug_assert!(at + FRAME_BYTES <= self.bytes);
+        // SAFETY: `at + FRAME_BYTES` lies inside the mapping (`bytes()` covers every frame,
+        // checked against the file's size when mapped).
+        unsafe { self.base.cast::<u8>().add(at) }
     }
 
     pub(crate) fn geometry(&self) -> Geometry {
@@ -319,6 +403,24 @@ impl Domain {
     /// The buddy allocator's view.
     pub(crate) fn buddy(&self) -> SharedBuddy<'_> {
         SharedBuddy::new(self.region(), self.geometry.buddy(), self.geometry.frames)
+    }
+
+    /// The eviction queue's view, over `buddy` (this domain's: `buddy()`).
+    pub(crate) fn queue<'b>(&'b self, buddy: &'b SharedBuddy<'b>) -> SharedQueue<'b, 'b> {
+        SharedQueue::new(self.region(), self.geometry.queue(), buddy)
+    }
+
+    /// Every file record's index, record r's the r-th (a `queue::Indexes`: `FileNo(r)`).
+    pub(crate) fn indexes(&self) -> Vec<SharedIndex<'_>> {
+        (0..FILE_RECORDS)
+            .map(|r| {
+                SharedIndex::new(
+                    self.region(),
+                    self.geometry.index(r),
+                    self.geometry.index_nodes,
+                )
+            })
+            .collect()
     }
 
     /// The file table's view.

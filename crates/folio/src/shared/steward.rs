@@ -1,8 +1,9 @@
 //! The domain's steward (issue 45 step 2, docs/sharing.md "The steward"): the one process
 //! that answers attaches, watches every attached process through its pidfd, and, when one
 //! dies, marks its slot dead, sweeps what it held (`FrameStack::sweep`, then
-//! `SharedBuddy::sweep`, `FileTable::sweep`, dropping its opens: each takes its lock
-//! over if the dead process held it) and frees the slot.
+//! `SharedQueue::sweep`: the eviction queue's lock, the file indexes' locks it held, its
+//! pins, then `SharedBuddy::sweep` of its leases; then `FileTable::sweep`, dropping its
+//! opens: each takes its lock over if the dead process held it) and frees the slot.
 //!
 //! Life:
 //! 1. **Started** by an attach that finds no steward (attach.rs: `spawn`): `fork`, and
@@ -52,7 +53,8 @@
 //! line). A process whose attach answer arrived after it gave up (a steward stopped for a
 //! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
 //! no privilege drop yet (the keeper's `drop_privileges` is its own). The steward does not
-//! write back or give memory back yet: the region holds no cache pages (step 4 on).
+//! write back or give memory back yet (the region's cached pages are reclaimed by the
+//! members' misses: read.rs).
 
 use std::cell::RefCell;
 use std::io;
@@ -319,7 +321,14 @@ impl<'d> Steward<'d> {
         self.lever();
         let swept = self.domain.stack().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
-        let swept = self.domain.buddy().sweep(dead, self.me, &slots, self);
+        // The queue's sweep in its order (queue.rs): the queue's lock, the indexes' locks
+        // the dead one held, its pins, then the allocator's sweep of its leases.
+        let buddy = self.domain.buddy();
+        let indexes = self.domain.indexes();
+        let swept =
+            self.domain
+                .queue(&buddy)
+                .sweep(dead, self.me, indexes.as_slice(), &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         let swept = self.domain.files().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");

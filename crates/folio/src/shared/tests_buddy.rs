@@ -620,6 +620,7 @@ fn the_domains_steward_sweeps_a_dead_members_blocks() {
         geometry: Geometry {
             slots: 4,
             frames: 256,
+            index_nodes: 1,
         },
         linger: Duration::from_millis(100),
     };

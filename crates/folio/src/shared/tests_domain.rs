@@ -207,6 +207,7 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
         geometry: Geometry {
             slots: SLOTS,
             frames: FRAMES,
+            index_nodes: 1,
         },
         linger: Duration::from_millis(100),
     };

@@ -484,6 +484,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
         geometry: Geometry {
             slots: 8,
             frames: 16,
+            index_nodes: 1,
         },
         linger: std::time::Duration::from_millis(100),
     };
