@@ -1,5 +1,5 @@
 //! The shared read path (read.rs) across real processes and real files: one process
-//! through a domain of few frames (reclaim runs constantly).
+//! through a domain of few frames (reclaim runs constantly), and two processes (the second hits every page the first cached).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,10 +8,11 @@ use super::attach::{DomainConfig, Member};
 use super::domain::{Domain, Geometry, FRAME_BYTES};
 use super::index::Entry;
 use super::queue::FileNo;
-use super::read::SharedReader;
+use super::read::{ReadCounters, SharedReader};
 use super::terms::Unkillable;
-use super::tests::Rng;
+use super::tests::{exited_ok, fork, Rng, SharedRegion};
 use super::{Holder, Run};
+use crate::primitive::Ordering;
 
 /// The bytes of test file `file` of `len` bytes: every 8-byte word names its file, its
 /// page and its place in the page, so that a byte read from the wrong file, page or
@@ -167,4 +168,87 @@ fn one_process_reads_real_files_through_a_small_domain() {
     // The reader returned its magazine: every frame is queued or free.
     reclaim_everything(member.domain(), me);
     member.detach();
+}
+
+/// The counters a child reports in the test's shared words (7 words).
+fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
+    let values = [
+        counters.hits,
+        counters.misses,
+        counters.preads,
+        counters.conflicts,
+        counters.reclaims,
+        counters.reclaimed,
+        counters.uncached,
+    ];
+    for (word, value) in words.iter().zip(values) {
+        word.store(value, Ordering::Release);
+    }
+}
+
+fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
+    let v: Vec<u64> = words.iter().map(|w| w.load(Ordering::Acquire)).collect();
+    ReadCounters {
+        hits: v[0],
+        misses: v[1],
+        preads: v[2],
+        conflicts: v[3],
+        reclaims: v[4],
+        reclaimed: v[5],
+        uncached: v[6],
+    }
+}
+
+/// A forked member reads a file whole, then exits; then another forked member reads it
+/// whole and must hit every page: 0 misses, 0 `pread`s, every byte right.
+#[test]
+fn a_second_process_hits_every_page_the_first_cached() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let len: u64 = 40 * 4096 + 100;
+    let pages = len.div_ceil(4096);
+    let path = write_file(data.path(), 0, len);
+    let config = config(home.path(), "read-two", 8, 64);
+    // The test stays attached: one steward throughout.
+    let parent = Member::attach(&config).unwrap();
+    let words = SharedRegion::new(16);
+    for (i, child) in [&words.words()[..8], &words.words()[8..]]
+        .into_iter()
+        .enumerate()
+    {
+        let (config, path) = (&config, &path);
+        let pid = fork(move || {
+            let member = Member::attach(config).expect("attach");
+            {
+                let reader = SharedReader::new(&member, &member, 4);
+                let file = reader.open(path).unwrap();
+                let expected = stamped(0, len);
+                let wrong = read_and_compare(&reader, &file, &expected, 0, len as usize);
+                assert_eq!(wrong, 0, "wrong bytes");
+                report(&child[..7], reader.counters());
+                child[7].store(1, Ordering::Release);
+                reader.close(file).unwrap();
+            }
+            member.detach();
+        });
+        exited_ok(pid, &format!("member {i}"));
+    }
+    let (first, second) = (
+        reported(&words.words()[..7]),
+        reported(&words.words()[8..15]),
+    );
+    eprintln!("first: {first:?}\nsecond: {second:?}");
+    assert_eq!(
+        (first.misses, first.preads, first.reclaims),
+        (pages, pages, 0),
+        "{first:?}"
+    );
+    assert_eq!(
+        (second.hits, second.misses, second.preads),
+        (pages, 0, 0),
+        "{second:?}"
+    );
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
 }
