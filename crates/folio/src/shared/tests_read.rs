@@ -1,17 +1,22 @@
 //! The shared read path (read.rs) across real processes and real files: one process
-//! through a domain of few frames (reclaim runs constantly), and two processes (the second hits every page the first cached).
+//! through a domain of few frames (reclaim runs constantly), two processes (the second
+//! hits every page the first cached), and members killed at lever-chosen steps while they
+//! read overlapping files.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::attach::{DomainConfig, Member};
 use super::domain::{Domain, Geometry, FRAME_BYTES};
+use super::futex::Parked;
 use super::index::Entry;
 use super::queue::FileNo;
 use super::read::{ReadCounters, SharedReader};
 use super::terms::Unkillable;
 use super::tests::{exited_ok, fork, Rng, SharedRegion};
-use super::{Holder, Run};
+use super::tests_files::{swept, Children};
+use super::{Died, Holder, Run, Step};
 use crate::primitive::Ordering;
 
 /// The bytes of test file `file` of `len` bytes: every 8-byte word names its file, its
@@ -250,5 +255,189 @@ fn a_second_process_hits_every_page_the_first_cached() {
     );
     check_all(parent.domain());
     reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
+
+/// A member's `Run` in the kill test: stops its process (`SIGSTOP`) at its `die_at`-th
+/// step, for the test to kill there; waits as a member does.
+struct Lever<'m> {
+    member: &'m Member,
+    die_at: Option<u64>,
+    count: Cell<u64>,
+}
+
+impl Run for Lever<'_> {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        let n = self.count.get();
+        self.count.set(n + 1);
+        if Some(n) == self.die_at {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+            unreachable!("a stopped member is killed, never continued");
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
+    }
+}
+
+const KILL_FILES: u64 = 3;
+const KILL_CHILDREN: usize = 5;
+const KILL_ROUNDS: u32 = 12;
+const KILL_READS: u32 = 40;
+/// Words per child in the report: its holder, its wrong bytes, done, 7 counters.
+const REPORT_WORDS: usize = 10;
+
+fn kill_len(file: u64) -> u64 {
+    [30 * 4096, 25 * 4096 + 200, 40 * 4096 - 8][file as usize]
+}
+
+/// Across real processes, swept by the domain's own steward: `KILL_ROUNDS` rounds of
+/// `KILL_CHILDREN` forked members, each reading three overlapping files at random offsets
+/// and lengths (every byte checked) through a domain of 40 frames for 96 pages (reclaim
+/// runs); about half stop themselves at a step the seeded generator chose (`SIGSTOP` in
+/// their `Run`: inside a lock hold, a hand-over, an insertion, a reclaim, or holding a pin
+/// for a copy) and the test `SIGKILL`s them there: no sleep decides what is covered. Each
+/// round's members are new processes (in the dead ones' slots, new generations). After each
+/// round every structure checks; at the end a reclaim of everything frees every frame.
+/// `FOLIO_SEED=<n>` replays a run.
+#[test]
+fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
+    let seed = std::env::var("FOLIO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("shared read kill test: FOLIO_SEED={seed}");
+    let mut rng = Rng(seed);
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..KILL_FILES)
+        .map(|f| write_file(data.path(), f, kill_len(f)))
+        .collect();
+    let config = config(home.path(), "read-kill", 12, 40);
+    let parent = Member::attach(&config).unwrap();
+    let domain = parent.domain();
+    let slots = domain.slots();
+    let report_words = SharedRegion::new(REPORT_WORDS * KILL_CHILDREN);
+    let mut forked = Children(Vec::new());
+    let (mut killed, mut finished) = (0u32, 0u32);
+    let mut totals = ReadCounters::default();
+    for round in 0..KILL_ROUNDS {
+        let mut children = Vec::new();
+        for i in 0..KILL_CHILDREN {
+            let words = &report_words.words()[REPORT_WORDS * i..REPORT_WORDS * (i + 1)];
+            for word in words {
+                word.store(0, Ordering::Relaxed);
+            }
+            let die_at = (rng.below(2) == 0).then(|| rng.below(1500));
+            let child_seed = rng.next();
+            let (config, paths) = (&config, &paths);
+            let pid = fork(move || {
+                let member = Member::attach(config).expect("attach");
+                words[0].store(member.holder().word(), Ordering::Release);
+                let lever = Lever {
+                    member: &member,
+                    die_at,
+                    count: Cell::new(0),
+                };
+                {
+                    let reader = SharedReader::new(&member, &lever, 2);
+                    let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
+                    let expected: Vec<Vec<u8>> =
+                        (0..KILL_FILES).map(|f| stamped(f, kill_len(f))).collect();
+                    let mut rng = Rng(child_seed);
+                    let mut wrong = 0;
+                    for _ in 0..KILL_READS {
+                        let f = rng.below(KILL_FILES) as usize;
+                        let offset = rng.below(kill_len(f as u64));
+                        let len = 1 + rng.below(3 * 4096) as usize;
+                        wrong += read_and_compare(&reader, &files[f], &expected[f], offset, len);
+                    }
+                    words[1].store(wrong as u64, Ordering::Release);
+                    assert_eq!(wrong, 0, "wrong bytes read");
+                    report(&words[3..], reader.counters());
+                    for file in files {
+                        reader.close(file).unwrap();
+                    }
+                }
+                words[2].store(1, Ordering::Release);
+                member.detach();
+            });
+            forked.0.push(pid);
+            children.push((pid, i));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let mut dead = Vec::new();
+        while !children.is_empty() {
+            let mut i = 0;
+            while i < children.len() {
+                let (pid, at) = children[i];
+                let mut status = 0;
+                // SAFETY: waits for our own child, without blocking.
+                let got =
+                    unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED | libc::WNOHANG) };
+                if got == 0 {
+                    i += 1;
+                    continue;
+                }
+                assert_eq!(got, pid, "waitpid");
+                children.swap_remove(i);
+                let words = &report_words.words()[REPORT_WORDS * at..REPORT_WORDS * (at + 1)];
+                if libc::WIFSTOPPED(status) {
+                    // Stopped by its lever: the death.
+                    forked.kill(pid);
+                    killed += 1;
+                    dead.push(Holder::from_word(words[0].load(Ordering::Acquire)));
+                    continue;
+                }
+                forked.0.retain(|p| *p != pid);
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "round {round}: member {at} failed: status {status:#x}, {} wrong bytes \
+                     (FOLIO_SEED={seed})",
+                    words[1].load(Ordering::Acquire)
+                );
+                assert_eq!(words[2].load(Ordering::Acquire), 1);
+                let c = reported(&words[3..]);
+                totals.hits += c.hits;
+                totals.misses += c.misses;
+                totals.preads += c.preads;
+                totals.conflicts += c.conflicts;
+                totals.reclaims += c.reclaims;
+                totals.reclaimed += c.reclaimed;
+                totals.uncached += c.uncached;
+                finished += 1;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the members never all ended (FOLIO_SEED={seed})"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        for holder in dead {
+            swept(&slots, holder);
+        }
+        check_all(domain);
+    }
+    eprintln!(
+        "shared read kill test: {killed} killed, {finished} finished; the finished: {totals:?}"
+    );
+    assert!(
+        killed >= KILL_ROUNDS && finished >= KILL_ROUNDS,
+        "too few kills or survivors: {killed}, {finished} (FOLIO_SEED={seed})"
+    );
+    assert!(totals.reclaimed > 0 && totals.hits > 0, "{totals:?}");
+    reclaim_everything(domain, parent.holder());
     parent.detach();
 }
