@@ -1,7 +1,7 @@
 //! The shared read path (read.rs) across real processes and real files: one process
 //! through a domain of few frames (reclaim runs constantly), two processes (the second
-//! hits every page the first cached), and members killed at lever-chosen steps while they
-//! read overlapping files.
+//! hits every page the first cached), members killed at lever-chosen steps while they
+//! read overlapping files, and (ignored: by hand) the cost of a hit and of a miss beside today's.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -440,4 +440,186 @@ fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
     assert!(totals.reclaimed > 0 && totals.hits > 0, "{totals:?}");
     reclaim_everything(domain, parent.holder());
     parent.detach();
+}
+
+// The cost of a 64-byte hit (docs/sharing.md, "The shared read path"): of a page another
+// process cached, of a page this process cached, and today's `Cache` hit (`File::read_at`
+// of 64 bytes on a cached file), in paired rounds:
+// `cargo test --release -p folio --lib shared::tests_read::a_hit_costs -- --ignored
+// --nocapture`.
+#[test]
+#[ignore]
+fn a_hit_costs() {
+    use std::time::Instant;
+    const PAGES: u64 = 16;
+    const N: usize = 200_000;
+    const ROUNDS: usize = 15;
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let len = PAGES * 4096;
+    let (theirs, ours, todays) = (
+        write_file(data.path(), 0, len),
+        write_file(data.path(), 1, len),
+        write_file(data.path(), 2, len),
+    );
+    let config = config(home.path(), "read-costs", 8, 256);
+    let member = Member::attach(&config).unwrap();
+    // Another process caches `theirs`.
+    let pid = {
+        let (config, theirs) = (&config, &theirs);
+        fork(move || {
+            let member = Member::attach(config).expect("attach");
+            {
+                let reader = SharedReader::new(&member, &member, 8);
+                let file = reader.open(theirs).unwrap();
+                let mut buf = vec![0u8; len as usize];
+                reader.read_at(&file, &mut buf, 0).unwrap();
+                reader.close(file).unwrap();
+            }
+            member.detach();
+        })
+    };
+    exited_ok(pid, "the caching process");
+    let reader = SharedReader::new(&member, &member, 8);
+    let (theirs, ours) = (reader.open(&theirs).unwrap(), reader.open(&ours).unwrap());
+    let mut buf = vec![0u8; len as usize];
+    reader.read_at(&ours, &mut buf, 0).unwrap();
+    let before = reader.counters();
+    let cache = crate::Cache::builder()
+        .capacity_bytes(16 << 20)
+        .build()
+        .unwrap();
+    let today = cache.open(&todays).unwrap();
+    today.read_at(&mut buf, 0).unwrap();
+    let mut rng = Rng(7);
+    let offsets: Vec<u64> = (0..N)
+        .map(|_| rng.below(PAGES) * 4096 + rng.below(4096 - 64))
+        .collect();
+    let mut small = [0u8; 64];
+    let mut sum = 0u64;
+    let (mut cross, mut own, mut base) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let mut time = |read: &mut dyn FnMut(&mut [u8], u64)| {
+            let started = Instant::now();
+            for &offset in &offsets {
+                read(&mut small, offset);
+                sum = sum.wrapping_add(u64::from(small[0]));
+            }
+            started.elapsed().as_nanos() as f64 / N as f64
+        };
+        cross.push(time(&mut |b, o| {
+            reader.read_at(&theirs, b, o).unwrap();
+        }));
+        own.push(time(&mut |b, o| {
+            reader.read_at(&ours, b, o).unwrap();
+        }));
+        base.push(time(&mut |b, o| {
+            today.read_at(b, o).unwrap();
+        }));
+    }
+    let after = reader.counters();
+    assert_eq!(after.misses, before.misses, "every timed read was a hit");
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let ratios = |a: &[f64]| -> Vec<f64> { a.iter().zip(&base).map(|(x, y)| x / y).collect() };
+    let (rc, ro) = (ratios(&cross), ratios(&own));
+    let spread = |r: &[f64]| {
+        let mut r = r.to_vec();
+        r.sort_by(f64::total_cmp);
+        (r[0], median(&r), r[r.len() - 1])
+    };
+    eprintln!(
+        "64-byte hit, ns (median of {ROUNDS} rounds of {N}): another process's page {:.1}, \
+         this process's {:.1}, today's Cache {:.1}; ratio to today's (min, median, max): \
+         another's {:.2?}, own {:.2?} (checksum {sum})",
+        median(&cross),
+        median(&own),
+        median(&base),
+        spread(&rc),
+        spread(&ro)
+    );
+    reader.close(theirs).unwrap();
+    reader.close(ours).unwrap();
+    drop(reader);
+    member.detach();
+}
+
+/// This process's CPU time so far (all its threads: today's cache may read on others).
+fn process_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    assert_eq!(rc, 0);
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+// The CPU of a miss (docs/sharing.md, "The shared read path"): 4 KiB reads of a cold file's
+// pages in a random order (no readahead helps today's), through the shared path (a frame
+// from the magazine, the `pread` into it, the hand-over, the insertion, the copy) and
+// through today's `Cache`, alternating, 3 rounds, each on new files written and synced:
+// `cargo test --release -p folio --lib shared::tests_read::a_miss_costs -- --ignored
+// --nocapture`.
+#[test]
+#[ignore]
+fn a_miss_costs() {
+    use std::time::Instant;
+    const PAGES: u64 = 2048;
+    const ROUNDS: u64 = 3;
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = config(home.path(), "read-miss", 8, (PAGES * ROUNDS) as u32 + 64);
+    let member = Member::attach(&config).unwrap();
+    let reader = SharedReader::new(&member, &member, 16);
+    let cache = crate::Cache::builder()
+        .capacity_bytes(64 << 20)
+        .build()
+        .unwrap();
+    let mut rng = Rng(11);
+    let mut order: Vec<u64> = (0..PAGES).collect();
+    let mut page = vec![0u8; 4096];
+    for round in 0..ROUNDS {
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let (shared_path, today_path) = (
+            write_file(data.path(), 2 * round, PAGES * 4096),
+            write_file(data.path(), 2 * round + 1, PAGES * 4096),
+        );
+        for path in [&shared_path, &today_path] {
+            std::fs::File::open(path).unwrap().sync_all().unwrap();
+        }
+        let file = reader.open(&shared_path).unwrap();
+        let before = reader.counters();
+        let (cpu, wall) = (process_cpu(), Instant::now());
+        for &p in &order {
+            reader.read_at(&file, &mut page, p * 4096).unwrap();
+        }
+        let (shared_cpu, shared_wall) = (process_cpu() - cpu, wall.elapsed());
+        let after = reader.counters();
+        assert_eq!(after.misses - before.misses, PAGES, "{after:?}");
+        let today = cache.open(&today_path).unwrap();
+        let (cpu, wall) = (process_cpu(), Instant::now());
+        for &p in &order {
+            today.read_at(&mut page, p * 4096).unwrap();
+        }
+        let (today_cpu, today_wall) = (process_cpu() - cpu, wall.elapsed());
+        let per = |d: Duration| d.as_nanos() as f64 / PAGES as f64 / 1000.0;
+        eprintln!(
+            "round {round}: a 4 KiB miss, µs of process CPU (wall): shared {:.1} ({:.1}), \
+             today's Cache {:.1} ({:.1})",
+            per(shared_cpu),
+            per(shared_wall),
+            per(today_cpu),
+            per(today_wall)
+        );
+        reader.close(file).unwrap();
+    }
+    drop(reader);
+    member.detach();
 }
