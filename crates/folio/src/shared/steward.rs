@@ -346,20 +346,34 @@ impl<'d> Steward<'d> {
         }
     }
 
-    /// If `holder`'s process died (its pidfd says so), marks it dead (`died`) and returns
-    /// true.
+    /// Marks dead (`died`) every watched process whose pidfd says it died, and returns
+    /// whether `holder`'s was one. Every one, not only `holder`: a sweep waiting for a live
+    /// holder must not leave other deaths unmarked, since that holder may itself wait for
+    /// a lock a dead process holds (a reclaimer holds the queue's lock while it waits for
+    /// an index's or the allocator's, queue.rs), and only the mark lets it take that lock
+    /// over. (Found by the shared read path's kill test: a steward sweeping one dead member
+    /// waited for the queue's lock, held by a reclaimer that waited for the allocator's
+    /// lock of a second dead member the steward had not marked yet.) Their sweeps follow
+    /// the current one (`bury_the_dead`).
     fn marked_if_dead(&self, holder: Holder) -> bool {
-        let mut watches = self.watches.borrow_mut();
-        let Some(i) = watches.iter().position(|w| w.holder == holder) else {
-            return false;
-        };
-        if !watches[i].pidfd.is_dead() {
-            return false;
+        let mut found = Vec::new();
+        {
+            let mut watches = self.watches.borrow_mut();
+            let mut i = 0;
+            while i < watches.len() {
+                if watches[i].pidfd.is_dead() {
+                    found.push(watches.swap_remove(i).holder);
+                } else {
+                    i += 1;
+                }
+            }
         }
-        watches.swap_remove(i);
-        drop(watches);
-        self.died(holder);
-        true
+        let mut was = false;
+        for dead in found {
+            was |= dead == holder;
+            self.died(dead);
+        }
+        was
     }
 
     /// A watched process died: its slot marked dead (if it is still LIVE in that
@@ -533,14 +547,15 @@ impl Run for Steward<'_> {
     }
 
     /// A live holder holds the lock the sweep needs: if its process died meanwhile, mark
-    /// it dead here (module docs), so that the lock can be taken over.
+    /// it dead here (module docs), so that the lock can be taken over; any other watched
+    /// process that died too (`marked_if_dead`).
     fn wait(&self, holder: Holder) {
         if !self.marked_if_dead(holder) {
             Unkillable.wait(holder);
         }
     }
 
-    /// After each park (at most `PARK_TIMEOUT`), the same look at the holder's pidfd.
+    /// After each park (at most `PARK_TIMEOUT`), the same look at the pidfds.
     fn parked(&self, holder: Holder, _outcome: Parked) {
         self.marked_if_dead(holder);
     }
