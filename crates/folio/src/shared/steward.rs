@@ -36,11 +36,12 @@
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
 //!    it removes the socket and frees its own slot; the next attach starts a new steward.
 //!
-//! A steward that waits for a stack lock during a sweep checks the holder's pidfd as it
-//! waits (`Run::wait` here): a holder that died meanwhile is marked dead there, so that
-//! the lock can be taken over (else the steward would wait for a death only it can mark).
-//! For the same reason it parks (lock.rs, "Waiting") for at most `PARK_TIMEOUT` at a
-//! time, and looks at the holder's pidfd again after each park. Every `mark_dead` wakes
+//! A steward that waits for a lock during a sweep checks every watched pidfd as it waits
+//! (`Run::wait` here): a process that died meanwhile (the holder, or one whose lock the
+//! holder waits for: the read path nests locks) is marked dead there, so that its lock
+//! can be taken over (else the steward would wait for a death only it can mark). For the
+//! same reason it parks (lock.rs, "Waiting") for at most `PARK_TIMEOUT` at a time, and
+//! looks at the pidfds again after each park. Every `mark_dead` wakes
 //! the waiters parked on the dead process's locks (slot.rs, park words).
 //!
 //! Protection: the header's steward fields and the records by the election (one steward
