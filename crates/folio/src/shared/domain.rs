@@ -14,7 +14,21 @@
 //!                             them
 //!   then (8-aligned)          the file table (files.rs): `FILE_RECORDS` mapping records
 //!                             of step 6, not used by a cache yet
+//!   then (8-aligned)          the eviction queue (queue.rs) over the buddy's frames
+//!   then (8-aligned each)     one index (index.rs) per file record, record r's the r-th
+//!                             (`Geometry::index`: the one place that says where an
+//!                             index lies): its lock line and pool; its nodes lie in
+//!                             frames of the data area (index.rs, "Layout")
+//!   then (page-aligned)       the frames' data: frame f's 4 KiB at `FRAME_BYTES * f`
+//!                             from the area's start (`Domain::frame_data`), the memory
+//!                             the buddy's frames name
 //! ```
+//!
+//! `Domain::region` is every word of the mapping, the data area's too: a frame the buddy
+//! says is a tree's (NODES, buddy.rs) holds 7 index nodes, read and written as
+//! `AtomicU64`s by index.rs; any other frame's data is bytes, read and written only
+//! through `frame_data` (read.rs says who may touch a frame's bytes when). A frame moves
+//! between the two only through the buddy (free in between).
 //!
 //! Files, in the domain's directory (a private home, checked by `segment::home`'s
 //! `SegmentDir`): `<name>.domain` (the region), `<name>.steward` (the election's `flock`:
@@ -33,9 +47,12 @@
 //! makes a view).
 //!
 //! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
-//! steward's (a later config's is ignored); the region is 40 bytes per frame (the
-//! stack's 2 words, the allocator's 3), the file table's `FILE_RECORDS` records (16 words
-//! each for up to 32 slots, 8 more per 32 slots more) and a few pages, never resized.
+//! steward's (a later config's is ignored); the region is **4,184 bytes per frame** (its
+//! 4 KiB of data, and 88 bytes of words: the stack's 2, the allocator's 3, the queue's 6),
+//! plus the file table's `FILE_RECORDS` records (16 words each for up to 32 slots, 8 more
+//! per 32 slots more), `FILE_RECORDS` indexes' lock lines (`SharedIndex::words` each) and
+//! a few pages, never resized. Index nodes take frames from the same buddy as data (a
+//! frame holds 7 nodes; a tree keeps its node frames until its release, index.rs).
 
 use std::ffi::OsString;
 use std::fs::File as StdFile;
@@ -44,9 +61,11 @@ use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::buddy::SharedBuddy;
 use super::files::FileTable;
+use super::index::SharedIndex;
+use super::queue::SharedQueue;
 use super::record::Records;
 use super::slot::SlotTable;
-use super::stack::FrameStack;
+use super::stack::{Frame, FrameStack};
 use super::{ProcessId, Word};
 use crate::primitive::{AtomicU64, Ordering};
 use crate::segment::SegmentDir;
@@ -54,8 +73,9 @@ use crate::segment::SegmentDir;
 /// "folio-dm" in ASCII: the header's first word once the region is formatted.
 const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// 3: the slot table holds a park word per slot (issue 45 step 3), the region the buddy
-/// allocator (step 4) and the file table (step 6).
-const VERSION: u64 = 3;
+/// allocator (step 4) and the file table (step 6); 4: the read side (the eviction queue,
+/// an index per file record, the frames' data) and a second header line.
+const VERSION: u64 = 4;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
@@ -63,6 +83,8 @@ pub(crate) const SLOTS_MAX: u16 = 1024;
 pub(crate) const FRAMES_MAX: u32 = 1 << 20;
 /// The file table's records (files.rs): the most files a domain names at once.
 pub(crate) const FILE_RECORDS: u32 = 256;
+/// The bytes of a frame's data (an order-0 frame: a page).
+pub(crate) const FRAME_BYTES: usize = 4096;
 
 // The header's words.
 const H_MAGIC: usize = 0;
@@ -105,12 +127,35 @@ impl Geometry {
         Word(self.buddy().0 + round_up(SharedBuddy::words(self.frames)))
     }
 
+    fn queue(self) -> Word {
+        Word(self.files().0 + round_up(FileTable::words(FILE_RECORDS, self.slots)))
+    }
+
+    /// Where record `record`'s index lies: the one function that places an index (its
+    /// nodes lie in the data area's frames).
+    fn index(self, record: u32) -> Word {
+        assert!(record < FILE_RECORDS, "no file record {record}");
+        let first = self.queue().0 + round_up(SharedQueue::words(self.frames));
+        Word(first + record * round_up(SharedIndex::words()))
+    }
+
+    /// The words before the data area.
     fn words(self) -> u32 {
-        self.files().0 + round_up(FileTable::words(FILE_RECORDS, self.slots))
+        self.index(0).0 + FILE_RECORDS * round_up(SharedIndex::words())
+    }
+
+    /// The data area's offset in bytes (page-aligned).
+    fn data_at(self) -> usize {
+        (self.words() as usize * 8).next_multiple_of(page_bytes())
+    }
+
+    /// The data area's first word (index nodes are named from it).
+    fn data_word(self) -> Word {
+        Word(u32::try_from(self.data_at() / 8).expect("a domain's words fit a u32"))
     }
 
     fn bytes(self) -> usize {
-        (self.words() as usize * 8).next_multiple_of(page_bytes())
+        self.data_at() + self.frames as usize * FRAME_BYTES
     }
 
     fn check(self) -> io::Result<Geometry> {
@@ -166,6 +211,11 @@ impl DomainFiles {
 pub(crate) struct Domain {
     base: *mut libc::c_void,
     bytes: usize,
+    /// The words `region` covers: the header until the geometry is known, then every word
+    /// of the mapping, the data area's too (module docs).
+    words: usize,
+    /// The data area's offset in bytes (`Geometry::data_at`, kept: a hit asks for it).
+    data_at: usize,
     geometry: Geometry,
 }
 
@@ -205,18 +255,29 @@ impl Domain {
                 return Ok((domain, Made::Found));
             }
         }
+        file.set_len(0)?;
         file.set_len(geometry.bytes() as u64)?;
         let mut domain = Domain::map(&file, geometry.bytes())?;
         domain.geometry = geometry;
+        domain.words = geometry.bytes() / 8;
+        domain.data_at = geometry.data_at();
         let region = domain.region();
-        for word in region {
+        // The file was cut to 0 and grown: it reads as zeros already. The words before the
+        // data area are stored anyway (the same view every later process maps); the data
+        // area is left untouched, so no page of it is faulted in here.
+        for word in &region[..geometry.words() as usize] {
             word.store(0, Ordering::Relaxed);
         }
         region[H_VERSION].store(VERSION, Ordering::Relaxed);
         region[H_SLOTS].store(u64::from(geometry.slots), Ordering::Relaxed);
         region[H_FRAMES].store(u64::from(geometry.frames), Ordering::Relaxed);
         domain.stack().format();
-        domain.buddy().format();
+        let buddy = domain.buddy();
+        buddy.format();
+        domain.queue(&buddy).format();
+        for index in domain.indexes() {
+            index.format();
+        }
         region[H_MAGIC].store(MAGIC, Ordering::Release);
         Ok((domain, Made::Formatted))
     }
@@ -259,6 +320,8 @@ impl Domain {
         Ok(Domain {
             base,
             bytes,
+            words: HEADER_WORDS as usize,
+            data_at: 0,
             geometry: Geometry {
                 slots: 0,
                 frames: 0,
@@ -282,20 +345,40 @@ impl Domain {
             frames: u32::try_from(frames).unwrap_or(u32::MAX),
         }
         .check()?;
-        if geometry.bytes() > size {
+        if geometry.bytes() > size || size > self.bytes {
             return Err(invalid(format!(
                 "folio: a domain of {slots} slots and {frames} frames in {size} bytes"
             )));
         }
         self.geometry = geometry;
+        self.words = geometry.bytes() / 8;
+        self.data_at = geometry.data_at();
         Ok(self)
     }
 
-    /// The region's words.
+    /// The region's words (every word before the data area).
     pub(crate) fn region(&self) -> &[AtomicU64] {
-        // SAFETY: the mapping is `bytes` long, page-aligned, lives as long as `self`, and
-        // is only accessed atomically (any 8 bytes are a valid AtomicU64).
-        unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.bytes / 8) }
+        debug_assert!(self.words * 8 <= self.bytes);
+        // SAFETY: the mapping is `bytes` long (at least `words` words: `checked`, `create`),
+        // page-aligned and lives as long as `self`; any 8 bytes are a valid AtomicU64, whose
+        // interior mutability allows the writes of other processes. The data area is
+        // covered: a tree's node frames are accessed only as these words, a data frame's
+        // bytes only through `frame_data` by the protocol of read.rs (module docs); a walk
+        // sent by a scribbled link into a data frame loads words another process may be
+        // writing, as a racing process's load would, and validates what it finds.
+        unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.words) }
+    }
+
+    /// The first byte of frame `frame`'s data (`FRAME_BYTES`, page-aligned), in this
+    /// process's mapping. Who may read or write those bytes, and when: read.rs.
+    #[inline]
+    pub(crate) fn frame_data(&self, frame: Frame) -> *mut u8 {
+        assert!(frame.0 < self.geometry.frames, "no frame {}", frame.0);
+        let at = self.data_at + frame.0 as usize * FRAME_BYTES;
+        debug_assert!(at + FRAME_BYTES <= self.bytes);
+        // SAFETY: `at + FRAME_BYTES` lies inside the mapping (`bytes()` covers every frame,
+        // checked against the file's size when mapped).
+        unsafe { self.base.cast::<u8>().add(at) }
     }
 
     pub(crate) fn geometry(&self) -> Geometry {
@@ -319,6 +402,26 @@ impl Domain {
     /// The buddy allocator's view.
     pub(crate) fn buddy(&self) -> SharedBuddy<'_> {
         SharedBuddy::new(self.region(), self.geometry.buddy(), self.geometry.frames)
+    }
+
+    /// The eviction queue's view, over `buddy` (this domain's: `buddy()`).
+    pub(crate) fn queue<'b>(&'b self, buddy: &'b SharedBuddy<'b>) -> SharedQueue<'b, 'b> {
+        SharedQueue::new(self.region(), self.geometry.queue(), buddy)
+    }
+
+    /// Every file record's index, record r's the r-th (a `queue::Indexes`: `FileNo(r)`).
+    pub(crate) fn indexes(&self) -> Vec<SharedIndex<'_>> {
+        let buddy = self.buddy();
+        (0..FILE_RECORDS)
+            .map(|r| {
+                SharedIndex::new(
+                    self.region(),
+                    self.geometry.index(r),
+                    &buddy,
+                    self.geometry.data_word(),
+                )
+            })
+            .collect()
     }
 
     /// The file table's view.

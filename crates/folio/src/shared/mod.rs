@@ -52,6 +52,11 @@
 //! frames handed to the cache (CACHED in the buddy allocator: no sweep frees them), a
 //! lock-free touch and pin per frame for hits, `reclaim` (out of the index, then freed),
 //! the steward's sweep in its order (queue, pins, buddy); `tests_reclaim.rs` its tests.
+//! The shared read path (step 6's second part, not wired into `Cache` yet): the domain's
+//! region holds the queue, an index per file record and the frames' data (domain.rs);
+//! `read.rs` a member's reads of real files through them (a hit pins and copies, a miss
+//! `pread`s into a frame and hands it to the cache); `tests_read.rs` its tests across real
+//! processes, killed at lever-chosen steps.
 //!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
@@ -77,6 +82,8 @@ pub(crate) mod index;
 pub(crate) mod lock;
 pub(crate) mod magazine;
 pub(crate) mod queue;
+#[allow(unsafe_code)]
+pub(crate) mod read;
 pub(crate) mod record;
 pub(crate) mod slot;
 pub(crate) mod stack;
@@ -98,6 +105,9 @@ mod tests_files;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_index;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_read;
 #[cfg(test)]
 mod tests_reclaim;
 

@@ -119,7 +119,8 @@
 //! is wired); the shadow left is a constant (`SHADOW_VALUE`: the refault distance that
 //! `eviction/` computes is not carried yet); a frame whose insertion conflicted stays
 //! queued until reclaim reaches it; one queue (one lock) for the whole domain; not wired
-//! into `Cache`, not in the domain's region (the indexes are not there yet).
+//! into `Cache` (in the domain's region since step 6's second part, with an index per file
+//! record, used by read.rs).
 
 use super::buddy::{Order, SharedBuddy};
 use super::index::{Entry, Leave, Page, SharedIndex};

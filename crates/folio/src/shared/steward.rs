@@ -1,8 +1,9 @@
 //! The domain's steward (issue 45 step 2, docs/sharing.md "The steward"): the one process
 //! that answers attaches, watches every attached process through its pidfd, and, when one
 //! dies, marks its slot dead, sweeps what it held (`FrameStack::sweep`, then
-//! `SharedBuddy::sweep`, `FileTable::sweep`, dropping its opens: each takes its lock
-//! over if the dead process held it) and frees the slot.
+//! `SharedQueue::sweep`: the eviction queue's lock, the file indexes' locks it held, its
+//! pins, then `SharedBuddy::sweep` of its leases; then `FileTable::sweep`, dropping its
+//! opens: each takes its lock over if the dead process held it) and frees the slot.
 //!
 //! Life:
 //! 1. **Started** by an attach that finds no steward (attach.rs: `spawn`): `fork`, and
@@ -35,11 +36,12 @@
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
 //!    it removes the socket and frees its own slot; the next attach starts a new steward.
 //!
-//! A steward that waits for a stack lock during a sweep checks the holder's pidfd as it
-//! waits (`Run::wait` here): a holder that died meanwhile is marked dead there, so that
-//! the lock can be taken over (else the steward would wait for a death only it can mark).
-//! For the same reason it parks (lock.rs, "Waiting") for at most `PARK_TIMEOUT` at a
-//! time, and looks at the holder's pidfd again after each park. Every `mark_dead` wakes
+//! A steward that waits for a lock during a sweep checks every watched pidfd as it waits
+//! (`Run::wait` here): a process that died meanwhile (the holder, or one whose lock the
+//! holder waits for: the read path nests locks) is marked dead there, so that its lock
+//! can be taken over (else the steward would wait for a death only it can mark). For the
+//! same reason it parks (lock.rs, "Waiting") for at most `PARK_TIMEOUT` at a time, and
+//! looks at the pidfds again after each park. Every `mark_dead` wakes
 //! the waiters parked on the dead process's locks (slot.rs, park words).
 //!
 //! Protection: the header's steward fields and the records by the election (one steward
@@ -52,7 +54,8 @@
 //! line). A process whose attach answer arrived after it gave up (a steward stopped for a
 //! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
 //! no privilege drop yet (the keeper's `drop_privileges` is its own). The steward does not
-//! write back or give memory back yet: the region holds no cache pages (step 4 on).
+//! write back or give memory back yet (the region's cached pages are reclaimed by the
+//! members' misses: read.rs).
 
 use std::cell::RefCell;
 use std::io;
@@ -319,7 +322,14 @@ impl<'d> Steward<'d> {
         self.lever();
         let swept = self.domain.stack().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
-        let swept = self.domain.buddy().sweep(dead, self.me, &slots, self);
+        // The queue's sweep in its order (queue.rs): the queue's lock, the indexes' locks
+        // the dead one held, its pins, then the allocator's sweep of its leases.
+        let buddy = self.domain.buddy();
+        let indexes = self.domain.indexes();
+        let swept =
+            self.domain
+                .queue(&buddy)
+                .sweep(dead, self.me, indexes.as_slice(), &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         let swept = self.domain.files().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
@@ -337,20 +347,34 @@ impl<'d> Steward<'d> {
         }
     }
 
-    /// If `holder`'s process died (its pidfd says so), marks it dead (`died`) and returns
-    /// true.
+    /// Marks dead (`died`) every watched process whose pidfd says it died, and returns
+    /// whether `holder`'s was one. Every one, not only `holder`: a sweep waiting for a live
+    /// holder must not leave other deaths unmarked, since that holder may itself wait for
+    /// a lock a dead process holds (a reclaimer holds the queue's lock while it waits for
+    /// an index's or the allocator's, queue.rs), and only the mark lets it take that lock
+    /// over. (Found by the shared read path's kill test: a steward sweeping one dead member
+    /// waited for the queue's lock, held by a reclaimer that waited for the allocator's
+    /// lock of a second dead member the steward had not marked yet.) Their sweeps follow
+    /// the current one (`bury_the_dead`).
     fn marked_if_dead(&self, holder: Holder) -> bool {
-        let mut watches = self.watches.borrow_mut();
-        let Some(i) = watches.iter().position(|w| w.holder == holder) else {
-            return false;
-        };
-        if !watches[i].pidfd.is_dead() {
-            return false;
+        let mut found = Vec::new();
+        {
+            let mut watches = self.watches.borrow_mut();
+            let mut i = 0;
+            while i < watches.len() {
+                if watches[i].pidfd.is_dead() {
+                    found.push(watches.swap_remove(i).holder);
+                } else {
+                    i += 1;
+                }
+            }
         }
-        watches.swap_remove(i);
-        drop(watches);
-        self.died(holder);
-        true
+        let mut was = false;
+        for dead in found {
+            was |= dead == holder;
+            self.died(dead);
+        }
+        was
     }
 
     /// A watched process died: its slot marked dead (if it is still LIVE in that
@@ -524,14 +548,15 @@ impl Run for Steward<'_> {
     }
 
     /// A live holder holds the lock the sweep needs: if its process died meanwhile, mark
-    /// it dead here (module docs), so that the lock can be taken over.
+    /// it dead here (module docs), so that the lock can be taken over; any other watched
+    /// process that died too (`marked_if_dead`).
     fn wait(&self, holder: Holder) {
         if !self.marked_if_dead(holder) {
             Unkillable.wait(holder);
         }
     }
 
-    /// After each park (at most `PARK_TIMEOUT`), the same look at the holder's pidfd.
+    /// After each park (at most `PARK_TIMEOUT`), the same look at the pidfds.
     fn parked(&self, holder: Holder, _outcome: Parked) {
         self.marked_if_dead(holder);
     }

@@ -88,6 +88,9 @@ pub(crate) enum Step {
     Attached,
     /// One word of a slot record is written (record.rs, R2).
     Recorded,
+    /// A read holds a frame pinned for its copy (read.rs): no store, a place to die
+    /// holding a pin.
+    Copying,
 }
 
 /// A protocol known to be wrong, which the models run to prove that they catch it. Only

@@ -329,7 +329,7 @@ fn kill(pid: libc::pid_t) {
     assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL);
 }
 
-fn exited_ok(pid: libc::pid_t, what: &str) {
+pub(super) fn exited_ok(pid: libc::pid_t, what: &str) {
     let status = wait_for(pid, 0);
     assert!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,

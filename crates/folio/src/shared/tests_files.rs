@@ -412,11 +412,11 @@ impl Run for MemberRun<'_> {
 
 /// The kill test's children not reaped yet: killed if the test fails (a child spinning
 /// on a lock a stopped one holds would spin on).
-struct Children(Vec<libc::pid_t>);
+pub(super) struct Children(pub(super) Vec<libc::pid_t>);
 
 impl Children {
     /// Kills and reaps our own child.
-    fn kill(&mut self, pid: libc::pid_t) {
+    pub(super) fn kill(&mut self, pid: libc::pid_t) {
         self.0.retain(|p| *p != pid);
         // SAFETY: kills and reaps our own child, not reaped yet.
         unsafe {
@@ -436,7 +436,7 @@ impl Drop for Children {
 
 /// Waits until the domain's steward has swept and freed `holder`'s slot (FREE in its
 /// generation, or already attached again by a member of the round attaching late).
-fn swept(slots: &SlotTable<'_>, holder: Holder) {
+pub(super) fn swept(slots: &SlotTable<'_>, holder: Holder) {
     let deadline = std::time::Instant::now() + KILL_DEADLINE;
     loop {
         let (state, now) = slots.state(holder.slot);

@@ -1,0 +1,654 @@
+//! The shared read path (read.rs) across real processes and real files: one process
+//! through a domain of few frames (reclaim runs constantly), two processes (the second
+//! hits every page the first cached), members killed at lever-chosen steps while they
+//! read overlapping files, and (ignored: by hand) the cost of a hit and of a miss beside today's.
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::attach::{DomainConfig, Member};
+use super::domain::{Domain, Geometry, FRAME_BYTES};
+use super::futex::Parked;
+use super::index::Entry;
+use super::queue::FileNo;
+use super::read::{ReadCounters, SharedReader};
+use super::terms::Unkillable;
+use super::tests::{exited_ok, fork, Rng, SharedRegion};
+use super::tests_files::{swept, Children};
+use super::{Died, Holder, Run, Step};
+use crate::primitive::Ordering;
+
+/// The bytes of test file `file` of `len` bytes: every 8-byte word names its file, its
+/// page and its place in the page, so that a byte read from the wrong file, page or
+/// offset is seen.
+fn stamped(file: u64, len: u64) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(len as usize + 8);
+    let mut word = 0u64;
+    while (bytes.len() as u64) < len {
+        let at = word * 8;
+        let value = (file + 1) << 48 | (at / FRAME_BYTES as u64) << 16 | (at % FRAME_BYTES as u64);
+        bytes.extend_from_slice(&value.to_le_bytes());
+        word += 1;
+    }
+    bytes.truncate(len as usize);
+    bytes
+}
+
+/// Writes test file `file` of `len` bytes in `dir` (on a disk file system: O_DIRECT).
+fn write_file(dir: &Path, file: u64, len: u64) -> PathBuf {
+    let path = dir.join(format!("file-{file}"));
+    std::fs::write(&path, stamped(file, len)).unwrap();
+    path
+}
+
+fn config(home: &Path, name: &str, slots: u16, frames: u32) -> DomainConfig {
+    DomainConfig {
+        dir: home.to_path_buf(),
+        name: name.into(),
+        geometry: Geometry { slots, frames },
+        linger: Duration::from_millis(100),
+    }
+}
+
+/// Checks a quiet domain: the queue (and the allocator under it), every index, the file
+/// table, and that every folio an index names is a queued frame caching that page.
+/// Returns the allocator's free frames.
+fn check_all(domain: &Domain) -> u32 {
+    let slots = domain.slots();
+    let buddy = domain.buddy();
+    let census = domain.queue(&buddy).check(&slots).unwrap();
+    for (r, index) in domain.indexes().iter().enumerate() {
+        index
+            .check()
+            .unwrap_or_else(|e| panic!("file {r}'s index: {e}"));
+        for (page, entry) in index.entries() {
+            if let Entry::Folio { frame, order } = entry {
+                assert_eq!(order, 0);
+                assert!(
+                    census
+                        .queued
+                        .iter()
+                        .any(|(f, file, p)| u64::from(f.0) == frame
+                            && *file == FileNo(r as u64)
+                            && *p == page),
+                    "file {r} page {page}: frame {frame} is not queued for it"
+                );
+            }
+        }
+    }
+    domain.files().check(&slots).unwrap();
+    buddy.check(&slots).unwrap().free_frames
+}
+
+/// Reclaims every queued frame as `me`, then releases every tree (nobody reads: the
+/// caller's contract of `release`), and checks that every frame is then free (no frame
+/// leaked: nobody holds a lease, a pin or a node frame).
+fn reclaim_everything(domain: &Domain, me: Holder) {
+    let slots = domain.slots();
+    let buddy = domain.buddy();
+    let queue = domain.queue(&buddy);
+    let indexes = domain.indexes();
+    let frames = domain.geometry().frames;
+    let freed = queue
+        .reclaim(frames, me, indexes.as_slice(), &slots, &Unkillable)
+        .unwrap();
+    assert_eq!(queue.count(), 0, "{} frames still queued", queue.count());
+    let node_frames = buddy.check(&slots).unwrap().nodes.len() as u32;
+    let mut released = 0;
+    for index in &indexes {
+        released += index.release(me, &slots, &Unkillable).unwrap();
+    }
+    assert_eq!(released, node_frames, "every tree's node frames released");
+    assert_eq!(
+        check_all(domain),
+        frames,
+        "frames leaked ({freed} reclaimed, {released} node frames released)"
+    );
+}
+
+/// Reads `len` bytes at `offset` of `path`'s file through `reader` and compares them with
+/// the file's stamp: the wrong bytes (0 when all are right).
+fn read_and_compare<R: Run>(
+    reader: &SharedReader<'_, R>,
+    file: &super::read::SharedFile,
+    expected: &[u8],
+    offset: u64,
+    len: usize,
+) -> usize {
+    let mut buf = vec![0xa5u8; len];
+    let got = reader.read_at(file, &mut buf, offset).unwrap();
+    let want_end = (offset as usize + len).min(expected.len());
+    let want = &expected[(offset as usize).min(want_end)..want_end];
+    assert_eq!(got, want.len(), "read at {offset} of {len}: length");
+    want.iter().zip(&buf).filter(|(a, b)| a != b).count()
+}
+
+/// One process reads two real files (one with a partial last page) through a domain of
+/// 12 frames, whole and then at 400 random places, every byte checked: reclaim runs on
+/// most misses. At the end every structure checks, and a reclaim of everything frees
+/// every frame.
+#[test]
+fn one_process_reads_real_files_through_a_small_domain() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let lens = [37 * 4096 + 123, 20 * 4096];
+    let paths: Vec<PathBuf> = (0..2)
+        .map(|f| write_file(data.path(), f, lens[f as usize]))
+        .collect();
+    let expected: Vec<Vec<u8>> = (0..2).map(|f| stamped(f, lens[f as usize])).collect();
+    let config = config(home.path(), "read-one", 8, 12);
+    let member = Member::attach(&config).unwrap();
+    let me = member.holder();
+    {
+        let reader = SharedReader::new(&member, &member, 2);
+        let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
+        let mut wrong = 0;
+        for (f, file) in files.iter().enumerate() {
+            wrong += read_and_compare(&reader, file, &expected[f], 0, lens[f] as usize + 100);
+        }
+        let mut rng = Rng(45);
+        for _ in 0..400 {
+            let f = rng.below(2) as usize;
+            let offset = rng.below(lens[f] + 50);
+            let len = 1 + rng.below(3 * 4096) as usize;
+            wrong += read_and_compare(&reader, &files[f], &expected[f], offset, len);
+        }
+        assert_eq!(wrong, 0, "wrong bytes read");
+        let counters = reader.counters();
+        eprintln!("one process: {counters:?}");
+        assert!(counters.hits > 0 && counters.misses > 0, "{counters:?}");
+        assert!(
+            counters.reclaims > 50 && counters.reclaimed > 50,
+            "{counters:?}"
+        );
+        assert_eq!(counters.preads, counters.misses, "{counters:?}");
+        assert_eq!(
+            (counters.conflicts, counters.uncached),
+            (0, 0),
+            "{counters:?}"
+        );
+        check_all(member.domain());
+        for file in files {
+            reader.close(file).unwrap();
+        }
+    }
+    // The reader returned its magazine: every frame is queued or free.
+    reclaim_everything(member.domain(), me);
+    member.detach();
+}
+
+/// The counters a child reports in the test's shared words (7 words).
+fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
+    let values = [
+        counters.hits,
+        counters.misses,
+        counters.preads,
+        counters.conflicts,
+        counters.reclaims,
+        counters.reclaimed,
+        counters.uncached,
+    ];
+    for (word, value) in words.iter().zip(values) {
+        word.store(value, Ordering::Release);
+    }
+}
+
+fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
+    let v: Vec<u64> = words.iter().map(|w| w.load(Ordering::Acquire)).collect();
+    ReadCounters {
+        hits: v[0],
+        misses: v[1],
+        preads: v[2],
+        conflicts: v[3],
+        reclaims: v[4],
+        reclaimed: v[5],
+        uncached: v[6],
+    }
+}
+
+/// A forked member reads a file whole, then exits; then another forked member reads it
+/// whole and must hit every page: 0 misses, 0 `pread`s, every byte right.
+#[test]
+fn a_second_process_hits_every_page_the_first_cached() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let len: u64 = 40 * 4096 + 100;
+    let pages = len.div_ceil(4096);
+    let path = write_file(data.path(), 0, len);
+    let config = config(home.path(), "read-two", 8, 64);
+    // The test stays attached: one steward throughout.
+    let parent = Member::attach(&config).unwrap();
+    let words = SharedRegion::new(16);
+    for (i, child) in [&words.words()[..8], &words.words()[8..]]
+        .into_iter()
+        .enumerate()
+    {
+        let (config, path) = (&config, &path);
+        let pid = fork(move || {
+            let member = Member::attach(config).expect("attach");
+            {
+                let reader = SharedReader::new(&member, &member, 4);
+                let file = reader.open(path).unwrap();
+                let expected = stamped(0, len);
+                let wrong = read_and_compare(&reader, &file, &expected, 0, len as usize);
+                assert_eq!(wrong, 0, "wrong bytes");
+                report(&child[..7], reader.counters());
+                child[7].store(1, Ordering::Release);
+                reader.close(file).unwrap();
+            }
+            member.detach();
+        });
+        exited_ok(pid, &format!("member {i}"));
+    }
+    let (first, second) = (
+        reported(&words.words()[..7]),
+        reported(&words.words()[8..15]),
+    );
+    eprintln!("first: {first:?}\nsecond: {second:?}");
+    assert_eq!(
+        (first.misses, first.preads, first.reclaims),
+        (pages, pages, 0),
+        "{first:?}"
+    );
+    assert_eq!(
+        (second.hits, second.misses, second.preads),
+        (pages, 0, 0),
+        "{second:?}"
+    );
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
+
+/// A member's `Run` in the kill test: stops its process (`SIGSTOP`) at its `die_at`-th
+/// step, for the test to kill there; waits as a member does.
+struct Lever<'m> {
+    member: &'m Member,
+    die_at: Option<u64>,
+    count: Cell<u64>,
+}
+
+impl Run for Lever<'_> {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        let n = self.count.get();
+        self.count.set(n + 1);
+        if Some(n) == self.die_at {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+            unreachable!("a stopped member is killed, never continued");
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
+    }
+}
+
+const KILL_FILES: u64 = 3;
+const KILL_CHILDREN: usize = 5;
+const KILL_ROUNDS: u32 = 12;
+const KILL_READS: u32 = 40;
+/// Words per child in the report: its holder, its wrong bytes, done, 7 counters.
+const REPORT_WORDS: usize = 10;
+
+fn kill_len(file: u64) -> u64 {
+    [30 * 4096, 25 * 4096 + 200, 40 * 4096 - 8][file as usize]
+}
+
+/// Across real processes, swept by the domain's own steward: `KILL_ROUNDS` rounds of
+/// `KILL_CHILDREN` forked members, each reading three overlapping files at random offsets
+/// and lengths (every byte checked) through a domain of 40 frames for 96 pages (reclaim
+/// runs); about half stop themselves at a step the seeded generator chose (`SIGSTOP` in
+/// their `Run`: inside a lock hold, a hand-over, an insertion, a reclaim, or holding a pin
+/// for a copy) and the test `SIGKILL`s them there: no sleep decides what is covered. Each
+/// round's members are new processes (in the dead ones' slots, new generations). After each
+/// round every structure checks; at the end a reclaim of everything frees every frame.
+/// `FOLIO_SEED=<n>` replays a run.
+#[test]
+fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
+    let seed = std::env::var("FOLIO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("shared read kill test: FOLIO_SEED={seed}");
+    let mut rng = Rng(seed);
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..KILL_FILES)
+        .map(|f| write_file(data.path(), f, kill_len(f)))
+        .collect();
+    let config = config(home.path(), "read-kill", 12, 40);
+    let parent = Member::attach(&config).unwrap();
+    let domain = parent.domain();
+    let slots = domain.slots();
+    let report_words = SharedRegion::new(REPORT_WORDS * KILL_CHILDREN);
+    let mut forked = Children(Vec::new());
+    let (mut killed, mut finished) = (0u32, 0u32);
+    let mut totals = ReadCounters::default();
+    for round in 0..KILL_ROUNDS {
+        let mut children = Vec::new();
+        for i in 0..KILL_CHILDREN {
+            let words = &report_words.words()[REPORT_WORDS * i..REPORT_WORDS * (i + 1)];
+            for word in words {
+                word.store(0, Ordering::Relaxed);
+            }
+            let die_at = (rng.below(2) == 0).then(|| rng.below(1500));
+            let child_seed = rng.next();
+            let (config, paths) = (&config, &paths);
+            let pid = fork(move || {
+                let member = Member::attach(config).expect("attach");
+                words[0].store(member.holder().word(), Ordering::Release);
+                let lever = Lever {
+                    member: &member,
+                    die_at,
+                    count: Cell::new(0),
+                };
+                {
+                    let reader = SharedReader::new(&member, &lever, 2);
+                    let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
+                    let expected: Vec<Vec<u8>> =
+                        (0..KILL_FILES).map(|f| stamped(f, kill_len(f))).collect();
+                    let mut rng = Rng(child_seed);
+                    let mut wrong = 0;
+                    for _ in 0..KILL_READS {
+                        let f = rng.below(KILL_FILES) as usize;
+                        let offset = rng.below(kill_len(f as u64));
+                        let len = 1 + rng.below(3 * 4096) as usize;
+                        wrong += read_and_compare(&reader, &files[f], &expected[f], offset, len);
+                    }
+                    words[1].store(wrong as u64, Ordering::Release);
+                    assert_eq!(wrong, 0, "wrong bytes read");
+                    report(&words[3..], reader.counters());
+                    for file in files {
+                        reader.close(file).unwrap();
+                    }
+                }
+                words[2].store(1, Ordering::Release);
+                member.detach();
+            });
+            forked.0.push(pid);
+            children.push((pid, i));
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let mut dead = Vec::new();
+        while !children.is_empty() {
+            let mut i = 0;
+            while i < children.len() {
+                let (pid, at) = children[i];
+                let mut status = 0;
+                // SAFETY: waits for our own child, without blocking.
+                let got =
+                    unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED | libc::WNOHANG) };
+                if got == 0 {
+                    i += 1;
+                    continue;
+                }
+                assert_eq!(got, pid, "waitpid");
+                children.swap_remove(i);
+                let words = &report_words.words()[REPORT_WORDS * at..REPORT_WORDS * (at + 1)];
+                if libc::WIFSTOPPED(status) {
+                    // Stopped by its lever: the death.
+                    forked.kill(pid);
+                    killed += 1;
+                    dead.push(Holder::from_word(words[0].load(Ordering::Acquire)));
+                    continue;
+                }
+                forked.0.retain(|p| *p != pid);
+                assert!(
+                    libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                    "round {round}: member {at} failed: status {status:#x}, {} wrong bytes \
+                     (FOLIO_SEED={seed})",
+                    words[1].load(Ordering::Acquire)
+                );
+                assert_eq!(words[2].load(Ordering::Acquire), 1);
+                let c = reported(&words[3..]);
+                totals.hits += c.hits;
+                totals.misses += c.misses;
+                totals.preads += c.preads;
+                totals.conflicts += c.conflicts;
+                totals.reclaims += c.reclaims;
+                totals.reclaimed += c.reclaimed;
+                totals.uncached += c.uncached;
+                finished += 1;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the members never all ended (FOLIO_SEED={seed})"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        for holder in dead {
+            swept(&slots, holder);
+        }
+        check_all(domain);
+    }
+    eprintln!(
+        "shared read kill test: {killed} killed, {finished} finished; the finished: {totals:?}"
+    );
+    assert!(
+        killed >= KILL_ROUNDS && finished >= KILL_ROUNDS,
+        "too few kills or survivors: {killed}, {finished} (FOLIO_SEED={seed})"
+    );
+    assert!(totals.reclaimed > 0 && totals.hits > 0, "{totals:?}");
+    reclaim_everything(domain, parent.holder());
+    parent.detach();
+}
+
+// The cost of a 64-byte hit (docs/sharing.md, "The shared read path"): of a page another
+// process cached, of a page this process cached, and today's `Cache` hit (`File::read_at`
+// of 64 bytes on a cached file), in paired rounds:
+// `cargo test --release -p folio --lib shared::tests_read::a_hit_costs -- --ignored
+// --nocapture`.
+#[test]
+#[ignore]
+fn a_hit_costs() {
+    use std::time::Instant;
+    const PAGES: u64 = 16;
+    const N: usize = 200_000;
+    const ROUNDS: usize = 15;
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let len = PAGES * 4096;
+    let (theirs, ours, todays) = (
+        write_file(data.path(), 0, len),
+        write_file(data.path(), 1, len),
+        write_file(data.path(), 2, len),
+    );
+    let config = config(home.path(), "read-costs", 8, 256);
+    let member = Member::attach(&config).unwrap();
+    // Another process caches `theirs`.
+    let pid = {
+        let (config, theirs) = (&config, &theirs);
+        fork(move || {
+            let member = Member::attach(config).expect("attach");
+            {
+                let reader = SharedReader::new(&member, &member, 8);
+                let file = reader.open(theirs).unwrap();
+                let mut buf = vec![0u8; len as usize];
+                reader.read_at(&file, &mut buf, 0).unwrap();
+                reader.close(file).unwrap();
+            }
+            member.detach();
+        })
+    };
+    exited_ok(pid, "the caching process");
+    let reader = SharedReader::new(&member, &member, 8);
+    let (theirs, ours) = (reader.open(&theirs).unwrap(), reader.open(&ours).unwrap());
+    let mut buf = vec![0u8; len as usize];
+    reader.read_at(&ours, &mut buf, 0).unwrap();
+    let before = reader.counters();
+    let cache = crate::Cache::builder()
+        .capacity_bytes(16 << 20)
+        .build()
+        .unwrap();
+    let today = cache.open(&todays).unwrap();
+    today.read_at(&mut buf, 0).unwrap();
+    let mut rng = Rng(7);
+    let offsets: Vec<u64> = (0..N)
+        .map(|_| rng.below(PAGES) * 4096 + rng.below(4096 - 64))
+        .collect();
+    let mut small = [0u8; 64];
+    let mut sum = 0u64;
+    let (mut cross, mut own, mut base) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let mut time = |read: &mut dyn FnMut(&mut [u8], u64)| {
+            let started = Instant::now();
+            for &offset in &offsets {
+                read(&mut small, offset);
+                sum = sum.wrapping_add(u64::from(small[0]));
+            }
+            started.elapsed().as_nanos() as f64 / N as f64
+        };
+        cross.push(time(&mut |b, o| {
+            reader.read_at(&theirs, b, o).unwrap();
+        }));
+        own.push(time(&mut |b, o| {
+            reader.read_at(&ours, b, o).unwrap();
+        }));
+        base.push(time(&mut |b, o| {
+            today.read_at(b, o).unwrap();
+        }));
+    }
+    let after = reader.counters();
+    assert_eq!(after.misses, before.misses, "every timed read was a hit");
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let ratios = |a: &[f64]| -> Vec<f64> { a.iter().zip(&base).map(|(x, y)| x / y).collect() };
+    let (rc, ro) = (ratios(&cross), ratios(&own));
+    let spread = |r: &[f64]| {
+        let mut r = r.to_vec();
+        r.sort_by(f64::total_cmp);
+        (r[0], median(&r), r[r.len() - 1])
+    };
+    eprintln!(
+        "64-byte hit, ns (median of {ROUNDS} rounds of {N}): another process's page {:.1}, \
+         this process's {:.1}, today's Cache {:.1}; ratio to today's (min, median, max): \
+         another's {:.2?}, own {:.2?} (checksum {sum})",
+        median(&cross),
+        median(&own),
+        median(&base),
+        spread(&rc),
+        spread(&ro)
+    );
+    reader.close(theirs).unwrap();
+    reader.close(ours).unwrap();
+    drop(reader);
+    member.detach();
+}
+
+/// This process's CPU time so far (all its threads: today's cache may read on others).
+fn process_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) };
+    assert_eq!(rc, 0);
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+// The CPU of a miss (docs/sharing.md, "The shared read path"): 4 KiB reads of a cold file's
+// pages in a random order (no readahead helps today's), through the shared path (a frame
+// from the magazine, the `pread` into it, the hand-over, the insertion, the copy) and
+// through today's `Cache`, alternating, 3 rounds, each on new files written and synced:
+// `cargo test --release -p folio --lib shared::tests_read::a_miss_costs -- --ignored
+// --nocapture`. `a_miss_costs_prefaulted` first touches every page of the region's data
+// area, as today's arena is populated ahead: the difference is the first touch's cost.
+#[test]
+#[ignore]
+fn a_miss_costs() {
+    miss_costs(DataArea::AsMapped);
+}
+
+#[test]
+#[ignore]
+fn a_miss_costs_prefaulted() {
+    miss_costs(DataArea::Prefaulted);
+}
+
+/// Whether the miss measurement touches the data area's pages first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DataArea {
+    AsMapped,
+    Prefaulted,
+}
+
+fn miss_costs(area: DataArea) {
+    use std::time::Instant;
+    const PAGES: u64 = 2048;
+    const ROUNDS: u64 = 3;
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = config(home.path(), "read-miss", 8, (PAGES * ROUNDS) as u32 + 64);
+    let member = Member::attach(&config).unwrap();
+    if area == DataArea::Prefaulted {
+        for f in 0..config.geometry.frames {
+            let data = member.domain().frame_data(super::stack::Frame(f));
+            // SAFETY: every frame is free (nobody reads or writes its bytes: read.rs);
+            // one byte of its page, inside the mapping.
+            unsafe { data.write_volatile(0) };
+        }
+    }
+    let reader = SharedReader::new(&member, &member, 16);
+    let cache = crate::Cache::builder()
+        .capacity_bytes(64 << 20)
+        .build()
+        .unwrap();
+    let mut rng = Rng(11);
+    let mut order: Vec<u64> = (0..PAGES).collect();
+    let mut page = vec![0u8; 4096];
+    for round in 0..ROUNDS {
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let (shared_path, today_path) = (
+            write_file(data.path(), 2 * round, PAGES * 4096),
+            write_file(data.path(), 2 * round + 1, PAGES * 4096),
+        );
+        for path in [&shared_path, &today_path] {
+            std::fs::File::open(path).unwrap().sync_all().unwrap();
+        }
+        let file = reader.open(&shared_path).unwrap();
+        let before = reader.counters();
+        let (cpu, wall) = (process_cpu(), Instant::now());
+        for &p in &order {
+            reader.read_at(&file, &mut page, p * 4096).unwrap();
+        }
+        let (shared_cpu, shared_wall) = (process_cpu() - cpu, wall.elapsed());
+        let after = reader.counters();
+        assert_eq!(after.misses - before.misses, PAGES, "{after:?}");
+        let today = cache.open(&today_path).unwrap();
+        let (cpu, wall) = (process_cpu(), Instant::now());
+        for &p in &order {
+            today.read_at(&mut page, p * 4096).unwrap();
+        }
+        let (today_cpu, today_wall) = (process_cpu() - cpu, wall.elapsed());
+        let per = |d: Duration| d.as_nanos() as f64 / PAGES as f64 / 1000.0;
+        eprintln!(
+            "round {round} ({area:?}): a 4 KiB miss, µs of process CPU (wall): shared {:.1} \
+             ({:.1}), today's Cache {:.1} ({:.1})",
+            per(shared_cpu),
+            per(shared_wall),
+            per(today_cpu),
+            per(today_wall)
+        );
+        reader.close(file).unwrap();
+    }
+    drop(reader);
+    member.detach();
+}
