@@ -35,7 +35,8 @@
 //!
 //!   R1. Lease an order-0 frame from the buddy (`alloc`, under this tree's lock: the lock
 //!       order is the eviction queue's, a tree's, then the buddy's; nobody takes a tree's
-//!       lock holding the buddy's, nor the queue's holding a tree's). It is LEASED to us: a death leaves it to the steward's sweep.
+//!       lock holding the buddy's, nor the queue's holding a tree's). It is LEASED to
+//!       us: a death leaves it to the steward's sweep.
 //!   R2. Clear its nodes' slots (our frame: no other writer; no reader reaches it before a
 //!       primitive links one of its nodes, with a release store).
 //!   R3. ADOPT (below): the nodes pooled, the frame chained and made the tree's by one
@@ -81,9 +82,9 @@
 //! value the next test judges, and what it finds is a hint its caller validates, as for a
 //! stale node. Nodes are type-stable while the tree lives (above), so a reader racing a
 //! writer reads a stale node of this tree, never another's: as today, what it finds is a
-//! hint its caller validates (the frame's identity and version). While the tree only grows, a page that is
-//! present stays found: every node is filled before the slot or root that links it is
-//! stored (release), and growth puts the old root under the new one before the root word
+//! hint its caller validates (the frame's identity and version). While the tree only
+//! grows, a page that is present stays found: every node is filled before the slot or
+//! root that links it is stored (release), and growth puts the old root under the new one before the root word
 //! names the new one (the loom model `index_insert_races_a_lookup` checks this).
 //!
 //! # Writers: the primitives, each one intent
@@ -448,10 +449,11 @@ impl<'r> SharedIndex<'r> {
     /// is `node - 64 + slot` (`Node`), which cannot overflow (a link's node field is below
     /// 2^56), a field below 64 wraps past the area, and an index past the area ends the
     /// walk. A node number that another process scribbled reads some word of the area
-    /// (module docs: harmless, a hint), whose value the next check judges. A slot is followed down only if its low byte is a link's to the level
-    /// below (tag 0, the child's shift, which is the parent's minus 6) and it names a node:
-    /// the shift falls by 6 per level from at most 54, so the walk ends within
-    /// `MAX_LEVELS` levels, at the leaves at the latest.
+    /// (module docs: harmless, a hint), whose value the next check judges. A slot is
+    /// followed down only if its low byte is a link's to the level below (tag 0, the
+    /// child's shift, which is the parent's minus 6) and it names a node: the shift falls
+    /// by 6 per level from at most 54, so the walk ends within `MAX_LEVELS` levels, at the
+    /// leaves at the latest.
     ///
     /// Context: any process, lock-free; never panics on what it reads.
     #[inline(always)]

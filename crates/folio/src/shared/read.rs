@@ -14,9 +14,10 @@
 //!   frame in the region, its bytes past the end of the file zeroed; the hand-over to the
 //!   cache (`hand_over`: the frame pinned by us, queued, CACHED), the insertion into the
 //!   index (`insert_run`), the copy, the unpin. Two processes that miss one page at once
-//!   both read it; the second's insertion **conflicts** (or finds the index's pool full):
-//!   its frame stays queued in no index (reclaim frees it, queue.rs) and it reads its own
-//!   copy, which is correct (the same bytes of a file nobody writes). Counted.
+//!   both read it; the second's insertion **conflicts** (or its tree needs a node frame
+//!   and none is free, even after a reclaim): its frame stays queued in no index
+//!   (reclaim frees it, queue.rs) and it reads its own copy, which is correct (the same
+//!   bytes of a file nobody writes). Counted.
 //! - **Nothing to reclaim** (every queued frame pinned, the free frames in other members'
 //!   magazines): the page is read uncached, into this reader's private page (O_DIRECT
 //!   needs an aligned buffer), and copied from there. Counted (`uncached`), never an error.
@@ -45,8 +46,9 @@
 //! (`Cell`s, `RefCell`); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
 //! (`Placed::Full`) gets a reclaim of a batch and one more try, then leaves the miss's
-//! frame uncached (queued in no index, counted `conflicts`); file records are never removed, so their trees keep their node frames (a
-//! removal would first drop the record's pages, files.rs R1, then `release` its tree).
+//! frame uncached (queued in no index, counted `conflicts`); file records are never
+//! removed, so their trees keep their node frames (a removal would first drop the
+//! record's pages, files.rs R1, then `release` its tree).
 
 use std::cell::{Cell, RefCell};
 use std::fs::File as StdFile;
@@ -90,7 +92,7 @@ pub(crate) struct ReadCounters {
     /// `pread`s into a frame or the private page (one per missed page).
     pub(crate) preads: u64,
     /// Misses whose insertion found the page inserted by another process meanwhile (or
-    /// the index's pool full): the page read into our own frame, left for reclaim.
+    /// no node frame for its tree): the page read into our own frame, left for reclaim.
     pub(crate) conflicts: u64,
     /// `reclaim` calls (the magazine and the allocator had no frame).
     pub(crate) reclaims: u64,
