@@ -81,6 +81,62 @@ impl Run for DieAt {
     }
 }
 
+/// A kill test's seed: `FOLIO_SEED` if set (a replay), else the clock; printed with `what`
+/// so that a failing run can be replayed.
+pub(super) fn seed_from_env(what: &str) -> u64 {
+    let seed = std::env::var("FOLIO_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("{what}: FOLIO_SEED={seed}");
+    seed
+}
+
+/// A forked member's `Run` in the kill tests across processes: stops its process
+/// (`SIGSTOP`) at its `die_at`-th step, for the test to kill there; waits and parks as a
+/// member does (checking the steward).
+pub(super) struct MemberRun<'m> {
+    member: &'m super::attach::Member,
+    die_at: Option<u64>,
+    count: Cell<u64>,
+}
+
+impl<'m> MemberRun<'m> {
+    pub(super) fn new(member: &'m super::attach::Member, die_at: Option<u64>) -> Self {
+        MemberRun {
+            member,
+            die_at,
+            count: Cell::new(0),
+        }
+    }
+}
+
+impl Run for MemberRun<'_> {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        let n = self.count.get();
+        self.count.set(n + 1);
+        if Some(n) == self.die_at {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+            unreachable!("a stopped member is killed, never continued");
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: super::futex::Parked) {
+        self.member.parked(holder, outcome)
+    }
+}
+
 /// SplitMix64: the kill tests' draws (what each member does, where it dies), every output
 /// a function of the seed alone.
 pub(super) struct Rng(pub(super) u64);

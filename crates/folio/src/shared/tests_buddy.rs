@@ -12,8 +12,8 @@ use super::magazine::Magazine;
 use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::terms::Unkillable;
-use super::tests::Rng;
 use super::tests::{fork, SharedRegion};
+use super::tests::{seed_from_env, MemberRun, Rng};
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
@@ -506,16 +506,7 @@ impl Drop for Steward<'_> {
 /// flight are exercised in every round. `FOLIO_SEED=<n>` replays a run.
 #[test]
 fn processes_killed_at_random_steps_leave_every_frame_accounted_for() {
-    let seed = std::env::var("FOLIO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("buddy kill test: FOLIO_SEED={seed}");
+    let seed = seed_from_env("buddy kill test");
     let mut rng = Rng(seed);
     let words = (BUDDY.0 + SharedBuddy::words(KILL_FRAMES)) as usize;
     let shared = SharedRegion::new(words);
@@ -583,31 +574,6 @@ fn processes_killed_at_random_steps_leave_every_frame_accounted_for() {
     );
 }
 
-/// A member's `Run` in the domain test: stops its process at its `die_at`-th step (for
-/// the test to kill), and waits as a member does (checking the steward).
-struct MemberRun<'m> {
-    member: &'m Member,
-    die_at: u32,
-    count: Cell<u32>,
-}
-
-impl Run for MemberRun<'_> {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if n == self.die_at {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
-            unreachable!("a stopped process is killed, never continued");
-        }
-        Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-}
-
 /// The allocator wired into a domain: forked members attach, allocate blocks of several
 /// orders and fill a magazine, and stop themselves at a step spread over their work
 /// (`SIGKILL`ed there by the test); the domain's steward, told of each death by its
@@ -635,11 +601,7 @@ fn the_domains_steward_sweeps_a_dead_members_blocks() {
         let config = &config;
         let child = fork(move || {
             let member = Member::attach(config).expect("attach");
-            let run = MemberRun {
-                member: &member,
-                die_at,
-                count: Cell::new(0),
-            };
+            let run = MemberRun::new(&member, Some(die_at));
             let (slots, buddy) = (member.domain().slots(), member.domain().buddy());
             let me = member.holder();
             let mut magazine = Magazine::new(me, 8);

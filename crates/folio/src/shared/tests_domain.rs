@@ -16,7 +16,7 @@ use super::futex::{self, Parked};
 use super::slot::SlotState;
 use super::stack::Census;
 use super::terms::Park;
-use super::tests::{fork, Rng, SharedRegion};
+use super::tests::{fork, seed_from_env, Rng, SharedRegion};
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::primitive::Ordering;
 use std::cell::Cell;
@@ -189,16 +189,7 @@ impl Drop for Cleanup<'_> {
 /// steward leaves once nobody is attached.
 #[test]
 fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
-    let seed = std::env::var("FOLIO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("steward test: FOLIO_SEED={seed}");
+    let seed = seed_from_env("steward test");
     let mut rng = Rng(seed);
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let config = DomainConfig {

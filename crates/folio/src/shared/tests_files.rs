@@ -8,7 +8,7 @@
 use super::files::{FileId, FileKey, FileTable, Opened, RecordCensus, Removal, Stamp};
 use super::slot::SlotTable;
 use super::terms::Unkillable;
-use super::tests::Rng;
+use super::tests::{seed_from_env, MemberRun, Rng};
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
@@ -385,31 +385,6 @@ fn opens_after(ops: &[FileOp]) -> [u16; KILL_KEYS] {
     opens
 }
 
-/// A member's `Run` in the kill test: stops its process at its `die_at`-th step (for the
-/// test to kill), and waits as a member does (checking the steward).
-struct MemberRun<'m> {
-    member: &'m super::attach::Member,
-    die_at: Option<u32>,
-    count: Cell<u32>,
-}
-
-impl Run for MemberRun<'_> {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if Some(n) == self.die_at {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
-            unreachable!("a stopped process is killed, never continued");
-        }
-        Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-}
-
 /// The kill test's children not reaped yet: killed if the test fails (a child spinning
 /// on a lock a stopped one holds would spin on).
 pub(super) struct Children(pub(super) Vec<libc::pid_t>);
@@ -466,16 +441,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
     use super::attach::{DomainConfig, Member};
     use super::domain::Geometry;
     use super::tests::{fork, SharedRegion};
-    let seed = std::env::var("FOLIO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("file table kill test: FOLIO_SEED={seed}");
+    let seed = seed_from_env("file table kill test");
     let mut rng = Rng(seed);
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let config = DomainConfig {
@@ -503,7 +469,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
             word.store(0, crate::primitive::Ordering::Relaxed);
             done.store(0, crate::primitive::Ordering::Relaxed);
             let ops = file_ops(&mut rng);
-            let die_at = (rng.below(2) == 0).then(|| rng.below(60) as u32);
+            let die_at = (rng.below(2) == 0).then(|| rng.below(60));
             let config = &config;
             let pid = {
                 let ops = ops.clone();
@@ -511,11 +477,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
                     let member = Member::attach(config).expect("attach");
                     let me = member.holder();
                     word.store(me.word(), crate::primitive::Ordering::Release);
-                    let run = MemberRun {
-                        member: &member,
-                        die_at,
-                        count: Cell::new(0),
-                    };
+                    let run = MemberRun::new(&member, die_at);
                     let (slots, table) = (member.domain().slots(), member.domain().files());
                     let mut ids: [Option<FileId>; KILL_KEYS] = [None; KILL_KEYS];
                     let mut opens = [0u16; KILL_KEYS];

@@ -3,20 +3,18 @@
 //! hits every page the first cached), members killed at lever-chosen steps while they
 //! read overlapping files, and (ignored: by hand) the cost of a hit and of a miss beside today's.
 
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::attach::{DomainConfig, Member};
 use super::domain::{Domain, Geometry, FRAME_BYTES};
-use super::futex::Parked;
 use super::index::Entry;
 use super::queue::FileNo;
 use super::read::{ReadCounters, SharedReader};
 use super::terms::Unkillable;
-use super::tests::{exited_ok, fork, Rng, SharedRegion};
+use super::tests::{exited_ok, fork, seed_from_env, MemberRun, Rng, SharedRegion};
 use super::tests_files::{swept, Children};
-use super::{Died, Holder, Run, Step};
+use super::{Holder, Run};
 use crate::primitive::Ordering;
 
 /// The bytes of test file `file` of `len` bytes: every 8-byte word names its file, its
@@ -261,35 +259,6 @@ fn a_second_process_hits_every_page_the_first_cached() {
     parent.detach();
 }
 
-/// A member's `Run` in the kill test: stops its process (`SIGSTOP`) at its `die_at`-th
-/// step, for the test to kill there; waits as a member does.
-struct Lever<'m> {
-    member: &'m Member,
-    die_at: Option<u64>,
-    count: Cell<u64>,
-}
-
-impl Run for Lever<'_> {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if Some(n) == self.die_at {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
-            unreachable!("a stopped member is killed, never continued");
-        }
-        Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.member.parked(holder, outcome)
-    }
-}
-
 const KILL_FILES: u64 = 3;
 const KILL_CHILDREN: usize = 5;
 const KILL_ROUNDS: u32 = 12;
@@ -312,16 +281,7 @@ fn kill_len(file: u64) -> u64 {
 /// `FOLIO_SEED=<n>` replays a run.
 #[test]
 fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
-    let seed = std::env::var("FOLIO_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("shared read kill test: FOLIO_SEED={seed}");
+    let seed = seed_from_env("shared read kill test");
     let mut rng = Rng(seed);
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let data = tempfile::tempdir().unwrap();
@@ -349,11 +309,7 @@ fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
             let pid = fork(move || {
                 let member = Member::attach(config).expect("attach");
                 words[0].store(member.holder().word(), Ordering::Release);
-                let lever = Lever {
-                    member: &member,
-                    die_at,
-                    count: Cell::new(0),
-                };
+                let lever = MemberRun::new(&member, die_at);
                 {
                     let reader = SharedReader::new(&member, &lever, 2);
                     let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
