@@ -706,13 +706,28 @@ impl<'r> SharedBuddy<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<bool, Died> {
+        self.free_if_owned(frame, Order(0), nodes_owner(tree), me, slots, run)
+    }
+
+    /// Frees the block of `order` at `frame` if, once the lock is held, it is still LEASED
+    /// to the structure word `owner` (the cache's, a tree's): `free_cached`'s and
+    /// `free_nodes`' one step. Whether this call freed it.
+    fn free_if_owned<R: Run>(
+        &self,
+        frame: Frame,
+        order: Order,
+        owner: u64,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
         let held = self.take(me, slots, run)?;
-        let adopted = self.is_nodes_of(frame, tree);
-        if adopted {
-            self.free_locked(&held, frame.0, Order(0), nodes_owner(tree), run)?;
+        let owned = frame.0 < self.frames && self.state_of(frame.0) == State::Leased(order, owner);
+        if owned {
+            self.free_locked(&held, frame.0, order, owner, run)?;
         }
         held.unlock(run)?;
-        Ok(adopted)
+        Ok(owned)
     }
 
     /// Whether `region` is the one this allocator lies in (a tree's nodes must be).
@@ -735,13 +750,7 @@ impl<'r> SharedBuddy<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<bool, Died> {
-        let held = self.take(me, slots, run)?;
-        let cached = self.is_cached(frame, order);
-        if cached {
-            self.free_locked(&held, frame.0, order, CACHE, run)?;
-        }
-        held.unlock(run)?;
-        Ok(cached)
+        self.free_if_owned(frame, order, CACHE, me, slots, run)
     }
 
     /// The steward's sweep of a dead process: takes the lock (over from `dead`, if it
