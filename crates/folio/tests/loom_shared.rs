@@ -49,7 +49,10 @@
 //! lock-free pin and touch racing the reclaim of its frame, the reclaimer dying at each
 //! step, the frame then reused; its broken variants `reclaim_broken_evict_pinned` and
 //! `reclaim_broken_free_before_index_removal`; its reader starts at once and again after a
-//! yield, each start asserted to see both outcomes: the loom blind spot, docs/testing.md).
+//! yield, each start asserted to see both outcomes: the loom blind spot, docs/testing.md),
+//! and the optimistic hit in the same model (`reclaim_races_an_optimistic_hit`, and its
+//! broken variants `optimistic_broken_raise_after_free`, `optimistic_broken_no_recheck`
+//! and `optimistic_broken_no_lessee_fence`).
 //!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
 //! the allocator's longer operations; the whole file runs in a few seconds on this
@@ -1271,6 +1274,12 @@ fn index_broken_link_before_fill() {
 // reads F's data word and unpins. Asserted: a reader that pinned reads DATA (never a
 // reused frame's OTHER); at the end the queue, the index and the allocator check, and the
 // page is cached (F queued) or reclaimed (a shadow, F not queued).
+//
+// `reclaim_races_an_optimistic_hit`: the same, the reader's hit `read_hit` (no pin: the
+// frame's reuse generation checked around a relaxed copy of its data word), the reuse's
+// writes relaxed (the release side is the lease's fence). Asserted: a copy that validates
+// is DATA. Broken, and caught: `optimistic_broken_raise_after_free`,
+// `optimistic_broken_no_recheck`, `optimistic_broken_no_lessee_fence`.
 //
 // Broken, and caught: `reclaim_broken_evict_pinned` (reclaim freezes without looking at
 // the pins: the pinned reader's frame is freed and reused under it) and
