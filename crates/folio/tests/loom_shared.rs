@@ -49,7 +49,10 @@
 //! lock-free pin and touch racing the reclaim of its frame, the reclaimer dying at each
 //! step, the frame then reused; its broken variants `reclaim_broken_evict_pinned` and
 //! `reclaim_broken_free_before_index_removal`; its reader starts at once and again after a
-//! yield, each start asserted to see both outcomes: the loom blind spot, docs/testing.md).
+//! yield, each start asserted to see both outcomes: the loom blind spot, docs/testing.md),
+//! and the optimistic hit in the same model (`reclaim_races_an_optimistic_hit`, and its
+//! broken variants `optimistic_broken_raise_after_free`, `optimistic_broken_no_recheck`
+//! and `optimistic_broken_no_lessee_fence`).
 //!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
 //! the allocator's longer operations; the whole file runs in a few seconds on this
@@ -57,7 +60,7 @@
 //! `cargo test --release -p folio --test loom_shared` (part of the workspace's tests).
 
 mod primitive {
-    pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 }
 
 /// The kernel's futex as the models see it (the library's `shared/futex.rs` makes the
@@ -1272,6 +1275,12 @@ fn index_broken_link_before_fill() {
 // reused frame's OTHER); at the end the queue, the index and the allocator check, and the
 // page is cached (F queued) or reclaimed (a shadow, F not queued).
 //
+// `reclaim_races_an_optimistic_hit`: the same, the reader's hit `read_hit` (no pin: the
+// frame's reuse generation checked around a relaxed copy of its data word), the reuse's
+// writes relaxed (the release side is the lease's fence). Asserted: a copy that validates
+// is DATA. Broken, and caught: `optimistic_broken_raise_after_free`,
+// `optimistic_broken_no_recheck`, `optimistic_broken_no_lessee_fence`.
+//
 // Broken, and caught: `reclaim_broken_evict_pinned` (reclaim freezes without looking at
 // the pins: the pinned reader's frame is freed and reused under it) and
 // `reclaim_broken_free_before_index_removal` (the victim unfrozen and freed before it
@@ -1280,7 +1289,7 @@ fn index_broken_link_before_fill() {
 const RECLAIM_FRAMES: u32 = 2;
 const RECLAIM_BUDDY: Word = Word(8);
 const RECLAIM_QUEUE: Word = Word(8 + (24 + 3 * RECLAIM_FRAMES) + 2);
-const RECLAIM_INDEX: Word = Word(RECLAIM_QUEUE.0 + 8 + 6 * RECLAIM_FRAMES + 4);
+const RECLAIM_INDEX: Word = Word(RECLAIM_QUEUE.0 + 8 + 7 * RECLAIM_FRAMES + 2);
 /// The index's node frames come from an allocator of their own (one frame), so that the
 /// model's data frames are the queue's two.
 const RECLAIM_NODE_BUDDY: Word = Word(RECLAIM_INDEX.0 + 16);
@@ -1330,10 +1339,20 @@ enum ReaderStart {
     AfterYield,
 }
 
+/// How the reclaim model's reader hits.
+#[derive(Clone, Copy, Debug)]
+enum Reader {
+    /// `pin_hit`, a read of the pinned frame, `unpin`.
+    Pinned,
+    /// `read_hit`: the optimistic copy, validated by the frame's reuse generation.
+    Optimistic,
+}
+
 fn reclaim_model(
     die_at: u32,
     flaw: Flaw,
     start: ReaderStart,
+    reader_kind: Reader,
     outcomes: &std::sync::Arc<ReaderOutcomes>,
 ) {
     use loom::sync::atomic::Ordering;
@@ -1414,7 +1433,9 @@ fn reclaim_model(
                     .alloc(buddy::Order(0), steward, &slots, &living)
                     .unwrap()
                 {
-                    data[frame.0 as usize].store(OTHER, Ordering::Release);
+                    // Relaxed, as a `pread`'s writes: the release side is the lease's
+                    // fence (buddy.rs, `lessee_fence`).
+                    data[frame.0 as usize].store(OTHER, Ordering::Relaxed);
                 }
                 if died {
                     queue
@@ -1432,19 +1453,40 @@ fn reclaim_model(
             if let ReaderStart::AfterYield = start {
                 loom::thread::yield_now();
             }
-            if let Some(pinned) = queue.pin_hit(&indexes[0], 0, reader) {
-                assert_eq!(pinned.0, cached, "the page's one frame");
-                let read = data[pinned.0 .0 as usize].load(Ordering::Acquire);
-                assert_eq!(read, DATA, "a pinned frame's data unchanged");
-                queue.unpin(pinned.0, reader);
-                outcomes
-                    .hits
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let hit = match reader_kind {
+                Reader::Pinned => queue.pin_hit(&indexes[0], 0, reader).map(|pinned| {
+                    assert_eq!(pinned.0, cached, "the page's one frame");
+                    let read = data[pinned.0 .0 as usize].load(Ordering::Acquire);
+                    assert_eq!(read, DATA, "a pinned frame's data unchanged");
+                    queue.unpin(pinned.0, reader);
+                }),
+                Reader::Optimistic => {
+                    let copied = Cell::new(None);
+                    let found = queue
+                        .read_hit(&indexes[0], 0, &ModelRun::living(flaw), |frame| {
+                            copied.set(Some(data[frame.0 as usize].load(Ordering::Relaxed)))
+                        })
+                        .unwrap();
+                    match found {
+                        queue::Optimistic::Hit(frame) => {
+                            assert_eq!(frame, cached, "the page's one frame");
+                            assert_eq!(
+                                copied.get(),
+                                Some(DATA),
+                                "a validated copy is the page's data"
+                            );
+                            Some(())
+                        }
+                        queue::Optimistic::Absent | queue::Optimistic::Stale => None,
+                    }
+                }
+            };
+            let outcome = if hit.is_some() {
+                &outcomes.hits
             } else {
-                outcomes
-                    .misses
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+                &outcomes.misses
+            };
+            outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             slots.detach(reader);
         }
         a.join().unwrap();
@@ -1475,21 +1517,20 @@ fn reclaim_model(
     });
 }
 
-#[test]
-fn reclaim_races_a_pinned_hit() {
+fn reclaim_races_a_hit(reader: Reader) {
     use std::sync::atomic::Ordering::Relaxed;
     let before = TAKE_OVERS.load(Relaxed);
     for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
         let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
         for die_at in 0..=RECLAIM_STEPS {
-            reclaim_model(die_at, Flaw::None, start, &outcomes);
+            reclaim_model(die_at, Flaw::None, start, reader, &outcomes);
         }
         let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
-        eprintln!("reclaim, reader {start:?}: pinned {hits} times, found nothing {misses}");
+        eprintln!("reclaim, {reader:?} reader {start:?}: hit {hits} times, nothing {misses}");
         assert!(
             hits > 0 && misses > 0,
-            "the reader ({start:?}) must both pin the frame and find it reclaimed \
-             (pinned {hits}, nothing {misses})"
+            "the {reader:?} reader ({start:?}) must both hit and find the frame reclaimed \
+             (hit {hits}, nothing {misses})"
         );
     }
     let took_over = TAKE_OVERS.load(Relaxed) - before;
@@ -1497,11 +1538,27 @@ fn reclaim_races_a_pinned_hit() {
     assert!(took_over > 0, "no model took a dead holder's lock over");
 }
 
+#[test]
+fn reclaim_races_a_pinned_hit() {
+    reclaim_races_a_hit(Reader::Pinned);
+}
+
+#[test]
+fn reclaim_races_an_optimistic_hit() {
+    reclaim_races_a_hit(Reader::Optimistic);
+}
+
 fn reclaim_first_failure(flaw: Flaw) -> String {
+    reclaim_first_failure_of(flaw, Reader::Pinned)
+}
+
+fn reclaim_first_failure_of(flaw: Flaw, reader: Reader) -> String {
     for die_at in (0..=RECLAIM_STEPS).rev() {
         if let Err(payload) = std::panic::catch_unwind(|| {
             let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
-            reclaim_model(die_at, flaw, ReaderStart::AtOnce, &outcomes)
+            for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+                reclaim_model(die_at, flaw, start, reader, &outcomes);
+            }
         }) {
             let message = payload
                 .downcast_ref::<String>()
@@ -1531,4 +1588,27 @@ fn reclaim_broken_free_before_index_removal() {
         message.contains("a pinned frame's data unchanged"),
         "failed, but not as expected: {message}"
     );
+}
+
+fn assert_optimistic_caught(flaw: Flaw) {
+    let message = reclaim_first_failure_of(flaw, Reader::Optimistic);
+    assert!(
+        message.contains("a validated copy is the page's data"),
+        "failed, but not as expected: {message}"
+    );
+}
+
+#[test]
+fn optimistic_broken_raise_after_free() {
+    assert_optimistic_caught(Flaw::RaiseAfterFree);
+}
+
+#[test]
+fn optimistic_broken_no_recheck() {
+    assert_optimistic_caught(Flaw::NoRecheck);
+}
+
+#[test]
+fn optimistic_broken_no_lessee_fence() {
+    assert_optimistic_caught(Flaw::NoLesseeFence);
 }

@@ -130,7 +130,7 @@ fn prefetch_line(at: *const u8) {
 }
 
 #[cfg(any(not(target_arch = "x86_64"), miri))]
-use atomic_copy_words as atomic_copy;
+pub(crate) use atomic_copy_words as atomic_copy;
 
 /// Copies from `src` into `dst` as a byte-wise atomic memcpy (C++ P1478's
 /// `atomic_load_per_byte_memcpy`): every byte is read once with the effect of a relaxed
@@ -155,7 +155,7 @@ use atomic_copy_words as atomic_copy;
 /// be atomic or done by the kernel (I/O).
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
-unsafe fn atomic_copy(src: *const u8, dst: &mut [u8]) {
+pub(crate) unsafe fn atomic_copy(src: *const u8, dst: &mut [u8]) {
     if (16..=64).contains(&dst.len()) {
         // SAFETY: as this function's.
         return unsafe { atomic_copy_16_to_64(src, dst) };
@@ -287,7 +287,7 @@ unsafe fn atomic_store_copy_words(src: &[u8], dst: *mut u8) {
 /// # Safety
 /// As the x86-64 version.
 #[cfg(any(not(target_arch = "x86_64"), miri, test))]
-unsafe fn atomic_copy_words(src: *const u8, dst: &mut [u8]) {
+pub(crate) unsafe fn atomic_copy_words(src: *const u8, dst: &mut [u8]) {
     use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
     let len = dst.len();
     let out = dst.as_mut_ptr();

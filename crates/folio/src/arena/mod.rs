@@ -59,6 +59,8 @@ mod buddy;
 #[deny(unsafe_code)]
 mod chunk;
 mod copy;
+/// The byte-wise atomic copy out (the shared read path's optimistic hit uses it too).
+pub(crate) use copy::atomic_copy;
 mod pages;
 mod populate;
 mod quota;

@@ -113,7 +113,7 @@ use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
 use super::stack::Frame;
 use super::{Died, Flaw, Holder, Run, Word};
-use crate::primitive::{AtomicU64, Ordering};
+use crate::primitive::{fence, AtomicU64, Ordering};
 
 /// The largest order: blocks of up to 2^9 frames.
 pub(crate) const ORDER_MAX: u8 = 9;
@@ -538,6 +538,7 @@ impl<'r> SharedBuddy<'r> {
             self.change(&held, &intent, run)?;
         }
         held.unlock(run)?;
+        lessee_fence(run);
         Ok(got.map(Frame))
     }
 
@@ -619,6 +620,7 @@ impl<'r> SharedBuddy<'r> {
             got += order.frames();
         }
         held.unlock(run)?;
+        lessee_fence(run);
         Ok(got)
     }
 
@@ -912,5 +914,19 @@ fn flaw_kind(flaw: Flaw) -> Broken {
         #[cfg(test)]
         Flaw::InFlightForgotten => Broken::InFlightForgotten,
         _ => Broken::None,
+    }
+}
+
+/// The lessee's release fence after a lease, before it writes the frames (the writer's
+/// side of the optimistic hit's seqlock, queue.rs "The optimistic hit"): an optimistic
+/// reader whose byte-wise load reads one of the lessee's writes and then fences (acquire)
+/// synchronizes with it, so it sees the reuse generation that reclaim raised before the
+/// free this lease's lock acquire read. Free on x86-64 (no instruction). A broken variant
+/// (`Flaw::NoLesseeFence`) leaves it out.
+fn lessee_fence<R: Run>(run: &R) {
+    match run.flaw() {
+        #[cfg(test)]
+        Flaw::NoLesseeFence => {}
+        _ => fence(Ordering::Release),
     }
 }

@@ -37,6 +37,8 @@
 //!   then F words   REF[f]: 1 once a hit touched f since reclaim last looked (a hint)
 //!   then F words   PIN[f]: one bit per process slot holding f pinned, `FROZEN` (bit 63)
 //!                  while reclaim takes it
+//!   then F words   GEN[f]: f's reuse generation, raised by every eviction of f (E5)
+//!                  before its free: the optimistic hit's seqlock word (below)
 //! ```
 //!
 //! STATUS's victim (bits 32..64): the frame being reclaimed or removed, + 1, in bits
@@ -59,6 +61,38 @@
 //! around it has set its bit or not, so the steward's sweep drops a dead process's pins
 //! exactly (clears its bit in every PIN word) from the shared words alone.
 //!
+//! # The optimistic hit (a seqlock per frame)
+//!
+//! `read_hit`, which read.rs tries first (`pin_hit` is its fallback), stores nothing but
+//! the touch: (1) look the page up: frame f; (2) load GEN[f] (acquire): g; (3) look the
+//! page up again: still f, else stale; (4) copy f's bytes with byte-wise atomic loads;
+//! (5) `fence(Acquire)`; (6) load GEN[f] again: g, else stale. Why a validated copy is the
+//! page's: call *incarnation v* f's life between the v-th raise of GEN[f] and the next.
+//! Reclaim raises GEN[f] at E5, after E4 took f out of its index and before E6 freed it.
+//! (a) (2) read raise v (acquire of its release store), so (3) sees E4 of every earlier
+//! incarnation: the entry (3) reads is an insertion of f at the page by incarnation w >= v.
+//! If w > v, raise w happens before that insertion, which (3) read, and (6) comes after
+//! (3): (6) sees GEN[f] >= w, stale. So w = v: incarnation v caches the page, its bytes
+//! complete before its insertion, which (3) read (acquire): (4) reads them or later
+//! writes. (b) A later write is a lessee's of incarnation v' > v, made after its lease
+//! and the **lessee's release fence** (buddy.rs, `lessee_fence`, after the lease's lock
+//! acquire, which read the free's lock release, which came after raise v'). If (4) reads
+//! any byte of it, that fence synchronizes with (5), so raise v' happens before (6):
+//! stale. A CACHED frame is not written again until it is freed. Hence: same generation
+//! at (2) and (6) and the same frame at (1) and (3) => the copy is incarnation v's bytes,
+//! the page's. Raising at E2 or E3 instead (before E4) would not do: (3) could then still
+//! find incarnation v - 1's entry with raise v already read at (2), and that frame is
+//! freed and rewritten with no further raise. A look-up after the copy instead of (3)
+//! would not do either: (1) may be an old incarnation's entry, (2) read the raise of an
+//! incarnation still being written for another page, and a later one re-insert f at the
+//! page (an ABA of the page's entry): (3) before the copy is what pins the incarnation.
+//!
+//! Deaths: the raise is a store under the queue's lock (a step), at E5; a reclaimer that
+//! dies before it dies before E6 too, and whoever takes the lock over finishes the
+//! DETACHED victim (E4-E7: the raise again, then the free). A second raise is harmless: a
+//! reader compares for equality. So a freed frame has always been raised since its last
+//! insertion. A removal (truncation) raises the same way (it is E1-E7 too).
+//!
 //! # Protocol (every change under the lock; each primitive one intent, lock.rs M1-M3)
 //!
 //! - ADD [f, old tail + 1, new ENDS, new STATUS]: NEXT[f] = 0, PREV[f] = old tail + 1,
@@ -80,7 +114,8 @@
 //!       does not, the index's lock is first taken and let go (`recover`: a dead writer's
 //!       insertion of f finished), and the page looked up again. (`remove` finds f gone
 //!       when the index's lock was a dead reclaimer's, in E4: its take-over finished it.)
-//!   E5. Unfreeze: CAS PIN[f] FROZEN -> 0 (release: a later pin sees E4's removal).
+//!   E5. Raise GEN[f] (a store of its value + 1, under the lock, so a step of its own),
+//!       then unfreeze: CAS PIN[f] FROZEN -> 0 (release: a later pin sees E4's removal).
 //!   E6. `SharedBuddy::free_cached(f)`: under the allocator's lock, if f is still CACHED
 //!       (a dead reclaimer's free of it is finished by that lock's take-over).
 //!   E7. STATUS's victim = 0.
@@ -106,8 +141,8 @@
 //! the buddy allocator; every CACHED frame queued; no victim; no PIN FROZEN or naming a
 //! slot that is not live.
 //!
-//! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame by the lock; REF
-//! by nobody (a hint: a touch racing reclaim's clear is lost or kept, both right); PIN by
+//! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame by the lock; GEN
+//! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch racing reclaim's clear is lost or kept, both right); PIN by
 //! CAS (pins) and by the lock (FROZEN: only a holder freezes and unfreezes). Locks, in
 //! order: this queue's, then an index's, then the buddy allocator's; nobody takes this
 //! one while holding an index's or the allocator's.
@@ -127,8 +162,8 @@ use super::index::{Entry, Leave, Page, SharedIndex};
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
 use super::stack::Frame;
-use super::{Died, Flaw, Holder, Run, Word};
-use crate::primitive::{AtomicU64, Ordering};
+use super::{Died, Flaw, Holder, Run, Step, Word};
+use crate::primitive::{fence, AtomicU64, Ordering};
 
 const ENDS: u32 = LINE_FREE_WORDS[0];
 const STATUS: u32 = LINE_FREE_WORDS[1];
@@ -140,7 +175,8 @@ const FILE: u32 = 2;
 const PAGE: u32 = 3;
 const REF: u32 = 4;
 const PIN: u32 = 5;
-const PER_FRAME: u32 = 6;
+const GEN: u32 = 6;
+const PER_FRAME: u32 = 7;
 
 /// PIN's bit while reclaim takes the frame.
 const FROZEN: u64 = 1 << 63;
@@ -207,6 +243,17 @@ pub(crate) enum Removed {
 #[derive(Debug, PartialEq, Eq)]
 #[must_use = "a pinned frame must be unpinned"]
 pub(crate) struct Pinned(pub(crate) Frame);
+
+/// What an optimistic hit (`read_hit`) found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Optimistic {
+    /// The copy is the page's (validated); the frame was touched.
+    Hit(Frame),
+    /// No folio of order 0 at the page: a miss.
+    Absent,
+    /// The frame was reclaimed or reused during the copy: discard it.
+    Stale,
+}
 
 /// A hit's pin refused: the frame is being reclaimed (treat the page as a miss).
 #[derive(Debug, PartialEq, Eq)]
@@ -410,6 +457,46 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
         }
         self.touch(frame);
         Some(Pinned(frame))
+    }
+
+    /// The optimistic hit (module docs, "The optimistic hit"): `copy` called with the frame
+    /// caching `page` in `index`, its bytes then validated: `Hit` (the copy is the page's,
+    /// the frame touched), `Absent` (no folio of order 0 at `page`: a miss) or `Stale` (the
+    /// frame was reused meanwhile: discard the copy, try again or pin).
+    ///
+    /// Context: any process, lock-free: two look-ups, two loads of the frame's generation,
+    /// the touch; no other store, no RMW. `copy` must read the frame only with byte-wise
+    /// atomic loads (it may be rewritten meanwhile). `run`'s `Step::Found` comes between
+    /// the look-ups and the copy (a test's lever reuses the frame there).
+    #[inline]
+    pub(crate) fn read_hit<R: Run>(
+        &self,
+        index: &SharedIndex<'_>,
+        page: Page,
+        run: &R,
+        copy: impl FnOnce(Frame),
+    ) -> Result<Optimistic, Died> {
+        let Entry::Folio { frame, order: 0 } = index.lookup(page) else {
+            return Ok(Optimistic::Absent);
+        };
+        let Some(f) = u32::try_from(frame).ok().filter(|f| *f < self.frames) else {
+            return Ok(Optimistic::Absent);
+        };
+        let generation = self.of(f, GEN);
+        let before = generation.load(Ordering::Acquire);
+        if index.lookup(page) != (Entry::Folio { frame, order: 0 }) {
+            return Ok(Optimistic::Stale);
+        }
+        run.at(Step::Found)?;
+        copy(Frame(f));
+        if !no_recheck(run.flaw()) {
+            fence(Ordering::Acquire);
+            if generation.load(Ordering::Relaxed) != before {
+                return Ok(Optimistic::Stale);
+            }
+        }
+        self.touch(Frame(f));
+        Ok(Optimistic::Hit(Frame(f)))
     }
 
     // ------------------------------------------------------------ changes
@@ -715,13 +802,13 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
         run: &R,
     ) -> Result<(), Died> {
         if free_before_index_removal(run.flaw()) {
-            self.unfreeze_and_free(frame, me, slots, run)?;
+            self.unfreeze_and_free(held, frame, me, slots, run)?;
             self.out_of_index(frame, evict, me, indexes, slots, run)?;
         } else {
             // E4.
             self.out_of_index(frame, evict, me, indexes, slots, run)?;
             // E5, E6.
-            self.unfreeze_and_free(frame, me, slots, run)?;
+            self.unfreeze_and_free(held, frame, me, slots, run)?;
         }
         // E7.
         let status = self.line(STATUS).load(Ordering::Relaxed);
@@ -771,20 +858,38 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
         Ok(())
     }
 
-    /// E5, E6.
+    /// E5, E6: the reuse generation raised, the frame unfrozen and freed.
     fn unfreeze_and_free<R: Run>(
         &self,
+        held: &Held<'_, '_>,
         frame: u32,
         me: Holder,
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<(), Died> {
+        let late = raise_after_free(run.flaw());
+        if !late {
+            self.raise(held, frame, run)?;
+        }
         let _ =
             self.of(frame, PIN)
                 .compare_exchange(FROZEN, 0, Ordering::Release, Ordering::Relaxed);
         self.buddy
             .free_cached(Frame(frame), Order(0), me, slots, run)?;
+        if late {
+            self.raise(held, frame, run)?;
+        }
         Ok(())
+    }
+
+    /// E5's raise of GEN[`frame`] (module docs, "The optimistic hit"): a release store
+    /// under the lock, so that a reader whose acquire load sees it also sees E4's removal.
+    /// Redone by a taker that finishes a dead holder's victim: a second raise is harmless
+    /// (a reader only compares the word for equality).
+    fn raise<R: Run>(&self, held: &Held<'_, '_>, frame: u32, run: &R) -> Result<(), Died> {
+        let generation = self.of(frame, GEN);
+        let raised = generation.load(Ordering::Relaxed).wrapping_add(1);
+        held.store(generation, raised, run)
     }
 
     /// The steward's sweep of a dead process, in its order: this queue's lock taken (over
@@ -911,6 +1016,25 @@ fn free_before_index_removal(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::FreeBeforeIndexRemoval => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant raises the victim's reuse generation after its free (E6), not
+/// before it (E5).
+fn raise_after_free(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::RaiseAfterFree => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's optimistic hit skips the generation's check after its copy.
+fn no_recheck(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::NoRecheck => true,
         _ => false,
     }
 }

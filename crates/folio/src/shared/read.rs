@@ -5,9 +5,12 @@
 //!
 //! # A read (`SharedReader::read_at`), per page
 //!
-//! - **Hit**: `SharedQueue::pin_hit` on the file record's index (lock-free: a look-up, a
-//!   pin CAS, a second look-up, a touch), then a byte copy out of the pinned frame's data
-//!   (`Domain::frame_data`), then `unpin`.
+//! - **Hit**: the optimistic hit, `SharedQueue::read_hit` on the file record's index
+//!   (lock-free, no store but the touch: a look-up, the frame's reuse generation, a
+//!   second look-up, a byte-wise atomic copy of the frame's data, the generation again),
+//!   tried twice; when both copies are stale (the frame reclaimed or reused meanwhile),
+//!   `SharedQueue::pin_hit` (a look-up, a pin CAS, a second look-up, a touch), a copy out
+//!   of the pinned frame, `unpin`; when that finds nothing, a miss.
 //! - **Miss**: a frame from this member's magazine (`Magazine`, order 0); when it has none
 //!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again; then
 //!   `pread` (O_DIRECT where the file system allows it) of the page straight into the
@@ -21,6 +24,19 @@
 //! - **Nothing to reclaim** (every queued frame pinned, the free frames in other members'
 //!   magazines): the page is read uncached, into this reader's private page (O_DIRECT
 //!   needs an aligned buffer), and copied from there. Counted (`uncached`), never an error.
+//!
+//! # Why the optimistic copy is sound
+//!
+//! queue.rs, "The optimistic hit", argues it: a copy whose frame's generation did not
+//! change, and whose page named that frame after the first generation load, is the bytes
+//! of the incarnation that cached the page. Here, what that argument asks of this file:
+//! the copy reads the frame only with byte-wise atomic loads (`copy_racing`:
+//! `arena::atomic_copy`, never a plain copy: another process may lease the frame and
+//! `pread` into it while we copy), and a miss writes a frame it leased only by the kernel
+//! (`pread`) and by atomic stores (`atomic_zero` past a short read), after the lease's
+//! release fence (`SharedBuddy::alloc` and `lease_batch` issue it), never through a
+//! `&mut` slice of the region. The pin stays for what needs it: the fallback and the miss
+//! (its frame pinned from the hand-over to the copy).
 //!
 //! # Why a pinned frame's bytes are read with plain loads
 //!
@@ -63,9 +79,11 @@ use super::domain::FRAME_BYTES;
 use super::files::{FileId, FileKey, FileTable, Opened, Stamp};
 use super::index::{Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
-use super::queue::{FileNo, Pinned, SharedQueue, PIN_SLOTS};
+use super::queue::{FileNo, Optimistic, Pinned, SharedQueue, PIN_SLOTS};
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
+use crate::arena::atomic_copy;
+use crate::io::atomic_zero;
 
 /// A file open for shared reads: its record in the domain's file table and its descriptor.
 #[derive(Debug)]
@@ -85,8 +103,12 @@ impl SharedFile {
 /// What a reader did (the tests count them).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ReadCounters {
-    /// Pages found cached (pinned and copied).
+    /// Pages found cached (copied optimistically, or pinned and copied).
     pub(crate) hits: u64,
+    /// Of the hits, those that fell back to a pin (`pin_hit`) after two stale copies.
+    pub(crate) pinned_hits: u64,
+    /// Optimistic copies discarded (the frame reclaimed or reused meanwhile).
+    pub(crate) stale: u64,
     /// Pages not found cached.
     pub(crate) misses: u64,
     /// `pread`s into a frame or the private page (one per missed page).
@@ -257,17 +279,51 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            if let Some(Pinned(frame)) = queue.pin_hit(index, page, self.me) {
-                self.run.at(Step::Copying).map_err(died)?;
-                self.copy_out(frame, within, dst);
-                queue.unpin(frame, self.me);
-                self.count(|c| c.hits += 1);
-            } else {
-                self.miss(&queue, file, index, page, within, dst)?;
+            match self.optimistic(&queue, index, page, within, dst)? {
+                Optimistic::Hit(_) => self.count(|c| c.hits += 1),
+                Optimistic::Absent => self.miss(&queue, file, index, page, within, dst)?,
+                Optimistic::Stale => {
+                    if let Some(Pinned(frame)) = queue.pin_hit(index, page, self.me) {
+                        self.run.at(Step::Copying).map_err(died)?;
+                        self.copy_out(frame, within, dst);
+                        queue.unpin(frame, self.me);
+                        self.count(|c| {
+                            c.hits += 1;
+                            c.pinned_hits += 1;
+                        });
+                    } else {
+                        self.miss(&queue, file, index, page, within, dst)?;
+                    }
+                }
             }
             pos += n as u64;
         }
         Ok((end - offset) as usize)
+    }
+
+    /// The optimistic hit (module docs), tried twice: `Hit` (`dst` holds the page's bytes),
+    /// `Absent` (a miss), or `Stale` twice (the caller pins: `pin_hit`).
+    #[inline]
+    fn optimistic(
+        &self,
+        queue: &SharedQueue<'_, '_>,
+        index: &SharedIndex<'m>,
+        page: Page,
+        within: usize,
+        dst: &mut [u8],
+    ) -> io::Result<Optimistic> {
+        for _ in 0..2 {
+            let found = queue
+                .read_hit(index, page, self.run, |frame| {
+                    self.copy_racing(frame, within, dst)
+                })
+                .map_err(died)?;
+            if found != Optimistic::Stale {
+                return Ok(found);
+            }
+            self.count(|c| c.stale += 1);
+        }
+        Ok(Optimistic::Stale)
     }
 
     /// A missed page (module docs): read into a frame and cached, or uncached.
@@ -285,10 +341,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
             return self.uncached(file, page, within, dst);
         };
         let data = self.member.domain().frame_data(frame);
-        // SAFETY: `frame` is leased to us and in no queue or index: nobody else reads or
-        // writes its bytes (module docs); `data` is FRAME_BYTES of the mapping, aligned.
-        let page_data = unsafe { std::slice::from_raw_parts_mut(data, FRAME_BYTES) };
-        let got = match pread_page(file, page_data, page) {
+        // `frame` is leased to us and in no queue or index: nobody else writes its bytes,
+        // but an optimistic hit that found it in an index before it was reclaimed may still
+        // be loading them (module docs): written by the kernel and by atomic stores only,
+        // after the lease's release fence (buddy.rs, `lessee_fence`).
+        let got = match pread_page(file, data, page) {
             Ok(got) => got,
             Err(e) => {
                 let domain = self.member.domain();
@@ -299,7 +356,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 return Err(e);
             }
         };
-        page_data[got..].fill(0);
+        // SAFETY: `data` is FRAME_BYTES of the mapping (`frame_data`), `got` of them read;
+        // nobody else writes them (above).
+        unsafe { atomic_zero(data.add(got), FRAME_BYTES - got) };
         self.count(|c| c.preads += 1);
         let domain = self.member.domain();
         let slots = domain.slots();
@@ -370,7 +429,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         dst: &mut [u8],
     ) -> io::Result<()> {
         let mut private = self.private.borrow_mut();
-        let got = pread_page(file, &mut private.0, page)?;
+        let got = pread_page(file, private.0.as_mut_ptr(), page)?;
         private.0[got..].fill(0);
         dst.copy_from_slice(&private.0[within..within + dst.len()]);
         self.count(|c| {
@@ -378,6 +437,21 @@ impl<'m, R: Run> SharedReader<'m, R> {
             c.uncached += 1;
         });
         Ok(())
+    }
+
+    /// Copies `dst.len()` bytes from `within` of `frame`'s data with byte-wise atomic
+    /// loads (`arena::atomic_copy`): the optimistic hit's copy, which another process may
+    /// race by reusing the frame and writing it (the copy is then discarded).
+    ///
+    /// Context: `frame` is one `read_hit` found in an index (module docs).
+    #[inline]
+    fn copy_racing(&self, frame: Frame, within: usize, dst: &mut [u8]) {
+        assert!(within + dst.len() <= FRAME_BYTES);
+        let data = self.member.domain().frame_data(frame);
+        // SAFETY: `within + dst.len()` lies inside the frame's FRAME_BYTES of the mapping,
+        // which stays mapped while we are a member; every other write to them is atomic or
+        // the kernel's (`pread`, `atomic_zero`, the index's node words); `dst` is our own.
+        unsafe { atomic_copy(data.add(within), dst) }
     }
 
     /// Copies `dst.len()` bytes from `within` of `frame`'s data.
@@ -402,21 +476,23 @@ impl<R: Run> Drop for SharedReader<'_, R> {
     }
 }
 
-/// Reads page `page` of `file` into `into` (FRAME_BYTES, page-aligned): the bytes read,
-/// fewer than FRAME_BYTES only at the end of the file.
+/// Reads page `page` of `file` into the FRAME_BYTES at `into` (page-aligned, ours to
+/// write: a leased frame or the private page; a pointer, not a slice, since an optimistic
+/// hit may be loading a leased frame's old bytes meanwhile): the bytes read, fewer than
+/// FRAME_BYTES only at the end of the file.
 ///
 /// Errors: `pread`'s (EINTR retried).
-fn pread_page(file: &SharedFile, into: &mut [u8], page: Page) -> io::Result<usize> {
-    debug_assert_eq!(into.len(), FRAME_BYTES);
+fn pread_page(file: &SharedFile, into: *mut u8, page: Page) -> io::Result<usize> {
     let offset = page * FRAME_BYTES as u64;
     let mut got = 0;
-    while got < into.len() {
-        // SAFETY: reads into `into[got..]`, which we own for the call.
+    while got < FRAME_BYTES {
+        // SAFETY: the kernel writes `into[got..FRAME_BYTES]`, which the caller lets us
+        // write for the call.
         let n = unsafe {
             libc::pread(
                 file.file.as_raw_fd(),
-                into[got..].as_mut_ptr().cast(),
-                into.len() - got,
+                into.add(got).cast(),
+                FRAME_BYTES - got,
                 (offset + got as u64) as libc::off_t,
             )
         };

@@ -91,6 +91,10 @@ pub(crate) enum Step {
     /// A read holds a frame pinned for its copy (read.rs): no store, a place to die
     /// holding a pin.
     Copying,
+    /// An optimistic hit found its frame and read its generation, and has not copied yet
+    /// (queue.rs): no store; a test's lever reclaims and reuses the frame here, so that
+    /// the copy reads the reused frame.
+    Found,
 }
 
 /// A protocol known to be wrong, which the models run to prove that they catch it. Only
@@ -152,6 +156,19 @@ pub(crate) enum Flaw {
     /// frame is freed under its reader.
     #[cfg(test)]
     EvictPinned,
+    /// Reclaim raises its victim's reuse generation after it frees the frame (queue.rs, E5
+    /// after E6): a new lessee writes the frame under an optimistic reader whose
+    /// generation it has already read raised.
+    #[cfg(test)]
+    RaiseAfterFree,
+    /// The optimistic hit does not load the generation again after its copy (queue.rs):
+    /// a copy of a frame reused meanwhile validates.
+    #[cfg(test)]
+    NoRecheck,
+    /// A lessee writes a leased frame without the release fence after its lease (buddy.rs):
+    /// an optimistic reader that read its bytes may still load the old generation.
+    #[cfg(test)]
+    NoLesseeFence,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

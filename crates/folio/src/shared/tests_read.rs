@@ -3,6 +3,7 @@
 //! hits every page the first cached), members killed at lever-chosen steps while they
 //! read overlapping files, and (ignored: by hand) the cost of a hit and of a miss beside today's.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use super::read::{ReadCounters, SharedReader};
 use super::terms::Unkillable;
 use super::tests::{exited_ok, fork, seed_from_env, MemberRun, Rng, SharedRegion};
 use super::tests_files::{swept, Children};
-use super::{Holder, Run};
+use super::{Died, Holder, Run, Step};
 use crate::primitive::Ordering;
 
 /// The bytes of test file `file` of `len` bytes: every 8-byte word names its file, its
@@ -202,6 +203,7 @@ fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
         reclaims: v[4],
         reclaimed: v[5],
         uncached: v[6],
+        ..ReadCounters::default()
     }
 }
 
@@ -607,4 +609,120 @@ fn miss_costs(area: DataArea) {
     }
     drop(reader);
     member.detach();
+}
+
+/// A lever for `an_optimistic_hit_of_a_frame_reused_during_its_copy_does_not_validate`:
+/// at the first `Step::Found` (an optimistic hit has found its frame and read its
+/// generation, and not copied yet) it reclaims every queued frame, leases every free frame, fills each
+/// with 0xee (another process's new data) and frees them again.
+struct ReuseAtFound<'m> {
+    member: &'m Member,
+    fired: Cell<bool>,
+    flaw: super::Flaw,
+}
+
+impl Run for ReuseAtFound<'_> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        if step != Step::Found || self.fired.replace(true) {
+            return Ok(());
+        }
+        let domain = self.member.domain();
+        let me = self.member.holder();
+        let slots = domain.slots();
+        let buddy = domain.buddy();
+        let queue = domain.queue(&buddy);
+        let indexes = domain.indexes();
+        let freed = queue
+            .reclaim(
+                domain.geometry().frames,
+                me,
+                indexes.as_slice(),
+                &slots,
+                &Unkillable,
+            )
+            .unwrap();
+        assert!(freed > 0, "nothing reclaimed under the hit");
+        let mut leased = Vec::new();
+        while let Some(frame) = buddy
+            .alloc(super::buddy::Order(0), me, &slots, &Unkillable)
+            .unwrap()
+        {
+            // SAFETY: the frame is leased to us: FRAME_BYTES of the mapping; the only
+            // other access is the hit's byte-wise atomic copy, which this thread makes
+            // after we return (we run at its `Step::Found`).
+            unsafe { std::ptr::write_bytes(domain.frame_data(frame), 0xee, FRAME_BYTES) };
+            leased.push(frame);
+        }
+        for frame in leased {
+            buddy
+                .free(frame, super::buddy::Order(0), me, &slots, &Unkillable)
+                .unwrap();
+        }
+        Ok(())
+    }
+
+    fn wait(&self, _holder: Holder) {
+        std::thread::yield_now();
+    }
+
+    fn flaw(&self) -> super::Flaw {
+        self.flaw
+    }
+}
+
+/// Reads page 1 of a file (cached by a first read) through a reader whose lever reclaims
+/// and reuses every frame between the optimistic hit's look-ups and its copy
+/// (deterministic: one process, the race forced at `Step::Found`): the wrong bytes read, and the
+/// reader's counters.
+fn reuse_during_the_copy(name: &str, flaw: super::Flaw) -> (usize, ReadCounters) {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let len = 4 * 4096;
+    let path = write_file(data.path(), 0, len);
+    let expected = stamped(0, len);
+    let member = Member::attach(&config(home.path(), name, 8, 16)).unwrap();
+    let result = {
+        let lever = ReuseAtFound {
+            member: &member,
+            fired: Cell::new(false),
+            flaw,
+        };
+        let reader = SharedReader::new(&member, &lever, 1);
+        let file = reader.open(&path).unwrap();
+        // The first read misses (no Step::Found: nothing is cached yet).
+        assert_eq!(read_and_compare(&reader, &file, &expected, 4096, 4096), 0);
+        assert_eq!(reader.counters().misses, 1);
+        let wrong = read_and_compare(&reader, &file, &expected, 4096, 4096);
+        assert!(lever.fired.get(), "the hit never reached Step::Found");
+        let counters = reader.counters();
+        reader.close(file).unwrap();
+        (wrong, counters)
+    };
+    reclaim_everything(member.domain(), member.holder());
+    member.detach();
+    result
+}
+
+/// The optimistic hit's copy raced by a reclaim and a reuse of its frame (forced by a
+/// lever before the copy: the copy reads the reused frame) does not validate: the copy is discarded, the
+/// page missed and read again, every byte right.
+#[test]
+fn an_optimistic_hit_of_a_frame_reused_during_its_copy_does_not_validate() {
+    let (wrong, counters) = reuse_during_the_copy("read-reuse", super::Flaw::None);
+    eprintln!("reused during the copy: {counters:?}");
+    assert_eq!(
+        wrong, 0,
+        "a reused frame's bytes were returned: {counters:?}"
+    );
+    assert_eq!(counters.stale, 1, "{counters:?}");
+    assert_eq!((counters.misses, counters.hits), (2, 0), "{counters:?}");
+}
+
+/// The same race with the check after the copy left out (`Flaw::NoRecheck`): the reused
+/// frame's bytes are returned, which shows that the lever does reach the race.
+#[test]
+fn an_optimistic_hit_without_its_check_returns_a_reused_frame() {
+    let (wrong, counters) = reuse_during_the_copy("read-reuse-broken", super::Flaw::NoRecheck);
+    assert!(wrong > 4000, "{wrong} wrong bytes: {counters:?}");
+    assert_eq!(counters.hits, 1, "{counters:?}");
 }
