@@ -24,6 +24,10 @@
 //!                             the buddy's frames name
 //! ```
 //!
+//! The data area is not touched at the creation (a domain of the machine's size takes no
+//! memory then): the steward populates it ahead of the allocator, a chunk at a time
+//! (populate.rs, `populate_data`), and a member maps each batch it leases (read.rs).
+//!
 //! `Domain::region` is every word of the mapping, the data area's too: a frame the buddy
 //! says is a tree's (NODES, buddy.rs) holds 7 index nodes, read and written as
 //! `AtomicU64`s by index.rs; any other frame's data is bytes, read and written only

@@ -33,6 +33,9 @@
 //!    (a clean detach) ends the watch; a process found again by `rebuild` has no
 //!    connection to this steward, and its detach is seen by a look at its slot every
 //!    `DETACH_CHECK` (while there is such a process).
+//!    Between its polls it **populates the data area ahead** of the allocator
+//!    (populate.rs: one 2 MiB chunk per turn, polling every `POPULATE_POLL` until the
+//!    area is whole), so that a member's miss finds its frame's page in the region file.
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
 //!    it removes the socket and frees its own slot; the next attach starts a new steward.
 //!
