@@ -369,6 +369,45 @@ mod tests {
         domain.slots().detach(me);
     }
 
+    /// The steward populates a new domain's lead by itself (its `serve` steps the
+    /// populator), and nothing past it while nobody leases. Waits for the steward (a
+    /// 60 s deadline, never a hang); what it checks does not depend on timing.
+    #[test]
+    fn the_steward_populates_the_lead_of_a_new_domain() {
+        use super::super::attach::{DomainConfig, Member};
+        use super::super::domain::Geometry;
+        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+        let config = DomainConfig {
+            dir: home.path().to_path_buf(),
+            name: "populate-steward".into(),
+            geometry: Geometry {
+                slots: 4,
+                frames: 16 * CHUNK_FRAMES,
+            },
+            linger: Duration::from_millis(100),
+        };
+        let member = Member::attach(&config).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while resident_chunks(member.domain()).0 != vec![14, 15] {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the steward did not populate the lead: {:?}",
+                resident_chunks(member.domain())
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Two more polls of the steward: still nothing past the lead.
+        std::thread::sleep(2 * POPULATE_POLL);
+        let (whole, empty) = resident_chunks(member.domain());
+        assert_eq!(whole, vec![14, 15]);
+        assert_eq!(
+            empty,
+            (0..14).collect::<Vec<_>>(),
+            "populated past the lead"
+        );
+        member.detach();
+    }
+
     #[test]
     fn the_lead_is_the_arenas_in_chunks() {
         // A 4 GiB area: 2048 chunks, the lead 4 to 32 chunks (8 to 64 MiB).
