@@ -2,7 +2,7 @@
 //! docs/sharing.md "The data area populated ahead"): the steward faults the region's
 //! tmpfs pages in, a 2 MiB chunk at a time, before the buddy leases their frames, so that
 //! a member's miss finds its frame's page in the file and pays no allocation and zeroing
-//! of it in its `pread` (measured: 10-20 µs of a miss's CPU on this machine).
+//! of it in its `pread` (7-10 µs of a miss's CPU on this machine: docs/sharing.md).
 //!
 //! Design: today's arena (`arena/populate.rs`) keeps a lead of populated free memory
 //! ahead of its allocator, as large as what is allocated, between 8 MiB and the smaller
@@ -28,7 +28,7 @@
 //! stale answer populates a chunk too early or too late, never a wrong byte.
 //!
 //! What it costs: the population runs in the steward (its CPU, and the tmpfs pages are
-//! charged to its memory cgroup), one chunk per step (0.5-3 ms here) between its polls,
+//! charged to its memory cgroup), one chunk per step (0.3-9 ms here at load 8) between its polls,
 //! so an attach waits for at most one chunk; it steps every `POPULATE_POLL` while anyone
 //! may allocate. Memory: every begun chunk (in use) plus the lead, at most 64 MiB or an
 //! eighth of the data area beyond it; a domain of the machine's size is not populated at
