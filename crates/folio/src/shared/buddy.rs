@@ -755,6 +755,33 @@ impl<'r> SharedBuddy<'r> {
         self.free_if_owned(frame, order, CACHE, me, slots, run)
     }
 
+    /// A hint, read without the lock: whether a whole free block of `ORDER_MAX` starts at
+    /// `frame` (a chunk the allocator has not begun: populate.rs). Racy: the answer may be
+    /// stale by the time it is returned.
+    pub(crate) fn seems_whole(&self, frame: Frame) -> bool {
+        frame.0 < self.frames
+            && State::of(self.state(frame.0).load(Ordering::Relaxed))
+                == State::Free(Order(ORDER_MAX))
+    }
+
+    /// A hint, read without the lock: the first blocks on the free list of `order`, at
+    /// most `most`, in the order the allocator takes them (`take_block` takes a list's
+    /// first block). Racy: a walk that meets a list being changed may return blocks no
+    /// longer free or stop early; every frame returned is one of this allocator's
+    /// (bounded). For the populator (populate.rs), to which a wrong answer costs only work.
+    pub(crate) fn listed_first(&self, order: Order, most: usize) -> Vec<Frame> {
+        let mut found = Vec::with_capacity(most);
+        let mut at = self.head(order).load(Ordering::Relaxed);
+        while found.len() < most {
+            let Some(frame) = u32::try_from(at).ok().filter(|&f| f < self.frames) else {
+                break; // NIL, or a word read mid-change
+            };
+            found.push(Frame(frame));
+            at = self.next(frame).load(Ordering::Relaxed);
+        }
+        found
+    }
+
     /// The steward's sweep of a dead process: takes the lock (over from `dead`, if it
     /// held it, finishing its change) and frees every block leased to `dead`, merging.
     /// Returns how many frames it freed.

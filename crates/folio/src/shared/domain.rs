@@ -24,6 +24,10 @@
 //!                             the buddy's frames name
 //! ```
 //!
+//! The data area is not touched at the creation (a domain of the machine's size takes no
+//! memory then): the steward populates it ahead of the allocator, a chunk at a time
+//! (populate.rs, `populate_data`), and a member maps each batch it leases (read.rs).
+//!
 //! `Domain::region` is every word of the mapping, the data area's too: a frame the buddy
 //! says is a tree's (NODES, buddy.rs) holds 7 index nodes, read and written as
 //! `AtomicU64`s by index.rs; any other frame's data is bytes, read and written only
@@ -380,6 +384,73 @@ impl Domain {
         // SAFETY: `at + FRAME_BYTES` lies inside the mapping (`bytes()` covers every frame,
         // checked against the file's size when mapped).
         unsafe { self.base.cast::<u8>().add(at) }
+    }
+
+    /// Faults the data area's pages of `frames` in (`MADV_POPULATE_WRITE` on this
+    /// process's mapping): the region file's tmpfs pages allocated and zeroed where it had
+    /// none, and mapped here. It changes no byte (a page the file had keeps its bytes, one
+    /// it lacked read as zeros before and after), so any frame may be populated at any
+    /// time, whoever leases it and whatever it holds (populate.rs).
+    ///
+    /// Errors: `madvise`'s: `EINVAL` from a kernel without it (before 5.14), `EFAULT` when
+    /// the file system has no room (where a store would raise SIGBUS), `ENOMEM`, `EINTR`.
+    pub(crate) fn populate_data(&self, frames: std::ops::Range<u32>) -> io::Result<()> {
+        let (at, bytes) = self.data_range(&frames);
+        // SAFETY: `[at, at + bytes)` lies inside our mapping (`data_range`); populating
+        // changes no byte of it (above).
+        let rc = unsafe {
+            libc::madvise(
+                self.base.cast::<u8>().add(at).cast(),
+                bytes,
+                libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Whether each frame of `frames` has its page in the region file (`mincore`: the
+    /// file's page cache, whether or not this process maps the page yet), one `bool` per
+    /// frame.
+    ///
+    /// Errors: `mincore`'s.
+    pub(crate) fn data_resident(&self, frames: std::ops::Range<u32>) -> io::Result<Vec<bool>> {
+        let (at, bytes) = self.data_range(&frames);
+        let pages = bytes / page_bytes();
+        let mut vec = vec![0u8; pages];
+        // SAFETY: `[at, at + bytes)` lies inside our mapping and is page-aligned
+        // (`data_range`); `vec` holds one byte per page of it.
+        let rc = unsafe {
+            libc::mincore(
+                self.base.cast::<u8>().add(at).cast(),
+                bytes,
+                vec.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // A frame is a page wherever pages are 4 KiB (x86-64); a larger page holds several.
+        let per_page = (page_bytes() / FRAME_BYTES).max(1);
+        Ok((0..frames.len())
+            .map(|f| vec[f / per_page] & 1 != 0)
+            .collect())
+    }
+
+    /// The byte offset and length in the mapping of `frames`' data (page-aligned).
+    fn data_range(&self, frames: &std::ops::Range<u32>) -> (usize, usize) {
+        assert!(
+            frames.start < frames.end && frames.end <= self.geometry.frames,
+            "frames {frames:?} of a domain of {}",
+            self.geometry.frames
+        );
+        let at = self.data_at + frames.start as usize * FRAME_BYTES;
+        let bytes = frames.len() * FRAME_BYTES;
+        assert!(at + bytes <= self.bytes);
+        (at, bytes)
     }
 
     pub(crate) fn geometry(&self) -> Geometry {

@@ -53,6 +53,11 @@ impl Magazine {
         self.frames.len()
     }
 
+    /// The frames the magazine holds (the next one `alloc` hands out last).
+    pub(crate) fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+
     /// An order-0 frame leased to `me`, or `None` if the magazine is empty and the
     /// allocator has no free frame.
     ///

@@ -81,6 +81,7 @@ pub(crate) mod futex;
 pub(crate) mod index;
 pub(crate) mod lock;
 pub(crate) mod magazine;
+pub(crate) mod populate;
 pub(crate) mod queue;
 #[allow(unsafe_code)]
 pub(crate) mod read;

@@ -33,6 +33,9 @@
 //!    (a clean detach) ends the watch; a process found again by `rebuild` has no
 //!    connection to this steward, and its detach is seen by a look at its slot every
 //!    `DETACH_CHECK` (while there is such a process).
+//!    Between its polls it **populates the data area ahead** of the allocator
+//!    (populate.rs: one 2 MiB chunk per turn, polling every `POPULATE_POLL` until the
+//!    area is whole), so that a member's miss finds its frame's page in the region file.
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
 //!    it removes the socket and frees its own slot; the next attach starts a new steward.
 //!
@@ -65,6 +68,7 @@ use std::time::{Duration, Instant};
 use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
 use super::domain::{Domain, DomainFiles, Pidfd};
 use super::futex::Parked;
+use super::populate::{Populator, POPULATE_POLL};
 use super::record;
 use super::terms::Park;
 use super::terms::Unkillable;
@@ -185,6 +189,16 @@ fn run(config: &DomainConfig) -> i32 {
     domain.slots().detach(steward.me);
     drop(election);
     0
+}
+
+/// The earlier of a `poll` timeout (-1: none) and `then`.
+fn earliest(timeout_ms: libc::c_int, then: Duration) -> libc::c_int {
+    let then_ms = then.as_millis() as libc::c_int;
+    if timeout_ms < 0 {
+        then_ms
+    } else {
+        timeout_ms.min(then_ms)
+    }
 }
 
 /// Binds and listens on the attach socket (`SOCK_SEQPACKET`), replacing a dead steward's.
@@ -388,8 +402,12 @@ impl<'d> Steward<'d> {
     /// Step 4 (module docs), until nobody has been attached for `linger`.
     fn serve(&self, listener: &OwnedFd, linger: Duration) {
         let mut idle_since = Instant::now();
+        let mut populator = Populator::new(self.domain.geometry().frames);
         loop {
             self.bury_the_dead();
+            // At most one chunk per turn, so that an attach or a death waits for one at
+            // most (populate.rs).
+            let populated = populator.step(self.domain);
             let mut fds = vec![libc::pollfd {
                 fd: listener.as_raw_fd(),
                 events: libc::POLLIN,
@@ -417,12 +435,19 @@ impl<'d> Steward<'d> {
                 return;
             }
             let unconnected = self.watches.borrow().iter().any(|w| w.conn.is_none());
-            let timeout_ms = if idle {
+            let timeout_ms = if populated.again_now() {
+                0
+            } else if idle {
                 linger.saturating_sub(idle_since.elapsed()).as_millis() as libc::c_int + 1
             } else if unconnected {
                 DETACH_CHECK.as_millis() as libc::c_int
             } else {
                 -1
+            };
+            let timeout_ms = if populated.finished() {
+                timeout_ms
+            } else {
+                earliest(timeout_ms, POPULATE_POLL)
             };
             // SAFETY: an array of pollfds we own; a negative fd is ignored.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };

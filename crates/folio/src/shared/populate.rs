@@ -1,0 +1,420 @@
+//! The domain's data area populated ahead of its allocator (issue 45, done-when 2's miss;
+//! docs/sharing.md "The data area populated ahead"): the steward faults the region's
+//! tmpfs pages in, a 2 MiB chunk at a time, before the buddy leases their frames, so that
+//! a member's miss finds its frame's page in the file and pays no allocation and zeroing
+//! of it in its `pread` (7-10 µs of a miss's CPU on this machine: docs/sharing.md).
+//!
+//! Design: today's arena (`arena/populate.rs`) keeps a lead of populated free memory
+//! ahead of its allocator, as large as what is allocated, between 8 MiB and the smaller
+//! of 64 MiB and an eighth of the cache, and populates nothing beyond it: memory resident
+//! before it is needed is bounded by the lead. The domain follows the same policy, with
+//! the buddy's chunks as the unit: a **chunk** is the frames of one block of `ORDER_MAX`
+//! (`CHUNK_FRAMES`, 2 MiB), the data area's last one shorter. Each step (`Populator::step`)
+//! populates at most one chunk, chosen by `next_chunk` (pure), the first of:
+//! 1. a chunk the allocator has **begun** (its first frame is not the head of a whole free
+//!    block of `ORDER_MAX`: split, leased, cached, or a shorter last chunk, whose blocks
+//!    are smaller) that is not populated yet: its free frames sit on the smaller lists,
+//!    which the allocator takes before it splits a whole block (`take_block`);
+//! 2. one of the first `lead` blocks on the list of `ORDER_MAX`, the blocks the allocator
+//!    splits next in its order (a fresh domain's list holds the highest block first, and
+//!    a freed block goes first again: already populated), `lead` being the begun chunks'
+//!    count clamped to `[LEAD_CHUNKS_MIN, lead_max]` (the arena's lead, in chunks).
+//!
+//! Why no lock: populating changes no byte (`Domain::populate_data`: `MADV_POPULATE_WRITE`
+//! maps a page the file has, or adds a zeroed one where it had none, which read as zeros
+//! already), so any frame may be populated at any moment, leased or cached, by whoever
+//! (never a store: a store of the byte it read could undo a concurrent `pread`'s). The
+//! allocator's words are read as hints (`SharedBuddy::seems_whole`, `listed_first`): a
+//! stale answer populates a chunk too early or too late, never a wrong byte.
+//!
+//! What it costs: the population runs in the steward (its CPU, and the tmpfs pages are
+//! charged to its memory cgroup), one chunk per step (0.3-9 ms here at load 8) between its polls,
+//! so an attach waits for at most one chunk; it steps every `POPULATE_POLL` while anyone
+//! may allocate. Memory: every begun chunk (in use) plus the lead, at most 64 MiB or an
+//! eighth of the data area beyond it; a domain of the machine's size is not populated at
+//! its creation, as a lazily built arena is not.
+//!
+//! Protection: the populator is the steward's own (one thread); which chunks it knows
+//! populated is its own memory (`Known`), learned from the file (`mincore`) the first
+//! time a chunk is a candidate, so a new steward does not populate again what an old one
+//! did.
+//!
+//! Limits: never gives memory back (as the arena's populator); an allocator that outruns
+//! it (a chunk consumed within one `POPULATE_POLL`, or a steward that gets no CPU) leaves
+//! the misses that outran it to fault their pages in, as before; a member's own mapping
+//! still maps each page at its first touch (a minor fault, the `pread`'s); a kernel
+//! without `MADV_POPULATE_WRITE` (before 5.14) populates nothing.
+
+use std::time::Duration;
+
+use super::buddy::{Order, SharedBuddy, ORDER_MAX};
+use super::domain::Domain;
+use super::stack::Frame;
+
+/// The frames of a chunk: one block of `ORDER_MAX`.
+pub(crate) const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
+/// The most chunks populated ahead of the allocator: 64 MiB, the arena's
+/// `POPULATE_LEAD_BYTES_MAX`.
+const LEAD_CHUNKS_MAX: u32 = 32;
+/// The lead before anything is allocated: 4 chunks, 8 MiB, the arena's
+/// `POPULATE_LEAD_FRAMES_MIN`.
+const LEAD_CHUNKS_MIN: u32 = 4;
+/// How often the steward steps the populator while it is not done (the arena's
+/// populator sleeps at most 20 ms; a miss here costs 50-120 µs of wall time, so a 2 MiB
+/// chunk lasts at least 25 ms of misses, and the default lead four of them).
+pub(crate) const POPULATE_POLL: Duration = Duration::from_millis(10);
+
+/// What the steward knows of a chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Known {
+    /// Not looked at yet.
+    Unknown,
+    /// Every page in the file (populated by us, or found so).
+    Populated,
+    /// Looked at, not whole: to populate.
+    Missing,
+}
+
+/// What a step did.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Stepped {
+    /// Populated (or found populated) this chunk: there may be more to do now.
+    Chunk(u32),
+    /// The lead is populated: nothing to do until the allocator moves.
+    Ahead,
+    /// Every chunk is populated: nothing to do, ever.
+    Whole,
+    /// The kernel has no `MADV_POPULATE_WRITE`: nothing to do, ever.
+    Unsupported,
+    /// Populating failed (no room in the file system, no memory, a signal): try again at
+    /// the next poll.
+    Failed,
+}
+
+impl Stepped {
+    /// Whether the populator should step again at once (a chunk done, more may be due).
+    pub(crate) fn again_now(&self) -> bool {
+        matches!(self, Stepped::Chunk(_))
+    }
+
+    /// Whether it has nothing to do ever again.
+    pub(crate) fn finished(&self) -> bool {
+        matches!(self, Stepped::Whole | Stepped::Unsupported)
+    }
+}
+
+/// The steward's populator of its domain's data area (module docs).
+#[derive(Debug)]
+pub(crate) struct Populator {
+    known: Vec<Known>,
+    populated: u32,
+    lead_max: u32,
+    unsupported: bool,
+}
+
+impl Populator {
+    /// A populator of a data area of `frames` frames, knowing nothing populated yet.
+    ///
+    /// Context: the steward; allocates its one byte per chunk here.
+    pub(crate) fn new(frames: u32) -> Populator {
+        let chunks = frames.div_ceil(CHUNK_FRAMES);
+        Populator {
+            known: vec![Known::Unknown; chunks as usize],
+            populated: 0,
+            lead_max: (chunks / 8).clamp(1, LEAD_CHUNKS_MAX),
+            unsupported: false,
+        }
+    }
+
+    /// One step (module docs): the next chunk due populated, if any.
+    ///
+    /// Context: the steward, between its polls; may take a few milliseconds (one chunk's
+    /// pages allocated and zeroed); takes no lock.
+    pub(crate) fn step(&mut self, domain: &Domain) -> Stepped {
+        if self.unsupported {
+            return Stepped::Unsupported;
+        }
+        if self.populated as usize == self.known.len() {
+            return Stepped::Whole;
+        }
+        let buddy = domain.buddy();
+        let frames = domain.geometry().frames;
+        let begun: Vec<bool> = (0..self.known.len() as u32)
+            .map(|c| !buddy.seems_whole(Frame(c * CHUNK_FRAMES)))
+            .collect();
+        let lead = self.lead(begun.iter().filter(|&&b| b).count() as u32);
+        let next: Vec<u32> = listed_next(&buddy, lead);
+        let Some(chunk) = next_chunk(&begun, &next, &self.known) else {
+            return Stepped::Ahead;
+        };
+        let range = chunk * CHUNK_FRAMES..((chunk + 1) * CHUNK_FRAMES).min(frames);
+        if self.known[chunk as usize] == Known::Unknown {
+            let whole = domain
+                .data_resident(range.clone())
+                .is_ok_and(|pages| pages.iter().all(|&p| p));
+            if whole {
+                self.mark_populated(chunk);
+                return Stepped::Chunk(chunk);
+            }
+            self.known[chunk as usize] = Known::Missing;
+        }
+        match domain.populate_data(range) {
+            Ok(()) => {
+                self.mark_populated(chunk);
+                Stepped::Chunk(chunk)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                self.unsupported = true;
+                Stepped::Unsupported
+            }
+            Err(_) => Stepped::Failed,
+        }
+    }
+
+    fn mark_populated(&mut self, chunk: u32) {
+        assert_ne!(self.known[chunk as usize], Known::Populated);
+        self.known[chunk as usize] = Known::Populated;
+        self.populated += 1;
+        debug_assert!(self.populated as usize <= self.known.len());
+    }
+
+    /// The chunks to keep populated ahead when `begun` chunks are begun: as many, between
+    /// `LEAD_CHUNKS_MIN` and `lead_max` (the arena's `populate_lead`).
+    fn lead(&self, begun: u32) -> u32 {
+        begun.clamp(LEAD_CHUNKS_MIN.min(self.lead_max), self.lead_max)
+    }
+}
+
+/// The chunks of the first `lead` blocks on the list of `ORDER_MAX` (a hint: module docs).
+fn listed_next(buddy: &SharedBuddy<'_>, lead: u32) -> Vec<u32> {
+    buddy
+        .listed_first(Order(ORDER_MAX), lead as usize)
+        .into_iter()
+        .map(|frame| frame.0 / CHUNK_FRAMES)
+        .collect()
+}
+
+/// The policy (module docs), pure: the next chunk to populate, given which chunks the
+/// allocator has begun, the chunks of the blocks it splits next (in its order), and what
+/// is known populated; `None` when the lead is populated.
+fn next_chunk(begun: &[bool], next: &[u32], known: &[Known]) -> Option<u32> {
+    assert_eq!(begun.len(), known.len());
+    let due = |c: u32| {
+        known
+            .get(c as usize)
+            .is_some_and(|&k| k != Known::Populated)
+    };
+    // Begun chunks from the highest (a fresh domain's allocator goes down: module docs).
+    (0..begun.len() as u32)
+        .rev()
+        .find(|&c| begun[c as usize] && due(c))
+        .or_else(|| next.iter().copied().find(|&c| due(c)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const U: Known = Known::Unknown;
+    const P: Known = Known::Populated;
+
+    #[test]
+    fn begun_chunks_come_first_then_the_blocks_split_next() {
+        // Nothing begun: the list's order (the highest block first in a fresh domain).
+        assert_eq!(next_chunk(&[false; 4], &[3, 2, 1], &[U; 4]), Some(3));
+        assert_eq!(next_chunk(&[false; 4], &[3, 2, 1], &[U, U, P, P]), Some(1));
+        // The lead populated: nothing to do, whatever lies beyond it.
+        assert_eq!(next_chunk(&[false; 4], &[3, 2], &[U, U, P, P]), None);
+        // A begun chunk not populated (the allocator outran us, or a shorter last chunk)
+        // comes before the lead.
+        assert_eq!(
+            next_chunk(&[true, false, false, false], &[3], &[U, U, U, U]),
+            Some(0)
+        );
+        assert_eq!(
+            next_chunk(&[true, false, false, true], &[2], &[P, U, U, P]),
+            Some(2)
+        );
+        // A wrong hint (a chunk past the area) is ignored.
+        assert_eq!(next_chunk(&[false; 2], &[7, 0], &[U, U]), Some(0));
+    }
+
+    /// A domain of `chunks` chunks made in a temporary home (by this process, as its
+    /// steward would: no steward runs, so only the test's populator populates), and a
+    /// slot in it.
+    fn domain(name: &str, chunks: u32) -> (tempfile::TempDir, Domain, super::super::Holder) {
+        use super::super::domain::{DomainFiles, Geometry};
+        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+        let dir = crate::segment::SegmentDir::open(home.path(), crate::segment::DiskDir::Refused)
+            .unwrap();
+        let files = DomainFiles::of(name).unwrap();
+        let geometry = Geometry {
+            slots: 4,
+            frames: chunks * CHUNK_FRAMES,
+        };
+        let (domain, _) = Domain::create(&dir, &files, geometry).unwrap();
+        let me = domain.slots().attach(super::super::Flaw::None).unwrap();
+        (home, domain, me)
+    }
+
+    /// Which chunks have every page in the file, and which have none (`mincore`).
+    fn resident_chunks(domain: &Domain) -> (Vec<u32>, Vec<u32>) {
+        let frames = domain.geometry().frames;
+        let pages = domain.data_resident(0..frames).unwrap();
+        let (mut whole, mut empty) = (Vec::new(), Vec::new());
+        for (c, chunk) in pages.chunks(CHUNK_FRAMES as usize).enumerate() {
+            if chunk.iter().all(|&p| p) {
+                whole.push(c as u32);
+            } else if chunk.iter().all(|&p| !p) {
+                empty.push(c as u32);
+            }
+        }
+        (whole, empty)
+    }
+
+    /// Steps the populator until it has nothing to do now; the chunks it populated.
+    fn settle(populator: &mut Populator, domain: &Domain) -> Vec<u32> {
+        let mut chunks = Vec::new();
+        loop {
+            match populator.step(domain) {
+                Stepped::Chunk(c) => chunks.push(c),
+                Stepped::Ahead | Stepped::Whole => return chunks,
+                other => panic!("the populator: {other:?}"),
+            }
+        }
+    }
+
+    /// The data area is populated ahead of the allocator and no further: at first the
+    /// lead (the blocks the allocator splits first), and then, stepped between the
+    /// allocator's batches as the steward steps it between its polls, every frame the
+    /// allocator leases is in the file before its lease, while the chunks beyond the
+    /// lead stay empty; one that the allocator outran is populated at the next step.
+    /// Deterministic: one process, the populator stepped by the test, `mincore` read.
+    #[test]
+    fn the_data_area_is_populated_ahead_of_the_allocator_and_no_further() {
+        use super::super::terms::Unkillable;
+        // 16 chunks (32 MiB): the lead is an eighth, 2 chunks.
+        let (_home, domain, me) = domain("populate", 16);
+        let (slots, buddy) = (domain.slots(), domain.buddy());
+        let mut populator = Populator::new(domain.geometry().frames);
+        assert_eq!(
+            resident_chunks(&domain).1.len(),
+            16,
+            "a new region is empty"
+        );
+        // Nothing leased: the lead, the list's first two blocks (the highest first).
+        assert_eq!(settle(&mut populator, &domain), vec![15, 14]);
+        let (whole, empty) = resident_chunks(&domain);
+        assert_eq!(whole, vec![14, 15]);
+        assert_eq!(
+            empty,
+            (0..14).collect::<Vec<_>>(),
+            "populated past the lead"
+        );
+        // Lease the area in batches of 16, stepping between them: every frame leased is
+        // in the file already, and at most the lead lies populated beyond what is begun.
+        let mut leased = Vec::new();
+        loop {
+            settle(&mut populator, &domain);
+            let mut batch = Vec::with_capacity(16);
+            let got = buddy
+                .lease_batch(16, me, &mut batch, &slots, &Unkillable)
+                .unwrap();
+            if got == 0 {
+                break;
+            }
+            for frame in &batch {
+                assert!(
+                    domain.data_resident(frame.0..frame.0 + 1).unwrap()[0],
+                    "frame {} leased before it was populated",
+                    frame.0
+                );
+            }
+            let begun = (0..16)
+                .filter(|&c| !buddy.seems_whole(Frame(c * CHUNK_FRAMES)))
+                .count();
+            let populated = 16 - resident_chunks(&domain).1.len();
+            assert!(
+                populated <= begun + 2,
+                "{populated} populated, {begun} begun"
+            );
+            leased.extend(batch);
+            if leased.len() == 8 * CHUNK_FRAMES as usize {
+                // Lease 3 chunks without a step (an allocator that outruns the steward):
+                // the next steps populate the chunks begun meanwhile first.
+                let mut outran = Vec::new();
+                while outran.len() < 3 * CHUNK_FRAMES as usize {
+                    buddy
+                        .lease_batch(16, me, &mut outran, &slots, &Unkillable)
+                        .unwrap();
+                }
+                let chunks = settle(&mut populator, &domain);
+                assert_eq!(&chunks[..1], &[5], "the chunk the allocator outran into");
+                for frame in &outran {
+                    assert!(domain.data_resident(frame.0..frame.0 + 1).unwrap()[0]);
+                }
+                leased.extend(outran);
+            }
+        }
+        assert_eq!(leased.len(), 16 * CHUNK_FRAMES as usize);
+        assert_eq!(populator.step(&domain), Stepped::Whole);
+        assert_eq!(resident_chunks(&domain).0.len(), 16);
+        buddy
+            .return_batch(&leased, me, &slots, &Unkillable)
+            .unwrap();
+        // A new populator (a new steward) finds the lead's chunks populated (`mincore`):
+        // no work but a look.
+        let mut again = Populator::new(domain.geometry().frames);
+        assert_eq!(settle(&mut again, &domain).len(), 2);
+        domain.slots().detach(me);
+    }
+
+    /// The steward populates a new domain's lead by itself (its `serve` steps the
+    /// populator), and nothing past it while nobody leases. Waits for the steward (a
+    /// 60 s deadline, never a hang); what it checks does not depend on timing.
+    #[test]
+    fn the_steward_populates_the_lead_of_a_new_domain() {
+        use super::super::attach::{DomainConfig, Member};
+        use super::super::domain::Geometry;
+        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+        let config = DomainConfig {
+            dir: home.path().to_path_buf(),
+            name: "populate-steward".into(),
+            geometry: Geometry {
+                slots: 4,
+                frames: 16 * CHUNK_FRAMES,
+            },
+            linger: Duration::from_millis(100),
+        };
+        let member = Member::attach(&config).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while resident_chunks(member.domain()).0 != vec![14, 15] {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the steward did not populate the lead: {:?}",
+                resident_chunks(member.domain())
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Two more polls of the steward: still nothing past the lead.
+        std::thread::sleep(2 * POPULATE_POLL);
+        let (whole, empty) = resident_chunks(member.domain());
+        assert_eq!(whole, vec![14, 15]);
+        assert_eq!(
+            empty,
+            (0..14).collect::<Vec<_>>(),
+            "populated past the lead"
+        );
+        member.detach();
+    }
+
+    #[test]
+    fn the_lead_is_the_arenas_in_chunks() {
+        // A 4 GiB area: 2048 chunks, the lead 4 to 32 chunks (8 to 64 MiB).
+        let big = Populator::new(2048 * CHUNK_FRAMES);
+        assert_eq!((big.lead(0), big.lead(10), big.lead(1000)), (4, 10, 32));
+        // 13 chunks: an eighth is one chunk.
+        let small = Populator::new(12 * CHUNK_FRAMES + 64);
+        assert_eq!((small.lead(0), small.lead(5)), (1, 1));
+    }
+}
