@@ -1,8 +1,9 @@
-//! The builder of a `Cache` and its settings: the 22 setters with their defaults
+//! The builder of a `Cache` and its settings: the 23 setters with their defaults
 //! (capacity and its policy, backend, folio sizes, readahead, eviction, the arena's
 //! pages, the dirty limits and write-behind, a persistent cache's segment and what is
-//! kept of it), the capacities they add up to, and `build`: the core's parts made and
-//! sized from the capacity, the engine started over them.
+//! kept of it, the domain it shares reads through), the capacities they add up to, and
+//! `build`: the core's parts made and sized from the capacity, the engine started over
+//! them (and the domain attached).
 //!
 //! Protection: none: a builder is a value, used by one thread; `build` takes no lock
 //! another cache shares (the segment's set-up, `persistent`, takes the directory's).
@@ -29,6 +30,10 @@ use crate::pagecache::{Core, Engine, WritebackBodies};
 use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
 use crate::segment::DiskDir;
+use crate::shared::attach::DomainConfig;
+use crate::shared::domain::{Geometry, FRAMES_MAX};
+use crate::shared::queue::PIN_SLOTS;
+use crate::shared::reader::DomainReader;
 use crate::types::{Order, PAGE_BYTES};
 use crate::write::budget::DirtyBudget;
 use crate::write::queue::DirtyFiles;
@@ -58,6 +63,7 @@ pub struct CacheBuilder {
     pub(super) segment_name: Option<String>,
     pub(super) unusable_segment: Unusable,
     pub(super) kept_memory: crate::keeper::KeptMemory,
+    pub(super) domain: Option<String>,
 }
 
 /// When `CacheBuilder::build` faults the cache's memory in.
@@ -108,6 +114,7 @@ impl Default for CacheBuilder {
             segment_name: None,
             unusable_segment: Unusable::default(),
             kept_memory: crate::keeper::KeptMemory::default(),
+            domain: None,
         }
     }
 }
@@ -352,12 +359,45 @@ impl CacheBuilder {
         self
     }
 
+    /// Shares this cache's reads with every other process of this user that builds a
+    /// cache with the same domain `name` (issue 45; docs/sharing.md, "A `Cache` with a
+    /// domain"): a page one of them read is a hit in every other. The domain's files go
+    /// in `segment_dir` (default: the user's private home, `/dev/shm/folio-<uid>`; always
+    /// on tmpfs), named `<name>.domain` (its shared memory: the cached pages and the
+    /// structures over them), `<name>.steward` and `<name>.sock`; `name` is one plain
+    /// file name (`InvalidInput` otherwise). The build attaches to the domain's steward,
+    /// or starts one (a process forked from this one, `folio-steward`, which watches every
+    /// member and repairs what a dead one held, and leaves `DOMAIN_LINGER` after the
+    /// last member detached). The first build of a domain sizes it: as many 4 KiB frames
+    /// as its capacity (`capacity_bytes`; at most 4 GiB), the later ones' capacities do
+    /// not change it. Default: none (a private cache, as before).
+    ///
+    /// **What goes through the domain, in this first slice**: `read_at`, `read_at_hint`
+    /// (its hint ignored) and `read_many` (range by range) of a file opened read-only
+    /// (`Cache::open`). Not yet: a file opened for writing (`open_options().write(true)`)
+    /// keeps the private path, its reads and writes this cache's alone (a write in one
+    /// process is not seen by another's domain reads: coherence is a later step); the
+    /// futures (`read_at_async`, `read_many_async`, `get_page_async`) and `get_page` of a
+    /// domain file fail with `Unsupported`; `readahead` of one does nothing; the domain
+    /// reads one page at a time (no readahead), and the domain has no budget yet (its
+    /// frames are what its first build asked, whatever the machine). A file the domain
+    /// refuses (it changed since the domain recorded it, or the domain's table of 256
+    /// files is full) is read privately, counted in `Cache::domain_stats`, not an error.
+    /// The domain's memory file stays in its directory after every member and the
+    /// steward are gone (the next build of the name finds its pages cached); remove it
+    /// by hand.
+    pub fn domain(mut self, name: impl Into<String>) -> Self {
+        self.domain = Some(name.into());
+        self
+    }
+
     /// Builds the cache: reserves the arena and starts the backend.
     ///
     /// Context: may block: it maps the arena (no page is touched unless `prefault`, which
     /// populates the whole capacity first), starts the backend's threads (an io_uring
     /// instance and its completion thread, or the pread pool), the writeback thread, the
     /// background reclaimer and the arena's populator. Takes no lock another cache shares.
+    /// With a `domain`, attaches to it (forking its steward if none runs).
     pub fn build(self) -> io::Result<Cache> {
         let backend = open_backend(self.backend, self.pread_threads)?;
         self.build_with_backend(backend)
@@ -369,6 +409,12 @@ impl CacheBuilder {
     /// Context: as `build`, less starting a backend.
     pub fn build_with_backend(self, backend: Box<dyn Backend>) -> io::Result<Cache> {
         let (capacity, max) = self.capacities()?;
+        // First: a domain that cannot be attached fails the build before anything starts.
+        let domain = self
+            .domain
+            .as_ref()
+            .map(|name| self.attach_domain(name, capacity))
+            .transpose()?;
         let frames_max = u32::try_from(max / PAGE_BYTES as u64)
             .ok()
             .filter(|&f| f <= crate::list::FRAMES_MAX)
@@ -443,6 +489,7 @@ impl CacheBuilder {
         debug_assert!(core.readahead_pages <= core.readahead_pages_limit());
         let adoption = plan.map(|plan| Arc::new(plan.install(core.memory(), &core.mappings)));
         Ok(Cache {
+            domain,
             adoption,
             inner: Arc::new(Engine::new(
                 core,
@@ -453,5 +500,37 @@ impl CacheBuilder {
                 },
             )),
         })
+    }
+}
+
+/// How long a domain's steward stays after its last member detached
+/// (`CacheBuilder::domain`): the next build within it attaches in about 0.1 ms instead of
+/// starting a steward (1-5 ms).
+pub const DOMAIN_LINGER: Duration = Duration::from_secs(10);
+
+impl CacheBuilder {
+    /// Attaches to the domain `name` (`domain`'s doc), sized from `capacity` if this
+    /// build makes it.
+    ///
+    /// Errors: `InvalidInput` for a bad name; the home's checks (`SegmentDir`);
+    /// `Member::attach`'s.
+    fn attach_domain(&self, name: &str, capacity: u64) -> io::Result<Arc<DomainReader>> {
+        let dir = match &self.segment_dir {
+            Some(path) => path.clone(),
+            None => crate::segment::SegmentDir::home()?.path().to_path_buf(),
+        };
+        let frames = u32::try_from(capacity / PAGE_BYTES as u64)
+            .unwrap_or(u32::MAX)
+            .min(FRAMES_MAX);
+        let config = DomainConfig {
+            dir,
+            name: name.to_string(),
+            geometry: Geometry {
+                slots: PIN_SLOTS,
+                frames,
+            },
+            linger: DOMAIN_LINGER,
+        };
+        Ok(Arc::new(DomainReader::attach(&config)?))
     }
 }

@@ -2,10 +2,13 @@
 //! builder and settings (`builder`), opening a file (`open`: `OpenOptions`), and a
 //! persistent cache's segment at build, created or adopted (`persistent`).
 //!
-//! Everything shared lives in `pagecache::Core`; a `Cache` is a cheap handle to it.
+//! Everything shared lives in `pagecache::Core`; a `Cache` is a cheap handle to it, and,
+//! built with a domain (`CacheBuilder::domain`), to its reader of the domain
+//! (`shared::reader`), which its read-only files read through.
 //!
-//! Protection: a `Cache` holds no state of its own but what the build adopted; every
-//! method takes the locks of the parts it calls (each method's `Context:`).
+//! Protection: a `Cache` holds no state of its own but what the build adopted and the
+//! domain's reader (its own protection: `Send + Sync`); every method takes the locks of
+//! the parts it calls (each method's `Context:`).
 
 mod builder;
 mod open;
@@ -19,11 +22,12 @@ use std::sync::Arc;
 use crate::adopt::Adoption;
 use crate::file::File;
 use crate::pagecache::Engine;
+use crate::shared::reader::DomainReader;
 use crate::stats::Stats;
 use crate::types::PageIndex;
 
 pub use builder::{
-    CacheBuilder, Prefault, DIRTY_EXPIRE_DEFAULT, READAHEAD_MAX_BYTES_DEFAULT,
+    CacheBuilder, Prefault, DIRTY_EXPIRE_DEFAULT, DOMAIN_LINGER, READAHEAD_MAX_BYTES_DEFAULT,
     WRITE_BEHIND_BYTES_DEFAULT,
 };
 pub use open::OpenOptions;
@@ -36,6 +40,38 @@ pub struct Cache {
     pub(super) inner: Arc<Engine>,
     /// What the build adopted from a named segment (`CacheBuilder::segment_name`).
     pub(super) adoption: Option<Arc<Adoption>>,
+    /// The domain's reader (`CacheBuilder::domain`): read-only files read through it.
+    pub(super) domain: Option<Arc<DomainReader>>,
+}
+
+/// What this process read through its cache's domain (`Cache::domain_stats`): this
+/// process's counts since the build, not the domain's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DomainStats {
+    /// Pages found in the domain (cached by this process or another).
+    pub hits: u64,
+    /// Of the hits, those that pinned their frame after two optimistic copies were stale.
+    pub pinned_hits: u64,
+    /// Optimistic copies discarded (their frame was reclaimed or reused meanwhile).
+    pub stale_copies: u64,
+    /// Pages not found in the domain.
+    pub misses: u64,
+    /// Reads from the files (one per page missed, or read uncached).
+    pub preads: u64,
+    /// Misses whose page another process cached meanwhile: read into a frame of their own.
+    pub conflicts: u64,
+    /// Reclaims this process ran (a miss found no free frame).
+    pub reclaims: u64,
+    /// The frames those reclaims freed.
+    pub reclaimed_frames: u64,
+    /// Misses read outside the domain (no frame could be had: every one pinned).
+    pub uncached: u64,
+    /// Pages read outside the domain because another thread of this process held their
+    /// frame pinned.
+    pub sibling_pinned: u64,
+    /// Read-only opens the domain refused (the file changed since the domain recorded
+    /// it, or its file table was full): those files are read privately.
+    pub files_refused: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -140,6 +176,27 @@ impl Cache {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// What this process read through the cache's domain (`CacheBuilder::domain`), or
+    /// `None` for a cache without one. Not in `stats`: those count the private cache.
+    ///
+    /// Context: any; relaxed loads, one by one.
+    pub fn domain_stats(&self) -> Option<DomainStats> {
+        let (c, refused) = self.domain.as_ref()?.counters();
+        Some(DomainStats {
+            hits: c.hits,
+            pinned_hits: c.pinned_hits,
+            stale_copies: c.stale,
+            misses: c.misses,
+            preads: c.preads,
+            conflicts: c.conflicts,
+            reclaims: c.reclaims,
+            reclaimed_frames: c.reclaimed,
+            uncached: c.uncached,
+            sibling_pinned: c.sibling_pinned,
+            files_refused: refused,
+        })
     }
 
     /// A snapshot of the counters.

@@ -1,6 +1,8 @@
 //! Opening a file through the cache: `OpenOptions` (std's, for folio: write, create,
 //! truncate) and the open itself (`Cache::open_with`): the file opened with O_DIRECT, its
-//! mapping found or made, its slot in a persistent cache's segment, the handle.
+//! mapping found or made, its slot in a persistent cache's segment, the handle; a
+//! read-only file of a cache with a domain also admitted to the domain (its reads go
+//! there: `shared::reader`), or read privately if the domain refuses it.
 //!
 //! Protection: the mapping table's locks (`MappingTable::get_or_insert`); the segment's
 //! slot under its sequence word (`Segment::register`).
@@ -16,6 +18,8 @@ use super::Cache;
 use crate::file::{Access, File, OpenMode};
 use crate::mapping::FileStamp;
 use crate::segment;
+use crate::shared::read::Admitted;
+use crate::shared::reader::DomainFile;
 
 /// Whether `OpenOptions::open` may create the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,7 +198,7 @@ impl Cache {
                 opened,
             )?;
         }
-        let file = File::new(
+        let mut file = File::new(
             self.inner.clone(),
             mapping,
             Arc::new(std_file),
@@ -202,6 +206,15 @@ impl Cache {
             access,
             self.inner.core.readahead_pages,
         );
+        // A read-only file of a domain cache reads through the domain (a descriptor of its
+        // own: the same open file); a refused one privately (counted by the reader).
+        if let (Some(reader), Access::ReadOnly) = (&self.domain, access) {
+            if let Admitted::Open(shared) =
+                reader.admit(file.clone_fd()?, mode == OpenMode::Direct)?
+            {
+                file.read_through(Box::new(DomainFile::new(reader.clone(), shared)));
+            }
+        }
         if options.truncate {
             // Through the cache, so that its pages of the file go too.
             file.set_len(0)?;

@@ -325,6 +325,9 @@ impl<'a> ReadAtFuture<'a> {
     /// `read_at`'s loop, resumable at the folio it parked on.
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let file: &'a File = self.file;
+        if file.shared.is_some() {
+            return Poll::Ready(Err(File::domain_unsupported("read_at_async")));
+        }
         if let Some(w) = self.waits.as_deref_mut() {
             w.resume();
         }
@@ -415,6 +418,9 @@ impl Future for GetPageFuture<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<PageRef>> {
         let this = self.get_mut();
         let file = this.file;
+        if file.shared.is_some() {
+            return Poll::Ready(Err(File::domain_unsupported("get_page_async")));
+        }
         let w = &mut this.waits;
         w.resume();
         let page = PageIndex::containing(this.offset);

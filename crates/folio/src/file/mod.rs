@@ -24,6 +24,14 @@
 //! reads it, and forced readahead; `advise`, the handle's advice and readahead settings;
 //! `read_many`, batched reads; `async_read`, the reads as futures; `modify`, the write API.
 //!
+//! **A domain file** (a read-only handle of a cache built with `CacheBuilder::domain`):
+//! `read_at` and `read_many` read through the domain (`shared::reader::DomainFile`), not
+//! this cache's mapping: one branch at the top of `read_at_hint` (a load of the handle's
+//! first line, which the hit loads anyway, and a test that a private cache's handle always
+//! takes the same way). The futures and `get_page` refuse such a handle (`Unsupported`),
+//! `readahead` does nothing for it; the rest (its length, advice, `stats`) is its private
+//! mapping's, which it keeps (opened as any handle's; it caches nothing for the handle).
+//!
 //! Protection: a handle's readahead state word is replaced by CAS only (`RaCell`); its
 //! maximum window of `Advice::Normal` and its no-reuse flag are single words (hints); the
 //! error sequence it last reported is under its mutex (`since`); the root hint is
@@ -54,6 +62,7 @@ use crate::index::{Entry, RootHint};
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
 use crate::readahead::RaCell;
+use crate::shared::reader::DomainFile;
 use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex};
 use crate::write::errseq::Since;
@@ -78,7 +87,7 @@ pub(crate) enum Access {
 /// between threads (`&File` is all a read or a write needs); RocksDB-style engines share
 /// one handle among all their reader threads.
 ///
-/// `repr(C)` and line-aligned: what a hit reads of the handle (the first four fields)
+/// `repr(C)` and line-aligned: what a hit reads of the handle (the first five fields)
 /// lies in one cache line.
 #[repr(C, align(64))]
 pub struct File {
@@ -89,6 +98,9 @@ pub struct File {
     root_hint: RootHint,
     /// `Advice::NoReuse` in force: reads are `ReadHint::NoReuse`.
     no_reuse: std::sync::atomic::AtomicBool,
+    /// A domain file's reader (module docs): `read_at` goes there. `None` for every
+    /// handle of a private cache and every handle opened for writing.
+    shared: Option<Box<DomainFile>>,
     fd: Arc<StdFile>,
     mode: OpenMode,
     access: Access,
@@ -152,7 +164,36 @@ impl File {
             since,
             counters: HandleCounters::default(),
             no_reuse: std::sync::atomic::AtomicBool::new(false),
+            shared: None,
         }
+    }
+
+    /// Makes this read-only handle a domain file (module docs): its reads go to `shared`.
+    ///
+    /// Context: the open, before the handle is handed out.
+    pub(crate) fn read_through(&mut self, shared: Box<DomainFile>) {
+        assert_eq!(self.access, Access::ReadOnly, "a domain file is read-only");
+        self.shared = Some(shared);
+    }
+
+    /// A descriptor of this handle's open file (`dup`): the domain's own.
+    ///
+    /// Errors: `dup`'s.
+    pub(crate) fn clone_fd(&self) -> io::Result<StdFile> {
+        self.fd.try_clone()
+    }
+
+    /// Whether this handle reads through its cache's domain (module docs).
+    pub fn is_domain_file(&self) -> bool {
+        self.shared.is_some()
+    }
+
+    /// The error of a read this handle cannot make yet: it is a domain file (module docs).
+    fn domain_unsupported(what: &str) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::Unsupported,
+            format!("folio: {what} of a file read through a domain is not built yet (read_at is)"),
+        )
     }
 
     /// What this handle caused since it was opened: the device reads of its misses and
@@ -244,6 +285,10 @@ impl File {
     /// Errors and context: as `read_at`.
     pub fn read_at_hint(&self, buf: &mut [u8], offset: u64, hint: ReadHint) -> io::Result<usize> {
         let request_end = checked_end(offset, buf.len())?;
+        // The one branch a private cache's hit pays for domains (module docs).
+        if let Some(shared) = &self.shared {
+            return shared.read_at(buf, offset);
+        }
         let end = request_end.min(self.mapping.size_bytes());
         if offset >= end {
             return Ok(0);
@@ -378,6 +423,9 @@ impl File {
     ///
     /// Context: any thread; may sleep waiting for I/O or memory.
     pub fn get_page(&self, offset: u64) -> io::Result<PageRef> {
+        if self.shared.is_some() {
+            return Err(Self::domain_unsupported("get_page"));
+        }
         loop {
             self.check_page_offset(offset)?;
             let page = PageIndex::containing(offset);

@@ -204,11 +204,15 @@ impl File {
     ///
     /// Errors: `InvalidInput` if `offset + len` overflows.
     ///
-    /// Context: any thread; does not wait for I/O or memory.
+    /// Context: any thread; does not wait for I/O or memory. Does nothing for a domain
+    /// file (its reads go to the domain, which has no readahead yet).
     pub fn readahead(&self, offset: u64, len: u64) -> io::Result<()> {
         let end = offset
             .checked_add(len)
             .ok_or_else(|| overflow(offset, len))?;
+        if self.shared.is_some() {
+            return Ok(());
+        }
         let end = PageIndex::ceil(end.min(self.mapping.size_bytes()));
         let mut at = PageIndex::containing(offset);
         stats::bump(&self.core().counters().readahead_forced);

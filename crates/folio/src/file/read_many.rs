@@ -45,6 +45,13 @@ impl File {
     /// Context: any thread; waits for the batch's reads (and, like `read_at`, for memory
     /// when every folio is pinned).
     pub fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
+        if self.shared.is_some() {
+            // A domain file (module docs of `file`): each range as `read_at`, one by one.
+            return reads
+                .iter_mut()
+                .map(|(offset, buf)| self.read_at(buf, *offset))
+                .collect();
+        }
         let hint = self.hint();
         let size = self.mapping.size_bytes();
         // 1. What hits; `done[i]` bytes of range i are copied.
@@ -146,6 +153,14 @@ impl Future for ReadManyFuture<'_, '_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
+        if this.file.shared.is_some() {
+            let refused = this
+                .rest
+                .by_ref()
+                .map(|_| Err(File::domain_unsupported("read_many_async")));
+            this.results.extend(refused);
+            return Poll::Ready(std::mem::take(&mut this.results));
+        }
         if !this.submitted {
             this.submitted = true;
             let file = this.file;

@@ -25,15 +25,16 @@
 //! from the slot records (steward.rs, step 3) and marks the dead ones. An attach that
 //! finds no steward (A1) does the same.
 //!
-//! Protection: the connection and the member's fields are this process's; the region's
-//! words by their protocols. Limits: a member is used by one thread (`Run`'s counters are
-//! `Cell`s); an attach, and a wait for a new steward, give up after `ATTACH_WAIT` (an
+//! Protection: the connection and the member's fields are this process's (the steward we
+//! know under a mutex, the counts atomics: a member is shared by the threads of its
+//! process, `shared::reader`); the region's words by their protocols. Limits: an attach, and a wait for a new steward, give up after `ATTACH_WAIT` (an
 //! error, never a hang); starting a steward forks this process (`spawn`'s context).
 
-use std::cell::{Cell, RefCell};
 use std::io;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::domain::{Domain, DomainFiles, Geometry, Pidfd};
@@ -95,10 +96,10 @@ pub(crate) struct Member {
     conn: OwnedFd,
     me: Holder,
     /// The steward we know, and its pidfd (`None`: found dead, or never opened).
-    steward: RefCell<(ProcessId, Option<Pidfd>)>,
+    steward: Mutex<(ProcessId, Option<Pidfd>)>,
     /// Stewards this member started (tests: that a survivor elected one).
-    started: Cell<u32>,
-    waits: Cell<u32>,
+    started: AtomicU32,
+    waits: AtomicU32,
 }
 
 impl Member {
@@ -112,7 +113,7 @@ impl Member {
         let files = DomainFiles::of(&config.name)?;
         let address = socket_address(&dir.join(&files.socket))?;
         let me = ProcessId::me()?;
-        let started = Cell::new(0);
+        let started = AtomicU32::new(0);
         let deadline = Instant::now() + ATTACH_WAIT;
         let mut last_spawn: Option<Instant> = None;
         let (conn, holder, steward) = loop {
@@ -151,7 +152,7 @@ impl Member {
                     if last_spawn.is_none_or(|at| at.elapsed() >= RESPAWN_EVERY) {
                         last_spawn = Some(Instant::now());
                         if spawn(config)? == Elected::Won {
-                            started.set(started.get() + 1);
+                            started.fetch_add(1, Ordering::Relaxed);
                         }
                     } else {
                         std::thread::sleep(Duration::from_millis(1));
@@ -170,9 +171,9 @@ impl Member {
             domain,
             conn,
             me: holder,
-            steward: RefCell::new((steward, pidfd)),
+            steward: Mutex::new((steward, pidfd)),
             started,
-            waits: Cell::new(0),
+            waits: AtomicU32::new(0),
         })
     }
 
@@ -187,12 +188,18 @@ impl Member {
 
     /// How many stewards this member started (the elections it won for the domain).
     pub(crate) fn stewards_started(&self) -> u32 {
-        self.started.get()
+        self.started.load(Ordering::Relaxed)
     }
 
     /// The steward as we know it.
     pub(crate) fn steward(&self) -> ProcessId {
-        self.steward.borrow().0
+        self.known_steward().0
+    }
+
+    /// The steward we know (a poisoned lock's value is still the last one stored: every
+    /// store is one assignment).
+    fn known_steward(&self) -> MutexGuard<'_, (ProcessId, Option<Pidfd>)> {
+        self.steward.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A clean detach (module docs).
@@ -210,27 +217,27 @@ impl Member {
     /// Context: forks to start a steward. Blocks up to `ATTACH_WAIT`.
     /// Errors: `TimedOut` if no steward could be found; `spawn`'s.
     pub(crate) fn ensure_steward(&self) -> io::Result<ProcessId> {
-        {
-            let known = self.steward.borrow();
+        let dead = {
+            let known = self.known_steward();
             if known.1.as_ref().is_some_and(|pidfd| !pidfd.is_dead()) {
                 return Ok(known.0);
             }
-        }
-        let dead = self.steward.borrow().0;
+            known.0
+        };
         let deadline = Instant::now() + ATTACH_WAIT;
         let mut last_spawn: Option<Instant> = None;
         while Instant::now() < deadline {
             let named = self.domain.steward();
             if named != dead {
                 if let Some(pidfd) = named.open() {
-                    *self.steward.borrow_mut() = (named, Some(pidfd));
+                    *self.known_steward() = (named, Some(pidfd));
                     return Ok(named);
                 }
             }
             if last_spawn.is_none_or(|at| at.elapsed() >= RESPAWN_EVERY) {
                 last_spawn = Some(Instant::now());
                 if spawn(&self.config)? == Elected::Won {
-                    self.started.set(self.started.get() + 1);
+                    self.started.fetch_add(1, Ordering::Relaxed);
                 }
             } else {
                 std::thread::sleep(Duration::from_millis(1));
@@ -257,8 +264,7 @@ impl Run for Member {
     /// Spins and yields; every `STEWARD_CHECK_WAITS` waits, makes sure a steward runs
     /// (a dead holder is marked dead only by one).
     fn wait(&self, holder: Holder) {
-        let waits = self.waits.get().wrapping_add(1);
-        self.waits.set(waits);
+        let waits = self.waits.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         if waits % STEWARD_CHECK_WAITS == 0 {
             // A failure is retried at the next check.
             let _ = self.ensure_steward();

@@ -79,7 +79,8 @@
 //! Protection: the intent and the structure's words by the lock; the lock word by CAS
 //! (and U1's swap). Limits: `INTENT_ARGS` values per change; a holder holds the lock for
 //! a few stores, never across a wait of its own; a wake wakes every waiter of the holder
-//! (few: one per process), and all but one sleep again.
+//! (few: a thread or so per process, the holder's own process's threads among them: a
+//! process's threads share its holder word), and all but one sleep again.
 
 use super::futex::{self, Parked};
 use super::slot::{self, SlotTable};
@@ -167,8 +168,8 @@ impl<'r> HolderLock<'r> {
     /// Takes the lock for `me` (L1), or over from a dead holder (T1-T3: `redo` finishes
     /// the dead holder's published change).
     ///
-    /// Context: `me` is LIVE in `slots`, which lie in this lock's region; holds no lock of
-    /// this line. While a live holder holds it: waits (`run.wait`), then parks (module
+    /// Context: `me` is LIVE in `slots`, which lie in this lock's region; this thread holds
+    /// no lock of this line (another thread of this process may: we wait for it). While a live holder holds it: waits (`run.wait`), then parks (module
     /// docs, P1-P4: a system call) as `run.park` says.
     pub(crate) fn lock<R: Run>(
         &self,
@@ -232,7 +233,10 @@ impl<'r> HolderLock<'r> {
         let mut waits = 0u32;
         loop {
             let holder = Holder::from_word(current & !WAITERS);
-            assert_ne!(holder, me, "the lock is already ours");
+            // `holder == me`: another thread of this process holds it (a process's threads
+            // share its holder: `shared::reader`); it is live as we are, so we wait for its
+            // unlock like any other (never a take-over). A thread that takes a lock it
+            // already holds waits forever here: the protocols never nest one lock.
             if slots.is_live(holder) {
                 waits += 1;
                 match run.park() {

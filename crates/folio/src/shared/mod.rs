@@ -57,6 +57,10 @@
 //! `read.rs` a member's reads of real files through them (a hit pins and copies, a miss
 //! `pread`s into a frame and hands it to the cache); `tests_read.rs` its tests across real
 //! processes, killed at lever-chosen steps.
+//! Step 8's first slice: `reader.rs` what a `Cache` built with a domain holds
+//! (`CacheBuilder::domain`): its membership and its reader owned together, read by many
+//! threads (`DomainReader`), and a read-only file read through it (`DomainFile`);
+//! `tests_cache.rs` caches of forked processes sharing one domain, many threads each.
 //!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
@@ -85,6 +89,8 @@ pub(crate) mod populate;
 pub(crate) mod queue;
 #[allow(unsafe_code)]
 pub(crate) mod read;
+#[allow(unsafe_code)]
+pub(crate) mod reader;
 pub(crate) mod record;
 pub(crate) mod slot;
 pub(crate) mod stack;
@@ -97,6 +103,8 @@ mod tests;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_buddy;
+#[cfg(test)]
+mod tests_cache;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_domain;

@@ -61,6 +61,18 @@
 //! around it has set its bit or not, so the steward's sweep drops a dead process's pins
 //! exactly (clears its bit in every PIN word) from the shared words alone.
 //!
+//! # Threads
+//!
+//! A process's threads share its holder (its slot and generation: `shared::reader`), so
+//! they share its one bit in each PIN word: two of them cannot both hold a frame pinned
+//! by it, and the first unpin would drop the other's pin (reclaim could then free the
+//! frame under a copy). So a pin that finds its own bit already set is **refused**
+//! (`Unpinnable::Ours`), never taken as made: a hit that meets it reads the page another
+//! way (read.rs: uncached), and the miss's pin of the frame it just leased (`hand_over`),
+//! which can meet only a sibling's passing pin (a `pin_hit` that found the frame's old
+//! incarnation in an index, pinned it after its free, and will unpin it when its second
+//! look-up fails: the frame is in no index before the hand-over), waits for that unpin.
+//!
 //! # The optimistic hit (a seqlock per frame)
 //!
 //! `read_hit`, which read.rs tries first (`pin_hit` is its fallback), stores nothing but
@@ -150,12 +162,12 @@
 //! Limits: order-0 frames only (a larger folio's frames would each need its CACHED head
 //! and one queue entry: not done); up to 2^30 - 1 frames; pins of up to 63 process slots
 //! (one bit each: a domain of more slots needs a second pin word per frame); a process
-//! holds one pin per frame (its threads would count theirs privately: not built, nothing
-//! is wired); the shadow left is a constant (`SHADOW_VALUE`: the refault distance that
+//! holds one pin per frame (its threads share it: a sibling's refused, "Threads"); the
+//! shadow left is a constant (`SHADOW_VALUE`: the refault distance that
 //! `eviction/` computes is not carried yet); a frame whose insertion conflicted stays
-//! queued until reclaim reaches it; one queue (one lock) for the whole domain; not wired
-//! into `Cache` (in the domain's region since step 6's second part, with an index per file
-//! record, used by read.rs).
+//! queued until reclaim reaches it; one queue (one lock) for the whole domain (in the
+//! domain's region since step 6's second part, with an index per file record, used by
+//! read.rs, and through it by a `Cache` with a domain since step 8's first slice).
 
 use super::buddy::{Order, SharedBuddy};
 use super::index::{Entry, Leave, Page, SharedIndex};
@@ -255,9 +267,28 @@ pub(crate) enum Optimistic {
     Stale,
 }
 
-/// A hit's pin refused: the frame is being reclaimed (treat the page as a miss).
+/// Why a pin was refused.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Frozen;
+pub(crate) enum Unpinnable {
+    /// Reclaim holds the frame FROZEN: it is being reclaimed (treat the page as a miss).
+    Frozen,
+    /// This process's bit is set already: another thread of this process holds the pin
+    /// (module docs, "Threads"). Never treated as pinned: the caller reads the page
+    /// another way (an optimistic hit again, or uncached).
+    Ours,
+}
+
+/// What `try_pin_hit` found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum PinHit {
+    /// The frame, pinned for us and touched: unpin it after the read.
+    Pinned(Pinned),
+    /// No frame caching the page, or one being reclaimed: a miss.
+    Missed,
+    /// The page's frame is pinned by another thread of this process with our bit: read
+    /// the page another way (module docs, "Threads").
+    Ours,
+}
 
 /// What `check` found: the queued frames, head first.
 #[derive(Debug, PartialEq, Eq)]
@@ -392,20 +423,22 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
         }
     }
 
-    /// Pins `frame` for `me`: refused while reclaim holds it FROZEN.
+    /// Pins `frame` for `me`: refused while reclaim holds it FROZEN, and while our bit
+    /// is set already (another thread of this process holds it: module docs, "Threads").
     ///
-    /// Context: any process, lock-free; `me` does not hold `frame` pinned already
-    /// (debug-asserted: one pin per frame per process, module docs' Limits).
+    /// Context: any process, lock-free.
     #[inline]
-    pub(crate) fn pin(&self, frame: Frame, me: Holder) -> Result<(), Frozen> {
+    pub(crate) fn pin(&self, frame: Frame, me: Holder) -> Result<(), Unpinnable> {
         let bit = slot_bit(me);
         let word = self.of(frame.0, PIN);
         let mut current = word.load(Ordering::Relaxed);
         loop {
             if current & FROZEN != 0 {
-                return Err(Frozen);
+                return Err(Unpinnable::Frozen);
             }
-            debug_assert_eq!(current & bit, 0, "frame {} pinned twice", frame.0);
+            if current & bit != 0 {
+                return Err(Unpinnable::Ours);
+            }
             match word.compare_exchange_weak(
                 current,
                 current | bit,
@@ -441,11 +474,30 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
         page: Page,
         me: Holder,
     ) -> Option<Pinned> {
+        match self.try_pin_hit(index, page, me) {
+            PinHit::Pinned(pinned) => Some(pinned),
+            PinHit::Missed | PinHit::Ours => None,
+        }
+    }
+
+    /// `pin_hit`, saying why it pinned nothing: `Ours` when the page's frame is pinned by
+    /// another thread of this process (module docs, "Threads").
+    ///
+    /// Context: as `pin_hit`.
+    #[inline]
+    pub(crate) fn try_pin_hit(&self, index: &SharedIndex<'_>, page: Page, me: Holder) -> PinHit {
         let Entry::Folio { frame, order: 0 } = index.lookup(page) else {
-            return None;
+            return PinHit::Missed;
         };
-        let frame = Frame(u32::try_from(frame).ok().filter(|f| *f < self.frames)?);
-        self.pin(frame, me).ok()?;
+        let Some(frame) = u32::try_from(frame).ok().filter(|f| *f < self.frames) else {
+            return PinHit::Missed;
+        };
+        let frame = Frame(frame);
+        match self.pin(frame, me) {
+            Ok(()) => {}
+            Err(Unpinnable::Frozen) => return PinHit::Missed,
+            Err(Unpinnable::Ours) => return PinHit::Ours,
+        }
         if index.lookup(page)
             != (Entry::Folio {
                 frame: u64::from(frame.0),
@@ -453,10 +505,10 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
             })
         {
             self.unpin(frame, me);
-            return None;
+            return PinHit::Missed;
         }
         self.touch(frame);
-        Some(Pinned(frame))
+        PinHit::Pinned(Pinned(frame))
     }
 
     /// The optimistic hit (module docs, "The optimistic hit"): `copy` called with the frame
@@ -597,7 +649,8 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
     ///
     /// Context: `me` is LIVE in `slots`; takes the queue's lock (no index's or the
     /// allocator's lock held); the frame's data is written (readers may read it once it is
-    /// in the index).
+    /// in the index). Waits (`run.wait`) while another thread of this process passes a pin
+    /// of the frame (module docs, "Threads").
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn hand_over<R: Run, I: Indexes + ?Sized>(
         &self,
@@ -615,7 +668,12 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
             frame.0
         );
         let f = frame.0;
-        self.pin(frame, me).expect("a leased frame is never frozen");
+        // A sibling thread's passing pin may hold our bit (module docs, "Threads"): it
+        // unpins once its second look-up fails (the frame is in no index yet).
+        while let Err(refused) = self.pin(frame, me) {
+            assert_eq!(refused, Unpinnable::Ours, "a leased frame is never frozen");
+            run.wait(me);
+        }
         self.of(f, FILE).store(file.0, Ordering::Release);
         self.of(f, PAGE).store(page, Ordering::Release);
         let held = self.take(me, indexes, slots, run)?;

@@ -54,26 +54,48 @@
 //! other processes by the hand-over's lock and the insertion's release stores, which the
 //! hit's acquire look-up reads.
 //!
+//! # Threads
+//!
+//! A reader is shared by the threads of its process (`Send + Sync`: a `Cache`'s files are
+//! read by many threads at once, through one `shared::reader::DomainReader`). They all act
+//! as the member's one holder: the shared locks serialize them as they do processes (a
+//! thread that finds a lock held by its own holder waits for it: lock.rs), and a pin that
+//! finds this process's bit already set is refused, never taken as made (queue.rs,
+//! "Threads"): when the fallback after two stale copies meets it, the page is read uncached
+//! (counted `sibling_pinned`). The counters are atomics of this process (never a store to
+//! the region per hit). The magazines are a **small pool, each under its own mutex** (one
+//! per core, at most `MAGAZINES_MAX`): a miss takes the one its thread's hint names if it
+//! is free, else any free one, else waits for its own. A pool rather than one per thread:
+//! a file is read by whatever threads its user has (a pool of readers that come and go),
+//! and a thread's magazine would hold its leased frames after the thread is gone (nothing
+//! returns them but the reader's drop), up to 2 x `batch` per thread ever seen; the pool
+//! bounds what the process holds to 2 x `batch` per magazine, and its locks are
+//! uncontended while threads and cores are few (a miss holds one around a `pread`-free
+//! step: the lease, or a reclaim). The uncached read's aligned buffer is on the stack of
+//! the call.
+//!
 //! Protection: the frames' bytes as above; the file table, queue, indexes and allocator
-//! by their own protocols; the magazine and the counters are this reader's (one thread).
+//! by their own protocols; each magazine by its mutex; the counters are atomics.
 //!
 //! Limits: reads only (no write, no truncation: a file changed since its record was made
 //! is refused at open, since its cached pages may be stale: dropping them is the coherence
 //! step's); the size is the record's size word (the first opener's `fstat`); order-0
-//! frames only (no readahead, no large folios); one reader per member and one thread
-//! (`Cell`s, `RefCell`); a member's slot must have a pin bit (slots below
+//! frames only (no readahead, no large folios); one pin per frame per process (a thread
+//! that meets a sibling's reads uncached); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
 //! (`Placed::Full`) gets a reclaim of a batch and one more try, then leaves the miss's
 //! frame uncached (queued in no index, counted `conflicts`); file records are never
 //! removed, so their trees keep their node frames (a removal would first drop the
 //! record's pages, files.rs R1, then `release` its tree).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::fs::File as StdFile;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use super::attach::Member;
 use super::buddy::SharedBuddy;
@@ -81,11 +103,15 @@ use super::domain::FRAME_BYTES;
 use super::files::{FileId, FileKey, FileTable, Opened, Stamp};
 use super::index::{Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
-use super::queue::{FileNo, Optimistic, Pinned, SharedQueue, PIN_SLOTS};
+use super::queue::{FileNo, Optimistic, PinHit, Pinned, SharedQueue, PIN_SLOTS};
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
 use crate::arena::atomic_copy;
 use crate::io::atomic_zero;
+use crate::stats::{add, bump};
+
+/// The most magazines a reader keeps (module docs, "Threads").
+const MAGAZINES_MAX: usize = 4;
 
 /// A file open for shared reads: its record in the domain's file table and its descriptor.
 #[derive(Debug)]
@@ -100,6 +126,24 @@ impl SharedFile {
     pub(crate) fn id(&self) -> FileId {
         self.id
     }
+}
+
+/// What the domain said to a file (`SharedReader::admit`).
+#[derive(Debug)]
+pub(crate) enum Admitted {
+    Open(SharedFile),
+    Refused(Refusal),
+}
+
+/// Why the domain refused a file (module docs, Limits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// It changed since its record was made: its cached pages may be stale.
+    Changed,
+    /// The file table has no record free.
+    Full,
+    /// This process has the most opens of it a record counts.
+    TooMany,
 }
 
 /// What a reader did (the tests count them).
@@ -124,9 +168,64 @@ pub(crate) struct ReadCounters {
     pub(crate) reclaimed: u64,
     /// Misses read uncached (no frame to be had: every queued frame pinned).
     pub(crate) uncached: u64,
+    /// Pages whose two optimistic copies were stale and whose frame another thread of
+    /// this process held pinned: read uncached (module docs, "Threads"; not in
+    /// `uncached`, which counts misses).
+    pub(crate) sibling_pinned: u64,
 }
 
-/// A page-aligned page of this process's memory (the uncached read's buffer).
+/// `ReadCounters` as this process's atomics (module docs, "Threads").
+#[derive(Debug, Default)]
+struct Counts {
+    hits: AtomicU64,
+    pinned_hits: AtomicU64,
+    stale: AtomicU64,
+    misses: AtomicU64,
+    preads: AtomicU64,
+    conflicts: AtomicU64,
+    reclaims: AtomicU64,
+    reclaimed: AtomicU64,
+    uncached: AtomicU64,
+    sibling_pinned: AtomicU64,
+}
+
+impl Counts {
+    fn snapshot(&self) -> ReadCounters {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ReadCounters {
+            hits: get(&self.hits),
+            pinned_hits: get(&self.pinned_hits),
+            stale: get(&self.stale),
+            misses: get(&self.misses),
+            preads: get(&self.preads),
+            conflicts: get(&self.conflicts),
+            reclaims: get(&self.reclaims),
+            reclaimed: get(&self.reclaimed),
+            uncached: get(&self.uncached),
+            sibling_pinned: get(&self.sibling_pinned),
+        }
+    }
+}
+
+thread_local! {
+    /// This thread's magazine hint (module docs, "Threads"): taken once, round robin.
+    static MAGAZINE_HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The next thread's magazine hint.
+static NEXT_HINT: AtomicUsize = AtomicUsize::new(0);
+
+fn magazine_hint() -> usize {
+    MAGAZINE_HINT.with(|hint| {
+        if hint.get() == usize::MAX {
+            hint.set(NEXT_HINT.fetch_add(1, Ordering::Relaxed) % MAGAZINES_MAX);
+        }
+        hint.get()
+    })
+}
+
+/// A page-aligned page of this process's memory (the uncached read's buffer, on the
+/// stack of the call).
 #[repr(C, align(4096))]
 struct PrivatePage([u8; FRAME_BYTES]);
 
@@ -138,18 +237,17 @@ pub(crate) struct SharedReader<'m, R: Run> {
     files: FileTable<'m>,
     buddy: SharedBuddy<'m>,
     indexes: Vec<SharedIndex<'m>>,
-    magazine: RefCell<Magazine>,
+    magazines: Box<[Mutex<Magazine>]>,
     batch: u32,
-    private: RefCell<Box<PrivatePage>>,
-    counters: Cell<ReadCounters>,
+    counts: Counts,
 }
 
 impl<'m, R: Run> SharedReader<'m, R> {
     /// A reader for `member`, whose operations run as `run` says (production: the member
     /// itself; tests: a lever), leasing and reclaiming `batch` frames at a time.
     ///
-    /// Context: one per member, used by one thread; `member`'s slot has a pin bit
-    /// (asserted).
+    /// Context: one per member (any number of threads may share it); `member`'s slot has
+    /// a pin bit (asserted).
     pub(crate) fn new(member: &'m Member, run: &'m R, batch: u32) -> SharedReader<'m, R> {
         let me = member.holder();
         assert!(
@@ -159,6 +257,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
         );
         assert!(batch > 0, "a batch of at least one frame");
         let domain = member.domain();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let magazines = (0..cores.clamp(1, MAGAZINES_MAX))
+            .map(|_| Mutex::new(Magazine::new(me, batch)))
+            .collect();
         SharedReader {
             member,
             run,
@@ -166,22 +268,34 @@ impl<'m, R: Run> SharedReader<'m, R> {
             files: domain.files(),
             buddy: domain.buddy(),
             indexes: domain.indexes(),
-            magazine: RefCell::new(Magazine::new(me, batch)),
+            magazines,
             batch,
-            private: RefCell::new(Box::new(PrivatePage([0; FRAME_BYTES]))),
-            counters: Cell::new(ReadCounters::default()),
+            counts: Counts::default(),
         }
     }
 
-    /// What this reader did so far.
+    /// What this reader did so far (read field by field: a snapshot taken while other
+    /// threads read may be a few events off between fields).
     pub(crate) fn counters(&self) -> ReadCounters {
-        self.counters.get()
+        self.counts.snapshot()
     }
 
-    fn count(&self, change: impl FnOnce(&mut ReadCounters)) {
-        let mut counters = self.counters.get();
-        change(&mut counters);
-        self.counters.set(counters);
+    /// A magazine of the pool (module docs, "Threads"): the one this thread's hint names
+    /// if it is free, else the first free one, else the hint's, waited for.
+    fn magazine(&self) -> MutexGuard<'_, Magazine> {
+        let n = self.magazines.len();
+        let start = magazine_hint() % n;
+        for i in 0..n {
+            match self.magazines[(start + i) % n].try_lock() {
+                Ok(magazine) => return magazine,
+                // A panic while it was held leaves its frames leased to us: still ours.
+                Err(TryLockError::Poisoned(e)) => return e.into_inner(),
+                Err(TryLockError::WouldBlock) => {}
+            }
+        }
+        self.magazines[start]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn queue(&self) -> SharedQueue<'_, '_> {
@@ -206,6 +320,26 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (options(0).open(path)?, false),
             Err(e) => return Err(e),
         };
+        match self.admit(file, direct)? {
+            Admitted::Open(file) => Ok(file),
+            Admitted::Refused(Refusal::Changed) => Err(io::Error::other(
+                "folio: the file changed since the domain cached it (not handled yet)",
+            )),
+            Admitted::Refused(Refusal::Full) => {
+                Err(io::Error::other("folio: the domain's file table is full"))
+            }
+            Admitted::Refused(Refusal::TooMany) => {
+                Err(io::Error::other("folio: too many opens of the file"))
+            }
+        }
+    }
+
+    /// `open` of a file open already (`direct`: with O_DIRECT): its record found or made,
+    /// our opener count raised, or the domain's refusal (nothing changed then).
+    ///
+    /// Context: takes the file table's lock.
+    /// Errors: `fstat`'s.
+    pub(crate) fn admit(&self, file: StdFile, direct: bool) -> io::Result<Admitted> {
         let meta = file.metadata()?;
         let identity = crate::segment::identity_of(&meta);
         let key = FileKey {
@@ -221,23 +355,21 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let opened = table
             .open(key, meta.len(), mtime_ns, self.me, &slots, self.run)
             .map_err(died)?;
-        match opened {
+        Ok(match opened {
             Opened::Open {
                 id,
                 stamp: Stamp::Same,
-            } => Ok(SharedFile { id, file, direct }),
+            } => Admitted::Open(SharedFile { id, file, direct }),
             Opened::Open {
                 id,
                 stamp: Stamp::Changed,
             } => {
                 table.close(id, self.me, &slots, self.run).map_err(died)?;
-                Err(io::Error::other(
-                    "folio: the file changed since the domain cached it (not handled yet)",
-                ))
+                Admitted::Refused(Refusal::Changed)
             }
-            Opened::Full => Err(io::Error::other("folio: the domain's file table is full")),
-            Opened::TooMany => Err(io::Error::other("folio: too many opens of the file")),
-        }
+            Opened::Full => Admitted::Refused(Refusal::Full),
+            Opened::TooMany => Admitted::Refused(Refusal::TooMany),
+        })
     }
 
     /// Closes `file`: our opener count lowered (its pages stay cached).
@@ -282,21 +414,24 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
             match self.optimistic(&queue, index, page, within, dst)? {
-                Optimistic::Hit(_) => self.count(|c| c.hits += 1),
+                Optimistic::Hit(_) => bump(&self.counts.hits),
                 Optimistic::Absent => self.miss(&queue, file, index, page, within, dst)?,
-                Optimistic::Stale => {
-                    if let Some(Pinned(frame)) = queue.pin_hit(index, page, self.me) {
+                Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
+                    PinHit::Pinned(Pinned(frame)) => {
                         self.run.at(Step::Copying).map_err(died)?;
                         self.copy_out(frame, within, dst);
                         queue.unpin(frame, self.me);
-                        self.count(|c| {
-                            c.hits += 1;
-                            c.pinned_hits += 1;
-                        });
-                    } else {
-                        self.miss(&queue, file, index, page, within, dst)?;
+                        bump(&self.counts.hits);
+                        bump(&self.counts.pinned_hits);
                     }
-                }
+                    PinHit::Ours => {
+                        // Another thread of ours holds its frame pinned by our bit (module
+                        // docs, "Threads").
+                        bump(&self.counts.sibling_pinned);
+                        self.read_uncached(file, page, within, dst)?;
+                    }
+                    PinHit::Missed => self.miss(&queue, file, index, page, within, dst)?,
+                },
             }
             pos += n as u64;
         }
@@ -323,7 +458,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             if found != Optimistic::Stale {
                 return Ok(found);
             }
-            self.count(|c| c.stale += 1);
+            bump(&self.counts.stale);
         }
         Ok(Optimistic::Stale)
     }
@@ -338,7 +473,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         within: usize,
         dst: &mut [u8],
     ) -> io::Result<()> {
-        self.count(|c| c.misses += 1);
+        bump(&self.counts.misses);
         let Some(frame) = self.frame(queue).map_err(died)? else {
             return self.uncached(file, page, within, dst);
         };
@@ -351,8 +486,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Ok(got) => got,
             Err(e) => {
                 let domain = self.member.domain();
-                self.magazine
-                    .borrow_mut()
+                self.magazine()
                     .free(frame, &self.buddy, &domain.slots(), self.run)
                     .map_err(died)?;
                 return Err(e);
@@ -361,7 +495,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         // SAFETY: `data` is FRAME_BYTES of the mapping (`frame_data`), `got` of them read;
         // nobody else writes them (above).
         unsafe { atomic_zero(data.add(got), FRAME_BYTES - got) };
-        self.count(|c| c.preads += 1);
+        bump(&self.counts.preads);
         let domain = self.member.domain();
         let slots = domain.slots();
         let file_no = FileNo(u64::from(file.id.index));
@@ -385,7 +519,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 .map_err(died)?;
         }
         if !matches!(placed.first(), Some(Placed::Inserted(_))) {
-            self.count(|c| c.conflicts += 1);
+            bump(&self.counts.conflicts);
         }
         self.run.at(Step::Copying).map_err(died)?;
         self.copy_out(frame, within, dst);
@@ -396,7 +530,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// A frame for a miss: the magazine's; when it has none, a reclaim of a batch and the
     /// magazine again; `None` when that found nothing either.
     fn frame(&self, queue: &SharedQueue<'_, '_>) -> Result<Option<Frame>, Died> {
-        let mut magazine = self.magazine.borrow_mut();
+        let mut magazine = self.magazine();
         if let Some(frame) = self.frame_mapped(&mut magazine)? {
             return Ok(Some(frame));
         }
@@ -460,14 +594,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
             &slots,
             self.run,
         )?;
-        self.count(|c| {
-            c.reclaims += 1;
-            c.reclaimed += u64::from(freed);
-        });
+        bump(&self.counts.reclaims);
+        add(&self.counts.reclaimed, u64::from(freed));
         Ok(())
     }
 
-    /// The page read into this reader's private page and copied from there.
+    /// A missed page read uncached (counted).
     fn uncached(
         &self,
         file: &SharedFile,
@@ -475,14 +607,24 @@ impl<'m, R: Run> SharedReader<'m, R> {
         within: usize,
         dst: &mut [u8],
     ) -> io::Result<()> {
-        let mut private = self.private.borrow_mut();
+        bump(&self.counts.uncached);
+        self.read_uncached(file, page, within, dst)
+    }
+
+    /// The page read into a private page of this call's (aligned, for O_DIRECT) and
+    /// copied from there.
+    fn read_uncached(
+        &self,
+        file: &SharedFile,
+        page: Page,
+        within: usize,
+        dst: &mut [u8],
+    ) -> io::Result<()> {
+        let mut private = PrivatePage([0; FRAME_BYTES]);
         let got = pread_page(file, private.0.as_mut_ptr(), page)?;
         private.0[got..].fill(0);
         dst.copy_from_slice(&private.0[within..within + dst.len()]);
-        self.count(|c| {
-            c.preads += 1;
-            c.uncached += 1;
-        });
+        bump(&self.counts.preads);
         Ok(())
     }
 
@@ -516,10 +658,13 @@ impl<'m, R: Run> SharedReader<'m, R> {
 }
 
 impl<R: Run> Drop for SharedReader<'_, R> {
-    /// Returns the magazine's frames (a member detaches holding no lease).
+    /// Returns the magazines' frames (a member detaches holding no lease).
     fn drop(&mut self) {
         let slots = self.member.domain().slots();
-        let _ = self.magazine.get_mut().drain(&self.buddy, &slots, self.run);
+        for magazine in self.magazines.iter_mut() {
+            let magazine = magazine.get_mut().unwrap_or_else(PoisonError::into_inner);
+            let _ = magazine.drain(&self.buddy, &slots, self.run);
+        }
     }
 }
 

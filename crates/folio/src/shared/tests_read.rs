@@ -21,7 +21,7 @@ use crate::primitive::Ordering;
 /// The bytes of test file `file` of `len` bytes: every 8-byte word names its file, its
 /// page and its place in the page, so that a byte read from the wrong file, page or
 /// offset is seen.
-fn stamped(file: u64, len: u64) -> Vec<u8> {
+pub(super) fn stamped(file: u64, len: u64) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(len as usize + 8);
     let mut word = 0u64;
     while (bytes.len() as u64) < len {
@@ -35,13 +35,13 @@ fn stamped(file: u64, len: u64) -> Vec<u8> {
 }
 
 /// Writes test file `file` of `len` bytes in `dir` (on a disk file system: O_DIRECT).
-fn write_file(dir: &Path, file: u64, len: u64) -> PathBuf {
+pub(super) fn write_file(dir: &Path, file: u64, len: u64) -> PathBuf {
     let path = dir.join(format!("file-{file}"));
     std::fs::write(&path, stamped(file, len)).unwrap();
     path
 }
 
-fn config(home: &Path, name: &str, slots: u16, frames: u32) -> DomainConfig {
+pub(super) fn config(home: &Path, name: &str, slots: u16, frames: u32) -> DomainConfig {
     DomainConfig {
         dir: home.to_path_buf(),
         name: name.into(),
@@ -53,7 +53,7 @@ fn config(home: &Path, name: &str, slots: u16, frames: u32) -> DomainConfig {
 /// Checks a quiet domain: the queue (and the allocator under it), every index, the file
 /// table, and that every folio an index names is a queued frame caching that page.
 /// Returns the allocator's free frames.
-fn check_all(domain: &Domain) -> u32 {
+pub(super) fn check_all(domain: &Domain) -> u32 {
     let slots = domain.slots();
     let buddy = domain.buddy();
     let census = domain.queue(&buddy).check(&slots).unwrap();
@@ -83,7 +83,7 @@ fn check_all(domain: &Domain) -> u32 {
 /// Reclaims every queued frame as `me`, then releases every tree (nobody reads: the
 /// caller's contract of `release`), and checks that every frame is then free (no frame
 /// leaked: nobody holds a lease, a pin or a node frame).
-fn reclaim_everything(domain: &Domain, me: Holder) {
+pub(super) fn reclaim_everything(domain: &Domain, me: Holder) {
     let slots = domain.slots();
     let buddy = domain.buddy();
     let queue = domain.queue(&buddy);

@@ -6,7 +6,7 @@
 
 use super::buddy::{Order, SharedBuddy};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
-use super::queue::{FileNo, Removed, SharedQueue, SHADOW_VALUE};
+use super::queue::{FileNo, PinHit, Removed, SharedQueue, Unpinnable, SHADOW_VALUE};
 use super::slot::SlotTable;
 use super::stack::Frame;
 use super::terms::Unkillable;
@@ -167,6 +167,95 @@ fn a_pinned_frame_is_skipped_and_a_frozen_one_refuses_a_pin() {
     assert!(queue.check(&slots).unwrap().queued.is_empty());
     assert_eq!(buddy.check(&slots).unwrap().free_frames, frames);
     let _ = b;
+}
+
+/// The lever of `a_pin_this_process_holds_is_refused_and_a_hand_over_waits_for_it`: at
+/// the hand-over's wait it unpins the frame, as the sibling thread whose passing pin held
+/// our bit would (its second look-up failed), and counts the waits.
+struct SiblingUnpinsAtWait<'q, 'b, 'r> {
+    queue: &'q SharedQueue<'b, 'r>,
+    frame: Frame,
+    me: Holder,
+    waits: Cell<u32>,
+}
+
+impl Run for SiblingUnpinsAtWait<'_, '_, '_> {
+    fn at(&self, _step: Step) -> Result<(), Died> {
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        assert_eq!(holder, self.me, "only the pin's wait, not a lock's");
+        self.waits.set(self.waits.get() + 1);
+        self.queue.unpin(self.frame, self.me);
+    }
+}
+
+/// A process's threads share its pin bit (queue.rs, "Threads"): a pin that finds it set
+/// already is refused (`Unpinnable::Ours`, `PinHit::Ours`), never taken as made (before,
+/// it was: the first unpin would have dropped both); and a miss's hand-over of a frame a
+/// sibling thread pins in passing waits for that unpin (a lever unpins at the wait:
+/// deterministic), then pins the frame itself, so that reclaim skips it until the miss
+/// unpins.
+#[test]
+fn a_pin_this_process_holds_is_refused_and_a_hand_over_waits_for_it() {
+    let frames = 8;
+    let region = region_for(frames);
+    let (slots, buddy, indexes) = parts(&region, frames);
+    let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
+    format(&region, frames, &buddy, &queue, &indexes);
+    let me = slots.attach(Flaw::None).unwrap();
+    let run = &Unkillable;
+    let a = cache(&queue, &buddy, &indexes, me, 0, 10, &slots, run)
+        .unwrap()
+        .unwrap();
+    // A sibling thread holds `a` by our bit.
+    queue.pin(a, me).unwrap();
+    assert_eq!(queue.pin(a, me), Err(Unpinnable::Ours));
+    assert_eq!(queue.try_pin_hit(&indexes[0], 10, me), PinHit::Ours);
+    assert_eq!(queue.pin_hit(&indexes[0], 10, me), None);
+    queue.unpin(a, me);
+    match queue.try_pin_hit(&indexes[0], 10, me) {
+        PinHit::Pinned(pinned) => {
+            assert_eq!(pinned.0, a);
+            queue.unpin(a, me);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(queue.try_pin_hit(&indexes[0], 12, me), PinHit::Missed);
+    // A miss: a frame leased, which a sibling pins in passing before the hand-over.
+    let f = buddy.alloc(Order(0), me, &slots, run).unwrap().unwrap();
+    queue.pin(f, me).unwrap();
+    let lever = SiblingUnpinsAtWait {
+        queue: &queue,
+        frame: f,
+        me,
+        waits: Cell::new(0),
+    };
+    queue
+        .hand_over(f, FileNo(0), 11, me, &indexes[..], &slots, &lever)
+        .unwrap();
+    assert_eq!(lever.waits.get(), 1, "the hand-over waited for the unpin");
+    assert_eq!(
+        queue.pin(f, me),
+        Err(Unpinnable::Ours),
+        "pinned by the miss"
+    );
+    let folio = Folio {
+        frame: u64::from(f.0),
+        order: 0,
+    };
+    let placed = indexes[0]
+        .insert_run(me, 11, &[folio], &slots, run)
+        .unwrap();
+    assert!(matches!(placed[..], [Placed::Inserted(_)]), "{placed:?}");
+    // Pinned: reclaim rotates it and takes `a` only.
+    assert_eq!(queue.reclaim(2, me, &indexes[..], &slots, run), Ok(1));
+    assert_eq!(indexes[0].lookup(10), Entry::Shadow(SHADOW_VALUE));
+    queue.unpin(f, me);
+    assert_eq!(queue.reclaim(1, me, &indexes[..], &slots, run), Ok(1));
+    assert!(queue.check(&slots).unwrap().queued.is_empty());
+    assert_eq!(buddy.check(&slots).unwrap().free_frames, frames);
 }
 
 /// What the model of one queue knows: the queue's frames in order, each with its page

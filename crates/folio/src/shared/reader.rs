@@ -1,0 +1,166 @@
+//! A `Cache`'s hold on its domain (issue 45 step 8, docs/sharing.md "A `Cache` with a
+//! domain"): the process's membership and its reader owned together (`DomainReader`), so
+//! that a cache and each of its files can keep them (`Arc`) for as long as they live and
+//! read through them from any thread; and a file read through it (`DomainFile`).
+//!
+//! `SharedReader` (read.rs) borrows its member: its views of the region (the file table,
+//! the allocator, the indexes) are the member's mapping's words. A `DomainReader` owns
+//! both: the member in an `Arc` (its address fixed while the `Arc` lives), the reader over
+//! a reference to it whose lifetime the type cannot name (`'static`, never handed out: every
+//! method's borrow ends with the call). The reader is dropped first (its magazines'
+//! frames returned), then the member detaches (`Drop`).
+//!
+//! Protection: as `SharedReader` (read.rs, "Threads": `Send + Sync`, its counters
+//! atomics, its magazines under mutexes); `refused` an atomic.
+//!
+//! Limits: read.rs's (reads only, order-0 frames, no readahead); a forked child must not
+//! use its parent's `DomainReader` (it would act as the parent's holder: a segment's
+//! `fork.rs` protection is not extended to a domain's region yet).
+
+use std::fs::File as StdFile;
+use std::io;
+use std::mem::ManuallyDrop;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::attach::{DomainConfig, Member};
+use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
+
+/// The frames a miss leases (and reclaims) at a time through a domain of `frames`: 16,
+/// fewer in a small domain, so that its members' magazines hold a small part of it.
+fn batch(frames: u32) -> u32 {
+    (frames / 64).clamp(1, 16)
+}
+
+/// A process's membership of a domain and its reader (module docs).
+pub(crate) struct DomainReader {
+    /// Over `*member`: dropped first, by `Drop` (module docs).
+    reader: ManuallyDrop<SharedReader<'static, Member>>,
+    /// Taken by `Drop` to detach, after `reader` is gone.
+    member: ManuallyDrop<Arc<Member>>,
+    /// Files the domain refused (read privately instead: `Refusal`).
+    refused: AtomicU64,
+}
+
+impl std::fmt::Debug for DomainReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DomainReader")
+            .field("holder", &self.member.holder())
+            .field("counters", &self.reader.counters())
+            .finish()
+    }
+}
+
+// What a cache's files need of it, said once where the compiler checks it.
+const _: fn() = || {
+    fn shared_by_threads<T: Send + Sync>() {}
+    shared_by_threads::<DomainReader>();
+    shared_by_threads::<DomainFile>();
+};
+
+impl DomainReader {
+    /// Attaches to the domain `config` names (starting its steward if none runs) and
+    /// makes its reader, which leases and reclaims frames a batch at a time (`batch`).
+    ///
+    /// Context: `Member::attach`'s (forks to start a steward; blocks up to its wait).
+    /// Errors: `Member::attach`'s; `Other` if the slot given has no pin bit (a domain of
+    /// more slots than `queue::PIN_SLOTS`: a later geometry's).
+    pub(crate) fn attach(config: &DomainConfig) -> io::Result<DomainReader> {
+        let member = Arc::new(Member::attach(config)?);
+        if member.holder().slot.0 >= super::queue::PIN_SLOTS {
+            if let Ok(member) = Arc::try_unwrap(member) {
+                member.detach();
+            }
+            return Err(io::Error::other(
+                "folio: the domain gave this process a slot with no pin bit",
+            ));
+        }
+        // SAFETY: the `Member` lives in the `Arc`'s allocation, which stays where it is
+        // and alive while `member` holds it; `Drop` drops the reader (the only holder of
+        // this reference) before it lets the `Arc` go, and the reference is never handed
+        // out (every method's borrow of the reader ends with its call).
+        let borrowed: &'static Member = unsafe { &*Arc::as_ptr(&member) };
+        let frames = borrowed.domain().geometry().frames;
+        let reader = SharedReader::new(borrowed, borrowed, batch(frames));
+        Ok(DomainReader {
+            reader: ManuallyDrop::new(reader),
+            member: ManuallyDrop::new(member),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// The member (tests: its holder and its domain's structures).
+    pub(crate) fn member(&self) -> &Member {
+        &self.member
+    }
+
+    /// `SharedReader::admit`: a refusal is counted (the caller reads the file privately).
+    ///
+    /// Context and errors: as `SharedReader::admit`.
+    pub(crate) fn admit(&self, file: StdFile, direct: bool) -> io::Result<Admitted> {
+        let admitted = self.reader.admit(file, direct)?;
+        if matches!(admitted, Admitted::Refused(_)) {
+            self.refused.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(admitted)
+    }
+
+    /// What the reader did so far, and how many files the domain refused.
+    pub(crate) fn counters(&self) -> (ReadCounters, u64) {
+        (self.reader.counters(), self.refused.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for DomainReader {
+    /// The reader first (its magazines returned), then the member's detach.
+    fn drop(&mut self) {
+        // SAFETY: dropped once, here, and not used after.
+        unsafe { ManuallyDrop::drop(&mut self.reader) };
+        // SAFETY: taken once, here, and not used after.
+        let member = unsafe { ManuallyDrop::take(&mut self.member) };
+        // The reader was the only other holder of the member (module docs).
+        if let Ok(member) = Arc::try_unwrap(member) {
+            member.detach();
+        }
+    }
+}
+
+/// A file read through its cache's domain: its record open (our opener count raised)
+/// until it is dropped.
+#[derive(Debug)]
+pub(crate) struct DomainFile {
+    reader: Arc<DomainReader>,
+    /// `None` only inside `drop`.
+    file: Option<SharedFile>,
+}
+
+impl DomainFile {
+    /// `file`, admitted by `reader`.
+    pub(crate) fn new(reader: Arc<DomainReader>, file: SharedFile) -> DomainFile {
+        DomainFile {
+            reader,
+            file: Some(file),
+        }
+    }
+
+    /// `SharedReader::read_at`: up to `buf.len()` bytes at `offset`, short only at the end
+    /// of the file (the record's size).
+    ///
+    /// Context: any thread (read.rs, "Threads"); a miss takes the domain's locks and
+    /// blocks in `pread`. Errors: `pread`'s.
+    #[inline]
+    pub(crate) fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let file = self.file.as_ref().expect("a live DomainFile has its file");
+        self.reader.reader.read_at(file, buf, offset)
+    }
+}
+
+impl Drop for DomainFile {
+    /// Our opener count lowered (the file's pages stay cached in the domain).
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            // Only a test's lever fails a close; production's `Run` never does.
+            let _ = self.reader.reader.close(file);
+        }
+    }
+}
