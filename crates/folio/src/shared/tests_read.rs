@@ -21,7 +21,7 @@ use crate::primitive::Ordering;
 /// The bytes of test file `file` of `len` bytes: every 8-byte word names its file, its
 /// page and its place in the page, so that a byte read from the wrong file, page or
 /// offset is seen.
-fn stamped(file: u64, len: u64) -> Vec<u8> {
+pub(super) fn stamped(file: u64, len: u64) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(len as usize + 8);
     let mut word = 0u64;
     while (bytes.len() as u64) < len {
@@ -35,13 +35,13 @@ fn stamped(file: u64, len: u64) -> Vec<u8> {
 }
 
 /// Writes test file `file` of `len` bytes in `dir` (on a disk file system: O_DIRECT).
-fn write_file(dir: &Path, file: u64, len: u64) -> PathBuf {
+pub(super) fn write_file(dir: &Path, file: u64, len: u64) -> PathBuf {
     let path = dir.join(format!("file-{file}"));
     std::fs::write(&path, stamped(file, len)).unwrap();
     path
 }
 
-fn config(home: &Path, name: &str, slots: u16, frames: u32) -> DomainConfig {
+pub(super) fn config(home: &Path, name: &str, slots: u16, frames: u32) -> DomainConfig {
     DomainConfig {
         dir: home.to_path_buf(),
         name: name.into(),
@@ -53,7 +53,7 @@ fn config(home: &Path, name: &str, slots: u16, frames: u32) -> DomainConfig {
 /// Checks a quiet domain: the queue (and the allocator under it), every index, the file
 /// table, and that every folio an index names is a queued frame caching that page.
 /// Returns the allocator's free frames.
-fn check_all(domain: &Domain) -> u32 {
+pub(super) fn check_all(domain: &Domain) -> u32 {
     let slots = domain.slots();
     let buddy = domain.buddy();
     let census = domain.queue(&buddy).check(&slots).unwrap();
@@ -83,7 +83,7 @@ fn check_all(domain: &Domain) -> u32 {
 /// Reclaims every queued frame as `me`, then releases every tree (nobody reads: the
 /// caller's contract of `release`), and checks that every frame is then free (no frame
 /// leaked: nobody holds a lease, a pin or a node frame).
-fn reclaim_everything(domain: &Domain, me: Holder) {
+pub(super) fn reclaim_everything(domain: &Domain, me: Holder) {
     let slots = domain.slots();
     let buddy = domain.buddy();
     let queue = domain.queue(&buddy);
@@ -108,7 +108,7 @@ fn reclaim_everything(domain: &Domain, me: Holder) {
 
 /// Reads `len` bytes at `offset` of `path`'s file through `reader` and compares them with
 /// the file's stamp: the wrong bytes (0 when all are right).
-fn read_and_compare<R: Run>(
+pub(super) fn read_and_compare<R: Run>(
     reader: &SharedReader<'_, R>,
     file: &super::read::SharedFile,
     expected: &[u8],
@@ -178,7 +178,7 @@ fn one_process_reads_real_files_through_a_small_domain() {
 }
 
 /// The counters a child reports in the test's shared words (7 words).
-fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
+pub(super) fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
     let values = [
         counters.hits,
         counters.misses,
@@ -193,7 +193,7 @@ fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
     }
 }
 
-fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
+pub(super) fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
     let v: Vec<u64> = words.iter().map(|w| w.load(Ordering::Acquire)).collect();
     ReadCounters {
         hits: v[0],
@@ -261,14 +261,14 @@ fn a_second_process_hits_every_page_the_first_cached() {
     parent.detach();
 }
 
-const KILL_FILES: u64 = 3;
+pub(super) const KILL_FILES: u64 = 3;
 const KILL_CHILDREN: usize = 5;
 const KILL_ROUNDS: u32 = 12;
-const KILL_READS: u32 = 40;
+pub(super) const KILL_READS: u32 = 40;
 /// Words per child in the report: its holder, its wrong bytes, done, 7 counters.
-const REPORT_WORDS: usize = 10;
+pub(super) const REPORT_WORDS: usize = 10;
 
-fn kill_len(file: u64) -> u64 {
+pub(super) fn kill_len(file: u64) -> u64 {
     [30 * 4096, 25 * 4096 + 200, 40 * 4096 - 8][file as usize]
 }
 
