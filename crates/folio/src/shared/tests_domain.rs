@@ -118,7 +118,7 @@ fn work(config: &DomainConfig, die_at: Option<u32>, report: &[crate::primitive::
 
 /// Whether the process `id` is stopped (`/proc/<pid>/stat`'s state `T`), checked to be
 /// that process (its start time).
-fn is_stopped(id: ProcessId) -> bool {
+pub(super) fn is_stopped(id: ProcessId) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", id.pid)) else {
         return false;
     };
@@ -129,14 +129,14 @@ fn is_stopped(id: ProcessId) -> bool {
     fields.first() == Some(&"T") && fields.get(19).and_then(|s| s.parse().ok()) == Some(id.start)
 }
 
-fn sigkill(pid: u32) {
+pub(super) fn sigkill(pid: u32) {
     // SAFETY: kill has no memory-safety preconditions; the pid is a process of this test
     // (a child, or the steward checked by its start time just before).
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
 }
 
 /// Kills the steward the header names if it stopped itself (its lever). Returns whether.
-fn kill_stopped_steward(domain: &Domain) -> bool {
+pub(super) fn kill_stopped_steward(domain: &Domain) -> bool {
     let steward = domain.steward();
     if steward.pid != 0 && is_stopped(steward) {
         sigkill(steward.pid);
@@ -147,7 +147,7 @@ fn kill_stopped_steward(domain: &Domain) -> bool {
 
 /// Whether the domain is quiet: every slot free but `parent`'s and the steward's, and
 /// the steward alive.
-fn is_quiet(domain: &Domain, parent: Holder) -> bool {
+pub(super) fn is_quiet(domain: &Domain, parent: Holder) -> bool {
     let steward = domain.steward();
     let slots = domain.slots();
     (0..slots.slot_count()).all(|i| {

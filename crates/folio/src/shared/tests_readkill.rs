@@ -1,18 +1,21 @@
 //! The shared read path's deaths and races that tests_read.rs does not force: a conflict
 //! between two members that miss one page at once, made deterministic by a lever (the
 //! first stopped between its `pread` and its insertion while the second reads and inserts
-//! the page).
+//! the page); and the read kill test with the steward killed too, in its sweeps of dead
+//! members and at random, the next steward started by a member or an attach (attach.rs).
 
 use std::cell::Cell;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::attach::{DomainConfig, Member};
 use super::futex::Parked;
 use super::index::Entry;
-use super::read::SharedReader;
-use super::tests::{exited_ok, fork, wait_for, SharedRegion};
+use super::read::{ReadCounters, SharedReader};
+use super::tests::{exited_ok, fork, seed_from_env, wait_for, MemberRun, Rng, SharedRegion};
+use super::tests_domain::{is_quiet, kill_stopped_steward, sigkill};
 use super::tests_read::{
-    check_all, config, read_and_compare, reclaim_everything, report, reported, stamped, write_file,
+    check_all, config, kill_len, read_and_compare, reclaim_everything, report, reported, stamped,
+    write_file, KILL_FILES, KILL_READS, REPORT_WORDS,
 };
 use super::{Died, Holder, Run, Step};
 use crate::primitive::Ordering;
@@ -188,4 +191,289 @@ enum Lever {
     StopBeforeInsertion,
     /// The member itself: never stops.
     None,
+}
+
+/// How the read kill test with the steward kills the steward in a round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StewardDeath {
+    /// Not at all.
+    Spared,
+    /// Stopped by the domain's lever at a step of its work on deaths (inside a sweep of a
+    /// dead member, or of its own rebuild), and killed there.
+    InASweep,
+    /// Killed as it is, when the round's `after`-th member ended (the steward idle or
+    /// serving, between sweeps or in one: wherever it is then).
+    AtRandom { after: usize },
+}
+
+/// Rounds of the read kill test with the steward (raise with `FOLIO_READ_KILL_ROUNDS`).
+const STEWARD_ROUNDS: u32 = 24;
+const STEWARD_CHILDREN: usize = 6;
+const STEWARD_ROUND_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Kills what the test started if it fails: its children, and the steward of the domain
+/// (which would otherwise outlive the test, its lever possibly armed).
+struct Cleanup<'a> {
+    children: Vec<libc::pid_t>,
+    domain: &'a super::domain::Domain,
+}
+
+impl Cleanup<'_> {
+    /// Kills and reaps our own child `pid`.
+    fn kill(&mut self, pid: libc::pid_t) {
+        self.children.retain(|p| *p != pid);
+        // SAFETY: kills and reaps our own child, not reaped yet.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+            libc::waitpid(pid, &mut 0, 0);
+        }
+    }
+}
+
+impl Drop for Cleanup<'_> {
+    fn drop(&mut self) {
+        while let Some(pid) = self.children.last().copied() {
+            self.kill(pid);
+        }
+        if std::thread::panicking() {
+            let steward = self.domain.steward();
+            if steward.open().is_some() {
+                sigkill(steward.pid);
+            }
+        }
+    }
+}
+
+/// Issue 45's kill test of the read path with the steward killed too: `STEWARD_ROUNDS`
+/// rounds (`FOLIO_READ_KILL_ROUNDS=<n>` for more) of `STEWARD_CHILDREN` forked members,
+/// each reading three overlapping files at random offsets and lengths through a domain of
+/// 40 frames for 96 pages, every byte checked; about half stop themselves at a step the
+/// seeded generator chose and are `SIGKILL`ed there (member 0 always, early in a round
+/// that kills the steward in a sweep). In a third of the rounds the steward is stopped by
+/// the domain's lever at a chosen step of its work on deaths (its sweep of a dead member,
+/// or a new steward's rebuild) and killed there; in another third it is killed wherever it
+/// is when a chosen member ends. A member that waits for a dead holder and finds the
+/// steward dead starts a new one (attach.rs), as does an attach that finds none, and the
+/// test at the end of a round if nobody did: the new steward finds the live processes
+/// from their records and sweeps every dead slot, those the old one left half-swept
+/// included. After each round the domain is quiet (every slot free but the test's and the
+/// steward's) and every structure checks; one election per steward killed; at the end a
+/// reclaim of everything frees every frame. `FOLIO_SEED=<n>` replays a run's draws.
+#[test]
+fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
+    use std::time::Instant;
+    let seed = seed_from_env("read and steward kill test");
+    let rounds: u32 = std::env::var("FOLIO_READ_KILL_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(STEWARD_ROUNDS);
+    eprintln!("read and steward kill test: {rounds} rounds");
+    let started = Instant::now();
+    let mut rng = Rng(seed);
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..KILL_FILES)
+        .map(|f| write_file(data.path(), f, kill_len(f)))
+        .collect();
+    let config = config(home.path(), "read-steward-kill", 12, 40);
+    let parent = Member::attach(&config).unwrap();
+    let domain = parent.domain();
+    assert_eq!(domain.elections(), 1);
+    let report_words = SharedRegion::new(REPORT_WORDS * STEWARD_CHILDREN);
+    let mut cleanup = Cleanup {
+        children: Vec::new(),
+        domain,
+    };
+    let (mut killed, mut finished) = (0u64, 0u64);
+    let (mut stewards_in_sweeps, mut stewards_at_random) = (0u64, 0u64);
+    let mut totals = ReadCounters::default();
+    for round in 0..rounds {
+        let death = match rng.below(3) {
+            0 => StewardDeath::Spared,
+            1 => StewardDeath::InASweep,
+            _ => StewardDeath::AtRandom {
+                after: rng.below(STEWARD_CHILDREN as u64) as usize,
+            },
+        };
+        if death == StewardDeath::InASweep {
+            // A bury is at least 3 of the lever's steps (steward.rs: before the sweeps,
+            // before the free, after it) and member 0 dies: the lever fires in this
+            // round, or in the rebuild of the steward that follows.
+            domain.set_steward_stop_at(1 + rng.below(6));
+        }
+        let mut die = Vec::new();
+        for i in 0..STEWARD_CHILDREN {
+            let words = &report_words.words()[REPORT_WORDS * i..REPORT_WORDS * (i + 1)];
+            for word in words {
+                word.store(0, Ordering::Relaxed);
+            }
+            let die_at = if i == 0 {
+                // Early when the steward dies in its sweep: the others still read.
+                let within = if death == StewardDeath::InASweep {
+                    200
+                } else {
+                    1500
+                };
+                Some(rng.below(within))
+            } else {
+                (rng.below(2) == 0).then(|| rng.below(1500))
+            };
+            die.push(die_at);
+            let child_seed = rng.next();
+            let (config, paths) = (&config, &paths);
+            let pid = fork(move || read_member(config, paths, die_at, child_seed, words));
+            cleanup.children.push(pid);
+        }
+        let deadline = Instant::now() + STEWARD_ROUND_DEADLINE;
+        let mut running: Vec<(libc::pid_t, usize)> = cleanup
+            .children
+            .iter()
+            .copied()
+            .zip(0..STEWARD_CHILDREN)
+            .collect();
+        let mut ended = 0;
+        while !running.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: the members never all ended (FOLIO_SEED={seed})"
+            );
+            if kill_stopped_steward(domain) {
+                stewards_in_sweeps += 1;
+            }
+            let mut i = 0;
+            while i < running.len() {
+                let (pid, at) = running[i];
+                let mut status = 0;
+                // SAFETY: waits for our own child, without blocking.
+                let got =
+                    unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED | libc::WNOHANG) };
+                if got == 0 {
+                    i += 1;
+                    continue;
+                }
+                assert_eq!(got, pid, "waitpid");
+                running.swap_remove(i);
+                ended += 1;
+                let words = &report_words.words()[REPORT_WORDS * at..REPORT_WORDS * (at + 1)];
+                if libc::WIFSTOPPED(status) {
+                    // Stopped by its lever: the death.
+                    cleanup.kill(pid);
+                    killed += 1;
+                } else {
+                    cleanup.children.retain(|p| *p != pid);
+                    assert!(
+                        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                        "round {round}: member {at} failed: status {status:#x}, {} wrong \
+                         bytes (FOLIO_SEED={seed})",
+                        words[1].load(Ordering::Acquire)
+                    );
+                    assert_eq!(words[2].load(Ordering::Acquire), 1);
+                    add(&mut totals, reported(&words[3..]));
+                    finished += 1;
+                }
+                if death == (StewardDeath::AtRandom { after: ended - 1 }) {
+                    let steward = domain.steward();
+                    if steward.open().is_some() {
+                        sigkill(steward.pid);
+                        stewards_at_random += 1;
+                    }
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        // Every death swept, by this steward or a new one (the test elects one if no
+        // member did).
+        while !is_quiet(domain, parent.holder()) {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: never quiet (FOLIO_SEED={seed})"
+            );
+            if kill_stopped_steward(domain) {
+                stewards_in_sweeps += 1;
+            }
+            parent.ensure_steward().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        domain.set_steward_stop_at(0);
+        check_all(domain);
+    }
+    let stewards = stewards_in_sweeps + stewards_at_random;
+    eprintln!(
+        "read and steward kill test: {} kills ({killed} members, {stewards} stewards: \
+         {stewards_in_sweeps} in a sweep, {stewards_at_random} at random), {finished} \
+         members finished, 0 wrong bytes, {} elections, {:.1} s; the finished: {totals:?}",
+        killed + stewards,
+        domain.elections(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        killed >= u64::from(rounds),
+        "member 0 dies in every round: {killed} (FOLIO_SEED={seed})"
+    );
+    assert!(
+        finished >= u64::from(rounds),
+        "too few survivors: {finished}"
+    );
+    if rounds >= STEWARD_ROUNDS {
+        assert!(
+            stewards_in_sweeps > 0 && stewards_at_random > 0,
+            "the steward was killed in a sweep {stewards_in_sweeps} times, at random \
+             {stewards_at_random} times (FOLIO_SEED={seed})"
+        );
+    }
+    assert_eq!(
+        domain.elections(),
+        1 + stewards,
+        "one election per steward killed (FOLIO_SEED={seed})"
+    );
+    assert!(totals.reclaimed > 0 && totals.hits > 0, "{totals:?}");
+    reclaim_everything(domain, parent.holder());
+    drop(cleanup);
+    parent.detach();
+}
+
+/// A member of the read kill test (tests_read.rs's): attaches, reads `KILL_READS` random
+/// ranges of the files with every byte checked (stopping itself at its `die_at`-th step),
+/// reports in `words` (`REPORT_WORDS`: its holder, wrong bytes, done, counters), detaches.
+fn read_member(
+    config: &DomainConfig,
+    paths: &[PathBuf],
+    die_at: Option<u64>,
+    seed: u64,
+    words: &[crate::primitive::AtomicU64],
+) {
+    let member = Member::attach(config).expect("attach");
+    words[0].store(member.holder().word(), Ordering::Release);
+    let lever = MemberRun::new(&member, die_at);
+    {
+        let reader = SharedReader::new(&member, &lever, 2);
+        let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
+        let expected: Vec<Vec<u8>> = (0..KILL_FILES).map(|f| stamped(f, kill_len(f))).collect();
+        let mut rng = Rng(seed);
+        let mut wrong = 0;
+        for _ in 0..KILL_READS {
+            let f = rng.below(KILL_FILES) as usize;
+            let offset = rng.below(kill_len(f as u64));
+            let len = 1 + rng.below(3 * 4096) as usize;
+            wrong += read_and_compare(&reader, &files[f], &expected[f], offset, len);
+        }
+        words[1].store(wrong as u64, Ordering::Release);
+        assert_eq!(wrong, 0, "wrong bytes read");
+        report(&words[3..], reader.counters());
+        for file in files {
+            reader.close(file).unwrap();
+        }
+    }
+    words[2].store(1, Ordering::Release);
+    member.detach();
+}
+
+fn add(totals: &mut ReadCounters, c: ReadCounters) {
+    totals.hits += c.hits;
+    totals.misses += c.misses;
+    totals.preads += c.preads;
+    totals.conflicts += c.conflicts;
+    totals.reclaims += c.reclaims;
+    totals.reclaimed += c.reclaimed;
+    totals.uncached += c.uncached;
 }
