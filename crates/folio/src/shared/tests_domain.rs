@@ -136,7 +136,7 @@ pub(super) fn sigkill(pid: u32) {
 }
 
 /// Kills the steward the header names if it stopped itself (its lever). Returns whether.
-pub(super) fn kill_stopped_steward(domain: &Domain) -> bool {
+fn kill_stopped_steward(domain: &Domain) -> bool {
     let steward = domain.steward();
     if steward.pid != 0 && is_stopped(steward) {
         sigkill(steward.pid);

@@ -12,11 +12,12 @@ use super::futex::Parked;
 use super::index::Entry;
 use super::read::{ReadCounters, SharedReader};
 use super::tests::{exited_ok, fork, seed_from_env, wait_for, MemberRun, Rng, SharedRegion};
-use super::tests_domain::{is_quiet, kill_stopped_steward, sigkill};
+use super::tests_domain::{is_quiet, is_stopped, sigkill};
 use super::tests_read::{
     check_all, config, kill_len, read_and_compare, reclaim_everything, report, reported, stamped,
     write_file, KILL_FILES, KILL_READS, REPORT_WORDS,
 };
+use super::ProcessId;
 use super::{Died, Holder, Run, Step};
 use crate::primitive::Ordering;
 
@@ -206,8 +207,39 @@ enum StewardDeath {
     AtRandom { after: usize },
 }
 
+/// The stewards the test killed: each is killed and counted once (a killed steward is
+/// still named by the header, and may still look alive, until it has exited and the
+/// next one is elected).
+struct Killed(Vec<ProcessId>);
+
+impl Killed {
+    /// Kills the steward the header names if it stopped itself (the domain's lever) and
+    /// was not killed yet. Returns whether.
+    fn kill_if_stopped(&mut self, domain: &super::domain::Domain) -> bool {
+        let steward = domain.steward();
+        if steward.pid == 0 || self.0.contains(&steward) || !is_stopped(steward) {
+            return false;
+        }
+        sigkill(steward.pid);
+        self.0.push(steward);
+        true
+    }
+
+    /// Kills the steward the header names wherever it is, if it runs and was not killed
+    /// yet. Returns whether.
+    fn kill_if_alive(&mut self, domain: &super::domain::Domain) -> bool {
+        let steward = domain.steward();
+        if steward.pid == 0 || self.0.contains(&steward) || steward.open().is_none() {
+            return false;
+        }
+        sigkill(steward.pid);
+        self.0.push(steward);
+        true
+    }
+}
+
 /// Rounds of the read kill test with the steward (raise with `FOLIO_READ_KILL_ROUNDS`).
-const STEWARD_ROUNDS: u32 = 24;
+const STEWARD_ROUNDS: u32 = 28;
 const STEWARD_CHILDREN: usize = 6;
 const STEWARD_ROUND_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
@@ -286,6 +318,7 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
     };
     let (mut killed, mut finished) = (0u64, 0u64);
     let (mut stewards_in_sweeps, mut stewards_at_random) = (0u64, 0u64);
+    let mut killed_stewards = Killed(Vec::new());
     let mut totals = ReadCounters::default();
     for round in 0..rounds {
         let death = match rng.below(3) {
@@ -337,7 +370,7 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
                 Instant::now() < deadline,
                 "round {round}: the members never all ended (FOLIO_SEED={seed})"
             );
-            if kill_stopped_steward(domain) {
+            if killed_stewards.kill_if_stopped(domain) {
                 stewards_in_sweeps += 1;
             }
             let mut i = 0;
@@ -371,12 +404,10 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
                     add(&mut totals, reported(&words[3..]));
                     finished += 1;
                 }
-                if death == (StewardDeath::AtRandom { after: ended - 1 }) {
-                    let steward = domain.steward();
-                    if steward.open().is_some() {
-                        sigkill(steward.pid);
-                        stewards_at_random += 1;
-                    }
+                if death == (StewardDeath::AtRandom { after: ended - 1 })
+                    && killed_stewards.kill_if_alive(domain)
+                {
+                    stewards_at_random += 1;
                 }
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
@@ -388,7 +419,7 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
                 Instant::now() < deadline,
                 "round {round}: never quiet (FOLIO_SEED={seed})"
             );
-            if kill_stopped_steward(domain) {
+            if killed_stewards.kill_if_stopped(domain) {
                 stewards_in_sweeps += 1;
             }
             parent.ensure_steward().unwrap();
