@@ -2,7 +2,8 @@
 //! between two members that miss one page at once, made deterministic by a lever (the
 //! first stopped between its `pread` and its insertion while the second reads and inserts
 //! the page); and the read kill test with the steward killed too, in its sweeps of dead
-//! members and at random, the next steward started by a member or an attach (attach.rs).
+//! members and at random, the next steward started by a member or an attach (attach.rs);
+//! and a member killed while the steward is stopped, then the steward killed.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -354,7 +355,8 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
             die.push(die_at);
             let child_seed = rng.next();
             let (config, paths) = (&config, &paths);
-            let pid = fork(move || read_member(config, paths, die_at, child_seed, words));
+            let pid =
+                fork(move || read_member(config, paths, die_at, child_seed, words, Start::AtOnce));
             cleanup.children.push(pid);
         }
         let deadline = Instant::now() + STEWARD_ROUND_DEADLINE;
@@ -472,9 +474,14 @@ fn read_member(
     die_at: Option<u64>,
     seed: u64,
     words: &[crate::primitive::AtomicU64],
+    start: Start,
 ) {
     let member = Member::attach(config).expect("attach");
     words[0].store(member.holder().word(), Ordering::Release);
+    if start == Start::StoppedAfterAttach {
+        // SAFETY: raise has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    }
     let lever = MemberRun::new(&member, die_at);
     {
         let reader = SharedReader::new(&member, &lever, 2);
@@ -499,6 +506,16 @@ fn read_member(
     member.detach();
 }
 
+/// When a read kill test's member starts reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Start {
+    /// Once attached.
+    AtOnce,
+    /// Stopped (`SIGSTOP`) once attached, until the test continues it (the test stops
+    /// the steward meanwhile: a stopped steward answers no attach).
+    StoppedAfterAttach,
+}
+
 fn add(totals: &mut ReadCounters, c: ReadCounters) {
     totals.hits += c.hits;
     totals.misses += c.misses;
@@ -507,4 +524,83 @@ fn add(totals: &mut ReadCounters, c: ReadCounters) {
     totals.reclaims += c.reclaims;
     totals.reclaimed += c.reclaimed;
     totals.uncached += c.uncached;
+}
+
+/// A member killed while the steward is stopped, then the steward killed: the next
+/// member's attach finds no steward and starts one, whose census marks and sweeps both
+/// (the member, at the step its lever chose: a lock hold, a lease or a pin; and the old
+/// steward's own slot). The next member then reads every page of the files with every
+/// byte checked, the domain ends quiet, every structure checks, and a reclaim of
+/// everything frees every frame. Each of 6 steps of the member's work in turn.
+#[test]
+fn a_member_killed_while_the_steward_is_stopped_is_swept_by_the_next_steward() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..KILL_FILES)
+        .map(|f| write_file(data.path(), f, kill_len(f)))
+        .collect();
+    let config = config(home.path(), "read-stopped-steward", 12, 40);
+    let parent = Member::attach(&config).unwrap();
+    let domain = parent.domain();
+    let report_words = SharedRegion::new(2 * REPORT_WORDS);
+    let (dying, next) = report_words.words().split_at(REPORT_WORDS);
+    let mut cleanup = Cleanup {
+        children: Vec::new(),
+        domain,
+    };
+    for (i, die_at) in [3u64, 17, 40, 95, 160, 333].into_iter().enumerate() {
+        let (config, paths) = (&config, &paths);
+        let pid = fork(move || {
+            let start = Start::StoppedAfterAttach;
+            read_member(config, paths, Some(die_at), 45 + die_at, dying, start)
+        });
+        cleanup.children.push(pid);
+        let status = wait_for(pid, libc::WUNTRACED);
+        assert!(libc::WIFSTOPPED(status), "not attached: {status:#x}");
+        let old = domain.steward();
+        assert!(old.open().is_some(), "a steward runs");
+        // SAFETY: kill has no memory-safety preconditions; the steward checked by its
+        // start time just above, the member is our child.
+        unsafe {
+            assert_eq!(libc::kill(old.pid as libc::pid_t, libc::SIGSTOP), 0);
+            assert_eq!(libc::kill(pid, libc::SIGCONT), 0);
+        }
+        let status = wait_for(pid, libc::WUNTRACED);
+        assert!(
+            libc::WIFSTOPPED(status),
+            "step {die_at}: the member did not stop: {status:#x}"
+        );
+        cleanup.kill(pid);
+        let dead = Holder::from_word(dying[0].load(Ordering::Acquire));
+        assert_eq!(
+            domain.slots().state(dead.slot),
+            (super::slot::SlotState::Live, dead),
+            "nobody marked it: the steward is stopped"
+        );
+        sigkill(old.pid);
+        let pid = fork(move || read_member(config, paths, None, 7, next, Start::AtOnce));
+        cleanup.children.push(pid);
+        exited_ok(pid, "the next member");
+        cleanup.children.retain(|p| *p != pid);
+        assert_eq!(next[1].load(Ordering::Acquire), 0, "wrong bytes");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !is_quiet(domain, parent.holder()) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "step {die_at}: never quiet"
+            );
+            parent.ensure_steward().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_ne!(domain.steward(), old, "a new steward");
+        assert_eq!(
+            domain.elections(),
+            2 + i as u64,
+            "one election per steward killed"
+        );
+        check_all(domain);
+    }
+    reclaim_everything(domain, parent.holder());
+    drop(cleanup);
+    parent.detach();
 }
