@@ -473,6 +473,13 @@ impl Domain {
         self.region()[H_STOP_AT].store(steps, Ordering::Release);
     }
 
+    /// The steps the lever still counts before it stops the steward (0: disarmed, or
+    /// fired): a failing test's dump.
+    #[cfg(test)]
+    pub(crate) fn steward_stop_at(&self) -> u64 {
+        self.region()[H_STOP_AT].load(Ordering::Acquire)
+    }
+
     /// A step of the steward's work on deaths (steward.rs): counts the lever down and
     /// returns true at the step it names, exactly once.
     pub(crate) fn steward_lever_fires(&self) -> bool {

@@ -12,14 +12,15 @@ use super::attach::{DomainConfig, Member};
 use super::futex::Parked;
 use super::index::Entry;
 use super::read::{ReadCounters, SharedReader};
+use super::steward::Trace;
 use super::tests::{exited_ok, fork, seed_from_env, wait_for, MemberRun, Rng, SharedRegion};
 use super::tests_domain::{is_quiet, is_stopped, sigkill};
 use super::tests_read::{
     check_all, config, kill_len, read_and_compare, reclaim_everything, report, reported, stamped,
     write_file, KILL_FILES, KILL_READS, REPORT_WORDS,
 };
-use super::ProcessId;
 use super::{Died, Holder, Run, Step};
+use super::{ProcessId, SlotIndex};
 use crate::primitive::Ordering;
 
 /// A member's `Run` that stops its process (`SIGSTOP`) once, at the end of its first
@@ -312,7 +313,7 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
     let parent = Member::attach(&config).unwrap();
     let domain = parent.domain();
     assert_eq!(domain.elections(), 1);
-    let report_words = SharedRegion::new(REPORT_WORDS * STEWARD_CHILDREN);
+    let member_words = SharedRegion::new(MEMBER_WORDS * STEWARD_CHILDREN);
     let mut cleanup = Cleanup {
         children: Vec::new(),
         domain,
@@ -329,15 +330,24 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
                 after: rng.below(STEWARD_CHILDREN as u64) as usize,
             },
         };
+        let mut story = RoundStory {
+            config: &config,
+            domain,
+            seed,
+            round,
+            death,
+            since_us: now_us(),
+            members: Vec::new(),
+            words: member_words.words(),
+        };
         if death == StewardDeath::InASweep {
             // A bury is at least 3 of the lever's steps (steward.rs: before the sweeps,
             // before the free, after it) and member 0 dies: the lever fires in this
             // round, or in the rebuild of the steward that follows.
             domain.set_steward_stop_at(1 + rng.below(6));
         }
-        let mut die = Vec::new();
         for i in 0..STEWARD_CHILDREN {
-            let words = &report_words.words()[REPORT_WORDS * i..REPORT_WORDS * (i + 1)];
+            let words = &member_words.words()[MEMBER_WORDS * i..MEMBER_WORDS * (i + 1)];
             for word in words {
                 word.store(0, Ordering::Relaxed);
             }
@@ -352,58 +362,65 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
             } else {
                 (rng.below(2) == 0).then(|| rng.below(1500))
             };
-            die.push(die_at);
             let child_seed = rng.next();
             let (config, paths) = (&config, &paths);
             let pid =
                 fork(move || read_member(config, paths, die_at, child_seed, words, Start::AtOnce));
             cleanup.children.push(pid);
+            story.members.push(MemberSeen {
+                pid,
+                die_at,
+                ending: Ending::Running,
+            });
         }
         let deadline = Instant::now() + STEWARD_ROUND_DEADLINE;
-        let mut running: Vec<(libc::pid_t, usize)> = cleanup
-            .children
-            .iter()
-            .copied()
-            .zip(0..STEWARD_CHILDREN)
-            .collect();
         let mut ended = 0;
-        while !running.is_empty() {
+        while story.members.iter().any(|m| m.ending == Ending::Running) {
             assert!(
                 Instant::now() < deadline,
-                "round {round}: the members never all ended (FOLIO_SEED={seed})"
+                "round {round}: the members never all ended\n{}",
+                story.dump(&killed_stewards, Where::AndWhereEachWaits)
             );
             if killed_stewards.kill_if_stopped(domain) {
                 stewards_in_sweeps += 1;
             }
-            let mut i = 0;
-            while i < running.len() {
-                let (pid, at) = running[i];
+            for at in 0..STEWARD_CHILDREN {
+                let pid = story.members[at].pid;
+                if story.members[at].ending != Ending::Running {
+                    continue;
+                }
                 let mut status = 0;
                 // SAFETY: waits for our own child, without blocking.
                 let got =
                     unsafe { libc::waitpid(pid, &mut status, libc::WUNTRACED | libc::WNOHANG) };
                 if got == 0 {
-                    i += 1;
                     continue;
                 }
                 assert_eq!(got, pid, "waitpid");
-                running.swap_remove(i);
                 ended += 1;
-                let words = &report_words.words()[REPORT_WORDS * at..REPORT_WORDS * (at + 1)];
+                let words = &member_words.words()[MEMBER_WORDS * at..MEMBER_WORDS * (at + 1)];
                 if libc::WIFSTOPPED(status) {
                     // Stopped by its lever: the death.
                     cleanup.kill(pid);
+                    story.members[at].ending = Ending::Killed;
                     killed += 1;
                 } else {
                     cleanup.children.retain(|p| *p != pid);
+                    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+                    story.members[at].ending = if ok {
+                        Ending::Finished
+                    } else {
+                        Ending::Failed(status)
+                    };
                     assert!(
-                        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                        ok,
                         "round {round}: member {at} failed: status {status:#x}, {} wrong \
-                         bytes (FOLIO_SEED={seed})",
-                        words[1].load(Ordering::Acquire)
+                         bytes\n{}",
+                        words[1].load(Ordering::Acquire),
+                        story.dump(&killed_stewards, Where::Slots)
                     );
                     assert_eq!(words[2].load(Ordering::Acquire), 1);
-                    add(&mut totals, reported(&words[3..]));
+                    add(&mut totals, reported(&words[3..REPORT_WORDS]));
                     finished += 1;
                 }
                 if death == (StewardDeath::AtRandom { after: ended - 1 })
@@ -419,12 +436,18 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
         while !is_quiet(domain, parent.holder()) {
             assert!(
                 Instant::now() < deadline,
-                "round {round}: never quiet (FOLIO_SEED={seed})"
+                "round {round}: never quiet\n{}",
+                story.dump(&killed_stewards, Where::AndWhereEachWaits)
             );
             if killed_stewards.kill_if_stopped(domain) {
                 stewards_in_sweeps += 1;
             }
-            parent.ensure_steward().unwrap();
+            if let Err(e) = parent.ensure_steward() {
+                panic!(
+                    "round {round}: no steward: {e}\n{}",
+                    story.dump(&killed_stewards, Where::AndWhereEachWaits)
+                );
+            }
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         domain.set_steward_stop_at(0);
@@ -465,9 +488,271 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
     parent.detach();
 }
 
+/// Microseconds since the epoch (the steward trace's clock).
+fn now_us() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros())
+}
+
+/// Words per member of the steward kill tests: tests_read.rs's `REPORT_WORDS` (its holder,
+/// wrong bytes, done, counters), then the step word (`Traced`) and how its attach failed
+/// (`AttachFailure`).
+const MEMBER_WORDS: usize = REPORT_WORDS + 2;
+const STEP_WORD: usize = REPORT_WORDS;
+const ATTACH_WORD: usize = REPORT_WORDS + 1;
+
+/// The steps a `Run` is asked about, in a fixed order: the step word's code is the index
+/// here (`STEP_UNKNOWN` for a step added since).
+const STEPS: [Step; 11] = [
+    Step::Locked,
+    Step::TookOver,
+    Step::Redone,
+    Step::Published,
+    Step::Stored,
+    Step::Cleared,
+    Step::Unlocked,
+    Step::Attached,
+    Step::Recorded,
+    Step::Copying,
+    Step::Found,
+];
+const STEP_UNKNOWN: u64 = 0xff;
+
+/// A member's `Run` that writes in its step word how many steps it has been asked about
+/// and the last one (`STEPS`' index in the low byte), then runs `MemberRun`'s (which stops
+/// the process at its `die_at`-th step): a failing round's dump says where each killed
+/// member was.
+struct Traced<'m> {
+    run: MemberRun<'m>,
+    word: &'m crate::primitive::AtomicU64,
+    count: Cell<u64>,
+}
+
+impl Run for Traced<'_> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        let n = self.count.get() + 1;
+        self.count.set(n);
+        let code = STEPS
+            .iter()
+            .position(|s| *s == step)
+            .map_or(STEP_UNKNOWN, |i| i as u64);
+        self.word.store((n << 8) | code, Ordering::Release);
+        self.run.at(step)
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.run.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.run.parked(holder, outcome)
+    }
+}
+
+/// How a member's attach failed (its attach word; 0: it did not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AttachFailure {
+    /// "every slot of the domain is taken".
+    Full = 1,
+    /// No steward answered in time.
+    TimedOut = 2,
+    /// Anything else.
+    Other = 3,
+}
+
+/// How a member of a round ended, as the test saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ending {
+    Running,
+    /// Stopped by its lever and killed.
+    Killed,
+    Finished,
+    /// Exited with this wait status.
+    Failed(i32),
+}
+
+/// A member of a round: its process, where its lever stops it, how it ended.
+#[derive(Clone, Copy, Debug)]
+struct MemberSeen {
+    pid: libc::pid_t,
+    die_at: Option<u64>,
+    ending: Ending,
+}
+
+/// What a failing dump shows besides the slots and the stewards' trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Where {
+    /// The slots, the members, the trace.
+    Slots,
+    /// And where each running member and the steward wait (`/proc/<pid>/wchan`, `stack`):
+    /// a hang.
+    AndWhereEachWaits,
+}
+
+/// What the test knows of a round, printed when the round fails: each slot with its
+/// record and the process it names (the test, a member of the round and how it ended, a
+/// steward: alive, stopped, a zombie or gone), each member's lever and last step, the
+/// killed stewards, the lever, and the stewards' trace since the round began (steward.rs,
+/// `Trace`). A leaked slot shows as one that no live process holds and no steward sweeps;
+/// a pile-up as slots held by dead processes the trace shows marked and being swept.
+struct RoundStory<'a> {
+    config: &'a DomainConfig,
+    domain: &'a super::domain::Domain,
+    seed: u64,
+    round: u32,
+    death: StewardDeath,
+    /// When the round began (`now_us`).
+    since_us: u128,
+    members: Vec<MemberSeen>,
+    words: &'a [crate::primitive::AtomicU64],
+}
+
+impl RoundStory<'_> {
+    fn dump(&self, killed: &Killed, what: Where) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let domain = self.domain;
+        let steward = domain.steward();
+        let _ = writeln!(
+            out,
+            "--- round {} (FOLIO_SEED={}), steward death {:?}; the steward: pid {} ({}); \
+             {} elections; killed stewards {:?}; the lever at {}",
+            self.round,
+            self.seed,
+            self.death,
+            steward.pid,
+            process_state(steward.pid, Some(steward.start)),
+            domain.elections(),
+            killed.0.iter().map(|id| id.pid).collect::<Vec<_>>(),
+            domain.steward_stop_at(),
+        );
+        let (slots, records) = (domain.slots(), domain.records());
+        for i in 0..slots.slot_count() {
+            let (state, holder) = slots.state(SlotIndex(i));
+            let record = records.read(holder);
+            let who = record.map_or("no complete record".to_string(), |id| {
+                format!(
+                    "pid {} {} ({})",
+                    id.pid,
+                    self.who(id, killed),
+                    process_state(id.pid, Some(id.start))
+                )
+            });
+            let _ = writeln!(
+                out,
+                "slot {i}: {state:?} generation {}: {who}",
+                holder.generation
+            );
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            let words = &self.words[MEMBER_WORDS * i..MEMBER_WORDS * (i + 1)];
+            let holder = words[0].load(Ordering::Acquire);
+            let step = words[STEP_WORD].load(Ordering::Acquire);
+            let attach = words[ATTACH_WORD].load(Ordering::Acquire);
+            let _ = writeln!(
+                out,
+                "member {i}: pid {}, {:?}, lever at {:?}, slot {}, {} steps, the last {}, \
+                 attach failure {attach} ({})",
+                m.pid,
+                m.ending,
+                m.die_at,
+                if holder == 0 {
+                    "none yet".to_string()
+                } else {
+                    format!("{:?}", Holder::from_word(holder))
+                },
+                step >> 8,
+                STEPS
+                    .get((step & 0xff) as usize)
+                    .map_or("none".to_string(), |s| format!("{s:?}")),
+                process_state(m.pid as u32, None),
+            );
+            if what == Where::AndWhereEachWaits && m.ending == Ending::Running {
+                out.push_str(&where_it_waits(m.pid as u32));
+            }
+        }
+        if what == Where::AndWhereEachWaits && steward.pid != 0 {
+            let _ = writeln!(out, "the steward {}:", steward.pid);
+            out.push_str(&where_it_waits(steward.pid));
+        }
+        let trace = std::fs::read_to_string(Trace::path(self.config)).unwrap_or_default();
+        let lines: Vec<&str> = trace
+            .lines()
+            .filter(|line| {
+                line.split(' ')
+                    .next()
+                    .and_then(|t| t.parse::<u128>().ok())
+                    .is_some_and(|t| t >= self.since_us)
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "the stewards' trace since the round began ({} lines, the last 300):",
+            lines.len()
+        );
+        for line in lines.iter().skip(lines.len().saturating_sub(300)) {
+            let _ = writeln!(out, "  {line}");
+        }
+        out
+    }
+
+    /// Who the process `id` is to this round.
+    fn who(&self, id: ProcessId, killed: &Killed) -> String {
+        if id.pid == std::process::id() {
+            return "the test".into();
+        }
+        if let Some(i) = self.members.iter().position(|m| m.pid as u32 == id.pid) {
+            return format!("member {i}");
+        }
+        if killed.0.contains(&id) {
+            return "a steward the test killed".into();
+        }
+        if self.domain.steward() == id {
+            return "the steward".into();
+        }
+        "not of this round".into()
+    }
+}
+
+/// The state letter of `/proc/<pid>/stat` (R, S, D, T, Z...), if that process is there and
+/// has `start` as its start time; "gone" else.
+fn process_state(pid: u32, start: Option<u64>) -> String {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return "gone".into();
+    };
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return "gone".into();
+    };
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let started = fields.get(19).and_then(|s| s.parse::<u64>().ok());
+    if start.is_some() && started != start {
+        return "gone (pid reused)".into();
+    }
+    fields.first().map_or("gone".into(), |s| (*s).to_string())
+}
+
+/// Where the process `pid` waits: its kernel wait channel and stack, and its system call.
+fn where_it_waits(pid: u32) -> String {
+    let read = |what: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{what}")).unwrap_or_else(|e| format!("({e})"))
+    };
+    format!(
+        "    wchan {}; syscall {}    stack:\n{}",
+        read("wchan"),
+        read("syscall"),
+        read("stack")
+            .lines()
+            .take(12)
+            .map(|l| format!("      {l}\n"))
+            .collect::<String>()
+    )
+}
+
 /// A member of the read kill test (tests_read.rs's): attaches, reads `KILL_READS` random
 /// ranges of the files with every byte checked (stopping itself at its `die_at`-th step),
-/// reports in `words` (`REPORT_WORDS`: its holder, wrong bytes, done, counters), detaches.
+/// reports in `words` (`MEMBER_WORDS`: its holder, wrong bytes, done, counters, its last
+/// step, how its attach failed), detaches.
 fn read_member(
     config: &DomainConfig,
     paths: &[PathBuf],
@@ -476,13 +761,28 @@ fn read_member(
     words: &[crate::primitive::AtomicU64],
     start: Start,
 ) {
-    let member = Member::attach(config).expect("attach");
+    let member = match Member::attach(config) {
+        Ok(member) => member,
+        Err(e) => {
+            let failure = match e.kind() {
+                std::io::ErrorKind::Other => AttachFailure::Full,
+                std::io::ErrorKind::TimedOut => AttachFailure::TimedOut,
+                _ => AttachFailure::Other,
+            };
+            words[ATTACH_WORD].store(failure as u64, Ordering::Release);
+            panic!("attach: {e}");
+        }
+    };
     words[0].store(member.holder().word(), Ordering::Release);
     if start == Start::StoppedAfterAttach {
         // SAFETY: raise has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGSTOP) };
     }
-    let lever = MemberRun::new(&member, die_at);
+    let lever = Traced {
+        run: MemberRun::new(&member, die_at),
+        word: &words[STEP_WORD],
+        count: Cell::new(0),
+    };
     {
         let reader = SharedReader::new(&member, &lever, 2);
         let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
@@ -497,7 +797,7 @@ fn read_member(
         }
         words[1].store(wrong as u64, Ordering::Release);
         assert_eq!(wrong, 0, "wrong bytes read");
-        report(&words[3..], reader.counters());
+        report(&words[3..REPORT_WORDS], reader.counters());
         for file in files {
             reader.close(file).unwrap();
         }
@@ -542,8 +842,8 @@ fn a_member_killed_while_the_steward_is_stopped_is_swept_by_the_next_steward() {
     let config = config(home.path(), "read-stopped-steward", 12, 40);
     let parent = Member::attach(&config).unwrap();
     let domain = parent.domain();
-    let report_words = SharedRegion::new(2 * REPORT_WORDS);
-    let (dying, next) = report_words.words().split_at(REPORT_WORDS);
+    let member_words = SharedRegion::new(2 * MEMBER_WORDS);
+    let (dying, next) = member_words.words().split_at(MEMBER_WORDS);
     let mut cleanup = Cleanup {
         children: Vec::new(),
         domain,
