@@ -369,3 +369,32 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// `ProcessId::find` of a process reaped between the open of its `/proc/<pid>/stat` and
+/// the read (the read fails with `ESRCH`; `find_with`'s lever reaps it there): gone, not
+/// "cannot tell". (The read path's steward kill test hung on this: a new steward's census
+/// took a member killed and reaped at that instant for alive, left it unwatched, so never
+/// marked it dead: its slot stayed LIVE, and the steward's sweep and the members waiting
+/// for the locks it held waited for ever, or until the next steward.)
+#[test]
+fn a_process_reaped_while_its_start_time_is_read_is_found_gone() {
+    let child = fork(|| {
+        // SAFETY: raise has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    });
+    let status = super::tests::wait_for(child, libc::WUNTRACED);
+    assert!(libc::WIFSTOPPED(status), "status {status:#x}");
+    let id = ProcessId {
+        pid: child as u32,
+        start: super::domain::start_time(child as u32).unwrap(),
+    };
+    assert!(id.find().unwrap().is_some(), "a stopped process is alive");
+    let found = id.find_with(|| {
+        sigkill(child as u32);
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    });
+    assert!(matches!(found, Ok(None)), "{found:?}");
+    assert!(matches!(id.find(), Ok(None)), "and after");
+}
