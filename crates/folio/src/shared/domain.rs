@@ -544,6 +544,13 @@ impl Domain {
         self.region()[H_STOP_AT].store(steps, Ordering::Release);
     }
 
+    /// The steps the lever still counts before it stops the steward (0: disarmed, or
+    /// fired): a failing test's dump.
+    #[cfg(test)]
+    pub(crate) fn steward_stop_at(&self) -> u64 {
+        self.region()[H_STOP_AT].load(Ordering::Acquire)
+    }
+
     /// A step of the steward's work on deaths (steward.rs): counts the lever down and
     /// returns true at the step it names, exactly once.
     pub(crate) fn steward_lever_fires(&self) -> bool {
@@ -585,11 +592,24 @@ impl ProcessId {
     /// A pidfd of this process if it is alive, `None` if it is gone: `pidfd_open(pid)`,
     /// then the start time of `pid` read and compared, then the pidfd polled: if it is not
     /// readable, the process it names was alive after the start time was read, so the
-    /// start time was its own (the pid not reused in between). A zombie is gone.
+    /// start time was its own (the pid not reused in between). A zombie is gone, and so is
+    /// a process reaped while its start time is read (`start_time_in`: the read's
+    /// `ESRCH`), or whose start time cannot be read once its pidfd says it exited.
     ///
     /// Errors: what keeps it from telling (`pidfd_open` out of descriptors or memory,
-    /// `/proc` unreadable): the process may be alive.
+    /// `/proc` unreadable while the pidfd says it runs): the process may be alive. (A
+    /// steward's census takes such a process for alive and leaves it unwatched: a dead
+    /// process told so would keep its slot and its locks until the next steward, and
+    /// every process waiting for those locks would wait as long: the steward kill test's
+    /// hang, when a member reaped between the open of its `/proc/<pid>/stat` and the read
+    /// was told so.)
     pub(crate) fn find(self) -> io::Result<Option<Pidfd>> {
+        self.find_with(|| {})
+    }
+
+    /// `find`, calling `between` after the open of `/proc/<pid>/stat` and before its read
+    /// (a test's lever: it reaps the process there).
+    pub(crate) fn find_with(self, between: impl FnOnce()) -> io::Result<Option<Pidfd>> {
         if self.pid == 0 {
             return Ok(None);
         }
@@ -598,9 +618,15 @@ impl ProcessId {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let start = match start_time(self.pid) {
+        let read = open_stat(self.pid).and_then(|stat| {
+            between();
+            start_time_in(self.pid, stat)
+        });
+        let start = match read {
             Ok(start) => start,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            // The kernel says the process it opened exited: gone, whatever `/proc` said.
+            Err(_) if pidfd.is_dead() => return Ok(None),
             Err(e) => return Err(e),
         };
         if start != self.start || pidfd.is_dead() {
@@ -612,10 +638,38 @@ impl ProcessId {
 
 /// The start time of `pid` (`/proc/<pid>/stat` field 22).
 ///
-/// Errors: `NotFound` if there is no such process; `InvalidData` for a line that does not
-/// parse.
+/// Errors: `NotFound` if there is no such process (at the open, or reaped before the
+/// read); `InvalidData` for a line that does not parse.
 pub(crate) fn start_time(pid: u32) -> io::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    start_time_in(pid, open_stat(pid)?)
+}
+
+/// `/proc/<pid>/stat`, opened.
+///
+/// Errors: `NotFound` if there is no such process.
+fn open_stat(pid: u32) -> io::Result<StdFile> {
+    StdFile::open(format!("/proc/{pid}/stat"))
+}
+
+/// The start time in `stat`, `pid`'s `/proc/<pid>/stat` opened by `open_stat`.
+///
+/// Errors: `NotFound` if the process was reaped since the open (the read fails with
+/// `ESRCH`: an open file of a process the kernel no longer has); `InvalidData` for a line
+/// that does not parse.
+fn start_time_in(pid: u32, mut stat: StdFile) -> io::Result<u64> {
+    use std::io::Read;
+    let mut text = String::new();
+    if let Err(e) = stat.read_to_string(&mut text) {
+        return Err(if e.raw_os_error() == Some(libc::ESRCH) {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("folio: process {pid} was reaped"),
+            )
+        } else {
+            e
+        });
+    }
+    let stat = text;
     // The command (field 2) is in parentheses and may hold anything: fields 3 onward
     // follow its last ')'.
     let rest = stat

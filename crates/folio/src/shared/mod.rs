@@ -118,6 +118,9 @@ mod tests_index;
 #[allow(unsafe_code)]
 mod tests_read;
 #[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_readkill;
+#[cfg(test)]
 mod tests_reclaim;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};

@@ -47,6 +47,12 @@
 //! looks at the pidfds again after each park. Every `mark_dead` wakes
 //! the waiters parked on the dead process's locks (slot.rs, park words).
 //!
+//! **The trace** (test builds only): each steward appends a line per event (its election,
+//! its census, each attach it answers, each death it marks, each bury and free, its exit
+//! or its panic) to `<name>.trace` in the domain's directory, one `write` per line
+//! (`O_APPEND`: the lines of successive stewards do not mix), for a failing kill test to
+//! print what each steward did (`Trace`). Other builds write nothing.
+//!
 //! Protection: the header's steward fields and the records by the election (one steward
 //! at a time); the slots and the stack by their protocols. The steward reads every word of
 //! the region as a process's untrusted input: the stack's views are bounds-checked
@@ -101,12 +107,21 @@ const REQUEST_WAIT: Duration = Duration::from_secs(1);
 /// Context: a freshly forked child with one thread; `ready` is the write end of its
 /// starter's pipe.
 pub(crate) fn main(config: &DomainConfig, ready: RawFd) -> ! {
+    let trace = Trace::of(config);
     let code = match isolate(ready) {
-        Ok(()) => {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(config))).unwrap_or(70)
-        }
+        Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(config, &trace)))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                trace.line(format_args!("panicked: {what}"));
+                70
+            }),
         Err(_) => 2,
     };
+    trace.line(format_args!("exits: {code}"));
     // SAFETY: _exit ends the steward at once, running no destructor or atexit handler of
     // its starter's.
     unsafe { libc::_exit(code) }
@@ -148,7 +163,7 @@ fn tell_starter(byte: u8) {
 }
 
 /// Steps 2 to 5 (module docs). Returns the exit code.
-fn run(config: &DomainConfig) -> i32 {
+fn run(config: &DomainConfig, trace: &Trace) -> i32 {
     let Ok(dir) = SegmentDir::open(&config.dir, DiskDir::Refused) else {
         return 3;
     };
@@ -165,6 +180,7 @@ fn run(config: &DomainConfig) -> i32 {
         tell_starter(LOST);
         return 0;
     }
+    trace.line(format_args!("elected"));
     // Step 3.
     let Ok((domain, _made)) = super::domain::Domain::create(&dir, &files, config.geometry) else {
         return 4;
@@ -174,7 +190,8 @@ fn run(config: &DomainConfig) -> i32 {
     };
     domain.set_steward(me);
     tell_starter(WON);
-    let Some(steward) = Steward::take(&domain, me) else {
+    let Some(steward) = Steward::take(&domain, me, trace) else {
+        trace.line(format_args!("no slot for itself"));
         return 5;
     };
     steward.rebuild();
@@ -183,6 +200,7 @@ fn run(config: &DomainConfig) -> i32 {
         return 6;
     };
     steward.serve(&listener, config.linger);
+    trace.line(format_args!("leaves: nobody attached"));
     // Step 5: no new attach reaches us once the socket is gone; a process that connected
     // before sees its connection end and starts the next steward.
     let _ = dir.unlink(&files.socket);
@@ -262,6 +280,7 @@ struct Watch {
 /// The steward's state (module docs).
 struct Steward<'d> {
     domain: &'d Domain,
+    trace: &'d Trace,
     me: Holder,
     watches: RefCell<Vec<Watch>>,
     /// Slots marked dead, to sweep and free.
@@ -272,9 +291,10 @@ impl<'d> Steward<'d> {
     /// Takes a slot of the domain for the steward itself (its sweeps take locks as it),
     /// with its record. First marks dead every LIVE slot whose process is gone (they
     /// may fill the table: `rebuild` sweeps them).
-    fn take(domain: &'d Domain, me: ProcessId) -> Option<Steward<'d>> {
+    fn take(domain: &'d Domain, me: ProcessId, trace: &'d Trace) -> Option<Steward<'d>> {
         let steward = Steward {
             domain,
+            trace,
             me: Holder {
                 slot: SlotIndex(0),
                 generation: 0,
@@ -285,6 +305,7 @@ impl<'d> Steward<'d> {
         steward.find_processes();
         let holder = record::admit(&domain.slots(), &domain.records(), me, &Unkillable, |_| {})
             .expect("Unkillable never dies")?;
+        trace.line(format_args!("took {holder:?}"));
         Some(Steward {
             me: holder,
             ..steward
@@ -310,8 +331,17 @@ impl<'d> Steward<'d> {
             Ok(None) => false,
             // Could not tell: taken for alive (never sweep a live process's leases), but
             // unwatched: its death is found by the next steward's census.
-            Err(_) => true,
+            Err(e) => {
+                self.trace.line(format_args!(
+                    "census: cannot tell whether pid {} of {holder:?} lives: {e}",
+                    id.pid
+                ));
+                true
+            }
         });
+        let watched: Vec<Holder> = self.watches.borrow().iter().map(|w| w.holder).collect();
+        self.trace
+            .line(format_args!("census: watches {watched:?}, sweeps {dead:?}"));
         self.dead.borrow_mut().extend(dead);
     }
 
@@ -333,6 +363,7 @@ impl<'d> Steward<'d> {
     /// The sweep of a slot marked dead, then its free.
     fn bury(&self, dead: Holder) {
         let slots = self.domain.slots();
+        self.trace.line(format_args!("bury {dead:?}"));
         self.lever();
         let swept = self.domain.stack().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
@@ -349,6 +380,7 @@ impl<'d> Steward<'d> {
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         self.lever();
         slots.free_dead(dead);
+        self.trace.line(format_args!("freed {dead:?}"));
         self.lever();
     }
 
@@ -356,6 +388,7 @@ impl<'d> Steward<'d> {
     /// this step (`Domain::set_steward_stop_at`).
     fn lever(&self) {
         if self.domain.steward_lever_fires() {
+            self.trace.line(format_args!("stopped by the lever"));
             // SAFETY: raise has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGSTOP) };
         }
@@ -395,6 +428,7 @@ impl<'d> Steward<'d> {
     /// generation: a clean detach made it FREE) and queued for its sweep.
     fn died(&self, holder: Holder) {
         if self.domain.slots().mark_dead(holder) {
+            self.trace.line(format_args!("marked {holder:?} dead"));
             self.dead.borrow_mut().push(holder);
         }
     }
@@ -467,6 +501,7 @@ impl<'d> Steward<'d> {
                     watch.conn = None;
                     if !self.domain.slots().is_live(watch.holder) {
                         // A clean detach, then the connection closed.
+                        self.trace.line(format_args!("{:?} detached", watch.holder));
                         gone.push(i);
                     }
                 }
@@ -487,9 +522,13 @@ impl<'d> Steward<'d> {
     /// every `DETACH_CHECK`.)
     fn forget_detached(&self) {
         let slots = self.domain.slots();
-        self.watches
-            .borrow_mut()
-            .retain(|watch| slots.is_live(watch.holder));
+        self.watches.borrow_mut().retain(|watch| {
+            let live = slots.is_live(watch.holder);
+            if !live {
+                self.trace.line(format_args!("{:?} detached", watch.holder));
+            }
+            live
+        });
     }
 
     /// One attach (module docs, step 4). A refused or failed attach closes the
@@ -541,7 +580,7 @@ impl<'d> Steward<'d> {
             id,
             &Unkillable,
             |holder| {
-                let _ = send_words(
+                let sent = send_words(
                     &conn,
                     &[
                         ANSWER_ATTACHED,
@@ -551,12 +590,20 @@ impl<'d> Steward<'d> {
                         steward.start,
                     ],
                 );
+                if let Err(e) = sent {
+                    self.trace.line(format_args!(
+                        "pid {pid}: the answer for {holder:?} failed: {e}"
+                    ));
+                }
             },
         );
         let Some(holder) = admitted.expect("Unkillable never dies") else {
+            self.trace.line(format_args!("pid {pid}: every slot taken"));
             let _ = send_words(&conn, &[ANSWER_FULL, 0, 0, 0, 0]);
             return;
         };
+        self.trace
+            .line(format_args!("pid {pid}: admitted as {holder:?}"));
         // Watched even if the answer failed: the process died, or it will.
         self.watches.borrow_mut().push(Watch {
             holder,
@@ -592,6 +639,60 @@ impl Run for Steward<'_> {
             timeout: Some(PARK_TIMEOUT),
             ..Park::DEFAULT
         })
+    }
+}
+
+/// The steward's trace (module docs): in test builds, `<name>.trace` in the domain's
+/// directory; in others, nothing.
+///
+/// Protection: appends only, one `write` per line (`O_APPEND`). Limits: a line that fails
+/// to be written is lost (a trace never stops the steward).
+#[derive(Debug)]
+pub(crate) struct Trace {
+    #[cfg(test)]
+    path: std::path::PathBuf,
+}
+
+impl Trace {
+    /// The trace of `config`'s domain.
+    pub(crate) fn of(config: &DomainConfig) -> Trace {
+        #[cfg(not(test))]
+        let _ = config;
+        Trace {
+            #[cfg(test)]
+            path: Self::path(config),
+        }
+    }
+
+    /// Where a test build's stewards of `config`'s domain write their trace.
+    #[cfg(test)]
+    pub(crate) fn path(config: &DomainConfig) -> std::path::PathBuf {
+        config.dir.join(format!("{}.trace", config.name))
+    }
+
+    /// Appends one line (test builds): this process's pid, the time since the epoch in
+    /// microseconds (µs: lines of several processes in order), and `what`.
+    ///
+    /// Context: any process; opens, writes and closes the file (two system calls more
+    /// than the write).
+    pub(crate) fn line(&self, what: std::fmt::Arguments<'_>) {
+        #[cfg(test)]
+        {
+            use std::io::Write;
+            let now_us = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros());
+            let line = format!("{now_us} steward {}: {what}\n", std::process::id());
+            let file = std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .open(&self.path);
+            if let Ok(mut file) = file {
+                let _ = file.write_all(line.as_bytes());
+            }
+        }
+        #[cfg(not(test))]
+        let _ = what;
     }
 }
 

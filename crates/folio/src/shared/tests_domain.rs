@@ -118,7 +118,7 @@ fn work(config: &DomainConfig, die_at: Option<u32>, report: &[crate::primitive::
 
 /// Whether the process `id` is stopped (`/proc/<pid>/stat`'s state `T`), checked to be
 /// that process (its start time).
-fn is_stopped(id: ProcessId) -> bool {
+pub(super) fn is_stopped(id: ProcessId) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", id.pid)) else {
         return false;
     };
@@ -129,7 +129,7 @@ fn is_stopped(id: ProcessId) -> bool {
     fields.first() == Some(&"T") && fields.get(19).and_then(|s| s.parse().ok()) == Some(id.start)
 }
 
-fn sigkill(pid: u32) {
+pub(super) fn sigkill(pid: u32) {
     // SAFETY: kill has no memory-safety preconditions; the pid is a process of this test
     // (a child, or the steward checked by its start time just before).
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
@@ -147,7 +147,7 @@ fn kill_stopped_steward(domain: &Domain) -> bool {
 
 /// Whether the domain is quiet: every slot free but `parent`'s and the steward's, and
 /// the steward alive.
-fn is_quiet(domain: &Domain, parent: Holder) -> bool {
+pub(super) fn is_quiet(domain: &Domain, parent: Holder) -> bool {
     let steward = domain.steward();
     let slots = domain.slots();
     (0..slots.slot_count()).all(|i| {
@@ -368,4 +368,33 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
         assert!(Instant::now() < deadline, "the steward stayed");
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// `ProcessId::find` of a process reaped between the open of its `/proc/<pid>/stat` and
+/// the read (the read fails with `ESRCH`; `find_with`'s lever reaps it there): gone, not
+/// "cannot tell". (The read path's steward kill test hung on this: a new steward's census
+/// took a member killed and reaped at that instant for alive, left it unwatched, so never
+/// marked it dead: its slot stayed LIVE, and the steward's sweep and the members waiting
+/// for the locks it held waited for ever, or until the next steward.)
+#[test]
+fn a_process_reaped_while_its_start_time_is_read_is_found_gone() {
+    let child = fork(|| {
+        // SAFETY: raise has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    });
+    let status = super::tests::wait_for(child, libc::WUNTRACED);
+    assert!(libc::WIFSTOPPED(status), "status {status:#x}");
+    let id = ProcessId {
+        pid: child as u32,
+        start: super::domain::start_time(child as u32).unwrap(),
+    };
+    assert!(id.find().unwrap().is_some(), "a stopped process is alive");
+    let found = id.find_with(|| {
+        sigkill(child as u32);
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    });
+    assert!(matches!(found, Ok(None)), "{found:?}");
+    assert!(matches!(id.find(), Ok(None)), "and after");
 }

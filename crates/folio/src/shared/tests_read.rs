@@ -108,7 +108,7 @@ pub(super) fn reclaim_everything(domain: &Domain, me: Holder) {
 
 /// Reads `len` bytes at `offset` of `path`'s file through `reader` and compares them with
 /// the file's stamp: the wrong bytes (0 when all are right).
-fn read_and_compare<R: Run>(
+pub(super) fn read_and_compare<R: Run>(
     reader: &SharedReader<'_, R>,
     file: &super::read::SharedFile,
     expected: &[u8],
@@ -178,7 +178,7 @@ fn one_process_reads_real_files_through_a_small_domain() {
 }
 
 /// The counters a child reports in the test's shared words (7 words).
-fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
+pub(super) fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
     let values = [
         counters.hits,
         counters.misses,
@@ -193,7 +193,7 @@ fn report(words: &[crate::primitive::AtomicU64], counters: ReadCounters) {
     }
 }
 
-fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
+pub(super) fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
     let v: Vec<u64> = words.iter().map(|w| w.load(Ordering::Acquire)).collect();
     ReadCounters {
         hits: v[0],
@@ -261,14 +261,14 @@ fn a_second_process_hits_every_page_the_first_cached() {
     parent.detach();
 }
 
-const KILL_FILES: u64 = 3;
+pub(super) const KILL_FILES: u64 = 3;
 const KILL_CHILDREN: usize = 5;
 const KILL_ROUNDS: u32 = 12;
-const KILL_READS: u32 = 40;
+pub(super) const KILL_READS: u32 = 40;
 /// Words per child in the report: its holder, its wrong bytes, done, 7 counters.
-const REPORT_WORDS: usize = 10;
+pub(super) const REPORT_WORDS: usize = 10;
 
-fn kill_len(file: u64) -> u64 {
+pub(super) fn kill_len(file: u64) -> u64 {
     [30 * 4096, 25 * 4096 + 200, 40 * 4096 - 8][file as usize]
 }
 
