@@ -129,7 +129,7 @@ impl Geometry {
         Word(self.buddy().0 + round_up(SharedBuddy::words(self.frames)))
     }
 
-    fn queue(self) -> Word {
+    pub(crate) fn queue(self) -> Word {
         Word(self.files().0 + round_up(FileTable::words(FILE_RECORDS, self.slots)))
     }
 

@@ -84,7 +84,7 @@ use super::index::{Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{FileNo, Optimistic, Pinned, SharedQueue, PIN_SLOTS};
 use super::stack::Frame;
-use super::{Died, Holder, Run, Step};
+use super::{Died, Holder, Run, Step, Word};
 use crate::arena::atomic_copy;
 use crate::io::atomic_zero;
 
@@ -138,6 +138,8 @@ pub(crate) struct SharedReader<'m, R: Run> {
     me: Holder,
     files: FileTable<'m>,
     buddy: SharedBuddy<'m>,
+    /// Where the domain's queue lies (`Geometry::queue`, computed once: not per read).
+    queue_at: Word,
     indexes: Vec<SharedIndex<'m>>,
     magazine: RefCell<Magazine>,
     batch: u32,
@@ -166,6 +168,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             me,
             files: domain.files(),
             buddy: domain.buddy(),
+            queue_at: domain.geometry().queue(),
             indexes: domain.indexes(),
             magazine: RefCell::new(Magazine::new(me, batch)),
             batch,
@@ -185,8 +188,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
         self.counters.set(counters);
     }
 
+    /// The domain's queue (`Domain::queue`, its place computed once in `new`).
     fn queue(&self) -> SharedQueue<'_, '_> {
-        self.member.domain().queue(&self.buddy)
+        SharedQueue::new(self.member.domain().region(), self.queue_at, &self.buddy)
     }
 
     /// Opens `path` for shared reads (O_DIRECT, buffered where the file system refuses
