@@ -1289,7 +1289,7 @@ fn index_broken_link_before_fill() {
 const RECLAIM_FRAMES: u32 = 2;
 const RECLAIM_BUDDY: Word = Word(8);
 const RECLAIM_QUEUE: Word = Word(8 + (24 + 3 * RECLAIM_FRAMES) + 2);
-const RECLAIM_INDEX: Word = Word(RECLAIM_QUEUE.0 + 8 + 7 * RECLAIM_FRAMES + 2);
+const RECLAIM_INDEX: Word = Word(RECLAIM_QUEUE.0 + 8 + 8 * RECLAIM_FRAMES);
 /// The index's node frames come from an allocator of their own (one frame), so that the
 /// model's data frames are the queue's two.
 const RECLAIM_NODE_BUDDY: Word = Word(RECLAIM_INDEX.0 + 16);
@@ -1463,9 +1463,15 @@ fn reclaim_model(
                 Reader::Optimistic => {
                     let copied = Cell::new(None);
                     let found = queue
-                        .read_hit(&indexes[0], 0, &ModelRun::living(flaw), |frame| {
-                            copied.set(Some(data[frame.0 as usize].load(Ordering::Relaxed)))
-                        })
+                        .read_hit(
+                            &indexes[0],
+                            queue::FileNo(0),
+                            0,
+                            &ModelRun::living(flaw),
+                            |frame| {
+                                copied.set(Some(data[frame.0 as usize].load(Ordering::Relaxed)))
+                            },
+                        )
                         .unwrap();
                     match found {
                         queue::Optimistic::Hit(frame) => {

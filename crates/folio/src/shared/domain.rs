@@ -51,8 +51,8 @@
 //! makes a view).
 //!
 //! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
-//! steward's (a later config's is ignored); the region is **4,192 bytes per frame** (its
-//! 4 KiB of data, and 96 bytes of words: the stack's 2, the allocator's 3, the queue's 7),
+//! steward's (a later config's is ignored); the region is **4,200 bytes per frame** (its
+//! 4 KiB of data, and 104 bytes of words: the stack's 2, the allocator's 3, the queue's 8),
 //! plus the file table's `FILE_RECORDS` records (16 words each for up to 32 slots, 8 more
 //! per 32 slots more), `FILE_RECORDS` indexes' lock lines (`SharedIndex::words` each) and
 //! a few pages, never resized. Index nodes take frames from the same buddy as data (a
@@ -79,8 +79,9 @@ const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// 3: the slot table holds a park word per slot (issue 45 step 3), the region the buddy
 /// allocator (step 4) and the file table (step 6); 4: the read side (the eviction queue,
 /// an index per file record, the frames' data) and a second header line; 5: the queue's
-/// reuse generation per frame (the optimistic hit).
-const VERSION: u64 = 5;
+/// reuse generation per frame (the optimistic hit); 6: the queue's words of a frame on one
+/// line (the hit's generation, page and touch together).
+const VERSION: u64 = 6;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
@@ -132,7 +133,7 @@ impl Geometry {
         Word(self.buddy().0 + round_up(SharedBuddy::words(self.frames)))
     }
 
-    fn queue(self) -> Word {
+    pub(crate) fn queue(self) -> Word {
         Word(self.files().0 + round_up(FileTable::words(FILE_RECORDS, self.slots)))
     }
 

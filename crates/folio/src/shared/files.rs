@@ -580,6 +580,19 @@ impl<'r> FileTable<'r> {
         (self.word(id.index, TAG).load(Ordering::Acquire) == tag).then_some(size)
     }
 
+    /// The size word of `id`, which the caller holds open: one load (a hit's, per
+    /// `read_at`), with no check of the record's tag, since an open record is not removed.
+    ///
+    /// Context: the caller has a handle open on `id` (debug-asserted); lock-free.
+    #[inline]
+    pub(crate) fn open_size(&self, id: FileId) -> u64 {
+        debug_assert_eq!(
+            self.word(id.index, TAG).load(Ordering::Relaxed),
+            LIVE | u64::from(id.generation)
+        );
+        self.word(id.index, SIZE).load(Ordering::Acquire)
+    }
+
     /// A write ended at `end`: the size raised to at least `end` (never lowered).
     /// Returns the size now.
     ///

@@ -220,6 +220,15 @@ pub(crate) enum Entry {
     Shadow(u64),
 }
 
+/// What `lookup_named` found: an order-0 folio's frame, the slot word that named it, and
+/// that slot (in the tree's node: loaded again by the optimistic hit).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Named<'r> {
+    pub(crate) frame: u64,
+    pub(crate) word: u64,
+    pub(crate) slot: &'r AtomicU64,
+}
+
 /// A folio to insert: its first frame and its order (0..=9).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Folio {
@@ -440,9 +449,10 @@ impl<'r> SharedIndex<'r> {
 
     // ---------------------------------------------------------------- readers
 
-    /// The walk down to `page`'s deepest slot: the last slot word loaded and the shift of
-    /// its node, or `None` when the tree is empty or does not span `page`, or a word is
-    /// nonsense (a root whose shift is not a level's, a link naming a word past the area).
+    /// The walk down to `page`'s deepest slot: the last slot word loaded, the shift of its
+    /// node and that slot, or `None` when the tree is empty or does
+    /// not span `page`, or a word is nonsense (a root whose shift is not a level's, a link
+    /// naming a word past the area).
     ///
     /// Each level is one Acquire load of one slot (a link carries the child's shift: no
     /// node header is loaded), found in `self.area` with one bounds check: the word index
@@ -457,7 +467,7 @@ impl<'r> SharedIndex<'r> {
     ///
     /// Context: any process, lock-free; never panics on what it reads.
     #[inline(always)]
-    fn walk(&self, page: Page) -> Option<(u64, u32)> {
+    fn walk(&self, page: Page) -> Option<(u64, u32, &'r AtomicU64)> {
         let mut link = self.root_word.load(Ordering::Acquire);
         let mut shift = ((link >> 2) & 0x3f) as u32;
         // One test for "a multiple of 6 below 60": shift < 64 here.
@@ -467,19 +477,18 @@ impl<'r> SharedIndex<'r> {
         loop {
             let at = (page >> shift) & 63;
             let word = (link >> 8).wrapping_add(at).wrapping_sub(LINK_BIAS);
-            let slot = self
-                .area
-                .get(usize::try_from(word).ok()?)?
-                .load(Ordering::Acquire);
+            let area: &'r [AtomicU64] = self.area;
+            let word = area.get(usize::try_from(word).ok()?)?;
+            let slot = word.load(Ordering::Acquire);
             if shift != 0 && slot as u8 == ((shift - 6) << 2) as u8 && slot > 0xff {
                 link = slot;
                 shift -= 6;
                 continue;
             }
             return match slot & 3 {
-                _ if slot == 0 => Some((0, shift)),
+                _ if slot == 0 => Some((0, shift, word)),
                 TAG_NODE => None,
-                _ => Some((slot, shift)),
+                _ => Some((slot, shift, word)),
             };
         }
     }
@@ -516,7 +525,7 @@ impl<'r> SharedIndex<'r> {
             // An empty tree (or a nonsense root): no folio anywhere.
             return (Entry::Absent, Page::MAX);
         }
-        let Some((slot, shift)) = self.walk(page) else {
+        let Some((slot, shift, _)) = self.walk(page) else {
             return (Entry::Absent, next);
         };
         if slot == 0 {
@@ -537,8 +546,28 @@ impl<'r> SharedIndex<'r> {
     #[inline]
     pub(crate) fn lookup(&self, page: Page) -> Entry {
         match self.walk(page) {
-            Some((slot, shift)) => Self::entry(slot, shift),
+            Some((slot, shift, _)) => Self::entry(slot, shift),
             None => Entry::Absent,
+        }
+    }
+
+    /// The optimistic hit's look-up (queue.rs, "The optimistic hit"): the frame of the
+    /// order-0 folio at `page` and the slot that named it (`Named`), to be loaded again in
+    /// place of a second walk, or `None` (absent, a shadow, a larger folio).
+    ///
+    /// Context: as `lookup`. What the slot names later is a hint its caller validates: a
+    /// node the slot lies in may have been pruned and linked again elsewhere in the tree
+    /// meanwhile (for another page: the caller checks the frame's page).
+    #[inline]
+    pub(crate) fn lookup_named(&self, page: Page) -> Option<Named<'r>> {
+        let (slot, shift, named) = self.walk(page)?;
+        match Self::entry(slot, shift) {
+            Entry::Folio { frame, order: 0 } => Some(Named {
+                frame,
+                word: slot,
+                slot: named,
+            }),
+            _ => None,
         }
     }
 

@@ -30,15 +30,18 @@
 //! ```text
 //!   base + 0..8    the lock line: lock, intent, 4 args, ENDS (6: head + 1 | tail + 1 << 32,
 //!                  0 for an empty queue), STATUS (7: the count | the victim << 32, below)
-//!   then F words   NEXT[f]: the next frame toward the tail, + 1 (0: none)
-//!   then F words   PREV[f]: the previous frame toward the head, + 1 (0: none)
-//!   then F words   FILE[f]: the file whose page f caches (a `FileNo`)
-//!   then F words   PAGE[f]: the page
-//!   then F words   REF[f]: 1 once a hit touched f since reclaim last looked (a hint)
-//!   then F words   PIN[f]: one bit per process slot holding f pinned, `FROZEN` (bit 63)
-//!                  while reclaim takes it
-//!   then F words   GEN[f]: f's reuse generation, raised by every eviction of f (E5)
-//!                  before its free: the optimistic hit's seqlock word (below)
+//!   then F lines   frame f's line of 8 words (`base + 8 + 8 f`: a hit loads only its
+//!                  own frame's line, and every word it loads is on it):
+//!     + 0  NEXT[f]: the next frame toward the tail, + 1 (0: none)
+//!     + 1  PREV[f]: the previous frame toward the head, + 1 (0: none)
+//!     + 2  FILE[f]: the file whose page f caches (a `FileNo`)
+//!     + 3  PAGE[f]: the page
+//!     + 4  REF[f]: 1 once a hit touched f since reclaim last looked (a hint)
+//!     + 5  PIN[f]: one bit per process slot holding f pinned, `FROZEN` (bit 63) while
+//!          reclaim takes it
+//!     + 6  GEN[f]: f's reuse generation, raised by every eviction of f (E5) before its
+//!          free: the optimistic hit's seqlock word (below)
+//!     + 7  unused
 //! ```
 //!
 //! STATUS's victim (bits 32..64): the frame being reclaimed or removed, + 1, in bits
@@ -76,28 +79,42 @@
 //! # The optimistic hit (a seqlock per frame)
 //!
 //! `read_hit`, which read.rs tries first (`pin_hit` is its fallback), stores nothing but
-//! the touch: (1) look the page up: frame f; (2) load GEN[f] (acquire): g; (3) look the
-//! page up again: still f, else stale; (4) copy f's bytes with byte-wise atomic loads;
-//! (5) `fence(Acquire)`; (6) load GEN[f] again: g, else stale. Why a validated copy is the
-//! page's: call *incarnation v* f's life between the v-th raise of GEN[f] and the next.
-//! Reclaim raises GEN[f] at E5, after E4 took f out of its index and before E6 freed it.
-//! (a) (2) read raise v (acquire of its release store), so (3) sees E4 of every earlier
-//! incarnation: the entry (3) reads is an insertion of f at the page by incarnation w >= v.
-//! If w > v, raise w happens before that insertion, which (3) read, and (6) comes after
-//! (3): (6) sees GEN[f] >= w, stale. So w = v: incarnation v caches the page, its bytes
-//! complete before its insertion, which (3) read (acquire): (4) reads them or later
-//! writes. (b) A later write is a lessee's of incarnation v' > v, made after its lease
-//! and the **lessee's release fence** (buddy.rs, `lessee_fence`, after the lease's lock
-//! acquire, which read the free's lock release, which came after raise v'). If (4) reads
-//! any byte of it, that fence synchronizes with (5), so raise v' happens before (6):
-//! stale. A CACHED frame is not written again until it is freed. Hence: same generation
-//! at (2) and (6) and the same frame at (1) and (3) => the copy is incarnation v's bytes,
-//! the page's. Raising at E2 or E3 instead (before E4) would not do: (3) could then still
-//! find incarnation v - 1's entry with raise v already read at (2), and that frame is
-//! freed and rewritten with no further raise. A look-up after the copy instead of (3)
-//! would not do either: (1) may be an old incarnation's entry, (2) read the raise of an
-//! incarnation still being written for another page, and a later one re-insert f at the
-//! page (an ABA of the page's entry): (3) before the copy is what pins the incarnation.
+//! the touch: (1) walk the index to the page's slot S, which names frame f; (2) load
+//! GEN[f] (acquire): g; (3) load S again (acquire): still f, else stale; then FILE[f] and
+//! PAGE[f]: the file and page asked for, else stale; (4) copy f's bytes with byte-wise
+//! atomic loads; (5) `fence(Acquire)`; (6) load GEN[f] again: g, else stale. GEN, FILE,
+//! PAGE and REF are on f's line (Layout): the hit loads one line of the queue. Why a
+//! validated copy is the page's: call *incarnation v* f's life between the v-th raise of
+//! GEN[f] and the next. Reclaim raises GEN[f] at E5, after E4 took f out of its index and
+//! before E6 freed it. (a) (2) read raise v (acquire of its release store), so (3) sees
+//! E4 of every earlier incarnation: an order-0 folio is stored in one slot, by its
+//! insertion, and taken out of that same slot by E4 (a node that holds a folio is never
+//! pruned, so it does not move while the folio is in it; a tree's nodes stay its own while
+//! its file is open), so the folio word f that (3) reads in S was stored by the insertion
+//! of some incarnation w >= v. If w > v, raise w happens before that insertion, which (3)
+//! read, and (6) comes after (3): (6) sees GEN[f] >= w, stale. So w = v: incarnation v
+//! inserted f at S, its bytes complete, and its FILE and PAGE stored, before that
+//! insertion, which (3) read (acquire). (b) A later store to f's bytes, FILE or PAGE is a
+//! lessee's of incarnation v' > v, made after its lease and the **lessee's release fence**
+//! (buddy.rs, `lessee_fence`, after the lease's lock acquire, which read the free's lock
+//! release, which came after raise v'). If (3)'s FILE and PAGE loads or (4) read any of
+//! them, that fence synchronizes with (5), so raise v' happens before (6): stale. So FILE
+//! and PAGE are incarnation v's: v cached this page of this file, and (4) read its bytes
+//! (a CACHED frame is not written again until it is freed). Hence: same generation at (2)
+//! and (6), f in S at (1) and (3), and f's file and page the ones asked for => the copy
+//! is the page's. Why the page check: S's node may have been emptied (a removal leaves no
+//! shadow), pruned to the tree's pool, and linked again for other pages, with f reused and
+//! inserted at S for another page meanwhile: S then names incarnation v, which caches
+//! another page (the lever test `an_optimistic_hit_of_a_frame_moved_to_another_page_...`
+//! forces it; `Flaw::NoPageCheck` leaves the check out and returns the other page's
+//! bytes). This replaces the second walk from the root of the version before it (a walk
+//! reached S for this page, so S's insertion was at this page). Raising at E2 or E3
+//! instead (before E4) would not do: (3) could then still find incarnation v - 1's entry
+//! with raise v already read at (2), and that frame is freed and rewritten with no further
+//! raise. A load of S after the copy instead of (3) would not do either: (1) may be an old
+//! incarnation's entry, (2) read the raise of an incarnation still being written, and a
+//! later one re-insert f at S (an ABA of the slot): (3) before the copy is what pins the
+//! incarnation.
 //!
 //! Deaths: the raise is a store under the queue's lock (a step), at E5; a reclaimer that
 //! dies before it dies before E6 too, and whoever takes the lock over finishes the
@@ -188,7 +205,8 @@ const PAGE: u32 = 3;
 const REF: u32 = 4;
 const PIN: u32 = 5;
 const GEN: u32 = 6;
-const PER_FRAME: u32 = 7;
+/// A frame's words: one line (module docs, Layout).
+const PER_FRAME: u32 = 8;
 
 /// PIN's bit while reclaim takes the frame.
 const FROZEN: u64 = 1 << 63;
@@ -388,12 +406,18 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
         &self.region[self.base.at(offset).index()]
     }
 
-    fn of(&self, frame: u32, array: u32) -> &AtomicU64 {
+    fn of(&self, frame: u32, word: u32) -> &AtomicU64 {
+        &self.line_of(frame)[word as usize]
+    }
+
+    /// Frame `frame`'s line (module docs, Layout).
+    #[inline]
+    fn line_of(&self, frame: u32) -> &[AtomicU64; PER_FRAME as usize] {
         assert!(frame < self.frames, "no frame {frame}");
-        &self.region[self
-            .base
-            .at(FRAMES_AT + array * self.frames + frame)
-            .index()]
+        let at = self.base.at(FRAMES_AT + PER_FRAME * frame).index();
+        self.region[at..at + PER_FRAME as usize]
+            .try_into()
+            .expect("a frame's line")
     }
 
     fn load(&self, frame: u32, array: u32) -> u64 {
@@ -512,42 +536,61 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
     }
 
     /// The optimistic hit (module docs, "The optimistic hit"): `copy` called with the frame
-    /// caching `page` in `index`, its bytes then validated: `Hit` (the copy is the page's,
-    /// the frame touched), `Absent` (no folio of order 0 at `page`: a miss) or `Stale` (the
-    /// frame was reused meanwhile: discard the copy, try again or pin).
+    /// caching `page` of `file` in `index` (`file`'s), its bytes then validated: `Hit`
+    /// (the copy is the page's, the frame touched), `Absent` (no folio of order 0 at
+    /// `page`: a miss) or `Stale` (the frame was reused meanwhile: discard the copy, try
+    /// again or pin).
     ///
-    /// Context: any process, lock-free: two look-ups, two loads of the frame's generation,
-    /// the touch; no other store, no RMW. `copy` must read the frame only with byte-wise
-    /// atomic loads (it may be rewritten meanwhile). `run`'s `Step::Found` comes between
-    /// the look-ups and the copy (a test's lever reuses the frame there).
+    /// Context: any process, lock-free: one walk, the walk's last slot loaded again, two
+    /// loads of the frame's generation and one of its file and page (all on the frame's
+    /// line), the touch; no other store, no RMW. `copy` must read the frame only with
+    /// byte-wise atomic loads (it may be rewritten meanwhile). `run`'s `Step::Walked`
+    /// comes between the walk and the generation's load, its `Step::Found` between the
+    /// checks and the copy (a test's lever reuses the frame there).
     #[inline]
     pub(crate) fn read_hit<R: Run>(
         &self,
         index: &SharedIndex<'_>,
+        file: FileNo,
         page: Page,
         run: &R,
         copy: impl FnOnce(Frame),
     ) -> Result<Optimistic, Died> {
-        let Entry::Folio { frame, order: 0 } = index.lookup(page) else {
+        // (1)
+        let Some(named) = index.lookup_named(page) else {
             return Ok(Optimistic::Absent);
         };
-        let Some(f) = u32::try_from(frame).ok().filter(|f| *f < self.frames) else {
+        let Some(f) = u32::try_from(named.frame).ok().filter(|f| *f < self.frames) else {
             return Ok(Optimistic::Absent);
         };
-        let generation = self.of(f, GEN);
-        let before = generation.load(Ordering::Acquire);
-        if index.lookup(page) != (Entry::Folio { frame, order: 0 }) {
+        run.at(Step::Walked)?;
+        let line = self.line_of(f);
+        // (2)
+        let before = line[GEN as usize].load(Ordering::Acquire);
+        // (3): the slot again (acquire: the insertion it names), then the frame's page.
+        if named.slot.load(Ordering::Acquire) != named.word {
+            return Ok(Optimistic::Stale);
+        }
+        if !no_page_check(run.flaw())
+            && (line[PAGE as usize].load(Ordering::Relaxed) != page
+                || line[FILE as usize].load(Ordering::Relaxed) != file.0)
+        {
             return Ok(Optimistic::Stale);
         }
         run.at(Step::Found)?;
+        // (4)
         copy(Frame(f));
         if !no_recheck(run.flaw()) {
+            // (5), (6)
             fence(Ordering::Acquire);
-            if generation.load(Ordering::Relaxed) != before {
+            if line[GEN as usize].load(Ordering::Relaxed) != before {
                 return Ok(Optimistic::Stale);
             }
         }
-        self.touch(Frame(f));
+        let touched = &line[REF as usize];
+        if touched.load(Ordering::Relaxed) == 0 {
+            touched.store(1, Ordering::Relaxed);
+        }
         Ok(Optimistic::Hit(Frame(f)))
     }
 
@@ -1093,6 +1136,16 @@ fn no_recheck(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::NoRecheck => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's optimistic hit trusts the walk's slot loaded again without
+/// checking the frame's page (the slot's node may have moved to other pages meanwhile).
+fn no_page_check(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::NoPageCheck => true,
         _ => false,
     }
 }

@@ -6,8 +6,9 @@
 //! # A read (`SharedReader::read_at`), per page
 //!
 //! - **Hit**: the optimistic hit, `SharedQueue::read_hit` on the file record's index
-//!   (lock-free, no store but the touch: a look-up, the frame's reuse generation, a
-//!   second look-up, a byte-wise atomic copy of the frame's data, the generation again),
+//!   (lock-free, no store but the touch: a walk, the frame's reuse generation, the walk's
+//!   last slot loaded again and the frame's file and page checked, a byte-wise atomic
+//!   copy of the frame's data, the generation again; one line of the queue per hit),
 //!   tried twice; when both copies are stale (the frame reclaimed or reused meanwhile),
 //!   `SharedQueue::pin_hit` (a look-up, a pin CAS, a second look-up, a touch), a copy out
 //!   of the pinned frame, `unpin`; when that finds nothing, a miss.
@@ -30,8 +31,8 @@
 //! # Why the optimistic copy is sound
 //!
 //! queue.rs, "The optimistic hit", argues it: a copy whose frame's generation did not
-//! change, and whose page named that frame after the first generation load, is the bytes
-//! of the incarnation that cached the page. Here, what that argument asks of this file:
+//! change, whose slot named that frame after the first generation load, and whose frame
+//! records this file and page, is the bytes of the incarnation that cached the page. Here, what that argument asks of this file:
 //! the copy reads the frame only with byte-wise atomic loads (`copy_racing`:
 //! `arena::atomic_copy`, never a plain copy: another process may lease the frame and
 //! `pread` into it while we copy), and a miss writes a frame it leased only by the kernel
@@ -79,7 +80,9 @@
 //!
 //! Limits: reads only (no write, no truncation: a file changed since its record was made
 //! is refused at open, since its cached pages may be stale: dropping them is the coherence
-//! step's); the size is the record's size word (the first opener's `fstat`); order-0
+//! step's); the size is the record's size word (the first opener's `fstat`), loaded once
+//! per `read_at` (`FileTable::open_size`: a size another process changes would be seen by
+//! the next call, not within one); order-0
 //! frames only (no readahead, no large folios); one pin per frame per process (a thread
 //! that meets a sibling's reads uncached); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
@@ -105,7 +108,7 @@ use super::index::{Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{FileNo, Optimistic, PinHit, Pinned, SharedQueue, PIN_SLOTS};
 use super::stack::Frame;
-use super::{Died, Holder, Run, Step};
+use super::{Died, Holder, Run, Step, Word};
 use crate::arena::atomic_copy;
 use crate::io::atomic_zero;
 use crate::stats::{add, bump};
@@ -236,6 +239,8 @@ pub(crate) struct SharedReader<'m, R: Run> {
     me: Holder,
     files: FileTable<'m>,
     buddy: SharedBuddy<'m>,
+    /// Where the domain's queue lies (`Geometry::queue`, computed once: not per read).
+    queue_at: Word,
     indexes: Vec<SharedIndex<'m>>,
     magazines: Box<[Mutex<Magazine>]>,
     batch: u32,
@@ -267,6 +272,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             me,
             files: domain.files(),
             buddy: domain.buddy(),
+            queue_at: domain.geometry().queue(),
             indexes: domain.indexes(),
             magazines,
             batch,
@@ -298,8 +304,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The domain's queue (`Domain::queue`, its place computed once in `new`).
     fn queue(&self) -> SharedQueue<'_, '_> {
-        self.member.domain().queue(&self.buddy)
+        SharedQueue::new(self.member.domain().region(), self.queue_at, &self.buddy)
     }
 
     /// Opens `path` for shared reads (O_DIRECT, buffered where the file system refuses
@@ -395,16 +402,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
         buf: &mut [u8],
         offset: u64,
     ) -> io::Result<usize> {
-        let size = self
-            .files
-            .size(file.id)
-            .ok_or_else(|| io::Error::other("folio: the file's record is gone"))?;
+        // One load: our open keeps the record (files.rs, `open_size`). A size another
+        // process changes is the coherence step's (not built: reads only).
+        let size = self.files.open_size(file.id);
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
         let end = size.min(offset + buf.len() as u64);
         let queue = self.queue();
         let index = &self.indexes[file.id.index as usize];
+        let file_no = FileNo(u64::from(file.id.index));
         let page_bytes = FRAME_BYTES as u64;
         let mut pos = offset;
         while pos < end {
@@ -413,7 +420,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            match self.optimistic(&queue, index, page, within, dst)? {
+            match self.optimistic(&queue, index, file_no, page, within, dst)? {
                 Optimistic::Hit(_) => bump(&self.counts.hits),
                 Optimistic::Absent => self.miss(&queue, file, index, page, within, dst)?,
                 Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
@@ -445,13 +452,14 @@ impl<'m, R: Run> SharedReader<'m, R> {
         &self,
         queue: &SharedQueue<'_, '_>,
         index: &SharedIndex<'m>,
+        file: FileNo,
         page: Page,
         within: usize,
         dst: &mut [u8],
     ) -> io::Result<Optimistic> {
         for _ in 0..2 {
             let found = queue
-                .read_hit(index, page, self.run, |frame| {
+                .read_hit(index, file, page, self.run, |frame| {
                     self.copy_racing(frame, within, dst)
                 })
                 .map_err(died)?;

@@ -95,6 +95,9 @@ pub(crate) enum Step {
     /// (queue.rs): no store; a test's lever reclaims and reuses the frame here, so that
     /// the copy reads the reused frame.
     Found,
+    /// An optimistic hit walked the index to its frame and has loaded nothing of the frame
+    /// yet (queue.rs): no store; a test's lever moves the frame to another page here.
+    Walked,
 }
 
 /// A protocol known to be wrong, which the models run to prove that they catch it. Only
@@ -165,6 +168,11 @@ pub(crate) enum Flaw {
     /// a copy of a frame reused meanwhile validates.
     #[cfg(test)]
     NoRecheck,
+    /// The optimistic hit loads the walk's last slot again but does not check the frame's
+    /// file and page (queue.rs, (3)): a node pruned and linked again for other pages
+    /// meanwhile names the frame reused for another page in the same slot.
+    #[cfg(test)]
+    NoPageCheck,
     /// A lessee writes a leased frame without the release fence after its lease (buddy.rs):
     /// an optimistic reader that read its bytes may still load the old generation.
     #[cfg(test)]

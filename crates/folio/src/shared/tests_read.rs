@@ -809,3 +809,163 @@ fn an_optimistic_hit_without_its_check_returns_a_reused_frame() {
     assert!(wrong > 4000, "{wrong} wrong bytes: {counters:?}");
     assert_eq!(counters.hits, 1, "{counters:?}");
 }
+
+/// A lever for `an_optimistic_hit_of_a_frame_moved_to_another_page_does_not_validate`: at
+/// the first `Step::Walked` (an optimistic hit has walked to its frame's slot and loaded
+/// nothing of the frame) it removes page `from` of file record `record` (its frame freed,
+/// the tree's nodes pruned to its pool), leases that frame again, fills it with 0xee and
+/// caches it as page `to` (the pruned nodes linked again: the hit's slot names the frame
+/// again, for `to`).
+struct MoveAtWalked<'m> {
+    member: &'m Member,
+    record: u32,
+    from: u64,
+    to: u64,
+    fired: Cell<bool>,
+    flaw: super::Flaw,
+}
+
+impl Run for MoveAtWalked<'_> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        if step != Step::Walked || self.fired.replace(true) {
+            return Ok(());
+        }
+        let domain = self.member.domain();
+        let me = self.member.holder();
+        let slots = domain.slots();
+        let buddy = domain.buddy();
+        let queue = domain.queue(&buddy);
+        let indexes = domain.indexes();
+        let file = FileNo(u64::from(self.record));
+        let index = &indexes[self.record as usize];
+        let Entry::Folio { frame, order: 0 } = index.lookup(self.from) else {
+            panic!("page {} is not cached", self.from);
+        };
+        let frame = super::stack::Frame(frame as u32);
+        let removed = queue
+            .remove(
+                frame,
+                file,
+                self.from,
+                me,
+                indexes.as_slice(),
+                &slots,
+                &Unkillable,
+            )
+            .unwrap();
+        assert_eq!(removed, super::queue::Removed::Freed);
+        let mut others = Vec::new();
+        loop {
+            let leased = buddy
+                .alloc(super::buddy::Order(0), me, &slots, &Unkillable)
+                .unwrap()
+                .expect("the removed frame is free");
+            if leased == frame {
+                break;
+            }
+            others.push(leased);
+        }
+        // SAFETY: the frame is leased to us: FRAME_BYTES of the mapping; the only other
+        // access is the hit's byte-wise atomic copy, which this thread makes after we
+        // return.
+        unsafe { std::ptr::write_bytes(domain.frame_data(frame), 0xee, FRAME_BYTES) };
+        queue
+            .hand_over(
+                frame,
+                file,
+                self.to,
+                me,
+                indexes.as_slice(),
+                &slots,
+                &Unkillable,
+            )
+            .unwrap();
+        let folio = super::index::Folio {
+            frame: u64::from(frame.0),
+            order: 0,
+        };
+        let placed = index
+            .insert_run(me, self.to, &[folio], &slots, &Unkillable)
+            .unwrap();
+        assert!(matches!(placed[0], super::index::Placed::Inserted(_)));
+        queue.unpin(frame, me);
+        for other in others {
+            buddy
+                .free(other, super::buddy::Order(0), me, &slots, &Unkillable)
+                .unwrap();
+        }
+        Ok(())
+    }
+
+    fn wait(&self, _holder: Holder) {
+        std::thread::yield_now();
+    }
+
+    fn flaw(&self) -> super::Flaw {
+        self.flaw
+    }
+}
+
+/// Reads page 64 of a 130-page file (cached alone by a first read) through a reader whose
+/// lever, between the optimistic hit's walk and its first load of the frame, removes the
+/// page and caches its frame again as page 128 (deterministic: one process, the move
+/// forced at `Step::Walked`): the wrong bytes read, and the reader's counters.
+fn move_during_the_hit(name: &str, flaw: super::Flaw) -> (usize, ReadCounters) {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let len = 130 * 4096;
+    let path = write_file(data.path(), 0, len);
+    let expected = stamped(0, len);
+    let member = Member::attach(&config(home.path(), name, 8, 16)).unwrap();
+    let result = {
+        let plain = SharedReader::new(&member, &member, 1);
+        let file = plain.open(&path).unwrap();
+        let lever = MoveAtWalked {
+            member: &member,
+            record: file.id().index,
+            from: 64,
+            to: 128,
+            fired: Cell::new(false),
+            flaw,
+        };
+        // The first read misses and caches page 64 alone.
+        assert_eq!(
+            read_and_compare(&plain, &file, &expected, 64 * 4096, 4096),
+            0
+        );
+        let reader = SharedReader::new(&member, &lever, 1);
+        let wrong = read_and_compare(&reader, &file, &expected, 64 * 4096, 4096);
+        assert!(lever.fired.get(), "the hit never reached Step::Walked");
+        let counters = reader.counters();
+        drop(reader);
+        plain.close(file).unwrap();
+        (wrong, counters)
+    };
+    reclaim_everything(member.domain(), member.holder());
+    member.detach();
+    result
+}
+
+/// The optimistic hit's frame removed and cached again as another page between its walk
+/// and its checks, its slot's node pruned and linked again so that the slot the walk
+/// ended at names the frame again (forced by a lever): the hit does not validate (the
+/// frame's page is not the one asked for), the page is missed and read again, every byte
+/// right.
+#[test]
+fn an_optimistic_hit_of_a_frame_moved_to_another_page_does_not_validate() {
+    let (wrong, counters) = move_during_the_hit("read-move", super::Flaw::None);
+    eprintln!("moved during the hit: {counters:?}");
+    assert_eq!(wrong, 0, "another page's bytes were returned: {counters:?}");
+    assert_eq!(counters.stale, 1, "{counters:?}");
+    assert_eq!((counters.misses, counters.hits), (1, 0), "{counters:?}");
+}
+
+/// The same move with the check of the frame's page left out (`Flaw::NoPageCheck`): the
+/// slot loaded again names the frame (its node now holds page 128's slot), and the moved
+/// frame's bytes are returned, which shows that the lever reaches the race.
+#[test]
+fn an_optimistic_hit_without_its_page_check_returns_a_moved_frame() {
+    let (wrong, counters) = move_during_the_hit("read-move-broken", super::Flaw::NoPageCheck);
+    assert!(wrong > 4000, "{wrong} wrong bytes: {counters:?}");
+    assert_eq!(counters.hits, 1, "{counters:?}");
+}
