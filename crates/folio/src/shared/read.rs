@@ -63,8 +63,10 @@
 //! thread that finds a lock held by its own holder waits for it: lock.rs), and a pin that
 //! finds this process's bit already set is refused, never taken as made (queue.rs,
 //! "Threads"): when the fallback after two stale copies meets it, the page is read uncached
-//! (counted `sibling_pinned`). The counters are atomics of this process (never a store to
-//! the region per hit). The magazines are a **small pool, each under its own mutex** (one
+//! (counted `sibling_pinned`). The counters are this process's (never a store to the region
+//! per hit): an optimistic hit is counted as today's hit is (`stats::Counters::hit`: a load
+//! and a store in the thread's own block, no read-modify-write and no line shared between
+//! threads), everything else, next to a pin, a lock or a `pread`, in shared atomics. The magazines are a **small pool, each under its own mutex** (one
 //! per core, at most `MAGAZINES_MAX`): a miss takes the one its thread's hint names if it
 //! is free, else any free one, else waits for its own. A pool rather than one per thread:
 //! a file is read by whatever threads its user has (a pool of readers that come and go),
@@ -76,7 +78,8 @@
 //! the call.
 //!
 //! Protection: the frames' bytes as above; the file table, queue, indexes and allocator
-//! by their own protocols; each magazine by its mutex; the counters are atomics.
+//! by their own protocols; each magazine by its mutex; the counters are atomics (the
+//! optimistic hits' per-thread blocks written only by their thread).
 //!
 //! Limits: reads only (no write, no truncation: a file changed since its record was made
 //! is refused at open, since its cached pages may be stale: dropping them is the coherence
@@ -111,7 +114,7 @@ use super::stack::Frame;
 use super::{Died, Holder, Run, Step, Word};
 use crate::arena::atomic_copy;
 use crate::io::atomic_zero;
-use crate::stats::{add, bump};
+use crate::stats::{self, add, bump};
 
 /// The most magazines a reader keeps (module docs, "Threads").
 const MAGAZINES_MAX: usize = 4;
@@ -180,7 +183,11 @@ pub(crate) struct ReadCounters {
 /// `ReadCounters` as this process's atomics (module docs, "Threads").
 #[derive(Debug, Default)]
 struct Counts {
-    hits: AtomicU64,
+    /// The optimistic hits, counted as today's hit counts them (`stats::Counters::hit`:
+    /// a load and a store in this thread's own block, no read-modify-write, no line
+    /// shared with another thread); the snapshot sums the blocks.
+    optimistic_hits: stats::Counters,
+    /// The pinned hits (the fallback, which does RMWs anyway: its pin).
     pinned_hits: AtomicU64,
     stale: AtomicU64,
     misses: AtomicU64,
@@ -196,7 +203,7 @@ impl Counts {
     fn snapshot(&self) -> ReadCounters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         ReadCounters {
-            hits: get(&self.hits),
+            hits: self.optimistic_hits.snapshot().hits + get(&self.pinned_hits),
             pinned_hits: get(&self.pinned_hits),
             stale: get(&self.stale),
             misses: get(&self.misses),
@@ -421,14 +428,13 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
             match self.optimistic(&queue, index, file_no, page, within, dst)? {
-                Optimistic::Hit(_) => bump(&self.counts.hits),
+                Optimistic::Hit(_) => self.counts.optimistic_hits.hit(),
                 Optimistic::Absent => self.miss(&queue, file, index, page, within, dst)?,
                 Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
                     PinHit::Pinned(Pinned(frame)) => {
                         self.run.at(Step::Copying).map_err(died)?;
                         self.copy_out(frame, within, dst);
                         queue.unpin(frame, self.me);
-                        bump(&self.counts.hits);
                         bump(&self.counts.pinned_hits);
                     }
                     PinHit::Ours => {
