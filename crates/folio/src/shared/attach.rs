@@ -27,8 +27,9 @@
 //!
 //! Protection: the connection and the member's fields are this process's (the steward we
 //! know under a mutex, the counts atomics: a member is shared by the threads of its
-//! process, `shared::reader`); the region's words by their protocols. Limits: an attach, and a wait for a new steward, give up after `ATTACH_WAIT` (an
-//! error, never a hang); starting a steward forks this process (`spawn`'s context).
+//! process, `shared::reader`); the region's words by their protocols. Limits: an attach,
+//! and a wait for a new steward, give up after `ATTACH_WAIT` (an error, never a hang);
+//! starting a steward forks this process (`spawn`'s context).
 
 use std::io;
 use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};

@@ -169,8 +169,9 @@ impl<'r> HolderLock<'r> {
     /// the dead holder's published change).
     ///
     /// Context: `me` is LIVE in `slots`, which lie in this lock's region; this thread holds
-    /// no lock of this line (another thread of this process may: we wait for it). While a live holder holds it: waits (`run.wait`), then parks (module
-    /// docs, P1-P4: a system call) as `run.park` says.
+    /// no lock of this line (another thread of this process may: we wait for it). While a
+    /// live holder holds it: waits (`run.wait`), then parks (module docs, P1-P4: a system
+    /// call) as `run.park` says.
     pub(crate) fn lock<R: Run>(
         &self,
         me: Holder,

@@ -171,10 +171,11 @@
 //! slot that is not live.
 //!
 //! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame by the lock; GEN
-//! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch racing reclaim's clear is lost or kept, both right); PIN by
-//! CAS (pins) and by the lock (FROZEN: only a holder freezes and unfreezes). Locks, in
-//! order: this queue's, then an index's, then the buddy allocator's; nobody takes this
-//! one while holding an index's or the allocator's.
+//! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch
+//! racing reclaim's clear is lost or kept, both right); PIN by CAS (pins) and by the lock
+//! (FROZEN: only a holder freezes and unfreezes). Locks, in order: this queue's, then an
+//! index's, then the buddy allocator's; nobody takes this one while holding an index's or
+//! the allocator's.
 //!
 //! Limits: order-0 frames only (a larger folio's frames would each need its CACHED head
 //! and one queue entry: not done); up to 2^30 - 1 frames; pins of up to 63 process slots

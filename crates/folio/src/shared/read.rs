@@ -32,14 +32,14 @@
 //!
 //! queue.rs, "The optimistic hit", argues it: a copy whose frame's generation did not
 //! change, whose slot named that frame after the first generation load, and whose frame
-//! records this file and page, is the bytes of the incarnation that cached the page. Here, what that argument asks of this file:
-//! the copy reads the frame only with byte-wise atomic loads (`copy_racing`:
-//! `arena::atomic_copy`, never a plain copy: another process may lease the frame and
-//! `pread` into it while we copy), and a miss writes a frame it leased only by the kernel
-//! (`pread`) and by atomic stores (`atomic_zero` past a short read), after the lease's
-//! release fence (`SharedBuddy::alloc` and `lease_batch` issue it), never through a
-//! `&mut` slice of the region. The pin stays for what needs it: the fallback and the miss
-//! (its frame pinned from the hand-over to the copy).
+//! records this file and page, is the bytes of the incarnation that cached the page. Here,
+//! what that argument asks of this file: the copy reads the frame only with byte-wise
+//! atomic loads (`copy_racing`: `arena::atomic_copy`, never a plain copy: another process
+//! may lease the frame and `pread` into it while we copy), and a miss writes a frame it
+//! leased only by the kernel (`pread`) and by atomic stores (`atomic_zero` past a short
+//! read), after the lease's release fence (`SharedBuddy::alloc` and `lease_batch` issue
+//! it), never through a `&mut` slice of the region. The pin stays for what needs it: the
+//! fallback and the miss (its frame pinned from the hand-over to the copy).
 //!
 //! # Why a pinned frame's bytes are read with plain loads
 //!
@@ -66,16 +66,16 @@
 //! (counted `sibling_pinned`). The counters are this process's (never a store to the region
 //! per hit): an optimistic hit is counted as today's hit is (`stats::Counters::hit`: a load
 //! and a store in the thread's own block, no read-modify-write and no line shared between
-//! threads), everything else, next to a pin, a lock or a `pread`, in shared atomics. The magazines are a **small pool, each under its own mutex** (one
-//! per core, at most `MAGAZINES_MAX`): a miss takes the one its thread's hint names if it
-//! is free, else any free one, else waits for its own. A pool rather than one per thread:
-//! a file is read by whatever threads its user has (a pool of readers that come and go),
-//! and a thread's magazine would hold its leased frames after the thread is gone (nothing
-//! returns them but the reader's drop), up to 2 x `batch` per thread ever seen; the pool
-//! bounds what the process holds to 2 x `batch` per magazine, and its locks are
-//! uncontended while threads and cores are few (a miss holds one around a `pread`-free
-//! step: the lease, or a reclaim). The uncached read's aligned buffer is on the stack of
-//! the call.
+//! threads), everything else, next to a pin, a lock or a `pread`, in shared atomics. The
+//! magazines are a **small pool, each under its own mutex** (one per core, at most
+//! `MAGAZINES_MAX`): a miss takes the one its thread's hint names if it is free, else any
+//! free one, else waits for its own. A pool rather than one per thread: a file is read by
+//! whatever threads its user has (a pool of readers that come and go), and a thread's
+//! magazine would hold its leased frames after the thread is gone (nothing returns them but
+//! the reader's drop), up to 2 x `batch` per thread ever seen; the pool bounds what the
+//! process holds to 2 x `batch` per magazine, and its locks are uncontended while threads
+//! and cores are few (a miss holds one around a `pread`-free step: the lease, or a
+//! reclaim). The uncached read's aligned buffer is on the stack of the call.
 //!
 //! Protection: the frames' bytes as above; the file table, queue, indexes and allocator
 //! by their own protocols; each magazine by its mutex; the counters are atomics (the

@@ -696,8 +696,8 @@ fn miss_costs(area: DataArea) {
 
 /// A lever for `an_optimistic_hit_of_a_frame_reused_during_its_copy_does_not_validate`:
 /// at the first `Step::Found` (an optimistic hit has found its frame and read its
-/// generation, and not copied yet) it reclaims every queued frame, leases every free frame, fills each
-/// with 0xee (another process's new data) and frees them again.
+/// generation, and not copied yet) it reclaims every queued frame, leases every free frame,
+/// fills each with 0xee (another process's new data) and frees them again.
 struct ReuseAtFound<'m> {
     member: &'m Member,
     fired: Cell<bool>,
@@ -787,8 +787,8 @@ fn reuse_during_the_copy(name: &str, flaw: super::Flaw) -> (usize, ReadCounters)
 }
 
 /// The optimistic hit's copy raced by a reclaim and a reuse of its frame (forced by a
-/// lever before the copy: the copy reads the reused frame) does not validate: the copy is discarded, the
-/// page missed and read again, every byte right.
+/// lever before the copy: the copy reads the reused frame) does not validate: the copy is
+/// discarded, the page missed and read again, every byte right.
 #[test]
 fn an_optimistic_hit_of_a_frame_reused_during_its_copy_does_not_validate() {
     let (wrong, counters) = reuse_during_the_copy("read-reuse", super::Flaw::None);
