@@ -94,6 +94,15 @@ impl Order {
     }
 }
 
+/// How a file's descriptor reads: around the kernel's page cache or through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OpenMode {
+    /// O_DIRECT: the kernel's page cache is bypassed.
+    Direct,
+    /// Buffered, where the file system refuses O_DIRECT (tmpfs).
+    Buffered,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -209,9 +209,7 @@ impl Cache {
         // A read-only file of a domain cache reads through the domain (a descriptor of its
         // own: the same open file); a refused one privately (counted by the reader).
         if let (Some(reader), Access::ReadOnly) = (&self.domain, access) {
-            if let Admitted::Open(shared) =
-                reader.admit(file.clone_fd()?, mode == OpenMode::Direct)?
-            {
+            if let Admitted::Open(shared) = reader.admit(file.clone_fd()?, mode)? {
                 file.read_through(Box::new(DomainFile::new(reader.clone(), shared)));
             }
         }

@@ -67,14 +67,8 @@ use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex};
 use crate::write::errseq::Since;
 
-/// How a file's descriptor reads: around the kernel's page cache or through it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OpenMode {
-    /// O_DIRECT: the kernel's page cache is bypassed.
-    Direct,
-    /// Buffered, where the file system refuses O_DIRECT (tmpfs).
-    Buffered,
-}
+// Below `file` (types.rs) so that the shared path's files say it too.
+pub(crate) use crate::types::OpenMode;
 
 /// Whether a handle may write (`Cache::open` is read-only; `Cache::open_options` says).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

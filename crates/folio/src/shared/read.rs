@@ -115,6 +115,7 @@ use super::{Died, Holder, Run, Step, Word};
 use crate::arena::atomic_copy;
 use crate::io::atomic_zero;
 use crate::stats::{self, add, bump};
+use crate::types::OpenMode;
 
 /// The most magazines a reader keeps (module docs, "Threads").
 const MAGAZINES_MAX: usize = 4;
@@ -124,7 +125,7 @@ const MAGAZINES_MAX: usize = 4;
 pub(crate) struct SharedFile {
     id: FileId,
     file: StdFile,
-    direct: bool,
+    mode: OpenMode,
 }
 
 impl SharedFile {
@@ -329,12 +330,14 @@ impl<'m, R: Run> SharedReader<'m, R> {
             options.read(true).custom_flags(flags | libc::O_CLOEXEC);
             options
         };
-        let (file, direct) = match options(libc::O_DIRECT).open(path) {
-            Ok(file) => (file, true),
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (options(0).open(path)?, false),
+        let (file, mode) = match options(libc::O_DIRECT).open(path) {
+            Ok(file) => (file, OpenMode::Direct),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                (options(0).open(path)?, OpenMode::Buffered)
+            }
             Err(e) => return Err(e),
         };
-        match self.admit(file, direct)? {
+        match self.admit(file, mode)? {
             Admitted::Open(file) => Ok(file),
             Admitted::Refused(Refusal::Changed) => Err(io::Error::other(
                 "folio: the file changed since the domain cached it (not handled yet)",
@@ -348,12 +351,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
     }
 
-    /// `open` of a file open already (`direct`: with O_DIRECT): its record found or made,
+    /// `open` of a file open already (as `mode` says): its record found or made,
     /// our opener count raised, or the domain's refusal (nothing changed then).
     ///
     /// Context: takes the file table's lock.
     /// Errors: `fstat`'s.
-    pub(crate) fn admit(&self, file: StdFile, direct: bool) -> io::Result<Admitted> {
+    pub(crate) fn admit(&self, file: StdFile, mode: OpenMode) -> io::Result<Admitted> {
         let meta = file.metadata()?;
         let identity = crate::segment::identity_of(&meta);
         let key = FileKey {
@@ -373,7 +376,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Opened::Open {
                 id,
                 stamp: Stamp::Same,
-            } => Admitted::Open(SharedFile { id, file, direct }),
+            } => Admitted::Open(SharedFile { id, file, mode }),
             Opened::Open {
                 id,
                 stamp: Stamp::Changed,
@@ -713,7 +716,7 @@ fn pread_page(file: &SharedFile, into: *mut u8, page: Page) -> io::Result<usize>
             break;
         }
         got += n as usize;
-        if file.direct {
+        if file.mode == OpenMode::Direct {
             // A short O_DIRECT read is the end of the file (the next would be unaligned).
             break;
         }

@@ -25,6 +25,7 @@ use std::sync::Arc;
 
 use super::attach::{DomainConfig, Member};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
+use crate::types::OpenMode;
 
 /// The frames a miss leases (and reclaims) at a time through a domain of `frames`: 16,
 /// fewer in a small domain, so that its members' magazines hold a small part of it.
@@ -97,8 +98,8 @@ impl DomainReader {
     /// `SharedReader::admit`: a refusal is counted (the caller reads the file privately).
     ///
     /// Context and errors: as `SharedReader::admit`.
-    pub(crate) fn admit(&self, file: StdFile, direct: bool) -> io::Result<Admitted> {
-        let admitted = self.reader.admit(file, direct)?;
+    pub(crate) fn admit(&self, file: StdFile, mode: OpenMode) -> io::Result<Admitted> {
+        let admitted = self.reader.admit(file, mode)?;
         if matches!(admitted, Admitted::Refused(_)) {
             self.refused.fetch_add(1, Ordering::Relaxed);
         }

@@ -17,6 +17,7 @@ use super::attach::Member;
 use super::reader::DomainReader;
 use super::tests::Rng;
 use super::tests_read::{check_all, config, reclaim_everything, stamped, write_file};
+use crate::types::OpenMode;
 use crate::{Cache, DomainStats};
 
 /// The environment a child run reads: its role, and where.
@@ -101,7 +102,7 @@ fn threads_of_one_process_read_through_one_domain_reader() {
             .iter()
             .map(|p| {
                 let file = std::fs::File::open(p).unwrap();
-                match reader.admit(file, false).unwrap() {
+                match reader.admit(file, OpenMode::Buffered).unwrap() {
                     super::read::Admitted::Open(file) => {
                         super::reader::DomainFile::new(reader.clone(), file)
                     }
