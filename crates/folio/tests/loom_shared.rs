@@ -1371,7 +1371,7 @@ fn reclaim_model(
             Arc::new((0..RECLAIM_FRAMES).map(|_| AtomicU64::new(0)).collect());
         let (steward, reclaimer, reader, cached) = {
             let (slots, buddy, indexes) = reclaim_views(&region);
-            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
             buddy.format();
             buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
             queue.format();
@@ -1414,7 +1414,7 @@ fn reclaim_model(
             let data = data.clone();
             loom::thread::spawn(move || {
                 let (slots, buddy, indexes) = reclaim_views(&region);
-                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
                 let living = ModelRun::living(flaw);
                 let died = queue
                     .reclaim(
@@ -1449,7 +1449,7 @@ fn reclaim_model(
         };
         {
             let (slots, buddy, indexes) = reclaim_views(&region);
-            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
             if let ReaderStart::AfterYield = start {
                 loom::thread::yield_now();
             }
@@ -1497,7 +1497,7 @@ fn reclaim_model(
         }
         a.join().unwrap();
         let (slots, buddy, indexes) = reclaim_views(&region);
-        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, &buddy);
+        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
         let census = queue.check(&slots);
         assert!(census.is_ok(), "the queue checks at the end: {census:?}");
         let checked = indexes[0].check();

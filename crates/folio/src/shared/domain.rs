@@ -280,7 +280,7 @@ impl Domain {
         domain.stack().format();
         let buddy = domain.buddy();
         buddy.format();
-        domain.queue(&buddy).format();
+        domain.queue().format();
         for index in domain.indexes() {
             index.format();
         }
@@ -477,9 +477,9 @@ impl Domain {
         SharedBuddy::new(self.region(), self.geometry.buddy(), self.geometry.frames)
     }
 
-    /// The eviction queue's view, over `buddy` (this domain's: `buddy()`).
-    pub(crate) fn queue<'b>(&'b self, buddy: &'b SharedBuddy<'b>) -> SharedQueue<'b, 'b> {
-        SharedQueue::new(self.region(), self.geometry.queue(), buddy)
+    /// The eviction queue's view, over the buddy allocator's frames (its own view of it).
+    pub(crate) fn queue(&self) -> SharedQueue<'_> {
+        SharedQueue::new(self.region(), self.geometry.queue(), self.buddy())
     }
 
     /// Every file record's index, record r's the r-th (a `queue::Indexes`: `FileNo(r)`).

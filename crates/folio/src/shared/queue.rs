@@ -357,15 +357,15 @@ fn slot_bit(me: Holder) -> u64 {
 
 /// The eviction queue of the frames of `buddy`, at `base` of the same region.
 #[derive(Debug)]
-pub(crate) struct SharedQueue<'b, 'r> {
+pub(crate) struct SharedQueue<'r> {
     region: &'r [AtomicU64],
     lock: HolderLock<'r>,
     base: Word,
-    buddy: &'b SharedBuddy<'r>,
+    buddy: SharedBuddy<'r>,
     frames: u32,
 }
 
-impl<'b, 'r> SharedQueue<'b, 'r> {
+impl<'r> SharedQueue<'r> {
     /// The words a queue of `frames` takes.
     pub(crate) fn words(frames: u32) -> u32 {
         FRAMES_AT + PER_FRAME * frames
@@ -376,8 +376,8 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
     pub(crate) fn new(
         region: &'r [AtomicU64],
         base: Word,
-        buddy: &'b SharedBuddy<'r>,
-    ) -> SharedQueue<'b, 'r> {
+        buddy: SharedBuddy<'r>,
+    ) -> SharedQueue<'r> {
         let frames = buddy.frames();
         assert!(u64::from(frames) < VICTIM_MASK, "too many frames");
         assert!(
@@ -391,6 +391,11 @@ impl<'b, 'r> SharedQueue<'b, 'r> {
             buddy,
             frames,
         }
+    }
+
+    /// The allocator whose frames this queue holds.
+    pub(crate) fn buddy(&self) -> &SharedBuddy<'r> {
+        &self.buddy
     }
 
     /// An empty queue, the lock free.

@@ -9,7 +9,9 @@
 //!   (lock-free, no store but the touch: a walk, the frame's reuse generation, the walk's
 //!   last slot loaded again and the frame's file and page checked, a byte-wise atomic
 //!   copy of the frame's data, the generation again; one line of the queue per hit),
-//!   tried twice; when both copies are stale (the frame reclaimed or reused meanwhile),
+//!   tried twice (a read within one page: first by `read_at` itself, the rest of every
+//!   read out of line in `read_pages`, so that the common hit is a short function: then
+//!   twice more there); when both copies are stale (the frame reclaimed or reused meanwhile),
 //!   `SharedQueue::pin_hit` (a look-up, a pin CAS, a second look-up, a touch), a copy out
 //!   of the pinned frame, `unpin`; when that finds nothing, a miss.
 //! - **Miss**: a frame from this member's magazine (`Magazine`, order 0; a batch the
@@ -104,14 +106,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use super::attach::Member;
-use super::buddy::SharedBuddy;
 use super::domain::FRAME_BYTES;
 use super::files::{FileId, FileKey, FileTable, Opened, Stamp};
 use super::index::{Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{FileNo, Optimistic, PinHit, Pinned, SharedQueue, PIN_SLOTS};
 use super::stack::Frame;
-use super::{Died, Holder, Run, Step, Word};
+use super::{Died, Holder, Run, Step};
 use crate::arena::atomic_copy;
 use crate::io::atomic_zero;
 use crate::stats::{self, add, bump};
@@ -246,9 +247,9 @@ pub(crate) struct SharedReader<'m, R: Run> {
     run: &'m R,
     me: Holder,
     files: FileTable<'m>,
-    buddy: SharedBuddy<'m>,
-    /// Where the domain's queue lies (`Geometry::queue`, computed once: not per read).
-    queue_at: Word,
+    /// The domain's queue, with its view of the buddy allocator: made once, not per read
+    /// (its checks and its fields cost a hit more than its walk of the index).
+    queue: SharedQueue<'m>,
     indexes: Vec<SharedIndex<'m>>,
     magazines: Box<[Mutex<Magazine>]>,
     batch: u32,
@@ -279,8 +280,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             run,
             me,
             files: domain.files(),
-            buddy: domain.buddy(),
-            queue_at: domain.geometry().queue(),
+            queue: domain.queue(),
             indexes: domain.indexes(),
             magazines,
             batch,
@@ -312,9 +312,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The domain's queue (`Domain::queue`, its place computed once in `new`).
-    fn queue(&self) -> SharedQueue<'_, '_> {
-        SharedQueue::new(self.member.domain().region(), self.queue_at, &self.buddy)
+    /// The domain's queue (`Domain::queue`, made once in `new`).
+    fn queue(&self) -> &SharedQueue<'m> {
+        &self.queue
     }
 
     /// Opens `path` for shared reads (O_DIRECT, buffered where the file system refuses
@@ -406,6 +406,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// Context: the reader's thread; takes the queue's, an index's and the allocator's
     /// locks on a miss (never on a hit); blocks in `pread` on a miss.
     /// Errors: `pread`'s.
+    #[inline]
     pub(crate) fn read_at(
         &self,
         file: &SharedFile,
@@ -418,7 +419,38 @@ impl<'m, R: Run> SharedReader<'m, R> {
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
-        let end = size.min(offset + buf.len() as u64);
+        let n = size.min(offset + buf.len() as u64) - offset;
+        let within = offset % FRAME_BYTES as u64;
+        // The common read, within one page, tried as one optimistic hit first, with
+        // everything else (a second try, a pin, a miss, more pages) out of line: this
+        // function stays small enough to need few registers saved.
+        if within + n <= FRAME_BYTES as u64 {
+            let page: Page = offset / FRAME_BYTES as u64;
+            let dst = &mut buf[..n as usize];
+            let index = &self.indexes[file.id.index as usize];
+            let file_no = FileNo(u64::from(file.id.index));
+            match self
+                .queue
+                .read_hit(index, file_no, page, self.run, |frame| {
+                    self.copy_racing(frame, within as usize, dst)
+                }) {
+                Ok(Optimistic::Hit(_)) => {
+                    self.counts.optimistic_hits.hit();
+                    return Ok(n as usize);
+                }
+                Ok(Optimistic::Stale) => bump(&self.counts.stale),
+                Ok(Optimistic::Absent) => {}
+                Err(dead) => return Err(died(dead)),
+            }
+        }
+        self.read_pages(file, &mut buf[..n as usize], offset)
+    }
+
+    /// `read_at`'s every read but a one-page optimistic hit: page by page, each a hit,
+    /// a pinned hit, a miss or an uncached read. `buf` ends within the file.
+    #[inline(never)]
+    fn read_pages(&self, file: &SharedFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let end = offset + buf.len() as u64;
         let queue = self.queue();
         let index = &self.indexes[file.id.index as usize];
         let file_no = FileNo(u64::from(file.id.index));
@@ -430,9 +462,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            match self.optimistic(&queue, index, file_no, page, within, dst)? {
+            match self.optimistic(queue, index, file_no, page, within, dst)? {
                 Optimistic::Hit(_) => self.counts.optimistic_hits.hit(),
-                Optimistic::Absent => self.miss(&queue, file, index, page, within, dst)?,
+                Optimistic::Absent => self.miss(queue, file, index, page, within, dst)?,
                 Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
                     PinHit::Pinned(Pinned(frame)) => {
                         self.run.at(Step::Copying).map_err(died)?;
@@ -446,12 +478,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
                         bump(&self.counts.sibling_pinned);
                         self.read_uncached(file, page, within, dst)?;
                     }
-                    PinHit::Missed => self.miss(&queue, file, index, page, within, dst)?,
+                    PinHit::Missed => self.miss(queue, file, index, page, within, dst)?,
                 },
             }
             pos += n as u64;
         }
-        Ok((end - offset) as usize)
+        Ok(buf.len())
     }
 
     /// The optimistic hit (module docs), tried twice: `Hit` (`dst` holds the page's bytes),
@@ -459,7 +491,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     #[inline]
     fn optimistic(
         &self,
-        queue: &SharedQueue<'_, '_>,
+        queue: &SharedQueue<'_>,
         index: &SharedIndex<'m>,
         file: FileNo,
         page: Page,
@@ -483,7 +515,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// A missed page (module docs): read into a frame and cached, or uncached.
     fn miss(
         &self,
-        queue: &SharedQueue<'_, '_>,
+        queue: &SharedQueue<'_>,
         file: &SharedFile,
         index: &SharedIndex<'m>,
         page: Page,
@@ -504,7 +536,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Err(e) => {
                 let domain = self.member.domain();
                 self.magazine()
-                    .free(frame, &self.buddy, &domain.slots(), self.run)
+                    .free(frame, self.queue.buddy(), &domain.slots(), self.run)
                     .map_err(died)?;
                 return Err(e);
             }
@@ -546,7 +578,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
 
     /// A frame for a miss: the magazine's; when it has none, a reclaim of a batch and the
     /// magazine again; `None` when that found nothing either.
-    fn frame(&self, queue: &SharedQueue<'_, '_>) -> Result<Option<Frame>, Died> {
+    fn frame(&self, queue: &SharedQueue<'_>) -> Result<Option<Frame>, Died> {
         let mut magazine = self.magazine();
         if let Some(frame) = self.frame_mapped(&mut magazine)? {
             return Ok(Some(frame));
@@ -561,7 +593,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let slots = self.member.domain().slots();
         let leases = magazine.len() == 0;
         // (The magazine leases only when empty: what it holds after is that batch.)
-        let frame = magazine.alloc(&self.buddy, &slots, self.run)?;
+        let frame = magazine.alloc(self.queue.buddy(), &slots, self.run)?;
         if leases {
             if let Some(frame) = frame {
                 self.map_batch(frame, magazine.frames());
@@ -602,7 +634,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// Reclaims a batch of frames into the allocator (counted).
-    fn reclaim_batch(&self, queue: &SharedQueue<'_, '_>) -> Result<(), Died> {
+    fn reclaim_batch(&self, queue: &SharedQueue<'_>) -> Result<(), Died> {
         let slots = self.member.domain().slots();
         let freed = queue.reclaim(
             self.batch,
@@ -680,7 +712,7 @@ impl<R: Run> Drop for SharedReader<'_, R> {
         let slots = self.member.domain().slots();
         for magazine in self.magazines.iter_mut() {
             let magazine = magazine.get_mut().unwrap_or_else(PoisonError::into_inner);
-            let _ = magazine.drain(&self.buddy, &slots, self.run);
+            let _ = magazine.drain(self.queue.buddy(), &slots, self.run);
         }
     }
 }

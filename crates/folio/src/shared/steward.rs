@@ -369,12 +369,11 @@ impl<'d> Steward<'d> {
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         // The queue's sweep in its order (queue.rs): the queue's lock, the indexes' locks
         // the dead one held, its pins, then the allocator's sweep of its leases.
-        let buddy = self.domain.buddy();
         let indexes = self.domain.indexes();
-        let swept =
-            self.domain
-                .queue(&buddy)
-                .sweep(dead, self.me, indexes.as_slice(), &slots, self);
+        let swept = self
+            .domain
+            .queue()
+            .sweep(dead, self.me, indexes.as_slice(), &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         let swept = self.domain.files().sweep(dead, self.me, &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");

@@ -56,7 +56,7 @@ pub(super) fn config(home: &Path, name: &str, slots: u16, frames: u32) -> Domain
 pub(super) fn check_all(domain: &Domain) -> u32 {
     let slots = domain.slots();
     let buddy = domain.buddy();
-    let census = domain.queue(&buddy).check(&slots).unwrap();
+    let census = domain.queue().check(&slots).unwrap();
     for (r, index) in domain.indexes().iter().enumerate() {
         index
             .check()
@@ -86,7 +86,7 @@ pub(super) fn check_all(domain: &Domain) -> u32 {
 pub(super) fn reclaim_everything(domain: &Domain, me: Holder) {
     let slots = domain.slots();
     let buddy = domain.buddy();
-    let queue = domain.queue(&buddy);
+    let queue = domain.queue();
     let indexes = domain.indexes();
     let frames = domain.geometry().frames;
     let freed = queue
@@ -404,7 +404,8 @@ fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
 }
 
 // The cost of a 64-byte hit (docs/sharing.md, "The shared read path"): of a page another
-// process cached, of a page this process cached, and today's `Cache` hit (`File::read_at`
+// process cached, of a page this process cached, through a `Cache` with a domain (its
+// `File::read_at`, the whole path a user calls), and today's `Cache` hit (`File::read_at`
 // of 64 bytes on a cached file), in paired rounds:
 // `cargo test --release -p folio --lib shared::tests_read::a_hit_costs -- --ignored
 // --nocapture`.
@@ -418,10 +419,11 @@ fn a_hit_costs() {
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let data = tempfile::tempdir().unwrap();
     let len = PAGES * 4096;
-    let (theirs, ours, todays) = (
+    let (theirs, ours, todays, domains) = (
         write_file(data.path(), 0, len),
         write_file(data.path(), 1, len),
         write_file(data.path(), 2, len),
+        write_file(data.path(), 3, len),
     );
     let config = config(home.path(), "read-costs", 8, 256);
     let member = Member::attach(&config).unwrap();
@@ -452,13 +454,23 @@ fn a_hit_costs() {
         .unwrap();
     let today = cache.open(&todays).unwrap();
     today.read_at(&mut buf, 0).unwrap();
+    let domain_cache = crate::Cache::builder()
+        .capacity_bytes(16 << 20)
+        .segment_dir(home.path())
+        .domain("read-costs-cache")
+        .build()
+        .unwrap();
+    let via_cache = domain_cache.open(&domains).unwrap();
+    assert!(via_cache.is_domain_file());
+    via_cache.read_at(&mut buf, 0).unwrap();
     let mut rng = Rng(7);
     let offsets: Vec<u64> = (0..N)
         .map(|_| rng.below(PAGES) * 4096 + rng.below(4096 - 64))
         .collect();
     let mut small = [0u8; 64];
     let mut sum = 0u64;
-    let (mut cross, mut own, mut base) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cross, mut own, mut through, mut base) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..ROUNDS {
         let mut time = |read: &mut dyn FnMut(&mut [u8], u64)| {
             let started = Instant::now();
@@ -474,6 +486,9 @@ fn a_hit_costs() {
         own.push(time(&mut |b, o| {
             reader.read_at(&ours, b, o).unwrap();
         }));
+        through.push(time(&mut |b, o| {
+            via_cache.read_at(b, o).unwrap();
+        }));
         base.push(time(&mut |b, o| {
             today.read_at(b, o).unwrap();
         }));
@@ -486,7 +501,7 @@ fn a_hit_costs() {
         v[v.len() / 2]
     };
     let ratios = |a: &[f64]| -> Vec<f64> { a.iter().zip(&base).map(|(x, y)| x / y).collect() };
-    let (rc, ro) = (ratios(&cross), ratios(&own));
+    let (rc, ro, rt) = (ratios(&cross), ratios(&own), ratios(&through));
     let spread = |r: &[f64]| {
         let mut r = r.to_vec();
         r.sort_by(f64::total_cmp);
@@ -494,13 +509,16 @@ fn a_hit_costs() {
     };
     eprintln!(
         "64-byte hit, ns (median of {ROUNDS} rounds of {N}): another process's page {:.1}, \
-         this process's {:.1}, today's Cache {:.1}; ratio to today's (min, median, max): \
-         another's {:.2?}, own {:.2?} (checksum {sum})",
+         this process's {:.1}, a domain Cache's File {:.1}, today's Cache {:.1}; ratio to \
+         today's (min, median, max): another's {:.2?}, own {:.2?}, domain Cache's {:.2?} \
+         (checksum {sum})",
         median(&cross),
         median(&own),
+        median(&through),
         median(&base),
         spread(&rc),
-        spread(&ro)
+        spread(&ro),
+        spread(&rt)
     );
     reader.close(theirs).unwrap();
     reader.close(ours).unwrap();
@@ -713,7 +731,7 @@ impl Run for ReuseAtFound<'_> {
         let me = self.member.holder();
         let slots = domain.slots();
         let buddy = domain.buddy();
-        let queue = domain.queue(&buddy);
+        let queue = domain.queue();
         let indexes = domain.indexes();
         let freed = queue
             .reclaim(
@@ -834,7 +852,7 @@ impl Run for MoveAtWalked<'_> {
         let me = self.member.holder();
         let slots = domain.slots();
         let buddy = domain.buddy();
-        let queue = domain.queue(&buddy);
+        let queue = domain.queue();
         let indexes = domain.indexes();
         let file = FileNo(u64::from(self.record));
         let index = &indexes[self.record as usize];

@@ -38,8 +38,7 @@ struct StopBeforeInsertion<'m> {
 impl StopBeforeInsertion<'_> {
     fn queued(&self) -> u32 {
         let domain = self.member.domain();
-        let buddy = domain.buddy();
-        domain.queue(&buddy).count()
+        domain.queue().count()
     }
 }
 
@@ -99,8 +98,7 @@ fn a_member_stopped_between_its_pread_and_its_insertion_conflicts_and_reads_righ
     let status = wait_for(a, libc::WUNTRACED);
     assert!(libc::WIFSTOPPED(status), "A: status {status:#x}");
     // A's frame is queued, and no index names the page yet.
-    let buddy = parent.domain().buddy();
-    assert_eq!(parent.domain().queue(&buddy).count(), 1);
+    assert_eq!(parent.domain().queue().count(), 1);
     assert_eq!(
         cached_folios(&parent),
         Vec::new(),
@@ -132,7 +130,7 @@ fn a_member_stopped_between_its_pread_and_its_insertion_conflicts_and_reads_righ
     );
     // The index still names B's frame; A's is queued in no index.
     assert_eq!(cached_folios(&parent), after_b);
-    assert_eq!(parent.domain().queue(&buddy).count(), 2);
+    assert_eq!(parent.domain().queue().count(), 2);
     check_all(parent.domain());
     // The reclaim frees both frames, A's conflicted one included: every frame free.
     reclaim_everything(parent.domain(), parent.holder());

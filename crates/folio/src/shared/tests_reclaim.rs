@@ -71,7 +71,7 @@ fn format(
     region: &[AtomicU64],
     frames: u32,
     buddy: &SharedBuddy<'_>,
-    queue: &SharedQueue<'_, '_>,
+    queue: &SharedQueue<'_>,
     indexes: &[SharedIndex<'_>],
 ) {
     buddy.format();
@@ -87,7 +87,7 @@ fn format(
 /// conflict leaves the frame queued and in no index (reclaim frees it).
 #[allow(clippy::too_many_arguments)]
 fn cache<R: Run>(
-    queue: &SharedQueue<'_, '_>,
+    queue: &SharedQueue<'_>,
     buddy: &SharedBuddy<'_>,
     indexes: &[SharedIndex<'_>],
     me: Holder,
@@ -117,7 +117,7 @@ fn cache<R: Run>(
 /// A truncation's drop of `page` of `file`: what `SharedQueue::remove` said, or `None`
 /// if no frame caches it.
 fn drop_page<R: Run>(
-    queue: &SharedQueue<'_, '_>,
+    queue: &SharedQueue<'_>,
     indexes: &[SharedIndex<'_>],
     me: Holder,
     file: usize,
@@ -139,7 +139,7 @@ fn a_pinned_frame_is_skipped_and_a_frozen_one_refuses_a_pin() {
     let frames = 8;
     let region = region_for(frames);
     let (slots, buddy, indexes) = parts(&region, frames);
-    let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
+    let queue = SharedQueue::new(&region, queue_at(frames), buddy.clone());
     format(&region, frames, &buddy, &queue, &indexes);
     let me = slots.attach(Flaw::None).unwrap();
     let reader = slots.attach(Flaw::None).unwrap();
@@ -172,14 +172,14 @@ fn a_pinned_frame_is_skipped_and_a_frozen_one_refuses_a_pin() {
 /// The lever of `a_pin_this_process_holds_is_refused_and_a_hand_over_waits_for_it`: at
 /// the hand-over's wait it unpins the frame, as the sibling thread whose passing pin held
 /// our bit would (its second look-up failed), and counts the waits.
-struct SiblingUnpinsAtWait<'q, 'b, 'r> {
-    queue: &'q SharedQueue<'b, 'r>,
+struct SiblingUnpinsAtWait<'q, 'r> {
+    queue: &'q SharedQueue<'r>,
     frame: Frame,
     me: Holder,
     waits: Cell<u32>,
 }
 
-impl Run for SiblingUnpinsAtWait<'_, '_, '_> {
+impl Run for SiblingUnpinsAtWait<'_, '_> {
     fn at(&self, _step: Step) -> Result<(), Died> {
         Ok(())
     }
@@ -202,7 +202,7 @@ fn a_pin_this_process_holds_is_refused_and_a_hand_over_waits_for_it() {
     let frames = 8;
     let region = region_for(frames);
     let (slots, buddy, indexes) = parts(&region, frames);
-    let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
+    let queue = SharedQueue::new(&region, queue_at(frames), buddy.clone());
     format(&region, frames, &buddy, &queue, &indexes);
     let me = slots.attach(Flaw::None).unwrap();
     let run = &Unkillable;
@@ -329,7 +329,7 @@ fn add_touch_remove_reclaim_follow_the_model() {
     proptest!(ProptestConfig::with_cases(128), |(frames in 1u32..10, ops in proptest::collection::vec(op(), 1..120))| {
         let region = region_for(frames);
         let (slots, buddy, indexes) = parts(&region, frames);
-        let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
+        let queue = SharedQueue::new(&region, queue_at(frames), buddy.clone());
         format(&region, frames, &buddy, &queue, &indexes);
         let me = slots.attach(Flaw::None).unwrap();
         let reader = slots.attach(Flaw::None).unwrap();
@@ -470,7 +470,7 @@ const PAGES: [(usize, Page); 6] = [(0, 0), (0, 1), (0, 7), (1, 3), (1, 5), (1, 9
 /// already cached (a conflict: queued, not indexed), removes a page, caches another,
 /// reclaims one (the unindexed frame).
 fn script<R: Run>(
-    queue: &SharedQueue<'_, '_>,
+    queue: &SharedQueue<'_>,
     buddy: &SharedBuddy<'_>,
     indexes: &[SharedIndex<'_>],
     me: Holder,
@@ -533,7 +533,7 @@ fn in_one_process(flaw: Flaw) -> Result<(u32, u32), String> {
         for at in 0.. {
             let region = region_for(SCRIPT_FRAMES);
             let (slots, buddy, indexes) = parts(&region, SCRIPT_FRAMES);
-            let queue = SharedQueue::new(&region, queue_at(SCRIPT_FRAMES), &buddy);
+            let queue = SharedQueue::new(&region, queue_at(SCRIPT_FRAMES), buddy.clone());
             format(&region, SCRIPT_FRAMES, &buddy, &queue, &indexes);
             let steward = slots.attach(Flaw::None).unwrap();
             let q = slots.attach(Flaw::None).unwrap();
@@ -677,7 +677,7 @@ fn costs_beside_todays_queue() {
     let frames = 64;
     let region = region_for(frames);
     let (slots, buddy, indexes) = parts(&region, frames);
-    let queue = SharedQueue::new(&region, queue_at(frames), &buddy);
+    let queue = SharedQueue::new(&region, queue_at(frames), buddy.clone());
     format(&region, frames, &buddy, &queue, &indexes);
     let me = slots.attach(Flaw::None).unwrap();
     let run = &Unkillable;
