@@ -74,8 +74,13 @@ pub(crate) struct DomainConfig {
     pub(crate) name: String,
     /// The region's geometry, used by the steward that makes it.
     pub(crate) geometry: Geometry,
-    /// How long a steward stays with nobody attached (steward.rs, step 5).
+    /// How long a steward stays with nobody attached; then it removes the region and
+    /// leaves (steward.rs, step 5).
     pub(crate) linger: Duration,
+    /// A directory read in place of `/proc` for the memory figures by the steward this
+    /// attach starts (`meminfo`, `pressure/memory`; no cgroup): a test's simulated
+    /// machine (`KeptMemory::memory_files`'s lever). `None`: the machine's.
+    pub(crate) memory_files: Option<PathBuf>,
 }
 
 /// The attach request (A2).

@@ -439,6 +439,31 @@ impl Domain {
         }
     }
 
+    /// Gives the data area's pages of `frames` back (`MADV_REMOVE`: the region file's
+    /// tmpfs pages freed; the frames read as zeros after). The steward's give-back of
+    /// free frames (steward.rs, "Alone").
+    ///
+    /// Context: the frames are free in the allocator and nobody may lease them meanwhile
+    /// (the steward alone in its domain): their bytes are nobody's.
+    /// Errors: `madvise`'s.
+    pub(crate) fn punch_data(&self, frames: std::ops::Range<u32>) -> io::Result<()> {
+        let (at, bytes) = self.data_range(&frames);
+        // SAFETY: `[at, at + bytes)` lies inside our mapping (`data_range`); the caller
+        // says nobody reads or writes those frames' bytes (above).
+        let rc = unsafe {
+            libc::madvise(
+                self.base.cast::<u8>().add(at).cast(),
+                bytes,
+                libc::MADV_REMOVE,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     /// Whether each frame of `frames` has its page in the region file (`mincore`: the
     /// file's page cache, whether or not this process maps the page yet), one `bool` per
     /// frame.

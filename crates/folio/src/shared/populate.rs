@@ -39,7 +39,15 @@
 //! time a chunk is a candidate, so a new steward does not populate again what an old one
 //! did.
 //!
-//! Limits: never gives memory back (as the arena's populator); an allocator that outruns
+//! **Given back**: a chunk whose free frames the steward punched while nobody was
+//! attached (steward.rs, "Alone": `given_back`) is not populated again as a begun chunk
+//! (rule 1): the members map the frames they lease (read.rs's `map_batch`), so memory
+//! given back under pressure comes back only as it is used; it may be populated again
+//! as one of the lead's whole blocks (rule 2: the lead's bound). The steward steps the
+//! populator only while a member is attached (nobody else allocates).
+//!
+//! Limits: a new steward learns given-back chunks as not whole (`mincore`) and populates
+//! a begun one again; an allocator that outruns
 //! it (a chunk consumed within one `POPULATE_POLL`, or a steward that gets no CPU) leaves
 //! the misses that outran it to fault their pages in, as before; a member's own mapping
 //! still maps each page at its first touch (a minor fault, the `pread`'s); a kernel
@@ -71,6 +79,10 @@ enum Known {
     Unknown,
     /// Every page in the file (populated by us, or found so).
     Populated,
+    /// Given back by the steward (steward.rs, "Alone"): not populated again as a begun
+    /// chunk (its frames are mapped by the members that lease them), only as one of the
+    /// lead's whole blocks.
+    GivenBack,
     /// Looked at, not whole: to populate.
     Missing,
 }
@@ -171,6 +183,27 @@ impl Populator {
         }
     }
 
+    /// The steward gave `frames` back (punched them): the chunks they touch are no longer
+    /// populated, and are not populated again as begun chunks (module docs, rule 1).
+    ///
+    /// Context: the steward, after `Domain::punch_data` of `frames`.
+    pub(crate) fn given_back(&mut self, frames: std::ops::Range<u32>) {
+        if frames.is_empty() {
+            return;
+        }
+        let chunks = frames.start / CHUNK_FRAMES..(frames.end - 1) / CHUNK_FRAMES + 1;
+        for chunk in chunks {
+            let Some(known) = self.known.get_mut(chunk as usize) else {
+                continue;
+            };
+            if *known == Known::Populated {
+                self.populated -= 1;
+            }
+            *known = Known::GivenBack;
+        }
+        debug_assert!(self.populated as usize <= self.known.len());
+    }
+
     fn mark_populated(&mut self, chunk: u32) {
         assert_ne!(self.known[chunk as usize], Known::Populated);
         self.known[chunk as usize] = Known::Populated;
@@ -204,10 +237,11 @@ fn next_chunk(begun: &[bool], next: &[u32], known: &[Known]) -> Option<u32> {
             .get(c as usize)
             .is_some_and(|&k| k != Known::Populated)
     };
-    // Begun chunks from the highest (a fresh domain's allocator goes down: module docs).
+    // Begun chunks from the highest (a fresh domain's allocator goes down: module docs),
+    // but not one the steward gave back.
     (0..begun.len() as u32)
         .rev()
-        .find(|&c| begun[c as usize] && due(c))
+        .find(|&c| begun[c as usize] && due(c) && known[c as usize] != Known::GivenBack)
         .or_else(|| next.iter().copied().find(|&c| due(c)))
 }
 
@@ -237,6 +271,11 @@ mod tests {
         );
         // A wrong hint (a chunk past the area) is ignored.
         assert_eq!(next_chunk(&[false; 2], &[7, 0], &[U, U]), Some(0));
+        // A begun chunk given back is not populated again; a whole block given back may
+        // be, as one of the lead.
+        const G: Known = Known::GivenBack;
+        assert_eq!(next_chunk(&[true, false], &[], &[G, P]), None);
+        assert_eq!(next_chunk(&[true, false], &[1], &[G, G]), Some(1));
     }
 
     /// A domain of `chunks` chunks made in a temporary home (by this process, as its
@@ -385,6 +424,7 @@ mod tests {
                 frames: 16 * CHUNK_FRAMES,
             },
             linger: Duration::from_millis(100),
+            memory_files: None,
         };
         let member = Member::attach(&config).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
