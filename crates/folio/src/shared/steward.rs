@@ -35,8 +35,9 @@
 //!    `DETACH_CHECK` (while there is such a process).
 //!    While a member is attached, between its polls it **populates the data area ahead**
 //!    of the allocator (populate.rs: one 2 MiB chunk per turn, polling every
-//!    `POPULATE_POLL` until the area is whole), so that a member's miss finds its
-//!    frame's page in the region file. Alone, it gives memory back (below).
+//!    `POPULATE_POLL` while the allocator moves, backing off to 640 ms while it does
+//!    not, until the area is whole: `Populator::poll_after`), so that a member's miss
+//!    finds its frame's page in the region file. Alone, it gives memory back (below).
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
 //!    it removes the socket, frees its own slot and **removes the region** (before it
 //!    lets go of the election: the next steward makes a fresh one); the next attach
@@ -102,7 +103,7 @@ use std::time::{Duration, Instant};
 use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
 use super::domain::{Domain, DomainFiles, Pidfd, FRAME_BYTES};
 use super::futex::Parked;
-use super::populate::{Populator, POPULATE_POLL};
+use super::populate::Populator;
 use super::record;
 use super::slot::SlotState;
 use super::terms::Park;
@@ -617,7 +618,7 @@ impl<'d> Steward<'d> {
                 if populated.finished() {
                     timeout_ms
                 } else {
-                    earliest(timeout_ms, POPULATE_POLL)
+                    earliest(timeout_ms, populator.poll_after())
                 }
             };
             // SAFETY: an array of pollfds we own; a negative fd is ignored.

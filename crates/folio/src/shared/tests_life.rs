@@ -248,3 +248,56 @@ fn a_steward_killed_in_the_middle_of_a_give_back_leaves_a_domain_the_next_recove
         "the lever never stopped the steward holding the queue's lock"
     );
 }
+
+/// The steward's CPU and wake-ups over `IDLE` with one member attached that reads
+/// nothing, on a domain of 1 GiB (262,144 frames: its data area never whole, so the
+/// populator has a lead to keep and nothing moves). By hand (docs/sharing.md, "The
+/// domain's memory and lifetime": the figures): `cargo test --release -p folio --lib
+/// shared::tests_life::the_stewards_cost_on_an_idle_domain -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn the_stewards_cost_on_an_idle_domain() {
+    const IDLE: Duration = Duration::from_secs(10);
+    let setup = setup(4096);
+    let mut config = config(
+        setup.home.path(),
+        "life-cost",
+        Duration::from_millis(100),
+        setup.machine.path(),
+    );
+    config.geometry.frames = 1 << 18;
+    let member = Member::attach(&config).unwrap();
+    let steward = member.steward().pid;
+    // The lead populated first (4 chunks: 8 MiB).
+    wait_until("the lead populated", || {
+        resident(member.domain()) >= 4 * super::populate::CHUNK_FRAMES as usize
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let look = || {
+        let stat = std::fs::read_to_string(format!("/proc/{steward}/stat")).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+        // Fields 14 and 15 (utime, stime), the 12th and 13th after the command.
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{steward}/status")).unwrap();
+        let switches: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        (ticks, switches)
+    };
+    let before = look();
+    std::thread::sleep(IDLE);
+    let after = look();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    eprintln!(
+        "steward on an idle 1 GiB domain over {IDLE:?}: {} ms of CPU (utime + stime), {} \
+         wake-ups (voluntary context switches)",
+        (after.0 - before.0) * 1000 / hz,
+        after.1 - before.1
+    );
+    member.detach();
+}
