@@ -367,7 +367,8 @@ impl CacheBuilder {
     /// structures over them), `<name>.steward` and `<name>.sock`; `name` is one plain
     /// file name (`InvalidInput` otherwise). The build attaches to the domain's steward,
     /// or starts one (a process forked from this one, `folio-steward`, which watches every
-    /// member and repairs what a dead one held, and leaves `DOMAIN_LINGER` after the
+    /// member and repairs what a dead one held, gives memory back under pressure once
+    /// nobody is attached, and removes the domain and leaves `DOMAIN_LINGER` after the
     /// last member detached). The first build of a domain sizes it: as many 4 KiB frames
     /// as its capacity (`capacity_bytes`; at most 4 GiB), the later ones' capacities do
     /// not change it. Default: none (a private cache, as before).
@@ -504,9 +505,12 @@ impl CacheBuilder {
 }
 
 /// How long a domain's steward stays after its last member detached
-/// (`CacheBuilder::domain`): the next build within it attaches in about 0.1 ms instead of
-/// starting a steward (1-5 ms).
-pub const DOMAIN_LINGER: Duration = Duration::from_secs(10);
+/// (`CacheBuilder::domain`), giving its memory back under pressure; then it removes the
+/// domain's region (its cached pages) and leaves. A build within it finds the pages
+/// cached (a warm restart: the next run of a tool, a service restarted) and attaches in
+/// about 0.1 ms instead of starting a steward (1-5 ms). Ten minutes: a restart or a
+/// sequence of runs, not a day (docs/sharing.md, "The domain's memory and lifetime").
+pub const DOMAIN_LINGER: Duration = Duration::from_secs(10 * 60);
 
 impl CacheBuilder {
     /// Attaches to the domain `name` (`domain`'s doc), sized from `capacity` if this
@@ -530,6 +534,7 @@ impl CacheBuilder {
                 frames,
             },
             linger: DOMAIN_LINGER,
+            memory_files: None,
         };
         Ok(Arc::new(DomainReader::attach(&config)?))
     }

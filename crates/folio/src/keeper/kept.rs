@@ -384,7 +384,7 @@ fn give_back(segment: &Segment, me: u32, want: u64) -> Next {
 /// How many bytes the steward gives back now: under memory pressure, enough to bring the
 /// room back to three reserves (`follow::reserve_bytes`); past the bound (`kept`, asked
 /// only then: it reads the directory), its segment's share of the excess.
-fn want_bytes(
+pub(crate) fn want_bytes(
     facts: &MemoryFacts,
     stall_share: f64,
     own_bytes: u64,
@@ -412,7 +412,7 @@ fn want_bytes(
 
 /// The next tick: the time another process taking memory at `ALLOCATION_BYTES_PER_S`
 /// needs to bring the room down to two reserves, within `[TICK_MIN, TICK_MAX]`.
-fn next_tick(facts: &MemoryFacts) -> Duration {
+pub(crate) fn next_tick(facts: &MemoryFacts) -> Duration {
     if facts.total_bytes == 0 {
         return TICK_MAX;
     }

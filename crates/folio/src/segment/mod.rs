@@ -65,7 +65,7 @@ use std::sync::Mutex;
 use crate::folio_meta::{FolioMeta, MappingId};
 use crate::types::{ORDER_MAX, PAGE_BYTES};
 pub use discovery::{holders_in, segments_in, SegmentInfo};
-pub(crate) use fork::keeper_fork;
+pub(crate) use fork::{keeper_fork, register as register_for_fork, Registered as ForkGuard};
 pub(crate) use holder::STEWARD_LOCK_OFFSET;
 pub use holder::{holder_of, lock_exclusive, Holder};
 pub use home::{check_name, DiskDir, SegmentDir};

@@ -14,6 +14,10 @@
 //!     wrote its record), and the steward's pid and start time. We map the region and take
 //!     the steward's pidfd (checked the same way).
 //!
+//! A child this process forks inherits neither the region's mapping (`MADV_DONTFORK`)
+//! nor the connection (its number reads `/dev/null` there: the segment's fork guard):
+//! domain.rs, "Forks".
+//!
 //! Detach: our slot LIVE(g) -> FREE(g) (we hold no lock and no lease), then the
 //! connection closes; the steward ends its watch when it sees both.
 //!
@@ -32,7 +36,7 @@
 //! starting a steward forks this process (`spawn`'s context).
 
 use std::io;
-use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::io::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -70,8 +74,13 @@ pub(crate) struct DomainConfig {
     pub(crate) name: String,
     /// The region's geometry, used by the steward that makes it.
     pub(crate) geometry: Geometry,
-    /// How long a steward stays with nobody attached (steward.rs, step 5).
+    /// How long a steward stays with nobody attached; then it removes the region and
+    /// leaves (steward.rs, step 5).
     pub(crate) linger: Duration,
+    /// A directory read in place of `/proc` for the memory figures by the steward this
+    /// attach starts (`meminfo`, `pressure/memory`; no cgroup): a test's simulated
+    /// machine (`KeptMemory::memory_files`'s lever). `None`: the machine's.
+    pub(crate) memory_files: Option<PathBuf>,
 }
 
 /// The attach request (A2).
@@ -95,6 +104,9 @@ pub(crate) struct Member {
     dir: SegmentDir,
     domain: Domain,
     conn: OwnedFd,
+    /// `conn` registered with the fork guard (domain.rs, "Forks"): after it in the
+    /// struct, so dropped after `conn` is closed.
+    _conn_guard: crate::segment::ForkGuard,
     me: Holder,
     /// The steward we know, and its pidfd (`None`: found dead, or never opened).
     steward: Mutex<(ProcessId, Option<Pidfd>)>,
@@ -161,6 +173,7 @@ impl Member {
                 }
             }
         };
+        let conn_guard = crate::segment::register_for_fork(conn.as_fd())?;
         let domain = Domain::open(&dir, &files)?;
         if holder.slot.0 >= domain.geometry().slots || !domain.slots().is_live(holder) {
             return Err(bad_answer());
@@ -171,11 +184,18 @@ impl Member {
             dir,
             domain,
             conn,
+            _conn_guard: conn_guard,
             me: holder,
             steward: Mutex::new((steward, pidfd)),
             started,
             waits: AtomicU32::new(0),
         })
+    }
+
+    /// The number of our connection to the steward (tests: a forked child looks at it).
+    #[cfg(test)]
+    pub(crate) fn conn_fd(&self) -> RawFd {
+        self.conn.as_raw_fd()
     }
 
     /// Our slot and generation.

@@ -782,6 +782,31 @@ impl<'r> SharedBuddy<'r> {
         found
     }
 
+    /// The free blocks, in frame order, read without the lock: what the steward gives
+    /// back when nobody is attached (steward.rs, "Alone").
+    ///
+    /// Context: a quiet allocator (the steward alone in its domain: nobody else leases or
+    /// frees); on a busy one the answer may be stale.
+    pub(crate) fn free_blocks(&self) -> Vec<std::ops::Range<u32>> {
+        let mut blocks = Vec::new();
+        let mut f = 0;
+        while f < self.frames {
+            let (order, free) = match self.state_of(f) {
+                State::Free(order) => (order, true),
+                State::Leased(order, _) => (order, false),
+                State::Tail | State::Moving(_) => (Order(0), false),
+            };
+            let end = f
+                .saturating_add(Order(order.0.min(ORDER_MAX)).frames())
+                .min(self.frames);
+            if free {
+                blocks.push(f..end);
+            }
+            f = end;
+        }
+        blocks
+    }
+
     /// The steward's sweep of a dead process: takes the lock (over from `dead`, if it
     /// held it, finishing its change) and frees every block leased to `dead`, merging.
     /// Returns how many frames it freed.

@@ -38,6 +38,17 @@
 //! `SegmentDir`): `<name>.domain` (the region), `<name>.steward` (the election's `flock`:
 //! steward.rs), `<name>.sock` (the attach socket: attach.rs).
 //!
+//! **Forks**: the mapping is `MADV_DONTFORK` (`map`), as a segment's is
+//! (`segment/fork.rs`): a child forked by a member (a tool, a harness, `system()`) has
+//! nothing mapped there (a touch faults), so it cannot act as its parent's holder (pin
+//! with its parent's bit, take locks in its parent's name, whose death is not its own);
+//! a cache it builds attaches as its own member. The region's descriptor is closed once
+//! mapped; the member's connection to the steward is registered with the segment's fork
+//! guard (attach.rs), so a child finds `/dev/null` at its number. The steward, a fork of
+//! a member, maps the region itself. Limits: the segment's (a child made between the
+//! `mmap` and the `madvise`, two system calls apart, inherits the mapping; a raw `clone`
+//! bypasses the descriptor guard).
+//!
 //! **The slot records** (record.rs) say which process holds each LIVE slot, so that a new
 //! steward can find it again after the old one died; a process is named by its pid *and
 //! its start time* (`/proc/<pid>/stat` field 22), so a pid reused by another process is
@@ -323,6 +334,15 @@ impl Domain {
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
+        // Not inherited by a forked child (module docs, "Forks"): a child that touches
+        // it faults, and a child's cache attaches as its own member.
+        // SAFETY: advice on exactly the mapping made above, which nothing uses yet.
+        if unsafe { libc::madvise(base, bytes, libc::MADV_DONTFORK) } != 0 {
+            let e = io::Error::last_os_error();
+            // SAFETY: exactly the mapping made above, unmapped once.
+            unsafe { libc::munmap(base, bytes) };
+            return Err(e);
+        }
         Ok(Domain {
             base,
             bytes,
@@ -375,6 +395,12 @@ impl Domain {
         unsafe { std::slice::from_raw_parts(self.base.cast::<AtomicU64>(), self.words) }
     }
 
+    /// The mapping's first byte in this process (tests: a forked child looks there).
+    #[cfg(test)]
+    pub(crate) fn base_address(&self) -> usize {
+        self.base as usize
+    }
+
     /// The first byte of frame `frame`'s data (`FRAME_BYTES`, page-aligned), in this
     /// process's mapping. Who may read or write those bytes, and when: read.rs.
     #[inline]
@@ -404,6 +430,31 @@ impl Domain {
                 self.base.cast::<u8>().add(at).cast(),
                 bytes,
                 libc::MADV_POPULATE_WRITE,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Gives the data area's pages of `frames` back (`MADV_REMOVE`: the region file's
+    /// tmpfs pages freed; the frames read as zeros after). The steward's give-back of
+    /// free frames (steward.rs, "Alone").
+    ///
+    /// Context: the frames are free in the allocator and nobody may lease them meanwhile
+    /// (the steward alone in its domain): their bytes are nobody's.
+    /// Errors: `madvise`'s.
+    pub(crate) fn punch_data(&self, frames: std::ops::Range<u32>) -> io::Result<()> {
+        let (at, bytes) = self.data_range(&frames);
+        // SAFETY: `[at, at + bytes)` lies inside our mapping (`data_range`); the caller
+        // says nobody reads or writes those frames' bytes (above).
+        let rc = unsafe {
+            libc::madvise(
+                self.base.cast::<u8>().add(at).cast(),
+                bytes,
+                libc::MADV_REMOVE,
             )
         };
         if rc == 0 {

@@ -116,6 +116,9 @@ mod tests_files;
 mod tests_index;
 #[cfg(test)]
 #[allow(unsafe_code)]
+mod tests_life;
+#[cfg(test)]
+#[allow(unsafe_code)]
 mod tests_read;
 #[cfg(test)]
 #[allow(unsafe_code)]

@@ -29,8 +29,18 @@
 //!
 //! What it costs: the population runs in the steward (its CPU, and the tmpfs pages are
 //! charged to its memory cgroup), one chunk per step (0.3-9 ms here at load 8) between its polls,
-//! so an attach waits for at most one chunk; it steps every `POPULATE_POLL` while anyone
-//! may allocate. Memory: every begun chunk (in use) plus the lead, at most 64 MiB or an
+//! so an attach waits for at most one chunk.
+//!
+//! **Wake-ups** (`poll_after`): the steward steps every `POPULATE_POLL` (10 ms) while the
+//! allocator moves (a chunk begun, the blocks it splits next changed) or a step had work;
+//! each step that finds nothing to do and the allocator unmoved since the last such step
+//! doubles the wait, up to 640 ms (`POLL_DOUBLINGS`): a domain its members do not fill
+//! costs about 1.5 wake-ups a second instead of 100. The price: a burst of misses after a
+//! quiet spell has the lead (8 to 64 MiB) populated ahead, and the steward may look up
+//! to 640 ms late; misses that outrun the lead meanwhile fault their pages in, as before
+//! the populator. No member tells the steward of its need (a futex word bumped by the
+//! allocator when a chunk is begun would need a second thread in the steward, which
+//! waits in `poll` on descriptors, and a store in the allocator's models). Memory: every begun chunk (in use) plus the lead, at most 64 MiB or an
 //! eighth of the data area beyond it; a domain of the machine's size is not populated at
 //! its creation, as a lazily built arena is not.
 //!
@@ -39,7 +49,15 @@
 //! time a chunk is a candidate, so a new steward does not populate again what an old one
 //! did.
 //!
-//! Limits: never gives memory back (as the arena's populator); an allocator that outruns
+//! **Given back**: a chunk whose free frames the steward punched while nobody was
+//! attached (steward.rs, "Alone": `given_back`) is not populated again as a begun chunk
+//! (rule 1): the members map the frames they lease (read.rs's `map_batch`), so memory
+//! given back under pressure comes back only as it is used; it may be populated again
+//! as one of the lead's whole blocks (rule 2: the lead's bound). The steward steps the
+//! populator only while a member is attached (nobody else allocates).
+//!
+//! Limits: a new steward learns given-back chunks as not whole (`mincore`) and populates
+//! a begun one again; an allocator that outruns
 //! it (a chunk consumed within one `POPULATE_POLL`, or a steward that gets no CPU) leaves
 //! the misses that outran it to fault their pages in, as before; a member's own mapping
 //! still maps each page at its first touch (a minor fault, the `pread`'s); a kernel
@@ -63,6 +81,9 @@ const LEAD_CHUNKS_MIN: u32 = 4;
 /// populator sleeps at most 20 ms; a miss here costs 50-120 µs of wall time, so a 2 MiB
 /// chunk lasts at least 25 ms of misses, and the default lead four of them).
 pub(crate) const POPULATE_POLL: Duration = Duration::from_millis(10);
+/// How many times the poll doubles while the allocator does not move (`poll_after`):
+/// 6, so at most 640 ms between looks at a domain nobody allocates from.
+const POLL_DOUBLINGS: u32 = 6;
 
 /// What the steward knows of a chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +92,10 @@ enum Known {
     Unknown,
     /// Every page in the file (populated by us, or found so).
     Populated,
+    /// Given back by the steward (steward.rs, "Alone"): not populated again as a begun
+    /// chunk (its frames are mapped by the members that lease them), only as one of the
+    /// lead's whole blocks.
+    GivenBack,
     /// Looked at, not whole: to populate.
     Missing,
 }
@@ -110,6 +135,11 @@ pub(crate) struct Populator {
     populated: u32,
     lead_max: u32,
     unsupported: bool,
+    /// What the allocator looked like at the last step that had nothing to do (a hash of
+    /// the begun chunks and the blocks it splits next: `backoff`).
+    seen: u64,
+    /// Steps in a row that had nothing to do and saw the allocator unmoved.
+    quiet_steps: u32,
 }
 
 impl Populator {
@@ -123,6 +153,26 @@ impl Populator {
             populated: 0,
             lead_max: (chunks / 8).clamp(1, LEAD_CHUNKS_MAX),
             unsupported: false,
+            seen: 0,
+            quiet_steps: 0,
+        }
+    }
+
+    /// How long the steward may wait before the next step (module docs, "Wake-ups"):
+    /// `POPULATE_POLL` while the allocator moves or there was work, doubling at each step
+    /// that found it unmoved with nothing to do, up to `POPULATE_POLL << POLL_DOUBLINGS`.
+    pub(crate) fn poll_after(&self) -> Duration {
+        POPULATE_POLL * (1 << self.quiet_steps.min(POLL_DOUBLINGS))
+    }
+
+    /// A step found nothing to do with the allocator as `seen` shows it: one quiet step
+    /// more if it did not move since the last such step, else the first.
+    fn backoff(&mut self, seen: u64) {
+        if seen == self.seen {
+            self.quiet_steps = self.quiet_steps.saturating_add(1);
+        } else {
+            self.seen = seen;
+            self.quiet_steps = 0;
         }
     }
 
@@ -145,8 +195,10 @@ impl Populator {
         let lead = self.lead(begun.iter().filter(|&&b| b).count() as u32);
         let next: Vec<u32> = listed_next(&buddy, lead);
         let Some(chunk) = next_chunk(&begun, &next, &self.known) else {
+            self.backoff(allocator_seen(&begun, &next));
             return Stepped::Ahead;
         };
+        self.quiet_steps = 0;
         let range = chunk * CHUNK_FRAMES..((chunk + 1) * CHUNK_FRAMES).min(frames);
         if self.known[chunk as usize] == Known::Unknown {
             let whole = domain
@@ -171,6 +223,27 @@ impl Populator {
         }
     }
 
+    /// The steward gave `frames` back (punched them): the chunks they touch are no longer
+    /// populated, and are not populated again as begun chunks (module docs, rule 1).
+    ///
+    /// Context: the steward, after `Domain::punch_data` of `frames`.
+    pub(crate) fn given_back(&mut self, frames: std::ops::Range<u32>) {
+        if frames.is_empty() {
+            return;
+        }
+        let chunks = frames.start / CHUNK_FRAMES..(frames.end - 1) / CHUNK_FRAMES + 1;
+        for chunk in chunks {
+            let Some(known) = self.known.get_mut(chunk as usize) else {
+                continue;
+            };
+            if *known == Known::Populated {
+                self.populated -= 1;
+            }
+            *known = Known::GivenBack;
+        }
+        debug_assert!(self.populated as usize <= self.known.len());
+    }
+
     fn mark_populated(&mut self, chunk: u32) {
         assert_ne!(self.known[chunk as usize], Known::Populated);
         self.known[chunk as usize] = Known::Populated;
@@ -183,6 +256,24 @@ impl Populator {
     fn lead(&self, begun: u32) -> u32 {
         begun.clamp(LEAD_CHUNKS_MIN.min(self.lead_max), self.lead_max)
     }
+}
+
+/// A hash of what the populator sees of the allocator: which chunks are begun, and the
+/// blocks it splits next (FNV-1a over their numbers). Equal hashes: unmoved (a collision
+/// only delays a step to the next poll).
+fn allocator_seen(begun: &[bool], next: &[u32]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    let numbers = begun
+        .iter()
+        .enumerate()
+        .filter(|(_, &b)| b)
+        .map(|(c, _)| c as u64)
+        .chain(std::iter::once(u64::MAX))
+        .chain(next.iter().map(|&c| u64::from(c)));
+    for n in numbers {
+        hash = (hash ^ n).wrapping_mul(0x0100_0000_01b3);
+    }
+    hash
 }
 
 /// The chunks of the first `lead` blocks on the list of `ORDER_MAX` (a hint: module docs).
@@ -204,10 +295,11 @@ fn next_chunk(begun: &[bool], next: &[u32], known: &[Known]) -> Option<u32> {
             .get(c as usize)
             .is_some_and(|&k| k != Known::Populated)
     };
-    // Begun chunks from the highest (a fresh domain's allocator goes down: module docs).
+    // Begun chunks from the highest (a fresh domain's allocator goes down: module docs),
+    // but not one the steward gave back.
     (0..begun.len() as u32)
         .rev()
-        .find(|&c| begun[c as usize] && due(c))
+        .find(|&c| begun[c as usize] && due(c) && known[c as usize] != Known::GivenBack)
         .or_else(|| next.iter().copied().find(|&c| due(c)))
 }
 
@@ -237,6 +329,11 @@ mod tests {
         );
         // A wrong hint (a chunk past the area) is ignored.
         assert_eq!(next_chunk(&[false; 2], &[7, 0], &[U, U]), Some(0));
+        // A begun chunk given back is not populated again; a whole block given back may
+        // be, as one of the lead.
+        const G: Known = Known::GivenBack;
+        assert_eq!(next_chunk(&[true, false], &[], &[G, P]), None);
+        assert_eq!(next_chunk(&[true, false], &[1], &[G, G]), Some(1));
     }
 
     /// A domain of `chunks` chunks made in a temporary home (by this process, as its
@@ -385,6 +482,7 @@ mod tests {
                 frames: 16 * CHUNK_FRAMES,
             },
             linger: Duration::from_millis(100),
+            memory_files: None,
         };
         let member = Member::attach(&config).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -406,6 +504,34 @@ mod tests {
             "populated past the lead"
         );
         member.detach();
+    }
+
+    /// The backoff (module docs, "Wake-ups"): with nothing to do and the allocator
+    /// unmoved, each step doubles the wait, up to 640 ms; a chunk begun brings it back to
+    /// 10 ms at the next step. Deterministic: one process steps the populator itself.
+    #[test]
+    fn the_poll_backs_off_while_the_allocator_does_not_move() {
+        use super::super::terms::Unkillable;
+        let (_home, domain, me) = domain("backoff", 16);
+        let (slots, buddy) = (domain.slots(), domain.buddy());
+        let mut populator = Populator::new(domain.geometry().frames);
+        settle(&mut populator, &domain);
+        // The settling's last step had nothing to do, and saw the allocator new.
+        assert_eq!(populator.poll_after(), POPULATE_POLL);
+        let mut waits = Vec::new();
+        for _ in 0..8 {
+            assert_eq!(populator.step(&domain), Stepped::Ahead);
+            waits.push(populator.poll_after().as_millis());
+        }
+        assert_eq!(waits, vec![20, 40, 80, 160, 320, 640, 640, 640]);
+        // A batch leased: a chunk begun (the allocator moved), a step has work or sees
+        // the move.
+        let mut batch = Vec::new();
+        buddy
+            .lease_batch(16, me, &mut batch, &slots, &Unkillable)
+            .unwrap();
+        populator.step(&domain);
+        assert_eq!(populator.poll_after(), POPULATE_POLL);
     }
 
     #[test]

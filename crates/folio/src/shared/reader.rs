@@ -13,9 +13,9 @@
 //! Protection: as `SharedReader` (read.rs, "Threads": `Send + Sync`, its counters
 //! atomics, its magazines under mutexes); `refused` an atomic.
 //!
-//! Limits: read.rs's (reads only, order-0 frames, no readahead); a forked child must not
-//! use its parent's `DomainReader` (it would act as the parent's holder: a segment's
-//! `fork.rs` protection is not extended to a domain's region yet).
+//! Limits: read.rs's (reads only, order-0 frames, no readahead); a forked child cannot
+//! use its parent's `DomainReader` (the region is not mapped in it: domain.rs, "Forks";
+//! a touch faults): it builds its own.
 
 use std::fs::File as StdFile;
 use std::io;

@@ -33,11 +33,36 @@
 //!    (a clean detach) ends the watch; a process found again by `rebuild` has no
 //!    connection to this steward, and its detach is seen by a look at its slot every
 //!    `DETACH_CHECK` (while there is such a process).
-//!    Between its polls it **populates the data area ahead** of the allocator
-//!    (populate.rs: one 2 MiB chunk per turn, polling every `POPULATE_POLL` until the
-//!    area is whole), so that a member's miss finds its frame's page in the region file.
+//!    While a member is attached, between its polls it **populates the data area ahead**
+//!    of the allocator (populate.rs: one 2 MiB chunk per turn, polling every
+//!    `POPULATE_POLL` while the allocator moves, backing off to 640 ms while it does
+//!    not, until the area is whole: `Populator::poll_after`), so that a member's miss
+//!    finds its frame's page in the region file. Alone, it gives memory back (below).
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
-//!    it removes the socket and frees its own slot; the next attach starts a new steward.
+//!    it removes the socket, frees its own slot and **removes the region** (before it
+//!    lets go of the election: the next steward makes a fresh one); the next attach
+//!    starts a new steward on a new domain. It leaves too, at once, when the region's
+//!    file is removed under it (its link count 0).
+//!
+//! **Alone** (every slot but its own FREE, no member watched): the domain's memory is
+//! nobody's in use, and is given back as a kept segment's steward gives its segment's
+//! (keeper/kept.rs, docs/persistence.md "Kept memory"; docs/sharing.md "The domain's
+//! memory and lifetime"):
+//! - at once, the free frames whose pages the file holds (the populated lead: nobody
+//!   allocates while it is alone; `give_back` of 0 bytes);
+//! - every tick (50 ms to 2 s: `kept::next_tick`, from the memory figures), under memory
+//!   pressure (`kept::want_bytes`: the room below two reserves, or stalls with it below
+//!   three), enough to bring the room back to three reserves: the coldest cached frames
+//!   reclaimed from the eviction queue (out of their index, freed) and every free block
+//!   punched (`MADV_REMOVE`); the populator is told (`Populator::given_back`), so that
+//!   those chunks are not populated again at once. Every domain frame is clean (the
+//!   shared path reads only): nothing is written first;
+//! - after `linger` alone, it removes the region (step 5).
+//!
+//! Why it stays rather than removing the region at once: a warm restart (the next run of
+//! a tool, a service restarted) finds its pages, as the kernel's page cache keeps a
+//! closed file's; the memory is given back under pressure meanwhile. Nobody can attach
+//! while it gives back: it answers attaches only between its turns.
 //!
 //! A steward that waits for a lock during a sweep checks every watched pidfd as it waits
 //! (`Run::wait` here): a process that died meanwhile (the holder, or one whose lock the
@@ -63,8 +88,12 @@
 //! line). A process whose attach answer arrived after it gave up (a steward stopped for a
 //! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
 //! no privilege drop yet (the keeper's `drop_privileges` is its own). The steward does not
-//! write back or give memory back yet (the region's cached pages are reclaimed by the
-//! members' misses: read.rs).
+//! write back (a domain's frames are clean), and gives memory back only while alone
+//! (while members are attached, their misses reclaim: read.rs; the domain has no budget
+//! that follows the machine yet). A killed steward leaves the region until the next
+//! attach (a new steward takes it over, warm) or `rm`: nobody gives its memory back
+//! meanwhile. A slot LIVE but unwatched (its process's life could not be told) keeps the
+//! steward from being alone, and so from leaving, until it is FREE.
 
 use std::cell::RefCell;
 use std::io;
@@ -72,14 +101,19 @@ use std::os::unix::io::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
-use super::domain::{Domain, DomainFiles, Pidfd};
+use super::domain::{Domain, DomainFiles, Pidfd, FRAME_BYTES};
 use super::futex::Parked;
-use super::populate::{Populator, POPULATE_POLL};
+use super::populate::Populator;
 use super::record;
+use super::slot::SlotState;
 use super::terms::Park;
 use super::terms::Unkillable;
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
+use crate::capacity::machine::MemorySource;
+use crate::keeper::kept;
 use crate::segment::{DiskDir, SegmentDir};
+use std::fs::File as StdFile;
+use std::os::unix::fs::MetadataExt;
 
 /// The steward's name (its `comm`).
 const STEWARD_NAME: &std::ffi::CStr = c"folio-steward";
@@ -195,18 +229,101 @@ fn run(config: &DomainConfig, trace: &Trace) -> i32 {
         return 5;
     };
     steward.rebuild();
+    // The region's file: its link count (removed under us: we leave) and its allocated
+    // size (what we hold: `Memory::turn`).
+    let Ok(region) = dir.open_file(&files.region, libc::O_RDONLY, 0) else {
+        return 4;
+    };
     // Step 4.
     let Ok(listener) = listen(&dir, &files) else {
         return 6;
     };
-    steward.serve(&listener, config.linger);
-    trace.line(format_args!("leaves: nobody attached"));
+    let left = steward.serve(&listener, config, &region);
+    trace.line(format_args!("leaves: {left:?}"));
     // Step 5: no new attach reaches us once the socket is gone; a process that connected
-    // before sees its connection end and starts the next steward.
+    // before sees its connection end and starts the next steward, which waits for the
+    // election until we have removed the region: it makes a fresh one.
     let _ = dir.unlink(&files.socket);
     domain.slots().detach(steward.me);
+    if left == Left::Idle {
+        let _ = dir.unlink_if_same(&files.region, &region);
+    }
     drop(election);
     0
+}
+
+/// Why the steward leaves (step 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Left {
+    /// Nobody attached for its linger: it removes the region.
+    Idle,
+    /// The region's file was removed (its link count 0: `folio-stat`, a test's directory
+    /// removed): there is nothing to keep.
+    Unlinked,
+}
+
+/// Alone, how often the steward checks that nobody holds a slot it does not watch
+/// (a process a census could not tell alive or dead: steward.rs, step 3).
+const UNWATCHED_CHECK: Duration = Duration::from_secs(1);
+
+/// The steward's reading of the machine's memory while it is alone (module docs,
+/// "Alone"): a kept segment's steward's policy (keeper/kept.rs: `want_bytes`,
+/// `next_tick`), without its bound.
+struct Memory {
+    source: MemorySource,
+    /// The last reading's instant and its stalled microseconds.
+    stalls_before: (Instant, Option<u64>),
+    /// When to read the figures next.
+    next_read: Instant,
+}
+
+impl Memory {
+    fn new(config: &DomainConfig) -> Memory {
+        let source = config
+            .memory_files
+            .clone()
+            .map_or_else(MemorySource::this_process, MemorySource::with_proc_root);
+        Memory {
+            stalls_before: (Instant::now(), source.read().pressure_some_total_us),
+            source,
+            next_read: Instant::now(),
+        }
+    }
+
+    /// If a reading is due: reads the figures and, under memory pressure, gives back
+    /// what the kept segment's steward would (`Steward::give_back`). Returns the time to
+    /// the next reading (50 ms to 2 s: `kept::next_tick`).
+    ///
+    /// Context: the steward, alone in its domain; `region` is the region's file.
+    fn turn(
+        &mut self,
+        steward: &Steward<'_>,
+        populator: &mut Populator,
+        region: &StdFile,
+    ) -> Duration {
+        let now = Instant::now();
+        if now < self.next_read {
+            return self.next_read - now;
+        }
+        let facts = self.source.read();
+        let stalls_now = (now, facts.pressure_some_total_us);
+        let stall_share = match (self.stalls_before.1, stalls_now.1) {
+            (Some(before), Some(after)) => {
+                let us = (stalls_now.0 - self.stalls_before.0).as_micros().max(1) as f64;
+                after.saturating_sub(before) as f64 / us
+            }
+            _ => 0.0,
+        };
+        self.stalls_before = stalls_now;
+        let own = region.metadata().map_or(0, |m| m.blocks() * 512);
+        let want = kept::want_bytes(&facts, stall_share, own, || (0, u64::MAX));
+        if want > 0 {
+            steward.give_back(want, populator);
+        }
+        let tick = kept::next_tick(&facts);
+        self.next_read = Instant::now() + tick;
+        tick
+    }
 }
 
 /// The earlier of a `poll` timeout (-1: none) and `then`.
@@ -432,15 +549,15 @@ impl<'d> Steward<'d> {
         }
     }
 
-    /// Step 4 (module docs), until nobody has been attached for `linger`.
-    fn serve(&self, listener: &OwnedFd, linger: Duration) {
-        let mut idle_since = Instant::now();
+    /// Step 4 (module docs), until nobody has been attached for the linger, or the
+    /// region's file is removed.
+    fn serve(&self, listener: &OwnedFd, config: &DomainConfig, region: &StdFile) -> Left {
+        let linger = config.linger;
+        let mut alone_since: Option<Instant> = None;
         let mut populator = Populator::new(self.domain.geometry().frames);
+        let mut memory = Memory::new(config);
         loop {
             self.bury_the_dead();
-            // At most one chunk per turn, so that an attach or a death waits for one at
-            // most (populate.rs).
-            let populated = populator.step(self.domain);
             let mut fds = vec![libc::pollfd {
                 fd: listener.as_raw_fd(),
                 events: libc::POLLIN,
@@ -458,29 +575,50 @@ impl<'d> Steward<'d> {
                     revents: 0,
                 });
             }
-            let idle = fds.len() == 1;
-            if !idle {
-                idle_since = Instant::now();
-            } else if idle_since.elapsed() >= linger && !attach_waiting(listener) {
-                // (An attach already in the listener's backlog is served first: a steward
-                // starved past its linger between its bind and its first poll left one
-                // waiting, and the attach started a second steward for nothing.)
-                return;
-            }
-            let unconnected = self.watches.borrow().iter().any(|w| w.conn.is_none());
-            let timeout_ms = if populated.again_now() {
-                0
-            } else if idle {
-                linger.saturating_sub(idle_since.elapsed()).as_millis() as libc::c_int + 1
-            } else if unconnected {
-                DETACH_CHECK.as_millis() as libc::c_int
+            let unwatched = fds.len() == 1;
+            let alone = unwatched && self.alone();
+            let timeout_ms = if alone {
+                // Module docs, "Alone": no populating (nobody allocates), the free frames
+                // given back at once, the rest under pressure, and the region removed
+                // after the linger.
+                let since = *alone_since.get_or_insert_with(|| {
+                    self.give_back(0, &mut populator);
+                    memory.next_read = Instant::now();
+                    Instant::now()
+                });
+                if region.metadata().is_ok_and(|m| m.nlink() == 0) {
+                    return Left::Unlinked;
+                }
+                if since.elapsed() >= linger && !attach_waiting(listener) {
+                    // (An attach already in the listener's backlog is served first: a
+                    // steward starved past its linger between its bind and its first poll
+                    // left one waiting, and the attach started a second steward for
+                    // nothing.)
+                    return Left::Idle;
+                }
+                let tick = memory.turn(self, &mut populator, region);
+                let left = linger.saturating_sub(since.elapsed()).as_millis() as libc::c_int + 1;
+                earliest(left, tick)
             } else {
-                -1
-            };
-            let timeout_ms = if populated.finished() {
-                timeout_ms
-            } else {
-                earliest(timeout_ms, POPULATE_POLL)
+                alone_since = None;
+                // At most one chunk per turn, so that an attach or a death waits for one
+                // at most (populate.rs).
+                let populated = populator.step(self.domain);
+                let unconnected = self.watches.borrow().iter().any(|w| w.conn.is_none());
+                let timeout_ms = if populated.again_now() {
+                    0
+                } else if unwatched {
+                    UNWATCHED_CHECK.as_millis() as libc::c_int
+                } else if unconnected {
+                    DETACH_CHECK.as_millis() as libc::c_int
+                } else {
+                    -1
+                };
+                if populated.finished() {
+                    timeout_ms
+                } else {
+                    earliest(timeout_ms, populator.poll_after())
+                }
             };
             // SAFETY: an array of pollfds we own; a negative fd is ignored.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
@@ -512,6 +650,70 @@ impl<'d> Steward<'d> {
             if fds[0].revents != 0 {
                 self.accept(listener);
             }
+        }
+    }
+
+    /// Whether every slot but ours is FREE: nobody attached, nobody dead to sweep, nobody
+    /// whose life a census could not tell (module docs, "Alone"). Nobody can attach
+    /// while we do not answer, so it stays true until our next `accept`.
+    fn alone(&self) -> bool {
+        let slots = self.domain.slots();
+        (0..slots.slot_count())
+            .map(SlotIndex)
+            .all(|slot| slot == self.me.slot || slots.state(slot).0 == SlotState::Free)
+    }
+
+    /// Gives memory back (module docs, "Alone"): `want_bytes` of it, counting first the
+    /// free frames whose pages the region file holds (they hold nothing), then the
+    /// coldest cached frames, reclaimed from the eviction queue (out of their index, a
+    /// shadow left, freed to the allocator: `SharedQueue::reclaim`, as a member's miss
+    /// does); then every free block that holds a page is punched (`Domain::punch_data`)
+    /// and told to the populator (`Populator::given_back`: not populated again at once).
+    /// `want_bytes` 0: the free frames only.
+    ///
+    /// Context: the steward, alone (`alone`): nobody leases, frees or pins meanwhile.
+    /// Killed in the middle: the reclaim's lock and intent are taken over by the next
+    /// steward's sweep of this one's slot (its census finds it dead); frames freed and
+    /// not yet punched are punched by the next give-back.
+    fn give_back(&self, want_bytes: u64, populator: &mut Populator) {
+        let frames = self.domain.geometry().frames;
+        if frames == 0 {
+            return;
+        }
+        let Ok(resident) = self.domain.data_resident(0..frames) else {
+            return;
+        };
+        let buddy = self.domain.buddy();
+        let free_resident = buddy
+            .free_blocks()
+            .into_iter()
+            .flatten()
+            .filter(|&f| resident[f as usize])
+            .count() as u64;
+        let wanted = want_bytes.div_ceil(FRAME_BYTES as u64);
+        let need = u32::try_from(wanted.saturating_sub(free_resident)).unwrap_or(u32::MAX);
+        let queue = self.domain.queue(&buddy);
+        let mut reclaimed = 0;
+        if need > 0 && queue.count() > 0 {
+            let indexes = self.domain.indexes();
+            let slots = self.domain.slots();
+            reclaimed = queue
+                .reclaim(need, self.me, indexes.as_slice(), &slots, self)
+                .expect("the steward never dies by a Run");
+        }
+        let mut punched = 0u64;
+        for block in buddy.free_blocks() {
+            let pages = block.clone().filter(|&f| resident[f as usize]).count() as u64;
+            if pages > 0 && self.domain.punch_data(block.clone()).is_ok() {
+                punched += pages;
+                populator.given_back(block);
+            }
+        }
+        if punched > 0 || want_bytes > 0 {
+            self.trace.line(format_args!(
+                "gave back {punched} pages ({want_bytes} bytes wanted, {reclaimed} frames \
+                 reclaimed)"
+            ));
         }
     }
 

@@ -590,6 +590,7 @@ fn the_domains_steward_sweeps_a_dead_members_blocks() {
             frames: 256,
         },
         linger: Duration::from_millis(100),
+        memory_files: None,
     };
     let parent = Member::attach(&config).unwrap();
     let domain = parent.domain();

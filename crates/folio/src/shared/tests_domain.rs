@@ -200,6 +200,7 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
             frames: FRAMES,
         },
         linger: Duration::from_millis(100),
+        memory_files: None,
     };
     let started = Instant::now();
     // The test is a member too: it maps the domain, reads the steward from its header,
@@ -397,4 +398,72 @@ fn a_process_reaped_while_its_start_time_is_read_is_found_gone() {
     });
     assert!(matches!(found, Ok(None)), "{found:?}");
     assert!(matches!(id.find(), Ok(None)), "and after");
+}
+
+/// A child forked by a member inherits neither the region nor the member's connection
+/// (domain.rs, "Forks"): the page at the parent's mapping is not mapped in the child
+/// (`mincore` says `ENOMEM`, and `/proc/self/maps` names no region file), the
+/// connection's number reads `/dev/null`, and a member the child attaches is its own (a
+/// slot of its own, LIVE beside the parent's). Fails without the `MADV_DONTFORK` (the
+/// child finds the page mapped) and without the fork guard (the number is the socket).
+#[test]
+fn a_forked_child_has_no_region_and_attaches_as_its_own_member() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let config = DomainConfig {
+        dir: home.path().to_path_buf(),
+        name: "fork-test".into(),
+        geometry: Geometry {
+            slots: 8,
+            frames: 64,
+        },
+        linger: Duration::from_millis(100),
+        memory_files: None,
+    };
+    let parent = Member::attach(&config).unwrap();
+    let base = parent.domain().base_address();
+    let conn = parent.conn_fd();
+    let parents = parent.holder();
+    let words = SharedRegion::new(8);
+    let report = words.words();
+    let child = fork(|| {
+        let mut vec = [0u8; 1];
+        // SAFETY: mincore only reads the page tables of the range; the result is checked.
+        let rc = unsafe { libc::mincore(base as *mut libc::c_void, 4096, vec.as_mut_ptr()) };
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        assert_eq!(
+            (rc, errno),
+            (-1, libc::ENOMEM),
+            "the region is mapped in the child"
+        );
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(!maps.contains("fork-test.domain"), "{maps}");
+        // SAFETY: all-zero is a valid stat, filled by fstat on a number we hold.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::fstat(conn, &mut st) }, 0);
+        assert_eq!(
+            st.st_mode & libc::S_IFMT,
+            libc::S_IFCHR,
+            "the parent's connection in the child is not /dev/null"
+        );
+        let own = Member::attach(&config).expect("attach in the child");
+        let holder = own.holder();
+        assert_ne!(
+            holder.slot, parents.slot,
+            "the child took its parent's slot"
+        );
+        assert!(own.domain().slots().is_live(parents), "the parent's slot");
+        assert!(own.domain().slots().is_live(holder), "its own slot");
+        report[0].store(u64::from(holder.slot.0) + 1, Ordering::Release);
+        own.detach();
+    });
+    let status = super::tests::wait_for(child, 0);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child failed: {status:#x}"
+    );
+    assert_ne!(report[0].load(Ordering::Acquire), 0, "the child attached");
+    // The parent is untouched: still LIVE, its slot its own.
+    assert!(parent.domain().slots().is_live(parents));
+    parent.detach();
 }

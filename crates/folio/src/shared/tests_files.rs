@@ -452,6 +452,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
             frames: 16,
         },
         linger: std::time::Duration::from_millis(100),
+        memory_files: None,
     };
     let parent = Member::attach(&config).unwrap();
     let domain = parent.domain();

@@ -47,6 +47,7 @@ pub(super) fn config(home: &Path, name: &str, slots: u16, frames: u32) -> Domain
         name: name.into(),
         geometry: Geometry { slots, frames },
         linger: Duration::from_millis(100),
+        memory_files: None,
     }
 }
 

@@ -1,0 +1,303 @@
+//! The domain's memory and lifetime once nobody is attached (steward.rs, "Alone";
+//! docs/sharing.md, "The domain's memory and lifetime"), with a simulated machine as the
+//! lever for memory pressure (`DomainConfig::memory_files`: the steward reads its
+//! `meminfo` in place of `/proc`'s), and the steward's stop lever to kill it in the
+//! middle of a give-back. No test depends on timing for what it covers: each waits (up to
+//! `DEADLINE`) for the state it asserts.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::attach::{DomainConfig, Member};
+use super::domain::{Domain, DomainFiles, Geometry};
+use super::read::{ReadCounters, SharedReader};
+use super::tests_read::{stamped, write_file};
+use crate::segment::{DiskDir, SegmentDir};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+/// 4 chunks of 2 MiB.
+const FRAMES: u32 = 2048;
+
+/// Writes the simulated machine's `meminfo` (8 GiB, `available_mib` available): renamed
+/// into place, so that the steward never reads half of it.
+fn machine(dir: &Path, available_mib: u64) {
+    let text = format!(
+        "MemTotal: {} kB\nMemAvailable: {} kB\n",
+        8u64 << 20,
+        available_mib << 10
+    );
+    std::fs::write(dir.join("meminfo.new"), text).unwrap();
+    std::fs::rename(dir.join("meminfo.new"), dir.join("meminfo")).unwrap();
+}
+
+/// Plenty: no give-back. 100 MiB of 8 GiB: the reserve is 256 MiB, so the steward wants
+/// 668 MiB, more than any of these domains holds.
+const PLENTY_MIB: u64 = 7 << 10;
+const PRESSED_MIB: u64 = 100;
+
+fn config(home: &Path, name: &str, linger: Duration, machine: &Path) -> DomainConfig {
+    DomainConfig {
+        dir: home.to_path_buf(),
+        name: name.into(),
+        geometry: Geometry {
+            slots: 8,
+            frames: FRAMES,
+        },
+        linger,
+        memory_files: Some(machine.to_path_buf()),
+    }
+}
+
+/// Attaches, reads all of `path` (its bytes checked against file 0's stamps), detaches.
+fn read_all(config: &DomainConfig, path: &Path, len: u64) -> ReadCounters {
+    let member = Member::attach(config).unwrap();
+    let counters = {
+        let reader = SharedReader::new(&member, &member, 8);
+        let file = reader.open(path).unwrap();
+        let mut buf = vec![0u8; len as usize];
+        assert_eq!(reader.read_at(&file, &mut buf, 0).unwrap(), len as usize);
+        assert!(buf == stamped(0, len), "wrong bytes read");
+        reader.close(file).unwrap();
+        reader.counters()
+    };
+    member.detach();
+    counters
+}
+
+/// The region mapped without attaching (a view: the test's looks at it).
+fn view(home: &Path, name: &str) -> Domain {
+    let dir = SegmentDir::open(home, DiskDir::Refused).unwrap();
+    Domain::open(&dir, &DomainFiles::of(name).unwrap()).unwrap()
+}
+
+fn resident(domain: &Domain) -> usize {
+    let pages = domain.data_resident(0..domain.geometry().frames).unwrap();
+    pages.iter().filter(|&&p| p).count()
+}
+
+/// The quiet domain's census: (free, cached, node) frames, every frame accounted for by
+/// the allocator and the queue (`check`s); `None` while either is busy or broken.
+fn census(domain: &Domain) -> Option<(u32, usize, usize)> {
+    let slots = domain.slots();
+    let buddy = domain.buddy();
+    let allocator = buddy.check(&slots).ok()?;
+    let queue = domain.queue(&buddy).check(&slots).ok()?;
+    assert_eq!(queue.queued.len(), allocator.cached.len());
+    Some((
+        allocator.free_frames,
+        allocator.cached.len(),
+        allocator.nodes.len(),
+    ))
+}
+
+/// Waits until `done` (each look 10 ms apart), failing with `what` after `DEADLINE`.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+struct Setup {
+    home: tempfile::TempDir,
+    _data: tempfile::TempDir,
+    machine: tempfile::TempDir,
+    path: PathBuf,
+}
+
+fn setup(len: u64) -> Setup {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let machine_dir = tempfile::tempdir().unwrap();
+    machine(machine_dir.path(), PLENTY_MIB);
+    let data = tempfile::tempdir().unwrap();
+    let path = write_file(data.path(), 0, len);
+    Setup {
+        home,
+        _data: data,
+        machine: machine_dir,
+        path,
+    }
+}
+
+/// Alone, the steward gives back at once the free frames the file holds (the populated
+/// lead), and under pressure (the lever: the simulated machine's `MemAvailable` low) the
+/// cached ones too: the region's resident pages drop by at least the 256 cached, only
+/// the index's node frames stay, every frame is accounted for, and a later member reads
+/// every byte right, through misses (re-read). Fails without the give-back (never).
+#[test]
+fn alone_the_steward_gives_memory_back_under_pressure_and_misses_read_it_again() {
+    const PAGES: u64 = 256;
+    let setup = setup(PAGES * 4096);
+    let config = config(
+        setup.home.path(),
+        "life-give",
+        Duration::from_secs(120),
+        setup.machine.path(),
+    );
+    let first = read_all(&config, &setup.path, PAGES * 4096);
+    assert_eq!(first.misses, PAGES, "{first:?}");
+    let domain = view(setup.home.path(), "life-give");
+    // At once alone: the free frames given back, the cached ones kept.
+    let mut before = 0;
+    wait_until("the free frames given back", || {
+        let Some((_, cached, nodes)) = census(&domain) else {
+            return false;
+        };
+        before = resident(&domain);
+        cached == PAGES as usize && before == cached + nodes
+    });
+    machine(setup.machine.path(), PRESSED_MIB);
+    let mut after = 0;
+    wait_until("the cached frames given back under pressure", || {
+        let Some((free, cached, nodes)) = census(&domain) else {
+            return false;
+        };
+        after = resident(&domain);
+        assert_eq!(free as usize + cached + nodes, FRAMES as usize);
+        cached == 0 && after == nodes
+    });
+    eprintln!("alone under pressure: {before} resident pages, then {after}");
+    assert!(before - after >= PAGES as usize, "{before} -> {after}");
+    machine(setup.machine.path(), PLENTY_MIB);
+    let second = read_all(&config, &setup.path, PAGES * 4096);
+    assert_eq!((second.misses, second.hits), (PAGES, 0), "{second:?}");
+}
+
+/// After its linger alone, the steward removes the region and its socket and leaves;
+/// the next attach starts a fresh domain (one election, nothing cached: every page a
+/// miss). Fails without the removal (the region stays).
+#[test]
+fn an_idle_domain_is_removed_after_its_linger_and_the_next_attach_starts_fresh() {
+    const PAGES: u64 = 16;
+    let setup = setup(PAGES * 4096);
+    let config = config(
+        setup.home.path(),
+        "life-idle",
+        Duration::from_millis(300),
+        setup.machine.path(),
+    );
+    let member = Member::attach(&config).unwrap();
+    let steward = member.steward().open().expect("a steward runs");
+    member.detach();
+    let first = read_all(&config, &setup.path, PAGES * 4096);
+    assert_eq!(first.misses, PAGES);
+    wait_until("the steward left", || steward.is_dead());
+    let region = setup.home.path().join("life-idle.domain");
+    assert!(!region.exists(), "the region stayed");
+    assert!(!setup.home.path().join("life-idle.sock").exists());
+    let member = Member::attach(&config).unwrap();
+    assert_eq!(member.domain().elections(), 1, "a fresh domain");
+    member.detach();
+    let again = read_all(&config, &setup.path, PAGES * 4096);
+    assert_eq!((again.misses, again.hits), (PAGES, 0), "{again:?}");
+}
+
+/// The steward stopped by its lever at a step of a give-back under pressure (inside the
+/// eviction queue's reclaim: holding its lock at some of them), then killed: the next
+/// attach starts a steward whose census sweeps the dead one's slot (taking its locks
+/// over), the member reads every byte right, and once quiet every frame is accounted for
+/// (the allocator's and the queue's `check`).
+#[test]
+fn a_steward_killed_in_the_middle_of_a_give_back_leaves_a_domain_the_next_recovers() {
+    const PAGES: u64 = 64;
+    let setup = setup(PAGES * 4096);
+    let mut held = 0;
+    for stop_at in [1u64, 3, 8, 30] {
+        let name = format!("life-kill-{stop_at}");
+        let config = config(
+            setup.home.path(),
+            &name,
+            Duration::from_secs(120),
+            setup.machine.path(),
+        );
+        machine(setup.machine.path(), PLENTY_MIB);
+        read_all(&config, &setup.path, PAGES * 4096);
+        let domain = view(setup.home.path(), &name);
+        wait_until("quiet", || {
+            census(&domain).is_some_and(|c| c.1 == PAGES as usize)
+        });
+        let steward = domain.steward();
+        let pidfd = steward.open().expect("a steward runs");
+        domain.set_steward_stop_at(stop_at);
+        machine(setup.machine.path(), PRESSED_MIB);
+        wait_until("the steward stopped by its lever", || {
+            std::fs::read_to_string(format!("/proc/{}/stat", steward.pid)).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, s)| s.starts_with('T'))
+            })
+        });
+        let buddy = domain.buddy();
+        held += u32::from(domain.queue(&buddy).lock_line().holder().is_some());
+        // SAFETY: kill has no memory-safety preconditions; the steward is checked by its
+        // pidfd (not reaped: it is nobody's child here).
+        unsafe { libc::kill(steward.pid as libc::pid_t, libc::SIGKILL) };
+        wait_until("the steward died", || pidfd.is_dead());
+        machine(setup.machine.path(), PLENTY_MIB);
+        let again = read_all(&config, &setup.path, PAGES * 4096);
+        assert_eq!(again.misses + again.hits, PAGES, "{again:?}");
+        assert_eq!(domain.elections(), 2, "one new steward");
+        wait_until("every frame accounted for", || {
+            census(&domain).is_some_and(|(free, cached, nodes)| {
+                free as usize + cached + nodes == FRAMES as usize
+            })
+        });
+    }
+    assert!(
+        held >= 1,
+        "the lever never stopped the steward holding the queue's lock"
+    );
+}
+
+/// The steward's CPU and wake-ups over `IDLE` with one member attached that reads
+/// nothing, on a domain of 1 GiB (262,144 frames: its data area never whole, so the
+/// populator has a lead to keep and nothing moves). By hand (docs/sharing.md, "The
+/// domain's memory and lifetime": the figures): `cargo test --release -p folio --lib
+/// shared::tests_life::the_stewards_cost_on_an_idle_domain -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn the_stewards_cost_on_an_idle_domain() {
+    const IDLE: Duration = Duration::from_secs(10);
+    let setup = setup(4096);
+    let mut config = config(
+        setup.home.path(),
+        "life-cost",
+        Duration::from_millis(100),
+        setup.machine.path(),
+    );
+    config.geometry.frames = 1 << 18;
+    let member = Member::attach(&config).unwrap();
+    let steward = member.steward().pid;
+    // The lead populated first (4 chunks: 8 MiB).
+    wait_until("the lead populated", || {
+        resident(member.domain()) >= 4 * super::populate::CHUNK_FRAMES as usize
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let look = || {
+        let stat = std::fs::read_to_string(format!("/proc/{steward}/stat")).unwrap();
+        let fields: Vec<&str> = stat.rsplit_once(") ").unwrap().1.split(' ').collect();
+        // Fields 14 and 15 (utime, stime), the 12th and 13th after the command.
+        let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{steward}/status")).unwrap();
+        let switches: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        (ticks, switches)
+    };
+    let before = look();
+    std::thread::sleep(IDLE);
+    let after = look();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    eprintln!(
+        "steward on an idle 1 GiB domain over {IDLE:?}: {} ms of CPU (utime + stime), {} \
+         wake-ups (voluntary context switches)",
+        (after.0 - before.0) * 1000 / hz,
+        after.1 - before.1
+    );
+    member.detach();
+}
