@@ -692,7 +692,7 @@ impl<'d> Steward<'d> {
             .count() as u64;
         let wanted = want_bytes.div_ceil(FRAME_BYTES as u64);
         let need = u32::try_from(wanted.saturating_sub(free_resident)).unwrap_or(u32::MAX);
-        let queue = self.domain.queue(&buddy);
+        let queue = self.domain.queue();
         let mut reclaimed = 0;
         if need > 0 && queue.count() > 0 {
             let indexes = self.domain.indexes();

@@ -81,7 +81,7 @@ fn census(domain: &Domain) -> Option<(u32, usize, usize)> {
     let slots = domain.slots();
     let buddy = domain.buddy();
     let allocator = buddy.check(&slots).ok()?;
-    let queue = domain.queue(&buddy).check(&slots).ok()?;
+    let queue = domain.queue().check(&slots).ok()?;
     assert_eq!(queue.queued.len(), allocator.cached.len());
     Some((
         allocator.free_frames,
@@ -227,8 +227,7 @@ fn a_steward_killed_in_the_middle_of_a_give_back_leaves_a_domain_the_next_recove
                     .is_some_and(|(_, s)| s.starts_with('T'))
             })
         });
-        let buddy = domain.buddy();
-        held += u32::from(domain.queue(&buddy).lock_line().holder().is_some());
+        held += u32::from(domain.queue().lock_line().holder().is_some());
         // SAFETY: kill has no memory-safety preconditions; the steward is checked by its
         // pidfd (not reaped: it is nobody's child here).
         unsafe { libc::kill(steward.pid as libc::pid_t, libc::SIGKILL) };
