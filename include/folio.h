@@ -394,6 +394,28 @@ typedef struct folio_cache_options {
      * -EINVAL. Ignored without a `segment_name`. See docs/persistence.md, "Kept memory".
      */
     uint32_t kept_steward;
+    /**
+     * The domain this cache shares its reads with (docs/sharing.md, "A `Cache` with a
+     * domain"): every process of this user that creates a cache with the same `domain`
+     * (and `segment_dir`) shares one cache of the files it opens read-only, so that a
+     * page one process read is a hit in every other. One plain portable file name, as
+     * `segment_name` (not empty, not `.` or `..`, no `/`, no control character, no
+     * leading `-`, at most 247 bytes: the domain's files add a suffix; else -EINVAL).
+     * Its files (`<domain>.domain`, its shared memory; `<domain>.steward`;
+     * `<domain>.sock`) go in `segment_dir` when it is given, whatever `persistent`, else
+     * in the user's private home /dev/shm/folio-<euid>; the creation attaches to the
+     * domain's steward or forks one (`folio-steward`, which repairs what a dead member
+     * held and leaves 10 s after the last member). The first cache of a domain sizes
+     * it: one 4 KiB frame per 4 KiB of its `capacity_bytes` (at most 4 GiB); later ones
+     * do not change it. What goes through it today: `folio_read` and `folio_read_many`
+     * of a file opened read-only (`folio_open`); a file opened for writing keeps this
+     * cache's own pages (another process's writes are not seen through the domain);
+     * `folio_readahead` of a domain file does nothing; a file the domain refuses (it
+     * changed since the domain recorded it, or its table of 256 files is full) is read
+     * privately. `folio_cache_domain_stats` gives this process's counts. NULL (the
+     * default): a private cache. Read during `folio_cache_create` only.
+     */
+    const char *domain;
 } folio_cache_options;
 
 /**
@@ -450,6 +472,61 @@ typedef struct folio_adoption {
      */
     uint64_t replaced;
 } folio_adoption;
+
+/**
+ * What this process read through its cache's domain (`folio_cache_domain_stats`; the
+ * options' `domain`): this process's counts since the cache was created, not the
+ * domain's. `folio_cache_stats` counts the cache's own pages (files opened for writing,
+ * files the domain refused) and not these.
+ */
+typedef struct folio_domain_stats {
+    /**
+     * Pages found in the domain (cached by this process or another).
+     */
+    uint64_t hits;
+    /**
+     * Of the hits, those that pinned their frame after two optimistic copies were stale.
+     */
+    uint64_t pinned_hits;
+    /**
+     * Optimistic copies discarded (their frame was reclaimed or reused meanwhile).
+     */
+    uint64_t stale_copies;
+    /**
+     * Pages not found in the domain.
+     */
+    uint64_t misses;
+    /**
+     * Reads from the files (one per page missed, or read uncached).
+     */
+    uint64_t preads;
+    /**
+     * Misses whose page another process cached meanwhile: read into a frame of their own.
+     */
+    uint64_t conflicts;
+    /**
+     * Reclaims this process ran (a miss found no free frame).
+     */
+    uint64_t reclaims;
+    /**
+     * The frames those reclaims freed.
+     */
+    uint64_t reclaimed_frames;
+    /**
+     * Misses read outside the domain (no frame could be had: every one pinned).
+     */
+    uint64_t uncached;
+    /**
+     * Pages read outside the domain because another thread of this process held their
+     * frame pinned.
+     */
+    uint64_t sibling_pinned;
+    /**
+     * Read-only opens the domain refused (the file changed since the domain recorded it,
+     * or its file table was full): those files are read through the cache's own pages.
+     */
+    uint64_t files_refused;
+} folio_domain_stats;
 
 /**
  * A snapshot of a cache's counters (all since the cache was created) and gauges (as of
@@ -756,7 +833,7 @@ extern "C" {
  * in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
  * its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
  * segment directory on disk (`segment_dir_on_disk` 0), a kept segment's steward
- * (`kept_steward` 1), and `size` set.
+ * (`kept_steward` 1), no domain (`domain` NULL: a private cache), and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *
@@ -778,7 +855,10 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * a background threshold above the dirty limit, a wrong `size`, an empty segment_dir, a
  * segment_dir_on_disk other than 0 or 1, an empty or non-UTF-8 segment_name or one that
  * is not one plain portable file name, an unknown unusable_segment, a kept_steward other
- * than 0 or 1): -EINVAL is only ever a bad option. For a persistent cache, where the segment cannot be used (none of these
+ * than 0 or 1, an empty or non-UTF-8 domain or one that is not one plain portable file
+ * name of at most 247 bytes): -EINVAL is only ever a bad option. With a `domain`: the
+ * errors of its directory as for a segment_dir (-EACCES, -EOPNOTSUPP, -ENOENT), and the
+ * errno of the attach to its steward. For a persistent cache, where the segment cannot be used (none of these
  * is an option's mistake; a caller may retry without `segment_name`, or with
  * `persistent` 0, and get a cache): the errno of a segment_dir that cannot be opened
  * (-ENOENT, -ENOTDIR), -EACCES for a directory (or a segment of that name) that is not
@@ -803,12 +883,14 @@ int32_t folio_cache_options_init(struct folio_cache_options *opts);
  * caller owns the handle and releases it with `folio_cache_destroy`. With a
  * `segment_name`, an existing segment of that name is adopted first (its dead owner's
  * dirty pages written back, the pages of unchanged files kept), which takes as long as
- * that writeback and a look at each of its files. `opts` (and the strings `segment_dir`
- * and `segment_name` point to) are read during the call only.
+ * that writeback and a look at each of its files. With a `domain`, the creation attaches
+ * to its steward, forking one (`folio-steward`, not the caller's child either) if none
+ * runs. `opts` (and the strings `segment_dir`, `segment_name` and `domain` point to) are
+ * read during the call only.
  *
  * # Safety
- * `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` and
- * `segment_name` are each NULL or a readable NUL-terminated string; `out` is NULL or
+ * `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir`,
+ * `segment_name` and `domain` are each NULL or a readable NUL-terminated string; `out` is NULL or
  * points to writable memory for one `folio_cache`.
  */
 int32_t folio_cache_create(const struct folio_cache_options *opts,
@@ -903,6 +985,23 @@ int32_t folio_cache_segment_not_kept_because(struct folio_cache cache, char *buf
  * `out` is NULL or points to writable memory for one `folio_adoption`.
  */
 int32_t folio_cache_adoption(struct folio_cache cache, struct folio_adoption *out);
+
+/**
+ * Stores in `*out` what this process read through the domain of `cache` (the options'
+ * `domain`).
+ *
+ * Returns 1 if the cache was created with a domain (`*out` its counts); 0 if not (a
+ * private cache: `*out` all zeros); -EBADF if `cache` is not a live cache handle; -EFAULT
+ * if `out` is NULL.
+ *
+ * Context: any thread; does not block; takes no lock. The counts are read one by one
+ * (relaxed), so a snapshot taken while others read may be a few events off between
+ * fields.
+ *
+ * # Safety
+ * `out` is NULL or points to writable memory for one `folio_domain_stats`.
+ */
+int32_t folio_cache_domain_stats(struct folio_cache cache, struct folio_domain_stats *out);
 
 /**
  * Sets the capacity of `cache` to `bytes` (rounded down to 4 KiB), between

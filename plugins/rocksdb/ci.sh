@@ -28,6 +28,8 @@
 #      after a normal exit (the exit hook's folio_cache_sync_all), and after a SIGKILL
 #      (the keeper of the persistent cache, persist=1 by default, writes it back; with
 #      persist=0 it is not);
+#   (domain) two db_bench --readonly processes at once on one database with domain=,
+#      then a third: every key found, the third served by the domain (hits, few reads);
 #   5. checks that a bad option fails with a message instead of a crash;
 #   (warm restart) a database filled through the plugin, then read by readrandom in two
 #      processes one after the other: the second adopts the segment the first left
@@ -557,6 +559,47 @@ check "killed_volatile (persist=0): no segment, no keeper" \
     grep -q "; not persistent (persist=0)" "$work/killed_volatile.log"
 check "killed_volatile (persist=0): the file lacks what was not synced" \
     bash -c '! "$0" check-file "$1"' "$kill_writer" "$work/killed_volatile/000043.log"
+
+# ---- A domain: read-only processes on one database share one cache (issue 45) ----------
+# Two db_bench --readonly at once on the warm-restart database with domain=ci-readers (its
+# files in a directory of this run's), then a third after them: every key found, and the
+# third reads the same keys (the same seed) from the domain: hits, and under a tenth of
+# the database read from disk. Not the default (domain=none until folio keeps a file a
+# process wrote out of the domain until it is written back: docs/rocksdb.md).
+domain_dir="$segments/domain"
+mkdir -m 0700 "$domain_dir"
+domain_uri="folio://?domain=ci-readers&segment_dir=$domain_dir"
+dbench=(--db="$work/rdb" --num=20000 --value_size=1000 --threads=2 --seed=42
+    --verify_checksum=1 --use_existing_db=1 --readonly=1 --benchmarks=readrandom)
+echo "== domain: two read-only processes at once ($domain_uri)"
+pids=()
+for i in 1 2; do
+    FOLIO_STATS="$work/domain_$i.stats" "$here/db_bench_folio.sh" "${dbench[@]}" \
+        --fs_uri="$domain_uri" >"$work/domain_$i.log" 2>&1 &
+    pids+=($!)
+done
+for i in 1 2; do
+    rc=0
+    wait "${pids[$((i - 1))]}" || rc=$?
+    check "domain: process $i exits 0" [ "$rc" = 0 ]
+    check "domain: process $i found every key" found_all "domain_$i" readrandom
+    check "domain: process $i read through the domain" \
+        grep -q "^folio: domain: name=ci-readers " "$work/domain_$i.stats"
+done
+wbench=("${dbench[@]}")
+wrun domain_3 "$domain_uri"
+check "domain: the third process found every key" found_all domain_3 readrandom
+domain_of() {  # domain_of NAME KEY: KEY= of NAME's "folio: domain:" line
+    sed -n 's/^folio: domain: .* '"$2"'=\([0-9]*\).*/\1/p' "$work/$1.stats" | head -1
+}
+echo "domain: hits/misses: $(domain_of domain_1 hits)/$(domain_of domain_1 misses)," \
+    "$(domain_of domain_2 hits)/$(domain_of domain_2 misses)," \
+    "third $(domain_of domain_3 hits)/$(domain_of domain_3 misses)"
+check "domain: the third process hit the domain" positive "$(domain_of domain_3 hits)"
+third_preads="$(domain_of domain_3 preads)"
+check "domain: the third read under a tenth of the database from disk (${third_preads:-?} pages)" \
+    [ "$(( ${third_preads:-999999} * 4096 ))" -lt $((rdb_bytes / 10)) ]
+check "domain: its memory file is in segment_dir" [ -f "$domain_dir/ci-readers.domain" ]
 
 echo "== a bad option fails with a message, not a crash"
 rc=0

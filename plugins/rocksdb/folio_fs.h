@@ -169,6 +169,7 @@ struct Process {
   // has that name, or none: for the verbose line and the stats.
   std::string segment_name;     // under mu, once created
   std::string naming;           // under mu, once created
+  std::string domain;           // under mu, once created: the domain attached, or empty
 };
 
 // The process's one Process (never destroyed).

@@ -2,8 +2,10 @@
 // factory call), its creation at the first call that needs it and the name of its segment
 // (named after the database whose LOCK the first call locks: warm restart; unnamed
 // otherwise, or when the named one cannot be used), its sync at exit, and the statistics
-// printed at exit (folio's, what the adoption kept and dropped, and the plugin's
-// counters of what RocksDB asked).
+// printed at exit (folio's, what the adoption kept and dropped, what this process read
+// through the domain, and the plugin's counters of what RocksDB asked). The domain
+// (domain=, issue 45) is passed on at creation; one that cannot be attached leaves a
+// private cache.
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -80,16 +82,35 @@ std::string DescribeAdoption(folio_cache cache, const std::string& segment_name,
          " replaced=" + std::to_string(a.replaced) + " naming=" + naming;
 }
 
+// "folio: domain: name=NAME hits=N misses=N preads=N ... files_refused=N": what this
+// process read through the cache's domain (folio_cache_domain_stats; "name=none" and
+// zeros for a private cache).
+std::string DescribeDomain(folio_cache cache, const std::string& domain) {
+  folio_domain_stats d{};
+  const int rc = folio_cache_domain_stats(cache, &d);
+  if (rc < 0) return "folio: domain: unavailable: " + LastFolioError();
+  return "folio: domain: name=" + (domain.empty() ? std::string("none") : domain) +
+         " hits=" + std::to_string(d.hits) + " pinned_hits=" + std::to_string(d.pinned_hits) +
+         " stale_copies=" + std::to_string(d.stale_copies) +
+         " misses=" + std::to_string(d.misses) + " preads=" + std::to_string(d.preads) +
+         " conflicts=" + std::to_string(d.conflicts) + " reclaims=" + std::to_string(d.reclaims) +
+         " reclaimed_frames=" + std::to_string(d.reclaimed_frames) +
+         " uncached=" + std::to_string(d.uncached) +
+         " sibling_pinned=" + std::to_string(d.sibling_pinned) +
+         " files_refused=" + std::to_string(d.files_refused);
+}
+
 void PrintStats() {
   Process& p = process();
   Options opts;
   folio_cache cache;
-  std::string segment_name, naming;
+  std::string segment_name, naming, domain;
   {
     std::lock_guard<std::mutex> lock(p.mu);
     if (!p.created.load(std::memory_order_acquire)) return;
     opts = p.options;
     cache = p.cache;
+    domain = p.domain;
     segment_name = p.segment_name;
     naming = p.naming;
   }
@@ -124,6 +145,7 @@ void PrintStats() {
     }
   }
   std::fprintf(out, "%s\n", DescribeAdoption(cache, segment_name, naming).c_str());
+  std::fprintf(out, "%s\n", DescribeDomain(cache, domain).c_str());
   FoldLiveReadIo();
   std::string line = "folio: plugin:";
   for (int c = 0; c < kCounters; c++) {
@@ -216,6 +238,12 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
   o.segment_dir_on_disk =
       opts.segment_dir_on_disk == Options::SegmentDirOnDisk::kAllowed ? 1 : 0;
   o.kept_steward = opts.kept_steward == Options::KeptSteward::kOn ? 1 : 0;
+  // The domain (issue 45): the user's machine-wide one, a name given, or none.
+  const std::string domain =
+      opts.domain == Options::Domain::kUser
+          ? UserDomainName(static_cast<unsigned>(geteuid()))
+          : opts.domain == Options::Domain::kNamed ? opts.domain_name : std::string();
+  o.domain = domain.empty() ? nullptr : domain.c_str();
   folio_cache cache{};
   int rc = folio_cache_create(&o, &cache);
   // Whatever keeps the named segment from being used, the database opens: -EINVAL is
@@ -236,6 +264,16 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
     }
     name.clear();
     o.segment_name = nullptr;
+    rc = folio_cache_create(&o, &cache);
+  }
+  if (rc < 0 && rc != -EINVAL && o.domain != nullptr) {
+    // The domain cannot be attached (its directory is not safe, its steward cannot be
+    // started or answer): the database still opens, with a private cache. Said even
+    // without verbose=1: the processes will not share their pages.
+    const std::string why = LastFolioError();
+    std::fprintf(stderr, "folio: the domain %s cannot be attached (%s): a private cache\n",
+                 domain.c_str(), why.c_str());
+    o.domain = nullptr;
     rc = folio_cache_create(&o, &cache);
   }
   if (rc < 0 && rc != -EINVAL && o.persistent == 1) {
@@ -265,6 +303,7 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
     p.pending_capacity = 0;
   }
   p.cache = cache;
+  p.domain = o.domain == nullptr ? std::string() : domain;
   p.segment_name = name;
   p.naming = naming;
   p.created.store(true, std::memory_order_release);
@@ -276,8 +315,9 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
     folio_cache_capacity_max(cache, &max);
     std::fprintf(stderr,
                  "folio: cache created from '%s': %s; capacity %" PRIu64 " bytes, at most %" PRIu64
-                 "; segment name %s; %s\n%s\n",
+                 "; segment name %s; domain %s; %s\n%s\n",
                  p.uri.c_str(), opts.Describe().c_str(), capacity, max, naming.c_str(),
+                 p.domain.empty() ? "none (a private cache)" : p.domain.c_str(),
                  DescribePersistence(cache).c_str(),
                  DescribeAdoption(cache, name, naming).c_str());
   }

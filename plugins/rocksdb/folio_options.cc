@@ -115,7 +115,12 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_SEGMENT_NAME", "segment_name"},
     {"FOLIO_SEGMENT_DIR_ON_DISK", "segment_dir_on_disk"},
     {"FOLIO_KEPT_STEWARD", "kept_steward"},
+    {"FOLIO_DOMAIN", "domain"},
 };
+
+const char* kDomainHelp =
+    "none, user or one plain file name (no '/', not . or .., no control character, no "
+    "leading '-', at most 247 bytes)";
 
 const char* kSegmentNameHelp =
     "auto, none or one plain file name (no '/', not . or .., no control character, no "
@@ -144,7 +149,8 @@ bool Options::operator==(const Options& o) const {
          persist == o.persist && segment_dir == o.segment_dir &&
          segment_dir_on_disk == o.segment_dir_on_disk &&
          segment_naming == o.segment_naming && segment_name == o.segment_name &&
-         kept_steward == o.kept_steward && stats == o.stats &&
+         kept_steward == o.kept_steward && domain == o.domain &&
+         domain_name == o.domain_name && stats == o.stats &&
          stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
@@ -176,6 +182,10 @@ std::string Options::Describe() const {
                        : segment_naming == SegmentNaming::kNone ? std::string("none")
                                                                 : segment_name) +
                   " kept_steward=" + (kept_steward == KeptSteward::kOn ? "1" : "0") +
+                  " domain=" +
+                  (domain == Domain::kNone   ? std::string("none")
+                   : domain == Domain::kUser ? std::string("user")
+                                             : domain_name) +
                   " stats=";
   switch (stats) {
     case StatsSink::kNone:
@@ -201,6 +211,13 @@ bool IsSegmentName(const std::string& name) {
   }
   return true;
 }
+
+bool IsDomainName(const std::string& name) {
+  const std::string l = Lower(name);
+  return IsSegmentName(name) && name.size() <= 247 && l != "none" && l != "user";
+}
+
+std::string UserDomainName(unsigned uid) { return "folio-" + std::to_string(uid) + "-user"; }
 
 std::string AutoSegmentName(unsigned uid, const std::string& db_dir) {
   uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a, 64 bits
@@ -429,6 +446,23 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     }
     return true;
   }
+  if (k == "domain") {
+    const std::string v = Lower(value);
+    if (v == "none") {
+      opts->domain = Options::Domain::kNone;
+      opts->domain_name.clear();
+    } else if (v == "user") {
+      opts->domain = Options::Domain::kUser;
+      opts->domain_name.clear();
+    } else if (IsDomainName(value)) {
+      opts->domain = Options::Domain::kNamed;
+      opts->domain_name = value;
+    } else {
+      *error = "domain: '" + value + "' is not " + kDomainHelp;
+      return false;
+    }
+    return true;
+  }
   if (k == "stats") {
     bool on = false;
     if (ParseFlag(value, &on)) {
@@ -451,8 +485,8 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
            "' (known: capacity, capacity_max, capacity_policy, readahead_max, prefetch_ahead, "
            "prefault, arena_pages, backend, eviction, pread_threads, hints, writes, "
            "cache_cold_writes, dirty_limit, dirty_background, dirty_expire, write_behind, "
-           "persist, segment_dir, segment_dir_on_disk, segment_name, kept_steward, stats, "
-           "verbose)";
+           "persist, segment_dir, segment_dir_on_disk, segment_name, kept_steward, domain, "
+           "stats, verbose)";
   return false;
 }
 

@@ -90,6 +90,21 @@
 //                                                  the kernel's page cache does (folio.h,
 //                                                  kept_steward); 0: the segment holds its
 //                                                  memory until adopted or removed
+//   domain         FOLIO_DOMAIN          none      the domain the cache shares its read-only
+//                                                  files' pages with, across processes
+//                                                  (issue 45; folio.h, domain): none: a
+//                                                  private cache; user: the user's
+//                                                  machine-wide domain (folio-<uid>-user),
+//                                                  so that every RocksDB process of the user
+//                                                  that asks for it shares one cache; else
+//                                                  one plain file name (at most 247 bytes).
+//                                                  Its files go in segment_dir (or folio's
+//                                                  default home). The default is
+//                                                  kDefaultDomain (none until a file this
+//                                                  process wrote is kept out of the domain
+//                                                  until written back: docs/rocksdb.md). A
+//                                                  domain that cannot be attached: a private
+//                                                  cache, said on stderr
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -177,6 +192,19 @@ struct Options {
   // kept_steward).
   enum class KeptSteward { kOn, kOff } kept_steward =
       FolioDefaults().kept_steward != 0 ? KeptSteward::kOn : KeptSteward::kOff;
+  // The domain the cache shares its read-only files' pages with (folio_cache_options'
+  // domain): none (kNone: a private cache), the user's machine-wide domain (kUser:
+  // UserDomainName), or `domain_name` (kNamed).
+  enum class Domain { kNone, kUser, kNamed };
+  Domain domain = kDefaultDomain;
+  std::string domain_name;  // kNamed only
+  // The plugin's default domain: the issue asks for the user's machine-wide one (kUser),
+  // so that every RocksDB process of the user shares one cache. It stays private (kNone)
+  // until folio keeps a file this process wrote and has not written back out of the
+  // domain (coherence inside one process): until then a process that writes a table and
+  // reads it back through the domain could read what the disk still lacks. One constant,
+  // to flip when that lands.
+  static constexpr Domain kDefaultDomain = Domain::kNone;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;
@@ -211,6 +239,14 @@ bool IsSegmentName(const std::string& name);
 // first database is `db_dir` (canonical and absolute: the caller resolves it) for user
 // `uid`: "folio-<uid>-db-<16 hex digits of a 64-bit FNV-1a hash of db_dir>".
 std::string AutoSegmentName(unsigned uid, const std::string& db_dir);
+
+// Whether `name` can name a domain: a segment name (IsSegmentName) of at most 247 bytes
+// (its files add a suffix), not "none" or "user" (the key's words).
+bool IsDomainName(const std::string& name);
+
+// The name of the user's machine-wide domain (domain=user) for user `uid`:
+// "folio-<uid>-user".
+std::string UserDomainName(unsigned uid);
 
 // Applies one key=value to *opts. Returns false with *error set for an unknown key or a
 // bad value.

@@ -163,6 +163,43 @@ int main() {
     CHECK(!Uri("folio://?kept_steward=maybe", &k, &e) && e.find("kept_steward") == 0);
   }
   {
+    // domain: none, user or one plain file name; the default is the plugin's constant.
+    Options o;
+    std::string e;
+    CHECK(o.domain == Options::kDefaultDomain && o.domain_name.empty());
+    CHECK(Options::kDefaultDomain == Options::Domain::kNone);  // private until coherent
+    CHECK(o.Describe().find(" domain=none ") != std::string::npos);
+    CHECK(Uri("folio://?domain=user", &o));
+    CHECK(o.domain == Options::Domain::kUser && o.domain_name.empty());
+    CHECK(o.Describe().find(" domain=user ") != std::string::npos);
+    CHECK(folio_rocksdb::UserDomainName(1000) == "folio-1000-user");
+    CHECK(Uri("folio://?domain=db1.readers", &o));
+    CHECK(o.domain == Options::Domain::kNamed && o.domain_name == "db1.readers");
+    CHECK(o.Describe().find(" domain=db1.readers ") != std::string::npos);
+    CHECK(o != Options());
+    CHECK(Uri("folio://?domain=NONE", &o));
+    CHECK(o.domain == Options::Domain::kNone && o.domain_name.empty());
+    CHECK(o == Options());
+    for (const char* bad : {"", "a/b", "/abs", ".", "..", "a\nb", "-rf", "tab\there"}) {
+      Options before = o;
+      CHECK(!Uri(std::string("folio://?domain=") + bad, &o, &e));
+      CHECK(e.find("domain: '") == 0 && e.find("plain file name") != std::string::npos);
+      CHECK(o == before);  // a refused value changes nothing
+    }
+    CHECK(!Uri("folio://?domain=" + std::string(248, 'x'), &o, &e));
+    CHECK(Uri("folio://?domain=" + std::string(247, 'x'), &o));
+    setenv("FOLIO_DOMAIN", "user", 1);
+    Options env;
+    CHECK(ApplyEnvironment(&env, &e));
+    CHECK(env.domain == Options::Domain::kUser);
+    CHECK(Uri("folio://?domain=none", &env));  // the URI over the environment
+    CHECK(env.domain == Options::Domain::kNone);
+    setenv("FOLIO_DOMAIN", "x/y", 1);
+    Options bad;
+    CHECK(!ApplyEnvironment(&bad, &e) && e.find("FOLIO_DOMAIN: domain") == 0);
+    unsetenv("FOLIO_DOMAIN");
+  }
+  {
     // segment_name: auto (the default), none, or one plain file name.
     Options o;
     std::string e;

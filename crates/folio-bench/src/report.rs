@@ -182,6 +182,7 @@ fn color_of(system: &str, index: usize) -> RGBColor {
         Some(System::Fresh4k) => RGBColor(0x7f, 0x7f, 0x7f),
         Some(System::FreshHuge) => RGBColor(0x8c, 0x56, 0x4b),
         Some(System::FolioFull) => RGBColor(0xae, 0xc7, 0xe8),
+        Some(System::FolioPrivate) => RGBColor(0xff, 0xbb, 0x78),
         // A row of a JSON file written by another version.
         None => [RGBColor(0x8c, 0x56, 0x4b), RGBColor(0x7f, 0x7f, 0x7f)][index % 2],
     }

@@ -3,7 +3,8 @@
 //! cache registry; `folio_cache_keeper_pid` and `folio_cache_segment_path` (a persistent
 //! cache's keeper and segment file); `folio_cache_segment_not_kept_because` (why a named
 //! segment will not be kept for the next cache of its name); `folio_cache_adoption` (what a cache created with a
-//! `segment_name` adopted); `folio_cache_set_capacity`, `folio_cache_capacity`
+//! `segment_name` adopted); `folio_cache_domain_stats` (what this process read through
+//! the cache's `domain`); `folio_cache_set_capacity`, `folio_cache_capacity`
 //! and `folio_cache_capacity_max` (the library's `Cache::set_capacity` and its getters);
 //! `folio_cache_stats` and `folio_stats_format`, with the names of the library's engines
 //! and eviction policies and their codes in `folio_stats`, both ways.
@@ -35,7 +36,10 @@ use crate::{folio_cache, CACHES};
 /// a background threshold above the dirty limit, a wrong `size`, an empty segment_dir, a
 /// segment_dir_on_disk other than 0 or 1, an empty or non-UTF-8 segment_name or one that
 /// is not one plain portable file name, an unknown unusable_segment, a kept_steward other
-/// than 0 or 1): -EINVAL is only ever a bad option. For a persistent cache, where the segment cannot be used (none of these
+/// than 0 or 1, an empty or non-UTF-8 domain or one that is not one plain portable file
+/// name of at most 247 bytes): -EINVAL is only ever a bad option. With a `domain`: the
+/// errors of its directory as for a segment_dir (-EACCES, -EOPNOTSUPP, -ENOENT), and the
+/// errno of the attach to its steward. For a persistent cache, where the segment cannot be used (none of these
 /// is an option's mistake; a caller may retry without `segment_name`, or with
 /// `persistent` 0, and get a cache): the errno of a segment_dir that cannot be opened
 /// (-ENOENT, -ENOTDIR), -EACCES for a directory (or a segment of that name) that is not
@@ -60,12 +64,14 @@ use crate::{folio_cache, CACHES};
 /// caller owns the handle and releases it with `folio_cache_destroy`. With a
 /// `segment_name`, an existing segment of that name is adopted first (its dead owner's
 /// dirty pages written back, the pages of unchanged files kept), which takes as long as
-/// that writeback and a look at each of its files. `opts` (and the strings `segment_dir`
-/// and `segment_name` point to) are read during the call only.
+/// that writeback and a look at each of its files. With a `domain`, the creation attaches
+/// to its steward, forking one (`folio-steward`, not the caller's child either) if none
+/// runs. `opts` (and the strings `segment_dir`, `segment_name` and `domain` point to) are
+/// read during the call only.
 ///
 /// # Safety
-/// `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir` and
-/// `segment_name` are each NULL or a readable NUL-terminated string; `out` is NULL or
+/// `opts` is NULL or points to a readable `folio_cache_options` whose `segment_dir`,
+/// `segment_name` and `domain` are each NULL or a readable NUL-terminated string; `out` is NULL or
 /// points to writable memory for one `folio_cache`.
 #[no_mangle]
 pub unsafe extern "C" fn folio_cache_create(
@@ -318,6 +324,90 @@ pub unsafe extern "C" fn folio_cache_adoption(cache: folio_cache, out: *mut foli
         Ok(i32::from(
             cache.adoption().is_some() && adoption.replaced == 0,
         ))
+    })
+}
+
+/// What this process read through its cache's domain (`folio_cache_domain_stats`; the
+/// options' `domain`): this process's counts since the cache was created, not the
+/// domain's. `folio_cache_stats` counts the cache's own pages (files opened for writing,
+/// files the domain refused) and not these.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
+pub struct folio_domain_stats {
+    /// Pages found in the domain (cached by this process or another).
+    pub hits: u64,
+    /// Of the hits, those that pinned their frame after two optimistic copies were stale.
+    pub pinned_hits: u64,
+    /// Optimistic copies discarded (their frame was reclaimed or reused meanwhile).
+    pub stale_copies: u64,
+    /// Pages not found in the domain.
+    pub misses: u64,
+    /// Reads from the files (one per page missed, or read uncached).
+    pub preads: u64,
+    /// Misses whose page another process cached meanwhile: read into a frame of their own.
+    pub conflicts: u64,
+    /// Reclaims this process ran (a miss found no free frame).
+    pub reclaims: u64,
+    /// The frames those reclaims freed.
+    pub reclaimed_frames: u64,
+    /// Misses read outside the domain (no frame could be had: every one pinned).
+    pub uncached: u64,
+    /// Pages read outside the domain because another thread of this process held their
+    /// frame pinned.
+    pub sibling_pinned: u64,
+    /// Read-only opens the domain refused (the file changed since the domain recorded it,
+    /// or its file table was full): those files are read through the cache's own pages.
+    pub files_refused: u64,
+}
+
+impl folio_domain_stats {
+    fn of(s: &folio_rs::DomainStats) -> folio_domain_stats {
+        folio_domain_stats {
+            hits: s.hits,
+            pinned_hits: s.pinned_hits,
+            stale_copies: s.stale_copies,
+            misses: s.misses,
+            preads: s.preads,
+            conflicts: s.conflicts,
+            reclaims: s.reclaims,
+            reclaimed_frames: s.reclaimed_frames,
+            uncached: s.uncached,
+            sibling_pinned: s.sibling_pinned,
+            files_refused: s.files_refused,
+        }
+    }
+}
+
+/// Stores in `*out` what this process read through the domain of `cache` (the options'
+/// `domain`).
+///
+/// Returns 1 if the cache was created with a domain (`*out` its counts); 0 if not (a
+/// private cache: `*out` all zeros); -EBADF if `cache` is not a live cache handle; -EFAULT
+/// if `out` is NULL.
+///
+/// Context: any thread; does not block; takes no lock. The counts are read one by one
+/// (relaxed), so a snapshot taken while others read may be a few events off between
+/// fields.
+///
+/// # Safety
+/// `out` is NULL or points to writable memory for one `folio_domain_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn folio_cache_domain_stats(
+    cache: folio_cache,
+    out: *mut folio_domain_stats,
+) -> i32 {
+    const CALL: &str = "folio_cache_domain_stats";
+    with_cache(CALL, cache, |cache| {
+        // SAFETY: the caller guarantees `out` is NULL or a writable `folio_domain_stats`.
+        let out = unsafe { Out::new(CALL, "out", out) }?;
+        let stats = cache.domain_stats();
+        out.write(
+            stats
+                .as_ref()
+                .map_or_else(folio_domain_stats::default, folio_domain_stats::of),
+        );
+        Ok(i32::from(stats.is_some()))
     })
 }
 

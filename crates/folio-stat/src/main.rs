@@ -9,11 +9,15 @@
 //! folio-stat [--dir DIR] NAME|PATH [--watch SECS [--count N]] [--top N] [--all]
 //! folio-stat [--dir DIR] list
 //! folio-stat [--dir DIR] remove NAME|PATH [--force]
+//! folio-stat [--dir DIR] domain NAME
 //! ```
 //!
 //! Everything it shows comes from `folio::SegmentView` (read-only, no lock taken: the
 //! cache it looks at never waits for it) and `folio::segments_in`; removal is
-//! `folio::remove_segment`, which refuses a segment in use.
+//! `folio::remove_segment`, which refuses a segment in use. `domain` shows a domain
+//! (issue 45: a cache shared by processes, `CacheBuilder::domain`) from its region,
+//! `folio::DomainView`: its steward, its frames and those cached, and its processes
+//! with their pins (loads only: no slot taken, no steward started).
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -65,6 +69,12 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Shows a domain (a cache shared by processes) in --dir: its steward, frames and
+    /// processes with their pins.
+    Domain {
+        /// The domain's name (its files: NAME.domain, NAME.steward, NAME.sock).
+        name: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -87,6 +97,7 @@ fn main() -> ExitCode {
             };
             remove(&resolve(&dir, segment), removal)
         }
+        (Some(Command::Domain { name }), None) => show_domain(&dir, name),
         (None, Some(segment)) => show(&cli, &resolve(&dir, segment)),
         (None, None) => Err(Failure(
             "a segment to show is needed (folio-stat NAME; folio-stat list shows them)".into(),
@@ -103,6 +114,65 @@ fn main() -> ExitCode {
 
 /// What the user is told when the command fails.
 struct Failure(String);
+
+/// `folio-stat domain NAME`: the domain `name` in `dir`, from its region.
+fn show_domain(dir: &Path, name: &str) -> Result<(), Failure> {
+    let view = folio::DomainView::open(dir, name).map_err(|e| {
+        Failure(match e.kind() {
+            io::ErrorKind::NotFound => format!(
+                "no domain {name} in {} (its memory file is {name}.domain)",
+                dir.display()
+            ),
+            _ => format!("domain {name} in {}: {e}", dir.display()),
+        })
+    })?;
+    print!("{}", domain_text(name, &view.read()));
+    Ok(())
+}
+
+/// The text `folio-stat domain` prints for `seen`.
+fn domain_text(name: &str, seen: &folio::DomainSummary) -> String {
+    let mut out = format!(
+        "domain {name}: steward pid {} ({}), {} election(s)\n\
+         frames: {} of 4 KiB ({} MiB), {} cached ({:.1} MiB); {} slots; {} file records\n",
+        seen.steward_pid,
+        if seen.steward_running {
+            "running"
+        } else {
+            "not running: the next member starts one"
+        },
+        seen.elections,
+        seen.frames,
+        (u64::from(seen.frames) * 4096) >> 20,
+        seen.frames_cached,
+        f64::from(seen.frames_cached) * 4096.0 / 1048576.0,
+        seen.slots,
+        seen.file_records,
+    );
+    out += &format!("processes: {}\n", seen.processes.len());
+    if !seen.processes.is_empty() {
+        out += &format!(
+            "{:>5} {:>10} {:>8} {:>6} {:>8}\n",
+            "slot", "generation", "pid", "pins", "state"
+        );
+    }
+    for p in &seen.processes {
+        let state = match (p.live, p.running) {
+            (true, true) if p.pid == Some(seen.steward_pid) => "running (the steward)",
+            (true, true) => "running",
+            (true, false) => "gone (not swept yet)",
+            (false, _) => "dead (being swept)",
+        };
+        out += &format!(
+            "{:>5} {:>10} {:>8} {:>6} {state}\n",
+            p.slot,
+            p.generation,
+            p.pid.map_or_else(|| "-".to_string(), |pid| pid.to_string()),
+            p.pins,
+        );
+    }
+    out
+}
 
 /// A name is in `dir`; anything with a `/` is a path.
 fn resolve(dir: &Path, segment: &str) -> PathBuf {

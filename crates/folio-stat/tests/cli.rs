@@ -232,3 +232,40 @@ fn says_what_is_wrong_with_what_it_was_given() {
     let nothing = failed(folio_stat(dir.path(), &[]));
     assert!(nothing.contains("a segment to show"), "{nothing}");
 }
+
+/// `folio-stat domain NAME`: a cache of this process in a domain, four pages read: the
+/// domain's steward running, its frames (2 MiB: 512) and the four cached, and this process
+/// in a slot, running, nothing pinned; a domain that does not exist is named in the error.
+#[test]
+fn shows_a_domain_its_steward_frames_and_processes() {
+    let (data, dir) = dirs();
+    let cache = Cache::builder()
+        .capacity_bytes(2 << 20)
+        .segment_dir(dir.path())
+        .domain("stat-test")
+        .build()
+        .unwrap();
+    let path = data.path().join("four-pages");
+    std::fs::write(&path, vec![5u8; 4 * 4096]).unwrap();
+    let file = cache.open(&path).unwrap();
+    let mut buf = vec![0u8; 4 * 4096];
+    assert_eq!(file.read_at(&mut buf, 0).unwrap(), buf.len());
+    let out = ok(folio_stat(dir.path(), &["domain", "stat-test"]));
+    assert!(out.starts_with("domain stat-test: steward pid "), "{out}");
+    assert!(out.contains(" (running)"), "{out}");
+    assert!(
+        out.contains("frames: 512 of 4 KiB (2 MiB), 4 cached"),
+        "{out}"
+    );
+    let me = std::process::id().to_string();
+    let ours = out
+        .lines()
+        .find(|l| l.split_whitespace().nth(2) == Some(me.as_str()))
+        .unwrap_or_else(|| panic!("no line of pid {me}: {out}"));
+    assert_eq!(ours.split_whitespace().nth(3), Some("0"), "{out}");
+    assert!(ours.ends_with("running"), "{out}");
+    let err = failed(folio_stat(dir.path(), &["domain", "no-such"]));
+    assert!(err.contains("no domain no-such in"), "{err}");
+    drop(file);
+    drop(cache);
+}

@@ -26,6 +26,9 @@
 //! over the whole run and in a cold, a warm-up and a steady-state window (module
 //! `windows`: db_bench's per-second rates beside the process's CPU sampled as it runs).
 //!
+//! `db-bench readonly` (issue 45, module `readonly`) runs P read-only db_bench
+//! processes on one database at once: the kernel, folio sharing a domain, folio private.
+//!
 //! `db-bench fillseq | fillrandom | overwrite | readwhilewriting` (issue 15, module
 //! `write`) run db_bench's write and mixed benchmarks with every file of the database
 //! through each system (direct: `--use_direct_io_for_flush_and_compaction=1` too).
@@ -44,6 +47,7 @@ use serde_json::json;
 
 mod child;
 mod plugin;
+mod readonly;
 mod readrandom;
 
 use readrandom::PointReads;
@@ -90,6 +94,10 @@ pub enum Benchmark {
     /// `readrandom` after a restart of db_bench on the same database, against the rate of
     /// the process before it, kernel and folio (the plugin at its defaults) (issue 32).
     Restart,
+    /// P read-only db_bench processes (`--readonly`) on one database at once, `readrandom`
+    /// (`--processes`): the kernel, folio sharing a fresh domain, and folio with private
+    /// caches; summed reads/s, cold and steady, and the memory holding the data (issue 45).
+    Readonly,
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -158,6 +166,10 @@ pub struct Args {
     /// --quick 2]
     #[arg(long)]
     pub warm_secs: Option<u64>,
+    /// `readonly`: how many db_bench processes read the database at once, comma-separated
+    /// [default: 2,4]
+    #[arg(long, value_delimiter = ',')]
+    pub processes: Option<Vec<usize>>,
     /// Run every system's db_bench in a fresh memory cgroup of this many MiB, one per
     /// measurement (v2 `memory.max`, or v1 `memory.limit_in_bytes` where the memory
     /// controller is on v1; folio's memory policy reads only v2) [default: none]
@@ -299,6 +311,7 @@ impl Workload for Args {
     fn runs_default(&self) -> usize {
         match self.benchmark {
             Benchmark::Restart => 2,
+            Benchmark::Readonly => 1,
             _ => super::RUNS_DEFAULT,
         }
     }
@@ -316,6 +329,7 @@ impl Workload for Args {
                 return readrandom::run(self, env, PointReads::Batched { batch });
             }
             Benchmark::Restart => return restart::run(self, env),
+            Benchmark::Readonly => return readonly::run(self, env),
             _ => {}
         }
         if write::db_bench_name(self.benchmark).is_some() {

@@ -259,10 +259,13 @@ pub enum System {
     /// folio whose cache is full before the clock: every miss evicts a page and reuses
     /// its memory (`miss-cost`: the steady state, no first touch).
     FolioFull,
+    /// folio with a cache of each process's own, beside `folio` sharing a domain
+    /// (`db-bench readonly`: P processes on one database).
+    FolioPrivate,
 }
 
 impl System {
-    pub const ALL: [System; 14] = [
+    pub const ALL: [System; 15] = [
         System::Folio,
         System::FolioPinned,
         System::FolioAsync,
@@ -277,6 +280,7 @@ impl System {
         System::Fresh4k,
         System::FreshHuge,
         System::FolioFull,
+        System::FolioPrivate,
     ];
 
     /// The system's name in the tables and the JSON.
@@ -296,6 +300,7 @@ impl System {
             System::Fresh4k => "fresh-4k",
             System::FreshHuge => "fresh-huge",
             System::FolioFull => "folio-full",
+            System::FolioPrivate => "folio-private",
         }
     }
 
@@ -643,7 +648,8 @@ mod tests {
                 "odirect-grid",
                 "fresh-4k",
                 "fresh-huge",
-                "folio-full"
+                "folio-full",
+                "folio-private"
             ]
         );
         for system in System::ALL {

@@ -24,7 +24,7 @@ mod capacity_settings;
 mod segment_settings;
 
 use capacity_settings::{capacity_settings, check_dirty_against_capacity, dirty_settings};
-use segment_settings::{naming_settings, persistence_settings, NamingSettings};
+use segment_settings::{domain_settings, naming_settings, persistence_settings, NamingSettings};
 
 use crate::entry::Out;
 use crate::error::{boundary, Failure};
@@ -244,6 +244,26 @@ pub struct folio_cache_options {
     /// swap), until it is adopted or removed (`folio-stat remove`). Anything else:
     /// -EINVAL. Ignored without a `segment_name`. See docs/persistence.md, "Kept memory".
     pub kept_steward: u32,
+    /// The domain this cache shares its reads with (docs/sharing.md, "A `Cache` with a
+    /// domain"): every process of this user that creates a cache with the same `domain`
+    /// (and `segment_dir`) shares one cache of the files it opens read-only, so that a
+    /// page one process read is a hit in every other. One plain portable file name, as
+    /// `segment_name` (not empty, not `.` or `..`, no `/`, no control character, no
+    /// leading `-`, at most 247 bytes: the domain's files add a suffix; else -EINVAL).
+    /// Its files (`<domain>.domain`, its shared memory; `<domain>.steward`;
+    /// `<domain>.sock`) go in `segment_dir` when it is given, whatever `persistent`, else
+    /// in the user's private home /dev/shm/folio-<euid>; the creation attaches to the
+    /// domain's steward or forks one (`folio-steward`, which repairs what a dead member
+    /// held and leaves 10 s after the last member). The first cache of a domain sizes
+    /// it: one 4 KiB frame per 4 KiB of its `capacity_bytes` (at most 4 GiB); later ones
+    /// do not change it. What goes through it today: `folio_read` and `folio_read_many`
+    /// of a file opened read-only (`folio_open`); a file opened for writing keeps this
+    /// cache's own pages (another process's writes are not seen through the domain);
+    /// `folio_readahead` of a domain file does nothing; a file the domain refuses (it
+    /// changed since the domain recorded it, or its table of 256 files is full) is read
+    /// privately. `folio_cache_domain_stats` gives this process's counts. NULL (the
+    /// default): a private cache. Read during `folio_cache_create` only.
+    pub domain: *const c_char,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
@@ -272,7 +292,10 @@ const _: () = assert!(std::mem::offset_of!(folio_cache_options, segment_dir_on_d
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, kept_steward) == 112);
 // The steward's choice took the end (and four bytes of padding), so the size changed again
 // (112 to 120): a caller built before it is refused rather than read past its struct.
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 120);
+// The domain took the end, so the size changed again (120 to 128): a caller built before
+// it is refused rather than read past its struct.
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, domain) == 120);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 128);
 
 pub(crate) fn cache_options_default() -> folio_cache_options {
     folio_cache_options {
@@ -296,6 +319,7 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
         unusable_segment: FOLIO_UNUSABLE_SEGMENT_REPLACE,
         segment_dir_on_disk: 0,
         kept_steward: 1,
+        domain: std::ptr::null(),
     }
 }
 
@@ -309,7 +333,7 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
 /// in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
 /// its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
 /// segment directory on disk (`segment_dir_on_disk` 0), a kept segment's steward
-/// (`kept_steward` 1), and `size` set.
+/// (`kept_steward` 1), no domain (`domain` NULL: a private cache), and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -331,8 +355,8 @@ pub unsafe extern "C" fn folio_cache_options_init(opts: *mut folio_cache_options
 /// returns.
 ///
 /// # Safety
-/// `opts.segment_dir` and `opts.segment_name` are each NULL or point to a NUL-terminated
-/// string readable during the call.
+/// `opts.segment_dir`, `opts.segment_name` and `opts.domain` are each NULL or point to a
+/// NUL-terminated string readable during the call.
 pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Failure> {
     const CALL: &str = "folio_cache_create";
     let expected = std::mem::size_of::<folio_cache_options>();
@@ -444,6 +468,13 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
                     steward: naming.steward,
                     ..KeptMemory::default()
                 });
+        }
+    }
+    // SAFETY: the caller's guarantee on `opts.domain` and `opts.segment_dir`.
+    if let Some(domain) = unsafe { domain_settings(opts) }? {
+        builder = builder.domain(domain.name);
+        if let Some(dir) = &domain.dir {
+            builder = builder.segment_dir(dir);
         }
     }
     let persistent = segment_dir.is_some();

@@ -1,6 +1,7 @@
 //! Where a persistent cache's segment goes and what it is called, from
 //! `folio_cache_options` (`persistent`, `segment_dir`, `segment_dir_on_disk`,
-//! `segment_name`, `unusable_segment`): each field checked, an `EINVAL` (or the
+//! `segment_name`, `unusable_segment`), and the domain a cache shares its reads with
+//! (`domain`, its files beside the segments): each field checked, an `EINVAL` (or the
 //! directory's own errno) that names it.
 //!
 //! Protection: none needed; the options are the caller's, copied once per call.
@@ -184,4 +185,84 @@ pub(super) unsafe fn naming_settings(
         unusable,
         steward,
     })
+}
+
+/// The domain a cache asks for (`domain_settings`).
+#[derive(Debug)]
+pub(super) struct DomainSettings {
+    /// Its name: one plain file name, with room for the suffixes of its files.
+    pub(super) name: String,
+    /// Its directory: `segment_dir` when given; None: the user's private home.
+    pub(super) dir: Option<PathBuf>,
+}
+
+/// The longest domain name: its files add `.steward` (8 bytes) to it, and a file name has
+/// at most 255 bytes.
+const DOMAIN_NAME_MAX: usize = 255 - ".steward".len();
+
+/// The domain `opts` asks for, or None (`domain` NULL: a private cache); EINVAL for a
+/// `domain` that is empty, not UTF-8, not one plain portable file name (segment names'
+/// rules, `folio::check_segment_name`) or longer than `DOMAIN_NAME_MAX`, and a
+/// `segment_dir` that is empty. A `segment_dir` given is the domain's directory whatever
+/// `persistent` says; the library checks it (its owner and mode, no symlink, tmpfs).
+///
+/// # Safety
+/// `opts.domain` and `opts.segment_dir` are each NULL or point to a NUL-terminated string
+/// readable during the call.
+pub(super) unsafe fn domain_settings(
+    opts: &folio_cache_options,
+) -> Result<Option<DomainSettings>, Failure> {
+    const CALL: &str = "folio_cache_create";
+    if opts.domain.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null, and the caller guarantees a readable NUL-terminated string.
+    let bytes = unsafe { CStr::from_ptr(opts.domain) }.to_bytes();
+    let name = match std::str::from_utf8(bytes) {
+        Ok("") => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: domain is empty (NULL: a private cache)"),
+            ))
+        }
+        Ok(name) => name,
+        Err(_) => {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: domain {bytes:?} is not UTF-8"),
+            ))
+        }
+    };
+    if let Err(why) = folio_rs::check_segment_name(name) {
+        return Err(Failure::new(libc::EINVAL, format!("{CALL}: domain: {why}")));
+    }
+    if name.len() > DOMAIN_NAME_MAX {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{CALL}: domain has {} bytes, more than {DOMAIN_NAME_MAX} (its files add a suffix)",
+                name.len()
+            ),
+        ));
+    }
+    let dir = if opts.segment_dir.is_null() {
+        None
+    } else {
+        // SAFETY: non-null, and the caller guarantees a readable NUL-terminated string.
+        let dir = unsafe { CStr::from_ptr(opts.segment_dir) }.to_bytes();
+        if dir.is_empty() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                format!("{CALL}: segment_dir is empty (NULL: the default home, for the domain)"),
+            ));
+        }
+        Some(PathBuf::from(OsStr::from_bytes(dir)))
+    };
+    let settings = DomainSettings {
+        name: name.to_owned(),
+        dir,
+    };
+    // Post: a name the library's domain files accept.
+    debug_assert!(folio_rs::check_segment_name(&format!("{}.steward", settings.name)).is_ok());
+    Ok(Some(settings))
 }

@@ -16,7 +16,8 @@
  * them to the file. Adoption: a named segment outlives its cache and the next cache of
  * that name adopts it (folio_cache_adoption: pages kept, read with no I/O, the right
  * bytes; a file changed meanwhile dropped), a name in use refused, and the naming
- * options' misuse.
+ * options' misuse. A domain: two handles of one file share its pages, a cache created
+ * again in the domain finds them, and bad domain names are refused.
  *
  * Usage: abi_test DIR   (DIR: an empty, writable directory)
  * Prints one line per failed check and ends with "abi_test: N passed, M failed".
@@ -1700,6 +1701,106 @@ static void test_dirty_options(void) {
     unlink(path);
 }
 
+/* A cache with a domain (folio_cache_options.domain): two handles of one read-only file
+   share its pages (the second reads hit the domain), a cache created again in the domain
+   finds them cached (the domain outlives a cache: its steward lingers and its memory file
+   stays), a private cache has no domain counts, and bad names are refused with -EINVAL
+   naming the field. The domain's files go in a directory of the test's own. */
+static void test_domain(void) {
+    enum { PAGES = 16, BYTES = PAGES * 4096 };
+    folio_cache_options o;
+    folio_cache c = {0}, bad = {0};
+    folio_file f1, f2;
+    folio_domain_stats d;
+    char segdir[2048], file[4096];
+    static uint8_t buf[BYTES];
+    static char long_name[300];
+    const char *suffixes[] = {"domain", "steward", "sock"};
+
+    snprintf(segdir, sizeof segdir, "/dev/shm/folio-abi-domain-XXXXXX");
+    CHECK(mkdtemp(segdir) != NULL);
+    options_init_fixed(&o);
+    CHECK(o.domain == NULL);
+    o.capacity_bytes = 16u << 20;
+    o.persistent = 0;
+    o.segment_dir = segdir;
+    o.domain = "abi-domain";
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_open(c, path_pattern, &f1) == 0);
+    CHECK(folio_open(c, path_pattern, &f2) == 0);
+    memset(&d, 0x55, sizeof d);
+    CHECK(folio_cache_domain_stats(c, &d) == 1);
+    CHECK(d.hits == 0 && d.misses == 0 && d.files_refused == 0);
+    CHECK(folio_read(f1, buf, BYTES, 0) == BYTES);
+    CHECK(matches_pattern(buf, 0, BYTES));
+    CHECK(folio_cache_domain_stats(c, &d) == 1);
+    CHECK(d.misses == PAGES && d.preads == PAGES && d.hits == 0);
+    /* The other handle's reads are the domain's hits: no read of the file. */
+    memset(buf, 0, sizeof buf);
+    CHECK(folio_read(f2, buf, BYTES, 0) == BYTES);
+    CHECK(matches_pattern(buf, 0, BYTES));
+    CHECK(folio_cache_domain_stats(c, &d) == 1);
+    CHECK(d.hits == PAGES && d.misses == PAGES && d.preads == PAGES);
+    CHECK(folio_cache_domain_stats(c, NULL) == -EFAULT);
+    CHECK(folio_close(f1) == 0);
+    CHECK(folio_close(f2) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+
+    /* A new cache of the domain: every page is still cached there. */
+    CHECK(folio_cache_create(&o, &c) == 0);
+    CHECK(folio_open(c, path_pattern, &f1) == 0);
+    memset(buf, 0, sizeof buf);
+    CHECK(folio_read(f1, buf, BYTES, 0) == BYTES);
+    CHECK(matches_pattern(buf, 0, BYTES));
+    CHECK(folio_cache_domain_stats(c, &d) == 1);
+    CHECK(d.hits == PAGES && d.misses == 0 && d.preads == 0);
+    CHECK(folio_close(f1) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+
+    /* A private cache: no domain, zeros. */
+    o.domain = NULL;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    memset(&d, 0x55, sizeof d);
+    CHECK(folio_cache_domain_stats(c, &d) == 0);
+    CHECK(d.hits == 0 && d.misses == 0 && d.preads == 0 && d.files_refused == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    CHECK(folio_cache_domain_stats(c, &d) == -EBADF);
+
+    /* Bad names: -EINVAL naming the field, no cache. */
+    o.domain = "";
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("domain is empty"));
+    o.domain = "a/b";
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("domain"));
+    o.domain = "..";
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("domain"));
+    o.domain = "a\nb";
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("domain"));
+    o.domain = "-rf";
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("domain"));
+    memset(long_name, 'd', 248);
+    long_name[248] = 0;
+    o.domain = long_name;
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("domain has 248 bytes"));
+    o.domain = "\xff\xfe";
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("not UTF-8"));
+    CHECK(bad.id == 0);
+
+    /* The domain's files were in the test's directory; the steward leaves by itself. */
+    for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
+        snprintf(file, sizeof file, "%s/abi-domain.%s", segdir, suffixes[i]);
+        if (i == 0) CHECK(access(file, F_OK) == 0);
+        unlink(file);
+    }
+    rmdir(segdir);
+}
+
 /* write_behind_bytes: an appending writer's pages are written back before any sync (the
    default), or stay dirty until one (0, or a threshold larger than what is appended). A
    minute's expiry and a roomy dirty limit, so that nothing else writes them. */
@@ -1719,7 +1820,8 @@ _Static_assert(offsetof(folio_cache_options, unusable_segment) == 104,
                "unusable_segment follows segment_name");
 _Static_assert(offsetof(folio_cache_options, kept_steward) == 112,
                "kept_steward follows segment_dir_on_disk");
-_Static_assert(sizeof(folio_cache_options) == 120, "folio_cache_options is 120 bytes");
+_Static_assert(offsetof(folio_cache_options, domain) == 120, "domain follows kept_steward");
+_Static_assert(sizeof(folio_cache_options) == 128, "folio_cache_options is 128 bytes");
 
 static void test_write_behind(void) {
     enum { APPEND_BYTES = 1u << 20, PAGES = APPEND_BYTES / 4096 };
@@ -2231,6 +2333,7 @@ int main(int argc, char **argv) {
     test_last_error_message();
     test_persistence(argv[1]);
     test_adoption(argv[1]);
+    test_domain();
 
     options_init_fixed(&o);
     o.capacity_bytes = 32u << 20;

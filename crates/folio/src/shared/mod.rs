@@ -125,6 +125,7 @@ mod tests_read;
 mod tests_readkill;
 #[cfg(test)]
 mod tests_reclaim;
+pub(crate) mod view;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 #[cfg(test)]

@@ -442,6 +442,23 @@ impl<'r> SharedQueue<'r> {
 
     // ------------------------------------------------------------ lock-free: hits
 
+    /// How many frames each slot's process holds pinned now (`PIN_SLOTS` counts, slot
+    /// by slot): a viewer's census, each frame's pin word read once (relaxed), so a
+    /// snapshot taken while members read is a few pins off.
+    ///
+    /// Context: any process, lock-free; reads every frame's pin word (O(frames)).
+    pub(crate) fn pins_by_slot(&self) -> Vec<u32> {
+        let mut pins = vec![0u32; PIN_SLOTS as usize];
+        for f in 0..self.frames {
+            let mut bits = self.of(f, PIN).load(Ordering::Relaxed) & !FROZEN;
+            while bits != 0 {
+                pins[bits.trailing_zeros() as usize] += 1;
+                bits &= bits - 1;
+            }
+        }
+        pins
+    }
+
     /// A hit's touch: REF set, stored only if it was clear (module docs).
     ///
     /// Context: any process, lock-free; `frame` is one the caller found in an index.

@@ -85,7 +85,8 @@ pub fn db_bench_name(benchmark: Benchmark) -> Option<&'static str> {
         Benchmark::Readseq
         | Benchmark::Readrandom
         | Benchmark::Multireadrandom
-        | Benchmark::Restart => None,
+        | Benchmark::Restart
+        | Benchmark::Readonly => None,
     }
 }
 

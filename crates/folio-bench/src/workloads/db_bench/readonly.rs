@@ -1,0 +1,597 @@
+//! `db-bench readonly` (issue 45, done-when 1; RocksDB issue #14258): P read-only
+//! db_bench processes (`--readonly --use_existing_db`, `readrandom` for `--duration-secs`)
+//! on one database, started together, as three systems:
+//!
+//! - `kernel`: buffered reads, the page cache dropped first (cold);
+//! - `folio`: the plugin at its defaults **plus** `domain=<a fresh name>`: the only
+//!   override, because the plugin's default domain is private until folio keeps a file a
+//!   process wrote out of the domain (docs/rocksdb.md, "Several processes on one
+//!   database"); the issue asks for the user's domain by default, and this is what that
+//!   default will run. Fresh, so that every measurement starts cold (the domain's memory
+//!   file is removed after it);
+//! - `folio-private`: the plugin at pure defaults: a cache of each process's own (what a
+//!   user gets today), for the comparison.
+//!
+//! Figures, per P: the **summed** reads/s (db_bench's own, one line per process), and the
+//! same cut into a cold, a warm-up and a steady-state window ([`super::windows`]) of the
+//! processes' per-second reports summed second by second (their CPU too: each process's,
+//! sampled as in `readrandom`, summed); each process's rusage (`processes` in the row:
+//! ops/s, user and system seconds, peak RSS, blocks read); and **the memory holding the
+//! cached data**: the kernel's page cache of the table files after the run (mincore: one
+//! copy at most, with its readahead) and the peak growth of `/proc/meminfo`'s `Cached`
+//! while it ran; folio's: the domain's memory file (its tmpfs blocks: the frames touched
+//! and the structures over them) plus each process's private cache (`resident_bytes` of
+//! its stats at exit: the files the domain does not take, the MANIFEST written at open
+//! among them); folio-private's: the sum of its processes' `resident_bytes`. The row's
+//! `memory_over_kernel` sets each beside the kernel's page cache of the same P.
+//!
+//! Small by default, so that it finishes in minutes here: one database of 20,000 8 KiB
+//! values (156 MiB), a 16 MiB block cache per process, 30 s per measurement (windows: the
+//! first 10 s cold, the last 10 s steady), P = 2 and 4, one round; `--keys`,
+//! `--cache-mib`, `--duration-secs`, `--cold-secs`, `--steady-secs`, `--processes`,
+//! `--threads` (per process, default 1) and `--runs` change them.
+//!
+//! Limits: the windows are the processes' seconds summed by their index: the processes
+//! start within milliseconds of each other, not at one instant, and each db_bench opens
+//! the database before its first second. The domain's memory file counts every frame
+//! touched, also frames a reclaim freed (none at these sizes: the domain is sized by the
+//! first process's capacity, the machine's by default); tmpfs blocks are resident unless
+//! swapped. A process's `resident_bytes` is its private arena at exit.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{json, Map, Value};
+
+use super::child::{run_sampled, Finished, SAMPLE_PERIOD};
+use super::readrandom::parse_run;
+use super::restart::parse_report_csv;
+use super::windows::{self, Cpu, WindowSpec, Windows, WINDOW_NAMES};
+use super::{
+    build_plugin, ensure_dbs, forget_plugin_segment, record_folio_capacity, run_result,
+    table_files, tail, workspace_root, Args, Parsed, DB_BENCH, VALUE_BYTES,
+};
+use crate::kernel;
+use crate::measure::RunResult;
+use crate::workloads::{mib, threads_or, Env, Metric, Report, Row, System, Target};
+
+/// The systems, in the order each round measures them.
+const SYSTEMS: [System; 3] = [System::Kernel, System::Folio, System::FolioPrivate];
+
+/// Processes at once [default of `--processes`].
+const PROCESSES_DEFAULT: [usize; 2] = [2, 4];
+
+/// Keys of the one database [default of `--keys`]: 156 MiB of 8 KiB values, read cold in
+/// a few seconds here.
+const KEYS_DEFAULT: u64 = 20_000;
+
+/// Seconds each process reads [default of `--duration-secs`], and the windows' defaults:
+/// the first 10 s cold, the last 10 s steady.
+const DURATION_SECS_DEFAULT: u64 = 30;
+const COLD_SECS_DEFAULT: usize = 10;
+const STEADY_SECS_DEFAULT: usize = 10;
+
+/// MiB of each process's block cache [default of `--cache-mib`].
+const CACHE_MIB_DEFAULT: u64 = 16;
+
+/// The issue's targets (done-when 1): the summed reads/s at least the kernel's cold and
+/// 1.1x in the steady state, and the memory within 1.1x of one copy.
+const COLD_OVER_KERNEL_MIN: f64 = 1.0;
+const STEADY_OVER_KERNEL_MIN: f64 = 1.1;
+const MEMORY_OVER_ONE_COPY_MAX: f64 = 1.1;
+
+/// `--reads` under a duration: more than any run reaches (db_bench stops on time).
+const READS_UNDER_DURATION: u64 = 1 << 40;
+
+/// A domain name new to this run: `folio-bench-ro-<pid>-<n>`.
+fn fresh_domain() -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "folio-bench-ro-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The directory of the plugin's domain files: its `segment_dir` (`FOLIO_SEGMENT_DIR`),
+/// else folio's private home.
+fn domain_dir() -> PathBuf {
+    std::env::var_os("FOLIO_SEGMENT_DIR").map_or_else(folio::segment_home, PathBuf::from)
+}
+
+/// Bytes a tmpfs file holds in memory (its allocated blocks), 0 if it is gone.
+fn tmpfs_bytes(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
+}
+
+/// The sum, element by element, of `rows` cut to the shortest (a second every process
+/// reported).
+fn sum_by_index<T: Copy>(rows: &[Vec<T>], zero: T, add: impl Fn(T, T) -> T) -> Vec<T> {
+    let n = rows.iter().map(Vec::len).min().unwrap_or(0);
+    (0..n)
+        .map(|i| rows.iter().fold(zero, |acc, r| add(acc, r[i])))
+        .collect()
+}
+
+/// One process's part of a measurement.
+struct ProcessRun {
+    run: RunResult,
+    /// db_bench's per-second reads (its report file).
+    rates: Vec<f64>,
+    /// Its CPU per second ([`windows::cpu_per_second`] of its samples).
+    cpu: Vec<Cpu>,
+    /// The plugin's stats at exit (empty for the kernel).
+    stats: String,
+}
+
+/// Sums the processes of one measurement into its run: db_bench's ops/s and operations
+/// summed, P50 the mean of theirs and P99 the largest; the summed seconds cut into
+/// `spec`'s windows; every process's figures under `processes`.
+fn summed(parts: &[ProcessRun], spec: WindowSpec) -> RunResult {
+    let ops_per_sec: f64 = parts.iter().map(|p| p.run.ops_per_sec()).sum();
+    let parsed = Parsed {
+        ops_per_sec,
+        operations: parts.iter().map(|p| p.run.ops).sum(),
+        p50_us: parts.iter().map(|p| p.run.p50_us).sum::<f64>() / parts.len().max(1) as f64,
+        p75_us: f64::NAN,
+        p99_us: parts.iter().map(|p| p.run.p99_us).fold(0.0, f64::max),
+    };
+    let mut extra = Map::new();
+    extra.insert(
+        "processes".into(),
+        json!(parts
+            .iter()
+            .map(|p| {
+                let mut e = p.run.extra.clone();
+                e.insert("ops_per_sec".into(), json!(p.run.ops_per_sec()));
+                Value::Object(e)
+            })
+            .collect::<Vec<_>>()),
+    );
+    let rates = sum_by_index(
+        &parts.iter().map(|p| p.rates.clone()).collect::<Vec<_>>(),
+        0.0,
+        |a, b| a + b,
+    );
+    let cpu = sum_by_index(
+        &parts.iter().map(|p| p.cpu.clone()).collect::<Vec<_>>(),
+        Cpu {
+            user_secs: 0.0,
+            sys_secs: 0.0,
+        },
+        |a, b| Cpu {
+            user_secs: a.user_secs + b.user_secs,
+            sys_secs: a.sys_secs + b.sys_secs,
+        },
+    );
+    extra.insert("per_sec".into(), json!(rates));
+    Windows::of(&rates, &cpu, spec).record(&mut extra);
+    let mut run = run_result(&parsed, extra);
+    run.extra.remove("p75_us");
+    run
+}
+
+/// The domain's counts each process prints (`folio: domain:`), summed as `domain_<key>`.
+const DOMAIN_KEYS: [&str; 7] = [
+    "hits",
+    "misses",
+    "preads",
+    "conflicts",
+    "uncached",
+    "reclaimed_frames",
+    "files_refused",
+];
+
+/// What the folio side's stats say, summed over its processes: the private caches'
+/// resident bytes and the domain's counts (`domain_hits`, `domain_misses`, ... of
+/// [`DOMAIN_KEYS`]), and the bytes the domain caches as they tell it
+/// (`domain_cached_bytes`: a page per miss that was inserted, neither a conflict nor read
+/// uncached, less the frames reclaims freed), into `extra`; returns the resident bytes.
+fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> u64 {
+    let mut resident = 0;
+    let mut domain = [0u64; DOMAIN_KEYS.len()];
+    for p in parts {
+        resident += super::write::stat_of(&p.stats, "resident_bytes").unwrap_or(0);
+        let line = p
+            .stats
+            .lines()
+            .find(|l| l.starts_with("folio: domain:"))
+            .unwrap_or("");
+        for (slot, key) in domain.iter_mut().zip(DOMAIN_KEYS) {
+            *slot += super::write::stat_of(line, key).unwrap_or(0);
+        }
+    }
+    extra.insert("private_resident_bytes".into(), json!(resident));
+    for (value, key) in domain.iter().zip(DOMAIN_KEYS) {
+        extra.insert(format!("domain_{key}"), json!(value));
+    }
+    let [_, misses, _, conflicts, uncached, reclaimed, _] = domain;
+    let cached = misses.saturating_sub(conflicts + uncached + reclaimed);
+    extra.insert("domain_cached_bytes".into(), json!(cached * 4096));
+    resident
+}
+
+pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
+    const NAME: &str = "readrandom";
+    let processes = args
+        .processes
+        .clone()
+        .unwrap_or_else(|| PROCESSES_DEFAULT.to_vec());
+    let threads = threads_or(&args.threads, &[1])[0].max(1);
+    let keys = args.keys.unwrap_or(KEYS_DEFAULT).max(1);
+    let duration_secs = match args.duration_secs {
+        Some(0) | None => DURATION_SECS_DEFAULT,
+        Some(s) => s,
+    };
+    let spec = WindowSpec {
+        cold_secs: args.cold_secs.map_or(COLD_SECS_DEFAULT, |s| s as usize),
+        steady_secs: args.steady_secs.map_or(STEADY_SECS_DEFAULT, |s| s as usize),
+    };
+    let cache_bytes = mib(args.cache_mib.unwrap_or(CACHE_MIB_DEFAULT));
+    let data_bytes = keys * VALUE_BYTES;
+    let rounds = env.runs.max(1);
+
+    let root = workspace_root();
+    let (plugin, plugin_note) = build_plugin(env, &root)?;
+    let db = ensure_dbs(env, 1, keys)?;
+    let scratch = env.dir.join("db-bench-readonly");
+    std::fs::create_dir_all(&scratch)?;
+
+    let mut report = Report::new("db-bench-readonly", Metric::OpsPerSec);
+    report.param("benchmark", NAME);
+    report.param("processes", processes.clone());
+    report.param("threads_per_process", threads);
+    report.param("num", keys);
+    report.param("value_size", VALUE_BYTES);
+    report.param("data_bytes", data_bytes);
+    report.param("cache_size", cache_bytes);
+    report.param("duration_secs", duration_secs);
+    report.param("cold_secs", spec.cold_secs);
+    report.param("steady_secs", spec.steady_secs);
+    report.param("rounds", rounds);
+    report.param("db_bench", DB_BENCH);
+
+    let base_args = |p: usize| -> Vec<String> {
+        vec![
+            format!("--benchmarks={NAME}"),
+            "--use_existing_db=1".into(),
+            "--readonly=1".into(),
+            format!("--db={}", db.display()),
+            format!("--num={keys}"),
+            format!("--reads={READS_UNDER_DURATION}"),
+            format!("--duration={duration_secs}"),
+            format!("--value_size={VALUE_BYTES}"),
+            format!("--threads={threads}"),
+            format!("--cache_size={cache_bytes}"),
+            // Each process its own keys: db_bench's default seed is the same in all.
+            format!("--seed={}", 1000 + p),
+            "--histogram=1".into(),
+            "--verify_checksum=1".into(),
+            "--report_interval_seconds=1".into(),
+        ]
+    };
+
+    // One measurement: P processes of `system` started together.
+    let measure = |system: System, p: usize| -> io::Result<RunResult> {
+        let tables = table_files(&db)?;
+        kernel::make_cold(&tables, env.cold)?;
+        let domain = (system == System::Folio).then(fresh_domain);
+        let uri = match &domain {
+            Some(name) => format!("folio://?domain={name}"),
+            None => "folio://".to_string(),
+        };
+        let peak = kernel::PageCachePeak::start();
+        let results: Vec<io::Result<(Finished, PathBuf, PathBuf)>> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..p)
+                .map(|i| {
+                    let dir = scratch.join(format!("{}-{i}", system.as_str()));
+                    let mut cmd = Command::new(DB_BENCH);
+                    cmd.args(base_args(i));
+                    let report_file = dir.join("report.csv");
+                    let stats = dir.join("folio-stats.txt");
+                    cmd.arg(format!("--report_file={}", report_file.display()));
+                    if system != System::Kernel {
+                        cmd.env("LD_PRELOAD", &plugin)
+                            .env("FOLIO_STATS", &stats)
+                            .arg(format!("--fs_uri={uri}"));
+                    }
+                    s.spawn(move || {
+                        std::fs::create_dir_all(&dir)?;
+                        let _ = std::fs::remove_file(&stats);
+                        let f = run_sampled(&mut cmd, &dir, &report_file, SAMPLE_PERIOD)?;
+                        Ok((f, report_file, stats))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(io::Error::other("a sampler panicked")))
+                })
+                .collect()
+        });
+        let page_cache_peak = peak.stop();
+        let mut parts = Vec::new();
+        for (i, result) in results.into_iter().enumerate() {
+            let (f, report_file, stats) = result?;
+            if f.code != 0 {
+                return Err(io::Error::other(format!(
+                    "db_bench {NAME} --readonly ({system}, process {i} of {p}) failed (exit {}):\n{}{}",
+                    f.code,
+                    tail(&f.stdout, 20),
+                    tail(&f.stderr, 20)
+                )));
+            }
+            let mut run = parse_run(&f.stdout, NAME, f.usage).ok_or_else(|| {
+                io::Error::other(format!(
+                    "db_bench {NAME} ({system}, process {i}): no `{NAME} :` line, \
+                     percentiles or `N of M found`, or not every key found:\n{}",
+                    tail(&f.stdout, 30)
+                ))
+            })?;
+            run.extra
+                .insert("read_blocks".into(), json!(f.usage.read_blocks));
+            let csv = std::fs::read_to_string(&report_file).unwrap_or_default();
+            parts.push(ProcessRun {
+                run,
+                rates: parse_report_csv(&csv),
+                cpu: windows::cpu_per_second(&f.samples).secs,
+                stats: std::fs::read_to_string(&stats).unwrap_or_default(),
+            });
+        }
+        let mut run = summed(&parts, spec);
+        let kernel_cached = kernel::resident_pages_all(&tables)?.resident * 4096;
+        run.extra
+            .insert("page_cache_tables_bytes".into(), json!(kernel_cached));
+        run.extra.insert(
+            "page_cache_peak_growth_bytes".into(),
+            json!(page_cache_peak),
+        );
+        let memory = match system {
+            System::Kernel => kernel_cached,
+            _ => {
+                let private = record_folio_stats(&parts, &mut run.extra);
+                let mut region = 0;
+                if let Some(name) = &domain {
+                    let dir = domain_dir();
+                    let path = dir.join(format!("{name}.domain"));
+                    region = tmpfs_bytes(&path);
+                    if region == 0 {
+                        return Err(io::Error::other(format!(
+                            "db-bench readonly: no domain memory file {} after the run: the \
+                             plugin did not attach the domain (its stderr says why)",
+                            path.display()
+                        )));
+                    }
+                    for suffix in ["domain", "steward", "sock"] {
+                        let _ = std::fs::remove_file(dir.join(format!("{name}.{suffix}")));
+                    }
+                }
+                run.extra
+                    .insert("domain_region_bytes".into(), json!(region));
+                // Each process's persistent segment: the named one (the first process's)
+                // removed, as after every cold folio measurement.
+                let mut ignored = Map::new();
+                for part in &parts {
+                    forget_plugin_segment(&part.stats, &mut ignored)?;
+                }
+                if let Some(first) = parts.first() {
+                    record_folio_capacity(&first.stats, &mut run.extra);
+                }
+                region + private
+            }
+        };
+        run.extra.insert("memory_bytes".into(), json!(memory));
+        Ok(run)
+    };
+
+    let steps = rounds * SYSTEMS.len() * processes.len();
+    let bar = env.bar("db-bench readonly", steps as u64);
+    for &p in &processes {
+        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); SYSTEMS.len()];
+        for round in 0..rounds {
+            for (si, system) in SYSTEMS.iter().enumerate() {
+                bar.set_message(format!("{system} P={p} round {}/{rounds}", round + 1));
+                runs[si].push(measure(*system, p)?);
+                bar.inc(1);
+            }
+        }
+        let kernel_runs = runs[0].clone();
+        for (si, system) in SYSTEMS.iter().enumerate() {
+            let mut row = Row::from_runs(*system, p, &runs[si], Metric::OpsPerSec);
+            let ratio = |key: &str, over: &str| {
+                median(runs[si].iter().zip(&kernel_runs).filter_map(|(r, k)| {
+                    Some(r.extra.get(key)?.as_f64()? / k.extra.get(over)?.as_f64()?.max(1e-9))
+                }))
+            };
+            for window in WINDOW_NAMES {
+                let key = format!("{window}_ops_per_sec");
+                row.extra
+                    .insert(format!("{window}_vs_kernel"), json!(ratio(&key, &key)));
+            }
+            row.extra.insert(
+                "memory_over_kernel".into(),
+                json!(ratio("memory_bytes", "memory_bytes")),
+            );
+            report.rows.push(row);
+        }
+    }
+    bar.finish_and_clear();
+    report.fill_ratios();
+
+    for &p in &processes {
+        let rows = report.clone();
+        let figure = |system: System, key: &str| {
+            rows.row(system, p as u32)
+                .and_then(|r| r.extra.get(key)?.as_f64())
+        };
+        let mib_of =
+            |system: System| figure(system, "memory_bytes").unwrap_or(f64::NAN) / 1048576.0;
+        report.note(format!(
+            "P={p}: summed reads/s cold / steady: kernel {:.0} / {:.0}, folio (domain) {:.0} / \
+             {:.0}, folio-private {:.0} / {:.0}; memory holding the data: kernel {:.1} MiB \
+             (page cache of the tables), folio {:.1} MiB (domain file {:.1}, of which pages \
+             cached {:.1} by its counts, + private caches {:.1}), folio-private {:.1} MiB",
+            figure(System::Kernel, "cold_ops_per_sec").unwrap_or(f64::NAN),
+            figure(System::Kernel, "steady_ops_per_sec").unwrap_or(f64::NAN),
+            figure(System::Folio, "cold_ops_per_sec").unwrap_or(f64::NAN),
+            figure(System::Folio, "steady_ops_per_sec").unwrap_or(f64::NAN),
+            figure(System::FolioPrivate, "cold_ops_per_sec").unwrap_or(f64::NAN),
+            figure(System::FolioPrivate, "steady_ops_per_sec").unwrap_or(f64::NAN),
+            mib_of(System::Kernel),
+            mib_of(System::Folio),
+            figure(System::Folio, "domain_region_bytes").unwrap_or(f64::NAN) / 1048576.0,
+            figure(System::Folio, "domain_cached_bytes").unwrap_or(f64::NAN) / 1048576.0,
+            figure(System::Folio, "private_resident_bytes").unwrap_or(f64::NAN) / 1048576.0,
+            mib_of(System::FolioPrivate),
+        ));
+        report.targets.push(Target::at_least(
+            format!(
+                "db-bench readonly P={p}, cold (the first {} s): folio / kernel summed reads/s",
+                spec.cold_secs
+            ),
+            figure(System::Folio, "cold_vs_kernel"),
+            COLD_OVER_KERNEL_MIN,
+        ));
+        report.targets.push(Target::at_least(
+            format!(
+                "db-bench readonly P={p}, steady (the last {} s): folio / kernel summed reads/s",
+                spec.steady_secs
+            ),
+            figure(System::Folio, "steady_vs_kernel"),
+            STEADY_OVER_KERNEL_MIN,
+        ));
+        report.targets.push(Target::at_most(
+            format!("db-bench readonly P={p}: folio's memory / the kernel's page cache of the tables (one copy)"),
+            figure(System::Folio, "memory_over_kernel"),
+            MEMORY_OVER_ONE_COPY_MAX,
+        ));
+    }
+    report.note(format!(
+        "P db_bench {} processes at once on one database of {keys} 8 KiB values ({} MiB; made \
+         once with fillseq,flush); each: {}; kernel: buffered, the page cache dropped first; \
+         folio: LD_PRELOAD={} --fs_uri='folio://?domain=<fresh>' (the plugin's defaults but \
+         the domain, a new one per measurement); folio-private: --fs_uri='folio://' (pure \
+         defaults: a cache per process); rows: threads = P, ops/s the sum of the processes'; \
+         the median of {rounds} round(s)",
+        NAME,
+        data_bytes >> 20,
+        base_args(0)
+            .iter()
+            .filter(|a| !a.starts_with("--db=") && !a.starts_with("--seed="))
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" "),
+        plugin.display(),
+    ));
+    report.note(format!(
+        "windows: the processes' per-second reads (--report_interval_seconds=1) summed second \
+         by second, and their CPU (/proc/<pid>/stat every {} ms) summed; cold = seconds \
+         1-{}, steady = the last {}; memory: kernel = mincore of the table files after the \
+         run (page_cache_peak_growth_bytes: /proc/meminfo Cached's peak growth beside it); \
+         folio = the domain's memory file (tmpfs blocks) + the processes' private \
+         resident_bytes at exit; the processes' rusage under `processes`",
+        SAMPLE_PERIOD.as_millis(),
+        spec.cold_secs,
+        spec.steady_secs,
+    ));
+    if let Some(note) = plugin_note {
+        report.note(note);
+    }
+    report.limits = env.limits()?;
+    Ok(report)
+}
+
+/// The median of `xs` (NaN, a null in JSON, for none).
+fn median(xs: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = xs.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(ops: u64, secs: f64, rates: Vec<f64>, cpu: Vec<(f64, f64)>) -> ProcessRun {
+        let parsed = Parsed {
+            ops_per_sec: ops as f64 / secs,
+            operations: ops,
+            p50_us: 10.0,
+            p75_us: 20.0,
+            p99_us: 100.0,
+        };
+        ProcessRun {
+            run: run_result(&parsed, Map::new()),
+            rates,
+            cpu: cpu
+                .into_iter()
+                .map(|(u, s)| Cpu {
+                    user_secs: u,
+                    sys_secs: s,
+                })
+                .collect(),
+            stats: String::new(),
+        }
+    }
+
+    #[test]
+    fn processes_sum_by_second_and_cut_into_windows() {
+        let a = part(300, 3.0, vec![100.0, 100.0, 100.0], vec![(0.1, 0.1); 3]);
+        // The second process reported one second fewer: the sum stops at two.
+        let b = part(100, 2.0, vec![40.0, 60.0], vec![(0.2, 0.0); 2]);
+        let spec = WindowSpec {
+            cold_secs: 1,
+            steady_secs: 1,
+        };
+        let run = summed(&[a, b], spec);
+        assert_eq!(run.ops, 400);
+        assert!((run.ops_per_sec() - 150.0).abs() < 1e-6);
+        assert_eq!(run.extra["per_sec"], json!([140.0, 160.0]));
+        assert_eq!(run.extra["cold_ops_per_sec"], json!(140.0));
+        assert_eq!(run.extra["steady_ops_per_sec"], json!(160.0));
+        // 0.3 s user over the steady second's 160 reads.
+        let user = run.extra["steady_user_us_per_read"].as_f64().unwrap();
+        assert!((user - 0.3e6 / 160.0).abs() < 1e-6, "{user}");
+        assert_eq!(run.extra["processes"].as_array().unwrap().len(), 2);
+        assert_eq!(run.p99_us, 100.0);
+    }
+
+    #[test]
+    fn folio_stats_sum_the_private_caches_and_the_domain() {
+        let stats = |resident: u64, hits: u64| {
+            format!(
+                "folio: stats: hits=1 resident_bytes={resident} backend=pread\n\
+                 folio: domain: name=d hits={hits} pinned_hits=0 stale_copies=0 misses=5 \
+                 preads=5 conflicts=1 reclaims=0 reclaimed_frames=0 uncached=0 \
+                 sibling_pinned=0 files_refused=0\n"
+            )
+        };
+        let mut a = part(1, 1.0, vec![], vec![]);
+        a.stats = stats(4096, 10);
+        let mut b = part(1, 1.0, vec![], vec![]);
+        b.stats = stats(8192, 20);
+        let mut extra = Map::new();
+        assert_eq!(record_folio_stats(&[a, b], &mut extra), 12288);
+        // The domain's hits, not the private cache's `hits=` of the stats line.
+        assert_eq!(extra["domain_hits"], json!(30));
+        assert_eq!(extra["domain_misses"], json!(10));
+        assert_eq!(extra["domain_preads"], json!(10));
+        // Ten misses, of which two conflicts: eight pages cached.
+        assert_eq!(extra["domain_cached_bytes"], json!(8 * 4096));
+    }
+
+    #[test]
+    fn fresh_domains_are_plain_names_and_differ() {
+        let (a, b) = (fresh_domain(), fresh_domain());
+        assert_ne!(a, b);
+        folio::check_segment_name(&a).unwrap();
+    }
+}
