@@ -119,6 +119,9 @@ mod tests_index;
 mod tests_read;
 #[cfg(test)]
 #[allow(unsafe_code)]
+mod tests_readahead;
+#[cfg(test)]
+#[allow(unsafe_code)]
 mod tests_readkill;
 #[cfg(test)]
 mod tests_reclaim;
