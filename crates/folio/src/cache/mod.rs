@@ -56,10 +56,19 @@ pub struct DomainStats {
     pub stale_copies: u64,
     /// Pages not found in the domain.
     pub misses: u64,
-    /// Reads from the files (one per page missed, or read uncached).
+    /// Reads from the files: one per contiguous run of a miss's readahead window (or of
+    /// its request), or per page read uncached.
     pub preads: u64,
-    /// Misses whose page another process cached meanwhile: read into a frame of their own.
+    /// Pages read with a miss besides the one it needed, or by a window its marker
+    /// started (readahead).
+    pub pages_read_ahead: u64,
+    /// Readahead windows opened (on a miss or at a marker).
+    pub windows: u64,
+    /// Pages read into a frame of this process's that another process (or thread) cached
+    /// meanwhile, or whose index had no node free: each left for reclaim.
     pub conflicts: u64,
+    /// Of the conflicts, the pages another reader cached meanwhile: read twice.
+    pub duplicate_reads: u64,
     /// Reclaims this process ran (a miss found no free frame).
     pub reclaims: u64,
     /// The frames those reclaims freed.
@@ -190,7 +199,10 @@ impl Cache {
             stale_copies: c.stale,
             misses: c.misses,
             preads: c.preads,
+            pages_read_ahead: c.read_ahead,
+            windows: c.windows,
             conflicts: c.conflicts,
+            duplicate_reads: c.duplicates,
             reclaims: c.reclaims,
             reclaimed_frames: c.reclaimed,
             uncached: c.uncached,

@@ -29,8 +29,10 @@
 //! this cache's mapping: one branch at the top of `read_at_hint` (a load of the handle's
 //! first line, which the hit loads anyway, and a test that a private cache's handle always
 //! takes the same way). The futures and `get_page` refuse such a handle (`Unsupported`),
-//! `readahead` does nothing for it; the rest (its length, advice, `stats`) is its private
-//! mapping's, which it keeps (opened as any handle's; it caches nothing for the handle).
+//! `readahead` does nothing for it; its reads' window is the domain file's own, with the
+//! handle's maximum at the open (`shared/read.rs`, "Readahead"); the rest (its length,
+//! advice, `stats`) is its private mapping's, which it keeps (opened as any handle's; it
+//! caches nothing for the handle).
 //!
 //! Protection: a handle's readahead state word is replaced by CAS only (`RaCell`); its
 //! maximum window of `Advice::Normal` and its no-reuse flag are single words (hints); the
@@ -167,6 +169,8 @@ impl File {
     /// Context: the open, before the handle is handed out.
     pub(crate) fn read_through(&mut self, shared: Box<DomainFile>) {
         assert_eq!(self.access, Access::ReadOnly, "a domain file is read-only");
+        // The handle's readahead maximum, for its window through the domain.
+        shared.set_readahead_pages(self.ra.max_pages());
         self.shared = Some(shared);
     }
 

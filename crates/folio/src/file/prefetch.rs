@@ -205,7 +205,8 @@ impl File {
     /// Errors: `InvalidInput` if `offset + len` overflows.
     ///
     /// Context: any thread; does not wait for I/O or memory. Does nothing for a domain
-    /// file (its reads go to the domain, which has no readahead yet).
+    /// file (its reads go to the domain, whose readahead opens windows on its reads only:
+    /// forced readahead through a domain is not built).
     pub fn readahead(&self, offset: u64, len: u64) -> io::Result<()> {
         let end = offset
             .checked_add(len)

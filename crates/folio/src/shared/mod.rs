@@ -122,6 +122,9 @@ mod tests_life;
 mod tests_read;
 #[cfg(test)]
 #[allow(unsafe_code)]
+mod tests_readahead;
+#[cfg(test)]
+#[allow(unsafe_code)]
 mod tests_readkill;
 #[cfg(test)]
 mod tests_reclaim;

@@ -1,7 +1,7 @@
 //! The shared read path (issue 45 step 6's second part, docs/sharing.md "The shared read
 //! path"): a member of a domain reads real files through the domain's region, so that a
-//! page one process read is a hit in every other. Not wired into `Cache` yet (a `Cache`
-//! with a domain will call this path); reads only.
+//! page one process read is a hit in every other. A `Cache` with a domain calls it
+//! (reader.rs); reads only.
 //!
 //! # A read (`SharedReader::read_at`), per page
 //!
@@ -19,7 +19,8 @@
 //!   populated its pages in the region file ahead, populate.rs); when it has none
 //!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again; then
 //!   `pread` (O_DIRECT where the file system allows it) of the page straight into the
-//!   frame in the region, its bytes past the end of the file zeroed; the hand-over to the
+//!   frame in the region (with its window's other pages: "Readahead" below), its bytes
+//!   past the end of the file zeroed; the hand-over to the
 //!   cache (`hand_over`: the frame pinned by us, queued, CACHED), the insertion into the
 //!   index (`insert_run`), the copy, the unpin. Two processes that miss one page at once
 //!   both read it; the second's insertion **conflicts** (or its tree needs a node frame
@@ -29,6 +30,45 @@
 //! - **Nothing to reclaim** (every queued frame pinned, the free frames in other members'
 //!   magazines): the page is read uncached, into this reader's private page (O_DIRECT
 //!   needs an aligned buffer), and copied from there. Counted (`uncached`), never an error.
+//!
+//! # Readahead (issue 45 step 7; docs/sharing.md "Readahead through a domain")
+//!
+//! Each `SharedFile` (a handle) keeps its own window (`readahead::RaCell`, private to the
+//! handle as a private cache's `File`'s is: DESIGN §11 keeps readahead state per process),
+//! decided by the private path's policy, unchanged (`readahead::window`): its maximum is
+//! the opener's (`set_readahead_pages`: a `File`'s own, today's default 16 MiB), lowered
+//! to an eighth of the domain (`window_cap`).
+//!
+//! - **On a miss** (`miss`): `decide_on_miss` with the handle's previous read and the
+//!   pages cached right before the missed one (`cached_before`, only when the previous
+//!   read does not already make it sequential). A window starts at the missed page; no
+//!   window: the request's pages from the missed one on (at most `window_cap`). Either is
+//!   read by `read_window`: the pages the index lacks (`gaps`; the missed page always),
+//!   their frames leased **in one hold of a magazine** (`lease`: a reclaim when it and the
+//!   allocator are empty, again while reclaims free frames), **one `preadv` per contiguous
+//!   run** (an iovec per frame: the frames need not be adjacent; at most `RUN_PAGES_MAX`
+//!   pages), the bytes past a short read zeroed as a page's are, each frame handed over,
+//!   each run inserted in one hold of the index's lock, the missed page copied, every frame
+//!   unpinned. **A window short of frames shrinks** to the frames it got, its first pages
+//!   (the missed page first); with none, the missed page is read uncached as before.
+//! - **The marker**: a page of this call that is the handle's window's marker (one load of
+//!   the handle's word per `read_at`, a compare per page: no store on a hit) starts the
+//!   next window (`at_marker`: `decide_on_marker`, ramped, or after the first page missing
+//!   from the marker on), **read synchronously by the thread that met it** (a first slice:
+//!   the private path submits it and returns). A marker that opens nothing forgets the
+//!   window, so a hot page that was once a marker does not walk the index on every hit.
+//! - **Another reader's window**: a page some process inserted is a hit and not read again
+//!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
+//!   not known: nothing marks a page in flight, so both read it and the second insertion
+//!   conflicts (its frame left for reclaim, its reader copying its own, right, bytes):
+//!   counted (`duplicates`). Marking it would need a LOCKED frame state in the index,
+//!   with its waiters and the steward's sweep of a dead reader's: a later step.
+//! - Not built: reading a window ahead *asynchronously* (submitted, not waited for), large
+//!   folios (order-0 frames only: a window of order-n folios would need the buddy's
+//!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and
+//!   the index's order-n entries, which it has), the cache-wide limit and thrash feedback
+//!   (`ReadaheadLimit`: the domain's windows are bounded by `window_cap` alone), and a
+//!   `File`'s advice and later changes of its maximum (the open's maximum stays).
 //!
 //! # Why the optimistic copy is sound
 //!
@@ -88,7 +128,8 @@
 //! step's); the size is the record's size word (the first opener's `fstat`), loaded once
 //! per `read_at` (`FileTable::open_size`: a size another process changes would be seen by
 //! the next call, not within one); order-0
-//! frames only (no readahead, no large folios); one pin per frame per process (a thread
+//! frames only (no large folios; readahead as above: synchronous, no in-flight marking);
+//! one pin per frame per process (a thread
 //! that meets a sibling's reads uncached); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
 //! (`Placed::Full`) gets a reclaim of a batch and one more try, then leaves the miss's
@@ -108,18 +149,25 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use super::attach::Member;
 use super::domain::FRAME_BYTES;
 use super::files::{FileId, FileKey, FileTable, Opened, Stamp};
-use super::index::{Folio, Page, Placed, SharedIndex};
+use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{FileNo, Optimistic, PinHit, Pinned, SharedQueue, PIN_SLOTS};
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
 use crate::arena::atomic_copy;
 use crate::io::atomic_zero;
+use crate::readahead::{decide_on_marker, decide_on_miss, Decision, MissRequest, RaCell};
 use crate::stats::{self, add, bump};
-use crate::types::OpenMode;
+use crate::types::{OpenMode, PageIndex};
 
 /// The most magazines a reader keeps (module docs, "Threads").
 const MAGAZINES_MAX: usize = 4;
+
+/// The most pages one `preadv` reads (its iovecs: within the kernel's `IOV_MAX`, 1,024).
+const RUN_PAGES_MAX: usize = 256;
+
+/// No marker page (a handle without a window): a page no read reaches.
+const NO_MARKER: Page = u64::MAX;
 
 /// A file open for shared reads: its record in the domain's file table and its descriptor.
 #[derive(Debug)]
@@ -127,12 +175,33 @@ pub(crate) struct SharedFile {
     id: FileId,
     file: StdFile,
     mode: OpenMode,
+    /// This handle's readahead window (module docs, "Readahead"): private to the handle,
+    /// as a private cache's (`File`'s) is. Its maximum is 0 (off) until the opener sets it
+    /// (`set_readahead_pages`).
+    ra: RaCell,
 }
 
 impl SharedFile {
     /// The file's record.
     pub(crate) fn id(&self) -> FileId {
         self.id
+    }
+
+    /// Sets the largest window this handle reads ahead, in pages (0: none; the reader
+    /// lowers it further to its domain's cap, `SharedReader::window_cap`).
+    pub(crate) fn set_readahead_pages(&self, pages: u32) {
+        self.ra.set_max_pages(pages);
+    }
+
+    /// The page whose read starts the next window (`NO_MARKER` without a window).
+    #[inline]
+    fn marker(&self) -> Page {
+        let window = self.ra.load();
+        if window.size == 0 {
+            NO_MARKER
+        } else {
+            window.marker()
+        }
     }
 }
 
@@ -165,11 +234,20 @@ pub(crate) struct ReadCounters {
     pub(crate) stale: u64,
     /// Pages not found cached.
     pub(crate) misses: u64,
-    /// `pread`s into a frame or the private page (one per missed page).
+    /// Reads of the file (`pread`, `preadv`) into frames or the private page: one per
+    /// contiguous run of a miss's window or request (module docs, "Readahead").
     pub(crate) preads: u64,
-    /// Misses whose insertion found the page inserted by another process meanwhile (or
-    /// no node frame for its tree): the page read into our own frame, left for reclaim.
+    /// Pages read into frames besides the page a miss needed (its window's or its
+    /// request's other gaps, a window a marker started).
+    pub(crate) read_ahead: u64,
+    /// Windows the readahead policy opened (on a miss or at a marker).
+    pub(crate) windows: u64,
+    /// Pages read into our frames whose insertion found the page inserted by another
+    /// process or thread meanwhile (or no node frame for its tree): left for reclaim.
     pub(crate) conflicts: u64,
+    /// Of the conflicts, the pages another reader had inserted meanwhile: read twice
+    /// (module docs, "Readahead": a read in flight is not marked).
+    pub(crate) duplicates: u64,
     /// `reclaim` calls (the magazine and the allocator had no frame).
     pub(crate) reclaims: u64,
     /// Frames those calls freed.
@@ -194,7 +272,10 @@ struct Counts {
     stale: AtomicU64,
     misses: AtomicU64,
     preads: AtomicU64,
+    read_ahead: AtomicU64,
+    windows: AtomicU64,
     conflicts: AtomicU64,
+    duplicates: AtomicU64,
     reclaims: AtomicU64,
     reclaimed: AtomicU64,
     uncached: AtomicU64,
@@ -210,7 +291,10 @@ impl Counts {
             stale: get(&self.stale),
             misses: get(&self.misses),
             preads: get(&self.preads),
+            read_ahead: get(&self.read_ahead),
+            windows: get(&self.windows),
             conflicts: get(&self.conflicts),
+            duplicates: get(&self.duplicates),
             reclaims: get(&self.reclaims),
             reclaimed: get(&self.reclaimed),
             uncached: get(&self.uncached),
@@ -253,6 +337,8 @@ pub(crate) struct SharedReader<'m, R: Run> {
     indexes: Vec<SharedIndex<'m>>,
     magazines: Box<[Mutex<Magazine>]>,
     batch: u32,
+    /// The largest window any handle reads ahead through this reader (`window_cap`).
+    window_cap: u32,
     counts: Counts,
 }
 
@@ -284,8 +370,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
             indexes: domain.indexes(),
             magazines,
             batch,
+            window_cap: window_cap(domain.geometry().frames),
             counts: Counts::default(),
         }
+    }
+
+    /// Lowers (or raises) the largest window a handle reads ahead through this reader
+    /// (tests: a window larger than the frames a small domain can give).
+    #[cfg(test)]
+    pub(crate) fn set_window_cap(&mut self, pages: u32) {
+        self.window_cap = pages;
     }
 
     /// What this reader did so far (read field by field: a snapshot taken while other
@@ -376,7 +470,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Opened::Open {
                 id,
                 stamp: Stamp::Same,
-            } => Admitted::Open(SharedFile { id, file, mode }),
+            } => Admitted::Open(SharedFile {
+                id,
+                file,
+                mode,
+                ra: RaCell::new(0),
+            }),
             Opened::Open {
                 id,
                 stamp: Stamp::Changed,
@@ -404,7 +503,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// only at the end of the file (the record's size word).
     ///
     /// Context: the reader's thread; takes the queue's, an index's and the allocator's
-    /// locks on a miss (never on a hit); blocks in `pread` on a miss.
+    /// locks on a miss (never on a hit); blocks in `pread` on a miss, and on a hit of the
+    /// handle's marker page (module docs, "Readahead").
     /// Errors: `pread`'s.
     #[inline]
     pub(crate) fn read_at(
@@ -421,40 +521,57 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
         let n = size.min(offset + buf.len() as u64) - offset;
         let within = offset % FRAME_BYTES as u64;
-        // The common read, within one page, tried as one optimistic hit first, with
-        // everything else (a second try, a pin, a miss, more pages) out of line: this
-        // function stays small enough to need few registers saved.
+        // The common read, within one page and not of the handle's marker (a hit on it
+        // starts the next window), tried as one optimistic hit first, with everything else
+        // (a second try, a pin, a miss, the marker, more pages) out of line: this function
+        // stays small enough to need few registers saved.
         if within + n <= FRAME_BYTES as u64 {
             let page: Page = offset / FRAME_BYTES as u64;
-            let dst = &mut buf[..n as usize];
-            let index = &self.indexes[file.id.index as usize];
-            let file_no = FileNo(u64::from(file.id.index));
-            match self
-                .queue
-                .read_hit(index, file_no, page, self.run, |frame| {
-                    self.copy_racing(frame, within as usize, dst)
-                }) {
-                Ok(Optimistic::Hit(_)) => {
-                    self.counts.optimistic_hits.hit();
-                    return Ok(n as usize);
+            if page != file.marker() {
+                let dst = &mut buf[..n as usize];
+                let index = &self.indexes[file.id.index as usize];
+                let file_no = FileNo(u64::from(file.id.index));
+                match self
+                    .queue
+                    .read_hit(index, file_no, page, self.run, |frame| {
+                        self.copy_racing(frame, within as usize, dst)
+                    }) {
+                    Ok(Optimistic::Hit(_)) => {
+                        self.counts.optimistic_hits.hit();
+                        return Ok(n as usize);
+                    }
+                    Ok(Optimistic::Stale) => bump(&self.counts.stale),
+                    Ok(Optimistic::Absent) => {}
+                    Err(dead) => return Err(died(dead)),
                 }
-                Ok(Optimistic::Stale) => bump(&self.counts.stale),
-                Ok(Optimistic::Absent) => {}
-                Err(dead) => return Err(died(dead)),
             }
         }
-        self.read_pages(file, &mut buf[..n as usize], offset)
+        self.read_pages(file, &mut buf[..n as usize], offset, size)
     }
 
     /// `read_at`'s every read but a one-page optimistic hit: page by page, each a hit,
-    /// a pinned hit, a miss or an uncached read. `buf` ends within the file.
+    /// a pinned hit, a miss (with its window) or an uncached read, and the handle's marker
+    /// met. `buf` ends within the file, whose size is `size`.
     #[inline(never)]
-    fn read_pages(&self, file: &SharedFile, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    fn read_pages(
+        &self,
+        file: &SharedFile,
+        buf: &mut [u8],
+        offset: u64,
+        size: u64,
+    ) -> io::Result<usize> {
         let end = offset + buf.len() as u64;
         let queue = self.queue();
         let index = &self.indexes[file.id.index as usize];
         let file_no = FileNo(u64::from(file.id.index));
         let page_bytes = FRAME_BYTES as u64;
+        let pages = Pages {
+            wanted_end: (end - 1) / page_bytes + 1,
+            file_end: size.div_ceil(page_bytes),
+        };
+        // The handle's marker: a hit on it starts the next window (one load a call).
+        let mut marker = file.marker();
+        let mut moved = false;
         let mut pos = offset;
         while pos < end {
             let page: Page = pos / page_bytes;
@@ -462,26 +579,47 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            match self.optimistic(queue, index, file_no, page, within, dst)? {
-                Optimistic::Hit(_) => self.counts.optimistic_hits.hit(),
-                Optimistic::Absent => self.miss(queue, file, index, page, within, dst)?,
+            let missed = match self.optimistic(&queue, index, file_no, page, within, dst)? {
+                Optimistic::Hit(_) => {
+                    self.counts.optimistic_hits.hit();
+                    false
+                }
+                Optimistic::Absent => true,
                 Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
                     PinHit::Pinned(Pinned(frame)) => {
                         self.run.at(Step::Copying).map_err(died)?;
                         self.copy_out(frame, within, dst);
                         queue.unpin(frame, self.me);
                         bump(&self.counts.pinned_hits);
+                        false
                     }
                     PinHit::Ours => {
                         // Another thread of ours holds its frame pinned by our bit (module
                         // docs, "Threads").
                         bump(&self.counts.sibling_pinned);
                         self.read_uncached(file, page, within, dst)?;
+                        false
                     }
-                    PinHit::Missed => self.miss(queue, file, index, page, within, dst)?,
+                    PinHit::Missed => true,
                 },
+            };
+            if missed {
+                self.miss(&queue, file, index, page, pages, within, dst)?;
+                marker = file.marker();
+                moved = true;
+            }
+            // A window whose marker is a page this call has read (a hit on it, or the
+            // page its own miss opened it at) starts the next one.
+            if page == marker {
+                marker = self.at_marker(&queue, file, index, page, pages)?;
+                moved = true;
             }
             pos += n as u64;
+        }
+        if moved {
+            // The sequential test's hint: only calls that missed or read ahead (a store
+            // per hit would bounce its line between the handle's threads: cell.rs).
+            file.ra.set_prev_index(PageIndex(pages.wanted_end - 1));
         }
         Ok(buf.len())
     }
@@ -512,79 +650,320 @@ impl<'m, R: Run> SharedReader<'m, R> {
         Ok(Optimistic::Stale)
     }
 
-    /// A missed page (module docs): read into a frame and cached, or uncached.
+    /// A missed page (module docs, "Readahead"): the window the policy opens at it (the
+    /// handle's state and previous read, `decide_on_miss`), or else the request's pages
+    /// from it on, read into frames where the index lacks them and cached; the page
+    /// copied into `dst`. Uncached when no frame can be had.
+    #[allow(clippy::too_many_arguments)]
     fn miss(
         &self,
         queue: &SharedQueue<'_>,
         file: &SharedFile,
         index: &SharedIndex<'m>,
         page: Page,
+        pages: Pages,
         within: usize,
         dst: &mut [u8],
     ) -> io::Result<()> {
         bump(&self.counts.misses);
-        let Some(frame) = self.frame(queue).map_err(died)? else {
-            return self.uncached(file, page, within, dst);
-        };
-        let data = self.member.domain().frame_data(frame);
-        // `frame` is leased to us and in no queue or index: nobody else writes its bytes,
-        // but an optimistic hit that found it in an index before it was reclaimed may still
-        // be loading them (module docs): written by the kernel and by atomic stores only,
-        // after the lease's release fence (buddy.rs, `lessee_fence`).
-        let got = match pread_page(file, data, page) {
-            Ok(got) => got,
-            Err(e) => {
-                let domain = self.member.domain();
-                self.magazine()
-                    .free(frame, self.queue.buddy(), &domain.slots(), self.run)
-                    .map_err(died)?;
-                return Err(e);
+        let wanted = pages.wanted_end - page;
+        let mut window = None;
+        if self.window_cap > 0 && file.ra.max_pages() > 0 {
+            let mut req = MissRequest {
+                index: PageIndex(page),
+                pages: wanted,
+                prev_index: file.ra.prev_index(),
+                cached_before: 0,
+            };
+            if !req.is_sequential() {
+                // The policy asks only whether more than `wanted` pages are cached right
+                // before this one.
+                req.cached_before = cached_before(index, page, wanted + 1);
             }
-        };
-        // SAFETY: `data` is FRAME_BYTES of the mapping (`frame_data`), `got` of them read;
-        // nobody else writes them (above).
-        unsafe { atomic_zero(data.add(got), FRAME_BYTES - got) };
-        bump(&self.counts.preads);
-        let domain = self.member.domain();
-        let slots = domain.slots();
-        let file_no = FileNo(u64::from(file.id.index));
-        let indexes = self.indexes.as_slice();
-        queue
-            .hand_over(frame, file_no, page, self.me, indexes, &slots, self.run)
-            .map_err(died)?;
-        let folio = Folio {
-            frame: u64::from(frame.0),
-            order: 0,
-        };
-        let mut placed = index
-            .insert_run(self.me, page, &[folio], &slots, self.run)
-            .map_err(died)?;
-        if matches!(placed.first(), Some(Placed::Full)) {
-            // The tree needs a node frame and the allocator has none free: reclaim makes
-            // some (our frame is pinned: never its victim), then the insertion again.
-            self.reclaim_batch(queue).map_err(died)?;
-            placed = index
-                .insert_run(self.me, page, &[folio], &slots, self.run)
-                .map_err(died)?;
+            window = file.ra.update(|state, max_pages| {
+                let max_pages = max_pages.min(self.window_cap);
+                pages.within_file(decide_on_miss(state, req, max_pages))
+            });
         }
-        if !matches!(placed.first(), Some(Placed::Inserted(_))) {
-            bump(&self.counts.conflicts);
-        }
-        self.run.at(Step::Copying).map_err(died)?;
-        self.copy_out(frame, within, dst);
-        queue.unpin(frame, self.me);
-        Ok(())
+        let end = match window {
+            Some(w) => {
+                // Pre: a window opened on a miss starts at the page that missed.
+                assert_eq!(w.start, page, "{w:?}");
+                bump(&self.counts.windows);
+                w.end().min(pages.file_end)
+            }
+            // The request's pages from the missed one on, at most a window's worth.
+            None => pages
+                .wanted_end
+                .min(page + u64::from(self.window_cap.max(1))),
+        };
+        self.read_window(queue, file, index, page, end, Some((within, dst)))
     }
 
-    /// A frame for a miss: the magazine's; when it has none, a reclaim of a batch and the
-    /// magazine again; `None` when that found nothing either.
-    fn frame(&self, queue: &SharedQueue<'_>) -> Result<Option<Frame>, Died> {
-        let mut magazine = self.magazine();
-        if let Some(frame) = self.frame_mapped(&mut magazine)? {
-            return Ok(Some(frame));
+    /// The handle's marker page was read: the next window (`decide_on_marker`: ramped
+    /// from the handle's, or after the first page missing from `page` on) read now, by
+    /// this thread (module docs, "Readahead"). The new marker, `NO_MARKER` when the
+    /// policy opened no window (the handle's window forgotten: its marker is not met
+    /// again, as a private folio's marker bit is cleared at its first read).
+    fn at_marker(
+        &self,
+        queue: &SharedQueue<'_>,
+        file: &SharedFile,
+        index: &SharedIndex<'m>,
+        page: Page,
+        pages: Pages,
+    ) -> io::Result<Page> {
+        let mut decided_none = false;
+        let installed = file.ra.update(|state, max_pages| {
+            let max_pages = max_pages.min(self.window_cap);
+            let next_miss = if max_pages == 0 {
+                None
+            } else {
+                let gaps = index.gaps(page, page + u64::from(max_pages));
+                gaps.first().map(|&(first, _)| PageIndex(first))
+            };
+            let decision = pages.within_file(decide_on_marker(
+                state,
+                PageIndex(page),
+                next_miss,
+                max_pages,
+            ));
+            decided_none = decision == Decision::None;
+            decision
+        });
+        let Some(window) = installed else {
+            if decided_none {
+                file.ra.reset();
+            }
+            return Ok(NO_MARKER);
+        };
+        bump(&self.counts.windows);
+        // Read ahead: a failed read is not this call's error (the reader asked for none of
+        // these pages; a miss of one reads it again).
+        let _ = self.read_window(
+            queue,
+            file,
+            index,
+            window.start,
+            window.end().min(pages.file_end),
+            None,
+        );
+        Ok(window.marker())
+    }
+
+    /// Reads the pages of `[start, end)` that `index` lacks into frames and caches them
+    /// (module docs, "Readahead"): the frames leased in one hold of a magazine, one
+    /// `preadv` per contiguous run, each frame handed over, each run inserted in one hold
+    /// of the index's lock. With `need`, page `start` is the page a miss needs: read
+    /// whether or not the index holds it by now (another reader's insertion meanwhile is
+    /// the conflict path), its bytes from `need.0` copied into `need.1`; uncached when no
+    /// frame can be had; its read's error is the call's.
+    ///
+    /// Context: as `read_at`'s miss.
+    fn read_window(
+        &self,
+        queue: &SharedQueue<'_>,
+        file: &SharedFile,
+        index: &SharedIndex<'m>,
+        start: Page,
+        end: Page,
+        need: Option<(usize, &mut [u8])>,
+    ) -> io::Result<()> {
+        // The pages to read, in order: the needed page first (it is `start`), then the
+        // gaps the index shows (a hint: a page inserted meanwhile is a conflict).
+        let mut todo: Vec<Page> = Vec::new();
+        if need.is_some() {
+            todo.push(start);
         }
-        self.reclaim_batch(queue)?;
-        self.frame_mapped(&mut magazine)
+        if end > start + 1 || need.is_none() {
+            for (first, after) in index.gaps(start, end) {
+                todo.extend((first..after).filter(|&p| need.is_none() || p != start));
+            }
+        }
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let frames = self.lease(queue, todo.len()).map_err(died)?;
+        let Some((within, dst)) = need else {
+            if frames.is_empty() {
+                return Ok(());
+            }
+            return self.fill(queue, file, index, &todo[..frames.len()], &frames, None);
+        };
+        if frames.is_empty() {
+            return self.uncached(file, start, within, dst);
+        }
+        // A window that got fewer frames than it wanted shrinks to its first pages,
+        // down to the page the reader needs.
+        self.fill(
+            queue,
+            file,
+            index,
+            &todo[..frames.len()],
+            &frames,
+            Some((within, dst)),
+        )
+    }
+
+    /// Up to `want` frames leased to us, from one hold of a magazine: its frames, a
+    /// reclaim of a batch when it and the allocator have none, and again, while a
+    /// reclaim frees frames (at most one more reclaim than the batches wanted).
+    fn lease(&self, queue: &SharedQueue<'_>, want: usize) -> Result<Vec<Frame>, Died> {
+        let mut frames = Vec::with_capacity(want);
+        let mut magazine = self.magazine();
+        let mut reclaims_left = want.div_ceil(self.batch as usize) + 1;
+        while frames.len() < want {
+            match self.frame_mapped(&mut magazine)? {
+                Some(frame) => frames.push(frame),
+                None if reclaims_left > 0 => {
+                    reclaims_left -= 1;
+                    if self.reclaim_batch(queue)? == 0 {
+                        reclaims_left = 0;
+                    }
+                }
+                None => break,
+            }
+        }
+        Ok(frames)
+    }
+
+    /// Reads `pages` (ascending, each a gap or the needed first one) into `frames` (one
+    /// each, leased to us), one `preadv` per contiguous run, hands them to the cache,
+    /// inserts each run, copies the needed page (`pages[0]`) out, unpins (module docs).
+    fn fill(
+        &self,
+        queue: &SharedQueue<'_>,
+        file: &SharedFile,
+        index: &SharedIndex<'m>,
+        pages: &[Page],
+        frames: &[Frame],
+        need: Option<(usize, &mut [u8])>,
+    ) -> io::Result<()> {
+        assert_eq!(pages.len(), frames.len());
+        // Pre: ascending, so that runs are contiguous pages.
+        debug_assert!(pages.windows(2).all(|w| w[0] < w[1]), "{pages:?}");
+        let domain = self.member.domain();
+        let slots = domain.slots();
+        // The runs read: (first index into `pages`, its length).
+        let mut read: Vec<(usize, usize)> = Vec::new();
+        let mut need_error = None;
+        let mut failed: Vec<Frame> = Vec::new();
+        for (first, len) in runs(pages, RUN_PAGES_MAX) {
+            let data: Vec<*mut u8> = frames[first..first + len]
+                .iter()
+                .map(|&f| domain.frame_data(f))
+                .collect();
+            // The frames are leased to us and in no queue or index: nobody else writes
+            // their bytes, but an optimistic hit that found one in an index before it was
+            // reclaimed may still be loading them (module docs): written by the kernel and
+            // by atomic stores only, after the lease's release fence.
+            match pread_pages(file, &data, pages[first]) {
+                Ok(got) => {
+                    bump(&self.counts.preads);
+                    for (i, &at) in data.iter().enumerate() {
+                        let filled = got.saturating_sub(i * FRAME_BYTES).min(FRAME_BYTES);
+                        // SAFETY: `at` is FRAME_BYTES of the mapping (`frame_data`),
+                        // `filled` of them read; nobody else writes them (above).
+                        unsafe { atomic_zero(at.add(filled), FRAME_BYTES - filled) };
+                    }
+                    read.push((first, len));
+                }
+                Err(e) => {
+                    if first == 0 && need.is_some() {
+                        need_error = Some(e);
+                    }
+                    failed.extend_from_slice(&frames[first..first + len]);
+                }
+            }
+        }
+        if !failed.is_empty() {
+            let mut magazine = self.magazine();
+            for frame in failed {
+                magazine
+                    .free(frame, self.queue.buddy(), &slots, self.run)
+                    .map_err(died)?;
+            }
+        }
+        let file_no = FileNo(u64::from(file.id.index));
+        let indexes = self.indexes.as_slice();
+        for &(first, len) in &read {
+            for i in first..first + len {
+                queue
+                    .hand_over(
+                        frames[i], file_no, pages[i], self.me, indexes, &slots, self.run,
+                    )
+                    .map_err(died)?;
+            }
+        }
+        let mut full: Vec<usize> = Vec::new();
+        for &(first, len) in &read {
+            let folios: Vec<Folio> = frames[first..first + len]
+                .iter()
+                .map(|&f| Folio {
+                    frame: u64::from(f.0),
+                    order: 0,
+                })
+                .collect();
+            let placed = index
+                .insert_run(self.me, pages[first], &folios, &slots, self.run)
+                .map_err(died)?;
+            for (i, placed) in placed.iter().enumerate() {
+                match placed {
+                    Placed::Inserted(_) => {}
+                    Placed::Conflict => self.conflict(true),
+                    Placed::Full => full.push(first + i),
+                }
+            }
+        }
+        if !full.is_empty() {
+            // The tree needs a node frame and the allocator has none free: reclaim makes
+            // some (our frames are pinned: never its victims), then those insertions again.
+            self.reclaim_batch(queue).map_err(died)?;
+            for i in full {
+                let folio = Folio {
+                    frame: u64::from(frames[i].0),
+                    order: 0,
+                };
+                let placed = index
+                    .insert_run(self.me, pages[i], &[folio], &slots, self.run)
+                    .map_err(died)?;
+                match placed.first() {
+                    Some(Placed::Inserted(_)) => {}
+                    other => self.conflict(matches!(other, Some(Placed::Conflict))),
+                }
+            }
+        }
+        let read_pages: usize = read.iter().map(|&(_, len)| len).sum();
+        let needed_read = need.is_some() && read.first().is_some_and(|&(first, _)| first == 0);
+        add(
+            &self.counts.read_ahead,
+            (read_pages - usize::from(needed_read)) as u64,
+        );
+        if let Some((within, dst)) = need {
+            if needed_read {
+                self.run.at(Step::Copying).map_err(died)?;
+                self.copy_out(frames[0], within, dst);
+            }
+        }
+        for &(first, len) in &read {
+            for &frame in &frames[first..first + len] {
+                queue.unpin(frame, self.me);
+            }
+        }
+        match need_error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// A page read into our frame that its insertion did not place (counted): another
+    /// reader's insertion of it (`duplicate`), or no node frame for its tree. The frame
+    /// stays queued in no index (reclaim frees it).
+    fn conflict(&self, duplicate: bool) {
+        bump(&self.counts.conflicts);
+        if duplicate {
+            bump(&self.counts.duplicates);
+        }
     }
 
     /// The magazine's next frame; when the magazine leases a new batch for it, every
@@ -633,8 +1012,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
     }
 
-    /// Reclaims a batch of frames into the allocator (counted).
-    fn reclaim_batch(&self, queue: &SharedQueue<'_>) -> Result<(), Died> {
+    /// Reclaims a batch of frames into the allocator (counted): how many it freed.
+    fn reclaim_batch(&self, queue: &SharedQueue<'_>) -> Result<u32, Died> {
         let slots = self.member.domain().slots();
         let freed = queue.reclaim(
             self.batch,
@@ -645,7 +1024,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         )?;
         bump(&self.counts.reclaims);
         add(&self.counts.reclaimed, u64::from(freed));
-        Ok(())
+        Ok(freed)
     }
 
     /// A missed page read uncached (counted).
@@ -734,6 +1113,116 @@ fn pread_page(file: &SharedFile, into: *mut u8, page: Page) -> io::Result<usize>
                 file.file.as_raw_fd(),
                 into.add(got).cast(),
                 FRAME_BYTES - got,
+                (offset + got as u64) as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            break;
+        }
+        got += n as usize;
+        if file.mode == OpenMode::Direct {
+            // A short O_DIRECT read is the end of the file (the next would be unaligned).
+            break;
+        }
+    }
+    Ok(got)
+}
+
+/// Where a `read_at` call's pages end: the call's (the page after its last byte) and the
+/// file's (the record's size, rounded up to a page).
+#[derive(Clone, Copy, Debug)]
+struct Pages {
+    wanted_end: Page,
+    file_end: Page,
+}
+
+impl Pages {
+    /// A window that starts at or past the end of the file reads nothing: not installed
+    /// (as a private handle's, prefetch.rs `within_file`).
+    fn within_file(&self, decision: Decision) -> Decision {
+        match decision {
+            Decision::Window(w) if w.start >= self.file_end => Decision::None,
+            other => other,
+        }
+    }
+}
+
+/// The largest window through a domain of `frames` frames: an eighth of it, rounded down
+/// to a power of two (a window and the next one in flight take at most a quarter of the
+/// domain, as a private cache's cap does for its capacity); 0 below 8 frames.
+fn window_cap(frames: u32) -> u32 {
+    match frames / 8 {
+        0 => 0,
+        eighth => 1 << eighth.ilog2(),
+    }
+}
+
+/// The pages right before `page` that `index` holds without a gap, counted up to `limit`
+/// (the policy's `cached_before`: it asks only whether there are more than it wants).
+fn cached_before(index: &SharedIndex<'_>, page: Page, limit: u64) -> u64 {
+    let mut count = 0;
+    while count < limit && count < page {
+        if !matches!(index.lookup(page - count - 1), Entry::Folio { .. }) {
+            break;
+        }
+        count += 1;
+    }
+    count
+}
+
+/// The runs of consecutive pages in `pages` (ascending), as (first index, length), each at
+/// most `max` long.
+fn runs(pages: &[Page], max: usize) -> Vec<(usize, usize)> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, &page) in pages.iter().enumerate() {
+        match runs.last_mut() {
+            Some((first, len)) if *len < max && pages[*first] + *len as u64 == page => *len += 1,
+            _ => runs.push((i, 1)),
+        }
+    }
+    runs
+}
+
+/// Reads pages `first..first + into.len()` of `file` into the frames at `into` (each
+/// FRAME_BYTES, page-aligned, ours to write: leased frames; pointers, as `pread_page`'s)
+/// with one `preadv` (more only after a short buffered read): the bytes read, fewer than
+/// all only at the end of the file.
+///
+/// Errors: `preadv`'s (EINTR retried).
+fn pread_pages(file: &SharedFile, into: &[*mut u8], first: Page) -> io::Result<usize> {
+    if let [one] = into {
+        return pread_page(file, *one, first);
+    }
+    assert!(into.len() <= RUN_PAGES_MAX);
+    let offset = first * FRAME_BYTES as u64;
+    let total = into.len() * FRAME_BYTES;
+    let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(into.len());
+    let mut got = 0;
+    while got < total {
+        let (at, skip) = (got / FRAME_BYTES, got % FRAME_BYTES);
+        iovecs.clear();
+        for (i, &frame) in into[at..].iter().enumerate() {
+            let skip = if i == 0 { skip } else { 0 };
+            iovecs.push(libc::iovec {
+                // SAFETY: `skip` < FRAME_BYTES: inside the frame.
+                iov_base: unsafe { frame.add(skip) }.cast(),
+                iov_len: FRAME_BYTES - skip,
+            });
+        }
+        // SAFETY: the kernel writes the iovecs' bytes, the frames' unread rest, which the
+        // caller lets us write for the call; `iovecs` outlives the call.
+        let n = unsafe {
+            libc::preadv(
+                file.file.as_raw_fd(),
+                iovecs.as_ptr(),
+                iovecs.len() as libc::c_int,
                 (offset + got as u64) as libc::off_t,
             )
         };

@@ -13,9 +13,9 @@
 //! Protection: as `SharedReader` (read.rs, "Threads": `Send + Sync`, its counters
 //! atomics, its magazines under mutexes); `refused` an atomic.
 //!
-//! Limits: read.rs's (reads only, order-0 frames, no readahead); a forked child cannot
-//! use its parent's `DomainReader` (the region is not mapped in it: domain.rs, "Forks";
-//! a touch faults): it builds its own.
+//! Limits: read.rs's (reads only, order-0 frames, readahead read synchronously); a forked
+//! child cannot use its parent's `DomainReader` (the region is not mapped in it:
+//! domain.rs, "Forks"; a touch faults): it builds its own.
 
 use std::fs::File as StdFile;
 use std::io;
@@ -142,6 +142,13 @@ impl DomainFile {
             reader,
             file: Some(file),
         }
+    }
+
+    /// Sets the largest window this handle reads ahead (`SharedFile::set_readahead_pages`:
+    /// a `File`'s own maximum, read.rs "Readahead").
+    pub(crate) fn set_readahead_pages(&self, pages: u32) {
+        let file = self.file.as_ref().expect("a live DomainFile has its file");
+        file.set_readahead_pages(pages);
     }
 
     /// `SharedReader::read_at`: up to `buf.len()` bytes at `offset`, short only at the end

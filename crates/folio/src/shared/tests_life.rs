@@ -136,7 +136,8 @@ fn alone_the_steward_gives_memory_back_under_pressure_and_misses_read_it_again()
         setup.machine.path(),
     );
     let first = read_all(&config, &setup.path, PAGES * 4096);
-    assert_eq!(first.misses, PAGES, "{first:?}");
+    // Every page from the disk (a miss or read ahead of one).
+    assert_eq!(first.misses + first.read_ahead, PAGES, "{first:?}");
     let domain = view(setup.home.path(), "life-give");
     // At once alone: the free frames given back, the cached ones kept.
     let mut before = 0;
@@ -161,7 +162,8 @@ fn alone_the_steward_gives_memory_back_under_pressure_and_misses_read_it_again()
     assert!(before - after >= PAGES as usize, "{before} -> {after}");
     machine(setup.machine.path(), PLENTY_MIB);
     let second = read_all(&config, &setup.path, PAGES * 4096);
-    assert_eq!((second.misses, second.hits), (PAGES, 0), "{second:?}");
+    // None found cached: every page read from the disk again.
+    assert_eq!(second.misses + second.read_ahead, PAGES, "{second:?}");
 }
 
 /// After its linger alone, the steward removes the region and its socket and leaves;
@@ -181,7 +183,7 @@ fn an_idle_domain_is_removed_after_its_linger_and_the_next_attach_starts_fresh()
     let steward = member.steward().open().expect("a steward runs");
     member.detach();
     let first = read_all(&config, &setup.path, PAGES * 4096);
-    assert_eq!(first.misses, PAGES);
+    assert_eq!(first.misses + first.read_ahead, PAGES, "{first:?}");
     wait_until("the steward left", || steward.is_dead());
     let region = setup.home.path().join("life-idle.domain");
     assert!(!region.exists(), "the region stayed");
@@ -190,7 +192,7 @@ fn an_idle_domain_is_removed_after_its_linger_and_the_next_attach_starts_fresh()
     assert_eq!(member.domain().elections(), 1, "a fresh domain");
     member.detach();
     let again = read_all(&config, &setup.path, PAGES * 4096);
-    assert_eq!((again.misses, again.hits), (PAGES, 0), "{again:?}");
+    assert_eq!(again.misses + again.read_ahead, PAGES, "{again:?}");
 }
 
 /// The steward stopped by its lever at a step of a give-back under pressure (inside the
