@@ -122,6 +122,9 @@ mod tests_read;
 mod tests_readkill;
 #[cfg(test)]
 mod tests_reclaim;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_records;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 #[cfg(test)]
