@@ -389,7 +389,8 @@ impl CacheBuilder {
     /// `Unsupported`; `readahead` of one does nothing; the domain reads one page at a time
     /// (no readahead), and the domain has no budget yet (its frames are what its first
     /// build asked, whatever the machine). **Records**: `Cache::remove_file` drops the
-    /// domain's record of the file and its pages if no process has it open; a file
+    /// domain's record of the file and its pages once no process has it open (at the
+    /// removal, or at the last close of this cache's handles); a file
     /// changed since the domain recorded it gets a new record (the old one's pages
     /// dropped) if no process has it open; the domain's table of 256 files, when full,
     /// drops a record nobody has open for a new file. A file the domain refuses (changed

@@ -131,8 +131,9 @@ impl Cache {
     /// before). RocksDB deletes a compaction's inputs while its table cache still holds
     /// them open: their pages must not linger until eviction finds them. In a cache with
     /// a domain, the domain's record of the file and its pages go too if no handle (of
-    /// any process) has it open; else they stay until the domain's full table evicts the
-    /// record (docs/sharing.md, "A `Cache` with a domain").
+    /// any process) has it open, else at the last close of this cache's handles of it
+    /// (if no other process's has it open then; else they stay until the domain's full
+    /// table evicts the record: docs/sharing.md, "A domain file's lifecycle").
     ///
     /// Errors: the `unlink(2)` error (nothing is dropped then).
     ///
@@ -154,8 +155,8 @@ impl Cache {
         }
         if let Some(reader) = &self.domain {
             // The domain's record of the file, with its pages, if nobody has it open (else
-            // it stays until a full table evicts it: docs/sharing.md). Only a test's lever
-            // fails it.
+            // at the last close of our handles: `File`'s drop). Only a test's lever fails
+            // it.
             let _ = reader.forget(&meta);
         }
         Ok(())

@@ -509,8 +509,31 @@ impl Drop for File {
         if self.access == Access::ReadWrite {
             self.mapping.writer_closed();
         }
+        if let Some(shared) = self.shared.take() {
+            self.close_domain(shared);
+        }
         let core = self.core();
         core.mappings.close(core.memory(), &self.mapping);
+    }
+}
+
+impl File {
+    /// A domain handle's close (its `DomainFile` dropped: our open of the record closed);
+    /// if the file was deleted (`Cache::remove_file` found a handle open), its record is
+    /// dropped with its pages unless another handle (of any process) has it open: as
+    /// `MappingTable::close` forgets a deleted file's private pages at its last close.
+    ///
+    /// Context: `File`'s drop; takes the domain's locks (a drop of the record).
+    fn close_domain(&self, shared: Arc<DomainFile>) {
+        let (reader, record) = (shared.reader().clone(), shared.record());
+        drop(shared);
+        // Pairs with `MappingTable::unlink`'s fence, before `remove_file`'s drop of the
+        // record: either that drop finds our open closed, or we find the file unlinked.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.mapping.is_unlinked() {
+            // Only a test's lever fails it; `Gone`: the removal dropped it first.
+            let _ = reader.forget_record(record);
+        }
     }
 }
 

@@ -424,6 +424,19 @@ impl<'m, R: Run> SharedReader<'m, R> {
             .map_err(died)
     }
 
+    /// `forget` of the record `id` (a removed file's, whose last handle here closed).
+    ///
+    /// Context: as `forget`.
+    pub(crate) fn forget_record(&self, id: FileId) -> io::Result<Removal> {
+        let domain = self.member.domain();
+        domain
+            .files()
+            .remove_with(id, self.me, &domain.slots(), self.run, &mut |id| {
+                self.drop_pages(id)
+            })
+            .map_err(died)
+    }
+
     /// This process is about to write the file of `meta`: its record's stamp retired
     /// (files.rs `retire_stamp`), so that its next admission drops the pages cached
     /// before the write. Whether it had a record.

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::attach::{DomainConfig, Member};
-use super::files::Removal;
+use super::files::{FileId, Removal};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
 use crate::types::OpenMode;
 
@@ -124,6 +124,14 @@ impl DomainReader {
         self.reader.forget(meta)
     }
 
+    /// `SharedReader::forget_record`: a removed file's record dropped at its last close
+    /// here (`File`'s drop).
+    ///
+    /// Context and errors: as `SharedReader::forget`.
+    pub(crate) fn forget_record(&self, id: FileId) -> io::Result<Removal> {
+        self.reader.forget_record(id)
+    }
+
     /// `SharedReader::retire`: the record of a file this process is about to write
     /// retired (mapping/domain.rs, A2).
     ///
@@ -179,6 +187,19 @@ impl DomainFile {
             file: Some(file),
             retired: AtomicBool::new(false),
         }
+    }
+
+    /// The reader it reads through.
+    pub(crate) fn reader(&self) -> &Arc<DomainReader> {
+        &self.reader
+    }
+
+    /// Its record in the domain's file table.
+    pub(crate) fn record(&self) -> FileId {
+        self.file
+            .as_ref()
+            .expect("a live DomainFile has its file")
+            .id()
     }
 
     /// Makes the handle read privately from now on (mapping/domain.rs, A2).

@@ -156,7 +156,7 @@ fn a_domain_file_then_written_here_reads_the_writes() {
 
 /// `Cache::remove_file` of a file read through the domain (no handle open): its record
 /// and its pages go (the tree's node frame too); with a handle open, the record stays
-/// (the handle reads on). A file changed since its record was made (another
+/// (the handle reads on) until that handle's close. A file changed since its record was made (another
 /// modification time) and open nowhere: its old record and pages dropped, the new bytes
 /// read through the domain. Before, the first kept its record and pages, and the last
 /// was refused.
@@ -203,6 +203,9 @@ fn a_removed_or_changed_files_record_and_pages_are_dropped() {
     );
     assert_eq!(read_all(&open, len as usize), stamped(1, len));
     drop(open);
+    // Its last close here drops it.
+    assert_eq!(domain.files().lookup(&key), None);
+    assert_eq!(folios_of(domain, ids[1]), 0);
     // Changed, open nowhere: a new record, the new bytes.
     let new = stamped(5, len);
     std::fs::write(&paths[2], &new).unwrap();
