@@ -42,7 +42,7 @@
 //!       record names no page. A page whose frame stays pinned (`DropPages` says so)
 //!       leaves the record LIVE, with what is left (`Removal::Busy`). `remove` is the same
 //!       for a table whose records hold no index (the tests').
-//!   T1. Stamp retirement (`retire_stamp`): STAMP (MTIME = `RETIRED_STAMP`, which no
+//!   R2. Stamp retirement (`retire_stamp`): STAMP (MTIME = `RETIRED_STAMP`, which no
 //!       file's modification time is): this process is about to write the file, so the
 //!       next open of it finds the stamp changed (below).
 //!   S1. The steward's sweep of a dead slot (`sweep`): for each LIVE record where the
@@ -52,7 +52,7 @@
 //! next insert there writes it again (no change is in flight between two intents).
 //!
 //! **Drops** (`open_with`, `remove_with`: R1 where a record is in the way). An open whose
-//! stamp differs from its record's (the file changed since, or T1 retired it) drops the
+//! stamp differs from its record's (the file changed since, or R2 retired it) drops the
 //! record and inserts a new one, if nobody has it open (else `Stamp::Changed`: the caller
 //! reads privately); an open that finds the table full drops the first record nobody has
 //! open on its probe path (from its identity's hash: in effect one at random, not the
