@@ -375,15 +375,28 @@ impl CacheBuilder {
     ///
     /// **What goes through the domain, in this first slice**: `read_at`, `read_at_hint`
     /// (its hint ignored) and `read_many` (range by range) of a file opened read-only
-    /// (`Cache::open`). Not yet: a file opened for writing (`open_options().write(true)`)
-    /// keeps the private path, its reads and writes this cache's alone (a write in one
-    /// process is not seen by another's domain reads: coherence is a later step); the
-    /// futures (`read_at_async`, `read_many_async`, `get_page_async`) and `get_page` of a
-    /// domain file fail with `Unsupported`; `readahead` of one does nothing; the domain
-    /// reads one page at a time (no readahead), and the domain has no budget yet (its
-    /// frames are what its first build asked, whatever the machine). A file the domain
-    /// refuses (it changed since the domain recorded it, or the domain's table of 256
-    /// files is full) is read privately, counted in `Cache::domain_stats`, not an error.
+    /// (`Cache::open`). **In one process, reads return this process's writes**: a file
+    /// is read through the domain only while this process holds no newer bytes of it (no
+    /// writable handle of it open, none of its pages dirty or under writeback); a
+    /// read-only open of a file this process holds newer bytes of reads privately
+    /// (counted: `DomainStats::files_newer_here`), and a writable open of a file makes
+    /// this process's domain handles of it read privately from then on (and retires the
+    /// domain's record of it, so that a later admission reads the disk again, not pages
+    /// cached before the write). Not yet: a file opened for writing
+    /// (`open_options().write(true)`) keeps the private path, its reads and writes this
+    /// cache's alone (a write in one process is not seen by another's domain reads:
+    /// coherence across processes is a later step); the futures (`read_at_async`,
+    /// `read_many_async`, `get_page_async`) and `get_page` of a domain file fail with
+    /// `Unsupported`; `readahead` of one does nothing; the domain reads one page at a time
+    /// (no readahead), and the domain has no budget yet (its frames are what its first
+    /// build asked, whatever the machine). **Records**: `Cache::remove_file` drops the
+    /// domain's record of the file and its pages once no process has it open (at the
+    /// removal, or at the last close of this cache's handles); a file
+    /// changed since the domain recorded it gets a new record (the old one's pages
+    /// dropped) if no process has it open; the domain's table of 256 files, when full,
+    /// drops a record nobody has open for a new file. A file the domain refuses (changed
+    /// while another handle has its record open, or every record open) is read privately,
+    /// counted in `Cache::domain_stats`, not an error.
     /// The domain's memory file stays in its directory after every member and the
     /// steward are gone (the next build of the name finds its pages cached); remove it
     /// by hand.

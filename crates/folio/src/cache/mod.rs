@@ -81,6 +81,10 @@ pub struct DomainStats {
     /// Read-only opens the domain refused (the file changed since the domain recorded
     /// it, or its file table was full): those files are read privately.
     pub files_refused: u64,
+    /// Read-only opens read privately because this process held newer bytes of the file
+    /// than the disk (a writable handle open, dirty pages, a writeback running: the
+    /// domain reads the disk).
+    pub files_newer_here: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -134,7 +138,11 @@ impl Cache {
     /// kernel drops a deleted file's page cache with its last descriptor: at once if no
     /// handle has it open, else when the last handle closes (until then they read it as
     /// before). RocksDB deletes a compaction's inputs while its table cache still holds
-    /// them open: their pages must not linger until eviction finds them.
+    /// them open: their pages must not linger until eviction finds them. In a cache with
+    /// a domain, the domain's record of the file and its pages go too if no handle (of
+    /// any process) has it open, else at the last close of this cache's handles of it
+    /// (if no other process's has it open then; else they stay until the domain's full
+    /// table evicts the record: docs/sharing.md, "A domain file's lifecycle").
     ///
     /// Errors: the `unlink(2)` error (nothing is dropped then).
     ///
@@ -153,6 +161,12 @@ impl Cache {
             if mapping.handles() == 0 {
                 core.mappings.remove_if_unused(core.memory(), &mapping);
             }
+        }
+        if let Some(reader) = &self.domain {
+            // The domain's record of the file, with its pages, if nobody has it open (else
+            // at the last close of our handles: `File`'s drop). Only a test's lever fails
+            // it.
+            let _ = reader.forget(&meta);
         }
         Ok(())
     }
@@ -192,7 +206,7 @@ impl Cache {
     ///
     /// Context: any; relaxed loads, one by one.
     pub fn domain_stats(&self) -> Option<DomainStats> {
-        let (c, refused) = self.domain.as_ref()?.counters();
+        let (c, refused, newer) = self.domain.as_ref()?.counters();
         Some(DomainStats {
             hits: c.hits,
             pinned_hits: c.pinned_hits,
@@ -208,6 +222,7 @@ impl Cache {
             uncached: c.uncached,
             sibling_pinned: c.sibling_pinned,
             files_refused: refused,
+            files_newer_here: newer,
         })
     }
 

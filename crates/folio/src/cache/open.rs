@@ -18,8 +18,6 @@ use super::Cache;
 use crate::file::{Access, File, OpenMode};
 use crate::mapping::FileStamp;
 use crate::segment;
-use crate::shared::read::Admitted;
-use crate::shared::reader::DomainFile;
 
 /// Whether `OpenOptions::open` may create the file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,10 +205,14 @@ impl Cache {
             self.inner.core.readahead_pages,
         );
         // A read-only file of a domain cache reads through the domain (a descriptor of its
-        // own: the same open file); a refused one privately (counted by the reader).
-        if let (Some(reader), Access::ReadOnly) = (&self.domain, access) {
-            if let Admitted::Open(shared) = reader.admit(file.clone_fd()?, mode)? {
-                file.read_through(Box::new(DomainFile::new(reader.clone(), shared)));
+        // own: the same open file) while this process holds no newer bytes of it; else,
+        // or refused, privately (counted by the reader). A writable one, counted by
+        // `File::new` (its domain handles retired), retires the domain's record of the
+        // file (mapping/domain.rs, A1-A2).
+        if let Some(reader) = &self.domain {
+            match access {
+                Access::ReadOnly => file.admit_to(reader)?,
+                Access::ReadWrite => drop(reader.retire(&meta)?),
             }
         }
         if options.truncate {

@@ -22,7 +22,8 @@
 //!
 //! The rooms: `machine` (what the kernel reports of memory: `/proc/meminfo`, the cgroup's
 //! limit and usage under v2 or v1, pressure stall information), `follow` (the policy's
-//! decision and its response time), and this file (the bounds, the dirty settings, the
+//! decision and its response time), `give_back` (how much a cache nobody uses gives
+//! back: a kept segment's steward's and an idle domain's), and this file (the bounds, the dirty settings, the
 //! order of capacity changes, the policy's thread).
 //!
 //! Protection: one mutex (`CapacityControl::change`) orders capacity changes (a caller's
@@ -35,6 +36,7 @@
 //! reclaim frees it, the policy's next shrink gives it back).
 
 pub mod follow;
+pub(crate) mod give_back;
 pub mod machine;
 
 use std::io;

@@ -325,7 +325,7 @@ impl<'a> ReadAtFuture<'a> {
     /// `read_at`'s loop, resumable at the folio it parked on.
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let file: &'a File = self.file;
-        if file.shared.is_some() {
+        if file.domain().is_some() {
             return Poll::Ready(Err(File::domain_unsupported("read_at_async")));
         }
         if let Some(w) = self.waits.as_deref_mut() {
@@ -418,7 +418,7 @@ impl Future for GetPageFuture<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<PageRef>> {
         let this = self.get_mut();
         let file = this.file;
-        if file.shared.is_some() {
+        if file.domain().is_some() {
             return Poll::Ready(Err(File::domain_unsupported("get_page_async")));
         }
         let w = &mut this.waits;

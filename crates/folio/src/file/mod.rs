@@ -33,6 +33,9 @@
 //! handle's maximum at the open (`shared/read.rs`, "Readahead"); the rest (its length,
 //! advice, `stats`) is its private mapping's, which it keeps (opened as any handle's; it
 //! caches nothing for the handle).
+//! A writable open of the file in this process retires the handle (mapping/domain.rs: a
+//! flag on the `DomainFile`'s line, which its read loads anyway): from then on it is a
+//! private handle in every respect, so that it reads this process's writes.
 //!
 //! Protection: a handle's readahead state word is replaced by CAS only (`RaCell`); its
 //! maximum window of `Advice::Normal` and its no-reuse flag are single words (hints); the
@@ -61,10 +64,12 @@ use crate::eviction::ReadHint;
 use crate::filemap::MissPath;
 use crate::folio_meta::FolioMeta;
 use crate::index::{Entry, RootHint};
+use crate::mapping::DomainAdmission;
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
 use crate::readahead::RaCell;
-use crate::shared::reader::DomainFile;
+use crate::shared::read::Admitted;
+use crate::shared::reader::{DomainFile, DomainReader};
 use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex};
 use crate::write::errseq::Since;
@@ -96,7 +101,7 @@ pub struct File {
     no_reuse: std::sync::atomic::AtomicBool,
     /// A domain file's reader (module docs): `read_at` goes there. `None` for every
     /// handle of a private cache and every handle opened for writing.
-    shared: Option<Box<DomainFile>>,
+    shared: Option<Arc<DomainFile>>,
     fd: Arc<StdFile>,
     mode: OpenMode,
     access: Access,
@@ -139,6 +144,11 @@ impl File {
         access: Access,
         ra_pages: u32,
     ) -> File {
+        if access == Access::ReadWrite {
+            // Before the handle exists: this process's domain handles of the file read
+            // privately from now on (mapping/domain.rs, A2).
+            mapping.writer_opened();
+        }
         if access == Access::ReadWrite && mapping.write.adopt_fd(&fd) {
             cache
                 .core
@@ -167,11 +177,42 @@ impl File {
     /// Makes this read-only handle a domain file (module docs): its reads go to `shared`.
     ///
     /// Context: the open, before the handle is handed out.
-    pub(crate) fn read_through(&mut self, shared: Box<DomainFile>) {
+    fn read_through(&mut self, shared: Arc<DomainFile>) {
         assert_eq!(self.access, Access::ReadOnly, "a domain file is read-only");
         // The handle's readahead maximum, for its window through the domain.
         shared.set_readahead_pages(self.ra.max_pages());
         self.shared = Some(shared);
+    }
+
+    /// A read-only handle of a domain cache: admitted to `reader`'s domain if this
+    /// process holds no newer bytes of the file (mapping/domain.rs, A1; counted when it
+    /// does), else (or if the domain refuses it) read privately.
+    ///
+    /// Context: the open, before the handle is handed out; takes the mapping's
+    /// `DomainUse` lock and the domain's locks.
+    /// Errors: `dup`'s, `SharedReader::admit`'s.
+    pub(crate) fn admit_to(&mut self, reader: &Arc<DomainReader>) -> io::Result<()> {
+        let fd = self.clone_fd()?;
+        let mode = self.mode;
+        let admitted = self.mapping.admit_domain(|| {
+            Ok(match reader.admit(fd, mode)? {
+                Admitted::Open(shared) => Some(DomainFile::new(reader.clone(), shared)),
+                Admitted::Refused(_) => None,
+            })
+        })?;
+        match admitted {
+            DomainAdmission::Admitted(shared) => self.read_through(shared),
+            DomainAdmission::Newer => reader.note_newer(),
+            DomainAdmission::Refused => {}
+        }
+        Ok(())
+    }
+
+    /// The domain this handle reads through, unless it has none or a writable open of
+    /// the file in this process retired it (mapping/domain.rs): then it reads privately.
+    #[inline]
+    fn domain(&self) -> Option<&DomainFile> {
+        self.shared.as_deref().filter(|shared| shared.is_current())
     }
 
     /// A descriptor of this handle's open file (`dup`): the domain's own.
@@ -181,9 +222,11 @@ impl File {
         self.fd.try_clone()
     }
 
-    /// Whether this handle reads through its cache's domain (module docs).
+    /// Whether this handle reads through its cache's domain now (module docs): false for
+    /// a handle of a private cache, one opened for writing, one the domain refused, and
+    /// one a writable open of its file in this process retired since.
     pub fn is_domain_file(&self) -> bool {
-        self.shared.is_some()
+        self.domain().is_some()
     }
 
     /// The error of a read this handle cannot make yet: it is a domain file (module docs).
@@ -284,7 +327,7 @@ impl File {
     pub fn read_at_hint(&self, buf: &mut [u8], offset: u64, hint: ReadHint) -> io::Result<usize> {
         let request_end = checked_end(offset, buf.len())?;
         // The one branch a private cache's hit pays for domains (module docs).
-        if let Some(shared) = &self.shared {
+        if let Some(shared) = self.domain() {
             return shared.read_at(buf, offset);
         }
         let end = request_end.min(self.mapping.size_bytes());
@@ -421,7 +464,7 @@ impl File {
     ///
     /// Context: any thread; may sleep waiting for I/O or memory.
     pub fn get_page(&self, offset: u64) -> io::Result<PageRef> {
-        if self.shared.is_some() {
+        if self.domain().is_some() {
             return Err(Self::domain_unsupported("get_page"));
         }
         loop {
@@ -467,8 +510,34 @@ impl Drop for File {
     /// Gives the handle back to the mapping: the last one may forget it
     /// (`MappingTable::close`). Reads this handle submitted keep their own references.
     fn drop(&mut self) {
+        if self.access == Access::ReadWrite {
+            self.mapping.writer_closed();
+        }
+        if let Some(shared) = self.shared.take() {
+            self.close_domain(shared);
+        }
         let core = self.core();
         core.mappings.close(core.memory(), &self.mapping);
+    }
+}
+
+impl File {
+    /// A domain handle's close (its `DomainFile` dropped: our open of the record closed);
+    /// if the file was deleted (`Cache::remove_file` found a handle open), its record is
+    /// dropped with its pages unless another handle (of any process) has it open: as
+    /// `MappingTable::close` forgets a deleted file's private pages at its last close.
+    ///
+    /// Context: `File`'s drop; takes the domain's locks (a drop of the record).
+    fn close_domain(&self, shared: Arc<DomainFile>) {
+        let (reader, record) = (shared.reader().clone(), shared.record());
+        drop(shared);
+        // Pairs with `MappingTable::unlink`'s fence, before `remove_file`'s drop of the
+        // record: either that drop finds our open closed, or we find the file unlinked.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if self.mapping.is_unlinked() {
+            // Only a test's lever fails it; `Gone`: the removal dropped it first.
+            let _ = reader.forget_record(record);
+        }
     }
 }
 

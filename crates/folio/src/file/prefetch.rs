@@ -211,7 +211,7 @@ impl File {
         let end = offset
             .checked_add(len)
             .ok_or_else(|| overflow(offset, len))?;
-        if self.shared.is_some() {
+        if self.domain().is_some() {
             return Ok(());
         }
         let end = PageIndex::ceil(end.min(self.mapping.size_bytes()));

@@ -45,7 +45,7 @@ impl File {
     /// Context: any thread; waits for the batch's reads (and, like `read_at`, for memory
     /// when every folio is pinned).
     pub fn read_many(&self, reads: &mut [(u64, &mut [u8])]) -> Vec<io::Result<usize>> {
-        if self.shared.is_some() {
+        if self.domain().is_some() {
             // A domain file (module docs of `file`): each range as `read_at`, one by one.
             return reads
                 .iter_mut()
@@ -153,7 +153,7 @@ impl Future for ReadManyFuture<'_, '_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if this.file.shared.is_some() {
+        if this.file.domain().is_some() {
             let refused = this
                 .rest
                 .by_ref()

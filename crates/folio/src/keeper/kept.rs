@@ -63,8 +63,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::capacity::follow;
-use crate::capacity::machine::{MemoryFacts, MemorySource};
+use crate::capacity::give_back::{next_tick, want_bytes, TICK_MIN};
+use crate::capacity::machine::MemorySource;
 use crate::folio_meta::FolioMeta;
 use crate::segment::layout::SegmentState;
 use crate::segment::scan;
@@ -79,11 +79,6 @@ pub const KEPT_IDLE_REMOVE_DEFAULT: Duration = Duration::from_secs(6 * 3600);
 /// The most a steward punches under one hold of the segment's `flock`: an adoption
 /// waits for at most one step (tens of milliseconds).
 const TRIM_STEP_BYTES: u64 = 256 << 20;
-/// The steward's tick bounds, and the rate at which another process is assumed to take
-/// free memory when the tick is sized (`next_tick`).
-const TICK_MIN: Duration = Duration::from_millis(50);
-const TICK_MAX: Duration = Duration::from_secs(2);
-const ALLOCATION_BYTES_PER_S: u64 = 4 << 30;
 
 /// How a named persistent cache's kept segment gives its memory back after the cache is
 /// gone (`CacheBuilder::kept_memory`, module docs).
@@ -381,47 +376,6 @@ fn give_back(segment: &Segment, me: u32, want: u64) -> Next {
     Next::Stay
 }
 
-/// How many bytes the steward gives back now: under memory pressure, enough to bring the
-/// room back to three reserves (`follow::reserve_bytes`); past the bound (`kept`, asked
-/// only then: it reads the directory), its segment's share of the excess.
-pub(crate) fn want_bytes(
-    facts: &MemoryFacts,
-    stall_share: f64,
-    own_bytes: u64,
-    kept: impl FnOnce() -> (u64, u64),
-) -> u64 {
-    if own_bytes == 0 || facts.total_bytes == 0 {
-        return 0;
-    }
-    let reserve = follow::reserve_bytes(facts.limit_bytes);
-    let room = facts.available_bytes;
-    let stalled = stall_share > follow::STALL_SHARE_SHRINK && room < 3 * reserve;
-    let for_pressure = if room < 2 * reserve || stalled {
-        (3 * reserve).saturating_sub(room).max(reserve / 4)
-    } else {
-        0
-    };
-    let (all, bound) = kept();
-    let for_bound = if all > bound {
-        ((u128::from(all - bound) * u128::from(own_bytes)).div_ceil(u128::from(all.max(1)))) as u64
-    } else {
-        0
-    };
-    for_pressure.max(for_bound)
-}
-
-/// The next tick: the time another process taking memory at `ALLOCATION_BYTES_PER_S`
-/// needs to bring the room down to two reserves, within `[TICK_MIN, TICK_MAX]`.
-pub(crate) fn next_tick(facts: &MemoryFacts) -> Duration {
-    if facts.total_bytes == 0 {
-        return TICK_MAX;
-    }
-    let margin = facts
-        .available_bytes
-        .saturating_sub(2 * follow::reserve_bytes(facts.limit_bytes));
-    Duration::from_millis(margin * 1000 / ALLOCATION_BYTES_PER_S).clamp(TICK_MIN, TICK_MAX)
-}
-
 /// Whether the segment is still this steward's: linked, written, named by the header as
 /// kept by `me`.
 fn still_ours(segment: &Segment, me: u32) -> bool {
@@ -569,15 +523,6 @@ mod tests {
     use super::*;
     use crate::refcount::{DEAD, DIRTY, FREQ_SHIFT, LOCKED, UPTODATE, WRITEBACK};
 
-    fn facts(available_mib: u64) -> MemoryFacts {
-        MemoryFacts {
-            total_bytes: 8 << 30,
-            available_bytes: available_mib << 20,
-            limit_bytes: 8 << 30,
-            pressure_some_total_us: None,
-        }
-    }
-
     #[test]
     fn dirty_and_unproven_frames_are_never_chosen_and_the_coldest_come_first() {
         let m = |state: u64, index: u64| FolioMeta::from_raw(state, 1, index);
@@ -614,21 +559,5 @@ mod tests {
         let one = |r: std::ops::Range<u32>| std::iter::once(r).collect::<Vec<_>>();
         assert_eq!(free_frames(&entries, &written, &[0..5, 7..8]), one(4..5));
         assert_eq!(free_frames(&entries, &written, &[0..3, 3..8]), one(4..6));
-    }
-
-    #[test]
-    fn pressure_and_the_bound_ask_for_memory_and_an_idle_machine_does_not() {
-        let reserve = follow::reserve_bytes(8 << 30);
-        let none = || (0, u64::MAX);
-        assert_eq!(want_bytes(&facts(4096), 0.0, 1 << 30, none), 0);
-        let pressed = want_bytes(&facts(300), 0.0, 1 << 30, none);
-        assert_eq!(pressed, 3 * reserve - (300 << 20));
-        assert_eq!(want_bytes(&facts(300), 0.0, 0, none), 0, "nothing to give");
-        // Two segments of 600 MiB and 200 MiB over a bound of 400 MiB: this one (600)
-        // gives three quarters of the 400 MiB excess.
-        let bound = || (800 << 20, 400 << 20);
-        assert_eq!(want_bytes(&facts(4096), 0.0, 600 << 20, bound), 300 << 20);
-        assert_eq!(next_tick(&facts(300)), TICK_MIN);
-        assert_eq!(next_tick(&facts(64 << 10)), TICK_MAX);
     }
 }

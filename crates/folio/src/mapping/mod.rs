@@ -5,7 +5,8 @@
 //! readahead state. A reopen compares the file's stamp (size, modification time and birth
 //! time, `FileStamp`) and drops the pages of a file that changed.
 //!
-//! Its parts: this module, the mapping and the lookup of its pages; `invalidate`, dropping
+//! Its parts: this module, the mapping and the lookup of its pages; `domain`, when a file
+//! may be read through the cache's domain (this process holds no newer bytes); `invalidate`, dropping
 //! pages whose bytes are wrong or unwanted (a truncation, a file that changed or
 //! shrank, `DontNeed`); `table`, every mapping of a cache and the lifetime protocol that
 //! removes unused ones (with a deleted file's pages).
@@ -27,9 +28,12 @@
 //!      if the slot no longer holds this frame, or the frame holds another page, it was
 //!      freed and reused (the ABA case) or the walk raced with a writer; `put` and retry.
 
+mod domain;
 mod invalidate;
 mod table;
 
+pub(crate) use domain::DomainAdmission;
+use domain::DomainUse;
 pub use invalidate::Invalidate;
 use table::Handles;
 pub use table::{MappingTable, MaybeUnused};
@@ -119,6 +123,9 @@ pub struct Mapping {
     unlinked: AtomicBool,
     /// The write side: writer lock, error sequence, sizes, writebacks (DESIGN.md §8).
     pub write: WriteState,
+    /// This process's writable handles and domain handles of the file (`domain`: the
+    /// rule in one process for a cache with a domain).
+    domain: DomainUse,
     /// The segment whose slot of this mapping's id keeps the logical size for the keeper,
     /// in a cache that outlives the process (DESIGN.md §9).
     segment: Option<Arc<Segment>>,
@@ -165,6 +172,7 @@ impl Mapping {
             folios_closed: AtomicU64::new(0),
             unlinked: AtomicBool::new(false),
             write: WriteState::new(stamp.size_bytes),
+            domain: DomainUse::default(),
             segment,
         }
     }

@@ -36,6 +36,12 @@ use crate::types::PageIndex;
 
 /// The lifetime protocol's side of a mapping.
 impl Mapping {
+    /// Whether the file was deleted (`MappingTable::unlink`; read SeqCst, to pair with its
+    /// fence).
+    pub fn is_unlinked(&self) -> bool {
+        self.unlinked.load(Ordering::SeqCst)
+    }
+
     /// Open handles now (a snapshot).
     pub fn handles(&self) -> u32 {
         self.handles.load().open()

@@ -1,7 +1,8 @@
 //! The shared file table (issue 45 step 6's first part, docs/sharing.md "The file
 //! table"): one mapping record per file identity, whoever opened it, with each process's
 //! opens counted in its slot's counter, so that the steward drops a dead process's opens
-//! exactly. Not wired into `Cache` yet.
+//! exactly. Read through by a `Cache` with a domain (read.rs, reader.rs), which also
+//! drops records (below, "Drops").
 //!
 //! ```text
 //!   base + 0..8     the lock line (lock.rs): lock, intent, 4 args, USED (6), TOMBS (7)
@@ -32,16 +33,40 @@
 //!       lock hold: two processes opening one identity at once end with one record.
 //!   C1. Close (`close`): ADJUST (my count - 1, openers - 1). The last close leaves the
 //!       record LIVE: its pages stay cached for the next open, as table.rs's.
-//!   R1. Removal (`remove`) of a record nobody has open (openers 0): REMOVE (tag
-//!       TOMB(g) first, so readers stop matching it, then USED - 1, TOMBS + 1). When the
-//!       index lives in the record (step 5), removal must first drop the record's pages
-//!       and free its index nodes (the root word's tree), under the index's lock and
-//!       while openers is 0 under this lock: a removed record names no page.
+//!   R1. Removal (`remove_with`) of a record nobody has open (openers 0), all under one
+//!       hold of the lock: first its pages dropped and its tree released (the caller's
+//!       `DropPages`: `SharedQueue::drop_file`, each page out of the queue and the
+//!       record's index and its frame freed, then the tree's node frames: every step
+//!       under the queue's, the tree's and the allocator's own intents), then REMOVE (tag
+//!       TOMB(g) first, so readers stop matching it, then USED - 1, TOMBS + 1): a removed
+//!       record names no page. A page whose frame stays pinned (`DropPages` says so)
+//!       leaves the record LIVE, with what is left (`Removal::Busy`). `remove` is the same
+//!       for a table whose records hold no index (the tests').
+//!   R2. Stamp retirement (`retire_stamp`): STAMP (MTIME = `RETIRED_STAMP`, which no
+//!       file's modification time is): this process is about to write the file, so the
+//!       next open of it finds the stamp changed (below).
 //!   S1. The steward's sweep of a dead slot (`sweep`): for each LIVE record where the
 //!       slot's count is c > 0, ADJUST (that count 0, openers - c).
 //! Take-over: lock.rs's T1-T3; T2 redoes the last change from its intent. A death
 //! between KEY and PUBLISH leaves a non-LIVE record with a new key: nobody reads it, the
 //! next insert there writes it again (no change is in flight between two intents).
+//!
+//! **Drops** (`open_with`, `remove_with`: R1 where a record is in the way). An open whose
+//! stamp differs from its record's (the file changed since, or R2 retired it) drops the
+//! record and inserts a new one, if nobody has it open (else `Stamp::Changed`: the caller
+//! reads privately); an open that finds the table full drops the first record nobody has
+//! open on its probe path (from its identity's hash: in effect one at random, not the
+//! coldest: the table keeps no use time) and inserts there (`Opened::Full` only when every
+//! record is open, or pinned). Why a death anywhere leaves a working table: the lock is
+//! held from the drop's first page to REMOVE, so nobody opens the record meanwhile; until
+//! REMOVE the record is LIVE, its tree a valid tree with fewer pages (each page's removal
+//! is the queue's E1-E7, finished by the queue's next taker: the steward's sweep takes it)
+//! or one being released (finished by the tree's next taker: the steward's sweep takes
+//! every tree lock the dead one held); REMOVE is one intent (T2 redoes it). So a dead
+//! dropper leaves either a tombstone whose tree holds nothing, or a LIVE record nobody has
+//! open, with some of its pages, which the next drop of it (a removal, a changed open, a
+//! full table's) continues. Nothing is leaked meanwhile: its pages are queued frames
+//! reclaim may take, its tree's node frames are still the tree's.
 //!
 //! **Lookup** (`lookup`, lock-free, by any process): probe as O1 does, reading each
 //! record's tag (acquire), its identity, size and stamp (acquire), then its tag again: a
@@ -71,12 +96,18 @@
 //!
 //! Protection: every word by the lock, except the tag-bracketed reads of `lookup` and the
 //! size word (its RMW, by a holder of an open). Limits: capacity a power of two up to
-//! 2^31 records, no rehash (a full table refuses a new identity: `Opened::Full`);
+//! 2^31 records, no rehash (a full table evicts a record nobody has open, "Drops", else
+//! refuses a new identity: `Opened::Full`); a drop holds the lock for as long as its
+//! pages take (each page's E1-E7 under the queue's, the tree's and the allocator's
+//! locks: every open and close in the domain waits meanwhile); a pinned page is waited
+//! for a bounded number of rounds (queue.rs, `drop_file`);
 //! tombstones are reused by inserts but never cleared, so probes lengthen with churn; up
 //! to 65535 handles per process per file (`Opened::TooMany`); 2^32 generations per
 //! record (asserted). The identity has no inode generation: the birth time tells a reused
 //! inode apart, as segment/identity.rs does; the stamp's change since the insert is
-//! reported (`Opened::stamp`), its consequence (drop the pages) is the index step's.
+//! reported (`Opened::stamp`) while the record is open, and drops it when it is not
+//! ("Drops"); a file changed without a change of its modification time (a write within
+//! the time's granularity by another process, or `utimes` back) is not seen.
 
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
@@ -124,7 +155,15 @@ pub(crate) enum Removal {
     InUse,
     /// The id names no record any more (removed already).
     Gone,
+    /// Its pages could not all be dropped (a frame stayed pinned): it stays, with fewer.
+    Busy,
 }
+
+/// A record's drop of its pages and index (R1: `SharedQueue::drop_file`), called under
+/// the table's lock with the record LIVE and nobody's open: `Ok(true)` once the record
+/// names no page and its tree holds no node frame, `Ok(false)` if a page stayed (the
+/// record is then kept, with what is left).
+pub(crate) type DropPages<'d> = &'d mut dyn FnMut(FileId) -> Result<bool, Died>;
 
 /// A record as a lookup read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +207,11 @@ const KEY: u64 = 1;
 const PUBLISH: u64 = 2;
 const ADJUST: u64 = 3;
 const REMOVE: u64 = 4;
+const STAMP: u64 = 5;
+
+/// The stamp a retired record holds (`retire_stamp`): no file's modification time, so the
+/// next open of the file finds its stamp changed.
+const RETIRED_STAMP: u64 = u64::MAX;
 
 fn op(code: u64, index: u32) -> u64 {
     code | (u64::from(index) << 8)
@@ -310,6 +354,7 @@ impl<'r> FileTable<'r> {
                 store(self.line(USED), b >> 32)?;
                 store(self.line(TOMBS), b & 0xffff_ffff)
             }
+            STAMP => store(self.word(index, MTIME), a),
             code => panic!("an intent with an unknown operation {code}"),
         }
     }
@@ -374,7 +419,8 @@ impl<'r> FileTable<'r> {
     }
 
     /// O1: opens `key` for `me` (a file of `size` bytes, modified at `mtime_ns`, as its
-    /// opener's `fstat` says): its record found or inserted, `me`'s count raised.
+    /// opener's `fstat` says): its record found or inserted, `me`'s count raised. A table
+    /// of records holding no index (no record is dropped: `open_with`).
     ///
     /// Context: `me` is LIVE in `slots`; takes the lock (spins while a live holder holds
     /// it).
@@ -387,9 +433,45 @@ impl<'r> FileTable<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<Opened, Died> {
+        self.open_with(key, size, mtime_ns, me, slots, run, None)
+    }
+
+    /// O1 with R1 for the record in the way (module docs, "Drops"), given `drop` (the
+    /// records' pages' drop): a record of `key` whose stamp differs and which nobody has
+    /// open is dropped and a new one inserted (`Stamp::Changed` then means it is in use,
+    /// or a page of it stayed pinned); a full table drops a record nobody has open (the
+    /// first on `key`'s probe path whose pages all drop) and inserts there.
+    ///
+    /// Context: as `open`; `drop` takes the queue's, the record's tree's and the
+    /// allocator's locks (after this one: the lock order).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn open_with<R: Run>(
+        &self,
+        key: FileKey,
+        size: u64,
+        mtime_ns: u64,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+        mut drop: Option<DropPages<'_>>,
+    ) -> Result<Opened, Died> {
         let held = self.take(me, slots, run)?;
         let slot = me.slot.0;
-        let opened = match self.probe(&key) {
+        let mut probed = self.probe(&key);
+        if let (Ok(index), Some(drop)) = (probed, drop.as_mut()) {
+            if self.word(index, MTIME).load(Ordering::Relaxed) != mtime_ns
+                && self.word(index, OPENERS).load(Ordering::Relaxed) == 0
+                && self.drop_record(&held, self.id_at(index), &mut **drop, run)?
+            {
+                probed = self.probe(&key);
+            }
+        }
+        if let (Err(None), Some(drop)) = (probed, drop.as_mut()) {
+            if let Some(index) = self.evict_one(&held, &key, &mut **drop, run)? {
+                probed = Err(Some(index));
+            }
+        }
+        let opened = match probed {
             Ok(index) => match self.adjust(index, slot, 1) {
                 Some(intent) => {
                     self.change(&held, &intent, run)?;
@@ -442,6 +524,90 @@ impl<'r> FileTable<'r> {
         Ok(opened)
     }
 
+    /// The id of record `index`, as its tag says.
+    fn id_at(&self, index: u32) -> FileId {
+        FileId {
+            index,
+            generation: self.word(index, TAG).load(Ordering::Relaxed) as u32,
+        }
+    }
+
+    /// R1 under `held` for the LIVE record `id` nobody has open: its pages and tree
+    /// dropped (`drop`), then REMOVE. Whether it was removed (not: a page stayed).
+    fn drop_record<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        id: FileId,
+        drop: &mut dyn FnMut(FileId) -> Result<bool, Died>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        debug_assert_eq!(self.word(id.index, OPENERS).load(Ordering::Relaxed), 0);
+        if !drop(id)? {
+            return Ok(false);
+        }
+        let used = self.line(USED).load(Ordering::Relaxed) - 1;
+        let tombs = self.line(TOMBS).load(Ordering::Relaxed) + 1;
+        let intent = Intent {
+            op: op(REMOVE, id.index),
+            args: [TOMB | u64::from(id.generation), (used << 32) | tombs, 0, 0],
+        };
+        self.change(held, &intent, run)?;
+        Ok(true)
+    }
+
+    /// A full table's eviction for `key` (`open_with`): the first record on `key`'s probe
+    /// path that nobody has open and whose pages all drop, removed. Its index (a
+    /// tombstone now, the table's only non-LIVE record), or `None`.
+    fn evict_one<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        key: &FileKey,
+        drop: &mut dyn FnMut(FileId) -> Result<bool, Died>,
+        run: &R,
+    ) -> Result<Option<u32>, Died> {
+        let start = hash(key);
+        for i in 0..self.capacity {
+            let index = (start.wrapping_add(u64::from(i)) as u32) & (self.capacity - 1);
+            let tag = self.word(index, TAG).load(Ordering::Relaxed);
+            if tag & KIND == LIVE
+                && self.word(index, OPENERS).load(Ordering::Relaxed) == 0
+                && self.drop_record(held, self.id_at(index), drop, run)?
+            {
+                return Ok(Some(index));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Retires the stamp of `key`'s record, if it has one (module docs, "Drops"): this
+    /// process is about to write the file, so the next open of it, once nobody has the
+    /// record open, drops its pages (cached before the write) instead of reading them.
+    /// Whether a record was found.
+    ///
+    /// Context: as `open`.
+    pub(crate) fn retire_stamp<R: Run>(
+        &self,
+        key: &FileKey,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let held = self.take(me, slots, run)?;
+        let found = match self.probe(key) {
+            Ok(index) => {
+                let intent = Intent {
+                    op: op(STAMP, index),
+                    args: [RETIRED_STAMP, 0, 0, 0],
+                };
+                self.change(&held, &intent, run)?;
+                true
+            }
+            Err(_) => false,
+        };
+        held.unlock(run)?;
+        Ok(found)
+    }
+
     /// C1: one of `me`'s handles on `id` closed. The record stays (its pages cached)
     /// until `remove`.
     ///
@@ -466,8 +632,8 @@ impl<'r> FileTable<'r> {
         held.unlock(run)
     }
 
-    /// R1: removes `id` if nobody has it open (see the module docs for what removal must
-    /// do once the record holds an index).
+    /// R1: removes `id` if nobody has it open, in a table of records holding no index
+    /// (`remove_with` drops a record's pages first).
     ///
     /// Context: as `open`.
     pub(crate) fn remove<R: Run>(
@@ -477,6 +643,22 @@ impl<'r> FileTable<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<Removal, Died> {
+        self.remove_with(id, me, slots, run, &mut |_| Ok(true))
+    }
+
+    /// R1: removes `id` if nobody has it open, its pages and tree dropped first by `drop`
+    /// (module docs, "Drops"); `Removal::Busy` if a page stayed (the record stays, with
+    /// fewer pages).
+    ///
+    /// Context: as `open_with`.
+    pub(crate) fn remove_with<R: Run>(
+        &self,
+        id: FileId,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+        drop: DropPages<'_>,
+    ) -> Result<Removal, Died> {
         let held = self.take(me, slots, run)?;
         let removed = if self.word(id.index, TAG).load(Ordering::Relaxed)
             != LIVE | u64::from(id.generation)
@@ -484,15 +666,10 @@ impl<'r> FileTable<'r> {
             Removal::Gone
         } else if self.word(id.index, OPENERS).load(Ordering::Relaxed) != 0 {
             Removal::InUse
-        } else {
-            let used = self.line(USED).load(Ordering::Relaxed) - 1;
-            let tombs = self.line(TOMBS).load(Ordering::Relaxed) + 1;
-            let intent = Intent {
-                op: op(REMOVE, id.index),
-                args: [TOMB | u64::from(id.generation), (used << 32) | tombs, 0, 0],
-            };
-            self.change(&held, &intent, run)?;
+        } else if self.drop_record(&held, id, drop, run)? {
             Removal::Done
+        } else {
+            Removal::Busy
         };
         held.unlock(run)?;
         Ok(removed)

@@ -1164,9 +1164,11 @@ impl<'r> SharedIndex<'r> {
     /// this call freed.
     ///
     /// Context: as `insert_run`, and the caller's contract: the tree's file record is
-    /// dropped, so no process opens it and no reader walks it (a reader could otherwise
-    /// walk into a frame another tree or a data page now holds), and no folio is left in
-    /// it that another structure (the eviction queue) still names as in this tree.
+    /// being dropped (nobody has it open and nobody can open it: its table's lock is held,
+    /// files.rs R1), so no reader walks it but reclaim's look-up of a queued frame left in
+    /// no index (queue.rs E4), which reads any word as a hint and removes nothing it does
+    /// not find again under this lock; and no folio is left in it that another structure
+    /// (the eviction queue) still names as in this tree.
     pub(crate) fn release<R: Run>(
         &self,
         me: Holder,
@@ -1182,6 +1184,30 @@ impl<'r> SharedIndex<'r> {
         let freed = self.finish_release(&held, slots, run)?;
         held.unlock(run)?;
         Ok(freed)
+    }
+
+    /// Every folio the tree names (its head page, the folio), read under its lock (a dead
+    /// holder's change finished first): exact when read. A file record's drop
+    /// (`SharedQueue::drop_file`) takes each out through the eviction queue.
+    ///
+    /// Context: as `insert_run`.
+    pub(crate) fn folios<R: Run>(
+        &self,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Vec<(Page, Folio)>, Died> {
+        let held = self.take(me, slots, run)?;
+        let folios = self
+            .entries()
+            .into_iter()
+            .filter_map(|(page, entry)| match entry {
+                Entry::Folio { frame, order } => Some((page, Folio { frame, order })),
+                _ => None,
+            })
+            .collect();
+        held.unlock(run)?;
+        Ok(folios)
     }
 
     /// One refill (R1-R3) in one hold of the lock, for its cost's measure: whether the
@@ -1222,7 +1248,7 @@ impl<'r> SharedIndex<'r> {
 
     /// Every entry of the tree, by page (a folio at its head page; a shadow at its page).
     ///
-    /// Context: a quiet tree (tests).
+    /// Context: a quiet tree (tests, or its lock held: `folios`).
     pub(crate) fn entries(&self) -> Vec<(Page, Entry)> {
         let mut out = Vec::new();
         if let Some(root) = self.root() {

@@ -128,6 +128,9 @@ mod tests_readahead;
 mod tests_readkill;
 #[cfg(test)]
 mod tests_reclaim;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_records;
 pub(crate) mod view;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};

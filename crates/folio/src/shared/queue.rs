@@ -156,7 +156,8 @@
 //! index's entry at PAGE[f] cannot stop naming f between E4's look-up and its removal
 //! (an insertion at a page that holds a folio is a conflict, and every removal of a cached
 //! frame from an index is an E4 under this lock). A truncation removes its pages through
-//! `remove` (below), not through the index directly.
+//! `remove` (below), not through the index directly, and so does a file record's drop
+//! (`drop_file`: each page through `remove`, then the tree released).
 //!
 //! Whoever dies where, every CACHED frame is in exactly one place: queued (and in its
 //! index, or in none, waiting for reclaim), or the one victim STATUS names (a taker
@@ -221,6 +222,9 @@ const DETACHED: u64 = 1 << 63;
 
 /// What reclaim leaves in the index at a reclaimed page (module docs, Limits).
 pub(crate) const SHADOW_VALUE: u64 = 1;
+
+/// The rounds a file's drop waits for a pinned folio (`drop_file`).
+const DROP_ROUNDS: u32 = 64;
 
 const ADD: u64 = 1;
 const ROTATE: u64 = 2;
@@ -855,6 +859,50 @@ impl<'r> SharedQueue<'r> {
         };
         held.unlock(run)?;
         Ok(removed)
+    }
+
+    /// A file record's drop (files.rs R1, under the table's lock, the record nobody's
+    /// open): every folio of `file`'s tree removed and freed (`remove`: E1-E7, no shadow
+    /// left), a pinned one waited for (`run.wait`: its pinner is a reader passing by, or a
+    /// dead one the steward unpins) and tried again, up to `DROP_ROUNDS` rounds; then the
+    /// tree released (index.rs D1-D4: its node frames freed). `Ok(false)` if a folio
+    /// stayed pinned through every round: the tree keeps it (and its nodes), not
+    /// released. A death anywhere leaves the tree a valid tree with fewer folios (or, in
+    /// its release, one the next taker of its lock finishes releasing): the record, still
+    /// LIVE, is dropped again by the next drop of it.
+    ///
+    /// Context: as `remove`; the caller holds the file table's lock (taken before this
+    /// queue's: the lock order), and `file`'s record has no opener, so nobody inserts into
+    /// its tree meanwhile (reclaim may take its folios out: a folio found gone is skipped).
+    pub(crate) fn drop_file<R: Run, I: Indexes + ?Sized>(
+        &self,
+        file: FileNo,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let index = indexes
+            .index(file)
+            .unwrap_or_else(|| panic!("a drop of {file:?}, which has no index"));
+        for _ in 0..DROP_ROUNDS {
+            let folios = index.folios(me, slots, run)?;
+            if folios.is_empty() {
+                index.release(me, slots, run)?;
+                return Ok(true);
+            }
+            let mut pinned = false;
+            for (page, folio) in folios {
+                assert_eq!(folio.order, 0, "order-0 frames only (module docs, Limits)");
+                let frame = Frame(u32::try_from(folio.frame).expect("a frame below 2^32"));
+                let removed = self.remove(frame, file, page, me, indexes, slots, run)?;
+                pinned |= removed == Removed::Pinned;
+            }
+            if pinned {
+                run.wait(me);
+            }
+        }
+        Ok(false)
     }
 
     /// E1-E7 for the queued `frame`: whether it was freed (not: pinned).

@@ -124,8 +124,9 @@
 //! optimistic hits' per-thread blocks written only by their thread).
 //!
 //! Limits: reads only (no write, no truncation: a file changed since its record was made
-//! is refused at open, since its cached pages may be stale: dropping them is the coherence
-//! step's); the size is the record's size word (the first opener's `fstat`), loaded once
+//! is refused at open while its record is open somewhere, since its cached pages may be
+//! stale; open nowhere, its record and pages are dropped and a new one made: files.rs,
+//! "Drops"); the size is the record's size word (the first opener's `fstat`), loaded once
 //! per `read_at` (`FileTable::open_size`: a size another process changes would be seen by
 //! the next call, not within one); order-0
 //! frames only (no large folios; readahead as above: synchronous, no in-flight marking);
@@ -133,9 +134,9 @@
 //! that meets a sibling's reads uncached); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
 //! (`Placed::Full`) gets a reclaim of a batch and one more try, then leaves the miss's
-//! frame uncached (queued in no index, counted `conflicts`); file records are never
-//! removed, so their trees keep their node frames (a removal would first drop the
-//! record's pages, files.rs R1, then `release` its tree).
+//! frame uncached (queued in no index, counted `conflicts`); a record keeps its tree's
+//! node frames until it is dropped (files.rs R1: `forget` of a removed file, a changed
+//! file's or a full table's admission).
 
 use std::cell::Cell;
 use std::fs::File as StdFile;
@@ -148,7 +149,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use super::attach::Member;
 use super::domain::FRAME_BYTES;
-use super::files::{FileId, FileKey, FileTable, Opened, Stamp};
+use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{FileNo, Optimistic, PinHit, Pinned, SharedQueue, PIN_SLOTS};
@@ -452,19 +453,24 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// Errors: `fstat`'s.
     pub(crate) fn admit(&self, file: StdFile, mode: OpenMode) -> io::Result<Admitted> {
         let meta = file.metadata()?;
-        let identity = crate::segment::identity_of(&meta);
-        let key = FileKey {
-            dev: identity.dev,
-            ino: identity.ino,
-            born_ns: identity.born_ns,
-        };
+        let key = key_of(&meta);
         let mtime_ns = (meta.mtime() as u64)
             .wrapping_mul(1_000_000_000)
             .wrapping_add(meta.mtime_nsec() as u64);
         let domain = self.member.domain();
         let (slots, table) = (domain.slots(), domain.files());
+        // A changed file's record nobody has open is dropped and made again; a full table
+        // drops one nobody has open (files.rs, "Drops").
         let opened = table
-            .open(key, meta.len(), mtime_ns, self.me, &slots, self.run)
+            .open_with(
+                key,
+                meta.len(),
+                mtime_ns,
+                self.me,
+                &slots,
+                self.run,
+                Some(&mut |id| self.drop_pages(id)),
+            )
             .map_err(died)?;
         Ok(match opened {
             Opened::Open {
@@ -486,6 +492,65 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Opened::Full => Admitted::Refused(Refusal::Full),
             Opened::TooMany => Admitted::Refused(Refusal::TooMany),
         })
+    }
+
+    /// A record's pages and tree dropped (files.rs R1: `SharedQueue::drop_file`).
+    ///
+    /// Context: under the file table's lock, the record nobody's open.
+    fn drop_pages(&self, id: FileId) -> Result<bool, Died> {
+        let slots = self.member.domain().slots();
+        let file = FileNo(u64::from(id.index));
+        self.queue()
+            .drop_file(file, self.me, self.indexes.as_slice(), &slots, self.run)
+    }
+
+    /// The file of `meta` (its identity) is removed: its record dropped, with its pages,
+    /// if nobody has it open (files.rs R1). What was done, or `None`: no record.
+    ///
+    /// Context: takes the file table's lock, and the queue's, the tree's and the
+    /// allocator's under it.
+    pub(crate) fn forget(&self, meta: &std::fs::Metadata) -> io::Result<Option<Removal>> {
+        let domain = self.member.domain();
+        let (slots, table) = (domain.slots(), domain.files());
+        let Some(found) = table.lookup(&key_of(meta)) else {
+            return Ok(None);
+        };
+        table
+            .remove_with(found.id, self.me, &slots, self.run, &mut |id| {
+                self.drop_pages(id)
+            })
+            .map(Some)
+            .map_err(died)
+    }
+
+    /// `forget` of the record `id` (a removed file's, whose last handle here closed).
+    ///
+    /// Context: as `forget`.
+    pub(crate) fn forget_record(&self, id: FileId) -> io::Result<Removal> {
+        let domain = self.member.domain();
+        domain
+            .files()
+            .remove_with(id, self.me, &domain.slots(), self.run, &mut |id| {
+                self.drop_pages(id)
+            })
+            .map_err(died)
+    }
+
+    /// This process is about to write the file of `meta`: its record's stamp retired
+    /// (files.rs `retire_stamp`), so that its next admission drops the pages cached
+    /// before the write. Whether it had a record.
+    ///
+    /// Context: a lock-free look-up; the file table's lock if it has a record.
+    pub(crate) fn retire(&self, meta: &std::fs::Metadata) -> io::Result<bool> {
+        let domain = self.member.domain();
+        let key = key_of(meta);
+        if domain.files().lookup(&key).is_none() {
+            return Ok(false);
+        }
+        domain
+            .files()
+            .retire_stamp(&key, self.me, &domain.slots(), self.run)
+            .map_err(died)
     }
 
     /// Closes `file`: our opener count lowered (its pages stay cached).
@@ -1243,6 +1308,16 @@ fn pread_pages(file: &SharedFile, into: &[*mut u8], first: Page) -> io::Result<u
         }
     }
     Ok(got)
+}
+
+/// The table's key of the file `meta` describes (its identity: segment/identity.rs).
+pub(crate) fn key_of(meta: &std::fs::Metadata) -> FileKey {
+    let identity = crate::segment::identity_of(meta);
+    FileKey {
+        dev: identity.dev,
+        ino: identity.ino,
+        born_ns: identity.born_ns,
+    }
 }
 
 /// A `Died` from a `Run` (only a test's lever returns one; production's never does).

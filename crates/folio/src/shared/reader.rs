@@ -20,10 +20,11 @@
 use std::fs::File as StdFile;
 use std::io;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::attach::{DomainConfig, Member};
+use super::files::{FileId, Removal};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
 use crate::types::OpenMode;
 
@@ -41,6 +42,9 @@ pub(crate) struct DomainReader {
     member: ManuallyDrop<Arc<Member>>,
     /// Files the domain refused (read privately instead: `Refusal`).
     refused: AtomicU64,
+    /// Read-only opens read privately because this process held newer bytes of the file
+    /// (mapping/domain.rs, A1).
+    newer: AtomicU64,
 }
 
 impl std::fmt::Debug for DomainReader {
@@ -87,6 +91,7 @@ impl DomainReader {
             reader: ManuallyDrop::new(reader),
             member: ManuallyDrop::new(member),
             refused: AtomicU64::new(0),
+            newer: AtomicU64::new(0),
         })
     }
 
@@ -106,9 +111,43 @@ impl DomainReader {
         Ok(admitted)
     }
 
-    /// What the reader did so far, and how many files the domain refused.
-    pub(crate) fn counters(&self) -> (ReadCounters, u64) {
-        (self.reader.counters(), self.refused.load(Ordering::Relaxed))
+    /// A read-only open read privately: this process held newer bytes of the file
+    /// (mapping/domain.rs, A1). Counted.
+    pub(crate) fn note_newer(&self) {
+        self.newer.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `SharedReader::forget`: a removed file's record dropped with its pages.
+    ///
+    /// Context and errors: as `SharedReader::forget`.
+    pub(crate) fn forget(&self, meta: &std::fs::Metadata) -> io::Result<Option<Removal>> {
+        self.reader.forget(meta)
+    }
+
+    /// `SharedReader::forget_record`: a removed file's record dropped at its last close
+    /// here (`File`'s drop).
+    ///
+    /// Context and errors: as `SharedReader::forget`.
+    pub(crate) fn forget_record(&self, id: FileId) -> io::Result<Removal> {
+        self.reader.forget_record(id)
+    }
+
+    /// `SharedReader::retire`: the record of a file this process is about to write
+    /// retired (mapping/domain.rs, A2).
+    ///
+    /// Context and errors: as `SharedReader::retire`.
+    pub(crate) fn retire(&self, meta: &std::fs::Metadata) -> io::Result<bool> {
+        self.reader.retire(meta)
+    }
+
+    /// What the reader did so far, how many files the domain refused, and how many opens
+    /// read privately because this process held newer bytes (`note_newer`).
+    pub(crate) fn counters(&self) -> (ReadCounters, u64, u64) {
+        (
+            self.reader.counters(),
+            self.refused.load(Ordering::Relaxed),
+            self.newer.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -127,12 +166,17 @@ impl Drop for DomainReader {
 }
 
 /// A file read through its cache's domain: its record open (our opener count raised)
-/// until it is dropped.
+/// until it is dropped. Line-aligned: a read loads its fields, `retired` among them, from
+/// one line.
 #[derive(Debug)]
+#[repr(align(64))]
 pub(crate) struct DomainFile {
     reader: Arc<DomainReader>,
     /// `None` only inside `drop`.
     file: Option<SharedFile>,
+    /// This process opened the file for writing (mapping/domain.rs, A2): the handle reads
+    /// privately from then on. Set once, never cleared.
+    retired: AtomicBool,
 }
 
 impl DomainFile {
@@ -141,6 +185,7 @@ impl DomainFile {
         DomainFile {
             reader,
             file: Some(file),
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -149,6 +194,34 @@ impl DomainFile {
     pub(crate) fn set_readahead_pages(&self, pages: u32) {
         let file = self.file.as_ref().expect("a live DomainFile has its file");
         file.set_readahead_pages(pages);
+    }
+
+    /// The reader it reads through.
+    pub(crate) fn reader(&self) -> &Arc<DomainReader> {
+        &self.reader
+    }
+
+    /// Its record in the domain's file table.
+    pub(crate) fn record(&self) -> FileId {
+        self.file
+            .as_ref()
+            .expect("a live DomainFile has its file")
+            .id()
+    }
+
+    /// Makes the handle read privately from now on (mapping/domain.rs, A2).
+    ///
+    /// Context: the mapping's `DomainUse` lock held (a writable open).
+    pub(crate) fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the handle still reads through the domain: one load of this line, which
+    /// the read loads anyway. Relaxed: a read that comes after the writable open that set
+    /// it (in happens-before, as every read after a returned write does) sees it.
+    #[inline]
+    pub(crate) fn is_current(&self) -> bool {
+        !self.retired.load(Ordering::Relaxed)
     }
 
     /// `SharedReader::read_at`: up to `buf.len()` bytes at `offset`, short only at the end

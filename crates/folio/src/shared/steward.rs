@@ -50,8 +50,8 @@
 //! memory and lifetime"):
 //! - at once, the free frames whose pages the file holds (the populated lead: nobody
 //!   allocates while it is alone; `give_back` of 0 bytes);
-//! - every tick (50 ms to 2 s: `kept::next_tick`, from the memory figures), under memory
-//!   pressure (`kept::want_bytes`: the room below two reserves, or stalls with it below
+//! - every tick (50 ms to 2 s: `give_back::next_tick`, from the memory figures), under memory
+//!   pressure (`give_back::want_bytes`: the room below two reserves, or stalls with it below
 //!   three), enough to bring the room back to three reserves: the coldest cached frames
 //!   reclaimed from the eviction queue (out of their index, freed) and every free block
 //!   punched (`MADV_REMOVE`); the populator is told (`Populator::given_back`), so that
@@ -109,8 +109,8 @@ use super::slot::SlotState;
 use super::terms::Park;
 use super::terms::Unkillable;
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
+use crate::capacity::give_back;
 use crate::capacity::machine::MemorySource;
-use crate::keeper::kept;
 use crate::segment::{DiskDir, SegmentDir};
 use std::fs::File as StdFile;
 use std::os::unix::fs::MetadataExt;
@@ -267,7 +267,7 @@ enum Left {
 const UNWATCHED_CHECK: Duration = Duration::from_secs(1);
 
 /// The steward's reading of the machine's memory while it is alone (module docs,
-/// "Alone"): a kept segment's steward's policy (keeper/kept.rs: `want_bytes`,
+/// "Alone"): a kept segment's steward's policy (capacity/give_back.rs: `want_bytes`,
 /// `next_tick`), without its bound.
 struct Memory {
     source: MemorySource,
@@ -292,7 +292,7 @@ impl Memory {
 
     /// If a reading is due: reads the figures and, under memory pressure, gives back
     /// what the kept segment's steward would (`Steward::give_back`). Returns the time to
-    /// the next reading (50 ms to 2 s: `kept::next_tick`).
+    /// the next reading (50 ms to 2 s: `give_back::next_tick`).
     ///
     /// Context: the steward, alone in its domain; `region` is the region's file.
     fn turn(
@@ -316,11 +316,11 @@ impl Memory {
         };
         self.stalls_before = stalls_now;
         let own = region.metadata().map_or(0, |m| m.blocks() * 512);
-        let want = kept::want_bytes(&facts, stall_share, own, || (0, u64::MAX));
+        let want = give_back::want_bytes(&facts, stall_share, own, || (0, u64::MAX));
         if want > 0 {
             steward.give_back(want, populator);
         }
-        let tick = kept::next_tick(&facts);
+        let tick = give_back::next_tick(&facts);
         self.next_read = Instant::now() + tick;
         tick
     }

@@ -111,7 +111,7 @@ fn threads_of_one_process_read_through_one_domain_reader() {
             })
             .collect();
         let wrong = hammer(1, 300, &|f, buf, offset| files[f].read_at(buf, offset));
-        let (counters, refused) = reader.counters();
+        let (counters, refused, _) = reader.counters();
         eprintln!("{THREADS} threads, one reader: {counters:?}");
         assert_eq!(wrong, 0, "wrong bytes read: {counters:?}");
         assert_eq!(refused, 0);
@@ -352,7 +352,8 @@ fn two_processes_scanning_one_file_at_once_read_windows_and_count_their_duplicat
 
 /// A domain cache's file opened for writing keeps the private path: it reads and writes
 /// correctly and nothing of it goes to the domain; a read-only open of a file changed since
-/// the domain recorded it is refused by the domain and read privately, correctly, counted;
+/// the domain recorded it, while a handle keeps the record open, is refused by the domain
+/// and read privately, correctly, counted;
 /// the futures and `get_page` of a domain file say `Unsupported`.
 #[test]
 fn a_domain_caches_writable_and_refused_files_read_privately() {
@@ -410,7 +411,10 @@ fn a_domain_caches_writable_and_refused_files_read_privately() {
     drop(file);
     assert_eq!(cache.domain_stats().unwrap().misses, 1);
     // Changed since the domain recorded it (new bytes, and a modification time surely
-    // not the recorded one): refused, read privately.
+    // not the recorded one) while a handle keeps its record open: refused, read
+    // privately (open nowhere, its record would be dropped and made again: tests_records).
+    let holder = cache.open(&path).unwrap();
+    assert!(holder.is_domain_file());
     std::fs::write(&path, stamped(1, 3 * 4096)).unwrap();
     let later = std::fs::metadata(&path).unwrap().modified().unwrap() + Duration::from_secs(7);
     std::fs::File::options()
@@ -425,6 +429,7 @@ fn a_domain_caches_writable_and_refused_files_read_privately() {
     assert_eq!(page, stamped(1, 3 * 4096)[4096..8192]);
     assert_eq!(cache.domain_stats().unwrap().files_refused, 1);
     drop(file);
+    drop(holder);
     drop(cache);
     check_all(parent.domain());
     reclaim_everything(parent.domain(), parent.holder());

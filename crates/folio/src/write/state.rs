@@ -68,6 +68,16 @@ impl InFlight {
         self.done.notify_all();
     }
 
+    /// Whether a writeback of the file runs (a ticket not ended).
+    pub fn running(&self) -> bool {
+        !self
+            .tickets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .running
+            .is_empty()
+    }
+
     /// The last ticket handed out.
     pub fn last(&self) -> u64 {
         self.tickets.lock().unwrap_or_else(|e| e.into_inner()).last
@@ -177,6 +187,11 @@ impl WriteState {
         if !self.is_written() {
             self.written.store(true, Ordering::Release);
         }
+    }
+
+    /// Whether a writeback of the file runs now (its bytes on their way to the disk).
+    pub fn writeback_running(&self) -> bool {
+        self.in_flight.running()
     }
 
     /// The file's error sequence: a writeback error is told once to each handle.

@@ -1,0 +1,134 @@
+//! A mapping's use of its cache's domain (issue 45, docs/sharing.md "A `Cache` with a
+//! domain", the rule in one process): a file is read through the domain only while this
+//! process holds no newer bytes of it than the disk.
+//!
+//! The domain reads the disk; this process's newer bytes are in its private mapping: a
+//! writable handle's writes (a write returns once its bytes are in a private folio), dirty
+//! folios (also a restart's adopted ones) and folios under writeback. So:
+//!   A1. A read-only open is admitted to the domain (`admit`) only if, under this
+//!       mapping's `DomainUse` lock, no writable handle is open, no folio is marked dirty
+//!       and no writeback of the file is running (read in that order: writeback clears the
+//!       dirty mark after its ticket is taken and ends the ticket after the write, so a
+//!       clean index read before an empty ticket set means the bytes were on disk).
+//!       Else it reads privately (counted by the caller).
+//!   A2. A writable open (`writer_opened`, from `File::new`, before the handle exists)
+//!       counts itself under the lock and retires every domain handle of the mapping
+//!       (`DomainFile::retire`: a flag on the line its read already loads): their reads
+//!       take the private path from then on. Every write or `set_len` goes through a
+//!       writable handle, so it comes after A2 and a read that comes after it (in any
+//!       thread that saw it return) sees the flag. The caller then retires the domain's
+//!       record of the file (its stamp: `SharedReader::retire`), so that a later
+//!       admission, once this process is clean again, drops the record's pages and reads
+//!       the disk rather than the pages cached before the write.
+//!   A3. A writable handle's drop lowers the count (`writer_closed`).
+//! A1 and A2 hold one lock: an admission either comes first (its handle is on the list,
+//! retired by A2) or sees the writer counted (refused).
+//!
+//! Protection: the count and the list under `DomainUse`'s mutex (taken by opens and
+//! writable drops only, never by a read); a handle's retired flag is an atomic.
+//!
+//! Limits: a retired handle stays retired (it reads privately until it is closed, and
+//! its domain open keeps the record open: a later admission of the file, by anyone,
+//! finds the record in use and its stamp retired, and reads privately until every such
+//! handle is closed). Another process's writes are not seen (cross-process coherence is
+//! a later step).
+
+use std::io;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+
+use super::Mapping;
+use crate::index::Mark;
+use crate::shared::reader::DomainFile;
+use crate::types::PageIndex;
+
+/// This process's writable handles of a file and its domain handles (module docs).
+#[derive(Debug, Default)]
+pub(crate) struct DomainUse {
+    inner: Mutex<Uses>,
+}
+
+#[derive(Debug, Default)]
+struct Uses {
+    writers: u32,
+    /// The domain handles admitted (A1), weakly: a handle's drop is its removal.
+    files: Vec<Weak<DomainFile>>,
+}
+
+/// What `Mapping::admit_domain` did.
+pub(crate) enum DomainAdmission {
+    /// Admitted: the handle reads through the domain.
+    Admitted(Arc<DomainFile>),
+    /// This process holds newer bytes of the file (A1): read privately.
+    Newer,
+    /// The domain refused it (its own reasons): read privately.
+    Refused,
+}
+
+impl DomainUse {
+    fn lock(&self) -> MutexGuard<'_, Uses> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Mapping {
+    /// A1 (module docs): `admit` (the domain's admission of the file) is asked only if
+    /// this process holds no newer bytes of the file, under the lock A2 takes.
+    ///
+    /// Context: an open; takes the mapping's `DomainUse` lock, around `admit` (which takes
+    /// the domain's locks: nobody takes this one holding those).
+    /// Errors: `admit`'s.
+    pub(crate) fn admit_domain(
+        &self,
+        admit: impl FnOnce() -> io::Result<Option<DomainFile>>,
+    ) -> io::Result<DomainAdmission> {
+        let mut uses = self.domain.lock();
+        if uses.writers > 0 || self.has_newer_bytes() {
+            return Ok(DomainAdmission::Newer);
+        }
+        let Some(file) = admit()? else {
+            return Ok(DomainAdmission::Refused);
+        };
+        let file = Arc::new(file);
+        uses.files.retain(|f| f.strong_count() > 0);
+        uses.files.push(Arc::downgrade(&file));
+        Ok(DomainAdmission::Admitted(file))
+    }
+
+    /// Whether a folio is marked dirty, then whether a writeback of the file runs (A1's
+    /// order, module docs).
+    fn has_newer_bytes(&self) -> bool {
+        let dirty = self
+            .index
+            .marked_walk(PageIndex(0), PageIndex::END, Mark::Dirty, &mut |_| {
+                ControlFlow::Break(())
+            })
+            .is_break();
+        dirty || self.write.writeback_running()
+    }
+
+    /// A2: a writable handle of this mapping is being opened: counted, and every domain
+    /// handle of the mapping retired.
+    ///
+    /// Context: `File::new`, before the handle is handed out; takes the `DomainUse` lock.
+    pub(crate) fn writer_opened(&self) {
+        let mut uses = self.domain.lock();
+        uses.writers = uses.writers.checked_add(1).expect("2^32 writable handles");
+        for file in uses.files.drain(..) {
+            if let Some(file) = file.upgrade() {
+                file.retire();
+            }
+        }
+    }
+
+    /// A3: a writable handle of this mapping was dropped.
+    ///
+    /// Context: `File`'s drop; takes the `DomainUse` lock.
+    pub(crate) fn writer_closed(&self) {
+        let mut uses = self.domain.lock();
+        uses.writers = uses
+            .writers
+            .checked_sub(1)
+            .expect("a writable handle's drop counted at its open");
+    }
+}
