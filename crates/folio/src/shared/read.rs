@@ -644,7 +644,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            let missed = match self.optimistic(&queue, index, file_no, page, within, dst)? {
+            let missed = match self.optimistic(queue, index, file_no, page, within, dst)? {
                 Optimistic::Hit(_) => {
                     self.counts.optimistic_hits.hit();
                     false
@@ -669,14 +669,14 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 },
             };
             if missed {
-                self.miss(&queue, file, index, page, pages, within, dst)?;
+                self.miss(queue, file, index, page, pages, within, dst)?;
                 marker = file.marker();
                 moved = true;
             }
             // A window whose marker is a page this call has read (a hit on it, or the
             // page its own miss opened it at) starts the next one.
             if page == marker {
-                marker = self.at_marker(&queue, file, index, page, pages)?;
+                marker = self.at_marker(queue, file, index, page, pages)?;
                 moved = true;
             }
             pos += n as u64;
