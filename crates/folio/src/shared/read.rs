@@ -975,7 +975,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             for (i, placed) in placed.iter().enumerate() {
                 match placed {
                     Placed::Inserted(_) => {}
-                    Placed::Conflict => self.conflict(true),
+                    Placed::Conflict => self.conflict(Unplaced::Duplicate),
                     Placed::Full => full.push(first + i),
                 }
             }
@@ -994,7 +994,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     .map_err(died)?;
                 match placed.first() {
                     Some(Placed::Inserted(_)) => {}
-                    other => self.conflict(matches!(other, Some(Placed::Conflict))),
+                    Some(Placed::Conflict) => self.conflict(Unplaced::Duplicate),
+                    _ => self.conflict(Unplaced::NoNode),
                 }
             }
         }
@@ -1021,12 +1022,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
     }
 
-    /// A page read into our frame that its insertion did not place (counted): another
-    /// reader's insertion of it (`duplicate`), or no node frame for its tree. The frame
-    /// stays queued in no index (reclaim frees it).
-    fn conflict(&self, duplicate: bool) {
+    /// A page read into our frame that its insertion did not place (counted), and why.
+    /// The frame stays queued in no index (reclaim frees it).
+    fn conflict(&self, why: Unplaced) {
         bump(&self.counts.conflicts);
-        if duplicate {
+        if why == Unplaced::Duplicate {
             bump(&self.counts.duplicates);
         }
     }
@@ -1166,38 +1166,18 @@ impl<R: Run> Drop for SharedReader<'_, R> {
 /// hit may be loading a leased frame's old bytes meanwhile): the bytes read, fewer than
 /// FRAME_BYTES only at the end of the file.
 ///
-/// Errors: `pread`'s (EINTR retried).
+/// Errors: `preadv`'s (EINTR retried): `pread_pages` of one page.
 fn pread_page(file: &SharedFile, into: *mut u8, page: Page) -> io::Result<usize> {
-    let offset = page * FRAME_BYTES as u64;
-    let mut got = 0;
-    while got < FRAME_BYTES {
-        // SAFETY: the kernel writes `into[got..FRAME_BYTES]`, which the caller lets us
-        // write for the call.
-        let n = unsafe {
-            libc::pread(
-                file.file.as_raw_fd(),
-                into.add(got).cast(),
-                FRAME_BYTES - got,
-                (offset + got as u64) as libc::off_t,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            break;
-        }
-        got += n as usize;
-        if file.mode == OpenMode::Direct {
-            // A short O_DIRECT read is the end of the file (the next would be unaligned).
-            break;
-        }
-    }
-    Ok(got)
+    pread_pages(file, &[into], page)
+}
+
+/// Why a page read into our frame was not placed in the index (`conflict`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unplaced {
+    /// Another reader inserted the page first: we read it twice.
+    Duplicate,
+    /// Its tree needs a node frame and none is free, even after a reclaim.
+    NoNode,
 }
 
 /// Where a `read_at` call's pages end: the call's (the page after its last byte) and the
@@ -1262,10 +1242,7 @@ fn runs(pages: &[Page], max: usize) -> Vec<(usize, usize)> {
 ///
 /// Errors: `preadv`'s (EINTR retried).
 fn pread_pages(file: &SharedFile, into: &[*mut u8], first: Page) -> io::Result<usize> {
-    if let [one] = into {
-        return pread_page(file, *one, first);
-    }
-    assert!(into.len() <= RUN_PAGES_MAX);
+    assert!(!into.is_empty() && into.len() <= RUN_PAGES_MAX);
     let offset = first * FRAME_BYTES as u64;
     let total = into.len() * FRAME_BYTES;
     let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(into.len());
