@@ -1734,13 +1734,16 @@ static void test_domain(void) {
     CHECK(folio_read(f1, buf, BYTES, 0) == BYTES);
     CHECK(matches_pattern(buf, 0, BYTES));
     CHECK(folio_cache_domain_stats(c, &d) == 1);
-    CHECK(d.misses == PAGES && d.preads == PAGES && d.hits == 0);
+    /* Every page read from the file: a miss, or read ahead with one and then a hit (the
+       domain reads a window: one read for several pages). */
+    CHECK(d.misses >= 1 && d.hits + d.misses == PAGES && d.preads >= 1 && d.preads <= d.misses);
+    folio_domain_stats first = d;
     /* The other handle's reads are the domain's hits: no read of the file. */
     memset(buf, 0, sizeof buf);
     CHECK(folio_read(f2, buf, BYTES, 0) == BYTES);
     CHECK(matches_pattern(buf, 0, BYTES));
     CHECK(folio_cache_domain_stats(c, &d) == 1);
-    CHECK(d.hits == PAGES && d.misses == PAGES && d.preads == PAGES);
+    CHECK(d.hits == first.hits + PAGES && d.misses == first.misses && d.preads == first.preads);
     CHECK(folio_cache_domain_stats(c, NULL) == -EFAULT);
     CHECK(folio_close(f1) == 0);
     CHECK(folio_close(f2) == 0);
