@@ -497,11 +497,13 @@ typedef struct folio_domain_stats {
      */
     uint64_t misses;
     /**
-     * Reads from the files (one per page missed, or read uncached).
+     * Reads from the files: one per contiguous run of a miss's readahead window (or of
+     * its request), or per page read uncached.
      */
     uint64_t preads;
     /**
-     * Misses whose page another process cached meanwhile: read into a frame of their own.
+     * Pages read into a frame of this process's that another process (or thread) cached
+     * meanwhile, or whose index had no node free: each left for reclaim.
      */
     uint64_t conflicts;
     /**
@@ -526,6 +528,25 @@ typedef struct folio_domain_stats {
      * or its file table was full): those files are read through the cache's own pages.
      */
     uint64_t files_refused;
+    /**
+     * Pages read with a miss besides the one it needed, or by a window its marker
+     * started (readahead).
+     */
+    uint64_t pages_read_ahead;
+    /**
+     * Readahead windows opened (on a miss or at a marker).
+     */
+    uint64_t windows;
+    /**
+     * Of the conflicts, the pages another reader cached meanwhile: read twice.
+     */
+    uint64_t duplicate_reads;
+    /**
+     * Read-only opens read through the cache's own pages because this process held newer
+     * bytes of the file than the disk (a writable handle open, dirty pages, a writeback
+     * running).
+     */
+    uint64_t files_newer_here;
 } folio_domain_stats;
 
 /**

@@ -97,7 +97,11 @@ std::string DescribeDomain(folio_cache cache, const std::string& domain) {
          " reclaimed_frames=" + std::to_string(d.reclaimed_frames) +
          " uncached=" + std::to_string(d.uncached) +
          " sibling_pinned=" + std::to_string(d.sibling_pinned) +
-         " files_refused=" + std::to_string(d.files_refused);
+         " files_refused=" + std::to_string(d.files_refused) +
+         " pages_read_ahead=" + std::to_string(d.pages_read_ahead) +
+         " windows=" + std::to_string(d.windows) +
+         " duplicate_reads=" + std::to_string(d.duplicate_reads) +
+         " files_newer_here=" + std::to_string(d.files_newer_here);
 }
 
 void PrintStats() {

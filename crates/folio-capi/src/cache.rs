@@ -343,9 +343,11 @@ pub struct folio_domain_stats {
     pub stale_copies: u64,
     /// Pages not found in the domain.
     pub misses: u64,
-    /// Reads from the files (one per page missed, or read uncached).
+    /// Reads from the files: one per contiguous run of a miss's readahead window (or of
+    /// its request), or per page read uncached.
     pub preads: u64,
-    /// Misses whose page another process cached meanwhile: read into a frame of their own.
+    /// Pages read into a frame of this process's that another process (or thread) cached
+    /// meanwhile, or whose index had no node free: each left for reclaim.
     pub conflicts: u64,
     /// Reclaims this process ran (a miss found no free frame).
     pub reclaims: u64,
@@ -359,6 +361,17 @@ pub struct folio_domain_stats {
     /// Read-only opens the domain refused (the file changed since the domain recorded it,
     /// or its file table was full): those files are read through the cache's own pages.
     pub files_refused: u64,
+    /// Pages read with a miss besides the one it needed, or by a window its marker
+    /// started (readahead).
+    pub pages_read_ahead: u64,
+    /// Readahead windows opened (on a miss or at a marker).
+    pub windows: u64,
+    /// Of the conflicts, the pages another reader cached meanwhile: read twice.
+    pub duplicate_reads: u64,
+    /// Read-only opens read through the cache's own pages because this process held newer
+    /// bytes of the file than the disk (a writable handle open, dirty pages, a writeback
+    /// running).
+    pub files_newer_here: u64,
 }
 
 impl folio_domain_stats {
@@ -375,6 +388,10 @@ impl folio_domain_stats {
             uncached: s.uncached,
             sibling_pinned: s.sibling_pinned,
             files_refused: s.files_refused,
+            pages_read_ahead: s.pages_read_ahead,
+            windows: s.windows,
+            duplicate_reads: s.duplicate_reads,
+            files_newer_here: s.files_newer_here,
         }
     }
 }

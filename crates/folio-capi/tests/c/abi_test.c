@@ -1737,6 +1737,10 @@ static void test_domain(void) {
     /* Every page read from the file: a miss, or read ahead with one and then a hit (the
        domain reads a window: one read for several pages). */
     CHECK(d.misses >= 1 && d.hits + d.misses == PAGES && d.preads >= 1 && d.preads <= d.misses);
+    /* A whole-file read from the start opens a window: every page that was a hit was read
+       ahead (the window may read past the request), and none was read twice (one reader). */
+    CHECK(d.windows >= 1 && d.pages_read_ahead >= PAGES - d.misses && d.duplicate_reads == 0);
+    CHECK(d.files_newer_here == 0);
     folio_domain_stats first = d;
     /* The other handle's reads are the domain's hits: no read of the file. */
     memset(buf, 0, sizeof buf);
