@@ -28,6 +28,9 @@
 //!
 //! `db-bench readonly` (issue 45, module `readonly`) runs P read-only db_bench
 //! processes on one database at once: the kernel, folio sharing a domain, folio private.
+//! `db-bench tenants` (module `tenants`) runs P processes each on a database of its own
+//! (the services of one machine), kernel and folio; both start their processes together
+//! (module `together`).
 //!
 //! `db-bench fillseq | fillrandom | overwrite | readwhilewriting` (issue 15, module
 //! `write`) run db_bench's write and mixed benchmarks with every file of the database
@@ -49,6 +52,8 @@ mod child;
 mod plugin;
 mod readonly;
 mod readrandom;
+mod tenants;
+mod together;
 
 use readrandom::PointReads;
 mod restart;
@@ -98,6 +103,10 @@ pub enum Benchmark {
     /// (`--processes`): the kernel, folio sharing a fresh domain, and folio with private
     /// caches; summed reads/s, cold and steady, and the memory holding the data (issue 45).
     Readonly,
+    /// P db_bench processes at once, each on a database of its own (`--processes`,
+    /// `readrandom`): the kernel and folio's plugin (one domain for the P); summed reads/s,
+    /// each tenant's against the kernel's, the memory holding the data (issue 45).
+    Tenants,
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -166,8 +175,9 @@ pub struct Args {
     /// --quick 2]
     #[arg(long)]
     pub warm_secs: Option<u64>,
-    /// `readonly`: how many db_bench processes read the database at once, comma-separated
-    /// [default: 2,4]
+    /// `readonly`: how many db_bench processes read the database at once; `tenants`: how
+    /// many tenants, each on its own database; comma-separated [default: readonly 2,4;
+    /// tenants 3]
     #[arg(long, value_delimiter = ',')]
     pub processes: Option<Vec<usize>>,
     /// Run every system's db_bench in a fresh memory cgroup of this many MiB, one per
@@ -311,7 +321,7 @@ impl Workload for Args {
     fn runs_default(&self) -> usize {
         match self.benchmark {
             Benchmark::Restart => 2,
-            Benchmark::Readonly => 1,
+            Benchmark::Readonly | Benchmark::Tenants => 1,
             _ => super::RUNS_DEFAULT,
         }
     }
@@ -330,6 +340,7 @@ impl Workload for Args {
             }
             Benchmark::Restart => return restart::run(self, env),
             Benchmark::Readonly => return readonly::run(self, env),
+            Benchmark::Tenants => return tenants::run(self, env),
             _ => {}
         }
         if write::db_bench_name(self.benchmark).is_some() {

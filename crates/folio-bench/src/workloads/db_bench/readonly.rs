@@ -45,13 +45,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{json, Map, Value};
 
-use super::child::{run_sampled, Finished, SAMPLE_PERIOD};
-use super::readrandom::parse_run;
-use super::restart::parse_report_csv;
-use super::windows::{self, Cpu, WindowSpec, Windows, WINDOW_NAMES};
+use super::child::SAMPLE_PERIOD;
+use super::together::{run_together, Launch, ProcessRun};
+use super::windows::{Cpu, WindowSpec, Windows, WINDOW_NAMES};
 use super::{
     build_plugin, ensure_dbs, forget_plugin_segment, record_folio_capacity, run_result,
-    table_files, tail, workspace_root, Args, Parsed, DB_BENCH, VALUE_BYTES,
+    table_files, workspace_root, Args, Parsed, DB_BENCH, VALUE_BYTES,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -86,7 +85,7 @@ const MEMORY_OVER_ONE_COPY_MAX: f64 = 1.1;
 const READS_UNDER_DURATION: u64 = 1 << 40;
 
 /// A domain name new to this run: `folio-bench-ro-<pid>-<n>`.
-fn fresh_domain() -> String {
+pub(super) fn fresh_domain() -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     format!(
         "folio-bench-ro-{}-{}",
@@ -107,6 +106,27 @@ fn tmpfs_bytes(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
 }
 
+/// The bytes the domain `name`'s memory file holds after a measurement, then its files
+/// removed, so that the next measurement starts cold.
+///
+/// Errors: no memory file (the plugin did not attach the domain).
+pub(super) fn take_domain_region(name: &str) -> io::Result<u64> {
+    let dir = domain_dir();
+    let path = dir.join(format!("{name}.domain"));
+    let region = tmpfs_bytes(&path);
+    if region == 0 {
+        return Err(io::Error::other(format!(
+            "db-bench: no domain memory file {} after the run: the plugin did not attach the \
+             domain (its stderr says why)",
+            path.display()
+        )));
+    }
+    for suffix in ["domain", "steward", "sock"] {
+        let _ = std::fs::remove_file(dir.join(format!("{name}.{suffix}")));
+    }
+    Ok(region)
+}
+
 /// The sum, element by element, of `rows` cut to the shortest (a second every process
 /// reported).
 fn sum_by_index<T: Copy>(rows: &[Vec<T>], zero: T, add: impl Fn(T, T) -> T) -> Vec<T> {
@@ -116,21 +136,10 @@ fn sum_by_index<T: Copy>(rows: &[Vec<T>], zero: T, add: impl Fn(T, T) -> T) -> V
         .collect()
 }
 
-/// One process's part of a measurement.
-struct ProcessRun {
-    run: RunResult,
-    /// db_bench's per-second reads (its report file).
-    rates: Vec<f64>,
-    /// Its CPU per second ([`windows::cpu_per_second`] of its samples).
-    cpu: Vec<Cpu>,
-    /// The plugin's stats at exit (empty for the kernel).
-    stats: String,
-}
-
 /// Sums the processes of one measurement into its run: db_bench's ops/s and operations
 /// summed, P50 the mean of theirs and P99 the largest; the summed seconds cut into
 /// `spec`'s windows; every process's figures under `processes`.
-fn summed(parts: &[ProcessRun], spec: WindowSpec) -> RunResult {
+pub(super) fn summed(parts: &[ProcessRun], spec: WindowSpec) -> RunResult {
     let ops_per_sec: f64 = parts.iter().map(|p| p.run.ops_per_sec()).sum();
     let parsed = Parsed {
         ops_per_sec,
@@ -190,7 +199,7 @@ const DOMAIN_KEYS: [&str; 7] = [
 /// [`DOMAIN_KEYS`]), and the bytes the domain caches as they tell it
 /// (`domain_cached_bytes`: a page per miss that was inserted, neither a conflict nor read
 /// uncached, less the frames reclaims freed), into `extra`; returns the resident bytes.
-fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> u64 {
+pub(super) fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> u64 {
     let mut resident = 0;
     let mut domain = [0u64; DOMAIN_KEYS.len()];
     for p in parts {
@@ -284,65 +293,23 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             None => "folio://".to_string(),
         };
         let peak = kernel::PageCachePeak::start();
-        let results: Vec<io::Result<(Finished, PathBuf, PathBuf)>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..p)
-                .map(|i| {
-                    let dir = scratch.join(format!("{}-{i}", system.as_str()));
-                    let mut cmd = Command::new(DB_BENCH);
-                    cmd.args(base_args(i));
-                    let report_file = dir.join("report.csv");
-                    let stats = dir.join("folio-stats.txt");
-                    cmd.arg(format!("--report_file={}", report_file.display()));
-                    if system != System::Kernel {
-                        cmd.env("LD_PRELOAD", &plugin)
-                            .env("FOLIO_STATS", &stats)
-                            .arg(format!("--fs_uri={uri}"));
-                    }
-                    s.spawn(move || {
-                        std::fs::create_dir_all(&dir)?;
-                        let _ = std::fs::remove_file(&stats);
-                        let f = run_sampled(&mut cmd, &dir, &report_file, SAMPLE_PERIOD)?;
-                        Ok((f, report_file, stats))
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(io::Error::other("a sampler panicked")))
-                })
-                .collect()
-        });
+        let launches = (0..p)
+            .map(|i| {
+                let mut cmd = Command::new(DB_BENCH);
+                cmd.args(base_args(i));
+                if system != System::Kernel {
+                    cmd.env("LD_PRELOAD", &plugin)
+                        .arg(format!("--fs_uri={uri}"));
+                }
+                Launch {
+                    cmd,
+                    dir: scratch.join(format!("{}-{i}", system.as_str())),
+                    what: format!("--readonly, {system}, process {i} of {p}"),
+                }
+            })
+            .collect();
+        let parts = run_together(NAME, launches)?;
         let page_cache_peak = peak.stop();
-        let mut parts = Vec::new();
-        for (i, result) in results.into_iter().enumerate() {
-            let (f, report_file, stats) = result?;
-            if f.code != 0 {
-                return Err(io::Error::other(format!(
-                    "db_bench {NAME} --readonly ({system}, process {i} of {p}) failed (exit {}):\n{}{}",
-                    f.code,
-                    tail(&f.stdout, 20),
-                    tail(&f.stderr, 20)
-                )));
-            }
-            let mut run = parse_run(&f.stdout, NAME, f.usage).ok_or_else(|| {
-                io::Error::other(format!(
-                    "db_bench {NAME} ({system}, process {i}): no `{NAME} :` line, \
-                     percentiles or `N of M found`, or not every key found:\n{}",
-                    tail(&f.stdout, 30)
-                ))
-            })?;
-            run.extra
-                .insert("read_blocks".into(), json!(f.usage.read_blocks));
-            let csv = std::fs::read_to_string(&report_file).unwrap_or_default();
-            parts.push(ProcessRun {
-                run,
-                rates: parse_report_csv(&csv),
-                cpu: windows::cpu_per_second(&f.samples).secs,
-                stats: std::fs::read_to_string(&stats).unwrap_or_default(),
-            });
-        }
         let mut run = summed(&parts, spec);
         let kernel_cached = kernel::resident_pages_all(&tables)?.resident * 4096;
         run.extra
@@ -355,22 +322,10 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             System::Kernel => kernel_cached,
             _ => {
                 let private = record_folio_stats(&parts, &mut run.extra);
-                let mut region = 0;
-                if let Some(name) = &domain {
-                    let dir = domain_dir();
-                    let path = dir.join(format!("{name}.domain"));
-                    region = tmpfs_bytes(&path);
-                    if region == 0 {
-                        return Err(io::Error::other(format!(
-                            "db-bench readonly: no domain memory file {} after the run: the \
-                             plugin did not attach the domain (its stderr says why)",
-                            path.display()
-                        )));
-                    }
-                    for suffix in ["domain", "steward", "sock"] {
-                        let _ = std::fs::remove_file(dir.join(format!("{name}.{suffix}")));
-                    }
-                }
+                let region = match &domain {
+                    Some(name) => take_domain_region(name)?,
+                    None => 0,
+                };
                 run.extra
                     .insert("domain_region_bytes".into(), json!(region));
                 // Each process's persistent segment: the named one (the first process's)
@@ -507,7 +462,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
 }
 
 /// The median of `xs` (NaN, a null in JSON, for none).
-fn median(xs: impl Iterator<Item = f64>) -> f64 {
+pub(super) fn median(xs: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = xs.filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return f64::NAN;

@@ -86,7 +86,8 @@ pub fn db_bench_name(benchmark: Benchmark) -> Option<&'static str> {
         | Benchmark::Readrandom
         | Benchmark::Multireadrandom
         | Benchmark::Restart
-        | Benchmark::Readonly => None,
+        | Benchmark::Readonly
+        | Benchmark::Tenants => None,
     }
 }
 
