@@ -61,8 +61,9 @@
 //!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
 //!   not known: nothing marks a page in flight, so both read it and the second insertion
 //!   conflicts (its frame left for reclaim, its reader copying its own, right, bytes):
-//!   counted (`duplicates`). Marking it would need a LOCKED frame state in the index,
-//!   with its waiters and the steward's sweep of a dead reader's: a later step.
+//!   counted (`duplicates`). Marking it needs an in-flight frame state that a hit checks,
+//!   its waiters parked, and the steward's sweep of a dead reader's: designed in
+//!   docs/sharing.md ("Readahead through a domain"), not built.
 //! - Not built: reading a window ahead *asynchronously* (submitted, not waited for), large
 //!   folios (order-0 frames only: a window of order-n folios would need the buddy's
 //!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and

@@ -1049,7 +1049,10 @@ fn a_random_miss_through_caches() {
         .copied()
         .filter(|s| only.as_deref().is_none_or(|o| o == *s))
         .collect();
-    assert!(!systems.is_empty(), "FOLIO_MISS_ONLY: one of {MISS_SYSTEMS:?}");
+    assert!(
+        !systems.is_empty(),
+        "FOLIO_MISS_ONLY: one of {MISS_SYSTEMS:?}"
+    );
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let data = tempfile::tempdir().unwrap();
     let capacity = (pages * 4096 * rounds).max(16 << 20) + (8 << 20);
@@ -1098,8 +1101,12 @@ fn a_random_miss_through_caches() {
             None => {
                 let st = caches[s].stats();
                 format!(
-                    "{} misses, {} reads, {} windows on a miss, {} at a marker",
-                    st.misses, st.io_requests, st.readahead_sync, st.readahead_async
+                    "{} misses, {} reads of {} pages, {} windows on a miss, {} at a marker",
+                    st.misses,
+                    st.io_requests,
+                    st.io_bytes / 4096,
+                    st.readahead_sync,
+                    st.readahead_async
                 )
             }
         };
