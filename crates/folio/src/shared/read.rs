@@ -61,8 +61,9 @@
 //!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
 //!   not known: nothing marks a page in flight, so both read it and the second insertion
 //!   conflicts (its frame left for reclaim, its reader copying its own, right, bytes):
-//!   counted (`duplicates`). Marking it would need a LOCKED frame state in the index,
-//!   with its waiters and the steward's sweep of a dead reader's: a later step.
+//!   counted (`duplicates`). Marking it needs an in-flight frame state that a hit checks,
+//!   its waiters parked, and the steward's sweep of a dead reader's: designed in
+//!   docs/sharing.md ("Readahead through a domain"), not built.
 //! - Not built: reading a window ahead *asynchronously* (submitted, not waited for), large
 //!   folios (order-0 frames only: a window of order-n folios would need the buddy's
 //!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and
@@ -147,6 +148,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
+use smallvec::SmallVec;
+
 use super::attach::Member;
 use super::domain::FRAME_BYTES;
 use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
@@ -166,6 +169,14 @@ const MAGAZINES_MAX: usize = 4;
 
 /// The most pages one `preadv` reads (its iovecs: within the kernel's `IOV_MAX`, 1,024).
 const RUN_PAGES_MAX: usize = 256;
+
+/// The pages, frames or runs of a miss kept without a heap allocation: a random miss reads
+/// one page, a window's first ramps 4 to 16 (docs/sharing.md, "The shared read path",
+/// "Measured": the miss's seven `Vec`s were about 1,000 of its 4,700 instructions).
+const INLINE_PAGES: usize = 16;
+
+/// A miss's pages (or frames, or iovecs), inline up to `INLINE_PAGES`.
+type Batch<T> = SmallVec<[T; INLINE_PAGES]>;
 
 /// No marker page (a handle without a window): a page no read reaches.
 const NO_MARKER: Page = u64::MAX;
@@ -836,7 +847,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     ) -> io::Result<()> {
         // The pages to read, in order: the needed page first (it is `start`), then the
         // gaps the index shows (a hint: a page inserted meanwhile is a conflict).
-        let mut todo: Vec<Page> = Vec::new();
+        let mut todo: Batch<Page> = Batch::new();
         if need.is_some() {
             todo.push(start);
         }
@@ -873,8 +884,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// Up to `want` frames leased to us, from one hold of a magazine: its frames, a
     /// reclaim of a batch when it and the allocator have none, and again, while a
     /// reclaim frees frames (at most one more reclaim than the batches wanted).
-    fn lease(&self, queue: &SharedQueue<'_>, want: usize) -> Result<Vec<Frame>, Died> {
-        let mut frames = Vec::with_capacity(want);
+    fn lease(&self, queue: &SharedQueue<'_>, want: usize) -> Result<Batch<Frame>, Died> {
+        let mut frames = Batch::with_capacity(want);
         let mut magazine = self.magazine();
         let mut reclaims_left = want.div_ceil(self.batch as usize) + 1;
         while frames.len() < want {
@@ -910,11 +921,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let domain = self.member.domain();
         let slots = domain.slots();
         // The runs read: (first index into `pages`, its length).
-        let mut read: Vec<(usize, usize)> = Vec::new();
+        let mut read: SmallVec<[(usize, usize); 4]> = SmallVec::new();
         let mut need_error = None;
         let mut failed: Vec<Frame> = Vec::new();
         for (first, len) in runs(pages, RUN_PAGES_MAX) {
-            let data: Vec<*mut u8> = frames[first..first + len]
+            let data: Batch<*mut u8> = frames[first..first + len]
                 .iter()
                 .map(|&f| domain.frame_data(f))
                 .collect();
@@ -962,7 +973,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
         let mut full: Vec<usize> = Vec::new();
         for &(first, len) in &read {
-            let folios: Vec<Folio> = frames[first..first + len]
+            let folios: Batch<Folio> = frames[first..first + len]
                 .iter()
                 .map(|&f| Folio {
                     frame: u64::from(f.0),
@@ -1224,8 +1235,8 @@ fn cached_before(index: &SharedIndex<'_>, page: Page, limit: u64) -> u64 {
 
 /// The runs of consecutive pages in `pages` (ascending), as (first index, length), each at
 /// most `max` long.
-fn runs(pages: &[Page], max: usize) -> Vec<(usize, usize)> {
-    let mut runs: Vec<(usize, usize)> = Vec::new();
+fn runs(pages: &[Page], max: usize) -> SmallVec<[(usize, usize); 4]> {
+    let mut runs: SmallVec<[(usize, usize); 4]> = SmallVec::new();
     for (i, &page) in pages.iter().enumerate() {
         match runs.last_mut() {
             Some((first, len)) if *len < max && pages[*first] + *len as u64 == page => *len += 1,
@@ -1245,7 +1256,7 @@ fn pread_pages(file: &SharedFile, into: &[*mut u8], first: Page) -> io::Result<u
     assert!(!into.is_empty() && into.len() <= RUN_PAGES_MAX);
     let offset = first * FRAME_BYTES as u64;
     let total = into.len() * FRAME_BYTES;
-    let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(into.len());
+    let mut iovecs: Batch<libc::iovec> = Batch::with_capacity(into.len());
     let mut got = 0;
     while got < total {
         let (at, skip) = (got / FRAME_BYTES, got % FRAME_BYTES);

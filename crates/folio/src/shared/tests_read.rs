@@ -1001,3 +1001,136 @@ fn an_optimistic_hit_without_its_page_check_returns_a_moved_frame() {
     assert!(wrong > 4000, "{wrong} wrong bytes: {counters:?}");
     assert_eq!(counters.hits, 1, "{counters:?}");
 }
+
+/// The systems `a_random_miss_through_caches` reads through (`FOLIO_MISS_ONLY` names one).
+const MISS_SYSTEMS: [&str; 4] = ["domain", "today", "domain-one-page", "today-one-page"];
+
+/// Reads `order`'s pages (4 KiB each) of `file` once each: the measured loop, out of line
+/// so that a profile shows it as one function.
+#[inline(never)]
+fn read_pages_once(file: &crate::File, order: &[u64], page: &mut [u8]) -> u64 {
+    let mut sum = 0u64;
+    for &p in order {
+        assert_eq!(file.read_at(page, p * 4096).unwrap(), 4096);
+        sum = sum.wrapping_add(u64::from(page[8]));
+    }
+    sum
+}
+
+// The CPU of a random 4 KiB miss through `File::read_at` of a `Cache` with a domain beside
+// today's private `Cache` (issue 45's done-when 2: "a miss's CPU <= today's + 1 us";
+// docs/sharing.md, "The shared read path", "Measured"), in one binary, paired round by
+// round: each round writes and syncs new files of `FOLIO_MISS_PAGES` pages (2,048) and
+// reads each page once in one shuffled order (the first `FOLIO_MISS_READS` of it, all by
+// default) through each system in turn: `domain` (a domain `Cache` at its defaults),
+// `today` (a private `Cache` at its defaults: it reads some missed pages with their
+// neighbours into larger folios), and the two reading one page a miss (`..-one-page`:
+// readahead off; today's folios of one page). Prints per system the median over the
+// rounds of the process's CPU (every thread: today's reads complete on another) per read
+// and the paired differences to today's. `FOLIO_MISS_ROUNDS` (7), `FOLIO_MISS_ONLY=<system>`
+// (one system: for callgrind, whose instruction count per miss is the difference of a
+// run with `FOLIO_MISS_READS=0` and one with reads, divided by the reads):
+// `cargo test --release -p folio --lib shared::tests_read::a_random_miss_through_caches --
+// --ignored --nocapture`.
+#[test]
+#[ignore]
+fn a_random_miss_through_caches() {
+    let var = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .map_or(default, |v| v.parse().expect(name))
+    };
+    let pages = var("FOLIO_MISS_PAGES", 2048);
+    let reads = var("FOLIO_MISS_READS", pages).min(pages) as usize;
+    let rounds = var("FOLIO_MISS_ROUNDS", 7);
+    let only = std::env::var("FOLIO_MISS_ONLY").ok();
+    let systems: Vec<&str> = MISS_SYSTEMS
+        .iter()
+        .copied()
+        .filter(|s| only.as_deref().is_none_or(|o| o == *s))
+        .collect();
+    assert!(
+        !systems.is_empty(),
+        "FOLIO_MISS_ONLY: one of {MISS_SYSTEMS:?}"
+    );
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let capacity = (pages * 4096 * rounds).max(16 << 20) + (8 << 20);
+    let build = |system: &str| {
+        let mut b = crate::Cache::builder().capacity_bytes(capacity);
+        if system.ends_with("one-page") {
+            b = b.readahead_max_bytes(0).folio_order_max(0);
+        }
+        if system.starts_with("domain") {
+            b = b.segment_dir(home.path()).domain(format!("miss-{system}"));
+        }
+        b.build().unwrap()
+    };
+    let caches: Vec<crate::Cache> = systems.iter().map(|s| build(s)).collect();
+    let mut rng = Rng(13);
+    let mut order: Vec<u64> = (0..pages).collect();
+    let mut page = vec![0u8; 4096];
+    let mut cpu_us: Vec<Vec<f64>> = vec![Vec::new(); systems.len()];
+    let mut sum = 0u64;
+    for round in 0..rounds {
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        for (s, cache) in caches.iter().enumerate() {
+            let path = write_file(data.path(), round * 8 + s as u64, pages * 4096);
+            std::fs::File::open(&path).unwrap().sync_all().unwrap();
+            let file = cache.open(&path).unwrap();
+            assert_eq!(file.is_domain_file(), systems[s].starts_with("domain"));
+            let before = process_cpu();
+            sum = sum.wrapping_add(read_pages_once(&file, &order[..reads], &mut page));
+            let cpu = process_cpu() - before;
+            cpu_us[s].push(cpu.as_nanos() as f64 / reads.max(1) as f64 / 1000.0);
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    for (s, system) in systems.iter().enumerate() {
+        let reads_of_files = match caches[s].domain_stats() {
+            Some(d) => format!(
+                "{} misses, {} preads, {} read ahead, {} windows",
+                d.misses, d.preads, d.pages_read_ahead, d.windows
+            ),
+            None => {
+                let st = caches[s].stats();
+                format!(
+                    "{} misses, {} reads of {} pages, {} windows on a miss, {} at a marker",
+                    st.misses,
+                    st.io_requests,
+                    st.io_bytes / 4096,
+                    st.readahead_sync,
+                    st.readahead_async
+                )
+            }
+        };
+        eprintln!(
+            "{system}: {:.2} us of CPU a read (median of {rounds} rounds: {:.1?}); {reads_of_files}",
+            median(&cpu_us[s]),
+            cpu_us[s]
+        );
+    }
+    for (shared, today) in [(0, 1), (2, 3)] {
+        if systems.len() == MISS_SYSTEMS.len() {
+            let diff: Vec<f64> = cpu_us[shared]
+                .iter()
+                .zip(&cpu_us[today])
+                .map(|(a, b)| a - b)
+                .collect();
+            eprintln!(
+                "{} - {}: median of the paired differences {:+.2} us ({:+.1?})",
+                systems[shared],
+                systems[today],
+                median(&diff),
+                diff
+            );
+        }
+    }
+    eprintln!("(checksum {sum})");
+}
