@@ -102,14 +102,15 @@ fi
 echo "== build the plugin ($build)"
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j2
-(cd "$build" && ctest --output-on-failure)
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/folio-rocksdb-ci.XXXXXX")"
 # The segments of this run: named ones (segment_name=auto, the default) outlive their
 # processes, so that the next process on a database adopts them; in a directory of the
-# run's own, on the tmpfs of /dev/shm, removed with it.
+# run's own, on the tmpfs of /dev/shm, removed with it. The user's domain (the plugin's
+# default) goes there too: its steward leaves once the directory is removed.
 segments="$(mktemp -d /dev/shm/folio-rocksdb-ci.XXXXXX)"
 trap 'rm -rf "$work" "$segments"' EXIT
+(cd "$build" && FOLIO_SEGMENT_DIR="$segments" ctest --output-on-failure)
 export FOLIO_SEGMENT_DIR="$segments"
 export FOLIO_PLUGIN="$build/libfolio_rocksdb.so"
 # A fixed capacity for the checks that count what stays cached (cache on write: no read
