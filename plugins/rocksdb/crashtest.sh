@@ -23,7 +23,8 @@
 #
 # With the plugin, db_stress runs through db_bench_folio.sh (DB_BENCH=db_stress): the
 # plugin preloaded, the same librocksdb checked, --fs_uri=folio added, and the plugin's
-# default options (every FOLIO_* option variable is unset here). Nothing changes
+# default options (every FOLIO_* option variable is unset here; since issue 45 that is
+# the user's domain, kept with the segments in the test's own directory). Nothing changes
 # RocksDB's durability: the WAL on, WriteOptions::sync as db_crashtest picks it (false in
 # 19 runs of 20), so most writes return before they are synced.
 #

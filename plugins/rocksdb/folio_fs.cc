@@ -35,6 +35,13 @@
 //     of its path: NormalPath), else the default's
 //   Allocate -> fallocate(FALLOC_FL_KEEP_SIZE) on a descriptor of the file's own, and
 //     Close / Truncate give the space past the end back, as PosixWritableFile
+// Reads with a domain (domain=, by default the user's): a file opened for reading is read
+// through the domain, shared with the user's other processes, but a file whose pages this
+// process's cache holds already is opened with FOLIO_OPEN_PRIVATE, where the domain would
+// read it again from the disk into a second copy: one this process wrote through folio
+// (WrittenNames: cache on write; a flush's or compaction's output read back), and the
+// files of the database whose segment the cache adopted at its creation (a warm restart:
+// Process::adopted_dir).
 // The info log, LOCK, *.trash and every other call (directories, renames, locks,
 // GetChildren) go to the wrapped default file system. Renames need nothing: folio knows files by
 // inode, so a renamed file keeps its pages. writes=0 keeps only table reads (the plugin
@@ -118,6 +125,16 @@ using ROCKSDB_NAMESPACE::ObjectLibrary;
 namespace folio_rocksdb {
 namespace {
 
+// Opens `fname` for reading through the process's cache (created: GetCache before):
+// privately if its pages are here already (the file comment's "Reads with a domain"),
+// else through the cache's domain when it has one.
+int OpenForRead(folio_cache cache, const std::string& fname, Origin origin, folio_file* file) {
+  const std::string& adopted = process().adopted_dir;  // written before `created`
+  const bool here = origin == Origin::kWrittenHere ||
+                    (!adopted.empty() && NormalPath(fname).compare(0, adopted.size(), adopted) == 0);
+  return folio_open2(cache, fname.c_str(), here ? FOLIO_OPEN_PRIVATE : 0, file);
+}
+
 class FolioFileSystem : public FileSystemWrapper {
  public:
   explicit FolioFileSystem(const std::shared_ptr<FileSystem>& target)
@@ -172,10 +189,11 @@ class FolioFileSystem : public FileSystemWrapper {
     IOStatus made = GetCache(&cache);
     if (!made.ok()) return made;
     folio_file file{};
-    const int rc = folio_open(cache, fname.c_str(), &file);
+    const Origin origin = written_names().OriginOf(fname);
+    const int rc = OpenForRead(cache, fname, origin, &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
     *result = folio_rocksdb::NewRandomAccessFile(
-        file, fname, written_names().OriginOf(fname), options_,
+        file, fname, origin, options_,
         file_opts.use_direct_reads ? DirectIo::kOn : DirectIo::kOff);
     return IOStatus::OK();
   }
@@ -194,9 +212,10 @@ class FolioFileSystem : public FileSystemWrapper {
     IOStatus made = GetCache(&cache);
     if (!made.ok()) return made;
     folio_file file{};
-    const int rc = folio_open(cache, fname.c_str(), &file);
+    const Origin origin = written_names().OriginOf(fname);
+    const int rc = OpenForRead(cache, fname, origin, &file);
     if (rc < 0) return FromErrno("open", fname, -rc);
-    *result = folio_rocksdb::NewSequentialFile(file, fname, written_names().OriginOf(fname));
+    *result = folio_rocksdb::NewSequentialFile(file, fname, origin);
     return IOStatus::OK();
   }
 

@@ -170,6 +170,11 @@ struct Process {
   std::string segment_name;     // under mu, once created
   std::string naming;           // under mu, once created
   std::string domain;           // under mu, once created: the domain attached, or empty
+  // With a domain: the database directory (canonical, with a trailing '/') whose named
+  // segment the cache adopted pages of when it was created, or empty. Its files are read
+  // privately (OpenForRead in folio_fs.cc): their adopted pages are here. Written before
+  // `created`, read after it.
+  std::string adopted_dir;
 };
 
 // The process's one Process (never destroyed).

@@ -310,6 +310,14 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
   p.domain = o.domain == nullptr ? std::string() : domain;
   p.segment_name = name;
   p.naming = naming;
+  // A warm restart with a domain: the files of the database whose segment this cache
+  // adopted are read where their pages are, privately (OpenForRead).
+  folio_adoption adopted{};
+  if (!p.domain.empty() && db_dir != nullptr && !name.empty() &&
+      folio_cache_adoption(cache, &adopted) > 0 && adopted.pages_kept > 0) {
+    p.adopted_dir = CanonicalDir(*db_dir);
+    if (p.adopted_dir.empty() || p.adopted_dir.back() != '/') p.adopted_dir += '/';
+  }
   p.created.store(true, std::memory_order_release);
   if (opts.stats != StatsSink::kNone) std::atexit(PrintStats);
   std::atexit(SyncAtExit);  // after PrintStats: runs before it

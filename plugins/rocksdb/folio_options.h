@@ -90,21 +90,20 @@
 //                                                  the kernel's page cache does (folio.h,
 //                                                  kept_steward); 0: the segment holds its
 //                                                  memory until adopted or removed
-//   domain         FOLIO_DOMAIN          none      the domain the cache shares its read-only
+//   domain         FOLIO_DOMAIN          user      the domain the cache shares its read-only
 //                                                  files' pages with, across processes
-//                                                  (issue 45; folio.h, domain): none: a
-//                                                  private cache; user: the user's
+//                                                  (issue 45; folio.h, domain): user (the
+//                                                  default, kDefaultDomain): the user's
 //                                                  machine-wide domain (folio-<uid>-user),
 //                                                  so that every RocksDB process of the user
-//                                                  that asks for it shares one cache; else
-//                                                  one plain file name (at most 247 bytes).
-//                                                  Its files go in segment_dir (or folio's
-//                                                  default home). The default is
-//                                                  kDefaultDomain (none until a file this
-//                                                  process wrote is kept out of the domain
-//                                                  until written back: docs/rocksdb.md). A
-//                                                  domain that cannot be attached: a private
-//                                                  cache, said on stderr
+//                                                  shares one cache; none: a private cache;
+//                                                  else one plain file name (at most 247
+//                                                  bytes). Its files go in segment_dir (or
+//                                                  folio's default home). A file this
+//                                                  process writes, or holds newer bytes of,
+//                                                  is read privately. A domain that cannot
+//                                                  be attached: a private cache, said on
+//                                                  stderr
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -198,13 +197,12 @@ struct Options {
   enum class Domain { kNone, kUser, kNamed };
   Domain domain = kDefaultDomain;
   std::string domain_name;  // kNamed only
-  // The plugin's default domain: the issue asks for the user's machine-wide one (kUser),
-  // so that every RocksDB process of the user shares one cache. It stays private (kNone)
-  // until folio keeps a file this process wrote and has not written back out of the
-  // domain (coherence inside one process): until then a process that writes a table and
-  // reads it back through the domain could read what the disk still lacks. One constant,
-  // to flip when that lands.
-  static constexpr Domain kDefaultDomain = Domain::kNone;
+  // The plugin's default domain: the user's machine-wide one (kUser), so that every
+  // RocksDB process of the user shares one cache (issue 45), as every process shares the
+  // kernel's page cache. A file this process has open for writing, or holds newer bytes
+  // of (dirty, under writeback), is read privately (docs/sharing.md, "A domain file's
+  // lifecycle"), so a process reads its own writes; domain=none is a private cache.
+  static constexpr Domain kDefaultDomain = Domain::kUser;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;

@@ -167,11 +167,18 @@ int main() {
     Options o;
     std::string e;
     CHECK(o.domain == Options::kDefaultDomain && o.domain_name.empty());
-    CHECK(Options::kDefaultDomain == Options::Domain::kNone);  // private until coherent
+    // The user's machine-wide domain by default (issue 45); none is the way to a
+    // private cache.
+    CHECK(Options::kDefaultDomain == Options::Domain::kUser);
+    CHECK(o.Describe().find(" domain=user ") != std::string::npos);
+    CHECK(Uri("folio://?domain=none", &o));
+    CHECK(o.domain == Options::Domain::kNone && o.domain_name.empty());
     CHECK(o.Describe().find(" domain=none ") != std::string::npos);
+    CHECK(o != Options());
     CHECK(Uri("folio://?domain=user", &o));
     CHECK(o.domain == Options::Domain::kUser && o.domain_name.empty());
     CHECK(o.Describe().find(" domain=user ") != std::string::npos);
+    CHECK(o == Options());
     CHECK(folio_rocksdb::UserDomainName(1000) == "folio-1000-user");
     CHECK(Uri("folio://?domain=db1.readers", &o));
     CHECK(o.domain == Options::Domain::kNamed && o.domain_name == "db1.readers");
@@ -179,6 +186,8 @@ int main() {
     CHECK(o != Options());
     CHECK(Uri("folio://?domain=NONE", &o));
     CHECK(o.domain == Options::Domain::kNone && o.domain_name.empty());
+    CHECK(o != Options());
+    CHECK(Uri("folio://?domain=User", &o));  // the keywords in any case, as NONE
     CHECK(o == Options());
     for (const char* bad : {"", "a/b", "/abs", ".", "..", "a\nb", "-rf", "tab\there"}) {
       Options before = o;

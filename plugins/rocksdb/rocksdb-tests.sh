@@ -184,7 +184,9 @@ done
 plugin="${FOLIO_PLUGIN:-$root/target/rocksdb-plugin/libfolio_rocksdb.so}"
 [ -f "$plugin" ] || die "no plugin at $plugin: build it (plugins/rocksdb/ci.sh, docs/rocksdb.md)"
 plugin="$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")"
-# The plugin's defaults: no option from the environment (ci.sh exports some).
+# The plugin's defaults: no option from the environment (ci.sh exports some). Since
+# issue 45 that is the user's domain, whose files go with the segments in this run's
+# directory (FOLIO_SEGMENT_DIR below): its steward leaves when the directory goes.
 for v in $(compgen -v FOLIO_); do unset "$v"; done
 unset TEST_ENV_URI TEST_FS_URI
 

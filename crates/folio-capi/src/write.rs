@@ -42,9 +42,17 @@ pub const FOLIO_OPEN_TRUNCATE: u32 = 4;
 /// `folio_open2`: create the file, failing with -EEXIST if it exists (O_CREAT|O_EXCL);
 /// needs FOLIO_OPEN_WRITE, and excludes FOLIO_OPEN_CREATE.
 pub const FOLIO_OPEN_CREATE_NEW: u32 = 8;
+/// `folio_open2`: read the file through the cache's own pages, never through its domain
+/// (the options' `domain`; no change for a cache without one or a handle opened for
+/// writing): for a file whose pages the cache holds already, such as one this process
+/// wrote and keeps cached, which the domain would read again from the disk.
+pub const FOLIO_OPEN_PRIVATE: u32 = 16;
 
-const OPEN_FLAGS_ALL: u32 =
-    FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE | FOLIO_OPEN_TRUNCATE | FOLIO_OPEN_CREATE_NEW;
+const OPEN_FLAGS_ALL: u32 = FOLIO_OPEN_WRITE
+    | FOLIO_OPEN_CREATE
+    | FOLIO_OPEN_TRUNCATE
+    | FOLIO_OPEN_CREATE_NEW
+    | FOLIO_OPEN_PRIVATE;
 
 /// `folio_sync`: the file's dirty data, then fdatasync(2) (`offset` and `len` must be 0).
 pub const FOLIO_SYNC_DATA: u32 = 1;
@@ -62,6 +70,7 @@ struct OpenHow {
     create: bool,
     create_new: bool,
     truncate: bool,
+    private: bool,
 }
 
 /// Decodes `folio_open2`'s flags; EINVAL for unknown bits, for CREATE, CREATE_NEW or
@@ -72,7 +81,8 @@ fn open_how(flags: u32) -> Result<OpenHow, Failure> {
         return Err(Failure::new(
             libc::EINVAL,
             format!(
-                "{CALL}: unknown flags {:#x} (FOLIO_OPEN_WRITE, _CREATE, _TRUNCATE, _CREATE_NEW)",
+                "{CALL}: unknown flags {:#x} (FOLIO_OPEN_WRITE, _CREATE, _TRUNCATE, _CREATE_NEW, \
+                 _PRIVATE)",
                 flags & !OPEN_FLAGS_ALL
             ),
         ));
@@ -82,6 +92,7 @@ fn open_how(flags: u32) -> Result<OpenHow, Failure> {
         create: flags & FOLIO_OPEN_CREATE != 0,
         create_new: flags & FOLIO_OPEN_CREATE_NEW != 0,
         truncate: flags & FOLIO_OPEN_TRUNCATE != 0,
+        private: flags & FOLIO_OPEN_PRIVATE != 0,
     };
     if !how.write && (how.create || how.create_new || how.truncate) {
         return Err(Failure::new(
@@ -106,7 +117,8 @@ fn open_how(flags: u32) -> Result<OpenHow, Failure> {
 /// FOLIO_OPEN_WRITE opens for writing too, and with it FOLIO_OPEN_CREATE creates a
 /// missing file, FOLIO_OPEN_CREATE_NEW creates one that must not exist, and
 /// FOLIO_OPEN_TRUNCATE cuts the file to 0 bytes (through the cache: every handle of the
-/// file sees it empty). O_DIRECT underneath, buffered where the file system refuses it.
+/// file sees it empty); FOLIO_OPEN_PRIVATE keeps a read-only handle of a cache with a
+/// domain out of the domain (it reads the cache's own pages). O_DIRECT underneath, buffered where the file system refuses it.
 /// All handles of one file share its cached pages, read-only ones included: they read
 /// every write as soon as `folio_write` returns.
 ///
@@ -147,6 +159,7 @@ pub unsafe extern "C" fn folio_open2(
                     .create(how.create)
                     .create_new(how.create_new)
                     .truncate(how.truncate)
+                    .private(how.private)
                     .open(path)
             })
         }
@@ -397,6 +410,7 @@ mod tests {
             create,
             create_new,
             truncate,
+            private: false,
         };
         assert_eq!(open_how(0).unwrap(), how(false, false, false, false));
         assert_eq!(
@@ -411,12 +425,19 @@ mod tests {
             open_how(FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE_NEW | FOLIO_OPEN_TRUNCATE).unwrap(),
             how(true, false, true, true)
         );
+        assert_eq!(
+            open_how(FOLIO_OPEN_PRIVATE).unwrap(),
+            OpenHow {
+                private: true,
+                ..how(false, false, false, false)
+            }
+        );
         for bad in [
             FOLIO_OPEN_CREATE,
             FOLIO_OPEN_TRUNCATE,
             FOLIO_OPEN_CREATE_NEW,
             FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE | FOLIO_OPEN_CREATE_NEW,
-            FOLIO_OPEN_WRITE | 16,
+            FOLIO_OPEN_WRITE | 32,
             1 << 31,
         ] {
             assert_eq!(open_how(bad).unwrap_err().errno(), libc::EINVAL, "{bad:#x}");

@@ -61,8 +61,8 @@ mod windows;
 mod write;
 
 use plugin::{
-    build_plugin, check_status, forget_plugin_segment, fs_uri, missing, record_folio_capacity,
-    tail, workspace_root,
+    build_plugin, check_status, forget_plugin_domain, forget_plugin_segment, fs_uri, missing,
+    plugin_domain_of, record_folio_capacity, tail, workspace_root,
 };
 
 use super::{measure_systems, mib, threads_or, Env, Metric, Report, System, Workload};
@@ -615,6 +615,24 @@ pub fn run_result_of(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_domain_is_read_from_the_stats_line() {
+        let line = |name: &str| {
+            format!("folio: stats: hits=1\nfolio: domain: name={name} hits=3 misses=4\n")
+        };
+        assert_eq!(
+            plugin_domain_of(&line("folio-1000-user")),
+            Some("folio-1000-user")
+        );
+        assert_eq!(plugin_domain_of(&line("none")), None, "a private cache");
+        assert_eq!(plugin_domain_of(&line("../x")), None, "never a path");
+        assert_eq!(plugin_domain_of("folio: stats: hits=1\n"), None);
+        // Forgetting a domain that is not there (or none) is nothing to do.
+        let dir = tempfile::tempdir().unwrap();
+        forget_plugin_domain(dir.path(), &line("folio-bench-absent")).unwrap();
+        forget_plugin_domain(dir.path(), &line("none")).unwrap();
+    }
 
     #[test]
     fn the_uri_leaves_the_plugin_at_its_defaults_unless_asked() {

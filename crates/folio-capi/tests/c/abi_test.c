@@ -17,7 +17,8 @@
  * that name adopts it (folio_cache_adoption: pages kept, read with no I/O, the right
  * bytes; a file changed meanwhile dropped), a name in use refused, and the naming
  * options' misuse. A domain: two handles of one file share its pages, a cache created
- * again in the domain finds them, and bad domain names are refused.
+ * again in the domain finds them, a FOLIO_OPEN_PRIVATE handle reads the cache's own pages,
+ * and bad domain names are refused.
  *
  * Usage: abi_test DIR   (DIR: an empty, writable directory)
  * Prints one line per failed check and ends with "abi_test: N passed, M failed".
@@ -1352,7 +1353,7 @@ static void test_open2(folio_cache c) {
     CHECK(folio_open2(c, path, FOLIO_OPEN_CREATE_NEW, &f) == -EINVAL);
     CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | FOLIO_OPEN_CREATE | FOLIO_OPEN_CREATE_NEW,
                       &f) == -EINVAL);
-    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | 16, &f) == -EINVAL);
+    CHECK(folio_open2(c, path, FOLIO_OPEN_WRITE | 32, &f) == -EINVAL);
     CHECK(folio_open2(c, path, 0x80000000u, &f) == -EINVAL);
     CHECK(folio_open2(c, fresh, FOLIO_OPEN_CREATE, &f) == -EINVAL);
     CHECK(access(fresh, F_OK) != 0); /* refused before anything was created */
@@ -1704,7 +1705,8 @@ static void test_dirty_options(void) {
 /* A cache with a domain (folio_cache_options.domain): two handles of one read-only file
    share its pages (the second reads hit the domain), a cache created again in the domain
    finds them cached (the domain outlives a cache: its steward lingers and its memory file
-   stays), a private cache has no domain counts, and bad names are refused with -EINVAL
+   stays), a handle opened with FOLIO_OPEN_PRIVATE reads the cache's own pages (the
+   domain's counts unmoved), a private cache has no domain counts, and bad names are refused with -EINVAL
    naming the field. The domain's files go in a directory of the test's own. */
 static void test_domain(void) {
     enum { PAGES = 16, BYTES = PAGES * 4096 };
@@ -1761,6 +1763,19 @@ static void test_domain(void) {
     CHECK(matches_pattern(buf, 0, BYTES));
     CHECK(folio_cache_domain_stats(c, &d) == 1);
     CHECK(d.hits == PAGES && d.misses == 0 && d.preads == 0);
+    /* FOLIO_OPEN_PRIVATE: the cache's own pages, not the domain's: the domain's counts do
+       not move, and the private cache reads the file (its misses), bytes checked. */
+    folio_stats own;
+    CHECK(folio_open2(c, path_pattern, FOLIO_OPEN_PRIVATE, &f2) == 0);
+    memset(buf, 0, sizeof buf);
+    CHECK(folio_read(f2, buf, BYTES, 0) == BYTES);
+    CHECK(matches_pattern(buf, 0, BYTES));
+    folio_domain_stats after;
+    CHECK(folio_cache_domain_stats(c, &after) == 1);
+    CHECK(after.hits == d.hits && after.misses == d.misses && after.preads == d.preads);
+    CHECK(folio_cache_stats(c, &own) == 0);
+    CHECK(own.misses >= 1 && own.io_bytes >= BYTES);
+    CHECK(folio_close(f2) == 0);
     CHECK(folio_close(f1) == 0);
     CHECK(folio_cache_destroy(c) == 0);
 

@@ -2,7 +2,8 @@
 //! truncate) and the open itself (`Cache::open_with`): the file opened with O_DIRECT, its
 //! mapping found or made, its slot in a persistent cache's segment, the handle; a
 //! read-only file of a cache with a domain also admitted to the domain (its reads go
-//! there: `shared::reader`), or read privately if the domain refuses it.
+//! there: `shared::reader`), or read privately if the domain refuses it or the caller
+//! asks (`OpenOptions::private`).
 //!
 //! Protection: the mapping table's locks (`MappingTable::get_or_insert`); the segment's
 //! slot under its sequence word (`Segment::register`).
@@ -38,6 +39,7 @@ pub struct OpenOptions<'c> {
     write: bool,
     create: Create,
     truncate: bool,
+    private: bool,
 }
 
 // The setters take a bool, against STYLE.md's rule, on purpose: they mirror
@@ -51,6 +53,7 @@ impl<'c> OpenOptions<'c> {
             write: false,
             create: Create::No,
             truncate: false,
+            private: false,
         }
     }
 
@@ -83,6 +86,18 @@ impl<'c> OpenOptions<'c> {
     /// Cut the file to 0 bytes when opened (needs `write`).
     pub fn truncate(&mut self, truncate: bool) -> &mut Self {
         self.truncate = truncate;
+        self
+    }
+
+    /// Read the file through the cache's own pages, never through its domain (a cache
+    /// without a domain, or a handle opened for writing: no change). For a file whose
+    /// pages the cache holds already, clean: one this process wrote and keeps cached
+    /// (cache on write: a storage engine reading back the table it just flushed), or one
+    /// a persistent cache adopted, where the domain would read it again from the disk
+    /// into a second copy. Another process reading the file through the domain does not
+    /// see this handle's pages (docs/sharing.md, "A `Cache` with a domain").
+    pub fn private(&mut self, private: bool) -> &mut Self {
+        self.private = private;
         self
     }
 
@@ -209,8 +224,10 @@ impl Cache {
         // or refused, privately (counted by the reader). A writable one, counted by
         // `File::new` (its domain handles retired), retires the domain's record of the
         // file (mapping/domain.rs, A1-A2).
+        // `OpenOptions::private`: read privately, not admitted.
         if let Some(reader) = &self.domain {
             match access {
+                Access::ReadOnly if options.private => {}
                 Access::ReadOnly => file.admit_to(reader)?,
                 Access::ReadWrite => drop(reader.retire(&meta)?),
             }

@@ -151,10 +151,16 @@ pub(super) fn fs_uri(arena_pages: folio::ArenaPages, capacity: FolioCapacity) ->
 /// `extra` the pages this measurement adopted (`folio_adopted_pages`: 0 for a cold one).
 ///
 /// Errors: the segment's removal failing for another reason than its absence.
+///
+/// The domain the stats name (`folio: domain: name=`: the user's machine-wide one at the
+/// plugin's defaults) goes too ([`forget_plugin_domain`]): it outlives the process (for
+/// 10 minutes), and the next measurement would read this one's pages from it.
 pub fn forget_plugin_segment(
     stats: &str,
     extra: &mut serde_json::Map<String, serde_json::Value>,
 ) -> io::Result<()> {
+    let dir = std::env::var_os("FOLIO_SEGMENT_DIR").map_or_else(folio::segment_home, PathBuf::from);
+    forget_plugin_domain(&dir, stats)?;
     let adoption = restart::adoption_of(stats);
     if let Some(kept) = adoption.get("pages_kept") {
         extra.insert("folio_adopted_pages".into(), kept.clone());
@@ -165,7 +171,6 @@ pub fn forget_plugin_segment(
     if name == "none" || name.contains('/') || name.starts_with('.') {
         return Ok(());
     }
-    let dir = std::env::var_os("FOLIO_SEGMENT_DIR").map_or_else(folio::segment_home, PathBuf::from);
     let path = dir.join(name);
     let started = std::time::Instant::now();
     loop {
@@ -196,4 +201,97 @@ pub fn record_folio_capacity(stats: &str, extra: &mut serde_json::Map<String, se
             extra.insert(name.into(), json!(bytes as f64 / (1u64 << 20) as f64));
         }
     }
+}
+
+/// The domain the plugin's stats name (`folio: domain: name=NAME ...`; `None` for
+/// `name=none`, a private cache, for no such line, or for a name that is not one plain
+/// file name).
+pub fn plugin_domain_of(stats: &str) -> Option<&str> {
+    let line = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("folio: domain: name="))?;
+    let name = line.split_whitespace().next()?;
+    (name != "none" && !name.contains('/') && !name.starts_with('.')).then_some(name)
+}
+
+/// How long [`forget_plugin_domain`] waits for the domain's last processes and its
+/// steward.
+const DOMAIN_FORGET_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// After a cold folio measurement: removes the domain the plugin's stats name from `dir`
+/// (its `.domain`, `.sock` and `.steward` files), so that the next measurement starts
+/// cold, and waits until its steward has left (it leaves when it finds its region's file
+/// removed, within a tick of 2 s at most), so that the next process's attach starts a new
+/// steward on a new domain rather than meeting the leaving one (which removes the socket
+/// by its name as it goes). First waits, up to 30 s, until no process but the steward is
+/// attached (the measurement's processes have exited, and the steward has seen it).
+///
+/// Errors: a process not this measurement's still attached after 30 s (another program
+/// of the user sharing the domain: the measurement would not be cold, and removing the
+/// domain under it is not ours to do; run with `FOLIO_SEGMENT_DIR` set to a directory of
+/// the benchmark's own); the steward still running 30 s after the removal; a removal
+/// failing for another reason than the file's absence.
+pub fn forget_plugin_domain(dir: &Path, stats: &str) -> io::Result<()> {
+    let Some(name) = plugin_domain_of(stats) else {
+        return Ok(());
+    };
+    if !dir.join(format!("{name}.domain")).exists() {
+        return Ok(()); // gone already (its steward left after its linger), or never here
+    }
+    let started = std::time::Instant::now();
+    let steward = loop {
+        let view = match folio::DomainView::open(dir, name) {
+            Ok(view) => view,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let seen = view.read();
+        let others: Vec<u32> = seen
+            .processes
+            .iter()
+            .filter(|p| p.running && p.pid != Some(seen.steward_pid))
+            .filter_map(|p| p.pid)
+            .collect();
+        if others.is_empty() {
+            break seen.steward_running.then_some(seen.steward_pid);
+        }
+        if started.elapsed() > DOMAIN_FORGET_WAIT {
+            return Err(io::Error::other(format!(
+                "the domain {name} in {} still has processes {others:?} attached after the \
+                 measurement: another program shares it (the measurement was not cold); run \
+                 with FOLIO_SEGMENT_DIR set to a directory of the benchmark's own",
+                dir.display()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    for suffix in ["domain", "sock", "steward"] {
+        match std::fs::remove_file(dir.join(format!("{name}.{suffix}"))) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    let Some(pid) = steward else {
+        return Ok(());
+    };
+    let removed = std::time::Instant::now();
+    while process_runs(pid) {
+        if removed.elapsed() > DOMAIN_FORGET_WAIT {
+            return Err(io::Error::other(format!(
+                "the steward {pid} of the domain {name} still runs 30 s after its files were \
+                 removed"
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Whether `pid` runs (exists and is not a zombie: a steward that left waits for its
+/// reaper, init, which may take a while).
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
 }

@@ -3,14 +3,17 @@
 //! on one database, started together, as three systems:
 //!
 //! - `kernel`: buffered reads, the page cache dropped first (cold);
-//! - `folio`: the plugin at its defaults **plus** `domain=<a fresh name>`: the only
-//!   override, because the plugin's default domain is private until folio keeps a file a
-//!   process wrote out of the domain (docs/rocksdb.md, "Several processes on one
-//!   database"); the issue asks for the user's domain by default, and this is what that
-//!   default will run. Fresh, so that every measurement starts cold (the domain's memory
-//!   file is removed after it);
-//! - `folio-private`: the plugin at pure defaults: a cache of each process's own (what a
-//!   user gets today), for the comparison.
+//! - `folio`: the plugin at pure defaults (`--fs_uri=folio://`): the user's machine-wide
+//!   domain (`folio-<uid>-user`), what a user gets. Its processes' `FOLIO_SEGMENT_DIR` is
+//!   a directory of the measurement's own (`folio-bench-ro-<pid>-<n>` in the segment
+//!   home, or in `FOLIO_SEGMENT_DIR`), where the domain's files go: so that every
+//!   measurement starts cold (the domain outlives its processes by 10 minutes: in the
+//!   home the next measurement would read this one's pages, or another program's of the
+//!   user) and shares with no other program; the domain and the directory are removed
+//!   after it;
+//! - `folio-private`: the plugin with `domain=none`, a cache of each process's own (what
+//!   a user got before the domain was the default), for the comparison. Explicit: the
+//!   default is the domain now.
 //!
 //! Figures, per P: the **summed** reads/s (db_bench's own, one line per process), and the
 //! same cut into a cold, a warm-up and a steady-state window ([`super::windows`]) of the
@@ -49,8 +52,9 @@ use super::child::SAMPLE_PERIOD;
 use super::together::{run_together, Launch, ProcessRun};
 use super::windows::{Cpu, WindowSpec, Windows, WINDOW_NAMES};
 use super::{
-    build_plugin, ensure_dbs, forget_plugin_segment, record_folio_capacity, run_result,
-    table_files, workspace_root, Args, Parsed, DB_BENCH, VALUE_BYTES,
+    build_plugin, ensure_dbs, forget_plugin_domain, forget_plugin_segment, plugin_domain_of,
+    record_folio_capacity, run_result, table_files, workspace_root, Args, Parsed, DB_BENCH,
+    VALUE_BYTES,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -84,8 +88,8 @@ const MEMORY_OVER_ONE_COPY_MAX: f64 = 1.1;
 /// `--reads` under a duration: more than any run reaches (db_bench stops on time).
 const READS_UNDER_DURATION: u64 = 1 << 40;
 
-/// A domain name new to this run: `folio-bench-ro-<pid>-<n>`.
-pub(super) fn fresh_domain() -> String {
+/// A name new to this run, `folio-bench-ro-<pid>-<n>`: a measurement's segment directory.
+fn fresh_name() -> String {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     format!(
         "folio-bench-ro-{}-{}",
@@ -94,10 +98,20 @@ pub(super) fn fresh_domain() -> String {
     )
 }
 
-/// The directory of the plugin's domain files: its `segment_dir` (`FOLIO_SEGMENT_DIR`),
-/// else folio's private home.
-fn domain_dir() -> PathBuf {
-    std::env::var_os("FOLIO_SEGMENT_DIR").map_or_else(folio::segment_home, PathBuf::from)
+/// A new directory for one measurement's domain (its processes' `FOLIO_SEGMENT_DIR`):
+/// `fresh_name()` in `FOLIO_SEGMENT_DIR`, else in folio's private home (made if missing),
+/// mode 0700 as the plugin requires of a segment directory.
+pub(super) fn measurement_dir() -> io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let home =
+        std::env::var_os("FOLIO_SEGMENT_DIR").map_or_else(folio::segment_home, PathBuf::from);
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&home)?;
+    let dir = home.join(fresh_name());
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    Ok(dir)
 }
 
 /// Bytes a tmpfs file holds in memory (its allocated blocks), 0 if it is gone.
@@ -106,24 +120,35 @@ fn tmpfs_bytes(path: &Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
 }
 
-/// The bytes the domain `name`'s memory file holds after a measurement, then its files
-/// removed, so that the next measurement starts cold.
+/// After a folio measurement at the plugin's defaults in `dir` (its processes'
+/// `FOLIO_SEGMENT_DIR`, [`measurement_dir`]): the bytes the domain's memory file held, its
+/// name into `extra` (`domain`), then the domain forgotten and `dir` removed, so that the
+/// next measurement starts cold.
 ///
-/// Errors: no memory file (the plugin did not attach the domain).
-pub(super) fn take_domain_region(name: &str) -> io::Result<u64> {
-    let dir = domain_dir();
+/// Errors: no memory file (the plugin did not attach its default domain);
+/// `forget_plugin_domain`'s.
+pub(super) fn take_domain(
+    dir: &Path,
+    parts: &[ProcessRun],
+    extra: &mut Map<String, Value>,
+) -> io::Result<u64> {
+    // The domain every process attached (the stats name it: the user's).
+    let stats = parts.first().map_or("", |p| p.stats.as_str());
+    let name = plugin_domain_of(stats).unwrap_or("none").to_string();
     let path = dir.join(format!("{name}.domain"));
     let region = tmpfs_bytes(&path);
+    forget_plugin_domain(dir, stats)?;
+    // What is left: the processes' unnamed segments (a read-only open takes no LOCK, so
+    // the plugin names none), removed by their keepers.
+    let _ = std::fs::remove_dir_all(dir);
     if region == 0 {
         return Err(io::Error::other(format!(
-            "db-bench: no domain memory file {} after the run: the plugin did not attach the \
-             domain (its stderr says why)",
+            "db-bench: no domain memory file {} after the run: the plugin did not attach its \
+             default domain (its stderr says why)",
             path.display()
         )));
     }
-    for suffix in ["domain", "steward", "sock"] {
-        let _ = std::fs::remove_file(dir.join(format!("{name}.{suffix}")));
-    }
+    extra.insert("domain".into(), json!(name));
     Ok(region)
 }
 
@@ -287,10 +312,15 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     let measure = |system: System, p: usize| -> io::Result<RunResult> {
         let tables = table_files(&db)?;
         kernel::make_cold(&tables, env.cold)?;
-        let domain = (system == System::Folio).then(fresh_domain);
-        let uri = match &domain {
-            Some(name) => format!("folio://?domain={name}"),
-            None => "folio://".to_string(),
+        // folio: pure defaults, the domain's files in a directory of the measurement's
+        // own; folio-private: domain=none, explicitly, since the default is the domain.
+        let domain_dir = match system {
+            System::Folio => Some(measurement_dir()?),
+            _ => None,
+        };
+        let uri = match system {
+            System::Folio => "folio://",
+            _ => "folio://?domain=none",
         };
         let peak = kernel::PageCachePeak::start();
         let launches = (0..p)
@@ -300,6 +330,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 if system != System::Kernel {
                     cmd.env("LD_PRELOAD", &plugin)
                         .arg(format!("--fs_uri={uri}"));
+                }
+                if let Some(d) = &domain_dir {
+                    cmd.env("FOLIO_SEGMENT_DIR", d);
                 }
                 Launch {
                     cmd,
@@ -322,18 +355,20 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             System::Kernel => kernel_cached,
             _ => {
                 let private = record_folio_stats(&parts, &mut run.extra);
-                let region = match &domain {
-                    Some(name) => take_domain_region(name)?,
-                    None => 0,
+                let region = match &domain_dir {
+                    Some(dir) => take_domain(dir, &parts, &mut run.extra)?,
+                    None => {
+                        // Each process's persistent segment: the named one (the first
+                        // process's) removed, as after every cold folio measurement.
+                        let mut ignored = Map::new();
+                        for part in &parts {
+                            forget_plugin_segment(&part.stats, &mut ignored)?;
+                        }
+                        0
+                    }
                 };
                 run.extra
                     .insert("domain_region_bytes".into(), json!(region));
-                // Each process's persistent segment: the named one (the first process's)
-                // removed, as after every cold folio measurement.
-                let mut ignored = Map::new();
-                for part in &parts {
-                    forget_plugin_segment(&part.stats, &mut ignored)?;
-                }
                 if let Some(first) = parts.first() {
                     record_folio_capacity(&first.stats, &mut run.extra);
                 }
@@ -429,9 +464,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     report.note(format!(
         "P db_bench {} processes at once on one database of {keys} 8 KiB values ({} MiB; made \
          once with fillseq,flush); each: {}; kernel: buffered, the page cache dropped first; \
-         folio: LD_PRELOAD={} --fs_uri='folio://?domain=<fresh>' (the plugin's defaults but \
-         the domain, a new one per measurement); folio-private: --fs_uri='folio://' (pure \
-         defaults: a cache per process); rows: threads = P, ops/s the sum of the processes'; \
+         folio: LD_PRELOAD={} --fs_uri='folio://' (pure defaults: the user's domain, in a \
+         segment directory new to each measurement, so it starts cold); folio-private: \
+         --fs_uri='folio://?domain=none' (a cache per process); rows: threads = P, ops/s the sum of the processes'; \
          the median of {rounds} round(s)",
         NAME,
         data_bytes >> 20,
@@ -544,8 +579,8 @@ mod tests {
     }
 
     #[test]
-    fn fresh_domains_are_plain_names_and_differ() {
-        let (a, b) = (fresh_domain(), fresh_domain());
+    fn fresh_names_are_plain_names_and_differ() {
+        let (a, b) = (fresh_name(), fresh_name());
         assert_ne!(a, b);
         folio::check_segment_name(&a).unwrap();
     }

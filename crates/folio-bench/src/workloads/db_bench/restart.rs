@@ -21,8 +21,10 @@
 //! cache adopted (`folio: adoption: segment=... pages_kept=...`); a plugin that does not
 //! adopt yet says nothing, and the row then says `adoption: null` (its restart is cold).
 //! After each round the segment the plugin named (and left, by design) is removed from
-//! its directory (`FOLIO_SEGMENT_DIR` or the home `/dev/shm/folio-<uid>`), so that the next round starts as
-//! the first did and nothing is left behind.
+//! its directory (`FOLIO_SEGMENT_DIR` or the home `/dev/shm/folio-<uid>`), and so is the
+//! domain its processes shared (the user's, the plugin's default: the restart reads the
+//! tables from it, warm, as from the kernel's page cache), so that the next round starts
+//! as the first did and nothing is left behind.
 //!
 //! Rows: `kernel` and `folio`, phase `warm` (the first process) and `restart-clean` (the
 //! second), the median round; `vs_warm` (second over first, per round) and folio/kernel
@@ -178,8 +180,12 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             });
             // The segment the plugin named after the database, left on purpose by each
             // clean exit: removed whatever happened, so that nothing stays in /dev/shm.
+            // And the domain (the user's, at the plugin's defaults), which outlives the
+            // processes too: the next round's first process starts cold from both.
             if system == System::Folio {
                 remove_plugin_segment(&segment_dir, &stats)?;
+                let text = std::fs::read_to_string(&stats).unwrap_or_default();
+                super::forget_plugin_domain(&segment_dir, &text)?;
             }
             let (w, r) = warm?;
             runs[si][0].push(w);

@@ -4,10 +4,10 @@
 //! systems:
 //!
 //! - `kernel`: buffered reads, the page cache dropped first;
-//! - `folio`: the plugin at its defaults **plus** `domain=<a fresh name>`, the same for
-//!   the P processes: the only override, so that every measurement starts cold (the
-//!   user's domain, the default's, outlives a run by its linger and would hold the last
-//!   run's pages); the domain's files are removed after it.
+//! - `folio`: the plugin at its defaults (the user's domain, shared by the P processes),
+//!   its segment directory (`FOLIO_SEGMENT_DIR`) one of the measurement's own, so that
+//!   every measurement starts cold (the user's domain outlives a run by its linger and
+//!   would hold the last run's pages); the domain is removed after it.
 //!
 //! Figures, per P: the **summed** reads/s (db_bench's own) over the whole run and in a
 //! cold and a steady window ([`super::windows`], the processes' seconds summed); **each
@@ -32,12 +32,12 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use super::child::SAMPLE_PERIOD;
-use super::readonly::{fresh_domain, median, record_folio_stats, summed, take_domain_region};
+use super::readonly::{measurement_dir, median, record_folio_stats, summed, take_domain};
 use super::together::{run_together, Launch};
 use super::windows::WindowSpec;
 use super::{
-    build_plugin, ensure_dbs, forget_plugin_segment, record_folio_capacity, table_files,
-    workspace_root, Args, DB_BENCH, VALUE_BYTES,
+    build_plugin, ensure_dbs, record_folio_capacity, table_files, workspace_root, Args, DB_BENCH,
+    VALUE_BYTES,
 };
 use crate::kernel;
 use crate::measure::RunResult;
@@ -167,14 +167,18 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             .collect::<io::Result<Vec<_>>>()?
             .concat();
         kernel::make_cold(&tables, env.cold)?;
-        let domain = (system == System::Folio).then(fresh_domain);
+        let domain_dir = match system {
+            System::Folio => Some(measurement_dir()?),
+            _ => None,
+        };
         let launches = (0..p)
             .map(|i| {
                 let mut cmd = Command::new(DB_BENCH);
                 cmd.args(tenant_args(i));
-                if let Some(name) = &domain {
+                if let Some(dir) = &domain_dir {
                     cmd.env("LD_PRELOAD", &plugin)
-                        .arg(format!("--fs_uri=folio://?domain={name}"));
+                        .env("FOLIO_SEGMENT_DIR", dir)
+                        .arg("--fs_uri=folio://");
                 }
                 Launch {
                     cmd,
@@ -188,17 +192,13 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         let kernel_cached = kernel::resident_pages_all(&tables)?.resident * 4096;
         run.extra
             .insert("page_cache_tables_bytes".into(), json!(kernel_cached));
-        let memory = match &domain {
+        let memory = match &domain_dir {
             None => kernel_cached,
-            Some(name) => {
+            Some(dir) => {
                 let private = record_folio_stats(&parts, &mut run.extra);
-                let region = take_domain_region(name)?;
+                let region = take_domain(dir, &parts, &mut run.extra)?;
                 run.extra
                     .insert("domain_region_bytes".into(), json!(region));
-                let mut ignored = serde_json::Map::new();
-                for part in &parts {
-                    forget_plugin_segment(&part.stats, &mut ignored)?;
-                }
                 if let Some(first) = parts.first() {
                     record_folio_capacity(&first.stats, &mut run.extra);
                 }
@@ -302,9 +302,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     report.note(format!(
         "P db_bench {NAME} processes at once, each on its own database of {keys} 8 KiB \
          values ({} MiB; made once with fillseq,flush --num_multi_db); each: {}; kernel: \
-         buffered, the page cache dropped first; folio: LD_PRELOAD={} \
-         --fs_uri='folio://?domain=<fresh>' (the plugin's defaults but the domain's name, one \
-         per measurement, shared by its P tenants); windows as in db-bench readonly \
+         buffered, the page cache dropped first; folio: LD_PRELOAD={} --fs_uri='folio://' \
+         (the plugin's defaults: the user's domain, shared by the P tenants, in a segment \
+         directory of the measurement's own, FOLIO_SEGMENT_DIR); windows as in db-bench readonly \
          (/proc/<pid>/stat every {} ms); rows: threads = P, ops/s the sum of the tenants'; \
          the median of {rounds} round(s)",
         (keys * VALUE_BYTES) >> 20,
