@@ -39,7 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::Mapping;
 use crate::index::Mark;
-use crate::shared::reader::DomainFile;
+use crate::shared::reader::{DomainFile, DomainWriter};
 use crate::types::PageIndex;
 
 /// This process's writable handles of a file and its domain handles (module docs).
@@ -53,6 +53,9 @@ struct Uses {
     writers: u32,
     /// The domain handles admitted (A1), weakly: a handle's drop is its removal.
     files: Vec<Weak<DomainFile>>,
+    /// This process as the writer of the file's record in the domain (A4), held from the
+    /// first writable open until the file is clean with no writable handle open.
+    writer: Option<Arc<DomainWriter>>,
 }
 
 /// What `Mapping::admit_domain` did.
@@ -121,14 +124,56 @@ impl Mapping {
         }
     }
 
+    /// A4: the writer of the file's record in the domain, made by `make` at the first
+    /// writable open (`None`: the domain would not have us as its writer, and the caller
+    /// retires the record as A2 says), kept for later opens.
+    ///
+    /// Context: a writable open, after A2; takes the `DomainUse` lock around `make`.
+    /// Errors: `make`'s.
+    pub(crate) fn attach_writer(
+        &self,
+        make: impl FnOnce() -> io::Result<Option<DomainWriter>>,
+    ) -> io::Result<Option<Arc<DomainWriter>>> {
+        let mut uses = self.domain.lock();
+        if let Some(writer) = &uses.writer {
+            return Ok(Some(writer.clone()));
+        }
+        let writer = make()?.map(Arc::new);
+        uses.writer.clone_from(&writer);
+        Ok(writer)
+    }
+
+    /// The writer of the file's record (A4), for a writeback that took a page.
+    pub(crate) fn domain_writer(&self) -> Option<Arc<DomainWriter>> {
+        self.domain.lock().writer.clone()
+    }
+
+    /// A5: the writer detaches once no writable handle is open and the file is clean (its
+    /// bytes on disk: A1's test): called at a writable handle's drop and at a writeback's
+    /// end. The detach itself (`DomainWriter`'s drop) runs after the lock is let go, once
+    /// the last handle holding it is gone.
+    pub(crate) fn settle_writer(&self) {
+        let writer = {
+            let mut uses = self.domain.lock();
+            if uses.writers > 0 || uses.writer.is_none() || self.has_newer_bytes() {
+                return;
+            }
+            uses.writer.take()
+        };
+        drop(writer);
+    }
+
     /// A3: a writable handle of this mapping was dropped.
     ///
     /// Context: `File`'s drop; takes the `DomainUse` lock.
     pub(crate) fn writer_closed(&self) {
-        let mut uses = self.domain.lock();
-        uses.writers = uses
-            .writers
-            .checked_sub(1)
-            .expect("a writable handle's drop counted at its open");
+        {
+            let mut uses = self.domain.lock();
+            uses.writers = uses
+                .writers
+                .checked_sub(1)
+                .expect("a writable handle's drop counted at its open");
+        }
+        self.settle_writer();
     }
 }
