@@ -1157,6 +1157,29 @@ impl<'r> SharedIndex<'r> {
         Ok(removed)
     }
 
+    /// `remove` of the order-0 folio of `frame` at `page` only if the slot names it once
+    /// the lock is ours (a dead holder's change redone first: queue.rs E4).
+    ///
+    /// Context: as `insert_run`.
+    pub(crate) fn remove_named<R: Run>(
+        &self,
+        me: Holder,
+        page: Page,
+        frame: u64,
+        leave: Leave,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Option<Folio>, Died> {
+        let held = self.take(me, slots, run)?;
+        let removed = if self.lookup(page) == (Entry::Folio { frame, order: 0 }) {
+            self.remove_locked(&held, page, leave, run)?
+        } else {
+            None
+        };
+        held.unlock(run)?;
+        Ok(removed)
+    }
+
     fn remove_locked<R: Run>(
         &self,
         held: &Held<'_, '_>,

@@ -123,6 +123,41 @@
 //! reader compares for equality. So a freed frame has always been raised since its last
 //! insertion. A removal (truncation) raises the same way (it is E1-E7 too).
 //!
+//! # Writes (a writer process's pages: docs/sharing.md "Writes seen across processes")
+//!
+//! A process that writes a file (its record's one WRITER, files.rs) puts each page it
+//! wrote into the domain before its `write_at` returns (`install`), copy on write:
+//!   I1. A frame G leased, the page's whole newest bytes stored into it with atomic stores
+//!       (after the lease's fence, as a miss's `pread`), then handed over with
+//!       HELD[G] = the writer's mark (slot + 1 << 48 | a sequence of its own), stored with
+//!       FILE and PAGE before the ADD (the lessee's words); pinned by the writer.
+//!   I2. Under this queue's lock, the page's slot made G: `SharedIndex::put`, one STORE
+//!       intent over the old folio F (INFO unchanged), or an insertion where no folio was.
+//!   I3. Still under the lock: HELD[F] = 0, then F evicted (E1-E7 without a shadow; its E4
+//!       finds it in no index: nothing to remove; E5 raises GEN[F] before E6 frees it); a
+//!       reader's pin keeps it (E2 refused): it stays queued in no index for reclaim.
+//!   I4. The lock let go; G unpinned.
+//! Why a reader sees the old page whole or the new one whole, and the new one once the
+//! write returned: F's bytes are never written while it is CACHED (I3 frees it only after
+//! I2 took it out of the index, and raises its generation first: the optimistic hit's
+//! argument above, unchanged); G's bytes are complete before I2's release store; a read
+//! that starts after the write returned walks to the slot after I2 (the write's return
+//! happens after I2) and finds G, or a later writer's frame. Death: before I1's ADD, G is
+//! the dead lessee's (swept free); between I1 and I2, G is queued in no index (its mark
+//! cleared by the sweep, then reclaim frees it) and the page is F; I2 is one intent (the
+//! index's taker redoes it); between I2 and I3, F is queued in no index (reclaim frees it
+//! once unmarked); I3's eviction is finished by the queue's taker. At every step the
+//! page names F or G, each CACHED (`tests_reclaim`'s `a_writers_install_killed_...`, and
+//! the loom model `install_races_an_optimistic_hit` with its broken variant).
+//!
+//! **HELD** frames hold bytes their writer returned and has not written to disk yet:
+//! reclaim gives them a second chance as it does pinned ones (never frees them), so that a
+//! reader never misses such a page and reads the disk's older one. The writer's writeback
+//! clears a frame's mark once the bytes it wrote are on disk (`release_held`: a CAS from
+//! the mark that writeback read, so a later write's new frame stays HELD); its detach
+//! clears the rest; the steward's sweep of a dead writer clears its marks (docs: what a
+//! death means for durability). A removal (truncation, a record's drop) ignores marks.
+//!
 //! # Protocol (every change under the lock; each primitive one intent, lock.rs M1-M3)
 //!
 //! - ADD [f, old tail + 1, new ENDS, new STATUS]: NEXT[f] = 0, PREV[f] = old tail + 1,
@@ -933,10 +968,10 @@ impl<'r> SharedQueue<'r> {
                 break;
             };
             let referenced = self.of(head, REF).load(Ordering::Relaxed) != 0;
+            let pinned = self.of(head, PIN).load(Ordering::Relaxed) != 0;
             // A frame newer than the disk is kept like a pinned one ("Writes").
-            let pinned = self.of(head, PIN).load(Ordering::Relaxed) != 0
-                || self.of(head, HELD).load(Ordering::Relaxed) != 0;
-            if (referenced || pinned) && head != tail {
+            let held_back = self.of(head, HELD).load(Ordering::Relaxed) != 0;
+            if (referenced || pinned || held_back) && head != tail {
                 let next = linked(self.load(head, NEXT)).expect("a head before its tail");
                 let intent = Intent {
                     op: ROTATE,
@@ -953,6 +988,10 @@ impl<'r> SharedQueue<'r> {
             if referenced {
                 // Alone in the queue: its second chance is the bit cleared.
                 self.of(head, REF).store(0, Ordering::Relaxed);
+                continue;
+            }
+            if held_back {
+                // Alone in the queue and HELD: nothing to take.
                 continue;
             }
             if self.evict(&held, head, Evict::Reclaim, me, indexes, slots, run)? {
@@ -1156,8 +1195,13 @@ impl<'r> SharedQueue<'r> {
             Evict::Remove => Leave::Empty,
         };
         // `None`: the removal was a dead holder's (this queue's last, in E4), finished by
-        // the index's take-over inside `remove`.
-        let removed = index.remove(me, page, leave, slots, run)?;
+        // the index's take-over inside `remove_named`. Only if the slot still names the
+        // victim once the lock is ours: a dead writer's `put` ("Writes", I2) of this page,
+        // published but not yet stored when the look-up above ran, is redone by that
+        // take-over and swaps the slot to its new frame, which is not ours to remove
+        // (found by `a_writers_install_killed_at_every_step_...`: reclaim took the new
+        // frame out in place of the old).
+        let removed = index.remove_named(me, page, u64::from(frame), leave, slots, run)?;
         assert!(
             removed.is_none_or(|folio| folio.frame == u64::from(frame)),
             "the index named the victim under the queue's lock, not {removed:?}"

@@ -326,3 +326,84 @@ fn a_write_that_returned_is_read_by_another_process() {
     reclaim_everything(parent.domain(), parent.holder());
     parent.detach();
 }
+
+/// What a write pays for the domain (docs/sharing.md "Writes seen across processes",
+/// "Measured"): a 4 KiB overwrite of a cached page and a 100-byte append, through a
+/// `Cache` with a domain (the private write, then the page put into the domain) beside a
+/// private `Cache` (today's path), in one process, the two alternated round by round.
+/// Medians of the rounds' per-write times. Run by hand:
+/// `cargo test --release -p folio --lib shared::tests_write::a_write_costs -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn a_write_costs() {
+    const WRITES: u64 = 2_000;
+    const ROUNDS: usize = 7;
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let name = "write-costs";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 4096)).unwrap();
+    let build = |domain: bool| {
+        let builder = Cache::builder()
+            .capacity_bytes(64 << 20)
+            .segment_dir(home.path());
+        let builder = if domain {
+            builder.domain(name)
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    };
+    let caches = [build(false), build(true)];
+    let page = vec![0x5au8; 4096];
+    let small = vec![0xa5u8; 100];
+    let mut times: [[Vec<f64>; 2]; 2] = Default::default();
+    for round in 0..ROUNDS {
+        for (c, cache) in caches.iter().enumerate() {
+            let path = data.path().join(format!("r{round}-{c}"));
+            std::fs::write(&path, vec![0u8; 64 * 4096]).unwrap();
+            let file = cache.open_options().write(true).open(&path).unwrap();
+            let mut whole = vec![0u8; 64 * 4096];
+            file.read_at(&mut whole, 0).unwrap();
+            let mut rng = Rng(round as u64 + 1);
+            let started = Instant::now();
+            for _ in 0..WRITES {
+                let at = rng.below(64) * 4096;
+                file.write_at(&page, at).unwrap();
+            }
+            times[0][c].push(started.elapsed().as_nanos() as f64 / WRITES as f64);
+            let mut end = 64 * 4096;
+            let started = Instant::now();
+            for _ in 0..WRITES {
+                file.write_at(&small, end).unwrap();
+                end += 100;
+            }
+            times[1][c].push(started.elapsed().as_nanos() as f64 / WRITES as f64);
+            file.sync_data().unwrap();
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    for (what, t) in ["4 KiB overwrite", "100-byte append"]
+        .iter()
+        .zip(times.iter_mut())
+    {
+        let (mut private, mut domain) = (t[0].clone(), t[1].clone());
+        let (p, d) = (median(&mut private), median(&mut domain));
+        eprintln!(
+            "{what}: private {p:.0} ns, with the domain {d:.0} ns (x{:.2}); rounds: private {:?}, domain {:?}",
+            d / p,
+            private.iter().map(|x| *x as u64).collect::<Vec<_>>(),
+            domain.iter().map(|x| *x as u64).collect::<Vec<_>>()
+        );
+    }
+    let installs = caches[1].domain_stats().unwrap().installs;
+    assert!(
+        installs >= 2 * WRITES * ROUNDS as u64,
+        "{installs} installs"
+    );
+    drop(caches);
+    parent.detach();
+}
