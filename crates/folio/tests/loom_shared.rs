@@ -1728,6 +1728,10 @@ fn install_model(
                     Ok::<_, Died>(new)
                 })();
                 let died = installed.is_err();
+                assert!(
+                    !(died && die_at == INSTALL_STEPS),
+                    "INSTALL_STEPS must pass the install's last step"
+                );
                 if died {
                     assert!(slots.mark_dead(writer));
                 } else {

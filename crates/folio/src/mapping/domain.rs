@@ -21,17 +21,29 @@
 //!       admission, once this process is clean again, drops the record's pages and reads
 //!       the disk rather than the pages cached before the write.
 //!   A3. A writable handle's drop lowers the count (`writer_closed`).
+//!   A4. Other processes see this process's writes (docs/sharing.md "Writes seen across
+//!       processes"): a writable open of a domain cache makes this process the writer of
+//!       the domain's record of the file (`attach_writer`: one `DomainWriter` per
+//!       mapping, held here and by every writable handle), instead of retiring the record;
+//!       every write and `set_len` then puts the pages it changed into the domain before
+//!       it returns (`File::publish`), and the record stays current. When the domain will
+//!       not have us as the writer (another process is, or the record is stale), A2's
+//!       retirement of the record stands.
+//!   A5. The writer detaches (`settle_writer`: its marks cleared, the record's stamp the
+//!       file's, its writer mark cleared) once no writable handle is open and the file is
+//!       clean (A1's test), looked at a writable handle's drop and at a writeback's end.
 //! A1 and A2 hold one lock: an admission either comes first (its handle is on the list,
 //! retired by A2) or sees the writer counted (refused).
 //!
-//! Protection: the count and the list under `DomainUse`'s mutex (taken by opens and
-//! writable drops only, never by a read); a handle's retired flag is an atomic.
+//! Protection: the count, the list and the writer under `DomainUse`'s mutex (taken by
+//! opens, writable drops and a writeback's start and end, never by a read); a handle's
+//! retired flag is an atomic.
 //!
 //! Limits: a retired handle stays retired (it reads privately until it is closed, and
 //! its domain open keeps the record open: a later admission of the file, by anyone,
 //! finds the record in use and its stamp retired, and reads privately until every such
-//! handle is closed). Another process's writes are not seen (cross-process coherence is
-//! a later step).
+//! handle is closed). Another process's writes are seen through the domain only when
+//! that process is the record's writer (A4; one writer process per file).
 
 use std::io;
 use std::ops::ControlFlow;

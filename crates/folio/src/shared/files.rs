@@ -636,7 +636,10 @@ impl<'r> FileTable<'r> {
         let writer = self.word(id.index, WRITER).load(Ordering::Relaxed);
         let live =
             self.word(id.index, TAG).load(Ordering::Relaxed) == LIVE | u64::from(id.generation);
-        let claimed = if !live || (writer != 0 && writer != mine) {
+        // A retired stamp: another process wrote the file outside the domain (A2), so the
+        // record's pages may be stale: no writer keeps it current.
+        let retired = self.word(id.index, MTIME).load(Ordering::Relaxed) == RETIRED_STAMP;
+        let claimed = if !live || retired || (writer != 0 && writer != mine) {
             false
         } else {
             if writer == 0 {
@@ -672,9 +675,16 @@ impl<'r> FileTable<'r> {
             u64::from(me.slot.0) + 1,
             "a release of {id:?} by {me:?}, which is not its writer"
         );
+        // A stamp another writable process retired meanwhile stays retired: its writes
+        // are not in the domain.
+        let stamp = if self.word(id.index, MTIME).load(Ordering::Relaxed) == RETIRED_STAMP {
+            RETIRED_STAMP
+        } else {
+            mtime_ns
+        };
         let intent = Intent {
             op: op(WRITE, id.index),
-            args: [0, mtime_ns, 0, 0],
+            args: [0, stamp, 0, 0],
         };
         self.change(&held, &intent, run)?;
         held.unlock(run)

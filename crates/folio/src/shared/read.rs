@@ -123,7 +123,8 @@
 //! by their own protocols; each magazine by its mutex; the counters are atomics (the
 //! optimistic hits' per-thread blocks written only by their thread).
 //!
-//! Limits: reads only (no write, no truncation: a file changed since its record was made
+//! Limits: reads, and a writer's pages put in (`install`, `truncate`: docs/sharing.md
+//! "Writes seen across processes"; no write of a file by the domain: a file changed since its record was made
 //! is refused at open while its record is open somewhere, since its cached pages may be
 //! stale; open nowhere, its record and pages are dropped and a new one made: files.rs,
 //! "Drops"); the size is the record's size word (the first opener's `fstat`), loaded once
