@@ -1,7 +1,8 @@
 //! The shared read path (issue 45 step 6's second part, docs/sharing.md "The shared read
 //! path"): a member of a domain reads real files through the domain's region, so that a
 //! page one process read is a hit in every other. A `Cache` with a domain calls it
-//! (reader.rs); reads only.
+//! (reader.rs); and a writer's pages put in (`install`: docs/sharing.md "Writes seen
+//! across processes").
 //!
 //! # A read (`SharedReader::read_at`), per page
 //!
@@ -760,8 +761,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
         buf: &mut [u8],
         offset: u64,
     ) -> io::Result<usize> {
-        // One load: our open keeps the record (files.rs, `open_size`). A size another
-        // process changes is the coherence step's (not built: reads only).
+        // One load: our open keeps the record (files.rs, `open_size`). A size its writer
+        // changes (docs/sharing.md "Writes seen across processes", W4) is seen by the
+        // next call, not within one.
         let size = self.files.open_size(file.id);
         if offset >= size || buf.is_empty() {
             return Ok(0);

@@ -13,7 +13,10 @@
 //! Protection: as `SharedReader` (read.rs, "Threads": `Send + Sync`, its counters
 //! atomics, its magazines under mutexes); `refused` an atomic.
 //!
-//! Limits: read.rs's (reads only, order-0 frames, readahead read synchronously); a forked
+//! And this process as the writer of a file's record (`DomainWriter`: docs/sharing.md
+//! "Writes seen across processes"): the pages its writes changed put into the domain.
+//!
+//! Limits: read.rs's (order-0 frames, readahead read synchronously); a forked
 //! child cannot use its parent's `DomainReader` (the region is not mapped in it:
 //! domain.rs, "Forks"; a touch faults): it builds its own.
 
