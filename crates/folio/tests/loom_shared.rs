@@ -1618,3 +1618,251 @@ fn optimistic_broken_no_recheck() {
 fn optimistic_broken_no_lessee_fence() {
     assert_optimistic_caught(Flaw::NoLesseeFence);
 }
+
+// ---------------------------------------------------------------- a writer's install
+//
+// `install_races_an_optimistic_hit` (queue.rs, "Writes"; docs/sharing.md "Writes seen
+// across processes"): frame F caches page 0 of the one file with OLD. A writer leases the
+// other frame G, writes NEW into it (relaxed, as `atomic_store_copy` does, after the
+// lease's fence) and installs it at page 0 (`SharedQueue::install`: handed over HELD,
+// the slot swapped under the queue's lock, F unmarked and taken out), dying at each of
+// its steps in turn, or not at all; then it says so (a release store of RETURNED). Then
+// another process (the steward's slot) allocates every frame it can and writes OTHER into
+// each (F reused once freed), with the steward's `mark_dead` before and its sweep after
+// when the writer died. Meanwhile a reader (the main thread) loads RETURNED (acquire),
+// then hits page 0 optimistically. Asserted: a validated copy is OLD or NEW, never OTHER
+// (no torn or reused page), and NEW if the reader saw RETURNED before it started (never
+// the old page after the write returned); at the end the queue and the index check and
+// page 0 names F or G (never nothing: a reader would then read the disk's old page), G
+// if the install returned.
+//
+// Broken, and caught: `install_broken_old_freed_before_swap` (F evicted before the slot
+// is swapped to G: a death between leaves page 0 with no frame).
+
+const INSTALL_STEPS: u32 = 90;
+const OLD: u64 = 3000;
+const NEW: u64 = 4000;
+
+fn install_model(
+    die_at: u32,
+    flaw: Flaw,
+    start: ReaderStart,
+    outcomes: &std::sync::Arc<ReaderOutcomes>,
+) {
+    use loom::sync::atomic::Ordering;
+    let outcomes = outcomes.clone();
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(RECLAIM_PREEMPTIONS);
+    }
+    builder.max_branches = 20_000;
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let data: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_FRAMES).map(|_| AtomicU64::new(0)).collect());
+        let returned = Arc::new(AtomicU64::new(0));
+        let (steward, writer, reader, old) = {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            buddy.format();
+            buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
+            queue.format();
+            indexes[0].format();
+            let steward = slots.attach(Flaw::None).unwrap();
+            let run = ModelRun::living(Flaw::None);
+            let frame = buddy
+                .alloc(buddy::Order(0), steward, &slots, &run)
+                .unwrap()
+                .unwrap();
+            data[frame.0 as usize].store(OLD, Ordering::Relaxed);
+            queue
+                .hand_over(
+                    frame,
+                    queue::FileNo(0),
+                    0,
+                    steward,
+                    &indexes[..],
+                    &slots,
+                    &run,
+                )
+                .unwrap();
+            let folio = index::Folio {
+                frame: u64::from(frame.0),
+                order: 0,
+            };
+            indexes[0]
+                .insert_run(steward, 0, &[folio], &slots, &run)
+                .unwrap();
+            queue.unpin(frame, steward);
+            (
+                steward,
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+                frame,
+            )
+        };
+        let a = {
+            let (region, data, returned) = (region.clone(), data.clone(), returned.clone());
+            loom::thread::spawn(move || {
+                let (slots, buddy, indexes) = reclaim_views(&region);
+                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+                let living = ModelRun::living(flaw);
+                let dying = ModelRun::dying_at(die_at, flaw);
+                let installed = (|| {
+                    let new = buddy
+                        .alloc(buddy::Order(0), writer, &slots, &dying)?
+                        .expect("the other frame is free");
+                    data[new.0 as usize].store(NEW, Ordering::Relaxed);
+                    queue.install(
+                        new,
+                        queue::FileNo(0),
+                        0,
+                        queue::held_mark(writer, 1),
+                        &indexes[0],
+                        writer,
+                        &indexes[..],
+                        &slots,
+                        &dying,
+                    )?;
+                    Ok::<_, Died>(new)
+                })();
+                let died = installed.is_err();
+                assert!(
+                    !(died && die_at == INSTALL_STEPS),
+                    "INSTALL_STEPS must pass the install's last step"
+                );
+                if died {
+                    assert!(slots.mark_dead(writer));
+                } else {
+                    returned.store(1, Ordering::Release);
+                }
+                // Another process reuses every frame it can get.
+                while let Some(frame) = buddy
+                    .alloc(buddy::Order(0), steward, &slots, &living)
+                    .unwrap()
+                {
+                    data[frame.0 as usize].store(OTHER, Ordering::Relaxed);
+                }
+                if died {
+                    queue
+                        .sweep(writer, steward, &indexes[..], &slots, &living)
+                        .unwrap();
+                    slots.free_dead(writer);
+                } else {
+                    slots.detach(writer);
+                }
+                installed.ok()
+            })
+        };
+        {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            if let ReaderStart::AfterYield = start {
+                loom::thread::yield_now();
+            }
+            let after_return = returned.load(Ordering::Acquire) == 1;
+            let copied = Cell::new(None);
+            let found = queue
+                .read_hit(
+                    &indexes[0],
+                    queue::FileNo(0),
+                    0,
+                    &ModelRun::living(flaw),
+                    |frame| copied.set(Some(data[frame.0 as usize].load(Ordering::Relaxed))),
+                )
+                .unwrap();
+            let outcome = match found {
+                queue::Optimistic::Hit(_) => {
+                    let copy = copied.get();
+                    assert!(
+                        copy == Some(OLD) || copy == Some(NEW),
+                        "a validated copy is the old page or the new one: {copy:?}"
+                    );
+                    if after_return {
+                        assert_eq!(copy, Some(NEW), "after the write returned, the new page");
+                    }
+                    &outcomes.hits
+                }
+                queue::Optimistic::Absent => {
+                    assert!(
+                        !after_return,
+                        "after the write returned, the page is cached"
+                    );
+                    &outcomes.misses
+                }
+                queue::Optimistic::Stale => &outcomes.misses,
+            };
+            outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            slots.detach(reader);
+        }
+        let new = a.join().unwrap();
+        let (slots, buddy, indexes) = reclaim_views(&region);
+        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+        let census = queue.check(&slots);
+        assert!(census.is_ok(), "the queue checks at the end: {census:?}");
+        let checked = indexes[0].check();
+        assert!(checked.is_ok(), "the index checks at the end: {checked:?}");
+        let entry = indexes[0].lookup(0);
+        let names = |f: u32| {
+            entry
+                == index::Entry::Folio {
+                    frame: u64::from(f),
+                    order: 0,
+                }
+        };
+        match new {
+            Some(new) => assert!(
+                names(new.0),
+                "an install that returned is indexed: {entry:?}"
+            ),
+            None => assert!(
+                names(old.0) || names(1 - old.0),
+                "page 0 names the old frame or the new one: {entry:?}"
+            ),
+        }
+    });
+}
+
+#[test]
+fn install_races_an_optimistic_hit() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let before = TAKE_OVERS.load(Relaxed);
+    for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+        let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+        for die_at in 0..=INSTALL_STEPS {
+            install_model(die_at, Flaw::None, start, &outcomes);
+        }
+        let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
+        eprintln!("install, reader {start:?}: hit {hits} times, stale or absent {misses}");
+        assert!(hits > 0, "the reader ({start:?}) must hit");
+    }
+    let took_over = TAKE_OVERS.load(Relaxed) - before;
+    eprintln!("install: {took_over} take-overs explored");
+    assert!(took_over > 0, "no model took a dead holder's lock over");
+}
+
+#[test]
+fn install_broken_old_freed_before_swap() {
+    for die_at in (0..=INSTALL_STEPS).rev() {
+        if let Err(payload) = std::panic::catch_unwind(|| {
+            let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+            for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+                install_model(die_at, Flaw::OldFreedBeforeSwap, start, &outcomes);
+            }
+        }) {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("install broken: caught with a death at step {die_at}: {message}");
+            assert!(
+                message.contains("page 0 names the old frame or the new one"),
+                "failed, but not as expected: {message}"
+            );
+            return;
+        }
+    }
+    panic!("install broken: no model failed");
+}

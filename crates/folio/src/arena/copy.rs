@@ -222,7 +222,7 @@ unsafe fn atomic_copy_16_to_64(src: *const u8, dst: &mut [u8]) {
 }
 
 #[cfg(any(not(target_arch = "x86_64"), miri))]
-use atomic_store_copy_words as atomic_store_copy;
+pub(crate) use atomic_store_copy_words as atomic_store_copy;
 
 /// Copies `src` to `dst` as a byte-wise atomic memcpy on the store side (C++ P1478's
 /// `atomic_store_per_byte_memcpy`): the writer's half of `atomic_copy`, for bytes that
@@ -233,7 +233,7 @@ use atomic_store_copy_words as atomic_store_copy;
 /// `dst..dst + src.len()` must be valid for writes, and every other access to it during
 /// the copy must be atomic.
 #[cfg(all(target_arch = "x86_64", not(miri)))]
-unsafe fn atomic_store_copy(src: &[u8], dst: *mut u8) {
+pub(crate) unsafe fn atomic_store_copy(src: &[u8], dst: *mut u8) {
     // SAFETY: the caller guarantees `dst` is writable for `src.len()` bytes; `src` is a
     // shared borrow of that many bytes; the direction flag is clear on entry (Rust's asm
     // rules); rdi, rsi and rcx are declared clobbered.
@@ -254,7 +254,7 @@ unsafe fn atomic_store_copy(src: &[u8], dst: *mut u8) {
 /// # Safety
 /// As the x86-64 version.
 #[cfg(any(not(target_arch = "x86_64"), miri, test))]
-unsafe fn atomic_store_copy_words(src: &[u8], dst: *mut u8) {
+pub(crate) unsafe fn atomic_store_copy_words(src: &[u8], dst: *mut u8) {
     use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
     let len = src.len();
     let head = dst.align_offset(8).min(len);

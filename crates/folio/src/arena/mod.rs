@@ -60,7 +60,7 @@ mod buddy;
 mod chunk;
 mod copy;
 /// The byte-wise atomic copy out (the shared read path's optimistic hit uses it too).
-pub(crate) use copy::atomic_copy;
+pub(crate) use copy::{atomic_copy, atomic_store_copy};
 mod pages;
 mod populate;
 mod quota;

@@ -85,6 +85,9 @@ pub struct DomainStats {
     /// than the disk (a writable handle open, dirty pages, a writeback running: the
     /// domain reads the disk).
     pub files_newer_here: u64,
+    /// Pages this process's writes put into the domain (written files whose record it is
+    /// the writer of: docs/sharing.md "Writes seen across processes").
+    pub installs: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -223,6 +226,7 @@ impl Cache {
             sibling_pinned: c.sibling_pinned,
             files_refused: refused,
             files_newer_here: newer,
+            installs: c.installs,
         })
     }
 

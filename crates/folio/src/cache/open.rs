@@ -222,14 +222,14 @@ impl Cache {
         // A read-only file of a domain cache reads through the domain (a descriptor of its
         // own: the same open file) while this process holds no newer bytes of it; else,
         // or refused, privately (counted by the reader). A writable one, counted by
-        // `File::new` (its domain handles retired), retires the domain's record of the
-        // file (mapping/domain.rs, A1-A2).
+        // `File::new` (its domain handles retired), makes this process the writer of the
+        // domain's record of the file, or else retires it (mapping/domain.rs, A1-A4).
         // `OpenOptions::private`: read privately, not admitted.
         if let Some(reader) = &self.domain {
             match access {
                 Access::ReadOnly if options.private => {}
                 Access::ReadOnly => file.admit_to(reader)?,
-                Access::ReadWrite => drop(reader.retire(&meta)?),
+                Access::ReadWrite => file.attach_writer_to(reader, &meta)?,
             }
         }
         if options.truncate {

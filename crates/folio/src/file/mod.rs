@@ -69,7 +69,7 @@ use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
 use crate::readahead::RaCell;
 use crate::shared::read::Admitted;
-use crate::shared::reader::{DomainFile, DomainReader};
+use crate::shared::reader::{DomainFile, DomainReader, DomainWriter};
 use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex};
 use crate::write::errseq::Since;
@@ -113,6 +113,9 @@ pub struct File {
     since: Mutex<Since>,
     /// What this handle's misses and readahead read from the device (`stats`).
     counters: HandleCounters,
+    /// A writable handle of a domain cache: this process as the writer of the file's
+    /// record (mapping/domain.rs, A4): each write's pages are put into the domain.
+    writer: Option<Arc<DomainWriter>>,
 }
 
 impl std::fmt::Debug for File {
@@ -171,6 +174,7 @@ impl File {
             counters: HandleCounters::default(),
             no_reuse: std::sync::atomic::AtomicBool::new(false),
             shared: None,
+            writer: None,
         }
     }
 
@@ -206,6 +210,35 @@ impl File {
             DomainAdmission::Refused => {}
         }
         Ok(())
+    }
+
+    /// A writable handle of a domain cache (mapping/domain.rs, A4): this process made
+    /// the writer of the file's record (its writes put into the domain from now on), or,
+    /// if the domain will not, the record retired (A2: another process reads the disk).
+    ///
+    /// Context: the open, before the handle is handed out; takes the mapping's
+    /// `DomainUse` lock and the domain's locks.
+    /// Errors: `dup`'s, `fstat`'s.
+    pub(crate) fn attach_writer_to(
+        &mut self,
+        reader: &Arc<DomainReader>,
+        meta: &std::fs::Metadata,
+    ) -> io::Result<()> {
+        let fd = self.clone_fd()?;
+        let mode = self.mode;
+        let writer = self
+            .mapping
+            .attach_writer(|| reader.open_writer(fd, mode))?;
+        match writer {
+            Some(writer) => self.writer = Some(writer),
+            None => drop(reader.retire(meta)?),
+        }
+        Ok(())
+    }
+
+    /// The domain's writer of this handle's file (A4), if any.
+    pub(crate) fn domain_writer(&self) -> Option<&DomainWriter> {
+        self.writer.as_deref()
     }
 
     /// The domain this handle reads through, unless it has none or a writable open of
@@ -510,6 +543,8 @@ impl Drop for File {
     /// Gives the handle back to the mapping: the last one may forget it
     /// (`MappingTable::close`). Reads this handle submitted keep their own references.
     fn drop(&mut self) {
+        // Our hold of the domain's writer first: A5's detach drops the last.
+        drop(self.writer.take());
         if self.access == Access::ReadWrite {
             self.mapping.writer_closed();
         }

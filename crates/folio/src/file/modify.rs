@@ -126,7 +126,14 @@ impl File {
             let len = (piece_end - pos) as usize;
             self.wait_for_writeback(page, PageIndex::ceil(piece_end));
             let writer = write.lock_writer();
-            let result = folios.write_piece(&buf[done..done + len], pos);
+            let mut result = folios.write_piece(&buf[done..done + len], pos);
+            if result.is_ok() {
+                // The domain's pages of the piece made these bytes before the call returns
+                // (mapping/domain.rs, A4), under the writer lock: in the order of the writes.
+                if let Err(e) = self.publish(pos, piece_end) {
+                    result = Err(e);
+                }
+            }
             drop(writer);
             let newly = *result.as_ref().unwrap_or(&0);
             // The pages the piece newly dirtied were charged for it: no more than those.
@@ -156,6 +163,47 @@ impl File {
         }
         write_behind(core, &self.mapping, offset, end, size_before);
         Ok(buf.len())
+    }
+
+    /// The pages of `[pos, end)` put into the domain as this process's mapping holds them
+    /// now (whole pages, zeros past the end of the file), then the record's size raised to
+    /// `end` (docs/sharing.md "Writes seen across processes", W2 and W5). Nothing without
+    /// a domain writer.
+    ///
+    /// Context: the file's writer lock held (so the pages are the newest writes', and
+    /// installs go in the order of the writes); the pages were just written (cached, dirty:
+    /// the private reads are hits). Errors: the private read's, the install's.
+    fn publish(&self, pos: u64, end: u64) -> io::Result<()> {
+        let Some(writer) = self.domain_writer() else {
+            return Ok(());
+        };
+        let size = self.mapping.size_bytes();
+        let mut page = PageIndex::containing(pos);
+        let mut bytes = vec![0u8; crate::types::PAGE_BYTES];
+        while page.offset_bytes() < end {
+            self.private_page(page, size, &mut bytes)?;
+            writer.install(page.0, &bytes)?;
+            page = page.add(1);
+        }
+        writer.extend_size(end);
+        Ok(())
+    }
+
+    /// Page `page` of this process's mapping into `bytes` (a page), zeros past `size`.
+    fn private_page(&self, page: PageIndex, size: u64, bytes: &mut [u8]) -> io::Result<()> {
+        let valid = size
+            .saturating_sub(page.offset_bytes())
+            .min(bytes.len() as u64) as usize;
+        let mut got = 0;
+        while got < valid {
+            let n = self.read_at(&mut bytes[got..valid], page.offset_bytes() + got as u64)?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        bytes[got..].fill(0);
+        Ok(())
     }
 
     /// W2 ahead of the writer lock: waits for the writebacks in flight on `[start, end)`,
@@ -221,6 +269,18 @@ impl File {
             );
         } else {
             self.mapping.set_size(len);
+        }
+        if let Some(writer) = self.domain_writer() {
+            // The domain's size first (its readers stop short of the cut), then its pages
+            // past the end dropped, and the page the end cuts made this process's
+            // (zeros past the end): W5.
+            writer.truncate(len, PageIndex::ceil(len).0)?;
+            if len % crate::types::PAGE_BYTES as u64 != 0 {
+                let page = PageIndex::containing(len);
+                let mut bytes = vec![0u8; crate::types::PAGE_BYTES];
+                self.private_page(page, len, &mut bytes)?;
+                writer.install(page.0, &bytes)?;
+            }
         }
         // Post: the cache's size is the new one (the whole file's range and the writer
         // lock are held: nothing else moves it).

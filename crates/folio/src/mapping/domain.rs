@@ -21,17 +21,29 @@
 //!       admission, once this process is clean again, drops the record's pages and reads
 //!       the disk rather than the pages cached before the write.
 //!   A3. A writable handle's drop lowers the count (`writer_closed`).
+//!   A4. Other processes see this process's writes (docs/sharing.md "Writes seen across
+//!       processes"): a writable open of a domain cache makes this process the writer of
+//!       the domain's record of the file (`attach_writer`: one `DomainWriter` per
+//!       mapping, held here and by every writable handle), instead of retiring the record;
+//!       every write and `set_len` then puts the pages it changed into the domain before
+//!       it returns (`File::publish`), and the record stays current. When the domain will
+//!       not have us as the writer (another process is, or the record is stale), A2's
+//!       retirement of the record stands.
+//!   A5. The writer detaches (`settle_writer`: its marks cleared, the record's stamp the
+//!       file's, its writer mark cleared) once no writable handle is open and the file is
+//!       clean (A1's test), looked at a writable handle's drop and at a writeback's end.
 //! A1 and A2 hold one lock: an admission either comes first (its handle is on the list,
 //! retired by A2) or sees the writer counted (refused).
 //!
-//! Protection: the count and the list under `DomainUse`'s mutex (taken by opens and
-//! writable drops only, never by a read); a handle's retired flag is an atomic.
+//! Protection: the count, the list and the writer under `DomainUse`'s mutex (taken by
+//! opens, writable drops and a writeback's start and end, never by a read); a handle's
+//! retired flag is an atomic.
 //!
 //! Limits: a retired handle stays retired (it reads privately until it is closed, and
 //! its domain open keeps the record open: a later admission of the file, by anyone,
 //! finds the record in use and its stamp retired, and reads privately until every such
-//! handle is closed). Another process's writes are not seen (cross-process coherence is
-//! a later step).
+//! handle is closed). Another process's writes are seen through the domain only when
+//! that process is the record's writer (A4; one writer process per file).
 
 use std::io;
 use std::ops::ControlFlow;
@@ -39,7 +51,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use super::Mapping;
 use crate::index::Mark;
-use crate::shared::reader::DomainFile;
+use crate::shared::reader::{DomainFile, DomainWriter};
 use crate::types::PageIndex;
 
 /// This process's writable handles of a file and its domain handles (module docs).
@@ -53,6 +65,9 @@ struct Uses {
     writers: u32,
     /// The domain handles admitted (A1), weakly: a handle's drop is its removal.
     files: Vec<Weak<DomainFile>>,
+    /// This process as the writer of the file's record in the domain (A4), held from the
+    /// first writable open until the file is clean with no writable handle open.
+    writer: Option<Arc<DomainWriter>>,
 }
 
 /// What `Mapping::admit_domain` did.
@@ -121,14 +136,56 @@ impl Mapping {
         }
     }
 
+    /// A4: the writer of the file's record in the domain, made by `make` at the first
+    /// writable open (`None`: the domain would not have us as its writer, and the caller
+    /// retires the record as A2 says), kept for later opens.
+    ///
+    /// Context: a writable open, after A2; takes the `DomainUse` lock around `make`.
+    /// Errors: `make`'s.
+    pub(crate) fn attach_writer(
+        &self,
+        make: impl FnOnce() -> io::Result<Option<DomainWriter>>,
+    ) -> io::Result<Option<Arc<DomainWriter>>> {
+        let mut uses = self.domain.lock();
+        if let Some(writer) = &uses.writer {
+            return Ok(Some(writer.clone()));
+        }
+        let writer = make()?.map(Arc::new);
+        uses.writer.clone_from(&writer);
+        Ok(writer)
+    }
+
+    /// The writer of the file's record (A4), for a writeback that took a page.
+    pub(crate) fn domain_writer(&self) -> Option<Arc<DomainWriter>> {
+        self.domain.lock().writer.clone()
+    }
+
+    /// A5: the writer detaches once no writable handle is open and the file is clean (its
+    /// bytes on disk: A1's test): called at a writable handle's drop and at a writeback's
+    /// end. The detach itself (`DomainWriter`'s drop) runs after the lock is let go, once
+    /// the last handle holding it is gone.
+    pub(crate) fn settle_writer(&self) {
+        let writer = {
+            let mut uses = self.domain.lock();
+            if uses.writers > 0 || uses.writer.is_none() || self.has_newer_bytes() {
+                return;
+            }
+            uses.writer.take()
+        };
+        drop(writer);
+    }
+
     /// A3: a writable handle of this mapping was dropped.
     ///
     /// Context: `File`'s drop; takes the `DomainUse` lock.
     pub(crate) fn writer_closed(&self) {
-        let mut uses = self.domain.lock();
-        uses.writers = uses
-            .writers
-            .checked_sub(1)
-            .expect("a writable handle's drop counted at its open");
+        {
+            let mut uses = self.domain.lock();
+            uses.writers = uses
+                .writers
+                .checked_sub(1)
+                .expect("a writable handle's drop counted at its open");
+        }
+        self.settle_writer();
     }
 }

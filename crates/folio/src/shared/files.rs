@@ -11,7 +11,7 @@
 //!     1  dev  2  ino  3  born_ns      the identity (segment/identity.rs's FileIdentity)
 //!     4  size       the logical size in bytes (below)
 //!     5  mtime_ns   the stamp at the record's insert
-//!     6  root       the index's root word (step 5's; 0 until then)
+//!     6  writer     the slot + 1 of the process whose writes update its pages, or 0
 //!     7  openers    the handles open on it, over every process (the sum of the counts)
 //!     8..           one 16-bit count per process slot, 4 to a word: that slot's handles
 //! ```
@@ -193,7 +193,9 @@ const INO: u32 = 2;
 const BORN: u32 = 3;
 const SIZE: u32 = 4;
 const MTIME: u32 = 5;
-const ROOT: u32 = 6;
+/// The record's writer (docs/sharing.md "Writes seen across processes"): 0, or the slot + 1
+/// of the one process whose writes update the record's pages in the domain.
+const WRITER: u32 = 6;
 const OPENERS: u32 = 7;
 const COUNTS: u32 = 8;
 
@@ -208,6 +210,7 @@ const PUBLISH: u64 = 2;
 const ADJUST: u64 = 3;
 const REMOVE: u64 = 4;
 const STAMP: u64 = 5;
+const WRITE: u64 = 6;
 
 /// The stamp a retired record holds (`retire_stamp`): no file's modification time, so the
 /// next open of the file finds its stamp changed.
@@ -336,7 +339,7 @@ impl<'r> FileTable<'r> {
                 // d: USED << 32 | TOMBS.
                 let slot = (c >> 48) as u16;
                 store(self.word(index, SIZE), a)?;
-                store(self.word(index, ROOT), 0)?;
+                store(self.word(index, WRITER), 0)?;
                 store(self.count_word(index, slot), with_count(0, slot, 1))?;
                 store(self.word(index, OPENERS), 1)?;
                 store(self.line(USED), d >> 32)?;
@@ -355,6 +358,11 @@ impl<'r> FileTable<'r> {
                 store(self.line(TOMBS), b & 0xffff_ffff)
             }
             STAMP => store(self.word(index, MTIME), a),
+            WRITE => {
+                // a: the new WRITER, b: the stamp (kept as it was unless it changes).
+                store(self.word(index, MTIME), b)?;
+                store(self.word(index, WRITER), a)
+            }
             code => panic!("an intent with an unknown operation {code}"),
         }
     }
@@ -476,7 +484,11 @@ impl<'r> FileTable<'r> {
                 Some(intent) => {
                     self.change(&held, &intent, run)?;
                     let tag = self.word(index, TAG).load(Ordering::Relaxed);
-                    let stamp = if self.word(index, MTIME).load(Ordering::Relaxed) == mtime_ns {
+                    // A record with a writer is kept current by it (W1): the disk's
+                    // stamp moves with its writeback, its pages do not go stale.
+                    let stamp = if self.word(index, MTIME).load(Ordering::Relaxed) == mtime_ns
+                        || self.word(index, WRITER).load(Ordering::Relaxed) != 0
+                    {
                         Stamp::Same
                     } else {
                         Stamp::Changed
@@ -608,6 +620,82 @@ impl<'r> FileTable<'r> {
         Ok(found)
     }
 
+    /// W1: `me`, which has `id` open, becomes its writer (docs/sharing.md "Writes seen
+    /// across processes") unless another process is: whether it is now.
+    ///
+    /// Context: as `open`; `me` has `id` open (its handle counted).
+    pub(crate) fn claim_writer<R: Run>(
+        &self,
+        id: FileId,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let held = self.take(me, slots, run)?;
+        let mine = u64::from(me.slot.0) + 1;
+        let writer = self.word(id.index, WRITER).load(Ordering::Relaxed);
+        let live =
+            self.word(id.index, TAG).load(Ordering::Relaxed) == LIVE | u64::from(id.generation);
+        // A retired stamp: another process wrote the file outside the domain (A2), so the
+        // record's pages may be stale: no writer keeps it current.
+        let retired = self.word(id.index, MTIME).load(Ordering::Relaxed) == RETIRED_STAMP;
+        let claimed = if !live || retired || (writer != 0 && writer != mine) {
+            false
+        } else {
+            if writer == 0 {
+                let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
+                let intent = Intent {
+                    op: op(WRITE, id.index),
+                    args: [mine, stamp, 0, 0],
+                };
+                self.change(&held, &intent, run)?;
+            }
+            true
+        };
+        held.unlock(run)?;
+        Ok(claimed)
+    }
+
+    /// W3: `me`, the writer of `id`, detaches: the record's stamp set to `mtime_ns` (the
+    /// file's, now that every byte it wrote is on disk) and its WRITER cleared in one
+    /// intent; `me`'s open of it stays (the caller closes it).
+    ///
+    /// Context: as `open`; `me` is `id`'s writer (asserted).
+    pub(crate) fn release_writer<R: Run>(
+        &self,
+        id: FileId,
+        mtime_ns: u64,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, slots, run)?;
+        assert_eq!(
+            self.word(id.index, WRITER).load(Ordering::Relaxed),
+            u64::from(me.slot.0) + 1,
+            "a release of {id:?} by {me:?}, which is not its writer"
+        );
+        // A stamp another writable process retired meanwhile stays retired: its writes
+        // are not in the domain.
+        let stamp = if self.word(id.index, MTIME).load(Ordering::Relaxed) == RETIRED_STAMP {
+            RETIRED_STAMP
+        } else {
+            mtime_ns
+        };
+        let intent = Intent {
+            op: op(WRITE, id.index),
+            args: [0, stamp, 0, 0],
+        };
+        self.change(&held, &intent, run)?;
+        held.unlock(run)
+    }
+
+    /// The writer of `id` (its slot), if it has one (tests).
+    pub(crate) fn writer(&self, id: FileId) -> Option<u16> {
+        let writer = self.word(id.index, WRITER).load(Ordering::Acquire);
+        writer.checked_sub(1).map(|s| s as u16)
+    }
+
     /// C1: one of `me`'s handles on `id` closed. The record stays (its pages cached)
     /// until `remove`.
     ///
@@ -696,6 +784,16 @@ impl<'r> FileTable<'r> {
             let count = count_of(self.count_word(index, slot).load(Ordering::Relaxed), slot);
             if count == 0 {
                 continue;
+            }
+            if self.word(index, WRITER).load(Ordering::Relaxed) == u64::from(slot) + 1 {
+                // W4: a dead writer's record, its returned writes in HELD frames that are
+                // reclaimable from now on and perhaps never on disk: retired, so that the
+                // next admission once nobody has it open drops its pages.
+                let intent = Intent {
+                    op: op(WRITE, index),
+                    args: [0, RETIRED_STAMP, 0, 0],
+                };
+                self.change(&held, &intent, run)?;
             }
             let intent = self
                 .adjust(index, slot, -i32::from(count))
@@ -848,8 +946,18 @@ impl<'r> FileTable<'r> {
                     if self.probe(&key) != Ok(index) {
                         return Err(format!("record {index}: not on {key:?}'s probe path"));
                     }
-                    if self.word(index, ROOT).load(Ordering::Acquire) != 0 {
-                        return Err(format!("record {index}: a root word"));
+                    let writer = self.word(index, WRITER).load(Ordering::Acquire);
+                    if writer != 0
+                        && count_of(
+                            self.count_word(index, (writer - 1) as u16)
+                                .load(Ordering::Acquire),
+                            (writer - 1) as u16,
+                        ) == 0
+                    {
+                        return Err(format!(
+                            "record {index}: writer slot {} has it not open",
+                            writer - 1
+                        ));
                     }
                     live.push(RecordCensus {
                         id: FileId {

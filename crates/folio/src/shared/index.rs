@@ -99,7 +99,8 @@
 //!   node m off the pool linked at `parent`'s slot `offset` (empty before). Stores: m's
 //!   INFO and PARENT, the parent's slot and INFO, the pool's head.
 //! - STORE [n, offset | order << 8 | n's new INFO << 16, frame, 0]: a folio into n's slots
-//!   (empty or shadows before). Stores: the head slot, the siblings, n's INFO.
+//!   (empty or shadows before; or, a writer's `put`, an order-0 folio in place of another,
+//!   INFO unchanged). Stores: the head slot, the siblings, n's INFO.
 //! - REMOVE [n, offset | order << 8 | n's new INFO << 16, head slot's new word, 0]: a
 //!   folio out. Stores: the siblings (0), the head slot (a shadow or 0), n's INFO.
 //! - PRUNE [n, parent or 0, offset | parent's new INFO << 16, pool's head]: the
@@ -234,6 +235,17 @@ pub(crate) struct Named<'r> {
 pub(crate) struct Folio {
     pub(crate) frame: u64,
     pub(crate) order: u8,
+}
+
+/// What a writer's `put` found at its page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Put {
+    /// No folio: inserted.
+    Inserted,
+    /// This folio was there: replaced.
+    Replaced(Folio),
+    /// No node frame to be had: nothing changed.
+    Full,
 }
 
 /// What `insert_run` did with one folio.
@@ -1079,6 +1091,54 @@ impl<'r> SharedIndex<'r> {
         Ok(placed)
     }
 
+    /// A writer's put (queue.rs, "Writes"): the order-0 `folio` at `page` in place of
+    /// what the slot holds: a folio of order 0 there is replaced by one STORE whose INFO is
+    /// the node's unchanged (the slot's one store: a reader's walk finds the old folio or
+    /// the new one), else the folio is inserted (W1-W5). What was there.
+    ///
+    /// Context: as `insert_run`; the caller holds the eviction queue's lock (the old folio
+    /// leaves the index: only queue holders take a cached frame out of an index).
+    pub(crate) fn put<R: Run>(
+        &self,
+        me: Holder,
+        page: Page,
+        folio: Folio,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Put, Died> {
+        assert_eq!(folio.order, 0, "a writer's put is of one page");
+        let held = self.take(me, slots, run)?;
+        let put = match self.lookup(page) {
+            Entry::Folio { frame, order: 0 } => {
+                held.store(self.line(WORKING), page + 1, run)?;
+                let mut node = self.root().expect("a root");
+                while self.info(node).shift != 0 {
+                    let info = self.info(node);
+                    let slot = self
+                        .slot(node, ((page >> info.shift) & 63) as u32)
+                        .load(Ordering::Relaxed);
+                    node = self.named(slot >> 8).expect("a path to a folio");
+                }
+                let info = self.info(node);
+                let intent = Intent {
+                    op: STORE,
+                    args: [node.0, (page & 63) | info.word() << 16, folio.frame, 0],
+                };
+                self.change(&held, &intent, run)?;
+                held.store(self.line(WORKING), 0, run)?;
+                Put::Replaced(Folio { frame, order: 0 })
+            }
+            Entry::Folio { .. } => panic!("a larger folio at page {page} of a shared tree"),
+            _ => match self.insert_one(&held, page, folio, slots, run)? {
+                Placed::Inserted(_) => Put::Inserted,
+                Placed::Full => Put::Full,
+                Placed::Conflict => panic!("a conflict at page {page} under the tree's lock"),
+            },
+        };
+        held.unlock(run)?;
+        Ok(put)
+    }
+
     /// Removes the folio covering `page` (eviction), leaving `leave` in its head slot if
     /// its order is below 6 (else empty); prunes the nodes it empties. The folio removed.
     ///
@@ -1093,6 +1153,29 @@ impl<'r> SharedIndex<'r> {
     ) -> Result<Option<Folio>, Died> {
         let held = self.take(me, slots, run)?;
         let removed = self.remove_locked(&held, page, leave, run)?;
+        held.unlock(run)?;
+        Ok(removed)
+    }
+
+    /// `remove` of the order-0 folio of `frame` at `page` only if the slot names it once
+    /// the lock is ours (a dead holder's change redone first: queue.rs E4).
+    ///
+    /// Context: as `insert_run`.
+    pub(crate) fn remove_named<R: Run>(
+        &self,
+        me: Holder,
+        page: Page,
+        frame: u64,
+        leave: Leave,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Option<Folio>, Died> {
+        let held = self.take(me, slots, run)?;
+        let removed = if self.lookup(page) == (Entry::Folio { frame, order: 0 }) {
+            self.remove_locked(&held, page, leave, run)?
+        } else {
+            None
+        };
         held.unlock(run)?;
         Ok(removed)
     }

@@ -131,6 +131,8 @@ mod tests_reclaim;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_records;
+#[cfg(test)]
+mod tests_write;
 pub(crate) mod view;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};

@@ -41,7 +41,8 @@
 //!          reclaim takes it
 //!     + 6  GEN[f]: f's reuse generation, raised by every eviction of f (E5) before its
 //!          free: the optimistic hit's seqlock word (below)
-//!     + 7  unused
+//!     + 7  HELD[f]: 0, or the writer's mark `(slot + 1) << 48 | seq` while f holds bytes
+//!          its writer returned and has not written to disk yet ("Writes", below)
 //! ```
 //!
 //! STATUS's victim (bits 32..64): the frame being reclaimed or removed, + 1, in bits
@@ -122,6 +123,41 @@
 //! reader compares for equality. So a freed frame has always been raised since its last
 //! insertion. A removal (truncation) raises the same way (it is E1-E7 too).
 //!
+//! # Writes (a writer process's pages: docs/sharing.md "Writes seen across processes")
+//!
+//! A process that writes a file (its record's one WRITER, files.rs) puts each page it
+//! wrote into the domain before its `write_at` returns (`install`), copy on write:
+//!   I1. A frame G leased, the page's whole newest bytes stored into it with atomic stores
+//!       (after the lease's fence, as a miss's `pread`), then handed over with
+//!       HELD[G] = the writer's mark (slot + 1 << 48 | a sequence of its own), stored with
+//!       FILE and PAGE before the ADD (the lessee's words); pinned by the writer.
+//!   I2. Under this queue's lock, the page's slot made G: `SharedIndex::put`, one STORE
+//!       intent over the old folio F (INFO unchanged), or an insertion where no folio was.
+//!   I3. Still under the lock: HELD[F] = 0, then F evicted (E1-E7 without a shadow; its E4
+//!       finds it in no index: nothing to remove; E5 raises GEN[F] before E6 frees it); a
+//!       reader's pin keeps it (E2 refused): it stays queued in no index for reclaim.
+//!   I4. The lock let go; G unpinned.
+//! Why a reader sees the old page whole or the new one whole, and the new one once the
+//! write returned: F's bytes are never written while it is CACHED (I3 frees it only after
+//! I2 took it out of the index, and raises its generation first: the optimistic hit's
+//! argument above, unchanged); G's bytes are complete before I2's release store; a read
+//! that starts after the write returned walks to the slot after I2 (the write's return
+//! happens after I2) and finds G, or a later writer's frame. Death: before I1's ADD, G is
+//! the dead lessee's (swept free); between I1 and I2, G is queued in no index (its mark
+//! cleared by the sweep, then reclaim frees it) and the page is F; I2 is one intent (the
+//! index's taker redoes it); between I2 and I3, F is queued in no index (reclaim frees it
+//! once unmarked); I3's eviction is finished by the queue's taker. At every step the
+//! page names F or G, each CACHED (`tests_reclaim`'s `a_writers_install_killed_...`, and
+//! the loom model `install_races_an_optimistic_hit` with its broken variant).
+//!
+//! **HELD** frames hold bytes their writer returned and has not written to disk yet:
+//! reclaim gives them a second chance as it does pinned ones (never frees them), so that a
+//! reader never misses such a page and reads the disk's older one. The writer's writeback
+//! clears a frame's mark once the bytes it wrote are on disk (`release_held`: a CAS from
+//! the mark that writeback read, so a later write's new frame stays HELD); its detach
+//! clears the rest; the steward's sweep of a dead writer clears its marks (docs: what a
+//! death means for durability). A removal (truncation, a record's drop) ignores marks.
+//!
 //! # Protocol (every change under the lock; each primitive one intent, lock.rs M1-M3)
 //!
 //! - ADD [f, old tail + 1, new ENDS, new STATUS]: NEXT[f] = 0, PREV[f] = old tail + 1,
@@ -189,7 +225,7 @@
 //! read.rs, and through it by a `Cache` with a domain since step 8's first slice).
 
 use super::buddy::{Order, SharedBuddy};
-use super::index::{Entry, Leave, Page, SharedIndex};
+use super::index::{Entry, Folio, Leave, Page, Put, SharedIndex};
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
 use super::stack::Frame;
@@ -207,6 +243,7 @@ const PAGE: u32 = 3;
 const REF: u32 = 4;
 const PIN: u32 = 5;
 const GEN: u32 = 6;
+const HELD: u32 = 7;
 /// A frame's words: one line (module docs, Layout).
 const PER_FRAME: u32 = 8;
 
@@ -261,6 +298,28 @@ enum Evict {
     Reclaim,
     /// A removal (truncation): nothing stays.
     Remove,
+}
+
+/// What `install` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Installed {
+    /// The page had no frame: the new one inserted.
+    Inserted,
+    /// The page's frame replaced by the new one.
+    Replaced,
+    /// No node frame for the tree: nothing changed in the index.
+    Full,
+}
+
+/// The writer's mark of a HELD frame (module docs, "Writes"): its slot and a sequence
+/// number of its own (below 2^48, not 0).
+pub(crate) fn held_mark(me: Holder, seq: u64) -> u64 {
+    assert!(seq != 0 && seq < 1 << 48, "a mark's sequence {seq}");
+    held_slot(me) << 48 | seq
+}
+
+fn held_slot(me: Holder) -> u64 {
+    u64::from(me.slot.0) + 1
 }
 
 /// What `remove` did.
@@ -732,6 +791,22 @@ impl<'r> SharedQueue<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<(), Died> {
+        self.hand_over_held(frame, file, page, 0, me, indexes, slots, run)
+    }
+
+    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes").
+    #[allow(clippy::too_many_arguments)]
+    fn hand_over_held<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        file: FileNo,
+        page: Page,
+        held_mark: u64,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
         assert!(
             self.buddy.is_leased(frame, Order(0), me),
             "a hand-over of frame {} that {me:?} does not lease",
@@ -746,6 +821,7 @@ impl<'r> SharedQueue<'r> {
         }
         self.of(f, FILE).store(file.0, Ordering::Release);
         self.of(f, PAGE).store(page, Ordering::Release);
+        self.of(f, HELD).store(held_mark, Ordering::Release);
         let held = self.take(me, indexes, slots, run)?;
         let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Relaxed));
         let status = self.line(STATUS).load(Ordering::Relaxed);
@@ -775,6 +851,98 @@ impl<'r> SharedQueue<'r> {
         held.unlock(run)
     }
 
+    /// A writer's page (module docs, "Writes"): `frame` (order 0, leased to `me`, its bytes
+    /// the page's newest, written with atomic stores) handed over HELD with `mark`
+    /// (`held_mark`), then, under this queue's lock, put at `page` of `index` (`file`'s)
+    /// in place of whatever the slot held (`SharedIndex::put`: one STORE), and the frame
+    /// it replaced (if any) unmarked and taken out (E1-E7 without a shadow; E4 finds it in
+    /// no index) or, pinned by a reader copying it, left queued in no index for reclaim.
+    /// `Installed::Full` when the tree needs a node frame and none is free (nothing
+    /// changed in the index; the frame stays queued in no index: the caller reclaims and
+    /// tries again with a new frame).
+    ///
+    /// Context: `me` is LIVE in `slots`; takes the queue's lock, and under it the index's
+    /// and the allocator's; the caller is the file's one writer in this domain (its
+    /// record's WRITER) and holds its private writer lock (one install of a page at a time).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn install<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        file: FileNo,
+        page: Page,
+        mark: u64,
+        index: &SharedIndex<'_>,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Installed, Died> {
+        assert_ne!(mark, 0, "a writer's page is HELD");
+        // I1: handed over HELD, pinned by us (reclaim skips it anyway).
+        self.hand_over_held(frame, file, page, mark, me, indexes, slots, run)?;
+        let held = self.take(me, indexes, slots, run)?;
+        // I2: the slot swapped (or filled), one index primitive.
+        let folio = Folio {
+            frame: u64::from(frame.0),
+            order: 0,
+        };
+        let put = if old_freed_before_swap(run.flaw()) {
+            // The broken variant (models): the old frame evicted before the swap.
+            if let Entry::Folio {
+                frame: old,
+                order: 0,
+            } = index.lookup(page)
+            {
+                let old = old as u32;
+                self.evict(&held, old, Evict::Remove, me, indexes, slots, run)?;
+            }
+            index.put(me, page, folio, slots, run)?
+        } else {
+            index.put(me, page, folio, slots, run)?
+        };
+        let installed = match put {
+            Put::Full => Installed::Full,
+            Put::Inserted => Installed::Inserted,
+            Put::Replaced(old) => {
+                let old = u32::try_from(old.frame).expect("a frame below 2^32");
+                // I3: the old frame unmarked (a store under the lock), then taken out if
+                // nobody pins it (its E4 finds it in no index: nothing to remove).
+                if old < self.frames && self.buddy.is_cached(Frame(old), Order(0)) {
+                    held.store(self.of(old, HELD), 0, run)?;
+                    if victim_of(self.line(STATUS).load(Ordering::Relaxed)).is_none() {
+                        self.evict(&held, old, Evict::Remove, me, indexes, slots, run)?;
+                    }
+                }
+                Installed::Replaced
+            }
+        };
+        held.unlock(run)?;
+        self.unpin(frame, me);
+        Ok(installed)
+    }
+
+    /// HELD[`frame`] cleared if it still holds `mark` (module docs, "Writes": the bytes a
+    /// writeback wrote are on disk). Whether it did.
+    ///
+    /// Context: any process, lock-free (one CAS: reclaim reads the word under the lock,
+    /// as a hint that lets it take the frame).
+    pub(crate) fn release_held(&self, frame: Frame, mark: u64) -> bool {
+        frame.0 < self.frames
+            && self
+                .of(frame.0, HELD)
+                .compare_exchange(mark, 0, Ordering::Release, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// HELD[`frame`] (tests, the writer's release at detach).
+    pub(crate) fn held_mark(&self, frame: Frame) -> u64 {
+        if frame.0 < self.frames {
+            self.of(frame.0, HELD).load(Ordering::Acquire)
+        } else {
+            0
+        }
+    }
+
     /// Reclaims up to `want` frames from the head (the coldest): a referenced or pinned
     /// head gets its second chance (to the tail, REF cleared); every other is taken out
     /// of its index (a shadow left) and freed (E1-E7). Returns how many were freed; fewer
@@ -801,7 +969,9 @@ impl<'r> SharedQueue<'r> {
             };
             let referenced = self.of(head, REF).load(Ordering::Relaxed) != 0;
             let pinned = self.of(head, PIN).load(Ordering::Relaxed) != 0;
-            if (referenced || pinned) && head != tail {
+            // A frame newer than the disk is kept like a pinned one ("Writes").
+            let held_back = self.of(head, HELD).load(Ordering::Relaxed) != 0;
+            if (referenced || pinned || held_back) && head != tail {
                 let next = linked(self.load(head, NEXT)).expect("a head before its tail");
                 let intent = Intent {
                     op: ROTATE,
@@ -818,6 +988,10 @@ impl<'r> SharedQueue<'r> {
             if referenced {
                 // Alone in the queue: its second chance is the bit cleared.
                 self.of(head, REF).store(0, Ordering::Relaxed);
+                continue;
+            }
+            if held_back {
+                // Alone in the queue and HELD: nothing to take.
                 continue;
             }
             if self.evict(&held, head, Evict::Reclaim, me, indexes, slots, run)? {
@@ -1021,8 +1195,13 @@ impl<'r> SharedQueue<'r> {
             Evict::Remove => Leave::Empty,
         };
         // `None`: the removal was a dead holder's (this queue's last, in E4), finished by
-        // the index's take-over inside `remove`.
-        let removed = index.remove(me, page, leave, slots, run)?;
+        // the index's take-over inside `remove_named`. Only if the slot still names the
+        // victim once the lock is ours: a dead writer's `put` ("Writes", I2) of this page,
+        // published but not yet stored when the look-up above ran, is redone by that
+        // take-over and swaps the slot to its new frame, which is not ours to remove
+        // (found by `a_writers_install_killed_at_every_step_...`: reclaim took the new
+        // frame out in place of the old).
+        let removed = index.remove_named(me, page, u64::from(frame), leave, slots, run)?;
         assert!(
             removed.is_none_or(|folio| folio.frame == u64::from(frame)),
             "the index named the victim under the queue's lock, not {removed:?}"
@@ -1092,6 +1271,15 @@ impl<'r> SharedQueue<'r> {
             }
         });
         recovered?;
+        let dead_mark = held_slot(dead);
+        for f in 0..self.frames {
+            let word = self.of(f, HELD);
+            let mark = word.load(Ordering::Relaxed);
+            if mark >> 48 == dead_mark {
+                // A dead writer's marks (module docs, "Writes": what its death means).
+                let _ = word.compare_exchange(mark, 0, Ordering::Release, Ordering::Relaxed);
+            }
+        }
         if dead.slot.0 < PIN_SLOTS {
             let bit = slot_bit(dead);
             for f in 0..self.frames {
@@ -1222,6 +1410,14 @@ fn no_page_check(flaw: Flaw) -> bool {
 }
 
 /// Whether a broken variant freezes a victim without looking at its pins.
+fn old_freed_before_swap(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::OldFreedBeforeSwap => true,
+        _ => false,
+    }
+}
+
 fn ignores_pins(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The shared read path (issue 45 step 6's second part, docs/sharing.md "The shared read
 //! path"): a member of a domain reads real files through the domain's region, so that a
 //! page one process read is a hit in every other. A `Cache` with a domain calls it
-//! (reader.rs); reads only.
+//! (reader.rs); and a writer's pages put in (`install`: docs/sharing.md "Writes seen
+//! across processes").
 //!
 //! # A read (`SharedReader::read_at`), per page
 //!
@@ -124,7 +125,8 @@
 //! by their own protocols; each magazine by its mutex; the counters are atomics (the
 //! optimistic hits' per-thread blocks written only by their thread).
 //!
-//! Limits: reads only (no write, no truncation: a file changed since its record was made
+//! Limits: reads, and a writer's pages put in (`install`, `truncate`: docs/sharing.md
+//! "Writes seen across processes"; no write of a file by the domain: a file changed since its record was made
 //! is refused at open while its record is open somewhere, since its cached pages may be
 //! stale; open nowhere, its record and pages are dropped and a new one made: files.rs,
 //! "Drops"); the size is the record's size word (the first opener's `fstat`), loaded once
@@ -155,10 +157,12 @@ use super::domain::FRAME_BYTES;
 use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
-use super::queue::{FileNo, Optimistic, PinHit, Pinned, SharedQueue, PIN_SLOTS};
+use super::queue::{
+    held_mark, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue, PIN_SLOTS,
+};
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
-use crate::arena::atomic_copy;
+use crate::arena::{atomic_copy, atomic_store_copy};
 use crate::io::atomic_zero;
 use crate::readahead::{decide_on_marker, decide_on_miss, Decision, MissRequest, RaCell};
 use crate::stats::{self, add, bump};
@@ -197,6 +201,11 @@ impl SharedFile {
     /// The file's record.
     pub(crate) fn id(&self) -> FileId {
         self.id
+    }
+
+    /// `fstat` of its descriptor (a writer's detach: the stamp it leaves).
+    pub(crate) fn metadata(&self) -> io::Result<std::fs::Metadata> {
+        self.file.metadata()
     }
 
     /// Sets the largest window this handle reads ahead, in pages (0: none; the reader
@@ -270,6 +279,9 @@ pub(crate) struct ReadCounters {
     /// this process held pinned: read uncached (module docs, "Threads"; not in
     /// `uncached`, which counts misses).
     pub(crate) sibling_pinned: u64,
+    /// Pages a writer of this process put into the domain (docs/sharing.md "Writes seen
+    /// across processes").
+    pub(crate) installs: u64,
 }
 
 /// `ReadCounters` as this process's atomics (module docs, "Threads").
@@ -292,6 +304,7 @@ struct Counts {
     reclaimed: AtomicU64,
     uncached: AtomicU64,
     sibling_pinned: AtomicU64,
+    installs: AtomicU64,
 }
 
 impl Counts {
@@ -311,6 +324,7 @@ impl Counts {
             reclaimed: get(&self.reclaimed),
             uncached: get(&self.uncached),
             sibling_pinned: get(&self.sibling_pinned),
+            installs: get(&self.installs),
         }
     }
 }
@@ -564,6 +578,175 @@ impl<'m, R: Run> SharedReader<'m, R> {
             .map_err(died)
     }
 
+    /// A writable open (docs/sharing.md "Writes seen across processes", W1): `file`
+    /// admitted as `admit` does and this process made its record's writer. `None` when the
+    /// domain refused it, or its record is stale (`Stamp::Changed`), or another process is
+    /// its writer: the caller falls back to retiring the record (`retire`).
+    ///
+    /// Context: takes the file table's lock.
+    /// Errors: `fstat`'s.
+    pub(crate) fn open_writer(
+        &self,
+        file: StdFile,
+        mode: OpenMode,
+    ) -> io::Result<Option<SharedFile>> {
+        let Admitted::Open(shared) = self.admit(file, mode)? else {
+            return Ok(None);
+        };
+        let domain = self.member.domain();
+        let claimed = domain
+            .files()
+            .claim_writer(shared.id, self.me, &domain.slots(), self.run)
+            .map_err(died)?;
+        if claimed {
+            Ok(Some(shared))
+        } else {
+            self.close(shared)?;
+            Ok(None)
+        }
+    }
+
+    /// W2: the page `page` of `file` (whose writer we are) made `bytes` (the page's
+    /// whole newest bytes, FRAME_BYTES of them, zeros past the end of the file) in the
+    /// domain: a frame leased, filled with atomic stores, handed over HELD with `mark`,
+    /// put in the page's slot (`SharedQueue::install`).
+    ///
+    /// Context: the file's writer, under its private writer lock (installs of a file go
+    /// one at a time, in the order of its writes); takes the domain's locks.
+    /// Errors: `Other` when no frame can be had (every frame HELD or pinned).
+    pub(crate) fn install(
+        &self,
+        file: &SharedFile,
+        page: Page,
+        bytes: &[u8],
+        mark: u64,
+    ) -> io::Result<()> {
+        assert_eq!(bytes.len(), FRAME_BYTES, "a writer installs whole pages");
+        let queue = self.queue();
+        let index = &self.indexes[file.id.index as usize];
+        let file_no = FileNo(u64::from(file.id.index));
+        let slots = self.member.domain().slots();
+        for _ in 0..4 {
+            let Some(&frame) = self.lease(queue, 1).map_err(died)?.first() else {
+                break;
+            };
+            let data = self.member.domain().frame_data(frame);
+            // SAFETY: the frame is leased to us (nobody else writes it); an optimistic
+            // reader of its old incarnation may be loading it: atomic stores only, after
+            // the lease's release fence (module docs, "Why the optimistic copy is sound").
+            unsafe { atomic_store_copy(bytes, data) };
+            let installed = queue
+                .install(
+                    frame,
+                    file_no,
+                    page,
+                    mark,
+                    index,
+                    self.me,
+                    self.indexes.as_slice(),
+                    &slots,
+                    self.run,
+                )
+                .map_err(died)?;
+            if installed != Installed::Full {
+                bump(&self.counts.installs);
+                return Ok(());
+            }
+            // No node frame for the tree: our frame is queued in no index (reclaim frees
+            // it once we unmark it); make room and try again.
+            queue.release_held(frame, mark);
+            self.reclaim_batch(queue).map_err(died)?;
+        }
+        Err(io::Error::other(
+            "folio: no frame of the domain to hold a written page (every frame held or pinned)",
+        ))
+    }
+
+    /// W3 (writeback): the frame at `page` of `file` unmarked if it still holds `mark`
+    /// (the bytes the writeback wrote). Whether it did.
+    ///
+    /// Context: any thread; lock-free (a look-up and a CAS).
+    pub(crate) fn release_held(&self, file: &SharedFile, page: Page, mark: u64) -> bool {
+        let index = &self.indexes[file.id.index as usize];
+        match index.lookup(page) {
+            Entry::Folio { frame, order: 0 } => match u32::try_from(frame) {
+                Ok(frame) => self.queue.release_held(Frame(frame), mark),
+                Err(_) => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// W3 (detach): every frame of `file` marked by us unmarked (its bytes are on disk),
+    /// then the record's stamp set to `mtime_ns` and our writer mark cleared, then our
+    /// open closed.
+    ///
+    /// Context: the file's writer, its private mapping clean; takes the domain's locks.
+    pub(crate) fn detach_writer(&self, file: SharedFile, mtime_ns: u64) -> io::Result<()> {
+        let domain = self.member.domain();
+        let slots = domain.slots();
+        let index = &self.indexes[file.id.index as usize];
+        let mine = held_mark(self.me, 1) >> 48;
+        for (_, folio) in index.folios(self.me, &slots, self.run).map_err(died)? {
+            let frame = Frame(u32::try_from(folio.frame).expect("a frame below 2^32"));
+            let mark = self.queue.held_mark(frame);
+            if mark >> 48 == mine {
+                self.queue.release_held(frame, mark);
+            }
+        }
+        domain
+            .files()
+            .release_writer(file.id, mtime_ns, self.me, &slots, self.run)
+            .map_err(died)?;
+        self.close(file)
+    }
+
+    /// W5 (sizes): the record's size word raised to at least `end` (an extending write).
+    pub(crate) fn extend_size(&self, file: &SharedFile, end: u64) {
+        self.files.extend_size(file.id, end);
+    }
+
+    /// W5 (`set_len`): the record's size word set to `size`, then the domain's pages of
+    /// `file` from `first` on taken out (`SharedQueue::remove`; a pinned one waited for).
+    ///
+    /// Context: the file's writer, under its private writer lock; takes the domain's locks.
+    pub(crate) fn truncate(&self, file: &SharedFile, size: u64, first: Page) -> io::Result<()> {
+        self.files.set_size(file.id, size);
+        let domain = self.member.domain();
+        let slots = domain.slots();
+        let index = &self.indexes[file.id.index as usize];
+        let file_no = FileNo(u64::from(file.id.index));
+        for _ in 0..64 {
+            let mut pinned = false;
+            for (page, folio) in index.folios(self.me, &slots, self.run).map_err(died)? {
+                if page < first {
+                    continue;
+                }
+                let frame = Frame(u32::try_from(folio.frame).expect("a frame below 2^32"));
+                let removed = self
+                    .queue
+                    .remove(
+                        frame,
+                        file_no,
+                        page,
+                        self.me,
+                        self.indexes.as_slice(),
+                        &slots,
+                        self.run,
+                    )
+                    .map_err(died)?;
+                pinned |= removed == Removed::Pinned;
+            }
+            if !pinned {
+                return Ok(());
+            }
+            self.run.wait(self.me);
+        }
+        Err(io::Error::other(
+            "folio: a truncated page of the domain stayed pinned",
+        ))
+    }
+
     /// Closes `file`: our opener count lowered (its pages stay cached).
     ///
     /// Context: takes the file table's lock.
@@ -589,8 +772,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
         buf: &mut [u8],
         offset: u64,
     ) -> io::Result<usize> {
-        // One load: our open keeps the record (files.rs, `open_size`). A size another
-        // process changes is the coherence step's (not built: reads only).
+        // One load: our open keeps the record (files.rs, `open_size`). A size its writer
+        // changes (docs/sharing.md "Writes seen across processes", W4) is seen by the
+        // next call, not within one.
         let size = self.files.open_size(file.id);
         if offset >= size || buf.is_empty() {
             return Ok(0);

@@ -13,18 +13,25 @@
 //! Protection: as `SharedReader` (read.rs, "Threads": `Send + Sync`, its counters
 //! atomics, its magazines under mutexes); `refused` an atomic.
 //!
-//! Limits: read.rs's (reads only, order-0 frames, readahead read synchronously); a forked
+//! And this process as the writer of a file's record (`DomainWriter`: docs/sharing.md
+//! "Writes seen across processes"): the pages its writes changed put into the domain.
+//!
+//! Limits: read.rs's (order-0 frames, readahead read synchronously); a forked
 //! child cannot use its parent's `DomainReader` (the region is not mapped in it:
 //! domain.rs, "Forks"; a touch faults): it builds its own.
 
+use std::collections::HashMap;
 use std::fs::File as StdFile;
 use std::io;
 use std::mem::ManuallyDrop;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::attach::{DomainConfig, Member};
 use super::files::{FileId, Removal};
+use super::index::Page;
+use super::queue::held_mark;
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
 use crate::types::OpenMode;
 
@@ -61,6 +68,7 @@ const _: fn() = || {
     fn shared_by_threads<T: Send + Sync>() {}
     shared_by_threads::<DomainReader>();
     shared_by_threads::<DomainFile>();
+    shared_by_threads::<DomainWriter>();
 };
 
 impl DomainReader {
@@ -148,6 +156,30 @@ impl DomainReader {
             self.refused.load(Ordering::Relaxed),
             self.newer.load(Ordering::Relaxed),
         )
+    }
+}
+
+impl DomainReader {
+    /// A writable open of a file (docs/sharing.md "Writes seen across processes", W1):
+    /// this process made the writer of its record, or `None` (the domain refused it, its
+    /// record is stale, or another process writes it: the caller retires the record, as
+    /// before).
+    ///
+    /// Context and errors: as `SharedReader::open_writer`.
+    pub(crate) fn open_writer(
+        self: &Arc<Self>,
+        file: StdFile,
+        mode: OpenMode,
+    ) -> io::Result<Option<DomainWriter>> {
+        Ok(self
+            .reader
+            .open_writer(file, mode)?
+            .map(|file| DomainWriter {
+                reader: self.clone(),
+                file: Some(file),
+                seq: AtomicU64::new(0),
+                marks: Mutex::new(HashMap::new()),
+            }))
     }
 }
 
@@ -242,6 +274,99 @@ impl Drop for DomainFile {
         if let Some(file) = self.file.take() {
             // Only a test's lever fails a close; production's `Run` never does.
             let _ = self.reader.reader.close(file);
+        }
+    }
+}
+
+/// This process as the writer of a file's record (docs/sharing.md "Writes seen across
+/// processes"): its writes' pages put into the domain (`install`), its writeback's
+/// completions unmark them (`written`), and its drop detaches (every mark cleared, the
+/// record's stamp made the file's, the writer mark cleared, the open closed).
+///
+/// Protection: `marks` (each page's last mark) under its mutex; installs are serialized
+/// by the caller (the file's private writer lock).
+#[derive(Debug)]
+pub(crate) struct DomainWriter {
+    reader: Arc<DomainReader>,
+    /// `None` only inside `drop`.
+    file: Option<SharedFile>,
+    /// The last mark's sequence (`queue::held_mark`).
+    seq: AtomicU64,
+    /// Each installed page's mark, until a writeback of it releases it.
+    marks: Mutex<HashMap<Page, u64>>,
+}
+
+impl DomainWriter {
+    fn file(&self) -> &SharedFile {
+        self.file
+            .as_ref()
+            .expect("a live DomainWriter has its file")
+    }
+
+    /// Its record (tests).
+    pub(crate) fn record(&self) -> FileId {
+        self.file().id()
+    }
+
+    /// W2: `bytes` (a whole page, zeros past the end of the file) made page `page`'s in
+    /// the domain, marked HELD with a new mark.
+    ///
+    /// Context: under the file's private writer lock. Errors: `SharedReader::install`'s.
+    pub(crate) fn install(&self, page: Page, bytes: &[u8]) -> io::Result<()> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let mark = held_mark(self.reader.member.holder(), seq);
+        self.reader.reader.install(self.file(), page, bytes, mark)?;
+        self.marks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(page, mark);
+        Ok(())
+    }
+
+    /// The mark of page `page`'s last install (0: none): a writeback that took the page's
+    /// private folio reads it after it set WRITEBACK (write/writeback.rs).
+    pub(crate) fn mark_of(&self, page: Page) -> u64 {
+        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        marks.get(&page).copied().unwrap_or(0)
+    }
+
+    /// W3: a writeback of page `page` wrote the bytes of the install marked `mark`: its
+    /// frame unmarked if it still holds them.
+    pub(crate) fn written(&self, page: Page, mark: u64) {
+        if mark == 0 {
+            return;
+        }
+        self.reader.reader.release_held(self.file(), page, mark);
+        let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        if marks.get(&page) == Some(&mark) {
+            marks.remove(&page);
+        }
+    }
+
+    /// W5: the record's size raised to at least `end`.
+    pub(crate) fn extend_size(&self, end: u64) {
+        self.reader.reader.extend_size(self.file(), end);
+    }
+
+    /// W5: the record's size set to `size`, its pages from `first` on dropped.
+    ///
+    /// Errors: `SharedReader::truncate`'s.
+    pub(crate) fn truncate(&self, size: u64, first: Page) -> io::Result<()> {
+        self.reader.reader.truncate(self.file(), size, first)
+    }
+}
+
+impl Drop for DomainWriter {
+    /// W3's detach (the caller dropped its last hold once the file was clean).
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            let mtime_ns = file.metadata().map_or(u64::MAX, |meta| {
+                (meta.mtime() as u64)
+                    .wrapping_mul(1_000_000_000)
+                    .wrapping_add(meta.mtime_nsec() as u64)
+            });
+            // Only a test's lever fails it; production's `Run` never does.
+            let _ = self.reader.reader.detach_writer(file, mtime_ns);
         }
     }
 }

@@ -55,8 +55,9 @@
 //!   three), enough to bring the room back to three reserves: the coldest cached frames
 //!   reclaimed from the eviction queue (out of their index, freed) and every free block
 //!   punched (`MADV_REMOVE`); the populator is told (`Populator::given_back`), so that
-//!   those chunks are not populated again at once. Every domain frame is clean (the
-//!   shared path reads only): nothing is written first;
+//!   those chunks are not populated again at once. Every frame reclaim takes is clean
+//!   (a writer's frames newer than the disk are HELD, which reclaim skips: queue.rs,
+//!   "Writes"): nothing is written first;
 //! - after `linger` alone, it removes the region (step 5).
 //!
 //! Why it stays rather than removing the region at once: a warm restart (the next run of

@@ -177,6 +177,12 @@ pub(crate) enum Flaw {
     /// an optimistic reader that read its bytes may still load the old generation.
     #[cfg(test)]
     NoLesseeFence,
+    /// A writer's install takes the page's old frame out of the queue and frees it before
+    /// it swaps the slot to the new frame (queue.rs, "Writes", I2 before I3): the index
+    /// names a freed frame meanwhile, and a death between leaves the page with no frame (a
+    /// reader then reads the disk's stale page).
+    #[cfg(test)]
+    OldFreedBeforeSwap,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

@@ -151,6 +151,7 @@ fn diff(after: ReadCounters, before: ReadCounters) -> ReadCounters {
         reclaimed: after.reclaimed - before.reclaimed,
         uncached: after.uncached - before.uncached,
         sibling_pinned: after.sibling_pinned - before.sibling_pinned,
+        installs: after.installs - before.installs,
     }
 }
 

@@ -746,3 +746,159 @@ fn costs_beside_todays_queue() {
         reclaiming / f64::from(BATCH)
     );
 }
+
+/// A writer's install (queue.rs, "Writes"), killed at each of its steps in turn, or not
+/// at all: page 0 of file 0 (cached by another process, an old frame) is replaced by the
+/// writer's new frame, and page 2 (absent) gets one. Right at the death, and after another
+/// process caches and reclaims (taking the dead writer's locks over) and the steward
+/// sweeps it (its marks cleared), or the steward first: page 0 names the old frame or the
+/// new one (never nothing, never a frame not CACHED), page 2 its new frame or nothing; an
+/// install that returned left the new frames there; the queue and the indexes check, and
+/// a reclaim of everything frees every frame (the replaced frame and the dead writer's
+/// marked frames included: nothing leaked). Returns the deaths.
+fn install_killed_at_every_step(flaw: Flaw) -> Result<u32, String> {
+    use super::queue::{held_mark, Installed};
+    let mut steps = 0;
+    for first in [First::Other, First::Steward] {
+        for at in 0.. {
+            let region = region_for(SCRIPT_FRAMES);
+            let (slots, buddy, indexes) = parts(&region, SCRIPT_FRAMES);
+            let queue = SharedQueue::new(&region, queue_at(SCRIPT_FRAMES), buddy.clone());
+            format(&region, SCRIPT_FRAMES, &buddy, &queue, &indexes);
+            let steward = slots.attach(Flaw::None).unwrap();
+            let q = slots.attach(Flaw::None).unwrap();
+            let run = &Unkillable;
+            let old = cache(&queue, &buddy, &indexes, q, 0, 0, &slots, run)
+                .unwrap()
+                .unwrap();
+            let w = slots.attach(Flaw::None).unwrap();
+            let dying = DieAt::new(Some(at), flaw);
+            let mut new = Vec::new();
+            let script = |new: &mut Vec<Frame>| -> Result<(), Died> {
+                for (page, seq) in [(0, 1), (2, 2)] {
+                    let frame = buddy.alloc(Order(0), w, &slots, &dying)?.expect("free");
+                    new.push(frame);
+                    let mark = held_mark(w, seq);
+                    let installed = queue.install(
+                        frame,
+                        FileNo(0),
+                        page,
+                        mark,
+                        &indexes[0],
+                        w,
+                        &indexes[..],
+                        &slots,
+                        &dying,
+                    )?;
+                    assert_ne!(
+                        installed,
+                        Installed::Full,
+                        "the test's pools are large enough"
+                    );
+                }
+                Ok(())
+            };
+            let done = script(&mut new).is_ok();
+            let fail = |e: String| format!("{first:?}, step {at}: {e}");
+            let pages_right = |done: bool| -> Result<(), String> {
+                let names = |page: Page, frame: Option<&Frame>| {
+                    frame.is_some_and(|f| {
+                        indexes[0].lookup(page)
+                            == Entry::Folio {
+                                frame: u64::from(f.0),
+                                order: 0,
+                            }
+                    })
+                };
+                if !(names(0, Some(&old)) && !done || names(0, new.first())) {
+                    return Err(format!("page 0 holds {:?}", indexes[0].lookup(0)));
+                }
+                if done && !names(2, new.get(1)) {
+                    return Err(format!("page 2 holds {:?}", indexes[0].lookup(2)));
+                }
+                no_index_names_an_uncached_frame(&buddy, &indexes)
+            };
+            pages_right(done).map_err(fail)?;
+            if done {
+                break;
+            }
+            let new_put = new.first().is_some_and(|f| {
+                indexes[0].lookup(0)
+                    == Entry::Folio {
+                        frame: u64::from(f.0),
+                        order: 0,
+                    }
+            });
+            steps += 1;
+            assert!(slots.mark_dead(w));
+            let r = slots.attach(Flaw::None).unwrap();
+            let living = DieAt::new(None, flaw);
+            let other = || -> Result<(), Died> {
+                cache(&queue, &buddy, &indexes, r, 1, 9, &slots, &living)?;
+                queue.reclaim(1, r, &indexes[..], &slots, &living)?;
+                Ok(())
+            };
+            if first == First::Steward {
+                queue
+                    .sweep(w, steward, &indexes[..], &slots, &living)
+                    .unwrap();
+                other().unwrap();
+            } else {
+                other().unwrap();
+                queue
+                    .sweep(w, steward, &indexes[..], &slots, &living)
+                    .unwrap();
+            }
+            slots.free_dead(w);
+            slots.detach(r);
+            // Once the dead writer's marks are cleared its frames are reclaimable like any
+            // (the other process's reclaim may take the page); a page the dead writer put
+            // stays its new frame while marked (the other process first).
+            let g = new.first().map(|f| Entry::Folio {
+                frame: u64::from(f.0),
+                order: 0,
+            });
+            if new_put && first == First::Other && Some(indexes[0].lookup(0)) != g {
+                return Err(fail(format!(
+                    "a marked page reclaimed: page 0 holds {:?}",
+                    indexes[0].lookup(0)
+                )));
+            }
+            no_index_names_an_uncached_frame(&buddy, &indexes).map_err(fail)?;
+            queue.check(&slots).map_err(fail)?;
+            for index in &indexes {
+                index.check().map_err(fail)?;
+            }
+            let all = queue.count();
+            let freed = queue
+                .reclaim(SCRIPT_FRAMES, steward, &indexes[..], &slots, run)
+                .unwrap();
+            if freed != all {
+                return Err(fail(format!("reclaimed {freed} of {all} (a mark left?)")));
+            }
+            let free = buddy.check(&slots).map_err(fail)?.free_frames;
+            if free != SCRIPT_FRAMES {
+                return Err(fail(format!(
+                    "{free} of {SCRIPT_FRAMES} frames free: leaked"
+                )));
+            }
+        }
+    }
+    Ok(steps)
+}
+
+#[test]
+fn a_writers_install_killed_at_every_step_leaves_the_old_page_or_the_new() {
+    let steps = install_killed_at_every_step(Flaw::None).unwrap();
+    eprintln!("{steps} deaths");
+    assert!(steps > 40, "{steps} deaths");
+}
+
+#[test]
+fn a_writers_install_killed_at_every_step_broken_old_freed_before_swap() {
+    match std::panic::catch_unwind(|| install_killed_at_every_step(Flaw::OldFreedBeforeSwap)) {
+        Ok(Ok(steps)) => panic!("the flawed install passed ({steps} deaths)"),
+        Ok(Err(e)) => eprintln!("caught: {e}"),
+        Err(_) => eprintln!("caught by an assertion"),
+    }
+}

@@ -107,6 +107,10 @@ struct BatchFolio {
     /// Dirty blocks this writeback left in the folio (the block the end of the file cuts,
     /// for a sync): the folio stays dirty.
     keeps: Blocks,
+    /// Its pages' marks in the domain (mapping/domain.rs, A4), read once the folio was
+    /// under writeback: released when it ends clean (docs/sharing.md "Writes seen across
+    /// processes", W3).
+    marks: Vec<(PageIndex, u64)>,
 }
 
 /// One batch in flight (B3 runs when `remaining` reaches 0).
@@ -221,6 +225,7 @@ fn collect(
         Selection::Tagged => Mark::Towrite,
     };
     let arena = core.arena();
+    let domain = mapping.domain_writer();
     let mut w = mapping.index.lock();
     let mut found = Vec::new();
     let mut pages = 0;
@@ -275,12 +280,23 @@ fn collect(
             w.clear_mark(folio.head, Mark::Dirty);
             w.clear_mark(folio.head, Mark::Towrite);
         }
+        // After WRITEBACK was set: the folio's bytes stay what the device reads, and each
+        // page's last install is of these bytes or older (an install follows its write).
+        let marks = match &domain {
+            Some(writer) => (0..folio.order.pages())
+                .map(|i| folio.head.add(i))
+                .map(|page| (page, writer.mark_of(page.0)))
+                .filter(|&(_, mark)| mark != 0)
+                .collect(),
+            None => Vec::new(),
+        };
         batch.push(BatchFolio {
             frame: folio.frame,
             order: folio.order,
             head: folio.head,
             blocks: split.write,
             keeps: split.kept,
+            marks,
         });
     }
     drop(w);
@@ -576,6 +592,14 @@ impl Batch {
         } else {
             Redirty::Yes
         };
+        if redirty == Redirty::No && !folio.marks.is_empty() {
+            // The domain's frames of these bytes may be reclaimed now (W3).
+            if let Some(writer) = self.mapping.domain_writer() {
+                for &(page, mark) in &folio.marks {
+                    writer.written(page.0, mark);
+                }
+            }
+        }
         let meta = arena.meta(folio.frame);
         meta.state.end_writeback(redirty);
         wait::wake_all(meta);
@@ -607,6 +631,9 @@ impl Batch {
             write.failures.store(0, Ordering::Release);
         }
         write.in_flight.end(self.ticket);
+        // A writer of the domain whose file is clean now, with no writable handle open,
+        // detaches (mapping/domain.rs, A5).
+        self.mapping.settle_writer();
     }
 }
 

@@ -1,0 +1,409 @@
+//! Writes seen across processes (docs/sharing.md "Writes seen across processes"): a
+//! process writing a file through its domain cache and another reading it through the
+//! same domain. The writer (W) and the reader (R) are runs of this test binary's `child`
+//! role (as tests_cache.rs starts them: a cache's build starts threads, which a `fork` of
+//! the threaded harness must not); the test relays their turns through their stdin and
+//! stdout (W: "wrote k" after its k-th `write_at` returned; R: "ok k" after it checked).
+//! No sleep decides what is covered: R checks after every returned write, by the pipe.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::attach::Member;
+use super::tests::Rng;
+use super::tests_read::{check_all, config, reclaim_everything};
+use crate::Cache;
+
+const ROLE: &str = "FOLIO_TEST_WRITE_ROLE";
+const HOME: &str = "FOLIO_TEST_WRITE_HOME";
+const NAME: &str = "FOLIO_TEST_WRITE_NAME";
+const DATA: &str = "FOLIO_TEST_WRITE_DATA";
+const ROUNDS_ENV: &str = "FOLIO_TEST_WRITE_ROUNDS";
+/// The prefix of every line a child says to the test.
+const SAY: &str = "xproc:";
+
+const SLOTS: u16 = super::queue::PIN_SLOTS;
+/// Threads of R reading the file the whole time.
+const READERS: usize = 8;
+/// The file's first length (before round 1).
+const FIRST_LEN: u64 = 5 * 4096 + 300;
+const PAGE: u64 = 4096;
+
+/// The byte at `at` as round `round` wrote it: each page's bytes stamped with its page and
+/// the round (a torn page mixes two rounds' stamps).
+fn stamp(at: u64, round: u64) -> u8 {
+    let page = at / PAGE;
+    (page.wrapping_mul(131) ^ round.wrapping_mul(29) ^ (at % PAGE).wrapping_mul(7)) as u8
+}
+
+/// Round `round`'s write on a file of `len` bytes (the schedule both children replay from
+/// one seed): an append (partial pages) on even rounds, an overwrite elsewhere on odd
+/// ones (1 byte to two pages, at any offset, sometimes past the end).
+fn write_of(rng: &mut Rng, round: u64, len: u64) -> (u64, u64) {
+    if round % 2 == 0 {
+        (len, 1 + rng.below(5000))
+    } else {
+        let offset = rng.below(len + 100);
+        (offset, 1 + rng.below(2 * PAGE + 10))
+    }
+}
+
+/// The file's bytes after each round: `versions[k]` after round k (0: the first).
+fn versions(rounds: u64) -> Vec<Vec<u8>> {
+    let mut rng = Rng(45);
+    let mut file: Vec<u8> = (0..FIRST_LEN).map(|at| stamp(at, 0)).collect();
+    let mut all = vec![file.clone()];
+    for round in 1..=rounds {
+        let (offset, len) = write_of(&mut rng, round, file.len() as u64);
+        let end = (offset + len) as usize;
+        if file.len() < end {
+            file.resize(end, 0);
+        }
+        for at in offset..offset + len {
+            file[at as usize] = stamp(at, round);
+        }
+        all.push(file.clone());
+    }
+    all
+}
+
+fn say(what: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{SAY} {what}").unwrap();
+    out.flush().unwrap();
+}
+
+fn hear(input: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    input.read_line(&mut line).unwrap();
+    line.trim().to_string()
+}
+
+/// The child roles (run only by the tests below): "writer" writes the schedule, one round
+/// per turn; "reader" checks the whole file after each round, with `READERS` threads
+/// reading single pages the whole time and checking each is whole: a version of the page
+/// no older than the last round told.
+#[test]
+#[ignore]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let home = PathBuf::from(std::env::var(HOME).unwrap());
+    let path = PathBuf::from(std::env::var(DATA).unwrap()).join("w");
+    let rounds: u64 = std::env::var(ROUNDS_ENV).unwrap().parse().unwrap();
+    let cache = Cache::builder()
+        .capacity_bytes(1 << 20)
+        .segment_dir(&home)
+        .domain(std::env::var(NAME).unwrap())
+        .build()
+        .unwrap();
+    let mut stdin = std::io::stdin().lock();
+    match role.as_str() {
+        "writer" => {
+            let file = cache.open_options().write(true).open(&path).unwrap();
+            let mut rng = Rng(45);
+            let mut len = FIRST_LEN;
+            say(format_args!("ready"));
+            for round in 1..=rounds {
+                let (offset, n) = write_of(&mut rng, round, len);
+                let bytes: Vec<u8> = (offset..offset + n).map(|at| stamp(at, round)).collect();
+                assert_eq!(file.write_at(&bytes, offset).unwrap(), n as usize);
+                len = len.max(offset + n);
+                if round % 4 == 0 {
+                    // Writeback now and then: its completions unmark the domain's frames,
+                    // which reclaim may then take (R reads the disk's newest bytes).
+                    file.sync_data().unwrap();
+                }
+                say(format_args!("wrote {round}"));
+                assert_eq!(hear(&mut stdin), "go");
+            }
+            let stats = cache.domain_stats().unwrap();
+            eprintln!("writer: {stats:?}");
+            say(format_args!(
+                "result 0 {} {}",
+                stats.installs, stats.reclaimed_frames
+            ));
+        }
+        "reader" => {
+            let all = versions(rounds);
+            let file = cache.open(&path).unwrap();
+            assert!(file.is_domain_file(), "the reader's open is a domain file");
+            let told = AtomicU64::new(0);
+            let stop = AtomicBool::new(false);
+            let torn = AtomicUsize::new(0);
+            let checked = AtomicU64::new(0);
+            let mut wrong = 0;
+            std::thread::scope(|scope| {
+                for t in 0..READERS {
+                    let (file, all, told, stop, torn, checked) =
+                        (&file, &all, &told, &stop, &torn, &checked);
+                    scope.spawn(move || {
+                        let mut rng = Rng(1000 + t as u64);
+                        let mut buf = vec![0u8; PAGE as usize];
+                        while !stop.load(Ordering::Acquire) {
+                            let from = told.load(Ordering::Acquire) as usize;
+                            let pages = all[from].len() as u64 / PAGE + 1;
+                            let page = rng.below(pages);
+                            let got = file.read_at(&mut buf, page * PAGE).unwrap();
+                            // W is at most one round ahead of what R was told at the end.
+                            let to = (told.load(Ordering::Acquire) as usize + 1).min(all.len() - 1);
+                            // The bytes: one round's version of the page, whole; the
+                            // length: one round's size (a read racing an extending write
+                            // may load the size before the write raised it, as the
+                            // kernel's read loads i_size before it copies the pages).
+                            let in_page = |k: usize| {
+                                let v = &all[k];
+                                let start = ((page * PAGE) as usize).min(v.len());
+                                (start, (start + PAGE as usize).min(v.len()))
+                            };
+                            let bytes_whole = (from..=to).any(|k| {
+                                let (start, end) = in_page(k);
+                                got <= end - start && buf[..got] == all[k][start..start + got]
+                            });
+                            let sized = (from..=to).any(|k| {
+                                let (start, end) = in_page(k);
+                                got == end - start
+                            });
+                            if !bytes_whole || !sized {
+                                torn.fetch_add(1, Ordering::Relaxed);
+                                let lens: Vec<_> = (from..=to).map(|k| in_page(k).1 - in_page(k).0).collect();
+                                eprintln!("page {page}: {got} bytes, not a version of rounds {from}..={to} (their lengths {lens:?}; bytes whole {bytes_whole})");
+                            }
+                            checked.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+                say(format_args!("ready"));
+                let mut whole = vec![0u8; 1 << 20];
+                for round in 1..=rounds {
+                    assert_eq!(hear(&mut stdin), format!("check {round}"));
+                    told.store(round, Ordering::Release);
+                    let want = &all[round as usize];
+                    let got = file.read_at(&mut whole, 0).unwrap();
+                    if got != want.len() || whole[..got] != want[..] {
+                        let first = (0..got.min(want.len())).find(|&i| whole[i] != want[i]);
+                        eprintln!(
+                            "round {round}: {got} bytes read, {} written; first wrong byte {first:?}",
+                            want.len()
+                        );
+                        wrong += 1;
+                    }
+                    say(format_args!("ok {round}"));
+                }
+                stop.store(true, Ordering::Release);
+            });
+            let s = cache.domain_stats().unwrap();
+            eprintln!(
+                "reader: {} page reads checked, {} torn; {s:?}",
+                checked.load(Ordering::Relaxed),
+                torn.load(Ordering::Relaxed)
+            );
+            say(format_args!(
+                "result {} {} {}",
+                wrong + torn.load(Ordering::Relaxed),
+                checked.load(Ordering::Relaxed),
+                s.preads
+            ));
+        }
+        other => panic!("no role {other}"),
+    }
+}
+
+struct Talker {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+    what: &'static str,
+}
+
+impl Talker {
+    fn start(role: &'static str, home: &Path, name: &str, data: &Path, rounds: u64) -> Talker {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "shared::tests_write::child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, role)
+            .env(HOME, home)
+            .env(NAME, name)
+            .env(DATA, data)
+            .env(ROUNDS_ENV, rounds.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        Talker {
+            input: child.stdin.take().unwrap(),
+            output: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            what: role,
+        }
+    }
+
+    /// The child's next line to the test (its harness's lines skipped).
+    fn next(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            let n = self.output.read_line(&mut line).unwrap();
+            assert!(n > 0, "{} ended: {:?}", self.what, self.child.wait());
+            if let Some((_, said)) = line.split_once(SAY) {
+                return said.trim().to_string();
+            }
+        }
+    }
+
+    fn tell(&mut self, what: &str) {
+        writeln!(self.input, "{what}").unwrap();
+        self.input.flush().unwrap();
+    }
+
+    /// The result line's numbers, once the child exited 0 (within two minutes).
+    fn finish(mut self) -> Vec<u64> {
+        let said = self.next();
+        let numbers = said
+            .strip_prefix("result ")
+            .unwrap_or_else(|| panic!("{}: {said}", self.what))
+            .split_whitespace()
+            .map(|w| w.parse().unwrap())
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "{}: {status}", self.what);
+                return numbers;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("{}: never exited", self.what);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// W appends and overwrites (partial pages) a file through its domain cache, and after
+/// each `write_at` returned R reads the whole file through the same domain: every byte
+/// and the size are the writes' (R's reads of pages W's writes made are hits, never the
+/// disk's stale page); meanwhile 8 threads of R read single pages and each is a whole
+/// version of the page, never a mix. W syncs every 4 rounds, so frames are unmarked and
+/// reclaimed (a domain of 32 frames for a file that grows to 42 pages) and R's misses read the disk's newest bytes. Then,
+/// both gone (W's drop detached it: every mark cleared), the domain checks and a reclaim
+/// frees every frame.
+#[test]
+fn a_write_that_returned_is_read_by_another_process() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let rounds = 120;
+    std::fs::write(data.path().join("w"), &versions(0)[0]).unwrap();
+    let name = "write-pingpong";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 32)).unwrap();
+    let mut w = Talker::start("writer", home.path(), name, data.path(), rounds);
+    assert_eq!(w.next(), "ready");
+    let mut r = Talker::start("reader", home.path(), name, data.path(), rounds);
+    assert_eq!(r.next(), "ready");
+    for round in 1..=rounds {
+        assert_eq!(w.next(), format!("wrote {round}"));
+        r.tell(&format!("check {round}"));
+        assert_eq!(r.next(), format!("ok {round}"));
+        w.tell("go");
+    }
+    let written = w.finish();
+    let read = r.finish();
+    eprintln!("writer: {written:?}, reader: {read:?}");
+    assert!(written[1] >= rounds, "the writer's installs: {written:?}");
+    assert_eq!(read[0], 0, "wrong rounds and torn pages read");
+    assert!(read[1] > 0, "the reader's threads read nothing");
+    // Frames were reclaimed once written back, and the reader read the disk then.
+    assert!(written[2] + read[2] > 0, "no reclaim, no read of the disk");
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
+
+/// What a write pays for the domain (docs/sharing.md "Writes seen across processes",
+/// "Measured"): a 4 KiB overwrite of a cached page and a 100-byte append, through a
+/// `Cache` with a domain (the private write, then the page put into the domain) beside a
+/// private `Cache` (today's path), in one process, the two alternated round by round.
+/// Medians of the rounds' per-write times. Run by hand:
+/// `cargo test --release -p folio --lib shared::tests_write::a_write_costs -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn a_write_costs() {
+    const WRITES: u64 = 2_000;
+    const ROUNDS: usize = 7;
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let name = "write-costs";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 4096)).unwrap();
+    let build = |domain: bool| {
+        let builder = Cache::builder()
+            .capacity_bytes(64 << 20)
+            .segment_dir(home.path());
+        let builder = if domain {
+            builder.domain(name)
+        } else {
+            builder
+        };
+        builder.build().unwrap()
+    };
+    let caches = [build(false), build(true)];
+    let page = vec![0x5au8; 4096];
+    let small = vec![0xa5u8; 100];
+    let mut times: [[Vec<f64>; 2]; 2] = Default::default();
+    for round in 0..ROUNDS {
+        for (c, cache) in caches.iter().enumerate() {
+            let path = data.path().join(format!("r{round}-{c}"));
+            std::fs::write(&path, vec![0u8; 64 * 4096]).unwrap();
+            let file = cache.open_options().write(true).open(&path).unwrap();
+            let mut whole = vec![0u8; 64 * 4096];
+            file.read_at(&mut whole, 0).unwrap();
+            let mut rng = Rng(round as u64 + 1);
+            let started = Instant::now();
+            for _ in 0..WRITES {
+                let at = rng.below(64) * 4096;
+                file.write_at(&page, at).unwrap();
+            }
+            times[0][c].push(started.elapsed().as_nanos() as f64 / WRITES as f64);
+            let mut end = 64 * 4096;
+            let started = Instant::now();
+            for _ in 0..WRITES {
+                file.write_at(&small, end).unwrap();
+                end += 100;
+            }
+            times[1][c].push(started.elapsed().as_nanos() as f64 / WRITES as f64);
+            file.sync_data().unwrap();
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        v[v.len() / 2]
+    };
+    for (what, t) in ["4 KiB overwrite", "100-byte append"]
+        .iter()
+        .zip(times.iter_mut())
+    {
+        let (mut private, mut domain) = (t[0].clone(), t[1].clone());
+        let (p, d) = (median(&mut private), median(&mut domain));
+        eprintln!(
+            "{what}: private {p:.0} ns, with the domain {d:.0} ns (x{:.2}); rounds: private {:?}, domain {:?}",
+            d / p,
+            private.iter().map(|x| *x as u64).collect::<Vec<_>>(),
+            domain.iter().map(|x| *x as u64).collect::<Vec<_>>()
+        );
+    }
+    let installs = caches[1].domain_stats().unwrap().installs;
+    assert!(
+        installs >= 2 * WRITES * ROUNDS as u64,
+        "{installs} installs"
+    );
+    drop(caches);
+    parent.detach();
+}
