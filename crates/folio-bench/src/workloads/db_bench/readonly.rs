@@ -19,11 +19,18 @@
 //! ops/s, user and system seconds, peak RSS, blocks read); and **the memory holding the
 //! cached data**: the kernel's page cache of the table files after the run (mincore: one
 //! copy at most, with its readahead) and the peak growth of `/proc/meminfo`'s `Cached`
-//! while it ran; folio's: the domain's memory file (its tmpfs blocks: the frames touched
-//! and the structures over them) plus each process's private cache (`resident_bytes` of
-//! its stats at exit: the files the domain does not take, the MANIFEST written at open
-//! among them); folio-private's: the sum of its processes' `resident_bytes`. The row's
-//! `memory_over_kernel` sets each beside the kernel's page cache of the same P.
+//! while it ran; folio's: the domain's memory file at its largest (its tmpfs blocks,
+//! sampled every 100 ms while the processes run and once after: the frames cached, the
+//! frames populated ahead and not used yet, and the structures over them; the steward
+//! gives free frames back once everyone left, so the figure after the run alone would
+//! flatter it) plus what each process's private cache holds (`cached_bytes` and
+//! `metadata_bytes` of its stats at exit: the files the domain does not take; its
+//! `resident_bytes` counts whole 2 MiB chunks of an arena grown unpopulated, reported
+//! beside as `private_resident_bytes`); folio-private's: the sum of its processes'
+//! `resident_bytes` (populated ahead: memory). Beside them (not in the
+//! ratio): `domain_frames_cached_bytes`, the frames the domain's queue holds after the
+//! run (the data itself, readahead's pages included). The row's `memory_over_kernel`
+//! sets each beside the kernel's page cache of the same P.
 //!
 //! Small by default, so that it finishes in minutes here: one database of 20,000 8 KiB
 //! values (156 MiB), a 16 MiB block cache per process, 30 s per measurement (windows: the
@@ -35,8 +42,7 @@
 //! start within milliseconds of each other, not at one instant, and each db_bench opens
 //! the database before its first second. The domain's memory file counts every frame
 //! touched, also frames a reclaim freed (none at these sizes: the domain is sized by the
-//! first process's capacity, the machine's by default); tmpfs blocks are resident unless
-//! swapped. A process's `resident_bytes` is its private arena at exit.
+//! machine); tmpfs blocks are resident unless swapped. A process's `resident_bytes` is its private arena at exit.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -105,6 +111,37 @@ fn domain_dir() -> PathBuf {
 fn tmpfs_bytes(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
+}
+
+/// The peak of a tmpfs file's allocated bytes while a measurement runs (`tmpfs_bytes`
+/// every 100 ms): the domain's region at its largest, whatever its steward gives back
+/// once the processes have left (it gives the free frames back at once when alone).
+struct TmpfsPeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<u64>,
+}
+
+impl TmpfsPeak {
+    fn start(path: PathBuf) -> TmpfsPeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                peak = tmpfs_bytes(&path).max(peak);
+                if stopped.load(Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        TmpfsPeak { stop, sampler }
+    }
+
+    fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.sampler.join().unwrap_or(0)
+    }
 }
 
 /// The sum, element by element, of `rows` cut to the shortest (a second every process
@@ -185,16 +222,28 @@ const DOMAIN_KEYS: [&str; 7] = [
     "files_refused",
 ];
 
+/// What the private caches hold, summed over the processes: their resident bytes (the
+/// arena's listed chunks) and what they hold of data (`private_held_bytes`: their cached
+/// pages and their metadata).
+struct Private {
+    resident: u64,
+    held: u64,
+}
+
 /// What the folio side's stats say, summed over its processes: the private caches'
-/// resident bytes and the domain's counts (`domain_hits`, `domain_misses`, ... of
-/// [`DOMAIN_KEYS`]), and the bytes the domain caches as they tell it
-/// (`domain_cached_bytes`: a page per miss that was inserted, neither a conflict nor read
-/// uncached, less the frames reclaims freed), into `extra`; returns the resident bytes.
-fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> u64 {
+/// resident and held bytes ([`Private`]) and the domain's counts (`domain_hits`,
+/// `domain_misses`, ... of [`DOMAIN_KEYS`]), and the bytes the domain caches as they tell
+/// it (`domain_cached_bytes`: a page per miss that was inserted, neither a conflict nor
+/// read uncached, less the frames reclaims freed: readahead's pages are not counted),
+/// into `extra`.
+fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> Private {
     let mut resident = 0;
+    let mut held = 0;
     let mut domain = [0u64; DOMAIN_KEYS.len()];
     for p in parts {
         resident += super::write::stat_of(&p.stats, "resident_bytes").unwrap_or(0);
+        held += super::write::stat_of(&p.stats, "cached_bytes").unwrap_or(0)
+            + super::write::stat_of(&p.stats, "metadata_bytes").unwrap_or(0);
         let line = p
             .stats
             .lines()
@@ -205,13 +254,14 @@ fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> u
         }
     }
     extra.insert("private_resident_bytes".into(), json!(resident));
+    extra.insert("private_held_bytes".into(), json!(held));
     for (value, key) in domain.iter().zip(DOMAIN_KEYS) {
         extra.insert(format!("domain_{key}"), json!(value));
     }
     let [_, misses, _, conflicts, uncached, reclaimed, _] = domain;
     let cached = misses.saturating_sub(conflicts + uncached + reclaimed);
     extra.insert("domain_cached_bytes".into(), json!(cached * 4096));
-    resident
+    Private { resident, held }
 }
 
 pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
@@ -284,6 +334,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             None => "folio://".to_string(),
         };
         let peak = kernel::PageCachePeak::start();
+        let region_peak = domain
+            .as_ref()
+            .map(|name| TmpfsPeak::start(domain_dir().join(format!("{name}.domain"))));
         let results: Vec<io::Result<(Finished, PathBuf, PathBuf)>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..p)
                 .map(|i| {
@@ -315,6 +368,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 .collect()
         });
         let page_cache_peak = peak.stop();
+        let region_peak = region_peak.map_or(0, TmpfsPeak::stop);
         let mut parts = Vec::new();
         for (i, result) in results.into_iter().enumerate() {
             let (f, report_file, stats) = result?;
@@ -359,7 +413,19 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 if let Some(name) = &domain {
                     let dir = domain_dir();
                     let path = dir.join(format!("{name}.domain"));
-                    region = tmpfs_bytes(&path);
+                    let region_after = tmpfs_bytes(&path);
+                    // The frames the domain caches (its queue's count), read before the
+                    // region is removed: the data itself, beside what holds it.
+                    let cached = folio::DomainView::open(&dir, name)
+                        .map(|view| u64::from(view.read().frames_cached) * 4096)
+                        .unwrap_or(0);
+                    run.extra
+                        .insert("domain_frames_cached_bytes".into(), json!(cached));
+                    run.extra
+                        .insert("domain_region_after_bytes".into(), json!(region_after));
+                    run.extra
+                        .insert("domain_region_peak_bytes".into(), json!(region_peak));
+                    region = region_after.max(region_peak);
                     if region == 0 {
                         return Err(io::Error::other(format!(
                             "db-bench readonly: no domain memory file {} after the run: the \
@@ -382,7 +448,18 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 if let Some(first) = parts.first() {
                     record_folio_capacity(&first.stats, &mut run.extra);
                 }
-                region + private
+                // A domain's processes: what their private caches hold (`Private::held`).
+                // Their `resident_bytes` counts each listed 2 MiB chunk of the arena,
+                // which a cache with a domain grows unpopulated (`PopulateAhead::Never`)
+                // and touches a page at a time: 2 MiB a process for one cached page of
+                // a LOG file, the smaps beside it showing no more anonymous memory than
+                // the kernel's processes (docs/sharing.md, "The domain's memory as
+                // used"). The private caches' row keeps `resident_bytes`: populated
+                // ahead, it is memory.
+                match domain {
+                    Some(_) => region + private.held,
+                    None => private.resident,
+                }
             }
         };
         run.extra.insert("memory_bytes".into(), json!(memory));
@@ -434,8 +511,8 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         report.note(format!(
             "P={p}: summed reads/s cold / steady: kernel {:.0} / {:.0}, folio (domain) {:.0} / \
              {:.0}, folio-private {:.0} / {:.0}; memory holding the data: kernel {:.1} MiB \
-             (page cache of the tables), folio {:.1} MiB (domain file {:.1}, of which pages \
-             cached {:.1} by its counts, + private caches {:.1}), folio-private {:.1} MiB",
+             (page cache of the tables), folio {:.1} MiB (domain file at its peak {:.1}, of \
+             which frames cached {:.1}, + private caches' pages {:.3}), folio-private {:.1} MiB",
             figure(System::Kernel, "cold_ops_per_sec").unwrap_or(f64::NAN),
             figure(System::Kernel, "steady_ops_per_sec").unwrap_or(f64::NAN),
             figure(System::Folio, "cold_ops_per_sec").unwrap_or(f64::NAN),
@@ -445,8 +522,8 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             mib_of(System::Kernel),
             mib_of(System::Folio),
             figure(System::Folio, "domain_region_bytes").unwrap_or(f64::NAN) / 1048576.0,
-            figure(System::Folio, "domain_cached_bytes").unwrap_or(f64::NAN) / 1048576.0,
-            figure(System::Folio, "private_resident_bytes").unwrap_or(f64::NAN) / 1048576.0,
+            figure(System::Folio, "domain_frames_cached_bytes").unwrap_or(f64::NAN) / 1048576.0,
+            figure(System::Folio, "private_held_bytes").unwrap_or(f64::NAN) / 1048576.0,
             mib_of(System::FolioPrivate),
         ));
         report.targets.push(Target::at_least(
@@ -493,8 +570,11 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
          by second, and their CPU (/proc/<pid>/stat every {} ms) summed; cold = seconds \
          1-{}, steady = the last {}; memory: kernel = mincore of the table files after the \
          run (page_cache_peak_growth_bytes: /proc/meminfo Cached's peak growth beside it); \
-         folio = the domain's memory file (tmpfs blocks) + the processes' private \
-         resident_bytes at exit; the processes' rusage under `processes`",
+         folio = the domain's memory file (tmpfs blocks, the peak of 100 ms samples while \
+         the processes ran and one after) + what the processes' private caches hold at exit \
+         (cached_bytes + metadata_bytes; their resident_bytes, whole 2 MiB chunks grown \
+         unpopulated, as private_resident_bytes); folio-private = its processes' \
+         resident_bytes; the processes' rusage under `processes`",
         SAMPLE_PERIOD.as_millis(),
         spec.cold_secs,
         spec.steady_secs,
@@ -568,7 +648,8 @@ mod tests {
     fn folio_stats_sum_the_private_caches_and_the_domain() {
         let stats = |resident: u64, hits: u64| {
             format!(
-                "folio: stats: hits=1 resident_bytes={resident} backend=pread\n\
+                "folio: stats: hits=1 resident_bytes={resident} cached_bytes=4096 \
+                 metadata_bytes=100 backend=pread\n\
                  folio: domain: name=d hits={hits} pinned_hits=0 stale_copies=0 misses=5 \
                  preads=5 conflicts=1 reclaims=0 reclaimed_frames=0 uncached=0 \
                  sibling_pinned=0 files_refused=0\n"
@@ -579,7 +660,9 @@ mod tests {
         let mut b = part(1, 1.0, vec![], vec![]);
         b.stats = stats(8192, 20);
         let mut extra = Map::new();
-        assert_eq!(record_folio_stats(&[a, b], &mut extra), 12288);
+        let private = record_folio_stats(&[a, b], &mut extra);
+        assert_eq!(private.resident, 12288);
+        assert_eq!(private.held, 2 * (4096 + 100));
         // The domain's hits, not the private cache's `hits=` of the stats line.
         assert_eq!(extra["domain_hits"], json!(30));
         assert_eq!(extra["domain_misses"], json!(10));
