@@ -20,9 +20,9 @@
 //!    then the chunks at its frontier (buddy.rs, "Frames never reached": a fresh domain's
 //!    allocator goes up from frame 0).
 //!
-//! **The lead** (`Populator::lead`): a sixteenth of the begun chunks, at least
-//! `LEAD_CHUNKS_MIN` (4 MiB) and at most `LEAD_CHUNKS_MAX` (16 MiB) or an eighth of the
-//! area. The arena's lead is as large as what is allocated (8 to 64 MiB): for a cache of
+//! **The lead** (`Populator::lead`): a thirty-second of the begun chunks, at least
+//! `LEAD_CHUNKS_MIN` (one, 2 MiB) and at most `LEAD_CHUNKS_MAX` (16 MiB) or an eighth of
+//! the area. The arena's lead is as large as what is allocated (8 to 64 MiB): for a cache of
 //! one process, memory it will use; for a domain, whose memory is issue 45's one copy of
 //! the data (done-when 1: within 1.1x), 64 MiB populated ahead of 87 MiB cached was most
 //! of the excess (docs/sharing.md, "The domain's memory as used"). A few chunks suffice
@@ -46,7 +46,7 @@
 //! each step that finds nothing to do and the allocator unmoved since the last such step
 //! doubles the wait, up to 640 ms (`POLL_DOUBLINGS`): a domain its members do not fill
 //! costs about 1.5 wake-ups a second instead of 100. The price: a burst of misses after a
-//! quiet spell has the lead (4 to 16 MiB) populated ahead, and the steward may look up
+//! quiet spell has the lead (2 to 16 MiB) populated ahead, and the steward may look up
 //! to 640 ms late; misses that outrun the lead meanwhile fault their pages in, as before
 //! the populator. No member tells the steward of its need (a futex word bumped by the
 //! allocator when a chunk is begun would need a second thread in the steward, which
@@ -85,10 +85,11 @@ use super::stack::Frame;
 pub(crate) const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
 /// The most chunks populated ahead of the allocator: 16 MiB (module docs, "The lead").
 const LEAD_CHUNKS_MAX: u32 = 8;
-/// The lead before anything is allocated, and while little is: 2 chunks, 4 MiB.
-const LEAD_CHUNKS_MIN: u32 = 2;
-/// One chunk of lead per this many begun: the lead is at most about 6% of what is used.
-const LEAD_PER_BEGUN: u32 = 16;
+/// The lead before anything is allocated, and while little is: 1 chunk, 2 MiB.
+const LEAD_CHUNKS_MIN: u32 = 1;
+/// One chunk of lead per this many begun: past the first, the lead is about 3% of what
+/// is used.
+const LEAD_PER_BEGUN: u32 = 32;
 /// How often the steward steps the populator while it is not done (the arena's
 /// populator sleeps at most 20 ms; a miss here costs 50-120 µs of wall time, so a 2 MiB
 /// chunk lasts at least 25 ms of misses, and the default lead four of them).
@@ -269,8 +270,8 @@ impl Populator {
         debug_assert!(self.populated as usize <= self.known.len());
     }
 
-    /// The chunks to keep populated ahead when `begun` chunks are begun: a sixteenth of
-    /// them, between `LEAD_CHUNKS_MIN` and `LEAD_CHUNKS_MAX`, and at most `lead_max` (an
+    /// The chunks to keep populated ahead when `begun` chunks are begun: a thirty-second
+    /// of them, between `LEAD_CHUNKS_MIN` and `LEAD_CHUNKS_MAX`, and at most `lead_max` (an
     /// eighth of the area). Module docs, "The lead".
     fn lead(&self, begun: u32) -> u32 {
         (begun / LEAD_PER_BEGUN)
@@ -411,7 +412,7 @@ mod tests {
     #[test]
     fn the_data_area_is_populated_ahead_of_the_allocator_and_no_further() {
         use super::super::terms::Unkillable;
-        // 16 chunks (32 MiB): the lead is 2 chunks (the least, and an eighth).
+        // 16 chunks (32 MiB): the lead is 1 chunk (the least).
         let (_home, domain, me) = domain("populate", 16);
         let (slots, buddy) = (domain.slots(), domain.buddy());
         let mut populator = Populator::new(domain.geometry().frames);
@@ -420,13 +421,13 @@ mod tests {
             16,
             "a new region is empty"
         );
-        // Nothing leased: the lead, the frontier's first two chunks.
-        assert_eq!(settle(&mut populator, &domain), vec![0, 1]);
+        // Nothing leased: the lead, the frontier's first chunk.
+        assert_eq!(settle(&mut populator, &domain), vec![0]);
         let (whole, empty) = resident_chunks(&domain);
-        assert_eq!(whole, vec![0, 1]);
+        assert_eq!(whole, vec![0]);
         assert_eq!(
             empty,
-            (2..16).collect::<Vec<_>>(),
+            (1..16).collect::<Vec<_>>(),
             "populated past the lead"
         );
         // Lease the area in batches of 16, stepping between them: every frame leased is
@@ -454,7 +455,7 @@ mod tests {
                 .count();
             let populated = 16 - resident_chunks(&domain).1.len();
             assert!(
-                populated <= begun + 2,
+                populated <= begun + 1,
                 "{populated} populated, {begun} begun"
             );
             leased.extend(batch);
@@ -484,7 +485,7 @@ mod tests {
         // A new populator (a new steward) finds the lead's chunks populated (`mincore`):
         // no work but a look.
         let mut again = Populator::new(domain.geometry().frames);
-        assert_eq!(settle(&mut again, &domain).len(), 2);
+        assert_eq!(settle(&mut again, &domain).len(), 1);
         domain.slots().detach(me);
     }
 
@@ -508,7 +509,7 @@ mod tests {
         };
         let member = Member::attach(&config).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while resident_chunks(member.domain()).0 != vec![0, 1] {
+        while resident_chunks(member.domain()).0 != vec![0] {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the steward did not populate the lead: {:?}",
@@ -519,10 +520,10 @@ mod tests {
         // Two more polls of the steward: still nothing past the lead.
         std::thread::sleep(2 * POPULATE_POLL);
         let (whole, empty) = resident_chunks(member.domain());
-        assert_eq!(whole, vec![0, 1]);
+        assert_eq!(whole, vec![0]);
         assert_eq!(
             empty,
-            (2..16).collect::<Vec<_>>(),
+            (1..16).collect::<Vec<_>>(),
             "populated past the lead"
         );
         member.detach();
@@ -557,12 +558,12 @@ mod tests {
     }
 
     #[test]
-    fn the_lead_is_a_sixteenth_of_what_is_begun_from_2_to_8_chunks() {
-        // A 4 GiB area: 2048 chunks, the lead 2 to 8 chunks (4 to 16 MiB).
+    fn the_lead_is_a_thirty_second_of_what_is_begun_from_1_to_8_chunks() {
+        // A 4 GiB area: 2048 chunks, the lead 1 to 8 chunks (2 to 16 MiB).
         let big = Populator::new(2048 * CHUNK_FRAMES);
         assert_eq!(
             (big.lead(0), big.lead(44), big.lead(80), big.lead(1000)),
-            (2, 2, 5, 8)
+            (1, 1, 2, 8)
         );
         // 13 chunks: an eighth is one chunk.
         let small = Populator::new(12 * CHUNK_FRAMES + 64);

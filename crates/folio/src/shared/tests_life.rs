@@ -346,7 +346,7 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
     let domain = member.domain();
     let cached = u64::from(domain.queue().count()) * 4096;
     assert!(cached >= DATA, "{cached} bytes cached");
-    // The steward populates the lead (2 chunks, 4 MiB: populate.rs) at the frontier.
+    // The steward populates the lead (1 chunk, 2 MiB: populate.rs) at the frontier.
     let buddy = domain.buddy();
     let reached = buddy.reached();
     assert!(
@@ -354,7 +354,7 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
         "the allocator reached frame {reached} for 8 MiB"
     );
     wait_until("the lead populated past the frontier", || {
-        let lead = reached.next_multiple_of(512)..(reached.next_multiple_of(512) + 1024);
+        let lead = reached.next_multiple_of(512)..(reached.next_multiple_of(512) + 512);
         domain.data_resident(lead).unwrap().iter().all(|&p| p)
     });
     let held = region_bytes(setup.home.path(), name);
@@ -366,8 +366,8 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
         cached as f64 / MIB as f64
     );
     // The fixed tables (header, slots, records, stack, file table, the indexes' lines)
-    // are well under 1 MiB; the data's begun chunks at most 5 (10 MiB) and the lead 2
-    // (4 MiB); the frames' words of 7 chunks 0.3 MiB.
+    // are well under 1 MiB; the data's begun chunks at most 5 (10 MiB) and the lead 1
+    // (2 MiB); the frames' words of 6 chunks 0.3 MiB.
     assert!(
         after_attach <= MIB + 4 * MIB,
         "{after_attach} bytes at the attach"
@@ -377,7 +377,7 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
     member.detach();
     // Alone, the steward gives the free frames' pages back at once: the lead.
     wait_until("the lead given back", || {
-        region_bytes(setup.home.path(), name) <= held - 4 * MIB
+        region_bytes(setup.home.path(), name) <= held - 2 * MIB
     });
     // Every frame accounted for (the checks read every frame's words: last, since they
     // fault the virgin ones' pages in).
