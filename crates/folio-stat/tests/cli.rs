@@ -234,7 +234,8 @@ fn says_what_is_wrong_with_what_it_was_given() {
 }
 
 /// `folio-stat domain NAME`: a cache of this process in a domain, four pages read: the
-/// domain's steward running, its frames (2 MiB: 512) and the four cached, and this process
+/// domain's steward running, its frames (the machine's, not the build's 2 MiB) and the four
+/// cached, and this process
 /// in a slot, running, nothing pinned; a domain that does not exist is named in the error.
 #[test]
 fn shows_a_domain_its_steward_frames_and_processes() {
@@ -253,8 +254,20 @@ fn shows_a_domain_its_steward_frames_and_processes() {
     let out = ok(folio_stat(dir.path(), &["domain", "stat-test"]));
     assert!(out.starts_with("domain stat-test: steward pid "), "{out}");
     assert!(out.contains(" (running)"), "{out}");
+    // The domain's frames are the machine's (at most 4 GiB: 1 M frames), not the build's
+    // 2 MiB capacity.
+    let frames: u64 = out
+        .split("frames: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no frames in {out}"));
+    assert!(frames > 512 && frames <= 1 << 20, "{out}");
     assert!(
-        out.contains("frames: 512 of 4 KiB (2 MiB), 4 cached"),
+        out.contains(&format!(
+            "frames: {frames} of 4 KiB ({} MiB), 4 cached",
+            frames / 256
+        )),
         "{out}"
     );
     let me = std::process::id().to_string();

@@ -417,6 +417,17 @@ pub(crate) struct Engine {
     write_back_all: fn(&Arc<Core>, &dyn Backend),
 }
 
+/// Whether the arena is populated ahead of its allocator by a background thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PopulateAhead {
+    /// When the cache is at least `POPULATE_AHEAD_CACHE_BYTES_MIN` (the default).
+    WhenLarge,
+    /// Never: the arena grows as it is allocated from (a cache whose reads go through a
+    /// domain: its own arena holds only its writable and refused files, and a lead of 8
+    /// MiB a process would be memory beside the domain's one copy, docs/sharing.md).
+    Never,
+}
+
 /// What the write side gives the core: the writeback thread's body and the final flush.
 /// They live above this module (`writeback` uses `Core`), so the cache passes them in.
 #[derive(Clone, Copy)]
@@ -427,8 +438,14 @@ pub(crate) struct WritebackBodies {
 
 impl Engine {
     /// Starts the background reclaimer (if the cache has watermarks) and the arena's
-    /// populator (if the cache is large enough to want one) beside `backend`.
-    pub fn new(core: Core, backend: Box<dyn Backend>, writeback: WritebackBodies) -> Engine {
+    /// populator (if the cache is large enough to want one, and `populate` allows it)
+    /// beside `backend`.
+    pub fn new(
+        core: Core,
+        backend: Box<dyn Backend>,
+        writeback: WritebackBodies,
+        populate: PopulateAhead,
+    ) -> Engine {
         let core = Arc::new(core);
         let backend: Arc<dyn Backend> = Arc::from(backend);
         let writeback_thread = {
@@ -449,7 +466,8 @@ impl Engine {
                 .expect("spawn the reclaim thread")
         });
         let arena = core.arena();
-        let wants_populator = arena.listed_frames() < arena.frame_count()
+        let wants_populator = populate == PopulateAhead::WhenLarge
+            && arena.listed_frames() < arena.frame_count()
             && arena.frame_count() as usize * PAGE_BYTES >= POPULATE_AHEAD_CACHE_BYTES_MIN;
         let populate_thread = wants_populator.then(|| {
             let core = core.clone();

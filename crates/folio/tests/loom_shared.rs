@@ -724,8 +724,10 @@ fn park_broken_no_wake_at_death() {
 
 // The shared buddy allocator (`buddy.rs`, issue 45 step 4).
 //
-// Two frames, one free block of order 1. The dying process allocates an order-0 frame
-// (TAKE the order-1 block, SPLIT it, ASSIGN the low half) and frees it (RELEASE, MERGE
+// Two frames, one block of order 1, virgin at first (buddy.rs, "Frames never reached":
+// nothing listed, the frontier at 0). The dying process allocates an order-0 frame
+// (FRESH: the frontier's order-1 block, or TAKE it off its list once someone freed it;
+// SPLIT it, ASSIGN the low half) and frees it (RELEASE, MERGE
 // with its buddy if that is free, LIST), or does the same through a magazine of batch 1
 // (CARVE for ASSIGN, `return_batch` for the free), dying at its `d`-th step (each of its steps, and
 // no death); then its thread plays the steward (marks the slot dead, sweeps: takes the

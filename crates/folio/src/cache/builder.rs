@@ -26,12 +26,12 @@ use crate::eviction::{new_policy, EvictionKind};
 use crate::io::{open_backend, Backend, BackendKind};
 use crate::mapping::MappingTable;
 use crate::memory::Memory;
-use crate::pagecache::{Core, Engine, WritebackBodies};
+use crate::pagecache::{Core, Engine, PopulateAhead, WritebackBodies};
 use crate::readahead::{LimitBounds, ReadaheadLimit};
 use crate::reclaim::Reclaimer;
 use crate::segment::DiskDir;
 use crate::shared::attach::DomainConfig;
-use crate::shared::domain::{Geometry, FRAMES_MAX};
+use crate::shared::domain::Geometry;
 use crate::shared::queue::PIN_SLOTS;
 use crate::shared::reader::DomainReader;
 use crate::types::{Order, PAGE_BYTES};
@@ -388,8 +388,9 @@ impl CacheBuilder {
     /// coherence across processes is a later step); the futures (`read_at_async`,
     /// `read_many_async`, `get_page_async`) and `get_page` of a domain file fail with
     /// `Unsupported`; `readahead` of one does nothing; the domain reads one page at a time
-    /// (no readahead), and the domain has no budget yet (its frames are what its first
-    /// build asked, whatever the machine). **Records**: `Cache::remove_file` drops the
+    /// (no readahead), and the domain has no budget yet: its frames are the machine's
+    /// memory (or its cgroup's limit), at most 4 GiB, whoever builds it first, resident
+    /// only as they are used (docs/sharing.md, "The domain's memory as used"). **Records**: `Cache::remove_file` drops the
     /// domain's record of the file and its pages once no process has it open (at the
     /// removal, or at the last close of this cache's handles); a file
     /// changed since the domain recorded it gets a new record (the old one's pages
@@ -427,7 +428,7 @@ impl CacheBuilder {
         let domain = self
             .domain
             .as_ref()
-            .map(|name| self.attach_domain(name, capacity))
+            .map(|name| self.attach_domain(name))
             .transpose()?;
         let frames_max = u32::try_from(max / PAGE_BYTES as u64)
             .ok()
@@ -502,6 +503,14 @@ impl CacheBuilder {
         // Post: a new handle's window stays within the cache's limit.
         debug_assert!(core.readahead_pages <= core.readahead_pages_limit());
         let adoption = plan.map(|plan| Arc::new(plan.install(core.memory(), &core.mappings)));
+        // A cache with a domain reads its read-only files there: its own arena is not
+        // populated ahead (`PopulateAhead::Never`), so that each process adds only what
+        // it uses to the domain's one copy.
+        let populate = if domain.is_some() {
+            PopulateAhead::Never
+        } else {
+            PopulateAhead::WhenLarge
+        };
         Ok(Cache {
             domain,
             adoption,
@@ -512,6 +521,7 @@ impl CacheBuilder {
                     background: thread::background,
                     write_back_all: thread::write_back_all,
                 },
+                populate,
             )),
         })
     }
@@ -526,19 +536,19 @@ impl CacheBuilder {
 pub const DOMAIN_LINGER: Duration = Duration::from_secs(10 * 60);
 
 impl CacheBuilder {
-    /// Attaches to the domain `name` (`domain`'s doc), sized from `capacity` if this
-    /// build makes it.
+    /// Attaches to the domain `name` (`domain`'s doc), sized by the machine if this
+    /// build makes it (`Geometry::frames_for_machine`: the machine's or the cgroup's
+    /// memory, at most 4 GiB; not this build's capacity).
     ///
     /// Errors: `InvalidInput` for a bad name; the home's checks (`SegmentDir`);
     /// `Member::attach`'s.
-    fn attach_domain(&self, name: &str, capacity: u64) -> io::Result<Arc<DomainReader>> {
+    fn attach_domain(&self, name: &str) -> io::Result<Arc<DomainReader>> {
         let dir = match &self.segment_dir {
             Some(path) => path.clone(),
             None => crate::segment::SegmentDir::home()?.path().to_path_buf(),
         };
-        let frames = u32::try_from(capacity / PAGE_BYTES as u64)
-            .unwrap_or(u32::MAX)
-            .min(FRAMES_MAX);
+        let facts = MemorySource::this_process().read();
+        let frames = Geometry::frames_for_machine(&facts, CAPACITY_BYTES_DEFAULT);
         let config = DomainConfig {
             dir,
             name: name.to_string(),

@@ -8,7 +8,8 @@
 //!
 //! ```text
 //!   base + 0..8        the lock line (lock.rs): lock, intent, 4 args, IN_FLIGHT (6), -
-//!   base + 8..24       head[k], k in 0..=ORDER_MAX: the first block of free list k (NIL)
+//!   base + 8..24       head[k], k in 0..=ORDER_MAX: the first block of free list k (NIL);
+//!                      word 23 (`FRONTIER`): the first frame never reached (below)
 //!   base + 24..+F      next[f]: the next block on f's free list (NIL at the end)
 //!   then F words       prev[f]: the previous block on f's list (NIL for the first)
 //!   then F words       state[f]: the frame's state word (below)
@@ -29,6 +30,22 @@
 //!   holds 7 nodes of that tree (index.rs, "Nodes in frames"). It belongs to the tree, not
 //!   to a process: no sweep touches it; it returns to the lists only through
 //!   `free_nodes`, when the tree is released.
+//!
+//! **Frames never reached** (`FRONTIER`, docs/sharing.md "The domain's memory as used"):
+//! a domain of the machine's size is mostly frames nobody has used yet, and its three
+//! words a frame (and the queue's eight) would be resident memory if they were written at
+//! the format. So the format lists nothing: the frames from `FRONTIER` on are *virgin*:
+//! free, on no list, every word of theirs 0 (the region file's holes: no page behind
+//! them). The virgin frames are cut, in order, into the blocks a format of the whole area
+//! would make (`fresh_order`: the largest aligned block that fits; 2 MiB blocks of
+//! `ORDER_MAX` but for a shorter last chunk), and an allocation that finds no listed
+//! block large enough takes the next one (`FRESH`: `FRONTIER` past it, the block in
+//! flight at its order, then split down as a listed one). A virgin block never merges
+//! with anything (its head's state is TAIL, which no merge takes), nor does a block reach
+//! past `FRONTIER` by merging (fresh blocks are whole 2 MiB blocks or the format's tail
+//! blocks, whose buddies lie past the area or are smaller). `FRONTIER` never goes back.
+//! Every scan of the frames' words (the sweep, `free_blocks`, `check`, the queue's pins)
+//! stops at `FRONTIER`: past it there is nothing, and nothing to touch.
 //!
 //! **The hand-over** (LEASED(k, me) -> CACHED(k)) is not a change of this allocator: it
 //! is one store of the eviction queue's ADD (queue.rs), made under the queue's lock as
@@ -80,8 +97,14 @@
 //!   F3. LIST: b listed first on list k as FREE(k), IN_FLIGHT = 0.
 //! Take-over: T1-T3 of lock.rs (T2 redoes the last primitive), then, if IN_FLIGHT names a
 //! block (b, k), F2 and F3 for it.
+//! A1 from the frontier (`take_block`, when no list of order >= k holds a block):
+//!   A1'. FRESH(j): b = FRONTIER, j = `fresh_order(b)`: FRONTIER = b + 2^j,
+//!        state[b] = MOVING(j), IN_FLIGHT = (b, j); then A2 (j >= k) or F3 (j < k: the
+//!        area's shorter last chunk, listed, and the allocation looks again).
+//!   A death after FRESH leaves the block in flight like a TAKE's: the taker lists it.
 //!
-//! **Invariant** (between primitives): every frame is in exactly one block: a free block
+//! **Invariant** (between primitives): every frame from `FRONTIER` on is virgin (its
+//! words 0); every frame below it is in exactly one block: a free block
 //! on the list of its order, an allocated block whose head names its lessee, or the one
 //! block IN_FLIGHT names (at most one, its head MOVING(k)); a block of order k starts at
 //! a multiple of 2^k; every frame but a block's head is TAIL, except inside a carved
@@ -126,9 +149,12 @@ const IN_FLIGHT: u32 = LINE_FREE_WORDS[0];
 /// The words of the list heads, after the lock line (ORDER_MAX + 1, rounded to lines).
 const HEADS: u32 = LINE_WORDS;
 const HEAD_WORDS: u32 = 16;
+/// The word naming the first frame never reached (module docs, "Frames never reached"):
+/// the heads' line's last.
+const FRONTIER: u32 = HEADS + HEAD_WORDS - 1;
 const FRAMES_AT: u32 = HEADS + HEAD_WORDS;
 
-const _: () = assert!((ORDER_MAX as u32) < HEAD_WORDS);
+const _: () = assert!((ORDER_MAX as u32) < HEAD_WORDS - 1);
 
 // The state word's kinds.
 const TAIL: u64 = 0;
@@ -155,6 +181,7 @@ const CARVE: u64 = 4;
 const RELEASE: u64 = 5;
 const MERGE: u64 = 6;
 const LIST: u64 = 7;
+const FRESH: u64 = 8;
 
 /// A block's order: it holds 2^order frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -164,6 +191,16 @@ impl Order {
     fn frames(self) -> u32 {
         1 << self.0
     }
+}
+
+/// Where `take_block` may take a block from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Reach {
+    /// The free lists only.
+    ListedOnly,
+    /// The free lists, else the frontier's next block (module docs, "Frames never
+    /// reached").
+    OrFresh,
 }
 
 /// A frame's state word, decoded.
@@ -247,38 +284,39 @@ impl<'r> SharedBuddy<'r> {
         }
     }
 
-    /// Every frame free, in the largest aligned blocks that fit; the lock free.
+    /// Every frame free and virgin (module docs, "Frames never reached"): the lists
+    /// empty, `FRONTIER` 0, the lock free. Touches no frame's words: they are 0 already
+    /// (a new region file reads as zeros), which is what a virgin frame's words are.
     ///
-    /// Context: the region's maker, before any other process sees it.
+    /// Context: the region's maker, before any other process sees it, on a zeroed region.
     pub(crate) fn format(&self) {
         for offset in 0..FRAMES_AT {
-            let value = if offset >= HEADS { NIL } else { 0 };
+            let value = if (HEADS..FRONTIER).contains(&offset) {
+                NIL
+            } else {
+                0
+            };
             self.word(offset).store(value, Ordering::Relaxed);
         }
-        for f in 0..self.frames {
-            self.next(f).store(NIL, Ordering::Relaxed);
-            self.prev(f).store(NIL, Ordering::Relaxed);
-            self.state(f).store(TAIL, Ordering::Relaxed);
-        }
-        let mut f = 0u32;
-        while f < self.frames {
-            let mut k = ORDER_MAX;
-            while f % (1 << k) != 0 || u64::from(f) + (1u64 << k) > u64::from(self.frames) {
-                k -= 1;
-            }
-            let order = Order(k);
-            let head = self.head(order).load(Ordering::Relaxed);
-            self.next(f).store(head, Ordering::Relaxed);
-            if head != NIL {
-                self.prev(frame_of(head))
-                    .store(u64::from(f), Ordering::Relaxed);
-            }
-            self.state(f)
-                .store(State::Free(order).word(), Ordering::Relaxed);
-            self.head(order).store(u64::from(f), Ordering::Relaxed);
-            f += order.frames();
-        }
         self.word(IN_FLIGHT).store(0, Ordering::Release);
+    }
+
+    /// The order of the virgin block at `frame` (module docs): the largest aligned block
+    /// that fits in the area, at most `ORDER_MAX`.
+    fn fresh_order(&self, frame: u32) -> Order {
+        let mut k = ORDER_MAX;
+        while frame % (1 << k) != 0 || u64::from(frame) + (1u64 << k) > u64::from(self.frames) {
+            k -= 1;
+        }
+        Order(k)
+    }
+
+    /// The first frame never reached (module docs): every frame from it on is virgin.
+    /// Read without the lock: it only grows, so a scan bounded by it may miss only frames
+    /// reached after the load (exact under the lock).
+    pub(crate) fn reached(&self) -> u32 {
+        let frontier = self.word(FRONTIER).load(Ordering::Acquire);
+        u32::try_from(frontier).map_or(self.frames, |f| f.min(self.frames))
     }
 
     fn word(&self, offset: u32) -> &AtomicU64 {
@@ -386,6 +424,12 @@ impl<'r> SharedBuddy<'r> {
                 self.list_stores(b, order, x, &mut store)?;
                 store(self.word(IN_FLIGHT), 0)
             }
+            FRESH => {
+                // b: the frontier's block, x: the frontier past it.
+                store(self.word(FRONTIER), x)?;
+                store(self.state(b), State::Moving(order).word())?;
+                store(self.word(IN_FLIGHT), in_flight_word(b, order))
+            }
             code => panic!("an intent with an unknown operation {code}"),
         }
     }
@@ -477,32 +521,55 @@ impl<'r> SharedBuddy<'r> {
         self.change(held, &intent, run)
     }
 
-    /// A1-A2: a block of `order` taken off the lists and split down, left in flight; or
-    /// `None` if no list holds a block that large.
+    /// A1-A2: a block of `order` taken off the lists (or, under `Reach::OrFresh`, when
+    /// no list holds one that large, the frontier's next block: A1') and split down, left
+    /// in flight; or `None` if there is none.
     fn take_block<R: Run>(
         &self,
         held: &Held<'_, '_>,
         order: Order,
+        reach: Reach,
         run: &R,
     ) -> Result<Option<u32>, Died> {
-        let Some(mut j) = (order.0..=ORDER_MAX)
-            .map(Order)
-            .find(|j| self.head(*j).load(Ordering::Relaxed) != NIL)
-        else {
-            return Ok(None);
+        let (frame, mut j) = loop {
+            if let Some(j) = (order.0..=ORDER_MAX)
+                .map(Order)
+                .find(|j| self.head(*j).load(Ordering::Relaxed) != NIL)
+            {
+                let frame = frame_of(self.head(j).load(Ordering::Relaxed));
+                assert_eq!(
+                    self.state_of(frame),
+                    State::Free(j),
+                    "a listed block {frame} is not free at its order"
+                );
+                let next = self.next(frame).load(Ordering::Relaxed);
+                let intent = Intent {
+                    op: op(TAKE, j),
+                    args: [u64::from(frame), next, 0, 0],
+                };
+                self.change(held, &intent, run)?;
+                break (frame, j);
+            }
+            if reach == Reach::ListedOnly {
+                return Ok(None);
+            }
+            let frontier = self.reached();
+            if frontier >= self.frames {
+                return Ok(None);
+            }
+            let j = self.fresh_order(frontier);
+            let intent = Intent {
+                op: op(FRESH, j),
+                args: [u64::from(frontier), u64::from(frontier + j.frames()), 0, 0],
+            };
+            self.change(held, &intent, run)?;
+            if j >= order {
+                break (frontier, j);
+            }
+            // The area's shorter last chunk: a block too small for this allocation,
+            // listed (F3; it has no free buddy: module docs), and the lists looked at again.
+            self.merge_and_list(held, frontier, j, run)?;
         };
-        let frame = frame_of(self.head(j).load(Ordering::Relaxed));
-        assert_eq!(
-            self.state_of(frame),
-            State::Free(j),
-            "a listed block {frame} is not free at its order"
-        );
-        let next = self.next(frame).load(Ordering::Relaxed);
-        let intent = Intent {
-            op: op(TAKE, j),
-            args: [u64::from(frame), next, 0, 0],
-        };
-        self.change(held, &intent, run)?;
         while j > order {
             let head = self.head(Order(j.0 - 1)).load(Ordering::Relaxed);
             let intent = Intent {
@@ -529,7 +596,7 @@ impl<'r> SharedBuddy<'r> {
     ) -> Result<Option<Frame>, Died> {
         assert!(order.0 <= ORDER_MAX, "no order {}", order.0);
         let held = self.take(me, slots, run)?;
-        let got = self.take_block(&held, order, run)?;
+        let got = self.take_block(&held, order, Reach::OrFresh, run)?;
         if let Some(frame) = got {
             let intent = Intent {
                 op: op(ASSIGN, order),
@@ -596,28 +663,27 @@ impl<'r> SharedBuddy<'r> {
     ) -> Result<u32, Died> {
         let held = self.take(me, slots, run)?;
         let mut got = 0;
-        while got < want {
+        'batch: while got < want {
             let left = want - got;
-            let mut order = Order((31 - left.leading_zeros()).min(u32::from(ORDER_MAX)) as u8);
-            let frame = loop {
-                if let Some(frame) = self.take_block(&held, order, run)? {
-                    break Some(frame);
+            let top = Order((31 - left.leading_zeros()).min(u32::from(ORDER_MAX)) as u8);
+            // The listed blocks first, of any order (frames freed before are used again
+            // before the frontier moves: module docs), then the frontier's.
+            for reach in [Reach::ListedOnly, Reach::OrFresh] {
+                for k in (0..=top.0).rev() {
+                    let order = Order(k);
+                    if let Some(frame) = self.take_block(&held, order, reach, run)? {
+                        let intent = Intent {
+                            op: op(CARVE, order),
+                            args: [u64::from(frame), me.word(), 0, 0],
+                        };
+                        self.change(&held, &intent, run)?;
+                        into.extend((frame..frame + order.frames()).map(Frame));
+                        got += order.frames();
+                        continue 'batch;
+                    }
                 }
-                if order.0 == 0 {
-                    break None;
-                }
-                order = Order(order.0 - 1);
-            };
-            let Some(frame) = frame else {
-                break;
-            };
-            let intent = Intent {
-                op: op(CARVE, order),
-                args: [u64::from(frame), me.word(), 0, 0],
-            };
-            self.change(&held, &intent, run)?;
-            into.extend((frame..frame + order.frames()).map(Frame));
-            got += order.frames();
+            }
+            break;
         }
         held.unlock(run)?;
         lessee_fence(run);
@@ -688,7 +754,7 @@ impl<'r> SharedBuddy<'r> {
     /// Every node frame of `tree` (a scan of every frame's state word: checks, tests).
     pub(crate) fn nodes_of(&self, tree: Word) -> Vec<Frame> {
         let owner = State::Leased(Order(0), nodes_owner(tree)).word();
-        (0..self.frames)
+        (0..self.reached())
             .filter(|f| self.state(*f).load(Ordering::Acquire) == owner)
             .map(Frame)
             .collect()
@@ -782,15 +848,17 @@ impl<'r> SharedBuddy<'r> {
         found
     }
 
-    /// The free blocks, in frame order, read without the lock: what the steward gives
-    /// back when nobody is attached (steward.rs, "Alone").
+    /// The free blocks, in frame order, read without the lock, and last the virgin
+    /// frames (from `FRONTIER` on, if any: the lead the steward populated there): what the
+    /// steward gives back when nobody is attached (steward.rs, "Alone").
     ///
     /// Context: a quiet allocator (the steward alone in its domain: nobody else leases or
     /// frees); on a busy one the answer may be stale.
     pub(crate) fn free_blocks(&self) -> Vec<std::ops::Range<u32>> {
         let mut blocks = Vec::new();
+        let reached = self.reached();
         let mut f = 0;
-        while f < self.frames {
+        while f < reached {
             let (order, free) = match self.state_of(f) {
                 State::Free(order) => (order, true),
                 State::Leased(order, _) => (order, false),
@@ -804,6 +872,9 @@ impl<'r> SharedBuddy<'r> {
             }
             f = end;
         }
+        if reached < self.frames {
+            blocks.push(reached..self.frames);
+        }
         blocks
     }
 
@@ -812,7 +883,7 @@ impl<'r> SharedBuddy<'r> {
     /// Returns how many frames it freed.
     ///
     /// Context: the steward (`me`), after `SlotTable::mark_dead(dead)`, before
-    /// `free_dead(dead)`. Scans every frame's state word.
+    /// `free_dead(dead)`. Scans every reached frame's state word (under the lock: exact).
     pub(crate) fn sweep<R: Run>(
         &self,
         dead: Holder,
@@ -824,8 +895,9 @@ impl<'r> SharedBuddy<'r> {
         let held = self.take(me, slots, run)?;
         let dead_word = dead.word();
         let mut freed = 0;
+        let reached = self.reached();
         let mut f = 0;
-        while f < self.frames {
+        while f < reached {
             let word = self.state(f).load(Ordering::Relaxed);
             if word & OWNER_MASK == dead_word {
                 if let State::Leased(order, _) = State::of(word) {
@@ -877,12 +949,33 @@ impl<'r> SharedBuddy<'r> {
                 at = self.next(frame).load(Ordering::Relaxed);
             }
         }
-        let mut free_frames = 0;
+        let frontier = self.word(FRONTIER).load(Ordering::Acquire);
+        let reached = u32::try_from(frontier)
+            .ok()
+            .filter(|&r| r <= self.frames)
+            .ok_or_else(|| format!("the frontier is {frontier}"))?;
+        let mut boundary = 0;
+        while boundary < reached {
+            boundary += self.fresh_order(boundary).frames();
+        }
+        if boundary != reached {
+            return Err(format!(
+                "the frontier {reached} is not a fresh block's head"
+            ));
+        }
+        for f in reached..self.frames {
+            let words = [self.next(f), self.prev(f), self.state(f)];
+            if words.iter().any(|w| w.load(Ordering::Relaxed) != 0) {
+                return Err(format!("virgin frame {f} has a word set"));
+            }
+        }
+        // Every virgin frame is free (on no list: module docs).
+        let mut free_frames = self.frames - reached;
         let mut leased = Vec::new();
         let mut cached = Vec::new();
         let mut nodes = Vec::new();
         let mut f = 0;
-        while f < self.frames {
+        while f < reached {
             let (order, state) = match self.state_of(f) {
                 State::Free(order) => {
                     if listed.remove(&f) != Some(order) {
@@ -913,7 +1006,7 @@ impl<'r> SharedBuddy<'r> {
             };
             if order.0 > ORDER_MAX
                 || f % order.frames() != 0
-                || u64::from(f) + u64::from(order.frames()) > u64::from(self.frames)
+                || u64::from(f) + u64::from(order.frames()) > u64::from(reached)
             {
                 return Err(format!("block {f} of order {} is misplaced", order.0));
             }

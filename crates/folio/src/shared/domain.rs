@@ -62,12 +62,15 @@
 //! makes a view).
 //!
 //! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
-//! steward's (a later config's is ignored); the region is **4,200 bytes per frame** (its
-//! 4 KiB of data, and 104 bytes of words: the stack's 2, the allocator's 3, the queue's 8),
-//! plus the file table's `FILE_RECORDS` records (16 words each for up to 32 slots, 8 more
-//! per 32 slots more), `FILE_RECORDS` indexes' lock lines (`SharedIndex::words` each) and
-//! a few pages, never resized. Index nodes take frames from the same buddy as data (a
-//! frame holds 7 nodes; a tree keeps its node frames until its release, index.rs).
+//! steward's (a later config's is ignored); the region is **4,184 bytes per frame** of
+//! address space (its 4 KiB of data, and 88 bytes of words: the allocator's 3, the
+//! queue's 8), resident only as frames are reached (the allocator's frontier: buddy.rs,
+//! "Frames never reached"; the data as it is populated and used: populate.rs), plus the
+//! stack's (at most `STACK_FRAMES` frames), the file table's `FILE_RECORDS` records (16
+//! words each for up to 32 slots, 8 more per 32 slots more), `FILE_RECORDS` indexes'
+//! lock lines (`SharedIndex::words` each) and a few pages, never resized. Index nodes
+//! take frames from the same buddy as data (a frame holds 7 nodes; a tree keeps its node
+//! frames until its release, index.rs).
 
 use std::ffi::OsString;
 use std::fs::File as StdFile;
@@ -91,13 +94,16 @@ const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// allocator (step 4) and the file table (step 6); 4: the read side (the eviction queue,
 /// an index per file record, the frames' data) and a second header line; 5: the queue's
 /// reuse generation per frame (the optimistic hit); 6: the queue's words of a frame on one
-/// line (the hit's generation, page and touch together).
-const VERSION: u64 = 6;
+/// line (the hit's generation, page and touch together); 7: the allocator's frontier (its
+/// frames' words left 0 until reached), the stack at most `STACK_FRAMES`.
+const VERSION: u64 = 7;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
-/// The most frames a domain's stack has.
+/// The most frames a domain has (4 GiB of data).
 pub(crate) const FRAMES_MAX: u32 = 1 << 20;
+/// The most frames the frame stack has (`Geometry::stack_frames`).
+const STACK_FRAMES: u32 = 64;
 /// The file table's records (files.rs): the most files a domain names at once.
 pub(crate) const FILE_RECORDS: u32 = 256;
 /// The bytes of a frame's data (an order-0 frame: a page).
@@ -124,6 +130,27 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
+    /// The frames of a domain made on a machine whose memory `facts` describe: one per
+    /// 4 KiB of the most memory a process may use there (the machine's, or its cgroup's
+    /// limit: what a cache that follows the machine may grow to, docs/memory.md), at most
+    /// `FRAMES_MAX`; `fallback_bytes` worth where the figures cannot be read. Whoever
+    /// builds the domain first, it is the machine's size, not that process's capacity:
+    /// address space (the frames' memory is resident only as they are used: buddy.rs,
+    /// "Frames never reached"; populate.rs).
+    pub(crate) fn frames_for_machine(
+        facts: &crate::capacity::machine::MemoryFacts,
+        fallback_bytes: u64,
+    ) -> u32 {
+        let bytes = if facts.limit_bytes > 0 {
+            facts.limit_bytes
+        } else {
+            fallback_bytes
+        };
+        u32::try_from(bytes / FRAME_BYTES as u64)
+            .unwrap_or(u32::MAX)
+            .clamp(1, FRAMES_MAX)
+    }
+
     fn slot_table(self) -> Word {
         Word(HEADER_WORDS)
     }
@@ -136,8 +163,15 @@ impl Geometry {
         self.records().at(Records::words(self.slots))
     }
 
+    /// The frame stack's frames: step 1's structure, kept for its tests and the steward's
+    /// sweep, used by no cache; so not one per frame of the data area (its chain, written
+    /// at the format, would be resident memory: 16 bytes a frame), at most `STACK_FRAMES`.
+    fn stack_frames(self) -> u32 {
+        self.frames.min(STACK_FRAMES)
+    }
+
     fn buddy(self) -> Word {
-        Word(self.stack().0 + round_up(FrameStack::words(self.frames)))
+        Word(self.stack().0 + round_up(FrameStack::words(self.stack_frames())))
     }
 
     fn files(self) -> Word {
@@ -279,12 +313,12 @@ impl Domain {
         domain.words = geometry.bytes() / 8;
         domain.data_at = geometry.data_at();
         let region = domain.region();
-        // The file was cut to 0 and grown: it reads as zeros already. The words before the
-        // data area are stored anyway (the same view every later process maps); the data
-        // area is left untouched, so no page of it is faulted in here.
-        for word in &region[..geometry.words() as usize] {
-            word.store(0, Ordering::Relaxed);
-        }
+        // The file was cut to 0 and grown: it reads as zeros, a hole with no page behind
+        // it. Only the words that are not 0 in a new domain are stored (the header, the
+        // stack's chain, the allocator's and the queue's lock lines and list heads, the
+        // indexes' lines): the frames' words (the allocator's 3 and the queue's 8 a
+        // frame) and the data area are left holes, resident only once their frames are
+        // used (buddy.rs, "Frames never reached").
         region[H_VERSION].store(VERSION, Ordering::Relaxed);
         region[H_SLOTS].store(u64::from(geometry.slots), Ordering::Relaxed);
         region[H_FRAMES].store(u64::from(geometry.frames), Ordering::Relaxed);
@@ -520,7 +554,11 @@ impl Domain {
 
     /// The frame stack's view.
     pub(crate) fn stack(&self) -> FrameStack<'_> {
-        FrameStack::new(self.region(), self.geometry.stack(), self.geometry.frames)
+        FrameStack::new(
+            self.region(),
+            self.geometry.stack(),
+            self.geometry.stack_frames(),
+        )
     }
 
     /// The buddy allocator's view.

@@ -5,20 +5,30 @@
 //! of it in its `pread` (7-10 µs of a miss's CPU on this machine: docs/sharing.md).
 //!
 //! Design: today's arena (`arena/populate.rs`) keeps a lead of populated free memory
-//! ahead of its allocator, as large as what is allocated, between 8 MiB and the smaller
-//! of 64 MiB and an eighth of the cache, and populates nothing beyond it: memory resident
-//! before it is needed is bounded by the lead. The domain follows the same policy, with
-//! the buddy's chunks as the unit: a **chunk** is the frames of one block of `ORDER_MAX`
-//! (`CHUNK_FRAMES`, 2 MiB), the data area's last one shorter. Each step (`Populator::step`)
-//! populates at most one chunk, chosen by `next_chunk` (pure), the first of:
-//! 1. a chunk the allocator has **begun** (its first frame is not the head of a whole free
-//!    block of `ORDER_MAX`: split, leased, cached, or a shorter last chunk, whose blocks
-//!    are smaller) that is not populated yet: its free frames sit on the smaller lists,
-//!    which the allocator takes before it splits a whole block (`take_block`);
-//! 2. one of the first `lead` blocks on the list of `ORDER_MAX`, the blocks the allocator
-//!    splits next in its order (a fresh domain's list holds the highest block first, and
-//!    a freed block goes first again: already populated), `lead` being the begun chunks'
-//!    count clamped to `[LEAD_CHUNKS_MIN, lead_max]` (the arena's lead, in chunks).
+//! ahead of its allocator and populates nothing beyond it: memory resident before it is
+//! needed is bounded by the lead. The domain follows the same policy, with the buddy's
+//! chunks as the unit: a **chunk** is the frames of one block of `ORDER_MAX`
+//! (`CHUNK_FRAMES`, 2 MiB), the data area's last one shorter. Each step
+//! (`Populator::step`) populates at most one chunk, chosen by `next_chunk` (pure), the
+//! first of:
+//! 1. a chunk the allocator has **begun** (below its frontier, and its first frame not
+//!    the head of a whole free block of `ORDER_MAX`: split, leased, cached, or a shorter
+//!    last chunk, whose blocks are smaller) that is not populated yet: its free frames sit
+//!    on the smaller lists, which the allocator takes before anything else (`take_block`);
+//! 2. one of the next `lead` chunks the allocator takes whole, in its order: the blocks on
+//!    the list of `ORDER_MAX` (freed whole chunks, populated already unless given back),
+//!    then the chunks at its frontier (buddy.rs, "Frames never reached": a fresh domain's
+//!    allocator goes up from frame 0).
+//!
+//! **The lead** (`Populator::lead`): a thirty-second of the begun chunks, at least
+//! `LEAD_CHUNKS_MIN` (one, 2 MiB) and at most `LEAD_CHUNKS_MAX` (16 MiB) or an eighth of
+//! the area. The arena's lead is as large as what is allocated (8 to 64 MiB): for a cache of
+//! one process, memory it will use; for a domain, whose memory is issue 45's one copy of
+//! the data (done-when 1: within 1.1x), 64 MiB populated ahead of 87 MiB cached was most
+//! of the excess (docs/sharing.md, "The domain's memory as used"). A few chunks suffice
+//! for what the lead is for: the misses between two polls of the steward (10 ms) find
+//! their frames populated; misses that outrun it fault their pages in themselves (a few
+//! µs each), as before the populator.
 //!
 //! Why no lock: populating changes no byte (`Domain::populate_data`: `MADV_POPULATE_WRITE`
 //! maps a page the file has, or adds a zeroed one where it had none, which read as zeros
@@ -36,13 +46,15 @@
 //! each step that finds nothing to do and the allocator unmoved since the last such step
 //! doubles the wait, up to 640 ms (`POLL_DOUBLINGS`): a domain its members do not fill
 //! costs about 1.5 wake-ups a second instead of 100. The price: a burst of misses after a
-//! quiet spell has the lead (8 to 64 MiB) populated ahead, and the steward may look up
+//! quiet spell has the lead (2 to 16 MiB) populated ahead, and the steward may look up
 //! to 640 ms late; misses that outrun the lead meanwhile fault their pages in, as before
 //! the populator. No member tells the steward of its need (a futex word bumped by the
 //! allocator when a chunk is begun would need a second thread in the steward, which
-//! waits in `poll` on descriptors, and a store in the allocator's models). Memory: every begun chunk (in use) plus the lead, at most 64 MiB or an
-//! eighth of the data area beyond it; a domain of the machine's size is not populated at
-//! its creation, as a lazily built arena is not.
+//! waits in `poll` on descriptors, and a store in the allocator's models). Memory: every
+//! begun chunk (in use) plus the lead, at most 16 MiB or an eighth of the data area
+//! beyond it; a domain of the machine's size is not populated at its creation, as a
+//! lazily built arena is not, and the allocator's frames' words past its frontier are
+//! never read here (buddy.rs).
 //!
 //! Protection: the populator is the steward's own (one thread); which chunks it knows
 //! populated is its own memory (`Known`), learned from the file (`mincore`) the first
@@ -71,12 +83,13 @@ use super::stack::Frame;
 
 /// The frames of a chunk: one block of `ORDER_MAX`.
 pub(crate) const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
-/// The most chunks populated ahead of the allocator: 64 MiB, the arena's
-/// `POPULATE_LEAD_BYTES_MAX`.
-const LEAD_CHUNKS_MAX: u32 = 32;
-/// The lead before anything is allocated: 4 chunks, 8 MiB, the arena's
-/// `POPULATE_LEAD_FRAMES_MIN`.
-const LEAD_CHUNKS_MIN: u32 = 4;
+/// The most chunks populated ahead of the allocator: 16 MiB (module docs, "The lead").
+const LEAD_CHUNKS_MAX: u32 = 8;
+/// The lead before anything is allocated, and while little is: 1 chunk, 2 MiB.
+const LEAD_CHUNKS_MIN: u32 = 1;
+/// One chunk of lead per this many begun: past the first, the lead is about 3% of what
+/// is used.
+const LEAD_PER_BEGUN: u32 = 32;
 /// How often the steward steps the populator while it is not done (the arena's
 /// populator sleeps at most 20 ms; a miss here costs 50-120 µs of wall time, so a 2 MiB
 /// chunk lasts at least 25 ms of misses, and the default lead four of them).
@@ -189,11 +202,17 @@ impl Populator {
         }
         let buddy = domain.buddy();
         let frames = domain.geometry().frames;
+        // Chunks past the allocator's frontier are virgin (buddy.rs, "Frames never
+        // reached"): not begun, and their words are not read (they would become resident).
+        let reached = buddy.reached().div_ceil(CHUNK_FRAMES);
         let begun: Vec<bool> = (0..self.known.len() as u32)
-            .map(|c| !buddy.seems_whole(Frame(c * CHUNK_FRAMES)))
+            .map(|c| c < reached && !buddy.seems_whole(Frame(c * CHUNK_FRAMES)))
             .collect();
         let lead = self.lead(begun.iter().filter(|&&b| b).count() as u32);
-        let next: Vec<u32> = listed_next(&buddy, lead);
+        let mut next: Vec<u32> = listed_next(&buddy, lead);
+        next.extend(
+            (reached..self.known.len() as u32).take((lead as usize).saturating_sub(next.len())),
+        );
         let Some(chunk) = next_chunk(&begun, &next, &self.known) else {
             self.backoff(allocator_seen(&begun, &next));
             return Stepped::Ahead;
@@ -251,10 +270,13 @@ impl Populator {
         debug_assert!(self.populated as usize <= self.known.len());
     }
 
-    /// The chunks to keep populated ahead when `begun` chunks are begun: as many, between
-    /// `LEAD_CHUNKS_MIN` and `lead_max` (the arena's `populate_lead`).
+    /// The chunks to keep populated ahead when `begun` chunks are begun: a thirty-second
+    /// of them, between `LEAD_CHUNKS_MIN` and `LEAD_CHUNKS_MAX`, and at most `lead_max` (an
+    /// eighth of the area). Module docs, "The lead".
     fn lead(&self, begun: u32) -> u32 {
-        begun.clamp(LEAD_CHUNKS_MIN.min(self.lead_max), self.lead_max)
+        (begun / LEAD_PER_BEGUN)
+            .clamp(LEAD_CHUNKS_MIN, LEAD_CHUNKS_MAX)
+            .min(self.lead_max)
     }
 }
 
@@ -390,7 +412,7 @@ mod tests {
     #[test]
     fn the_data_area_is_populated_ahead_of_the_allocator_and_no_further() {
         use super::super::terms::Unkillable;
-        // 16 chunks (32 MiB): the lead is an eighth, 2 chunks.
+        // 16 chunks (32 MiB): the lead is 1 chunk (the least).
         let (_home, domain, me) = domain("populate", 16);
         let (slots, buddy) = (domain.slots(), domain.buddy());
         let mut populator = Populator::new(domain.geometry().frames);
@@ -399,13 +421,13 @@ mod tests {
             16,
             "a new region is empty"
         );
-        // Nothing leased: the lead, the list's first two blocks (the highest first).
-        assert_eq!(settle(&mut populator, &domain), vec![15, 14]);
+        // Nothing leased: the lead, the frontier's first chunk.
+        assert_eq!(settle(&mut populator, &domain), vec![0]);
         let (whole, empty) = resident_chunks(&domain);
-        assert_eq!(whole, vec![14, 15]);
+        assert_eq!(whole, vec![0]);
         assert_eq!(
             empty,
-            (0..14).collect::<Vec<_>>(),
+            (1..16).collect::<Vec<_>>(),
             "populated past the lead"
         );
         // Lease the area in batches of 16, stepping between them: every frame leased is
@@ -427,12 +449,13 @@ mod tests {
                     frame.0
                 );
             }
-            let begun = (0..16)
+            let reached = buddy.reached() / CHUNK_FRAMES;
+            let begun = (0..reached)
                 .filter(|&c| !buddy.seems_whole(Frame(c * CHUNK_FRAMES)))
                 .count();
             let populated = 16 - resident_chunks(&domain).1.len();
             assert!(
-                populated <= begun + 2,
+                populated <= begun + 1,
                 "{populated} populated, {begun} begun"
             );
             leased.extend(batch);
@@ -446,7 +469,7 @@ mod tests {
                         .unwrap();
                 }
                 let chunks = settle(&mut populator, &domain);
-                assert_eq!(&chunks[..1], &[5], "the chunk the allocator outran into");
+                assert_eq!(&chunks[..1], &[10], "the chunk the allocator outran into");
                 for frame in &outran {
                     assert!(domain.data_resident(frame.0..frame.0 + 1).unwrap()[0]);
                 }
@@ -462,7 +485,7 @@ mod tests {
         // A new populator (a new steward) finds the lead's chunks populated (`mincore`):
         // no work but a look.
         let mut again = Populator::new(domain.geometry().frames);
-        assert_eq!(settle(&mut again, &domain).len(), 2);
+        assert_eq!(settle(&mut again, &domain).len(), 1);
         domain.slots().detach(me);
     }
 
@@ -486,7 +509,7 @@ mod tests {
         };
         let member = Member::attach(&config).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while resident_chunks(member.domain()).0 != vec![14, 15] {
+        while resident_chunks(member.domain()).0 != vec![0] {
             assert!(
                 std::time::Instant::now() < deadline,
                 "the steward did not populate the lead: {:?}",
@@ -497,10 +520,10 @@ mod tests {
         // Two more polls of the steward: still nothing past the lead.
         std::thread::sleep(2 * POPULATE_POLL);
         let (whole, empty) = resident_chunks(member.domain());
-        assert_eq!(whole, vec![14, 15]);
+        assert_eq!(whole, vec![0]);
         assert_eq!(
             empty,
-            (0..14).collect::<Vec<_>>(),
+            (1..16).collect::<Vec<_>>(),
             "populated past the lead"
         );
         member.detach();
@@ -535,10 +558,13 @@ mod tests {
     }
 
     #[test]
-    fn the_lead_is_the_arenas_in_chunks() {
-        // A 4 GiB area: 2048 chunks, the lead 4 to 32 chunks (8 to 64 MiB).
+    fn the_lead_is_a_thirty_second_of_what_is_begun_from_1_to_8_chunks() {
+        // A 4 GiB area: 2048 chunks, the lead 1 to 8 chunks (2 to 16 MiB).
         let big = Populator::new(2048 * CHUNK_FRAMES);
-        assert_eq!((big.lead(0), big.lead(10), big.lead(1000)), (4, 10, 32));
+        assert_eq!(
+            (big.lead(0), big.lead(44), big.lead(80), big.lead(1000)),
+            (1, 1, 2, 8)
+        );
         // 13 chunks: an eighth is one chunk.
         let small = Populator::new(12 * CHUNK_FRAMES + 64);
         assert_eq!((small.lead(0), small.lead(5)), (1, 1));

@@ -461,11 +461,14 @@ impl<'r> SharedQueue<'r> {
         &self.buddy
     }
 
-    /// An empty queue, the lock free.
+    /// An empty queue, the lock free. Stores only the lock line: every frame's line is 0
+    /// in a zeroed region (a new region file), which is a frame not queued, so a frame's
+    /// line becomes resident memory only once its frame is used (buddy.rs, "Frames never
+    /// reached").
     ///
-    /// Context: the region's maker, before any other process sees it.
+    /// Context: the region's maker, before any other process sees it, on a zeroed region.
     pub(crate) fn format(&self) {
-        for offset in 0..Self::words(self.frames) {
+        for offset in 0..FRAMES_AT {
             self.region[self.base.at(offset).index()].store(0, Ordering::Relaxed);
         }
         self.line(STATUS).store(0, Ordering::Release);
@@ -509,10 +512,11 @@ impl<'r> SharedQueue<'r> {
     /// by slot): a viewer's census, each frame's pin word read once (relaxed), so a
     /// snapshot taken while members read is a few pins off.
     ///
-    /// Context: any process, lock-free; reads every frame's pin word (O(frames)).
+    /// Context: any process, lock-free; reads every reached frame's pin word (O(frames
+    /// reached): past the allocator's frontier no frame was ever pinned).
     pub(crate) fn pins_by_slot(&self) -> Vec<u32> {
         let mut pins = vec![0u32; PIN_SLOTS as usize];
-        for f in 0..self.frames {
+        for f in 0..self.buddy.reached() {
             let mut bits = self.of(f, PIN).load(Ordering::Relaxed) & !FROZEN;
             while bits != 0 {
                 pins[bits.trailing_zeros() as usize] += 1;
@@ -1282,7 +1286,11 @@ impl<'r> SharedQueue<'r> {
         }
         if dead.slot.0 < PIN_SLOTS {
             let bit = slot_bit(dead);
-            for f in 0..self.frames {
+            // Only frames below the allocator's frontier were ever leased, so pinned
+            // (buddy.rs, "Frames never reached"); the dead process reached them before
+            // its death, which the steward learned from the kernel (its pidfd), so this
+            // load sees the frontier past every frame it pinned.
+            for f in 0..self.buddy.reached() {
                 let pin = self.of(f, PIN);
                 if pin.load(Ordering::Relaxed) & bit != 0 {
                     pin.fetch_and(!bit, Ordering::Release);
@@ -1344,7 +1352,7 @@ impl<'r> SharedQueue<'r> {
                 return Err(format!("CACHED frame {} is not queued", frame.0));
             }
         }
-        for f in 0..self.frames {
+        for f in 0..self.buddy.reached() {
             let pin = self.load(f, PIN);
             if pin & FROZEN != 0 {
                 return Err(format!("frame {f} is frozen"));

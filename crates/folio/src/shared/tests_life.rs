@@ -302,3 +302,89 @@ fn the_stewards_cost_on_an_idle_domain() {
     );
     member.detach();
 }
+
+/// The region file's allocated bytes (its tmpfs blocks: every page the file holds, the
+/// frames' words and the data area alike).
+fn region_bytes(home: &Path, name: &str) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let path = home.join(format!("{name}.domain"));
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+/// A domain of 1 GiB (262,144 frames) in which one member reads 8 MiB: the region holds
+/// in memory what is cached, the lead populated ahead of the allocator and the fixed
+/// tables, not the frames' words of the whole domain (docs/sharing.md, "The domain's
+/// memory as used"). Before the allocator's frontier, the format wrote every frame's words
+/// (104 bytes a frame: 26 MiB here) and the lead was as large as what is used: this test
+/// fails there (checked with that format put back for one build, the lead left as now:
+/// 23.3 MiB after the attach, 34.1 MiB with 8 MiB read). Once the member has left,
+/// the steward gives the lead back (alone): the region is then the data and its words.
+/// Waits (60 s deadline) for the steward's lead; what it asserts does not depend on when.
+#[test]
+fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
+    const FRAMES_1G: u32 = 1 << 18;
+    const DATA: u64 = 8 << 20;
+    const MIB: u64 = 1 << 20;
+    let setup = setup(DATA);
+    let name = "life-large";
+    let mut config = config(
+        setup.home.path(),
+        name,
+        Duration::from_secs(120),
+        setup.machine.path(),
+    );
+    config.geometry.frames = FRAMES_1G;
+    let member = Member::attach(&config).unwrap();
+    let after_attach = region_bytes(setup.home.path(), name);
+    {
+        let reader = SharedReader::new(&member, &member, 8);
+        let file = reader.open(&setup.path).unwrap();
+        let mut buf = vec![0u8; DATA as usize];
+        assert_eq!(reader.read_at(&file, &mut buf, 0).unwrap(), DATA as usize);
+        assert!(buf == stamped(0, DATA), "wrong bytes read");
+        reader.close(file).unwrap();
+    }
+    let domain = member.domain();
+    let cached = u64::from(domain.queue().count()) * 4096;
+    assert!(cached >= DATA, "{cached} bytes cached");
+    // The steward populates the lead (1 chunk, 2 MiB: populate.rs) at the frontier.
+    let buddy = domain.buddy();
+    let reached = buddy.reached();
+    assert!(
+        u64::from(reached) * 4096 <= DATA + 4 * MIB,
+        "the allocator reached frame {reached} for 8 MiB"
+    );
+    wait_until("the lead populated past the frontier", || {
+        let lead = reached.next_multiple_of(512)..(reached.next_multiple_of(512) + 512);
+        domain.data_resident(lead).unwrap().iter().all(|&p| p)
+    });
+    let held = region_bytes(setup.home.path(), name);
+    eprintln!(
+        "1 GiB domain: {:.1} MiB after the attach, {:.1} MiB with 8 MiB read ({:.1} MiB \
+         cached, frontier at frame {reached})",
+        after_attach as f64 / MIB as f64,
+        held as f64 / MIB as f64,
+        cached as f64 / MIB as f64
+    );
+    // The fixed tables (header, slots, records, stack, file table, the indexes' lines)
+    // are well under 1 MiB; the data's begun chunks at most 5 (10 MiB) and the lead 1
+    // (2 MiB); the frames' words of 6 chunks 0.3 MiB.
+    assert!(
+        after_attach <= MIB + 4 * MIB,
+        "{after_attach} bytes at the attach"
+    );
+    assert!(held >= DATA, "{held} bytes held");
+    assert!(held <= 16 * MIB, "{held} bytes held for 8 MiB cached");
+    member.detach();
+    // Alone, the steward gives the free frames' pages back at once: the lead.
+    wait_until("the lead given back", || {
+        region_bytes(setup.home.path(), name) <= held - 2 * MIB
+    });
+    // Every frame accounted for (the checks read every frame's words: last, since they
+    // fault the virgin ones' pages in).
+    let view = view(setup.home.path(), name);
+    wait_until("a quiet domain", || census(&view).is_some());
+    let (free, cached_frames, _) = census(&view).unwrap();
+    assert_eq!(cached_frames as u64 * 4096, cached);
+    assert!(free > FRAMES_1G - 4096);
+}

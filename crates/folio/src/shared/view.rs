@@ -132,8 +132,8 @@ mod tests {
 
     /// A cache of this process in a domain, three pages read: the view names this process
     /// (live, running, its pid, nothing pinned between reads), the steward running, the
-    /// geometry the build asked (1 MiB: 256 frames) and three frames cached; a bad name and
-    /// a domain that does not exist are refused.
+    /// machine's geometry (not the build's 1 MiB capacity: `Geometry::frames_for_machine`)
+    /// and three frames cached; a bad name and a domain that does not exist are refused.
     #[test]
     fn a_view_names_the_members_the_steward_and_the_frames_cached() {
         let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
@@ -154,7 +154,13 @@ mod tests {
 
         let view = DomainView::open(home.path(), name).unwrap();
         let seen = view.read();
-        assert_eq!(seen.frames, 256, "{seen:?}");
+        let machine = crate::capacity::machine::MemorySource::this_process().read();
+        let frames = super::super::domain::Geometry::frames_for_machine(
+            &machine,
+            crate::CAPACITY_BYTES_DEFAULT,
+        );
+        assert!(frames > 256, "the machine's, not the build's: {frames}");
+        assert_eq!(seen.frames, frames, "{seen:?}");
         assert_eq!(seen.frames_cached, 3, "{seen:?}");
         assert_eq!(seen.file_records, FILE_RECORDS);
         assert!(seen.steward_running && seen.steward_pid != 0, "{seen:?}");

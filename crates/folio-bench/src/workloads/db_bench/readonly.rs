@@ -22,11 +22,18 @@
 //! ops/s, user and system seconds, peak RSS, blocks read); and **the memory holding the
 //! cached data**: the kernel's page cache of the table files after the run (mincore: one
 //! copy at most, with its readahead) and the peak growth of `/proc/meminfo`'s `Cached`
-//! while it ran; folio's: the domain's memory file (its tmpfs blocks: the frames touched
-//! and the structures over them) plus each process's private cache (`resident_bytes` of
-//! its stats at exit: the files the domain does not take, the MANIFEST written at open
-//! among them); folio-private's: the sum of its processes' `resident_bytes`. The row's
-//! `memory_over_kernel` sets each beside the kernel's page cache of the same P.
+//! while it ran; folio's: the domain's memory file at its largest (its tmpfs blocks,
+//! sampled every 100 ms while the processes run and once after: the frames cached, the
+//! frames populated ahead and not used yet, and the structures over them; the steward
+//! gives free frames back once everyone left, so the figure after the run alone would
+//! flatter it) plus what each process's private cache holds (`cached_bytes` and
+//! `metadata_bytes` of its stats at exit: the files the domain does not take; its
+//! `resident_bytes` counts whole 2 MiB chunks of an arena grown unpopulated, reported
+//! beside as `private_resident_bytes`); folio-private's: the sum of its processes'
+//! `resident_bytes` (populated ahead: memory). Beside them (not in the
+//! ratio): `domain_frames_cached_bytes`, the frames the domain's queue holds after the
+//! run (the data itself, readahead's pages included). The row's `memory_over_kernel`
+//! sets each beside the kernel's page cache of the same P.
 //!
 //! Small by default, so that it finishes in minutes here: one database of 20,000 8 KiB
 //! values (156 MiB), a 16 MiB block cache per process, 30 s per measurement (windows: the
@@ -38,8 +45,7 @@
 //! start within milliseconds of each other, not at one instant, and each db_bench opens
 //! the database before its first second. The domain's memory file counts every frame
 //! touched, also frames a reclaim freed (none at these sizes: the domain is sized by the
-//! first process's capacity, the machine's by default); tmpfs blocks are resident unless
-//! swapped. A process's `resident_bytes` is its private arena at exit.
+//! machine); tmpfs blocks are resident unless swapped. A process's `resident_bytes` is its private arena at exit.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -114,6 +120,14 @@ pub(super) fn measurement_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The plugin's default domain's name, `folio-<uid>-user` (plugins/rocksdb/folio_options.h,
+/// `domain`): the memory file a measurement at the plugin's defaults samples while it runs
+/// (`take_domain` then checks the name the processes' stats give).
+pub(super) fn user_domain() -> String {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    format!("folio-{}-user", unsafe { libc::getuid() })
+}
+
 /// Bytes a tmpfs file holds in memory (its allocated blocks), 0 if it is gone.
 fn tmpfs_bytes(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -121,22 +135,32 @@ fn tmpfs_bytes(path: &Path) -> u64 {
 }
 
 /// After a folio measurement at the plugin's defaults in `dir` (its processes'
-/// `FOLIO_SEGMENT_DIR`, [`measurement_dir`]): the bytes the domain's memory file held, its
-/// name into `extra` (`domain`), then the domain forgotten and `dir` removed, so that the
-/// next measurement starts cold.
+/// `FOLIO_SEGMENT_DIR`, [`measurement_dir`]): the bytes the domain's memory file held at
+/// its largest (`peak`, sampled while the processes ran, or after them), its name
+/// (`domain`), what it held after them and the frames it caches (read before it is
+/// removed: the data itself, beside what holds it) into `extra`; then the domain
+/// forgotten and `dir` removed, so that the next measurement starts cold.
 ///
 /// Errors: no memory file (the plugin did not attach its default domain);
 /// `forget_plugin_domain`'s.
 pub(super) fn take_domain(
     dir: &Path,
     parts: &[ProcessRun],
+    peak: u64,
     extra: &mut Map<String, Value>,
 ) -> io::Result<u64> {
     // The domain every process attached (the stats name it: the user's).
     let stats = parts.first().map_or("", |p| p.stats.as_str());
     let name = plugin_domain_of(stats).unwrap_or("none").to_string();
     let path = dir.join(format!("{name}.domain"));
-    let region = tmpfs_bytes(&path);
+    let region_after = tmpfs_bytes(&path);
+    let cached = folio::DomainView::open(dir, &name)
+        .map(|view| u64::from(view.read().frames_cached) * 4096)
+        .unwrap_or(0);
+    extra.insert("domain_frames_cached_bytes".into(), json!(cached));
+    extra.insert("domain_region_after_bytes".into(), json!(region_after));
+    extra.insert("domain_region_peak_bytes".into(), json!(peak));
+    let region = region_after.max(peak);
     forget_plugin_domain(dir, stats)?;
     // What is left: the processes' unnamed segments (a read-only open takes no LOCK, so
     // the plugin names none), removed by their keepers.
@@ -150,6 +174,37 @@ pub(super) fn take_domain(
     }
     extra.insert("domain".into(), json!(name));
     Ok(region)
+}
+
+/// The peak of a tmpfs file's allocated bytes while a measurement runs (`tmpfs_bytes`
+/// every 100 ms): the domain's region at its largest, whatever its steward gives back
+/// once the processes have left (it gives the free frames back at once when alone).
+pub(super) struct TmpfsPeak {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    sampler: std::thread::JoinHandle<u64>,
+}
+
+impl TmpfsPeak {
+    pub(super) fn start(path: PathBuf) -> TmpfsPeak {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let sampler = std::thread::spawn(move || {
+            let mut peak = 0;
+            loop {
+                peak = tmpfs_bytes(&path).max(peak);
+                if stopped.load(Ordering::Relaxed) {
+                    return peak;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+        TmpfsPeak { stop, sampler }
+    }
+
+    pub(super) fn stop(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.sampler.join().unwrap_or(0)
+    }
 }
 
 /// The sum, element by element, of `rows` cut to the shortest (a second every process
@@ -219,16 +274,28 @@ const DOMAIN_KEYS: [&str; 7] = [
     "files_refused",
 ];
 
+/// What the private caches hold, summed over the processes: their resident bytes (the
+/// arena's listed chunks) and what they hold of data (`private_held_bytes`: their cached
+/// pages and their metadata).
+pub(super) struct Private {
+    pub resident: u64,
+    pub held: u64,
+}
+
 /// What the folio side's stats say, summed over its processes: the private caches'
-/// resident bytes and the domain's counts (`domain_hits`, `domain_misses`, ... of
-/// [`DOMAIN_KEYS`]), and the bytes the domain caches as they tell it
-/// (`domain_cached_bytes`: a page per miss that was inserted, neither a conflict nor read
-/// uncached, less the frames reclaims freed), into `extra`; returns the resident bytes.
-pub(super) fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> u64 {
+/// resident and held bytes ([`Private`]) and the domain's counts (`domain_hits`,
+/// `domain_misses`, ... of [`DOMAIN_KEYS`]), and the bytes the domain caches as they tell
+/// it (`domain_cached_bytes`: a page per miss that was inserted, neither a conflict nor
+/// read uncached, less the frames reclaims freed: readahead's pages are not counted),
+/// into `extra`.
+pub(super) fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, Value>) -> Private {
     let mut resident = 0;
+    let mut held = 0;
     let mut domain = [0u64; DOMAIN_KEYS.len()];
     for p in parts {
         resident += super::write::stat_of(&p.stats, "resident_bytes").unwrap_or(0);
+        held += super::write::stat_of(&p.stats, "cached_bytes").unwrap_or(0)
+            + super::write::stat_of(&p.stats, "metadata_bytes").unwrap_or(0);
         let line = p
             .stats
             .lines()
@@ -239,13 +306,14 @@ pub(super) fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, V
         }
     }
     extra.insert("private_resident_bytes".into(), json!(resident));
+    extra.insert("private_held_bytes".into(), json!(held));
     for (value, key) in domain.iter().zip(DOMAIN_KEYS) {
         extra.insert(format!("domain_{key}"), json!(value));
     }
     let [_, misses, _, conflicts, uncached, reclaimed, _] = domain;
     let cached = misses.saturating_sub(conflicts + uncached + reclaimed);
     extra.insert("domain_cached_bytes".into(), json!(cached * 4096));
-    resident
+    Private { resident, held }
 }
 
 pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
@@ -323,6 +391,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             _ => "folio://?domain=none",
         };
         let peak = kernel::PageCachePeak::start();
+        let region_peak = domain_dir
+            .as_ref()
+            .map(|dir| TmpfsPeak::start(dir.join(format!("{}.domain", user_domain()))));
         let launches = (0..p)
             .map(|i| {
                 let mut cmd = Command::new(DB_BENCH);
@@ -343,6 +414,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             .collect();
         let parts = run_together(NAME, launches)?;
         let page_cache_peak = peak.stop();
+        let region_peak = region_peak.map_or(0, TmpfsPeak::stop);
         let mut run = summed(&parts, spec);
         let kernel_cached = kernel::resident_pages_all(&tables)?.resident * 4096;
         run.extra
@@ -356,7 +428,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             _ => {
                 let private = record_folio_stats(&parts, &mut run.extra);
                 let region = match &domain_dir {
-                    Some(dir) => take_domain(dir, &parts, &mut run.extra)?,
+                    Some(dir) => take_domain(dir, &parts, region_peak, &mut run.extra)?,
                     None => {
                         // Each process's persistent segment: the named one (the first
                         // process's) removed, as after every cold folio measurement.
@@ -372,7 +444,18 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 if let Some(first) = parts.first() {
                     record_folio_capacity(&first.stats, &mut run.extra);
                 }
-                region + private
+                // A domain's processes: what their private caches hold (`Private::held`).
+                // Their `resident_bytes` counts each listed 2 MiB chunk of the arena,
+                // which a cache with a domain grows unpopulated (`PopulateAhead::Never`)
+                // and touches a page at a time: 2 MiB a process for one cached page of
+                // a LOG file, the smaps beside it showing no more anonymous memory than
+                // the kernel's processes (docs/sharing.md, "The domain's memory as
+                // used"). The private caches' row keeps `resident_bytes`: populated
+                // ahead, it is memory.
+                match domain_dir {
+                    Some(_) => region + private.held,
+                    None => private.resident,
+                }
             }
         };
         run.extra.insert("memory_bytes".into(), json!(memory));
@@ -424,8 +507,8 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         report.note(format!(
             "P={p}: summed reads/s cold / steady: kernel {:.0} / {:.0}, folio (domain) {:.0} / \
              {:.0}, folio-private {:.0} / {:.0}; memory holding the data: kernel {:.1} MiB \
-             (page cache of the tables), folio {:.1} MiB (domain file {:.1}, of which pages \
-             cached {:.1} by its counts, + private caches {:.1}), folio-private {:.1} MiB",
+             (page cache of the tables), folio {:.1} MiB (domain file at its peak {:.1}, of \
+             which frames cached {:.1}, + private caches' pages {:.3}), folio-private {:.1} MiB",
             figure(System::Kernel, "cold_ops_per_sec").unwrap_or(f64::NAN),
             figure(System::Kernel, "steady_ops_per_sec").unwrap_or(f64::NAN),
             figure(System::Folio, "cold_ops_per_sec").unwrap_or(f64::NAN),
@@ -435,8 +518,8 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             mib_of(System::Kernel),
             mib_of(System::Folio),
             figure(System::Folio, "domain_region_bytes").unwrap_or(f64::NAN) / 1048576.0,
-            figure(System::Folio, "domain_cached_bytes").unwrap_or(f64::NAN) / 1048576.0,
-            figure(System::Folio, "private_resident_bytes").unwrap_or(f64::NAN) / 1048576.0,
+            figure(System::Folio, "domain_frames_cached_bytes").unwrap_or(f64::NAN) / 1048576.0,
+            figure(System::Folio, "private_held_bytes").unwrap_or(f64::NAN) / 1048576.0,
             mib_of(System::FolioPrivate),
         ));
         report.targets.push(Target::at_least(
@@ -483,8 +566,11 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
          by second, and their CPU (/proc/<pid>/stat every {} ms) summed; cold = seconds \
          1-{}, steady = the last {}; memory: kernel = mincore of the table files after the \
          run (page_cache_peak_growth_bytes: /proc/meminfo Cached's peak growth beside it); \
-         folio = the domain's memory file (tmpfs blocks) + the processes' private \
-         resident_bytes at exit; the processes' rusage under `processes`",
+         folio = the domain's memory file (tmpfs blocks, the peak of 100 ms samples while \
+         the processes ran and one after) + what the processes' private caches hold at exit \
+         (cached_bytes + metadata_bytes; their resident_bytes, whole 2 MiB chunks grown \
+         unpopulated, as private_resident_bytes); folio-private = its processes' \
+         resident_bytes; the processes' rusage under `processes`",
         SAMPLE_PERIOD.as_millis(),
         spec.cold_secs,
         spec.steady_secs,
@@ -558,7 +644,8 @@ mod tests {
     fn folio_stats_sum_the_private_caches_and_the_domain() {
         let stats = |resident: u64, hits: u64| {
             format!(
-                "folio: stats: hits=1 resident_bytes={resident} backend=pread\n\
+                "folio: stats: hits=1 resident_bytes={resident} cached_bytes=4096 \
+                 metadata_bytes=100 backend=pread\n\
                  folio: domain: name=d hits={hits} pinned_hits=0 stale_copies=0 misses=5 \
                  preads=5 conflicts=1 reclaims=0 reclaimed_frames=0 uncached=0 \
                  sibling_pinned=0 files_refused=0\n"
@@ -569,7 +656,9 @@ mod tests {
         let mut b = part(1, 1.0, vec![], vec![]);
         b.stats = stats(8192, 20);
         let mut extra = Map::new();
-        assert_eq!(record_folio_stats(&[a, b], &mut extra), 12288);
+        let private = record_folio_stats(&[a, b], &mut extra);
+        assert_eq!(private.resident, 12288);
+        assert_eq!(private.held, 2 * (4096 + 100));
         // The domain's hits, not the private cache's `hits=` of the stats line.
         assert_eq!(extra["domain_hits"], json!(30));
         assert_eq!(extra["domain_misses"], json!(10));

@@ -32,7 +32,9 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use super::child::SAMPLE_PERIOD;
-use super::readonly::{measurement_dir, median, record_folio_stats, summed, take_domain};
+use super::readonly::{
+    measurement_dir, median, record_folio_stats, summed, take_domain, user_domain, TmpfsPeak,
+};
 use super::together::{run_together, Launch};
 use super::windows::WindowSpec;
 use super::{
@@ -187,7 +189,11 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
                 }
             })
             .collect();
+        let region_peak = domain_dir
+            .as_ref()
+            .map(|dir| TmpfsPeak::start(dir.join(format!("{}.domain", user_domain()))));
         let parts = run_together(NAME, launches)?;
+        let region_peak = region_peak.map_or(0, TmpfsPeak::stop);
         let mut run = summed(&parts, spec);
         let kernel_cached = kernel::resident_pages_all(&tables)?.resident * 4096;
         run.extra
@@ -196,13 +202,13 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             None => kernel_cached,
             Some(dir) => {
                 let private = record_folio_stats(&parts, &mut run.extra);
-                let region = take_domain(dir, &parts, &mut run.extra)?;
+                let region = take_domain(dir, &parts, region_peak, &mut run.extra)?;
                 run.extra
                     .insert("domain_region_bytes".into(), json!(region));
                 if let Some(first) = parts.first() {
                     record_folio_capacity(&first.stats, &mut run.extra);
                 }
-                region + private
+                region + private.held
             }
         };
         run.extra.insert("memory_bytes".into(), json!(memory));
