@@ -51,12 +51,22 @@
 //!   each run inserted in one hold of the index's lock, the missed page copied, every frame
 //!   unpinned. **A window short of frames shrinks** to the frames it got, its first pages
 //!   (the missed page first); with none, the missed page is read uncached as before.
-//! - **The marker**: a page of this call that is the handle's window's marker (one load of
-//!   the handle's word per `read_at`, a compare per page: no store on a hit) starts the
-//!   next window (`at_marker`: `decide_on_marker`, ramped, or after the first page missing
-//!   from the marker on), **read synchronously by the thread that met it** (a first slice:
-//!   the private path submits it and returns). A marker that opens nothing forgets the
-//!   window, so a hot page that was once a marker does not walk the index on every hit.
+//! - **The marker**: a handle keeps a **marker bit per page** (`markers`, sized at the
+//!   open, below `MARKED_PAGES_MAX`), set when a window reads its marker page (as today's
+//!   READAHEAD bit goes on the marker's folio only when the window allocated it) and
+//!   cleared by the read that meets it (one load per page on a hit: no store unless set).
+//!   So a window's marker outlives the handle's next windows, as a folio's bit does: a
+//!   random reader that reads an old window's marker much later starts a window there
+//!   (`at_marker`: `decide_on_marker`, ramped if it is the handle's window's, else after
+//!   the first page missing from the marker on), **read synchronously by the thread that
+//!   met it** (a first slice: the private path submits the window and returns). Before
+//!   (one marker per handle, its last window's) a random reader read the disk ~15% more
+//!   often than today's (docs/sharing.md, "Markers that outlive the window"). Pages past
+//!   the bits compare with the handle's window's marker, and a marker there that opens
+//!   nothing forgets the window (so a hot page that was once one does not walk the index
+//!   on every hit). The bits are the handle's: another process's or handle's read of the
+//!   page does not clear them, and they outlive the page's eviction (today's go with the
+//!   folio): a window then reads only the gaps it finds.
 //! - **Another reader's window**: a page some process inserted is a hit and not read again
 //!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
 //!   not known: nothing marks a page in flight, so both read it and the second insertion
