@@ -52,12 +52,22 @@
 //!   each run inserted in one hold of the index's lock, the missed page copied, every frame
 //!   unpinned. **A window short of frames shrinks** to the frames it got, its first pages
 //!   (the missed page first); with none, the missed page is read uncached as before.
-//! - **The marker**: a page of this call that is the handle's window's marker (one load of
-//!   the handle's word per `read_at`, a compare per page: no store on a hit) starts the
-//!   next window (`at_marker`: `decide_on_marker`, ramped, or after the first page missing
-//!   from the marker on), **read synchronously by the thread that met it** (a first slice:
-//!   the private path submits it and returns). A marker that opens nothing forgets the
-//!   window, so a hot page that was once a marker does not walk the index on every hit.
+//! - **The marker**: a handle keeps a **marker bit per page** (`markers`, sized at the
+//!   open, below `MARKED_PAGES_MAX`), set when a window reads its marker page (as today's
+//!   READAHEAD bit goes on the marker's folio only when the window allocated it) and
+//!   cleared by the read that meets it (one load per page on a hit: no store unless set).
+//!   So a window's marker outlives the handle's next windows, as a folio's bit does: a
+//!   random reader that reads an old window's marker much later starts a window there
+//!   (`at_marker`: `decide_on_marker`, ramped if it is the handle's window's, else after
+//!   the first page missing from the marker on), **read synchronously by the thread that
+//!   met it** (a first slice: the private path submits the window and returns). Before
+//!   (one marker per handle, its last window's) a random reader read the disk ~15% more
+//!   often than today's (docs/sharing.md, "Markers that outlive the window"). Pages past
+//!   the bits compare with the handle's window's marker, and a marker there that opens
+//!   nothing forgets the window (so a hot page that was once one does not walk the index
+//!   on every hit). The bits are the handle's: another process's or handle's read of the
+//!   page does not clear them, and they outlive the page's eviction (today's go with the
+//!   folio): a window then reads only the gaps it finds.
 //! - **Another reader's window**: a page some process inserted is a hit and not read again
 //!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
 //!   not known: nothing marks a page in flight, so both read it and the second insertion
@@ -185,6 +195,17 @@ type Batch<T> = SmallVec<[T; INLINE_PAGES]>;
 /// No marker page (a handle without a window): a page no read reaches.
 const NO_MARKER: Page = u64::MAX;
 
+/// A handle keeps a marker bit for the pages below this (module docs, "Readahead"): 2^24
+/// pages, a 64 GiB file, in 2 MiB of bits; pages beyond have the handle's window's
+/// marker only.
+const MARKED_PAGES_MAX: u64 = 1 << 24;
+
+/// A handle's marker bits for a file of `len_bytes` (below `MARKED_PAGES_MAX`), clear.
+fn marker_bits(len_bytes: u64) -> Box<[AtomicU64]> {
+    let pages = len_bytes.div_ceil(FRAME_BYTES as u64).min(MARKED_PAGES_MAX);
+    (0..pages.div_ceil(64)).map(|_| AtomicU64::new(0)).collect()
+}
+
 /// A file open for shared reads: its record in the domain's file table and its descriptor.
 #[derive(Debug)]
 pub(crate) struct SharedFile {
@@ -195,6 +216,10 @@ pub(crate) struct SharedFile {
     /// as a private cache's (`File`'s) is. Its maximum is 0 (off) until the opener sets it
     /// (`set_readahead_pages`).
     ra: RaCell,
+    /// This handle's markers, a bit per page below `MARKED_PAGES_MAX` (module docs,
+    /// "Readahead"): the marker page of every window it read, until a read meets it, as
+    /// today's READAHEAD bit on a folio. Sized at the open to the file's pages.
+    markers: Box<[AtomicU64]>,
 }
 
 impl SharedFile {
@@ -222,6 +247,44 @@ impl SharedFile {
             NO_MARKER
         } else {
             window.marker()
+        }
+    }
+
+    /// Whether a read of `page` starts a window: its marker bit (one load), or past the
+    /// bits, the handle's window's marker (module docs, "Readahead").
+    #[inline]
+    fn is_marker(&self, page: Page) -> bool {
+        match self.markers.get((page / 64) as usize) {
+            Some(word) => word.load(Ordering::Relaxed) & (1 << (page % 64)) != 0,
+            None => page == self.marker(),
+        }
+    }
+
+    /// Whether `page` has a marker bit (below `MARKED_PAGES_MAX` and the file's pages at
+    /// the open).
+    fn has_marker_bit(&self, page: Page) -> bool {
+        ((page / 64) as usize) < self.markers.len()
+    }
+
+    /// Marks `page` (a window's marker that the window read): a read of it starts the
+    /// next window. Past the bits, the handle's window's marker alone stands for it.
+    fn mark(&self, page: Page) {
+        if let Some(word) = self.markers.get((page / 64) as usize) {
+            word.fetch_or(1 << (page % 64), Ordering::Relaxed);
+        }
+    }
+
+    /// Clears `page`'s marker: whether this thread cleared it (one of two threads that
+    /// meet it starts the window, as today's `test_and_clear(READAHEAD)`). Past the bits:
+    /// always (the handle's window's marker: `at_marker` forgets the window if it opens
+    /// nothing).
+    fn take_marker(&self, page: Page) -> bool {
+        match self.markers.get((page / 64) as usize) {
+            Some(word) => {
+                let bit = 1 << (page % 64);
+                word.fetch_and(!bit, Ordering::Relaxed) & bit != 0
+            }
+            None => true,
         }
     }
 }
@@ -506,6 +569,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 file,
                 mode,
                 ra: RaCell::new(0),
+                markers: marker_bits(meta.len()),
             }),
             Opened::Open {
                 id,
@@ -787,7 +851,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         // stays small enough to need few registers saved.
         if within + n <= FRAME_BYTES as u64 {
             let page: Page = offset / FRAME_BYTES as u64;
-            if page != file.marker() {
+            if !file.is_marker(page) {
                 let dst = &mut buf[..n as usize];
                 let index = &self.indexes[file.id.index as usize];
                 let file_no = FileNo(u64::from(file.id.index));
@@ -829,8 +893,6 @@ impl<'m, R: Run> SharedReader<'m, R> {
             wanted_end: (end - 1) / page_bytes + 1,
             file_end: size.div_ceil(page_bytes),
         };
-        // The handle's marker: a hit on it starts the next window (one load a call).
-        let mut marker = file.marker();
         let mut moved = false;
         let mut pos = offset;
         while pos < end {
@@ -865,13 +927,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
             };
             if missed {
                 self.miss(queue, file, index, page, pages, within, dst)?;
-                marker = file.marker();
                 moved = true;
             }
-            // A window whose marker is a page this call has read (a hit on it, or the
-            // page its own miss opened it at) starts the next one.
-            if page == marker {
-                marker = self.at_marker(queue, file, index, page, pages)?;
+            // A marker that is a page this call has read (a hit on it, or the page its
+            // own miss opened a window at) starts the next window.
+            if file.is_marker(page) && file.take_marker(page) {
+                self.at_marker(queue, file, index, page, pages)?;
                 moved = true;
             }
             pos += n as u64;
@@ -945,26 +1006,29 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 pages.within_file(decide_on_miss(state, req, max_pages))
             });
         }
-        let end = match window {
+        let (end, marker) = match window {
             Some(w) => {
                 // Pre: a window opened on a miss starts at the page that missed.
                 assert_eq!(w.start, page, "{w:?}");
                 bump(&self.counts.windows);
-                w.end().min(pages.file_end)
+                (w.end().min(pages.file_end), w.marker())
             }
             // The request's pages from the missed one on, at most a window's worth.
-            None => pages
-                .wanted_end
-                .min(page + u64::from(self.window_cap.max(1))),
+            None => (
+                pages
+                    .wanted_end
+                    .min(page + u64::from(self.window_cap.max(1))),
+                NO_MARKER,
+            ),
         };
-        self.read_window(queue, file, index, page, end, Some((within, dst)))
+        self.read_window(queue, file, index, page, end, marker, Some((within, dst)))
     }
 
-    /// The handle's marker page was read: the next window (`decide_on_marker`: ramped
-    /// from the handle's, or after the first page missing from `page` on) read now, by
-    /// this thread (module docs, "Readahead"). The new marker, `NO_MARKER` when the
-    /// policy opened no window (the handle's window forgotten: its marker is not met
-    /// again, as a private folio's marker bit is cleared at its first read).
+    /// A marker page was read (its bit cleared by this thread): the next window
+    /// (`decide_on_marker`: ramped from the handle's, or after the first page missing
+    /// from `page` on) read now, by this thread (module docs, "Readahead"). A marker past
+    /// the bits whose decision opens nothing forgets the handle's window, so that a hot
+    /// page that was once its marker does not walk the index on every hit.
     fn at_marker(
         &self,
         queue: &SharedQueue<'_>,
@@ -972,7 +1036,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         index: &SharedIndex<'m>,
         page: Page,
         pages: Pages,
-    ) -> io::Result<Page> {
+    ) -> io::Result<()> {
         let mut decided_none = false;
         let installed = file.ra.update(|state, max_pages| {
             let max_pages = max_pages.min(self.window_cap);
@@ -992,10 +1056,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
             decision
         });
         let Some(window) = installed else {
-            if decided_none {
+            if decided_none && !file.has_marker_bit(page) {
                 file.ra.reset();
             }
-            return Ok(NO_MARKER);
+            return Ok(());
         };
         bump(&self.counts.windows);
         // Read ahead: a failed read is not this call's error (the reader asked for none of
@@ -1006,20 +1070,24 @@ impl<'m, R: Run> SharedReader<'m, R> {
             index,
             window.start,
             window.end().min(pages.file_end),
+            window.marker(),
             None,
         );
-        Ok(window.marker())
+        Ok(())
     }
 
     /// Reads the pages of `[start, end)` that `index` lacks into frames and caches them
     /// (module docs, "Readahead"): the frames leased in one hold of a magazine, one
     /// `preadv` per contiguous run, each frame handed over, each run inserted in one hold
-    /// of the index's lock. With `need`, page `start` is the page a miss needs: read
+    /// of the index's lock. The window's `marker` is marked if it is one of the pages read
+    /// (as today's READAHEAD bit goes on the marker's folio only if the window allocated
+    /// it). With `need`, page `start` is the page a miss needs: read
     /// whether or not the index holds it by now (another reader's insertion meanwhile is
     /// the conflict path), its bytes from `need.0` copied into `need.1`; uncached when no
     /// frame can be had; its read's error is the call's.
     ///
     /// Context: as `read_at`'s miss.
+    #[allow(clippy::too_many_arguments)]
     fn read_window(
         &self,
         queue: &SharedQueue<'_>,
@@ -1027,6 +1095,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         index: &SharedIndex<'m>,
         start: Page,
         end: Page,
+        marker: Page,
         need: Option<(usize, &mut [u8])>,
     ) -> io::Result<()> {
         // The pages to read, in order: the needed page first (it is `start`), then the
@@ -1044,6 +1113,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
             return Ok(());
         }
         let frames = self.lease(queue, todo.len()).map_err(died)?;
+        if todo[..frames.len()].contains(&marker) {
+            // Before the insertion: no hit meets it unmarked (a failed read leaves a
+            // marker on a page not cached: its miss opens what a window would).
+            file.mark(marker);
+        }
         let Some((within, dst)) = need else {
             if frames.is_empty() {
                 return Ok(());
