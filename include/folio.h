@@ -555,6 +555,12 @@ typedef struct folio_domain_stats {
      * running).
      */
     uint64_t files_newer_here;
+    /**
+     * Pages this process wrote and put into the domain (a writable file whose record's
+     * writer this process is), so that every other process reads them before they are
+     * written back.
+     */
+    uint64_t installs;
 } folio_domain_stats;
 
 /**

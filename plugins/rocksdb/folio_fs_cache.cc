@@ -101,7 +101,8 @@ std::string DescribeDomain(folio_cache cache, const std::string& domain) {
          " pages_read_ahead=" + std::to_string(d.pages_read_ahead) +
          " windows=" + std::to_string(d.windows) +
          " duplicate_reads=" + std::to_string(d.duplicate_reads) +
-         " files_newer_here=" + std::to_string(d.files_newer_here);
+         " files_newer_here=" + std::to_string(d.files_newer_here) +
+         " installs=" + std::to_string(d.installs);
 }
 
 void PrintStats() {

@@ -372,6 +372,10 @@ pub struct folio_domain_stats {
     /// bytes of the file than the disk (a writable handle open, dirty pages, a writeback
     /// running).
     pub files_newer_here: u64,
+    /// Pages this process wrote and put into the domain (a writable file whose record's
+    /// writer this process is), so that every other process reads them before they are
+    /// written back.
+    pub installs: u64,
 }
 
 impl folio_domain_stats {
@@ -392,6 +396,7 @@ impl folio_domain_stats {
             windows: s.windows,
             duplicate_reads: s.duplicate_reads,
             files_newer_here: s.files_newer_here,
+            installs: s.installs,
         }
     }
 }
