@@ -279,9 +279,14 @@ impl File {
 
     /// The file's length in bytes, as the cache knows it (from open, lowered when a read
     /// finds the file shorter; for a file folio writes, its logical length: what writes
-    /// and `set_len` made it, ahead of the disk until a sync).
+    /// and `set_len` made it, ahead of the disk until a sync). A handle that reads through
+    /// its cache's domain: the domain's length, which another process's writes through
+    /// folio raise as they return (its reads stop there, not at the length at open).
     pub fn len(&self) -> u64 {
-        self.mapping.size_bytes()
+        match self.domain() {
+            Some(shared) => shared.len(),
+            None => self.mapping.size_bytes(),
+        }
     }
 
     /// Re-reads the file's length from the kernel (`fstat`) and adopts it: cached pages

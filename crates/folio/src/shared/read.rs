@@ -765,6 +765,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
         self.close(file)
     }
 
+    /// The size of `file` as the domain has it (its record's size word, which a writer in
+    /// any process raises before its write returns): one load (files.rs, `open_size`).
+    pub(crate) fn len(&self, file: &SharedFile) -> u64 {
+        self.files.open_size(file.id)
+    }
+
     /// W5 (sizes): the record's size word raised to at least `end` (an extending write).
     pub(crate) fn extend_size(&self, file: &SharedFile, end: u64) {
         self.files.extend_size(file.id, end);

@@ -256,6 +256,13 @@ impl DomainFile {
         !self.retired.load(Ordering::Relaxed)
     }
 
+    /// The file's size as the domain has it (`SharedReader::len`): what its reads stop at,
+    /// a writer's appends in another process included.
+    pub(crate) fn len(&self) -> u64 {
+        let file = self.file.as_ref().expect("a live DomainFile has its file");
+        self.reader.reader.len(file)
+    }
+
     /// `SharedReader::read_at`: up to `buf.len()` bytes at `offset`, short only at the end
     /// of the file (the record's size).
     ///

@@ -184,6 +184,16 @@ fn child() {
                     told.store(round, Ordering::Release);
                     let want = &all[round as usize];
                     let got = file.read_at(&mut whole, 0).unwrap();
+                    // The handle's length is the writer's too (what the C ABI's reads and
+                    // a RocksDB secondary's WAL reads stop at), not the length at open.
+                    if file.len() != want.len() as u64 {
+                        eprintln!(
+                            "round {round}: len() {}, {} written",
+                            file.len(),
+                            want.len()
+                        );
+                        wrong += 1;
+                    }
                     if got != want.len() || whole[..got] != want[..] {
                         let first = (0..got.min(want.len())).find(|&i| whole[i] != want[i]);
                         eprintln!(
