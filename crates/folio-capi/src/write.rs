@@ -42,10 +42,14 @@ pub const FOLIO_OPEN_TRUNCATE: u32 = 4;
 /// `folio_open2`: create the file, failing with -EEXIST if it exists (O_CREAT|O_EXCL);
 /// needs FOLIO_OPEN_WRITE, and excludes FOLIO_OPEN_CREATE.
 pub const FOLIO_OPEN_CREATE_NEW: u32 = 8;
-/// `folio_open2`: read the file through the cache's own pages, never through its domain
-/// (the options' `domain`; no change for a cache without one or a handle opened for
-/// writing): for a file whose pages the cache holds already, such as one this process
-/// wrote and keeps cached, which the domain would read again from the disk.
+/// `folio_open2`: keep the file out of the cache's domain (the options' `domain`; no
+/// change for a cache without one). Read-only: the cache's own pages are read, never the
+/// domain's: for a file whose pages the cache holds already, such as one this process
+/// wrote and keeps cached, which the domain would read again from the disk. With
+/// FOLIO_OPEN_WRITE: the writes are not put into the domain (which costs each write a
+/// few microseconds); other processes read the file from the disk, so see its writes
+/// once written back or synced: for a file nobody reads until it is synced (a
+/// storage engine's table).
 pub const FOLIO_OPEN_PRIVATE: u32 = 16;
 
 const OPEN_FLAGS_ALL: u32 = FOLIO_OPEN_WRITE
@@ -117,8 +121,8 @@ fn open_how(flags: u32) -> Result<OpenHow, Failure> {
 /// FOLIO_OPEN_WRITE opens for writing too, and with it FOLIO_OPEN_CREATE creates a
 /// missing file, FOLIO_OPEN_CREATE_NEW creates one that must not exist, and
 /// FOLIO_OPEN_TRUNCATE cuts the file to 0 bytes (through the cache: every handle of the
-/// file sees it empty); FOLIO_OPEN_PRIVATE keeps a read-only handle of a cache with a
-/// domain out of the domain (it reads the cache's own pages). O_DIRECT underneath, buffered where the file system refuses it.
+/// file sees it empty); FOLIO_OPEN_PRIVATE keeps the handle out of the cache's domain (a
+/// read-only one reads the cache's own pages; a writable one's writes are not put there). O_DIRECT underneath, buffered where the file system refuses it.
 /// All handles of one file share its cached pages, read-only ones included: they read
 /// every write as soon as `folio_write` returns.
 ///

@@ -89,13 +89,17 @@ impl<'c> OpenOptions<'c> {
         self
     }
 
-    /// Read the file through the cache's own pages, never through its domain (a cache
-    /// without a domain, or a handle opened for writing: no change). For a file whose
-    /// pages the cache holds already, clean: one this process wrote and keeps cached
+    /// Keep the file out of the cache's domain (a cache without one: no change).
+    /// A read-only handle reads the cache's own pages, never the domain's: for a file
+    /// whose pages the cache holds already, clean: one this process wrote and keeps cached
     /// (cache on write: a storage engine reading back the table it just flushed), or one
     /// a persistent cache adopted, where the domain would read it again from the disk
-    /// into a second copy. Another process reading the file through the domain does not
-    /// see this handle's pages (docs/sharing.md, "A `Cache` with a domain").
+    /// into a second copy. A writable handle's writes are not put into the domain (each
+    /// written page's copy there costs the write a few microseconds): the domain's record
+    /// of the file is retired instead, so another process reads the disk, which has the
+    /// writes once they are written back or synced. For a file nobody reads while it is
+    /// written, such as a storage engine's table, synced before any reader learns of it
+    /// (docs/sharing.md, "Writes seen across processes").
     pub fn private(&mut self, private: bool) -> &mut Self {
         self.private = private;
         self
@@ -224,11 +228,13 @@ impl Cache {
         // or refused, privately (counted by the reader). A writable one, counted by
         // `File::new` (its domain handles retired), makes this process the writer of the
         // domain's record of the file, or else retires it (mapping/domain.rs, A1-A4).
-        // `OpenOptions::private`: read privately, not admitted.
+        // `OpenOptions::private`: read privately, not admitted; or written privately, the
+        // domain's record retired.
         if let Some(reader) = &self.domain {
             match access {
                 Access::ReadOnly if options.private => {}
                 Access::ReadOnly => file.admit_to(reader)?,
+                Access::ReadWrite if options.private => drop(reader.retire(&meta)?),
                 Access::ReadWrite => file.attach_writer_to(reader, &meta)?,
             }
         }

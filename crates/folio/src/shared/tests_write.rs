@@ -417,3 +417,57 @@ fn a_write_costs() {
     drop(caches);
     parent.detach();
 }
+
+/// `OpenOptions::private` on a writable open (a storage engine's table, read by nobody
+/// until it is synced): its writes are not put into the domain (no install), and the
+/// domain's record is retired, so that another process's next open reads the disk; a
+/// writable open without it installs each written page.
+#[test]
+fn a_private_writable_open_keeps_its_writes_out_of_the_domain() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let name = "write-private";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
+    let cache = Cache::builder()
+        .capacity_bytes(1 << 20)
+        .segment_dir(home.path())
+        .domain(name)
+        .build()
+        .unwrap();
+    let page = vec![7u8; 4096];
+    let private = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .private(true)
+        .open(data.path().join("table"))
+        .unwrap();
+    private.write_at(&page, 0).unwrap();
+    private.write_at(&page, 4096).unwrap();
+    assert_eq!(
+        cache.domain_stats().unwrap().installs,
+        0,
+        "a private handle's writes"
+    );
+    // And its own reads are its writes (the private path's).
+    let mut back = vec![0u8; 8192];
+    assert_eq!(private.read_at(&mut back, 0).unwrap(), 8192);
+    assert!(back.iter().all(|&b| b == 7));
+    let shared = cache
+        .open_options()
+        .write(true)
+        .create(true)
+        .open(data.path().join("wal"))
+        .unwrap();
+    shared.write_at(&page, 0).unwrap();
+    assert_eq!(
+        cache.domain_stats().unwrap().installs,
+        1,
+        "a shared handle's write"
+    );
+    drop((private, shared));
+    drop(cache);
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
