@@ -1276,7 +1276,10 @@ impl<'r> SharedQueue<'r> {
         });
         recovered?;
         let dead_mark = held_slot(dead);
-        for f in 0..self.frames {
+        // Only frames below the allocator's frontier were ever handed over, so HELD
+        // (buddy.rs, "Frames never reached"); a load past it would fault in the queue's
+        // words of every frame the domain could have (its memory is what it uses).
+        for f in 0..self.buddy.reached() {
             let word = self.of(f, HELD);
             let mark = word.load(Ordering::Relaxed);
             if mark >> 48 == dead_mark {
