@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{json, Map, Value};
 
 use super::child::SAMPLE_PERIOD;
-use super::together::{run_together, Launch, ProcessRun};
+use super::together::{run_together, Launch, ProcessRun, Settings};
 use super::windows::{Cpu, WindowSpec, Windows, WINDOW_NAMES};
 use super::{
     build_plugin, ensure_dbs, forget_plugin_domain, forget_plugin_segment, plugin_domain_of,
@@ -64,7 +64,7 @@ use super::{
 };
 use crate::kernel;
 use crate::measure::RunResult;
-use crate::workloads::{mib, threads_or, Env, Metric, Report, Row, System, Target};
+use crate::workloads::{Env, Metric, Report, Row, System, Target};
 
 /// The systems, in the order each round measures them.
 const SYSTEMS: [System; 3] = [System::Kernel, System::Folio, System::FolioPrivate];
@@ -72,27 +72,11 @@ const SYSTEMS: [System; 3] = [System::Kernel, System::Folio, System::FolioPrivat
 /// Processes at once [default of `--processes`].
 const PROCESSES_DEFAULT: [usize; 2] = [2, 4];
 
-/// Keys of the one database [default of `--keys`]: 156 MiB of 8 KiB values, read cold in
-/// a few seconds here.
-const KEYS_DEFAULT: u64 = 20_000;
-
-/// Seconds each process reads [default of `--duration-secs`], and the windows' defaults:
-/// the first 10 s cold, the last 10 s steady.
-const DURATION_SECS_DEFAULT: u64 = 30;
-const COLD_SECS_DEFAULT: usize = 10;
-const STEADY_SECS_DEFAULT: usize = 10;
-
-/// MiB of each process's block cache [default of `--cache-mib`].
-const CACHE_MIB_DEFAULT: u64 = 16;
-
 /// The targets (done-when 1): the summed reads/s at least the kernel's cold and
 /// 1.1x in the steady state, and the memory within 1.1x of one copy.
 const COLD_OVER_KERNEL_MIN: f64 = 1.0;
 const STEADY_OVER_KERNEL_MIN: f64 = 1.1;
 const MEMORY_OVER_ONE_COPY_MAX: f64 = 1.1;
-
-/// `--reads` under a duration: more than any run reaches (db_bench stops on time).
-const READS_UNDER_DURATION: u64 = 1 << 40;
 
 /// A name new to this run, `folio-bench-ro-<pid>-<n>`: a measurement's segment directory.
 fn fresh_name() -> String {
@@ -318,23 +302,17 @@ pub(super) fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, V
 
 pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     const NAME: &str = "readrandom";
-    let processes = args
-        .processes
-        .clone()
-        .unwrap_or_else(|| PROCESSES_DEFAULT.to_vec());
-    let threads = threads_or(&args.threads, &[1])[0].max(1);
-    let keys = args.keys.unwrap_or(KEYS_DEFAULT).max(1);
-    let duration_secs = match args.duration_secs {
-        Some(0) | None => DURATION_SECS_DEFAULT,
-        Some(s) => s,
-    };
-    let spec = WindowSpec {
-        cold_secs: args.cold_secs.map_or(COLD_SECS_DEFAULT, |s| s as usize),
-        steady_secs: args.steady_secs.map_or(STEADY_SECS_DEFAULT, |s| s as usize),
-    };
-    let cache_bytes = mib(args.cache_mib.unwrap_or(CACHE_MIB_DEFAULT));
+    let settings = Settings::of(args, env, &PROCESSES_DEFAULT);
+    let Settings {
+        ref processes,
+        threads,
+        keys,
+        duration_secs,
+        spec,
+        cache_bytes,
+        rounds,
+    } = settings;
     let data_bytes = keys * VALUE_BYTES;
-    let rounds = env.runs.max(1);
 
     let root = workspace_root();
     let (plugin, plugin_note) = build_plugin(env, &root)?;
@@ -357,23 +335,10 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     report.param("db_bench", DB_BENCH);
 
     let base_args = |p: usize| -> Vec<String> {
-        vec![
-            format!("--benchmarks={NAME}"),
-            "--use_existing_db=1".into(),
-            "--readonly=1".into(),
-            format!("--db={}", db.display()),
-            format!("--num={keys}"),
-            format!("--reads={READS_UNDER_DURATION}"),
-            format!("--duration={duration_secs}"),
-            format!("--value_size={VALUE_BYTES}"),
-            format!("--threads={threads}"),
-            format!("--cache_size={cache_bytes}"),
-            // Each process its own keys: db_bench's default seed is the same in all.
-            format!("--seed={}", 1000 + p),
-            "--histogram=1".into(),
-            "--verify_checksum=1".into(),
-            "--report_interval_seconds=1".into(),
-        ]
+        let mut args = settings.db_bench_args(NAME, p);
+        args.insert(2, "--readonly=1".into());
+        args.insert(3, format!("--db={}", db.display()));
+        args
     };
 
     // One measurement: P processes of `system` started together.
@@ -464,7 +429,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
 
     let steps = rounds * SYSTEMS.len() * processes.len();
     let bar = env.bar("db-bench readonly", steps as u64);
-    for &p in &processes {
+    for &p in processes {
         let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); SYSTEMS.len()];
         for round in 0..rounds {
             for (si, system) in SYSTEMS.iter().enumerate() {
@@ -496,7 +461,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     bar.finish_and_clear();
     report.fill_ratios();
 
-    for &p in &processes {
+    for &p in processes {
         let rows = report.clone();
         let figure = |system: System, key: &str| {
             rows.row(system, p as u32)

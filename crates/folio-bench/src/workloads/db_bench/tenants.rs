@@ -35,34 +35,20 @@ use super::child::SAMPLE_PERIOD;
 use super::readonly::{
     measurement_dir, median, record_folio_stats, summed, take_domain, user_domain, TmpfsPeak,
 };
-use super::together::{run_together, Launch};
-use super::windows::WindowSpec;
+use super::together::{run_together, Launch, Settings};
 use super::{
     build_plugin, ensure_dbs, record_folio_capacity, table_files, workspace_root, Args, DB_BENCH,
     VALUE_BYTES,
 };
 use crate::kernel;
 use crate::measure::RunResult;
-use crate::workloads::{mib, threads_or, Env, Metric, Report, Row, System, Target};
+use crate::workloads::{Env, Metric, Report, Row, System, Target};
 
 /// The systems, in the order each round measures them.
 const SYSTEMS: [System; 2] = [System::Kernel, System::Folio];
 
 /// Tenants at once [default of `--processes`].
 const TENANTS_DEFAULT: [usize; 1] = [3];
-
-/// Keys of each tenant's database [default of `--keys`]: 156 MiB of 8 KiB values.
-const KEYS_DEFAULT: u64 = 20_000;
-
-const DURATION_SECS_DEFAULT: u64 = 30;
-const COLD_SECS_DEFAULT: usize = 10;
-const STEADY_SECS_DEFAULT: usize = 10;
-
-/// MiB of each tenant's block cache [default of `--cache-mib`].
-const CACHE_MIB_DEFAULT: u64 = 16;
-
-/// `--reads` under a duration: more than any run reaches (db_bench stops on time).
-const READS_UNDER_DURATION: u64 = 1 << 40;
 
 /// The targets (done-when 5): the tenants' summed reads/s at least the kernel's,
 /// and none starved: every tenant at least this share of what the kernel gave it (the
@@ -105,22 +91,16 @@ fn least_over(rates: &[f64], kernel: &[f64]) -> f64 {
 
 pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     const NAME: &str = "readrandom";
-    let tenants = args
-        .processes
-        .clone()
-        .unwrap_or_else(|| TENANTS_DEFAULT.to_vec());
-    let threads = threads_or(&args.threads, &[1])[0].max(1);
-    let keys = args.keys.unwrap_or(KEYS_DEFAULT).max(1);
-    let duration_secs = match args.duration_secs {
-        Some(0) | None => DURATION_SECS_DEFAULT,
-        Some(s) => s,
-    };
-    let spec = WindowSpec {
-        cold_secs: args.cold_secs.map_or(COLD_SECS_DEFAULT, |s| s as usize),
-        steady_secs: args.steady_secs.map_or(STEADY_SECS_DEFAULT, |s| s as usize),
-    };
-    let cache_bytes = mib(args.cache_mib.unwrap_or(CACHE_MIB_DEFAULT));
-    let rounds = env.runs.max(1);
+    let settings = Settings::of(args, env, &TENANTS_DEFAULT);
+    let Settings {
+        processes: ref tenants,
+        threads,
+        keys,
+        duration_secs,
+        spec,
+        cache_bytes,
+        rounds,
+    } = settings;
 
     let root = workspace_root();
     let (plugin, plugin_note) = build_plugin(env, &root)?;
@@ -145,21 +125,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     report.param("db_bench", DB_BENCH);
 
     let tenant_args = |i: usize| -> Vec<String> {
-        vec![
-            format!("--benchmarks={NAME}"),
-            "--use_existing_db=1".into(),
-            format!("--db={}", dbs.join(i.to_string()).display()),
-            format!("--num={keys}"),
-            format!("--reads={READS_UNDER_DURATION}"),
-            format!("--duration={duration_secs}"),
-            format!("--value_size={VALUE_BYTES}"),
-            format!("--threads={threads}"),
-            format!("--cache_size={cache_bytes}"),
-            format!("--seed={}", 1000 + i),
-            "--histogram=1".into(),
-            "--verify_checksum=1".into(),
-            "--report_interval_seconds=1".into(),
-        ]
+        let mut args = settings.db_bench_args(NAME, i);
+        args.insert(2, format!("--db={}", dbs.join(i.to_string()).display()));
+        args
     };
 
     // One measurement: P tenants of `system` started together.
@@ -219,7 +187,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
 
     let steps = rounds * SYSTEMS.len() * tenants.len();
     let bar = env.bar("db-bench tenants", steps as u64);
-    for &p in &tenants {
+    for &p in tenants {
         let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); SYSTEMS.len()];
         for round in 0..rounds {
             for (si, system) in SYSTEMS.iter().enumerate() {
@@ -270,7 +238,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     bar.finish_and_clear();
     report.fill_ratios();
 
-    for &p in &tenants {
+    for &p in tenants {
         let rows = report.clone();
         let figure = |system: System, key: &str| {
             rows.row(system, p as u32)

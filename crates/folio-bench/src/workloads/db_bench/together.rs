@@ -15,9 +15,82 @@ use serde_json::json;
 use super::child::{run_sampled, SAMPLE_PERIOD};
 use super::readrandom::parse_run;
 use super::restart::parse_report_csv;
-use super::tail;
-use super::windows::{self, Cpu};
+use super::windows::{self, Cpu, WindowSpec};
+use super::{tail, Args, VALUE_BYTES};
 use crate::measure::RunResult;
+use crate::workloads::{mib, threads_or, Env};
+
+/// Keys of a database [default of `--keys`]: 156 MiB of 8 KiB values, read cold in a few
+/// seconds here.
+const KEYS_DEFAULT: u64 = 20_000;
+
+/// Seconds each process reads [default of `--duration-secs`], and the windows' defaults:
+/// the first 10 s cold, the last 10 s steady.
+const DURATION_SECS_DEFAULT: u64 = 30;
+const COLD_SECS_DEFAULT: usize = 10;
+const STEADY_SECS_DEFAULT: usize = 10;
+
+/// MiB of each process's block cache [default of `--cache-mib`].
+const CACHE_MIB_DEFAULT: u64 = 16;
+
+/// `--reads` under a duration: more than any run reaches (db_bench stops on time).
+const READS_UNDER_DURATION: u64 = 1 << 40;
+
+/// What P processes reading at once run with (`readonly`'s and `tenants`' options).
+pub(super) struct Settings {
+    /// The P to measure (`--processes`).
+    pub processes: Vec<usize>,
+    /// Threads per process (`--threads`, default 1).
+    pub threads: usize,
+    /// Keys of a database (`--keys`).
+    pub keys: u64,
+    pub duration_secs: u64,
+    pub spec: WindowSpec,
+    /// Each process's block cache (`--cache-mib`).
+    pub cache_bytes: u64,
+    pub rounds: usize,
+}
+
+impl Settings {
+    /// The command line's, each default where it gives none (`processes` for the P).
+    pub fn of(args: &Args, env: &Env, processes: &[usize]) -> Settings {
+        Settings {
+            processes: args.processes.clone().unwrap_or_else(|| processes.to_vec()),
+            threads: threads_or(&args.threads, &[1])[0].max(1),
+            keys: args.keys.unwrap_or(KEYS_DEFAULT).max(1),
+            duration_secs: match args.duration_secs {
+                Some(0) | None => DURATION_SECS_DEFAULT,
+                Some(s) => s,
+            },
+            spec: WindowSpec {
+                cold_secs: args.cold_secs.map_or(COLD_SECS_DEFAULT, |s| s as usize),
+                steady_secs: args.steady_secs.map_or(STEADY_SECS_DEFAULT, |s| s as usize),
+            },
+            cache_bytes: mib(args.cache_mib.unwrap_or(CACHE_MIB_DEFAULT)),
+            rounds: env.runs.max(1),
+        }
+    }
+
+    /// db_bench's arguments for process `i` reading `benchmark` from an existing database
+    /// (but `--db`) for the duration: its own seed (db_bench's default is the same in
+    /// all), checksums verified, a report every second.
+    pub fn db_bench_args(&self, benchmark: &str, i: usize) -> Vec<String> {
+        vec![
+            format!("--benchmarks={benchmark}"),
+            "--use_existing_db=1".into(),
+            format!("--num={}", self.keys),
+            format!("--reads={READS_UNDER_DURATION}"),
+            format!("--duration={}", self.duration_secs),
+            format!("--value_size={VALUE_BYTES}"),
+            format!("--threads={}", self.threads),
+            format!("--cache_size={}", self.cache_bytes),
+            format!("--seed={}", 1000 + i),
+            "--histogram=1".into(),
+            "--verify_checksum=1".into(),
+            "--report_interval_seconds=1".into(),
+        ]
+    }
+}
 
 /// One process of a measurement: its db_bench command (every argument but its report file)
 /// and a directory of its own for its output.
