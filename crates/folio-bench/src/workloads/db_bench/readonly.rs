@@ -55,7 +55,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::{json, Map, Value};
 
 use super::child::SAMPLE_PERIOD;
-use super::together::{run_together, Launch, ProcessRun, Settings};
+use super::together::{measure_rounds, run_together, Launch, ProcessRun, Settings};
 use super::windows::{Cpu, WindowSpec, Windows, WINDOW_NAMES};
 use super::{
     build_plugin, ensure_dbs, forget_plugin_domain, forget_plugin_segment, plugin_domain_of,
@@ -430,14 +430,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     let steps = rounds * SYSTEMS.len() * processes.len();
     let bar = env.bar("db-bench readonly", steps as u64);
     for &p in processes {
-        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); SYSTEMS.len()];
-        for round in 0..rounds {
-            for (si, system) in SYSTEMS.iter().enumerate() {
-                bar.set_message(format!("{system} P={p} round {}/{rounds}", round + 1));
-                runs[si].push(measure(*system, p)?);
-                bar.inc(1);
-            }
-        }
+        let runs = measure_rounds(&SYSTEMS, rounds, p, &bar, &measure)?;
         let kernel_runs = runs[0].clone();
         for (si, system) in SYSTEMS.iter().enumerate() {
             let mut row = Row::from_runs(*system, p, &runs[si], Metric::OpsPerSec);

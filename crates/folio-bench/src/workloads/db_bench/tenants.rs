@@ -35,7 +35,7 @@ use super::child::SAMPLE_PERIOD;
 use super::readonly::{
     measurement_dir, median, record_folio_stats, summed, take_domain, user_domain, TmpfsPeak,
 };
-use super::together::{run_together, Launch, Settings};
+use super::together::{measure_rounds, run_together, Launch, Settings};
 use super::{
     build_plugin, ensure_dbs, record_folio_capacity, table_files, workspace_root, Args, DB_BENCH,
     VALUE_BYTES,
@@ -188,14 +188,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     let steps = rounds * SYSTEMS.len() * tenants.len();
     let bar = env.bar("db-bench tenants", steps as u64);
     for &p in tenants {
-        let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); SYSTEMS.len()];
-        for round in 0..rounds {
-            for (si, system) in SYSTEMS.iter().enumerate() {
-                bar.set_message(format!("{system} P={p} round {}/{rounds}", round + 1));
-                runs[si].push(measure(*system, p)?);
-                bar.inc(1);
-            }
-        }
+        let runs = measure_rounds(&SYSTEMS, rounds, p, &bar, &measure)?;
         let kernel_runs = runs[0].clone();
         for (si, system) in SYSTEMS.iter().enumerate() {
             let mut row = Row::from_runs(*system, p, &runs[si], Metric::OpsPerSec);

@@ -18,7 +18,7 @@ use super::restart::parse_report_csv;
 use super::windows::{self, Cpu, WindowSpec};
 use super::{tail, Args, VALUE_BYTES};
 use crate::measure::RunResult;
-use crate::workloads::{mib, threads_or, Env};
+use crate::workloads::{mib, threads_or, Env, System};
 
 /// Keys of a database [default of `--keys`]: 156 MiB of 8 KiB values, read cold in a few
 /// seconds here.
@@ -172,4 +172,25 @@ pub(super) fn run_together(benchmark: &str, launches: Vec<Launch>) -> io::Result
             .collect()
     });
     results.into_iter().collect()
+}
+
+/// `rounds` measurements of each of `systems` at P = `p`, the systems alternated within a
+/// round (so that each round's ratios pair runs taken close together): per system, its
+/// runs in round order. `bar` counts each measurement.
+pub(super) fn measure_rounds(
+    systems: &[System],
+    rounds: usize,
+    p: usize,
+    bar: &indicatif::ProgressBar,
+    mut measure: impl FnMut(System, usize) -> io::Result<RunResult>,
+) -> io::Result<Vec<Vec<RunResult>>> {
+    let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); systems.len()];
+    for round in 0..rounds {
+        for (si, system) in systems.iter().enumerate() {
+            bar.set_message(format!("{system} P={p} round {}/{rounds}", round + 1));
+            runs[si].push(measure(*system, p)?);
+            bar.inc(1);
+        }
+    }
+    Ok(runs)
 }
