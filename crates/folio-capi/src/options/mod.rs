@@ -260,7 +260,7 @@ pub struct folio_cache_options {
     /// of a file opened read-only (`folio_open`); a file opened for writing keeps this
     /// cache's own pages (another process's writes are not seen through the domain);
     /// `folio_readahead` of a domain file does nothing; a file the domain refuses (it
-    /// changed since the domain recorded it, or its table of 256 files is full) is read
+    /// changed since the domain recorded it, or its table of 4,096 files is full) is read
     /// privately. `folio_cache_domain_stats` gives this process's counts. NULL (the
     /// default): a private cache. Read during `folio_cache_create` only.
     pub domain: *const c_char,

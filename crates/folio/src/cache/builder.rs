@@ -394,7 +394,7 @@ impl CacheBuilder {
     /// domain's record of the file and its pages once no process has it open (at the
     /// removal, or at the last close of this cache's handles); a file
     /// changed since the domain recorded it gets a new record (the old one's pages
-    /// dropped) if no process has it open; the domain's table of 256 files, when full,
+    /// dropped) if no process has it open; the domain's table of 4,096 files, when full,
     /// drops a record nobody has open for a new file. A file the domain refuses (changed
     /// while another handle has its record open, or every record open) is read privately,
     /// counted in `Cache::domain_stats`, not an error.
