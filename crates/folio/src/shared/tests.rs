@@ -338,6 +338,17 @@ impl Drop for SharedRegion {
     }
 }
 
+/// Makes this process (a test's child: a run of the test binary) die with the process
+/// that started it (`PR_SET_PDEATHSIG`), so that no child outlives a failed or killed
+/// test. Whether that process is still alive (false: it died before the call).
+pub(super) fn die_with_parent() -> bool {
+    // SAFETY: prctl with these arguments has no memory-safety preconditions.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() };
+    parent != 1
+}
+
 /// Runs `body` in a forked child, which exits 0 if it returns and 1 if it panics.
 pub(super) fn fork(body: impl FnOnce()) -> libc::pid_t {
     // SAFETY: fork; the child runs `body` (atomics on the shared region, raise) and

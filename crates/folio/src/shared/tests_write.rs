@@ -92,6 +92,11 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
+    // A reader's threads read until told to stop: a child whose test failed (or was
+    // killed) would otherwise spin on forever.
+    if !super::tests::die_with_parent() {
+        return;
+    }
     let home = PathBuf::from(std::env::var(HOME).unwrap());
     let path = PathBuf::from(std::env::var(DATA).unwrap()).join("w");
     let rounds: u64 = std::env::var(ROUNDS_ENV).unwrap().parse().unwrap();
