@@ -1152,6 +1152,15 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let mut frames = Batch::with_capacity(want);
         let mut magazine = self.magazine();
         let mut reclaims_left = want.div_ceil(self.batch as usize) + 1;
+        // The quota (steward.rs, "The quota"): a queue that would hold more than it with
+        // these frames gives its coldest back first, as a full allocator makes it.
+        let quota = self.member.domain().quota() as usize;
+        while reclaims_left > 0 && queue.count() as usize + want > quota {
+            reclaims_left -= 1;
+            if self.reclaim_batch(queue)? == 0 {
+                break;
+            }
+        }
         while frames.len() < want {
             match self.frame_mapped(&mut magazine)? {
                 Some(frame) => frames.push(frame),
@@ -1247,12 +1256,17 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let placed = index
                 .insert_run(self.me, pages[first], &folios, &slots, self.run)
                 .map_err(died)?;
+            let mut refaults = 0;
             for (i, placed) in placed.iter().enumerate() {
                 match placed {
-                    Placed::Inserted(_) => {}
+                    Placed::Inserted(shadows) => refaults += shadows.len() as u64,
                     Placed::Conflict => self.conflict(Unplaced::Duplicate),
                     Placed::Full => full.push(first + i),
                 }
+            }
+            if refaults > 0 {
+                // A larger quota would have hit (steward.rs, "The quota": it grows only then).
+                domain.note_refaults(refaults);
             }
         }
         if !full.is_empty() {
