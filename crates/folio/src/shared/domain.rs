@@ -58,7 +58,8 @@
 //! never mistaken for the one that attached (`ProcessId::open`).
 //!
 //! Protection: the header's geometry is written once, before MAGIC (release), by the first
-//! steward under the election lock; the steward fields by the steward alone; the slot
+//! steward under the election lock; the steward fields and the quota by the steward
+//! alone; the refaults by the members' misses (an atomic add); the slot
 //! table, the stack, the allocator and the file table by their own protocols (slot.rs,
 //! lock.rs, buddy.rs, files.rs); the records by the steward (above). A process reads the header as
 //! untrusted input (`Domain::open` checks the geometry against the file's size before it

@@ -18,7 +18,9 @@
 //! - **Miss**: a frame from this member's magazine (`Magazine`, order 0; a batch the
 //!   magazine leases is mapped into this process in one call, `map_batch`: the steward
 //!   populated its pages in the region file ahead, populate.rs); when it has none
-//!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again; then
+//!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again (and
+//!   first, while the queue with the frames it leases would hold more than the domain's
+//!   quota: steward.rs, "The quota"; a miss that refaulted counts it in the header); then
 //!   `pread` (O_DIRECT where the file system allows it) of the page straight into the
 //!   frame in the region (with its window's other pages: "Readahead" below), its bytes
 //!   past the end of the file zeroed; the hand-over to the

@@ -37,7 +37,8 @@
 //!    of the allocator (populate.rs: one 2 MiB chunk per turn, polling every
 //!    `POPULATE_POLL` while the allocator moves, backing off to 640 ms while it does
 //!    not, until the area is whole: `Populator::poll_after`), so that a member's miss
-//!    finds its frame's page in the region file. Alone, it gives memory back (below).
+//!    finds its frame's page in the region file, and moves the quota (below). Alone, it
+//!    gives memory back (below).
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
 //!    it removes the socket, frees its own slot and **removes the region** (before it
 //!    lets go of the election: the next steward makes a fresh one); the next attach
@@ -59,6 +60,33 @@
 //!   (a writer's frames newer than the disk are HELD, which reclaim skips: queue.rs,
 //!   "Writes"): nothing is written first;
 //! - after `linger` alone, it removes the region (step 5).
+//!
+//! **The quota** (docs/sharing.md, "The quota that follows the machine"): with members
+//! attached, the domain's memory follows the machine as one cache, as a private cache's
+//! capacity does (DESIGN.md §10; capacity/follow.rs). The header's quota word
+//! (`Domain::quota`: how many frames the eviction queue may hold) is the capacity; the
+//! steward alone moves it, at each memory tick (`Memory::follow`, the alone tick's
+//! cadence: 50 ms when the room is low, up to 2 s when plenty), by `follow::decide` with
+//! what the region file holds as the resident bytes, the queue within a reserve's
+//! sixteenth of the quota as full, and the refaults the members' misses count in the
+//! header (`Domain::note_refaults`) as the refaults: shrink under pressure stalls or
+//! below the reserve, lower to what the machine affords, grow only into room and only
+//! when full and refaulting; between `QUOTA_FRAMES_MIN` and every frame. A new domain's
+//! quota is every frame; the first tick lowers it to what the machine affords.
+//! - A member's miss reads the quota (one load) and, if the queue would hold more than it
+//!   with the frames it leases, reclaims first (read.rs, `lease`), as it does at a full
+//!   allocator: the queue stays at the quota, the frames it frees are leased again.
+//! - When the quota falls (a shrink or a lower), the steward reclaims the coldest frames
+//!   down to it (`to_quota`: `SharedQueue::reclaim`, a member's protocol step, in batches
+//!   of `QUOTA_RECLAIM_BATCH`), then gives the memory of every listed free frame back,
+//!   **leasing** each while it punches it (`SharedBuddy::give_back_listed`, G1-G3): no
+//!   member can lease, fill or pin a frame leased to the steward, so no page is punched
+//!   under a member's read (a frame in a member's magazine is that member's, not
+//!   listed, and not punched; the virgin frames past the frontier are not taken, and
+//!   a member may FRESH them meanwhile). A steward that dies holding them leaves them to
+//!   the next steward's sweep of its slot (a lease like any member's).
+//! - The populator keeps no lead while the queue is within a chunk of the quota: the
+//!   members' misses reclaim first there and lease the frames reclaim freed.
 //!
 //! Why it stays rather than removing the region at once: a warm restart (the next run of
 //! a tool, a service restarted) finds its pages, as the kernel's page cache keeps a
@@ -89,9 +117,10 @@
 //! line). A process whose attach answer arrived after it gave up (a steward stopped for a
 //! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
 //! no privilege drop yet (the keeper's `drop_privileges` is its own). The steward does not
-//! write back (a domain's frames are clean), and gives memory back only while alone
-//! (while members are attached, their misses reclaim: read.rs; the domain has no budget
-//! that follows the machine yet). A killed steward leaves the region until the next
+//! write back (a domain's frames are clean); with members attached it gives back only
+//! when the quota falls, and the quota counts queued frames only (not the index's node
+//! frames, the members' magazines, the lead, or the frames' words); the quota is one
+//! for the domain (no share per member yet: docs/sharing.md). A killed steward leaves the region until the next
 //! attach (a new steward takes it over, warm) or `rm`: nobody gives its memory back
 //! meanwhile. A slot LIVE but unwatched (its process's life could not be told) keeps the
 //! steward from being alone, and so from leaving, until it is FREE.

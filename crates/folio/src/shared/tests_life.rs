@@ -437,7 +437,11 @@ fn with_members_attached_the_quota_follows_the_machine_down_and_up() {
     let domain = member.domain();
     let queue = domain.queue();
     assert_eq!(queue.count(), PAGES as u32);
-    assert_eq!(domain.quota(), QUOTA_DOMAIN_FRAMES, "plenty: the whole domain");
+    assert_eq!(
+        domain.quota(),
+        QUOTA_DOMAIN_FRAMES,
+        "plenty: the whole domain"
+    );
     // The data pages the region holds below the allocator's frontier (the frames it
     // reached: cached, free, node frames), not the lead the steward populates past it.
     let reached_resident = || {
@@ -485,7 +489,11 @@ fn with_members_attached_the_quota_follows_the_machine_down_and_up() {
     let hits_before = reader.counters().hits;
     read_through(&reader, &setup.path, PAGES * 4096);
     assert_eq!(queue.count(), PAGES as u32, "the file cached whole again");
-    assert_eq!(reader.counters().hits - hits_before, PAGES, "every page a hit");
+    assert_eq!(
+        reader.counters().hits - hits_before,
+        PAGES,
+        "every page a hit"
+    );
     drop(reader);
     member.detach();
 }
@@ -547,7 +555,11 @@ fn a_steward_killed_while_it_holds_the_frames_it_gives_back_leaves_them_to_the_n
         wait_until("the steward died", || pidfd.is_dead());
         machine(setup.machine.path(), PLENTY_MIB);
         let again = read_all(&config, &setup.path, PAGES * 4096);
-        assert_eq!(again.misses + again.hits + again.read_ahead, PAGES, "{again:?}");
+        assert_eq!(
+            again.misses + again.hits + again.read_ahead,
+            PAGES,
+            "{again:?}"
+        );
         assert_eq!(domain.elections(), 2, "one new steward");
         {
             let reader = SharedReader::new(&b, &b, 8);
