@@ -691,6 +691,9 @@ impl<'d> Steward<'d> {
         let mut alone_since: Option<Instant> = None;
         let mut populator = Populator::new(self.domain.geometry().frames);
         let mut memory = Memory::new(config);
+        // A steward that took the domain over counts refaults from the header's figure
+        // now, not from 0 (else its first tick would take every past one for new).
+        memory.refaults_before = self.domain.refaults();
         loop {
             self.bury_the_dead();
             let mut fds = vec![libc::pollfd {
