@@ -565,6 +565,15 @@ typedef struct folio_domain_stats {
      * written back.
      */
     uint64_t installs;
+    /**
+     * The domain's quota now: how many frames (4 KiB) its cache may hold, moved by its
+     * steward with the machine's memory. The domain's figure, the same for every member.
+     */
+    uint64_t quota_frames;
+    /**
+     * The frames (4 KiB) the domain's cache holds now, every member's pages.
+     */
+    uint64_t frames_cached;
 } folio_domain_stats;
 
 /**

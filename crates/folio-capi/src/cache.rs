@@ -376,6 +376,11 @@ pub struct folio_domain_stats {
     /// writer this process is), so that every other process reads them before they are
     /// written back.
     pub installs: u64,
+    /// The domain's quota now: how many frames (4 KiB) its cache may hold, moved by its
+    /// steward with the machine's memory. The domain's figure, the same for every member.
+    pub quota_frames: u64,
+    /// The frames (4 KiB) the domain's cache holds now, every member's pages.
+    pub frames_cached: u64,
 }
 
 impl folio_domain_stats {
@@ -397,6 +402,8 @@ impl folio_domain_stats {
             duplicate_reads: s.duplicate_reads,
             files_newer_here: s.files_newer_here,
             installs: s.installs,
+            quota_frames: s.quota_frames,
+            frames_cached: s.frames_cached,
         }
     }
 }

@@ -16,7 +16,7 @@
 //! cache it looks at never waits for it) and `folio::segments_in`; removal is
 //! `folio::remove_segment`, which refuses a segment in use. `domain` shows a domain
 //! (issue 45: a cache shared by processes, `CacheBuilder::domain`) from its region,
-//! `folio::DomainView`: its steward, its frames and those cached, and its processes
+//! `folio::DomainView`: its steward, its frames, those cached and its quota, and its processes
 //! with their pins (loads only: no slot taken, no steward started).
 
 use std::io::{self, Write};
@@ -148,6 +148,13 @@ fn domain_text(name: &str, seen: &folio::DomainSummary) -> String {
         f64::from(seen.frames_cached) * 4096.0 / 1048576.0,
         seen.slots,
         seen.file_records,
+    );
+    out += &format!(
+        "quota: {} frames ({:.1} MiB) the cache may hold now, following the machine's \
+         memory; {} refaults\n",
+        seen.quota_frames,
+        f64::from(seen.quota_frames) * 4096.0 / 1048576.0,
+        seen.refaults,
     );
     out += &format!("processes: {}\n", seen.processes.len());
     if !seen.processes.is_empty() {

@@ -270,6 +270,14 @@ fn shows_a_domain_its_steward_frames_and_processes() {
         )),
         "{out}"
     );
+    // The quota: at most the frames (the steward lowers it when the machine affords less).
+    let quota: u64 = out
+        .split("quota: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no quota in {out}"));
+    assert!(quota > 0 && quota <= frames, "{out}");
     let me = std::process::id().to_string();
     let ours = out
         .lines()

@@ -37,6 +37,11 @@
 //! (`buddy_death_at_every_step`, and its broken variants `buddy_broken_intent_after_mutation`
 //! and `buddy_broken_in_flight_forgotten`).
 //!
+//! The steward's give-back with members attached (`SharedBuddy::give_back_listed`: the
+//! quota's, steward.rs) follows it (`give_back_death_at_every_step`: the steward dying at
+//! each step while a member leases, fills and copies a frame; its broken variant
+//! `give_back_broken_punch_unleased`).
+//!
 //! The shared file table (`files.rs`) is modelled last (`files_death_at_every_step`: two
 //! processes opening one identity at once, one dying at each step; its broken variant
 //! `files_broken_intent_after_mutation`).
@@ -914,6 +919,134 @@ fn buddy_broken_intent_after_mutation() {
 #[test]
 fn buddy_broken_in_flight_forgotten() {
     assert_buddy_invariant_broken(&buddy_first_failure(Flaw::InFlightForgotten));
+}
+
+// The steward's give-back with members attached (`SharedBuddy::give_back_listed`, G1-G3;
+// steward.rs, "The quota"): its frames leased to it while their pages are punched.
+//
+// Two frames, listed free as one order-1 block (a process allocated and freed one first).
+// Each frame's page is one word beside the region (a punch stores 0: a hole reads zeros).
+// The old steward gives back every listed frame, dying at its `d`-th step (each of its
+// steps, and no death); then its thread plays the next steward, which marks it dead,
+// sweeps it (returning the frames it leased, punched or not) and frees its slot. Meanwhile
+// a member (the main thread) allocates an order-0 frame (waiting while the steward holds
+// both), fills its page (its `pread`), reads it back (its copy) and frees it. The member's
+// copy reads what it filled; at the end both frames are free and merged, the lock free.
+//
+// Broken, and caught: `give_back_broken_punch_unleased` (the steward punches the blocks
+// it sees free without leasing them: a member that leased one meanwhile has its page
+// punched between its fill and its copy).
+
+const PAGE_FILLED: u64 = 0xab;
+
+fn give_back_model(die_at: u32, flaw: Flaw) {
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(BUDDY_PREEMPTIONS);
+    }
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..BUDDY_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let pages: Arc<Vec<AtomicU64>> = Arc::new(
+            (0..BUDDY_FRAMES)
+                .map(|_| AtomicU64::new(PAGE_FILLED))
+                .collect(),
+        );
+        let (next, old, member) = {
+            let (slots, buddy) = buddy_views(&region);
+            buddy.format();
+            let (next, old, member) = (
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+                slots.attach(Flaw::None).unwrap(),
+            );
+            // Both frames reached and listed (not virgin: G1 leases listed blocks only).
+            alloc_and_free(&buddy, member, &slots, &ModelRun::living(Flaw::None)).unwrap();
+            (next, old, member)
+        };
+        let a = {
+            let (region, pages) = (region.clone(), pages.clone());
+            loom::thread::spawn(move || {
+                let (slots, buddy) = buddy_views(&region);
+                let run = ModelRun::dying_at(die_at, flaw);
+                let mut leased = Vec::with_capacity(BUDDY_FRAMES as usize);
+                let punch = |block: std::ops::Range<u32>| {
+                    for f in block {
+                        pages[f as usize].store(0, loom::sync::atomic::Ordering::Relaxed);
+                    }
+                };
+                match buddy.give_back_listed(u32::MAX, old, &mut leased, &slots, &run, punch) {
+                    Ok(_) => slots.detach(old),
+                    Err(Died) => {
+                        assert!(slots.mark_dead(old));
+                        buddy
+                            .sweep(old, next, &slots, &ModelRun::living(flaw))
+                            .unwrap();
+                        slots.free_dead(old);
+                    }
+                }
+            })
+        };
+        let (slots, buddy) = buddy_views(&region);
+        let run = ModelRun::living(flaw);
+        let frame = loop {
+            if let Some(frame) = buddy.alloc(buddy::Order(0), member, &slots, &run).unwrap() {
+                break frame;
+            }
+            loom::thread::yield_now(); // both frames leased to the steward: it returns them
+        };
+        let page = &pages[frame.0 as usize];
+        page.store(PAGE_FILLED, loom::sync::atomic::Ordering::Relaxed);
+        assert_eq!(
+            page.load(loom::sync::atomic::Ordering::Relaxed),
+            PAGE_FILLED,
+            "a frame punched under a member's read"
+        );
+        buddy
+            .free(frame, buddy::Order(0), member, &slots, &run)
+            .unwrap();
+        slots.detach(member);
+        a.join().unwrap();
+        let census = buddy.check(&slots);
+        assert!(
+            census
+                == Ok(buddy::Census {
+                    free_frames: BUDDY_FRAMES,
+                    leased: Vec::new(),
+                    cached: Vec::new(),
+                    nodes: Vec::new(),
+                }),
+            "every frame free at the end: {census:?}"
+        );
+        let _ = next;
+    });
+}
+
+#[test]
+fn give_back_death_at_every_step() {
+    let before = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed);
+    for die_at in 0..=BUDDY_STEPS {
+        give_back_model(die_at, Flaw::None);
+    }
+    let took_over = TAKE_OVERS.load(std::sync::atomic::Ordering::Relaxed) - before;
+    eprintln!("give-back: {took_over} take-overs explored");
+    assert!(took_over > 0, "no model took a dead steward's lock over");
+}
+
+#[test]
+fn give_back_broken_punch_unleased() {
+    let caught = std::panic::catch_unwind(|| give_back_model(BUDDY_STEPS, Flaw::PunchUnleased));
+    let payload = caught.expect_err("give-back PunchUnleased: no model failed");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    eprintln!("give-back PunchUnleased: caught: {message}");
+    assert!(
+        message.contains("a frame punched under a member's read"),
+        "failed, but not on a punched read: {message}"
+    );
 }
 
 // The shared file table (files.rs): two records, three slots. The dying process opens

@@ -1743,6 +1743,8 @@ static void test_domain(void) {
        ahead (the window may read past the request), and none was read twice (one reader). */
     CHECK(d.windows >= 1 && d.pages_read_ahead >= PAGES - d.misses && d.duplicate_reads == 0);
     CHECK(d.files_newer_here == 0);
+    /* The domain's budget: the pages cached, and a quota (the steward moves it). */
+    CHECK(d.frames_cached >= PAGES && d.quota_frames > 0);
     folio_domain_stats first = d;
     /* The other handle's reads are the domain's hits: no read of the file. */
     memset(buf, 0, sizeof buf);

@@ -88,6 +88,12 @@ pub struct DomainStats {
     /// Pages this process's writes put into the domain (written files whose record it is
     /// the writer of: docs/sharing.md "Writes seen across processes").
     pub installs: u64,
+    /// The domain's quota now: how many frames its cache may hold, moved by its steward
+    /// with the machine's memory (docs/sharing.md, "The quota that follows the machine").
+    /// The domain's figure, the same for every member.
+    pub quota_frames: u64,
+    /// The frames the domain's cache holds now (every member's pages).
+    pub frames_cached: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -209,7 +215,9 @@ impl Cache {
     ///
     /// Context: any; relaxed loads, one by one.
     pub fn domain_stats(&self) -> Option<DomainStats> {
-        let (c, refused, newer) = self.domain.as_ref()?.counters();
+        let domain = self.domain.as_ref()?;
+        let (c, refused, newer) = domain.counters();
+        let (quota_frames, frames_cached) = domain.budget();
         Some(DomainStats {
             hits: c.hits,
             pinned_hits: c.pinned_hits,
@@ -227,6 +235,8 @@ impl Cache {
             files_refused: refused,
             files_newer_here: newer,
             installs: c.installs,
+            quota_frames: u64::from(quota_frames),
+            frames_cached: u64::from(frames_cached),
         })
     }
 

@@ -690,6 +690,94 @@ impl<'r> SharedBuddy<'r> {
         Ok(got)
     }
 
+    /// The steward's give-back while members are attached (steward.rs, "The quota"), its
+    /// three steps:
+    ///
+    /// - G1. Lease to `me` every listed free block (`Reach::ListedOnly`: never the frontier's
+    ///   virgin frames, which a member may FRESH meanwhile), up to `most` frames, in holds of
+    ///   the lock of at most `ORDER_MAX`'s frames, carved into frames appended to `leased`.
+    /// - G2. Call `punch` with each run of consecutive leased frames, with no lock held: its
+    ///   memory is given back (`Domain::punch_data`). A frame leased to `me` is in no
+    ///   member's magazine, read or index, and no member can lease it, so no page is punched
+    ///   under a member's `pread`, copy or pin.
+    /// - G3. Return them (`return_batch`, merging), then clear `leased`.
+    ///
+    /// A death anywhere leaves the frames leased to `me`: the next steward's census finds
+    /// this one dead and its sweep (`sweep`) returns them, punched or not. Returns how many
+    /// frames were leased (and so punched).
+    ///
+    /// Context: `me` is LIVE in `slots` (the steward); takes the lock a few times;
+    /// `leased` is the caller's room (allocated by it, reused).
+    pub(crate) fn give_back_listed<R: Run>(
+        &self,
+        most: u32,
+        me: Holder,
+        leased: &mut Vec<Frame>,
+        slots: &SlotTable<'_>,
+        run: &R,
+        mut punch: impl FnMut(std::ops::Range<u32>),
+    ) -> Result<u32, Died> {
+        leased.clear();
+        #[cfg(test)]
+        if matches!(run.flaw(), Flaw::PunchUnleased) {
+            // Broken (the loom model's variant): what looks free, punched unleased.
+            for block in self.free_blocks() {
+                if block.end <= self.reached() {
+                    punch(block);
+                }
+            }
+            return Ok(0);
+        }
+        // G1.
+        while (leased.len() as u32) < most {
+            let held = self.take(me, slots, run)?;
+            let want = (most - leased.len() as u32).min(Order(ORDER_MAX).frames());
+            let top = Order((31 - want.leading_zeros()) as u8);
+            let mut got = None;
+            for k in (0..=top.0).rev() {
+                if let Some(frame) = self.take_block(&held, Order(k), Reach::ListedOnly, run)? {
+                    got = Some((frame, Order(k)));
+                    break;
+                }
+            }
+            if let Some((frame, order)) = got {
+                let intent = Intent {
+                    op: op(CARVE, order),
+                    args: [u64::from(frame), me.word(), 0, 0],
+                };
+                self.change(&held, &intent, run)?;
+                leased.extend((frame..frame + order.frames()).map(Frame));
+            }
+            held.unlock(run)?;
+            if got.is_none() {
+                break;
+            }
+        }
+        // G2: the runs in frame order (each block's frames are ascending).
+        leased.sort_unstable_by_key(|f| f.0);
+        let mut run_of: Option<std::ops::Range<u32>> = None;
+        for frame in leased.iter() {
+            run_of = match run_of {
+                Some(r) if r.end == frame.0 => Some(r.start..frame.0 + 1),
+                Some(r) => {
+                    punch(r);
+                    Some(frame.0..frame.0 + 1)
+                }
+                None => Some(frame.0..frame.0 + 1),
+            };
+        }
+        if let Some(r) = run_of {
+            punch(r);
+        }
+        // G3.
+        let count = leased.len() as u32;
+        if count > 0 {
+            self.return_batch(leased, me, slots, run)?;
+        }
+        leased.clear();
+        Ok(count)
+    }
+
     /// Frees the order-0 `frames`, each leased to `me`, in one hold of the lock.
     ///
     /// Context: as `free`.

@@ -5,7 +5,10 @@
 //! ```text
 //!   word 0..8                 the header line: MAGIC, VERSION, slots, frames, the steward's
 //!                             pid and start time, the steward lever (tests), elections
-//!   word 8..8+2S (8-aligned)  the slot table (slot.rs): one word per process, then one
+//!   word 8..16                the budget's line: the quota (frames the queue may hold,
+//!                             moved by the steward: steward.rs, "The quota"), the
+//!                             refaults the members' misses counted
+//!   word 16..16+2S (8-aligned) the slot table (slot.rs): one word per process, then one
 //!                             park word per process (waiters for its locks sleep there)
 //!   then S lines of 8 words   the slot records (record.rs): generation, pid, start time
 //!   then (8-aligned)          the frame stack (stack.rs): the structure leased
@@ -55,7 +58,8 @@
 //! never mistaken for the one that attached (`ProcessId::open`).
 //!
 //! Protection: the header's geometry is written once, before MAGIC (release), by the first
-//! steward under the election lock; the steward fields by the steward alone; the slot
+//! steward under the election lock; the steward fields and the quota by the steward
+//! alone; the refaults by the members' misses (an atomic add); the slot
 //! table, the stack, the allocator and the file table by their own protocols (slot.rs,
 //! lock.rs, buddy.rs, files.rs); the records by the steward (above). A process reads the header as
 //! untrusted input (`Domain::open` checks the geometry against the file's size before it
@@ -96,8 +100,8 @@ const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// reuse generation per frame (the optimistic hit); 6: the queue's words of a frame on one
 /// line (the hit's generation, page and touch together); 7: the allocator's frontier (its
 /// frames' words left 0 until reached), the stack at most `STACK_FRAMES`; 8: 4,096 file
-/// records (256 before).
-const VERSION: u64 = 8;
+/// records (256 before); 9: a second header line (the quota and the refaults).
+const VERSION: u64 = 9;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
@@ -124,9 +128,12 @@ const H_STEWARD_PID: usize = 4;
 const H_STEWARD_START: usize = 5;
 const H_STOP_AT: usize = 6;
 const H_ELECTIONS: usize = 7;
+// The budget's line (steward.rs, "The quota").
+const H_QUOTA: usize = 8;
+const H_REFAULTS: usize = 9;
 
 const LINE: u32 = 8;
-const HEADER_WORDS: u32 = LINE;
+const HEADER_WORDS: u32 = 2 * LINE;
 
 /// A domain's size: its slots and its frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -328,6 +335,9 @@ impl Domain {
         region[H_VERSION].store(VERSION, Ordering::Relaxed);
         region[H_SLOTS].store(u64::from(geometry.slots), Ordering::Relaxed);
         region[H_FRAMES].store(u64::from(geometry.frames), Ordering::Relaxed);
+        // The quota starts at every frame: the steward's first memory tick lowers it to
+        // what the machine affords (steward.rs, "The quota").
+        region[H_QUOTA].store(u64::from(geometry.frames), Ordering::Relaxed);
         domain.stack().format();
         let buddy = domain.buddy();
         buddy.format();
@@ -626,6 +636,38 @@ impl Domain {
         region[H_STEWARD_START].store(id.start, Ordering::Release);
         region[H_STEWARD_PID].store(u64::from(id.pid), Ordering::Release);
         region[H_ELECTIONS].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The quota: how many frames the eviction queue may hold now (steward.rs, "The
+    /// quota"), at most the domain's frames (a word stored out of bounds reads as them).
+    ///
+    /// Context: any process; one load (a member's miss reads it before it leases).
+    pub(crate) fn quota(&self) -> u32 {
+        let word = self.region()[H_QUOTA].load(Ordering::Relaxed);
+        u32::try_from(word)
+            .unwrap_or(u32::MAX)
+            .min(self.geometry.frames)
+    }
+
+    /// Sets the quota to `frames` (at most the domain's).
+    ///
+    /// Context: the steward (the quota's only writer).
+    pub(crate) fn set_quota(&self, frames: u32) {
+        let frames = frames.min(self.geometry.frames);
+        self.region()[H_QUOTA].store(u64::from(frames), Ordering::Relaxed);
+    }
+
+    /// Every refault the members' misses counted (pages read again whose shadow was still
+    /// in their index): a counter that only grows, read by the steward's memory tick.
+    pub(crate) fn refaults(&self) -> u64 {
+        self.region()[H_REFAULTS].load(Ordering::Relaxed)
+    }
+
+    /// Counts `pages` refaults.
+    ///
+    /// Context: a member's miss (one shared store per miss that refaulted; never a hit).
+    pub(crate) fn note_refaults(&self, pages: u64) {
+        self.region()[H_REFAULTS].fetch_add(pages, Ordering::Relaxed);
     }
 
     /// How many stewards this domain has had.

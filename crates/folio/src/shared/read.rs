@@ -18,7 +18,9 @@
 //! - **Miss**: a frame from this member's magazine (`Magazine`, order 0; a batch the
 //!   magazine leases is mapped into this process in one call, `map_batch`: the steward
 //!   populated its pages in the region file ahead, populate.rs); when it has none
-//!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again; then
+//!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again (and
+//!   first, while the queue with the frames it leases would hold more than the domain's
+//!   quota: steward.rs, "The quota"; a miss that refaulted counts it in the header); then
 //!   `pread` (O_DIRECT where the file system allows it) of the page straight into the
 //!   frame in the region (with its window's other pages: "Readahead" below), its bytes
 //!   past the end of the file zeroed; the hand-over to the
@@ -1152,6 +1154,15 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let mut frames = Batch::with_capacity(want);
         let mut magazine = self.magazine();
         let mut reclaims_left = want.div_ceil(self.batch as usize) + 1;
+        // The quota (steward.rs, "The quota"): a queue that would hold more than it with
+        // these frames gives its coldest back first, as a full allocator makes it.
+        let quota = self.member.domain().quota() as usize;
+        while reclaims_left > 0 && queue.count() as usize + want > quota {
+            reclaims_left -= 1;
+            if self.reclaim_batch(queue)? == 0 {
+                break;
+            }
+        }
         while frames.len() < want {
             match self.frame_mapped(&mut magazine)? {
                 Some(frame) => frames.push(frame),
@@ -1247,12 +1258,17 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let placed = index
                 .insert_run(self.me, pages[first], &folios, &slots, self.run)
                 .map_err(died)?;
+            let mut refaults = 0;
             for (i, placed) in placed.iter().enumerate() {
                 match placed {
-                    Placed::Inserted(_) => {}
+                    Placed::Inserted(shadows) => refaults += shadows.len() as u64,
                     Placed::Conflict => self.conflict(Unplaced::Duplicate),
                     Placed::Full => full.push(first + i),
                 }
+            }
+            if refaults > 0 {
+                // A larger quota would have hit (steward.rs, "The quota": it grows only then).
+                domain.note_refaults(refaults);
             }
         }
         if !full.is_empty() {

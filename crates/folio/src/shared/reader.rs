@@ -160,6 +160,12 @@ impl DomainReader {
 }
 
 impl DomainReader {
+    /// The domain's quota and the frames its queue holds (two loads of shared words).
+    pub(crate) fn budget(&self) -> (u32, u32) {
+        let domain = self.member.domain();
+        (domain.quota(), domain.queue().count())
+    }
+
     /// A writable open of a file (docs/sharing.md "Writes seen across processes", W1):
     /// this process made the writer of its record, or `None` (the domain refused it, its
     /// record is stale, or another process writes it: the caller retires the record, as

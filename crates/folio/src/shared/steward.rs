@@ -37,7 +37,8 @@
 //!    of the allocator (populate.rs: one 2 MiB chunk per turn, polling every
 //!    `POPULATE_POLL` while the allocator moves, backing off to 640 ms while it does
 //!    not, until the area is whole: `Populator::poll_after`), so that a member's miss
-//!    finds its frame's page in the region file. Alone, it gives memory back (below).
+//!    finds its frame's page in the region file, and moves the quota (below). Alone, it
+//!    gives memory back (below).
 //! 5. **Leaves** when nobody has been attached for `linger` (`DomainConfig::linger`):
 //!    it removes the socket, frees its own slot and **removes the region** (before it
 //!    lets go of the election: the next steward makes a fresh one); the next attach
@@ -59,6 +60,33 @@
 //!   (a writer's frames newer than the disk are HELD, which reclaim skips: queue.rs,
 //!   "Writes"): nothing is written first;
 //! - after `linger` alone, it removes the region (step 5).
+//!
+//! **The quota** (docs/sharing.md, "The quota that follows the machine"): with members
+//! attached, the domain's memory follows the machine as one cache, as a private cache's
+//! capacity does (DESIGN.md §10; capacity/follow.rs). The header's quota word
+//! (`Domain::quota`: how many frames the eviction queue may hold) is the capacity; the
+//! steward alone moves it, at each memory tick (`Memory::follow`, the alone tick's
+//! cadence: 50 ms when the room is low, up to 2 s when plenty), by `follow::decide` with
+//! what the region file holds as the resident bytes, the queue within a reserve's
+//! sixteenth of the quota as full, and the refaults the members' misses count in the
+//! header (`Domain::note_refaults`) as the refaults: shrink under pressure stalls or
+//! below the reserve, lower to what the machine affords, grow only into room and only
+//! when full and refaulting; between `QUOTA_FRAMES_MIN` and every frame. A new domain's
+//! quota is every frame; the first tick lowers it to what the machine affords.
+//! - A member's miss reads the quota (one load) and, if the queue would hold more than it
+//!   with the frames it leases, reclaims first (read.rs, `lease`), as it does at a full
+//!   allocator: the queue stays at the quota, the frames it frees are leased again.
+//! - When the quota falls (a shrink or a lower), the steward reclaims the coldest frames
+//!   down to it (`to_quota`: `SharedQueue::reclaim`, a member's protocol step, in batches
+//!   of `QUOTA_RECLAIM_BATCH`), then gives the memory of every listed free frame back,
+//!   **leasing** each while it punches it (`SharedBuddy::give_back_listed`, G1-G3): no
+//!   member can lease, fill or pin a frame leased to the steward, so no page is punched
+//!   under a member's read (a frame in a member's magazine is that member's, not
+//!   listed, and not punched; the virgin frames past the frontier are not taken, and
+//!   a member may FRESH them meanwhile). A steward that dies holding them leaves them to
+//!   the next steward's sweep of its slot (a lease like any member's).
+//! - The populator keeps no lead while the queue is within a chunk of the quota: the
+//!   members' misses reclaim first there and lease the frames reclaim freed.
 //!
 //! Why it stays rather than removing the region at once: a warm restart (the next run of
 //! a tool, a service restarted) finds its pages, as the kernel's page cache keeps a
@@ -89,9 +117,10 @@
 //! line). A process whose attach answer arrived after it gave up (a steward stopped for a
 //! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
 //! no privilege drop yet (the keeper's `drop_privileges` is its own). The steward does not
-//! write back (a domain's frames are clean), and gives memory back only while alone
-//! (while members are attached, their misses reclaim: read.rs; the domain has no budget
-//! that follows the machine yet). A killed steward leaves the region until the next
+//! write back (a domain's frames are clean); with members attached it gives back only
+//! when the quota falls, and the quota counts queued frames only (not the index's node
+//! frames, the members' magazines, the lead, or the frames' words); the quota is one
+//! for the domain (no share per member yet: docs/sharing.md). A killed steward leaves the region until the next
 //! attach (a new steward takes it over, warm) or `rm`: nobody gives its memory back
 //! meanwhile. A slot LIVE but unwatched (its process's life could not be told) keeps the
 //! steward from being alone, and so from leaving, until it is FREE.
@@ -104,14 +133,15 @@ use std::time::{Duration, Instant};
 use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
 use super::domain::{Domain, DomainFiles, Pidfd, FRAME_BYTES};
 use super::futex::Parked;
-use super::populate::Populator;
+use super::populate::{Populator, Stepped, CHUNK_FRAMES};
 use super::record;
 use super::slot::SlotState;
 use super::terms::Park;
 use super::terms::Unkillable;
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
+use crate::capacity::follow::{self, Decision, Reading};
 use crate::capacity::give_back;
-use crate::capacity::machine::MemorySource;
+use crate::capacity::machine::{MemoryFacts, MemorySource};
 use crate::segment::{DiskDir, SegmentDir};
 use std::fs::File as StdFile;
 use std::os::unix::fs::MetadataExt;
@@ -267,15 +297,40 @@ enum Left {
 /// (a process a census could not tell alive or dead: steward.rs, step 3).
 const UNWATCHED_CHECK: Duration = Duration::from_secs(1);
 
-/// The steward's reading of the machine's memory while it is alone (module docs,
-/// "Alone"): a kept segment's steward's policy (capacity/give_back.rs: `want_bytes`,
-/// `next_tick`), without its bound.
+/// The steward's reading of the machine's memory: alone (module docs, "Alone"), a kept
+/// segment's steward's policy (capacity/give_back.rs: `want_bytes`, `next_tick`) without
+/// its bound; with members attached, the quota's (module docs, "The quota":
+/// capacity/follow.rs's `decide`, the private cache's policy), at the same ticks.
 struct Memory {
     source: MemorySource,
     /// The last reading's instant and its stalled microseconds.
     stalls_before: (Instant, Option<u64>),
     /// When to read the figures next.
     next_read: Instant,
+    /// The domain's refaults at the last reading (`Domain::refaults`).
+    refaults_before: u64,
+    /// The last shrink for stalls (at most one per `follow::STALL_SHRINK_EVERY`).
+    last_stall_shrink: Option<Instant>,
+    /// The give-back's leased frames (`SharedBuddy::give_back_listed`): room kept.
+    leased: Vec<super::stack::Frame>,
+}
+
+/// The smallest quota: one 2 MiB chunk (or the domain, if smaller). Below it, the members'
+/// misses would reclaim their own readahead (a window is up to 128 pages a member).
+pub(crate) const QUOTA_FRAMES_MIN: u32 = 512;
+
+/// The most frames one reclaim of the steward's takes at a time (one hold of the
+/// queue's lock): the members' misses wait for it at most that long (about 1 ms).
+const QUOTA_RECLAIM_BATCH: u32 = 256;
+
+/// Whether the steward gives the memory of the free frames back after it reclaimed the
+/// queue down to the quota (`Steward::to_quota`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FreeFrames {
+    /// The quota fell: every listed free frame punched.
+    GiveBack,
+    /// Kept for the members' next misses.
+    Keep,
 }
 
 impl Memory {
@@ -288,7 +343,29 @@ impl Memory {
             stalls_before: (Instant::now(), source.read().pressure_some_total_us),
             source,
             next_read: Instant::now(),
+            refaults_before: 0,
+            last_stall_shrink: None,
+            leased: Vec::new(),
         }
+    }
+
+    /// The figures and the share of the time since the last reading in which some task
+    /// stalled for memory (0 within `STALL_SHRINK_EVERY` of a stall shrink).
+    fn read(&mut self, now: Instant) -> (MemoryFacts, f64) {
+        let facts = self.source.read();
+        let stalls_now = (now, facts.pressure_some_total_us);
+        let cooling = self
+            .last_stall_shrink
+            .is_some_and(|t| t.elapsed() < follow::STALL_SHRINK_EVERY);
+        let stall_share = match (self.stalls_before.1, stalls_now.1) {
+            (Some(before), Some(after)) if !cooling => {
+                let us = (stalls_now.0 - self.stalls_before.0).as_micros().max(1) as f64;
+                after.saturating_sub(before) as f64 / us
+            }
+            _ => 0.0,
+        };
+        self.stalls_before = stalls_now;
+        (facts, stall_share)
     }
 
     /// If a reading is due: reads the figures and, under memory pressure, gives back
@@ -306,21 +383,78 @@ impl Memory {
         if now < self.next_read {
             return self.next_read - now;
         }
-        let facts = self.source.read();
-        let stalls_now = (now, facts.pressure_some_total_us);
-        let stall_share = match (self.stalls_before.1, stalls_now.1) {
-            (Some(before), Some(after)) => {
-                let us = (stalls_now.0 - self.stalls_before.0).as_micros().max(1) as f64;
-                after.saturating_sub(before) as f64 / us
-            }
-            _ => 0.0,
-        };
-        self.stalls_before = stalls_now;
+        let (facts, stall_share) = self.read(now);
         let own = region.metadata().map_or(0, |m| m.blocks() * 512);
         let want = give_back::want_bytes(&facts, stall_share, own, || (0, u64::MAX));
         if want > 0 {
             steward.give_back(want, populator);
         }
+        let tick = give_back::next_tick(&facts);
+        self.next_read = Instant::now() + tick;
+        tick
+    }
+
+    /// With members attached (module docs, "The quota"): if a reading is due, moves the
+    /// quota by `follow::decide` (the domain's memory as the private cache's capacity:
+    /// what the region file holds is resident, the quota the capacity, the members'
+    /// refaults the refaults), then reclaims the queue down to it, and, when it fell,
+    /// gives the free frames' memory back. Returns the time to the next reading
+    /// (`give_back::next_tick`: 50 ms when the room is low, up to 2 s when plenty).
+    ///
+    /// Context: the steward, members attached; `region` is the region's file.
+    fn follow(
+        &mut self,
+        steward: &Steward<'_>,
+        populator: &mut Populator,
+        region: &StdFile,
+    ) -> Duration {
+        let now = Instant::now();
+        if now < self.next_read {
+            return self.next_read - now;
+        }
+        let (facts, stall_share) = self.read(now);
+        let domain = steward.domain;
+        let frames = domain.geometry().frames;
+        let quota = domain.quota();
+        let count = domain.queue().count();
+        let refaults = domain.refaults();
+        let frame_bytes = FRAME_BYTES as u64;
+        let reading = Reading {
+            facts,
+            resident_bytes: region.metadata().map_or(0, |m| m.blocks() * 512),
+            capacity_bytes: u64::from(quota) * frame_bytes,
+            full: u64::from(quota.saturating_sub(count)) * frame_bytes
+                < follow::reserve_bytes(facts.limit_bytes) / 16,
+            refaulted: refaults > self.refaults_before,
+            stall_share,
+        };
+        self.refaults_before = refaults;
+        let min_bytes = u64::from(QUOTA_FRAMES_MIN.min(frames)) * frame_bytes;
+        let max_bytes = u64::from(frames) * frame_bytes;
+        let decision = follow::decide(&reading, min_bytes, max_bytes);
+        let free_frames = match decision {
+            Decision::Keep => FreeFrames::Keep,
+            Decision::Shrink(to) | Decision::Lower(to) => {
+                if matches!(decision, Decision::Shrink(_))
+                    && stall_share > follow::STALL_SHARE_SHRINK
+                {
+                    self.last_stall_shrink = Some(now);
+                }
+                domain.set_quota((to / frame_bytes) as u32);
+                FreeFrames::GiveBack
+            }
+            Decision::Grow(to) => {
+                domain.set_quota((to / frame_bytes) as u32);
+                FreeFrames::Keep
+            }
+        };
+        if decision != Decision::Keep {
+            steward.trace.line(format_args!(
+                "quota {quota} -> {} frames ({decision:?}; {count} cached)",
+                domain.quota()
+            ));
+        }
+        steward.to_quota(free_frames, populator, &mut self.leased);
         let tick = give_back::next_tick(&facts);
         self.next_read = Instant::now() + tick;
         tick
@@ -557,6 +691,9 @@ impl<'d> Steward<'d> {
         let mut alone_since: Option<Instant> = None;
         let mut populator = Populator::new(self.domain.geometry().frames);
         let mut memory = Memory::new(config);
+        // A steward that took the domain over counts refaults from the header's figure
+        // now, not from 0 (else its first tick would take every past one for new).
+        memory.refaults_before = self.domain.refaults();
         loop {
             self.bury_the_dead();
             let mut fds = vec![libc::pollfd {
@@ -601,10 +738,22 @@ impl<'d> Steward<'d> {
                 let left = linger.saturating_sub(since.elapsed()).as_millis() as libc::c_int + 1;
                 earliest(left, tick)
             } else {
-                alone_since = None;
+                if alone_since.take().is_some() {
+                    memory.next_read = Instant::now();
+                }
+                let tick = memory.follow(self, &mut populator, region);
                 // At most one chunk per turn, so that an attach or a death waits for one
-                // at most (populate.rs).
-                let populated = populator.step(self.domain);
+                // at most (populate.rs); none while the queue is within a chunk of the
+                // quota (module docs, "The quota": the members' misses reclaim first and
+                // lease the frames reclaim freed, resident already, so a lead would be
+                // memory populated for nothing).
+                let queue = self.domain.queue();
+                let populated = if queue.count().saturating_add(CHUNK_FRAMES) < self.domain.quota()
+                {
+                    populator.step(self.domain)
+                } else {
+                    Stepped::Ahead
+                };
                 let unconnected = self.watches.borrow().iter().any(|w| w.conn.is_none());
                 let timeout_ms = if populated.again_now() {
                     0
@@ -615,6 +764,7 @@ impl<'d> Steward<'d> {
                 } else {
                     -1
                 };
+                let timeout_ms = earliest(timeout_ms, tick);
                 if populated.finished() {
                     timeout_ms
                 } else {
@@ -716,6 +866,71 @@ impl<'d> Steward<'d> {
                  reclaimed)"
             ));
         }
+    }
+
+    /// Reclaims the eviction queue down to the quota (module docs, "The quota"): the
+    /// coldest frames, `QUOTA_RECLAIM_BATCH` at a time (`SharedQueue::reclaim`, as a
+    /// member's miss does); then, with `FreeFrames::GiveBack`, the memory of every listed
+    /// free frame given back, each leased to the steward while it is punched
+    /// (`SharedBuddy::give_back_listed`, G1-G3), and told to the populator.
+    ///
+    /// Context: the steward, members attached (they lease, free and pin meanwhile).
+    /// Killed in the middle: the reclaim's lock and intent, and the frames leased to it,
+    /// are taken over and returned by the next steward's sweep of this one's slot.
+    fn to_quota(
+        &self,
+        free_frames: FreeFrames,
+        populator: &mut Populator,
+        leased: &mut Vec<super::stack::Frame>,
+    ) {
+        let queue = self.domain.queue();
+        let indexes = self.domain.indexes();
+        let slots = self.domain.slots();
+        let mut reclaimed = 0u32;
+        loop {
+            let (count, quota) = (queue.count(), self.domain.quota());
+            if count <= quota {
+                break;
+            }
+            let got = queue
+                .reclaim(
+                    (count - quota).min(QUOTA_RECLAIM_BATCH),
+                    self.me,
+                    indexes.as_slice(),
+                    &slots,
+                    self,
+                )
+                .expect("the steward never dies by a Run");
+            reclaimed += got;
+            if got == 0 {
+                break; // every queued frame pinned: the members' misses reclaim later
+            }
+        }
+        if free_frames == FreeFrames::Keep {
+            if reclaimed > 0 {
+                self.trace
+                    .line(format_args!("reclaimed {reclaimed} frames to the quota"));
+            }
+            return;
+        }
+        let buddy = self.domain.buddy();
+        let mut punched = 0u64;
+        let leased_frames = buddy
+            .give_back_listed(u32::MAX, self.me, leased, &slots, self, |block| {
+                let resident = self
+                    .domain
+                    .data_resident(block.clone())
+                    .map_or(0, |r| r.iter().filter(|&&p| p).count() as u64);
+                if resident > 0 && self.domain.punch_data(block.clone()).is_ok() {
+                    punched += resident;
+                    populator.given_back(block);
+                }
+            })
+            .expect("the steward never dies by a Run");
+        self.trace.line(format_args!(
+            "to the quota: {reclaimed} frames reclaimed, {punched} pages of {leased_frames} \
+             free frames given back"
+        ));
     }
 
     /// Ends the watch of every process whose slot left its LIVE generation without our

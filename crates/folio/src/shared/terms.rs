@@ -128,6 +128,11 @@ pub(crate) enum Flaw {
     /// flight (buddy.rs): a death mid-split or mid-merge loses it.
     #[cfg(test)]
     InFlightForgotten,
+    /// The steward's give-back with members attached punches the free blocks it sees
+    /// without leasing them first (buddy.rs, `give_back_listed`): a member that leased one
+    /// meanwhile has its page punched under its read.
+    #[cfg(test)]
+    PunchUnleased,
     /// The shared index's taker does not tidy the path of the dead holder's change
     /// (index.rs, W4): a death between two primitives leaves an empty node in the tree.
     #[cfg(test)]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::attach::{DomainConfig, Member};
+use super::buddy::Order;
 use super::domain::{Domain, DomainFiles, Geometry};
 use super::read::{ReadCounters, SharedReader};
 use super::tests_read::{stamped, write_file};
@@ -388,7 +389,6 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
     assert_eq!(cached_frames as u64 * 4096, cached);
     assert!(free > FRAMES_1G - 4096);
 }
-
 /// The region file's allocated bytes in `range` (its tmpfs blocks there, found with
 /// `SEEK_DATA` and `SEEK_HOLE`).
 fn allocated_in(home: &Path, name: &str, range: std::ops::Range<u64>) -> u64 {
@@ -491,4 +491,203 @@ fn a_members_death_on_a_large_domain_faults_in_no_frames_words() {
         reader.close(file).unwrap();
     }
     parent.detach();
+}
+
+/// The quota's tests (steward.rs, "The quota"): a domain of 128 MiB (32,768 frames), so
+/// that the policy's hysteresis (a quarter reserve of the simulated 8 GiB machine: 64
+/// MiB) lets the quota grow back from its minimum.
+const QUOTA_DOMAIN_FRAMES: u32 = 1 << 15;
+
+fn quota_config(setup: &Setup, name: &str) -> DomainConfig {
+    let mut config = config(
+        setup.home.path(),
+        name,
+        Duration::from_secs(120),
+        setup.machine.path(),
+    );
+    config.geometry.frames = QUOTA_DOMAIN_FRAMES;
+    config
+}
+
+/// Reads all of `file` through `reader` (its bytes checked against file 0's stamps).
+fn read_through<R: super::Run>(reader: &SharedReader<'_, R>, path: &Path, len: u64) {
+    let file = reader.open(path).unwrap();
+    let mut buf = vec![0u8; len as usize];
+    assert_eq!(reader.read_at(&file, &mut buf, 0).unwrap(), len as usize);
+    assert!(buf == stamped(0, len), "wrong bytes read");
+    reader.close(file).unwrap();
+}
+
+/// With a member attached, the quota follows the simulated machine: under pressure the
+/// steward lowers it to its minimum (`QUOTA_FRAMES_MIN`), reclaims the member's cached
+/// frames down to it and gives their memory back (the region file's blocks fall by at
+/// least the frames reclaimed); the member's misses then keep the queue at the quota
+/// (they reclaim before they lease); with memory plenty again, its re-reads refault and
+/// the quota grows back to the whole domain, and the file is cached whole again. Fails
+/// without the quota (the queue keeps its 1,024 frames under pressure: "never: the queue
+/// reclaimed to the quota"), and without the members' reclaim before the lease (the
+/// queue grows past the quota on the re-read).
+#[test]
+fn with_members_attached_the_quota_follows_the_machine_down_and_up() {
+    use super::steward::QUOTA_FRAMES_MIN;
+    const PAGES: u64 = 1024;
+    let setup = setup(PAGES * 4096);
+    let name = "quota-follow";
+    let config = quota_config(&setup, name);
+    let member = Member::attach(&config).unwrap();
+    let reader = SharedReader::new(&member, &member, 8);
+    read_through(&reader, &setup.path, PAGES * 4096);
+    let domain = member.domain();
+    let queue = domain.queue();
+    assert_eq!(queue.count(), PAGES as u32);
+    assert_eq!(
+        domain.quota(),
+        QUOTA_DOMAIN_FRAMES,
+        "plenty: the whole domain"
+    );
+    // The data pages the region holds below the allocator's frontier (the frames it
+    // reached: cached, free, node frames), not the lead the steward populates past it.
+    let reached_resident = || {
+        let pages = domain.data_resident(0..domain.buddy().reached()).unwrap();
+        pages.iter().filter(|&&p| p).count()
+    };
+    let before = reached_resident();
+    let region_before = region_bytes(setup.home.path(), name);
+    assert!(before >= PAGES as usize, "{before} pages resident");
+
+    machine(setup.machine.path(), PRESSED_MIB);
+    wait_until("the queue reclaimed to the quota", || {
+        domain.quota() == QUOTA_FRAMES_MIN && queue.count() <= QUOTA_FRAMES_MIN
+    });
+    // Every frame below the frontier but the cached ones, the index's node frames and
+    // the member's magazine (at most 16) given back.
+    let mut after = 0;
+    wait_until("the reclaimed frames' memory given back", || {
+        after = reached_resident();
+        after <= QUOTA_FRAMES_MIN as usize + 16 + 4
+    });
+    eprintln!(
+        "quota down: {PAGES} frames cached, {before} data pages resident below the \
+         frontier, then {after}; the region file {:.1} MiB, then {:.1} MiB",
+        region_before as f64 / (1 << 20) as f64,
+        region_bytes(setup.home.path(), name) as f64 / (1 << 20) as f64
+    );
+    // Re-read under pressure: every byte right, the queue never past the quota.
+    read_through(&reader, &setup.path, PAGES * 4096);
+    assert!(
+        queue.count() <= QUOTA_FRAMES_MIN,
+        "{} frames cached over a quota of {QUOTA_FRAMES_MIN}",
+        queue.count()
+    );
+    assert_eq!(domain.quota(), QUOTA_FRAMES_MIN);
+
+    machine(setup.machine.path(), PLENTY_MIB);
+    let refaults = domain.refaults();
+    wait_until("the quota grown back by the refaults", || {
+        read_through(&reader, &setup.path, PAGES * 4096);
+        domain.quota() == QUOTA_DOMAIN_FRAMES
+    });
+    assert!(domain.refaults() > refaults, "the re-reads refaulted");
+    read_through(&reader, &setup.path, PAGES * 4096);
+    let hits_before = reader.counters().hits;
+    read_through(&reader, &setup.path, PAGES * 4096);
+    assert_eq!(queue.count(), PAGES as u32, "the file cached whole again");
+    assert_eq!(
+        reader.counters().hits - hits_before,
+        PAGES,
+        "every page a hit"
+    );
+    drop(reader);
+    member.detach();
+}
+
+/// The steward stopped by its lever inside a give-back with a member attached (the quota
+/// fell: `SharedBuddy::give_back_listed`, G1-G3), at several steps, then killed: at some
+/// stop it holds free frames leased to itself (asserted: the allocator's census names
+/// them its); the next attach starts a steward whose census sweeps the dead one's slot,
+/// returning them; the attached member and a new one read every byte right, and once
+/// quiet every frame is accounted for, none leased to the dead steward.
+#[test]
+fn a_steward_killed_while_it_holds_the_frames_it_gives_back_leaves_them_to_the_next() {
+    const PAGES: u64 = 100;
+    let setup = setup(PAGES * 4096);
+    let mut held = 0;
+    for stop_at in [2u64, 4, 6, 9, 14] {
+        let name = format!("quota-kill-{stop_at}");
+        let config = quota_config(&setup, &name);
+        machine(setup.machine.path(), PLENTY_MIB);
+        // B stays attached (the steward is not alone); A reads through a magazine of 64
+        // and leaves: its magazine's frames are listed free, resident.
+        let b = Member::attach(&config).unwrap();
+        {
+            let a = Member::attach(&config).unwrap();
+            let reader = SharedReader::new(&a, &a, 64);
+            read_through(&reader, &setup.path, PAGES * 4096);
+            drop(reader);
+            a.detach();
+        }
+        let domain = b.domain();
+        wait_until("quiet", || census(domain).is_some());
+        let steward = domain.steward();
+        let records = domain.records();
+        let slots = domain.slots();
+        let steward_holder = (0..slots.slot_count())
+            .map(|s| slots.state(super::SlotIndex(s)).1)
+            .find(|&h| records.read(h).is_some_and(|id| id == steward))
+            .expect("the steward's slot");
+        let pidfd = steward.open().expect("a steward runs");
+        domain.set_steward_stop_at(stop_at);
+        machine(setup.machine.path(), PRESSED_MIB);
+        wait_until("the steward stopped by its lever", || {
+            std::fs::read_to_string(format!("/proc/{}/stat", steward.pid)).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .is_some_and(|(_, s)| s.starts_with('T'))
+            })
+        });
+        // Read without the lock (the steward may hold it, stopped): the frames whose state
+        // word says they are leased to it (G1 carves order-0 frames).
+        let buddy = domain.buddy();
+        let leased_to_it = (0..buddy.reached())
+            .filter(|&f| buddy.is_leased(super::stack::Frame(f), Order(0), steward_holder))
+            .count();
+        held += usize::from(leased_to_it > 0);
+        eprintln!("stop at {stop_at}: {leased_to_it} frames leased to the steward");
+        // SAFETY: kill has no memory-safety preconditions; the steward is checked by its
+        // pidfd (not reaped: it is nobody's child here).
+        unsafe { libc::kill(steward.pid as libc::pid_t, libc::SIGKILL) };
+        wait_until("the steward died", || pidfd.is_dead());
+        machine(setup.machine.path(), PLENTY_MIB);
+        let again = read_all(&config, &setup.path, PAGES * 4096);
+        assert_eq!(
+            again.misses + again.hits + again.read_ahead,
+            PAGES,
+            "{again:?}"
+        );
+        assert_eq!(domain.elections(), 2, "one new steward");
+        {
+            let reader = SharedReader::new(&b, &b, 8);
+            read_through(&reader, &setup.path, PAGES * 4096);
+        }
+        wait_until("every frame accounted for, none the dead steward's", || {
+            let Ok(allocator) = domain.buddy().check(&slots) else {
+                return false;
+            };
+            let magazines: u32 = allocator
+                .leased
+                .iter()
+                .map(|l| {
+                    assert_ne!(l.2, steward_holder, "a frame left to the dead steward");
+                    1u32 << (l.1).0
+                })
+                .sum();
+            census(domain).is_some_and(|(free, cached, nodes)| {
+                free + magazines + (cached + nodes) as u32 == QUOTA_DOMAIN_FRAMES
+            })
+        });
+        b.detach();
+    }
+    assert!(
+        held >= 1,
+        "the lever never stopped the steward holding the frames it gives back"
+    );
 }

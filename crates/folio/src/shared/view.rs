@@ -1,6 +1,6 @@
 //! A domain seen from outside (issue 45: `folio-stat domain NAME`): its steward, its
 //! processes (slot, generation, pid, whether the process still runs, the frames each holds
-//! pinned), its frames and how many the cache holds, its files, read from the region file
+//! pinned), its frames, how many the cache holds and may hold (the quota), its files, read from the region file
 //! without attaching (no slot taken, no steward started, no store).
 //!
 //! Protection: none needed: every word is read with a load (the region's words are
@@ -52,6 +52,12 @@ pub struct DomainSummary {
     pub frames: u32,
     /// Frames the cache holds (queued: a page of a file, or free to reclaim).
     pub frames_cached: u32,
+    /// The quota: how many frames the cache may hold now, moved by the steward with the
+    /// machine's memory (docs/sharing.md, "The quota that follows the machine").
+    pub quota_frames: u32,
+    /// Pages the members' misses read again while their shadow was in the index (the
+    /// quota grows only on refaults).
+    pub refaults: u64,
     /// The file records its table has room for.
     pub file_records: u32,
     /// Every slot that is not free.
@@ -119,6 +125,8 @@ impl DomainView {
             slots: geometry.slots,
             frames: geometry.frames,
             frames_cached: queue.count(),
+            quota_frames: d.quota(),
+            refaults: d.refaults(),
             file_records: FILE_RECORDS,
             processes,
         }
@@ -162,6 +170,10 @@ mod tests {
         assert!(frames > 256, "the machine's, not the build's: {frames}");
         assert_eq!(seen.frames, frames, "{seen:?}");
         assert_eq!(seen.frames_cached, 3, "{seen:?}");
+        assert!(
+            seen.quota_frames > 0 && seen.quota_frames <= frames,
+            "{seen:?}"
+        );
         assert_eq!(seen.file_records, FILE_RECORDS);
         assert!(seen.steward_running && seen.steward_pid != 0, "{seen:?}");
         assert!(seen.elections >= 1);
