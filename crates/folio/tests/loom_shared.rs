@@ -1750,6 +1750,8 @@ fn install_model(
                     queue
                         .sweep(writer, steward, &indexes[..], &slots, &living)
                         .unwrap();
+                    // No keeper in this model: the marks at once (steward.rs).
+                    queue.release_marks(writer);
                     slots.free_dead(writer);
                 } else {
                     slots.detach(writer);
