@@ -993,7 +993,13 @@ fn files_model(die_at: u32, flaw: Flaw) {
                     Err(Died) => {
                         assert!(slots.mark_dead(dying));
                         table
-                            .sweep(dying, steward, &slots, &ModelRun::living(flaw))
+                            .sweep(
+                                dying,
+                                steward,
+                                &slots,
+                                &ModelRun::living(flaw),
+                                files::DeadWrites::Lost,
+                            )
                             .unwrap();
                         slots.free_dead(dying);
                         let next = slots.attach(Flaw::None).unwrap();
