@@ -881,7 +881,12 @@ impl<'r> FileTable<'r> {
             {
                 let intent = Intent {
                     op: op(WRITE, index),
-                    args: [WRITTEN, self.word(index, MTIME).load(Ordering::Relaxed), 0, 0],
+                    args: [
+                        WRITTEN,
+                        self.word(index, MTIME).load(Ordering::Relaxed),
+                        0,
+                        0,
+                    ],
                 };
                 self.change(&held, &intent, run)?;
                 made += 1;

@@ -974,8 +974,13 @@ impl<'r> SharedQueue<'r> {
             };
             let referenced = self.of(head, REF).load(Ordering::Relaxed) != 0;
             let pinned = self.of(head, PIN).load(Ordering::Relaxed) != 0;
-            // A frame newer than the disk is kept like a pinned one ("Writes").
-            let held_back = self.of(head, HELD).load(Ordering::Relaxed) != 0;
+            // A frame newer than the disk is kept like a pinned one ("Writes"). Acquire: a
+            // frame found unmarked was unmarked (release) after its bytes reached the disk
+            // (its writer's writeback, or a dead writer's keeper before the steward saw
+            // it end), and a reader that misses the page once this reclaim took it must
+            // read those bytes from the disk: the chain runs through this load
+            // (`tests/loom_shared.rs`, `keeper_wait_*`, found it relaxed).
+            let held_back = self.of(head, HELD).load(Ordering::Acquire) != 0;
             if (referenced || pinned || held_back) && head != tail {
                 let next = linked(self.load(head, NEXT)).expect("a head before its tail");
                 let intent = Intent {

@@ -546,8 +546,9 @@ impl<'d> Steward<'d> {
             Some(Err(e)) => {
                 // Cannot tell: taken as gone (its writes are then the next recovery's,
                 // as a killed keeper's), so that the slot is not held for ever.
-                self.trace
-                    .line(format_args!("{dead:?}: cannot tell whether its keeper lives: {e}"));
+                self.trace.line(format_args!(
+                    "{dead:?}: cannot tell whether its keeper lives: {e}"
+                ));
                 self.free(dead);
             }
             Some(Ok(None)) | None => self.free(dead),

@@ -171,7 +171,11 @@ fn stamp(f: usize, at: u64, k: u64) -> u8 {
         ^ (f as u64).wrapping_mul(17)) as u8
 }
 
-/// File `f`'s content after each op (module docs), computed on demand.
+/// File `f`'s content after each op (module docs), computed on demand: each op's place
+/// (cheap: a draw per op), and a byte at version `v` from the last op at or before `v`
+/// that wrote it, found walking back from `v` (a page's bytes are all rewritten within a
+/// few dozen ops, so a page costs those, however many ops there were: a reader started
+/// late does not replay the file's history).
 struct Model {
     seed: u64,
     f: usize,
@@ -214,14 +218,28 @@ impl Model {
     /// Bytes `start..end` (within the length at `v`) as version `v` has them.
     fn bytes(&mut self, v: u64, start: u64, end: u64) -> Vec<u8> {
         self.upto(v);
-        let f = self.f;
-        let mut bytes: Vec<u8> = (start..end)
-            .map(|at| if at < FIRST_LEN { stamp(f, at, 0) } else { 0 })
-            .collect();
-        for (k, &(offset, n)) in self.ops[..v as usize].iter().enumerate() {
-            let (from, to) = (offset.max(start), (offset + n).min(end));
-            for at in from..to {
-                bytes[(at - start) as usize] = stamp(f, at, k as u64 + 1);
+        let n = (end - start) as usize;
+        let mut bytes = vec![0u8; n];
+        let mut known = vec![false; n];
+        let mut left = n;
+        for k in (1..=v).rev() {
+            if left == 0 {
+                break;
+            }
+            let (offset, len) = self.ops[k as usize - 1];
+            for at in offset.max(start)..(offset + len).min(end) {
+                let i = (at - start) as usize;
+                if !known[i] {
+                    known[i] = true;
+                    bytes[i] = stamp(self.f, at, k);
+                    left -= 1;
+                }
+            }
+        }
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            let at = start + i as u64;
+            if !known[i] && at < FIRST_LEN {
+                *byte = stamp(self.f, at, 0);
             }
         }
         bytes
@@ -381,7 +399,11 @@ fn reader(board: &Board, r: usize, seed: u64, home: &Path, name: &str, data: &Pa
                         let first = (from..=to.max(from))
                             .map(|v| {
                                 let want = models[f].page(p, v);
-                                (v, want.len(), (0..got.min(want.len())).find(|&i| buf[i] != want[i]))
+                                (
+                                    v,
+                                    want.len(),
+                                    (0..got.min(want.len())).find(|&i| buf[i] != want[i]),
+                                )
                             })
                             .collect::<Vec<_>>();
                         eprintln!(
@@ -445,7 +467,9 @@ impl Children<'_> {
                 ("writer", f)
             }
             Role::Reader(r) => {
-                self.board.reader(r, READER_READY).store(0, Ordering::Release);
+                self.board
+                    .reader(r, READER_READY)
+                    .store(0, Ordering::Release);
                 ("reader", r)
             }
         };
@@ -558,7 +582,12 @@ fn compare(what: &str, f: usize, got: &[u8], model: &mut Model, a: u64, b: u64) 
     let (lo, hi) = (va.len().min(vb.len()), va.len().max(vb.len()));
     let mut wrong = 0;
     if got.len() < lo || got.len() > hi {
-        eprintln!("{what}: file {f}: {} bytes, versions {a} and {b} have {} and {}", got.len(), va.len(), vb.len());
+        eprintln!(
+            "{what}: file {f}: {} bytes, versions {a} and {b} have {} and {}",
+            got.len(),
+            va.len(),
+            vb.len()
+        );
         wrong += 1;
     }
     let byte = |v: &[u8], i: usize| v.get(i).copied().unwrap_or(0);
@@ -687,12 +716,13 @@ fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
         let reads: Vec<u64> = (0..READERS)
             .map(|r| children.board.reader(r, CHECKS).load(Ordering::Acquire))
             .collect();
-        figures.stewards_killed_by_lever += until(&parent, &format!("round {round}: progress"), || {
-            (0..FILES).all(|f| board(&children, f, RETURNED) >= writes[f] + 2)
-                && (0..READERS).all(|r| {
-                    children.board.reader(r, CHECKS).load(Ordering::Acquire) >= reads[r] + 20
-                })
-        });
+        figures.stewards_killed_by_lever +=
+            until(&parent, &format!("round {round}: progress"), || {
+                (0..FILES).all(|f| board(&children, f, RETURNED) >= writes[f] + 2)
+                    && (0..READERS).all(|r| {
+                        children.board.reader(r, CHECKS).load(Ordering::Acquire) >= reads[r] + 20
+                    })
+            });
         let events = 3 + rng.below(3);
         for _ in 0..events {
             match rng.below(10) {
@@ -718,8 +748,8 @@ fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
                 }
                 6..=7 => {
                     let r = rng.below(READERS as u64) as usize;
-                    let target = children.board.reader(r, CHECKS).load(Ordering::Acquire)
-                        + rng.below(200);
+                    let target =
+                        children.board.reader(r, CHECKS).load(Ordering::Acquire) + rng.below(200);
                     figures.stewards_killed_by_lever += until(&parent, "a reader's reads", || {
                         children.board.reader(r, CHECKS).load(Ordering::Acquire) >= target
                     });
@@ -743,16 +773,36 @@ fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
         // whole through the domain by a fresh reader.
         let returned = stop_writers(&children, &parent, &mut figures);
         let wrong = read_fresh(&parent, data.path(), &mut models, &returned, &returned);
-        assert_eq!(wrong, 0, "round {round}: pages a fresh reader read wrong (FOLIO_SEED={seed})");
+        assert_eq!(
+            wrong, 0,
+            "round {round}: pages a fresh reader read wrong (FOLIO_SEED={seed})"
+        );
         figures.fresh_reads += 1;
         continue_writers(&children);
         if round % 5 == 0 {
-            everything_killed(&mut children, &parent, data.path(), &mut models, &mut figures, round);
+            everything_killed(
+                &mut children,
+                &parent,
+                data.path(),
+                &mut models,
+                &mut figures,
+                round,
+            );
         }
         let wrong: u64 = (0..READERS)
             .map(|r| children.board.reader(r, WRONG).load(Ordering::Acquire))
             .sum();
-        assert_eq!(wrong, 0, "round {round}: wrong pages read by the readers (FOLIO_SEED={seed})");
+        assert_eq!(
+            wrong, 0,
+            "round {round}: wrong pages read by the readers (FOLIO_SEED={seed})"
+        );
+        if round % 10 == 0 {
+            eprintln!(
+                "writers killed: round {round}, {} kills in {:.1} s",
+                figures.kills(),
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
     // The end: everyone leaves cleanly (a writer's drop writes back and detaches).
     children.board.word(QUIT).store(1, Ordering::Release);
@@ -766,9 +816,20 @@ fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
     until(&parent, "quiet at the end", || quiet(domain, &parent));
     let returned: Vec<u64> = (0..FILES).map(|f| board(&children, f, RETURNED)).collect();
     let started_ops: Vec<u64> = (0..FILES).map(|f| board(&children, f, STARTED)).collect();
-    assert_eq!(returned, started_ops, "a clean exit leaves no write in flight");
-    assert_eq!(check_disk(data.path(), &mut models, &returned, &returned), 0, "the disk");
-    assert_eq!(read_fresh(&parent, data.path(), &mut models, &returned, &returned), 0, "the domain at the end");
+    assert_eq!(
+        returned, started_ops,
+        "a clean exit leaves no write in flight"
+    );
+    assert_eq!(
+        check_disk(data.path(), &mut models, &returned, &returned),
+        0,
+        "the disk"
+    );
+    assert_eq!(
+        read_fresh(&parent, data.path(), &mut models, &returned, &returned),
+        0,
+        "the domain at the end"
+    );
     check_all(domain);
     figures.writes_returned = returned.iter().sum();
     figures.reader_checks += (0..READERS)
@@ -819,7 +880,9 @@ fn kill_with_keeper_stopped(
 ) {
     let board = &children.board;
     let next = board.file(f, RETURNED).load(Ordering::Acquire) + 1;
-    board.file(f, STOP_AT).store(next | DIRTY, Ordering::Release);
+    board
+        .file(f, STOP_AT)
+        .store(next | DIRTY, Ordering::Release);
     let pid = children.pid(Role::Writer(f));
     figures.stewards_killed_by_lever += until(parent, "the writer stopped", || stopped(pid));
     board.file(f, STOP_AT).store(0, Ordering::Release);
@@ -827,7 +890,10 @@ fn kill_with_keeper_stopped(
     assert_eq!(board.file(f, STARTED).load(Ordering::Acquire), v);
     let keeper = board.file(f, KEEPER).load(Ordering::Acquire) as u32;
     // SAFETY: stops the keeper of our own child.
-    assert_eq!(unsafe { libc::kill(keeper as libc::pid_t, libc::SIGSTOP) }, 0);
+    assert_eq!(
+        unsafe { libc::kill(keeper as libc::pid_t, libc::SIGSTOP) },
+        0
+    );
     children.stopped_keepers.push(keeper);
     children.kill(Role::Writer(f));
     figures.writers_killed_keeper_stopped += 1;
@@ -850,7 +916,10 @@ fn kill_with_keeper_stopped(
          stopped"
     );
     // SAFETY: continues the keeper we stopped.
-    assert_eq!(unsafe { libc::kill(keeper as libc::pid_t, libc::SIGCONT) }, 0);
+    assert_eq!(
+        unsafe { libc::kill(keeper as libc::pid_t, libc::SIGCONT) },
+        0
+    );
     children.stopped_keepers.retain(|&k| k != keeper);
     children.start(Role::Writer(f));
     children.wait_ready(Role::Writer(f), parent);
@@ -939,9 +1008,15 @@ fn everything_killed(
     assert_eq!(dead_marks, 0, "round {round}: marks of free slots left");
     check_all(domain);
     let wrong = check_disk(data, models, &returned, &in_flight);
-    assert_eq!(wrong, 0, "round {round}: pages on disk without their returned writes");
+    assert_eq!(
+        wrong, 0,
+        "round {round}: pages on disk without their returned writes"
+    );
     let wrong = read_fresh(parent, data, models, &returned, &in_flight);
-    assert_eq!(wrong, 0, "round {round}: pages in the domain without their returned writes");
+    assert_eq!(
+        wrong, 0,
+        "round {round}: pages in the domain without their returned writes"
+    );
     figures.disk_checks += 1;
     for f in 0..FILES {
         children.start(Role::Writer(f));
