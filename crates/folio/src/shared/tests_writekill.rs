@@ -473,6 +473,9 @@ impl Children<'_> {
                 ("reader", r)
             }
         };
+        // Reaped by pid (`tests::wait_for`), which the kills and the stops need, not by
+        // `Child::wait`.
+        #[allow(clippy::zombie_processes)]
         let child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "shared::tests_writekill::child",
@@ -890,10 +893,8 @@ fn kill_with_keeper_stopped(
     assert_eq!(board.file(f, STARTED).load(Ordering::Acquire), v);
     let keeper = board.file(f, KEEPER).load(Ordering::Acquire) as u32;
     // SAFETY: stops the keeper of our own child.
-    assert_eq!(
-        unsafe { libc::kill(keeper as libc::pid_t, libc::SIGSTOP) },
-        0
-    );
+    let signalled = unsafe { libc::kill(keeper as libc::pid_t, libc::SIGSTOP) };
+    assert_eq!(signalled, 0);
     children.stopped_keepers.push(keeper);
     children.kill(Role::Writer(f));
     figures.writers_killed_keeper_stopped += 1;
@@ -916,10 +917,8 @@ fn kill_with_keeper_stopped(
          stopped"
     );
     // SAFETY: continues the keeper we stopped.
-    assert_eq!(
-        unsafe { libc::kill(keeper as libc::pid_t, libc::SIGCONT) },
-        0
-    );
+    let signalled = unsafe { libc::kill(keeper as libc::pid_t, libc::SIGCONT) };
+    assert_eq!(signalled, 0);
     children.stopped_keepers.retain(|&k| k != keeper);
     children.start(Role::Writer(f));
     children.wait_ready(Role::Writer(f), parent);
