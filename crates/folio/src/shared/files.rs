@@ -46,7 +46,11 @@
 //!       file's modification time is): this process is about to write the file, so the
 //!       next open of it finds the stamp changed (below).
 //!   S1. The steward's sweep of a dead slot (`sweep`): for each LIVE record where the
-//!       slot's count is c > 0, ADJUST (that count 0, openers - c).
+//!       slot's count is c > 0, ADJUST (that count 0, openers - c); a record the dead
+//!       slot was the writer of first gets WRITE: `ORPHANED` (its keeper will write its
+//!       pages back: the stamp kept) or 0 with the stamp retired (no keeper). At the
+//!       keeper's end (`written`), WRITE: `WRITTEN` for each record still `ORPHANED` by
+//!       it. docs/sharing.md "Writes seen across processes", "Death".
 //! Take-over: lock.rs's T1-T3; T2 redoes the last change from its intent. A death
 //! between KEY and PUBLISH leaves a non-LIVE record with a new key: nobody reads it, the
 //! next insert there writes it again (no change is in flight between two intents).

@@ -97,7 +97,10 @@
 //! the region as a process's untrusted input: the stack's views are bounds-checked
 //! (a bad word panics the steward, which exits; the next one recovers the same way).
 //!
-//! Limits: one steward per domain at a time, on one machine (the `flock`). An attach
+//! Limits: a dead writer's keeper that never ends (stopped) keeps that writer's slot DEAD
+//! and its frames HELD (the steward waits on its pidfd, without a bound: a keeper's
+//! writeback is bounded by its segment's dirty pages). One steward per domain at a time,
+//! on one machine (the `flock`). An attach
 //! whose request does not arrive within a second is dropped (the steward waits for it in
 //! line). A process whose attach answer arrived after it gave up (a steward stopped for a
 //! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
