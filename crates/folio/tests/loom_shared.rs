@@ -1126,7 +1126,13 @@ fn files_model(die_at: u32, flaw: Flaw) {
                     Err(Died) => {
                         assert!(slots.mark_dead(dying));
                         table
-                            .sweep(dying, steward, &slots, &ModelRun::living(flaw))
+                            .sweep(
+                                dying,
+                                steward,
+                                &slots,
+                                &ModelRun::living(flaw),
+                                files::DeadWrites::Lost,
+                            )
                             .unwrap();
                         slots.free_dead(dying);
                         let next = slots.attach(Flaw::None).unwrap();
@@ -1883,6 +1889,8 @@ fn install_model(
                     queue
                         .sweep(writer, steward, &indexes[..], &slots, &living)
                         .unwrap();
+                    // No keeper in this model: the marks at once (steward.rs).
+                    queue.release_marks(writer);
                     slots.free_dead(writer);
                 } else {
                     slots.detach(writer);
@@ -2000,4 +2008,197 @@ fn install_broken_old_freed_before_swap() {
         }
     }
     panic!("install broken: no model failed");
+}
+
+// ---------------------------------------------------------------- the keeper's wait
+//
+// `keeper_wait_races_reclaim_and_a_reader` (steward.rs, "The keeper's wait"; docs/sharing.md
+// "Writes seen across processes", "Death"): page 0 of the one file is OLD on the disk (a
+// word: `pread` and the keeper's write) and NEW in frame G, HELD by its writer, which
+// returned the write and then died (set up before the threads: the install is
+// `install_races_an_optimistic_hit`'s, and the steward marked the writer dead). The
+// steward sweeps it (the queue's sweep: the marks stay), waits for the keeper's end (a
+// flag the keeper stores, release, after its write of NEW to the disk: the pidfd's
+// report), then releases the marks (`release_marks`) and frees the slot; a steward that
+// dies after its sweep is followed by one that sweeps again (its census finds the slot
+// DEAD: the second variant). Another process (the main thread) reclaims every frame it
+// can, then reads page 0: an optimistic hit, or, the page absent, the disk. Asserted: it
+// reads NEW (a returned write is never lost to a reader), and at the end the queue and
+// the index check and no mark is left.
+//
+// Broken, and caught: `keeper_wait_broken_marks_released_at_once` (the marks released
+// before the keeper's end: reclaim takes G and the reader reads the disk's OLD).
+
+/// Whether the modelled steward waits for the keeper before it releases the marks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KeeperWait {
+    Waits,
+    MarksReleasedAtOnce,
+}
+
+fn keeper_wait_model(
+    wait: KeeperWait,
+    steward_dies: bool,
+    outcomes: &std::sync::Arc<ReaderOutcomes>,
+) {
+    use loom::sync::atomic::Ordering;
+    let outcomes = outcomes.clone();
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(RECLAIM_PREEMPTIONS);
+    }
+    builder.max_branches = 20_000;
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_WORDS).map(|_| AtomicU64::new(0)).collect());
+        let data: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_FRAMES).map(|_| AtomicU64::new(0)).collect());
+        let disk = Arc::new(AtomicU64::new(OLD));
+        let keeper_done = Arc::new(AtomicU64::new(0));
+        let (steward, writer, other) = {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            buddy.format();
+            buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
+            queue.format();
+            indexes[0].format();
+            let steward = slots.attach(Flaw::None).unwrap();
+            let writer = slots.attach(Flaw::None).unwrap();
+            let run = ModelRun::living(Flaw::None);
+            let frame = buddy
+                .alloc(buddy::Order(0), writer, &slots, &run)
+                .unwrap()
+                .unwrap();
+            data[frame.0 as usize].store(NEW, Ordering::Relaxed);
+            let installed = queue
+                .install(
+                    frame,
+                    queue::FileNo(0),
+                    0,
+                    queue::held_mark(writer, 1),
+                    &indexes[0],
+                    writer,
+                    &indexes[..],
+                    &slots,
+                    &run,
+                )
+                .unwrap();
+            assert_eq!(installed, queue::Installed::Inserted);
+            // The write returned; the writer died, and the kernel told the steward.
+            assert!(slots.mark_dead(writer));
+            (steward, writer, slots.attach(Flaw::None).unwrap())
+        };
+        let keeper = {
+            let (disk, keeper_done) = (disk.clone(), keeper_done.clone());
+            loom::thread::spawn(move || {
+                disk.store(NEW, Ordering::Relaxed);
+                keeper_done.store(1, Ordering::Release);
+            })
+        };
+        let sweeper = {
+            let (region, keeper_done) = (region.clone(), keeper_done.clone());
+            loom::thread::spawn(move || {
+                let (slots, buddy, indexes) = reclaim_views(&region);
+                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+                let living = ModelRun::living(Flaw::None);
+                let sweeps = if steward_dies { 2 } else { 1 };
+                for _ in 0..sweeps {
+                    queue
+                        .sweep(writer, steward, &indexes[..], &slots, &living)
+                        .unwrap();
+                }
+                if wait == KeeperWait::MarksReleasedAtOnce {
+                    queue.release_marks(writer);
+                }
+                while keeper_done.load(Ordering::Acquire) == 0 {
+                    loom::thread::yield_now();
+                }
+                queue.release_marks(writer);
+                slots.free_dead(writer);
+            })
+        };
+        {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            let living = ModelRun::living(Flaw::None);
+            queue
+                .reclaim(RECLAIM_FRAMES, other, &indexes[..], &slots, &living)
+                .unwrap();
+            let copied = Cell::new(None);
+            let found = queue
+                .read_hit(&indexes[0], queue::FileNo(0), 0, &living, |frame| {
+                    copied.set(Some(data[frame.0 as usize].load(Ordering::Relaxed)))
+                })
+                .unwrap();
+            let read = match found {
+                queue::Optimistic::Hit(_) => {
+                    outcomes
+                        .hits
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    copied.get()
+                }
+                queue::Optimistic::Absent => {
+                    outcomes
+                        .misses
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Some(disk.load(Ordering::Relaxed))
+                }
+                // (Nobody else evicts: a stale copy cannot happen.)
+                queue::Optimistic::Stale => panic!("a stale copy with no other reclaimer"),
+            };
+            assert_eq!(
+                read,
+                Some(NEW),
+                "a returned write read by another process after the writer's death"
+            );
+            slots.detach(other);
+        }
+        keeper.join().unwrap();
+        sweeper.join().unwrap();
+        let (slots, buddy, indexes) = reclaim_views(&region);
+        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+        assert_eq!(
+            queue.marks_of(writer),
+            0,
+            "the dead writer's marks released"
+        );
+        let census = queue.check(&slots);
+        assert!(census.is_ok(), "the queue checks at the end: {census:?}");
+        let checked = indexes[0].check();
+        assert!(checked.is_ok(), "the index checks at the end: {checked:?}");
+    });
+}
+
+#[test]
+fn keeper_wait_races_reclaim_and_a_reader() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+    for steward_dies in [false, true] {
+        keeper_wait_model(KeeperWait::Waits, steward_dies, &outcomes);
+    }
+    let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
+    eprintln!("keeper wait: the reader hit {hits} times, read the disk {misses} times");
+    assert!(
+        hits > 0 && misses > 0,
+        "the reader must both hit and read the disk"
+    );
+}
+
+#[test]
+fn keeper_wait_broken_marks_released_at_once() {
+    let caught = std::panic::catch_unwind(|| {
+        let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+        keeper_wait_model(KeeperWait::MarksReleasedAtOnce, false, &outcomes);
+    });
+    let payload = caught.expect_err("keeper wait broken: no model failed");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    eprintln!("keeper wait broken: caught: {message}");
+    assert!(
+        message.contains("a returned write read by another process"),
+        "failed, but not as expected: {message}"
+    );
 }

@@ -463,6 +463,12 @@ impl CacheBuilder {
         } else {
             (Arena::new(frames_max, self.arena_pages)?, None)
         };
+        if let (Some(domain), Some(keeper)) = (&domain, &keeper) {
+            // Before any write can put a page into the domain: the steward keeps the
+            // marks of this process's written pages after its death until this keeper
+            // wrote them back (docs/sharing.md "Writes seen across processes", "Death").
+            domain.member().name_keeper(keeper.keeper_pid())?;
+        }
         if let Some(plan) = &mut plan {
             plan.fit(frames);
             plan.prepare_arena(&arena);

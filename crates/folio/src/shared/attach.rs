@@ -207,6 +207,21 @@ impl Member {
         &self.domain
     }
 
+    /// Names this process's keeper (`pid`: a persistent cache's, `keeper::spawn`) in our
+    /// slot's record (record.rs, "The keeper"), so that the steward, at our death, keeps
+    /// the marks of the pages we wrote until that keeper has written them back.
+    ///
+    /// Context: before this process's first write puts a page into the domain.
+    /// Errors: `start_time`'s (the keeper gone already: `NotFound`).
+    pub(crate) fn name_keeper(&self, pid: u32) -> io::Result<()> {
+        let keeper = ProcessId {
+            pid,
+            start: super::domain::start_time(pid)?,
+        };
+        self.domain.records().set_keeper(self.me, keeper);
+        Ok(())
+    }
+
     /// How many stewards this member started (the elections it won for the domain).
     pub(crate) fn stewards_started(&self) -> u32 {
         self.started.load(Ordering::Relaxed)

@@ -46,7 +46,11 @@
 //!       file's modification time is): this process is about to write the file, so the
 //!       next open of it finds the stamp changed (below).
 //!   S1. The steward's sweep of a dead slot (`sweep`): for each LIVE record where the
-//!       slot's count is c > 0, ADJUST (that count 0, openers - c).
+//!       slot's count is c > 0, ADJUST (that count 0, openers - c); a record the dead
+//!       slot was the writer of first gets WRITE: `ORPHANED` (its keeper will write its
+//!       pages back: the stamp kept) or 0 with the stamp retired (no keeper). At the
+//!       keeper's end (`written`), WRITE: `WRITTEN` for each record still `ORPHANED` by
+//!       it. docs/sharing.md "Writes seen across processes", "Death".
 //! Take-over: lock.rs's T1-T3; T2 redoes the last change from its intent. A death
 //! between KEY and PUBLISH leaves a non-LIVE record with a new key: nobody reads it, the
 //! next insert there writes it again (no change is in flight between two intents).
@@ -215,6 +219,37 @@ const WRITE: u64 = 6;
 /// The stamp a retired record holds (`retire_stamp`): no file's modification time, so the
 /// next open of the file finds its stamp changed.
 const RETIRED_STAMP: u64 = u64::MAX;
+
+/// WRITER of a record whose writer died with a keeper still to write its pages back
+/// (`sweep` with `DeadWrites::Kept`): this bit | the dead slot + 1 (the slot stays DEAD
+/// until the keeper is done, so it names no one else). Its pages are the file's newest
+/// bytes (HELD: the steward keeps the dead writer's marks meanwhile), so the record stays
+/// current as under a writer: admitted as `Stamp::Same` (its writer's keeper moves the
+/// disk's stamp), never dropped for a changed stamp or a full table, and claimable by the
+/// next writer (`claim_writer`). docs/sharing.md "Writes seen across processes", "Death".
+const ORPHANED: u64 = 1 << 32;
+/// WRITER of a record whose dead writer's keeper is done (`written`): no writer, its pages
+/// the file's (on disk too); admitted as `Stamp::Same` while its stamp is not retired
+/// (the keeper's writes moved the disk's stamp: a changed stamp would send every opener
+/// to a private read while the record is open), dropped for a changed stamp when nobody
+/// has it open, claimable.
+const WRITTEN: u64 = 1 << 33;
+
+/// What a dead process's returned writes are (`sweep`): the steward's reading of its
+/// record's keeper (record.rs, "The keeper").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DeadWrites {
+    /// A keeper will write them back, or has: its records stay current (`ORPHANED`).
+    Kept,
+    /// Nobody will: they were never durable, and the records it wrote are retired (the
+    /// next admission once nobody has one open drops its pages).
+    Lost,
+}
+
+/// Whether WRITER `writer` names a live process's slot (not 0, `ORPHANED`, `WRITTEN`).
+fn is_live_writer(writer: u64) -> bool {
+    writer != 0 && writer < ORPHANED
+}
 
 fn op(code: u64, index: u32) -> u64 {
     code | (u64::from(index) << 8)
@@ -469,6 +504,7 @@ impl<'r> FileTable<'r> {
         if let (Ok(index), Some(drop)) = (probed, drop.as_mut()) {
             if self.word(index, MTIME).load(Ordering::Relaxed) != mtime_ns
                 && self.word(index, OPENERS).load(Ordering::Relaxed) == 0
+                && self.word(index, WRITER).load(Ordering::Relaxed) & ORPHANED == 0
                 && self.drop_record(&held, self.id_at(index), &mut **drop, run)?
             {
                 probed = self.probe(&key);
@@ -485,9 +521,14 @@ impl<'r> FileTable<'r> {
                     self.change(&held, &intent, run)?;
                     let tag = self.word(index, TAG).load(Ordering::Relaxed);
                     // A record with a writer is kept current by it (W1): the disk's
-                    // stamp moves with its writeback, its pages do not go stale.
-                    let stamp = if self.word(index, MTIME).load(Ordering::Relaxed) == mtime_ns
-                        || self.word(index, WRITER).load(Ordering::Relaxed) != 0
+                    // stamp moves with its writeback, its pages do not go stale; so is
+                    // one whose writer died with a keeper (`ORPHANED`, `WRITTEN`) unless
+                    // a writable open outside the domain retired it since.
+                    let stamp_now = self.word(index, MTIME).load(Ordering::Relaxed);
+                    let writer = self.word(index, WRITER).load(Ordering::Relaxed);
+                    let stamp = if stamp_now == mtime_ns
+                        || is_live_writer(writer)
+                        || (writer != 0 && stamp_now != RETIRED_STAMP)
                     {
                         Stamp::Same
                     } else {
@@ -581,8 +622,10 @@ impl<'r> FileTable<'r> {
         for i in 0..self.capacity {
             let index = (start.wrapping_add(u64::from(i)) as u32) & (self.capacity - 1);
             let tag = self.word(index, TAG).load(Ordering::Relaxed);
+            // (An ORPHANED record's HELD pages are not on disk yet: a drop ignores marks.)
             if tag & KIND == LIVE
                 && self.word(index, OPENERS).load(Ordering::Relaxed) == 0
+                && self.word(index, WRITER).load(Ordering::Relaxed) & ORPHANED == 0
                 && self.drop_record(held, self.id_at(index), drop, run)?
             {
                 return Ok(Some(index));
@@ -639,10 +682,13 @@ impl<'r> FileTable<'r> {
         // A retired stamp: another process wrote the file outside the domain (A2), so the
         // record's pages may be stale: no writer keeps it current.
         let retired = self.word(id.index, MTIME).load(Ordering::Relaxed) == RETIRED_STAMP;
-        let claimed = if !live || retired || (writer != 0 && writer != mine) {
+        // A dead writer's record (`ORPHANED`, `WRITTEN`) is claimed as one with no writer:
+        // the claimant's own reads of the file waited for the dead one's keeper (a
+        // persistent cache's build does: recovery's `settle_dir`).
+        let claimed = if !live || retired || (is_live_writer(writer) && writer != mine) {
             false
         } else {
-            if writer == 0 {
+            if writer != mine {
                 let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
                 let intent = Intent {
                     op: op(WRITE, id.index),
@@ -693,7 +739,7 @@ impl<'r> FileTable<'r> {
     /// The writer of `id` (its slot), if it has one (tests).
     pub(crate) fn writer(&self, id: FileId) -> Option<u16> {
         let writer = self.word(id.index, WRITER).load(Ordering::Acquire);
-        writer.checked_sub(1).map(|s| s as u16)
+        is_live_writer(writer).then(|| (writer - 1) as u16)
     }
 
     /// C1: one of `me`'s handles on `id` closed. The record stays (its pages cached)
@@ -764,8 +810,9 @@ impl<'r> FileTable<'r> {
     }
 
     /// S1: the steward's sweep of a dead process: takes the lock (over from `dead`, if it
-    /// held it, finishing its change) and drops every handle `dead` had open. Returns
-    /// how many.
+    /// held it, finishing its change) and drops every handle `dead` had open; a record
+    /// `dead` was the writer of is `ORPHANED` (`DeadWrites::Kept`: a keeper writes its
+    /// pages back) or retired (`Lost`). Returns how many handles.
     ///
     /// Context: the steward (`me`), after `SlotTable::mark_dead(dead)`, before
     /// `free_dead(dead)`. Scans every record.
@@ -775,6 +822,7 @@ impl<'r> FileTable<'r> {
         me: Holder,
         slots: &SlotTable<'_>,
         run: &R,
+        writes: DeadWrites,
     ) -> Result<u64, Died> {
         assert!(!slots.is_live(dead), "a sweep of a live process {dead:?}");
         let held = self.take(me, slots, run)?;
@@ -786,12 +834,23 @@ impl<'r> FileTable<'r> {
                 continue;
             }
             if self.word(index, WRITER).load(Ordering::Relaxed) == u64::from(slot) + 1 {
-                // W4: a dead writer's record, its returned writes in HELD frames that are
-                // reclaimable from now on and perhaps never on disk: retired, so that the
-                // next admission once nobody has it open drops its pages.
+                // A dead writer's record ("Death"): with a keeper, its returned writes stay
+                // HELD until the keeper wrote them (the steward keeps the marks) and the
+                // record stays current (`ORPHANED`); without, they are reclaimable from
+                // now on and never on disk: retired, so that the next admission once
+                // nobody has it open drops its pages.
+                let args = match writes {
+                    DeadWrites::Kept => [
+                        ORPHANED | (u64::from(slot) + 1),
+                        self.word(index, MTIME).load(Ordering::Relaxed),
+                        0,
+                        0,
+                    ],
+                    DeadWrites::Lost => [0, RETIRED_STAMP, 0, 0],
+                };
                 let intent = Intent {
                     op: op(WRITE, index),
-                    args: [0, RETIRED_STAMP, 0, 0],
+                    args,
                 };
                 self.change(&held, &intent, run)?;
             }
@@ -803,6 +862,42 @@ impl<'r> FileTable<'r> {
         }
         held.unlock(run)?;
         Ok(dropped)
+    }
+
+    /// The keeper of the dead `dead` is done: every record still `ORPHANED` by it made
+    /// `WRITTEN` (no writer; its pages the file's, on disk). Returns how many.
+    ///
+    /// Context: the steward, after `release_marks(dead)` and before `free_dead(dead)`
+    /// (the slot DEAD: `ORPHANED | slot + 1` names only it).
+    pub(crate) fn written<R: Run>(
+        &self,
+        dead: Holder,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<u32, Died> {
+        let held = self.take(me, slots, run)?;
+        let orphaned = ORPHANED | (u64::from(dead.slot.0) + 1);
+        let mut made = 0;
+        for index in 0..self.capacity {
+            if self.word(index, TAG).load(Ordering::Relaxed) & KIND == LIVE
+                && self.word(index, WRITER).load(Ordering::Relaxed) == orphaned
+            {
+                let intent = Intent {
+                    op: op(WRITE, index),
+                    args: [
+                        WRITTEN,
+                        self.word(index, MTIME).load(Ordering::Relaxed),
+                        0,
+                        0,
+                    ],
+                };
+                self.change(&held, &intent, run)?;
+                made += 1;
+            }
+        }
+        held.unlock(run)?;
+        Ok(made)
     }
 
     /// The record of `key`, read lock-free (module docs, "Lookup"); `None` is a miss,
@@ -947,7 +1042,7 @@ impl<'r> FileTable<'r> {
                         return Err(format!("record {index}: not on {key:?}'s probe path"));
                     }
                     let writer = self.word(index, WRITER).load(Ordering::Acquire);
-                    if writer != 0
+                    if is_live_writer(writer)
                         && count_of(
                             self.count_word(index, (writer - 1) as u16)
                                 .load(Ordering::Acquire),

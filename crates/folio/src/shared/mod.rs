@@ -133,6 +133,9 @@ mod tests_reclaim;
 mod tests_records;
 #[cfg(test)]
 mod tests_write;
+#[cfg(test)]
+#[allow(unsafe_code)]
+mod tests_writekill;
 pub(crate) mod view;
 
 pub(crate) use terms::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};

@@ -155,7 +155,8 @@
 //! reader never misses such a page and reads the disk's older one. The writer's writeback
 //! clears a frame's mark once the bytes it wrote are on disk (`release_held`: a CAS from
 //! the mark that writeback read, so a later write's new frame stays HELD); its detach
-//! clears the rest; the steward's sweep of a dead writer clears its marks (docs: what a
+//! clears the rest; the steward clears a dead writer's marks (`release_marks`) once its
+//! keeper, if it had one, has written its pages back (docs: what a
 //! death means for durability). A removal (truncation, a record's drop) ignores marks.
 //!
 //! # Protocol (every change under the lock; each primitive one intent, lock.rs M1-M3)
@@ -973,8 +974,13 @@ impl<'r> SharedQueue<'r> {
             };
             let referenced = self.of(head, REF).load(Ordering::Relaxed) != 0;
             let pinned = self.of(head, PIN).load(Ordering::Relaxed) != 0;
-            // A frame newer than the disk is kept like a pinned one ("Writes").
-            let held_back = self.of(head, HELD).load(Ordering::Relaxed) != 0;
+            // A frame newer than the disk is kept like a pinned one ("Writes"). Acquire: a
+            // frame found unmarked was unmarked (release) after its bytes reached the disk
+            // (its writer's writeback, or a dead writer's keeper before the steward saw
+            // it end), and a reader that misses the page once this reclaim took it must
+            // read those bytes from the disk: the chain runs through this load
+            // (`tests/loom_shared.rs`, `keeper_wait_*`, found it relaxed).
+            let held_back = self.of(head, HELD).load(Ordering::Acquire) != 0;
             if (referenced || pinned || held_back) && head != tail {
                 let next = linked(self.load(head, NEXT)).expect("a head before its tail");
                 let intent = Intent {
@@ -1253,7 +1259,7 @@ impl<'r> SharedQueue<'r> {
     /// else it waits for the index's next writer), `dead`'s pins dropped, then the buddy
     /// allocator's sweep of its leases (`SharedBuddy::sweep`, which must come after: a
     /// redone ADD hands over a frame `dead` leased). Returns the frames the allocator's
-    /// sweep freed.
+    /// sweep freed. `dead`'s marks stay (`release_marks`, when its keeper is done).
     ///
     /// Context: the steward (`me`), after `SlotTable::mark_dead(dead)`, before
     /// `free_dead(dead)`. Scans every frame's PIN word and every index's lock word.
@@ -1275,18 +1281,6 @@ impl<'r> SharedQueue<'r> {
             }
         });
         recovered?;
-        let dead_mark = held_slot(dead);
-        // Only frames below the allocator's frontier were ever handed over, so HELD
-        // (buddy.rs, "Frames never reached"); a load past it would fault in the queue's
-        // words of every frame the domain could have (its memory is what it uses).
-        for f in 0..self.buddy.reached() {
-            let word = self.of(f, HELD);
-            let mark = word.load(Ordering::Relaxed);
-            if mark >> 48 == dead_mark {
-                // A dead writer's marks (module docs, "Writes": what its death means).
-                let _ = word.compare_exchange(mark, 0, Ordering::Release, Ordering::Relaxed);
-            }
-        }
         if dead.slot.0 < PIN_SLOTS {
             let bit = slot_bit(dead);
             // Only frames below the allocator's frontier were ever leased, so pinned
@@ -1301,6 +1295,44 @@ impl<'r> SharedQueue<'r> {
             }
         }
         self.buddy.sweep(dead, me, slots, run)
+    }
+
+    /// A dead writer's marks cleared (module docs, "Writes": what its death means): every
+    /// HELD word naming `dead`'s slot. Returns how many. Not part of `sweep`: the steward
+    /// calls it once `dead`'s keeper, if it had one, has written its pages back (its
+    /// frames stay HELD until then: docs/sharing.md "Writes seen across processes",
+    /// "Death"), and before `dead`'s slot is freed (a mark names a slot, not a
+    /// generation: the slot's next process's marks would look the same).
+    ///
+    /// Context: the steward (or a test), `dead` DEAD in its slot; lock-free (a CAS per
+    /// mark: a writer's own release of the same mark races it harmlessly).
+    pub(crate) fn release_marks(&self, dead: Holder) -> u32 {
+        let dead_mark = held_slot(dead);
+        let mut released = 0;
+        // Only frames below the allocator's frontier were ever handed over, so HELD
+        // (buddy.rs, "Frames never reached"); a load past it would fault in the queue's
+        // words of every frame the domain could have (its memory is what it uses).
+        for f in 0..self.buddy.reached() {
+            let word = self.of(f, HELD);
+            let mark = word.load(Ordering::Relaxed);
+            if mark >> 48 == dead_mark
+                && word
+                    .compare_exchange(mark, 0, Ordering::Release, Ordering::Relaxed)
+                    .is_ok()
+            {
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// The marks naming `holder`'s slot (tests: a dead writer's frames still HELD while
+    /// its keeper writes).
+    pub(crate) fn marks_of(&self, holder: Holder) -> u32 {
+        let slot_mark = held_slot(holder);
+        (0..self.buddy.reached())
+            .filter(|&f| self.of(f, HELD).load(Ordering::Acquire) >> 48 == slot_mark)
+            .count() as u32
     }
 
     /// The invariant (module docs), on a quiet queue and allocator: the lock free, no

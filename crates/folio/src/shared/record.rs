@@ -4,8 +4,17 @@
 //! steward's census of the slots (`find`).
 //!
 //! ```text
-//!   one line (8 words) per slot:  generation · pid · start time · (5 unused)
+//!   one line (8 words) per slot:  generation · pid · start time · keeper pid ·
+//!                                 keeper start time · (3 unused)
 //! ```
+//!
+//! **The keeper** (docs/sharing.md "Writes seen across processes", "Death"): a process
+//! whose cache is persistent names its keeper in its own record once it has one (K1 the
+//! keeper's start time, K2 its pid, a release store), before its first write can put a
+//! page into the domain; R2 clears it for the slot's next process (the pid 0 before the
+//! generation). The steward reads it (`keeper`, the pid by an acquire load, then the start
+//! time) once the process died: a death between K1 and K2 leaves no keeper named, and
+//! nothing of the process's is HELD yet.
 //!
 //! # Protocol
 //!
@@ -43,6 +52,8 @@ const LINE: u32 = 8;
 const GENERATION: u32 = 0;
 const PID: u32 = 1;
 const START: u32 = 2;
+const KEEPER_PID: u32 = 3;
+const KEEPER_START: u32 = 4;
 
 /// The records of `slots` slots at `base` of a region.
 #[derive(Debug)]
@@ -82,6 +93,9 @@ impl<'r> Records<'r> {
     ///
     /// Context: the steward, after R1 gave `id` the slot.
     pub(crate) fn write<R: Run>(&self, holder: Holder, id: ProcessId, run: &R) -> Result<(), Died> {
+        // The slot's last process's keeper is not this one's (module docs, "The keeper").
+        self.word(holder.slot, KEEPER_PID)
+            .store(0, Ordering::Relaxed);
         self.word(holder.slot, PID)
             .store(u64::from(id.pid), Ordering::Relaxed);
         run.at(Step::Recorded)?;
@@ -107,6 +121,30 @@ impl<'r> Records<'r> {
             pid: u32::try_from(pid).ok()?,
             start,
         })
+    }
+}
+
+impl Records<'_> {
+    /// K1-K2 (module docs, "The keeper"): `holder`'s record names `keeper` as the process
+    /// that writes back what `holder`'s process leaves dirty at its death.
+    ///
+    /// Context: `holder`'s own process, LIVE in its slot, before its first install.
+    pub(crate) fn set_keeper(&self, holder: Holder, keeper: ProcessId) {
+        self.word(holder.slot, KEEPER_START)
+            .store(keeper.start, Ordering::Relaxed);
+        self.word(holder.slot, KEEPER_PID)
+            .store(u64::from(keeper.pid), Ordering::Release);
+    }
+
+    /// The keeper `holder`'s record names, if its process named one (`set_keeper`).
+    ///
+    /// Context: the steward, after `holder` died (its stores seen: the kernel's report),
+    /// before its slot is freed.
+    pub(crate) fn keeper(&self, holder: Holder) -> Option<ProcessId> {
+        let pid = self.word(holder.slot, KEEPER_PID).load(Ordering::Acquire);
+        let pid = u32::try_from(pid).ok().filter(|&pid| pid != 0)?;
+        let start = self.word(holder.slot, KEEPER_START).load(Ordering::Relaxed);
+        Some(ProcessId { pid, start })
     }
 }
 

@@ -93,6 +93,19 @@
 //! closed file's; the memory is given back under pressure meanwhile. Nobody can attach
 //! while it gives back: it answers attaches only between its turns.
 //!
+//! **The keeper's wait** (docs/sharing.md "Writes seen across processes", "Death"): a
+//! dead process whose record names a keeper (record.rs: a persistent cache's, which writes
+//! back what the dead one left dirty) is swept of everything but its writer's marks (its
+//! HELD frames: the pages it wrote and returned that may not be on disk yet), the records
+//! it wrote left current (`ORPHANED`, files.rs), and its slot stays DEAD (a mark names a
+//! slot). The keeper's pidfd joins the poll; at its end, whatever ended it, the marks are
+//! cleared (`SharedQueue::release_marks`), the records made `WRITTEN` and the slot freed
+//! (`free`). Nothing else waits: the steward serves attaches, deaths and the populator
+//! meanwhile. A keeper killed before it was done leaves its writes to the next recovery
+//! (a persistent cache's build in its directory: docs/persistence.md); until then a page
+//! of it reclaimed reads the disk's older bytes. A steward killed meanwhile leaves the
+//! slot DEAD: the next one's census sweeps it again, which finds the keeper again.
+//!
 //! A steward that waits for a lock during a sweep checks every watched pidfd as it waits
 //! (`Run::wait` here): a process that died meanwhile (the holder, or one whose lock the
 //! holder waits for: the read path nests locks) is marked dead there, so that its lock
@@ -112,7 +125,10 @@
 //! the region as a process's untrusted input: the stack's views are bounds-checked
 //! (a bad word panics the steward, which exits; the next one recovers the same way).
 //!
-//! Limits: one steward per domain at a time, on one machine (the `flock`). An attach
+//! Limits: a dead writer's keeper that never ends (stopped) keeps that writer's slot DEAD
+//! and its frames HELD (the steward waits on its pidfd, without a bound: a keeper's
+//! writeback is bounded by its segment's dirty pages). One steward per domain at a time,
+//! on one machine (the `flock`). An attach
 //! whose request does not arrive within a second is dropped (the steward waits for it in
 //! line). A process whose attach answer arrived after it gave up (a steward stopped for a
 //! second) leaves a slot it does not know it holds until it exits. No seccomp filter and
@@ -132,6 +148,7 @@ use std::time::{Duration, Instant};
 
 use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
 use super::domain::{Domain, DomainFiles, Pidfd, FRAME_BYTES};
+use super::files::DeadWrites;
 use super::futex::Parked;
 use super::populate::{Populator, Stepped, CHUNK_FRAMES};
 use super::record;
@@ -520,6 +537,14 @@ pub(crate) fn socket_address(path: &std::path::Path) -> io::Result<libc::sockadd
     Ok(address)
 }
 
+/// A dead writer's keeper the steward waits for before it clears the dead one's marks
+/// and frees its slot (`Steward::bury`, module docs "The keeper's wait").
+#[derive(Debug)]
+struct Keeping {
+    dead: Holder,
+    keeper: Pidfd,
+}
+
 /// A process the steward watches.
 #[derive(Debug)]
 struct Watch {
@@ -537,6 +562,8 @@ struct Steward<'d> {
     watches: RefCell<Vec<Watch>>,
     /// Slots marked dead, to sweep and free.
     dead: RefCell<Vec<Holder>>,
+    /// Slots swept but for their marks, waiting for their keeper's end.
+    keeping: RefCell<Vec<Keeping>>,
 }
 
 impl<'d> Steward<'d> {
@@ -553,6 +580,7 @@ impl<'d> Steward<'d> {
             },
             watches: RefCell::new(Vec::new()),
             dead: RefCell::new(Vec::new()),
+            keeping: RefCell::new(Vec::new()),
         };
         steward.find_processes();
         let holder = record::admit(&domain.slots(), &domain.records(), me, &Unkillable, |_| {})
@@ -627,12 +655,77 @@ impl<'d> Steward<'d> {
             .queue()
             .sweep(dead, self.me, indexes.as_slice(), &slots, self);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
-        let swept = self.domain.files().sweep(dead, self.me, &slots, self);
+        // Its keeper (module docs, "The keeper's wait"), read before the file table's
+        // sweep, which keeps the records it wrote current if one writes them back.
+        let keeper = self.domain.records().keeper(dead);
+        let writes = if keeper.is_some() {
+            DeadWrites::Kept
+        } else {
+            DeadWrites::Lost
+        };
+        let swept = self
+            .domain
+            .files()
+            .sweep(dead, self.me, &slots, self, writes);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         self.lever();
+        match keeper.map(ProcessId::find) {
+            Some(Ok(Some(pidfd))) => {
+                self.trace.line(format_args!(
+                    "{dead:?}: waits for its keeper {}",
+                    keeper.map_or(0, |k| k.pid)
+                ));
+                self.keeping.borrow_mut().push(Keeping {
+                    dead,
+                    keeper: pidfd,
+                });
+            }
+            Some(Err(e)) => {
+                // Cannot tell: taken as gone (its writes are then the next recovery's,
+                // as a killed keeper's), so that the slot is not held for ever.
+                self.trace.line(format_args!(
+                    "{dead:?}: cannot tell whether its keeper lives: {e}"
+                ));
+                self.free(dead);
+            }
+            Some(Ok(None)) | None => self.free(dead),
+        }
+    }
+
+    /// The end of `dead`'s sweep, once its keeper (if any) is gone: its marks cleared
+    /// (`SharedQueue::release_marks`: its pages are on disk, or the next recovery's), the
+    /// records it wrote and left `ORPHANED` made `WRITTEN`, its slot freed.
+    fn free(&self, dead: Holder) {
+        let slots = self.domain.slots();
+        let released = self.domain.queue().release_marks(dead);
+        let written = self.domain.files().written(dead, self.me, &slots, self);
+        let written = written.expect("the steward never dies by a Run");
         slots.free_dead(dead);
-        self.trace.line(format_args!("freed {dead:?}"));
+        self.trace.line(format_args!(
+            "freed {dead:?} ({released} marks released, {written} records written)"
+        ));
         self.lever();
+    }
+
+    /// Frees (`free`) every slot whose keeper's pidfd says it ended.
+    fn keepers_done(&self) {
+        let done: Vec<Holder> = {
+            let mut keeping = self.keeping.borrow_mut();
+            let mut done = Vec::new();
+            let mut i = 0;
+            while i < keeping.len() {
+                if keeping[i].keeper.is_dead() {
+                    done.push(keeping.swap_remove(i).dead);
+                } else {
+                    i += 1;
+                }
+            }
+            done
+        };
+        for dead in done {
+            self.trace.line(format_args!("{dead:?}: its keeper ended"));
+            self.free(dead);
+        }
     }
 
     /// A step of the steward's work on deaths: the test lever stops it here if it names
@@ -696,6 +789,7 @@ impl<'d> Steward<'d> {
         memory.refaults_before = self.domain.refaults();
         loop {
             self.bury_the_dead();
+            self.keepers_done();
             let mut fds = vec![libc::pollfd {
                 fd: listener.as_raw_fd(),
                 events: libc::POLLIN,
@@ -714,6 +808,15 @@ impl<'d> Steward<'d> {
                 });
             }
             let unwatched = fds.len() == 1;
+            let watched_fds = fds.len();
+            // The keepers waited for: their ends are seen by `keepers_done`, next turn.
+            for keeping in self.keeping.borrow().iter() {
+                fds.push(libc::pollfd {
+                    fd: keeping.keeper.raw(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
             let alone = unwatched && self.alone();
             let timeout_ms = if alone {
                 // Module docs, "Alone": no populating (nobody allocates), the free frames
@@ -778,7 +881,7 @@ impl<'d> Steward<'d> {
                 continue;
             }
             let mut gone = Vec::new();
-            for (i, pair) in fds[1..].chunks(2).enumerate() {
+            for (i, pair) in fds[1..watched_fds].chunks(2).enumerate() {
                 let mut watches = self.watches.borrow_mut();
                 let watch = &mut watches[i];
                 if pair[0].revents != 0 {

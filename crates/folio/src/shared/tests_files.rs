@@ -292,7 +292,11 @@ fn in_one_process(flaw: Flaw) -> Result<(), String> {
                     table.close(id, r, &slots, run).unwrap();
                 }
             };
-            let sweep = |run: &Noted| table.sweep(p, steward, &slots, run).unwrap();
+            let sweep = |run: &Noted| {
+                table
+                    .sweep(p, steward, &slots, run, super::files::DeadWrites::Lost)
+                    .unwrap()
+            };
             if first == First::Steward {
                 dropped += sweep(&noted);
                 other(&noted);

@@ -842,12 +842,16 @@ fn install_killed_at_every_step(flaw: Flaw) -> Result<u32, String> {
                 queue
                     .sweep(w, steward, &indexes[..], &slots, &living)
                     .unwrap();
+                // The steward's end of the sweep (no keeper: at once).
+                queue.release_marks(w);
                 other().unwrap();
             } else {
                 other().unwrap();
                 queue
                     .sweep(w, steward, &indexes[..], &slots, &living)
                     .unwrap();
+                // The steward's end of the sweep (no keeper: at once).
+                queue.release_marks(w);
             }
             slots.free_dead(w);
             slots.detach(r);
