@@ -88,6 +88,10 @@ pub struct DomainStats {
     /// Pages this process's writes put into the domain (written files whose record it is
     /// the writer of: docs/sharing.md "Writes seen across processes").
     pub installs: u64,
+    /// Of the appends this process's writes made to such files, those stored into the
+    /// page's frame in place (no page installed: docs/sharing.md "Writes seen across
+    /// processes").
+    pub appends_in_place: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -227,6 +231,7 @@ impl Cache {
             files_refused: refused,
             files_newer_here: newer,
             installs: c.installs,
+            appends_in_place: c.appends_in_place,
         })
     }
 
