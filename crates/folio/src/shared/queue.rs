@@ -131,8 +131,9 @@
 //!       (after the lease's fence, as a miss's `pread`), then handed over with
 //!       HELD[G] = the writer's mark (slot + 1 << 48 | a sequence of its own), stored with
 //!       FILE and PAGE before the ADD (the lessee's words); pinned by the writer.
-//!   I2. Under this queue's lock, the page's slot made G: `SharedIndex::put`, one STORE
-//!       intent over the old folio F (INFO unchanged), or an insertion where no folio was.
+//!   I2. Under this queue's lock (still the hold of I1's ADD: one hold per install), the
+//!       page's slot made G: `SharedIndex::put`, one STORE intent over the old folio F
+//!       (INFO unchanged), or an insertion where no folio was.
 //!   I3. Still under the lock: HELD[F] = 0, then F evicted (E1-E7 without a shadow; its E4
 //!       finds it in no index: nothing to remove; E5 raises GEN[F] before E6 frees it); a
 //!       reader's pin keeps it (E2 refused): it stays queued in no index for reclaim.
@@ -841,10 +842,13 @@ impl<'r> SharedQueue<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<(), Died> {
-        self.hand_over_held(frame, file, page, 0, me, indexes, slots, run)
+        self.hand_over_held(frame, file, page, 0, me, indexes, slots, run)?
+            .unlock(run)
     }
 
-    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes").
+    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes"),
+    /// returning with the queue's lock still held (an install puts the frame into its index
+    /// under the same hold).
     #[allow(clippy::too_many_arguments)]
     fn hand_over_held<R: Run, I: Indexes + ?Sized>(
         &self,
@@ -856,7 +860,7 @@ impl<'r> SharedQueue<'r> {
         indexes: &I,
         slots: &SlotTable<'_>,
         run: &R,
-    ) -> Result<(), Died> {
+    ) -> Result<Held<'_, 'r>, Died> {
         assert!(
             self.buddy.is_leased(frame, Order(0), me),
             "a hand-over of frame {} that {me:?} does not lease",
@@ -898,7 +902,7 @@ impl<'r> SharedQueue<'r> {
         } else {
             self.change(&held, &intent, run)?;
         }
-        held.unlock(run)
+        Ok(held)
     }
 
     /// A writer's page (module docs, "Writes"): `frame` (order 0, leased to `me`, its bytes
@@ -928,9 +932,9 @@ impl<'r> SharedQueue<'r> {
         run: &R,
     ) -> Result<Installed, Died> {
         assert_ne!(mark, 0, "a writer's page is HELD");
-        // I1: handed over HELD, pinned by us (reclaim skips it anyway).
-        self.hand_over_held(frame, file, page, mark, me, indexes, slots, run)?;
-        let held = self.take(me, indexes, slots, run)?;
+        // I1: handed over HELD, pinned by us (reclaim skips it anyway); the lock kept for
+        // I2 and I3 (one hold per install).
+        let held = self.hand_over_held(frame, file, page, mark, me, indexes, slots, run)?;
         // I2: the slot swapped (or filled), one index primitive.
         let folio = Folio {
             frame: u64::from(frame.0),
