@@ -292,7 +292,8 @@ impl Drop for DomainFile {
 }
 
 /// This process as the writer of a file's record (docs/sharing.md "Writes seen across
-/// processes"): its writes' pages put into the domain (`install`), its writeback's
+/// processes"): its writes' pages put into the domain (`install`, or `append_in_place`
+/// for an append to a page whose frame it still holds), its writeback's
 /// completions unmark them (`written`), and its drop detaches (every mark cleared, the
 /// record's stamp made the file's, the writer mark cleared, the open closed).
 ///
@@ -307,7 +308,8 @@ pub(crate) struct DomainWriter {
     /// writer: its size then, raised by every size we set. An append in place stores only
     /// at or past it (queue.rs, "Appends in place").
     published: AtomicU64,
-    /// Each installed page's mark, until a writeback of it releases it.
+    /// Each page's mark of its last install or append in place, until a writeback of it
+    /// releases it.
     marks: Mutex<HashMap<Page, u64>>,
 }
 

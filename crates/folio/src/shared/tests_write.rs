@@ -414,6 +414,59 @@ fn appends_in_place_are_read_whole_by_another_process() {
     parent.detach();
 }
 
+/// An append in place stores only past every size the writer published (queue.rs,
+/// "Appends in place"): after a truncation, a reader that loaded the older, larger size
+/// may still be copying up to it, so appends below it install copies; past it, in place
+/// again. Counted by the writer's stats.
+#[test]
+fn an_append_below_a_size_once_published_installs_a_copy() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let name = "write-shrunk";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
+    let cache = Cache::builder()
+        .capacity_bytes(8 << 20)
+        .segment_dir(home.path())
+        .domain(name)
+        .build()
+        .unwrap();
+    let path = data.path().join("f");
+    std::fs::write(&path, b"").unwrap();
+    let file = cache.open_options().write(true).open(&path).unwrap();
+    let counts = || {
+        let s = cache.domain_stats().unwrap();
+        (s.installs, s.appends_in_place)
+    };
+    file.write_at(&[1; 1000], 0).unwrap();
+    assert_eq!(counts(), (1, 0), "a new page is installed");
+    file.write_at(&[2; 100], 1000).unwrap();
+    assert_eq!(counts(), (1, 1), "an append to it is made in place");
+    file.write_at(&[3; 10], 20).unwrap();
+    assert_eq!(counts(), (2, 1), "an overwrite is installed");
+    file.write_at(&[4; 100], 1100).unwrap();
+    assert_eq!(
+        counts(),
+        (2, 2),
+        "an append to the overwrite's frame is made in place"
+    );
+    file.set_len(500).unwrap();
+    assert_eq!(counts(), (3, 2), "the cut page is installed");
+    file.write_at(&[5; 100], 500).unwrap();
+    file.write_at(&[6; 600], 600).unwrap();
+    assert_eq!(
+        counts(),
+        (5, 2),
+        "appends below the size once published are installed"
+    );
+    file.write_at(&[7; 100], 1200).unwrap();
+    assert_eq!(counts(), (5, 3), "past it, in place again");
+    drop(file);
+    drop(cache);
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
+
 /// W appends and overwrites (partial pages) a file through its domain cache, and after
 /// each `write_at` returned R reads the whole file through the same domain: every byte
 /// and the size are the writes' (R's reads of pages W's writes made are hits, never the
