@@ -247,7 +247,10 @@
 //! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame by the lock; GEN
 //! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch
 //! racing reclaim's clear is lost or kept, both right); PIN by CAS (pins) and by the lock
-//! (FROZEN: only a holder freezes and unfreezes). Locks, in order: this queue's, then an
+//! (FROZEN: only a holder freezes and unfreezes); HELD by its writer (stored before the
+//! hand-over, moved by A1's CAS, cleared under the lock by I3) and by CAS from a known
+//! mark (writeback's release, the detach, the sweep of a dead writer); a frame's bytes
+//! past its file's size by its writer while HELD with its mark (A2). Locks, in order: this queue's, then an
 //! index's, then the buddy allocator's; nobody takes this one while holding an index's or
 //! the allocator's.
 //!
