@@ -59,6 +59,11 @@
 //! broken variants `optimistic_broken_raise_after_free`, `optimistic_broken_no_recheck`
 //! and `optimistic_broken_no_lessee_fence`).
 //!
+//! A writer's install (`install_races_an_optimistic_hit`, and its broken variant
+//! `install_broken_old_freed_before_swap`) and its append in place
+//! (`append_in_place_races_a_hit`, and its broken variants `append_broken_size_before_bytes`
+//! and `append_broken_mark_kept`) come last.
+//!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
 //! the allocator's longer operations; the whole file runs in a few seconds on this
 //! machine: see docs/sharing.md). Run with
@@ -2199,6 +2204,288 @@ fn keeper_wait_broken_marks_released_at_once() {
     eprintln!("keeper wait broken: caught: {message}");
     assert!(
         message.contains("a returned write read by another process"),
+        "failed, but not as expected: {message}"
+    );
+}
+
+// ---------------------------------------------------------------- a writer's append in place
+//
+// `append_in_place_races_a_hit` (queue.rs, "Appends in place"; docs/sharing.md "Writes
+// seen across processes"): the writer installed frame G at page 0 of the one file, HELD
+// with its mark M1, holding FIRST in its first word; the file's size is one word. The
+// writer appends a second word in place (`SharedQueue::append_in_place`: A0 the look-up,
+// A1 M1 moved to M2, A2 APPENDED stored relaxed, as `atomic_store_copy` does, A3 the size
+// raised to two words, as `extend_size`'s release RMW), dying at each of its steps in
+// turn or not at all; if it returned in place it says so (a release store of RETURNED);
+// if it died, the steward marks it dead and sweeps (its marks cleared). Meanwhile the
+// writer's writeback of the first bytes clears M1 (`release_held`), then another process
+// reclaims a frame and reuses every frame it can get (OTHER in both words). The reader
+// (the main thread) loads RETURNED, then the size (acquire, once, as `read_at`), then
+// hits page 0 optimistically, copying the words below the size. Asserted: a validated
+// copy holds FIRST, and APPENDED when the size it loaded covers it; after RETURNED, the
+// size covers it and the page is cached; at the end the queue and index check, and an
+// append that returned in place left G at page 0 HELD with M2 (never freed while it holds
+// bytes newer than the disk's).
+//
+// Broken, and caught: `append_broken_size_before_bytes` (A3 before A2: a reader loads the
+// new size and copies the word not stored yet) and `append_broken_mark_kept` (A1 looks at
+// M1 and keeps it: the writeback's release of M1 unmarks G, which holds newer bytes, and
+// reclaim frees it).
+
+/// More than the append's steps (a death past its last step is no death).
+const APPEND_STEPS: u32 = 3;
+const FIRST: u64 = 5000;
+const APPENDED: u64 = 6000;
+
+fn append_model(
+    die_at: u32,
+    flaw: Flaw,
+    start: ReaderStart,
+    outcomes: &std::sync::Arc<ReaderOutcomes>,
+) {
+    use loom::sync::atomic::Ordering;
+    let outcomes = outcomes.clone();
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(RECLAIM_PREEMPTIONS);
+    }
+    builder.max_branches = 20_000;
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_WORDS).map(|_| AtomicU64::new(0)).collect());
+        // Two words per frame: the page's bytes below the old size, and the appended ones.
+        let data: Arc<Vec<AtomicU64>> =
+            Arc::new((0..2 * RECLAIM_FRAMES).map(|_| AtomicU64::new(0)).collect());
+        let size = Arc::new(AtomicU64::new(1));
+        let returned = Arc::new(AtomicU64::new(0));
+        let (m1, m2) = (1, 2);
+        let (steward, writer, reader, g) = {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            buddy.format();
+            buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
+            queue.format();
+            indexes[0].format();
+            let steward = slots.attach(Flaw::None).unwrap();
+            let writer = slots.attach(Flaw::None).unwrap();
+            let run = ModelRun::living(Flaw::None);
+            let g = buddy
+                .alloc(buddy::Order(0), writer, &slots, &run)
+                .unwrap()
+                .unwrap();
+            data[2 * g.0 as usize].store(FIRST, Ordering::Relaxed);
+            let installed = queue
+                .install(
+                    g,
+                    queue::FileNo(0),
+                    0,
+                    queue::held_mark(writer, m1),
+                    &indexes[0],
+                    writer,
+                    &indexes[..],
+                    &slots,
+                    &run,
+                )
+                .unwrap();
+            assert_eq!(installed, queue::Installed::Inserted);
+            (steward, writer, slots.attach(Flaw::None).unwrap(), g)
+        };
+        let (m1, m2) = (queue::held_mark(writer, m1), queue::held_mark(writer, m2));
+        let a = {
+            let (region, data, size, returned) =
+                (region.clone(), data.clone(), size.clone(), returned.clone());
+            loom::thread::spawn(move || {
+                let (slots, buddy, indexes) = reclaim_views(&region);
+                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+                let appended = queue.append_in_place(
+                    &indexes[0],
+                    queue::FileNo(0),
+                    0,
+                    m1,
+                    m2,
+                    &ModelRun::dying_at(die_at, flaw),
+                    |frame| data[2 * frame.0 as usize + 1].store(APPENDED, Ordering::Relaxed),
+                    || {
+                        size.fetch_max(2, Ordering::AcqRel);
+                    },
+                );
+                assert!(
+                    !(appended.is_err() && die_at == APPEND_STEPS),
+                    "APPEND_STEPS must pass the append's last step"
+                );
+                match appended {
+                    Ok(queue::Appended::InPlace) => returned.store(1, Ordering::Release),
+                    Ok(queue::Appended::Released) => {}
+                    Err(Died) => {
+                        assert!(slots.mark_dead(writer));
+                        queue
+                            .sweep(
+                                writer,
+                                steward,
+                                &indexes[..],
+                                &slots,
+                                &ModelRun::living(flaw),
+                            )
+                            .unwrap();
+                        slots.free_dead(writer);
+                    }
+                }
+                appended.ok()
+            })
+        };
+        let b = {
+            let (region, data) = (region.clone(), data.clone());
+            loom::thread::spawn(move || {
+                let (slots, buddy, indexes) = reclaim_views(&region);
+                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+                let living = ModelRun::living(flaw);
+                // The writer's writeback of the first bytes ends.
+                queue.release_held(g, m1);
+                // Another process reclaims, then reuses every frame it can get.
+                queue
+                    .reclaim(1, steward, &indexes[..], &slots, &living)
+                    .unwrap();
+                while let Some(frame) = buddy
+                    .alloc(buddy::Order(0), steward, &slots, &living)
+                    .unwrap()
+                {
+                    data[2 * frame.0 as usize].store(OTHER, Ordering::Relaxed);
+                    data[2 * frame.0 as usize + 1].store(OTHER, Ordering::Relaxed);
+                }
+            })
+        };
+        {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            if let ReaderStart::AfterYield = start {
+                loom::thread::yield_now();
+            }
+            let after_return = returned.load(Ordering::Acquire) == 1;
+            let words = size.load(Ordering::Acquire);
+            if after_return {
+                assert_eq!(words, 2, "after the append returned, its size");
+            }
+            let copied = Cell::new((0, 0));
+            let found = queue
+                .read_hit(
+                    &indexes[0],
+                    queue::FileNo(0),
+                    0,
+                    &ModelRun::living(flaw),
+                    |frame| {
+                        let at = 2 * frame.0 as usize;
+                        let first = data[at].load(Ordering::Relaxed);
+                        let second = if words >= 2 {
+                            data[at + 1].load(Ordering::Relaxed)
+                        } else {
+                            0
+                        };
+                        copied.set((first, second));
+                    },
+                )
+                .unwrap();
+            let outcome = match found {
+                queue::Optimistic::Hit(_) => {
+                    let (first, second) = copied.get();
+                    assert_eq!(
+                        first, FIRST,
+                        "a validated copy holds the page's first bytes"
+                    );
+                    if words >= 2 {
+                        assert_eq!(
+                            second, APPENDED,
+                            "a validated copy below the size loaded holds the appended bytes"
+                        );
+                    }
+                    &outcomes.hits
+                }
+                queue::Optimistic::Absent => {
+                    assert!(
+                        !after_return,
+                        "after the append returned, its page is cached"
+                    );
+                    &outcomes.misses
+                }
+                queue::Optimistic::Stale => &outcomes.misses,
+            };
+            outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            slots.detach(reader);
+        }
+        let appended = a.join().unwrap();
+        b.join().unwrap();
+        let (slots, buddy, indexes) = reclaim_views(&region);
+        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+        let census = queue.check(&slots);
+        assert!(census.is_ok(), "the queue checks at the end: {census:?}");
+        let checked = indexes[0].check();
+        assert!(checked.is_ok(), "the index checks at the end: {checked:?}");
+        if appended == Some(queue::Appended::InPlace) {
+            assert_eq!(
+                indexes[0].lookup(0),
+                index::Entry::Folio {
+                    frame: u64::from(g.0),
+                    order: 0
+                },
+                "an append that returned in place left its frame cached"
+            );
+            assert_eq!(
+                queue.held_mark(g),
+                m2,
+                "an append that returned in place left its frame HELD with its new mark"
+            );
+        }
+    });
+}
+
+#[test]
+fn append_in_place_races_a_hit() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+        let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+        for die_at in 0..=APPEND_STEPS {
+            append_model(die_at, Flaw::None, start, &outcomes);
+        }
+        let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
+        eprintln!("append, reader {start:?}: hit {hits} times, stale or absent {misses}");
+        assert!(hits > 0, "the reader ({start:?}) must hit");
+    }
+}
+
+fn append_first_failure(flaw: Flaw) -> String {
+    for die_at in (0..=APPEND_STEPS).rev() {
+        if let Err(payload) = std::panic::catch_unwind(|| {
+            let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+            for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+                append_model(die_at, flaw, start, &outcomes);
+            }
+        }) {
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            eprintln!("append {flaw:?}: caught with a death at step {die_at}: {message}");
+            return message;
+        }
+    }
+    panic!("append {flaw:?}: no model failed");
+}
+
+#[test]
+fn append_broken_size_before_bytes() {
+    let message = append_first_failure(Flaw::SizeBeforeBytes);
+    assert!(
+        message.contains("a validated copy below the size loaded holds the appended bytes"),
+        "failed, but not as expected: {message}"
+    );
+}
+
+#[test]
+fn append_broken_mark_kept() {
+    let message = append_first_failure(Flaw::MarkKept);
+    assert!(
+        message.contains("an append that returned in place left its frame")
+            || message.contains("after the append returned, its page is cached"),
         "failed, but not as expected: {message}"
     );
 }

@@ -94,6 +94,10 @@ pub struct DomainStats {
     pub quota_frames: u64,
     /// The frames the domain's cache holds now (every member's pages).
     pub frames_cached: u64,
+    /// Of the appends this process's writes made to such files, those stored into the
+    /// page's frame in place (no page installed: docs/sharing.md "Writes seen across
+    /// processes").
+    pub appends_in_place: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -237,6 +241,7 @@ impl Cache {
             installs: c.installs,
             quota_frames: u64::from(quota_frames),
             frames_cached: u64::from(frames_cached),
+            appends_in_place: c.appends_in_place,
         })
     }
 

@@ -16,8 +16,9 @@ use super::{checked_end, overflow, Access, File};
 use crate::eviction::ReadHint;
 use crate::io::FlushKind;
 use crate::mapping::Invalidate;
+use crate::shared::queue::Appended;
 use crate::stats;
-use crate::types::PageIndex;
+use crate::types::{PageIndex, PAGE_BYTES};
 use crate::wait;
 use crate::write::integrity;
 use crate::write::into_folio::FolioWriter;
@@ -130,7 +131,7 @@ impl File {
             if result.is_ok() {
                 // The domain's pages of the piece made these bytes before the call returns
                 // (mapping/domain.rs, A4), under the writer lock: in the order of the writes.
-                if let Err(e) = self.publish(pos, piece_end) {
+                if let Err(e) = self.publish(&buf[done..done + len], pos) {
                     result = Err(e);
                 }
             }
@@ -165,24 +166,41 @@ impl File {
         Ok(buf.len())
     }
 
-    /// The pages of `[pos, end)` put into the domain as this process's mapping holds them
-    /// now (whole pages, zeros past the end of the file), then the record's size raised to
-    /// `end` (docs/sharing.md "Writes seen across processes", W2 and W5). Nothing without
-    /// a domain writer.
+    /// The pages `written` (just written at `pos`) touched put into the domain as this
+    /// process's mapping holds them now, then the record's size raised to their end
+    /// (docs/sharing.md "Writes seen across processes", W2 and W5). Per page: an append
+    /// to the page's frame in place when it can be (the write starts at the domain's size
+    /// and the frame still holds our mark: `DomainWriter::append_in_place`); else a copy
+    /// installed, made of the written bytes alone when they cover every byte of the page
+    /// the file has (zeros past its end), else the page read back from the mapping.
+    /// Nothing without a domain writer.
     ///
     /// Context: the file's writer lock held (so the pages are the newest writes', and
     /// installs go in the order of the writes); the pages were just written (cached, dirty:
     /// the private reads are hits). Errors: the private read's, the install's.
-    fn publish(&self, pos: u64, end: u64) -> io::Result<()> {
+    fn publish(&self, written: &[u8], pos: u64) -> io::Result<()> {
         let Some(writer) = self.domain_writer() else {
             return Ok(());
         };
+        let end = pos + written.len() as u64;
         let size = self.mapping.size_bytes();
         let mut page = PageIndex::containing(pos);
-        let mut bytes = vec![0u8; crate::types::PAGE_BYTES];
         while page.offset_bytes() < end {
-            self.private_page(page, size, &mut bytes)?;
-            writer.install(page.0, &bytes)?;
+            let (start, page_end) = (page.offset_bytes(), page.add(1).offset_bytes());
+            let from = pos.max(start);
+            let to = end.min(page_end);
+            let bytes = &written[(from - pos) as usize..(to - pos) as usize];
+            if writer.append_in_place(page.0, from, bytes)? == Appended::InPlace {
+                page = page.add(1);
+                continue;
+            }
+            if from == start && to >= size.min(page_end) {
+                writer.install(page.0, bytes)?;
+            } else {
+                let mut whole = [0u8; PAGE_BYTES];
+                self.private_page(page, size, &mut whole)?;
+                writer.install(page.0, &whole)?;
+            }
             page = page.add(1);
         }
         writer.extend_size(end);
@@ -275,9 +293,9 @@ impl File {
             // past the end dropped, and the page the end cuts made this process's
             // (zeros past the end): W5.
             writer.truncate(len, PageIndex::ceil(len).0)?;
-            if len % crate::types::PAGE_BYTES as u64 != 0 {
+            if len % PAGE_BYTES as u64 != 0 {
                 let page = PageIndex::containing(len);
-                let mut bytes = vec![0u8; crate::types::PAGE_BYTES];
+                let mut bytes = [0u8; PAGE_BYTES];
                 self.private_page(page, len, &mut bytes)?;
                 writer.install(page.0, &bytes)?;
             }

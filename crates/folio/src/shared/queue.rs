@@ -131,8 +131,9 @@
 //!       (after the lease's fence, as a miss's `pread`), then handed over with
 //!       HELD[G] = the writer's mark (slot + 1 << 48 | a sequence of its own), stored with
 //!       FILE and PAGE before the ADD (the lessee's words); pinned by the writer.
-//!   I2. Under this queue's lock, the page's slot made G: `SharedIndex::put`, one STORE
-//!       intent over the old folio F (INFO unchanged), or an insertion where no folio was.
+//!   I2. Under this queue's lock (still the hold of I1's ADD: one hold per install), the
+//!       page's slot made G: `SharedIndex::put`, one STORE intent over the old folio F
+//!       (INFO unchanged), or an insertion where no folio was.
 //!   I3. Still under the lock: HELD[F] = 0, then F evicted (E1-E7 without a shadow; its E4
 //!       finds it in no index: nothing to remove; E5 raises GEN[F] before E6 frees it); a
 //!       reader's pin keeps it (E2 refused): it stays queued in no index for reclaim.
@@ -149,6 +150,42 @@
 //! once unmarked); I3's eviction is finished by the queue's taker. At every step the
 //! page names F or G, each CACHED (`tests_reclaim`'s `a_writers_install_killed_...`, and
 //! the loom model `install_races_an_optimistic_hit` with its broken variant).
+//!
+//! **Appends in place** (`append_in_place`): an append to the file's last page, the
+//! common write of a log (a WAL, a MANIFEST), would pay all of I1-I4 for a few bytes. A
+//! reader bounds every read by the record's size word, loaded once (acquire) at the start
+//! of its `read_at` (files.rs, the size word), and returns no byte at or past it; so bytes
+//! past the size may be stored into a frame readers are copying, if nobody else stores to
+//! it and nobody frees it meanwhile. The writer, under its private writer lock, for a
+//! write that starts exactly at the record's size (and at or past every size it ever
+//! published: a reader that loaded a larger size before a truncation may still be
+//! copying up to it), into page `page` whose last install or append it marked `held`:
+//!   A0. Looks the page up (lock-free): the slot names frame G, order 0.
+//!   A1. Moves G's mark: CAS HELD[G] `held` -> `mark` (a new sequence). Refused (G's
+//!       writeback released the mark, so G may be reclaimed or reused: nothing stored),
+//!       the caller installs a copy (I1-I4). Made: G is CACHED at the page and stays so
+//!       (reclaim never takes a HELD frame; only the writer itself removes its file's
+//!       pages), and nobody else stores to it.
+//!   A2. Stores the written bytes into G with atomic stores, past the size.
+//!   A3. Raises the record's size over them (a release RMW: files.rs `extend_size`).
+//! Why a reader returns the old page or the new one, whole: a reader that loaded the size
+//! before A3 copies bytes below the old size only, which A2 does not touch; one that
+//! loaded it after (acquire of A3's release) sees A2's stores, which come before A3. The
+//! optimistic hit's argument above is unchanged (G is not freed, its generation does not
+//! move): the copy is G's incarnation's, validated as before. Why A1 moves the mark: a
+//! writeback that wrote the bytes of the last install read `held` before it set the
+//! private folio's WRITEBACK; if it clears the mark after A2, its CAS from `held` fails
+//! (G now holds newer bytes than it wrote, and stays HELD); if before A1, A1 fails and
+//! the write is installed as a copy. Only A1 sets a mark on a cached frame, and only from
+//! the writer's own last mark (unique while the writer lives: its sequence is the
+//! process's), so a frame whose mark was cleared is never marked again in place. Death:
+//! before A1, nothing changed; after A1 or A2, G holds the new mark and, past the size,
+//! bytes no reader returns: the steward's sweep clears the mark (G reclaimable, as after
+//! an install), and the record's writer is cleared with its stamp retired, so no later
+//! writer appends past those bytes (the next admission drops the record's pages); after
+//! A3, the append is whole. The loom model `append_in_place_races_a_hit` checks this,
+//! with a writeback and a reclaim racing, and its broken variants (`Flaw::SizeBeforeBytes`,
+//! `Flaw::MarkKept`).
 //!
 //! **HELD** frames hold bytes their writer returned and has not written to disk yet:
 //! reclaim gives them a second chance as it does pinned ones (never frees them), so that a
@@ -211,7 +248,10 @@
 //! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame by the lock; GEN
 //! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch
 //! racing reclaim's clear is lost or kept, both right); PIN by CAS (pins) and by the lock
-//! (FROZEN: only a holder freezes and unfreezes). Locks, in order: this queue's, then an
+//! (FROZEN: only a holder freezes and unfreezes); HELD by its writer (stored before the
+//! hand-over, moved by A1's CAS, cleared under the lock by I3) and by CAS from a known
+//! mark (writeback's release, the detach, the sweep of a dead writer); a frame's bytes
+//! past its file's size by its writer while HELD with its mark (A2). Locks, in order: this queue's, then an
 //! index's, then the buddy allocator's; nobody takes this one while holding an index's or
 //! the allocator's.
 //!
@@ -310,6 +350,16 @@ pub(crate) enum Installed {
     Replaced,
     /// No node frame for the tree: nothing changed in the index.
     Full,
+}
+
+/// What `append_in_place` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Appended {
+    /// The bytes stored into the page's frame and the size raised over them (A1-A3).
+    InPlace,
+    /// Nothing stored: the page has no frame of order 0, or its frame no longer holds
+    /// the writer's mark (its writeback released it). The caller installs a copy.
+    Released,
 }
 
 /// The writer's mark of a HELD frame (module docs, "Writes"): its slot and a sequence
@@ -796,10 +846,13 @@ impl<'r> SharedQueue<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<(), Died> {
-        self.hand_over_held(frame, file, page, 0, me, indexes, slots, run)
+        self.hand_over_held(frame, file, page, 0, me, indexes, slots, run)?
+            .unlock(run)
     }
 
-    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes").
+    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes"),
+    /// returning with the queue's lock still held (an install puts the frame into its index
+    /// under the same hold).
     #[allow(clippy::too_many_arguments)]
     fn hand_over_held<R: Run, I: Indexes + ?Sized>(
         &self,
@@ -811,7 +864,7 @@ impl<'r> SharedQueue<'r> {
         indexes: &I,
         slots: &SlotTable<'_>,
         run: &R,
-    ) -> Result<(), Died> {
+    ) -> Result<Held<'_, 'r>, Died> {
         assert!(
             self.buddy.is_leased(frame, Order(0), me),
             "a hand-over of frame {} that {me:?} does not lease",
@@ -853,7 +906,7 @@ impl<'r> SharedQueue<'r> {
         } else {
             self.change(&held, &intent, run)?;
         }
-        held.unlock(run)
+        Ok(held)
     }
 
     /// A writer's page (module docs, "Writes"): `frame` (order 0, leased to `me`, its bytes
@@ -883,9 +936,9 @@ impl<'r> SharedQueue<'r> {
         run: &R,
     ) -> Result<Installed, Died> {
         assert_ne!(mark, 0, "a writer's page is HELD");
-        // I1: handed over HELD, pinned by us (reclaim skips it anyway).
-        self.hand_over_held(frame, file, page, mark, me, indexes, slots, run)?;
-        let held = self.take(me, indexes, slots, run)?;
+        // I1: handed over HELD, pinned by us (reclaim skips it anyway); the lock kept for
+        // I2 and I3 (one hold per install).
+        let held = self.hand_over_held(frame, file, page, mark, me, indexes, slots, run)?;
         // I2: the slot swapped (or filled), one index primitive.
         let folio = Folio {
             frame: u64::from(frame.0),
@@ -924,6 +977,75 @@ impl<'r> SharedQueue<'r> {
         held.unlock(run)?;
         self.unpin(frame, me);
         Ok(installed)
+    }
+
+    /// An append in place (module docs, "Appends in place"): the frame at `page` of
+    /// `index` (`file`'s), if its mark is still `held`, marked `mark` (A1), then `store`
+    /// called with it to store the written bytes, all past the record's size (A2), then
+    /// `raise` to raise the size over them (A3). `Released` (nothing stored) if the page
+    /// has no frame of order 0 or its frame's mark is not `held`.
+    ///
+    /// Context: the caller is `file`'s one writer, under its private writer lock; `held`
+    /// is its mark of the page's last install or append, `mark` a new one; lock-free (a
+    /// walk, a CAS). `store` must store only past the size (atomic stores: readers copy
+    /// the frame's other bytes meanwhile); `raise` must be a release.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn append_in_place<R: Run>(
+        &self,
+        index: &SharedIndex<'_>,
+        file: FileNo,
+        page: Page,
+        held: u64,
+        mark: u64,
+        run: &R,
+        store: impl FnOnce(Frame),
+        raise: impl FnOnce(),
+    ) -> Result<Appended, Died> {
+        assert!(
+            held != 0 && mark != 0 && held != mark,
+            "marks {held} -> {mark}"
+        );
+        // A0.
+        let Entry::Folio { frame, order: 0 } = index.lookup(page) else {
+            return Ok(Appended::Released);
+        };
+        let Some(f) = u32::try_from(frame).ok().filter(|f| *f < self.frames) else {
+            return Ok(Appended::Released);
+        };
+        // A1.
+        let word = self.of(f, HELD);
+        let moved = if mark_kept(run.flaw()) {
+            // The broken variant: the mark looked at, not moved.
+            word.load(Ordering::Acquire) == held
+        } else {
+            word.compare_exchange(held, mark, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        };
+        if !moved {
+            return Ok(Appended::Released);
+        }
+        // Marked by us, so cached at this page since our install (module docs).
+        assert!(
+            self.load(f, FILE) == file.0 && self.load(f, PAGE) == page,
+            "frame {f} held by our mark caches {:?} page {}, not {file:?} page {page}",
+            FileNo(self.load(f, FILE)),
+            self.load(f, PAGE)
+        );
+        run.at(Step::Stored)?;
+        if size_before_bytes(run.flaw()) {
+            // The broken variant: A3 before A2.
+            raise();
+            run.at(Step::Stored)?;
+            store(Frame(f));
+        } else {
+            // A2.
+            store(Frame(f));
+            run.at(Step::Stored)?;
+            // A3.
+            raise();
+        }
+        run.at(Step::Stored)?;
+        Ok(Appended::InPlace)
     }
 
     /// HELD[`frame`] cleared if it still holds `mark` (module docs, "Writes": the bytes a
@@ -1457,6 +1579,26 @@ fn old_freed_before_swap(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::OldFreedBeforeSwap => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's append in place raises the size before it stores the bytes
+/// (A3 before A2).
+fn size_before_bytes(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::SizeBeforeBytes => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's append in place keeps the frame's mark instead of moving it
+/// to a new one (A1: a load, not a CAS).
+fn mark_kept(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::MarkKept => true,
         _ => false,
     }
 }

@@ -97,13 +97,15 @@
 //! it), never through a `&mut` slice of the region. The pin stays for what needs it: the
 //! fallback and the miss (its frame pinned from the hand-over to the copy).
 //!
-//! # Why a pinned frame's bytes are read with plain loads
+//! # Why a pinned frame's bytes stay the page's
 //!
-//! A frame's bytes are written only by its lessee, while it is LEASED to it and in no
-//! queue and no index (the miss's `pread`, before the hand-over): nobody else reads them
-//! then (a hit reads a frame only after its pin and a second look-up that finds the frame
-//! naming the page). Once handed over (CACHED) and inserted, a frame is never written again
-//! until reclaim frees it, and reclaim takes a frame only by freezing its pin word from 0
+//! A frame's bytes are written by its lessee, while it is LEASED to it and in no queue
+//! and no index (the miss's `pread`, before the hand-over): nobody else reads them then
+//! (a hit reads a frame only after its pin and a second look-up that finds the frame
+//! naming the page). Once handed over (CACHED) and inserted, a frame's bytes below the
+//! record's size are never written again until reclaim frees it (its writer's append in
+//! place stores only past the size, which no read returns: queue.rs, "Appends in place";
+//! so the pinned copy loads with atomic loads too, `copy_out`), and reclaim takes a frame only by freezing its pin word from 0
 //! (queue.rs E2): while we hold our pin bit it cannot, so the bytes we copy stay the page's.
 //! A frame that was reclaimed and leased to someone else between our first look-up and our
 //! pin fails the second look-up (reclaim took its page out of the index before it freed
@@ -170,7 +172,8 @@ use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{
-    held_mark, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue, PIN_SLOTS,
+    held_mark, Appended, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue,
+    PIN_SLOTS,
 };
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
@@ -347,6 +350,9 @@ pub(crate) struct ReadCounters {
     /// Pages a writer of this process put into the domain (docs/sharing.md "Writes seen
     /// across processes").
     pub(crate) installs: u64,
+    /// Appends a writer of this process stored into a page's frame in place
+    /// (`append_in_place`: queue.rs, "Appends in place"), not counted in `installs`.
+    pub(crate) appends_in_place: u64,
 }
 
 /// `ReadCounters` as this process's atomics (module docs, "Threads").
@@ -370,6 +376,7 @@ struct Counts {
     uncached: AtomicU64,
     sibling_pinned: AtomicU64,
     installs: AtomicU64,
+    appends_in_place: AtomicU64,
 }
 
 impl Counts {
@@ -390,6 +397,7 @@ impl Counts {
             uncached: get(&self.uncached),
             sibling_pinned: get(&self.sibling_pinned),
             installs: get(&self.installs),
+            appends_in_place: get(&self.appends_in_place),
         }
     }
 }
@@ -672,10 +680,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
     }
 
-    /// W2: the page `page` of `file` (whose writer we are) made `bytes` (the page's
-    /// whole newest bytes, FRAME_BYTES of them, zeros past the end of the file) in the
-    /// domain: a frame leased, filled with atomic stores, handed over HELD with `mark`,
-    /// put in the page's slot (`SharedQueue::install`).
+    /// W2: the page `page` of `file` (whose writer we are) made `bytes` then zeros (the
+    /// page's newest bytes up to FRAME_BYTES of them; zeros past the end of the file) in
+    /// the domain: a frame leased, filled with atomic stores, handed over HELD with
+    /// `mark`, put in the page's slot (`SharedQueue::install`).
     ///
     /// Context: the file's writer, under its private writer lock (installs of a file go
     /// one at a time, in the order of its writes); takes the domain's locks.
@@ -687,7 +695,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
         bytes: &[u8],
         mark: u64,
     ) -> io::Result<()> {
-        assert_eq!(bytes.len(), FRAME_BYTES, "a writer installs whole pages");
+        assert!(
+            bytes.len() <= FRAME_BYTES,
+            "a page of {} bytes",
+            bytes.len()
+        );
         let queue = self.queue();
         let index = &self.indexes[file.id.index as usize];
         let file_no = FileNo(u64::from(file.id.index));
@@ -700,7 +712,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
             // SAFETY: the frame is leased to us (nobody else writes it); an optimistic
             // reader of its old incarnation may be loading it: atomic stores only, after
             // the lease's release fence (module docs, "Why the optimistic copy is sound").
-            unsafe { atomic_store_copy(bytes, data) };
+            unsafe {
+                atomic_store_copy(bytes, data);
+                atomic_zero(data.add(bytes.len()), FRAME_BYTES - bytes.len());
+            }
             let installed = queue
                 .install(
                     frame,
@@ -726,6 +741,62 @@ impl<'m, R: Run> SharedReader<'m, R> {
         Err(io::Error::other(
             "folio: no frame of the domain to hold a written page (every frame held or pinned)",
         ))
+    }
+
+    /// W2's append in place (queue.rs, "Appends in place"): `bytes` stored at `within`
+    /// of page `page`'s frame if that frame still holds `held` (our mark of the page's
+    /// last install or append), its mark moved to `mark`, then the record's size raised
+    /// to the end of `bytes`. `Released` (nothing stored): install a copy instead.
+    ///
+    /// Context: the file's writer, under its private writer lock; the bytes start at the
+    /// record's size, and at or past every size we published (so that no reader, even one
+    /// that loaded the size before a truncation, returns them before A3); lock-free.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn append_in_place(
+        &self,
+        file: &SharedFile,
+        page: Page,
+        within: usize,
+        bytes: &[u8],
+        held: u64,
+        mark: u64,
+    ) -> io::Result<Appended> {
+        assert!(
+            within + bytes.len() <= FRAME_BYTES,
+            "an append past its page"
+        );
+        let end = page * FRAME_BYTES as u64 + (within + bytes.len()) as u64;
+        let index = &self.indexes[file.id.index as usize];
+        let file_no = FileNo(u64::from(file.id.index));
+        let domain = self.member.domain();
+        let appended = self
+            .queue
+            .append_in_place(
+                index,
+                file_no,
+                page,
+                held,
+                mark,
+                self.run,
+                |frame| {
+                    let data = domain.frame_data(frame);
+                    // SAFETY: the frame's FRAME_BYTES lie in the region, mapped while we
+                    // are a member; it is CACHED and HELD by our mark (A1), so nobody
+                    // frees it or stores to it but us; the bytes stored lie past the
+                    // record's size, which no reader returns (queue.rs, "Appends in
+                    // place"), and readers load the frame only with atomic loads
+                    // (`copy_racing`, `copy_out`): atomic stores.
+                    unsafe { atomic_store_copy(bytes, data.add(within)) }
+                },
+                || {
+                    self.files.extend_size(file.id, end);
+                },
+            )
+            .map_err(died)?;
+        if appended == Appended::InPlace {
+            bump(&self.counts.appends_in_place);
+        }
+        Ok(appended)
     }
 
     /// W3 (writeback): the frame at `page` of `file` unmarked if it still holds `mark`
@@ -1427,17 +1498,18 @@ impl<'m, R: Run> SharedReader<'m, R> {
         unsafe { atomic_copy(data.add(within), dst) }
     }
 
-    /// Copies `dst.len()` bytes from `within` of `frame`'s data.
+    /// Copies `dst.len()` bytes from `within` of `frame`'s data, with byte-wise atomic
+    /// loads: its writer may append in place past the size this read loaded meanwhile.
     ///
     /// Context: we hold `frame` pinned, and it holds the page's data (module docs).
     fn copy_out(&self, frame: Frame, within: usize, dst: &mut [u8]) {
         assert!(within + dst.len() <= FRAME_BYTES);
         let data = self.member.domain().frame_data(frame);
         // SAFETY: `within + dst.len()` lies inside the frame's FRAME_BYTES; nobody writes
-        // a pinned frame's bytes (module docs); `dst` is our own memory, not the region.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.add(within), dst.as_mut_ptr(), dst.len());
-        }
+        // the bytes of a pinned frame that a read returns (module docs), and the only
+        // other stores to it are atomic (an append in place past the size); `dst` is our
+        // own memory, not the region.
+        unsafe { atomic_copy(data.add(within), dst) }
     }
 }
 

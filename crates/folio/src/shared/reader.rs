@@ -29,9 +29,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::attach::{DomainConfig, Member};
+use super::domain::FRAME_BYTES;
 use super::files::{FileId, Removal};
 use super::index::Page;
-use super::queue::held_mark;
+use super::queue::{held_mark, Appended};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
 use crate::types::OpenMode;
 
@@ -52,6 +53,10 @@ pub(crate) struct DomainReader {
     /// Read-only opens read privately because this process held newer bytes of the file
     /// (mapping/domain.rs, A1).
     newer: AtomicU64,
+    /// The last writer's mark's sequence (`queue::held_mark`), over every file this
+    /// process writes: a mark is unique while the process lives (queue.rs, "Appends in
+    /// place", A1).
+    mark_seq: AtomicU64,
 }
 
 impl std::fmt::Debug for DomainReader {
@@ -100,6 +105,7 @@ impl DomainReader {
             member: ManuallyDrop::new(member),
             refused: AtomicU64::new(0),
             newer: AtomicU64::new(0),
+            mark_seq: AtomicU64::new(0),
         })
     }
 
@@ -182,8 +188,8 @@ impl DomainReader {
             .open_writer(file, mode)?
             .map(|file| DomainWriter {
                 reader: self.clone(),
+                published: AtomicU64::new(self.reader.len(&file)),
                 file: Some(file),
-                seq: AtomicU64::new(0),
                 marks: Mutex::new(HashMap::new()),
             }))
     }
@@ -292,20 +298,24 @@ impl Drop for DomainFile {
 }
 
 /// This process as the writer of a file's record (docs/sharing.md "Writes seen across
-/// processes"): its writes' pages put into the domain (`install`), its writeback's
+/// processes"): its writes' pages put into the domain (`install`, or `append_in_place`
+/// for an append to a page whose frame it still holds), its writeback's
 /// completions unmark them (`written`), and its drop detaches (every mark cleared, the
 /// record's stamp made the file's, the writer mark cleared, the open closed).
 ///
-/// Protection: `marks` (each page's last mark) under its mutex; installs are serialized
-/// by the caller (the file's private writer lock).
+/// Protection: `marks` (each page's last mark) under its mutex; installs, appends and
+/// `published` are serialized by the caller (the file's private writer lock).
 #[derive(Debug)]
 pub(crate) struct DomainWriter {
     reader: Arc<DomainReader>,
     /// `None` only inside `drop`.
     file: Option<SharedFile>,
-    /// The last mark's sequence (`queue::held_mark`).
-    seq: AtomicU64,
-    /// Each installed page's mark, until a writeback of it releases it.
+    /// The largest size of the record a reader may have loaded since we became its
+    /// writer: its size then, raised by every size we set. An append in place stores only
+    /// at or past it (queue.rs, "Appends in place").
+    published: AtomicU64,
+    /// Each page's mark of its last install or append in place, until a writeback of it
+    /// releases it.
     marks: Mutex<HashMap<Page, u64>>,
 }
 
@@ -321,19 +331,63 @@ impl DomainWriter {
         self.file().id()
     }
 
-    /// W2: `bytes` (a whole page, zeros past the end of the file) made page `page`'s in
-    /// the domain, marked HELD with a new mark.
+    /// A new mark (`queue::held_mark`): this process's slot and its next sequence.
+    fn next_mark(&self) -> u64 {
+        let seq = self.reader.mark_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        held_mark(self.reader.member.holder(), seq)
+    }
+
+    /// W2: `bytes` then zeros (the page's newest bytes, at most a page; zeros past the
+    /// end of the file) made page `page`'s in the domain, marked HELD with a new mark.
     ///
     /// Context: under the file's private writer lock. Errors: `SharedReader::install`'s.
     pub(crate) fn install(&self, page: Page, bytes: &[u8]) -> io::Result<()> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let mark = held_mark(self.reader.member.holder(), seq);
+        let mark = self.next_mark();
         self.reader.reader.install(self.file(), page, bytes, mark)?;
         self.marks
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(page, mark);
         Ok(())
+    }
+
+    /// W2's append in place (queue.rs, "Appends in place"): `bytes`, written at `offset`
+    /// within page `page`, stored into the page's frame and the record's size raised to
+    /// their end, if the write starts at the record's size (and at or past every size we
+    /// published) and the page's frame still holds our mark of its last install or
+    /// append. `Released` (nothing stored): the caller installs the page (`install`).
+    ///
+    /// Context: under the file's private writer lock. Errors: `SharedReader::append_in_place`'s.
+    pub(crate) fn append_in_place(
+        &self,
+        page: Page,
+        offset: u64,
+        bytes: &[u8],
+    ) -> io::Result<Appended> {
+        let file = self.file();
+        let size = self.reader.reader.len(file);
+        if offset != size || size < self.published.load(Ordering::Relaxed) {
+            return Ok(Appended::Released);
+        }
+        let held = self.mark_of(page);
+        if held == 0 {
+            return Ok(Appended::Released);
+        }
+        let mark = self.next_mark();
+        let within = (offset % FRAME_BYTES as u64) as usize;
+        let appended = self
+            .reader
+            .reader
+            .append_in_place(file, page, within, bytes, held, mark)?;
+        if appended == Appended::InPlace {
+            self.published
+                .fetch_max(offset + bytes.len() as u64, Ordering::Relaxed);
+            self.marks
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(page, mark);
+        }
+        Ok(appended)
     }
 
     /// The mark of page `page`'s last install (0: none): a writeback that took the page's
@@ -358,13 +412,20 @@ impl DomainWriter {
 
     /// W5: the record's size raised to at least `end`.
     pub(crate) fn extend_size(&self, end: u64) {
+        self.published.fetch_max(end, Ordering::Relaxed);
         self.reader.reader.extend_size(self.file(), end);
     }
 
-    /// W5: the record's size set to `size`, its pages from `first` on dropped.
+    /// W5: the record's size set to `size`, its pages from `first` on dropped (and our
+    /// marks of them forgotten: their frames are freed).
     ///
     /// Errors: `SharedReader::truncate`'s.
     pub(crate) fn truncate(&self, size: u64, first: Page) -> io::Result<()> {
+        self.published.fetch_max(size, Ordering::Relaxed);
+        self.marks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&page, _| page < first);
         self.reader.reader.truncate(self.file(), size, first)
     }
 }

@@ -188,6 +188,16 @@ pub(crate) enum Flaw {
     /// reader then reads the disk's stale page).
     #[cfg(test)]
     OldFreedBeforeSwap,
+    /// A writer's append in place raises the file's size before it stores the bytes
+    /// (queue.rs, "Appends in place", A3 before A2): a reader that loads the new size
+    /// copies the bytes not yet stored.
+    #[cfg(test)]
+    SizeBeforeBytes,
+    /// A writer's append in place keeps its frame's mark instead of moving it to a new
+    /// one (queue.rs, A1): a writeback of the earlier bytes then unmarks the frame, which
+    /// holds newer bytes than the disk, and reclaim frees it.
+    #[cfg(test)]
+    MarkKept,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

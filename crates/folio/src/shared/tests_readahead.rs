@@ -152,6 +152,7 @@ fn diff(after: ReadCounters, before: ReadCounters) -> ReadCounters {
         uncached: after.uncached - before.uncached,
         sibling_pinned: after.sibling_pinned - before.sibling_pinned,
         installs: after.installs - before.installs,
+        appends_in_place: after.appends_in_place - before.appends_in_place,
     }
 }
 
