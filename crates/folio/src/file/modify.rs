@@ -17,6 +17,7 @@ use crate::eviction::ReadHint;
 use crate::io::FlushKind;
 use crate::mapping::Invalidate;
 use crate::shared::queue::Appended;
+use crate::shared::reader::Settle;
 use crate::stats;
 use crate::types::{PageIndex, PAGE_BYTES};
 use crate::wait;
@@ -182,6 +183,7 @@ impl File {
         let Some(writer) = self.domain_writer() else {
             return Ok(());
         };
+        writer.settle(Settle::Suspects, |page| self.written_back(PageIndex(page)));
         let end = pos + written.len() as u64;
         let size = self.mapping.size_bytes();
         let mut page = PageIndex::containing(pos);
@@ -194,17 +196,39 @@ impl File {
                 page = page.add(1);
                 continue;
             }
-            if from == start && to >= size.min(page_end) {
-                writer.install(page.0, bytes)?;
+            let whole_page;
+            let bytes = if from == start && to >= size.min(page_end) {
+                bytes
             } else {
                 let mut whole = [0u8; PAGE_BYTES];
                 self.private_page(page, size, &mut whole)?;
-                writer.install(page.0, &whole)?;
+                whole_page = whole;
+                &whole_page[..]
+            };
+            if writer.install(page.0, bytes).is_err() {
+                // No frame: the domain full of HELD frames. Ours whose bytes are on disk
+                // are released (`DomainWriter::settle`), then once more.
+                writer.settle(Settle::Every, |page| self.written_back(PageIndex(page)));
+                writer.install(page.0, bytes)?;
             }
             page = page.add(1);
         }
         writer.extend_size(end);
         Ok(())
+    }
+
+    /// Whether this process's mapping holds page `page` written back: its folio neither
+    /// dirty nor under writeback, or not cached (a folio is evicted only clean).
+    ///
+    /// Context: the file's writer lock held (`DomainWriter::settle`'s).
+    fn written_back(&self, page: PageIndex) -> bool {
+        match self.mapping.index.lookup(page) {
+            crate::index::Entry::Folio { frame, .. } => {
+                let state = self.core().arena().meta(frame).state.load();
+                !state.is_dirty() && !state.is_writeback()
+            }
+            _ => true,
+        }
     }
 
     /// Page `page` of this process's mapping into `bytes` (a page), zeros past `size`.

@@ -734,9 +734,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 return Ok(());
             }
             // No node frame for the tree: our frame is queued in no index (reclaim frees
-            // it once we unmark it); make room and try again.
+            // it once we unmark it); make room and try again. Room for two frames at
+            // least, the node's and the next try's own: with a batch of one (a small
+            // domain), each try freed the one frame its next lease took, and the tree's
+            // node never found a frame (tests_write's appender, 10,000 appends).
             queue.release_held(frame, mark);
-            self.reclaim_batch(queue).map_err(died)?;
+            self.reclaim(queue, self.batch.max(2)).map_err(died)?;
         }
         Err(io::Error::other(
             "folio: no frame of the domain to hold a written page (every frame held or pinned)",
@@ -1441,14 +1444,14 @@ impl<'m, R: Run> SharedReader<'m, R> {
 
     /// Reclaims a batch of frames into the allocator (counted): how many it freed.
     fn reclaim_batch(&self, queue: &SharedQueue<'_>) -> Result<u32, Died> {
+        self.reclaim(queue, self.batch)
+    }
+
+    /// Up to `want` of the coldest frames reclaimed (`SharedQueue::reclaim`), counted.
+    /// Returns how many.
+    fn reclaim(&self, queue: &SharedQueue<'_>, want: u32) -> Result<u32, Died> {
         let slots = self.member.domain().slots();
-        let freed = queue.reclaim(
-            self.batch,
-            self.me,
-            self.indexes.as_slice(),
-            &slots,
-            self.run,
-        )?;
+        let freed = queue.reclaim(want, self.me, self.indexes.as_slice(), &slots, self.run)?;
         bump(&self.counts.reclaims);
         add(&self.counts.reclaimed, u64::from(freed));
         Ok(freed)

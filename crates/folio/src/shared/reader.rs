@@ -191,6 +191,8 @@ impl DomainReader {
                 published: AtomicU64::new(self.reader.len(&file)),
                 file: Some(file),
                 marks: Mutex::new(HashMap::new()),
+                suspects: Mutex::new(Vec::new()),
+                any_suspect: AtomicBool::new(false),
             }))
     }
 }
@@ -317,6 +319,22 @@ pub(crate) struct DomainWriter {
     /// Each page's mark of its last install or append in place, until a writeback of it
     /// releases it.
     marks: Mutex<HashMap<Page, u64>>,
+    /// Pages whose writeback found a newer mark than the one it read (`written`): the
+    /// write's publish came after the writeback took the folio, so the writeback may have
+    /// written the newer bytes too and nobody would release their mark. `settle` looks
+    /// at them under the writer lock.
+    suspects: Mutex<Vec<Page>>,
+    /// Whether `suspects` may hold a page (a publish looks at this flag, not the mutex).
+    any_suspect: AtomicBool,
+}
+
+/// Which pages `DomainWriter::settle` looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Settle {
+    /// Those a writeback found a newer mark on (the common case: each publish).
+    Suspects,
+    /// Every page we hold a mark of (an install found no frame: the domain full of HELD).
+    Every,
 }
 
 impl DomainWriter {
@@ -403,11 +421,87 @@ impl DomainWriter {
         if mark == 0 {
             return;
         }
-        self.reader.reader.release_held(self.file(), page, mark);
+        let released = self.reader.reader.release_held(self.file(), page, mark);
         let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
-        if marks.get(&page) == Some(&mark) {
-            marks.remove(&page);
+        match marks.get(&page) {
+            Some(&last) if last == mark => {
+                marks.remove(&page);
+            }
+            Some(_) if !released => {
+                // A publish after the writeback took the folio (a write's private part,
+                // then B1, then its install): the bytes written may be the newer mark's.
+                drop(marks);
+                self.suspects
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(page);
+                self.any_suspect.store(true, Ordering::Release);
+            }
+            _ => {}
         }
+    }
+
+    /// W3's catch-up, for the marks no writeback will release: a writeback reads a page's
+    /// mark once it took the private folio, and a write whose private part came before
+    /// that but whose install came after leaves a newer mark on bytes the writeback wrote
+    /// (and a page an append stream filled is never written again: its frame would stay
+    /// HELD until the detach, and a long log would fill the domain with them). For each
+    /// page looked at (the suspects `written` found, or with `Settle::Every`, every page
+    /// we hold a mark of), if `clean(page)` (our private folio of it neither dirty nor
+    /// under writeback, or gone: a folio is evicted clean), its bytes are on disk: the
+    /// frame unmarked if it still holds our last mark, and the mark forgotten. Returns how
+    /// many marks were released.
+    ///
+    /// Why it is safe: under the writer lock no write of the file is between its private
+    /// part and its install, so our last mark of the page is of the private folio's bytes
+    /// (or older), which `clean` says are on disk; a write after `clean` looked installs
+    /// a new mark (the CAS from the old one then fails) or, not installed yet, leaves the
+    /// old mark's bytes on disk all the same.
+    ///
+    /// Context: under the file's private writer lock (no install or append meanwhile).
+    pub(crate) fn settle(&self, pages: Settle, clean: impl Fn(Page) -> bool) -> usize {
+        let looked: Vec<Page> = match pages {
+            Settle::Suspects => {
+                if !self.any_suspect.swap(false, Ordering::Acquire) {
+                    return 0;
+                }
+                let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+                if suspects.is_empty() {
+                    return 0;
+                }
+                std::mem::take(&mut *suspects)
+            }
+            Settle::Every => {
+                self.suspects
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
+                let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+                marks.keys().copied().collect()
+            }
+        };
+        let mut released = 0;
+        for page in looked {
+            let Some(mark) = self.mark_of_page(page) else {
+                continue;
+            };
+            if !clean(page) {
+                // Dirty again, or under writeback: that writeback's mark is this one.
+                continue;
+            }
+            self.reader.reader.release_held(self.file(), page, mark);
+            let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+            if marks.get(&page) == Some(&mark) {
+                marks.remove(&page);
+                released += 1;
+            }
+        }
+        released
+    }
+
+    fn mark_of_page(&self, page: Page) -> Option<u64> {
+        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        marks.get(&page).copied()
     }
 
     /// W5: the record's size raised to at least `end`.
