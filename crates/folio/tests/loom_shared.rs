@@ -1554,6 +1554,7 @@ fn reclaim_model(
                 let died = queue
                     .reclaim(
                         1,
+                        queue::Shares::NONE,
                         reclaimer,
                         &indexes[..],
                         &slots,

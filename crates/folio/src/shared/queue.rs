@@ -227,9 +227,10 @@
 use super::buddy::{Order, SharedBuddy};
 use super::index::{Entry, Folio, Leave, Page, Put, SharedIndex};
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
-use super::slot::SlotTable;
+use super::record::Records;
+use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
-use super::{Died, Flaw, Holder, Run, Step, Word};
+use super::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
 use crate::primitive::{fence, AtomicU64, Ordering};
 
 const ENDS: u32 = LINE_FREE_WORDS[0];
@@ -246,6 +247,15 @@ const GEN: u32 = 6;
 const HELD: u32 = 7;
 /// A frame's words: one line (module docs, Layout).
 const PER_FRAME: u32 = 8;
+
+/// FILE's low bits: the `FileNo` (below 2^32; a hit compares these only).
+const FILE_BITS: u64 = (1 << 32) - 1;
+/// FILE's bits 32..48: the frame's owner, its slot + 1, or 0: nobody's (module docs,
+/// "Owners and shares").
+const OWNER_SHIFT: u32 = 32;
+
+/// The floor is this fraction of the share (module docs, "Owners and shares").
+const FLOOR_OF_SHARE: u32 = 2;
 
 /// PIN's bit while reclaim takes the frame.
 const FROZEN: u64 = 1 << 63;
@@ -266,6 +276,46 @@ const DROP_ROUNDS: u32 = 64;
 const ADD: u64 = 1;
 const ROTATE: u64 = 2;
 const DETACH: u64 = 3;
+
+/// A member's share of the quota and its floor, in frames (module docs, "Owners and
+/// shares"): what reclaim protects of another member's frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Shares {
+    /// Reclaim takes the frames of members at or below it only once no other is left.
+    pub(crate) share_frames: u32,
+    /// Reclaim takes the frames of a member at or below it only when nothing else is
+    /// left at all (its progress: module docs).
+    pub(crate) floor_frames: u32,
+}
+
+impl Shares {
+    /// Nothing protected (tests, models; reclaim as it was before shares).
+    pub(crate) const NONE: Shares = Shares {
+        share_frames: 0,
+        floor_frames: 0,
+    };
+
+    /// The defaults: an equal share of `quota_frames` for each of `members`, the floor
+    /// half of it.
+    pub(crate) fn equal(quota_frames: u32, members: u32) -> Shares {
+        let share_frames = quota_frames / members.max(1);
+        Shares {
+            share_frames,
+            floor_frames: share_frames / FLOOR_OF_SHARE,
+        }
+    }
+
+    /// The defaults for the members attached to `slots` now: every LIVE slot but one (the
+    /// steward's, which holds a slot and owns no frame).
+    ///
+    /// Context: any process; one load per slot.
+    pub(crate) fn attached(quota_frames: u32, slots: &SlotTable<'_>) -> Shares {
+        let live = (0..slots.slot_count())
+            .filter(|&s| slots.state(SlotIndex(s)).0 == SlotState::Live)
+            .count() as u32;
+        Shares::equal(quota_frames, live.saturating_sub(1))
+    }
+}
 
 /// A file, as the queue records it (the file table's record id, once wired).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -426,6 +476,8 @@ pub(crate) struct SharedQueue<'r> {
     base: Word,
     buddy: SharedBuddy<'r>,
     frames: u32,
+    /// Where each slot's count of owned frames lives (`None`: counts not kept, models).
+    owners: Option<Records<'r>>,
 }
 
 impl<'r> SharedQueue<'r> {
@@ -453,7 +505,40 @@ impl<'r> SharedQueue<'r> {
             base,
             buddy,
             frames,
+            owners: None,
         }
+    }
+
+    /// This queue, keeping each slot's count of the frames it owns in `records`
+    /// (module docs, "Owners and shares").
+    pub(crate) fn with_owners(self, records: Records<'r>) -> SharedQueue<'r> {
+        SharedQueue {
+            owners: Some(records),
+            ..self
+        }
+    }
+
+    /// The member whose miss (or write) brought `frame` in, if it is still somebody's.
+    fn owner_of(&self, frame: u32) -> Option<SlotIndex> {
+        let owner = (self.of(frame, FILE).load(Ordering::Relaxed) >> OWNER_SHIFT) as u16;
+        owner.checked_sub(1).map(SlotIndex)
+    }
+
+    /// The count of frames `frame`'s owner owns, if it has one and counts are kept.
+    fn owned_word(&self, frame: u32) -> Option<&'r AtomicU64> {
+        let records = self.owners?;
+        let slot = self.owner_of(frame)?;
+        (slot.0 < records.slot_count()).then(|| records.owned(slot))
+    }
+
+    /// How many queued frames `slot`'s member owns (a hint without the lock; 0 when
+    /// counts are not kept).
+    pub(crate) fn owned(&self, slot: SlotIndex) -> u32 {
+        self.owners
+            .filter(|records| slot.0 < records.slot_count())
+            .map_or(0, |records| {
+                records.owned(slot).load(Ordering::Relaxed) as u32
+            })
     }
 
     /// The allocator whose frames this queue holds.
@@ -663,7 +748,7 @@ impl<'r> SharedQueue<'r> {
         }
         if !no_page_check(run.flaw())
             && (line[PAGE as usize].load(Ordering::Relaxed) != page
-                || line[FILE as usize].load(Ordering::Relaxed) != file.0)
+                || line[FILE as usize].load(Ordering::Relaxed) as u32 != file.0 as u32)
         {
             return Ok(Optimistic::Stale);
         }
@@ -693,8 +778,10 @@ impl<'r> SharedQueue<'r> {
         intent: &Intent,
         mut store: impl FnMut(&AtomicU64, u64) -> Result<(), Died>,
     ) -> Result<(), Died> {
-        let [f, x, ends, status] = intent.args;
-        let f = u32::try_from(f).expect("an intent names a frame");
+        let [f_owned, x, ends, status] = intent.args;
+        // f | its owner's new count << 32 (ADD, DETACH: "Owners and shares").
+        let f = (f_owned & COUNT_MASK) as u32;
+        let owned = f_owned >> 32;
         match intent.op {
             ADD => {
                 // x: the old tail + 1.
@@ -706,6 +793,9 @@ impl<'r> SharedQueue<'r> {
                 store(self.of(f, REF), 0)?;
                 let (word, cached) = self.buddy.hand_over_store(Frame(f), Order(0));
                 store(word, cached)?;
+                if let Some(count) = self.owned_word(f) {
+                    store(count, owned)?;
+                }
                 store(self.line(ENDS), ends)?;
                 store(self.line(STATUS), status)
             }
@@ -728,6 +818,9 @@ impl<'r> SharedQueue<'r> {
                 }
                 if let Some(next) = next {
                     store(self.of(next, PREV), prev.map_or(0, link))?;
+                }
+                if let Some(count) = self.owned_word(f) {
+                    store(count, owned)?;
                 }
                 store(self.line(ENDS), ends)?;
                 store(self.line(STATUS), status)
@@ -823,16 +916,25 @@ impl<'r> SharedQueue<'r> {
             assert_eq!(refused, Unpinnable::Ours, "a leased frame is never frozen");
             run.wait(me);
         }
-        self.of(f, FILE).store(file.0, Ordering::Release);
+        assert!(
+            file.0 <= FILE_BITS,
+            "a file number {} past FILE's bits",
+            file.0
+        );
+        let owner = (u64::from(me.slot.0) + 1) << OWNER_SHIFT;
+        self.of(f, FILE).store(file.0 | owner, Ordering::Release);
         self.of(f, PAGE).store(page, Ordering::Release);
         self.of(f, HELD).store(held_mark, Ordering::Release);
         let held = self.take(me, indexes, slots, run)?;
         let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Relaxed));
         let status = self.line(STATUS).load(Ordering::Relaxed);
+        let owned = self
+            .owned_word(f)
+            .map_or(0, |count| count.load(Ordering::Relaxed) + 1);
         let intent = Intent {
             op: ADD,
             args: [
-                u64::from(f),
+                u64::from(f) | owned << 32,
                 tail.map_or(0, link),
                 ends_word(head.or(Some(f)), Some(f)),
                 status + 1,
@@ -948,24 +1050,37 @@ impl<'r> SharedQueue<'r> {
     }
 
     /// Reclaims up to `want` frames from the head (the coldest): a referenced or pinned
-    /// head gets its second chance (to the tail, REF cleared); every other is taken out
-    /// of its index (a shadow left) and freed (E1-E7). Returns how many were freed; fewer
-    /// when every queued frame is pinned, or the queue empties. Looks at no more than
-    /// twice the queue's length of heads.
+    /// head gets its second chance (to the tail, REF cleared), and so does another
+    /// member's frame while that member is within `shares` (module docs, "Owners and
+    /// shares": its share in the first pass, its floor in the second, nothing after);
+    /// every other is taken out of its index (a shadow left) and freed (E1-E7). Returns
+    /// how many were freed; fewer when every queued frame is pinned, or the queue
+    /// empties. Looks at no more than twice the queue's length of heads (three times
+    /// with shares).
     ///
     /// Context: `me` is LIVE in `slots`; takes the queue's lock for the whole batch, and
     /// within it an index's lock and the allocator's per frame.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn reclaim<R: Run, I: Indexes + ?Sized>(
         &self,
         want: u32,
+        shares: Shares,
         me: Holder,
         indexes: &I,
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<u32, Died> {
+        let shares = if ignores_floors(run.flaw()) {
+            Shares::NONE
+        } else {
+            shares
+        };
         let held = self.take(me, indexes, slots, run)?;
         let mut freed = 0;
-        let mut looks = 2 * self.count();
+        let pass = self.count().max(1);
+        let passes = if shares == Shares::NONE { 2 } else { 3 };
+        let looks_max = passes * self.count();
+        let mut looks = looks_max;
         while freed < want && looks > 0 {
             looks -= 1;
             let (Some(head), Some(tail)) = ends_of(self.line(ENDS).load(Ordering::Relaxed)) else {
@@ -975,7 +1090,18 @@ impl<'r> SharedQueue<'r> {
             let pinned = self.of(head, PIN).load(Ordering::Relaxed) != 0;
             // A frame newer than the disk is kept like a pinned one ("Writes").
             let held_back = self.of(head, HELD).load(Ordering::Relaxed) != 0;
-            if (referenced || pinned || held_back) && head != tail {
+            // Another member's frame within its share (first pass) or its floor (second).
+            let limit = match (looks_max - looks - 1) / pass {
+                _ if shares == Shares::NONE => None,
+                0 => Some(shares.share_frames),
+                1 => Some(shares.floor_frames),
+                _ => None,
+            };
+            let protected = limit.is_some_and(|limit| {
+                self.owner_of(head)
+                    .is_some_and(|owner| owner != me.slot && self.owned(owner) <= limit)
+            });
+            if (referenced || pinned || held_back || protected) && head != tail {
                 let next = linked(self.load(head, NEXT)).expect("a head before its tail");
                 let intent = Intent {
                     op: ROTATE,
@@ -1026,7 +1152,7 @@ impl<'r> SharedQueue<'r> {
         let f = frame.0;
         let removed = if f >= self.frames
             || !self.buddy.is_cached(frame, Order(0))
-            || self.load(f, FILE) != file.0
+            || self.load(f, FILE) & FILE_BITS != file.0
             || self.load(f, PAGE) != page
         {
             Removed::NotCached
@@ -1124,10 +1250,13 @@ impl<'r> SharedQueue<'r> {
             if head == Some(frame) { next } else { head },
             if tail == Some(frame) { prev } else { tail },
         );
+        let owned = self
+            .owned_word(frame)
+            .map_or(0, |count| count.load(Ordering::Relaxed).saturating_sub(1));
         let intent = Intent {
             op: DETACH,
             args: [
-                u64::from(frame),
+                u64::from(frame) | owned << 32,
                 prev.map_or(0, link) | next.map_or(0, link) << 32,
                 ends,
                 (status - 1) | victim_word(frame, evict, DETACHED),
@@ -1175,7 +1304,7 @@ impl<'r> SharedQueue<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<(), Died> {
-        let file = FileNo(self.load(frame, FILE));
+        let file = FileNo(self.load(frame, FILE) & FILE_BITS);
         let page = self.load(frame, PAGE);
         let Some(index) = indexes.index(file) else {
             return Ok(());
@@ -1267,6 +1396,7 @@ impl<'r> SharedQueue<'r> {
     ) -> Result<u32, Died> {
         assert!(!slots.is_live(dead), "a sweep of a live process {dead:?}");
         let held = self.take(me, indexes, slots, run)?;
+        self.disown_held(&held, dead, run)?;
         held.unlock(run)?;
         let mut recovered = Ok(());
         indexes.each(&mut |index| {
@@ -1303,6 +1433,58 @@ impl<'r> SharedQueue<'r> {
         self.buddy.sweep(dead, me, slots, run)
     }
 
+    /// `member`'s frames made nobody's (module docs, "Owners and shares"): its clean
+    /// detach's, after its last hand-over.
+    ///
+    /// Context: `me` is LIVE (`member` itself, or the steward); takes the queue's lock and
+    /// loads every reached frame's FILE word under it.
+    pub(crate) fn disown<R: Run, I: Indexes + ?Sized>(
+        &self,
+        member: Holder,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, indexes, slots, run)?;
+        self.disown_held(&held, member, run)?;
+        held.unlock(run)
+    }
+
+    /// `disown` under the lock: every frame naming `member` its owner made nobody's (a
+    /// CAS: a live lessee may be storing a leased frame's FILE meanwhile, and a leased
+    /// frame counts for nobody), then `member`'s count 0. A death between leaves a count
+    /// at least the frames it still owns (each DETACH of one lowers it by one, never
+    /// below 0), which the next `disown` of it zeroes: the steward sweeps a dead process
+    /// until its sweep ends.
+    fn disown_held<R: Run>(
+        &self,
+        held: &Held<'_, '_>,
+        member: Holder,
+        run: &R,
+    ) -> Result<(), Died> {
+        let Some(records) = self.owners else {
+            return Ok(());
+        };
+        if member.slot.0 >= records.slot_count() {
+            return Ok(());
+        }
+        let owner = u64::from(member.slot.0) + 1;
+        for f in 0..self.buddy.reached() {
+            let word = self.of(f, FILE);
+            let file = word.load(Ordering::Relaxed);
+            if file >> OWNER_SHIFT == owner {
+                let _ = word.compare_exchange(
+                    file,
+                    file & FILE_BITS,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                );
+            }
+        }
+        held.store(records.owned(member.slot), 0, run)
+    }
+
     /// The invariant (module docs), on a quiet queue and allocator: the lock free, no
     /// intent, no victim; the list's links, ends and count right; every queued frame
     /// CACHED and every CACHED frame queued once; no PIN FROZEN or naming a slot not live.
@@ -1324,6 +1506,7 @@ impl<'r> SharedQueue<'r> {
         let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Acquire));
         let mut seen = vec![false; self.frames as usize];
         let mut queued = Vec::new();
+        let mut owned = vec![0u64; 1 << 16];
         let mut prev = None;
         let mut at = head;
         while let Some(f) = at {
@@ -1339,7 +1522,14 @@ impl<'r> SharedQueue<'r> {
             if !self.buddy.is_cached(Frame(f), Order(0)) {
                 return Err(format!("queued frame {f} is not CACHED"));
             }
-            queued.push((Frame(f), FileNo(self.load(f, FILE)), self.load(f, PAGE)));
+            queued.push((
+                Frame(f),
+                FileNo(self.load(f, FILE) & FILE_BITS),
+                self.load(f, PAGE),
+            ));
+            if let Some(owner) = self.owner_of(f) {
+                owned[owner.0 as usize] += 1;
+            }
             prev = Some(f);
             at = linked(self.load(f, NEXT));
         }
@@ -1348,6 +1538,17 @@ impl<'r> SharedQueue<'r> {
         }
         if queued.len() != count as usize {
             return Err(format!("{} queued, the count says {count}", queued.len()));
+        }
+        if let Some(records) = self.owners {
+            for slot in 0..records.slot_count() {
+                let counted = records.owned(SlotIndex(slot)).load(Ordering::Acquire);
+                if counted != owned[slot as usize] {
+                    return Err(format!(
+                        "slot {slot} owns {} queued frames, its count says {counted}",
+                        owned[slot as usize]
+                    ));
+                }
+            }
         }
         let census = self.buddy.check(slots)?;
         for (frame, order) in &census.cached {
@@ -1425,6 +1626,15 @@ fn old_freed_before_swap(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::OldFreedBeforeSwap => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's reclaim protects no member's share or floor.
+fn ignores_floors(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::NoFloors => true,
         _ => false,
     }
 }

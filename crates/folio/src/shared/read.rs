@@ -170,7 +170,8 @@ use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{
-    held_mark, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue, PIN_SLOTS,
+    held_mark, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue, Shares,
+    PIN_SLOTS,
 };
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
@@ -1370,9 +1371,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
 
     /// Reclaims a batch of frames into the allocator (counted): how many it freed.
     fn reclaim_batch(&self, queue: &SharedQueue<'_>) -> Result<u32, Died> {
-        let slots = self.member.domain().slots();
+        let domain = self.member.domain();
+        let slots = domain.slots();
         let freed = queue.reclaim(
             self.batch,
+            Shares::attached(domain.quota(), &slots),
             self.me,
             self.indexes.as_slice(),
             &slots,
@@ -1449,6 +1452,12 @@ impl<R: Run> Drop for SharedReader<'_, R> {
             let magazine = magazine.get_mut().unwrap_or_else(PoisonError::into_inner);
             let _ = magazine.drain(self.queue.buddy(), &slots, self.run);
         }
+        // Our frames nobody's, before the slot is freed for another process (queue.rs,
+        // "Owners and shares").
+        let indexes = self.indexes.as_slice();
+        let _ = self
+            .queue
+            .disown(self.me, self.me, indexes, &slots, self.run);
     }
 }
 

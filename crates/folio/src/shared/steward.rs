@@ -134,6 +134,7 @@ use super::attach::{DomainConfig, Request, ANSWER_ATTACHED, ANSWER_FULL};
 use super::domain::{Domain, DomainFiles, Pidfd, FRAME_BYTES};
 use super::futex::Parked;
 use super::populate::{Populator, Stepped, CHUNK_FRAMES};
+use super::queue::Shares;
 use super::record;
 use super::slot::SlotState;
 use super::terms::Park;
@@ -849,7 +850,14 @@ impl<'d> Steward<'d> {
             let indexes = self.domain.indexes();
             let slots = self.domain.slots();
             reclaimed = queue
-                .reclaim(need, self.me, indexes.as_slice(), &slots, self)
+                .reclaim(
+                    need,
+                    Shares::attached(self.domain.quota(), &slots),
+                    self.me,
+                    indexes.as_slice(),
+                    &slots,
+                    self,
+                )
                 .expect("the steward never dies by a Run");
         }
         let mut punched = 0u64;
@@ -895,6 +903,7 @@ impl<'d> Steward<'d> {
             let got = queue
                 .reclaim(
                     (count - quota).min(QUOTA_RECLAIM_BATCH),
+                    Shares::attached(quota, &slots),
                     self.me,
                     indexes.as_slice(),
                     &slots,

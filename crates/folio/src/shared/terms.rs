@@ -188,6 +188,10 @@ pub(crate) enum Flaw {
     /// reader then reads the disk's stale page).
     #[cfg(test)]
     OldFreedBeforeSwap,
+    /// Reclaim protects no member's share or floor (queue.rs, "Owners and shares"): a
+    /// member scanning far more than the quota evicts another's working set.
+    #[cfg(test)]
+    NoFloors,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.
