@@ -34,7 +34,8 @@
 //!                  own frame's line, and every word it loads is on it):
 //!     + 0  NEXT[f]: the next frame toward the tail, + 1 (0: none)
 //!     + 1  PREV[f]: the previous frame toward the head, + 1 (0: none)
-//!     + 2  FILE[f]: the file whose page f caches (a `FileNo`)
+//!     + 2  FILE[f]: the file whose page f caches (a `FileNo`, bits 0..32), and f's owner
+//!          (its slot + 1, bits 32..48; 0: nobody's: "Owners and shares")
 //!     + 3  PAGE[f]: the page
 //!     + 4  REF[f]: 1 once a hit touched f since reclaim last looked (a hint)
 //!     + 5  PIN[f]: one bit per process slot holding f pinned, `FROZEN` (bit 63) while
@@ -158,17 +159,45 @@
 //! clears the rest; the steward's sweep of a dead writer clears its marks (docs: what a
 //! death means for durability). A removal (truncation, a record's drop) ignores marks.
 //!
+//! # Owners and shares (docs/sharing.md, "Shares and floors")
+//!
+//! A frame's **owner** is the member whose miss (or write: `install`) handed it over: its
+//! lessee stores its slot + 1 in FILE's high bits with the file, before the ADD (nothing
+//! on the hit path: the optimistic hit compares FILE's low 32 bits, one compare as
+//! before). Each slot's **count** of the queued frames it owns is a word of its record
+//! (record.rs, `owned`), changed only under this lock and only by ADD and DETACH, which
+//! carry its new value (an absolute store in the intent: args[0]'s high half), so a
+//! taker's redo stores the same count and a death at any step leaves it exact. A
+//! member's frames become **nobody's** at its clean detach (the reader's drop:
+//! `disown`) or, dead, in the steward's sweep (under the lock, before its slot is freed
+//! for another process): each FILE naming it cleared of its owner (a CAS), then its
+//! count 0; a death between leaves the count above the frames it still owns, never
+//! below (the next sweep zeroes it).
+//!
+//! **Reclaim** gets the caller's `Shares` (the defaults: the quota over the members
+//! attached, the floor half of it). In its first pass over the queue a frame of another
+//! member at or below its **share** gets a second chance (to the tail, as a referenced
+//! one); in the second pass one at or below its **floor**; the third pass takes any
+//! frame not referenced, pinned or HELD. So a member's frames are taken by another's
+//! miss above its share first (the kernel's memory.low), down to its floor only when no
+//! other frame is left (memory.min), and below it only when nothing else is left at all:
+//! reclaim always progresses (one member alone owns every frame it would take; the
+//! steward owns none). Nobody's frames, and the reclaimer's own, are never protected.
+//! The bound: three passes, at most three times the queue's length of heads looked at.
+//!
 //! # Protocol (every change under the lock; each primitive one intent, lock.rs M1-M3)
 //!
-//! - ADD [f, old tail + 1, new ENDS, new STATUS]: NEXT[f] = 0, PREV[f] = old tail + 1,
-//!   NEXT[old tail] = f + 1, REF[f] = 0, f's buddy state CACHED (the hand-over), ENDS,
-//!   STATUS. Before it, with no lock (f is the lessee's: nobody else reads them), the
-//!   lessee stores FILE[f] and PAGE[f] and pins f.
+//! - ADD [f | owned << 32, old tail + 1, new ENDS, new STATUS]: NEXT[f] = 0, PREV[f] =
+//!   old tail + 1, NEXT[old tail] = f + 1, REF[f] = 0, f's buddy state CACHED (the
+//!   hand-over), f's owner's count = owned (if it has one), ENDS, STATUS. Before it, with
+//!   no lock (f is the lessee's: nobody else reads them), the lessee stores FILE[f] (with
+//!   its owner) and PAGE[f] and pins f.
 //! - ROTATE [f, next + 1 | tail + 1 << 32, new ENDS, 0]: the head f, referenced or
 //!   pinned, moved to the tail (its second chance): REF[f] = 0, PREV[next] = 0,
 //!   NEXT[tail] = f + 1, PREV[f] = tail + 1, NEXT[f] = 0, ENDS.
-//! - DETACH [f, prev + 1 | next + 1 << 32, new ENDS, new STATUS]: f unlinked, STATUS's
-//!   victim marked DETACHED, the count less one.
+//! - DETACH [f | owned << 32, prev + 1 | next + 1 << 32, new ENDS, new STATUS]: f
+//!   unlinked, f's owner's count = owned (one less), STATUS's victim marked DETACHED, the
+//!   count less one.
 //!
 //! The eviction of a victim f (reclaim's, with a shadow; a removal's, without):
 //!   E1. STATUS's victim = f (a plain store under the lock: "chosen").
@@ -207,7 +236,8 @@
 //! the buddy allocator; every CACHED frame queued; no victim; no PIN FROZEN or naming a
 //! slot that is not live.
 //!
-//! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame by the lock; GEN
+//! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame, and each slot's
+//! count of owned frames, by the lock; GEN
 //! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch
 //! racing reclaim's clear is lost or kept, both right); PIN by CAS (pins) and by the lock
 //! (FROZEN: only a holder freezes and unfreezes). Locks, in order: this queue's, then an
@@ -222,7 +252,11 @@
 //! `eviction/` computes is not carried yet); a frame whose insertion conflicted stays
 //! queued until reclaim reaches it; one queue (one lock) for the whole domain (in the
 //! domain's region since step 6's second part, with an index per file record, used by
-//! read.rs, and through it by a `Cache` with a domain since step 8's first slice).
+//! read.rs, and through it by a `Cache` with a domain since step 8's first slice); a
+//! frame's owner is the member that brought it in, never the one using it (a page B hits
+//! but A read stays A's); shares are equal (no weight per member); a protected frame's
+//! second chance clears its REF bit like any rotation; `disown` and the sweep load every
+//! reached frame's FILE word under the lock (a few ms for 1 M frames).
 
 use super::buddy::{Order, SharedBuddy};
 use super::index::{Entry, Folio, Leave, Page, Put, SharedIndex};
@@ -1250,9 +1284,11 @@ impl<'r> SharedQueue<'r> {
             if head == Some(frame) { next } else { head },
             if tail == Some(frame) { prev } else { tail },
         );
-        let owned = self
-            .owned_word(frame)
-            .map_or(0, |count| count.load(Ordering::Relaxed).saturating_sub(1));
+        let owned_word = self.owned_word(frame);
+        let was = owned_word.map_or(0, |count| count.load(Ordering::Relaxed));
+        let outside = count_outside_intent(run.flaw());
+        // The broken variant's intent carries the count unchanged (stored after it).
+        let owned = if outside { was } else { was.saturating_sub(1) };
         let intent = Intent {
             op: DETACH,
             args: [
@@ -1263,6 +1299,9 @@ impl<'r> SharedQueue<'r> {
             ],
         };
         self.change(held, &intent, run)?;
+        if let Some(count) = owned_word.filter(|_| outside) {
+            held.store(count, was.saturating_sub(1), run)?;
+        }
         // E4-E7.
         self.finish(held, frame, evict, me, indexes, slots, run)?;
         Ok(true)
@@ -1626,6 +1665,16 @@ fn old_freed_before_swap(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::OldFreedBeforeSwap => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's DETACH lowers its owner's count by a store after its
+/// intent, not in it (a taker's redo then leaves the count one too high).
+fn count_outside_intent(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::CountOutsideIntent => true,
         _ => false,
     }
 }
