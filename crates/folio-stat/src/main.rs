@@ -156,11 +156,16 @@ fn domain_text(name: &str, seen: &folio::DomainSummary) -> String {
         f64::from(seen.quota_frames) * 4096.0 / 1048576.0,
         seen.refaults,
     );
+    out += &format!(
+        "shares: {} frames each member's share, {} its floor (the quota over the members \
+         attached; half)\n",
+        seen.share_frames, seen.floor_frames,
+    );
     out += &format!("processes: {}\n", seen.processes.len());
     if !seen.processes.is_empty() {
         out += &format!(
-            "{:>5} {:>10} {:>8} {:>6} {:>8}\n",
-            "slot", "generation", "pid", "pins", "state"
+            "{:>5} {:>10} {:>8} {:>6} {:>8} {:>8}\n",
+            "slot", "generation", "pid", "pins", "owned", "state"
         );
     }
     for p in &seen.processes {
@@ -171,11 +176,12 @@ fn domain_text(name: &str, seen: &folio::DomainSummary) -> String {
             (false, _) => "dead (being swept)",
         };
         out += &format!(
-            "{:>5} {:>10} {:>8} {:>6} {state}\n",
+            "{:>5} {:>10} {:>8} {:>6} {:>8} {state}\n",
             p.slot,
             p.generation,
             p.pid.map_or_else(|| "-".to_string(), |pid| pid.to_string()),
             p.pins,
+            p.owned_frames,
         );
     }
     out

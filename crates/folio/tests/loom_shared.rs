@@ -1427,6 +1427,12 @@ fn index_broken_link_before_fill() {
 // is DATA. Broken, and caught: `optimistic_broken_raise_after_free`,
 // `optimistic_broken_no_recheck`, `optimistic_broken_no_lessee_fence`.
 //
+// The queue keeps each slot's count of the frames it owns (queue.rs, "Owners and
+// shares": the setup's frame is the steward's), in ADD's and DETACH's intents; the end's
+// check compares the counts with the queued frames' owners, so a death at every step of
+// the reclaim (and of the writer's install, below) leaves them exact. Broken, and caught:
+// `reclaim_broken_count_outside_intent` (DETACH's count lowered by a store after it).
+//
 // Broken, and caught: `reclaim_broken_evict_pinned` (reclaim freezes without looking at
 // the pins: the pinned reader's frame is freed and reused under it) and
 // `reclaim_broken_free_before_index_removal` (the victim unfrozen and freed before it
@@ -1440,12 +1446,27 @@ const RECLAIM_INDEX: Word = Word(RECLAIM_QUEUE.0 + 8 + 8 * RECLAIM_FRAMES);
 /// model's data frames are the queue's two.
 const RECLAIM_NODE_BUDDY: Word = Word(RECLAIM_INDEX.0 + 16);
 const RECLAIM_NODE_DATA: Word = Word((RECLAIM_NODE_BUDDY.0 + 24 + 3).next_multiple_of(8));
-const RECLAIM_WORDS: usize = (RECLAIM_NODE_DATA.0 + 512) as usize;
+/// The slots' records: each slot's count of the frames it owns (queue.rs, "Owners and
+/// shares"), which the queue's `check` compares with the owners of the queued frames.
+const RECLAIM_RECORDS: Word = Word(RECLAIM_NODE_DATA.0 + 512);
+const RECLAIM_WORDS: usize = (RECLAIM_RECORDS.0 + 8 * SLOTS as u32) as usize;
 /// More than the reclaimer's steps (a death past its last step is no death).
 const RECLAIM_STEPS: u32 = 60;
 const RECLAIM_PREEMPTIONS: usize = 2;
 const DATA: u64 = 1000;
 const OTHER: u64 = 2000;
+
+/// The model's queue, keeping each slot's count of owned frames in the records.
+fn reclaim_queue<'r>(
+    region: &'r [AtomicU64],
+    buddy: buddy::SharedBuddy<'r>,
+) -> queue::SharedQueue<'r> {
+    queue::SharedQueue::new(region, RECLAIM_QUEUE, buddy).with_owners(record::Records::new(
+        region,
+        RECLAIM_RECORDS,
+        SLOTS,
+    ))
+}
 
 fn reclaim_views(
     region: &[AtomicU64],
@@ -1517,7 +1538,7 @@ fn reclaim_model(
             Arc::new((0..RECLAIM_FRAMES).map(|_| AtomicU64::new(0)).collect());
         let (steward, reclaimer, reader, cached) = {
             let (slots, buddy, indexes) = reclaim_views(&region);
-            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            let queue = reclaim_queue(&region, buddy.clone());
             buddy.format();
             buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
             queue.format();
@@ -1560,11 +1581,12 @@ fn reclaim_model(
             let data = data.clone();
             loom::thread::spawn(move || {
                 let (slots, buddy, indexes) = reclaim_views(&region);
-                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+                let queue = reclaim_queue(&region, buddy.clone());
                 let living = ModelRun::living(flaw);
                 let died = queue
                     .reclaim(
                         1,
+                        queue::Shares::NONE,
                         reclaimer,
                         &indexes[..],
                         &slots,
@@ -1595,7 +1617,7 @@ fn reclaim_model(
         };
         {
             let (slots, buddy, indexes) = reclaim_views(&region);
-            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            let queue = reclaim_queue(&region, buddy.clone());
             if let ReaderStart::AfterYield = start {
                 loom::thread::yield_now();
             }
@@ -1643,7 +1665,7 @@ fn reclaim_model(
         }
         a.join().unwrap();
         let (slots, buddy, indexes) = reclaim_views(&region);
-        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+        let queue = reclaim_queue(&region, buddy.clone());
         let census = queue.check(&slots);
         assert!(census.is_ok(), "the queue checks at the end: {census:?}");
         let checked = indexes[0].check();
@@ -1733,6 +1755,18 @@ fn reclaim_broken_evict_pinned() {
     );
 }
 
+/// The setup's frame is the steward's (its hand-over's owner): a reclaim's death after
+/// its DETACH, with the count lowered outside the intent, leaves the count at 1 with no
+/// frame queued (the taker's redo of DETACH does not lower it).
+#[test]
+fn reclaim_broken_count_outside_intent() {
+    let message = reclaim_first_failure(Flaw::CountOutsideIntent);
+    assert!(
+        message.contains("owns 0 queued frames, its count says 1"),
+        "failed, but not as expected: {message}"
+    );
+}
+
 #[test]
 fn reclaim_broken_free_before_index_removal() {
     let message = reclaim_first_failure(Flaw::FreeBeforeIndexRemoval);
@@ -1810,7 +1844,7 @@ fn install_model(
         let returned = Arc::new(AtomicU64::new(0));
         let (steward, writer, reader, old) = {
             let (slots, buddy, indexes) = reclaim_views(&region);
-            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            let queue = reclaim_queue(&region, buddy.clone());
             buddy.format();
             buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
             queue.format();
@@ -1852,7 +1886,7 @@ fn install_model(
             let (region, data, returned) = (region.clone(), data.clone(), returned.clone());
             loom::thread::spawn(move || {
                 let (slots, buddy, indexes) = reclaim_views(&region);
-                let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+                let queue = reclaim_queue(&region, buddy.clone());
                 let living = ModelRun::living(flaw);
                 let dying = ModelRun::dying_at(die_at, flaw);
                 let installed = (|| {
@@ -1905,7 +1939,7 @@ fn install_model(
         };
         {
             let (slots, buddy, indexes) = reclaim_views(&region);
-            let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+            let queue = reclaim_queue(&region, buddy.clone());
             if let ReaderStart::AfterYield = start {
                 loom::thread::yield_now();
             }
@@ -1946,7 +1980,7 @@ fn install_model(
         }
         let new = a.join().unwrap();
         let (slots, buddy, indexes) = reclaim_views(&region);
-        let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
+        let queue = reclaim_queue(&region, buddy.clone());
         let census = queue.check(&slots);
         assert!(census.is_ok(), "the queue checks at the end: {census:?}");
         let checked = indexes[0].check();
@@ -2127,7 +2161,14 @@ fn keeper_wait_model(
             let queue = queue::SharedQueue::new(&region, RECLAIM_QUEUE, buddy.clone());
             let living = ModelRun::living(Flaw::None);
             queue
-                .reclaim(RECLAIM_FRAMES, other, &indexes[..], &slots, &living)
+                .reclaim(
+                    RECLAIM_FRAMES,
+                    queue::Shares::NONE,
+                    other,
+                    &indexes[..],
+                    &slots,
+                    &living,
+                )
                 .unwrap();
             let copied = Cell::new(None);
             let found = queue
@@ -2343,7 +2384,14 @@ fn append_model(
                 queue.release_held(g, m1);
                 // Another process reclaims, then reuses every frame it can get.
                 queue
-                    .reclaim(1, steward, &indexes[..], &slots, &living)
+                    .reclaim(
+                        1,
+                        queue::Shares::NONE,
+                        steward,
+                        &indexes[..],
+                        &slots,
+                        &living,
+                    )
                     .unwrap();
                 while let Some(frame) = buddy
                     .alloc(buddy::Order(0), steward, &slots, &living)

@@ -100,8 +100,10 @@ const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// reuse generation per frame (the optimistic hit); 6: the queue's words of a frame on one
 /// line (the hit's generation, page and touch together); 7: the allocator's frontier (its
 /// frames' words left 0 until reached), the stack at most `STACK_FRAMES`; 8: 4,096 file
-/// records (256 before); 9: a second header line (the quota and the refaults).
-const VERSION: u64 = 9;
+/// records (256 before); 9: a second header line (the quota and the refaults); 10: a frame's
+/// owner in its FILE word's high bits and a count per slot of the frames it owns (queue.rs,
+/// "Owners and shares").
+const VERSION: u64 = 10;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
@@ -585,6 +587,7 @@ impl Domain {
     /// The eviction queue's view, over the buddy allocator's frames (its own view of it).
     pub(crate) fn queue(&self) -> SharedQueue<'_> {
         SharedQueue::new(self.region(), self.geometry.queue(), self.buddy())
+            .with_owners(self.records())
     }
 
     /// Every file record's index, record r's the r-th (a `queue::Indexes`: `FileNo(r)`).

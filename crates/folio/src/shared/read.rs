@@ -173,7 +173,7 @@ use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{
     held_mark, Appended, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue,
-    PIN_SLOTS,
+    Shares, PIN_SLOTS,
 };
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
@@ -1447,11 +1447,20 @@ impl<'m, R: Run> SharedReader<'m, R> {
         self.reclaim(queue, self.batch)
     }
 
-    /// Up to `want` of the coldest frames reclaimed (`SharedQueue::reclaim`), counted.
-    /// Returns how many.
+    /// Up to `want` of the coldest frames reclaimed (`SharedQueue::reclaim`), each
+    /// member's share and floor kept (queue.rs, "Owners and shares"), counted. Returns
+    /// how many.
     fn reclaim(&self, queue: &SharedQueue<'_>, want: u32) -> Result<u32, Died> {
-        let slots = self.member.domain().slots();
-        let freed = queue.reclaim(want, self.me, self.indexes.as_slice(), &slots, self.run)?;
+        let domain = self.member.domain();
+        let slots = domain.slots();
+        let freed = queue.reclaim(
+            want,
+            Shares::attached(domain.quota(), &slots),
+            self.me,
+            self.indexes.as_slice(),
+            &slots,
+            self.run,
+        )?;
         bump(&self.counts.reclaims);
         add(&self.counts.reclaimed, u64::from(freed));
         Ok(freed)
@@ -1524,6 +1533,12 @@ impl<R: Run> Drop for SharedReader<'_, R> {
             let magazine = magazine.get_mut().unwrap_or_else(PoisonError::into_inner);
             let _ = magazine.drain(self.queue.buddy(), &slots, self.run);
         }
+        // Our frames nobody's, before the slot is freed for another process (queue.rs,
+        // "Owners and shares").
+        let indexes = self.indexes.as_slice();
+        let _ = self
+            .queue
+            .disown(self.me, self.me, indexes, &slots, self.run);
     }
 }
 

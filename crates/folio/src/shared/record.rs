@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!   one line (8 words) per slot:  generation · pid · start time · keeper pid ·
-//!                                 keeper start time · (3 unused)
+//!                                 keeper start time · owned · (2 unused)
 //! ```
 //!
 //! **The keeper** (docs/sharing.md "Writes seen across processes", "Death"): a process
@@ -40,8 +40,11 @@
 //! slot holds nothing: the process attaches again, to another slot) and freed at its
 //! death: a slot lost for a process's life, never a wrong one.
 //!
-//! Protection: the records by the election (one steward writes them at a time); the slot
-//! words by their CAS. Limits: a record names one process; pids up to 2^32.
+//! **owned** (word 3) is not the record's: the eviction queue keeps there how many queued
+//! frames the slot's member owns (queue.rs, "Owners and shares"), under the queue's lock.
+//!
+//! Protection: the records by the election (one steward writes them at a time); owned by
+//! the queue's lock; the slot words by their CAS. Limits: a record names one process; pids up to 2^32.
 
 use super::slot::{SlotState, SlotTable};
 use super::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
@@ -54,9 +57,10 @@ const PID: u32 = 1;
 const START: u32 = 2;
 const KEEPER_PID: u32 = 3;
 const KEEPER_START: u32 = 4;
+const OWNED: u32 = 5;
 
 /// The records of `slots` slots at `base` of a region.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Records<'r> {
     region: &'r [AtomicU64],
     base: Word,
@@ -87,6 +91,20 @@ impl<'r> Records<'r> {
     fn word(&self, slot: SlotIndex, word: u32) -> &AtomicU64 {
         assert!(slot.0 < self.slots, "no slot {}", slot.0);
         &self.region[self.base.at(u32::from(slot.0) * LINE + word).index()]
+    }
+
+    /// The word counting the queued frames `slot`'s member owns (queue.rs, "Owners and
+    /// shares").
+    ///
+    /// Context: changed only under the eviction queue's lock; read by anyone as a hint.
+    pub(crate) fn owned(&self, slot: SlotIndex) -> &'r AtomicU64 {
+        assert!(slot.0 < self.slots, "no slot {}", slot.0);
+        &self.region[self.base.at(u32::from(slot.0) * LINE + OWNED).index()]
+    }
+
+    /// How many slots the records have.
+    pub(crate) fn slot_count(&self) -> u16 {
+        self.slots
     }
 
     /// R2: `holder`'s record names `id`.

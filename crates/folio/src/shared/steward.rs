@@ -151,6 +151,7 @@ use super::domain::{Domain, DomainFiles, Pidfd, FRAME_BYTES};
 use super::files::DeadWrites;
 use super::futex::Parked;
 use super::populate::{Populator, Stepped, CHUNK_FRAMES};
+use super::queue::Shares;
 use super::record;
 use super::slot::SlotState;
 use super::terms::Park;
@@ -952,7 +953,14 @@ impl<'d> Steward<'d> {
             let indexes = self.domain.indexes();
             let slots = self.domain.slots();
             reclaimed = queue
-                .reclaim(need, self.me, indexes.as_slice(), &slots, self)
+                .reclaim(
+                    need,
+                    Shares::attached(self.domain.quota(), &slots),
+                    self.me,
+                    indexes.as_slice(),
+                    &slots,
+                    self,
+                )
                 .expect("the steward never dies by a Run");
         }
         let mut punched = 0u64;
@@ -998,6 +1006,7 @@ impl<'d> Steward<'d> {
             let got = queue
                 .reclaim(
                     (count - quota).min(QUOTA_RECLAIM_BATCH),
+                    Shares::attached(quota, &slots),
                     self.me,
                     indexes.as_slice(),
                     &slots,

@@ -198,6 +198,15 @@ pub(crate) enum Flaw {
     /// holds newer bytes than the disk, and reclaim frees it.
     #[cfg(test)]
     MarkKept,
+    /// Reclaim protects no member's share or floor (queue.rs, "Owners and shares"): a
+    /// member scanning far more than the quota evicts another's working set.
+    #[cfg(test)]
+    NoFloors,
+    /// The eviction queue's DETACH lowers its frame's owner's count by a store after its
+    /// intent, not in it (queue.rs, "Owners and shares"): a death between leaves the count
+    /// one above the frames the owner owns.
+    #[cfg(test)]
+    CountOutsideIntent,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

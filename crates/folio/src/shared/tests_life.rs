@@ -691,3 +691,122 @@ fn a_steward_killed_while_it_holds_the_frames_it_gives_back_leaves_them_to_the_n
         "the lever never stopped the steward holding the frames it gives back"
     );
 }
+
+/// Reads all of `path` through `reader`, its bytes checked against file `id`'s stamps.
+fn read_stamped<R: super::Run>(reader: &SharedReader<'_, R>, path: &Path, id: u64, len: u64) {
+    let file = reader.open(path).unwrap();
+    let mut buf = vec![0u8; len as usize];
+    assert_eq!(reader.read_at(&file, &mut buf, 0).unwrap(), len as usize);
+    assert!(buf == stamped(id, len), "wrong bytes read");
+    reader.close(file).unwrap();
+}
+
+/// A member's reads run as the member, with a model's flaw (a broken variant's run).
+struct Flawed<'m>(&'m Member, super::Flaw);
+
+impl super::Run for Flawed<'_> {
+    fn at(&self, step: super::Step) -> Result<(), super::Died> {
+        self.0.at(step)
+    }
+
+    fn wait(&self, holder: super::Holder) {
+        self.0.wait(holder);
+    }
+
+    fn parked(&self, holder: super::Holder, outcome: super::futex::Parked) {
+        self.0.parked(holder, outcome);
+    }
+
+    fn flaw(&self) -> super::Flaw {
+        self.1
+    }
+}
+
+/// Shares and floors (queue.rs, "Owners and shares"): two members of a domain of 2,048
+/// frames (the quota: plenty of memory), so each has a share of 1,024 and a floor of
+/// 512. B reads a set of 200 pages, then A scans a file of 8,192 pages three times (its
+/// misses reclaim, cycling the queue twelve times over); B re-reads its set after each
+/// scan: every page a hit, its frames counted as its own. With floors ignored
+/// (`Flaw::NoFloors`, the broken variant below) A's scans evict B's set.
+#[test]
+fn a_member_within_its_floor_keeps_its_set_while_another_scans_far_more_than_the_quota() {
+    shares_and_floors(super::Flaw::None);
+}
+
+#[test]
+fn shares_broken_no_floors() {
+    let caught = std::panic::catch_unwind(|| shares_and_floors(super::Flaw::NoFloors));
+    let message = caught.expect_err("floors ignored: B's set evicted");
+    let message = message
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(message.contains("B's set stayed cached"), "{message}");
+}
+
+fn shares_and_floors(flaw: super::Flaw) {
+    const SET_PAGES: u64 = 200;
+    const SCAN_PAGES: u64 = 8192;
+    let setup = setup(SET_PAGES * 4096);
+    let scan = write_file(setup._data.path(), 1, SCAN_PAGES * 4096);
+    let config = config(
+        setup.home.path(),
+        "shares",
+        Duration::from_secs(120),
+        setup.machine.path(),
+    );
+    let a = Member::attach(&config).unwrap();
+    let b = Member::attach(&config).unwrap();
+    let domain = b.domain();
+    let queue = domain.queue();
+    let a_run = Flawed(&a, flaw);
+    let a_reader = SharedReader::new(&a, &a_run, 8);
+    let b_reader = SharedReader::new(&b, &b, 8);
+    read_stamped(&b_reader, &setup.path, 0, SET_PAGES * 4096);
+    assert_eq!(queue.owned(b.holder().slot), SET_PAGES as u32);
+    let shares = super::queue::Shares::attached(domain.quota(), &domain.slots());
+    assert_eq!(
+        (shares.share_frames, shares.floor_frames),
+        (FRAMES / 2, FRAMES / 4),
+        "two members, the quota every frame"
+    );
+    // B's re-reads: pages found cached, and reads of its file (a miss's window reads the
+    // pages after it too, which then count as hits: the file's reads tell).
+    let (mut b_hits, mut b_preads) = (0, 0);
+    for round in 0..3 {
+        read_stamped(&a_reader, &scan, 1, SCAN_PAGES * 4096);
+        let before = b_reader.counters();
+        read_stamped(&b_reader, &setup.path, 0, SET_PAGES * 4096);
+        let after = b_reader.counters();
+        b_hits += after.hits - before.hits;
+        b_preads += after.preads - before.preads;
+        eprintln!(
+            "round {round}: B {} hits, {} misses, {} reads of its file; owned: A {}, B {}; \
+             queued {}; A reclaimed {}",
+            after.hits - before.hits,
+            after.misses - before.misses,
+            after.preads - before.preads,
+            queue.owned(a.holder().slot),
+            queue.owned(b.holder().slot),
+            queue.count(),
+            a_reader.counters().reclaimed,
+        );
+    }
+    assert!(
+        a_reader.counters().reclaimed >= 2 * SCAN_PAGES,
+        "A's scans reclaimed"
+    );
+    assert_eq!(
+        (b_hits, b_preads),
+        (3 * SET_PAGES, 0),
+        "B's set stayed cached: every re-read a hit, its file not read"
+    );
+    assert_eq!(queue.owned(b.holder().slot), SET_PAGES as u32);
+    drop(a_reader);
+    // A's clean detach: its frames nobody's, its count 0.
+    assert_eq!(queue.owned(a.holder().slot), 0);
+    a.detach();
+    drop(b_reader);
+    wait_until("quiet", || census(domain).is_some());
+    b.detach();
+}

@@ -91,7 +91,14 @@ pub(super) fn reclaim_everything(domain: &Domain, me: Holder) {
     let indexes = domain.indexes();
     let frames = domain.geometry().frames;
     let freed = queue
-        .reclaim(frames, me, indexes.as_slice(), &slots, &Unkillable)
+        .reclaim(
+            frames,
+            super::queue::Shares::NONE,
+            me,
+            indexes.as_slice(),
+            &slots,
+            &Unkillable,
+        )
         .unwrap();
     assert_eq!(queue.count(), 0, "{} frames still queued", queue.count());
     let node_frames = buddy.check(&slots).unwrap().nodes.len() as u32;
@@ -750,6 +757,7 @@ impl Run for ReuseAtFound<'_> {
         let freed = queue
             .reclaim(
                 domain.geometry().frames,
+                super::queue::Shares::NONE,
                 me,
                 indexes.as_slice(),
                 &slots,

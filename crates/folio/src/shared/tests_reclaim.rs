@@ -154,7 +154,10 @@ fn a_pinned_frame_is_skipped_and_a_frozen_one_refuses_a_pin() {
     assert_eq!(pinned.0, a);
     assert_eq!(queue.pin_hit(&indexes[0], 12, reader), None, "a miss");
     // `a` is the head but pinned: it goes to the tail; `b` is taken.
-    assert_eq!(queue.reclaim(2, me, &indexes[..], &slots, run), Ok(1));
+    assert_eq!(
+        queue.reclaim(2, super::queue::Shares::NONE, me, &indexes[..], &slots, run),
+        Ok(1)
+    );
     assert_eq!(indexes[0].lookup(11), Entry::Shadow(SHADOW_VALUE));
     assert_eq!(
         drop_page(&queue, &indexes, me, 0, 10, &slots, run),
@@ -162,7 +165,10 @@ fn a_pinned_frame_is_skipped_and_a_frozen_one_refuses_a_pin() {
     );
     queue.unpin(pinned.0, reader);
     assert_eq!(queue.check(&slots).unwrap().queued.len(), 1);
-    assert_eq!(queue.reclaim(1, me, &indexes[..], &slots, run), Ok(1));
+    assert_eq!(
+        queue.reclaim(1, super::queue::Shares::NONE, me, &indexes[..], &slots, run),
+        Ok(1)
+    );
     assert_eq!(indexes[0].lookup(10), Entry::Shadow(SHADOW_VALUE));
     assert!(queue.check(&slots).unwrap().queued.is_empty());
     assert_eq!(buddy.check(&slots).unwrap().free_frames, frames);
@@ -250,10 +256,16 @@ fn a_pin_this_process_holds_is_refused_and_a_hand_over_waits_for_it() {
         .unwrap();
     assert!(matches!(placed[..], [Placed::Inserted(_)]), "{placed:?}");
     // Pinned: reclaim rotates it and takes `a` only.
-    assert_eq!(queue.reclaim(2, me, &indexes[..], &slots, run), Ok(1));
+    assert_eq!(
+        queue.reclaim(2, super::queue::Shares::NONE, me, &indexes[..], &slots, run),
+        Ok(1)
+    );
     assert_eq!(indexes[0].lookup(10), Entry::Shadow(SHADOW_VALUE));
     queue.unpin(f, me);
-    assert_eq!(queue.reclaim(1, me, &indexes[..], &slots, run), Ok(1));
+    assert_eq!(
+        queue.reclaim(1, super::queue::Shares::NONE, me, &indexes[..], &slots, run),
+        Ok(1)
+    );
     assert!(queue.check(&slots).unwrap().queued.is_empty());
     assert_eq!(buddy.check(&slots).unwrap().free_frames, frames);
 }
@@ -400,7 +412,7 @@ fn add_touch_remove_reclaim_follow_the_model() {
                 }
                 Op::Reclaim(want) => {
                     let freed = model.reclaim(want);
-                    let got = queue.reclaim(want, me, &indexes[..], &slots, run).unwrap();
+                    let got = queue.reclaim(want, super::queue::Shares::NONE, me, &indexes[..], &slots, run).unwrap();
                     prop_assert_eq!(got as usize, freed.len());
                 }
             }
@@ -481,14 +493,20 @@ fn script<R: Run>(
     let b = cache(queue, buddy, indexes, me, 0, 1, slots, run)?.expect("free");
     cache(queue, buddy, indexes, me, 1, 5, slots, run)?.expect("free");
     queue.touch(b);
-    assert_eq!(queue.reclaim(2, me, indexes, slots, run)?, 2);
+    assert_eq!(
+        queue.reclaim(2, super::queue::Shares::NONE, me, indexes, slots, run)?,
+        2
+    );
     cache(queue, buddy, indexes, me, 0, 1, slots, run)?.expect("free");
     assert_eq!(
         drop_page(queue, indexes, me, 0, 1, slots, run)?,
         Some(Removed::Freed)
     );
     cache(queue, buddy, indexes, me, 0, 7, slots, run)?.expect("free");
-    assert_eq!(queue.reclaim(1, me, indexes, slots, run)?, 1);
+    assert_eq!(
+        queue.reclaim(1, super::queue::Shares::NONE, me, indexes, slots, run)?,
+        1
+    );
     Ok(())
 }
 
@@ -555,7 +573,14 @@ fn in_one_process(flaw: Flaw) -> Result<(u32, u32), String> {
             let living = DieAt::new(None, flaw);
             let other = || -> Result<(), Died> {
                 cache(&queue, &buddy, &indexes, r, 1, 9, &slots, &living)?;
-                queue.reclaim(1, r, &indexes[..], &slots, &living)?;
+                queue.reclaim(
+                    1,
+                    super::queue::Shares::NONE,
+                    r,
+                    &indexes[..],
+                    &slots,
+                    &living,
+                )?;
                 Ok(())
             };
             if first == First::Steward {
@@ -596,7 +621,14 @@ fn in_one_process(flaw: Flaw) -> Result<(u32, u32), String> {
             queue.unpin(q_pin.0, q);
             let all = queue.count();
             let freed = queue
-                .reclaim(SCRIPT_FRAMES, steward, &indexes[..], &slots, run)
+                .reclaim(
+                    SCRIPT_FRAMES,
+                    super::queue::Shares::NONE,
+                    steward,
+                    &indexes[..],
+                    &slots,
+                    run,
+                )
                 .unwrap();
             if freed != all {
                 return Err(fail(format!("reclaimed {freed} of {all}")));
@@ -703,7 +735,10 @@ fn costs_beside_todays_queue() {
         queue.unpin(pinned.0, me);
     }
     let hit = per(started, N);
-    assert_eq!(queue.reclaim(1, me, &indexes[..], &slots, run), Ok(1));
+    assert_eq!(
+        queue.reclaim(1, super::queue::Shares::NONE, me, &indexes[..], &slots, run),
+        Ok(1)
+    );
 
     let (mut caching, mut reclaiming) = (0.0, 0.0);
     for _ in 0..ROUNDS {
@@ -716,7 +751,14 @@ fn costs_beside_todays_queue() {
         caching += per(started, BATCH);
         let started = Instant::now();
         assert_eq!(
-            queue.reclaim(BATCH, me, &indexes[..], &slots, run),
+            queue.reclaim(
+                BATCH,
+                super::queue::Shares::NONE,
+                me,
+                &indexes[..],
+                &slots,
+                run
+            ),
             Ok(BATCH)
         );
         reclaiming += per(started, 1);
@@ -835,7 +877,14 @@ fn install_killed_at_every_step(flaw: Flaw) -> Result<u32, String> {
             let living = DieAt::new(None, flaw);
             let other = || -> Result<(), Died> {
                 cache(&queue, &buddy, &indexes, r, 1, 9, &slots, &living)?;
-                queue.reclaim(1, r, &indexes[..], &slots, &living)?;
+                queue.reclaim(
+                    1,
+                    super::queue::Shares::NONE,
+                    r,
+                    &indexes[..],
+                    &slots,
+                    &living,
+                )?;
                 Ok(())
             };
             if first == First::Steward {
@@ -875,7 +924,14 @@ fn install_killed_at_every_step(flaw: Flaw) -> Result<u32, String> {
             }
             let all = queue.count();
             let freed = queue
-                .reclaim(SCRIPT_FRAMES, steward, &indexes[..], &slots, run)
+                .reclaim(
+                    SCRIPT_FRAMES,
+                    super::queue::Shares::NONE,
+                    steward,
+                    &indexes[..],
+                    &slots,
+                    run,
+                )
                 .unwrap();
             if freed != all {
                 return Err(fail(format!("reclaimed {freed} of {all} (a mark left?)")));

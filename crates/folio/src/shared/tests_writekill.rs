@@ -908,7 +908,14 @@ fn kill_with_keeper_stopped(
     let indexes = domain.indexes();
     domain
         .queue()
-        .reclaim(FRAMES, parent.holder(), indexes.as_slice(), &slots, parent)
+        .reclaim(
+            FRAMES,
+            super::queue::Shares::NONE,
+            parent.holder(),
+            indexes.as_slice(),
+            &slots,
+            parent,
+        )
         .unwrap();
     let wrong = read_one_fresh(parent, data, models, f, v);
     assert_eq!(

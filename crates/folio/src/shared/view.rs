@@ -1,6 +1,7 @@
 //! A domain seen from outside (issue 45: `folio-stat domain NAME`): its steward, its
 //! processes (slot, generation, pid, whether the process still runs, the frames each holds
-//! pinned), its frames, how many the cache holds and may hold (the quota), its files, read from the region file
+//! pinned and owns), its frames, how many the cache holds and may hold (the quota, each
+//! member's share and floor), its files, read from the region file
 //! without attaching (no slot taken, no steward started, no store).
 //!
 //! Protection: none needed: every word is read with a load (the region's words are
@@ -18,7 +19,7 @@ use std::io;
 use std::path::Path;
 
 use super::domain::{start_time, Domain, DomainFiles, FILE_RECORDS};
-use super::queue::PIN_SLOTS;
+use super::queue::{Shares, PIN_SLOTS};
 use super::slot::SlotState;
 use super::SlotIndex;
 use crate::segment::{DiskDir, SegmentDir};
@@ -37,6 +38,9 @@ pub struct DomainProcess {
     pub running: bool,
     /// Frames it holds pinned now (a read in progress).
     pub pins: u32,
+    /// Queued frames it owns (its misses and writes brought them in: docs/sharing.md,
+    /// "Shares and floors").
+    pub owned_frames: u32,
 }
 
 /// What `DomainView::read` saw.
@@ -55,6 +59,10 @@ pub struct DomainSummary {
     /// The quota: how many frames the cache may hold now, moved by the steward with the
     /// machine's memory (docs/sharing.md, "The quota that follows the machine").
     pub quota_frames: u32,
+    /// Each member's share of the quota and its floor, the defaults: the quota over the
+    /// members attached (the LIVE slots but the steward's), and half of that.
+    pub share_frames: u32,
+    pub floor_frames: u32,
     /// Pages the members' misses read again while their shadow was in the index (the
     /// quota grows only on refaults).
     pub refaults: u64,
@@ -96,6 +104,7 @@ impl DomainView {
         let records = d.records();
         let queue = d.queue();
         let pins = queue.pins_by_slot();
+        let shares = Shares::attached(d.quota(), &slots);
         let running = |pid: u32, start: u64| pid != 0 && start_time(pid).is_ok_and(|s| s == start);
         let mut processes = Vec::new();
         for slot in 0..slots.slot_count() {
@@ -115,6 +124,7 @@ impl DomainView {
                 } else {
                     0
                 },
+                owned_frames: queue.owned(SlotIndex(slot)),
             });
         }
         let steward = d.steward();
@@ -126,6 +136,8 @@ impl DomainView {
             frames: geometry.frames,
             frames_cached: queue.count(),
             quota_frames: d.quota(),
+            share_frames: shares.share_frames,
+            floor_frames: shares.floor_frames,
             refaults: d.refaults(),
             file_records: FILE_RECORDS,
             processes,
