@@ -1617,8 +1617,8 @@ impl<'r> SharedQueue<'r> {
         released
     }
 
-    /// The marks naming `holder`'s slot (tests: a dead writer's frames still HELD while
-    /// its keeper writes).
+    /// The marks naming `holder`'s slot (the steward: whether a dead writer's keeper is
+    /// to be waited for; tests: its frames still HELD while its keeper writes).
     pub(crate) fn marks_of(&self, holder: Holder) -> u32 {
         let slot_mark = held_slot(holder);
         (0..self.buddy.reached())

@@ -670,6 +670,11 @@ impl<'d> Steward<'d> {
             .sweep(dead, self.me, &slots, self, writes);
         assert_eq!(swept.map(|_| ()), Ok(()), "the steward never dies by a Run");
         self.lever();
+        // A keeper is waited for only while the dead process's marks name frames: with
+        // none, every page it wrote is on disk already, and a kept segment's keeper lives
+        // on (the kept memory's steward) long after its writeback: the slot would stay
+        // DEAD for nothing.
+        let keeper = keeper.filter(|_| self.domain.queue().marks_of(dead) > 0);
         match keeper.map(ProcessId::find) {
             Some(Ok(Some(pidfd))) => {
                 self.trace.line(format_args!(
@@ -818,6 +823,15 @@ impl<'d> Steward<'d> {
                     revents: 0,
                 });
             }
+            // Nobody attached, only dead writers' slots kept for their keepers (a kept
+            // segment's keeper lives on as its steward after its writeback), and the
+            // region removed: nobody will read the marks they hold; leave as alone.
+            if unwatched
+                && self.alone_but_keepers()
+                && region.metadata().is_ok_and(|m| m.nlink() == 0)
+            {
+                return Left::Unlinked;
+            }
             let alone = unwatched && self.alone();
             let timeout_ms = if alone {
                 // Module docs, "Alone": no populating (nobody allocates), the free frames
@@ -916,6 +930,21 @@ impl<'d> Steward<'d> {
         (0..slots.slot_count())
             .map(SlotIndex)
             .all(|slot| slot == self.me.slot || slots.state(slot).0 == SlotState::Free)
+    }
+
+    /// Whether every slot but ours is FREE, or DEAD with its keeper waited for
+    /// (`keeping`): `alone` but for the dead writers' slots kept until their keepers end.
+    fn alone_but_keepers(&self) -> bool {
+        let slots = self.domain.slots();
+        let keeping = self.keeping.borrow();
+        (0..slots.slot_count()).map(SlotIndex).all(|slot| {
+            slot == self.me.slot
+                || match slots.state(slot).0 {
+                    SlotState::Free => true,
+                    SlotState::Dead => keeping.iter().any(|k| k.dead.slot == slot),
+                    SlotState::Live => false,
+                }
+        })
     }
 
     /// Gives memory back (module docs, "Alone"): `want_bytes` of it, counting first the
