@@ -449,8 +449,8 @@ impl DomainWriter {
     /// page looked at (the suspects `written` found, or with `Settle::Every`, every page
     /// we hold a mark of), if `clean(page)` (our private folio of it neither dirty nor
     /// under writeback, or gone: a folio is evicted clean), its bytes are on disk: the
-    /// frame unmarked if it still holds our last mark, and the mark forgotten. Returns how
-    /// many marks were released.
+    /// frame unmarked if it still holds our last mark, and the mark forgotten (`written`
+    /// with that mark: its bytes are the ones on disk).
     ///
     /// Why it is safe: under the writer lock no write of the file is between its private
     /// part and its install, so our last mark of the page is of the private folio's bytes
@@ -459,15 +459,15 @@ impl DomainWriter {
     /// old mark's bytes on disk all the same.
     ///
     /// Context: under the file's private writer lock (no install or append meanwhile).
-    pub(crate) fn settle(&self, pages: Settle, clean: impl Fn(Page) -> bool) -> usize {
+    pub(crate) fn settle(&self, pages: Settle, clean: impl Fn(Page) -> bool) {
         let looked: Vec<Page> = match pages {
             Settle::Suspects => {
                 if !self.any_suspect.swap(false, Ordering::Acquire) {
-                    return 0;
+                    return;
                 }
                 let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
                 if suspects.is_empty() {
-                    return 0;
+                    return;
                 }
                 std::mem::take(&mut *suspects)
             }
@@ -480,28 +480,12 @@ impl DomainWriter {
                 marks.keys().copied().collect()
             }
         };
-        let mut released = 0;
         for page in looked {
-            let Some(mark) = self.mark_of_page(page) else {
-                continue;
-            };
-            if !clean(page) {
-                // Dirty again, or under writeback: that writeback's mark is this one.
-                continue;
-            }
-            self.reader.reader.release_held(self.file(), page, mark);
-            let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
-            if marks.get(&page) == Some(&mark) {
-                marks.remove(&page);
-                released += 1;
+            // Dirty again, or under writeback: that writeback's mark is the last one.
+            if clean(page) {
+                self.written(page, self.mark_of(page));
             }
         }
-        released
-    }
-
-    fn mark_of_page(&self, page: Page) -> Option<u64> {
-        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
-        marks.get(&page).copied()
     }
 
     /// W5: the record's size raised to at least `end`.

@@ -294,6 +294,10 @@ fn child() {
     let Ok(role) = std::env::var(ROLE) else {
         return;
     };
+    // No child outlives a failed or killed test (its keeper is its own process).
+    if !super::tests::die_with_parent() {
+        return;
+    }
     let home = PathBuf::from(std::env::var(HOME).unwrap());
     let data = PathBuf::from(std::env::var(DATA).unwrap());
     let name = std::env::var(NAME).unwrap();
