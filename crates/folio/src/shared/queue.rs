@@ -453,6 +453,15 @@ pub(crate) fn held_mark(me: Holder, seq: u64) -> u64 {
     held_slot(me) << 48 | seq
 }
 
+/// Whether `index` names `frame` (order 0) at `page`.
+fn names(index: &SharedIndex<'_>, page: Page, frame: u32) -> bool {
+    index.lookup(page)
+        == Entry::Folio {
+            frame: u64::from(frame),
+            order: 0,
+        }
+}
+
 fn held_slot(me: Holder) -> u64 {
     u64::from(me.slot.0) + 1
 }
@@ -1327,6 +1336,51 @@ impl<'r> SharedQueue<'r> {
         Ok(removed)
     }
 
+    /// Frees `frame`, a page of `file` this reader read and handed over but whose
+    /// insertion did not place it (another reader's frame was there first, or the tree
+    /// had no node frame), at once instead of leaving it to reclaim: with memory to spare
+    /// nothing reclaims, and every page two processes missed at the same moment stayed
+    /// cached twice (issue 45's done-when 1: 1,400-1,800 such frames, 6-8% of a database
+    /// read by 8 processes, most of its memory over one copy). `false` if it is not such a
+    /// frame any more, or is pinned: reclaim frees it later, as before.
+    ///
+    /// Why these checks: the caller unpinned it before this, so the frame may have been
+    /// reclaimed, freed and leased again meanwhile, even for the same page. Under the
+    /// queue's lock a cached frame is not freed; one that is unpinned (a lessee pins its
+    /// frame from its hand-over until its insertion is done), unmarked (HELD 0: a
+    /// writer's pages are never taken here) and named by no index is a frame whose
+    /// insertion failed, which nobody can find: nobody pins it meanwhile (a hit that
+    /// pins a frame it found in an older incarnation fails E2 and lets go). An insertion
+    /// of it by a dead member, still under way, is finished by E4 before it removes it.
+    ///
+    /// Context: as `remove`; `me` does not hold `frame` pinned.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn drop_unplaced<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        file: FileNo,
+        page: Page,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<bool, Died> {
+        let held = self.take(me, indexes, slots, run)?;
+        let f = frame.0;
+        let unplaced = f < self.frames
+            && self.buddy.is_cached(frame, Order(0))
+            && self.load(f, FILE) & FILE_BITS == file.0
+            && self.load(f, PAGE) == page
+            && self.of(f, PIN).load(Ordering::Acquire) == 0
+            && self.of(f, HELD).load(Ordering::Acquire) == 0
+            && !indexes
+                .index(file)
+                .is_some_and(|index| names(index, page, f));
+        let dropped = unplaced && self.evict(&held, f, Evict::Remove, me, indexes, slots, run)?;
+        held.unlock(run)?;
+        Ok(dropped)
+    }
+
     /// A file record's drop (files.rs R1, under the table's lock, the record nobody's
     /// open): every folio of `file`'s tree removed and freed (`remove`: E1-E7, no shadow
     /// left), a pinned one waited for (`run.wait`: its pinner is a reader passing by, or a
@@ -1476,17 +1530,10 @@ impl<'r> SharedQueue<'r> {
         let Some(index) = indexes.index(file) else {
             return Ok(());
         };
-        let names = |index: &SharedIndex<'_>| {
-            index.lookup(page)
-                == Entry::Folio {
-                    frame: u64::from(frame),
-                    order: 0,
-                }
-        };
-        if !names(index) {
+        if !names(index, page, frame) {
             // A dead writer's insertion of the frame may be under way: finish it first.
             index.recover(me, slots, run)?;
-            if !names(index) {
+            if !names(index, page, frame) {
                 return Ok(());
             }
         }

@@ -27,9 +27,11 @@
 //!   cache (`hand_over`: the frame pinned by us, queued, CACHED), the insertion into the
 //!   index (`insert_run`), the copy, the unpin. Two processes that miss one page at once
 //!   both read it; the second's insertion **conflicts** (or its tree needs a node frame
-//!   and none is free, even after a reclaim): its frame stays queued in no index
-//!   (reclaim frees it, queue.rs) and it reads its own copy, which is correct (the same
-//!   bytes of a file nobody writes). Counted.
+//!   and none is free, even after a reclaim): it reads its own copy, which is correct
+//!   (the same bytes of a file nobody writes), and frees its frame once it unpinned it
+//!   (`SharedQueue::drop_unplaced`; before, the frame stayed queued in no index until a
+//!   reclaim, which a domain with memory to spare never runs: each such page cached
+//!   twice). Counted.
 //! - **Nothing to reclaim** (every queued frame pinned, the free frames in other members'
 //!   magazines): the page is read uncached, into this reader's private page (O_DIRECT
 //!   needs an aligned buffer), and copied from there. Counted (`uncached`), never an error.
@@ -73,7 +75,7 @@
 //! - **Another reader's window**: a page some process inserted is a hit and not read again
 //!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
 //!   not known: nothing marks a page in flight, so both read it and the second insertion
-//!   conflicts (its frame left for reclaim, its reader copying its own, right, bytes):
+//!   conflicts (its reader copying its own, right, bytes, then freeing its frame):
 //!   counted (`duplicates`). Marking it needs an in-flight frame state that a hit checks,
 //!   its waiters parked, and the steward's sweep of a dead reader's: designed in
 //!   docs/sharing.md ("Readahead through a domain"), not built.
@@ -151,7 +153,7 @@
 //! that meets a sibling's reads uncached); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
 //! (`Placed::Full`) gets a reclaim of a batch and one more try, then leaves the miss's
-//! frame uncached (queued in no index, counted `conflicts`); a record keeps its tree's
+//! frame uncached (freed once unpinned, counted `conflicts`); a record keeps its tree's
 //! node frames until it is dropped (files.rs R1: `forget` of a removed file, a changed
 //! file's or a full table's admission).
 
@@ -332,7 +334,7 @@ pub(crate) struct ReadCounters {
     /// Windows the readahead policy opened (on a miss or at a marker).
     pub(crate) windows: u64,
     /// Pages read into our frames whose insertion found the page inserted by another
-    /// process or thread meanwhile (or no node frame for its tree): left for reclaim.
+    /// process or thread meanwhile (or no node frame for its tree): freed once unpinned.
     pub(crate) conflicts: u64,
     /// Of the conflicts, the pages another reader had inserted meanwhile: read twice
     /// (module docs, "Readahead": a read in flight is not marked).
@@ -1321,6 +1323,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
             }
         }
         let mut full: Vec<usize> = Vec::new();
+        // The frames whose insertion conflicted (by their index into `frames`): freed once
+        // unpinned (`SharedQueue::drop_unplaced`).
+        let mut unplaced: Batch<usize> = Batch::new();
         for &(first, len) in &read {
             let folios: Batch<Folio> = frames[first..first + len]
                 .iter()
@@ -1336,7 +1341,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
             for (i, placed) in placed.iter().enumerate() {
                 match placed {
                     Placed::Inserted(shadows) => refaults += shadows.len() as u64,
-                    Placed::Conflict => self.conflict(Unplaced::Duplicate),
+                    Placed::Conflict => {
+                        self.conflict(Unplaced::Duplicate);
+                        unplaced.push(first + i);
+                    }
                     Placed::Full => full.push(first + i),
                 }
             }
@@ -1358,10 +1366,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     .insert_run(self.me, pages[i], &[folio], &slots, self.run)
                     .map_err(died)?;
                 match placed.first() {
-                    Some(Placed::Inserted(_)) => {}
+                    Some(Placed::Inserted(_)) => continue,
                     Some(Placed::Conflict) => self.conflict(Unplaced::Duplicate),
                     _ => self.conflict(Unplaced::NoNode),
                 }
+                unplaced.push(i);
             }
         }
         let read_pages: usize = read.iter().map(|&(_, len)| len).sum();
@@ -1381,6 +1390,13 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 queue.unpin(frame, self.me);
             }
         }
+        for i in unplaced {
+            queue
+                .drop_unplaced(
+                    frames[i], file_no, pages[i], self.me, indexes, &slots, self.run,
+                )
+                .map_err(died)?;
+        }
         match need_error {
             Some(e) => Err(e),
             None => Ok(()),
@@ -1388,7 +1404,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// A page read into our frame that its insertion did not place (counted), and why.
-    /// The frame stays queued in no index (reclaim frees it).
+    /// The frame stays queued in no index until `fill` frees it once unpinned.
     fn conflict(&self, why: Unplaced) {
         bump(&self.counts.conflicts);
         if why == Unplaced::Duplicate {
