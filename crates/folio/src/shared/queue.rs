@@ -24,6 +24,14 @@
 //! drops its pins and the frame stays queued, in no index: reclaim frees such a frame
 //! (it looks its page up and finds another frame or nothing). So an index never names a
 //! frame that is not CACHED: it is inserted after the ADD and removed before the free.
+//! A live lessee whose insertion did not place its frame frees it once unpinned
+//! (`drop_unplaced`: under the lock, only if it is still CACHED at that page, unpinned,
+//! unmarked and named by no index, since it may have been reclaimed and leased again
+//! meanwhile, even by a writer for the same page). The loom models
+//! `drop_unplaced_races_a_hit_and_a_reclaim` (the lessee dying at each step) and
+//! `drop_unplaced_races_a_hit_and_a_writers_install` (that ABA) check it, and
+//! `drop_unplaced_broken_unchecked` (`Flaw::DropUnchecked`: the checks of `remove` only)
+//! fails: the writer's page is taken out of its index.
 //!
 //! # Layout (from `base`, 8-word aligned)
 //!
@@ -290,8 +298,9 @@
 //! (one bit each: a domain of more slots needs a second pin word per frame); a process
 //! holds one pin per frame (its threads share it: a sibling's refused, "Threads"); the
 //! shadow left is a constant (`SHADOW_VALUE`: the refault distance that
-//! `eviction/` computes is not carried yet); a frame whose insertion conflicted stays
-//! queued until reclaim reaches it; one queue (one lock) for the whole domain (in the
+//! `eviction/` computes is not carried yet); a frame whose insertion conflicted and that
+//! its reader could not drop (pinned then, or the reader dead) stays queued until reclaim
+//! reaches it; one queue (one lock) for the whole domain (in the
 //! domain's region since step 6's second part, with an index per file record, used by
 //! read.rs, and through it by a `Cache` with a domain since step 8's first slice); a
 //! frame's owner is the member that brought it in, never the one using it (a page B hits
@@ -1367,15 +1376,18 @@ impl<'r> SharedQueue<'r> {
     ) -> Result<bool, Died> {
         let held = self.take(me, indexes, slots, run)?;
         let f = frame.0;
-        let unplaced = f < self.frames
+        let caches_page = f < self.frames
             && self.buddy.is_cached(frame, Order(0))
             && self.load(f, FILE) & FILE_BITS == file.0
-            && self.load(f, PAGE) == page
-            && self.of(f, PIN).load(Ordering::Acquire) == 0
-            && self.of(f, HELD).load(Ordering::Acquire) == 0
-            && !indexes
-                .index(file)
-                .is_some_and(|index| names(index, page, f));
+            && self.load(f, PAGE) == page;
+        // The broken variant (models): only what `remove` checks.
+        let unplaced = caches_page
+            && (drops_unchecked(run.flaw())
+                || self.of(f, PIN).load(Ordering::Acquire) == 0
+                    && self.of(f, HELD).load(Ordering::Acquire) == 0
+                    && !indexes
+                        .index(file)
+                        .is_some_and(|index| names(index, page, f)));
         let dropped = unplaced && self.evict(&held, f, Evict::Remove, me, indexes, slots, run)?;
         held.unlock(run)?;
         Ok(dropped)
@@ -1905,6 +1917,16 @@ fn ignores_floors(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::NoFloors => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's `drop_unplaced` takes out a frame that caches its page
+/// without looking at its pins, its mark or the index.
+fn drops_unchecked(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::DropUnchecked => true,
         _ => false,
     }
 }

@@ -207,6 +207,13 @@ pub(crate) enum Flaw {
     /// one above the frames the owner owns.
     #[cfg(test)]
     CountOutsideIntent,
+    /// A reader's `drop_unplaced` checks only what `remove` does (its frame still caches
+    /// the page), not that the frame is unpinned, unmarked and named by no index
+    /// (queue.rs): a frame reclaimed, freed and installed again at the same page by a
+    /// writer meanwhile (HELD, indexed) is taken out of the index, the writer's newest
+    /// bytes with it.
+    #[cfg(test)]
+    DropUnchecked,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.
