@@ -544,7 +544,8 @@ pub const DOMAIN_LINGER: Duration = Duration::from_secs(10 * 60);
 impl CacheBuilder {
     /// Attaches to the domain `name` (`domain`'s doc), sized by the machine if this
     /// build makes it (`Geometry::frames_for_machine`: the machine's or the cgroup's
-    /// memory, at most 4 GiB; not this build's capacity).
+    /// memory, at most 1 TiB and what the directory's file system holds; not this
+    /// build's capacity).
     ///
     /// Errors: `InvalidInput` for a bad name; the home's checks (`SegmentDir`);
     /// `Member::attach`'s.
@@ -554,7 +555,11 @@ impl CacheBuilder {
             None => crate::segment::SegmentDir::home()?.path().to_path_buf(),
         };
         let facts = MemorySource::this_process().read();
-        let frames = Geometry::frames_for_machine(&facts, CAPACITY_BYTES_DEFAULT);
+        let frames = Geometry::frames_for_machine(
+            &facts,
+            CAPACITY_BYTES_DEFAULT,
+            crate::shared::domain::file_system_bytes(&dir),
+        );
         let config = DomainConfig {
             dir,
             name: name.to_string(),

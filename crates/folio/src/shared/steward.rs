@@ -955,22 +955,38 @@ impl<'d> Steward<'d> {
     /// and told to the populator (`Populator::given_back`: not populated again at once).
     /// `want_bytes` 0: the free frames only.
     ///
+    /// Only the frames below the allocator's frontier and the populator's lead past it
+    /// (`LEAD_FRAMES_MAX`) are looked at: past them the file has no page (nobody
+    /// populates, leases or maps a frame there: buddy.rs, "Frames never reached"), and a
+    /// look at every frame would cost the domain's size (a `mincore` vector and a scan of
+    /// a byte a frame: 256 MiB each for a domain of 1 TiB), not what was used.
+    ///
     /// Context: the steward, alone (`alone`): nobody leases, frees or pins meanwhile.
     /// Killed in the middle: the reclaim's lock and intent are taken over by the next
     /// steward's sweep of this one's slot (its census finds it dead); frames freed and
     /// not yet punched are punched by the next give-back.
     fn give_back(&self, want_bytes: u64, populator: &mut Populator) {
         let frames = self.domain.geometry().frames;
-        if frames == 0 {
+        let buddy = self.domain.buddy();
+        let looked = buddy
+            .reached()
+            .saturating_add(super::populate::LEAD_FRAMES_MAX)
+            .min(frames);
+        if looked == 0 {
             return;
         }
-        let Ok(resident) = self.domain.data_resident(0..frames) else {
+        let Ok(resident) = self.domain.data_resident(0..looked) else {
             return;
         };
-        let buddy = self.domain.buddy();
-        let free_resident = buddy
-            .free_blocks()
-            .into_iter()
+        // The free blocks, cut at `looked` (the virgin frames are the last one).
+        let free_blocks = || {
+            buddy
+                .free_blocks()
+                .into_iter()
+                .map(|block| block.start..block.end.min(looked))
+                .filter(|block| !block.is_empty())
+        };
+        let free_resident = free_blocks()
             .flatten()
             .filter(|&f| resident[f as usize])
             .count() as u64;
@@ -993,7 +1009,7 @@ impl<'d> Steward<'d> {
                 .expect("the steward never dies by a Run");
         }
         let mut punched = 0u64;
-        for block in buddy.free_blocks() {
+        for block in free_blocks() {
             let pages = block.clone().filter(|&f| resident[f as usize]).count() as u64;
             if pages > 0 && self.domain.punch_data(block.clone()).is_ok() {
                 punched += pages;
