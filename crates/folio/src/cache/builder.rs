@@ -363,15 +363,19 @@ impl CacheBuilder {
     /// cache with the same domain `name` (issue 45; docs/sharing.md, "A `Cache` with a
     /// domain"): a page one of them read is a hit in every other. The domain's files go
     /// in `segment_dir` (default: the user's private home, `/dev/shm/folio-<uid>`; always
-    /// on tmpfs), named `<name>.domain` (its shared memory: the cached pages and the
-    /// structures over them), `<name>.steward` and `<name>.sock`; `name` is one plain
-    /// file name (`InvalidInput` otherwise). The build attaches to the domain's steward,
-    /// or starts one (a process forked from this one, `folio-steward`, which watches every
-    /// member and repairs what a dead one held, gives memory back under pressure once
-    /// nobody is attached, and removes the domain and leaves `DOMAIN_LINGER` after the
-    /// last member detached). The first build of a domain sizes it: as many 4 KiB frames
-    /// as its capacity (`capacity_bytes`; at most 4 GiB), the later ones' capacities do
-    /// not change it. Default: none (a private cache, as before).
+    /// on tmpfs), named by the version of their layout: `<name>.v11.domain` (its shared
+    /// memory: the cached pages and the structures over them), `<name>.v11.steward` and
+    /// `<name>.v11.sock` (`DomainFiles`: a build of another version attaches to a domain
+    /// of its own beside it); `name` is one plain file name of at most
+    /// `DOMAIN_NAME_MAX` bytes (`InvalidInput` otherwise). The build attaches to the
+    /// domain's steward, or starts one (a process forked from this one, `folio-steward`,
+    /// which watches every member and repairs what a dead one held, gives memory back
+    /// under pressure once nobody is attached, and removes the domain and leaves
+    /// `DOMAIN_LINGER` after the last member detached). The first build of a domain
+    /// sizes it by the machine, not by its capacity: a 4 KiB frame per 4 KiB of the
+    /// machine's memory or the cgroup's limit, at most what the directory's file system
+    /// holds and 1 TiB (`attach_domain`), resident only as frames are used; the later
+    /// builds do not change it. Default: none (a private cache, as before).
     ///
     /// **What goes through the domain, in this first slice**: `read_at`, `read_at_hint`
     /// (its hint ignored) and `read_many` (range by range) of a file opened read-only

@@ -37,9 +37,21 @@
 //! through `frame_data` (read.rs says who may touch a frame's bytes when). A frame moves
 //! between the two only through the buddy (free in between).
 //!
-//! Files, in the domain's directory (a private home, checked by `segment::home`'s
-//! `SegmentDir`): `<name>.domain` (the region), `<name>.steward` (the election's `flock`:
-//! steward.rs), `<name>.sock` (the attach socket: attach.rs).
+//! **Files**, in the domain's directory (a private home, checked by `segment::home`'s
+//! `SegmentDir`), named by the region's `VERSION` (`DomainFiles`): `<name>.v11.domain`
+//! (the region), `<name>.v11.steward` (the election's `flock`: steward.rs),
+//! `<name>.v11.sock` (the attach socket: attach.rs). So an upgrade meets no region of
+//! another version: a steward outlives its processes and its region lingers after them
+//! (steward.rs, step 5), and the processes of a new build attach to a domain of their
+//! own version, beside the old one, whose processes keep theirs and whose steward leaves
+//! after its linger as always. Versions before 11 named their files `<name>.domain`,
+//! `<name>.steward`, `<name>.sock`: a new build never opens them (an old steward's
+//! socket answered a new process, which then refused its region: "a domain region of
+//! version 9"). Two builds of two versions hold two copies of the pages meanwhile.
+//!
+//! A file at the region's name that is not a region of this version is refused and left
+//! as it is (`Domain::create`, `Domain::open`: DESIGN.md §6), never formatted over, but
+//! for a format that never finished (its first two words 0, or 0 and this `VERSION`).
 //!
 //! **Forks**: the mapping is `MADV_DONTFORK` (`map`), as a segment's is
 //! (`segment/fork.rs`): a child forked by a member (a tool, a harness, `system()`) has
@@ -114,8 +126,10 @@ const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// frames' words left 0 until reached), the stack at most `STACK_FRAMES`; 8: 4,096 file
 /// records (256 before); 9: a second header line (the quota and the refaults); 10: a frame's
 /// owner in its FILE word's high bits and a count per slot of the frames it owns (queue.rs,
-/// "Owners and shares").
-const VERSION: u64 = 10;
+/// "Owners and shares"); 11: up to 2^28 frames (`FRAMES_MAX`, 2^20 before: a build of 10
+/// refuses a header of more), and the region's files named by the version (module docs,
+/// "Files"): the words' layout is 10's.
+const VERSION: u64 = 11;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
@@ -300,24 +314,43 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
-/// The names of a domain's files.
+/// The names of a domain's files in its directory (module docs, "Files"), this
+/// `VERSION`'s: `<name>.v<VERSION>.domain` (the region), `.steward` (the election's
+/// lock), `.sock` (the attach socket).
 #[derive(Clone, Debug)]
-pub(crate) struct DomainFiles {
-    pub(crate) region: OsString,
-    pub(crate) election: OsString,
-    pub(crate) socket: OsString,
+pub struct DomainFiles {
+    pub region: OsString,
+    pub election: OsString,
+    pub socket: OsString,
+}
+
+/// The longest domain name: its files add `.v<VERSION>.steward` to it (the longest
+/// suffix), and a file name has at most 255 bytes.
+pub const DOMAIN_NAME_MAX: usize = 255 - DOMAIN_SUFFIX_MAX;
+const DOMAIN_SUFFIX_MAX: usize = ".v".len() + decimal_digits(VERSION) + ".steward".len();
+
+const fn decimal_digits(mut n: u64) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
 }
 
 impl DomainFiles {
-    /// The files of the domain `name` (a plain file name: `segment::check_name`).
+    /// The files of the domain `name` (a plain file name: `segment::check_name`), named
+    /// by this build's `VERSION` (module docs, "Files").
     ///
-    /// Errors: `InvalidInput` for a name that is not one plain file name.
-    pub(crate) fn of(name: &str) -> io::Result<DomainFiles> {
-        crate::segment::check_name(&format!("{name}.steward"))?;
+    /// Errors: `InvalidInput` for a name that is not one plain file name, or longer than
+    /// `DOMAIN_NAME_MAX`.
+    pub fn of(name: &str) -> io::Result<DomainFiles> {
+        let stem = format!("{name}.v{VERSION}");
+        crate::segment::check_name(&format!("{stem}.steward"))?;
         Ok(DomainFiles {
-            region: format!("{name}.domain").into(),
-            election: format!("{name}.steward").into(),
-            socket: format!("{name}.sock").into(),
+            region: format!("{stem}.domain").into(),
+            election: format!("{stem}.steward").into(),
+            socket: format!("{stem}.sock").into(),
         })
     }
 }
@@ -355,7 +388,8 @@ impl Domain {
     /// Context: the steward, holding the election lock (no other process formats, and
     /// none maps the region before an attach the steward answers).
     /// Errors: the open's, `ftruncate`'s, `mmap`'s; `InvalidData` for a region whose
-    /// header does not fit its file.
+    /// header does not fit its file, of another version, or a file that is no region
+    /// (`judge`): left as it is.
     pub(crate) fn create(
         dir: &SegmentDir,
         files: &DomainFiles,
@@ -366,8 +400,8 @@ impl Domain {
         let size = file.metadata()?.len() as usize;
         if size > 0 {
             let domain = Domain::map(&file, size)?;
-            if domain.region()[H_MAGIC].load(Ordering::Acquire) == MAGIC {
-                let domain = domain.checked(size)?;
+            if let Judged::Formatted(_) = judge(&domain.header(), size, &files.region)? {
+                let domain = domain.checked(size, &files.region)?;
                 return Ok((domain, Made::Found));
             }
         }
@@ -409,12 +443,46 @@ impl Domain {
         let file = dir.open_file(&files.region, libc::O_RDWR, 0)?;
         let size = file.metadata()?.len() as usize;
         let domain = Domain::map(&file, size)?;
-        if domain.region().first().map(|w| w.load(Ordering::Acquire)) != Some(MAGIC) {
+        if judge(&domain.header(), size, &files.region)? == Judged::Unformatted {
             return Err(invalid(
                 "folio: the domain's region is not formatted".into(),
             ));
         }
-        domain.checked(size)
+        domain.checked(size, &files.region)
+    }
+
+    /// Why no steward can make the region `files` names in `dir`, if a file there is one
+    /// `create` refuses (`judge`: a region of another version or geometry, a file that is
+    /// no region): for a process whose steward could not be started, which would
+    /// otherwise wait for one in vain. `None` for no file, an empty one, a region being
+    /// formatted, or a good one; read with `pread`, never written.
+    pub(crate) fn refusal(dir: &SegmentDir, files: &DomainFiles) -> Option<io::Error> {
+        use std::os::unix::fs::FileExt;
+        let file = dir.open_file(&files.region, libc::O_RDONLY, 0).ok()?;
+        let size = file.metadata().ok()?.len() as usize;
+        if size == 0 {
+            return None;
+        }
+        if size < HEADER_WORDS as usize * 8 {
+            return Some(invalid(format!("folio: a domain region of {size} bytes")));
+        }
+        let mut bytes = [0u8; 32];
+        file.read_exact_at(&mut bytes, 0).ok()?;
+        let words: [u64; 4] = std::array::from_fn(|i| {
+            u64::from_ne_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap())
+        });
+        judge(&words, size, &files.region).err()
+    }
+
+    /// The header's first words (`judge`'s input).
+    fn header(&self) -> [u64; 4] {
+        let region = self.region();
+        [
+            region[H_MAGIC].load(Ordering::Acquire),
+            region[H_VERSION].load(Ordering::Relaxed),
+            region[H_SLOTS].load(Ordering::Relaxed),
+            region[H_FRAMES].load(Ordering::Relaxed),
+        ]
     }
 
     fn map(file: &StdFile, bytes: usize) -> io::Result<Domain> {
@@ -458,24 +526,16 @@ impl Domain {
     }
 
     /// The header's geometry, checked against the file's `size` (untrusted input).
-    fn checked(mut self, size: usize) -> io::Result<Domain> {
-        let region = self.region();
-        let version = region[H_VERSION].load(Ordering::Relaxed);
-        let slots = region[H_SLOTS].load(Ordering::Relaxed);
-        let frames = region[H_FRAMES].load(Ordering::Relaxed);
-        if version != VERSION {
+    fn checked(mut self, size: usize, name: &std::ffi::OsStr) -> io::Result<Domain> {
+        let Judged::Formatted(geometry) = judge(&self.header(), size, name)? else {
+            return Err(invalid(
+                "folio: the domain's region is not formatted".into(),
+            ));
+        };
+        if size > self.bytes {
             return Err(invalid(format!(
-                "folio: a domain region of version {version}"
-            )));
-        }
-        let geometry = Geometry {
-            slots: u16::try_from(slots).unwrap_or(u16::MAX),
-            frames: u32::try_from(frames).unwrap_or(u32::MAX),
-        }
-        .check()?;
-        if geometry.bytes() > size || size > self.bytes {
-            return Err(invalid(format!(
-                "folio: a domain of {slots} slots and {frames} frames in {size} bytes"
+                "folio: a domain region of {size} bytes mapped as {}",
+                self.bytes
             )));
         }
         self.geometry = geometry;
@@ -755,6 +815,54 @@ impl Domain {
         }
         false
     }
+}
+
+/// What a region file's header says (`judge`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Judged {
+    /// A region of this version, its geometry fitting the file.
+    Formatted(Geometry),
+    /// A format that never finished (`create` cut the file to 0 and grew it, so the
+    /// words it had not stored yet read 0; MAGIC is its last store): the steward formats
+    /// it again.
+    Unformatted,
+}
+
+/// Judges the first words of a region file of `size` bytes named `name` (untrusted
+/// input: another process, another build or another program wrote them): MAGIC, VERSION,
+/// the slots and the frames.
+///
+/// Errors: `InvalidData` for a region of another version, or whose geometry is out of
+/// range or does not fit `size`, and for a file that is no region (MAGIC neither there
+/// nor 0, or a version that is neither 0 nor ours with no MAGIC): the caller leaves it as
+/// it is (DESIGN.md §6: bad input gets a clear error and loses nothing).
+fn judge(words: &[u64; 4], size: usize, name: &std::ffi::OsStr) -> io::Result<Judged> {
+    let [magic, version, slots, frames] = *words;
+    if magic != MAGIC {
+        if magic == 0 && (version == 0 || version == VERSION) {
+            return Ok(Judged::Unformatted);
+        }
+        return Err(invalid(format!(
+            "folio: {} is not a domain region (its first words are {magic:#x} and              {version:#x}): left as it is; remove it, or name the domain otherwise",
+            name.to_string_lossy()
+        )));
+    }
+    if version != VERSION {
+        return Err(invalid(format!(
+            "folio: a domain region of version {version}"
+        )));
+    }
+    let geometry = Geometry {
+        slots: u16::try_from(slots).unwrap_or(u16::MAX),
+        frames: u32::try_from(frames).unwrap_or(u32::MAX),
+    }
+    .check()?;
+    if geometry.bytes() > size {
+        return Err(invalid(format!(
+            "folio: a domain of {slots} slots and {frames} frames in {size} bytes"
+        )));
+    }
+    Ok(Judged::Formatted(geometry))
 }
 
 impl Drop for Domain {
@@ -1045,7 +1153,9 @@ mod tests {
                 frame: u64::from(frame.0),
                 order: 0,
             };
-            let placed = indexes[1].insert_run(me, page, &[folio], &slots, &run).unwrap();
+            let placed = indexes[1]
+                .insert_run(me, page, &[folio], &slots, &run)
+                .unwrap();
             assert!(matches!(placed[..], [Placed::Inserted(_)]), "{placed:?}");
             queue.unpin(frame, me);
             frames.push(frame);
@@ -1101,7 +1211,11 @@ mod tests {
             .unwrap();
         slots.free_dead(me);
         assert!(freed >= 1 << 20, "{freed} frames freed");
-        assert_eq!(allocated_in(&path, unreached), 0, "the sweep read past the frontier");
+        assert_eq!(
+            allocated_in(&path, unreached),
+            0,
+            "the sweep read past the frontier"
+        );
         assert!(queue.check(&slots).unwrap().queued.is_empty());
     }
 }

@@ -10,10 +10,11 @@
 //!    `fork` again so that the steward is nobody's zombie, as `keeper::spawn` does; the
 //!    steward leaves the session (`setsid`), keeps no descriptor of its starter's (its
 //!    pipes, sockets, locks), and reads and writes `/dev/null` for its standard streams.
-//! 2. **Elected**: it takes `<name>.steward` with `flock(LOCK_EX | LOCK_NB)`. Losing means
-//!    another steward runs (or starts): it says so to its starter and exits. The kernel
-//!    releases the lock at the winner's death, whatever kills it, so the next one to try
-//!    wins, and sees every store of the dead one.
+//! 2. **Elected**: it takes `<name>.v11.steward` (domain.rs, "Files") with
+//!    `flock(LOCK_EX | LOCK_NB)`. Losing means another steward runs (or starts): it
+//!    says so to its starter and exits. The kernel releases the lock at the winner's
+//!    death, whatever kills it, so the next one to try wins, and sees every store of the
+//!    dead one.
 //! 3. **Takes the domain**: makes and formats the region if it is new (domain.rs), names
 //!    itself in the header (pid and start time: every attached process polls its pidfd),
 //!    tells its starter it won, then **rebuilds its view** (`rebuild`): every LIVE slot
@@ -22,7 +23,7 @@
 //!    gone, or its record incomplete: an attach the old steward never answered) is marked
 //!    dead (a process whose life cannot be told, `/proc` or descriptors failing, is taken
 //!    for alive and left unwatched); every dead slot (the old steward died mid-sweep) is swept and freed.
-//! 4. **Serves** (`serve`): polls the attach socket (`<name>.sock`, bound only now, so an
+//! 4. **Serves** (`serve`): polls the attach socket (`<name>.v11.sock`, bound only now, so an
 //!    attach that connects finds a steward that knows every live process), each watched
 //!    pidfd and each attached process's connection. An attach: the peer's credentials
 //!    (`SO_PEERCRED`: the same uid, else refused), its pidfd taken while it is connected
