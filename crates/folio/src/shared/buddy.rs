@@ -1167,9 +1167,9 @@ fn lessee_fence<R: Run>(run: &R) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::domain::{FRAMES_MAX, SLOTS_MAX};
+    use super::super::SlotIndex;
     use super::*;
-    use crate::shared::domain::{FRAMES_MAX, SLOTS_MAX};
-    use crate::shared::SlotIndex;
 
     /// The state word and the block in flight keep the largest domain's frames and
     /// owners (domain.rs, `FRAMES_MAX`, `SLOTS_MAX`): a frame in the low 32 bits of

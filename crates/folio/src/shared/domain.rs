@@ -134,12 +134,12 @@ const VERSION: u64 = 11;
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
 /// The most frames a domain has: 2^28, 1 TiB of data, what a private cache may have
-/// (`list::FRAMES_MAX`, 2^28 - 2), so that a domain covers the machine as the kernel's page cache
-/// does (module docs, "Limits"). What stops it there: the region's words before the data
-/// area are named by a `Word` (a u32), and a frame takes 11 of them (the allocator's 3,
-/// the queue's 8): 2^28 frames are 2^31.5 words, 2^29 would not fit. Every other field
-/// that holds a frame number or count has room for more (module docs, "What holds a
-/// frame number"; the `const` assertions below and beside each field).
+/// (`list::FRAMES_MAX`, 2^28 - 2), so that a domain covers the machine as the kernel's
+/// page cache does (module docs, "Limits"). What stops it there: the region's words
+/// before the data area are named by a `Word` (a u32), and a frame takes 11 of them (the
+/// allocator's 3, the queue's 8): 2^28 frames are 2^31.5 words, 2^29 would not fit.
+/// Every other field that holds a frame number or count has room for more (module docs,
+/// "What holds a frame number"; the `const` assertions below and beside each field).
 pub(crate) const FRAMES_MAX: u32 = 1 << 28;
 /// The region's bytes per frame: its data and its words (the allocator's 3, the queue's
 /// 8), what a domain of `f` frames may take of its file system once every frame is used.
@@ -297,7 +297,8 @@ pub(crate) fn file_system_bytes(dir: &std::path::Path) -> Option<u64> {
     if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
         return None;
     }
-    Some(u64::from(stat.f_blocks).saturating_mul(u64::from(stat.f_frsize))).filter(|&b| b > 0)
+    // Both are u64 on 64-bit Linux (`fsblkcnt_t`, `c_ulong`), the only target folio has.
+    Some(stat.f_blocks.saturating_mul(stat.f_frsize)).filter(|&b| b > 0)
 }
 
 fn round_up(words: u32) -> u32 {
@@ -319,8 +320,11 @@ fn invalid(message: String) -> io::Error {
 /// lock), `.sock` (the attach socket).
 #[derive(Clone, Debug)]
 pub struct DomainFiles {
+    /// The region the members map: the domain's shared memory.
     pub region: OsString,
+    /// The steward's election lock (`flock`).
     pub election: OsString,
+    /// The steward's attach socket.
     pub socket: OsString,
 }
 
@@ -1045,8 +1049,8 @@ mod tests {
             + up(FrameStack::words(g.stack_frames()))
             + up(FileTable::words(FILE_RECORDS, g.slots))
             + u64::from(FILE_RECORDS) * up(SharedIndex::words());
-        let per_frame = (u64::from(SharedBuddy::words(g.frames)) + 7) / 8 * 8
-            + (u64::from(SharedQueue::words(g.frames)) + 7) / 8 * 8;
+        let per_frame = u64::from(SharedBuddy::words(g.frames)).next_multiple_of(8)
+            + u64::from(SharedQueue::words(g.frames)).next_multiple_of(8);
         assert!(fixed < 1 << 24, "{fixed} words not per frame");
         assert_eq!(u64::from(g.words()), fixed + per_frame);
         assert!(g.data_word().0 >= g.words());

@@ -1568,8 +1568,8 @@ const _: () = assert!((super::domain::FRAMES_MAX as u64 + 1) * FRAME_WORDS < 1 <
 
 #[cfg(test)]
 mod tests {
+    use super::super::domain::FRAMES_MAX;
     use super::*;
-    use crate::shared::domain::FRAMES_MAX;
 
     /// The words that name a frame or a node keep the largest domain's (domain.rs,
     /// `FRAMES_MAX`): a folio's head and tail slots, a link to its last frame's last node.

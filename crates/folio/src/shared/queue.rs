@@ -1876,8 +1876,8 @@ const _: () = assert!(super::domain::FRAMES_MAX as u64 <= VICTIM_MASK);
 
 #[cfg(test)]
 mod tests {
+    use super::super::domain::FRAMES_MAX;
     use super::*;
-    use crate::shared::domain::FRAMES_MAX;
 
     /// The words that pack a frame number keep the largest domain's frames (domain.rs,
     /// `FRAMES_MAX`): its last frame and those around 2^20 (the old cap), with the flags

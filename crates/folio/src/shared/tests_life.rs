@@ -839,16 +839,10 @@ fn an_upgrade_attaches_beside_an_older_versions_domain_and_leaves_it_as_it_is() 
     let old_region = region_of_version(10, 1 << 20);
     std::fs::write(home.join(format!("{name}.domain")), &old_region).unwrap();
     let election = std::fs::File::create(home.join(format!("{name}.steward"))).unwrap();
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&election);
     // SAFETY: flock on our own descriptor.
-    assert_eq!(
-        unsafe {
-            libc::flock(
-                std::os::unix::io::AsRawFd::as_raw_fd(&election),
-                libc::LOCK_EX,
-            )
-        },
-        0
-    );
+    let locked = unsafe { libc::flock(fd, libc::LOCK_EX) };
+    assert_eq!(locked, 0);
     let _socket =
         std::os::unix::net::UnixListener::bind(home.join(format!("{name}.sock"))).unwrap();
     let config = config(home, name, Duration::from_secs(120), setup.machine.path());
