@@ -12,6 +12,7 @@
 // than falling back to a private cache).
 #include <rocksdb/convenience.h>
 #include <rocksdb/file_system.h>
+#include <glob.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -168,11 +169,15 @@ int main(int argc, char** argv) {
     }
   }
   if (with_domain) {
-    // The cache attached the domain: its memory file is in the test's directory.
-    const std::string region = domain_dir + "/async-test.domain";
-    CHECK(access(region.c_str(), F_OK) == 0);
-    for (const char* suffix : {".domain", ".steward", ".sock"}) {
-      std::remove((domain_dir + "/async-test" + suffix).c_str());
+    // The cache attached the domain: its memory file is in the test's directory (named
+    // by the library's region version: async-test.v<VERSION>.domain, .steward, .sock).
+    glob_t found;
+    CHECK(glob((domain_dir + "/async-test.v*.domain").c_str(), 0, nullptr, &found) == 0 &&
+          found.gl_pathc == 1);
+    globfree(&found);
+    if (glob((domain_dir + "/async-test.v*").c_str(), 0, nullptr, &found) == 0) {
+      for (size_t i = 0; i < found.gl_pathc; i++) std::remove(found.gl_pathv[i]);
+      globfree(&found);
     }
     rmdir(domain_dir.c_str());
   }

@@ -72,7 +72,8 @@ enum Command {
     /// Shows a domain (a cache shared by processes) in --dir: its steward, frames and
     /// processes with their pins.
     Domain {
-        /// The domain's name (its files: NAME.domain, NAME.steward, NAME.sock).
+        /// The domain's name (its files, named by their version: NAME.v11.domain,
+        /// NAME.v11.steward, NAME.v11.sock).
         name: String,
     },
 }
@@ -118,11 +119,25 @@ struct Failure(String);
 /// `folio-stat domain NAME`: the domain `name` in `dir`, from its region.
 fn show_domain(dir: &Path, name: &str) -> Result<(), Failure> {
     let view = folio::DomainView::open(dir, name).map_err(|e| {
-        Failure(match e.kind() {
-            io::ErrorKind::NotFound => format!(
-                "no domain {name} in {} (its memory file is {name}.domain)",
-                dir.display()
-            ),
+        Failure(match (e.kind(), folio::DomainFiles::of(name)) {
+            (io::ErrorKind::NotFound, Ok(files)) => {
+                // Before version 11 a domain's files were not named by their version: an
+                // older library's domain may still be there (its steward lingers).
+                let older = dir.join(format!("{name}.domain"));
+                let older = if older.exists() {
+                    format!(
+                        "; {} is an older folio's, which this one does not read",
+                        older.display()
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    "no domain {name} in {} (its memory file is {}){older}",
+                    dir.display(),
+                    files.region.to_string_lossy()
+                )
+            }
             _ => format!("domain {name} in {}: {e}", dir.display()),
         })
     })?;

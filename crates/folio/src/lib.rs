@@ -179,6 +179,7 @@ pub use segment::view::{remove_segment, FileUsage, PublishedStats, SegmentView};
 pub use segment::Holder as SegmentHolder;
 pub use segment::{check_name as check_segment_name, DiskDir};
 pub use segment::{segments_in, SegmentInfo};
+pub use shared::domain::{DomainFiles, DOMAIN_NAME_MAX};
 pub use shared::view::{DomainProcess, DomainSummary, DomainView};
 pub use stats::{FileStats, StatField, Stats};
 pub use types::PAGE_BYTES;

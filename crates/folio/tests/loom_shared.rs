@@ -207,6 +207,14 @@ mod stack;
 #[path = "../src/shared/terms.rs"]
 mod terms;
 
+/// The domain's limits (`shared/domain.rs`, which maps files and is not modelled here),
+/// which the rooms above assert their packed words against. A copy: the library's build
+/// checks the same assertions against domain.rs's own values.
+mod domain {
+    pub(crate) const FRAMES_MAX: u32 = 1 << 28;
+    pub(crate) const SLOTS_MAX: u16 = 1024;
+}
+
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use slot::SlotTable;

@@ -249,14 +249,17 @@ pub struct folio_cache_options {
     /// (and `segment_dir`) shares one cache of the files it opens read-only, so that a
     /// page one process read is a hit in every other. One plain portable file name, as
     /// `segment_name` (not empty, not `.` or `..`, no `/`, no control character, no
-    /// leading `-`, at most 247 bytes: the domain's files add a suffix; else -EINVAL).
-    /// Its files (`<domain>.domain`, its shared memory; `<domain>.steward`;
-    /// `<domain>.sock`) go in `segment_dir` when it is given, whatever `persistent`, else
-    /// in the user's private home /dev/shm/folio-<euid>; the creation attaches to the
-    /// domain's steward or forks one (`folio-steward`, which repairs what a dead member
-    /// held and leaves 10 s after the last member). The first cache of a domain sizes
-    /// it: one 4 KiB frame per 4 KiB of its `capacity_bytes` (at most 4 GiB); later ones
-    /// do not change it. What goes through it today: `folio_read` and `folio_read_many`
+    /// leading `-`, at most 243 bytes: the domain's files add a suffix; else -EINVAL).
+    /// Its files, named by the version of their layout (`<domain>.v11.domain`, its
+    /// shared memory; `<domain>.v11.steward`; `<domain>.v11.sock`: a library of another
+    /// version uses a domain of its own beside it) go in `segment_dir` when it is given,
+    /// whatever `persistent`, else in the user's private home /dev/shm/folio-<euid>; the
+    /// creation attaches to the domain's steward or forks one (`folio-steward`, which
+    /// repairs what a dead member held and leaves 10 minutes after the last member). The
+    /// first cache of a domain sizes it: one 4 KiB frame per 4 KiB of the machine's
+    /// memory (or its cgroup's limit; at most what the directory's file system holds, and
+    /// 1 TiB), not its `capacity_bytes`; its memory is used only as frames are; later
+    /// ones do not change it. What goes through it today: `folio_read` and `folio_read_many`
     /// of a file opened read-only (`folio_open`); a file opened for writing keeps this
     /// cache's own pages (another process's writes are not seen through the domain);
     /// `folio_readahead` of a domain file does nothing; a file the domain refuses (it

@@ -196,9 +196,9 @@ pub(super) struct DomainSettings {
     pub(super) dir: Option<PathBuf>,
 }
 
-/// The longest domain name: its files add `.steward` (8 bytes) to it, and a file name has
-/// at most 255 bytes.
-const DOMAIN_NAME_MAX: usize = 255 - ".steward".len();
+/// The longest domain name: its files add their version's suffix to it
+/// (`.v<VERSION>.steward` the longest), and a file name has at most 255 bytes.
+const DOMAIN_NAME_MAX: usize = folio_rs::DOMAIN_NAME_MAX;
 
 /// The domain `opts` asks for, or None (`domain` NULL: a private cache); EINVAL for a
 /// `domain` that is empty, not UTF-8, not one plain portable file name (segment names'
@@ -263,6 +263,6 @@ pub(super) unsafe fn domain_settings(
         dir,
     };
     // Post: a name the library's domain files accept.
-    debug_assert!(folio_rs::check_segment_name(&format!("{}.steward", settings.name)).is_ok());
+    debug_assert!(folio_rs::DomainFiles::of(&settings.name).is_ok());
     Ok(Some(settings))
 }

@@ -363,15 +363,19 @@ impl CacheBuilder {
     /// cache with the same domain `name` (issue 45; docs/sharing.md, "A `Cache` with a
     /// domain"): a page one of them read is a hit in every other. The domain's files go
     /// in `segment_dir` (default: the user's private home, `/dev/shm/folio-<uid>`; always
-    /// on tmpfs), named `<name>.domain` (its shared memory: the cached pages and the
-    /// structures over them), `<name>.steward` and `<name>.sock`; `name` is one plain
-    /// file name (`InvalidInput` otherwise). The build attaches to the domain's steward,
-    /// or starts one (a process forked from this one, `folio-steward`, which watches every
-    /// member and repairs what a dead one held, gives memory back under pressure once
-    /// nobody is attached, and removes the domain and leaves `DOMAIN_LINGER` after the
-    /// last member detached). The first build of a domain sizes it: as many 4 KiB frames
-    /// as its capacity (`capacity_bytes`; at most 4 GiB), the later ones' capacities do
-    /// not change it. Default: none (a private cache, as before).
+    /// on tmpfs), named by the version of their layout: `<name>.v11.domain` (its shared
+    /// memory: the cached pages and the structures over them), `<name>.v11.steward` and
+    /// `<name>.v11.sock` (`DomainFiles`: a build of another version attaches to a domain
+    /// of its own beside it); `name` is one plain file name of at most
+    /// `DOMAIN_NAME_MAX` bytes (`InvalidInput` otherwise). The build attaches to the
+    /// domain's steward, or starts one (a process forked from this one, `folio-steward`,
+    /// which watches every member and repairs what a dead one held, gives memory back
+    /// under pressure once nobody is attached, and removes the domain and leaves
+    /// `DOMAIN_LINGER` after the last member detached). The first build of a domain
+    /// sizes it by the machine, not by its capacity: a 4 KiB frame per 4 KiB of the
+    /// machine's memory or the cgroup's limit, at most what the directory's file system
+    /// holds and 1 TiB (`attach_domain`), resident only as frames are used; the later
+    /// builds do not change it. Default: none (a private cache, as before).
     ///
     /// **What goes through the domain, in this first slice**: `read_at`, `read_at_hint`
     /// (its hint ignored) and `read_many` (range by range) of a file opened read-only
@@ -544,7 +548,8 @@ pub const DOMAIN_LINGER: Duration = Duration::from_secs(10 * 60);
 impl CacheBuilder {
     /// Attaches to the domain `name` (`domain`'s doc), sized by the machine if this
     /// build makes it (`Geometry::frames_for_machine`: the machine's or the cgroup's
-    /// memory, at most 4 GiB; not this build's capacity).
+    /// memory, at most 1 TiB and what the directory's file system holds; not this
+    /// build's capacity).
     ///
     /// Errors: `InvalidInput` for a bad name; the home's checks (`SegmentDir`);
     /// `Member::attach`'s.
@@ -554,7 +559,11 @@ impl CacheBuilder {
             None => crate::segment::SegmentDir::home()?.path().to_path_buf(),
         };
         let facts = MemorySource::this_process().read();
-        let frames = Geometry::frames_for_machine(&facts, CAPACITY_BYTES_DEFAULT);
+        let frames = Geometry::frames_for_machine(
+            &facts,
+            CAPACITY_BYTES_DEFAULT,
+            crate::shared::domain::file_system_bytes(&dir),
+        );
         let config = DomainConfig {
             dir,
             name: name.to_string(),

@@ -4,9 +4,12 @@
 //!
 //! # Attach
 //!
-//! A1. Connect to `<name>.sock` in the domain's directory (`SOCK_SEQPACKET`). No socket,
-//!     or nobody listening: no steward runs; start one (`spawn`: the election in
-//!     steward.rs decides which of the processes' stewards stays) and connect again.
+//! A1. Connect to `<name>.v11.sock` in the domain's directory (`SOCK_SEQPACKET`; the
+//!     files are named by the region's version: domain.rs, "Files"). No socket, or
+//!     nobody listening: no steward runs; start one (`spawn`: the election in steward.rs
+//!     decides which of the processes' stewards stays) and connect again. A steward that
+//!     could not be started because a file at the region's name is not a region of ours
+//!     (`Domain::refusal`) ends the attach with that error.
 //! A2. Send the request: this process's start time (`/proc/self/stat` field 22). The
 //!     steward takes the peer's pid from the kernel (`SO_PEERCRED`) and its pidfd while we
 //!     are connected, checked against that start time (steward.rs).
@@ -120,7 +123,9 @@ impl Member {
     ///
     /// Context: forks to start a steward (`spawn`). Blocks up to `ATTACH_WAIT`.
     /// Errors: the directory's checks (`SegmentDir::open`); `InvalidInput` for a bad name;
-    /// `Other` for a full domain; `TimedOut` when no steward answered in time.
+    /// `Other` for a full domain; `InvalidData` for a file at the region's name that no
+    /// steward of ours can use (`Domain::refusal`: left as it is); `TimedOut` when no
+    /// steward answered in time.
     pub(crate) fn attach(config: &DomainConfig) -> io::Result<Member> {
         let dir = SegmentDir::open(&config.dir, DiskDir::Refused)?;
         let files = DomainFiles::of(&config.name)?;
@@ -166,6 +171,11 @@ impl Member {
                         last_spawn = Some(Instant::now());
                         if spawn(config)? == Elected::Won {
                             started.fetch_add(1, Ordering::Relaxed);
+                        } else if let Some(e) = Domain::refusal(&dir, &files) {
+                            // No steward can make the region (a file at its name that is
+                            // none of this version's: domain.rs, "Files"): say why now
+                            // rather than time out.
+                            return Err(e);
                         }
                     } else {
                         std::thread::sleep(Duration::from_millis(1));

@@ -128,9 +128,10 @@
 //! CACHED by its hand-over under the queue's lock instead of this one; a CACHED block's
 //! state word is changed only under the queue's lock (`free_cached` takes this one too).
 //!
-//! Limits: up to 2^32 - 1 frames; `ORDER_MAX` = 9 (2 MiB blocks of 4 KiB frames, as
-//! `arena/buddy.rs`). The sweep scans every frame's state word (1 M frames: see
-//! docs/sharing.md's figures); a frame's three words are 24 bytes (0.6% of a 4 KiB frame).
+//! Limits: up to 2^32 - 1 frames (a domain has at most 2^28: domain.rs `FRAMES_MAX`);
+//! `ORDER_MAX` = 9 (2 MiB blocks of 4 KiB frames, as `arena/buddy.rs`). The sweep scans
+//! every reached frame's state word (1.3-6 ms per M frames: see docs/sharing.md's
+//! figures); a frame's three words are 24 bytes (0.6% of a 4 KiB frame).
 
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
@@ -1161,5 +1162,37 @@ fn lessee_fence<R: Run>(run: &R) {
         #[cfg(test)]
         Flaw::NoLesseeFence => {}
         _ => fence(Ordering::Release),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::domain::{FRAMES_MAX, SLOTS_MAX};
+    use super::super::SlotIndex;
+    use super::*;
+
+    /// The state word and the block in flight keep the largest domain's frames and
+    /// owners (domain.rs, `FRAMES_MAX`, `SLOTS_MAX`): a frame in the low 32 bits of
+    /// IN_FLIGHT, a lessee's `Holder::word` (slot + 1 << 32 | generation) below 2^56.
+    #[test]
+    fn a_blocks_words_keep_the_largest_domains_frames_and_owners() {
+        let holder = Holder {
+            slot: SlotIndex(SLOTS_MAX - 1),
+            generation: u32::MAX,
+        };
+        for order in [Order(0), Order(ORDER_MAX)] {
+            for owner in [holder.word(), CACHE, nodes_owner(Word(u32::MAX - 7))] {
+                let state = State::Leased(order, owner);
+                assert_eq!(State::of(state.word()), state);
+            }
+            for state in [State::Free(order), State::Moving(order)] {
+                assert_eq!(State::of(state.word()), state);
+            }
+            for frame in [(1 << 20) + 512, FRAMES_MAX - order.frames()] {
+                let moving = in_flight_word(frame, order);
+                assert_eq!(frame_of(moving & 0xffff_ffff), frame);
+                assert_eq!(Order(((moving >> 32) & 0xff) as u8), order);
+            }
+        }
     }
 }

@@ -37,9 +37,21 @@
 //! through `frame_data` (read.rs says who may touch a frame's bytes when). A frame moves
 //! between the two only through the buddy (free in between).
 //!
-//! Files, in the domain's directory (a private home, checked by `segment::home`'s
-//! `SegmentDir`): `<name>.domain` (the region), `<name>.steward` (the election's `flock`:
-//! steward.rs), `<name>.sock` (the attach socket: attach.rs).
+//! **Files**, in the domain's directory (a private home, checked by `segment::home`'s
+//! `SegmentDir`), named by the region's `VERSION` (`DomainFiles`): `<name>.v11.domain`
+//! (the region), `<name>.v11.steward` (the election's `flock`: steward.rs),
+//! `<name>.v11.sock` (the attach socket: attach.rs). So an upgrade meets no region of
+//! another version: a steward outlives its processes and its region lingers after them
+//! (steward.rs, step 5), and the processes of a new build attach to a domain of their
+//! own version, beside the old one, whose processes keep theirs and whose steward leaves
+//! after its linger as always. Versions before 11 named their files `<name>.domain`,
+//! `<name>.steward`, `<name>.sock`: a new build never opens them (an old steward's
+//! socket answered a new process, which then refused its region: "a domain region of
+//! version 9"). Two builds of two versions hold two copies of the pages meanwhile.
+//!
+//! A file at the region's name that is not a region of this version is refused and left
+//! as it is (`Domain::create`, `Domain::open`: DESIGN.md §6), never formatted over, but
+//! for a format that never finished (its first two words 0, or 0 and this `VERSION`).
 //!
 //! **Forks**: the mapping is `MADV_DONTFORK` (`map`), as a segment's is
 //! (`segment/fork.rs`): a child forked by a member (a tool, a harness, `system()`) has
@@ -65,8 +77,20 @@
 //! untrusted input (`Domain::open` checks the geometry against the file's size before it
 //! makes a view).
 //!
-//! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames; the geometry is the first
-//! steward's (a later config's is ignored); the region is **4,184 bytes per frame** of
+//! **What holds a frame number** (audited for `FRAMES_MAX` = 2^28; docs/sharing.md, "A
+//! domain the machine's size"): the queue's STATUS (a count in 32 bits, the victim + 1 in
+//! 30), ENDS and intents (32 bits each); the index's slots (`frame << 6`, `frame << 12`,
+//! a node `<< 8`: a node is `frame * 512 + ...`); the allocator's state words (owners,
+//! not frames, in 56 bits), IN_FLIGHT (32 bits) and lists (whole words); the records'
+//! owned counts and the header's FRAMES and QUOTA (whole words). Each has room for 2^30
+//! frames or more, asserted where it is packed. The limit is the `Word` (a u32) naming
+//! the region's words before the data area: 11 a frame, so 2^28 frames (2^29 would not
+//! fit). Nothing walks every frame, only those the allocator reached (its frontier): the
+//! sweeps, the census, the give-back and the populator's step.
+//!
+//! Limits: up to `SLOTS_MAX` slots and `FRAMES_MAX` frames (1 TiB; sized by the machine
+//! and by the file system's room: `Geometry::frames_for_machine`); the geometry is the
+//! first steward's (a later config's is ignored); the region is **4,184 bytes per frame** of
 //! address space (its 4 KiB of data, and 88 bytes of words: the allocator's 3, the
 //! queue's 8), resident only as frames are reached (the allocator's frontier: buddy.rs,
 //! "Frames never reached"; the data as it is populated and used: populate.rs), plus the
@@ -102,13 +126,29 @@ const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// frames' words left 0 until reached), the stack at most `STACK_FRAMES`; 8: 4,096 file
 /// records (256 before); 9: a second header line (the quota and the refaults); 10: a frame's
 /// owner in its FILE word's high bits and a count per slot of the frames it owns (queue.rs,
-/// "Owners and shares").
-const VERSION: u64 = 10;
+/// "Owners and shares"); 11: up to 2^28 frames (`FRAMES_MAX`, 2^20 before: a build of 10
+/// refuses a header of more), and the region's files named by the version (module docs,
+/// "Files"): the words' layout is 10's.
+const VERSION: u64 = 11;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;
-/// The most frames a domain has (4 GiB of data).
-pub(crate) const FRAMES_MAX: u32 = 1 << 20;
+/// The most frames a domain has: 2^28, 1 TiB of data, what a private cache may have
+/// (`list::FRAMES_MAX`, 2^28 - 2), so that a domain covers the machine as the kernel's
+/// page cache does (module docs, "Limits"). What stops it there: the region's words
+/// before the data area are named by a `Word` (a u32), and a frame takes 11 of them (the
+/// allocator's 3, the queue's 8): 2^28 frames are 2^31.5 words, 2^29 would not fit.
+/// Every other field that holds a frame number or count has room for more (module docs,
+/// "What holds a frame number"; the `const` assertions below and beside each field).
+pub(crate) const FRAMES_MAX: u32 = 1 << 28;
+/// The region's bytes per frame: its data and its words (the allocator's 3, the queue's
+/// 8), what a domain of `f` frames may take of its file system once every frame is used.
+const REGION_BYTES_PER_FRAME: u64 = FRAME_BYTES as u64 + 11 * 8;
+// The words before the data area, at the most frames and slots, are named by a u32
+// (`Word`): 11 per frame, and less than 2^24 for the rest (the header, the slot table and
+// records, the stack, the file table, the indexes' lines: `largest_geometry_fits_its_words`
+// counts them).
+const _: () = assert!(11 * FRAMES_MAX as u64 + (1 << 24) < u32::MAX as u64);
 /// The most frames the frame stack has (`Geometry::stack_frames`).
 const STACK_FRAMES: u32 = 64;
 /// The file table's records (files.rs): the most files a domain names at once. The
@@ -152,16 +192,26 @@ impl Geometry {
     /// builds the domain first, it is the machine's size, not that process's capacity:
     /// address space (the frames' memory is resident only as they are used: buddy.rs,
     /// "Frames never reached"; populate.rs).
+    ///
+    /// And at most what the region's file system can hold (`fs_bytes`, its size:
+    /// `file_system_bytes`; `None` where it cannot be read), at `REGION_BYTES_PER_FRAME`
+    /// a frame: the region file is sparse, so `ftruncate` to far more than a tmpfs's
+    /// size succeeds (checked here: 1.2 TB on a 24 GiB `/dev/shm`), but a page the file
+    /// system has no room for cannot be populated (`EFAULT`) nor stored to (`SIGBUS`):
+    /// frames past that room could never hold data. A tmpfs is often half the machine
+    /// (the kernel's default); it is the machine's here.
     pub(crate) fn frames_for_machine(
         facts: &crate::capacity::machine::MemoryFacts,
         fallback_bytes: u64,
+        fs_bytes: Option<u64>,
     ) -> u32 {
         let bytes = if facts.limit_bytes > 0 {
             facts.limit_bytes
         } else {
             fallback_bytes
         };
-        u32::try_from(bytes / FRAME_BYTES as u64)
+        let room = fs_bytes.map_or(u64::MAX, |b| b / REGION_BYTES_PER_FRAME);
+        u32::try_from((bytes / FRAME_BYTES as u64).min(room))
             .unwrap_or(u32::MAX)
             .clamp(1, FRAMES_MAX)
     }
@@ -236,6 +286,21 @@ impl Geometry {
     }
 }
 
+/// The size in bytes of the file system `dir` lies in (`statvfs`: its blocks times its
+/// fragment size; a tmpfs's `size=`), or `None` if it cannot be read.
+pub(crate) fn file_system_bytes(dir: &std::path::Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: all-zero is a valid `statvfs` (integers only).
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and an out-struct of the right type.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    // Both are u64 on 64-bit Linux (`fsblkcnt_t`, `c_ulong`), the only target folio has.
+    Some(stat.f_blocks.saturating_mul(stat.f_frsize)).filter(|&b| b > 0)
+}
+
 fn round_up(words: u32) -> u32 {
     words.next_multiple_of(LINE)
 }
@@ -250,24 +315,46 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
-/// The names of a domain's files.
+/// The names of a domain's files in its directory (module docs, "Files"), this
+/// `VERSION`'s: `<name>.v<VERSION>.domain` (the region), `.steward` (the election's
+/// lock), `.sock` (the attach socket).
 #[derive(Clone, Debug)]
-pub(crate) struct DomainFiles {
-    pub(crate) region: OsString,
-    pub(crate) election: OsString,
-    pub(crate) socket: OsString,
+pub struct DomainFiles {
+    /// The region the members map: the domain's shared memory.
+    pub region: OsString,
+    /// The steward's election lock (`flock`).
+    pub election: OsString,
+    /// The steward's attach socket.
+    pub socket: OsString,
+}
+
+/// The longest domain name: its files add `.v<VERSION>.steward` to it (the longest
+/// suffix), and a file name has at most 255 bytes.
+pub const DOMAIN_NAME_MAX: usize = 255 - DOMAIN_SUFFIX_MAX;
+const DOMAIN_SUFFIX_MAX: usize = ".v".len() + decimal_digits(VERSION) + ".steward".len();
+
+const fn decimal_digits(mut n: u64) -> usize {
+    let mut digits = 1;
+    while n >= 10 {
+        n /= 10;
+        digits += 1;
+    }
+    digits
 }
 
 impl DomainFiles {
-    /// The files of the domain `name` (a plain file name: `segment::check_name`).
+    /// The files of the domain `name` (a plain file name: `segment::check_name`), named
+    /// by this build's `VERSION` (module docs, "Files").
     ///
-    /// Errors: `InvalidInput` for a name that is not one plain file name.
-    pub(crate) fn of(name: &str) -> io::Result<DomainFiles> {
-        crate::segment::check_name(&format!("{name}.steward"))?;
+    /// Errors: `InvalidInput` for a name that is not one plain file name, or longer than
+    /// `DOMAIN_NAME_MAX`.
+    pub fn of(name: &str) -> io::Result<DomainFiles> {
+        let stem = format!("{name}.v{VERSION}");
+        crate::segment::check_name(&format!("{stem}.steward"))?;
         Ok(DomainFiles {
-            region: format!("{name}.domain").into(),
-            election: format!("{name}.steward").into(),
-            socket: format!("{name}.sock").into(),
+            region: format!("{stem}.domain").into(),
+            election: format!("{stem}.steward").into(),
+            socket: format!("{stem}.sock").into(),
         })
     }
 }
@@ -305,7 +392,8 @@ impl Domain {
     /// Context: the steward, holding the election lock (no other process formats, and
     /// none maps the region before an attach the steward answers).
     /// Errors: the open's, `ftruncate`'s, `mmap`'s; `InvalidData` for a region whose
-    /// header does not fit its file.
+    /// header does not fit its file, of another version, or a file that is no region
+    /// (`judge`): left as it is.
     pub(crate) fn create(
         dir: &SegmentDir,
         files: &DomainFiles,
@@ -316,8 +404,8 @@ impl Domain {
         let size = file.metadata()?.len() as usize;
         if size > 0 {
             let domain = Domain::map(&file, size)?;
-            if domain.region()[H_MAGIC].load(Ordering::Acquire) == MAGIC {
-                let domain = domain.checked(size)?;
+            if let Judged::Formatted(_) = judge(&domain.header(), size, &files.region)? {
+                let domain = domain.checked(size, &files.region)?;
                 return Ok((domain, Made::Found));
             }
         }
@@ -359,12 +447,46 @@ impl Domain {
         let file = dir.open_file(&files.region, libc::O_RDWR, 0)?;
         let size = file.metadata()?.len() as usize;
         let domain = Domain::map(&file, size)?;
-        if domain.region().first().map(|w| w.load(Ordering::Acquire)) != Some(MAGIC) {
+        if judge(&domain.header(), size, &files.region)? == Judged::Unformatted {
             return Err(invalid(
                 "folio: the domain's region is not formatted".into(),
             ));
         }
-        domain.checked(size)
+        domain.checked(size, &files.region)
+    }
+
+    /// Why no steward can make the region `files` names in `dir`, if a file there is one
+    /// `create` refuses (`judge`: a region of another version or geometry, a file that is
+    /// no region): for a process whose steward could not be started, which would
+    /// otherwise wait for one in vain. `None` for no file, an empty one, a region being
+    /// formatted, or a good one; read with `pread`, never written.
+    pub(crate) fn refusal(dir: &SegmentDir, files: &DomainFiles) -> Option<io::Error> {
+        use std::os::unix::fs::FileExt;
+        let file = dir.open_file(&files.region, libc::O_RDONLY, 0).ok()?;
+        let size = file.metadata().ok()?.len() as usize;
+        if size == 0 {
+            return None;
+        }
+        if size < HEADER_WORDS as usize * 8 {
+            return Some(invalid(format!("folio: a domain region of {size} bytes")));
+        }
+        let mut bytes = [0u8; 32];
+        file.read_exact_at(&mut bytes, 0).ok()?;
+        let words: [u64; 4] = std::array::from_fn(|i| {
+            u64::from_ne_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap())
+        });
+        judge(&words, size, &files.region).err()
+    }
+
+    /// The header's first words (`judge`'s input).
+    fn header(&self) -> [u64; 4] {
+        let region = self.region();
+        [
+            region[H_MAGIC].load(Ordering::Acquire),
+            region[H_VERSION].load(Ordering::Relaxed),
+            region[H_SLOTS].load(Ordering::Relaxed),
+            region[H_FRAMES].load(Ordering::Relaxed),
+        ]
     }
 
     fn map(file: &StdFile, bytes: usize) -> io::Result<Domain> {
@@ -408,24 +530,16 @@ impl Domain {
     }
 
     /// The header's geometry, checked against the file's `size` (untrusted input).
-    fn checked(mut self, size: usize) -> io::Result<Domain> {
-        let region = self.region();
-        let version = region[H_VERSION].load(Ordering::Relaxed);
-        let slots = region[H_SLOTS].load(Ordering::Relaxed);
-        let frames = region[H_FRAMES].load(Ordering::Relaxed);
-        if version != VERSION {
+    fn checked(mut self, size: usize, name: &std::ffi::OsStr) -> io::Result<Domain> {
+        let Judged::Formatted(geometry) = judge(&self.header(), size, name)? else {
+            return Err(invalid(
+                "folio: the domain's region is not formatted".into(),
+            ));
+        };
+        if size > self.bytes {
             return Err(invalid(format!(
-                "folio: a domain region of version {version}"
-            )));
-        }
-        let geometry = Geometry {
-            slots: u16::try_from(slots).unwrap_or(u16::MAX),
-            frames: u32::try_from(frames).unwrap_or(u32::MAX),
-        }
-        .check()?;
-        if geometry.bytes() > size || size > self.bytes {
-            return Err(invalid(format!(
-                "folio: a domain of {slots} slots and {frames} frames in {size} bytes"
+                "folio: a domain region of {size} bytes mapped as {}",
+                self.bytes
             )));
         }
         self.geometry = geometry;
@@ -707,6 +821,54 @@ impl Domain {
     }
 }
 
+/// What a region file's header says (`judge`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Judged {
+    /// A region of this version, its geometry fitting the file.
+    Formatted(Geometry),
+    /// A format that never finished (`create` cut the file to 0 and grew it, so the
+    /// words it had not stored yet read 0; MAGIC is its last store): the steward formats
+    /// it again.
+    Unformatted,
+}
+
+/// Judges the first words of a region file of `size` bytes named `name` (untrusted
+/// input: another process, another build or another program wrote them): MAGIC, VERSION,
+/// the slots and the frames.
+///
+/// Errors: `InvalidData` for a region of another version, or whose geometry is out of
+/// range or does not fit `size`, and for a file that is no region (MAGIC neither there
+/// nor 0, or a version that is neither 0 nor ours with no MAGIC): the caller leaves it as
+/// it is (DESIGN.md §6: bad input gets a clear error and loses nothing).
+fn judge(words: &[u64; 4], size: usize, name: &std::ffi::OsStr) -> io::Result<Judged> {
+    let [magic, version, slots, frames] = *words;
+    if magic != MAGIC {
+        if magic == 0 && (version == 0 || version == VERSION) {
+            return Ok(Judged::Unformatted);
+        }
+        return Err(invalid(format!(
+            "folio: {} is not a domain region (its first words are {magic:#x} and              {version:#x}): left as it is; remove it, or name the domain otherwise",
+            name.to_string_lossy()
+        )));
+    }
+    if version != VERSION {
+        return Err(invalid(format!(
+            "folio: a domain region of version {version}"
+        )));
+    }
+    let geometry = Geometry {
+        slots: u16::try_from(slots).unwrap_or(u16::MAX),
+        frames: u32::try_from(frames).unwrap_or(u32::MAX),
+    }
+    .check()?;
+    if geometry.bytes() > size {
+        return Err(invalid(format!(
+            "folio: a domain of {slots} slots and {frames} frames in {size} bytes"
+        )));
+    }
+    Ok(Judged::Formatted(geometry))
+}
+
 impl Drop for Domain {
     fn drop(&mut self) {
         // SAFETY: our own mapping; no view of it outlives `self` (views borrow it).
@@ -855,5 +1017,209 @@ impl Pidfd {
 
     pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{DiskDir, SegmentDir};
+    use crate::shared::buddy::Order;
+    use crate::shared::index::{Entry, Folio, Placed};
+    use crate::shared::queue::{FileNo, Optimistic, Shares};
+    use crate::shared::terms::Unkillable;
+    use crate::shared::Flaw;
+
+    /// Every word before the data area of the largest domain is named by a `Word` (a
+    /// u32): the layout's sum, counted again in u64, is what `Geometry::words` says (a
+    /// sum that wrapped would be far less), and the words not per frame are below 2^24
+    /// (the `const` assertion beside `FRAMES_MAX` counts on it).
+    #[test]
+    fn largest_geometry_fits_its_words() {
+        let g = Geometry {
+            slots: SLOTS_MAX,
+            frames: FRAMES_MAX,
+        }
+        .check()
+        .unwrap();
+        let up = |w: u32| u64::from(round_up(w));
+        let fixed = u64::from(HEADER_WORDS)
+            + up(SlotTable::words(g.slots))
+            + u64::from(Records::words(g.slots))
+            + up(FrameStack::words(g.stack_frames()))
+            + up(FileTable::words(FILE_RECORDS, g.slots))
+            + u64::from(FILE_RECORDS) * up(SharedIndex::words());
+        let per_frame = u64::from(SharedBuddy::words(g.frames)).next_multiple_of(8)
+            + u64::from(SharedQueue::words(g.frames)).next_multiple_of(8);
+        assert!(fixed < 1 << 24, "{fixed} words not per frame");
+        assert_eq!(u64::from(g.words()), fixed + per_frame);
+        assert!(g.data_word().0 >= g.words());
+        assert_eq!(g.bytes(), g.data_at() + (FRAMES_MAX as usize) * FRAME_BYTES);
+    }
+
+    /// A temporary private home in `/dev/shm` (a tmpfs) and the files of `name` in it.
+    fn home(name: &str) -> (tempfile::TempDir, SegmentDir, DomainFiles) {
+        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+        let dir = SegmentDir::open(home.path(), DiskDir::Refused).unwrap();
+        (home, dir, DomainFiles::of(name).unwrap())
+    }
+
+    /// The region file's allocated bytes in `range` (its tmpfs blocks there: `SEEK_DATA`,
+    /// `SEEK_HOLE`).
+    fn allocated_in(path: &std::path::Path, range: std::ops::Range<u64>) -> u64 {
+        let file = StdFile::open(path).unwrap();
+        let fd = file.as_raw_fd();
+        let (mut at, mut bytes) = (range.start, 0u64);
+        while at < range.end {
+            // SAFETY: lseek on our own open descriptor.
+            let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+            if data < 0 || data as u64 >= range.end {
+                break;
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            assert!(hole >= data, "SEEK_HOLE");
+            let hole = (hole as u64).min(range.end);
+            bytes += hole - data as u64;
+            at = hole;
+        }
+        bytes
+    }
+
+    /// A domain of the most frames (1 TiB of data, 1.1 TB of region: far past this
+    /// tmpfs's size) is made, mapped and opened again: the region file is sparse, so its
+    /// `ftruncate` and `mmap` succeed whatever the file system's size, and the format
+    /// writes a few hundred KiB of it (no frame's words).
+    #[test]
+    fn a_domain_of_the_most_frames_is_made_and_opened_in_a_sparse_file() {
+        let (home, dir, files) = home("most-frames");
+        let geometry = Geometry {
+            slots: 64,
+            frames: FRAMES_MAX,
+        };
+        let (made, how) = Domain::create(&dir, &files, geometry).unwrap();
+        assert_eq!(how, Made::Formatted);
+        let path = home.path().join(&files.region);
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(size, geometry.bytes() as u64);
+        assert!(size > 1 << 40, "{size}");
+        let opened = Domain::open(&dir, &files).unwrap();
+        assert_eq!(opened.geometry(), geometry);
+        assert_eq!(opened.quota(), FRAMES_MAX);
+        // The last frame's data is there to be written and read back.
+        let last = Frame(FRAMES_MAX - 1);
+        // SAFETY: the frame's 4 KiB lie in both mappings (of one file); nobody else uses
+        // this region.
+        unsafe {
+            made.frame_data(last).add(FRAME_BYTES - 1).write(0xa5);
+            assert_eq!(opened.frame_data(last).add(FRAME_BYTES - 1).read(), 0xa5);
+        }
+        let allocated = allocated_in(&path, 0..size);
+        assert!(allocated < 4 << 20, "{allocated} bytes allocated");
+        drop((made, opened));
+    }
+
+    /// Frames past 2^20 (the cap before this one) carry the read side: the allocator
+    /// forced past frame 2^20 (order-9 leases, one state word each, no data touched),
+    /// three pages cached in frames there (their index's node frame too), read back by
+    /// the optimistic hit, reclaimed (shadows left); then the lessee's death swept, which
+    /// frees its 2^20 frames and reads no word of the frames past the frontier: the
+    /// queue's lines of the 2^20 frames never reached stay holes.
+    #[test]
+    fn frames_past_2_20_cache_pages_and_their_lessees_sweep_stays_below_the_frontier() {
+        const FRAMES: u32 = 1 << 21;
+        let (home, dir, files) = home("past-2-20");
+        let geometry = Geometry {
+            slots: 4,
+            frames: FRAMES,
+        };
+        let (domain, _) = Domain::create(&dir, &files, geometry).unwrap();
+        let slots = domain.slots();
+        let me = slots.attach(Flaw::None).unwrap();
+        let steward = slots.attach(Flaw::None).unwrap();
+        let (buddy, queue, indexes) = (domain.buddy(), domain.queue(), domain.indexes());
+        let run = Unkillable;
+        for _ in 0..(1 << 20) / 512 {
+            buddy.alloc(Order(9), me, &slots, &run).unwrap().unwrap();
+        }
+        assert_eq!(buddy.reached(), 1 << 20);
+        let file = FileNo(1);
+        let mut frames = Vec::new();
+        for page in 0..3u64 {
+            let frame = buddy.alloc(Order(0), me, &slots, &run).unwrap().unwrap();
+            assert!(frame.0 >= 1 << 20, "{frame:?}");
+            // SAFETY: the frame is leased to us and in no index: its bytes are ours.
+            unsafe { std::ptr::write_bytes(domain.frame_data(frame), page as u8 + 1, FRAME_BYTES) };
+            queue
+                .hand_over(frame, file, page, me, indexes.as_slice(), &slots, &run)
+                .unwrap();
+            let folio = Folio {
+                frame: u64::from(frame.0),
+                order: 0,
+            };
+            let placed = indexes[1]
+                .insert_run(me, page, &[folio], &slots, &run)
+                .unwrap();
+            assert!(matches!(placed[..], [Placed::Inserted(_)]), "{placed:?}");
+            queue.unpin(frame, me);
+            frames.push(frame);
+        }
+        for (page, frame) in frames.iter().enumerate() {
+            let page = page as u64;
+            assert_eq!(
+                indexes[1].lookup(page),
+                Entry::Folio {
+                    frame: u64::from(frame.0),
+                    order: 0
+                }
+            );
+            let mut copy = vec![0u8; FRAME_BYTES];
+            let hit = queue
+                .read_hit(&indexes[1], file, page, &run, |f| {
+                    // SAFETY: a quiet domain: nobody writes the frame meanwhile.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            domain.frame_data(f),
+                            copy.as_mut_ptr(),
+                            FRAME_BYTES,
+                        )
+                    }
+                })
+                .unwrap();
+            assert_eq!(hit, Optimistic::Hit(*frame));
+            assert!(copy.iter().all(|&b| b == page as u8 + 1), "page {page}");
+        }
+        let census = queue.check(&slots).unwrap();
+        let queued: Vec<Frame> = census.queued.iter().map(|q| q.0).collect();
+        assert_eq!(queued, frames);
+        let reclaimed = queue
+            .reclaim(3, Shares::NONE, me, indexes.as_slice(), &slots, &run)
+            .unwrap();
+        assert_eq!(reclaimed, 3);
+        assert!(matches!(indexes[1].lookup(0), Entry::Shadow(_)));
+
+        // The death: every word of the frames past the frontier stays a hole.
+        let reached = u64::from(buddy.reached());
+        let path = home.path().join(&files.region);
+        let queue_at = u64::from(geometry.queue().0) * 8;
+        // The pages holding no reached frame's line (64 lines a page), and none of the
+        // indexes' lines after the queue's.
+        let first = (queue_at + (8 + 8 * reached) * 8).next_multiple_of(4096);
+        let end = (queue_at + (8 + 8 * u64::from(FRAMES)) * 8) / 4096 * 4096;
+        let unreached = first..end;
+        assert!(end - first > 60 << 20, "{unreached:?}");
+        assert_eq!(allocated_in(&path, unreached.clone()), 0);
+        assert!(slots.mark_dead(me));
+        let freed = queue
+            .sweep(me, steward, indexes.as_slice(), &slots, &run)
+            .unwrap();
+        slots.free_dead(me);
+        assert!(freed >= 1 << 20, "{freed} frames freed");
+        assert_eq!(
+            allocated_in(&path, unreached),
+            0,
+            "the sweep read past the frontier"
+        );
+        assert!(queue.check(&slots).unwrap().queued.is_empty());
     }
 }

@@ -1562,3 +1562,42 @@ fn unchain_unnamed(flaw: Flaw) -> bool {
         _ => false,
     }
 }
+
+// A link's node field (`node_word`: bits 8..64) holds every node of the largest domain.
+const _: () = assert!((super::domain::FRAMES_MAX as u64 + 1) * FRAME_WORDS < 1 << 56);
+
+#[cfg(test)]
+mod tests {
+    use super::super::domain::FRAMES_MAX;
+    use super::*;
+
+    /// The words that name a frame or a node keep the largest domain's (domain.rs,
+    /// `FRAMES_MAX`): a folio's head and tail slots, a link to its last frame's last node.
+    #[test]
+    fn a_slots_words_keep_the_largest_domains_frames_and_nodes() {
+        for frame in [(1 << 20) + 1, FRAMES_MAX - 1] {
+            let head = folio_word(u64::from(frame), 0);
+            assert_eq!(
+                SharedIndex::entry(head, 0),
+                Entry::Folio {
+                    frame: u64::from(frame),
+                    order: 0
+                }
+            );
+            let tail = sibling_word(u64::from(frame - 1), 5, 3);
+            assert_eq!(
+                SharedIndex::entry(tail, 0),
+                Entry::Folio {
+                    frame: u64::from(frame - 1),
+                    order: 5
+                }
+            );
+            let node = Node::new(frame, NODES_PER_FRAME - 1);
+            assert_eq!(Node::of(node.0, FRAMES_MAX), Some(node));
+            assert_eq!(node.frame(), frame);
+            let link = node_word(node, 54);
+            assert_eq!(Node::of(link >> 8, FRAMES_MAX), Some(node));
+            assert_eq!((link >> 2) & 0x3f, 54);
+        }
+    }
+}

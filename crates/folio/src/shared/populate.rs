@@ -85,6 +85,11 @@ use super::stack::Frame;
 pub(crate) const CHUNK_FRAMES: u32 = 1 << ORDER_MAX;
 /// The most chunks populated ahead of the allocator: 16 MiB (module docs, "The lead").
 const LEAD_CHUNKS_MAX: u32 = 8;
+/// The most frames past the allocator's frontier that the populator populates (its lead
+/// there, rule 2; the frontier never goes back): the frames past it hold no page of the
+/// region file, and a scan for pages to give back stops there (steward.rs,
+/// `give_back`).
+pub(crate) const LEAD_FRAMES_MAX: u32 = LEAD_CHUNKS_MAX * CHUNK_FRAMES;
 /// The lead before anything is allocated, and while little is: 1 chunk, 2 MiB.
 const LEAD_CHUNKS_MIN: u32 = 1;
 /// One chunk of lead per this many begun: past the first, the lead is about 3% of what
@@ -203,10 +208,12 @@ impl Populator {
         let buddy = domain.buddy();
         let frames = domain.geometry().frames;
         // Chunks past the allocator's frontier are virgin (buddy.rs, "Frames never
-        // reached"): not begun, and their words are not read (they would become resident).
+        // reached"): not begun, and their words are not read (they would become
+        // resident). `begun` covers the chunks below it only: a step costs what is
+        // reached, not the domain's size (a 1 TiB domain has 2^19 chunks).
         let reached = buddy.reached().div_ceil(CHUNK_FRAMES);
-        let begun: Vec<bool> = (0..self.known.len() as u32)
-            .map(|c| c < reached && !buddy.seems_whole(Frame(c * CHUNK_FRAMES)))
+        let begun: Vec<bool> = (0..reached)
+            .map(|c| !buddy.seems_whole(Frame(c * CHUNK_FRAMES)))
             .collect();
         let lead = self.lead(begun.iter().filter(|&&b| b).count() as u32);
         let mut next: Vec<u32> = listed_next(&buddy, lead);
@@ -308,10 +315,11 @@ fn listed_next(buddy: &SharedBuddy<'_>, lead: u32) -> Vec<u32> {
 }
 
 /// The policy (module docs), pure: the next chunk to populate, given which chunks the
-/// allocator has begun, the chunks of the blocks it splits next (in its order), and what
-/// is known populated; `None` when the lead is populated.
+/// allocator has begun (`begun[c]` for each chunk c below its frontier; those past it are
+/// not), the chunks of the blocks it splits next (in its order), and what is known
+/// populated; `None` when the lead is populated.
 fn next_chunk(begun: &[bool], next: &[u32], known: &[Known]) -> Option<u32> {
-    assert_eq!(begun.len(), known.len());
+    assert!(begun.len() <= known.len());
     let due = |c: u32| {
         known
             .get(c as usize)
@@ -356,6 +364,10 @@ mod tests {
         const G: Known = Known::GivenBack;
         assert_eq!(next_chunk(&[true, false], &[], &[G, P]), None);
         assert_eq!(next_chunk(&[true, false], &[1], &[G, G]), Some(1));
+        // The begun chunks are told below the frontier only (a step costs what is
+        // reached): the chunks past it are the lead's.
+        assert_eq!(next_chunk(&[true], &[1, 2], &[P, U, U]), Some(1));
+        assert_eq!(next_chunk(&[], &[0], &[U, U]), Some(0));
     }
 
     /// A domain of `chunks` chunks made in a temporary home (by this process, as its

@@ -1938,3 +1938,39 @@ fn ignores_pins(flaw: Flaw) -> bool {
         _ => false,
     }
 }
+
+// STATUS's victim (bits 32..62) holds a frame + 1; ENDS and the intents' `f | owned <<
+// 32` a frame, a frame + 1 or a count in 32 bits: every frame of the largest domain.
+const _: () = assert!(super::domain::FRAMES_MAX as u64 <= VICTIM_MASK);
+
+#[cfg(test)]
+mod tests {
+    use super::super::domain::FRAMES_MAX;
+    use super::*;
+
+    /// The words that pack a frame number keep the largest domain's frames (domain.rs,
+    /// `FRAMES_MAX`): its last frame and those around 2^20 (the old cap), with the flags
+    /// beside them.
+    #[test]
+    fn a_frames_words_keep_the_largest_domains_frames() {
+        for frame in [0, (1 << 20) - 1, 1 << 20, (1 << 24) + 1, FRAMES_MAX - 1] {
+            for evict in [Evict::Reclaim, Evict::Remove] {
+                for detached in [0, DETACHED] {
+                    let status = victim_word(frame, evict, detached) | u64::from(FRAMES_MAX);
+                    assert_eq!(
+                        victim_of(status),
+                        Some((frame, evict, detached != 0)),
+                        "{frame}"
+                    );
+                    assert_eq!(status & COUNT_MASK, u64::from(FRAMES_MAX));
+                }
+            }
+            let other = FRAMES_MAX - 1 - frame;
+            assert_eq!(
+                ends_of(ends_word(Some(frame), Some(other))),
+                (Some(frame), Some(other))
+            );
+            assert_eq!(ends_of(ends_word(None, Some(frame))), (None, Some(frame)));
+        }
+    }
+}

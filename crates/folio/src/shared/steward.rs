@@ -10,10 +10,11 @@
 //!    `fork` again so that the steward is nobody's zombie, as `keeper::spawn` does; the
 //!    steward leaves the session (`setsid`), keeps no descriptor of its starter's (its
 //!    pipes, sockets, locks), and reads and writes `/dev/null` for its standard streams.
-//! 2. **Elected**: it takes `<name>.steward` with `flock(LOCK_EX | LOCK_NB)`. Losing means
-//!    another steward runs (or starts): it says so to its starter and exits. The kernel
-//!    releases the lock at the winner's death, whatever kills it, so the next one to try
-//!    wins, and sees every store of the dead one.
+//! 2. **Elected**: it takes `<name>.v11.steward` (domain.rs, "Files") with
+//!    `flock(LOCK_EX | LOCK_NB)`. Losing means another steward runs (or starts): it
+//!    says so to its starter and exits. The kernel releases the lock at the winner's
+//!    death, whatever kills it, so the next one to try wins, and sees every store of the
+//!    dead one.
 //! 3. **Takes the domain**: makes and formats the region if it is new (domain.rs), names
 //!    itself in the header (pid and start time: every attached process polls its pidfd),
 //!    tells its starter it won, then **rebuilds its view** (`rebuild`): every LIVE slot
@@ -22,7 +23,7 @@
 //!    gone, or its record incomplete: an attach the old steward never answered) is marked
 //!    dead (a process whose life cannot be told, `/proc` or descriptors failing, is taken
 //!    for alive and left unwatched); every dead slot (the old steward died mid-sweep) is swept and freed.
-//! 4. **Serves** (`serve`): polls the attach socket (`<name>.sock`, bound only now, so an
+//! 4. **Serves** (`serve`): polls the attach socket (`<name>.v11.sock`, bound only now, so an
 //!    attach that connects finds a steward that knows every live process), each watched
 //!    pidfd and each attached process's connection. An attach: the peer's credentials
 //!    (`SO_PEERCRED`: the same uid, else refused), its pidfd taken while it is connected
@@ -955,22 +956,38 @@ impl<'d> Steward<'d> {
     /// and told to the populator (`Populator::given_back`: not populated again at once).
     /// `want_bytes` 0: the free frames only.
     ///
+    /// Only the frames below the allocator's frontier and the populator's lead past it
+    /// (`LEAD_FRAMES_MAX`) are looked at: past them the file has no page (nobody
+    /// populates, leases or maps a frame there: buddy.rs, "Frames never reached"), and a
+    /// look at every frame would cost the domain's size (a `mincore` vector and a scan of
+    /// a byte a frame: 256 MiB each for a domain of 1 TiB), not what was used.
+    ///
     /// Context: the steward, alone (`alone`): nobody leases, frees or pins meanwhile.
     /// Killed in the middle: the reclaim's lock and intent are taken over by the next
     /// steward's sweep of this one's slot (its census finds it dead); frames freed and
     /// not yet punched are punched by the next give-back.
     fn give_back(&self, want_bytes: u64, populator: &mut Populator) {
         let frames = self.domain.geometry().frames;
-        if frames == 0 {
+        let buddy = self.domain.buddy();
+        let looked = buddy
+            .reached()
+            .saturating_add(super::populate::LEAD_FRAMES_MAX)
+            .min(frames);
+        if looked == 0 {
             return;
         }
-        let Ok(resident) = self.domain.data_resident(0..frames) else {
+        let Ok(resident) = self.domain.data_resident(0..looked) else {
             return;
         };
-        let buddy = self.domain.buddy();
-        let free_resident = buddy
-            .free_blocks()
-            .into_iter()
+        // The free blocks, cut at `looked` (the virgin frames are the last one).
+        let free_blocks = || {
+            buddy
+                .free_blocks()
+                .into_iter()
+                .map(|block| block.start..block.end.min(looked))
+                .filter(|block| !block.is_empty())
+        };
+        let free_resident = free_blocks()
             .flatten()
             .filter(|&f| resident[f as usize])
             .count() as u64;
@@ -993,7 +1010,7 @@ impl<'d> Steward<'d> {
                 .expect("the steward never dies by a Run");
         }
         let mut punched = 0u64;
-        for block in buddy.free_blocks() {
+        for block in free_blocks() {
             let pages = block.clone().filter(|&f| resident[f as usize]).count() as u64;
             if pages > 0 && self.domain.punch_data(block.clone()).is_ok() {
                 punched += pages;

@@ -186,9 +186,10 @@ fn an_idle_domain_is_removed_after_its_linger_and_the_next_attach_starts_fresh()
     let first = read_all(&config, &setup.path, PAGES * 4096);
     assert_eq!(first.misses + first.read_ahead, PAGES, "{first:?}");
     wait_until("the steward left", || steward.is_dead());
-    let region = setup.home.path().join("life-idle.domain");
+    let files = DomainFiles::of("life-idle").unwrap();
+    let region = setup.home.path().join(&files.region);
     assert!(!region.exists(), "the region stayed");
-    assert!(!setup.home.path().join("life-idle.sock").exists());
+    assert!(!setup.home.path().join(&files.socket).exists());
     let member = Member::attach(&config).unwrap();
     assert_eq!(member.domain().elections(), 1, "a fresh domain");
     member.detach();
@@ -308,7 +309,7 @@ fn the_stewards_cost_on_an_idle_domain() {
 /// frames' words and the data area alike).
 fn region_bytes(home: &Path, name: &str) -> u64 {
     use std::os::unix::fs::MetadataExt;
-    let path = home.join(format!("{name}.domain"));
+    let path = home.join(DomainFiles::of(name).unwrap().region);
     std::fs::metadata(path).unwrap().blocks() * 512
 }
 
@@ -393,7 +394,7 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
 /// `SEEK_DATA` and `SEEK_HOLE`).
 fn allocated_in(home: &Path, name: &str, range: std::ops::Range<u64>) -> u64 {
     use std::os::unix::io::AsRawFd;
-    let file = std::fs::File::open(home.join(format!("{name}.domain"))).unwrap();
+    let file = std::fs::File::open(home.join(DomainFiles::of(name).unwrap().region)).unwrap();
     let fd = file.as_raw_fd();
     let (mut at, mut bytes, end) = (range.start, 0u64, range.end);
     while at < end {
@@ -809,4 +810,96 @@ fn shares_and_floors(flaw: super::Flaw) {
     drop(b_reader);
     wait_until("quiet", || census(domain).is_some());
     b.detach();
+}
+
+/// A region file's first words (MAGIC, `version`, 8 slots, `FRAMES` frames) on `bytes`
+/// bytes of zeros: what a steward of `version` formats (or began to).
+fn region_of_version(version: u64, bytes: usize) -> Vec<u8> {
+    let mut file = vec![0u8; bytes];
+    let words = [0x666f_6c69_6f2d_646d_u64, version, 8, u64::from(FRAMES)];
+    for (i, word) in words.iter().enumerate() {
+        file[8 * i..8 * i + 8].copy_from_slice(&word.to_ne_bytes());
+    }
+    file
+}
+
+/// An upgrade meets an older version's domain still there (its steward outlives its
+/// processes, its region lingers): files at the names before version 11 (`<name>.domain`
+/// holding a version 10 region, `<name>.steward` locked as a live steward holds it,
+/// `<name>.sock` listening). A new process attaches to a domain of its own version
+/// beside it, reads through it, and the older files are left as they were. Before the
+/// files were named by version, the new process met the old steward's socket and then
+/// refused its region ("a domain region of version 10").
+#[test]
+fn an_upgrade_attaches_beside_an_older_versions_domain_and_leaves_it_as_it_is() {
+    const DATA: u64 = 64 << 10;
+    let setup = setup(DATA);
+    let name = "life-upgrade";
+    let home = setup.home.path();
+    let old_region = region_of_version(10, 1 << 20);
+    std::fs::write(home.join(format!("{name}.domain")), &old_region).unwrap();
+    let election = std::fs::File::create(home.join(format!("{name}.steward"))).unwrap();
+    let fd = std::os::unix::io::AsRawFd::as_raw_fd(&election);
+    // SAFETY: flock on our own descriptor.
+    let locked = unsafe { libc::flock(fd, libc::LOCK_EX) };
+    assert_eq!(locked, 0);
+    let _socket =
+        std::os::unix::net::UnixListener::bind(home.join(format!("{name}.sock"))).unwrap();
+    let config = config(home, name, Duration::from_secs(120), setup.machine.path());
+    let read = read_all(&config, &setup.path, DATA);
+    assert_eq!(read.misses + read.read_ahead, DATA / 4096, "{read:?}");
+    let files = DomainFiles::of(name).unwrap();
+    assert!(home.join(&files.region).exists());
+    assert_ne!(
+        files.region,
+        std::ffi::OsString::from(format!("{name}.domain"))
+    );
+    assert!(std::fs::read(home.join(format!("{name}.domain"))).unwrap() == old_region);
+    assert!(home.join(format!("{name}.sock")).exists());
+    assert!(home.join(format!("{name}.steward")).exists());
+}
+
+/// A file at this version's region name that no steward of ours can use is refused with
+/// a clear error, at once (not after the attach's 20 s wait for a steward), and left as
+/// it is (DESIGN.md §6): a region of version 10, a file that is no region (once formatted
+/// over: its bytes lost), one too short for a header. A view (`folio-stat`) refuses it
+/// the same way.
+#[test]
+fn a_file_at_the_regions_name_that_is_no_region_of_ours_is_refused_and_left_as_it_is() {
+    let setup = setup(4096);
+    let home = setup.home.path();
+    let foreign: Vec<u8> = b"not a folio region, but somebody's bytes\n".repeat(100);
+    let cases: [(&str, Vec<u8>, &str); 3] = [
+        (
+            "life-v10",
+            region_of_version(10, 1 << 20),
+            "a domain region of version 10",
+        ),
+        ("life-foreign", foreign, "is not a domain region"),
+        (
+            "life-short",
+            b"short".to_vec(),
+            "a domain region of 5 bytes",
+        ),
+    ];
+    for (name, bytes, said) in cases {
+        let region = home.join(DomainFiles::of(name).unwrap().region);
+        std::fs::write(&region, &bytes).unwrap();
+        let config = config(home, name, Duration::from_secs(120), setup.machine.path());
+        let started = Instant::now();
+        let e = Member::attach(&config).map(|_| ()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{name}: {e}");
+        assert!(e.to_string().contains(said), "{name}: {e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{name}: refused after {:?}",
+            started.elapsed()
+        );
+        let e = crate::DomainView::open(home, name).unwrap_err();
+        assert!(e.to_string().contains(said), "{name}: {e}");
+        assert!(
+            std::fs::read(&region).unwrap() == bytes,
+            "{name}: the file changed"
+        );
+    }
 }

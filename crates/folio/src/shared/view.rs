@@ -178,6 +178,7 @@ mod tests {
         let frames = super::super::domain::Geometry::frames_for_machine(
             &machine,
             crate::CAPACITY_BYTES_DEFAULT,
+            super::super::domain::file_system_bytes(home.path()),
         );
         assert!(frames > 256, "the machine's, not the build's: {frames}");
         assert_eq!(seen.frames, frames, "{seen:?}");

@@ -219,7 +219,7 @@ pub fn plugin_domain_of(stats: &str) -> Option<&str> {
 const DOMAIN_FORGET_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// After a cold folio measurement: removes the domain the plugin's stats name from `dir`
-/// (its `.domain`, `.sock` and `.steward` files), so that the next measurement starts
+/// (its region, socket and election files: `folio::DomainFiles`), so that the next measurement starts
 /// cold, and waits until its steward has left (it leaves when it finds its region's file
 /// removed, within a tick of 2 s at most), so that the next process's attach starts a new
 /// steward on a new domain rather than meeting the leaving one (which removes the socket
@@ -235,7 +235,8 @@ pub fn forget_plugin_domain(dir: &Path, stats: &str) -> io::Result<()> {
     let Some(name) = plugin_domain_of(stats) else {
         return Ok(());
     };
-    if !dir.join(format!("{name}.domain")).exists() {
+    let files = folio::DomainFiles::of(name)?;
+    if !dir.join(&files.region).exists() {
         return Ok(()); // gone already (its steward left after its linger), or never here
     }
     let started = std::time::Instant::now();
@@ -265,8 +266,8 @@ pub fn forget_plugin_domain(dir: &Path, stats: &str) -> io::Result<()> {
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
-    for suffix in ["domain", "sock", "steward"] {
-        match std::fs::remove_file(dir.join(format!("{name}.{suffix}"))) {
+    for file in [&files.region, &files.socket, &files.election] {
+        match std::fs::remove_file(dir.join(file)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }

@@ -112,6 +112,12 @@ pub(super) fn user_domain() -> String {
     format!("folio-{}-user", unsafe { libc::getuid() })
 }
 
+/// The memory file of the domain `name` (named by the library's region version:
+/// `folio::DomainFiles`); a name the library refuses has none.
+pub(super) fn domain_region(name: &str) -> PathBuf {
+    folio::DomainFiles::of(name).map_or_else(|_| PathBuf::new(), |files| files.region.into())
+}
+
 /// Bytes a tmpfs file holds in memory (its allocated blocks), 0 if it is gone.
 fn tmpfs_bytes(path: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
@@ -136,7 +142,7 @@ pub(super) fn take_domain(
     // The domain every process attached (the stats name it: the user's).
     let stats = parts.first().map_or("", |p| p.stats.as_str());
     let name = plugin_domain_of(stats).unwrap_or("none").to_string();
-    let path = dir.join(format!("{name}.domain"));
+    let path = dir.join(domain_region(&name));
     let region_after = tmpfs_bytes(&path);
     let cached = folio::DomainView::open(dir, &name)
         .map(|view| u64::from(view.read().frames_cached) * 4096)
@@ -358,7 +364,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         let peak = kernel::PageCachePeak::start();
         let region_peak = domain_dir
             .as_ref()
-            .map(|dir| TmpfsPeak::start(dir.join(format!("{}.domain", user_domain()))));
+            .map(|dir| TmpfsPeak::start(dir.join(domain_region(&user_domain()))));
         let launches = (0..p)
             .map(|i| {
                 let mut cmd = Command::new(DB_BENCH);

@@ -33,7 +33,8 @@ use serde_json::{json, Value};
 
 use super::child::SAMPLE_PERIOD;
 use super::readonly::{
-    measurement_dir, median, record_folio_stats, summed, take_domain, user_domain, TmpfsPeak,
+    domain_region, measurement_dir, median, record_folio_stats, summed, take_domain, user_domain,
+    TmpfsPeak,
 };
 use super::together::{measure_rounds, run_together, Launch, Settings};
 use super::{
@@ -159,7 +160,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             .collect();
         let region_peak = domain_dir
             .as_ref()
-            .map(|dir| TmpfsPeak::start(dir.join(format!("{}.domain", user_domain()))));
+            .map(|dir| TmpfsPeak::start(dir.join(domain_region(&user_domain()))));
         let parts = run_together(NAME, launches)?;
         let region_peak = region_peak.map_or(0, TmpfsPeak::stop);
         let mut run = summed(&parts, spec);
