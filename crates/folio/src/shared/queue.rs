@@ -1330,11 +1330,7 @@ impl<'r> SharedQueue<'r> {
     ) -> Result<Removed, Died> {
         let held = self.take(me, indexes, slots, run)?;
         let f = frame.0;
-        let removed = if f >= self.frames
-            || !self.buddy.is_cached(frame, Order(0))
-            || self.load(f, FILE) & FILE_BITS != file.0
-            || self.load(f, PAGE) != page
-        {
+        let removed = if !self.caches(frame, file, page) {
             Removed::NotCached
         } else if self.evict(&held, f, Evict::Remove, me, indexes, slots, run)? {
             Removed::Freed
@@ -1343,6 +1339,17 @@ impl<'r> SharedQueue<'r> {
         };
         held.unlock(run)?;
         Ok(removed)
+    }
+
+    /// Whether `frame` is a queued frame caching `page` of `file`.
+    ///
+    /// Context: the queue's lock held (a cached frame is not freed meanwhile).
+    fn caches(&self, frame: Frame, file: FileNo, page: Page) -> bool {
+        let f = frame.0;
+        f < self.frames
+            && self.buddy.is_cached(frame, Order(0))
+            && self.load(f, FILE) & FILE_BITS == file.0
+            && self.load(f, PAGE) == page
     }
 
     /// Frees `frame`, a page of `file` this reader read and handed over but whose
@@ -1376,10 +1383,7 @@ impl<'r> SharedQueue<'r> {
     ) -> Result<bool, Died> {
         let held = self.take(me, indexes, slots, run)?;
         let f = frame.0;
-        let caches_page = f < self.frames
-            && self.buddy.is_cached(frame, Order(0))
-            && self.load(f, FILE) & FILE_BITS == file.0
-            && self.load(f, PAGE) == page;
+        let caches_page = self.caches(frame, file, page);
         // The broken variant (models): only what `remove` checks.
         let unplaced = caches_page
             && (drops_unchecked(run.flaw())
