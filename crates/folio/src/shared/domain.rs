@@ -1028,6 +1028,7 @@ mod tests {
     use crate::shared::index::{Entry, Folio, Placed};
     use crate::shared::queue::{FileNo, Optimistic, Shares};
     use crate::shared::terms::Unkillable;
+    use crate::shared::tests::allocated_in;
     use crate::shared::Flaw;
 
     /// Every word before the data area of the largest domain is named by a `Word` (a
@@ -1062,28 +1063,6 @@ mod tests {
         let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
         let dir = SegmentDir::open(home.path(), DiskDir::Refused).unwrap();
         (home, dir, DomainFiles::of(name).unwrap())
-    }
-
-    /// The region file's allocated bytes in `range` (its tmpfs blocks there: `SEEK_DATA`,
-    /// `SEEK_HOLE`).
-    fn allocated_in(path: &std::path::Path, range: std::ops::Range<u64>) -> u64 {
-        let file = StdFile::open(path).unwrap();
-        let fd = file.as_raw_fd();
-        let (mut at, mut bytes) = (range.start, 0u64);
-        while at < range.end {
-            // SAFETY: lseek on our own open descriptor.
-            let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
-            if data < 0 || data as u64 >= range.end {
-                break;
-            }
-            // SAFETY: as above.
-            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-            assert!(hole >= data, "SEEK_HOLE");
-            let hole = (hole as u64).min(range.end);
-            bytes += hole - data as u64;
-            at = hole;
-        }
-        bytes
     }
 
     /// A domain of the most frames (1 TiB of data, 1.1 TB of region: far past this

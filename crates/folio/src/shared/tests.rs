@@ -338,6 +338,29 @@ impl Drop for SharedRegion {
     }
 }
 
+/// The bytes `path` has allocated in `range` (a region file's tmpfs blocks there, found
+/// with `SEEK_DATA` and `SEEK_HOLE`): what of a sparse file is resident.
+pub(super) fn allocated_in(path: &std::path::Path, range: std::ops::Range<u64>) -> u64 {
+    use std::os::unix::io::AsRawFd;
+    let file = std::fs::File::open(path).unwrap();
+    let fd = file.as_raw_fd();
+    let (mut at, mut bytes) = (range.start, 0u64);
+    while at < range.end {
+        // SAFETY: lseek on our own open descriptor.
+        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 || data as u64 >= range.end {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        assert!(hole >= data, "SEEK_HOLE");
+        let hole = (hole as u64).min(range.end);
+        bytes += hole - data as u64;
+        at = hole;
+    }
+    bytes
+}
+
 /// Makes this process (a test's child: a run of the test binary) die with the process
 /// that started it (`PR_SET_PDEATHSIG`), so that no child outlives a failed or killed
 /// test. Whether that process is still alive (false: it died before the call).

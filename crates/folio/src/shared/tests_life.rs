@@ -12,6 +12,7 @@ use super::attach::{DomainConfig, Member};
 use super::buddy::Order;
 use super::domain::{Domain, DomainFiles, Geometry};
 use super::read::{ReadCounters, SharedReader};
+use super::tests::allocated_in;
 use super::tests_read::{stamped, write_file};
 use crate::segment::{DiskDir, SegmentDir};
 
@@ -390,29 +391,6 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
     assert_eq!(cached_frames as u64 * 4096, cached);
     assert!(free > FRAMES_1G - 4096);
 }
-/// The region file's allocated bytes in `range` (its tmpfs blocks there, found with
-/// `SEEK_DATA` and `SEEK_HOLE`).
-fn allocated_in(home: &Path, name: &str, range: std::ops::Range<u64>) -> u64 {
-    use std::os::unix::io::AsRawFd;
-    let file = std::fs::File::open(home.join(DomainFiles::of(name).unwrap().region)).unwrap();
-    let fd = file.as_raw_fd();
-    let (mut at, mut bytes, end) = (range.start, 0u64, range.end);
-    while at < end {
-        // SAFETY: lseek on our own open descriptor.
-        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
-        if data < 0 || data as u64 >= end {
-            break;
-        }
-        // SAFETY: as above.
-        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
-        assert!(hole >= data, "SEEK_HOLE");
-        let hole = (hole as u64).min(end);
-        bytes += hole - data as u64;
-        at = hole;
-    }
-    bytes
-}
-
 /// A member killed on a domain of 1 GiB (262,144 frames): the steward's sweep of its slot
 /// (its pins, a writer's HELD marks, its leases) reads the frames' words only below the
 /// allocator's frontier, so the queue's words of the frames past it stay holes. The sweep
@@ -461,14 +439,18 @@ fn a_members_death_on_a_large_domain_faults_in_no_frames_words() {
         libc::WIFSTOPPED(status),
         "the member never stopped: {status:#x}"
     );
-    let before = allocated_in(setup.home.path(), name, queue.clone());
+    let region = setup
+        .home
+        .path()
+        .join(DomainFiles::of(name).unwrap().region);
+    let before = allocated_in(&region, queue.clone());
     super::tests_domain::sigkill(child as u32);
     let status = super::tests::wait_for(child, 0);
     assert!(libc::WIFSIGNALED(status), "status {status:#x}");
     wait_until("the dead member swept", || {
         super::tests_domain::is_quiet(domain, parent.holder())
     });
-    let after = allocated_in(setup.home.path(), name, queue.clone());
+    let after = allocated_in(&region, queue.clone());
     eprintln!(
         "1 GiB domain: its queue's words {:.2} MiB before the death, {:.2} MiB after its \
          sweep",
