@@ -50,6 +50,17 @@ fn config(home: &Path, name: &str, linger: Duration, machine: &Path) -> DomainCo
     }
 }
 
+/// Frames of a domain of 1 GiB: large beside what its tests read, so that memory spent on
+/// the domain's size rather than its use shows.
+const FRAMES_1G: u32 = 1 << 18;
+
+/// `config` of a 1 GiB domain (`FRAMES_1G`) in `setup`'s home and machine.
+fn config_1g(setup: &Setup, name: &str, linger: Duration) -> DomainConfig {
+    let mut config = config(setup.home.path(), name, linger, setup.machine.path());
+    config.geometry.frames = FRAMES_1G;
+    config
+}
+
 /// Attaches, reads all of `path` (its bytes checked against file 0's stamps), detaches.
 fn read_all(config: &DomainConfig, path: &Path, len: u64) -> ReadCounters {
     let member = Member::attach(config).unwrap();
@@ -263,13 +274,7 @@ fn a_steward_killed_in_the_middle_of_a_give_back_leaves_a_domain_the_next_recove
 fn the_stewards_cost_on_an_idle_domain() {
     const IDLE: Duration = Duration::from_secs(10);
     let setup = setup(4096);
-    let mut config = config(
-        setup.home.path(),
-        "life-cost",
-        Duration::from_millis(100),
-        setup.machine.path(),
-    );
-    config.geometry.frames = 1 << 18;
+    let config = config_1g(&setup, "life-cost", Duration::from_millis(100));
     let member = Member::attach(&config).unwrap();
     let steward = member.steward().pid;
     // The lead populated first (4 chunks: 8 MiB).
@@ -325,18 +330,11 @@ fn region_bytes(home: &Path, name: &str) -> u64 {
 /// Waits (60 s deadline) for the steward's lead; what it asserts does not depend on when.
 #[test]
 fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
-    const FRAMES_1G: u32 = 1 << 18;
     const DATA: u64 = 8 << 20;
     const MIB: u64 = 1 << 20;
     let setup = setup(DATA);
     let name = "life-large";
-    let mut config = config(
-        setup.home.path(),
-        name,
-        Duration::from_secs(120),
-        setup.machine.path(),
-    );
-    config.geometry.frames = FRAMES_1G;
+    let config = config_1g(&setup, name, Duration::from_secs(120));
     let member = Member::attach(&config).unwrap();
     let after_attach = region_bytes(setup.home.path(), name);
     {
@@ -404,18 +402,11 @@ fn a_large_domain_holds_what_it_caches_and_its_lead_not_its_size() {
 /// not depend on when.
 #[test]
 fn a_members_death_on_a_large_domain_faults_in_no_frames_words() {
-    const FRAMES_1G: u32 = 1 << 18;
     const DATA: u64 = 4 << 20;
     const MIB: u64 = 1 << 20;
     let setup = setup(DATA);
     let name = "life-death";
-    let mut config = config(
-        setup.home.path(),
-        name,
-        Duration::from_secs(120),
-        setup.machine.path(),
-    );
-    config.geometry.frames = FRAMES_1G;
+    let config = config_1g(&setup, name, Duration::from_secs(120));
     let parent = Member::attach(&config).unwrap();
     let domain = parent.domain();
     let queue = {
