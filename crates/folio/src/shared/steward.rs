@@ -716,19 +716,12 @@ impl<'d> Steward<'d> {
 
     /// Frees (`free`) every slot whose keeper's pidfd says it ended.
     fn keepers_done(&self) {
-        let done: Vec<Holder> = {
-            let mut keeping = self.keeping.borrow_mut();
-            let mut done = Vec::new();
-            let mut i = 0;
-            while i < keeping.len() {
-                if keeping[i].keeper.is_dead() {
-                    done.push(keeping.swap_remove(i).dead);
-                } else {
-                    i += 1;
-                }
-            }
-            done
-        };
+        let done: Vec<Holder> = take_ended(&mut self.keeping.borrow_mut(), |keeping| {
+            keeping.keeper.is_dead()
+        })
+        .into_iter()
+        .map(|keeping| keeping.dead)
+        .collect();
         for dead in done {
             self.trace.line(format_args!("{dead:?}: its keeper ended"));
             self.free(dead);
@@ -755,18 +748,12 @@ impl<'d> Steward<'d> {
     /// lock of a second dead member the steward had not marked yet.) Their sweeps follow
     /// the current one (`bury_the_dead`).
     fn marked_if_dead(&self, holder: Holder) -> bool {
-        let mut found = Vec::new();
-        {
-            let mut watches = self.watches.borrow_mut();
-            let mut i = 0;
-            while i < watches.len() {
-                if watches[i].pidfd.is_dead() {
-                    found.push(watches.swap_remove(i).holder);
-                } else {
-                    i += 1;
-                }
-            }
-        }
+        let found: Vec<Holder> = take_ended(&mut self.watches.borrow_mut(), |watch| {
+            watch.pidfd.is_dead()
+        })
+        .into_iter()
+        .map(|watch| watch.holder)
+        .collect();
         let mut was = false;
         for dead in found {
             was |= dead == holder;
@@ -1372,4 +1359,13 @@ pub(crate) fn receive_words<const N: usize>(conn: &OwnedFd, wait: Duration) -> O
         *word = u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
     }
     Some(words)
+}
+
+/// Takes out of `items` those `ended` says ended (a pidfd readable), keeping the rest.
+fn take_ended<T>(items: &mut Vec<T>, ended: impl Fn(&T) -> bool) -> Vec<T> {
+    let (gone, kept) = std::mem::take(items)
+        .into_iter()
+        .partition(|item| ended(item));
+    *items = kept;
+    gone
 }
