@@ -26,7 +26,7 @@ use std::io;
 use std::mem::ManuallyDrop;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::attach::{DomainConfig, Member};
 use super::domain::FRAME_BYTES;
@@ -355,6 +355,16 @@ impl DomainWriter {
         held_mark(self.reader.member.holder(), seq)
     }
 
+    /// `marks`, locked (a panic under it leaves a map of marks, each valid alone).
+    fn marks(&self) -> MutexGuard<'_, HashMap<Page, u64>> {
+        self.marks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `suspects`, locked (as `marks`).
+    fn suspects(&self) -> MutexGuard<'_, Vec<Page>> {
+        self.suspects.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// W2: `bytes` then zeros (the page's newest bytes, at most a page; zeros past the
     /// end of the file) made page `page`'s in the domain, marked HELD with a new mark.
     ///
@@ -362,10 +372,7 @@ impl DomainWriter {
     pub(crate) fn install(&self, page: Page, bytes: &[u8]) -> io::Result<()> {
         let mark = self.next_mark();
         self.reader.reader.install(self.file(), page, bytes, mark)?;
-        self.marks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(page, mark);
+        self.marks().insert(page, mark);
         Ok(())
     }
 
@@ -400,10 +407,7 @@ impl DomainWriter {
         if appended == Appended::InPlace {
             self.published
                 .fetch_max(offset + bytes.len() as u64, Ordering::Relaxed);
-            self.marks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(page, mark);
+            self.marks().insert(page, mark);
         }
         Ok(appended)
     }
@@ -411,7 +415,7 @@ impl DomainWriter {
     /// The mark of page `page`'s last install (0: none): a writeback that took the page's
     /// private folio reads it after it set WRITEBACK (write/writeback.rs).
     pub(crate) fn mark_of(&self, page: Page) -> u64 {
-        let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        let marks = self.marks();
         marks.get(&page).copied().unwrap_or(0)
     }
 
@@ -422,7 +426,7 @@ impl DomainWriter {
             return;
         }
         let released = self.reader.reader.release_held(self.file(), page, mark);
-        let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut marks = self.marks();
         match marks.get(&page) {
             Some(&last) if last == mark => {
                 marks.remove(&page);
@@ -431,10 +435,7 @@ impl DomainWriter {
                 // A publish after the writeback took the folio (a write's private part,
                 // then B1, then its install): the bytes written may be the newer mark's.
                 drop(marks);
-                self.suspects
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(page);
+                self.suspects().push(page);
                 self.any_suspect.store(true, Ordering::Release);
             }
             _ => {}
@@ -465,18 +466,15 @@ impl DomainWriter {
                 if !self.any_suspect.swap(false, Ordering::Acquire) {
                     return;
                 }
-                let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+                let mut suspects = self.suspects();
                 if suspects.is_empty() {
                     return;
                 }
                 std::mem::take(&mut *suspects)
             }
             Settle::Every => {
-                self.suspects
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
-                let marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+                self.suspects().clear();
+                let marks = self.marks();
                 marks.keys().copied().collect()
             }
         };
@@ -500,10 +498,7 @@ impl DomainWriter {
     /// Errors: `SharedReader::truncate`'s.
     pub(crate) fn truncate(&self, size: u64, first: Page) -> io::Result<()> {
         self.published.fetch_max(size, Ordering::Relaxed);
-        self.marks
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|&page, _| page < first);
+        self.marks().retain(|&page, _| page < first);
         self.reader.reader.truncate(self.file(), size, first)
     }
 }
