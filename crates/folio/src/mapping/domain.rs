@@ -31,7 +31,10 @@
 //!       retirement of the record stands.
 //!   A5. The writer detaches (`settle_writer`: its marks cleared, the record's stamp the
 //!       file's, its writer mark cleared) once no writable handle is open and the file is
-//!       clean (A1's test), looked at a writable handle's drop and at a writeback's end.
+//!       clean (A1's test), looked at a writable handle's drop, at a writeback's end and
+//!       at a sync's end (the writeback's look comes after its ticket ends, which a sync
+//!       waiting for that ticket may beat: a sync that returned on a clean file with no
+//!       writable handle leaves it detached).
 //! A1 and A2 hold one lock: an admission either comes first (its handle is on the list,
 //! retired by A2) or sees the writer counted (refused).
 //!
@@ -161,9 +164,9 @@ impl Mapping {
     }
 
     /// A5: the writer detaches once no writable handle is open and the file is clean (its
-    /// bytes on disk: A1's test): called at a writable handle's drop and at a writeback's
-    /// end. The detach itself (`DomainWriter`'s drop) runs after the lock is let go, once
-    /// the last handle holding it is gone.
+    /// bytes on disk: A1's test): called at a writable handle's drop, at a writeback's
+    /// end and at a sync's end. The detach itself (`DomainWriter`'s drop) runs after the
+    /// lock is let go, once the last handle holding it is gone.
     pub(crate) fn settle_writer(&self) {
         let writer = {
             let mut uses = self.domain.lock();

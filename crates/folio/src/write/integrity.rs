@@ -64,6 +64,10 @@ pub(crate) fn sync(
     #[cfg(any(debug_assertions, feature = "invariants"))]
     check_marks(core.memory(), mapping, start, end);
     mapping.settle_size();
+    // A domain writer whose file is clean now detaches before the sync returns
+    // (mapping/domain.rs, A5): the writeback's own look runs after its ticket ends, which
+    // the wait above may beat.
+    mapping.settle_writer();
     if let Err(e) = flush(backend, &fd, kind) {
         mapping
             .write
