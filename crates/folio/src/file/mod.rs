@@ -26,9 +26,10 @@
 //!
 //! **A domain file** (a read-only handle of a cache built with `CacheBuilder::domain`):
 //! `read_at` and `read_many` read through the domain (`shared::reader::DomainFile`), not
-//! this cache's mapping: one branch at the top of `read_at_hint` (a load of the handle's
-//! first line, which the hit loads anyway, and a test that a private cache's handle always
-//! takes the same way). The futures and `get_page` refuse such a handle (`Unsupported`),
+//! this cache's mapping: one branch at the top of `read_at` and `read_at_hint` (a load of
+//! the handle's first line, which the hit loads anyway, and a test that a private cache's
+//! handle always takes the same way), both inlined into their caller, before the private
+//! read's entry (`read_private`), so that a domain file's hit pays none of it. The futures and `get_page` refuse such a handle (`Unsupported`),
 //! `readahead` does nothing for it; its reads' window is the domain file's own, with the
 //! handle's maximum at the open (`shared/read.rs`, "Readahead"); the rest (its length,
 //! advice, `stats`) is its private mapping's, which it keeps (opened as any handle's; it
@@ -68,7 +69,6 @@ use crate::mapping::DomainAdmission;
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
 use crate::readahead::RaCell;
-use crate::shared::read::Admitted;
 use crate::shared::reader::{DomainFile, DomainReader, DomainWriter};
 use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex};
@@ -198,12 +198,7 @@ impl File {
     pub(crate) fn admit_to(&mut self, reader: &Arc<DomainReader>) -> io::Result<()> {
         let fd = self.clone_fd()?;
         let mode = self.mode;
-        let admitted = self.mapping.admit_domain(|| {
-            Ok(match reader.admit(fd, mode)? {
-                Admitted::Open(shared) => Some(DomainFile::new(reader.clone(), shared)),
-                Admitted::Refused(_) => None,
-            })
-        })?;
+        let admitted = self.mapping.admit_domain(|| reader.admit(fd, mode))?;
         match admitted {
             DomainAdmission::Admitted(shared) => self.read_through(shared),
             DomainAdmission::Newer => reader.note_newer(),
@@ -352,8 +347,16 @@ impl File {
     /// Bytes already copied into `buf` when an error occurs are not reported.
     ///
     /// Context: any thread; may sleep waiting for I/O or memory.
+    #[inline]
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.read_at_hint(buf, offset, self.hint())
+        // The one branch a private cache's hit pays for domains (module docs), taken
+        // before the private read's frame is set up: a domain file's hit calls the
+        // domain's read with nothing of the private path's entry.
+        if let Some(shared) = self.domain() {
+            checked_end(offset, buf.len())?;
+            return shared.read_at(buf, offset);
+        }
+        self.read_private(buf, offset, self.hint())
     }
 
     /// `read_at` under `hint`, whatever the handle's advice: `ReadHint::NoReuse` for a
@@ -362,12 +365,22 @@ impl File {
     /// not counted as used (`eviction::noreuse`).
     ///
     /// Errors and context: as `read_at`.
+    #[inline]
     pub fn read_at_hint(&self, buf: &mut [u8], offset: u64, hint: ReadHint) -> io::Result<usize> {
-        let request_end = checked_end(offset, buf.len())?;
-        // The one branch a private cache's hit pays for domains (module docs).
+        // As `read_at`'s.
         if let Some(shared) = self.domain() {
+            checked_end(offset, buf.len())?;
             return shared.read_at(buf, offset);
         }
+        self.read_private(buf, offset, hint)
+    }
+
+    /// `read_at_hint` of a handle that reads through no domain (a private cache's, or
+    /// one its file's writable open retired): the private cache's read. Not inlined, so
+    /// that the domain's branch above comes before its entry.
+    #[inline(never)]
+    fn read_private(&self, buf: &mut [u8], offset: u64, hint: ReadHint) -> io::Result<usize> {
+        let request_end = checked_end(offset, buf.len())?;
         let end = request_end.min(self.mapping.size_bytes());
         if offset >= end {
             return Ok(0);

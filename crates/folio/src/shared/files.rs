@@ -956,11 +956,24 @@ impl<'r> FileTable<'r> {
     /// Context: the caller has a handle open on `id` (debug-asserted); lock-free.
     #[inline]
     pub(crate) fn open_size(&self, id: FileId) -> u64 {
+        self.size_word(id).load(Ordering::Acquire)
+    }
+
+    /// The size word itself of `id`, which the caller holds open (as `open_size`): a
+    /// handle keeps it, so that its hit's load of the size waits only for the handle.
+    ///
+    /// Context: the caller has a handle open on `id` (debug-asserted) while it uses the
+    /// word (a record's words are another record's after its removal).
+    pub(crate) fn size_word(&self, id: FileId) -> &'r AtomicU64 {
         debug_assert_eq!(
             self.word(id.index, TAG).load(Ordering::Relaxed),
             LIVE | u64::from(id.generation)
         );
-        self.word(id.index, SIZE).load(Ordering::Acquire)
+        let index = id.index & (self.capacity - 1);
+        &self.region[self
+            .base
+            .at(LINE_WORDS + index * self.stride + SIZE)
+            .index()]
     }
 
     /// A write ended at `end`: the size raised to at least `end` (never lowered).

@@ -356,8 +356,9 @@ fn placement(order: u8) -> (u32, u32) {
 }
 
 /// One tree at `base` of a region, its nodes in frames of `buddy` whose data lies at
-/// `data` (frame f's 512 words at `data + f * 512`).
-#[derive(Debug)]
+/// `data` (frame f's 512 words at `data + f * 512`). A view: its clones are the same
+/// tree.
+#[derive(Clone, Debug)]
 pub(crate) struct SharedIndex<'r> {
     region: &'r [AtomicU64],
     /// The frames' data area (`FRAME_WORDS` per frame): the one slice a reader's walk

@@ -214,8 +214,17 @@ fn marker_bits(len_bytes: u64) -> Box<[AtomicU64]> {
 }
 
 /// A file open for shared reads: its record in the domain's file table and its descriptor.
+///
+/// `repr(C)`, what a hit reads first: the record's size word and the view of its index
+/// are the handle's own (made at the open), so that a hit's first loads of the domain
+/// (the size, the tree's root) wait only for the handle, not for the reader's tables.
 #[derive(Debug)]
-pub(crate) struct SharedFile {
+#[repr(C)]
+pub(crate) struct SharedFile<'m> {
+    /// The record's size word (`FileTable::size_word`): our open keeps the record.
+    size: &'m AtomicU64,
+    /// The record's index (a view: the reader's `indexes` hold the same).
+    index: SharedIndex<'m>,
     id: FileId,
     file: StdFile,
     mode: OpenMode,
@@ -229,7 +238,7 @@ pub(crate) struct SharedFile {
     markers: Box<[AtomicU64]>,
 }
 
-impl SharedFile {
+impl SharedFile<'_> {
     /// The file's record.
     pub(crate) fn id(&self) -> FileId {
         self.id
@@ -298,8 +307,8 @@ impl SharedFile {
 
 /// What the domain said to a file (`SharedReader::admit`).
 #[derive(Debug)]
-pub(crate) enum Admitted {
-    Open(SharedFile),
+pub(crate) enum Admitted<'m> {
+    Open(SharedFile<'m>),
     Refused(Refusal),
 }
 
@@ -519,7 +528,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// Context: takes the file table's lock.
     /// Errors: the open's and `fstat`'s; `Other` for a full table, too many opens, or a
     /// file changed since its record was made (module docs, Limits).
-    pub(crate) fn open(&self, path: &Path) -> io::Result<SharedFile> {
+    pub(crate) fn open(&self, path: &Path) -> io::Result<SharedFile<'m>> {
         let options = |flags: i32| {
             let mut options = std::fs::OpenOptions::new();
             options.read(true).custom_flags(flags | libc::O_CLOEXEC);
@@ -551,7 +560,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     ///
     /// Context: takes the file table's lock.
     /// Errors: `fstat`'s.
-    pub(crate) fn admit(&self, file: StdFile, mode: OpenMode) -> io::Result<Admitted> {
+    pub(crate) fn admit(&self, file: StdFile, mode: OpenMode) -> io::Result<Admitted<'m>> {
         let meta = file.metadata()?;
         let key = key_of(&meta);
         let mtime_ns = (meta.mtime() as u64)
@@ -577,6 +586,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 id,
                 stamp: Stamp::Same,
             } => Admitted::Open(SharedFile {
+                size: self.files.size_word(id),
+                index: self.indexes[id.index as usize].clone(),
                 id,
                 file,
                 mode,
@@ -665,7 +676,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         &self,
         file: StdFile,
         mode: OpenMode,
-    ) -> io::Result<Option<SharedFile>> {
+    ) -> io::Result<Option<SharedFile<'m>>> {
         let Admitted::Open(shared) = self.admit(file, mode)? else {
             return Ok(None);
         };
@@ -920,10 +931,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
         buf: &mut [u8],
         offset: u64,
     ) -> io::Result<usize> {
-        // One load: our open keeps the record (files.rs, `open_size`). A size its writer
+        // One load of the handle's size word: our open keeps the record (files.rs,
+        // `size_word`). A size its writer
         // changes (docs/sharing.md "Writes seen across processes", W4) is seen by the
         // next call, not within one.
-        let size = self.files.open_size(file.id);
+        let size = file.size.load(Ordering::Acquire);
         if offset >= size || buf.is_empty() {
             return Ok(0);
         }
@@ -937,7 +949,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let page: Page = offset / FRAME_BYTES as u64;
             if !file.is_marker(page) {
                 let dst = &mut buf[..n as usize];
-                let index = &self.indexes[file.id.index as usize];
+                let index = &file.index;
                 let file_no = FileNo(u64::from(file.id.index));
                 match self
                     .queue

@@ -114,15 +114,26 @@ impl DomainReader {
         &self.member
     }
 
-    /// `SharedReader::admit`: a refusal is counted (the caller reads the file privately).
+    /// `SharedReader::admit`: the file as a `DomainFile` of this reader, or `None` if the
+    /// domain refused it (counted; the caller reads the file privately).
     ///
     /// Context and errors: as `SharedReader::admit`.
-    pub(crate) fn admit(&self, file: StdFile, mode: OpenMode) -> io::Result<Admitted> {
-        let admitted = self.reader.admit(file, mode)?;
-        if matches!(admitted, Admitted::Refused(_)) {
-            self.refused.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        file: StdFile,
+        mode: OpenMode,
+    ) -> io::Result<Option<DomainFile>> {
+        match self.reader.admit(file, mode)? {
+            Admitted::Open(file) => Ok(Some(DomainFile {
+                reader: self.clone(),
+                file: Some(file),
+                retired: AtomicBool::new(false),
+            })),
+            Admitted::Refused(_) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
         }
-        Ok(admitted)
     }
 
     /// A read-only open read privately: this process held newer bytes of the file
@@ -218,23 +229,16 @@ impl Drop for DomainReader {
 #[repr(align(64))]
 pub(crate) struct DomainFile {
     reader: Arc<DomainReader>,
-    /// `None` only inside `drop`.
-    file: Option<SharedFile>,
+    /// `None` only inside `drop`. Its views of the domain's words are as `'static` as
+    /// the reader's own (`DomainReader::attach`): they stay valid while `reader` holds
+    /// the member, and `drop` takes the file before `reader` goes.
+    file: Option<SharedFile<'static>>,
     /// This process opened the file for writing (mapping/domain.rs, A2): the handle reads
     /// privately from then on. Set once, never cleared.
     retired: AtomicBool,
 }
 
 impl DomainFile {
-    /// `file`, admitted by `reader`.
-    pub(crate) fn new(reader: Arc<DomainReader>, file: SharedFile) -> DomainFile {
-        DomainFile {
-            reader,
-            file: Some(file),
-            retired: AtomicBool::new(false),
-        }
-    }
-
     /// Sets the largest window this handle reads ahead (`SharedFile::set_readahead_pages`:
     /// a `File`'s own maximum, read.rs "Readahead").
     pub(crate) fn set_readahead_pages(&self, pages: u32) {
@@ -310,8 +314,8 @@ impl Drop for DomainFile {
 #[derive(Debug)]
 pub(crate) struct DomainWriter {
     reader: Arc<DomainReader>,
-    /// `None` only inside `drop`.
-    file: Option<SharedFile>,
+    /// `None` only inside `drop`; `'static` as `DomainFile`'s file is.
+    file: Option<SharedFile<'static>>,
     /// The largest size of the record a reader may have loaded since we became its
     /// writer: its size then, raised by every size we set. An append in place stores only
     /// at or past it (queue.rs, "Appends in place").
@@ -338,7 +342,7 @@ pub(crate) enum Settle {
 }
 
 impl DomainWriter {
-    fn file(&self) -> &SharedFile {
+    fn file(&self) -> &SharedFile<'static> {
         self.file
             .as_ref()
             .expect("a live DomainWriter has its file")

@@ -102,12 +102,10 @@ fn threads_of_one_process_read_through_one_domain_reader() {
             .iter()
             .map(|p| {
                 let file = std::fs::File::open(p).unwrap();
-                match reader.admit(file, OpenMode::Buffered).unwrap() {
-                    super::read::Admitted::Open(file) => {
-                        super::reader::DomainFile::new(reader.clone(), file)
-                    }
-                    refused => panic!("{refused:?}"),
-                }
+                reader
+                    .admit(file, OpenMode::Buffered)
+                    .unwrap()
+                    .expect("the domain admits the file")
             })
             .collect();
         let wrong = hammer(1, 300, &|f, buf, offset| files[f].read_at(buf, offset));

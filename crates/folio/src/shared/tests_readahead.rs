@@ -283,7 +283,7 @@ struct OtherReadsFirst<'a, 'm> {
     member: &'m Member,
     frames: u32,
     other: &'a SharedReader<'m, Member>,
-    other_file: &'a SharedFile,
+    other_file: &'a SharedFile<'m>,
     fired: Cell<bool>,
 }
 
