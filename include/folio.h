@@ -577,6 +577,22 @@ typedef struct folio_domain_stats {
      * The frames (4 KiB) the domain's cache holds now, every member's pages.
      */
     uint64_t frames_cached;
+    /**
+     * Of those, the frames this process owns: those its reads and writes brought in.
+     * Another process's reclaim takes them only once no process above its share is left,
+     * and below the floor only when nothing else is left at all.
+     */
+    uint64_t owned_frames;
+    /**
+     * Each attached process's share of the quota now: the quota over the processes
+     * attached. The domain's figure, the same for every member.
+     */
+    uint64_t share_frames;
+    /**
+     * Each attached process's floor now: half its share. The domain's figure, the same
+     * for every member.
+     */
+    uint64_t floor_frames;
 } folio_domain_stats;
 
 /**

@@ -381,6 +381,16 @@ pub struct folio_domain_stats {
     pub quota_frames: u64,
     /// The frames (4 KiB) the domain's cache holds now, every member's pages.
     pub frames_cached: u64,
+    /// Of those, the frames this process owns: those its reads and writes brought in.
+    /// Another process's reclaim takes them only once no process above its share is left,
+    /// and below the floor only when nothing else is left at all.
+    pub owned_frames: u64,
+    /// Each attached process's share of the quota now: the quota over the processes
+    /// attached. The domain's figure, the same for every member.
+    pub share_frames: u64,
+    /// Each attached process's floor now: half its share. The domain's figure, the same
+    /// for every member.
+    pub floor_frames: u64,
 }
 
 impl folio_domain_stats {
@@ -404,6 +414,9 @@ impl folio_domain_stats {
             installs: s.installs,
             quota_frames: s.quota_frames,
             frames_cached: s.frames_cached,
+            owned_frames: s.owned_frames,
+            share_frames: s.share_frames,
+            floor_frames: s.floor_frames,
         }
     }
 }

@@ -1745,6 +1745,10 @@ static void test_domain(void) {
     CHECK(d.files_newer_here == 0);
     /* The domain's budget: the pages cached, and a quota (the steward moves it). */
     CHECK(d.frames_cached >= PAGES && d.quota_frames > 0);
+    /* This process brought every page in: it owns them. It is the domain's one member, so
+       its share is the whole quota, and its floor half of it. */
+    CHECK(d.owned_frames >= PAGES && d.owned_frames <= d.frames_cached);
+    CHECK(d.share_frames == d.quota_frames && d.floor_frames == d.share_frames / 2);
     folio_domain_stats first = d;
     /* The other handle's reads are the domain's hits: no read of the file. */
     memset(buf, 0, sizeof buf);

@@ -98,6 +98,17 @@ pub struct DomainStats {
     /// page's frame in place (no page installed: docs/sharing.md "Writes seen across
     /// processes").
     pub appends_in_place: u64,
+    /// The frames this process owns of those the domain holds: those its misses and
+    /// writes brought in (docs/sharing.md, "Shares and floors"). Another process's
+    /// reclaim takes them only once no member above its share is left, and below the
+    /// floor only when nothing else is left at all.
+    pub owned_frames: u64,
+    /// Each attached process's share of the quota now: the quota over the processes
+    /// attached. The domain's figure, the same for every member.
+    pub share_frames: u64,
+    /// Each attached process's floor now: half its share. The domain's figure, the same
+    /// for every member.
+    pub floor_frames: u64,
 }
 
 impl std::fmt::Debug for Cache {
@@ -221,7 +232,7 @@ impl Cache {
     pub fn domain_stats(&self) -> Option<DomainStats> {
         let domain = self.domain.as_ref()?;
         let (c, refused, newer) = domain.counters();
-        let (quota_frames, frames_cached) = domain.budget();
+        let budget = domain.budget();
         Some(DomainStats {
             hits: c.hits,
             pinned_hits: c.pinned_hits,
@@ -239,9 +250,12 @@ impl Cache {
             files_refused: refused,
             files_newer_here: newer,
             installs: c.installs,
-            quota_frames: u64::from(quota_frames),
-            frames_cached: u64::from(frames_cached),
+            quota_frames: u64::from(budget.quota_frames),
+            frames_cached: u64::from(budget.frames_cached),
             appends_in_place: c.appends_in_place,
+            owned_frames: u64::from(budget.owned_frames),
+            share_frames: u64::from(budget.share_frames),
+            floor_frames: u64::from(budget.floor_frames),
         })
     }
 

@@ -32,7 +32,7 @@ use super::attach::{DomainConfig, Member};
 use super::domain::FRAME_BYTES;
 use super::files::{FileId, Removal};
 use super::index::Page;
-use super::queue::{held_mark, Appended};
+use super::queue::{held_mark, Appended, Shares};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
 use crate::types::OpenMode;
 
@@ -176,11 +176,36 @@ impl DomainReader {
     }
 }
 
+/// The domain's budget as one member sees it (`DomainReader::budget`), in frames.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    /// The domain's quota (moved by its steward with the machine's memory).
+    pub(crate) quota_frames: u32,
+    /// The frames its cache holds, every member's.
+    pub(crate) frames_cached: u32,
+    /// Those this process owns (its misses brought them in: queue.rs, "Owners and
+    /// shares").
+    pub(crate) owned_frames: u32,
+    /// Each attached member's share and floor of the quota now (`Shares::attached`).
+    pub(crate) share_frames: u32,
+    pub(crate) floor_frames: u32,
+}
+
 impl DomainReader {
-    /// The domain's quota and the frames its queue holds (two loads of shared words).
-    pub(crate) fn budget(&self) -> (u32, u32) {
+    /// The domain's quota, the frames its queue holds, ours of them, and each member's
+    /// share and floor now (loads of shared words and a count of the live slots).
+    pub(crate) fn budget(&self) -> Budget {
         let domain = self.member.domain();
-        (domain.quota(), domain.queue().count())
+        let queue = domain.queue();
+        let quota_frames = domain.quota();
+        let shares = Shares::attached(quota_frames, &domain.slots());
+        Budget {
+            quota_frames,
+            frames_cached: queue.count(),
+            owned_frames: queue.owned(self.member.holder().slot),
+            share_frames: shares.share_frames,
+            floor_frames: shares.floor_frames,
+        }
     }
 
     /// A writable open of a file (docs/sharing.md "Writes seen across processes", W1):

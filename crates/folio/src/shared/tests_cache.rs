@@ -172,7 +172,7 @@ fn child() {
     };
     let s = cache.domain_stats().expect("a domain cache");
     println!(
-        "{RESULT} {wrong} {} {} {} {} {} {} {} {} {} {}",
+        "{RESULT} {wrong} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
         s.hits,
         s.misses,
         s.preads,
@@ -182,7 +182,11 @@ fn child() {
         s.sibling_pinned,
         s.pages_read_ahead,
         s.windows,
-        s.duplicate_reads
+        s.duplicate_reads,
+        s.quota_frames,
+        s.owned_frames,
+        s.share_frames,
+        s.floor_frames
     );
 }
 
@@ -243,6 +247,10 @@ fn finish_child(mut child: Child, what: &str) -> (u64, DomainStats) {
         pages_read_ahead: v[8],
         windows: v[9],
         duplicate_reads: v[10],
+        quota_frames: v[11],
+        owned_frames: v[12],
+        share_frames: v[13],
+        floor_frames: v[14],
         ..DomainStats::default()
     };
     (v[0], stats)
@@ -252,7 +260,9 @@ fn finish_child(mut child: Child, what: &str) -> (u64, DomainStats) {
 /// one call (one miss, its window and the windows its markers start: 8 pages each, the
 /// cap of a 64-frame domain), then the second reads it and hits every page (0 misses, 0
 /// reads from the file); then, both gone, the domain checks and a reclaim frees every
-/// frame.
+/// frame. Each reports its budget (`DomainStats`): the first owns the pages it brought
+/// in, the second none; with the test's own member attached beside each, a share is
+/// half the quota and a floor half a share.
 #[test]
 fn a_second_processs_cache_hits_every_page_the_first_read() {
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
@@ -282,6 +292,15 @@ fn a_second_processs_cache_hits_every_page_the_first_read() {
         (pages, 0, 0),
         "{second:?}"
     );
+    assert_eq!((first.owned_frames, second.owned_frames), (pages, 0));
+    for s in [&first, &second] {
+        assert!(s.quota_frames > 0, "{s:?}");
+        assert_eq!(
+            (s.share_frames, s.floor_frames),
+            (s.quota_frames / 2, s.quota_frames / 2 / 2),
+            "{s:?}"
+        );
+    }
     check_all(parent.domain());
     reclaim_everything(parent.domain(), parent.holder());
     parent.detach();
