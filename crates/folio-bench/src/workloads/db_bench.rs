@@ -185,6 +185,11 @@ pub struct Args {
     /// controller is on v1; folio's memory policy reads only v2) [default: none]
     #[arg(long)]
     pub cgroup_max_mib: Option<u64>,
+    /// `tenants`: another process takes this many MiB of the machine's memory (written
+    /// through and held) before the first measurement and until the last ends: every
+    /// system measured on a machine under memory pressure [default: none]
+    #[arg(long)]
+    pub hold_mib: Option<u64>,
 }
 
 /// The plugin's capacity as the command line says: an explicit size, or the plugin's

@@ -200,6 +200,11 @@ impl Role {
         out.read_line(line)
     }
 
+    /// Whether the role still runs (not reaped: a role that exited is reaped here).
+    pub(crate) fn running(&mut self) -> io::Result<bool> {
+        Ok(self.child.try_wait()?.is_none())
+    }
+
     /// Waits for the role to exit by itself.
     ///
     /// Context: blocks until it exits.

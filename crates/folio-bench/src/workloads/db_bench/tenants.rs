@@ -23,6 +23,10 @@
 //! on this 24 GiB machine) is `--processes 3 --keys 786432 --duration-secs 60`: its
 //! databases take a while to make, once per data directory.
 //!
+//! `--hold-mib N` measures both systems on a machine under memory pressure: another
+//! process (the `pressure-alloc` role) writes N MiB through and holds them from before the
+//! first measurement to the end of the last; its death (the OOM killer) fails the run.
+//!
 //! Limits: tenants here are processes of one user (the domain's shares are per process);
 //! the databases are opened read-write (as a service does) but only read.
 
@@ -43,6 +47,7 @@ use super::{
 };
 use crate::kernel;
 use crate::measure::RunResult;
+use crate::workloads::pressure::hold_memory;
 use crate::workloads::{Env, Metric, Report, Row, System, Target};
 
 /// The systems, in the order each round measures them.
@@ -186,6 +191,12 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         Ok(run)
     };
 
+    // The machine under memory pressure for every measurement (`--hold-mib`).
+    report.param("hold_mib", args.hold_mib.unwrap_or(0));
+    let mut holder = args
+        .hold_mib
+        .map(|mib| hold_memory(mib << 20))
+        .transpose()?;
     let steps = rounds * SYSTEMS.len() * tenants.len();
     let bar = env.bar("db-bench tenants", steps as u64);
     for &p in tenants {
@@ -230,6 +241,21 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         }
     }
     bar.finish_and_clear();
+    if let Some(role) = holder.as_mut() {
+        if !role.running()? {
+            return Err(io::Error::other(format!(
+                "db-bench tenants: the process holding --hold-mib ended during the \
+                 measurement (the OOM killer, among others): {}",
+                role.what()
+            )));
+        }
+        role.kill()?;
+        report.note(format!(
+            "under memory pressure: another process held {} MiB of the machine's memory \
+             (written through) from before the first measurement to the end of the last",
+            args.hold_mib.unwrap_or(0)
+        ));
+    }
     report.fill_ratios();
 
     for &p in tenants {

@@ -7,7 +7,7 @@
 use std::io;
 
 use super::lines::AllocLine;
-use crate::workloads::process::{self, mono_secs};
+use crate::workloads::process::{self, mono_secs, Input, Role, RoleArgs};
 
 /// Options of the hidden `pressure-alloc` command.
 #[derive(clap::Args, Debug, Clone)]
@@ -53,4 +53,37 @@ pub fn alloc_main(args: &AllocArgs) -> io::Result<()> {
     std::thread::sleep(crate::workloads::secs(args.hold_secs));
     drop(std::hint::black_box(held));
     Ok(())
+}
+
+/// Bytes the holder allocates and touches at a time.
+const HOLD_CHUNK_BYTES: u64 = 64 << 20;
+
+/// Another process that holds `bytes` of the machine's memory (the `pressure-alloc` role,
+/// touched through and held) until the returned role is dropped or killed: the machine
+/// under memory pressure for a measurement (`db-bench tenants --hold-mib`). Returns once
+/// every byte is touched.
+///
+/// Context: the workload's thread; blocks while the role allocates.
+/// Errors: the role's start; `Other` if it ends before it holds everything (the OOM
+/// killer, among others).
+pub(crate) fn hold_memory(bytes: u64) -> io::Result<Role> {
+    let args = RoleArgs::new("pressure-alloc")
+        .value("--bytes", bytes)
+        .value("--chunk-bytes", HOLD_CHUNK_BYTES)
+        // Until it is killed: a day.
+        .value("--hold-secs", 86_400);
+    let mut role = Role::spawn(&args, Input::Closed, None)?;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if role.read_line(&mut line)? == 0 {
+            return Err(io::Error::other(format!(
+                "{} ended before it held {bytes} bytes",
+                role.what()
+            )));
+        }
+        if let Ok(AllocLine::Done { .. }) = serde_json::from_str(line.trim()) {
+            return Ok(role);
+        }
+    }
 }

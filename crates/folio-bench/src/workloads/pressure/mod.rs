@@ -79,6 +79,7 @@ use std::io;
 
 use serde_json::{json, Value};
 
+pub(crate) use alloc::hold_memory;
 pub use alloc::{alloc_main, AllocArgs};
 pub use reader::{reader_main, ReaderArgs};
 use side_run::{run_side, SideRun};
