@@ -315,7 +315,9 @@ use super::record::Records;
 use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+use super::futex;
 use crate::primitive::{fence, AtomicU64, Ordering};
+use std::time::Duration;
 
 const ENDS: u32 = LINE_FREE_WORDS[0];
 const STATUS: u32 = LINE_FREE_WORDS[1];
@@ -331,6 +333,18 @@ const GEN: u32 = 6;
 const HELD: u32 = 7;
 /// A frame's words: one line (module docs, Layout).
 const PER_FRAME: u32 = 8;
+
+/// GEN's bits 0..56: the reuse generation's count (module docs, "In flight").
+const GEN_COUNT: u64 = (1 << 56) - 1;
+/// GEN's bits 56..63: FLIGHT, the slot + 1 of the reader whose `preadv` fills the frame,
+/// 0 once its bytes are the page's (module docs, "In flight").
+const FLIGHT_SHIFT: u32 = 56;
+const FLIGHT_BITS: u64 = 0x7f << FLIGHT_SHIFT;
+/// GEN's bit 63: a reader may sleep on the word (set by a waiter's CAS, only on a value
+/// in flight; module docs, "In flight").
+const WAITERS: u64 = 1 << 63;
+/// The longest one park on an in-flight frame lasts before its waiter looks again.
+const FLIGHT_PARK: Duration = Duration::from_millis(10);
 
 /// FILE's low bits: the `FileNo` (below 2^32; a hit compares these only).
 const FILE_BITS: u64 = (1 << 32) - 1;
@@ -475,6 +489,27 @@ fn held_slot(me: Holder) -> u64 {
     u64::from(me.slot.0) + 1
 }
 
+/// FLIGHT naming `me` (module docs, "In flight"): its slot + 1 in GEN's bits 56..63.
+fn flight_of(me: Holder) -> u64 {
+    assert!(
+        me.slot.0 < PIN_SLOTS,
+        "slot {} has no pin bit (module docs, Limits)",
+        me.slot.0
+    );
+    (u64::from(me.slot.0) + 1) << FLIGHT_SHIFT
+}
+
+/// Whether the GEN word `generation` says its frame is in flight.
+#[inline]
+fn in_flight(generation: u64) -> bool {
+    generation >> FLIGHT_SHIFT != 0
+}
+
+/// `generation` with its count raised by one, its other bits kept.
+fn counted_up(generation: u64) -> u64 {
+    (generation & !GEN_COUNT) | (generation.wrapping_add(1) & GEN_COUNT)
+}
+
 /// What `remove` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Removed {
@@ -491,6 +526,16 @@ pub(crate) enum Removed {
 #[must_use = "a pinned frame must be unpinned"]
 pub(crate) struct Pinned(pub(crate) Frame);
 
+/// A frame found in flight (module docs, "In flight"): another reader's `preadv` has not
+/// filled it yet. Wait for it (`wait_in_flight`), then look the page up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InFlight {
+    /// The frame.
+    pub(crate) frame: Frame,
+    /// Its GEN word as the reader loaded it (in flight).
+    seen: u64,
+}
+
 /// What an optimistic hit (`read_hit`) found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Optimistic {
@@ -500,6 +545,17 @@ pub(crate) enum Optimistic {
     Absent,
     /// The frame was reclaimed or reused during the copy: discard it.
     Stale,
+    /// The page's frame is in flight: nothing copied (module docs, "In flight").
+    InFlight(InFlight),
+}
+
+/// How a hand-over leaves the frame's bytes (module docs, "In flight").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Filled {
+    /// Its bytes are the page's already (a writer's install, the tests' hand-overs).
+    Complete,
+    /// Its lessee reads them after the insertion (a miss: FLIGHT names it until `publish`).
+    InFlight,
 }
 
 /// Why a pin was refused.
@@ -523,6 +579,9 @@ pub(crate) enum PinHit {
     /// The page's frame is pinned by another thread of this process with our bit: read
     /// the page another way (module docs, "Threads").
     Ours,
+    /// The page's frame is in flight (module docs, "In flight"): nothing pinned; wait for
+    /// it (`wait_in_flight`) and look again.
+    InFlight(InFlight),
 }
 
 /// What `check` found: the queued frames, head first.
@@ -778,12 +837,14 @@ impl<'r> SharedQueue<'r> {
     ) -> Option<Pinned> {
         match self.try_pin_hit(index, page, me) {
             PinHit::Pinned(pinned) => Some(pinned),
-            PinHit::Missed | PinHit::Ours => None,
+            PinHit::Missed | PinHit::Ours | PinHit::InFlight(_) => None,
         }
     }
 
     /// `pin_hit`, saying why it pinned nothing: `Ours` when the page's frame is pinned by
-    /// another thread of this process (module docs, "Threads").
+    /// another thread of this process (module docs, "Threads"), `InFlight` when its bytes
+    /// are not read yet (module docs, "In flight": loaded after the pin and the second
+    /// look-up; for `Ours`, after the first).
     ///
     /// Context: as `pin_hit`.
     #[inline]
@@ -795,10 +856,19 @@ impl<'r> SharedQueue<'r> {
             return PinHit::Missed;
         };
         let frame = Frame(frame);
+        let generation = self.of(frame.0, GEN);
         match self.pin(frame, me) {
             Ok(()) => {}
             Err(Unpinnable::Frozen) => return PinHit::Missed,
-            Err(Unpinnable::Ours) => return PinHit::Ours,
+            Err(Unpinnable::Ours) => {
+                // A sibling's pin: its miss may be reading the frame (module docs, "In
+                // flight": the sibling waits as another process does).
+                let seen = generation.load(Ordering::Acquire);
+                if in_flight(seen) {
+                    return PinHit::InFlight(InFlight { frame, seen });
+                }
+                return PinHit::Ours;
+            }
         }
         if index.lookup(page)
             != (Entry::Folio {
@@ -809,6 +879,14 @@ impl<'r> SharedQueue<'r> {
             self.unpin(frame, me);
             return PinHit::Missed;
         }
+        // FLIGHT after the second look-up (acquire: the insertion it read came after the
+        // lessee's store of FLIGHT), so it is the incarnation's we pinned, or 0 from its
+        // `publish` (release: after the `preadv`).
+        let seen = generation.load(Ordering::Acquire);
+        if in_flight(seen) {
+            self.unpin(frame, me);
+            return PinHit::InFlight(InFlight { frame, seen });
+        }
         self.touch(frame);
         PinHit::Pinned(Pinned(frame))
     }
@@ -818,6 +896,9 @@ impl<'r> SharedQueue<'r> {
     /// (the copy is the page's, the frame touched), `Absent` (no folio of order 0 at
     /// `page`: a miss) or `Stale` (the frame was reused meanwhile: discard the copy, try
     /// again or pin).
+    ///
+    /// `InFlight` (the frame's bytes are not read yet: nothing copied; module docs, "In
+    /// flight": the generation's own bits say it, no other load).
     ///
     /// Context: any process, lock-free: one walk, the walk's last slot loaded again, two
     /// loads of the frame's generation and one of its file and page (all on the frame's
@@ -855,6 +936,14 @@ impl<'r> SharedQueue<'r> {
         {
             return Ok(Optimistic::Stale);
         }
+        // The generation loaded at (2) says whether the frame is in flight: a test of a
+        // register, no load (module docs, "In flight").
+        if in_flight(before) && !no_flight_check(run.flaw()) {
+            return Ok(Optimistic::InFlight(InFlight {
+                frame: Frame(f),
+                seen: before,
+            }));
+        }
         run.at(Step::Found)?;
         // (4)
         copy(Frame(f));
@@ -870,6 +959,79 @@ impl<'r> SharedQueue<'r> {
             touched.store(1, Ordering::Relaxed);
         }
         Ok(Optimistic::Hit(Frame(f)))
+    }
+
+    /// M5 (module docs, "In flight"): `frame`'s bytes are the page's now. FLIGHT cleared
+    /// and the count raised in one release swap (after the `preadv`), then the frame's
+    /// waiters woken if one announced itself (WAITERS).
+    ///
+    /// Context: `me` handed `frame` over in flight (`hand_over_in_flight`) and still pins
+    /// it; lock-free (one swap; a futex wake only when a reader waits).
+    pub(crate) fn publish(&self, frame: Frame, me: Holder) {
+        let word = self.of(frame.0, GEN);
+        // Only a waiter's CAS (WAITERS, the count unchanged) stores to it meanwhile: our
+        // pin keeps reclaim out, and the sweep takes only a dead reader's frames.
+        let was = word.load(Ordering::Relaxed);
+        assert_eq!(
+            was & FLIGHT_BITS,
+            flight_of(me),
+            "frame {} is not in flight for {me:?}",
+            frame.0
+        );
+        let old = word.swap(was.wrapping_add(1) & GEN_COUNT, Ordering::Release);
+        if old & WAITERS != 0 {
+            futex::wake(word);
+        }
+    }
+
+    /// Waits a while for the in-flight frame `found` of `page` (module docs, "In flight",
+    /// P1-P3): announces itself on GEN (WAITERS, a CAS from the value loaded), looks at
+    /// the page's slot again, then sleeps while GEN's low half is as loaded, at most
+    /// `FLIGHT_PARK` (a `Run` that does not park waits once instead). The caller then
+    /// looks the page up again from the walk: published, a hit; gone, a miss.
+    ///
+    /// Context: any process, lock-free; may sleep (bounded). `found` came from `read_hit`
+    /// or `try_pin_hit` of `page` in `index`; the caller holds no pin of it.
+    pub(crate) fn wait_in_flight<R: Run>(
+        &self,
+        index: &SharedIndex<'_>,
+        page: Page,
+        found: InFlight,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) {
+        let f = found.frame.0;
+        let word = self.of(f, GEN);
+        let seen = found.seen;
+        let Some(reader) = ((seen & FLIGHT_BITS) >> FLIGHT_SHIFT).checked_sub(1) else {
+            return;
+        };
+        // P1: announced (only on the value in flight: a CAS). Refused: GEN changed (its
+        // read published, or the frame taken out): look again.
+        if seen & WAITERS == 0
+            && word
+                .compare_exchange(seen, seen | WAITERS, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // P2: the slot again. A sweep (or an `abandon`) takes the frame out of its index
+        // before it raises GEN and wakes: a waiter whose CAS read the raise sees the
+        // removal here, and one whose CAS came before it sleeps on a value the raise
+        // changes (P3 returns, or the wake after the raise ends it).
+        if !names(index, page, f) {
+            return;
+        }
+        let (_, holder) = slots.state(SlotIndex(reader as u16));
+        // P3.
+        match run.park() {
+            Some(park) => {
+                let timeout = park.timeout.map(|t| t.min(FLIGHT_PARK));
+                let outcome = futex::wait(word, seen as u32, timeout);
+                run.parked(holder, outcome);
+            }
+            None => run.wait(holder),
+        }
     }
 
     // ------------------------------------------------------------ changes
@@ -991,11 +1153,52 @@ impl<'r> SharedQueue<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<(), Died> {
-        self.hand_over_held(frame, file, page, 0, me, indexes, slots, run)?
-            .unlock(run)
+        self.hand_over_held(
+            frame,
+            file,
+            page,
+            0,
+            Filled::Complete,
+            me,
+            indexes,
+            slots,
+            run,
+        )?
+        .unlock(run)
     }
 
-    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes"),
+    /// A miss's M1-M2 (module docs, "In flight"): `hand_over` of `frame`, whose bytes `me`
+    /// reads only after its insertion, with FLIGHT naming `me`. The caller inserts it, reads
+    /// its bytes, `publish`es it (or, its read failed, `abandon`s it), then unpins it.
+    ///
+    /// Context: as `hand_over`; the frame's bytes are not the page's yet.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn hand_over_in_flight<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        file: FileNo,
+        page: Page,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        self.hand_over_held(
+            frame,
+            file,
+            page,
+            0,
+            Filled::InFlight,
+            me,
+            indexes,
+            slots,
+            run,
+        )?
+        .unlock(run)
+    }
+
+    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes")
+    /// and GEN[`frame`] raised, FLIGHT naming `me` if `filled` says so ("In flight"),
     /// returning with the queue's lock still held (an install puts the frame into its index
     /// under the same hold).
     #[allow(clippy::too_many_arguments)]
@@ -1005,6 +1208,7 @@ impl<'r> SharedQueue<'r> {
         file: FileNo,
         page: Page,
         held_mark: u64,
+        filled: Filled,
         me: Holder,
         indexes: &I,
         slots: &SlotTable<'_>,
@@ -1031,6 +1235,15 @@ impl<'r> SharedQueue<'r> {
         self.of(f, FILE).store(file.0 | owner, Ordering::Release);
         self.of(f, PAGE).store(page, Ordering::Release);
         self.of(f, HELD).store(held_mark, Ordering::Release);
+        // The lessee's GEN ("In flight"): raised, so that no value it takes again is one a
+        // reader of an earlier incarnation may have loaded, and FLIGHT set for a miss.
+        let generation = self.of(f, GEN);
+        let flight = match filled {
+            Filled::Complete => 0,
+            Filled::InFlight => flight_of(me),
+        };
+        let count = generation.load(Ordering::Relaxed).wrapping_add(1) & GEN_COUNT;
+        generation.store(count | flight, Ordering::Release);
         let held = self.take(me, indexes, slots, run)?;
         let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Relaxed));
         let status = self.line(STATUS).load(Ordering::Relaxed);
@@ -1092,7 +1305,17 @@ impl<'r> SharedQueue<'r> {
         assert_ne!(mark, 0, "a writer's page is HELD");
         // I1: handed over HELD, pinned by us (reclaim skips it anyway); the lock kept for
         // I2 and I3 (one hold per install).
-        let held = self.hand_over_held(frame, file, page, mark, me, indexes, slots, run)?;
+        let held = self.hand_over_held(
+            frame,
+            file,
+            page,
+            mark,
+            Filled::Complete,
+            me,
+            indexes,
+            slots,
+            run,
+        )?;
         // I2: the slot swapped (or filled), one index primitive.
         let folio = Folio {
             frame: u64::from(frame.0),
@@ -1397,6 +1620,55 @@ impl<'r> SharedQueue<'r> {
         Ok(dropped)
     }
 
+    /// A miss whose read failed (module docs, "In flight"): `frame`, which `me` handed
+    /// over in flight, taken out of its index if the index names it there (no shadow),
+    /// its count raised with FLIGHT kept and its waiters woken (they miss and read the page
+    /// themselves). The caller then unpins it and frees it (`drop_unplaced`).
+    ///
+    /// Context: as `remove`; `me` pins `frame`, still in flight.
+    pub(crate) fn abandon<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, indexes, slots, run)?;
+        self.remove_in_flight(&held, frame.0, me, indexes, slots, run)?;
+        held.unlock(run)
+    }
+
+    /// D1-D3 (module docs, "In flight"): the in-flight `frame` out of its index if the
+    /// index names it at its page (E4 of a removal: no shadow), GEN's count raised with
+    /// FLIGHT kept (a store under the lock), its waiters woken.
+    #[allow(clippy::too_many_arguments)]
+    fn remove_in_flight<R: Run, I: Indexes + ?Sized>(
+        &self,
+        held: &Held<'_, '_>,
+        frame: u32,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        // D1.
+        self.out_of_index(frame, Evict::Remove, me, indexes, slots, run)?;
+        // D2.
+        let word = self.of(frame, GEN);
+        let was = word.load(Ordering::Relaxed);
+        let raised = if flight_cleared(run.flaw()) {
+            // The broken variant: FLIGHT cleared with the raise.
+            was.wrapping_add(1) & GEN_COUNT
+        } else {
+            counted_up(was)
+        };
+        held.store(word, raised, run)?;
+        // D3.
+        futex::wake(word);
+        Ok(())
+    }
+
     /// A file record's drop (files.rs R1, under the table's lock, the record nobody's
     /// open): every folio of `file`'s tree removed and freed (`remove`: E1-E7, no shadow
     /// left), a pinned one waited for (`run.wait`: its pinner is a reader passing by, or a
@@ -1602,7 +1874,7 @@ impl<'r> SharedQueue<'r> {
     /// (a reader only compares the word for equality).
     fn raise<R: Run>(&self, held: &Held<'_, '_>, frame: u32, run: &R) -> Result<(), Died> {
         let generation = self.of(frame, GEN);
-        let raised = generation.load(Ordering::Relaxed).wrapping_add(1);
+        let raised = counted_up(generation.load(Ordering::Relaxed));
         held.store(generation, raised, run)
     }
 
@@ -1627,6 +1899,7 @@ impl<'r> SharedQueue<'r> {
         assert!(!slots.is_live(dead), "a sweep of a live process {dead:?}");
         let held = self.take(me, indexes, slots, run)?;
         self.disown_held(&held, dead, run)?;
+        self.sweep_flights(&held, dead, me, indexes, slots, run)?;
         held.unlock(run)?;
         let mut recovered = Ok(());
         indexes.each(&mut |index| {
@@ -1649,6 +1922,38 @@ impl<'r> SharedQueue<'r> {
             }
         }
         self.buddy.sweep(dead, me, slots, run)
+    }
+
+    /// The sweep's part of "In flight" (module docs, the death): every CACHED frame that
+    /// `dead` pins and whose FLIGHT names it taken out of its index, its count raised with
+    /// FLIGHT kept, its waiters woken (D1-D3), before `sweep` drops `dead`'s pins. A
+    /// frame it had not inserted yet (or whose insertion conflicted) is in no index: only
+    /// raised and woken; one it had not handed over yet is the allocator's sweep's.
+    ///
+    /// Context: under the queue's lock (the sweep's hold), `dead` DEAD.
+    #[allow(clippy::too_many_arguments)]
+    fn sweep_flights<R: Run, I: Indexes + ?Sized>(
+        &self,
+        held: &Held<'_, '_>,
+        dead: Holder,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        if dead.slot.0 >= PIN_SLOTS || flight_not_swept(run.flaw()) {
+            return Ok(());
+        }
+        let (bit, flight) = (slot_bit(dead), flight_of(dead));
+        for f in 0..self.buddy.reached() {
+            if self.of(f, PIN).load(Ordering::Acquire) & bit != 0
+                && self.of(f, GEN).load(Ordering::Acquire) & FLIGHT_BITS == flight
+                && self.buddy.is_cached(Frame(f), Order(0))
+            {
+                self.remove_in_flight(held, f, me, indexes, slots, run)?;
+            }
+        }
+        Ok(())
     }
 
     /// A dead writer's marks cleared (module docs, "Writes": what its death means): every
@@ -1931,6 +2236,34 @@ fn drops_unchecked(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::DropUnchecked => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's hit copies a frame without looking at its FLIGHT.
+fn no_flight_check(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::NoFlightCheck => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's sweep leaves a dead reader's in-flight frames indexed.
+fn flight_not_swept(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::FlightNotSwept => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's sweep clears a dead reader's FLIGHT as it takes the frame
+/// out, instead of leaving it.
+fn flight_cleared(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::FlightCleared => true,
         _ => false,
     }
 }

@@ -174,8 +174,8 @@ use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{
-    held_mark, Appended, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue,
-    Shares, PIN_SLOTS,
+    held_mark, Appended, FileNo, InFlight, Installed, Optimistic, PinHit, Pinned, Removed,
+    SharedQueue, Shares, PIN_SLOTS,
 };
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
@@ -198,6 +198,15 @@ const INLINE_PAGES: usize = 16;
 
 /// A miss's pages (or frames, or iovecs), inline up to `INLINE_PAGES`.
 type Batch<T> = SmallVec<[T; INLINE_PAGES]>;
+
+/// The most parks (each at most 10 ms: queue.rs `FLIGHT_PARK`) a read of one page spends
+/// waiting for frames in flight before it reads the page uncached (module docs, "In
+/// flight"): about 10 s, a bound no live reader's `preadv` reaches.
+const FLIGHT_PARKS_MAX: u32 = 1000;
+
+/// The most times a read of one page misses and finds its insertion beaten by another
+/// reader's (then reads the page from that reader's frame) before it reads it uncached.
+const CONFLICTS_MAX: u32 = 8;
 
 /// No marker page (a handle without a window): a page no read reaches.
 const NO_MARKER: Page = u64::MAX;
@@ -333,12 +342,16 @@ pub(crate) struct ReadCounters {
     pub(crate) read_ahead: u64,
     /// Windows the readahead policy opened (on a miss or at a marker).
     pub(crate) windows: u64,
-    /// Pages read into our frames whose insertion found the page inserted by another
-    /// process or thread meanwhile (or no node frame for its tree): freed once unpinned.
+    /// Pages whose insertion found the page inserted by another process or thread
+    /// meanwhile (or no node frame for its tree): their frames freed once unpinned, the
+    /// page not read (module docs, "In flight": it is read from the other frame).
     pub(crate) conflicts: u64,
-    /// Of the conflicts, the pages another reader had inserted meanwhile: read twice
-    /// (module docs, "Readahead": a read in flight is not marked).
+    /// Pages read from the file that another reader was reading or had read: only a read
+    /// of a page that waited `FLIGHT_PARKS_MAX` parks for it in flight, or met
+    /// `CONFLICTS_MAX` conflicts (module docs, "In flight"; before it, every conflict).
     pub(crate) duplicates: u64,
+    /// Parks on a frame in flight (another reader's `preadv` of the page not done).
+    pub(crate) waits: u64,
     /// `reclaim` calls (the magazine and the allocator had no frame).
     pub(crate) reclaims: u64,
     /// Frames those calls freed.
@@ -373,6 +386,7 @@ struct Counts {
     windows: AtomicU64,
     conflicts: AtomicU64,
     duplicates: AtomicU64,
+    waits: AtomicU64,
     reclaims: AtomicU64,
     reclaimed: AtomicU64,
     uncached: AtomicU64,
@@ -394,6 +408,7 @@ impl Counts {
             windows: get(&self.windows),
             conflicts: get(&self.conflicts),
             duplicates: get(&self.duplicates),
+            waits: get(&self.waits),
             reclaims: get(&self.reclaims),
             reclaimed: get(&self.reclaimed),
             uncached: get(&self.uncached),
@@ -949,7 +964,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                         return Ok(n as usize);
                     }
                     Ok(Optimistic::Stale) => bump(&self.counts.stale),
-                    Ok(Optimistic::Absent) => {}
+                    Ok(Optimistic::Absent | Optimistic::InFlight(_)) => {}
                     Err(dead) => return Err(died(dead)),
                 }
             }
@@ -958,8 +973,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// `read_at`'s every read but a one-page optimistic hit: page by page, each a hit,
-    /// a pinned hit, a miss (with its window) or an uncached read, and the handle's marker
-    /// met. `buf` ends within the file, whose size is `size`.
+    /// a pinned hit, a wait for a page in flight, a miss (with its window) or an uncached
+    /// read (`read_page`), and the handle's marker met. `buf` ends within the file, whose size is `size`.
     #[inline(never)]
     fn read_pages(
         &self,
@@ -971,7 +986,6 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let end = offset + buf.len() as u64;
         let queue = self.queue();
         let index = &self.indexes[file.id.index as usize];
-        let file_no = FileNo(u64::from(file.id.index));
         let page_bytes = FRAME_BYTES as u64;
         let pages = Pages {
             wanted_end: (end - 1) / page_bytes + 1,
@@ -985,34 +999,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            let missed = match self.optimistic(queue, index, file_no, page, within, dst)? {
-                Optimistic::Hit(_) => {
-                    self.counts.optimistic_hits.hit();
-                    false
-                }
-                Optimistic::Absent => true,
-                Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
-                    PinHit::Pinned(Pinned(frame)) => {
-                        self.run.at(Step::Copying).map_err(died)?;
-                        self.copy_out(frame, within, dst);
-                        queue.unpin(frame, self.me);
-                        bump(&self.counts.pinned_hits);
-                        false
-                    }
-                    PinHit::Ours => {
-                        // Another thread of ours holds its frame pinned by our bit (module
-                        // docs, "Threads").
-                        bump(&self.counts.sibling_pinned);
-                        self.read_uncached(file, page, within, dst)?;
-                        false
-                    }
-                    PinHit::Missed => true,
-                },
-            };
-            if missed {
-                self.miss(queue, file, index, page, pages, within, dst)?;
-                moved = true;
-            }
+            moved |= self.read_page(queue, file, index, page, pages, within, dst)?;
             // A marker that is a page this call has read (a hit on it, or the page its
             // own miss opened a window at) starts the next window.
             if file.is_marker(page) && file.take_marker(page) {
@@ -1029,8 +1016,82 @@ impl<'m, R: Run> SharedReader<'m, R> {
         Ok(buf.len())
     }
 
+    /// One page of `read_pages` into `dst` (from `within` of it): a hit, a pinned hit, a
+    /// wait for the page in flight then a look again, a miss (with its window; a miss
+    /// whose insertion another reader beat reads the page from that reader's frame: a look
+    /// again), or an uncached read. Whether it missed (the caller's sequential hint).
+    #[allow(clippy::too_many_arguments)]
+    fn read_page(
+        &self,
+        queue: &SharedQueue<'_>,
+        file: &SharedFile,
+        index: &SharedIndex<'m>,
+        page: Page,
+        pages: Pages,
+        within: usize,
+        dst: &mut [u8],
+    ) -> io::Result<bool> {
+        let file_no = FileNo(u64::from(file.id.index));
+        let (mut parks, mut conflicts, mut missed) = (0, 0, false);
+        loop {
+            let flight = match self.optimistic(queue, index, file_no, page, within, dst)? {
+                Optimistic::Hit(_) => {
+                    self.counts.optimistic_hits.hit();
+                    return Ok(missed);
+                }
+                Optimistic::Absent => None,
+                Optimistic::InFlight(flight) => Some(flight),
+                Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
+                    PinHit::Pinned(Pinned(frame)) => {
+                        self.run.at(Step::Copying).map_err(died)?;
+                        self.copy_out(frame, within, dst);
+                        queue.unpin(frame, self.me);
+                        bump(&self.counts.pinned_hits);
+                        return Ok(missed);
+                    }
+                    PinHit::Ours => {
+                        // Another thread of ours holds its frame pinned by our bit (module
+                        // docs, "Threads").
+                        bump(&self.counts.sibling_pinned);
+                        self.read_uncached(file, page, within, dst)?;
+                        return Ok(missed);
+                    }
+                    PinHit::InFlight(flight) => Some(flight),
+                    PinHit::Missed => None,
+                },
+            };
+            if let Some(flight) = flight {
+                if parks == FLIGHT_PARKS_MAX {
+                    bump(&self.counts.duplicates);
+                    self.read_uncached(file, page, within, dst)?;
+                    return Ok(missed);
+                }
+                parks += 1;
+                self.wait(queue, index, page, flight);
+                continue;
+            }
+            if conflicts == CONFLICTS_MAX {
+                bump(&self.counts.duplicates);
+                self.uncached(file, page, within, dst)?;
+                return Ok(true);
+            }
+            missed = true;
+            match self.miss(queue, file, index, page, pages, within, dst)? {
+                Needed::Copied => return Ok(true),
+                Needed::Elsewhere => conflicts += 1,
+            }
+        }
+    }
+
+    /// A park on the in-flight `flight` of `page` (queue.rs, `wait_in_flight`), counted.
+    fn wait(&self, queue: &SharedQueue<'_>, index: &SharedIndex<'m>, page: Page, flight: InFlight) {
+        bump(&self.counts.waits);
+        let slots = self.member.domain().slots();
+        queue.wait_in_flight(index, page, flight, &slots, self.run);
+    }
+
     /// The optimistic hit (module docs), tried twice: `Hit` (`dst` holds the page's bytes),
-    /// `Absent` (a miss), or `Stale` twice (the caller pins: `pin_hit`).
+    /// `Absent` (a miss), `InFlight` (wait), or `Stale` twice (the caller pins: `pin_hit`).
     #[inline]
     fn optimistic(
         &self,
@@ -1058,7 +1119,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// A missed page (module docs, "Readahead"): the window the policy opens at it (the
     /// handle's state and previous read, `decide_on_miss`), or else the request's pages
     /// from it on, read into frames where the index lacks them and cached; the page
-    /// copied into `dst`. Uncached when no frame can be had.
+    /// copied into `dst` (`Copied`), or left to the reader whose insertion of it beat ours
+    /// (`Elsewhere`: look it up again). Uncached when no frame can be had.
     #[allow(clippy::too_many_arguments)]
     fn miss(
         &self,
@@ -1069,7 +1131,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         pages: Pages,
         within: usize,
         dst: &mut [u8],
-    ) -> io::Result<()> {
+    ) -> io::Result<Needed> {
         bump(&self.counts.misses);
         let wanted = pages.wanted_end - page;
         let mut window = None;
@@ -1165,10 +1227,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// `preadv` per contiguous run, each frame handed over, each run inserted in one hold
     /// of the index's lock. The window's `marker` is marked if it is one of the pages read
     /// (as today's READAHEAD bit goes on the marker's folio only if the window allocated
-    /// it). With `need`, page `start` is the page a miss needs: read
+    /// it). With `need`, page `start` is the page a miss needs: leased and inserted
     /// whether or not the index holds it by now (another reader's insertion meanwhile is
-    /// the conflict path), its bytes from `need.0` copied into `need.1`; uncached when no
-    /// frame can be had; its read's error is the call's.
+    /// the conflict path: `Elsewhere`), read, its bytes from `need.0` copied into `need.1`
+    /// (`Copied`); uncached when no frame can be had; its read's error is the call's.
     ///
     /// Context: as `read_at`'s miss.
     #[allow(clippy::too_many_arguments)]
@@ -1181,7 +1243,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         end: Page,
         marker: Page,
         need: Option<(usize, &mut [u8])>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Needed> {
         // The pages to read, in order: the needed page first (it is `start`), then the
         // gaps the index shows (a hint: a page inserted meanwhile is a conflict).
         let mut todo: Batch<Page> = Batch::new();
@@ -1194,7 +1256,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             }
         }
         if todo.is_empty() {
-            return Ok(());
+            return Ok(Needed::Copied);
         }
         let frames = self.lease(queue, todo.len()).map_err(died)?;
         if todo[..frames.len()].contains(&marker) {
@@ -1204,12 +1266,13 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
         let Some((within, dst)) = need else {
             if frames.is_empty() {
-                return Ok(());
+                return Ok(Needed::Copied);
             }
             return self.fill(queue, file, index, &todo[..frames.len()], &frames, None);
         };
         if frames.is_empty() {
-            return self.uncached(file, start, within, dst);
+            self.uncached(file, start, within, dst)?;
+            return Ok(Needed::Copied);
         }
         // A window that got fewer frames than it wanted shrinks to its first pages,
         // down to the page the reader needs.
@@ -1254,9 +1317,14 @@ impl<'m, R: Run> SharedReader<'m, R> {
         Ok(frames)
     }
 
-    /// Reads `pages` (ascending, each a gap or the needed first one) into `frames` (one
-    /// each, leased to us), one `preadv` per contiguous run, hands them to the cache,
-    /// inserts each run, copies the needed page (`pages[0]`) out, unpins (module docs).
+    /// M1-M5 for `pages` (ascending, each a gap or the needed first one) in `frames` (one
+    /// each, leased to us; module docs, "In flight"): each frame handed over in flight
+    /// (pinned by us), each run inserted (one hold of the index's lock), then only the
+    /// pages our frames placed read, one `preadv` per contiguous run, each published
+    /// (FLIGHT cleared, its waiters woken), the needed page (`pages[0]`) copied out, every
+    /// frame unpinned, the frames not placed freed. A page another reader inserted first
+    /// is not read (`Elsewhere` for the needed one). A failed read's frames are taken out
+    /// of the index again (`abandon`) and freed.
     fn fill(
         &self,
         queue: &SharedQueue<'_>,
@@ -1265,68 +1333,27 @@ impl<'m, R: Run> SharedReader<'m, R> {
         pages: &[Page],
         frames: &[Frame],
         need: Option<(usize, &mut [u8])>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Needed> {
         assert_eq!(pages.len(), frames.len());
         // Pre: ascending, so that runs are contiguous pages.
         debug_assert!(pages.windows(2).all(|w| w[0] < w[1]), "{pages:?}");
         let domain = self.member.domain();
         let slots = domain.slots();
-        // The runs read: (first index into `pages`, its length).
-        let mut read: SmallVec<[(usize, usize); 4]> = SmallVec::new();
-        let mut need_error = None;
-        let mut failed: Vec<Frame> = Vec::new();
-        for (first, len) in runs(pages, RUN_PAGES_MAX) {
-            let data: Batch<*mut u8> = frames[first..first + len]
-                .iter()
-                .map(|&f| domain.frame_data(f))
-                .collect();
-            // The frames are leased to us and in no queue or index: nobody else writes
-            // their bytes, but an optimistic hit that found one in an index before it was
-            // reclaimed may still be loading them (module docs): written by the kernel and
-            // by atomic stores only, after the lease's release fence.
-            match pread_pages(file, &data, pages[first]) {
-                Ok(got) => {
-                    bump(&self.counts.preads);
-                    for (i, &at) in data.iter().enumerate() {
-                        let filled = got.saturating_sub(i * FRAME_BYTES).min(FRAME_BYTES);
-                        // SAFETY: `at` is FRAME_BYTES of the mapping (`frame_data`),
-                        // `filled` of them read; nobody else writes them (above).
-                        unsafe { atomic_zero(at.add(filled), FRAME_BYTES - filled) };
-                    }
-                    read.push((first, len));
-                }
-                Err(e) => {
-                    if first == 0 && need.is_some() {
-                        need_error = Some(e);
-                    }
-                    failed.extend_from_slice(&frames[first..first + len]);
-                }
-            }
-        }
-        if !failed.is_empty() {
-            let mut magazine = self.magazine();
-            for frame in failed {
-                magazine
-                    .free(frame, self.queue.buddy(), &slots, self.run)
-                    .map_err(died)?;
-            }
-        }
         let file_no = FileNo(u64::from(file.id.index));
         let indexes = self.indexes.as_slice();
-        for &(first, len) in &read {
-            for i in first..first + len {
-                queue
-                    .hand_over(
-                        frames[i], file_no, pages[i], self.me, indexes, &slots, self.run,
-                    )
-                    .map_err(died)?;
-            }
+        // M1-M2: FILE, PAGE and FLIGHT stored, pinned, handed over.
+        for (&frame, &page) in frames.iter().zip(pages) {
+            queue
+                .hand_over_in_flight(frame, file_no, page, self.me, indexes, &slots, self.run)
+                .map_err(died)?;
         }
+        // M3: each run inserted. `placed[i]`: the index names frames[i] (ours to read).
+        let mut placed: Batch<bool> = Batch::from_elem(false, pages.len());
         let mut full: Vec<usize> = Vec::new();
-        // The frames whose insertion conflicted (by their index into `frames`): freed once
-        // unpinned (`SharedQueue::drop_unplaced`).
+        // The frames not placed (by their index into `frames`): freed once unpinned
+        // (`SharedQueue::drop_unplaced`).
         let mut unplaced: Batch<usize> = Batch::new();
-        for &(first, len) in &read {
+        for (first, len) in runs(pages, RUN_PAGES_MAX) {
             let folios: Batch<Folio> = frames[first..first + len]
                 .iter()
                 .map(|&f| Folio {
@@ -1334,15 +1361,18 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     order: 0,
                 })
                 .collect();
-            let placed = index
+            let outcome = index
                 .insert_run(self.me, pages[first], &folios, &slots, self.run)
                 .map_err(died)?;
             let mut refaults = 0;
-            for (i, placed) in placed.iter().enumerate() {
-                match placed {
-                    Placed::Inserted(shadows) => refaults += shadows.len() as u64,
+            for (i, outcome) in outcome.iter().enumerate() {
+                match outcome {
+                    Placed::Inserted(shadows) => {
+                        refaults += shadows.len() as u64;
+                        placed[first + i] = true;
+                    }
                     Placed::Conflict => {
-                        self.conflict(Unplaced::Duplicate);
+                        self.conflict();
                         unplaced.push(first + i);
                     }
                     Placed::Full => full.push(first + i),
@@ -1353,6 +1383,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 domain.note_refaults(refaults);
             }
         }
+        // The needed page's frame, placed in no index for want of a node frame, is still
+        // read (nobody else can find it), so that the miss returns its bytes.
+        let mut read_unplaced = false;
         if !full.is_empty() {
             // The tree needs a node frame and the allocator has none free: reclaim makes
             // some (our frames are pinned: never its victims), then those insertions again.
@@ -1362,35 +1395,85 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     frame: u64::from(frames[i].0),
                     order: 0,
                 };
-                let placed = index
+                let outcome = index
                     .insert_run(self.me, pages[i], &[folio], &slots, self.run)
                     .map_err(died)?;
-                match placed.first() {
-                    Some(Placed::Inserted(_)) => continue,
-                    Some(Placed::Conflict) => self.conflict(Unplaced::Duplicate),
-                    _ => self.conflict(Unplaced::NoNode),
+                if let Some(Placed::Inserted(_)) = outcome.first() {
+                    placed[i] = true;
+                    continue;
                 }
+                self.conflict();
+                read_unplaced |= i == 0 && need.is_some() && outcome.first() != Some(&Placed::Conflict);
                 unplaced.push(i);
             }
         }
-        let read_pages: usize = read.iter().map(|&(_, len)| len).sum();
-        let needed_read = need.is_some() && read.first().is_some_and(|&(first, _)| first == 0);
+        self.run.at(Step::Reading).map_err(died)?;
+        // M4: the pages to read, one `preadv` per run of consecutive ones.
+        let to_read: Batch<usize> = (0..pages.len())
+            .filter(|&i| placed[i] || (i == 0 && read_unplaced))
+            .collect();
+        let read_pages: Batch<Page> = to_read.iter().map(|&i| pages[i]).collect();
+        let mut read: Batch<bool> = Batch::from_elem(false, pages.len());
+        let mut need_error = None;
+        for (first, len) in runs(&read_pages, RUN_PAGES_MAX) {
+            let at = &to_read[first..first + len];
+            let data: Batch<*mut u8> = at.iter().map(|&i| domain.frame_data(frames[i])).collect();
+            // The frames are ours: leased, then in flight (module docs: nobody reads their
+            // bytes before `publish`; an optimistic hit that found one in an index before it
+            // was reclaimed may still be loading them): written by the kernel and by atomic
+            // stores only, after the lease's release fence.
+            match pread_pages(file, &data, pages[at[0]]) {
+                Ok(got) => {
+                    bump(&self.counts.preads);
+                    for (k, &into) in data.iter().enumerate() {
+                        let filled = got.saturating_sub(k * FRAME_BYTES).min(FRAME_BYTES);
+                        // SAFETY: `into` is FRAME_BYTES of the mapping (`frame_data`),
+                        // `filled` of them read; nobody else writes them (above).
+                        unsafe { atomic_zero(into.add(filled), FRAME_BYTES - filled) };
+                    }
+                    for &i in at {
+                        read[i] = true;
+                    }
+                }
+                Err(e) => {
+                    if at[0] == 0 && need.is_some() {
+                        need_error = Some(e);
+                    }
+                }
+            }
+        }
+        // M5 for the pages read; a placed page whose read failed is taken out again.
+        for i in 0..pages.len() {
+            if placed[i] && read[i] {
+                queue.publish(frames[i], self.me);
+            } else if placed[i] {
+                queue
+                    .abandon(frames[i], self.me, indexes, &slots, self.run)
+                    .map_err(died)?;
+                unplaced.push(i);
+            }
+        }
+        let read_count = read.iter().filter(|&&r| r).count();
+        // The needed page neither read nor failed: another reader's insertion beat ours.
+        let needed = if need.is_some() && !read[0] && need_error.is_none() {
+            Needed::Elsewhere
+        } else {
+            Needed::Copied
+        };
         add(
             &self.counts.read_ahead,
-            (read_pages - usize::from(needed_read)) as u64,
+            (read_count - usize::from(need.is_some() && read[0])) as u64,
         );
         if let Some((within, dst)) = need {
-            if needed_read {
+            if read[0] {
                 self.run.at(Step::Copying).map_err(died)?;
                 self.copy_out(frames[0], within, dst);
             }
         }
-        for &(first, len) in &read {
-            for &frame in &frames[first..first + len] {
-                queue.unpin(frame, self.me);
-            }
+        for &frame in frames {
+            queue.unpin(frame, self.me);
         }
-        for i in unplaced {
+        for &i in &unplaced {
             queue
                 .drop_unplaced(
                     frames[i], file_no, pages[i], self.me, indexes, &slots, self.run,
@@ -1399,17 +1482,15 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
         match need_error {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(needed),
         }
     }
 
-    /// A page read into our frame that its insertion did not place (counted), and why.
-    /// The frame stays queued in no index until `fill` frees it once unpinned.
-    fn conflict(&self, why: Unplaced) {
+    /// A frame of ours that its insertion did not place (counted; its page not read, but
+    /// for the needed page of a tree with no node frame). The frame stays queued in no
+    /// index until `fill` frees it once unpinned.
+    fn conflict(&self) {
         bump(&self.counts.conflicts);
-        if why == Unplaced::Duplicate {
-            bump(&self.counts.duplicates);
-        }
     }
 
     /// The magazine's next frame; when the magazine leases a new batch for it, every
@@ -1568,13 +1649,14 @@ fn pread_page(file: &SharedFile, into: *mut u8, page: Page) -> io::Result<usize>
     pread_pages(file, &[into], page)
 }
 
-/// Why a page read into our frame was not placed in the index (`conflict`).
+/// What a miss did with the page it needs (`fill`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Unplaced {
-    /// Another reader inserted the page first: we read it twice.
-    Duplicate,
-    /// Its tree needs a node frame and none is free, even after a reclaim.
-    NoNode,
+enum Needed {
+    /// Its bytes are copied out (read into our frame, or uncached).
+    Copied,
+    /// Another reader's frame was inserted at the page first: nothing read; look the page
+    /// up again (a hit, or a wait while that frame is in flight).
+    Elsewhere,
 }
 
 /// Where a `read_at` call's pages end: the call's (the page after its last byte) and the

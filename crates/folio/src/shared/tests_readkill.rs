@@ -1,7 +1,9 @@
 //! The shared read path's deaths and races that tests_read.rs does not force: a conflict
 //! between two members that miss one page at once, made deterministic by a lever (the
-//! first stopped between its `pread` and its insertion while the second reads and inserts
-//! the page); and the read kill test with the steward killed too, in its sweeps of dead
+//! first stopped between its hand-over and its insertion while the second reads and
+//! inserts the page); a page in flight (queue.rs, "In flight": the first stopped after
+//! its insertion, before its `preadv`, while the second waits for it), and the first
+//! killed at each step of its miss while the second waits; and the read kill test with the steward killed too, in its sweeps of dead
 //! members and at random, the next steward started by a member or an attach (attach.rs);
 //! and a member killed while the steward is stopped, then the steward killed.
 
@@ -27,8 +29,8 @@ use crate::primitive::Ordering;
 /// hand-over: the first `Step::Unlocked` at which the domain's queue holds one frame more
 /// than when the lever was made (a hand-over is the only queue change of a miss with free
 /// frames; the allocator's and the file table's unlocks leave the queue as it is). There
-/// the miss has read its page into its frame and queued it, and has not inserted it into
-/// the index yet. The test continues it (`SIGCONT`).
+/// the miss has queued its frame (in flight), and has neither inserted it into the index
+/// nor read it yet. The test continues it (`SIGCONT`).
 struct StopBeforeInsertion<'m> {
     member: &'m Member,
     queued_before: u32,
@@ -78,16 +80,17 @@ fn cached_folios(member: &Member) -> Vec<(usize, u64, u64)> {
     folios
 }
 
-/// A conflict forced (read.rs, "Miss"): member A misses page 1 of a file and is stopped by
-/// its lever after its `pread` and its hand-over, before its insertion (`SIGSTOP`, seen by
-/// the test with `waitpid(WUNTRACED)`: no sleep decides the order); member B then misses
-/// the same page, reads it and inserts it; then A is continued: its insertion conflicts,
-/// and it reads its own copy. Both read every byte right, A counts one conflict and B
-/// none, the index names B's frame, and A frees its own once it is done with it: the queue
-/// holds one frame, B's (before `drop_unplaced`, A's stayed queued in no index until a
-/// reclaim: memory a domain with room to spare held for ever).
+/// A conflict forced (read.rs, "Miss"; queue.rs, "In flight"): member A misses page 1 of
+/// a file and is stopped by its lever after its hand-over, before its insertion and its
+/// `pread` (`SIGSTOP`, seen by the test with `waitpid(WUNTRACED)`: no sleep decides the
+/// order); member B then misses the same page, inserts it and reads it; then A is
+/// continued: its insertion conflicts, so it reads nothing (0 reads of the file: before
+/// the in-flight protocol it had read the page before inserting it, a duplicate) and
+/// copies the page from B's frame (a hit after its miss). Both read every byte right, A
+/// counts one conflict and B none, the index names B's frame, and A frees its own: the
+/// queue holds one frame, B's.
 #[test]
-fn a_member_stopped_between_its_pread_and_its_insertion_conflicts_and_reads_right() {
+fn a_member_stopped_before_its_insertion_conflicts_and_reads_from_the_winner() {
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let data = tempfile::tempdir().unwrap();
     let path = write_file(data.path(), 0, CONFLICT_LEN);
@@ -121,7 +124,7 @@ fn a_member_stopped_between_its_pread_and_its_insertion_conflicts_and_reads_righ
     }
     assert_eq!(
         (ra.misses, ra.preads, ra.conflicts, ra.hits, ra.uncached),
-        (1, 1, 1, 0, 0),
+        (1, 0, 1, 1, 0),
         "A: {ra:?}"
     );
     assert_eq!(
