@@ -1654,16 +1654,22 @@ impl<'r> SharedQueue<'r> {
     ) -> Result<(), Died> {
         // D1.
         self.out_of_index(frame, Evict::Remove, me, indexes, slots, run)?;
-        // D2.
+        // D2: an RMW, so that it comes after a waiter's announcement (P1) that it did not
+        // see, and the waiter's sleep on the value before it ends (`wait_in_flight`).
         let word = self.of(frame, GEN);
-        let was = word.load(Ordering::Relaxed);
-        let raised = if flight_cleared(run.flaw()) {
+        if flight_cleared(run.flaw()) {
             // The broken variant: FLIGHT cleared with the raise.
-            was.wrapping_add(1) & GEN_COUNT
+            let was = word.load(Ordering::Relaxed);
+            held.store(word, was.wrapping_add(1) & GEN_COUNT, run)?;
         } else {
-            counted_up(was)
-        };
-        held.store(word, raised, run)?;
+            let mut was = word.load(Ordering::Relaxed);
+            while let Err(seen) =
+                word.compare_exchange(was, counted_up(was), Ordering::Release, Ordering::Relaxed)
+            {
+                was = seen;
+            }
+            run.at(Step::Stored)?;
+        }
         // D3.
         futex::wake(word);
         Ok(())
