@@ -1034,6 +1034,18 @@ impl<'r> SharedQueue<'r> {
         }
     }
 
+    /// Whether `frame` is in flight (FLIGHT set: tests).
+    #[cfg(test)]
+    pub(crate) fn is_in_flight(&self, frame: Frame) -> bool {
+        in_flight(self.of(frame.0, GEN).load(Ordering::Acquire))
+    }
+
+    /// Whether a reader announced that it waits for `frame` in flight (WAITERS: tests).
+    #[cfg(test)]
+    pub(crate) fn is_waited_for(&self, frame: Frame) -> bool {
+        self.of(frame.0, GEN).load(Ordering::Acquire) & WAITERS != 0
+    }
+
     // ------------------------------------------------------------ changes
 
     /// The stores of a primitive, in order (module docs), each through `store`: the
