@@ -1664,7 +1664,9 @@ fn reclaim_model(
                             Some(())
                         }
                         queue::Optimistic::Absent | queue::Optimistic::Stale => None,
-                        queue::Optimistic::InFlight(_) => panic!("a frame handed over whole is never in flight"),
+                        queue::Optimistic::InFlight(_) => {
+                            panic!("a frame handed over whole is never in flight")
+                        }
                     }
                 }
             };
@@ -1987,7 +1989,9 @@ fn install_model(
                     &outcomes.misses
                 }
                 queue::Optimistic::Stale => &outcomes.misses,
-                queue::Optimistic::InFlight(_) => panic!("a frame handed over whole is never in flight"),
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             slots.detach(reader);
@@ -2205,7 +2209,9 @@ fn keeper_wait_model(
                 }
                 // (Nobody else evicts: a stale copy cannot happen.)
                 queue::Optimistic::Stale => panic!("a stale copy with no other reclaimer"),
-                queue::Optimistic::InFlight(_) => panic!("a frame handed over whole is never in flight"),
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             assert_eq!(
                 read,
@@ -2470,7 +2476,9 @@ fn append_model(
                     &outcomes.misses
                 }
                 queue::Optimistic::Stale => &outcomes.misses,
-                queue::Optimistic::InFlight(_) => panic!("a frame handed over whole is never in flight"),
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             slots.detach(reader);
@@ -2783,7 +2791,9 @@ fn drop_model(
                     read
                 }),
                 queue::Optimistic::Absent => None,
-                queue::Optimistic::InFlight(_) => panic!("a frame handed over whole is never in flight"),
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             let outcome = match read {
                 Some(read) => {
@@ -3076,7 +3086,10 @@ fn flight_model(
                                 break;
                             }
                             queue::Optimistic::Stale => continue,
-                            queue::Optimistic::InFlight(flight) => flight,
+                            queue::Optimistic::InFlight(frame) => match queue.in_flight(frame) {
+                                Some(flight) => flight,
+                                None => continue,
+                            },
                         }
                     }
                     Reader::Pinned => match queue.try_pin_hit(&indexes[0], 0, waiter) {
@@ -3146,7 +3159,11 @@ fn flight_races(flaw: Flaw, readers: &[Reader]) {
                 let before = deaths.load(Relaxed);
                 flight_model(die_at, flaw, start, reader, &outcomes, &deaths);
                 if die_at == FLIGHT_STEPS {
-                    assert_eq!(deaths.load(Relaxed), before, "I has more steps than FLIGHT_STEPS");
+                    assert_eq!(
+                        deaths.load(Relaxed),
+                        before,
+                        "I has more steps than FLIGHT_STEPS"
+                    );
                 }
             }
             let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
@@ -3158,7 +3175,10 @@ fn flight_races(flaw: Flaw, readers: &[Reader]) {
         // At once, loom runs the reader first and hides most of the race (the blind spot,
         // docs/testing.md): both starts together must see both outcomes.
         let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
-        assert!(hits > 0 && misses > 0, "the reader ({reader:?}) must hit and miss");
+        assert!(
+            hits > 0 && misses > 0,
+            "the reader ({reader:?}) must hit and miss"
+        );
     }
 }
 
@@ -3194,7 +3214,11 @@ fn flight_broken_no_check() {
 
 #[test]
 fn flight_broken_not_swept() {
-    flight_caught(Flaw::FlightNotSwept, &[Reader::Optimistic], "a lost wake-up");
+    flight_caught(
+        Flaw::FlightNotSwept,
+        &[Reader::Optimistic],
+        "a lost wake-up",
+    );
 }
 
 #[test]

@@ -19,7 +19,8 @@
 //! takes its lock, redoing a dead holder's ADD) before the allocator.
 //!
 //! A frame enters its file's index **after** its hand-over, never before, and its lessee
-//! pins it (below) before the ADD and unpins it after the insertion: while it is queued
+//! pins it (below) before the ADD and unpins it after the insertion (a miss: after its
+//! read, "In flight"): while it is queued
 //! and not yet indexed reclaim cannot freeze it. If the lessee dies between, the steward
 //! drops its pins and the frame stays queued, in no index: reclaim frees such a frame
 //! (it looks its page up and finds another frame or nothing). So an index never names a
@@ -49,7 +50,10 @@
 //!     + 5  PIN[f]: one bit per process slot holding f pinned, `FROZEN` (bit 63) while
 //!          reclaim takes it
 //!     + 6  GEN[f]: f's reuse generation, raised by every eviction of f (E5) before its
-//!          free: the optimistic hit's seqlock word (below)
+//!          free and by every hand-over: the optimistic hit's seqlock word (below), its
+//!          count in bits 0..56; FLIGHT[f] in bits 56..63, the slot + 1 of the reader
+//!          whose `preadv` fills f, 0 once f's bytes are the page's; WAITERS in bit 63,
+//!          a reader may sleep on the word ("In flight", below)
 //!     + 7  HELD[f]: 0, or the writer's mark `(slot + 1) << 48 | seq` while f holds bytes
 //!          its writer returned and has not written to disk yet ("Writes", below)
 //! ```
@@ -126,11 +130,86 @@
 //! later one re-insert f at S (an ABA of the slot): (3) before the copy is what pins the
 //! incarnation.
 //!
+//! With frames in flight ("In flight", below) GEN takes more stores than E5's raise: the
+//! lessee's at the hand-over (the count raised, FLIGHT set for a miss), M5's publish (the
+//! count raised, FLIGHT cleared), a waiter's WAITERS (only on a value in flight) and a
+//! dead reader's D2 (the count raised, FLIGHT kept). Every store raises the count or sets
+//! a bit on a value in flight, so no value recurs: (2) and (6) equal means no store to
+//! GEN between them. The argument above holds with "raise v" read as "any store of
+//! incarnation v" and one case more, FLIGHT: (2) returns `InFlight` unless the value it
+//! read has FLIGHT 0, and copies nothing then. A value with FLIGHT 0 that (2) read is (i) an
+//! E5 raise, then (3) finds f in S only through a later incarnation's insertion, whose
+//! hand-over store (before the insertion that (3) read) makes (6) differ: stale; or (ii)
+//! the hand-over store of an incarnation whose bytes were complete before it (a writer's
+//! install, whose bytes come first); or (iii) M5 of the incarnation that (3) names, a
+//! release after its `preadv`, which (2)'s acquire reads: the bytes are complete. A hit
+//! that copied while f was in flight read at (2) a value with FLIGHT set, so copied
+//! nothing (`Flaw::NoFlightCheck` leaves the test out: the loom model
+//! `flight_broken_no_check` catches a validated copy of unwritten bytes). The test costs
+//! the hit no load: it is a test of the register (2) loaded.
+//!
 //! Deaths: the raise is a store under the queue's lock (a step), at E5; a reclaimer that
 //! dies before it dies before E6 too, and whoever takes the lock over finishes the
 //! DETACHED victim (E4-E7: the raise again, then the free). A second raise is harmless: a
 //! reader compares for equality. So a freed frame has always been raised since its last
 //! insertion. A removal (truncation) raises the same way (it is E1-E7 too).
+//!
+//! # In flight (docs/sharing.md, "Readahead of one process never repeats another's in flight")
+//!
+//! A miss inserts its frames **before** it reads them, so that another reader that misses
+//! the same pages at the same moment finds them and waits instead of reading them again:
+//!   M1. A frame f leased (the buddy's); FILE[f], PAGE[f], HELD[f] = 0 and GEN[f] (its
+//!       count raised, FLIGHT = the lessee's slot + 1) stored by the lessee, f pinned by it
+//!       (`hand_over_in_flight`, before the ADD: nobody reads a leased frame's words).
+//!   M2. ADD (CACHED, queued: the hand-over).
+//!   M3. `insert_run`: the index names f, visible and in flight. A conflict (another
+//!       reader's frame is there, in flight or not) reads nothing for that page: the page
+//!       is read from the other frame (a look again: a hit, or a wait below), and f is freed
+//!       once unpinned (`drop_unplaced`).
+//!   M4. `preadv` into f (read.rs, one per run of placed pages; `Step::Reading` before it).
+//!   M5. `publish`: GEN = its count raised, FLIGHT 0 (a release swap: after the `preadv`),
+//!       then a futex wake of GEN if the swap found WAITERS; then the copy and the unpin.
+//!       A failed read instead takes f out again (`abandon`: D1-D3 below), then frees it.
+//! **A reader that finds f** in flight copies nothing: the optimistic hit sees FLIGHT in
+//! the GEN word it loads at (2) and returns `InFlight`; `try_pin_hit` loads GEN (acquire)
+//! after its pin and second look-up (the insertion that look-up read came after M1's
+//! store, so it sees M1's value or a later one) and unpins. Then `wait_in_flight`:
+//!   P1. WAITERS announced: a CAS from the value loaded (refused: GEN changed, look again).
+//!   P2. The page's slot again: no longer f, look again (D1 came first).
+//!   P3. `FUTEX_WAIT` on GEN's low half (the count: every store but P1's changes it) while
+//!       it holds the value loaded, for at most 10 ms (`FLIGHT_PARK`; a model's `Run`
+//!       parks without a timeout, so that a lost wake fails it); a timeout asks the
+//!       member's `Run` to look at its steward (`Run::parked`).
+//! Then the reader looks the page up from the walk: published, a hit; gone, a miss that
+//! reads the page itself. read.rs bounds the parks of one page (`FLIGHT_PARKS_MAX`, about
+//! 10 s; then an uncached read, counted a duplicate). A wake is lost by none of these: M5's
+//! swap is an RMW that comes after P1's CAS or fails it; D2 below is one too.
+//! **A death** of the reader: before M2, f is its lessee's (the buddy's sweep frees it);
+//! between M2 and M3, f is queued in no index (reclaim frees it once the pin is dropped);
+//! between M3 and M5, **the steward's sweep** (`sweep_flights`, under the queue's lock,
+//! before it drops the dead slot's pins), for each CACHED frame the dead slot pins whose
+//! FLIGHT names it:
+//!   D1. f out of its index if the index names it at PAGE[f] (E4 of a removal: no shadow,
+//!       under the index's lock, finishing a dead insertion first).
+//!   D2. GEN's count raised, FLIGHT kept (a CAS loop: an RMW after any P1).
+//!   D3. A futex wake of GEN: its waiters look again and miss.
+//! FLIGHT stays set until the frame's next hand-over: a reader that pinned f before D1 and
+//! loads GEN after D2 sees FLIGHT, never 0, and never copies the dead reader's partial
+//! bytes (`Flaw::FlightCleared`, D2 clearing it, is caught by the loom model
+//! `flight_broken_cleared`; `Flaw::FlightNotSwept`, no D1-D3, by `flight_broken_not_swept`:
+//! the waiter sleeps for ever). A steward that dies in D1-D3 is followed by one that
+//! sweeps the slot again (D1 finds nothing, D2 and D3 are harmless twice).
+//! **A process's own threads** wait the same way: the optimistic hit needs no pin, and a
+//! `try_pin_hit` refused by our own bit (`Ours`) loads GEN and returns `InFlight` if the
+//! sibling's miss is reading the frame (no deadlock with the pin-bit rule).
+//! **Writers and truncation** with a frame in flight in the index: a writer's `install`
+//! puts its frame G in the page's slot over f (I2) and its I3 finds f pinned by its
+//! reader: f stays queued in no index (reclaim frees it); the reader publishes and
+//! returns the bytes it read, a read concurrent with the write (ordered before it), and
+//! its waiters look again and find G. An append in place never meets f (f is never HELD:
+//! A1 fails and the writer installs). A truncation's `remove` of f is refused while it is
+//! pinned and retried after a park on GEN (read.rs `truncate`: up to 64 rounds); a
+//! record's drop never meets a live reader's f (the record has no opener).
 //!
 //! # Writes (a writer process's pages: docs/sharing.md "Writes seen across processes")
 //!
@@ -284,7 +363,9 @@
 //!
 //! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame, and each slot's
 //! count of owned frames, by the lock; GEN
-//! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch
+//! by the lock (a holder raises it at E5 and D2), by its lessee (its hand-over's store,
+//! and M5's swap while it pins the frame in flight) and by a waiter's CAS (WAITERS, only
+//! on a value in flight); readers load it; REF by nobody (a hint: a touch
 //! racing reclaim's clear is lost or kept, both right); PIN by CAS (pins) and by the lock
 //! (FROZEN: only a holder freezes and unfreezes); HELD by its writer (stored before the
 //! hand-over, moved by A1's CAS, cleared under the lock by I3) and by CAS from a known
@@ -293,7 +374,9 @@
 //! index's, then the buddy allocator's; nobody takes this one while holding an index's or
 //! the allocator's.
 //!
-//! Limits: order-0 frames only (a larger folio's frames would each need its CACHED head
+//! Limits: a frame in flight is pinned through its reader's `preadv` (a truncation waits
+//! for it; reclaim passes it over); one FLIGHT per frame (7 bits: slots below 127, the
+//! pin bits' 63 the tighter bound); order-0 frames only (a larger folio's frames would each need its CACHED head
 //! and one queue entry: not done); up to 2^30 - 1 frames; pins of up to 63 process slots
 //! (one bit each: a domain of more slots needs a second pin word per frame); a process
 //! holds one pin per frame (its threads share it: a sibling's refused, "Threads"); the
@@ -309,13 +392,13 @@
 //! reached frame's FILE word under the lock (a few ms for 1 M frames).
 
 use super::buddy::{Order, SharedBuddy};
+use super::futex;
 use super::index::{Entry, Folio, Leave, Page, Put, SharedIndex};
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::record::Records;
 use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
-use super::futex;
 use crate::primitive::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -505,6 +588,17 @@ fn in_flight(generation: u64) -> bool {
     generation >> FLIGHT_SHIFT != 0
 }
 
+/// What an optimistic hit whose copy is discarded found (`read_hit`): its frame in flight
+/// (the generation it loaded at (2) says so), else stale.
+#[cold]
+fn not_copied(before: u64, frame: Frame) -> Optimistic {
+    if in_flight(before) {
+        Optimistic::InFlight(frame)
+    } else {
+        Optimistic::Stale
+    }
+}
+
 /// `generation` with its count raised by one, its other bits kept.
 fn counted_up(generation: u64) -> u64 {
     (generation & !GEN_COUNT) | (generation.wrapping_add(1) & GEN_COUNT)
@@ -545,8 +639,10 @@ pub(crate) enum Optimistic {
     Absent,
     /// The frame was reclaimed or reused during the copy: discard it.
     Stale,
-    /// The page's frame is in flight: nothing copied (module docs, "In flight").
-    InFlight(InFlight),
+    /// The page's frame is in flight: nothing copied (module docs, "In flight"). Its GEN
+    /// word is loaded again for the wait (`in_flight`), so that this enum stays a word:
+    /// the hit returns it in registers.
+    InFlight(Frame),
 }
 
 /// How a hand-over leaves the frame's bytes (module docs, "In flight").
@@ -936,23 +1032,22 @@ impl<'r> SharedQueue<'r> {
         {
             return Ok(Optimistic::Stale);
         }
-        // The generation loaded at (2) says whether the frame is in flight: a test of a
-        // register, no load (module docs, "In flight").
-        if in_flight(before) && !no_flight_check(run.flaw()) {
-            return Ok(Optimistic::InFlight(InFlight {
-                frame: Frame(f),
-                seen: before,
-            }));
-        }
         run.at(Step::Found)?;
         // (4)
         copy(Frame(f));
-        if !no_recheck(run.flaw()) {
-            // (5), (6)
+        // The generation loaded at (2) says whether the frame was in flight (module docs,
+        // "In flight"): a test of a register, no load, folded into (6)'s branch (a branch
+        // of its own before the copy cost the hit 36 instructions in `a_hit_costs`, by
+        // the code around it it made the compiler lay out worse); a copy of a frame in
+        // flight is discarded as a stale one is.
+        let flying = in_flight(before) && !no_flight_check(run.flaw());
+        // (5), (6)
+        let changed = !no_recheck(run.flaw()) && {
             fence(Ordering::Acquire);
-            if line[GEN as usize].load(Ordering::Relaxed) != before {
-                return Ok(Optimistic::Stale);
-            }
+            line[GEN as usize].load(Ordering::Relaxed) != before
+        };
+        if changed | flying {
+            return Ok(not_copied(before, Frame(f)));
         }
         let touched = &line[REF as usize];
         if touched.load(Ordering::Relaxed) == 0 {
@@ -1032,6 +1127,15 @@ impl<'r> SharedQueue<'r> {
             }
             None => run.wait(holder),
         }
+    }
+
+    /// `frame` as `wait_in_flight` takes it, if it is in flight (a truncation waiting
+    /// for a pinned page: read.rs `truncate`).
+    ///
+    /// Context: any process, lock-free (one load).
+    pub(crate) fn in_flight(&self, frame: Frame) -> Option<InFlight> {
+        let seen = self.of(frame.0, GEN).load(Ordering::Acquire);
+        in_flight(seen).then_some(InFlight { frame, seen })
     }
 
     /// Whether `frame` is in flight (FLIGHT set: tests).

@@ -21,17 +21,25 @@
 //!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again (and
 //!   first, while the queue with the frames it leases would hold more than the domain's
 //!   quota: steward.rs, "The quota"; a miss that refaulted counts it in the header); then
-//!   `pread` (O_DIRECT where the file system allows it) of the page straight into the
-//!   frame in the region (with its window's other pages: "Readahead" below), its bytes
-//!   past the end of the file zeroed; the hand-over to the
-//!   cache (`hand_over`: the frame pinned by us, queued, CACHED), the insertion into the
-//!   index (`insert_run`), the copy, the unpin. Two processes that miss one page at once
-//!   both read it; the second's insertion **conflicts** (or its tree needs a node frame
-//!   and none is free, even after a reclaim): it reads its own copy, which is correct
-//!   (the same bytes of a file nobody writes), and frees its frame once it unpinned it
-//!   (`SharedQueue::drop_unplaced`; before, the frame stayed queued in no index until a
-//!   reclaim, which a domain with memory to spare never runs: each such page cached
-//!   twice). Counted.
+//!   queue.rs's M1-M5 ("In flight"): the hand-over to the cache **in flight**
+//!   (`hand_over_in_flight`: the frame pinned by us, FLIGHT naming us, queued, CACHED),
+//!   the insertion into the index (`insert_run`), `Step::Reading`, then `pread` (O_DIRECT
+//!   where the file system allows it) of the pages placed straight into their frames in
+//!   the region (with its window's other pages: "Readahead" below), the bytes past the
+//!   end of the file zeroed, each frame published (`publish`: FLIGHT cleared, its waiters
+//!   woken), the copy, the unpin. Two processes that miss one page at once: the second's
+//!   insertion **conflicts** (or its tree needs a node frame and none is free, even after
+//!   a reclaim: then the needed page alone is read into its frame in no index); it reads
+//!   nothing for that page, frees its frame once unpinned (`SharedQueue::drop_unplaced`),
+//!   and reads the page from the first reader's frame: a look again (`read_page`), a hit
+//!   or a wait while that frame is in flight. Counted (`conflicts`; at most
+//!   `CONFLICTS_MAX` a page, then uncached). A read that fails takes its placed frames out
+//!   of the index again (`abandon`) and frees them.
+//! - **In flight** (a frame another reader, or a sibling thread, has inserted and not read
+//!   yet: `Optimistic::InFlight`, `PinHit::InFlight`): a park on the frame's GEN word
+//!   (`SharedQueue::wait_in_flight`, at most 10 ms), then a look again from the walk; at
+//!   most `FLIGHT_PARKS_MAX` parks a page, then the page is read uncached (counted
+//!   `duplicates`). Counted (`waits`).
 //! - **Nothing to reclaim** (every queued frame pinned, the free frames in other members'
 //!   magazines): the page is read uncached, into this reader's private page (O_DIRECT
 //!   needs an aligned buffer), and copied from there. Counted (`uncached`), never an error.
@@ -73,12 +81,11 @@
 //!   page does not clear them, and they outlive the page's eviction (today's go with the
 //!   folio): a window then reads only the gaps it finds.
 //! - **Another reader's window**: a page some process inserted is a hit and not read again
-//!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
-//!   not known: nothing marks a page in flight, so both read it and the second insertion
-//!   conflicts (its reader copying its own, right, bytes, then freeing its frame):
-//!   counted (`duplicates`). Marking it needs an in-flight frame state that a hit checks,
-//!   its waiters parked, and the steward's sweep of a dead reader's: designed in
-//!   docs/sharing.md ("Readahead through a domain"), not built.
+//!   (`gaps`, before the lease), and so is a page another reader is reading *at the same
+//!   time*: its frame is in the index in flight (queue.rs, "In flight"), so our window
+//!   leaves it out (`gaps`) or our insertion of it conflicts, and our read of it waits for
+//!   the other's `preadv`. Two processes scanning one file at once read each page once
+//!   (`duplicates` 0; docs/sharing.md, "Readahead through a domain").
 //! - Not built: reading a window ahead *asynchronously* (submitted, not waited for), large
 //!   folios (order-0 frames only: a window of order-n folios would need the buddy's
 //!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and
@@ -101,10 +108,11 @@
 //!
 //! # Why a pinned frame's bytes stay the page's
 //!
-//! A frame's bytes are written by its lessee, while it is LEASED to it and in no queue
-//! and no index (the miss's `pread`, before the hand-over): nobody else reads them then
-//! (a hit reads a frame only after its pin and a second look-up that finds the frame
-//! naming the page). Once handed over (CACHED) and inserted, a frame's bytes below the
+//! A frame's bytes are written by its lessee, while it is LEASED to it, or handed over
+//! and inserted **in flight** (the miss's `pread`, between M3 and M5: queue.rs, "In
+//! flight"): nobody else reads them then (a hit reads a frame only after its pin, a second
+//! look-up that finds the frame naming the page, and a load of its GEN word with FLIGHT
+//! 0, which M5 stores with a release after the `pread`). Once handed over (CACHED) and inserted, a frame's bytes below the
 //! record's size are never written again until reclaim frees it (its writer's append in
 //! place stores only past the size, which no read returns: queue.rs, "Appends in place";
 //! so the pinned copy loads with atomic loads too, `copy_out`), and reclaim takes a frame only by freezing its pin word from 0
@@ -112,8 +120,8 @@
 //! A frame that was reclaimed and leased to someone else between our first look-up and our
 //! pin fails the second look-up (reclaim took its page out of the index before it freed
 //! it), and we read nothing from it. The data written by the miss's `pread` is published to
-//! other processes by the hand-over's lock and the insertion's release stores, which the
-//! hit's acquire look-up reads.
+//! other processes by M5's release swap of the frame's GEN word, which the hit's acquire
+//! load of GEN reads (queue.rs, "In flight").
 //!
 //! # Threads
 //!
@@ -148,7 +156,8 @@
 //! "Drops"); the size is the record's size word (the first opener's `fstat`), loaded once
 //! per `read_at` (`FileTable::open_size`: a size another process changes would be seen by
 //! the next call, not within one); order-0
-//! frames only (no large folios; readahead as above: synchronous, no in-flight marking);
+//! frames only (no large folios; readahead as above: synchronous); a page in flight is
+//! waited for, at most `FLIGHT_PARKS_MAX` parks;
 //! one pin per frame per process (a thread
 //! that meets a sibling's reads uncached); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
@@ -870,7 +879,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// W5 (`set_len`): the record's size word set to `size`, then the domain's pages of
-    /// `file` from `first` on taken out (`SharedQueue::remove`; a pinned one waited for).
+    /// `file` from `first` on taken out (`SharedQueue::remove`; a pinned one waited for,
+    /// one in flight parked for: queue.rs, "In flight"; up to 64 rounds).
     ///
     /// Context: the file's writer, under its private writer lock; takes the domain's locks.
     pub(crate) fn truncate(&self, file: &SharedFile, size: u64, first: Page) -> io::Result<()> {
@@ -881,6 +891,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let file_no = FileNo(u64::from(file.id.index));
         for _ in 0..64 {
             let mut pinned = false;
+            // A pinned page in flight (queue.rs, "In flight": its reader's `preadv` lasts
+            // longer than a copy): waited for on its GEN word, not spun for.
+            let mut in_flight = None;
             for (page, folio) in index.folios(self.me, &slots, self.run).map_err(died)? {
                 if page < first {
                     continue;
@@ -898,12 +911,18 @@ impl<'m, R: Run> SharedReader<'m, R> {
                         self.run,
                     )
                     .map_err(died)?;
-                pinned |= removed == Removed::Pinned;
+                if removed == Removed::Pinned {
+                    pinned = true;
+                    in_flight = in_flight.or(self.queue.in_flight(frame).map(|f| (page, f)));
+                }
             }
             if !pinned {
                 return Ok(());
             }
-            self.run.wait(self.me);
+            match in_flight {
+                Some((page, flight)) => self.wait(&self.queue, index, page, flight),
+                None => self.run.wait(self.me),
+            }
         }
         Err(io::Error::other(
             "folio: a truncated page of the domain stayed pinned",
@@ -928,7 +947,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// locks on a miss (never on a hit); blocks in `pread` on a miss, and on a hit of the
     /// handle's marker page (module docs, "Readahead").
     /// Errors: `pread`'s.
-    #[inline]
+    // Always inlined: with the in-flight test in `read_hit`, `#[inline]` left it outlined
+    // at `DomainFile::read_at` (callgrind, docs/sharing.md "Readahead through a domain").
+    #[inline(always)]
     pub(crate) fn read_at(
         &self,
         file: &SharedFile,
@@ -1040,7 +1061,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     return Ok(missed);
                 }
                 Optimistic::Absent => None,
-                Optimistic::InFlight(flight) => Some(flight),
+                // Its GEN loaded again for the wait (`None`: published meanwhile, look
+                // again at once; counted with the parks all the same, so that the loop is
+                // bounded whatever the other readers do).
+                Optimistic::InFlight(frame) => Some(queue.in_flight(frame)),
                 Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
                     PinHit::Pinned(Pinned(frame)) => {
                         self.run.at(Step::Copying).map_err(died)?;
@@ -1056,7 +1080,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                         self.read_uncached(file, page, within, dst)?;
                         return Ok(missed);
                     }
-                    PinHit::InFlight(flight) => Some(flight),
+                    PinHit::InFlight(flight) => Some(Some(flight)),
                     PinHit::Missed => None,
                 },
             };
@@ -1067,7 +1091,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     return Ok(missed);
                 }
                 parks += 1;
-                self.wait(queue, index, page, flight);
+                if let Some(flight) = flight {
+                    self.wait(queue, index, page, flight);
+                }
                 continue;
             }
             if conflicts == CONFLICTS_MAX {
@@ -1403,7 +1429,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     continue;
                 }
                 self.conflict();
-                read_unplaced |= i == 0 && need.is_some() && outcome.first() != Some(&Placed::Conflict);
+                read_unplaced |=
+                    i == 0 && need.is_some() && outcome.first() != Some(&Placed::Conflict);
                 unplaced.push(i);
             }
         }
@@ -1597,7 +1624,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// race by reusing the frame and writing it (the copy is then discarded).
     ///
     /// Context: `frame` is one `read_hit` found in an index (module docs).
-    #[inline]
+    #[inline(always)]
     fn copy_racing(&self, frame: Frame, within: usize, dst: &mut [u8]) {
         assert!(within + dst.len() <= FRAME_BYTES);
         let data = self.member.domain().frame_data(frame);

@@ -1128,7 +1128,10 @@ fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
     assert!(b_done, "B finishes");
     assert_eq!(b_wrong, 0, "wrong bytes");
     assert_eq!((rb.duplicates, rb.uncached), (0, 0), "B: {rb:?}");
-    assert!(rb.waits >= 1 && rb.misses >= 1, "B waited, then missed: {rb:?}");
+    assert!(
+        rb.waits >= 1 && rb.misses >= 1,
+        "B waited, then missed: {rb:?}"
+    );
     wait_until("the domain is quiet", || {
         is_quiet(parent.domain(), parent.holder())
     });
