@@ -136,15 +136,17 @@
 //! dead reader's D2 (the count raised, FLIGHT kept). Every store raises the count or sets
 //! a bit on a value in flight, so no value recurs: (2) and (6) equal means no store to
 //! GEN between them. The argument above holds with "raise v" read as "any store of
-//! incarnation v" and one case more, FLIGHT: (2) returns `InFlight` unless the value it
-//! read has FLIGHT 0, and copies nothing then. A value with FLIGHT 0 that (2) read is (i) an
-//! E5 raise, then (3) finds f in S only through a later incarnation's insertion, whose
+//! incarnation v" and one case more, FLIGHT: a hit whose (2) read a value with FLIGHT
+//! set discards its copy and returns `InFlight` (the test comes with (6)'s, after the
+//! copy: a branch of its own before it made the compiler lay the hit out worse, 36
+//! instructions more). A value with FLIGHT 0 that (2) read is (i) an E5 raise, then (3) finds f in
+//! S only through a later incarnation's insertion, whose
 //! hand-over store (before the insertion that (3) read) makes (6) differ: stale; or (ii)
 //! the hand-over store of an incarnation whose bytes were complete before it (a writer's
 //! install, whose bytes come first); or (iii) M5 of the incarnation that (3) names, a
 //! release after its `preadv`, which (2)'s acquire reads: the bytes are complete. A hit
-//! that copied while f was in flight read at (2) a value with FLIGHT set, so copied
-//! nothing (`Flaw::NoFlightCheck` leaves the test out: the loom model
+//! that copied while f was in flight read at (2) a value with FLIGHT set, so its copy is
+//! discarded (`Flaw::NoFlightCheck` leaves the test out: the loom model
 //! `flight_broken_no_check` catches a validated copy of unwritten bytes). The test costs
 //! the hit no load: it is a test of the register (2) loaded.
 //!
@@ -170,8 +172,9 @@
 //!   M5. `publish`: GEN = its count raised, FLIGHT 0 (a release swap: after the `preadv`),
 //!       then a futex wake of GEN if the swap found WAITERS; then the copy and the unpin.
 //!       A failed read instead takes f out again (`abandon`: D1-D3 below), then frees it.
-//! **A reader that finds f** in flight copies nothing: the optimistic hit sees FLIGHT in
-//! the GEN word it loads at (2) and returns `InFlight`; `try_pin_hit` loads GEN (acquire)
+//! **A reader that finds f** in flight returns nothing: the optimistic hit sees FLIGHT in
+//! the GEN word it loaded at (2), discards its copy and returns `InFlight`; `try_pin_hit` loads GEN
+//! (acquire)
 //! after its pin and second look-up (the insertion that look-up read came after M1's
 //! store, so it sees M1's value or a later one) and unpins. Then `wait_in_flight`:
 //!   P1. WAITERS announced: a CAS from the value loaded (refused: GEN changed, look again).
@@ -376,7 +379,8 @@
 //!
 //! Limits: a frame in flight is pinned through its reader's `preadv` (a truncation waits
 //! for it; reclaim passes it over); one FLIGHT per frame (7 bits: slots below 127, the
-//! pin bits' 63 the tighter bound); order-0 frames only (a larger folio's frames would each need its CACHED head
+//! pin bits' 63 the tighter bound); order-0 frames only (a larger folio's frames would each need
+//! its CACHED head
 //! and one queue entry: not done); up to 2^30 - 1 frames; pins of up to 63 process slots
 //! (one bit each: a domain of more slots needs a second pin word per frame); a process
 //! holds one pin per frame (its threads share it: a sibling's refused, "Threads"); the
@@ -639,7 +643,7 @@ pub(crate) enum Optimistic {
     Absent,
     /// The frame was reclaimed or reused during the copy: discard it.
     Stale,
-    /// The page's frame is in flight: nothing copied (module docs, "In flight"). Its GEN
+    /// The page's frame is in flight: the copy discarded (module docs, "In flight"). Its GEN
     /// word is loaded again for the wait (`in_flight`), so that this enum stays a word:
     /// the hit returns it in registers.
     InFlight(Frame),
@@ -993,7 +997,7 @@ impl<'r> SharedQueue<'r> {
     /// `page`: a miss) or `Stale` (the frame was reused meanwhile: discard the copy, try
     /// again or pin).
     ///
-    /// `InFlight` (the frame's bytes are not read yet: nothing copied; module docs, "In
+    /// `InFlight` (the frame's bytes are not read yet: the copy discarded; module docs, "In
     /// flight": the generation's own bits say it, no other load).
     ///
     /// Context: any process, lock-free: one walk, the walk's last slot loaded again, two

@@ -112,7 +112,8 @@
 //! and inserted **in flight** (the miss's `pread`, between M3 and M5: queue.rs, "In
 //! flight"): nobody else reads them then (a hit reads a frame only after its pin, a second
 //! look-up that finds the frame naming the page, and a load of its GEN word with FLIGHT
-//! 0, which M5 stores with a release after the `pread`). Once handed over (CACHED) and inserted, a frame's bytes below the
+//! 0, which M5 stores with a release after the `pread`). Once handed over (CACHED) and inserted, a
+//! frame's bytes below the
 //! record's size are never written again until reclaim frees it (its writer's append in
 //! place stores only past the size, which no read returns: queue.rs, "Appends in place";
 //! so the pinned copy loads with atomic loads too, `copy_out`), and reclaim takes a frame only by freezing its pin word from 0
