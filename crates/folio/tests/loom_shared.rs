@@ -153,10 +153,11 @@ mod futex {
             assert!(
                 kernel.asleep + kernel.done < kernel.threads,
                 "a lost wake-up: asleep, and every other thread asleep or done \
-                 ({} threads, {} asleep, {} done)",
+                 ({} threads, {} asleep, {} done; at {at:#x} after {seen} wakes: {:?})",
                 kernel.threads,
                 kernel.asleep,
-                kernel.done
+                kernel.done,
+                kernel.wakes
             );
             drop(kernel);
             loom::thread::yield_now();
@@ -1663,6 +1664,9 @@ fn reclaim_model(
                             Some(())
                         }
                         queue::Optimistic::Absent | queue::Optimistic::Stale => None,
+                        queue::Optimistic::InFlight(_) => {
+                            panic!("a frame handed over whole is never in flight")
+                        }
                     }
                 }
             };
@@ -1985,6 +1989,9 @@ fn install_model(
                     &outcomes.misses
                 }
                 queue::Optimistic::Stale => &outcomes.misses,
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             slots.detach(reader);
@@ -2202,6 +2209,9 @@ fn keeper_wait_model(
                 }
                 // (Nobody else evicts: a stale copy cannot happen.)
                 queue::Optimistic::Stale => panic!("a stale copy with no other reclaimer"),
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             assert_eq!(
                 read,
@@ -2466,6 +2476,9 @@ fn append_model(
                     &outcomes.misses
                 }
                 queue::Optimistic::Stale => &outcomes.misses,
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             slots.detach(reader);
@@ -2778,6 +2791,9 @@ fn drop_model(
                     read
                 }),
                 queue::Optimistic::Absent => None,
+                queue::Optimistic::InFlight(_) => {
+                    panic!("a frame handed over whole is never in flight")
+                }
             };
             let outcome = match read {
                 Some(read) => {
@@ -2902,5 +2918,314 @@ fn drop_unplaced_broken_unchecked() {
         message.contains("the writer's page stays indexed")
             || message.contains("after the write returned, the page is cached"),
         "failed, but not as expected: {message}"
+    );
+}
+
+// ---------------------------------------------------------------- a page in flight
+//
+// `flight_races_a_waiter` (queue.rs, "In flight"): reader I misses page 0 of the one file
+// and runs M2-M5 on frame F (leased to it by the setup: M1's lease is the allocator's,
+// modelled above): F handed over in flight (FLIGHT names I), inserted at page 0, its two
+// data words written one at a time (M4, a `preadv`'s relaxed stores, a step between: a
+// half-read page), published (FLIGHT cleared, a wake if someone waits), unpinned. I dies
+// at each of its steps in turn, or not at all; dead, its thread plays the steward: marks
+// it dead and sweeps it (the queue's sweep takes a dead reader's in-flight frame out of
+// its index, raises its generation with FLIGHT kept, and wakes its waiters, before it
+// drops the dead reader's pins). Meanwhile reader W (the main thread) looks page 0 up:
+// optimistically (`read_hit`) or pinned (`try_pin_hit`), and while the frame is in
+// flight parks on its GEN word (`wait_in_flight`: the model's futex, with no timeout, so
+// that a waiter nobody wakes fails the model on "a lost wake-up" instead of being rescued
+// by the timeout), then looks again; a page absent is a miss (W would read it itself).
+// Asserted: a validated or pinned copy is the page's two words (never an unwritten or
+// half-written one); W finishes (no lost wake-up, at most `FLIGHT_LOOKS` looks); at the end
+// the queue and the index check, and page 0 names F (I lived) or nothing (I died: its
+// frame out of the index, or never in it).
+//
+// Broken, and caught: `flight_broken_no_check` (`Flaw::NoFlightCheck`: the optimistic hit
+// copies an in-flight frame: a validated copy of unwritten bytes),
+// `flight_broken_not_swept` (`Flaw::FlightNotSwept`: the sweep leaves a dead reader's
+// frame indexed and in flight: its waiter sleeps for ever, a lost wake-up) and
+// `flight_broken_cleared` (`Flaw::FlightCleared`: the sweep clears FLIGHT as it takes the
+// frame out: a reader that pinned the frame before the removal copies half a page).
+
+/// More than the in-flight reader's steps (a death past its last step is no death).
+const FLIGHT_STEPS: u32 = 80;
+/// The most looks the waiter takes: each after a park that a change of GEN ended.
+const FLIGHT_LOOKS: u32 = 8;
+
+fn flight_model(
+    die_at: u32,
+    flaw: Flaw,
+    start: ReaderStart,
+    reader_kind: Reader,
+    outcomes: &std::sync::Arc<ReaderOutcomes>,
+    deaths: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+) {
+    use loom::sync::atomic::Ordering;
+    let outcomes = outcomes.clone();
+    let deaths = deaths.clone();
+    let mut builder = loom::model::Builder::new();
+    if std::env::var_os("LOOM_MAX_PREEMPTIONS").is_none() {
+        builder.preemption_bound = Some(RECLAIM_PREEMPTIONS);
+    }
+    builder.max_branches = 20_000;
+    builder.check(move || {
+        let region: Arc<Vec<AtomicU64>> =
+            Arc::new((0..RECLAIM_WORDS).map(|_| AtomicU64::new(0)).collect());
+        // Two data words a frame.
+        let data: Arc<Vec<AtomicU64>> =
+            Arc::new((0..2 * RECLAIM_FRAMES).map(|_| AtomicU64::new(0)).collect());
+        let (steward, inserter, waiter, frame) = {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = reclaim_queue(&region, buddy.clone());
+            buddy.format();
+            buddy::SharedBuddy::new(&region, RECLAIM_NODE_BUDDY, 1).format();
+            queue.format();
+            indexes[0].format();
+            let steward = slots.attach(Flaw::None).unwrap();
+            let inserter = slots.attach(Flaw::None).unwrap();
+            let waiter = slots.attach(Flaw::None).unwrap();
+            let run = ModelRun::living(Flaw::None);
+            let frame = buddy
+                .alloc(buddy::Order(0), inserter, &slots, &run)
+                .unwrap()
+                .unwrap();
+            (steward, inserter, waiter, frame)
+        };
+        futex::threads(2);
+        let a = {
+            let region = region.clone();
+            let data = data.clone();
+            let deaths = deaths.clone();
+            loom::thread::spawn(move || {
+                let (slots, buddy, indexes) = reclaim_views(&region);
+                let queue = reclaim_queue(&region, buddy.clone());
+                let run = ModelRun::dying_at(die_at, flaw);
+                let f = frame.0 as usize;
+                let miss = || -> Result<(), Died> {
+                    // M2.
+                    queue.hand_over_in_flight(
+                        frame,
+                        queue::FileNo(0),
+                        0,
+                        inserter,
+                        &indexes[..],
+                        &slots,
+                        &run,
+                    )?;
+                    // M3.
+                    let folio = index::Folio {
+                        frame: u64::from(frame.0),
+                        order: 0,
+                    };
+                    let placed = indexes[0].insert_run(inserter, 0, &[folio], &slots, &run)?;
+                    assert!(
+                        matches!(placed.first(), Some(index::Placed::Inserted(_))),
+                        "the only insertion of page 0: {placed:?}"
+                    );
+                    run.at(Step::Reading)?;
+                    // M4: the `preadv`, a word at a time.
+                    data[2 * f].store(DATA, Ordering::Relaxed);
+                    run.at(Step::Stored)?;
+                    data[2 * f + 1].store(DATA, Ordering::Relaxed);
+                    run.at(Step::Stored)?;
+                    // M5.
+                    queue.publish(frame, inserter);
+                    run.at(Step::Stored)?;
+                    queue.unpin(frame, inserter);
+                    Ok(())
+                };
+                let died = miss().is_err();
+                if died {
+                    deaths.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let living = ModelRun::living(flaw);
+                    assert!(slots.mark_dead(inserter));
+                    queue
+                        .sweep(inserter, steward, &indexes[..], &slots, &living)
+                        .unwrap();
+                    slots.free_dead(inserter);
+                } else {
+                    slots.detach(inserter);
+                }
+                futex::done();
+            })
+        };
+        let got = {
+            let (slots, buddy, indexes) = reclaim_views(&region);
+            let queue = reclaim_queue(&region, buddy.clone());
+            let run = ModelRun::living(flaw).parking();
+            if let ReaderStart::AfterYield = start {
+                loom::thread::yield_now();
+            }
+            let mut got = None;
+            for _ in 0..FLIGHT_LOOKS {
+                let flight = match reader_kind {
+                    Reader::Optimistic => {
+                        let copied = Cell::new((0, 0));
+                        let found = queue
+                            .read_hit(&indexes[0], queue::FileNo(0), 0, &run, |frame| {
+                                let f = frame.0 as usize;
+                                copied.set((
+                                    data[2 * f].load(Ordering::Relaxed),
+                                    data[2 * f + 1].load(Ordering::Relaxed),
+                                ))
+                            })
+                            .unwrap();
+                        match found {
+                            queue::Optimistic::Hit(_) => {
+                                assert_eq!(
+                                    copied.get(),
+                                    (DATA, DATA),
+                                    "a validated copy is the page's bytes"
+                                );
+                                got = Some(true);
+                                break;
+                            }
+                            queue::Optimistic::Absent => {
+                                got = Some(false);
+                                break;
+                            }
+                            queue::Optimistic::Stale => continue,
+                            queue::Optimistic::InFlight(frame) => match queue.in_flight(frame) {
+                                Some(flight) => flight,
+                                None => continue,
+                            },
+                        }
+                    }
+                    Reader::Pinned => match queue.try_pin_hit(&indexes[0], 0, waiter) {
+                        queue::PinHit::Pinned(queue::Pinned(pinned)) => {
+                            let f = pinned.0 as usize;
+                            let read = (
+                                data[2 * f].load(Ordering::Relaxed),
+                                data[2 * f + 1].load(Ordering::Relaxed),
+                            );
+                            assert_eq!(read, (DATA, DATA), "a pinned copy is the page's bytes");
+                            queue.unpin(pinned, waiter);
+                            got = Some(true);
+                            break;
+                        }
+                        queue::PinHit::Missed => {
+                            got = Some(false);
+                            break;
+                        }
+                        queue::PinHit::Ours => panic!("W's bit is W's alone"),
+                        queue::PinHit::InFlight(flight) => flight,
+                    },
+                };
+                queue.wait_in_flight(&indexes[0], 0, flight, &slots, &run);
+            }
+            futex::done();
+            slots.detach(waiter);
+            got
+        };
+        a.join().unwrap();
+        let Some(hit) = got else {
+            panic!("the waiter never got the page in {FLIGHT_LOOKS} looks");
+        };
+        let outcome = if hit {
+            &outcomes.hits
+        } else {
+            &outcomes.misses
+        };
+        outcome.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (slots, buddy, indexes) = reclaim_views(&region);
+        let queue = reclaim_queue(&region, buddy.clone());
+        let census = queue.check(&slots);
+        assert!(census.is_ok(), "the queue checks at the end: {census:?}");
+        let checked = indexes[0].check();
+        assert!(checked.is_ok(), "the index checks at the end: {checked:?}");
+        let entry = indexes[0].lookup(0);
+        let named = entry
+            == index::Entry::Folio {
+                frame: u64::from(frame.0),
+                order: 0,
+            };
+        assert!(
+            named || matches!(entry, index::Entry::Absent),
+            "page 0 names the reader's frame or nothing: {entry:?}"
+        );
+    });
+}
+
+/// The in-flight model over I's deaths at every step and none, both readers and both
+/// starts: each reader must hit, and miss (I dead before its insertion or swept).
+fn flight_races(flaw: Flaw, readers: &[Reader]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    for &reader in readers {
+        let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+        for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+            let deaths = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            for die_at in 0..=FLIGHT_STEPS {
+                let before = deaths.load(Relaxed);
+                flight_model(die_at, flaw, start, reader, &outcomes, &deaths);
+                if die_at == FLIGHT_STEPS {
+                    assert_eq!(
+                        deaths.load(Relaxed),
+                        before,
+                        "I has more steps than FLIGHT_STEPS"
+                    );
+                }
+            }
+            let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
+            eprintln!(
+                "in flight, {reader:?} reader, {start:?}: hit {hits} times, missed {misses} \
+                 (totals so far)"
+            );
+        }
+        // At once, loom runs the reader first and hides most of the race (the blind spot,
+        // docs/testing.md): both starts together must see both outcomes.
+        let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
+        assert!(
+            hits > 0 && misses > 0,
+            "the reader ({reader:?}) must hit and miss"
+        );
+    }
+}
+
+#[test]
+fn flight_races_a_waiter() {
+    flight_races(Flaw::None, &[Reader::Optimistic, Reader::Pinned]);
+}
+
+/// Runs the in-flight model with `flaw` and `readers`, which must fail with `expected`.
+fn flight_caught(flaw: Flaw, readers: &[Reader], expected: &str) {
+    let caught = std::panic::catch_unwind(|| flight_races(flaw, readers));
+    let payload = caught.expect_err("in flight broken: no model failed");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default();
+    eprintln!("in flight broken ({flaw:?}): caught: {message}");
+    assert!(
+        message.contains(expected),
+        "failed, but not as expected ({expected}): {message}"
+    );
+}
+
+#[test]
+fn flight_broken_no_check() {
+    flight_caught(
+        Flaw::NoFlightCheck,
+        &[Reader::Optimistic],
+        "a validated copy is the page's bytes",
+    );
+}
+
+#[test]
+fn flight_broken_not_swept() {
+    flight_caught(
+        Flaw::FlightNotSwept,
+        &[Reader::Optimistic],
+        "a lost wake-up",
+    );
+}
+
+#[test]
+fn flight_broken_cleared() {
+    flight_caught(
+        Flaw::FlightCleared,
+        &[Reader::Pinned],
+        "a pinned copy is the page's bytes",
     );
 }

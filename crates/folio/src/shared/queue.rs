@@ -19,7 +19,8 @@
 //! takes its lock, redoing a dead holder's ADD) before the allocator.
 //!
 //! A frame enters its file's index **after** its hand-over, never before, and its lessee
-//! pins it (below) before the ADD and unpins it after the insertion: while it is queued
+//! pins it (below) before the ADD and unpins it after the insertion (a miss: after its
+//! read, "In flight"): while it is queued
 //! and not yet indexed reclaim cannot freeze it. If the lessee dies between, the steward
 //! drops its pins and the frame stays queued, in no index: reclaim frees such a frame
 //! (it looks its page up and finds another frame or nothing). So an index never names a
@@ -49,7 +50,10 @@
 //!     + 5  PIN[f]: one bit per process slot holding f pinned, `FROZEN` (bit 63) while
 //!          reclaim takes it
 //!     + 6  GEN[f]: f's reuse generation, raised by every eviction of f (E5) before its
-//!          free: the optimistic hit's seqlock word (below)
+//!          free and by every hand-over: the optimistic hit's seqlock word (below), its
+//!          count in bits 0..56; FLIGHT[f] in bits 56..63, the slot + 1 of the reader
+//!          whose `preadv` fills f, 0 once f's bytes are the page's; WAITERS in bit 63,
+//!          a reader may sleep on the word ("In flight", below)
 //!     + 7  HELD[f]: 0, or the writer's mark `(slot + 1) << 48 | seq` while f holds bytes
 //!          its writer returned and has not written to disk yet ("Writes", below)
 //! ```
@@ -126,11 +130,89 @@
 //! later one re-insert f at S (an ABA of the slot): (3) before the copy is what pins the
 //! incarnation.
 //!
+//! With frames in flight ("In flight", below) GEN takes more stores than E5's raise: the
+//! lessee's at the hand-over (the count raised, FLIGHT set for a miss), M5's publish (the
+//! count raised, FLIGHT cleared), a waiter's WAITERS (only on a value in flight) and a
+//! dead reader's D2 (the count raised, FLIGHT kept). Every store raises the count or sets
+//! a bit on a value in flight, so no value recurs: (2) and (6) equal means no store to
+//! GEN between them. The argument above holds with "raise v" read as "any store of
+//! incarnation v" and one case more, FLIGHT: a hit whose (2) read a value with FLIGHT
+//! set discards its copy and returns `InFlight` (the test comes with (6)'s, after the
+//! copy: a branch of its own before it made the compiler lay the hit out worse, 36
+//! instructions more). A value with FLIGHT 0 that (2) read is (i) an E5 raise, then (3) finds f in
+//! S only through a later incarnation's insertion, whose
+//! hand-over store (before the insertion that (3) read) makes (6) differ: stale; or (ii)
+//! the hand-over store of an incarnation whose bytes were complete before it (a writer's
+//! install, whose bytes come first); or (iii) M5 of the incarnation that (3) names, a
+//! release after its `preadv`, which (2)'s acquire reads: the bytes are complete. A hit
+//! that copied while f was in flight read at (2) a value with FLIGHT set, so its copy is
+//! discarded (`Flaw::NoFlightCheck` leaves the test out: the loom model
+//! `flight_broken_no_check` catches a validated copy of unwritten bytes). The test costs
+//! the hit no load: it is a test of the register (2) loaded.
+//!
 //! Deaths: the raise is a store under the queue's lock (a step), at E5; a reclaimer that
 //! dies before it dies before E6 too, and whoever takes the lock over finishes the
 //! DETACHED victim (E4-E7: the raise again, then the free). A second raise is harmless: a
 //! reader compares for equality. So a freed frame has always been raised since its last
 //! insertion. A removal (truncation) raises the same way (it is E1-E7 too).
+//!
+//! # In flight (docs/sharing.md, "Readahead of one process never repeats another's in flight")
+//!
+//! A miss inserts its frames **before** it reads them, so that another reader that misses
+//! the same pages at the same moment finds them and waits instead of reading them again:
+//!   M1. A frame f leased (the buddy's); FILE[f], PAGE[f], HELD[f] = 0 and GEN[f] (its
+//!       count raised, FLIGHT = the lessee's slot + 1) stored by the lessee, f pinned by it
+//!       (`hand_over_in_flight`, before the ADD: nobody reads a leased frame's words).
+//!   M2. ADD (CACHED, queued: the hand-over).
+//!   M3. `insert_run`: the index names f, visible and in flight. A conflict (another
+//!       reader's frame is there, in flight or not) reads nothing for that page: the page
+//!       is read from the other frame (a look again: a hit, or a wait below), and f is freed
+//!       once unpinned (`drop_unplaced`).
+//!   M4. `preadv` into f (read.rs, one per run of placed pages; `Step::Reading` before it).
+//!   M5. `publish`: GEN = its count raised, FLIGHT 0 (a release swap: after the `preadv`),
+//!       then a futex wake of GEN if the swap found WAITERS; then the copy and the unpin.
+//!       A failed read instead takes f out again (`abandon`: D1-D3 below), then frees it.
+//! **A reader that finds f** in flight returns nothing: the optimistic hit sees FLIGHT in
+//! the GEN word it loaded at (2), discards its copy and returns `InFlight`; `try_pin_hit` loads GEN
+//! (acquire)
+//! after its pin and second look-up (the insertion that look-up read came after M1's
+//! store, so it sees M1's value or a later one) and unpins. Then `wait_in_flight`:
+//!   P1. WAITERS announced: a CAS from the value loaded (refused: GEN changed, look again).
+//!   P2. The page's slot again: no longer f, look again (D1 came first).
+//!   P3. `FUTEX_WAIT` on GEN's low half (the count: every store but P1's changes it) while
+//!       it holds the value loaded, for at most 10 ms (`FLIGHT_PARK`; a model's `Run`
+//!       parks without a timeout, so that a lost wake fails it); a timeout asks the
+//!       member's `Run` to look at its steward (`Run::parked`).
+//! Then the reader looks the page up from the walk: published, a hit; gone, a miss that
+//! reads the page itself. read.rs bounds the parks of one page (`FLIGHT_PARKS_MAX`, about
+//! 10 s; then an uncached read, counted a duplicate). A wake is lost by none of these: M5's
+//! swap is an RMW that comes after P1's CAS or fails it; D2 below is one too.
+//! **A death** of the reader: before M2, f is its lessee's (the buddy's sweep frees it);
+//! between M2 and M3, f is queued in no index (reclaim frees it once the pin is dropped);
+//! between M3 and M5, **the steward's sweep** (`sweep_flights`, under the queue's lock,
+//! before it drops the dead slot's pins), for each CACHED frame the dead slot pins whose
+//! FLIGHT names it:
+//!   D1. f out of its index if the index names it at PAGE[f] (E4 of a removal: no shadow,
+//!       under the index's lock, finishing a dead insertion first).
+//!   D2. GEN's count raised, FLIGHT kept (a CAS loop: an RMW after any P1).
+//!   D3. A futex wake of GEN: its waiters look again and miss.
+//! FLIGHT stays set until the frame's next hand-over: a reader that pinned f before D1 and
+//! loads GEN after D2 sees FLIGHT, never 0, and never copies the dead reader's partial
+//! bytes (`Flaw::FlightCleared`, D2 clearing it, is caught by the loom model
+//! `flight_broken_cleared`; `Flaw::FlightNotSwept`, no D1-D3, by `flight_broken_not_swept`:
+//! the waiter sleeps for ever). A steward that dies in D1-D3 is followed by one that
+//! sweeps the slot again (D1 finds nothing, D2 and D3 are harmless twice).
+//! **A process's own threads** wait the same way: the optimistic hit needs no pin, and a
+//! `try_pin_hit` refused by our own bit (`Ours`) loads GEN and returns `InFlight` if the
+//! sibling's miss is reading the frame (no deadlock with the pin-bit rule).
+//! **Writers and truncation** with a frame in flight in the index: a writer's `install`
+//! puts its frame G in the page's slot over f (I2) and its I3 finds f pinned by its
+//! reader: f stays queued in no index (reclaim frees it); the reader publishes and
+//! returns the bytes it read, a read concurrent with the write (ordered before it), and
+//! its waiters look again and find G. An append in place never meets f (f is never HELD:
+//! A1 fails and the writer installs). A truncation's `remove` of f is refused while it is
+//! pinned and retried after a park on GEN (read.rs `truncate`: up to 64 rounds); a
+//! record's drop never meets a live reader's f (the record has no opener).
 //!
 //! # Writes (a writer process's pages: docs/sharing.md "Writes seen across processes")
 //!
@@ -284,7 +366,9 @@
 //!
 //! Protection: the links, ENDS, STATUS, FILE and PAGE of a queued frame, and each slot's
 //! count of owned frames, by the lock; GEN
-//! by the lock (only a holder raises it; readers load it); REF by nobody (a hint: a touch
+//! by the lock (a holder raises it at E5 and D2), by its lessee (its hand-over's store,
+//! and M5's swap while it pins the frame in flight) and by a waiter's CAS (WAITERS, only
+//! on a value in flight); readers load it; REF by nobody (a hint: a touch
 //! racing reclaim's clear is lost or kept, both right); PIN by CAS (pins) and by the lock
 //! (FROZEN: only a holder freezes and unfreezes); HELD by its writer (stored before the
 //! hand-over, moved by A1's CAS, cleared under the lock by I3) and by CAS from a known
@@ -293,7 +377,10 @@
 //! index's, then the buddy allocator's; nobody takes this one while holding an index's or
 //! the allocator's.
 //!
-//! Limits: order-0 frames only (a larger folio's frames would each need its CACHED head
+//! Limits: a frame in flight is pinned through its reader's `preadv` (a truncation waits
+//! for it; reclaim passes it over); one FLIGHT per frame (7 bits: slots below 127, the
+//! pin bits' 63 the tighter bound); order-0 frames only (a larger folio's frames would each need
+//! its CACHED head
 //! and one queue entry: not done); up to 2^30 - 1 frames; pins of up to 63 process slots
 //! (one bit each: a domain of more slots needs a second pin word per frame); a process
 //! holds one pin per frame (its threads share it: a sibling's refused, "Threads"); the
@@ -309,6 +396,7 @@
 //! reached frame's FILE word under the lock (a few ms for 1 M frames).
 
 use super::buddy::{Order, SharedBuddy};
+use super::futex;
 use super::index::{Entry, Folio, Leave, Page, Put, SharedIndex};
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::record::Records;
@@ -316,6 +404,7 @@ use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
 use crate::primitive::{fence, AtomicU64, Ordering};
+use std::time::Duration;
 
 const ENDS: u32 = LINE_FREE_WORDS[0];
 const STATUS: u32 = LINE_FREE_WORDS[1];
@@ -331,6 +420,18 @@ const GEN: u32 = 6;
 const HELD: u32 = 7;
 /// A frame's words: one line (module docs, Layout).
 const PER_FRAME: u32 = 8;
+
+/// GEN's bits 0..56: the reuse generation's count (module docs, "In flight").
+const GEN_COUNT: u64 = (1 << 56) - 1;
+/// GEN's bits 56..63: FLIGHT, the slot + 1 of the reader whose `preadv` fills the frame,
+/// 0 once its bytes are the page's (module docs, "In flight").
+const FLIGHT_SHIFT: u32 = 56;
+const FLIGHT_BITS: u64 = 0x7f << FLIGHT_SHIFT;
+/// GEN's bit 63: a reader may sleep on the word (set by a waiter's CAS, only on a value
+/// in flight; module docs, "In flight").
+const WAITERS: u64 = 1 << 63;
+/// The longest one park on an in-flight frame lasts before its waiter looks again.
+const FLIGHT_PARK: Duration = Duration::from_millis(10);
 
 /// FILE's low bits: the `FileNo` (below 2^32; a hit compares these only).
 const FILE_BITS: u64 = (1 << 32) - 1;
@@ -475,6 +576,38 @@ fn held_slot(me: Holder) -> u64 {
     u64::from(me.slot.0) + 1
 }
 
+/// FLIGHT naming `me` (module docs, "In flight"): its slot + 1 in GEN's bits 56..63.
+fn flight_of(me: Holder) -> u64 {
+    assert!(
+        me.slot.0 < PIN_SLOTS,
+        "slot {} has no pin bit (module docs, Limits)",
+        me.slot.0
+    );
+    (u64::from(me.slot.0) + 1) << FLIGHT_SHIFT
+}
+
+/// Whether the GEN word `generation` says its frame is in flight.
+#[inline]
+fn in_flight(generation: u64) -> bool {
+    generation >> FLIGHT_SHIFT != 0
+}
+
+/// What an optimistic hit whose copy is discarded found (`read_hit`): its frame in flight
+/// (the generation it loaded at (2) says so), else stale.
+#[cold]
+fn not_copied(before: u64, frame: Frame) -> Optimistic {
+    if in_flight(before) {
+        Optimistic::InFlight(frame)
+    } else {
+        Optimistic::Stale
+    }
+}
+
+/// `generation` with its count raised by one, its other bits kept.
+fn counted_up(generation: u64) -> u64 {
+    (generation & !GEN_COUNT) | (generation.wrapping_add(1) & GEN_COUNT)
+}
+
 /// What `remove` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Removed {
@@ -491,6 +624,16 @@ pub(crate) enum Removed {
 #[must_use = "a pinned frame must be unpinned"]
 pub(crate) struct Pinned(pub(crate) Frame);
 
+/// A frame found in flight (module docs, "In flight"): another reader's `preadv` has not
+/// filled it yet. Wait for it (`wait_in_flight`), then look the page up again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct InFlight {
+    /// The frame.
+    pub(crate) frame: Frame,
+    /// Its GEN word as the reader loaded it (in flight).
+    seen: u64,
+}
+
 /// What an optimistic hit (`read_hit`) found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Optimistic {
@@ -500,6 +643,19 @@ pub(crate) enum Optimistic {
     Absent,
     /// The frame was reclaimed or reused during the copy: discard it.
     Stale,
+    /// The page's frame is in flight: the copy discarded (module docs, "In flight"). Its GEN
+    /// word is loaded again for the wait (`in_flight`), so that this enum stays a word:
+    /// the hit returns it in registers.
+    InFlight(Frame),
+}
+
+/// How a hand-over leaves the frame's bytes (module docs, "In flight").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Filled {
+    /// Its bytes are the page's already (a writer's install, the tests' hand-overs).
+    Complete,
+    /// Its lessee reads them after the insertion (a miss: FLIGHT names it until `publish`).
+    InFlight,
 }
 
 /// Why a pin was refused.
@@ -523,6 +679,9 @@ pub(crate) enum PinHit {
     /// The page's frame is pinned by another thread of this process with our bit: read
     /// the page another way (module docs, "Threads").
     Ours,
+    /// The page's frame is in flight (module docs, "In flight"): nothing pinned; wait for
+    /// it (`wait_in_flight`) and look again.
+    InFlight(InFlight),
 }
 
 /// What `check` found: the queued frames, head first.
@@ -778,12 +937,14 @@ impl<'r> SharedQueue<'r> {
     ) -> Option<Pinned> {
         match self.try_pin_hit(index, page, me) {
             PinHit::Pinned(pinned) => Some(pinned),
-            PinHit::Missed | PinHit::Ours => None,
+            PinHit::Missed | PinHit::Ours | PinHit::InFlight(_) => None,
         }
     }
 
     /// `pin_hit`, saying why it pinned nothing: `Ours` when the page's frame is pinned by
-    /// another thread of this process (module docs, "Threads").
+    /// another thread of this process (module docs, "Threads"), `InFlight` when its bytes
+    /// are not read yet (module docs, "In flight": loaded after the pin and the second
+    /// look-up; for `Ours`, after the first).
     ///
     /// Context: as `pin_hit`.
     #[inline]
@@ -795,10 +956,19 @@ impl<'r> SharedQueue<'r> {
             return PinHit::Missed;
         };
         let frame = Frame(frame);
+        let generation = self.of(frame.0, GEN);
         match self.pin(frame, me) {
             Ok(()) => {}
             Err(Unpinnable::Frozen) => return PinHit::Missed,
-            Err(Unpinnable::Ours) => return PinHit::Ours,
+            Err(Unpinnable::Ours) => {
+                // A sibling's pin: its miss may be reading the frame (module docs, "In
+                // flight": the sibling waits as another process does).
+                let seen = generation.load(Ordering::Acquire);
+                if in_flight(seen) {
+                    return PinHit::InFlight(InFlight { frame, seen });
+                }
+                return PinHit::Ours;
+            }
         }
         if index.lookup(page)
             != (Entry::Folio {
@@ -809,6 +979,14 @@ impl<'r> SharedQueue<'r> {
             self.unpin(frame, me);
             return PinHit::Missed;
         }
+        // FLIGHT after the second look-up (acquire: the insertion it read came after the
+        // lessee's store of FLIGHT), so it is the incarnation's we pinned, or 0 from its
+        // `publish` (release: after the `preadv`).
+        let seen = generation.load(Ordering::Acquire);
+        if in_flight(seen) {
+            self.unpin(frame, me);
+            return PinHit::InFlight(InFlight { frame, seen });
+        }
         self.touch(frame);
         PinHit::Pinned(Pinned(frame))
     }
@@ -818,6 +996,9 @@ impl<'r> SharedQueue<'r> {
     /// (the copy is the page's, the frame touched), `Absent` (no folio of order 0 at
     /// `page`: a miss) or `Stale` (the frame was reused meanwhile: discard the copy, try
     /// again or pin).
+    ///
+    /// `InFlight` (the frame's bytes are not read yet: the copy discarded; module docs, "In
+    /// flight": the generation's own bits say it, no other load).
     ///
     /// Context: any process, lock-free: one walk, the walk's last slot loaded again, two
     /// loads of the frame's generation and one of its file and page (all on the frame's
@@ -858,18 +1039,119 @@ impl<'r> SharedQueue<'r> {
         run.at(Step::Found)?;
         // (4)
         copy(Frame(f));
-        if !no_recheck(run.flaw()) {
-            // (5), (6)
+        // The generation loaded at (2) says whether the frame was in flight (module docs,
+        // "In flight"): a test of a register, no load, folded into (6)'s branch (a branch
+        // of its own before the copy cost the hit 36 instructions in `a_hit_costs`, by
+        // the code around it it made the compiler lay out worse); a copy of a frame in
+        // flight is discarded as a stale one is.
+        let flying = in_flight(before) && !no_flight_check(run.flaw());
+        // (5), (6)
+        let changed = !no_recheck(run.flaw()) && {
             fence(Ordering::Acquire);
-            if line[GEN as usize].load(Ordering::Relaxed) != before {
-                return Ok(Optimistic::Stale);
-            }
+            line[GEN as usize].load(Ordering::Relaxed) != before
+        };
+        if changed | flying {
+            return Ok(not_copied(before, Frame(f)));
         }
         let touched = &line[REF as usize];
         if touched.load(Ordering::Relaxed) == 0 {
             touched.store(1, Ordering::Relaxed);
         }
         Ok(Optimistic::Hit(Frame(f)))
+    }
+
+    /// M5 (module docs, "In flight"): `frame`'s bytes are the page's now. FLIGHT cleared
+    /// and the count raised in one release swap (after the `preadv`), then the frame's
+    /// waiters woken if one announced itself (WAITERS).
+    ///
+    /// Context: `me` handed `frame` over in flight (`hand_over_in_flight`) and still pins
+    /// it; lock-free (one swap; a futex wake only when a reader waits).
+    pub(crate) fn publish(&self, frame: Frame, me: Holder) {
+        let word = self.of(frame.0, GEN);
+        // Only a waiter's CAS (WAITERS, the count unchanged) stores to it meanwhile: our
+        // pin keeps reclaim out, and the sweep takes only a dead reader's frames.
+        let was = word.load(Ordering::Relaxed);
+        assert_eq!(
+            was & FLIGHT_BITS,
+            flight_of(me),
+            "frame {} is not in flight for {me:?}",
+            frame.0
+        );
+        let old = word.swap(was.wrapping_add(1) & GEN_COUNT, Ordering::Release);
+        if old & WAITERS != 0 {
+            futex::wake(word);
+        }
+    }
+
+    /// Waits a while for the in-flight frame `found` of `page` (module docs, "In flight",
+    /// P1-P3): announces itself on GEN (WAITERS, a CAS from the value loaded), looks at
+    /// the page's slot again, then sleeps while GEN's low half is as loaded, at most
+    /// `FLIGHT_PARK` (a `Run` that does not park waits once instead). The caller then
+    /// looks the page up again from the walk: published, a hit; gone, a miss.
+    ///
+    /// Context: any process, lock-free; may sleep (bounded). `found` came from `read_hit`
+    /// or `try_pin_hit` of `page` in `index`; the caller holds no pin of it.
+    pub(crate) fn wait_in_flight<R: Run>(
+        &self,
+        index: &SharedIndex<'_>,
+        page: Page,
+        found: InFlight,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) {
+        let f = found.frame.0;
+        let word = self.of(f, GEN);
+        let seen = found.seen;
+        let Some(reader) = ((seen & FLIGHT_BITS) >> FLIGHT_SHIFT).checked_sub(1) else {
+            return;
+        };
+        // P1: announced (only on the value in flight: a CAS). Refused: GEN changed (its
+        // read published, or the frame taken out): look again.
+        if seen & WAITERS == 0
+            && word
+                .compare_exchange(seen, seen | WAITERS, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // P2: the slot again. A sweep (or an `abandon`) takes the frame out of its index
+        // before it raises GEN and wakes: a waiter whose CAS read the raise sees the
+        // removal here, and one whose CAS came before it sleeps on a value the raise
+        // changes (P3 returns, or the wake after the raise ends it).
+        if !names(index, page, f) {
+            return;
+        }
+        let (_, holder) = slots.state(SlotIndex(reader as u16));
+        // P3.
+        match run.park() {
+            Some(park) => {
+                let timeout = park.timeout.map(|t| t.min(FLIGHT_PARK));
+                let outcome = futex::wait(word, seen as u32, timeout);
+                run.parked(holder, outcome);
+            }
+            None => run.wait(holder),
+        }
+    }
+
+    /// `frame` as `wait_in_flight` takes it, if it is in flight (a truncation waiting
+    /// for a pinned page: read.rs `truncate`).
+    ///
+    /// Context: any process, lock-free (one load).
+    pub(crate) fn in_flight(&self, frame: Frame) -> Option<InFlight> {
+        let seen = self.of(frame.0, GEN).load(Ordering::Acquire);
+        in_flight(seen).then_some(InFlight { frame, seen })
+    }
+
+    /// Whether `frame` is in flight (FLIGHT set: tests).
+    #[cfg(test)]
+    pub(crate) fn is_in_flight(&self, frame: Frame) -> bool {
+        in_flight(self.of(frame.0, GEN).load(Ordering::Acquire))
+    }
+
+    /// Whether a reader announced that it waits for `frame` in flight (WAITERS: tests).
+    #[cfg(test)]
+    pub(crate) fn is_waited_for(&self, frame: Frame) -> bool {
+        self.of(frame.0, GEN).load(Ordering::Acquire) & WAITERS != 0
     }
 
     // ------------------------------------------------------------ changes
@@ -991,11 +1273,52 @@ impl<'r> SharedQueue<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<(), Died> {
-        self.hand_over_held(frame, file, page, 0, me, indexes, slots, run)?
-            .unlock(run)
+        self.hand_over_held(
+            frame,
+            file,
+            page,
+            0,
+            Filled::Complete,
+            me,
+            indexes,
+            slots,
+            run,
+        )?
+        .unlock(run)
     }
 
-    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes"),
+    /// A miss's M1-M2 (module docs, "In flight"): `hand_over` of `frame`, whose bytes `me`
+    /// reads only after its insertion, with FLIGHT naming `me`. The caller inserts it, reads
+    /// its bytes, `publish`es it (or, its read failed, `abandon`s it), then unpins it.
+    ///
+    /// Context: as `hand_over`; the frame's bytes are not the page's yet.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn hand_over_in_flight<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        file: FileNo,
+        page: Page,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        self.hand_over_held(
+            frame,
+            file,
+            page,
+            0,
+            Filled::InFlight,
+            me,
+            indexes,
+            slots,
+            run,
+        )?
+        .unlock(run)
+    }
+
+    /// `hand_over` with HELD[`frame`] = `held` (0: reclaimable; a writer's mark: "Writes")
+    /// and GEN[`frame`] raised, FLIGHT naming `me` if `filled` says so ("In flight"),
     /// returning with the queue's lock still held (an install puts the frame into its index
     /// under the same hold).
     #[allow(clippy::too_many_arguments)]
@@ -1005,6 +1328,7 @@ impl<'r> SharedQueue<'r> {
         file: FileNo,
         page: Page,
         held_mark: u64,
+        filled: Filled,
         me: Holder,
         indexes: &I,
         slots: &SlotTable<'_>,
@@ -1031,6 +1355,15 @@ impl<'r> SharedQueue<'r> {
         self.of(f, FILE).store(file.0 | owner, Ordering::Release);
         self.of(f, PAGE).store(page, Ordering::Release);
         self.of(f, HELD).store(held_mark, Ordering::Release);
+        // The lessee's GEN ("In flight"): raised, so that no value it takes again is one a
+        // reader of an earlier incarnation may have loaded, and FLIGHT set for a miss.
+        let generation = self.of(f, GEN);
+        let flight = match filled {
+            Filled::Complete => 0,
+            Filled::InFlight => flight_of(me),
+        };
+        let count = generation.load(Ordering::Relaxed).wrapping_add(1) & GEN_COUNT;
+        generation.store(count | flight, Ordering::Release);
         let held = self.take(me, indexes, slots, run)?;
         let (head, tail) = ends_of(self.line(ENDS).load(Ordering::Relaxed));
         let status = self.line(STATUS).load(Ordering::Relaxed);
@@ -1092,7 +1425,17 @@ impl<'r> SharedQueue<'r> {
         assert_ne!(mark, 0, "a writer's page is HELD");
         // I1: handed over HELD, pinned by us (reclaim skips it anyway); the lock kept for
         // I2 and I3 (one hold per install).
-        let held = self.hand_over_held(frame, file, page, mark, me, indexes, slots, run)?;
+        let held = self.hand_over_held(
+            frame,
+            file,
+            page,
+            mark,
+            Filled::Complete,
+            me,
+            indexes,
+            slots,
+            run,
+        )?;
         // I2: the slot swapped (or filled), one index primitive.
         let folio = Folio {
             frame: u64::from(frame.0),
@@ -1397,6 +1740,61 @@ impl<'r> SharedQueue<'r> {
         Ok(dropped)
     }
 
+    /// A miss whose read failed (module docs, "In flight"): `frame`, which `me` handed
+    /// over in flight, taken out of its index if the index names it there (no shadow),
+    /// its count raised with FLIGHT kept and its waiters woken (they miss and read the page
+    /// themselves). The caller then unpins it and frees it (`drop_unplaced`).
+    ///
+    /// Context: as `remove`; `me` pins `frame`, still in flight.
+    pub(crate) fn abandon<R: Run, I: Indexes + ?Sized>(
+        &self,
+        frame: Frame,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        let held = self.take(me, indexes, slots, run)?;
+        self.remove_in_flight(&held, frame.0, me, indexes, slots, run)?;
+        held.unlock(run)
+    }
+
+    /// D1-D3 (module docs, "In flight"): the in-flight `frame` out of its index if the
+    /// index names it at its page (E4 of a removal: no shadow), GEN's count raised with
+    /// FLIGHT kept (a store under the lock), its waiters woken.
+    #[allow(clippy::too_many_arguments)]
+    fn remove_in_flight<R: Run, I: Indexes + ?Sized>(
+        &self,
+        held: &Held<'_, '_>,
+        frame: u32,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        // D1.
+        self.out_of_index(frame, Evict::Remove, me, indexes, slots, run)?;
+        // D2: an RMW, so that it comes after a waiter's announcement (P1) that it did not
+        // see, and the waiter's sleep on the value before it ends (`wait_in_flight`).
+        let word = self.of(frame, GEN);
+        if flight_cleared(run.flaw()) {
+            // The broken variant: FLIGHT cleared with the raise.
+            let was = word.load(Ordering::Relaxed);
+            held.store(word, was.wrapping_add(1) & GEN_COUNT, run)?;
+        } else {
+            let mut was = word.load(Ordering::Relaxed);
+            while let Err(seen) =
+                word.compare_exchange(was, counted_up(was), Ordering::Release, Ordering::Relaxed)
+            {
+                was = seen;
+            }
+            run.at(Step::Stored)?;
+        }
+        // D3.
+        futex::wake(word);
+        Ok(())
+    }
+
     /// A file record's drop (files.rs R1, under the table's lock, the record nobody's
     /// open): every folio of `file`'s tree removed and freed (`remove`: E1-E7, no shadow
     /// left), a pinned one waited for (`run.wait`: its pinner is a reader passing by, or a
@@ -1602,7 +2000,7 @@ impl<'r> SharedQueue<'r> {
     /// (a reader only compares the word for equality).
     fn raise<R: Run>(&self, held: &Held<'_, '_>, frame: u32, run: &R) -> Result<(), Died> {
         let generation = self.of(frame, GEN);
-        let raised = generation.load(Ordering::Relaxed).wrapping_add(1);
+        let raised = counted_up(generation.load(Ordering::Relaxed));
         held.store(generation, raised, run)
     }
 
@@ -1627,6 +2025,7 @@ impl<'r> SharedQueue<'r> {
         assert!(!slots.is_live(dead), "a sweep of a live process {dead:?}");
         let held = self.take(me, indexes, slots, run)?;
         self.disown_held(&held, dead, run)?;
+        self.sweep_flights(&held, dead, me, indexes, slots, run)?;
         held.unlock(run)?;
         let mut recovered = Ok(());
         indexes.each(&mut |index| {
@@ -1649,6 +2048,38 @@ impl<'r> SharedQueue<'r> {
             }
         }
         self.buddy.sweep(dead, me, slots, run)
+    }
+
+    /// The sweep's part of "In flight" (module docs, the death): every CACHED frame that
+    /// `dead` pins and whose FLIGHT names it taken out of its index, its count raised with
+    /// FLIGHT kept, its waiters woken (D1-D3), before `sweep` drops `dead`'s pins. A
+    /// frame it had not inserted yet (or whose insertion conflicted) is in no index: only
+    /// raised and woken; one it had not handed over yet is the allocator's sweep's.
+    ///
+    /// Context: under the queue's lock (the sweep's hold), `dead` DEAD.
+    #[allow(clippy::too_many_arguments)]
+    fn sweep_flights<R: Run, I: Indexes + ?Sized>(
+        &self,
+        held: &Held<'_, '_>,
+        dead: Holder,
+        me: Holder,
+        indexes: &I,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<(), Died> {
+        if dead.slot.0 >= PIN_SLOTS || flight_not_swept(run.flaw()) {
+            return Ok(());
+        }
+        let (bit, flight) = (slot_bit(dead), flight_of(dead));
+        for f in 0..self.buddy.reached() {
+            if self.of(f, PIN).load(Ordering::Acquire) & bit != 0
+                && self.of(f, GEN).load(Ordering::Acquire) & FLIGHT_BITS == flight
+                && self.buddy.is_cached(Frame(f), Order(0))
+            {
+                self.remove_in_flight(held, f, me, indexes, slots, run)?;
+            }
+        }
+        Ok(())
     }
 
     /// A dead writer's marks cleared (module docs, "Writes": what its death means): every
@@ -1931,6 +2362,34 @@ fn drops_unchecked(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::DropUnchecked => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's hit copies a frame without looking at its FLIGHT.
+fn no_flight_check(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::NoFlightCheck => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's sweep leaves a dead reader's in-flight frames indexed.
+fn flight_not_swept(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::FlightNotSwept => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's sweep clears a dead reader's FLIGHT as it takes the frame
+/// out, instead of leaving it.
+fn flight_cleared(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::FlightCleared => true,
         _ => false,
     }
 }

@@ -21,17 +21,25 @@
 //!   and the allocator none either, `SharedQueue::reclaim` of a batch, then again (and
 //!   first, while the queue with the frames it leases would hold more than the domain's
 //!   quota: steward.rs, "The quota"; a miss that refaulted counts it in the header); then
-//!   `pread` (O_DIRECT where the file system allows it) of the page straight into the
-//!   frame in the region (with its window's other pages: "Readahead" below), its bytes
-//!   past the end of the file zeroed; the hand-over to the
-//!   cache (`hand_over`: the frame pinned by us, queued, CACHED), the insertion into the
-//!   index (`insert_run`), the copy, the unpin. Two processes that miss one page at once
-//!   both read it; the second's insertion **conflicts** (or its tree needs a node frame
-//!   and none is free, even after a reclaim): it reads its own copy, which is correct
-//!   (the same bytes of a file nobody writes), and frees its frame once it unpinned it
-//!   (`SharedQueue::drop_unplaced`; before, the frame stayed queued in no index until a
-//!   reclaim, which a domain with memory to spare never runs: each such page cached
-//!   twice). Counted.
+//!   queue.rs's M1-M5 ("In flight"): the hand-over to the cache **in flight**
+//!   (`hand_over_in_flight`: the frame pinned by us, FLIGHT naming us, queued, CACHED),
+//!   the insertion into the index (`insert_run`), `Step::Reading`, then `pread` (O_DIRECT
+//!   where the file system allows it) of the pages placed straight into their frames in
+//!   the region (with its window's other pages: "Readahead" below), the bytes past the
+//!   end of the file zeroed, each frame published (`publish`: FLIGHT cleared, its waiters
+//!   woken), the copy, the unpin. Two processes that miss one page at once: the second's
+//!   insertion **conflicts** (or its tree needs a node frame and none is free, even after
+//!   a reclaim: then the needed page alone is read into its frame in no index); it reads
+//!   nothing for that page, frees its frame once unpinned (`SharedQueue::drop_unplaced`),
+//!   and reads the page from the first reader's frame: a look again (`read_page`), a hit
+//!   or a wait while that frame is in flight. Counted (`conflicts`; at most
+//!   `CONFLICTS_MAX` a page, then uncached). A read that fails takes its placed frames out
+//!   of the index again (`abandon`) and frees them.
+//! - **In flight** (a frame another reader, or a sibling thread, has inserted and not read
+//!   yet: `Optimistic::InFlight`, `PinHit::InFlight`): a park on the frame's GEN word
+//!   (`SharedQueue::wait_in_flight`, at most 10 ms), then a look again from the walk; at
+//!   most `FLIGHT_PARKS_MAX` parks a page, then the page is read uncached (counted
+//!   `duplicates`). Counted (`waits`).
 //! - **Nothing to reclaim** (every queued frame pinned, the free frames in other members'
 //!   magazines): the page is read uncached, into this reader's private page (O_DIRECT
 //!   needs an aligned buffer), and copied from there. Counted (`uncached`), never an error.
@@ -73,12 +81,11 @@
 //!   page does not clear them, and they outlive the page's eviction (today's go with the
 //!   folio): a window then reads only the gaps it finds.
 //! - **Another reader's window**: a page some process inserted is a hit and not read again
-//!   (`gaps`, before the lease). A page another reader is reading *at the same time* is
-//!   not known: nothing marks a page in flight, so both read it and the second insertion
-//!   conflicts (its reader copying its own, right, bytes, then freeing its frame):
-//!   counted (`duplicates`). Marking it needs an in-flight frame state that a hit checks,
-//!   its waiters parked, and the steward's sweep of a dead reader's: designed in
-//!   docs/sharing.md ("Readahead through a domain"), not built.
+//!   (`gaps`, before the lease), and so is a page another reader is reading *at the same
+//!   time*: its frame is in the index in flight (queue.rs, "In flight"), so our window
+//!   leaves it out (`gaps`) or our insertion of it conflicts, and our read of it waits for
+//!   the other's `preadv`. Two processes scanning one file at once read each page once
+//!   (`duplicates` 0; docs/sharing.md, "Readahead through a domain").
 //! - Not built: reading a window ahead *asynchronously* (submitted, not waited for), large
 //!   folios (order-0 frames only: a window of order-n folios would need the buddy's
 //!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and
@@ -101,10 +108,12 @@
 //!
 //! # Why a pinned frame's bytes stay the page's
 //!
-//! A frame's bytes are written by its lessee, while it is LEASED to it and in no queue
-//! and no index (the miss's `pread`, before the hand-over): nobody else reads them then
-//! (a hit reads a frame only after its pin and a second look-up that finds the frame
-//! naming the page). Once handed over (CACHED) and inserted, a frame's bytes below the
+//! A frame's bytes are written by its lessee, while it is LEASED to it, or handed over
+//! and inserted **in flight** (the miss's `pread`, between M3 and M5: queue.rs, "In
+//! flight"): nobody else reads them then (a hit reads a frame only after its pin, a second
+//! look-up that finds the frame naming the page, and a load of its GEN word with FLIGHT
+//! 0, which M5 stores with a release after the `pread`). Once handed over (CACHED) and inserted, a
+//! frame's bytes below the
 //! record's size are never written again until reclaim frees it (its writer's append in
 //! place stores only past the size, which no read returns: queue.rs, "Appends in place";
 //! so the pinned copy loads with atomic loads too, `copy_out`), and reclaim takes a frame only by freezing its pin word from 0
@@ -112,8 +121,8 @@
 //! A frame that was reclaimed and leased to someone else between our first look-up and our
 //! pin fails the second look-up (reclaim took its page out of the index before it freed
 //! it), and we read nothing from it. The data written by the miss's `pread` is published to
-//! other processes by the hand-over's lock and the insertion's release stores, which the
-//! hit's acquire look-up reads.
+//! other processes by M5's release swap of the frame's GEN word, which the hit's acquire
+//! load of GEN reads (queue.rs, "In flight").
 //!
 //! # Threads
 //!
@@ -148,7 +157,8 @@
 //! "Drops"); the size is the record's size word (the first opener's `fstat`), loaded once
 //! per `read_at` (`FileTable::open_size`: a size another process changes would be seen by
 //! the next call, not within one); order-0
-//! frames only (no large folios; readahead as above: synchronous, no in-flight marking);
+//! frames only (no large folios; readahead as above: synchronous); a page in flight is
+//! waited for, at most `FLIGHT_PARKS_MAX` parks;
 //! one pin per frame per process (a thread
 //! that meets a sibling's reads uncached); a member's slot must have a pin bit (slots below
 //! `queue::PIN_SLOTS`); an index that needs a node frame when the buddy has none free
@@ -174,8 +184,8 @@ use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{
-    held_mark, Appended, FileNo, Installed, Optimistic, PinHit, Pinned, Removed, SharedQueue,
-    Shares, PIN_SLOTS,
+    held_mark, Appended, FileNo, InFlight, Installed, Optimistic, PinHit, Pinned, Removed,
+    SharedQueue, Shares, PIN_SLOTS,
 };
 use super::stack::Frame;
 use super::{Died, Holder, Run, Step};
@@ -198,6 +208,15 @@ const INLINE_PAGES: usize = 16;
 
 /// A miss's pages (or frames, or iovecs), inline up to `INLINE_PAGES`.
 type Batch<T> = SmallVec<[T; INLINE_PAGES]>;
+
+/// The most parks (each at most 10 ms: queue.rs `FLIGHT_PARK`) a read of one page spends
+/// waiting for frames in flight before it reads the page uncached (module docs, "In
+/// flight"): about 10 s, a bound no live reader's `preadv` reaches.
+const FLIGHT_PARKS_MAX: u32 = 1000;
+
+/// The most times a read of one page misses and finds its insertion beaten by another
+/// reader's (then reads the page from that reader's frame) before it reads it uncached.
+const CONFLICTS_MAX: u32 = 8;
 
 /// No marker page (a handle without a window): a page no read reaches.
 const NO_MARKER: Page = u64::MAX;
@@ -342,12 +361,16 @@ pub(crate) struct ReadCounters {
     pub(crate) read_ahead: u64,
     /// Windows the readahead policy opened (on a miss or at a marker).
     pub(crate) windows: u64,
-    /// Pages read into our frames whose insertion found the page inserted by another
-    /// process or thread meanwhile (or no node frame for its tree): freed once unpinned.
+    /// Pages whose insertion found the page inserted by another process or thread
+    /// meanwhile (or no node frame for its tree): their frames freed once unpinned, the
+    /// page not read (module docs, "In flight": it is read from the other frame).
     pub(crate) conflicts: u64,
-    /// Of the conflicts, the pages another reader had inserted meanwhile: read twice
-    /// (module docs, "Readahead": a read in flight is not marked).
+    /// Pages read from the file that another reader was reading or had read: only a read
+    /// of a page that waited `FLIGHT_PARKS_MAX` parks for it in flight, or met
+    /// `CONFLICTS_MAX` conflicts (module docs, "In flight"; before it, every conflict).
     pub(crate) duplicates: u64,
+    /// Parks on a frame in flight (another reader's `preadv` of the page not done).
+    pub(crate) waits: u64,
     /// `reclaim` calls (the magazine and the allocator had no frame).
     pub(crate) reclaims: u64,
     /// Frames those calls freed.
@@ -382,6 +405,7 @@ struct Counts {
     windows: AtomicU64,
     conflicts: AtomicU64,
     duplicates: AtomicU64,
+    waits: AtomicU64,
     reclaims: AtomicU64,
     reclaimed: AtomicU64,
     uncached: AtomicU64,
@@ -403,6 +427,7 @@ impl Counts {
             windows: get(&self.windows),
             conflicts: get(&self.conflicts),
             duplicates: get(&self.duplicates),
+            waits: get(&self.waits),
             reclaims: get(&self.reclaims),
             reclaimed: get(&self.reclaimed),
             uncached: get(&self.uncached),
@@ -866,7 +891,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// W5 (`set_len`): the record's size word set to `size`, then the domain's pages of
-    /// `file` from `first` on taken out (`SharedQueue::remove`; a pinned one waited for).
+    /// `file` from `first` on taken out (`SharedQueue::remove`; a pinned one waited for,
+    /// one in flight parked for: queue.rs, "In flight"; up to 64 rounds).
     ///
     /// Context: the file's writer, under its private writer lock; takes the domain's locks.
     pub(crate) fn truncate(&self, file: &SharedFile, size: u64, first: Page) -> io::Result<()> {
@@ -877,6 +903,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let file_no = FileNo(u64::from(file.id.index));
         for _ in 0..64 {
             let mut pinned = false;
+            // A pinned page in flight (queue.rs, "In flight": its reader's `preadv` lasts
+            // longer than a copy): waited for on its GEN word, not spun for.
+            let mut in_flight = None;
             for (page, folio) in index.folios(self.me, &slots, self.run).map_err(died)? {
                 if page < first {
                     continue;
@@ -894,12 +923,18 @@ impl<'m, R: Run> SharedReader<'m, R> {
                         self.run,
                     )
                     .map_err(died)?;
-                pinned |= removed == Removed::Pinned;
+                if removed == Removed::Pinned {
+                    pinned = true;
+                    in_flight = in_flight.or(self.queue.in_flight(frame).map(|f| (page, f)));
+                }
             }
             if !pinned {
                 return Ok(());
             }
-            self.run.wait(self.me);
+            match in_flight {
+                Some((page, flight)) => self.wait(&self.queue, index, page, flight),
+                None => self.run.wait(self.me),
+            }
         }
         Err(io::Error::other(
             "folio: a truncated page of the domain stayed pinned",
@@ -924,7 +959,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// locks on a miss (never on a hit); blocks in `pread` on a miss, and on a hit of the
     /// handle's marker page (module docs, "Readahead").
     /// Errors: `pread`'s.
-    #[inline]
+    // Always inlined: with the in-flight test in `read_hit`, `#[inline]` left it outlined
+    // at `DomainFile::read_at` (callgrind, docs/sharing.md "Readahead through a domain").
+    #[inline(always)]
     pub(crate) fn read_at(
         &self,
         file: &SharedFile,
@@ -961,7 +998,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                         return Ok(n as usize);
                     }
                     Ok(Optimistic::Stale) => bump(&self.counts.stale),
-                    Ok(Optimistic::Absent) => {}
+                    Ok(Optimistic::Absent | Optimistic::InFlight(_)) => {}
                     Err(dead) => return Err(died(dead)),
                 }
             }
@@ -970,8 +1007,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// `read_at`'s every read but a one-page optimistic hit: page by page, each a hit,
-    /// a pinned hit, a miss (with its window) or an uncached read, and the handle's marker
-    /// met. `buf` ends within the file, whose size is `size`.
+    /// a pinned hit, a wait for a page in flight, a miss (with its window) or an uncached
+    /// read (`read_page`), and the handle's marker met. `buf` ends within the file, whose size is `size`.
     #[inline(never)]
     fn read_pages(
         &self,
@@ -983,7 +1020,6 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let end = offset + buf.len() as u64;
         let queue = self.queue();
         let index = &self.indexes[file.id.index as usize];
-        let file_no = FileNo(u64::from(file.id.index));
         let page_bytes = FRAME_BYTES as u64;
         let pages = Pages {
             wanted_end: (end - 1) / page_bytes + 1,
@@ -997,34 +1033,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            let missed = match self.optimistic(queue, index, file_no, page, within, dst)? {
-                Optimistic::Hit(_) => {
-                    self.counts.optimistic_hits.hit();
-                    false
-                }
-                Optimistic::Absent => true,
-                Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
-                    PinHit::Pinned(Pinned(frame)) => {
-                        self.run.at(Step::Copying).map_err(died)?;
-                        self.copy_out(frame, within, dst);
-                        queue.unpin(frame, self.me);
-                        bump(&self.counts.pinned_hits);
-                        false
-                    }
-                    PinHit::Ours => {
-                        // Another thread of ours holds its frame pinned by our bit (module
-                        // docs, "Threads").
-                        bump(&self.counts.sibling_pinned);
-                        self.read_uncached(file, page, within, dst)?;
-                        false
-                    }
-                    PinHit::Missed => true,
-                },
-            };
-            if missed {
-                self.miss(queue, file, index, page, pages, within, dst)?;
-                moved = true;
-            }
+            moved |= self.read_page(queue, file, index, page, pages, within, dst)?;
             // A marker that is a page this call has read (a hit on it, or the page its
             // own miss opened a window at) starts the next window.
             if file.is_marker(page) && file.take_marker(page) {
@@ -1041,8 +1050,87 @@ impl<'m, R: Run> SharedReader<'m, R> {
         Ok(buf.len())
     }
 
+    /// One page of `read_pages` into `dst` (from `within` of it): a hit, a pinned hit, a
+    /// wait for the page in flight then a look again, a miss (with its window; a miss
+    /// whose insertion another reader beat reads the page from that reader's frame: a look
+    /// again), or an uncached read. Whether it missed (the caller's sequential hint).
+    #[allow(clippy::too_many_arguments)]
+    fn read_page(
+        &self,
+        queue: &SharedQueue<'_>,
+        file: &SharedFile,
+        index: &SharedIndex<'m>,
+        page: Page,
+        pages: Pages,
+        within: usize,
+        dst: &mut [u8],
+    ) -> io::Result<bool> {
+        let file_no = FileNo(u64::from(file.id.index));
+        let (mut parks, mut conflicts, mut missed) = (0, 0, false);
+        loop {
+            let flight = match self.optimistic(queue, index, file_no, page, within, dst)? {
+                Optimistic::Hit(_) => {
+                    self.counts.optimistic_hits.hit();
+                    return Ok(missed);
+                }
+                Optimistic::Absent => None,
+                // Its GEN loaded again for the wait (`None`: published meanwhile, look
+                // again at once; counted with the parks all the same, so that the loop is
+                // bounded whatever the other readers do).
+                Optimistic::InFlight(frame) => Some(queue.in_flight(frame)),
+                Optimistic::Stale => match queue.try_pin_hit(index, page, self.me) {
+                    PinHit::Pinned(Pinned(frame)) => {
+                        self.run.at(Step::Copying).map_err(died)?;
+                        self.copy_out(frame, within, dst);
+                        queue.unpin(frame, self.me);
+                        bump(&self.counts.pinned_hits);
+                        return Ok(missed);
+                    }
+                    PinHit::Ours => {
+                        // Another thread of ours holds its frame pinned by our bit (module
+                        // docs, "Threads").
+                        bump(&self.counts.sibling_pinned);
+                        self.read_uncached(file, page, within, dst)?;
+                        return Ok(missed);
+                    }
+                    PinHit::InFlight(flight) => Some(Some(flight)),
+                    PinHit::Missed => None,
+                },
+            };
+            if let Some(flight) = flight {
+                if parks == FLIGHT_PARKS_MAX {
+                    bump(&self.counts.duplicates);
+                    self.read_uncached(file, page, within, dst)?;
+                    return Ok(missed);
+                }
+                parks += 1;
+                if let Some(flight) = flight {
+                    self.wait(queue, index, page, flight);
+                }
+                continue;
+            }
+            if conflicts == CONFLICTS_MAX {
+                bump(&self.counts.duplicates);
+                self.uncached(file, page, within, dst)?;
+                return Ok(true);
+            }
+            missed = true;
+            match self.miss(queue, file, index, page, pages, within, dst)? {
+                Needed::Copied => return Ok(true),
+                Needed::Elsewhere => conflicts += 1,
+            }
+        }
+    }
+
+    /// A park on the in-flight `flight` of `page` (queue.rs, `wait_in_flight`), counted.
+    fn wait(&self, queue: &SharedQueue<'_>, index: &SharedIndex<'m>, page: Page, flight: InFlight) {
+        bump(&self.counts.waits);
+        let slots = self.member.domain().slots();
+        queue.wait_in_flight(index, page, flight, &slots, self.run);
+    }
+
     /// The optimistic hit (module docs), tried twice: `Hit` (`dst` holds the page's bytes),
-    /// `Absent` (a miss), or `Stale` twice (the caller pins: `pin_hit`).
+    /// `Absent` (a miss), `InFlight` (wait), or `Stale` twice (the caller pins: `pin_hit`).
     #[inline]
     fn optimistic(
         &self,
@@ -1070,7 +1158,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// A missed page (module docs, "Readahead"): the window the policy opens at it (the
     /// handle's state and previous read, `decide_on_miss`), or else the request's pages
     /// from it on, read into frames where the index lacks them and cached; the page
-    /// copied into `dst`. Uncached when no frame can be had.
+    /// copied into `dst` (`Copied`), or left to the reader whose insertion of it beat ours
+    /// (`Elsewhere`: look it up again). Uncached when no frame can be had.
     #[allow(clippy::too_many_arguments)]
     fn miss(
         &self,
@@ -1081,7 +1170,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         pages: Pages,
         within: usize,
         dst: &mut [u8],
-    ) -> io::Result<()> {
+    ) -> io::Result<Needed> {
         bump(&self.counts.misses);
         let wanted = pages.wanted_end - page;
         let mut window = None;
@@ -1177,10 +1266,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// `preadv` per contiguous run, each frame handed over, each run inserted in one hold
     /// of the index's lock. The window's `marker` is marked if it is one of the pages read
     /// (as today's READAHEAD bit goes on the marker's folio only if the window allocated
-    /// it). With `need`, page `start` is the page a miss needs: read
+    /// it). With `need`, page `start` is the page a miss needs: leased and inserted
     /// whether or not the index holds it by now (another reader's insertion meanwhile is
-    /// the conflict path), its bytes from `need.0` copied into `need.1`; uncached when no
-    /// frame can be had; its read's error is the call's.
+    /// the conflict path: `Elsewhere`), read, its bytes from `need.0` copied into `need.1`
+    /// (`Copied`); uncached when no frame can be had; its read's error is the call's.
     ///
     /// Context: as `read_at`'s miss.
     #[allow(clippy::too_many_arguments)]
@@ -1193,7 +1282,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         end: Page,
         marker: Page,
         need: Option<(usize, &mut [u8])>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Needed> {
         // The pages to read, in order: the needed page first (it is `start`), then the
         // gaps the index shows (a hint: a page inserted meanwhile is a conflict).
         let mut todo: Batch<Page> = Batch::new();
@@ -1206,7 +1295,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             }
         }
         if todo.is_empty() {
-            return Ok(());
+            return Ok(Needed::Copied);
         }
         let frames = self.lease(queue, todo.len()).map_err(died)?;
         if todo[..frames.len()].contains(&marker) {
@@ -1216,12 +1305,13 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
         let Some((within, dst)) = need else {
             if frames.is_empty() {
-                return Ok(());
+                return Ok(Needed::Copied);
             }
             return self.fill(queue, file, index, &todo[..frames.len()], &frames, None);
         };
         if frames.is_empty() {
-            return self.uncached(file, start, within, dst);
+            self.uncached(file, start, within, dst)?;
+            return Ok(Needed::Copied);
         }
         // A window that got fewer frames than it wanted shrinks to its first pages,
         // down to the page the reader needs.
@@ -1266,9 +1356,14 @@ impl<'m, R: Run> SharedReader<'m, R> {
         Ok(frames)
     }
 
-    /// Reads `pages` (ascending, each a gap or the needed first one) into `frames` (one
-    /// each, leased to us), one `preadv` per contiguous run, hands them to the cache,
-    /// inserts each run, copies the needed page (`pages[0]`) out, unpins (module docs).
+    /// M1-M5 for `pages` (ascending, each a gap or the needed first one) in `frames` (one
+    /// each, leased to us; module docs, "In flight"): each frame handed over in flight
+    /// (pinned by us), each run inserted (one hold of the index's lock), then only the
+    /// pages our frames placed read, one `preadv` per contiguous run, each published
+    /// (FLIGHT cleared, its waiters woken), the needed page (`pages[0]`) copied out, every
+    /// frame unpinned, the frames not placed freed. A page another reader inserted first
+    /// is not read (`Elsewhere` for the needed one). A failed read's frames are taken out
+    /// of the index again (`abandon`) and freed.
     fn fill(
         &self,
         queue: &SharedQueue<'_>,
@@ -1277,68 +1372,27 @@ impl<'m, R: Run> SharedReader<'m, R> {
         pages: &[Page],
         frames: &[Frame],
         need: Option<(usize, &mut [u8])>,
-    ) -> io::Result<()> {
+    ) -> io::Result<Needed> {
         assert_eq!(pages.len(), frames.len());
         // Pre: ascending, so that runs are contiguous pages.
         debug_assert!(pages.windows(2).all(|w| w[0] < w[1]), "{pages:?}");
         let domain = self.member.domain();
         let slots = domain.slots();
-        // The runs read: (first index into `pages`, its length).
-        let mut read: SmallVec<[(usize, usize); 4]> = SmallVec::new();
-        let mut need_error = None;
-        let mut failed: Vec<Frame> = Vec::new();
-        for (first, len) in runs(pages, RUN_PAGES_MAX) {
-            let data: Batch<*mut u8> = frames[first..first + len]
-                .iter()
-                .map(|&f| domain.frame_data(f))
-                .collect();
-            // The frames are leased to us and in no queue or index: nobody else writes
-            // their bytes, but an optimistic hit that found one in an index before it was
-            // reclaimed may still be loading them (module docs): written by the kernel and
-            // by atomic stores only, after the lease's release fence.
-            match pread_pages(file, &data, pages[first]) {
-                Ok(got) => {
-                    bump(&self.counts.preads);
-                    for (i, &at) in data.iter().enumerate() {
-                        let filled = got.saturating_sub(i * FRAME_BYTES).min(FRAME_BYTES);
-                        // SAFETY: `at` is FRAME_BYTES of the mapping (`frame_data`),
-                        // `filled` of them read; nobody else writes them (above).
-                        unsafe { atomic_zero(at.add(filled), FRAME_BYTES - filled) };
-                    }
-                    read.push((first, len));
-                }
-                Err(e) => {
-                    if first == 0 && need.is_some() {
-                        need_error = Some(e);
-                    }
-                    failed.extend_from_slice(&frames[first..first + len]);
-                }
-            }
-        }
-        if !failed.is_empty() {
-            let mut magazine = self.magazine();
-            for frame in failed {
-                magazine
-                    .free(frame, self.queue.buddy(), &slots, self.run)
-                    .map_err(died)?;
-            }
-        }
         let file_no = FileNo(u64::from(file.id.index));
         let indexes = self.indexes.as_slice();
-        for &(first, len) in &read {
-            for i in first..first + len {
-                queue
-                    .hand_over(
-                        frames[i], file_no, pages[i], self.me, indexes, &slots, self.run,
-                    )
-                    .map_err(died)?;
-            }
+        // M1-M2: FILE, PAGE and FLIGHT stored, pinned, handed over.
+        for (&frame, &page) in frames.iter().zip(pages) {
+            queue
+                .hand_over_in_flight(frame, file_no, page, self.me, indexes, &slots, self.run)
+                .map_err(died)?;
         }
+        // M3: each run inserted. `placed[i]`: the index names frames[i] (ours to read).
+        let mut placed: Batch<bool> = Batch::from_elem(false, pages.len());
         let mut full: Vec<usize> = Vec::new();
-        // The frames whose insertion conflicted (by their index into `frames`): freed once
-        // unpinned (`SharedQueue::drop_unplaced`).
+        // The frames not placed (by their index into `frames`): freed once unpinned
+        // (`SharedQueue::drop_unplaced`).
         let mut unplaced: Batch<usize> = Batch::new();
-        for &(first, len) in &read {
+        for (first, len) in runs(pages, RUN_PAGES_MAX) {
             let folios: Batch<Folio> = frames[first..first + len]
                 .iter()
                 .map(|&f| Folio {
@@ -1346,15 +1400,18 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     order: 0,
                 })
                 .collect();
-            let placed = index
+            let outcome = index
                 .insert_run(self.me, pages[first], &folios, &slots, self.run)
                 .map_err(died)?;
             let mut refaults = 0;
-            for (i, placed) in placed.iter().enumerate() {
-                match placed {
-                    Placed::Inserted(shadows) => refaults += shadows.len() as u64,
+            for (i, outcome) in outcome.iter().enumerate() {
+                match outcome {
+                    Placed::Inserted(shadows) => {
+                        refaults += shadows.len() as u64;
+                        placed[first + i] = true;
+                    }
                     Placed::Conflict => {
-                        self.conflict(Unplaced::Duplicate);
+                        self.conflict();
                         unplaced.push(first + i);
                     }
                     Placed::Full => full.push(first + i),
@@ -1365,6 +1422,9 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 domain.note_refaults(refaults);
             }
         }
+        // The needed page's frame, placed in no index for want of a node frame, is still
+        // read (nobody else can find it), so that the miss returns its bytes.
+        let mut read_unplaced = false;
         if !full.is_empty() {
             // The tree needs a node frame and the allocator has none free: reclaim makes
             // some (our frames are pinned: never its victims), then those insertions again.
@@ -1374,35 +1434,86 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     frame: u64::from(frames[i].0),
                     order: 0,
                 };
-                let placed = index
+                let outcome = index
                     .insert_run(self.me, pages[i], &[folio], &slots, self.run)
                     .map_err(died)?;
-                match placed.first() {
-                    Some(Placed::Inserted(_)) => continue,
-                    Some(Placed::Conflict) => self.conflict(Unplaced::Duplicate),
-                    _ => self.conflict(Unplaced::NoNode),
+                if let Some(Placed::Inserted(_)) = outcome.first() {
+                    placed[i] = true;
+                    continue;
                 }
+                self.conflict();
+                read_unplaced |=
+                    i == 0 && need.is_some() && outcome.first() != Some(&Placed::Conflict);
                 unplaced.push(i);
             }
         }
-        let read_pages: usize = read.iter().map(|&(_, len)| len).sum();
-        let needed_read = need.is_some() && read.first().is_some_and(|&(first, _)| first == 0);
+        self.run.at(Step::Reading).map_err(died)?;
+        // M4: the pages to read, one `preadv` per run of consecutive ones.
+        let to_read: Batch<usize> = (0..pages.len())
+            .filter(|&i| placed[i] || (i == 0 && read_unplaced))
+            .collect();
+        let read_pages: Batch<Page> = to_read.iter().map(|&i| pages[i]).collect();
+        let mut read: Batch<bool> = Batch::from_elem(false, pages.len());
+        let mut need_error = None;
+        for (first, len) in runs(&read_pages, RUN_PAGES_MAX) {
+            let at = &to_read[first..first + len];
+            let data: Batch<*mut u8> = at.iter().map(|&i| domain.frame_data(frames[i])).collect();
+            // The frames are ours: leased, then in flight (module docs: nobody reads their
+            // bytes before `publish`; an optimistic hit that found one in an index before it
+            // was reclaimed may still be loading them): written by the kernel and by atomic
+            // stores only, after the lease's release fence.
+            match pread_pages(file, &data, pages[at[0]]) {
+                Ok(got) => {
+                    bump(&self.counts.preads);
+                    for (k, &into) in data.iter().enumerate() {
+                        let filled = got.saturating_sub(k * FRAME_BYTES).min(FRAME_BYTES);
+                        // SAFETY: `into` is FRAME_BYTES of the mapping (`frame_data`),
+                        // `filled` of them read; nobody else writes them (above).
+                        unsafe { atomic_zero(into.add(filled), FRAME_BYTES - filled) };
+                    }
+                    for &i in at {
+                        read[i] = true;
+                    }
+                }
+                Err(e) => {
+                    if at[0] == 0 && need.is_some() {
+                        need_error = Some(e);
+                    }
+                }
+            }
+        }
+        // M5 for the pages read; a placed page whose read failed is taken out again.
+        for i in 0..pages.len() {
+            if placed[i] && read[i] {
+                queue.publish(frames[i], self.me);
+            } else if placed[i] {
+                queue
+                    .abandon(frames[i], self.me, indexes, &slots, self.run)
+                    .map_err(died)?;
+                unplaced.push(i);
+            }
+        }
+        let read_count = read.iter().filter(|&&r| r).count();
+        // The needed page neither read nor failed: another reader's insertion beat ours.
+        let needed = if need.is_some() && !read[0] && need_error.is_none() {
+            Needed::Elsewhere
+        } else {
+            Needed::Copied
+        };
         add(
             &self.counts.read_ahead,
-            (read_pages - usize::from(needed_read)) as u64,
+            (read_count - usize::from(need.is_some() && read[0])) as u64,
         );
         if let Some((within, dst)) = need {
-            if needed_read {
+            if read[0] {
                 self.run.at(Step::Copying).map_err(died)?;
                 self.copy_out(frames[0], within, dst);
             }
         }
-        for &(first, len) in &read {
-            for &frame in &frames[first..first + len] {
-                queue.unpin(frame, self.me);
-            }
+        for &frame in frames {
+            queue.unpin(frame, self.me);
         }
-        for i in unplaced {
+        for &i in &unplaced {
             queue
                 .drop_unplaced(
                     frames[i], file_no, pages[i], self.me, indexes, &slots, self.run,
@@ -1411,17 +1522,15 @@ impl<'m, R: Run> SharedReader<'m, R> {
         }
         match need_error {
             Some(e) => Err(e),
-            None => Ok(()),
+            None => Ok(needed),
         }
     }
 
-    /// A page read into our frame that its insertion did not place (counted), and why.
-    /// The frame stays queued in no index until `fill` frees it once unpinned.
-    fn conflict(&self, why: Unplaced) {
+    /// A frame of ours that its insertion did not place (counted; its page not read, but
+    /// for the needed page of a tree with no node frame). The frame stays queued in no
+    /// index until `fill` frees it once unpinned.
+    fn conflict(&self) {
         bump(&self.counts.conflicts);
-        if why == Unplaced::Duplicate {
-            bump(&self.counts.duplicates);
-        }
     }
 
     /// The magazine's next frame; when the magazine leases a new batch for it, every
@@ -1528,7 +1637,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// race by reusing the frame and writing it (the copy is then discarded).
     ///
     /// Context: `frame` is one `read_hit` found in an index (module docs).
-    #[inline]
+    #[inline(always)]
     fn copy_racing(&self, frame: Frame, within: usize, dst: &mut [u8]) {
         assert!(within + dst.len() <= FRAME_BYTES);
         let data = self.member.domain().frame_data(frame);
@@ -1580,13 +1689,14 @@ fn pread_page(file: &SharedFile, into: *mut u8, page: Page) -> io::Result<usize>
     pread_pages(file, &[into], page)
 }
 
-/// Why a page read into our frame was not placed in the index (`conflict`).
+/// What a miss did with the page it needs (`fill`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Unplaced {
-    /// Another reader inserted the page first: we read it twice.
-    Duplicate,
-    /// Its tree needs a node frame and none is free, even after a reclaim.
-    NoNode,
+enum Needed {
+    /// Its bytes are copied out (read into our frame, or uncached).
+    Copied,
+    /// Another reader's frame was inserted at the page first: nothing read; look the page
+    /// up again (a hit, or a wait while that frame is in flight).
+    Elsewhere,
 }
 
 /// Where a `read_at` call's pages end: the call's (the page after its last byte) and the

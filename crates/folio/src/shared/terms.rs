@@ -98,6 +98,10 @@ pub(crate) enum Step {
     /// An optimistic hit walked the index to its frame and has loaded nothing of the frame
     /// yet (queue.rs): no store; a test's lever moves the frame to another page here.
     Walked,
+    /// A miss's frames are in their index, in flight (queue.rs, "In flight", M3), and its
+    /// `preadv` has not started (M4): no store; a test's lever stops or kills the reader
+    /// here, so that another reader finds the pages in flight.
+    Reading,
 }
 
 /// A protocol known to be wrong, which the models run to prove that they catch it. Only
@@ -214,6 +218,19 @@ pub(crate) enum Flaw {
     /// bytes with it.
     #[cfg(test)]
     DropUnchecked,
+    /// A hit does not look at its frame's FLIGHT (queue.rs, "In flight"): it copies a
+    /// frame another reader's `preadv` has not filled yet.
+    #[cfg(test)]
+    NoFlightCheck,
+    /// The steward's sweep leaves a dead reader's in-flight frames in their index
+    /// (queue.rs, "In flight", the death): a reader waiting for one waits for ever.
+    #[cfg(test)]
+    FlightNotSwept,
+    /// The steward's sweep clears a dead reader's FLIGHT when it takes the frame out of
+    /// its index, instead of leaving it: a reader that pinned the frame before the
+    /// removal then copies the dead reader's partial bytes.
+    #[cfg(test)]
+    FlightCleared,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

@@ -147,6 +147,7 @@ fn diff(after: ReadCounters, before: ReadCounters) -> ReadCounters {
         windows: after.windows - before.windows,
         conflicts: after.conflicts - before.conflicts,
         duplicates: after.duplicates - before.duplicates,
+        waits: after.waits - before.waits,
         reclaims: after.reclaims - before.reclaims,
         reclaimed: after.reclaimed - before.reclaimed,
         uncached: after.uncached - before.uncached,
@@ -276,7 +277,7 @@ fn windows_short_of_frames_shrink_and_read_every_byte_right() {
     member.detach();
 }
 
-/// A lever for `a_window_another_reader_cached_meanwhile_is_read_twice_and_counted`: once
+/// A lever for `a_window_another_reader_inserted_first_is_not_read_again`: once
 /// its reader has handed `frames` frames to the queue (their pages read, not inserted),
 /// another member reads the same pages through its own reader (and inserts them).
 struct OtherReadsFirst<'a, 'm> {
@@ -311,16 +312,17 @@ impl Run for OtherReadsFirst<'_, '_> {
     }
 }
 
-/// Readahead of one reader repeating another's (issue 45): reader A misses page 0 and
-/// opens a window of 4 pages; after it read them and handed their frames over, before it
-/// inserts them, a lever makes member B read the same 4 pages (one miss, one read of the
-/// file) and insert them. A's insertions then conflict: 4 duplicates counted, A reads its
-/// own copy right, the index names B's frames, and A frees its 4 once it is done with them
-/// (`drop_unplaced`: before, they stayed queued in no index until a reclaim, which a
-/// domain with memory to spare never runs). Deterministic: the lever, not timing, makes
-/// the race.
+/// A window whose insertion another reader beats (issue 45, queue.rs "In flight"):
+/// reader A misses page 0 and opens a window of 4 pages; after it handed their frames over
+/// (in flight), before it inserts them, a lever makes member B read the same 4 pages (one
+/// miss, one read of the file) and insert them. A's insertions then conflict: A reads
+/// none of the 4 (0 reads of the file, 0 duplicates: the insertion now comes before the
+/// read), copies page 0 from B's frame (a hit after its miss), the index names B's
+/// frames, and A frees its 4 (`drop_unplaced`). Before the in-flight protocol, A had read
+/// the 4 pages before its insertion: 4 duplicates. Deterministic: the lever, not timing,
+/// makes the race.
 #[test]
-fn a_window_another_reader_cached_meanwhile_is_read_twice_and_counted() {
+fn a_window_another_reader_inserted_first_is_not_read_again() {
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let data = tempfile::tempdir().unwrap();
     let len = 16 * 4096;
@@ -353,9 +355,10 @@ fn a_window_another_reader_cached_meanwhile_is_read_twice_and_counted() {
                 ca.windows,
                 ca.preads,
                 ca.conflicts,
-                ca.duplicates
+                ca.duplicates,
+                ca.hits
             ),
-            (1, 1, 1, 4, 4),
+            (1, 1, 0, 4, 0, 2),
             "A: {ca:?}"
         );
         assert_eq!(

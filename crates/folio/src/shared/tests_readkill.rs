@@ -1,7 +1,9 @@
 //! The shared read path's deaths and races that tests_read.rs does not force: a conflict
 //! between two members that miss one page at once, made deterministic by a lever (the
-//! first stopped between its `pread` and its insertion while the second reads and inserts
-//! the page); and the read kill test with the steward killed too, in its sweeps of dead
+//! first stopped between its hand-over and its insertion while the second reads and
+//! inserts the page); a page in flight (queue.rs, "In flight": the first stopped after
+//! its insertion, before its `preadv`, while the second waits for it), and the first
+//! killed at each step of its miss while the second waits; and the read kill test with the steward killed too, in its sweeps of dead
 //! members and at random, the next steward started by a member or an attach (attach.rs);
 //! and a member killed while the steward is stopped, then the steward killed.
 
@@ -27,8 +29,8 @@ use crate::primitive::Ordering;
 /// hand-over: the first `Step::Unlocked` at which the domain's queue holds one frame more
 /// than when the lever was made (a hand-over is the only queue change of a miss with free
 /// frames; the allocator's and the file table's unlocks leave the queue as it is). There
-/// the miss has read its page into its frame and queued it, and has not inserted it into
-/// the index yet. The test continues it (`SIGCONT`).
+/// the miss has queued its frame (in flight), and has neither inserted it into the index
+/// nor read it yet. The test continues it (`SIGCONT`).
 struct StopBeforeInsertion<'m> {
     member: &'m Member,
     queued_before: u32,
@@ -78,16 +80,17 @@ fn cached_folios(member: &Member) -> Vec<(usize, u64, u64)> {
     folios
 }
 
-/// A conflict forced (read.rs, "Miss"): member A misses page 1 of a file and is stopped by
-/// its lever after its `pread` and its hand-over, before its insertion (`SIGSTOP`, seen by
-/// the test with `waitpid(WUNTRACED)`: no sleep decides the order); member B then misses
-/// the same page, reads it and inserts it; then A is continued: its insertion conflicts,
-/// and it reads its own copy. Both read every byte right, A counts one conflict and B
-/// none, the index names B's frame, and A frees its own once it is done with it: the queue
-/// holds one frame, B's (before `drop_unplaced`, A's stayed queued in no index until a
-/// reclaim: memory a domain with room to spare held for ever).
+/// A conflict forced (read.rs, "Miss"; queue.rs, "In flight"): member A misses page 1 of
+/// a file and is stopped by its lever after its hand-over, before its insertion and its
+/// `pread` (`SIGSTOP`, seen by the test with `waitpid(WUNTRACED)`: no sleep decides the
+/// order); member B then misses the same page, inserts it and reads it; then A is
+/// continued: its insertion conflicts, so it reads nothing (0 reads of the file: before
+/// the in-flight protocol it had read the page before inserting it, a duplicate) and
+/// copies the page from B's frame (a hit after its miss). Both read every byte right, A
+/// counts one conflict and B none, the index names B's frame, and A frees its own: the
+/// queue holds one frame, B's.
 #[test]
-fn a_member_stopped_between_its_pread_and_its_insertion_conflicts_and_reads_right() {
+fn a_member_stopped_before_its_insertion_conflicts_and_reads_from_the_winner() {
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
     let data = tempfile::tempdir().unwrap();
     let path = write_file(data.path(), 0, CONFLICT_LEN);
@@ -121,7 +124,7 @@ fn a_member_stopped_between_its_pread_and_its_insertion_conflicts_and_reads_righ
     }
     assert_eq!(
         (ra.misses, ra.preads, ra.conflicts, ra.hits, ra.uncached),
-        (1, 1, 1, 0, 0),
+        (1, 0, 1, 1, 0),
         "A: {ra:?}"
     );
     assert_eq!(
@@ -505,7 +508,7 @@ const ATTACH_WORD: usize = REPORT_WORDS + 1;
 
 /// The steps a `Run` is asked about, in a fixed order: the step word's code is the index
 /// here (`STEP_UNKNOWN` for a step added since).
-const STEPS: [Step; 11] = [
+const STEPS: [Step; 13] = [
     Step::Locked,
     Step::TookOver,
     Step::Redone,
@@ -517,6 +520,8 @@ const STEPS: [Step; 11] = [
     Step::Recorded,
     Step::Copying,
     Step::Found,
+    Step::Walked,
+    Step::Reading,
 ];
 const STEP_UNKNOWN: u64 = 0xff;
 
@@ -903,5 +908,295 @@ fn a_member_killed_while_the_steward_is_stopped_is_swept_by_the_next_steward() {
     }
     reclaim_everything(domain, parent.holder());
     drop(cleanup);
+    parent.detach();
+}
+
+// ---------------------------------------------------------------- a window in flight
+//
+// queue.rs, "In flight": a miss inserts its frames before its `preadv`, and a reader that
+// finds one waits for it instead of reading the page again. The levers below stop (or
+// kill) the first reader with its window inserted and not read (`Step::Reading`), so that
+// the second finds it in flight: no sleep decides the order.
+
+/// The in-flight tests' file: 64 pages.
+const FLIGHT_LEN: u64 = 64 * 4096;
+/// Words per member in the in-flight tests' report: 7 counters, duplicates, waits, its
+/// wrong bytes, done.
+const FLIGHT_WORDS: usize = 11;
+/// How long the test waits for a state another process reaches (a bound, not a timing).
+const FLIGHT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A member's `Run` that stops its process (`SIGSTOP`) once, at its first `Step::Reading`:
+/// its first window is in the index, in flight, not read. The test continues it
+/// (`SIGCONT`) or kills it there.
+struct StopAtReading<'m> {
+    member: &'m Member,
+    stopped: Cell<bool>,
+}
+
+impl Run for StopAtReading<'_> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        if step == Step::Reading && !self.stopped.get() {
+            self.stopped.set(true);
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
+    }
+}
+
+/// How a member of the in-flight tests reads.
+#[derive(Clone, Copy, Debug)]
+enum Flight {
+    /// Scans the file, stopped once at its first `Step::Reading` (`StopAtReading`).
+    StopAtReading,
+    /// Reads the file's first page only (its first window), stopped at its `n`-th step
+    /// for the test to kill there (`MemberRun`).
+    FirstPageStoppedAt(u64),
+    /// Scans the file, never stopped.
+    Scan,
+}
+
+/// A member of the in-flight tests: attaches, reads `path` as `how` says through a reader
+/// whose windows are up to 16 pages (4 KiB reads), reports in `words` (`FLIGHT_WORDS`),
+/// detaches.
+fn flight_member(
+    config: &DomainConfig,
+    path: &Path,
+    words: &[crate::primitive::AtomicU64],
+    how: Flight,
+) {
+    let member = Member::attach(config).expect("attach");
+    let stop = StopAtReading {
+        member: &member,
+        stopped: Cell::new(false),
+    };
+    let (wrong, counters) = match how {
+        Flight::StopAtReading => {
+            let read = scan_flight(&member, &stop, path, FLIGHT_LEN);
+            assert!(stop.stopped.get(), "the lever never stopped the reader");
+            read
+        }
+        Flight::FirstPageStoppedAt(n) => {
+            scan_flight(&member, &MemberRun::new(&member, Some(n)), path, 4096)
+        }
+        Flight::Scan => scan_flight(&member, &member, path, FLIGHT_LEN),
+    };
+    report(&words[..7], counters);
+    words[7].store(counters.duplicates, Ordering::Release);
+    words[8].store(counters.waits, Ordering::Release);
+    words[9].store(wrong as u64, Ordering::Release);
+    words[10].store(1, Ordering::Release);
+    member.detach();
+}
+
+/// Reads `len` bytes of `path` from its start in 4 KiB reads through `member`'s reader
+/// run by `run` (windows of up to 16 pages): the wrong bytes and the reader's counters.
+fn scan_flight<R: Run>(member: &Member, run: &R, path: &Path, len: u64) -> (usize, ReadCounters) {
+    let reader = SharedReader::new(member, run, 4);
+    let file = reader.open(path).unwrap();
+    file.set_readahead_pages(16);
+    let expected = stamped(0, FLIGHT_LEN);
+    let wrong = (0..len)
+        .step_by(4096)
+        .map(|at| read_and_compare(&reader, &file, &expected, at, 4096))
+        .sum();
+    let counters = reader.counters();
+    reader.close(file).unwrap();
+    (wrong, counters)
+}
+
+/// What a member of the in-flight tests reported: its counters (with `duplicates` and
+/// `waits`), its wrong bytes, whether it finished.
+fn flight_reported(words: &[crate::primitive::AtomicU64]) -> (ReadCounters, u64, bool) {
+    let mut counters = reported(&words[..7]);
+    counters.duplicates = words[7].load(Ordering::Acquire);
+    counters.waits = words[8].load(Ordering::Acquire);
+    (
+        counters,
+        words[9].load(Ordering::Acquire),
+        words[10].load(Ordering::Acquire) == 1,
+    )
+}
+
+/// The frame an index of `member`'s domain names at page 0 (the test's one file).
+fn frame_of_page_zero(member: &Member) -> super::stack::Frame {
+    let folios = cached_folios(member);
+    let Some(&(_, _, frame)) = folios.iter().find(|f| f.1 == 0) else {
+        panic!("page 0 is not cached: {folios:?}");
+    };
+    super::stack::Frame(frame as u32)
+}
+
+/// Waits (a bound, not a timing) until `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + FLIGHT_DEADLINE;
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Reader A scans a 64-page file and is stopped by its lever with its first window (2
+/// pages) inserted in flight and not read; reader B, another process, then scans the same
+/// file: its first read finds page 0 in flight and parks (the test sees B's announcement,
+/// WAITERS, on the frame's GEN word before it continues A: no sleep decides the order).
+/// A then reads its window, publishes it and wakes B, which copies the page from A's
+/// frame. Both scan on together. Asserted: every byte right in both; **no page read
+/// twice** (`duplicates` 0 in both, nothing uncached) and every page cached once (the
+/// queue holds 64 frames, the index 64 pages); B waited at least once. Before the
+/// in-flight protocol, B would have read A's window again (and two processes scanning one
+/// file at once read it nearly twice: docs/sharing.md).
+#[test]
+fn a_window_in_flight_is_waited_for_by_another_process_and_never_read_twice() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let path = write_file(data.path(), 0, FLIGHT_LEN);
+    let config = config(home.path(), "flight-wait", 8, 256);
+    let parent = Member::attach(&config).unwrap();
+    let words = SharedRegion::new(2 * FLIGHT_WORDS);
+    let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
+    let a = fork(|| flight_member(&config, &path, a_words, Flight::StopAtReading));
+    let status = wait_for(a, libc::WUNTRACED);
+    assert!(libc::WIFSTOPPED(status), "A: status {status:#x}");
+    let queue = parent.domain().queue();
+    let window = cached_folios(&parent);
+    assert!(!window.is_empty(), "A's first window is inserted");
+    for &(_, _, frame) in &window {
+        assert!(queue.is_in_flight(super::stack::Frame(frame as u32)));
+    }
+    let page_zero = frame_of_page_zero(&parent);
+    let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+    wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
+    // SAFETY: continues our own stopped child.
+    assert_eq!(unsafe { libc::kill(a, libc::SIGCONT) }, 0);
+    exited_ok(a, "A");
+    exited_ok(b, "B");
+    let ((ra, a_wrong, a_done), (rb, b_wrong, b_done)) =
+        (flight_reported(a_words), flight_reported(b_words));
+    eprintln!("in flight: A {ra:?}\nin flight: B {rb:?}");
+    assert!(a_done && b_done, "both finish");
+    assert_eq!((a_wrong, b_wrong), (0, 0), "wrong bytes");
+    assert_eq!((ra.duplicates, rb.duplicates), (0, 0), "a page read twice");
+    assert_eq!((ra.uncached, rb.uncached), (0, 0), "a page read uncached");
+    assert!(rb.waits >= 1, "B never waited: {rb:?}");
+    assert_eq!(cached_folios(&parent).len(), 64);
+    assert_eq!(queue.count(), 64, "a frame beyond the file's 64 pages");
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
+
+/// As above, but A is killed where it stopped (its window inserted in flight, not read)
+/// once B waits for page 0: the steward's sweep takes A's in-flight frames out of the
+/// index and wakes B (queue.rs, "In flight", the death), which misses and reads the pages
+/// itself. Asserted: B finishes, every byte right, no page read twice, B waited; the
+/// domain quiet again, every structure checks, and the index names no frame of A's
+/// window but B's.
+#[test]
+fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let path = write_file(data.path(), 0, FLIGHT_LEN);
+    let config = config(home.path(), "flight-kill", 8, 256);
+    let parent = Member::attach(&config).unwrap();
+    let words = SharedRegion::new(2 * FLIGHT_WORDS);
+    let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
+    let a = fork(|| flight_member(&config, &path, a_words, Flight::StopAtReading));
+    let status = wait_for(a, libc::WUNTRACED);
+    assert!(libc::WIFSTOPPED(status), "A: status {status:#x}");
+    let queue = parent.domain().queue();
+    let window: Vec<u64> = cached_folios(&parent).iter().map(|f| f.2).collect();
+    let page_zero = frame_of_page_zero(&parent);
+    let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+    wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
+    sigkill(a as u32);
+    let mut status = 0;
+    // SAFETY: reaps our own child.
+    unsafe { libc::waitpid(a, &mut status, 0) };
+    exited_ok(b, "B");
+    let (rb, b_wrong, b_done) = flight_reported(b_words);
+    eprintln!("in flight, A killed: B {rb:?}");
+    assert!(b_done, "B finishes");
+    assert_eq!(b_wrong, 0, "wrong bytes");
+    assert_eq!((rb.duplicates, rb.uncached), (0, 0), "B: {rb:?}");
+    assert!(
+        rb.waits >= 1 && rb.misses >= 1,
+        "B waited, then missed: {rb:?}"
+    );
+    wait_until("the domain is quiet", || {
+        is_quiet(parent.domain(), parent.holder())
+    });
+    check_all(parent.domain());
+    let cached = cached_folios(&parent);
+    assert_eq!(cached.len(), 64, "B cached every page");
+    assert!(
+        cached.iter().all(|f| !window.contains(&f.2)
+            || !queue.is_in_flight(super::stack::Frame(f.2 as u32))),
+        "an in-flight frame of the dead A is still indexed: {cached:?}"
+    );
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
+
+/// Reader A reads the first page of a 64-page file (its first window: 2 pages, handed
+/// over in flight, inserted, read, published) and is killed at its `n`-th step, for every
+/// `n` until it finishes; after each death, reader B scans the file. Asserted each round:
+/// B finishes with every byte right and no page read twice (whether it found A's frames
+/// in flight and waited for the steward's sweep, or found them swept already); the
+/// domain quiet again, every structure checks; then everything reclaimed for the next
+/// round.
+#[test]
+fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page() {
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let path = write_file(data.path(), 0, FLIGHT_LEN);
+    let config = config(home.path(), "flight-steps", 8, 256);
+    let parent = Member::attach(&config).unwrap();
+    let words = SharedRegion::new(2 * FLIGHT_WORDS);
+    let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
+    let (mut killed, mut waited) = (0, 0);
+    for n in 0..1000 {
+        for word in words.words() {
+            word.store(0, Ordering::Relaxed);
+        }
+        let a = fork(|| flight_member(&config, &path, a_words, Flight::FirstPageStoppedAt(n)));
+        let status = wait_for(a, libc::WUNTRACED);
+        if !libc::WIFSTOPPED(status) {
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "A: status {status:#x}"
+            );
+            break;
+        }
+        sigkill(a as u32);
+        let mut status = 0;
+        // SAFETY: reaps our own child.
+        unsafe { libc::waitpid(a, &mut status, 0) };
+        killed += 1;
+        let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+        exited_ok(b, "B");
+        let (rb, b_wrong, b_done) = flight_reported(b_words);
+        assert!(b_done, "B finishes (A killed at step {n})");
+        assert_eq!(b_wrong, 0, "wrong bytes (A killed at step {n})");
+        assert_eq!((rb.duplicates, rb.uncached), (0, 0), "step {n}: {rb:?}");
+        waited += u32::from(rb.waits > 0);
+        wait_until("the domain is quiet", || {
+            is_quiet(parent.domain(), parent.holder())
+        });
+        check_all(parent.domain());
+        reclaim_everything(parent.domain(), parent.holder());
+    }
+    eprintln!("in flight: A killed at {killed} steps; B waited in {waited} rounds");
+    assert!(killed > 20, "A's window has more steps than {killed}");
+    check_all(parent.domain());
     parent.detach();
 }
