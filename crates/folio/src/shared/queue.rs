@@ -970,12 +970,7 @@ impl<'r> SharedQueue<'r> {
                 return PinHit::Ours;
             }
         }
-        if index.lookup(page)
-            != (Entry::Folio {
-                frame: u64::from(frame.0),
-                order: 0,
-            })
-        {
+        if !names(index, page, frame.0) {
             self.unpin(frame, me);
             return PinHit::Missed;
         }
