@@ -330,7 +330,7 @@ impl<'r> FileTable<'r> {
 
     /// Word `offset` of record `index`; `index` masked into the table (a reader's index
     /// comes from a hash or an id: never out of the table).
-    fn word(&self, index: u32, offset: u32) -> &AtomicU64 {
+    fn word(&self, index: u32, offset: u32) -> &'r AtomicU64 {
         let index = index & (self.capacity - 1);
         &self.region[self
             .base
@@ -950,17 +950,9 @@ impl<'r> FileTable<'r> {
         (self.word(id.index, TAG).load(Ordering::Acquire) == tag).then_some(size)
     }
 
-    /// The size word of `id`, which the caller holds open: one load (a hit's, per
-    /// `read_at`), with no check of the record's tag, since an open record is not removed.
-    ///
-    /// Context: the caller has a handle open on `id` (debug-asserted); lock-free.
-    #[inline]
-    pub(crate) fn open_size(&self, id: FileId) -> u64 {
-        self.size_word(id).load(Ordering::Acquire)
-    }
-
-    /// The size word itself of `id`, which the caller holds open (as `open_size`): a
-    /// handle keeps it, so that its hit's load of the size waits only for the handle.
+    /// The size word of `id`, which the caller holds open: a handle keeps it, so that its
+    /// hit's load of the size (one load per `read_at`, with no check of the record's tag,
+    /// since an open record is not removed) waits only for the handle.
     ///
     /// Context: the caller has a handle open on `id` (debug-asserted) while it uses the
     /// word (a record's words are another record's after its removal).
@@ -969,11 +961,7 @@ impl<'r> FileTable<'r> {
             self.word(id.index, TAG).load(Ordering::Relaxed),
             LIVE | u64::from(id.generation)
         );
-        let index = id.index & (self.capacity - 1);
-        &self.region[self
-            .base
-            .at(LINE_WORDS + index * self.stride + SIZE)
-            .index()]
+        self.word(id.index, SIZE)
     }
 
     /// A write ended at `end`: the size raised to at least `end` (never lowered).

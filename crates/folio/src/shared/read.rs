@@ -155,7 +155,7 @@
 //! is refused at open while its record is open somewhere, since its cached pages may be
 //! stale; open nowhere, its record and pages are dropped and a new one made: files.rs,
 //! "Drops"); the size is the record's size word (the first opener's `fstat`), loaded once
-//! per `read_at` (`FileTable::open_size`: a size another process changes would be seen by
+//! per `read_at` (the handle's `FileTable::size_word`: a size another process changes would be seen by
 //! the next call, not within one); order-0
 //! frames only (no large folios; readahead as above: synchronous); a page in flight is
 //! waited for, at most `FLIGHT_PARKS_MAX` parks;
@@ -728,7 +728,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// Errors: `Other` when no frame can be had (every frame HELD or pinned).
     pub(crate) fn install(
         &self,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         page: Page,
         bytes: &[u8],
         mark: u64,
@@ -739,7 +739,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             bytes.len()
         );
         let queue = self.queue();
-        let index = &self.indexes[file.id.index as usize];
+        let index = &file.index;
         let file_no = FileNo(u64::from(file.id.index));
         let slots = self.member.domain().slots();
         for _ in 0..4 {
@@ -795,7 +795,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn append_in_place(
         &self,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         page: Page,
         within: usize,
         bytes: &[u8],
@@ -807,7 +807,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             "an append past its page"
         );
         let end = page * FRAME_BYTES as u64 + (within + bytes.len()) as u64;
-        let index = &self.indexes[file.id.index as usize];
+        let index = &file.index;
         let file_no = FileNo(u64::from(file.id.index));
         let domain = self.member.domain();
         let appended = self
@@ -845,7 +845,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     ///
     /// Context: any thread; lock-free (a look-up and a CAS).
     pub(crate) fn release_held(&self, file: &SharedFile, page: Page, mark: u64) -> bool {
-        let index = &self.indexes[file.id.index as usize];
+        let index = &file.index;
         match index.lookup(page) {
             Entry::Folio { frame, order: 0 } => match u32::try_from(frame) {
                 Ok(frame) => self.queue.release_held(Frame(frame), mark),
@@ -863,7 +863,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     pub(crate) fn detach_writer(&self, file: SharedFile, mtime_ns: u64) -> io::Result<()> {
         let domain = self.member.domain();
         let slots = domain.slots();
-        let index = &self.indexes[file.id.index as usize];
+        let index = &file.index;
         let mine = held_mark(self.me, 1) >> 48;
         for (_, folio) in index.folios(self.me, &slots, self.run).map_err(died)? {
             let frame = Frame(u32::try_from(folio.frame).expect("a frame below 2^32"));
@@ -880,9 +880,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// The size of `file` as the domain has it (its record's size word, which a writer in
-    /// any process raises before its write returns): one load (files.rs, `open_size`).
-    pub(crate) fn len(&self, file: &SharedFile) -> u64 {
-        self.files.open_size(file.id)
+    /// any process raises before its write returns): one load of the handle's size word
+    /// (files.rs, `size_word`).
+    pub(crate) fn len(&self, file: &SharedFile<'m>) -> u64 {
+        file.size.load(Ordering::Acquire)
     }
 
     /// W5 (sizes): the record's size word raised to at least `end` (an extending write).
@@ -899,7 +900,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         self.files.set_size(file.id, size);
         let domain = self.member.domain();
         let slots = domain.slots();
-        let index = &self.indexes[file.id.index as usize];
+        let index = &file.index;
         let file_no = FileNo(u64::from(file.id.index));
         for _ in 0..64 {
             let mut pinned = false;
@@ -964,12 +965,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
     #[inline(always)]
     pub(crate) fn read_at(
         &self,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         buf: &mut [u8],
         offset: u64,
     ) -> io::Result<usize> {
-        // One load of the handle's size word: our open keeps the record (files.rs,
-        // `size_word`). A size its writer
+        // One load of the handle's size word (`len`): our open keeps the record. A size
+        // its writer
         // changes (docs/sharing.md "Writes seen across processes", W4) is seen by the
         // next call, not within one.
         let size = file.size.load(Ordering::Acquire);
@@ -1012,14 +1013,14 @@ impl<'m, R: Run> SharedReader<'m, R> {
     #[inline(never)]
     fn read_pages(
         &self,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         buf: &mut [u8],
         offset: u64,
         size: u64,
     ) -> io::Result<usize> {
         let end = offset + buf.len() as u64;
         let queue = self.queue();
-        let index = &self.indexes[file.id.index as usize];
+        let index = &file.index;
         let page_bytes = FRAME_BYTES as u64;
         let pages = Pages {
             wanted_end: (end - 1) / page_bytes + 1,
@@ -1058,7 +1059,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     fn read_page(
         &self,
         queue: &SharedQueue<'_>,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         index: &SharedIndex<'m>,
         page: Page,
         pages: Pages,
@@ -1164,7 +1165,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     fn miss(
         &self,
         queue: &SharedQueue<'_>,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         index: &SharedIndex<'m>,
         page: Page,
         pages: Pages,
@@ -1217,7 +1218,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     fn at_marker(
         &self,
         queue: &SharedQueue<'_>,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         index: &SharedIndex<'m>,
         page: Page,
         pages: Pages,
@@ -1276,7 +1277,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     fn read_window(
         &self,
         queue: &SharedQueue<'_>,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         index: &SharedIndex<'m>,
         start: Page,
         end: Page,
@@ -1367,7 +1368,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     fn fill(
         &self,
         queue: &SharedQueue<'_>,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         index: &SharedIndex<'m>,
         pages: &[Page],
         frames: &[Frame],
@@ -1606,7 +1607,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// A missed page read uncached (counted).
     fn uncached(
         &self,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         page: Page,
         within: usize,
         dst: &mut [u8],
@@ -1619,7 +1620,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// copied from there.
     fn read_uncached(
         &self,
-        file: &SharedFile,
+        file: &SharedFile<'m>,
         page: Page,
         within: usize,
         dst: &mut [u8],
