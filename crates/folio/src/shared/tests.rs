@@ -411,7 +411,8 @@ pub(super) fn wait_for(pid: libc::pid_t, options: libc::c_int) -> libc::c_int {
     }
 }
 
-fn kill(pid: libc::pid_t) {
+/// SIGKILLs our own child `pid` and reaps it, asserting that the signal ended it.
+pub(super) fn kill(pid: libc::pid_t) {
     // SAFETY: kills our own child (stopped, waited for below).
     let killed = unsafe { libc::kill(pid, libc::SIGKILL) };
     assert_eq!(killed, 0);

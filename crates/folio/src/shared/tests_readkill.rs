@@ -15,7 +15,7 @@ use super::futex::Parked;
 use super::index::Entry;
 use super::read::{ReadCounters, SharedReader};
 use super::steward::Trace;
-use super::tests::{exited_ok, fork, seed_from_env, wait_for, MemberRun, Rng, SharedRegion};
+use super::tests::{exited_ok, fork, kill, seed_from_env, wait_for, MemberRun, Rng, SharedRegion};
 use super::tests_domain::{is_quiet, is_stopped, sigkill};
 use super::tests_read::{
     check_all, config, kill_len, read_and_compare, reclaim_everything, report, reported, stamped,
@@ -1118,10 +1118,7 @@ fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
     let page_zero = frame_of_page_zero(&parent);
     let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
     wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
-    sigkill(a as u32);
-    let mut status = 0;
-    // SAFETY: reaps our own child.
-    unsafe { libc::waitpid(a, &mut status, 0) };
+    kill(a);
     exited_ok(b, "B");
     let (rb, b_wrong, b_done) = flight_reported(b_words);
     eprintln!("in flight, A killed: B {rb:?}");
@@ -1177,10 +1174,7 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
             );
             break;
         }
-        sigkill(a as u32);
-        let mut status = 0;
-        // SAFETY: reaps our own child.
-        unsafe { libc::waitpid(a, &mut status, 0) };
+        kill(a);
         killed += 1;
         let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
         exited_ok(b, "B");
