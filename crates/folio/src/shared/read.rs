@@ -1020,7 +1020,6 @@ impl<'m, R: Run> SharedReader<'m, R> {
     ) -> io::Result<usize> {
         let end = offset + buf.len() as u64;
         let queue = self.queue();
-        let index = &file.index;
         let page_bytes = FRAME_BYTES as u64;
         let pages = Pages {
             wanted_end: (end - 1) / page_bytes + 1,
@@ -1034,11 +1033,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
             let n = (page_bytes - within as u64).min(end - pos) as usize;
             let at = (pos - offset) as usize;
             let dst = &mut buf[at..at + n];
-            moved |= self.read_page(queue, file, index, page, pages, within, dst)?;
+            moved |= self.read_page(queue, file, page, pages, within, dst)?;
             // A marker that is a page this call has read (a hit on it, or the page its
             // own miss opened a window at) starts the next window.
             if file.is_marker(page) && file.take_marker(page) {
-                self.at_marker(queue, file, index, page, pages)?;
+                self.at_marker(queue, file, page, pages)?;
                 moved = true;
             }
             pos += n as u64;
@@ -1055,17 +1054,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// wait for the page in flight then a look again, a miss (with its window; a miss
     /// whose insertion another reader beat reads the page from that reader's frame: a look
     /// again), or an uncached read. Whether it missed (the caller's sequential hint).
-    #[allow(clippy::too_many_arguments)]
     fn read_page(
         &self,
         queue: &SharedQueue<'_>,
         file: &SharedFile<'m>,
-        index: &SharedIndex<'m>,
         page: Page,
         pages: Pages,
         within: usize,
         dst: &mut [u8],
     ) -> io::Result<bool> {
+        let index = &file.index;
         let file_no = FileNo(u64::from(file.id.index));
         let (mut parks, mut conflicts, mut missed) = (0, 0, false);
         loop {
@@ -1116,7 +1114,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 return Ok(true);
             }
             missed = true;
-            match self.miss(queue, file, index, page, pages, within, dst)? {
+            match self.miss(queue, file, page, pages, within, dst)? {
                 Needed::Copied => return Ok(true),
                 Needed::Elsewhere => conflicts += 1,
             }
@@ -1161,17 +1159,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// from it on, read into frames where the index lacks them and cached; the page
     /// copied into `dst` (`Copied`), or left to the reader whose insertion of it beat ours
     /// (`Elsewhere`: look it up again). Uncached when no frame can be had.
-    #[allow(clippy::too_many_arguments)]
     fn miss(
         &self,
         queue: &SharedQueue<'_>,
         file: &SharedFile<'m>,
-        index: &SharedIndex<'m>,
         page: Page,
         pages: Pages,
         within: usize,
         dst: &mut [u8],
     ) -> io::Result<Needed> {
+        let index = &file.index;
         bump(&self.counts.misses);
         let wanted = pages.wanted_end - page;
         let mut window = None;
@@ -1207,7 +1204,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 NO_MARKER,
             ),
         };
-        self.read_window(queue, file, index, page, end, marker, Some((within, dst)))
+        self.read_window(queue, file, page, end, marker, Some((within, dst)))
     }
 
     /// A marker page was read (its bit cleared by this thread): the next window
@@ -1219,10 +1216,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
         &self,
         queue: &SharedQueue<'_>,
         file: &SharedFile<'m>,
-        index: &SharedIndex<'m>,
         page: Page,
         pages: Pages,
     ) -> io::Result<()> {
+        let index = &file.index;
         let mut decided_none = false;
         let installed = file.ra.update(|state, max_pages| {
             let max_pages = max_pages.min(self.window_cap);
@@ -1253,7 +1250,6 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let _ = self.read_window(
             queue,
             file,
-            index,
             window.start,
             window.end().min(pages.file_end),
             window.marker(),
@@ -1273,17 +1269,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// (`Copied`); uncached when no frame can be had; its read's error is the call's.
     ///
     /// Context: as `read_at`'s miss.
-    #[allow(clippy::too_many_arguments)]
     fn read_window(
         &self,
         queue: &SharedQueue<'_>,
         file: &SharedFile<'m>,
-        index: &SharedIndex<'m>,
         start: Page,
         end: Page,
         marker: Page,
         need: Option<(usize, &mut [u8])>,
     ) -> io::Result<Needed> {
+        let index = &file.index;
         // The pages to read, in order: the needed page first (it is `start`), then the
         // gaps the index shows (a hint: a page inserted meanwhile is a conflict).
         let mut todo: Batch<Page> = Batch::new();
@@ -1308,7 +1303,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             if frames.is_empty() {
                 return Ok(Needed::Copied);
             }
-            return self.fill(queue, file, index, &todo[..frames.len()], &frames, None);
+            return self.fill(queue, file, &todo[..frames.len()], &frames, None);
         };
         if frames.is_empty() {
             self.uncached(file, start, within, dst)?;
@@ -1319,7 +1314,6 @@ impl<'m, R: Run> SharedReader<'m, R> {
         self.fill(
             queue,
             file,
-            index,
             &todo[..frames.len()],
             &frames,
             Some((within, dst)),
@@ -1369,11 +1363,11 @@ impl<'m, R: Run> SharedReader<'m, R> {
         &self,
         queue: &SharedQueue<'_>,
         file: &SharedFile<'m>,
-        index: &SharedIndex<'m>,
         pages: &[Page],
         frames: &[Frame],
         need: Option<(usize, &mut [u8])>,
     ) -> io::Result<Needed> {
+        let index = &file.index;
         assert_eq!(pages.len(), frames.len());
         // Pre: ascending, so that runs are contiguous pages.
         debug_assert!(pages.windows(2).all(|w| w[0] < w[1]), "{pages:?}");
