@@ -130,6 +130,18 @@
 #define FOLIO_WRITE_BEHIND_BYTES_DEFAULT 262144
 
 /**
+ * The share weight `folio_cache_options_init` sets: every process the same, equal shares.
+ */
+#define FOLIO_SHARE_WEIGHT_DEFAULT 100
+
+/**
+ * The least and the most `share_weight` may be.
+ */
+#define FOLIO_SHARE_WEIGHT_MIN 1
+
+#define FOLIO_SHARE_WEIGHT_MAX 10000
+
+/**
  * `folio_read_hint`: an ordinary read (the handle's advice decides).
  */
 #define FOLIO_READ_NORMAL 0
@@ -407,30 +419,41 @@ typedef struct folio_cache_options {
      */
     uint32_t kept_steward;
     /**
-     * The domain this cache shares its reads with (docs/sharing.md, "A `Cache` with a
+     * The domain this cache shares its pages with (docs/sharing.md, "A `Cache` with a
      * domain"): every process of this user that creates a cache with the same `domain`
-     * (and `segment_dir`) shares one cache of the files it opens read-only, so that a
-     * page one process read is a hit in every other. One plain portable file name, as
+     * (and `segment_dir`) shares one cache of the files it opens, so that a page one
+     * process read or wrote is a hit in every other. One plain portable file name, as
      * `segment_name` (not empty, not `.` or `..`, no `/`, no control character, no
      * leading `-`, at most 243 bytes: the domain's files add a suffix; else -EINVAL).
-     * Its files, named by the version of their layout (`<domain>.v11.domain`, its
-     * shared memory; `<domain>.v11.steward`; `<domain>.v11.sock`: a library of another
+     * Its files, named by the version of their layout (`<domain>.v12.domain`, its
+     * shared memory; `<domain>.v12.steward`; `<domain>.v12.sock`: a library of another
      * version uses a domain of its own beside it) go in `segment_dir` when it is given,
      * whatever `persistent`, else in the user's private home /dev/shm/folio-<euid>; the
      * creation attaches to the domain's steward or forks one (`folio-steward`, which
-     * repairs what a dead member held and leaves 10 minutes after the last member). The
-     * first cache of a domain sizes it: one 4 KiB frame per 4 KiB of the machine's
-     * memory (or its cgroup's limit; at most what the directory's file system holds, and
-     * 1 TiB), not its `capacity_bytes`; its memory is used only as frames are; later
-     * ones do not change it. What goes through it today: `folio_read` and `folio_read_many`
-     * of a file opened read-only (`folio_open`); a file opened for writing keeps this
-     * cache's own pages (another process's writes are not seen through the domain);
-     * `folio_readahead` of a domain file does nothing; a file the domain refuses (it
-     * changed since the domain recorded it, or its table of 4,096 files is full) is read
-     * privately. `folio_cache_domain_stats` gives this process's counts. NULL (the
-     * default): a private cache. Read during `folio_cache_create` only.
+     * repairs what a dead member held, moves the domain's quota with the machine's memory
+     * and leaves 10 minutes after the last member). The first cache of a domain sizes it:
+     * one 4 KiB frame per 4 KiB of the machine's memory (or its cgroup's limit; at most
+     * what the directory's file system holds, and 1 TiB), not its `capacity_bytes`; its
+     * memory is used only as frames are; later ones do not change it. What goes through
+     * it: `folio_read` and `folio_read_many` of a file opened read-only (`folio_open`),
+     * with the domain's readahead; a file opened for writing keeps this cache's pages for
+     * its own reads and puts each page it writes into the domain before the write
+     * returns (one writing process per file); `folio_readahead` of a domain file does
+     * nothing; a file the domain refuses (it changed while another process has it open,
+     * or its table of 4,096 files is full) is read privately. `folio_cache_domain_stats`
+     * gives this process's counts and share. NULL (the default): a private cache. Read
+     * during `folio_cache_create` only.
      */
     const char *domain;
+    /**
+     * This process's weight in its `domain`'s division of the quota (docs/sharing.md,
+     * "Shares and floors"): its share is the quota times its weight over the summed
+     * weights of the processes attached, its floor half of that; another process's misses
+     * take this one's pages while it holds more than its share first, below its floor only
+     * when nothing else is left. FOLIO_SHARE_WEIGHT_MIN to FOLIO_SHARE_WEIGHT_MAX, else
+     * -EINVAL (also without a domain). Default: FOLIO_SHARE_WEIGHT_DEFAULT (equal shares).
+     */
+    uint32_t share_weight;
 } folio_cache_options;
 
 /**
@@ -900,7 +923,8 @@ extern "C" {
  * in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
  * its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
  * segment directory on disk (`segment_dir_on_disk` 0), a kept segment's steward
- * (`kept_steward` 1), no domain (`domain` NULL: a private cache), and `size` set.
+ * (`kept_steward` 1), no domain (`domain` NULL: a private cache),
+ * FOLIO_SHARE_WEIGHT_DEFAULT, and `size` set.
  *
  * Returns 0, or -EFAULT if `opts` is NULL.
  *

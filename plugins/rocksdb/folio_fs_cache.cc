@@ -249,6 +249,7 @@ bool CreateLocked(Process& p, const std::string* db_dir, std::string* error) {
           ? UserDomainName(static_cast<unsigned>(geteuid()))
           : opts.domain == Options::Domain::kNamed ? opts.domain_name : std::string();
   o.domain = domain.empty() ? nullptr : domain.c_str();
+  o.share_weight = opts.share_weight;
   folio_cache cache{};
   int rc = folio_cache_create(&o, &cache);
   // Whatever keeps the named segment from being used, the database opens: -EINVAL is

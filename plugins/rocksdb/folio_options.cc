@@ -116,6 +116,7 @@ constexpr EnvKey kEnvKeys[] = {
     {"FOLIO_SEGMENT_DIR_ON_DISK", "segment_dir_on_disk"},
     {"FOLIO_KEPT_STEWARD", "kept_steward"},
     {"FOLIO_DOMAIN", "domain"},
+    {"FOLIO_SHARE_WEIGHT", "share_weight"},
 };
 
 const char* kDomainHelp =
@@ -150,7 +151,8 @@ bool Options::operator==(const Options& o) const {
          segment_dir_on_disk == o.segment_dir_on_disk &&
          segment_naming == o.segment_naming && segment_name == o.segment_name &&
          kept_steward == o.kept_steward && domain == o.domain &&
-         domain_name == o.domain_name && stats == o.stats &&
+         domain_name == o.domain_name && share_weight == o.share_weight &&
+         stats == o.stats &&
          stats_path == o.stats_path && verbosity == o.verbosity;
 }
 
@@ -186,7 +188,7 @@ std::string Options::Describe() const {
                   (domain == Domain::kNone   ? std::string("none")
                    : domain == Domain::kUser ? std::string("user")
                                              : domain_name) +
-                  " stats=";
+                  " share_weight=" + std::to_string(share_weight) + " stats=";
   switch (stats) {
     case StatsSink::kNone:
       s += "0";
@@ -463,6 +465,17 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
     }
     return true;
   }
+  if (k == "share_weight") {
+    uint64_t n = 0;
+    if (!ParseBytes(value, &n) || n < FOLIO_SHARE_WEIGHT_MIN || n > FOLIO_SHARE_WEIGHT_MAX) {
+      *error = "share_weight: '" + value + "' is not a number from " +
+               std::to_string(FOLIO_SHARE_WEIGHT_MIN) + " to " +
+               std::to_string(FOLIO_SHARE_WEIGHT_MAX);
+      return false;
+    }
+    opts->share_weight = static_cast<uint32_t>(n);
+    return true;
+  }
   if (k == "stats") {
     bool on = false;
     if (ParseFlag(value, &on)) {
@@ -486,7 +499,7 @@ bool ApplyOption(const std::string& key, const std::string& value, Options* opts
            "prefault, arena_pages, backend, eviction, pread_threads, hints, writes, "
            "cache_cold_writes, dirty_limit, dirty_background, dirty_expire, write_behind, "
            "persist, segment_dir, segment_dir_on_disk, segment_name, kept_steward, domain, "
-           "stats, verbose)";
+           "share_weight, stats, verbose)";
   return false;
 }
 

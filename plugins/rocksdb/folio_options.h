@@ -104,6 +104,13 @@
 //                                                  is read privately. A domain that cannot
 //                                                  be attached: a private cache, said on
 //                                                  stderr
+//   share_weight   FOLIO_SHARE_WEIGHT    100       this process's weight in the domain's
+//                                                  division of its memory (folio.h,
+//                                                  share_weight): its share is the quota
+//                                                  times its weight over the weights of the
+//                                                  processes attached, its floor half of
+//                                                  it; 1 to 10000. The default, the same
+//                                                  for every process: equal shares
 //   stats          FOLIO_STATS           0         0 | 1 (stderr) | a file path (appended), at exit
 //   verbose        FOLIO_VERBOSE         0         1: say on stderr what was registered and created,
 //                                                  and each file kind's write hints once
@@ -203,6 +210,8 @@ struct Options {
   // of (dirty, under writeback), is read privately (docs/sharing.md, "A domain file's
   // lifecycle"), so a process reads its own writes; domain=none is a private cache.
   static constexpr Domain kDefaultDomain = Domain::kUser;
+  // This process's share weight in the domain (folio_cache_options' share_weight).
+  uint32_t share_weight = FolioDefaults().share_weight;
   StatsSink stats = StatsSink::kNone;
   std::string stats_path;
   enum class Verbosity { kQuiet, kVerbose } verbosity = Verbosity::kQuiet;

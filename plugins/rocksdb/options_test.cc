@@ -209,6 +209,30 @@ int main() {
     unsetenv("FOLIO_DOMAIN");
   }
   {
+    // share_weight: 1 to 10000, folio's default (equal shares) unless given.
+    Options o;
+    std::string e;
+    CHECK(o.share_weight == FOLIO_SHARE_WEIGHT_DEFAULT && o.share_weight == 100);
+    CHECK(o.Describe().find(" share_weight=100 ") != std::string::npos);
+    CHECK(Uri("folio://?share_weight=300", &o));
+    CHECK(o.share_weight == 300);
+    CHECK(Uri("folio://?share_weight=1", &o) && o.share_weight == 1);
+    CHECK(Uri("folio://?share_weight=10000", &o) && o.share_weight == 10000);
+    for (const char* bad : {"0", "10001", "-1", "many", ""}) {
+      const Options before = o;
+      CHECK(!Uri(std::string("folio://?share_weight=") + bad, &o, &e));
+      CHECK(e.find("share_weight: '") == 0 && e.find("from 1 to 10000") != std::string::npos);
+      CHECK(o == before);  // a refused value changes nothing
+    }
+    setenv("FOLIO_SHARE_WEIGHT", "250", 1);
+    Options env;
+    CHECK(ApplyEnvironment(&env, &e) && env.share_weight == 250);
+    setenv("FOLIO_SHARE_WEIGHT", "0", 1);
+    Options bad;
+    CHECK(!ApplyEnvironment(&bad, &e) && e.find("FOLIO_SHARE_WEIGHT: share_weight") == 0);
+    unsetenv("FOLIO_SHARE_WEIGHT");
+  }
+  {
     // segment_name: auto (the default), none, or one plain file name.
     Options o;
     std::string e;

@@ -72,8 +72,8 @@ enum Command {
     /// Shows a domain (a cache shared by processes) in --dir: its steward, frames and
     /// processes with their pins.
     Domain {
-        /// The domain's name (its files, named by their version: NAME.v11.domain,
-        /// NAME.v11.steward, NAME.v11.sock).
+        /// The domain's name (its files, named by their version: NAME.v12.domain,
+        /// NAME.v12.steward, NAME.v12.sock).
         name: String,
     },
 }
@@ -171,16 +171,13 @@ fn domain_text(name: &str, seen: &folio::DomainSummary) -> String {
         f64::from(seen.quota_frames) * 4096.0 / 1048576.0,
         seen.refaults,
     );
-    out += &format!(
-        "shares: {} frames each member's share, {} its floor (the quota over the members \
-         attached; half)\n",
-        seen.share_frames, seen.floor_frames,
-    );
+    out += "shares: each member's share is the quota times its weight over the members' \
+            weights; its floor half of that\n";
     out += &format!("processes: {}\n", seen.processes.len());
     if !seen.processes.is_empty() {
         out += &format!(
-            "{:>5} {:>10} {:>8} {:>6} {:>8} {:>8}\n",
-            "slot", "generation", "pid", "pins", "owned", "state"
+            "{:>5} {:>10} {:>8} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8}\n",
+            "slot", "generation", "pid", "pins", "owned", "weight", "share", "floor", "state"
         );
     }
     for p in &seen.processes {
@@ -191,12 +188,15 @@ fn domain_text(name: &str, seen: &folio::DomainSummary) -> String {
             (false, _) => "dead (being swept)",
         };
         out += &format!(
-            "{:>5} {:>10} {:>8} {:>6} {:>8} {state}\n",
+            "{:>5} {:>10} {:>8} {:>6} {:>8} {:>6} {:>8} {:>8} {state}\n",
             p.slot,
             p.generation,
             p.pid.map_or_else(|| "-".to_string(), |pid| pid.to_string()),
             p.pins,
             p.owned_frames,
+            p.weight,
+            p.share_frames,
+            p.floor_frames,
         );
     }
     out

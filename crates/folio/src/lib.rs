@@ -160,7 +160,8 @@ pub use cache::segment_home;
 pub use cache::segment_room_capacity_bytes;
 pub use cache::{
     Cache, CacheBuilder, DomainStats, OpenOptions, Prefault, DIRTY_EXPIRE_DEFAULT, DOMAIN_LINGER,
-    READAHEAD_MAX_BYTES_DEFAULT, WRITE_BEHIND_BYTES_DEFAULT,
+    READAHEAD_MAX_BYTES_DEFAULT, SHARE_WEIGHT_DEFAULT, SHARE_WEIGHT_MAX, SHARE_WEIGHT_MIN,
+    WRITE_BEHIND_BYTES_DEFAULT,
 };
 pub use capacity::{machine_capacity_bytes, CapacityPolicy};
 pub use capacity::{

@@ -526,9 +526,14 @@ fn admission_model(die_at: u32, flaw: Flaw) {
                 let (slots, records, stack) = admission_views(&region);
                 let answer = &region[ANSWER];
                 let run = ModelRun::dying_at(die_at, flaw);
-                let admitted = record::admit(&slots, &records, P, &run, |holder| {
-                    answer.store(holder.word(), loom::sync::atomic::Ordering::Release)
-                });
+                let admitted = record::admit(
+                    &slots,
+                    &records,
+                    P,
+                    Some(record::Weight::DEFAULT),
+                    &run,
+                    |holder| answer.store(holder.word(), loom::sync::atomic::Ordering::Release),
+                );
                 if admitted.is_ok() {
                     return;
                 }

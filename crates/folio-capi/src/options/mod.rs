@@ -103,6 +103,16 @@ const _: () =
     assert!(FOLIO_DIRTY_EXPIRE_MS_DEFAULT as u128 == folio_rs::DIRTY_EXPIRE_DEFAULT.as_millis());
 const _: () = assert!(FOLIO_WRITE_BEHIND_BYTES_DEFAULT == folio_rs::WRITE_BEHIND_BYTES_DEFAULT);
 
+/// The share weight `folio_cache_options_init` sets: every process the same, equal shares.
+pub const FOLIO_SHARE_WEIGHT_DEFAULT: u32 = 100;
+/// The least and the most `share_weight` may be.
+pub const FOLIO_SHARE_WEIGHT_MIN: u32 = 1;
+pub const FOLIO_SHARE_WEIGHT_MAX: u32 = 10000;
+
+const _: () = assert!(FOLIO_SHARE_WEIGHT_DEFAULT == folio_rs::SHARE_WEIGHT_DEFAULT);
+const _: () = assert!(FOLIO_SHARE_WEIGHT_MIN == folio_rs::SHARE_WEIGHT_MIN);
+const _: () = assert!(FOLIO_SHARE_WEIGHT_MAX == folio_rs::SHARE_WEIGHT_MAX);
+
 /// How to build a cache. Fill it with `folio_cache_options_init`, then change fields.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,29 +254,38 @@ pub struct folio_cache_options {
     /// swap), until it is adopted or removed (`folio-stat remove`). Anything else:
     /// -EINVAL. Ignored without a `segment_name`. See docs/persistence.md, "Kept memory".
     pub kept_steward: u32,
-    /// The domain this cache shares its reads with (docs/sharing.md, "A `Cache` with a
+    /// The domain this cache shares its pages with (docs/sharing.md, "A `Cache` with a
     /// domain"): every process of this user that creates a cache with the same `domain`
-    /// (and `segment_dir`) shares one cache of the files it opens read-only, so that a
-    /// page one process read is a hit in every other. One plain portable file name, as
+    /// (and `segment_dir`) shares one cache of the files it opens, so that a page one
+    /// process read or wrote is a hit in every other. One plain portable file name, as
     /// `segment_name` (not empty, not `.` or `..`, no `/`, no control character, no
     /// leading `-`, at most 243 bytes: the domain's files add a suffix; else -EINVAL).
-    /// Its files, named by the version of their layout (`<domain>.v11.domain`, its
-    /// shared memory; `<domain>.v11.steward`; `<domain>.v11.sock`: a library of another
+    /// Its files, named by the version of their layout (`<domain>.v12.domain`, its
+    /// shared memory; `<domain>.v12.steward`; `<domain>.v12.sock`: a library of another
     /// version uses a domain of its own beside it) go in `segment_dir` when it is given,
     /// whatever `persistent`, else in the user's private home /dev/shm/folio-<euid>; the
     /// creation attaches to the domain's steward or forks one (`folio-steward`, which
-    /// repairs what a dead member held and leaves 10 minutes after the last member). The
-    /// first cache of a domain sizes it: one 4 KiB frame per 4 KiB of the machine's
-    /// memory (or its cgroup's limit; at most what the directory's file system holds, and
-    /// 1 TiB), not its `capacity_bytes`; its memory is used only as frames are; later
-    /// ones do not change it. What goes through it today: `folio_read` and `folio_read_many`
-    /// of a file opened read-only (`folio_open`); a file opened for writing keeps this
-    /// cache's own pages (another process's writes are not seen through the domain);
-    /// `folio_readahead` of a domain file does nothing; a file the domain refuses (it
-    /// changed since the domain recorded it, or its table of 4,096 files is full) is read
-    /// privately. `folio_cache_domain_stats` gives this process's counts. NULL (the
-    /// default): a private cache. Read during `folio_cache_create` only.
+    /// repairs what a dead member held, moves the domain's quota with the machine's memory
+    /// and leaves 10 minutes after the last member). The first cache of a domain sizes it:
+    /// one 4 KiB frame per 4 KiB of the machine's memory (or its cgroup's limit; at most
+    /// what the directory's file system holds, and 1 TiB), not its `capacity_bytes`; its
+    /// memory is used only as frames are; later ones do not change it. What goes through
+    /// it: `folio_read` and `folio_read_many` of a file opened read-only (`folio_open`),
+    /// with the domain's readahead; a file opened for writing keeps this cache's pages for
+    /// its own reads and puts each page it writes into the domain before the write
+    /// returns (one writing process per file); `folio_readahead` of a domain file does
+    /// nothing; a file the domain refuses (it changed while another process has it open,
+    /// or its table of 4,096 files is full) is read privately. `folio_cache_domain_stats`
+    /// gives this process's counts and share. NULL (the default): a private cache. Read
+    /// during `folio_cache_create` only.
     pub domain: *const c_char,
+    /// This process's weight in its `domain`'s division of the quota (docs/sharing.md,
+    /// "Shares and floors"): its share is the quota times its weight over the summed
+    /// weights of the processes attached, its floor half of that; another process's misses
+    /// take this one's pages while it holds more than its share first, below its floor only
+    /// when nothing else is left. FOLIO_SHARE_WEIGHT_MIN to FOLIO_SHARE_WEIGHT_MAX, else
+    /// -EINVAL (also without a domain). Default: FOLIO_SHARE_WEIGHT_DEFAULT (equal shares).
+    pub share_weight: u32,
 }
 
 // The layout C sees: the fields added with writes sit in the padding after `prefault`
@@ -298,7 +317,10 @@ const _: () = assert!(std::mem::offset_of!(folio_cache_options, kept_steward) ==
 // The domain took the end, so the size changed again (120 to 128): a caller built before
 // it is refused rather than read past its struct.
 const _: () = assert!(std::mem::offset_of!(folio_cache_options, domain) == 120);
-const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 128);
+// The share weight took the end (and four bytes of padding), so the size changed again
+// (128 to 136): a caller built before it is refused rather than read past its struct.
+const _: () = assert!(std::mem::offset_of!(folio_cache_options, share_weight) == 128);
+const _: () = assert!(std::mem::size_of::<folio_cache_options>() == 136);
 
 pub(crate) fn cache_options_default() -> folio_cache_options {
     folio_cache_options {
@@ -323,6 +345,7 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
         segment_dir_on_disk: 0,
         kept_steward: 1,
         domain: std::ptr::null(),
+        share_weight: FOLIO_SHARE_WEIGHT_DEFAULT,
     }
 }
 
@@ -336,7 +359,8 @@ pub(crate) fn cache_options_default() -> folio_cache_options {
 /// in the user's private home /dev/shm/folio-<euid> (`segment_dir` NULL) under a name of
 /// its own, removed with it (`segment_name` NULL), FOLIO_UNUSABLE_SEGMENT_REPLACE, no
 /// segment directory on disk (`segment_dir_on_disk` 0), a kept segment's steward
-/// (`kept_steward` 1), no domain (`domain` NULL: a private cache), and `size` set.
+/// (`kept_steward` 1), no domain (`domain` NULL: a private cache),
+/// FOLIO_SHARE_WEIGHT_DEFAULT, and `size` set.
 ///
 /// Returns 0, or -EFAULT if `opts` is NULL.
 ///
@@ -473,6 +497,16 @@ pub(crate) unsafe fn build_cache(opts: &folio_cache_options) -> Result<Cache, Fa
                 });
         }
     }
+    if !(FOLIO_SHARE_WEIGHT_MIN..=FOLIO_SHARE_WEIGHT_MAX).contains(&opts.share_weight) {
+        return Err(Failure::new(
+            libc::EINVAL,
+            format!(
+                "{CALL}: share_weight {} outside {FOLIO_SHARE_WEIGHT_MIN}..={FOLIO_SHARE_WEIGHT_MAX}",
+                opts.share_weight
+            ),
+        ));
+    }
+    builder = builder.share_weight(opts.share_weight);
     // SAFETY: the caller's guarantee on `opts.domain` and `opts.segment_dir`.
     if let Some(domain) = unsafe { domain_settings(opts) }? {
         builder = builder.domain(domain.name);

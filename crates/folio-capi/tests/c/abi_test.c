@@ -1706,7 +1706,8 @@ static void test_dirty_options(void) {
    share its pages (the second reads hit the domain), a cache created again in the domain
    finds them cached (the domain outlives a cache: its steward lingers and its memory file
    stays), a handle opened with FOLIO_OPEN_PRIVATE reads the cache's own pages (the
-   domain's counts unmoved), a private cache has no domain counts, and bad names are refused with -EINVAL
+   domain's counts unmoved), two caches of different share weights have shares by them, a
+   private cache has no domain counts, and bad names and weights are refused with -EINVAL
    naming the field. The domain's files go in a directory of the test's own. */
 static void test_domain(void) {
     enum { PAGES = 16, BYTES = PAGES * 4096 };
@@ -1784,6 +1785,30 @@ static void test_domain(void) {
     CHECK(folio_close(f2) == 0);
     CHECK(folio_close(f1) == 0);
     CHECK(folio_cache_destroy(c) == 0);
+
+    /* Weights (share_weight): a cache of weight 300 beside one of the default 100 (two
+       members of the domain) has three quarters of the quota as its share, the other a
+       quarter, each floor half of it; a weight out of range is refused naming the field. */
+    CHECK(o.share_weight == FOLIO_SHARE_WEIGHT_DEFAULT && FOLIO_SHARE_WEIGHT_DEFAULT == 100);
+    o.share_weight = 300;
+    CHECK(folio_cache_create(&o, &c) == 0);
+    o.share_weight = FOLIO_SHARE_WEIGHT_DEFAULT;
+    folio_cache light = {0};
+    CHECK(folio_cache_create(&o, &light) == 0);
+    CHECK(folio_cache_domain_stats(c, &d) == 1);
+    CHECK(d.share_frames == d.quota_frames * 300 / 400 && d.floor_frames == d.share_frames / 2);
+    CHECK(folio_cache_domain_stats(light, &after) == 1);
+    CHECK(after.share_frames == after.quota_frames * 100 / 400);
+    CHECK(after.floor_frames == after.share_frames / 2);
+    CHECK(folio_cache_destroy(light) == 0);
+    CHECK(folio_cache_destroy(c) == 0);
+    o.share_weight = FOLIO_SHARE_WEIGHT_MIN - 1;
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(last_error_has("share_weight 0 outside 1..=10000"));
+    o.share_weight = FOLIO_SHARE_WEIGHT_MAX + 1;
+    CHECK(folio_cache_create(&o, &bad) == -EINVAL);
+    CHECK(bad.id == 0);
+    o.share_weight = FOLIO_SHARE_WEIGHT_DEFAULT;
 
     /* A private cache: no domain, zeros. */
     o.domain = NULL;
@@ -1865,7 +1890,8 @@ _Static_assert(offsetof(folio_cache_options, unusable_segment) == 104,
 _Static_assert(offsetof(folio_cache_options, kept_steward) == 112,
                "kept_steward follows segment_dir_on_disk");
 _Static_assert(offsetof(folio_cache_options, domain) == 120, "domain follows kept_steward");
-_Static_assert(sizeof(folio_cache_options) == 128, "folio_cache_options is 128 bytes");
+_Static_assert(offsetof(folio_cache_options, share_weight) == 128, "share_weight follows domain");
+_Static_assert(sizeof(folio_cache_options) == 136, "folio_cache_options is 136 bytes");
 
 static void test_write_behind(void) {
     enum { APPEND_BYTES = 1u << 20, PAGES = APPEND_BYTES / 4096 };

@@ -34,6 +34,7 @@ use crate::shared::attach::DomainConfig;
 use crate::shared::domain::Geometry;
 use crate::shared::queue::PIN_SLOTS;
 use crate::shared::reader::DomainReader;
+use crate::shared::record::Weight;
 use crate::types::{Order, PAGE_BYTES};
 use crate::write::budget::DirtyBudget;
 use crate::write::queue::DirtyFiles;
@@ -64,6 +65,7 @@ pub struct CacheBuilder {
     pub(super) unusable_segment: Unusable,
     pub(super) kept_memory: crate::keeper::KeptMemory,
     pub(super) domain: Option<String>,
+    pub(super) share_weight: u32,
 }
 
 /// When `CacheBuilder::build` faults the cache's memory in.
@@ -115,6 +117,7 @@ impl Default for CacheBuilder {
             unusable_segment: Unusable::default(),
             kept_memory: crate::keeper::KeptMemory::default(),
             domain: None,
+            share_weight: SHARE_WEIGHT_DEFAULT,
         }
     }
 }
@@ -359,54 +362,49 @@ impl CacheBuilder {
         self
     }
 
-    /// Shares this cache's reads with every other process of this user that builds a
+    /// Shares this cache's pages with every other process of this user that builds a
     /// cache with the same domain `name` (issue 45; docs/sharing.md, "A `Cache` with a
-    /// domain"): a page one of them read is a hit in every other. The domain's files go
-    /// in `segment_dir` (default: the user's private home, `/dev/shm/folio-<uid>`; always
-    /// on tmpfs), named by the version of their layout: `<name>.v11.domain` (its shared
-    /// memory: the cached pages and the structures over them), `<name>.v11.steward` and
-    /// `<name>.v11.sock` (`DomainFiles`: a build of another version attaches to a domain
-    /// of its own beside it); `name` is one plain file name of at most
+    /// domain"): a page one of them read or wrote is a hit in every other. The domain's
+    /// files go in `segment_dir` (default: the user's private home, `/dev/shm/folio-<uid>`;
+    /// always on tmpfs), named by the version of their layout: `<name>.v12.domain` (its
+    /// shared memory: the cached pages and the structures over them), `<name>.v12.steward`
+    /// and `<name>.v12.sock` (`DomainFiles`: a build of another version attaches to a
+    /// domain of its own beside it); `name` is one plain file name of at most
     /// `DOMAIN_NAME_MAX` bytes (`InvalidInput` otherwise). The build attaches to the
     /// domain's steward, or starts one (a process forked from this one, `folio-steward`,
-    /// which watches every member and repairs what a dead one held, gives memory back
-    /// under pressure once nobody is attached, and removes the domain and leaves
-    /// `DOMAIN_LINGER` after the last member detached). The first build of a domain
-    /// sizes it by the machine, not by its capacity: a 4 KiB frame per 4 KiB of the
-    /// machine's memory or the cgroup's limit, at most what the directory's file system
-    /// holds and 1 TiB (`attach_domain`), resident only as frames are used; the later
-    /// builds do not change it. Default: none (a private cache, as before).
+    /// which watches every member and repairs what a dead one held, moves the domain's
+    /// quota with the machine's memory, gives memory back under pressure, and removes the
+    /// domain and leaves `DOMAIN_LINGER` after the last member detached). The first build
+    /// of a domain sizes it by the machine, not by its capacity (a 4 KiB frame per 4 KiB of
+    /// the machine's memory or the cgroup's limit, at most what the directory's file
+    /// system holds and 1 TiB), resident only as frames are used; each member has a share
+    /// of the quota (`share_weight`). Default: none (a private cache).
     ///
-    /// **What goes through the domain, in this first slice**: `read_at`, `read_at_hint`
-    /// (its hint ignored) and `read_many` (range by range) of a file opened read-only
-    /// (`Cache::open`). **In one process, reads return this process's writes**: a file
-    /// is read through the domain only while this process holds no newer bytes of it (no
-    /// writable handle of it open, none of its pages dirty or under writeback); a
-    /// read-only open of a file this process holds newer bytes of reads privately
-    /// (counted: `DomainStats::files_newer_here`), and a writable open of a file makes
-    /// this process's domain handles of it read privately from then on (and retires the
-    /// domain's record of it, so that a later admission reads the disk again, not pages
-    /// cached before the write). Not yet: a file opened for writing
-    /// (`open_options().write(true)`) keeps the private path, its reads and writes this
-    /// cache's alone (a write in one process is not seen by another's domain reads:
-    /// coherence across processes is a later step); the futures (`read_at_async`,
-    /// `read_many_async`, `get_page_async`) and `get_page` of a domain file fail with
-    /// `Unsupported`; `readahead` of one does nothing; the domain reads one page at a time
-    /// (no readahead), and the domain has no budget yet: its frames are the machine's
-    /// memory (or its cgroup's limit), at most 4 GiB, whoever builds it first, resident
-    /// only as they are used (docs/sharing.md, "The domain's memory as used"). **Records**: `Cache::remove_file` drops the
-    /// domain's record of the file and its pages once no process has it open (at the
-    /// removal, or at the last close of this cache's handles); a file
-    /// changed since the domain recorded it gets a new record (the old one's pages
-    /// dropped) if no process has it open; the domain's table of 4,096 files, when full,
-    /// drops a record nobody has open for a new file. A file the domain refuses (changed
-    /// while another handle has its record open, or every record open) is read privately,
-    /// counted in `Cache::domain_stats`, not an error.
-    /// The domain's memory file stays in its directory after every member and the
-    /// steward are gone (the next build of the name finds its pages cached); remove it
-    /// by hand.
+    /// **What goes through the domain**: `read_at`, `read_at_hint` and `read_many` of a
+    /// file opened read-only (`Cache::open`), with the domain's readahead; a file opened
+    /// for writing keeps this cache's path for its reads and its durability, and each page
+    /// it writes is put into the domain before the write returns, so that the other
+    /// processes' reads see it (one writing process per file: a second keeps its writes
+    /// private). The futures (`read_at_async`, `read_many_async`, `get_page_async`) and
+    /// `get_page` of a domain file fail with `Unsupported`; `readahead` of one does
+    /// nothing. A file the domain refuses (changed while another process has its record
+    /// open, or every record open) is read privately, counted in `Cache::domain_stats`,
+    /// not an error. The limits and their figures: docs/sharing.md.
     pub fn domain(mut self, name: impl Into<String>) -> Self {
         self.domain = Some(name.into());
+        self
+    }
+
+    /// This process's weight in its `domain`'s division of the quota (docs/sharing.md,
+    /// "Shares and floors"): its share is the quota times its weight over the summed
+    /// weights of the processes attached, its floor half of that. Another process's misses
+    /// take this one's pages while it holds more than its share first, down to its floor
+    /// only when nothing else is left in a whole pass, and below it only when nothing else
+    /// is left at all. From [`SHARE_WEIGHT_MIN`] to [`SHARE_WEIGHT_MAX`] (`InvalidInput` at
+    /// build otherwise). Default: [`SHARE_WEIGHT_DEFAULT`], the same for every process:
+    /// equal shares. Without a `domain` it does nothing.
+    pub fn share_weight(mut self, weight: u32) -> Self {
+        self.share_weight = weight;
         self
     }
 
@@ -537,6 +535,14 @@ impl CacheBuilder {
     }
 }
 
+/// A domain member's share weight unless it asks for another (`CacheBuilder::share_weight`):
+/// every process the same, so equal shares.
+pub const SHARE_WEIGHT_DEFAULT: u32 = Weight::DEFAULT.get();
+/// The least share weight a process may ask for.
+pub const SHARE_WEIGHT_MIN: u32 = Weight::MIN;
+/// The most: a share 10,000 times the least's.
+pub const SHARE_WEIGHT_MAX: u32 = Weight::MAX;
+
 /// How long a domain's steward stays after its last member detached
 /// (`CacheBuilder::domain`), giving its memory back under pressure; then it removes the
 /// domain's region (its cached pages) and leaves. A build within it finds the pages
@@ -573,6 +579,15 @@ impl CacheBuilder {
             },
             linger: DOMAIN_LINGER,
             memory_files: None,
+            weight: Weight::new(self.share_weight).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "folio: share weight {} outside {SHARE_WEIGHT_MIN}..={SHARE_WEIGHT_MAX}",
+                        self.share_weight
+                    ),
+                )
+            })?,
         };
         Ok(Arc::new(DomainReader::attach(&config)?))
     }

@@ -28,7 +28,7 @@ use crate::types::PageIndex;
 
 pub use builder::{
     CacheBuilder, Prefault, DIRTY_EXPIRE_DEFAULT, DOMAIN_LINGER, READAHEAD_MAX_BYTES_DEFAULT,
-    WRITE_BEHIND_BYTES_DEFAULT,
+    SHARE_WEIGHT_DEFAULT, SHARE_WEIGHT_MAX, SHARE_WEIGHT_MIN, WRITE_BEHIND_BYTES_DEFAULT,
 };
 pub use open::OpenOptions;
 pub use persistent::{segment_home, segment_room_capacity_bytes};

@@ -4,13 +4,14 @@
 //!
 //! # Attach
 //!
-//! A1. Connect to `<name>.v11.sock` in the domain's directory (`SOCK_SEQPACKET`; the
+//! A1. Connect to `<name>.v12.sock` in the domain's directory (`SOCK_SEQPACKET`; the
 //!     files are named by the region's version: domain.rs, "Files"). No socket, or
 //!     nobody listening: no steward runs; start one (`spawn`: the election in steward.rs
 //!     decides which of the processes' stewards stays) and connect again. A steward that
 //!     could not be started because a file at the region's name is not a region of ours
 //!     (`Domain::refusal`) ends the attach with that error.
-//! A2. Send the request: this process's start time (`/proc/self/stat` field 22). The
+//! A2. Send the request: this process's start time (`/proc/self/stat` field 22) and its
+//!     share weight (record.rs, `Weight`: the steward writes it into our record). The
 //!     steward takes the peer's pid from the kernel (`SO_PEERCRED`) and its pidfd while we
 //!     are connected, checked against that start time (steward.rs).
 //! A3. The answer: our slot and generation (the steward's attach CAS made it LIVE and
@@ -47,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use super::domain::{Domain, DomainFiles, Geometry, Pidfd};
 use super::futex::Parked;
+use super::record::Weight;
 use super::steward::{self, receive_words, send_words, socket_address, LOST, WON};
 use super::terms::Unkillable;
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
@@ -84,19 +86,24 @@ pub(crate) struct DomainConfig {
     /// attach starts (`meminfo`, `pressure/memory`; no cgroup): a test's simulated
     /// machine (`KeptMemory::memory_files`'s lever). `None`: the machine's.
     pub(crate) memory_files: Option<PathBuf>,
+    /// This member's share weight (record.rs, `Weight`; queue.rs, "Owners and shares").
+    pub(crate) weight: Weight,
 }
 
 /// The attach request (A2).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Request {
     pub(crate) start: u64,
+    /// The member's share weight (record.rs, `Weight`).
+    pub(crate) weight: Weight,
 }
 
 impl Request {
-    /// The request on `conn`, if one arrives within `wait`.
+    /// The request on `conn`, if one arrives within `wait` (and names a weight in range).
     pub(crate) fn receive(conn: &OwnedFd, wait: Duration) -> Option<Request> {
-        let [tag, start] = receive_words::<2>(conn, wait)?;
-        (tag == REQUEST_ATTACH).then_some(Request { start })
+        let [tag, start, weight] = receive_words::<3>(conn, wait)?;
+        let weight = Weight::new(u32::try_from(weight).ok()?)?;
+        (tag == REQUEST_ATTACH).then_some(Request { start, weight })
     }
 }
 
@@ -143,7 +150,8 @@ impl Member {
             }
             match connect(&address) {
                 Ok(conn) => {
-                    if send_words(&conn, &[REQUEST_ATTACH, me.start]).is_err() {
+                    let weight = u64::from(config.weight.get());
+                    if send_words(&conn, &[REQUEST_ATTACH, me.start, weight]).is_err() {
                         // A steward that left (or died) with us in its backlog: again.
                         std::thread::sleep(Duration::from_millis(1));
                         continue;

@@ -38,9 +38,9 @@
 //! between the two only through the buddy (free in between).
 //!
 //! **Files**, in the domain's directory (a private home, checked by `segment::home`'s
-//! `SegmentDir`), named by the region's `VERSION` (`DomainFiles`): `<name>.v11.domain`
-//! (the region), `<name>.v11.steward` (the election's `flock`: steward.rs),
-//! `<name>.v11.sock` (the attach socket: attach.rs). So an upgrade meets no region of
+//! `SegmentDir`), named by the region's `VERSION` (`DomainFiles`): `<name>.v12.domain`
+//! (the region), `<name>.v12.steward` (the election's `flock`: steward.rs),
+//! `<name>.v12.sock` (the attach socket: attach.rs). So an upgrade meets no region of
 //! another version: a steward outlives its processes and its region lingers after them
 //! (steward.rs, step 5), and the processes of a new build attach to a domain of their
 //! own version, beside the old one, whose processes keep theirs and whose steward leaves
@@ -128,8 +128,9 @@ const MAGIC: u64 = 0x666f_6c69_6f2d_646d;
 /// owner in its FILE word's high bits and a count per slot of the frames it owns (queue.rs,
 /// "Owners and shares"); 11: up to 2^28 frames (`FRAMES_MAX`, 2^20 before: a build of 10
 /// refuses a header of more), and the region's files named by the version (module docs,
-/// "Files"): the words' layout is 10's.
-const VERSION: u64 = 11;
+/// "Files"): the words' layout is 10's; 12: a member's share weight in its slot's record
+/// (word 6, record.rs) and in its attach request (a third word).
+const VERSION: u64 = 12;
 
 /// The most slots a domain has.
 pub(crate) const SLOTS_MAX: u16 = 1024;

@@ -518,6 +518,7 @@ mod tests {
             },
             linger: Duration::from_millis(100),
             memory_files: None,
+            weight: crate::shared::record::Weight::DEFAULT,
         };
         let member = Member::attach(&config).unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(60);

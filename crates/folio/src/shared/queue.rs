@@ -302,16 +302,19 @@
 //! count 0; a death between leaves the count above the frames it still owns, never
 //! below (the next sweep zeroes it).
 //!
-//! **Reclaim** gets the caller's `Shares` (the defaults: the quota over the members
-//! attached, the floor half of it). In its first pass over the queue a frame of another
+//! **Reclaim** gets the caller's `Shares`: each member's share is the quota times its
+//! weight (its record's, from its attach: record.rs, `Weight`) over the weights of the
+//! members attached (by default equal weights: equal shares), its floor half of it. In
+//! its first two passes over the queue a frame of another
 //! member at or below its **share** gets a second chance (to the tail, as a referenced
-//! one); in the second pass one at or below its **floor**; the third pass takes any
-//! frame not referenced, pinned or HELD. So a member's frames are taken by another's
+//! one; two, since the first may go to second chances alone: heads referenced, or pinned
+//! in a window in flight); in the third pass one at or below its **floor**; the fourth
+//! takes any frame not referenced, pinned or HELD. So a member's frames are taken by another's
 //! miss above its share first (the kernel's memory.low), down to its floor only when no
 //! other frame is left (memory.min), and below it only when nothing else is left at all:
 //! reclaim always progresses (one member alone owns every frame it would take; the
 //! steward owns none). Nobody's frames, and the reclaimer's own, are never protected.
-//! The bound: three passes, at most three times the queue's length of heads looked at.
+//! The bound: four passes, at most four times the queue's length of heads looked at.
 //!
 //! # Protocol (every change under the lock; each primitive one intent, lock.rs M1-M3)
 //!
@@ -462,43 +465,73 @@ const ADD: u64 = 1;
 const ROTATE: u64 = 2;
 const DETACH: u64 = 3;
 
-/// A member's share of the quota and its floor, in frames (module docs, "Owners and
+/// How the quota divides into the members' shares and floors (module docs, "Owners and
 /// shares"): what reclaim protects of another member's frames.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Shares {
-    /// Reclaim takes the frames of members at or below it only once no other is left.
+    quota_frames: u32,
+    /// The weights of the members attached, summed (record.rs, `Weight`); 0: nothing
+    /// protected.
+    weight_total: u64,
+}
+
+/// One member's share of the quota and its floor, in frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Share {
+    /// Reclaim takes the member's frames while it owns at most this many only once no
+    /// other is left.
     pub(crate) share_frames: u32,
-    /// Reclaim takes the frames of a member at or below it only when nothing else is
-    /// left at all (its progress: module docs).
+    /// Reclaim takes the member's frames while it owns at most this many only when
+    /// nothing else is left at all (its progress: module docs).
     pub(crate) floor_frames: u32,
 }
 
 impl Shares {
     /// Nothing protected (tests, models; reclaim as it was before shares).
     pub(crate) const NONE: Shares = Shares {
-        share_frames: 0,
-        floor_frames: 0,
+        quota_frames: 0,
+        weight_total: 0,
     };
 
-    /// The defaults: an equal share of `quota_frames` for each of `members`, the floor
-    /// half of it.
-    pub(crate) fn equal(quota_frames: u32, members: u32) -> Shares {
-        let share_frames = quota_frames / members.max(1);
+    /// The shares of the members attached to `slots` now, by the weights their records
+    /// carry (the steward's slot has none: it owns no frame).
+    ///
+    /// Context: any process; two loads per slot.
+    pub(crate) fn attached(
+        quota_frames: u32,
+        slots: &SlotTable<'_>,
+        records: &Records<'_>,
+    ) -> Shares {
+        let weight_total = (0..slots.slot_count().min(records.slot_count()))
+            .map(SlotIndex)
+            .filter(|&s| slots.state(s).0 == SlotState::Live)
+            .map(|s| u64::from(records.weight(s)))
+            .sum();
         Shares {
+            quota_frames,
+            weight_total,
+        }
+    }
+
+    /// The share and floor of a member of `weight` (a record's: 0 has none).
+    pub(crate) fn of(&self, weight: u32) -> Share {
+        // At most the quota: a weight is one of the summed. No member attached: none.
+        let share_frames = (u64::from(self.quota_frames) * u64::from(weight))
+            .checked_div(self.weight_total)
+            .map_or(0, |share| share.min(u64::from(self.quota_frames)) as u32);
+        Share {
             share_frames,
             floor_frames: share_frames / FLOOR_OF_SHARE,
         }
     }
 
-    /// The defaults for the members attached to `slots` now: every LIVE slot but one (the
-    /// steward's, which holds a slot and owns no frame).
-    ///
-    /// Context: any process; one load per slot.
-    pub(crate) fn attached(quota_frames: u32, slots: &SlotTable<'_>) -> Shares {
-        let live = (0..slots.slot_count())
-            .filter(|&s| slots.state(SlotIndex(s)).0 == SlotState::Live)
-            .count() as u32;
-        Shares::equal(quota_frames, live.saturating_sub(1))
+    /// The share and floor of `slot`'s member.
+    pub(crate) fn of_slot(&self, records: &Records<'_>, slot: SlotIndex) -> Share {
+        self.of(if slot.0 < records.slot_count() {
+            records.weight(slot)
+        } else {
+            0
+        })
     }
 }
 
@@ -801,6 +834,12 @@ impl<'r> SharedQueue<'r> {
             .map_or(0, |records| {
                 records.owned(slot).load(Ordering::Relaxed) as u32
             })
+    }
+
+    /// `slot`'s share and floor under `shares` (none when counts are not kept).
+    fn share_of(&self, shares: &Shares, slot: SlotIndex) -> Share {
+        self.owners
+            .map_or(Shares::NONE.of(0), |records| shares.of_slot(&records, slot))
     }
 
     /// The allocator whose frames this queue holds.
@@ -1591,7 +1630,10 @@ impl<'r> SharedQueue<'r> {
         let held = self.take(me, indexes, slots, run)?;
         let mut freed = 0;
         let pass = self.count().max(1);
-        let passes = if shares == Shares::NONE { 2 } else { 3 };
+        // With shares, the shares are kept for two passes: the first may go to second
+        // chances alone (a queue whose heads are referenced, or pinned in a window in
+        // flight), which must not move another member down to its floor.
+        let passes = if shares == Shares::NONE { 2 } else { 4 };
         let looks_max = passes * self.count();
         let mut looks = looks_max;
         while freed < want && looks > 0 {
@@ -1608,16 +1650,18 @@ impl<'r> SharedQueue<'r> {
             // read those bytes from the disk: the chain runs through this load
             // (`tests/loom_shared.rs`, `keeper_wait_*`, found it relaxed).
             let held_back = self.of(head, HELD).load(Ordering::Acquire) != 0;
-            // Another member's frame within its share (first pass) or its floor (second).
-            let limit = match (looks_max - looks - 1) / pass {
+            // Another member's frame within its share (first two passes) or its floor
+            // (third).
+            let protecting: Option<fn(Share) -> u32> = match (looks_max - looks - 1) / pass {
                 _ if shares == Shares::NONE => None,
-                0 => Some(shares.share_frames),
-                1 => Some(shares.floor_frames),
+                0 | 1 => Some(|share| share.share_frames),
+                2 => Some(|share| share.floor_frames),
                 _ => None,
             };
-            let protected = limit.is_some_and(|limit| {
-                self.owner_of(head)
-                    .is_some_and(|owner| owner != me.slot && self.owned(owner) <= limit)
+            let protected = protecting.is_some_and(|limit| {
+                self.owner_of(head).is_some_and(|owner| {
+                    owner != me.slot && self.owned(owner) <= limit(self.share_of(&shares, owner))
+                })
             });
             if (referenced || pinned || held_back || protected) && head != tail {
                 let next = linked(self.load(head, NEXT)).expect("a head before its tail");

@@ -1587,7 +1587,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         let slots = domain.slots();
         let freed = queue.reclaim(
             want,
-            Shares::attached(domain.quota(), &slots),
+            Shares::attached(domain.quota(), &slots, &domain.records()),
             self.me,
             self.indexes.as_slice(),
             &slots,

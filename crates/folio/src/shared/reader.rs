@@ -186,7 +186,8 @@ pub(crate) struct Budget {
     /// Those this process owns (its misses brought them in: queue.rs, "Owners and
     /// shares").
     pub(crate) owned_frames: u32,
-    /// Each attached member's share and floor of the quota now (`Shares::attached`).
+    /// This process's share and floor of the quota now (`Shares::attached`: by its
+    /// weight among the members attached).
     pub(crate) share_frames: u32,
     pub(crate) floor_frames: u32,
 }
@@ -198,13 +199,15 @@ impl DomainReader {
         let domain = self.member.domain();
         let queue = domain.queue();
         let quota_frames = domain.quota();
-        let shares = Shares::attached(quota_frames, &domain.slots());
+        let records = domain.records();
+        let me = self.member.holder().slot;
+        let share = Shares::attached(quota_frames, &domain.slots(), &records).of_slot(&records, me);
         Budget {
             quota_frames,
             frames_cached: queue.count(),
-            owned_frames: queue.owned(self.member.holder().slot),
-            share_frames: shares.share_frames,
-            floor_frames: shares.floor_frames,
+            owned_frames: queue.owned(me),
+            share_frames: share.share_frames,
+            floor_frames: share.floor_frames,
         }
     }
 

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!   one line (8 words) per slot:  generation · pid · start time · keeper pid ·
-//!                                 keeper start time · owned · (2 unused)
+//!                                 keeper start time · owned · weight · (1 unused)
 //! ```
 //!
 //! **The keeper** (docs/sharing.md "Writes seen across processes", "Death"): a process
@@ -40,8 +40,10 @@
 //! slot holds nothing: the process attaches again, to another slot) and freed at its
 //! death: a slot lost for a process's life, never a wrong one.
 //!
-//! **owned** (word 3) is not the record's: the eviction queue keeps there how many queued
+//! **owned** (word 5) is not the record's: the eviction queue keeps there how many queued
 //! frames the slot's member owns (queue.rs, "Owners and shares"), under the queue's lock.
+//! **weight** (word 6): the member's share weight, from its attach request (R2, with the
+//! pid: `Weight`); 0 for the steward's own slot, which owns no frame and has no share.
 //!
 //! Protection: the records by the election (one steward writes them at a time); owned by
 //! the queue's lock; the slot words by their CAS. Limits: a record names one process; pids up to 2^32.
@@ -58,6 +60,32 @@ const START: u32 = 2;
 const KEEPER_PID: u32 = 3;
 const KEEPER_START: u32 = 4;
 const OWNED: u32 = 5;
+const WEIGHT: u32 = 6;
+
+/// A member's weight in the division of the domain's quota into shares (queue.rs, "Owners
+/// and shares"): its share is the quota times its weight over the weights of every member
+/// attached. `DEFAULT` for every member that does not ask for another: equal shares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Weight(u32);
+
+impl Weight {
+    /// Every member's unless it asks otherwise.
+    pub(crate) const DEFAULT: Weight = Weight(100);
+    /// The least and the most a member may ask for (a share 10,000 times another's).
+    pub(crate) const MIN: u32 = 1;
+    pub(crate) const MAX: u32 = 10_000;
+
+    /// `weight`, if it is within `MIN..=MAX`.
+    pub(crate) fn new(weight: u32) -> Option<Weight> {
+        (Self::MIN..=Self::MAX)
+            .contains(&weight)
+            .then_some(Weight(weight))
+    }
+
+    pub(crate) const fn get(self) -> u32 {
+        self.0
+    }
+}
 
 /// The records of `slots` slots at `base` of a region.
 #[derive(Clone, Copy, Debug)]
@@ -102,18 +130,36 @@ impl<'r> Records<'r> {
         &self.region[self.base.at(u32::from(slot.0) * LINE + OWNED).index()]
     }
 
+    /// The weight `slot`'s member attached with (0: the steward's slot, a FREE one's, or a
+    /// record being written).
+    ///
+    /// Context: any process; a hint without the queue's lock (a slot's record changes only
+    /// at its admission).
+    pub(crate) fn weight(&self, slot: SlotIndex) -> u32 {
+        self.word(slot, WEIGHT).load(Ordering::Relaxed) as u32
+    }
+
     /// How many slots the records have.
     pub(crate) fn slot_count(&self) -> u16 {
         self.slots
     }
 
-    /// R2: `holder`'s record names `id`.
+    /// R2: `holder`'s record names `id`, attached with `weight` (`None`: the steward's
+    /// own slot, which has no share).
     ///
     /// Context: the steward, after R1 gave `id` the slot.
-    pub(crate) fn write<R: Run>(&self, holder: Holder, id: ProcessId, run: &R) -> Result<(), Died> {
+    pub(crate) fn write<R: Run>(
+        &self,
+        holder: Holder,
+        id: ProcessId,
+        weight: Option<Weight>,
+        run: &R,
+    ) -> Result<(), Died> {
         // The slot's last process's keeper is not this one's (module docs, "The keeper").
         self.word(holder.slot, KEEPER_PID)
             .store(0, Ordering::Relaxed);
+        self.word(holder.slot, WEIGHT)
+            .store(weight.map_or(0, |w| u64::from(w.get())), Ordering::Relaxed);
         self.word(holder.slot, PID)
             .store(u64::from(id.pid), Ordering::Relaxed);
         run.at(Step::Recorded)?;
@@ -166,14 +212,16 @@ impl Records<'_> {
     }
 }
 
-/// R1-R3 for the process `id`: its slot, or `None` when every slot is taken. `answer`
-/// tells the process its slot (R3; under `Flaw::AnswerBeforeRecord`, before R2).
+/// R1-R3 for the process `id`, attached with `weight` (`None`: the steward itself): its
+/// slot, or `None` when every slot is taken. `answer` tells the process its slot (R3;
+/// under `Flaw::AnswerBeforeRecord`, before R2).
 ///
 /// Context: the steward (the only one writing records).
 pub(crate) fn admit<R: Run>(
     slots: &SlotTable<'_>,
     records: &Records<'_>,
     id: ProcessId,
+    weight: Option<Weight>,
     run: &R,
     answer: impl FnOnce(Holder),
 ) -> Result<Option<Holder>, Died> {
@@ -186,7 +234,7 @@ pub(crate) fn admit<R: Run>(
     if answer_first {
         (answer.take().expect("answered once"))(holder);
     }
-    records.write(holder, id, run)?;
+    records.write(holder, id, weight, run)?;
     if let Some(answer) = answer {
         answer(holder);
     }

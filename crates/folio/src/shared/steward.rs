@@ -10,7 +10,7 @@
 //!    `fork` again so that the steward is nobody's zombie, as `keeper::spawn` does; the
 //!    steward leaves the session (`setsid`), keeps no descriptor of its starter's (its
 //!    pipes, sockets, locks), and reads and writes `/dev/null` for its standard streams.
-//! 2. **Elected**: it takes `<name>.v11.steward` (domain.rs, "Files") with
+//! 2. **Elected**: it takes `<name>.v12.steward` (domain.rs, "Files") with
 //!    `flock(LOCK_EX | LOCK_NB)`. Losing means another steward runs (or starts): it
 //!    says so to its starter and exits. The kernel releases the lock at the winner's
 //!    death, whatever kills it, so the next one to try wins, and sees every store of the
@@ -23,7 +23,7 @@
 //!    gone, or its record incomplete: an attach the old steward never answered) is marked
 //!    dead (a process whose life cannot be told, `/proc` or descriptors failing, is taken
 //!    for alive and left unwatched); every dead slot (the old steward died mid-sweep) is swept and freed.
-//! 4. **Serves** (`serve`): polls the attach socket (`<name>.v11.sock`, bound only now, so an
+//! 4. **Serves** (`serve`): polls the attach socket (`<name>.v12.sock`, bound only now, so an
 //!    attach that connects finds a steward that knows every live process), each watched
 //!    pidfd and each attached process's connection. An attach: the peer's credentials
 //!    (`SO_PEERCRED`: the same uid, else refused), its pidfd taken while it is connected
@@ -585,8 +585,15 @@ impl<'d> Steward<'d> {
             keeping: RefCell::new(Vec::new()),
         };
         steward.find_processes();
-        let holder = record::admit(&domain.slots(), &domain.records(), me, &Unkillable, |_| {})
-            .expect("Unkillable never dies")?;
+        let holder = record::admit(
+            &domain.slots(),
+            &domain.records(),
+            me,
+            None,
+            &Unkillable,
+            |_| {},
+        )
+        .expect("Unkillable never dies")?;
         trace.line(format_args!("took {holder:?}"));
         Some(Steward {
             me: holder,
@@ -988,7 +995,7 @@ impl<'d> Steward<'d> {
             reclaimed = queue
                 .reclaim(
                     need,
-                    Shares::attached(self.domain.quota(), &slots),
+                    Shares::attached(self.domain.quota(), &slots, &self.domain.records()),
                     self.me,
                     indexes.as_slice(),
                     &slots,
@@ -1039,7 +1046,7 @@ impl<'d> Steward<'d> {
             let got = queue
                 .reclaim(
                     (count - quota).min(QUOTA_RECLAIM_BATCH),
-                    Shares::attached(quota, &slots),
+                    Shares::attached(quota, &slots, &self.domain.records()),
                     self.me,
                     indexes.as_slice(),
                     &slots,
@@ -1140,6 +1147,7 @@ impl<'d> Steward<'d> {
             &self.domain.slots(),
             &self.domain.records(),
             id,
+            Some(request.weight),
             &Unkillable,
             |holder| {
                 let sent = send_words(

@@ -591,6 +591,7 @@ fn the_domains_steward_sweeps_a_dead_members_blocks() {
         },
         linger: Duration::from_millis(100),
         memory_files: None,
+        weight: super::record::Weight::DEFAULT,
     };
     let parent = Member::attach(&config).unwrap();
     let domain = parent.domain();

@@ -201,6 +201,7 @@ fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
         },
         linger: Duration::from_millis(100),
         memory_files: None,
+        weight: super::record::Weight::DEFAULT,
     };
     let started = Instant::now();
     // The test is a member too: it maps the domain, reads the steward from its header,
@@ -418,6 +419,7 @@ fn a_forked_child_has_no_region_and_attaches_as_its_own_member() {
         },
         linger: Duration::from_millis(100),
         memory_files: None,
+        weight: super::record::Weight::DEFAULT,
     };
     let parent = Member::attach(&config).unwrap();
     let base = parent.domain().base_address();

@@ -457,6 +457,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
         },
         linger: std::time::Duration::from_millis(100),
         memory_files: None,
+        weight: super::record::Weight::DEFAULT,
     };
     let parent = Member::attach(&config).unwrap();
     let domain = parent.domain();

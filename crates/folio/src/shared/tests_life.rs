@@ -12,6 +12,7 @@ use super::attach::{DomainConfig, Member};
 use super::buddy::Order;
 use super::domain::{Domain, DomainFiles, Geometry};
 use super::read::{ReadCounters, SharedReader};
+use super::record::Weight;
 use super::tests::allocated_in;
 use super::tests_read::{stamped, write_file};
 use crate::segment::{DiskDir, SegmentDir};
@@ -47,6 +48,7 @@ fn config(home: &Path, name: &str, linger: Duration, machine: &Path) -> DomainCo
         },
         linger,
         memory_files: Some(machine.to_path_buf()),
+        weight: Weight::DEFAULT,
     }
 }
 
@@ -698,19 +700,39 @@ impl super::Run for Flawed<'_> {
 
 /// Shares and floors (queue.rs, "Owners and shares"): two members of a domain of 2,048
 /// frames (the quota: plenty of memory), so each has a share of 1,024 and a floor of
-/// 512. B reads a set of 200 pages, then A scans a file of 8,192 pages three times (its
+/// 512. A scans a file of 8,192 pages, B reads a set of 200 pages, then A scans the file three times (its
 /// misses reclaim, cycling the queue twelve times over); B re-reads its set after each
 /// scan: every page a hit, its frames counted as its own. With floors ignored
 /// (`Flaw::NoFloors`, the broken variant below) A's scans evict B's set.
 #[test]
 fn a_member_within_its_floor_keeps_its_set_while_another_scans_far_more_than_the_quota() {
-    shares_and_floors(super::Flaw::None);
+    shares_and_floors(super::Flaw::None, Weight::DEFAULT, 200);
 }
 
 #[test]
 fn shares_broken_no_floors() {
-    let caught = std::panic::catch_unwind(|| shares_and_floors(super::Flaw::NoFloors));
-    let message = caught.expect_err("floors ignored: B's set evicted");
+    expect_set_evicted(|| shares_and_floors(super::Flaw::NoFloors, Weight::DEFAULT, 200));
+}
+
+/// Weights (`CacheBuilder::share_weight`): B attached with three times A's weight has a
+/// share of three quarters of the quota (1,536 frames), so a set of 1,200 pages, above
+/// an equal share, stays cached through A's scans.
+#[test]
+fn a_member_of_three_times_the_weight_keeps_three_quarters_of_the_quota() {
+    shares_and_floors(super::Flaw::None, Weight::new(300).unwrap(), 1200);
+}
+
+/// The same set with equal weights is above B's share (1,024 frames): A's scans take
+/// part of it. So the weight is what kept it above.
+#[test]
+fn shares_equal_weights_lose_a_set_above_an_equal_share() {
+    expect_set_evicted(|| shares_and_floors(super::Flaw::None, Weight::DEFAULT, 1200));
+}
+
+/// `run` fails on B's set not staying cached.
+fn expect_set_evicted(run: impl FnOnce() + std::panic::UnwindSafe) {
+    let caught = std::panic::catch_unwind(run);
+    let message = caught.expect_err("B's set evicted");
     let message = message
         .downcast_ref::<String>()
         .cloned()
@@ -718,10 +740,9 @@ fn shares_broken_no_floors() {
     assert!(message.contains("B's set stayed cached"), "{message}");
 }
 
-fn shares_and_floors(flaw: super::Flaw) {
-    const SET_PAGES: u64 = 200;
+fn shares_and_floors(flaw: super::Flaw, b_weight: Weight, set_pages: u64) {
     const SCAN_PAGES: u64 = 8192;
-    let setup = setup(SET_PAGES * 4096);
+    let setup = setup(set_pages * 4096);
     let scan = write_file(setup._data.path(), 1, SCAN_PAGES * 4096);
     let config = config(
         setup.home.path(),
@@ -730,19 +751,42 @@ fn shares_and_floors(flaw: super::Flaw) {
         setup.machine.path(),
     );
     let a = Member::attach(&config).unwrap();
-    let b = Member::attach(&config).unwrap();
+    let b = Member::attach(&DomainConfig {
+        weight: b_weight,
+        ..config.clone()
+    })
+    .unwrap();
     let domain = b.domain();
     let queue = domain.queue();
     let a_run = Flawed(&a, flaw);
     let a_reader = SharedReader::new(&a, &a_run, 8);
     let b_reader = SharedReader::new(&b, &b, 8);
-    read_stamped(&b_reader, &setup.path, 0, SET_PAGES * 4096);
-    assert_eq!(queue.owned(b.holder().slot), SET_PAGES as u32);
-    let shares = super::queue::Shares::attached(domain.quota(), &domain.slots());
+    // A's scan first, so that the queue is full of A's frames before B reads: A's misses
+    // then always find frames of A's own to take (not only its window in flight, which
+    // would leave B's above its floor the only ones a second pass could take).
+    read_stamped(&a_reader, &scan, 1, SCAN_PAGES * 4096);
+    // Twice: B's first read reclaims too, and may take a few of its own new frames (its
+    // own are never protected from it) once A's left are within A's share.
+    read_stamped(&b_reader, &setup.path, 0, set_pages * 4096);
+    read_stamped(&b_reader, &setup.path, 0, set_pages * 4096);
     assert_eq!(
-        (shares.share_frames, shares.floor_frames),
-        (FRAMES / 2, FRAMES / 4),
-        "two members, the quota every frame"
+        queue.owned(b.holder().slot),
+        set_pages as u32,
+        "B's set stayed cached: all of it B's before A's scans"
+    );
+    let records = domain.records();
+    let shares = super::queue::Shares::attached(domain.quota(), &domain.slots(), &records);
+    let share = shares.of_slot(&records, b.holder().slot);
+    let b_share = FRAMES * b_weight.get() / (Weight::DEFAULT.get() + b_weight.get());
+    assert_eq!(
+        (share.share_frames, share.floor_frames),
+        (b_share, b_share / 2),
+        "two members, the quota every frame, B's share by its weight"
+    );
+    assert_eq!(
+        shares.of_slot(&records, a.holder().slot).share_frames,
+        FRAMES - b_share,
+        "A's share the rest"
     );
     // B's re-reads: pages found cached, and reads of its file (a miss's window reads the
     // pages after it too, which then count as hits: the file's reads tell).
@@ -750,7 +794,7 @@ fn shares_and_floors(flaw: super::Flaw) {
     for round in 0..3 {
         read_stamped(&a_reader, &scan, 1, SCAN_PAGES * 4096);
         let before = b_reader.counters();
-        read_stamped(&b_reader, &setup.path, 0, SET_PAGES * 4096);
+        read_stamped(&b_reader, &setup.path, 0, set_pages * 4096);
         let after = b_reader.counters();
         b_hits += after.hits - before.hits;
         b_preads += after.preads - before.preads;
@@ -772,10 +816,10 @@ fn shares_and_floors(flaw: super::Flaw) {
     );
     assert_eq!(
         (b_hits, b_preads),
-        (3 * SET_PAGES, 0),
+        (3 * set_pages, 0),
         "B's set stayed cached: every re-read a hit, its file not read"
     );
-    assert_eq!(queue.owned(b.holder().slot), SET_PAGES as u32);
+    assert_eq!(queue.owned(b.holder().slot), set_pages as u32);
     drop(a_reader);
     // A's clean detach: its frames nobody's, its count 0.
     assert_eq!(queue.owned(a.holder().slot), 0);

@@ -48,6 +48,7 @@ pub(super) fn config(home: &Path, name: &str, slots: u16, frames: u32) -> Domain
         geometry: Geometry { slots, frames },
         linger: Duration::from_millis(100),
         memory_files: None,
+        weight: super::record::Weight::DEFAULT,
     }
 }
 

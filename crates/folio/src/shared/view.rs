@@ -41,6 +41,11 @@ pub struct DomainProcess {
     /// Queued frames it owns (its misses and writes brought them in: docs/sharing.md,
     /// "Shares and floors").
     pub owned_frames: u32,
+    /// The share weight it attached with (`CacheBuilder::share_weight`; 0: the steward's
+    /// slot, which has no share), and its share of the quota and its floor by it now.
+    pub weight: u32,
+    pub share_frames: u32,
+    pub floor_frames: u32,
 }
 
 /// What `DomainView::read` saw.
@@ -59,10 +64,6 @@ pub struct DomainSummary {
     /// The quota: how many frames the cache may hold now, moved by the steward with the
     /// machine's memory (docs/sharing.md, "The quota that follows the machine").
     pub quota_frames: u32,
-    /// Each member's share of the quota and its floor, the defaults: the quota over the
-    /// members attached (the LIVE slots but the steward's), and half of that.
-    pub share_frames: u32,
-    pub floor_frames: u32,
     /// Pages the members' misses read again while their shadow was in the index (the
     /// quota grows only on refaults).
     pub refaults: u64,
@@ -104,7 +105,7 @@ impl DomainView {
         let records = d.records();
         let queue = d.queue();
         let pins = queue.pins_by_slot();
-        let shares = Shares::attached(d.quota(), &slots);
+        let shares = Shares::attached(d.quota(), &slots, &records);
         let running = |pid: u32, start: u64| pid != 0 && start_time(pid).is_ok_and(|s| s == start);
         let mut processes = Vec::new();
         for slot in 0..slots.slot_count() {
@@ -113,6 +114,7 @@ impl DomainView {
                 continue;
             }
             let id = records.read(holder);
+            let share = shares.of_slot(&records, SlotIndex(slot));
             processes.push(DomainProcess {
                 slot,
                 generation: holder.generation,
@@ -125,6 +127,9 @@ impl DomainView {
                     0
                 },
                 owned_frames: queue.owned(SlotIndex(slot)),
+                weight: records.weight(SlotIndex(slot)),
+                share_frames: share.share_frames,
+                floor_frames: share.floor_frames,
             });
         }
         let steward = d.steward();
@@ -136,8 +141,6 @@ impl DomainView {
             frames: geometry.frames,
             frames_cached: queue.count(),
             quota_frames: d.quota(),
-            share_frames: shares.share_frames,
-            floor_frames: shares.floor_frames,
             refaults: d.refaults(),
             file_records: FILE_RECORDS,
             processes,
