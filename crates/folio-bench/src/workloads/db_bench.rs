@@ -180,6 +180,27 @@ pub struct Args {
     /// tenants 3]
     #[arg(long, value_delimiter = ',')]
     pub processes: Option<Vec<usize>>,
+    /// `tenants`: each tenant's database size in keys, comma-separated, one value per
+    /// tenant (unequal tenants: `--tenant-keys 400000,20000,20000` is a greedy tenant
+    /// beside two quiet ones); the list's length is the tenant count, which `--processes`,
+    /// if given too, must equal [default: --processes tenants of --keys each]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "keys",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub tenant_keys: Option<Vec<u64>>,
+    /// `tenants`: each tenant's db_bench threads (its `--threads`), comma-separated, one
+    /// value per tenant, as many as --tenant-keys gives or --processes says [default: 1
+    /// each, or --threads]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "threads",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub tenant_threads: Option<Vec<u64>>,
     /// Run every system's db_bench in a fresh memory cgroup of this many MiB, one per
     /// measurement (v2 `memory.max`, or v1 `memory.limit_in_bytes` where the memory
     /// controller is on v1; folio's memory policy reads only v2) [default: none]
@@ -332,6 +353,15 @@ impl Workload for Args {
     }
 
     fn run(&self, env: &Env) -> io::Result<Report> {
+        if self.benchmark != Benchmark::Tenants
+            && (self.tenant_keys.is_some() || self.tenant_threads.is_some())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--tenant-keys and --tenant-threads shape the tenants of `db-bench tenants` \
+                 only",
+            ));
+        }
         // The plugin runs at its defaults, which are persistent (`persist=1`): `--persistent`
         // changes nothing here, and its absence does not turn persistence off.
         match self.benchmark {
@@ -487,6 +517,34 @@ fn ensure_dbs(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
     check_status("db_bench fillseq", &out)?;
     std::fs::write(&marker, format!("{dbs} {keys}\n"))?;
     Ok(db)
+}
+
+/// [`ensure_dbs`] for at least `dbs` databases of `keys` keys, for readers of one
+/// database each (`<db>/0`, `<db>/1`, ...): a complete set of more databases of that size
+/// made before (`db-bench-<m>x<keys>`, the fewest such `m`, `dbs` itself first) serves, so that a shape of
+/// tenants reuses the databases another shape made rather than writing them again (the
+/// issue's 6 GB databases take minutes each).
+fn ensure_dbs_at_least(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
+    let suffix = format!("x{keys}");
+    let larger = std::fs::read_dir(&env.dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let m: u64 = name
+                .strip_prefix("db-bench-")?
+                .strip_suffix(&suffix)?
+                .parse()
+                .ok()?;
+            let parent = env.dir.join(&name);
+            (m >= dbs && parent.join("complete").is_file() && parent.join("db").is_dir())
+                .then_some((m, parent.join("db")))
+        })
+        .min();
+    match larger {
+        Some((_, db)) => Ok(db),
+        None => ensure_dbs(env, dbs, keys),
+    }
 }
 
 /// The table files (`*.sst`, what readseq reads) under `dir`.

@@ -578,6 +578,7 @@ mod tests {
                     sys_secs: s,
                 })
                 .collect(),
+            disk_reads: Vec::new(),
             stats: String::new(),
         }
     }
