@@ -520,11 +520,12 @@ fn ensure_dbs(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
 }
 
 /// [`ensure_dbs`] for at least `dbs` databases of `keys` keys, for readers of one
-/// database each (`<db>/0`, `<db>/1`, ...): a complete set of more databases of that size
-/// made before (`db-bench-<m>x<keys>`, the fewest such `m`, `dbs` itself first) serves, so that a shape of
-/// tenants reuses the databases another shape made rather than writing them again (the
-/// issue's 6 GB databases take minutes each).
-fn ensure_dbs_at_least(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
+/// database each: a complete set of more databases of that size made before
+/// (`db-bench-<m>x<keys>`, the fewest such `m`, `dbs` itself first) serves, so that a
+/// shape of tenants reuses the databases another shape made rather than writing them
+/// again (the 6 GB databases take minutes each). Returns each database's `--db`,
+/// as db_bench names them (`<db>/0`, `<db>/1`, ...; a set of one is `<db>` itself).
+fn ensure_dbs_at_least(env: &Env, dbs: u64, keys: u64) -> io::Result<Vec<PathBuf>> {
     let suffix = format!("x{keys}");
     let larger = std::fs::read_dir(&env.dir)
         .into_iter()
@@ -541,10 +542,14 @@ fn ensure_dbs_at_least(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
                 .then_some((m, parent.join("db")))
         })
         .min();
-    match larger {
-        Some((_, db)) => Ok(db),
-        None => ensure_dbs(env, dbs, keys),
-    }
+    let (made, db) = match larger {
+        Some(set) => set,
+        None => (dbs, ensure_dbs(env, dbs, keys)?),
+    };
+    Ok(match made {
+        1 => vec![db],
+        _ => (0..made).map(|j| db.join(j.to_string())).collect(),
+    })
 }
 
 /// The table files (`*.sst`, what readseq reads) under `dir`.
@@ -731,6 +736,39 @@ mod tests {
         };
         assert_eq!(Confinement::of(&confined).limit_bytes, Some(2 << 30));
         assert_eq!(Confinement::of(&Args::default()).limit_bytes, None);
+    }
+
+    #[test]
+    fn a_set_of_databases_made_before_serves_as_few_or_more_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env::new(
+            dir.path().to_path_buf(),
+            1,
+            crate::workloads::Scale::Quick,
+            kernel::WarmMethod::Read,
+            folio::BackendKind::Pread,
+        );
+        // Sets as ensure_dbs leaves them: one database of 5 keys (db_bench writes a set of
+        // one in `<db>` itself), and four (`<db>/0` .. `<db>/3`); an incomplete set of two.
+        for (dbs, complete) in [(1, true), (4, true), (2, false)] {
+            let parent = dir.path().join(format!("db-bench-{dbs}x5"));
+            std::fs::create_dir_all(parent.join("db")).unwrap();
+            if complete {
+                std::fs::write(parent.join("complete"), "").unwrap();
+            }
+        }
+        let db = |set: &str| dir.path().join(set).join("db");
+        assert_eq!(
+            ensure_dbs_at_least(&env, 1, 5).unwrap(),
+            vec![db("db-bench-1x5")]
+        );
+        // Two readers: the complete set of four, each its own database.
+        let four = ensure_dbs_at_least(&env, 2, 5).unwrap();
+        let expected: Vec<PathBuf> = (0..4)
+            .map(|j| db("db-bench-4x5").join(j.to_string()))
+            .collect();
+        assert_eq!(four, expected);
+        assert_eq!(ensure_dbs_at_least(&env, 4, 5).unwrap(), expected);
     }
 
     #[test]

@@ -277,7 +277,10 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         ..
     } = settings;
     let shapes = shapes(args, &settings).map_err(|e| {
-        io::Error::new(io::ErrorKind::InvalidInput, format!("db-bench tenants: {e}"))
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("db-bench tenants: {e}"),
+        )
     })?;
 
     let root = workspace_root();
@@ -286,14 +289,13 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
     let sets = sets
         .into_iter()
         .map(|(keys, dbs)| Ok((keys, ensure_dbs_at_least(env, dbs, keys)?)))
-        .collect::<io::Result<BTreeMap<u64, PathBuf>>>()?;
-    // db_bench names a set's databases `<db>/0`, `<db>/1`, ... (`--num_multi_db`).
+        .collect::<io::Result<BTreeMap<u64, Vec<PathBuf>>>>()?;
     let dbs: Vec<Vec<PathBuf>> = numbers
         .iter()
         .map(|shape| {
             shape
                 .iter()
-                .map(|(keys, j)| sets[keys].join(j.to_string()))
+                .map(|(keys, j)| sets[keys][*j as usize].clone())
                 .collect()
         })
         .collect();
@@ -540,26 +542,32 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             rows.row(system, p as u32)
                 .map_or(f64::NAN, |r| r.ops_per_sec)
         };
+        let fairness = if equal(shape) {
+            format!(
+                "fairness (least / mean) kernel {:.2}, folio {:.2}",
+                figure(System::Kernel, "fairness").unwrap_or(f64::NAN),
+                figure(System::Folio, "fairness").unwrap_or(f64::NAN),
+            )
+        } else {
+            "fairness: none (unequal tenants: see each one's)".to_string()
+        };
         report.note(format!(
             "{name} tenants: summed reads/s kernel {:.0}, folio {:.0} ({:.2}x); the least \
-             tenant's folio / kernel {:.2}; fairness (least / mean, equal tenants only) \
-             kernel {:.2}, folio {:.2}; memory holding the data: kernel {:.1} MiB, folio \
-             {:.1} MiB (domain file {:.1})",
+             tenant's folio / kernel {:.2}; {fairness}; memory holding the data: kernel \
+             {:.1} MiB, folio {:.1} MiB (domain file {:.1})",
             ops(System::Kernel),
             ops(System::Folio),
             figure(System::Folio, "summed_vs_kernel").unwrap_or(f64::NAN),
             figure(System::Folio, "least_tenant_vs_kernel").unwrap_or(f64::NAN),
-            figure(System::Kernel, "fairness").unwrap_or(f64::NAN),
-            figure(System::Folio, "fairness").unwrap_or(f64::NAN),
             mib(figure(System::Kernel, "memory_bytes")),
             mib(figure(System::Folio, "memory_bytes")),
             mib(figure(System::Folio, "domain_region_bytes")),
         ));
         for (i, t) in shape.iter().enumerate() {
             report.note(format!(
-                "{name}, tenant {i} ({} keys, {} MiB; {} threads): reads/s kernel {:.0}, folio \
-                 {:.0} ({:.2}x); steady reads/s kernel {:.0}, folio {:.0}, bytes read from \
-                 the disk per read kernel {:.0}, folio {:.0}; held at the end: kernel {:.1} \
+                "{name}, tenant {i} ({} keys, {} MiB; {} thread(s)): reads/s kernel {:.0}, \
+                 folio {:.0} ({:.2}x); steady reads/s kernel {:.0}, folio {:.0}, bytes read \
+                 from the disk per read kernel {:.1}, folio {:.1}; held at the end: kernel {:.1} \
                  MiB, folio {:.1} MiB (the domain's frames it owns {:.1}; each tenant's share \
                  {:.1}, floor {:.1})",
                 t.keys,
@@ -701,7 +709,12 @@ mod tests {
     #[test]
     fn per_tenant_lists_make_one_measurement_of_a_tenant_per_value() {
         let greedy_and_quiet = vec![vec![tenant(20_000, 2), tenant(2000, 1), tenant(2000, 1)]];
-        let argv = ["--tenant-keys", "20000,2000,2000", "--tenant-threads", "2,1,1"];
+        let argv = [
+            "--tenant-keys",
+            "20000,2000,2000",
+            "--tenant-threads",
+            "2,1,1",
+        ];
         assert_eq!(parse(&argv), Ok(greedy_and_quiet.clone()));
         // --processes may say the same count.
         let with_p = [&argv[..], &["--processes", "3"]].concat();
@@ -723,9 +736,15 @@ mod tests {
     fn per_tenant_lists_that_disagree_are_refused_in_words() {
         let err = |argv: &[&str]| parse(argv).unwrap_err();
         let e = err(&["--tenant-keys", "1,2,3", "--tenant-threads", "2,1"]);
-        assert!(e.contains("--tenant-keys gives 3 tenants and --tenant-threads 2"), "{e}");
+        assert!(
+            e.contains("--tenant-keys gives 3 tenants and --tenant-threads 2"),
+            "{e}"
+        );
         let e = err(&["--tenant-keys", "1,2,3", "--processes", "2"]);
-        assert!(e.contains("--processes 2 disagrees with the 3 tenants"), "{e}");
+        assert!(
+            e.contains("--processes 2 disagrees with the 3 tenants"),
+            "{e}"
+        );
         let e = err(&["--tenant-threads", "1,2", "--processes", "2,3"]);
         assert!(e.contains("--processes 2,3 disagrees"), "{e}");
         // clap's: no zero, no word, not beside the option a list replaces.
