@@ -29,7 +29,8 @@
 //! `db-bench readonly` (issue 45, module `readonly`) runs P read-only db_bench
 //! processes on one database at once: the kernel, folio sharing a domain, folio private.
 //! `db-bench tenants` (module `tenants`) runs P processes each on a database of its own
-//! (the services of one machine), kernel and folio; both start their processes together
+//! (the services of one machine), equal or each of its own size and threads (a greedy
+//! tenant beside quiet ones), kernel and folio; both start their processes together
 //! (module `together`).
 //!
 //! `db-bench fillseq | fillrandom | overwrite | readwhilewriting` (issue 15, module
@@ -103,9 +104,10 @@ pub enum Benchmark {
     /// (`--processes`): the kernel, folio sharing a fresh domain, and folio with private
     /// caches; summed reads/s, cold and steady, and the memory holding the data (issue 45).
     Readonly,
-    /// P db_bench processes at once, each on a database of its own (`--processes`,
-    /// `readrandom`): the kernel and folio's plugin (one domain for the P); summed reads/s,
-    /// each tenant's against the kernel's, the memory holding the data (issue 45).
+    /// P db_bench processes at once, each on a database of its own (`--processes`, or each
+    /// of its own size and threads: `--tenant-keys`, `--tenant-threads`; `readrandom`): the
+    /// kernel and folio's plugin (one domain for the P); summed reads/s, each tenant's
+    /// against the kernel's, the memory holding the data (issue 45).
     Tenants,
 }
 

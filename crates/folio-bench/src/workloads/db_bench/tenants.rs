@@ -170,13 +170,22 @@ fn shapes(args: &Args, settings: &Settings) -> Result<Vec<Vec<Tenant>>, String> 
         .collect()])
 }
 
-/// Which database each tenant reads: per distinct size, how many databases of it the
-/// measurements need at most (the set to make, `ensure_dbs_at_least`), and per tenant
-/// of each shape its size and its database's number in that set. The j-th tenant of a
-/// size reads database j: two tenants of one size read databases of their own, as equal
-/// tenants always did.
-fn db_numbers(shapes: &[Vec<Tenant>]) -> (BTreeMap<u64, u64>, Vec<Vec<(u64, u64)>>) {
-    let mut most: BTreeMap<u64, u64> = BTreeMap::new();
+/// A tenant's database: the set of its size (`keys`) and its number in the set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct DbNumber {
+    keys: u64,
+    number: u64,
+}
+
+/// Per distinct size (keys), how many databases of it the measurements need at most.
+type SetSizes = BTreeMap<u64, u64>;
+
+/// Which database each tenant reads: the sets to make ([`SetSizes`],
+/// `ensure_dbs_at_least`), and per tenant of each shape its database. The j-th tenant of
+/// a size reads database j: two tenants of one size read databases of their own, as
+/// equal tenants always did.
+fn db_numbers(shapes: &[Vec<Tenant>]) -> (SetSizes, Vec<Vec<DbNumber>>) {
+    let mut most = SetSizes::new();
     let numbers = shapes
         .iter()
         .map(|shape| {
@@ -189,7 +198,10 @@ fn db_numbers(shapes: &[Vec<Tenant>]) -> (BTreeMap<u64, u64>, Vec<Vec<(u64, u64)
                     *j += 1;
                     let needed = most.entry(t.keys).or_insert(0);
                     *needed = (*needed).max(*j);
-                    (t.keys, number)
+                    DbNumber {
+                        keys: t.keys,
+                        number,
+                    }
                 })
                 .collect()
         })
@@ -295,7 +307,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
         .map(|shape| {
             shape
                 .iter()
-                .map(|(keys, j)| sets[keys][*j as usize].clone())
+                .map(|db| sets[&db.keys][db.number as usize].clone())
                 .collect()
         })
         .collect();
@@ -769,8 +781,11 @@ mod tests {
         let (sets, numbers) = db_numbers(&shapes);
         // The most tenants of a size in one measurement: three of 2,000 keys.
         assert_eq!(sets, BTreeMap::from([(2000, 3), (20_000, 1)]));
-        assert_eq!(numbers[0], vec![(20_000, 0), (2000, 0), (2000, 1)]);
-        assert_eq!(numbers[1], vec![(2000, 0), (2000, 1), (2000, 2)]);
+        let pairs = |shape: &[DbNumber]| -> Vec<(u64, u64)> {
+            shape.iter().map(|db| (db.keys, db.number)).collect()
+        };
+        assert_eq!(pairs(&numbers[0]), vec![(20_000, 0), (2000, 0), (2000, 1)]);
+        assert_eq!(pairs(&numbers[1]), vec![(2000, 0), (2000, 1), (2000, 2)]);
     }
 
     #[test]
