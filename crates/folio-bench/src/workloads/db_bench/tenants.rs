@@ -622,7 +622,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
          `tenants` each one's; the median of {rounds} round(s)",
         shapes
             .iter()
-            .map(|s| label(s) + &format!(" {}", describe(s)))
+            .map(|s| describe(s))
             .collect::<Vec<_>>()
             .join("; "),
         tenant_args(0, first, &PathBuf::new())
@@ -642,7 +642,9 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
          the block layer per read (/proc/<pid>/io read_bytes: a set that stays cached reads \
          none); what it held at the end: kernel = mincore of its table files, folio = the \
          domain's frames it owns (the plugin's stats at exit, owned_frames) + its private \
-         cache (cached_bytes + metadata_bytes), beside the share and floor each tenant had",
+         cache (cached_bytes + metadata_bytes), beside the share and floor it saw at its \
+         exit (the quota over the tenants still attached: one that exits after another \
+         sees a larger share)",
     );
     if let Some(note) = plugin_note {
         report.note(note);
