@@ -59,8 +59,8 @@ use serde_json::{json, Value};
 
 use super::child::SAMPLE_PERIOD;
 use super::readonly::{
-    domain_region, measurement_dir, median, record_folio_stats, summed, take_domain, user_domain,
-    TmpfsPeak,
+    domain_line, domain_region, measurement_dir, median, record_folio_stats, summed, take_domain,
+    user_domain, TmpfsPeak,
 };
 use super::together::{measure_rounds, run_together, Launch, ProcessRun, Settings};
 use super::windows::{WindowSpec, Windows};
@@ -392,11 +392,7 @@ pub fn run(args: &Args, env: &Env) -> io::Result<Report> {
             kernel_cached += cached;
             // Held at the end: the kernel's page cache of its tables; under folio the
             // domain's frames it owns (its stats at exit) and its private cache.
-            let domain = part
-                .stats
-                .lines()
-                .find(|l| l.starts_with("folio: domain:"))
-                .unwrap_or("");
+            let domain = domain_line(&part.stats);
             let frames = |key: &str| stat_of(domain, key).map(|f| f * 4096);
             let memory = match system {
                 System::Folio => {
