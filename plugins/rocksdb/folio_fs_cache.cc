@@ -82,9 +82,10 @@ std::string DescribeAdoption(folio_cache cache, const std::string& segment_name,
          " replaced=" + std::to_string(a.replaced) + " naming=" + naming;
 }
 
-// "folio: domain: name=NAME hits=N misses=N preads=N ... files_refused=N": what this
-// process read through the cache's domain (folio_cache_domain_stats; "name=none" and
-// zeros for a private cache).
+// "folio: domain: name=NAME hits=N misses=N preads=N ... owned_frames=N share_frames=N
+// floor_frames=N": what this process read through the cache's domain, and the frames it
+// owns there beside its share and floor (folio_cache_domain_stats; "name=none" and zeros
+// for a private cache).
 std::string DescribeDomain(folio_cache cache, const std::string& domain) {
   folio_domain_stats d{};
   const int rc = folio_cache_domain_stats(cache, &d);
@@ -102,7 +103,12 @@ std::string DescribeDomain(folio_cache cache, const std::string& domain) {
          " windows=" + std::to_string(d.windows) +
          " duplicate_reads=" + std::to_string(d.duplicate_reads) +
          " files_newer_here=" + std::to_string(d.files_newer_here) +
-         " installs=" + std::to_string(d.installs);
+         " installs=" + std::to_string(d.installs) +
+         " quota_frames=" + std::to_string(d.quota_frames) +
+         " frames_cached=" + std::to_string(d.frames_cached) +
+         " owned_frames=" + std::to_string(d.owned_frames) +
+         " share_frames=" + std::to_string(d.share_frames) +
+         " floor_frames=" + std::to_string(d.floor_frames);
 }
 
 void PrintStats() {

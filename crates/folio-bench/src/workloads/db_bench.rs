@@ -29,7 +29,8 @@
 //! `db-bench readonly` (issue 45, module `readonly`) runs P read-only db_bench
 //! processes on one database at once: the kernel, folio sharing a domain, folio private.
 //! `db-bench tenants` (module `tenants`) runs P processes each on a database of its own
-//! (the services of one machine), kernel and folio; both start their processes together
+//! (the services of one machine), equal or each of its own size and threads (a greedy
+//! tenant beside quiet ones), kernel and folio; both start their processes together
 //! (module `together`).
 //!
 //! `db-bench fillseq | fillrandom | overwrite | readwhilewriting` (issue 15, module
@@ -103,9 +104,10 @@ pub enum Benchmark {
     /// (`--processes`): the kernel, folio sharing a fresh domain, and folio with private
     /// caches; summed reads/s, cold and steady, and the memory holding the data (issue 45).
     Readonly,
-    /// P db_bench processes at once, each on a database of its own (`--processes`,
-    /// `readrandom`): the kernel and folio's plugin (one domain for the P); summed reads/s,
-    /// each tenant's against the kernel's, the memory holding the data (issue 45).
+    /// P db_bench processes at once, each on a database of its own (`--processes`, or each
+    /// of its own size and threads: `--tenant-keys`, `--tenant-threads`; `readrandom`): the
+    /// kernel and folio's plugin (one domain for the P); summed reads/s, each tenant's
+    /// against the kernel's, the memory holding the data (issue 45).
     Tenants,
 }
 
@@ -180,6 +182,27 @@ pub struct Args {
     /// tenants 3]
     #[arg(long, value_delimiter = ',')]
     pub processes: Option<Vec<usize>>,
+    /// `tenants`: each tenant's database size in keys, comma-separated, one value per
+    /// tenant (unequal tenants: `--tenant-keys 400000,20000,20000` is a greedy tenant
+    /// beside two quiet ones); the list's length is the tenant count, which `--processes`,
+    /// if given too, must equal [default: --processes tenants of --keys each]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "keys",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub tenant_keys: Option<Vec<u64>>,
+    /// `tenants`: each tenant's db_bench threads (its `--threads`), comma-separated, one
+    /// value per tenant, as many as --tenant-keys gives or --processes says [default: 1
+    /// each, or --threads]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "threads",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    pub tenant_threads: Option<Vec<u64>>,
     /// Run every system's db_bench in a fresh memory cgroup of this many MiB, one per
     /// measurement (v2 `memory.max`, or v1 `memory.limit_in_bytes` where the memory
     /// controller is on v1; folio's memory policy reads only v2) [default: none]
@@ -332,6 +355,15 @@ impl Workload for Args {
     }
 
     fn run(&self, env: &Env) -> io::Result<Report> {
+        if self.benchmark != Benchmark::Tenants
+            && (self.tenant_keys.is_some() || self.tenant_threads.is_some())
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "--tenant-keys and --tenant-threads shape the tenants of `db-bench tenants` \
+                 only",
+            ));
+        }
         // The plugin runs at its defaults, which are persistent (`persist=1`): `--persistent`
         // changes nothing here, and its absence does not turn persistence off.
         match self.benchmark {
@@ -487,6 +519,39 @@ fn ensure_dbs(env: &Env, dbs: u64, keys: u64) -> io::Result<PathBuf> {
     check_status("db_bench fillseq", &out)?;
     std::fs::write(&marker, format!("{dbs} {keys}\n"))?;
     Ok(db)
+}
+
+/// [`ensure_dbs`] for at least `dbs` databases of `keys` keys, for readers of one
+/// database each: a complete set of more databases of that size made before
+/// (`db-bench-<m>x<keys>`, the fewest such `m`, `dbs` itself first) serves, so that a
+/// shape of tenants reuses the databases another shape made rather than writing them
+/// again (the issue's 6 GB databases take minutes each). Returns each database's `--db`,
+/// as db_bench names them (`<db>/0`, `<db>/1`, ...; a set of one is `<db>` itself).
+fn ensure_dbs_at_least(env: &Env, dbs: u64, keys: u64) -> io::Result<Vec<PathBuf>> {
+    let suffix = format!("x{keys}");
+    let larger = std::fs::read_dir(&env.dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.ok()?.file_name().into_string().ok()?;
+            let m: u64 = name
+                .strip_prefix("db-bench-")?
+                .strip_suffix(&suffix)?
+                .parse()
+                .ok()?;
+            let parent = env.dir.join(&name);
+            (m >= dbs && parent.join("complete").is_file() && parent.join("db").is_dir())
+                .then_some((m, parent.join("db")))
+        })
+        .min();
+    let (made, db) = match larger {
+        Some(set) => set,
+        None => (dbs, ensure_dbs(env, dbs, keys)?),
+    };
+    Ok(match made {
+        1 => vec![db],
+        _ => (0..made).map(|j| db.join(j.to_string())).collect(),
+    })
 }
 
 /// The table files (`*.sst`, what readseq reads) under `dir`.
@@ -673,6 +738,39 @@ mod tests {
         };
         assert_eq!(Confinement::of(&confined).limit_bytes, Some(2 << 30));
         assert_eq!(Confinement::of(&Args::default()).limit_bytes, None);
+    }
+
+    #[test]
+    fn a_set_of_databases_made_before_serves_as_few_or_more_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = Env::new(
+            dir.path().to_path_buf(),
+            1,
+            crate::workloads::Scale::Quick,
+            kernel::WarmMethod::Read,
+            folio::BackendKind::Pread,
+        );
+        // Sets as ensure_dbs leaves them: one database of 5 keys (db_bench writes a set of
+        // one in `<db>` itself), and four (`<db>/0` .. `<db>/3`); an incomplete set of two.
+        for (dbs, complete) in [(1, true), (4, true), (2, false)] {
+            let parent = dir.path().join(format!("db-bench-{dbs}x5"));
+            std::fs::create_dir_all(parent.join("db")).unwrap();
+            if complete {
+                std::fs::write(parent.join("complete"), "").unwrap();
+            }
+        }
+        let db = |set: &str| dir.path().join(set).join("db");
+        assert_eq!(
+            ensure_dbs_at_least(&env, 1, 5).unwrap(),
+            vec![db("db-bench-1x5")]
+        );
+        // Two readers: the complete set of four, each its own database.
+        let four = ensure_dbs_at_least(&env, 2, 5).unwrap();
+        let expected: Vec<PathBuf> = (0..4)
+            .map(|j| db("db-bench-4x5").join(j.to_string()))
+            .collect();
+        assert_eq!(four, expected);
+        assert_eq!(ensure_dbs_at_least(&env, 4, 5).unwrap(), expected);
     }
 
     #[test]

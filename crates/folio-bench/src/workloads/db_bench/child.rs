@@ -1,6 +1,6 @@
 //! The db_bench process: started with its output in unnamed files, looked at while it runs
-//! (`run_sampled`: its CPU time from `/proc` every `SAMPLE_PERIOD`, beside the lines of
-//! its `--report_file`) and reaped with `wait4(2)`, whose rusage gives its CPU time, peak
+//! (`run_sampled`: its CPU time and its reads from the block layer from `/proc` every
+//! `SAMPLE_PERIOD`, beside the lines of its `--report_file`) and reaped with `wait4(2)`, whose rusage gives its CPU time, peak
 //! memory and block I/O (`ChildUsage`).
 //!
 //! Unlike the roles of `workloads/process.rs` (this binary re-executed), the child here is
@@ -61,9 +61,9 @@ pub fn run_with_usage(
 }
 
 /// [`run_with_usage`], and while the child runs, every `period` a [`CpuSample`]: the
-/// complete lines of `report_file` (db_bench's `--report_file`) and the child's CPU time
-/// (`utime`, `stime` of `/proc/<pid>/stat`, all its threads), read one right after the
-/// other. `report_file` is removed first, so that no line of an earlier run is counted.
+/// complete lines of `report_file` (db_bench's `--report_file`), the child's CPU time
+/// (`utime`, `stime` of `/proc/<pid>/stat`, all its threads) and the bytes it read from
+/// the block layer (`read_bytes` of `/proc/<pid>/io`), read one right after the other. `report_file` is removed first, so that no line of an earlier run is counted.
 /// The rusage at the end is `wait4`'s, as in [`run_with_usage`]; the samples stop at the
 /// last look before the child exited. [`windows::cpu_per_second`] aligns them with the
 /// report's seconds.
@@ -85,6 +85,7 @@ pub fn run_sampled(
     let spawned = Spawned::start(cmd, scratch)?;
     let started = Instant::now();
     let stat = PathBuf::from(format!("/proc/{}/stat", spawned.pid));
+    let io = PathBuf::from(format!("/proc/{}/io", spawned.pid));
     let mut samples = Vec::new();
     let (status, usage) = loop {
         if let Some(done) = wait4_retrying(spawned.pid, Wait::IfExited)? {
@@ -95,12 +96,17 @@ pub fn run_sampled(
         let ticks = std::fs::read_to_string(&stat)
             .ok()
             .and_then(|text| windows::parse_proc_stat(&text));
+        let read_bytes = std::fs::read_to_string(&io)
+            .ok()
+            .and_then(|text| windows::parse_proc_io(&text))
+            .unwrap_or(0);
         if let Some((user, sys)) = ticks {
             samples.push(CpuSample {
                 at_secs: started.elapsed().as_secs_f64(),
                 report_lines,
                 user_secs: user as f64 / ticks_per_sec,
                 sys_secs: sys as f64 / ticks_per_sec,
+                read_bytes,
             });
         }
         std::thread::sleep(period);

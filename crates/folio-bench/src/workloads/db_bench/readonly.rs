@@ -264,6 +264,16 @@ const DOMAIN_KEYS: [&str; 7] = [
     "files_refused",
 ];
 
+/// The `folio: domain:` line of a process's stats (empty where there is none): its
+/// counts and frames in the domain, whose names (`hits=`) the `folio: stats:` line may
+/// use too.
+pub(super) fn domain_line(stats: &str) -> &str {
+    stats
+        .lines()
+        .find(|l| l.starts_with("folio: domain:"))
+        .unwrap_or("")
+}
+
 /// What the private caches hold, summed over the processes: their resident bytes (the
 /// arena's listed chunks) and what they hold of data (`private_held_bytes`: their cached
 /// pages and their metadata).
@@ -286,11 +296,7 @@ pub(super) fn record_folio_stats(parts: &[ProcessRun], extra: &mut Map<String, V
         resident += super::write::stat_of(&p.stats, "resident_bytes").unwrap_or(0);
         held += super::write::stat_of(&p.stats, "cached_bytes").unwrap_or(0)
             + super::write::stat_of(&p.stats, "metadata_bytes").unwrap_or(0);
-        let line = p
-            .stats
-            .lines()
-            .find(|l| l.starts_with("folio: domain:"))
-            .unwrap_or("");
+        let line = domain_line(&p.stats);
         for (slot, key) in domain.iter_mut().zip(DOMAIN_KEYS) {
             *slot += super::write::stat_of(line, key).unwrap_or(0);
         }
@@ -578,6 +584,7 @@ mod tests {
                     sys_secs: s,
                 })
                 .collect(),
+            disk_reads: Vec::new(),
             stats: String::new(),
         }
     }

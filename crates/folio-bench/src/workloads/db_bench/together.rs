@@ -75,14 +75,26 @@ impl Settings {
     /// (but `--db`) for the duration: its own seed (db_bench's default is the same in
     /// all), checksums verified, a report every second.
     pub fn db_bench_args(&self, benchmark: &str, i: usize) -> Vec<String> {
+        self.db_bench_args_of(benchmark, i, self.keys, self.threads)
+    }
+
+    /// [`Self::db_bench_args`] for a process of its own shape: a database of `keys` keys
+    /// read by `threads` threads (`db-bench tenants`' unequal tenants).
+    pub fn db_bench_args_of(
+        &self,
+        benchmark: &str,
+        i: usize,
+        keys: u64,
+        threads: usize,
+    ) -> Vec<String> {
         vec![
             format!("--benchmarks={benchmark}"),
             "--use_existing_db=1".into(),
-            format!("--num={}", self.keys),
+            format!("--num={keys}"),
             format!("--reads={READS_UNDER_DURATION}"),
             format!("--duration={}", self.duration_secs),
             format!("--value_size={VALUE_BYTES}"),
-            format!("--threads={}", self.threads),
+            format!("--threads={threads}"),
             format!("--cache_size={}", self.cache_bytes),
             format!("--seed={}", 1000 + i),
             "--histogram=1".into(),
@@ -108,6 +120,9 @@ pub(super) struct ProcessRun {
     pub rates: Vec<f64>,
     /// Its CPU per second ([`windows::cpu_per_second`] of its samples).
     pub cpu: Vec<Cpu>,
+    /// The bytes it read from the block layer in each second, over the same stretches
+    /// ([`windows::disk_reads_per_second`]).
+    pub disk_reads: Vec<u64>,
     /// The plugin's stats at exit (`FOLIO_STATS`, set here to a file in its directory;
     /// empty where the plugin is not loaded).
     pub stats: String,
@@ -158,6 +173,7 @@ pub(super) fn run_together(benchmark: &str, launches: Vec<Launch>) -> io::Result
                         run,
                         rates: parse_report_csv(&csv),
                         cpu: windows::cpu_per_second(&f.samples).secs,
+                        disk_reads: windows::disk_reads_per_second(&f.samples),
                         stats: std::fs::read_to_string(&stats).unwrap_or_default(),
                     })
                 })

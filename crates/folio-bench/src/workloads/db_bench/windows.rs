@@ -56,6 +56,10 @@ pub struct CpuSample {
     /// CPU time of all its threads so far (`utime`, `stime`).
     pub user_secs: f64,
     pub sys_secs: f64,
+    /// Bytes its threads had read from the block layer so far (`read_bytes` of
+    /// `/proc/<pid>/io`, as `ru_inblock` counts them: a page-cache hit reads none, a
+    /// buffered miss its readahead, an O_DIRECT read its own bytes); 0 where unreadable.
+    pub read_bytes: u64,
 }
 
 /// CPU time over a stretch.
@@ -78,15 +82,8 @@ pub struct SecondsCpu {
 /// between the first sample that saw line k - 1 (line 0: the header) and the first that
 /// saw line k. A second whose line no sample saw is not there.
 pub fn cpu_per_second(samples: &[CpuSample]) -> SecondsCpu {
-    // bounds[j]: the first sample that saw j + 1 lines (j = 0: the header).
-    let mut bounds: Vec<usize> = Vec::new();
-    for (i, s) in samples.iter().enumerate() {
-        while bounds.len() < s.report_lines {
-            bounds.push(i);
-        }
-    }
     let mut out = SecondsCpu::default();
-    for pair in bounds.windows(2) {
+    for pair in second_bounds(samples).windows(2) {
         let (from, to) = (&samples[pair[0]], &samples[pair[1]]);
         if pair[0] == pair[1] {
             out.merged_secs += 1;
@@ -97,6 +94,31 @@ pub fn cpu_per_second(samples: &[CpuSample]) -> SecondsCpu {
         });
     }
     out
+}
+
+/// The bytes read from the block layer in each reported second, over the stretches
+/// [`cpu_per_second`] gives each second its CPU: `reads[k - 1]` is second k's.
+pub fn disk_reads_per_second(samples: &[CpuSample]) -> Vec<u64> {
+    second_bounds(samples)
+        .windows(2)
+        .map(|pair| {
+            samples[pair[1]]
+                .read_bytes
+                .saturating_sub(samples[pair[0]].read_bytes)
+        })
+        .collect()
+}
+
+/// `bounds[j]`: the index of the first sample that saw `j + 1` lines of the report file
+/// (`j = 0`: the header), for as many lines as the samples saw.
+fn second_bounds(samples: &[CpuSample]) -> Vec<usize> {
+    let mut bounds: Vec<usize> = Vec::new();
+    for (i, s) in samples.iter().enumerate() {
+        while bounds.len() < s.report_lines {
+            bounds.push(i);
+        }
+    }
+    bounds
 }
 
 /// How a run is cut: the first `cold_secs` seconds, the last `steady_secs`, the rest
@@ -255,6 +277,15 @@ pub fn parse_proc_stat(text: &str) -> Option<(u64, u64)> {
     Some((utime, stime))
 }
 
+/// `read_bytes` from the text of `/proc/<pid>/io` (its `read_bytes:` line).
+pub fn parse_proc_io(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +296,7 @@ mod tests {
             report_lines,
             user_secs,
             sys_secs,
+            read_bytes: 0,
         }
     }
 
@@ -297,6 +329,37 @@ mod tests {
         // No header seen: no second. Only the header: none either.
         assert!(cpu_per_second(&samples[..2]).secs.is_empty());
         assert!(cpu_per_second(&samples[..5]).secs.is_empty());
+    }
+
+    #[test]
+    fn each_second_gets_the_disk_reads_between_the_same_samples_as_its_cpu() {
+        let read = |at_secs, report_lines, read_bytes| CpuSample {
+            read_bytes,
+            ..sample(at_secs, report_lines, 0.0, 0.0)
+        };
+        // 4 KiB read while opening (before the header: no second's), then 8 KiB in
+        // second 1 and none in second 2 (its set cached), whatever was read after the
+        // last line the samples saw not counted.
+        let samples = [
+            read(0.0, 0, 0),
+            read(0.1, 1, 4096),
+            read(0.6, 1, 8192),
+            read(1.1, 2, 12288),
+            read(2.1, 3, 12288),
+            read(2.2, 3, 16384),
+        ];
+        assert_eq!(disk_reads_per_second(&samples), vec![8192, 0]);
+        assert!(disk_reads_per_second(&samples[..2]).is_empty());
+    }
+
+    #[test]
+    fn parses_read_bytes_from_proc_io() {
+        let io = "rchar: 100\nwchar: 7\nsyscr: 3\nsyscw: 1\nread_bytes: 8192\n\
+                  write_bytes: 0\ncancelled_write_bytes: 0\n";
+        assert_eq!(parse_proc_io(io), Some(8192));
+        assert_eq!(parse_proc_io("rchar: 100\n"), None);
+        let own = std::fs::read_to_string("/proc/self/io").expect("procfs");
+        assert!(parse_proc_io(&own).is_some(), "{own}");
     }
 
     #[test]
