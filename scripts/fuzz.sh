@@ -30,6 +30,19 @@ fi
 echo "== building the fuzz targets (nightly, AddressSanitizer)"
 cargo +nightly fuzz build
 
+# The hostile_segment target's world (a directory in /dev/shm: folio::fuzzing,
+# `process_world`) lives as long as its fuzzing process and is not removed at its exit:
+# remove every world whose process has ended (its name holds the pid).
+remove_ended_worlds() {
+    local world pid
+    for world in /dev/shm/folio-fuzz-hostile-*; do
+        [ -d "$world" ] || continue
+        pid=${world#/dev/shm/folio-fuzz-hostile-}
+        pid=${pid%%-*}
+        [ -d "/proc/$pid" ] || rm -rf "$world"
+    done
+}
+
 summary=()
 failed=0
 for target in "${targets[@]}"; do
@@ -46,6 +59,7 @@ for target in "${targets[@]}"; do
         >"$log" 2>&1
     status=$?
     set -e
+    remove_ended_worlds
     runs=$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log" | tail -1 || true)
     rate=$(grep -Eo 'stat::average_exec_per_sec: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1 || true)
     corpus=$(grep -Eo 'corp: [0-9]+/[0-9a-zA-Z]+' "$log" | tail -1 || true)

@@ -940,19 +940,29 @@ struct HostileFile {
 }
 
 /// The target's fixed world: a private directory in `/dev/shm` for its segments and data
-/// files of several kinds (`HostileFile`), made once per process.
+/// files of several kinds (`HostileFile`), removed when dropped. The tests that run the
+/// target make one each (`HostileWorld::new`) and drop it when they are done; the fuzzer
+/// runs in one for its whole process (`process_world`).
 struct HostileWorld {
+    base: std::path::PathBuf,
     segments: std::path::PathBuf,
     files: Vec<HostileFile>,
+    /// Held by the body that runs in the world (its segment's name and the data files a
+    /// recovery may write are the world's): one at a time.
+    busy: std::sync::Mutex<()>,
 }
 
-fn hostile_world() -> &'static HostileWorld {
-    use std::os::unix::fs::PermissionsExt;
-    static WORLD: std::sync::OnceLock<HostileWorld> = std::sync::OnceLock::new();
-    WORLD.get_or_init(|| {
+impl HostileWorld {
+    /// Makes a world at `/dev/shm/folio-fuzz-hostile-<pid>-<n>` (`n`: this process's
+    /// `n`-th), replacing what a process of the same pid left there.
+    fn new() -> HostileWorld {
+        use std::os::unix::fs::PermissionsExt;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static MADE: AtomicU32 = AtomicU32::new(0);
         let base = std::path::PathBuf::from(format!(
-            "/dev/shm/folio-fuzz-hostile-{}",
-            std::process::id()
+            "/dev/shm/folio-fuzz-hostile-{}-{}",
+            std::process::id(),
+            MADE.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&base);
         let segments = base.join("segments");
@@ -992,8 +1002,31 @@ fn hostile_world() -> &'static HostileWorld {
                 }
             })
             .collect();
-        HostileWorld { segments, files }
-    })
+        HostileWorld {
+            base,
+            segments,
+            files,
+            busy: std::sync::Mutex::new(()),
+        }
+    }
+}
+
+impl Drop for HostileWorld {
+    fn drop(&mut self) {
+        // No body runs in it (we own it): each closed and removed its segment; no
+        // process of the world's outlives its body (no keeper: `adopt::take` alone).
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+/// The fuzzer's world: one per process, made at its first input. A static is never
+/// dropped, so the world outlives the fuzzing process: `scripts/fuzz.sh` removes the
+/// worlds of the processes that ended after each target's run (removing it at the
+/// process's exit would take an `atexit` handler, an `unsafe` call this module does not
+/// make).
+fn process_world() -> &'static HostileWorld {
+    static WORLD: std::sync::OnceLock<HostileWorld> = std::sync::OnceLock::new();
+    WORLD.get_or_init(HostileWorld::new)
 }
 
 /// The hostile-segment target: a whole segment built from the fuzzer's bytes (header
@@ -1011,19 +1044,23 @@ fn hostile_world() -> &'static HostileWorld {
 ///   opening for writing by its true identity and path, nor any file when the segment is
 ///   marked finished (the fuzzer runs as root).
 pub fn hostile_segment(data: &[u8]) {
+    hostile_segment_in(process_world(), data)
+}
+
+/// `hostile_segment` in `world`.
+fn hostile_segment_in(world: &HostileWorld, data: &[u8]) {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     use crate::segment::layout::{FileStamp, Opened, SIZE_UNKNOWN};
     use crate::segment::Segment;
 
-    // One body at a time in a process: its world (the segment's name, the data files a
-    // recovery may write) is one per process, and libtest runs the two tests that call
-    // this body on two threads (one failed so, seen once).
-    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _alone = ONE_AT_A_TIME
+    // One body at a time in a world: its segment's name and the data files a recovery may
+    // write are the world's (libtest ran two tests on one world, when it was one per
+    // process, on two threads: one failed so, seen once).
+    let _alone = world
+        .busy
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let world = hostile_world();
     let mut input = Input::new(data);
     let name = "hostile";
     let path = world.segments.join(name);
@@ -1297,7 +1334,7 @@ mod tests {
         found
     }
 
-    fn replay(target: &str, body: fn(&[u8])) {
+    fn replay(target: &str, body: impl Fn(&[u8])) {
         for (path, bytes) in inputs(target) {
             eprintln!("replaying {}", path.display());
             body(&bytes);
@@ -1337,7 +1374,18 @@ mod tests {
 
     #[test]
     fn hostile_segment_inputs_replay() {
-        replay("hostile_segment", super::hostile_segment);
+        let world = super::HostileWorld::new();
+        replay("hostile_segment", |bytes| {
+            super::hostile_segment_in(&world, bytes)
+        });
+        world_removed(world);
+    }
+
+    /// Drops `world` and checks that its directory went with it.
+    fn world_removed(world: super::HostileWorld) {
+        let base = world.base.clone();
+        drop(world);
+        assert!(!base.exists(), "{} is still there", base.display());
     }
 
     /// A few hundred pseudo-random whole segments (each builds files and a segment: slower
@@ -1351,11 +1399,13 @@ mod tests {
             state ^= state << 17;
             state
         };
+        let world = super::HostileWorld::new();
         for _ in 0..if cfg!(miri) { 0 } else { 300 } {
             let len = (next() % 1024) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            super::hostile_segment(&bytes);
+            super::hostile_segment_in(&world, &bytes);
         }
+        world_removed(world);
     }
 
     #[test]

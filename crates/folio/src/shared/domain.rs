@@ -1029,7 +1029,7 @@ mod tests {
     use crate::shared::index::{Entry, Folio, Placed};
     use crate::shared::queue::{FileNo, Optimistic, Shares};
     use crate::shared::terms::Unkillable;
-    use crate::shared::tests::allocated_in;
+    use crate::shared::tests::{allocated_in, DomainHome};
     use crate::shared::Flaw;
 
     /// Every word before the data area of the largest domain is named by a `Word` (a
@@ -1060,8 +1060,8 @@ mod tests {
     }
 
     /// A temporary private home in `/dev/shm` (a tmpfs) and the files of `name` in it.
-    fn home(name: &str) -> (tempfile::TempDir, SegmentDir, DomainFiles) {
-        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    fn home(name: &str) -> (DomainHome, SegmentDir, DomainFiles) {
+        let home = DomainHome::new();
         let dir = SegmentDir::open(home.path(), DiskDir::Refused).unwrap();
         (home, dir, DomainFiles::of(name).unwrap())
     }

@@ -336,6 +336,7 @@ fn next_chunk(begun: &[bool], next: &[u32], known: &[Known]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::tests::DomainHome;
 
     const U: Known = Known::Unknown;
     const P: Known = Known::Populated;
@@ -373,9 +374,9 @@ mod tests {
     /// A domain of `chunks` chunks made in a temporary home (by this process, as its
     /// steward would: no steward runs, so only the test's populator populates), and a
     /// slot in it.
-    fn domain(name: &str, chunks: u32) -> (tempfile::TempDir, Domain, super::super::Holder) {
+    fn domain(name: &str, chunks: u32) -> (DomainHome, Domain, super::super::Holder) {
         use super::super::domain::{DomainFiles, Geometry};
-        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+        let home = DomainHome::new();
         let dir = crate::segment::SegmentDir::open(home.path(), crate::segment::DiskDir::Refused)
             .unwrap();
         let files = DomainFiles::of(name).unwrap();
@@ -508,7 +509,7 @@ mod tests {
     fn the_steward_populates_the_lead_of_a_new_domain() {
         use super::super::attach::{DomainConfig, Member};
         use super::super::domain::Geometry;
-        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+        let home = DomainHome::new();
         let config = DomainConfig {
             dir: home.path().to_path_buf(),
             name: "populate-steward".into(),

@@ -119,7 +119,9 @@
 //! its census, each attach it answers, each death it marks, each bury and free, its exit
 //! or its panic) to `<name>.trace` in the domain's directory, one `write` per line
 //! (`O_APPEND`: the lines of successive stewards do not mix), for a failing kill test to
-//! print what each steward did (`Trace`). Other builds write nothing.
+//! print what each steward did (`Trace`). The steward holds the file open, under a shared
+//! `flock`, until it exits: a test's directory waits for that lock before it is removed
+//! (`tests::DomainHome`). Other builds write nothing.
 //!
 //! Protection: the header's steward fields and the records by the election (one steward
 //! at a time); the slots and the stack by their protocols. The steward reads every word of
@@ -191,8 +193,11 @@ const REQUEST_WAIT: Duration = Duration::from_secs(1);
 /// Context: a freshly forked child with one thread; `ready` is the write end of its
 /// starter's pipe.
 pub(crate) fn main(config: &DomainConfig, ready: RawFd) -> ! {
+    let isolated = isolate(ready);
+    // After `isolate`, which closes every descriptor but the pipe: the trace's is held
+    // until the `_exit` (`Trace`).
     let trace = Trace::of(config);
-    let code = match isolate(ready) {
+    let code = match isolated {
         Ok(()) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(config, &trace)))
             .unwrap_or_else(|panic| {
                 let what = panic
@@ -1213,24 +1218,50 @@ impl Run for Steward<'_> {
 }
 
 /// The steward's trace (module docs): in test builds, `<name>.trace` in the domain's
-/// directory; in others, nothing.
+/// directory, opened once and held, with a shared `flock` on it, for the steward's whole
+/// life (from just after `isolate` to its `_exit`); in others, nothing.
+///
+/// Why held rather than opened per line: the lock is what a test's directory waits for
+/// before it removes the directory (`tests::DomainHome`: it takes the lock exclusively,
+/// which it gets once every steward that opened the trace has exited, whatever ended
+/// it); and a line written after the directory was removed goes to the unlinked file,
+/// never to a new file at the old path (a line appended by path recreated the trace in a
+/// directory being removed, whose `rmdir` then failed: a `.tmpXXXXXX` left in /dev/shm).
 ///
 /// Protection: appends only, one `write` per line (`O_APPEND`). Limits: a line that fails
-/// to be written is lost (a trace never stops the steward).
+/// to be written is lost, and so is every line of a steward that could not open the file
+/// (a trace never stops the steward); such a steward holds no lock, so a test's directory
+/// does not wait for it.
 #[derive(Debug)]
 pub(crate) struct Trace {
     #[cfg(test)]
-    path: std::path::PathBuf,
+    file: Option<StdFile>,
 }
 
 impl Trace {
-    /// The trace of `config`'s domain.
+    /// The trace of `config`'s domain: opened for appending (made if new), and locked
+    /// shared (waits while a test's directory holds it exclusively: that directory is
+    /// being removed, and this steward finds nothing there).
+    ///
+    /// Context: the steward, after `isolate` (which closes every other descriptor).
     pub(crate) fn of(config: &DomainConfig) -> Trace {
         #[cfg(not(test))]
         let _ = config;
+        #[cfg(test)]
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(Self::path(config))
+            .ok();
+        #[cfg(test)]
+        if let Some(file) = &file {
+            // SAFETY: flock on our own descriptor. A failure leaves the trace unlocked
+            // (module docs' limits), never the steward stopped.
+            unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) };
+        }
         Trace {
             #[cfg(test)]
-            path: Self::path(config),
+            file,
         }
     }
 
@@ -1243,8 +1274,7 @@ impl Trace {
     /// Appends one line (test builds): this process's pid, the time since the epoch in
     /// microseconds (µs: lines of several processes in order), and `what`.
     ///
-    /// Context: any process; opens, writes and closes the file (two system calls more
-    /// than the write).
+    /// Context: any process; one `write` to the held file.
     pub(crate) fn line(&self, what: std::fmt::Arguments<'_>) {
         #[cfg(test)]
         {
@@ -1253,11 +1283,7 @@ impl Trace {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_micros());
             let line = format!("{now_us} steward {}: {what}\n", std::process::id());
-            let file = std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .open(&self.path);
-            if let Ok(mut file) = file {
+            if let Some(mut file) = self.file.as_ref() {
                 let _ = file.write_all(line.as_bytes());
             }
         }

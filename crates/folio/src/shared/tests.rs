@@ -2,11 +2,17 @@
 //! operation there), and across real processes (a child that stops itself at the chosen
 //! step and is `SIGKILL`ed there, while another process waits for the lock it holds).
 //! The loom models of the same code are in `tests/loom_shared.rs`.
+//!
+//! Beside them, what the other shared tests build on: the lever `DieAt`, `fork`,
+//! `wait_for`, `kill`, `SharedRegion`, and `DomainHome`, the directory every test's
+//! domain lives in, which no steward outlives (nothing left in `/dev/shm`, no steward
+//! left running after its test).
 
+use super::domain::{Domain, DomainFiles, Pidfd};
 use super::slot::SlotTable;
 use super::stack::{Census, FrameStack};
 use super::terms::Unkillable;
-use super::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
+use super::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 use crate::primitive::{AtomicU64, Ordering};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -297,6 +303,192 @@ fn in_one_process(flaw: Flaw) {
         took_over > 20 && swept > 0,
         "took over {took_over}, swept {swept}"
     );
+}
+
+/// A test's domain directory: a temporary private home in `SHARED_DIR` (tmpfs, as a
+/// domain's must be) that no steward outlives. Every test that makes a domain makes its
+/// directory here, so that this is the one place that ends their stewards.
+///
+/// Dropped, it
+/// 1. kills the steward each domain's header names (`SIGKILL` through a pidfd opened and
+///    checked against the start time, so never another process at a reused pid), and
+///    waits for its death: a steward lingers after its last member
+///    (`DomainConfig::linger`: ten minutes for a `Cache`'s domain), and one left alone
+///    notices its directory removed only at its next tick (up to 2 s), writing its last
+///    trace lines into the directory being removed meanwhile;
+/// 2. waits for every steward that ever opened a trace in the directory to have exited,
+///    by taking each trace's `flock` exclusively (a test build's steward holds it shared
+///    from its start to its exit: steward.rs, `Trace`), which also covers the stewards
+///    the header does not name (one that lost an election, one that left after its
+///    linger, still writing its last lines);
+/// 3. removes the directory and checks it is gone.
+///
+/// Each wait is bounded (`STEWARDS_EXIT_WAIT`); a steward that has not exited in time
+/// fails the test, named with the trace's last lines (a test that stopped a steward and
+/// never killed it). While the test is failing already, the same is only printed.
+///
+/// Limits: a steward forked by a process that was killed before the steward opened its
+/// trace (the few system calls after its fork) is not waited for; nothing of a test
+/// starts a steward once the test is over.
+pub(super) struct DomainHome {
+    dir: Option<tempfile::TempDir>,
+}
+
+/// How long a dropped `DomainHome` waits for its stewards' exits: a killed steward's is at
+/// once, the others' a few system calls; the bound is for a machine so loaded that a
+/// process waits seconds for a core.
+const STEWARDS_EXIT_WAIT: Duration = Duration::from_secs(20);
+
+impl DomainHome {
+    pub(super) fn new() -> DomainHome {
+        DomainHome {
+            dir: Some(tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap()),
+        }
+    }
+
+    pub(super) fn path(&self) -> &std::path::Path {
+        self.dir.as_ref().expect("until dropped").path()
+    }
+
+    /// The traces in the directory, one per domain a steward served (steward.rs,
+    /// `Trace`), with the domain's name.
+    fn traces(&self) -> Vec<(String, std::path::PathBuf)> {
+        let Ok(entries) = std::fs::read_dir(self.path()) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                let name = path.file_name()?.to_str()?.strip_suffix(".trace")?;
+                Some((name.to_string(), path.clone()))
+            })
+            .collect()
+    }
+
+    /// Step 1 (type docs): kills the steward domain `name`'s header names, if it runs,
+    /// and returns it with its pidfd.
+    fn kill_steward(&self, name: &str) -> Option<(ProcessId, Pidfd)> {
+        use crate::segment::{DiskDir, SegmentDir};
+        let dir = SegmentDir::open(self.path(), DiskDir::Refused).ok()?;
+        let files = DomainFiles::of(name).ok()?;
+        // No region (its steward left after its linger, or none was made): no steward
+        // named; the trace's lock still waits for any that runs.
+        let steward = Domain::open(&dir, &files).ok()?.steward();
+        let pidfd = steward.open()?;
+        // SAFETY: pidfd_send_signal on our own pidfd, no siginfo; the pidfd names the
+        // steward checked by its start time, so the signal reaches no other process.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                pidfd.raw(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        Some((steward, pidfd))
+    }
+
+    /// Step 2 (type docs): takes `trace`'s lock exclusively by `deadline`; returns it
+    /// held (the file), or why not.
+    fn wait_for_stewards(
+        trace: &std::path::Path,
+        deadline: Instant,
+    ) -> Result<std::fs::File, String> {
+        use std::os::unix::io::AsRawFd;
+        let file = std::fs::File::open(trace).map_err(|e| format!("{}: {e}", trace.display()))?;
+        loop {
+            // SAFETY: flock on our own descriptor.
+            if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(file);
+            }
+            if Instant::now() > deadline {
+                let lines = std::fs::read_to_string(trace).unwrap_or_default();
+                let last: Vec<&str> = lines.lines().rev().take(20).collect();
+                return Err(format!(
+                    "stewards of {} still running after {STEWARDS_EXIT_WAIT:?}: {:?} (the \
+                     trace's pids without an exit line, running as stewards); its last \
+                     lines, newest first:\n{}",
+                    trace.display(),
+                    running_stewards(&lines),
+                    last.join("\n")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+/// The stewards (pids) a trace's lines show running: each that wrote a line and no
+/// `exits:` line, and runs under the steward's name (a killed steward writes no exit).
+fn running_stewards(trace: &str) -> Vec<&str> {
+    let mut running: Vec<&str> = Vec::new();
+    for line in trace.lines() {
+        let Some((pid, what)) = line
+            .split_once(" steward ")
+            .and_then(|(_, rest)| rest.split_once(": "))
+        else {
+            continue;
+        };
+        if what.starts_with("exits:") {
+            running.retain(|p| *p != pid);
+        } else if !running.contains(&pid) {
+            running.push(pid);
+        }
+    }
+    running.retain(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|comm| comm.trim() == "folio-steward")
+    });
+    running
+}
+
+impl Drop for DomainHome {
+    fn drop(&mut self) {
+        let deadline = Instant::now() + STEWARDS_EXIT_WAIT;
+        let traces = self.traces();
+        let killed: Vec<_> = traces
+            .iter()
+            .filter_map(|(name, _)| self.kill_steward(name).map(|k| (name, k)))
+            .collect();
+        let mut failures = Vec::new();
+        for (name, (steward, pidfd)) in &killed {
+            while !pidfd.is_dead() && Instant::now() <= deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if !pidfd.is_dead() {
+                failures.push(format!(
+                    "steward {steward:?} of {name} not dead after SIGKILL"
+                ));
+            }
+        }
+        // Held until the directory is gone: a steward that starts meanwhile waits.
+        let mut held = Vec::new();
+        for (_, trace) in &traces {
+            match Self::wait_for_stewards(trace, deadline) {
+                Ok(file) => held.push(file),
+                Err(why) => failures.push(why),
+            }
+        }
+        let dir = self.dir.take().expect("dropped once");
+        let path = dir.path().to_path_buf();
+        if let Err(e) = dir.close() {
+            failures.push(format!("{}: not removed: {e}", path.display()));
+        }
+        if path.exists() {
+            failures.push(format!("{} is still there", path.display()));
+        }
+        drop(held);
+        if failures.is_empty() {
+            return;
+        }
+        let what = failures.join("\n");
+        if std::thread::panicking() {
+            eprintln!("a test's domain directory: {what}");
+        } else {
+            panic!("a test's domain directory: {what}");
+        }
+    }
 }
 
 /// A region of shared memory that a forked child shares with its parent, as processes

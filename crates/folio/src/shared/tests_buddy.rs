@@ -12,7 +12,7 @@ use super::magazine::Magazine;
 use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::terms::Unkillable;
-use super::tests::{fork, SharedRegion};
+use super::tests::{fork, DomainHome, SharedRegion};
 use super::tests::{seed_from_env, MemberRun, Rng};
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
@@ -581,7 +581,7 @@ fn processes_killed_at_random_steps_leave_every_frame_accounted_for() {
 /// member died holding it: once the slot is free again, every frame is free.
 #[test]
 fn the_domains_steward_sweeps_a_dead_members_blocks() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let config = DomainConfig {
         dir: home.path().to_path_buf(),
         name: "buddy-test".into(),

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::attach::Member;
 use super::reader::DomainReader;
-use super::tests::Rng;
+use super::tests::{DomainHome, Rng};
 use super::tests_read::{check_all, config, reclaim_everything, stamped, write_file};
 use crate::types::OpenMode;
 use crate::{Cache, DomainStats};
@@ -88,7 +88,7 @@ fn hammer(seed: u64, reads: u32, read: &ReadFile) -> usize {
 /// reclaim of everything frees every frame (no lease, pin or frame left).
 #[test]
 fn threads_of_one_process_read_through_one_domain_reader() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let paths: Vec<PathBuf> = (0..FILES)
         .map(|f| write_file(data.path(), f, file_len(f)))
@@ -265,7 +265,7 @@ fn finish_child(mut child: Child, what: &str) -> (u64, DomainStats) {
 /// half the quota and a floor half a share.
 #[test]
 fn a_second_processs_cache_hits_every_page_the_first_read() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = 40 * 4096 + 100;
     write_file(data.path(), 0, len);
@@ -311,7 +311,7 @@ fn a_second_processs_cache_hits_every_page_the_first_read() {
 /// right in both; then the domain checks and a reclaim frees every frame.
 #[test]
 fn threads_of_two_processes_read_three_files_through_few_frames() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     for f in 0..FILES {
         write_file(data.path(), f, file_len(f));
@@ -344,7 +344,7 @@ fn threads_of_two_processes_read_three_files_through_few_frames() {
 /// summed printed; then the domain checks and a reclaim frees every frame.
 #[test]
 fn two_processes_scanning_one_file_at_once_never_read_a_page_twice() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let pages = 160;
     write_file(data.path(), 0, pages * 4096);
@@ -377,7 +377,7 @@ fn two_processes_scanning_one_file_at_once_never_read_a_page_twice() {
 /// the futures and `get_page` of a domain file say `Unsupported`.
 #[test]
 fn a_domain_caches_writable_and_refused_files_read_privately() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "cache-private";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();

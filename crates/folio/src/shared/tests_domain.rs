@@ -16,7 +16,7 @@ use super::futex::{self, Parked};
 use super::slot::SlotState;
 use super::stack::Census;
 use super::terms::Park;
-use super::tests::{fork, seed_from_env, Rng, SharedRegion};
+use super::tests::{fork, seed_from_env, DomainHome, Rng, SharedRegion};
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::primitive::Ordering;
 use std::cell::Cell;
@@ -191,7 +191,7 @@ impl Drop for Cleanup<'_> {
 fn processes_and_the_steward_killed_at_random_steps_leave_a_working_domain() {
     let seed = seed_from_env("steward test");
     let mut rng = Rng(seed);
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let config = DomainConfig {
         dir: home.path().to_path_buf(),
         name: "steward-test".into(),
@@ -409,7 +409,7 @@ fn a_process_reaped_while_its_start_time_is_read_is_found_gone() {
 /// child finds the page mapped) and without the fork guard (the number is the socket).
 #[test]
 fn a_forked_child_has_no_region_and_attaches_as_its_own_member() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let config = DomainConfig {
         dir: home.path().to_path_buf(),
         name: "fork-test".into(),
@@ -469,4 +469,71 @@ fn a_forked_child_has_no_region_and_attaches_as_its_own_member() {
     // The parent is untouched: still LIVE, its slot its own.
     assert!(parent.domain().slots().is_live(parents));
     parent.detach();
+}
+
+/// A test's domain directory (`tests::DomainHome`) outlives the steward of its domain: a
+/// steward that lingers as a `Cache`'s does (ten minutes), alone after its member's
+/// detach, is dead once the directory is dropped, and the directory is gone. Fails with
+/// a plain temporary directory (the steward outlives it until its next tick, then writes
+/// its last trace lines there) and with a `DomainHome` that does not kill (its wait for
+/// the trace's lock times out: the steward lingers on).
+#[test]
+fn a_dropped_domain_home_ends_its_lingering_steward_and_is_gone() {
+    let home = DomainHome::new();
+    let mut config = super::tests_read::config(home.path(), "home-steward", 4, 64);
+    // A `Cache`'s domain's linger (`DOMAIN_LINGER`).
+    config.linger = Duration::from_secs(10 * 60);
+    let member = Member::attach(&config).unwrap();
+    let steward = member.steward().open().expect("a steward runs");
+    member.detach();
+    let path = home.path().to_path_buf();
+    drop(home);
+    assert!(steward.is_dead(), "the steward outlived its directory");
+    assert!(!path.exists(), "{} is still there", path.display());
+}
+
+/// A steward the domain's header does not name (one that lost an election, one that left
+/// after its linger and still writes its last lines) is waited for too, by its lock on
+/// the trace (steward.rs, `Trace`): a child holds the trace's lock shared as a steward
+/// does, and reports its last step just before it exits, 200 ms after the drop began;
+/// the drop returns only after that report. Fails with a `DomainHome` that does not wait
+/// for the trace's lock.
+#[test]
+fn a_dropped_domain_home_waits_for_every_steward_that_holds_its_trace() {
+    use std::os::unix::io::AsRawFd;
+    const LOCKED: usize = 0;
+    const DONE: usize = 1;
+    let home = DomainHome::new();
+    let trace = home.path().join("unnamed.trace");
+    let words = SharedRegion::new(8);
+    let report = words.words();
+    let child = fork(|| {
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&trace)
+            .unwrap();
+        // SAFETY: flock on our own descriptor.
+        assert_eq!(unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) }, 0);
+        report[LOCKED].store(1, Ordering::Release);
+        std::thread::sleep(Duration::from_millis(200));
+        report[DONE].store(1, Ordering::Release);
+        // The lock goes with the process's exit (`fork`'s `_exit`).
+        std::mem::forget(file);
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while report[LOCKED].load(Ordering::Acquire) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the child never locked the trace"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    drop(home);
+    assert_eq!(
+        report[DONE].load(Ordering::Acquire),
+        1,
+        "the directory went while a steward held its trace"
+    );
+    super::tests::exited_ok(child, "the trace's holder");
 }

@@ -8,7 +8,7 @@
 use super::files::{FileId, FileKey, FileTable, Opened, RecordCensus, Removal, Stamp};
 use super::slot::SlotTable;
 use super::terms::Unkillable;
-use super::tests::{seed_from_env, MemberRun, Rng};
+use super::tests::{seed_from_env, DomainHome, MemberRun, Rng};
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
@@ -447,7 +447,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
     use super::tests::{fork, SharedRegion};
     let seed = seed_from_env("file table kill test");
     let mut rng = Rng(seed);
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let config = DomainConfig {
         dir: home.path().to_path_buf(),
         name: "files-test".into(),

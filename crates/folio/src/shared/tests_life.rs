@@ -13,7 +13,7 @@ use super::buddy::Order;
 use super::domain::{Domain, DomainFiles, Geometry};
 use super::read::{ReadCounters, SharedReader};
 use super::record::Weight;
-use super::tests::allocated_in;
+use super::tests::{allocated_in, DomainHome};
 use super::tests_read::{stamped, write_file};
 use crate::segment::{DiskDir, SegmentDir};
 
@@ -115,14 +115,14 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 struct Setup {
-    home: tempfile::TempDir,
+    home: DomainHome,
     _data: tempfile::TempDir,
     machine: tempfile::TempDir,
     path: PathBuf,
 }
 
 fn setup(len: u64) -> Setup {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let machine_dir = tempfile::tempdir().unwrap();
     machine(machine_dir.path(), PLENTY_MIB);
     let data = tempfile::tempdir().unwrap();

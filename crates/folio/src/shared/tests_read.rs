@@ -13,7 +13,7 @@ use super::index::Entry;
 use super::queue::FileNo;
 use super::read::{ReadCounters, SharedReader};
 use super::terms::Unkillable;
-use super::tests::{exited_ok, fork, seed_from_env, MemberRun, Rng, SharedRegion};
+use super::tests::{exited_ok, fork, seed_from_env, DomainHome, MemberRun, Rng, SharedRegion};
 use super::tests_files::{swept, Children};
 use super::{Died, Holder, Run, Step};
 use crate::primitive::Ordering;
@@ -138,7 +138,7 @@ pub(super) fn read_and_compare<R: Run>(
 /// every frame.
 #[test]
 fn one_process_reads_real_files_through_a_small_domain() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let lens = [37 * 4096 + 123, 20 * 4096];
     let paths: Vec<PathBuf> = (0..2)
@@ -224,7 +224,7 @@ pub(super) fn reported(words: &[crate::primitive::AtomicU64]) -> ReadCounters {
 /// member reads it whole and must hit every page: 0 misses, 0 `pread`s, every byte right.
 #[test]
 fn a_second_process_hits_every_page_the_first_cached() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len: u64 = 40 * 4096 + 100;
     let pages = len.div_ceil(4096);
@@ -298,7 +298,7 @@ pub(super) fn kill_len(file: u64) -> u64 {
 fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
     let seed = seed_from_env("shared read kill test");
     let mut rng = Rng(seed);
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let paths: Vec<PathBuf> = (0..KILL_FILES)
         .map(|f| write_file(data.path(), f, kill_len(f)))
@@ -429,7 +429,7 @@ fn a_hit_costs() {
     const PAGES: u64 = 16;
     const N: usize = 200_000;
     const ROUNDS: usize = 15;
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = PAGES * 4096;
     let (theirs, ours, todays, domains) = (
@@ -615,7 +615,7 @@ fn miss_costs(area: DataArea) {
     use std::time::Instant;
     const PAGES: u64 = 2048;
     const ROUNDS: u64 = 3;
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let config = config(home.path(), "read-miss", 8, (PAGES * ROUNDS) as u32 + 64);
     let member = Member::attach(&config).unwrap();
@@ -799,7 +799,7 @@ impl Run for ReuseAtFound<'_> {
 /// (deterministic: one process, the race forced at `Step::Found`): the wrong bytes read, and the
 /// reader's counters.
 fn reuse_during_the_copy(name: &str, flaw: super::Flaw) -> (usize, ReadCounters) {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = 4 * 4096;
     let path = write_file(data.path(), 0, len);
@@ -952,7 +952,7 @@ impl Run for MoveAtWalked<'_> {
 /// page and caches its frame again as page 128 (deterministic: one process, the move
 /// forced at `Step::Walked`): the wrong bytes read, and the reader's counters.
 fn move_during_the_hit(name: &str, flaw: super::Flaw) -> (usize, ReadCounters) {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = 130 * 4096;
     let path = write_file(data.path(), 0, len);
@@ -1062,7 +1062,7 @@ fn a_random_miss_through_caches() {
         !systems.is_empty(),
         "FOLIO_MISS_ONLY: one of {MISS_SYSTEMS:?}"
     );
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let capacity = (pages * 4096 * rounds).max(16 << 20) + (8 << 20);
     let build = |system: &str| {

@@ -14,7 +14,7 @@ use super::domain::FRAME_BYTES;
 use super::futex::Parked;
 use super::index::Entry;
 use super::read::{ReadCounters, SharedFile, SharedReader};
-use super::tests::Rng;
+use super::tests::{DomainHome, Rng};
 use super::tests_read::{
     check_all, config, read_and_compare, reclaim_everything, stamped, write_file,
 };
@@ -43,7 +43,7 @@ fn scan<R: Run>(
 /// every byte right.
 #[test]
 fn a_scan_reads_a_window_a_read_not_a_page() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = 999 * 4096 + 123;
     let path = write_file(data.path(), 0, len);
@@ -78,7 +78,7 @@ fn a_scan_reads_a_window_a_read_not_a_page() {
 /// ahead than read.
 #[test]
 fn a_random_readers_windows_stay_small() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let pages = 512u64;
     let paths = [
@@ -164,7 +164,7 @@ fn diff(after: ReadCounters, before: ReadCounters) -> ReadCounters {
 /// byte right.
 #[test]
 fn a_window_at_the_end_of_the_file_reads_what_the_file_has() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let short = 2 * 4096 + 10;
     let long = 45 * 4096 + 4000;
@@ -233,7 +233,7 @@ fn a_window_at_the_end_of_the_file_reads_what_the_file_has() {
 /// no frame leaked.
 #[test]
 fn windows_short_of_frames_shrink_and_read_every_byte_right() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let lens = [120 * 4096 + 77, 80 * 4096];
     let paths = [
@@ -323,7 +323,7 @@ impl Run for OtherReadsFirst<'_, '_> {
 /// makes the race.
 #[test]
 fn a_window_another_reader_inserted_first_is_not_read_again() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = 16 * 4096;
     let path = write_file(data.path(), 0, len);
@@ -394,7 +394,7 @@ fn a_window_another_reader_inserted_first_is_not_read_again() {
 /// its window's I/O records where it read), not by 5%.
 #[test]
 fn a_random_readers_disk_reads_match_todays() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let pages = 2048u64;
     let mut order: Vec<u64> = (0..pages).collect();
@@ -458,7 +458,7 @@ fn a_random_readers_disk_reads_match_todays() {
 fn a_scan_costs() {
     const PAGES: u64 = 8192;
     const ROUNDS: u64 = 3;
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let config = config(home.path(), "ra-scan-cost", 8, (2 * PAGES) as u32 + 64);
     let member = Member::attach(&config).unwrap();

@@ -15,7 +15,9 @@ use super::futex::Parked;
 use super::index::Entry;
 use super::read::{ReadCounters, SharedReader};
 use super::steward::Trace;
-use super::tests::{exited_ok, fork, kill, seed_from_env, wait_for, MemberRun, Rng, SharedRegion};
+use super::tests::{
+    exited_ok, fork, kill, seed_from_env, wait_for, DomainHome, MemberRun, Rng, SharedRegion,
+};
 use super::tests_domain::{is_quiet, is_stopped, sigkill};
 use super::tests_read::{
     check_all, config, kill_len, read_and_compare, reclaim_everything, report, reported, stamped,
@@ -91,7 +93,7 @@ fn cached_folios(member: &Member) -> Vec<(usize, u64, u64)> {
 /// queue holds one frame, B's.
 #[test]
 fn a_member_stopped_before_its_insertion_conflicts_and_reads_from_the_winner() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let path = write_file(data.path(), 0, CONFLICT_LEN);
     let config = config(home.path(), "read-conflict", 8, 32);
@@ -306,7 +308,7 @@ fn members_and_the_steward_killed_while_reading_leave_a_working_cache() {
     eprintln!("read and steward kill test: {rounds} rounds");
     let started = Instant::now();
     let mut rng = Rng(seed);
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let paths: Vec<PathBuf> = (0..KILL_FILES)
         .map(|f| write_file(data.path(), f, kill_len(f)))
@@ -840,7 +842,7 @@ fn add(totals: &mut ReadCounters, c: ReadCounters) {
 /// everything frees every frame. Each of 6 steps of the member's work in turn.
 #[test]
 fn a_member_killed_while_the_steward_is_stopped_is_swept_by_the_next_steward() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let paths: Vec<PathBuf> = (0..KILL_FILES)
         .map(|f| write_file(data.path(), f, kill_len(f)))
@@ -1057,7 +1059,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// file at once read it nearly twice: docs/sharing.md).
 #[test]
 fn a_window_in_flight_is_waited_for_by_another_process_and_never_read_twice() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let path = write_file(data.path(), 0, FLIGHT_LEN);
     let config = config(home.path(), "flight-wait", 8, 256);
@@ -1103,7 +1105,7 @@ fn a_window_in_flight_is_waited_for_by_another_process_and_never_read_twice() {
 /// window but B's.
 #[test]
 fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let path = write_file(data.path(), 0, FLIGHT_LEN);
     let config = config(home.path(), "flight-kill", 8, 256);
@@ -1153,7 +1155,7 @@ fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
 /// round.
 #[test]
 fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let path = write_file(data.path(), 0, FLIGHT_LEN);
     let config = config(home.path(), "flight-steps", 8, 256);

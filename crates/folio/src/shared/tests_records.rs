@@ -14,7 +14,7 @@ use super::domain::Domain;
 use super::files::{FileId, Removal};
 use super::index::Entry;
 use super::read::{key_of, SharedReader};
-use super::tests::{fork, wait_for, MemberRun, SharedRegion};
+use super::tests::{fork, wait_for, DomainHome, MemberRun, SharedRegion};
 use super::tests_files::swept;
 use super::tests_read::{check_all, config, reclaim_everything, stamped, write_file};
 use super::Holder;
@@ -65,7 +65,7 @@ fn read_all(file: &crate::File, len: usize) -> Vec<u8> {
 /// open was admitted and read the disk's older bytes.
 #[test]
 fn a_file_written_here_is_read_privately_until_it_is_clean() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "records-written";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
@@ -110,7 +110,7 @@ fn a_file_written_here_is_read_privately_until_it_is_clean() {
 /// open was refused and the record's old pages dropped.
 #[test]
 fn a_domain_file_then_written_here_reads_the_writes() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "records-then-written";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
@@ -169,7 +169,7 @@ fn a_domain_file_then_written_here_reads_the_writes() {
 /// was refused.
 #[test]
 fn a_removed_or_changed_files_record_and_pages_are_dropped() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "records-removed";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
@@ -241,7 +241,7 @@ fn a_removed_or_changed_files_record_and_pages_are_dropped() {
 /// through the domain; a file open meanwhile keeps its record. Before, it was refused.
 #[test]
 fn a_full_table_evicts_a_record_nobody_has_open() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "records-full";
     let records = super::domain::FILE_RECORDS;
@@ -299,7 +299,7 @@ const HOLDER: usize = 0;
 /// then finishes. Before each round the parent caches the file's pages again.
 #[test]
 fn a_drop_killed_at_every_step_leaves_a_working_domain() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = 3 * 4096 + 5;
     let path = write_file(data.path(), 0, len);
@@ -377,7 +377,7 @@ fn a_drop_killed_at_every_step_leaves_a_working_domain() {
 fn a_drop_costs() {
     const PAGES: u64 = 2048;
     const ROUNDS: usize = 5;
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let len = PAGES * 4096;
     let path = write_file(data.path(), 0, len);

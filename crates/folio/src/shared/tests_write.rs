@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::attach::Member;
-use super::tests::Rng;
+use super::tests::{DomainHome, Rng};
 use super::tests_read::{check_all, config, reclaim_everything};
 use crate::Cache;
 
@@ -395,7 +395,7 @@ fn appended(at: u64) -> u8 {
 /// "no frame of the domain", every run, before `SharedReader::install` made room for two).
 #[test]
 fn appends_in_place_are_read_whole_by_another_process() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let appends = 10_000;
     let first: Vec<u8> = (0..1000).map(appended).collect();
@@ -427,7 +427,7 @@ fn appends_in_place_are_read_whole_by_another_process() {
 /// again. Counted by the writer's stats.
 #[test]
 fn an_append_below_a_size_once_published_installs_a_copy() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "write-shrunk";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
@@ -484,7 +484,7 @@ fn an_append_below_a_size_once_published_installs_a_copy() {
 /// frees every frame.
 #[test]
 fn a_write_that_returned_is_read_by_another_process() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let rounds = 120;
     std::fs::write(data.path().join("w"), &versions(0)[0]).unwrap();
@@ -525,7 +525,7 @@ fn a_write_that_returned_is_read_by_another_process() {
 fn a_write_costs() {
     const WRITES: u64 = 2_000;
     const ROUNDS: usize = 7;
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "write-costs";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 4096)).unwrap();
@@ -602,7 +602,7 @@ fn a_write_costs() {
 /// writable open without it installs each written page.
 #[test]
 fn a_private_writable_open_keeps_its_writes_out_of_the_domain() {
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "write-private";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();

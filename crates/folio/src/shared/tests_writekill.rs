@@ -43,7 +43,7 @@ use super::attach::Member;
 use super::domain::Domain;
 use super::read::SharedReader;
 use super::slot::SlotState;
-use super::tests::{seed_from_env, wait_for, Rng};
+use super::tests::{seed_from_env, wait_for, DomainHome, Rng};
 use super::tests_domain::{is_stopped, sigkill};
 use super::tests_read::{check_all, config, reclaim_everything};
 use super::SlotIndex;
@@ -681,7 +681,7 @@ fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let name = "write-kill";
     for f in 0..FILES {

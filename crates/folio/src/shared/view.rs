@@ -151,6 +151,7 @@ impl DomainView {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::shared::tests::DomainHome;
     use crate::Cache;
 
     /// A cache of this process in a domain, three pages read: the view names this process
@@ -159,7 +160,7 @@ mod tests {
     /// and three frames cached; a bad name and a domain that does not exist are refused.
     #[test]
     fn a_view_names_the_members_the_steward_and_the_frames_cached() {
-        let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+        let home = DomainHome::new();
         let data = tempfile::tempdir().unwrap();
         let name = "view-test";
         let cache = Cache::builder()
