@@ -1146,11 +1146,13 @@ fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
 
 /// Reader A reads the first page of a 64-page file (its first window: 2 pages, handed
 /// over in flight, inserted, read, published) and is killed at its `n`-th step, for every
-/// `n` until it finishes; after each death, reader B scans the file. Asserted each round:
-/// B finishes with every byte right and no page read twice (whether it found A's frames
-/// in flight and waited for the steward's sweep, or found them swept already); the
-/// domain quiet again, every structure checks; then everything reclaimed for the next
-/// round.
+/// `n` until it finishes. Where A stopped with page 0 in its index in flight (its steps
+/// between the insertion and the publication), reader B starts first and A is killed
+/// only once B waits for page 0 (WAITERS on its GEN word), so that B is woken by the
+/// steward's sweep; elsewhere B scans after the death. Asserted each round: B finishes
+/// with every byte right and no page read twice; B waited in every round it was started
+/// to wait; the domain quiet again, every structure checks; then everything reclaimed for
+/// the next round.
 #[test]
 fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page() {
     let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
@@ -1160,7 +1162,7 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
     let parent = Member::attach(&config).unwrap();
     let words = SharedRegion::new(2 * FLIGHT_WORDS);
     let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
-    let (mut killed, mut waited) = (0, 0);
+    let (mut killed, mut waited, mut waiting) = (0, 0, 0);
     for n in 0..1000 {
         for word in words.words() {
             word.store(0, Ordering::Relaxed);
@@ -1174,14 +1176,37 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
             );
             break;
         }
-        kill(a);
+        let queue = parent.domain().queue();
+        let in_flight = cached_folios(&parent)
+            .iter()
+            .find(|f| f.1 == 0)
+            .map(|f| super::stack::Frame(f.2 as u32))
+            .filter(|&frame| queue.is_in_flight(frame));
+        let b = match in_flight {
+            Some(page_zero) => {
+                let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+                wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
+                kill(a);
+                b
+            }
+            None => {
+                kill(a);
+                fork(|| flight_member(&config, &path, b_words, Flight::Scan))
+            }
+        };
         killed += 1;
-        let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
         exited_ok(b, "B");
         let (rb, b_wrong, b_done) = flight_reported(b_words);
         assert!(b_done, "B finishes (A killed at step {n})");
         assert_eq!(b_wrong, 0, "wrong bytes (A killed at step {n})");
         assert_eq!((rb.duplicates, rb.uncached), (0, 0), "step {n}: {rb:?}");
+        if in_flight.is_some() {
+            assert!(
+                rb.waits >= 1,
+                "B never waited (A killed at step {n}): {rb:?}"
+            );
+            waiting += 1;
+        }
         waited += u32::from(rb.waits > 0);
         wait_until("the domain is quiet", || {
             is_quiet(parent.domain(), parent.holder())
@@ -1189,8 +1214,12 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
         check_all(parent.domain());
         reclaim_everything(parent.domain(), parent.holder());
     }
-    eprintln!("in flight: A killed at {killed} steps; B waited in {waited} rounds");
+    eprintln!(
+        "in flight: A killed at {killed} steps; B waited in {waited} rounds, in {waiting} \
+         of them for A's page in flight at its death"
+    );
     assert!(killed > 20, "A's window has more steps than {killed}");
+    assert!(waiting > 0, "A was never killed with page 0 in flight");
     check_all(parent.domain());
     parent.detach();
 }
