@@ -114,7 +114,13 @@
 //!   time*: its frame is in the index in flight (queue.rs, "In flight"), so our window
 //!   leaves it out (`gaps`) or our insertion of it conflicts, and our read of it waits for
 //!   the other's `preadv`. Two processes scanning one file at once read each page once
-//!   (`duplicates` 0; docs/sharing.md, "Readahead through a domain").
+//!   (`duplicates` 0; docs/sharing.md, "Readahead through a domain"). A window whose
+//!   **marker page another reader holds in flight** marks it for this handle all the
+//!   same: the follower's next window then ramps on from this one, as the kernel's
+//!   follower meets the leader's READAHEAD bit on their shared folio (our bits are the
+//!   handle's); without it, the follower hit the leader's pages, met no marker of its own,
+//!   and restarted its ramp at 4 pages at its next miss (docs/sharing.md, "A follower's
+//!   window"). A marker page merely cached stays unmarked, as today's.
 //! - Not built: reading a window ahead *asynchronously* (submitted, not waited for), large
 //!   folios (order-0 frames only: a window of order-n folios would need the buddy's
 //!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and
@@ -1319,6 +1325,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 todo.extend((first..after).filter(|&p| need.is_none() || p != start));
             }
         }
+        // The window's marker held in flight by another reader (whose window is read at
+        // the same time as ours): marked for this handle all the same, so that our next
+        // window ramps on from this one as if we had read it (module docs, "Another
+        // reader's window"). A marker page merely cached stays unmarked, as today's.
+        if (start..end).contains(&marker)
+            && !todo.contains(&marker)
+            && self.is_in_flight(index, marker)
+        {
+            file.mark(marker);
+        }
         if todo.is_empty() {
             return Ok(Needed::Copied);
         }
@@ -1347,6 +1363,17 @@ impl<'m, R: Run> SharedReader<'m, R> {
             &frames,
             Some((within, dst)),
         )
+    }
+
+    /// Whether `index` names a frame in flight at `page` (another reader's, or a sibling
+    /// thread's, read of it not published yet): a walk and a load of its GEN word.
+    fn is_in_flight(&self, index: &SharedIndex<'m>, page: Page) -> bool {
+        match index.lookup(page) {
+            Entry::Folio { frame, order: 0 } => {
+                u32::try_from(frame).is_ok_and(|frame| self.queue.in_flight(Frame(frame)).is_some())
+            }
+            _ => false,
+        }
     }
 
     /// Up to `want` frames leased to us, from one hold of a magazine: its frames, a
