@@ -2932,7 +2932,11 @@ fn drop_unplaced_broken_unchecked() {
 // and runs M2-M5 on frame F (leased to it by the setup: M1's lease is the allocator's,
 // modelled above): F handed over in flight (FLIGHT names I), inserted at page 0, its two
 // data words written one at a time (M4, a `preadv`'s relaxed stores, a step between: a
-// half-read page), published (FLIGHT cleared, a wake if someone waits), unpinned. I dies
+// half-read page), published (FLIGHT cleared, a wake if someone waits), unpinned; or,
+// the second ending (`Ending::Abandon`: a failed read, and read.rs's unwind guard after a
+// panic, which does what a failed read does), after one data word it abandons F (out of
+// the index, its count raised with FLIGHT kept, its waiters woken), unpins it and frees it
+// (`drop_unplaced`), and lives on: no sweep. I dies
 // at each of its steps in turn, or not at all; dead, its thread plays the steward: marks
 // it dead and sweeps it (the queue's sweep takes a dead reader's in-flight frame out of
 // its index, raises its generation with FLIGHT kept, and wakes its waiters, before it
@@ -2943,26 +2947,57 @@ fn drop_unplaced_broken_unchecked() {
 // by the timeout), then looks again; a page absent is a miss (W would read it itself).
 // Asserted: a validated or pinned copy is the page's two words (never an unwritten or
 // half-written one); W finishes (no lost wake-up, at most `FLIGHT_LOOKS` looks); at the end
-// the queue and the index check, and page 0 names F (I lived) or nothing (I died: its
-// frame out of the index, or never in it).
+// the queue and the index check, and page 0 names F (I published) or nothing (I died or
+// abandoned: its frame out of the index, or never in it).
 //
 // Broken, and caught: `flight_broken_no_check` (`Flaw::NoFlightCheck`: the optimistic hit
 // copies an in-flight frame: a validated copy of unwritten bytes),
 // `flight_broken_not_swept` (`Flaw::FlightNotSwept`: the sweep leaves a dead reader's
 // frame indexed and in flight: its waiter sleeps for ever, a lost wake-up) and
 // `flight_broken_cleared` (`Flaw::FlightCleared`: the sweep clears FLIGHT as it takes the
-// frame out: a reader that pinned the frame before the removal copies half a page).
+// frame out: a reader that pinned the frame before the removal copies half a page; the
+// abandon, the same D1-D3, is run with it too).
 
-/// More than the in-flight reader's steps (a death past its last step is no death).
+/// More than the in-flight reader's steps when it publishes (a death past its last step
+/// is no death).
 const FLIGHT_STEPS: u32 = 80;
+/// More than its steps when it abandons (the abandon's and the free's locks and intents).
+const FLIGHT_ABANDON_STEPS: u32 = 200;
 /// The most looks the waiter takes: each after a park that a change of GEN ended.
 const FLIGHT_LOOKS: u32 = 8;
 
+/// How the in-flight model's reader I ends its miss, if it lives.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// Reads the page whole and publishes it (M4-M5).
+    Publish,
+    /// Reads half the page, then abandons it (a failed read; read.rs's unwind guard after
+    /// a panic), unpins and frees its frame.
+    Abandon,
+}
+
+/// The reader's steps before its `Step::Reading` (the same in both endings): the
+/// abandoning reader dies only at its later steps, the earlier ones are the publishing
+/// reader's (and the loom time is kept: `cargo test --release -p folio --test loom_shared`).
+static FLIGHT_READING_STEP: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+impl Ending {
+    /// More than the reader's steps with this ending.
+    fn steps(self) -> u32 {
+        match self {
+            Ending::Publish => FLIGHT_STEPS,
+            Ending::Abandon => FLIGHT_ABANDON_STEPS,
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn flight_model(
     die_at: u32,
     flaw: Flaw,
     start: ReaderStart,
     reader_kind: Reader,
+    ending: Ending,
     outcomes: &std::sync::Arc<ReaderOutcomes>,
     deaths: &std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) {
@@ -3029,9 +3064,25 @@ fn flight_model(
                         "the only insertion of page 0: {placed:?}"
                     );
                     run.at(Step::Reading)?;
+                    FLIGHT_READING_STEP
+                        .store(run.count.get(), std::sync::atomic::Ordering::Relaxed);
                     // M4: the `preadv`, a word at a time.
                     data[2 * f].store(DATA, Ordering::Relaxed);
                     run.at(Step::Stored)?;
+                    if let Ending::Abandon = ending {
+                        queue.abandon(frame, inserter, &indexes[..], &slots, &run)?;
+                        queue.unpin(frame, inserter);
+                        queue.drop_unplaced(
+                            frame,
+                            queue::FileNo(0),
+                            0,
+                            inserter,
+                            &indexes[..],
+                            &slots,
+                            &run,
+                        )?;
+                        return Ok(());
+                    }
                     data[2 * f + 1].store(DATA, Ordering::Relaxed);
                     run.at(Step::Stored)?;
                     // M5.
@@ -3152,18 +3203,39 @@ fn flight_model(
     });
 }
 
-/// The in-flight model over I's deaths at every step and none, both readers and both
-/// starts: each reader must hit, and miss (I dead before its insertion or swept).
-fn flight_races(flaw: Flaw, readers: &[Reader]) {
+/// The in-flight model over I's deaths at every step and none, both readers, both starts
+/// and each of `endings`: each reader must hit, and miss (I dead before its insertion,
+/// swept, or abandoned).
+fn flight_races(flaw: Flaw, readers: &[Reader], endings: &[Ending]) {
     use std::sync::atomic::Ordering::Relaxed;
     for &reader in readers {
         let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
-        for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+        for (&start, &ending) in [ReaderStart::AtOnce, ReaderStart::AfterYield]
+            .iter()
+            .flat_map(|s| endings.iter().map(move |e| (s, e)))
+        {
             let deaths = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-            for die_at in 0..=FLIGHT_STEPS {
+            let first = match ending {
+                Ending::Publish => 0,
+                // A run that lives first, to learn where its `Step::Reading` is.
+                Ending::Abandon => {
+                    flight_model(
+                        ending.steps(),
+                        flaw,
+                        start,
+                        reader,
+                        ending,
+                        &outcomes,
+                        &deaths,
+                    );
+                    FLIGHT_READING_STEP.load(Relaxed)
+                }
+            };
+            assert!(first < ending.steps(), "{first}");
+            for die_at in first..=ending.steps() {
                 let before = deaths.load(Relaxed);
-                flight_model(die_at, flaw, start, reader, &outcomes, &deaths);
-                if die_at == FLIGHT_STEPS {
+                flight_model(die_at, flaw, start, reader, ending, &outcomes, &deaths);
+                if die_at == ending.steps() {
                     assert_eq!(
                         deaths.load(Relaxed),
                         before,
@@ -3173,8 +3245,8 @@ fn flight_races(flaw: Flaw, readers: &[Reader]) {
             }
             let (hits, misses) = (outcomes.hits.load(Relaxed), outcomes.misses.load(Relaxed));
             eprintln!(
-                "in flight, {reader:?} reader, {start:?}: hit {hits} times, missed {misses} \
-                 (totals so far)"
+                "in flight, {reader:?} reader, {start:?}, {ending:?}: hit {hits} times, \
+                 missed {misses} (totals so far)"
             );
         }
         // At once, loom runs the reader first and hides most of the race (the blind spot,
@@ -3189,12 +3261,22 @@ fn flight_races(flaw: Flaw, readers: &[Reader]) {
 
 #[test]
 fn flight_races_a_waiter() {
-    flight_races(Flaw::None, &[Reader::Optimistic, Reader::Pinned]);
+    flight_races(
+        Flaw::None,
+        &[Reader::Optimistic, Reader::Pinned],
+        &[Ending::Publish, Ending::Abandon],
+    );
 }
 
-/// Runs the in-flight model with `flaw` and `readers`, which must fail with `expected`.
-fn flight_caught(flaw: Flaw, readers: &[Reader], expected: &str) {
-    let caught = std::panic::catch_unwind(|| flight_races(flaw, readers));
+/// Runs the in-flight model with `flaw`, `readers` and `endings`, which must fail with
+/// `expected`.
+fn flight_caught(flaw: Flaw, readers: &[Reader], endings: &[Ending], expected: &str) {
+    expect_caught(flaw, || flight_races(flaw, readers, endings), expected);
+}
+
+/// Runs `model` (a model run with `flaw`), which must fail with `expected`.
+fn expect_caught(flaw: Flaw, model: impl FnOnce() + std::panic::UnwindSafe, expected: &str) {
+    let caught = std::panic::catch_unwind(model);
     let payload = caught.expect_err("in flight broken: no model failed");
     let message = payload
         .downcast_ref::<String>()
@@ -3213,6 +3295,7 @@ fn flight_broken_no_check() {
     flight_caught(
         Flaw::NoFlightCheck,
         &[Reader::Optimistic],
+        &[Ending::Publish],
         "a validated copy is the page's bytes",
     );
 }
@@ -3222,6 +3305,7 @@ fn flight_broken_not_swept() {
     flight_caught(
         Flaw::FlightNotSwept,
         &[Reader::Optimistic],
+        &[Ending::Publish],
         "a lost wake-up",
     );
 }
@@ -3231,6 +3315,35 @@ fn flight_broken_cleared() {
     flight_caught(
         Flaw::FlightCleared,
         &[Reader::Pinned],
+        &[Ending::Publish],
+        "a pinned copy is the page's bytes",
+    );
+}
+
+/// `Flaw::FlightCleared` with I alive: it abandons its half-read page (a failed read, or
+/// read.rs's unwind guard after a panic), whose D2 clears FLIGHT too; a pinned reader
+/// copies half a page. Only the run in which I does not die, so that no sweep's D2 is
+/// what fails.
+#[test]
+fn flight_broken_cleared_by_abandon() {
+    expect_caught(
+        Flaw::FlightCleared,
+        || {
+            let outcomes = std::sync::Arc::new(ReaderOutcomes::default());
+            let deaths = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+            for start in [ReaderStart::AtOnce, ReaderStart::AfterYield] {
+                let (reader, ending) = (Reader::Pinned, Ending::Abandon);
+                flight_model(
+                    FLIGHT_ABANDON_STEPS,
+                    Flaw::FlightCleared,
+                    start,
+                    reader,
+                    ending,
+                    &outcomes,
+                    &deaths,
+                );
+            }
+        },
         "a pinned copy is the page's bytes",
     );
 }

@@ -348,6 +348,11 @@ impl<'r> SharedBuddy<'r> {
         State::of(self.state(frame).load(Ordering::Acquire))
     }
 
+    /// Who holds the allocator's lock, as its word is (`SharedQueue::locked_by`).
+    pub(crate) fn lock_holder(&self) -> Option<Holder> {
+        self.lock.holder()
+    }
+
     /// How many frames the allocator has.
     pub(crate) fn frames(&self) -> u32 {
         self.frames

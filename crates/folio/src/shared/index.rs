@@ -552,6 +552,11 @@ impl<'r> SharedIndex<'r> {
         (entry, end)
     }
 
+    /// Who holds the tree's lock, as its word is (`SharedQueue::locked_by`).
+    pub(crate) fn lock_holder(&self) -> Option<Holder> {
+        self.lock.holder()
+    }
+
     /// The entry at `page` (the hit path).
     ///
     /// Context: any process, lock-free: bounded by the tree's height; an impossible word

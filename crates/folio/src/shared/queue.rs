@@ -171,7 +171,8 @@
 //!   M4. `preadv` into f (read.rs, one per run of placed pages; `Step::Reading` before it).
 //!   M5. `publish`: GEN = its count raised, FLIGHT 0 (a release swap: after the `preadv`),
 //!       then a futex wake of GEN if the swap found WAITERS; then the copy and the unpin.
-//!       A failed read instead takes f out again (`abandon`: D1-D3 below), then frees it.
+//!       A failed read instead takes f out again (`abandon`: D1-D3 below), then frees it;
+//!       so does a panic meanwhile, its process alive (read.rs, "Unwinding").
 //! **A reader that finds f** in flight returns nothing: the optimistic hit sees FLIGHT in
 //! the GEN word it loaded at (2), discards its copy and returns `InFlight`; `try_pin_hit` loads GEN
 //! (acquire)
@@ -845,6 +846,18 @@ impl<'r> SharedQueue<'r> {
     /// The allocator whose frames this queue holds.
     pub(crate) fn buddy(&self) -> &SharedBuddy<'r> {
         &self.buddy
+    }
+
+    /// Whether `me`'s process (any of its threads: they share its holder word) holds this
+    /// queue's lock, its allocator's or `index`'s, as the lock words are (a load each):
+    /// read.rs's unwind guard, which takes them, looks first (read.rs, "Unwinding").
+    pub(crate) fn locked_by(&self, me: Holder, index: &SharedIndex<'_>) -> bool {
+        [
+            self.lock.holder(),
+            self.buddy.lock_holder(),
+            index.lock_holder(),
+        ]
+        .contains(&Some(me))
     }
 
     /// An empty queue, the lock free. Stores only the lock line: every frame's line is 0

@@ -44,6 +44,35 @@
 //!   magazines): the page is read uncached, into this reader's private page (O_DIRECT
 //!   needs an aligned buffer), and copied from there. Counted (`uncached`), never an error.
 //!
+//! # Unwinding (docs/sharing.md, "A panic with frames in flight")
+//!
+//! A thread that panics between a miss's hand-over (M1) and its unpin while its process
+//! lives on (a caller's `catch_unwind`, a thread pool that catches its tasks' panics, the
+//! C ABI, which turns a panic into `-ENOTRECOVERABLE`: folio-capi's error.rs) is no death:
+//! no sweep comes. Left as it was, its frames would stay in their index in flight, every
+//! reader of their pages in any process parking `FLIGHT_PARKS_MAX` times (about 10 s)
+//! before it reads the page uncached, until this process detaches. Where a panic could
+//! come from there: a bug's assertion (the queue's, the index's, `frame_data`'s bounds,
+//! `publish`'s FLIGHT check), a test's lever; not an allocation failure (the `Batch`es
+//! that outgrow their inline pages, `insert_run`'s `Vec`: Rust's allocation error aborts
+//! the process, a death, which the sweep mends). So `fill` keeps its progress in a
+//! `FillGuard`: how many frames are handed over, how many settled (published or
+//! abandoned), whether all are unpinned. Dropped by an unwind, it ends the miss as a
+//! failed read ends: each frame handed over and not settled `abandon`ed (D1-D3: out of
+//! its index, its waiters woken, who miss and read the page themselves), every frame
+//! handed over unpinned, each freed unless an index names it (`drop_unplaced`: a published
+//! frame stays cached). Disarmed when `fill_guarded` returns, whatever it returns (an
+//! `io::Error` already abandoned its frames; a `Died` is a test's death, the sweep's to
+//! mend): on the miss path it costs two counters and a flag in the caller's frame, no
+//! atomic. Not when this process holds the queue's, the allocator's or the index's lock
+//! (one load each, waited on for `UNWIND_LOCK_WAIT` in case a sibling thread holds it for
+//! a few stores): the panic came from under that lock, which a live holder never lets
+//! go, so the domain waits on it until this process exits and the sweep mends both (the
+//! holder locks have no unwind of their own: lock.rs, Limits). A frame leased and not yet
+//! handed over stays leased to us until the detach (only a panic inside `hand_over`,
+//! under the queue's lock, leaves one). A second panic inside the guard's drop aborts the
+//! process: a death.
+//!
 //! # Readahead (issue 45 step 7; docs/sharing.md "Readahead through a domain")
 //!
 //! Each `SharedFile` (a handle) keeps its own window (`readahead::RaCell`, private to the
@@ -85,7 +114,13 @@
 //!   time*: its frame is in the index in flight (queue.rs, "In flight"), so our window
 //!   leaves it out (`gaps`) or our insertion of it conflicts, and our read of it waits for
 //!   the other's `preadv`. Two processes scanning one file at once read each page once
-//!   (`duplicates` 0; docs/sharing.md, "Readahead through a domain").
+//!   (`duplicates` 0; docs/sharing.md, "Readahead through a domain"). A window whose
+//!   **marker page another reader holds in flight** marks it for this handle all the
+//!   same: the follower's next window then ramps on from this one, as the kernel's
+//!   follower meets the leader's READAHEAD bit on their shared folio (our bits are the
+//!   handle's); without it, the follower hit the leader's pages, met no marker of its own,
+//!   and restarted its ramp at 4 pages at its next miss (docs/sharing.md, "A follower's
+//!   window"). A marker page merely cached stays unmarked, as today's.
 //! - Not built: reading a window ahead *asynchronously* (submitted, not waited for), large
 //!   folios (order-0 frames only: a window of order-n folios would need the buddy's
 //!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and
@@ -188,7 +223,7 @@ use super::queue::{
     SharedQueue, Shares, PIN_SLOTS,
 };
 use super::stack::Frame;
-use super::{Died, Holder, Run, Step};
+use super::{Died, Flaw, Holder, Run, Step};
 use crate::arena::{atomic_copy, atomic_store_copy};
 use crate::io::atomic_zero;
 use crate::readahead::{decide_on_marker, decide_on_miss, Decision, MissRequest, RaCell};
@@ -1290,6 +1325,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 todo.extend((first..after).filter(|&p| need.is_none() || p != start));
             }
         }
+        // The window's marker held in flight by another reader (whose window is read at
+        // the same time as ours): marked for this handle all the same, so that our next
+        // window ramps on from this one as if we had read it (module docs, "Another
+        // reader's window"). A marker page merely cached stays unmarked, as today's.
+        if (start..end).contains(&marker)
+            && !todo.contains(&marker)
+            && self.is_in_flight(index, marker)
+        {
+            file.mark(marker);
+        }
         if todo.is_empty() {
             return Ok(Needed::Copied);
         }
@@ -1318,6 +1363,17 @@ impl<'m, R: Run> SharedReader<'m, R> {
             &frames,
             Some((within, dst)),
         )
+    }
+
+    /// Whether `index` names a frame in flight at `page` (another reader's, or a sibling
+    /// thread's, read of it not published yet): a walk and a load of its GEN word.
+    fn is_in_flight(&self, index: &SharedIndex<'m>, page: Page) -> bool {
+        match index.lookup(page) {
+            Entry::Folio { frame, order: 0 } => {
+                u32::try_from(frame).is_ok_and(|frame| self.queue.in_flight(Frame(frame)).is_some())
+            }
+            _ => false,
+        }
     }
 
     /// Up to `want` frames leased to us, from one hold of a magazine: its frames, a
@@ -1358,7 +1414,8 @@ impl<'m, R: Run> SharedReader<'m, R> {
     /// (FLIGHT cleared, its waiters woken), the needed page (`pages[0]`) copied out, every
     /// frame unpinned, the frames not placed freed. A page another reader inserted first
     /// is not read (`Elsewhere` for the needed one). A failed read's frames are taken out
-    /// of the index again (`abandon`) and freed.
+    /// of the index again (`abandon`) and freed; so are the frames of a panic meanwhile
+    /// (`FillGuard`: module docs, "Unwinding").
     fn fill(
         &self,
         queue: &SharedQueue<'_>,
@@ -1367,6 +1424,31 @@ impl<'m, R: Run> SharedReader<'m, R> {
         frames: &[Frame],
         need: Option<(usize, &mut [u8])>,
     ) -> io::Result<Needed> {
+        let mut guard = FillGuard {
+            reader: self,
+            file,
+            pages,
+            frames,
+            handed: 0,
+            settled: 0,
+            unpinned: false,
+            armed: true,
+        };
+        let filled = self.fill_guarded(queue, &mut guard, need);
+        // Whatever it returned: an error is a failed read, its frames abandoned already,
+        // or a test's death (`Died`), whose frames are the steward's sweep's to mend.
+        guard.armed = false;
+        filled
+    }
+
+    /// `fill`, its progress kept in `guard` for an unwind (module docs, "Unwinding").
+    fn fill_guarded(
+        &self,
+        queue: &SharedQueue<'_>,
+        guard: &mut FillGuard<'_, 'm, R>,
+        need: Option<(usize, &mut [u8])>,
+    ) -> io::Result<Needed> {
+        let (file, pages, frames) = (guard.file, guard.pages, guard.frames);
         let index = &file.index;
         assert_eq!(pages.len(), frames.len());
         // Pre: ascending, so that runs are contiguous pages.
@@ -1380,6 +1462,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             queue
                 .hand_over_in_flight(frame, file_no, page, self.me, indexes, &slots, self.run)
                 .map_err(died)?;
+            guard.handed += 1;
         }
         // M3: each run inserted. `placed[i]`: the index names frames[i] (ours to read).
         let mut placed: Batch<bool> = Batch::from_elem(false, pages.len());
@@ -1487,6 +1570,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
                     .map_err(died)?;
                 unplaced.push(i);
             }
+            guard.settled = i + 1;
         }
         let read_count = read.iter().filter(|&&r| r).count();
         // The needed page neither read nor failed: another reader's insertion beat ours.
@@ -1508,6 +1592,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
         for &frame in frames {
             queue.unpin(frame, self.me);
         }
+        guard.unpinned = true;
         for &i in &unplaced {
             queue
                 .drop_unplaced(
@@ -1671,6 +1756,97 @@ impl<R: Run> Drop for SharedReader<'_, R> {
         let _ = self
             .queue
             .disown(self.me, self.me, indexes, &slots, self.run);
+    }
+}
+
+/// How long a `FillGuard` waits for this process's hold of a lock it needs to end (a
+/// sibling thread's hold lasts a few stores) before it takes the hold for its own panic's
+/// and leaves its frames (module docs, "Unwinding").
+const UNWIND_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A miss's frames from their hand-over in flight (M1) to their unpin, and what `fill`
+/// did with them so far: dropped armed only by a panic between (module docs,
+/// "Unwinding"), it ends the miss as a failed read ends: its frames not published out of
+/// the index, their waiters woken, every frame unpinned, the unpublished ones freed.
+///
+/// Costs the miss no atomic: three counters and a flag in the caller's frame, the flag
+/// cleared once `fill_guarded` returns.
+struct FillGuard<'a, 'm, R: Run> {
+    reader: &'a SharedReader<'m, R>,
+    file: &'a SharedFile<'m>,
+    pages: &'a [Page],
+    frames: &'a [Frame],
+    /// `frames[..handed]` are handed over in flight (M1-M2) and pinned by us.
+    handed: usize,
+    /// `frames[..settled]` are published (M5) or abandoned, or were never placed.
+    settled: usize,
+    /// Every frame unpinned: what is left (`drop_unplaced`) reclaim does as well.
+    unpinned: bool,
+    /// Cleared when `fill_guarded` returns, whatever it returned.
+    armed: bool,
+}
+
+impl<R: Run> FillGuard<'_, '_, R> {
+    /// Whether this process holds (as it is, or still after `UNWIND_LOCK_WAIT`) a lock
+    /// the unwind takes: the queue's, its allocator's or the file's index's. Then the
+    /// panic came from under it: taking it would wait for ever for our own holder.
+    fn lock_held(&self) -> bool {
+        let reader = self.reader;
+        let held = || reader.queue.locked_by(reader.me, &self.file.index);
+        let since = std::time::Instant::now();
+        while held() {
+            if since.elapsed() > UNWIND_LOCK_WAIT {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        false
+    }
+}
+
+impl<R: Run> Drop for FillGuard<'_, '_, R> {
+    /// On a panic in `fill` (module docs, "Unwinding"): each frame handed over and not
+    /// settled abandoned (out of its index if it is there, its waiters woken: they look
+    /// again, miss, and read the page themselves), every frame handed over unpinned, then
+    /// each freed unless an index names it (`drop_unplaced` checks that: a published
+    /// frame stays cached). Not when this process holds a lock it would take (the panic
+    /// came from under it: the domain waits on that lock until this process exits, and
+    /// the sweep at its exit mends both), and nothing more after a `Died` (a test's death).
+    fn drop(&mut self) {
+        if !self.armed || self.unpinned || unguarded(self.reader.run.flaw()) || self.lock_held() {
+            return;
+        }
+        let reader = self.reader;
+        let (queue, me, run) = (&reader.queue, reader.me, reader.run);
+        let slots = reader.member.domain().slots();
+        let indexes = reader.indexes.as_slice();
+        let file_no = FileNo(u64::from(self.file.id.index));
+        let handed = &self.frames[..self.handed];
+        for &frame in &handed[self.settled..] {
+            if queue.abandon(frame, me, indexes, &slots, run).is_err() {
+                return;
+            }
+        }
+        for &frame in handed {
+            queue.unpin(frame, me);
+        }
+        for (&frame, &page) in handed.iter().zip(self.pages) {
+            if queue
+                .drop_unplaced(frame, file_no, page, me, indexes, &slots, run)
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// Whether a broken variant's unwind guard does nothing (`Flaw::UnwindUnguarded`).
+fn unguarded(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::UnwindUnguarded => true,
+        _ => false,
     }
 }
 

@@ -231,6 +231,12 @@ pub(crate) enum Flaw {
     /// removal then copies the dead reader's partial bytes.
     #[cfg(test)]
     FlightCleared,
+    /// A miss's unwind guard does nothing (read.rs, "Unwinding"): a thread that panics
+    /// with its frames in their index in flight, its process alive, leaves them there, and
+    /// a reader of their pages parks `FLIGHT_PARKS_MAX` times (about 10 s) before it reads
+    /// the page uncached.
+    #[cfg(test)]
+    UnwindUnguarded,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

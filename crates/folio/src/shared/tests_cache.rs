@@ -158,9 +158,33 @@ fn child() {
             hammer(seed, 150, &|f, buf, offset| files[f].read_at(buf, offset))
         }
         "sequential" => {
-            // The file from its start to its end in 4 KiB reads, as a scan reads it.
+            // The file from its start to its end in 4 KiB reads, as a scan reads it, once
+            // the other scanner is ready too (a file each in DATA: a bound, not a timing),
+            // so that the two start together and their windows meet in flight (started
+            // as they came, one had often scanned the file before the other began).
             let file = cache.open(path(0)).unwrap();
             assert!(file.is_domain_file());
+            std::fs::write(data.join(format!("ready-{}", std::process::id())), b"").unwrap();
+            let ready = || {
+                std::fs::read_dir(&data)
+                    .unwrap()
+                    .filter(|e| {
+                        e.as_ref()
+                            .unwrap()
+                            .file_name()
+                            .to_string_lossy()
+                            .starts_with("ready-")
+                    })
+                    .count()
+            };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while ready() < 2 {
+                assert!(
+                    Instant::now() < deadline,
+                    "the other scanner never got ready"
+                );
+                std::thread::yield_now();
+            }
             let len = file.len();
             let expected = stamped(0, len);
             (0..len)

@@ -23,7 +23,7 @@ use super::tests_read::{
     check_all, config, kill_len, read_and_compare, reclaim_everything, report, reported, stamped,
     write_file, KILL_FILES, KILL_READS, REPORT_WORDS,
 };
-use super::{Died, Holder, Run, Step};
+use super::{Died, Flaw, Holder, Run, Step};
 use super::{ProcessId, SlotIndex};
 use crate::primitive::Ordering;
 
@@ -1148,11 +1148,13 @@ fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
 
 /// Reader A reads the first page of a 64-page file (its first window: 2 pages, handed
 /// over in flight, inserted, read, published) and is killed at its `n`-th step, for every
-/// `n` until it finishes; after each death, reader B scans the file. Asserted each round:
-/// B finishes with every byte right and no page read twice (whether it found A's frames
-/// in flight and waited for the steward's sweep, or found them swept already); the
-/// domain quiet again, every structure checks; then everything reclaimed for the next
-/// round.
+/// `n` until it finishes. Where A stopped with page 0 in its index in flight (its steps
+/// between the insertion and the publication), reader B starts first and A is killed
+/// only once B waits for page 0 (WAITERS on its GEN word), so that B is woken by the
+/// steward's sweep; elsewhere B scans after the death. Asserted each round: B finishes
+/// with every byte right and no page read twice; B waited in every round it was started
+/// to wait; the domain quiet again, every structure checks; then everything reclaimed for
+/// the next round.
 #[test]
 fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page() {
     let home = DomainHome::new();
@@ -1162,7 +1164,7 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
     let parent = Member::attach(&config).unwrap();
     let words = SharedRegion::new(2 * FLIGHT_WORDS);
     let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
-    let (mut killed, mut waited) = (0, 0);
+    let (mut killed, mut waited, mut waiting) = (0, 0, 0);
     for n in 0..1000 {
         for word in words.words() {
             word.store(0, Ordering::Relaxed);
@@ -1176,14 +1178,37 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
             );
             break;
         }
-        kill(a);
+        let queue = parent.domain().queue();
+        let in_flight = cached_folios(&parent)
+            .iter()
+            .find(|f| f.1 == 0)
+            .map(|f| super::stack::Frame(f.2 as u32))
+            .filter(|&frame| queue.is_in_flight(frame));
+        let b = match in_flight {
+            Some(page_zero) => {
+                let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+                wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
+                kill(a);
+                b
+            }
+            None => {
+                kill(a);
+                fork(|| flight_member(&config, &path, b_words, Flight::Scan))
+            }
+        };
         killed += 1;
-        let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
         exited_ok(b, "B");
         let (rb, b_wrong, b_done) = flight_reported(b_words);
         assert!(b_done, "B finishes (A killed at step {n})");
         assert_eq!(b_wrong, 0, "wrong bytes (A killed at step {n})");
         assert_eq!((rb.duplicates, rb.uncached), (0, 0), "step {n}: {rb:?}");
+        if in_flight.is_some() {
+            assert!(
+                rb.waits >= 1,
+                "B never waited (A killed at step {n}): {rb:?}"
+            );
+            waiting += 1;
+        }
         waited += u32::from(rb.waits > 0);
         wait_until("the domain is quiet", || {
             is_quiet(parent.domain(), parent.holder())
@@ -1191,8 +1216,147 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
         check_all(parent.domain());
         reclaim_everything(parent.domain(), parent.holder());
     }
-    eprintln!("in flight: A killed at {killed} steps; B waited in {waited} rounds");
+    eprintln!(
+        "in flight: A killed at {killed} steps; B waited in {waited} rounds, in {waiting} \
+         of them for A's page in flight at its death"
+    );
     assert!(killed > 20, "A's window has more steps than {killed}");
+    assert!(waiting > 0, "A was never killed with page 0 in flight");
     check_all(parent.domain());
     parent.detach();
+}
+
+/// A member's `Run` that panics its reader's thread once, at its first `Step::Reading`
+/// (its first window in the index, in flight, not read: a bug between a miss's insertion
+/// and its publication, in a process that lives on, so no sweep), and only once another
+/// member waits for page 0's frame (WAITERS on its GEN word: no sleep decides the order).
+struct PanicAtReading<'m> {
+    member: &'m Member,
+    /// The lever fired (the reader is at `Step::Reading`).
+    fired: std::sync::atomic::AtomicBool,
+    flaw: Flaw,
+}
+
+impl Run for PanicAtReading<'_> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        use std::sync::atomic::Ordering::AcqRel;
+        if step == Step::Reading && !self.fired.swap(true, AcqRel) {
+            let queue = self.member.domain().queue();
+            let page_zero = frame_of_page_zero(self.member);
+            wait_until("the other member waits for page 0", || {
+                queue.is_waited_for(page_zero)
+            });
+            // A panic without the panic hook (whose report, a backtrace under
+            // RUST_BACKTRACE, takes as long as it takes): the unwind alone is timed.
+            std::panic::resume_unwind(Box::new("the lever panics the reader at Step::Reading"));
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
+    }
+
+    fn flaw(&self) -> Flaw {
+        self.flaw
+    }
+}
+
+/// Reader A (a thread, member A) misses page 0 of a 64-page file and its lever panics
+/// its thread at `Step::Reading` (its first window, 2 pages, inserted in flight and not
+/// read), once reader B (member B, as another process would be) waits for page 0; the
+/// test catches the panic (`catch_unwind`), and A's process lives on: no sweep. A's miss
+/// unwinds as a failed read ends (read.rs, "Unwinding": its frames out of the index,
+/// their waiters woken, its frames freed), so B looks page 0 up again at once, misses and
+/// reads it itself. Asserted: A panicked; B's read of page 0 returns its bytes in under
+/// 1 s (broken, `unwound_reads_are_waited_for_without_the_guard`: B parks 1,000 x 10 ms,
+/// ~10 s, then reads the page uncached); B waited, read no page twice and nothing
+/// uncached, then scans the file, every byte right; the queue holds B's 64 frames and no
+/// other (A's freed), every structure checks, and a reclaim frees every frame.
+#[test]
+fn a_reader_that_panics_with_its_window_in_flight_leaves_its_waiter_to_read_it_at_once() {
+    panic_with_a_window_in_flight(Flaw::None);
+}
+
+/// The test above with the unwind guard broken (`Flaw::UnwindUnguarded`: it does
+/// nothing): B's first read waits about 10 s, and the test fails on it. Takes ~10 s.
+#[test]
+fn unwound_reads_are_waited_for_without_the_guard() {
+    let caught = std::panic::catch_unwind(|| panic_with_a_window_in_flight(Flaw::UnwindUnguarded));
+    let payload = caught.expect_err("the unguarded unwind passed");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    eprintln!("unguarded: caught: {message}");
+    assert!(message.contains("B waited"), "failed otherwise: {message}");
+}
+
+/// The panic test, its guard as `flaw` says.
+fn panic_with_a_window_in_flight(flaw: Flaw) {
+    use std::sync::atomic::Ordering::Acquire;
+    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let path = write_file(data.path(), 0, FLIGHT_LEN);
+    let config = config(home.path(), "flight-panic", 8, 256);
+    let (a, b) = (
+        Member::attach(&config).unwrap(),
+        Member::attach(&config).unwrap(),
+    );
+    let lever = PanicAtReading {
+        member: &a,
+        fired: std::sync::atomic::AtomicBool::new(false),
+        flaw,
+    };
+    let expected = stamped(0, FLIGHT_LEN);
+    let (a_panicked, rb, wrong) = std::thread::scope(|s| {
+        let reader_a = s.spawn(|| {
+            let reader = SharedReader::new(&a, &lever, 4);
+            let file = reader.open(&path).unwrap();
+            file.set_readahead_pages(16);
+            let mut buf = vec![0; 4096];
+            let read = std::panic::AssertUnwindSafe(|| reader.read_at(&file, &mut buf, 0));
+            let panicked = std::panic::catch_unwind(read).is_err();
+            reader.close(file).unwrap();
+            panicked
+        });
+        wait_until("A is at Step::Reading", || lever.fired.load(Acquire));
+        let reader = SharedReader::new(&b, &b, 4);
+        let file = reader.open(&path).unwrap();
+        file.set_readahead_pages(16);
+        let started = std::time::Instant::now();
+        let mut wrong = read_and_compare(&reader, &file, &expected, 0, 4096);
+        let first_read = started.elapsed();
+        eprintln!("in flight, A panicked: B's first read {first_read:?}");
+        assert!(
+            first_read < std::time::Duration::from_secs(1),
+            "B waited {first_read:?} for the page A's panic left in flight"
+        );
+        wrong += (4096..FLIGHT_LEN)
+            .step_by(4096)
+            .map(|at| read_and_compare(&reader, &file, &expected, at, 4096))
+            .sum::<usize>();
+        let counters = reader.counters();
+        reader.close(file).unwrap();
+        (reader_a.join().unwrap(), counters, wrong)
+    });
+    eprintln!("in flight, A panicked: B {rb:?}");
+    assert!(a_panicked, "the lever never panicked A");
+    assert_eq!(wrong, 0, "wrong bytes");
+    assert!(
+        rb.waits >= 1 && rb.misses >= 1,
+        "B waited, then missed: {rb:?}"
+    );
+    assert_eq!((rb.duplicates, rb.uncached), (0, 0), "B: {rb:?}");
+    let queue = a.domain().queue();
+    assert_eq!(cached_folios(&a).len(), 64, "B cached every page");
+    assert_eq!(queue.count(), 64, "a frame of A's is still queued");
+    check_all(a.domain());
+    b.detach();
+    reclaim_everything(a.domain(), a.holder());
+    a.detach();
 }
