@@ -1299,7 +1299,7 @@ fn unwound_reads_are_waited_for_without_the_guard() {
 /// The panic test, its guard as `flaw` says.
 fn panic_with_a_window_in_flight(flaw: Flaw) {
     use std::sync::atomic::Ordering::Acquire;
-    let home = tempfile::tempdir_in(crate::segment::home::SHARED_DIR).unwrap();
+    let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
     let path = write_file(data.path(), 0, FLIGHT_LEN);
     let config = config(home.path(), "flight-panic", 8, 256);
