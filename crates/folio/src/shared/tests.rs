@@ -530,6 +530,17 @@ impl Drop for SharedRegion {
     }
 }
 
+/// The message of the panic `run` must end in (a broken variant's test: the flaw is
+/// caught, and by the check meant), failing if it returns.
+pub(super) fn failure_of(what: &str, run: impl FnOnce() + std::panic::UnwindSafe) -> String {
+    let payload = std::panic::catch_unwind(run).expect_err(what);
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
 /// The bytes `path` has allocated in `range` (a region file's tmpfs blocks there, found
 /// with `SEEK_DATA` and `SEEK_HOLE`): what of a sparse file is resident.
 pub(super) fn allocated_in(path: &std::path::Path, range: std::ops::Range<u64>) -> u64 {

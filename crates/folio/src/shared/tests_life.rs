@@ -13,7 +13,7 @@ use super::buddy::Order;
 use super::domain::{Domain, DomainFiles, Geometry};
 use super::read::{ReadCounters, SharedReader};
 use super::record::Weight;
-use super::tests::{allocated_in, DomainHome};
+use super::tests::{allocated_in, failure_of, DomainHome};
 use super::tests_read::{stamped, write_file};
 use crate::segment::{DiskDir, SegmentDir};
 
@@ -731,12 +731,7 @@ fn shares_equal_weights_lose_a_set_above_an_equal_share() {
 
 /// `run` fails on B's set not staying cached.
 fn expect_set_evicted(run: impl FnOnce() + std::panic::UnwindSafe) {
-    let caught = std::panic::catch_unwind(run);
-    let message = caught.expect_err("B's set evicted");
-    let message = message
-        .downcast_ref::<String>()
-        .cloned()
-        .unwrap_or_default();
+    let message = failure_of("B's set evicted", run);
     assert!(message.contains("B's set stayed cached"), "{message}");
 }
 

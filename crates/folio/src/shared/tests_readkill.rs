@@ -16,7 +16,8 @@ use super::index::Entry;
 use super::read::{ReadCounters, SharedReader};
 use super::steward::Trace;
 use super::tests::{
-    exited_ok, fork, kill, seed_from_env, wait_for, DomainHome, MemberRun, Rng, SharedRegion,
+    exited_ok, failure_of, fork, kill, seed_from_env, wait_for, DomainHome, MemberRun, Rng,
+    SharedRegion,
 };
 use super::tests_domain::{is_quiet, is_stopped, sigkill};
 use super::tests_read::{
@@ -1286,12 +1287,9 @@ fn a_reader_that_panics_with_its_window_in_flight_leaves_its_waiter_to_read_it_a
 /// nothing): B's first read waits about 10 s, and the test fails on it. Takes ~10 s.
 #[test]
 fn unwound_reads_are_waited_for_without_the_guard() {
-    let caught = std::panic::catch_unwind(|| panic_with_a_window_in_flight(Flaw::UnwindUnguarded));
-    let payload = caught.expect_err("the unguarded unwind passed");
-    let message = payload
-        .downcast_ref::<String>()
-        .cloned()
-        .unwrap_or_default();
+    let message = failure_of("the unguarded unwind passed", || {
+        panic_with_a_window_in_flight(Flaw::UnwindUnguarded)
+    });
     eprintln!("unguarded: caught: {message}");
     assert!(message.contains("B waited"), "failed otherwise: {message}");
 }
