@@ -926,6 +926,28 @@ const FLIGHT_LEN: u64 = 64 * 4096;
 /// Words per member in the in-flight tests' report: 7 counters, duplicates, waits, its
 /// wrong bytes, done.
 const FLIGHT_WORDS: usize = 11;
+
+/// The in-flight tests' world: a domain of 256 frames named `name` in a home of its own,
+/// and the 64-page file. Its fields drop in order: the home last, once its stewards end.
+struct FlightWorld {
+    config: DomainConfig,
+    path: PathBuf,
+    _data: tempfile::TempDir,
+    _home: DomainHome,
+}
+
+impl FlightWorld {
+    fn new(name: &str) -> FlightWorld {
+        let home = DomainHome::new();
+        let data = tempfile::tempdir().unwrap();
+        FlightWorld {
+            config: config(home.path(), name, 8, 256),
+            path: write_file(data.path(), 0, FLIGHT_LEN),
+            _data: data,
+            _home: home,
+        }
+    }
+}
 /// How long the test waits for a state another process reaches (a bound, not a timing).
 const FLIGHT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -1060,14 +1082,12 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// file at once read it nearly twice: docs/sharing.md).
 #[test]
 fn a_window_in_flight_is_waited_for_by_another_process_and_never_read_twice() {
-    let home = DomainHome::new();
-    let data = tempfile::tempdir().unwrap();
-    let path = write_file(data.path(), 0, FLIGHT_LEN);
-    let config = config(home.path(), "flight-wait", 8, 256);
-    let parent = Member::attach(&config).unwrap();
+    let world = FlightWorld::new("flight-wait");
+    let (config, path) = (&world.config, &world.path);
+    let parent = Member::attach(config).unwrap();
     let words = SharedRegion::new(2 * FLIGHT_WORDS);
     let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
-    let a = fork(|| flight_member(&config, &path, a_words, Flight::StopAtReading));
+    let a = fork(|| flight_member(config, path, a_words, Flight::StopAtReading));
     let status = wait_for(a, libc::WUNTRACED);
     assert!(libc::WIFSTOPPED(status), "A: status {status:#x}");
     let queue = parent.domain().queue();
@@ -1077,7 +1097,7 @@ fn a_window_in_flight_is_waited_for_by_another_process_and_never_read_twice() {
         assert!(queue.is_in_flight(super::stack::Frame(frame as u32)));
     }
     let page_zero = frame_of_page_zero(&parent);
-    let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+    let b = fork(|| flight_member(config, path, b_words, Flight::Scan));
     wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
     // SAFETY: continues our own stopped child.
     assert_eq!(unsafe { libc::kill(a, libc::SIGCONT) }, 0);
@@ -1106,20 +1126,18 @@ fn a_window_in_flight_is_waited_for_by_another_process_and_never_read_twice() {
 /// window but B's.
 #[test]
 fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
-    let home = DomainHome::new();
-    let data = tempfile::tempdir().unwrap();
-    let path = write_file(data.path(), 0, FLIGHT_LEN);
-    let config = config(home.path(), "flight-kill", 8, 256);
-    let parent = Member::attach(&config).unwrap();
+    let world = FlightWorld::new("flight-kill");
+    let (config, path) = (&world.config, &world.path);
+    let parent = Member::attach(config).unwrap();
     let words = SharedRegion::new(2 * FLIGHT_WORDS);
     let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
-    let a = fork(|| flight_member(&config, &path, a_words, Flight::StopAtReading));
+    let a = fork(|| flight_member(config, path, a_words, Flight::StopAtReading));
     let status = wait_for(a, libc::WUNTRACED);
     assert!(libc::WIFSTOPPED(status), "A: status {status:#x}");
     let queue = parent.domain().queue();
     let window: Vec<u64> = cached_folios(&parent).iter().map(|f| f.2).collect();
     let page_zero = frame_of_page_zero(&parent);
-    let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+    let b = fork(|| flight_member(config, path, b_words, Flight::Scan));
     wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
     kill(a);
     exited_ok(b, "B");
@@ -1158,11 +1176,9 @@ fn a_reader_killed_with_its_window_in_flight_leaves_its_waiter_to_read_it() {
 /// the next round.
 #[test]
 fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page() {
-    let home = DomainHome::new();
-    let data = tempfile::tempdir().unwrap();
-    let path = write_file(data.path(), 0, FLIGHT_LEN);
-    let config = config(home.path(), "flight-steps", 8, 256);
-    let parent = Member::attach(&config).unwrap();
+    let world = FlightWorld::new("flight-steps");
+    let (config, path) = (&world.config, &world.path);
+    let parent = Member::attach(config).unwrap();
     let words = SharedRegion::new(2 * FLIGHT_WORDS);
     let (a_words, b_words) = words.words().split_at(FLIGHT_WORDS);
     let (mut killed, mut waited, mut waiting) = (0, 0, 0);
@@ -1170,7 +1186,7 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
         for word in words.words() {
             word.store(0, Ordering::Relaxed);
         }
-        let a = fork(|| flight_member(&config, &path, a_words, Flight::FirstPageStoppedAt(n)));
+        let a = fork(|| flight_member(config, path, a_words, Flight::FirstPageStoppedAt(n)));
         let status = wait_for(a, libc::WUNTRACED);
         if !libc::WIFSTOPPED(status) {
             assert!(
@@ -1187,14 +1203,14 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
             .filter(|&frame| queue.is_in_flight(frame));
         let b = match in_flight {
             Some(page_zero) => {
-                let b = fork(|| flight_member(&config, &path, b_words, Flight::Scan));
+                let b = fork(|| flight_member(config, path, b_words, Flight::Scan));
                 wait_until("B waits for page 0", || queue.is_waited_for(page_zero));
                 kill(a);
                 b
             }
             None => {
                 kill(a);
-                fork(|| flight_member(&config, &path, b_words, Flight::Scan))
+                fork(|| flight_member(config, path, b_words, Flight::Scan))
             }
         };
         killed += 1;
@@ -1297,13 +1313,11 @@ fn unwound_reads_are_waited_for_without_the_guard() {
 /// The panic test, its guard as `flaw` says.
 fn panic_with_a_window_in_flight(flaw: Flaw) {
     use std::sync::atomic::Ordering::Acquire;
-    let home = DomainHome::new();
-    let data = tempfile::tempdir().unwrap();
-    let path = write_file(data.path(), 0, FLIGHT_LEN);
-    let config = config(home.path(), "flight-panic", 8, 256);
+    let world = FlightWorld::new("flight-panic");
+    let (config, path) = (&world.config, &world.path);
     let (a, b) = (
-        Member::attach(&config).unwrap(),
-        Member::attach(&config).unwrap(),
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
     );
     let lever = PanicAtReading {
         member: &a,
@@ -1314,7 +1328,7 @@ fn panic_with_a_window_in_flight(flaw: Flaw) {
     let (a_panicked, rb, wrong) = std::thread::scope(|s| {
         let reader_a = s.spawn(|| {
             let reader = SharedReader::new(&a, &lever, 4);
-            let file = reader.open(&path).unwrap();
+            let file = reader.open(path).unwrap();
             file.set_readahead_pages(16);
             let mut buf = vec![0; 4096];
             let read = std::panic::AssertUnwindSafe(|| reader.read_at(&file, &mut buf, 0));
@@ -1324,7 +1338,7 @@ fn panic_with_a_window_in_flight(flaw: Flaw) {
         });
         wait_until("A is at Step::Reading", || lever.fired.load(Acquire));
         let reader = SharedReader::new(&b, &b, 4);
-        let file = reader.open(&path).unwrap();
+        let file = reader.open(path).unwrap();
         file.set_readahead_pages(16);
         let started = std::time::Instant::now();
         let mut wrong = read_and_compare(&reader, &file, &expected, 0, 4096);
