@@ -477,7 +477,7 @@ pub(crate) struct Shares {
 }
 
 /// One member's share of the quota and its floor, in frames.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Share {
     /// Reclaim takes the member's frames while it owns at most this many only once no
     /// other is left.
@@ -840,7 +840,7 @@ impl<'r> SharedQueue<'r> {
     /// `slot`'s share and floor under `shares` (none when counts are not kept).
     fn share_of(&self, shares: &Shares, slot: SlotIndex) -> Share {
         self.owners
-            .map_or(Shares::NONE.of(0), |records| shares.of_slot(&records, slot))
+            .map_or(Share::default(), |records| shares.of_slot(&records, slot))
     }
 
     /// The allocator whose frames this queue holds.
