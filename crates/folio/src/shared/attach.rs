@@ -315,6 +315,10 @@ impl Run for Member {
         Ok(())
     }
 
+    fn abort_on_unwind(&self) -> bool {
+        true
+    }
+
     /// Spins and yields; every `STEWARD_CHECK_WAITS` waits, makes sure a steward runs
     /// (a dead holder is marked dead only by one).
     fn wait(&self, holder: Holder) {

@@ -76,6 +76,23 @@
 //! The timeout bounds only a wake lost to a dead steward (nobody marks the holder dead;
 //! a member looks at its steward after a timeout: attach.rs).
 //!
+//! # A panic under the lock
+//!
+//! A thread that panics while it holds the lock (a bug's assertion in the structure's
+//! change, a bound checked on a corrupt word) in a process that lives on (a caller's
+//! `catch_unwind`, a thread pool that catches its tasks' panics, the C ABI, which turns a
+//! panic into `-ENOTRECOVERABLE`) is no death: nobody sweeps, the lock word names a live
+//! holder for ever, and every process of the domain that needs the structure waits on it
+//! until this one exits, its own other threads among them. So `Held`'s drop by an unwind
+//! aborts the process (`Run::abort_on_unwind`: the library's members and steward ask for
+//! it), which turns the panic into the death the protocol is built for: the steward marks
+//! the slot dead, a taker redoes the published intent (T1-T3) and the sweep mends what
+//! else the process held. The change may be half-made: going on in the panicking process
+//! with the lock let go would expose it, and redoing the intent from a live process is a
+//! take-over of a live holder, which the protocol never makes. Costs the lock a load of
+//! the runtime's panic count and a flag. Tested by crossing it: `tests_life.rs`,
+//! `a_panic_under_a_domain_lock_aborts_and_the_domain_goes_on` (a real child process).
+//!
 //! Protection: the intent and the structure's words by the lock; the lock word by CAS
 //! (and U1's swap). Limits: `INTENT_ARGS` values per change; a holder holds the lock for
 //! a few stores, never across a wait of its own; a wake wakes every waiter of the holder
@@ -122,6 +139,8 @@ pub(crate) struct HolderLock<'r> {
 
 /// Proof that `me` holds the lock: what the structure changes its words through. Not
 /// released on drop: a holder that stops (dies) keeps the lock, as a killed process does.
+/// Dropped by a panic's unwind, it aborts the process when its `Run` asks for that
+/// (module docs, "A panic under the lock").
 #[derive(Debug)]
 #[must_use = "a held lock must be unlocked"]
 pub(crate) struct Held<'l, 'r> {
@@ -129,6 +148,11 @@ pub(crate) struct Held<'l, 'r> {
     me: Holder,
     /// `me`'s park word, in the lock's region (U2).
     park: Word,
+    /// Whether an unwind that drops this hold aborts the process: the holder's `Run` asks
+    /// for it (`Run::abort_on_unwind`) and its thread was not unwinding already when it
+    /// took the lock (a panic's clean-up that takes a lock, `read::FillGuard`, and meets a
+    /// second panic there is aborted by the runtime anyway).
+    abort_on_unwind: bool,
 }
 
 impl<'r> HolderLock<'r> {
@@ -204,17 +228,14 @@ impl<'r> HolderLock<'r> {
         slots: &SlotTable<'_>,
         run: &R,
     ) -> Result<Held<'_, 'r>, Died> {
+        let held = Held::new(self, me, slots, run);
         run.at(Step::Locked)?;
         assert_eq!(
             self.word(INTENT).load(Ordering::Relaxed),
             0,
             "a free lock with a published intent"
         );
-        Ok(Held {
-            lock: self,
-            me,
-            park: slots.park_index(me.slot),
-        })
+        Ok(held)
     }
 
     /// L1 failed, finding `current`: waits, parks, takes over, retries L1 (out of line:
@@ -253,6 +274,7 @@ impl<'r> HolderLock<'r> {
             {
                 // T1 done: the whole word, generation too (and the waiters' bit: the dead
                 // holder's waiters were woken by its mark, and look again).
+                let held = Held::new(self, me, slots, run);
                 run.at(Step::TookOver)?;
                 // T2.
                 let op = self.word(INTENT).load(Ordering::Acquire);
@@ -267,11 +289,7 @@ impl<'r> HolderLock<'r> {
                     run.at(Step::Cleared)?;
                 }
                 // T3.
-                return Ok(Held {
-                    lock: self,
-                    me,
-                    park: slots.park_index(me.slot),
-                });
+                return Ok(held);
             }
             // L1 again (as in `lock`).
             current = match lock.compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire) {
@@ -317,7 +335,23 @@ impl<'r> HolderLock<'r> {
     }
 }
 
-impl Held<'_, '_> {
+impl<'l, 'r> Held<'l, 'r> {
+    /// The hold `me` just took of `lock` (L1 or T1), before any step that may unwind.
+    #[inline]
+    fn new<R: Run>(
+        lock: &'l HolderLock<'r>,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Held<'l, 'r> {
+        Held {
+            lock,
+            me,
+            park: slots.park_index(me.slot),
+            abort_on_unwind: run.abort_on_unwind() && !std::thread::panicking(),
+        }
+    }
+
     /// Who holds it.
     pub(crate) fn holder(&self) -> Holder {
         self.me
@@ -386,9 +420,12 @@ impl Held<'_, '_> {
             "unlock with an intent published"
         );
         let lock = line.word(LOCK);
+        let (me, park_word) = (self.me, self.park);
+        // Unlocked from here on: an unwind past this point must not abort (Drop).
+        std::mem::forget(self);
         // The park word is looked up only when it is woken: the uncontended unlock is the
         // swap, a mask and a test of its result.
-        let park = || &line.region[self.park.index()];
+        let park = || &line.region[park_word.index()];
         let wake_before = is_wake_before_unlock(run.flaw());
         if wake_before && lock.load(Ordering::Acquire) & WAITERS != 0 {
             slot::wake(park());
@@ -397,7 +434,7 @@ impl Held<'_, '_> {
         let was = lock.swap(0, Ordering::Release);
         assert_eq!(
             was & !WAITERS,
-            self.me.word(),
+            me.word(),
             "unlock of a lock someone else holds"
         );
         // U2, U3.
@@ -405,6 +442,22 @@ impl Held<'_, '_> {
             slot::wake(park());
         }
         run.at(Step::Unlocked)
+    }
+}
+
+impl Drop for Held<'_, '_> {
+    /// A hold dropped without its unlock: a `Died` (a model's or a test's death, which
+    /// keeps the lock as a killed process does) or a panic's unwind. The latter aborts the
+    /// process when `abort_on_unwind` says so (module docs, "A panic under the lock").
+    fn drop(&mut self) {
+        if self.abort_on_unwind && std::thread::panicking() {
+            eprintln!(
+                "folio: a panic while this process held a lock of its domain (its structure \
+                 may be half-changed): aborting, so that the domain's steward mends it as \
+                 after a death"
+            );
+            std::process::abort();
+        }
     }
 }
 

@@ -860,6 +860,12 @@ impl<'r> SharedQueue<'r> {
         .contains(&Some(me))
     }
 
+    /// Who holds the queue's lock now (tests: a lever that acts under it).
+    #[cfg(test)]
+    pub(crate) fn lock_holder(&self) -> Option<Holder> {
+        self.lock.holder()
+    }
+
     /// An empty queue, the lock free. Stores only the lock line: every frame's line is 0
     /// in a zeroed region (a new region file), which is a frame not queued, so a frame's
     /// line becomes resident memory only once its frame is used (buddy.rs, "Frames never

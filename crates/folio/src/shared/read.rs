@@ -64,14 +64,14 @@
 //! frame stays cached). Disarmed when `fill_guarded` returns, whatever it returns (an
 //! `io::Error` already abandoned its frames; a `Died` is a test's death, the sweep's to
 //! mend): on the miss path it costs two counters and a flag in the caller's frame, no
-//! atomic. Not when this process holds the queue's, the allocator's or the index's lock
-//! (one load each, waited on for `UNWIND_LOCK_WAIT` in case a sibling thread holds it for
-//! a few stores): the panic came from under that lock, which a live holder never lets
-//! go, so the domain waits on it until this process exits and the sweep mends both (the
-//! holder locks have no unwind of their own: lock.rs, Limits). A frame leased and not yet
-//! handed over stays leased to us until the detach (only a panic inside `hand_over`,
-//! under the queue's lock, leaves one). A second panic inside the guard's drop aborts the
-//! process: a death.
+//! atomic. A panic from under the queue's, the allocator's or the index's lock never gets
+//! here: the hold's drop aborts the process first (lock.rs, "A panic under the lock"), a
+//! death the sweep mends. Under a `Run` that does not abort (a test's), the guard leaves
+//! its frames when this process still holds one of those locks after `UNWIND_LOCK_WAIT`
+//! (one load each, waited on in case a sibling thread holds it for a few stores): taking
+//! it would wait for ever on our own hold. A frame leased and not yet handed over stays
+//! leased to us until the detach (none is left by a panic outside the queue's lock).
+//! A second panic inside the guard's drop aborts the process: a death.
 //!
 //! # Readahead (issue 45 step 7; docs/sharing.md "Readahead through a domain")
 //!
@@ -1810,8 +1810,8 @@ impl<R: Run> Drop for FillGuard<'_, '_, R> {
     /// again, miss, and read the page themselves), every frame handed over unpinned, then
     /// each freed unless an index names it (`drop_unplaced` checks that: a published
     /// frame stays cached). Not when this process holds a lock it would take (the panic
-    /// came from under it: the domain waits on that lock until this process exits, and
-    /// the sweep at its exit mends both), and nothing more after a `Died` (a test's death).
+    /// came from under it, under a `Run` that does not abort: lock.rs, "A panic under the
+    /// lock"), and nothing more after a `Died` (a test's death).
     fn drop(&mut self) {
         if !self.armed || self.unpinned || unguarded(self.reader.run.flaw()) || self.lock_held() {
             return;

@@ -1215,6 +1215,12 @@ impl Run for Steward<'_> {
             ..Park::DEFAULT
         })
     }
+
+    /// A steward that panics under a lock dies: the next attach starts another, which
+    /// takes the lock over (lock.rs, "A panic under the lock").
+    fn abort_on_unwind(&self) -> bool {
+        true
+    }
 }
 
 /// The steward's trace (module docs): in test builds, `<name>.trace` in the domain's

@@ -283,6 +283,13 @@ pub(crate) trait Run {
     fn flaw(&self) -> Flaw {
         Flaw::None
     }
+
+    /// Whether a panic's unwind that drops a held lock aborts the process (lock.rs, "A
+    /// panic under the lock"). The library's `Run`s answer yes; models and tests that
+    /// catch a panic under a lock (a broken variant's assertion) answer no.
+    fn abort_on_unwind(&self) -> bool {
+        false
+    }
 }
 
 /// The library's `Run`: never dies, spins a little then yields while a live holder holds
@@ -294,6 +301,10 @@ impl Run for Unkillable {
     #[inline]
     fn at(&self, _step: Step) -> Result<(), Died> {
         Ok(())
+    }
+
+    fn abort_on_unwind(&self) -> bool {
+        true
     }
 
     fn wait(&self, _holder: Holder) {

@@ -915,3 +915,138 @@ fn a_file_at_the_regions_name_that_is_no_region_of_ours_is_refused_and_left_as_i
         );
     }
 }
+
+/// A member's reads whose lever panics the reading thread at its first store under the
+/// queue's or the allocator's lock (`Step::Stored` with either held by the member: a bug's
+/// assertion in the middle of a change), and answers `abort_on_unwind` as `abort` says.
+struct PanicUnderLock<'m> {
+    member: &'m Member,
+    fired: std::sync::atomic::AtomicBool,
+    abort: bool,
+}
+
+impl super::Run for PanicUnderLock<'_> {
+    fn at(&self, step: super::Step) -> Result<(), super::Died> {
+        use std::sync::atomic::Ordering::AcqRel;
+        let domain = self.member.domain();
+        let me = Some(self.member.holder());
+        let under_lock = domain.queue().lock_holder() == me || domain.buddy().lock_holder() == me;
+        if step == super::Step::Stored && under_lock && !self.fired.swap(true, AcqRel) {
+            panic!("the lever panics the reader under a lock of the domain");
+        }
+        self.member.at(step)
+    }
+
+    fn wait(&self, holder: super::Holder) {
+        self.member.wait(holder);
+    }
+
+    fn parked(&self, holder: super::Holder, outcome: super::futex::Parked) {
+        self.member.parked(holder, outcome);
+    }
+
+    fn abort_on_unwind(&self) -> bool {
+        self.abort
+    }
+}
+
+/// A panic under a lock of the domain, in a process that catches it and lives on (a
+/// server's `catch_unwind`; lock.rs, "A panic under the lock"): a forked member misses
+/// page 0 of a 1 MiB file and its lever panics it at its first store under the queue's
+/// or the allocator's lock. The process must abort (`SIGABRT`): the steward then marks it
+/// dead and the domain goes on, so the parent's read of the whole file (every byte
+/// checked) ends within `PANIC_READ_WAIT`, and the structures check. Broken
+/// (`a_panic_under_a_domain_lock_caught_stalls_the_domain`: the hold's drop does not
+/// abort) the child catches the panic and lives on (stopped, as a server between
+/// requests), and the parent's read waits on its lock until the test kills it.
+#[test]
+fn a_panic_under_a_domain_lock_aborts_and_the_domain_goes_on() {
+    panic_under_a_lock(true);
+}
+
+/// The test above with the hold's drop not aborting (the lock kept by a live process):
+/// fails on the survivor's read that waited.
+#[test]
+fn a_panic_under_a_domain_lock_caught_stalls_the_domain() {
+    let message = failure_of("a caught panic under a lock passed", || {
+        panic_under_a_lock(false)
+    });
+    eprintln!("caught under a lock: {message}");
+    assert!(
+        message.contains("waited on the lock"),
+        "failed otherwise: {message}"
+    );
+}
+
+/// How long the parent's read may take once the child's panic ended (a sweep takes a
+/// steward's tick or two; the read itself a few milliseconds).
+const PANIC_READ_WAIT: Duration = Duration::from_secs(5);
+
+fn panic_under_a_lock(abort: bool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const LEN: u64 = 1 << 20;
+    let setup = setup(LEN);
+    let config = config(
+        setup.home.path(),
+        "life-panic",
+        Duration::from_secs(120),
+        setup.machine.path(),
+    );
+    let parent = Member::attach(&config).unwrap();
+    let (config_ref, path) = (&config, &setup.path);
+    let child = super::tests::fork(move || {
+        let member = Member::attach(config_ref).expect("attach");
+        let lever = PanicUnderLock {
+            member: &member,
+            fired: AtomicBool::new(false),
+            abort,
+        };
+        let reader = SharedReader::new(&member, &lever, 8);
+        let file = reader.open(path).expect("open");
+        let mut buf = vec![0u8; 4096];
+        let read = std::panic::AssertUnwindSafe(|| reader.read_at(&file, &mut buf, 0));
+        assert!(
+            std::panic::catch_unwind(read).is_err(),
+            "the lever never fired"
+        );
+        // Caught, and alive: a server between requests.
+        // SAFETY: raise has no memory-safety preconditions.
+        unsafe { libc::raise(libc::SIGSTOP) };
+    });
+    let status = super::tests::wait_for(child, libc::WUNTRACED);
+    let aborted = libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGABRT;
+    eprintln!("under a lock: the child aborted: {aborted} (status {status:#x})");
+    let done = AtomicBool::new(false);
+    let (waited, killed) = std::thread::scope(|s| {
+        let reading = s.spawn(|| {
+            let started = Instant::now();
+            let reader = SharedReader::new(&parent, &parent, 8);
+            read_stamped(&reader, &setup.path, 0, LEN);
+            done.store(true, Ordering::Release);
+            started.elapsed()
+        });
+        let deadline = Instant::now() + PANIC_READ_WAIT;
+        while !done.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The child is stopped (the broken hold): its death lets the read end.
+        let killed = !done.load(Ordering::Acquire) && libc::WIFSTOPPED(status);
+        if killed {
+            super::tests::kill(child);
+        }
+        (reading.join().unwrap(), killed)
+    });
+    assert!(
+        waited < PANIC_READ_WAIT && !killed,
+        "the survivor's read waited on the lock of a process that panicked under it \
+         and lives on ({waited:?}, ended by its kill: {killed})"
+    );
+    assert!(aborted, "the child did not abort: status {status:#x}");
+    eprintln!("under a lock: the survivor read the file in {waited:?}");
+    let domain = parent.domain();
+    wait_until("the dead member swept", || {
+        super::tests_domain::is_quiet(domain, parent.holder())
+    });
+    super::tests_read::check_all(domain);
+    parent.detach();
+}
