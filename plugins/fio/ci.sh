@@ -8,8 +8,12 @@
 #      io_errors=0);
 #   3. runs jobs/read, randread, randread-zipf and mix through folio for 3 s each, with
 #      verify=crc32c on every block read: 0 errors, reads through the cache;
-#   4. corrupts one block of one laid-out file and checks the same pass FAILS;
-#   5. writes through folio, each block with fio's crc32c verify header: jobs/randwrite
+#   4. forked jobs (thread=0, fio's default) share one domain: jobs/read.fio with
+#      thread=0 (16 job processes, each attached to a domain in a directory of this
+#      run's), every block checked, then again in a new fio run: its processes hit the
+#      pages the first run's processes left in the domain (hits, no misses beyond a few);
+#   5. corrupts one block of one laid-out file and checks the same pass FAILS;
+#   6. writes through folio, each block with fio's crc32c verify header: jobs/randwrite
 #      (4 KiB random, fdatasync=32) and jobs/write (64 KiB sequential, fsync_on_close=1),
 #      256 MiB each, read back and verified in the same run; then each again with
 #      verify_only=1 in a NEW fio process (a new, empty cache: the reads come from the
@@ -18,7 +22,8 @@
 #      exits); end_fsync=1, sync=1, sync=dsync and sync_file_range= on small writes;
 #      jobs/randrw (70/30, fdatasync=32) for 3 s; then one written block is corrupted
 #      and the verify_only pass must FAIL;
-#   6. checks that a forked job (thread=0) and a trim job are refused with a message.
+#   7. checks that a forked job with folio_domain=none and a trim job are refused with a
+#      message.
 # Ends with "ci.sh: N passed, M failed". Needs fio (apt-get install -y fio), a deb-src
 # line for fio's source (see build.sh), cc and cargo.
 #
@@ -56,9 +61,11 @@ fi
 "$here/build.sh"
 engine="external:$root/target/fio-plugin/libfio_folio.so"
 
+made=()  # the directories this run made, removed at its end
+trap 'rm -rf "${made[@]}"' EXIT
 if [ -z "${FOLIO_FIO_DIR:-}" ]; then
     FOLIO_FIO_DIR="$(mktemp -d "${TMPDIR:-/tmp}/folio-fio.XXXXXX")"
-    trap 'rm -rf "$FOLIO_FIO_DIR"' EXIT
+    made+=("$FOLIO_FIO_DIR")
 fi
 export FOLIO_FIO_DIR
 log="$FOLIO_FIO_DIR/log"
@@ -95,6 +102,36 @@ for job in read randread randread-zipf mix; do
     check "jobs/$job.fio: exits 0, no verify error, reads through folio, no I/O error" \
         bash -c "[ $rc = 0 ] && ! grep -q 'verify:' '$log' &&
                  [ '$(num misses)' -gt 0 ] && [ '$(num io_errors)' = 0 ]"
+    [ "$rc" = 0 ] || cat "$log"
+done
+
+echo "== forked jobs (thread=0) share a domain: jobs/read.fio, every block checked, twice"
+# The domain's files in a directory of this run's (its steward leaves once it is removed).
+domain_dir="$(mktemp -d /dev/shm/folio-fio-ci.XXXXXX)"
+made+=("$domain_dir")
+sed 's/^thread=1$/thread=0/' "$here/jobs/read.fio" >"$FOLIO_FIO_DIR/read-forked.fio"
+forked_pass() {
+    fio --ioengine="$engine" --folio_domain=ci-fio --folio_segment_dir="$domain_dir" \
+        "$FOLIO_FIO_DIR/read-forked.fio" >"$log" 2>&1
+}
+sum() {  # the sum of a field over every process's "folio: domain" line
+    sed -n "s/^folio: domain .* $1=\([0-9]*\).*/\1/p" "$log" | awk '{s += $1} END {print s + 0}'
+}
+for round in first second; do
+    if forked_pass; then rc=0; else rc=$?; fi
+    processes="$(grep -c '^folio: domain ci-fio: ' "$log" || true)"
+    hits="$(sum hits)" misses="$(sum misses)"
+    echo "$round run: $processes job processes, domain hits $hits, misses $misses"
+    check "forked, $round run: exits 0, no verify error, 1 GiB read back" \
+        bash -c "[ $rc = 0 ] && ! grep -q 'verify:' '$log' && grep -q 'READ: .*io=1024MiB' '$log'"
+    check "forked, $round run: 16 job processes read through the domain" test "$processes" = 16
+    if [ "$round" = first ]; then
+        check "forked, first run: the pages were read into the domain" test "$misses" -gt 0
+    else
+        # 1 GiB is 262,144 pages: the first run's processes cached them for this one's.
+        check "forked, second run: the first run's pages are hits in its processes" \
+            test "$hits" -ge 262144 -a "$misses" -lt 1024
+    fi
     [ "$rc" = 0 ] || cat "$log"
 done
 
@@ -153,6 +190,20 @@ check "write: fsync_on_close reached folio (syncs >= one per job)" test "$(num s
 run_folio --verify_only=1 "$here/jobs/write.fio"
 check_verify_pass write 256MiB
 
+echo "== forked writers (thread=0): jobs/randwrite.fio, 64 MiB, through the domain"
+# Each job's process writes a file of its own (one writer per file) and puts each page it
+# writes into the domain; then a new fio process (a private cache) verifies the disk.
+sed 's/^size=64m$/size=16m/' "$here/jobs/randwrite.fio" >"$FOLIO_FIO_DIR/randwrite-16m.fio"
+sed 's/^thread=1$/thread=0/' "$FOLIO_FIO_DIR/randwrite-16m.fio" \
+    >"$FOLIO_FIO_DIR/randwrite-forked.fio"
+run_folio --folio_segment_dir="$domain_dir" "$FOLIO_FIO_DIR/randwrite-forked.fio"
+check "forked randwrite: exits 0, no verify error, wrote 64MiB, every page put in the domain" \
+    bash -c "[ $rc = 0 ] && ! grep -q 'verify:' '$log' && grep -q 'WRITE: .*io=64.0MiB' '$log' &&
+             [ $(sum installs) -ge 16384 ] && [ $(grep -c '^folio: domain ' "$log") = 4 ]"
+[ "$rc" = 0 ] || cat "$log"
+run_folio --verify_only=1 "$FOLIO_FIO_DIR/randwrite-16m.fio"
+check_verify_pass "forked randwrite" 64.0MiB
+
 echo "== a random write with no sync and no verify phase; verified in a new process"
 nosync=(--thread=1 --name=nosync --directory="$FOLIO_FIO_DIR" --rw=randwrite --bs=4k
     --size=4m --numjobs=4 --verify=crc32c --group_reporting=1)
@@ -195,9 +246,9 @@ check "fio names the verify error" grep -q 'verify: bad' "$log"
 
 echo "== refusals"
 if fio --ioengine="$engine" --thread=0 --name=forked --filename="$FOLIO_FIO_DIR/layout.0.0" \
-    --rw=read --size=1m >"$log" 2>&1; then rc=0; else rc=$?; fi
-check "a forked job (thread=0) is refused with a message" \
-    bash -c "[ $rc != 0 ] && grep -q 'needs thread=1' '$log'"
+    --rw=read --size=1m --folio_domain=none >"$log" 2>&1; then rc=0; else rc=$?; fi
+check "a forked job with folio_domain=none is refused with a message" \
+    bash -c "[ $rc != 0 ] && grep -q 'folio_domain=none needs thread=1' '$log'"
 if fio --ioengine="$engine" --thread=1 --name=trimmer --filename="$FOLIO_FIO_DIR/layout.0.0" \
     --rw=randtrim --size=1m >"$log" 2>&1; then rc=0; else rc=$?; fi
 check "a trim job is refused: folio cannot punch holes" \

@@ -4,10 +4,21 @@
 //   fio --ioengine=external:target/fio-plugin/libfio_folio.so --thread=1 job.fio
 //
 // One folio cache per fio process, shared by every job of the process: the first job to
-// start creates it with its folio_capacity= and folio_readahead=, the last to finish
-// syncs every file the cache wrote (folio_cache_sync_all), prints its stats
-// (folio_stats_format) and destroys it. A cache lives in one process, so forked jobs
-// (thread=0, fio's default) are refused with a message.
+// start creates it with its folio_capacity=, folio_readahead= and folio_domain=, the last
+// to finish syncs every file the cache wrote (folio_cache_sync_all), prints its stats
+// (folio_stats_format) and destroys it.
+//
+// Forked jobs (thread=0, fio's default) share their pages through a domain (folio.h,
+// domain; docs/sharing.md): each job's process makes a cache of its own that attaches to
+// the domain, so that a page one job read is a hit in every other, as the kernel's page
+// cache is shared by fio's processes. folio_domain=auto (the default) is the user's
+// machine-wide domain (folio-<euid>-user, the RocksDB plugin's default) for forked jobs
+// and none (a private cache, shared by the process's threads) for thread=1, whose
+// figures stay those of the private cache; folio_domain=none with thread=0 is refused.
+// Through a domain, a file opened read-only is read through the domain's pages and a
+// file a job writes keeps its own pages for its reads and puts each page it writes into
+// the domain before the write returns (one writing process per file: a second job
+// process writing the same file writes privately, and the others do not see its writes).
 //
 // Writes: a job that writes (td_write) opens its files with FOLIO_OPEN_WRITE (and
 // FOLIO_OPEN_CREATE unless allow_file_create=0, as fio's own open adds O_CREAT), writes
@@ -37,6 +48,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fio.h"
 #include "optgroup.h"
@@ -48,6 +60,8 @@ struct folio_fio_options {
 	void *pad;
 	unsigned long long capacity_bytes;
 	unsigned long long readahead_max_bytes;
+	char *domain;      // folio_domain=: auto, user, none or a domain's name
+	char *segment_dir; // folio_segment_dir=: where the domain's files go ("": folio's home)
 };
 
 static struct fio_option options[] = {
@@ -74,6 +88,29 @@ static struct fio_option options[] = {
 		.group = FIO_OPT_G_INVALID,
 	},
 	{
+		.name = "folio_domain",
+		.lname = "folio domain",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct folio_fio_options, domain),
+		.help = "The domain the cache shares its pages with across processes: auto "
+			"(user for forked jobs, none for thread=1), user (this user's "
+			"machine-wide domain), none (a private cache) or a domain's name",
+		.def = "auto",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = "folio_segment_dir",
+		.lname = "folio segment directory",
+		.type = FIO_OPT_STR_STORE,
+		.off1 = offsetof(struct folio_fio_options, segment_dir),
+		.help = "The directory of the domain's files (default: folio's home, "
+			"/dev/shm/folio-<euid>)",
+		.def = "",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
 		.name = NULL,
 	},
 };
@@ -94,6 +131,26 @@ static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 static folio_cache cache;            // the process's cache, valid while cache_users > 0
 static unsigned int cache_users;     // jobs between init and cleanup
 static struct folio_fio_options cache_options; // what the cache was created with
+static char cache_domain[256];       // the domain it attached to ("": none)
+
+// The domain a job's folio_domain= names for it (module comment): writes the name into
+// `name` ("" for none) and returns 0, or returns -1 when the name does not fit.
+static int resolve_domain(const struct thread_data *td, const char *option, char *name,
+			  size_t size)
+{
+	const char *asked = option && option[0] ? option : "auto";
+	int n;
+
+	if (strcmp(asked, "auto") == 0)
+		asked = td->o.use_thread ? "none" : "user";
+	if (strcmp(asked, "none") == 0)
+		n = snprintf(name, size, "%s", "");
+	else if (strcmp(asked, "user") == 0)
+		n = snprintf(name, size, "folio-%u-user", (unsigned int)geteuid());
+	else
+		n = snprintf(name, size, "%s", asked);
+	return n < 0 || (size_t)n >= size ? -1 : 0;
+}
 
 // Logs why the folio call `what` failed with `ret`: folio's message (it names the call
 // and says why), else the errno's text.
@@ -114,12 +171,20 @@ static int folio_fio_init(struct thread_data *td)
 	struct folio_fio_options *o = td->eo;
 	struct folio_fio_job *job;
 	folio_cache_options opts;
+	char domain[sizeof(cache_domain)];
 	int32_t ret;
 	int err = 0;
 
-	if (!td->o.use_thread) {
-		log_err("folio: job %s: the folio engine needs thread=1 (one cache per "
-			"process, shared by its jobs; forked jobs cannot share it)\n",
+	if (resolve_domain(td, o->domain, domain, sizeof(domain)) < 0) {
+		log_err("folio: job %s: folio_domain=%s: a domain's name is at most %zu "
+			"bytes\n", td->o.name, o->domain, sizeof(domain) - 1);
+		td_verror(td, EINVAL, "init");
+		return 1;
+	}
+	if (!td->o.use_thread && !domain[0]) {
+		log_err("folio: job %s: folio_domain=none needs thread=1 (a private cache lives "
+			"in one process, shared by its threads; forked jobs share pages through "
+			"a domain: folio_domain=auto or user)\n",
 			td->o.name);
 		return 1;
 	}
@@ -149,13 +214,14 @@ static int folio_fio_init(struct thread_data *td)
 	pthread_mutex_lock(&cache_lock);
 	if (cache_users > 0) {
 		if (o->capacity_bytes != cache_options.capacity_bytes ||
-		    o->readahead_max_bytes != cache_options.readahead_max_bytes) {
-			log_err("folio: job %s: folio_capacity=%llu folio_readahead=%llu, but the "
-				"process's cache was made with %llu and %llu: give every job the "
-				"same values\n",
-				td->o.name, o->capacity_bytes, o->readahead_max_bytes,
+		    o->readahead_max_bytes != cache_options.readahead_max_bytes ||
+		    strcmp(domain, cache_domain) != 0) {
+			log_err("folio: job %s: folio_capacity=%llu folio_readahead=%llu "
+				"domain '%s', but the process's cache was made with %llu, %llu "
+				"and '%s': give every job the same values\n",
+				td->o.name, o->capacity_bytes, o->readahead_max_bytes, domain,
 				cache_options.capacity_bytes,
-				cache_options.readahead_max_bytes);
+				cache_options.readahead_max_bytes, cache_domain);
 			td_verror(td, EINVAL, "init");
 			err = 1;
 			goto out;
@@ -167,6 +233,11 @@ static int folio_fio_init(struct thread_data *td)
 	folio_cache_options_init(&opts);
 	opts.capacity_bytes = o->capacity_bytes;
 	opts.readahead_max_bytes = o->readahead_max_bytes;
+	if (domain[0]) {
+		opts.domain = domain;
+		if (o->segment_dir && o->segment_dir[0])
+			opts.segment_dir = o->segment_dir;
+	}
 	ret = folio_cache_create(&opts, &cache);
 	if (ret < 0) {
 		log_folio_error("folio_cache_create", ret);
@@ -175,6 +246,7 @@ static int folio_fio_init(struct thread_data *td)
 		goto out;
 	}
 	cache_options = *o;
+	memcpy(cache_domain, domain, sizeof(cache_domain));
 	cache_users = 1;
 	td->io_ops_data = job; // joined: cleanup leaves
 out:
@@ -193,6 +265,7 @@ out:
 static void folio_fio_cleanup(struct thread_data *td)
 {
 	folio_stats stats;
+	folio_domain_stats domain_stats;
 	char line[4096];
 	int32_t ret;
 
@@ -216,6 +289,15 @@ static void folio_fio_cleanup(struct thread_data *td)
 		folio_stats_format(&stats, line, sizeof(line));
 		log_info("folio: stats: %s\n", line);
 	}
+	if (folio_cache_domain_stats(cache, &domain_stats) == 1) // 1: a domain's counts
+		log_info("folio: domain %s: hits=%" PRIu64 " misses=%" PRIu64 " preads=%" PRIu64
+			 " conflicts=%" PRIu64 " duplicate_reads=%" PRIu64 " uncached=%" PRIu64
+			 " installs=%" PRIu64 " frames_cached=%" PRIu64 " share_frames=%" PRIu64
+			 "\n",
+			 cache_domain, domain_stats.hits, domain_stats.misses, domain_stats.preads,
+			 domain_stats.conflicts, domain_stats.duplicate_reads,
+			 domain_stats.uncached, domain_stats.installs, domain_stats.frames_cached,
+			 domain_stats.share_frames);
 	folio_cache_destroy(cache);
 	memset(&cache, 0, sizeof(cache));
 	pthread_mutex_unlock(&cache_lock);
