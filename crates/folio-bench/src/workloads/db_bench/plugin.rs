@@ -129,12 +129,9 @@ pub(super) fn build_plugin(env: &Env, root: &Path) -> io::Result<(PathBuf, Optio
         }
         // No CMakeCache.txt beside it: nothing says which sources it was built from.
         BuildDirOwner::Unconfigured if plugin.is_file() => Err(io::Error::other(format!(
-            "the plugin did not build, and the existing {} was not configured by cmake in \
-             {} (no CMakeCache.txt), so it may be another tree's: not measuring it; fix the \
-             build (below), or remove {} and run again:\n{e}",
-            plugin.display(),
-            build.display(),
-            build.display()
+            "the plugin did not build, and the existing {} has no CMakeCache.txt beside it \
+             to say which sources it was built from: not measuring it; fix the build:\n{e}",
+            plugin.display()
         ))),
         _ => Err(e),
     }
@@ -142,7 +139,7 @@ pub(super) fn build_plugin(env: &Env, root: &Path) -> io::Result<(PathBuf, Optio
 
 /// Whose build a cmake build directory of the plugin holds, as its `CMakeCache.txt` says.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum BuildDirOwner {
+enum BuildDirOwner {
     /// No `CMakeCache.txt` (no directory, or never configured).
     Unconfigured,
     /// Configured in this directory from the workspace's `plugins/rocksdb`, linking the
@@ -159,7 +156,7 @@ pub(super) enum BuildDirOwner {
 /// is another's.
 ///
 /// Errors: `build/CMakeCache.txt` exists but cannot be read.
-pub(super) fn build_dir_owner(build: &Path, root: &Path) -> io::Result<BuildDirOwner> {
+fn build_dir_owner(build: &Path, root: &Path) -> io::Result<BuildDirOwner> {
     let cache = match std::fs::read_to_string(build.join("CMakeCache.txt")) {
         Ok(cache) => cache,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BuildDirOwner::Unconfigured),
