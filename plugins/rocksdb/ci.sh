@@ -52,7 +52,8 @@
 # and for the crash test libgflags-dev dpkg-dev python3 and a deb-src line for apt-get
 # source (installed here when missing and running as root with apt-get), and cargo.
 #
-# Environment: FOLIO_PLUGIN_BUILD_DIR (default target/rocksdb-plugin), TMPDIR,
+# Environment: FOLIO_PLUGIN_BUILD_DIR (default target/rocksdb-plugin; when it holds another
+# tree's build, a copied target/ or a moved checkout, it is configured afresh), TMPDIR,
 # KILL_ROUNDS (default 20), CRASHTEST_DURATION and CRASHTEST_INTERVAL (default 180 and
 # 30 s), CRASHTEST=0 (skips the crash test), TWO_PROCESS_SECONDARY=0 (skips the primary +
 # secondary check through the plugin).
@@ -99,6 +100,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 echo "== build the plugin ($build)"
+# shellcheck source=plugins/rocksdb/plugin-build.sh
+. "$here/plugin-build.sh"
+if why="$(plugin_build_foreign "$build")"; then
+    echo "$build is another tree's build ($why): configuring and building it afresh"
+    plugin_build_forget "$build"
+fi
 cmake -S "$here" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$build" -j2
 

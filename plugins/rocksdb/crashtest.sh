@@ -119,6 +119,9 @@ crashtest_py="$build/db_crashtest.py"
 if [ "$mode" = folio ]; then
     plugin="${FOLIO_PLUGIN:-$root/target/rocksdb-plugin/libfolio_rocksdb.so}"
     [ -f "$plugin" ] || die "no plugin at $plugin: build it (docs/rocksdb.md) or set FOLIO_PLUGIN"
+    # shellcheck source=plugins/rocksdb/plugin-build.sh
+    . "$here/plugin-build.sh"
+    [ -n "${FOLIO_PLUGIN:-}" ] || plugin_default_check "$plugin"
     export FOLIO_PLUGIN="$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")"
 fi
 # The plugin's defaults: no option from the environment (ci.sh exports some).

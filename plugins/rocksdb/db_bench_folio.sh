@@ -21,6 +21,9 @@ die() { echo "db_bench_folio: $*" >&2; exit 1; }
 
 [ -n "$db_bench" ] || die "no db_bench: apt-get install -y rocksdb-tools"
 [ -f "$plugin" ] || die "no plugin at $plugin: build it with plugins/rocksdb/ci.sh (or cmake, docs/rocksdb.md)"
+# shellcheck source=plugins/rocksdb/plugin-build.sh
+. "$root/plugins/rocksdb/plugin-build.sh"
+[ -n "${FOLIO_PLUGIN:-}" ] || plugin_default_check "$plugin"
 plugin="$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")"  # LD_PRELOAD wants it absolute
 
 rocksdb_of() { ldd "$1" | awk '/librocksdb\.so/ { print $3; exit }'; }

@@ -183,6 +183,9 @@ done
 # ---- the runs --------------------------------------------------------------------------
 plugin="${FOLIO_PLUGIN:-$root/target/rocksdb-plugin/libfolio_rocksdb.so}"
 [ -f "$plugin" ] || die "no plugin at $plugin: build it (plugins/rocksdb/ci.sh, docs/rocksdb.md)"
+# shellcheck source=plugins/rocksdb/plugin-build.sh
+. "$here/plugin-build.sh"
+[ -n "${FOLIO_PLUGIN:-}" ] || plugin_default_check "$plugin"
 plugin="$(cd "$(dirname "$plugin")" && pwd)/$(basename "$plugin")"
 # The plugin's defaults: no option from the environment (ci.sh exports some). Since
 # issue 45 that is the user's domain, whose files go with the segments in this run's

@@ -15,8 +15,9 @@
 //! Design: the databases are made once per data directory (`fillseq,flush` with
 //! `--num_multi_db=N --num=K --value_size=8192`, default file system) and reused while a
 //! marker file says they are complete. The plugin is built with cmake into
-//! `target/rocksdb-plugin` (incremental: cheap when up to date) before the first run; if
-//! that build fails but a plugin is there, that plugin is measured and the report says so.
+//! `target/rocksdb-plugin` (incremental: cheap when up to date; afresh when the directory
+//! is another tree's build) before the first run; if that build fails but this
+//! workspace's plugin is there, that plugin is measured and the report says so.
 //! Before every measurement the page cache is dropped and every table file checked 0%
 //! resident (`kernel::make_cold`). Figures are what db_bench prints: the `readseq` line's
 //! ops/sec and operations, and its histogram's P50/P75/P99 (microseconds).
