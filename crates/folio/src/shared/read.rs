@@ -1464,6 +1464,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 .map_err(died)?;
             guard.handed += 1;
         }
+        // The broken variant (tests): M4 before M3, the order before the in-flight protocol
+        // (a miss read its pages, then inserted them), with `Step::Reading` between.
+        let read_first = if reads_before_insertion(self.run.flaw()) {
+            let every: Batch<usize> = (0..pages.len()).collect();
+            let read = self.read_frames(file, pages, frames, &every, need.is_some());
+            self.run.at(Step::Reading).map_err(died)?;
+            Some(read)
+        } else {
+            None
+        };
         // M3: each run inserted. `placed[i]`: the index names frames[i] (ours to read).
         let mut placed: Batch<bool> = Batch::from_elem(false, pages.len());
         let mut full: Vec<usize> = Vec::new();
@@ -1525,41 +1535,24 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 unplaced.push(i);
             }
         }
-        self.run.at(Step::Reading).map_err(died)?;
-        // M4: the pages to read, one `preadv` per run of consecutive ones.
+        // M4: the pages to read (those placed, and the needed one read for want of a node
+        // frame), one `preadv` per run of consecutive ones.
         let to_read: Batch<usize> = (0..pages.len())
             .filter(|&i| placed[i] || (i == 0 && read_unplaced))
             .collect();
-        let read_pages: Batch<Page> = to_read.iter().map(|&i| pages[i]).collect();
-        let mut read: Batch<bool> = Batch::from_elem(false, pages.len());
-        let mut need_error = None;
-        for (first, len) in runs(&read_pages, RUN_PAGES_MAX) {
-            let at = &to_read[first..first + len];
-            let data: Batch<*mut u8> = at.iter().map(|&i| domain.frame_data(frames[i])).collect();
-            // The frames are ours: leased, then in flight (module docs: nobody reads their
-            // bytes before `publish`; an optimistic hit that found one in an index before it
-            // was reclaimed may still be loading them): written by the kernel and by atomic
-            // stores only, after the lease's release fence.
-            match pread_pages(file, &data, pages[at[0]]) {
-                Ok(got) => {
-                    bump(&self.counts.preads);
-                    for (k, &into) in data.iter().enumerate() {
-                        let filled = got.saturating_sub(k * FRAME_BYTES).min(FRAME_BYTES);
-                        // SAFETY: `into` is FRAME_BYTES of the mapping (`frame_data`),
-                        // `filled` of them read; nobody else writes them (above).
-                        unsafe { atomic_zero(into.add(filled), FRAME_BYTES - filled) };
-                    }
-                    for &i in at {
-                        read[i] = true;
-                    }
-                }
-                Err(e) => {
-                    if at[0] == 0 && need.is_some() {
-                        need_error = Some(e);
-                    }
-                }
+        let (read, need_error) = match read_first {
+            None => {
+                self.run.at(Step::Reading).map_err(died)?;
+                self.read_frames(file, pages, frames, &to_read, need.is_some())
             }
-        }
+            // The broken variant read them all already: those are what it keeps.
+            Some((mut read, need_error)) => {
+                for (i, read) in read.iter_mut().enumerate() {
+                    *read &= to_read.contains(&i);
+                }
+                (read, need_error)
+            }
+        };
         // M5 for the pages read; a placed page whose read failed is taken out again.
         for i in 0..pages.len() {
             if placed[i] && read[i] {
@@ -1604,6 +1597,54 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Some(e) => Err(e),
             None => Ok(needed),
         }
+    }
+
+    /// M4: the pages `pages[i]` for each `i` of `which` (ascending) read into `frames[i]`,
+    /// one `preadv` per run of consecutive pages, the bytes past a short read zeroed:
+    /// which were read, and the error of the read of `pages[0]` if `need` (the page the
+    /// miss needs) and it failed.
+    ///
+    /// Context: the frames are ours, leased then handed over in flight (module docs).
+    fn read_frames(
+        &self,
+        file: &SharedFile<'m>,
+        pages: &[Page],
+        frames: &[Frame],
+        which: &[usize],
+        need: bool,
+    ) -> (Batch<bool>, Option<io::Error>) {
+        let domain = self.member.domain();
+        let read_pages: Batch<Page> = which.iter().map(|&i| pages[i]).collect();
+        let mut read: Batch<bool> = Batch::from_elem(false, pages.len());
+        let mut need_error = None;
+        for (first, len) in runs(&read_pages, RUN_PAGES_MAX) {
+            let at = &which[first..first + len];
+            let data: Batch<*mut u8> = at.iter().map(|&i| domain.frame_data(frames[i])).collect();
+            // The frames are ours: leased, then in flight (module docs: nobody reads their
+            // bytes before `publish`; an optimistic hit that found one in an index before it
+            // was reclaimed may still be loading them): written by the kernel and by atomic
+            // stores only, after the lease's release fence.
+            match pread_pages(file, &data, pages[at[0]]) {
+                Ok(got) => {
+                    bump(&self.counts.preads);
+                    for (k, &into) in data.iter().enumerate() {
+                        let filled = got.saturating_sub(k * FRAME_BYTES).min(FRAME_BYTES);
+                        // SAFETY: `into` is FRAME_BYTES of the mapping (`frame_data`),
+                        // `filled` of them read; nobody else writes them (above).
+                        unsafe { atomic_zero(into.add(filled), FRAME_BYTES - filled) };
+                    }
+                    for &i in at {
+                        read[i] = true;
+                    }
+                }
+                Err(e) => {
+                    if at[0] == 0 && need {
+                        need_error = Some(e);
+                    }
+                }
+            }
+        }
+        (read, need_error)
     }
 
     /// A frame of ours that its insertion did not place (counted; its page not read, but
@@ -1846,6 +1887,16 @@ fn unguarded(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::UnwindUnguarded => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's miss reads its pages before it inserts them
+/// (`Flaw::ReadBeforeInsertion`: the order before the in-flight protocol).
+fn reads_before_insertion(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::ReadBeforeInsertion => true,
         _ => false,
     }
 }
