@@ -13,8 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::attach::Member;
-use super::tests::{DomainHome, Rng};
-use super::tests_read::{check_all, config, reclaim_everything};
+use super::futex::Parked;
+use super::read::SharedReader;
+use super::tests::{failure_of, DomainHome, Rng};
+use super::tests_read::{check_all, config, reclaim_everything, reclaim_reclaimable, stamped};
+use super::tests_readkill::{cached_folios, wait_until, FlightWorld, FLIGHT_LEN};
+use super::{Died, Flaw, Holder, Run, Step};
 use crate::Cache;
 
 const ROLE: &str = "FOLIO_TEST_WRITE_ROLE";
@@ -648,4 +652,217 @@ fn a_private_writable_open_keeps_its_writes_out_of_the_domain() {
     check_all(parent.domain());
     reclaim_everything(parent.domain(), parent.holder());
     parent.detach();
+}
+
+/// A member's `Run` that holds its reader's thread once, at its first `Step::Reading` (its
+/// miss's window inserted in flight, not read; under `Flaw::ReadBeforeInsertion`, read
+/// and not inserted), until the test lets it go (`go`): no sleep decides the order.
+struct HoldAtReading<'m> {
+    member: &'m Member,
+    /// The reader is at `Step::Reading`.
+    held: AtomicBool,
+    go: AtomicBool,
+    flaw: Flaw,
+}
+
+impl Run for HoldAtReading<'_> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        if step == Step::Reading && !self.held.swap(true, Ordering::AcqRel) {
+            wait_until("the test lets the reader go", || {
+                self.go.load(Ordering::Acquire)
+            });
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
+    }
+
+    fn flaw(&self) -> Flaw {
+        self.flaw
+    }
+}
+
+/// The pages W writes over R's window: R's first window at page 0 is 2 pages (tests_readkill,
+/// the in-flight tests), within these.
+const RACED_PAGES: u64 = 4;
+
+/// The window a miss's `pread` once had against a write (docs/sharing.md, "Writes seen
+/// across processes", Limits, before the in-flight protocol): reader R (a thread, member
+/// R) misses page 0 of a 64-page file and its lever holds it at `Step::Reading` (its
+/// window, the page and a page read ahead, inserted in flight, not read); W (a `Cache` of
+/// the same domain, the file's writer) writes pages 0-3 with new bytes, its write returns
+/// (its frames replace R's in the index: R's are in no index now), W's `sync_data` writes
+/// them to the disk and releases their marks, and every frame reclaim may take is reclaimed
+/// (W's: the pages name no frame); then R goes on. Asserted: R's own read is the old page
+/// or the new one, whole; every later read of pages 0-3, by R again and by a third member,
+/// is the new bytes; the structures check, and a reclaim of everything frees every frame.
+/// Its broken variant (`a_miss_that_reads_before_it_inserts_...`) fails on "a later read
+/// returns the older page".
+#[test]
+fn a_miss_in_flight_never_inserts_a_page_older_than_a_returned_write() {
+    miss_against_a_write(Flaw::None);
+}
+
+/// The test above with the miss's order before the in-flight protocol
+/// (`Flaw::ReadBeforeInsertion`: it reads its pages, then inserts them): R reads the old
+/// bytes before W's write and inserts them after W's pages are written back and reclaimed,
+/// so the later reads hit the older page, and the test fails on it.
+#[test]
+fn a_miss_that_reads_before_it_inserts_inserts_a_page_older_than_a_returned_write() {
+    let message = failure_of("the miss that read before its insertion passed", || {
+        miss_against_a_write(Flaw::ReadBeforeInsertion)
+    });
+    eprintln!("read before insertion: caught: {message}");
+    assert!(
+        message.contains("a later read returns the older page"),
+        "failed otherwise: {message}"
+    );
+}
+
+/// The test of a miss against a write, R's miss as `flaw` says.
+fn miss_against_a_write(flaw: Flaw) {
+    let world = FlightWorld::new("write-window");
+    let (config, path) = (&world.config, &world.path);
+    let old = stamped(0, FLIGHT_LEN);
+    let new = stamped(1, RACED_PAGES * PAGE);
+    let (r, third) = (
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+    );
+    let writer = Cache::builder()
+        .capacity_bytes(1 << 20)
+        .segment_dir(&config.dir)
+        .domain(config.name.clone())
+        .build()
+        .unwrap();
+    let w = writer.open_options().write(true).open(path).unwrap();
+    let lever = HoldAtReading {
+        member: &r,
+        held: AtomicBool::new(false),
+        go: AtomicBool::new(false),
+        flaw,
+    };
+    let r_reader = SharedReader::new(&r, &lever, 4);
+    let r_file = r_reader.open(path).unwrap();
+    r_file.set_readahead_pages(16);
+    let queue = r.domain().queue();
+    // The frames the index names at the raced pages.
+    let raced = || -> Vec<(u64, u64)> {
+        let folios = cached_folios(&r);
+        let raced = folios.iter().filter(|f| f.1 < RACED_PAGES);
+        raced.map(|f| (f.1, f.2)).collect()
+    };
+    let frame = |frame: u64| super::stack::Frame(frame as u32);
+    let first_read = std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            let mut buf = vec![0u8; PAGE as usize];
+            r_reader.read_at(&r_file, &mut buf, 0).unwrap();
+            buf
+        });
+        wait_until("R is at Step::Reading", || {
+            lever.held.load(Ordering::Acquire)
+        });
+        let window = raced();
+        if flaw == Flaw::None {
+            // The protocol: R's window in its index, in flight (read.rs, "Miss", M3).
+            assert!(window.len() >= 2, "R's window, page 0 and more: {window:?}");
+            assert!(window.iter().all(|&(_, f)| queue.is_in_flight(frame(f))));
+        } else {
+            assert_eq!(window, Vec::new(), "the old order inserts after the read");
+        }
+        let installs = writer.domain_stats().unwrap().installs;
+        assert_eq!(w.write_at(&new, 0).unwrap(), new.len());
+        assert_eq!(
+            writer.domain_stats().unwrap().installs,
+            installs + RACED_PAGES,
+            "W put each page it wrote into the domain"
+        );
+        // W's frames replaced R's (queue.rs, "In flight", "Writers and truncation"): R's are
+        // in no index, and each raced page names a frame HELD by W's mark.
+        let written = raced();
+        assert_eq!(written.len() as u64, RACED_PAGES, "{written:?}");
+        for &(page, f) in &written {
+            assert!(
+                !window.iter().any(|&(_, mine)| mine == f),
+                "page {page}: R's frame"
+            );
+            assert_ne!(queue.held_mark(frame(f)), 0, "page {page}: not HELD");
+        }
+        w.sync_data().unwrap();
+        for &(page, f) in &written {
+            assert_eq!(
+                queue.held_mark(frame(f)),
+                0,
+                "page {page}: HELD after its writeback"
+            );
+        }
+        let freed = reclaim_reclaimable(r.domain(), r.holder());
+        assert!(freed >= RACED_PAGES as u32, "{freed} reclaimed");
+        assert_eq!(raced(), Vec::new(), "a raced page still names a frame");
+        lever.go.store(true, Ordering::Release);
+        first.join().unwrap()
+    });
+    let own = &first_read[..];
+    assert!(
+        own == &old[..PAGE as usize] || own == &new[..PAGE as usize],
+        "R's own read is neither the old page 0 nor the new one, whole"
+    );
+    let third_reader = SharedReader::new(&third, &third, 4);
+    let third_file = third_reader.open(path).unwrap();
+    let own_new = own == &new[..PAGE as usize];
+    assert_later_reads_new("R", &r_reader, &r_file, &old, &new, own_new);
+    assert_later_reads_new(
+        "the third member",
+        &third_reader,
+        &third_file,
+        &old,
+        &new,
+        own_new,
+    );
+    eprintln!(
+        "a miss against a write: R's own read {}; R {:?}; third {:?}",
+        if own_new { "new" } else { "old" },
+        r_reader.counters(),
+        third_reader.counters()
+    );
+    check_all(r.domain());
+    r_reader.close(r_file).unwrap();
+    third_reader.close(third_file).unwrap();
+    drop((r_reader, third_reader, w, writer));
+    third.detach();
+    reclaim_everything(r.domain(), r.holder());
+    r.detach();
+}
+
+/// Reads the pages `new` covers through `reader`'s `file` (after the write of `new`
+/// returned): each must be `new`'s, failing first on "a later read returns the older
+/// page" (`old`'s), then on any other bytes. `own_new`: what R's own read returned.
+fn assert_later_reads_new<R: Run>(
+    who: &str,
+    reader: &SharedReader<'_, R>,
+    file: &super::read::SharedFile<'_>,
+    old: &[u8],
+    new: &[u8],
+    own_new: bool,
+) {
+    for (page, new) in new.chunks(PAGE as usize).enumerate() {
+        let at = page * PAGE as usize;
+        let mut buf = vec![0u8; new.len()];
+        assert_eq!(
+            reader.read_at(file, &mut buf, at as u64).unwrap(),
+            buf.len()
+        );
+        let own = if own_new { "new" } else { "old" };
+        assert!(
+            buf != old[at..at + buf.len()],
+            "{who}: a later read returns the older page {page} (R's own read: {own})"
+        );
+        assert!(buf == new, "{who}: page {page} is not the written bytes");
+    }
 }
