@@ -925,7 +925,7 @@ fn a_member_killed_while_the_steward_is_stopped_is_swept_by_the_next_steward() {
 pub(super) const FLIGHT_LEN: u64 = 64 * 4096;
 /// Words per member in the in-flight tests' report: 7 counters, duplicates, waits, its
 /// wrong bytes, done.
-const FLIGHT_WORDS: usize = 11;
+pub(super) const FLIGHT_WORDS: usize = 11;
 
 /// The in-flight tests' world: a domain of 256 frames named `name` in a home of its own,
 /// and the 64-page file. Its fields drop in order: the home last, once its stewards end.
@@ -980,7 +980,7 @@ impl Run for StopAtReading<'_> {
 
 /// How a member of the in-flight tests reads.
 #[derive(Clone, Copy, Debug)]
-enum Flight {
+pub(super) enum Flight {
     /// Scans the file, stopped once at its first `Step::Reading` (`StopAtReading`).
     StopAtReading,
     /// Reads the file's first page only (its first window), stopped at its `n`-th step
@@ -993,7 +993,7 @@ enum Flight {
 /// A member of the in-flight tests: attaches, reads `path` as `how` says through a reader
 /// whose windows are up to 16 pages (4 KiB reads), reports in `words` (`FLIGHT_WORDS`),
 /// detaches.
-fn flight_member(
+pub(super) fn flight_member(
     config: &DomainConfig,
     path: &Path,
     words: &[crate::primitive::AtomicU64],

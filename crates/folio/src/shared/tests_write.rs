@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 use super::attach::Member;
 use super::futex::Parked;
 use super::read::SharedReader;
-use super::tests::{failure_of, DomainHome, Rng};
+use super::tests::{failure_of, fork, kill, wait_for, DomainHome, Rng, SharedRegion};
 use super::tests_read::{check_all, config, reclaim_everything, reclaim_reclaimable, stamped};
-use super::tests_readkill::{cached_folios, wait_until, FlightWorld, FLIGHT_LEN};
+use super::tests_readkill::{
+    cached_folios, flight_member, wait_until, Flight, FlightWorld, FLIGHT_LEN, FLIGHT_WORDS,
+};
 use super::{Died, Flaw, Holder, Run, Step};
 use crate::Cache;
 
@@ -838,6 +840,81 @@ fn miss_against_a_write(flaw: Flaw) {
     third.detach();
     reclaim_everything(r.domain(), r.holder());
     r.detach();
+}
+
+/// As `a_miss_in_flight_never_...`, with R's death as the step after the write: R (a
+/// forked member) is stopped by its lever at `Step::Reading` (its window inserted in
+/// flight), W's write returns (its HELD frames replace R's), and R is killed there. The
+/// steward's sweep of R (queue.rs, "In flight", D1-D3) takes out of its index only a frame
+/// the index names: W's frames stay. Asserted: once the sweep dropped R's pins, every frame
+/// reclaim may take is reclaimed (R's, in no index) and the raced pages still name W's
+/// frames; a third member reads the new bytes from them; after W's `sync_data` and a
+/// reclaim of W's frames it reads the new bytes from the disk; the structures check, and a
+/// reclaim of everything frees every frame.
+#[test]
+fn a_reader_killed_in_flight_under_a_write_leaves_the_written_pages() {
+    let world = FlightWorld::new("write-window-kill");
+    let (config, path) = (&world.config, &world.path);
+    let new = stamped(1, RACED_PAGES * PAGE);
+    let (parent, third) = (
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+    );
+    let words = SharedRegion::new(FLIGHT_WORDS);
+    // Forked before the writer's cache starts its threads.
+    let r = fork(|| flight_member(config, path, words.words(), Flight::StopAtReading));
+    let status = wait_for(r, libc::WUNTRACED);
+    assert!(libc::WIFSTOPPED(status), "R: status {status:#x}");
+    let queue = parent.domain().queue();
+    let raced = || -> Vec<(u64, u64)> {
+        let folios = cached_folios(&parent);
+        let raced = folios.iter().filter(|f| f.1 < RACED_PAGES);
+        raced.map(|f| (f.1, f.2)).collect()
+    };
+    let frame = |frame: u64| super::stack::Frame(frame as u32);
+    let window = raced();
+    assert!(window.len() >= 2, "R's window, page 0 and more: {window:?}");
+    assert!(window.iter().all(|&(_, f)| queue.is_in_flight(frame(f))));
+    let writer = Cache::builder()
+        .capacity_bytes(1 << 20)
+        .segment_dir(&config.dir)
+        .domain(config.name.clone())
+        .build()
+        .unwrap();
+    let w = writer.open_options().write(true).open(path).unwrap();
+    assert_eq!(w.write_at(&new, 0).unwrap(), new.len());
+    let written = raced();
+    assert_eq!(written.len() as u64, RACED_PAGES, "{written:?}");
+    assert!(written.iter().all(|&(_, f)| queue.held_mark(frame(f)) != 0));
+    kill(r);
+    wait_until("the steward's sweep of R dropped its pins", || {
+        queue.pins_by_slot().iter().all(|&pins| pins == 0)
+    });
+    let freed = reclaim_reclaimable(parent.domain(), parent.holder());
+    assert!(
+        freed >= window.len() as u32,
+        "R's frames: {freed} reclaimed"
+    );
+    assert_eq!(raced(), written, "the sweep of R took W's pages out");
+    assert_eq!(
+        queue.count() as u64,
+        RACED_PAGES,
+        "only W's frames are left"
+    );
+    let reader = SharedReader::new(&third, &third, 4);
+    let file = reader.open(path).unwrap();
+    let old = stamped(0, FLIGHT_LEN);
+    assert_later_reads_new("the third member", &reader, &file, &old, &new, false);
+    w.sync_data().unwrap();
+    reclaim_reclaimable(parent.domain(), parent.holder());
+    assert_eq!(raced(), Vec::new(), "a raced page still names a frame");
+    assert_later_reads_new("the third member", &reader, &file, &old, &new, false);
+    check_all(parent.domain());
+    reader.close(file).unwrap();
+    drop((reader, w, writer));
+    third.detach();
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
 }
 
 /// Reads the pages `new` covers through `reader`'s `file` (after the write of `new`
