@@ -1535,8 +1535,30 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 unplaced.push(i);
             }
         }
+        // M3': our pages past the record's size now taken out again, unread (module docs,
+        // "Miss", a truncation): a writer's `truncate` sets the size, then takes the pages
+        // past it out under the index's lock, then its `ftruncate` reaches the disk. A page
+        // we inserted after that removal is past this size (the index's lock orders the
+        // load after the writer's store), and read before the `ftruncate` it would be the
+        // page's older bytes, cached past the end until an extension shows them.
+        let file_end = file
+            .size
+            .load(Ordering::Acquire)
+            .div_ceil(FRAME_BYTES as u64);
+        for i in 0..pages.len() {
+            if placed[i] && pages[i] >= file_end {
+                queue
+                    .abandon(frames[i], self.me, indexes, &slots, self.run)
+                    .map_err(died)?;
+                placed[i] = false;
+                unplaced.push(i);
+                // The needed page is still read, into its frame in no index, for this
+                // read (concurrent with the truncation: the page before it or after it).
+                read_unplaced |= i == 0 && need.is_some();
+            }
+        }
         // M4: the pages to read (those placed, and the needed one read for want of a node
-        // frame), one `preadv` per run of consecutive ones.
+        // frame or past the size), one `preadv` per run of consecutive ones.
         let to_read: Batch<usize> = (0..pages.len())
             .filter(|&i| placed[i] || (i == 0 && read_unplaced))
             .collect();

@@ -7,6 +7,7 @@
 //! No sleep decides what is covered: R checks after every returned write, by the pipe.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,6 +22,7 @@ use super::tests_readkill::{
     cached_folios, flight_member, wait_until, Flight, FlightWorld, FLIGHT_LEN, FLIGHT_WORDS,
 };
 use super::{Died, Flaw, Holder, Run, Step};
+use crate::types::OpenMode;
 use crate::Cache;
 
 const ROLE: &str = "FOLIO_TEST_WRITE_ROLE";
@@ -656,20 +658,51 @@ fn a_private_writable_open_keeps_its_writes_out_of_the_domain() {
     parent.detach();
 }
 
-/// A member's `Run` that holds its reader's thread once, at its first `Step::Reading` (its
-/// miss's window inserted in flight, not read; under `Flaw::ReadBeforeInsertion`, read
-/// and not inserted), until the test lets it go (`go`): no sleep decides the order.
-struct HoldAtReading<'m> {
+/// A member's `Run` that holds its reader's thread once, at its `point`, until the test
+/// lets it go (`go`): no sleep decides the order.
+struct Hold<'m> {
     member: &'m Member,
-    /// The reader is at `Step::Reading`.
+    point: HoldPoint,
+    /// The reader is at its point.
     held: AtomicBool,
     go: AtomicBool,
     flaw: Flaw,
 }
 
-impl Run for HoldAtReading<'_> {
+/// Where a `Hold` holds its reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HoldPoint {
+    /// Its first `Step::Reading`: its miss's window inserted in flight, not read (under
+    /// `Flaw::ReadBeforeInsertion`, read and not inserted).
+    Reading,
+    /// The end of its first hand-over: the first `Step::Unlocked` at which the queue holds
+    /// one frame more than `queued_before` (tests_readkill's `StopBeforeInsertion`, for a
+    /// thread): its frame queued in flight, neither inserted nor read, the size of the
+    /// file loaded at its read's start.
+    BeforeInsertion { queued_before: u32 },
+}
+
+impl<'m> Hold<'m> {
+    fn new(member: &'m Member, point: HoldPoint, flaw: Flaw) -> Hold<'m> {
+        Hold {
+            member,
+            point,
+            held: AtomicBool::new(false),
+            go: AtomicBool::new(false),
+            flaw,
+        }
+    }
+}
+
+impl Run for Hold<'_> {
     fn at(&self, step: Step) -> Result<(), Died> {
-        if step == Step::Reading && !self.held.swap(true, Ordering::AcqRel) {
+        let here = match self.point {
+            HoldPoint::Reading => step == Step::Reading,
+            HoldPoint::BeforeInsertion { queued_before } => {
+                step == Step::Unlocked && self.member.domain().queue().count() == queued_before + 1
+            }
+        };
+        if here && !self.held.swap(true, Ordering::AcqRel) {
             wait_until("the test lets the reader go", || {
                 self.go.load(Ordering::Acquire)
             });
@@ -744,12 +777,7 @@ fn miss_against_a_write(flaw: Flaw) {
         .build()
         .unwrap();
     let w = writer.open_options().write(true).open(path).unwrap();
-    let lever = HoldAtReading {
-        member: &r,
-        held: AtomicBool::new(false),
-        go: AtomicBool::new(false),
-        flaw,
-    };
+    let lever = Hold::new(&r, HoldPoint::Reading, flaw);
     let r_reader = SharedReader::new(&r, &lever, 4);
     let r_file = r_reader.open(path).unwrap();
     r_file.set_readahead_pages(16);
@@ -915,6 +943,120 @@ fn a_reader_killed_in_flight_under_a_write_leaves_the_written_pages() {
     third.detach();
     reclaim_everything(parent.domain(), parent.holder());
     parent.detach();
+}
+
+/// Where `a_miss_inserted_after_a_truncations_removal_...` cuts the file, in pages.
+const CUT_PAGES: u64 = 8;
+/// The page R misses there, past the cut.
+const PAST_CUT: u64 = 40;
+
+/// A miss against a truncation: reader R (a thread, member R, readahead off) misses page
+/// 40 of a 64-page file, and its lever holds it after its hand-over, before its insertion
+/// (it loaded the file's size, 64 pages, at its read's start); W (member W, the record's
+/// writer) cuts the file to 8 pages as `File::set_len` does, its domain's part first (the
+/// record's size, then its pages past the cut taken out: none is there yet); R goes on,
+/// inserts page 40 after that removal and reads it, and only then W's `ftruncate` reaches
+/// the disk (`set_len` makes it last); then W extends the file back to 64 pages (the
+/// domain's size, then the disk's: zeros past the cut). Asserted: R's own read is the old
+/// page 40 or zeros, whole; every later read of page 40, by R again and by a third member,
+/// is zeros (never the older page, read before the cut reached the disk); the structures
+/// check, and a reclaim of everything frees every frame.
+#[test]
+fn a_miss_inserted_after_a_truncations_removal_never_caches_a_page_past_the_size() {
+    let world = FlightWorld::new("write-cut");
+    let (config, path) = (&world.config, &world.path);
+    let old = stamped(0, FLIGHT_LEN);
+    let page_bytes = PAGE as usize;
+    let old_page = &old[PAST_CUT as usize * page_bytes..][..page_bytes];
+    let zeros = vec![0u8; page_bytes];
+    let (r, w, third) = (
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+    );
+    let queued_before = r.domain().queue().count();
+    let lever = Hold::new(&r, HoldPoint::BeforeInsertion { queued_before }, Flaw::None);
+    let r_reader = SharedReader::new(&r, &lever, 4);
+    let r_file = r_reader.open(path).unwrap();
+    let w_reader = SharedReader::new(&w, &w, 4);
+    let disk = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let w_file = w_reader
+        .open_writer(disk.try_clone().unwrap(), OpenMode::Buffered)
+        .unwrap()
+        .expect("W is the record's writer");
+    // `File::set_len`'s steps: the domain's (`DomainWriter::truncate`), then the disk's.
+    let set_len = |pages: u64, disk_too: bool| {
+        w_reader.truncate(&w_file, pages * PAGE, pages).unwrap();
+        if disk_too {
+            disk.set_len(pages * PAGE).unwrap();
+        }
+    };
+    let own = std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            let mut buf = vec![0u8; page_bytes];
+            let got = r_reader
+                .read_at(&r_file, &mut buf, PAST_CUT * PAGE)
+                .unwrap();
+            assert_eq!(got, page_bytes, "R loaded the size before the cut");
+            buf
+        });
+        wait_until("R handed its frame over", || {
+            lever.held.load(Ordering::Acquire)
+        });
+        assert_eq!(cached_folios(&r), Vec::new(), "R inserted before its hold");
+        set_len(CUT_PAGES, false);
+        lever.go.store(true, Ordering::Release);
+        first.join().unwrap()
+    });
+    assert!(
+        own == old_page || own == zeros,
+        "R's own read is neither the old page {PAST_CUT} nor zeros, whole"
+    );
+    disk.set_len(CUT_PAGES * PAGE).unwrap();
+    set_len(FLIGHT_LEN / PAGE, true);
+    let third_reader = SharedReader::new(&third, &third, 4);
+    let third_file = third_reader.open(path).unwrap();
+    let (mut again, mut third_read) = (vec![0u8; page_bytes], vec![0u8; page_bytes]);
+    let reads = [
+        (
+            "R",
+            r_reader.read_at(&r_file, &mut again, PAST_CUT * PAGE),
+            &again,
+        ),
+        (
+            "the third member",
+            third_reader.read_at(&third_file, &mut third_read, PAST_CUT * PAGE),
+            &third_read,
+        ),
+    ];
+    for (who, got, buf) in reads {
+        assert_eq!(got.unwrap(), page_bytes, "{who}: the extended size");
+        assert!(
+            buf != old_page,
+            "{who}: a later read returns the older page {PAST_CUT}, cut by a returned set_len"
+        );
+        assert!(*buf == zeros, "{who}: page {PAST_CUT} is not zeros");
+    }
+    eprintln!(
+        "a miss against a cut: R {:?}; third {:?}",
+        r_reader.counters(),
+        third_reader.counters()
+    );
+    check_all(r.domain());
+    let meta = w_file.metadata().unwrap();
+    let mtime_ns = (meta.mtime() as u64) * 1_000_000_000 + meta.mtime_nsec() as u64;
+    w_reader.detach_writer(w_file, mtime_ns).unwrap();
+    r_reader.close(r_file).unwrap();
+    third_reader.close(third_file).unwrap();
+    drop((r_reader, w_reader, third_reader));
+    third.detach();
+    w.detach();
+    reclaim_everything(r.domain(), r.holder());
+    r.detach();
 }
 
 /// Reads the pages `new` covers through `reader`'s `file` (after the write of `new`
