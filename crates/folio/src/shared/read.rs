@@ -35,6 +35,18 @@
 //!   or a wait while that frame is in flight. Counted (`conflicts`; at most
 //!   `CONFLICTS_MAX` a page, then uncached). A read that fails takes its placed frames out
 //!   of the index again (`abandon`) and frees them.
+//! - **Against a writer** (docs/sharing.md, "A miss against a write"): a page is read from
+//!   the disk only after its frame is in the index, so a writer's `install` after the
+//!   insertion replaces the frame (which stays in no index: only this read returns its
+//!   bytes), and one before it is found by the insertion (a conflict) or was written back
+//!   and reclaimed first, and the `pread` reads its bytes. A truncation (`truncate`: the
+//!   record's size, then its pages past it taken out, then the writer's `ftruncate`)
+//!   that took its pages out before our insertion is seen by M3': the size loaded after
+//!   the insertion (the index's lock orders it after the writer's store), our pages past
+//!   it taken out again unread (`abandon`; the needed page read into its frame in no
+//!   index for this read alone). Read before the `ftruncate`, such a page was the older
+//!   bytes, cached past the end until an extension showed them. No `Step` marks M3': it
+//!   stores nothing a death leaves half done (`abandon`'s own steps do).
 //! - **In flight** (a frame another reader, or a sibling thread, has inserted and not read
 //!   yet: `Optimistic::InFlight`, `PinHit::InFlight`): a park on the frame's GEN word
 //!   (`SharedQueue::wait_in_flight`, at most 10 ms), then a look again from the walk; at
@@ -1536,7 +1548,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
             }
         }
         // M3': our pages past the record's size now taken out again, unread (module docs,
-        // "Miss", a truncation): a writer's `truncate` sets the size, then takes the pages
+        // "Against a writer"): a writer's `truncate` sets the size, then takes the pages
         // past it out under the index's lock, then its `ftruncate` reaches the disk. A page
         // we inserted after that removal is past this size (the index's lock orders the
         // load after the writer's store), and read before the `ftruncate` it would be the
