@@ -212,8 +212,13 @@
 //! returns the bytes it read, a read concurrent with the write (ordered before it), and
 //! its waiters look again and find G. An append in place never meets f (f is never HELD:
 //! A1 fails and the writer installs). A truncation's `remove` of f is refused while it is
-//! pinned and retried after a park on GEN (read.rs `truncate`: up to 64 rounds); a
-//! record's drop never meets a live reader's f (the record has no opener).
+//! pinned and retried after a park on GEN (read.rs `truncate`: up to 64 rounds); an f
+//! inserted after the truncation's removal is past the size its reader loads after M3,
+//! and taken out unread (read.rs, "Against a writer": M3'); a record's drop never meets a
+//! live reader's f (the record has no opener). `tests_write`'s
+//! `a_miss_in_flight_never_inserts_a_page_older_than_a_returned_write` (and its broken
+//! variant, `Flaw::ReadBeforeInsertion`), `a_reader_killed_in_flight_under_a_write_...`
+//! and `a_miss_inserted_after_a_truncations_removal_...` force each order.
 //!
 //! # Writes (a writer process's pages: docs/sharing.md "Writes seen across processes")
 //!

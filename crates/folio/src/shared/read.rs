@@ -35,6 +35,18 @@
 //!   or a wait while that frame is in flight. Counted (`conflicts`; at most
 //!   `CONFLICTS_MAX` a page, then uncached). A read that fails takes its placed frames out
 //!   of the index again (`abandon`) and frees them.
+//! - **Against a writer** (docs/sharing.md, "A miss against a write"): a page is read from
+//!   the disk only after its frame is in the index, so a writer's `install` after the
+//!   insertion replaces the frame (which stays in no index: only this read returns its
+//!   bytes), and one before it is found by the insertion (a conflict) or was written back
+//!   and reclaimed first, and the `pread` reads its bytes. A truncation (`truncate`: the
+//!   record's size, then its pages past it taken out, then the writer's `ftruncate`)
+//!   that took its pages out before our insertion is seen by M3': the size loaded after
+//!   the insertion (the index's lock orders it after the writer's store), our pages past
+//!   it taken out again unread (`abandon`; the needed page read into its frame in no
+//!   index for this read alone). Read before the `ftruncate`, such a page was the older
+//!   bytes, cached past the end until an extension showed them. No `Step` marks M3': it
+//!   stores nothing a death leaves half done (`abandon`'s own steps do).
 //! - **In flight** (a frame another reader, or a sibling thread, has inserted and not read
 //!   yet: `Optimistic::InFlight`, `PinHit::InFlight`): a park on the frame's GEN word
 //!   (`SharedQueue::wait_in_flight`, at most 10 ms), then a look again from the walk; at
@@ -1464,6 +1476,16 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 .map_err(died)?;
             guard.handed += 1;
         }
+        // The broken variant (tests): M4 before M3, the order before the in-flight protocol
+        // (a miss read its pages, then inserted them), with `Step::Reading` between.
+        let read_first = if reads_before_insertion(self.run.flaw()) {
+            let every: Batch<usize> = (0..pages.len()).collect();
+            let read = self.read_frames(file, pages, frames, &every, need.is_some());
+            self.run.at(Step::Reading).map_err(died)?;
+            Some(read)
+        } else {
+            None
+        };
         // M3: each run inserted. `placed[i]`: the index names frames[i] (ours to read).
         let mut placed: Batch<bool> = Batch::from_elem(false, pages.len());
         let mut full: Vec<usize> = Vec::new();
@@ -1525,41 +1547,46 @@ impl<'m, R: Run> SharedReader<'m, R> {
                 unplaced.push(i);
             }
         }
-        self.run.at(Step::Reading).map_err(died)?;
-        // M4: the pages to read, one `preadv` per run of consecutive ones.
+        // M3': our pages past the record's size now taken out again, unread (module docs,
+        // "Against a writer"): a writer's `truncate` sets the size, then takes the pages
+        // past it out under the index's lock, then its `ftruncate` reaches the disk. A page
+        // we inserted after that removal is past this size (the index's lock orders the
+        // load after the writer's store), and read before the `ftruncate` it would be the
+        // page's older bytes, cached past the end until an extension shows them.
+        let file_end = file
+            .size
+            .load(Ordering::Acquire)
+            .div_ceil(FRAME_BYTES as u64);
+        for i in 0..pages.len() {
+            if placed[i] && pages[i] >= file_end {
+                queue
+                    .abandon(frames[i], self.me, indexes, &slots, self.run)
+                    .map_err(died)?;
+                placed[i] = false;
+                unplaced.push(i);
+                // The needed page is still read, into its frame in no index, for this
+                // read (concurrent with the truncation: the page before it or after it).
+                read_unplaced |= i == 0 && need.is_some();
+            }
+        }
+        // M4: the pages to read (those placed, and the needed one read for want of a node
+        // frame or past the size), one `preadv` per run of consecutive ones.
         let to_read: Batch<usize> = (0..pages.len())
             .filter(|&i| placed[i] || (i == 0 && read_unplaced))
             .collect();
-        let read_pages: Batch<Page> = to_read.iter().map(|&i| pages[i]).collect();
-        let mut read: Batch<bool> = Batch::from_elem(false, pages.len());
-        let mut need_error = None;
-        for (first, len) in runs(&read_pages, RUN_PAGES_MAX) {
-            let at = &to_read[first..first + len];
-            let data: Batch<*mut u8> = at.iter().map(|&i| domain.frame_data(frames[i])).collect();
-            // The frames are ours: leased, then in flight (module docs: nobody reads their
-            // bytes before `publish`; an optimistic hit that found one in an index before it
-            // was reclaimed may still be loading them): written by the kernel and by atomic
-            // stores only, after the lease's release fence.
-            match pread_pages(file, &data, pages[at[0]]) {
-                Ok(got) => {
-                    bump(&self.counts.preads);
-                    for (k, &into) in data.iter().enumerate() {
-                        let filled = got.saturating_sub(k * FRAME_BYTES).min(FRAME_BYTES);
-                        // SAFETY: `into` is FRAME_BYTES of the mapping (`frame_data`),
-                        // `filled` of them read; nobody else writes them (above).
-                        unsafe { atomic_zero(into.add(filled), FRAME_BYTES - filled) };
-                    }
-                    for &i in at {
-                        read[i] = true;
-                    }
-                }
-                Err(e) => {
-                    if at[0] == 0 && need.is_some() {
-                        need_error = Some(e);
-                    }
-                }
+        let (read, need_error) = match read_first {
+            None => {
+                self.run.at(Step::Reading).map_err(died)?;
+                self.read_frames(file, pages, frames, &to_read, need.is_some())
             }
-        }
+            // The broken variant read them all already: those are what it keeps.
+            Some((mut read, need_error)) => {
+                for (i, read) in read.iter_mut().enumerate() {
+                    *read &= to_read.contains(&i);
+                }
+                (read, need_error)
+            }
+        };
         // M5 for the pages read; a placed page whose read failed is taken out again.
         for i in 0..pages.len() {
             if placed[i] && read[i] {
@@ -1604,6 +1631,54 @@ impl<'m, R: Run> SharedReader<'m, R> {
             Some(e) => Err(e),
             None => Ok(needed),
         }
+    }
+
+    /// M4: the pages `pages[i]` for each `i` of `which` (ascending) read into `frames[i]`,
+    /// one `preadv` per run of consecutive pages, the bytes past a short read zeroed:
+    /// which were read, and the error of the read of `pages[0]` if `need` (the page the
+    /// miss needs) and it failed.
+    ///
+    /// Context: the frames are ours, leased then handed over in flight (module docs).
+    fn read_frames(
+        &self,
+        file: &SharedFile<'m>,
+        pages: &[Page],
+        frames: &[Frame],
+        which: &[usize],
+        need: bool,
+    ) -> (Batch<bool>, Option<io::Error>) {
+        let domain = self.member.domain();
+        let read_pages: Batch<Page> = which.iter().map(|&i| pages[i]).collect();
+        let mut read: Batch<bool> = Batch::from_elem(false, pages.len());
+        let mut need_error = None;
+        for (first, len) in runs(&read_pages, RUN_PAGES_MAX) {
+            let at = &which[first..first + len];
+            let data: Batch<*mut u8> = at.iter().map(|&i| domain.frame_data(frames[i])).collect();
+            // The frames are ours: leased, then in flight (module docs: nobody reads their
+            // bytes before `publish`; an optimistic hit that found one in an index before it
+            // was reclaimed may still be loading them): written by the kernel and by atomic
+            // stores only, after the lease's release fence.
+            match pread_pages(file, &data, pages[at[0]]) {
+                Ok(got) => {
+                    bump(&self.counts.preads);
+                    for (k, &into) in data.iter().enumerate() {
+                        let filled = got.saturating_sub(k * FRAME_BYTES).min(FRAME_BYTES);
+                        // SAFETY: `into` is FRAME_BYTES of the mapping (`frame_data`),
+                        // `filled` of them read; nobody else writes them (above).
+                        unsafe { atomic_zero(into.add(filled), FRAME_BYTES - filled) };
+                    }
+                    for &i in at {
+                        read[i] = true;
+                    }
+                }
+                Err(e) => {
+                    if at[0] == 0 && need {
+                        need_error = Some(e);
+                    }
+                }
+            }
+        }
+        (read, need_error)
     }
 
     /// A frame of ours that its insertion did not place (counted; its page not read, but
@@ -1846,6 +1921,16 @@ fn unguarded(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::UnwindUnguarded => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's miss reads its pages before it inserts them
+/// (`Flaw::ReadBeforeInsertion`: the order before the in-flight protocol).
+fn reads_before_insertion(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::ReadBeforeInsertion => true,
         _ => false,
     }
 }

@@ -100,7 +100,8 @@ pub(crate) enum Step {
     Walked,
     /// A miss's frames are in their index, in flight (queue.rs, "In flight", M3), and its
     /// `preadv` has not started (M4): no store; a test's lever stops or kills the reader
-    /// here, so that another reader finds the pages in flight.
+    /// here, so that another reader finds the pages in flight, or a writer's install
+    /// replaces them. (Under `Flaw::ReadBeforeInsertion`: read, not yet inserted.)
     Reading,
 }
 
@@ -237,6 +238,12 @@ pub(crate) enum Flaw {
     /// the page uncached.
     #[cfg(test)]
     UnwindUnguarded,
+    /// A miss reads its pages (M4) before it inserts their frames into the index (M3), as
+    /// every miss did before the in-flight protocol (read.rs, "Miss"), with its
+    /// `Step::Reading` between the two: a write installed, written back and reclaimed
+    /// between them leaves the reader to insert the page's older bytes.
+    #[cfg(test)]
+    ReadBeforeInsertion,
 }
 
 /// When and how long a waiter sleeps in the kernel (lock.rs, P1-P4) instead of spinning.

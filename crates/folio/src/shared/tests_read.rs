@@ -91,16 +91,7 @@ pub(super) fn reclaim_everything(domain: &Domain, me: Holder) {
     let queue = domain.queue();
     let indexes = domain.indexes();
     let frames = domain.geometry().frames;
-    let freed = queue
-        .reclaim(
-            frames,
-            super::queue::Shares::NONE,
-            me,
-            indexes.as_slice(),
-            &slots,
-            &Unkillable,
-        )
-        .unwrap();
+    let freed = reclaim_reclaimable(domain, me);
     assert_eq!(queue.count(), 0, "{} frames still queued", queue.count());
     let node_frames = buddy.check(&slots).unwrap().nodes.len() as u32;
     let mut released = 0;
@@ -113,6 +104,24 @@ pub(super) fn reclaim_everything(domain: &Domain, me: Holder) {
         frames,
         "frames leaked ({freed} reclaimed, {released} node frames released)"
     );
+}
+
+/// Reclaims as `me` every queued frame reclaim may take (neither pinned nor HELD: a
+/// referenced one after its second chance), no member's share kept: how many it freed.
+pub(super) fn reclaim_reclaimable(domain: &Domain, me: Holder) -> u32 {
+    let slots = domain.slots();
+    let indexes = domain.indexes();
+    domain
+        .queue()
+        .reclaim(
+            domain.geometry().frames,
+            super::queue::Shares::NONE,
+            me,
+            indexes.as_slice(),
+            &slots,
+            &Unkillable,
+        )
+        .unwrap()
 }
 
 /// Reads `len` bytes at `offset` of `path`'s file through `reader` and compares them with

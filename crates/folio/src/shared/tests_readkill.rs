@@ -71,7 +71,7 @@ impl Run for StopBeforeInsertion<'_> {
 const CONFLICT_WORDS: usize = 9;
 
 /// The folios every index of `member`'s domain names: (file record, page, frame).
-fn cached_folios(member: &Member) -> Vec<(usize, u64, u64)> {
+pub(super) fn cached_folios(member: &Member) -> Vec<(usize, u64, u64)> {
     let mut folios = Vec::new();
     for (r, index) in member.domain().indexes().iter().enumerate() {
         for (page, entry) in index.entries() {
@@ -922,22 +922,22 @@ fn a_member_killed_while_the_steward_is_stopped_is_swept_by_the_next_steward() {
 // the second finds it in flight: no sleep decides the order.
 
 /// The in-flight tests' file: 64 pages.
-const FLIGHT_LEN: u64 = 64 * 4096;
+pub(super) const FLIGHT_LEN: u64 = 64 * 4096;
 /// Words per member in the in-flight tests' report: 7 counters, duplicates, waits, its
 /// wrong bytes, done.
-const FLIGHT_WORDS: usize = 11;
+pub(super) const FLIGHT_WORDS: usize = 11;
 
 /// The in-flight tests' world: a domain of 256 frames named `name` in a home of its own,
 /// and the 64-page file. Its fields drop in order: the home last, once its stewards end.
-struct FlightWorld {
-    config: DomainConfig,
-    path: PathBuf,
+pub(super) struct FlightWorld {
+    pub(super) config: DomainConfig,
+    pub(super) path: PathBuf,
     _data: tempfile::TempDir,
     _home: DomainHome,
 }
 
 impl FlightWorld {
-    fn new(name: &str) -> FlightWorld {
+    pub(super) fn new(name: &str) -> FlightWorld {
         let home = DomainHome::new();
         let data = tempfile::tempdir().unwrap();
         FlightWorld {
@@ -980,7 +980,7 @@ impl Run for StopAtReading<'_> {
 
 /// How a member of the in-flight tests reads.
 #[derive(Clone, Copy, Debug)]
-enum Flight {
+pub(super) enum Flight {
     /// Scans the file, stopped once at its first `Step::Reading` (`StopAtReading`).
     StopAtReading,
     /// Reads the file's first page only (its first window), stopped at its `n`-th step
@@ -993,7 +993,7 @@ enum Flight {
 /// A member of the in-flight tests: attaches, reads `path` as `how` says through a reader
 /// whose windows are up to 16 pages (4 KiB reads), reports in `words` (`FLIGHT_WORDS`),
 /// detaches.
-fn flight_member(
+pub(super) fn flight_member(
     config: &DomainConfig,
     path: &Path,
     words: &[crate::primitive::AtomicU64],
@@ -1062,7 +1062,7 @@ fn frame_of_page_zero(member: &Member) -> super::stack::Frame {
 }
 
 /// Waits (a bound, not a timing) until `done` holds.
-fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+pub(super) fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + FLIGHT_DEADLINE;
     while !done() {
         assert!(std::time::Instant::now() < deadline, "never: {what}");

@@ -7,14 +7,22 @@
 //! No sleep decides what is covered: R checks after every returned write, by the pipe.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::attach::Member;
-use super::tests::{DomainHome, Rng};
-use super::tests_read::{check_all, config, reclaim_everything};
+use super::futex::Parked;
+use super::read::SharedReader;
+use super::tests::{failure_of, fork, kill, wait_for, DomainHome, Rng, SharedRegion};
+use super::tests_read::{check_all, config, reclaim_everything, reclaim_reclaimable, stamped};
+use super::tests_readkill::{
+    cached_folios, flight_member, wait_until, Flight, FlightWorld, FLIGHT_LEN, FLIGHT_WORDS,
+};
+use super::{Died, Flaw, Holder, Run, Step};
+use crate::types::OpenMode;
 use crate::Cache;
 
 const ROLE: &str = "FOLIO_TEST_WRITE_ROLE";
@@ -648,4 +656,432 @@ fn a_private_writable_open_keeps_its_writes_out_of_the_domain() {
     check_all(parent.domain());
     reclaim_everything(parent.domain(), parent.holder());
     parent.detach();
+}
+
+/// A member's `Run` that holds its reader's thread once, at its `point`, until the test
+/// lets it go (`go`): no sleep decides the order.
+struct Hold<'m> {
+    member: &'m Member,
+    point: HoldPoint,
+    /// The reader is at its point.
+    held: AtomicBool,
+    go: AtomicBool,
+    flaw: Flaw,
+}
+
+/// Where a `Hold` holds its reader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HoldPoint {
+    /// Its first `Step::Reading`: its miss's window inserted in flight, not read (under
+    /// `Flaw::ReadBeforeInsertion`, read and not inserted).
+    Reading,
+    /// The end of its first hand-over: the first `Step::Unlocked` at which the queue holds
+    /// one frame more than `queued_before` (tests_readkill's `StopBeforeInsertion`, for a
+    /// thread): its frame queued in flight, neither inserted nor read, the size of the
+    /// file loaded at its read's start.
+    BeforeInsertion { queued_before: u32 },
+}
+
+impl<'m> Hold<'m> {
+    fn new(member: &'m Member, point: HoldPoint, flaw: Flaw) -> Hold<'m> {
+        Hold {
+            member,
+            point,
+            held: AtomicBool::new(false),
+            go: AtomicBool::new(false),
+            flaw,
+        }
+    }
+}
+
+impl Run for Hold<'_> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        let here = match self.point {
+            HoldPoint::Reading => step == Step::Reading,
+            HoldPoint::BeforeInsertion { queued_before } => {
+                step == Step::Unlocked && self.member.domain().queue().count() == queued_before + 1
+            }
+        };
+        if here && !self.held.swap(true, Ordering::AcqRel) {
+            wait_until("the test lets the reader go", || {
+                self.go.load(Ordering::Acquire)
+            });
+        }
+        Ok(())
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
+    }
+
+    fn flaw(&self) -> Flaw {
+        self.flaw
+    }
+}
+
+/// The pages W writes over R's window: R's first window at page 0 is 2 pages (tests_readkill,
+/// the in-flight tests), within these.
+const RACED_PAGES: u64 = 4;
+
+/// The window a miss's `pread` once had against a write (docs/sharing.md, "Writes seen
+/// across processes", Limits, before the in-flight protocol): reader R (a thread, member
+/// R) misses page 0 of a 64-page file and its lever holds it at `Step::Reading` (its
+/// window, the page and a page read ahead, inserted in flight, not read); W (a `Cache` of
+/// the same domain, the file's writer) writes pages 0-3 with new bytes, its write returns
+/// (its frames replace R's in the index: R's are in no index now), W's `sync_data` writes
+/// them to the disk and releases their marks, and every frame reclaim may take is reclaimed
+/// (W's: the pages name no frame); then R goes on. Asserted: R's own read is the old page
+/// or the new one, whole; every later read of pages 0-3, by R again and by a third member,
+/// is the new bytes; the structures check, and a reclaim of everything frees every frame.
+/// Its broken variant (`a_miss_that_reads_before_it_inserts_...`) fails on "a later read
+/// returns the older page".
+#[test]
+fn a_miss_in_flight_never_inserts_a_page_older_than_a_returned_write() {
+    miss_against_a_write(Flaw::None);
+}
+
+/// The test above with the miss's order before the in-flight protocol
+/// (`Flaw::ReadBeforeInsertion`: it reads its pages, then inserts them): R reads the old
+/// bytes before W's write and inserts them after W's pages are written back and reclaimed,
+/// so the later reads hit the older page, and the test fails on it.
+#[test]
+fn a_miss_that_reads_before_it_inserts_inserts_a_page_older_than_a_returned_write() {
+    let message = failure_of("the miss that read before its insertion passed", || {
+        miss_against_a_write(Flaw::ReadBeforeInsertion)
+    });
+    eprintln!("read before insertion: caught: {message}");
+    assert!(
+        message.contains("a later read returns the older page"),
+        "failed otherwise: {message}"
+    );
+}
+
+/// The test of a miss against a write, R's miss as `flaw` says.
+fn miss_against_a_write(flaw: Flaw) {
+    let world = FlightWorld::new("write-window");
+    let (config, path) = (&world.config, &world.path);
+    let old = stamped(0, FLIGHT_LEN);
+    let new = stamped(1, RACED_PAGES * PAGE);
+    let (r, third) = (
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+    );
+    let writer = Cache::builder()
+        .capacity_bytes(1 << 20)
+        .segment_dir(&config.dir)
+        .domain(config.name.clone())
+        .build()
+        .unwrap();
+    let w = writer.open_options().write(true).open(path).unwrap();
+    let lever = Hold::new(&r, HoldPoint::Reading, flaw);
+    let r_reader = SharedReader::new(&r, &lever, 4);
+    let r_file = r_reader.open(path).unwrap();
+    r_file.set_readahead_pages(16);
+    let queue = r.domain().queue();
+    // The frames the index names at the raced pages.
+    let raced = || -> Vec<(u64, u64)> {
+        let folios = cached_folios(&r);
+        let raced = folios.iter().filter(|f| f.1 < RACED_PAGES);
+        raced.map(|f| (f.1, f.2)).collect()
+    };
+    let frame = |frame: u64| super::stack::Frame(frame as u32);
+    let first_read = std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            let mut buf = vec![0u8; PAGE as usize];
+            r_reader.read_at(&r_file, &mut buf, 0).unwrap();
+            buf
+        });
+        wait_until("R is at Step::Reading", || {
+            lever.held.load(Ordering::Acquire)
+        });
+        let window = raced();
+        if flaw == Flaw::None {
+            // The protocol: R's window in its index, in flight (read.rs, "Miss", M3).
+            assert!(window.len() >= 2, "R's window, page 0 and more: {window:?}");
+            assert!(window.iter().all(|&(_, f)| queue.is_in_flight(frame(f))));
+        } else {
+            assert_eq!(window, Vec::new(), "the old order inserts after the read");
+        }
+        let installs = writer.domain_stats().unwrap().installs;
+        assert_eq!(w.write_at(&new, 0).unwrap(), new.len());
+        assert_eq!(
+            writer.domain_stats().unwrap().installs,
+            installs + RACED_PAGES,
+            "W put each page it wrote into the domain"
+        );
+        // W's frames replaced R's (queue.rs, "In flight", "Writers and truncation"): R's are
+        // in no index, and each raced page names a frame HELD by W's mark.
+        let written = raced();
+        assert_eq!(written.len() as u64, RACED_PAGES, "{written:?}");
+        for &(page, f) in &written {
+            assert!(
+                !window.iter().any(|&(_, mine)| mine == f),
+                "page {page}: R's frame"
+            );
+            assert_ne!(queue.held_mark(frame(f)), 0, "page {page}: not HELD");
+        }
+        w.sync_data().unwrap();
+        for &(page, f) in &written {
+            assert_eq!(
+                queue.held_mark(frame(f)),
+                0,
+                "page {page}: HELD after its writeback"
+            );
+        }
+        let freed = reclaim_reclaimable(r.domain(), r.holder());
+        assert!(freed >= RACED_PAGES as u32, "{freed} reclaimed");
+        assert_eq!(raced(), Vec::new(), "a raced page still names a frame");
+        lever.go.store(true, Ordering::Release);
+        first.join().unwrap()
+    });
+    let own = &first_read[..];
+    assert!(
+        own == &old[..PAGE as usize] || own == &new[..PAGE as usize],
+        "R's own read is neither the old page 0 nor the new one, whole"
+    );
+    let third_reader = SharedReader::new(&third, &third, 4);
+    let third_file = third_reader.open(path).unwrap();
+    let own_new = own == &new[..PAGE as usize];
+    assert_later_reads_new("R", &r_reader, &r_file, &old, &new, own_new);
+    assert_later_reads_new(
+        "the third member",
+        &third_reader,
+        &third_file,
+        &old,
+        &new,
+        own_new,
+    );
+    eprintln!(
+        "a miss against a write: R's own read {}; R {:?}; third {:?}",
+        if own_new { "new" } else { "old" },
+        r_reader.counters(),
+        third_reader.counters()
+    );
+    check_all(r.domain());
+    r_reader.close(r_file).unwrap();
+    third_reader.close(third_file).unwrap();
+    drop((r_reader, third_reader, w, writer));
+    third.detach();
+    reclaim_everything(r.domain(), r.holder());
+    r.detach();
+}
+
+/// As `a_miss_in_flight_never_...`, with R's death as the step after the write: R (a
+/// forked member) is stopped by its lever at `Step::Reading` (its window inserted in
+/// flight), W's write returns (its HELD frames replace R's), and R is killed there. The
+/// steward's sweep of R (queue.rs, "In flight", D1-D3) takes out of its index only a frame
+/// the index names: W's frames stay. Asserted: once the sweep dropped R's pins, every frame
+/// reclaim may take is reclaimed (R's, in no index) and the raced pages still name W's
+/// frames; a third member reads the new bytes from them; after W's `sync_data` and a
+/// reclaim of W's frames it reads the new bytes from the disk; the structures check, and a
+/// reclaim of everything frees every frame.
+#[test]
+fn a_reader_killed_in_flight_under_a_write_leaves_the_written_pages() {
+    let world = FlightWorld::new("write-window-kill");
+    let (config, path) = (&world.config, &world.path);
+    let new = stamped(1, RACED_PAGES * PAGE);
+    let (parent, third) = (
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+    );
+    let words = SharedRegion::new(FLIGHT_WORDS);
+    // Forked before the writer's cache starts its threads.
+    let r = fork(|| flight_member(config, path, words.words(), Flight::StopAtReading));
+    let status = wait_for(r, libc::WUNTRACED);
+    assert!(libc::WIFSTOPPED(status), "R: status {status:#x}");
+    let queue = parent.domain().queue();
+    let raced = || -> Vec<(u64, u64)> {
+        let folios = cached_folios(&parent);
+        let raced = folios.iter().filter(|f| f.1 < RACED_PAGES);
+        raced.map(|f| (f.1, f.2)).collect()
+    };
+    let frame = |frame: u64| super::stack::Frame(frame as u32);
+    let window = raced();
+    assert!(window.len() >= 2, "R's window, page 0 and more: {window:?}");
+    assert!(window.iter().all(|&(_, f)| queue.is_in_flight(frame(f))));
+    let writer = Cache::builder()
+        .capacity_bytes(1 << 20)
+        .segment_dir(&config.dir)
+        .domain(config.name.clone())
+        .build()
+        .unwrap();
+    let w = writer.open_options().write(true).open(path).unwrap();
+    assert_eq!(w.write_at(&new, 0).unwrap(), new.len());
+    let written = raced();
+    assert_eq!(written.len() as u64, RACED_PAGES, "{written:?}");
+    assert!(written.iter().all(|&(_, f)| queue.held_mark(frame(f)) != 0));
+    kill(r);
+    wait_until("the steward's sweep of R dropped its pins", || {
+        queue.pins_by_slot().iter().all(|&pins| pins == 0)
+    });
+    let freed = reclaim_reclaimable(parent.domain(), parent.holder());
+    assert!(
+        freed >= window.len() as u32,
+        "R's frames: {freed} reclaimed"
+    );
+    assert_eq!(raced(), written, "the sweep of R took W's pages out");
+    assert_eq!(
+        queue.count() as u64,
+        RACED_PAGES,
+        "only W's frames are left"
+    );
+    let reader = SharedReader::new(&third, &third, 4);
+    let file = reader.open(path).unwrap();
+    let old = stamped(0, FLIGHT_LEN);
+    assert_later_reads_new("the third member", &reader, &file, &old, &new, false);
+    w.sync_data().unwrap();
+    reclaim_reclaimable(parent.domain(), parent.holder());
+    assert_eq!(raced(), Vec::new(), "a raced page still names a frame");
+    assert_later_reads_new("the third member", &reader, &file, &old, &new, false);
+    check_all(parent.domain());
+    reader.close(file).unwrap();
+    drop((reader, w, writer));
+    third.detach();
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
+
+/// Where `a_miss_inserted_after_a_truncations_removal_...` cuts the file, in pages.
+const CUT_PAGES: u64 = 8;
+/// The page R misses there, past the cut.
+const PAST_CUT: u64 = 40;
+
+/// A miss against a truncation: reader R (a thread, member R, readahead off) misses page
+/// 40 of a 64-page file, and its lever holds it after its hand-over, before its insertion
+/// (it loaded the file's size, 64 pages, at its read's start); W (member W, the record's
+/// writer) cuts the file to 8 pages as `File::set_len` does, its domain's part first (the
+/// record's size, then its pages past the cut taken out: none is there yet); R goes on,
+/// inserts page 40 after that removal and reads it, and only then W's `ftruncate` reaches
+/// the disk (`set_len` makes it last); then W extends the file back to 64 pages (the
+/// domain's size, then the disk's: zeros past the cut). Asserted: R's own read is the old
+/// page 40 or zeros, whole; every later read of page 40, by R again and by a third member,
+/// is zeros (never the older page, read before the cut reached the disk); the structures
+/// check, and a reclaim of everything frees every frame.
+#[test]
+fn a_miss_inserted_after_a_truncations_removal_never_caches_a_page_past_the_size() {
+    let world = FlightWorld::new("write-cut");
+    let (config, path) = (&world.config, &world.path);
+    let old = stamped(0, FLIGHT_LEN);
+    let page_bytes = PAGE as usize;
+    let old_page = &old[PAST_CUT as usize * page_bytes..][..page_bytes];
+    let zeros = vec![0u8; page_bytes];
+    let (r, w, third) = (
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+        Member::attach(config).unwrap(),
+    );
+    let queued_before = r.domain().queue().count();
+    let lever = Hold::new(&r, HoldPoint::BeforeInsertion { queued_before }, Flaw::None);
+    let r_reader = SharedReader::new(&r, &lever, 4);
+    let r_file = r_reader.open(path).unwrap();
+    let w_reader = SharedReader::new(&w, &w, 4);
+    let disk = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let w_file = w_reader
+        .open_writer(disk.try_clone().unwrap(), OpenMode::Buffered)
+        .unwrap()
+        .expect("W is the record's writer");
+    // `File::set_len`'s steps: the domain's (`DomainWriter::truncate`), then the disk's.
+    let set_len = |pages: u64, disk_too: bool| {
+        w_reader.truncate(&w_file, pages * PAGE, pages).unwrap();
+        if disk_too {
+            disk.set_len(pages * PAGE).unwrap();
+        }
+    };
+    let own = std::thread::scope(|s| {
+        let first = s.spawn(|| {
+            let mut buf = vec![0u8; page_bytes];
+            let got = r_reader
+                .read_at(&r_file, &mut buf, PAST_CUT * PAGE)
+                .unwrap();
+            assert_eq!(got, page_bytes, "R loaded the size before the cut");
+            buf
+        });
+        wait_until("R handed its frame over", || {
+            lever.held.load(Ordering::Acquire)
+        });
+        assert_eq!(cached_folios(&r), Vec::new(), "R inserted before its hold");
+        set_len(CUT_PAGES, false);
+        lever.go.store(true, Ordering::Release);
+        first.join().unwrap()
+    });
+    assert!(
+        own == old_page || own == zeros,
+        "R's own read is neither the old page {PAST_CUT} nor zeros, whole"
+    );
+    disk.set_len(CUT_PAGES * PAGE).unwrap();
+    set_len(FLIGHT_LEN / PAGE, true);
+    let third_reader = SharedReader::new(&third, &third, 4);
+    let third_file = third_reader.open(path).unwrap();
+    let (mut again, mut third_read) = (vec![0u8; page_bytes], vec![0u8; page_bytes]);
+    let reads = [
+        (
+            "R",
+            r_reader.read_at(&r_file, &mut again, PAST_CUT * PAGE),
+            &again,
+        ),
+        (
+            "the third member",
+            third_reader.read_at(&third_file, &mut third_read, PAST_CUT * PAGE),
+            &third_read,
+        ),
+    ];
+    for (who, got, buf) in reads {
+        assert_eq!(got.unwrap(), page_bytes, "{who}: the extended size");
+        assert!(
+            buf != old_page,
+            "{who}: a later read returns the older page {PAST_CUT}, cut by a returned set_len"
+        );
+        assert!(*buf == zeros, "{who}: page {PAST_CUT} is not zeros");
+    }
+    eprintln!(
+        "a miss against a cut: R {:?}; third {:?}",
+        r_reader.counters(),
+        third_reader.counters()
+    );
+    check_all(r.domain());
+    let meta = w_file.metadata().unwrap();
+    let mtime_ns = (meta.mtime() as u64) * 1_000_000_000 + meta.mtime_nsec() as u64;
+    w_reader.detach_writer(w_file, mtime_ns).unwrap();
+    r_reader.close(r_file).unwrap();
+    third_reader.close(third_file).unwrap();
+    drop((r_reader, w_reader, third_reader));
+    third.detach();
+    w.detach();
+    reclaim_everything(r.domain(), r.holder());
+    r.detach();
+}
+
+/// Reads the pages `new` covers through `reader`'s `file` (after the write of `new`
+/// returned): each must be `new`'s, failing first on "a later read returns the older
+/// page" (`old`'s), then on any other bytes. `own_new`: what R's own read returned.
+fn assert_later_reads_new<R: Run>(
+    who: &str,
+    reader: &SharedReader<'_, R>,
+    file: &super::read::SharedFile<'_>,
+    old: &[u8],
+    new: &[u8],
+    own_new: bool,
+) {
+    for (page, new) in new.chunks(PAGE as usize).enumerate() {
+        let at = page * PAGE as usize;
+        let mut buf = vec![0u8; new.len()];
+        assert_eq!(
+            reader.read_at(file, &mut buf, at as u64).unwrap(),
+            buf.len()
+        );
+        let own = if own_new { "new" } else { "old" };
+        assert!(
+            buf != old[at..at + buf.len()],
+            "{who}: a later read returns the older page {page} (R's own read: {own})"
+        );
+        assert!(buf == new, "{who}: page {page} is not the written bytes");
+    }
 }
