@@ -6,9 +6,19 @@
 //! Protection: the maximum of `Advice::Normal` and the no-reuse flag are single words
 //! (hints, relaxed); the window word by CAS (`RaCell`).
 //!
+//! A domain file (its reads go through the domain: file/mod.rs) reads ahead with its
+//! `DomainFile`'s own window, so every change of the maximum goes there too
+//! (`follow_in_domain`): `Random` turns the domain's readahead off for the handle, as it
+//! does the private one's. Before, the domain window kept the open's maximum: RocksDB's
+//! `advise_random_on_open` (a `Random` on every table file) reached the private window
+//! only, and a random reader whose file was mostly cached read a window at each miss (the
+//! pages cached before the missed one look like a sequential stream's), evicting other
+//! pages (docs/sharing.md, "Advice through a domain").
+//!
 //! Limits: a maximum window of at most 32 MiB and an eighth of the cache
 //! (`Core::readahead_pages_for`); `DontNeed` drops whole pages only, and only the folios
-//! nobody holds.
+//! nobody holds (of a domain file: this process's private folios, not the domain's);
+//! `WillNeed` of a domain file reads nothing (`File::readahead`).
 
 use std::io;
 
@@ -90,7 +100,18 @@ impl File {
                 }
             }
         }
+        if matches!(advice, Advice::Normal | Advice::Sequential | Advice::Random) {
+            self.follow_in_domain();
+        }
         Ok(())
+    }
+
+    /// The handle's readahead maximum given to its domain window too (module docs); at 0
+    /// that window is forgotten (`SharedFile::set_readahead_pages`).
+    fn follow_in_domain(&self) {
+        if let Some(shared) = self.domain() {
+            shared.set_readahead_pages(self.ra.max_pages());
+        }
     }
 
     /// This handle's current readahead window, for diagnostics: (start, size, async
@@ -113,5 +134,6 @@ impl File {
         self.ra_pages_normal
             .store(pages, std::sync::atomic::Ordering::Relaxed);
         self.ra.set_max_pages(pages);
+        self.follow_in_domain();
     }
 }

@@ -137,8 +137,9 @@
 //!   folios (order-0 frames only: a window of order-n folios would need the buddy's
 //!   order-n blocks leased per folio, the queue and the optimistic hit over a folio, and
 //!   the index's order-n entries, which it has), the cache-wide limit and thrash feedback
-//!   (`ReadaheadLimit`: the domain's windows are bounded by `window_cap` alone), and a
-//!   `File`'s advice and later changes of its maximum (the open's maximum stays).
+//!   (`ReadaheadLimit`: the domain's windows are bounded by `window_cap` alone). A
+//!   `File`'s advice and later changes of its maximum reach the handle's window
+//!   (file/advise.rs: `Random` turns it off, `Sequential` doubles it).
 //!
 //! # Why the optimistic copy is sound
 //!
@@ -315,10 +316,14 @@ impl SharedFile<'_> {
         self.file.metadata()
     }
 
-    /// Sets the largest window this handle reads ahead, in pages (0: none; the reader
-    /// lowers it further to its domain's cap, `SharedReader::window_cap`).
+    /// Sets the largest window this handle reads ahead, in pages (0: none, and the window
+    /// forgotten; the reader lowers it further to its domain's cap,
+    /// `SharedReader::window_cap`).
     pub(crate) fn set_readahead_pages(&self, pages: u32) {
         self.ra.set_max_pages(pages);
+        if pages == 0 {
+            self.ra.reset();
+        }
     }
 
     /// The page whose read starts the next window (`NO_MARKER` without a window).

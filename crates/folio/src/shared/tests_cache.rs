@@ -479,3 +479,77 @@ fn a_domain_caches_writable_and_refused_files_read_privately() {
     reclaim_everything(parent.domain(), parent.holder());
     parent.detach();
 }
+
+/// A domain file's advice reaches its window through the domain (file/advise.rs): a
+/// handle advised `Random` reads the even pages of a 64-page file, then the odd ones,
+/// each odd page's predecessor cached (which makes a miss look like a sequential
+/// stream's: the window a random reader of a mostly cached file read at each miss), and
+/// reads no page ahead: 64 misses, 64 reads of the file, no window. Then `Normal` on a
+/// second handle of another file: the same reads open windows and read pages ahead.
+/// Without the advice's forward to the domain (checked by leaving it out) the `Random`
+/// handle read 31 windows and 31 pages ahead.
+#[test]
+fn a_domain_files_random_advice_turns_its_domain_readahead_off() {
+    const PAGES: u64 = 64;
+    let home = DomainHome::new();
+    let data = tempfile::tempdir().unwrap();
+    let name = "cache-advice";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 1024)).unwrap();
+    let cache = Cache::builder()
+        .capacity_bytes(1 << 20)
+        .segment_dir(home.path())
+        .domain(name)
+        .build()
+        .unwrap();
+    let evens_then_odds = |file: &crate::File, id: u64| {
+        let expected = stamped(id, PAGES * 4096);
+        let mut page = vec![0u8; 4096];
+        for page_no in (0..PAGES).step_by(2).chain((1..PAGES).step_by(2)) {
+            let at = (page_no * 4096) as usize;
+            assert_eq!(file.read_at(&mut page, at as u64).unwrap(), 4096);
+            assert!(
+                page == expected[at..at + 4096],
+                "page {page_no}: wrong bytes"
+            );
+        }
+    };
+    let random = cache
+        .open(write_file(data.path(), 0, PAGES * 4096))
+        .unwrap();
+    assert!(random.is_domain_file());
+    random
+        .advise(0, PAGES * 4096, crate::Advice::Random)
+        .unwrap();
+    evens_then_odds(&random, 0);
+    let after_random = cache.domain_stats().unwrap();
+    eprintln!("advised Random: {after_random:?}");
+    assert_eq!(
+        (after_random.windows, after_random.pages_read_ahead),
+        (0, 0),
+        "a Random handle read ahead through the domain: {after_random:?}"
+    );
+    assert_eq!(
+        (after_random.misses, after_random.preads),
+        (PAGES, PAGES),
+        "{after_random:?}"
+    );
+    drop(random);
+    let normal = cache
+        .open(write_file(data.path(), 1, PAGES * 4096))
+        .unwrap();
+    normal
+        .advise(0, PAGES * 4096, crate::Advice::Normal)
+        .unwrap();
+    evens_then_odds(&normal, 1);
+    let after_normal = cache.domain_stats().unwrap();
+    eprintln!("then Normal: {after_normal:?}");
+    assert!(
+        after_normal.windows > 0 && after_normal.pages_read_ahead > 0,
+        "a Normal handle never read ahead: {after_normal:?}"
+    );
+    drop(normal);
+    drop(cache);
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
+}
