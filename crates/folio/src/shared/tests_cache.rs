@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use super::attach::Member;
 use super::reader::DomainReader;
 use super::tests::{DomainHome, Rng};
-use super::tests_read::{check_all, config, reclaim_everything, stamped, write_file};
+use super::tests_read::{check_all, config, domain_cache, reclaim_everything, stamped, write_file};
 use crate::types::OpenMode;
-use crate::{Cache, DomainStats};
+use crate::DomainStats;
 
 /// The environment a child run reads: its role, and where.
 const ROLE: &str = "FOLIO_TEST_DOMAIN_ROLE";
@@ -137,12 +137,7 @@ fn child() {
     };
     let home = PathBuf::from(std::env::var(HOME).unwrap());
     let data = PathBuf::from(std::env::var(DATA).unwrap());
-    let cache = Cache::builder()
-        .capacity_bytes(1 << 20)
-        .segment_dir(&home)
-        .domain(std::env::var(NAME).unwrap())
-        .build()
-        .unwrap();
+    let cache = domain_cache(&home, &std::env::var(NAME).unwrap(), 1 << 20);
     let path = |f: u64| data.join(format!("file-{f}"));
     let wrong = match role.as_str() {
         "whole" => {
@@ -405,12 +400,7 @@ fn a_domain_caches_writable_and_refused_files_read_privately() {
     let data = tempfile::tempdir().unwrap();
     let name = "cache-private";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
-    let cache = Cache::builder()
-        .capacity_bytes(1 << 20)
-        .segment_dir(home.path())
-        .domain(name)
-        .build()
-        .unwrap();
+    let cache = domain_cache(home.path(), name, 1 << 20);
     // Written through the cache: private.
     let written = data.path().join("written");
     let file = cache
@@ -487,7 +477,7 @@ fn a_domain_caches_writable_and_refused_files_read_privately() {
 /// reads no page ahead: 64 misses, 64 reads of the file, no window. Then `Normal` on a
 /// second handle of another file: the same reads open windows and read pages ahead.
 /// Without the advice's forward to the domain (checked by leaving it out) the `Random`
-/// handle read 31 windows and 31 pages ahead.
+/// handle read 16 windows and 48 pages ahead.
 #[test]
 fn a_domain_files_random_advice_turns_its_domain_readahead_off() {
     const PAGES: u64 = 64;
@@ -495,12 +485,7 @@ fn a_domain_files_random_advice_turns_its_domain_readahead_off() {
     let data = tempfile::tempdir().unwrap();
     let name = "cache-advice";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 1024)).unwrap();
-    let cache = Cache::builder()
-        .capacity_bytes(1 << 20)
-        .segment_dir(home.path())
-        .domain(name)
-        .build()
-        .unwrap();
+    let cache = domain_cache(home.path(), name, 1 << 20);
     let evens_then_odds = |file: &crate::File, id: u64| {
         let expected = stamped(id, PAGES * 4096);
         let mut page = vec![0u8; 4096];

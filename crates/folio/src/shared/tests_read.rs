@@ -52,6 +52,17 @@ pub(super) fn config(home: &Path, name: &str, slots: u16, frames: u32) -> Domain
     }
 }
 
+/// A `Cache` of `capacity_bytes` (its private pages: files it writes or the domain
+/// refuses) that shares the domain `name` in `home`: a test process's cache.
+pub(super) fn domain_cache(home: &Path, name: &str, capacity_bytes: u64) -> crate::Cache {
+    crate::Cache::builder()
+        .capacity_bytes(capacity_bytes)
+        .segment_dir(home)
+        .domain(name)
+        .build()
+        .unwrap()
+}
+
 /// Checks a quiet domain: the queue (and the allocator under it), every index, the file
 /// table, and that every folio an index names is a queued frame caching that page.
 /// Returns the allocator's free frames.

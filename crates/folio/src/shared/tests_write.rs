@@ -17,7 +17,9 @@ use super::attach::Member;
 use super::futex::Parked;
 use super::read::SharedReader;
 use super::tests::{failure_of, fork, kill, wait_for, DomainHome, Rng, SharedRegion};
-use super::tests_read::{check_all, config, reclaim_everything, reclaim_reclaimable, stamped};
+use super::tests_read::{
+    check_all, config, domain_cache, reclaim_everything, reclaim_reclaimable, stamped,
+};
 use super::tests_readkill::{
     cached_folios, flight_member, wait_until, Flight, FlightWorld, FLIGHT_LEN, FLIGHT_WORDS,
 };
@@ -108,12 +110,7 @@ fn child() {
     let home = PathBuf::from(std::env::var(HOME).unwrap());
     let path = PathBuf::from(std::env::var(DATA).unwrap()).join("w");
     let rounds: u64 = std::env::var(ROUNDS_ENV).unwrap().parse().unwrap();
-    let cache = Cache::builder()
-        .capacity_bytes(1 << 20)
-        .segment_dir(&home)
-        .domain(std::env::var(NAME).unwrap())
-        .build()
-        .unwrap();
+    let cache = domain_cache(&home, &std::env::var(NAME).unwrap(), 1 << 20);
     let mut stdin = std::io::stdin().lock();
     match role.as_str() {
         "writer" => {
@@ -439,12 +436,7 @@ fn an_append_below_a_size_once_published_installs_a_copy() {
     let data = tempfile::tempdir().unwrap();
     let name = "write-shrunk";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
-    let cache = Cache::builder()
-        .capacity_bytes(8 << 20)
-        .segment_dir(home.path())
-        .domain(name)
-        .build()
-        .unwrap();
+    let cache = domain_cache(home.path(), name, 8 << 20);
     let path = data.path().join("f");
     std::fs::write(&path, b"").unwrap();
     let file = cache.open_options().write(true).open(&path).unwrap();
@@ -614,12 +606,7 @@ fn a_private_writable_open_keeps_its_writes_out_of_the_domain() {
     let data = tempfile::tempdir().unwrap();
     let name = "write-private";
     let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
-    let cache = Cache::builder()
-        .capacity_bytes(1 << 20)
-        .segment_dir(home.path())
-        .domain(name)
-        .build()
-        .unwrap();
+    let cache = domain_cache(home.path(), name, 1 << 20);
     let page = vec![7u8; 4096];
     let private = cache
         .open_options()
@@ -770,12 +757,7 @@ fn miss_against_a_write(flaw: Flaw) {
         Member::attach(config).unwrap(),
         Member::attach(config).unwrap(),
     );
-    let writer = Cache::builder()
-        .capacity_bytes(1 << 20)
-        .segment_dir(&config.dir)
-        .domain(config.name.clone())
-        .build()
-        .unwrap();
+    let writer = domain_cache(&config.dir, &config.name, 1 << 20);
     let w = writer.open_options().write(true).open(path).unwrap();
     let lever = Hold::new(&r, HoldPoint::Reading, flaw);
     let r_reader = SharedReader::new(&r, &lever, 4);
@@ -903,12 +885,7 @@ fn a_reader_killed_in_flight_under_a_write_leaves_the_written_pages() {
     let window = raced();
     assert!(window.len() >= 2, "R's window, page 0 and more: {window:?}");
     assert!(window.iter().all(|&(_, f)| queue.is_in_flight(frame(f))));
-    let writer = Cache::builder()
-        .capacity_bytes(1 << 20)
-        .segment_dir(&config.dir)
-        .domain(config.name.clone())
-        .build()
-        .unwrap();
+    let writer = domain_cache(&config.dir, &config.name, 1 << 20);
     let w = writer.open_options().write(true).open(path).unwrap();
     assert_eq!(w.write_at(&new, 0).unwrap(), new.len());
     let written = raced();
