@@ -773,18 +773,7 @@ impl Run for ReuseAtFound<'_> {
         let me = self.member.holder();
         let slots = domain.slots();
         let buddy = domain.buddy();
-        let queue = domain.queue();
-        let indexes = domain.indexes();
-        let freed = queue
-            .reclaim(
-                domain.geometry().frames,
-                super::queue::Shares::NONE,
-                me,
-                indexes.as_slice(),
-                &slots,
-                &Unkillable,
-            )
-            .unwrap();
+        let freed = reclaim_reclaimable(domain, me);
         assert!(freed > 0, "nothing reclaimed under the hit");
         let mut leased = Vec::new();
         while let Some(frame) = buddy
