@@ -132,6 +132,7 @@ static folio_cache cache;            // the process's cache, valid while cache_u
 static unsigned int cache_users;     // jobs between init and cleanup
 static struct folio_fio_options cache_options; // what the cache was created with
 static char cache_domain[256];       // the domain it attached to ("": none)
+static char cache_segment_dir[4096]; // its folio_segment_dir= ("": folio's home)
 
 // The domain a job's folio_domain= names for it (module comment): writes the name into
 // `name` ("" for none) and returns 0, or returns -1 when the name does not fit.
@@ -172,12 +173,13 @@ static int folio_fio_init(struct thread_data *td)
 	struct folio_fio_job *job;
 	folio_cache_options opts;
 	char domain[sizeof(cache_domain)];
+	const char *segment_dir;
 	int32_t ret;
 	int err = 0;
 
 	if (resolve_domain(td, o->domain, domain, sizeof(domain)) < 0) {
-		log_err("folio: job %s: folio_domain=%s: a domain's name is at most %zu "
-			"bytes\n", td->o.name, o->domain, sizeof(domain) - 1);
+		log_err("folio: job %s: folio_domain=%s: a domain's name is at most 243 "
+			"bytes\n", td->o.name, o->domain);
 		td_verror(td, EINVAL, "init");
 		return 1;
 	}
@@ -186,6 +188,14 @@ static int folio_fio_init(struct thread_data *td)
 			"in one process, shared by its threads; forked jobs share pages through "
 			"a domain: folio_domain=auto or user)\n",
 			td->o.name);
+		td_verror(td, EINVAL, "init");
+		return 1;
+	}
+	segment_dir = o->segment_dir ? o->segment_dir : "";
+	if (strlen(segment_dir) >= sizeof(cache_segment_dir)) {
+		log_err("folio: job %s: folio_segment_dir is longer than %zu bytes\n", td->o.name,
+			sizeof(cache_segment_dir) - 1);
+		td_verror(td, ENAMETOOLONG, "init");
 		return 1;
 	}
 	if (td_trim(td)) {
@@ -215,13 +225,15 @@ static int folio_fio_init(struct thread_data *td)
 	if (cache_users > 0) {
 		if (o->capacity_bytes != cache_options.capacity_bytes ||
 		    o->readahead_max_bytes != cache_options.readahead_max_bytes ||
-		    strcmp(domain, cache_domain) != 0) {
+		    strcmp(domain, cache_domain) != 0 ||
+		    strcmp(segment_dir, cache_segment_dir) != 0) {
 			log_err("folio: job %s: folio_capacity=%llu folio_readahead=%llu "
-				"domain '%s', but the process's cache was made with %llu, %llu "
-				"and '%s': give every job the same values\n",
+				"domain '%s' folio_segment_dir '%s', but the process's cache was "
+				"made with %llu, %llu, '%s' and '%s': give every job the same "
+				"values\n",
 				td->o.name, o->capacity_bytes, o->readahead_max_bytes, domain,
-				cache_options.capacity_bytes,
-				cache_options.readahead_max_bytes, cache_domain);
+				segment_dir, cache_options.capacity_bytes,
+				cache_options.readahead_max_bytes, cache_domain, cache_segment_dir);
 			td_verror(td, EINVAL, "init");
 			err = 1;
 			goto out;
@@ -235,8 +247,8 @@ static int folio_fio_init(struct thread_data *td)
 	opts.readahead_max_bytes = o->readahead_max_bytes;
 	if (domain[0]) {
 		opts.domain = domain;
-		if (o->segment_dir && o->segment_dir[0])
-			opts.segment_dir = o->segment_dir;
+		if (segment_dir[0])
+			opts.segment_dir = segment_dir;
 	}
 	ret = folio_cache_create(&opts, &cache);
 	if (ret < 0) {
@@ -246,7 +258,11 @@ static int folio_fio_init(struct thread_data *td)
 		goto out;
 	}
 	cache_options = *o;
+	// The option strings are fio's, freed with the job's options: kept as copies.
+	cache_options.domain = NULL;
+	cache_options.segment_dir = NULL;
 	memcpy(cache_domain, domain, sizeof(cache_domain));
+	snprintf(cache_segment_dir, sizeof(cache_segment_dir), "%s", segment_dir);
 	cache_users = 1;
 	td->io_ops_data = job; // joined: cleanup leaves
 out:
@@ -290,6 +306,7 @@ static void folio_fio_cleanup(struct thread_data *td)
 		log_info("folio: stats: %s\n", line);
 	}
 	if (folio_cache_domain_stats(cache, &domain_stats) == 1) // 1: a domain's counts
+		// This process's counts, then the domain's frames cached and this process's share.
 		log_info("folio: domain %s: hits=%" PRIu64 " misses=%" PRIu64 " preads=%" PRIu64
 			 " conflicts=%" PRIu64 " duplicate_reads=%" PRIu64 " uncached=%" PRIu64
 			 " installs=%" PRIu64 " frames_cached=%" PRIu64 " share_frames=%" PRIu64

@@ -65,6 +65,7 @@ build="${FOLIO_PLUGIN_BUILD_DIR:-$root/target/rocksdb-plugin}"
 started=$SECONDS
 passed=0
 failed=0
+die() { echo "ci.sh: $*" >&2; exit 1; }
 
 check() {  # check DESCRIPTION COMMAND...
     local what="$1"

@@ -14,7 +14,9 @@
 #                                in another directory than BUILD) and succeeds; fails,
 #                                printing nothing, when BUILD is this tree's or holds no
 #                                CMakeCache.txt
-#   plugin_build_forget BUILD    removes what cmake and the build made from BUILD's cache:
+#   plugin_build_forget BUILD    when BUILD holds a folio plugin's build (its sources a
+#                                plugins/rocksdb; else it dies: another project's build is
+#                                the user's), removes what cmake and the build made from it:
 #                                CMakeCache.txt, CMakeFiles (the objects too) and the
 #                                plugin, so that the next configure and build start afresh
 #                                (the rest is made again over the old)
@@ -40,7 +42,22 @@ plugin_build_foreign() {
     fi
 }
 
+# Whether BUILD's cache is a folio plugin's build (of this tree or another's: its sources
+# a plugins/rocksdb): only such a build is forgotten; another project's build directory is
+# the user's, and left alone.
+plugin_build_is_plugins() {
+    local home
+    home="$(sed -n 's/^CMAKE_HOME_DIRECTORY:[A-Z]*=//p' "$1/CMakeCache.txt" | head -n 1)"
+    case "$home" in
+    */plugins/rocksdb | */plugins/rocksdb/) return 0 ;;
+    *) return 1 ;;
+    esac
+}
+
 plugin_build_forget() {
+    plugin_build_is_plugins "$1" ||
+        die "$1 holds another project's build, not a folio plugin's: choose another" \
+            "FOLIO_PLUGIN_BUILD_DIR, or remove it yourself"
     rm -rf "$1/CMakeCache.txt" "$1/CMakeFiles" "$1/libfolio_rocksdb.so"
 }
 

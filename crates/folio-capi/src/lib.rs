@@ -47,7 +47,10 @@
 //!   (`-EBADF`, `-EINVAL`, the `-errno` of a failed system call, ...). The message of the
 //!   calling thread's last failure is kept for `folio_last_error_message`.
 //! - No panic crosses the boundary: every entry point runs under `catch_unwind`, and an
-//!   internal panic comes back as `-ENOTRECOVERABLE` with its message.
+//!   internal panic comes back as `-ENOTRECOVERABLE` with its message. One exception: a
+//!   panic while the process holds a lock of its cache's domain aborts the process, so
+//!   that the domain's steward mends the domain as after a death (docs/sharing.md, "A
+//!   panic under a lock of the domain").
 //! - Every function says its `Context:`: whether it may block, what must outlive the call,
 //!   who frees what. All of them are thread-safe.
 //!

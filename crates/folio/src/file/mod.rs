@@ -31,8 +31,8 @@
 //! handle always takes the same way), both inlined into their caller, before the private
 //! read's entry (`read_private`), so that a domain file's hit pays none of it. The futures and `get_page` refuse such a handle (`Unsupported`),
 //! `readahead` does nothing for it; its reads' window is the domain file's own, with the
-//! handle's maximum at the open (`shared/read.rs`, "Readahead"); the rest (its length,
-//! advice, `stats`) is its private mapping's, which it keeps (opened as any handle's; it
+//! handle's maximum, its advice's included (`shared/read.rs`, "Readahead"; advise.rs);
+//! the rest (its length, `stats`) is its private mapping's, which it keeps (opened as any handle's; it
 //! caches nothing for the handle).
 //! A writable open of the file in this process retires the handle (mapping/domain.rs: a
 //! flag on the `DomainFile`'s line, which its read loads anyway): from then on it is a

@@ -90,7 +90,8 @@
 //! else the process held. The change may be half-made: going on in the panicking process
 //! with the lock let go would expose it, and redoing the intent from a live process is a
 //! take-over of a live holder, which the protocol never makes. Costs the lock a load of
-//! the runtime's panic count and a flag. Tested by crossing it: `tests_life.rs`,
+//! the runtime's panic count and a flag. A steward that aborts so leaves its panic's
+//! report on its stderr (`/dev/null`), not in its trace: the next attach starts another. Tested by crossing it: `tests_life.rs`,
 //! `a_panic_under_a_domain_lock_aborts_and_the_domain_goes_on` (a real child process).
 //!
 //! Protection: the intent and the structure's words by the lock; the lock word by CAS
@@ -421,8 +422,6 @@ impl<'l, 'r> Held<'l, 'r> {
         );
         let lock = line.word(LOCK);
         let (me, park_word) = (self.me, self.park);
-        // Unlocked from here on: an unwind past this point must not abort (Drop).
-        std::mem::forget(self);
         // The park word is looked up only when it is woken: the uncontended unlock is the
         // swap, a mask and a test of its result.
         let park = || &line.region[park_word.index()];
@@ -432,6 +431,8 @@ impl<'l, 'r> Held<'l, 'r> {
         }
         // U1.
         let was = lock.swap(0, Ordering::Release);
+        // Unlocked: an unwind from here on is no panic under the lock (Drop).
+        std::mem::forget(self);
         assert_eq!(
             was & !WAITERS,
             me.word(),
