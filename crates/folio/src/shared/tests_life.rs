@@ -916,13 +916,21 @@ fn a_file_at_the_regions_name_that_is_no_region_of_ours_is_refused_and_left_as_i
     }
 }
 
+/// What a hold dropped by a panic's unwind does: the library's way, and the broken
+/// variant's (the way before it: the lock kept by a live process).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum OnUnwind {
+    Abort,
+    KeepTheLock,
+}
+
 /// A member's reads whose lever panics the reading thread at its first store under the
 /// queue's or the allocator's lock (`Step::Stored` with either held by the member: a bug's
-/// assertion in the middle of a change), and answers `abort_on_unwind` as `abort` says.
+/// assertion in the middle of a change), and answers `abort_on_unwind` as `on_unwind` says.
 struct PanicUnderLock<'m> {
     member: &'m Member,
     fired: std::sync::atomic::AtomicBool,
-    abort: bool,
+    on_unwind: OnUnwind,
 }
 
 impl super::Run for PanicUnderLock<'_> {
@@ -946,7 +954,7 @@ impl super::Run for PanicUnderLock<'_> {
     }
 
     fn abort_on_unwind(&self) -> bool {
-        self.abort
+        self.on_unwind == OnUnwind::Abort
     }
 }
 
@@ -961,7 +969,7 @@ impl super::Run for PanicUnderLock<'_> {
 /// requests), and the parent's read waits on its lock until the test kills it.
 #[test]
 fn a_panic_under_a_domain_lock_aborts_and_the_domain_goes_on() {
-    panic_under_a_lock(true);
+    panic_under_a_lock(OnUnwind::Abort);
 }
 
 /// The test above with the hold's drop not aborting (the lock kept by a live process):
@@ -969,7 +977,7 @@ fn a_panic_under_a_domain_lock_aborts_and_the_domain_goes_on() {
 #[test]
 fn a_panic_under_a_domain_lock_caught_stalls_the_domain() {
     let message = failure_of("a caught panic under a lock passed", || {
-        panic_under_a_lock(false)
+        panic_under_a_lock(OnUnwind::KeepTheLock)
     });
     eprintln!("caught under a lock: {message}");
     assert!(
@@ -982,7 +990,7 @@ fn a_panic_under_a_domain_lock_caught_stalls_the_domain() {
 /// steward's tick or two; the read itself a few milliseconds).
 const PANIC_READ_WAIT: Duration = Duration::from_secs(5);
 
-fn panic_under_a_lock(abort: bool) {
+fn panic_under_a_lock(on_unwind: OnUnwind) {
     use std::sync::atomic::{AtomicBool, Ordering};
     const LEN: u64 = 1 << 20;
     let setup = setup(LEN);
@@ -999,7 +1007,7 @@ fn panic_under_a_lock(abort: bool) {
         let lever = PanicUnderLock {
             member: &member,
             fired: AtomicBool::new(false),
-            abort,
+            on_unwind,
         };
         let reader = SharedReader::new(&member, &lever, 8);
         let file = reader.open(path).expect("open");
