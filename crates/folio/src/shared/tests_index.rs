@@ -1013,10 +1013,7 @@ fn a_writer_killed_at_steps_leaves_readers_right_and_the_tree_whole() {
             }
         });
         let child = fork(|| {
-            let stop = StopAt {
-                at: die_at,
-                count: Cell::new(0),
-            };
+            let stop = DieAt::new(Some(die_at), Death::Stop, Flaw::None);
             let _ = do_work(&index, writer, &slots, &stop);
             // SAFETY: raise has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGSTOP) };
@@ -1047,27 +1044,4 @@ fn a_writer_killed_at_steps_leaves_readers_right_and_the_tree_whole() {
         );
     }
     assert!(held > 30, "the writer held the lock at {held} of 42 deaths");
-}
-
-/// A `Run` that stops its process at its `at`-th step (the test kills it there).
-struct StopAt {
-    at: u32,
-    count: Cell<u32>,
-}
-
-impl Run for StopAt {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if n == self.at {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
-            unreachable!("a stopped process is killed, never continued");
-        }
-        Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        Unkillable.wait(holder)
-    }
 }
