@@ -3,15 +3,18 @@
 //! step and is `SIGKILL`ed there, while another process waits for the lock it holds).
 //! The loom models of the same code are in `tests/loom_shared.rs`.
 //!
-//! Beside them, what the other shared tests build on: the lever `DieAt`, `fork`,
-//! `wait_for`, `kill`, `SharedRegion`, and `DomainHome`, the directory every test's
-//! domain lives in, which no steward outlives (nothing left in `/dev/shm`, no steward
-//! left running after its test).
+//! Beside them, what the other shared tests build on: the lever `DieAt`; `MemberLever`,
+//! every lever over a member (its waits the member's; `StopAt` the kill tests' across
+//! processes); `fork`, `wait_for`, `kill`, `SharedRegion`, and `DomainHome`, the
+//! directory every test's domain lives in, which no steward outlives (nothing left in
+//! `/dev/shm`, no steward left running after its test).
 
+use super::attach::Member;
 use super::domain::{Domain, DomainFiles, Pidfd};
+use super::futex::Parked;
 use super::slot::SlotTable;
 use super::stack::{Census, FrameStack};
-use super::terms::Unkillable;
+use super::terms::{Park, Unkillable};
 use super::{Died, Flaw, Holder, ProcessId, Run, SlotIndex, Step, Word};
 use crate::primitive::{AtomicU64, Ordering};
 use std::cell::Cell;
@@ -103,27 +106,117 @@ pub(super) fn seed_from_env(what: &str) -> u64 {
     seed
 }
 
-/// A forked member's `Run` in the kill tests across processes: stops its process
-/// (`SIGSTOP`) at its `die_at`-th step, for the test to kill there; waits and parks as a
-/// member does (checking the steward).
-pub(super) struct MemberRun<'m> {
-    member: &'m super::attach::Member,
+/// A test's lever over a member: at each step, what the lever does there (`AtStep`),
+/// then the member's own `at`; waits, parks and their ends are the member's (it checks
+/// its steward), so a lever changes its member's run only where it acts. The flaw is the
+/// member's (`Flaw::None`) unless `with_flaw` names a broken variant's. A panic's unwind
+/// under a lock keeps the lock (`OnUnwind::KeepTheLock`), not the member's abort, unless
+/// `on_unwind` says otherwise: a test's panic (its assertion, a broken variant's) fails
+/// that test instead of aborting every test of the binary.
+pub(super) struct MemberLever<'m, L> {
+    member: &'m Member,
+    lever: L,
+    flaw: Flaw,
+    on_unwind: OnUnwind,
+}
+
+/// What a lever does at a step of its member's operation (`MemberLever`): `Err(Died)`
+/// ends the operation there, as `Run::at`'s does.
+pub(super) trait AtStep {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died>;
+}
+
+/// A lever lent to its `MemberLever`, so that the test reads its state while it runs.
+impl<L: AtStep> AtStep for &L {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
+        (**self).at(member, step)
+    }
+}
+
+/// No lever: the member's own steps (a run that differs from the member's in its flaw).
+impl AtStep for () {
+    fn at(&self, _member: &Member, _step: Step) -> Result<(), Died> {
+        Ok(())
+    }
+}
+
+/// What a hold dropped by a panic's unwind does (`Run::abort_on_unwind`; lock.rs, "A
+/// panic under the lock").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum OnUnwind {
+    /// The library's way: the process aborts, a death the steward mends.
+    Abort,
+    /// The way before it: the lock stays with the live process.
+    KeepTheLock,
+}
+
+impl<'m, L: AtStep> MemberLever<'m, L> {
+    pub(super) fn new(member: &'m Member, lever: L) -> Self {
+        MemberLever {
+            member,
+            lever,
+            flaw: Flaw::None,
+            on_unwind: OnUnwind::KeepTheLock,
+        }
+    }
+
+    /// The run with a model's flaw (a broken variant's).
+    pub(super) fn with_flaw(self, flaw: Flaw) -> Self {
+        MemberLever { flaw, ..self }
+    }
+
+    /// The run whose holds dropped by an unwind do as `on_unwind` says.
+    pub(super) fn on_unwind(self, on_unwind: OnUnwind) -> Self {
+        MemberLever { on_unwind, ..self }
+    }
+}
+
+impl<L: AtStep> Run for MemberLever<'_, L> {
+    fn at(&self, step: Step) -> Result<(), Died> {
+        self.lever.at(self.member, step)?;
+        self.member.at(step)
+    }
+
+    fn wait(&self, holder: Holder) {
+        self.member.wait(holder)
+    }
+
+    fn park(&self) -> Option<Park> {
+        self.member.park()
+    }
+
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        self.member.parked(holder, outcome)
+    }
+
+    fn flaw(&self) -> Flaw {
+        self.flaw
+    }
+
+    fn abort_on_unwind(&self) -> bool {
+        self.on_unwind == OnUnwind::Abort
+    }
+}
+
+/// The lever of the kill tests across processes: stops its process (`SIGSTOP`) at its
+/// `die_at`-th step (counted from 0 over every step it is asked about; `None`: never),
+/// for the test to kill there. A member's `DieAt` with `Death::Stop`.
+pub(super) struct StopAt {
     die_at: Option<u64>,
     count: Cell<u64>,
 }
 
-impl<'m> MemberRun<'m> {
-    pub(super) fn new(member: &'m super::attach::Member, die_at: Option<u64>) -> Self {
-        MemberRun {
-            member,
+impl StopAt {
+    pub(super) fn new(die_at: Option<u64>) -> StopAt {
+        StopAt {
             die_at,
             count: Cell::new(0),
         }
     }
 }
 
-impl Run for MemberRun<'_> {
-    fn at(&self, _step: Step) -> Result<(), Died> {
+impl AtStep for StopAt {
+    fn at(&self, _member: &Member, _step: Step) -> Result<(), Died> {
         let n = self.count.get();
         self.count.set(n + 1);
         if Some(n) == self.die_at {
@@ -132,14 +225,6 @@ impl Run for MemberRun<'_> {
             unreachable!("a stopped member is killed, never continued");
         }
         Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: super::futex::Parked) {
-        self.member.parked(holder, outcome)
     }
 }
 

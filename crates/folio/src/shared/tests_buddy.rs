@@ -13,7 +13,7 @@ use super::slot::{SlotState, SlotTable};
 use super::stack::Frame;
 use super::terms::Unkillable;
 use super::tests::{fork, DomainHome, SharedRegion};
-use super::tests::{seed_from_env, MemberRun, Rng};
+use super::tests::{seed_from_env, MemberLever, Rng, StopAt};
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
@@ -603,7 +603,7 @@ fn the_domains_steward_sweeps_a_dead_members_blocks() {
         let config = &config;
         let child = fork(move || {
             let member = Member::attach(config).expect("attach");
-            let run = MemberRun::new(&member, Some(die_at));
+            let run = MemberLever::new(&member, StopAt::new(Some(die_at)));
             let (slots, buddy) = (member.domain().slots(), member.domain().buddy());
             let me = member.holder();
             let mut magazine = Magazine::new(me, 8);

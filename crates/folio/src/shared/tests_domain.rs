@@ -12,14 +12,14 @@
 
 use super::attach::{DomainConfig, Member};
 use super::domain::{Domain, Geometry};
-use super::futex::{self, Parked};
+use super::futex;
 use super::slot::SlotState;
 use super::stack::Census;
-use super::terms::Park;
-use super::tests::{fork, seed_from_env, DomainHome, Rng, SharedRegion};
+use super::tests::{
+    fork, seed_from_env, AtStep, DomainHome, MemberLever, Rng, SharedRegion, StopAt,
+};
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::primitive::Ordering;
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 const CHILDREN: usize = 6;
@@ -43,42 +43,21 @@ const R_TIMEOUTS: usize = 5;
 const R_WAKES: usize = 6;
 const R_WORDS: usize = 8;
 
-/// A member's `Run` that stops its process at its `die_at`-th step (for the test to
-/// kill), and waits as the member does (checking the steward).
-struct Lever<'m> {
-    member: &'m Member,
-    die_at: Option<u32>,
-    count: Cell<u32>,
-    report: &'m [crate::primitive::AtomicU64],
+/// A child's lever: writes its futex calls in its report at every step, then stops its
+/// process as `StopAt` does (for the test to kill).
+struct Reported<'r> {
+    report: &'r [crate::primitive::AtomicU64],
+    stop: StopAt,
 }
 
-impl Run for Lever<'_> {
-    fn at(&self, _step: Step) -> Result<(), Died> {
-        let n = self.count.get();
-        self.count.set(n + 1);
+impl AtStep for Reported<'_> {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
         let counts = futex::counts();
         self.report[R_PARKS].store(counts.waits, Ordering::Release);
         self.report[R_WOKEN].store(counts.woken, Ordering::Release);
         self.report[R_TIMEOUTS].store(counts.timeouts, Ordering::Release);
         self.report[R_WAKES].store(counts.wakes, Ordering::Release);
-        if Some(n) == self.die_at {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
-            unreachable!("a stopped process is killed, never continued");
-        }
-        Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn park(&self) -> Option<Park> {
-        self.member.park()
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.member.parked(holder, outcome)
+        self.stop.at(member, step)
     }
 }
 
@@ -87,12 +66,11 @@ fn work(config: &DomainConfig, die_at: Option<u32>, report: &[crate::primitive::
     let member = Member::attach(config).expect("attach");
     report[R_STARTED_AT_ATTACH].store(u64::from(member.stewards_started()), Ordering::Release);
     let before = member.stewards_started();
-    let run = Lever {
-        member: &member,
-        die_at,
-        count: Cell::new(0),
+    let lever = Reported {
         report,
+        stop: StopAt::new(die_at.map(u64::from)),
     };
+    let run = MemberLever::new(&member, lever);
     let me = member.holder();
     let domain = member.domain();
     let (slots, stack) = (domain.slots(), domain.stack());

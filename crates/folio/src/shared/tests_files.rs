@@ -8,7 +8,7 @@
 use super::files::{FileId, FileKey, FileTable, Opened, RecordCensus, Removal, Stamp};
 use super::slot::SlotTable;
 use super::terms::Unkillable;
-use super::tests::{seed_from_env, DomainHome, MemberRun, Rng};
+use super::tests::{seed_from_env, DomainHome, MemberLever, Rng, StopAt};
 use super::tests::{Death, DieAt};
 use super::{Died, Flaw, Holder, Run, Step, Word};
 use crate::primitive::AtomicU64;
@@ -483,7 +483,7 @@ fn members_killed_at_random_steps_leave_the_survivors_opens_exactly() {
                     let member = Member::attach(config).expect("attach");
                     let me = member.holder();
                     word.store(me.word(), crate::primitive::Ordering::Release);
-                    let run = MemberRun::new(&member, die_at);
+                    let run = MemberLever::new(&member, StopAt::new(die_at));
                     let (slots, table) = (member.domain().slots(), member.domain().files());
                     let mut ids: [Option<FileId>; KILL_KEYS] = [None; KILL_KEYS];
                     let mut opens = [0u16; KILL_KEYS];

@@ -13,7 +13,7 @@ use super::buddy::Order;
 use super::domain::{Domain, DomainFiles, Geometry};
 use super::read::{ReadCounters, SharedReader};
 use super::record::Weight;
-use super::tests::{allocated_in, failure_of, DomainHome};
+use super::tests::{allocated_in, failure_of, AtStep, DomainHome, MemberLever, OnUnwind};
 use super::tests_read::{stamped, write_file};
 use crate::segment::{DiskDir, SegmentDir};
 
@@ -677,27 +677,6 @@ fn read_stamped<R: super::Run>(reader: &SharedReader<'_, R>, path: &Path, id: u6
     reader.close(file).unwrap();
 }
 
-/// A member's reads run as the member, with a model's flaw (a broken variant's run).
-struct Flawed<'m>(&'m Member, super::Flaw);
-
-impl super::Run for Flawed<'_> {
-    fn at(&self, step: super::Step) -> Result<(), super::Died> {
-        self.0.at(step)
-    }
-
-    fn wait(&self, holder: super::Holder) {
-        self.0.wait(holder);
-    }
-
-    fn parked(&self, holder: super::Holder, outcome: super::futex::Parked) {
-        self.0.parked(holder, outcome);
-    }
-
-    fn flaw(&self) -> super::Flaw {
-        self.1
-    }
-}
-
 /// Shares and floors (queue.rs, "Owners and shares"): two members of a domain of 2,048
 /// frames (the quota: plenty of memory), so each has a share of 1,024 and a floor of
 /// 512. A scans a file of 8,192 pages, B reads a set of 200 pages, then A scans the file three times (its
@@ -753,7 +732,7 @@ fn shares_and_floors(flaw: super::Flaw, b_weight: Weight, set_pages: u64) {
     .unwrap();
     let domain = b.domain();
     let queue = domain.queue();
-    let a_run = Flawed(&a, flaw);
+    let a_run = MemberLever::new(&a, ()).with_flaw(flaw);
     let a_reader = SharedReader::new(&a, &a_run, 8);
     let b_reader = SharedReader::new(&b, &b, 8);
     // A's scan first, so that the queue is full of A's frames before B reads: A's misses
@@ -916,45 +895,25 @@ fn a_file_at_the_regions_name_that_is_no_region_of_ours_is_refused_and_left_as_i
     }
 }
 
-/// What a hold dropped by a panic's unwind does: the library's way, and the broken
-/// variant's (the way before it: the lock kept by a live process).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum OnUnwind {
-    Abort,
-    KeepTheLock,
-}
-
-/// A member's reads whose lever panics the reading thread at its first store under the
-/// queue's or the allocator's lock (`Step::Stored` with either held by the member: a bug's
-/// assertion in the middle of a change), and answers `abort_on_unwind` as `on_unwind` says.
-struct PanicUnderLock<'m> {
-    member: &'m Member,
+/// A member's lever that panics the reading thread at its first store under the queue's
+/// or the allocator's lock (`Step::Stored` with either held by the member: a bug's
+/// assertion in the middle of a change); its run's holds do as the test's `OnUnwind` says
+/// (`MemberLever::on_unwind`).
+#[derive(Default)]
+struct PanicUnderLock {
     fired: std::sync::atomic::AtomicBool,
-    on_unwind: OnUnwind,
 }
 
-impl super::Run for PanicUnderLock<'_> {
-    fn at(&self, step: super::Step) -> Result<(), super::Died> {
+impl AtStep for PanicUnderLock {
+    fn at(&self, member: &Member, step: super::Step) -> Result<(), super::Died> {
         use std::sync::atomic::Ordering::AcqRel;
-        let domain = self.member.domain();
-        let me = Some(self.member.holder());
+        let domain = member.domain();
+        let me = Some(member.holder());
         let under_lock = domain.queue().lock_holder() == me || domain.buddy().lock_holder() == me;
         if step == super::Step::Stored && under_lock && !self.fired.swap(true, AcqRel) {
             panic!("the lever panics the reader under a lock of the domain");
         }
-        self.member.at(step)
-    }
-
-    fn wait(&self, holder: super::Holder) {
-        self.member.wait(holder);
-    }
-
-    fn parked(&self, holder: super::Holder, outcome: super::futex::Parked) {
-        self.member.parked(holder, outcome);
-    }
-
-    fn abort_on_unwind(&self) -> bool {
-        self.on_unwind == OnUnwind::Abort
+        Ok(())
     }
 }
 
@@ -1004,11 +963,7 @@ fn panic_under_a_lock(on_unwind: OnUnwind) {
     let (config_ref, path) = (&config, &setup.path);
     let child = super::tests::fork(move || {
         let member = Member::attach(config_ref).expect("attach");
-        let lever = PanicUnderLock {
-            member: &member,
-            fired: AtomicBool::new(false),
-            on_unwind,
-        };
+        let lever = MemberLever::new(&member, PanicUnderLock::default()).on_unwind(on_unwind);
         let reader = SharedReader::new(&member, &lever, 8);
         let file = reader.open(path).expect("open");
         let mut buf = vec![0u8; 4096];

@@ -13,7 +13,9 @@ use super::index::Entry;
 use super::queue::FileNo;
 use super::read::{ReadCounters, SharedReader};
 use super::terms::Unkillable;
-use super::tests::{exited_ok, fork, seed_from_env, DomainHome, MemberRun, Rng, SharedRegion};
+use super::tests::{
+    exited_ok, fork, seed_from_env, AtStep, DomainHome, MemberLever, Rng, SharedRegion, StopAt,
+};
 use super::tests_files::{swept, Children};
 use super::{Died, Holder, Run, Step};
 use crate::primitive::Ordering;
@@ -344,7 +346,7 @@ fn members_killed_at_random_steps_while_reading_leave_a_working_cache() {
             let pid = fork(move || {
                 let member = Member::attach(config).expect("attach");
                 words[0].store(member.holder().word(), Ordering::Release);
-                let lever = MemberRun::new(&member, die_at);
+                let lever = MemberLever::new(&member, StopAt::new(die_at));
                 {
                     let reader = SharedReader::new(&member, &lever, 2);
                     let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
@@ -758,19 +760,18 @@ fn miss_costs(area: DataArea) {
 /// at the first `Step::Found` (an optimistic hit has found its frame and read its
 /// generation, and not copied yet) it reclaims every queued frame, leases every free frame,
 /// fills each with 0xee (another process's new data) and frees them again.
-struct ReuseAtFound<'m> {
-    member: &'m Member,
+#[derive(Default)]
+struct ReuseAtFound {
     fired: Cell<bool>,
-    flaw: super::Flaw,
 }
 
-impl Run for ReuseAtFound<'_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
+impl AtStep for ReuseAtFound {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
         if step != Step::Found || self.fired.replace(true) {
             return Ok(());
         }
-        let domain = self.member.domain();
-        let me = self.member.holder();
+        let domain = member.domain();
+        let me = member.holder();
         let slots = domain.slots();
         let buddy = domain.buddy();
         let freed = reclaim_reclaimable(domain, me);
@@ -793,14 +794,6 @@ impl Run for ReuseAtFound<'_> {
         }
         Ok(())
     }
-
-    fn wait(&self, _holder: Holder) {
-        std::thread::yield_now();
-    }
-
-    fn flaw(&self) -> super::Flaw {
-        self.flaw
-    }
 }
 
 /// Reads page 1 of a file (cached by a first read) through a reader whose lever reclaims
@@ -815,12 +808,9 @@ fn reuse_during_the_copy(name: &str, flaw: super::Flaw) -> (usize, ReadCounters)
     let expected = stamped(0, len);
     let member = Member::attach(&config(home.path(), name, 8, 16)).unwrap();
     let result = {
-        let lever = ReuseAtFound {
-            member: &member,
-            fired: Cell::new(false),
-            flaw,
-        };
-        let reader = SharedReader::new(&member, &lever, 1);
+        let lever = ReuseAtFound::default();
+        let run = MemberLever::new(&member, &lever).with_flaw(flaw);
+        let reader = SharedReader::new(&member, &run, 1);
         let file = reader.open(&path).unwrap();
         // The first read misses (no Step::Found: nothing is cached yet).
         assert_eq!(read_and_compare(&reader, &file, &expected, 4096, 4096), 0);
@@ -866,22 +856,20 @@ fn an_optimistic_hit_without_its_check_returns_a_reused_frame() {
 /// the tree's nodes pruned to its pool), leases that frame again, fills it with 0xee and
 /// caches it as page `to` (the pruned nodes linked again: the hit's slot names the frame
 /// again, for `to`).
-struct MoveAtWalked<'m> {
-    member: &'m Member,
+struct MoveAtWalked {
     record: u32,
     from: u64,
     to: u64,
     fired: Cell<bool>,
-    flaw: super::Flaw,
 }
 
-impl Run for MoveAtWalked<'_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
+impl AtStep for MoveAtWalked {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
         if step != Step::Walked || self.fired.replace(true) {
             return Ok(());
         }
-        let domain = self.member.domain();
-        let me = self.member.holder();
+        let domain = member.domain();
+        let me = member.holder();
         let slots = domain.slots();
         let buddy = domain.buddy();
         let queue = domain.queue();
@@ -946,14 +934,6 @@ impl Run for MoveAtWalked<'_> {
         }
         Ok(())
     }
-
-    fn wait(&self, _holder: Holder) {
-        std::thread::yield_now();
-    }
-
-    fn flaw(&self) -> super::Flaw {
-        self.flaw
-    }
 }
 
 /// Reads page 64 of a 130-page file (cached alone by a first read) through a reader whose
@@ -971,19 +951,18 @@ fn move_during_the_hit(name: &str, flaw: super::Flaw) -> (usize, ReadCounters) {
         let plain = SharedReader::new(&member, &member, 1);
         let file = plain.open(&path).unwrap();
         let lever = MoveAtWalked {
-            member: &member,
             record: file.id().index,
             from: 64,
             to: 128,
             fired: Cell::new(false),
-            flaw,
         };
+        let run = MemberLever::new(&member, &lever).with_flaw(flaw);
         // The first read misses and caches page 64 alone.
         assert_eq!(
             read_and_compare(&plain, &file, &expected, 64 * 4096, 4096),
             0
         );
-        let reader = SharedReader::new(&member, &lever, 1);
+        let reader = SharedReader::new(&member, &run, 1);
         let wrong = read_and_compare(&reader, &file, &expected, 64 * 4096, 4096);
         assert!(lever.fired.get(), "the hit never reached Step::Walked");
         let counters = reader.counters();

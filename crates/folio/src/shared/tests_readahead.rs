@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use super::attach::Member;
 use super::domain::FRAME_BYTES;
-use super::futex::Parked;
 use super::index::Entry;
 use super::read::{ReadCounters, SharedFile, SharedReader};
-use super::tests::{DomainHome, Rng};
+use super::tests::{AtStep, DomainHome, MemberLever, Rng};
 use super::tests_read::{
     check_all, config, read_and_compare, reclaim_everything, stamped, write_file,
 };
-use super::{Died, Holder, Run, Step};
+use super::{Died, Run, Step};
 
 /// Reads `file` (of `len` bytes, stamped as file `stamp`) from its start to its end in
 /// reads of `chunk` bytes through `reader`: the wrong bytes.
@@ -281,19 +280,18 @@ fn windows_short_of_frames_shrink_and_read_every_byte_right() {
 /// its reader has handed `frames` frames to the queue (their pages read, not inserted),
 /// another member reads the same pages through its own reader (and inserts them).
 struct OtherReadsFirst<'a, 'm> {
-    member: &'m Member,
     frames: u32,
     other: &'a SharedReader<'m, Member>,
     other_file: &'a SharedFile<'m>,
     fired: Cell<bool>,
 }
 
-impl Run for OtherReadsFirst<'_, '_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
+impl AtStep for OtherReadsFirst<'_, '_> {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
         if step != Step::Unlocked || self.fired.get() {
             return Ok(());
         }
-        let domain = self.member.domain();
+        let domain = member.domain();
         if domain.queue().count() == self.frames {
             self.fired.set(true);
             let mut buf = vec![0; self.frames as usize * 4096];
@@ -301,14 +299,6 @@ impl Run for OtherReadsFirst<'_, '_> {
             assert_eq!(got, buf.len());
         }
         Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.member.parked(holder, outcome)
     }
 }
 
@@ -334,13 +324,13 @@ fn a_window_another_reader_inserted_first_is_not_read_again() {
         let b_reader = SharedReader::new(&b, &b, 4);
         let b_file = b_reader.open(&path).unwrap();
         let lever = OtherReadsFirst {
-            member: &a,
             frames: 4,
             other: &b_reader,
             other_file: &b_file,
             fired: Cell::new(false),
         };
-        let a_reader = SharedReader::new(&a, &lever, 4);
+        let a_run = MemberLever::new(&a, &lever);
+        let a_reader = SharedReader::new(&a, &a_run, 4);
         let a_file = a_reader.open(&path).unwrap();
         a_file.set_readahead_pages(32);
         let expected = stamped(0, len);

@@ -11,13 +11,12 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use super::attach::{DomainConfig, Member};
-use super::futex::Parked;
 use super::index::Entry;
 use super::read::{ReadCounters, SharedReader};
 use super::steward::Trace;
 use super::tests::{
-    exited_ok, failure_of, fork, kill, seed_from_env, wait_for, DomainHome, MemberRun, Rng,
-    SharedRegion,
+    exited_ok, failure_of, fork, kill, seed_from_env, wait_for, AtStep, DomainHome, MemberLever,
+    Rng, SharedRegion, StopAt,
 };
 use super::tests_domain::{is_quiet, is_stopped, sigkill};
 use super::tests_read::{
@@ -28,42 +27,26 @@ use super::{Died, Flaw, Holder, Run, Step};
 use super::{ProcessId, SlotIndex};
 use crate::primitive::Ordering;
 
-/// A member's `Run` that stops its process (`SIGSTOP`) once, at the end of its first
+/// A member's lever that stops its process (`SIGSTOP`) once, at the end of its first
 /// hand-over: the first `Step::Unlocked` at which the domain's queue holds one frame more
-/// than when the lever was made (a hand-over is the only queue change of a miss with free
+/// than `queued_before` (a hand-over is the only queue change of a miss with free
 /// frames; the allocator's and the file table's unlocks leave the queue as it is). There
 /// the miss has queued its frame (in flight), and has neither inserted it into the index
 /// nor read it yet. The test continues it (`SIGCONT`).
-struct StopBeforeInsertion<'m> {
-    member: &'m Member,
+struct StopBeforeInsertion {
     queued_before: u32,
     stopped: Cell<bool>,
 }
 
-impl StopBeforeInsertion<'_> {
-    fn queued(&self) -> u32 {
-        let domain = self.member.domain();
-        domain.queue().count()
-    }
-}
-
-impl Run for StopBeforeInsertion<'_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
-        if step == Step::Unlocked && !self.stopped.get() && self.queued() == self.queued_before + 1
-        {
+impl AtStep for StopBeforeInsertion {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
+        let queued = || member.domain().queue().count();
+        if step == Step::Unlocked && !self.stopped.get() && queued() == self.queued_before + 1 {
             self.stopped.set(true);
             // SAFETY: raise has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGSTOP) };
         }
         Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.member.parked(holder, outcome)
     }
 }
 
@@ -160,11 +143,10 @@ fn conflict_member(
     let wrong = match lever {
         Lever::StopBeforeInsertion => {
             let stop = StopBeforeInsertion {
-                member: &member,
                 queued_before: 0,
                 stopped: Cell::new(false),
             };
-            let wrong = read_page_one(&member, &stop, path, words);
+            let wrong = read_page_one(&member, &MemberLever::new(&member, &stop), path, words);
             assert!(stop.stopped.get(), "the lever never stopped A");
             wrong
         }
@@ -528,18 +510,17 @@ const STEPS: [Step; 13] = [
 ];
 const STEP_UNKNOWN: u64 = 0xff;
 
-/// A member's `Run` that writes in its step word how many steps it has been asked about
-/// and the last one (`STEPS`' index in the low byte), then runs `MemberRun`'s (which stops
-/// the process at its `die_at`-th step): a failing round's dump says where each killed
-/// member was.
-struct Traced<'m> {
-    run: MemberRun<'m>,
-    word: &'m crate::primitive::AtomicU64,
+/// A member's lever that writes in its step word how many steps it has been asked about
+/// and the last one (`STEPS`' index in the low byte), then stops as `StopAt` does (at its
+/// `die_at`-th step): a failing round's dump says where each killed member was.
+struct Traced<'w> {
+    stop: StopAt,
+    word: &'w crate::primitive::AtomicU64,
     count: Cell<u64>,
 }
 
-impl Run for Traced<'_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
+impl AtStep for Traced<'_> {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
         let n = self.count.get() + 1;
         self.count.set(n);
         let code = STEPS
@@ -547,15 +528,7 @@ impl Run for Traced<'_> {
             .position(|s| *s == step)
             .map_or(STEP_UNKNOWN, |i| i as u64);
         self.word.store((n << 8) | code, Ordering::Release);
-        self.run.at(step)
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.run.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.run.parked(holder, outcome)
+        self.stop.at(member, step)
     }
 }
 
@@ -787,11 +760,12 @@ fn read_member(
         // SAFETY: raise has no memory-safety preconditions.
         unsafe { libc::raise(libc::SIGSTOP) };
     }
-    let lever = Traced {
-        run: MemberRun::new(&member, die_at),
+    let traced = Traced {
+        stop: StopAt::new(die_at),
         word: &words[STEP_WORD],
         count: Cell::new(0),
     };
+    let lever = MemberLever::new(&member, traced);
     {
         let reader = SharedReader::new(&member, &lever, 2);
         let files: Vec<_> = paths.iter().map(|p| reader.open(p).unwrap()).collect();
@@ -951,30 +925,22 @@ impl FlightWorld {
 /// How long the test waits for a state another process reaches (a bound, not a timing).
 const FLIGHT_DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// A member's `Run` that stops its process (`SIGSTOP`) once, at its first `Step::Reading`:
-/// its first window is in the index, in flight, not read. The test continues it
-/// (`SIGCONT`) or kills it there.
-struct StopAtReading<'m> {
-    member: &'m Member,
+/// A member's lever that stops its process (`SIGSTOP`) once, at its first
+/// `Step::Reading`: its first window is in the index, in flight, not read. The test
+/// continues it (`SIGCONT`) or kills it there.
+#[derive(Default)]
+struct StopAtReading {
     stopped: Cell<bool>,
 }
 
-impl Run for StopAtReading<'_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
+impl AtStep for StopAtReading {
+    fn at(&self, _member: &Member, step: Step) -> Result<(), Died> {
         if step == Step::Reading && !self.stopped.get() {
             self.stopped.set(true);
             // SAFETY: raise has no memory-safety preconditions.
             unsafe { libc::raise(libc::SIGSTOP) };
         }
         Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.member.parked(holder, outcome)
     }
 }
 
@@ -984,7 +950,7 @@ pub(super) enum Flight {
     /// Scans the file, stopped once at its first `Step::Reading` (`StopAtReading`).
     StopAtReading,
     /// Reads the file's first page only (its first window), stopped at its `n`-th step
-    /// for the test to kill there (`MemberRun`).
+    /// for the test to kill there (`StopAt`).
     FirstPageStoppedAt(u64),
     /// Scans the file, never stopped.
     Scan,
@@ -1000,18 +966,17 @@ pub(super) fn flight_member(
     how: Flight,
 ) {
     let member = Member::attach(config).expect("attach");
-    let stop = StopAtReading {
-        member: &member,
-        stopped: Cell::new(false),
-    };
+    let stop = StopAtReading::default();
     let (wrong, counters) = match how {
         Flight::StopAtReading => {
-            let read = scan_flight(&member, &stop, path, FLIGHT_LEN);
+            let run = MemberLever::new(&member, &stop);
+            let read = scan_flight(&member, &run, path, FLIGHT_LEN);
             assert!(stop.stopped.get(), "the lever never stopped the reader");
             read
         }
         Flight::FirstPageStoppedAt(n) => {
-            scan_flight(&member, &MemberRun::new(&member, Some(n)), path, 4096)
+            let run = MemberLever::new(&member, StopAt::new(Some(n)));
+            scan_flight(&member, &run, path, 4096)
         }
         Flight::Scan => scan_flight(&member, &member, path, FLIGHT_LEN),
     };
@@ -1243,23 +1208,22 @@ fn a_reader_killed_at_each_step_of_its_window_leaves_the_next_reader_every_page(
     parent.detach();
 }
 
-/// A member's `Run` that panics its reader's thread once, at its first `Step::Reading`
+/// A member's lever that panics its reader's thread once, at its first `Step::Reading`
 /// (its first window in the index, in flight, not read: a bug between a miss's insertion
 /// and its publication, in a process that lives on, so no sweep), and only once another
 /// member waits for page 0's frame (WAITERS on its GEN word: no sleep decides the order).
-struct PanicAtReading<'m> {
-    member: &'m Member,
+#[derive(Default)]
+struct PanicAtReading {
     /// The lever fired (the reader is at `Step::Reading`).
     fired: std::sync::atomic::AtomicBool,
-    flaw: Flaw,
 }
 
-impl Run for PanicAtReading<'_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
+impl AtStep for PanicAtReading {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
         use std::sync::atomic::Ordering::AcqRel;
         if step == Step::Reading && !self.fired.swap(true, AcqRel) {
-            let queue = self.member.domain().queue();
-            let page_zero = frame_of_page_zero(self.member);
+            let queue = member.domain().queue();
+            let page_zero = frame_of_page_zero(member);
             wait_until("the other member waits for page 0", || {
                 queue.is_waited_for(page_zero)
             });
@@ -1268,18 +1232,6 @@ impl Run for PanicAtReading<'_> {
             std::panic::resume_unwind(Box::new("the lever panics the reader at Step::Reading"));
         }
         Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.member.parked(holder, outcome)
-    }
-
-    fn flaw(&self) -> Flaw {
-        self.flaw
     }
 }
 
@@ -1319,15 +1271,12 @@ fn panic_with_a_window_in_flight(flaw: Flaw) {
         Member::attach(config).unwrap(),
         Member::attach(config).unwrap(),
     );
-    let lever = PanicAtReading {
-        member: &a,
-        fired: std::sync::atomic::AtomicBool::new(false),
-        flaw,
-    };
+    let lever = PanicAtReading::default();
+    let run = MemberLever::new(&a, &lever).with_flaw(flaw);
     let expected = stamped(0, FLIGHT_LEN);
     let (a_panicked, rb, wrong) = std::thread::scope(|s| {
         let reader_a = s.spawn(|| {
-            let reader = SharedReader::new(&a, &lever, 4);
+            let reader = SharedReader::new(&a, &run, 4);
             let file = reader.open(path).unwrap();
             file.set_readahead_pages(16);
             let mut buf = vec![0; 4096];

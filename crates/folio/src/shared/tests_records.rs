@@ -14,7 +14,7 @@ use super::domain::Domain;
 use super::files::{FileId, Removal};
 use super::index::Entry;
 use super::read::{key_of, SharedReader};
-use super::tests::{fork, wait_for, DomainHome, MemberRun, SharedRegion};
+use super::tests::{fork, wait_for, DomainHome, MemberLever, SharedRegion, StopAt};
 use super::tests_files::swept;
 use super::tests_read::{check_all, config, reclaim_everything, stamped, write_file};
 use super::Holder;
@@ -291,7 +291,7 @@ fn a_full_table_evicts_a_record_nobody_has_open() {
 const HOLDER: usize = 0;
 
 /// A record's drop (`SharedReader::forget`: R1 through `SharedQueue::drop_file`) in a
-/// child that stops itself at its `at`-th step (`MemberRun`), for every `at` until the
+/// child that stops itself at its `at`-th step (`StopAt`), for every `at` until the
 /// drop completes: the parent `SIGKILL`s it there and waits for the steward's sweep; then
 /// the domain checks (every index's folio a queued frame caching that page, every CACHED
 /// frame queued, no lease or pin left: no frame leaked, no record naming a freed one) and
@@ -325,7 +325,7 @@ fn a_drop_killed_at_every_step_leaves_a_working_domain() {
         let child = fork(|| {
             let member = Member::attach(&config).unwrap();
             words[HOLDER].store(member.holder().word() + 1, Ordering::Release);
-            let run = MemberRun::new(&member, Some(at));
+            let run = MemberLever::new(&member, StopAt::new(Some(at)));
             let reader = SharedReader::new(&member, &run, 2);
             let meta = std::fs::metadata(&path).unwrap();
             assert_eq!(reader.forget(&meta).unwrap(), Some(Removal::Done));

@@ -14,16 +14,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::attach::Member;
-use super::futex::Parked;
 use super::read::SharedReader;
-use super::tests::{failure_of, fork, kill, wait_for, DomainHome, Rng, SharedRegion};
+use super::tests::{
+    failure_of, fork, kill, wait_for, AtStep, DomainHome, MemberLever, Rng, SharedRegion,
+};
 use super::tests_read::{
     check_all, config, domain_cache, reclaim_everything, reclaim_reclaimable, stamped,
 };
 use super::tests_readkill::{
     cached_folios, flight_member, wait_until, Flight, FlightWorld, FLIGHT_LEN, FLIGHT_WORDS,
 };
-use super::{Died, Flaw, Holder, Run, Step};
+use super::{Died, Flaw, Run, Step};
 use crate::types::OpenMode;
 use crate::Cache;
 
@@ -645,15 +646,13 @@ fn a_private_writable_open_keeps_its_writes_out_of_the_domain() {
     parent.detach();
 }
 
-/// A member's `Run` that holds its reader's thread once, at its `point`, until the test
+/// A member's lever that holds its reader's thread once, at its `point`, until the test
 /// lets it go (`go`): no sleep decides the order.
-struct Hold<'m> {
-    member: &'m Member,
+struct Hold {
     point: HoldPoint,
     /// The reader is at its point.
     held: AtomicBool,
     go: AtomicBool,
-    flaw: Flaw,
 }
 
 /// Where a `Hold` holds its reader.
@@ -669,24 +668,22 @@ enum HoldPoint {
     BeforeInsertion { queued_before: u32 },
 }
 
-impl<'m> Hold<'m> {
-    fn new(member: &'m Member, point: HoldPoint, flaw: Flaw) -> Hold<'m> {
+impl Hold {
+    fn new(point: HoldPoint) -> Hold {
         Hold {
-            member,
             point,
             held: AtomicBool::new(false),
             go: AtomicBool::new(false),
-            flaw,
         }
     }
 }
 
-impl Run for Hold<'_> {
-    fn at(&self, step: Step) -> Result<(), Died> {
+impl AtStep for Hold {
+    fn at(&self, member: &Member, step: Step) -> Result<(), Died> {
         let here = match self.point {
             HoldPoint::Reading => step == Step::Reading,
             HoldPoint::BeforeInsertion { queued_before } => {
-                step == Step::Unlocked && self.member.domain().queue().count() == queued_before + 1
+                step == Step::Unlocked && member.domain().queue().count() == queued_before + 1
             }
         };
         if here && !self.held.swap(true, Ordering::AcqRel) {
@@ -695,18 +692,6 @@ impl Run for Hold<'_> {
             });
         }
         Ok(())
-    }
-
-    fn wait(&self, holder: Holder) {
-        self.member.wait(holder)
-    }
-
-    fn parked(&self, holder: Holder, outcome: Parked) {
-        self.member.parked(holder, outcome)
-    }
-
-    fn flaw(&self) -> Flaw {
-        self.flaw
     }
 }
 
@@ -759,8 +744,9 @@ fn miss_against_a_write(flaw: Flaw) {
     );
     let writer = domain_cache(&config.dir, &config.name, 1 << 20);
     let w = writer.open_options().write(true).open(path).unwrap();
-    let lever = Hold::new(&r, HoldPoint::Reading, flaw);
-    let r_reader = SharedReader::new(&r, &lever, 4);
+    let lever = Hold::new(HoldPoint::Reading);
+    let r_run = MemberLever::new(&r, &lever).with_flaw(flaw);
+    let r_reader = SharedReader::new(&r, &r_run, 4);
     let r_file = r_reader.open(path).unwrap();
     r_file.set_readahead_pages(16);
     let queue = r.domain().queue();
@@ -952,8 +938,9 @@ fn a_miss_inserted_after_a_truncations_removal_never_caches_a_page_past_the_size
         Member::attach(config).unwrap(),
     );
     let queued_before = r.domain().queue().count();
-    let lever = Hold::new(&r, HoldPoint::BeforeInsertion { queued_before }, Flaw::None);
-    let r_reader = SharedReader::new(&r, &lever, 4);
+    let lever = Hold::new(HoldPoint::BeforeInsertion { queued_before });
+    let r_run = MemberLever::new(&r, &lever);
+    let r_reader = SharedReader::new(&r, &r_run, 4);
     let r_file = r_reader.open(path).unwrap();
     let w_reader = SharedReader::new(&w, &w, 4);
     let disk = std::fs::OpenOptions::new()
