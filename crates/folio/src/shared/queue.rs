@@ -1616,6 +1616,35 @@ impl<'r> SharedQueue<'r> {
                 .is_ok()
     }
 
+    /// W3, a writeback's completion (reader.rs, `DomainWriter::written`): the frame that
+    /// `index` names at `page` unmarked if it still holds `mark`, the mark of the install
+    /// (or append) whose bytes the writeback wrote. Whether it did. A newer install of the
+    /// page by the same writer meanwhile put a frame there with a newer mark (its bytes
+    /// newer than the disk's): the CAS fails and it stays HELD (module docs, "Writes";
+    /// `Flaw::ReleaseUnchecked` clears whatever the frame holds, and the loom model
+    /// `release_broken_unchecked` catches reclaim freeing the newer frame).
+    ///
+    /// Context: any thread of the writer's process; lock-free (a look-up and a CAS).
+    pub(crate) fn release_page<R: Run>(
+        &self,
+        index: &SharedIndex<'_>,
+        page: Page,
+        mark: u64,
+        run: &R,
+    ) -> bool {
+        let Entry::Folio { frame, order: 0 } = index.lookup(page) else {
+            return false;
+        };
+        let Ok(frame) = u32::try_from(frame) else {
+            return false;
+        };
+        if releases_unchecked(run.flaw()) {
+            // The broken variant (models): whatever mark the frame holds cleared.
+            return frame < self.frames && self.of(frame, HELD).swap(0, Ordering::Release) != 0;
+        }
+        self.release_held(Frame(frame), mark)
+    }
+
     /// HELD[`frame`] (tests, the writer's release at detach).
     pub(crate) fn held_mark(&self, frame: Frame) -> u64 {
         if frame.0 < self.frames {
@@ -2406,6 +2435,16 @@ fn mark_kept(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::MarkKept => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's writeback release clears whatever mark the page's frame
+/// holds, not only the one it wrote.
+fn releases_unchecked(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::ReleaseUnchecked => true,
         _ => false,
     }
 }

@@ -897,14 +897,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     ///
     /// Context: any thread; lock-free (a look-up and a CAS).
     pub(crate) fn release_held(&self, file: &SharedFile, page: Page, mark: u64) -> bool {
-        let index = &file.index;
-        match index.lookup(page) {
-            Entry::Folio { frame, order: 0 } => match u32::try_from(frame) {
-                Ok(frame) => self.queue.release_held(Frame(frame), mark),
-                Err(_) => false,
-            },
-            _ => false,
-        }
+        self.queue.release_page(&file.index, page, mark, self.run)
     }
 
     /// W3 (detach): every frame of `file` marked by us unmarked (its bytes are on disk),
