@@ -65,7 +65,13 @@
 //! and `append_broken_mark_kept`) follow, and a reader's drop of the frame its insertion did
 //! not place comes last (`drop_unplaced_races_a_hit_and_a_reclaim`,
 //! `drop_unplaced_races_a_hit_and_a_writers_install`, and its broken variant
-//! `drop_unplaced_broken_unchecked`).
+//! `drop_unplaced_broken_unchecked`). A miss's pages in flight follow
+//! (`flight_races_a_waiter`, and its broken variants `flight_broken_*`), then a miss
+//! against a truncation (read.rs's M3': `truncation_races_a_miss`, and its broken
+//! variants `truncation_broken_size_before_insertion` and
+//! `truncation_broken_size_never_loaded`) and a writeback's release of its mark against
+//! the writer's newer install and a reclaim (`release_races_an_install_and_a_reclaim`,
+//! and its broken variant `release_broken_unchecked`).
 //!
 //! Bounds: 2 frames, 3 slots, up to `PREEMPTIONS` preemptions (`BUDDY_PREEMPTIONS` for
 //! the allocator's longer operations; the whole file runs in a few seconds on this

@@ -218,7 +218,8 @@
 //! live reader's f (the record has no opener). `tests_write`'s
 //! `a_miss_in_flight_never_inserts_a_page_older_than_a_returned_write` (and its broken
 //! variant, `Flaw::ReadBeforeInsertion`), `a_reader_killed_in_flight_under_a_write_...`
-//! and `a_miss_inserted_after_a_truncations_removal_...` force each order.
+//! and `a_miss_inserted_after_a_truncations_removal_...` force each order; the loom model
+//! `truncation_races_a_miss` explores the truncation's, the reader dying at each step.
 //!
 //! # Writes (a writer process's pages: docs/sharing.md "Writes seen across processes")
 //!
@@ -287,8 +288,11 @@
 //! **HELD** frames hold bytes their writer returned and has not written to disk yet:
 //! reclaim gives them a second chance as it does pinned ones (never frees them), so that a
 //! reader never misses such a page and reads the disk's older one. The writer's writeback
-//! clears a frame's mark once the bytes it wrote are on disk (`release_held`: a CAS from
-//! the mark that writeback read, so a later write's new frame stays HELD); its detach
+//! clears a frame's mark once the bytes it wrote are on disk (`release_page`: the page's
+//! frame looked up, then `release_held`, a CAS from the mark that writeback read, so a
+//! later write's new frame stays HELD: the loom model
+//! `release_races_an_install_and_a_reclaim`, and `Flaw::ReleaseUnchecked`, which clears
+//! whatever mark the frame holds, caught by it); its detach
 //! clears the rest; the steward clears a dead writer's marks (`release_marks`) once its
 //! keeper, if it had one, has written its pages back (docs: what a
 //! death means for durability). A removal (truncation, a record's drop) ignores marks.

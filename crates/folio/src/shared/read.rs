@@ -46,7 +46,10 @@
 //!   it taken out again unread (`abandon`; the needed page read into its frame in no
 //!   index for this read alone). Read before the `ftruncate`, such a page was the older
 //!   bytes, cached past the end until an extension showed them. No `Step` marks M3': it
-//!   stores nothing a death leaves half done (`abandon`'s own steps do).
+//!   stores nothing a death leaves half done (`abandon`'s own steps do). The loom model
+//!   `truncation_races_a_miss` (tests/loom_shared.rs) plays these steps against
+//!   `truncate`'s, the reader dying at each; it fails with the size loaded before the
+//!   insertion, or never.
 //! - **In flight** (a frame another reader, or a sibling thread, has inserted and not read
 //!   yet: `Optimistic::InFlight`, `PinHit::InFlight`): a park on the frame's GEN word
 //!   (`SharedQueue::wait_in_flight`, at most 10 ms), then a look again from the walk; at
