@@ -218,7 +218,8 @@
 //! live reader's f (the record has no opener). `tests_write`'s
 //! `a_miss_in_flight_never_inserts_a_page_older_than_a_returned_write` (and its broken
 //! variant, `Flaw::ReadBeforeInsertion`), `a_reader_killed_in_flight_under_a_write_...`
-//! and `a_miss_inserted_after_a_truncations_removal_...` force each order.
+//! and `a_miss_inserted_after_a_truncations_removal_...` force each order; the loom model
+//! `truncation_races_a_miss` explores the truncation's, the reader dying at each step.
 //!
 //! # Writes (a writer process's pages: docs/sharing.md "Writes seen across processes")
 //!
@@ -287,8 +288,11 @@
 //! **HELD** frames hold bytes their writer returned and has not written to disk yet:
 //! reclaim gives them a second chance as it does pinned ones (never frees them), so that a
 //! reader never misses such a page and reads the disk's older one. The writer's writeback
-//! clears a frame's mark once the bytes it wrote are on disk (`release_held`: a CAS from
-//! the mark that writeback read, so a later write's new frame stays HELD); its detach
+//! clears a frame's mark once the bytes it wrote are on disk (`release_page`: the page's
+//! frame looked up, then `release_held`, a CAS from the mark that writeback read, so a
+//! later write's new frame stays HELD: the loom model
+//! `release_races_an_install_and_a_reclaim`, and `Flaw::ReleaseUnchecked`, which clears
+//! whatever mark the frame holds, caught by it); its detach
 //! clears the rest; the steward clears a dead writer's marks (`release_marks`) once its
 //! keeper, if it had one, has written its pages back (docs: what a
 //! death means for durability). A removal (truncation, a record's drop) ignores marks.
@@ -1616,6 +1620,35 @@ impl<'r> SharedQueue<'r> {
                 .is_ok()
     }
 
+    /// W3, a writeback's completion (reader.rs, `DomainWriter::written`): the frame that
+    /// `index` names at `page` unmarked if it still holds `mark`, the mark of the install
+    /// (or append) whose bytes the writeback wrote. Whether it did. A newer install of the
+    /// page by the same writer meanwhile put a frame there with a newer mark (its bytes
+    /// newer than the disk's): the CAS fails and it stays HELD (module docs, "Writes";
+    /// `Flaw::ReleaseUnchecked` clears whatever the frame holds, and the loom model
+    /// `release_broken_unchecked` catches reclaim freeing the newer frame).
+    ///
+    /// Context: any thread of the writer's process; lock-free (a look-up and a CAS).
+    pub(crate) fn release_page<R: Run>(
+        &self,
+        index: &SharedIndex<'_>,
+        page: Page,
+        mark: u64,
+        run: &R,
+    ) -> bool {
+        let Entry::Folio { frame, order: 0 } = index.lookup(page) else {
+            return false;
+        };
+        let Ok(frame) = u32::try_from(frame) else {
+            return false;
+        };
+        if releases_unchecked(run.flaw()) {
+            // The broken variant (models): whatever mark the frame holds cleared.
+            return frame < self.frames && self.of(frame, HELD).swap(0, Ordering::Release) != 0;
+        }
+        self.release_held(Frame(frame), mark)
+    }
+
     /// HELD[`frame`] (tests, the writer's release at detach).
     pub(crate) fn held_mark(&self, frame: Frame) -> u64 {
         if frame.0 < self.frames {
@@ -2406,6 +2439,16 @@ fn mark_kept(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
         Flaw::MarkKept => true,
+        _ => false,
+    }
+}
+
+/// Whether a broken variant's writeback release clears whatever mark the page's frame
+/// holds, not only the one it wrote.
+fn releases_unchecked(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::ReleaseUnchecked => true,
         _ => false,
     }
 }

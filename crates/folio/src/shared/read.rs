@@ -46,7 +46,10 @@
 //!   it taken out again unread (`abandon`; the needed page read into its frame in no
 //!   index for this read alone). Read before the `ftruncate`, such a page was the older
 //!   bytes, cached past the end until an extension showed them. No `Step` marks M3': it
-//!   stores nothing a death leaves half done (`abandon`'s own steps do).
+//!   stores nothing a death leaves half done (`abandon`'s own steps do). The loom model
+//!   `truncation_races_a_miss` (tests/loom_shared.rs) plays these steps against
+//!   `truncate`'s, the reader dying at each; it fails with the size loaded before the
+//!   insertion, or never.
 //! - **In flight** (a frame another reader, or a sibling thread, has inserted and not read
 //!   yet: `Optimistic::InFlight`, `PinHit::InFlight`): a park on the frame's GEN word
 //!   (`SharedQueue::wait_in_flight`, at most 10 ms), then a look again from the walk; at
@@ -897,14 +900,7 @@ impl<'m, R: Run> SharedReader<'m, R> {
     ///
     /// Context: any thread; lock-free (a look-up and a CAS).
     pub(crate) fn release_held(&self, file: &SharedFile, page: Page, mark: u64) -> bool {
-        let index = &file.index;
-        match index.lookup(page) {
-            Entry::Folio { frame, order: 0 } => match u32::try_from(frame) {
-                Ok(frame) => self.queue.release_held(Frame(frame), mark),
-                Err(_) => false,
-            },
-            _ => false,
-        }
+        self.queue.release_page(&file.index, page, mark, self.run)
     }
 
     /// W3 (detach): every frame of `file` marked by us unmarked (its bytes are on disk),

@@ -238,6 +238,12 @@ pub(crate) enum Flaw {
     /// the page uncached.
     #[cfg(test)]
     UnwindUnguarded,
+    /// A writeback's release of a page's mark (queue.rs, `release_page`: W3) clears
+    /// whatever mark the page's frame holds, not only the one it wrote: a newer install of
+    /// the page by the same writer (copy on write) is unmarked while its bytes are newer
+    /// than the disk's, and reclaim frees it.
+    #[cfg(test)]
+    ReleaseUnchecked,
     /// A miss reads its pages (M4) before it inserts their frames into the index (M3), as
     /// every miss did before the in-flight protocol (read.rs, "Miss"), with its
     /// `Step::Reading` between the two: a write installed, written back and reclaimed
