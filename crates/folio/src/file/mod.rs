@@ -65,11 +65,11 @@ use crate::eviction::ReadHint;
 use crate::filemap::MissPath;
 use crate::folio_meta::FolioMeta;
 use crate::index::{Entry, RootHint};
-use crate::mapping::DomainAdmission;
+use crate::mapping::{Attached, DomainAdmission, Rejoin};
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
 use crate::readahead::RaCell;
-use crate::shared::reader::{DomainFile, DomainReader, DomainWriter};
+use crate::shared::reader::{DomainFile, DomainReader};
 use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex};
 use crate::write::errseq::Since;
@@ -113,9 +113,6 @@ pub struct File {
     since: Mutex<Since>,
     /// What this handle's misses and readahead read from the device (`stats`).
     counters: HandleCounters,
-    /// A writable handle of a domain cache: this process as the writer of the file's
-    /// record (mapping/domain.rs, A4): each write's pages are put into the domain.
-    writer: Option<Arc<DomainWriter>>,
 }
 
 impl std::fmt::Debug for File {
@@ -174,7 +171,6 @@ impl File {
             counters: HandleCounters::default(),
             no_reuse: std::sync::atomic::AtomicBool::new(false),
             shared: None,
-            writer: None,
         }
     }
 
@@ -200,16 +196,25 @@ impl File {
         let mode = self.mode;
         let admitted = self.mapping.admit_domain(|| reader.admit(fd, mode))?;
         match admitted {
-            DomainAdmission::Admitted(shared) => self.read_through(shared),
+            DomainAdmission::Admitted(shared) => {
+                // Admitted retired: this process is the file's writer, its reads private
+                // until it hands the role over (mapping/domain.rs, F3). Counted as A1's.
+                if !shared.is_current() {
+                    reader.note_newer();
+                }
+                self.read_through(shared);
+            }
             DomainAdmission::Newer => reader.note_newer(),
             DomainAdmission::Refused => {}
         }
         Ok(())
     }
 
-    /// A writable handle of a domain cache (mapping/domain.rs, A4): this process made
-    /// the writer of the file's record (its writes put into the domain from now on), or,
-    /// if the domain will not, the record retired (A2: another process reads the disk).
+    /// A writable handle of a domain cache (mapping/domain.rs, A4, F1): this process
+    /// made the writer of the file's record (its writes put into the domain from now on)
+    /// or a follower of the process that is (its reads through the domain until it
+    /// writes: this handle's own domain handle), or, if the domain will not, the record
+    /// retired (A2: another process reads the disk).
     ///
     /// Context: the open, before the handle is handed out; takes the mapping's
     /// `DomainUse` lock and the domain's locks.
@@ -221,19 +226,45 @@ impl File {
     ) -> io::Result<()> {
         let fd = self.clone_fd()?;
         let mode = self.mode;
-        let writer = self
+        let rejoin = Rejoin {
+            reader: reader.clone(),
+            fd: self.fd.clone(),
+            mode,
+        };
+        let attached = self
             .mapping
-            .attach_writer(|| reader.open_writer(fd, mode))?;
-        match writer {
-            Some(writer) => self.writer = Some(writer),
-            None => drop(reader.retire(meta)?),
+            .attach_writer(rejoin, || reader.open_writer(fd, mode))?;
+        match attached {
+            Attached::Refused => {
+                reader.retire(meta)?;
+                return Ok(());
+            }
+            Attached::Holder => self.core().dirty_files.note_role(&self.mapping),
+            Attached::Follower => {}
+        }
+        let fd = self.clone_fd()?;
+        self.shared = self.mapping.add_writable(|| reader.admit(fd, mode))?;
+        if let Some(shared) = &self.shared {
+            shared.set_readahead_pages(self.ra.max_pages());
         }
         Ok(())
     }
 
-    /// The domain's writer of this handle's file (A4), if any.
-    pub(crate) fn domain_writer(&self) -> Option<&DomainWriter> {
-        self.writer.as_deref()
+    /// A writable handle of a domain cache that writes privately (`OpenOptions::private`):
+    /// this process's domain handles of the file retired (A2) and the domain's record
+    /// retired (its next admission, once nobody has it open, drops the pages cached
+    /// before our writes).
+    ///
+    /// Context: the open, before the handle is handed out; takes the mapping's
+    /// `DomainUse` lock and the domain's locks.
+    /// Errors: `SharedReader::retire`'s.
+    pub(crate) fn write_privately(
+        &self,
+        reader: &Arc<DomainReader>,
+        meta: &std::fs::Metadata,
+    ) -> io::Result<()> {
+        self.mapping.retire_files();
+        reader.retire(meta).map(drop)
     }
 
     /// The domain this handle reads through, unless it has none or a writable open of
@@ -561,8 +592,6 @@ impl Drop for File {
     /// Gives the handle back to the mapping: the last one may forget it
     /// (`MappingTable::close`). Reads this handle submitted keep their own references.
     fn drop(&mut self) {
-        // Our hold of the domain's writer first: A5's detach drops the last.
-        drop(self.writer.take());
         if self.access == Access::ReadWrite {
             self.mapping.writer_closed();
         }
