@@ -36,7 +36,11 @@
 //! caches nothing for the handle).
 //! A writable open of the file in this process retires the handle (mapping/domain.rs: a
 //! flag on the `DomainFile`'s line, which its read loads anyway): from then on it is a
-//! private handle in every respect, so that it reads this process's writes.
+//! private handle in every respect, so that it reads this process's writes. Unless
+//! another process is the writer of the file's record: this process then follows it
+//! (mapping/domain.rs, "Two writing processes"), its handles, the writable ones too,
+//! read through the domain until its first write takes the role, and again once it hands
+//! the role over.
 //!
 //! Protection: a handle's readahead state word is replaced by CAS only (`RaCell`); its
 //! maximum window of `Advice::Normal` and its no-reuse flag are single words (hints); the
@@ -99,8 +103,9 @@ pub struct File {
     root_hint: RootHint,
     /// `Advice::NoReuse` in force: reads are `ReadHint::NoReuse`.
     no_reuse: std::sync::atomic::AtomicBool,
-    /// A domain file's reader (module docs): `read_at` goes there. `None` for every
-    /// handle of a private cache and every handle opened for writing.
+    /// A domain file's reader (module docs): `read_at` goes there while it is current.
+    /// `None` for every handle of a private cache; a writable handle has one while its
+    /// process has a writer's role in the domain (current while it follows another).
     shared: Option<Arc<DomainFile>>,
     fd: Arc<StdFile>,
     mode: OpenMode,
@@ -282,8 +287,9 @@ impl File {
     }
 
     /// Whether this handle reads through its cache's domain now (module docs): false for
-    /// a handle of a private cache, one opened for writing, one the domain refused, and
-    /// one a writable open of its file in this process retired since.
+    /// a handle of a private cache, one the domain refused, and one a writable open of its
+    /// file in this process retired since (while this process is the file's writer in the
+    /// domain); true for a writable handle while another process is the writer.
     pub fn is_domain_file(&self) -> bool {
         self.domain().is_some()
     }
