@@ -226,15 +226,18 @@ impl Cache {
         // A read-only file of a domain cache reads through the domain (a descriptor of its
         // own: the same open file) while this process holds no newer bytes of it; else,
         // or refused, privately (counted by the reader). A writable one, counted by
-        // `File::new` (its domain handles retired), makes this process the writer of the
-        // domain's record of the file, or else retires it (mapping/domain.rs, A1-A4).
+        // `File::new`, makes this process the writer of the domain's record of the file
+        // (its domain handles retired), or a follower of the process that is, or else
+        // retires it (mapping/domain.rs, A1-A4, F1).
         // `OpenOptions::private`: read privately, not admitted; or written privately, the
         // domain's record retired.
         if let Some(reader) = &self.domain {
             match access {
                 Access::ReadOnly if options.private => {}
                 Access::ReadOnly => file.admit_to(reader)?,
-                Access::ReadWrite if options.private => drop(reader.retire(&meta)?),
+                Access::ReadWrite if options.private => {
+                    file.write_privately(reader, &meta)?;
+                }
                 Access::ReadWrite => file.attach_writer_to(reader, &meta)?,
             }
         }

@@ -36,7 +36,11 @@
 //! caches nothing for the handle).
 //! A writable open of the file in this process retires the handle (mapping/domain.rs: a
 //! flag on the `DomainFile`'s line, which its read loads anyway): from then on it is a
-//! private handle in every respect, so that it reads this process's writes.
+//! private handle in every respect, so that it reads this process's writes. Unless
+//! another process is the writer of the file's record: this process then follows it
+//! (mapping/domain.rs, "Two writing processes"), its handles, the writable ones too,
+//! read through the domain until its first write takes the role, and again once it hands
+//! the role over.
 //!
 //! Protection: a handle's readahead state word is replaced by CAS only (`RaCell`); its
 //! maximum window of `Advice::Normal` and its no-reuse flag are single words (hints); the
@@ -65,11 +69,11 @@ use crate::eviction::ReadHint;
 use crate::filemap::MissPath;
 use crate::folio_meta::FolioMeta;
 use crate::index::{Entry, RootHint};
-use crate::mapping::DomainAdmission;
+use crate::mapping::{Attached, DomainAdmission, Rejoin};
 use crate::mapping::{Mapping, Pinned};
 use crate::pagecache::{Core, Engine};
 use crate::readahead::RaCell;
-use crate::shared::reader::{DomainFile, DomainReader, DomainWriter};
+use crate::shared::reader::{DomainFile, DomainReader};
 use crate::stats::{self, FileStats, HandleCounters};
 use crate::types::{FrameId, Order, PageIndex};
 use crate::write::errseq::Since;
@@ -99,8 +103,9 @@ pub struct File {
     root_hint: RootHint,
     /// `Advice::NoReuse` in force: reads are `ReadHint::NoReuse`.
     no_reuse: std::sync::atomic::AtomicBool,
-    /// A domain file's reader (module docs): `read_at` goes there. `None` for every
-    /// handle of a private cache and every handle opened for writing.
+    /// A domain file's reader (module docs): `read_at` goes there while it is current.
+    /// `None` for every handle of a private cache; a writable handle has one while its
+    /// process has a writer's role in the domain (current while it follows another).
     shared: Option<Arc<DomainFile>>,
     fd: Arc<StdFile>,
     mode: OpenMode,
@@ -113,9 +118,6 @@ pub struct File {
     since: Mutex<Since>,
     /// What this handle's misses and readahead read from the device (`stats`).
     counters: HandleCounters,
-    /// A writable handle of a domain cache: this process as the writer of the file's
-    /// record (mapping/domain.rs, A4): each write's pages are put into the domain.
-    writer: Option<Arc<DomainWriter>>,
 }
 
 impl std::fmt::Debug for File {
@@ -174,7 +176,6 @@ impl File {
             counters: HandleCounters::default(),
             no_reuse: std::sync::atomic::AtomicBool::new(false),
             shared: None,
-            writer: None,
         }
     }
 
@@ -200,16 +201,25 @@ impl File {
         let mode = self.mode;
         let admitted = self.mapping.admit_domain(|| reader.admit(fd, mode))?;
         match admitted {
-            DomainAdmission::Admitted(shared) => self.read_through(shared),
+            DomainAdmission::Admitted(shared) => {
+                // Admitted retired: this process is the file's writer, its reads private
+                // until it hands the role over (mapping/domain.rs, F3). Counted as A1's.
+                if !shared.is_current() {
+                    reader.note_newer();
+                }
+                self.read_through(shared);
+            }
             DomainAdmission::Newer => reader.note_newer(),
             DomainAdmission::Refused => {}
         }
         Ok(())
     }
 
-    /// A writable handle of a domain cache (mapping/domain.rs, A4): this process made
-    /// the writer of the file's record (its writes put into the domain from now on), or,
-    /// if the domain will not, the record retired (A2: another process reads the disk).
+    /// A writable handle of a domain cache (mapping/domain.rs, A4, F1): this process
+    /// made the writer of the file's record (its writes put into the domain from now on)
+    /// or a follower of the process that is (its reads through the domain until it
+    /// writes: this handle's own domain handle), or, if the domain will not, the record
+    /// retired (A2: another process reads the disk).
     ///
     /// Context: the open, before the handle is handed out; takes the mapping's
     /// `DomainUse` lock and the domain's locks.
@@ -221,19 +231,45 @@ impl File {
     ) -> io::Result<()> {
         let fd = self.clone_fd()?;
         let mode = self.mode;
-        let writer = self
+        let rejoin = Rejoin {
+            reader: reader.clone(),
+            fd: self.fd.clone(),
+            mode,
+        };
+        let attached = self
             .mapping
-            .attach_writer(|| reader.open_writer(fd, mode))?;
-        match writer {
-            Some(writer) => self.writer = Some(writer),
-            None => drop(reader.retire(meta)?),
+            .attach_writer(rejoin, || reader.open_writer(fd, mode))?;
+        match attached {
+            Attached::Refused => {
+                reader.retire(meta)?;
+                return Ok(());
+            }
+            Attached::Holder => self.core().dirty_files.note_role(&self.mapping),
+            Attached::Follower => {}
+        }
+        let fd = self.clone_fd()?;
+        self.shared = self.mapping.add_writable(|| reader.admit(fd, mode))?;
+        if let Some(shared) = &self.shared {
+            shared.set_readahead_pages(self.ra.max_pages());
         }
         Ok(())
     }
 
-    /// The domain's writer of this handle's file (A4), if any.
-    pub(crate) fn domain_writer(&self) -> Option<&DomainWriter> {
-        self.writer.as_deref()
+    /// A writable handle of a domain cache that writes privately (`OpenOptions::private`):
+    /// this process's domain handles of the file retired (A2) and the domain's record
+    /// retired (its next admission, once nobody has it open, drops the pages cached
+    /// before our writes).
+    ///
+    /// Context: the open, before the handle is handed out; takes the mapping's
+    /// `DomainUse` lock and the domain's locks.
+    /// Errors: `SharedReader::retire`'s.
+    pub(crate) fn write_privately(
+        &self,
+        reader: &Arc<DomainReader>,
+        meta: &std::fs::Metadata,
+    ) -> io::Result<()> {
+        self.mapping.retire_files();
+        reader.retire(meta).map(drop)
     }
 
     /// The domain this handle reads through, unless it has none or a writable open of
@@ -251,8 +287,9 @@ impl File {
     }
 
     /// Whether this handle reads through its cache's domain now (module docs): false for
-    /// a handle of a private cache, one opened for writing, one the domain refused, and
-    /// one a writable open of its file in this process retired since.
+    /// a handle of a private cache, one the domain refused, and one a writable open of its
+    /// file in this process retired since (while this process is the file's writer in the
+    /// domain); true for a writable handle while another process is the writer.
     pub fn is_domain_file(&self) -> bool {
         self.domain().is_some()
     }
@@ -561,8 +598,6 @@ impl Drop for File {
     /// Gives the handle back to the mapping: the last one may forget it
     /// (`MappingTable::close`). Reads this handle submitted keep their own references.
     fn drop(&mut self) {
-        // Our hold of the domain's writer first: A5's detach drops the last.
-        drop(self.writer.take());
         if self.access == Access::ReadWrite {
             self.mapping.writer_closed();
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::{checked_end, overflow, Access, File};
 use crate::eviction::ReadHint;
 use crate::io::FlushKind;
-use crate::mapping::Invalidate;
+use crate::mapping::{Invalidate, Kind, RangeWait};
 use crate::shared::queue::Appended;
 use crate::shared::reader::Settle;
 use crate::stats;
@@ -23,7 +23,7 @@ use crate::types::{PageIndex, PAGE_BYTES};
 use crate::wait;
 use crate::write::integrity;
 use crate::write::into_folio::FolioWriter;
-use crate::write::range_lock::WHOLE_FILE;
+use crate::write::range_lock::{RangeGuard, WHOLE_FILE};
 use crate::write::state::FILE_BYTES_MAX;
 use crate::write::thread::write_behind;
 use crate::write::writeback::{self, Selection};
@@ -52,6 +52,55 @@ impl File {
             return Err(failed_error(errno));
         }
         Ok(())
+    }
+
+    /// Bytes `[start, end)` of the file held for a write or `set_len` (`range_lock`) with
+    /// this process the writer of the file's record in the domain, if it has a part in
+    /// it (mapping/domain.rs, "Two writing processes"): a follower takes the role first
+    /// (F2); a writer another process asked for the role hands it over first (F3) and
+    /// takes it back. Checked again once the range is held: another thread's hand-over
+    /// may have come between (it holds the whole file's range, so none comes after).
+    ///
+    /// Context: no lock of the file held; may sleep for the role, and as `lock_range`.
+    /// Errors: `take_role`'s.
+    fn lock_range_with_role(&self, start: u64, end: u64) -> io::Result<RangeGuard<'_>> {
+        loop {
+            match self.mapping.role_kind() {
+                Kind::None => {}
+                Kind::Holder => {
+                    if self.mapping.role_wanted() {
+                        self.yield_role(RangeWait::Wait);
+                        self.take_role()?;
+                    }
+                }
+                Kind::Follower => self.take_role()?,
+            }
+            let range = self.mapping.write.lock_range(start, end);
+            if self.mapping.role_kind() != Kind::Follower {
+                return Ok(range);
+            }
+        }
+    }
+
+    /// F2 (mapping/domain.rs): this follower takes the writer role, and the writeback
+    /// thread looks at it from then on (F3's hand-over when another process asks).
+    ///
+    /// Errors: `Mapping::take_role`'s.
+    fn take_role(&self) -> io::Result<()> {
+        self.mapping.take_role(self.core().memory())?;
+        if self.mapping.role_kind() == Kind::Holder {
+            self.core().dirty_files.note_role(&self.mapping);
+        }
+        Ok(())
+    }
+
+    /// F3 (mapping/domain.rs): the role handed over, this process's dirty pages of the
+    /// file written back first.
+    fn yield_role(&self, wait: RangeWait) {
+        let (core, backend) = (&self.cache.core, &*self.cache.backend);
+        self.mapping.yield_role(core.memory(), wait, || {
+            integrity::write_out(core, backend, &self.mapping);
+        });
     }
 
     /// Reads `page` into the cache and waits for it, for a write that covers it in part
@@ -93,8 +142,9 @@ impl File {
         let counters = &core.counters();
         let write = &self.mapping.write;
         // The whole call holds its bytes: a write that overlaps waits, and is applied
-        // after this one, whole (`range_lock`).
-        let _range = write.lock_range(offset, end);
+        // after this one, whole (`range_lock`); taken with the file's writer role in the
+        // domain (`lock_range_with_role`).
+        let _range = self.lock_range_with_role(offset, end)?;
         #[cfg(any(debug_assertions, feature = "invariants"))]
         let _audit = write.audit().write(offset, end);
         write.note_written();
@@ -180,7 +230,7 @@ impl File {
     /// installs go in the order of the writes); the pages were just written (cached, dirty:
     /// the private reads are hits). Errors: the private read's, the install's.
     fn publish(&self, written: &[u8], pos: u64) -> io::Result<()> {
-        let Some(writer) = self.domain_writer() else {
+        let Some(writer) = self.mapping.domain_writer() else {
             return Ok(());
         };
         writer.settle(Settle::Suspects, |page| self.written_back(PageIndex(page)));
@@ -290,7 +340,7 @@ impl File {
         let core = self.core();
         let write = &self.mapping.write;
         let (whole_start, whole_end) = WHOLE_FILE;
-        let _range = write.lock_range(whole_start, whole_end);
+        let _range = self.lock_range_with_role(whole_start, whole_end)?;
         write.note_written();
         let _writer = write.lock_writer();
         let old = self.mapping.size_bytes();
@@ -312,7 +362,7 @@ impl File {
         } else {
             self.mapping.set_size(len);
         }
-        if let Some(writer) = self.domain_writer() {
+        if let Some(writer) = self.mapping.domain_writer() {
             // The domain's size first (its readers stop short of the cut), then its pages
             // past the end dropped, and the page the end cuts made this process's
             // (zeros past the end): W5.
@@ -358,6 +408,11 @@ impl File {
     fn sync(&self, offset: u64, end: u64, kind: SyncKind) -> io::Result<()> {
         debug_assert!(offset <= end, "a sync of [{offset}, {end})");
         let started = Instant::now();
+        // A follower's sync covers the writer's returned writes: the role taken, the
+        // writer wrote them back first (mapping/domain.rs, F2, F3).
+        if self.mapping.role_kind() == Kind::Follower {
+            self.take_role()?;
+        }
         let (start, end) = (
             PageIndex::containing(offset),
             PageIndex::ceil(end.min(FILE_BYTES_MAX)),

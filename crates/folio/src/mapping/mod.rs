@@ -32,8 +32,8 @@ mod domain;
 mod invalidate;
 mod table;
 
-pub(crate) use domain::DomainAdmission;
 use domain::DomainUse;
+pub(crate) use domain::{Attached, DomainAdmission, Kind, RangeWait, Rejoin};
 pub use invalidate::Invalidate;
 use table::Handles;
 pub use table::{MappingTable, MaybeUnused};
@@ -226,6 +226,9 @@ impl Mapping {
         let Some(fd) = self.write.fd() else {
             return; // never opened for writing: the size is the file's own
         };
+        if self.size_elsewhere() {
+            return; // another process writes the file now (domain.rs, F3): its size
+        }
         let size = self.size_bytes();
         let on_disk = fd.metadata().map(|m| m.len());
         if on_disk.as_ref().ok() != Some(&size) {

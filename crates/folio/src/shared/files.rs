@@ -234,6 +234,13 @@ const ORPHANED: u64 = 1 << 32;
 /// to a private read while the record is open), dropped for a changed stamp when nobody
 /// has it open, claimable.
 const WRITTEN: u64 = 1 << 33;
+/// WRITER's bits 40..56: the slot + 1 of a process that wants to become the writer while
+/// another holds the role (`request_writer`: a second writing process, docs/sharing.md
+/// "Two writing processes"), or 0. The holder hands the role over (`release_writer`
+/// keeps these bits), the requester claims it (clearing them); a dead requester's are
+/// cleared by its sweep.
+const WANTED_SHIFT: u32 = 40;
+const WANTED: u64 = 0xffff << WANTED_SHIFT;
 
 /// What a dead process's returned writes are (`sweep`): the steward's reading of its
 /// record's keeper (record.rs, "The keeper").
@@ -248,11 +255,56 @@ pub(crate) enum DeadWrites {
 
 /// Whether WRITER `writer` names a live process's slot (not 0, `ORPHANED`, `WRITTEN`).
 fn is_live_writer(writer: u64) -> bool {
-    writer != 0 && writer < ORPHANED
+    let holder = holder_of(writer);
+    holder != 0 && holder < ORPHANED
+}
+
+/// WRITER without its `WANTED` bits: who holds the role (a slot + 1, `ORPHANED | slot +
+/// 1`, `WRITTEN` or 0).
+fn holder_of(writer: u64) -> u64 {
+    writer & !WANTED
+}
+
+/// The slot + 1 that wants the role (`WANTED`), or 0.
+fn wanted_of(writer: u64) -> u64 {
+    (writer & WANTED) >> WANTED_SHIFT
+}
+
+/// How a process asks for a record's writer role (`request_writer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ask {
+    /// At a writable open: claimed if free (a dead holder's `ORPHANED` record too), else
+    /// the opener follows the holder, asking nothing yet.
+    AtOpen,
+    /// Before a write: claimed if free (an `ORPHANED` record is not: its keeper still
+    /// writes older bytes that would land over ours), else asked for (`WANTED`).
+    ToWrite,
+}
+
+/// What a request of a record's writer role found (`request_writer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Request {
+    /// The caller is its writer now.
+    Claimed,
+    /// Another process holds it (or its dead holder's keeper still writes its pages, or
+    /// another process asked first): the caller is its `WANTED` (if nobody else is) and
+    /// asks again once the holder let it go (`role_free`).
+    Busy,
+    /// The record is gone or its stamp retired (another process wrote the file outside
+    /// the domain): nobody keeps it current.
+    Stale,
 }
 
 fn op(code: u64, index: u32) -> u64 {
     code | (u64::from(index) << 8)
+}
+
+/// WRITE: record `index`'s WRITER made `writer` and its stamp `stamp`, in one intent.
+fn write_intent(index: u32, writer: u64, stamp: u64) -> Intent {
+    Intent {
+        op: op(WRITE, index),
+        args: [writer, stamp, 0, 0],
+    }
 }
 
 fn count_of(word: u64, slot: u16) -> u16 {
@@ -528,7 +580,7 @@ impl<'r> FileTable<'r> {
                     let writer = self.word(index, WRITER).load(Ordering::Relaxed);
                     let stamp = if stamp_now == mtime_ns
                         || is_live_writer(writer)
-                        || (writer != 0 && stamp_now != RETIRED_STAMP)
+                        || (holder_of(writer) != 0 && stamp_now != RETIRED_STAMP)
                     {
                         Stamp::Same
                     } else {
@@ -663,43 +715,103 @@ impl<'r> FileTable<'r> {
         Ok(found)
     }
 
-    /// W1: `me`, which has `id` open, becomes its writer (docs/sharing.md "Writes seen
-    /// across processes") unless another process is: whether it is now.
+    /// W1: `me`, which has `id` open, asks to become its writer (docs/sharing.md "Writes
+    /// seen across processes", "Two writing processes"), as `ask` says.
+    ///
+    /// It is claimed when the record is current (LIVE, its stamp not retired), nobody
+    /// holds the role (0, `WRITTEN`; `ORPHANED` too at an open: the claimant's own reads of
+    /// the file waited for the dead one's keeper, as a persistent cache's build does in
+    /// recovery's `settle_dir`) and nobody else asked first (`WANTED` 0 or `me`): one
+    /// intent, WRITER = `me` (its `WANTED` cleared). Else `Busy`, and a request to write
+    /// leaves `me` as `WANTED` if nobody is: the holder hands the role over at its next
+    /// write, writeback pass or sync (mapping/domain.rs, "Two writing processes").
     ///
     /// Context: as `open`; `me` has `id` open (its handle counted).
-    pub(crate) fn claim_writer<R: Run>(
+    pub(crate) fn request_writer<R: Run>(
+        &self,
+        id: FileId,
+        ask: Ask,
+        me: Holder,
+        slots: &SlotTable<'_>,
+        run: &R,
+    ) -> Result<Request, Died> {
+        let held = self.take(me, slots, run)?;
+        let mine = u64::from(me.slot.0) + 1;
+        let writer = self.word(id.index, WRITER).load(Ordering::Relaxed);
+        let (holder, wanted) = (holder_of(writer), wanted_of(writer));
+        let live =
+            self.word(id.index, TAG).load(Ordering::Relaxed) == LIVE | u64::from(id.generation);
+        // A retired stamp: another process wrote the file outside the domain (A2), so the
+        // record's pages may be stale: no writer keeps it current.
+        let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
+        let free = match holder {
+            0 | WRITTEN => true,
+            _ if holder == mine => true,
+            _ if holder & ORPHANED != 0 => ask == Ask::AtOpen,
+            _ => false,
+        };
+        let request = if !live || stamp == RETIRED_STAMP {
+            Request::Stale
+        } else if free && (wanted == 0 || wanted == mine) {
+            if writer != mine {
+                self.change(&held, &write_intent(id.index, mine, stamp), run)?;
+            }
+            Request::Claimed
+        } else {
+            if ask == Ask::ToWrite && wanted == 0 {
+                let asked = holder | (mine << WANTED_SHIFT);
+                self.change(&held, &write_intent(id.index, asked, stamp), run)?;
+            }
+            Request::Busy
+        };
+        held.unlock(run)?;
+        Ok(request)
+    }
+
+    /// `me`'s request of `id`'s writer role (`WANTED`), if it made one, withdrawn: it will
+    /// not write after all (its writable handles closed, or its wait failed), so that the
+    /// role is not kept for it.
+    ///
+    /// Context: as `open`; `me` has `id` open.
+    pub(crate) fn withdraw<R: Run>(
         &self,
         id: FileId,
         me: Holder,
         slots: &SlotTable<'_>,
         run: &R,
-    ) -> Result<bool, Died> {
+    ) -> Result<(), Died> {
         let held = self.take(me, slots, run)?;
-        let mine = u64::from(me.slot.0) + 1;
         let writer = self.word(id.index, WRITER).load(Ordering::Relaxed);
         let live =
             self.word(id.index, TAG).load(Ordering::Relaxed) == LIVE | u64::from(id.generation);
-        // A retired stamp: another process wrote the file outside the domain (A2), so the
-        // record's pages may be stale: no writer keeps it current.
-        let retired = self.word(id.index, MTIME).load(Ordering::Relaxed) == RETIRED_STAMP;
-        // A dead writer's record (`ORPHANED`, `WRITTEN`) is claimed as one with no writer:
-        // the claimant's own reads of the file waited for the dead one's keeper (a
-        // persistent cache's build does: recovery's `settle_dir`).
-        let claimed = if !live || retired || (is_live_writer(writer) && writer != mine) {
-            false
-        } else {
-            if writer != mine {
-                let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
-                let intent = Intent {
-                    op: op(WRITE, id.index),
-                    args: [mine, stamp, 0, 0],
-                };
-                self.change(&held, &intent, run)?;
-            }
-            true
-        };
-        held.unlock(run)?;
-        Ok(claimed)
+        if live && wanted_of(writer) == u64::from(me.slot.0) + 1 {
+            let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
+            self.change(
+                &held,
+                &write_intent(id.index, holder_of(writer), stamp),
+                run,
+            )?;
+        }
+        held.unlock(run)
+    }
+
+    /// Whether a `request_writer` by `me` to write would claim `id`'s role now, or find
+    /// the record stale: a lock-free look for a waiting requester (`Busy` before).
+    pub(crate) fn role_free(&self, id: FileId, me: Holder) -> bool {
+        let writer = self.word(id.index, WRITER).load(Ordering::Acquire);
+        let (holder, wanted) = (holder_of(writer), wanted_of(writer));
+        let mine = u64::from(me.slot.0) + 1;
+        let stale = self.word(id.index, TAG).load(Ordering::Acquire)
+            != LIVE | u64::from(id.generation)
+            || self.word(id.index, MTIME).load(Ordering::Acquire) == RETIRED_STAMP;
+        stale || (matches!(holder, 0 | WRITTEN) && (wanted == 0 || wanted == mine))
+    }
+
+    /// Whether another process than `me` asked for `id`'s writer role (`WANTED`): the
+    /// holder's lock-free look at each write's start and each writeback pass.
+    pub(crate) fn wanted_by_other(&self, id: FileId, me: Holder) -> bool {
+        let wanted = wanted_of(self.word(id.index, WRITER).load(Ordering::Acquire));
+        wanted != 0 && wanted != u64::from(me.slot.0) + 1
     }
 
     /// W3: `me`, the writer of `id`, detaches: the record's stamp set to `mtime_ns` (the
@@ -716,8 +828,9 @@ impl<'r> FileTable<'r> {
         run: &R,
     ) -> Result<(), Died> {
         let held = self.take(me, slots, run)?;
+        let writer = self.word(id.index, WRITER).load(Ordering::Relaxed);
         assert_eq!(
-            self.word(id.index, WRITER).load(Ordering::Relaxed),
+            holder_of(writer),
             u64::from(me.slot.0) + 1,
             "a release of {id:?} by {me:?}, which is not its writer"
         );
@@ -728,10 +841,8 @@ impl<'r> FileTable<'r> {
         } else {
             mtime_ns
         };
-        let intent = Intent {
-            op: op(WRITE, id.index),
-            args: [0, stamp, 0, 0],
-        };
+        // Who asked for the role (`WANTED`) keeps asking: it claims the role next.
+        let intent = write_intent(id.index, writer & WANTED, stamp);
         self.change(&held, &intent, run)?;
         held.unlock(run)
     }
@@ -739,7 +850,7 @@ impl<'r> FileTable<'r> {
     /// The writer of `id` (its slot), if it has one (tests).
     pub(crate) fn writer(&self, id: FileId) -> Option<u16> {
         let writer = self.word(id.index, WRITER).load(Ordering::Acquire);
-        is_live_writer(writer).then(|| (writer - 1) as u16)
+        is_live_writer(writer).then(|| (holder_of(writer) - 1) as u16)
     }
 
     /// C1: one of `me`'s handles on `id` closed. The record stays (its pages cached)
@@ -833,26 +944,28 @@ impl<'r> FileTable<'r> {
             if count == 0 {
                 continue;
             }
-            if self.word(index, WRITER).load(Ordering::Relaxed) == u64::from(slot) + 1 {
+            let writer = self.word(index, WRITER).load(Ordering::Relaxed);
+            let dead_one = u64::from(slot) + 1;
+            // A request of the dead one's is forgotten: the next asks again.
+            let wanted = if wanted_of(writer) == dead_one {
+                0
+            } else {
+                writer & WANTED
+            };
+            let stamp = self.word(index, MTIME).load(Ordering::Relaxed);
+            if holder_of(writer) == dead_one {
                 // A dead writer's record ("Death"): with a keeper, its returned writes stay
                 // HELD until the keeper wrote them (the steward keeps the marks) and the
                 // record stays current (`ORPHANED`); without, they are reclaimable from
                 // now on and never on disk: retired, so that the next admission once
                 // nobody has it open drops its pages.
-                let args = match writes {
-                    DeadWrites::Kept => [
-                        ORPHANED | (u64::from(slot) + 1),
-                        self.word(index, MTIME).load(Ordering::Relaxed),
-                        0,
-                        0,
-                    ],
-                    DeadWrites::Lost => [0, RETIRED_STAMP, 0, 0],
-                };
-                let intent = Intent {
-                    op: op(WRITE, index),
-                    args,
+                let intent = match writes {
+                    DeadWrites::Kept => write_intent(index, ORPHANED | dead_one | wanted, stamp),
+                    DeadWrites::Lost => write_intent(index, wanted, RETIRED_STAMP),
                 };
                 self.change(&held, &intent, run)?;
+            } else if wanted_of(writer) == dead_one {
+                self.change(&held, &write_intent(index, holder_of(writer), stamp), run)?;
             }
             let intent = self
                 .adjust(index, slot, -i32::from(count))
@@ -880,18 +993,12 @@ impl<'r> FileTable<'r> {
         let orphaned = ORPHANED | (u64::from(dead.slot.0) + 1);
         let mut made = 0;
         for index in 0..self.capacity {
+            let writer = self.word(index, WRITER).load(Ordering::Relaxed);
             if self.word(index, TAG).load(Ordering::Relaxed) & KIND == LIVE
-                && self.word(index, WRITER).load(Ordering::Relaxed) == orphaned
+                && holder_of(writer) == orphaned
             {
-                let intent = Intent {
-                    op: op(WRITE, index),
-                    args: [
-                        WRITTEN,
-                        self.word(index, MTIME).load(Ordering::Relaxed),
-                        0,
-                        0,
-                    ],
-                };
+                let stamp = self.word(index, MTIME).load(Ordering::Relaxed);
+                let intent = write_intent(index, WRITTEN | (writer & WANTED), stamp);
                 self.change(&held, &intent, run)?;
                 made += 1;
             }
@@ -1043,17 +1150,18 @@ impl<'r> FileTable<'r> {
                         return Err(format!("record {index}: not on {key:?}'s probe path"));
                     }
                     let writer = self.word(index, WRITER).load(Ordering::Acquire);
-                    if is_live_writer(writer)
-                        && count_of(
-                            self.count_word(index, (writer - 1) as u16)
-                                .load(Ordering::Acquire),
-                            (writer - 1) as u16,
-                        ) == 0
-                    {
-                        return Err(format!(
-                            "record {index}: writer slot {} has it not open",
-                            writer - 1
-                        ));
+                    let holder = is_live_writer(writer).then(|| holder_of(writer));
+                    let wanted = Some(wanted_of(writer)).filter(|&w| w != 0);
+                    for (what, slot) in [("writer", holder), ("requester", wanted)] {
+                        let Some(slot) = slot.map(|s| (s - 1) as u16) else {
+                            continue;
+                        };
+                        let count = self.count_word(index, slot).load(Ordering::Acquire);
+                        if count_of(count, slot) == 0 {
+                            return Err(format!(
+                                "record {index}: {what} slot {slot} has it not open"
+                            ));
+                        }
                     }
                     live.push(RecordCensus {
                         id: FileId {

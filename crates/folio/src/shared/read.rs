@@ -231,7 +231,7 @@ use smallvec::SmallVec;
 
 use super::attach::Member;
 use super::domain::FRAME_BYTES;
-use super::files::{FileId, FileKey, FileTable, Opened, Removal, Stamp};
+use super::files::{Ask, FileId, FileKey, FileTable, Opened, Removal, Request, Stamp};
 use super::index::{Entry, Folio, Page, Placed, SharedIndex};
 use super::magazine::Magazine;
 use super::queue::{
@@ -746,9 +746,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
     }
 
     /// A writable open (docs/sharing.md "Writes seen across processes", W1): `file`
-    /// admitted as `admit` does and this process made its record's writer. `None` when the
-    /// domain refused it, or its record is stale (`Stamp::Changed`), or another process is
-    /// its writer: the caller falls back to retiring the record (`retire`).
+    /// admitted as `admit` does and this process made its record's writer if the role is
+    /// free (`Ask::AtOpen`). `Busy` when another process holds it: the open is kept, for
+    /// this process to follow the holder and ask for the role before it writes
+    /// (`request_writer`). `None` when the domain refused the file or its record is stale
+    /// (`Stamp::Changed`, a retired stamp): the caller falls back to retiring the record
+    /// (`retire`), as before.
     ///
     /// Context: takes the file table's lock.
     /// Errors: `fstat`'s.
@@ -756,21 +759,51 @@ impl<'m, R: Run> SharedReader<'m, R> {
         &self,
         file: StdFile,
         mode: OpenMode,
-    ) -> io::Result<Option<SharedFile<'m>>> {
+    ) -> io::Result<Option<(SharedFile<'m>, Request)>> {
         let Admitted::Open(shared) = self.admit(file, mode)? else {
             return Ok(None);
         };
-        let domain = self.member.domain();
-        let claimed = domain
-            .files()
-            .claim_writer(shared.id, self.me, &domain.slots(), self.run)
-            .map_err(died)?;
-        if claimed {
-            Ok(Some(shared))
-        } else {
-            self.close(shared)?;
-            Ok(None)
+        match self.request_writer(&shared, Ask::AtOpen)? {
+            Request::Stale => {
+                self.close(shared)?;
+                Ok(None)
+            }
+            request => Ok(Some((shared, request))),
         }
+    }
+
+    /// `FileTable::request_writer` of `file`'s record by this process.
+    ///
+    /// Context: takes the file table's lock.
+    pub(crate) fn request_writer(&self, file: &SharedFile<'m>, ask: Ask) -> io::Result<Request> {
+        let domain = self.member.domain();
+        domain
+            .files()
+            .request_writer(file.id, ask, self.me, &domain.slots(), self.run)
+            .map_err(died)
+    }
+
+    /// `FileTable::withdraw`: our request of `file`'s writer role, if any, withdrawn.
+    ///
+    /// Context: takes the file table's lock.
+    pub(crate) fn withdraw(&self, file: &SharedFile<'m>) -> io::Result<()> {
+        let domain = self.member.domain();
+        domain
+            .files()
+            .withdraw(file.id, self.me, &domain.slots(), self.run)
+            .map_err(died)
+    }
+
+    /// `FileTable::role_free`: whether a request to write `file` would claim its role now
+    /// (lock-free).
+    pub(crate) fn role_free(&self, file: &SharedFile<'m>) -> bool {
+        self.files.role_free(file.id, self.me)
+    }
+
+    /// `FileTable::wanted_by_other`: whether another process asked for `file`'s writer
+    /// role (lock-free).
+    pub(crate) fn wanted_by_other(&self, file: &SharedFile<'m>) -> bool {
+        self.files.wanted_by_other(file.id, self.me)
     }
 
     /// W2: the page `page` of `file` (whose writer we are) made `bytes` then zeros (the

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::attach::{DomainConfig, Member};
 use super::domain::FRAME_BYTES;
-use super::files::{FileId, Removal};
+use super::files::{Ask, FileId, Removal, Request};
 use super::index::Page;
 use super::queue::{held_mark, Appended, Shares};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
@@ -212,27 +212,121 @@ impl DomainReader {
     }
 
     /// A writable open of a file (docs/sharing.md "Writes seen across processes", W1):
-    /// this process made the writer of its record, or `None` (the domain refused it, its
-    /// record is stale, or another process writes it: the caller retires the record, as
-    /// before).
+    /// this process made the writer of its record (`WriterRole::Holder`), or a follower of
+    /// the process that is (`WriterRole::Follower`: docs/sharing.md "Two writing
+    /// processes"), or `None` (the domain refused it or its record is stale: the caller
+    /// retires the record, as before).
     ///
     /// Context and errors: as `SharedReader::open_writer`.
     pub(crate) fn open_writer(
         self: &Arc<Self>,
         file: StdFile,
         mode: OpenMode,
-    ) -> io::Result<Option<DomainWriter>> {
+    ) -> io::Result<Option<WriterRole>> {
         Ok(self
             .reader
             .open_writer(file, mode)?
-            .map(|file| DomainWriter {
-                reader: self.clone(),
-                published: AtomicU64::new(self.reader.len(&file)),
-                file: Some(file),
-                marks: Mutex::new(HashMap::new()),
-                suspects: Mutex::new(Vec::new()),
-                any_suspect: AtomicBool::new(false),
+            .map(|(file, request)| match request {
+                Request::Claimed => WriterRole::Holder(self.writer_of(file)),
+                _ => WriterRole::Follower(DomainFollower {
+                    reader: self.clone(),
+                    file: Some(file),
+                }),
             }))
+    }
+
+    /// A follower of the writer of `file`'s record (docs/sharing.md "Two writing
+    /// processes"): this process, which held the role, handed it over (`None`: the domain
+    /// refused the file, which its reads then take privately).
+    ///
+    /// Context and errors: as `SharedReader::admit`.
+    pub(crate) fn follow(
+        self: &Arc<Self>,
+        file: StdFile,
+        mode: OpenMode,
+    ) -> io::Result<Option<DomainFollower>> {
+        Ok(match self.reader.admit(file, mode)? {
+            Admitted::Open(file) => Some(DomainFollower {
+                reader: self.clone(),
+                file: Some(file),
+            }),
+            Admitted::Refused(_) => None,
+        })
+    }
+
+    /// The writer of `file`, whose record's role this process holds now.
+    fn writer_of(self: &Arc<Self>, file: SharedFile<'static>) -> DomainWriter {
+        DomainWriter {
+            reader: self.clone(),
+            published: AtomicU64::new(self.reader.len(&file)),
+            file: Some(file),
+            marks: Mutex::new(HashMap::new()),
+            suspects: Mutex::new(Vec::new()),
+            any_suspect: AtomicBool::new(false),
+        }
+    }
+}
+
+/// What a writable open of a domain cache made this process (`DomainReader::open_writer`).
+#[derive(Debug)]
+pub(crate) enum WriterRole {
+    /// The writer of the file's record.
+    Holder(DomainWriter),
+    /// Another process is: this one follows it (its reads through the domain) and asks
+    /// for the role before it writes.
+    Follower(DomainFollower),
+}
+
+/// A process with a writable open of a file whose record another process is the writer
+/// of (docs/sharing.md "Two writing processes"): its open of the record, from which it
+/// asks for the role (`request`) and, once claimed, becomes the writer (`into_writer`).
+#[derive(Debug)]
+pub(crate) struct DomainFollower {
+    reader: Arc<DomainReader>,
+    /// `None` only inside `drop` and `into_writer`; `'static` as `DomainFile`'s file is.
+    file: Option<SharedFile<'static>>,
+}
+
+impl DomainFollower {
+    fn file(&self) -> &SharedFile<'static> {
+        self.file
+            .as_ref()
+            .expect("a live DomainFollower has its file")
+    }
+
+    /// `SharedReader::request_writer` to write: claimed, or asked for (`WANTED`), or the
+    /// record stale.
+    ///
+    /// Context: takes the file table's lock. Errors: a test lever's death.
+    pub(crate) fn request(&self) -> io::Result<Request> {
+        self.reader.reader.request_writer(self.file(), Ask::ToWrite)
+    }
+
+    /// Whether `request` would claim the role now (or find the record stale): a
+    /// lock-free look, for the wait between two requests.
+    pub(crate) fn role_free(&self) -> bool {
+        self.reader.reader.role_free(self.file())
+    }
+
+    /// The writer this follower became once its `request` claimed the role.
+    pub(crate) fn into_writer(mut self) -> DomainWriter {
+        let file = self
+            .file
+            .take()
+            .expect("a live DomainFollower has its file");
+        self.reader.writer_of(file)
+    }
+}
+
+impl Drop for DomainFollower {
+    /// A request of ours withdrawn (the role is not kept for a process that will not
+    /// claim it), then our open of the record closed.
+    fn drop(&mut self) {
+        if let Some(file) = self.file.take() {
+            // Only a test's lever fails these; production's `Run` never does.
+            let _ = self.reader.reader.withdraw(&file);
+            let _ = self.reader.reader.close(file);
+        }
     }
 }
 
@@ -262,7 +356,8 @@ pub(crate) struct DomainFile {
     /// the member, and `drop` takes the file before `reader` goes.
     file: Option<SharedFile<'static>>,
     /// This process opened the file for writing (mapping/domain.rs, A2): the handle reads
-    /// privately from then on. Set once, never cleared.
+    /// privately from then on, unless the process hands the file's writer role over to
+    /// another (`restore`).
     retired: AtomicBool,
 }
 
@@ -287,11 +382,22 @@ impl DomainFile {
             .id()
     }
 
-    /// Makes the handle read privately from now on (mapping/domain.rs, A2).
+    /// Makes the handle read privately from now on (mapping/domain.rs, A2), until
+    /// `restore`.
     ///
-    /// Context: the mapping's `DomainUse` lock held (a writable open).
+    /// Context: the mapping's `DomainUse` lock held (a writable open, or this process
+    /// taking the writer role of the file).
     pub(crate) fn retire(&self) {
         self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Makes a retired handle read through the domain again: this process handed the
+    /// file's writer role over and holds no newer bytes of it (mapping/domain.rs, "Two
+    /// writing processes").
+    ///
+    /// Context: the mapping's `DomainUse` lock held.
+    pub(crate) fn restore(&self) {
+        self.retired.store(false, Ordering::Relaxed);
     }
 
     /// Whether the handle still reads through the domain: one load of this line, which
@@ -442,6 +548,18 @@ impl DomainWriter {
             self.marks().insert(page, mark);
         }
         Ok(appended)
+    }
+
+    /// The record's size (its size word): what a process that takes the role over makes
+    /// its private mapping's.
+    pub(crate) fn len(&self) -> u64 {
+        self.reader.reader.len(self.file())
+    }
+
+    /// Whether another process asked for the writer role (docs/sharing.md "Two writing
+    /// processes"): a lock-free load of the record's WRITER word.
+    pub(crate) fn wanted_by_other(&self) -> bool {
+        self.reader.reader.wanted_by_other(self.file())
     }
 
     /// The mark of page `page`'s last install (0: none): a writeback that took the page's

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::attach::Member;
+use super::files::Request;
 use super::read::SharedReader;
 use super::tests::{
     failure_of, fork, kill, wait_for, AtStep, DomainHome, MemberLever, Rng, SharedRegion,
@@ -140,6 +141,7 @@ fn child() {
                 stats.reclaimed_frames
             ));
         }
+        "twin-0" | "twin-1" => twin(&cache, &path, rounds, &mut stdin),
         "appender" => {
             let file = cache.open_options().write(true).open(&path).unwrap();
             let mut rng = Rng(46);
@@ -305,6 +307,139 @@ fn child() {
         }
         other => panic!("no role {other}"),
     }
+}
+
+/// A child of `two_writing_processes_read_each_others_writes`: one of two processes that
+/// write the file in turns, replaying the schedule (`write_of`) from one seed. Told
+/// "write k", it writes round k's bytes; "check k", it reads the whole file through its
+/// writable handle and checks it is round k's; "sync k", it syncs; "end", its counts.
+fn twin(cache: &Cache, path: &Path, rounds: u64, stdin: &mut impl BufRead) {
+    let all = versions(rounds);
+    let file = cache.open_options().write(true).open(path).unwrap();
+    let mut rng = Rng(45);
+    let mut len = FIRST_LEN;
+    let mut schedule = (1..=rounds).map(move |round| {
+        let (offset, n) = write_of(&mut rng, round, len);
+        len = len.max(offset + n);
+        (offset, n)
+    });
+    let mut whole = vec![0u8; 1 << 20];
+    let mut wrong = 0;
+    say(format_args!("ready"));
+    loop {
+        let told = hear(stdin);
+        let (what, round) = told.split_once(' ').unwrap_or((told.as_str(), "0"));
+        let round: u64 = round.parse().unwrap();
+        match what {
+            "write" => {
+                let (offset, n) = schedule.nth(0).unwrap();
+                let bytes: Vec<u8> = (offset..offset + n).map(|at| stamp(at, round)).collect();
+                assert_eq!(file.write_at(&bytes, offset).unwrap(), n as usize);
+                say(format_args!("wrote {round}"));
+            }
+            "skip" => {
+                schedule.nth(0).unwrap();
+                say(format_args!("skipped {round}"));
+            }
+            "check" => {
+                let want = &all[round as usize];
+                let got = file.read_at(&mut whole, 0).unwrap();
+                if file.len() != want.len() as u64 || whole[..got] != want[..] {
+                    let first = (0..got.min(want.len())).find(|&i| whole[i] != want[i]);
+                    eprintln!(
+                        "round {round}: len() {}, {got} bytes read, {} written; first wrong byte {first:?}",
+                        file.len(),
+                        want.len()
+                    );
+                    wrong += 1;
+                }
+                say(format_args!("ok {round}"));
+            }
+            "sync" => {
+                file.sync_data().unwrap();
+                say(format_args!("synced {round}"));
+            }
+            "end" => break,
+            other => panic!("a twin told {other}"),
+        }
+    }
+    let stats = cache.domain_stats().unwrap();
+    eprintln!("twin: {stats:?}");
+    say(format_args!(
+        "result {wrong} {} {}",
+        stats.installs, stats.preads
+    ));
+}
+
+/// Two writing processes on one file (docs/sharing.md "Two writing processes"): A and B,
+/// each a `Cache` with one domain, write the file in turns (round k by A if k is odd, by
+/// B if even: appends of partial pages and overwrites of 1 byte to 2 pages, as
+/// `a_write_that_returned_is_read_by_another_process` writes them). After each returned
+/// write, both read the whole file through their writable handles and a third process,
+/// a reader with 8 threads reading pages the whole time, reads it through the domain:
+/// every byte and the length must be the round's. Every fifth round the process that
+/// did not write syncs, and the test reads the disk: the round's bytes (its sync covered
+/// the other's returned writes). Each round's writer is the follower of the other's role
+/// (mapping/domain.rs, F2, F3): the role moves every round.
+#[test]
+fn two_writing_processes_read_each_others_writes() {
+    let home = DomainHome::new();
+    let data = tempfile::tempdir().unwrap();
+    let rounds = 40;
+    let all = versions(rounds);
+    std::fs::write(data.path().join("w"), &all[0]).unwrap();
+    let name = "two-writers";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 64)).unwrap();
+    let mut twins = [
+        Talker::start("twin-0", home.path(), name, data.path(), rounds),
+        Talker::start("twin-1", home.path(), name, data.path(), rounds),
+    ];
+    for twin in &mut twins {
+        assert_eq!(twin.next(), "ready");
+    }
+    let mut r = Talker::start("reader", home.path(), name, data.path(), rounds);
+    assert_eq!(r.next(), "ready");
+    let started = Instant::now();
+    for round in 1..=rounds {
+        let (w, o) = ((round % 2) as usize, (1 - round % 2) as usize);
+        twins[w].tell(&format!("write {round}"));
+        assert_eq!(twins[w].next(), format!("wrote {round}"));
+        twins[o].tell(&format!("skip {round}"));
+        assert_eq!(twins[o].next(), format!("skipped {round}"));
+        for who in [o, w] {
+            twins[who].tell(&format!("check {round}"));
+            assert_eq!(twins[who].next(), format!("ok {round}"));
+        }
+        r.tell(&format!("check {round}"));
+        assert_eq!(r.next(), format!("ok {round}"));
+        if round % 5 == 0 {
+            twins[o].tell(&format!("sync {round}"));
+            assert_eq!(twins[o].next(), format!("synced {round}"));
+            let disk = std::fs::read(data.path().join("w")).unwrap();
+            assert!(
+                disk == all[round as usize],
+                "round {round}: the disk after the other process's sync: {} bytes, {} written",
+                disk.len(),
+                all[round as usize].len()
+            );
+        }
+    }
+    let took = started.elapsed();
+    for twin in &mut twins {
+        twin.tell("end");
+    }
+    let [a, b] = twins.map(Talker::finish);
+    let read = r.finish();
+    eprintln!("{rounds} rounds in {took:?}; twin A: {a:?}, twin B: {b:?}, reader: {read:?}");
+    assert_eq!((a[0], b[0]), (0, 0), "rounds a twin read wrong");
+    assert_eq!(read[0], 0, "wrong rounds and torn pages the reader read");
+    assert!(
+        a[1] > 0 && b[1] > 0,
+        "a twin installed nothing: {a:?} {b:?}"
+    );
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
 }
 
 struct Talker {
@@ -948,10 +1083,11 @@ fn a_miss_inserted_after_a_truncations_removal_never_caches_a_page_past_the_size
         .write(true)
         .open(path)
         .unwrap();
-    let w_file = w_reader
+    let (w_file, request) = w_reader
         .open_writer(disk.try_clone().unwrap(), OpenMode::Buffered)
         .unwrap()
-        .expect("W is the record's writer");
+        .expect("W's open of the record");
+    assert_eq!(request, Request::Claimed, "W is the record's writer");
     // `File::set_len`'s steps: the domain's (`DomainWriter::truncate`), then the disk's.
     let set_len = |pages: u64, disk_too: bool| {
         w_reader.truncate(&w_file, pages * PAGE, pages).unwrap();

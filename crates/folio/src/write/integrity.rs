@@ -76,6 +76,26 @@ pub(crate) fn sync(
     }
 }
 
+/// Every dirty page of `mapping` written back and waited for, its size on disk made
+/// right: a sync without the flush, for a writer that hands the file's writer role in the
+/// domain over (mapping/domain.rs, F3: the next writer's reads and writes start from the
+/// disk's bytes, which must be the newest; durability is the syncs', as ever).
+///
+/// Context: no lock held (the caller may hold the whole file's range); sleeps until the
+/// writes complete.
+pub(crate) fn write_out(core: &Arc<Core>, backend: &dyn Backend, mapping: &Arc<Mapping>) {
+    writeback::start(
+        core,
+        backend,
+        mapping,
+        PageIndex(0),
+        PageIndex::END,
+        Selection::Tagged,
+    );
+    wait_for_tagged(core, backend, mapping, PageIndex(0), PageIndex::END);
+    mapping.settle_size();
+}
+
 /// Waits for every writeback of `mapping` handed out so far, then writes what is still
 /// tagged in `[start, end)` and waits again, until nothing is. A folio the walk found
 /// under the background's writeback was left to that batch; if the batch gave back dirty

@@ -11,11 +11,11 @@
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use crate::index::Mark;
-use crate::mapping::Mapping;
+use crate::mapping::{Kind, Mapping};
 use crate::types::PageIndex;
 
 /// The files with dirty pages, oldest first (the kernel's `b_dirty` list), and the
@@ -35,6 +35,9 @@ pub(crate) struct DirtyFiles {
     behind: Mutex<Vec<BehindRange>>,
     wake: Mutex<bool>,
     wake_cv: Condvar,
+    /// The files this process is the writer of in its cache's domain (mapping/domain.rs,
+    /// F3), weakly: the writeback thread hands over a role another process asked for.
+    roles: Mutex<Vec<Weak<Mapping>>>,
     /// Set by `kick_to_clean`: the next pass writes back every dirty file.
     clean_wanted: AtomicBool,
     stop: AtomicBool,
@@ -57,6 +60,7 @@ impl DirtyFiles {
         DirtyFiles {
             queue: Mutex::new(VecDeque::new()),
             behind: Mutex::new(Vec::new()),
+            roles: Mutex::new(Vec::new()),
             wake: Mutex::new(false),
             wake_cv: Condvar::new(),
             clean_wanted: AtomicBool::new(false),
@@ -101,6 +105,44 @@ impl DirtyFiles {
             return queue.len() == 1;
         }
         false
+    }
+
+    /// This process became the writer of `mapping`'s record in the domain
+    /// (mapping/domain.rs, A4, F2): the writeback thread looks at it every pass, and
+    /// passes come every `BACKGROUND_PERIOD` from now on (`holds_roles`).
+    pub fn note_role(&self, mapping: &Arc<Mapping>) {
+        let mut roles = self.roles.lock().unwrap_or_else(|e| e.into_inner());
+        if !roles
+            .iter()
+            .any(|m| std::ptr::eq(m.as_ptr(), Arc::as_ptr(mapping)))
+        {
+            roles.push(Arc::downgrade(mapping));
+            drop(roles);
+            self.kick();
+        }
+    }
+
+    /// The files this process is still the writer of (`note_role`), forgetting the rest.
+    pub fn roles(&self) -> Vec<Arc<Mapping>> {
+        let mut roles = self.roles.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = Vec::new();
+        roles.retain(|mapping| match mapping.upgrade() {
+            Some(mapping) if mapping.role_kind() == Kind::Holder => {
+                held.push(mapping);
+                true
+            }
+            _ => false,
+        });
+        held
+    }
+
+    /// Whether this process may be the writer of a file in its cache's domain.
+    pub fn holds_roles(&self) -> bool {
+        !self
+            .roles
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     /// Whether no file is queued: nothing is dirty but what a pass is writing back now.

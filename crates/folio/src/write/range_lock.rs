@@ -90,6 +90,31 @@ impl RangeLock {
     }
 }
 
+impl RangeLock {
+    /// `lock` if no range that overlaps `[start, end)` is held or waited for, else
+    /// `None` (a caller that must not wait for writers: the writeback thread, whom a
+    /// writer at the dirty limit waits for).
+    ///
+    /// Context: never sleeps but on the list's mutex.
+    pub fn try_lock(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
+        let mut ranges = self.ranges.lock().unwrap_or_else(|e| e.into_inner());
+        let me = Range {
+            arrival: ranges.next_arrival,
+            start,
+            end,
+        };
+        if ranges.list.iter().any(|r| r.overlaps(&me)) {
+            return None;
+        }
+        ranges.next_arrival += 1;
+        ranges.list.push(me);
+        Some(RangeGuard {
+            lock: self,
+            arrival: me.arrival,
+        })
+    }
+}
+
 impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
         let mut ranges = self.lock.ranges.lock().unwrap_or_else(|e| e.into_inner());

@@ -154,6 +154,13 @@ impl WriteState {
         self.ranges.lock(start, end)
     }
 
+    /// `lock_range` if no range of the file is held or waited for, else `None`.
+    ///
+    /// Context: no lock held; never sleeps but on the range list's mutex.
+    pub fn try_lock_range(&self, start: u64, end: u64) -> Option<RangeGuard<'_>> {
+        self.ranges.try_lock(start, end)
+    }
+
     /// Context: may sleep while another writer of the file finishes.
     pub fn lock_writer(&self) -> MutexGuard<'_, ()> {
         self.writer.lock().unwrap_or_else(|e| e.into_inner())

@@ -15,10 +15,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::integrity;
 use super::integrity::wait_for_tagged;
 use super::writeback::{start, Selection};
 use crate::io::Backend;
 use crate::mapping::Mapping;
+use crate::mapping::RangeWait;
 use crate::pagecache::Core;
 use crate::types::PageIndex;
 
@@ -63,6 +65,20 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
             );
         }
         write_back_due(&core, &*backend);
+        hand_over_roles(&core, &*backend);
+    }
+}
+
+/// Each file this process is the writer of in the domain and another process asked for
+/// handed over (mapping/domain.rs, F3), unless a write of it is in progress (that write
+/// hands it over at its end, or the next pass does).
+fn hand_over_roles(core: &Arc<Core>, backend: &dyn Backend) {
+    for mapping in core.dirty_files.roles() {
+        if mapping.role_wanted() {
+            mapping.yield_role(core.memory(), RangeWait::Try, || {
+                integrity::write_out(core, backend, &mapping);
+            });
+        }
     }
 }
 
@@ -72,7 +88,7 @@ pub(crate) fn background(core: Arc<Core>, backend: Arc<dyn Backend>) {
 /// that only reads then has no timer of its own: each wake-up would be a context switch,
 /// and on a loaded machine a preemption of a reader.
 fn sleep_period(core: &Core, idle_period: Option<Duration>) -> Option<Duration> {
-    if core.dirty_files.is_empty() {
+    if core.dirty_files.is_empty() && !core.dirty_files.holds_roles() {
         idle_period
     } else {
         Some(BACKGROUND_PERIOD)
