@@ -63,7 +63,9 @@
 //!       every dirty page and waits (its bytes on disk), then becomes a follower (its
 //!       domain handles restored, its private pages dropped, its size no longer the
 //!       file's: `settle_size` leaves the disk's alone) and detaches (A5's detach: its
-//!       marks cleared, the role left to the requester, which claims it).
+//!       marks cleared, the role left to the requester, which claims it). With no
+//!       writable handle open any more it has no role after; if the domain refuses its
+//!       follower's open, it keeps the role and tries again at its next pass.
 //! So every byte any process reads is the newest returned one: the writer's through its
 //! private folios or the domain, a follower's and a reader's through the domain; and the
 //! disk's page is never written by two processes at once (the role moves only once the
@@ -408,13 +410,7 @@ impl Mapping {
                     pause = (pause * 2).min(REQUEST_PAUSE_MAX);
                 }
                 Request::Stale => {
-                    let role = {
-                        let mut uses = self.domain.lock();
-                        uses.for_each_file(DomainFile::retire);
-                        self.domain.set_role(&mut uses, Role::None)
-                    };
-                    drop(role);
-                    self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
+                    self.write_privately(mem)?;
                     return Ok(());
                 }
             }
@@ -436,6 +432,35 @@ impl Mapping {
         uses.for_each_file(DomainFile::retire);
         self.domain
             .set_role(&mut uses, Role::Holder(Arc::new(writer)));
+        Ok(())
+    }
+
+    /// F2's end when the record is stale (another process wrote the file outside the
+    /// domain, or its writer died with no keeper): this process writes privately from now
+    /// on, as a writer of a retired record always did, from the disk's bytes and size
+    /// (its private pages, older than another writer's, dropped).
+    ///
+    /// Context: `take_role`, under the turn. Errors: `fstat`'s.
+    fn write_privately(&self, mem: &Memory) -> io::Result<()> {
+        let role = {
+            let mut uses = self.domain.lock();
+            uses.for_each_file(DomainFile::retire);
+            self.domain.set_role(&mut uses, Role::None)
+        };
+        drop(role);
+        self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
+        let fd = self
+            .domain
+            .lock()
+            .rejoin
+            .as_ref()
+            .map(|rejoin| rejoin.fd.clone());
+        if let Some(fd) = fd {
+            let size = fd.metadata()?.len();
+            let _writer = self.write.lock_writer();
+            self.set_size(size);
+        }
+        self.domain.size_elsewhere.store(false, Ordering::Release);
         Ok(())
     }
 
@@ -482,17 +507,24 @@ impl Mapping {
                 .rejoin
                 .as_ref()
                 .expect("a holder's first open left its rejoin");
-            let follower = rejoin
-                .fd
-                .try_clone()
-                .and_then(|fd| rejoin.reader.follow(fd, rejoin.mode));
-            let role = match follower {
-                Ok(Some(follower)) => {
-                    uses.for_each_file(DomainFile::restore);
-                    Role::Follower(follower)
+            let role = if uses.writers == 0 {
+                // No writable handle open (A5's detach had not come yet): nothing to
+                // follow for.
+                Role::None
+            } else {
+                let follower = rejoin
+                    .fd
+                    .try_clone()
+                    .and_then(|fd| rejoin.reader.follow(fd, rejoin.mode));
+                match follower {
+                    Ok(Some(follower)) => {
+                        uses.for_each_file(DomainFile::restore);
+                        Role::Follower(follower)
+                    }
+                    // Refused (the table full), or no descriptor: we keep the role, and
+                    // the requester waits for our next try.
+                    _ => return false,
                 }
-                // Refused (or no descriptor): our reads and writes private, as A2's.
-                _ => Role::None,
             };
             self.domain.size_elsewhere.store(true, Ordering::Release);
             self.domain.set_role(&mut uses, role)

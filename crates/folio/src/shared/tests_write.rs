@@ -332,13 +332,13 @@ fn twin(cache: &Cache, path: &Path, rounds: u64, stdin: &mut impl BufRead) {
         let round: u64 = round.parse().unwrap();
         match what {
             "write" => {
-                let (offset, n) = schedule.nth(0).unwrap();
+                let (offset, n) = schedule.next().unwrap();
                 let bytes: Vec<u8> = (offset..offset + n).map(|at| stamp(at, round)).collect();
                 assert_eq!(file.write_at(&bytes, offset).unwrap(), n as usize);
                 say(format_args!("wrote {round}"));
             }
             "skip" => {
-                schedule.nth(0).unwrap();
+                schedule.next().unwrap();
                 say(format_args!("skipped {round}"));
             }
             "check" => {
