@@ -302,6 +302,11 @@ impl DomainFollower {
         self.reader.reader.request_writer(self.file(), Ask::ToWrite)
     }
 
+    /// The record's size (its size word), which the holder keeps the file's logical one.
+    pub(crate) fn len(&self) -> u64 {
+        self.reader.reader.len(self.file())
+    }
+
     /// Whether `request` would claim the role now (or find the record stale): a
     /// lock-free look, for the wait between two requests.
     pub(crate) fn role_free(&self) -> bool {
@@ -548,12 +553,6 @@ impl DomainWriter {
             self.marks().insert(page, mark);
         }
         Ok(appended)
-    }
-
-    /// The record's size (its size word): what a process that takes the role over makes
-    /// its private mapping's.
-    pub(crate) fn len(&self) -> u64 {
-        self.reader.reader.len(self.file())
     }
 
     /// Whether another process asked for the writer role (docs/sharing.md "Two writing
