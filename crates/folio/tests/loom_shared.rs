@@ -1,7 +1,8 @@
 //! Loom models of the protocol by which processes sharing a cache change a shared
 //! structure while any of them may die (issue 45, docs/sharing.md), compiled from the very
 //! source files the library uses (`src/shared/{terms,slot,lock,stack,record,buddy,magazine,files}.rs`) against loom's
-//! atomics: this file supplies the `primitive` module they name their atomics through.
+//! atomics (`loom_rooms/mod.rs`, which the model files share, supplies the `primitive`
+//! module they name their atomics through).
 //!
 //! Loom cannot kill a thread, so a death is a step: the dying process's thread stops at
 //! its `d`-th step (`Run::at` returns `Died` there and the operation returns at once,
@@ -78,159 +79,13 @@
 //! machine: see docs/sharing.md). Run with
 //! `cargo test --release -p folio --test loom_shared` (part of the workspace's tests).
 
-mod primitive {
-    pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
-}
-
-/// The kernel's futex as the models see it (the library's `shared/futex.rs` makes the
-/// system calls): `wait` compares the word's low half and goes to sleep atomically with
-/// respect to `wake` (one mutex, as the kernel's queue lock), and sleeps until a `wake` of
-/// *that* word. No timeout and no spurious wake-up: a sleeper whose every fellow process
-/// is asleep too or done will never be woken, and the model fails there on an assertion
-/// ("a lost wake-up"), not rescued by a timeout. (A sleeper yields to loom while it waits:
-/// a thread blocked for ever is a deadlock loom reports by a panic that cannot unwind, so
-/// the models could not check that a broken variant fails.)
-mod futex {
-    use loom::sync::atomic::{AtomicU64, Ordering};
-    use loom::sync::Mutex;
-    use std::time::Duration;
-
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub(crate) enum Parked {
-        Changed,
-        Woken,
-        #[allow(dead_code)]
-        TimedOut,
-    }
-
-    #[derive(Default)]
-    struct Kernel {
-        /// Per word (its address): how many wakes it had.
-        wakes: Vec<(usize, u64)>,
-        /// The model's threads (`threads`), those asleep, those done (`done`).
-        threads: usize,
-        asleep: usize,
-        done: usize,
-    }
-
-    loom::lazy_static! {
-        static ref KERNEL: Mutex<Kernel> = Mutex::new(Kernel::default());
-    }
-
-    /// A model that parks starts with this: it runs `n` threads, each calling `done` at
-    /// its end.
-    pub(crate) fn threads(n: usize) {
-        KERNEL.lock().unwrap().threads = n;
-    }
-
-    /// This thread will wake nobody any more.
-    pub(crate) fn done() {
-        KERNEL.lock().unwrap().done += 1;
-    }
-
-    fn address(word: &AtomicU64) -> usize {
-        std::ptr::from_ref(word) as usize
-    }
-
-    fn wakes_of(kernel: &Kernel, at: usize) -> u64 {
-        kernel
-            .wakes
-            .iter()
-            .find(|(a, _)| *a == at)
-            .map_or(0, |(_, n)| *n)
-    }
-
-    pub(crate) fn wait(word: &AtomicU64, expected: u32, timeout: Option<Duration>) -> Parked {
-        assert!(timeout.is_none(), "a model parks with no timeout");
-        let at = address(word);
-        let mut kernel = KERNEL.lock().unwrap();
-        if word.load(Ordering::Acquire) as u32 != expected {
-            return Parked::Changed;
-        }
-        let seen = wakes_of(&kernel, at);
-        kernel.asleep += 1;
-        drop(kernel);
-        loop {
-            let mut kernel = KERNEL.lock().unwrap();
-            if wakes_of(&kernel, at) != seen {
-                kernel.asleep -= 1;
-                return Parked::Woken;
-            }
-            assert!(
-                kernel.asleep + kernel.done < kernel.threads,
-                "a lost wake-up: asleep, and every other thread asleep or done \
-                 ({} threads, {} asleep, {} done; at {at:#x} after {seen} wakes: {:?})",
-                kernel.threads,
-                kernel.asleep,
-                kernel.done,
-                kernel.wakes
-            );
-            drop(kernel);
-            loom::thread::yield_now();
-        }
-    }
-
-    pub(crate) fn wake(word: &AtomicU64) {
-        let at = address(word);
-        let mut kernel = KERNEL.lock().unwrap();
-        match kernel.wakes.iter_mut().find(|(a, _)| *a == at) {
-            Some((_, n)) => *n += 1,
-            None => kernel.wakes.push((at, 1)),
-        }
-    }
-}
-
-// The library's `shared/` rooms at this crate's root: their `super::` is this root, which
-// names what `shared/mod.rs` re-exports.
-#[allow(dead_code)]
-#[path = "../src/shared/buddy.rs"]
-mod buddy;
-#[allow(dead_code)]
-#[path = "../src/shared/files.rs"]
-mod files;
-#[allow(dead_code)]
-#[path = "../src/shared/index.rs"]
-mod index;
-#[allow(dead_code)]
-#[path = "../src/shared/lock.rs"]
-mod lock;
-use lock::HolderLock;
-#[allow(dead_code)]
-#[path = "../src/shared/magazine.rs"]
-mod magazine;
-#[allow(dead_code)]
-#[path = "../src/shared/queue.rs"]
-mod queue;
-#[allow(dead_code)]
-#[path = "../src/shared/record.rs"]
-mod record;
-#[allow(dead_code)]
-#[path = "../src/shared/slot.rs"]
-mod slot;
-#[allow(dead_code)]
-#[path = "../src/shared/stack.rs"]
-mod stack;
-#[allow(dead_code)]
-#[path = "../src/shared/terms.rs"]
-mod terms;
-
-/// The domain's limits (`shared/domain.rs`, which maps files and is not modelled here),
-/// which the rooms above assert their packed words against. A copy: the library's build
-/// checks the same assertions against domain.rs's own values.
-mod domain {
-    pub(crate) const FRAMES_MAX: u32 = 1 << 28;
-    pub(crate) const SLOTS_MAX: u16 = 1024;
-}
-
-use loom::sync::atomic::AtomicU64;
-use loom::sync::Arc;
-use slot::SlotTable;
-use stack::{Census, FrameStack};
-use std::cell::Cell;
+mod loom_rooms;
 #[allow(unused_imports)]
-use terms::{Died, Flaw, Holder, Park, ProcessId, Run, SlotIndex, Step, Word};
+use loom_rooms::*;
 
-const SLOTS: u16 = 3;
+use lock::HolderLock;
+use stack::{Census, FrameStack};
+
 const FRAMES: u32 = 2;
 const STACK: Word = Word(8);
 const WORDS: usize = 8 + 8 + 2 * FRAMES as usize;
@@ -241,79 +96,6 @@ const STEPS: u32 = 15;
 /// `shared_stack_broken_no_generation` needs 4: the waiter preempted before its read of
 /// the lock, after its look at the slot, and the steward preempted twice.
 const PREEMPTIONS: usize = 4;
-
-/// A process in the model: dies at its `die_at`-th step, if any; waits by yielding, and
-/// parks (with no timeout) if `park` says so.
-struct ModelRun {
-    die_at: Option<u32>,
-    count: Cell<u32>,
-    flaw: Flaw,
-    park: Option<Park>,
-}
-
-/// A model's park: at the first wait, for ever (the model's futex wakes it, or fails
-/// the model on a lost wake-up).
-const PARK_AT_ONCE: Park = Park {
-    after_waits: 0,
-    timeout: None,
-};
-
-impl ModelRun {
-    fn dying_at(step: u32, flaw: Flaw) -> ModelRun {
-        ModelRun {
-            die_at: Some(step),
-            count: Cell::new(0),
-            flaw,
-            park: None,
-        }
-    }
-
-    fn living(flaw: Flaw) -> ModelRun {
-        ModelRun {
-            die_at: None,
-            count: Cell::new(0),
-            flaw,
-            park: None,
-        }
-    }
-
-    fn parking(self) -> ModelRun {
-        ModelRun {
-            park: Some(PARK_AT_ONCE),
-            ..self
-        }
-    }
-}
-
-/// How many take-overs the models made (std's atomic: outside loom's model, a tally of
-/// every execution it explored), so that a model can show that it covered one.
-static TAKE_OVERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-impl Run for ModelRun {
-    fn at(&self, step: Step) -> Result<(), Died> {
-        if step == Step::TookOver {
-            TAKE_OVERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-        let n = self.count.get();
-        self.count.set(n + 1);
-        if Some(n) == self.die_at {
-            return Err(Died);
-        }
-        Ok(())
-    }
-
-    fn wait(&self, _holder: Holder) {
-        loom::thread::yield_now();
-    }
-
-    fn park(&self) -> Option<Park> {
-        self.park
-    }
-
-    fn flaw(&self) -> Flaw {
-        self.flaw
-    }
-}
 
 fn views(region: &[AtomicU64]) -> (SlotTable<'_>, FrameStack<'_>) {
     (
@@ -1091,34 +873,11 @@ fn give_back_broken_punch_unleased() {
 // its intent: a death between the count's store and the openers' leaves them apart, or a
 // PUBLISH half made that nobody finishes).
 
-const FILES: Word = Word(8);
-const FILES_CAPACITY: u32 = 2;
 /// The dying process's steps (an insert's 17 and a close's 6, at most): more than
 /// enough (a death past its last step is no death).
 const FILES_STEPS: u32 = 24;
 const FILES_PREEMPTIONS: usize = 3;
 
-fn files_views(region: &[AtomicU64]) -> (SlotTable<'_>, files::FileTable<'_>) {
-    (
-        SlotTable::new(region, Word(0), SLOTS),
-        files::FileTable::new(region, FILES, FILES_CAPACITY, SLOTS),
-    )
-}
-
-const K: files::FileKey = files::FileKey {
-    dev: 3,
-    ino: 77,
-    born_ns: 5,
-};
-
-fn file_id(opened: files::Opened) -> files::FileId {
-    match opened {
-        files::Opened::Open { id, .. } => id,
-        other => panic!("an open refused: {other:?}"),
-    }
-}
-
-/// K opened and closed.
 fn open_and_close(
     table: &files::FileTable<'_>,
     me: Holder,
@@ -3278,27 +3037,6 @@ fn flight_races_a_waiter() {
 /// `expected`.
 fn flight_caught(flaw: Flaw, readers: &[Reader], endings: &[Ending], expected: &str) {
     expect_caught(flaw, || flight_races(flaw, readers, endings), expected);
-}
-
-/// Runs `model` (a model run broken as `broken` says: a `Flaw`, or a model's own broken
-/// order), which must fail with `expected`.
-fn expect_caught(
-    broken: impl std::fmt::Debug,
-    model: impl FnOnce() + std::panic::UnwindSafe,
-    expected: &str,
-) {
-    let caught = std::panic::catch_unwind(model);
-    let payload = caught.expect_err("broken, but no model failed");
-    let message = payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default();
-    eprintln!("broken ({broken:?}): caught: {message}");
-    assert!(
-        message.contains(expected),
-        "failed, but not as expected ({expected}): {message}"
-    );
 }
 
 #[test]

@@ -98,6 +98,10 @@ pub struct DomainStats {
     /// page's frame in place (no page installed: docs/sharing.md "Writes seen across
     /// processes").
     pub appends_in_place: u64,
+    /// Writer roles this process took from another process that was writing the same
+    /// file (docs/sharing.md "Two writing processes": that process wrote its dirty pages
+    /// back and handed the role over).
+    pub roles_taken: u64,
     /// The frames this process owns of those the domain holds: those its misses and
     /// writes brought in (docs/sharing.md, "Shares and floors"). Another process's
     /// reclaim takes them only once no member above its share is left, and below the
@@ -253,6 +257,7 @@ impl Cache {
             quota_frames: u64::from(budget.quota_frames),
             frames_cached: u64::from(budget.frames_cached),
             appends_in_place: c.appends_in_place,
+            roles_taken: domain.roles_taken(),
             owned_frames: u64::from(budget.owned_frames),
             share_frames: u64::from(budget.share_frames),
             floor_frames: u64::from(budget.floor_frames),

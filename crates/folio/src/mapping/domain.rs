@@ -418,17 +418,25 @@ impl Mapping {
         // Our private pages first, while every domain handle still reads the domain
         // (nothing reads them meanwhile): then the handles read privately, from the disk.
         self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
+        // The record's size, ours (the writer lock before `DomainUse`'s, as a publish
+        // takes them).
+        let size = match &self.domain.lock().role {
+            Role::Follower(follower) => follower.len(),
+            _ => unreachable!("a follower's role changed under its turn"),
+        };
+        {
+            let _writer = self.write.lock_writer();
+            self.set_size(size);
+        }
+        self.domain.size_elsewhere.store(false, Ordering::Release);
         let mut uses = self.domain.lock();
-        let Role::Follower(follower) = self.domain.set_role(&mut uses, Role::None) else {
+        // The kind stays `Follower` until the role is `Holder`: another thread's write
+        // meanwhile waits for our turn (it never sees `None`, which writes privately).
+        let Role::Follower(follower) = std::mem::take(&mut uses.role) else {
             unreachable!("a follower's role changed under its turn");
         };
         debug_assert!(!self.has_newer_bytes(), "a follower with newer bytes");
         let writer = follower.into_writer();
-        {
-            let _writer = self.write.lock_writer();
-            self.set_size(writer.len());
-        }
-        self.domain.size_elsewhere.store(false, Ordering::Release);
         uses.for_each_file(DomainFile::retire);
         self.domain
             .set_role(&mut uses, Role::Holder(Arc::new(writer)));
@@ -442,12 +450,8 @@ impl Mapping {
     ///
     /// Context: `take_role`, under the turn. Errors: `fstat`'s.
     fn write_privately(&self, mem: &Memory) -> io::Result<()> {
-        let role = {
-            let mut uses = self.domain.lock();
-            uses.for_each_file(DomainFile::retire);
-            self.domain.set_role(&mut uses, Role::None)
-        };
-        drop(role);
+        // Everything first, while our handles still read the domain and our writes wait
+        // for our turn (the kind still `Follower`); the role `None` last.
         self.invalidate(mem, PageIndex(0), PageIndex::END, Invalidate::Truncate);
         let fd = self
             .domain
@@ -461,6 +465,12 @@ impl Mapping {
             self.set_size(size);
         }
         self.domain.size_elsewhere.store(false, Ordering::Release);
+        let role = {
+            let mut uses = self.domain.lock();
+            uses.for_each_file(DomainFile::retire);
+            self.domain.set_role(&mut uses, Role::None)
+        };
+        drop(role);
         Ok(())
     }
 

@@ -115,7 +115,7 @@
 
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
-use super::{Died, Holder, Run, SlotIndex, Word};
+use super::{Died, Flaw, Holder, Run, SlotIndex, Word};
 use crate::primitive::{AtomicU64, Ordering};
 
 /// A file's identity, as the table keys it (segment/identity.rs's `FileIdentity`).
@@ -293,6 +293,24 @@ pub(crate) enum Request {
     /// The record is gone or its stamp retired (another process wrote the file outside
     /// the domain): nobody keeps it current.
     Stale,
+}
+
+/// Whether `flaw` is a request to write that claims an `ORPHANED` record.
+fn orphan_claimed(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::OrphanClaimed => true,
+        _ => false,
+    }
+}
+
+/// Whether `flaw` is a sweep that keeps a dead requester's `WANTED`.
+fn request_kept(flaw: Flaw) -> bool {
+    match flaw {
+        #[cfg(test)]
+        Flaw::RequestKept => true,
+        _ => false,
+    }
 }
 
 fn op(code: u64, index: u32) -> u64 {
@@ -747,7 +765,7 @@ impl<'r> FileTable<'r> {
         let free = match holder {
             0 | WRITTEN => true,
             _ if holder == mine => true,
-            _ if holder & ORPHANED != 0 => ask == Ask::AtOpen,
+            _ if holder & ORPHANED != 0 => ask == Ask::AtOpen || orphan_claimed(run.flaw()),
             _ => false,
         };
         let request = if !live || stamp == RETIRED_STAMP {
@@ -947,11 +965,8 @@ impl<'r> FileTable<'r> {
             let writer = self.word(index, WRITER).load(Ordering::Relaxed);
             let dead_one = u64::from(slot) + 1;
             // A request of the dead one's is forgotten: the next asks again.
-            let wanted = if wanted_of(writer) == dead_one {
-                0
-            } else {
-                writer & WANTED
-            };
+            let forgets = wanted_of(writer) == dead_one && !request_kept(run.flaw());
+            let wanted = if forgets { 0 } else { writer & WANTED };
             let stamp = self.word(index, MTIME).load(Ordering::Relaxed);
             if holder_of(writer) == dead_one {
                 // A dead writer's record ("Death"): with a keeper, its returned writes stay
@@ -964,7 +979,7 @@ impl<'r> FileTable<'r> {
                     DeadWrites::Lost => write_intent(index, wanted, RETIRED_STAMP),
                 };
                 self.change(&held, &intent, run)?;
-            } else if wanted_of(writer) == dead_one {
+            } else if forgets {
                 self.change(&held, &write_intent(index, holder_of(writer), stamp), run)?;
             }
             let intent = self

@@ -53,6 +53,9 @@ pub(crate) struct DomainReader {
     /// Read-only opens read privately because this process held newer bytes of the file
     /// (mapping/domain.rs, A1).
     newer: AtomicU64,
+    /// Writer roles this process took from another process's writer (docs/sharing.md
+    /// "Two writing processes", F2).
+    roles_taken: AtomicU64,
     /// The last writer's mark's sequence (`queue::held_mark`), over every file this
     /// process writes: a mark is unique while the process lives (queue.rs, "Appends in
     /// place", A1).
@@ -105,6 +108,7 @@ impl DomainReader {
             member: ManuallyDrop::new(member),
             refused: AtomicU64::new(0),
             newer: AtomicU64::new(0),
+            roles_taken: AtomicU64::new(0),
             mark_seq: AtomicU64::new(0),
         })
     }
@@ -163,6 +167,11 @@ impl DomainReader {
     /// Context and errors: as `SharedReader::retire`.
     pub(crate) fn retire(&self, meta: &std::fs::Metadata) -> io::Result<bool> {
         self.reader.retire(meta)
+    }
+
+    /// How many writer roles this process took from another process's writer.
+    pub(crate) fn roles_taken(&self) -> u64 {
+        self.roles_taken.load(Ordering::Relaxed)
     }
 
     /// What the reader did so far, how many files the domain refused, and how many opens
@@ -302,18 +311,24 @@ impl DomainFollower {
         self.reader.reader.request_writer(self.file(), Ask::ToWrite)
     }
 
+    /// The record's size (its size word), which the holder keeps the file's logical one.
+    pub(crate) fn len(&self) -> u64 {
+        self.reader.reader.len(self.file())
+    }
+
     /// Whether `request` would claim the role now (or find the record stale): a
     /// lock-free look, for the wait between two requests.
     pub(crate) fn role_free(&self) -> bool {
         self.reader.reader.role_free(self.file())
     }
 
-    /// The writer this follower became once its `request` claimed the role.
+    /// The writer this follower became once its `request` claimed the role (counted).
     pub(crate) fn into_writer(mut self) -> DomainWriter {
         let file = self
             .file
             .take()
             .expect("a live DomainFollower has its file");
+        self.reader.roles_taken.fetch_add(1, Ordering::Relaxed);
         self.reader.writer_of(file)
     }
 }
@@ -548,12 +563,6 @@ impl DomainWriter {
             self.marks().insert(page, mark);
         }
         Ok(appended)
-    }
-
-    /// The record's size (its size word): what a process that takes the role over makes
-    /// its private mapping's.
-    pub(crate) fn len(&self) -> u64 {
-        self.reader.reader.len(self.file())
     }
 
     /// Whether another process asked for the writer role (docs/sharing.md "Two writing

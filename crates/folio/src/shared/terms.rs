@@ -212,6 +212,15 @@ pub(crate) enum Flaw {
     /// one above the frames the owner owns.
     #[cfg(test)]
     CountOutsideIntent,
+    /// The steward's sweep of a dead process keeps its request of a writer role (files.rs,
+    /// `WANTED`) instead of clearing it: nobody else can claim the role any more.
+    #[cfg(test)]
+    RequestKept,
+    /// A request of a writer role to write claims a dead holder's `ORPHANED` record
+    /// (files.rs, `Ask::ToWrite`) before its keeper is done: the keeper's write of the dead
+    /// one's older bytes lands over the claimant's.
+    #[cfg(test)]
+    OrphanClaimed,
     /// A reader's `drop_unplaced` checks only what `remove` does (its frame still caches
     /// the page), not that the frame is unpinned, unmarked and named by no index
     /// (queue.rs): a frame reclaimed, freed and installed again at the same page by a

@@ -142,6 +142,10 @@ fn child() {
             ));
         }
         "twin-0" | "twin-1" => twin(&cache, &path, rounds, &mut stdin),
+        "slicer-0" | "slicer-1" => {
+            let process = u64::from(role.ends_with('1'));
+            slicer(&cache, &path, process, rounds, &mut stdin);
+        }
         "appender" => {
             let file = cache.open_options().write(true).open(&path).unwrap();
             let mut rng = Rng(46);
@@ -366,9 +370,141 @@ fn twin(cache: &Cache, path: &Path, rounds: u64, stdin: &mut impl BufRead) {
     let stats = cache.domain_stats().unwrap();
     eprintln!("twin: {stats:?}");
     say(format_args!(
-        "result {wrong} {} {}",
-        stats.installs, stats.preads
+        "result {wrong} {} {} {}",
+        stats.installs, stats.preads, stats.roles_taken
     ));
+}
+
+/// The slices test's file: `SLICE_PAGES` pages of `SLICES_PER_PAGE` slices each, slice
+/// `i` owned by writer thread `i % SLICERS` (threads `SLICER_THREADS * process + t`), so
+/// that every page has slices of both processes' threads.
+const SLICE_PAGES: u64 = 32;
+const SLICES_PER_PAGE: u64 = 8;
+const SLICE_BYTES: u64 = PAGE / SLICES_PER_PAGE;
+const SLICER_THREADS: u64 = 4;
+const SLICERS: u64 = 2 * SLICER_THREADS;
+
+/// Writer thread `thread`'s writes, replayed by the test from one seed: each is a range
+/// within one of its slices and the byte it writes there (the write's number, stamped
+/// with the thread).
+fn slice_writes(thread: u64, writes: u64) -> Vec<(u64, u64, u8)> {
+    let mut rng = Rng(7000 + thread);
+    let slices = SLICE_PAGES * SLICES_PER_PAGE / SLICERS;
+    (0..writes)
+        .map(|n| {
+            let slice = (rng.below(slices) * SLICERS + thread) * SLICE_BYTES;
+            let start = rng.below(SLICE_BYTES);
+            let len = 1 + rng.below(SLICE_BYTES - start);
+            (
+                slice + start,
+                len,
+                (n as u8).wrapping_mul(16) ^ thread as u8,
+            )
+        })
+        .collect()
+}
+
+/// The file's bytes once every write of `slice_writes` is applied.
+fn sliced_file(writes: u64) -> Vec<u8> {
+    let mut file = vec![0u8; (SLICE_PAGES * PAGE) as usize];
+    for thread in 0..SLICERS {
+        for (at, len, byte) in slice_writes(thread, writes) {
+            file[at as usize..(at + len) as usize].fill(byte);
+        }
+    }
+    file
+}
+
+/// A child of `two_writing_processes_with_threads_keep_each_others_bytes`: process
+/// `process`'s `SLICER_THREADS` threads, each writing its own slices (`slice_writes`)
+/// through one writable handle, and after each write reading its slice back (it must be
+/// the thread's model: no write of the other process, whose slices share the page, may
+/// have put an older copy of it back), syncing every 25 writes. Told "go", it writes;
+/// then its result: the wrong reads, the writes.
+fn slicer(cache: &Cache, path: &Path, process: u64, writes: u64, stdin: &mut impl BufRead) {
+    let file = cache.open_options().write(true).open(path).unwrap();
+    say(format_args!("ready"));
+    assert_eq!(hear(stdin), "go");
+    let wrong = AtomicU64::new(0);
+    std::thread::scope(|scope| {
+        for t in 0..SLICER_THREADS {
+            let (file, wrong) = (&file, &wrong);
+            scope.spawn(move || {
+                let thread = process * SLICER_THREADS + t;
+                let mut model = vec![0u8; (SLICE_PAGES * PAGE) as usize];
+                let mut back = vec![0u8; SLICE_BYTES as usize];
+                for (n, (at, len, byte)) in slice_writes(thread, writes).into_iter().enumerate() {
+                    let bytes = vec![byte; len as usize];
+                    assert_eq!(file.write_at(&bytes, at).unwrap(), len as usize);
+                    model[at as usize..(at + len) as usize].fill(byte);
+                    let slice = at / SLICE_BYTES * SLICE_BYTES;
+                    assert_eq!(file.read_at(&mut back, slice).unwrap(), back.len());
+                    let want = &model[slice as usize..(slice + SLICE_BYTES) as usize];
+                    if back != want && wrong.fetch_add(1, Ordering::Relaxed) < 5 {
+                        let first = (0..back.len()).find(|&i| back[i] != want[i]);
+                        eprintln!("thread {thread}, write {n}: slice at {slice} wrong from byte {first:?}");
+                    }
+                    if n % 25 == 24 {
+                        file.sync_data().unwrap();
+                    }
+                }
+            });
+        }
+    });
+    file.sync_data().unwrap();
+    let roles = cache.domain_stats().unwrap().roles_taken;
+    say(format_args!(
+        "result {} {} {roles}",
+        wrong.load(Ordering::Relaxed),
+        SLICER_THREADS * writes
+    ));
+}
+
+/// Two writing processes with 4 writer threads each on one file (docs/sharing.md "Two
+/// writing processes"): every page holds 512-byte slices of threads of both processes,
+/// each thread writes parts of its own slices at random (150 writes, a sync every 25)
+/// and reads each slice back after its write. So most writes are partial pages whose
+/// other bytes the other process wrote last: the role moves between the processes at
+/// almost every write, while the other threads of both wait for it or write. Checked:
+/// every read-back is the thread's own model (a write based on a stale private page, or
+/// a hand-over racing a write of the same process, puts an older slice back), and the
+/// disk at the end is every thread's last bytes.
+#[test]
+fn two_writing_processes_with_threads_keep_each_others_bytes() {
+    let home = DomainHome::new();
+    let data = tempfile::tempdir().unwrap();
+    let writes = 150;
+    let path = data.path().join("w");
+    std::fs::write(&path, vec![0u8; (SLICE_PAGES * PAGE) as usize]).unwrap();
+    let name = "two-writers-threads";
+    let parent = Member::attach(&config(home.path(), name, SLOTS, 128)).unwrap();
+    let mut slicers = [
+        Talker::start("slicer-0", home.path(), name, data.path(), writes),
+        Talker::start("slicer-1", home.path(), name, data.path(), writes),
+    ];
+    for slicer in &mut slicers {
+        assert_eq!(slicer.next(), "ready");
+    }
+    let started = Instant::now();
+    for slicer in &mut slicers {
+        slicer.tell("go");
+    }
+    let [a, b] = slicers.map(Talker::finish);
+    let took = started.elapsed();
+    eprintln!("{writes} writes a thread in {took:?}: process A {a:?}, process B {b:?}");
+    assert_eq!((a[0], b[0]), (0, 0), "slices read back wrong");
+    // The role moved back and forth (a move needs both processes writing at once).
+    assert!(a[2] + b[2] >= 20, "roles taken: {a:?} {b:?}");
+    let disk = std::fs::read(&path).unwrap();
+    let want = sliced_file(writes);
+    let first = (0..want.len()).find(|&i| disk[i] != want[i]);
+    assert!(
+        first.is_none(),
+        "the disk differs from the writes from byte {first:?}"
+    );
+    check_all(parent.domain());
+    reclaim_everything(parent.domain(), parent.holder());
+    parent.detach();
 }
 
 /// Two writing processes on one file (docs/sharing.md "Two writing processes"): A and B,
@@ -437,6 +573,8 @@ fn two_writing_processes_read_each_others_writes() {
         a[1] > 0 && b[1] > 0,
         "a twin installed nothing: {a:?} {b:?}"
     );
+    // The role moved at every round but the first (the first write's twin held it).
+    assert!(a[3] + b[3] >= rounds - 1, "roles taken: {a:?} {b:?}");
     check_all(parent.domain());
     reclaim_everything(parent.domain(), parent.holder());
     parent.detach();
