@@ -76,6 +76,8 @@ const PEN: &str = "FOLIO_TEST_WKILL_PEN";
 const WRITERS: &str = "FOLIO_TEST_WKILL_WRITERS";
 const ROUNDS_ENV: &str = "FOLIO_WRITE_KILL_ROUNDS";
 const TWO_ROUNDS_ENV: &str = "FOLIO_TWO_WRITER_KILL_ROUNDS";
+/// The most random events a round has (default: 3 to 5).
+const EVENTS_ENV: &str = "FOLIO_WRITE_KILL_EVENTS";
 
 const FILES: usize = 3;
 const READERS: usize = 2;
@@ -1174,6 +1176,12 @@ fn kill_rounds(
                     })
             });
         let events = 3 + rng.below(3);
+        // `FOLIO_WRITE_KILL_EVENTS=0`: the rounds' stops, checks and restarts of
+        // everything only (a failure without random kills is not theirs).
+        let events = std::env::var(EVENTS_ENV)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(events, |most: u64| events.min(most));
         for _ in 0..events {
             match rng.below(10) {
                 0..=3 => {
