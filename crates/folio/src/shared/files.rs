@@ -115,7 +115,7 @@
 
 use super::lock::{Held, HolderLock, Intent, LINE_FREE_WORDS, LINE_WORDS};
 use super::slot::SlotTable;
-use super::{Died, Flaw, Holder, Run, SlotIndex, Word};
+use super::{Died, Flaw, Holder, Run, SlotIndex, Step, Word};
 use crate::primitive::{AtomicU64, Ordering};
 
 /// A file's identity, as the table keys it (segment/identity.rs's `FileIdentity`).
@@ -783,6 +783,9 @@ impl<'r> FileTable<'r> {
             Request::Busy
         };
         held.unlock(run)?;
+        if request == Request::Busy && ask == Ask::ToWrite && (wanted == 0 || wanted == mine) {
+            run.at(Step::Requested)?;
+        }
         Ok(request)
     }
 
