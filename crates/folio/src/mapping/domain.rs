@@ -94,6 +94,7 @@ use crate::index::Mark;
 use crate::memory::Memory;
 use crate::shared::files::Request;
 use crate::shared::reader::{DomainFile, DomainFollower, DomainReader, DomainWriter, WriterRole};
+use crate::shared::Step;
 use crate::types::{OpenMode, PageIndex};
 use crate::write::range_lock::{RangeGuard, WHOLE_FILE};
 
@@ -322,6 +323,7 @@ impl Mapping {
             Some(WriterRole::Follower(follower)) if !self.has_newer_bytes() => {
                 self.domain.set_role(&mut uses, Role::Follower(follower));
                 self.domain.size_elsewhere.store(true, Ordering::Release);
+                self.forget_size_on_disk();
                 Attached::Follower
             }
             Some(WriterRole::Follower(_)) | None => Attached::Refused,
@@ -508,6 +510,13 @@ impl Mapping {
             },
         };
         write_out();
+        // Our bytes are on disk, the role still ours: a death here (`Step::Yielding`, a
+        // test's lever) leaves the requester to claim the role once we are swept.
+        if let Some(writer) = self.domain_writer() {
+            if writer.at(Step::Yielding).is_err() {
+                return false;
+            }
+        }
         let writer = {
             let mut uses = self.domain.lock();
             if self.has_newer_bytes() {
@@ -537,6 +546,7 @@ impl Mapping {
                 }
             };
             self.domain.size_elsewhere.store(true, Ordering::Release);
+            self.forget_size_on_disk();
             self.domain.set_role(&mut uses, role)
         };
         // Clean pages, older than the next writer's bytes soon: our domain handles read

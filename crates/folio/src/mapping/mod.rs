@@ -263,6 +263,16 @@ impl Mapping {
         }
     }
 
+    /// Another process writes the file now (domain.rs, F3): a persistent cache's keeper
+    /// or recovery must not set the file's size to ours, which is stale from now on (its
+    /// slot's size unknown: it writes dirty blocks only, and this process has none).
+    /// `set_size` gives the slot a size again when this process takes the role back.
+    pub(crate) fn forget_size_on_disk(&self) {
+        if let Some(slot) = self.segment_slot() {
+            slot.set_size(crate::segment::layout::SIZE_UNKNOWN);
+        }
+    }
+
     /// This mapping's slot in the segment, in a cache that outlives the process.
     fn segment_slot(&self) -> Option<&FileSlot> {
         self.segment.as_ref()?.slot(self.id)

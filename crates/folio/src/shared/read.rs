@@ -783,6 +783,12 @@ impl<'m, R: Run> SharedReader<'m, R> {
             .map_err(died)
     }
 
+    /// A process-level step of a protocol outside the file table (`Step::Yielding`),
+    /// where a test's `Run` may stop or kill this process; production's never does.
+    pub(crate) fn at(&self, step: Step) -> io::Result<()> {
+        self.run.at(step).map_err(died)
+    }
+
     /// `FileTable::withdraw`: our request of `file`'s writer role, if any, withdrawn.
     ///
     /// Context: takes the file table's lock.

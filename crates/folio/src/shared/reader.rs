@@ -34,6 +34,7 @@ use super::files::{Ask, FileId, Removal, Request};
 use super::index::Page;
 use super::queue::{held_mark, Appended, Shares};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
+use super::Step;
 use crate::types::OpenMode;
 
 /// The frames a miss leases (and reclaims) at a time through a domain of `frames`: 16,
@@ -563,6 +564,14 @@ impl DomainWriter {
             self.marks().insert(page, mark);
         }
         Ok(appended)
+    }
+
+    /// `step` of the role's hand-over (`Step::Yielding`): a test's lever may stop or
+    /// kill this process there.
+    ///
+    /// Errors: a test lever's death.
+    pub(crate) fn at(&self, step: Step) -> io::Result<()> {
+        self.reader.reader.at(step)
     }
 
     /// Whether another process asked for the writer role (docs/sharing.md "Two writing

@@ -103,6 +103,46 @@ pub(crate) enum Step {
     /// here, so that another reader finds the pages in flight, or a writer's install
     /// replaces them. (Under `Flaw::ReadBeforeInsertion`: read, not yet inserted.)
     Reading,
+    /// A follower's request of a file's writer role is in the record (`WANTED` names it,
+    /// files.rs `request_writer`) and the holder has not handed the role over: no store;
+    /// a test's lever stops the requester here and kills it (its request is swept).
+    Requested,
+    /// A holder handing the writer role over wrote its dirty pages back and has not let
+    /// the role go (mapping/domain.rs, F3, `yield_role`): no store; a test's lever stops
+    /// the holder here and kills it (the requester claims the role once it is swept).
+    Yielding,
+}
+
+/// The process's stop lever (tests only): the first `Step` it names, met by this
+/// process's `Member` (attach.rs), stops the process (`SIGSTOP`), once; the test then
+/// kills it there. Set from `STOP_LEVER_ENV` (a `Step`'s `Debug` name) at the first
+/// look, so that a child a test starts is armed before its first step.
+#[cfg(test)]
+#[allow(unsafe_code)]
+pub(crate) mod stop_lever {
+    use super::Step;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+
+    /// The variable naming the step (`Requested`, `Yielding`) a child stops at.
+    pub(crate) const STOP_LEVER_ENV: &str = "FOLIO_TEST_STOP_AT_STEP";
+
+    static ARMED: OnceLock<Option<Step>> = OnceLock::new();
+    static FIRED: AtomicBool = AtomicBool::new(false);
+
+    /// Stops this process if the lever names `step` and has not fired yet.
+    pub(crate) fn at(step: Step) {
+        let armed = ARMED.get_or_init(|| {
+            let name = std::env::var(STOP_LEVER_ENV).ok()?;
+            [Step::Requested, Step::Yielding]
+                .into_iter()
+                .find(|s| format!("{s:?}") == name)
+        });
+        if *armed == Some(step) && !FIRED.swap(true, Ordering::AcqRel) {
+            // SAFETY: raise has no memory-safety preconditions.
+            unsafe { libc::raise(libc::SIGSTOP) };
+        }
+    }
 }
 
 /// A protocol known to be wrong, which the models run to prove that they catch it. Only

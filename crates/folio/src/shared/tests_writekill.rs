@@ -33,6 +33,21 @@
 //! Survivors must keep working (each round waits for every writer's and reader's progress;
 //! a deadline fails it, never a sleep) and, at the end, exit 0. No assertion depends on
 //! timing. `FOLIO_WRITE_KILL_ROUNDS` sets the rounds (default 20: about 100 kills).
+//!
+//! **Two writers** (docs/sharing.md "Two writing processes"): the same rounds with two
+//! writer processes per file (`FOLIO_TWO_WRITER_KILL_ROUNDS`, default 6). They write the
+//! file's one op sequence in turns: the board's TURN names the writer whose turn it is,
+//! which writes a burst of 1 to `BURST_MAX` ops and passes the turn, so the writer role
+//! moves between the two processes (mapping/domain.rs, F2-F3) at every pass, and a writer
+//! killed at a random instant may be the holder, the requester, or the holder in the
+//! middle of its hand-over. A write's wait for the role is within the write: each round
+//! waits for every writer's progress (the deadline fails a wait that never ends), and the
+//! longest write is a figure. Deterministic levers for the hand-over's two deaths
+//! (terms.rs `Step::Yielding`, `Step::Requested`; the child's stop lever, set by its
+//! environment): the holder stopped after its write-out and before its release, and the
+//! requester stopped with its request in the record while the holder is stopped (so it
+//! cannot have handed over); each killed there, the survivors must get the role, write,
+//! and read right, and the end's checks hold.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -43,6 +58,7 @@ use super::attach::Member;
 use super::domain::Domain;
 use super::read::SharedReader;
 use super::slot::SlotState;
+use super::terms::stop_lever::STOP_LEVER_ENV;
 use super::tests::{seed_from_env, wait_for, DomainHome, Rng};
 use super::tests_domain::{is_stopped, sigkill};
 use super::tests_read::{check_all, config, reclaim_everything};
@@ -55,7 +71,13 @@ const NAME: &str = "FOLIO_TEST_WKILL_NAME";
 const DATA: &str = "FOLIO_TEST_WKILL_DATA";
 const WHICH: &str = "FOLIO_TEST_WKILL_WHICH";
 const SEED: &str = "FOLIO_TEST_WKILL_SEED";
+/// Which of its file's writers a writer child is (`PEN`), and how many the file has.
+const PEN: &str = "FOLIO_TEST_WKILL_PEN";
+const WRITERS: &str = "FOLIO_TEST_WKILL_WRITERS";
 const ROUNDS_ENV: &str = "FOLIO_WRITE_KILL_ROUNDS";
+const TWO_ROUNDS_ENV: &str = "FOLIO_TWO_WRITER_KILL_ROUNDS";
+/// The most random events a round has (default: 3 to 5).
+const EVENTS_ENV: &str = "FOLIO_WRITE_KILL_EVENTS";
 
 const FILES: usize = 3;
 const READERS: usize = 2;
@@ -73,23 +95,45 @@ const FRAMES: u32 = 56;
 /// The longest wait for anything a child does.
 const DEADLINE: Duration = Duration::from_secs(60);
 
-// The board's words: per file f at 8 f, per reader r at READER_BASE + 8 r.
+// The board's words: per file f at FILE_WORDS f (its writer w's at FILE_WORDS f +
+// WRITER_BASE + 4 w), per reader r at READER_BASE + 8 r.
+const FILE_WORDS: usize = 24;
 const STARTED: usize = 0;
 const RETURNED: usize = 1;
 /// 0, or an op: the writer stops itself after the first op at or past it (with `DIRTY`:
 /// the first such op it did not sync after).
 const STOP_AT: usize = 2;
 const DIRTY: u64 = 1 << 62;
-const KEEPER: usize = 3;
-/// The pid of the writer that opened the file (its writer in the domain) and is writing.
-const READY: usize = 4;
 /// Pages a reader read whole in no version but byte by byte in the versions of its read
 /// (a killed writer's op in flight, read in part from the disk: `compare`).
 const MIXED: usize = 5;
-const READER_BASE: usize = 64;
+/// Which writer's turn it is to write the file (two writers: `writer`'s bursts).
+const TURN: usize = 6;
+/// 1: the test passes the turn (the levers' tests), not the writers.
+const TURN_BY_TEST: usize = 7;
+/// The turns passed from one writer to the other.
+const PASSES: usize = 8;
+/// The longest write, in microseconds (a follower's waits for the role within it).
+const WRITE_US_MAX: usize = 9;
+const WRITER_BASE: usize = 12;
+/// A writer's keeper's pid.
+const KEEPER: usize = 0;
+/// The pid of the writer once it opened the file (the first writer: its writer in the
+/// domain) and is writing.
+const READY: usize = 1;
+/// The ops this writer returned.
+const WROTE: usize = 2;
+/// The most ops a writer of a file with two writes before it passes the turn.
+const BURST_MAX: u64 = 4;
+const READER_BASE: usize = 128;
 const CHECKS: usize = 0;
 const WRONG: usize = 1;
 const READER_READY: usize = 2;
+const _: () = assert!(
+    WRITER_BASE + 4 * 2 <= FILE_WORDS
+        && FILE_WORDS * FILES <= READER_BASE
+        && READER_BASE + 8 * READERS <= QUIT
+);
 /// 1: every child leaves cleanly (its cache dropped: written back, detached).
 const QUIT: usize = 200;
 const BOARD_WORDS: usize = 512;
@@ -137,7 +181,12 @@ impl Board {
     }
 
     fn file(&self, f: usize, w: usize) -> &AtomicU64 {
-        self.word(8 * f + w)
+        self.word(FILE_WORDS * f + w)
+    }
+
+    /// Word `w` of file `f`'s writer `pen`.
+    fn writer(&self, f: usize, pen: usize, w: usize) -> &AtomicU64 {
+        self.word(FILE_WORDS * f + WRITER_BASE + 4 * pen + w)
     }
 
     fn reader(&self, r: usize, w: usize) -> &AtomicU64 {
@@ -305,15 +354,37 @@ fn child() {
     let seed: u64 = std::env::var(SEED).unwrap().parse().unwrap();
     let board = Board::open(&data.join("board"));
     match role.as_str() {
-        "writer" => writer(&board, which, seed, &home, &name, &data),
+        "writer" => {
+            let pen: usize = std::env::var(PEN).unwrap().parse().unwrap();
+            let writers: usize = std::env::var(WRITERS).unwrap().parse().unwrap();
+            let pen = Pen {
+                f: which,
+                pen,
+                writers,
+            };
+            writer(&board, pen, seed, &home, &name, &data);
+        }
         "reader" => reader(&board, which, seed, &home, &name, &data),
         other => panic!("no role {other}"),
     }
 }
 
+/// A writer child: of file `f`, its writer `pen` of `writers`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pen {
+    f: usize,
+    pen: usize,
+    writers: usize,
+}
+
 /// A writer of file `f` (module docs): goes on from the op after the last returned one
-/// until told to quit, stopping itself where the board says.
-fn writer(board: &Board, f: usize, seed: u64, home: &Path, name: &str, data: &Path) {
+/// until told to quit, stopping itself where the board says. With two writers per file,
+/// it writes only in its turn (`TURN`): bursts of 1 to `BURST_MAX` ops, the turn then
+/// passed to the other (unless the test passes it: `TURN_BY_TEST`), so that the file's
+/// ops stay one sequence (`Model`) and the writer role moves between the two processes
+/// (mapping/domain.rs, F2-F3) at every pass.
+fn writer(board: &Board, pen: Pen, seed: u64, home: &Path, name: &str, data: &Path) {
+    let Pen { f, pen: w, writers } = pen;
     let cache = Cache::builder()
         .capacity_bytes(1 << 20)
         .segment_dir(home)
@@ -327,30 +398,61 @@ fn writer(board: &Board, f: usize, seed: u64, home: &Path, name: &str, data: &Pa
         .open(data_file(data, f))
         .unwrap();
     board
-        .file(f, KEEPER)
+        .writer(f, w, KEEPER)
         .store(u64::from(cache.keeper_pid().unwrap()), Ordering::Release);
     let mut model = Model::new(seed, f);
-    let first = board.file(f, RETURNED).load(Ordering::Acquire) + 1;
+    let mut rng = Rng(seed ^ u64::from(std::process::id()).wrapping_mul(0x9e37_79b9));
     board
-        .file(f, READY)
+        .writer(f, w, READY)
         .store(u64::from(std::process::id()), Ordering::Release);
-    for k in first.. {
-        if board.word(QUIT).load(Ordering::Acquire) != 0 {
-            break;
+    let quit = || board.word(QUIT).load(Ordering::Acquire) != 0;
+    let my_turn = || board.file(f, TURN).load(Ordering::Acquire) as usize == w;
+    'turns: while !quit() {
+        if !my_turn() {
+            // The other's turn: its writes, or the test's kill or stop of it, end it.
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
         }
-        let (offset, n) = model.op(k);
-        let bytes: Vec<u8> = (offset..offset + n).map(|at| stamp(f, at, k)).collect();
-        board.file(f, STARTED).store(k, Ordering::Release);
-        assert_eq!(file.write_at(&bytes, offset).unwrap(), n as usize);
-        board.file(f, RETURNED).store(k, Ordering::Release);
-        let synced = k % SYNC_EVERY == 0;
-        if synced {
-            file.sync_data().unwrap();
+        let burst = if writers == 1 {
+            u64::MAX
+        } else {
+            1 + rng.below(BURST_MAX)
+        };
+        for _ in 0..burst {
+            if quit() {
+                break 'turns;
+            }
+            if !my_turn() {
+                // The test took the turn while we were stopped.
+                continue 'turns;
+            }
+            let k = board.file(f, RETURNED).load(Ordering::Acquire) + 1;
+            let (offset, n) = model.op(k);
+            let bytes: Vec<u8> = (offset..offset + n).map(|at| stamp(f, at, k)).collect();
+            board.file(f, STARTED).store(k, Ordering::Release);
+            let began = Instant::now();
+            assert_eq!(file.write_at(&bytes, offset).unwrap(), n as usize);
+            let took_us = began.elapsed().as_micros() as u64;
+            board.file(f, RETURNED).store(k, Ordering::Release);
+            board.writer(f, w, WROTE).fetch_add(1, Ordering::AcqRel);
+            board
+                .file(f, WRITE_US_MAX)
+                .fetch_max(took_us, Ordering::AcqRel);
+            let synced = k % SYNC_EVERY == 0;
+            if synced {
+                file.sync_data().unwrap();
+            }
+            let stop_at = board.file(f, STOP_AT).load(Ordering::Acquire);
+            if stop_at != 0 && k >= stop_at & !DIRTY && !(stop_at & DIRTY != 0 && synced) {
+                // SAFETY: raise has no memory-safety preconditions.
+                unsafe { libc::raise(libc::SIGSTOP) };
+            }
         }
-        let stop_at = board.file(f, STOP_AT).load(Ordering::Acquire);
-        if stop_at != 0 && k >= stop_at & !DIRTY && !(stop_at & DIRTY != 0 && synced) {
-            // SAFETY: raise has no memory-safety preconditions.
-            unsafe { libc::raise(libc::SIGSTOP) };
+        if board.file(f, TURN_BY_TEST).load(Ordering::Acquire) == 0 {
+            board
+                .file(f, TURN)
+                .store(((w + 1) % writers) as u64, Ordering::Release);
+            board.file(f, PASSES).fetch_add(1, Ordering::AcqRel);
         }
     }
     drop(file);
@@ -429,7 +531,8 @@ fn reader(board: &Board, r: usize, seed: u64, home: &Path, name: &str, data: &Pa
 /// A child the test started: its pid, and what it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
-    Writer(usize),
+    /// File `f`'s writer `pen`.
+    Writer(usize, usize),
     Reader(usize),
 }
 
@@ -441,6 +544,10 @@ struct Children<'a> {
     name: &'a str,
     seed: u64,
     board: Board,
+    /// Writers per file: 1, or 2 (the two writers' tests).
+    writers: usize,
+    /// A child started with its stop lever (at its first start only).
+    armed: Option<(Role, super::Step)>,
     running: Vec<(Role, u32)>,
     stopped_keepers: Vec<u32>,
     started: u64,
@@ -465,18 +572,32 @@ impl Drop for Children<'_> {
 
 impl Children<'_> {
     fn start(&mut self, role: Role) {
-        let (what, which) = match role {
-            Role::Writer(f) => {
-                self.board.file(f, READY).store(0, Ordering::Release);
-                ("writer", f)
+        let lever = match self.armed {
+            Some((armed, step)) if armed == role => {
+                self.armed = None;
+                Some(step)
+            }
+            _ => None,
+        };
+        self.start_armed(role, lever);
+    }
+
+    /// Starts `role`, its process stopped at `lever`'s step if it has one (terms.rs
+    /// `stop_lever`: `Step::Requested`, `Step::Yielding`).
+    fn start_armed(&mut self, role: Role, lever: Option<super::Step>) {
+        let (what, which, pen) = match role {
+            Role::Writer(f, pen) => {
+                self.board.writer(f, pen, READY).store(0, Ordering::Release);
+                ("writer", f, pen)
             }
             Role::Reader(r) => {
                 self.board
                     .reader(r, READER_READY)
                     .store(0, Ordering::Release);
-                ("reader", r)
+                ("reader", r, 0)
             }
         };
+        let lever = lever.map(|step| format!("{step:?}")).unwrap_or_default();
         // Reaped by pid (`tests::wait_for`), which the kills and the stops need, not by
         // `Child::wait`.
         #[allow(clippy::zombie_processes)]
@@ -493,6 +614,9 @@ impl Children<'_> {
             .env(NAME, self.name)
             .env(DATA, self.data)
             .env(WHICH, which.to_string())
+            .env(PEN, pen.to_string())
+            .env(WRITERS, self.writers.to_string())
+            .env(STOP_LEVER_ENV, lever)
             .env(SEED, self.seed.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -514,10 +638,45 @@ impl Children<'_> {
         self.running.retain(|(r, _)| *r != role);
     }
 
-    /// Waits until `role` is ready (a writer: the file's writer in the domain).
+    /// Every file's writers and every reader started, each waited for (each file's first
+    /// writer: the file's writer in the domain).
+    fn start_all(&mut self, parent: &Member) {
+        for (f, pen) in self.pens().collect::<Vec<_>>() {
+            self.start(Role::Writer(f, pen));
+            self.wait_ready(Role::Writer(f, pen), parent);
+            assert!(has_writer(parent.domain(), self.data, f));
+        }
+        for r in 0..READERS {
+            self.start(Role::Reader(r));
+            self.wait_ready(Role::Reader(r), parent);
+        }
+    }
+
+    /// Every writer: its file and pen.
+    fn pens(&self) -> impl Iterator<Item = (usize, usize)> {
+        let writers = self.writers;
+        (0..FILES).flat_map(move |f| (0..writers).map(move |pen| (f, pen)))
+    }
+
+    /// The ops writer `pen` of file `f` returned (every process in its place).
+    fn wrote(&self, f: usize, pen: usize) -> u64 {
+        self.board.writer(f, pen, WROTE).load(Ordering::Acquire)
+    }
+
+    /// Waits until a writer of file `f` stopped itself (`STOP_AT`); returns its pen.
+    fn wait_stopped(&self, parent: &Member, f: usize, figures: &mut Figures) -> usize {
+        let mut pen = None;
+        figures.stewards_killed_by_lever += until(parent, "a writer stopped", || {
+            pen = (0..self.writers).find(|&w| stopped(self.pid(Role::Writer(f, w))));
+            pen.is_some()
+        });
+        pen.unwrap()
+    }
+
+    /// Waits until `role` is ready (a writer: it opened the file).
     fn wait_ready(&self, role: Role, parent: &Member) {
         let word = match role {
-            Role::Writer(f) => self.board.file(f, READY),
+            Role::Writer(f, pen) => self.board.writer(f, pen, READY),
             Role::Reader(r) => self.board.reader(r, READER_READY),
         };
         let pid = u64::from(self.pid(role));
@@ -661,6 +820,10 @@ struct Figures {
     /// Reader pages of a killed writer's op in flight read in part (`MIXED`).
     reader_pages_mixed: u64,
     writes_returned: u64,
+    /// Two writers: the turns passed (each a move of the writer role).
+    turns_passed: u64,
+    /// The longest write (a follower's wait for the role within it).
+    write_ms_max: u64,
 }
 
 impl Figures {
@@ -676,14 +839,210 @@ impl Figures {
 /// The kill test with writers (module docs).
 #[test]
 fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
-    let seed = seed_from_env("writers killed");
-    let rounds: u64 = std::env::var(ROUNDS_ENV)
+    kill_at_random(1, ROUNDS_ENV, 20, "write-kill");
+}
+
+/// The kill test with two writing processes per file (module docs, "Two writers"): each
+/// file written in turns by two processes (the writer role moving between them at every
+/// pass), everything else as the kill test with one. 6 rounds by default (about 30
+/// kills); more with `FOLIO_TWO_WRITER_KILL_ROUNDS`. It found the stale size a keeper
+/// set after a hand-over (docs/sharing.md "Two writing processes").
+#[test]
+fn two_writers_per_file_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
+    kill_at_random(2, TWO_ROUNDS_ENV, 6, "two-write-kill");
+}
+
+/// Lever (a) of the two writers' tests (module docs, "Two writers"): the holder of file
+/// 0's role, asked for it, stopped by its lever after its write-out and before its
+/// release (`Step::Yielding`) and killed there: the requester, whose write waited (it
+/// returned nothing meanwhile), gets the role once the holder is swept and writes; a
+/// third process, started in the dead one's place, and the requester then write in
+/// turns; every read checked, and the end's checks.
+#[test]
+fn a_holder_killed_between_its_write_out_and_its_release_leaves_the_role_to_its_requester() {
+    let (f, holder, requester) = (0, 0, 1);
+    let armed = Some((Role::Writer(f, holder), super::Step::Yielding));
+    let what = "the holder killed at Step::Yielding";
+    with_children(
+        2,
+        "yield-kill",
+        armed,
+        what,
+        |children, parent, models, figures| {
+            until_wrote(children, parent, f, holder, 3, figures);
+            let quiet_pen = stop_file(children, parent, f, figures);
+            assert_eq!(quiet_pen, holder, "the turn is the holder's");
+            children
+                .board
+                .file(f, TURN)
+                .store(requester as u64, Ordering::Release);
+            continue_writer(children, f, holder);
+            // The requester's write asks; the holder's writeback thread hands over, and its
+            // lever stops it there.
+            let pid = children.pid(Role::Writer(f, holder));
+            figures.stewards_killed_by_lever +=
+                until(parent, "the holder stopped at Step::Yielding", || {
+                    stopped(pid)
+                });
+            assert_eq!(
+                children.wrote(f, requester),
+                0,
+                "the requester wrote while the holder held the role"
+            );
+            children.kill(Role::Writer(f, holder));
+            figures.writers_killed += 1;
+            until_wrote(children, parent, f, requester, 3, figures);
+            children.start(Role::Writer(f, holder));
+            children.wait_ready(Role::Writer(f, holder), parent);
+            both_write_then_read(children, parent, models, f, figures);
+        },
+    );
+}
+
+/// Lever (b) of the two writers' tests (module docs, "Two writers"): a follower of file 0
+/// stopped by its lever once its request of the role is in the record (`WANTED` names
+/// it: `Step::Requested`) while the holder is stopped (it cannot have handed over), and
+/// killed there: the holder, continued, writes on (the dead one's request swept, or
+/// handed the role to and taken back once it is), then a third process, started in the
+/// dead one's place, and the holder write in turns; every read checked, and the end's
+/// checks.
+#[test]
+fn a_requester_killed_while_its_request_is_set_leaves_the_role_to_the_survivors() {
+    let (f, holder, requester) = (0, 0, 1);
+    let armed = Some((Role::Writer(f, requester), super::Step::Requested));
+    let what = "the requester killed at Step::Requested";
+    with_children(
+        2,
+        "request-kill",
+        armed,
+        what,
+        |children, parent, models, figures| {
+            until_wrote(children, parent, f, holder, 3, figures);
+            let quiet_pen = stop_file(children, parent, f, figures);
+            assert_eq!(quiet_pen, holder, "the turn is the holder's");
+            children
+                .board
+                .file(f, TURN)
+                .store(requester as u64, Ordering::Release);
+            let pid = children.pid(Role::Writer(f, requester));
+            figures.stewards_killed_by_lever +=
+                until(parent, "the requester stopped at Step::Requested", || {
+                    stopped(pid)
+                });
+            assert_eq!(children.wrote(f, requester), 0, "the requester wrote");
+            children.kill(Role::Writer(f, requester));
+            figures.writers_killed += 1;
+            children
+                .board
+                .file(f, TURN)
+                .store(holder as u64, Ordering::Release);
+            continue_writer(children, f, holder);
+            let wrote = children.wrote(f, holder);
+            until_wrote(children, parent, f, holder, wrote + 3, figures);
+            children.start(Role::Writer(f, requester));
+            children.wait_ready(Role::Writer(f, requester), parent);
+            both_write_then_read(children, parent, models, f, figures);
+        },
+    );
+}
+
+/// Waits until writer `pen` of file `f` returned `ops` ops in all.
+fn until_wrote(
+    children: &Children<'_>,
+    parent: &Member,
+    f: usize,
+    pen: usize,
+    ops: u64,
+    figures: &mut Figures,
+) {
+    figures.stewards_killed_by_lever +=
+        until(parent, &format!("writer {pen} of file {f} writes"), || {
+            children.wrote(f, pen) >= ops
+        });
+}
+
+/// File `f`'s writing stopped after its next returned write (`stop_writers`' for one
+/// file): returns the writer stopped, which stays stopped (`continue_writer`).
+fn stop_file(children: &Children<'_>, parent: &Member, f: usize, figures: &mut Figures) -> usize {
+    let board = &children.board;
+    let next = board.file(f, RETURNED).load(Ordering::Acquire) + 1;
+    board.file(f, STOP_AT).store(next, Ordering::Release);
+    let pen = children.wait_stopped(parent, f, figures);
+    board.file(f, STOP_AT).store(0, Ordering::Release);
+    assert_eq!(
+        board.file(f, STARTED).load(Ordering::Acquire),
+        board.file(f, RETURNED).load(Ordering::Acquire)
+    );
+    pen
+}
+
+fn continue_writer(children: &Children<'_>, f: usize, pen: usize) {
+    // SAFETY: continues our own stopped child.
+    unsafe {
+        libc::kill(
+            children.pid(Role::Writer(f, pen)) as libc::pid_t,
+            libc::SIGCONT,
+        )
+    };
+}
+
+/// The levers' tests' end: file `f`'s turn passed by its writers again, both write (the
+/// role moving between them), then every file read whole by a fresh reader.
+fn both_write_then_read(
+    children: &mut Children<'_>,
+    parent: &Member,
+    models: &mut [Model],
+    f: usize,
+    figures: &mut Figures,
+) {
+    children
+        .board
+        .file(f, TURN_BY_TEST)
+        .store(0, Ordering::Release);
+    let wrote: Vec<u64> = (0..2).map(|pen| children.wrote(f, pen)).collect();
+    for (pen, wrote) in wrote.into_iter().enumerate() {
+        until_wrote(children, parent, f, pen, wrote + 3, figures);
+    }
+    let returned = stop_writers(children, parent, figures);
+    let wrong = read_fresh(parent, children.data, models, &returned, &returned);
+    assert_eq!(wrong, 0, "pages a fresh reader read wrong");
+    figures.fresh_reads += 1;
+    continue_writers(children);
+}
+
+/// The kill test's rounds (module docs) with `writers` writers per file, `rounds_env`'s
+/// rounds (`rounds` by default).
+fn kill_at_random(writers: usize, rounds_env: &str, rounds: u64, name: &str) {
+    let rounds: u64 = std::env::var(rounds_env)
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
+        .unwrap_or(rounds);
+    let what = format!("{rounds} rounds");
+    with_children(
+        writers,
+        name,
+        None,
+        &what,
+        |children, parent, models, figures| {
+            kill_rounds(children, parent, models, figures, rounds);
+        },
+    );
+}
+
+/// The kill tests' frame: the files and the board made, the domain's member attached,
+/// every writer (`writers` per file; `armed` started with its stop lever) and reader
+/// started; then `body`; then the end: everyone leaves cleanly, and the disk and a fresh
+/// reader read every returned write, the readers read no wrong page, the domain checks.
+fn with_children(
+    writers: usize,
+    name: &str,
+    armed: Option<(Role, super::Step)>,
+    what: &str,
+    body: impl FnOnce(&mut Children<'_>, &Member, &mut [Model], &mut Figures),
+) {
+    let seed = seed_from_env("writers killed");
     let home = DomainHome::new();
     let data = tempfile::tempdir().unwrap();
-    let name = "write-kill";
     for f in 0..FILES {
         let first: Vec<u8> = (0..FIRST_LEN).map(|at| stamp(f, at, 0)).collect();
         std::fs::write(data_file(data.path(), f), first).unwrap();
@@ -698,119 +1057,27 @@ fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
         name,
         seed,
         board: Board::create(&data.path().join("board")),
+        writers,
+        armed,
         running: Vec::new(),
         stopped_keepers: Vec::new(),
         started: 0,
     };
     let mut models: Vec<Model> = (0..FILES).map(|f| Model::new(seed, f)).collect();
     let mut figures = Figures::default();
-    let mut rng = Rng(seed);
     let started = Instant::now();
-    for f in 0..FILES {
-        children.start(Role::Writer(f));
-        children.wait_ready(Role::Writer(f), &parent);
+    if let Some((Role::Writer(f, _), _)) = armed {
+        // The armed writer's file: its turn passed by the test (the levers' tests).
+        children
+            .board
+            .file(f, TURN_BY_TEST)
+            .store(1, Ordering::Release);
     }
-    for r in 0..READERS {
-        children.start(Role::Reader(r));
-        children.wait_ready(Role::Reader(r), &parent);
-    }
+    children.start_all(&parent);
+    body(&mut children, &parent, &mut models, &mut figures);
     let board = |children: &Children<'_>, f: usize, w: usize| {
         children.board.file(f, w).load(Ordering::Acquire)
     };
-    for round in 1..=rounds {
-        // Survivors keep working: every writer returns writes, every reader checks reads.
-        let writes: Vec<u64> = (0..FILES).map(|f| board(&children, f, RETURNED)).collect();
-        let reads: Vec<u64> = (0..READERS)
-            .map(|r| children.board.reader(r, CHECKS).load(Ordering::Acquire))
-            .collect();
-        figures.stewards_killed_by_lever +=
-            until(&parent, &format!("round {round}: progress"), || {
-                (0..FILES).all(|f| board(&children, f, RETURNED) >= writes[f] + 2)
-                    && (0..READERS).all(|r| {
-                        children.board.reader(r, CHECKS).load(Ordering::Acquire) >= reads[r] + 20
-                    })
-            });
-        let events = 3 + rng.below(3);
-        for _ in 0..events {
-            match rng.below(10) {
-                0..=3 => {
-                    // A writer at a random instant (once it returned a few more writes),
-                    // the steward's lever armed now and then.
-                    let f = rng.below(FILES as u64) as usize;
-                    let target = board(&children, f, RETURNED) + 1 + rng.below(4);
-                    if rng.below(3) == 0 {
-                        domain.set_steward_stop_at(1 + rng.below(4));
-                    }
-                    figures.stewards_killed_by_lever += until(&parent, "a writer's writes", || {
-                        board(&children, f, RETURNED) >= target
-                    });
-                    children.kill(Role::Writer(f));
-                    figures.writers_killed += 1;
-                    restart_writer(&mut children, &parent, f, &mut figures);
-                    domain.set_steward_stop_at(0);
-                }
-                4..=5 => {
-                    let f = rng.below(FILES as u64) as usize;
-                    kill_with_keeper_stopped(&mut children, &parent, &mut models, f, &mut figures);
-                }
-                6..=7 => {
-                    let r = rng.below(READERS as u64) as usize;
-                    let target =
-                        children.board.reader(r, CHECKS).load(Ordering::Acquire) + rng.below(200);
-                    figures.stewards_killed_by_lever += until(&parent, "a reader's reads", || {
-                        children.board.reader(r, CHECKS).load(Ordering::Acquire) >= target
-                    });
-                    children.kill(Role::Reader(r));
-                    figures.readers_killed += 1;
-                    children.start(Role::Reader(r));
-                    children.wait_ready(Role::Reader(r), &parent);
-                }
-                _ => {
-                    // The steward at a random instant; a member's wait or the next attach
-                    // starts the next one.
-                    let steward = domain.steward();
-                    if steward.pid != 0 && steward.open().is_some() {
-                        sigkill(steward.pid);
-                        figures.stewards_killed += 1;
-                    }
-                }
-            }
-        }
-        // The round's end: every writer stopped after a returned write, every file read
-        // whole through the domain by a fresh reader.
-        let returned = stop_writers(&children, &parent, &mut figures);
-        let wrong = read_fresh(&parent, data.path(), &mut models, &returned, &returned);
-        assert_eq!(
-            wrong, 0,
-            "round {round}: pages a fresh reader read wrong (FOLIO_SEED={seed})"
-        );
-        figures.fresh_reads += 1;
-        continue_writers(&children);
-        if round % 5 == 0 {
-            everything_killed(
-                &mut children,
-                &parent,
-                data.path(),
-                &mut models,
-                &mut figures,
-                round,
-            );
-        }
-        let wrong: u64 = (0..READERS)
-            .map(|r| children.board.reader(r, WRONG).load(Ordering::Acquire))
-            .sum();
-        assert_eq!(
-            wrong, 0,
-            "round {round}: wrong pages read by the readers (FOLIO_SEED={seed})"
-        );
-        if round % 10 == 0 {
-            eprintln!(
-                "writers killed: round {round}, {} kills in {:.1} s",
-                figures.kills(),
-                started.elapsed().as_secs_f64()
-            );
-        }
-    }
     // The end: everyone leaves cleanly (a writer's drop writes back and detaches).
     children.board.word(QUIT).store(1, Ordering::Release);
     for (role, pid) in std::mem::take(&mut children.running) {
@@ -843,34 +1110,178 @@ fn writers_readers_and_the_steward_killed_at_random_lose_no_returned_write() {
         .map(|r| children.board.reader(r, CHECKS).load(Ordering::Acquire))
         .sum::<u64>();
     figures.reader_pages_mixed = (0..FILES).map(|f| board(&children, f, MIXED)).sum();
+    figures.turns_passed = (0..FILES).map(|f| board(&children, f, PASSES)).sum();
+    figures.write_ms_max = (0..FILES)
+        .map(|f| board(&children, f, WRITE_US_MAX))
+        .max()
+        .unwrap_or(0)
+        / 1000;
     let wrong: u64 = (0..READERS)
         .map(|r| children.board.reader(r, WRONG).load(Ordering::Acquire))
         .sum();
     eprintln!(
-        "writers killed: FOLIO_SEED={seed}, {rounds} rounds, {} kills in {:.1} s, {} processes \
+        "writers killed: FOLIO_SEED={seed}, {what}, {} kills in {:.1} s, {} processes \
          started: {figures:?}",
         figures.kills(),
         started.elapsed().as_secs_f64(),
         children.started
     );
     assert_eq!(wrong, 0, "wrong pages read by the readers");
+    if writers > 1 {
+        assert!(
+            (0..FILES).all(|f| board(&children, f, PASSES) > 0),
+            "a file's turn never passed: {figures:?}"
+        );
+    }
     reclaim_everything(domain, parent.holder());
     parent.detach();
 }
 
-/// Starts a writer of `f` again once the steward swept the killed one (its record no
-/// longer names a live writer), and waits until it is the file's writer.
-fn restart_writer(children: &mut Children<'_>, parent: &Member, f: usize, figures: &mut Figures) {
+/// `rounds` rounds of kills at random instants (module docs).
+fn kill_rounds(
+    children: &mut Children<'_>,
+    parent: &Member,
+    models: &mut [Model],
+    figures: &mut Figures,
+    rounds: u64,
+) {
+    let (seed, writers) = (children.seed, children.writers);
+    let domain = parent.domain();
     let data = children.data;
-    figures.stewards_killed_by_lever += until(parent, "the killed writer swept", || {
-        !has_writer(parent.domain(), data, f)
-    });
-    children.start(Role::Writer(f));
-    children.wait_ready(Role::Writer(f), parent);
-    assert!(
-        has_writer(parent.domain(), data, f),
-        "the restarted writer of file {f} is its writer in the domain"
-    );
+    let mut rng = Rng(seed);
+    let started = Instant::now();
+    let board = |children: &Children<'_>, f: usize, w: usize| {
+        children.board.file(f, w).load(Ordering::Acquire)
+    };
+    for round in 1..=rounds {
+        // Survivors keep working: every writer returns writes, every reader checks reads.
+        let writes: Vec<u64> = (0..FILES).map(|f| board(children, f, RETURNED)).collect();
+        let wrote: Vec<u64> = children.pens().map(|(f, w)| children.wrote(f, w)).collect();
+        let reads: Vec<u64> = (0..READERS)
+            .map(|r| children.board.reader(r, CHECKS).load(Ordering::Acquire))
+            .collect();
+        figures.stewards_killed_by_lever +=
+            until(parent, &format!("round {round}: progress"), || {
+                (0..FILES).all(|f| board(children, f, RETURNED) >= writes[f] + 2)
+                    && children
+                        .pens()
+                        .zip(&wrote)
+                        .all(|((f, w), &wrote)| children.wrote(f, w) > wrote)
+                    && (0..READERS).all(|r| {
+                        children.board.reader(r, CHECKS).load(Ordering::Acquire) >= reads[r] + 20
+                    })
+            });
+        let events = 3 + rng.below(3);
+        // `FOLIO_WRITE_KILL_EVENTS=0`: the rounds' stops, checks and restarts of
+        // everything only (a failure without random kills is not theirs).
+        let events = std::env::var(EVENTS_ENV)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map_or(events, |most: u64| events.min(most));
+        for _ in 0..events {
+            match rng.below(10) {
+                0..=3 => {
+                    // A writer at a random instant (once it returned a few more writes),
+                    // the steward's lever armed now and then.
+                    let f = rng.below(FILES as u64) as usize;
+                    let w = rng.below(writers as u64) as usize;
+                    let target = board(children, f, RETURNED) + 1 + rng.below(4);
+                    if rng.below(3) == 0 {
+                        domain.set_steward_stop_at(1 + rng.below(4));
+                    }
+                    figures.stewards_killed_by_lever += until(parent, "a writer's writes", || {
+                        board(children, f, RETURNED) >= target
+                    });
+                    eprintln!("round {round}: writer {w} of file {f} killed after op {target}");
+                    children.kill(Role::Writer(f, w));
+                    figures.writers_killed += 1;
+                    restart_writer(children, parent, (f, w), figures);
+                    domain.set_steward_stop_at(0);
+                }
+                4..=5 => {
+                    let f = rng.below(FILES as u64) as usize;
+                    eprintln!("round {round}: a writer of file {f} killed, its keeper stopped");
+                    kill_with_keeper_stopped(children, parent, models, f, figures);
+                }
+                6..=7 => {
+                    let r = rng.below(READERS as u64) as usize;
+                    let target =
+                        children.board.reader(r, CHECKS).load(Ordering::Acquire) + rng.below(200);
+                    figures.stewards_killed_by_lever += until(parent, "a reader's reads", || {
+                        children.board.reader(r, CHECKS).load(Ordering::Acquire) >= target
+                    });
+                    eprintln!("round {round}: reader {r} killed");
+                    children.kill(Role::Reader(r));
+                    figures.readers_killed += 1;
+                    children.start(Role::Reader(r));
+                    children.wait_ready(Role::Reader(r), parent);
+                }
+                _ => {
+                    // The steward at a random instant; a member's wait or the next attach
+                    // starts the next one.
+                    let steward = domain.steward();
+                    if steward.pid != 0 && steward.open().is_some() {
+                        eprintln!("round {round}: the steward killed");
+                        sigkill(steward.pid);
+                        figures.stewards_killed += 1;
+                    }
+                }
+            }
+        }
+        // The round's end: every writer stopped after a returned write, every file read
+        // whole through the domain by a fresh reader.
+        let returned = stop_writers(children, parent, figures);
+        let wrong = read_fresh(parent, data, models, &returned, &returned);
+        assert_eq!(
+            wrong, 0,
+            "round {round}: pages a fresh reader read wrong (FOLIO_SEED={seed})"
+        );
+        figures.fresh_reads += 1;
+        continue_writers(children);
+        if round % 5 == 0 {
+            everything_killed(children, parent, data, models, figures, round);
+        }
+        let wrong: u64 = (0..READERS)
+            .map(|r| children.board.reader(r, WRONG).load(Ordering::Acquire))
+            .sum();
+        assert_eq!(
+            wrong, 0,
+            "round {round}: wrong pages read by the readers (FOLIO_SEED={seed})"
+        );
+        if round % 10 == 0 {
+            eprintln!(
+                "writers killed: round {round}, {} kills in {:.1} s",
+                figures.kills(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+/// Starts writer `pen` of file `f` again. The only writer of its file: once the steward
+/// swept the killed one (its record no longer names a live writer), and it must become
+/// the file's writer. One of two: at once (the other may hold the role, or take it; the
+/// restarted one follows, and asks for it at its first write).
+fn restart_writer(
+    children: &mut Children<'_>,
+    parent: &Member,
+    (f, pen): (usize, usize),
+    figures: &mut Figures,
+) {
+    let data = children.data;
+    if children.writers == 1 {
+        figures.stewards_killed_by_lever += until(parent, "the killed writer swept", || {
+            !has_writer(parent.domain(), data, f)
+        });
+    }
+    children.start(Role::Writer(f, pen));
+    children.wait_ready(Role::Writer(f, pen), parent);
+    if children.writers == 1 {
+        assert!(
+            has_writer(parent.domain(), data, f),
+            "the restarted writer of file {f} is its writer in the domain"
+        );
+    }
 }
 
 /// The deterministic kill (module docs): writer `f` stopped after a write it did not sync,
@@ -890,17 +1301,16 @@ fn kill_with_keeper_stopped(
     board
         .file(f, STOP_AT)
         .store(next | DIRTY, Ordering::Release);
-    let pid = children.pid(Role::Writer(f));
-    figures.stewards_killed_by_lever += until(parent, "the writer stopped", || stopped(pid));
+    let pen = children.wait_stopped(parent, f, figures);
     board.file(f, STOP_AT).store(0, Ordering::Release);
     let v = board.file(f, RETURNED).load(Ordering::Acquire);
     assert_eq!(board.file(f, STARTED).load(Ordering::Acquire), v);
-    let keeper = board.file(f, KEEPER).load(Ordering::Acquire) as u32;
+    let keeper = board.writer(f, pen, KEEPER).load(Ordering::Acquire) as u32;
     // SAFETY: stops the keeper of our own child.
     let signalled = unsafe { libc::kill(keeper as libc::pid_t, libc::SIGSTOP) };
     assert_eq!(signalled, 0);
     children.stopped_keepers.push(keeper);
-    children.kill(Role::Writer(f));
+    children.kill(Role::Writer(f, pen));
     figures.writers_killed_keeper_stopped += 1;
     let data = children.data;
     figures.stewards_killed_by_lever += until(parent, "the killed writer swept", || {
@@ -931,8 +1341,8 @@ fn kill_with_keeper_stopped(
     let signalled = unsafe { libc::kill(keeper as libc::pid_t, libc::SIGCONT) };
     assert_eq!(signalled, 0);
     children.stopped_keepers.retain(|&k| k != keeper);
-    children.start(Role::Writer(f));
-    children.wait_ready(Role::Writer(f), parent);
+    children.start(Role::Writer(f, pen));
+    children.wait_ready(Role::Writer(f, pen), parent);
     assert!(has_writer(parent.domain(), data, f));
 }
 
@@ -946,7 +1356,8 @@ fn read_one_fresh(parent: &Member, data: &Path, models: &mut [Model], f: usize, 
     compare("a fresh read", f, &buf[..got], &mut models[f], v, v)
 }
 
-/// Stops every writer after its next returned write; returns each file's version then.
+/// Stops each file's writing after its next returned write (the writer that returned it
+/// stopped; another waits for its turn); returns each file's version then.
 fn stop_writers(children: &Children<'_>, parent: &Member, figures: &mut Figures) -> Vec<u64> {
     let board = &children.board;
     for f in 0..FILES {
@@ -954,8 +1365,7 @@ fn stop_writers(children: &Children<'_>, parent: &Member, figures: &mut Figures)
         board.file(f, STOP_AT).store(next, Ordering::Release);
     }
     for f in 0..FILES {
-        let pid = children.pid(Role::Writer(f));
-        figures.stewards_killed_by_lever += until(parent, "the writers stopped", || stopped(pid));
+        children.wait_stopped(parent, f, figures);
     }
     (0..FILES)
         .map(|f| {
@@ -969,8 +1379,15 @@ fn stop_writers(children: &Children<'_>, parent: &Member, figures: &mut Figures)
 fn continue_writers(children: &Children<'_>) {
     for f in 0..FILES {
         children.board.file(f, STOP_AT).store(0, Ordering::Release);
-        // SAFETY: continues our own stopped child.
-        unsafe { libc::kill(children.pid(Role::Writer(f)) as libc::pid_t, libc::SIGCONT) };
+    }
+    for (f, pen) in children.pens() {
+        // SAFETY: continues our own stopped child (a running one ignores it).
+        unsafe {
+            libc::kill(
+                children.pid(Role::Writer(f, pen)) as libc::pid_t,
+                libc::SIGCONT,
+            )
+        };
     }
 }
 
@@ -990,7 +1407,7 @@ fn everything_killed(
     for &role in &roles {
         children.kill(role);
         match role {
-            Role::Writer(_) => figures.writers_killed += 1,
+            Role::Writer(..) => figures.writers_killed += 1,
             Role::Reader(_) => figures.readers_killed += 1,
         }
     }
@@ -1028,13 +1445,5 @@ fn everything_killed(
         "round {round}: pages in the domain without their returned writes"
     );
     figures.disk_checks += 1;
-    for f in 0..FILES {
-        children.start(Role::Writer(f));
-        children.wait_ready(Role::Writer(f), parent);
-        assert!(has_writer(domain, data, f));
-    }
-    for r in 0..READERS {
-        children.start(Role::Reader(r));
-        children.wait_ready(Role::Reader(r), parent);
-    }
+    children.start_all(parent);
 }
