@@ -565,6 +565,10 @@ impl Mapping {
     /// The writer of the file's record (A4), for a write's publish and a writeback that
     /// took a page.
     pub(crate) fn domain_writer(&self) -> Option<Arc<DomainWriter>> {
+        // The look without the lock first: a private cache's write pays one load.
+        if self.role_kind() != Kind::Holder {
+            return None;
+        }
         match &self.domain.lock().role {
             Role::Holder(writer) => Some(writer.clone()),
             _ => None,
