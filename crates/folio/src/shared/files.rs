@@ -225,9 +225,9 @@ const RETIRED_STAMP: u64 = u64::MAX;
 /// until the keeper is done, so it names no one else). Its pages are the file's newest
 /// bytes (HELD: the steward keeps the dead writer's marks meanwhile), so the record stays
 /// current as under a writer: admitted as `Stamp::Same` (its writer's keeper moves the
-/// disk's stamp), never dropped for a changed stamp or a full table; the next writer
-/// follows it and claims it once the keeper is done (`WRITTEN`: `request_writer`).
-/// docs/sharing.md "Writes seen across processes", "Death".
+/// disk's stamp), never dropped for a changed stamp or a full table, and claimable by the
+/// next writer at its open (`request_writer`). docs/sharing.md "Writes seen across
+/// processes", "Death".
 const ORPHANED: u64 = 1 << 32;
 /// WRITER of a record whose dead writer's keeper is done (`written`): no writer, its pages
 /// the file's (on disk too); admitted as `Stamp::Same` while its stamp is not retired
@@ -274,10 +274,12 @@ fn wanted_of(writer: u64) -> u64 {
 /// How a process asks for a record's writer role (`request_writer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ask {
-    /// At a writable open: claimed if free, else the opener follows the holder (or a
-    /// dead holder's keeper), asking nothing yet.
+    /// At a writable open: claimed if free (a dead holder's `ORPHANED` record too: a
+    /// restarted writer's persistent cache waited for the keepers of its segment
+    /// directory), else the opener follows the holder, asking nothing yet.
     AtOpen,
-    /// Before a write: claimed if free, else asked for (`WANTED`).
+    /// Before a write: claimed if free (an `ORPHANED` record is not: its keeper may still
+    /// write older bytes that would land over ours), else asked for (`WANTED`).
     ToWrite,
 }
 
@@ -737,9 +739,9 @@ impl<'r> FileTable<'r> {
     /// seen across processes", "Two writing processes"), as `ask` says.
     ///
     /// It is claimed when the record is current (LIVE, its stamp not retired), nobody
-    /// holds the role (0, `WRITTEN`; not `ORPHANED`: the dead holder's keeper may still
-    /// write its older bytes, which would land over ours) and nobody else asked first
-    /// (`WANTED` 0 or `me`): one
+    /// holds the role (0, `WRITTEN`; `ORPHANED` too at an open: the claimant's own reads of
+    /// the file waited for the dead one's keeper, as a persistent cache's build does in
+    /// recovery's `settle_dir`) and nobody else asked first (`WANTED` 0 or `me`): one
     /// intent, WRITER = `me` (its `WANTED` cleared). Else `Busy`, and a request to write
     /// leaves `me` as `WANTED` if nobody is: the holder hands the role over at its next
     /// write, writeback pass or sync (mapping/domain.rs, "Two writing processes").
@@ -765,7 +767,7 @@ impl<'r> FileTable<'r> {
         let free = match holder {
             0 | WRITTEN => true,
             _ if holder == mine => true,
-            _ if holder & ORPHANED != 0 => orphan_claimed(run.flaw()),
+            _ if holder & ORPHANED != 0 => ask == Ask::AtOpen || orphan_claimed(run.flaw()),
             _ => false,
         };
         let request = if !live || stamp == RETIRED_STAMP {

@@ -1343,7 +1343,17 @@ fn kill_with_keeper_stopped(
     children.stopped_keepers.retain(|&k| k != keeper);
     children.start(Role::Writer(f, pen));
     children.wait_ready(Role::Writer(f, pen), parent);
-    assert!(has_writer(parent.domain(), data, f));
+    // The restarted writer claims the record at its open (an `ORPHANED` one too); with
+    // two writers the other may have asked first (`WANTED`): it claims the role at its
+    // write once the keeper, continued, is done. Either way a writer holds it soon.
+    let started = std::time::Instant::now();
+    while !has_writer(parent.domain(), data, f) {
+        assert!(
+            started.elapsed() < DEADLINE,
+            "file {f}: no writer holds the record after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// `read_fresh` of file `f` alone, exactly at version `v`.
