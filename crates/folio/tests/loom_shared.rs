@@ -84,7 +84,7 @@ mod loom_rooms;
 use loom_rooms::*;
 
 use lock::HolderLock;
-use stack::{Census, FrameStack};
+use stack::{Census, Frame, FrameStack};
 
 const FRAMES: u32 = 2;
 const STACK: Word = Word(8);
@@ -1250,6 +1250,30 @@ fn reclaim_queue<'r>(
     ))
 }
 
+/// `frame` installed by `writer` with `mark` as page 0 of file 0 (the one page the
+/// reclaim region's models cache: indexed by `indexes[0]`).
+fn install_page0<R: Run>(
+    queue: &queue::SharedQueue<'_>,
+    frame: Frame,
+    mark: u64,
+    writer: Holder,
+    indexes: &[index::SharedIndex<'_>; 1],
+    slots: &SlotTable<'_>,
+    run: &R,
+) -> Result<queue::Installed, Died> {
+    queue.install(
+        frame,
+        queue::FileNo(0),
+        0,
+        mark,
+        &indexes[0],
+        writer,
+        &indexes[..],
+        slots,
+        run,
+    )
+}
+
 fn reclaim_views(
     region: &[AtomicU64],
 ) -> (
@@ -1679,14 +1703,12 @@ fn install_model(
                         .alloc(buddy::Order(0), writer, &slots, &dying)?
                         .expect("the other frame is free");
                     data[new.0 as usize].store(NEW, Ordering::Relaxed);
-                    queue.install(
+                    install_page0(
+                        &queue,
                         new,
-                        queue::FileNo(0),
-                        0,
                         queue::held_mark(writer, 1),
-                        &indexes[0],
                         writer,
-                        &indexes[..],
+                        &indexes,
                         &slots,
                         &dying,
                     )?;
@@ -1897,19 +1919,16 @@ fn keeper_wait_model(
                 .unwrap()
                 .unwrap();
             data[frame.0 as usize].store(NEW, Ordering::Relaxed);
-            let installed = queue
-                .install(
-                    frame,
-                    queue::FileNo(0),
-                    0,
-                    queue::held_mark(writer, 1),
-                    &indexes[0],
-                    writer,
-                    &indexes[..],
-                    &slots,
-                    &run,
-                )
-                .unwrap();
+            let installed = install_page0(
+                &queue,
+                frame,
+                queue::held_mark(writer, 1),
+                writer,
+                &indexes,
+                &slots,
+                &run,
+            )
+            .unwrap();
             assert_eq!(installed, queue::Installed::Inserted);
             // The write returned; the writer died, and the kernel told the steward.
             assert!(slots.mark_dead(writer));
@@ -2106,19 +2125,16 @@ fn append_model(
                 .unwrap()
                 .unwrap();
             data[2 * g.0 as usize].store(FIRST, Ordering::Relaxed);
-            let installed = queue
-                .install(
-                    g,
-                    queue::FileNo(0),
-                    0,
-                    queue::held_mark(writer, m1),
-                    &indexes[0],
-                    writer,
-                    &indexes[..],
-                    &slots,
-                    &run,
-                )
-                .unwrap();
+            let installed = install_page0(
+                &queue,
+                g,
+                queue::held_mark(writer, m1),
+                writer,
+                &indexes,
+                &slots,
+                &run,
+            )
+            .unwrap();
             assert_eq!(installed, queue::Installed::Inserted);
             (steward, writer, slots.attach(Flaw::None).unwrap(), g)
         };
@@ -2519,19 +2535,9 @@ fn drop_model(
                     .unwrap();
                 leased.inspect(|&new| {
                     data[new.0 as usize].store(NEW, Ordering::Relaxed);
-                    let installed = queue
-                        .install(
-                            new,
-                            queue::FileNo(0),
-                            0,
-                            mark,
-                            &indexes[0],
-                            writer,
-                            &indexes[..],
-                            &slots,
-                            &living,
-                        )
-                        .unwrap();
+                    let installed =
+                        install_page0(&queue, new, mark, writer, &indexes, &slots, &living)
+                            .unwrap();
                     assert_ne!(installed, queue::Installed::Full, "the tree has its nodes");
                     returned.store(1, Ordering::Release);
                 })
@@ -3514,19 +3520,16 @@ fn release_model(
             };
             let g1 = lease();
             data[g1.0 as usize].store(OLD, Ordering::Relaxed);
-            let installed = queue
-                .install(
-                    g1,
-                    queue::FileNo(0),
-                    0,
-                    queue::held_mark(writer, 1),
-                    &indexes[0],
-                    writer,
-                    &indexes[..],
-                    &slots,
-                    &run,
-                )
-                .unwrap();
+            let installed = install_page0(
+                &queue,
+                g1,
+                queue::held_mark(writer, 1),
+                writer,
+                &indexes,
+                &slots,
+                &run,
+            )
+            .unwrap();
             assert_eq!(installed, queue::Installed::Inserted);
             (steward, writer, slots.attach(Flaw::None).unwrap(), lease())
         };
@@ -3538,17 +3541,7 @@ fn release_model(
                 let queue = reclaim_queue(&region, buddy.clone());
                 let dying = ModelRun::dying_at(die_at, flaw);
                 data[g2.0 as usize].store(NEW, Ordering::Relaxed);
-                let installed = queue.install(
-                    g2,
-                    queue::FileNo(0),
-                    0,
-                    m2,
-                    &indexes[0],
-                    writer,
-                    &indexes[..],
-                    &slots,
-                    &dying,
-                );
+                let installed = install_page0(&queue, g2, m2, writer, &indexes, &slots, &dying);
                 match installed {
                     Ok(installed) => {
                         assert_ne!(installed, queue::Installed::Full, "the tree has its nodes");

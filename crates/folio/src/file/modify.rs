@@ -10,6 +10,7 @@
 //! and `set_len`; the state word for the rest.
 
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{checked_end, overflow, Access, File};
@@ -17,7 +18,7 @@ use crate::eviction::ReadHint;
 use crate::io::FlushKind;
 use crate::mapping::{Invalidate, Kind, RangeWait};
 use crate::shared::queue::Appended;
-use crate::shared::reader::Settle;
+use crate::shared::reader::{DomainWriter, Settle};
 use crate::stats;
 use crate::types::{PageIndex, PAGE_BYTES};
 use crate::wait;
@@ -58,27 +59,42 @@ impl File {
     /// this process the writer of the file's record in the domain, if it has a part in
     /// it (mapping/domain.rs, "Two writing processes"): a follower takes the role first
     /// (F2); a writer another process asked for the role hands it over first (F3) and
-    /// takes it back. Checked again once the range is held: another thread's hand-over
-    /// may have come between (it holds the whole file's range, so none comes after).
+    /// takes it back. The role is looked at once the range is held: a hand-over holds the
+    /// whole file's range, so none comes while the caller holds it, and the writer
+    /// returned is the role's until the range is let go (the one look at the role a
+    /// holder's write pays).
     ///
     /// Context: no lock of the file held; may sleep for the role, and as `lock_range`.
     /// Errors: `take_role`'s.
-    fn lock_range_with_role(&self, start: u64, end: u64) -> io::Result<RangeGuard<'_>> {
+    fn lock_range_with_role(&self, start: u64, end: u64) -> io::Result<Held<'_>> {
         loop {
-            match self.mapping.role_kind() {
-                Kind::None => {}
-                Kind::Holder => {
-                    if self.mapping.role_wanted() {
-                        self.yield_role(RangeWait::Wait);
-                        self.take_role()?;
-                    }
-                }
-                Kind::Follower => self.take_role()?,
+            if self.mapping.role_kind() == Kind::Follower {
+                self.take_role()?;
             }
             let range = self.mapping.write.lock_range(start, end);
-            if self.mapping.role_kind() != Kind::Follower {
-                return Ok(range);
+            match self.mapping.role_kind() {
+                Kind::None => {
+                    return Ok(Held {
+                        _range: range,
+                        writer: None,
+                    })
+                }
+                // Another thread handed the role over before the range was ours.
+                Kind::Follower => continue,
+                Kind::Holder => {}
             }
+            let writer = self.mapping.domain_writer();
+            if !writer.as_ref().is_some_and(|w| w.wanted_by_other()) {
+                return Ok(Held {
+                    _range: range,
+                    writer,
+                });
+            }
+            // The hand-over takes the whole file's range, and its release is the
+            // writer's drop: both let go first.
+            drop((range, writer));
+            self.yield_role(RangeWait::Wait);
+            self.take_role()?;
         }
     }
 
@@ -144,7 +160,7 @@ impl File {
         // The whole call holds its bytes: a write that overlaps waits, and is applied
         // after this one, whole (`range_lock`); taken with the file's writer role in the
         // domain (`lock_range_with_role`).
-        let _range = self.lock_range_with_role(offset, end)?;
+        let held = self.lock_range_with_role(offset, end)?;
         #[cfg(any(debug_assertions, feature = "invariants"))]
         let _audit = write.audit().write(offset, end);
         write.note_written();
@@ -182,7 +198,7 @@ impl File {
             if result.is_ok() {
                 // The domain's pages of the piece made these bytes before the call returns
                 // (mapping/domain.rs, A4), under the writer lock: in the order of the writes.
-                if let Err(e) = self.publish(&buf[done..done + len], pos) {
+                if let Err(e) = self.publish(held.writer.as_deref(), &buf[done..done + len], pos) {
                     result = Err(e);
                 }
             }
@@ -227,10 +243,11 @@ impl File {
     /// Nothing without a domain writer.
     ///
     /// Context: the file's writer lock held (so the pages are the newest writes', and
-    /// installs go in the order of the writes); the pages were just written (cached, dirty:
-    /// the private reads are hits). Errors: the private read's, the install's.
-    fn publish(&self, written: &[u8], pos: u64) -> io::Result<()> {
-        let Some(writer) = self.mapping.domain_writer() else {
+    /// installs go in the order of the writes), and the write's range with `writer` (the
+    /// role's, `lock_range_with_role`); the pages were just written (cached, dirty: the
+    /// private reads are hits). Errors: the private read's, the install's.
+    fn publish(&self, writer: Option<&DomainWriter>, written: &[u8], pos: u64) -> io::Result<()> {
+        let Some(writer) = writer else {
             return Ok(());
         };
         writer.settle(Settle::Suspects, |page| self.written_back(PageIndex(page)));
@@ -340,7 +357,7 @@ impl File {
         let core = self.core();
         let write = &self.mapping.write;
         let (whole_start, whole_end) = WHOLE_FILE;
-        let _range = self.lock_range_with_role(whole_start, whole_end)?;
+        let held = self.lock_range_with_role(whole_start, whole_end)?;
         write.note_written();
         let _writer = write.lock_writer();
         let old = self.mapping.size_bytes();
@@ -362,7 +379,7 @@ impl File {
         } else {
             self.mapping.set_size(len);
         }
-        if let Some(writer) = self.mapping.domain_writer() {
+        if let Some(writer) = &held.writer {
             // The domain's size first (its readers stop short of the cut), then its pages
             // past the end dropped, and the page the end cuts made this process's
             // (zeros past the end): W5.
@@ -484,4 +501,11 @@ impl File {
 /// returns it as is (a `Context` message would lose it).
 fn failed_error(errno: i32) -> io::Error {
     io::Error::from_raw_os_error(errno)
+}
+
+/// A write's or `set_len`'s bytes held, with this process's writer role in the domain's
+/// record of the file, if it holds one (`File::lock_range_with_role`).
+struct Held<'a> {
+    _range: RangeGuard<'a>,
+    writer: Option<Arc<DomainWriter>>,
 }

@@ -274,12 +274,10 @@ fn wanted_of(writer: u64) -> u64 {
 /// How a process asks for a record's writer role (`request_writer`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Ask {
-    /// At a writable open: claimed if free (a dead holder's `ORPHANED` record too: a
-    /// restarted writer's persistent cache waited for the keepers of its segment
-    /// directory), else the opener follows the holder, asking nothing yet.
+    /// At a writable open: claimed if free, else the opener follows the holder (or waits
+    /// out a dead holder's keeper), asking nothing yet.
     AtOpen,
-    /// Before a write: claimed if free (an `ORPHANED` record is not: its keeper may still
-    /// write older bytes that would land over ours), else asked for (`WANTED`).
+    /// Before a write: claimed if free, else asked for (`WANTED`).
     ToWrite,
 }
 
@@ -297,7 +295,7 @@ pub(crate) enum Request {
     Stale,
 }
 
-/// Whether `flaw` is a request to write that claims an `ORPHANED` record.
+/// Whether `flaw` is a request that claims an `ORPHANED` record.
 fn orphan_claimed(flaw: Flaw) -> bool {
     match flaw {
         #[cfg(test)]
@@ -739,9 +737,10 @@ impl<'r> FileTable<'r> {
     /// seen across processes", "Two writing processes"), as `ask` says.
     ///
     /// It is claimed when the record is current (LIVE, its stamp not retired), nobody
-    /// holds the role (0, `WRITTEN`; `ORPHANED` too at an open: the claimant's own reads of
-    /// the file waited for the dead one's keeper, as a persistent cache's build does in
-    /// recovery's `settle_dir`) and nobody else asked first (`WANTED` 0 or `me`): one
+    /// holds the role (0, `WRITTEN`; not `ORPHANED`, at an open too: the dead holder's
+    /// keeper may still write older bytes, which would land over the claimant's, whose
+    /// own persistent cache may be in another segment directory than the dead one's) and
+    /// nobody else asked first (`WANTED` 0 or `me`): one
     /// intent, WRITER = `me` (its `WANTED` cleared). Else `Busy`, and a request to write
     /// leaves `me` as `WANTED` if nobody is: the holder hands the role over at its next
     /// write, writeback pass or sync (mapping/domain.rs, "Two writing processes").
@@ -759,15 +758,14 @@ impl<'r> FileTable<'r> {
         let mine = u64::from(me.slot.0) + 1;
         let writer = self.word(id.index, WRITER).load(Ordering::Relaxed);
         let (holder, wanted) = (holder_of(writer), wanted_of(writer));
-        let live =
-            self.word(id.index, TAG).load(Ordering::Relaxed) == LIVE | u64::from(id.generation);
+        let live = self.names(id, Ordering::Relaxed);
         // A retired stamp: another process wrote the file outside the domain (A2), so the
         // record's pages may be stale: no writer keeps it current.
         let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
         let free = match holder {
             0 | WRITTEN => true,
             _ if holder == mine => true,
-            _ if holder & ORPHANED != 0 => ask == Ask::AtOpen || orphan_claimed(run.flaw()),
+            _ if holder & ORPHANED != 0 => orphan_claimed(run.flaw()),
             _ => false,
         };
         let request = if !live || stamp == RETIRED_STAMP {
@@ -805,8 +803,7 @@ impl<'r> FileTable<'r> {
     ) -> Result<(), Died> {
         let held = self.take(me, slots, run)?;
         let writer = self.word(id.index, WRITER).load(Ordering::Relaxed);
-        let live =
-            self.word(id.index, TAG).load(Ordering::Relaxed) == LIVE | u64::from(id.generation);
+        let live = self.names(id, Ordering::Relaxed);
         if live && wanted_of(writer) == u64::from(me.slot.0) + 1 {
             let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
             self.change(
@@ -824,10 +821,15 @@ impl<'r> FileTable<'r> {
         let writer = self.word(id.index, WRITER).load(Ordering::Acquire);
         let (holder, wanted) = (holder_of(writer), wanted_of(writer));
         let mine = u64::from(me.slot.0) + 1;
-        let stale = self.word(id.index, TAG).load(Ordering::Acquire)
-            != LIVE | u64::from(id.generation)
+        let stale = !self.names(id, Ordering::Acquire)
             || self.word(id.index, MTIME).load(Ordering::Acquire) == RETIRED_STAMP;
         stale || (matches!(holder, 0 | WRITTEN) && (wanted == 0 || wanted == mine))
+    }
+
+    /// Whether `id` still names a LIVE record (not removed, its place not reused), its tag
+    /// loaded with `order`.
+    fn names(&self, id: FileId, order: Ordering) -> bool {
+        self.word(id.index, TAG).load(order) == LIVE | u64::from(id.generation)
     }
 
     /// Whether another process than `me` asked for `id`'s writer role (`WANTED`): the
@@ -888,9 +890,8 @@ impl<'r> FileTable<'r> {
         run: &R,
     ) -> Result<(), Died> {
         let held = self.take(me, slots, run)?;
-        assert_eq!(
-            self.word(id.index, TAG).load(Ordering::Relaxed),
-            LIVE | u64::from(id.generation),
+        assert!(
+            self.names(id, Ordering::Relaxed),
             "a close of {id:?}, which is not in the table"
         );
         let intent = self
@@ -928,9 +929,7 @@ impl<'r> FileTable<'r> {
         drop: DropPages<'_>,
     ) -> Result<Removal, Died> {
         let held = self.take(me, slots, run)?;
-        let removed = if self.word(id.index, TAG).load(Ordering::Relaxed)
-            != LIVE | u64::from(id.generation)
-        {
+        let removed = if !self.names(id, Ordering::Relaxed) {
             Removal::Gone
         } else if self.word(id.index, OPENERS).load(Ordering::Relaxed) != 0 {
             Removal::InUse
@@ -1084,10 +1083,7 @@ impl<'r> FileTable<'r> {
     /// Context: the caller has a handle open on `id` (debug-asserted) while it uses the
     /// word (a record's words are another record's after its removal).
     pub(crate) fn size_word(&self, id: FileId) -> &'r AtomicU64 {
-        debug_assert_eq!(
-            self.word(id.index, TAG).load(Ordering::Relaxed),
-            LIVE | u64::from(id.generation)
-        );
+        debug_assert!(self.names(id, Ordering::Relaxed), "{id:?} not open");
         self.word(id.index, SIZE)
     }
 
@@ -1096,10 +1092,7 @@ impl<'r> FileTable<'r> {
     ///
     /// Context: the caller has a handle open on `id` (so it is not removed meanwhile).
     pub(crate) fn extend_size(&self, id: FileId, end: u64) -> u64 {
-        debug_assert_eq!(
-            self.word(id.index, TAG).load(Ordering::Relaxed),
-            LIVE | u64::from(id.generation)
-        );
+        debug_assert!(self.names(id, Ordering::Relaxed), "{id:?} not open");
         let word = self.word(id.index, SIZE);
         let mut was = word.load(Ordering::Acquire);
         while was < end {
@@ -1115,10 +1108,7 @@ impl<'r> FileTable<'r> {
     ///
     /// Context: as `extend_size`.
     pub(crate) fn set_size(&self, id: FileId, size: u64) {
-        debug_assert_eq!(
-            self.word(id.index, TAG).load(Ordering::Relaxed),
-            LIVE | u64::from(id.generation)
-        );
+        debug_assert!(self.names(id, Ordering::Relaxed), "{id:?} not open");
         self.word(id.index, SIZE).swap(size, Ordering::AcqRel);
     }
 

@@ -860,43 +860,7 @@ fn two_writers_per_file_readers_and_the_steward_killed_at_random_lose_no_returne
 /// turns; every read checked, and the end's checks.
 #[test]
 fn a_holder_killed_between_its_write_out_and_its_release_leaves_the_role_to_its_requester() {
-    let (f, holder, requester) = (0, 0, 1);
-    let armed = Some((Role::Writer(f, holder), super::Step::Yielding));
-    let what = "the holder killed at Step::Yielding";
-    with_children(
-        2,
-        "yield-kill",
-        armed,
-        what,
-        |children, parent, models, figures| {
-            until_wrote(children, parent, f, holder, 3, figures);
-            let quiet_pen = stop_file(children, parent, f, figures);
-            assert_eq!(quiet_pen, holder, "the turn is the holder's");
-            children
-                .board
-                .file(f, TURN)
-                .store(requester as u64, Ordering::Release);
-            continue_writer(children, f, holder);
-            // The requester's write asks; the holder's writeback thread hands over, and its
-            // lever stops it there.
-            let pid = children.pid(Role::Writer(f, holder));
-            figures.stewards_killed_by_lever +=
-                until(parent, "the holder stopped at Step::Yielding", || {
-                    stopped(pid)
-                });
-            assert_eq!(
-                children.wrote(f, requester),
-                0,
-                "the requester wrote while the holder held the role"
-            );
-            children.kill(Role::Writer(f, holder));
-            figures.writers_killed += 1;
-            until_wrote(children, parent, f, requester, 3, figures);
-            children.start(Role::Writer(f, holder));
-            children.wait_ready(Role::Writer(f, holder), parent);
-            both_write_then_read(children, parent, models, f, figures);
-        },
-    );
+    killed_in_a_hand_over(Victim::Holder);
 }
 
 /// Lever (b) of the two writers' tests (module docs, "Two writers"): a follower of file 0
@@ -908,39 +872,73 @@ fn a_holder_killed_between_its_write_out_and_its_release_leaves_the_role_to_its_
 /// checks.
 #[test]
 fn a_requester_killed_while_its_request_is_set_leaves_the_role_to_the_survivors() {
+    killed_in_a_hand_over(Victim::Requester);
+}
+
+/// Which writer of file 0 a lever test of the hand-over kills.
+#[derive(Clone, Copy, Debug)]
+enum Victim {
+    /// The holder, at `Step::Yielding`.
+    Holder,
+    /// The requester, at `Step::Requested`.
+    Requester,
+}
+
+/// The levers' tests: file 0's holder (writer 0) writes, stops after a returned write
+/// with the turn passed to the requester (writer 1); `victim` stops at its lever's step
+/// and is killed there; the survivor writes on; a process started in the victim's place
+/// and the survivor write in turns (`both_write_then_read`).
+fn killed_in_a_hand_over(victim: Victim) {
     let (f, holder, requester) = (0, 0, 1);
-    let armed = Some((Role::Writer(f, requester), super::Step::Requested));
-    let what = "the requester killed at Step::Requested";
+    let (pen, step, name) = match victim {
+        Victim::Holder => (holder, super::Step::Yielding, "yield-kill"),
+        Victim::Requester => (requester, super::Step::Requested, "request-kill"),
+    };
+    let what = format!("the {victim:?} killed at {step:?}");
+    let armed = Some((Role::Writer(f, pen), step));
     with_children(
         2,
-        "request-kill",
+        name,
         armed,
-        what,
+        &what,
         |children, parent, models, figures| {
             until_wrote(children, parent, f, holder, 3, figures);
             let quiet_pen = stop_file(children, parent, f, figures);
             assert_eq!(quiet_pen, holder, "the turn is the holder's");
-            children
-                .board
-                .file(f, TURN)
-                .store(requester as u64, Ordering::Release);
-            let pid = children.pid(Role::Writer(f, requester));
+            let turn = |children: &Children<'_>, pen: usize| {
+                children
+                    .board
+                    .file(f, TURN)
+                    .store(pen as u64, Ordering::Release)
+            };
+            turn(children, requester);
+            if let Victim::Holder = victim {
+                // The requester's write asks; the holder's writeback thread hands over, and
+                // its lever stops it there.
+                continue_writer(children, f, holder);
+            }
+            let pid = children.pid(Role::Writer(f, pen));
             figures.stewards_killed_by_lever +=
-                until(parent, "the requester stopped at Step::Requested", || {
-                    stopped(pid)
-                });
-            assert_eq!(children.wrote(f, requester), 0, "the requester wrote");
-            children.kill(Role::Writer(f, requester));
+                until(parent, &format!("{what}: stopped"), || stopped(pid));
+            assert_eq!(
+                children.wrote(f, requester),
+                0,
+                "the requester wrote while the holder held the role"
+            );
+            children.kill(Role::Writer(f, pen));
             figures.writers_killed += 1;
-            children
-                .board
-                .file(f, TURN)
-                .store(holder as u64, Ordering::Release);
-            continue_writer(children, f, holder);
-            let wrote = children.wrote(f, holder);
-            until_wrote(children, parent, f, holder, wrote + 3, figures);
-            children.start(Role::Writer(f, requester));
-            children.wait_ready(Role::Writer(f, requester), parent);
+            let survivor = match victim {
+                Victim::Holder => requester,
+                Victim::Requester => {
+                    turn(children, holder);
+                    continue_writer(children, f, holder);
+                    holder
+                }
+            };
+            let wrote = children.wrote(f, survivor);
+            until_wrote(children, parent, f, survivor, wrote + 3, figures);
+            children.start(Role::Writer(f, pen));
+            children.wait_ready(Role::Writer(f, pen), parent);
             both_write_then_read(children, parent, models, f, figures);
         },
     );
@@ -1260,8 +1258,9 @@ fn kill_rounds(
 
 /// Starts writer `pen` of file `f` again. The only writer of its file: once the steward
 /// swept the killed one (its record no longer names a live writer), and it must become
-/// the file's writer. One of two: at once (the other may hold the role, or take it; the
-/// restarted one follows, and asks for it at its first write).
+/// the file's writer (at its open, or, while the dead one's keeper writes, at its first
+/// write once the keeper is done). One of two: at once (the other may hold the role, or
+/// take it; the restarted one follows, and asks for it at its first write).
 fn restart_writer(
     children: &mut Children<'_>,
     parent: &Member,
@@ -1277,11 +1276,16 @@ fn restart_writer(
     children.start(Role::Writer(f, pen));
     children.wait_ready(Role::Writer(f, pen), parent);
     if children.writers == 1 {
-        assert!(
-            has_writer(parent.domain(), data, f),
-            "the restarted writer of file {f} is its writer in the domain"
-        );
+        until_held(parent, data, f, figures);
     }
+}
+
+/// Waits until a writer holds file `f`'s record.
+fn until_held(parent: &Member, data: &Path, f: usize, figures: &mut Figures) {
+    figures.stewards_killed_by_lever +=
+        until(parent, &format!("a writer holds file {f}'s record"), || {
+            has_writer(parent.domain(), data, f)
+        });
 }
 
 /// The deterministic kill (module docs): writer `f` stopped after a write it did not sync,
@@ -1343,17 +1347,10 @@ fn kill_with_keeper_stopped(
     children.stopped_keepers.retain(|&k| k != keeper);
     children.start(Role::Writer(f, pen));
     children.wait_ready(Role::Writer(f, pen), parent);
-    // The restarted writer claims the record at its open (an `ORPHANED` one too); with
-    // two writers the other may have asked first (`WANTED`): it claims the role at its
-    // write once the keeper, continued, is done. Either way a writer holds it soon.
-    let started = std::time::Instant::now();
-    while !has_writer(parent.domain(), data, f) {
-        assert!(
-            started.elapsed() < DEADLINE,
-            "file {f}: no writer holds the record after the restart"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    // The restarted writer follows the `ORPHANED` record until the keeper, continued, is
+    // done, and claims the role at its next write; with two writers the other may have
+    // asked first (`WANTED`). Either way a writer holds it soon.
+    until_held(parent, data, f, figures);
 }
 
 /// `read_fresh` of file `f` alone, exactly at version `v`.
