@@ -244,8 +244,6 @@ impl Cast<'_> {
         stuck_when_done: Option<Who>,
     ) -> Result<Request, Died> {
         loop {
-            let other_done =
-                stuck_when_done.is_some_and(|o| self.file.done[o.index()].load(SeqCst));
             match self
                 .table
                 .request_writer(self.id, Ask::ToWrite, me, self.slots, run)?
@@ -259,14 +257,21 @@ impl Cast<'_> {
                     self.file.stale_seen.store(true, SeqCst);
                     return Ok(Request::Stale);
                 }
-                Request::Busy => {
+                // As `Mapping::take_role`: lock-free looks until a request would do
+                // something (`worth_asking`), then the request.
+                Request::Busy => loop {
+                    let other_done =
+                        stuck_when_done.is_some_and(|o| self.file.done[o.index()].load(SeqCst));
+                    if self.table.worth_asking(self.id, me, run) {
+                        break;
+                    }
                     assert!(
                         !other_done,
                         "the role is stuck: {who:?}'s request is refused with {:?} done",
                         who.other()
                     );
                     loom::thread::yield_now();
-                }
+                },
             }
         }
     }
@@ -305,8 +310,10 @@ impl Cast<'_> {
                 break;
             }
             if file.done[Who::F.index()].load(SeqCst) {
-                // F ended without asking (it died before, or its request was swept).
-                return self.holder_again(h, run);
+                // F ended without asking (it died before, or its request was swept): H
+                // still holds the role (a holder does not ask for its own role: a request
+                // that finds it is `Busy` until the holder's release), and lets it go.
+                return self.release_and_close(Who::H, h, run);
             }
             loom::thread::yield_now();
         }

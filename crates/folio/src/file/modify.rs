@@ -506,6 +506,8 @@ fn failed_error(errno: i32) -> io::Error {
 /// A write's or `set_len`'s bytes held, with this process's writer role in the domain's
 /// record of the file, if it holds one (`File::lock_range_with_role`).
 struct Held<'a> {
-    _range: RangeGuard<'a>,
+    /// Dropped before the range (fields drop in order): a hand-over waiting for the
+    /// range drops the role's last hold, whose drop is the record's release.
     writer: Option<Arc<DomainWriter>>,
+    _range: RangeGuard<'a>,
 }

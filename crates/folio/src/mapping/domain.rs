@@ -407,10 +407,18 @@ impl Mapping {
             };
             match request {
                 Request::Claimed => break,
-                Request::Busy => {
+                // Lock-free looks until a request would do something, then the request.
+                Request::Busy => loop {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(REQUEST_PAUSE_MAX);
-                }
+                    let ask = match &self.domain.lock().role {
+                        Role::Follower(follower) => follower.worth_asking(),
+                        _ => true,
+                    };
+                    if ask {
+                        break;
+                    }
+                },
                 Request::Stale => {
                     self.write_privately(mem)?;
                     return Ok(());

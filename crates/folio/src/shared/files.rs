@@ -288,11 +288,23 @@ pub(crate) enum Request {
     Claimed,
     /// Another process holds it (or its dead holder's keeper still writes its pages, or
     /// another process asked first): the caller is its `WANTED` (if nobody else is) and
-    /// asks again once the holder let it go (`role_free`).
+    /// asks again once the holder let it go (`worth_asking`).
     Busy,
     /// The record is gone or its stamp retired (another process wrote the file outside
     /// the domain): nobody keeps it current.
     Stale,
+}
+
+/// Whether a request may claim a role held by `holder` (WRITER's holder part): nobody
+/// holds it, or its dead holder's keeper is done. Not `ORPHANED` (the keeper may still
+/// write), nor a live process's: another's, or ours (a `DomainWriter` of ours not dropped
+/// yet, whose release, its drop, would undo a claim now: the claimant waits for it).
+fn claimable(holder: u64, flaw: Flaw) -> bool {
+    match holder {
+        0 | WRITTEN => true,
+        _ if holder & ORPHANED != 0 => orphan_claimed(flaw),
+        _ => false,
+    }
 }
 
 /// Whether `flaw` is a request that claims an `ORPHANED` record.
@@ -762,18 +774,10 @@ impl<'r> FileTable<'r> {
         // A retired stamp: another process wrote the file outside the domain (A2), so the
         // record's pages may be stale: no writer keeps it current.
         let stamp = self.word(id.index, MTIME).load(Ordering::Relaxed);
-        let free = match holder {
-            0 | WRITTEN => true,
-            _ if holder == mine => true,
-            _ if holder & ORPHANED != 0 => orphan_claimed(run.flaw()),
-            _ => false,
-        };
         let request = if !live || stamp == RETIRED_STAMP {
             Request::Stale
-        } else if free && (wanted == 0 || wanted == mine) {
-            if writer != mine {
-                self.change(&held, &write_intent(id.index, mine, stamp), run)?;
-            }
+        } else if claimable(holder, run.flaw()) && (wanted == 0 || wanted == mine) {
+            self.change(&held, &write_intent(id.index, mine, stamp), run)?;
             Request::Claimed
         } else {
             if ask == Ask::ToWrite && wanted == 0 {
@@ -815,15 +819,16 @@ impl<'r> FileTable<'r> {
         held.unlock(run)
     }
 
-    /// Whether a `request_writer` by `me` to write would claim `id`'s role now, or find
-    /// the record stale: a lock-free look for a waiting requester (`Busy` before).
-    pub(crate) fn role_free(&self, id: FileId, me: Holder) -> bool {
+    /// Whether a `request_writer` by `me` to write would do something now: claim `id`'s
+    /// role, find the record stale, or leave `me`'s request (nobody asked): a lock-free
+    /// look for a waiting requester (`Busy` before), which asks again once it is true.
+    pub(crate) fn worth_asking<R: Run>(&self, id: FileId, me: Holder, run: &R) -> bool {
         let writer = self.word(id.index, WRITER).load(Ordering::Acquire);
         let (holder, wanted) = (holder_of(writer), wanted_of(writer));
         let mine = u64::from(me.slot.0) + 1;
         let stale = !self.names(id, Ordering::Acquire)
             || self.word(id.index, MTIME).load(Ordering::Acquire) == RETIRED_STAMP;
-        stale || (matches!(holder, 0 | WRITTEN) && (wanted == 0 || wanted == mine))
+        stale || wanted == 0 || (claimable(holder, run.flaw()) && wanted == mine)
     }
 
     /// Whether `id` still names a LIVE record (not removed, its place not reused), its tag

@@ -800,10 +800,10 @@ impl<'m, R: Run> SharedReader<'m, R> {
             .map_err(died)
     }
 
-    /// `FileTable::role_free`: whether a request to write `file` would claim its role now
+    /// `FileTable::worth_asking`: whether a request to write `file` would do something now
     /// (lock-free).
-    pub(crate) fn role_free(&self, file: &SharedFile<'m>) -> bool {
-        self.files.role_free(file.id, self.me)
+    pub(crate) fn worth_asking(&self, file: &SharedFile<'m>) -> bool {
+        self.files.worth_asking(file.id, self.me, self.run)
     }
 
     /// `FileTable::wanted_by_other`: whether another process asked for `file`'s writer

@@ -317,10 +317,10 @@ impl DomainFollower {
         self.reader.reader.len(self.file())
     }
 
-    /// Whether `request` would claim the role now (or find the record stale): a
-    /// lock-free look, for the wait between two requests.
-    pub(crate) fn role_free(&self) -> bool {
-        self.reader.reader.role_free(self.file())
+    /// Whether `request` would do something now (`FileTable::worth_asking`): a lock-free
+    /// look, for the wait between two requests.
+    pub(crate) fn worth_asking(&self) -> bool {
+        self.reader.reader.worth_asking(self.file())
     }
 
     /// The writer this follower became once its `request` claimed the role (counted).
