@@ -1274,6 +1274,21 @@ fn install_page0<R: Run>(
     )
 }
 
+/// The model's first page: `frame` installed by `writer` with `mark` as page 0 of file 0
+/// in the set-up (nobody races it, nobody dies): it is inserted.
+fn installed_first(
+    queue: &queue::SharedQueue<'_>,
+    frame: Frame,
+    mark: u64,
+    writer: Holder,
+    indexes: &[index::SharedIndex<'_>; 1],
+    slots: &SlotTable<'_>,
+) {
+    let run = ModelRun::living(Flaw::None);
+    let installed = install_page0(queue, frame, mark, writer, indexes, slots, &run).unwrap();
+    assert_eq!(installed, queue::Installed::Inserted);
+}
+
 fn reclaim_views(
     region: &[AtomicU64],
 ) -> (
@@ -1919,17 +1934,14 @@ fn keeper_wait_model(
                 .unwrap()
                 .unwrap();
             data[frame.0 as usize].store(NEW, Ordering::Relaxed);
-            let installed = install_page0(
+            installed_first(
                 &queue,
                 frame,
                 queue::held_mark(writer, 1),
                 writer,
                 &indexes,
                 &slots,
-                &run,
-            )
-            .unwrap();
-            assert_eq!(installed, queue::Installed::Inserted);
+            );
             // The write returned; the writer died, and the kernel told the steward.
             assert!(slots.mark_dead(writer));
             (steward, writer, slots.attach(Flaw::None).unwrap())
@@ -2125,17 +2137,14 @@ fn append_model(
                 .unwrap()
                 .unwrap();
             data[2 * g.0 as usize].store(FIRST, Ordering::Relaxed);
-            let installed = install_page0(
+            installed_first(
                 &queue,
                 g,
                 queue::held_mark(writer, m1),
                 writer,
                 &indexes,
                 &slots,
-                &run,
-            )
-            .unwrap();
-            assert_eq!(installed, queue::Installed::Inserted);
+            );
             (steward, writer, slots.attach(Flaw::None).unwrap(), g)
         };
         let (m1, m2) = (queue::held_mark(writer, m1), queue::held_mark(writer, m2));
@@ -3520,17 +3529,14 @@ fn release_model(
             };
             let g1 = lease();
             data[g1.0 as usize].store(OLD, Ordering::Relaxed);
-            let installed = install_page0(
+            installed_first(
                 &queue,
                 g1,
                 queue::held_mark(writer, 1),
                 writer,
                 &indexes,
                 &slots,
-                &run,
-            )
-            .unwrap();
-            assert_eq!(installed, queue::Installed::Inserted);
+            );
             (steward, writer, slots.attach(Flaw::None).unwrap(), lease())
         };
         let (m1, m2) = (queue::held_mark(writer, 1), queue::held_mark(writer, 2));

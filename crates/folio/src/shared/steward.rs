@@ -571,6 +571,8 @@ struct Steward<'d> {
     dead: RefCell<Vec<Holder>>,
     /// Slots swept but for their marks, waiting for their keeper's end.
     keeping: RefCell<Vec<Keeping>>,
+    /// Parks that timed out in a row on one holder's lock (`Run::parked`'s trace).
+    timed_out_parks: std::cell::Cell<(Holder, u32)>,
 }
 
 impl<'d> Steward<'d> {
@@ -588,6 +590,13 @@ impl<'d> Steward<'d> {
             watches: RefCell::new(Vec::new()),
             dead: RefCell::new(Vec::new()),
             keeping: RefCell::new(Vec::new()),
+            timed_out_parks: std::cell::Cell::new((
+                Holder {
+                    slot: SlotIndex(0),
+                    generation: 0,
+                },
+                0,
+            )),
         };
         steward.find_processes();
         let holder = record::admit(
@@ -1203,8 +1212,22 @@ impl Run for Steward<'_> {
         }
     }
 
-    /// After each park (at most `PARK_TIMEOUT`), the same look at the pidfds.
-    fn parked(&self, holder: Holder, _outcome: Parked) {
+    /// After each park (at most `PARK_TIMEOUT`), the same look at the pidfds. Parks that
+    /// time out on one holder's lock are traced, the first and every 100th (a sweep that
+    /// waits long says on whom: test builds).
+    fn parked(&self, holder: Holder, outcome: Parked) {
+        let (last, count) = self.timed_out_parks.get();
+        let count = match outcome {
+            Parked::TimedOut if last == holder => count + 1,
+            Parked::TimedOut => 1,
+            _ => 0,
+        };
+        self.timed_out_parks.set((holder, count));
+        if count % 100 == 1 {
+            self.trace.line(format_args!(
+                "parked {count} times on a lock {holder:?} holds"
+            ));
+        }
         self.marked_if_dead(holder);
     }
 
