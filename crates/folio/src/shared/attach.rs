@@ -16,7 +16,10 @@
 //!     are connected, checked against that start time (steward.rs).
 //! A3. The answer: our slot and generation (the steward's attach CAS made it LIVE and
 //!     wrote its record), and the steward's pid and start time. We map the region and take
-//!     the steward's pidfd (checked the same way).
+//!     the steward's pidfd (checked the same way). The answer is waited for on the one
+//!     connection while it lives (a steward that dies ends it: A1 again), as patience
+//!     lasts (below): a new connection per wait would leave the old ones in a starved
+//!     steward's backlog, each admitted later into a slot nobody uses.
 //!
 //! A child this process forks inherits neither the region's mapping (`MADV_DONTFORK`)
 //! nor the connection (its number reads `/dev/null` there: the segment's fork guard):
@@ -33,10 +36,27 @@
 //! from the slot records (steward.rs, step 3) and marks the dead ones. An attach that
 //! finds no steward (A1) does the same.
 //!
+//! # Patience
+//!
+//! An attach, and a wait for a new steward, fail after `ATTACH_WAIT` of patience, not of
+//! the clock's time: the clock's time less the time spent runnable but waiting for a CPU
+//! (`/proc/<task>/schedstat`'s run delay) by the waiting thread or by the process it
+//! waits for (the steward the connection names, `SO_PEERCRED`; a candidate steward, whose
+//! pid its starter's first child tells), the longer of the two between each two looks.
+//! On a machine loaded far past its cores, a process can wait tens of seconds for a CPU
+//! (seen here: 2 cores, two kill tests and CI at once, a sleeper starved 20.9 s, a
+//! steward and a freshly forked candidate each over 20 s, the kernel's own workers 44 s);
+//! an attach then waits rather than failing a database's open. A steward that is stopped
+//! (`SIGSTOP`), or asleep without answering, is not waiting for a CPU: its time counts,
+//! and the attach fails with `TimedOut` after `ATTACH_WAIT`, as before. Limits: a pid
+//! reused between two looks would lend another process's wait (the awaited process died
+//! meanwhile: its connection, or its verdict's socket, ends the wait at the next look).
+//!
 //! Protection: the connection and the member's fields are this process's (the steward we
 //! know under a mutex, the counts atomics: a member is shared by the threads of its
 //! process, `shared::reader`); the region's words by their protocols. Limits: an attach,
-//! and a wait for a new steward, give up after `ATTACH_WAIT` (an error, never a hang);
+//! and a wait for a new steward, give up after `ATTACH_WAIT` of patience (an error,
+//! never a hang, but for a machine that never runs the steward);
 //! starting a steward forks this process (`spawn`'s context).
 
 use std::io;
@@ -61,10 +81,11 @@ pub(crate) const ANSWER_FULL: u64 = 2;
 /// The request's first word.
 const REQUEST_ATTACH: u64 = 0x6174_7461_6368;
 
-/// How long an attach, or a wait for a new steward, may take before it fails.
+/// How long an attach, or a wait for a new steward, may take before it fails: the
+/// patience (module docs, "Patience"), not the clock's time.
 const ATTACH_WAIT: Duration = Duration::from_secs(20);
-/// How long a member waits for the steward's answer before it connects again.
-const ANSWER_WAIT: Duration = Duration::from_secs(1);
+/// How often a wait looks at its patience.
+const PATIENCE_LOOK: Duration = Duration::from_millis(100);
 /// How often a member with no steward starts one while it waits for it.
 const RESPAWN_EVERY: Duration = Duration::from_millis(50);
 /// A waiting member checks the steward every this many waits (one `poll` each).
@@ -128,7 +149,7 @@ pub(crate) struct Member {
 impl Member {
     /// Attaches to the domain `config` names, starting its steward if none runs (A1-A3).
     ///
-    /// Context: forks to start a steward (`spawn`). Blocks up to `ATTACH_WAIT`.
+    /// Context: forks to start a steward (`spawn`). Blocks up to `ATTACH_WAIT` of patience (module docs).
     /// Errors: the directory's checks (`SegmentDir::open`); `InvalidInput` for a bad name;
     /// `Other` for a full domain; `InvalidData` for a file at the region's name that no
     /// steward of ours can use (`Domain::refusal`: left as it is); `TimedOut` when no
@@ -139,24 +160,24 @@ impl Member {
         let address = socket_address(&dir.join(&files.socket))?;
         let me = ProcessId::me()?;
         let started = AtomicU32::new(0);
-        let deadline = Instant::now() + ATTACH_WAIT;
+        let mut patience = Patience::new(ATTACH_WAIT);
         let mut last_spawn: Option<Instant> = None;
         let (conn, holder, steward) = loop {
-            if Instant::now() > deadline {
+            if !patience.lasts() {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "folio: no steward answered the attach",
                 ));
             }
             match connect(&address) {
-                Ok(conn) => {
+                Ok((conn, steward_pid)) => {
                     let weight = u64::from(config.weight.get());
                     if send_words(&conn, &[REQUEST_ATTACH, me.start, weight]).is_err() {
                         // A steward that left (or died) with us in its backlog: again.
                         std::thread::sleep(Duration::from_millis(1));
                         continue;
                     }
-                    match receive_words::<5>(&conn, ANSWER_WAIT) {
+                    match answer(&conn, steward_pid, &mut patience) {
                         Some([ANSWER_ATTACHED, slot, generation, pid, start]) => {
                             let holder = Holder {
                                 slot: SlotIndex(u16::try_from(slot).map_err(|_| bad_answer())?),
@@ -170,14 +191,15 @@ impl Member {
                                 "folio: every slot of the domain is taken",
                             ))
                         }
-                        // Refused, or a steward that left or stopped: again.
+                        // Refused, a steward that left, or patience out (the loop
+                        // ends): again.
                         _ => std::thread::sleep(Duration::from_millis(1)),
                     }
                 }
                 Err(_) => {
                     if last_spawn.is_none_or(|at| at.elapsed() >= RESPAWN_EVERY) {
                         last_spawn = Some(Instant::now());
-                        if spawn(config)? == Elected::Won {
+                        if spawn(config, &mut patience)? == Elected::Won {
                             started.fetch_add(1, Ordering::Relaxed);
                         } else if let Some(e) = Domain::refusal(&dir, &files) {
                             // No steward can make the region (a file at its name that is
@@ -268,7 +290,7 @@ impl Member {
     /// waits for the one the header names next, starting one as long as none is named.
     /// Returns the steward.
     ///
-    /// Context: forks to start a steward. Blocks up to `ATTACH_WAIT`.
+    /// Context: forks to start a steward. Blocks up to `ATTACH_WAIT` of patience (module docs).
     /// Errors: `TimedOut` if no steward could be found; `spawn`'s.
     pub(crate) fn ensure_steward(&self) -> io::Result<ProcessId> {
         let dead = {
@@ -278,9 +300,9 @@ impl Member {
             }
             known.0
         };
-        let deadline = Instant::now() + ATTACH_WAIT;
+        let mut patience = Patience::new(ATTACH_WAIT);
         let mut last_spawn: Option<Instant> = None;
-        while Instant::now() < deadline {
+        while patience.lasts() {
             let named = self.domain.steward();
             if named != dead {
                 if let Some(pidfd) = named.open() {
@@ -290,7 +312,7 @@ impl Member {
             }
             if last_spawn.is_none_or(|at| at.elapsed() >= RESPAWN_EVERY) {
                 last_spawn = Some(Instant::now());
-                if spawn(&self.config)? == Elected::Won {
+                if spawn(&self.config, &mut patience)? == Elected::Won {
                     self.started.fetch_add(1, Ordering::Relaxed);
                 }
             } else {
@@ -352,10 +374,11 @@ fn bad_answer() -> io::Error {
     )
 }
 
-/// A connection to the attach socket at `address`.
+/// A connection to the attach socket at `address`, and the pid of the steward that
+/// listens there (`SO_PEERCRED`).
 ///
 /// Errors: `socket`'s and `connect`'s (`NotFound`, `ConnectionRefused`: no steward).
-fn connect(address: &libc::sockaddr_un) -> io::Result<OwnedFd> {
+fn connect(address: &libc::sockaddr_un) -> io::Result<(OwnedFd, u32)> {
     // SAFETY: socket and connect on a new descriptor we own; results checked.
     unsafe {
         let fd = libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0);
@@ -379,8 +402,96 @@ fn connect(address: &libc::sockaddr_un) -> io::Result<OwnedFd> {
                 "folio: the domain's socket belongs to another user",
             ));
         }
-        Ok(fd)
+        let steward = u32::try_from(peer.pid).map_err(|_| bad_answer())?;
+        Ok((fd, steward))
     }
+}
+
+/// The steward's answer on `conn` (A3), waited for as long as the connection lives and
+/// `patience` lasts, `steward`'s waits for a CPU not counted (module docs, "Patience");
+/// `None` when the connection ended, said something else, or patience ran out.
+fn answer(conn: &OwnedFd, steward: u32, patience: &mut Patience) -> Option<[u64; 5]> {
+    patience.await_process(Some(steward));
+    let mut said = false;
+    while !said && patience.lasts() {
+        said = steward::readable(conn, PATIENCE_LOOK);
+    }
+    patience.await_process(None);
+    said.then(|| receive_words::<5>(conn, Duration::ZERO))
+        .flatten()
+}
+
+/// A wait's patience (module docs, "Patience"): its limit, against the clock's time but
+/// for the time the waiting thread, or the process it waits for, spent waiting for a CPU.
+///
+/// Context: looked at from the thread that made it (its own waits are that thread's).
+#[derive(Debug)]
+pub(super) struct Patience {
+    limit: Duration,
+    started: Instant,
+    /// The time since `started` not counted: waits for a CPU.
+    starved: Duration,
+    /// This thread's time waiting for a CPU at the last look (`run_delay`).
+    own: Duration,
+    /// The process waited for, and its time waiting for a CPU at the last look. `None`:
+    /// nobody known.
+    awaited: Option<(u32, Duration)>,
+}
+
+impl Patience {
+    pub(super) fn new(limit: Duration) -> Patience {
+        Patience {
+            limit,
+            started: Instant::now(),
+            starved: Duration::ZERO,
+            own: run_delay(OWN_TASK).unwrap_or_default(),
+            awaited: None,
+        }
+    }
+
+    /// From now on, waits for `pid` (`None`: for nobody known). The time until now is
+    /// counted as the last process waited for spent it.
+    pub(super) fn await_process(&mut self, pid: Option<u32>) {
+        self.lasts();
+        self.awaited = pid.map(|pid| (pid, run_delay(&pid.to_string()).unwrap_or_default()));
+    }
+
+    /// Whether any patience is left: the time since the start, less, between each two
+    /// looks, the longer of what this thread and the process waited for spent waiting for
+    /// a CPU.
+    ///
+    /// Both, because the kernel counts a wait for a CPU when it ends: a process still
+    /// waiting has not counted it yet, but a waiter that was starved with it has, once it
+    /// runs again to look. Summed over the whole wait, not look by look: a wait counted
+    /// just after a look (the thread preempted between its clock and its `schedstat`)
+    /// is then not lost to a look whose own time was shorter.
+    pub(super) fn lasts(&mut self) -> bool {
+        let mut starved = Duration::ZERO;
+        if let Some(delay) = run_delay(OWN_TASK) {
+            starved = delay.saturating_sub(self.own);
+            self.own = delay;
+        }
+        if let Some((pid, before)) = &mut self.awaited {
+            if let Some(delay) = run_delay(&pid.to_string()) {
+                starved = starved.max(delay.saturating_sub(*before));
+                *before = delay;
+            }
+        }
+        self.starved += starved;
+        self.started.elapsed().saturating_sub(self.starved) < self.limit
+    }
+}
+
+/// `run_delay`'s name for the calling thread.
+const OWN_TASK: &str = "thread-self";
+
+/// The time `task` (a pid: its main thread; or `OWN_TASK`) has spent runnable but
+/// waiting for a CPU (`/proc/<task>/schedstat`'s second field, in ns), or `None` if it
+/// cannot be read (the process gone, or a kernel without schedstats).
+fn run_delay(task: &str) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{task}/schedstat")).ok()?;
+    let ns = stat.split_whitespace().nth(1)?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 /// What a started steward said.
@@ -395,15 +506,29 @@ enum Elected {
 /// Starts a steward for `config`'s domain (steward.rs, step 1) and returns what it said
 /// once it won or lost the election.
 ///
+/// The candidate tells on a `SOCK_SEQPACKET` pair, one message each, in either order:
+/// its pid (4 bytes, from the first child, which forked it) and its verdict (1 byte,
+/// `WON` or `LOST`). The verdict is waited for as `patience` lasts, the candidate's waits
+/// for a CPU not counted (module docs, "Patience"): a candidate starved on a loaded
+/// machine is waited for, not taken for lost.
+///
 /// Context: forks this process; the children call only what is safe after a fork of a
 /// threaded process with glibc (system calls, and the allocator, whose locks glibc's fork
-/// takes and resets), as `keeper::spawn`'s do. Blocks until the steward said (at most
-/// `ATTACH_WAIT`).
-/// Errors: `pipe2`'s and `fork`'s.
-fn spawn(config: &DomainConfig) -> io::Result<Elected> {
+/// takes and resets), as `keeper::spawn`'s do. Blocks until the candidate said, ended,
+/// or patience ran out.
+/// Errors: `socketpair`'s and `fork`'s.
+fn spawn(config: &DomainConfig, patience: &mut Patience) -> io::Result<Elected> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: an out-array of two descriptors; the result is checked.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if made != 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: new descriptors nothing else owns.
@@ -411,13 +536,25 @@ fn spawn(config: &DomainConfig) -> io::Result<Elected> {
     // SAFETY: fork has no preconditions; the children's context is this function's.
     let child = unsafe { libc::fork() };
     if child == 0 {
-        // The first child forks the steward and exits, so that the steward is nobody's
-        // zombie (init, or the nearest subreaper, adopts it).
+        // The first child forks the steward, tells its pid and exits, so that the
+        // steward is nobody's zombie (init, or the nearest subreaper, adopts it).
         // SAFETY: as above.
         let code = match unsafe { libc::fork() } {
             0 => steward::main(config, theirs.as_raw_fd()),
             -1 => 1,
-            _ => 0,
+            candidate => {
+                let pid = (candidate as u32).to_ne_bytes();
+                // SAFETY: a send of our 4 bytes on our socket.
+                unsafe {
+                    libc::send(
+                        theirs.as_raw_fd(),
+                        pid.as_ptr().cast(),
+                        4,
+                        libc::MSG_NOSIGNAL,
+                    )
+                };
+                0
+            }
         };
         // SAFETY: _exit ends the child at once, running no destructor of its parent's.
         unsafe { libc::_exit(code) }
@@ -429,19 +566,32 @@ fn spawn(config: &DomainConfig) -> io::Result<Elected> {
     let mut status = 0;
     // SAFETY: waits for our own child, which exits at once.
     unsafe { libc::waitpid(child, &mut status, 0) };
-    let mut fd = libc::pollfd {
-        fd: ours.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
+    let elected = loop {
+        if !steward::readable(&ours, PATIENCE_LOOK) {
+            if patience.lasts() {
+                continue;
+            }
+            break Elected::Lost;
+        }
+        let mut message = [0u8; 4];
+        // SAFETY: a receive of one message into our buffer, without blocking.
+        let n = unsafe {
+            libc::recv(
+                ours.as_raw_fd(),
+                message.as_mut_ptr().cast(),
+                message.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match (n, message[0]) {
+            (4, _) => patience.await_process(Some(u32::from_ne_bytes(message))),
+            (1, WON) => break Elected::Won,
+            (1, LOST) => break Elected::Lost,
+            // The candidate's end without a verdict (it failed before the election, or
+            // was killed).
+            _ => break Elected::Lost,
+        }
     };
-    // SAFETY: one pollfd.
-    let ready = unsafe { libc::poll(&mut fd, 1, ATTACH_WAIT.as_millis() as libc::c_int) };
-    let mut byte = 0u8;
-    // SAFETY: a one-byte read into our byte, from our pipe (readable, or given up on).
-    let n = (ready > 0)
-        .then(|| unsafe { libc::read(ours.as_raw_fd(), std::ptr::from_mut(&mut byte).cast(), 1) });
-    Ok(match (n, byte) {
-        (Some(1), WON) => Elected::Won,
-        (Some(1), LOST) | (_, _) => Elected::Lost,
-    })
+    patience.await_process(None);
+    Ok(elected)
 }

@@ -23,8 +23,10 @@
 //!    gone, or its record incomplete: an attach the old steward never answered) is marked
 //!    dead (a process whose life cannot be told, `/proc` or descriptors failing, is taken
 //!    for alive and left unwatched); every dead slot (the old steward died mid-sweep) is swept and freed.
-//! 4. **Serves** (`serve`): polls the attach socket (`<name>.v12.sock`, bound only now, so an
-//!    attach that connects finds a steward that knows every live process), each watched
+//! 4. **Serves** (`serve`): polls the attach socket (`<name>.v12.sock`, bound after the
+//!    census and before the sweeps of step 3: an attach that connects waits in the
+//!    backlog and is answered by a steward that knows every live process; it waits for
+//!    that steward, named by the connection, not for the clock: attach.rs, "Patience"), each watched
 //!    pidfd and each attached process's connection. An attach: the peer's credentials
 //!    (`SO_PEERCRED`: the same uid, else refused), its pidfd taken while it is connected
 //!    and checked against the start time it sent (`ProcessId::open`), a slot CAS
@@ -283,15 +285,17 @@ fn run(config: &DomainConfig, trace: &Trace) -> i32 {
         trace.line(format_args!("no slot for itself"));
         return 5;
     };
+    // Step 4's socket, bound before the rebuild: an attach waits in its backlog, for the
+    // steward its connection names (attach.rs, "Patience"), rather than starting
+    // candidates that lose.
+    let Ok(listener) = listen(&dir, &files) else {
+        return 6;
+    };
     steward.rebuild();
     // The region's file: its link count (removed under us: we leave) and its allocated
     // size (what we hold: `Memory::turn`).
     let Ok(region) = dir.open_file(&files.region, libc::O_RDONLY, 0) else {
         return 4;
-    };
-    // Step 4.
-    let Ok(listener) = listen(&dir, &files) else {
-        return 6;
     };
     let left = steward.serve(&listener, config, &region);
     trace.line(format_args!("leaves: {left:?}"));
@@ -1323,13 +1327,20 @@ impl Trace {
 
 /// Whether a connection waits in `listener`'s backlog now (a poll that does not wait).
 fn attach_waiting(listener: &OwnedFd) -> bool {
-    let mut fd = libc::pollfd {
-        fd: listener.as_raw_fd(),
+    readable(listener, Duration::ZERO)
+}
+
+/// Whether `fd` has something to read (or its peer's end: a read then returns 0) within
+/// `wait`.
+pub(crate) fn readable(fd: &OwnedFd, wait: Duration) -> bool {
+    let mut poll_fd = libc::pollfd {
+        fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
-    // SAFETY: one pollfd we own, a zero timeout.
-    unsafe { libc::poll(&mut fd, 1, 0) == 1 }
+    let wait_ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one pollfd we own.
+    unsafe { libc::poll(&mut poll_fd, 1, wait_ms) > 0 }
 }
 
 /// Whether a watched process's connection ended (its end closed, or an error); a stray
@@ -1394,14 +1405,7 @@ pub(crate) fn send_words(conn: &OwnedFd, words: &[u64]) -> io::Result<()> {
 /// Receives one message of `N` words, waiting up to `wait`; `None` for anything else
 /// (a timeout, the peer's end, a message of another size).
 pub(crate) fn receive_words<const N: usize>(conn: &OwnedFd, wait: Duration) -> Option<[u64; N]> {
-    let mut fd = libc::pollfd {
-        fd: conn.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let wait_ms = wait.as_millis().min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one pollfd.
-    if unsafe { libc::poll(&mut fd, 1, wait_ms) } <= 0 {
+    if !readable(conn, wait) {
         return None;
     }
     let mut bytes = [0u8; 64];

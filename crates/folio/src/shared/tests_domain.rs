@@ -10,13 +10,13 @@
 //! Seeded: `FOLIO_SEED=<n>` replays a run; the seed is printed. Every child and every
 //! round has a deadline after which the test kills what it started and fails.
 
-use super::attach::{DomainConfig, Member};
+use super::attach::{DomainConfig, Member, Patience};
 use super::domain::{Domain, Geometry};
 use super::futex;
 use super::slot::SlotState;
 use super::stack::Census;
 use super::tests::{
-    fork, seed_from_env, AtStep, DomainHome, MemberLever, Rng, SharedRegion, StopAt,
+    fork, kill, seed_from_env, AtStep, DomainHome, MemberLever, Rng, SharedRegion, StopAt,
 };
 use super::{Died, Holder, ProcessId, Run, SlotIndex, Step};
 use crate::primitive::Ordering;
@@ -514,4 +514,82 @@ fn a_dropped_domain_home_waits_for_every_steward_that_holds_its_trace() {
         "the directory went while a steward held its trace"
     );
     super::tests::exited_ok(child, "the trace's holder");
+}
+
+/// An attach's patience (attach.rs, "Patience"): the time the process it waits for, or
+/// the waiting thread itself, spent waiting for a CPU does not count; a process asleep
+/// lends none. The lever: three busy children pinned to one CPU, so that each waits for it
+/// about two thirds of the time (a loaded machine only starves them more: no timing
+/// decides what is covered), then this thread pinned there too, and one child asleep.
+#[test]
+fn an_attachs_patience_does_not_count_waits_for_a_cpu() {
+    // SAFETY: an all-zero cpu_set_t is empty; sched_getaffinity fills it.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: this thread's mask, of its size.
+    let got = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&allowed), &mut allowed) };
+    assert_eq!(got, 0, "sched_getaffinity");
+    // SAFETY: CPU_ISSET reads the set in range.
+    let cpu = (0..libc::CPU_SETSIZE as usize)
+        .find(|&cpu| unsafe { libc::CPU_ISSET(cpu, &allowed) })
+        .expect("a CPU we may run on");
+    let pin_to_cpu = || {
+        // SAFETY: an all-zero cpu_set_t is empty; CPU_SET and sched_setaffinity on our
+        // own set and the calling thread.
+        unsafe {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one);
+        }
+    };
+    let busy = || {
+        fork(|| {
+            pin_to_cpu();
+            loop {
+                std::hint::spin_loop();
+            }
+        })
+    };
+    let children = [busy(), busy(), busy()];
+    let starved = children[0];
+    let asleep = fork(|| loop {
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    let limit = Duration::from_millis(600);
+    let mut waiting_for_starved = Patience::new(limit);
+    waiting_for_starved.await_process(Some(starved as u32));
+    let mut waiting_for_asleep = Patience::new(limit);
+    waiting_for_asleep.await_process(Some(asleep as u32));
+    let second = Duration::from_secs(1);
+    let started = Instant::now();
+    while started.elapsed() < second {
+        std::thread::sleep(Duration::from_millis(100));
+        waiting_for_starved.lasts();
+        waiting_for_asleep.lasts();
+    }
+    let (starved_lasts, asleep_lasts) = (waiting_for_starved.lasts(), waiting_for_asleep.lasts());
+    // This thread starved beside them, looking all the time.
+    pin_to_cpu();
+    let mut starved_waiter = Patience::new(limit);
+    let started = Instant::now();
+    while started.elapsed() < second {
+        starved_waiter.lasts();
+    }
+    let waiter_lasts = starved_waiter.lasts();
+    // SAFETY: this thread's mask as it was.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&allowed), &allowed) };
+    for pid in children.into_iter().chain([asleep]) {
+        kill(pid);
+    }
+    assert!(
+        starved_lasts,
+        "1 s waiting for a process starved of a CPU spent 600 ms of patience: {waiting_for_starved:?}"
+    );
+    assert!(
+        !asleep_lasts,
+        "1 s waiting for a process asleep left patience: {waiting_for_asleep:?}"
+    );
+    assert!(
+        waiter_lasts,
+        "1 s of a waiter starved of a CPU spent 600 ms of patience: {starved_waiter:?}"
+    );
 }
