@@ -528,10 +528,26 @@ fn running_stewards(trace: &str) -> Vec<&str> {
     running
 }
 
+/// How many of its steward trace's last lines a failing test's `DomainHome` prints.
+const TRACE_TAIL_ON_FAILURE: usize = 80;
+
 impl Drop for DomainHome {
     fn drop(&mut self) {
         let deadline = Instant::now() + STEWARDS_EXIT_WAIT;
         let traces = self.traces();
+        if std::thread::panicking() {
+            // A failing test's stewards say what they did last (the trace goes with the
+            // directory).
+            for (name, path) in &traces {
+                let trace = std::fs::read_to_string(path).unwrap_or_default();
+                let lines: Vec<&str> = trace.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(TRACE_TAIL_ON_FAILURE)..];
+                eprintln!(
+                    "the steward trace of {name}, its last lines:\n{}",
+                    tail.join("\n")
+                );
+            }
+        }
         let killed: Vec<_> = traces
             .iter()
             .filter_map(|(name, _)| self.kill_steward(name).map(|k| (name, k)))

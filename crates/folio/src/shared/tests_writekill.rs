@@ -54,7 +54,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::attach::Member;
+use super::attach::{Member, Patience};
 use super::domain::Domain;
 use super::read::SharedReader;
 use super::slot::SlotState;
@@ -639,17 +639,25 @@ impl Children<'_> {
     }
 
     /// Every file's writers and every reader started, each waited for (each file's first
-    /// writer: the file's writer in the domain).
-    fn start_all(&mut self, parent: &Member) {
+    /// writer: the file's writer in the domain, at its open or, if the open followed the
+    /// record, at its first write). Returns the stewards killed meanwhile (`until`).
+    fn start_all(&mut self, parent: &Member) -> u64 {
+        let mut killed = 0;
         for (f, pen) in self.pens().collect::<Vec<_>>() {
             self.start(Role::Writer(f, pen));
             self.wait_ready(Role::Writer(f, pen), parent);
-            assert!(has_writer(parent.domain(), self.data, f));
+            if pen == 0 {
+                let data = self.data;
+                killed += until(parent, &format!("a writer holds file {f}'s record"), || {
+                    has_writer(parent.domain(), data, f)
+                });
+            }
         }
         for r in 0..READERS {
             self.start(Role::Reader(r));
             self.wait_ready(Role::Reader(r), parent);
         }
+        killed
     }
 
     /// Every writer: its file and pen.
@@ -687,9 +695,20 @@ impl Children<'_> {
 }
 
 /// Waits for `done`, making sure a steward runs meanwhile and killing a steward its lever
-/// stopped; fails after `DEADLINE`. Returns the stewards killed there.
-fn until(parent: &Member, what: &str, mut done: impl FnMut() -> bool) -> u64 {
-    let started = Instant::now();
+/// stopped; fails after `DEADLINE` of patience. Returns the stewards killed there.
+fn until(parent: &Member, what: &str, done: impl FnMut() -> bool) -> u64 {
+    until_said(parent, || what.to_string(), done)
+}
+
+/// `until`, with a failure that says what `what` says then (a wait for several
+/// processes names those it still waits for).
+///
+/// The deadline is patience (attach.rs, "Patience"), not the clock's time: this thread's
+/// waits for a CPU do not count. The test's processes share this one's scheduling group,
+/// and on a machine loaded far past its cores every one of them may wait seconds for a
+/// CPU (seen: 20 s) while nothing is wrong.
+fn until_said(parent: &Member, what: impl Fn() -> String, mut done: impl FnMut() -> bool) -> u64 {
+    let mut patience = Patience::new(DEADLINE);
     let mut killed = 0;
     loop {
         if done() {
@@ -697,7 +716,7 @@ fn until(parent: &Member, what: &str, mut done: impl FnMut() -> bool) -> u64 {
         }
         killed += kill_stopped_steward(parent.domain());
         let _ = parent.ensure_steward();
-        assert!(started.elapsed() < DEADLINE, "never: {what}");
+        assert!(patience.lasts(), "never: {}", what());
         std::thread::sleep(Duration::from_micros(500));
     }
 }
@@ -1071,7 +1090,7 @@ fn with_children(
             .file(f, TURN_BY_TEST)
             .store(1, Ordering::Release);
     }
-    children.start_all(&parent);
+    figures.stewards_killed_by_lever += children.start_all(&parent);
     body(&mut children, &parent, &mut models, &mut figures);
     let board = |children: &Children<'_>, f: usize, w: usize| {
         children.board.file(f, w).load(Ordering::Acquire)
@@ -1158,17 +1177,27 @@ fn kill_rounds(
         let reads: Vec<u64> = (0..READERS)
             .map(|r| children.board.reader(r, CHECKS).load(Ordering::Acquire))
             .collect();
-        figures.stewards_killed_by_lever +=
-            until(parent, &format!("round {round}: progress"), || {
-                (0..FILES).all(|f| board(children, f, RETURNED) >= writes[f] + 2)
-                    && children
-                        .pens()
-                        .zip(&wrote)
-                        .all(|((f, w), &wrote)| children.wrote(f, w) > wrote)
-                    && (0..READERS).all(|r| {
-                        children.board.reader(r, CHECKS).load(Ordering::Acquire) >= reads[r] + 20
-                    })
-            });
+        let lagging = || {
+            let files = (0..FILES)
+                .filter(|&f| board(children, f, RETURNED) < writes[f] + 2)
+                .map(|f| format!("file {f}'s writes"));
+            let pens = children
+                .pens()
+                .zip(&wrote)
+                .filter(|((f, w), &wrote)| children.wrote(*f, *w) <= wrote)
+                .map(|((f, w), _)| format!("writer {w} of file {f}"));
+            let readers = (0..READERS)
+                .filter(|&r| {
+                    children.board.reader(r, CHECKS).load(Ordering::Acquire) < reads[r] + 20
+                })
+                .map(|r| format!("reader {r}"));
+            files.chain(pens).chain(readers).collect::<Vec<_>>()
+        };
+        figures.stewards_killed_by_lever += until_said(
+            parent,
+            || format!("round {round}: progress of {:?}", lagging()),
+            || lagging().is_empty(),
+        );
         let events = 3 + rng.below(3);
         // `FOLIO_WRITE_KILL_EVENTS=0`: the rounds' stops, checks and restarts of
         // everything only (a failure without random kills is not theirs).
@@ -1452,5 +1481,5 @@ fn everything_killed(
         "round {round}: pages in the domain without their returned writes"
     );
     figures.disk_checks += 1;
-    children.start_all(parent);
+    figures.stewards_killed_by_lever += children.start_all(parent);
 }
