@@ -574,16 +574,7 @@ fn spawn(config: &DomainConfig, patience: &mut Patience) -> io::Result<Elected> 
             break Elected::Lost;
         }
         let mut message = [0u8; 4];
-        // SAFETY: a receive of one message into our buffer, without blocking.
-        let n = unsafe {
-            libc::recv(
-                ours.as_raw_fd(),
-                message.as_mut_ptr().cast(),
-                message.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        match (n, message[0]) {
+        match (steward::receive_now(&ours, &mut message), message[0]) {
             (4, _) => patience.await_process(Some(u32::from_ne_bytes(message))),
             (1, WON) => break Elected::Won,
             (1, LOST) => break Elected::Lost,

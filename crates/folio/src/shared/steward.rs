@@ -1349,17 +1349,23 @@ fn connection_ended(watch: &Watch) -> bool {
     let Some(conn) = &watch.conn else {
         return false;
     };
-    let mut buf = [0u8; 64];
-    // SAFETY: recv into our buffer, without blocking.
-    let n = unsafe {
+    let n = receive_now(conn, &mut [0u8; 64]);
+    n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
+}
+
+/// Receives one message from `conn` into `buf` without waiting (`recv`, `MSG_DONTWAIT`):
+/// its length (cut to `buf`'s), 0 at the peer's end, -1 with `errno` for nothing yet or an
+/// error.
+pub(crate) fn receive_now(conn: &OwnedFd, buf: &mut [u8]) -> isize {
+    // SAFETY: recv into our buffer, of its length.
+    unsafe {
         libc::recv(
             conn.as_raw_fd(),
             buf.as_mut_ptr().cast(),
             buf.len(),
             libc::MSG_DONTWAIT,
         )
-    };
-    n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
+    }
 }
 
 /// The peer's credentials (`SO_PEERCRED`): its pid and uid as of its `connect`.
@@ -1409,16 +1415,7 @@ pub(crate) fn receive_words<const N: usize>(conn: &OwnedFd, wait: Duration) -> O
         return None;
     }
     let mut bytes = [0u8; 64];
-    // SAFETY: recv into our buffer, without blocking (poll said it is readable).
-    let n = unsafe {
-        libc::recv(
-            conn.as_raw_fd(),
-            bytes.as_mut_ptr().cast(),
-            bytes.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n != (N * 8) as isize {
+    if receive_now(conn, &mut bytes) != (N * 8) as isize {
         return None;
     }
     let mut words = [0u64; N];
