@@ -149,7 +149,8 @@ pub(crate) struct Member {
 impl Member {
     /// Attaches to the domain `config` names, starting its steward if none runs (A1-A3).
     ///
-    /// Context: forks to start a steward (`spawn`). Blocks up to `ATTACH_WAIT` of patience (module docs).
+    /// Context: forks to start a steward (`spawn`). Blocks up to `ATTACH_WAIT` of patience
+    /// (module docs).
     /// Errors: the directory's checks (`SegmentDir::open`); `InvalidInput` for a bad name;
     /// `Other` for a full domain; `InvalidData` for a file at the region's name that no
     /// steward of ours can use (`Domain::refusal`: left as it is); `TimedOut` when no
@@ -290,7 +291,8 @@ impl Member {
     /// waits for the one the header names next, starting one as long as none is named.
     /// Returns the steward.
     ///
-    /// Context: forks to start a steward. Blocks up to `ATTACH_WAIT` of patience (module docs).
+    /// Context: forks to start a steward. Blocks up to `ATTACH_WAIT` of patience (module
+    /// docs).
     /// Errors: `TimedOut` if no steward could be found; `spawn`'s.
     pub(crate) fn ensure_steward(&self) -> io::Result<ProcessId> {
         let dead = {
@@ -519,7 +521,7 @@ enum Elected {
 /// Errors: `socketpair`'s and `fork`'s.
 fn spawn(config: &DomainConfig, patience: &mut Patience) -> io::Result<Elected> {
     let mut fds = [0 as RawFd; 2];
-    // SAFETY: an out-array of two descriptors; the result is checked.
+    // SAFETY: socketpair fills our out-array of two descriptors; the result is checked.
     let made = unsafe {
         libc::socketpair(
             libc::AF_UNIX,

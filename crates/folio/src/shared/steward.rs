@@ -26,8 +26,8 @@
 //! 4. **Serves** (`serve`): polls the attach socket (`<name>.v12.sock`, bound after the
 //!    census and before the sweeps of step 3: an attach that connects waits in the
 //!    backlog and is answered by a steward that knows every live process; it waits for
-//!    that steward, named by the connection, not for the clock: attach.rs, "Patience"), each watched
-//!    pidfd and each attached process's connection. An attach: the peer's credentials
+//!    that steward, named by the connection, not for the clock: attach.rs, "Patience"),
+//!    each watched pidfd and each attached process's connection. An attach: the peer's credentials
 //!    (`SO_PEERCRED`: the same uid, else refused), its pidfd taken while it is connected
 //!    and checked against the start time it sent (`ProcessId::open`), a slot CAS
 //!    (`SlotTable::attach`), its record, the answer. A death (the pidfd readable): LIVE(g)

@@ -647,10 +647,7 @@ impl Children<'_> {
             self.start(Role::Writer(f, pen));
             self.wait_ready(Role::Writer(f, pen), parent);
             if pen == 0 {
-                let data = self.data;
-                killed += until(parent, &format!("a writer holds file {f}'s record"), || {
-                    has_writer(parent.domain(), data, f)
-                });
+                killed += until_held(parent, self.data, f);
             }
         }
         for r in 0..READERS {
@@ -1305,16 +1302,16 @@ fn restart_writer(
     children.start(Role::Writer(f, pen));
     children.wait_ready(Role::Writer(f, pen), parent);
     if children.writers == 1 {
-        until_held(parent, data, f, figures);
+        figures.stewards_killed_by_lever += until_held(parent, data, f);
     }
 }
 
-/// Waits until a writer holds file `f`'s record.
-fn until_held(parent: &Member, data: &Path, f: usize, figures: &mut Figures) {
-    figures.stewards_killed_by_lever +=
-        until(parent, &format!("a writer holds file {f}'s record"), || {
-            has_writer(parent.domain(), data, f)
-        });
+/// Waits until a writer holds file `f`'s record. Returns the stewards killed meanwhile
+/// (`until`).
+fn until_held(parent: &Member, data: &Path, f: usize) -> u64 {
+    until(parent, &format!("a writer holds file {f}'s record"), || {
+        has_writer(parent.domain(), data, f)
+    })
 }
 
 /// The deterministic kill (module docs): writer `f` stopped after a write it did not sync,
@@ -1379,7 +1376,7 @@ fn kill_with_keeper_stopped(
     // The restarted writer follows the `ORPHANED` record until the keeper, continued, is
     // done, and claims the role at its next write; with two writers the other may have
     // asked first (`WANTED`). Either way a writer holds it soon.
-    until_held(parent, data, f, figures);
+    figures.stewards_killed_by_lever += until_held(parent, data, f);
 }
 
 /// `read_fresh` of file `f` alone, exactly at version `v`.
