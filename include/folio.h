@@ -438,8 +438,8 @@ typedef struct folio_cache_options {
      * it: `folio_read` and `folio_read_many` of a file opened read-only (`folio_open`),
      * with the domain's readahead; a file opened for writing keeps this cache's pages for
      * its own reads and puts each page it writes into the domain before the write
-     * returns (one writing process per file); `folio_readahead` of a domain file does
-     * nothing; a file the domain refuses (it changed while another process has it open,
+     * returns (one writing process per file); `folio_readahead` of a domain file reads
+     * the range into the domain on a worker thread of this process; a file the domain refuses (it changed while another process has it open,
      * or its table of 4,096 files is full) is read privately. `folio_cache_domain_stats`
      * gives this process's counts and share. NULL (the default): a private cache. Read
      * during `folio_cache_create` only.

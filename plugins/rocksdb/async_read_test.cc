@@ -6,10 +6,10 @@
 // must call back every handle it is given, with the bytes of the file; AbortIO must drop
 // a handle without calling back; a range past the end comes back short. With `--domain`
 // the file system is made with a domain of the test's own (domain=, segment_dir= a new
-// directory in /dev/shm): the same reads go through the domain (folio has no future for a
-// domain file: ReadAsync's readahead does nothing there and Poll reads it synchronously),
-// and MultiRead too; the domain's memory file must exist (the cache attached it rather
-// than falling back to a private cache).
+// directory in /dev/shm): the same reads go through the domain (ReadAsync's readahead
+// reads the range into the domain on a folio worker thread, Poll copies it), and MultiRead
+// too; the domain's memory file must exist (the cache attached it rather than falling back
+// to a private cache).
 #include <rocksdb/convenience.h>
 #include <rocksdb/file_system.h>
 #include <glob.h>

@@ -18,7 +18,8 @@
 //! Limits: a maximum window of at most 32 MiB and an eighth of the cache
 //! (`Core::readahead_pages_for`); `DontNeed` drops whole pages only, and only the folios
 //! nobody holds (of a domain file: this process's private folios, not the domain's);
-//! `WillNeed` of a domain file reads nothing (`File::readahead`).
+//! `WillNeed` of a domain file reads its range into the domain on a worker thread
+//! (`File::readahead`).
 
 use std::io;
 

@@ -29,22 +29,38 @@
 //! `CacheBuilder::alloc_wait` of that it fails with `OutOfMemory`, as `read_at` does.
 //! A thread that slept there instead would hold up the very futures that free memory.
 //!
+//! # A domain file
+//!
+//! A domain file (file/mod.rs) reads through the shared read path, which reads with
+//! `pread` on its caller's thread (shared/read.rs). Its future's first poll copies what
+//! the domain holds cached from the offset on (`DomainFile::read_cached`: optimistic hits
+//! only, no lock, no wait) and, if that is not the whole read, hands the rest to a worker
+//! thread of this process (`DomainFile::read_off_thread`, shared/offload.rs), which reads
+//! it with `read_at` into a buffer of its own; a later poll copies its answer. Dropping
+//! the future drops the answer's receiver: the worker's read completes and caches its
+//! pages for the next reader. A worker's panic fails the read (an `io::Error` saying so).
+//!
 //! Limits: a hit polls to `Ready` at once: the same steps and cost as `read_at`'s hit.
 //! Waiting for memory parks on the hand-off, or polls again when no future holds a folio
 //! (then it costs polls while the cache is full of pinned folios), bounded by
-//! `alloc_wait`.
+//! `alloc_wait`. A domain file's miss costs a hand-over to a worker and back (a wake-up
+//! and a copy of its bytes); `get_page_async` of a domain file is `Unsupported`.
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
+
+use futures_channel::oneshot;
 
 use super::pinned::{Arrival, Found, Settled};
 use super::{checked_end, File, PageRef};
 use crate::eviction::ReadHint;
 use crate::filemap::Waiter;
 use crate::mapping::Pinned;
+use crate::shared::reader::{DomainFile, ReadAnswer};
 use crate::types::PageIndex;
 use crate::wait;
 use crate::waker::{Park, Parking};
@@ -65,6 +81,7 @@ impl File {
             offset,
             done: 0,
             waits: None,
+            off_thread: None,
         }
     }
 
@@ -218,6 +235,9 @@ pub struct ReadAtFuture<'a> {
     done: usize,
     /// Some once a page of this read missed or waited (`read_at`'s `slow`).
     waits: Option<Box<Waits<'a>>>,
+    /// A domain file's read of what was not cached at the first poll, on a worker (module
+    /// docs, "A domain file").
+    off_thread: Option<ReadAnswer>,
 }
 
 /// A future's state on its slow path.
@@ -297,6 +317,7 @@ impl std::fmt::Debug for ReadAtFuture<'_> {
                 "parked",
                 &self.waits.as_ref().is_some_and(|w| w.parked.is_some()),
             )
+            .field("off_thread", &self.off_thread.is_some())
             .finish()
     }
 }
@@ -325,8 +346,11 @@ impl<'a> ReadAtFuture<'a> {
     /// `read_at`'s loop, resumable at the folio it parked on.
     fn step(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
         let file: &'a File = self.file;
-        if file.domain().is_some() {
-            return Poll::Ready(Err(File::domain_unsupported("read_at_async")));
+        if self.off_thread.is_some() {
+            return self.poll_off_thread(cx);
+        }
+        if let Some(shared) = file.domain() {
+            return self.start_in_domain(shared, cx);
         }
         if let Some(w) = self.waits.as_deref_mut() {
             w.resume();
@@ -391,6 +415,57 @@ impl<'a> ReadAtFuture<'a> {
             let bytes = core.arena().pinned_bytes(folio.frame, folio.order);
             self.buf[self.done..self.done + n].copy_from_slice(&bytes[in_folio..in_folio + n]);
             self.done += n;
+        }
+    }
+}
+
+impl ReadAtFuture<'_> {
+    /// A domain file's first poll (module docs, "A domain file"): what the domain holds
+    /// cached from the offset on copied now; the rest, if any before the end of the file,
+    /// handed to a worker.
+    fn start_in_domain(
+        &mut self,
+        shared: &Arc<DomainFile>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        if let Err(e) = checked_end(self.offset, self.buf.len()) {
+            return Poll::Ready(Err(e));
+        }
+        match shared.read_cached(self.buf, self.offset) {
+            Ok(n) => self.done = n,
+            Err(e) => return Poll::Ready(Err(e)),
+        }
+        let pos = self.offset + self.done as u64;
+        if self.done == self.buf.len() || pos >= shared.len() {
+            return Poll::Ready(Ok(self.done));
+        }
+        self.off_thread = Some(shared.read_off_thread(pos, self.buf.len() - self.done));
+        self.poll_off_thread(cx)
+    }
+
+    /// Polls the worker's read of a domain file: its bytes copied into the caller's
+    /// buffer when it answers (this poll's borrow of the buffer; the worker read into its
+    /// own, so a future dropped meanwhile leaves it nothing to write into).
+    fn poll_off_thread(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let answer = self
+            .off_thread
+            .as_mut()
+            .expect("a read on a worker has its answer");
+        let answered = std::task::ready!(Pin::new(answer).poll(cx));
+        self.off_thread = None;
+        match answered {
+            Ok((bytes, Ok(n))) => {
+                // Post (the worker's `read_at`): never more than it was asked.
+                debug_assert!(n <= bytes.len() && self.done + n <= self.buf.len());
+                self.buf[self.done..self.done + n].copy_from_slice(&bytes[..n]);
+                self.done += n;
+                Poll::Ready(Ok(self.done))
+            }
+            Ok((_, Err(e))) => Poll::Ready(Err(e)),
+            Err(oneshot::Canceled) => Poll::Ready(Err(io::Error::other(
+                "folio: the worker reading a domain file panicked (a bug: its message is on \
+                 stderr); the read returned nothing",
+            ))),
         }
     }
 }

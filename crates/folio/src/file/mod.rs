@@ -29,9 +29,13 @@
 //! this cache's mapping: one branch at the top of `read_at` and `read_at_hint` (a load of
 //! the handle's first line, which the hit loads anyway, and a test that a private cache's
 //! handle always takes the same way), both inlined into their caller, before the private
-//! read's entry (`read_private`), so that a domain file's hit pays none of it. The futures and `get_page` refuse such a handle (`Unsupported`),
-//! `readahead` does nothing for it; its reads' window is the domain file's own, with the
-//! handle's maximum, its advice's included (`shared/read.rs`, "Readahead"; advise.rs);
+//! read's entry (`read_private`), so that a domain file's hit pays none of it. Its futures
+//! (`read_at_async`, `read_many_async`) copy what is cached at their first poll and read
+//! the rest on a worker thread (async_read.rs, "A domain file"), and `readahead` reads
+//! its range into the domain on a worker (prefetch.rs); `get_page` and `get_page_async`
+//! refuse it (`Unsupported`: a `PageRef` pins a private folio). Its reads' window is the
+//! domain file's own, with the handle's maximum, its advice's included
+//! (`shared/read.rs`, "Readahead"; advise.rs);
 //! the rest (its length, `stats`) is its private mapping's, which it keeps (opened as any handle's; it
 //! caches nothing for the handle).
 //! A writable open of the file in this process retires the handle (mapping/domain.rs: a
@@ -275,8 +279,8 @@ impl File {
     /// The domain this handle reads through, unless it has none or a writable open of
     /// the file in this process retired it (mapping/domain.rs): then it reads privately.
     #[inline]
-    fn domain(&self) -> Option<&DomainFile> {
-        self.shared.as_deref().filter(|shared| shared.is_current())
+    fn domain(&self) -> Option<&Arc<DomainFile>> {
+        self.shared.as_ref().filter(|shared| shared.is_current())
     }
 
     /// A descriptor of this handle's open file (`dup`): the domain's own.
@@ -298,7 +302,10 @@ impl File {
     fn domain_unsupported(what: &str) -> io::Error {
         io::Error::new(
             io::ErrorKind::Unsupported,
-            format!("folio: {what} of a file read through a domain is not built yet (read_at is)"),
+            format!(
+                "folio: {what} of a file read through a domain is not built yet \
+                 (read_at, read_many, their futures and readahead are)"
+            ),
         )
     }
 

@@ -14,9 +14,13 @@
 //! Protection: the handle's state word and the limit's two words are replaced by CAS
 //! only; the index lock is taken only inside the miss path.
 //!
-//! Limits: forced readahead goes in chunks of at most 2 MiB (`FORCED_CHUNK_PAGES`) and
-//! stops early when memory is short; windows are bounded by the policy
-//! (`crate::readahead`).
+//! A domain file's forced readahead goes to a worker thread of this process
+//! (`DomainFile::read_ahead`, shared/offload.rs): the shared read path reads with `preadv`
+//! on its caller's thread, and `readahead` returns at once, as the kernel's `WILLNEED`.
+//!
+//! Limits: forced readahead goes in chunks of at most 2 MiB (`FORCED_CHUNK_PAGES`; a
+//! domain file's, also at most the domain's window cap) and stops early when memory is
+//! short; windows are bounded by the policy (`crate::readahead`).
 
 use std::io;
 
@@ -204,19 +208,20 @@ impl File {
     ///
     /// Errors: `InvalidInput` if `offset + len` overflows.
     ///
-    /// Context: any thread; does not wait for I/O or memory. Does nothing for a domain
-    /// file (its reads go to the domain, whose readahead opens windows on its reads only:
-    /// forced readahead through a domain is not built).
+    /// Context: any thread; does not wait for I/O or memory. A domain file's range is
+    /// read into the domain on a worker thread (`DomainFile::read_ahead`: this returns
+    /// at once; a process whose workers already have many hints queued drops it).
     pub fn readahead(&self, offset: u64, len: u64) -> io::Result<()> {
         let end = offset
             .checked_add(len)
             .ok_or_else(|| overflow(offset, len))?;
-        if self.domain().is_some() {
+        stats::bump(&self.core().counters().readahead_forced);
+        if let Some(shared) = self.domain() {
+            shared.read_ahead(offset, end, FORCED_CHUNK_PAGES);
             return Ok(());
         }
         let end = PageIndex::ceil(end.min(self.mapping.size_bytes()));
         let mut at = PageIndex::containing(offset);
-        stats::bump(&self.core().counters().readahead_forced);
         while at < end {
             let chunk_end = end.min(at.add(FORCED_CHUNK_PAGES));
             let pages = self.fill().read_window(Window {

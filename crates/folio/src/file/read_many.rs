@@ -112,6 +112,7 @@ impl File {
             rest: reads.iter_mut(),
             submitted: false,
             current: None,
+            in_domain: Vec::new(),
         }
     }
 
@@ -135,6 +136,9 @@ pub struct ReadManyFuture<'a, 'b> {
     /// The range being read.
     current: Option<ReadAtFuture<'a>>,
     results: Vec<io::Result<usize>>,
+    /// A domain file's ranges (module docs): every one's `read_at_async`, started at the
+    /// first poll, with its result once it has one.
+    in_domain: Vec<(ReadAtFuture<'a>, Option<io::Result<usize>>)>,
 }
 
 impl std::fmt::Debug for ReadManyFuture<'_, '_> {
@@ -144,6 +148,7 @@ impl std::fmt::Debug for ReadManyFuture<'_, '_> {
             .field("finished", &self.results.len())
             .field("left", &self.rest.len())
             .field("current", &self.current)
+            .field("in_domain", &self.in_domain.len())
             .finish()
     }
 }
@@ -153,17 +158,20 @@ impl Future for ReadManyFuture<'_, '_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        if this.file.domain().is_some() {
-            let refused = this
+        let file = this.file;
+        if !this.submitted && file.domain().is_some() {
+            this.submitted = true;
+            this.in_domain = this
                 .rest
                 .by_ref()
-                .map(|_| Err(File::domain_unsupported("read_many_async")));
-            this.results.extend(refused);
-            return Poll::Ready(std::mem::take(&mut this.results));
+                .map(|(offset, buf)| (file.read_at_async(buf, *offset), None))
+                .collect();
+        }
+        if !this.in_domain.is_empty() {
+            return this.poll_in_domain(cx);
         }
         if !this.submitted {
             this.submitted = true;
-            let file = this.file;
             let size = file.mapping.size_bytes();
             let mut gaps = Vec::new();
             for (offset, buf) in this.rest.as_slice() {
@@ -192,6 +200,31 @@ impl Future for ReadManyFuture<'_, '_> {
                 None => return Poll::Ready(std::mem::take(&mut this.results)),
             }
         }
+    }
+}
+
+impl ReadManyFuture<'_, '_> {
+    /// A domain file's batch: each range's future polled until it has its result (each
+    /// copies its hits at its first poll and reads the rest on a worker: the ranges'
+    /// misses read at once, on as many workers as there are); `Ready` with them all, in
+    /// order.
+    fn poll_in_domain(&mut self, cx: &mut Context<'_>) -> Poll<Vec<io::Result<usize>>> {
+        let mut pending = false;
+        for (read, result) in &mut self.in_domain {
+            if result.is_none() {
+                match Pin::new(read).poll(cx) {
+                    Poll::Ready(done) => *result = Some(done),
+                    Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            return Poll::Pending;
+        }
+        let results = std::mem::take(&mut self.in_domain)
+            .into_iter()
+            .map(|(_, result)| result.expect("every range has its result"));
+        Poll::Ready(results.collect())
     }
 }
 

@@ -60,7 +60,10 @@
 //! Step 8's first slice: `reader.rs` what a `Cache` built with a domain holds
 //! (`CacheBuilder::domain`): its membership and its reader owned together, read by many
 //! threads (`DomainReader`), and a read-only file read through it (`DomainFile`);
-//! `tests_cache.rs` caches of forked processes sharing one domain, many threads each.
+//! `tests_cache.rs` caches of forked processes sharing one domain, many threads each;
+//! `offload.rs` this process's worker threads, which read a domain file for its futures
+//! and its forced readahead (the shared read path blocks in `pread`), `tests_async.rs`
+//! their tests.
 //!
 //! Protection: the slot table's words by CAS (attach, detach, death); a structure's words
 //! by its `HolderLock`; the intent record by the same lock (only its holder writes it).
@@ -85,6 +88,8 @@ pub(crate) mod futex;
 pub(crate) mod index;
 pub(crate) mod lock;
 pub(crate) mod magazine;
+#[allow(unsafe_code)]
+pub(crate) mod offload;
 pub(crate) mod populate;
 pub(crate) mod queue;
 #[allow(unsafe_code)]
@@ -100,6 +105,8 @@ mod terms;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests;
+#[cfg(test)]
+mod tests_async;
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests_buddy;

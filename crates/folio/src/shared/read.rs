@@ -1094,6 +1094,87 @@ impl<'m, R: Run> SharedReader<'m, R> {
         self.read_pages(file, &mut buf[..n as usize], offset, size)
     }
 
+    /// The bytes of `file` at `offset` that an optimistic hit gives now, page after page
+    /// into `buf`: how many, stopping at the first page that is not one (absent, in flight,
+    /// stale), at the handle's marker (whose read starts a window: `read_at`'s) and at the
+    /// end of the file. A future's first poll (docs/sharing.md "A domain file's futures
+    /// and forced readahead"): what is cached is copied on the executor's thread, the rest
+    /// read by `read_at` on a worker.
+    ///
+    /// Context: any thread; never blocks, takes no lock.
+    /// Errors: a test's `Run` only (a death).
+    pub(crate) fn read_cached(
+        &self,
+        file: &SharedFile<'m>,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> io::Result<usize> {
+        let size = file.size.load(Ordering::Acquire);
+        let end = size.min(offset.saturating_add(buf.len() as u64));
+        let file_no = FileNo(u64::from(file.id.index));
+        let page_bytes = FRAME_BYTES as u64;
+        let mut pos = offset;
+        while pos < end {
+            let page: Page = pos / page_bytes;
+            if file.is_marker(page) {
+                break;
+            }
+            let within = (pos % page_bytes) as usize;
+            let n = (page_bytes - within as u64).min(end - pos) as usize;
+            let at = (pos - offset) as usize;
+            let dst = &mut buf[at..at + n];
+            let found = self
+                .queue
+                .read_hit(&file.index, file_no, page, self.run, |frame| {
+                    self.copy_racing(frame, within, dst)
+                })
+                .map_err(died)?;
+            if !matches!(found, Optimistic::Hit(_)) {
+                break;
+            }
+            self.counts.optimistic_hits.hit();
+            pos += n as u64;
+        }
+        Ok((pos - offset) as usize)
+    }
+
+    /// Forced readahead of pages `[start, end)` of `file` (`File::readahead`, `WillNeed`):
+    /// the pages the index lacks read into frames and cached as a window's are
+    /// (`read_window`, no marker, no page needed), at most `chunk` pages (and the domain's
+    /// `window_cap`) a step; stops at the end of the file and after a step that left
+    /// pages out (no frames to be had: the rest would evict what this read brought in).
+    /// The handle's window and previous read are left as they were. Counted as a
+    /// window's pages (`read_ahead`).
+    ///
+    /// Context: a worker thread (shared/offload.rs), or any thread that may block in
+    /// `preadv`; takes the domain's locks as a miss does.
+    /// Errors: `preadv`'s (the pages read before it stay cached).
+    pub(crate) fn prefetch(
+        &self,
+        file: &SharedFile<'m>,
+        start: Page,
+        end: Page,
+        chunk: u64,
+    ) -> io::Result<()> {
+        let file_end = file
+            .size
+            .load(Ordering::Acquire)
+            .div_ceil(FRAME_BYTES as u64);
+        let end = end.min(file_end);
+        let step = chunk.min(u64::from(self.window_cap)).max(1);
+        let queue = self.queue();
+        let mut at = start;
+        while at < end {
+            let step_end = end.min(at + step);
+            self.read_window(queue, file, at, step_end, NO_MARKER, None)?;
+            if !file.index.gaps(at, step_end).is_empty() {
+                break;
+            }
+            at = step_end;
+        }
+        Ok(())
+    }
+
     /// `read_at`'s every read but a one-page optimistic hit: page by page, each a hit,
     /// a pinned hit, a wait for a page in flight, a miss (with its window) or an uncached
     /// read (`read_page`), and the handle's marker met. `buf` ends within the file, whose size is `size`.

@@ -28,10 +28,13 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use futures_channel::oneshot;
+
 use super::attach::{DomainConfig, Member};
 use super::domain::FRAME_BYTES;
 use super::files::{Ask, FileId, Removal, Request};
 use super::index::Page;
+use super::offload;
 use super::queue::{held_mark, Appended, Shares};
 use super::read::{Admitted, ReadCounters, SharedFile, SharedReader};
 use super::Step;
@@ -441,7 +444,58 @@ impl DomainFile {
         let file = self.file.as_ref().expect("a live DomainFile has its file");
         self.reader.reader.read_at(file, buf, offset)
     }
+
+    /// `SharedReader::read_cached`: the bytes at `offset` that are optimistic hits now,
+    /// copied into `buf`; how many (a future's first poll).
+    ///
+    /// Context: any thread; never blocks. Errors: a test's `Run` only.
+    pub(crate) fn read_cached(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let file = self.file.as_ref().expect("a live DomainFile has its file");
+        self.reader.reader.read_cached(file, buf, offset)
+    }
+
+    /// `read_at` of `len` bytes at `offset` on a worker thread (shared/offload.rs): its
+    /// answer the bytes read and the read's result, sent when it is done. The worker holds
+    /// the file (and so the domain) until then, whatever happens to the caller.
+    ///
+    /// Context: any thread; never blocks (a worker may be started).
+    pub(crate) fn read_off_thread(self: &Arc<Self>, offset: u64, len: usize) -> ReadAnswer {
+        let (answer, answered) = oneshot::channel();
+        let file = Arc::clone(self);
+        offload::submit(move || {
+            let mut buf = vec![0; len];
+            let result = file.read_at(&mut buf, offset);
+            // Before the answer: a future that has it never finds its file still held
+            // here (the `File`'s drop after it closes the record).
+            drop(file);
+            // A receiver that is gone (its future dropped) wants nothing: the pages are
+            // cached for the next reader all the same.
+            let _ = answer.send((buf, result));
+        });
+        answered
+    }
+
+    /// Forced readahead of bytes `[offset, end)` on a worker (`SharedReader::prefetch`,
+    /// in steps of at most `chunk_pages`); false when the worker's queue dropped it
+    /// (shared/offload.rs: too many hints wait). Its errors are nobody's (a reader that
+    /// needs a page reads it again).
+    ///
+    /// Context: any thread; never blocks.
+    pub(crate) fn read_ahead(self: &Arc<Self>, offset: u64, end: u64, chunk_pages: u64) -> bool {
+        let file = Arc::clone(self);
+        let page_bytes = FRAME_BYTES as u64;
+        let (start, end) = (offset / page_bytes, end.div_ceil(page_bytes));
+        offload::submit_hint(move || {
+            let shared = file.file.as_ref().expect("a live DomainFile has its file");
+            let _ = file.reader.reader.prefetch(shared, start, end, chunk_pages);
+        })
+    }
 }
+
+/// What `DomainFile::read_off_thread` answers: the bytes (the buffer the worker read into)
+/// and the read's result (how many of them, or its error). `Canceled` when the worker's
+/// job panicked.
+pub(crate) type ReadAnswer = oneshot::Receiver<(Vec<u8>, io::Result<usize>)>;
 
 impl Drop for DomainFile {
     /// Our opener count lowered (the file's pages stay cached in the domain).

@@ -7,7 +7,6 @@
 //! cache's writable open (private) and a refused file (private, counted). Every byte is
 //! checked; after the processes are gone the domain must check and free every frame.
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -392,8 +391,8 @@ fn two_processes_scanning_one_file_at_once_never_read_a_page_twice() {
 /// A domain cache's file opened for writing keeps the private path: it reads and writes
 /// correctly and nothing of it goes to the domain; a read-only open of a file changed since
 /// the domain recorded it, while a handle keeps the record open, is refused by the domain
-/// and read privately, correctly, counted;
-/// the futures and `get_page` of a domain file say `Unsupported`.
+/// and read privately, correctly, counted; `get_page` of a domain file says `Unsupported`
+/// (its futures: tests_async.rs).
 #[test]
 fn a_domain_caches_writable_and_refused_files_read_privately() {
     let home = DomainHome::new();
@@ -431,17 +430,6 @@ fn a_domain_caches_writable_and_refused_files_read_privately() {
         file.get_page(0).unwrap_err().kind(),
         std::io::ErrorKind::Unsupported
     );
-    {
-        let mut small = [0u8; 8];
-        let mut future = std::pin::pin!(file.read_at_async(&mut small, 0));
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        match future.as_mut().poll(&mut cx) {
-            std::task::Poll::Ready(Err(e)) => {
-                assert_eq!(e.kind(), std::io::ErrorKind::Unsupported)
-            }
-            other => panic!("{other:?}"),
-        }
-    }
     drop(file);
     assert_eq!(cache.domain_stats().unwrap().misses, 1);
     // Changed since the domain recorded it (new bytes, and a modification time surely
