@@ -1175,6 +1175,20 @@ impl<'m, R: Run> SharedReader<'m, R> {
         Ok(())
     }
 
+    /// Whether the index of `file` lacks a page of `[start, end)` before the end of the
+    /// file (a walk per folio, lock-free; a hint): a forced readahead of a range the
+    /// domain holds whole costs this, not a worker's wake-up.
+    ///
+    /// Context: any thread; never blocks.
+    pub(crate) fn lacks_pages(&self, file: &SharedFile<'m>, start: Page, end: Page) -> bool {
+        let file_end = file
+            .size
+            .load(Ordering::Acquire)
+            .div_ceil(FRAME_BYTES as u64);
+        let end = end.min(file_end);
+        start < end && !file.index.gaps(start, end).is_empty()
+    }
+
     /// `read_at`'s every read but a one-page optimistic hit: page by page, each a hit,
     /// a pinned hit, a wait for a page in flight, a miss (with its window) or an uncached
     /// read (`read_page`), and the handle's marker met. `buf` ends within the file, whose size is `size`.

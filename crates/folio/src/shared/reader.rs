@@ -476,15 +476,20 @@ impl DomainFile {
     }
 
     /// Forced readahead of bytes `[offset, end)` on a worker (`SharedReader::prefetch`,
-    /// in steps of at most `chunk_pages`); false when the worker's queue dropped it
-    /// (shared/offload.rs: too many hints wait). Its errors are nobody's (a reader that
-    /// needs a page reads it again).
+    /// in steps of at most `chunk_pages`), unless the domain holds every page of it
+    /// already (looked up here: no worker woken for a covered range); false when the
+    /// worker's queue dropped it (shared/offload.rs: too many hints wait). Its errors are
+    /// nobody's (a reader that needs a page reads it again).
     ///
     /// Context: any thread; never blocks.
     pub(crate) fn read_ahead(self: &Arc<Self>, offset: u64, end: u64, chunk_pages: u64) -> bool {
-        let file = Arc::clone(self);
         let page_bytes = FRAME_BYTES as u64;
         let (start, end) = (offset / page_bytes, end.div_ceil(page_bytes));
+        let shared = self.file.as_ref().expect("a live DomainFile has its file");
+        if !self.reader.reader.lacks_pages(shared, start, end) {
+            return true;
+        }
+        let file = Arc::clone(self);
         offload::submit_hint(move || {
             let shared = file.file.as_ref().expect("a live DomainFile has its file");
             let _ = file.reader.reader.prefetch(shared, start, end, chunk_pages);
