@@ -33,8 +33,8 @@ fn workers_running() -> usize {
         .count()
 }
 
-/// `read_at_async` of `len` bytes at `offset` run to its end on this thread (a waker
-/// that unparks it): the bytes, or the error.
+/// `read_at_async` of `len` bytes at `offset` run to its end on this thread: the bytes,
+/// or the error.
 fn read_async(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
     let mut buf = vec![0xa5u8; len];
     let n = block_on(file.read_at_async(&mut buf, offset))?;
@@ -42,23 +42,13 @@ fn read_async(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> 
     Ok(buf)
 }
 
-/// Polls `future` on this thread until it is ready, parking between polls.
+/// Polls `future` to its end on this thread (a current-thread tokio runtime: the future
+/// needs none, any executor polls it).
 fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl std::task::Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = pin!(future);
-    loop {
-        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
-            return out;
-        }
-        std::thread::park_timeout(Duration::from_millis(100));
-    }
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(future)
 }
 
 /// The file's bytes `[offset, offset + len)`, cut at its end.
